@@ -1,0 +1,257 @@
+"""`cudatrace run`: inject the shim into a command and its children, then summarize.
+
+The launcher never runs inside the target: it prepares the environment (LD_PRELOAD and the
+CUDATRACE_* variables the shim reads), starts the command, samples device memory from outside
+while it runs, forwards signals, and exits with the command's status (128+N for signal N).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import struct
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import native
+
+SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
+
+
+class LaunchError(Exception):
+    """A command that cannot be traced, with the exit status to give back."""
+
+    def __init__(self, message: str, status: int = 2):
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass
+class RunOptions:
+    cmd: list[str]
+    out_dir: Path | None = None
+    stack_depth: int = 64
+    quiet: bool = False
+    force: bool = False
+    budget: str | None = None
+    group: str | None = None
+    on_exceed: str = "fail"
+    count_host: bool = False
+    virtualize: bool = True
+    sample_ms: int = 100
+    extra_env: dict = field(default_factory=dict)
+
+
+def resolve_command(argv0: str) -> str:
+    if os.sep in argv0:
+        path = argv0
+        if not os.path.exists(path):
+            raise LaunchError("cudatrace: %s: no such file" % argv0, 127)
+    else:
+        found = shutil.which(argv0)
+        if not found:
+            raise LaunchError("cudatrace: %s: command not found" % argv0, 127)
+        path = found
+    if os.path.isdir(path):
+        raise LaunchError("cudatrace: %s: is a directory" % argv0, 126)
+    if not os.access(path, os.X_OK):
+        raise LaunchError("cudatrace: %s: permission denied (not executable)" % argv0, 126)
+    return path
+
+
+def check_enterable(path: str) -> None:
+    """Refuse binaries the preload library cannot enter: static ELF, setuid/setgid."""
+    st = os.stat(path)
+    if (st.st_mode & (stat.S_ISUID | stat.S_ISGID)) and (st.st_uid != os.geteuid() or
+                                                          st.st_mode & stat.S_ISGID):
+        raise LaunchError(
+            "cudatrace: %s is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
+            "nothing could be traced. Run a copy without the setuid bit." % path, 2)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(64)
+            if head[:4] != b"\x7fELF":
+                return                      # a script: its interpreter is what runs
+            is64 = head[4] == 2
+            little = head[5] == 1
+            e = "<" if little else ">"
+            if is64:
+                phoff, = struct.unpack_from(e + "Q", head, 32)
+                phentsize, phnum = struct.unpack_from(e + "HH", head, 54)
+            else:
+                phoff, = struct.unpack_from(e + "I", head, 28)
+                phentsize, phnum = struct.unpack_from(e + "HH", head, 42)
+            f.seek(phoff)
+            ph = f.read(phentsize * phnum)
+    except OSError as exc:
+        raise LaunchError("cudatrace: cannot read %s: %s" % (path, exc), 126)
+    has_interp = any(struct.unpack_from(e + "I", ph, i * phentsize)[0] == 3  # PT_INTERP
+                     for i in range(phnum) if (i + 1) * phentsize <= len(ph))
+    if not has_interp:
+        raise LaunchError(
+            "cudatrace: %s is statically linked: LD_PRELOAD cannot enter it, so no allocation "
+            "could be traced (and a static binary cannot load the CUDA driver anyway)." % path, 2)
+
+
+def default_out_dir(cmd0: str) -> Path:
+    base = "cudatrace-%s-%s" % (Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
+    p = Path.cwd() / base
+    n = 1
+    while p.exists():
+        n += 1
+        p = Path.cwd() / ("%s-%d" % (base, n))
+    return p
+
+
+def prepare_out_dir(opts: RunOptions) -> Path:
+    out = opts.out_dir or default_out_dir(opts.cmd[0])
+    out = out.resolve()
+    if out.exists():
+        if not out.is_dir():
+            raise LaunchError("cudatrace: %s exists and is not a directory" % out)
+        old = list(out.glob("*.ctrace")) + [p for p in (out / "run.json", out / "samples.jsonl")
+                                             if p.exists()]
+        if old and not opts.force:
+            raise LaunchError("cudatrace: %s already holds a trace; pass --force to replace it, "
+                              "or -o another directory" % out)
+        for p in old:
+            p.unlink()
+    else:
+        out.mkdir(parents=True)
+    return out
+
+
+def tree_pids(root: int) -> list[int]:
+    """root and its descendants, from /proc."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d, "rb") as f:
+                s = f.read().decode(errors="replace")
+            ppid = int(s[s.rindex(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def exit_status(returncode: int) -> int:
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run(opts: RunOptions) -> int:
+    from . import budget as budget_mod
+    from .sampler import Sampler
+
+    path = resolve_command(opts.cmd[0])
+    check_enterable(path)
+    out = prepare_out_dir(opts)
+    shim = native.shim_path()
+    env = dict(os.environ)
+    env.update(opts.extra_env)
+    env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
+    env["CUDATRACE_DIR"] = str(out)
+    env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
+    env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
+    env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
+    env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
+    env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
+    ledger = None
+    budget_info = None
+    if opts.budget is not None or opts.group is not None:
+        ledger, budget_info = budget_mod.setup_ledger(opts.budget, opts.group, opts.on_exceed,
+                                                      opts.count_host)
+        env["CUDATRACE_LEDGER"] = str(ledger.path)
+
+    run_info = {
+        "cudatrace_version": __import__("cudatrace").__version__,
+        "argv": opts.cmd, "executable": path, "cwd": os.getcwd(), "dir": str(out),
+        "stack_depth": opts.stack_depth, "budget": budget_info, "group": opts.group,
+        "on_exceed": opts.on_exceed, "start_monotonic_ns": time.monotonic_ns(),
+        "start_time": time.time(),
+    }
+    (out / "run.json").write_text(json.dumps(run_info, indent=2))
+
+    if not opts.quiet:
+        sys.stderr.write("cudatrace: tracing %s -> %s\n" % (" ".join(opts.cmd), out))
+        sys.stderr.flush()
+
+    aborted = []
+
+    def on_signal(signum, frame):
+        if signum == signal.SIGUSR2:           # the shim's --on-exceed abort
+            aborted.append(True)
+            for pid in reversed(tree_pids(proc.pid)):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+            return
+        # A terminal's Ctrl-C / Ctrl-\ already reached the command (same foreground group).
+        if signum in (signal.SIGINT, signal.SIGQUIT) and _foreground():
+            return
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
+
+    old = {}
+    proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path)
+    run_info["pid"] = proc.pid
+    for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
+        old[s] = signal.signal(s, on_signal)
+    sampler = Sampler(proc.pid, out / "samples.jsonl", opts.sample_ms / 1000.0)
+    sampler.start()
+    try:
+        while True:
+            try:
+                rc = proc.wait()
+                break
+            except InterruptedError:
+                continue
+    finally:
+        sampler.stop()
+        for s, h in old.items():
+            signal.signal(s, h)
+    status = exit_status(rc)
+    if aborted and status == 0:
+        status = 3
+    run_info.update({"returncode": rc, "exit_status": status, "end_monotonic_ns": time.monotonic_ns(),
+                     "end_time": time.time(), "budget_aborted": bool(aborted),
+                     "sampler": sampler.describe()})
+    if ledger is not None:
+        run_info["ledger_final"] = ledger.summary()
+        ledger.finish()
+    (out / "run.json").write_text(json.dumps(run_info, indent=2))
+    if not opts.quiet:
+        from .summary import print_summary
+        try:
+            print_summary(out, status, sys.stderr)
+        except Exception as exc:  # the summary must never hide the command's status
+            sys.stderr.write("cudatrace: could not summarize the trace: %s\n" % exc)
+    return status
+
+
+def _foreground() -> bool:
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY | os.O_NOCTTY)
+    except OSError:
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

@@ -1,0 +1,288 @@
+/* modules.c - the module map: every loaded ELF object's path, load bias, address range and
+ * GNU build-id, written as MODULE records so a trace can be symbolized offline, elsewhere.
+ * Objects loaded later (dlopen) are picked up the first time a new stack frame falls outside
+ * every known module. Also: a cold-path symbol lookup for one-line messages (budget denials).
+ */
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define MAX_MODULES 8192
+#define MF_SHIM 1
+#define MF_CUDA 2
+
+struct mod {
+    uintptr_t start, end, base;
+    int flags;
+    char path[256];
+};
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static struct mod mods[MAX_MODULES];
+static uint32_t nmods;            /* published with release: readers need no lock */
+static uintptr_t shim_start, shim_end;
+
+static const char *base_name(const char *p)
+{
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+static int is_cuda_name(const char *path)
+{
+    const char *b = base_name(path);
+    return strncmp(b, "libcuda.so", 10) == 0 || strncmp(b, "libcudart.so", 12) == 0 ||
+           strncmp(b, "libnvidia-ml.so", 15) == 0 || strncmp(b, "libcudatrace", 12) == 0;
+}
+
+static size_t build_id(struct dl_phdr_info *info, uint8_t *out, size_t cap)
+{
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_NOTE)
+            continue;
+        const uint8_t *p = (const uint8_t *)(info->dlpi_addr + ph->p_vaddr);
+        const uint8_t *end = p + ph->p_memsz;
+        while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const ElfW(Nhdr) *n = (const ElfW(Nhdr) *)p;
+            const uint8_t *name = p + sizeof *n;
+            const uint8_t *desc = name + ((n->n_namesz + 3u) & ~3u);
+            if (desc + n->n_descsz > end)
+                break;
+            if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && memcmp(name, "GNU", 4) == 0) {
+                size_t len = n->n_descsz < cap ? n->n_descsz : cap;
+                memcpy(out, desc, len);
+                return len;
+            }
+            p = desc + ((n->n_descsz + 3u) & ~3u);
+        }
+    }
+    return 0;
+}
+
+struct scan_ctx {
+    int emit;
+};
+
+static int scan_one(struct dl_phdr_info *info, size_t size, void *data)
+{
+    struct scan_ctx *ctx = data;
+    uintptr_t lo = UINTPTR_MAX, hi = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD)
+            continue;
+        uintptr_t s = info->dlpi_addr + ph->p_vaddr, e = s + ph->p_memsz;
+        if (s < lo) lo = s;
+        if (e > hi) hi = e;
+    }
+    if (hi == 0)
+        return 0;
+    uint32_t n = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (mods[i].start == lo && mods[i].base == info->dlpi_addr)
+            return 0;                                 /* already known */
+    if (n >= MAX_MODULES)
+        return 0;
+    struct mod *m = &mods[n];
+    m->start = lo;
+    m->end = hi;
+    m->base = info->dlpi_addr;
+    m->flags = 0;
+    const char *name = info->dlpi_name;
+    char exe[256];
+    if (!name || !name[0]) {
+        ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        exe[l > 0 ? l : 0] = 0;
+        name = exe;
+    }
+    ct_strlcpy(m->path, name, sizeof m->path);
+    if (is_cuda_name(name))
+        m->flags |= MF_CUDA;
+    if (shim_start && lo <= shim_start && shim_start < hi)
+        m->flags |= MF_SHIM | MF_CUDA;
+    if (ctx->emit) {
+        uint8_t bid[64];
+        size_t blen = build_id(info, bid, sizeof bid);
+        struct ct_rec_module rec = {ct_now_ns(), m->base, lo, hi, (uint32_t)blen,
+                                    (uint32_t)strlen(name)};
+        ct_rec_write(CT_REC_MODULE, &rec, sizeof rec, bid, blen, name, strlen(name) + 1);
+    }
+    __atomic_store_n(&nmods, n + 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+void ct_modules_init(void)
+{
+    Dl_info di;
+    if (dladdr((void *)&ct_modules_init, &di) && di.dli_fbase) {
+        shim_start = (uintptr_t)&ct_modules_init;
+        /* the whole object: find it among the loaded ones */
+        struct scan_ctx ctx = {0};
+        pthread_mutex_lock(&mu);
+        dl_iterate_phdr(scan_one, &ctx);
+        for (uint32_t i = 0; i < nmods; i++) {
+            if (mods[i].flags & MF_SHIM) {
+                shim_start = mods[i].start;
+                shim_end = mods[i].end;
+            }
+        }
+        nmods = 0;                  /* nothing written yet: the trace file gets them later */
+        pthread_mutex_unlock(&mu);
+    }
+}
+
+int ct_in_shim(uintptr_t ip) { return ip >= shim_start && ip < shim_end; }
+
+static const struct mod *find(uintptr_t ip)
+{
+    uint32_t n = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
+    for (uint32_t i = 0; i < n; i++)
+        if (ip >= mods[i].start && ip < mods[i].end)
+            return &mods[i];
+    return NULL;
+}
+
+int ct_modules_covers(uintptr_t ip) { return find(ip) != NULL; }
+
+int ct_in_cuda_lib(uintptr_t ip)
+{
+    const struct mod *m = find(ip);
+    return m && (m->flags & MF_CUDA);
+}
+
+void ct_modules_scan(void)
+{
+    struct scan_ctx ctx = {1};
+    pthread_mutex_lock(&mu);
+    dl_iterate_phdr(scan_one, &ctx);
+    pthread_mutex_unlock(&mu);
+}
+
+void ct_modules_reset(void)
+{
+    pthread_mutex_init(&mu, NULL);
+    __atomic_store_n(&nmods, 0, __ATOMIC_RELEASE);
+}
+
+/* ---- cold path: name the function that contains ip, from the module file's symbols ----- */
+static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t outlen,
+                         uintptr_t *sym_off)
+{
+    int f = open(m->path, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+        return 0;
+    struct stat st;
+    int ok = 0;
+    if (fstat(f, &st) == 0 && st.st_size > (off_t)sizeof(ElfW(Ehdr))) {
+        uint8_t *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, f, 0);
+        if (map != MAP_FAILED) {
+            const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)map;
+            uintptr_t want = ip - m->base;
+            size_t best_val = 0;
+            const char *best = NULL;
+            if (memcmp(eh->e_ident, ELFMAG, SELFMAG) == 0 && eh->e_shoff &&
+                eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= (size_t)st.st_size) {
+                const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(map + eh->e_shoff);
+                for (int pass = 0; pass < 2 && !best; pass++) {
+                    uint32_t type = pass == 0 ? SHT_SYMTAB : SHT_DYNSYM;
+                    for (int i = 0; i < eh->e_shnum; i++) {
+                        if (sh[i].sh_type != type || sh[i].sh_link >= eh->e_shnum)
+                            continue;
+                        const ElfW(Shdr) *strs = &sh[sh[i].sh_link];
+                        if (sh[i].sh_offset + sh[i].sh_size > (size_t)st.st_size ||
+                            strs->sh_offset + strs->sh_size > (size_t)st.st_size)
+                            continue;
+                        const ElfW(Sym) *sym = (const ElfW(Sym) *)(map + sh[i].sh_offset);
+                        size_t ns = sh[i].sh_size / sizeof(ElfW(Sym));
+                        for (size_t k = 0; k < ns; k++) {
+                            if (ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC || !sym[k].st_value)
+                                continue;
+                            if (want >= sym[k].st_value &&
+                                want < sym[k].st_value + (sym[k].st_size ? sym[k].st_size : 1) &&
+                                sym[k].st_value >= best_val && sym[k].st_name < strs->sh_size) {
+                                best_val = sym[k].st_value;
+                                best = (const char *)map + strs->sh_offset + sym[k].st_name;
+                            }
+                        }
+                    }
+                }
+            }
+            if (best) {
+                typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+                demangle_fn dm = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+                int status = -1;
+                char *d = dm && best[0] == '_' && best[1] == 'Z' ? dm(best, NULL, NULL, &status) : NULL;
+                ct_strlcpy(out, d && status == 0 ? d : best, outlen);
+                if (d) {
+                    void (*fr)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "free");
+                    if (fr) fr(d);
+                }
+                *sym_off = want - best_val;
+                ok = 1;
+            }
+            munmap(map, (size_t)st.st_size);
+        }
+    }
+    close(f);
+    return ok;
+}
+
+static int is_runtime_symbol(const char *s)
+{
+    /* the CUDA runtime linked statically into the program is not the caller to name */
+    if (strncmp(s, "cuda", 4) == 0 || strstr(s, "cudart") != NULL)
+        return 1;
+    return s[0] == 'c' && s[1] == 'u' && s[2] >= 'A' && s[2] <= 'Z';    /* cuMemAlloc ... */
+}
+
+void ct_describe_address(uintptr_t ip, char *out, size_t outlen)
+{
+    const struct mod *m = find(ip);
+    char name[512], hex[24];
+    uintptr_t off = 0;
+    out[0] = 0;
+    if (!m) {
+        ct_fmt_hex(hex, ip);
+        ct_strlcpy(out, hex, outlen);
+        return;
+    }
+    size_t l = 0;
+    if (lookup_symbol(m, ip, name, sizeof name, &off)) {
+        l += ct_strlcpy(out + l, name, outlen - l);
+        if (l < outlen) l += ct_strlcpy(out + l, " (", outlen - l);
+        if (l < outlen) l += ct_strlcpy(out + l, base_name(m->path), outlen - l);
+        if (l < outlen) l += ct_strlcpy(out + l, "+", outlen - l);
+        ct_fmt_hex(hex, ip - m->base);
+        if (l < outlen) l += ct_strlcpy(out + l, hex, outlen - l);
+        if (l < outlen) ct_strlcpy(out + l, ")", outlen - l);
+    } else {
+        l += ct_strlcpy(out + l, base_name(m->path), outlen - l);
+        ct_fmt_hex(hex, ip - m->base);
+        if (l < outlen) l += ct_strlcpy(out + l, "+", outlen - l);
+        if (l < outlen) ct_strlcpy(out + l, hex, outlen - l);
+    }
+}
+
+/* the first frame of ip[] that is the program's, not CUDA's (libraries or static runtime) */
+uintptr_t ct_pick_caller(const uintptr_t *ips, int n)
+{
+    char name[512];
+    for (int k = 0; k < n; k++) {
+        const struct mod *m = find(ips[k]);
+        if (m && (m->flags & MF_CUDA))
+            continue;
+        uintptr_t off;
+        if (m && lookup_symbol(m, ips[k], name, sizeof name, &off) && is_runtime_symbol(name))
+            continue;
+        return ips[k];
+    }
+    return n > 0 ? ips[0] : 0;
+}

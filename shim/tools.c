@@ -1,0 +1,74 @@
+/* tools.c - C the Python side calls through cffi (with ledger.c, in libcudatrace_tools.so).
+ *
+ * ct_scan: one pass over a trace file's records (layout.h). Events are copied into an array
+ * so Python can replay millions of them without a per-record interpreter loop; every other
+ * record's offset is returned for Python to decode. Unpublished holes (a writer killed between
+ * reserving and publishing) are skipped by searching for the next valid header.
+ */
+#include <stdint.h>
+#include <stddef.h>
+#include <string.h>
+#include "layout.h"
+
+static int valid_header(const uint8_t *buf, uint64_t len, uint64_t off, struct ct_rec_hdr *h)
+{
+    if (off + sizeof *h > len)
+        return 0;
+    memcpy(h, buf + off, sizeof *h);
+    return h->magic == CT_REC_MAGIC && h->type >= CT_REC_PAD && h->type <= CT_REC_END &&
+           h->size >= sizeof *h && (h->size & 7u) == 0 && h->size <= CT_CHUNK_SIZE &&
+           off + h->size <= len;
+}
+
+int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
+            uint64_t *others, uint64_t max_others, struct ct_scan_result *res)
+{
+    if (!buf || !res)
+        return -1;
+    memset(res, 0, sizeof *res);
+    const struct ct_file_header *fh = (const struct ct_file_header *)buf;
+    if (len < CT_HEADER_SIZE || memcmp(fh->magic, "CUDATRC", 8) != 0 ||
+        fh->version != CT_FORMAT_VERSION || fh->header_size != CT_HEADER_SIZE) {
+        res->status = CT_SCAN_BAD_HEADER;
+        return 0;
+    }
+    uint64_t off = CT_HEADER_SIZE;
+    res->status = CT_SCAN_TRUNCATED;
+    while (off + sizeof(struct ct_rec_hdr) <= len) {
+        struct ct_rec_hdr h;
+        if (!valid_header(buf, len, off, &h)) {
+            /* zeros or garbage: a hole if a valid record follows, else the end of the data */
+            uint64_t next = off + 8;
+            while (next + sizeof(struct ct_rec_hdr) <= len) {
+                struct ct_rec_hdr h2;
+                if (valid_header(buf, len, next, &h2))
+                    break;
+                next += 8;
+            }
+            if (next + sizeof(struct ct_rec_hdr) > len)
+                break;
+            res->gaps++;
+            res->gap_bytes += next - off;
+            off = next;
+            continue;
+        }
+        if (h.type == CT_REC_EVENT && h.size >= sizeof h + sizeof(struct ct_event)) {
+            if (events && res->n_events < max_events)
+                memcpy(&events[res->n_events], buf + off + sizeof h, sizeof(struct ct_event));
+            res->n_events++;
+        } else if (h.type != CT_REC_PAD) {
+            if (others && res->n_other < max_others)
+                others[res->n_other] = off;
+            res->n_other++;
+            if (h.type == CT_REC_END) {
+                res->end_offset = off;
+                res->status = CT_SCAN_CLEAN;
+                off += h.size;
+                break;
+            }
+        }
+        off += h.size;
+    }
+    res->stop_offset = off;
+    return 0;
+}

@@ -1,0 +1,278 @@
+/* writer.c - the trace sink: an append-only file written through shared mappings.
+ *
+ * Why mmap: a record is in the page cache the moment it is copied, so a SIGKILL loses nothing
+ * that was published, and the hot path makes no syscall. The file grows in chunks of
+ * CT_CHUNK_SIZE (fallocate'd, so a full disk is an error here, never a SIGBUS in the target).
+ * A record is reserved under a process-local mutex (a few instructions), filled outside it, and
+ * published by one release store of its 8-byte header (layout.h describes the format).
+ */
+#include "shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MAX_CHUNKS 65536
+#define KEEP_MAPPED 4          /* chunks kept mapped behind the current one */
+
+/* recursive: the preamble of a new file is written by the thread that opened it, lock held */
+static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static int fd = -1;
+static int state;              /* 0: not opened yet, 1: open, -1: failed or closed */
+static uint8_t *chunks[MAX_CHUNKS];
+static uint32_t inflight[MAX_CHUNKS]; /* reserved but unpublished records per chunk */
+static uint32_t cur;           /* current chunk index */
+static uint32_t used;          /* bytes used in the current chunk */
+static uint32_t unmapped_below;
+static uint32_t dropped;
+uint64_t ct_events_written;
+
+static int grow(uint32_t idx)
+{
+    if (idx >= MAX_CHUNKS)
+        return -1;
+    off_t off = (off_t)idx * CT_CHUNK_SIZE;
+    int r = (int)syscall(SYS_fallocate, fd, 0, (long)off, (long)CT_CHUNK_SIZE);
+    if (r != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
+        r = ftruncate(fd, off + CT_CHUNK_SIZE);
+    }
+    if (r != 0)
+        return -1;
+    void *m = mmap(NULL, CT_CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+    if (m == MAP_FAILED)
+        return -1;
+    chunks[idx] = m;
+    inflight[idx] = 0;
+    return 0;
+}
+
+static void unmap_old(void)
+{
+    /* chunks well behind the current one whose records are all published */
+    while (unmapped_below + KEEP_MAPPED < cur) {
+        uint32_t i = unmapped_below;
+        if (__atomic_load_n(&inflight[i], __ATOMIC_ACQUIRE) != 0)
+            break;
+        munmap(chunks[i], CT_CHUNK_SIZE);
+        chunks[i] = NULL;
+        unmapped_below++;
+    }
+}
+
+static void fill_header(struct ct_file_header *h)
+{
+    memcpy(h->magic, "CUDATRC", 8);
+    h->version = CT_FORMAT_VERSION;
+    h->header_size = CT_HEADER_SIZE;
+    h->chunk_size = CT_CHUNK_SIZE;
+    h->pointer_size = sizeof(void *);
+    h->pid = getpid();
+    h->ppid = getppid();
+    h->stack_depth = (uint32_t)ct_cfg.stack_depth;
+    h->start_monotonic_ns = ct_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    h->start_realtime_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+#if defined(__x86_64__)
+    ct_strlcpy(h->arch, "x86_64", sizeof h->arch);
+#elif defined(__aarch64__)
+    ct_strlcpy(h->arch, "aarch64", sizeof h->arch);
+#else
+    ct_strlcpy(h->arch, "unknown", sizeof h->arch);
+#endif
+    ct_strlcpy(h->shim_version, CT_SHIM_VERSION, sizeof h->shim_version);
+    /* start time in clock ticks: field 22 of /proc/self/stat, after the ")" of comm */
+    char buf[1024];
+    int sfd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+    if (sfd >= 0) {
+        ssize_t n = read(sfd, buf, sizeof buf - 1);
+        close(sfd);
+        if (n > 0) {
+            buf[n] = 0;
+            char *p = strrchr(buf, ')');
+            int field = 2;
+            while (p && *p && field < 22) {
+                if (*p == ' ')
+                    field++;
+                p++;
+            }
+            uint64_t v = 0;
+            while (p && *p >= '0' && *p <= '9')
+                v = v * 10 + (uint64_t)(*p++ - '0');
+            h->process_start_ticks = v;
+        }
+    }
+}
+
+/* Called with mu held. Creates <dir>/<pid>.<n>.ctrace, the first n that does not exist. */
+static int open_file(void)
+{
+    char path[1200], num[24];
+    int pid = getpid();
+    for (uint32_t n = 0; n < 1000; n++) {
+        size_t l = ct_strlcpy(path, ct_cfg.dir, sizeof path);
+        if (l + 48 >= sizeof path)
+            return -1;
+        path[l++] = '/';
+        ct_fmt_u64(num, (uint64_t)pid);
+        l += ct_strlcpy(path + l, num, sizeof path - l);
+        path[l++] = '.';
+        ct_fmt_u64(num, n);
+        l += ct_strlcpy(path + l, num, sizeof path - l);
+        ct_strlcpy(path + l, ".ctrace", sizeof path - l);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd >= 0) {
+            if (grow(0) != 0) {
+                close(fd);
+                unlink(path);
+                fd = -1;
+                return -1;
+            }
+            cur = 0;
+            unmapped_below = 0;
+            struct ct_file_header *h = (struct ct_file_header *)chunks[0];
+            fill_header(h);
+            h->exec_index = n;
+            used = CT_HEADER_SIZE;
+            return 0;
+        }
+        if (errno != EEXIST)
+            return -1;
+    }
+    return -1;
+}
+
+/* with mu held */
+static uint8_t *reserve_locked(uint32_t size, uint32_t *chunk)
+{
+    if (size > CT_CHUNK_SIZE - CT_HEADER_SIZE)
+        return NULL;
+    if (used + size > CT_CHUNK_SIZE) {
+        uint32_t rest = CT_CHUNK_SIZE - used;
+        if (grow(cur + 1) != 0)
+            return NULL;
+        if (rest >= sizeof(struct ct_rec_hdr)) {
+            struct ct_rec_hdr h = {CT_REC_MAGIC, CT_REC_PAD, rest};
+            uint64_t w;
+            memcpy(&w, &h, 8);
+            __atomic_store_n((uint64_t *)(chunks[cur] + used), w, __ATOMIC_RELEASE);
+        }
+        cur++;
+        used = 0;
+        unmap_old();
+    }
+    uint8_t *p = chunks[cur] + used;
+    used += size;
+    *chunk = cur;
+    __atomic_add_fetch(&inflight[cur], 1, __ATOMIC_RELAXED);
+    return p;
+}
+
+int ct_rec_begin(ct_slot *s, uint32_t size)
+{
+    size = (size + 7u) & ~7u;
+    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) < 0)
+        return 0;
+    pthread_mutex_lock(&mu);
+    if (state == 0) {
+        if (open_file() == 0) {
+            state = 1;
+            ct_write_preamble();       /* re-enters ct_rec_begin: mu is recursive */
+        } else {
+            state = -1;
+        }
+    }
+    uint8_t *p = state == 1 ? reserve_locked(size, &s->chunk) : NULL;
+    if (!p && state == 1)
+        dropped++;
+    pthread_mutex_unlock(&mu);
+    if (!p)
+        return 0;
+    s->p = p;
+    s->size = size;
+    return 1;
+}
+
+void ct_rec_commit(ct_slot *s, uint16_t type)
+{
+    struct ct_rec_hdr h = {CT_REC_MAGIC, type, s->size};
+    uint64_t w;
+    memcpy(&w, &h, 8);
+    __atomic_store_n((uint64_t *)s->p, w, __ATOMIC_RELEASE);
+    __atomic_sub_fetch(&inflight[s->chunk], 1, __ATOMIC_RELEASE);
+}
+
+int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t nb,
+                 const void *c, size_t nc)
+{
+    ct_slot s;
+    size_t total = sizeof(struct ct_rec_hdr) + na + nb + nc;
+    if (total > CT_CHUNK_SIZE / 2 || !ct_rec_begin(&s, (uint32_t)total))
+        return 0;
+    uint8_t *p = s.p + sizeof(struct ct_rec_hdr);
+    if (na) memcpy(p, a, na);
+    if (nb) memcpy(p + na, b, nb);
+    if (nc) memcpy(p + na + nb, c, nc);
+    /* zero the alignment padding so files are reproducible */
+    memset(p + na + nb + nc, 0, s.size - total);
+    ct_rec_commit(&s, type);
+    return 1;
+}
+
+void ct_writer_open_now(void)
+{
+    ct_slot s;
+    /* a zero-body PAD record forces the file into existence; readers skip it */
+    if (ct_rec_begin(&s, 8))
+        ct_rec_commit(&s, CT_REC_PAD);
+}
+
+void ct_writer_close(int exit_code)
+{
+    pthread_mutex_lock(&mu);
+    if (state != 1) {
+        state = -1;
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    uint32_t chunk;
+    uint8_t *p = reserve_locked(sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_end), &chunk);
+    if (p) {
+        struct ct_rec_end e = {ct_now_ns(), exit_code, dropped, 0, ct_events_written};
+        memcpy(p + sizeof(struct ct_rec_hdr), &e, sizeof e);
+        ct_slot s = {p, sizeof(struct ct_rec_hdr) + sizeof e, chunk};
+        ct_rec_commit(&s, CT_REC_END);
+        /* every earlier reservation lies below this point, so cutting here is safe */
+        ftruncate(fd, (off_t)cur * CT_CHUNK_SIZE + used);
+    }
+    state = -1;
+    pthread_mutex_unlock(&mu);
+}
+
+void ct_writer_atfork_prepare(void) { pthread_mutex_lock(&mu); }
+void ct_writer_atfork_parent(void) { pthread_mutex_unlock(&mu); }
+
+void ct_writer_atfork_child(void)
+{
+    /* the parent's file is not ours: drop its mappings and descriptor, start lazily anew */
+    for (uint32_t i = unmapped_below; i <= cur && i < MAX_CHUNKS; i++) {
+        if (chunks[i]) {
+            munmap(chunks[i], CT_CHUNK_SIZE);
+            chunks[i] = NULL;
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    fd = -1;
+    cur = used = unmapped_below = dropped = 0;
+    ct_events_written = 0;
+    state = ct_cfg.active ? 0 : -1;
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&mu, &a);
+}
