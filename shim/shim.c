@@ -371,6 +371,7 @@ struct ct_call {
     uint16_t api;
     uint8_t op, kind, space, flags;
     uint8_t reserved, stacked;
+    uintptr_t cfa;            /* the wrapper's CFA, for the stack cache */
 };
 
 static void emit(struct ct_call *c, uint8_t op)
@@ -419,6 +420,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     c->space = space;
     c->flags = flags;
     c->reserved = c->stacked = 0;
+    c->cfa = 0;
     return 1;
 }
 
@@ -475,11 +477,14 @@ static int ct_pre(struct ct_call *c)
     if (!counted(c->kind, dev))
         return 1;
     uint64_t in_use = 0, limit = 0;
-    if (ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit) == 1) {
+    int r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
+    if (r == 1) {
         c->reserved = 1;
         return 1;
     }
-    c->stack = ct_stack_capture();
+    if (r < 0)
+        return 1;         /* not a member (slots full) or a bad device: cannot enforce, pass */
+    c->stack = ct_stack_capture(c->cfa);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
         ct_ledger_force(ledger, dev, c->reserve);
@@ -529,7 +534,7 @@ static void ct_post(struct ct_call *c)
     if (c->dev < 0)
         c->dev = current_device();
     if (!c->stacked)
-        c->stack = ct_stack_capture();
+        c->stack = ct_stack_capture(c->cfa);
     emit(c, c->op);
     ct_leave();
 }
@@ -575,6 +580,7 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         struct ct_call c;                                                                      \
         if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                \
             return real ARGS;                                                                  \
+        c.cfa = CT_CFA();                                                                      \
         c.reserve = (uint64_t)(RESERVE);                                                       \
         c.dev = (DEV);                                                                         \
         if (c.reserve && !ct_pre(&c)) {                                                        \
@@ -667,6 +673,7 @@ static int nvml_virtualize(int dev, unsigned long long *total, unsigned long lon
         struct ct_call c;                                                                        \
         if (!ct_enter(&c, CT_API_##ID, CT_OP_MEMINFO, CT_KIND_NONE, CT_SPACE_NONE, 0))           \
             return real(device, memory);                                                         \
+        c.cfa = CT_CFA();                                                                        \
         nvmlReturn_t r = real(device, memory);                                                   \
         c.result = r;                                                                            \
         c.dev = nvml_index(device);                                                              \
@@ -1024,6 +1031,7 @@ static void init_once(void)
     if (ct_cfg.stack_depth > 0) {
         void *warm[4];
         backtrace(warm, 4);       /* loads the unwinder now, not inside a CUDA call */
+        ct_stacks_init();
     }
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ct_cfg.active = 1;

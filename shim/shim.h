@@ -57,7 +57,14 @@ extern uint64_t ct_events_written;
 void ct_write_preamble(void);
 
 /* ---- stacks.c: the call-stack tree ---------------------------------------------------- */
-uint32_t ct_stack_capture(void);
+void ct_stacks_init(void);
+/* wrapper_cfa: __builtin_dwarf_cfa() of the wrapper (0 if unknown) */
+uint32_t ct_stack_capture(uintptr_t wrapper_cfa);
+#if defined(__GNUC__) && !defined(__clang__)
+#define CT_CFA() ((uintptr_t)__builtin_dwarf_cfa())
+#else
+#define CT_CFA() ((uintptr_t)0)
+#endif
 void ct_stacks_atfork_prepare(void);
 void ct_stacks_atfork_parent(void);
 void ct_stacks_reset(void);          /* new file: forget every node (child after fork) */

@@ -8,6 +8,7 @@
  */
 #include "shim.h"
 
+#include <dlfcn.h>
 #include <execinfo.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -72,28 +73,69 @@ static uint32_t node(uint32_t parent, uint64_t ip)
     return nnodes;
 }
 
-uint32_t ct_stack_capture(void)
+/* ---- unwinding -------------------------------------------------------------------------
+ * The unwinder of libgcc (what glibc's backtrace() uses, loaded the same way) gives each
+ * frame's return address and CFA. On x86-64 a frame's return address sits at the CFA of the
+ * frame below minus 8, which makes a cheap exact check possible: a thread calling from the
+ * same place again (same stack slot for the first return address, same return addresses in
+ * every recorded slot) has the same stack, so the unwind is skipped. That is what makes a loop
+ * of allocations cheap; a new call site pays one real unwind.
+ */
+struct _Unwind_Context;
+typedef int (*unwind_trace_fn)(struct _Unwind_Context *, void *);
+static int (*p_Unwind_Backtrace)(unwind_trace_fn, void *);
+static uintptr_t (*p_Unwind_GetIP)(struct _Unwind_Context *);
+static uintptr_t (*p_Unwind_GetCFA)(struct _Unwind_Context *);
+
+#define CACHE_WAYS 4
+struct cached {
+    uintptr_t loc0;            /* stack slot of the first user return address */
+    uint32_t gen, leaf;
+    int n;
+    uintptr_t ips[CT_MAX_DEPTH];
+    uintptr_t locs[CT_MAX_DEPTH];  /* where each return address was found */
+};
+struct tcache {
+    unsigned next;
+    struct cached way[CACHE_WAYS];
+};
+static CT_TLS struct tcache *tcache;
+
+void ct_stacks_init(void)
 {
-    int depth = ct_cfg.stack_depth;
-    if (depth <= 0)
+    void *h = dlopen("libgcc_s.so.1", RTLD_NOW);
+    if (h) {
+        p_Unwind_Backtrace = (int (*)(unwind_trace_fn, void *))dlsym(h, "_Unwind_Backtrace");
+        p_Unwind_GetIP = (uintptr_t(*)(struct _Unwind_Context *))dlsym(h, "_Unwind_GetIP");
+        p_Unwind_GetCFA = (uintptr_t(*)(struct _Unwind_Context *))dlsym(h, "_Unwind_GetCFA");
+    }
+    if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
+        p_Unwind_Backtrace = NULL;
+}
+
+struct walk {
+    int n, max, started;
+    uintptr_t *ips, *locs;
+};
+
+static int walk_cb(struct _Unwind_Context *ctx, void *arg)
+{
+    struct walk *w = arg;
+    /* At the callback for a frame, the context's CFA is that of the frame it called, so the
+     * return address into this frame (its IP) was stored just below it. */
+    uintptr_t ip = p_Unwind_GetIP(ctx), cfa = p_Unwind_GetCFA(ctx);
+    if (!ip)
+        return 5;                              /* _URC_END_OF_STACK */
+    if (!w->started && ct_in_shim(ip))
         return 0;
-    void *buf[CT_MAX_DEPTH + 16];
-    int want = depth + 16;
-    if (want > CT_MAX_DEPTH + 16)
-        want = CT_MAX_DEPTH + 16;
-    int n = backtrace(buf, want);
-    int first = 0;
-    while (first < n && ct_in_shim((uintptr_t)buf[first]))
-        first++;
-    int cnt = n - first;
-    if (cnt > depth)
-        cnt = depth;
-    if (cnt <= 0)
-        return 0;
-    uintptr_t *ips = (uintptr_t *)(buf + first);
-    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
-    if (last_n == cnt && last_gen == gen && memcmp(last_ips, ips, sizeof(uintptr_t) * cnt) == 0)
-        return last_leaf;
+    w->started = 1;
+    w->ips[w->n] = ip;
+    w->locs[w->n] = cfa - sizeof(uintptr_t);
+    return ++w->n >= w->max ? 5 : 0;
+}
+
+static uint32_t insert(const uintptr_t *ips, int cnt)
+{
     uint32_t id = 0;
     pthread_mutex_lock(&mu);
     for (int k = cnt - 1; k >= 0; k--) {         /* outermost first */
@@ -103,6 +145,72 @@ uint32_t ct_stack_capture(void)
         id = next;
     }
     pthread_mutex_unlock(&mu);
+    return id;
+}
+
+uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
+{
+    int depth = ct_cfg.stack_depth;
+    if (depth <= 0)
+        return 0;
+    if (depth > CT_MAX_DEPTH)
+        depth = CT_MAX_DEPTH;
+    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+#if defined(__x86_64__)
+    if (p_Unwind_Backtrace) {
+        if (!tcache) {
+            void *m = mmap(NULL, sizeof(struct tcache), PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            tcache = m == MAP_FAILED ? NULL : m;
+        }
+        /* the wrapper's CFA: its return address into the caller sits just below it */
+        uintptr_t *slot = wrapper_cfa ? (uintptr_t *)wrapper_cfa - 1 : NULL;
+        if (tcache && slot) {
+            for (int w = 0; w < CACHE_WAYS; w++) {
+                struct cached *c = &tcache->way[w];
+                if (c->loc0 != (uintptr_t)slot || c->gen != gen || c->n > depth)
+                    continue;
+                int k = 0;
+                while (k < c->n && *(const uintptr_t *)c->locs[k] == c->ips[k])
+                    k++;
+                if (k == c->n) {
+                    last_n = c->n;
+                    memcpy(last_ips, c->ips, sizeof(uintptr_t) * c->n);
+                    return c->leaf;
+                }
+            }
+            struct cached *c = &tcache->way[tcache->next++ % CACHE_WAYS];
+            struct walk wk = {0, depth, 0, c->ips, c->locs};
+            p_Unwind_Backtrace(walk_cb, &wk);
+            int ok = wk.n > 0 && c->locs[0] == (uintptr_t)slot;
+            for (int k = 1; ok && k < wk.n; k++)      /* slots must climb the same stack */
+                ok = c->locs[k] > c->locs[k - 1] && c->locs[k] - c->locs[0] < (64u << 20);
+            uint32_t leaf = wk.n ? insert(c->ips, wk.n) : 0;
+            c->n = wk.n;
+            c->gen = gen;
+            c->leaf = leaf;
+            c->loc0 = ok ? (uintptr_t)slot : 0;
+            last_n = wk.n;
+            memcpy(last_ips, c->ips, sizeof(uintptr_t) * wk.n);
+            return leaf;
+        }
+    }
+#endif
+    /* elsewhere: glibc's backtrace and a one-entry cache on the addresses */
+    void *buf[CT_MAX_DEPTH + 16];
+    int n = backtrace(buf, depth + 16);
+    int first = 0;
+    while (first < n && ct_in_shim((uintptr_t)buf[first]))
+        first++;
+    int cnt = n - first;
+    if (cnt > depth)
+        cnt = depth;
+    if (cnt <= 0)
+        return 0;
+    uintptr_t *ips = (uintptr_t *)(buf + first);
+    if (last_n == cnt && last_gen == gen && memcmp(last_ips, ips, sizeof(uintptr_t) * cnt) == 0)
+        return last_leaf;
+    uint32_t id = insert(ips, cnt);
     memcpy(last_ips, ips, sizeof(uintptr_t) * cnt);
     last_n = cnt;
     last_leaf = id;

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,13 +21,15 @@
 #define KEEP_MAPPED 4          /* chunks kept mapped behind the current one */
 
 /* recursive: the preamble of a new file is written by the thread that opened it, lock held */
+/* recursive: the preamble of a new file is written by the thread that opened it, lock held.
+ * The lock guards opening, growing and closing only; reserving a record is one atomic add. */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static int fd = -1;
 static int state;              /* 0: not opened yet, 1: open, -1: failed or closed */
 static uint8_t *chunks[MAX_CHUNKS];
-static uint32_t inflight[MAX_CHUNKS]; /* reserved but unpublished records per chunk */
-static uint32_t cur;           /* current chunk index */
-static uint32_t used;          /* bytes used in the current chunk */
+static uint32_t busy;          /* reservations not yet published, all chunks (atomic) */
+static uint64_t pos;           /* next free byte of the file (atomic) */
+static uint32_t nchunks;       /* chunks fallocated and mapped so far (under mu) */
 static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
@@ -42,23 +45,26 @@ static int grow(uint32_t idx)
     }
     if (r != 0)
         return -1;
-    void *m = mmap(NULL, CT_CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+    /* populated now: one call instead of a page fault every 4 KiB on the hot path */
+    void *m = mmap(NULL, CT_CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, off);
     if (m == MAP_FAILED)
         return -1;
-    chunks[idx] = m;
-    inflight[idx] = 0;
+    __atomic_store_n(&chunks[idx], (uint8_t *)m, __ATOMIC_RELEASE);
     return 0;
 }
 
 static void unmap_old(void)
 {
     /* chunks well behind the current one whose records are all published */
+    /* only when the caller's own reservation is the one outstanding: then no thread can be
+     * writing into an old chunk (new reservations only land in the current one) */
+    if (__atomic_load_n(&busy, __ATOMIC_ACQUIRE) != 1)
+        return;
+    uint32_t cur = (uint32_t)(__atomic_load_n(&pos, __ATOMIC_ACQUIRE) / CT_CHUNK_SIZE);
     while (unmapped_below + KEEP_MAPPED < cur) {
         uint32_t i = unmapped_below;
-        if (__atomic_load_n(&inflight[i], __ATOMIC_ACQUIRE) != 0)
-            break;
         munmap(chunks[i], CT_CHUNK_SIZE);
-        chunks[i] = NULL;
+        __atomic_store_n(&chunks[i], NULL, __ATOMIC_RELEASE);
         unmapped_below++;
     }
 }
@@ -132,12 +138,12 @@ static int open_file(void)
                 fd = -1;
                 return -1;
             }
-            cur = 0;
+            nchunks = 1;
             unmapped_below = 0;
             struct ct_file_header *h = (struct ct_file_header *)chunks[0];
             fill_header(h);
             h->exec_index = n;
-            used = CT_HEADER_SIZE;
+            __atomic_store_n(&pos, CT_HEADER_SIZE, __ATOMIC_RELEASE);
             return 0;
         }
         if (errno != EEXIST)
@@ -146,52 +152,84 @@ static int open_file(void)
     return -1;
 }
 
-/* with mu held */
-static uint8_t *reserve_locked(uint32_t size, uint32_t *chunk)
+/* slow path: map chunk idx (and any before it not mapped yet) */
+static int ensure_chunk(uint32_t idx)
 {
-    if (size > CT_CHUNK_SIZE - CT_HEADER_SIZE)
-        return NULL;
-    if (used + size > CT_CHUNK_SIZE) {
-        uint32_t rest = CT_CHUNK_SIZE - used;
-        if (grow(cur + 1) != 0)
-            return NULL;
-        if (rest >= sizeof(struct ct_rec_hdr)) {
-            struct ct_rec_hdr h = {CT_REC_MAGIC, CT_REC_PAD, rest};
-            uint64_t w;
-            memcpy(&w, &h, 8);
-            __atomic_store_n((uint64_t *)(chunks[cur] + used), w, __ATOMIC_RELEASE);
-        }
-        cur++;
-        used = 0;
-        unmap_old();
+    int ok = 1;
+    pthread_mutex_lock(&mu);
+    while (ok && nchunks <= idx && state == 1) {
+        if (grow(nchunks) == 0)
+            nchunks++;
+        else
+            ok = 0;
     }
-    uint8_t *p = chunks[cur] + used;
-    used += size;
-    *chunk = cur;
-    __atomic_add_fetch(&inflight[cur], 1, __ATOMIC_RELAXED);
-    return p;
+    if (ok && state == 1)
+        unmap_old();
+    ok = ok && state == 1 && __atomic_load_n(&chunks[idx], __ATOMIC_ACQUIRE) != NULL;
+    pthread_mutex_unlock(&mu);
+    return ok;
+}
+
+static void publish(uint8_t *p, uint16_t type, uint32_t size)
+{
+    struct ct_rec_hdr h = {CT_REC_MAGIC, type, size};
+    uint64_t w;
+    memcpy(&w, &h, 8);
+    __atomic_store_n((uint64_t *)p, w, __ATOMIC_RELEASE);
+}
+
+/* Reserve size bytes: one atomic add. A reservation that would cross a chunk boundary fills the
+ * rest of the chunk with a PAD record and tries again in the next chunk. */
+static uint8_t *reserve(uint32_t size, uint32_t *chunk)
+{
+    __atomic_add_fetch(&busy, 1, __ATOMIC_ACQ_REL);
+    for (int tries = 0; tries < 4; tries++) {
+        uint64_t p = __atomic_fetch_add(&pos, size, __ATOMIC_ACQ_REL);
+        uint32_t idx = (uint32_t)(p / CT_CHUNK_SIZE), off = (uint32_t)(p % CT_CHUNK_SIZE);
+        if (idx >= MAX_CHUNKS)
+            break;
+        uint8_t *base = __atomic_load_n(&chunks[idx], __ATOMIC_ACQUIRE);
+        if (!base && !ensure_chunk(idx))
+            break;
+        base = __atomic_load_n(&chunks[idx], __ATOMIC_ACQUIRE);
+        if (off + size <= CT_CHUNK_SIZE) {
+            *chunk = idx;
+            return base + off;
+        }
+        publish(base + off, CT_REC_PAD, CT_CHUNK_SIZE - off);   /* >= 8: all sizes are 8k */
+    }
+    __atomic_sub_fetch(&busy, 1, __ATOMIC_ACQ_REL);
+    return NULL;
 }
 
 int ct_rec_begin(ct_slot *s, uint32_t size)
 {
     size = (size + 7u) & ~7u;
-    if (__atomic_load_n(&state, __ATOMIC_ACQUIRE) < 0)
+    if (size > CT_CHUNK_SIZE / 2)
         return 0;
-    pthread_mutex_lock(&mu);
-    if (state == 0) {
-        if (open_file() == 0) {
-            state = 1;
-            ct_write_preamble();       /* re-enters ct_rec_begin: mu is recursive */
-        } else {
-            state = -1;
+    int st = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    if (st < 0)
+        return 0;
+    if (st == 0) {
+        pthread_mutex_lock(&mu);
+        if (state == 0) {
+            if (open_file() == 0) {
+                __atomic_store_n(&state, 1, __ATOMIC_RELEASE);
+                ct_write_preamble();       /* re-enters ct_rec_begin: mu is recursive */
+            } else {
+                __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
+            }
         }
+        st = state;
+        pthread_mutex_unlock(&mu);
+        if (st != 1)
+            return 0;
     }
-    uint8_t *p = state == 1 ? reserve_locked(size, &s->chunk) : NULL;
-    if (!p && state == 1)
-        dropped++;
-    pthread_mutex_unlock(&mu);
-    if (!p)
+    uint8_t *p = reserve(size, &s->chunk);
+    if (!p) {
+        __atomic_add_fetch(&dropped, 1, __ATOMIC_RELAXED);
         return 0;
+    }
     s->p = p;
     s->size = size;
     return 1;
@@ -199,11 +237,8 @@ int ct_rec_begin(ct_slot *s, uint32_t size)
 
 void ct_rec_commit(ct_slot *s, uint16_t type)
 {
-    struct ct_rec_hdr h = {CT_REC_MAGIC, type, s->size};
-    uint64_t w;
-    memcpy(&w, &h, 8);
-    __atomic_store_n((uint64_t *)s->p, w, __ATOMIC_RELEASE);
-    __atomic_sub_fetch(&inflight[s->chunk], 1, __ATOMIC_RELEASE);
+    publish(s->p, type, s->size);
+    __atomic_sub_fetch(&busy, 1, __ATOMIC_RELEASE);
 }
 
 int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t nb,
@@ -235,21 +270,25 @@ void ct_writer_close(int exit_code)
 {
     pthread_mutex_lock(&mu);
     if (state != 1) {
-        state = -1;
+        __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&mu);
         return;
     }
-    uint32_t chunk;
-    uint8_t *p = reserve_locked(sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_end), &chunk);
-    if (p) {
-        struct ct_rec_end e = {ct_now_ns(), exit_code, dropped, 0, ct_events_written};
-        memcpy(p + sizeof(struct ct_rec_hdr), &e, sizeof e);
-        ct_slot s = {p, sizeof(struct ct_rec_hdr) + sizeof e, chunk};
+    ct_slot s;
+    struct ct_rec_end e = {ct_now_ns(), exit_code, 0, 0, 0};
+    if (ct_rec_begin(&s, sizeof(struct ct_rec_hdr) + sizeof e)) {
+        e.dropped = __atomic_load_n(&dropped, __ATOMIC_RELAXED);
+        e.events = __atomic_load_n(&ct_events_written, __ATOMIC_RELAXED);
+        memcpy(s.p + sizeof(struct ct_rec_hdr), &e, sizeof e);
         ct_rec_commit(&s, CT_REC_END);
-        /* every earlier reservation lies below this point, so cutting here is safe */
-        ftruncate(fd, (off_t)cur * CT_CHUNK_SIZE + used);
+        /* Give back the disk blocks after END; the size stays, so a thread still writing a
+         * record it reserved before this point can never fault. */
+        off_t end = (off_t)(s.p - chunks[s.chunk]) + (off_t)s.chunk * CT_CHUNK_SIZE + s.size;
+        off_t stop = (off_t)nchunks * CT_CHUNK_SIZE;
+        if (stop > end)
+            fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, end, stop - end);
     }
-    state = -1;
+    __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&mu);
 }
 
@@ -259,7 +298,7 @@ void ct_writer_atfork_parent(void) { pthread_mutex_unlock(&mu); }
 void ct_writer_atfork_child(void)
 {
     /* the parent's file is not ours: drop its mappings and descriptor, start lazily anew */
-    for (uint32_t i = unmapped_below; i <= cur && i < MAX_CHUNKS; i++) {
+    for (uint32_t i = 0; i < nchunks && i < MAX_CHUNKS; i++) {
         if (chunks[i]) {
             munmap(chunks[i], CT_CHUNK_SIZE);
             chunks[i] = NULL;
@@ -268,7 +307,8 @@ void ct_writer_atfork_child(void)
     if (fd >= 0)
         close(fd);
     fd = -1;
-    cur = used = unmapped_below = dropped = 0;
+    pos = 0;
+    nchunks = unmapped_below = dropped = busy = 0;
     ct_events_written = 0;
     state = ct_cfg.active ? 0 : -1;
     pthread_mutexattr_t a;

@@ -1,0 +1,57 @@
+"""Shared fixtures: the simulated CUDA driver (tests/sim_fixtures.py) and a `cudatrace run` helper."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+REPO = Path(__file__).resolve().parent.parent
+
+from sim_fixtures import sim  # noqa: E402,F401  (the session-scoped simulated driver)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def native_built():
+    from cudatrace import native
+    return native.ensure_built()
+
+
+class CT:
+    """Runs `python3 -m cudatrace ...` against the simulated driver."""
+
+    def __init__(self, sim, base: Path):
+        self.sim = sim
+        self.base = base
+        self.n = 0
+
+    def env(self, **sim_opts) -> dict:
+        env = dict(os.environ)
+        env.update(self.sim.env(**sim_opts))
+        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+        env.setdefault("CUDATRACE_CACHE", str(self.base / "symcache"))
+        return env
+
+    def new_dir(self) -> Path:
+        self.n += 1
+        return self.base / ("trace%d" % self.n)
+
+    def cli(self, *args, env=None, timeout=120, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "cudatrace", *map(str, args)],
+                              env=env or self.env(), capture_output=True, text=True,
+                              timeout=timeout, **kw)
+
+    def run(self, cmd, *opts, out=None, env=None, timeout=120, sim_opts=None):
+        out = out or self.new_dir()
+        r = self.cli("run", "-o", out, *opts, "--", *map(str, cmd),
+                     env=env or self.env(**(sim_opts or {})), timeout=timeout)
+        r.out = out
+        return r
+
+
+@pytest.fixture
+def ct(sim, tmp_path):
+    return CT(sim, tmp_path)
