@@ -74,5 +74,27 @@ def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host
     sys.exit(status)
 
 
+
+@main.command()
+@click.argument("group", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def status(group, as_json):
+    """Budgets in force: limits, use per device and per member process, denials.
+
+    Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
+    --budget` trees). Reads the ledgers through the same C code the preload library uses.
+    """
+    import json as _json
+
+    from .ledger import LedgerError, status_json, status_text
+    try:
+        if as_json:
+            click.echo(_json.dumps(status_json(group), indent=2))
+        else:
+            click.echo(status_text(group))
+    except LedgerError as e:
+        raise click.ClickException(str(e))
+
+
 if __name__ == "__main__":
     main()

@@ -171,9 +171,15 @@ def run(opts: RunOptions) -> int:
     ledger = None
     budget_info = None
     if opts.budget is not None or opts.group is not None:
-        ledger, budget_info = budget_mod.setup_ledger(opts.budget, opts.group, opts.on_exceed,
-                                                      opts.count_host)
+        from .ledger import LedgerError
+        try:
+            ledger, budget_info = budget_mod.setup_ledger(opts.budget, opts.group, opts.on_exceed,
+                                                          opts.count_host)
+        except (budget_mod.BudgetError, LedgerError) as e:
+            raise LaunchError("cudatrace: budget: %s" % e, 2)
         env["CUDATRACE_LEDGER"] = str(ledger.path)
+        if budget_info.get("note") and not opts.quiet:
+            sys.stderr.write("cudatrace: note: %s\n" % budget_info["note"])
 
     run_info = {
         "cudatrace_version": __import__("cudatrace").__version__,

@@ -39,15 +39,15 @@ def _stale(lib: Path, src: Path) -> bool:
     return any(p.stat().st_mtime > mtime for p in src.iterdir() if p.suffix in (".c", ".h", ".def"))
 
 
-def ensure_built() -> Path:
-    """Return the directory holding both libraries, building them from a checkout if needed."""
+def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
+    """Return the directory holding the libraries, building them from a checkout if needed."""
     with _lock:
         src = _source_dir()
-        libs = [NATIVE_DIR / SHIM_LIB, NATIVE_DIR / TOOLS_LIB]
+        libs = [NATIVE_DIR / name for name in which]
         in_checkout = src is not None and src == PKG_DIR.parent / "shim"
         if in_checkout and any(_stale(lib, src) for lib in libs):
-            res = subprocess.run(["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"],
-                                 capture_output=True, text=True)
+            res = subprocess.run(["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] +
+                                 [str(lib) for lib in libs], capture_output=True, text=True)
             if res.returncode != 0:
                 raise RuntimeError("building the cudatrace shim failed:\n" + res.stdout + res.stderr)
         missing = [str(lib) for lib in libs if not lib.exists()]
@@ -58,7 +58,7 @@ def ensure_built() -> Path:
 
 
 def shim_path() -> Path:
-    return ensure_built() / SHIM_LIB
+    return ensure_built((SHIM_LIB,)) / SHIM_LIB
 
 
 def layout_header() -> str:
@@ -91,7 +91,7 @@ def tools():
     global _tools
     f = ffi()
     if _tools is None:
-        path = ensure_built() / TOOLS_LIB
+        path = ensure_built((TOOLS_LIB,)) / TOOLS_LIB
         with _lock:
             if _tools is None:
                 _tools = f.dlopen(str(path))

@@ -131,7 +131,7 @@ class Sampler(threading.Thread):
         self.root = root_pid
         self.path = path
         self.interval = interval
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.nvml = None
         self.count = 0
 
@@ -153,11 +153,11 @@ class Sampler(threading.Thread):
                 f.write(json.dumps(s) + "\n")
                 f.flush()
                 self.count += 1
-                if self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0))):
+                if self._halt.wait(max(0.0, self.interval - (time.monotonic() - t0))):
                     break
 
     def stop(self):
-        self._stop.set()
+        self._halt.set()
         self.join(timeout=2)
 
     def describe(self) -> dict:

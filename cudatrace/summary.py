@@ -8,11 +8,17 @@ from .budget import format_bytes
 from .model import build
 from .observed import Observed
 from .sites import Stacks, group, make_symbolizer
-from .trace import read_dir
+from .trace import TraceError, read_dir
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
-    td = read_dir(out_dir)
+    try:
+        td = read_dir(out_dir)
+    except TraceError as e:
+        stream.write("cudatrace: command exited with status %d; no trace: %s\n"
+                     "  (the preload library did not enter the command: was LD_PRELOAD removed, "
+                     "or the binary static or setuid?)\n" % (status, e))
+        return
     m = build(td)
     w = stream.write
     active = [t for t in td.traces if t.events]

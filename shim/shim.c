@@ -1010,7 +1010,9 @@ static void init_once(void)
     long depth = env_long("CUDATRACE_STACK_DEPTH", 64);
     ct_cfg.stack_depth = depth < 0 ? 0 : depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : (int)depth;
     ct_cfg.launcher_pid = (int)env_long("CUDATRACE_LAUNCHER_PID", 0);
-    ct_cfg.eager = env_long("CUDATRACE_ROOT_PID", -1) == (long)getpid();
+    /* the command the launcher started writes its file at once, so a run always shows whether
+     * the shim entered it; other processes only once they use CUDA */
+    ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();
     ct_cfg.count_host = (int)env_long("CUDATRACE_COUNT_HOST", 0);
     ct_cfg.virtualize = (int)env_long("CUDATRACE_VIRTUALIZE", 1);
     const char *oe = getenv("CUDATRACE_ON_EXCEED");

@@ -88,7 +88,7 @@ def test_route_events_match_calls(ct, sim, prog, args):
 
 def test_ptsz_route_calls_the_per_thread_driver_functions(ct, sim, tmp_path):
     calls = tmp_path / "calls.txt"
-    env = ct.env(CUDASIM_CALLS=str(calls))
+    env = ct.env(calls=str(calls))
     r = ct.run([sim.progs["route_gpa"], "--ptsz"], env=env)
     assert r.returncode == 0, r.stderr
     counts = {}

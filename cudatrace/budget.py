@@ -1,0 +1,296 @@
+"""Budget specs: how much device memory a process tree (or a group of them) may hold.
+
+A SPEC is a comma-separated list of items; each is an AMOUNT, or DEVICE=AMOUNT for one device.
+A bare AMOUNT applies to every device; DEVICE=AMOUNT items override it for their device.
+
+AMOUNT is one of
+  a size        ``8GiB``, ``512MiB``, ``1.5GiB``, ``1024`` (bytes)
+                binary units: B, KiB, MiB, GiB, TiB (powers of 1024)
+                decimal units: KB, MB, GB, TB (powers of 1000)
+                short units K, M, G, T mean the BINARY ones: ``8G`` = 8 GiB = 8*2**30 bytes,
+                while ``8GB`` = 8*10**9 bytes. Units are case-insensitive (``8g``, ``8gib``).
+  ``60%``       a share of the device's total memory
+  ``60%free``   a share of the memory free on the device when the run starts
+
+Examples: ``8GiB``, ``60%``, ``0=8GiB,1=4GiB``, ``40%free``, ``4GiB,0=10GiB``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+MAX_DEVICES = 16  # CT_LEDGER_MAX_DEVICES in shim/layout.h (tests check they agree)
+
+FORMS_HELP = (
+    "accepted budget forms: a size (8GiB, 512MiB, 1.5GiB, 1024 bytes; units B KiB MiB GiB TiB, "
+    "KB MB GB TB = powers of 1000, K M G T = KiB MiB GiB TiB, so 8G = 8 GiB and 8GB = 8*10^9 bytes), "
+    "a share of each device's total memory (60%), a share of its free memory at start (60%free), "
+    "per device DEV=AMOUNT items (0=8GiB,1=4GiB), and a bare amount for every other device "
+    "(4GiB,0=10GiB)"
+)
+
+_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kib": 1 << 10, "kb": 10 ** 3,
+    "m": 1 << 20, "mib": 1 << 20, "mb": 10 ** 6,
+    "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9,
+    "t": 1 << 40, "tib": 1 << 40, "tb": 10 ** 12,
+}
+
+_NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
+_SIZE_RE = re.compile(r"^\s*(" + _NUM + r")\s*([A-Za-z]*)\s*$")
+_PCT_RE = re.compile(r"^\s*(" + _NUM + r")\s*%\s*(free)?\s*$", re.I)
+
+
+class BudgetError(ValueError):
+    """A budget spec that cannot be used; the message says why and lists the accepted forms."""
+
+    def __init__(self, why: str, forms: bool = True):
+        super().__init__(f"{why}; {FORMS_HELP}" if forms else why)
+        self.why = why
+
+
+def _number(text: str, what: str) -> Fraction:
+    try:
+        v = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise BudgetError(f"{what}: '{text}' is not a number") from None
+    if v < 0:
+        raise BudgetError(f"{what}: must be positive, not {text}")
+    if v == 0:
+        raise BudgetError(f"{what}: must be more than zero")
+    return v
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as '8GiB', '1.5G', '512MB', '1024'. Raises BudgetError."""
+    if not isinstance(text, str) or not text.strip():
+        raise BudgetError("empty size")
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise BudgetError(f"'{text.strip()}' is not a size")
+    num, unit = m.group(1), m.group(2)
+    mult = _UNITS.get(unit.lower())
+    if mult is None:
+        raise BudgetError(f"'{text.strip()}': unknown unit '{unit}'")
+    v = _number(num, f"size '{text.strip()}'")
+    n = v * mult
+    if mult == 1 and n.denominator != 1:
+        raise BudgetError(f"size '{text.strip()}': a number of bytes must be whole")
+    n = int(n)  # floor: 0.3MiB is 314572 bytes
+    if n <= 0:
+        raise BudgetError(f"size '{text.strip()}' is less than a byte")
+    if n >= 1 << 64:
+        raise BudgetError(f"size '{text.strip()}' is too large")
+    return n
+
+
+@dataclass(frozen=True)
+class Amount:
+    """One budget amount: kind 'bytes' (value: int), 'total' or 'free' (value: percent)."""
+
+    kind: str
+    value: int | Fraction
+
+    def resolve(self, dev: int, totals: dict[int, int], frees: dict[int, int]) -> int:
+        if self.kind == "bytes":
+            return int(self.value)
+        src = totals if self.kind == "total" else frees
+        if dev not in src or src[dev] is None:
+            what = "total" if self.kind == "total" else "free"
+            raise BudgetError(f"device {dev}: its {what} memory is unknown (no such device?), "
+                              f"so {self} cannot be resolved", forms=False)
+        n = int(Fraction(int(src[dev])) * Fraction(self.value) / 100)
+        if n <= 0:
+            raise BudgetError(f"device {dev}: {self} of {src[dev]} bytes is nothing", forms=False)
+        return n
+
+    def __str__(self) -> str:
+        if self.kind == "bytes":
+            n = int(self.value)
+            forms = [str(n)] + [f"{n // mult}{unit}" for unit, mult in (
+                ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10),
+                ("TB", 10 ** 12), ("GB", 10 ** 9), ("MB", 10 ** 6), ("KB", 10 ** 3)) if n % mult == 0]
+            return min(forms, key=len)  # the shortest exact form; binary first on a tie
+        v = Fraction(self.value)
+        pct = str(v.numerator) if v.denominator == 1 else format(float(v), "g")
+        return pct + ("%" if self.kind == "total" else "%free")
+
+
+def parse_amount(text: str) -> Amount:
+    t = text.strip()
+    if not t:
+        raise BudgetError("empty amount")
+    m = _PCT_RE.match(t)
+    if m:
+        v = _number(m.group(1), f"'{t}'")
+        if v > 100:
+            raise BudgetError(f"'{t}': a share cannot be more than 100%")
+        return Amount("free" if m.group(2) else "total", v)
+    if "%" in t:
+        raise BudgetError(f"'{t}' is not a share (write 60% or 60%free)")
+    return Amount("bytes", parse_size(t))
+
+
+@dataclass(frozen=True)
+class BudgetSpec:
+    """A parsed budget: a default amount for every device and per-device overrides."""
+
+    default: Amount | None = None
+    per_device: dict[int, Amount] = field(default_factory=dict)
+    text: str = field(default="", compare=False)
+
+    def resolve(self, totals: dict[int, int], frees: dict[int, int] | None = None) -> dict[int, int]:
+        """Limit in bytes per device. totals/frees: device -> bytes (frees: free at start).
+        The default applies to every device in totals; per-device items to their device."""
+        frees = frees or {}
+        out: dict[int, int] = {}
+        if self.default is not None:
+            for dev in sorted(totals):
+                if dev not in self.per_device:
+                    out[dev] = self.default.resolve(dev, totals, frees)
+        for dev, amount in sorted(self.per_device.items()):
+            out[dev] = amount.resolve(dev, totals, frees)
+        return dict(sorted(out.items()))
+
+    def amounts(self) -> list[Amount]:
+        return ([] if self.default is None else [self.default]) + list(self.per_device.values())
+
+    def needs_device_memory(self) -> bool:
+        """True when a share (%) needs the devices' total or free memory to resolve."""
+        return any(a.kind != "bytes" for a in self.amounts())
+
+    def __str__(self) -> str:
+        items = [] if self.default is None else [str(self.default)]
+        items += [f"{d}={a}" for d, a in sorted(self.per_device.items())]
+        return ",".join(items)
+
+
+def parse_budget(spec: str) -> BudgetSpec:
+    """Parse a budget SPEC (see the module doc). Raises BudgetError."""
+    if spec is None or not str(spec).strip():
+        raise BudgetError("empty budget")
+    spec = str(spec)
+    default: Amount | None = None
+    per: dict[int, Amount] = {}
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            raise BudgetError(f"empty item in '{spec}'")
+        if "=" in item:
+            dev_s, _, amt = item.partition("=")
+            dev_s = dev_s.strip()
+            if not re.fullmatch(r"\d+", dev_s):
+                raise BudgetError(f"'{item}': '{dev_s}' is not a device index")
+            dev = int(dev_s)
+            if dev >= MAX_DEVICES:
+                raise BudgetError(f"'{item}': device index must be below {MAX_DEVICES}")
+            if dev in per:
+                raise BudgetError(f"device {dev} is given twice")
+            per[dev] = parse_amount(amt)
+        else:
+            if default is not None:
+                raise BudgetError(f"more than one amount for every device ('{default}' and '{item}')")
+            default = parse_amount(item)
+    return BudgetSpec(default=default, per_device=per, text=spec.strip())
+
+
+def format_bytes(n: int) -> str:
+    """'17 B', '1.00 KiB', '512.0 MiB', '1.50 GiB': binary units, 2 decimals below 10, else 1."""
+    n = int(n)
+    if n < 0:
+        return "-" + format_bytes(-n)
+    if n < 1024:
+        return f"{n} B"
+    units = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    v, i = n / 1024.0, 0
+    while v >= 1024.0 and i < len(units) - 1:
+        v /= 1024.0
+        i += 1
+    s = f"{v:.2f}" if v < 10 else f"{v:.1f}"
+    if float(s) >= 1024.0 and i < len(units) - 1:  # rounding reached the next unit
+        return f"1.00 {units[i + 1]}"
+    return f"{s} {units[i]}"
+
+
+# ---- resolving a spec on this machine, for `cudatrace run` --------------------------------------
+
+def visible_ordinals(n_physical: int, env: str | None) -> list[int]:
+    """NVML index of each CUDA device ordinal under CUDA_VISIBLE_DEVICES (env; None: unset).
+    Like CUDA, the list stops at the first entry that names no device. Entries given as UUIDs or
+    MIG names cannot be mapped here: BudgetError."""
+    if env is None:
+        return list(range(n_physical))
+    out: list[int] = []
+    for item in env.split(","):
+        item = item.strip()
+        if not re.fullmatch(r"\d+", item):
+            if item and not item.startswith("-") and not re.fullmatch(r"[+-]?\d+", item):
+                raise BudgetError("CUDA_VISIBLE_DEVICES names devices by UUID (%s): give the budget "
+                                  "as sizes, not as shares of device memory" % item, forms=False)
+            break
+        i = int(item)
+        if i >= n_physical or i in out:
+            break
+        out.append(i)
+    return out
+
+
+def device_memory() -> tuple[dict[int, int], dict[int, int]]:
+    """(totals, frees): CUDA device ordinal -> bytes, now, from NVML (honouring
+    CUDA_VISIBLE_DEVICES). BudgetError when NVML cannot tell."""
+    from .sampler import Nvml
+    nv = Nvml()
+    if not nv.available:
+        raise BudgetError("a share (%%) of device memory needs NVML to read it, and %s; give the "
+                          "budget as a size" % (nv.why or "NVML is unavailable"), forms=False)
+    try:
+        rows = {r["index"]: r for r in nv.memory() if "total" in r}
+        n = max([i for i, _ in nv.handles], default=-1) + 1
+    finally:
+        try:
+            nv.lib.nvmlShutdown()
+        except Exception:
+            pass
+    totals, frees = {}, {}
+    for ordinal, idx in enumerate(visible_ordinals(n, os.environ.get("CUDA_VISIBLE_DEVICES"))):
+        if ordinal >= MAX_DEVICES:
+            break
+        r = rows.get(idx)
+        if r is not None:
+            totals[ordinal], frees[ordinal] = int(r["total"]), int(r["free"])
+    if not totals:
+        raise BudgetError("no device whose memory NVML can report is visible, so a share (%) "
+                          "cannot be resolved; give the budget as a size", forms=False)
+    return totals, frees
+
+
+def resolve_limits(spec: BudgetSpec, totals: dict[int, int] | None = None,
+                   frees: dict[int, int] | None = None) -> dict[int, int]:
+    """Limits per device for this machine. Sizes need no device: a bare size applies to every
+    device index the ledger counts. Shares read the devices (device_memory) unless given."""
+    if totals is None:
+        if spec.needs_device_memory():
+            totals, frees = device_memory()
+        else:
+            totals, frees = {d: 0 for d in range(MAX_DEVICES)}, {}
+    return spec.resolve(totals, frees or {})
+
+
+def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
+                 count_host: bool = False):
+    """For `cudatrace run`: parse and resolve SPEC, then open the ledger the process tree will
+    share (the group's, or a private one). Returns (RunLedger: .path .summary() .finish(),
+    info dict for run.json). Raises BudgetError (bad or unresolvable spec) or
+    ledger.LedgerError (the ledger cannot be used)."""
+    from . import ledger as ledger_mod
+    parsed = parse_budget(spec) if spec is not None else None
+    limits = resolve_limits(parsed) if parsed is not None else {}
+    mode = "warn" if on_exceed == "warn" else "deny"
+    run, info = ledger_mod.open_run_ledger(limits, group, mode, count_host,
+                                           set_limits=parsed is not None)
+    info["spec"] = spec
+    info["on_exceed_run"] = on_exceed
+    return run, info

@@ -1,0 +1,510 @@
+"""The budget ledger from Python: the C of shim/ledger.c (through cffi), group paths, and what
+`cudatrace status` prints.
+
+Python never reads the ledger file itself: every read and write goes through the same C
+functions the shim runs inside traced processes (libcudatrace_tools.so), so the two cannot
+disagree about the layout or the rules.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from pathlib import Path
+
+from . import native
+from .budget import format_bytes
+
+PRIVATE_PREFIX = "@run-"          # private (per-run) ledgers: "@run-<launcher pid>.ledger"
+SUFFIX = ".ledger"
+_ERRLEN = 512
+_PATHLEN = 4096
+
+
+class LedgerError(RuntimeError):
+    """A ledger that cannot be opened or used; the message says why."""
+
+
+def _tools():
+    return native.tools()
+
+
+def _const(name: str) -> int:
+    return getattr(_tools()[1], name)
+
+
+def _check(rc: int, what: str) -> int:
+    if rc < 0:
+        ffi, lib = _tools()
+        raise LedgerError("%s: %s" % (what, ffi.string(lib.ct_ledger_strerror(rc)).decode()))
+    return rc
+
+
+# ---- where ledgers live ------------------------------------------------------------------------
+
+def ledger_dir(create: bool = False) -> Path:
+    """The directory of group ledgers (see ct_ledger_dir). With create=False it may not exist
+    yet; refusals (a symlink, another owner, loose permissions) raise LedgerError."""
+    ffi, lib = _tools()
+    buf = ffi.new("char[]", _PATHLEN)
+    err = ffi.new("char[]", _ERRLEN)
+    rc = lib.ct_ledger_dir(buf, _PATHLEN, 1 if create else 0, err, _ERRLEN)
+    if rc == lib.CT_LEDGER_ENOENT and not create and buf[0] != b"\0":
+        return Path(ffi.string(buf).decode())
+    if rc != 0:
+        raise LedgerError(ffi.string(err).decode() or "no ledger directory")
+    return Path(ffi.string(buf).decode())
+
+
+def valid_group(name: str) -> bool:
+    """Group names are [A-Za-z0-9_.-]{1,64}."""
+    if not isinstance(name, str):
+        return False
+    ffi, lib = _tools()
+    try:
+        b = name.encode()
+    except UnicodeEncodeError:
+        return False
+    return b"\0" not in b and bool(lib.ct_ledger_valid_group(b))
+
+
+def group_path(group: str, create_dir: bool = False) -> Path:
+    """<ledger dir>/<group>.ledger (the directory is made with create_dir)."""
+    if not valid_group(group):
+        raise LedgerError("invalid budget group name %r: use 1 to 64 of A-Z a-z 0-9 _ . -" % (group,))
+    ffi, lib = _tools()
+    buf = ffi.new("char[]", _PATHLEN)
+    err = ffi.new("char[]", _ERRLEN)
+    rc = lib.ct_ledger_group_path(group.encode(), buf, _PATHLEN, 1 if create_dir else 0, err, _ERRLEN)
+    if rc != 0 and not (rc == lib.CT_LEDGER_ENOENT and not create_dir):
+        raise LedgerError(ffi.string(err).decode() or "no ledger path for group %r" % group)
+    return Path(ffi.string(buf).decode())
+
+
+def private_path(pid: int | None = None, create_dir: bool = True) -> Path:
+    """The ledger of one `cudatrace run` without --group: <ledger dir>/@run-<pid>.ledger."""
+    return ledger_dir(create=create_dir) / ("%s%d%s" % (PRIVATE_PREFIX, pid or os.getpid(), SUFFIX))
+
+
+def list_ledgers(directory: Path | None = None) -> list[Path]:
+    """Ledger files in the directory (groups and private runs), sorted by name."""
+    d = directory if directory is not None else ledger_dir(create=False)
+    try:
+        names = sorted(os.listdir(d))
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise LedgerError("cannot list %s: %s" % (d, e.strerror)) from None
+    return [d / n for n in names if n.endswith(SUFFIX) and not n.startswith(".")]
+
+
+def list_groups() -> list[str]:
+    return [p.name[:-len(SUFFIX)] for p in list_ledgers() if not p.name.startswith(PRIVATE_PREFIX)]
+
+
+def display_name(path: Path) -> str:
+    n = path.name[:-len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
+    m = re.fullmatch(re.escape(PRIVATE_PREFIX) + r"(\d+)", n)
+    return "run of pid %s (no group)" % m.group(1) if m else "group %s" % n
+
+
+# ---- a ledger ---------------------------------------------------------------------------------
+
+_MODES = {"deny": 0, "warn": 1}
+
+
+def _mode_name(v: int) -> str:
+    return {0: "deny", 1: "warn"}.get(int(v), "mode %d" % v)
+
+
+def _iso(ns: int) -> str | None:
+    if not ns:
+        return None
+    return _dt.datetime.fromtimestamp(ns / 1e9).isoformat(timespec="seconds")
+
+
+class Ledger:
+    """An open ledger (a process-local handle on the shared file)."""
+
+    def __init__(self, handle, path: Path, created: bool = False):
+        self._h = handle
+        self.path = Path(path)
+        self.created = created
+
+    # -- opening
+    @classmethod
+    def open(cls, path, create: bool = False) -> "Ledger":
+        ffi, lib = _tools()
+        err = ffi.new("char[]", _ERRLEN)
+        h = lib.ct_ledger_open(os.fsencode(str(path)), 1 if create else 0, err, _ERRLEN)
+        if h == ffi.NULL:
+            raise LedgerError(ffi.string(err).decode() or "cannot open %s" % path)
+        return cls(h, Path(path))
+
+    @classmethod
+    def create(cls, path, limits: dict[int, int] | None = None, on_exceed: str = "deny",
+               count_host: bool = False, group: str = "") -> "Ledger":
+        """Open path, creating it with these settings if it does not exist (.created says)."""
+        ffi, lib = _tools()
+        cfg = ffi.new("struct ct_ledger_config *")
+        ndev = lib.CT_LEDGER_MAX_DEVICES
+        for dev, n in (limits or {}).items():
+            if not 0 <= int(dev) < ndev:
+                raise LedgerError("device %s: the ledger counts devices 0 to %d" % (dev, ndev - 1))
+            if not 0 <= int(n) < 1 << 64:
+                raise LedgerError("device %s: bad limit %r" % (dev, n))
+            cfg.limit[int(dev)] = int(n)
+        if on_exceed not in _MODES:
+            raise LedgerError("on_exceed must be one of %s" % ", ".join(_MODES))
+        cfg.on_exceed = _MODES[on_exceed]
+        cfg.flags = lib.CT_LEDGER_F_COUNT_HOST if count_host else 0
+        g = (group or "").encode()[:63]
+        ffi.memmove(cfg.group, g, len(g))
+        created = ffi.new("int32_t *")
+        err = ffi.new("char[]", _ERRLEN)
+        h = lib.ct_ledger_create(os.fsencode(str(path)), cfg, created, err, _ERRLEN)
+        if h == ffi.NULL:
+            raise LedgerError(ffi.string(err).decode() or "cannot create %s" % path)
+        return cls(h, Path(path), bool(created[0]))
+
+    def close(self) -> None:
+        h, self._h = self._h, None
+        if h is not None:
+            _tools()[1].ct_ledger_close(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    @property
+    def h(self):
+        if self._h is None:
+            raise LedgerError("ledger %s is closed" % self.path)
+        return self._h
+
+    # -- membership and accounting (mostly for tests: the shim does this in C)
+    def join(self, pid: int | None = None, start_ticks: int = 0) -> int:
+        return _check(_tools()[1].ct_ledger_join(self.h, pid or os.getpid(), start_ticks), "join")
+
+    def leave(self) -> bool:
+        return _tools()[1].ct_ledger_leave(self.h) == 0
+
+    @property
+    def slot(self) -> int:
+        return _tools()[1].ct_ledger_slot(self.h)
+
+    def reserve(self, dev: int, nbytes: int) -> bool:
+        return _check(_tools()[1].ct_ledger_reserve(self.h, dev, nbytes, _tools()[0].NULL,
+                                                    _tools()[0].NULL), "reserve") == 1
+
+    def force(self, dev: int, nbytes: int) -> bool:
+        return _check(_tools()[1].ct_ledger_force(self.h, dev, nbytes), "force") == 1
+
+    def release(self, dev: int, nbytes: int) -> bool:
+        return _check(_tools()[1].ct_ledger_release(self.h, dev, nbytes), "release") == 1
+
+    def reclaim(self) -> int:
+        return _check(_tools()[1].ct_ledger_reclaim(self.h), "reclaim")
+
+    # -- settings and queries
+    def limit(self, dev: int) -> int:
+        return int(_tools()[1].ct_ledger_limit(self.h, dev))
+
+    def limits(self) -> dict[int, int]:
+        n = _tools()[1].CT_LEDGER_MAX_DEVICES
+        return {d: v for d in range(n) if (v := self.limit(d))}
+
+    def set_limit(self, dev: int, nbytes: int) -> None:
+        _check(_tools()[1].ct_ledger_set_limit(self.h, dev, nbytes), "set_limit")
+
+    def in_use(self, dev: int) -> int:
+        return int(_tools()[1].ct_ledger_in_use(self.h, dev))
+
+    def held(self, dev: int) -> int:
+        return int(_tools()[1].ct_ledger_held(self.h, dev))
+
+    @property
+    def on_exceed(self) -> str:
+        return _mode_name(_check(_tools()[1].ct_ledger_on_exceed(self.h), "on_exceed"))
+
+    @on_exceed.setter
+    def on_exceed(self, mode: str) -> None:
+        if mode not in _MODES:
+            raise LedgerError("on_exceed must be one of %s" % ", ".join(_MODES))
+        _check(_tools()[1].ct_ledger_set_on_exceed(self.h, _MODES[mode]), "set_on_exceed")
+
+    @property
+    def count_host(self) -> bool:
+        lib = _tools()[1]
+        return bool(_check(lib.ct_ledger_flags(self.h), "flags") & lib.CT_LEDGER_F_COUNT_HOST)
+
+    @count_host.setter
+    def count_host(self, on: bool) -> None:
+        lib = _tools()[1]
+        f = _check(lib.ct_ledger_flags(self.h), "flags")
+        f = (f | lib.CT_LEDGER_F_COUNT_HOST) if on else (f & ~lib.CT_LEDGER_F_COUNT_HOST)
+        _check(lib.ct_ledger_set_flags(self.h, f), "set_flags")
+
+    def snapshot(self) -> dict:
+        """Everything `cudatrace status` shows, as plain JSON-able data."""
+        ffi, lib = _tools()
+        v = ffi.new("struct ct_ledger_view *")
+        _check(lib.ct_ledger_snapshot(self.h, v), "snapshot")
+        ndev = lib.CT_LEDGER_MAX_DEVICES
+        alive_names = {lib.CT_LEDGER_ALIVE: "alive", lib.CT_LEDGER_DEAD: "dead",
+                       lib.CT_LEDGER_UNKNOWN: "unknown"}
+        devices = []
+        for d in range(ndev):
+            row = {"device": d, "limit": int(v.limit[d]), "in_use": int(v.in_use[d]),
+                   "dead_held": int(v.dead_held[d]), "peak": int(v.peak[d]),
+                   "denials": int(v.denials[d]), "over": int(v.over[d])}
+            if any(row[k] for k in ("limit", "in_use", "dead_held", "peak", "denials", "over")):
+                devices.append(row)
+        members = []
+        for i in range(v.nmembers):
+            m = v.members[i]
+            per = {}
+            for d in range(ndev):
+                row = {"held": int(m.held[d]), "peak": int(m.peak[d]), "denials": int(m.denials[d]),
+                       "over": int(m.over[d])}
+                if any(row.values()):
+                    per[d] = row
+            members.append({"slot": int(m.slot), "pid": int(m.pid),
+                            "state": alive_names.get(int(m.alive), "unknown"),
+                            "start_ticks": int(m.start_ticks), "joined": _iso(m.joined_ns),
+                            "devices": per})
+        return {
+            "path": str(self.path), "name": display_name(self.path),
+            "group": ffi.string(v.group).decode(errors="replace"),
+            "private": self.path.name.startswith(PRIVATE_PREFIX),
+            "version": int(v.version), "uid": int(v.uid), "created": _iso(v.created_ns),
+            "on_exceed": _mode_name(v.on_exceed),
+            "count_host": bool(v.flags & lib.CT_LEDGER_F_COUNT_HOST),
+            "reclaimed": int(v.reclaimed), "devices": devices, "members": members,
+        }
+
+
+# ---- `cudatrace status` ------------------------------------------------------------------------
+
+def _target(group: str | None, path) -> list[Path]:
+    if path is not None:
+        return [Path(path)]
+    if group is None:
+        return list_ledgers()
+    if group.startswith(PRIVATE_PREFIX) and re.fullmatch(r"\d+", group[len(PRIVATE_PREFIX):]):
+        p = ledger_dir(create=False) / (group + SUFFIX)
+    else:
+        p = group_path(group, create_dir=False)
+    if not p.exists() and not p.is_symlink():
+        known = list_groups()
+        raise LedgerError("no budget group %r (in %s)%s" % (
+            group, p.parent, "; known groups: " + ", ".join(known) if known else ""))
+    return [p]
+
+
+def status_json(group: str | None = None, path=None) -> dict:
+    """{"dir": ..., "ledgers": [snapshot, ...], "errors": [{"path", "error"}]}: every ledger in
+    the directory, or just the named group (LedgerError if there is no such group), or path."""
+    d = ledger_dir(create=False) if path is None else Path(path).parent
+    out = {"dir": str(d), "ledgers": [], "errors": []}
+    for p in _target(group, path):
+        try:
+            with Ledger.open(p) as led:
+                out["ledgers"].append(led.snapshot())
+        except LedgerError as e:
+            if group is not None or path is not None:
+                raise
+            out["errors"].append({"path": str(p), "error": str(e)})
+    return out
+
+
+def _ranges(ns: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'"""
+    out, ns = [], sorted(ns)
+    i = 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        out.append(str(ns[i]) if i == j else "%d-%d" % (ns[i], ns[j]))
+        i = j + 1
+    return ", ".join(out)
+
+
+def _fmt_limit(n: int) -> str:
+    return format_bytes(n) if n else "none"
+
+
+def render_ledger(s: dict) -> str:
+    """The text of one ledger snapshot."""
+    lines = []
+    alive = [m for m in s["members"] if m["state"] != "dead"]
+    dead = [m for m in s["members"] if m["state"] == "dead"]
+    head = "%s: over budget: %s%s; %d process%s" % (
+        s["name"], s["on_exceed"], ", pinned host memory counted" if s["count_host"] else "",
+        len(alive), "" if len(alive) == 1 else "es")
+    if dead:
+        head += " (+%d exited, not reclaimed yet)" % len(dead)
+    if s["created"]:
+        head += "; since %s" % s["created"].replace("T", " ")
+    lines.append(head)
+    lines.append("  ledger %s" % s["path"])
+    busy = [r for r in s["devices"]
+            if any(r[k] for k in ("in_use", "dead_held", "peak", "denials", "over"))]
+    idle: dict[int, list[int]] = {}
+    for r in s["devices"]:
+        if r not in busy:
+            idle.setdefault(r["limit"], []).append(r["device"])
+    if not s["devices"]:
+        lines.append("  no limits and no memory counted yet")
+    if busy:
+        warn = any(r["over"] for r in busy) or s["on_exceed"] == "warn"
+        hdr = "  %-6s %12s %12s %12s %7s %8s" % ("device", "limit", "in use", "peak", "used", "denials")
+        if warn:
+            hdr += " %8s" % "over"
+        lines.append(hdr)
+        for r in busy:
+            pct = "%6.1f%%" % (100.0 * r["in_use"] / r["limit"]) if r["limit"] else "      -"
+            row = "  %-6d %12s %12s %12s %7s %8d" % (r["device"], _fmt_limit(r["limit"]),
+                                                   format_bytes(r["in_use"]), format_bytes(r["peak"]),
+                                                   pct, r["denials"])
+            if warn:
+                row += " %8d" % r["over"]
+            if r["dead_held"]:
+                row += "  (+%s held by exited processes)" % format_bytes(r["dead_held"])
+            lines.append(row)
+    for limit, devs in sorted(idle.items()):
+        lines.append("  %s %s: limit %s%s, nothing in use" % (
+            "device" if len(devs) == 1 else "devices", _ranges(devs), _fmt_limit(limit),
+            "" if len(devs) == 1 else " each"))
+    for m in s["members"]:
+        parts = []
+        for d, r in sorted(m["devices"].items()):
+            t = "device %d: %s (peak %s" % (d, format_bytes(r["held"]), format_bytes(r["peak"]))
+            if r["denials"]:
+                t += ", %d denied" % r["denials"]
+            if r["over"]:
+                t += ", %d over" % r["over"]
+            parts.append(t + ")")
+        state = {"alive": "", "dead": " [exited]", "unknown": " [other pid namespace]"}[m["state"]]
+        lines.append("  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held"))
+    return "\n".join(lines)
+
+
+def status_text(group: str | None = None, path=None) -> str:
+    """What `cudatrace status [GROUP]` prints."""
+    st = status_json(group, path)
+    out = []
+    if not st["ledgers"] and not st["errors"]:
+        return "no budgets in force (no ledgers in %s)" % st["dir"]
+    for s in st["ledgers"]:
+        out.append(render_ledger(s))
+    for e in st["errors"]:
+        out.append("%s: unusable: %s" % (e["path"], e["error"]))
+    return "\n\n".join(out)
+
+
+# ---- `cudatrace run`: the ledger of a run ------------------------------------------------------
+
+class RunLedger:
+    """The ledger `cudatrace run` hands to its process tree (CUDATRACE_LEDGER=path)."""
+
+    def __init__(self, ledger: Ledger, private: bool):
+        self.ledger = ledger
+        self.path = ledger.path
+        self.private = private
+
+    def summary(self) -> dict:
+        try:
+            return self.ledger.snapshot()
+        except LedgerError as e:
+            return {"path": str(self.path), "error": str(e)}
+
+    def finish(self) -> None:
+        """Close; a private ledger is removed (a group's stays for its other members)."""
+        self.ledger.close()
+        if self.private:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_private(directory: Path | None = None) -> list[Path]:
+    """Remove private ledgers whose launcher is gone and that have no live member."""
+    removed = []
+    for p in list_ledgers(directory):
+        m = re.fullmatch(re.escape(PRIVATE_PREFIX) + r"(\d+)" + re.escape(SUFFIX), p.name)
+        if not m or _pid_alive(int(m.group(1))):
+            continue
+        try:
+            with Ledger.open(p) as led:
+                led.reclaim()
+                if any(x["state"] != "dead" for x in led.snapshot()["members"]):
+                    continue
+        except LedgerError:
+            continue
+        try:
+            os.unlink(p)
+            removed.append(p)
+        except OSError:
+            pass
+    return removed
+
+
+def open_run_ledger(limits: dict[int, int], group: str | None, on_exceed: str = "deny",
+                    count_host: bool = False, set_limits: bool = True) -> tuple[RunLedger, dict]:
+    """The ledger for one run: the group's (created with these settings when new; when it
+    exists, its settings stay unless no process is using it, then set_limits replaces them), or
+    a private one. Returns (RunLedger, info for run.json)."""
+    info: dict = {"group": group}
+    if group is not None:
+        path = group_path(group, create_dir=True)
+        led = Ledger.create(path, limits, on_exceed, count_host, group)
+        if not led.created and set_limits:
+            led.reclaim()
+            busy = [m for m in led.snapshot()["members"] if m["state"] != "dead"]
+            if busy:
+                if limits and led.limits() != {d: n for d, n in limits.items() if n}:
+                    info["note"] = ("group %s is in use (pids %s) with its own budget, which stays in "
+                                    "force" % (group, ", ".join(str(m["pid"]) for m in busy)))
+            else:
+                ndev = _tools()[1].CT_LEDGER_MAX_DEVICES
+                for d in range(ndev):
+                    led.set_limit(d, int(limits.get(d, 0)))
+                led.on_exceed = on_exceed
+                led.count_host = count_host
+        run = RunLedger(led, private=False)
+    else:
+        remove_stale_private()
+        path = private_path(create_dir=True)
+        try:
+            os.unlink(path)        # a leftover of an earlier launcher with our pid
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            raise LedgerError("cannot remove the stale ledger %s: %s" % (path, e.strerror)) from None
+        led = Ledger.create(path, limits, on_exceed, count_host, "")
+        run = RunLedger(led, private=True)
+    info.update({"path": str(run.path), "created": led.created,
+                 "limits": {str(d): n for d, n in sorted(led.limits().items())},
+                 "on_exceed": led.on_exceed, "count_host": led.count_host})
+    return run, info

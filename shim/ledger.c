@@ -1,0 +1,1089 @@
+/* ledger.c - the budget ledger: lock-free accounting of device memory shared by the processes of
+ * a budget group (layout and API: layout.h, between LEDGER-BEGIN and LEDGER-END).
+ *
+ * Compiled into the preload library (hidden) and the tools library (used by Python through cffi),
+ * so the shim and `cudatrace status` read the ledger with the same code.
+ *
+ * The limit guarantee. A reservation of b bytes on device d by member M:
+ *     held[M][d] += b                            (seq_cst read-modify-write)
+ *     s = sum over ACTIVE slots i < hwm of held[i][d]   (seq_cst loads)
+ *     s <= limit ? granted : held[M][d] -= b, denied
+ * Two reservers A and B each load the other's counter after their own addition; in the single
+ * total order of seq_cst operations one of the additions precedes the other reserver's load, so
+ * at least one of them counts both and at most one of two that together pass the limit is
+ * granted (the classic store-buffer/Dekker argument; it holds for any number of reservers since
+ * it holds for every pair). A slot is ACTIVE before its member's first addition, and hwm covers
+ * it before it becomes ACTIVE, so a reserver that loads the other's counter also sees its slot.
+ * False denials (both see each other's pending addition and both withdraw) are possible under
+ * contention; reserve retries a few times before it denies.
+ *
+ * Slots. state = (pid << 32) | (generation << 8) | FREE / CLAIMING / ACTIVE. join moves a slot
+ * FREE -> CLAIMING (one CAS that also publishes the pid and a new generation), zeroes its
+ * counters, then CLAIMING -> ACTIVE (CAS). leave and reclaim move ACTIVE -> FREE with one CAS on
+ * the exact word they judged, so the generation rules out ABA. Counters of FREE slots are not
+ * counted and are zeroed by the next claim, so nothing needs a third "reclaiming" state and a
+ * process killed anywhere leaves nothing locked: a dead member's slot is ACTIVE with a dead pid
+ * (reclaimed), a dead claimer's slot is CLAIMING with a dead pid (reclaimed too).
+ *
+ * Dead: kill(pid, 0) fails with ESRCH, /proc/<pid>/stat says zombie, or its start time differs
+ * from the one recorded at join (the pid was reused). Members of another pid namespace (their
+ * /proc/self/ns/pid inode differs) are never judged: they are counted as alive.
+ *
+ * Atomics are the GCC/Clang __atomic builtins on the plain fixed-width fields of layout.h (the
+ * operations <stdatomic.h> is built on), since the layout is shared with cffi and cannot use
+ * _Atomic types.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "layout.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+_Static_assert(sizeof(struct ct_ledger_header) == CT_LEDGER_HEADER_SIZE, "ledger header size");
+_Static_assert(sizeof(struct ct_ledger_member) == CT_LEDGER_MEMBER_SIZE, "ledger member size");
+_Static_assert(CT_LEDGER_FILE_SIZE == CT_LEDGER_HEADER_SIZE +
+               CT_LEDGER_MAX_MEMBERS * CT_LEDGER_MEMBER_SIZE, "ledger file size");
+_Static_assert(CT_LEDGER_GROUP_MAX < sizeof(((struct ct_ledger_header *)0)->group), "group size");
+_Static_assert(offsetof(struct ct_ledger_member, held) % 64 == 0, "held alignment");
+
+#define LD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
+#define CAS(p, e, d) __atomic_compare_exchange_n((p), (e), (d), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+
+#define W_STATE(w) ((uint32_t)((w) & 0xffu))
+#define W_GEN(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
+#define W_PID(w) ((int32_t)(uint32_t)((w) >> 32))
+#define W_MAKE(pid, gen, st) \
+    (((uint64_t)(uint32_t)(pid) << 32) | ((uint64_t)((gen) & 0xffffffu) << 8) | (uint64_t)(st))
+
+#define RESERVE_ATTEMPTS 3
+#define RECLAIM_PERIOD_NS 1000000000ull
+#define DENY_RECLAIM_PERIOD_NS 10000000ull
+#define OPEN_WAIT_MS 1000
+
+struct ct_ledger {
+    struct ct_ledger_header *hdr;
+    struct ct_ledger_member *mem;
+    int32_t slot;       /* -1: not a member */
+    int32_t pid;        /* the member's pid */
+    int32_t joined_by;  /* getpid() of the process that joined (fork check in leave) */
+    uint64_t word;      /* our slot's ACTIVE state word */
+    uint64_t pidns;     /* our pid namespace, 0 unknown */
+};
+
+/* ---- small helpers (async-signal-safe: no stdio, no malloc) -------------------------------- */
+
+__attribute__((format(printf, 3, 4)))
+static void set_err(char *err, uint64_t errlen, const char *fmt, ...)
+{
+    if (!err || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t real_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
+        return 0;
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t sat_add(uint64_t a, uint64_t b)
+{
+    uint64_t s = a + b;
+    return s < a ? UINT64_MAX : s;
+}
+
+/* Subtract b from *p, clamping at 0. Returns 1 when it clamped. */
+static int sub_sat(uint64_t *p, uint64_t b)
+{
+    uint64_t cur = LD(p), nv;
+    do {
+        nv = cur > b ? cur - b : 0;
+    } while (!CAS(p, &cur, nv));
+    return cur < b;
+}
+
+static void store_max(uint64_t *p, uint64_t v)
+{
+    uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+        ;
+}
+
+/* "/proc/<pid>/<leaf>" into buf (>= 64 bytes) without stdio. */
+static void proc_path(char *buf, int32_t pid, const char *leaf)
+{
+    char digits[16];
+    int n = 0;
+    uint32_t v = (uint32_t)pid;
+    do {
+        digits[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v && n < 15);
+    char *o = buf;
+    memcpy(o, "/proc/", 6);
+    o += 6;
+    while (n)
+        *o++ = digits[--n];
+    *o++ = '/';
+    size_t ll = strlen(leaf);
+    memcpy(o, leaf, ll);
+    o[ll] = 0;
+}
+
+/* Reads /proc/<pid>/stat: 1 and the state letter and start ticks (field 22); 0 when the process
+ * does not exist (ENOENT/ESRCH); -1 when it cannot be told. */
+static int proc_stat(int32_t pid, char *state, uint64_t *ticks)
+{
+    char path[64], buf[1024];
+    proc_path(path, pid, "stat");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return (errno == ENOENT || errno == ESRCH) ? 0 : -1;
+    ssize_t n;
+    do {
+        n = read(fd, buf, sizeof buf - 1);
+    } while (n < 0 && errno == EINTR);
+    int e = errno;
+    close(fd);
+    if (n <= 0)
+        return (n < 0 && e == ESRCH) ? 0 : -1;
+    buf[n] = 0;
+    char *p = memrchr(buf, ')', (size_t)n); /* comm may hold spaces and parentheses */
+    if (!p)
+        return -1;
+    p++;
+    /* after ")": " S ppid pgrp ..." -- field 3 is the state, field 22 the start time */
+    int field = 2;
+    uint64_t val = 0;
+    char st = 0;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        field++;
+        if (field == 3)
+            st = *p;
+        if (field == 22) {
+            val = 0;
+            while (*p >= '0' && *p <= '9')
+                val = val * 10 + (uint64_t)(*p++ - '0');
+            *state = st;
+            *ticks = val;
+            return 1;
+        }
+        while (*p && *p != ' ')
+            p++;
+    }
+    return -1;
+}
+
+uint64_t ct_ledger_proc_start_ticks(int32_t pid)
+{
+    if (pid <= 0)
+        return 0;
+    int saved = errno;
+    char st;
+    uint64_t t = 0;
+    if (proc_stat(pid, &st, &t) != 1)
+        t = 0;
+    errno = saved;
+    return t;
+}
+
+static uint64_t self_pidns(void)
+{
+    struct stat sb;
+    if (stat("/proc/self/ns/pid", &sb) != 0)
+        return 0;
+    return (uint64_t)sb.st_ino;
+}
+
+/* CT_LEDGER_ALIVE, _DEAD or _UNKNOWN (counted as alive). */
+static int member_alive(const struct ct_ledger *l, int32_t pid, uint64_t ticks, uint64_t pidns)
+{
+    if (pid <= 0)
+        return CT_LEDGER_DEAD;
+    if (pidns && l->pidns && pidns != l->pidns)
+        return CT_LEDGER_UNKNOWN;
+    if (kill(pid, 0) != 0 && errno == ESRCH)
+        return CT_LEDGER_DEAD;
+    char st = 0;
+    uint64_t t = 0;
+    int r = proc_stat(pid, &st, &t);
+    if (r == 1) {
+        if (st == 'Z' || st == 'X' || st == 'x')
+            return CT_LEDGER_DEAD; /* exited: its memory is gone, only the reaping is left */
+        if (ticks && t && t != ticks)
+            return CT_LEDGER_DEAD; /* the pid now names another process */
+        return CT_LEDGER_ALIVE;
+    }
+    /* kill says it exists but /proc cannot tell (no /proc, or a /proc of another namespace) */
+    return CT_LEDGER_UNKNOWN;
+}
+
+static int valid(const struct ct_ledger *l)
+{
+    return l && l->hdr && l->mem;
+}
+
+static uint32_t hwm(const struct ct_ledger *l)
+{
+    uint32_t h = LD(&l->hdr->members_hwm);
+    return h > CT_LEDGER_MAX_MEMBERS ? CT_LEDGER_MAX_MEMBERS : h;
+}
+
+static void raise_hwm(struct ct_ledger *l, uint32_t v)
+{
+    uint32_t cur = LD(&l->hdr->members_hwm);
+    while (cur < v && !CAS(&l->hdr->members_hwm, &cur, v))
+        ;
+}
+
+static uint64_t sum_active(const struct ct_ledger *l, int32_t dev)
+{
+    uint32_t n = hwm(l);
+    uint64_t s = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        struct ct_ledger_member *m = &l->mem[i];
+        if (W_STATE(LD(&m->state)) == CT_LEDGER_ACTIVE)
+            s = sat_add(s, LD(&m->held[dev]));
+    }
+    return s;
+}
+
+/* ---- reclaim ------------------------------------------------------------------------------- */
+
+static int reclaim_scan(struct ct_ledger *l)
+{
+    int saved = errno, freed = 0;
+    uint32_t n = hwm(l);
+    for (uint32_t i = 0; i < n; i++) {
+        if ((int32_t)i == l->slot)
+            continue; /* ourselves */
+        struct ct_ledger_member *m = &l->mem[i];
+        uint64_t w = LD(&m->state);
+        int dead = 0;
+        if (W_STATE(w) == CT_LEDGER_ACTIVE) {
+            dead = member_alive(l, W_PID(w), LD(&m->start_ticks), LD(&m->pidns)) == CT_LEDGER_DEAD;
+        } else if (W_STATE(w) == CT_LEDGER_CLAIMING) {
+            /* a claimer that died between its two CASes (pidns/start not recorded yet) */
+            dead = W_PID(w) <= 0 || (kill(W_PID(w), 0) != 0 && errno == ESRCH);
+        }
+        if (dead && CAS(&m->state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE))) {
+            freed++;
+            ADD(&l->hdr->reclaimed, 1);
+        }
+    }
+    errno = saved;
+    return freed;
+}
+
+/* Run reclaim_scan unless one ran (from any process) less than period ns ago, as recorded in
+ * *stamp. One CAS picks the one caller that scans. */
+static void throttled_reclaim(struct ct_ledger *l, uint64_t *stamp, uint64_t period)
+{
+    uint64_t now = mono_ns();
+    uint64_t last = LD(stamp);
+    if (now >= last && now - last < period)
+        return; /* (now < last: another time namespace or a bogus value: run it) */
+    if (!CAS(stamp, &last, now))
+        return; /* someone else just did */
+    reclaim_scan(l);
+}
+
+/* The periodic reclaim, from every operation: at most once a second per ledger. */
+static void maybe_reclaim(struct ct_ledger *l)
+{
+    throttled_reclaim(l, &l->hdr->last_reclaim_ns, RECLAIM_PERIOD_NS);
+}
+
+/* Before a denial: at most once per DENY_RECLAIM_PERIOD_NS, so that a crowd of reservers held
+ * at the limit does not turn into a storm of kill() and /proc reads. */
+static void deny_reclaim(struct ct_ledger *l)
+{
+    throttled_reclaim(l, &l->hdr->last_deny_reclaim_ns, DENY_RECLAIM_PERIOD_NS);
+}
+
+int32_t ct_ledger_reclaim(struct ct_ledger *l)
+{
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    ST(&l->hdr->last_reclaim_ns, mono_ns());
+    return reclaim_scan(l);
+}
+
+/* ---- membership ---------------------------------------------------------------------------- */
+
+int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
+{
+    if (!valid(l) || pid <= 0)
+        return CT_LEDGER_EINVAL;
+    int saved = errno;
+    int32_t self = getpid();
+    l->pidns = self_pidns();
+    if (!start_ticks)
+        start_ticks = ct_ledger_proc_start_ticks(pid);
+
+    /* already a member as this pid (and still in our slot) */
+    if (l->slot >= 0 && l->slot < CT_LEDGER_MAX_MEMBERS && l->pid == pid &&
+        LD(&l->mem[l->slot].state) == l->word) {
+        l->joined_by = self;
+        errno = saved;
+        return l->slot;
+    }
+    l->slot = -1; /* a slot inherited over fork is the parent's: never touch it */
+
+    /* a slot of this very process is from an image before exec: its memory is gone */
+    if (start_ticks) {
+        uint32_t n = hwm(l);
+        for (uint32_t i = 0; i < n; i++) {
+            struct ct_ledger_member *m = &l->mem[i];
+            uint64_t w = LD(&m->state);
+            if (W_STATE(w) == CT_LEDGER_ACTIVE && W_PID(w) == pid &&
+                LD(&m->start_ticks) == start_ticks && LD(&m->pidns) == l->pidns)
+                if (CAS(&m->state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE)))
+                    ADD(&l->hdr->reclaimed, 1);
+        }
+    }
+
+    for (int pass = 0; pass < 3; pass++) {
+        for (int32_t i = 0; i < CT_LEDGER_MAX_MEMBERS; i++) {
+            struct ct_ledger_member *m = &l->mem[i];
+            uint64_t w = LD(&m->state);
+            if (W_STATE(w) != CT_LEDGER_FREE)
+                continue;
+            uint32_t gen = W_GEN(w) + 1;
+            uint64_t claim = W_MAKE(pid, gen, CT_LEDGER_CLAIMING);
+            if (!CAS(&m->state, &w, claim))
+                continue;
+            ST(&m->pid, pid);
+            ST(&m->start_ticks, start_ticks);
+            ST(&m->pidns, l->pidns);
+            ST(&m->joined_ns, real_ns());
+            for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+                ST(&m->held[d], 0);
+                ST(&m->peak[d], 0);
+                ST(&m->denials[d], 0);
+                ST(&m->over[d], 0);
+            }
+            raise_hwm(l, (uint32_t)i + 1);
+            uint64_t active = W_MAKE(pid, gen, CT_LEDGER_ACTIVE);
+            if (!CAS(&m->state, &claim, active))
+                continue; /* judged dead meanwhile (another pid namespace?): take another */
+            l->slot = i;
+            l->pid = pid;
+            l->word = active;
+            l->joined_by = self;
+            errno = saved;
+            return i;
+        }
+        if (pass == 0)
+            reclaim_scan(l);
+    }
+    errno = saved;
+    return CT_LEDGER_EFULL;
+}
+
+int32_t ct_ledger_leave(struct ct_ledger *l)
+{
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    int32_t slot = l->slot;
+    if (slot < 0 || slot >= CT_LEDGER_MAX_MEMBERS)
+        return CT_LEDGER_ENOTMEMBER;
+    l->slot = -1;
+    int saved = errno;
+    int32_t self = getpid();
+    errno = saved;
+    if (l->joined_by != self)
+        return CT_LEDGER_ENOTMEMBER; /* inherited over fork: the slot is the parent's */
+    uint64_t w = l->word;
+    if (!CAS(&l->mem[slot].state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE)))
+        return CT_LEDGER_ENOTMEMBER; /* reclaimed already */
+    return CT_LEDGER_OK;
+}
+
+int32_t ct_ledger_slot(const struct ct_ledger *l)
+{
+    return valid(l) ? l->slot : CT_LEDGER_EINVAL;
+}
+
+/* ---- the hot path -------------------------------------------------------------------------- */
+
+/* The member slot for dev, or NULL with *rc set. */
+static struct ct_ledger_member *member(struct ct_ledger *l, int32_t dev, int32_t *rc)
+{
+    if (!valid(l)) {
+        *rc = CT_LEDGER_EINVAL;
+        return NULL;
+    }
+    if (dev < 0 || dev >= CT_LEDGER_MAX_DEVICES) {
+        *rc = CT_LEDGER_ENODEV;
+        return NULL;
+    }
+    int32_t slot = l->slot;
+    if (slot < 0 || slot >= CT_LEDGER_MAX_MEMBERS) {
+        *rc = CT_LEDGER_ENOTMEMBER;
+        return NULL;
+    }
+    struct ct_ledger_member *m = &l->mem[slot];
+    if (LD(&m->state) != l->word) {
+        *rc = CT_LEDGER_ENOTMEMBER; /* our slot was taken from us (judged dead): join again */
+        return NULL;
+    }
+    return m;
+}
+
+int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *in_use, uint64_t *limit_out)
+{
+    int32_t rc;
+    struct ct_ledger_member *m = member(l, dev, &rc);
+    if (in_use)
+        *in_use = 0;
+    if (limit_out)
+        *limit_out = 0;
+    if (!m)
+        return rc;
+    if (bytes == 0) {
+        if (in_use)
+            *in_use = sum_active(l, dev);
+        if (limit_out)
+            *limit_out = LD(&l->hdr->limit[dev]);
+        return CT_LEDGER_GRANTED;
+    }
+    maybe_reclaim(l);
+    uint64_t limit = 0, others = 0;
+    for (int attempt = 0; attempt < RESERVE_ATTEMPTS; attempt++) {
+        limit = LD(&l->hdr->limit[dev]);
+        if (limit && bytes > limit) {
+            others = sum_active(l, dev);
+            break; /* can never fit */
+        }
+        uint64_t held = sat_add(ADD(&m->held[dev], bytes), bytes);
+        uint64_t sum = sum_active(l, dev);
+        if (!limit || sum <= limit) {
+            store_max(&m->peak[dev], held);
+            store_max(&l->hdr->peak[dev], sum);
+            if (in_use)
+                *in_use = sum;
+            if (limit_out)
+                *limit_out = limit;
+            return CT_LEDGER_GRANTED;
+        }
+        sub_sat(&m->held[dev], bytes);
+        others = sum - bytes;
+        if (attempt == RESERVE_ATTEMPTS - 2) {
+            deny_reclaim(l); /* a dead member may be what is in the way */
+        } else if (attempt < RESERVE_ATTEMPTS - 2) {
+            int saved = errno;
+            sched_yield(); /* let a contending reserver finish or withdraw */
+            errno = saved;
+        }
+    }
+    ADD(&m->denials[dev], 1);
+    ADD(&l->hdr->denials[dev], 1);
+    if (in_use)
+        *in_use = others;
+    if (limit_out)
+        *limit_out = limit;
+    return CT_LEDGER_DENIED;
+}
+
+int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes)
+{
+    int32_t rc;
+    struct ct_ledger_member *m = member(l, dev, &rc);
+    if (!m)
+        return rc;
+    maybe_reclaim(l);
+    uint64_t held = sat_add(ADD(&m->held[dev], bytes), bytes);
+    uint64_t limit = LD(&l->hdr->limit[dev]);
+    uint64_t sum = sum_active(l, dev);
+    store_max(&m->peak[dev], held);
+    store_max(&l->hdr->peak[dev], sum);
+    if (limit && sum > limit && bytes) {
+        deny_reclaim(l);
+        if (sum_active(l, dev) > limit) {
+            ADD(&m->over[dev], 1);
+            ADD(&l->hdr->over[dev], 1);
+            return CT_LEDGER_DENIED;
+        }
+    }
+    return CT_LEDGER_GRANTED;
+}
+
+int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes)
+{
+    int32_t rc;
+    struct ct_ledger_member *m = member(l, dev, &rc);
+    if (!m)
+        return rc;
+    if (bytes == 0)
+        return CT_LEDGER_GRANTED;
+    return sub_sat(&m->held[dev], bytes) ? CT_LEDGER_DENIED : CT_LEDGER_GRANTED;
+}
+
+/* ---- queries ------------------------------------------------------------------------------- */
+
+uint64_t ct_ledger_limit(struct ct_ledger *l, int32_t dev)
+{
+    if (!valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
+        return 0;
+    return LD(&l->hdr->limit[dev]);
+}
+
+uint64_t ct_ledger_in_use(struct ct_ledger *l, int32_t dev)
+{
+    if (!valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
+        return 0;
+    maybe_reclaim(l);
+    return sum_active(l, dev);
+}
+
+uint64_t ct_ledger_held(struct ct_ledger *l, int32_t dev)
+{
+    int32_t rc;
+    struct ct_ledger_member *m = member(l, dev, &rc);
+    return m ? LD(&m->held[dev]) : 0;
+}
+
+int32_t ct_ledger_set_limit(struct ct_ledger *l, int32_t dev, uint64_t bytes)
+{
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    if (dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
+        return CT_LEDGER_ENODEV;
+    ST(&l->hdr->limit[dev], bytes);
+    return CT_LEDGER_OK;
+}
+
+int32_t ct_ledger_on_exceed(struct ct_ledger *l)
+{
+    return valid(l) ? (int32_t)LD(&l->hdr->on_exceed) : CT_LEDGER_EINVAL;
+}
+
+int32_t ct_ledger_set_on_exceed(struct ct_ledger *l, int32_t mode)
+{
+    if (!valid(l) || (mode != CT_LEDGER_DENY && mode != CT_LEDGER_WARN))
+        return CT_LEDGER_EINVAL;
+    ST(&l->hdr->on_exceed, (uint32_t)mode);
+    return CT_LEDGER_OK;
+}
+
+int32_t ct_ledger_flags(struct ct_ledger *l)
+{
+    return valid(l) ? (int32_t)LD(&l->hdr->flags) : CT_LEDGER_EINVAL;
+}
+
+int32_t ct_ledger_set_flags(ct_ledger *l, int32_t flags)
+{
+    if (!valid(l) || flags < 0)
+        return CT_LEDGER_EINVAL;
+    ST(&l->hdr->flags, (uint32_t)flags);
+    return CT_LEDGER_OK;
+}
+
+int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
+{
+    if (!valid(l) || !out)
+        return CT_LEDGER_EINVAL;
+    int saved = errno;
+    struct ct_ledger_header *h = l->hdr;
+    memset(out, 0, sizeof *out);
+    out->version = h->version;
+    out->on_exceed = LD(&h->on_exceed);
+    out->flags = LD(&h->flags);
+    out->uid = h->uid;
+    out->created_ns = h->created_ns;
+    out->members_hwm = hwm(l);
+    out->reclaimed = LD(&h->reclaimed);
+    memcpy(out->group, h->group, sizeof out->group);
+    out->group[sizeof out->group - 1] = 0;
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        out->limit[d] = LD(&h->limit[d]);
+        out->peak[d] = LD(&h->peak[d]);
+        out->denials[d] = LD(&h->denials[d]);
+        out->over[d] = LD(&h->over[d]);
+    }
+    for (uint32_t i = 0; i < out->members_hwm; i++) {
+        struct ct_ledger_member *m = &l->mem[i];
+        uint64_t w = LD(&m->state);
+        if (W_STATE(w) != CT_LEDGER_ACTIVE)
+            continue;
+        struct ct_ledger_member_view *v = &out->members[out->nmembers];
+        v->slot = (int32_t)i;
+        v->pid = W_PID(w);
+        v->start_ticks = LD(&m->start_ticks);
+        v->joined_ns = LD(&m->joined_ns);
+        v->alive = (uint32_t)((int32_t)i == l->slot ? CT_LEDGER_ALIVE
+                              : member_alive(l, v->pid, v->start_ticks, LD(&m->pidns)));
+        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+            v->held[d] = LD(&m->held[d]);
+            v->peak[d] = LD(&m->peak[d]);
+            v->denials[d] = LD(&m->denials[d]);
+            v->over[d] = LD(&m->over[d]);
+            if (v->alive == CT_LEDGER_DEAD)
+                out->dead_held[d] = sat_add(out->dead_held[d], v->held[d]);
+            else
+                out->in_use[d] = sat_add(out->in_use[d], v->held[d]);
+        }
+        if (LD(&m->state) != w)
+            continue; /* left or reclaimed while we copied: drop it */
+        out->nmembers++;
+    }
+    errno = saved;
+    return CT_LEDGER_OK;
+}
+
+/* ---- opening ------------------------------------------------------------------------------- */
+
+static void init_header(struct ct_ledger_header *h, const struct ct_ledger_config *cfg, const char *path)
+{
+    memset(h, 0, sizeof *h);
+    h->version = CT_LEDGER_VERSION;
+    h->header_size = CT_LEDGER_HEADER_SIZE;
+    h->member_size = CT_LEDGER_MEMBER_SIZE;
+    h->max_devices = CT_LEDGER_MAX_DEVICES;
+    h->max_members = CT_LEDGER_MAX_MEMBERS;
+    h->uid = (uint32_t)geteuid();
+    h->created_ns = real_ns();
+    if (cfg) {
+        h->on_exceed = cfg->on_exceed == CT_LEDGER_WARN ? CT_LEDGER_WARN : CT_LEDGER_DENY;
+        h->flags = cfg->flags;
+        memcpy(h->limit, cfg->limit, sizeof h->limit);
+        memcpy(h->group, cfg->group, sizeof h->group);
+        h->group[sizeof h->group - 1] = 0;
+    }
+    if (!h->group[0] && path) { /* <dir>/<group>.ledger */
+        const char *b = strrchr(path, '/');
+        b = b ? b + 1 : path;
+        size_t n = strlen(b);
+        if (n > 7 && strcmp(b + n - 7, ".ledger") == 0)
+            n -= 7;
+        if (n > CT_LEDGER_GROUP_MAX)
+            n = CT_LEDGER_GROUP_MAX;
+        memcpy(h->group, b, n);
+        h->group[n] = 0;
+    }
+}
+
+/* Size, initialize and publish a new ledger through fd. */
+static int init_file(int fd, const struct ct_ledger_config *cfg, const char *path, char *err, uint64_t errlen)
+{
+    if (fchmod(fd, 0600) != 0 || ftruncate(fd, CT_LEDGER_FILE_SIZE) != 0) {
+        set_err(err, errlen, "cannot size budget ledger %s: %s", path, strerror(errno));
+        return -1;
+    }
+    void *p = mmap(NULL, CT_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        set_err(err, errlen, "cannot map budget ledger %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct ct_ledger_header *h = p;
+    init_header(h, cfg, path);
+    __atomic_store_n(&h->magic, (uint64_t)CT_LEDGER_MAGIC, __ATOMIC_SEQ_CST); /* publish last */
+    munmap(p, CT_LEDGER_FILE_SIZE);
+    return 0;
+}
+
+/* Create path fully initialized: build it under a temporary name and link() it into place, so
+ * no one ever sees a half-made ledger; where hard links are not supported, create it in place
+ * (O_EXCL) and publish the magic last. Returns 1 created, 0 someone else did, -1 error. */
+static int create_file(const char *path, const struct ct_ledger_config *cfg, char *err, uint64_t errlen)
+{
+    char tmp[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
+    int n = snprintf(tmp, sizeof tmp, "%.*s.%s.%d.%llx.tmp", (int)dlen, path, slash ? slash + 1 : path,
+                     (int)getpid(), (unsigned long long)mono_ns());
+    if (n > 0 && (size_t)n < sizeof tmp) {
+        int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            int ok = init_file(fd, cfg, path, err, errlen);
+            close(fd);
+            if (ok != 0) {
+                unlink(tmp);
+                return -1;
+            }
+            int r = link(tmp, path);
+            int e = errno;
+            unlink(tmp);
+            if (r == 0)
+                return 1;
+            if (e == EEXIST)
+                return 0;
+            if (e != EPERM && e != EOPNOTSUPP && e != ENOSYS && e != EMLINK && e != EXDEV) {
+                set_err(err, errlen, "cannot create budget ledger %s: %s", path, strerror(e));
+                return -1;
+            }
+        } else if (errno != EEXIST && errno != ENAMETOOLONG) {
+            set_err(err, errlen, "cannot create budget ledger %s: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    /* fallback: in place */
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST)
+            return 0;
+        set_err(err, errlen, "cannot create budget ledger %s: %s", path, strerror(errno));
+        return -1;
+    }
+    int ok = init_file(fd, cfg, path, err, errlen);
+    close(fd);
+    if (ok != 0) {
+        unlink(path);
+        return -1;
+    }
+    return 1;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+/* Open and check an existing ledger. Returns the mapping, NULL with err set (*again = 1: it is
+ * being created, try again shortly). */
+static void *map_existing(const char *path, int *again, char *err, uint64_t errlen)
+{
+    *again = 0;
+    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP)
+            set_err(err, errlen, "budget ledger %s is a symbolic link; refusing to use it", path);
+        else
+            set_err(err, errlen, "cannot open budget ledger %s: %s", path, strerror(e));
+        errno = e;
+        return NULL;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        set_err(err, errlen, "cannot stat budget ledger %s: %s", path, strerror(errno));
+        close(fd);
+        return NULL;
+    }
+    uid_t me = geteuid();
+    const char *why = NULL;
+    char whybuf[160];
+    if (!S_ISREG(sb.st_mode)) {
+        why = "is not a regular file";
+    } else if (sb.st_uid != me) {
+        snprintf(whybuf, sizeof whybuf, "is owned by uid %u, not by you (uid %u)",
+                 (unsigned)sb.st_uid, (unsigned)me);
+        why = whybuf;
+    } else if (sb.st_mode & 077) {
+        snprintf(whybuf, sizeof whybuf, "has group/other permissions (mode %04o; it must be 0600)",
+                 (unsigned)(sb.st_mode & 07777));
+        why = whybuf;
+    } else if (sb.st_size == 0) {
+        *again = 1; /* created in place a moment ago, not sized yet */
+        why = "is empty (its creator may have died while making it)";
+    } else if (sb.st_size != CT_LEDGER_FILE_SIZE) {
+        snprintf(whybuf, sizeof whybuf, "has %lld bytes, not %d: not a ledger of this cudatrace version",
+                 (long long)sb.st_size, CT_LEDGER_FILE_SIZE);
+        why = whybuf;
+    }
+    if (why) {
+        set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, why);
+        close(fd);
+        errno = EACCES;
+        return NULL;
+    }
+    void *p = mmap(NULL, CT_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (p == MAP_FAILED) {
+        set_err(err, errlen, "cannot map budget ledger %s: %s", path, strerror(e));
+        return NULL;
+    }
+    struct ct_ledger_header *h = p;
+    uint64_t magic = LD(&h->magic);
+    if (magic == 0) {
+        *again = 1;
+        why = "is not initialized (its creator may have died while making it)";
+    } else if (magic != (uint64_t)CT_LEDGER_MAGIC) {
+        why = "is not a cudatrace budget ledger (bad magic)";
+    } else if (h->version != CT_LEDGER_VERSION) {
+        snprintf(whybuf, sizeof whybuf, "has version %u; this cudatrace uses version %d",
+                 h->version, CT_LEDGER_VERSION);
+        why = whybuf;
+    } else if (h->header_size != CT_LEDGER_HEADER_SIZE || h->member_size != CT_LEDGER_MEMBER_SIZE ||
+               h->max_devices != CT_LEDGER_MAX_DEVICES || h->max_members != CT_LEDGER_MAX_MEMBERS) {
+        why = "has an incompatible layout";
+    }
+    if (why) {
+        set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, why);
+        munmap(p, CT_LEDGER_FILE_SIZE);
+        errno = EINVAL;
+        return NULL;
+    }
+    return p;
+}
+
+static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_ledger_config *cfg,
+                              int32_t *created, char *err, uint64_t errlen)
+{
+    if (created)
+        *created = 0;
+    if (err && errlen)
+        err[0] = 0;
+    if (!path || !*path || strlen(path) >= PATH_MAX) {
+        set_err(err, errlen, "no budget ledger path");
+        return NULL;
+    }
+    int saved = errno;
+    void *p = NULL;
+    for (int waited = 0, tries = 0; tries < OPEN_WAIT_MS + 16; tries++) {
+        int again = 0;
+        p = map_existing(path, &again, err, errlen);
+        if (p)
+            break;
+        if (errno == ENOENT && create) {
+            int r = create_file(path, cfg, err, errlen);
+            if (r < 0)
+                break;
+            if (r == 1 && created)
+                *created = 1;
+            continue; /* open what is there now */
+        }
+        if (!again || waited >= OPEN_WAIT_MS)
+            break;
+        sleep_ms(1);
+        waited++;
+    }
+    if (!p) {
+        errno = saved;
+        return NULL;
+    }
+    struct ct_ledger *l = calloc(1, sizeof *l);
+    if (!l) {
+        munmap(p, CT_LEDGER_FILE_SIZE);
+        set_err(err, errlen, "out of memory");
+        errno = saved;
+        return NULL;
+    }
+    l->hdr = p;
+    l->mem = (struct ct_ledger_member *)((char *)p + CT_LEDGER_HEADER_SIZE);
+    l->slot = -1;
+    l->pidns = self_pidns();
+    errno = saved;
+    return l;
+}
+
+ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen)
+{
+    return open_ledger(path, create, NULL, NULL, err, errlen);
+}
+
+ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,
+                            char *err, uint64_t errlen)
+{
+    return open_ledger(path, 1, cfg, created, err, errlen);
+}
+
+void ct_ledger_close(struct ct_ledger *l)
+{
+    if (!l)
+        return;
+    int saved = errno;
+    if (l->hdr)
+        munmap(l->hdr, CT_LEDGER_FILE_SIZE);
+    l->hdr = NULL;
+    l->mem = NULL;
+    free(l);
+    errno = saved;
+}
+
+/* ---- where group ledgers live -------------------------------------------------------------- */
+
+int32_t ct_ledger_valid_group(const char *g)
+{
+    if (!g)
+        return 0;
+    size_t n = 0;
+    for (; g[n]; n++) {
+        char c = g[n];
+        if (n >= CT_LEDGER_GROUP_MAX)
+            return 0;
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '_' || c == '.' || c == '-'))
+            return 0;
+    }
+    return n > 0;
+}
+
+/* Check (and with create make) one candidate directory. 0 ok, CT_LEDGER_ENOENT missing (or not
+ * creatable: *soft = 1, try the next), other < 0: refuse. */
+static int32_t check_dir(const char *dir, int32_t create, int *soft, char *err, uint64_t errlen)
+{
+    struct stat sb;
+    *soft = 0;
+    if (lstat(dir, &sb) != 0) {
+        if (errno != ENOENT) {
+            set_err(err, errlen, "cannot use ledger directory %s: %s", dir, strerror(errno));
+            *soft = 1;
+            return CT_LEDGER_ESYS;
+        }
+        if (!create) {
+            set_err(err, errlen, "ledger directory %s does not exist", dir);
+            return CT_LEDGER_ENOENT;
+        }
+        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+            set_err(err, errlen, "cannot create ledger directory %s: %s", dir, strerror(errno));
+            *soft = 1;
+            return CT_LEDGER_ESYS;
+        }
+        if (lstat(dir, &sb) != 0) {
+            set_err(err, errlen, "cannot use ledger directory %s: %s", dir, strerror(errno));
+            return CT_LEDGER_ESYS;
+        }
+    }
+    uid_t me = geteuid();
+    if (S_ISLNK(sb.st_mode)) {
+        set_err(err, errlen, "ledger directory %s is a symbolic link; refusing to use it", dir);
+        return CT_LEDGER_EACCESS;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        set_err(err, errlen, "ledger directory %s is not a directory; refusing to use it", dir);
+        return CT_LEDGER_EACCESS;
+    }
+    if (sb.st_uid != me) {
+        set_err(err, errlen, "ledger directory %s is owned by uid %u, not by you (uid %u); refusing to use it",
+                dir, (unsigned)sb.st_uid, (unsigned)me);
+        return CT_LEDGER_EACCESS;
+    }
+    if (sb.st_mode & 077) {
+        set_err(err, errlen, "ledger directory %s has group/other permissions (mode %04o; it must be 0700); "
+                "refusing to use it", dir, (unsigned)(sb.st_mode & 07777));
+        return CT_LEDGER_EACCESS;
+    }
+    return CT_LEDGER_OK;
+}
+
+int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen)
+{
+    if (!buf || len == 0)
+        return CT_LEDGER_EINVAL;
+    buf[0] = 0;
+    if (err && errlen)
+        err[0] = 0;
+    int saved = errno;
+    unsigned uid = (unsigned)geteuid();
+    char cand[3][PATH_MAX];
+    int ncand = 0;
+    const char *env = getenv("CUDATRACE_LEDGER_DIR");
+    if (env && *env) {
+        snprintf(cand[ncand++], PATH_MAX, "%s", env);
+    } else {
+        struct stat sb;
+        if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
+            snprintf(cand[ncand++], PATH_MAX, "/dev/shm/cudatrace-%u", uid);
+        const char *xdg = getenv("XDG_RUNTIME_DIR");
+        if (xdg && xdg[0] == '/')
+            snprintf(cand[ncand++], PATH_MAX, "%s/cudatrace", xdg);
+        snprintf(cand[ncand++], PATH_MAX, "/tmp/cudatrace-%u", uid);
+    }
+    int32_t rc = CT_LEDGER_ENOENT;
+    int first_missing = -1;
+    for (int i = 0; i < ncand; i++) {
+        int soft = 0;
+        rc = check_dir(cand[i], create, &soft, err, errlen);
+        if (rc == CT_LEDGER_OK) {
+            if (strlen(cand[i]) >= len) {
+                rc = CT_LEDGER_EINVAL;
+                set_err(err, errlen, "ledger directory path too long");
+                break;
+            }
+            strcpy(buf, cand[i]);
+            break;
+        }
+        if (rc == CT_LEDGER_ENOENT) {
+            if (first_missing < 0)
+                first_missing = i;
+            continue;
+        }
+        if (!soft)
+            break; /* refused: do not quietly go elsewhere */
+    }
+    if (rc == CT_LEDGER_ENOENT && first_missing >= 0 && strlen(cand[first_missing]) < len) {
+        strcpy(buf, cand[first_missing]);
+        set_err(err, errlen, "ledger directory %s does not exist", buf);
+    }
+    errno = saved;
+    return rc;
+}
+
+int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
+                             char *err, uint64_t errlen)
+{
+    if (!buf || len == 0)
+        return CT_LEDGER_EINVAL;
+    buf[0] = 0;
+    if (!ct_ledger_valid_group(group)) {
+        set_err(err, errlen, "invalid budget group name '%.80s': use 1 to %d of A-Z a-z 0-9 _ . -",
+                group ? group : "", CT_LEDGER_GROUP_MAX);
+        return CT_LEDGER_EINVAL;
+    }
+    char dir[PATH_MAX];
+    int32_t rc = ct_ledger_dir(dir, sizeof dir, create_dir, err, errlen);
+    if (rc != CT_LEDGER_OK && rc != CT_LEDGER_ENOENT)
+        return rc;
+    int n = snprintf(buf, len, "%s/%s.ledger", dir, group);
+    if (n < 0 || (size_t)n >= len) {
+        buf[0] = 0;
+        set_err(err, errlen, "ledger path too long");
+        return CT_LEDGER_EINVAL;
+    }
+    return rc;
+}
+
+const char *ct_ledger_strerror(int32_t code)
+{
+    switch (code) {
+    case CT_LEDGER_OK: return "ok";
+    case CT_LEDGER_GRANTED: return "granted";
+    case CT_LEDGER_EINVAL: return "invalid argument";
+    case CT_LEDGER_ENOTMEMBER: return "not a member of the ledger";
+    case CT_LEDGER_EFULL: return "the ledger has no free member slot";
+    case CT_LEDGER_ENODEV: return "device index out of range";
+    case CT_LEDGER_ENOENT: return "does not exist";
+    case CT_LEDGER_EACCESS: return "refused (ownership or permissions)";
+    case CT_LEDGER_ESYS: return "system error";
+    default: return "unknown error";
+    }
+}

@@ -1,0 +1,86 @@
+"""pytest fixtures for the simulated CUDA driver; conftest.py imports them:
+
+    from sim_fixtures import sim  # noqa: F401
+
+`sim` (session scope) builds everything once (simbuild.build_all) into a tmp_path_factory folder,
+or into $CUDATRACE_SIM_BUILDDIR when that is set (kept between sessions: rebuilt only when sources
+change), and returns a Sim:
+
+    sim.lib            Path of the folder holding libcuda.so.1 and libnvidia-ml.so.1
+    sim.progs          {program: Path | None}  (None: not buildable here, e.g. static_prog)
+    sim.paths          everything build_all returned (libdir, libcuda, libnvml, libnext, ...)
+    sim.libnext        Path of preload/libnext.so;  sim.libinterpose likewise
+    sim.env(**opts)    a complete environment for subprocess: os.environ without any CUDASIM_*
+                       or LD_PRELOAD, LD_LIBRARY_PATH starting with sim.lib, and the simulator
+                       options (simbuild.SIM_OPTIONS: state=, devices=, total_bytes=,
+                       driver_version=, integrated=, fail_nth=, calls=, ctx_bytes=)
+    sim.new_state()    a fresh path (not yet existing) for env(state=...): one simulated GPU
+                       shared by every process given it
+    sim.run(prog, *args, env=None, timeout=60, check=False, **opts)
+                       subprocess.run of a program (capture_output, text); env defaults to
+                       sim.env(**opts); check=True raises on a non-zero exit with the output
+    sim.stats(state)   the shared state after reclaiming dead processes' memory:
+                       [{dev, total, used, hwm, free, pids: {pid: {used, hwm}}}] (simstat)
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import simbuild  # noqa: E402
+
+
+class Sim:
+    def __init__(self, paths: dict[str, Path | None], scratch: Path):
+        self.paths = paths
+        self.lib: Path = paths["libdir"]
+        self.progs: dict[str, Path | None] = {name: paths.get(name) for name in simbuild.PROGRAMS}
+        self.libnext: Path = paths["libnext"]
+        self.libinterpose: Path = paths["libinterpose"]
+        self._scratch = scratch
+        self._counter = itertools.count()
+
+    def env(self, **opts) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"}
+        add = simbuild.sim_env(self.lib, **opts)
+        old = env.get("LD_LIBRARY_PATH")
+        if old:
+            add["LD_LIBRARY_PATH"] = f"{add['LD_LIBRARY_PATH']}:{old}"
+        env.update(add)
+        return env
+
+    def new_state(self) -> Path:
+        path = self._scratch / f"state-{os.getpid()}-{next(self._counter)}"
+        path.unlink(missing_ok=True)
+        return path
+
+    def run(self, prog: str, *args, env: dict[str, str] | None = None, timeout: float = 60,
+            check: bool = False, **opts) -> subprocess.CompletedProcess:
+        path = self.progs.get(prog)
+        if path is None:
+            pytest.skip(f"{prog} is not built here")
+        res = subprocess.run([str(path), *map(str, args)], env=env if env is not None else self.env(**opts),
+                             capture_output=True, text=True, timeout=timeout)
+        if check and res.returncode != 0:
+            raise AssertionError(f"{prog} {' '.join(map(str, args))} exited {res.returncode}\n"
+                                 f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}")
+        return res
+
+    def stats(self, state: Path) -> list[dict]:
+        res = self.run("simstat", env=self.env(state=state), check=True)
+        return simbuild.parse_simstat(res.stdout)
+
+
+@pytest.fixture(scope="session")
+def sim(tmp_path_factory) -> Sim:
+    fixed = os.environ.get("CUDATRACE_SIM_BUILDDIR")
+    outdir = Path(fixed) if fixed else tmp_path_factory.mktemp("simbuild")
+    paths = simbuild.build_all(outdir)
+    return Sim(paths, tmp_path_factory.mktemp("simstate"))

@@ -1,0 +1,272 @@
+"""Build the simulated CUDA driver, simulated NVML and the test programs (no GPU, no CUDA).
+
+    build_all(outdir) -> {name: Path | None}
+    sim_env(libdir, **opts) -> {env var: value}
+
+Layout of outdir:
+    lib/libcuda.so.1  (+ libcuda.so symlink)            simulated driver  (tests/sim/libcuda_sim.c)
+    lib/libnvidia-ml.so.1  (+ libnvidia-ml.so symlink)   simulated NVML    (tests/sim/libnvml_sim.c)
+    preload/libnext.so, preload/libinterpose.so          preload helpers   (tests/progs/lib*.c)
+    bin/<program>                                        test programs     (tests/progs/<program>.c)
+
+Names in the dict: "libdir" (the lib/ folder: put it in LD_LIBRARY_PATH), "libcuda", "libnvml",
+"libnext", "libinterpose", and one per program (PROGRAMS). "static_prog" is None when the C
+library has no static version (cc -static fails).
+
+Programs are built with -O0 -g -fno-omit-frame-pointer -rdynamic (their allocating functions are
+named, non-inlined and exported, so stack addresses resolve to names), linked against the simulator
+with -L<libdir> -lcuda where they call the driver directly, and never with an rpath: a process
+finds the simulator (and a tracer the same one) through LD_LIBRARY_PATH alone.
+
+A target is rebuilt only when it is missing, older than a source it depends on, or was built by
+another command line. Builds into one outdir are serialized with a lock file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+SHIM = REPO / "shim"
+SIM = TESTS / "sim"
+PROGS = TESTS / "progs"
+
+COMMON_CFLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-D_GNU_SOURCE", "-pthread",
+                 f"-I{SHIM}", f"-I{SIM}", f"-I{PROGS}"]
+LIB_CFLAGS = ["-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer"]
+PROG_CFLAGS = ["-O0", "-g", "-fno-omit-frame-pointer", "-rdynamic"]
+
+# program -> how it is linked: "cuda" (-lcuda), "plain", "static"
+PROGRAMS: dict[str, str] = {
+    "route_link": "cuda",
+    "route_dlsym": "plain",
+    "route_gpa": "plain",
+    "threads": "cuda",
+    "hold": "cuda",
+    "forkexec": "cuda",
+    "exitcode": "plain",
+    "dlsym_next": "plain",
+    "static_prog": "static",
+    "meminfo": "cuda",
+    "budget_hammer": "cuda",
+    "simstat": "cuda",
+}
+
+# Environment of the simulator: sim_env() keyword -> variable
+SIM_OPTIONS: dict[str, str] = {
+    "state": "CUDASIM_STATE",                 # shared device state file (unset: per process)
+    "devices": "CUDASIM_DEVICES",             # 1..8
+    "total_bytes": "CUDASIM_TOTAL_BYTES",     # bytes per device; a list gives one per device
+    "driver_version": "CUDASIM_DRIVER_VERSION",  # cuDriverGetVersion, cuGetProcAddress limit
+    "integrated": "CUDASIM_INTEGRATED",       # 1: integrated device (host pinned memory counts)
+    "fail_nth": "CUDASIM_FAIL_NTH",           # n-th allocation call fails with OUT_OF_MEMORY
+    "calls": "CUDASIM_CALLS",                 # append "pid symbol count" lines at exit
+    "ctx_bytes": "CUDASIM_CTX_BYTES",         # hidden per-process context cost per device
+}
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def _cc() -> str:
+    return os.environ.get("CC", "cc")
+
+
+def _headers() -> list[Path]:
+    return [SHIM / "cuda_abi.h", SHIM / "hooks.def", SIM / "sim_state.h",
+            *sorted(PROGS.glob("*.h"))]
+
+
+def _up_to_date(out: Path, deps: list[Path], cmd: list[str]) -> bool:
+    stamp = out.parent / f".{out.name}.cmd"
+    try:
+        mtime = out.stat().st_mtime
+        if stamp.read_text() != shlex.join(cmd):
+            return False
+    except OSError:
+        return False
+    return all(d.stat().st_mtime <= mtime for d in deps if d.exists())
+
+
+def _compile(out: Path, cmd_tail: list[str], deps: list[Path], *, allow_fail: bool = False) -> Path | None:
+    """Run `cc ... -o <out> <cmd_tail>` unless out is current; atomic replace of out."""
+    key = [_cc(), "-o", str(out), *cmd_tail]
+    if _up_to_date(out, deps, key):
+        return out
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    cmd = [_cc(), "-o", str(tmp), *cmd_tail]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        if allow_fail:
+            return None
+        raise BuildError(f"build of {out.name} failed:\n$ {shlex.join(cmd)}\n{res.stdout}{res.stderr}")
+    if res.stderr.strip() and not allow_fail:
+        # warnings are bugs in these sources: keep them visible
+        print(f"simbuild: warnings building {out.name}:\n{res.stderr}")
+    os.replace(tmp, out)
+    (out.parent / f".{out.name}.cmd").write_text(shlex.join(key))
+    return out
+
+
+def _symlink(link: Path, target: str) -> None:
+    try:
+        if os.readlink(link) == target:
+            return
+    except OSError:
+        pass
+    tmp = link.with_name(f".{link.name}.tmp{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    os.symlink(target, tmp)
+    os.replace(tmp, link)
+
+
+def build_all(outdir: Path) -> dict[str, Path | None]:
+    """Compile the simulated libraries and every program into outdir; return name -> path."""
+    outdir = Path(outdir).resolve()
+    libdir, bindir, predir = outdir / "lib", outdir / "bin", outdir / "preload"
+    for d in (libdir, bindir, predir):
+        d.mkdir(parents=True, exist_ok=True)
+    headers = _headers()
+    result: dict[str, Path | None] = {"libdir": libdir}
+    with open(outdir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        # the libraries first: programs link against libcuda.so
+        libs = {
+            "libcuda": (SIM / "libcuda_sim.c", "libcuda.so.1", "libcuda.so"),
+            "libnvml": (SIM / "libnvml_sim.c", "libnvidia-ml.so.1", "libnvidia-ml.so"),
+        }
+        for name, (src, soname, devlink) in libs.items():
+            out = libdir / soname
+            _compile(out, [*COMMON_CFLAGS, *LIB_CFLAGS, f"-Wl,-soname,{soname}", "-Wl,-Bsymbolic",
+                           "-Wl,--no-undefined", str(src), "-ldl"], [src, *headers])
+            _symlink(libdir / devlink, soname)
+            result[name] = out
+        for name in ("libnext", "libinterpose"):
+            src = PROGS / f"{name}.c"
+            out = predir / f"{name}.so"
+            _compile(out, [*COMMON_CFLAGS, *LIB_CFLAGS, "-Wl,--no-undefined", str(src), "-ldl"], [src])
+            result[name] = out
+
+        def build_prog(name: str) -> tuple[str, Path | None]:
+            kind = PROGRAMS[name]
+            src = PROGS / f"{name}.c"
+            out = bindir / name
+            if kind == "static":
+                return name, _compile(out, ["-O0", "-g", "-static", str(src)], [src], allow_fail=True)
+            tail = [*COMMON_CFLAGS, *PROG_CFLAGS, str(src)]
+            if kind == "cuda":
+                tail += [f"-L{libdir}", "-lcuda"]
+            tail += ["-ldl"]
+            return name, _compile(out, tail, [src, *headers])
+
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as ex:
+            for name, path in ex.map(build_prog, PROGRAMS):
+                result[name] = path
+    return result
+
+
+def sim_env(libdir: Path, **opts) -> dict[str, str]:
+    """The variables a process needs to run on the simulator: LD_LIBRARY_PATH=libdir plus the
+    simulator options given (SIM_OPTIONS keywords; None leaves one unset, True/False are 1/0, a
+    list or tuple is joined with commas)."""
+    env = {"LD_LIBRARY_PATH": str(libdir)}
+    for key, value in opts.items():
+        if key not in SIM_OPTIONS:
+            raise TypeError(f"unknown simulator option {key!r} (known: {', '.join(SIM_OPTIONS)})")
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            value = int(value)
+        if isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        env[SIM_OPTIONS[key]] = str(value)
+    return env
+
+
+# ---- reading what the programs and the simulator write ---------------------------------------
+
+OPS = {"alloc", "free", "map", "unmap", "import", "unimport", "meminfo"}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation line of a test program: `op api size ptr result` (cudasim_api.h).
+    For meminfo, size is the total and ptr the free bytes; None stands for '-'."""
+    op: str
+    api: str
+    size: int | None
+    ptr: int | None
+    result: int
+
+
+def _num(field: str) -> int | None:
+    if field == "-":
+        return None
+    return int(field, 0)
+
+
+def parse_ops(text: str) -> list[Op]:
+    """The operation lines of a program's stdout, in order (notes and status lines skipped)."""
+    ops = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] in OPS:
+            ops.append(Op(f[0], f[1], _num(f[2]), _num(f[3]), int(f[4])))
+    return ops
+
+
+def parse_resolves(text: str) -> list[dict]:
+    """route_gpa / meminfo lookup lines: resolve BASE VERSION FLAGS RESULT STATUS SYMBOL LIBRARY."""
+    out = []
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 8 and f[0] == "resolve":
+            out.append({"base": f[1], "version": int(f[2]), "flags": int(f[3]), "result": int(f[4]),
+                        "status": None if f[5] == "-" else int(f[5]),
+                        "symbol": None if f[6] == "-" else f[6], "library": None if f[7] == "-" else f[7]})
+    return out
+
+
+def parse_calls(path: Path) -> dict[int, dict[str, int]]:
+    """CUDASIM_CALLS file -> {pid: {symbol: count}} (counts of one pid summed over its images)."""
+    calls: dict[int, dict[str, int]] = {}
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        return calls
+    for line in text.splitlines():
+        f = line.split()
+        if len(f) == 3:
+            per = calls.setdefault(int(f[0]), {})
+            per[f[1]] = per.get(f[1], 0) + int(f[2])
+    return calls
+
+
+_DEV_RE = re.compile(r"dev (\d+) total (\d+) used (\d+) hwm (\d+) free (\d+)")
+_PID_RE = re.compile(r"pid (\d+) (\d+) used (\d+) hwm (\d+)")
+
+
+def parse_simstat(text: str) -> list[dict]:
+    """simstat output -> [{dev, total, used, hwm, free, pids: {pid: {used, hwm}}}] per device."""
+    devs: list[dict] = []
+    for line in text.splitlines():
+        m = _DEV_RE.fullmatch(line.strip())
+        if m:
+            d, total, used, hwm, free = map(int, m.groups())
+            devs.append({"dev": d, "total": total, "used": used, "hwm": hwm, "free": free, "pids": {}})
+            continue
+        m = _PID_RE.fullmatch(line.strip())
+        if m:
+            d, pid, used, hwm = map(int, m.groups())
+            devs[d]["pids"][pid] = {"used": used, "hwm": hwm}
+    return devs

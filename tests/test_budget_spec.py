@@ -1,0 +1,202 @@
+"""Budget SPEC parsing, resolution and byte formatting (cudatrace/budget.py). No GPU, no native code."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+
+from cudatrace.budget import (MAX_DEVICES, Amount, BudgetError, BudgetSpec, format_bytes,
+                              parse_budget, parse_size, resolve_limits, visible_ordinals)
+
+GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
+
+SIZES = [
+    ("1024", 1024),
+    ("17B", 17),
+    ("17 b", 17),
+    ("8GiB", 8 * GiB),
+    ("8 GiB", 8 * GiB),
+    ("8gib", 8 * GiB),
+    ("512MiB", 512 * MiB),
+    ("1.5GiB", 3 * GiB // 2),
+    ("0.5TiB", 512 * GiB),
+    ("4KiB", 4 * KiB),
+    ("8G", 8 * GiB),           # short forms are binary
+    ("8g", 8 * GiB),
+    ("8M", 8 * MiB),
+    ("2K", 2 * KiB),
+    ("1T", 1 << 40),
+    ("8GB", 8 * 10 ** 9),      # decimal
+    ("8gb", 8 * 10 ** 9),
+    ("512MB", 512 * 10 ** 6),
+    ("1KB", 1000),
+    ("2TB", 2 * 10 ** 12),
+    ("0.3MiB", 314572),        # floored
+    (".5GiB", GiB // 2),
+    ("+1GiB", GiB),
+]
+
+
+@pytest.mark.parametrize("text,expected", SIZES)
+def test_parse_size(text, expected):
+    assert parse_size(text) == expected
+
+
+GOOD = [
+    ("8GiB", Amount("bytes", 8 * GiB), {}),
+    ("60%", Amount("total", Fraction(60)), {}),
+    ("12.5%", Amount("total", Fraction(25, 2)), {}),
+    ("60%free", Amount("free", Fraction(60)), {}),
+    ("60% free", Amount("free", Fraction(60)), {}),
+    ("60%FREE", Amount("free", Fraction(60)), {}),
+    ("100%", Amount("total", Fraction(100)), {}),
+    ("0=8GiB,1=4GiB", None, {0: Amount("bytes", 8 * GiB), 1: Amount("bytes", 4 * GiB)}),
+    (" 0 = 8GiB , 1 = 50% ", None, {0: Amount("bytes", 8 * GiB), 1: Amount("total", Fraction(50))}),
+    ("4GiB,0=10GiB", Amount("bytes", 4 * GiB), {0: Amount("bytes", 10 * GiB)}),
+    ("15=1G", None, {15: Amount("bytes", GiB)}),
+    ("2=30%free", None, {2: Amount("free", Fraction(30))}),
+]
+
+
+@pytest.mark.parametrize("text,default,per", GOOD)
+def test_parse_budget_good(text, default, per):
+    b = parse_budget(text)
+    assert b.default == default
+    assert b.per_device == per
+    assert parse_budget(str(b)) == b          # canonical text parses back to the same budget
+
+
+BAD = [
+    ("", "empty"),
+    ("   ", "empty"),
+    ("-1GiB", "positive"),
+    ("-5%", "positive"),
+    ("0", "more than zero"),
+    ("0GiB", "more than zero"),
+    ("0%", "more than zero"),
+    ("0%free", "more than zero"),
+    ("101%", "100%"),
+    ("100.5%free", "100%"),
+    ("8XB", "unknown unit"),
+    ("8GiBs", "unknown unit"),
+    ("8 gigabytes", "unknown unit"),
+    ("nan", "not a size"),
+    ("NaN%", "not a share"),
+    ("inf", "not a size"),
+    ("1e9", "not a size"),
+    ("0=1GiB,0=2GiB", "twice"),
+    ("0=1GiB, 0=50%", "twice"),
+    ("garbage", "not a size"),
+    ("GiB", "not a size"),
+    ("1.5", "whole"),
+    ("1.5B", "whole"),
+    ("0.1B", "whole"),
+    ("16=1GiB", "below 16"),
+    ("a=1GiB", "not a device index"),
+    ("-1=1GiB", "not a device index"),
+    ("=1GiB", "not a device index"),
+    ("0=", "empty"),
+    ("1GiB,2GiB", "more than one"),
+    ("8GiB,", "empty item"),
+    (",8GiB", "empty item"),
+    ("8GiB,,0=1G", "empty item"),
+    ("60%%", "not a share"),
+    ("60%used", "not a share"),
+    ("8G%", "not a share"),
+    ("99999999999999999999TiB", "too large"),
+]
+
+
+@pytest.mark.parametrize("text,why", BAD)
+def test_parse_budget_bad(text, why):
+    with pytest.raises(BudgetError) as ei:
+        parse_budget(text)
+    msg = str(ei.value)
+    assert why in ei.value.why, ei.value.why
+    # every rejection lists the accepted forms
+    for form in ("8GiB", "60%", "60%free", "0=8GiB,1=4GiB", "8G = 8 GiB", "8GB"):
+        assert form in msg, (form, msg)
+
+
+def test_budget_error_is_value_error():
+    with pytest.raises(ValueError):
+        parse_budget("nope")
+
+
+def test_parse_size_errors():
+    for bad in ("", "x", "-1", "1%"):
+        with pytest.raises(BudgetError):
+            parse_size(bad)
+
+
+TOTALS = {0: 80 * GiB, 1: 40 * GiB}
+FREES = {0: 70 * GiB, 1: 10 * GiB}
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("8GiB", {0: 8 * GiB, 1: 8 * GiB}),
+    ("50%", {0: 40 * GiB, 1: 20 * GiB}),
+    ("50%free", {0: 35 * GiB, 1: 5 * GiB}),
+    ("0=8GiB,1=4GiB", {0: 8 * GiB, 1: 4 * GiB}),
+    ("1=25%", {1: 10 * GiB}),
+    ("4GiB,0=10%", {0: 8 * GiB, 1: 4 * GiB}),
+    ("100%", {0: 80 * GiB, 1: 40 * GiB}),
+    ("33.3%", {0: int(80 * GiB * Fraction(333, 1000)), 1: int(40 * GiB * Fraction(333, 1000))}),
+    ("5=1GiB", {5: GiB}),       # a size for a device the caller did not list still applies
+])
+def test_resolve(text, expected):
+    assert parse_budget(text).resolve(TOTALS, FREES) == expected
+
+
+def test_resolve_unknown_device():
+    with pytest.raises(BudgetError, match="device 5"):
+        parse_budget("5=50%").resolve(TOTALS, FREES)
+    with pytest.raises(BudgetError, match="free memory"):
+        parse_budget("50%free").resolve(TOTALS, {})
+
+
+def test_resolve_limits_sizes_need_no_device():
+    assert resolve_limits(parse_budget("8G")) == {d: 8 * GiB for d in range(MAX_DEVICES)}
+    assert resolve_limits(parse_budget("1=1G")) == {1: GiB}
+    assert resolve_limits(parse_budget("50%"), TOTALS, FREES) == {0: 40 * GiB, 1: 20 * GiB}
+    assert not parse_budget("8G,1=2G").needs_device_memory()
+    assert parse_budget("8G,1=2%").needs_device_memory()
+
+
+def test_visible_ordinals():
+    assert visible_ordinals(4, None) == [0, 1, 2, 3]
+    assert visible_ordinals(4, "2,3") == [2, 3]
+    assert visible_ordinals(4, "3, 1") == [3, 1]
+    assert visible_ordinals(4, "1,9,2") == [1]     # CUDA stops at the first invalid entry
+    assert visible_ordinals(4, "") == []
+    assert visible_ordinals(4, "-1") == []
+    with pytest.raises(BudgetError, match="UUID"):
+        visible_ordinals(4, "GPU-8a3c")
+
+
+@pytest.mark.parametrize("n,text", [
+    (0, "0 B"),
+    (17, "17 B"),
+    (1023, "1023 B"),
+    (1024, "1.00 KiB"),
+    (1536, "1.50 KiB"),
+    (512 * MiB, "512.0 MiB"),
+    (GiB, "1.00 GiB"),
+    (3 * GiB // 2, "1.50 GiB"),
+    (10 * GiB, "10.0 GiB"),
+    (GiB - 1, "1.00 GiB"),            # rounds up to the next unit, not "1024.0 MiB"
+    (1 << 40, "1.00 TiB"),
+    (-2048, "-2.00 KiB"),
+])
+def test_format_bytes(n, text):
+    assert format_bytes(n) == text
+
+
+def test_spec_str_roundtrip_exact_units():
+    assert str(parse_budget("8G")) == "8GiB"
+    assert str(parse_budget("1=512M,4GiB")) == "4GiB,1=512MiB"
+    assert str(parse_budget("8GB")) == "8GB"
+    assert str(parse_budget("1000")) == "1KB"
+    assert str(parse_budget("1001")) == "1001"
+    assert str(parse_budget("12.5%free")) == "12.5%free"
+    assert isinstance(parse_budget("8G"), BudgetSpec)
