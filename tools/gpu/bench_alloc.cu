@@ -1,0 +1,139 @@
+/* bench_alloc.cu - the inner loops of the overhead benchmark (tools/bench_overhead.py).
+ *
+ *   bench_alloc alloc SIZE N     N cudaMalloc/cudaFree pairs of SIZE bytes (cuMemAlloc_v2/cuMemFree_v2)
+ *   bench_alloc async SIZE N     N cudaMallocAsync/cudaFreeAsync pairs on a stream, from the
+ *                                device's default pool with its release threshold at the maximum
+ *                                (the pool never gives memory back, so a pair never reaches the OS)
+ *   bench_alloc meminfo N        N cudaMemGetInfo calls
+ *   bench_alloc startup          cudaFree(0) and exit (process start-up cost is timed outside)
+ *
+ * The loops run after a warm-up, timed inside the program with clock_gettime(CLOCK_MONOTONIC):
+ *   ns_per_op X      nanoseconds per pair (alloc, async) or per call (meminfo)
+ * Static runtime (nvcc's default), like most CUDA binaries.
+ */
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpu_common.h"
+
+#define CK(call)                                                                            \
+    do {                                                                                    \
+        cudaError_t err_ = (call);                                                          \
+        if (err_ != cudaSuccess) {                                                          \
+            fprintf(stderr, "bench_alloc: %s failed at line %d: %s\n", #call, __LINE__,       \
+                    cudaGetErrorName(err_));                                                \
+            exit(2);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static unsigned long long parse_size(const char *s)
+{
+    char *end = NULL;
+    double v = strtod(s, &end);
+    unsigned long long mul = 1;
+    if (end && *end) {
+        switch (*end) {
+        case 'k': case 'K': mul = 1ull << 10; break;
+        case 'm': case 'M': mul = 1ull << 20; break;
+        case 'g': case 'G': mul = 1ull << 30; break;
+        default: fprintf(stderr, "bench_alloc: bad size %s\n", s); exit(2);
+        }
+    }
+    return (unsigned long long)(v * (double)mul);
+}
+
+extern "C" NOINLINE void bench_alloc_pairs(size_t size, long n)
+{
+    for (long i = 0; i < n; i++) {
+        void *p;
+        CK(cudaMalloc(&p, size));
+        CK(cudaFree(p));
+    }
+}
+
+extern "C" NOINLINE void bench_async_pairs(size_t size, long n, cudaStream_t s)
+{
+    for (long i = 0; i < n; i++) {
+        void *p;
+        CK(cudaMallocAsync(&p, size, s));
+        CK(cudaFreeAsync(p, s));
+    }
+    CK(cudaStreamSynchronize(s));
+}
+
+extern "C" NOINLINE void bench_meminfo(long n)
+{
+    for (long i = 0; i < n; i++) {
+        size_t f, t;
+        CK(cudaMemGetInfo(&f, &t));
+    }
+}
+
+static void report(const char *mode, unsigned long long size, long n, uint64_t ns)
+{
+    printf("mode %s\nsize %llu\nops %ld\ntotal_ns %llu\nns_per_op %.3f\n", mode, size, n,
+           (unsigned long long)ns, n ? (double)ns / (double)n : 0.0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: bench_alloc alloc SIZE N | async SIZE N | meminfo N | startup\n");
+        return 2;
+    }
+    gc_line_buffered();
+    const char *mode = argv[1];
+    CK(cudaSetDevice(0));
+    CK(cudaFree(0));
+    if (!strcmp(mode, "startup")) {
+        printf("mode startup\n");
+        return 0;
+    }
+    if (!strcmp(mode, "alloc") && argc == 4) {
+        size_t size = parse_size(argv[2]);
+        long n = atol(argv[3]);
+        bench_alloc_pairs(size, n / 10 > 20 ? 20 : (n / 10 > 0 ? n / 10 : 1));
+        uint64_t t0 = now_ns();
+        bench_alloc_pairs(size, n);
+        uint64_t t1 = now_ns();
+        report(mode, size, n, t1 - t0);
+        return 0;
+    }
+    if (!strcmp(mode, "async") && argc == 4) {
+        size_t size = parse_size(argv[2]);
+        long n = atol(argv[3]);
+        cudaMemPool_t pool;
+        CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+        uint64_t thr = UINT64_MAX;
+        CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+        cudaStream_t s;
+        CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        bench_async_pairs(size, n / 10 > 1000 ? 1000 : (n / 10 > 0 ? n / 10 : 1), s);
+        uint64_t t0 = now_ns();
+        bench_async_pairs(size, n, s);
+        uint64_t t1 = now_ns();
+        report(mode, size, n, t1 - t0);
+        CK(cudaStreamDestroy(s));
+        return 0;
+    }
+    if (!strcmp(mode, "meminfo") && argc == 3) {
+        long n = atol(argv[2]);
+        bench_meminfo(n / 10 > 100 ? 100 : (n / 10 > 0 ? n / 10 : 1));
+        uint64_t t0 = now_ns();
+        bench_meminfo(n);
+        uint64_t t1 = now_ns();
+        report(mode, 0, n, t1 - t0);
+        return 0;
+    }
+    fprintf(stderr, "bench_alloc: bad arguments\n");
+    return 2;
+}
