@@ -78,9 +78,15 @@ class Sim:
         return simbuild.parse_simstat(res.stdout)
 
 
+_built: Sim | None = None  # one build per pytest process, however many modules import `sim`
+
+
 @pytest.fixture(scope="session")
 def sim(tmp_path_factory) -> Sim:
-    fixed = os.environ.get("CUDATRACE_SIM_BUILDDIR")
-    outdir = Path(fixed) if fixed else tmp_path_factory.mktemp("simbuild")
-    paths = simbuild.build_all(outdir)
-    return Sim(paths, tmp_path_factory.mktemp("simstate"))
+    global _built
+    if _built is None:
+        fixed = os.environ.get("CUDATRACE_SIM_BUILDDIR")
+        outdir = Path(fixed) if fixed else tmp_path_factory.mktemp("simbuild")
+        paths = simbuild.build_all(outdir)
+        _built = Sim(paths, tmp_path_factory.mktemp("simstate"))
+    return _built

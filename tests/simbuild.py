@@ -70,6 +70,7 @@ SIM_OPTIONS: dict[str, str] = {
     "fail_nth": "CUDASIM_FAIL_NTH",           # n-th allocation call fails with OUT_OF_MEMORY
     "calls": "CUDASIM_CALLS",                 # append "pid symbol count" lines at exit
     "ctx_bytes": "CUDASIM_CTX_BYTES",         # hidden per-process context cost per device
+    "strict_context": "CUDASIM_STRICT_CONTEXT",  # 1: no implicit context after cuInit
 }
 
 

@@ -258,6 +258,32 @@ static void sim_atfork_prepare(void);
 static void sim_atfork_parent(void);
 static void sim_atfork_child(void);
 
+/* Slots with our pid and start time belong to earlier images of this process (exec replaced
+ * them without an exit): a real driver frees an image's memory when it goes. */
+static void release_earlier_images(void)
+{
+    int pid = getpid();
+    uint64_t start = cudasim_proc_start(pid, NULL);
+    for (int dev = 0; dev < g_ndev; dev++) {
+        struct cudasim_device *d = &g_st->dev[dev];
+        for (int i = 0; i < CUDASIM_MAX_PIDS; i++) {
+            struct cudasim_pid_slot *s = &d->pids[i];
+            int32_t p = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
+            if (p != pid || s->start_ticks != start ||
+                !__atomic_compare_exchange_n(&s->pid, &p, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                continue;
+            uint64_t u = __atomic_exchange_n(&s->used, 0, __ATOMIC_ACQ_REL);
+            if (u) {
+                __atomic_fetch_sub(&d->used, u, __ATOMIC_ACQ_REL);
+                __atomic_fetch_add(&d->reclaimed, u, __ATOMIC_RELAXED);
+            }
+            s->hwm = 0;
+            s->start_ticks = 0;
+            __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
+        }
+    }
+}
+
 static void sim_setup(void)
 {
     g_driver_version = (int)cudasim_env_ull("CUDASIM_DRIVER_VERSION", 13000);
@@ -267,6 +293,7 @@ static void sim_setup(void)
     g_strict_ctx = cudasim_env_ull("CUDASIM_STRICT_CONTEXT", 0) != 0;
     g_st = cudasim_state_open("libcuda_sim");
     g_ndev = (int)g_st->ndevices;
+    release_earlier_images();
     pthread_atfork(sim_atfork_prepare, sim_atfork_parent, sim_atfork_child);
 }
 
@@ -449,6 +476,7 @@ static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_slot_pid;                         /* pid g_slot[] belongs to */
 static int g_slot[CUDASIM_MAX_DEVICES];        /* slot index + 1; 0: none yet; -1: none free */
 static uint64_t g_unslotted[CUDASIM_MAX_DEVICES];
+static int g_exited; /* the exit-time release ran: later frees have nothing to give back */
 static uint64_t g_my_start;
 
 /* This process's slot on dev, claimed on first use; NULL when all slots are taken. */
@@ -464,23 +492,6 @@ static struct cudasim_pid_slot *my_slot(int dev)
     }
     int idx = g_slot[dev];
     if (idx == 0) {
-        /* A slot with our pid and start time belongs to an earlier image of this process (exec
-         * replaced it without an exit): a real driver frees that image's memory. */
-        for (int i = 0; i < CUDASIM_MAX_PIDS; i++) {
-            struct cudasim_pid_slot *s = &d->pids[i];
-            int32_t p = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
-            if (p == pid && s->start_ticks == g_my_start &&
-                __atomic_compare_exchange_n(&s->pid, &p, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-                uint64_t u = __atomic_exchange_n(&s->used, 0, __ATOMIC_ACQ_REL);
-                if (u) {
-                    __atomic_fetch_sub(&d->used, u, __ATOMIC_ACQ_REL);
-                    __atomic_fetch_add(&d->reclaimed, u, __ATOMIC_RELAXED);
-                }
-                s->hwm = 0;
-                s->start_ticks = 0;
-                __atomic_store_n(&s->pid, 0, __ATOMIC_RELEASE);
-            }
-        }
         for (int pass = 0; pass < 2 && idx == 0; pass++) {
             for (int i = 0; i < CUDASIM_MAX_PIDS; i++) {
                 struct cudasim_pid_slot *s = &d->pids[i];
@@ -545,7 +556,7 @@ static CUresult charge(int dev, uint64_t bytes, int *slotted)
 
 static void uncharge(int dev, uint64_t bytes, int slotted)
 {
-    if (!bytes)
+    if (!bytes || __atomic_load_n(&g_exited, __ATOMIC_ACQUIRE))
         return;
     struct cudasim_device *d = &g_st->dev[dev];
     struct cudasim_pid_slot *s = slotted ? my_slot(dev) : NULL;
@@ -747,6 +758,7 @@ static void sim_atfork_child(void)
     memset(g_calls, 0, sizeof(g_calls));
     memset(g_ctx_charged, 0, sizeof(g_ctx_charged));
     g_alloc_calls = 0;
+    g_exited = 0;
     pthread_mutex_init(&g_mu, NULL);
     pthread_mutex_init(&g_slot_mu, NULL);
 }
@@ -759,6 +771,7 @@ __attribute__((destructor)) static void sim_fini(void)
     /* a process that exits gives its device memory back, as with a real driver */
     int pid = getpid();
     pthread_mutex_lock(&g_slot_mu);
+    __atomic_store_n(&g_exited, 1, __ATOMIC_RELEASE);
     if (g_slot_pid == pid) {
         for (int dev = 0; dev < g_ndev; dev++) {
             struct cudasim_device *d = &g_st->dev[dev];

@@ -124,8 +124,11 @@ static void nvml_setup(void)
     const char *path = getenv("CUDASIM_STATE");
     if (!path || !*path) {
         /* the simulated driver's private state, when it is loaded in this process */
-        struct cudasim_state *(*get)(void) =
-            (struct cudasim_state * (*)(void)) dlsym(RTLD_DEFAULT, "cudasim_state_get");
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD); /* loaded RTLD_LOCAL too */
+        void *sym = h ? dlsym(h, "cudasim_state_get") : NULL;
+        if (!sym)
+            sym = dlsym(RTLD_DEFAULT, "cudasim_state_get");
+        struct cudasim_state *(*get)(void) = (struct cudasim_state * (*)(void)) sym;
         if (get)
             g_st = get();
     }
