@@ -304,9 +304,14 @@ static int counted(int kind, int dev)
 struct aent {
     uint64_t addr;       /* 0 empty, 1 tombstone */
     uint64_t size;
+    uint64_t handle;     /* CT_SPACE_MAPPING: the VMM handle mapped there */
     int32_t dev;
     int32_t space;
+    int32_t maps;        /* VMM handle: live mappings */
+    int32_t released;    /* VMM handle: cuMemRelease seen, memory stays until the last unmap */
 };
+/* a pseudo address space for VMM mappings (address -> handle), never written to traces */
+#define CT_SPACE_MAPPING 100
 static struct aent *atab;
 static uint32_t atab_used;
 static pthread_mutex_t atab_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -317,7 +322,21 @@ static uint32_t ahash(uint64_t a, int space)
     return (uint32_t)(h >> (64 - ATAB_BITS));
 }
 
-static int atab_insert(uint64_t addr, int space, uint64_t size, int dev)
+/* with atab_mu held: the entry of (addr, space), or NULL */
+static struct aent *atab_find(uint64_t addr, int space)
+{
+    if (!atab || addr < 2)
+        return NULL;
+    uint32_t i = ahash(addr, space);
+    while (atab[i].addr != 0) {
+        if (atab[i].addr == addr && atab[i].space == space)
+            return &atab[i];
+        i = (i + 1) & (ATAB_SIZE - 1);
+    }
+    return NULL;
+}
+
+static int atab_insert(uint64_t addr, int space, uint64_t size, int dev, uint64_t handle)
 {
     if (addr < 2)
         return 0;
@@ -334,32 +353,71 @@ static int atab_insert(uint64_t addr, int space, uint64_t size, int dev)
             i = (i + 1) & (ATAB_SIZE - 1);
         if (atab[i].addr == 0)
             atab_used++;
-        atab[i] = (struct aent){addr, size, dev, space};
+        atab[i] = (struct aent){addr, size, handle, dev, space, 0, 0};
         ok = 1;
     }
     pthread_mutex_unlock(&atab_mu);
     return ok;
 }
 
-static int atab_remove(uint64_t addr, int space, uint64_t *size, int *dev)
+/* A free: the bytes to give back now (0 if none, or if a VMM handle is still mapped). */
+static int atab_free(uint64_t addr, int space, uint64_t *size, int *dev)
 {
     int ok = 0;
     pthread_mutex_lock(&atab_mu);
-    if (atab && addr > 1) {
-        uint32_t i = ahash(addr, space);
-        while (atab[i].addr != 0) {
-            if (atab[i].addr == addr && atab[i].space == space) {
-                *size = atab[i].size;
-                *dev = atab[i].dev;
-                atab[i].addr = 1;
-                ok = 1;
-                break;
-            }
-            i = (i + 1) & (ATAB_SIZE - 1);
+    struct aent *e = atab_find(addr, space);
+    if (e) {
+        *size = e->size;
+        *dev = e->dev;
+        if (space == CT_SPACE_VMM && e->maps > 0) {
+            e->released = 1;          /* physical memory lives until its last mapping goes */
+        } else {
+            e->addr = 1;
+            ok = 1;
         }
     }
     pthread_mutex_unlock(&atab_mu);
     return ok;
+}
+
+static void atab_map(uint64_t ptr, uint64_t size, uint64_t handle)
+{
+    pthread_mutex_lock(&atab_mu);
+    struct aent *h = atab_find(handle, CT_SPACE_VMM);
+    if (h)
+        h->maps++;
+    pthread_mutex_unlock(&atab_mu);
+    if (h)
+        atab_insert(ptr, CT_SPACE_MAPPING, size, 0, handle);
+}
+
+/* cuMemUnmap(ptr, size) may cover several mappings; handles released earlier give their bytes
+ * back when their last mapping goes. */
+static void atab_unmap(uint64_t ptr, uint64_t size)
+{
+    uint64_t cur = ptr, end = ptr + size;
+    for (int guard = 0; cur < end && guard < 4096; guard++) {
+        uint64_t give = 0, msize = 0;
+        int dev = 0;
+        pthread_mutex_lock(&atab_mu);
+        struct aent *m = atab_find(cur, CT_SPACE_MAPPING);
+        if (m) {
+            msize = m->size;
+            struct aent *h = atab_find(m->handle, CT_SPACE_VMM);
+            m->addr = 1;
+            if (h && --h->maps <= 0 && h->released) {
+                give = h->size;
+                dev = h->dev;
+                h->addr = 1;
+            }
+        }
+        pthread_mutex_unlock(&atab_mu);
+        if (!m || !msize)
+            break;
+        if (give)
+            ct_ledger_release(ledger, dev, give);
+        cur += msize;
+    }
 }
 
 /* ---- one hooked call ------------------------------------------------------------------ */
@@ -520,16 +578,19 @@ static void ct_post(struct ct_call *c)
                 ct_ledger_force(ledger, dev, c->size - c->reserve);
             else if (c->size < c->reserve)
                 ct_ledger_release(ledger, dev, c->reserve - c->size);
-            if (!atab_insert(c->addr, c->space, c->size, dev))
+            if (!atab_insert(c->addr, c->space, c->size, dev, 0))
                 ct_ledger_release(ledger, dev, c->size);   /* cannot track it: never leak budget */
         }
     } else if (c->op == CT_OP_FREE && ledger && c->result == CUDA_SUCCESS) {
-        uint64_t size;
-        int dev;
-        if (atab_remove(c->addr, c->space, &size, &dev)) {
+        uint64_t size = 0;
+        int dev = 0;
+        if (atab_free(c->addr, c->space, &size, &dev))
             ct_ledger_release(ledger, dev, size);
-            c->size = size;
-        }
+        c->size = size;
+    } else if (c->op == CT_OP_MAP && ledger && c->result == CUDA_SUCCESS) {
+        atab_map(c->addr, c->size, c->aux);
+    } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
+        atab_unmap(c->addr, c->size);
     }
     if (c->dev < 0)
         c->dev = current_device();

@@ -186,3 +186,18 @@ def test_percent_budget_resolves_from_device_size(ct, sim, ledger_dir):
                env=env_for(ct, ledger_dir, total_bytes=16 * GiB))
     assert r.returncode == 0, r.stderr
     assert {t for _, t, _, res in meminfo_lines(r.stdout) if t is not None} == {4 * GiB}
+
+
+def test_vmm_memory_released_while_mapped_stays_counted(ct, sim, ledger_dir):
+    """cuMemRelease of a mapped handle frees nothing until its last cuMemUnmap (real VMM
+    semantics): route_link releases its 16 MiB handle while mapped, then asks for 19 MiB of
+    graph memory. With 76 MiB live (handle included) a 90 MiB budget must refuse it; counting
+    the handle as freed would have allowed it (79 MiB)."""
+    r = ct.run([sim.progs["route_link"]], "--budget", "90MiB", env=env_for(ct, ledger_dir))
+    lines = [l.split() for l in r.stdout.splitlines() if l.startswith(("alloc ", "free "))]
+    graph = [l for l in lines if l[1] == "cuGraphAddMemAllocNode"]
+    assert graph and graph[0][4] == "2", r.stdout
+    assert "cuGraphAddMemAllocNode of 19.00 MiB" in r.stderr
+    # and after the unmap the bytes do come back: the run ends with nothing in use
+    final = json.loads((r.out / "run.json").read_text())["ledger_final"]
+    assert all(d["in_use"] == 0 for d in final["devices"])
