@@ -1,0 +1,320 @@
+#!/usr/bin/env python3
+"""Benchmark cudatrace.symbols.Symbolizer against binutils addr2line (not a test).
+
+Builds (once, cached under /tmp/cudatrace-bench) a C++ binary with over 100 MB of DWARF from
+generated sources full of STL template instantiations (about 3 minutes on 2 cores the first
+time), or takes --binary. Picks --count distinct addresses inside functions (random offsets in
+sized STT_FUNC symbols of executable sections) and symbolizes them
+
+  * with Symbolizer, cold (fresh process, no cache), cold writing a disk cache, and warm
+    (fresh process, reading that cache);
+  * with `addr2line -a -f -i -C -e BIN`, all addresses on stdin of one process;
+
+each in a fresh process, --repeat times, interleaved, and prints the best and median wall times
+(whole process: interpreter start-up and imports included) and the ratio, then compares every
+result (function, file, line of each frame, inlined frames included) with addr2line's.
+
+    python3 tools/bench_symbolize.py                 # build if needed, run
+    python3 tools/bench_symbolize.py --binary /path/to/libbig.so --count 10000
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_WORKDIR = Path("/tmp/cudatrace-bench")
+
+HEADER = r'''
+#include <map>
+#include <vector>
+#include <string>
+#include <unordered_map>
+#include <memory>
+#include <algorithm>
+#include <functional>
+#include <sstream>
+namespace bench%(t)d {
+template <int N, typename T>
+struct Widget {
+    std::map<std::string, std::vector<T>> table;
+    std::unordered_map<int, std::shared_ptr<std::string>> cache;
+    std::function<T(T)> fn = [](T x) { return x + T(N); };
+    __attribute__((noinline)) void add(const std::string &k, T v) {
+        table[k].push_back(fn(v));
+        cache.emplace(int(v) + N, std::make_shared<std::string>(k));
+    }
+    __attribute__((noinline)) T sum() const {
+        T s = T();
+        for (auto &kv : table)
+            for (auto &x : kv.second)
+                s += x;
+        return s;
+    }
+    __attribute__((noinline)) std::string describe() const {
+        std::ostringstream os;
+        os << "widget" << N << ":" << table.size() << ":" << cache.size();
+        return os.str();
+    }
+    __attribute__((noinline)) void sort_all() {
+        for (auto &kv : table)
+            std::sort(kv.second.begin(), kv.second.end());
+    }
+};
+'''
+TYPES = ("int", "long", "double", "float", "short", "unsigned")
+
+
+def generate_unit(t, per_unit):
+    lines = [HEADER % {"t": t}]
+    for i in range(per_unit):
+        lines.append("template struct Widget<%d, %s>;" % (i, TYPES[(i + t) % len(TYPES)]))
+    lines.append("int touch() { Widget<0, int> w; w.add(\"x\", 1); return w.sum(); }")
+    lines.append("}  // namespace bench%d" % t)
+    return "\n".join(lines) + "\n"
+
+
+def debug_size(path):
+    out = subprocess.run(["size", "-A", str(path)], capture_output=True, text=True, check=True).stdout
+    total = 0
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].startswith(".debug_"):
+            total += int(parts[1])
+    return total
+
+
+def build_binary(workdir, units, per_unit, jobs):
+    workdir.mkdir(parents=True, exist_ok=True)
+    tag = "u%d_p%d" % (units, per_unit)
+    binary = workdir / ("bigdwarf_" + tag)
+    if binary.exists():
+        return binary
+    srcdir = workdir / ("src_p%d" % per_unit)
+    srcdir.mkdir(exist_ok=True)
+    objs = []
+    cmds = []
+    for t in range(units):
+        src = srcdir / ("unit%03d.cpp" % t)
+        if not src.exists():
+            src.write_text(generate_unit(t, per_unit))
+        obj = srcdir / ("unit%03d.o" % t)
+        objs.append(obj)
+        if not obj.exists():
+            cmds.append(["g++", "-std=c++17", "-O1", "-g", "-c", str(src), "-o", str(obj) + ".tmp"])
+    main_src = srcdir / "main.cpp"
+    decls = "".join("namespace bench%d { int touch(); }\n" % t for t in range(units))
+    calls = "".join("  s += bench%d::touch();\n" % t for t in range(units))
+    main_src.write_text(decls + "int main() {\n  int s = 0;\n" + calls + "  return s == 12345;\n}\n")
+    t0 = time.time()
+
+    def run(cmd):
+        subprocess.run(cmd, check=True)
+        os.replace(cmd[-1], cmd[-1][:-4])
+        print("  built %s (%.0f s)" % (Path(cmd[-1][:-4]).name, time.time() - t0), file=sys.stderr, flush=True)
+
+    print("building %d units with %d jobs in %s ..." % (len(cmds), jobs, srcdir), file=sys.stderr)
+    with ThreadPoolExecutor(max_workers=jobs) as ex:
+        list(ex.map(run, cmds))
+    tmp = str(binary) + ".tmp"
+    subprocess.run(["g++", "-g", "-O1", "-Wl,--build-id", str(main_src)] + [str(o) for o in objs] + ["-o", tmp], check=True)
+    os.replace(tmp, binary)
+    print("linked %s in %.0f s, %.1f MB of DWARF" % (binary, time.time() - t0, debug_size(binary) / 1e6), file=sys.stderr)
+    return binary
+
+
+
+def pick_addresses(binary, count, seed):
+    from elftools.elf.elffile import ELFFile
+
+    with open(binary, "rb") as f:
+        elf = ELFFile(f)
+        execs = set()
+        for i, sec in enumerate(elf.iter_sections()):
+            if sec["sh_flags"] & 0x4:
+                execs.add(i)
+        symtab = elf.get_section_by_name(".symtab") or elf.get_section_by_name(".dynsym")
+        funcs = sorted({(s["st_value"], s["st_size"]) for s in symtab.iter_symbols()
+                        if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] > 0
+                        and isinstance(s["st_shndx"], int) and s["st_shndx"] in execs})
+    total = sum(sz for _, sz in funcs)
+    if total < count:
+        raise SystemExit("binary has only %d bytes of sized functions" % total)
+    rnd = random.Random(seed)
+    picked = set()
+    while len(picked) < count:
+        v, sz = funcs[rnd.randrange(len(funcs))]
+        picked.add(v + rnd.randrange(sz))
+    return sorted(picked), len(funcs)
+
+
+def worker(args):
+    """Runs in a fresh process: symbolize, dump frames as JSON."""
+    sys.path.insert(0, str(REPO))
+    t0 = time.perf_counter()
+    from cudatrace.symbols import ModuleRef, Symbolizer
+
+    addrs = [int(x, 16) for x in Path(args.addrs).read_text().split()]
+    t1 = time.perf_counter()
+    sym = Symbolizer(cache_dir=args.cache or None, debug_dirs=(), progress=False)
+    res = sym.symbolize(ModuleRef(args.binary, None, 0), addrs)
+    t2 = time.perf_counter()
+    out = {"import_s": t1 - t0, "symbolize_s": t2 - t1, "warnings": sym.warnings(),
+           "frames": {hex(a): [[f.function, f.file, f.line, f.inlined] for f in fr] for a, fr in res.items()}}
+    Path(args.out).write_text(json.dumps(out))
+
+
+def run_ours(binary, addr_file, cache, out):
+    cmd = [sys.executable, __file__, "--worker", "--binary", str(binary), "--addrs", str(addr_file),
+           "--out", str(out)]
+    if cache:
+        cmd += ["--cache", str(cache)]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    wall = time.perf_counter() - t
+    return wall, json.loads(Path(out).read_text())
+
+
+def run_addr2line(binary, addrs):
+    inp = "\n".join(hex(a) for a in addrs) + "\n"
+    t = time.perf_counter()
+    p = subprocess.run(["addr2line", "-a", "-f", "-i", "-C", "-e", str(binary)], input=inp,
+                       capture_output=True, text=True, check=True)
+    return time.perf_counter() - t, p.stdout
+
+
+def parse_addr2line(text, addrs):
+    wanted = set(addrs)
+    res = {}
+    cur = None
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("0x") and int(line, 16) in wanted and (cur is None or res[cur]):
+            cur = int(line, 16)
+            res[cur] = []
+            i += 1
+            continue
+        fn, loc = line, lines[i + 1] if i + 1 < len(lines) else "??:0"
+        i += 2
+        f, _, ln = loc.rpartition(":")
+        ln = ln.split()[0] if ln.split() else ""
+        res[cur].append((None if fn == "??" else fn, None if f in ("??", "") else f,
+                         int(ln) if ln.isdigit() and int(ln) else None))
+    return res
+
+
+def compare(ours, theirs, addrs, show):
+    kinds = {"agree": 0, "depth": 0, "function": 0, "file": 0, "line": 0}
+    examples = []
+    for a in addrs:
+        o = [(f[0], f[1], f[2]) for f in ours[hex(a)]]
+        t = theirs.get(a, [])
+        kind = "agree"
+        if len(o) != len(t):
+            kind = "depth"
+        else:
+            for x, y in zip(o, t):
+                if x[2] != y[2]:
+                    kind = "line"
+                elif x[1] != y[1]:
+                    kind = "file"
+                elif x[0] != y[0]:
+                    kind = "function"
+                else:
+                    continue
+                break
+        kinds[kind] += 1
+        if kind != "agree" and len(examples) < show:
+            examples.append((a, kind, o, t))
+    return kinds, examples
+
+
+def fmt_times(ts):
+    return "best %.2f s, median %.2f s" % (min(ts), statistics.median(ts))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--binary", help="use this ELF file instead of the generated one")
+    ap.add_argument("--units", type=int, default=26, help="generated translation units")
+    ap.add_argument("--per-unit", type=int, default=400, help="template instantiations per unit")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--workdir", type=Path, default=DEFAULT_WORKDIR)
+    ap.add_argument("--count", type=int, default=10000)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--show", type=int, default=5, help="disagreements to print")
+    ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--addrs", help=argparse.SUPPRESS)
+    ap.add_argument("--cache", help=argparse.SUPPRESS)
+    ap.add_argument("--out", help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.worker:
+        return worker(a)
+    if shutil.which("addr2line") is None:
+        raise SystemExit("addr2line (binutils) not found")
+    binary = Path(a.binary) if a.binary else build_binary(a.workdir, a.units, a.per_unit, a.jobs)
+    dsize = debug_size(binary)
+    print("binary: %s (%.1f MB, %.1f MB of DWARF)" % (binary, binary.stat().st_size / 1e6, dsize / 1e6))
+    if a.build_only:
+        return
+    addrs, nfuncs = pick_addresses(binary, a.count, a.seed)
+    print("addresses: %d distinct, inside %d sized functions (seed %d)" % (len(addrs), nfuncs, a.seed))
+    tmp = Path(tempfile.mkdtemp(prefix="cudatrace-bench-"))
+    try:
+        addr_file = tmp / "addrs.txt"
+        addr_file.write_text("\n".join(hex(x) for x in addrs))
+        t_a2l, t_cold, t_coldw, t_warm, in_cold, in_warm = [], [], [], [], [], []
+        a2l_out = cold = warm = None
+        for r in range(a.repeat):
+            w, a2l_out = run_addr2line(binary, addrs)
+            t_a2l.append(w)
+            w, cold = run_ours(binary, addr_file, None, tmp / "cold.json")
+            t_cold.append(w)
+            in_cold.append(cold["symbolize_s"])
+            cache = tmp / ("cache%d" % r)
+            w, _ = run_ours(binary, addr_file, cache, tmp / "coldw.json")
+            t_coldw.append(w)
+            w, warm = run_ours(binary, addr_file, cache, tmp / "warm.json")
+            t_warm.append(w)
+            in_warm.append(warm["symbolize_s"])
+            print("  run %d: addr2line %.2f s | Symbolizer cold %.2f s, cold+cache write %.2f s, warm %.2f s"
+                  % (r + 1, t_a2l[-1], t_cold[-1], t_coldw[-1], t_warm[-1]), flush=True)
+        print()
+        print("addr2line -f -i -C (cold):      %s" % fmt_times(t_a2l))
+        print("Symbolizer cold (no cache):     %s  (symbolize() alone: best %.2f s)" % (fmt_times(t_cold), min(in_cold)))
+        print("Symbolizer cold, writing cache: %s" % fmt_times(t_coldw))
+        print("Symbolizer warm (disk cache):   %s  (symbolize() alone: best %.2f s)" % (fmt_times(t_warm), min(in_warm)))
+        print("ratio addr2line / Symbolizer cold: %.2fx (median), %.2fx (best)" % (
+            statistics.median(t_a2l) / statistics.median(t_cold), min(t_a2l) / min(t_cold)))
+        print("ratio addr2line / Symbolizer warm: %.2fx (median)" % (statistics.median(t_a2l) / statistics.median(t_warm)))
+        if cold["warnings"]:
+            print("warnings:", cold["warnings"])
+        assert cold["frames"] == warm["frames"], "warm (cached) results differ from cold ones"
+        theirs = parse_addr2line(a2l_out, addrs)
+        kinds, examples = compare(cold["frames"], theirs, addrs, a.show)
+        nframes = sum(len(v) for v in cold["frames"].values())
+        print("frames: %d for %d addresses (%d with inlined frames)" % (
+            nframes, len(addrs), sum(1 for v in cold["frames"].values() if len(v) > 1)))
+        print("agreement with addr2line (function, file, line of every frame): %d/%d (%.2f%%); differences: %s" % (
+            kinds["agree"], len(addrs), 100.0 * kinds["agree"] / len(addrs),
+            ", ".join("%s %d" % (k, v) for k, v in kinds.items() if k != "agree" and v) or "none"))
+        for addr, kind, o, t in examples:
+            print("  0x%x (%s)\n    ours:      %s\n    addr2line: %s" % (addr, kind, o, t))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
