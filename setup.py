@@ -13,6 +13,8 @@ from setuptools.dist import Distribution
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
+DEMO_FILES = ["examples/kv-pool/kvpool.c", "examples/kv-pool/Makefile", "tests/sim/libcuda_sim.c",
+              "tests/sim/libnvml_sim.c", "tests/sim/sim_state.h"]
 
 
 class BuildShim(build_py):
@@ -26,6 +28,11 @@ class BuildShim(build_py):
         for p in (ROOT / "shim").iterdir():
             if p.suffix in (".h", ".c", ".def") or p.name == "Makefile":
                 shutil.copy2(p, src / p.name)
+        # `cudatrace demo` on a machine without a GPU: the example and the simulated driver
+        demo = out / "demo"
+        demo.mkdir(exist_ok=True)
+        for rel in DEMO_FILES:
+            shutil.copy2(ROOT / rel, demo / Path(rel).name)
 
 
 class BinaryDistribution(Distribution):

@@ -96,5 +96,13 @@ def status(group, as_json):
         raise click.ClickException(str(e))
 
 
+from .demo import demo_command  # noqa: E402
+from .diff import diff_command  # noqa: E402
+from .report import report_command  # noqa: E402
+
+main.add_command(report_command, "report")
+main.add_command(diff_command, "diff")
+main.add_command(demo_command, "demo")
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,465 @@
+"""`cudatrace demo`: replay the KV-pool sizing defect that cudatrace was born from.
+
+The example program (examples/kv-pool/kvpool.c) starts like the LLM server of the original
+report: weights, a grow-only workspace, a KV cache of one pool per attention layer, a pinned
+staging buffer. Its --kv-cache-memory sizing counts one layer per block while it allocates one
+pool per layer, so a 1 GiB budget becomes 28 x 1 GiB. The demo builds it, traces it under the
+three sizing settings (--kv-cache-memory 1GiB, --num-blocks 64, the 256-block fallback),
+reports and diffs the traces, and stops the oversized pool with --budget 12GiB.
+
+Where it runs: on the GPU when there is one (nvidia-smi answers or /dev/nvidia0 exists, and the
+driver library is found), else on the simulated CUDA driver of the test suite (tests/sim), as a
+Jetson-like integrated device of 122 GiB; then every line it prints starts with [simulated].
+
+What it needs, found in the source checkout or, for an installed package, in the package:
+    kvpool.c             examples/kv-pool/          or cudatrace/_native/demo/
+    the simulated driver tests/simbuild.py build_all, or compiled here from
+                         libcuda_sim.c, libnvml_sim.c, sim_state.h (tests/sim/ or
+                         cudatrace/_native/demo/) with cuda_abi.h and hooks.def (shim/ or
+                         cudatrace/_native/src/)
+and a C compiler ($CC, else cc).
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+PKG = Path(__file__).resolve().parent
+REPO = PKG.parent                      # the source checkout, when running from one
+NATIVE = PKG / "_native"
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+# The simulated device: a Jetson AGX Thor-like integrated GPU (122 GiB visible to CUDA).
+SIM_TOTAL_BYTES = 122 * GiB
+
+# The walkthrough at full scale (the report's numbers); a small GPU scales all sizes down.
+LAYERS = 28
+KV_CACHE_MEMORY = 1 * GiB
+MODEL_BYTES = 1_400_000_000
+WORKSPACE = 256 * MiB
+BUDGET = 12 * GiB
+SMALL_BLOCKS = 64
+FALLBACK_BLOCKS = 256
+SITE_FUNCTIONS = ("allocate_layer_kv", "allocate_kv_cache")
+
+
+class DemoError(Exception):
+    pass
+
+
+# ---- finding the sources --------------------------------------------------------------------
+
+def _first(*candidates: Path) -> Path | None:
+    for c in candidates:
+        if c.is_file():
+            return c
+    return None
+
+
+def kvpool_source() -> Path:
+    src = _first(REPO / "examples" / "kv-pool" / "kvpool.c", NATIVE / "demo" / "kvpool.c")
+    if src is None:
+        raise DemoError("cannot find kvpool.c (looked in %s and %s)"
+                        % (REPO / "examples" / "kv-pool", NATIVE / "demo"))
+    return src
+
+
+def sim_sources() -> dict[str, Path]:
+    """libcuda_sim.c, libnvml_sim.c and the folders of their headers."""
+    for simdir in (REPO / "tests" / "sim", NATIVE / "demo"):
+        if all((simdir / f).is_file() for f in ("libcuda_sim.c", "libnvml_sim.c", "sim_state.h")):
+            break
+    else:
+        raise DemoError("cannot find the simulated driver's sources (libcuda_sim.c, "
+                        "libnvml_sim.c, sim_state.h) in %s or %s"
+                        % (REPO / "tests" / "sim", NATIVE / "demo"))
+    for hdrdir in (REPO / "shim", NATIVE / "src"):
+        if (hdrdir / "cuda_abi.h").is_file() and (hdrdir / "hooks.def").is_file():
+            break
+    else:
+        raise DemoError("cannot find cuda_abi.h and hooks.def in %s or %s"
+                        % (REPO / "shim", NATIVE / "src"))
+    return {"libcuda": simdir / "libcuda_sim.c", "libnvml": simdir / "libnvml_sim.c",
+            "simdir": simdir, "hdrdir": hdrdir}
+
+
+def _cc() -> list[str]:
+    cc = shlex.split(os.environ.get("CC", "cc"))
+    if not shutil.which(cc[0]):
+        raise DemoError("no C compiler: the demo compiles its example program (set CC or "
+                        "install cc/gcc)")
+    return cc
+
+
+def _compile(cmd: list[str], what: str) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise DemoError("building %s failed:\n$ %s\n%s%s" % (what, shlex.join(cmd), r.stdout,
+                                                          r.stderr))
+
+
+def build_sim(outdir: Path) -> Path:
+    """The simulated driver and NVML; returns the folder to put in LD_LIBRARY_PATH."""
+    simbuild = REPO / "tests" / "simbuild.py"
+    if simbuild.is_file() and (REPO / "tests" / "sim" / "libcuda_sim.c").is_file():
+        spec = importlib.util.spec_from_file_location("_cudatrace_demo_simbuild", simbuild)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod           # its dataclasses look their module up there
+        sink = io.StringIO()
+        try:
+            with redirect_stdout(sink), redirect_stderr(sink):
+                spec.loader.exec_module(mod)
+                paths = mod.build_all(outdir)
+        except Exception as e:
+            raise DemoError("building the simulated driver (tests/simbuild.py) failed: %s\n%s"
+                            % (e, sink.getvalue()))
+        return Path(paths["libdir"])
+    src = sim_sources()
+    libdir = outdir / "lib"
+    libdir.mkdir(parents=True, exist_ok=True)
+    flags = ["-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
+             "-D_GNU_SOURCE", "-pthread", "-I%s" % src["hdrdir"], "-I%s" % src["simdir"],
+             "-Wl,-Bsymbolic", "-Wl,--no-undefined"]
+    for name, soname, devlink in (("libcuda", "libcuda.so.1", "libcuda.so"),
+                                  ("libnvml", "libnvidia-ml.so.1", "libnvidia-ml.so")):
+        _compile(_cc() + ["-o", str(libdir / soname), *flags, "-Wl,-soname,%s" % soname,
+                          str(src[name]), "-ldl"], "the simulated %s" % soname)
+        link = libdir / devlink
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        os.symlink(soname, link)
+    return libdir
+
+
+def find_libcuda() -> Path | None:
+    """The real driver library, for linking on a GPU machine without the libcuda.so dev link."""
+    try:
+        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
+        for line in out.splitlines():
+            m = re.match(r"\s*libcuda\.so\.1 \(([^)]*)\) => (\S+)", line)
+            if m and ("x86-64" in m.group(1) or "AArch64" in m.group(1) or "64" in m.group(1)):
+                return Path(m.group(2))
+    except OSError:
+        pass
+    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu",
+              "/usr/lib/aarch64-linux-gnu/nvidia", "/usr/lib/aarch64-linux-gnu/tegra",
+              "/usr/local/cuda/compat", "/usr/lib/wsl/lib"):
+        p = Path(d) / "libcuda.so.1"
+        if p.exists():
+            return p
+    return None
+
+
+def build_kvpool(outdir: Path, libdir: Path | None) -> Path:
+    """kvpool, as examples/kv-pool/Makefile builds it; against libdir's libcuda.so (the
+    simulator) or the system's driver."""
+    outdir.mkdir(parents=True, exist_ok=True)
+    exe = outdir / "kvpool"
+    base = _cc() + ["-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic", "-o", str(exe),
+                    str(kvpool_source())]
+    if libdir is not None:
+        _compile(base + ["-L%s" % libdir, "-ldl", "-lcuda"], "kvpool")
+        return exe
+    r = subprocess.run(base + ["-ldl", "-lcuda"], capture_output=True, text=True)
+    if r.returncode == 0:
+        return exe
+    lib = find_libcuda()                   # driver-only installs have no libcuda.so link
+    if lib is None:
+        raise DemoError("building kvpool failed: no libcuda to link against\n%s" % r.stderr)
+    _compile(base + ["-ldl", str(lib)], "kvpool")
+    return exe
+
+
+# ---- where it runs --------------------------------------------------------------------------
+
+def gpu_present() -> bool:
+    if os.path.exists("/dev/nvidia0"):
+        return True
+    if shutil.which("nvidia-smi"):
+        try:
+            r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+            return r.returncode == 0 and "GPU" in r.stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return False
+
+
+def gpu_free_bytes() -> int | None:
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        r = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits",
+                            "-i", "0"], capture_output=True, text=True, timeout=20)
+        return int(r.stdout.strip().splitlines()[0]) * MiB if r.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return None
+
+
+@dataclass
+class Plan:
+    """The sizes of the walkthrough: the report's, or all divided by `scale` on a small GPU."""
+    scale: int = 1
+    kv: int = KV_CACHE_MEMORY
+    model: int = MODEL_BYTES
+    workspace: int = WORKSPACE
+    budget: int = BUDGET
+
+    @classmethod
+    def for_free_bytes(cls, free: int | None) -> "Plan":
+        need = LAYERS * KV_CACHE_MEMORY + MODEL_BYTES + WORKSPACE + 64 * MiB
+        scale = 1
+        while free is not None and need // scale > free * 0.8 and scale < 64:
+            scale *= 2
+        return cls(scale, KV_CACHE_MEMORY // scale, MODEL_BYTES // scale, WORKSPACE // scale,
+                   BUDGET // scale)
+
+    def sizes(self) -> list[str]:
+        if self.scale == 1:
+            return []
+        return ["--model-bytes", str(self.model), "--workspace", str(self.workspace)]
+
+
+def human(n: int) -> str:
+    for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
+        if n >= size:
+            v = n / size
+            return ("%d%s" % (v, unit)) if v == int(v) else ("%.2f%s" % (v, unit))
+    return "%dB" % n
+
+
+# ---- the walkthrough ------------------------------------------------------------------------
+
+@dataclass
+class Demo:
+    work: Path
+    label: str
+    env: dict
+    kvpool: Path
+    plan: Plan
+    problems: list[str] = field(default_factory=list)
+
+    def say(self, text: str = "") -> None:
+        for line in (text.splitlines() or [""]):
+            click.echo(("%s %s" % (self.label, line)).rstrip())
+
+    def rel(self, p: Path) -> str:
+        try:
+            r = os.path.relpath(p)
+            return r if not r.startswith("..") else str(p)
+        except ValueError:
+            return str(p)
+
+    def cudatrace(self, *args, show=True) -> tuple[int, str]:
+        """`python3 -m cudatrace ARGS`, its output (stdout and stderr as they interleave)
+        echoed with the label; returns (status, output)."""
+        shown = ["cudatrace"] + [self.rel(a) if isinstance(a, Path) else str(a) for a in args]
+        if show:
+            self.say("$ " + shlex.join(shown))
+        proc = subprocess.Popen([sys.executable, "-m", "cudatrace", *map(str, args)],
+                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, errors="replace", bufsize=1)
+        out = []
+        for line in proc.stdout:
+            out.append(line)
+            if show:
+                self.say("  " + line.rstrip("\n"))
+        status = proc.wait()
+        if show:
+            self.say("  (exit status %d)" % status)
+        return status, "".join(out)
+
+    def trace(self, name: str, *flags, budget: str | None = None) -> tuple[Path, int, str]:
+        out = self.work / name
+        opts = ["run", "-o", out, "--force"]
+        if budget:
+            opts += ["--budget", budget]
+        status, text = self.cudatrace(*opts, "--", self.kvpool, "--layers", LAYERS,
+                                      *self.plan.sizes(), *flags)
+        return out, status, text
+
+    def expect(self, ok: bool, what: str) -> None:
+        if not ok:
+            self.problems.append(what)
+            self.say("!! unexpected: " + what)
+
+    def json_of(self, *args):
+        """`cudatrace ARGS --json`, not shown; the document, or None."""
+        import json
+        status, text = self.cudatrace(*args, "--json", show=False)
+        if status != 0:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            return None
+
+    def top_site(self, trace_dir: Path):
+        """(function, count, bytes) of the biggest call site live at the peak (report --json)."""
+        doc = self.json_of("report", trace_dir)
+        sites = (doc or {}).get("sites") or []
+        if not sites or not sites[0].get("frames"):
+            return None, 0, 0
+        return sites[0]["frames"][0].get("function"), sites[0].get("count", 0), \
+            sites[0].get("bytes", 0)
+
+    def run(self) -> int:
+        p = self.plan
+        kv = human(p.kv)
+        self.say("The bug: a C++ LLM server took ~27 GB of a Jetson's memory within 5 s of "
+                 "starting a 1.4 GB model, and never became ready.")
+        self.say("Its KV cache is one pool per attention layer; --kv-cache-memory was divided "
+                 "by the bytes of a block in ONE layer,")
+        self.say("so %d layers turned a %s KV budget into %d x %s. kvpool (examples/kv-pool) "
+                 "starts the same way." % (LAYERS, kv, LAYERS, kv))
+        if p.scale > 1:
+            self.say("(sizes divided by %d so that the walkthrough fits this GPU's free memory)"
+                     % p.scale)
+        self.say()
+
+        self.say("1. Trace the three sizing settings the docs describe.")
+        big, st, _ = self.trace("kv-cache-memory-%s" % kv, "--kv-cache-memory", kv)
+        self.expect(st == 0, "kvpool --kv-cache-memory %s exited %d" % (kv, st))
+        small, st, _ = self.trace("num-blocks-%d" % SMALL_BLOCKS, "--num-blocks", SMALL_BLOCKS)
+        self.expect(st == 0, "kvpool --num-blocks %d exited %d" % (SMALL_BLOCKS, st))
+        fallback, st, _ = self.trace("fallback-%d-blocks" % FALLBACK_BLOCKS)
+        self.expect(st == 0, "kvpool (fallback sizing) exited %d" % st)
+        self.say()
+
+        self.say("2. Who held the memory at the peak of the --kv-cache-memory %s run?" % kv)
+        st, _ = self.cudatrace("report", big)
+        self.expect(st == 0, "cudatrace report exited %d" % st)
+        fn, count, nbytes = self.top_site(big)
+        self.expect(fn in SITE_FUNCTIONS and count == LAYERS,
+                    "top site is %s with %d allocations, expected allocate_layer_kv with %d"
+                    % (fn, count, LAYERS))
+        if fn:
+            self.say("-> %s: %d allocations, %s: the pool is %d times the %s asked for."
+                     % (fn, count, human(nbytes), round(nbytes / p.kv) if p.kv else 0, kv))
+        self.say()
+
+        self.say("3. What changes with --num-blocks %d?" % SMALL_BLOCKS)
+        st, text = self.cudatrace("diff", big, small)
+        self.expect(st == 0, "cudatrace diff exited %d" % st)
+        doc = self.json_of("diff", big, small) or {}
+        site = next((x for x in doc.get("sites", [])
+                     if str(x.get("label", "")).startswith("allocate_layer_kv")), None)
+        self.expect(site is not None and site.get("status") == "shrunk",
+                    "the diff does not show allocate_layer_kv shrinking")
+        if site is not None and "peak" in site:
+            pk = site["peak"]
+            self.say("-> allocate_layer_kv %s: %s -> %s at the peak, still %d allocations "
+                     "(one per layer): only num_blocks changed."
+                     % (site.get("status"), human(pk.get("a_bytes", 0)),
+                        human(pk.get("b_bytes", 0)), pk.get("b_count", 0)))
+        self.say()
+
+        budget = human(p.budget)
+        self.say("4. Bound it: with --budget %s the oversized pool fails at once, with the "
+                 "call site named, instead of eating the device." % budget)
+        _, st, text = self.trace("budget-%s" % budget, "--kv-cache-memory", kv, budget=budget)
+        self.expect(st != 0, "kvpool under --budget %s exited 0" % budget)
+        line = next((l for l in text.splitlines() if "budget exceeded" in l), None)
+        self.expect(line is not None and "allocate_layer_kv" in line,
+                    "no 'budget exceeded' line naming allocate_layer_kv")
+        if line is not None and st != 0:
+            self.say("-> the allocation over %s was refused at allocate_layer_kv, and kvpool "
+                     "exited with status %d instead of filling the device." % (budget, st))
+        self.say()
+
+        if self.problems:
+            self.say("The demo did not go as expected:")
+            for pr in self.problems:
+                self.say("  - " + pr)
+            return 1
+        self.say("Done: the trace named allocate_layer_kv (%d allocations), the diff showed it "
+                 "shrink with --num-blocks %d," % (LAYERS, SMALL_BLOCKS))
+        self.say("and the budget turned the runaway start-up into an error naming the function.")
+        return 0
+
+
+@click.command("demo")
+@click.option("--simulated", "mode", flag_value="simulated",
+              help="Run on the simulated CUDA driver even if there is a GPU.")
+@click.option("--gpu", "mode", flag_value="gpu",
+              help="Run on the GPU (an error if there is none).")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
+              help="Folder for the build and the traces (kept). Default: a temporary folder, "
+                   "removed at the end unless --keep.")
+@click.option("--keep", is_flag=True, help="Keep the temporary folder with the traces.")
+def demo_command(mode, out_dir, keep):
+    """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget.
+
+    Builds the example server (examples/kv-pool) and traces it with --kv-cache-memory 1GiB
+    (28 layers x 1 GiB), --num-blocks 64 and the 256-block fallback; reports the first run,
+    diffs it against the second, and stops the oversized pool with --budget 12GiB. Without a
+    GPU it runs on the test suite's simulated driver (a 122 GiB Jetson-like device), and every
+    line says [simulated].
+    """
+    if mode is None:
+        mode = "gpu" if gpu_present() else "simulated"
+    elif mode == "gpu" and not gpu_present():
+        click.echo("cudatrace demo: --gpu: no NVIDIA GPU here (nvidia-smi fails and there is "
+                   "no /dev/nvidia0); run without --gpu to use the simulated driver", err=True)
+        sys.exit(2)
+    label = "[simulated]" if mode == "simulated" else "[gpu]"
+
+    tmp = out_dir is None
+    work = Path(tempfile.mkdtemp(prefix="cudatrace-demo-")) if tmp else out_dir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    status = 1
+    try:
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"}
+        pkgroot = str(PKG.parent)
+        env["PYTHONPATH"] = pkgroot + (os.pathsep + env["PYTHONPATH"]
+                                       if env.get("PYTHONPATH") else "")
+        env.setdefault("CUDATRACE_CACHE", str(work / "symcache"))
+        try:
+            if mode == "simulated":
+                libdir = build_sim(work / "build" / "sim")
+                env["LD_LIBRARY_PATH"] = str(libdir) + (":" + env["LD_LIBRARY_PATH"]
+                                                        if env.get("LD_LIBRARY_PATH") else "")
+                env["CUDASIM_TOTAL_BYTES"] = str(SIM_TOTAL_BYTES)
+                env["CUDASIM_INTEGRATED"] = "1"
+                env["CUDASIM_STATE"] = str(work / "build" / "sim-device.state")
+                Path(env["CUDASIM_STATE"]).unlink(missing_ok=True)
+                plan = Plan()
+                kvpool = build_kvpool(work / "build", libdir)
+            else:
+                plan = Plan.for_free_bytes(gpu_free_bytes())
+                kvpool = build_kvpool(work / "build", None)
+        except DemoError as e:
+            for line in str(e).splitlines():
+                click.echo("%s cudatrace demo: %s" % (label, line), err=True)
+            sys.exit(1)
+        demo = Demo(work, label, env, kvpool, plan)
+        if mode == "simulated":
+            demo.say("No GPU in use: this runs on cudatrace's simulated CUDA driver, a Jetson-like "
+                     "integrated device of %s." % human(SIM_TOTAL_BYTES))
+        else:
+            demo.say("Running on the GPU (device 0).")
+        demo.say("Working folder: %s" % work)
+        demo.say()
+        status = demo.run()
+        if tmp and not keep:
+            demo.say("(removing %s; pass --keep or -o DIR to keep the traces)" % work)
+        else:
+            demo.say("Traces kept in %s" % work)
+    finally:
+        if tmp and not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    sys.exit(status)
