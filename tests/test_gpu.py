@@ -425,6 +425,11 @@ def check_printed(res: Result, flavor: str) -> tuple[dict, list]:
     matched: dict[int, tuple] = {}
 
     def matches(line) -> list:
+        # lines the program printed come from its main thread; the threads section reuses the
+        # same addresses on other threads and is checked by counts below
+        return [e for e in _matches(line) if main_tid is None or e["tid"] == main_tid]
+
+    def _matches(line) -> list:
         kind = line[0]
         if kind == "alloc":
             _, api, size, addr = line
