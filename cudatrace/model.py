@@ -5,19 +5,35 @@ arrays and graph memory. Pinned host memory is tracked apart (it is host DRAM, e
 unified-memory devices). Imports (IPC, external memory) map memory someone else paid for and
 are never counted. A free matches the live allocation of the same process, address space and
 address; a free that matches none (memory allocated before tracing, or by an unhooked path) is
-counted as unmatched and changes nothing.
+counted as unmatched and changes nothing. An allocation at an address still live ends the old
+one (counted as reused). cuMemRelease of a VMM handle that is still mapped frees nothing until
+its last cuMemUnmap, as in the driver. Failed allocations are listed, never counted.
+
+The events of all processes are merged by timestamp (ties: trace order). One pass records every
+allocation's lifetime, so what is live at the peak, at the end or at any time is a filter, not
+a second replay. The pass runs in C (shim/replay.c, in the tools library) over the scanner's
+event arrays; `_PyReplay` below is the same rules in Python: the reference the tests hold the C
+to, and the fallback where the library lacks the replay.
 """
 from __future__ import annotations
 
 import heapq
+import os
+import re
+import struct
+import threading
 from dataclasses import dataclass, field
 
-from .trace import C, Trace, TraceDir, event_fields
+from . import native
+from .trace import C, Trace, TraceDir, event_fields, layout
 
 _F = {name: i for i, name in enumerate(event_fields())}
 TS, SIZE, ADDR, AUX, AUX2, TID, DEV, RES, STACK, API, RT, OP, KIND, SPACE, FLAGS = (
     _F[n] for n in ("ts_ns", "size", "addr", "aux", "aux2", "tid", "device", "result", "stack",
                     "api", "rt_api", "op", "kind", "space", "flags"))
+NFIELDS = len(_F)
+NONE64 = (1 << 64) - 1
+TIMELINE_BUCKETS = 4096
 
 KIND_NAMES = {"CT_KIND_DEVICE": "device", "CT_KIND_PITCH": "pitch", "CT_KIND_MANAGED": "managed",
               "CT_KIND_ASYNC": "async", "CT_KIND_HOST": "host", "CT_KIND_VMM": "vmm",
@@ -32,171 +48,753 @@ def kind_name(k: int) -> str:
     return "kind%d" % k
 
 
-@dataclass
-class Alloc:
-    trace: int            # index into Model.traces
-    event: tuple
-    size: int
-    ts: int
-    device: int
-
-    @property
-    def api(self) -> int:
-        return self.event[API]
-
-    @property
-    def stack(self) -> int:
-        return self.event[STACK]
-
-
-@dataclass
-class Model:
-    traces: list[Trace]
-    peak_bytes: int = 0
-    peak_ts: int = 0
-    peak_index: int = -1
-    end_bytes: int = 0
-    device_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # dev -> (bytes, ts)
-    host_peak: int = 0
-    live_at_peak: list[Alloc] = field(default_factory=list)
-    live_at_end: list[Alloc] = field(default_factory=list)
-    failed: list[Alloc] = field(default_factory=list)
-    denied: list[Alloc] = field(default_factory=list)
-    meminfo: list[tuple[int, tuple]] = field(default_factory=list)
-    counts: dict[str, int] = field(default_factory=dict)
-    unmatched_frees: int = 0
-    timeline: list[tuple[int, int]] = field(default_factory=list)   # (ts, live device bytes)
-    t0: int = 0
-    t_end: int = 0
-
-    def at(self, ts: int) -> list[Alloc]:
-        """Allocations live at monotonic time ts."""
-        return _replay(self.traces, stop_ts=ts)[0]
-
-
 def device_kinds() -> set[int]:
     K = C()
     return {K[n] for n in ("CT_KIND_DEVICE", "CT_KIND_PITCH", "CT_KIND_MANAGED", "CT_KIND_ASYNC",
                            "CT_KIND_VMM", "CT_KIND_ARRAY", "CT_KIND_GRAPH")}
 
 
-def _merged(traces: list[Trace]):
-    """(ts, trace index, event) for all traces, in time order."""
-    streams = []
-    for i, t in enumerate(traces):
-        evs = t.events
-        if any(evs[k][TS] > evs[k + 1][TS] for k in range(len(evs) - 1)):
-            evs = sorted(evs, key=lambda e: e[TS])
-        streams.append(((e[TS], i, e) for e in evs))
-    return heapq.merge(*streams, key=lambda x: (x[0], x[1]))
+def host_kinds() -> set[int]:
+    return {C()["CT_KIND_HOST"]}
 
 
-def _replay(traces: list[Trace], stop_ts: int | None = None, stop_index: int | None = None):
-    """Live device allocations after replaying up to stop_ts / stop_index (inclusive)."""
-    K = C()
-    ALLOC, FREE = K["CT_OP_ALLOC"], K["CT_OP_FREE"]
-    dkinds = device_kinds()
-    live: dict[tuple, Alloc] = {}
-    n = -1
-    for ts, ti, e in _merged(traces):
-        if stop_ts is not None and ts > stop_ts:
-            break
-        n += 1
-        if stop_index is not None and n > stop_index:
-            break
-        op = e[OP]
-        if op == ALLOC and e[RES] == 0 and e[KIND] in dkinds:
-            live[(ti, e[SPACE], e[ADDR])] = Alloc(ti, e, e[SIZE], ts, e[DEV])
-        elif op == FREE and e[RES] == 0:
-            live.pop((ti, e[SPACE], e[ADDR]), None)
-    return list(live.values()), n
+class Alloc:
+    """One event of the replay (an allocation, a failure, a denial, a memory query) and, for a
+    device allocation, when it ended (end_ts None: still live when its trace ended)."""
+    __slots__ = ("trace", "event", "size", "ts", "device", "index", "seq", "end_ts", "how")
+
+    def __init__(self, trace: int, event: tuple, size: int, ts: int, device: int, index: int = -1,
+                 seq: int = -1, end_ts: int | None = None, how: int = 0):
+        self.trace = trace
+        self.event = event
+        self.size = size
+        self.ts = ts
+        self.device = device
+        self.index = index
+        self.seq = seq
+        self.end_ts = end_ts
+        self.how = how
+
+    @property
+    def api(self) -> int:
+        return self.event[API]
+
+    @property
+    def rt_api(self) -> int:
+        return self.event[RT]
+
+    @property
+    def stack(self) -> int:
+        return self.event[STACK]
+
+    @property
+    def result(self) -> int:
+        return self.event[RES]
+
+    @property
+    def kind(self) -> int:
+        return self.event[KIND]
+
+    @property
+    def flags(self) -> int:
+        return self.event[FLAGS]
+
+    def __repr__(self) -> str:
+        return "Alloc(trace=%d, size=%d, ts=%d, device=%d, addr=0x%x)" % (
+            self.trace, self.size, self.ts, self.device, self.event[ADDR])
 
 
-def build(td: TraceDir | list[Trace], timeline_points: int = 2000) -> Model:
-    traces = td.traces if isinstance(td, TraceDir) else td
-    K = C()
-    ALLOC, FREE, DENY, MEMINFO = K["CT_OP_ALLOC"], K["CT_OP_FREE"], K["CT_OP_DENY"], K["CT_OP_MEMINFO"]
-    HOST = K["CT_KIND_HOST"]
-    dkinds = device_kinds()
-    m = Model(traces=traces)
-    live: dict[tuple, tuple[int, int]] = {}      # key -> (size, device)
-    host_live: dict[tuple, int] = {}
-    cur = host_cur = 0
-    dev_cur: dict[int, int] = {}
-    counts = {"allocs": 0, "frees": 0, "failed": 0, "denied": 0, "maps": 0, "meminfo": 0,
-              "imports": 0, "host_allocs": 0}
-    tl = []
-    n = -1
-    first = True
-    for ts, ti, e in _merged(traces):
-        n += 1
-        if first:
-            m.t0 = ts
-            first = False
-        m.t_end = ts
-        op = e[OP]
-        if op == ALLOC:
-            if e[RES] != 0:
-                counts["failed"] += 1
-                m.failed.append(Alloc(ti, e, e[SIZE], ts, e[DEV]))
-                continue
-            kind = e[KIND]
-            key = (ti, e[SPACE], e[ADDR])
-            if kind in dkinds:
-                counts["allocs"] += 1
-                old = live.get(key)
-                if old:                            # address reused without a traced free
-                    cur -= old[0]
-                    dev_cur[old[1]] -= old[0]
-                live[key] = (e[SIZE], e[DEV])
-                cur += e[SIZE]
-                dev_cur[e[DEV]] = dev_cur.get(e[DEV], 0) + e[SIZE]
-                db = dev_cur[e[DEV]]
-                if db > m.device_peaks.get(e[DEV], (0, 0))[0]:
-                    m.device_peaks[e[DEV]] = (db, ts)
-                if cur > m.peak_bytes:
-                    m.peak_bytes, m.peak_ts, m.peak_index = cur, ts, n
-                tl.append((ts, cur))
-            elif kind == HOST:
-                counts["host_allocs"] += 1
-                host_live[key] = e[SIZE]
-                host_cur += e[SIZE]
-                m.host_peak = max(m.host_peak, host_cur)
-        elif op == FREE:
-            if e[RES] != 0:
-                continue
-            counts["frees"] += 1
-            key = (ti, e[SPACE], e[ADDR])
-            old = live.pop(key, None)
-            if old:
-                cur -= old[0]
-                dev_cur[old[1]] -= old[0]
-                tl.append((ts, cur))
-            elif key in host_live:
-                host_cur -= host_live.pop(key)
+class Groups:
+    """Allocations live at a moment, grouped by (trace, stack, api, rt_api, device): what site
+    grouping needs without one Python object per allocation. rows: tuples (trace, stack, api,
+    rt_api, device, count, bytes, first_ts, last_ts, sizes) where sizes is a sorted sequence
+    (a list, or a memoryview on the C replay's array)."""
+    __slots__ = ("rows", "bytes", "count", "keep")
+
+    def __init__(self, rows: list[tuple], keep=None):
+        self.rows = rows
+        self.bytes = sum(r[6] for r in rows)
+        self.count = sum(r[5] for r in rows)
+        self.keep = keep                     # what the memoryviews look into
+
+    @classmethod
+    def of(cls, allocs: list[Alloc]) -> "Groups":
+        g: dict[tuple, list] = {}
+        for a in allocs:
+            e = a.event
+            k = (a.trace, e[STACK], e[API], e[RT], e[DEV])
+            x = g.get(k)
+            if x is None:
+                g[k] = [1, a.size, a.ts, a.ts, [a.size]]
             else:
-                m.unmatched_frees += 1
-        elif op == DENY:
-            counts["denied"] += 1
-            m.denied.append(Alloc(ti, e, e[SIZE], ts, e[DEV]))
-        elif op == MEMINFO:
-            counts["meminfo"] += 1
-            m.meminfo.append((ti, e))
-        elif op in (K["CT_OP_MAP"], K["CT_OP_UNMAP"]):
-            counts["maps"] += 1
-        elif op == K["CT_OP_IMPORT"]:
-            counts["imports"] += 1
-    m.end_bytes = cur
-    m.counts = counts
-    if m.peak_index >= 0:
-        m.live_at_peak = _replay(traces, stop_index=m.peak_index)[0]
-    m.live_at_end = _replay(traces)[0]
-    if len(tl) > timeline_points:
-        step = len(tl) / timeline_points
-        pts = [tl[int(i * step)] for i in range(timeline_points)]
-        # keep the peak itself in the picture
-        pts.append((m.peak_ts, m.peak_bytes))
-        pts.sort()
-        tl = pts + [tl[-1]]
-    m.timeline = tl
+                x[0] += 1
+                x[1] += a.size
+                if a.ts < x[2]:
+                    x[2] = a.ts
+                if a.ts > x[3]:
+                    x[3] = a.ts
+                x[4].append(a.size)
+        order = sorted(g.items(), key=lambda kv: kv[0][:4] + (kv[0][4] & 0xFFFFFFFF,))  # as C sorts
+        return cls([k + (x[0], x[1], x[2], x[3], sorted(x[4])) for k, x in order])
+
+    def plain(self) -> list[tuple]:
+        """rows with the sizes as lists (to compare, to print)."""
+        return [r[:9] + (list(r[9]),) for r in self.rows]
+
+    def by_trace(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for r in self.rows:
+            out[r[0]] = out.get(r[0], 0) + r[6]
+        return out
+
+    def by_device(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for r in self.rows:
+            out[r[4]] = out.get(r[4], 0) + r[6]
+        return out
+
+    def only(self, traces=None, device=None) -> "Groups":
+        return Groups([r for r in self.rows if (traces is None or r[0] in traces)
+                       and (device is None or r[4] == device)], self.keep)
+
+    def __len__(self) -> int:
+        return self.count
+
+
+# ---- the C replay ------------------------------------------------------------------------
+
+_lock = threading.Lock()
+_c = None           # (ffi, lib, consts) or False when unavailable
+
+
+def _replay_source() -> str:
+    src = native._source_dir()
+    if src is None or not (src / "replay.c").is_file():
+        raise RuntimeError("shim/replay.c not found")
+    return (src / "replay.c").read_text()
+
+
+def _c_backend():
+    """(ffi, lib, constants) of the C replay, or None (no library, or built without it)."""
+    global _c
+    with _lock:
+        if _c is None:
+            _c = False
+            try:
+                import cffi
+                text = _replay_source()
+                part = native._cffi_part(text)
+                base_ffi, lib_path = native.ffi(), native.ensure_built() / native.TOOLS_LIB
+                ffi = cffi.FFI()
+                ffi.include(base_ffi)
+                ffi.cdef(part)
+                lib = ffi.dlopen(str(lib_path))
+                lib.ct_replay_run          # a library built before replay.c: fall back
+                consts = {m.group(1): int(m.group(2)) for m in
+                          re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", part, re.M)}
+                _c = (ffi, lib, consts)
+            except (RuntimeError, OSError, AttributeError, ImportError) as e:   # pragma: no cover
+                _c = False
+                _c_error[0] = str(e)
+        return _c or None
+
+
+_c_error = [""]
+
+
+def _mask(kinds) -> int:
+    m = 0
+    for k in kinds:
+        m |= 1 << min(k, 63)
+    return m
+
+
+class _CReplay:
+    name = "c"
+
+    def __init__(self, traces: list[Trace], buckets: int):
+        ffi, lib, K = _c_backend()
+        self.ffi, self.lib, self.K = ffi, lib, K
+        self.keep = []
+        arr = ffi.new("struct ct_replay_trace[]", max(len(traces), 1))
+        es = layout("struct ct_event")[0]
+        for i, t in enumerate(traces):
+            raw = getattr(t, "raw_events", None)
+            n = getattr(t, "n_events", 0) if raw is not None else 0
+            if raw is None:                    # events given as tuples: pack them for C
+                evs = t.events
+                n = len(evs)
+                buf = bytearray(es.size * max(n, 1))
+                for k, e in enumerate(evs):
+                    es.pack_into(buf, k * es.size, *e)
+                raw = ffi.from_buffer("struct ct_event[]", buf)
+                self.keep.append(buf)
+            self.keep.append(raw)
+            arr[i].events = raw
+            arr[i].n = n
+        self.keep.append(arr)
+        cfg = ffi.new("struct ct_replay_config *")
+        cfg.device_kinds = _mask(device_kinds())
+        cfg.host_kinds = _mask(host_kinds())
+        cfg.buckets = buckets
+        s = ffi.new("struct ct_replay_summary *")
+        h = lib.ct_replay_run(arr, len(traces), cfg, s)
+        if h == ffi.NULL:
+            raise MemoryError("replaying the trace ran out of memory")
+        self.h = ffi.gc(h, lib.ct_replay_free)
+        self.buckets = buckets
+        c = s.c
+        self.counts = {name: int(getattr(c, name)) for name, _ in ffi.typeof("struct ct_replay_counts").fields}
+        self.summary = {name: int(getattr(s, name)) for name, _ in ffi.typeof("struct ct_replay_summary").fields
+                        if name != "c"}
+        self.devices = {}
+        d = ffi.new("struct ct_replay_device *")
+        for slot in range(K["CT_REPLAY_DEV_SLOTS"]):
+            if lib.ct_replay_device(self.h, slot, d):
+                self.devices[d.device] = {"allocs": d.allocs, "peak_bytes": d.peak_bytes,
+                                          "peak_ts": d.peak_ts, "peak_seq": d.peak_seq,
+                                          "end_bytes": d.end_bytes}
+        self.procs = []
+        p = ffi.new("struct ct_replay_proc *")
+        for i in range(len(traces)):
+            lib.ct_replay_proc(self.h, i, p)
+            self.procs.append({name: int(getattr(p, name))
+                               for name, _ in ffi.typeof("struct ct_replay_proc").fields})
+        lf = es.format.lstrip("<@=!>") + "IIQQQII"
+        self._live = struct.Struct("<" + lf)
+        assert self._live.size == ffi.sizeof("struct ct_live"), "struct ct_live layout"
+
+    def _allocs(self, buf, n) -> list[Alloc]:
+        out = []
+        if not n:
+            return out
+        append = out.append
+        for u in self._live.iter_unpack(self.ffi.buffer(buf, self._live.size * n)):
+            ev = u[:NFIELDS]
+            end_ts = u[NFIELDS + 4]
+            append(Alloc(u[NFIELDS], ev, ev[SIZE], ev[TS], ev[DEV], u[NFIELDS + 1], u[NFIELDS + 2],
+                         None if end_ts == NONE64 else end_ts, u[NFIELDS + 5]))
+        return out
+
+    def _dev(self, device):
+        return self.K["CT_REPLAY_ANY_DEVICE"] if device is None else int(device)
+
+    def select(self, by_ts: bool, value: int, device=None) -> list[Alloc]:
+        by = self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
+        value = max(0, min(int(value), NONE64))
+        n = self.lib.ct_replay_select(self.h, by, value, self._dev(device), self.ffi.NULL, 0)
+        buf = self.ffi.new("struct ct_live[]", max(n, 1))
+        self.lib.ct_replay_select(self.h, by, value, self._dev(device), buf, n)
+        return self._allocs(buf, n)
+
+    def groups(self, by_ts: bool, value: int, device=None) -> Groups:
+        by = self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
+        value = max(0, min(int(value), NONE64))
+        _, n = self.live_bytes(by_ts, value, device)
+        out = self.ffi.new("struct ct_group[]", max(n, 1))
+        sizes = self.ffi.new("uint64_t[]", max(n, 1))
+        ng = self.lib.ct_replay_groups(self.h, by, value, self._dev(device), out, n, sizes, n)
+        if ng == NONE64:
+            raise MemoryError("grouping allocations ran out of memory")
+        allsizes = memoryview(self.ffi.buffer(sizes)).cast("B").cast("Q")     # no copy
+        rows = []
+        for i in range(ng):
+            g = out[i]
+            o, c = g.sizes, g.count
+            rows.append((g.trace, g.stack, g.api, g.rt_api, g.device, c, g.bytes, g.first_ts,
+                         g.last_ts, allsizes[o:o + c]))
+        return Groups(rows, keep=sizes)
+
+    def live_bytes(self, by_ts: bool, value: int, device=None) -> tuple[int, int]:
+        by = self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
+        cnt = self.ffi.new("uint64_t *")
+        b = self.lib.ct_replay_live_bytes(self.h, by, max(0, min(int(value), NONE64)),
+                                          self._dev(device), cnt)
+        return int(b), int(cnt[0])
+
+    def bytes_at(self, times: list[int], device=None) -> list[int]:
+        n = len(times)
+        if not n:
+            return []
+        ts = self.ffi.new("uint64_t[]", [max(0, min(int(t), NONE64)) for t in times])
+        out = self.ffi.new("uint64_t[]", n)
+        self.lib.ct_replay_bytes_at(self.h, ts, n, self._dev(device), out)
+        return list(self.ffi.unpack(out, n))
+
+    def all(self) -> list[Alloc]:
+        n = self.lib.ct_replay_all(self.h, self.ffi.NULL, 0)
+        buf = self.ffi.new("struct ct_live[]", max(n, 1))
+        self.lib.ct_replay_all(self.h, buf, n)
+        return self._allocs(buf, n)
+
+    def stack_totals(self) -> dict[tuple[int, int], tuple[int, int]]:
+        n = self.lib.ct_replay_stack_totals(self.h, self.ffi.NULL, 0)
+        buf = self.ffi.new("struct ct_stack_total[]", max(n, 1))
+        n = self.lib.ct_replay_stack_totals(self.h, buf, n)
+        return {(buf[i].trace, buf[i].stack): (int(buf[i].count), int(buf[i].bytes)) for i in range(n)}
+
+    def listed(self, which: str) -> list[Alloc]:
+        w = self.K["CT_REPLAY_LIST_" + which.upper()]
+        n = self.lib.ct_replay_list(self.h, w, self.ffi.NULL, 0)
+        buf = self.ffi.new("struct ct_live[]", max(n, 1))
+        self.lib.ct_replay_list(self.h, w, buf, n)
+        return self._allocs(buf, n)
+
+    def timeline(self, device=None) -> list[tuple]:
+        if not self.buckets:
+            return []
+        buf = self.ffi.new("struct ct_replay_bucket[]", self.buckets)
+        n = self.lib.ct_replay_timeline(self.h, self._dev(device), buf, self.buckets)
+        return [(b.changes, b.min, b.min_ts, b.max, b.max_ts, b.last, b.last_ts)
+                for b in (buf[i] for i in range(n)) if b.changes]
+
+
+# ---- the same rules in Python (reference and fallback) ------------------------------------
+
+_ST_DEV, _ST_HOST, _ST_MAP = 1, 2, 3
+_MAP_SPACE = 255
+END_LIVE, END_FREE, END_REUSED, END_UNMAPPED = 0, 1, 2, 3
+
+
+class _PyReplay:
+    name = "python"
+
+    def __init__(self, traces: list[Trace], buckets: int):
+        K = C()
+        ALLOC, FREE, MAP, UNMAP = K["CT_OP_ALLOC"], K["CT_OP_FREE"], K["CT_OP_MAP"], K["CT_OP_UNMAP"]
+        DENY, MEMINFO, IMPORT, UNIMPORT = (K["CT_OP_DENY"], K["CT_OP_MEMINFO"], K["CT_OP_IMPORT"],
+                                           K["CT_OP_UNIMPORT"])
+        VMM = K["CT_SPACE_VMM"]
+        dmask, hmask = _mask(device_kinds()), _mask(host_kinds())
+        self.traces = traces
+        self.buckets = buckets
+        counts = dict.fromkeys(("events", "allocs", "frees", "failed", "failed_frees", "denied",
+                                "host_allocs", "host_frees", "unmatched_frees", "null_frees",
+                                "reused", "maps", "unmaps", "unmatched_unmaps",
+                                "deferred_releases", "imports", "unimports", "meminfo", "other",
+                                "unsorted_traces"), 0)
+        procs = [dict.fromkeys(("events", "allocs", "frees", "failed", "denied", "meminfo",
+                                "host_allocs", "peak_bytes", "peak_ts", "end_bytes", "first_ts",
+                                "last_ts"), 0) for _ in traces]
+        streams = []
+        t0, t1 = None, 0
+        for i, t in enumerate(traces):
+            evs = t.events
+            if not evs:
+                continue
+            order = range(len(evs))
+            if any(evs[k][TS] > evs[k + 1][TS] for k in range(len(evs) - 1)):
+                counts["unsorted_traces"] += 1
+                order = sorted(order, key=lambda k: evs[k][TS])
+            first, last = evs[order[0]][TS], evs[order[-1]][TS]
+            t0 = first if t0 is None else min(t0, first)
+            t1 = max(t1, last)
+            streams.append([(evs[k][TS], i, k) for k in order])
+        t0 = t0 or 0
+        span = t1 - t0
+        self.lives: list[list] = []       # [trace, idx, seq, end_seq, end_ts, how]
+        self.lists = {"failed": [], "denied": [], "meminfo": []}
+        devices: dict[int, dict] = {}
+        dev_cur: dict[int, int] = {}
+        proc_cur = [0] * len(traces)
+        tl_all: dict[int, list] = {}
+        tl_dev: dict[int, dict[int, list]] = {}
+        tab: dict[tuple, list] = {}       # key -> [state, val, maps, released]
+        st = {"cur": 0, "host": 0}
+        s = {"peak_bytes": 0, "peak_ts": 0, "peak_seq": 0, "found": 0, "host_peak": 0,
+             "host_peak_ts": 0}
+
+        def slot_dev(d):
+            return max(-1, min(d, 62))
+
+        def note(b, i, v, ts):
+            cell = b.get(i)
+            if cell is None:
+                b[i] = [1, v, ts, v, ts, v, ts]
+                return
+            if v < cell[1]:
+                cell[1], cell[2] = v, ts
+            if v > cell[3]:
+                cell[3], cell[4] = v, ts
+            cell[5], cell[6] = v, ts
+            cell[0] += 1
+
+        def changed(dslot, ts):
+            if not buckets:
+                return
+            i = int((ts - t0) / span * buckets) if span else 0
+            if i >= buckets:
+                i = buckets - 1
+            note(tl_all, i, st["cur"], ts)
+            note(tl_dev.setdefault(dslot, {}), i, dev_cur[dslot], ts)
+
+        def end_life(li, seq, ts, how):
+            L = self.lives[li]
+            e = traces[L[0]].events[L[1]]
+            ds = slot_dev(e[DEV])
+            L[3], L[4], L[5] = seq, ts, how
+            st["cur"] -= e[SIZE]
+            dev_cur[ds] -= e[SIZE]
+            proc_cur[L[0]] -= e[SIZE]
+            changed(ds, ts)
+
+        def unmapped(ti, hv, seq, ts):
+            h = tab.get((ti, VMM, hv))
+            if h and h[0] == _ST_DEV and h[2]:
+                h[2] -= 1
+                if h[2] == 0 and h[3]:
+                    end_life(h[1], seq, ts, END_UNMAPPED)
+                    del tab[(ti, VMM, hv)]
+
+        seq = 0
+        for ts, ti, idx in heapq.merge(*streams):
+            e = traces[ti].events[idx]
+            p = procs[ti]
+            p["events"] += 1
+            if not p["first_ts"] or ts < p["first_ts"]:
+                p["first_ts"] = ts
+            if ts > p["last_ts"]:
+                p["last_ts"] = ts
+            op = e[OP]
+            ref = [ti, idx, seq, NONE64, NONE64, END_LIVE]
+            if op == ALLOC:
+                if e[RES] != 0:
+                    counts["failed"] += 1
+                    p["failed"] += 1
+                    self.lists["failed"].append(ref)
+                else:
+                    kind = min(e[KIND], 63)
+                    is_dev, is_host = (dmask >> kind) & 1, (hmask >> kind) & 1
+                    if not is_dev and not is_host:
+                        counts["other"] += 1
+                    else:
+                        key = (ti, e[SPACE], e[ADDR])
+                        old = tab.get(key)
+                        if old is not None:
+                            counts["reused"] += 1
+                            if old[0] == _ST_DEV:
+                                end_life(old[1], seq, ts, END_REUSED)
+                            elif old[0] == _ST_HOST:
+                                st["host"] -= old[1]
+                            del tab[key]
+                        if is_dev:
+                            tab[key] = [_ST_DEV, len(self.lives), 0, 0]
+                            self.lives.append(ref)
+                            ds = slot_dev(e[DEV])
+                            d = devices.setdefault(ds, {"allocs": 0, "peak_bytes": 0, "peak_ts": 0,
+                                                        "peak_seq": 0, "end_bytes": 0})
+                            counts["allocs"] += 1
+                            p["allocs"] += 1
+                            d["allocs"] += 1
+                            st["cur"] += e[SIZE]
+                            dev_cur[ds] = dev_cur.get(ds, 0) + e[SIZE]
+                            proc_cur[ti] += e[SIZE]
+                            if st["cur"] > s["peak_bytes"] or not s["found"]:
+                                s.update(peak_bytes=st["cur"], peak_ts=ts, peak_seq=seq, found=1)
+                            if dev_cur[ds] > d["peak_bytes"] or d["allocs"] == 1:
+                                d.update(peak_bytes=dev_cur[ds], peak_ts=ts, peak_seq=seq)
+                            if proc_cur[ti] > p["peak_bytes"]:
+                                p["peak_bytes"], p["peak_ts"] = proc_cur[ti], ts
+                            changed(ds, ts)
+                        else:
+                            tab[key] = [_ST_HOST, e[SIZE], 0, 0]
+                            counts["host_allocs"] += 1
+                            p["host_allocs"] += 1
+                            st["host"] += e[SIZE]
+                            if st["host"] > s["host_peak"]:
+                                s["host_peak"], s["host_peak_ts"] = st["host"], ts
+            elif op == FREE:
+                if e[RES] != 0:
+                    counts["failed_frees"] += 1
+                elif e[ADDR] == 0:
+                    counts["null_frees"] += 1
+                else:
+                    key = (ti, e[SPACE], e[ADDR])
+                    sl = tab.get(key)
+                    if sl is None or sl[0] == _ST_MAP:
+                        counts["unmatched_frees"] += 1
+                    elif sl[0] == _ST_HOST:
+                        st["host"] -= sl[1]
+                        counts["host_frees"] += 1
+                        del tab[key]
+                    else:
+                        counts["frees"] += 1
+                        p["frees"] += 1
+                        if e[SPACE] == VMM and sl[2] > 0:
+                            sl[3] = 1
+                            counts["deferred_releases"] += 1
+                        else:
+                            end_life(sl[1], seq, ts, END_FREE)
+                            del tab[key]
+            elif op == MAP:
+                if e[RES] != 0:
+                    counts["other"] += 1
+                else:
+                    counts["maps"] += 1
+                    mk = (ti, _MAP_SPACE, e[ADDR])
+                    m = tab.pop(mk, None)
+                    if m is not None:
+                        unmapped(ti, m[1], seq, ts)
+                    tab[mk] = [_ST_MAP, e[AUX], e[SIZE], 0]     # maps field: bytes mapped
+                    h = tab.get((ti, VMM, e[AUX]))
+                    if h and h[0] == _ST_DEV:
+                        h[2] += 1
+            elif op == UNMAP:
+                if e[RES] != 0:
+                    counts["other"] += 1
+                else:
+                    counts["unmaps"] += 1
+                    m = tab.get((ti, _MAP_SPACE, e[ADDR]))
+                    if m is not None and m[2] >= e[SIZE]:
+                        del tab[(ti, _MAP_SPACE, e[ADDR])]
+                        unmapped(ti, m[1], seq, ts)
+                    else:
+                        lo, n = e[ADDR], e[SIZE]
+                        found = [k for k, v in tab.items() if v[0] == _ST_MAP and k[0] == ti
+                                 and k[1] == _MAP_SPACE and k[2] >= lo and k[2] - lo < n]
+                        if not found:
+                            counts["unmatched_unmaps"] += 1
+                        for k in sorted(found, key=lambda k: k[2]):      # address order, as C
+                            m = tab.pop(k)
+                            unmapped(ti, m[1], seq, ts)
+            elif op == DENY:
+                counts["denied"] += 1
+                p["denied"] += 1
+                self.lists["denied"].append(ref)
+            elif op == MEMINFO:
+                counts["meminfo"] += 1
+                p["meminfo"] += 1
+                self.lists["meminfo"].append(ref)
+            elif op == IMPORT:
+                counts["imports"] += 1
+            elif op == UNIMPORT:
+                counts["unimports"] += 1
+            else:
+                counts["other"] += 1
+            seq += 1
+        counts["events"] = seq
+        for i, p in enumerate(procs):
+            p["end_bytes"] = proc_cur[i]
+        self.counts = counts
+        self.summary = {"t0": t0, "t_end": t1, "peak_bytes": s["peak_bytes"], "peak_ts": s["peak_ts"],
+                        "peak_seq": s["peak_seq"], "end_bytes": st["cur"], "host_peak": s["host_peak"],
+                        "host_peak_ts": s["host_peak_ts"], "host_end": st["host"],
+                        "lives": len(self.lives), "ntraces": len(traces), "found": s["found"]}
+        self.devices = {}
+        for ds, d in devices.items():
+            d["end_bytes"] = dev_cur.get(ds, 0)
+            self.devices[ds] = d
+        self.procs = procs
+        self._tl_all = tl_all
+        self._tl_dev = tl_dev
+
+    def _alloc(self, L) -> Alloc:
+        e = self.traces[L[0]].events[L[1]]
+        return Alloc(L[0], e, e[SIZE], e[TS], e[DEV], L[1], L[2], None if L[4] == NONE64 else L[4], L[5])
+
+    def _live(self, L, by_ts, v):
+        if by_ts:
+            return self.traces[L[0]].events[L[1]][TS] <= v < L[4]
+        return L[2] <= v < L[3]
+
+    def select(self, by_ts: bool, value: int, device=None) -> list[Alloc]:
+        return [self._alloc(L) for L in self.lives if self._live(L, by_ts, value)
+                and (device is None or self.traces[L[0]].events[L[1]][DEV] == device)]
+
+    def groups(self, by_ts: bool, value: int, device=None) -> Groups:
+        return Groups.of(self.select(by_ts, value, device))
+
+    def live_bytes(self, by_ts: bool, value: int, device=None) -> tuple[int, int]:
+        sel = self.select(by_ts, value, device)
+        return sum(a.size for a in sel), len(sel)
+
+    def all(self) -> list[Alloc]:
+        return [self._alloc(L) for L in self.lives]
+
+    def bytes_at(self, times: list[int], device=None) -> list[int]:
+        return [self.live_bytes(True, t, device)[0] for t in times]
+
+    def listed(self, which: str) -> list[Alloc]:
+        return [self._alloc(L) for L in self.lists[which]]
+
+    def stack_totals(self) -> dict[tuple[int, int], tuple[int, int]]:
+        out: dict[tuple[int, int], tuple[int, int]] = {}
+        for L in self.lives:
+            e = self.traces[L[0]].events[L[1]]
+            k = (L[0], e[STACK])
+            c, b = out.get(k, (0, 0))
+            out[k] = (c + 1, b + e[SIZE])
+        return out
+
+    def timeline(self, device=None) -> list[tuple]:
+        b = self._tl_all if device is None else self._tl_dev.get(max(-1, min(device, 62)), {})
+        return [tuple(b[i]) for i in sorted(b)]
+
+
+# ---- the model ----------------------------------------------------------------------------
+
+@dataclass
+class Model:
+    traces: list[Trace]
+    backend: object = field(default=None, repr=False)
+    found: bool = False                 # any device allocation at all
+    peak_bytes: int = 0
+    peak_ts: int = 0
+    peak_seq: int = -1
+    end_bytes: int = 0
+    device_peaks: dict[int, tuple[int, int]] = field(default_factory=dict)  # dev -> (bytes, ts)
+    device_peak_seq: dict[int, int] = field(default_factory=dict)
+    device_end: dict[int, int] = field(default_factory=dict)
+    device_allocs: dict[int, int] = field(default_factory=dict)
+    host_peak: int = 0
+    host_peak_ts: int = 0
+    host_end: int = 0
+    counts: dict[str, int] = field(default_factory=dict)
+    procs: list[dict] = field(default_factory=list)   # per trace: allocs, peak_bytes, ...
+    t0: int = 0
+    t_end: int = 0
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def peak_index(self) -> int:
+        """Merged index of the event that reached the peak; -1 when nothing was allocated."""
+        return self.peak_seq if self.found else -1
+
+    @property
+    def unmatched_frees(self) -> int:
+        return self.counts.get("unmatched_frees", 0)
+
+    @property
+    def n_events(self) -> int:
+        return self.counts.get("events", 0)
+
+    def _cached(self, key, fn):
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
+    @property
+    def live_at_peak(self) -> list[Alloc]:
+        """Device allocations live right after the event that reached the peak."""
+        if not self.found:
+            return []
+        return self._cached(("peak", None), lambda: self.backend.select(False, self.peak_seq))
+
+    @property
+    def live_at_end(self) -> list[Alloc]:
+        """Device allocations never freed (live when the traces end)."""
+        return self._cached(("end", None), lambda: self.backend.select(False, NONE64 - 1))
+
+    def live_at_device_peak(self, device: int) -> list[Alloc]:
+        """Allocations on device live at that device's own peak."""
+        if device not in self.device_peak_seq:
+            return []
+        seq = self.device_peak_seq[device]
+        return self._cached(("dpeak", device), lambda: self.backend.select(False, seq, device))
+
+    def groups_at_peak(self, device: int | None = None) -> Groups:
+        """live_at_peak (or a device's own peak), grouped."""
+        if device is None:
+            if not self.found:
+                return Groups([])
+            return self._cached(("gpeak", None), lambda: self.backend.groups(False, self.peak_seq))
+        if device not in self.device_peak_seq:
+            return Groups([])
+        seq = self.device_peak_seq[device]
+        return self._cached(("gpeak", device), lambda: self.backend.groups(False, seq, device))
+
+    def groups_at_end(self, device: int | None = None) -> Groups:
+        return self._cached(("gend", device), lambda: self.backend.groups(False, NONE64 - 1, device))
+
+    def groups_at(self, ts: int, device: int | None = None) -> Groups:
+        return self.backend.groups(True, ts, device)
+
+    def at(self, ts: int, device: int | None = None) -> list[Alloc]:
+        """Allocations live at monotonic time ts (every event at or before ts replayed)."""
+        return self.backend.select(True, ts, device)
+
+    def at_seq(self, seq: int, device: int | None = None) -> list[Alloc]:
+        return self.backend.select(False, seq, device)
+
+    def live_bytes_at(self, ts: int, device: int | None = None) -> tuple[int, int]:
+        """(bytes, count) live at monotonic time ts."""
+        return self.backend.live_bytes(True, ts, device)
+
+    def bytes_at(self, times: list[int], device: int | None = None) -> list[int]:
+        """Traced live bytes at each of the given monotonic times (ascending)."""
+        return self.backend.bytes_at(list(times), device)
+
+    def lifetimes(self) -> list[Alloc]:
+        """Every device allocation of the run, with end_ts (None: never freed)."""
+        return self._cached(("all", None), self.backend.all)
+
+    def stack_totals(self) -> dict[tuple[int, int], tuple[int, int]]:
+        """(trace, leaf stack) -> (count, bytes) of every device allocation of the run."""
+        return self._cached(("stacktotals", None), self.backend.stack_totals)
+
+    @property
+    def failed(self) -> list[Alloc]:
+        return self._cached(("failed", None), lambda: self.backend.listed("failed"))
+
+    @property
+    def denied(self) -> list[Alloc]:
+        return self._cached(("denied", None), lambda: self.backend.listed("denied"))
+
+    @property
+    def meminfo(self) -> list[Alloc]:
+        """cuMemGetInfo / NVML memory queries (size: total reported, event[ADDR]: free reported,
+        event[AUX] / event[AUX2]: the device's own free / total)."""
+        return self._cached(("meminfo", None), lambda: self.backend.listed("meminfo"))
+
+    def timeline_buckets(self, device: int | None = None) -> list[tuple]:
+        """(changes, min, min_ts, max, max_ts, last, last_ts) of each time slice with changes."""
+        return self._cached(("tlb", device), lambda: self.backend.timeline(device))
+
+    def timeline_points(self, device: int | None = None) -> list[tuple[int, int]]:
+        """(ts, live bytes) steps: each slice's lowest, highest and last value, in time order;
+        exact at every slice's extremes (the peak included)."""
+        def make():
+            pts = [(self.t0, 0)]
+            for _n, lo, lo_ts, hi, hi_ts, last, last_ts in self.timeline_buckets(device):
+                for p in sorted({(lo_ts, lo), (hi_ts, hi), (last_ts, last)},
+                                key=lambda x: (x[0], x == (last_ts, last))):
+                    if p != pts[-1]:
+                        pts.append(p)
+            return pts
+        return self._cached(("tlp", device), make)
+
+    @property
+    def timeline(self) -> list[tuple[int, int]]:
+        return self.timeline_points()
+
+
+def available_backends() -> list[str]:
+    return (["c"] if _c_backend() else []) + ["python"]
+
+
+def build(td: TraceDir | list[Trace], timeline_buckets: int = TIMELINE_BUCKETS,
+          backend: str | None = None) -> Model:
+    """Replay the traces of a run. backend: "c" (default when the tools library has it),
+    "python" (the reference), or $CUDATRACE_REPLAY."""
+    traces = td.traces if isinstance(td, TraceDir) else list(td)
+    backend = backend or os.environ.get("CUDATRACE_REPLAY") or ("c" if _c_backend() else "python")
+    if backend == "c":
+        if not _c_backend():
+            raise RuntimeError("the C replay is not available: %s" % _c_error[0])
+        r = _CReplay(traces, timeline_buckets)
+    elif backend == "python":
+        r = _PyReplay(traces, timeline_buckets)
+    else:
+        raise ValueError("unknown replay backend %r" % backend)
+    s = r.summary
+    m = Model(traces=traces, backend=r, found=bool(s["found"]), peak_bytes=s["peak_bytes"],
+              peak_ts=s["peak_ts"], peak_seq=s["peak_seq"] if s["found"] else -1,
+              end_bytes=s["end_bytes"], host_peak=s["host_peak"], host_peak_ts=s["host_peak_ts"],
+              host_end=s["host_end"], counts=dict(r.counts), procs=r.procs, t0=s["t0"],
+              t_end=s["t_end"])
+    for dev, d in sorted(r.devices.items()):
+        m.device_peaks[dev] = (d["peak_bytes"], d["peak_ts"])
+        m.device_peak_seq[dev] = d["peak_seq"]
+        m.device_end[dev] = d["end_bytes"]
+        m.device_allocs[dev] = d["allocs"]
     return m

@@ -1,9 +1,16 @@
 """Traced versus observed: what the device showed for the process tree next to what the trace
 holds live. The difference is memory no hook sees (CUDA contexts, module images, paths not
-hooked) — the RSS-versus-free mismatch of the report cudatrace was born from, at a glance."""
+hooked) — the RSS-versus-free mismatch of the report cudatrace was born from, at a glance.
+
+The launcher samples every ~100 ms (samples.jsonl): NVML's per-process device memory for the
+traced tree and each device's used/total, plus MemAvailable and the tree's RSS, which are all a
+unified-memory device (Jetson) offers. Nothing here is estimated: a figure that was not sampled
+is absent (None), and the reason is given.
+"""
 from __future__ import annotations
 
 import bisect
+from typing import Callable
 
 from .trace import TraceDir
 
@@ -13,15 +20,10 @@ class Observed:
         self.samples = td.samples()
         self.samples.sort(key=lambda s: s.get("t", 0))
         self.ts = [s.get("t", 0) for s in self.samples]
-        self.sampler = td.run.get("sampler", {})
+        self.sampler = td.run.get("sampler", {}) or {}
+        self.has_run = bool(td.run)
 
-    @property
-    def nvml(self) -> bool:
-        return any("devices" in s for s in self.samples)
-
-    def why_no_nvml(self) -> str:
-        return self.sampler.get("nvml_why") or "no NVML samples"
-
+    # ---- one sample ----
     def near(self, ts: int) -> dict | None:
         """The sample closest to monotonic time ts (None if there are none)."""
         if not self.samples:
@@ -30,45 +32,182 @@ class Observed:
         cands = [j for j in (i - 1, i) if 0 <= j < len(self.samples)]
         return self.samples[min(cands, key=lambda j: abs(self.ts[j] - ts))]
 
-    def tree_device_bytes(self, s: dict) -> int | None:
+    @staticmethod
+    def tree_device_bytes(s: dict, device: int | None = None) -> int | None:
         d = s.get("tree_device_bytes")
         if d is None:
             return None
+        if device is not None:
+            v = d.get(str(device))
+            return int(v) if v is not None else None
         return sum(int(v) for v in d.values())
 
-    def peak(self) -> dict:
-        """Highest observed values over the run."""
-        out = {"samples": len(self.samples)}
-        tree = [self.tree_device_bytes(s) for s in self.samples]
-        tree = [x for x in tree if x is not None]
-        if tree:
-            out["tree_device_bytes_max"] = max(tree)
-        used = [sum(d.get("used", 0) for d in s.get("devices", [])) for s in self.samples
-                if s.get("devices")]
+    @staticmethod
+    def _device_rows(s: dict, device: int | None = None) -> list[dict]:
+        return [d for d in s.get("devices") or []
+                if "used" in d and (device is None or d.get("index") == device)]
+
+    def device_used(self, s: dict, device: int | None = None) -> tuple[int, int] | None:
+        """(used, total) over the devices NVML answered for (or one)."""
+        devs = self._device_rows(s, device)
+        if not devs:
+            return None
+        return sum(d["used"] for d in devs), sum(d.get("total", 0) for d in devs)
+
+    # ---- what there is ----
+    def nvml_devices(self, device: int | None = None) -> bool:
+        """Some sample has NVML's used/total for the device(s)."""
+        return any(self._device_rows(s, device) for s in self.samples)
+
+    def per_process_for(self, device: int | None = None) -> bool:
+        """Some sample has a non-zero NVML figure for the traced tree. All zeros is taken as no
+        figure: NVML leaves out processes whose usage it cannot tell (N/A on integrated devices,
+        in some containers and drivers), which reads the same as zero."""
+        return any((self.tree_device_bytes(s, device) or 0) > 0 for s in self.samples)
+
+    @property
+    def per_process(self) -> bool:
+        return self.per_process_for()
+
+    @property
+    def nvml(self) -> bool:
+        """NVML answered something usable: device figures or per-process ones."""
+        return self.nvml_devices() or self.per_process
+
+    def why_no_nvml(self) -> str:
+        if not self.has_run:
+            return "no run.json beside the trace (a single file was given, or a copy without it)"
+        if not self.samples:
+            return "no samples were recorded (samples.jsonl missing or empty)"
+        if self.sampler.get("nvml_why"):
+            return self.sampler["nvml_why"]
+        errs = sorted({(d.get("index"), d.get("error")) for s in self.samples
+                       for d in s.get("devices") or [] if "error" in d}, key=str)
+        if errs:
+            return ("NVML could not report memory (%s; NVML_ERROR_NOT_SUPPORTED (3) is what an "
+                    "integrated device answers)"
+                    % ", ".join("device %s: NVML error %s" % e for e in errs[:4]))
+        return "no NVML samples"
+
+    def why_no_per_process(self) -> str:
+        if not any(s.get("tree_device_bytes") is not None for s in self.samples):
+            return "the sampler recorded no per-process figures"
+        return ("NVML listed no device memory for the traced processes in any sample (per-process "
+                "figures are N/A on some drivers, in some containers and on integrated devices)")
+
+    def interval_ms(self) -> float | None:
+        if len(self.ts) < 2:
+            return None
+        d = sorted(b - a for a, b in zip(self.ts, self.ts[1:]))
+        return d[len(d) // 2] / 1e6
+
+    # ---- the comparison ----
+    def compare(self, peak_ts: int, traced_at: Callable[[list], list], start_ns: int,
+                device: int | None = None) -> dict:
+        """Traced versus observed near the peak and over the run.
+
+        traced_at(times) gives the traced live bytes at each sample's time, so every observed
+        figure is set beside what the trace held at that very moment."""
+        def sec(ts):
+            return round((ts - start_ns) / 1e9, 6)
+
+        per_process = self.per_process_for(device)
+        nvml = self.nvml_devices(device) or per_process
+        out: dict = {"samples": len(self.samples), "nvml": nvml,
+                     "nvml_why": None if nvml else self.why_no_nvml(),
+                     "per_process": per_process,
+                     "per_process_why": None if per_process or not nvml else self.why_no_per_process(),
+                     "interval_ms": self.interval_ms(), "overlap": False, "near_peak": None,
+                     "max": None, "baseline": None}
+        if not self.samples:
+            return out
+        traced = list(traced_at(self.ts))
+        live = [k for k, v in enumerate(traced) if v > 0]
+        out["overlap"] = bool(live)
+        first = self.samples[0]
+        base = {"time": sec(first["t"]), "mem_available": first.get("mem_available"),
+                "device_used": None, "tree_rss": first.get("tree_rss")}
+        du = self.device_used(first, device)
+        if du:
+            base["device_used"] = du[0]
+        out["baseline"] = base
+
+        k = min(range(len(self.ts)), key=lambda j: (abs(self.ts[j] - peak_ts), j))
+        note = None
+        if traced[k] == 0 and live:
+            k = min(live, key=lambda j: (abs(self.ts[j] - peak_ts), j))
+            note = "the sample nearest the peak saw nothing traced live; this is the nearest that did"
+        s = self.samples[k]
+        near = {"time": sec(s["t"]), "ts_ns": s["t"], "offset_ms": round((s["t"] - peak_ts) / 1e6, 3),
+                "traced_bytes": traced[k], "tree_device_bytes": None, "untraced_bytes": None,
+                "device_used": None, "device_total": None, "device_used_rise": None,
+                "mem_available": s.get("mem_available"), "mem_available_drop": None,
+                "tree_rss": s.get("tree_rss"), "note": note}
+        if per_process:
+            tb = self.tree_device_bytes(s, device)
+            if tb is not None:
+                near["tree_device_bytes"] = tb
+                near["untraced_bytes"] = tb - traced[k]
+        du = self.device_used(s, device)
+        if du:
+            near["device_used"], near["device_total"] = du
+            if base["device_used"] is not None:
+                near["device_used_rise"] = du[0] - base["device_used"]
+        if near["mem_available"] is not None and base["mem_available"] is not None:
+            near["mem_available_drop"] = base["mem_available"] - near["mem_available"]
+        out["near_peak"] = near
+
+        mx: dict = {"tree_device_bytes": None, "tree_device_time": None, "traced_bytes_then": None,
+                    "untraced_bytes": None, "untraced_max_bytes": None, "untraced_max_time": None,
+                    "device_used": None, "device_used_time": None, "tree_rss": None,
+                    "tree_rss_time": None, "mem_available_min": None, "mem_available_drop": None,
+                    "mem_available_time": None}
+        if per_process:
+            vals = [(self.tree_device_bytes(x, device), j) for j, x in enumerate(self.samples)]
+            vals = [v for v in vals if v[0] is not None]
+            if vals:
+                v, j = max(vals, key=lambda x: (x[0], -x[1]))
+                mx.update(tree_device_bytes=v, tree_device_time=sec(self.ts[j]),
+                          traced_bytes_then=traced[j], untraced_bytes=v - traced[j])
+                u, j = max(((v - traced[j], j) for v, j in vals), key=lambda x: (x[0], -x[1]))
+                mx.update(untraced_max_bytes=u, untraced_max_time=sec(self.ts[j]))
+        used = [(self.device_used(x, device), x["t"]) for x in self.samples]
+        used = [(u[0], t) for u, t in used if u]
         if used:
-            out["device_used_max"] = max(used)
-            out["device_used_min"] = min(used)
-        avail = [s["mem_available"] for s in self.samples if s.get("mem_available") is not None]
-        if avail:
-            out["mem_available_min"] = min(avail)
-            out["mem_available_max"] = max(avail)
-        rss = [s.get("tree_rss", 0) for s in self.samples]
+            v, t = max(used, key=lambda x: (x[0], -x[1]))
+            mx.update(device_used=v, device_used_time=sec(t))
+        rss = [(x.get("tree_rss"), x["t"]) for x in self.samples if x.get("tree_rss") is not None]
         if rss:
-            out["tree_rss_max"] = max(rss)
+            v, t = max(rss, key=lambda x: (x[0], -x[1]))
+            mx.update(tree_rss=v, tree_rss_time=sec(t))
+        avail = [(x.get("mem_available"), x["t"]) for x in self.samples
+                 if x.get("mem_available") is not None]
+        if avail:
+            v, t = min(avail, key=lambda x: (x[0], x[1]))
+            mx.update(mem_available_min=v, mem_available_time=sec(t))
+            if base["mem_available"] is not None:
+                mx["mem_available_drop"] = base["mem_available"] - v
+        out["max"] = mx
         return out
 
-    def at(self, ts: int, traced_bytes: int) -> dict:
-        s = self.near(ts)
-        if s is None:
-            return {"available": False}
-        out = {"available": True, "sample_t": s["t"], "sample_offset_ms": (s["t"] - ts) / 1e6,
-               "traced_bytes": traced_bytes, "tree_rss": s.get("tree_rss"),
-               "mem_available": s.get("mem_available")}
-        tb = self.tree_device_bytes(s)
-        if tb is not None:
-            out["observed_tree_device_bytes"] = tb
-            out["untraced_bytes"] = tb - traced_bytes
-        if s.get("devices"):
-            out["device_used"] = sum(d.get("used", 0) for d in s["devices"])
-            out["device_total"] = sum(d.get("total", 0) for d in s["devices"])
+    # ---- series for pictures ----
+    def series(self, device: int | None = None) -> dict[str, list[tuple[int, int]]]:
+        """(ts, bytes) series: tree_device (NVML, process tree; only where NVML gave per-process
+        figures), device_used (NVML, everyone), tree_rss, mem_available."""
+        out: dict[str, list] = {"tree_device": [], "device_used": [], "tree_rss": [],
+                                "mem_available": []}
+        pp = self.per_process_for(device)
+        for s in self.samples:
+            t = s["t"]
+            if pp:
+                v = self.tree_device_bytes(s, device)
+                if v is not None:
+                    out["tree_device"].append((t, v))
+            du = self.device_used(s, device)
+            if du:
+                out["device_used"].append((t, du[0]))
+            if s.get("tree_rss") is not None:
+                out["tree_rss"].append((t, s["tree_rss"]))
+            if s.get("mem_available") is not None:
+                out["mem_available"].append((t, s["mem_available"]))
         return out

@@ -9,16 +9,26 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
+from bisect import bisect_right
+from collections import Counter, namedtuple
 from dataclasses import dataclass, field
 
-from .model import API, Alloc, Model
+from .model import API, DEV, RES, RT, STACK, Alloc, Groups, Model
 from .trace import Trace
 
 FOLD_MODULES = re.compile(r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
                           r"libcudadebugger|libnvcuda)")
 FOLD_FUNCTIONS = re.compile(r"^(cuda[A-Z_]|cudart::|__cudart|cu[A-Z][A-Za-z0-9_]*$|"
                             r"libcudart_static|cudaApi)")
+
+GROUPINGS = ("site", "api", "library", "process")
+NO_STACK = "(no stack recorded: stacks off, --stack-depth 0)"
+ONLY_CUDA = "(only CUDA library frames: use --show-cuda-frames)"
+
+try:                                    # symbols.py names the module a symbolizer reads
+    from .symbols import ModuleRef      # type: ignore
+except Exception:                       # pragma: no cover - before symbols.py lands
+    ModuleRef = namedtuple("ModuleRef", "path build_id bias")
 
 
 @dataclass(frozen=True)
@@ -40,6 +50,12 @@ class SFrame:
             return self.function + where
         return "%s+0x%x%s" % (os.path.basename(self.module), self.offset, where)
 
+    def long_label(self) -> str:
+        """label plus the module, for stack listings."""
+        if self.function:
+            return "%s  [%s]" % (self.label(), os.path.basename(self.module))
+        return self.label()
+
     def key(self) -> tuple:
         """What makes two frames the same across runs and builds: names, not addresses."""
         if self.function:
@@ -53,10 +69,40 @@ class SFrame:
                 "inlined": self.inlined}
 
 
+def kth_smallest(parts, k: int, lo: int, hi: int) -> int:
+    """The k-th smallest value (from 0) of the union of sorted sequences: a binary search on
+    the value, counting with bisect in each part."""
+    if len(parts) == 1:
+        return parts[0][k]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if sum(bisect_right(p, mid) for p in parts) > k:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
 def folded(f: SFrame) -> bool:
     if FOLD_MODULES.match(os.path.basename(f.module)):
         return True
     return bool(f.function and FOLD_FUNCTIONS.match(f.function))
+
+
+def key_text(key: tuple) -> str:
+    """A site key as one line of text (stable: names, not addresses)."""
+    parts = []
+    for k in key:
+        if isinstance(k, tuple):
+            if len(k) == 3:
+                parts.append("%s:%s%s" % (k[0], k[1], (" (%s)" % k[2]) if k[2] else ""))
+            elif len(k) == 2 and isinstance(k[1], int):
+                parts.append("%s+0x%x" % k)
+            else:
+                parts.append(":".join(str(x) for x in k))
+        else:
+            parts.append(str(k))
+    return " <- ".join(parts)
 
 
 class Stacks:
@@ -67,10 +113,14 @@ class Stacks:
         self.sym = symbolizer
         self.fold = fold
         self._frames: dict[tuple[int, int], list[SFrame]] = {}
+        self._kept: dict[tuple[int, int], list[SFrame]] = {}
+        self.errors: list[str] = []
 
     def prepare(self, keys) -> None:
         """Symbolize every address the given (trace index, leaf) stacks need, module by module."""
         todo = [k for k in set(keys) if k not in self._frames]
+        if not todo:
+            return
         by_module: dict[tuple, set[int]] = {}
         raw: dict[tuple[int, int], list[tuple[int, object]]] = {}
         for ti, leaf in todo:
@@ -84,11 +134,12 @@ class Stacks:
             raw[(ti, leaf)] = lst
         resolved: dict[tuple, dict[int, list]] = {}
         if self.sym is not None:
-            from .symbols import ModuleRef
             for (path, bid, base), addrs in by_module.items():
                 try:
-                    resolved[(path, bid, base)] = self.sym.symbolize(ModuleRef(path, bid, base), addrs)
-                except Exception:          # a symbolizer failure leaves module+offset
+                    resolved[(path, bid, base)] = self.sym.symbolize(ModuleRef(path, bid, base),
+                                                                     sorted(addrs)) or {}
+                except Exception as e:     # a symbolizer failure leaves module+offset
+                    self.errors.append("%s: %s" % (path, e))
                     resolved[(path, bid, base)] = {}
         for key, lst in raw.items():
             frames: list[SFrame] = []
@@ -99,97 +150,211 @@ class Stacks:
                 got = resolved.get((m.path, m.build_id, m.base), {}).get(ip - 1)
                 if got:
                     for fr in got:
-                        frames.append(SFrame(m.path, fr.function, fr.file, fr.line, ip,
-                                             ip - m.base, fr.inlined))
+                        frames.append(SFrame(m.path, getattr(fr, "function", None),
+                                             getattr(fr, "file", None), getattr(fr, "line", None),
+                                             ip, ip - m.base, bool(getattr(fr, "inlined", False))))
                 else:
                     frames.append(SFrame(m.path, None, None, None, ip, ip - m.base))
             self._frames[key] = frames
 
-    def frames(self, ti: int, leaf: int) -> list[SFrame]:
+    def all_frames(self, ti: int, leaf: int) -> list[SFrame]:
         key = (ti, leaf)
         if key not in self._frames:
             self.prepare([key])
-        fr = self._frames[key]
-        if not self.fold:
-            return fr
-        kept = [f for f in fr if not folded(f)]
-        return kept
+        return self._frames[key]
+
+    def frames(self, ti: int, leaf: int) -> list[SFrame]:
+        """The stack's frames, innermost first, without the CUDA libraries' own (unless fold is
+        off). A stack made only of folded frames keeps its outermost CUDA frame."""
+        key = (ti, leaf)
+        got = self._kept.get(key)
+        if got is None:
+            fr = self.all_frames(ti, leaf)
+            if not self.fold:
+                got = fr
+            else:
+                got = [f for f in fr if not folded(f)]
+                if not got and fr:
+                    got = fr[-1:]
+            self._kept[key] = got
+        return got
 
 
 @dataclass
 class Site:
     key: tuple
     frames: list[SFrame]
+    by: str = "site"
+    name: str | None = None                    # label for api / library / process groups
     bytes: int = 0
     count: int = 0
     apis: Counter = field(default_factory=Counter)
-    sizes: list[int] = field(default_factory=list)
+    size_parts: list = field(default_factory=list)       # sorted sequences of sizes
     pids: set = field(default_factory=set)
+    traces: set = field(default_factory=set)
     devices: set = field(default_factory=set)
+    results: Counter = field(default_factory=Counter)   # CUresult -> count (failures)
+    context: list[SFrame] = field(default_factory=list)  # the heaviest stack of the group
+    first_ts: int | None = None
+    last_ts: int | None = None
+    _best: tuple = (0, -1, 0)
 
     def label(self) -> str:
-        return self.frames[0].label() if self.frames else "(no stack: --stack-depth 0 or none recorded)"
+        if self.name is not None:
+            return self.name
+        if not self.frames:
+            return NO_STACK
+        return self.frames[0].label()
+
+    def key_text(self) -> str:
+        return key_text(self.key)
+
+    @property
+    def sizes(self) -> list[int]:
+        """Every allocation's size (ascending within each part)."""
+        out: list[int] = []
+        for p in self.size_parts:
+            out.extend(p)
+        return out
 
     def size_summary(self) -> dict:
-        s = sorted(self.sizes)
-        if not s:
+        """min, median (the lower one for an even count) and max: exact, without merging the
+        parts (a site of millions of allocations costs a few bisections)."""
+        parts = [p for p in self.size_parts if len(p)]
+        n = sum(len(p) for p in parts)
+        if not n:
             return {}
-        return {"min": s[0], "median": s[len(s) // 2], "max": s[-1]}
+        lo, hi = min(p[0] for p in parts), max(p[-1] for p in parts)
+        return {"min": lo, "median": kth_smallest(parts, (n - 1) // 2, lo, hi), "max": hi}
+
+    def api_list(self) -> list[str]:
+        return [a for a, _ in self.apis.most_common()]
+
+
+def site_of(stacks: Stacks, ti: int, leaf: int, depth: int = 1) -> tuple[tuple, list[SFrame]]:
+    """(key, frames) of the site a (trace, leaf) stack belongs to, as group(by="site") makes it."""
+    fr = stacks.frames(ti, leaf)[:max(1, depth)] if leaf else []
+    return tuple(f.key() for f in fr), fr
 
 
 def api_label(model: Model, a: Alloc) -> str:
     t = model.traces[a.trace]
     name = t.api_name(a.event[API])
-    rt = a.event[10]
+    rt = a.event[RT]
     if rt:
         name += " (%s)" % t.api_name(rt)
     return name
 
 
-def group(model: Model, allocs: list[Alloc], stacks: Stacks, by: str = "site",
-          depth: int = 1) -> list[Site]:
-    """Group allocations; sites sorted by bytes, largest first."""
-    if by == "site":
-        stacks.prepare({(a.trace, a.stack) for a in allocs})
-    sites: dict[tuple, Site] = {}
+def process_label(t: Trace) -> str:
+    return "pid %d (%s)" % (t.pid, os.path.basename(t.exe) or "?")
+
+
+def _rows(allocs) -> list[tuple]:
+    """(trace, leaf, api, rt_api, device, count, bytes, first_ts, last_ts, sizes, results)"""
+    if isinstance(allocs, Groups):
+        return [r + (None,) for r in allocs.rows]
+    raw: dict[tuple, list] = {}
     for a in allocs:
-        t = model.traces[a.trace]
+        e = a.event
+        k = (a.trace, e[STACK], e[API], e[RT], e[DEV])
+        g = raw.get(k)
+        if g is None:
+            g = raw[k] = [0, 0, a.ts, a.ts, [], Counter()]
+        g[0] += 1
+        g[1] += a.size
+        if a.ts < g[2]:
+            g[2] = a.ts
+        if a.ts > g[3]:
+            g[3] = a.ts
+        g[4].append(a.size)
+        if e[RES]:
+            g[5][e[RES]] += 1
+    for g in raw.values():
+        g[4].sort()
+    return [k + tuple(g) for k, g in raw.items()]
+
+
+def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1,
+          context: int = 8) -> list[Site]:
+    """Group allocations (a list of Alloc, or Groups from the model); sites sorted by bytes,
+    largest first.
+
+    by: "site" (the first `depth` frames outside CUDA's libraries), "api" (driver API and the
+    runtime call it ran under), "library" (module of the first such frame), "process"."""
+    if by not in GROUPINGS:
+        raise ValueError("unknown grouping %r" % by)
+    depth = max(1, depth)
+    rows = _rows(allocs)
+    if by in ("site", "library"):
+        stacks.prepare({(r[0], r[1]) for r in rows if r[1]})
+    sites: dict[tuple, Site] = {}
+    api_names: dict[tuple, str] = {}
+    for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
+        t = model.traces[ti]
+        name = None
+        fr: list[SFrame] = []
         if by == "site":
-            fr = stacks.frames(a.trace, a.stack)[:depth]
+            fr = stacks.frames(ti, leaf)[:depth] if leaf else []
             key = tuple(f.key() for f in fr)
         elif by == "api":
-            fr = []
-            key = (t.api_name(a.event[API]),)
+            key = (_api_text(t, api, rt, api_names),)
+            name = key[0]
         elif by == "library":
-            full = stacks.frames(a.trace, a.stack)
+            full = stacks.frames(ti, leaf) if leaf else []
             fr = full[:1]
             key = (os.path.basename(full[0].module) if full else "?",)
-        elif by == "process":
-            fr = []
-            key = ("pid %d (%s)" % (t.pid, os.path.basename(t.exe) or "?"),)
+            name = key[0] if full else NO_STACK
         else:
-            raise ValueError("unknown grouping %r" % by)
+            key = (ti,)
+            name = process_label(t)
         s = sites.get(key)
         if s is None:
-            s = sites[key] = Site(key, list(fr))
-        s.bytes += a.size
-        s.count += 1
-        s.apis[api_label(model, a)] += 1
-        s.sizes.append(a.size)
+            s = sites[key] = Site(key, list(fr), by=by, name=name)
+        s.bytes += nbytes
+        s.count += count
+        s.apis[_api_text(t, api, rt, api_names)] += count
+        s.size_parts.append(sizes)
         s.pids.add(t.pid)
-        s.devices.add(a.device)
-    return sorted(sites.values(), key=lambda s: (-s.bytes, -s.count))
+        s.traces.add(ti)
+        s.devices.add(dev)
+        if results:
+            s.results.update(results)
+        s.first_ts = first if s.first_ts is None else min(s.first_ts, first)
+        s.last_ts = last if s.last_ts is None else max(s.last_ts, last)
+        if leaf and (nbytes, count) > s._best[:2]:
+            s._best = (nbytes, count, (ti, leaf))
+    out = sorted(sites.values(), key=lambda s: (-s.bytes, -s.count, s.label()))
+    for s in out:
+        if s._best[1] > 0:
+            ti, leaf = s._best[2]
+            s.context = stacks.frames(ti, leaf)[:max(context, depth)]
+    return out
+
+
+def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
+    k = (id(t), api, rt)
+    s = cache.get(k)
+    if s is None:
+        s = t.api_name(api)
+        if rt:
+            s += " (%s)" % t.api_name(rt)
+        cache[k] = s
+    return s
 
 
 def make_symbolizer(progress: bool = False):
-    """The offline symbolizer, with its on-disk cache; None if pyelftools is missing."""
+    """The offline symbolizer, with its on-disk cache; None if it cannot be had."""
     try:
         from .symbols import Symbolizer
-    except ImportError:
+    except Exception:
         return None
     cache = os.environ.get("CUDATRACE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols")
     try:
         return Symbolizer(cache_dir=cache, progress=progress)
     except Exception:
-        return Symbolizer(cache_dir=None, progress=progress)
+        try:
+            return Symbolizer(cache_dir=None, progress=progress)
+        except Exception:
+            return None

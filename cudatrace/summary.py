@@ -1,27 +1,18 @@
-"""The summary `cudatrace run` prints when the command ends."""
+"""The summary `cudatrace run` prints when the command ends: a few lines of the report, built on
+the same base (report.Analysis), so its numbers are the report's."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .budget import format_bytes
-from .model import build
-from .observed import Observed
-from .sites import Stacks, group, make_symbolizer
-from .trace import TraceError, read_dir
+from .report import Analysis, format_bytes
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
-    try:
-        td = read_dir(out_dir)
-    except TraceError as e:
-        stream.write("cudatrace: command exited with status %d; no trace: %s\n"
-                     "  (the preload library did not enter the command: was LD_PRELOAD removed, "
-                     "or the binary static or setuid?)\n" % (status, e))
-        return
-    m = build(td)
+    a = Analysis(out_dir)
+    td, m = a.td, a.model
     w = stream.write
-    active = [t for t in td.traces if t.events]
+    active = [i for i, p in enumerate(m.procs) if p.get("events")]
     truncated = [t for t in td.traces if not t.complete]
     w("cudatrace: command exited with status %d; trace in %s\n" % (status, out_dir))
     w("  processes traced: %d (%d with CUDA memory activity)%s\n" % (
@@ -33,36 +24,40 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
     w("  device allocations %d, frees %d, failed %d, denied by budget %d; pinned host allocations %d\n"
       % (c.get("allocs", 0), c.get("frees", 0), c.get("failed", 0), c.get("denied", 0),
          c.get("host_allocs", 0)))
-    if m.peak_index < 0:
+    if not m.found:
         w("  no device memory was allocated through the driver%s\n" % (
             "" if td.traces else " (no process used CUDA)"))
     else:
-        t0 = min(t.start_monotonic_ns for t in td.traces)
         w("  peak of live device memory: %s at %.3f s" % (format_bytes(m.peak_bytes),
-                                                         (m.peak_ts - t0) / 1e9))
+                                                         a.seconds(m.peak_ts)))
         if len(m.device_peaks) > 1:
             w(" (%s)" % ", ".join("device %d: %s" % (d, format_bytes(b))
                                    for d, (b, _) in sorted(m.device_peaks.items())))
         w("; live at exit: %s\n" % format_bytes(m.end_bytes))
-        obs = Observed(td)
-        at = obs.at(m.peak_ts, m.peak_bytes)
-        if at.get("observed_tree_device_bytes") is not None:
-            w("  observed by NVML for the process tree near the peak: %s (untraced: %s: contexts, "
-              "module images, unhooked paths)\n" % (format_bytes(at["observed_tree_device_bytes"]),
-                                                   format_bytes(at["untraced_bytes"])))
-        elif td.samples():
-            w("  observed: no NVML (%s); see the report for RSS and MemAvailable\n" % obs.why_no_nvml())
-        stacks = Stacks(td.traces, make_symbolizer())
-        sites = group(m, m.live_at_peak, stacks, "site", 1)
+        obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
+        near = obs.get("near_peak") or {}
+        if obs["samples"] and not obs["overlap"]:
+            w("  observed: no sample fell while traced memory was live (samples every ~100 ms)\n")
+        elif near.get("tree_device_bytes") is not None:
+            w("  observed by NVML for the process tree near the peak: %s (traced then %s; untraced "
+              "%s: contexts, module images, unhooked paths)\n"
+              % (format_bytes(near["tree_device_bytes"]), format_bytes(near["traced_bytes"]),
+                 format_bytes(near["untraced_bytes"])))
+        elif obs["samples"]:
+            w("  observed: no NVML per-process figures (%s); see the report for RSS and "
+              "MemAvailable\n" % (obs["nvml_why"] or obs["per_process_why"]))
+        sites = a.sites(m.groups_at_peak(), "site", 1)
         w("  top call sites by bytes live at the peak:\n")
         for s in sites[:top]:
             share = 100.0 * s.bytes / m.peak_bytes if m.peak_bytes else 0
             w("    %10s %5.1f%% %6d x  %s  [%s]\n" % (format_bytes(s.bytes), share, s.count,
-                                                   s.label(), ", ".join(sorted(s.apis))))
+                                                   s.label(), ", ".join(s.api_list())))
     if m.failed:
+        f = m.failed[0]
         w("  failed allocations: %d (first: %s of %s)\n" % (
-            len(m.failed), td.traces[m.failed[0].trace].api_name(m.failed[0].api),
-            format_bytes(m.failed[0].size)))
+            len(m.failed), td.traces[f.trace].api_name(f.api), format_bytes(f.size)))
+    if m.denied:
+        w("  denied by the budget: %d\n" % len(m.denied))
     w("  full report: cudatrace report %s\n" % _rel(out_dir))
 
 

@@ -111,11 +111,33 @@ class Trace:
     info: dict[str, str] = field(default_factory=dict)
     parents: list[int] = field(default_factory=lambda: [0])   # node id -> parent id
     ips: list[int] = field(default_factory=lambda: [0])       # node id -> return address
-    events: list[tuple] = field(default_factory=list)          # tuples in EVENT_FIELDS order
+    # The scanner's `struct ct_event[]` (cffi), kept as is: the model replays it in C
+    # (shim/replay.c); `events` unpacks it into tuples only when something asks for them.
+    raw_events: object = field(default=None, repr=False)
+    n_events: int = 0
+    _events: list | None = field(default=None, repr=False)
     end: End | None = None
     status: str = "truncated"      # "complete" | "truncated"
     gaps: int = 0
     size_bytes: int = 0
+
+    @property
+    def events(self) -> list[tuple]:
+        """Events as tuples in event_fields() order (unpacked from raw_events on first use)."""
+        if self._events is None:
+            if self.raw_events is not None and self.n_events:
+                es, _ = layout("struct ct_event")
+                ffi = native.ffi()
+                self._events = list(es.iter_unpack(ffi.buffer(self.raw_events, es.size * self.n_events)))
+            else:
+                self._events = []
+        return self._events
+
+    @events.setter
+    def events(self, value) -> None:
+        self._events = list(value)
+        self.raw_events = None
+        self.n_events = len(self._events)
 
     @property
     def complete(self) -> bool:
@@ -144,7 +166,7 @@ class Trace:
 
     def describe(self) -> str:
         state = "complete" if self.complete else "truncated (no clean exit record: killed, crashed or still running)"
-        return "%s: pid %d, %d events, %s" % (self.path.name, self.pid, len(self.events), state)
+        return "%s: pid %d, %d events, %s" % (self.path.name, self.pid, self.n_events, state)
 
 
 def event_fields() -> tuple[str, ...]:
@@ -190,8 +212,8 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
               size_bytes=size)
     t.gaps = res.gaps
     t.status = "complete" if res.status == C()["CT_SCAN_CLEAN"] else "truncated"
-    es, _ = layout("struct ct_event")
-    t.events = list(es.iter_unpack(ffi.buffer(evs, es.size * n_ev))) if n_ev else []
+    t.raw_events = evs
+    t.n_events = n_ev
     _decode_others(t, data, [others[i] for i in range(n_ot)])
     return t
 

@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "layout.h"
 
 /* CFFI-BEGIN */
@@ -136,6 +137,28 @@ struct ct_live {
     uint32_t reserved;
 };
 
+/* device allocations over the whole run, per (trace, stack) */
+struct ct_stack_total {
+    uint32_t trace;
+    uint32_t stack;
+    uint64_t count;
+    uint64_t bytes;
+};
+
+/* allocations live at a moment, grouped by (trace, stack, api, rt_api, device) */
+struct ct_group {
+    uint32_t trace;
+    uint32_t stack;
+    uint16_t api;
+    uint16_t rt_api;
+    int32_t device;
+    uint64_t count;
+    uint64_t bytes;
+    uint64_t first_ts;
+    uint64_t last_ts;
+    uint64_t sizes;             /* index of the group's first size in the sizes array */
+};
+
 typedef struct ct_replay ct_replay;
 
 /* Replay; NULL when out of memory. The event arrays must outlive the handle. */
@@ -156,38 +179,64 @@ uint64_t ct_replay_select(const ct_replay *r, uint32_t by, uint64_t value, int32
 /* the same, only the total bytes and count */
 uint64_t ct_replay_live_bytes(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
                               uint64_t *count);
+/* the allocations ct_replay_select would return, grouped: writes up to max groups (in key
+ * order) and every selected allocation's size into sizes (max_sizes: room; a group's sizes are
+ * contiguous and ascending). Returns the number of groups, or all ones when out of memory. */
+uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
+                          struct ct_group *out, uint64_t max, uint64_t *sizes, uint64_t max_sizes);
+/* traced live bytes at each of n times (ascending; every event at or before a time counted),
+ * on one device or any: out[k] for ts[k]. One pass over the lifetimes. */
+void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int32_t device,
+                        uint64_t *out);
 /* every device allocation, freed or not (lifetimes) */
 uint64_t ct_replay_all(const ct_replay *r, struct ct_live *out, uint64_t max);
+/* distinct (trace, stack) pairs of device allocations with their totals over the run; returns
+ * how many there are, writes the first max (in order of first appearance) */
+uint64_t ct_replay_stack_totals(const ct_replay *r, struct ct_stack_total *out, uint64_t max);
 /* failed allocations, denials, memory queries (CT_REPLAY_LIST_*) */
 uint64_t ct_replay_list(const ct_replay *r, uint32_t which, struct ct_live *out, uint64_t max);
 /* CFFI-END */
 
 #define NONE64 UINT64_MAX
-#define ST_EMPTY 0
+#define PREFETCH_AHEAD 12
 #define ST_DEV 1
 #define ST_HOST 2
 #define ST_MAP 3
 #define MAP_SPACE 255
+#define MAX_TRACES (1u << 22)
+#define HUGE_BYTES (4u << 20)
 
+/* The table of what is live: (trace, space, address) -> an index into lives (device memory),
+ * hosts (pinned host memory) or maps (VMM mappings). 16 bytes a slot, open addressing with
+ * linear probing and backward-shift deletion (no tombstones). The replay's speed is bound by
+ * its cache misses, so a slot holds only the key and the index; a free's other needs (size,
+ * device) are in its life record, which the free writes anyway. */
 struct slot {
     uint64_t addr;
-    uint64_t val;               /* ST_DEV: life index; ST_HOST: size; ST_MAP: handle */
-    uint32_t trace;
-    uint32_t maps;              /* ST_DEV, space VMM: mappings of the handle still in place */
-    uint8_t space;
-    uint8_t state;
-    uint8_t released;           /* ST_DEV, space VMM: cuMemRelease seen while mapped */
-    uint8_t pad[5];
+    uint32_t ref;
+    uint32_t tag;               /* trace << 10 | state << 8 | space; 0: empty */
 };
+#define TAG(trace, state, space) ((uint32_t)(trace) << 10 | (uint32_t)(state) << 8 | (uint32_t)(space))
+#define TAG_KEY(tag) ((tag) & ~0x300u)
+#define TAG_STATE(tag) (((tag) >> 8) & 3u)
+#define TAG_TRACE(tag) ((tag) >> 10)
 
 struct table {
     struct slot *s;
     uint64_t cap, used;
+    size_t bytes;               /* of the mapping */
 };
 
 struct life {
-    uint64_t seq, end_seq, end_ts;
-    uint32_t trace, idx, how, pad;
+    uint64_t seq, end_seq, end_ts, size;
+    uint32_t trace, idx;
+    int32_t dev;
+    uint32_t maps;              /* VMM handle: mappings of it still in place */
+    uint8_t how, released, pad[6];  /* released: cuMemRelease seen while mapped */
+};
+
+struct mapping {
+    uint64_t handle, size;
 };
 
 struct ref {
@@ -217,6 +266,21 @@ struct ct_replay {
     int oom;
 };
 
+/* large arrays: ask for transparent huge pages (fewer faults, fewer TLB misses); best effort */
+static void hint_huge(void *p, size_t bytes)
+{
+#ifdef MADV_HUGEPAGE
+    if (bytes < HUGE_BYTES)
+        return;
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
+    if (e > a)
+        madvise((void *)a, e - a, MADV_HUGEPAGE);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 static int vec_push(struct vec *v, const void *x)
 {
     if (v->n == v->cap) {
@@ -226,15 +290,16 @@ static int vec_push(struct vec *v, const void *x)
             return -1;
         v->p = p;
         v->cap = nc;
+        hint_huge(p, nc * v->elem);
     }
     memcpy((char *)v->p + v->n * v->elem, x, v->elem);
     v->n++;
     return 0;
 }
 
-static inline uint64_t mix(uint32_t trace, uint8_t space, uint64_t addr)
+static inline uint64_t mix(uint32_t key, uint64_t addr)
 {
-    uint64_t h = addr ^ (((uint64_t)trace << 8 | space) * 0x9E3779B97F4A7C15ull);
+    uint64_t h = addr ^ ((uint64_t)key * 0x9E3779B97F4A7C15ull);
     h ^= h >> 33;
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
@@ -244,15 +309,25 @@ static inline uint64_t mix(uint32_t trace, uint8_t space, uint64_t addr)
 }
 
 /* index of the key's slot, or of the empty slot where it would go */
-static inline uint64_t tfind(const struct table *t, uint32_t trace, uint8_t space, uint64_t addr)
+static inline uint64_t tfind(const struct table *t, uint32_t key, uint64_t addr)
 {
-    uint64_t mask = t->cap - 1, i = mix(trace, space, addr) & mask;
+    uint64_t mask = t->cap - 1, i = mix(key, addr) & mask;
     for (;;) {
         const struct slot *s = &t->s[i];
-        if (s->state == ST_EMPTY || (s->addr == addr && s->trace == trace && s->space == space))
+        if (!s->tag || (s->addr == addr && TAG_KEY(s->tag) == key))
             return i;
         i = (i + 1) & mask;
     }
+}
+
+static struct slot *slots_alloc(uint64_t n, size_t *bytes)
+{
+    *bytes = n * sizeof(struct slot);
+    void *p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        return NULL;
+    hint_huge(p, *bytes);
+    return p;                   /* zero-filled */
 }
 
 static int tgrow(struct table *t)
@@ -260,59 +335,67 @@ static int tgrow(struct table *t)
     uint64_t nc = t->cap ? t->cap * 2 : 4096;
     struct slot *old = t->s;
     uint64_t oc = t->cap;
-    struct slot *s = calloc(nc, sizeof *s);
+    size_t ob = t->bytes, nb;
+    struct slot *s = slots_alloc(nc, &nb);
     if (!s)
         return -1;
     t->s = s;
     t->cap = nc;
+    t->bytes = nb;
     for (uint64_t i = 0; i < oc; i++)
-        if (old[i].state != ST_EMPTY)
-            s[tfind(t, old[i].trace, old[i].space, old[i].addr)] = old[i];
-    free(old);
+        if (old[i].tag)
+            s[tfind(t, TAG_KEY(old[i].tag), old[i].addr)] = old[i];
+    if (old)
+        munmap(old, ob);
     return 0;
 }
 
-/* a slot for the key (found or new); NULL when out of memory */
-static struct slot *tput(struct table *t, uint32_t trace, uint8_t space, uint64_t addr)
+static void tfree(struct table *t)
+{
+    if (t->s)
+        munmap(t->s, t->bytes);
+    t->s = NULL;
+}
+
+/* the slot of the key, new (tag 0) when there was none; NULL when out of memory */
+static struct slot *tput(struct table *t, uint32_t key, uint64_t addr)
 {
     if ((t->used + 1) * 2 > t->cap && tgrow(t) != 0)
         return NULL;
-    struct slot *s = &t->s[tfind(t, trace, space, addr)];
-    if (s->state == ST_EMPTY) {
-        memset(s, 0, sizeof *s);
+    struct slot *s = &t->s[tfind(t, key, addr)];
+    if (!s->tag) {
         s->addr = addr;
-        s->trace = trace;
-        s->space = space;
+        s->ref = 0;
         t->used++;
     }
     return s;
 }
 
-static inline struct slot *tget(const struct table *t, uint32_t trace, uint8_t space, uint64_t addr)
+static inline struct slot *tget(const struct table *t, uint32_t key, uint64_t addr)
 {
     if (!t->cap)
         return NULL;
-    struct slot *s = &t->s[tfind(t, trace, space, addr)];
-    return s->state == ST_EMPTY ? NULL : s;
+    struct slot *s = &t->s[tfind(t, key, addr)];
+    return s->tag ? s : NULL;
 }
 
-/* delete with backward shift (linear probing keeps no tombstones) */
+/* delete with backward shift */
 static void tdel(struct table *t, struct slot *s)
 {
     uint64_t mask = t->cap - 1, i = (uint64_t)(s - t->s), j = i;
     for (;;) {
         j = (j + 1) & mask;
         struct slot *sj = &t->s[j];
-        if (sj->state == ST_EMPTY)
+        if (!sj->tag)
             break;
-        uint64_t k = mix(sj->trace, sj->space, sj->addr) & mask;
+        uint64_t k = mix(TAG_KEY(sj->tag), sj->addr) & mask;
         int move = (i <= j) ? (k <= i || k > j) : (k <= i && k > j);
         if (move) {
             t->s[i] = *sj;
             i = j;
         }
     }
-    t->s[i].state = ST_EMPTY;
+    t->s[i].tag = 0;
     t->used--;
 }
 
@@ -415,6 +498,8 @@ static inline void tl_note(struct ct_replay_bucket *b, uint64_t v, uint64_t ts)
 struct state {
     ct_replay *r;
     struct table tab;
+    struct vec hosts;           /* uint64_t: size of each pinned host allocation */
+    struct vec maps;            /* struct mapping */
     struct ct_replay_summary *s;
     uint64_t cur, host_cur;
     uint64_t *proc_cur;
@@ -439,30 +524,53 @@ static void changed(struct state *st, uint32_t slot, uint64_t ts)
     tl_note(&r->tl_dev[slot][i], r->dev_cur[slot], ts);
 }
 
-/* end device allocation li (its slot is removed by the caller) */
+static inline struct life *life_at(const ct_replay *r, uint64_t li)
+{
+    return &((struct life *)r->lives.p)[li];
+}
+
+/* end device allocation li (the caller removes its slot) */
 static void end_life(struct state *st, uint64_t li, uint64_t seq, uint64_t ts, uint32_t how)
 {
     ct_replay *r = st->r;
-    struct life *L = &((struct life *)r->lives.p)[li];
-    const struct ct_event *e = &r->ev[L->trace][L->idx];
-    uint32_t ds = dev_slot(e->device);
+    struct life *L = life_at(r, li);
+    uint32_t ds = dev_slot(L->dev);
     L->end_seq = seq;
     L->end_ts = ts;
-    L->how = how;
-    st->cur -= e->size;
-    r->dev_cur[ds] -= e->size;
-    st->proc_cur[L->trace] -= e->size;
+    L->how = (uint8_t)how;
+    st->cur -= L->size;
+    r->dev_cur[ds] -= L->size;
+    st->proc_cur[L->trace] -= L->size;
     changed(st, ds, ts);
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
 }
 
 /* a mapping of handle hv went away: the last one of a released handle frees its memory */
 static void unmapped(struct state *st, uint32_t ti, uint64_t hv, uint64_t seq, uint64_t ts)
 {
-    struct slot *h = tget(&st->tab, ti, CT_SPACE_VMM, hv);
-    if (h && h->state == ST_DEV && h->maps && --h->maps == 0 && h->released) {
-        end_life(st, h->val, seq, ts, CT_END_UNMAPPED);
+    struct slot *h = tget(&st->tab, TAG(ti, 0, CT_SPACE_VMM), hv);
+    if (!h || TAG_STATE(h->tag) != ST_DEV)
+        return;
+    struct life *L = life_at(st->r, h->ref);
+    if (L->maps && --L->maps == 0 && L->released) {
+        end_life(st, h->ref, seq, ts, CT_END_UNMAPPED);
         tdel(&st->tab, h);
     }
+}
+
+static inline uint64_t host_size(const struct state *st, uint32_t ref)
+{
+    return ((const uint64_t *)st->hosts.p)[ref];
+}
+
+static inline struct mapping *mapping_at(const struct state *st, uint32_t ref)
+{
+    return &((struct mapping *)st->maps.p)[ref];
 }
 
 static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_event *e, uint64_t seq,
@@ -493,25 +601,25 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             s->c.other++;
             return;
         }
-        struct slot *sl = tget(&st->tab, ti, e->space, e->addr);
+        uint32_t key = TAG(ti, 0, e->space);
+        struct slot *sl = tget(&st->tab, key, e->addr);
         if (sl) {                           /* reused while live: the old one is gone */
             s->c.reused++;
-            if (sl->state == ST_DEV) {
-                end_life(st, sl->val, seq, ts, CT_END_REUSED);
-            } else if (sl->state == ST_HOST) {
-                st->host_cur -= sl->val;
-            }
+            if (TAG_STATE(sl->tag) == ST_DEV)
+                end_life(st, sl->ref, seq, ts, CT_END_REUSED);
+            else if (TAG_STATE(sl->tag) == ST_HOST)
+                st->host_cur -= host_size(st, sl->ref);
             tdel(&st->tab, sl);
         }
-        sl = tput(&st->tab, ti, e->space, e->addr);
+        sl = tput(&st->tab, key, e->addr);
         if (!sl) {
             r->oom = 1;
             return;
         }
         if (is_dev) {
-            struct life L = {seq, NONE64, NONE64, ti, idx, CT_END_LIVE, 0};
-            sl->state = ST_DEV;
-            sl->val = r->lives.n;
+            struct life L = {seq, NONE64, NONE64, e->size, ti, idx, e->device, 0, CT_END_LIVE, 0, {0}};
+            sl->tag = TAG(ti, ST_DEV, e->space);
+            sl->ref = (uint32_t)r->lives.n;
             if (vec_push(&r->lives, &L)) {
                 r->oom = 1;
                 return;
@@ -542,11 +650,16 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             }
             changed(st, ds, ts);
         } else {
-            sl->state = ST_HOST;
-            sl->val = e->size;
+            uint64_t size = e->size;
+            sl->tag = TAG(ti, ST_HOST, e->space);
+            sl->ref = (uint32_t)st->hosts.n;
+            if (vec_push(&st->hosts, &size)) {
+                r->oom = 1;
+                return;
+            }
             s->c.host_allocs++;
             p->host_allocs++;
-            st->host_cur += e->size;
+            st->host_cur += size;
             if (st->host_cur > s->host_peak) {
                 s->host_peak = st->host_cur;
                 s->host_peak_ts = ts;
@@ -563,25 +676,26 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             s->c.null_frees++;
             return;
         }
-        struct slot *sl = tget(&st->tab, ti, e->space, e->addr);
-        if (!sl || sl->state == ST_MAP) {
+        struct slot *sl = tget(&st->tab, TAG(ti, 0, e->space), e->addr);
+        if (!sl) {
             s->c.unmatched_frees++;
             return;
         }
-        if (sl->state == ST_HOST) {
-            st->host_cur -= sl->val;
+        if (TAG_STATE(sl->tag) == ST_HOST) {
+            st->host_cur -= host_size(st, sl->ref);
             s->c.host_frees++;
             tdel(&st->tab, sl);
             return;
         }
         s->c.frees++;
         p->frees++;
-        if (sl->space == CT_SPACE_VMM && sl->maps > 0) {
-            sl->released = 1;           /* the driver frees it at the last unmap */
+        struct life *L = life_at(r, sl->ref);
+        if (e->space == CT_SPACE_VMM && L->maps > 0) {
+            L->released = 1;            /* the driver frees it at the last unmap */
             s->c.deferred_releases++;
             return;
         }
-        end_life(st, sl->val, seq, ts, CT_END_FREE);
+        end_life(st, sl->ref, seq, ts, CT_END_FREE);
         tdel(&st->tab, sl);
         return;
     }
@@ -591,22 +705,24 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             return;
         }
         s->c.maps++;
-        struct slot *m = tget(&st->tab, ti, MAP_SPACE, e->addr);
+        uint32_t mkey = TAG(ti, 0, MAP_SPACE);
+        struct slot *m = tget(&st->tab, mkey, e->addr);
         if (m) {                        /* a mapping we missed the end of: drop it */
-            uint64_t hv = m->val;
+            uint64_t hv = mapping_at(st, m->ref)->handle;
             tdel(&st->tab, m);
             unmapped(st, ti, hv, seq, ts);
         }
-        m = tput(&st->tab, ti, MAP_SPACE, e->addr);
-        if (!m) {
+        m = tput(&st->tab, mkey, e->addr);
+        struct mapping mp = {e->aux, e->size};
+        if (!m || vec_push(&st->maps, &mp)) {
             r->oom = 1;
             return;
         }
-        m->state = ST_MAP;
-        m->val = e->aux;
-        struct slot *h = tget(&st->tab, ti, CT_SPACE_VMM, e->aux);
-        if (h && h->state == ST_DEV)
-            h->maps++;
+        m->tag = TAG(ti, ST_MAP, MAP_SPACE);
+        m->ref = (uint32_t)(st->maps.n - 1);
+        struct slot *h = tget(&st->tab, TAG(ti, 0, CT_SPACE_VMM), e->aux);
+        if (h && TAG_STATE(h->tag) == ST_DEV)
+            life_at(r, h->ref)->maps++;
         return;
     }
     case CT_OP_UNMAP: {
@@ -615,20 +731,22 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             return;
         }
         s->c.unmaps++;
-        struct slot *m = tget(&st->tab, ti, MAP_SPACE, e->addr);
-        if (m) {
-            uint64_t hv = m->val;
+        uint32_t mkey = TAG(ti, 0, MAP_SPACE);
+        struct slot *m = tget(&st->tab, mkey, e->addr);
+        if (m && mapping_at(st, m->ref)->size >= e->size) {   /* one mapping, unmapped whole */
+            uint64_t hv = mapping_at(st, m->ref)->handle;
             tdel(&st->tab, m);
             unmapped(st, ti, hv, seq, ts);
             return;
         }
-        /* no mapping starts there: unmap every mapping of this trace inside the range (rare:
-         * collect them first, since deleting moves slots) */
+        /* a range over several mappings, or none starting there: unmap every mapping of this
+         * trace that starts inside the range (rare: collect them first, deleting moves slots),
+         * in address order (as model.py does) */
         uint64_t n = 0, cap = 0, *found = NULL;
         for (uint64_t i = 0; i < st->tab.cap; i++) {
             struct slot *x = &st->tab.s[i];
-            if (x->state == ST_MAP && x->trace == ti && x->addr >= e->addr &&
-                x->addr - e->addr < e->size) {
+            if (x->tag && TAG_STATE(x->tag) == ST_MAP && TAG_TRACE(x->tag) == ti &&
+                x->addr >= e->addr && x->addr - e->addr < e->size) {
                 if (n == cap) {
                     cap = cap ? cap * 2 : 16;
                     uint64_t *f = realloc(found, cap * sizeof *f);
@@ -644,11 +762,12 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         }
         if (!n)
             s->c.unmatched_unmaps++;
+        qsort(found, n, sizeof *found, u64_cmp);
         for (uint64_t k = 0; k < n; k++) {
-            struct slot *x = tget(&st->tab, ti, MAP_SPACE, found[k]);
+            struct slot *x = tget(&st->tab, mkey, found[k]);
             if (!x)
                 continue;
-            uint64_t hv = x->val;
+            uint64_t hv = mapping_at(st, x->ref)->handle;
             tdel(&st->tab, x);
             unmapped(st, ti, hv, seq, ts);
         }
@@ -703,7 +822,7 @@ void ct_replay_free(ct_replay *r)
 ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
                          const struct ct_replay_config *cfg, struct ct_replay_summary *out)
 {
-    if (!out || !cfg || (ntraces && !traces))
+    if (!out || !cfg || (ntraces && !traces) || ntraces >= MAX_TRACES)
         return NULL;
     memset(out, 0, sizeof *out);
     out->ntraces = ntraces;
@@ -764,7 +883,8 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
             goto fail;
     }
 
-    struct state st = {r, {NULL, 0, 0}, out, 0, 0, proc_cur};
+    struct state st = {r, {NULL, 0, 0, 0}, {NULL, 0, 0, sizeof(uint64_t)},
+                       {NULL, 0, 0, sizeof(struct mapping)}, out, 0, 0, proc_cur};
     uint64_t seq = 0;
     while (nh) {
         struct cursor *c = &heap[0];
@@ -772,6 +892,13 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
         uint64_t pos = c->pos;
         uint32_t idx = r->order[ti] ? r->order[ti][pos] : (uint32_t)pos;
         const struct ct_event *e = &r->ev[ti][idx];
+        /* the table is where the time goes (a cache miss a lookup): ask for the slot of an
+         * event a little ahead in this trace now, so the misses overlap */
+        if (pos + PREFETCH_AHEAD < r->nev[ti] && st.tab.cap) {
+            uint64_t ai = r->order[ti] ? r->order[ti][pos + PREFETCH_AHEAD] : pos + PREFETCH_AHEAD;
+            const struct ct_event *f = &r->ev[ti][ai];
+            __builtin_prefetch(&st.tab.s[mix(TAG(ti, 0, f->space), f->addr) & (st.tab.cap - 1)], 1);
+        }
         step(&st, ti, idx, e, seq, cfg);
         if (r->oom)
             break;
@@ -786,7 +913,9 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
         if (nh > 1)
             sift_down(heap, nh, 0);
     }
-    free(st.tab.s);
+    tfree(&st.tab);
+    free(st.hosts.p);
+    free(st.maps.p);
     if (r->oom)
         goto fail;
     out->c.events = seq;
@@ -871,7 +1000,7 @@ uint64_t ct_replay_select(const ct_replay *r, uint32_t by, uint64_t value, int32
         const struct life *L = &lv[i];
         if (!live_at(r, L, by, value))
             continue;
-        if (device != CT_REPLAY_ANY_DEVICE && r->ev[L->trace][L->idx].device != device)
+        if (device != CT_REPLAY_ANY_DEVICE && L->dev != device)
             continue;
         if (out && n < max)
             fill(r, L, &out[n]);
@@ -888,10 +1017,9 @@ uint64_t ct_replay_live_bytes(const ct_replay *r, uint32_t by, uint64_t value, i
         const struct life *lv = r->lives.p;
         for (uint64_t i = 0; i < r->lives.n; i++) {
             const struct life *L = &lv[i];
-            const struct ct_event *e = &r->ev[L->trace][L->idx];
-            if (!live_at(r, L, by, value) || (device != CT_REPLAY_ANY_DEVICE && e->device != device))
+            if (!live_at(r, L, by, value) || (device != CT_REPLAY_ANY_DEVICE && L->dev != device))
                 continue;
-            bytes += e->size;
+            bytes += L->size;
             n++;
         }
     }
@@ -931,4 +1059,289 @@ uint64_t ct_replay_list(const ct_replay *r, uint32_t which, struct ct_live *out,
         out[i].end_ts = NONE64;
     }
     return v->n;
+}
+
+uint64_t ct_replay_stack_totals(const ct_replay *r, struct ct_stack_total *out, uint64_t max)
+{
+    if (!r)
+        return 0;
+    /* a small open-addressing map (trace, stack) -> index into a growing array of totals */
+    uint64_t cap = 1024, n = 0, tcap = 256;
+    uint64_t *map = malloc(cap * sizeof *map);
+    struct ct_stack_total *tot = malloc(tcap * sizeof *tot);
+    if (!map || !tot) {
+        free(map);
+        free(tot);
+        return 0;
+    }
+    memset(map, 0xff, cap * sizeof *map);
+    const struct life *lv = r->lives.p;
+    for (uint64_t i = 0; i < r->lives.n; i++) {
+        const struct ct_event *e = &r->ev[lv[i].trace][lv[i].idx];
+        uint32_t tr = lv[i].trace, st = e->stack;
+        if ((n + 1) * 2 > cap) {
+            uint64_t nc = cap * 2;
+            uint64_t *nm = malloc(nc * sizeof *nm);
+            if (!nm)
+                goto out;
+            memset(nm, 0xff, nc * sizeof *nm);
+            for (uint64_t k = 0; k < n; k++) {
+                uint64_t j = mix(tot[k].trace, tot[k].stack) & (nc - 1);
+                while (nm[j] != NONE64)
+                    j = (j + 1) & (nc - 1);
+                nm[j] = k;
+            }
+            free(map);
+            map = nm;
+            cap = nc;
+        }
+        uint64_t j = mix(tr, st) & (cap - 1);
+        while (map[j] != NONE64 && !(tot[map[j]].trace == tr && tot[map[j]].stack == st))
+            j = (j + 1) & (cap - 1);
+        if (map[j] == NONE64) {
+            if (n == tcap) {
+                struct ct_stack_total *nt = realloc(tot, tcap * 2 * sizeof *tot);
+                if (!nt)
+                    goto out;
+                tot = nt;
+                tcap *= 2;
+            }
+            tot[n] = (struct ct_stack_total){tr, st, 0, 0};
+            map[j] = n++;
+        }
+        tot[map[j]].count++;
+        tot[map[j]].bytes += e->size;
+    }
+out:
+    if (out)
+        memcpy(out, tot, (n < max ? n : max) * sizeof *tot);
+    free(map);
+    free(tot);
+    return n;
+}
+
+/* LSD radix sort of n sizes (tmp: room for n), skipping the byte positions where all agree */
+static void radix_u64(uint64_t *a, uint64_t *tmp, uint64_t n)
+{
+    if (n < 64) {
+        for (uint64_t i = 1; i < n; i++) {
+            uint64_t x = a[i], j = i;
+            while (j > 0 && a[j - 1] > x) {
+                a[j] = a[j - 1];
+                j--;
+            }
+            a[j] = x;
+        }
+        return;
+    }
+    uint64_t or_all = 0, and_all = NONE64;
+    for (uint64_t i = 0; i < n; i++) {
+        or_all |= a[i];
+        and_all &= a[i];
+    }
+    uint64_t *src = a, *dst = tmp;
+    for (int shift = 0; shift < 64; shift += 8) {
+        if ((((or_all ^ and_all) >> shift) & 0xff) == 0)
+            continue;                   /* this byte is the same everywhere */
+        uint64_t cnt[256] = {0};
+        for (uint64_t i = 0; i < n; i++)
+            cnt[(src[i] >> shift) & 0xff]++;
+        uint64_t sum = 0;
+        for (int b = 0; b < 256; b++) {
+            uint64_t c = cnt[b];
+            cnt[b] = sum;
+            sum += c;
+        }
+        for (uint64_t i = 0; i < n; i++)
+            dst[cnt[(src[i] >> shift) & 0xff]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof *a);
+}
+
+struct gacc {
+    uint64_t k1;                /* trace << 32 | stack */
+    uint64_t k2;                /* api << 48 | rt_api << 32 | (uint32_t)device */
+    uint64_t count, bytes, first_ts, last_ts, off, fill;
+};
+
+static int gacc_cmp(const void *a, const void *b)
+{
+    const struct gacc *x = a, *y = b;
+    if (x->k1 != y->k1)
+        return x->k1 < y->k1 ? -1 : 1;
+    if (x->k2 != y->k2)
+        return x->k2 < y->k2 ? -1 : 1;
+    return 0;
+}
+
+uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
+                          struct ct_group *out, uint64_t max, uint64_t *sizes, uint64_t max_sizes)
+{
+    if (!r)
+        return 0;
+    /* pass 1: the groups, through a small hash of their keys; each live allocation's group is
+     * remembered so pass 2 need not hash again */
+    uint64_t gcap = 256, ng = 0, hcap = 1024, nsel = 0;
+    struct gacc *g = malloc(gcap * sizeof *g);
+    uint64_t *h = malloc(hcap * sizeof *h);
+    uint32_t *gi = malloc((r->lives.n ? r->lives.n : 1) * sizeof *gi);
+    uint64_t *tmp = NULL;
+    uint64_t result = NONE64;
+    if (!g || !h || !gi)
+        goto out;
+    memset(h, 0xff, hcap * sizeof *h);
+    const struct life *lv = r->lives.p;
+    for (uint64_t i = 0; i < r->lives.n; i++) {
+        const struct life *L = &lv[i];
+        gi[i] = UINT32_MAX;
+        if (!live_at(r, L, by, value) || (device != CT_REPLAY_ANY_DEVICE && L->dev != device))
+            continue;
+        const struct ct_event *e = &r->ev[L->trace][L->idx];
+        uint64_t k1 = (uint64_t)L->trace << 32 | e->stack;
+        uint64_t k2 = (uint64_t)e->api << 48 | (uint64_t)e->rt_api << 32 | (uint32_t)e->device;
+        uint64_t j = mix((uint32_t)(k2 >> 32) ^ (uint32_t)k2, k1) & (hcap - 1);
+        while (h[j] != NONE64 && !(g[h[j]].k1 == k1 && g[h[j]].k2 == k2))
+            j = (j + 1) & (hcap - 1);
+        if (h[j] == NONE64) {
+            if (ng == gcap) {
+                struct gacc *ng2 = realloc(g, gcap * 2 * sizeof *g);
+                if (!ng2)
+                    goto out;
+                g = ng2;
+                gcap *= 2;
+            }
+            g[ng] = (struct gacc){k1, k2, 0, 0, e->ts_ns, e->ts_ns, 0, 0};
+            h[j] = ng++;
+            if (ng * 2 > hcap) {        /* rehash */
+                uint64_t nc = hcap * 2, *nh = malloc(nc * sizeof *nh);
+                if (!nh)
+                    goto out;
+                memset(nh, 0xff, nc * sizeof *nh);
+                for (uint64_t k = 0; k < ng; k++) {
+                    uint64_t q = mix((uint32_t)(g[k].k2 >> 32) ^ (uint32_t)g[k].k2, g[k].k1) & (nc - 1);
+                    while (nh[q] != NONE64)
+                        q = (q + 1) & (nc - 1);
+                    nh[q] = k;
+                }
+                free(h);
+                h = nh;
+                hcap = nc;
+                j = NONE64;             /* found again below */
+            }
+            if (j == NONE64) {
+                j = mix((uint32_t)(k2 >> 32) ^ (uint32_t)k2, k1) & (hcap - 1);
+                while (!(g[h[j]].k1 == k1 && g[h[j]].k2 == k2))
+                    j = (j + 1) & (hcap - 1);
+            }
+        }
+        struct gacc *a = &g[h[j]];
+        a->count++;
+        a->bytes += L->size;
+        if (e->ts_ns < a->first_ts)
+            a->first_ts = e->ts_ns;
+        if (e->ts_ns > a->last_ts)
+            a->last_ts = e->ts_ns;
+        gi[i] = (uint32_t)h[j];
+        nsel++;
+    }
+    /* groups in key order; then each group's sizes, contiguous, ascending */
+    uint32_t *rank = malloc((ng ? ng : 1) * sizeof *rank);
+    if (!rank)
+        goto out;
+    for (uint64_t k = 0; k < ng; k++)
+        g[k].fill = k;                  /* remember the unsorted index */
+    qsort(g, ng, sizeof *g, gacc_cmp);
+    uint64_t off = 0;
+    for (uint64_t k = 0; k < ng; k++) {
+        rank[g[k].fill] = (uint32_t)k;
+        g[k].off = off;
+        off += g[k].count;
+        g[k].fill = g[k].off;
+    }
+    if (sizes && max_sizes >= nsel) {
+        for (uint64_t i = 0; i < r->lives.n; i++)
+            if (gi[i] != UINT32_MAX)
+                sizes[g[rank[gi[i]]].fill++] = lv[i].size;
+        uint64_t biggest = 0;
+        for (uint64_t k = 0; k < ng; k++)
+            if (g[k].count > biggest)
+                biggest = g[k].count;
+        tmp = malloc((biggest ? biggest : 1) * sizeof *tmp);
+        if (!tmp) {
+            free(rank);
+            goto out;
+        }
+        for (uint64_t k = 0; k < ng; k++)
+            radix_u64(sizes + g[k].off, tmp, g[k].count);
+    }
+    for (uint64_t k = 0; out && k < ng && k < max; k++) {
+        struct ct_group *o = &out[k];
+        o->trace = (uint32_t)(g[k].k1 >> 32);
+        o->stack = (uint32_t)g[k].k1;
+        o->api = (uint16_t)(g[k].k2 >> 48);
+        o->rt_api = (uint16_t)(g[k].k2 >> 32);
+        o->device = (int32_t)(uint32_t)g[k].k2;
+        o->count = g[k].count;
+        o->bytes = g[k].bytes;
+        o->first_ts = g[k].first_ts;
+        o->last_ts = g[k].last_ts;
+        o->sizes = g[k].off;
+    }
+    free(rank);
+    result = ng;
+out:
+    free(g);
+    free(h);
+    free(gi);
+    free(tmp);
+    return result;
+}
+
+static uint64_t lower_bound(const uint64_t *a, uint64_t n, uint64_t v)
+{
+    uint64_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (a[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int32_t device,
+                        uint64_t *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, n * sizeof *out);
+    if (!r || !n || !ts)
+        return;
+    /* a difference array: +size where a lifetime starts covering samples, -size where it stops */
+    int64_t *d = calloc(n + 1, sizeof *d);
+    if (!d)
+        return;
+    const struct life *lv = r->lives.p;
+    for (uint64_t i = 0; i < r->lives.n; i++) {
+        const struct life *L = &lv[i];
+        if (device != CT_REPLAY_ANY_DEVICE && L->dev != device)
+            continue;
+        uint64_t a = lower_bound(ts, n, r->ev[L->trace][L->idx].ts_ns);
+        uint64_t b = L->end_ts == NONE64 ? n : lower_bound(ts, n, L->end_ts);
+        if (a < b) {
+            d[a] += (int64_t)L->size;
+            d[b] -= (int64_t)L->size;
+        }
+    }
+    int64_t run = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        run += d[k];
+        out[k] = (uint64_t)run;
+    }
+    free(d);
 }

@@ -1,0 +1,191 @@
+"""`cudatrace diff A B`: what changed between two runs (or two builds) of a program.
+
+Sites are matched by their symbolized frames (SFrame.key(): module basename, function, file
+basename; module and offset when a frame could not be symbolized), never by address, so runs
+with different load addresses compare, and so do builds when symbols are there. For each site:
+bytes and counts live at each run's own peak and at the end, and whether the site allocated
+anything at all in each run, which labels it new (never allocated in A), gone (never in B),
+grown, shrunk or same (by bytes at the peak, then at the end). Largest absolute change first.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from .report import Analysis, ReportError, _b, _s, _table, format_bytes
+from .sites import Site, key_text, site_of
+
+SCHEMA = "cudatrace.diff/1"
+
+
+def _side(a: Analysis) -> dict:
+    m = a.model
+    return {"path": str(a.path), "command": list(a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])),
+            "peak_bytes": m.peak_bytes, "peak_time": a.seconds(m.peak_ts) if m.found else None,
+            "end_bytes": m.end_bytes, "allocs": m.counts.get("allocs", 0),
+            "failed": m.counts.get("failed", 0), "denied": m.counts.get("denied", 0),
+            "processes": len(a.traces),
+            "truncated_files": [t.path.name for t in a.traces if not t.complete]}
+
+
+def _pair(x: int, y: int) -> dict:
+    return {"a": x, "b": y, "delta": y - x}
+
+
+def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> dict:
+    """The comparison as a dict: the --json output (docs/report-json.md, cudatrace.diff/1)."""
+    rows: dict[tuple, dict] = {}
+
+    def slot(key, frames, label):
+        r = rows.get(key)
+        if r is None:
+            r = rows[key] = {"key": key, "frames": frames, "label": label,
+                             "peak_bytes": [0, 0], "peak_count": [0, 0],
+                             "end_bytes": [0, 0], "end_count": [0, 0],
+                             "run_bytes": [0, 0], "run_count": [0, 0]}
+        elif not r["frames"] and frames:
+            r["frames"], r["label"] = frames, label
+        return r
+
+    for side, an in ((0, a), (1, b)):
+        m = an.model
+        for what, allocs in (("peak", m.groups_at_peak()), ("end", m.groups_at_end())):
+            for s in an.sites(allocs, "site", depth):
+                r = slot(s.key, s.frames, s.label())
+                r[what + "_bytes"][side] += s.bytes
+                r[what + "_count"][side] += s.count
+        totals = m.stack_totals()
+        an.stacks.prepare(list(totals))
+        for (ti, leaf), (cnt, nbytes) in totals.items():
+            key, fr = site_of(an.stacks, ti, leaf, depth)
+            r = slot(key, fr, Site(key, fr).label())
+            r["run_bytes"][side] += nbytes
+            r["run_count"][side] += cnt
+
+    sites = []
+    for r in rows.values():
+        pa, pb = r["peak_bytes"]
+        ea, eb = r["end_bytes"]
+        ra, rb = r["run_count"]
+        if ra == 0 and rb > 0:
+            status = "new"
+        elif rb == 0 and ra > 0:
+            status = "gone"
+        elif pb != pa:
+            status = "grown" if pb > pa else "shrunk"
+        elif eb != ea:
+            status = "grown" if eb > ea else "shrunk"
+        else:
+            status = "same"
+        sites.append({
+            "status": status, "label": r["label"], "key": key_text(r["key"]),
+            "frames": [f.as_json() for f in r["frames"]],
+            "peak": {"a_bytes": pa, "b_bytes": pb, "delta_bytes": pb - pa,
+                     "a_count": r["peak_count"][0], "b_count": r["peak_count"][1],
+                     "delta_count": r["peak_count"][1] - r["peak_count"][0]},
+            "end": {"a_bytes": ea, "b_bytes": eb, "delta_bytes": eb - ea,
+                    "a_count": r["end_count"][0], "b_count": r["end_count"][1],
+                    "delta_count": r["end_count"][1] - r["end_count"][0]},
+            "run": {"a_bytes": r["run_bytes"][0], "b_bytes": r["run_bytes"][1],
+                    "a_count": ra, "b_count": rb, "delta_count": rb - ra},
+        })
+    sites.sort(key=lambda s: (-max(abs(s["peak"]["delta_bytes"]), abs(s["end"]["delta_bytes"])),
+                              -abs(s["peak"]["delta_count"]), -abs(s["end"]["delta_count"]),
+                              -abs(s["run"]["delta_count"]), s["label"]))
+    counts = {k: sum(1 for s in sites if s["status"] == k) for k in ("grown", "shrunk", "new", "gone", "same")}
+    A, B = _side(a), _side(b)
+    shown = sites if top is None else sites[:top]
+    return {"schema": SCHEMA, "depth": depth, "a": A, "b": B,
+            "totals": {"peak_bytes": _pair(A["peak_bytes"], B["peak_bytes"]),
+                       "end_bytes": _pair(A["end_bytes"], B["end_bytes"]),
+                       "allocs": _pair(A["allocs"], B["allocs"]),
+                       "failed": _pair(A["failed"], B["failed"]),
+                       "denied": _pair(A["denied"], B["denied"])},
+            "status_counts": counts, "sites": shown, "more_sites": len(sites) - len(shown)}
+
+
+def _signed(n: int) -> str:
+    if n == 0:
+        return "0"
+    return ("+" if n > 0 else "-") + format_bytes(abs(n))
+
+
+def _pct(a: int, b: int) -> str:
+    if a == 0:
+        return "" if b == 0 else " (new)"
+    return " (%+.1f%%)" % (100.0 * (b - a) / a)
+
+
+def render_text(d: dict) -> str:
+    L: list[str] = []
+    w = L.append
+    A, B, T = d["a"], d["b"], d["totals"]
+    w("cudatrace diff")
+    w("  A  %s  (%s)" % (A["path"], " ".join(A["command"]) or "?"))
+    w("  B  %s  (%s)" % (B["path"], " ".join(B["command"]) or "?"))
+    rows = [["", "A", "B", "change"],
+            ["peak", "%s at %s" % (_b(A["peak_bytes"]), _s(A["peak_time"])),
+             "%s at %s" % (_b(B["peak_bytes"]), _s(B["peak_time"])),
+             _signed(T["peak_bytes"]["delta"]) + _pct(A["peak_bytes"], B["peak_bytes"])],
+            ["live at exit", _b(A["end_bytes"]), _b(B["end_bytes"]),
+             _signed(T["end_bytes"]["delta"]) + _pct(A["end_bytes"], B["end_bytes"])],
+            ["allocations", str(A["allocs"]), str(B["allocs"]), "%+d" % T["allocs"]["delta"]],
+            ["failed", str(A["failed"]), str(B["failed"]), "%+d" % T["failed"]["delta"]],
+            ["denied", str(A["denied"]), str(B["denied"]), "%+d" % T["denied"]["delta"]]]
+    L.extend(_table(rows, {1, 2, 3}))
+    for side, s in (("A", A), ("B", B)):
+        if s["truncated_files"]:
+            w("  %s has truncated trace files: %s" % (side, ", ".join(s["truncated_files"])))
+    c = d["status_counts"]
+    w("")
+    w("Sites by largest change (live at each run's own peak, and at exit): %s"
+      % ", ".join("%d %s" % (c[k], k) for k in ("grown", "shrunk", "new", "gone", "same") if c[k]))
+    rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
+    for s in d["sites"]:
+        p, e = s["peak"], s["end"]
+        rows.append([s["status"], _b(p["a_bytes"]), _b(p["b_bytes"]), _signed(p["delta_bytes"]),
+                     "%+d" % p["delta_count"] if p["delta_count"] else "0",
+                     _b(e["a_bytes"]), _b(e["b_bytes"]), _signed(e["delta_bytes"]), s["label"]])
+    if d["sites"]:
+        L.extend(_table(rows, {1, 2, 3, 4, 5, 6, 7}))
+    else:
+        w("  (no device allocation in either run)")
+    if d["more_sites"]:
+        w("  ... and %d more (--top)" % d["more_sites"])
+    return "\n".join(L) + "\n"
+
+
+def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = False, out=None,
+             symbolizer=None) -> int:
+    out = out or sys.stdout
+    try:
+        a = Analysis(a_path, symbolizer=symbolizer)
+        b = Analysis(b_path, symbolizer=symbolizer if symbolizer is not None else a.symbolizer)
+    except ReportError as e:
+        click.echo(str(e), err=True)
+        return e.status
+    d = diff(a, b, depth=depth, top=top)
+    if as_json:
+        out.write(json.dumps(d, indent=2) + "\n")
+    else:
+        out.write(render_text(d))
+    return 0
+
+
+@click.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--top", default=20, show_default=True, type=click.IntRange(1, None), help="Sites listed.")
+@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Frames that make a site.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
+def diff_command(a, b, top, depth, as_json):
+    """What changed between two traces A and B: sites grown, shrunk, new and gone.
+
+    A and B are trace directories (or .ctrace files). Sites are matched by function, file and
+    module names, so two runs, or two builds with symbols, compare.
+    """
+    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))
