@@ -990,33 +990,9 @@ void ct_write_preamble(void)
 }
 
 /* ---- load, fork, exit ------------------------------------------------------------------- */
-static uint64_t start_ticks(void)
-{
-    char buf[1024];
-    int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
-    close(fd);
-    if (n <= 0)
-        return 0;
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    int field = 2;
-    while (p && *p && field < 22) {
-        if (*p == ' ')
-            field++;
-        p++;
-    }
-    uint64_t v = 0;
-    while (p && *p >= '0' && *p <= '9')
-        v = v * 10 + (uint64_t)(*p++ - '0');
-    return v;
-}
-
 static void join_ledger(void)
 {
-    if (ledger && ct_ledger_join(ledger, getpid(), start_ticks()) < 0) {
+    if (ledger && ct_ledger_join(ledger, getpid(), 0)   /* 0: it reads /proc itself */ < 0) {
         ct_log("cannot join the budget ledger (all member slots taken): budget not enforced in pid ",
                NULL, NULL, NULL);
     }

@@ -91,27 +91,8 @@ static void fill_header(struct ct_file_header *h)
     ct_strlcpy(h->arch, "unknown", sizeof h->arch);
 #endif
     ct_strlcpy(h->shim_version, CT_SHIM_VERSION, sizeof h->shim_version);
-    /* start time in clock ticks: field 22 of /proc/self/stat, after the ")" of comm */
-    char buf[1024];
-    int sfd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
-    if (sfd >= 0) {
-        ssize_t n = read(sfd, buf, sizeof buf - 1);
-        close(sfd);
-        if (n > 0) {
-            buf[n] = 0;
-            char *p = strrchr(buf, ')');
-            int field = 2;
-            while (p && *p && field < 22) {
-                if (*p == ' ')
-                    field++;
-                p++;
-            }
-            uint64_t v = 0;
-            while (p && *p >= '0' && *p <= '9')
-                v = v * 10 + (uint64_t)(*p++ - '0');
-            h->process_start_ticks = v;
-        }
-    }
+    /* with the pid, names this process even after pid reuse (the ledger reads it alike) */
+    h->process_start_ticks = ct_ledger_proc_start_ticks(getpid());
 }
 
 /* Called with mu held. Creates <dir>/<pid>.<n>.ctrace, the first n that does not exist. */

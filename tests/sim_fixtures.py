@@ -65,7 +65,7 @@ class Sim:
             check: bool = False, **opts) -> subprocess.CompletedProcess:
         path = self.progs.get(prog)
         if path is None:
-            pytest.skip(f"{prog} is not built here")
+            pytest.fail(f"{prog} could not be built here")
         res = subprocess.run([str(path), *map(str, args)], env=env if env is not None else self.env(**opts),
                              capture_output=True, text=True, timeout=timeout)
         if check and res.returncode != 0:

@@ -19,8 +19,7 @@ T = tg.BASE_TS
 
 @pytest.fixture(scope="module")
 def elf(tmp_path_factory):
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc needed to build the fixture program")
+    assert shutil.which("gcc"), "gcc is needed to build the fixture program"
     return tg.build_fixture_elf(tmp_path_factory.mktemp("elf"))
 
 

@@ -42,8 +42,7 @@ def ldir(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
     cc = os.environ.get("CC", "cc")
-    if not shutil.which(cc):
-        pytest.skip("no C compiler")
+    assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
     exe = tmp_path_factory.mktemp("ledger_harness") / "ledger_test"
     cmd = [cc, "-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-pthread",
            "-I", str(REPO / "shim"), str(REPO / "tests/ledger/ledger_test.c"), str(REPO / "shim/ledger.c"),
@@ -65,8 +64,7 @@ def test_c_harness(harness, tmp_path, case):
 def test_ledger_c_compiles_cleanly(tmp_path):
     """The flags of shim/Makefile, warnings as errors, with and without -D_GNU_SOURCE."""
     cc = os.environ.get("CC", "cc")
-    if not shutil.which(cc):
-        pytest.skip("no C compiler")
+    assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
     for extra in (["-D_GNU_SOURCE"], [], ["-fvisibility=hidden", "-D_GNU_SOURCE", "-O0"]):
         r = subprocess.run([cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O2", *extra,
                             "-c", str(REPO / "shim/ledger.c"), "-o", str(tmp_path / "l.o")],
@@ -248,10 +246,7 @@ def test_ledger_dir_checks(tmp_path, monkeypatch):
 
 def test_default_ledger_dir(monkeypatch):
     monkeypatch.delenv("CUDATRACE_LEDGER_DIR", raising=False)
-    try:
-        d = ledger.ledger_dir(create=False)
-    except LedgerError:
-        pytest.skip("the default ledger directory is refused on this machine")
+    d = ledger.ledger_dir(create=True)
     uid = os.geteuid()
     if os.path.isdir("/dev/shm"):
         assert d == Path("/dev/shm/cudatrace-%d" % uid)

@@ -688,13 +688,14 @@ def test_processes_hammering_one_device(sim):
     for p in procs:
         out, err = p.communicate(timeout=120)
         results.append((p.returncode, out))
-    oom = 0
+    oom = ok = 0
     for rc, out in results:
         assert rc == 0, out
         m = re.search(r"ok (\d+) oom (\d+)", out)
-        assert m and int(m[1]) > 0
+        assert m, out
+        ok += int(m[1])     # one process may get nothing while the others hold the device
         oom += int(m[2])
-    assert oom > 0
+    assert ok > 0 and oom > 0
     st = sim.stats(state)[0]
     assert st["used"] == 0 and st["hwm"] == 21 * MiB
 
@@ -842,8 +843,7 @@ def test_dlsym_next(sim):
 
 
 def test_static_prog(sim):
-    if sim.progs["static_prog"] is None:
-        pytest.skip("no static C library here")
+    assert sim.progs["static_prog"] is not None, "no static C library here (libc6-dev)"
     res = sim.run("static_prog", 3)
     assert res.returncode == 3 and res.stdout.startswith("static ok pid")
     hdr = subprocess.run(["readelf", "-l", str(sim.progs["static_prog"])], capture_output=True, text=True).stdout

@@ -334,8 +334,7 @@ def test_size_zero_symbol_nearest_preceding(tmp_path):
 
 
 def test_cxx_demangled(tmp_path):
-    if shutil.which("g++") is None:
-        pytest.skip("needs g++")
+    assert shutil.which("g++"), "g++ is needed for the C++ demangling test"
     src, exe = build(tmp_path, "cxx", CXX_PROG, compiler="g++", flags=["-O2", "-g"], suffix=".cc")
     vals = run_prog(exe)
     m = markers(src)
