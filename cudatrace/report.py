@@ -454,6 +454,8 @@ def _limits_text(limits: dict) -> str:
     for d, v in limits.items():
         by.setdefault(v, []).append(int(d))
     parts = []
+    if len(by) == 1 and len(limits) >= 16:      # a bare size: the ledger holds it for every index
+        return "%s on every device" % _b(next(iter(by)))
     for v, devs in sorted(by.items(), key=lambda kv: min(kv[1])):
         devs.sort()
         if len(devs) == 1:

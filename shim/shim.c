@@ -461,12 +461,27 @@ static void emit(struct ct_call *c, uint8_t op)
 static void init_once(void);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
+/* exit(status) runs on_exit handlers, then the loader's destructors (ours among them) — but
+ * only handlers registered after the loader's own, i.e. once main() runs. So the handler is
+ * registered at the first hooked call, and the END record carries the status. (_exit and death
+ * by signal skip both: the file then reads as truncated.) */
+static int exit_status = -1;
+static int exit_hooked;
+static void on_exit_handler(int status, void *arg)
+{
+    (void)arg;
+    exit_status = status;
+}
+
 static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t kind, uint8_t space,
                            uint8_t flags)
 {
     pthread_once(&once, init_once);
     if (!ct_cfg.active || tls_depth)
         return 0;
+    if (__builtin_expect(!__atomic_load_n(&exit_hooked, __ATOMIC_RELAXED), 0) &&
+        !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
+        on_exit(on_exit_handler, NULL);
     tls_depth++;
     c->reserve = c->size = c->addr = c->aux = c->aux2 = 0;
     c->dev = -1;
@@ -1084,7 +1099,7 @@ __attribute__((destructor)) static void ct_destructor(void)
 {
     if (!ct_cfg.active)
         return;
-    ct_writer_close(-1);
+    ct_writer_close(exit_status);
     if (ledger)
         ct_ledger_leave(ledger);
 }

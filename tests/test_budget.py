@@ -69,6 +69,7 @@ def test_fail_mode_denies_with_one_clear_line(ct, sim, ledger_dir):
     assert len(denials) == 1 and denials[0]["size"] == GiB and denials[0]["result"] == 2
     assert denials[0]["stack"] != 0
     assert t.info.get("budget.0") == str(2 * GiB)
+    assert t.complete and t.end.exit_code == 1       # the status exit() was given, in END
 
 
 def test_warn_mode_allows_and_says_so(ct, sim, ledger_dir):

@@ -141,3 +141,50 @@ def test_stack_depth_limits_frames(ct, sim):
     r = ct.run([sim.progs["route_link"]], "--stack-depth", "2")
     t, got = traced_ops(r.out)
     assert max(len(t.stack(e["stack"])) for _, _, e in got) == 2
+
+
+PLUGIN = r"""
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned);
+int cuMemAlloc_v2(CUdeviceptr *, unsigned long);
+int cuMemFree_v2(CUdeviceptr);
+__attribute__((noinline)) int plugin_alloc(void)
+{
+    CUdeviceptr p;
+    cuInit(0);
+    int r = cuMemAlloc_v2(&p, 5u << 20);
+    return r ? r : cuMemFree_v2(p);
+}
+"""
+
+LOADER = r"""
+#include <dlfcn.h>
+#include <stdio.h>
+int main(int argc, char **argv)
+{
+    void *h = dlopen(argv[1], RTLD_NOW);
+    if (!h) { fprintf(stderr, "%s\n", dlerror()); return 2; }
+    int (*f)(void) = (int (*)(void))dlsym(h, "plugin_alloc");
+    return f ? f() : 3;
+}
+"""
+
+
+def test_library_loaded_later_by_dlopen_is_in_the_module_map(ct, sim, tmp_path):
+    (tmp_path / "plugin.c").write_text(PLUGIN)
+    (tmp_path / "loader.c").write_text(LOADER)
+    lib = tmp_path / "libplugin.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-g", "-O1", "-Wl,--build-id", "-o", str(lib),
+                    str(tmp_path / "plugin.c"), "-L%s" % sim.lib, "-lcuda"], check=True)
+    exe = tmp_path / "loader"
+    subprocess.run(["cc", "-g", "-o", str(exe), str(tmp_path / "loader.c"), "-ldl"], check=True)
+    r = ct.run([exe, lib])
+    assert r.returncode == 0, r.stderr
+    t, got = traced_ops(r.out)
+    alloc = next(e for op, api, e in got if api == "cuMemAlloc_v2")
+    frames = t.stack(alloc["stack"])
+    mod = t.module_for(frames[0])
+    assert mod is not None and mod.path == str(lib) and mod.build_id
+    from cudatrace.symbols import ModuleRef, Symbolizer
+    res = Symbolizer().symbolize(ModuleRef(mod.path, mod.build_id, mod.base), [frames[0] - 1])
+    assert res[frames[0] - 1][-1].function == "plugin_alloc"
