@@ -152,12 +152,6 @@ static const struct mod *find(uintptr_t ip)
 
 int ct_modules_covers(uintptr_t ip) { return find(ip) != NULL; }
 
-int ct_in_cuda_lib(uintptr_t ip)
-{
-    const struct mod *m = find(ip);
-    return m && (m->flags & MF_CUDA);
-}
-
 void ct_modules_scan(void)
 {
     struct scan_ctx ctx = {1};

@@ -829,17 +829,12 @@ static void *wrap_symbol(void *handle, const char *name, void *p)
 {
     if (is_own_wrapper(p))
         return p;
-    if (name[0] == 'c' && name[1] == 'u' && name[2] != 'd')
+    if (strcmp(name, "cuGetProcAddress") == 0 || strcmp(name, "cuGetProcAddress_v2") == 0) {
+        /* the handle the program reaches the driver through: the shim's own queries use it */
         __atomic_store_n(&cuda_handle, handle, __ATOMIC_RELEASE);
-    if (name[0] == 'n')
-        __atomic_store_n(&nvml_handle, handle, __ATOMIC_RELEASE);
-    if (strcmp(name, "cuGetProcAddress") == 0) {
-        keep_real(CT_SLOT_cuGetProcAddress, p);
-        return (void *)cuGetProcAddress;
-    }
-    if (strcmp(name, "cuGetProcAddress_v2") == 0) {
-        keep_real(CT_SLOT_cuGetProcAddress_v2, p);
-        return (void *)cuGetProcAddress_v2;
+        int v2 = name[16] != 0;
+        keep_real(v2 ? CT_SLOT_cuGetProcAddress_v2 : CT_SLOT_cuGetProcAddress, p);
+        return v2 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
     }
     size_t n = strlen(name);
     for (size_t i = 0; i < NHOOKS; i++) {
@@ -847,14 +842,15 @@ static void *wrap_symbol(void *handle, const char *name, void *p)
         size_t l = strlen(h->sym);
         if (strncmp(name, h->sym, l) != 0)
             continue;
-        if (n == l) {
-            keep_real(h->slot, p);
-            return h->wrap;
-        }
-        if (h->ptsz && n == l + 5 && strcmp(name + l, "_ptsz") == 0) {
-            keep_real(h->slot + 1, p);
-            return h->wrap_ptsz;
-        }
+        int exact = n == l, twin = h->ptsz && n == l + 5 && strcmp(name + l, "_ptsz") == 0;
+        if (!exact && !twin)
+            continue;
+        if (h->layer == CT_LAYER_DRIVER)
+            __atomic_store_n(&cuda_handle, handle, __ATOMIC_RELEASE);
+        else if (h->layer == CT_LAYER_NVML)
+            __atomic_store_n(&nvml_handle, handle, __ATOMIC_RELEASE);
+        keep_real(exact ? h->slot : h->slot + 1, p);
+        return exact ? h->wrap : h->wrap_ptsz;
     }
     return p;
 }

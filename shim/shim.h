@@ -77,7 +77,6 @@ int ct_modules_covers(uintptr_t ip);   /* 1 if ip lies in a module already writt
 void ct_modules_scan(void);            /* write records for modules not yet written */
 void ct_modules_reset(void);
 int ct_in_shim(uintptr_t ip);
-int ct_in_cuda_lib(uintptr_t ip);      /* libcuda, libcudart, libnvidia-ml */
 /* best-effort symbol for messages: name of the function containing ip, from the module's
  * .symtab or .dynsym (read from its file); module basename and offset always. */
 void ct_describe_address(uintptr_t ip, char *out, size_t outlen);
