@@ -202,3 +202,22 @@ def test_vmm_memory_released_while_mapped_stays_counted(ct, sim, ledger_dir):
     # and after the unmap the bytes do come back: the run ends with nothing in use
     final = json.loads((r.out / "run.json").read_text())["ledger_final"]
     assert all(d["in_use"] == 0 for d in final["devices"])
+
+
+def test_pinned_host_memory_counts_on_integrated_devices(ct, sim, ledger_dir):
+    """On a unified-memory device (Jetson) pinned host memory is the same DRAM: it counts.
+    route_link has 70.2 MiB of device memory live when it pins 17 MiB, then 18 MiB more."""
+    r = ct.run([sim.progs["route_link"]], "--budget", "90MiB",
+               env=env_for(ct, ledger_dir, integrated=True))
+    res = {l.split()[1]: l.split()[4] for l in r.stdout.splitlines() if l.startswith("alloc ")}
+    assert res["cuMemHostAlloc"] == "0" and res["cuMemAllocHost_v2"] == "2", r.stdout
+    assert "cuMemAllocHost_v2 of 18.00 MiB" in r.stderr
+    # the same program on a discrete device: host memory is not the device's, nothing denied there
+    r = ct.run([sim.progs["route_link"]], "--budget", "90MiB", env=env_for(ct, ledger_dir))
+    res = {l.split()[1]: l.split()[4] for l in r.stdout.splitlines() if l.startswith("alloc ")}
+    assert res["cuMemAllocHost_v2"] == "0"
+    # unless asked: --count-host
+    r = ct.run([sim.progs["route_link"]], "--budget", "90MiB", "--count-host",
+               env=env_for(ct, ledger_dir))
+    res = {l.split()[1]: l.split()[4] for l in r.stdout.splitlines() if l.startswith("alloc ")}
+    assert res["cuMemAllocHost_v2"] == "2"
