@@ -87,6 +87,7 @@ static int (*p_Unwind_Backtrace)(unwind_trace_fn, void *);
 static uintptr_t (*p_Unwind_GetIP)(struct _Unwind_Context *);
 static uintptr_t (*p_Unwind_GetCFA)(struct _Unwind_Context *);
 
+#if defined(__x86_64__)
 #define CACHE_WAYS 4
 struct cached {
     uintptr_t loc0;            /* stack slot of the first user return address */
@@ -101,6 +102,7 @@ struct tcache {
 };
 static CT_TLS struct tcache *tcache;
 
+#endif
 void ct_stacks_init(void)
 {
     void *h = dlopen("libgcc_s.so.1", RTLD_NOW);
@@ -113,6 +115,7 @@ void ct_stacks_init(void)
         p_Unwind_Backtrace = NULL;
 }
 
+#if defined(__x86_64__)
 struct walk {
     int n, max, started;
     uintptr_t *ips, *locs;
@@ -133,6 +136,8 @@ static int walk_cb(struct _Unwind_Context *ctx, void *arg)
     w->locs[w->n] = cfa - sizeof(uintptr_t);
     return ++w->n >= w->max ? 5 : 0;
 }
+
+#endif
 
 static uint32_t insert(const uintptr_t *ips, int cnt)
 {
