@@ -168,7 +168,7 @@ _c = None           # (ffi, lib, consts) or False when unavailable
 
 
 def _replay_source() -> str:
-    src = native._source_dir()
+    src = native.source_dir()
     if src is None or not (src / "replay.c").is_file():
         raise RuntimeError("shim/replay.c not found")
     return (src / "replay.c").read_text()
@@ -183,8 +183,8 @@ def _c_backend():
             try:
                 import cffi
                 text = _replay_source()
-                part = native._cffi_part(text)
-                base_ffi, lib_path = native.ffi(), native.ensure_built() / native.TOOLS_LIB
+                part = native.cffi_part(text)
+                base_ffi, lib_path = native.ffi(), native.ensure_built((native.TOOLS_LIB,)) / native.TOOLS_LIB
                 ffi = cffi.FFI()
                 ffi.include(base_ffi)
                 ffi.cdef(part)

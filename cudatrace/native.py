@@ -24,7 +24,7 @@ _ffi = None
 _tools = None
 
 
-def _source_dir() -> Path | None:
+def source_dir() -> Path | None:
     """shim/ sources: shipped inside the package, or beside it in a checkout."""
     for cand in (NATIVE_DIR / "src", PKG_DIR.parent / "shim"):
         if (cand / "layout.h").is_file():
@@ -42,7 +42,7 @@ def _stale(lib: Path, src: Path) -> bool:
 def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
     """Return the directory holding the libraries, building them from a checkout if needed."""
     with _lock:
-        src = _source_dir()
+        src = source_dir()
         libs = [NATIVE_DIR / name for name in which]
         in_checkout = src is not None and src == PKG_DIR.parent / "shim"
         if in_checkout and any(_stale(lib, src) for lib in libs):
@@ -62,13 +62,13 @@ def shim_path() -> Path:
 
 
 def layout_header() -> str:
-    src = _source_dir()
+    src = source_dir()
     if src is None:
         raise RuntimeError("shim/layout.h not found")
     return (src / "layout.h").read_text()
 
 
-def _cffi_part(text: str) -> str:
+def cffi_part(text: str) -> str:
     m = re.search(r"/\* CFFI-BEGIN \*/(.*?)/\* CFFI-END \*/", text, re.S)
     if not m:
         raise RuntimeError("layout.h has no CFFI section")
@@ -81,7 +81,7 @@ def ffi() -> cffi.FFI:
     with _lock:
         if _ffi is None:
             f = cffi.FFI()
-            f.cdef(_cffi_part(layout_header()), packed=False)
+            f.cdef(cffi_part(layout_header()), packed=False)
             _ffi = f
         return _ffi
 
@@ -101,6 +101,6 @@ def tools():
 def constants() -> dict[str, int]:
     """All integer #defines of the CFFI section (CT_OP_ALLOC ...)."""
     out = {}
-    for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", _cffi_part(layout_header()), re.M):
+    for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", cffi_part(layout_header()), re.M):
         out[m.group(1)] = int(m.group(2))
     return out

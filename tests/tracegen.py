@@ -36,7 +36,7 @@ _API_RE = re.compile(r"^CT_(DRIVER|RUNTIME|NVML)\((\w+)(?:,\s*\"\w+\",\s*\d+,\s*
 
 def api_table() -> list[tuple[int, str, int, int, int, int]]:
     """(id, name, layer, op, kind, space) for every hook of shim/hooks.def, ids from 1."""
-    src = native._source_dir()
+    src = native.source_dir()
     text = (src / "hooks.def").read_text()
     K = C()
     out = []
