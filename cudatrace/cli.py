@@ -19,6 +19,7 @@ def main():
     cudatrace report DIR          who held the memory at the peak, by call site
     cudatrace diff A B            what changed between two runs
     cudatrace status [GROUP]      budgets in force and who uses them
+    cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     """
 
 
@@ -71,6 +72,9 @@ def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host
     except LaunchError as e:
         click.echo(str(e), err=True)
         sys.exit(e.status)
+    except RuntimeError as e:          # the native libraries could not be found or built
+        click.echo("cudatrace: %s" % e, err=True)
+        sys.exit(2)
     sys.exit(status)
 
 

@@ -159,6 +159,9 @@ def run(opts: RunOptions) -> int:
     check_enterable(path)
     out = prepare_out_dir(opts)
     shim = native.shim_path()
+    if any(c in str(shim) for c in " :\t\n"):
+        raise LaunchError("cudatrace: the preload library's path %r holds a space or colon, which "
+                          "LD_PRELOAD cannot express; install cudatrace elsewhere" % str(shim), 2)
     env = dict(os.environ)
     env.update(opts.extra_env)
     env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
