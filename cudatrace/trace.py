@@ -141,7 +141,9 @@ class Trace:
 
     @property
     def complete(self) -> bool:
-        return self.status == "complete"
+        """Readable to its end: a clean exit, or an image replaced by exec (no exit record, but
+        nothing was cut short)."""
+        return self.status in ("complete", "exec")
 
     def stack(self, leaf: int) -> list[int]:
         """Return addresses of a stack, innermost first."""
@@ -165,7 +167,8 @@ class Trace:
         return best
 
     def describe(self) -> str:
-        state = "complete" if self.complete else "truncated (no clean exit record: killed, crashed or still running)"
+        state = {"complete": "complete", "exec": "replaced by exec (complete up to it)"}.get(
+            self.status, "truncated (no clean exit record: killed, crashed or still running)")
         return "%s: pid %d, %d events, %s" % (self.path.name, self.pid, self.n_events, state)
 
 
@@ -316,6 +319,14 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
             errors.append("run.json unreadable: %s" % e)
     if not traces and not errors:
         raise TraceError("%s holds no trace files (*.ctrace)" % path)
+    # An image that called exec after using CUDA writes no exit record; when the new image of the
+    # same pid wrote a file too, the earlier one ended by exec, not by a kill.
+    later = {}
+    for t in traces:
+        later[t.pid] = max(later.get(t.pid, -1), t.exec_index)
+    for t in traces:
+        if t.status == "truncated" and t.exec_index < later[t.pid]:
+            t.status = "exec"
     return TraceDir(path, traces, run, errors)
 
 

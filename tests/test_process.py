@@ -204,3 +204,37 @@ def test_truncated_and_corrupt_files(ct, sim, tmp_path):
     # the CLI reports a corrupt path clearly
     r2 = ct.cli("report", bad)
     assert r2.returncode == 2 and "bad.ctrace" in r2.stderr
+
+
+EXEC_SELF = r"""
+#include <unistd.h>
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned);
+int cuMemAlloc_v2(CUdeviceptr *, unsigned long);
+int main(int argc, char **argv)
+{
+    CUdeviceptr p;
+    cuInit(0);
+    if (cuMemAlloc_v2(&p, 3u << 20))
+        return 1;
+    if (argc > 1)                      /* the first image: exec a second one, same pid */
+        execl("/proc/self/exe", argv[0], (char *)0);
+    return 0;
+}
+"""
+
+
+def test_image_replaced_by_exec_is_not_called_truncated(ct, sim, tmp_path):
+    (tmp_path / "e.c").write_text(EXEC_SELF)
+    exe = tmp_path / "exec_self"
+    subprocess.run(["cc", "-o", str(exe), str(tmp_path / "e.c"), "-L%s" % sim.lib, "-lcuda"],
+                   check=True)
+    r = ct.run([exe, "again"])
+    assert r.returncode == 0, r.stderr
+    td = read_dir(r.out)
+    assert sorted((t.pid, t.exec_index) for t in td.traces) == [(td.traces[0].pid, 0),
+                                                                (td.traces[0].pid, 1)]
+    first, second = sorted(td.traces, key=lambda t: t.exec_index)
+    assert first.status == "exec" and first.complete and "replaced by exec" in first.describe()
+    assert second.status == "complete"
+    assert len(ops(first, "CT_OP_ALLOC")) == 1 and len(ops(second, "CT_OP_ALLOC")) == 1
