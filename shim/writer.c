@@ -177,7 +177,14 @@ static uint8_t *reserve(uint32_t size, uint32_t *chunk)
             *chunk = idx;
             return base + off;
         }
-        publish(base + off, CT_REC_PAD, CT_CHUNK_SIZE - off);   /* >= 8: all sizes are 8k */
+        /* This reservation crosses the chunk's end: pad both pieces so readers see no hole,
+         * then take a fresh place (sizes and offsets are multiples of 8: both pieces >= 8). */
+        publish(base + off, CT_REC_PAD, CT_CHUNK_SIZE - off);
+        if (idx + 1 >= MAX_CHUNKS || (!__atomic_load_n(&chunks[idx + 1], __ATOMIC_ACQUIRE) &&
+                                      !ensure_chunk(idx + 1)))
+            break;
+        publish(__atomic_load_n(&chunks[idx + 1], __ATOMIC_ACQUIRE), CT_REC_PAD,
+                off + size - CT_CHUNK_SIZE);
     }
     __atomic_sub_fetch(&busy, 1, __ATOMIC_ACQ_REL);
     return NULL;

@@ -47,6 +47,7 @@ def test_threads_exact_counts(ct, sim):
     td = read_dir(r.out)
     t = td.traces[0]
     assert t.complete and t.end.dropped == 0
+    assert t.gaps == 0          # chunk crossings are padded, never read as holes
     allocs, frees = ops(t, "CT_OP_ALLOC"), ops(t, "CT_OP_FREE")
     assert len(allocs) == 160000 and len(frees) == 160000
     assert all(e["result"] == 0 and e["size"] == 4096 for e in allocs)
