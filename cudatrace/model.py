@@ -18,6 +18,7 @@ to, and the fallback where the library lacks the replay.
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 import os
 import re
 import struct
@@ -118,24 +119,27 @@ class Groups:
         self.keep = keep                     # what the memoryviews look into
 
     @classmethod
-    def of(cls, allocs: list[Alloc]) -> "Groups":
+    def of(cls, allocs: list[Alloc], results: bool = False) -> "Groups":
+        """results: add an 11th column, a Counter of non-zero CUresults (failed allocations)."""
         g: dict[tuple, list] = {}
         for a in allocs:
             e = a.event
             k = (a.trace, e[STACK], e[API], e[RT], e[DEV])
             x = g.get(k)
             if x is None:
-                g[k] = [1, a.size, a.ts, a.ts, [a.size]]
-            else:
-                x[0] += 1
-                x[1] += a.size
-                if a.ts < x[2]:
-                    x[2] = a.ts
-                if a.ts > x[3]:
-                    x[3] = a.ts
-                x[4].append(a.size)
+                x = g[k] = [0, 0, a.ts, a.ts, [], Counter()]
+            x[0] += 1
+            x[1] += a.size
+            if a.ts < x[2]:
+                x[2] = a.ts
+            if a.ts > x[3]:
+                x[3] = a.ts
+            x[4].append(a.size)
+            if results and e[RES]:
+                x[5][e[RES]] += 1
         order = sorted(g.items(), key=lambda kv: kv[0][:4] + (kv[0][4] & 0xFFFFFFFF,))  # as C sorts
-        return cls([k + (x[0], x[1], x[2], x[3], sorted(x[4])) for k, x in order])
+        extra = (lambda x: (x[5],)) if results else (lambda x: ())
+        return cls([k + (x[0], x[1], x[2], x[3], sorted(x[4])) + extra(x) for k, x in order])
 
     def plain(self) -> list[tuple]:
         """rows with the sizes as lists (to compare, to print)."""

@@ -254,25 +254,7 @@ def _rows(allocs) -> list[tuple]:
     """(trace, leaf, api, rt_api, device, count, bytes, first_ts, last_ts, sizes, results)"""
     if isinstance(allocs, Groups):
         return [r + (None,) for r in allocs.rows]
-    raw: dict[tuple, list] = {}
-    for a in allocs:
-        e = a.event
-        k = (a.trace, e[STACK], e[API], e[RT], e[DEV])
-        g = raw.get(k)
-        if g is None:
-            g = raw[k] = [0, 0, a.ts, a.ts, [], Counter()]
-        g[0] += 1
-        g[1] += a.size
-        if a.ts < g[2]:
-            g[2] = a.ts
-        if a.ts > g[3]:
-            g[3] = a.ts
-        g[4].append(a.size)
-        if e[RES]:
-            g[5][e[RES]] += 1
-    for g in raw.values():
-        g[4].sort()
-    return [k + tuple(g) for k, g in raw.items()]
+    return Groups.of(allocs, results=True).rows
 
 
 def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1,
