@@ -915,8 +915,14 @@ CT_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuu
 }
 
 /* dlsym: RTLD_NEXT must keep meaning "after the caller", so that path is a plain tail call
- * (the real dlsym then sees the caller's return address, not ours). */
-CT_EXPORT void *dlsym(void *handle, const char *name)
+ * (the real dlsym then sees the caller's return address, not ours). Optimized whatever CFLAGS
+ * say, so the compiler emits that tail call even in a -O0 build. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define CT_TAILCALLS __attribute__((optimize("O2", "optimize-sibling-calls")))
+#else
+#define CT_TAILCALLS
+#endif
+CT_EXPORT CT_TAILCALLS void *dlsym(void *handle, const char *name)
 {
     dlsym_fn ds = get_real_dlsym();
     if (!ds)
