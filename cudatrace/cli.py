@@ -1,4 +1,10 @@
-"""The cudatrace command line."""
+"""The cudatrace command line: every command is thin (options -> one call -> exit status).
+
+Start-up: this module imports only click. Each command imports the floor it calls inside its
+function, so `cudatrace run` loads the launcher (record/) and nothing of the analysis until the
+command has ended; these deferred imports are there for start-up time, not to dodge a cycle
+(tests/unit/test_imports.py checks that there is none).
+"""
 from __future__ import annotations
 
 import sys
@@ -7,6 +13,10 @@ from pathlib import Path
 import click
 
 from . import __version__
+
+# = analyze.sites.GROUPINGS, written out so that the command line loads without the analysis
+# (tests/unit/test_imports.py checks that the two agree)
+GROUPINGS = ("site", "api", "library", "process")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,35 +58,89 @@ BUDGET_HELP = ("Device-memory limit for the whole process tree: a size (8GiB, 51
 @click.option("--no-virtualize", is_flag=True,
               help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.")
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize, cmd):
+def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize,
+        cmd):
     """Run CMD with every device-memory allocation and free traced.
 
     The trace goes to one file per process in the output directory, written as events happen
     (a killed process leaves a readable file). When CMD ends, a summary is printed and
     cudatrace exits with CMD's status (128+N if it died of signal N).
     """
-    from .launcher import LaunchError, RunOptions
-    from .launcher import run as do_run
+    from .record.launcher import LaunchError, RunOptions
+    from .record.launcher import run as launch
+
     if budget is not None:
-        from .budget import BudgetError, parse_budget
+        from .record.budget import BudgetError, parse_budget   # only a run with a budget
         try:
             parse_budget(budget)
         except BudgetError as e:
-            click.echo("cudatrace: --budget %s: %s" % (budget, e), err=True)
+            click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
             sys.exit(2)
     opts = RunOptions(cmd=list(cmd), out_dir=out_dir, stack_depth=stack_depth, quiet=quiet,
                       force=force, budget=budget, group=group, on_exceed=on_exceed,
                       count_host=count_host, virtualize=not no_virtualize)
     try:
-        status = do_run(opts)
+        status, out = launch(opts)
     except LaunchError as e:
         click.echo(str(e), err=True)
         sys.exit(e.status)
     except RuntimeError as e:          # the native libraries could not be found or built
-        click.echo("cudatrace: %s" % e, err=True)
+        click.echo(f"cudatrace: {e}", err=True)
         sys.exit(2)
+    if not quiet:
+        from .present.summary import print_summary     # after the command has ended
+        try:
+            print_summary(out, status, sys.stderr)
+        except Exception as exc:  # the summary must never hide the command's status
+            sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
     sys.exit(status)
 
+
+@main.command("report", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, None),
+              help="Sites listed.")
+@click.option("--by", type=click.Choice(GROUPINGS), default="site", show_default=True,
+              help="Group allocations by call site, API, library or process.")
+@click.option("--at", "at", default="peak", show_default=True, metavar="peak|end|TIME",
+              help="The moment: the peak, the end, or TIME seconds since the start (2.5s, 2.5).")
+@click.option("--device", type=int, default=None, metavar="N",
+              help="Only device N (its own peak with --at peak).")
+@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Frames that make a site (a deeper site splits a shared helper by caller).")
+@click.option("--show-cuda-frames", is_flag=True,
+              help="Keep the CUDA libraries' own frames (folded by default).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.report/1).")
+@click.option("--svg", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE", help="Also write a timeline picture (SVG) to FILE.")
+def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
+    """Who held the device memory at the peak (or another moment), by call site.
+
+    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
+    """
+    from .present.report import run_report
+
+    sys.exit(run_report(path, top=top, by=by, at=at, device=device, depth=depth,
+                        show_cuda_frames=show_cuda_frames, as_json=as_json, svg=svg))
+
+
+@main.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option("--top", default=20, show_default=True, type=click.IntRange(1, None),
+              help="Sites listed.")
+@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Frames that make a site.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
+def diff(a, b, top, depth, as_json):
+    """What changed between two traces A and B: sites grown, shrunk, new and gone.
+
+    A and B are trace directories (or .ctrace files). Sites are matched by function, file and
+    module names, so two runs, or two builds with symbols, compare.
+    """
+    from .present.diff import run_diff
+
+    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))
 
 
 @main.command()
@@ -88,25 +152,40 @@ def status(group, as_json):
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
     --budget` trees). Reads the ledgers through the same C code the preload library uses.
     """
-    import json as _json
+    import json
 
-    from .ledger import LedgerError, status_json, status_text
+    from .present.status import render_status
+    from .record.ledger import LedgerError, status_json
+
     try:
-        if as_json:
-            click.echo(_json.dumps(status_json(group), indent=2))
-        else:
-            click.echo(status_text(group))
+        st = status_json(group)
     except LedgerError as e:
-        raise click.ClickException(str(e))
+        raise click.ClickException(str(e)) from None
+    click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
 
 
-from .demo import demo_command  # noqa: E402
-from .diff import diff_command  # noqa: E402
-from .report import report_command  # noqa: E402
+@main.command("demo")
+@click.option("--simulated", "mode", flag_value="simulated",
+              help="Run on the simulated CUDA driver even if there is a GPU.")
+@click.option("--gpu", "mode", flag_value="gpu",
+              help="Run on the GPU (an error if there is none).")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
+              help="Folder for the build and the traces (kept). Default: a temporary folder, "
+                   "removed at the end unless --keep.")
+@click.option("--keep", is_flag=True, help="Keep the temporary folder with the traces.")
+def demo(mode, out_dir, keep):
+    """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget.
 
-main.add_command(report_command, "report")
-main.add_command(diff_command, "diff")
-main.add_command(demo_command, "demo")
+    Builds the example server (examples/kv-pool) and traces it with --kv-cache-memory 1GiB
+    (28 layers x 1 GiB), --num-blocks 64 and the 256-block fallback; reports the first run,
+    diffs it against the second, and stops the oversized pool with --budget 12GiB. Without a
+    GPU it runs on the test suite's simulated driver (a 122 GiB Jetson-like device), and every
+    line says [simulated].
+    """
+    from .demo import run_demo
+
+    sys.exit(run_demo(mode, out_dir, keep))
+
 
 if __name__ == "__main__":
     main()

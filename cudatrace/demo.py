@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import os
 import re
 import shlex
@@ -298,7 +299,6 @@ class Demo:
 
     def json_of(self, *args):
         """`cudatrace ARGS --json`, not shown; the document, or None."""
-        import json
         status, text = self.cudatrace(*args, "--json", show=False)
         if status != 0:
             return None
@@ -391,30 +391,16 @@ class Demo:
         return 0
 
 
-@click.command("demo")
-@click.option("--simulated", "mode", flag_value="simulated",
-              help="Run on the simulated CUDA driver even if there is a GPU.")
-@click.option("--gpu", "mode", flag_value="gpu",
-              help="Run on the GPU (an error if there is none).")
-@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
-              help="Folder for the build and the traces (kept). Default: a temporary folder, "
-                   "removed at the end unless --keep.")
-@click.option("--keep", is_flag=True, help="Keep the temporary folder with the traces.")
-def demo_command(mode, out_dir, keep):
-    """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget.
-
-    Builds the example server (examples/kv-pool) and traces it with --kv-cache-memory 1GiB
-    (28 layers x 1 GiB), --num-blocks 64 and the 256-block fallback; reports the first run,
-    diffs it against the second, and stops the oversized pool with --budget 12GiB. Without a
-    GPU it runs on the test suite's simulated driver (a 122 GiB Jetson-like device), and every
-    line says [simulated].
-    """
+def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = False) -> int:
+    """The body of `cudatrace demo`: mode "gpu", "simulated" or None (the GPU when there is
+    one); out_dir keeps the build and traces (else a temporary folder, removed unless keep).
+    Returns the exit status."""
     if mode is None:
         mode = "gpu" if gpu_present() else "simulated"
     elif mode == "gpu" and not gpu_present():
         click.echo("cudatrace demo: --gpu: no NVIDIA GPU here (nvidia-smi fails and there is "
                    "no /dev/nvidia0); run without --gpu to use the simulated driver", err=True)
-        sys.exit(2)
+        return 2
     label = "[simulated]" if mode == "simulated" else "[gpu]"
 
     tmp = out_dir is None
@@ -445,7 +431,7 @@ def demo_command(mode, out_dir, keep):
         except DemoError as e:
             for line in str(e).splitlines():
                 click.echo("%s cudatrace demo: %s" % (label, line), err=True)
-            sys.exit(1)
+            return 1
         demo = Demo(work, label, env, kvpool, plan)
         if mode == "simulated":
             demo.say("No GPU in use: this runs on cudatrace's simulated CUDA driver, a Jetson-like "
@@ -462,4 +448,4 @@ def demo_command(mode, out_dir, keep):
     finally:
         if tmp and not keep:
             shutil.rmtree(work, ignore_errors=True)
-    sys.exit(status)
+    return status

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 import re
 from bisect import bisect_right
-from collections import Counter, namedtuple
+from collections import Counter
 from dataclasses import dataclass, field
 
-from .model import API, DEV, RES, RT, STACK, Alloc, Groups, Model
+from ..symbols import ModuleRef, Symbolizer
+from .model import API, RT, Alloc, Groups, Model
 from .trace import Trace
 
 FOLD_MODULES = re.compile(r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
@@ -24,12 +25,6 @@ FOLD_FUNCTIONS = re.compile(r"^(cuda[A-Z_]|cudart::|__cudart|cu[A-Z][A-Za-z0-9_]
 GROUPINGS = ("site", "api", "library", "process")
 NO_STACK = "(no stack recorded: stacks off, --stack-depth 0)"
 ONLY_CUDA = "(only CUDA library frames: use --show-cuda-frames)"
-
-try:                                    # symbols.py names the module a symbolizer reads
-    from .symbols import ModuleRef      # type: ignore
-except Exception:                       # pragma: no cover - before symbols.py lands
-    ModuleRef = namedtuple("ModuleRef", "path build_id bias")
-
 
 @dataclass(frozen=True)
 class SFrame:
@@ -327,10 +322,6 @@ def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
 
 def make_symbolizer(progress: bool = False):
     """The offline symbolizer, with its on-disk cache; None if it cannot be had."""
-    try:
-        from .symbols import Symbolizer
-    except Exception:
-        return None
     cache = os.environ.get("CUDATRACE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols")
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
-from . import native
+from .. import native
 
 _TYPE_FMT = {"uint8_t": "B", "uint16_t": "H", "uint32_t": "I", "uint64_t": "Q",
              "int8_t": "b", "int16_t": "h", "int32_t": "i", "int64_t": "q"}

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
-from .report import Analysis, ReportError, _b, _s, _table, format_bytes
-from .sites import Site, key_text, site_of
+from ..analyze.analysis import Analysis, ReportError
+from ..analyze.sites import Site, key_text, site_of
+from ..units import format_bytes
+from .text import secs_text, size_text, table
 
 SCHEMA = "cudatrace.diff/1"
 
@@ -127,15 +128,15 @@ def render_text(d: dict) -> str:
     w("  A  %s  (%s)" % (A["path"], " ".join(A["command"]) or "?"))
     w("  B  %s  (%s)" % (B["path"], " ".join(B["command"]) or "?"))
     rows = [["", "A", "B", "change"],
-            ["peak", "%s at %s" % (_b(A["peak_bytes"]), _s(A["peak_time"])),
-             "%s at %s" % (_b(B["peak_bytes"]), _s(B["peak_time"])),
+            ["peak", "%s at %s" % (size_text(A["peak_bytes"]), secs_text(A["peak_time"])),
+             "%s at %s" % (size_text(B["peak_bytes"]), secs_text(B["peak_time"])),
              _signed(T["peak_bytes"]["delta"]) + _pct(A["peak_bytes"], B["peak_bytes"])],
-            ["live at exit", _b(A["end_bytes"]), _b(B["end_bytes"]),
+            ["live at exit", size_text(A["end_bytes"]), size_text(B["end_bytes"]),
              _signed(T["end_bytes"]["delta"]) + _pct(A["end_bytes"], B["end_bytes"])],
             ["allocations", str(A["allocs"]), str(B["allocs"]), "%+d" % T["allocs"]["delta"]],
             ["failed", str(A["failed"]), str(B["failed"]), "%+d" % T["failed"]["delta"]],
             ["denied", str(A["denied"]), str(B["denied"]), "%+d" % T["denied"]["delta"]]]
-    L.extend(_table(rows, {1, 2, 3}))
+    L.extend(table(rows, {1, 2, 3}))
     for side, s in (("A", A), ("B", B)):
         if s["truncated_files"]:
             w("  %s has truncated trace files: %s" % (side, ", ".join(s["truncated_files"])))
@@ -146,11 +147,11 @@ def render_text(d: dict) -> str:
     rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
     for s in d["sites"]:
         p, e = s["peak"], s["end"]
-        rows.append([s["status"], _b(p["a_bytes"]), _b(p["b_bytes"]), _signed(p["delta_bytes"]),
+        rows.append([s["status"], size_text(p["a_bytes"]), size_text(p["b_bytes"]), _signed(p["delta_bytes"]),
                      "%+d" % p["delta_count"] if p["delta_count"] else "0",
-                     _b(e["a_bytes"]), _b(e["b_bytes"]), _signed(e["delta_bytes"]), s["label"]])
+                     size_text(e["a_bytes"]), size_text(e["b_bytes"]), _signed(e["delta_bytes"]), s["label"]])
     if d["sites"]:
-        L.extend(_table(rows, {1, 2, 3, 4, 5, 6, 7}))
+        L.extend(table(rows, {1, 2, 3, 4, 5, 6, 7}))
     else:
         w("  (no device allocation in either run)")
     if d["more_sites"]:
@@ -173,19 +174,3 @@ def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = Fals
     else:
         out.write(render_text(d))
     return 0
-
-
-@click.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("a", type=click.Path(path_type=Path))
-@click.argument("b", type=click.Path(path_type=Path))
-@click.option("--top", default=20, show_default=True, type=click.IntRange(1, None), help="Sites listed.")
-@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Frames that make a site.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
-def diff_command(a, b, top, depth, as_json):
-    """What changed between two traces A and B: sites grown, shrunk, new and gone.
-
-    A and B are trace directories (or .ctrace files). Sites are matched by function, file and
-    module names, so two runs, or two builds with symbols, compare.
-    """
-    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))

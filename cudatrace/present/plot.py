@@ -10,6 +10,8 @@ import math
 from html import escape
 from pathlib import Path
 
+from ..units import format_bytes
+
 W, H = 1000, 460
 ML, MR, MT, MB = 84, 24, 58, 80          # margins: room for axis labels, title, legend
 
@@ -47,7 +49,6 @@ def _fmt(v: float) -> str:
 def render_svg(a, device: int | None = None, report: dict | None = None, width: int = W,
                height: int = H) -> str:
     """The timeline of Analysis a as SVG text."""
-    from .report import format_bytes
     m = a.model
     start = a.start_ns
     pts = m.timeline_points(device) if m.found else []

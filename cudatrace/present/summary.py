@@ -1,11 +1,12 @@
 """The summary `cudatrace run` prints when the command ends: a few lines of the report, built on
-the same base (report.Analysis), so its numbers are the report's."""
+the same base (analyze.analysis.Analysis), so its numbers are the report's."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from .report import Analysis, format_bytes
+from ..analyze.analysis import Analysis
+from ..units import format_bytes
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:

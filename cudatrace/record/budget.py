@@ -21,6 +21,11 @@ import re
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+from .. import units
+from ..nvml import Nvml
+from ..units import NUMBER, UnitError, positive_number
+from . import ledger as ledger_mod
+
 MAX_DEVICES = 16  # CT_LEDGER_MAX_DEVICES in shim/layout.h (tests check they agree)
 
 FORMS_HELP = (
@@ -31,17 +36,7 @@ FORMS_HELP = (
     "(4GiB,0=10GiB)"
 )
 
-_UNITS = {
-    "": 1, "b": 1,
-    "k": 1 << 10, "kib": 1 << 10, "kb": 10 ** 3,
-    "m": 1 << 20, "mib": 1 << 20, "mb": 10 ** 6,
-    "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9,
-    "t": 1 << 40, "tib": 1 << 40, "tb": 10 ** 12,
-}
-
-_NUM = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
-_SIZE_RE = re.compile(r"^\s*(" + _NUM + r")\s*([A-Za-z]*)\s*$")
-_PCT_RE = re.compile(r"^\s*(" + _NUM + r")\s*%\s*(free)?\s*$", re.I)
+_PCT_RE = re.compile(r"^\s*(" + NUMBER + r")\s*%\s*(free)?\s*$", re.I)
 
 
 class BudgetError(ValueError):
@@ -54,37 +49,18 @@ class BudgetError(ValueError):
 
 def _number(text: str, what: str) -> Fraction:
     try:
-        v = Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        raise BudgetError(f"{what}: '{text}' is not a number") from None
-    if v < 0:
-        raise BudgetError(f"{what}: must be positive, not {text}")
-    if v == 0:
-        raise BudgetError(f"{what}: must be more than zero")
-    return v
+        return positive_number(text, what)
+    except UnitError as e:
+        raise BudgetError(str(e)) from None
 
 
 def parse_size(text: str) -> int:
-    """Bytes of a size such as '8GiB', '1.5G', '512MB', '1024'. Raises BudgetError."""
-    if not isinstance(text, str) or not text.strip():
-        raise BudgetError("empty size")
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise BudgetError(f"'{text.strip()}' is not a size")
-    num, unit = m.group(1), m.group(2)
-    mult = _UNITS.get(unit.lower())
-    if mult is None:
-        raise BudgetError(f"'{text.strip()}': unknown unit '{unit}'")
-    v = _number(num, f"size '{text.strip()}'")
-    n = v * mult
-    if mult == 1 and n.denominator != 1:
-        raise BudgetError(f"size '{text.strip()}': a number of bytes must be whole")
-    n = int(n)  # floor: 0.3MiB is 314572 bytes
-    if n <= 0:
-        raise BudgetError(f"size '{text.strip()}' is less than a byte")
-    if n >= 1 << 64:
-        raise BudgetError(f"size '{text.strip()}' is too large")
-    return n
+    """Bytes of a size such as '8GiB', '1.5G', '512MB', '1024' (units.parse_size). Raises
+    BudgetError."""
+    try:
+        return units.parse_size(text)
+    except UnitError as e:
+        raise BudgetError(str(e)) from None
 
 
 @dataclass(frozen=True)
@@ -197,24 +173,6 @@ def parse_budget(spec: str) -> BudgetSpec:
     return BudgetSpec(default=default, per_device=per, text=spec.strip())
 
 
-def format_bytes(n: int) -> str:
-    """'17 B', '1.00 KiB', '512.0 MiB', '1.50 GiB': binary units, 2 decimals below 10, else 1."""
-    n = int(n)
-    if n < 0:
-        return "-" + format_bytes(-n)
-    if n < 1024:
-        return f"{n} B"
-    units = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    v, i = n / 1024.0, 0
-    while v >= 1024.0 and i < len(units) - 1:
-        v /= 1024.0
-        i += 1
-    s = f"{v:.2f}" if v < 10 else f"{v:.1f}"
-    if float(s) >= 1024.0 and i < len(units) - 1:  # rounding reached the next unit
-        return f"1.00 {units[i + 1]}"
-    return f"{s} {units[i]}"
-
-
 # ---- resolving a spec on this machine, for `cudatrace run` --------------------------------------
 
 def visible_ordinals(n_physical: int, env: str | None) -> list[int]:
@@ -241,7 +199,6 @@ def visible_ordinals(n_physical: int, env: str | None) -> list[int]:
 def device_memory() -> tuple[dict[int, int], dict[int, int]]:
     """(totals, frees): CUDA device ordinal -> bytes, now, from NVML (honouring
     CUDA_VISIBLE_DEVICES). BudgetError when NVML cannot tell."""
-    from .sampler import Nvml
     nv = Nvml()
     if not nv.available:
         raise BudgetError("a share (%%) of device memory needs NVML to read it, and %s; give the "
@@ -285,7 +242,6 @@ def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
     share (the group's, or a private one). Returns (RunLedger: .path .summary() .finish(),
     info dict for run.json). Raises BudgetError (bad or unresolvable spec) or
     ledger.LedgerError (the ledger cannot be used)."""
-    from . import ledger as ledger_mod
     parsed = parse_budget(spec) if spec is not None else None
     limits = resolve_limits(parsed) if parsed is not None else {}
     mode = "warn" if on_exceed == "warn" else "deny"

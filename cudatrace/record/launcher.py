@@ -1,8 +1,9 @@
-"""`cudatrace run`: inject the shim into a command and its children, then summarize.
+"""`cudatrace run`: inject the shim into a command and its children.
 
 The launcher never runs inside the target: it prepares the environment (LD_PRELOAD and the
 CUDATRACE_* variables the shim reads), starts the command, samples device memory from outside
-while it runs, forwards signals, and exits with the command's status (128+N for signal N).
+while it runs, forwards signals, and returns the command's status (128+N for signal N) with the
+trace directory; the command line prints the summary (present/summary.py) after that.
 """
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import native
+from .. import __version__, native
+from ..procfs import tree_pids
+from .sampler import Sampler
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
 
@@ -126,35 +129,12 @@ def prepare_out_dir(opts: RunOptions) -> Path:
     return out
 
 
-def tree_pids(root: int) -> list[int]:
-    """root and its descendants, from /proc."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % d, "rb") as f:
-                s = f.read().decode(errors="replace")
-            ppid = int(s[s.rindex(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [root]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(children.get(p, []))
-    return out
-
-
 def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run(opts: RunOptions) -> int:
-    from . import budget as budget_mod
-    from .sampler import Sampler
-
+def run(opts: RunOptions) -> tuple[int, Path]:
+    """Trace opts.cmd to its end. Returns (exit status, trace directory)."""
     path = resolve_command(opts.cmd[0])
     check_enterable(path)
     out = prepare_out_dir(opts)
@@ -174,6 +154,8 @@ def run(opts: RunOptions) -> int:
     ledger = None
     budget_info = None
     if opts.budget is not None or opts.group is not None:
+        # deferred for start-up time: only a run with a budget loads the ledger's C library
+        from . import budget as budget_mod
         from .ledger import LedgerError
         try:
             ledger, budget_info = budget_mod.setup_ledger(opts.budget, opts.group, opts.on_exceed,
@@ -185,7 +167,7 @@ def run(opts: RunOptions) -> int:
             sys.stderr.write("cudatrace: note: %s\n" % budget_info["note"])
 
     run_info = {
-        "cudatrace_version": __import__("cudatrace").__version__,
+        "cudatrace_version": __version__,
         "argv": opts.cmd, "executable": path, "cwd": os.getcwd(), "dir": str(out),
         "stack_depth": opts.stack_depth, "budget": budget_info, "group": opts.group,
         "on_exceed": opts.on_exceed, "start_monotonic_ns": time.monotonic_ns(),
@@ -244,13 +226,7 @@ def run(opts: RunOptions) -> int:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()
     (out / "run.json").write_text(json.dumps(run_info, indent=2))
-    if not opts.quiet:
-        from .summary import print_summary
-        try:
-            print_summary(out, status, sys.stderr)
-        except Exception as exc:  # the summary must never hide the command's status
-            sys.stderr.write("cudatrace: could not summarize the trace: %s\n" % exc)
-    return status
+    return status, out
 
 
 def _foreground() -> bool:

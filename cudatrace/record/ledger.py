@@ -1,5 +1,5 @@
-"""The budget ledger from Python: the C of shim/ledger.c (through cffi), group paths, and what
-`cudatrace status` prints.
+"""The budget ledger from Python: the C of shim/ledger.c (through cffi), group paths, and the
+data `cudatrace status` shows (present/status.py renders it).
 
 Python never reads the ledger file itself: every read and write goes through the same C
 functions the shim runs inside traced processes (libcudatrace_tools.so), so the two cannot
@@ -12,8 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from . import native
-from .budget import format_bytes
+from .. import native
 
 PRIVATE_PREFIX = "@run-"          # private (per-run) ledgers: "@run-<launcher pid>.ledger"
 SUFFIX = ".ledger"
@@ -324,92 +323,6 @@ def status_json(group: str | None = None, path=None) -> dict:
                 raise
             out["errors"].append({"path": str(p), "error": str(e)})
     return out
-
-
-def _ranges(ns: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'"""
-    out, ns = [], sorted(ns)
-    i = 0
-    while i < len(ns):
-        j = i
-        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
-            j += 1
-        out.append(str(ns[i]) if i == j else "%d-%d" % (ns[i], ns[j]))
-        i = j + 1
-    return ", ".join(out)
-
-
-def _fmt_limit(n: int) -> str:
-    return format_bytes(n) if n else "none"
-
-
-def render_ledger(s: dict) -> str:
-    """The text of one ledger snapshot."""
-    lines = []
-    alive = [m for m in s["members"] if m["state"] != "dead"]
-    dead = [m for m in s["members"] if m["state"] == "dead"]
-    head = "%s: over budget: %s%s; %d process%s" % (
-        s["name"], s["on_exceed"], ", pinned host memory counted" if s["count_host"] else "",
-        len(alive), "" if len(alive) == 1 else "es")
-    if dead:
-        head += " (+%d exited, not reclaimed yet)" % len(dead)
-    if s["created"]:
-        head += "; since %s" % s["created"].replace("T", " ")
-    lines.append(head)
-    lines.append("  ledger %s" % s["path"])
-    busy = [r for r in s["devices"]
-            if any(r[k] for k in ("in_use", "dead_held", "peak", "denials", "over"))]
-    idle: dict[int, list[int]] = {}
-    for r in s["devices"]:
-        if r not in busy:
-            idle.setdefault(r["limit"], []).append(r["device"])
-    if not s["devices"]:
-        lines.append("  no limits and no memory counted yet")
-    if busy:
-        warn = any(r["over"] for r in busy) or s["on_exceed"] == "warn"
-        hdr = "  %-6s %12s %12s %12s %7s %8s" % ("device", "limit", "in use", "peak", "used", "denials")
-        if warn:
-            hdr += " %8s" % "over"
-        lines.append(hdr)
-        for r in busy:
-            pct = "%6.1f%%" % (100.0 * r["in_use"] / r["limit"]) if r["limit"] else "      -"
-            row = "  %-6d %12s %12s %12s %7s %8d" % (r["device"], _fmt_limit(r["limit"]),
-                                                   format_bytes(r["in_use"]), format_bytes(r["peak"]),
-                                                   pct, r["denials"])
-            if warn:
-                row += " %8d" % r["over"]
-            if r["dead_held"]:
-                row += "  (+%s held by exited processes)" % format_bytes(r["dead_held"])
-            lines.append(row)
-    for limit, devs in sorted(idle.items()):
-        lines.append("  %s %s: limit %s%s, nothing in use" % (
-            "device" if len(devs) == 1 else "devices", _ranges(devs), _fmt_limit(limit),
-            "" if len(devs) == 1 else " each"))
-    for m in s["members"]:
-        parts = []
-        for d, r in sorted(m["devices"].items()):
-            t = "device %d: %s (peak %s" % (d, format_bytes(r["held"]), format_bytes(r["peak"]))
-            if r["denials"]:
-                t += ", %d denied" % r["denials"]
-            if r["over"]:
-                t += ", %d over" % r["over"]
-            parts.append(t + ")")
-        state = {"alive": "", "dead": " [exited]", "unknown": " [other pid namespace]"}[m["state"]]
-        lines.append("  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held"))
-    return "\n".join(lines)
-
-
-def status_text(group: str | None = None, path=None) -> str:
-    """What `cudatrace status [GROUP]` prints."""
-    st = status_json(group, path)
-    out = []
-    if not st["ledgers"] and not st["errors"]:
-        return "no budgets in force (no ledgers in %s)" % st["dir"]
-    for s in st["ledgers"]:
-        out.append(render_ledger(s))
-    for e in st["errors"]:
-        out.append("%s: unusable: %s" % (e["path"], e["error"]))
-    return "\n\n".join(out)
 
 
 # ---- `cudatrace run`: the ledger of a run ------------------------------------------------------

@@ -1,0 +1,87 @@
+"""Sizes and times as people write and read them: format_bytes, parse_size, parse_time.
+
+A leaf: imports nothing from cudatrace, so every floor can use it.
+"""
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+SIZE_UNITS = {
+    "": 1, "b": 1,
+    "k": 1 << 10, "kib": 1 << 10, "kb": 10 ** 3,
+    "m": 1 << 20, "mib": 1 << 20, "mb": 10 ** 6,
+    "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9,
+    "t": 1 << 40, "tib": 1 << 40, "tb": 10 ** 12,
+}
+
+NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
+_SIZE_RE = re.compile(r"^\s*(" + NUMBER + r")\s*([A-Za-z]*)\s*$")
+_TIME_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|m|min)?\s*$")
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 60.0}
+
+
+class UnitError(ValueError):
+    """A size or number that cannot be read; the message says why."""
+
+
+def format_bytes(n: int) -> str:
+    """'17 B', '1.00 KiB', '512.0 MiB', '1.50 GiB': binary units, 2 decimals below 10, else 1."""
+    n = int(n)
+    if n < 0:
+        return "-" + format_bytes(-n)
+    if n < 1024:
+        return f"{n} B"
+    units = ("KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
+    v, i = n / 1024.0, 0
+    while v >= 1024.0 and i < len(units) - 1:
+        v /= 1024.0
+        i += 1
+    s = f"{v:.2f}" if v < 10 else f"{v:.1f}"
+    if float(s) >= 1024.0 and i < len(units) - 1:  # rounding reached the next unit
+        return f"1.00 {units[i + 1]}"
+    return f"{s} {units[i]}"
+
+
+def positive_number(text: str, what: str) -> Fraction:
+    """text as an exact number above zero; UnitError naming `what` otherwise."""
+    try:
+        v = Fraction(text)
+    except (ValueError, ZeroDivisionError):
+        raise UnitError(f"{what}: '{text}' is not a number") from None
+    if v < 0:
+        raise UnitError(f"{what}: must be positive, not {text}")
+    if v == 0:
+        raise UnitError(f"{what}: must be more than zero")
+    return v
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as '8GiB', '1.5G', '512MB', '1024'. K, M, G, T are the binary
+    units (8G = 8 GiB); KB, MB, GB, TB the decimal ones. Raises UnitError."""
+    if not isinstance(text, str) or not text.strip():
+        raise UnitError("empty size")
+    m = _SIZE_RE.match(text)
+    if not m:
+        raise UnitError(f"'{text.strip()}' is not a size")
+    num, unit = m.group(1), m.group(2)
+    mult = SIZE_UNITS.get(unit.lower())
+    if mult is None:
+        raise UnitError(f"'{text.strip()}': unknown unit '{unit}'")
+    n = positive_number(num, f"size '{text.strip()}'") * mult
+    if mult == 1 and n.denominator != 1:
+        raise UnitError(f"size '{text.strip()}': a number of bytes must be whole")
+    n = int(n)  # floor: 0.3MiB is 314572 bytes
+    if n <= 0:
+        raise UnitError(f"size '{text.strip()}' is less than a byte")
+    if n >= 1 << 64:
+        raise UnitError(f"size '{text.strip()}' is too large")
+    return n
+
+
+def parse_time(text: str) -> float:
+    """'2.5s', '2.5', '1500ms', '1m' -> seconds. Raises UnitError."""
+    m = _TIME_RE.match(text or "")
+    if not m:
+        raise UnitError(f"{text!r} is not a time (2.5s, 2.5, 1500ms)")
+    return float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
