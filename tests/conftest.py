@@ -1,4 +1,4 @@
-"""Shared fixtures: the simulated CUDA driver (tests/sim_fixtures.py) and a `cudatrace run` helper."""
+"""Shared fixtures: the simulated CUDA driver (support/sim_fixtures.py) and a `cudatrace run` helper."""
 from __future__ import annotations
 
 import os
@@ -8,10 +8,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-REPO = Path(__file__).resolve().parent.parent
+from support.paths import REPO
 
-from sim_fixtures import sim  # noqa: E402,F401  (the session-scoped simulated driver)
+pytest_plugins = ["support.sim_fixtures"]     # `sim`: the session-scoped simulated driver
 
 
 @pytest.fixture(scope="session", autouse=True)

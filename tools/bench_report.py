@@ -4,9 +4,10 @@
     python3 tools/bench_report.py                   # 10M events over 4 processes, 2 devices
     python3 tools/bench_report.py --events 1000000 --procs 1 --backend python
 
-The trace directory is generated once with tests/tracegen.py (the same layouts as the shim)
+The trace directory is generated once with tests/support/tracegen.py (the same layouts as the shim)
 and cached under /tmp/cudatrace-bench-report/<events>-<procs>/ (about 72 bytes per event).
-Then, timed: read_dir (mmap + C scanner), model.build (C replay by default), the report
+Then, timed: read_dir (mmap + C scanner), model.build (the C replay; --backend python: the
+tests' Python oracle), the report
 (grouping by site with symbolization, text, JSON and the SVG timeline). The goal is <= 10 s
 for 10M events on a 2-core machine.
 
@@ -30,8 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-import tracegen as tg  # noqa: E402
-from cudatrace.trace import C  # noqa: E402
+from support import tracegen as tg  # noqa: E402
+from cudatrace.analyze.trace import C  # noqa: E402
 
 CACHE = Path(os.environ.get("CUDATRACE_BENCH_DIR", "/tmp/cudatrace-bench-report"))
 
@@ -138,16 +139,19 @@ def main() -> int:
                                                    sum(p.stat().st_size for p in d.iterdir()) / 1e6),
               file=sys.stderr)
 
-    from cudatrace.plot import render_svg
-    from cudatrace.report import Analysis, build_report, render_text
-    from cudatrace.trace import read_dir
+    from cudatrace.present.plot import render_svg
+    from cudatrace.analyze.analysis import Analysis, build_report
+    from cudatrace.present.report import render_text
+    from cudatrace.analyze.trace import read_dir
 
     fig = {"events": args.events, "procs": args.procs, "workload": args.workload, "dir": str(d)}
     t0 = time.perf_counter()
     td = read_dir(d)
     t1 = time.perf_counter()
-    if args.backend:
-        os.environ["CUDATRACE_REPLAY"] = args.backend
+    if args.backend == "python":      # the tests' Python oracle instead of the C replay
+        from cudatrace.analyze import analysis
+        from support.replay_oracle import build_with
+        analysis.build = lambda td_, *a, **k: build_with(td_, "python", *a, **k)
     a = Analysis(d, td=td, symbolize=not args.no_symbols)
     t2 = time.perf_counter()
     r = build_report(a, at="peak", by="site", depth=1, top=10)

@@ -20,7 +20,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests"))                  # the tests' support package
+sys.path.insert(0, str(REPO / "tests" / "integration"))  # test_routes' comparison
 
 CC = "aarch64-linux-gnu-gcc"
 QEMU = "qemu-aarch64"
@@ -32,8 +33,8 @@ def main() -> int:
         if not shutil.which(tool):
             print("missing %s: apt-get install gcc-aarch64-linux-gnu qemu-user" % tool)
             return 2
-    import simbuild
-    from cudatrace.trace import read_dir
+    from support import simbuild
+    from cudatrace.analyze.trace import read_dir
     from test_routes import OPS, expected_ops, traced_ops  # the tests' own comparison
 
     work = Path(tempfile.mkdtemp(prefix="ct-aarch64-"))
@@ -79,12 +80,12 @@ def main() -> int:
 
 
 def t_op() -> int:
-    from cudatrace.trace import event_fields
+    from cudatrace.analyze.trace import event_fields
     return event_fields().index("op")
 
 
 def OPS_C(name: str) -> int:
-    from cudatrace.trace import C
+    from cudatrace.analyze.trace import C
     return C()[name]
 
 

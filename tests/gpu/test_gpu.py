@@ -36,10 +36,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))          # cudatrace from this checkout
-GPU_DIR = REPO / "tools" / "gpu"
+from support.paths import GPU_TOOLS, REPO
+
+GPU_DIR = GPU_TOOLS
 WORKLOADS = GPU_DIR / "workloads"
 MiB = 1 << 20
 GiB = 1 << 30
@@ -168,7 +167,7 @@ def _env(extra: dict | None = None) -> dict:
 def ctrace(tmp_path: Path, case: str, cmd: list, run_args=(), env: dict | None = None,
            timeout: int = 300) -> Result:
     """Run cmd under `python3 -m cudatrace run -o DIR -q [run_args] --` and read the trace."""
-    from cudatrace.trace import C, iter_events, read_dir
+    from cudatrace.analyze.trace import C, iter_events, read_dir
     out = tmp_path / ("trace-" + case)
     argv = [sys.executable, "-m", "cudatrace", "run", "-o", str(out), "-q", "--force",
             *run_args, "--", *cmd]
@@ -233,7 +232,7 @@ def json_lines(text: str) -> list[dict]:
 
 # ---- the one-line summary of a case --------------------------------------------------------
 def summarize(res: Result, with_report: bool = True, **extra) -> dict:
-    from cudatrace.model import build
+    from cudatrace.analyze.model import build
     K = res.K
     opname = {v: k[len("CT_OP_"):] for k, v in K.items() if k.startswith("CT_OP_")}
     apis = Counter()
@@ -716,7 +715,7 @@ def test_jax_under_budget(tmp_path):
     result = [d for d in json_lines(res.stdout) if d.get("event") == "result"]
     allocs = sorted(_device_allocs(res), key=lambda e: -e["size"])
     infos = res.of("MEMINFO", "cuMemGetInfo_v2")
-    from cudatrace.model import build
+    from cudatrace.analyze.model import build
     peak = build(res.td).peak_bytes
     summarize(res, budget=budget, biggest=_ev(allocs[0]) if allocs else None,
               denials=len(res.of("DENY", ok=False)),
@@ -737,7 +736,7 @@ def test_torch_oom_under_budget(tmp_path):
     res = ctrace(tmp_path, "torch_oom_4GiB", [sys.executable, str(WORKLOADS / "torch_oom.py")],
                  run_args=["--budget", "4GiB"], env={"PYTORCH_CUDA_ALLOC_CONF": None})
     out = [d for d in json_lines(res.stdout) if d.get("event") in ("oom", "no_oom")]
-    from cudatrace.model import build
+    from cudatrace.analyze.model import build
     peak = build(res.td).peak_bytes
     summarize(res, with_report=False, budget=4 * GiB, outcome=out[0] if out else None,
               denials=len(res.of("DENY", ok=False)))

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cudatrace.trace import C, iter_events, read_dir
+from cudatrace.analyze.trace import C, iter_events, read_dir
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-EXAMPLE = REPO / "examples" / "kv-pool"
+from support.paths import EXAMPLES, REPO
+
+EXAMPLE = EXAMPLES / "kv-pool"
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -88,9 +89,9 @@ def _ok(r):
 
 
 def model_sites(trace_dir: Path):
-    from cudatrace.model import build
-    from cudatrace.sites import Stacks, group, make_symbolizer
-    from cudatrace.trace import read_dir
+    from cudatrace.analyze.model import build
+    from cudatrace.analyze.sites import Stacks, group, make_symbolizer
+    from cudatrace.analyze.trace import read_dir
     td = read_dir(trace_dir)
     m = build(td)
     return m, group(m, m.live_at_peak, Stacks(td.traces, make_symbolizer()), "site", 1)

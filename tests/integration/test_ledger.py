@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from cudatrace import budget, ledger, native
-from cudatrace.ledger import Ledger, LedgerError
+from cudatrace import native
+from cudatrace.present.status import render_status
+from cudatrace.record import budget, ledger
+from cudatrace.record.ledger import Ledger, LedgerError
+from support.paths import LEDGER_C, REPO, SHIM
 
-REPO = Path(__file__).resolve().parent.parent
 MiB = 1 << 20
 
 
@@ -45,7 +47,7 @@ def harness(tmp_path_factory):
     assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
     exe = tmp_path_factory.mktemp("ledger_harness") / "ledger_test"
     cmd = [cc, "-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-pthread",
-           "-I", str(REPO / "shim"), str(REPO / "tests/ledger/ledger_test.c"), str(REPO / "shim/ledger.c"),
+           "-I", str(SHIM), str(LEDGER_C / "ledger_test.c"), str(SHIM / "ledger.c"),
            "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -67,7 +69,7 @@ def test_ledger_c_compiles_cleanly(tmp_path):
     assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
     for extra in (["-D_GNU_SOURCE"], [], ["-fvisibility=hidden", "-D_GNU_SOURCE", "-O0"]):
         r = subprocess.run([cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O2", *extra,
-                            "-c", str(REPO / "shim/ledger.c"), "-o", str(tmp_path / "l.o")],
+                            "-c", str(SHIM / "ledger.c"), "-o", str(tmp_path / "l.o")],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
 
@@ -271,7 +273,7 @@ def test_group_names(ldir, name, ok):
 # ---- status ----------------------------------------------------------------------------------
 
 def test_status_empty(ldir):
-    assert "no budgets in force" in ledger.status_text()
+    assert "no budgets in force" in render_status(ledger.status_json())
     assert ledger.status_json() == {"dir": str(ldir), "ledgers": [], "errors": []}
 
 
@@ -288,12 +290,12 @@ def test_status(ldir):
     s = js["ledgers"][0]
     assert s["on_exceed"] == "deny" and s["devices"][0]["in_use"] == 300 * MiB
     assert s["devices"][0]["denials"] == 1
-    text = ledger.status_text("train")
+    text = render_status(ledger.status_json("train"))
     assert "group train" in text and "pid %d" % os.getpid() in text
     assert "1.00 GiB" in text and "300.0 MiB" in text and "512.0 MiB" in text
-    assert "unusable" in ledger.status_text()
+    assert "unusable" in render_status(ledger.status_json())
     with pytest.raises(LedgerError, match="no budget group 'nope'.*train"):
-        ledger.status_text("nope")
+        render_status(ledger.status_json("nope"))
     with pytest.raises(LedgerError, match="invalid budget group name"):
         ledger.status_json("a/b")
     import json
@@ -306,7 +308,7 @@ def test_setup_ledger_private(ldir):
     run, info = budget.setup_ledger("0=1GiB,1=2GiB", None, "fail", False)
     assert run.private and run.path.parent == ldir and run.path.name.startswith("@run-")
     assert info["limits"] == {"0": 1 << 30, "1": 2 << 30} and info["on_exceed"] == "deny"
-    assert "run of pid %d" % os.getpid() in ledger.status_text()
+    assert "run of pid %d" % os.getpid() in render_status(ledger.status_json())
     assert run.summary()["devices"][0]["limit"] == 1 << 30
     run.finish()
     assert not run.path.exists()
@@ -346,7 +348,7 @@ def test_stale_private_ledgers_removed(ldir):
 
 def test_concurrent_create(ldir):
     """Many processes creating one group at once: one creates it, all share it, none fails."""
-    code = ("import sys; from cudatrace.ledger import Ledger; "
+    code = ("import sys; from cudatrace.record.ledger import Ledger; "
             "l = Ledger.create(sys.argv[1], {0: 5}); l.join(); "
             "print(int(l.created), l.limit(0), l.reserve(0, 5))")
     path = ldir / "race.ledger"

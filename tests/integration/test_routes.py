@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from cudatrace.trace import C, iter_events, read_dir
+from cudatrace.analyze.trace import C, iter_events, read_dir
 
 OPS = {"alloc": "CT_OP_ALLOC", "free": "CT_OP_FREE", "map": "CT_OP_MAP", "unmap": "CT_OP_UNMAP",
        "import": "CT_OP_IMPORT", "unimport": "CT_OP_UNIMPORT", "meminfo": "CT_OP_MEMINFO"}

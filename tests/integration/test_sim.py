@@ -15,9 +15,7 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import simbuild  # noqa: E402
-from sim_fixtures import sim  # noqa: E402,F401
+from support import simbuild
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -1,6 +1,6 @@
-"""pytest fixtures for the simulated CUDA driver; conftest.py imports them:
+"""pytest fixtures for the simulated CUDA driver; tests/conftest.py loads them as a plugin:
 
-    from sim_fixtures import sim  # noqa: F401
+    pytest_plugins = ["support.sim_fixtures"]
 
 `sim` (session scope) builds everything once (simbuild.build_all) into a tmp_path_factory folder,
 or into $CUDATRACE_SIM_BUILDDIR when that is set (kept between sessions: rebuilt only when sources
@@ -28,13 +28,11 @@ from __future__ import annotations
 import itertools
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import simbuild  # noqa: E402
+from . import simbuild
 
 
 class Sim:

@@ -33,11 +33,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent
-REPO = TESTS.parent
-SHIM = REPO / "shim"
-SIM = TESTS / "sim"
-PROGS = TESTS / "progs"
+from .paths import PROGS, REPO, SHIM, SIM, TESTS  # noqa: F401  (REPO, TESTS: for callers)
 
 COMMON_CFLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-D_GNU_SOURCE", "-pthread",
                  f"-I{SHIM}", f"-I{SIM}", f"-I{PROGS}"]

@@ -5,7 +5,8 @@ from fractions import Fraction
 
 import pytest
 
-from cudatrace.budget import (MAX_DEVICES, Amount, BudgetError, BudgetSpec, format_bytes,
+from cudatrace.units import format_bytes
+from cudatrace.record.budget import (MAX_DEVICES, Amount, BudgetError, BudgetSpec,
                               parse_budget, parse_size, resolve_limits, visible_ordinals)
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10

@@ -7,10 +7,10 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-import tracegen as tg
+from support import tracegen as tg
 from cudatrace.cli import main
-from cudatrace.diff import SCHEMA, diff, render_text, run_diff
-from cudatrace.report import Analysis
+from cudatrace.present.diff import SCHEMA, diff, render_text, run_diff
+from cudatrace.analyze.analysis import Analysis
 
 MiB = tg.MiB
 MS = tg.MS
@@ -139,7 +139,7 @@ DIFF = {"schema": str, "depth": int, "a": SIDE, "b": SIDE,
 
 def test_cli_diff_json(runs, sym, monkeypatch):
     a, b = runs
-    monkeypatch.setattr("cudatrace.report.make_symbolizer", lambda progress=False: sym)
+    monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym)
     res = CliRunner().invoke(main, ["diff", str(a), str(b), "--json", "--top", "3"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)

@@ -6,14 +6,14 @@ import random
 
 import pytest
 
-import tracegen as tg
-from cudatrace import model as model_mod
-from cudatrace.model import Groups, build
-from cudatrace.trace import C, read_dir
+from cudatrace.analyze import model as model_mod
+from cudatrace.analyze.model import Groups, build
+from cudatrace.analyze.trace import C, read_dir
+from support import tracegen as tg
+from support.replay_oracle import BACKENDS, build_with
 
 MS = tg.MS
 T = tg.BASE_TS
-BACKENDS = model_mod.available_backends()
 
 
 def ts(ms: float) -> int:
@@ -30,16 +30,16 @@ def write(tmp_path, name="1000.0.ctrace", **kw) -> tg.TraceWriter:
 
 
 def model_of(tmp_path, backend):
-    return build(read_dir(tmp_path), backend=backend)
+    return build_with(read_dir(tmp_path), backend)
 
 
 def sizes(allocs):
     return sorted(a.size for a in allocs)
 
 
-def test_c_backend_is_there():
-    # the tools library is built from this checkout: the C replay must be in it
-    assert "c" in BACKENDS
+def test_the_product_replays_in_c():
+    # the tools library is built from this checkout: build() replays in C, never in Python
+    assert build([]).backend.name == "c"
 
 
 def test_interleaved_frees(tmp_path, backend):
@@ -269,7 +269,7 @@ def test_truncated_trace_still_replays(tmp_path, backend):
     w.close(clean=False)
     td = read_dir(tmp_path)
     assert td.traces[0].status == "truncated"
-    m = build(td, backend=backend)
+    m = build_with(td, backend)
     assert m.peak_bytes == 300 and m.end_bytes == 300
 
 
@@ -282,7 +282,7 @@ def test_record_cut_mid_way(tmp_path, backend):
     tg.cut(tmp_path / "1000.0.ctrace", pos - 20)      # the last event half written
     td = read_dir(tmp_path)
     assert td.traces[0].status == "truncated"
-    m = build(td, backend=backend)
+    m = build_with(td, backend)
     assert m.peak_bytes == 100
 
 
@@ -295,7 +295,7 @@ def test_events_across_chunks(tmp_path, backend):
     w.close()
     td = read_dir(tmp_path)
     assert td.traces[0].n_events == n and td.traces[0].complete
-    m = build(td, backend=backend)
+    m = build_with(td, backend)
     assert m.peak_bytes == n
 
 
@@ -306,7 +306,7 @@ def test_timeline_points_hold_the_peak(tmp_path, backend):
     for i in range(1000):
         w.free(ts(1000 + i), 0x1000 + i)
     w.close()
-    m = build(read_dir(tmp_path), backend=backend, timeline_buckets=64)
+    m = build_with(read_dir(tmp_path), backend, timeline_buckets=64)
     pts = m.timeline_points()
     assert max(v for _, v in pts) == m.peak_bytes == 10000
     assert pts[-1][1] == 0
@@ -327,7 +327,7 @@ def test_events_given_as_tuples(tmp_path, backend):
     e[1] = 50
     t.events = evs + [tuple(e)]
     assert t.raw_events is None and t.n_events == 2
-    m = build(td, backend=backend)
+    m = build_with(td, backend)
     assert m.peak_bytes == 150
 
 
@@ -438,8 +438,8 @@ def snapshot(m, ts_list):
 def test_c_matches_python_reference(tmp_path, seed):
     random_run(tmp_path, seed)
     td = read_dir(tmp_path)
-    mc = build(td, backend="c", timeline_buckets=97)
-    mp = build(td, backend="python", timeline_buckets=97)
+    mc = build_with(td, "c", timeline_buckets=97)
+    mp = build_with(td, "python", timeline_buckets=97)
     rnd = random.Random(seed)
     times = [rnd.randrange(mc.t0 - MS, mc.t_end + MS) for _ in range(5)] + [mc.t0, mc.t_end]
     a, b = snapshot(mc, times), snapshot(mp, times)

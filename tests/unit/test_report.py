@@ -9,9 +9,11 @@ import xml.etree.ElementTree as ET
 import pytest
 from click.testing import CliRunner
 
-import tracegen as tg
+from support import tracegen as tg
 from cudatrace.cli import main
-from cudatrace.report import SCHEMA, Analysis, build_report, parse_time, render_text, run_report
+from cudatrace.analyze.analysis import SCHEMA, Analysis, build_report
+from cudatrace.present.report import render_text, run_report
+from cudatrace.units import parse_time
 
 GiB, MiB = tg.GiB, tg.MiB
 HAVE_GCC = shutil.which("gcc") is not None
@@ -52,7 +54,7 @@ def report_json(path, sym, **kw) -> dict:
 
 def cli(*args, sym=None, monkeypatch=None):
     if sym is not None and monkeypatch is not None:
-        monkeypatch.setattr("cudatrace.report.make_symbolizer", lambda progress=False: sym)
+        monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym)
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
@@ -456,7 +458,7 @@ def test_svg(scen, fake_sym, monkeypatch, tmp_path):
 
 
 def test_svg_without_nvml_and_for_one_device(scen_no_nvml, fake_sym, tmp_path):
-    from cudatrace.plot import render_svg
+    from cudatrace.present.plot import render_svg
     a = Analysis(scen_no_nvml, symbolizer=fake_sym)
     svg = render_svg(a)
     assert "MemAvailable drop since start" in svg and "process tree RSS" in svg
@@ -477,9 +479,9 @@ def test_svg_unwritable(scen, fake_sym, monkeypatch, tmp_path):
 
 def test_summary_uses_the_same_numbers(scen, fake_sym, monkeypatch):
     import io
-    from cudatrace.summary import print_summary
+    from cudatrace.present.summary import print_summary
     d, _ = scen
-    monkeypatch.setattr("cudatrace.report.make_symbolizer", lambda progress=False: fake_sym)
+    monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: fake_sym)
     buf = io.StringIO()
     print_summary(d, 0, buf)
     s = buf.getvalue()
@@ -504,7 +506,7 @@ def test_run_report_returns_status(scen, fake_sym, tmp_path):
 
 def test_real_symbolizer(scen, tmp_path, monkeypatch):
     """With cudatrace.symbols (DWARF): functions, files and lines from the fixture program."""
-    from cudatrace.sites import make_symbolizer
+    from cudatrace.analyze.sites import make_symbolizer
     monkeypatch.setenv("CUDATRACE_CACHE", str(tmp_path / "cache"))
     sym = make_symbolizer()
     assert sym is not None, "the symbolizer (pyelftools) is a dependency"
@@ -517,7 +519,7 @@ def test_real_symbolizer(scen, tmp_path, monkeypatch):
 
 def test_median_over_several_parts():
     import random
-    from cudatrace.sites import kth_smallest
+    from cudatrace.analyze.sites import kth_smallest
     rnd = random.Random(7)
     for _ in range(200):
         parts = [sorted(rnd.randrange(0, 50) for _ in range(rnd.randrange(0, 9))) for _ in range(rnd.randrange(1, 5))]

@@ -8,12 +8,10 @@ import platform
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudatrace import symbols  # noqa: E402
 from cudatrace.symbols import Frame, ModuleRef, Symbolizer, demangle  # noqa: E402
