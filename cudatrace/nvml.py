@@ -1,25 +1,54 @@
-"""A minimal NVML binding through cffi (no new dependency): device memory and the memory each
-process holds. Used by the sampler and to resolve budget shares (60%) on this machine.
+"""A minimal NVML binding: device memory and the memory each process holds. Used by the
+sampler while `cudatrace run` waits, and to resolve budget shares (60%) on this machine.
+
+Written with ctypes, not cffi: NVML's few calls need no layout of ours (those live in the shim's
+headers and go through cffi), and ctypes costs `cudatrace run` no C-declaration parsing and no
+library search when NVML is absent (cffi's dlopen then runs ctypes.util.find_library, which
+starts ldconfig and a compiler: 50 ms before the first sample on a machine without a GPU).
 
 A leaf: imports nothing from cudatrace.
 """
 from __future__ import annotations
 
-import cffi
+import ctypes
+from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
 
-_NVML_CDEF = """
-typedef struct nvmlDevice_st *nvmlDevice_t;
-typedef struct { unsigned long long total; unsigned long long free; unsigned long long used; } nvmlMemory_t;
-typedef struct { unsigned int pid; unsigned long long usedGpuMemory; unsigned int gpuInstanceId;
-                 unsigned int computeInstanceId; } nvmlProcessInfo_t;
-int nvmlInit_v2(void);
-int nvmlShutdown(void);
-int nvmlDeviceGetCount_v2(unsigned int *count);
-int nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device);
-int nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
-int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count, nvmlProcessInfo_t *infos);
-int nvmlSystemGetDriverVersion(char *version, unsigned int length);
-"""
+NVML_LIBRARY = "libnvidia-ml.so.1"
+_NOT_AVAILABLE = 1 << 63        # NVML_VALUE_NOT_AVAILABLE is all ones
+
+
+class _Memory(ctypes.Structure):          # nvmlMemory_t
+    _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
+
+
+class _ProcessInfo(ctypes.Structure):     # nvmlProcessInfo_t (v2, as _v3 of the call fills it)
+    _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong), ("gpuInstanceId", c_uint),
+                ("computeInstanceId", c_uint)]
+
+
+_SIGNATURES = {
+    "nvmlInit_v2": [],
+    "nvmlShutdown": [],
+    "nvmlDeviceGetCount_v2": [POINTER(c_uint)],
+    "nvmlDeviceGetHandleByIndex_v2": [c_uint, POINTER(c_void_p)],
+    "nvmlDeviceGetMemoryInfo": [c_void_p, POINTER(_Memory)],
+    "nvmlDeviceGetComputeRunningProcesses_v3": [c_void_p, POINTER(c_uint), POINTER(_ProcessInfo)],
+    "nvmlSystemGetDriverVersion": [c_char_p, c_uint],
+}
+
+
+class _Lib:
+    """The NVML functions, typed on first use; a missing one raises AttributeError."""
+
+    def __init__(self, dll: ctypes.CDLL):
+        self._dll = dll
+
+    def __getattr__(self, name: str):
+        fn = getattr(self._dll, name)
+        fn.restype = c_int
+        fn.argtypes = _SIGNATURES[name]
+        setattr(self, name, fn)
+        return fn
 
 
 class Nvml:
@@ -28,13 +57,11 @@ class Nvml:
     def __init__(self):
         self.available = False
         self.why = ""
-        self.handles = []
+        self.handles: list[tuple[int, int]] = []
         self.driver = None
         try:
-            self.ffi = cffi.FFI()
-            self.ffi.cdef(_NVML_CDEF)
-            self.lib = self.ffi.dlopen("libnvidia-ml.so.1")
-        except (OSError, AttributeError) as e:
+            self.lib = _Lib(ctypes.CDLL(NVML_LIBRARY))
+        except OSError as e:
             self.why = f"NVML library not found ({e})"
             return
         try:
@@ -45,27 +72,34 @@ class Nvml:
         if rc != 0:
             self.why = f"nvmlInit failed (NVML error {rc})"
             return
-        n = self.ffi.new("unsigned int *")
-        if self.lib.nvmlDeviceGetCount_v2(n) != 0:
+        n = c_uint(0)
+        if self.lib.nvmlDeviceGetCount_v2(byref(n)) != 0:
             self.why = "NVML could not count devices"
             return
-        for i in range(n[0]):
-            h = self.ffi.new("nvmlDevice_t *")
-            if self.lib.nvmlDeviceGetHandleByIndex_v2(i, h) == 0:
-                self.handles.append((i, h[0]))
-        buf = self.ffi.new("char[96]")
+        for i in range(n.value):
+            h = c_void_p()
+            if self.lib.nvmlDeviceGetHandleByIndex_v2(i, byref(h)) == 0:
+                self.handles.append((i, h.value))
+        buf = ctypes.create_string_buffer(96)
         try:
             if self.lib.nvmlSystemGetDriverVersion(buf, 96) == 0:
-                self.driver = self.ffi.string(buf).decode()
+                self.driver = buf.value.decode()
         except AttributeError:
             pass
         self.available = True
 
+    def shutdown(self) -> None:
+        """nvmlShutdown, where NVML was there; never raises."""
+        try:
+            self.lib.nvmlShutdown()
+        except Exception:
+            pass
+
     def memory(self) -> list[dict]:
         out = []
-        m = self.ffi.new("nvmlMemory_t *")
+        m = _Memory()
         for i, h in self.handles:
-            rc = self.lib.nvmlDeviceGetMemoryInfo(h, m)
+            rc = self.lib.nvmlDeviceGetMemoryInfo(h, byref(m))
             if rc == 0:
                 out.append({"index": i, "total": m.total, "free": m.free, "used": m.used})
             else:
@@ -76,19 +110,19 @@ class Nvml:
         """device index -> {pid: bytes}; devices whose query fails are left out."""
         out: dict[int, dict[int, int]] = {}
         cap = 256
-        infos = self.ffi.new("nvmlProcessInfo_t[]", cap)
-        count = self.ffi.new("unsigned int *")
+        infos = (_ProcessInfo * cap)()
+        count = c_uint(0)
         for i, h in self.handles:
-            count[0] = cap
+            count.value = cap
             try:
-                rc = self.lib.nvmlDeviceGetComputeRunningProcesses_v3(h, count, infos)
+                rc = self.lib.nvmlDeviceGetComputeRunningProcesses_v3(h, byref(count), infos)
             except AttributeError:
                 return out
             if rc != 0:
                 continue
             d = out.setdefault(i, {})
-            for k in range(min(count[0], cap)):
+            for k in range(min(count.value, cap)):
                 used = infos[k].usedGpuMemory
-                if used < (1 << 63):            # NVML_VALUE_NOT_AVAILABLE is all ones
+                if used < _NOT_AVAILABLE:
                     d[infos[k].pid] = d.get(infos[k].pid, 0) + used
         return out

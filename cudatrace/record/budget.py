@@ -207,10 +207,7 @@ def device_memory() -> tuple[dict[int, int], dict[int, int]]:
         rows = {r["index"]: r for r in nv.memory() if "total" in r}
         n = max([i for i, _ in nv.handles], default=-1) + 1
     finally:
-        try:
-            nv.lib.nvmlShutdown()
-        except Exception:
-            pass
+        nv.shutdown()
     totals, frees = {}, {}
     for ordinal, idx in enumerate(visible_ordinals(n, os.environ.get("CUDA_VISIBLE_DEVICES"))):
         if ordinal >= MAX_DEVICES:
