@@ -5,6 +5,7 @@ function, so `cudatrace run` loads the launcher (record/) and nothing of the ana
 command has ended; these deferred imports are there for start-up time, not to dodge a cycle
 (tests/unit/test_imports.py checks that there is none).
 """
+
 from __future__ import annotations
 
 import sys
@@ -33,33 +34,59 @@ def main():
     """
 
 
-BUDGET_HELP = ("Device-memory limit for the whole process tree: a size (8GiB, 512MiB, 1.5GiB; "
-               "8G means 8 GiB = 8*2^30 bytes, 8GB means 8*10^9), a share of each device's total "
-               "(60%), of its free memory at start (60%free), or per device (0=8GiB,1=4GiB).")
+BUDGET_HELP = (
+    "Device-memory limit for the whole process tree: a size (8GiB, 512MiB, 1.5GiB; "
+    "8G means 8 GiB = 8*2^30 bytes, 8GB means 8*10^9), a share of each device's total "
+    "(60%), of its free memory at start (60%free), or per device (0=8GiB,1=4GiB)."
+)
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
-              help="Trace directory (default: ./cudatrace-CMD-DATE-TIME, created).")
-@click.option("--stack-depth", default=64, show_default=True, type=click.IntRange(0, 256),
-              help="Native frames kept per event; 0 disables stacks.")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Trace directory (default: ./cudatrace-CMD-DATE-TIME, created).",
+)
+@click.option(
+    "--stack-depth",
+    default=64,
+    show_default=True,
+    type=click.IntRange(0, 256),
+    help="Native frames kept per event; 0 disables stacks.",
+)
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing of cudatrace's own.")
 @click.option("--force", is_flag=True, help="Replace a previous trace in the output directory.")
 @click.option("--budget", metavar="SPEC", help=BUDGET_HELP)
-@click.option("--group", metavar="NAME",
-              help="Share the budget with other 'cudatrace run --group NAME' of this user "
-                   "(co-tenants). The first run of a group sets its budget.")
-@click.option("--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail",
-              show_default=True,
-              help="Over budget: fail the allocation with out-of-memory; warn and allow it; or "
-                   "abort: stop the whole process tree with a non-zero status.")
-@click.option("--count-host", is_flag=True,
-              help="Count pinned host memory against the budget (always on integrated devices).")
-@click.option("--no-virtualize", is_flag=True,
-              help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.")
+@click.option(
+    "--group",
+    metavar="NAME",
+    help="Share the budget with other 'cudatrace run --group NAME' of this user "
+    "(co-tenants). The first run of a group sets its budget.",
+)
+@click.option(
+    "--on-exceed",
+    type=click.Choice(["fail", "warn", "abort"]),
+    default="fail",
+    show_default=True,
+    help="Over budget: fail the allocation with out-of-memory; warn and allow it; or "
+    "abort: stop the whole process tree with a non-zero status.",
+)
+@click.option(
+    "--count-host",
+    is_flag=True,
+    help="Count pinned host memory against the budget (always on integrated devices).",
+)
+@click.option(
+    "--no-virtualize",
+    is_flag=True,
+    help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize,
-        cmd):
+def run(
+    out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize, cmd
+):
     """Run CMD with every device-memory allocation and free traced.
 
     The trace goes to one file per process in the output directory, written as events happen
@@ -70,25 +97,36 @@ def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host
     from .record.launcher import run as launch
 
     if budget is not None:
-        from .record.budget import BudgetError, parse_budget   # only a run with a budget
+        from .record.budget import BudgetError, parse_budget  # only a run with a budget
+
         try:
             parse_budget(budget)
         except BudgetError as e:
             click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
             sys.exit(2)
-    opts = RunOptions(cmd=list(cmd), out_dir=out_dir, stack_depth=stack_depth, quiet=quiet,
-                      force=force, budget=budget, group=group, on_exceed=on_exceed,
-                      count_host=count_host, virtualize=not no_virtualize)
+    opts = RunOptions(
+        cmd=list(cmd),
+        out_dir=out_dir,
+        stack_depth=stack_depth,
+        quiet=quiet,
+        force=force,
+        budget=budget,
+        group=group,
+        on_exceed=on_exceed,
+        count_host=count_host,
+        virtualize=not no_virtualize,
+    )
     try:
         status, out = launch(opts)
     except LaunchError as e:
         click.echo(str(e), err=True)
         sys.exit(e.status)
-    except RuntimeError as e:          # the native libraries could not be found or built
+    except RuntimeError as e:  # the native libraries could not be found or built
         click.echo(f"cudatrace: {e}", err=True)
         sys.exit(2)
     if not quiet:
-        from .present.summary import print_summary     # after the command has ended
+        from .present.summary import print_summary  # after the command has ended
+
         try:
             print_summary(out, status, sys.stderr)
         except Exception as exc:  # the summary must never hide the command's status
@@ -98,21 +136,51 @@ def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host
 
 @main.command("report", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1, None),
-              help="Sites listed.")
-@click.option("--by", type=click.Choice(GROUPINGS), default="site", show_default=True,
-              help="Group allocations by call site, API, library or process.")
-@click.option("--at", "at", default="peak", show_default=True, metavar="peak|end|TIME",
-              help="The moment: the peak, the end, or TIME seconds since the start (2.5s, 2.5).")
-@click.option("--device", type=int, default=None, metavar="N",
-              help="Only device N (its own peak with --at peak).")
-@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Frames that make a site (a deeper site splits a shared helper by caller).")
-@click.option("--show-cuda-frames", is_flag=True,
-              help="Keep the CUDA libraries' own frames (folded by default).")
+@click.option(
+    "--top", default=10, show_default=True, type=click.IntRange(1, None), help="Sites listed."
+)
+@click.option(
+    "--by",
+    type=click.Choice(GROUPINGS),
+    default="site",
+    show_default=True,
+    help="Group allocations by call site, API, library or process.",
+)
+@click.option(
+    "--at",
+    "at",
+    default="peak",
+    show_default=True,
+    metavar="peak|end|TIME",
+    help="The moment: the peak, the end, or TIME seconds since the start (2.5s, 2.5).",
+)
+@click.option(
+    "--device",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Only device N (its own peak with --at peak).",
+)
+@click.option(
+    "--depth",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Frames that make a site (a deeper site splits a shared helper by caller).",
+)
+@click.option(
+    "--show-cuda-frames",
+    is_flag=True,
+    help="Keep the CUDA libraries' own frames (folded by default).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.report/1).")
-@click.option("--svg", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE", help="Also write a timeline picture (SVG) to FILE.")
+@click.option(
+    "--svg",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Also write a timeline picture (SVG) to FILE.",
+)
 def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
     """Who held the device memory at the peak (or another moment), by call site.
 
@@ -120,17 +188,34 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
     """
     from .present.report import run_report
 
-    sys.exit(run_report(path, top=top, by=by, at=at, device=device, depth=depth,
-                        show_cuda_frames=show_cuda_frames, as_json=as_json, svg=svg))
+    sys.exit(
+        run_report(
+            path,
+            top=top,
+            by=by,
+            at=at,
+            device=device,
+            depth=depth,
+            show_cuda_frames=show_cuda_frames,
+            as_json=as_json,
+            svg=svg,
+        )
+    )
 
 
 @main.command("diff", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("a", type=click.Path(path_type=Path))
 @click.argument("b", type=click.Path(path_type=Path))
-@click.option("--top", default=20, show_default=True, type=click.IntRange(1, None),
-              help="Sites listed.")
-@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Frames that make a site.")
+@click.option(
+    "--top", default=20, show_default=True, type=click.IntRange(1, None), help="Sites listed."
+)
+@click.option(
+    "--depth",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Frames that make a site.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
 def diff(a, b, top, depth, as_json):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
@@ -165,13 +250,21 @@ def status(group, as_json):
 
 
 @main.command("demo")
-@click.option("--simulated", "mode", flag_value="simulated",
-              help="Run on the simulated CUDA driver even if there is a GPU.")
-@click.option("--gpu", "mode", flag_value="gpu",
-              help="Run on the GPU (an error if there is none).")
-@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
-              help="Folder for the build and the traces (kept). Default: a temporary folder, "
-                   "removed at the end unless --keep.")
+@click.option(
+    "--simulated",
+    "mode",
+    flag_value="simulated",
+    help="Run on the simulated CUDA driver even if there is a GPU.",
+)
+@click.option("--gpu", "mode", flag_value="gpu", help="Run on the GPU (an error if there is none).")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Folder for the build and the traces (kept). Default: a temporary folder, "
+    "removed at the end unless --keep.",
+)
 @click.option("--keep", is_flag=True, help="Keep the temporary folder with the traces.")
 def demo(mode, out_dir, keep):
     """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget.

@@ -8,22 +8,27 @@ starts ldconfig and a compiler: 50 ms before the first sample on a machine witho
 
 A leaf: imports nothing from cudatrace.
 """
+
 from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
-_NOT_AVAILABLE = 1 << 63        # NVML_VALUE_NOT_AVAILABLE is all ones
+_NOT_AVAILABLE = 1 << 63  # NVML_VALUE_NOT_AVAILABLE is all ones
 
 
-class _Memory(ctypes.Structure):          # nvmlMemory_t
+class _Memory(ctypes.Structure):  # nvmlMemory_t
     _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
 
 
-class _ProcessInfo(ctypes.Structure):     # nvmlProcessInfo_t (v2, as _v3 of the call fills it)
-    _fields_ = [("pid", c_uint), ("usedGpuMemory", c_ulonglong), ("gpuInstanceId", c_uint),
-                ("computeInstanceId", c_uint)]
+class _ProcessInfo(ctypes.Structure):  # nvmlProcessInfo_t (v2, as _v3 of the call fills it)
+    _fields_ = [
+        ("pid", c_uint),
+        ("usedGpuMemory", c_ulonglong),
+        ("gpuInstanceId", c_uint),
+        ("computeInstanceId", c_uint),
+    ]
 
 
 _SIGNATURES = {

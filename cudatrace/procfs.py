@@ -2,6 +2,7 @@
 
 A leaf: imports nothing from cudatrace.
 """
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,7 @@ def tree_pids(root: int) -> list[int]:
         try:
             with open(f"/proc/{d}/stat", "rb") as f:
                 s = f.read().decode(errors="replace")
-            ppid = int(s[s.rindex(")") + 2:].split()[1])
+            ppid = int(s[s.rindex(")") + 2 :].split()[1])
         except (OSError, ValueError, IndexError):
             continue
         children.setdefault(ppid, []).append(int(d))

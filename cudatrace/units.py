@@ -2,17 +2,27 @@
 
 A leaf: imports nothing from cudatrace, so every floor can use it.
 """
+
 from __future__ import annotations
 
 import re
 from fractions import Fraction
 
 SIZE_UNITS = {
-    "": 1, "b": 1,
-    "k": 1 << 10, "kib": 1 << 10, "kb": 10 ** 3,
-    "m": 1 << 20, "mib": 1 << 20, "mb": 10 ** 6,
-    "g": 1 << 30, "gib": 1 << 30, "gb": 10 ** 9,
-    "t": 1 << 40, "tib": 1 << 40, "tb": 10 ** 12,
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kib": 1 << 10,
+    "kb": 10**3,
+    "m": 1 << 20,
+    "mib": 1 << 20,
+    "mb": 10**6,
+    "g": 1 << 30,
+    "gib": 1 << 30,
+    "gb": 10**9,
+    "t": 1 << 40,
+    "tib": 1 << 40,
+    "tb": 10**12,
 }
 
 NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"

@@ -9,6 +9,7 @@ the difference is cudatrace's own start-up and end: imports, building the enviro
 sampler, writing run.json. The target (issue 9) is a ratio of at most 2.5.
 Where the time goes: python3 -X importtime -m cudatrace run -q -- true
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,13 +37,24 @@ def main() -> int:
     args = ap.parse_args()
 
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH")
-                                     else "")
+    env["PYTHONPATH"] = str(REPO) + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     with tempfile.TemporaryDirectory(prefix="ct-startup-") as tmp:
         click_cmd = [args.python, "-c", "import click"]
-        run_cmd = [args.python, "-m", "cudatrace", "run", "-q", "--force", "-o",
-                   str(Path(tmp) / "trace"), "--", "true"]
-        timed(click_cmd, env)                       # warm-up: caches, the native build
+        run_cmd = [
+            args.python,
+            "-m",
+            "cudatrace",
+            "run",
+            "-q",
+            "--force",
+            "-o",
+            str(Path(tmp) / "trace"),
+            "--",
+            "true",
+        ]
+        timed(click_cmd, env)  # warm-up: caches, the native build
         timed(run_cmd, env)
         click_t, run_t = [], []
         for _ in range(args.runs):

@@ -6,6 +6,7 @@ is built as a plain dict, exactly the JSON of `cudatrace report --json` (schema
 cudatrace.report/1, docs/report-json.md); present/report.py renders the text from that dict, so
 the two never disagree. diff and the summary of `cudatrace run` stand on the same base.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,23 +20,43 @@ from .sites import SFrame, Site, Stacks, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_trace
 
 SCHEMA = "cudatrace.report/1"
-CONTEXT_FRAMES = 6         # frames listed per stack
+CONTEXT_FRAMES = 6  # frames listed per stack
 
 CU_ERRORS = {
-    0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-    3: "CUDA_ERROR_NOT_INITIALIZED", 4: "CUDA_ERROR_DEINITIALIZED", 5: "CUDA_ERROR_PROFILER_DISABLED",
-    34: "CUDA_ERROR_STUB_LIBRARY", 46: "CUDA_ERROR_DEVICES_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE",
-    101: "CUDA_ERROR_INVALID_DEVICE", 102: "CUDA_ERROR_DEVICE_NOT_LICENSED",
-    200: "CUDA_ERROR_INVALID_IMAGE", 201: "CUDA_ERROR_INVALID_CONTEXT",
-    205: "CUDA_ERROR_MAP_FAILED", 206: "CUDA_ERROR_UNMAP_FAILED", 208: "CUDA_ERROR_ALREADY_MAPPED",
-    214: "CUDA_ERROR_ECC_UNCORRECTABLE", 216: "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
-    304: "CUDA_ERROR_OPERATING_SYSTEM", 400: "CUDA_ERROR_INVALID_HANDLE",
-    401: "CUDA_ERROR_ILLEGAL_STATE", 500: "CUDA_ERROR_NOT_FOUND", 600: "CUDA_ERROR_NOT_READY",
-    700: "CUDA_ERROR_ILLEGAL_ADDRESS", 702: "CUDA_ERROR_LAUNCH_TIMEOUT",
-    709: "CUDA_ERROR_CONTEXT_IS_DESTROYED", 712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
-    719: "CUDA_ERROR_LAUNCH_FAILED", 800: "CUDA_ERROR_NOT_PERMITTED", 801: "CUDA_ERROR_NOT_SUPPORTED",
-    802: "CUDA_ERROR_SYSTEM_NOT_READY", 803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-    804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", 900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+    0: "CUDA_SUCCESS",
+    1: "CUDA_ERROR_INVALID_VALUE",
+    2: "CUDA_ERROR_OUT_OF_MEMORY",
+    3: "CUDA_ERROR_NOT_INITIALIZED",
+    4: "CUDA_ERROR_DEINITIALIZED",
+    5: "CUDA_ERROR_PROFILER_DISABLED",
+    34: "CUDA_ERROR_STUB_LIBRARY",
+    46: "CUDA_ERROR_DEVICES_UNAVAILABLE",
+    100: "CUDA_ERROR_NO_DEVICE",
+    101: "CUDA_ERROR_INVALID_DEVICE",
+    102: "CUDA_ERROR_DEVICE_NOT_LICENSED",
+    200: "CUDA_ERROR_INVALID_IMAGE",
+    201: "CUDA_ERROR_INVALID_CONTEXT",
+    205: "CUDA_ERROR_MAP_FAILED",
+    206: "CUDA_ERROR_UNMAP_FAILED",
+    208: "CUDA_ERROR_ALREADY_MAPPED",
+    214: "CUDA_ERROR_ECC_UNCORRECTABLE",
+    216: "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
+    304: "CUDA_ERROR_OPERATING_SYSTEM",
+    400: "CUDA_ERROR_INVALID_HANDLE",
+    401: "CUDA_ERROR_ILLEGAL_STATE",
+    500: "CUDA_ERROR_NOT_FOUND",
+    600: "CUDA_ERROR_NOT_READY",
+    700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    702: "CUDA_ERROR_LAUNCH_TIMEOUT",
+    709: "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+    712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
+    719: "CUDA_ERROR_LAUNCH_FAILED",
+    800: "CUDA_ERROR_NOT_PERMITTED",
+    801: "CUDA_ERROR_NOT_SUPPORTED",
+    802: "CUDA_ERROR_SYSTEM_NOT_READY",
+    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+    804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+    900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
     999: "CUDA_ERROR_UNKNOWN",
 }
 
@@ -46,27 +67,31 @@ def cu_error(code: int) -> str:
 
 class ReportError(Exception):
     """A trace that cannot be reported on: exit status 2, with a message naming the file."""
+
     status = 2
 
 
 # ---- the shared base ----------------------------------------------------------------------
 
+
 def load(path) -> TraceDir:
     """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong."""
     p = Path(path)
     if not p.exists():
-        raise ReportError("cudatrace: %s: no such trace directory or file" % p)
+        raise ReportError(f"cudatrace: {p}: no such trace directory or file")
     try:
         if p.is_file():
             t = read_trace(p)
             return TraceDir(p.parent, [t], _sibling_run(p), [])
         td = read_dir(p)
     except TraceError as e:
-        raise ReportError("cudatrace: %s" % e)
+        raise ReportError(f"cudatrace: {e}") from None
     except OSError as e:
-        raise ReportError("cudatrace: %s: %s" % (getattr(e, "filename", None) or p, e.strerror or e))
+        where = getattr(e, "filename", None) or p
+        raise ReportError(f"cudatrace: {where}: {e.strerror or e}") from None
     if not td.traces:
-        raise ReportError("cudatrace: %s: no readable trace file:\n  %s" % (p, "\n  ".join(td.errors)))
+        errors = "\n  ".join(td.errors)
+        raise ReportError(f"cudatrace: {p}: no readable trace file:\n  {errors}")
     return td
 
 
@@ -84,8 +109,15 @@ def _sibling_run(file: Path) -> dict:
 class Analysis:
     """Trace directory -> model -> stacks; what every report command starts from."""
 
-    def __init__(self, path, symbolize: bool = True, show_cuda_frames: bool = False,
-                 progress: bool = False, td: TraceDir | None = None, symbolizer=None):
+    def __init__(
+        self,
+        path,
+        symbolize: bool = True,
+        show_cuda_frames: bool = False,
+        progress: bool = False,
+        td: TraceDir | None = None,
+        symbolizer=None,
+    ):
         self.path = Path(path)
         self.td = td if td is not None else load(path)
         self.traces = self.td.traces
@@ -121,17 +153,37 @@ class Analysis:
         s = (spec or "peak").strip().lower()
         if s == "peak":
             if device is None:
-                return {"spec": "peak", "kind": "peak", "ts_ns": m.peak_ts if m.found else None,
-                        "seq": m.peak_seq if m.found else None, "device": None}
+                return {
+                    "spec": "peak",
+                    "kind": "peak",
+                    "ts_ns": m.peak_ts if m.found else None,
+                    "seq": m.peak_seq if m.found else None,
+                    "device": None,
+                }
             b, ts = m.device_peaks.get(device, (0, None))
-            return {"spec": "peak", "kind": "peak", "ts_ns": ts, "seq": m.device_peak_seq.get(device),
-                    "device": device}
+            return {
+                "spec": "peak",
+                "kind": "peak",
+                "ts_ns": ts,
+                "seq": m.device_peak_seq.get(device),
+                "device": device,
+            }
         if s == "end":
-            return {"spec": "end", "kind": "end", "ts_ns": m.t_end if m.n_events else None,
-                    "seq": NONE64 - 1, "device": device}
+            return {
+                "spec": "end",
+                "kind": "end",
+                "ts_ns": m.t_end if m.n_events else None,
+                "seq": NONE64 - 1,
+                "device": device,
+            }
         secs = parse_moment(spec)
-        return {"spec": spec, "kind": "time", "ts_ns": self.start_ns + int(round(secs * 1e9)),
-                "seq": None, "device": device}
+        return {
+            "spec": spec,
+            "kind": "time",
+            "ts_ns": self.start_ns + int(round(secs * 1e9)),
+            "seq": None,
+            "device": device,
+        }
 
     def live(self, moment: dict) -> Groups:
         """What is live at the moment, grouped (sites.group takes it as is)."""
@@ -169,35 +221,59 @@ def parse_moment(spec: str) -> str | float:
 
 # ---- the report as data --------------------------------------------------------------------
 
+
 def _frames(frames: list[SFrame]) -> list[dict]:
     return [f.as_json() for f in frames]
 
 
 def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict:
-    return {"rank": rank, "label": s.label(), "key": s.key_text(), "bytes": s.bytes,
-            "count": s.count, "share": round(s.bytes / total, 6) if total else 0.0,
-            "api": s.api_list(), "api_counts": dict(s.apis), "sizes": s.size_summary(),
-            "pids": sorted(s.pids), "devices": sorted(s.devices),
-            "first_time": a.seconds(s.first_ts), "last_time": a.seconds(s.last_ts),
-            "frames": _frames(s.frames), "context": _frames(s.context)}
+    return {
+        "rank": rank,
+        "label": s.label(),
+        "key": s.key_text(),
+        "bytes": s.bytes,
+        "count": s.count,
+        "share": round(s.bytes / total, 6) if total else 0.0,
+        "api": s.api_list(),
+        "api_counts": dict(s.apis),
+        "sizes": s.size_summary(),
+        "pids": sorted(s.pids),
+        "devices": sorted(s.devices),
+        "first_time": a.seconds(s.first_ts),
+        "last_time": a.seconds(s.last_ts),
+        "frames": _frames(s.frames),
+        "context": _frames(s.context),
+    }
 
 
 def _versions(a: Analysis) -> dict:
     drv = sorted({t.info.get("driver_version") for t in a.traces if t.info.get("driver_version")})
     shim = sorted({t.info.get("shim_version") or t.shim_version for t in a.traces} - {""})
     depth = sorted({t.stack_depth for t in a.traces})
-    return {"driver": [int(d) if d.isdigit() else d for d in drv], "shim": shim, "stack_depth": depth,
-            "nvml_driver": (a.td.run.get("sampler") or {}).get("driver")}
+    return {
+        "driver": [int(d) if d.isdigit() else d for d in drv],
+        "shim": shim,
+        "stack_depth": depth,
+        "nvml_driver": (a.td.run.get("sampler") or {}).get("driver"),
+    }
 
 
-def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1, top: int = 10,
-                 device: int | None = None) -> dict:
+def build_report(
+    a: Analysis,
+    at: str = "peak",
+    by: str = "site",
+    depth: int = 1,
+    top: int = 10,
+    device: int | None = None,
+) -> dict:
     """The report as a dict: the --json output (docs/report-json.md)."""
     m = a.model
     if device is not None and device not in m.device_peaks:
         seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
-        raise ReportError("cudatrace: no device memory was traced on device %d (devices with "
-                          "allocations: %s)" % (device, seen))
+        raise ReportError(
+            "cudatrace: no device memory was traced on device %d (devices with "
+            "allocations: %s)" % (device, seen)
+        )
     mom = a.moment(at, device)
     live = a.live(mom)
     total = live.bytes
@@ -214,28 +290,48 @@ def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1
         p = m.procs[i] if i < len(m.procs) else {}
         reason = None
         if not t.complete:
-            reason = "no clean exit record: the process was killed, crashed, exec'd without " \
-                     "closing or is still running"
-            truncated.append({"file": t.path.name, "pid": t.pid, "reason": reason,
-                              "events": t.n_events})
-        processes.append({
-            "pid": t.pid, "ppid": t.ppid, "exe": t.exe, "argv": t.argv, "file": t.path.name,
-            "exec_index": t.exec_index, "status": t.status,
-            "exit_code": t.end.exit_code if t.end else None,
-            "dropped_events": t.end.dropped if t.end else None, "gaps": t.gaps,
-            "events": t.n_events, "allocs": p.get("allocs", 0), "frees": p.get("frees", 0),
-            "failed": p.get("failed", 0), "denied": p.get("denied", 0),
-            "peak_bytes": p.get("peak_bytes", 0),
-            "peak_time": a.seconds(p.get("peak_ts")) if p.get("allocs") else None,
-            "at_bytes": moment_by_trace.get(i, 0), "end_bytes": p.get("end_bytes", 0),
-            "first_time": a.seconds(p.get("first_ts")) if p.get("events") else None,
-            "last_time": a.seconds(p.get("last_ts")) if p.get("events") else None})
+            reason = (
+                "no clean exit record: the process was killed, crashed, exec'd without "
+                "closing or is still running"
+            )
+            truncated.append(
+                {"file": t.path.name, "pid": t.pid, "reason": reason, "events": t.n_events}
+            )
+        processes.append(
+            {
+                "pid": t.pid,
+                "ppid": t.ppid,
+                "exe": t.exe,
+                "argv": t.argv,
+                "file": t.path.name,
+                "exec_index": t.exec_index,
+                "status": t.status,
+                "exit_code": t.end.exit_code if t.end else None,
+                "dropped_events": t.end.dropped if t.end else None,
+                "gaps": t.gaps,
+                "events": t.n_events,
+                "allocs": p.get("allocs", 0),
+                "frees": p.get("frees", 0),
+                "failed": p.get("failed", 0),
+                "denied": p.get("denied", 0),
+                "peak_bytes": p.get("peak_bytes", 0),
+                "peak_time": a.seconds(p.get("peak_ts")) if p.get("allocs") else None,
+                "at_bytes": moment_by_trace.get(i, 0),
+                "end_bytes": p.get("end_bytes", 0),
+                "first_time": a.seconds(p.get("first_ts")) if p.get("events") else None,
+                "last_time": a.seconds(p.get("last_ts")) if p.get("events") else None,
+            }
+        )
         if t.end and t.end.dropped:
-            warnings.append("%s: %d events were lost (the trace file could not grow)"
-                            % (t.path.name, t.end.dropped))
+            warnings.append(
+                "%s: %d events were lost (the trace file could not grow)"
+                % (t.path.name, t.end.dropped)
+            )
         if t.gaps:
-            warnings.append("%s: %d unpublished record(s) skipped (a writer died mid-record)"
-                            % (t.path.name, t.gaps))
+            warnings.append(
+                "%s: %d unpublished record(s) skipped (a writer died mid-record)"
+                % (t.path.name, t.gaps)
+            )
 
     # devices
     limits = a.budget_limits()
@@ -244,9 +340,18 @@ def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1
     for dev, (pb, pts) in sorted(m.device_peaks.items()):
         if device is not None and dev != device:
             continue
-        devices.append({"device": dev, "peak_bytes": pb, "peak_time": a.seconds(pts), "peak_ts_ns": pts,
-                        "end_bytes": m.device_end.get(dev, 0), "allocs": m.device_allocs.get(dev, 0),
-                        "at_bytes": moment_by_dev.get(dev, 0), "budget": limits.get(dev)})
+        devices.append(
+            {
+                "device": dev,
+                "peak_bytes": pb,
+                "peak_time": a.seconds(pts),
+                "peak_ts_ns": pts,
+                "end_bytes": m.device_end.get(dev, 0),
+                "allocs": m.device_allocs.get(dev, 0),
+                "at_bytes": moment_by_dev.get(dev, 0),
+                "budget": limits.get(dev),
+            }
+        )
 
     # failures and denials
     failed_allocs = [x for x in m.failed if device is None or x.device == device]
@@ -254,7 +359,9 @@ def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1
     for rank, s in enumerate(a.sites(failed_allocs, "site", depth), 1):
         d = site_json(a, s, 0, rank)
         d.pop("share")
-        d["errors"] = [{"code": c, "name": cu_error(c), "count": n} for c, n in s.results.most_common()]
+        d["errors"] = [
+            {"code": c, "name": cu_error(c), "count": n} for c, n in s.results.most_common()
+        ]
         failed.append(d)
     denied_allocs = [x for x in m.denied if device is None or x.device == device]
     denied = []
@@ -272,56 +379,85 @@ def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1
 
     # observed
     obs = a.observed.compare(
-        mom["ts_ns"] if mom["kind"] == "peak" and mom["ts_ns"] is not None else
-        (m.peak_ts if m.found else m.t0),
-        lambda times: m.bytes_at(times, device), a.start_ns, device)
-    obs["traced_peak_bytes"] = m.device_peaks.get(device, (0, 0))[0] if device is not None else m.peak_bytes
+        mom["ts_ns"]
+        if mom["kind"] == "peak" and mom["ts_ns"] is not None
+        else (m.peak_ts if m.found else m.t0),
+        lambda times: m.bytes_at(times, device),
+        a.start_ns,
+        device,
+    )
+    obs["traced_peak_bytes"] = (
+        m.device_peaks.get(device, (0, 0))[0] if device is not None else m.peak_bytes
+    )
 
     # notes on coverage
     c = m.counts
     if c.get("unmatched_frees"):
-        warnings.append("%d free(s) matched no traced allocation (memory allocated before tracing "
-                        "began, or through a path not hooked)" % c["unmatched_frees"])
+        warnings.append(
+            "%d free(s) matched no traced allocation (memory allocated before tracing "
+            "began, or through a path not hooked)" % c["unmatched_frees"]
+        )
     if c.get("reused"):
-        warnings.append("%d allocation(s) returned an address still live in the trace (its free "
-                        "was not seen): the older one is counted as freed then" % c["reused"])
+        warnings.append(
+            "%d allocation(s) returned an address still live in the trace (its free "
+            "was not seen): the older one is counted as freed then" % c["reused"]
+        )
     if c.get("unsorted_traces"):
-        warnings.append("%d trace file(s) had events out of time order (threads publishing out "
-                        "of order); they were replayed sorted by time" % c["unsorted_traces"])
+        warnings.append(
+            "%d trace file(s) had events out of time order (threads publishing out "
+            "of order); they were replayed sorted by time" % c["unsorted_traces"]
+        )
     if any(t.stack_depth == 0 for t in a.traces):
-        warnings.append("stacks were off (--stack-depth 0) in %d trace file(s): no call sites there"
-                        % sum(1 for t in a.traces if t.stack_depth == 0))
+        warnings.append(
+            "stacks were off (--stack-depth 0) in %d trace file(s): no call sites there"
+            % sum(1 for t in a.traces if t.stack_depth == 0)
+        )
     if a.symbolizer is None:
         warnings.append("no symbolizer: frames are shown as module+offset")
     else:
         w = getattr(a.symbolizer, "warnings", None)
         for line in (w() if callable(w) else [])[:10]:
-            warnings.append("symbols: %s" % line)
+            warnings.append(f"symbols: {line}")
     for e in a.stacks.errors[:5]:
-        warnings.append("symbolizing %s" % e)
+        warnings.append(f"symbolizing {e}")
     if mom["kind"] == "time" and m.n_events and mom["ts_ns"] > m.t_end:
-        warnings.append("--at %s is after the last event (%.3f s): what is shown was live at the end"
-                        % (mom["spec"], a.seconds(m.t_end)))
+        warnings.append(
+            f"--at {mom['spec']} is after the last event ({a.seconds(m.t_end):.3f} s): what is "
+            "shown was live at the end"
+        )
     if truncated and mom["kind"] == "end":
-        warnings.append("truncated traces end where the process stopped writing: what is live "
-                        "at their end may have been freed later, unseen")
+        warnings.append(
+            "truncated traces end where the process stopped writing: what is live "
+            "at their end may have been freed later, unseen"
+        )
 
     budget = None
     if limits or a.td.run.get("budget") or a.td.run.get("group"):
         on = sorted({t.info.get("on_exceed") for t in a.traces if t.info.get("on_exceed")})
-        budget = {"limits": {str(d): v for d, v in sorted(limits.items())},
-                  "on_exceed": on[0] if len(on) == 1 else (on or [a.td.run.get("on_exceed")])[0],
-                  "group": a.td.run.get("group"), "aborted": bool(a.td.run.get("budget_aborted")),
-                  "spec": a.td.run.get("budget")}
+        budget = {
+            "limits": {str(d): v for d, v in sorted(limits.items())},
+            "on_exceed": on[0] if len(on) == 1 else (on or [a.td.run.get("on_exceed")])[0],
+            "group": a.td.run.get("group"),
+            "aborted": bool(a.td.run.get("budget_aborted")),
+            "spec": a.td.run.get("budget"),
+        }
 
     argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
-    moment_json = {"spec": mom["spec"], "kind": mom["kind"], "time": a.seconds(mom["ts_ns"]),
-                   "ts_ns": mom["ts_ns"], "device": device}
+    moment_json = {
+        "spec": mom["spec"],
+        "kind": mom["kind"],
+        "time": a.seconds(mom["ts_ns"]),
+        "ts_ns": mom["ts_ns"],
+        "device": device,
+    }
     trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
-    never = {"bytes": end_live.bytes, "count": end_live.count,
-             "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
-             "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
-             "more_sites": max(0, len(end_sites) - top)}
+    never = {
+        "bytes": end_live.bytes,
+        "count": end_live.count,
+        "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
+        "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
+        "more_sites": max(0, len(end_sites) - top),
+    }
     host_end = m.host_end
     return {
         "schema": SCHEMA,
@@ -338,9 +474,12 @@ def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1
         "depth": depth,
         "device": device,
         "peak_bytes": m.peak_bytes if device is None else m.device_peaks[device][0],
-        "peak_time": (a.seconds(m.peak_ts) if m.found else None) if device is None
+        "peak_time": (a.seconds(m.peak_ts) if m.found else None)
+        if device is None
         else a.seconds(m.device_peaks[device][1]),
-        "peak_ts_ns": (m.peak_ts if m.found else None) if device is None else m.device_peaks[device][1],
+        "peak_ts_ns": (m.peak_ts if m.found else None)
+        if device is None
+        else m.device_peaks[device][1],
         "end_bytes": m.end_bytes if device is None else m.device_end.get(device, 0),
         "total_live_bytes": total,
         "total_live_count": live.count,
@@ -351,9 +490,12 @@ def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1
         "denied": denied,
         "processes": processes,
         "devices": devices,
-        "host_pinned": {"peak_bytes": m.host_peak, "peak_time": a.seconds(m.host_peak_ts)
-                        if m.host_peak else None, "end_bytes": host_end,
-                        "allocs": c.get("host_allocs", 0)},
+        "host_pinned": {
+            "peak_bytes": m.host_peak,
+            "peak_time": a.seconds(m.host_peak_ts) if m.host_peak else None,
+            "end_bytes": host_end,
+            "allocs": c.get("host_allocs", 0),
+        },
         "memory_queries": mq,
         "observed": obs,
         "budget": budget,
@@ -379,7 +521,7 @@ def _memory_queries(a: Analysis, device: int | None) -> dict:
         t = a.traces[q.trace]
         name = t.api_name(q.api)
         if q.rt_api:
-            name += " (%s)" % t.api_name(q.rt_api)
+            name += f" ({t.api_name(q.rt_api)})"
         by_api[name] = by_api.get(name, 0) + 1
         if q.flags & virt:
             nvirt += 1
@@ -388,8 +530,21 @@ def _memory_queries(a: Analysis, device: int | None) -> dict:
     if ok:
         q = ok[-1]
         t = a.traces[q.trace]
-        last = {"api": t.api_name(q.api), "time": a.seconds(q.ts), "pid": t.pid, "device": q.device,
-                "free": q.event[ADDR], "total": q.size, "device_free": q.event[AUX],
-                "device_total": q.event[AUX2], "virtualized": bool(q.flags & virt)}
-    return {"count": len(qs), "failed": len(qs) - len(ok), "by_api": by_api, "virtualized": nvirt,
-            "last": last}
+        last = {
+            "api": t.api_name(q.api),
+            "time": a.seconds(q.ts),
+            "pid": t.pid,
+            "device": q.device,
+            "free": q.event[ADDR],
+            "total": q.size,
+            "device_free": q.event[AUX],
+            "device_total": q.event[AUX2],
+            "virtualized": bool(q.flags & virt),
+        }
+    return {
+        "count": len(qs),
+        "failed": len(qs) - len(ok),
+        "by_api": by_api,
+        "virtualized": nvirt,
+        "last": last,
+    }

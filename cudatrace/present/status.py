@@ -1,5 +1,6 @@
 """`cudatrace status` as text: the budgets in force, from the ledgers' snapshots
 (record/ledger.py status_json gathers them; --json prints that data as is)."""
+
 from __future__ import annotations
 
 from ..units import format_bytes
@@ -28,16 +29,23 @@ def render_ledger(s: dict) -> str:
     alive = [m for m in s["members"] if m["state"] != "dead"]
     dead = [m for m in s["members"] if m["state"] == "dead"]
     head = "%s: over budget: %s%s; %d process%s" % (
-        s["name"], s["on_exceed"], ", pinned host memory counted" if s["count_host"] else "",
-        len(alive), "" if len(alive) == 1 else "es")
+        s["name"],
+        s["on_exceed"],
+        ", pinned host memory counted" if s["count_host"] else "",
+        len(alive),
+        "" if len(alive) == 1 else "es",
+    )
     if dead:
         head += " (+%d exited, not reclaimed yet)" % len(dead)
     if s["created"]:
-        head += "; since %s" % s["created"].replace("T", " ")
+        head += f"; since {s['created'].replace('T', ' ')}"
     lines.append(head)
-    lines.append("  ledger %s" % s["path"])
-    busy = [r for r in s["devices"]
-            if any(r[k] for k in ("in_use", "dead_held", "peak", "denials", "over"))]
+    lines.append(f"  ledger {s['path']}")
+    busy = [
+        r
+        for r in s["devices"]
+        if any(r[k] for k in ("in_use", "dead_held", "peak", "denials", "over"))
+    ]
     idle: dict[int, list[int]] = {}
     for r in s["devices"]:
         if r not in busy:
@@ -46,24 +54,35 @@ def render_ledger(s: dict) -> str:
         lines.append("  no limits and no memory counted yet")
     if busy:
         warn = any(r["over"] for r in busy) or s["on_exceed"] == "warn"
-        hdr = "  %-6s %12s %12s %12s %7s %8s" % ("device", "limit", "in use", "peak", "used", "denials")
+        hdr = "  %-6s %12s %12s %12s %7s %8s" % (
+            "device",
+            "limit",
+            "in use",
+            "peak",
+            "used",
+            "denials",
+        )
         if warn:
             hdr += " %8s" % "over"
         lines.append(hdr)
         for r in busy:
             pct = "%6.1f%%" % (100.0 * r["in_use"] / r["limit"]) if r["limit"] else "      -"
-            row = "  %-6d %12s %12s %12s %7s %8d" % (r["device"], _fmt_limit(r["limit"]),
-                                                   format_bytes(r["in_use"]), format_bytes(r["peak"]),
-                                                   pct, r["denials"])
+            row = "  %-6d %12s %12s %12s %7s %8d" % (
+                r["device"],
+                _fmt_limit(r["limit"]),
+                format_bytes(r["in_use"]),
+                format_bytes(r["peak"]),
+                pct,
+                r["denials"],
+            )
             if warn:
                 row += " %8d" % r["over"]
             if r["dead_held"]:
-                row += "  (+%s held by exited processes)" % format_bytes(r["dead_held"])
+                row += f"  (+{format_bytes(r['dead_held'])} held by exited processes)"
             lines.append(row)
     for limit, devs in sorted(idle.items()):
-        lines.append("  %s %s: limit %s%s, nothing in use" % (
-            "device" if len(devs) == 1 else "devices", _ranges(devs), _fmt_limit(limit),
-            "" if len(devs) == 1 else " each"))
+        which, each = ("device", "") if len(devs) == 1 else ("devices", " each")
+        lines.append(f"  {which} {_ranges(devs)}: limit {_fmt_limit(limit)}{each}, nothing in use")
     for m in s["members"]:
         parts = []
         for d, r in sorted(m["devices"].items()):
@@ -74,7 +93,9 @@ def render_ledger(s: dict) -> str:
                 t += ", %d over" % r["over"]
             parts.append(t + ")")
         state = {"alive": "", "dead": " [exited]", "unknown": " [other pid namespace]"}[m["state"]]
-        lines.append("  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held"))
+        lines.append(
+            "  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held")
+        )
     return "\n".join(lines)
 
 
@@ -82,9 +103,9 @@ def render_status(st: dict) -> str:
     """What `cudatrace status [GROUP]` prints, from record.ledger.status_json's data."""
     out = []
     if not st["ledgers"] and not st["errors"]:
-        return "no budgets in force (no ledgers in %s)" % st["dir"]
+        return f"no budgets in force (no ledgers in {st['dir']})"
     for s in st["ledgers"]:
         out.append(render_ledger(s))
     for e in st["errors"]:
-        out.append("%s: unusable: %s" % (e["path"], e["error"]))
+        out.append(f"{e['path']}: unusable: {e['error']}")
     return "\n\n".join(out)

@@ -1,4 +1,5 @@
 """Small text pieces every text report shares: sizes, seconds, counts, shares, tables."""
+
 from __future__ import annotations
 
 from ..units import format_bytes

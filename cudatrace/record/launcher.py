@@ -92,7 +92,7 @@ def check_enterable(path: str) -> None:
             f.seek(phoff)
             ph = f.read(phentsize * phnum)
     except OSError as exc:
-        raise LaunchError("cudatrace: cannot read %s: %s" % (path, exc), 126)
+        raise LaunchError(f"cudatrace: cannot read {path}: {exc}", 126) from None
     has_interp = any(struct.unpack_from(e + "I", ph, i * phentsize)[0] == 3  # PT_INTERP
                      for i in range(phnum) if (i + 1) * phentsize <= len(ph))
     if not has_interp:
@@ -161,7 +161,7 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             ledger, budget_info = budget_mod.setup_ledger(opts.budget, opts.group, opts.on_exceed,
                                                           opts.count_host)
         except (budget_mod.BudgetError, LedgerError) as e:
-            raise LaunchError("cudatrace: budget: %s" % e, 2)
+            raise LaunchError(f"cudatrace: budget: {e}", 2) from None
         env["CUDATRACE_LEDGER"] = str(ledger.path)
         if budget_info.get("note") and not opts.quiet:
             sys.stderr.write("cudatrace: note: %s\n" % budget_info["note"])

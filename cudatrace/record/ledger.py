@@ -132,7 +132,7 @@ class Ledger:
 
     # -- opening
     @classmethod
-    def open(cls, path, create: bool = False) -> "Ledger":
+    def open(cls, path, create: bool = False) -> Ledger:
         ffi, lib = _tools()
         err = ffi.new("char[]", _ERRLEN)
         h = lib.ct_ledger_open(os.fsencode(str(path)), 1 if create else 0, err, _ERRLEN)
@@ -142,7 +142,7 @@ class Ledger:
 
     @classmethod
     def create(cls, path, limits: dict[int, int] | None = None, on_exceed: str = "deny",
-               count_host: bool = False, group: str = "") -> "Ledger":
+               count_host: bool = False, group: str = "") -> Ledger:
         """Open path, creating it with these settings if it does not exist (.created says)."""
         ffi, lib = _tools()
         cfg = ffi.new("struct ct_ledger_config *")

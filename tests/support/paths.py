@@ -1,13 +1,14 @@
 """Where the sources the tests build live: the one place that names those folders."""
+
 from __future__ import annotations
 
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
-SHIM = REPO / "shim"                 # the preload library's C and the layout headers
-SIM = TESTS / "sim"                  # the simulated libcuda / libnvml
-PROGS = TESTS / "progs"              # the test programs run under the shim
-LEDGER_C = TESTS / "ledger"          # the ledger's C test driver
+SHIM = REPO / "shim"  # the preload library's C and the layout headers
+SIM = TESTS / "sim"  # the simulated libcuda / libnvml
+PROGS = TESTS / "progs"  # the test programs run under the shim
+LEDGER_C = TESTS / "ledger"  # the ledger's C test driver
 EXAMPLES = REPO / "examples"
-GPU_TOOLS = REPO / "tools" / "gpu"   # the GPU suite's programs and workloads
+GPU_TOOLS = REPO / "tools" / "gpu"  # the GPU suite's programs and workloads

@@ -3,6 +3,7 @@
 
     build_with(td, backend, timeline_buckets) -> Model     backend: "c" or "python"
 """
+
 from __future__ import annotations
 
 import heapq
@@ -44,8 +45,9 @@ def _mask(kinds) -> int:
     return m
 
 
-def build_with(td: TraceDir | list[Trace], backend: str = "c",
-               timeline_buckets: int = TIMELINE_BUCKETS) -> Model:
+def build_with(
+    td: TraceDir | list[Trace], backend: str = "c", timeline_buckets: int = TIMELINE_BUCKETS
+) -> Model:
     """The Model of td through the C replay (the product's) or this Python oracle."""
     if backend == "c":
         return build(td, timeline_buckets)
@@ -64,21 +66,67 @@ class PyReplay:
 
     def __init__(self, traces: list[Trace], buckets: int):
         K = C()
-        ALLOC, FREE, MAP, UNMAP = K["CT_OP_ALLOC"], K["CT_OP_FREE"], K["CT_OP_MAP"], K["CT_OP_UNMAP"]
-        DENY, MEMINFO, IMPORT, UNIMPORT = (K["CT_OP_DENY"], K["CT_OP_MEMINFO"], K["CT_OP_IMPORT"],
-                                           K["CT_OP_UNIMPORT"])
+        ALLOC, FREE, MAP, UNMAP = (
+            K["CT_OP_ALLOC"],
+            K["CT_OP_FREE"],
+            K["CT_OP_MAP"],
+            K["CT_OP_UNMAP"],
+        )
+        DENY, MEMINFO, IMPORT, UNIMPORT = (
+            K["CT_OP_DENY"],
+            K["CT_OP_MEMINFO"],
+            K["CT_OP_IMPORT"],
+            K["CT_OP_UNIMPORT"],
+        )
         VMM = K["CT_SPACE_VMM"]
         dmask, hmask = _mask(device_kinds()), _mask(host_kinds())
         self.traces = traces
         self.buckets = buckets
-        counts = dict.fromkeys(("events", "allocs", "frees", "failed", "failed_frees", "denied",
-                                "host_allocs", "host_frees", "unmatched_frees", "null_frees",
-                                "reused", "maps", "unmaps", "unmatched_unmaps",
-                                "deferred_releases", "imports", "unimports", "meminfo", "other",
-                                "unsorted_traces"), 0)
-        procs = [dict.fromkeys(("events", "allocs", "frees", "failed", "denied", "meminfo",
-                                "host_allocs", "peak_bytes", "peak_ts", "end_bytes", "first_ts",
-                                "last_ts"), 0) for _ in traces]
+        counts = dict.fromkeys(
+            (
+                "events",
+                "allocs",
+                "frees",
+                "failed",
+                "failed_frees",
+                "denied",
+                "host_allocs",
+                "host_frees",
+                "unmatched_frees",
+                "null_frees",
+                "reused",
+                "maps",
+                "unmaps",
+                "unmatched_unmaps",
+                "deferred_releases",
+                "imports",
+                "unimports",
+                "meminfo",
+                "other",
+                "unsorted_traces",
+            ),
+            0,
+        )
+        procs = [
+            dict.fromkeys(
+                (
+                    "events",
+                    "allocs",
+                    "frees",
+                    "failed",
+                    "denied",
+                    "meminfo",
+                    "host_allocs",
+                    "peak_bytes",
+                    "peak_ts",
+                    "end_bytes",
+                    "first_ts",
+                    "last_ts",
+                ),
+                0,
+            )
+            for _ in traces
+        ]
         streams = []
         t0, t1 = None, 0
         for i, t in enumerate(traces):
@@ -95,17 +143,23 @@ class PyReplay:
             streams.append([(evs[k][TS], i, k) for k in order])
         t0 = t0 or 0
         span = t1 - t0
-        self.lives: list[list] = []       # [trace, idx, seq, end_seq, end_ts, how]
+        self.lives: list[list] = []  # [trace, idx, seq, end_seq, end_ts, how]
         self.lists = {"failed": [], "denied": [], "meminfo": []}
         devices: dict[int, dict] = {}
         dev_cur: dict[int, int] = {}
         proc_cur = [0] * len(traces)
         tl_all: dict[int, list] = {}
         tl_dev: dict[int, dict[int, list]] = {}
-        tab: dict[tuple, list] = {}       # key -> [state, val, maps, released]
+        tab: dict[tuple, list] = {}  # key -> [state, val, maps, released]
         st = {"cur": 0, "host": 0}
-        s = {"peak_bytes": 0, "peak_ts": 0, "peak_seq": 0, "found": 0, "host_peak": 0,
-             "host_peak_ts": 0}
+        s = {
+            "peak_bytes": 0,
+            "peak_ts": 0,
+            "peak_seq": 0,
+            "found": 0,
+            "host_peak": 0,
+            "host_peak_ts": 0,
+        }
 
         def slot_dev(d):
             return max(-1, min(d, 62))
@@ -184,8 +238,16 @@ class PyReplay:
                             tab[key] = [_ST_DEV, len(self.lives), 0, 0]
                             self.lives.append(ref)
                             ds = slot_dev(e[DEV])
-                            d = devices.setdefault(ds, {"allocs": 0, "peak_bytes": 0, "peak_ts": 0,
-                                                        "peak_seq": 0, "end_bytes": 0})
+                            d = devices.setdefault(
+                                ds,
+                                {
+                                    "allocs": 0,
+                                    "peak_bytes": 0,
+                                    "peak_ts": 0,
+                                    "peak_seq": 0,
+                                    "end_bytes": 0,
+                                },
+                            )
                             counts["allocs"] += 1
                             p["allocs"] += 1
                             d["allocs"] += 1
@@ -238,7 +300,7 @@ class PyReplay:
                     m = tab.pop(mk, None)
                     if m is not None:
                         unmapped(ti, m[1], seq, ts)
-                    tab[mk] = [_ST_MAP, e[AUX], e[SIZE], 0]     # maps field: bytes mapped
+                    tab[mk] = [_ST_MAP, e[AUX], e[SIZE], 0]  # maps field: bytes mapped
                     h = tab.get((ti, VMM, e[AUX]))
                     if h and h[0] == _ST_DEV:
                         h[2] += 1
@@ -253,11 +315,18 @@ class PyReplay:
                         unmapped(ti, m[1], seq, ts)
                     else:
                         lo, n = e[ADDR], e[SIZE]
-                        found = [k for k, v in tab.items() if v[0] == _ST_MAP and k[0] == ti
-                                 and k[1] == _MAP_SPACE and k[2] >= lo and k[2] - lo < n]
+                        found = [
+                            k
+                            for k, v in tab.items()
+                            if v[0] == _ST_MAP
+                            and k[0] == ti
+                            and k[1] == _MAP_SPACE
+                            and k[2] >= lo
+                            and k[2] - lo < n
+                        ]
                         if not found:
                             counts["unmatched_unmaps"] += 1
-                        for k in sorted(found, key=lambda k: k[2]):      # address order, as C
+                        for k in sorted(found, key=lambda k: k[2]):  # address order, as C
                             m = tab.pop(k)
                             unmapped(ti, m[1], seq, ts)
             elif op == DENY:
@@ -279,10 +348,20 @@ class PyReplay:
         for i, p in enumerate(procs):
             p["end_bytes"] = proc_cur[i]
         self.counts = counts
-        self.summary = {"t0": t0, "t_end": t1, "peak_bytes": s["peak_bytes"], "peak_ts": s["peak_ts"],
-                        "peak_seq": s["peak_seq"], "end_bytes": st["cur"], "host_peak": s["host_peak"],
-                        "host_peak_ts": s["host_peak_ts"], "host_end": st["host"],
-                        "lives": len(self.lives), "ntraces": len(traces), "found": s["found"]}
+        self.summary = {
+            "t0": t0,
+            "t_end": t1,
+            "peak_bytes": s["peak_bytes"],
+            "peak_ts": s["peak_ts"],
+            "peak_seq": s["peak_seq"],
+            "end_bytes": st["cur"],
+            "host_peak": s["host_peak"],
+            "host_peak_ts": s["host_peak_ts"],
+            "host_end": st["host"],
+            "lives": len(self.lives),
+            "ntraces": len(traces),
+            "found": s["found"],
+        }
         self.devices = {}
         for ds, d in devices.items():
             d["end_bytes"] = dev_cur.get(ds, 0)
@@ -293,7 +372,9 @@ class PyReplay:
 
     def _alloc(self, L) -> Alloc:
         e = self.traces[L[0]].events[L[1]]
-        return Alloc(L[0], e, e[SIZE], e[TS], e[DEV], L[1], L[2], None if L[4] == NONE64 else L[4], L[5])
+        return Alloc(
+            L[0], e, e[SIZE], e[TS], e[DEV], L[1], L[2], None if L[4] == NONE64 else L[4], L[5]
+        )
 
     def _live(self, L, by_ts, v):
         if by_ts:
@@ -301,8 +382,12 @@ class PyReplay:
         return L[2] <= v < L[3]
 
     def select(self, by_ts: bool, value: int, device=None) -> list[Alloc]:
-        return [self._alloc(L) for L in self.lives if self._live(L, by_ts, value)
-                and (device is None or self.traces[L[0]].events[L[1]][DEV] == device)]
+        return [
+            self._alloc(L)
+            for L in self.lives
+            if self._live(L, by_ts, value)
+            and (device is None or self.traces[L[0]].events[L[1]][DEV] == device)
+        ]
 
     def groups(self, by_ts: bool, value: int, device=None) -> Groups:
         return Groups.of(self.select(by_ts, value, device))

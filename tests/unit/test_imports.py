@@ -1,0 +1,188 @@
+"""The floors of the Python package, checked on its import graph (docs/ARCHITECTURE.md).
+
+Every import in cudatrace/ (at module level and inside functions) is read with `ast` and
+resolved to the module it loads. The test fails on any import that loads nothing of the package
+(a stale path), on any cycle, and on any import that breaks the rules:
+
+    leaves (units, procfs, nvml, native, progress)  nothing from a subpackage
+    symbols/                                       nothing else of cudatrace
+    record/                                        never analyze/, present/, symbols/
+    analyze/                                       never record/, present/
+    present/                                       never record/, nor the command line
+    and nothing imports the command line but __main__.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import cudatrace
+from cudatrace import cli
+from cudatrace.analyze import sites
+
+PKG = Path(cudatrace.__file__).resolve().parent
+LEAVES = {"units", "procfs", "nvml", "native", "progress"}
+MAX_LINES = 900
+# the one-file symbolizer that issue 9 turns into the symbols/ package (another branch)
+TOO_LONG_FOR_NOW = {"cudatrace.symbols"}
+
+# floor -> floors it must never import
+FORBIDDEN = {
+    "leaf": {"record", "analyze", "present", "symbols", "cli", "demo"},
+    "symbols": {"leaf", "root", "record", "analyze", "present", "cli", "demo"},
+    "record": {"analyze", "present", "symbols", "cli", "demo"},
+    "analyze": {"record", "present", "cli", "demo"},
+    "present": {"record", "cli", "demo"},
+    "demo": {"cli"},
+    "__main__": set(),
+    "root": {"leaf", "record", "analyze", "present", "symbols", "cli", "demo"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+
+
+def floor(mod: str) -> str:
+    parts = mod.split(".")
+    if len(parts) == 1:
+        return "root"
+    top = parts[1]
+    if top in LEAVES:
+        return "leaf"
+    if top in ("record", "analyze", "present", "symbols", "cli", "demo", "__main__"):
+        return top
+    return "root"
+
+
+def imports_of(mod: str) -> list[tuple[int, str]]:
+    """(line, module loaded) for every import of the package in mod."""
+    path = MODULES[mod]
+    is_pkg = path.name == "__init__.py"
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [
+                (node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "cudatrace"
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if target.split(".")[0] != "cudatrace":
+                continue
+            for a in node.names:  # `from pkg import module` loads the module
+                sub = f"{target}.{a.name}"
+                out.append((node.lineno, sub if sub in MODULES else target))
+    return out
+
+
+GRAPH = {mod: imports_of(mod) for mod in MODULES}
+
+
+def test_every_import_loads_a_module_of_the_package():
+    broken = [
+        f"{MODULES[m].relative_to(PKG.parent)}:{line}: {t}"
+        for m, edges in GRAPH.items()
+        for line, t in edges
+        if t not in MODULES
+    ]
+    assert not broken, "imports of nothing:\n" + "\n".join(broken)
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index, low, stack, on, out = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def breaches(graph: dict[str, list[tuple[int, str]]]) -> list[str]:
+    """'module:line: floor imports target (floor)' for each import against the floors."""
+    bad = []
+    for m, edges in graph.items():
+        f = floor(m)
+        for line, t in edges:
+            tf = floor(t)
+            if tf == f and f != "root":
+                continue
+            if tf in FORBIDDEN.get(f, set()) or (tf == "cli" and f != "__main__"):
+                bad.append(f"{m}:{line}: {f} imports {t} ({tf})")
+    return bad
+
+
+def test_no_cycle():
+    edges = {m: {t for _, t in GRAPH[m] if t in MODULES and t != m} for m in MODULES}
+    found = cycles(edges)
+    assert not found, f"import cycles: {found}"
+
+
+def test_floors():
+    bad = breaches(GRAPH)
+    assert not bad, "imports that break the floors:\n" + "\n".join(bad)
+
+
+def test_the_checks_catch_breaches():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+    fake = {
+        "cudatrace.record.launcher": [(3, "cudatrace.analyze.model"), (4, "cudatrace.units")],
+        "cudatrace.units": [(5, "cudatrace.record.budget")],
+        "cudatrace.symbols": [(6, "cudatrace.native")],
+        "cudatrace.present.report": [
+            (7, "cudatrace.record.ledger"),
+            (8, "cudatrace.cli"),
+            (9, "cudatrace.analyze.sites"),
+        ],
+        "cudatrace.analyze.model": [(10, "cudatrace.present.text"), (11, "cudatrace.symbols")],
+        "cudatrace.__main__": [(12, "cudatrace.cli")],
+    }
+    assert [b.split(":")[1] for b in breaches(fake)] == ["3", "5", "6", "7", "8", "10"]
+
+
+@pytest.mark.parametrize("mod", sorted(MODULES))
+def test_module_size(mod):
+    if mod in TOO_LONG_FOR_NOW:
+        pytest.skip(f"{mod} is being split into a package (issue 9)")
+    n = len(MODULES[mod].read_text().splitlines())
+    assert n <= MAX_LINES, f"{mod}: {n} lines (at most {MAX_LINES}: split it by job)"
+
+
+def test_cli_groupings_are_the_analysis():
+    assert cli.GROUPINGS == sites.GROUPINGS
