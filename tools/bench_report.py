@@ -2,7 +2,7 @@
 """Benchmark: read + replay + report a synthetic trace of many events (default 10 million).
 
     python3 tools/bench_report.py                   # 10M events over 4 processes, 2 devices
-    python3 tools/bench_report.py --events 1000000 --procs 1 --backend python
+    python3 tools/bench_report.py --events 1000000 --procs 1 --backend python   # the oracle
 
 The trace directory is generated once with tests/support/tracegen.py (the same layouts as the shim)
 and cached under /tmp/cudatrace-bench-report/<events>-<procs>/ (about 72 bytes per event).

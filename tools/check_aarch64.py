@@ -2,7 +2,7 @@
 
 Builds the preload library, the simulated driver and the route programs with
 aarch64-linux-gnu-gcc, runs them under qemu-aarch64 with the shim preloaded, and checks each
-trace the way tests/test_routes.py does: one event per printed call, same API, size, pointer and
+trace the way tests/integration/test_routes.py does: one event per printed call, same API, size, pointer and
 result, stacks present and landing in the calling function. The trace is read by the (x86-64)
 Python reader: the format is the same on both architectures.
 

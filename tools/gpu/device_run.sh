@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for a CUDA machine: build the shim, then run what is named.
 #   tools/gpu/device_run.sh OUTDIR [suite] [demo] [bench] [report-bench]
-# suite: tests/test_gpu.py (summary lines in OUTDIR/gpu-suite.jsonl, log in gpu-suite.log)
+# suite: tests/gpu/test_gpu.py (summary lines in OUTDIR/gpu-suite.jsonl, log in gpu-suite.log)
 # demo:  `cudatrace demo` on the real device (log in demo.log)
 # bench: tools/bench_overhead.py (OUTDIR/bench/results.{md,json})
 set -u
@@ -15,7 +15,7 @@ for what in "$@"; do
   case $what in
     suite)
       CUDATRACE_GPU_SUMMARY=$OUT/gpu-suite.jsonl timeout "${SUITE_TIMEOUT:-420}" \
-        python3 -m pytest tests/test_gpu.py -v -s -rs -p no:cacheprovider ${SUITE_ARGS:-} \
+        python3 -m pytest tests/gpu -v -s -rs -p no:cacheprovider ${SUITE_ARGS:-} \
         >"$OUT/gpu-suite.log" 2>&1
       echo "suite exit $?"
       grep -E "PASSED|FAILED|SKIPPED|ERROR| passed| failed" "$OUT/gpu-suite.log" | tail -20 ;;

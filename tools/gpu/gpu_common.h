@@ -1,7 +1,7 @@
 /* gpu_common.h - helpers shared by the GPU-suite programs (tools/gpu).
  *
  * Every program prints machine-readable lines on stdout, one fact per line, which
- * tests/test_gpu.py compares against the trace:
+ * tests/gpu/test_gpu.py compares against the trace:
  *
  *   alloc RTAPI SIZE PTR     an allocation the program made (RTAPI: the call it used)
  *   free RTAPI PTR           a free

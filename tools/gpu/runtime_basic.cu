@@ -2,7 +2,7 @@
  *
  * Built three ways by build.sh: static runtime (nvcc's default), shared runtime
  * (--cudart shared) and static with --default-stream per-thread (the _ptsz driver variants).
- * Prints what it did (gpu_common.h) so tests/test_gpu.py can check that every allocation and
+ * Prints what it did (gpu_common.h) so tests/gpu/test_gpu.py can check that every allocation and
  * free appears in the trace exactly once, with the right driver API, size and pointer.
  *
  * Usage: runtime_basic [--threads N] [--pairs N]     (defaults 8 threads x 200 pairs of 1 MiB)

@@ -1,4 +1,4 @@
-"""PyTorch allocations of known sizes, from named functions (GPU suite, tests/test_gpu.py).
+"""PyTorch allocations of known sizes, from named functions (GPU suite, tests/gpu/test_gpu.py).
 
 Run with the default caching allocator (cudaMalloc -> cuMemAlloc_v2, one call per segment) and
 with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (cuMemCreate + cuMemMap). Prints one JSON
