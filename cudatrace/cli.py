@@ -8,6 +8,7 @@ command has ended; these deferred imports are there for start-up time, not to do
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -237,8 +238,6 @@ def status(group, as_json):
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
     --budget` trees). Reads the ledgers through the same C code the preload library uses.
     """
-    import json
-
     from .present.status import render_status
     from .record.ledger import LedgerError, status_json
 
