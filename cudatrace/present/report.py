@@ -17,13 +17,13 @@ from .text import percent, plural, secs_text, size_text, table
 CONTEXT_SITES = 5          # sites whose call stacks are listed
 
 
+# ---- text ----------------------------------------------------------------------------------
+
 def driver_text(v) -> str:
     if isinstance(v, int) and v >= 1000:
         return "CUDA %d.%d (%d)" % (v // 1000, (v % 1000) // 10, v)
     return str(v)
 
-
-# ---- text ----------------------------------------------------------------------------------
 
 def _frame_label(d: dict, with_module: bool = True) -> str:
     f = SFrame(d["module"], d["function"], d["file"], d["line"], d["address"], d.get("offset", 0),
