@@ -6,7 +6,8 @@
 #include <stddef.h>
 #include <pthread.h>
 #include "cuda_abi.h"
-#include "layout.h"
+#include "trace_format.h"
+#include "ledger.h"
 
 #define CT_EXPORT __attribute__((visibility("default")))
 #define CT_TLS __thread __attribute__((tls_model("initial-exec")))

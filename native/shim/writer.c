@@ -4,7 +4,7 @@
  * that was published, and the hot path makes no syscall. The file grows in chunks of
  * CT_CHUNK_SIZE (fallocate'd, so a full disk is an error here, never a SIGBUS in the target).
  * A record is reserved under a process-local mutex (a few instructions), filled outside it, and
- * published by one release store of its 8-byte header (layout.h describes the format).
+ * published by one release store of its 8-byte header (trace_format.h describes the format).
  */
 #include "shim.h"
 

@@ -1,5 +1,5 @@
 /* ledger.c - the budget ledger: lock-free accounting of device memory shared by the processes of
- * a budget group (layout and API: layout.h, between LEDGER-BEGIN and LEDGER-END).
+ * a budget group (layout and API: ledger.h).
  *
  * Compiled into the preload library (hidden) and the tools library (used by Python through cffi),
  * so the shim and `cudatrace status` read the ledger with the same code.
@@ -29,14 +29,14 @@
  * from the one recorded at join (the pid was reused). Members of another pid namespace (their
  * /proc/self/ns/pid inode differs) are never judged: they are counted as alive.
  *
- * Atomics are the GCC/Clang __atomic builtins on the plain fixed-width fields of layout.h (the
+ * Atomics are the GCC/Clang __atomic builtins on the plain fixed-width fields of ledger.h (the
  * operations <stdatomic.h> is built on), since the layout is shared with cffi and cannot use
  * _Atomic types.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "layout.h"
+#include "ledger.h"
 
 #include <errno.h>
 #include <fcntl.h>
