@@ -3,7 +3,13 @@
  * Objects loaded later (dlopen) are picked up the first time a new stack frame falls outside
  * every known module. Also: a cold-path symbol lookup for one-line messages (budget denials).
  */
-#include "shim.h"
+#include "modules.h"
+
+#include <pthread.h>
+
+#include "trace_format.h"
+#include "util.h"
+#include "writer.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -211,12 +217,13 @@ static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t ou
             }
             if (best) {
                 typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
-                demangle_fn dm = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+                ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
+                demangle_fn dm = ds ? (demangle_fn)ds(RTLD_DEFAULT, "__cxa_demangle") : NULL;
                 int status = -1;
                 char *d = dm && best[0] == '_' && best[1] == 'Z' ? dm(best, NULL, NULL, &status) : NULL;
                 ct_strlcpy(out, d && status == 0 ? d : best, outlen);
                 if (d) {
-                    void (*fr)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "free");
+                    void (*fr)(void *) = (void (*)(void *))ds(RTLD_DEFAULT, "free");
                     if (fr) fr(d);
                 }
                 *sym_off = want - best_val;

@@ -1,128 +1,34 @@
-/* shim.c - the interposer: entry points, wrappers and the budget on the allocation path.
- *
- * Routes into the driver, all reaching the same wrappers (generated from hooks.def):
- *   1. exported driver symbols (programs linked with -lcuda, through their PLT);
- *   2. dlsym(handle, "cuMemAlloc_v2"...): we return the wrapper, keeping the real pointer;
- *   3. cuGetProcAddress[_v2] (how the static and shared CUDA runtimes reach the driver): after
- *      the real call succeeds we hand back the wrapper of exactly the ABI variant asked for
- *      (base name + cudaVersion + per-thread flag), one real pointer per variant.
+/* shim.c - the interposer's wrappers (generated from hooks.def), the protocol of one hooked
+ * call (enter, budget check, real call, event, leave), the opening records of a trace, and the
+ * lifecycle (load, fork, exit). How calls reach the wrappers: route.h.
  * Runtime (cuda*) hooks only tag the driver events that happen inside them, so each allocation
  * is counted once, at the driver layer. A thread-local depth guard makes nested driver calls
  * pass straight through. With CUDATRACE_DIR unset the shim is pure pass-through.
  */
-#include "shim.h"
-
-#include <dlfcn.h>
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
 
-typedef struct { size_t width, height, depth; } CT_EXTENT3D;   /* cudaExtent */
+#include "budget.h"
+#include "cuda_abi.h"
+#include "modules.h"
+#include "route.h"
+#include "stacks.h"
+#include "trace_format.h"
+#include "util.h"
+#include "writer.h"
 
-struct ct_config ct_cfg;
 
-/* ---- small helpers ---------------------------------------------------------------------- */
-uint64_t ct_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+static CT_TLS int tls_depth;       /* >0: inside a wrapper, nested calls pass through */
+static CT_TLS uint16_t tls_rt_api; /* runtime API in progress on this thread */
 
-static CT_TLS uint32_t tls_tid;
-static CT_TLS int tls_depth;          /* >0: inside a wrapper, nested calls pass through */
-static CT_TLS uint16_t tls_rt_api;    /* runtime API in progress on this thread */
-
-uint32_t ct_gettid(void)
-{
-    if (!tls_tid)
-        tls_tid = (uint32_t)syscall(SYS_gettid);
-    return tls_tid;
-}
-
-size_t ct_strlcpy(char *dst, const char *src, size_t n)
-{
-    size_t l = 0;
-    if (!n)
-        return 0;
-    while (src && src[l] && l + 1 < n) {
-        dst[l] = src[l];
-        l++;
-    }
-    dst[l] = 0;
-    return l;
-}
-
-void ct_fmt_u64(char *out, uint64_t v)
-{
-    char tmp[24];
-    int n = 0;
-    do {
-        tmp[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v);
-    for (int i = 0; i < n; i++)
-        out[i] = tmp[n - 1 - i];
-    out[n] = 0;
-}
-
-void ct_fmt_hex(char *out, uint64_t v)
-{
-    char tmp[20];
-    int n = 0;
-    do {
-        tmp[n++] = "0123456789abcdef"[v & 15];
-        v >>= 4;
-    } while (v);
-    out[0] = '0';
-    out[1] = 'x';
-    for (int i = 0; i < n; i++)
-        out[2 + i] = tmp[n - 1 - i];
-    out[2 + n] = 0;
-}
-
-void ct_fmt_bytes(char *out, uint64_t v)
-{
-    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    int u = 0;
-    uint64_t scale = 1;
-    while (u < 4 && v >= scale * 1024) {
-        scale *= 1024;
-        u++;
-    }
-    uint64_t whole = v / scale, frac = (v % scale) * 100 / scale;
-    ct_fmt_u64(out, whole);
-    size_t l = strlen(out);
-    if (u > 0) {
-        out[l++] = '.';
-        out[l++] = (char)('0' + frac / 10);
-        out[l++] = (char)('0' + frac % 10);
-    }
-    out[l++] = ' ';
-    ct_strlcpy(out + l, units[u], 8);
-}
-
-void ct_log(const char *a, const char *b, const char *c, const char *d)
-{
-    char line[1024];
-    size_t l = ct_strlcpy(line, "cudatrace: ", sizeof line);
-    const char *parts[4] = {a, b, c, d};
-    for (int i = 0; i < 4; i++)
-        if (parts[i] && l < sizeof line - 2)
-            l += ct_strlcpy(line + l, parts[i], sizeof line - 1 - l);
-    line[l++] = '\n';
-    ssize_t r = write(2, line, l);
-    (void)r;
-}
-
+/* ---- expressions of hooks.def -------------------------------------------------------------- */
 static inline uint64_t ct_round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 static uint64_t ct_array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *d)
@@ -148,276 +54,18 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
     return total;
 }
 
-/* ---- the real dlsym, obtained per glibc version and architecture --------------------- */
-typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym;
-
-static dlsym_fn get_real_dlsym(void)
-{
-    dlsym_fn f = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
-    if (f)
-        return f;
-    static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", NULL};
-    for (int i = 0; versions[i] && !f; i++)
-        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
-    __atomic_store_n(&real_dlsym, f, __ATOMIC_RELEASE);
-    return f;
-}
-
-/* ---- tables derived from hooks.def ------------------------------------------------------ */
 #define CT_OUT(p) ((p) ? (uint64_t)*(p) : 0)
 #define CT_OUTP(p) ((p) ? (uint64_t)(uintptr_t)*(p) : 0)
-
-enum {
-#define CT_DRIVER(ID, ...) CT_SLOT_##ID, CT_SLOT_##ID##_ptsz,
-#define CT_RUNTIME(ID, ...) CT_SLOT_##ID,
-#define CT_NVML(ID, ...) CT_SLOT_##ID,
-#include "hooks.def"
-#undef CT_DRIVER
-#undef CT_RUNTIME
-#undef CT_NVML
-    CT_SLOT_cuGetProcAddress,
-    CT_SLOT_cuGetProcAddress_v2,
-    CT_NSLOTS
-};
-
-enum {
-    CT_API_NONE = 0,
-#define CT_DRIVER(ID, ...) CT_API_##ID,
-#define CT_RUNTIME(ID, ...) CT_API_##ID,
-#define CT_NVML(ID, ...) CT_API_##ID,
-#include "hooks.def"
-#undef CT_DRIVER
-#undef CT_RUNTIME
-#undef CT_NVML
-    CT_API_COUNT
-};
-
-static const char *const slot_names[CT_NSLOTS] = {
-#define CT_DRIVER(ID, ...) #ID, #ID "_ptsz",
-#define CT_RUNTIME(ID, ...) #ID,
-#define CT_NVML(ID, ...) #ID,
-#include "hooks.def"
-#undef CT_DRIVER
-#undef CT_RUNTIME
-#undef CT_NVML
-    "cuGetProcAddress",
-    "cuGetProcAddress_v2",
-};
-
-static void *real_ptr[CT_NSLOTS];
-static void *cuda_handle;       /* libcuda as the program opened it */
-static void *nvml_handle;
-
-static void *resolve_slot(int slot)
-{
-    dlsym_fn ds = get_real_dlsym();
-    if (!ds)
-        return NULL;
-    const char *name = slot_names[slot];
-    void *p = ds(RTLD_NEXT, name);
-    if (!p && cuda_handle && name[0] == 'c')
-        p = ds(cuda_handle, name);
-    if (!p && nvml_handle && name[0] == 'n')
-        p = ds(nvml_handle, name);
-    if (!p && name[0] == 'c' && name[1] == 'u' && name[2] != 'd') {
-        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-        if (h)
-            p = ds(h, name);
-    }
-    if (p)
-        __atomic_store_n(&real_ptr[slot], p, __ATOMIC_RELEASE);
-    return p;
-}
-
-static inline void *ct_real(int slot)
-{
-    void *p = __atomic_load_n(&real_ptr[slot], __ATOMIC_ACQUIRE);
-    return p ? p : resolve_slot(slot);
-}
-
-/* a driver entry point the shim itself calls (not hooked): through the program's libcuda */
-static void *driver_sym(const char *name)
-{
-    dlsym_fn ds = get_real_dlsym();
-    void *p = NULL;
-    if (!ds)
-        return NULL;
-    if (cuda_handle)
-        p = ds(cuda_handle, name);
-    if (!p) {
-        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-        if (h)
-            p = ds(h, name);
-    }
-    return p;
-}
 
 static int current_device(void)
 {
     static CUresult (*get_dev)(CUdevice *);
     if (!get_dev)
-        get_dev = (CUresult(*)(CUdevice *))driver_sym("cuCtxGetDevice");
+        get_dev = (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice");
     CUdevice d = -1;
     if (!get_dev || get_dev(&d) != CUDA_SUCCESS)
         return -1;
     return d;
-}
-
-/* ---- budget: the ledger shared by a process tree or a named group ---------------------- */
-static ct_ledger *ledger;
-
-static int device_integrated(int dev)
-{
-    static int8_t known[CT_LEDGER_MAX_DEVICES];   /* 0 unknown, 1 no, 2 yes */
-    if (dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
-        return 0;
-    if (!known[dev]) {
-        CUresult (*attr)(int *, int, CUdevice) =
-            (CUresult(*)(int *, int, CUdevice))driver_sym("cuDeviceGetAttribute");
-        int v = 0;
-        if (attr && attr(&v, CU_DEVICE_ATTRIBUTE_INTEGRATED, dev) == CUDA_SUCCESS)
-            known[dev] = v ? 2 : 1;
-        else
-            return 0;
-    }
-    return known[dev] == 2;
-}
-
-static int counted(int kind, int dev)
-{
-    switch (kind) {
-    case CT_KIND_HOST:
-        return ct_cfg.count_host > 0 || (ct_cfg.count_host == 0 && device_integrated(dev));
-    case CT_KIND_IMPORT:
-    case CT_KIND_NONE:
-        return 0;
-    default:
-        return 1;
-    }
-}
-
-/* live counted allocations of this process: (space, address) -> bytes, device.
- * Only used with a budget, to give bytes back on free. */
-#define ATAB_BITS 20
-#define ATAB_SIZE (1u << ATAB_BITS)
-struct aent {
-    uint64_t addr;       /* 0 empty, 1 tombstone */
-    uint64_t size;
-    uint64_t handle;     /* CT_SPACE_MAPPING: the VMM handle mapped there */
-    int32_t dev;
-    int32_t space;
-    int32_t maps;        /* VMM handle: live mappings */
-    int32_t released;    /* VMM handle: cuMemRelease seen, memory stays until the last unmap */
-};
-/* a pseudo address space for VMM mappings (address -> handle), never written to traces */
-#define CT_SPACE_MAPPING 100
-static struct aent *atab;
-static uint32_t atab_used;
-static pthread_mutex_t atab_mu = PTHREAD_MUTEX_INITIALIZER;
-
-static uint32_t ahash(uint64_t a, int space)
-{
-    uint64_t h = (a ^ ((uint64_t)space << 56)) * 0x9E3779B97F4A7C15ull;
-    return (uint32_t)(h >> (64 - ATAB_BITS));
-}
-
-/* with atab_mu held: the entry of (addr, space), or NULL */
-static struct aent *atab_find(uint64_t addr, int space)
-{
-    if (!atab || addr < 2)
-        return NULL;
-    uint32_t i = ahash(addr, space);
-    while (atab[i].addr != 0) {
-        if (atab[i].addr == addr && atab[i].space == space)
-            return &atab[i];
-        i = (i + 1) & (ATAB_SIZE - 1);
-    }
-    return NULL;
-}
-
-static int atab_insert(uint64_t addr, int space, uint64_t size, int dev, uint64_t handle)
-{
-    if (addr < 2)
-        return 0;
-    pthread_mutex_lock(&atab_mu);
-    if (!atab) {
-        void *m = mmap(NULL, sizeof(struct aent) * ATAB_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        atab = m == MAP_FAILED ? NULL : m;
-    }
-    int ok = 0;
-    if (atab && atab_used < ATAB_SIZE - ATAB_SIZE / 8) {
-        uint32_t i = ahash(addr, space);
-        while (atab[i].addr > 1)
-            i = (i + 1) & (ATAB_SIZE - 1);
-        if (atab[i].addr == 0)
-            atab_used++;
-        atab[i] = (struct aent){addr, size, handle, dev, space, 0, 0};
-        ok = 1;
-    }
-    pthread_mutex_unlock(&atab_mu);
-    return ok;
-}
-
-/* A free: the bytes to give back now (0 if none, or if a VMM handle is still mapped). */
-static int atab_free(uint64_t addr, int space, uint64_t *size, int *dev)
-{
-    int ok = 0;
-    pthread_mutex_lock(&atab_mu);
-    struct aent *e = atab_find(addr, space);
-    if (e) {
-        *size = e->size;
-        *dev = e->dev;
-        if (space == CT_SPACE_VMM && e->maps > 0) {
-            e->released = 1;          /* physical memory lives until its last mapping goes */
-        } else {
-            e->addr = 1;
-            ok = 1;
-        }
-    }
-    pthread_mutex_unlock(&atab_mu);
-    return ok;
-}
-
-static void atab_map(uint64_t ptr, uint64_t size, uint64_t handle)
-{
-    pthread_mutex_lock(&atab_mu);
-    struct aent *h = atab_find(handle, CT_SPACE_VMM);
-    if (h)
-        h->maps++;
-    pthread_mutex_unlock(&atab_mu);
-    if (h)
-        atab_insert(ptr, CT_SPACE_MAPPING, size, 0, handle);
-}
-
-/* cuMemUnmap(ptr, size) may cover several mappings; handles released earlier give their bytes
- * back when their last mapping goes. */
-static void atab_unmap(uint64_t ptr, uint64_t size)
-{
-    uint64_t cur = ptr, end = ptr + size;
-    for (int guard = 0; cur < end && guard < 4096; guard++) {
-        uint64_t give = 0, msize = 0;
-        int dev = 0;
-        pthread_mutex_lock(&atab_mu);
-        struct aent *m = atab_find(cur, CT_SPACE_MAPPING);
-        if (m) {
-            msize = m->size;
-            struct aent *h = atab_find(m->handle, CT_SPACE_VMM);
-            m->addr = 1;
-            if (h && --h->maps <= 0 && h->released) {
-                give = h->size;
-                dev = h->dev;
-                h->addr = 1;
-            }
-        }
-        pthread_mutex_unlock(&atab_mu);
-        if (!m || !msize)
-            break;
-        if (give)
-            ct_ledger_release(ledger, dev, give);
-        cur += msize;
-    }
 }
 
 /* ---- one hooked call ------------------------------------------------------------------ */
@@ -499,8 +147,6 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
 
 static inline void ct_leave(void) { tls_depth--; }
 
-static const char *api_name(uint16_t api);
-
 static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, const char *verdict)
 {
     char line[1400], num[48], site[600];
@@ -510,10 +156,10 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     else
         ct_strlcpy(site, "unknown call site (stacks off: --stack-depth 0)", sizeof site);
     size_t l = ct_strlcpy(line, "cudatrace: budget exceeded: ", sizeof line);
-    l += ct_strlcpy(line + l, api_name(c->api), sizeof line - l);
+    l += ct_strlcpy(line + l, ct_api_name(c->api), sizeof line - l);
     if (tls_rt_api) {
         l += ct_strlcpy(line + l, " (", sizeof line - l);
-        l += ct_strlcpy(line + l, api_name(tls_rt_api), sizeof line - l);
+        l += ct_strlcpy(line + l, ct_api_name(tls_rt_api), sizeof line - l);
         l += ct_strlcpy(line + l, ")", sizeof line - l);
     }
     l += ct_strlcpy(line + l, " of ", sizeof line - l);
@@ -542,12 +188,13 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
 /* before the real call: reserve against the budget. 0: denied, c->result holds the answer */
 static int ct_pre(struct ct_call *c)
 {
+    ct_ledger *ledger = ct_budget_ledger;
     if (!ledger || !c->reserve)
         return 1;
     if (c->dev < 0)
         c->dev = current_device();
     int dev = c->dev < 0 ? 0 : c->dev;
-    if (!counted(c->kind, dev))
+    if (!ct_budget_counted(c->kind, dev))
         return 1;
     uint64_t in_use = 0, limit = 0;
     int r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
@@ -556,7 +203,7 @@ static int ct_pre(struct ct_call *c)
         return 1;
     }
     if (r < 0)
-        return 1;         /* not a member (slots full) or a bad device: cannot enforce, pass */
+        return 1; /* not a member (slots full) or a bad device: cannot enforce, pass */
     c->stack = ct_stack_capture(c->cfa);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
@@ -582,8 +229,10 @@ static int ct_pre(struct ct_call *c)
     return 0;
 }
 
+/* after the real call: settle the budget (with one), then the event */
 static void ct_post(struct ct_call *c)
 {
+    ct_ledger *ledger = ct_budget_ledger;
     if (c->op == CT_OP_ALLOC && c->reserved) {
         int dev = c->dev < 0 ? 0 : c->dev;
         if (c->result != CUDA_SUCCESS) {
@@ -593,19 +242,19 @@ static void ct_post(struct ct_call *c)
                 ct_ledger_force(ledger, dev, c->size - c->reserve);
             else if (c->size < c->reserve)
                 ct_ledger_release(ledger, dev, c->reserve - c->size);
-            if (!atab_insert(c->addr, c->space, c->size, dev, 0))
-                ct_ledger_release(ledger, dev, c->size);   /* cannot track it: never leak budget */
+            if (!ct_budget_track(c->addr, c->space, c->size, dev))
+                ct_ledger_release(ledger, dev, c->size); /* cannot track it: never leak budget */
         }
     } else if (c->op == CT_OP_FREE && ledger && c->result == CUDA_SUCCESS) {
         uint64_t size = 0;
         int dev = 0;
-        if (atab_free(c->addr, c->space, &size, &dev))
+        if (ct_budget_untrack(c->addr, c->space, &size, &dev))
             ct_ledger_release(ledger, dev, size);
         c->size = size;
     } else if (c->op == CT_OP_MAP && ledger && c->result == CUDA_SUCCESS) {
-        atab_map(c->addr, c->size, c->aux);
+        ct_budget_map(c->addr, c->size, c->aux);
     } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
-        atab_unmap(c->addr, c->size);
+        ct_budget_unmap(c->addr, c->size);
     }
     if (c->dev < 0)
         c->dev = current_device();
@@ -625,22 +274,15 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
     c->aux2 = rt;
     c->addr = rf;
     c->dev = current_device();
-    if (ledger && ct_cfg.virtualize && c->dev >= 0) {
-        uint64_t limit = ct_ledger_limit(ledger, c->dev);
-        if (limit) {
-            uint64_t in_use = ct_ledger_in_use(ledger, c->dev);
-            uint64_t vt = rt && rt < limit ? rt : limit;
-            uint64_t vf = in_use < vt ? vt - in_use : 0;
-            if (free_out && vf > rf)
-                vf = rf;
-            if (free_out)
-                *free_out = vf;
-            if (total_out)
-                *total_out = vt;
-            c->flags |= CT_EF_VIRTUALIZED;
-            c->addr = vf;
-            return vt;
-        }
+    uint64_t vt = rt, vf = rf;
+    if (ct_budget_virtualize(c->dev, &vt, &vf, free_out != NULL)) {
+        if (free_out)
+            *free_out = vf;
+        if (total_out)
+            *total_out = vt;
+        c->flags |= CT_EF_VIRTUALIZED;
+        c->addr = vf;
+        return vt;
     }
     return rt;
 }
@@ -659,7 +301,7 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         c.cfa = CT_CFA();                                                                      \
         c.reserve = (uint64_t)(RESERVE);                                                       \
         c.dev = (DEV);                                                                         \
-        if (c.reserve && !ct_pre(&c)) {                                                        \
+        if (c.reserve && ct_budget_on() && !ct_pre(&c)) {                                      \
             ct_leave();                                                                        \
             return c.result;                                                                   \
         }                                                                                      \
@@ -681,7 +323,7 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
                   AUX2, DEV)                                                                     \
     CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS,  \
                                                 RESERVE, SIZE, ADDR, AUX, AUX2, DEV)              \
-    __attribute__((unused)) static CUresult ct_ptsz_##ID PROTO                                    \
+    CUresult ct_ptsz_##ID PROTO                                    \
         CT_WRAPPER_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND, SPACE, PROTO, ARGS,        \
                         RESERVE, SIZE, ADDR, AUX, AUX2, DEV)                                       \
     CT_PTSZ_EXPORT_##PTSZ(ID)
@@ -707,12 +349,8 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
 /* ---- NVML memory queries -------------------------------------------------------------- */
 static int nvml_index(nvmlDevice_t d)
 {
-    nvmlReturn_t (*get_index)(nvmlDevice_t, unsigned *) = NULL;
-    dlsym_fn ds = get_real_dlsym();
-    if (ds && nvml_handle)
-        get_index = (nvmlReturn_t(*)(nvmlDevice_t, unsigned *))ds(nvml_handle, "nvmlDeviceGetIndex");
-    if (!get_index && ds)
-        get_index = (nvmlReturn_t(*)(nvmlDevice_t, unsigned *))ds(RTLD_NEXT, "nvmlDeviceGetIndex");
+    nvmlReturn_t (*get_index)(nvmlDevice_t, unsigned *) =
+        (nvmlReturn_t(*)(nvmlDevice_t, unsigned *))ct_nvml_sym("nvmlDeviceGetIndex");
     unsigned idx;
     if (!get_index || get_index(d, &idx) != NVML_SUCCESS)
         return -1;
@@ -723,16 +361,9 @@ static int nvml_index(nvmlDevice_t d)
 static int nvml_virtualize(int dev, unsigned long long *total, unsigned long long *free_,
                            unsigned long long *used)
 {
-    if (!ledger || !ct_cfg.virtualize || dev < 0)
+    uint64_t vt = *total, vf = *free_;
+    if (!ct_budget_virtualize(dev, &vt, &vf, 1))
         return 0;
-    uint64_t limit = ct_ledger_limit(ledger, dev);
-    if (!limit)
-        return 0;
-    uint64_t in_use = ct_ledger_in_use(ledger, dev);
-    uint64_t vt = *total && *total < limit ? *total : limit;
-    uint64_t vf = in_use < vt ? vt - in_use : 0;
-    if (vf > *free_)
-        vf = *free_;
     *total = vt;
     *free_ = vf;
     *used = vt - vf;
@@ -767,174 +398,6 @@ static int nvml_virtualize(int dev, unsigned long long *total, unsigned long lon
 CT_NVML_BODY(nvmlDeviceGetMemoryInfo, nvmlMemory_t)
 CT_NVML_BODY(nvmlDeviceGetMemoryInfo_v2, nvmlMemory_v2_t)
 
-/* ---- what each name maps to: the dlsym and cuGetProcAddress tables --------------------- */
-struct hook {
-    const char *sym;        /* exact exported name of this variant */
-    const char *base;       /* cuGetProcAddress name; NULL for runtime/NVML */
-    int minver;
-    int ptsz;
-    uint8_t layer, op, kind, space;
-    uint16_t api;
-    int slot;
-    void *wrap;
-    void *wrap_ptsz;
-};
-
-static const struct hook hooks[] = {
-#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, ...)                                  \
-    {#ID, BASE, MINVER, PTSZ, CT_LAYER_DRIVER, OP, KIND, SPACE, CT_API_##ID, CT_SLOT_##ID,         \
-     (void *)ID, (void *)ct_ptsz_##ID},
-#define CT_RUNTIME(ID, ...)                                                                      \
-    {#ID, NULL, 0, 0, CT_LAYER_RUNTIME, CT_OP_NONE, 0, 0, CT_API_##ID, CT_SLOT_##ID, (void *)ID, NULL},
-#define CT_NVML(ID, ...)                                                                         \
-    {#ID, NULL, 0, 0, CT_LAYER_NVML, CT_OP_MEMINFO, 0, 0, CT_API_##ID, CT_SLOT_##ID, (void *)ID, NULL},
-#include "hooks.def"
-#undef CT_DRIVER
-#undef CT_RUNTIME
-#undef CT_NVML
-};
-#define NHOOKS (sizeof hooks / sizeof hooks[0])
-
-static const char *api_name(uint16_t api)
-{
-    for (size_t i = 0; i < NHOOKS; i++)
-        if (hooks[i].api == api)
-            return hooks[i].sym;
-    return "?";
-}
-
-static void keep_real(int slot, void *p)
-{
-    void *expected = NULL;
-    __atomic_compare_exchange_n(&real_ptr[slot], &expected, p, 0, __ATOMIC_ACQ_REL,
-                                __ATOMIC_ACQUIRE);
-}
-
-CT_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags);
-CT_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
-                                       CUdriverProcAddressQueryResult *status);
-
-static int is_own_wrapper(void *p)
-{
-    if (p == (void *)cuGetProcAddress || p == (void *)cuGetProcAddress_v2)
-        return 1;
-    for (size_t i = 0; i < NHOOKS; i++)
-        if (p == hooks[i].wrap || (hooks[i].wrap_ptsz && p == hooks[i].wrap_ptsz))
-            return 1;
-    return 0;
-}
-
-/* dlsym(handle, name) found p: the wrapper to hand out instead, or p */
-static void *wrap_symbol(void *handle, const char *name, void *p)
-{
-    if (is_own_wrapper(p))
-        return p;
-    if (strcmp(name, "cuGetProcAddress") == 0 || strcmp(name, "cuGetProcAddress_v2") == 0) {
-        /* the handle the program reaches the driver through: the shim's own queries use it */
-        __atomic_store_n(&cuda_handle, handle, __ATOMIC_RELEASE);
-        int v2 = name[16] != 0;
-        keep_real(v2 ? CT_SLOT_cuGetProcAddress_v2 : CT_SLOT_cuGetProcAddress, p);
-        return v2 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
-    }
-    size_t n = strlen(name);
-    for (size_t i = 0; i < NHOOKS; i++) {
-        const struct hook *h = &hooks[i];
-        size_t l = strlen(h->sym);
-        if (strncmp(name, h->sym, l) != 0)
-            continue;
-        int exact = n == l, twin = h->ptsz && n == l + 5 && strcmp(name + l, "_ptsz") == 0;
-        if (!exact && !twin)
-            continue;
-        if (h->layer == CT_LAYER_DRIVER)
-            __atomic_store_n(&cuda_handle, handle, __ATOMIC_RELEASE);
-        else if (h->layer == CT_LAYER_NVML)
-            __atomic_store_n(&nvml_handle, handle, __ATOMIC_RELEASE);
-        keep_real(exact ? h->slot : h->slot + 1, p);
-        return exact ? h->wrap : h->wrap_ptsz;
-    }
-    return p;
-}
-
-/* cuGetProcAddress gave p for (symbol, version, flags): the wrapper of exactly that variant */
-static void *wrap_proc(const char *symbol, void *p, int ver, cuuint64_t flags)
-{
-    if (is_own_wrapper(p))
-        return p;
-    if (strcmp(symbol, "cuGetProcAddress") == 0) {
-        if (ver >= 12000) {
-            keep_real(CT_SLOT_cuGetProcAddress_v2, p);
-            return (void *)cuGetProcAddress_v2;
-        }
-        keep_real(CT_SLOT_cuGetProcAddress, p);
-        return (void *)cuGetProcAddress;
-    }
-    const struct hook *best = NULL;
-    for (size_t i = 0; i < NHOOKS; i++) {
-        const struct hook *h = &hooks[i];
-        if (h->base && strcmp(h->base, symbol) == 0 && h->minver <= ver &&
-            (!best || h->minver > best->minver))
-            best = h;
-    }
-    if (!best)
-        return p;                 /* not hooked, or an older ABI: the driver's own, unwrapped */
-    if (best->ptsz && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
-        keep_real(best->slot + 1, p);
-        return best->wrap_ptsz;
-    }
-    keep_real(best->slot, p);
-    return best->wrap;
-}
-
-CT_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
-                                       CUdriverProcAddressQueryResult *status)
-{
-    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
-    fn_t real = (fn_t)ct_real(CT_SLOT_cuGetProcAddress_v2);
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = real(symbol, pfn, ver, flags, status);
-    if (r == CUDA_SUCCESS && symbol && pfn && *pfn) {
-        pthread_once(&once, init_once);
-        *pfn = wrap_proc(symbol, *pfn, ver, flags);
-    }
-    return r;
-}
-
-CT_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int ver, cuuint64_t flags)
-{
-    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t);
-    fn_t real = (fn_t)ct_real(CT_SLOT_cuGetProcAddress);
-    if (!real)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    CUresult r = real(symbol, pfn, ver, flags);
-    if (r == CUDA_SUCCESS && symbol && pfn && *pfn) {
-        pthread_once(&once, init_once);
-        *pfn = wrap_proc(symbol, *pfn, ver, flags);
-    }
-    return r;
-}
-
-/* dlsym: RTLD_NEXT must keep meaning "after the caller", so that path is a plain tail call
- * (the real dlsym then sees the caller's return address, not ours). Optimized whatever CFLAGS
- * say, so the compiler emits that tail call even in a -O0 build. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define CT_TAILCALLS __attribute__((optimize("O2", "optimize-sibling-calls")))
-#else
-#define CT_TAILCALLS
-#endif
-CT_EXPORT CT_TAILCALLS void *dlsym(void *handle, const char *name)
-{
-    dlsym_fn ds = get_real_dlsym();
-    if (!ds)
-        return NULL;
-    if (handle == RTLD_NEXT || (name[0] != 'c' && name[0] != 'n'))
-        return ds(handle, name);
-    void *p = ds(handle, name);
-    if (!p)
-        return p;
-    return wrap_symbol(handle, name, p);
-}
-
 /* ---- the opening records of a trace file ------------------------------------------------ */
 static void write_info(const char *key, const char *value)
 {
@@ -942,7 +405,7 @@ static void write_info(const char *key, const char *value)
     ct_rec_write(CT_REC_INFO, &r, sizeof r, key, strlen(key) + 1, value, strlen(value) + 1);
 }
 
-void ct_write_preamble(void)
+static void write_preamble(void)
 {
     static char buf[32768];          /* under the writer lock: one user at a time */
     size_t l = 0;
@@ -974,8 +437,8 @@ void ct_write_preamble(void)
     nstr += argc;
     struct ct_rec_process p = {getpid(), getppid(), nstr, argc};
     ct_rec_write(CT_REC_PROCESS, &p, sizeof p, buf, l, NULL, 0);
-    for (size_t i = 0; i < NHOOKS; i++) {
-        const struct hook *h = &hooks[i];
+    for (size_t i = 0; i < ct_nhooks; i++) {
+        const struct ct_hook *h = &ct_hooks[i];
         struct ct_rec_api a = {h->api, h->layer, h->op, h->kind, h->space, (uint16_t)strlen(h->sym)};
         ct_rec_write(CT_REC_API, &a, sizeof a, h->sym, strlen(h->sym) + 1, NULL, 0);
     }
@@ -983,13 +446,13 @@ void ct_write_preamble(void)
     ct_fmt_u64(num, (uint64_t)ct_cfg.stack_depth);
     write_info("stack_depth", num);
     write_info("shim_version", CT_SHIM_VERSION);
-    if (ledger) {
+    if (ct_budget_ledger) {
         write_info("ledger", ct_cfg.ledger_path);
         write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"
                                 : ct_cfg.on_exceed == CT_EXCEED_ABORT ? "abort"
                                                                       : "fail");
         for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-            uint64_t lim = ct_ledger_limit(ledger, d);
+            uint64_t lim = ct_ledger_limit(ct_budget_ledger, d);
             if (lim) {
                 char key[32] = "budget.";
                 ct_fmt_u64(key + 7, (uint64_t)d);
@@ -998,7 +461,7 @@ void ct_write_preamble(void)
             }
         }
     }
-    CUresult (*ver)(int *) = (CUresult(*)(int *))driver_sym("cuDriverGetVersion");
+    CUresult (*ver)(int *) = (CUresult(*)(int *))ct_driver_sym("cuDriverGetVersion");
     int v = 0;
     if (ver && ver(&v) == CUDA_SUCCESS) {
         ct_fmt_u64(num, (uint64_t)v);
@@ -1007,88 +470,45 @@ void ct_write_preamble(void)
 }
 
 /* ---- load, fork, exit ------------------------------------------------------------------- */
-static void join_ledger(void)
-{
-    if (ledger && ct_ledger_join(ledger, getpid(), 0)   /* 0: it reads /proc itself */ < 0) {
-        ct_log("cannot join the budget ledger (all member slots taken): budget not enforced in pid ",
-               NULL, NULL, NULL);
-    }
-}
-
 static void atfork_prepare(void)
 {
     ct_stacks_atfork_prepare();
     ct_writer_atfork_prepare();
-    pthread_mutex_lock(&atab_mu);
+    ct_budget_atfork_prepare();
 }
 
 static void atfork_parent(void)
 {
-    pthread_mutex_unlock(&atab_mu);
+    ct_budget_atfork_parent();
     ct_writer_atfork_parent();
     ct_stacks_atfork_parent();
 }
 
 static void atfork_child(void)
 {
-    tls_tid = 0;
-    pthread_mutex_init(&atab_mu, NULL);
-    if (atab) {
-        munmap(atab, sizeof(struct aent) * ATAB_SIZE);   /* the parent's allocations, not ours */
-        atab = NULL;
-        atab_used = 0;
-    }
+    ct_tls_tid = 0;
     ct_writer_atfork_child();
     ct_stacks_reset();
     ct_modules_reset();
-    join_ledger();
+    ct_budget_atfork_child();
 }
 
-static long env_long(const char *name, long dflt)
-{
-    const char *s = getenv(name);
-    if (!s || !*s)
-        return dflt;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return *end ? dflt : v;
-}
+static void first_use(void) { pthread_once(&once, init_once); }
 
 static void init_once(void)
 {
-    get_real_dlsym();
-    const char *dir = getenv("CUDATRACE_DIR");
-    if (!dir || !*dir || strlen(dir) >= sizeof ct_cfg.dir)
+    ct_real_dlsym();
+    ct_route_set_first_use(first_use);
+    if (!ct_config_load())
         return;
-    ct_strlcpy(ct_cfg.dir, dir, sizeof ct_cfg.dir);
-    long depth = env_long("CUDATRACE_STACK_DEPTH", 64);
-    ct_cfg.stack_depth = depth < 0 ? 0 : depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : (int)depth;
-    ct_cfg.launcher_pid = (int)env_long("CUDATRACE_LAUNCHER_PID", 0);
-    /* the command the launcher started writes its file at once, so a run always shows whether
-     * the shim entered it; other processes only once they use CUDA */
-    ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();
-    ct_cfg.count_host = (int)env_long("CUDATRACE_COUNT_HOST", 0);
-    ct_cfg.virtualize = (int)env_long("CUDATRACE_VIRTUALIZE", 1);
-    const char *oe = getenv("CUDATRACE_ON_EXCEED");
-    ct_cfg.on_exceed = !oe ? CT_EXCEED_FAIL
-                       : strcmp(oe, "warn") == 0  ? CT_EXCEED_WARN
-                       : strcmp(oe, "abort") == 0 ? CT_EXCEED_ABORT
-                                                  : CT_EXCEED_FAIL;
-    const char *lp = getenv("CUDATRACE_LEDGER");
-    if (lp && *lp && strlen(lp) < sizeof ct_cfg.ledger_path) {
-        char err[256];
-        ct_strlcpy(ct_cfg.ledger_path, lp, sizeof ct_cfg.ledger_path);
-        ledger = ct_ledger_open(lp, 0, err, sizeof err);
-        if (!ledger)
-            ct_log("budget ledger unusable, budget NOT enforced in this process: ", err, NULL, NULL);
-        join_ledger();
-    }
+    ct_budget_init();
     ct_modules_init();
     if (ct_cfg.stack_depth > 0) {
         void *warm[4];
-        backtrace(warm, 4);       /* loads the unwinder now, not inside a CUDA call */
+        backtrace(warm, 4); /* loads the unwinder now, not inside a CUDA call */
         ct_stacks_init();
     }
+    ct_writer_set_preamble(write_preamble);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ct_cfg.active = 1;
     if (ct_cfg.eager)
@@ -1102,6 +522,5 @@ __attribute__((destructor)) static void ct_destructor(void)
     if (!ct_cfg.active)
         return;
     ct_writer_close(exit_status);
-    if (ledger)
-        ct_ledger_leave(ledger);
+    ct_budget_leave();
 }

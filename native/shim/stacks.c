@@ -6,7 +6,14 @@
  * open-addressing hash of (parent, ip) -> id. A per-thread cache of the last stack makes the
  * common case (the same call site in a loop) take no lock at all.
  */
-#include "shim.h"
+#include "stacks.h"
+
+#include <pthread.h>
+
+#include "modules.h"
+#include "trace_format.h"
+#include "util.h"
+#include "writer.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -106,10 +113,11 @@ static CT_TLS struct tcache *tcache;
 void ct_stacks_init(void)
 {
     void *h = dlopen("libgcc_s.so.1", RTLD_NOW);
-    if (h) {
-        p_Unwind_Backtrace = (int (*)(unwind_trace_fn, void *))dlsym(h, "_Unwind_Backtrace");
-        p_Unwind_GetIP = (uintptr_t(*)(struct _Unwind_Context *))dlsym(h, "_Unwind_GetIP");
-        p_Unwind_GetCFA = (uintptr_t(*)(struct _Unwind_Context *))dlsym(h, "_Unwind_GetCFA");
+    ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
+    if (h && ds) {
+        p_Unwind_Backtrace = (int (*)(unwind_trace_fn, void *))ds(h, "_Unwind_Backtrace");
+        p_Unwind_GetIP = (uintptr_t(*)(struct _Unwind_Context *))ds(h, "_Unwind_GetIP");
+        p_Unwind_GetCFA = (uintptr_t(*)(struct _Unwind_Context *))ds(h, "_Unwind_GetCFA");
     }
     if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
         p_Unwind_Backtrace = NULL;

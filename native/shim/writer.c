@@ -3,10 +3,17 @@
  * Why mmap: a record is in the page cache the moment it is copied, so a SIGKILL loses nothing
  * that was published, and the hot path makes no syscall. The file grows in chunks of
  * CT_CHUNK_SIZE (fallocate'd, so a full disk is an error here, never a SIGBUS in the target).
- * A record is reserved under a process-local mutex (a few instructions), filled outside it, and
- * published by one release store of its 8-byte header (trace_format.h describes the format).
+ * A record is reserved by one atomic add on the file position (no lock), filled, and published
+ * by one release store of its 8-byte header (trace_format.h describes the format). A mutex
+ * guards only opening, growing and closing the file.
  */
-#include "shim.h"
+#include "writer.h"
+
+#include <pthread.h>
+
+#include "ledger.h"
+#include "trace_format.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -20,7 +27,6 @@
 #define MAX_CHUNKS 65536
 #define KEEP_MAPPED 4          /* chunks kept mapped behind the current one */
 
-/* recursive: the preamble of a new file is written by the thread that opened it, lock held */
 /* recursive: the preamble of a new file is written by the thread that opened it, lock held.
  * The lock guards opening, growing and closing only; reserving a record is one atomic add. */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
@@ -33,6 +39,9 @@ static uint32_t nchunks;       /* chunks fallocated and mapped so far (under mu)
 static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
+static ct_preamble_fn preamble;
+
+void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
 
 static int grow(uint32_t idx)
 {
@@ -203,7 +212,8 @@ int ct_rec_begin(ct_slot *s, uint32_t size)
         if (state == 0) {
             if (open_file() == 0) {
                 __atomic_store_n(&state, 1, __ATOMIC_RELEASE);
-                ct_write_preamble();       /* re-enters ct_rec_begin: mu is recursive */
+                if (preamble)
+                    preamble(); /* re-enters ct_rec_begin: mu is recursive */
             } else {
                 __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
             }
