@@ -48,8 +48,8 @@ typedef struct {
 } CUmemLocation;
 
 typedef struct {
-    int type;                          /* CUmemAllocationType */
-    int requestedHandleTypes;          /* CUmemAllocationHandleType */
+    int type;                 /* CUmemAllocationType */
+    int requestedHandleTypes; /* CUmemAllocationHandleType */
     CUmemLocation location;
     void *win32HandleMetaData;
     struct {
@@ -75,13 +75,13 @@ typedef struct {
     const void *accessDescs;
     size_t accessDescCount;
     size_t bytesize;
-    CUdeviceptr dptr;                  /* out */
+    CUdeviceptr dptr; /* out */
 } CUDA_MEM_ALLOC_NODE_PARAMS;
 
 typedef struct {
     size_t Width;
     size_t Height;
-    int Format;                        /* CUarray_format */
+    int Format; /* CUarray_format */
     unsigned int NumChannels;
 } CUDA_ARRAY_DESCRIPTOR;
 
@@ -134,10 +134,19 @@ typedef struct {
 static inline unsigned ct_array_format_bytes(int fmt)
 {
     switch (fmt) {
-    case 0x01: case 0x08: return 1;           /* UNSIGNED_INT8, SIGNED_INT8 */
-    case 0x02: case 0x09: case 0x10: return 2; /* (U)INT16, HALF */
-    case 0x03: case 0x0a: case 0x20: return 4; /* (U)INT32, FLOAT */
-    default: return 4;
+    case 0x01:
+    case 0x08:
+        return 1; /* UNSIGNED_INT8, SIGNED_INT8 */
+    case 0x02:
+    case 0x09:
+    case 0x10:
+        return 2; /* (U)INT16, HALF */
+    case 0x03:
+    case 0x0a:
+    case 0x20:
+        return 4; /* (U)INT32, FLOAT */
+    default:
+        return 4;
     }
 }
 

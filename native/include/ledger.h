@@ -62,57 +62,57 @@
 #define CT_LEDGER_UNKNOWN 2
 
 struct ct_ledger_header {
-    uint64_t magic;                /* CT_LEDGER_MAGIC, stored last when the file is created */
-    uint32_t version;              /* CT_LEDGER_VERSION */
-    uint32_t header_size;          /* CT_LEDGER_HEADER_SIZE */
-    uint32_t member_size;          /* CT_LEDGER_MEMBER_SIZE */
-    uint32_t max_devices;          /* CT_LEDGER_MAX_DEVICES */
-    uint32_t max_members;          /* CT_LEDGER_MAX_MEMBERS */
-    uint32_t on_exceed;            /* atomic: CT_LEDGER_DENY / CT_LEDGER_WARN */
-    uint32_t flags;                /* atomic: CT_LEDGER_F_* */
-    uint32_t uid;                  /* creator */
-    uint64_t created_ns;           /* CLOCK_REALTIME */
-    uint32_t members_hwm;          /* atomic: 1 + highest slot ever claimed (bounds every scan) */
+    uint64_t magic;       /* CT_LEDGER_MAGIC, stored last when the file is created */
+    uint32_t version;     /* CT_LEDGER_VERSION */
+    uint32_t header_size; /* CT_LEDGER_HEADER_SIZE */
+    uint32_t member_size; /* CT_LEDGER_MEMBER_SIZE */
+    uint32_t max_devices; /* CT_LEDGER_MAX_DEVICES */
+    uint32_t max_members; /* CT_LEDGER_MAX_MEMBERS */
+    uint32_t on_exceed;   /* atomic: CT_LEDGER_DENY / CT_LEDGER_WARN */
+    uint32_t flags;       /* atomic: CT_LEDGER_F_* */
+    uint32_t uid;         /* creator */
+    uint64_t created_ns;  /* CLOCK_REALTIME */
+    uint32_t members_hwm; /* atomic: 1 + highest slot ever claimed (bounds every scan) */
     uint32_t reserved0;
     uint64_t last_reclaim_ns;      /* atomic: CLOCK_MONOTONIC of the last periodic reclaim */
     uint64_t reclaimed;            /* atomic: dead members reclaimed so far */
     uint64_t last_deny_reclaim_ns; /* atomic: CLOCK_MONOTONIC of the last reclaim before a denial */
     char group[80];                /* NUL-terminated group name ("" for a private ledger) */
     uint64_t reserved2[12];
-    uint64_t limit[CT_LEDGER_MAX_DEVICES];    /* atomic: bytes, 0 = no limit */
-    uint64_t peak[CT_LEDGER_MAX_DEVICES];     /* atomic: highest total seen by a granted reserve */
-    uint64_t denials[CT_LEDGER_MAX_DEVICES];  /* atomic: reservations denied */
-    uint64_t over[CT_LEDGER_MAX_DEVICES];     /* atomic: forced (warn mode) past the limit */
+    uint64_t limit[CT_LEDGER_MAX_DEVICES];   /* atomic: bytes, 0 = no limit */
+    uint64_t peak[CT_LEDGER_MAX_DEVICES];    /* atomic: highest total seen by a granted reserve */
+    uint64_t denials[CT_LEDGER_MAX_DEVICES]; /* atomic: reservations denied */
+    uint64_t over[CT_LEDGER_MAX_DEVICES];    /* atomic: forced (warn mode) past the limit */
     uint8_t reserved3[3328];
 };
 
 struct ct_ledger_member {
-    uint64_t state;                /* atomic: (pid << 32) | (generation << 8) | CT_LEDGER_FREE.. */
-    int32_t pid;                   /* copy of the pid in state, for readers */
+    uint64_t state; /* atomic: (pid << 32) | (generation << 8) | CT_LEDGER_FREE.. */
+    int32_t pid;    /* copy of the pid in state, for readers */
     uint32_t reserved0;
-    uint64_t start_ticks;          /* /proc/<pid>/stat field 22; 0 = unknown (no reuse check) */
-    uint64_t pidns;                /* inode of /proc/self/ns/pid; 0 = unknown */
-    uint64_t joined_ns;            /* CLOCK_REALTIME */
+    uint64_t start_ticks; /* /proc/<pid>/stat field 22; 0 = unknown (no reuse check) */
+    uint64_t pidns;       /* inode of /proc/self/ns/pid; 0 = unknown */
+    uint64_t joined_ns;   /* CLOCK_REALTIME */
     uint64_t reserved1[3];
-    uint64_t held[CT_LEDGER_MAX_DEVICES];     /* atomic: bytes this member holds */
-    uint64_t peak[CT_LEDGER_MAX_DEVICES];     /* atomic: its highest held */
-    uint64_t denials[CT_LEDGER_MAX_DEVICES];  /* atomic */
-    uint64_t over[CT_LEDGER_MAX_DEVICES];     /* atomic */
+    uint64_t held[CT_LEDGER_MAX_DEVICES];    /* atomic: bytes this member holds */
+    uint64_t peak[CT_LEDGER_MAX_DEVICES];    /* atomic: its highest held */
+    uint64_t denials[CT_LEDGER_MAX_DEVICES]; /* atomic */
+    uint64_t over[CT_LEDGER_MAX_DEVICES];    /* atomic */
     uint64_t reserved2[8];
 };
 
 /* What ct_ledger_open writes into a ledger it creates. */
 struct ct_ledger_config {
-    uint64_t limit[CT_LEDGER_MAX_DEVICES];    /* bytes, 0 = no limit */
-    uint32_t on_exceed;                       /* CT_LEDGER_DENY / CT_LEDGER_WARN */
-    uint32_t flags;                           /* CT_LEDGER_F_* */
-    char group[80];                           /* "" : taken from the file name */
+    uint64_t limit[CT_LEDGER_MAX_DEVICES]; /* bytes, 0 = no limit */
+    uint32_t on_exceed;                    /* CT_LEDGER_DENY / CT_LEDGER_WARN */
+    uint32_t flags;                        /* CT_LEDGER_F_* */
+    char group[80];                        /* "" : taken from the file name */
 };
 
 struct ct_ledger_member_view {
     int32_t slot;
     int32_t pid;
-    uint32_t alive;                /* CT_LEDGER_ALIVE, _DEAD (not reclaimed yet), _UNKNOWN */
+    uint32_t alive; /* CT_LEDGER_ALIVE, _DEAD (not reclaimed yet), _UNKNOWN */
     uint32_t reserved;
     uint64_t start_ticks;
     uint64_t joined_ns;
@@ -129,13 +129,13 @@ struct ct_ledger_view {
     uint32_t flags;
     uint32_t uid;
     uint64_t created_ns;
-    uint32_t nmembers;             /* ACTIVE slots copied into members[] */
+    uint32_t nmembers; /* ACTIVE slots copied into members[] */
     uint32_t members_hwm;
     uint64_t reclaimed;
     char group[80];
     uint64_t limit[CT_LEDGER_MAX_DEVICES];
-    uint64_t in_use[CT_LEDGER_MAX_DEVICES];   /* held by members alive (or of unknown state) */
-    uint64_t dead_held[CT_LEDGER_MAX_DEVICES];/* held by dead members not reclaimed yet */
+    uint64_t in_use[CT_LEDGER_MAX_DEVICES];    /* held by members alive (or of unknown state) */
+    uint64_t dead_held[CT_LEDGER_MAX_DEVICES]; /* held by dead members not reclaimed yet */
     uint64_t peak[CT_LEDGER_MAX_DEVICES];
     uint64_t denials[CT_LEDGER_MAX_DEVICES];
     uint64_t over[CT_LEDGER_MAX_DEVICES];
@@ -174,7 +174,8 @@ int32_t ct_ledger_slot(const ct_ledger *l);
  * force:   counts without checking (warn mode, or an allocation larger than reserved): 1 within
  *          the limit, 0 the total is now over it, < 0 error.
  * release: 1 released, 0 clamped at zero (released more than held), < 0 error. */
-int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *in_use, uint64_t *limit);
+int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *in_use,
+                          uint64_t *limit);
 int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes);
 int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes);
 /* Free the slots of dead members now; returns how many. */

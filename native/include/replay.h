@@ -26,24 +26,24 @@ struct ct_replay_trace {
 };
 
 struct ct_replay_config {
-    uint64_t device_kinds;      /* bit k: CT_KIND k is device memory */
-    uint64_t host_kinds;        /* bit k: CT_KIND k is pinned host memory */
-    uint32_t buckets;           /* timeline resolution (0: no timeline) */
+    uint64_t device_kinds; /* bit k: CT_KIND k is device memory */
+    uint64_t host_kinds;   /* bit k: CT_KIND k is pinned host memory */
+    uint32_t buckets;      /* timeline resolution (0: no timeline) */
     uint32_t reserved;
 };
 
 struct ct_replay_counts {
     uint64_t events;
-    uint64_t allocs;            /* device allocations that succeeded */
-    uint64_t frees;             /* frees that ended a device allocation */
-    uint64_t failed;            /* allocations that returned an error */
-    uint64_t failed_frees;      /* frees that returned an error */
-    uint64_t denied;            /* refused by the budget before reaching the driver */
+    uint64_t allocs;       /* device allocations that succeeded */
+    uint64_t frees;        /* frees that ended a device allocation */
+    uint64_t failed;       /* allocations that returned an error */
+    uint64_t failed_frees; /* frees that returned an error */
+    uint64_t denied;       /* refused by the budget before reaching the driver */
     uint64_t host_allocs;
     uint64_t host_frees;
-    uint64_t unmatched_frees;   /* frees of nothing the trace saw allocated */
-    uint64_t null_frees;        /* frees of address 0: no-ops */
-    uint64_t reused;            /* allocations at an address still live (old one ended) */
+    uint64_t unmatched_frees; /* frees of nothing the trace saw allocated */
+    uint64_t null_frees;      /* frees of address 0: no-ops */
+    uint64_t reused;          /* allocations at an address still live (old one ended) */
     uint64_t maps;
     uint64_t unmaps;
     uint64_t unmatched_unmaps;
@@ -57,22 +57,22 @@ struct ct_replay_counts {
 
 struct ct_replay_summary {
     struct ct_replay_counts c;
-    uint64_t t0;                /* first event */
-    uint64_t t_end;             /* last event */
-    uint64_t peak_bytes;        /* highest total of live device bytes */
+    uint64_t t0;         /* first event */
+    uint64_t t_end;      /* last event */
+    uint64_t peak_bytes; /* highest total of live device bytes */
     uint64_t peak_ts;
-    uint64_t peak_seq;          /* merged index of the event that reached it */
+    uint64_t peak_seq; /* merged index of the event that reached it */
     uint64_t end_bytes;
     uint64_t host_peak;
     uint64_t host_peak_ts;
     uint64_t host_end;
-    uint64_t lives;             /* device allocations replayed */
+    uint64_t lives; /* device allocations replayed */
     uint32_t ntraces;
-    uint32_t found;             /* 1: at least one device allocation */
+    uint32_t found; /* 1: at least one device allocation */
 };
 
 struct ct_replay_device {
-    int32_t device;             /* -1: unknown */
+    int32_t device; /* -1: unknown */
     uint32_t seen;
     uint64_t allocs;
     uint64_t peak_bytes;
@@ -89,7 +89,7 @@ struct ct_replay_proc {
     uint64_t denied;
     uint64_t meminfo;
     uint64_t host_allocs;
-    uint64_t peak_bytes;        /* this trace's own highest live total */
+    uint64_t peak_bytes; /* this trace's own highest live total */
     uint64_t peak_ts;
     uint64_t end_bytes;
     uint64_t first_ts;
@@ -98,7 +98,7 @@ struct ct_replay_proc {
 
 /* timeline: changes of the live total inside each of cfg.buckets equal time slices */
 struct ct_replay_bucket {
-    uint64_t changes;           /* 0: nothing happened in this slice */
+    uint64_t changes; /* 0: nothing happened in this slice */
     uint64_t min, min_ts;
     uint64_t max, max_ts;
     uint64_t last, last_ts;
@@ -108,11 +108,11 @@ struct ct_replay_bucket {
 struct ct_live {
     struct ct_event ev;
     uint32_t trace;
-    uint32_t index;             /* in its trace's event array */
-    uint64_t seq;               /* merged index of the event */
-    uint64_t end_seq;           /* of the event that ended it; all ones: live at the end */
-    uint64_t end_ts;            /* all ones: live at the end */
-    uint32_t how;               /* CT_END_* */
+    uint32_t index;   /* in its trace's event array */
+    uint64_t seq;     /* merged index of the event */
+    uint64_t end_seq; /* of the event that ended it; all ones: live at the end */
+    uint64_t end_ts;  /* all ones: live at the end */
+    uint32_t how;     /* CT_END_* */
     uint32_t reserved;
 };
 
@@ -135,7 +135,7 @@ struct ct_group {
     uint64_t bytes;
     uint64_t first_ts;
     uint64_t last_ts;
-    uint64_t sizes;             /* index of the group's first size in the sizes array */
+    uint64_t sizes; /* index of the group's first size in the sizes array */
 };
 
 typedef struct ct_replay ct_replay;

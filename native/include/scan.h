@@ -15,10 +15,10 @@
 struct ct_scan_result {
     uint64_t n_events;
     uint64_t n_other;
-    uint64_t stop_offset;          /* where reading ended */
-    uint64_t end_offset;           /* offset of the END record, 0 if none */
-    uint32_t status;               /* CT_SCAN_* */
-    uint32_t gaps;                 /* unpublished holes skipped */
+    uint64_t stop_offset; /* where reading ended */
+    uint64_t end_offset;  /* offset of the END record, 0 if none */
+    uint32_t status;      /* CT_SCAN_* */
+    uint32_t gaps;        /* unpublished holes skipped */
     uint64_t gap_bytes;
 };
 /* Pass events=NULL / others=NULL to count only. Returns 0, or -1 on bad arguments. */

@@ -104,19 +104,19 @@
 #define CT_LAYER_NVML 3
 
 struct ct_file_header {
-    char magic[8];                 /* "CUDATRC\0" */
-    uint32_t version;              /* CT_FORMAT_VERSION */
-    uint32_t header_size;          /* CT_HEADER_SIZE */
-    uint32_t chunk_size;           /* CT_CHUNK_SIZE */
-    uint32_t pointer_size;         /* 8 */
+    char magic[8];         /* "CUDATRC\0" */
+    uint32_t version;      /* CT_FORMAT_VERSION */
+    uint32_t header_size;  /* CT_HEADER_SIZE */
+    uint32_t chunk_size;   /* CT_CHUNK_SIZE */
+    uint32_t pointer_size; /* 8 */
     int32_t pid;
     int32_t ppid;
-    uint32_t exec_index;           /* n in <pid>.<n>.ctrace: images exec'd by this pid before */
-    uint32_t stack_depth;          /* frames kept per event (0: stacks off) */
+    uint32_t exec_index;  /* n in <pid>.<n>.ctrace: images exec'd by this pid before */
+    uint32_t stack_depth; /* frames kept per event (0: stacks off) */
     uint64_t start_monotonic_ns;
     uint64_t start_realtime_ns;
-    uint64_t process_start_ticks;  /* /proc/self/stat field 22: with pid, names a process */
-    char arch[16];                 /* "x86_64", "aarch64" */
+    uint64_t process_start_ticks; /* /proc/self/stat field 22: with pid, names a process */
+    char arch[16];                /* "x86_64", "aarch64" */
     char shim_version[16];
     uint8_t reserved[152];
 };
@@ -130,50 +130,50 @@ struct ct_rec_hdr {
 struct ct_rec_process {
     int32_t pid;
     int32_t ppid;
-    uint32_t nstrings;             /* exe, host, cwd, then argc strings */
+    uint32_t nstrings; /* exe, host, cwd, then argc strings */
     uint32_t argc;
 };
 
 struct ct_rec_api {
     uint16_t id;
-    uint8_t layer;                 /* CT_LAYER_* */
-    uint8_t op;                    /* CT_OP_* */
-    uint8_t kind;                  /* CT_KIND_* */
-    uint8_t space;                 /* CT_SPACE_* */
-    uint16_t name_len;             /* bytes of name, without the NUL */
+    uint8_t layer;     /* CT_LAYER_* */
+    uint8_t op;        /* CT_OP_* */
+    uint8_t kind;      /* CT_KIND_* */
+    uint8_t space;     /* CT_SPACE_* */
+    uint16_t name_len; /* bytes of name, without the NUL */
 };
 
 struct ct_rec_module {
     uint64_t ts_ns;
-    uint64_t base;                 /* load bias: runtime address = file vaddr + base */
-    uint64_t start;                /* lowest mapped address of its PT_LOAD segments */
-    uint64_t end;                  /* one past the highest */
+    uint64_t base;  /* load bias: runtime address = file vaddr + base */
+    uint64_t start; /* lowest mapped address of its PT_LOAD segments */
+    uint64_t end;   /* one past the highest */
     uint32_t build_id_len;
-    uint32_t path_len;             /* without the NUL */
+    uint32_t path_len; /* without the NUL */
 };
 
 struct ct_rec_stack {
     uint32_t id;
     uint32_t parent;
-    uint64_t ip;                   /* return address */
+    uint64_t ip; /* return address */
 };
 
 struct ct_event {
     uint64_t ts_ns;
-    uint64_t size;                 /* bytes (alloc, free when known, map); total for MEMINFO */
-    uint64_t addr;                 /* pointer or handle; free bytes for MEMINFO */
-    uint64_t aux;                  /* stream, pool or mapped handle; real free for MEMINFO */
-    uint64_t aux2;                 /* API flags; real total for MEMINFO; in-use for DENY */
+    uint64_t size; /* bytes (alloc, free when known, map); total for MEMINFO */
+    uint64_t addr; /* pointer or handle; free bytes for MEMINFO */
+    uint64_t aux;  /* stream, pool or mapped handle; real free for MEMINFO */
+    uint64_t aux2; /* API flags; real total for MEMINFO; in-use for DENY */
     uint32_t tid;
-    int32_t device;                /* -1: unknown */
-    int32_t result;                /* CUresult returned to the caller */
-    uint32_t stack;                /* leaf stack node id, 0: none */
-    uint16_t api;                  /* driver API id (ct_rec_api) */
-    uint16_t rt_api;               /* runtime API in progress on this thread, 0: none */
-    uint8_t op;                    /* CT_OP_* */
-    uint8_t kind;                  /* CT_KIND_* */
-    uint8_t space;                 /* CT_SPACE_* */
-    uint8_t flags;                 /* CT_EF_* */
+    int32_t device;  /* -1: unknown */
+    int32_t result;  /* CUresult returned to the caller */
+    uint32_t stack;  /* leaf stack node id, 0: none */
+    uint16_t api;    /* driver API id (ct_rec_api) */
+    uint16_t rt_api; /* runtime API in progress on this thread, 0: none */
+    uint8_t op;      /* CT_OP_* */
+    uint8_t kind;    /* CT_KIND_* */
+    uint8_t space;   /* CT_SPACE_* */
+    uint8_t flags;   /* CT_EF_* */
     uint32_t reserved;
 };
 
@@ -185,8 +185,8 @@ struct ct_rec_info {
 
 struct ct_rec_end {
     uint64_t ts_ns;
-    int32_t exit_code;             /* -1 when unknown */
-    uint32_t dropped;              /* events lost (trace could not grow) */
+    int32_t exit_code; /* -1 when unknown */
+    uint32_t dropped;  /* events lost (trace could not grow) */
     uint64_t nodes;
     uint64_t events;
 };

@@ -15,9 +15,11 @@ ct_ledger *ct_budget_ledger;
 
 void ct_budget_join(void)
 {
-    if (ct_budget_ledger && ct_ledger_join(ct_budget_ledger, getpid(), 0) /* 0: it reads /proc itself */ < 0) {
-        ct_log("cannot join the budget ledger (all member slots taken): budget not enforced in pid ",
-               NULL, NULL, NULL);
+    if (ct_budget_ledger &&
+        ct_ledger_join(ct_budget_ledger, getpid(), 0) /* 0: it reads /proc itself */ < 0) {
+        ct_log(
+            "cannot join the budget ledger (all member slots taken): budget not enforced in pid ",
+            NULL, NULL, NULL);
     }
 }
 
@@ -40,7 +42,7 @@ void ct_budget_leave(void)
 
 static int device_integrated(int dev)
 {
-    static int8_t known[CT_LEDGER_MAX_DEVICES];   /* 0 unknown, 1 no, 2 yes */
+    static int8_t known[CT_LEDGER_MAX_DEVICES]; /* 0 unknown, 1 no, 2 yes */
     if (dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
         return 0;
     if (!known[dev]) {
@@ -73,13 +75,13 @@ int ct_budget_counted(int kind, int dev)
 #define ATAB_BITS 20
 #define ATAB_SIZE (1u << ATAB_BITS)
 struct aent {
-    uint64_t addr;       /* 0 empty, 1 tombstone */
+    uint64_t addr; /* 0 empty, 1 tombstone */
     uint64_t size;
-    uint64_t handle;     /* CT_SPACE_MAPPING: the VMM handle mapped there */
+    uint64_t handle; /* CT_SPACE_MAPPING: the VMM handle mapped there */
     int32_t dev;
     int32_t space;
-    int32_t maps;        /* VMM handle: live mappings */
-    int32_t released;    /* VMM handle: cuMemRelease seen, memory stays until the last unmap */
+    int32_t maps;     /* VMM handle: live mappings */
+    int32_t released; /* VMM handle: cuMemRelease seen, memory stays until the last unmap */
 };
 /* a pseudo address space for VMM mappings (address -> handle), never written to traces */
 #define CT_SPACE_MAPPING 100
@@ -141,7 +143,7 @@ int ct_budget_untrack(uint64_t addr, int space, uint64_t *size, int *dev)
         *size = e->size;
         *dev = e->dev;
         if (space == CT_SPACE_VMM && e->maps > 0) {
-            e->released = 1;          /* physical memory lives until its last mapping goes */
+            e->released = 1; /* physical memory lives until its last mapping goes */
         } else {
             e->addr = 1;
             ok = 1;

@@ -9,7 +9,6 @@
 #include "trace_format.h"
 #include "util.h"
 
-
 static const char *const slot_names[CT_NSLOTS] = {
 #define CT_DRIVER(ID, ...) #ID, #ID "_ptsz",
 #define CT_RUNTIME(ID, ...) #ID,
@@ -27,7 +26,10 @@ static void *cuda_handle; /* libcuda as the program opened it */
 static void *nvml_handle;
 static void (*first_use_fn)(void);
 
-void ct_route_set_first_use(void (*fn)(void)) { __atomic_store_n(&first_use_fn, fn, __ATOMIC_RELEASE); }
+void ct_route_set_first_use(void (*fn)(void))
+{
+    __atomic_store_n(&first_use_fn, fn, __ATOMIC_RELEASE);
+}
 
 static void first_use(void)
 {
@@ -86,13 +88,15 @@ void *ct_nvml_sym(const char *name)
 
 /* ---- what each name maps to: the dlsym and cuGetProcAddress tables --------------------- */
 const struct ct_hook ct_hooks[] = {
-#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, ...)                                  \
-    {#ID, BASE, MINVER, PTSZ, CT_LAYER_DRIVER, OP, KIND, SPACE, CT_API_##ID, CT_SLOT_##ID,         \
-     (void *)ID, (void *)ct_ptsz_##ID},
-#define CT_RUNTIME(ID, ...)                                                                      \
-    {#ID, NULL, 0, 0, CT_LAYER_RUNTIME, CT_OP_NONE, 0, 0, CT_API_##ID, CT_SLOT_##ID, (void *)ID, NULL},
-#define CT_NVML(ID, ...)                                                                         \
-    {#ID, NULL, 0, 0, CT_LAYER_NVML, CT_OP_MEMINFO, 0, 0, CT_API_##ID, CT_SLOT_##ID, (void *)ID, NULL},
+#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, ...)                                    \
+    {#ID,  BASE,  MINVER,      PTSZ,         CT_LAYER_DRIVER, OP,                                  \
+     KIND, SPACE, CT_API_##ID, CT_SLOT_##ID, (void *)ID,      (void *)ct_ptsz_##ID},
+#define CT_RUNTIME(ID, ...)                                                                        \
+    {#ID,         NULL,         0,          0,   CT_LAYER_RUNTIME, CT_OP_NONE, 0, 0,               \
+     CT_API_##ID, CT_SLOT_##ID, (void *)ID, NULL},
+#define CT_NVML(ID, ...)                                                                           \
+    {#ID,         NULL,         0,          0,   CT_LAYER_NVML, CT_OP_MEMINFO, 0, 0,               \
+     CT_API_##ID, CT_SLOT_##ID, (void *)ID, NULL},
 #include "hooks.def"
 #undef CT_DRIVER
 #undef CT_RUNTIME
@@ -181,7 +185,7 @@ static void *wrap_proc(const char *symbol, void *p, int ver, cuuint64_t flags)
             best = h;
     }
     if (!best)
-        return p;                 /* not hooked, or an older ABI: the driver's own, unwrapped */
+        return p; /* not hooked, or an older ABI: the driver's own, unwrapped */
     if (best->ptsz && (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)) {
         keep_real(best->slot + 1, p);
         return best->wrap_ptsz;
@@ -193,7 +197,8 @@ static void *wrap_proc(const char *symbol, void *p, int ver, cuuint64_t flags)
 CT_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int ver, cuuint64_t flags,
                                        CUdriverProcAddressQueryResult *status)
 {
-    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+    typedef CUresult (*fn_t)(const char *, void **, int, cuuint64_t,
+                             CUdriverProcAddressQueryResult *);
     fn_t real = (fn_t)ct_real(CT_SLOT_cuGetProcAddress_v2);
     if (!real)
         return CUDA_ERROR_NOT_INITIALIZED;

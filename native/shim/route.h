@@ -48,8 +48,8 @@ typedef struct {
 
 /* The wrappers the routes hand out (defined in shim.c): ID, and ct_ptsz_ID for the
  * per-thread-default-stream twin of a driver function. */
-#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ...) \
-    CT_EXPORT CUresult ID PROTO;                                       \
+#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ...)                             \
+    CT_EXPORT CUresult ID PROTO;                                                                   \
     CUresult ct_ptsz_##ID PROTO;
 #define CT_RUNTIME(ID, PROTO, ARGS) CT_EXPORT int ID PROTO;
 #define CT_NVML(ID, PROTO, ARGS) CT_EXPORT nvmlReturn_t ID PROTO;

@@ -24,7 +24,6 @@
 #include "util.h"
 #include "writer.h"
 
-
 static CT_TLS int tls_depth;       /* >0: inside a wrapper, nested calls pass through */
 static CT_TLS uint16_t tls_rt_api; /* runtime API in progress on this thread */
 
@@ -35,8 +34,8 @@ static uint64_t ct_array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *d)
 {
     if (!d)
         return 0;
-    return (uint64_t)d->Width * (d->Height ? d->Height : 1) * (d->NumChannels ? d->NumChannels : 1) *
-           ct_array_format_bytes(d->Format);
+    return (uint64_t)d->Width * (d->Height ? d->Height : 1) *
+           (d->NumChannels ? d->NumChannels : 1) * ct_array_format_bytes(d->Format);
 }
 
 static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
@@ -44,7 +43,8 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
     if (!d)
         return 0;
     uint64_t w = d->Width, h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1, total = 0;
-    uint64_t elem = (uint64_t)(d->NumChannels ? d->NumChannels : 1) * ct_array_format_bytes(d->Format);
+    uint64_t elem =
+        (uint64_t)(d->NumChannels ? d->NumChannels : 1) * ct_array_format_bytes(d->Format);
     for (unsigned l = 0; l < (levels ? levels : 1); l++) {
         total += w * h * z * elem;
         w = w > 1 ? w / 2 : 1;
@@ -54,8 +54,10 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
     return total;
 }
 
+/* clang-format off */
 #define CT_OUT(p) ((p) ? (uint64_t)*(p) : 0)
 #define CT_OUTP(p) ((p) ? (uint64_t)(uintptr_t)*(p) : 0)
+/* clang-format on */
 
 static int current_device(void)
 {
@@ -77,7 +79,7 @@ struct ct_call {
     uint16_t api;
     uint8_t op, kind, space, flags;
     uint8_t reserved, stacked;
-    uintptr_t cfa;            /* the wrapper's CFA, for the stack cache */
+    uintptr_t cfa; /* the wrapper's CFA, for the stack cache */
 };
 
 static void emit(struct ct_call *c, uint8_t op)
@@ -288,57 +290,57 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
 }
 
 /* ---- the generated wrappers ------------------------------------------------------------ */
-#define CT_WRAPPER_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,  \
-                        AUX2, DEV)                                                             \
-    {                                                                                          \
-        typedef CUresult(*fn_t) PROTO;                                                         \
-        fn_t real = (fn_t)ct_real(SLOT);                                                       \
-        if (!real)                                                                             \
-            return CUDA_ERROR_NOT_INITIALIZED;                                                 \
-        struct ct_call c;                                                                      \
-        if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                \
-            return real ARGS;                                                                  \
-        c.cfa = CT_CFA();                                                                      \
-        c.reserve = (uint64_t)(RESERVE);                                                       \
-        c.dev = (DEV);                                                                         \
-        if (c.reserve && ct_budget_on() && !ct_pre(&c)) {                                      \
-            ct_leave();                                                                        \
-            return c.result;                                                                   \
-        }                                                                                      \
-        c.result = real ARGS;                                                                  \
-        c.size = (uint64_t)(SIZE);                                                             \
-        if (c.result == CUDA_SUCCESS)                                                          \
-            c.addr = (uint64_t)(ADDR);                                                         \
-        c.aux = (uint64_t)(AUX);                                                               \
-        c.aux2 = (uint64_t)(AUX2);                                                             \
-        ct_post(&c);                                                                           \
-        return c.result;                                                                       \
+#define CT_WRAPPER_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,   \
+                        AUX2, DEV)                                                                 \
+    {                                                                                              \
+        typedef CUresult(*fn_t) PROTO;                                                             \
+        fn_t real = (fn_t)ct_real(SLOT);                                                           \
+        if (!real)                                                                                 \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+        struct ct_call c;                                                                          \
+        if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                    \
+            return real ARGS;                                                                      \
+        c.cfa = CT_CFA();                                                                          \
+        c.reserve = (uint64_t)(RESERVE);                                                           \
+        c.dev = (DEV);                                                                             \
+        if (c.reserve && ct_budget_on() && !ct_pre(&c)) {                                          \
+            ct_leave();                                                                            \
+            return c.result;                                                                       \
+        }                                                                                          \
+        c.result = real ARGS;                                                                      \
+        c.size = (uint64_t)(SIZE);                                                                 \
+        if (c.result == CUDA_SUCCESS)                                                              \
+            c.addr = (uint64_t)(ADDR);                                                             \
+        c.aux = (uint64_t)(AUX);                                                                   \
+        c.aux2 = (uint64_t)(AUX2);                                                                 \
+        ct_post(&c);                                                                               \
+        return c.result;                                                                           \
     }
 
 #define CT_PTSZ_EXPORT_0(ID)
-#define CT_PTSZ_EXPORT_1(ID) \
-    extern __typeof__(ct_ptsz_##ID) ID##_ptsz __attribute__((alias("ct_ptsz_" #ID), visibility("default")));
+#define CT_PTSZ_EXPORT_1(ID)                                                                       \
+    extern __typeof__(ct_ptsz_##ID) ID##_ptsz                                                      \
+        __attribute__((alias("ct_ptsz_" #ID), visibility("default")));
 
-#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,    \
-                  AUX2, DEV)                                                                     \
-    CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS,  \
-                                                RESERVE, SIZE, ADDR, AUX, AUX2, DEV)              \
-    CUresult ct_ptsz_##ID PROTO                                    \
-        CT_WRAPPER_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND, SPACE, PROTO, ARGS,        \
-                        RESERVE, SIZE, ADDR, AUX, AUX2, DEV)                                       \
-    CT_PTSZ_EXPORT_##PTSZ(ID)
-#define CT_RUNTIME(ID, PROTO, ARGS)                                                              \
-    CT_EXPORT int ID PROTO                                                                       \
-    {                                                                                            \
-        typedef int(*fn_t) PROTO;                                                                \
-        fn_t real = (fn_t)ct_real(CT_SLOT_##ID);                                                 \
-        if (!real)                                                                               \
-            return 3; /* cudaErrorInitializationError */                                        \
-        uint16_t saved = tls_rt_api;                                                             \
-        tls_rt_api = CT_API_##ID;                                                                \
-        int r = real ARGS;                                                                       \
-        tls_rt_api = saved;                                                                      \
-        return r;                                                                                \
+#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,  \
+                  AUX2, DEV)                                                                       \
+    CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS, \
+                                                RESERVE, SIZE, ADDR, AUX, AUX2, DEV)               \
+    CUresult ct_ptsz_##ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND,     \
+                                                SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,      \
+                                                AUX2, DEV) CT_PTSZ_EXPORT_##PTSZ(ID)
+#define CT_RUNTIME(ID, PROTO, ARGS)                                                                \
+    CT_EXPORT int ID PROTO                                                                         \
+    {                                                                                              \
+        typedef int(*fn_t) PROTO;                                                                  \
+        fn_t real = (fn_t)ct_real(CT_SLOT_##ID);                                                   \
+        if (!real)                                                                                 \
+            return 3; /* cudaErrorInitializationError */                                           \
+        uint16_t saved = tls_rt_api;                                                               \
+        tls_rt_api = CT_API_##ID;                                                                  \
+        int r = real ARGS;                                                                         \
+        tls_rt_api = saved;                                                                        \
+        return r;                                                                                  \
     }
 #define CT_NVML(ID, PROTO, ARGS)
 #include "hooks.def"
@@ -370,30 +372,30 @@ static int nvml_virtualize(int dev, unsigned long long *total, unsigned long lon
     return 1;
 }
 
-#define CT_NVML_BODY(ID, MEMTYPE)                                                                \
-    CT_EXPORT nvmlReturn_t ID(nvmlDevice_t device, MEMTYPE *memory)                              \
-    {                                                                                            \
-        typedef nvmlReturn_t (*fn_t)(nvmlDevice_t, MEMTYPE *);                                   \
-        fn_t real = (fn_t)ct_real(CT_SLOT_##ID);                                                 \
-        if (!real)                                                                               \
-            return 3; /* NVML_ERROR_NOT_SUPPORTED */                                             \
-        struct ct_call c;                                                                        \
-        if (!ct_enter(&c, CT_API_##ID, CT_OP_MEMINFO, CT_KIND_NONE, CT_SPACE_NONE, 0))           \
-            return real(device, memory);                                                         \
-        c.cfa = CT_CFA();                                                                        \
-        nvmlReturn_t r = real(device, memory);                                                   \
-        c.result = r;                                                                            \
-        c.dev = nvml_index(device);                                                              \
-        if (r == NVML_SUCCESS && memory) {                                                       \
-            c.aux = memory->free;                                                                \
-            c.aux2 = memory->total;                                                              \
-            if (nvml_virtualize(c.dev, &memory->total, &memory->free, &memory->used))            \
-                c.flags |= CT_EF_VIRTUALIZED;                                                    \
-            c.size = memory->total;                                                              \
-            c.addr = memory->free;                                                               \
-        }                                                                                        \
-        ct_post(&c);                                                                             \
-        return r;                                                                                \
+#define CT_NVML_BODY(ID, MEMTYPE)                                                                  \
+    CT_EXPORT nvmlReturn_t ID(nvmlDevice_t device, MEMTYPE *memory)                                \
+    {                                                                                              \
+        typedef nvmlReturn_t (*fn_t)(nvmlDevice_t, MEMTYPE *);                                     \
+        fn_t real = (fn_t)ct_real(CT_SLOT_##ID);                                                   \
+        if (!real)                                                                                 \
+            return 3; /* NVML_ERROR_NOT_SUPPORTED */                                               \
+        struct ct_call c;                                                                          \
+        if (!ct_enter(&c, CT_API_##ID, CT_OP_MEMINFO, CT_KIND_NONE, CT_SPACE_NONE, 0))             \
+            return real(device, memory);                                                           \
+        c.cfa = CT_CFA();                                                                          \
+        nvmlReturn_t r = real(device, memory);                                                     \
+        c.result = r;                                                                              \
+        c.dev = nvml_index(device);                                                                \
+        if (r == NVML_SUCCESS && memory) {                                                         \
+            c.aux = memory->free;                                                                  \
+            c.aux2 = memory->total;                                                                \
+            if (nvml_virtualize(c.dev, &memory->total, &memory->free, &memory->used))              \
+                c.flags |= CT_EF_VIRTUALIZED;                                                      \
+            c.size = memory->total;                                                                \
+            c.addr = memory->free;                                                                 \
+        }                                                                                          \
+        ct_post(&c);                                                                               \
+        return r;                                                                                  \
     }
 CT_NVML_BODY(nvmlDeviceGetMemoryInfo, nvmlMemory_t)
 CT_NVML_BODY(nvmlDeviceGetMemoryInfo_v2, nvmlMemory_v2_t)
@@ -407,7 +409,7 @@ static void write_info(const char *key, const char *value)
 
 static void write_preamble(void)
 {
-    static char buf[32768];          /* under the writer lock: one user at a time */
+    static char buf[32768]; /* under the writer lock: one user at a time */
     size_t l = 0;
     uint32_t nstr = 0, argc = 0;
     ssize_t r = readlink("/proc/self/exe", buf, 4096);
@@ -439,7 +441,8 @@ static void write_preamble(void)
     ct_rec_write(CT_REC_PROCESS, &p, sizeof p, buf, l, NULL, 0);
     for (size_t i = 0; i < ct_nhooks; i++) {
         const struct ct_hook *h = &ct_hooks[i];
-        struct ct_rec_api a = {h->api, h->layer, h->op, h->kind, h->space, (uint16_t)strlen(h->sym)};
+        struct ct_rec_api a = {h->api,  h->layer, h->op,
+                               h->kind, h->space, (uint16_t)strlen(h->sym)};
         ct_rec_write(CT_REC_API, &a, sizeof a, h->sym, strlen(h->sym) + 1, NULL, 0);
     }
     char num[24];

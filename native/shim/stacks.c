@@ -27,11 +27,11 @@
 struct slot {
     uint64_t ip;
     uint32_t parent;
-    uint32_t id;               /* 0: empty */
+    uint32_t id; /* 0: empty */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct slot *table;     /* mmap'd on first use, NORESERVE: pages cost only when touched */
+static struct slot *table; /* mmap'd on first use, NORESERVE: pages cost only when touched */
 static uint32_t nnodes;
 static uint32_t generation = 1; /* bumped on reset, invalidates the per-thread caches */
 
@@ -97,11 +97,11 @@ static uintptr_t (*p_Unwind_GetCFA)(struct _Unwind_Context *);
 #if defined(__x86_64__)
 #define CACHE_WAYS 4
 struct cached {
-    uintptr_t loc0;            /* stack slot of the first user return address */
+    uintptr_t loc0; /* stack slot of the first user return address */
     uint32_t gen, leaf;
     int n;
     uintptr_t ips[CT_MAX_DEPTH];
-    uintptr_t locs[CT_MAX_DEPTH];  /* where each return address was found */
+    uintptr_t locs[CT_MAX_DEPTH]; /* where each return address was found */
 };
 struct tcache {
     unsigned next;
@@ -136,7 +136,7 @@ static int walk_cb(struct _Unwind_Context *ctx, void *arg)
      * return address into this frame (its IP) was stored just below it. */
     uintptr_t ip = p_Unwind_GetIP(ctx), cfa = p_Unwind_GetCFA(ctx);
     if (!ip)
-        return 5;                              /* _URC_END_OF_STACK */
+        return 5; /* _URC_END_OF_STACK */
     if (!w->started && ct_in_shim(ip))
         return 0;
     w->started = 1;
@@ -151,7 +151,7 @@ static uint32_t insert(const uintptr_t *ips, int cnt)
 {
     uint32_t id = 0;
     pthread_mutex_lock(&mu);
-    for (int k = cnt - 1; k >= 0; k--) {         /* outermost first */
+    for (int k = cnt - 1; k >= 0; k--) { /* outermost first */
         uint32_t next = node(id, ips[k]);
         if (!next)
             break;
@@ -196,7 +196,7 @@ uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
             struct walk wk = {0, depth, 0, c->ips, c->locs};
             p_Unwind_Backtrace(walk_cb, &wk);
             int ok = wk.n > 0 && c->locs[0] == (uintptr_t)slot;
-            for (int k = 1; ok && k < wk.n; k++)      /* slots must climb the same stack */
+            for (int k = 1; ok && k < wk.n; k++) /* slots must climb the same stack */
                 ok = c->locs[k] > c->locs[k - 1] && c->locs[k] - c->locs[0] < (64u << 20);
             uint32_t leaf = wk.n ? insert(c->ips, wk.n) : 0;
             c->n = wk.n;

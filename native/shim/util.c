@@ -49,7 +49,7 @@ int ct_config_load(void)
     ct_cfg.count_host = (int)env_long("CUDATRACE_COUNT_HOST", 0);
     ct_cfg.virtualize = (int)env_long("CUDATRACE_VIRTUALIZE", 1);
     const char *oe = getenv("CUDATRACE_ON_EXCEED");
-    ct_cfg.on_exceed = !oe ? CT_EXCEED_FAIL
+    ct_cfg.on_exceed = !oe                        ? CT_EXCEED_FAIL
                        : strcmp(oe, "warn") == 0  ? CT_EXCEED_WARN
                        : strcmp(oe, "abort") == 0 ? CT_EXCEED_ABORT
                                                   : CT_EXCEED_FAIL;

@@ -20,11 +20,11 @@
 
 /* ---- process-wide settings, read once from the environment at load -------------------- */
 struct ct_config {
-    int active;      /* 1: CUDATRACE_DIR set and usable; 0: pure pass-through */
-    int eager;       /* create the trace file at load (the root process of a run) */
+    int active; /* 1: CUDATRACE_DIR set and usable; 0: pure pass-through */
+    int eager;  /* create the trace file at load (the root process of a run) */
     int stack_depth;
-    int on_exceed;   /* CT_EXCEED_* */
-    int count_host;  /* 1 forced, 0 auto (integrated devices), -1 never */
+    int on_exceed;  /* CT_EXCEED_* */
+    int count_host; /* 1 forced, 0 auto (integrated devices), -1 never */
     int virtualize;
     int launcher_pid;
     char dir[1024];
