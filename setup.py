@@ -1,8 +1,11 @@
-"""Builds the preload library with the system C compiler (shim/Makefile) into the package.
+"""Builds the native libraries with the system C compiler (native/Makefile) into the package.
 
 No CUDA toolkit or headers are needed: the shim declares the few driver types it uses.
-The shim sources are shipped too (cudatrace/_native/src) so the layout header travels with
-the package for the cffi reader.
+The wheel also carries, under cudatrace/_native/:
+    native/   the C sources (include/ is what the cffi reader parses; the rest rebuilds the libraries)
+    sim/      the simulated driver's sources (cudatrace.simdriver builds it for `cudatrace demo`)
+    demo/     the demo's example program (examples/kv-pool)
+Nothing of tests/ is shipped.
 """
 import shutil
 import subprocess
@@ -13,8 +16,16 @@ from setuptools.dist import Distribution
 from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
-DEMO_FILES = ["examples/kv-pool/kvpool.c", "examples/kv-pool/Makefile", "tests/sim/libcuda_sim.c",
-              "tests/sim/libnvml_sim.c", "tests/sim/sim_state.h"]
+SOURCE_SUFFIXES = (".h", ".c", ".def")
+DEMO_FILES = ["examples/kv-pool/kvpool.c", "examples/kv-pool/Makefile"]
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    for p in sorted(src.rglob("*")):
+        if p.is_file() and (p.suffix in SOURCE_SUFFIXES or p.name == "Makefile"):
+            target = dst / p.relative_to(src)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, target)
 
 
 class BuildShim(build_py):
@@ -22,13 +33,9 @@ class BuildShim(build_py):
         super().run()
         out = Path(self.build_lib) / "cudatrace" / "_native"
         out.mkdir(parents=True, exist_ok=True)
-        subprocess.check_call(["make", "-s", "-C", str(ROOT / "shim"), "OUT=%s" % out.resolve()])
-        src = out / "src"
-        src.mkdir(exist_ok=True)
-        for p in (ROOT / "shim").iterdir():
-            if p.suffix in (".h", ".c", ".def") or p.name == "Makefile":
-                shutil.copy2(p, src / p.name)
-        # `cudatrace demo` on a machine without a GPU: the example and the simulated driver
+        subprocess.check_call(["make", "-s", "-C", str(ROOT / "native"), "OUT=%s" % out.resolve()])
+        _copy_tree(ROOT / "native", out / "native")
+        _copy_tree(ROOT / "sim", out / "sim")
         demo = out / "demo"
         demo.mkdir(exist_ok=True)
         for rel in DEMO_FILES:

@@ -8,21 +8,17 @@ three sizing settings (--kv-cache-memory 1GiB, --num-blocks 64, the 256-block fa
 reports and diffs the traces, and stops the oversized pool with --budget 12GiB.
 
 Where it runs: on the GPU when there is one (nvidia-smi answers or /dev/nvidia0 exists, and the
-driver library is found), else on the simulated CUDA driver of the test suite (tests/sim), as a
+driver library is found), else on cudatrace's simulated CUDA driver (sim/), as a
 Jetson-like integrated device of 122 GiB; then every line it prints starts with [simulated].
 
 What it needs, found in the source checkout or, for an installed package, in the package:
     kvpool.c             examples/kv-pool/          or cudatrace/_native/demo/
-    the simulated driver tests/simbuild.py build_all, or compiled here from
-                         libcuda_sim.c, libnvml_sim.c, sim_state.h (tests/sim/ or
-                         cudatrace/_native/demo/) with cuda_abi.h and hooks.def (shim/ or
-                         cudatrace/_native/src/)
+    the simulated driver cudatrace.simdriver.build, from sim/ and native/include/ (or
+                         cudatrace/_native/sim and cudatrace/_native/native)
 and a C compiler ($CC, else cc).
 """
 from __future__ import annotations
 
-import importlib.util
-import io
 import json
 import os
 import re
@@ -31,11 +27,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
+
+from . import simdriver
 
 PKG = Path(__file__).resolve().parent
 REPO = PKG.parent                      # the source checkout, when running from one
@@ -79,25 +76,6 @@ def kvpool_source() -> Path:
     return src
 
 
-def sim_sources() -> dict[str, Path]:
-    """libcuda_sim.c, libnvml_sim.c and the folders of their headers."""
-    for simdir in (REPO / "tests" / "sim", NATIVE / "demo"):
-        if all((simdir / f).is_file() for f in ("libcuda_sim.c", "libnvml_sim.c", "sim_state.h")):
-            break
-    else:
-        raise DemoError("cannot find the simulated driver's sources (libcuda_sim.c, "
-                        "libnvml_sim.c, sim_state.h) in %s or %s"
-                        % (REPO / "tests" / "sim", NATIVE / "demo"))
-    for hdrdir in (REPO / "shim", NATIVE / "src"):
-        if (hdrdir / "cuda_abi.h").is_file() and (hdrdir / "hooks.def").is_file():
-            break
-    else:
-        raise DemoError("cannot find cuda_abi.h and hooks.def in %s or %s"
-                        % (REPO / "shim", NATIVE / "src"))
-    return {"libcuda": simdir / "libcuda_sim.c", "libnvml": simdir / "libnvml_sim.c",
-            "simdir": simdir, "hdrdir": hdrdir}
-
-
 def _cc() -> list[str]:
     cc = shlex.split(os.environ.get("CC", "cc"))
     if not shutil.which(cc[0]):
@@ -114,36 +92,12 @@ def _compile(cmd: list[str], what: str) -> None:
 
 
 def build_sim(outdir: Path) -> Path:
-    """The simulated driver and NVML; returns the folder to put in LD_LIBRARY_PATH."""
-    simbuild = REPO / "tests" / "simbuild.py"
-    if simbuild.is_file() and (REPO / "tests" / "sim" / "libcuda_sim.c").is_file():
-        spec = importlib.util.spec_from_file_location("_cudatrace_demo_simbuild", simbuild)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod           # its dataclasses look their module up there
-        sink = io.StringIO()
-        try:
-            with redirect_stdout(sink), redirect_stderr(sink):
-                spec.loader.exec_module(mod)
-                paths = mod.build_all(outdir)
-        except Exception as e:
-            raise DemoError("building the simulated driver (tests/simbuild.py) failed: %s\n%s"
-                            % (e, sink.getvalue()))
-        return Path(paths["libdir"])
-    src = sim_sources()
-    libdir = outdir / "lib"
-    libdir.mkdir(parents=True, exist_ok=True)
-    flags = ["-std=gnu11", "-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer",
-             "-D_GNU_SOURCE", "-pthread", "-I%s" % src["hdrdir"], "-I%s" % src["simdir"],
-             "-Wl,-Bsymbolic", "-Wl,--no-undefined"]
-    for name, soname, devlink in (("libcuda", "libcuda.so.1", "libcuda.so"),
-                                  ("libnvml", "libnvidia-ml.so.1", "libnvidia-ml.so")):
-        _compile(_cc() + ["-o", str(libdir / soname), *flags, "-Wl,-soname,%s" % soname,
-                          str(src[name]), "-ldl"], "the simulated %s" % soname)
-        link = libdir / devlink
-        if link.is_symlink() or link.exists():
-            link.unlink()
-        os.symlink(soname, link)
-    return libdir
+    """The simulated driver and NVML (cudatrace.simdriver); returns the folder to put in
+    LD_LIBRARY_PATH."""
+    try:
+        return simdriver.build(outdir / "lib")["libdir"]
+    except simdriver.BuildError as e:
+        raise DemoError("building the simulated driver failed: %s" % e)
 
 
 def find_libcuda() -> Path | None:

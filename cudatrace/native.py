@@ -1,7 +1,9 @@
-"""Where the native pieces live, and the one cffi view of shim/layout.h.
+"""Where the native pieces live, and the one cffi view of native/include.
 
 The preload library (libcudatrace.so) and the tools library (libcudatrace_tools.so: the budget
-ledger and the trace scanner, the same C the shim runs) are built by shim/Makefile. An installed
+ledger, the trace scanner and the replay, the ledger being the same C the shim runs) are built
+by native/Makefile. The cffi view declares the CFFI sections of native/include/trace_format.h,
+ledger.h, scan.h and replay.h. An installed
 package carries them in cudatrace/_native/; in a source checkout they are built there on first use.
 """
 from __future__ import annotations
@@ -25,9 +27,19 @@ _tools = None
 
 
 def source_dir() -> Path | None:
-    """shim/ sources: shipped inside the package, or beside it in a checkout."""
-    for cand in (NATIVE_DIR / "src", PKG_DIR.parent / "shim"):
-        if (cand / "layout.h").is_file():
+    """The native/ sources (include/, shim/, reader/, common/, Makefile): beside the package in
+    a checkout, or shipped inside it (cudatrace/_native/native)."""
+    for cand in (PKG_DIR.parent / "native", NATIVE_DIR / "native"):
+        if (cand / "include" / "trace_format.h").is_file():
+            return cand
+    return None
+
+
+def sim_source_dir() -> Path | None:
+    """The simulated driver's sources (sim/): beside the package in a checkout, or shipped
+    inside it (cudatrace/_native/sim)."""
+    for cand in (PKG_DIR.parent / "sim", NATIVE_DIR / "sim"):
+        if (cand / "libcuda_sim.c").is_file():
             return cand
     return None
 
@@ -36,7 +48,8 @@ def _stale(lib: Path, src: Path) -> bool:
     if not lib.exists():
         return True
     mtime = lib.stat().st_mtime
-    return any(p.stat().st_mtime > mtime for p in src.iterdir() if p.suffix in (".c", ".h", ".def"))
+    return any(p.stat().st_mtime > mtime for p in src.rglob("*")
+               if p.suffix in (".c", ".h", ".def") or p.name == "Makefile")
 
 
 def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
@@ -44,12 +57,12 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
     with _lock:
         src = source_dir()
         libs = [NATIVE_DIR / name for name in which]
-        in_checkout = src is not None and src == PKG_DIR.parent / "shim"
+        in_checkout = src is not None and src == PKG_DIR.parent / "native"
         if in_checkout and any(_stale(lib, src) for lib in libs):
             res = subprocess.run(["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] +
                                  [str(lib) for lib in libs], capture_output=True, text=True)
             if res.returncode != 0:
-                raise RuntimeError("building the cudatrace shim failed:\n" + res.stdout + res.stderr)
+                raise RuntimeError("building cudatrace's native libraries failed:\n" + res.stdout + res.stderr)
         missing = [str(lib) for lib in libs if not lib.exists()]
         if missing:
             raise RuntimeError("cudatrace's native libraries are missing (%s); reinstall the package"
@@ -61,33 +74,49 @@ def shim_path() -> Path:
     return ensure_built((SHIM_LIB,)) / SHIM_LIB
 
 
-def layout_header() -> str:
+# The headers whose CFFI sections make up the one cffi view, in dependency order.
+CFFI_HEADERS = ("trace_format.h", "ledger.h", "scan.h", "replay.h")
+
+
+def header_text(name: str) -> str:
+    """The text of native/include/<name>."""
     src = source_dir()
     if src is None:
-        raise RuntimeError("shim/layout.h not found")
-    return (src / "layout.h").read_text()
+        raise RuntimeError("native/include/%s not found" % name)
+    return (src / "include" / name).read_text()
 
 
 def cffi_part(text: str) -> str:
     m = re.search(r"/\* CFFI-BEGIN \*/(.*?)/\* CFFI-END \*/", text, re.S)
     if not m:
-        raise RuntimeError("layout.h has no CFFI section")
+        raise RuntimeError("header has no CFFI section")
     return m.group(1)
 
 
+def cffi_source() -> str:
+    """The CFFI sections of CFFI_HEADERS, concatenated: what ffi() declares."""
+    return "\n".join(cffi_part(header_text(name)) for name in CFFI_HEADERS)
+
+
+def defines(text: str) -> dict[str, int]:
+    """The integer #defines of a C text (CT_OP_ALLOC ...): the one parser of them."""
+    return {m.group(1): int(m.group(2))
+            for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", text, re.M)}
+
+
 def ffi() -> cffi.FFI:
-    """A cffi.FFI that knows every struct and constant of shim/layout.h."""
+    """A cffi.FFI that knows every struct, constant and function of the CFFI_HEADERS."""
     global _ffi
     with _lock:
         if _ffi is None:
             f = cffi.FFI()
-            f.cdef(cffi_part(layout_header()), packed=False)
+            f.cdef(cffi_source(), packed=False)
             _ffi = f
         return _ffi
 
 
 def tools():
-    """The tools library (ledger, trace scanner) loaded through cffi: (ffi, lib)."""
+    """The tools library (ledger, trace scanner, replay) loaded through cffi: (ffi, lib)."""
     global _tools
     f = ffi()
     if _tools is None:
@@ -99,8 +128,5 @@ def tools():
 
 
 def constants() -> dict[str, int]:
-    """All integer #defines of the CFFI section (CT_OP_ALLOC ...)."""
-    out = {}
-    for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", cffi_part(layout_header()), re.M):
-        out[m.group(1)] = int(m.group(2))
-    return out
+    """All integer #defines of the cffi view (CT_OP_ALLOC, CT_LEDGER_*, CT_REPLAY_* ...)."""
+    return defines(cffi_source())

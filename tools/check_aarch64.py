@@ -39,7 +39,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="ct-aarch64-"))
     shim = work / "shim"
-    subprocess.run(["make", "-s", "-C", str(REPO / "shim"), "OUT=%s" % shim, "CC=%s" % CC], check=True)
+    subprocess.run(["make", "-s", "-C", str(REPO / "native"), "OUT=%s" % shim, "CC=%s" % CC], check=True)
     os.environ["CC"] = CC
     paths = simbuild.build_all(work / "sim")
     failures = 0

@@ -11,7 +11,7 @@ its last cuMemUnmap, as in the driver. Failed allocations are listed, never coun
 
 The events of all processes are merged by timestamp (ties: trace order). One pass records every
 allocation's lifetime, so what is live at the peak, at the end or at any time is a filter, not
-a second replay. The pass runs in C (shim/replay.c, in the tools library) over the scanner's
+a second replay. The pass runs in C (native/reader/replay.c, in the tools library) over the scanner's
 event arrays. The same rules written in Python (tests/support/replay_oracle.py) are the reference
 the tests hold the C to; the product uses the C replay only.
 """
@@ -172,13 +172,6 @@ _lock = threading.Lock()
 _c = None           # (ffi, lib, consts) or False when unavailable
 
 
-def _replay_source() -> str:
-    src = native.source_dir()
-    if src is None or not (src / "replay.c").is_file():
-        raise RuntimeError("shim/replay.c not found")
-    return (src / "replay.c").read_text()
-
-
 def _c_backend():
     """(ffi, lib, constants) of the C replay, or None (no library, or built without it)."""
     global _c
@@ -186,17 +179,9 @@ def _c_backend():
         if _c is None:
             _c = False
             try:
-                import cffi
-                text = _replay_source()
-                part = native.cffi_part(text)
-                base_ffi, lib_path = native.ffi(), native.ensure_built((native.TOOLS_LIB,)) / native.TOOLS_LIB
-                ffi = cffi.FFI()
-                ffi.include(base_ffi)
-                ffi.cdef(part)
-                lib = ffi.dlopen(str(lib_path))
+                ffi, lib = native.tools()
                 lib.ct_replay_run          # a library built before replay.c: fall back
-                consts = {m.group(1): int(m.group(2)) for m in
-                          re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", part, re.M)}
+                consts = native.defines(native.cffi_part(native.header_text("replay.h")))
                 _c = (ffi, lib, consts)
             except (RuntimeError, OSError, AttributeError, ImportError) as e:   # pragma: no cover
                 _c = False

@@ -19,7 +19,7 @@
  *
  * CUDA driver API only, prototypes declared here (no CUDA headers): build with
  *   cc -O1 -g -fno-omit-frame-pointer -rdynamic kvpool.c -ldl -lcuda
- * It runs on a real GPU and on cudatrace's simulated driver (tests/sim), which has no
+ * It runs on a real GPU and on cudatrace's simulated driver (sim/), which has no
  * cuMemsetD8_v2: the optional entry points are looked up with dlsym.
  */
 #define _GNU_SOURCE

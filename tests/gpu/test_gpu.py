@@ -19,7 +19,7 @@ Environment:
   CUDATRACE_GPU_BIN=DIR      use programs already built by tools/gpu/build.sh DIR
   CUDATRACE_GPU_SUMMARY=FILE append every case's summary line (JSON) to FILE
   CUDATRACE_GPU_FORCE=1      skip the GPU presence check (developing the suite against the
-                             simulated driver, tests/sim; only driver_api can pass there)
+                             simulated driver, sim/; only driver_api can pass there)
 """
 from __future__ import annotations
 
@@ -353,7 +353,7 @@ FREE_MAP = {
     "cuMemRelease": {"cuMemRelease"},
     "cupy": {"cuMemFree_v2"},
 }
-# runtime functions the shim hooks to tag driver events (shim/hooks.def CT_RUNTIME)
+# runtime functions the shim hooks to tag driver events (native/include/hooks.def CT_RUNTIME)
 RT_HOOKED = {"cudaMalloc", "cudaMallocPitch", "cudaMallocManaged", "cudaMallocAsync",
              "cudaMallocFromPoolAsync", "cudaMallocHost", "cudaHostAlloc", "cudaMalloc3D",
              "cudaMallocArray", "cudaMalloc3DArray", "cudaFree", "cudaFreeAsync", "cudaFreeHost",

@@ -1,4 +1,4 @@
-"""The budget ledger (shim/ledger.c) through its C harness and through cudatrace/ledger.py.
+"""The budget ledger (native/common/ledger.c) through its C harness and through cudatrace/ledger.py.
 
 No GPU: the ledger is plain shared memory. tests/ledger/ledger_test.c hammers the C directly
 (processes x threads against one limit, SIGKILLed members, pid reuse, refusals, fork, a full
@@ -47,7 +47,7 @@ def harness(tmp_path_factory):
     assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
     exe = tmp_path_factory.mktemp("ledger_harness") / "ledger_test"
     cmd = [cc, "-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-pthread",
-           "-I", str(SHIM), str(LEDGER_C / "ledger_test.c"), str(SHIM / "ledger.c"),
+           "-I", str(REPO / "native/include"), str(REPO / "tests/ledger/ledger_test.c"), str(REPO / "native/common/ledger.c"),
            "-o", str(exe)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
@@ -64,12 +64,12 @@ def test_c_harness(harness, tmp_path, case):
 
 
 def test_ledger_c_compiles_cleanly(tmp_path):
-    """The flags of shim/Makefile, warnings as errors, with and without -D_GNU_SOURCE."""
+    """The flags of native/Makefile, warnings as errors, with and without -D_GNU_SOURCE."""
     cc = os.environ.get("CC", "cc")
     assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
     for extra in (["-D_GNU_SOURCE"], [], ["-fvisibility=hidden", "-D_GNU_SOURCE", "-O0"]):
         r = subprocess.run([cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O2", *extra,
-                            "-c", str(SHIM / "ledger.c"), "-o", str(tmp_path / "l.o")],
+                            "-I", str(REPO / "native/include"), "-c", str(REPO / "native/common/ledger.c"), "-o", str(tmp_path / "l.o")],
                            capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
 

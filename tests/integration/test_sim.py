@@ -25,7 +25,7 @@ DEFAULT_TOTAL = 16 * GiB
 # ---- helpers -----------------------------------------------------------------------------------
 
 def hooks() -> list[dict]:
-    """CT_DRIVER entries of shim/hooks.def: id, base, minver, ptsz."""
+    """CT_DRIVER entries of native/include/hooks.def: id, base, minver, ptsz."""
     text = (simbuild.SHIM / "hooks.def").read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
     return [{"id": m[0], "base": m[1], "minver": int(m[2]), "ptsz": m[3] == "1"}

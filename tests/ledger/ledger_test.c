@@ -1,14 +1,14 @@
-/* ledger_test.c - a harness that drives shim/ledger.c directly (no Python, no CUDA).
+/* ledger_test.c - a harness that drives native/common/ledger.c directly (no Python, no CUDA).
  *
- *   cc -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE -pthread -Ishim \
- *      tests/ledger/ledger_test.c shim/ledger.c -o ledger_test
+ *   cc -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE -pthread -Inative/include \
+ *      tests/ledger/ledger_test.c native/common/ledger.c -o ledger_test
  *   ./ledger_test DIR hammer [PROCS THREADS ITERS]
  *   ./ledger_test DIR kill | reuse | saturate | security | fork | full | all
  *
  * Each case prints "ok <case> ..." and exits 0, or prints "FAIL ..." and exits 1.
  * tests/test_ledger.py builds and runs it.
  */
-#include "layout.h"
+#include "ledger.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
 /* cudasim_api.h - what the test programs know of the CUDA driver and NVML: hand-written
- * prototypes over shim/cuda_abi.h (no cuda.h), and the one output format they share.
+ * prototypes over native/include/cuda_abi.h (no cuda.h), and the one output format they share.
  *
  * Output: one line per memory operation, five fields separated by single spaces:
  *     OP API SIZE PTR RESULT

@@ -6,8 +6,8 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
-SHIM = REPO / "shim"  # the preload library's C and the layout headers
-SIM = TESTS / "sim"  # the simulated libcuda / libnvml
+SHIM = REPO / "native" / "include"  # the layout headers (trace_format.h, ledger.h, ...)
+SIM = REPO / "sim"  # the simulated libcuda / libnvml
 PROGS = TESTS / "progs"  # the test programs run under the shim
 LEDGER_C = TESTS / "ledger"  # the ledger's C test driver
 EXAMPLES = REPO / "examples"

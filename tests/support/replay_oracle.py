@@ -1,5 +1,5 @@
 """The replay's rules written again in Python: the oracle the tests hold the C replay
-(shim/replay.c, cudatrace.analyze.model) to. The product never runs it.
+(native/reader/replay.c, cudatrace.analyze.model) to. The product never runs it.
 
     build_with(td, backend, timeline_buckets) -> Model     backend: "c" or "python"
 """

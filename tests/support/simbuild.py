@@ -4,8 +4,9 @@
     sim_env(libdir, **opts) -> {env var: value}
 
 Layout of outdir:
-    lib/libcuda.so.1  (+ libcuda.so symlink)            simulated driver  (tests/sim/libcuda_sim.c)
-    lib/libnvidia-ml.so.1  (+ libnvidia-ml.so symlink)   simulated NVML    (tests/sim/libnvml_sim.c)
+    lib/libcuda.so.1  (+ libcuda.so symlink)            simulated driver  (sim/libcuda_sim.c)
+    lib/libnvidia-ml.so.1  (+ libnvidia-ml.so symlink)   simulated NVML    (sim/libnvml_sim.c)
+    (both built by cudatrace.simdriver, the one build rule of the simulator)
     preload/libnext.so, preload/libinterpose.so          preload helpers   (tests/progs/lib*.c)
     bin/<program>                                        test programs     (tests/progs/<program>.c)
 
@@ -27,11 +28,11 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shlex
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+
+from cudatrace import simdriver
 
 from .paths import PROGS, REPO, SHIM, SIM, TESTS  # noqa: F401  (REPO, TESTS: for callers)
 
@@ -74,57 +75,21 @@ class BuildError(RuntimeError):
     pass
 
 
-def _cc() -> str:
-    return os.environ.get("CC", "cc")
-
-
 def _headers() -> list[Path]:
     return [SHIM / "cuda_abi.h", SHIM / "hooks.def", SIM / "sim_state.h",
             *sorted(PROGS.glob("*.h"))]
 
 
-def _up_to_date(out: Path, deps: list[Path], cmd: list[str]) -> bool:
-    stamp = out.parent / f".{out.name}.cmd"
-    try:
-        mtime = out.stat().st_mtime
-        if stamp.read_text() != shlex.join(cmd):
-            return False
-    except OSError:
-        return False
-    return all(d.stat().st_mtime <= mtime for d in deps if d.exists())
+def _warn(msg: str) -> None:
+    # warnings are bugs in these sources: keep them visible
+    print(f"simbuild: {msg}")
 
 
 def _compile(out: Path, cmd_tail: list[str], deps: list[Path], *, allow_fail: bool = False) -> Path | None:
-    """Run `cc ... -o <out> <cmd_tail>` unless out is current; atomic replace of out."""
-    key = [_cc(), "-o", str(out), *cmd_tail]
-    if _up_to_date(out, deps, key):
-        return out
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    cmd = [_cc(), "-o", str(tmp), *cmd_tail]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        if allow_fail:
-            return None
-        raise BuildError(f"build of {out.name} failed:\n$ {shlex.join(cmd)}\n{res.stdout}{res.stderr}")
-    if res.stderr.strip() and not allow_fail:
-        # warnings are bugs in these sources: keep them visible
-        print(f"simbuild: warnings building {out.name}:\n{res.stderr}")
-    os.replace(tmp, out)
-    (out.parent / f".{out.name}.cmd").write_text(shlex.join(key))
-    return out
-
-
-def _symlink(link: Path, target: str) -> None:
     try:
-        if os.readlink(link) == target:
-            return
-    except OSError:
-        pass
-    tmp = link.with_name(f".{link.name}.tmp{os.getpid()}")
-    tmp.unlink(missing_ok=True)
-    os.symlink(target, tmp)
-    os.replace(tmp, link)
+        return simdriver.compile_if_stale(out, cmd_tail, deps, allow_fail=allow_fail, warn=_warn)
+    except simdriver.BuildError as e:
+        raise BuildError(str(e)) from None
 
 
 def build_all(outdir: Path) -> dict[str, Path | None]:
@@ -138,16 +103,11 @@ def build_all(outdir: Path) -> dict[str, Path | None]:
     with open(outdir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         # the libraries first: programs link against libcuda.so
-        libs = {
-            "libcuda": (SIM / "libcuda_sim.c", "libcuda.so.1", "libcuda.so"),
-            "libnvml": (SIM / "libnvml_sim.c", "libnvidia-ml.so.1", "libnvidia-ml.so"),
-        }
-        for name, (src, soname, devlink) in libs.items():
-            out = libdir / soname
-            _compile(out, [*COMMON_CFLAGS, *LIB_CFLAGS, f"-Wl,-soname,{soname}", "-Wl,-Bsymbolic",
-                           "-Wl,--no-undefined", str(src), "-ldl"], [src, *headers])
-            _symlink(libdir / devlink, soname)
-            result[name] = out
+        try:
+            result.update((k, v) for k, v in simdriver.build(libdir, warn=_warn).items()
+                          if k != "libdir")
+        except simdriver.BuildError as e:
+            raise BuildError(str(e)) from None
         for name in ("libnext", "libinterpose"):
             src = PROGS / f"{name}.c"
             out = predir / f"{name}.so"

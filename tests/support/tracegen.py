@@ -1,8 +1,8 @@
-"""Synthetic cudatrace traces: a writer of valid files in the shim/layout.h format.
+"""Synthetic cudatrace traces: a writer of valid files in the native/include/trace_format.h format.
 
-Records are packed with the struct layouts cudatrace.analyze.trace derives from layout.h through cffi,
+Records are packed with the struct layouts cudatrace.analyze.trace derives from trace_format.h through cffi,
 so a file written here is read by the same code (and the same C scanner) as a real trace. The
-API table is taken from shim/hooks.def, as the shim writes it. Used by the tests and by
+API table is taken from native/include/hooks.def, as the shim writes it. Used by the tests and by
 tools/bench_report.py.
 
     w = TraceWriter(dir / "1000.0.ctrace", pid=1000)
@@ -35,9 +35,9 @@ _API_RE = re.compile(r"^CT_(DRIVER|RUNTIME|NVML)\((\w+)(?:,\s*\"\w+\",\s*\d+,\s*
 
 
 def api_table() -> list[tuple[int, str, int, int, int, int]]:
-    """(id, name, layer, op, kind, space) for every hook of shim/hooks.def, ids from 1."""
+    """(id, name, layer, op, kind, space) for every hook of native/include/hooks.def, ids from 1."""
     src = native.source_dir()
-    text = (src / "hooks.def").read_text()
+    text = (src / "include" / "hooks.def").read_text()
     K = C()
     out = []
     for m in _API_RE.finditer(text):

@@ -24,7 +24,7 @@ from cudatrace import cli
 from cudatrace.analyze import sites
 
 PKG = Path(cudatrace.__file__).resolve().parent
-LEAVES = {"units", "procfs", "nvml", "native", "progress"}
+LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver"}
 MAX_LINES = 900
 # the one-file symbolizer that issue 9 turns into the symbols/ package (another branch)
 TOO_LONG_FOR_NOW = {"cudatrace.symbols"}

@@ -9,7 +9,7 @@ OUT=${1:?usage: device_run.sh OUTDIR [suite] [demo] [bench]}
 shift
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-make -s -C shim OUT=../cudatrace/_native || { echo "shim build failed"; exit 1; }
+make -s -C native OUT=../cudatrace/_native || { echo "shim build failed"; exit 1; }
 nvidia-smi -L 2>&1 | head -2
 for what in "$@"; do
   case $what in

@@ -39,28 +39,28 @@
 #define CUDASIM_DEFAULT_TOTAL 17179869184ULL /* 16 GiB */
 
 struct cudasim_pid_slot {
-    int32_t pid;            /* 0: free; -1: being claimed or reclaimed; else owner pid */
+    int32_t pid; /* 0: free; -1: being claimed or reclaimed; else owner pid */
     uint32_t reserved;
-    uint64_t start_ticks;   /* /proc/<pid>/stat field 22 of the owner */
-    uint64_t used;          /* bytes the owner holds on this device */
-    uint64_t hwm;           /* the owner's high-water mark */
+    uint64_t start_ticks; /* /proc/<pid>/stat field 22 of the owner */
+    uint64_t used;        /* bytes the owner holds on this device */
+    uint64_t hwm;         /* the owner's high-water mark */
 };
 
 struct cudasim_device {
-    uint64_t total;         /* bytes */
-    uint64_t used;          /* bytes in use, all processes */
-    uint64_t hwm;           /* high-water mark of used */
-    uint64_t allocs;        /* successful allocations counted toward used */
-    uint64_t frees;         /* frees that gave bytes back */
-    uint64_t reclaimed;     /* bytes given back for processes that ended without freeing */
+    uint64_t total;     /* bytes */
+    uint64_t used;      /* bytes in use, all processes */
+    uint64_t hwm;       /* high-water mark of used */
+    uint64_t allocs;    /* successful allocations counted toward used */
+    uint64_t frees;     /* frees that gave bytes back */
+    uint64_t reclaimed; /* bytes given back for processes that ended without freeing */
     uint64_t reserved[2];
     struct cudasim_pid_slot pids[CUDASIM_MAX_PIDS];
 };
 
 struct cudasim_state {
-    uint64_t magic;         /* written last at creation */
+    uint64_t magic; /* written last at creation */
     uint32_t version;
-    uint32_t size;          /* sizeof(struct cudasim_state) */
+    uint32_t size; /* sizeof(struct cudasim_state) */
     uint32_t ndevices;
     uint32_t reserved0;
     uint64_t reserved[6];
@@ -78,11 +78,28 @@ static inline unsigned long long cudasim_parse_bytes(const char *s, const char *
     unsigned long long v = strtoull(s, &e, 0);
     *ok = !errno && e != s;
     switch (*e) {
-    case 'k': case 'K': v <<= 10; e++; break;
-    case 'm': case 'M': v <<= 20; e++; break;
-    case 'g': case 'G': v <<= 30; e++; break;
-    case 't': case 'T': v <<= 40; e++; break;
-    default: break;
+    case 'k':
+    case 'K':
+        v <<= 10;
+        e++;
+        break;
+    case 'm':
+    case 'M':
+        v <<= 20;
+        e++;
+        break;
+    case 'g':
+    case 'G':
+        v <<= 30;
+        e++;
+        break;
+    case 't':
+    case 'T':
+        v <<= 40;
+        e++;
+        break;
+    default:
+        break;
     }
     *end = e;
     return v;
@@ -237,8 +254,8 @@ static inline int cudasim_pid_alive(int pid, uint64_t start_ticks)
 static inline void cudasim_atomic_max(uint64_t *p, uint64_t v)
 {
     uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED,
-                                                   __ATOMIC_RELAXED))
+    while (cur < v &&
+           !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
 }
 

@@ -24,178 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include "layout.h"
-
-/* CFFI-BEGIN */
-#define CT_REPLAY_VERSION 1
-#define CT_REPLAY_DEV_SLOTS 64
-#define CT_REPLAY_BY_SEQ 0
-#define CT_REPLAY_BY_TS 1
-#define CT_REPLAY_ANY_DEVICE -1000
-#define CT_REPLAY_LIST_FAILED 0
-#define CT_REPLAY_LIST_DENIED 1
-#define CT_REPLAY_LIST_MEMINFO 2
-/* ct_live.how: what ended an allocation */
-#define CT_END_LIVE 0
-#define CT_END_FREE 1
-#define CT_END_REUSED 2
-#define CT_END_UNMAPPED 3
-
-struct ct_replay_trace {
-    const struct ct_event *events;
-    uint64_t n;
-};
-
-struct ct_replay_config {
-    uint64_t device_kinds;      /* bit k: CT_KIND k is device memory */
-    uint64_t host_kinds;        /* bit k: CT_KIND k is pinned host memory */
-    uint32_t buckets;           /* timeline resolution (0: no timeline) */
-    uint32_t reserved;
-};
-
-struct ct_replay_counts {
-    uint64_t events;
-    uint64_t allocs;            /* device allocations that succeeded */
-    uint64_t frees;             /* frees that ended a device allocation */
-    uint64_t failed;            /* allocations that returned an error */
-    uint64_t failed_frees;      /* frees that returned an error */
-    uint64_t denied;            /* refused by the budget before reaching the driver */
-    uint64_t host_allocs;
-    uint64_t host_frees;
-    uint64_t unmatched_frees;   /* frees of nothing the trace saw allocated */
-    uint64_t null_frees;        /* frees of address 0: no-ops */
-    uint64_t reused;            /* allocations at an address still live (old one ended) */
-    uint64_t maps;
-    uint64_t unmaps;
-    uint64_t unmatched_unmaps;
-    uint64_t deferred_releases; /* cuMemRelease of a mapped handle: ended at the last unmap */
-    uint64_t imports;
-    uint64_t unimports;
-    uint64_t meminfo;
-    uint64_t other;
-    uint64_t unsorted_traces;
-};
-
-struct ct_replay_summary {
-    struct ct_replay_counts c;
-    uint64_t t0;                /* first event */
-    uint64_t t_end;             /* last event */
-    uint64_t peak_bytes;        /* highest total of live device bytes */
-    uint64_t peak_ts;
-    uint64_t peak_seq;          /* merged index of the event that reached it */
-    uint64_t end_bytes;
-    uint64_t host_peak;
-    uint64_t host_peak_ts;
-    uint64_t host_end;
-    uint64_t lives;             /* device allocations replayed */
-    uint32_t ntraces;
-    uint32_t found;             /* 1: at least one device allocation */
-};
-
-struct ct_replay_device {
-    int32_t device;             /* -1: unknown */
-    uint32_t seen;
-    uint64_t allocs;
-    uint64_t peak_bytes;
-    uint64_t peak_ts;
-    uint64_t peak_seq;
-    uint64_t end_bytes;
-};
-
-struct ct_replay_proc {
-    uint64_t events;
-    uint64_t allocs;
-    uint64_t frees;
-    uint64_t failed;
-    uint64_t denied;
-    uint64_t meminfo;
-    uint64_t host_allocs;
-    uint64_t peak_bytes;        /* this trace's own highest live total */
-    uint64_t peak_ts;
-    uint64_t end_bytes;
-    uint64_t first_ts;
-    uint64_t last_ts;
-};
-
-/* timeline: changes of the live total inside each of cfg.buckets equal time slices */
-struct ct_replay_bucket {
-    uint64_t changes;           /* 0: nothing happened in this slice */
-    uint64_t min, min_ts;
-    uint64_t max, max_ts;
-    uint64_t last, last_ts;
-};
-
-/* one allocation (or listed event), as the queries return it */
-struct ct_live {
-    struct ct_event ev;
-    uint32_t trace;
-    uint32_t index;             /* in its trace's event array */
-    uint64_t seq;               /* merged index of the event */
-    uint64_t end_seq;           /* of the event that ended it; all ones: live at the end */
-    uint64_t end_ts;            /* all ones: live at the end */
-    uint32_t how;               /* CT_END_* */
-    uint32_t reserved;
-};
-
-/* device allocations over the whole run, per (trace, stack) */
-struct ct_stack_total {
-    uint32_t trace;
-    uint32_t stack;
-    uint64_t count;
-    uint64_t bytes;
-};
-
-/* allocations live at a moment, grouped by (trace, stack, api, rt_api, device) */
-struct ct_group {
-    uint32_t trace;
-    uint32_t stack;
-    uint16_t api;
-    uint16_t rt_api;
-    int32_t device;
-    uint64_t count;
-    uint64_t bytes;
-    uint64_t first_ts;
-    uint64_t last_ts;
-    uint64_t sizes;             /* index of the group's first size in the sizes array */
-};
-
-typedef struct ct_replay ct_replay;
-
-/* Replay; NULL when out of memory. The event arrays must outlive the handle. */
-ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
-                         const struct ct_replay_config *cfg, struct ct_replay_summary *out);
-void ct_replay_free(ct_replay *r);
-/* slot 0: device -1 (unknown), slot d+1: device d. 0 when the slot was never seen. */
-int32_t ct_replay_device(const ct_replay *r, uint32_t slot, struct ct_replay_device *out);
-int32_t ct_replay_proc(const ct_replay *r, uint32_t trace, struct ct_replay_proc *out);
-/* the timeline of all devices (device CT_REPLAY_ANY_DEVICE) or one; returns buckets written */
-uint32_t ct_replay_timeline(const ct_replay *r, int32_t device, struct ct_replay_bucket *out,
-                            uint32_t max);
-/* device allocations live after the event of merged index value (by CT_REPLAY_BY_SEQ) or at
- * time value (CT_REPLAY_BY_TS: every event at or before it replayed), on one device or any.
- * Returns how many there are; writes the first max of them, in allocation order. */
-uint64_t ct_replay_select(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
-                          struct ct_live *out, uint64_t max);
-/* the same, only the total bytes and count */
-uint64_t ct_replay_live_bytes(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
-                              uint64_t *count);
-/* the allocations ct_replay_select would return, grouped: writes up to max groups (in key
- * order) and every selected allocation's size into sizes (max_sizes: room; a group's sizes are
- * contiguous and ascending). Returns the number of groups, or all ones when out of memory. */
-uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
-                          struct ct_group *out, uint64_t max, uint64_t *sizes, uint64_t max_sizes);
-/* traced live bytes at each of n times (ascending; every event at or before a time counted),
- * on one device or any: out[k] for ts[k]. One pass over the lifetimes. */
-void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int32_t device,
-                        uint64_t *out);
-/* every device allocation, freed or not (lifetimes) */
-uint64_t ct_replay_all(const ct_replay *r, struct ct_live *out, uint64_t max);
-/* distinct (trace, stack) pairs of device allocations with their totals over the run; returns
- * how many there are, writes the first max (in order of first appearance) */
-uint64_t ct_replay_stack_totals(const ct_replay *r, struct ct_stack_total *out, uint64_t max);
-/* failed allocations, denials, memory queries (CT_REPLAY_LIST_*) */
-uint64_t ct_replay_list(const ct_replay *r, uint32_t which, struct ct_live *out, uint64_t max);
-/* CFFI-END */
+#include "replay.h"
 
 #define NONE64 UINT64_MAX
 #define PREFETCH_AHEAD 12
@@ -214,9 +43,10 @@ uint64_t ct_replay_list(const ct_replay *r, uint32_t which, struct ct_live *out,
 struct slot {
     uint64_t addr;
     uint32_t ref;
-    uint32_t tag;               /* trace << 10 | state << 8 | space; 0: empty */
+    uint32_t tag; /* trace << 10 | state << 8 | space; 0: empty */
 };
-#define TAG(trace, state, space) ((uint32_t)(trace) << 10 | (uint32_t)(state) << 8 | (uint32_t)(space))
+#define TAG(trace, state, space)                                                                   \
+    ((uint32_t)(trace) << 10 | (uint32_t)(state) << 8 | (uint32_t)(space))
 #define TAG_KEY(tag) ((tag) & ~0x300u)
 #define TAG_STATE(tag) (((tag) >> 8) & 3u)
 #define TAG_TRACE(tag) ((tag) >> 10)
@@ -224,15 +54,15 @@ struct slot {
 struct table {
     struct slot *s;
     uint64_t cap, used;
-    size_t bytes;               /* of the mapping */
+    size_t bytes; /* of the mapping */
 };
 
 struct life {
     uint64_t seq, end_seq, end_ts, size;
     uint32_t trace, idx;
     int32_t dev;
-    uint32_t maps;              /* VMM handle: mappings of it still in place */
-    uint8_t how, released, pad[6];  /* released: cuMemRelease seen while mapped */
+    uint32_t maps;                 /* VMM handle: mappings of it still in place */
+    uint8_t how, released, pad[6]; /* released: cuMemRelease seen while mapped */
 };
 
 struct mapping {
@@ -252,9 +82,9 @@ struct vec {
 
 struct ct_replay {
     uint32_t ntraces;
-    const struct ct_event **ev;      /* per trace */
+    const struct ct_event **ev; /* per trace */
     uint64_t *nev;
-    uint32_t **order;                /* per trace: NULL (in time order) or a sorted permutation */
+    uint32_t **order; /* per trace: NULL (in time order) or a sorted permutation */
     struct vec lives, failed, denied, meminfo;
     struct ct_replay_device dev[CT_REPLAY_DEV_SLOTS];
     uint64_t dev_cur[CT_REPLAY_DEV_SLOTS];
@@ -272,7 +102,8 @@ static void hint_huge(void *p, size_t bytes)
 #ifdef MADV_HUGEPAGE
     if (bytes < HUGE_BYTES)
         return;
-    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095, e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
+    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095,
+              e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
     if (e > a)
         madvise((void *)a, e - a, MADV_HUGEPAGE);
 #else
@@ -327,7 +158,7 @@ static struct slot *slots_alloc(uint64_t n, size_t *bytes)
     if (p == MAP_FAILED)
         return NULL;
     hint_huge(p, *bytes);
-    return p;                   /* zero-filled */
+    return p; /* zero-filled */
 }
 
 static int tgrow(struct table *t)
@@ -498,8 +329,8 @@ static inline void tl_note(struct ct_replay_bucket *b, uint64_t v, uint64_t ts)
 struct state {
     ct_replay *r;
     struct table tab;
-    struct vec hosts;           /* uint64_t: size of each pinned host allocation */
-    struct vec maps;            /* struct mapping */
+    struct vec hosts; /* uint64_t: size of each pinned host allocation */
+    struct vec maps;  /* struct mapping */
     struct ct_replay_summary *s;
     uint64_t cur, host_cur;
     uint64_t *proc_cur;
@@ -573,8 +404,8 @@ static inline struct mapping *mapping_at(const struct state *st, uint32_t ref)
     return &((struct mapping *)st->maps.p)[ref];
 }
 
-static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_event *e, uint64_t seq,
-                 const struct ct_replay_config *cfg)
+static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_event *e,
+                 uint64_t seq, const struct ct_replay_config *cfg)
 {
     ct_replay *r = st->r;
     struct ct_replay_summary *s = st->s;
@@ -603,7 +434,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         }
         uint32_t key = TAG(ti, 0, e->space);
         struct slot *sl = tget(&st->tab, key, e->addr);
-        if (sl) {                           /* reused while live: the old one is gone */
+        if (sl) { /* reused while live: the old one is gone */
             s->c.reused++;
             if (TAG_STATE(sl->tag) == ST_DEV)
                 end_life(st, sl->ref, seq, ts, CT_END_REUSED);
@@ -617,7 +448,8 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             return;
         }
         if (is_dev) {
-            struct life L = {seq, NONE64, NONE64, e->size, ti, idx, e->device, 0, CT_END_LIVE, 0, {0}};
+            struct life L = {seq,       NONE64, NONE64,      e->size, ti, idx,
+                             e->device, 0,      CT_END_LIVE, 0,       {0}};
             sl->tag = TAG(ti, ST_DEV, e->space);
             sl->ref = (uint32_t)r->lives.n;
             if (vec_push(&r->lives, &L)) {
@@ -691,7 +523,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         p->frees++;
         struct life *L = life_at(r, sl->ref);
         if (e->space == CT_SPACE_VMM && L->maps > 0) {
-            L->released = 1;            /* the driver frees it at the last unmap */
+            L->released = 1; /* the driver frees it at the last unmap */
             s->c.deferred_releases++;
             return;
         }
@@ -707,7 +539,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         s->c.maps++;
         uint32_t mkey = TAG(ti, 0, MAP_SPACE);
         struct slot *m = tget(&st->tab, mkey, e->addr);
-        if (m) {                        /* a mapping we missed the end of: drop it */
+        if (m) { /* a mapping we missed the end of: drop it */
             uint64_t hv = mapping_at(st, m->ref)->handle;
             tdel(&st->tab, m);
             unmapped(st, ti, hv, seq, ts);
@@ -733,7 +565,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         s->c.unmaps++;
         uint32_t mkey = TAG(ti, 0, MAP_SPACE);
         struct slot *m = tget(&st->tab, mkey, e->addr);
-        if (m && mapping_at(st, m->ref)->size >= e->size) {   /* one mapping, unmapped whole */
+        if (m && mapping_at(st, m->ref)->size >= e->size) { /* one mapping, unmapped whole */
             uint64_t hv = mapping_at(st, m->ref)->handle;
             tdel(&st->tab, m);
             unmapped(st, ti, hv, seq, ts);
@@ -883,8 +715,14 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
             goto fail;
     }
 
-    struct state st = {r, {NULL, 0, 0, 0}, {NULL, 0, 0, sizeof(uint64_t)},
-                       {NULL, 0, 0, sizeof(struct mapping)}, out, 0, 0, proc_cur};
+    struct state st = {r,
+                       {NULL, 0, 0, 0},
+                       {NULL, 0, 0, sizeof(uint64_t)},
+                       {NULL, 0, 0, sizeof(struct mapping)},
+                       out,
+                       0,
+                       0,
+                       proc_cur};
     uint64_t seq = 0;
     while (nh) {
         struct cursor *c = &heap[0];
@@ -957,8 +795,8 @@ uint32_t ct_replay_timeline(const ct_replay *r, int32_t device, struct ct_replay
 {
     if (!r || !r->buckets)
         return 0;
-    const struct ct_replay_bucket *b = device == CT_REPLAY_ANY_DEVICE ? r->tl_all
-                                                                      : r->tl_dev[dev_slot(device)];
+    const struct ct_replay_bucket *b =
+        device == CT_REPLAY_ANY_DEVICE ? r->tl_all : r->tl_dev[dev_slot(device)];
     uint32_t n = r->buckets < max ? r->buckets : max;
     if (!b) {
         if (out)
@@ -1142,7 +980,7 @@ static void radix_u64(uint64_t *a, uint64_t *tmp, uint64_t n)
     uint64_t *src = a, *dst = tmp;
     for (int shift = 0; shift < 64; shift += 8) {
         if ((((or_all ^ and_all) >> shift) & 0xff) == 0)
-            continue;                   /* this byte is the same everywhere */
+            continue; /* this byte is the same everywhere */
         uint64_t cnt[256] = {0};
         for (uint64_t i = 0; i < n; i++)
             cnt[(src[i] >> shift) & 0xff]++;
@@ -1163,8 +1001,8 @@ static void radix_u64(uint64_t *a, uint64_t *tmp, uint64_t n)
 }
 
 struct gacc {
-    uint64_t k1;                /* trace << 32 | stack */
-    uint64_t k2;                /* api << 48 | rt_api << 32 | (uint32_t)device */
+    uint64_t k1; /* trace << 32 | stack */
+    uint64_t k2; /* api << 48 | rt_api << 32 | (uint32_t)device */
     uint64_t count, bytes, first_ts, last_ts, off, fill;
 };
 
@@ -1216,13 +1054,14 @@ uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32
             }
             g[ng] = (struct gacc){k1, k2, 0, 0, e->ts_ns, e->ts_ns, 0, 0};
             h[j] = ng++;
-            if (ng * 2 > hcap) {        /* rehash */
+            if (ng * 2 > hcap) { /* rehash */
                 uint64_t nc = hcap * 2, *nh = malloc(nc * sizeof *nh);
                 if (!nh)
                     goto out;
                 memset(nh, 0xff, nc * sizeof *nh);
                 for (uint64_t k = 0; k < ng; k++) {
-                    uint64_t q = mix((uint32_t)(g[k].k2 >> 32) ^ (uint32_t)g[k].k2, g[k].k1) & (nc - 1);
+                    uint64_t q =
+                        mix((uint32_t)(g[k].k2 >> 32) ^ (uint32_t)g[k].k2, g[k].k1) & (nc - 1);
                     while (nh[q] != NONE64)
                         q = (q + 1) & (nc - 1);
                     nh[q] = k;
@@ -1230,7 +1069,7 @@ uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32
                 free(h);
                 h = nh;
                 hcap = nc;
-                j = NONE64;             /* found again below */
+                j = NONE64; /* found again below */
             }
             if (j == NONE64) {
                 j = mix((uint32_t)(k2 >> 32) ^ (uint32_t)k2, k1) & (hcap - 1);
@@ -1253,7 +1092,7 @@ uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32
     if (!rank)
         goto out;
     for (uint64_t k = 0; k < ng; k++)
-        g[k].fill = k;                  /* remember the unsorted index */
+        g[k].fill = k; /* remember the unsorted index */
     qsort(g, ng, sizeof *g, gacc_cmp);
     uint64_t off = 0;
     for (uint64_t k = 0; k < ng; k++) {

@@ -3,10 +3,17 @@
  * Why mmap: a record is in the page cache the moment it is copied, so a SIGKILL loses nothing
  * that was published, and the hot path makes no syscall. The file grows in chunks of
  * CT_CHUNK_SIZE (fallocate'd, so a full disk is an error here, never a SIGBUS in the target).
- * A record is reserved under a process-local mutex (a few instructions), filled outside it, and
- * published by one release store of its 8-byte header (layout.h describes the format).
+ * A record is reserved by one atomic add on the file position (no lock), filled, and published
+ * by one release store of its 8-byte header (trace_format.h describes the format). A mutex
+ * guards only opening, growing and closing the file.
  */
-#include "shim.h"
+#include "writer.h"
+
+#include <pthread.h>
+
+#include "ledger.h"
+#include "trace_format.h"
+#include "util.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,21 +25,23 @@
 #include <unistd.h>
 
 #define MAX_CHUNKS 65536
-#define KEEP_MAPPED 4          /* chunks kept mapped behind the current one */
+#define KEEP_MAPPED 4 /* chunks kept mapped behind the current one */
 
-/* recursive: the preamble of a new file is written by the thread that opened it, lock held */
 /* recursive: the preamble of a new file is written by the thread that opened it, lock held.
  * The lock guards opening, growing and closing only; reserving a record is one atomic add. */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static int fd = -1;
-static int state;              /* 0: not opened yet, 1: open, -1: failed or closed */
+static int state; /* 0: not opened yet, 1: open, -1: failed or closed */
 static uint8_t *chunks[MAX_CHUNKS];
-static uint32_t busy;          /* reservations not yet published, all chunks (atomic) */
-static uint64_t pos;           /* next free byte of the file (atomic) */
-static uint32_t nchunks;       /* chunks fallocated and mapped so far (under mu) */
+static uint32_t busy;    /* reservations not yet published, all chunks (atomic) */
+static uint64_t pos;     /* next free byte of the file (atomic) */
+static uint32_t nchunks; /* chunks fallocated and mapped so far (under mu) */
 static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
+static ct_preamble_fn preamble;
+
+void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
 
 static int grow(uint32_t idx)
 {
@@ -180,8 +189,8 @@ static uint8_t *reserve(uint32_t size, uint32_t *chunk)
         /* This reservation crosses the chunk's end: pad both pieces so readers see no hole,
          * then take a fresh place (sizes and offsets are multiples of 8: both pieces >= 8). */
         publish(base + off, CT_REC_PAD, CT_CHUNK_SIZE - off);
-        if (idx + 1 >= MAX_CHUNKS || (!__atomic_load_n(&chunks[idx + 1], __ATOMIC_ACQUIRE) &&
-                                      !ensure_chunk(idx + 1)))
+        if (idx + 1 >= MAX_CHUNKS ||
+            (!__atomic_load_n(&chunks[idx + 1], __ATOMIC_ACQUIRE) && !ensure_chunk(idx + 1)))
             break;
         publish(__atomic_load_n(&chunks[idx + 1], __ATOMIC_ACQUIRE), CT_REC_PAD,
                 off + size - CT_CHUNK_SIZE);
@@ -203,7 +212,8 @@ int ct_rec_begin(ct_slot *s, uint32_t size)
         if (state == 0) {
             if (open_file() == 0) {
                 __atomic_store_n(&state, 1, __ATOMIC_RELEASE);
-                ct_write_preamble();       /* re-enters ct_rec_begin: mu is recursive */
+                if (preamble)
+                    preamble(); /* re-enters ct_rec_begin: mu is recursive */
             } else {
                 __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
             }
@@ -229,17 +239,20 @@ void ct_rec_commit(ct_slot *s, uint16_t type)
     __atomic_sub_fetch(&busy, 1, __ATOMIC_RELEASE);
 }
 
-int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t nb,
-                 const void *c, size_t nc)
+int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t nb, const void *c,
+                 size_t nc)
 {
     ct_slot s;
     size_t total = sizeof(struct ct_rec_hdr) + na + nb + nc;
     if (total > CT_CHUNK_SIZE / 2 || !ct_rec_begin(&s, (uint32_t)total))
         return 0;
     uint8_t *p = s.p + sizeof(struct ct_rec_hdr);
-    if (na) memcpy(p, a, na);
-    if (nb) memcpy(p + na, b, nb);
-    if (nc) memcpy(p + na + nb, c, nc);
+    if (na)
+        memcpy(p, a, na);
+    if (nb)
+        memcpy(p + na, b, nb);
+    if (nc)
+        memcpy(p + na + nb, c, nc);
     /* zero the alignment padding so files are reproducible */
     memset(p + na + nb + nc, 0, s.size - total);
     ct_rec_commit(&s, type);

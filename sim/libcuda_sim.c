@@ -75,61 +75,61 @@ typedef struct {
  *      definitions below have exactly the hooked signatures ---------------------------------- */
 #define SIM_PTSZ_DECL_0(ID, PROTO)
 #define SIM_PTSZ_DECL_1(ID, PROTO) SIM_EXPORT CUresult ID##_ptsz PROTO;
-#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ...) \
-    SIM_EXPORT CUresult ID PROTO;                                      \
+#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ...)                             \
+    SIM_EXPORT CUresult ID PROTO;                                                                  \
     SIM_PTSZ_DECL_##PTSZ(ID, PROTO)
 #include "hooks.def"
 #undef CT_DRIVER
 
 /* Functions the sim exports beyond hooks.def: X(symbol, base name, min cudaVersion, ptsz) */
-#define SIM_EXTRA(X)                                   \
-    X(cuInit, "cuInit", 2000, 0)                       \
-    X(cuDriverGetVersion, "cuDriverGetVersion", 2020, 0) \
-    X(cuDeviceGetCount, "cuDeviceGetCount", 2000, 0)   \
-    X(cuDeviceGet, "cuDeviceGet", 2000, 0)             \
-    X(cuDeviceGetName, "cuDeviceGetName", 2000, 0)     \
-    X(cuDeviceTotalMem, "cuDeviceTotalMem", 2000, 0)   \
-    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0) \
-    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000, 0) \
-    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0) \
-    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 0) \
-    X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, 0) \
-    X(cuCtxCreate, "cuCtxCreate", 2000, 0)             \
-    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0)          \
-    X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0)         \
-    X(cuCtxCreate_v4, "cuCtxCreate", 12080, 0)         \
-    X(cuCtxDestroy, "cuCtxDestroy", 2000, 0)           \
-    X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, 0)        \
-    X(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)     \
-    X(cuCtxGetCurrent, "cuCtxGetCurrent", 4000, 0)     \
-    X(cuCtxGetDevice, "cuCtxGetDevice", 2000, 0)       \
-    X(cuCtxGetDevice_v2, "cuCtxGetDevice", 13000, 0)   \
-    X(cuCtxSynchronize, "cuCtxSynchronize", 2000, 0)   \
-    X(cuCtxSynchronize_v2, "cuCtxSynchronize", 13000, 0) \
-    X(cuStreamCreate, "cuStreamCreate", 2000, 0)       \
-    X(cuStreamDestroy, "cuStreamDestroy", 2000, 0)     \
-    X(cuStreamDestroy_v2, "cuStreamDestroy", 4000, 0)  \
-    X(cuStreamSynchronize, "cuStreamSynchronize", 2000, 1) \
-    X(cuGetErrorName, "cuGetErrorName", 6000, 0)       \
-    X(cuGetErrorString, "cuGetErrorString", 6000, 0)   \
-    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0)  \
-    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0) \
-    X(cuGetExportTable, "cuGetExportTable", 3000, 0)   \
-    X(cuMemAlloc, "cuMemAlloc", 2000, 0)               \
-    X(cuMemFree, "cuMemFree", 2000, 0)                 \
-    X(cuMemGetInfo, "cuMemGetInfo", 2000, 0)           \
-    X(cuMemAllocHost, "cuMemAllocHost", 2000, 0)       \
-    X(cuMemAllocPitch, "cuMemAllocPitch", 2000, 0)     \
-    X(cuArrayCreate, "cuArrayCreate", 2000, 0)         \
-    X(cuArray3DCreate, "cuArray3DCreate", 2000, 0)     \
-    X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 4010, 0) \
-    X(cuMemAddressReserve, "cuMemAddressReserve", 10020, 0) \
-    X(cuMemAddressFree, "cuMemAddressFree", 10020, 0)  \
-    X(cuMemSetAccess, "cuMemSetAccess", 10020, 0)      \
-    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020, 0) \
-    X(cuMemPoolCreate, "cuMemPoolCreate", 11020, 0)    \
-    X(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, 0)  \
-    X(cuGraphCreate, "cuGraphCreate", 10000, 0)        \
+#define SIM_EXTRA(X)                                                                               \
+    X(cuInit, "cuInit", 2000, 0)                                                                   \
+    X(cuDriverGetVersion, "cuDriverGetVersion", 2020, 0)                                           \
+    X(cuDeviceGetCount, "cuDeviceGetCount", 2000, 0)                                               \
+    X(cuDeviceGet, "cuDeviceGet", 2000, 0)                                                         \
+    X(cuDeviceGetName, "cuDeviceGetName", 2000, 0)                                                 \
+    X(cuDeviceTotalMem, "cuDeviceTotalMem", 2000, 0)                                               \
+    X(cuDeviceTotalMem_v2, "cuDeviceTotalMem", 3020, 0)                                            \
+    X(cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000, 0)                                       \
+    X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)                               \
+    X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 0)                             \
+    X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, 0)                         \
+    X(cuCtxCreate, "cuCtxCreate", 2000, 0)                                                         \
+    X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                                                      \
+    X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0)                                                     \
+    X(cuCtxCreate_v4, "cuCtxCreate", 12080, 0)                                                     \
+    X(cuCtxDestroy, "cuCtxDestroy", 2000, 0)                                                       \
+    X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, 0)                                                    \
+    X(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                                                 \
+    X(cuCtxGetCurrent, "cuCtxGetCurrent", 4000, 0)                                                 \
+    X(cuCtxGetDevice, "cuCtxGetDevice", 2000, 0)                                                   \
+    X(cuCtxGetDevice_v2, "cuCtxGetDevice", 13000, 0)                                               \
+    X(cuCtxSynchronize, "cuCtxSynchronize", 2000, 0)                                               \
+    X(cuCtxSynchronize_v2, "cuCtxSynchronize", 13000, 0)                                           \
+    X(cuStreamCreate, "cuStreamCreate", 2000, 0)                                                   \
+    X(cuStreamDestroy, "cuStreamDestroy", 2000, 0)                                                 \
+    X(cuStreamDestroy_v2, "cuStreamDestroy", 4000, 0)                                              \
+    X(cuStreamSynchronize, "cuStreamSynchronize", 2000, 1)                                         \
+    X(cuGetErrorName, "cuGetErrorName", 6000, 0)                                                   \
+    X(cuGetErrorString, "cuGetErrorString", 6000, 0)                                               \
+    X(cuGetProcAddress, "cuGetProcAddress", 11030, 0)                                              \
+    X(cuGetProcAddress_v2, "cuGetProcAddress", 12000, 0)                                           \
+    X(cuGetExportTable, "cuGetExportTable", 3000, 0)                                               \
+    X(cuMemAlloc, "cuMemAlloc", 2000, 0)                                                           \
+    X(cuMemFree, "cuMemFree", 2000, 0)                                                             \
+    X(cuMemGetInfo, "cuMemGetInfo", 2000, 0)                                                       \
+    X(cuMemAllocHost, "cuMemAllocHost", 2000, 0)                                                   \
+    X(cuMemAllocPitch, "cuMemAllocPitch", 2000, 0)                                                 \
+    X(cuArrayCreate, "cuArrayCreate", 2000, 0)                                                     \
+    X(cuArray3DCreate, "cuArray3DCreate", 2000, 0)                                                 \
+    X(cuIpcOpenMemHandle, "cuIpcOpenMemHandle", 4010, 0)                                           \
+    X(cuMemAddressReserve, "cuMemAddressReserve", 10020, 0)                                        \
+    X(cuMemAddressFree, "cuMemAddressFree", 10020, 0)                                              \
+    X(cuMemSetAccess, "cuMemSetAccess", 10020, 0)                                                  \
+    X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020, 0)                    \
+    X(cuMemPoolCreate, "cuMemPoolCreate", 11020, 0)                                                \
+    X(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, 0)                                              \
+    X(cuGraphCreate, "cuGraphCreate", 10000, 0)                                                    \
     X(cuGraphDestroy, "cuGraphDestroy", 10000, 0)
 
 SIM_EXPORT CUresult cuInit(unsigned int Flags);
@@ -145,9 +145,10 @@ SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
 SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 SIM_EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
 SIM_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
-SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, const void *paramsArray, int numParams, unsigned int flags,
+SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, const void *paramsArray, int numParams,
+                                   unsigned int flags, CUdevice dev);
+SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, const void *ctxCreateParams, unsigned int flags,
                                    CUdevice dev);
-SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, const void *ctxCreateParams, unsigned int flags, CUdevice dev);
 SIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx);
@@ -163,25 +164,29 @@ SIM_EXPORT CUresult cuStreamSynchronize(CUstream hStream);
 SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr);
 SIM_EXPORT CUresult cuGetErrorString(CUresult error, const char **pStr);
-SIM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
-SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+SIM_EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                     cuuint64_t flags);
+SIM_EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                        cuuint64_t flags,
                                         CUdriverProcAddressQueryResult *symbolStatus);
 SIM_EXPORT CUresult cuGetExportTable(const void **ppExportTable, const void *pExportTableId);
 SIM_EXPORT CUresult cuMemAlloc(CUdeviceptr_v1 *dptr, unsigned int bytesize);
 SIM_EXPORT CUresult cuMemFree(CUdeviceptr_v1 dptr);
 SIM_EXPORT CUresult cuMemGetInfo(unsigned int *free, unsigned int *total);
 SIM_EXPORT CUresult cuMemAllocHost(void **pp, unsigned int bytesize);
-SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
-                                    unsigned int Height, unsigned int ElementSizeBytes);
+SIM_EXPORT CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch,
+                                    unsigned int WidthInBytes, unsigned int Height,
+                                    unsigned int ElementSizeBytes);
 SIM_EXPORT CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *d);
 SIM_EXPORT CUresult cuArray3DCreate(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR_v1 *d);
-SIM_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
-SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
-                                        unsigned long long flags);
+SIM_EXPORT CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle,
+                                       unsigned int Flags);
+SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
+                                        CUdeviceptr addr, unsigned long long flags);
 SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
 SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
-SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
-                                                  int option);
+SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
+                                                  const CUmemAllocationProp *prop, int option);
 SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
 SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool);
 SIM_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
@@ -234,7 +239,8 @@ struct gpa_row {
 #define SIM_ROW_PTSZ_0(ID) NULL
 #define SIM_ROW_PTSZ_1(ID) (void *)ID##_ptsz
 static const struct gpa_row gpa_rows[] = {
-#define CT_DRIVER(ID, BASE, MINVER, PTSZ, ...) {BASE, MINVER, #ID, (void *)ID, SIM_ROW_PTSZ_##PTSZ(ID)},
+#define CT_DRIVER(ID, BASE, MINVER, PTSZ, ...)                                                     \
+    {BASE, MINVER, #ID, (void *)ID, SIM_ROW_PTSZ_##PTSZ(ID)},
 #include "hooks.def"
 #undef CT_DRIVER
 #define X(ID, BASE, MINVER, PTSZ) {BASE, MINVER, #ID, (void *)ID, SIM_ROW_PTSZ_##PTSZ(ID)},
@@ -270,7 +276,8 @@ static void release_earlier_images(void)
             struct cudasim_pid_slot *s = &d->pids[i];
             int32_t p = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
             if (p != pid || s->start_ticks != start ||
-                !__atomic_compare_exchange_n(&s->pid, &p, -1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+                !__atomic_compare_exchange_n(&s->pid, &p, -1, 0, __ATOMIC_ACQ_REL,
+                                             __ATOMIC_RELAXED))
                 continue;
             uint64_t u = __atomic_exchange_n(&s->used, 0, __ATOMIC_ACQ_REL);
             if (u) {
@@ -297,10 +304,7 @@ static void sim_setup(void)
     pthread_atfork(sim_atfork_prepare, sim_atfork_parent, sim_atfork_child);
 }
 
-static inline void setup(void)
-{
-    pthread_once(&g_once, sim_setup);
-}
+static inline void setup(void) { pthread_once(&g_once, sim_setup); }
 
 /* ---- contexts ----------------------------------------------------------------------------- */
 struct CUctx_st {
@@ -344,31 +348,39 @@ static CUresult current_dev(int *dev)
     return CUDA_SUCCESS;
 }
 
-#define NEED_INIT()                                              \
-    do {                                                         \
-        setup();                                                 \
-        if (!__atomic_load_n(&g_initialized, __ATOMIC_ACQUIRE))  \
-            return CUDA_ERROR_NOT_INITIALIZED;                   \
+#define NEED_INIT()                                                                                \
+    do {                                                                                           \
+        setup();                                                                                   \
+        if (!__atomic_load_n(&g_initialized, __ATOMIC_ACQUIRE))                                    \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
     } while (0)
 
-static int valid_dev(int dev)
-{
-    return dev >= 0 && dev < g_ndev;
-}
+static int valid_dev(int dev) { return dev >= 0 && dev < g_ndev; }
 
 /* ---- live objects of this process --------------------------------------------------------- */
 enum {
-    SP_DEV = 1,  /* device pointers (incl. 32-bit ABI, managed, async, graph, IPC imports) */
-    SP_HOST,     /* pinned host pointers */
+    SP_DEV = 1, /* device pointers (incl. 32-bit ABI, managed, async, graph, IPC imports) */
+    SP_HOST,    /* pinned host pointers */
     SP_ARRAY,
     SP_MIPMAP,
-    SP_VMM,      /* cuMemCreate / imported generic allocation handles */
+    SP_VMM, /* cuMemCreate / imported generic allocation handles */
     SP_EXTMEM,
     SP_POOL,
     SP_GRAPH,
     SP_STREAM,
 };
-enum { K_DEVICE = 1, K_PITCH, K_MANAGED, K_ASYNC, K_HOST, K_VMM, K_ARRAY, K_GRAPH, K_IMPORT, K_OBJ };
+enum {
+    K_DEVICE = 1,
+    K_PITCH,
+    K_MANAGED,
+    K_ASYNC,
+    K_HOST,
+    K_VMM,
+    K_ARRAY,
+    K_GRAPH,
+    K_IMPORT,
+    K_OBJ
+};
 
 struct ent {
     struct ent *next;
@@ -436,10 +448,7 @@ static uint64_t g_next_va = 0x100000000000ULL;
 static uint64_t g_next_va32 = 0x10000000ULL;
 static uint64_t g_next_handle = 0x200000000000ULL;
 
-static uint64_t round_up(uint64_t v, uint64_t a)
-{
-    return (v + a - 1) / a * a;
-}
+static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
 static uint64_t va_alloc(uint64_t size, uint64_t align)
 {
@@ -473,8 +482,8 @@ static uint64_t new_handle(void)
 
 /* ---- device accounting -------------------------------------------------------------------- */
 static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
-static int g_slot_pid;                         /* pid g_slot[] belongs to */
-static int g_slot[CUDASIM_MAX_DEVICES];        /* slot index + 1; 0: none yet; -1: none free */
+static int g_slot_pid;                  /* pid g_slot[] belongs to */
+static int g_slot[CUDASIM_MAX_DEVICES]; /* slot index + 1; 0: none yet; -1: none free */
 static uint64_t g_unslotted[CUDASIM_MAX_DEVICES];
 static int g_exited; /* the exit-time release ran: later frees have nothing to give back */
 static uint64_t g_my_start;
@@ -669,14 +678,8 @@ static int accept_freeable(const struct ent *e)
 {
     return e->kind != K_IMPORT && e->kind != K_GRAPH;
 }
-static int accept_import(const struct ent *e)
-{
-    return e->kind == K_IMPORT;
-}
-static int accept_graph(const struct ent *e)
-{
-    return e->kind == K_GRAPH;
-}
+static int accept_import(const struct ent *e) { return e->kind == K_IMPORT; }
+static int accept_graph(const struct ent *e) { return e->kind == K_GRAPH; }
 
 /* Streams the driver knows: NULL, CU_STREAM_LEGACY (1), CU_STREAM_PER_THREAD (2), created ones. */
 static int valid_stream(CUstream s)
@@ -876,7 +879,8 @@ CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_dev(dev))
         return CUDA_ERROR_INVALID_DEVICE;
-    snprintf(name, (size_t)len, "cudasim %s device %d", g_integrated ? "integrated" : "discrete", dev);
+    snprintf(name, (size_t)len, "cudasim %s device %d", g_integrated ? "integrated" : "discrete",
+             dev);
     return CUDA_SUCCESS;
 }
 
@@ -992,14 +996,16 @@ CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
     return ctx_create(pctx, dev);
 }
 
-CUresult cuCtxCreate_v3(CUcontext *pctx, const void *paramsArray, int numParams, unsigned int flags, CUdevice dev)
+CUresult cuCtxCreate_v3(CUcontext *pctx, const void *paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev)
 {
     COUNT(cuCtxCreate_v3);
     NEED_INIT();
     return ctx_create(pctx, dev);
 }
 
-CUresult cuCtxCreate_v4(CUcontext *pctx, const void *ctxCreateParams, unsigned int flags, CUdevice dev)
+CUresult cuCtxCreate_v4(CUcontext *pctx, const void *ctxCreateParams, unsigned int flags,
+                        CUdevice dev)
 {
     COUNT(cuCtxCreate_v4);
     NEED_INIT();
@@ -1205,7 +1211,8 @@ CUresult cuGetErrorString(CUresult error, const char **pStr)
  * at a version older than all its variants gives NULL with VERSION_NOT_SUFFICIENT; _v2 returns
  * CUDA_SUCCESS for both, v1 (which has no status) CUDA_ERROR_NOT_FOUND. (A NULL pfn crashes the
  * real driver; here it is CUDA_ERROR_INVALID_VALUE.) */
-static CUresult gpa(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, int *status, int v1)
+static CUresult gpa(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags, int *status,
+                    int v1)
 {
     setup();
     if (!symbol || !pfn || (flags & ~(cuuint64_t)3) || cudaVersion > g_driver_version)
@@ -1222,9 +1229,11 @@ static CUresult gpa(const char *symbol, void **pfn, int cudaVersion, cuuint64_t 
     }
     if (!best) {
         *pfn = NULL;
-        st = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        st = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+                   : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     } else {
-        *pfn = ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->ptsz) ? best->ptsz : best->fn;
+        *pfn = ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->ptsz) ? best->ptsz
+                                                                                       : best->fn;
         st = CU_GET_PROC_ADDRESS_SUCCESS;
     }
     if (status)
@@ -1318,8 +1327,8 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInByt
     return r;
 }
 
-CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes, unsigned int Height,
-                         unsigned int ElementSizeBytes)
+CUresult cuMemAllocPitch(CUdeviceptr_v1 *dptr, unsigned int *pPitch, unsigned int WidthInBytes,
+                         unsigned int Height, unsigned int ElementSizeBytes)
 {
     COUNT(cuMemAllocPitch);
     NEED_INIT();
@@ -1387,7 +1396,8 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream
     return alloc_dev(dptr, bytesize, K_ASYNC, -1);
 }
 
-static CUresult alloc_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+static CUresult alloc_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream hStream)
 {
     if (inject_failure())
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -1426,7 +1436,8 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
     return alloc_async(dptr, bytesize, hStream);
 }
 
-CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                 CUstream hStream)
 {
     COUNT(cuMemAllocFromPoolAsync);
     NEED_INIT();
@@ -1477,7 +1488,8 @@ CUresult cuMemPoolDestroy(CUmemoryPool pool)
 }
 
 /* ---- virtual memory management ------------------------------------------------------------ */
-CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, int option)
+CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop,
+                                       int option)
 {
     COUNT(cuMemGetAllocationGranularity);
     NEED_INIT();
@@ -1487,8 +1499,8 @@ CUresult cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocatio
     return CUDA_SUCCESS;
 }
 
-CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
-                     unsigned long long flags)
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                     const CUmemAllocationProp *prop, unsigned long long flags)
 {
     COUNT(cuMemCreate);
     NEED_INIT();
@@ -1688,7 +1700,8 @@ static CUresult host_alloc(void **pp, size_t bytesize, unsigned int Flags)
     if (posix_memalign(&p, 4096, bytesize) != 0 || !p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t key;
-    r = do_alloc(SP_HOST, K_HOST, dev, bytesize, g_integrated ? bytesize : 0, (uintptr_t)p, 0, 0, &key);
+    r = do_alloc(SP_HOST, K_HOST, dev, bytesize, g_integrated ? bytesize : 0, (uintptr_t)p, 0, 0,
+                 &key);
     if (r) {
         free(p);
         return r;
@@ -1753,10 +1766,7 @@ static uint64_t array_bytes(size_t w, size_t h, size_t d, int fmt, unsigned ch, 
     return total;
 }
 
-static int valid_channels(unsigned ch)
-{
-    return ch == 1 || ch == 2 || ch == 4;
-}
+static int valid_channels(unsigned ch) { return ch == 1 || ch == 2 || ch == 4; }
 
 static CUresult array_create(int space, void *pHandle, uint64_t bytes)
 {
@@ -1779,7 +1789,8 @@ CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *d)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (!pHandle || !d || !d->Width || !valid_channels(d->NumChannels))
         return CUDA_ERROR_INVALID_VALUE;
-    return array_create(SP_ARRAY, pHandle, array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels, 1));
+    return array_create(SP_ARRAY, pHandle,
+                        array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels, 1));
 }
 
 CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
@@ -1790,7 +1801,8 @@ CUresult cuArrayCreate(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR_v1 *d)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (!pHandle || !d || !d->Width || !valid_channels(d->NumChannels))
         return CUDA_ERROR_INVALID_VALUE;
-    return array_create(SP_ARRAY, pHandle, array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels, 1));
+    return array_create(SP_ARRAY, pHandle,
+                        array_bytes(d->Width, d->Height, 0, d->Format, d->NumChannels, 1));
 }
 
 CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d)
@@ -1821,7 +1833,8 @@ CUresult cuArrayDestroy(CUarray hArray)
 {
     COUNT(cuArrayDestroy);
     NEED_INIT();
-    return do_free(SP_ARRAY, (uintptr_t)hArray, NULL, NULL) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+    return do_free(SP_ARRAY, (uintptr_t)hArray, NULL, NULL) ? CUDA_ERROR_INVALID_HANDLE
+                                                            : CUDA_SUCCESS;
 }
 
 CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *d,
@@ -1897,16 +1910,17 @@ static int graph_ok(CUgraph g, const CUgraphNode *deps, size_t n)
     return ok && (n == 0 || deps);
 }
 
-CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                                size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
+CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                                const CUgraphNode *dependencies, size_t numDependencies,
+                                CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
     COUNT(cuGraphAddMemAllocNode);
     NEED_INIT();
     if (inject_failure())
         return CUDA_ERROR_OUT_OF_MEMORY;
-    if (!phGraphNode || !nodeParams || !nodeParams->bytesize || !graph_ok(hGraph, dependencies, numDependencies) ||
-        nodeParams->poolProps.allocType != 1 || nodeParams->poolProps.location.type != 1 ||
-        !valid_dev(nodeParams->poolProps.location.id))
+    if (!phGraphNode || !nodeParams || !nodeParams->bytesize ||
+        !graph_ok(hGraph, dependencies, numDependencies) || nodeParams->poolProps.allocType != 1 ||
+        nodeParams->poolProps.location.type != 1 || !valid_dev(nodeParams->poolProps.location.id))
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t p;
     CUresult r = do_alloc(SP_DEV, K_GRAPH, nodeParams->poolProps.location.id, nodeParams->bytesize,
@@ -1918,8 +1932,9 @@ CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     return CUDA_SUCCESS;
 }
 
-CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                               size_t numDependencies, CUdeviceptr dptr)
+CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph,
+                               const CUgraphNode *dependencies, size_t numDependencies,
+                               CUdeviceptr dptr)
 {
     COUNT(cuGraphAddMemFreeNode);
     NEED_INIT();
@@ -1986,7 +2001,8 @@ CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, vo
     return r;
 }
 
-CUresult cuImportExternalMemory(CUexternalMemory *extMem_out, const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
+CUresult cuImportExternalMemory(CUexternalMemory *extMem_out,
+                                const CUDA_EXTERNAL_MEMORY_HANDLE_DESC *memHandleDesc)
 {
     COUNT(cuImportExternalMemory);
     NEED_INIT();
@@ -2007,7 +2023,8 @@ CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 {
     COUNT(cuDestroyExternalMemory);
     NEED_INIT();
-    return do_free(SP_EXTMEM, (uintptr_t)extMem, NULL, NULL) ? CUDA_ERROR_INVALID_HANDLE : CUDA_SUCCESS;
+    return do_free(SP_EXTMEM, (uintptr_t)extMem, NULL, NULL) ? CUDA_ERROR_INVALID_HANDLE
+                                                             : CUDA_SUCCESS;
 }
 
 /* ---- meminfo ------------------------------------------------------------------------------ */
@@ -2073,7 +2090,8 @@ int cudasim_device_stats(int dev, unsigned long long *used, unsigned long long *
     return 0;
 }
 
-int cudasim_pid_stats(int dev, int index, int *pid, unsigned long long *used, unsigned long long *hwm)
+int cudasim_pid_stats(int dev, int index, int *pid, unsigned long long *used,
+                      unsigned long long *hwm)
 {
     setup();
     if (!valid_dev(dev) || index < 0 || index >= CUDASIM_MAX_PIDS)

@@ -3,7 +3,13 @@
  * Objects loaded later (dlopen) are picked up the first time a new stack frame falls outside
  * every known module. Also: a cold-path symbol lookup for one-line messages (budget denials).
  */
-#include "shim.h"
+#include "modules.h"
+
+#include <pthread.h>
+
+#include "trace_format.h"
+#include "util.h"
+#include "writer.h"
 
 #include <dlfcn.h>
 #include <elf.h>
@@ -26,7 +32,7 @@ struct mod {
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct mod mods[MAX_MODULES];
-static uint32_t nmods;            /* published with release: readers need no lock */
+static uint32_t nmods; /* published with release: readers need no lock */
 static uintptr_t shim_start, shim_end;
 
 static const char *base_name(const char *p)
@@ -80,15 +86,17 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *data)
         if (ph->p_type != PT_LOAD)
             continue;
         uintptr_t s = info->dlpi_addr + ph->p_vaddr, e = s + ph->p_memsz;
-        if (s < lo) lo = s;
-        if (e > hi) hi = e;
+        if (s < lo)
+            lo = s;
+        if (e > hi)
+            hi = e;
     }
     if (hi == 0)
         return 0;
     uint32_t n = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
     for (uint32_t i = 0; i < n; i++)
         if (mods[i].start == lo && mods[i].base == info->dlpi_addr)
-            return 0;                                 /* already known */
+            return 0; /* already known */
     if (n >= MAX_MODULES)
         return 0;
     struct mod *m = &mods[n];
@@ -111,8 +119,8 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *data)
     if (ctx->emit) {
         uint8_t bid[64];
         size_t blen = build_id(info, bid, sizeof bid);
-        struct ct_rec_module rec = {ct_now_ns(), m->base, lo, hi, (uint32_t)blen,
-                                    (uint32_t)strlen(name)};
+        struct ct_rec_module rec = {ct_now_ns(), m->base,        lo,
+                                    hi,          (uint32_t)blen, (uint32_t)strlen(name)};
         ct_rec_write(CT_REC_MODULE, &rec, sizeof rec, bid, blen, name, strlen(name) + 1);
     }
     __atomic_store_n(&nmods, n + 1, __ATOMIC_RELEASE);
@@ -134,7 +142,7 @@ void ct_modules_init(void)
                 shim_end = mods[i].end;
             }
         }
-        nmods = 0;                  /* nothing written yet: the trace file gets them later */
+        nmods = 0; /* nothing written yet: the trace file gets them later */
         pthread_mutex_unlock(&mu);
     }
 }
@@ -211,13 +219,16 @@ static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t ou
             }
             if (best) {
                 typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
-                demangle_fn dm = (demangle_fn)dlsym(RTLD_DEFAULT, "__cxa_demangle");
+                ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
+                demangle_fn dm = ds ? (demangle_fn)ds(RTLD_DEFAULT, "__cxa_demangle") : NULL;
                 int status = -1;
-                char *d = dm && best[0] == '_' && best[1] == 'Z' ? dm(best, NULL, NULL, &status) : NULL;
+                char *d =
+                    dm && best[0] == '_' && best[1] == 'Z' ? dm(best, NULL, NULL, &status) : NULL;
                 ct_strlcpy(out, d && status == 0 ? d : best, outlen);
                 if (d) {
-                    void (*fr)(void *) = (void (*)(void *))dlsym(RTLD_DEFAULT, "free");
-                    if (fr) fr(d);
+                    void (*fr)(void *) = (void (*)(void *))ds(RTLD_DEFAULT, "free");
+                    if (fr)
+                        fr(d);
                 }
                 *sym_off = want - best_val;
                 ok = 1;
@@ -234,7 +245,7 @@ static int is_runtime_symbol(const char *s)
     /* the CUDA runtime linked statically into the program is not the caller to name */
     if (strncmp(s, "cuda", 4) == 0 || strstr(s, "cudart") != NULL)
         return 1;
-    return s[0] == 'c' && s[1] == 'u' && s[2] >= 'A' && s[2] <= 'Z';    /* cuMemAlloc ... */
+    return s[0] == 'c' && s[1] == 'u' && s[2] >= 'A' && s[2] <= 'Z'; /* cuMemAlloc ... */
 }
 
 void ct_describe_address(uintptr_t ip, char *out, size_t outlen)
@@ -251,17 +262,24 @@ void ct_describe_address(uintptr_t ip, char *out, size_t outlen)
     size_t l = 0;
     if (lookup_symbol(m, ip, name, sizeof name, &off)) {
         l += ct_strlcpy(out + l, name, outlen - l);
-        if (l < outlen) l += ct_strlcpy(out + l, " (", outlen - l);
-        if (l < outlen) l += ct_strlcpy(out + l, base_name(m->path), outlen - l);
-        if (l < outlen) l += ct_strlcpy(out + l, "+", outlen - l);
+        if (l < outlen)
+            l += ct_strlcpy(out + l, " (", outlen - l);
+        if (l < outlen)
+            l += ct_strlcpy(out + l, base_name(m->path), outlen - l);
+        if (l < outlen)
+            l += ct_strlcpy(out + l, "+", outlen - l);
         ct_fmt_hex(hex, ip - m->base);
-        if (l < outlen) l += ct_strlcpy(out + l, hex, outlen - l);
-        if (l < outlen) ct_strlcpy(out + l, ")", outlen - l);
+        if (l < outlen)
+            l += ct_strlcpy(out + l, hex, outlen - l);
+        if (l < outlen)
+            ct_strlcpy(out + l, ")", outlen - l);
     } else {
         l += ct_strlcpy(out + l, base_name(m->path), outlen - l);
         ct_fmt_hex(hex, ip - m->base);
-        if (l < outlen) l += ct_strlcpy(out + l, "+", outlen - l);
-        if (l < outlen) ct_strlcpy(out + l, hex, outlen - l);
+        if (l < outlen)
+            l += ct_strlcpy(out + l, "+", outlen - l);
+        if (l < outlen)
+            ct_strlcpy(out + l, hex, outlen - l);
     }
 }
 

@@ -66,17 +66,21 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *in
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                                unsigned int *infoCount,
                                                                 nvmlProcessInfo_t *infos);
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                                unsigned int *infoCount,
                                                                 nvmlProcessInfo_t *infos);
-SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                             unsigned int *infoCount,
                                                              nvmlProcessInfo_v1_t *infos);
 SIM_EXPORT const char *nvmlErrorString(nvmlReturn_t result);
 SIM_EXPORT nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length);
 SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion);
 SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion);
 
+/* clang-format off */
 #define NVML_SYMS(X)                                                                          \
     X(nvmlInit_v2) X(nvmlInit) X(nvmlInitWithFlags) X(nvmlShutdown) X(nvmlDeviceGetCount_v2)   \
     X(nvmlDeviceGetCount) X(nvmlDeviceGetHandleByIndex_v2) X(nvmlDeviceGetHandleByIndex)      \
@@ -85,6 +89,7 @@ SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion
     X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses)        \
     X(nvmlErrorString) X(nvmlSystemGetDriverVersion) X(nvmlSystemGetCudaDriverVersion)        \
     X(nvmlSystemGetCudaDriverVersion_v2)
+/* clang-format on */
 
 enum {
 #define X(n) SYM_##n,
@@ -111,10 +116,7 @@ struct nvmlDevice_st {
 };
 static struct nvmlDevice_st g_devs[CUDASIM_MAX_DEVICES] = {{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}};
 
-static void nvml_atfork_child(void)
-{
-    memset(g_calls, 0, sizeof(g_calls));
-}
+static void nvml_atfork_child(void) { memset(g_calls, 0, sizeof(g_calls)); }
 
 static void nvml_setup(void)
 {
@@ -136,10 +138,7 @@ static void nvml_setup(void)
         g_st = cudasim_state_open("libnvml_sim");
 }
 
-static int initialized(void)
-{
-    return __atomic_load_n(&g_refs, __ATOMIC_ACQUIRE) > 0;
-}
+static int initialized(void) { return __atomic_load_n(&g_refs, __ATOMIC_ACQUIRE) > 0; }
 
 static int dev_index(nvmlDevice_t device)
 {
@@ -149,10 +148,10 @@ static int dev_index(nvmlDevice_t device)
     return -1;
 }
 
-#define NEED_INIT()                       \
-    do {                                  \
-        if (!initialized())               \
-            return NVML_ERROR_UNINITIALIZED; \
+#define NEED_INIT()                                                                                \
+    do {                                                                                           \
+        if (!initialized())                                                                        \
+            return NVML_ERROR_UNINITIALIZED;                                                       \
     } while (0)
 
 nvmlReturn_t nvmlInit_v2(void)
@@ -186,7 +185,8 @@ nvmlReturn_t nvmlShutdown(void)
     do {
         if (cur <= 0)
             return NVML_ERROR_UNINITIALIZED;
-    } while (!__atomic_compare_exchange_n(&g_refs, &cur, cur - 1, 1, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+    } while (!__atomic_compare_exchange_n(&g_refs, &cur, cur - 1, 1, __ATOMIC_ACQ_REL,
+                                          __ATOMIC_ACQUIRE));
     return NVML_SUCCESS;
 }
 
@@ -251,7 +251,8 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
     if (i < 0 || !name)
         return NVML_ERROR_INVALID_ARGUMENT;
     char buf[96];
-    int n = snprintf(buf, sizeof(buf), "cudasim %s device %d", g_integrated ? "integrated" : "discrete", i);
+    int n = snprintf(buf, sizeof(buf), "cudasim %s device %d",
+                     g_integrated ? "integrated" : "discrete", i);
     if ((unsigned)n + 1 > length)
         return NVML_ERROR_INSUFFICIENT_SIZE;
     memcpy(name, buf, (size_t)n + 1);
@@ -381,15 +382,24 @@ const char *nvmlErrorString(nvmlReturn_t result)
 {
     COUNT(nvmlErrorString);
     switch (result) {
-    case NVML_SUCCESS: return "Success";
-    case NVML_ERROR_UNINITIALIZED: return "Uninitialized";
-    case NVML_ERROR_INVALID_ARGUMENT: return "Invalid Argument";
-    case NVML_ERROR_NOT_SUPPORTED: return "Not Supported";
-    case NVML_ERROR_NOT_FOUND: return "Not Found";
-    case NVML_ERROR_INSUFFICIENT_SIZE: return "Insufficient Size";
-    case NVML_ERROR_FUNCTION_NOT_FOUND: return "Function Not Found";
-    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH: return "Argument version mismatch";
-    default: return "Unknown Error";
+    case NVML_SUCCESS:
+        return "Success";
+    case NVML_ERROR_UNINITIALIZED:
+        return "Uninitialized";
+    case NVML_ERROR_INVALID_ARGUMENT:
+        return "Invalid Argument";
+    case NVML_ERROR_NOT_SUPPORTED:
+        return "Not Supported";
+    case NVML_ERROR_NOT_FOUND:
+        return "Not Found";
+    case NVML_ERROR_INSUFFICIENT_SIZE:
+        return "Insufficient Size";
+    case NVML_ERROR_FUNCTION_NOT_FOUND:
+        return "Function Not Found";
+    case NVML_ERROR_ARGUMENT_VERSION_MISMATCH:
+        return "Argument version mismatch";
+    default:
+        return "Unknown Error";
     }
 }
 

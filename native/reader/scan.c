@@ -1,6 +1,6 @@
-/* tools.c - C the Python side calls through cffi (with ledger.c, in libcudatrace_tools.so).
+/* scan.c - the trace scanner (scan.h), called from Python through cffi (libcudatrace_tools.so).
  *
- * ct_scan: one pass over a trace file's records (layout.h). Events are copied into an array
+ * ct_scan: one pass over a trace file's records (trace_format.h). Events are copied into an array
  * so Python can replay millions of them without a per-record interpreter loop; every other
  * record's offset is returned for Python to decode. Unpublished holes (a writer killed between
  * reserving and publishing) are skipped by searching for the next valid header.
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stddef.h>
 #include <string.h>
-#include "layout.h"
+#include "scan.h"
 
 static int valid_header(const uint8_t *buf, uint64_t len, uint64_t off, struct ct_rec_hdr *h)
 {

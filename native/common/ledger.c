@@ -1,5 +1,5 @@
 /* ledger.c - the budget ledger: lock-free accounting of device memory shared by the processes of
- * a budget group (layout and API: layout.h, between LEDGER-BEGIN and LEDGER-END).
+ * a budget group (layout and API: ledger.h).
  *
  * Compiled into the preload library (hidden) and the tools library (used by Python through cffi),
  * so the shim and `cudatrace status` read the ledger with the same code.
@@ -29,14 +29,14 @@
  * from the one recorded at join (the pid was reused). Members of another pid namespace (their
  * /proc/self/ns/pid inode differs) are never judged: they are counted as alive.
  *
- * Atomics are the GCC/Clang __atomic builtins on the plain fixed-width fields of layout.h (the
+ * Atomics are the GCC/Clang __atomic builtins on the plain fixed-width fields of ledger.h (the
  * operations <stdatomic.h> is built on), since the layout is shared with cffi and cannot use
  * _Atomic types.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "layout.h"
+#include "ledger.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -56,21 +56,23 @@
 
 _Static_assert(sizeof(struct ct_ledger_header) == CT_LEDGER_HEADER_SIZE, "ledger header size");
 _Static_assert(sizeof(struct ct_ledger_member) == CT_LEDGER_MEMBER_SIZE, "ledger member size");
-_Static_assert(CT_LEDGER_FILE_SIZE == CT_LEDGER_HEADER_SIZE +
-               CT_LEDGER_MAX_MEMBERS * CT_LEDGER_MEMBER_SIZE, "ledger file size");
+_Static_assert(CT_LEDGER_FILE_SIZE ==
+                   CT_LEDGER_HEADER_SIZE + CT_LEDGER_MAX_MEMBERS * CT_LEDGER_MEMBER_SIZE,
+               "ledger file size");
 _Static_assert(CT_LEDGER_GROUP_MAX < sizeof(((struct ct_ledger_header *)0)->group), "group size");
 _Static_assert(offsetof(struct ct_ledger_member, held) % 64 == 0, "held alignment");
 
 #define LD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
 #define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
-#define CAS(p, e, d) __atomic_compare_exchange_n((p), (e), (d), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
+#define CAS(p, e, d)                                                                               \
+    __atomic_compare_exchange_n((p), (e), (d), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
 
-#define W_STATE(w) ((uint32_t)((w) & 0xffu))
+#define W_STATE(w) ((uint32_t)((w)&0xffu))
 #define W_GEN(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
 #define W_PID(w) ((int32_t)(uint32_t)((w) >> 32))
-#define W_MAKE(pid, gen, st) \
-    (((uint64_t)(uint32_t)(pid) << 32) | ((uint64_t)((gen) & 0xffffffu) << 8) | (uint64_t)(st))
+#define W_MAKE(pid, gen, st)                                                                       \
+    (((uint64_t)(uint32_t)(pid) << 32) | ((uint64_t)((gen)&0xffffffu) << 8) | (uint64_t)(st))
 
 #define RESERVE_ATTEMPTS 3
 #define RECLAIM_PERIOD_NS 1000000000ull
@@ -80,17 +82,17 @@ _Static_assert(offsetof(struct ct_ledger_member, held) % 64 == 0, "held alignmen
 struct ct_ledger {
     struct ct_ledger_header *hdr;
     struct ct_ledger_member *mem;
-    int32_t slot;       /* -1: not a member */
-    int32_t pid;        /* the member's pid */
-    int32_t joined_by;  /* getpid() of the process that joined (fork check in leave) */
-    uint64_t word;      /* our slot's ACTIVE state word */
-    uint64_t pidns;     /* our pid namespace, 0 unknown */
+    int32_t slot;      /* -1: not a member */
+    int32_t pid;       /* the member's pid */
+    int32_t joined_by; /* getpid() of the process that joined (fork check in leave) */
+    uint64_t word;     /* our slot's ACTIVE state word */
+    uint64_t pidns;    /* our pid namespace, 0 unknown */
 };
 
 /* ---- small helpers (async-signal-safe: no stdio, no malloc) -------------------------------- */
 
-__attribute__((format(printf, 3, 4)))
-static void set_err(char *err, uint64_t errlen, const char *fmt, ...)
+__attribute__((format(printf, 3, 4))) static void set_err(char *err, uint64_t errlen,
+                                                          const char *fmt, ...)
 {
     if (!err || errlen == 0)
         return;
@@ -135,7 +137,8 @@ static int sub_sat(uint64_t *p, uint64_t b)
 static void store_max(uint64_t *p, uint64_t v)
 {
     uint64_t cur = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (cur < v && !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    while (cur < v &&
+           !__atomic_compare_exchange_n(p, &cur, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
 }
 
@@ -252,10 +255,7 @@ static int member_alive(const struct ct_ledger *l, int32_t pid, uint64_t ticks, 
     return CT_LEDGER_UNKNOWN;
 }
 
-static int valid(const struct ct_ledger *l)
-{
-    return l && l->hdr && l->mem;
-}
+static int valid(const struct ct_ledger *l) { return l && l->hdr && l->mem; }
 
 static uint32_t hwm(const struct ct_ledger *l)
 {
@@ -434,10 +434,7 @@ int32_t ct_ledger_leave(struct ct_ledger *l)
     return CT_LEDGER_OK;
 }
 
-int32_t ct_ledger_slot(const struct ct_ledger *l)
-{
-    return valid(l) ? l->slot : CT_LEDGER_EINVAL;
-}
+int32_t ct_ledger_slot(const struct ct_ledger *l) { return valid(l) ? l->slot : CT_LEDGER_EINVAL; }
 
 /* ---- the hot path -------------------------------------------------------------------------- */
 
@@ -465,7 +462,8 @@ static struct ct_ledger_member *member(struct ct_ledger *l, int32_t dev, int32_t
     return m;
 }
 
-int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *in_use, uint64_t *limit_out)
+int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *in_use,
+                          uint64_t *limit_out)
 {
     int32_t rc;
     struct ct_ledger_member *m = member(l, dev, &rc);
@@ -646,8 +644,9 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
         v->pid = W_PID(w);
         v->start_ticks = LD(&m->start_ticks);
         v->joined_ns = LD(&m->joined_ns);
-        v->alive = (uint32_t)((int32_t)i == l->slot ? CT_LEDGER_ALIVE
-                              : member_alive(l, v->pid, v->start_ticks, LD(&m->pidns)));
+        v->alive = (uint32_t)((int32_t)i == l->slot
+                                  ? CT_LEDGER_ALIVE
+                                  : member_alive(l, v->pid, v->start_ticks, LD(&m->pidns)));
         for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
             v->held[d] = LD(&m->held[d]);
             v->peak[d] = LD(&m->peak[d]);
@@ -668,7 +667,8 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
 
 /* ---- opening ------------------------------------------------------------------------------- */
 
-static void init_header(struct ct_ledger_header *h, const struct ct_ledger_config *cfg, const char *path)
+static void init_header(struct ct_ledger_header *h, const struct ct_ledger_config *cfg,
+                        const char *path)
 {
     memset(h, 0, sizeof *h);
     h->version = CT_LEDGER_VERSION;
@@ -699,7 +699,8 @@ static void init_header(struct ct_ledger_header *h, const struct ct_ledger_confi
 }
 
 /* Size, initialize and publish a new ledger through fd. */
-static int init_file(int fd, const struct ct_ledger_config *cfg, const char *path, char *err, uint64_t errlen)
+static int init_file(int fd, const struct ct_ledger_config *cfg, const char *path, char *err,
+                     uint64_t errlen)
 {
     if (fchmod(fd, 0600) != 0 || ftruncate(fd, CT_LEDGER_FILE_SIZE) != 0) {
         set_err(err, errlen, "cannot size budget ledger %s: %s", path, strerror(errno));
@@ -720,13 +721,14 @@ static int init_file(int fd, const struct ct_ledger_config *cfg, const char *pat
 /* Create path fully initialized: build it under a temporary name and link() it into place, so
  * no one ever sees a half-made ledger; where hard links are not supported, create it in place
  * (O_EXCL) and publish the magic last. Returns 1 created, 0 someone else did, -1 error. */
-static int create_file(const char *path, const struct ct_ledger_config *cfg, char *err, uint64_t errlen)
+static int create_file(const char *path, const struct ct_ledger_config *cfg, char *err,
+                       uint64_t errlen)
 {
     char tmp[PATH_MAX];
     const char *slash = strrchr(path, '/');
     size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
-    int n = snprintf(tmp, sizeof tmp, "%.*s.%s.%d.%llx.tmp", (int)dlen, path, slash ? slash + 1 : path,
-                     (int)getpid(), (unsigned long long)mono_ns());
+    int n = snprintf(tmp, sizeof tmp, "%.*s.%s.%d.%llx.tmp", (int)dlen, path,
+                     slash ? slash + 1 : path, (int)getpid(), (unsigned long long)mono_ns());
     if (n > 0 && (size_t)n < sizeof tmp) {
         int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd >= 0) {
@@ -814,7 +816,8 @@ static void *map_existing(const char *path, int *again, char *err, uint64_t errl
         *again = 1; /* created in place a moment ago, not sized yet */
         why = "is empty (its creator may have died while making it)";
     } else if (sb.st_size != CT_LEDGER_FILE_SIZE) {
-        snprintf(whybuf, sizeof whybuf, "has %lld bytes, not %d: not a ledger of this cudatrace version",
+        snprintf(whybuf, sizeof whybuf,
+                 "has %lld bytes, not %d: not a ledger of this cudatrace version",
                  (long long)sb.st_size, CT_LEDGER_FILE_SIZE);
         why = whybuf;
     }
@@ -983,13 +986,16 @@ static int32_t check_dir(const char *dir, int32_t create, int *soft, char *err, 
         return CT_LEDGER_EACCESS;
     }
     if (sb.st_uid != me) {
-        set_err(err, errlen, "ledger directory %s is owned by uid %u, not by you (uid %u); refusing to use it",
+        set_err(err, errlen,
+                "ledger directory %s is owned by uid %u, not by you (uid %u); refusing to use it",
                 dir, (unsigned)sb.st_uid, (unsigned)me);
         return CT_LEDGER_EACCESS;
     }
     if (sb.st_mode & 077) {
-        set_err(err, errlen, "ledger directory %s has group/other permissions (mode %04o; it must be 0700); "
-                "refusing to use it", dir, (unsigned)(sb.st_mode & 07777));
+        set_err(err, errlen,
+                "ledger directory %s has group/other permissions (mode %04o; it must be 0700); "
+                "refusing to use it",
+                dir, (unsigned)(sb.st_mode & 07777));
         return CT_LEDGER_EACCESS;
     }
     return CT_LEDGER_OK;
@@ -1075,15 +1081,25 @@ int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t
 const char *ct_ledger_strerror(int32_t code)
 {
     switch (code) {
-    case CT_LEDGER_OK: return "ok";
-    case CT_LEDGER_GRANTED: return "granted";
-    case CT_LEDGER_EINVAL: return "invalid argument";
-    case CT_LEDGER_ENOTMEMBER: return "not a member of the ledger";
-    case CT_LEDGER_EFULL: return "the ledger has no free member slot";
-    case CT_LEDGER_ENODEV: return "device index out of range";
-    case CT_LEDGER_ENOENT: return "does not exist";
-    case CT_LEDGER_EACCESS: return "refused (ownership or permissions)";
-    case CT_LEDGER_ESYS: return "system error";
-    default: return "unknown error";
+    case CT_LEDGER_OK:
+        return "ok";
+    case CT_LEDGER_GRANTED:
+        return "granted";
+    case CT_LEDGER_EINVAL:
+        return "invalid argument";
+    case CT_LEDGER_ENOTMEMBER:
+        return "not a member of the ledger";
+    case CT_LEDGER_EFULL:
+        return "the ledger has no free member slot";
+    case CT_LEDGER_ENODEV:
+        return "device index out of range";
+    case CT_LEDGER_ENOENT:
+        return "does not exist";
+    case CT_LEDGER_EACCESS:
+        return "refused (ownership or permissions)";
+    case CT_LEDGER_ESYS:
+        return "system error";
+    default:
+        return "unknown error";
     }
 }

@@ -1,8 +1,9 @@
 /* cuda_abi.h - the few CUDA driver and NVML types cudatrace needs, declared by hand.
  *
- * The shim is built with a C compiler alone: no CUDA toolkit or headers (DEVELOPERS.md,
- * principle 1). Layouts follow cuda.h / nvml.h of CUDA 13; tests/test_abi.py checks every
- * declared offset against the real headers where they are installed.
+ * The shim is built with a C compiler alone: no CUDA toolkit or headers (design principle 1).
+ * Layouts follow cuda.h / nvml.h of CUDA 13 (LP64); tests/test_abi.py checks the sizes and
+ * offsets the shim relies on against the documented values, and against cuda.h itself where a
+ * CUDA toolkit is installed.
  */
 #ifndef CUDATRACE_CUDA_ABI_H
 #define CUDATRACE_CUDA_ABI_H
@@ -47,8 +48,8 @@ typedef struct {
 } CUmemLocation;
 
 typedef struct {
-    int type;                          /* CUmemAllocationType */
-    int requestedHandleTypes;          /* CUmemAllocationHandleType */
+    int type;                 /* CUmemAllocationType */
+    int requestedHandleTypes; /* CUmemAllocationHandleType */
     CUmemLocation location;
     void *win32HandleMetaData;
     struct {
@@ -74,13 +75,13 @@ typedef struct {
     const void *accessDescs;
     size_t accessDescCount;
     size_t bytesize;
-    CUdeviceptr dptr;                  /* out */
+    CUdeviceptr dptr; /* out */
 } CUDA_MEM_ALLOC_NODE_PARAMS;
 
 typedef struct {
     size_t Width;
     size_t Height;
-    int Format;                        /* CUarray_format */
+    int Format; /* CUarray_format */
     unsigned int NumChannels;
 } CUDA_ARRAY_DESCRIPTOR;
 
@@ -133,10 +134,19 @@ typedef struct {
 static inline unsigned ct_array_format_bytes(int fmt)
 {
     switch (fmt) {
-    case 0x01: case 0x08: return 1;           /* UNSIGNED_INT8, SIGNED_INT8 */
-    case 0x02: case 0x09: case 0x10: return 2; /* (U)INT16, HALF */
-    case 0x03: case 0x0a: case 0x20: return 4; /* (U)INT32, FLOAT */
-    default: return 4;
+    case 0x01:
+    case 0x08:
+        return 1; /* UNSIGNED_INT8, SIGNED_INT8 */
+    case 0x02:
+    case 0x09:
+    case 0x10:
+        return 2; /* (U)INT16, HALF */
+    case 0x03:
+    case 0x0a:
+    case 0x20:
+        return 4; /* (U)INT32, FLOAT */
+    default:
+        return 4;
     }
 }
 

@@ -6,7 +6,14 @@
  * open-addressing hash of (parent, ip) -> id. A per-thread cache of the last stack makes the
  * common case (the same call site in a loop) take no lock at all.
  */
-#include "shim.h"
+#include "stacks.h"
+
+#include <pthread.h>
+
+#include "modules.h"
+#include "trace_format.h"
+#include "util.h"
+#include "writer.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
@@ -20,11 +27,11 @@
 struct slot {
     uint64_t ip;
     uint32_t parent;
-    uint32_t id;               /* 0: empty */
+    uint32_t id; /* 0: empty */
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static struct slot *table;     /* mmap'd on first use, NORESERVE: pages cost only when touched */
+static struct slot *table; /* mmap'd on first use, NORESERVE: pages cost only when touched */
 static uint32_t nnodes;
 static uint32_t generation = 1; /* bumped on reset, invalidates the per-thread caches */
 
@@ -90,11 +97,11 @@ static uintptr_t (*p_Unwind_GetCFA)(struct _Unwind_Context *);
 #if defined(__x86_64__)
 #define CACHE_WAYS 4
 struct cached {
-    uintptr_t loc0;            /* stack slot of the first user return address */
+    uintptr_t loc0; /* stack slot of the first user return address */
     uint32_t gen, leaf;
     int n;
     uintptr_t ips[CT_MAX_DEPTH];
-    uintptr_t locs[CT_MAX_DEPTH];  /* where each return address was found */
+    uintptr_t locs[CT_MAX_DEPTH]; /* where each return address was found */
 };
 struct tcache {
     unsigned next;
@@ -106,10 +113,11 @@ static CT_TLS struct tcache *tcache;
 void ct_stacks_init(void)
 {
     void *h = dlopen("libgcc_s.so.1", RTLD_NOW);
-    if (h) {
-        p_Unwind_Backtrace = (int (*)(unwind_trace_fn, void *))dlsym(h, "_Unwind_Backtrace");
-        p_Unwind_GetIP = (uintptr_t(*)(struct _Unwind_Context *))dlsym(h, "_Unwind_GetIP");
-        p_Unwind_GetCFA = (uintptr_t(*)(struct _Unwind_Context *))dlsym(h, "_Unwind_GetCFA");
+    ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
+    if (h && ds) {
+        p_Unwind_Backtrace = (int (*)(unwind_trace_fn, void *))ds(h, "_Unwind_Backtrace");
+        p_Unwind_GetIP = (uintptr_t(*)(struct _Unwind_Context *))ds(h, "_Unwind_GetIP");
+        p_Unwind_GetCFA = (uintptr_t(*)(struct _Unwind_Context *))ds(h, "_Unwind_GetCFA");
     }
     if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
         p_Unwind_Backtrace = NULL;
@@ -128,7 +136,7 @@ static int walk_cb(struct _Unwind_Context *ctx, void *arg)
      * return address into this frame (its IP) was stored just below it. */
     uintptr_t ip = p_Unwind_GetIP(ctx), cfa = p_Unwind_GetCFA(ctx);
     if (!ip)
-        return 5;                              /* _URC_END_OF_STACK */
+        return 5; /* _URC_END_OF_STACK */
     if (!w->started && ct_in_shim(ip))
         return 0;
     w->started = 1;
@@ -143,7 +151,7 @@ static uint32_t insert(const uintptr_t *ips, int cnt)
 {
     uint32_t id = 0;
     pthread_mutex_lock(&mu);
-    for (int k = cnt - 1; k >= 0; k--) {         /* outermost first */
+    for (int k = cnt - 1; k >= 0; k--) { /* outermost first */
         uint32_t next = node(id, ips[k]);
         if (!next)
             break;
@@ -188,7 +196,7 @@ uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
             struct walk wk = {0, depth, 0, c->ips, c->locs};
             p_Unwind_Backtrace(walk_cb, &wk);
             int ok = wk.n > 0 && c->locs[0] == (uintptr_t)slot;
-            for (int k = 1; ok && k < wk.n; k++)      /* slots must climb the same stack */
+            for (int k = 1; ok && k < wk.n; k++) /* slots must climb the same stack */
                 ok = c->locs[k] > c->locs[k - 1] && c->locs[k] - c->locs[0] < (64u << 20);
             uint32_t leaf = wk.n ? insert(c->ips, wk.n) : 0;
             c->n = wk.n;

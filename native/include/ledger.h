@@ -1,0 +1,210 @@
+/* ledger.h - the budget ledger: its file layout and C API (native/common/ledger.c, linked into
+ * both the preload library and the tools library).
+ *
+ * Python reads the part between the CFFI markers through cffi (cudatrace/native.py): keep it to
+ * plain structs of fixed-width integers, integer #defines and prototypes. */
+#ifndef CUDATRACE_LEDGER_H
+#define CUDATRACE_LEDGER_H
+#include <stdint.h>
+
+/* CFFI-BEGIN */
+/* A budget ledger is one file of CT_LEDGER_FILE_SIZE bytes, mapped MAP_SHARED by every process
+ * of a budget group (the shim in each traced process, and `cudatrace status`):
+ *
+ *   struct ct_ledger_header                      at offset 0, CT_LEDGER_HEADER_SIZE bytes
+ *   struct ct_ledger_member[CT_LEDGER_MAX_MEMBERS]  one slot per live member process
+ *
+ * There is no lock anywhere. Every field the ledger changes after creation is accessed with
+ * sequentially consistent atomics (ledger.c); a member adds to its own held[dev] and then sums
+ * held[dev] over all ACTIVE slots, withdrawing if the sum passes the limit, so concurrent
+ * reservers in any number of threads and processes can never together exceed it. A member's
+ * slot state word packs (pid << 32) | (generation << 8) | state, so a claim publishes its pid
+ * and a reclaim cannot hit a slot that was freed and claimed again in the meantime.
+ * Everything else (reading, snapshots) goes through the functions below: Python reads the
+ * ledger with the same C code as the shim. Limits are bytes; 0 means no limit. */
+#define CT_LEDGER_VERSION 1
+#define CT_LEDGER_MAGIC 3553981414494721091
+#define CT_LEDGER_MAX_DEVICES 16
+#define CT_LEDGER_MAX_MEMBERS 256
+#define CT_LEDGER_GROUP_MAX 64
+#define CT_LEDGER_HEADER_SIZE 4096
+#define CT_LEDGER_MEMBER_SIZE 640
+#define CT_LEDGER_FILE_SIZE 167936
+
+/* slot states (low 8 bits of ct_ledger_member.state) */
+#define CT_LEDGER_FREE 0
+#define CT_LEDGER_CLAIMING 1
+#define CT_LEDGER_ACTIVE 2
+
+/* ct_ledger_header.on_exceed: what the shim does with an allocation over the limit */
+#define CT_LEDGER_DENY 0
+#define CT_LEDGER_WARN 1
+
+/* ct_ledger_header.flags */
+#define CT_LEDGER_F_COUNT_HOST 1
+
+/* return codes. reserve / force / release: 1 = fine (granted, within the limit, released),
+ * 0 = not (denied, now over the limit, clamped at 0); other calls: CT_LEDGER_OK. < 0: errors. */
+#define CT_LEDGER_OK 0
+#define CT_LEDGER_GRANTED 1
+#define CT_LEDGER_DENIED 0
+#define CT_LEDGER_EINVAL -1
+#define CT_LEDGER_ENOTMEMBER -2
+#define CT_LEDGER_EFULL -3
+#define CT_LEDGER_ENODEV -4
+#define CT_LEDGER_ENOENT -5
+#define CT_LEDGER_EACCESS -6
+#define CT_LEDGER_ESYS -7
+
+/* ct_ledger_member_view.alive */
+#define CT_LEDGER_DEAD 0
+#define CT_LEDGER_ALIVE 1
+#define CT_LEDGER_UNKNOWN 2
+
+struct ct_ledger_header {
+    uint64_t magic;       /* CT_LEDGER_MAGIC, stored last when the file is created */
+    uint32_t version;     /* CT_LEDGER_VERSION */
+    uint32_t header_size; /* CT_LEDGER_HEADER_SIZE */
+    uint32_t member_size; /* CT_LEDGER_MEMBER_SIZE */
+    uint32_t max_devices; /* CT_LEDGER_MAX_DEVICES */
+    uint32_t max_members; /* CT_LEDGER_MAX_MEMBERS */
+    uint32_t on_exceed;   /* atomic: CT_LEDGER_DENY / CT_LEDGER_WARN */
+    uint32_t flags;       /* atomic: CT_LEDGER_F_* */
+    uint32_t uid;         /* creator */
+    uint64_t created_ns;  /* CLOCK_REALTIME */
+    uint32_t members_hwm; /* atomic: 1 + highest slot ever claimed (bounds every scan) */
+    uint32_t reserved0;
+    uint64_t last_reclaim_ns;      /* atomic: CLOCK_MONOTONIC of the last periodic reclaim */
+    uint64_t reclaimed;            /* atomic: dead members reclaimed so far */
+    uint64_t last_deny_reclaim_ns; /* atomic: CLOCK_MONOTONIC of the last reclaim before a denial */
+    char group[80];                /* NUL-terminated group name ("" for a private ledger) */
+    uint64_t reserved2[12];
+    uint64_t limit[CT_LEDGER_MAX_DEVICES];   /* atomic: bytes, 0 = no limit */
+    uint64_t peak[CT_LEDGER_MAX_DEVICES];    /* atomic: highest total seen by a granted reserve */
+    uint64_t denials[CT_LEDGER_MAX_DEVICES]; /* atomic: reservations denied */
+    uint64_t over[CT_LEDGER_MAX_DEVICES];    /* atomic: forced (warn mode) past the limit */
+    uint8_t reserved3[3328];
+};
+
+struct ct_ledger_member {
+    uint64_t state; /* atomic: (pid << 32) | (generation << 8) | CT_LEDGER_FREE.. */
+    int32_t pid;    /* copy of the pid in state, for readers */
+    uint32_t reserved0;
+    uint64_t start_ticks; /* /proc/<pid>/stat field 22; 0 = unknown (no reuse check) */
+    uint64_t pidns;       /* inode of /proc/self/ns/pid; 0 = unknown */
+    uint64_t joined_ns;   /* CLOCK_REALTIME */
+    uint64_t reserved1[3];
+    uint64_t held[CT_LEDGER_MAX_DEVICES];    /* atomic: bytes this member holds */
+    uint64_t peak[CT_LEDGER_MAX_DEVICES];    /* atomic: its highest held */
+    uint64_t denials[CT_LEDGER_MAX_DEVICES]; /* atomic */
+    uint64_t over[CT_LEDGER_MAX_DEVICES];    /* atomic */
+    uint64_t reserved2[8];
+};
+
+/* What ct_ledger_open writes into a ledger it creates. */
+struct ct_ledger_config {
+    uint64_t limit[CT_LEDGER_MAX_DEVICES]; /* bytes, 0 = no limit */
+    uint32_t on_exceed;                    /* CT_LEDGER_DENY / CT_LEDGER_WARN */
+    uint32_t flags;                        /* CT_LEDGER_F_* */
+    char group[80];                        /* "" : taken from the file name */
+};
+
+struct ct_ledger_member_view {
+    int32_t slot;
+    int32_t pid;
+    uint32_t alive; /* CT_LEDGER_ALIVE, _DEAD (not reclaimed yet), _UNKNOWN */
+    uint32_t reserved;
+    uint64_t start_ticks;
+    uint64_t joined_ns;
+    uint64_t held[CT_LEDGER_MAX_DEVICES];
+    uint64_t peak[CT_LEDGER_MAX_DEVICES];
+    uint64_t denials[CT_LEDGER_MAX_DEVICES];
+    uint64_t over[CT_LEDGER_MAX_DEVICES];
+};
+
+/* A consistent-enough copy for status displays (each field is one atomic load). */
+struct ct_ledger_view {
+    uint32_t version;
+    uint32_t on_exceed;
+    uint32_t flags;
+    uint32_t uid;
+    uint64_t created_ns;
+    uint32_t nmembers; /* ACTIVE slots copied into members[] */
+    uint32_t members_hwm;
+    uint64_t reclaimed;
+    char group[80];
+    uint64_t limit[CT_LEDGER_MAX_DEVICES];
+    uint64_t in_use[CT_LEDGER_MAX_DEVICES];    /* held by members alive (or of unknown state) */
+    uint64_t dead_held[CT_LEDGER_MAX_DEVICES]; /* held by dead members not reclaimed yet */
+    uint64_t peak[CT_LEDGER_MAX_DEVICES];
+    uint64_t denials[CT_LEDGER_MAX_DEVICES];
+    uint64_t over[CT_LEDGER_MAX_DEVICES];
+    struct ct_ledger_member_view members[CT_LEDGER_MAX_MEMBERS];
+};
+
+/* A process's handle on an open ledger (process-local, opaque). */
+struct ct_ledger;
+typedef struct ct_ledger ct_ledger;
+
+/* Open the ledger file at path; NULL on failure with a message in err. Refuses a symlink, a
+ * file of another uid or with group/other permission bits, a file that is not a ledger of this
+ * version. create != 0: create it (0600, no limits) when it does not exist. */
+ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen);
+/* Open, or create initialized from cfg (NULL: no limits) when it does not exist; *created (may
+ * be NULL) says which. An existing ledger keeps its own settings (see ct_ledger_set_limit). */
+ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,
+                            char *err, uint64_t errlen);
+/* Unmap and free the handle. Does not leave: call ct_ledger_leave first to give bytes back. */
+void ct_ledger_close(ct_ledger *l);
+
+/* Make the process (pid, start_ticks) a member; start_ticks 0: read /proc/<pid>/stat. Returns
+ * the slot (>= 0), CT_LEDGER_EFULL or CT_LEDGER_EINVAL. Evicts an older slot of the same process
+ * (an image before exec). A slot inherited over fork is left to the parent. No allocation, no
+ * lock, only async-signal-safe calls: fine in a pthread_atfork child handler. */
+int32_t ct_ledger_join(ct_ledger *l, int32_t pid, uint64_t start_ticks);
+/* Give the slot back (its bytes with it). CT_LEDGER_OK, or CT_LEDGER_ENOTMEMBER. */
+int32_t ct_ledger_leave(ct_ledger *l);
+int32_t ct_ledger_slot(const ct_ledger *l);
+
+/* The hot path: no lock, no allocation, no system call except when a limit is hit (then a
+ * yield and a reclaim) or when the periodic reclaim is due (once a second per ledger).
+ * reserve: 1 granted (counted), 0 denied (not counted), < 0 error (not counted: not a member,
+ *          bad device). *in_use / *limit (either may be NULL): the device's total as this call
+ *          saw it (with the request when granted, without it when denied) and its limit.
+ * force:   counts without checking (warn mode, or an allocation larger than reserved): 1 within
+ *          the limit, 0 the total is now over it, < 0 error.
+ * release: 1 released, 0 clamped at zero (released more than held), < 0 error. */
+int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *in_use,
+                          uint64_t *limit);
+int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes);
+int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes);
+/* Free the slots of dead members now; returns how many. */
+int32_t ct_ledger_reclaim(ct_ledger *l);
+
+/* Queries (0 for a bad handle or device). in_use: total held by live members (dead members are
+ * reclaimed at most a second after they die, by the next call that runs the periodic reclaim). */
+uint64_t ct_ledger_limit(ct_ledger *l, int32_t dev);
+uint64_t ct_ledger_in_use(ct_ledger *l, int32_t dev);
+uint64_t ct_ledger_held(ct_ledger *l, int32_t dev);
+int32_t ct_ledger_set_limit(ct_ledger *l, int32_t dev, uint64_t bytes);
+int32_t ct_ledger_on_exceed(ct_ledger *l);
+int32_t ct_ledger_set_on_exceed(ct_ledger *l, int32_t mode);
+int32_t ct_ledger_flags(ct_ledger *l);
+int32_t ct_ledger_set_flags(ct_ledger *l, int32_t flags);
+int32_t ct_ledger_snapshot(ct_ledger *l, struct ct_ledger_view *out);
+
+/* /proc/<pid>/stat field 22 (0 when unreadable). */
+uint64_t ct_ledger_proc_start_ticks(int32_t pid);
+/* The directory of group ledgers: $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-<uid>, else
+ * $XDG_RUNTIME_DIR/cudatrace, else /tmp/cudatrace-<uid>. create != 0: make it (0700). Refuses a
+ * symlink, another owner, group/other permissions. CT_LEDGER_ENOENT (path still in buf) when it
+ * does not exist and create == 0. */
+int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen);
+/* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}. Returns as ct_ledger_dir. */
+int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
+                             char *err, uint64_t errlen);
+int32_t ct_ledger_valid_group(const char *group);
+const char *ct_ledger_strerror(int32_t code);
+/* CFFI-END */
+
+#endif

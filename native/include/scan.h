@@ -1,0 +1,29 @@
+/* scan.h - the trace scanner's API (native/reader/scan.c, in libcudatrace_tools.so).
+ *
+ * Python reads the part between the CFFI markers through cffi (cudatrace/native.py). */
+#ifndef CUDATRACE_SCAN_H
+#define CUDATRACE_SCAN_H
+#include <stdint.h>
+#include "trace_format.h"
+
+/* CFFI-BEGIN */
+/* The trace scanner (native/reader/scan.c), the C half of the Python reader: one pass over a file's
+ * records that copies events into an array and notes where every other record starts. */
+#define CT_SCAN_CLEAN 0
+#define CT_SCAN_TRUNCATED 1
+#define CT_SCAN_BAD_HEADER 2
+struct ct_scan_result {
+    uint64_t n_events;
+    uint64_t n_other;
+    uint64_t stop_offset; /* where reading ended */
+    uint64_t end_offset;  /* offset of the END record, 0 if none */
+    uint32_t status;      /* CT_SCAN_* */
+    uint32_t gaps;        /* unpublished holes skipped */
+    uint64_t gap_bytes;
+};
+/* Pass events=NULL / others=NULL to count only. Returns 0, or -1 on bad arguments. */
+int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
+            uint64_t *others, uint64_t max_others, struct ct_scan_result *res);
+/* CFFI-END */
+
+#endif

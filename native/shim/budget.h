@@ -1,0 +1,41 @@
+/* budget.h - the budget inside the target (budget.c): the ledger shared by a process tree or a
+ * named group, this process's table of counted live allocations (to give bytes back on free),
+ * and the budget's answers to memory queries (cuMemGetInfo, NVML). */
+#ifndef CUDATRACE_BUDGET_H
+#define CUDATRACE_BUDGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ledger.h"
+#include "util.h"
+
+/* the open ledger, NULL without a budget (set once at load; a child keeps its parent's) */
+extern CT_HIDDEN ct_ledger *ct_budget_ledger;
+static inline int ct_budget_on(void) { return ct_budget_ledger != NULL; }
+
+/* Open the ledger of ct_cfg.ledger_path (when set) and join it. */
+void ct_budget_init(void);
+void ct_budget_join(void); /* again in a child after fork */
+void ct_budget_leave(void);
+
+/* whether an allocation of this kind on dev counts against the budget */
+int ct_budget_counted(int kind, int dev);
+
+/* the table of counted live allocations, keyed (space, address) */
+int ct_budget_track(uint64_t addr, int space, uint64_t size, int dev);
+/* a free: 1 with the bytes to give back (0 none, or a VMM handle still mapped) */
+int ct_budget_untrack(uint64_t addr, int space, uint64_t *size, int *dev);
+void ct_budget_map(uint64_t ptr, uint64_t size, uint64_t handle);
+void ct_budget_unmap(uint64_t ptr, uint64_t size); /* gives back what the unmap frees */
+
+/* A memory query's answer rewritten to tell the budget: total = min(real total, limit),
+ * free = limit - in use, no more than the real free when clamp. 1 if it did (a budget with a
+ * limit on dev, and virtualization on). */
+int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp);
+
+void ct_budget_atfork_prepare(void);
+void ct_budget_atfork_parent(void);
+void ct_budget_atfork_child(void);
+
+#endif

@@ -1,0 +1,18 @@
+/* modules.h - the module map (modules.c): MODULE records for offline symbolization. */
+#ifndef CUDATRACE_MODULES_H
+#define CUDATRACE_MODULES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void ct_modules_init(void);
+int ct_modules_covers(uintptr_t ip); /* 1 if ip lies in a module already written */
+void ct_modules_scan(void);          /* write records for modules not yet written */
+void ct_modules_reset(void);
+int ct_in_shim(uintptr_t ip);
+/* best-effort symbol for messages: name of the function containing ip, from the module's
+ * .symtab or .dynsym (read from its file); module basename and offset always. */
+void ct_describe_address(uintptr_t ip, char *out, size_t outlen);
+uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
+
+#endif

@@ -1,0 +1,96 @@
+/* route.h - every way into the driver and NVML (route.c): the real-pointer slots, the hook
+ * table, and the exported dlsym / cuGetProcAddress[_v2] that hand out the wrappers.
+ *
+ * Routes, all reaching the same wrappers (generated from hooks.def, defined in shim.c):
+ *   1. exported driver symbols (programs linked with -lcuda, through their PLT);
+ *   2. dlsym(handle, "cuMemAlloc_v2"...): the wrapper is returned, the real pointer kept;
+ *   3. cuGetProcAddress[_v2] (how the static and shared CUDA runtimes reach the driver): after
+ *      the real call succeeds the wrapper of exactly the ABI variant asked for is handed back
+ *      (base name + cudaVersion + per-thread flag), one real pointer per variant. */
+#ifndef CUDATRACE_ROUTE_H
+#define CUDATRACE_ROUTE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda_abi.h"
+#include "util.h"
+
+/* ---- tables derived from hooks.def ------------------------------------------------------ */
+enum {
+#define CT_DRIVER(ID, ...) CT_SLOT_##ID, CT_SLOT_##ID##_ptsz,
+#define CT_RUNTIME(ID, ...) CT_SLOT_##ID,
+#define CT_NVML(ID, ...) CT_SLOT_##ID,
+#include "hooks.def"
+#undef CT_DRIVER
+#undef CT_RUNTIME
+#undef CT_NVML
+    CT_SLOT_cuGetProcAddress,
+    CT_SLOT_cuGetProcAddress_v2,
+    CT_NSLOTS
+};
+
+enum {
+    CT_API_NONE = 0,
+#define CT_DRIVER(ID, ...) CT_API_##ID,
+#define CT_RUNTIME(ID, ...) CT_API_##ID,
+#define CT_NVML(ID, ...) CT_API_##ID,
+#include "hooks.def"
+#undef CT_DRIVER
+#undef CT_RUNTIME
+#undef CT_NVML
+    CT_API_COUNT
+};
+
+typedef struct {
+    size_t width, height, depth;
+} CT_EXTENT3D; /* cudaExtent, in the runtime hooks' prototypes */
+
+/* The wrappers the routes hand out (defined in shim.c): ID, and ct_ptsz_ID for the
+ * per-thread-default-stream twin of a driver function. */
+#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ...)                             \
+    CT_EXPORT CUresult ID PROTO;                                                                   \
+    CUresult ct_ptsz_##ID PROTO;
+#define CT_RUNTIME(ID, PROTO, ARGS) CT_EXPORT int ID PROTO;
+#define CT_NVML(ID, PROTO, ARGS) CT_EXPORT nvmlReturn_t ID PROTO;
+#include "hooks.def"
+#undef CT_DRIVER
+#undef CT_RUNTIME
+#undef CT_NVML
+
+/* one hooked name */
+struct ct_hook {
+    const char *sym;  /* exact exported name of this variant */
+    const char *base; /* cuGetProcAddress name; NULL for runtime/NVML */
+    int minver;
+    int ptsz;
+    uint8_t layer, op, kind, space;
+    uint16_t api;
+    int slot;
+    void *wrap;
+    void *wrap_ptsz;
+};
+extern CT_HIDDEN const struct ct_hook ct_hooks[];
+extern CT_HIDDEN const size_t ct_nhooks;
+const char *ct_api_name(uint16_t api);
+
+/* ---- real pointers ------------------------------------------------------------------------ */
+extern CT_HIDDEN void *ct_real_ptr[CT_NSLOTS];
+void *ct_resolve_slot(int slot); /* cold: first call through a slot */
+/* the real function behind a wrapper (hot: one acquire load) */
+static inline void *ct_real(int slot)
+{
+    void *p = __atomic_load_n(&ct_real_ptr[slot], __ATOMIC_ACQUIRE);
+    return p ? p : ct_resolve_slot(slot);
+}
+
+/* a driver / NVML entry point the shim itself calls (not hooked): through the libraries the
+ * program opened */
+void *ct_driver_sym(const char *name);
+void *ct_nvml_sym(const char *name);
+
+/* Called once by cuGetProcAddress[_v2] after a successful lookup (the shim's initialization:
+ * lookups can come before the shim's constructor ran). Set once at load. */
+void ct_route_set_first_use(void (*fn)(void));
+
+#endif

@@ -1,0 +1,529 @@
+/* shim.c - the interposer's wrappers (generated from hooks.def), the protocol of one hooked
+ * call (enter, budget check, real call, event, leave), the opening records of a trace, and the
+ * lifecycle (load, fork, exit). How calls reach the wrappers: route.h.
+ * Runtime (cuda*) hooks only tag the driver events that happen inside them, so each allocation
+ * is counted once, at the driver layer. A thread-local depth guard makes nested driver calls
+ * pass straight through. With CUDATRACE_DIR unset the shim is pure pass-through.
+ */
+#include <errno.h>
+#include <execinfo.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "budget.h"
+#include "cuda_abi.h"
+#include "modules.h"
+#include "route.h"
+#include "stacks.h"
+#include "trace_format.h"
+#include "util.h"
+#include "writer.h"
+
+static CT_TLS int tls_depth;       /* >0: inside a wrapper, nested calls pass through */
+static CT_TLS uint16_t tls_rt_api; /* runtime API in progress on this thread */
+
+/* ---- expressions of hooks.def -------------------------------------------------------------- */
+static inline uint64_t ct_round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+static uint64_t ct_array2d_bytes(const CUDA_ARRAY_DESCRIPTOR *d)
+{
+    if (!d)
+        return 0;
+    return (uint64_t)d->Width * (d->Height ? d->Height : 1) *
+           (d->NumChannels ? d->NumChannels : 1) * ct_array_format_bytes(d->Format);
+}
+
+static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels)
+{
+    if (!d)
+        return 0;
+    uint64_t w = d->Width, h = d->Height ? d->Height : 1, z = d->Depth ? d->Depth : 1, total = 0;
+    uint64_t elem =
+        (uint64_t)(d->NumChannels ? d->NumChannels : 1) * ct_array_format_bytes(d->Format);
+    for (unsigned l = 0; l < (levels ? levels : 1); l++) {
+        total += w * h * z * elem;
+        w = w > 1 ? w / 2 : 1;
+        h = h > 1 ? h / 2 : 1;
+        z = z > 1 ? z / 2 : 1;
+    }
+    return total;
+}
+
+/* clang-format off */
+#define CT_OUT(p) ((p) ? (uint64_t)*(p) : 0)
+#define CT_OUTP(p) ((p) ? (uint64_t)(uintptr_t)*(p) : 0)
+/* clang-format on */
+
+static int current_device(void)
+{
+    static CUresult (*get_dev)(CUdevice *);
+    if (!get_dev)
+        get_dev = (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice");
+    CUdevice d = -1;
+    if (!get_dev || get_dev(&d) != CUDA_SUCCESS)
+        return -1;
+    return d;
+}
+
+/* ---- one hooked call ------------------------------------------------------------------ */
+struct ct_call {
+    uint64_t reserve, size, addr, aux, aux2;
+    int dev;
+    CUresult result;
+    uint32_t stack;
+    uint16_t api;
+    uint8_t op, kind, space, flags;
+    uint8_t reserved, stacked;
+    uintptr_t cfa; /* the wrapper's CFA, for the stack cache */
+};
+
+static void emit(struct ct_call *c, uint8_t op)
+{
+    ct_slot s;
+    if (!ct_rec_begin(&s, sizeof(struct ct_rec_hdr) + sizeof(struct ct_event)))
+        return;
+    struct ct_event *e = (struct ct_event *)(s.p + sizeof(struct ct_rec_hdr));
+    e->ts_ns = ct_now_ns();
+    e->size = c->size;
+    e->addr = c->addr;
+    e->aux = c->aux;
+    e->aux2 = c->aux2;
+    e->tid = ct_gettid();
+    e->device = c->dev;
+    e->result = c->result;
+    e->stack = c->stack;
+    e->api = c->api;
+    e->rt_api = tls_rt_api;
+    e->op = op;
+    e->kind = c->kind;
+    e->space = c->space;
+    e->flags = (uint8_t)(c->flags | (tls_rt_api ? CT_EF_RUNTIME_KNOWN : 0));
+    e->reserved = 0;
+    ct_rec_commit(&s, CT_REC_EVENT);
+    __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
+}
+
+static void init_once(void);
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+/* exit(status) runs on_exit handlers, then the loader's destructors (ours among them) — but
+ * only handlers registered after the loader's own, i.e. once main() runs. So the handler is
+ * registered at the first hooked call, and the END record carries the status. (_exit and death
+ * by signal skip both: the file then reads as truncated.) */
+static int exit_status = -1;
+static int exit_hooked;
+static void on_exit_handler(int status, void *arg)
+{
+    (void)arg;
+    exit_status = status;
+}
+
+static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t kind, uint8_t space,
+                           uint8_t flags)
+{
+    pthread_once(&once, init_once);
+    if (!ct_cfg.active || tls_depth)
+        return 0;
+    if (__builtin_expect(!__atomic_load_n(&exit_hooked, __ATOMIC_RELAXED), 0) &&
+        !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
+        on_exit(on_exit_handler, NULL);
+    tls_depth++;
+    c->reserve = c->size = c->addr = c->aux = c->aux2 = 0;
+    c->dev = -1;
+    c->result = CUDA_SUCCESS;
+    c->stack = 0;
+    c->api = api;
+    c->op = op;
+    c->kind = kind;
+    c->space = space;
+    c->flags = flags;
+    c->reserved = c->stacked = 0;
+    c->cfa = 0;
+    return 1;
+}
+
+static inline void ct_leave(void) { tls_depth--; }
+
+static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, const char *verdict)
+{
+    char line[1400], num[48], site[600];
+    uintptr_t ip = ct_stack_first_user_frame();
+    if (ip)
+        ct_describe_address(ip, site, sizeof site);
+    else
+        ct_strlcpy(site, "unknown call site (stacks off: --stack-depth 0)", sizeof site);
+    size_t l = ct_strlcpy(line, "cudatrace: budget exceeded: ", sizeof line);
+    l += ct_strlcpy(line + l, ct_api_name(c->api), sizeof line - l);
+    if (tls_rt_api) {
+        l += ct_strlcpy(line + l, " (", sizeof line - l);
+        l += ct_strlcpy(line + l, ct_api_name(tls_rt_api), sizeof line - l);
+        l += ct_strlcpy(line + l, ")", sizeof line - l);
+    }
+    l += ct_strlcpy(line + l, " of ", sizeof line - l);
+    ct_fmt_bytes(num, c->reserve);
+    l += ct_strlcpy(line + l, num, sizeof line - l);
+    l += ct_strlcpy(line + l, " on device ", sizeof line - l);
+    ct_fmt_u64(num, (uint64_t)(c->dev < 0 ? 0 : c->dev));
+    l += ct_strlcpy(line + l, num, sizeof line - l);
+    l += ct_strlcpy(line + l, ": budget ", sizeof line - l);
+    ct_fmt_bytes(num, limit);
+    l += ct_strlcpy(line + l, num, sizeof line - l);
+    l += ct_strlcpy(line + l, ", in use ", sizeof line - l);
+    ct_fmt_bytes(num, in_use);
+    l += ct_strlcpy(line + l, num, sizeof line - l);
+    l += ct_strlcpy(line + l, "; at ", sizeof line - l);
+    l += ct_strlcpy(line + l, site, sizeof line - l);
+    l += ct_strlcpy(line + l, "; ", sizeof line - l);
+    l += ct_strlcpy(line + l, verdict, sizeof line - l);
+    if (l > sizeof line - 2)
+        l = sizeof line - 2;
+    line[l++] = '\n';
+    ssize_t r = write(2, line, l);
+    (void)r;
+}
+
+/* before the real call: reserve against the budget. 0: denied, c->result holds the answer */
+static int ct_pre(struct ct_call *c)
+{
+    ct_ledger *ledger = ct_budget_ledger;
+    if (!ledger || !c->reserve)
+        return 1;
+    if (c->dev < 0)
+        c->dev = current_device();
+    int dev = c->dev < 0 ? 0 : c->dev;
+    if (!ct_budget_counted(c->kind, dev))
+        return 1;
+    uint64_t in_use = 0, limit = 0;
+    int r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
+    if (r == 1) {
+        c->reserved = 1;
+        return 1;
+    }
+    if (r < 0)
+        return 1; /* not a member (slots full) or a bad device: cannot enforce, pass */
+    c->stack = ct_stack_capture(c->cfa);
+    c->stacked = 1;
+    if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
+        ct_ledger_force(ledger, dev, c->reserve);
+        c->reserved = 1;
+        c->flags |= CT_EF_BUDGET_WARN;
+        deny_message(c, in_use, limit, "allowed (--on-exceed warn)");
+        return 1;
+    }
+    c->result = CUDA_ERROR_OUT_OF_MEMORY;
+    c->size = c->reserve;
+    c->aux = limit;
+    c->aux2 = in_use;
+    emit(c, CT_OP_DENY);
+    if (ct_cfg.on_exceed == CT_EXCEED_ABORT) {
+        deny_message(c, in_use, limit, "stopping the process tree (--on-exceed abort)");
+        if (ct_cfg.launcher_pid > 0)
+            kill(ct_cfg.launcher_pid, SIGUSR2);
+        ct_writer_close(128 + SIGABRT);
+        abort();
+    }
+    deny_message(c, in_use, limit, "returned CUDA_ERROR_OUT_OF_MEMORY");
+    return 0;
+}
+
+/* after the real call: settle the budget (with one), then the event */
+static void ct_post(struct ct_call *c)
+{
+    ct_ledger *ledger = ct_budget_ledger;
+    if (c->op == CT_OP_ALLOC && c->reserved) {
+        int dev = c->dev < 0 ? 0 : c->dev;
+        if (c->result != CUDA_SUCCESS) {
+            ct_ledger_release(ledger, dev, c->reserve);
+        } else {
+            if (c->size > c->reserve)
+                ct_ledger_force(ledger, dev, c->size - c->reserve);
+            else if (c->size < c->reserve)
+                ct_ledger_release(ledger, dev, c->reserve - c->size);
+            if (!ct_budget_track(c->addr, c->space, c->size, dev))
+                ct_ledger_release(ledger, dev, c->size); /* cannot track it: never leak budget */
+        }
+    } else if (c->op == CT_OP_FREE && ledger && c->result == CUDA_SUCCESS) {
+        uint64_t size = 0;
+        int dev = 0;
+        if (ct_budget_untrack(c->addr, c->space, &size, &dev))
+            ct_ledger_release(ledger, dev, size);
+        c->size = size;
+    } else if (c->op == CT_OP_MAP && ledger && c->result == CUDA_SUCCESS) {
+        ct_budget_map(c->addr, c->size, c->aux);
+    } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
+        ct_budget_unmap(c->addr, c->size);
+    }
+    if (c->dev < 0)
+        c->dev = current_device();
+    if (!c->stacked)
+        c->stack = ct_stack_capture(c->cfa);
+    emit(c, c->op);
+    ct_leave();
+}
+
+/* cuMemGetInfo: record what the device said and, with a budget, tell the budget instead */
+static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_out)
+{
+    if (c->result != CUDA_SUCCESS)
+        return 0;
+    uint64_t rf = free_out ? *free_out : 0, rt = total_out ? *total_out : 0;
+    c->aux = rf;
+    c->aux2 = rt;
+    c->addr = rf;
+    c->dev = current_device();
+    uint64_t vt = rt, vf = rf;
+    if (ct_budget_virtualize(c->dev, &vt, &vf, free_out != NULL)) {
+        if (free_out)
+            *free_out = vf;
+        if (total_out)
+            *total_out = vt;
+        c->flags |= CT_EF_VIRTUALIZED;
+        c->addr = vf;
+        return vt;
+    }
+    return rt;
+}
+
+/* ---- the generated wrappers ------------------------------------------------------------ */
+#define CT_WRAPPER_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,   \
+                        AUX2, DEV)                                                                 \
+    {                                                                                              \
+        typedef CUresult(*fn_t) PROTO;                                                             \
+        fn_t real = (fn_t)ct_real(SLOT);                                                           \
+        if (!real)                                                                                 \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+        struct ct_call c;                                                                          \
+        if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                    \
+            return real ARGS;                                                                      \
+        c.cfa = CT_CFA();                                                                          \
+        c.reserve = (uint64_t)(RESERVE);                                                           \
+        c.dev = (DEV);                                                                             \
+        if (c.reserve && ct_budget_on() && !ct_pre(&c)) {                                          \
+            ct_leave();                                                                            \
+            return c.result;                                                                       \
+        }                                                                                          \
+        c.result = real ARGS;                                                                      \
+        c.size = (uint64_t)(SIZE);                                                                 \
+        if (c.result == CUDA_SUCCESS)                                                              \
+            c.addr = (uint64_t)(ADDR);                                                             \
+        c.aux = (uint64_t)(AUX);                                                                   \
+        c.aux2 = (uint64_t)(AUX2);                                                                 \
+        ct_post(&c);                                                                               \
+        return c.result;                                                                           \
+    }
+
+#define CT_PTSZ_EXPORT_0(ID)
+#define CT_PTSZ_EXPORT_1(ID)                                                                       \
+    extern __typeof__(ct_ptsz_##ID) ID##_ptsz                                                      \
+        __attribute__((alias("ct_ptsz_" #ID), visibility("default")));
+
+#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,  \
+                  AUX2, DEV)                                                                       \
+    CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS, \
+                                                RESERVE, SIZE, ADDR, AUX, AUX2, DEV)               \
+    CUresult ct_ptsz_##ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND,     \
+                                                SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,      \
+                                                AUX2, DEV) CT_PTSZ_EXPORT_##PTSZ(ID)
+#define CT_RUNTIME(ID, PROTO, ARGS)                                                                \
+    CT_EXPORT int ID PROTO                                                                         \
+    {                                                                                              \
+        typedef int(*fn_t) PROTO;                                                                  \
+        fn_t real = (fn_t)ct_real(CT_SLOT_##ID);                                                   \
+        if (!real)                                                                                 \
+            return 3; /* cudaErrorInitializationError */                                           \
+        uint16_t saved = tls_rt_api;                                                               \
+        tls_rt_api = CT_API_##ID;                                                                  \
+        int r = real ARGS;                                                                         \
+        tls_rt_api = saved;                                                                        \
+        return r;                                                                                  \
+    }
+#define CT_NVML(ID, PROTO, ARGS)
+#include "hooks.def"
+#undef CT_DRIVER
+#undef CT_RUNTIME
+#undef CT_NVML
+
+/* ---- NVML memory queries -------------------------------------------------------------- */
+static int nvml_index(nvmlDevice_t d)
+{
+    nvmlReturn_t (*get_index)(nvmlDevice_t, unsigned *) =
+        (nvmlReturn_t(*)(nvmlDevice_t, unsigned *))ct_nvml_sym("nvmlDeviceGetIndex");
+    unsigned idx;
+    if (!get_index || get_index(d, &idx) != NVML_SUCCESS)
+        return -1;
+    return (int)idx;
+}
+
+/* rewrite NVML's figures to tell the budget; returns 1 if it did */
+static int nvml_virtualize(int dev, unsigned long long *total, unsigned long long *free_,
+                           unsigned long long *used)
+{
+    uint64_t vt = *total, vf = *free_;
+    if (!ct_budget_virtualize(dev, &vt, &vf, 1))
+        return 0;
+    *total = vt;
+    *free_ = vf;
+    *used = vt - vf;
+    return 1;
+}
+
+#define CT_NVML_BODY(ID, MEMTYPE)                                                                  \
+    CT_EXPORT nvmlReturn_t ID(nvmlDevice_t device, MEMTYPE *memory)                                \
+    {                                                                                              \
+        typedef nvmlReturn_t (*fn_t)(nvmlDevice_t, MEMTYPE *);                                     \
+        fn_t real = (fn_t)ct_real(CT_SLOT_##ID);                                                   \
+        if (!real)                                                                                 \
+            return 3; /* NVML_ERROR_NOT_SUPPORTED */                                               \
+        struct ct_call c;                                                                          \
+        if (!ct_enter(&c, CT_API_##ID, CT_OP_MEMINFO, CT_KIND_NONE, CT_SPACE_NONE, 0))             \
+            return real(device, memory);                                                           \
+        c.cfa = CT_CFA();                                                                          \
+        nvmlReturn_t r = real(device, memory);                                                     \
+        c.result = r;                                                                              \
+        c.dev = nvml_index(device);                                                                \
+        if (r == NVML_SUCCESS && memory) {                                                         \
+            c.aux = memory->free;                                                                  \
+            c.aux2 = memory->total;                                                                \
+            if (nvml_virtualize(c.dev, &memory->total, &memory->free, &memory->used))              \
+                c.flags |= CT_EF_VIRTUALIZED;                                                      \
+            c.size = memory->total;                                                                \
+            c.addr = memory->free;                                                                 \
+        }                                                                                          \
+        ct_post(&c);                                                                               \
+        return r;                                                                                  \
+    }
+CT_NVML_BODY(nvmlDeviceGetMemoryInfo, nvmlMemory_t)
+CT_NVML_BODY(nvmlDeviceGetMemoryInfo_v2, nvmlMemory_v2_t)
+
+/* ---- the opening records of a trace file ------------------------------------------------ */
+static void write_info(const char *key, const char *value)
+{
+    struct ct_rec_info r = {(uint16_t)strlen(key), (uint16_t)strlen(value), 0};
+    ct_rec_write(CT_REC_INFO, &r, sizeof r, key, strlen(key) + 1, value, strlen(value) + 1);
+}
+
+static void write_preamble(void)
+{
+    static char buf[32768]; /* under the writer lock: one user at a time */
+    size_t l = 0;
+    uint32_t nstr = 0, argc = 0;
+    ssize_t r = readlink("/proc/self/exe", buf, 4096);
+    l = r > 0 ? (size_t)r : 0;
+    buf[l++] = 0;
+    struct utsname u;
+    if (uname(&u) == 0)
+        l += ct_strlcpy(buf + l, u.nodename, sizeof buf - l);
+    buf[l++] = 0;
+    if (!getcwd(buf + l, 4096))
+        buf[l] = 0;
+    l += strlen(buf + l) + 1;
+    nstr = 3;
+    int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, buf + l, sizeof buf - l - 1);
+        close(fd);
+        if (n > 0) {
+            if (buf[l + n - 1] != 0)
+                buf[l + n++] = 0;
+            for (ssize_t i = 0; i < n; i++)
+                if (buf[l + i] == 0)
+                    argc++;
+            l += (size_t)n;
+        }
+    }
+    nstr += argc;
+    struct ct_rec_process p = {getpid(), getppid(), nstr, argc};
+    ct_rec_write(CT_REC_PROCESS, &p, sizeof p, buf, l, NULL, 0);
+    for (size_t i = 0; i < ct_nhooks; i++) {
+        const struct ct_hook *h = &ct_hooks[i];
+        struct ct_rec_api a = {h->api,  h->layer, h->op,
+                               h->kind, h->space, (uint16_t)strlen(h->sym)};
+        ct_rec_write(CT_REC_API, &a, sizeof a, h->sym, strlen(h->sym) + 1, NULL, 0);
+    }
+    char num[24];
+    ct_fmt_u64(num, (uint64_t)ct_cfg.stack_depth);
+    write_info("stack_depth", num);
+    write_info("shim_version", CT_SHIM_VERSION);
+    if (ct_budget_ledger) {
+        write_info("ledger", ct_cfg.ledger_path);
+        write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"
+                                : ct_cfg.on_exceed == CT_EXCEED_ABORT ? "abort"
+                                                                      : "fail");
+        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+            uint64_t lim = ct_ledger_limit(ct_budget_ledger, d);
+            if (lim) {
+                char key[32] = "budget.";
+                ct_fmt_u64(key + 7, (uint64_t)d);
+                ct_fmt_u64(num, lim);
+                write_info(key, num);
+            }
+        }
+    }
+    CUresult (*ver)(int *) = (CUresult(*)(int *))ct_driver_sym("cuDriverGetVersion");
+    int v = 0;
+    if (ver && ver(&v) == CUDA_SUCCESS) {
+        ct_fmt_u64(num, (uint64_t)v);
+        write_info("driver_version", num);
+    }
+}
+
+/* ---- load, fork, exit ------------------------------------------------------------------- */
+static void atfork_prepare(void)
+{
+    ct_stacks_atfork_prepare();
+    ct_writer_atfork_prepare();
+    ct_budget_atfork_prepare();
+}
+
+static void atfork_parent(void)
+{
+    ct_budget_atfork_parent();
+    ct_writer_atfork_parent();
+    ct_stacks_atfork_parent();
+}
+
+static void atfork_child(void)
+{
+    ct_tls_tid = 0;
+    ct_writer_atfork_child();
+    ct_stacks_reset();
+    ct_modules_reset();
+    ct_budget_atfork_child();
+}
+
+static void first_use(void) { pthread_once(&once, init_once); }
+
+static void init_once(void)
+{
+    ct_real_dlsym();
+    ct_route_set_first_use(first_use);
+    if (!ct_config_load())
+        return;
+    ct_budget_init();
+    ct_modules_init();
+    if (ct_cfg.stack_depth > 0) {
+        void *warm[4];
+        backtrace(warm, 4); /* loads the unwinder now, not inside a CUDA call */
+        ct_stacks_init();
+    }
+    ct_writer_set_preamble(write_preamble);
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    ct_cfg.active = 1;
+    if (ct_cfg.eager)
+        ct_writer_open_now();
+}
+
+__attribute__((constructor)) static void ct_constructor(void) { pthread_once(&once, init_once); }
+
+__attribute__((destructor)) static void ct_destructor(void)
+{
+    if (!ct_cfg.active)
+        return;
+    ct_writer_close(exit_status);
+    ct_budget_leave();
+}

@@ -1,0 +1,136 @@
+/* util.c - settings, no-stdio helpers and the real dlsym of the preload library (util.h). */
+#include "util.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ct_config ct_cfg;
+CT_TLS uint32_t ct_tls_tid;
+ct_dlsym_fn ct_real_dlsym_ptr;
+
+/* ---- the real dlsym, obtained per glibc version and architecture --------------------- */
+ct_dlsym_fn ct_real_dlsym_lookup(void)
+{
+    ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);
+    if (f)
+        return f;
+    static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", NULL};
+    for (int i = 0; versions[i] && !f; i++)
+        f = (ct_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    __atomic_store_n(&ct_real_dlsym_ptr, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+/* ---- settings ----------------------------------------------------------------------------- */
+static long env_long(const char *name, long dflt)
+{
+    const char *s = getenv(name);
+    if (!s || !*s)
+        return dflt;
+    char *end;
+    long v = strtol(s, &end, 10);
+    return *end ? dflt : v;
+}
+
+int ct_config_load(void)
+{
+    const char *dir = getenv("CUDATRACE_DIR");
+    if (!dir || !*dir || strlen(dir) >= sizeof ct_cfg.dir)
+        return 0;
+    ct_strlcpy(ct_cfg.dir, dir, sizeof ct_cfg.dir);
+    long depth = env_long("CUDATRACE_STACK_DEPTH", 64);
+    ct_cfg.stack_depth = depth < 0 ? 0 : depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : (int)depth;
+    ct_cfg.launcher_pid = (int)env_long("CUDATRACE_LAUNCHER_PID", 0);
+    /* the command the launcher started writes its file at once, so a run always shows whether
+     * the shim entered it; other processes only once they use CUDA */
+    ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();
+    ct_cfg.count_host = (int)env_long("CUDATRACE_COUNT_HOST", 0);
+    ct_cfg.virtualize = (int)env_long("CUDATRACE_VIRTUALIZE", 1);
+    const char *oe = getenv("CUDATRACE_ON_EXCEED");
+    ct_cfg.on_exceed = !oe                        ? CT_EXCEED_FAIL
+                       : strcmp(oe, "warn") == 0  ? CT_EXCEED_WARN
+                       : strcmp(oe, "abort") == 0 ? CT_EXCEED_ABORT
+                                                  : CT_EXCEED_FAIL;
+    const char *lp = getenv("CUDATRACE_LEDGER");
+    if (lp && *lp && strlen(lp) < sizeof ct_cfg.ledger_path)
+        ct_strlcpy(ct_cfg.ledger_path, lp, sizeof ct_cfg.ledger_path);
+    return 1;
+}
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+size_t ct_strlcpy(char *dst, const char *src, size_t n)
+{
+    size_t l = 0;
+    if (!n)
+        return 0;
+    while (src && src[l] && l + 1 < n) {
+        dst[l] = src[l];
+        l++;
+    }
+    dst[l] = 0;
+    return l;
+}
+
+void ct_fmt_u64(char *out, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    for (int i = 0; i < n; i++)
+        out[i] = tmp[n - 1 - i];
+    out[n] = 0;
+}
+
+void ct_fmt_hex(char *out, uint64_t v)
+{
+    char tmp[20];
+    int n = 0;
+    do {
+        tmp[n++] = "0123456789abcdef"[v & 15];
+        v >>= 4;
+    } while (v);
+    out[0] = '0';
+    out[1] = 'x';
+    for (int i = 0; i < n; i++)
+        out[2 + i] = tmp[n - 1 - i];
+    out[2 + n] = 0;
+}
+
+void ct_fmt_bytes(char *out, uint64_t v)
+{
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    uint64_t scale = 1;
+    while (u < 4 && v >= scale * 1024) {
+        scale *= 1024;
+        u++;
+    }
+    uint64_t whole = v / scale, frac = (v % scale) * 100 / scale;
+    ct_fmt_u64(out, whole);
+    size_t l = strlen(out);
+    if (u > 0) {
+        out[l++] = '.';
+        out[l++] = (char)('0' + frac / 10);
+        out[l++] = (char)('0' + frac % 10);
+    }
+    out[l++] = ' ';
+    ct_strlcpy(out + l, units[u], 8);
+}
+
+void ct_log(const char *a, const char *b, const char *c, const char *d)
+{
+    char line[1024];
+    size_t l = ct_strlcpy(line, "cudatrace: ", sizeof line);
+    const char *parts[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++)
+        if (parts[i] && l < sizeof line - 2)
+            l += ct_strlcpy(line + l, parts[i], sizeof line - 1 - l);
+    line[l++] = '\n';
+    ssize_t r = write(2, line, l);
+    (void)r;
+}

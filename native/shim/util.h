@@ -1,0 +1,75 @@
+/* util.h - what every file of the preload library uses: the process-wide settings, the clock,
+ * no-stdio string helpers (nothing inside the target may take stdio's locks), and the real
+ * dlsym. The shim's own lookups (libgcc's unwinder, __cxa_demangle, driver entry points) go
+ * through ct_real_dlsym(), never through the dlsym the shim exports to the program. */
+#ifndef CUDATRACE_UTIL_H
+#define CUDATRACE_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CT_EXPORT __attribute__((visibility("default")))
+/* on extern data of the library: addressed directly, not through the GOT (hot path) */
+#define CT_HIDDEN __attribute__((visibility("hidden")))
+#define CT_TLS __thread __attribute__((tls_model("initial-exec")))
+#define CT_SHIM_VERSION "0.1.0"
+#define CT_MAX_DEPTH 256
+
+/* ---- process-wide settings, read once from the environment at load -------------------- */
+struct ct_config {
+    int active; /* 1: CUDATRACE_DIR set and usable; 0: pure pass-through */
+    int eager;  /* create the trace file at load (the root process of a run) */
+    int stack_depth;
+    int on_exceed;  /* CT_EXCEED_* */
+    int count_host; /* 1 forced, 0 auto (integrated devices), -1 never */
+    int virtualize;
+    int launcher_pid;
+    char dir[1024];
+    char ledger_path[1024]; /* "" without a budget */
+};
+#define CT_EXCEED_FAIL 0
+#define CT_EXCEED_WARN 1
+#define CT_EXCEED_ABORT 2
+extern CT_HIDDEN struct ct_config ct_cfg;
+
+/* Fill ct_cfg from CUDATRACE_* (all but .active). 0: CUDATRACE_DIR unset or unusable, the shim
+ * stays pass-through. */
+int ct_config_load(void);
+
+/* the clock and the thread id: inline, both are on every event's path */
+static inline uint64_t ct_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+extern CT_HIDDEN CT_TLS uint32_t ct_tls_tid; /* 0: not read yet (reset in a child after fork) */
+static inline uint32_t ct_gettid(void)
+{
+    if (!ct_tls_tid)
+        ct_tls_tid = (uint32_t)syscall(SYS_gettid);
+    return ct_tls_tid;
+}
+
+/* ---- small helpers: no stdio inside the target -------------------------------------- */
+size_t ct_strlcpy(char *dst, const char *src, size_t n);
+void ct_fmt_u64(char *out, uint64_t v);
+void ct_fmt_hex(char *out, uint64_t v);
+void ct_fmt_bytes(char *out, uint64_t v);
+void ct_log(const char *a, const char *b, const char *c, const char *d);
+
+/* ---- the real dlsym (glibc's), found by version ------------------------------------- */
+typedef void *(*ct_dlsym_fn)(void *, const char *);
+extern CT_HIDDEN ct_dlsym_fn ct_real_dlsym_ptr;
+ct_dlsym_fn ct_real_dlsym_lookup(void);
+static inline ct_dlsym_fn ct_real_dlsym(void)
+{
+    ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);
+    return f ? f : ct_real_dlsym_lookup();
+}
+
+#endif

@@ -1,0 +1,35 @@
+/* writer.h - the trace file, an mmap'd append-only sink (writer.c). */
+#ifndef CUDATRACE_WRITER_H
+#define CUDATRACE_WRITER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+typedef struct {
+    uint8_t *p; /* record start (header) */
+    uint32_t size;
+    uint32_t chunk;
+} ct_slot;
+
+/* Called (under the writer lock, by the thread that opened it) right after a new file is
+ * opened, to write its opening records; it may call ct_rec_write. Set once at load. */
+typedef void (*ct_preamble_fn)(void);
+void ct_writer_set_preamble(ct_preamble_fn fn);
+
+/* Reserve size bytes (a multiple of 8, header included). 0: no trace (disabled or full). */
+int ct_rec_begin(ct_slot *s, uint32_t size);
+/* Publish the header: the record becomes visible to readers in one store. */
+void ct_rec_commit(ct_slot *s, uint16_t type);
+/* Write a whole record whose body is given in up to three parts. */
+int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t nb, const void *c,
+                 size_t nc);
+void ct_writer_close(int exit_code);
+void ct_writer_atfork_prepare(void);
+void ct_writer_atfork_parent(void);
+void ct_writer_atfork_child(void);
+void ct_writer_open_now(void);
+extern CT_HIDDEN uint64_t ct_events_written;
+
+#endif
