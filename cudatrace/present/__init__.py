@@ -1,0 +1,1 @@
+"""Presenting analyzed traces: reports, diffs, pictures and exports."""
