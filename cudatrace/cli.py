@@ -101,13 +101,9 @@ def status(group, as_json):
         raise click.ClickException(str(e))
 
 
-from .present.export import FORMATS as EXPORT_FORMATS  # noqa: E402
-
-
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", required=True, metavar="FORMAT",
-              type=click.Choice(EXPORT_FORMATS),
               help="folded, pprof, speedscope, memory-viz or perfetto (docs/exports.md).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The file to write.")

@@ -575,3 +575,12 @@ def test_gpu_memory_viz_check_script_runs_its_own_checks_without_torch(scen, tmp
                         str(out), "--no-torch-ok"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, _ok(r)
     assert "snapshot ok" in r.stdout
+
+
+def test_help_names_every_format(scen):
+    from cudatrace.present.export import FORMATS as names
+    r = cli(scen.env, "export", "--help")
+    assert r.returncode == 0, _ok(r)
+    text = " ".join(r.stdout.split())
+    for name in names:
+        assert name in text, name
