@@ -584,3 +584,30 @@ def test_help_names_every_format(scen):
     text = " ".join(r.stdout.split())
     for name in names:
         assert name in text, name
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_empty_and_stackless_traces(fmt, tmp_path):
+    """A run that allocated nothing, and one traced with --stack-depth 0: every format writes a
+    file its reader takes, with the right total, the stackless bytes under report's note."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               CUDATRACE_CACHE=str(tmp_path / "cache"))
+    empty, bare = tmp_path / "empty", tmp_path / "bare"
+    empty.mkdir()
+    bare.mkdir()
+    w = tracegen.TraceWriter(empty / "1.0.ctrace", pid=1)
+    w.meminfo(tracegen.BASE_TS + 1000, 1, 2)
+    w.close(end_ts=tracegen.BASE_TS + 5000)
+    w = tracegen.TraceWriter(bare / "1.0.ctrace", pid=1, stack_depth=0)
+    w.alloc(tracegen.BASE_TS + 1000, 4096, 0x1000)
+    w.alloc(tracegen.BASE_TS + 2000, 8 << 20, 0x100000)
+    w.close(end_ts=tracegen.BASE_TS + 5000)
+    for d, total in ((empty, 0), (bare, 4096 + (8 << 20))):
+        tracegen.write_run(d)
+        out = tmp_path / (d.name + "." + fmt)
+        r = cli(env, "export", d, "--format", fmt, "-o", out, "--at", "end")
+        assert r.returncode == 0, _ok(r)
+        assert export_total(fmt, out, tracegen.BASE_TS + 5000) == total, d.name
+    if fmt == "folded":
+        assert read_folded(tmp_path / "bare.folded")[0][0] == [
+            "(no stack recorded: stacks off, --stack-depth 0)"]

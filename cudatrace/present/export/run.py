@@ -50,9 +50,15 @@ def run_export(path, fmt: str, output, at: str = "peak", device: int | None = No
 
 
 def _details(summary: dict) -> str:
-    parts = ["%s %s" % ("{:,}".format(v), k) for k, v in summary.items()
+    parts = ["%s %s" % ("{:,}".format(v), _one(k) if v == 1 else k) for k, v in summary.items()
              if isinstance(v, int) and k != "bytes"]
     return " (%s)" % ", ".join(parts) if parts else ""
+
+
+def _one(noun: str) -> str:
+    if noun.endswith("ies"):
+        return noun[:-3] + "y"
+    return noun[:-1] if noun.endswith("s") else noun
 
 
 def _unlink(p: Path) -> None:
