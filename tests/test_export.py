@@ -8,6 +8,7 @@ the moment equals `report --json`'s total_live_bytes at that moment.
 pprof is read by `go tool pprof` (Debian's golang-go; .ci/run installs it): a missing `go`
 fails these tests unless CUDATRACE_NO_GO=1 says this machine has none on purpose.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 import tracegen
-from test_kvpool import GiB, LAYERS, WEIGHTS, WORKSPACE, kvpool, thor_env  # noqa: F401
+from test_kvpool import LAYERS, WEIGHTS, WORKSPACE, GiB, kvpool, thor_env  # noqa: F401
 
 REPO = Path(__file__).resolve().parent.parent
 FORMATS = ("folded", "pprof", "speedscope", "memory-viz", "perfetto")
@@ -31,8 +32,14 @@ KV = "allocate_layer_kv"
 
 
 def cli(env, *args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "cudatrace", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=timeout, cwd=str(REPO))
+    return subprocess.run(
+        [sys.executable, "-m", "cudatrace", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=str(REPO),
+    )
 
 
 def _ok(r):
@@ -88,6 +95,7 @@ def scen(tmp_path_factory):
 
 # ---- readers -------------------------------------------------------------------------------
 
+
 def read_folded(path: Path) -> list[tuple[list[str], int]]:
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -99,6 +107,7 @@ def read_folded(path: Path) -> list[tuple[list[str], int]]:
 
 def read_pprof(path: Path):
     from cudatrace.present.export.pprof import classes
+
     data = path.read_bytes()
     assert data[:2] == b"\x1f\x8b", "pprof files are gzip-compressed"
     return classes()["Profile"].FromString(gzip.decompress(data))
@@ -115,6 +124,7 @@ def pprof_values(p) -> dict[str, int]:
 
 def read_perfetto(path: Path):
     from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
+
     return pb.Trace.FromString(path.read_bytes())
 
 
@@ -147,16 +157,24 @@ def export_total(fmt: str, path: Path, moment_ns: int) -> int:
         return sum(json.loads(path.read_text())["profiles"][0]["weights"])
     if fmt == "memory-viz":
         snap = pickle.loads(path.read_bytes())
-        return sum(b["size"] for s in snap["segments"] for b in s["blocks"]
-                   if b["state"] == "active_allocated")
+        return sum(
+            b["size"]
+            for s in snap["segments"]
+            for b in s["blocks"]
+            if b["state"] == "active_allocated"
+        )
     if fmt == "perfetto":
         tracks, events = perfetto_tracks(read_perfetto(path))
-        return sum(counter_at(events, u, moment_ns) for u, d in tracks.items()
-                   if d.HasField("counter") and not d.parent_uuid)
+        return sum(
+            counter_at(events, u, moment_ns)
+            for u, d in tracks.items()
+            if d.HasField("counter") and not d.parent_uuid
+        )
     raise AssertionError(fmt)
 
 
 # ---- the numbers agree ---------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("at", ["peak", "end", "1.25s"])
@@ -184,6 +202,7 @@ def test_device_option_limits_every_format(scen):
 
 # ---- folded --------------------------------------------------------------------------------
 
+
 def test_folded_kv_stack_root_to_leaf(kv):
     rows = read_folded(kv.export("folded"))
     kvrows = [(st, n) for st, n in rows if st[-1].startswith(KV)]
@@ -192,9 +211,10 @@ def test_folded_kv_stack_root_to_leaf(kv):
     assert n == LAYERS * GiB
     names = [s.split(" (")[0] for s in st]
     assert names[-3:] == ["main", "allocate_kv_cache", KV], st
-    assert rows[0] == kvrows[0]                        # largest first
-    assert not any("libcuda" in s or s.startswith("cu") for s, _ in [(x, 0) for st, _ in rows
-                                                                   for x in st])
+    assert rows[0] == kvrows[0]  # largest first
+    assert not any(
+        "libcuda" in s or s.startswith("cu") for s, _ in [(x, 0) for st, _ in rows for x in st]
+    )
 
 
 def test_folded_process_roots_when_several(scen):
@@ -203,12 +223,12 @@ def test_folded_process_roots_when_several(scen):
     by_leaf = defaultdict(int)
     for st, n in rows:
         by_leaf[st[-1].split(" (")[0]] += n
-    assert by_leaf == {"load_weights": 4 * GiB, "alloc_activations": 2 * GiB,
-                       "make_workspace": GiB}
+    assert by_leaf == {"load_weights": 4 * GiB, "alloc_activations": 2 * GiB, "make_workspace": GiB}
 
 
 def test_folded_escapes_separators():
     from cudatrace.present.export.folded import escape
+
     for bad in ("a;b", "x\ny", "tab\there", "cr\rlf", "op<;>\n;"):
         e = escape(bad)
         assert ";" not in e and "\n" not in e and "\r" not in e and "\t" not in e, repr(e)
@@ -218,21 +238,34 @@ def test_folded_escapes_separators():
 
 # ---- pprof ---------------------------------------------------------------------------------
 
+
 def _go() -> str:
     go = shutil.which("go")
     if go is None:
         if os.environ.get("CUDATRACE_NO_GO") == "1":
             pytest.skip("CUDATRACE_NO_GO=1: no Go toolchain on this machine")
-        pytest.fail("`go` is not installed: pprof files are read back by `go tool pprof` "
-                    "(apt-get install golang-go, as .ci/run does; CUDATRACE_NO_GO=1 to skip)")
+        pytest.fail(
+            "`go` is not installed: pprof files are read back by `go tool pprof` "
+            "(apt-get install golang-go, as .ci/run does; CUDATRACE_NO_GO=1 to skip)"
+        )
     return go
 
 
 def go_pprof(*args) -> str:
-    env = dict(os.environ, HOME=os.environ.get("HOME", "/tmp"), GOFLAGS="-mod=mod",
-               GOTOOLCHAIN="local", PPROF_TMPDIR=os.environ.get("TMPDIR", "/tmp"))
-    r = subprocess.run([_go(), "tool", "pprof", *map(str, args)], capture_output=True,
-                       text=True, timeout=180, env=env)
+    env = dict(
+        os.environ,
+        HOME=os.environ.get("HOME", "/tmp"),
+        GOFLAGS="-mod=mod",
+        GOTOOLCHAIN="local",
+        PPROF_TMPDIR=os.environ.get("TMPDIR", "/tmp"),
+    )
+    r = subprocess.run(
+        [_go(), "tool", "pprof", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r.stdout
 
@@ -258,15 +291,19 @@ def test_pprof_read_back_with_protobuf(kv):
     S = p.string_table
     assert S[0] == ""
     assert [(S[t.type], S[t.unit]) for t in p.sample_type] == [
-        ("alloc_objects", "count"), ("alloc_space", "bytes"), ("inuse_objects", "count"),
-        ("inuse_space", "bytes")]
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ]
     assert S[p.default_sample_type] == "inuse_space"
     tot = pprof_values(p)
     assert tot["inuse_space"] == WEIGHTS + WORKSPACE + LAYERS * GiB
     assert tot["inuse_objects"] == LAYERS + 2
     from cudatrace.model import build
     from cudatrace.trace import read_dir
-    every = build(read_dir(kv.path)).lifetimes()          # the whole run, scratch included
+
+    every = build(read_dir(kv.path)).lifetimes()  # the whole run, scratch included
     assert tot["alloc_space"] == sum(x.size for x in every) > tot["inuse_space"]
     assert tot["alloc_objects"] == len(every)
     # ids: locations, functions and mappings referenced exist
@@ -282,8 +319,11 @@ def test_pprof_read_back_with_protobuf(kv):
             assert ln.function_id in funcs
     # the KV sample: its leaf names the function, file and line; its mapping has kvpool's
     # build-id as the trace recorded it
-    kvs = [s for s in p.sample if any(S[funcs[ln.function_id].name] == KV
-                                      for ln in locs[s.location_id[0]].line)]
+    kvs = [
+        s
+        for s in p.sample
+        if any(S[funcs[ln.function_id].name] == KV for ln in locs[s.location_id[0]].line)
+    ]
     assert len(kvs) == 1
     s = kvs[0]
     assert list(s.value) == [LAYERS, LAYERS * GiB, LAYERS, LAYERS * GiB]
@@ -309,16 +349,21 @@ def test_pprof_descriptors_match_protoc(tmp_path):
 
     from cudatrace.present.export import pprof
     from cudatrace.present.export.protodesc import parse
+
     out = tmp_path / "set.pb"
-    rc = protoc.main(["protoc", "-I%s" % pprof.PROTO.parent, "--descriptor_set_out=%s" % out,
-                      pprof.PROTO.name])
+    rc = protoc.main(
+        ["protoc", "-I%s" % pprof.PROTO.parent, "--descriptor_set_out=%s" % out, pprof.PROTO.name]
+    )
     assert rc == 0
     theirs = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
     mine = parse(pprof.PROTO.read_text(), pprof.PROTO.name)
 
     def shape(fdp):
-        return {m.name: [(f.name, f.number, f.label, f.type, f.type_name) for f in m.field]
-                for m in fdp.message_type}
+        return {
+            m.name: [(f.name, f.number, f.label, f.type, f.type_name) for f in m.field]
+            for m in fdp.message_type
+        }
+
     assert theirs.package == mine.package == "perftools.profiles"
     assert shape(mine) == shape(theirs)
     assert "Profile" in shape(mine) and len(shape(mine)) == 8
@@ -326,6 +371,7 @@ def test_pprof_descriptors_match_protoc(tmp_path):
 
 def test_protodesc_refuses_what_it_cannot_read():
     from cudatrace.present.export.protodesc import ProtoError, parse
+
     with pytest.raises(ProtoError):
         parse('syntax = "proto3"; message A { map<string, int64> m = 1; }')
     with pytest.raises(ProtoError):
@@ -342,34 +388,75 @@ SPEEDSCOPE_SCHEMA = {
     "type": "object",
     "required": ["$schema", "profiles", "shared"],
     "properties": {
-        "$schema": {"type": "string", "enum": ["https://www.speedscope.app/file-format-schema.json"]},
+        "$schema": {
+            "type": "string",
+            "enum": ["https://www.speedscope.app/file-format-schema.json"],
+        },
         "name": {"type": "string"},
         "exporter": {"type": "string"},
         "activeProfileIndex": {"type": "number"},
-        "shared": {"type": "object", "required": ["frames"], "properties": {
-            "frames": {"type": "array", "items": {
-                "type": "object", "required": ["name"],
-                "properties": {"name": {"type": "string"}, "file": {"type": "string"},
-                               "line": {"type": "number"}, "col": {"type": "number"}}}}}},
-        "profiles": {"type": "array", "items": {
+        "shared": {
             "type": "object",
-            "required": ["type", "name", "unit", "startValue", "endValue", "samples", "weights"],
+            "required": ["frames"],
             "properties": {
-                "type": {"type": "string", "enum": ["sampled"]},
-                "name": {"type": "string"},
-                "unit": {"enum": ["bytes", "microseconds", "milliseconds", "nanoseconds", "none",
-                                  "seconds"]},
-                "startValue": {"type": "number"},
-                "endValue": {"type": "number"},
-                "samples": {"type": "array", "items": {"type": "array",
-                                                       "items": {"type": "number"}}},
-                "weights": {"type": "array", "items": {"type": "number"}}}}},
+                "frames": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {
+                            "name": {"type": "string"},
+                            "file": {"type": "string"},
+                            "line": {"type": "number"},
+                            "col": {"type": "number"},
+                        },
+                    },
+                }
+            },
+        },
+        "profiles": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": [
+                    "type",
+                    "name",
+                    "unit",
+                    "startValue",
+                    "endValue",
+                    "samples",
+                    "weights",
+                ],
+                "properties": {
+                    "type": {"type": "string", "enum": ["sampled"]},
+                    "name": {"type": "string"},
+                    "unit": {
+                        "enum": [
+                            "bytes",
+                            "microseconds",
+                            "milliseconds",
+                            "nanoseconds",
+                            "none",
+                            "seconds",
+                        ]
+                    },
+                    "startValue": {"type": "number"},
+                    "endValue": {"type": "number"},
+                    "samples": {
+                        "type": "array",
+                        "items": {"type": "array", "items": {"type": "number"}},
+                    },
+                    "weights": {"type": "array", "items": {"type": "number"}},
+                },
+            },
+        },
     },
 }
 
 
 def test_speedscope_against_its_schema(kv):
     import jsonschema
+
     doc = json.loads(kv.export("speedscope").read_text())
     jsonschema.validate(doc, SPEEDSCOPE_SCHEMA)
     prof = doc["profiles"][0]
@@ -384,12 +471,13 @@ def test_speedscope_against_its_schema(kv):
     leaf = frames[prof["samples"][k][-1]]
     assert leaf["file"].endswith("kvpool.c") and leaf["line"] > 0
     names = [frames[i]["name"].split(" (")[0] for i in prof["samples"][k]]
-    assert names[-3:] == ["main", "allocate_kv_cache", KV], names     # root first
+    assert names[-3:] == ["main", "allocate_kv_cache", KV], names  # root first
 
 
 def test_speedscope_schema_catches_a_broken_file(kv):
     """The schema test can fail: a profile without weights is refused."""
     import jsonschema
+
     doc = json.loads(kv.export("speedscope").read_text())
     del doc["profiles"][0]["weights"]
     with pytest.raises(jsonschema.ValidationError):
@@ -397,6 +485,7 @@ def test_speedscope_schema_catches_a_broken_file(kv):
 
 
 # ---- memory-viz ----------------------------------------------------------------------------
+
 
 def replay_device_trace(entries):
     """What PyTorch's viewer rebuilds from a device trace: live blocks and segments."""
@@ -432,8 +521,16 @@ def test_memory_viz_unpickles_and_adds_up(scen, at):
     rep = scen.report(at)
     per_dev = {d["device"]: d["at_bytes"] for d in rep["devices"]}
     for s in snap["segments"]:
-        assert {"device", "address", "total_size", "allocated_size", "active_size", "stream",
-                "segment_type", "blocks"} <= set(s)
+        assert {
+            "device",
+            "address",
+            "total_size",
+            "allocated_size",
+            "active_size",
+            "stream",
+            "segment_type",
+            "blocks",
+        } <= set(s)
         assert sum(b["size"] for b in s["blocks"]) == s["total_size"] == s["allocated_size"]
         for b in s["blocks"]:
             assert {"size", "state", "address", "frames"} <= set(b)
@@ -443,19 +540,19 @@ def test_memory_viz_unpickles_and_adds_up(scen, at):
     for dev, entries in enumerate(snap["device_traces"]):
         blocks, segs, ooms = replay_device_trace(entries)
         mine = {s["address"]: s["total_size"] for s in snap["segments"] if s["device"] == dev}
-        assert segs == mine == blocks, dev          # the trace leads to the snapshot's state
+        assert segs == mine == blocks, dev  # the trace leads to the snapshot's state
         assert sum(mine.values()) == per_dev.get(dev, 0), dev
         times = [e["time_us"] for e in entries]
         assert times == sorted(times)
     ooms = [e for t in snap["device_traces"] for e in t if e["action"] == "oom"]
-    assert len(ooms) == (1 if at == "end" else 0)    # the denial comes after the peak
+    assert len(ooms) == (1 if at == "end" else 0)  # the denial comes after the peak
     if ooms:
         assert ooms[0]["size"] == 2 * GiB and ooms[0]["frames"][0]["name"] == "grow_cache"
 
 
 def test_memory_viz_kv_frames(kv):
     snap = pickle.loads(kv.export("memory-viz", "--at", "end").read_bytes())
-    assert snap["segments"] == []                      # kvpool frees everything
+    assert snap["segments"] == []  # kvpool frees everything
     allocs = [e for e in snap["device_traces"][0] if e["action"] == "alloc"]
     kvs = [e for e in allocs if e["frames"][0]["name"] == KV]
     assert len(kvs) == LAYERS and all(e["size"] == GiB for e in kvs)
@@ -473,28 +570,32 @@ def test_memory_viz_moves_processes_apart_when_addresses_collide(tmp_path):
         w = tracegen.TraceWriter(d / ("%d.0.ctrace" % pid), pid=pid, ppid=1)
         w.module("/usr/bin/app", 0x400000, 0x800000, base=0)
         leaf = w.stack([0x401008, 0x402008])
-        w.alloc(tracegen.BASE_TS + (pid - 1999) * tracegen.MS, 1 << 20, 0x7f0000000000, stack=leaf)
+        w.alloc(tracegen.BASE_TS + (pid - 1999) * tracegen.MS, 1 << 20, 0x7F0000000000, stack=leaf)
         w.close(end_ts=tracegen.BASE_TS + 10 * tracegen.MS)
     tracegen.write_run(d)
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               CUDATRACE_CACHE=str(tmp_path / "cache"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        CUDATRACE_CACHE=str(tmp_path / "cache"),
+    )
     out = tmp_path / "s.pickle"
     r = cli(env, "export", d, "--format", "memory-viz", "-o", out, "--at", "end")
     assert r.returncode == 0, _ok(r)
     snap = pickle.loads(out.read_bytes())
     addrs = sorted(s["address"] for s in snap["segments"])
-    assert addrs == [0x7f0000000000, 0x7f0000000000 + (1 << 48)]
+    assert addrs == [0x7F0000000000, 0x7F0000000000 + (1 << 48)]
     assert replay_device_trace(snap["device_traces"][0])[1] == {a: 1 << 20 for a in addrs}
     assert list(snap["cudatrace"]["address_shift"].values()) == [1 << 48]
 
 
 # ---- perfetto ------------------------------------------------------------------------------
 
+
 def test_perfetto_tracks_counters_and_events(scen):
     rep = scen.report("peak")
     trace = read_perfetto(scen.export("perfetto"))
     tracks, events = perfetto_tracks(trace)
-    assert trace.packet[0].sequence_flags & 1                 # incremental state cleared
+    assert trace.packet[0].sequence_flags & 1  # incremental state cleared
     stamps = [t for t, _ in events]
     assert stamps == sorted(stamps)
     for _, e in events:
@@ -509,8 +610,11 @@ def test_perfetto_tracks_counters_and_events(scen):
     procs = {d.process.pid: u for u, d in tracks.items() if d.HasField("process")}
     assert set(procs) == {1000, 1001}
     for p in rep["processes"]:
-        mine = [u for u, d in tracks.items() if d.parent_uuid == procs[p["pid"]]
-                and d.HasField("counter")]
+        mine = [
+            u
+            for u, d in tracks.items()
+            if d.parent_uuid == procs[p["pid"]] and d.HasField("counter")
+        ]
         assert sum(counter_at(events, u, at) for u in mine) == p["at_bytes"], p["pid"]
     # slices: balanced per track, every allocation >= 7 MiB of the run (4 + 8 + 2 = 14)
     begins = [e for _, e in events if e.type == 1]
@@ -540,9 +644,11 @@ def test_perfetto_kv_slices(kv):
 
 # ---- the command ---------------------------------------------------------------------------
 
+
 def test_missing_extra_names_it(scen, monkeypatch, capsys, tmp_path):
     from cudatrace.present import export as ex
     from cudatrace.present.export.run import run_export
+
     monkeypatch.setattr(ex, "_importable", lambda name: False)
     out = tmp_path / "x.pb.gz"
     assert run_export(scen.path, "pprof", out) == 2
@@ -571,14 +677,24 @@ def test_gpu_memory_viz_check_script_runs_its_own_checks_without_torch(scen, tmp
     """tools/gpu/check_memory_viz.py (run by hand on a machine with torch) refuses clearly
     where torch is missing, after its torch-free checks of the file pass."""
     out = scen.export("memory-viz", "--at", "end")
-    r = subprocess.run([sys.executable, str(REPO / "tools" / "gpu" / "check_memory_viz.py"),
-                        str(out), "--no-torch-ok"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "tools" / "gpu" / "check_memory_viz.py"),
+            str(out),
+            "--no-torch-ok",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, _ok(r)
     assert "snapshot ok" in r.stdout
 
 
 def test_help_names_every_format(scen):
     from cudatrace.present.export import FORMATS as names
+
     r = cli(scen.env, "export", "--help")
     assert r.returncode == 0, _ok(r)
     text = " ".join(r.stdout.split())
@@ -590,8 +706,11 @@ def test_help_names_every_format(scen):
 def test_empty_and_stackless_traces(fmt, tmp_path):
     """A run that allocated nothing, and one traced with --stack-depth 0: every format writes a
     file its reader takes, with the right total, the stackless bytes under report's note."""
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               CUDATRACE_CACHE=str(tmp_path / "cache"))
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        CUDATRACE_CACHE=str(tmp_path / "cache"),
+    )
     empty, bare = tmp_path / "empty", tmp_path / "bare"
     empty.mkdir()
     bare.mkdir()
@@ -610,4 +729,5 @@ def test_empty_and_stackless_traces(fmt, tmp_path):
         assert export_total(fmt, out, tracegen.BASE_TS + 5000) == total, d.name
     if fmt == "folded":
         assert read_folded(tmp_path / "bare.folded")[0][0] == [
-            "(no stack recorded: stacks off, --stack-depth 0)"]
+            "(no stack recorded: stacks off, --stack-depth 0)"
+        ]

@@ -12,6 +12,7 @@ snapshot, and its text views (segsum, trace) run over it. Prints one line per ch
 non-zero on the first failure. --no-torch-ok: without torch, stop after the torch-free checks
 with status 0 (what the test suite runs here).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,9 +28,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 def export(trace_dir: Path, out: Path) -> Path:
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-m", "cudatrace", "export", str(trace_dir), "--format",
-                        "memory-viz", "--at", "end", "-o", str(out)], env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "export",
+            str(trace_dir),
+            "--format",
+            "memory-viz",
+            "--at",
+            "end",
+            "-o",
+            str(out),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         sys.exit("export failed:\n%s%s" % (r.stdout, r.stderr))
     print(r.stderr.strip())
@@ -58,17 +74,22 @@ def check_plain(data: bytes) -> dict:
             sys.exit("FAIL: device %d: the trace does not lead to the snapshot's segments" % dev)
     n = sum(len(t) for t in snap["device_traces"])
     live = sum(s["total_size"] for s in snap["segments"])
-    print("snapshot ok: protocol %d, %d devices, %d trace entries, %d segments (%d bytes live)"
-          % (data[1], len(snap["device_traces"]), n, len(snap["segments"]), live))
+    print(
+        "snapshot ok: protocol %d, %d devices, %d trace entries, %d segments (%d bytes live)"
+        % (data[1], len(snap["device_traces"]), n, len(snap["segments"]), live)
+    )
     return snap
 
 
 def check_torch(snap: dict, outdir: Path) -> None:
     from torch.cuda import _memory_viz as mv
+
     outdir.mkdir(parents=True, exist_ok=True)
-    plots = [("trace_plot", lambda: mv.trace_plot(snap)),
-             ("trace_plot_segments", lambda: mv.trace_plot(snap, plot_segments=True)),
-             ("segment_plot", lambda: mv.segment_plot(snap))]
+    plots = [
+        ("trace_plot", lambda: mv.trace_plot(snap)),
+        ("trace_plot_segments", lambda: mv.trace_plot(snap, plot_segments=True)),
+        ("segment_plot", lambda: mv.segment_plot(snap)),
+    ]
     for name, fn in plots:
         html = fn()
         if not html or "snapshot.pickle" not in html or len(html) < 200:
@@ -85,6 +106,7 @@ def check_torch(snap: dict, outdir: Path) -> None:
             sys.exit("FAIL: %s printed nothing" % name)
         print("%s ok: %d lines" % (name, text.count("\n") + 1))
     import torch
+
     print("torch %s: torch.cuda._memory_viz renders the export" % torch.__version__)
 
 
@@ -92,8 +114,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("path", type=Path, help="a trace directory or an exported .pickle")
     ap.add_argument("-o", "--outdir", type=Path, default=None, help="where the HTML goes")
-    ap.add_argument("--no-torch-ok", action="store_true",
-                    help="without torch, stop after the torch-free checks (status 0)")
+    ap.add_argument(
+        "--no-torch-ok",
+        action="store_true",
+        help="without torch, stop after the torch-free checks (status 0)",
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cudatrace-memviz-"))
     pk = args.path

@@ -5,6 +5,7 @@ import. Frame names are report's labels; a name cannot break the format: ';' ins
 becomes a fullwidth semicolon (U+FF1B) and line breaks and other control characters a space.
 Lines come sorted by bytes, largest first; their numbers add up to the total at the moment.
 """
+
 from __future__ import annotations
 
 import re

@@ -21,6 +21,7 @@ has no event for them); `report` lists them.
 Written with pickle protocol 4, which the viewer's unpickler requires; plain dicts, lists,
 strings and ints only, so it unpickles without torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,8 +57,14 @@ def build(view) -> dict:
         got = frames_cache.get(k)
         if got is None:
             fr = view.frames(ti, leaf)
-            got = [{"filename": f.file or f.module, "line": int(f.line or 0),
-                    "name": f.function or f.label()} for f in fr]
+            got = [
+                {
+                    "filename": f.file or f.module,
+                    "line": int(f.line or 0),
+                    "name": f.function or f.label(),
+                }
+                for f in fr
+            ]
             if not fr:
                 got.append({"filename": "??", "line": 0, "name": NO_STACK})
             if view.multi_process:
@@ -66,30 +73,57 @@ def build(view) -> dict:
             frames_cache[k] = got
         return got
 
-    events = []              # (sort key, slot, [entries])
+    events = []  # (sort key, slot, [entries])
     remaining = []
     for x in allocs:
         addr = _addr(x) + shift.get((slot[x.device], x.trace), 0)
         fr = frames(x.trace, x.stack)
         base = {"addr": addr, "size": x.size, "stream": 0, "frames": fr}
-        events.append(((x.ts, 1, x.seq), slot[x.device], [
-            dict(base, action="segment_alloc", time_us=x.ts // 1000),
-            dict(base, action="alloc", time_us=x.ts // 1000)]))
+        events.append(
+            (
+                (x.ts, 1, x.seq),
+                slot[x.device],
+                [
+                    dict(base, action="segment_alloc", time_us=x.ts // 1000),
+                    dict(base, action="alloc", time_us=x.ts // 1000),
+                ],
+            )
+        )
         if (x.trace, x.index) in live_ids or x.end_ts is None:
             remaining.append((x, addr, fr))
             continue
-        order = 2 if x.end_ts == x.ts else 0       # a free sorts before allocations at its time
+        order = 2 if x.end_ts == x.ts else 0  # a free sorts before allocations at its time
         tu = x.end_ts // 1000
-        events.append(((x.end_ts, order, x.seq), slot[x.device], [
-            dict(base, action="free_requested", time_us=tu),
-            dict(base, action="free_completed", time_us=tu),
-            dict(base, action="segment_free", time_us=tu)]))
+        events.append(
+            (
+                (x.end_ts, order, x.seq),
+                slot[x.device],
+                [
+                    dict(base, action="free_requested", time_us=tu),
+                    dict(base, action="free_completed", time_us=tu),
+                    dict(base, action="segment_free", time_us=tu),
+                ],
+            )
+        )
     for x in denied:
         limit, in_use = x.event[AUX], x.event[AUX2]
-        events.append(((x.ts, 1, x.seq), slot[x.device], [
-            {"action": "oom", "addr": 0, "size": x.size, "stream": 0,
-             "frames": frames(x.trace, x.stack), "device_free": max(0, limit - in_use),
-             "time_us": x.ts // 1000}]))
+        events.append(
+            (
+                (x.ts, 1, x.seq),
+                slot[x.device],
+                [
+                    {
+                        "action": "oom",
+                        "addr": 0,
+                        "size": x.size,
+                        "stream": 0,
+                        "frames": frames(x.trace, x.stack),
+                        "device_free": max(0, limit - in_use),
+                        "time_us": x.ts // 1000,
+                    }
+                ],
+            )
+        )
     events.sort(key=lambda e: e[0])
     device_traces: list[list[dict]] = [[] for _ in range(n_slots)]
     for _k, s, entries in events:
@@ -97,22 +131,42 @@ def build(view) -> dict:
 
     segments = []
     for x, addr, fr in sorted(remaining, key=lambda r: (slot[r[0].device], r[1])):
-        block = {"address": addr, "size": x.size, "requested_size": x.size,
-                 "state": "active_allocated", "frames": fr}
-        segments.append({"device": slot[x.device], "address": addr, "total_size": x.size,
-                         "allocated_size": x.size, "active_size": x.size,
-                         "requested_size": x.size, "stream": 0, "segment_type": "large",
-                         "segment_pool_id": (0, 0), "is_expandable": False, "frames": fr,
-                         "blocks": [block]})
+        block = {
+            "address": addr,
+            "size": x.size,
+            "requested_size": x.size,
+            "state": "active_allocated",
+            "frames": fr,
+        }
+        segments.append(
+            {
+                "device": slot[x.device],
+                "address": addr,
+                "total_size": x.size,
+                "allocated_size": x.size,
+                "active_size": x.size,
+                "requested_size": x.size,
+                "stream": 0,
+                "segment_type": "large",
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": fr,
+                "blocks": [block],
+            }
+        )
     return {
         "segments": segments,
         "device_traces": device_traces,
-        "cudatrace": {"version": __version__, "command": view.command(),
-                      "moment": view.moment_text(), "moment_ns": view.moment_ts,
-                      "devices": {str(s): d for d, s in slot.items()},
-                      "address_shift": {"%d:%d" % k: v for k, v in shift.items()},
-                      "pids": {str(i): t.pid for i, t in enumerate(view.traces)},
-                      "exe": {str(i): os.path.basename(t.exe) for i, t in enumerate(view.traces)}},
+        "cudatrace": {
+            "version": __version__,
+            "command": view.command(),
+            "moment": view.moment_text(),
+            "moment_ns": view.moment_ts,
+            "devices": {str(s): d for d, s in slot.items()},
+            "address_shift": {"%d:%d" % k: v for k, v in shift.items()},
+            "pids": {str(i): t.pid for i, t in enumerate(view.traces)},
+            "exe": {str(i): os.path.basename(t.exe) for i, t in enumerate(view.traces)},
+        },
     }
 
 
@@ -145,5 +199,7 @@ def write(view, path: Path) -> dict:
     snap = build(view)
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=PROTOCOL)
-    return {"segments": len(snap["segments"]),
-            "trace entries": sum(len(t) for t in snap["device_traces"])}
+    return {
+        "segments": len(snap["segments"]),
+        "trace entries": sum(len(t) for t in snap["device_traces"]),
+    }

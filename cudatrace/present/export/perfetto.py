@@ -19,6 +19,7 @@ replay as `report`), one point per timestamp. Timestamps are the trace's monoton
 SIZE is 1 MiB or a thousandth of the peak, whichever is larger; at most MAX_SLICES slices (the
 largest allocations) are drawn, and the trace says when some were left out.
 """
+
 from __future__ import annotations
 
 from collections import defaultdict
@@ -42,6 +43,7 @@ class _Out:
     def __init__(self):
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
         from perfetto.trace_builder.proto_builder import TraceProtoBuilder
+
         self.pb = pb
         self.builder = TraceProtoBuilder()
         self.next_uuid = 1
@@ -60,8 +62,14 @@ class _Out:
             p.timestamp = max(0, int(ts))
         return p
 
-    def track(self, name: str, parent: int | None = None, counter: bool = False,
-              pid: int | None = None, process_name: str | None = None) -> int:
+    def track(
+        self,
+        name: str,
+        parent: int | None = None,
+        counter: bool = False,
+        pid: int | None = None,
+        process_name: str | None = None,
+    ) -> int:
         uuid = self.next_uuid
         self.next_uuid += 1
         d = self.packet().track_descriptor
@@ -97,9 +105,11 @@ class _Out:
 
     def _event(self, track: int, ts: int, kind: str, name: str | None, args) -> None:
         e = self.packet(ts).track_event
-        e.type = {"begin": self.pb.TrackEvent.TYPE_SLICE_BEGIN,
-                  "end": self.pb.TrackEvent.TYPE_SLICE_END,
-                  "instant": self.pb.TrackEvent.TYPE_INSTANT}[kind]
+        e.type = {
+            "begin": self.pb.TrackEvent.TYPE_SLICE_BEGIN,
+            "end": self.pb.TrackEvent.TYPE_SLICE_END,
+            "instant": self.pb.TrackEvent.TYPE_INSTANT,
+        }[kind]
         e.track_uuid = track
         if name is not None:
             e.name = name
@@ -156,10 +166,12 @@ def build(view):
         ptrack = out.track(view.process(ti), pid=t.pid, process_name=view.process(ti))
         for (pti, dev), deltas in sorted(proc_delta.items()):
             if pti == ti:
-                emit(out.track("device %s: live bytes" % _dev(dev), parent=ptrack, counter=True),
-                     deltas)
+                emit(
+                    out.track("device %s: live bytes" % _dev(dev), parent=ptrack, counter=True),
+                    deltas,
+                )
         mine = sorted((x for x in big if x.trace == ti), key=lambda x: (x.ts, x.seq))
-        lanes: list[int] = []          # end time of each lane's last slice
+        lanes: list[int] = []  # end time of each lane's last slice
         lane_tracks: list[int] = []
         for x in mine:
             end = x.end_ts if x.end_ts is not None else t_end
@@ -167,18 +179,35 @@ def build(view):
             if k is None:
                 k = len(lanes)
                 lanes.append(0)
-                lane_tracks.append(out.track("allocations >= %s%s" % (
-                    format_bytes(limit), "" if k == 0 else " (%d)" % (k + 1)), parent=ptrack))
+                lane_tracks.append(
+                    out.track(
+                        "allocations >= %s%s"
+                        % (format_bytes(limit), "" if k == 0 else " (%d)" % (k + 1)),
+                        parent=ptrack,
+                    )
+                )
             lanes[k] = end
-            args = [("size", x.size), ("address", "0x%x" % x.event[ADDR]), ("device", x.device),
-                    ("api", api_label(m, x)), ("stack", _stack(view, x))]
+            args = [
+                ("size", x.size),
+                ("address", "0x%x" % x.event[ADDR]),
+                ("device", x.device),
+                ("api", api_label(m, x)),
+                ("stack", _stack(view, x)),
+            ]
             if x.end_ts is None:
                 args.append(("never freed", True))
-            out.event(lane_tracks[k], x.ts, "begin", "%s %s" % (_site(view, x), format_bytes(x.size)),
-                      args)
+            out.event(
+                lane_tracks[k],
+                x.ts,
+                "begin",
+                "%s %s" % (_site(view, x), format_bytes(x.size)),
+                args,
+            )
             out.event(lane_tracks[k], max(end, x.ts), "end")
-        for what, xs in (("budget denials", [x for x in denied if x.trace == ti]),
-                         ("failed allocations", [x for x in failed if x.trace == ti])):
+        for what, xs in (
+            ("budget denials", [x for x in denied if x.trace == ti]),
+            ("failed allocations", [x for x in failed if x.trace == ti]),
+        ):
             if not xs:
                 continue
             tr = out.track(what, parent=ptrack)
@@ -193,8 +222,12 @@ def build(view):
                 out.event(tr, x.ts, "instant", "%s at %s" % (name, _site(view, x)), args)
 
     info = out.track("cudatrace")
-    note = [("command", view.command()), ("cudatrace", __version__),
-            ("live bytes", view.total), ("allocations >=", limit)]
+    note = [
+        ("command", view.command()),
+        ("cudatrace", __version__),
+        ("live bytes", view.total),
+        ("allocations >=", limit),
+    ]
     if left_out:
         note.append(("allocations not drawn", left_out))
     out.event(info, view.moment_ts, "instant", "moment: %s" % view.moment_text(), note)
@@ -220,4 +253,3 @@ def write(view, path: Path) -> dict:
     trace = build(view)
     Path(path).write_bytes(trace.SerializeToString())
     return {"packets": len(trace.packet)}
-

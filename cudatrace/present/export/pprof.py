@@ -13,6 +13,7 @@ frame naming its process, and every sample carries pid and exe labels.
 The messages are built with the protobuf library, from cudatrace's profile.proto
 (protodesc.py says why at run time rather than generated code).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -55,8 +56,12 @@ def build(view):
     p = Profile()
     S = _Strings(p.string_table)
     a, m = view.a, view.model
-    for typ, unit in (("alloc_objects", "count"), ("alloc_space", "bytes"),
-                      ("inuse_objects", "count"), ("inuse_space", "bytes")):
+    for typ, unit in (
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ):
         p.sample_type.add(type=S(typ), unit=S(unit))
     p.default_sample_type = S("inuse_space")
     p.period_type.type = S("space")
@@ -70,8 +75,12 @@ def build(view):
     if m.n_events:
         p.duration_nanos = max(0, m.t_end - a.start_ns)
     p.comment.append(S("cudatrace %s: device memory of %s" % (__version__, view.command())))
-    p.comment.append(S("inuse_space/inuse_objects: live %s; alloc_space/alloc_objects: every "
-                       "allocation of the run" % view.moment_text()))
+    p.comment.append(
+        S(
+            "inuse_space/inuse_objects: live %s; alloc_space/alloc_objects: every "
+            "allocation of the run" % view.moment_text()
+        )
+    )
 
     live = view.live_stacks()
     run = view.run_stacks()
@@ -98,9 +107,14 @@ def build(view):
         k = (ti, t.modules.index(mod))
         mp = mappings.get(k)
         if mp is None:
-            mp = p.mapping.add(id=len(mappings) + 1, memory_start=mod.start, memory_limit=mod.end,
-                               file_offset=max(0, mod.start - mod.base), filename=S(mod.path),
-                               build_id=S(mod.build_id.hex() if mod.build_id else ""))
+            mp = p.mapping.add(
+                id=len(mappings) + 1,
+                memory_start=mod.start,
+                memory_limit=mod.end,
+                file_offset=max(0, mod.start - mod.base),
+                filename=S(mod.path),
+                build_id=S(mod.build_id.hex() if mod.build_id else ""),
+            )
             mappings[k] = mp
         return mp
 
@@ -122,7 +136,7 @@ def build(view):
             mp = mapping(ti, address)
             if mp is not None:
                 loc.mapping_id = mp.id
-            for f in group:                        # inlined callees first, the caller last
+            for f in group:  # inlined callees first, the caller last
                 name = f.function or f.label()
                 loc.line.add(function_id=function(name, name, f.file), line=f.line or 0)
                 if mp is not None and f.function:
@@ -142,7 +156,7 @@ def build(view):
         if not frames:
             s.location_id.append(synthetic(NO_STACK))
         group: list = []
-        for f in frames:                           # innermost first: leaf first, as pprof wants
+        for f in frames:  # innermost first: leaf first, as pprof wants
             if group and f.address != group[0].address:
                 s.location_id.append(location(ti, group))
                 group = []

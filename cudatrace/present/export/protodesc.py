@@ -11,14 +11,29 @@ whose fields are `[repeated] TYPE NAME = NUMBER;` with scalar or message types. 
 else is an error, not a guess. tests/test_export.py checks the result against protoc's own
 descriptor of the same file.
 """
+
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-_SCALARS = {"double": 1, "float": 2, "int64": 3, "uint64": 4, "int32": 5, "fixed64": 6,
-            "fixed32": 7, "bool": 8, "string": 9, "bytes": 12, "uint32": 13, "sfixed32": 15,
-            "sfixed64": 16, "sint32": 17, "sint64": 18}         # FieldDescriptorProto.Type
+_SCALARS = {
+    "double": 1,
+    "float": 2,
+    "int64": 3,
+    "uint64": 4,
+    "int32": 5,
+    "fixed64": 6,
+    "fixed32": 7,
+    "bool": 8,
+    "string": 9,
+    "bytes": 12,
+    "uint32": 13,
+    "sfixed32": 15,
+    "sfixed64": 16,
+    "sint32": 17,
+    "sint64": 18,
+}  # FieldDescriptorProto.Type
 _TYPE_MESSAGE = 11
 _LABEL_OPTIONAL, _LABEL_REPEATED = 1, 3
 
@@ -34,13 +49,15 @@ class ProtoError(Exception):
 def parse(text: str, name: str = "file.proto"):
     """A FileDescriptorProto for the .proto text."""
     from google.protobuf import descriptor_pb2
+
     src = _COMMENT.sub("", text)
     m = re.search(r"\bsyntax\s*=\s*\"(proto[23])\"\s*;", src)
     if not m or m.group(1) != "proto3":
         raise ProtoError("%s: only proto3 files are read" % name)
     pkg = re.search(r"\bpackage\s+([\w.]+)\s*;", src)
-    fdp = descriptor_pb2.FileDescriptorProto(name=name, syntax="proto3",
-                                             package=pkg.group(1) if pkg else "")
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name=name, syntax="proto3", package=pkg.group(1) if pkg else ""
+    )
     rest = src
     for mm in _MESSAGE.finditer(src):
         msg = fdp.message_type.add(name=mm.group(1))
@@ -52,13 +69,19 @@ def parse(text: str, name: str = "file.proto"):
             if not f:
                 raise ProtoError("%s: message %s: cannot read %r" % (name, mm.group(1), stmt))
             rep, typ, fname, num = f.groups()
-            fd = msg.field.add(name=fname, number=int(num), json_name=_json_name(fname),
-                               label=_LABEL_REPEATED if rep else _LABEL_OPTIONAL)
+            fd = msg.field.add(
+                name=fname,
+                number=int(num),
+                json_name=_json_name(fname),
+                label=_LABEL_REPEATED if rep else _LABEL_OPTIONAL,
+            )
             if typ in _SCALARS:
                 fd.type = _SCALARS[typ]
             else:
                 fd.type = _TYPE_MESSAGE
-                fd.type_name = "." + (typ if "." in typ else "%s.%s" % (fdp.package, typ)).lstrip(".")
+                fd.type_name = "." + (typ if "." in typ else "%s.%s" % (fdp.package, typ)).lstrip(
+                    "."
+                )
         rest = rest.replace(mm.group(0), "")
     leftover = re.sub(r"\b(syntax|package|option)\b[^;]*;", "", rest).strip()
     if leftover:
@@ -75,6 +98,7 @@ def message_classes(path: Path, name: str) -> dict:
     """{message name: class} for the .proto at path, in a pool of their own (no clash with
     another copy of the same package loaded by someone else)."""
     from google.protobuf import descriptor_pool, message_factory
+
     fdp = parse(Path(path).read_text(), name)
     pool = descriptor_pool.DescriptorPool()
     pool.Add(fdp)
@@ -84,6 +108,6 @@ def message_classes(path: Path, name: str) -> dict:
         desc = fd.message_types_by_name[mt.name]
         if hasattr(message_factory, "GetMessageClass"):
             out[mt.name] = message_factory.GetMessageClass(desc)
-        else:                                                   # protobuf < 4.22
+        else:  # protobuf < 4.22
             out[mt.name] = message_factory.MessageFactory(pool).GetPrototype(desc)
     return out

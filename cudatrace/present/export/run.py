@@ -1,4 +1,5 @@
 """The body of `cudatrace export` (also callable from Python)."""
+
 from __future__ import annotations
 
 import os
@@ -11,18 +12,31 @@ from ...report import Analysis, ReportError, format_bytes, parse_time
 from . import ExportError, get
 
 
-def run_export(path, fmt: str, output, at: str = "peak", device: int | None = None,
-               show_cuda_frames: bool = False, symbolizer=None, quiet: bool = False) -> int:
+def run_export(
+    path,
+    fmt: str,
+    output,
+    at: str = "peak",
+    device: int | None = None,
+    show_cuda_frames: bool = False,
+    symbolizer=None,
+    quiet: bool = False,
+) -> int:
     """Write the trace at PATH as FORMAT to OUTPUT; returns the exit status (0, or 2 with a
     message on stderr). The file appears whole or not at all."""
     try:
         exporter = get(fmt)
-        exporter.load()                      # a missing extra is said before any work
+        exporter.load()  # a missing extra is said before any work
         if at not in ("peak", "end"):
             parse_time(at)
-        a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
-                     progress=not quiet and _tty())
+        a = Analysis(
+            path,
+            show_cuda_frames=show_cuda_frames,
+            symbolizer=symbolizer,
+            progress=not quiet and _tty(),
+        )
         from .view import View
+
         view = View(a, at, device)
     except (ExportError, ReportError) as e:
         click.echo(str(e), err=True)
@@ -43,15 +57,27 @@ def run_export(path, fmt: str, output, at: str = "peak", device: int | None = No
         _unlink(tmp)
         raise
     if not quiet:
-        click.echo("cudatrace: wrote %s (%s): %s live %s%s; open it with %s"
-                   % (out, exporter.name, format_bytes(view.total), view.moment_text(),
-                      _details(summary), exporter.opens_with), err=True)
+        click.echo(
+            "cudatrace: wrote %s (%s): %s live %s%s; open it with %s"
+            % (
+                out,
+                exporter.name,
+                format_bytes(view.total),
+                view.moment_text(),
+                _details(summary),
+                exporter.opens_with,
+            ),
+            err=True,
+        )
     return 0
 
 
 def _details(summary: dict) -> str:
-    parts = ["%s %s" % ("{:,}".format(v), _one(k) if v == 1 else k) for k, v in summary.items()
-             if isinstance(v, int) and k != "bytes"]
+    parts = [
+        "%s %s" % (f"{v:,}", _one(k) if v == 1 else k)
+        for k, v in summary.items()
+        if isinstance(v, int) and k != "bytes"
+    ]
     return " (%s)" % ", ".join(parts) if parts else ""
 
 

@@ -6,6 +6,7 @@ bytes and the weights add up to the total at the moment. Frames carry report's n
 the source file and line where the symbolizer found them. With several processes, each stack
 starts with a frame naming its process.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,9 +56,17 @@ def build(view) -> dict:
         "exporter": "cudatrace %s" % __version__,
         "activeProfileIndex": 0,
         "shared": {"frames": frames},
-        "profiles": [{"type": "sampled", "name": "device memory live %s" % view.moment_text(),
-                      "unit": "bytes", "startValue": 0, "endValue": total,
-                      "samples": samples, "weights": weights}],
+        "profiles": [
+            {
+                "type": "sampled",
+                "name": "device memory live %s" % view.moment_text(),
+                "unit": "bytes",
+                "startValue": 0,
+                "endValue": total,
+                "samples": samples,
+                "weights": weights,
+            }
+        ],
     }
 
 

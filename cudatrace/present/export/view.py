@@ -6,6 +6,7 @@ frames `report` groups into sites, CUDA's own folded unless --show-cuda-frames. 
 never symbolize, fold or name frames themselves: when attribution changes there, every
 export follows.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,14 +23,16 @@ class View:
         m = a.model
         if device is not None and device not in m.device_peaks:
             seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
-            raise ExportError("cudatrace: no device memory was traced on device %d (devices with "
-                              "allocations: %s)" % (device, seen))
+            raise ExportError(
+                "cudatrace: no device memory was traced on device %d (devices with "
+                "allocations: %s)" % (device, seen)
+            )
         self.a = a
         self.model = m
         self.traces = a.traces
         self.device = device
         self.moment = a.moment(at, device)
-        self.live = a.live(self.moment)           # Groups: what report's sites are made of
+        self.live = a.live(self.moment)  # Groups: what report's sites are made of
         self.total = self.live.bytes
         self.count = self.live.count
         used = {r[0] for r in self.live.rows} | {k[0] for k in m.stack_totals()}
@@ -50,7 +53,8 @@ class View:
         t = self.seconds(self.moment["ts_ns"])
         when = "%.3f s" % t if t is not None else "-"
         return {"peak": "at the peak (%s)" % when, "end": "at the end (%s)" % when}.get(
-            k, "at %s" % when) + ("" if self.device is None else " on device %d" % self.device)
+            k, "at %s" % when
+        ) + ("" if self.device is None else " on device %d" % self.device)
 
     def included(self, x: Alloc) -> bool:
         """x happened at or before the moment (and on the chosen device)."""
@@ -118,4 +122,3 @@ class View:
     def command(self) -> str:
         argv = self.a.td.run.get("argv") or (self.traces[0].argv if self.traces else [])
         return " ".join(argv) or os.path.basename(str(self.a.path))
-
