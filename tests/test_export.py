@@ -550,6 +550,67 @@ def test_memory_viz_unpickles_and_adds_up(scen, at):
         assert ooms[0]["size"] == 2 * GiB and ooms[0]["frames"][0]["name"] == "grow_cache"
 
 
+# The pickle opcodes the viewer's own unpickler (pytorch.org/memory_viz, MemoryViz.js) decodes:
+# a snapshot using any other cannot be opened there.
+VIEWER_OPCODES = {
+    "PROTO",
+    "FRAME",
+    "STOP",
+    "MARK",
+    "MEMOIZE",
+    "BINPUT",
+    "LONG_BINPUT",
+    "BINGET",
+    "LONG_BINGET",
+    "EMPTY_DICT",
+    "DICT",
+    "SETITEM",
+    "SETITEMS",
+    "EMPTY_LIST",
+    "LIST",
+    "APPEND",
+    "APPENDS",
+    "EMPTY_TUPLE",
+    "TUPLE",
+    "TUPLE1",
+    "TUPLE2",
+    "TUPLE3",
+    "NONE",
+    "NEWTRUE",
+    "NEWFALSE",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "LONG1",
+    "BINFLOAT",
+    "SHORT_BINUNICODE",
+    "BINUNICODE",
+}
+
+
+@pytest.mark.parametrize("which", ["kv", "scen"])
+def test_memory_viz_uses_only_what_the_viewer_decodes(which, request):
+    import pickletools
+
+    run = request.getfixturevalue(which)
+    data = run.export("memory-viz", "--at", "end").read_bytes()
+    used = {op.name for op, _arg, _pos in pickletools.genops(data)}
+    assert used <= VIEWER_OPCODES, used - VIEWER_OPCODES
+
+    def ints(x):
+        if isinstance(x, dict):
+            for v in x.values():
+                yield from ints(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                yield from ints(v)
+        elif isinstance(x, int) and not isinstance(x, bool):
+            yield x
+
+    # the viewer turns integers into JavaScript numbers: exact only below 2**53
+    assert all(abs(i) < 2**53 for i in ints(pickle.loads(data)))
+
+
 def test_memory_viz_kv_frames(kv):
     snap = pickle.loads(kv.export("memory-viz", "--at", "end").read_bytes())
     assert snap["segments"] == []  # kvpool frees everything
@@ -731,3 +792,27 @@ def test_empty_and_stackless_traces(fmt, tmp_path):
         assert read_folded(tmp_path / "bare.folded")[0][0] == [
             "(no stack recorded: stacks off, --stack-depth 0)"
         ]
+
+
+@pytest.mark.parametrize("which", ["kv", "scen"])
+def test_leaves_are_reports_sites(which, request):
+    """The same attribution as report: grouped by their innermost frame, the folded stacks and
+    the pprof samples give report's sites with report's bytes."""
+    run = request.getfixturevalue(which)
+    rep = run.report()
+    sites = defaultdict(int)
+    for s in rep["sites"]:
+        sites[s["label"].split(" (")[0]] += s["bytes"]
+    folded = defaultdict(int)
+    for st, n in read_folded(run.export("folded")):
+        folded[st[-1].split(" (")[0]] += n
+    assert folded == sites
+    p = read_pprof(run.export("pprof"))
+    S, funcs = p.string_table, {f.id: f for f in p.function}
+    locs = {loc.id: loc for loc in p.location}
+    by_leaf = defaultdict(int)
+    for s in p.sample:
+        if s.value[3]:
+            leaf = locs[s.location_id[0]].line[0]
+            by_leaf[S[funcs[leaf.function_id].name].split(" (")[0]] += s.value[3]
+    assert by_leaf == sites
