@@ -30,6 +30,7 @@ def main():
     cudatrace run -- CMD ...      trace every device allocation of CMD and its children
     cudatrace report DIR          who held the memory at the peak, by call site
     cudatrace diff A B            what changed between two runs
+    cudatrace export DIR ...      the trace as pprof, flame graph, speedscope, memory_viz, Perfetto
     cudatrace status [GROUP]      budgets in force and who uses them
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     """
@@ -277,6 +278,24 @@ def demo(mode, out_dir, keep):
     from .demo import run_demo
 
     sys.exit(run_demo(mode, out_dir, keep))
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", required=True, metavar="FORMAT",
+              help="folded, pprof, speedscope, memory-viz or perfetto (docs/exports.md).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The file to write.")
+@click.option("--at", "at", default="peak", show_default=True, metavar="peak|end|TIME",
+              help="The moment, as for report: the peak, the end, or TIME seconds since the start.")
+@click.option("--device", type=int, default=None, metavar="N", help="Only device N.")
+@click.option("--show-cuda-frames", is_flag=True, help="Keep the CUDA libraries' own frames.")
+def export(path, fmt, output, at, device, show_cuda_frames):
+    """Write the trace in PATH in a format other tools open (pprof, flame graphs, PyTorch's
+    memory viewer, Perfetto), attributed as `report` attributes it."""
+    from .present.export.run import run_export
+    sys.exit(run_export(path, fmt, output, at=at, device=device, show_cuda_frames=show_cuda_frames))
+
 
 
 if __name__ == "__main__":

@@ -1,0 +1,178 @@
+"""pprof: a gzipped profile.proto, as `go tool pprof` and pprof-compatible services read it.
+
+Four sample types, as Go's own heap profiles have them:
+    alloc_objects / alloc_space   every device allocation of the run (count, bytes)
+    inuse_objects / inuse_space   what was live at the moment (count, bytes): the default
+One sample per stack (process and leaf), its locations leaf first: the frames `report`
+attributes (CUDA's own folded), inlined calls as extra lines of one location. Each location
+sits in the mapping of the ELF file it was in, with the build-id the trace recorded, so a tool
+holding the binaries can symbolize again. Frames the symbolizer could not name are functions
+named as report names them (module+offset). With several processes, each stack starts with a
+frame naming its process, and every sample carries pid and exe labels.
+
+The messages are built with the protobuf library, from cudatrace's profile.proto
+(protodesc.py says why at run time rather than generated code).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+from ... import __version__
+from ...analyze.sites import NO_STACK
+from .protodesc import message_classes
+
+PROTO = Path(__file__).with_name("profile.proto")
+_classes: dict = {}
+
+
+def classes() -> dict:
+    """{"Profile": class, "Sample": class, ...} of pprof's format."""
+    if not _classes:
+        _classes.update(message_classes(PROTO, "cudatrace/pprof/profile.proto"))
+    return _classes
+
+
+class _Strings:
+    def __init__(self, table):
+        self.table = table
+        self.index: dict[str, int] = {}
+        self("")
+
+    def __call__(self, s: str | None) -> int:
+        s = s or ""
+        i = self.index.get(s)
+        if i is None:
+            i = self.index[s] = len(self.table)
+            self.table.append(s)
+        return i
+
+
+def build(view):
+    """The Profile message of the view."""
+    Profile = classes()["Profile"]
+    p = Profile()
+    S = _Strings(p.string_table)
+    a, m = view.a, view.model
+    for typ, unit in (
+        ("alloc_objects", "count"),
+        ("alloc_space", "bytes"),
+        ("inuse_objects", "count"),
+        ("inuse_space", "bytes"),
+    ):
+        p.sample_type.add(type=S(typ), unit=S(unit))
+    p.default_sample_type = S("inuse_space")
+    p.period_type.type = S("space")
+    p.period_type.unit = S("bytes")
+    p.period = 1
+    start_time = a.td.run.get("start_time")
+    if isinstance(start_time, (int, float)) and start_time > 0:
+        p.time_nanos = int(start_time * 1e9)
+    elif a.traces:
+        p.time_nanos = min(t.start_realtime_ns for t in a.traces)
+    if m.n_events:
+        p.duration_nanos = max(0, m.t_end - a.start_ns)
+    p.comment.append(S("cudatrace %s: device memory of %s" % (__version__, view.command())))
+    p.comment.append(
+        S(
+            "inuse_space/inuse_objects: live %s; alloc_space/alloc_objects: every "
+            "allocation of the run" % view.moment_text()
+        )
+    )
+
+    live = view.live_stacks()
+    run = view.run_stacks()
+    keys = sorted(set(live) | set(run))
+    view.prepare(keys)
+
+    mappings: dict[tuple[int, int], object] = {}
+    locations: dict[tuple, int] = {}
+    functions: dict[tuple, int] = {}
+
+    def function(name: str, system_name: str, filename: str | None) -> int:
+        k = (name, system_name, filename or "")
+        fid = functions.get(k)
+        if fid is None:
+            fid = functions[k] = len(functions) + 1
+            p.function.add(id=fid, name=S(name), system_name=S(system_name), filename=S(filename))
+        return fid
+
+    def mapping(ti: int, address: int):
+        t = view.traces[ti]
+        mod = t.module_for(address)
+        if mod is None:
+            return None
+        k = (ti, t.modules.index(mod))
+        mp = mappings.get(k)
+        if mp is None:
+            mp = p.mapping.add(
+                id=len(mappings) + 1,
+                memory_start=mod.start,
+                memory_limit=mod.end,
+                file_offset=max(0, mod.start - mod.base),
+                filename=S(mod.path),
+                build_id=S(mod.build_id.hex() if mod.build_id else ""),
+            )
+            mappings[k] = mp
+        return mp
+
+    def synthetic(name: str) -> int:
+        k = ("synthetic", name)
+        lid = locations.get(k)
+        if lid is None:
+            lid = locations[k] = len(locations) + 1
+            p.location.add(id=lid).line.add(function_id=function(name, name, None))
+        return lid
+
+    def location(ti: int, group: list) -> int:
+        address = group[0].address
+        k = (ti, address)
+        lid = locations.get(k)
+        if lid is None:
+            lid = locations[k] = len(locations) + 1
+            loc = p.location.add(id=lid, address=address)
+            mp = mapping(ti, address)
+            if mp is not None:
+                loc.mapping_id = mp.id
+            for f in group:  # inlined callees first, the caller last
+                name = f.function or f.label()
+                loc.line.add(function_id=function(name, name, f.file), line=f.line or 0)
+                if mp is not None and f.function:
+                    mp.has_functions = True
+                    mp.has_filenames = mp.has_filenames or bool(f.file)
+                    mp.has_line_numbers = mp.has_line_numbers or bool(f.line)
+                    mp.has_inline_frames = mp.has_inline_frames or f.inlined
+        return lid
+
+    for ti, leaf in keys:
+        lc, lb = live.get((ti, leaf), (0, 0))
+        ac, ab = run.get((ti, leaf), (0, 0))
+        if not (lb or ab or lc or ac):
+            continue
+        s = p.sample.add(value=[ac, ab, lc, lb])
+        frames = view.frames(ti, leaf)
+        if not frames:
+            s.location_id.append(synthetic(NO_STACK))
+        group: list = []
+        for f in frames:  # innermost first: leaf first, as pprof wants
+            if group and f.address != group[0].address:
+                s.location_id.append(location(ti, group))
+                group = []
+            group.append(f)
+        if group:
+            s.location_id.append(location(ti, group))
+        t = view.traces[ti]
+        if view.multi_process:
+            s.location_id.append(synthetic(view.process(ti)))
+        s.label.add(key=S("pid"), num=t.pid)
+        s.label.add(key=S("exe"), str=S(os.path.basename(t.exe) or "?"))
+    return p
+
+
+def write(view, path: Path) -> dict:
+    p = build(view)
+    data = gzip.compress(p.SerializeToString(), mtime=0)
+    Path(path).write_bytes(data)
+    return {"samples": len(p.sample), "locations": len(p.location), "mappings": len(p.mapping)}
