@@ -68,7 +68,9 @@ class DebugFiles:
         if main is None:
             if mismatch is not None:
                 has = mismatch.build_id.hex() if mismatch.build_id else "none"
-                self.warn(f"build-id mismatch for {path}: trace has {build_id.hex()}, file has {has}")
+                self.warn(
+                    f"build-id mismatch for {path}: trace has {build_id.hex()}, file has {has}"
+                )
                 mismatch.close()
             else:
                 where = f" under sysroot {self.sysroot}" if self.sysroot else ""
@@ -82,8 +84,10 @@ class DebugFiles:
             self.warn(f"{path}: unreadable debug file {cand} ({e})")
             return None
         if bid and elf.build_id is not None and elf.build_id != bid:
-            self.warn(f"{path}: debug file {cand} has build-id {elf.build_id.hex()}, "
-                      f"expected {bid.hex()}; ignored")
+            self.warn(
+                f"{path}: debug file {cand} has build-id {elf.build_id.hex()}, "
+                f"expected {bid.hex()}; ignored"
+            )
             elf.close()
             return None
         if elf.has_dwarf():
@@ -122,8 +126,10 @@ class DebugFiles:
             except OSError:
                 continue
             if got != crc:
-                self.warn(f"{path}: .gnu_debuglink file {cand} has CRC {got:08x}, "
-                          f"expected {crc:08x}; ignored")
+                self.warn(
+                    f"{path}: .gnu_debuglink file {cand} has CRC {got:08x}, "
+                    f"expected {crc:08x}; ignored"
+                )
                 continue
             elf = self._open_debug(path, cand, bid)
             if elf is not None:
@@ -139,7 +145,9 @@ class DebugFiles:
         cands = []
         if alt_bid:
             cands += [build_id_path(d, alt_bid) for d in self.debug_dirs]
-        cands.append(name if os.path.isabs(name) else os.path.join(os.path.dirname(debug.path), name))
+        cands.append(
+            name if os.path.isabs(name) else os.path.join(os.path.dirname(debug.path), name)
+        )
         if self.sysroot and os.path.isabs(name):
             cands.append(under(self.sysroot, name))
         for cand in cands:
@@ -152,6 +160,7 @@ class DebugFiles:
                     elf.close()
                     continue
                 return elf
-        self.warn(f"{debug.path}: supplementary debug file {name} not found; "
-                  "some inlined names missing")
+        self.warn(
+            f"{debug.path}: supplementary debug file {name} not found; some inlined names missing"
+        )
         return None

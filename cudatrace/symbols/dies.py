@@ -41,9 +41,7 @@ TAG_TRY_BLOCK = 0x32
 TAG_CATCH_BLOCK = 0x25
 TAG_NAMESPACE = 0x39
 TAG_MODULE = 0x1E
-SCOPE_TAGS = frozenset(
-    (TAG_INLINED_SUBROUTINE, TAG_LEXICAL_BLOCK, TAG_TRY_BLOCK, TAG_CATCH_BLOCK)
-)
+SCOPE_TAGS = frozenset((TAG_INLINED_SUBROUTINE, TAG_LEXICAL_BLOCK, TAG_TRY_BLOCK, TAG_CATCH_BLOCK))
 
 AT_SIBLING = 0x01
 AT_NAME = 0x03
@@ -86,8 +84,17 @@ Reader = Callable[[bytes, int, int], tuple]
 
 
 class Abbrev:
-    __slots__ = ("code", "tag", "children", "specs", "forms", "fn", "high_const", "skip",
-                 "skip_walk")
+    __slots__ = (
+        "code",
+        "tag",
+        "children",
+        "specs",
+        "forms",
+        "fn",
+        "high_const",
+        "skip",
+        "skip_walk",
+    )
 
     def __init__(self, code: int, tag: int, children: bool, specs: tuple, ctx: Ctx):
         self.code = code
@@ -328,8 +335,9 @@ def reader(cu, code: int) -> Abbrev:
 Visit = Callable[[Abbrev, tuple, int, object], object]
 
 
-def walk(d, cu, p: int, visit: Visit | None = None, tags: frozenset = frozenset(),
-         ctx: object = None) -> int:
+def walk(
+    d, cu, p: int, visit: Visit | None = None, tags: frozenset = frozenset(), ctx: object = None
+) -> int:
     """Walk the DIEs from p up to the 0 that closes their scope and return the position after
     it (or the end of the unit). visit(abbrev, record, die_offset, ctx) is called for DIEs whose
     tag is in tags (record: the reader's tuple); a DIE with children is entered when it returns

@@ -60,9 +60,29 @@ RangeIndex = tuple[list[int], list[int], list[int]]
 
 
 class CU:
-    __slots__ = ("off", "end", "die_off", "version", "unit_type", "asz", "osz", "abbrev_off",
-                 "abbrevs", "ctx", "low", "comp_dir", "name", "stmt_list", "str_off_base",
-                 "addr_base", "rnglists_base", "files", "subprogs", "top_ranges", "tag")
+    __slots__ = (
+        "off",
+        "end",
+        "die_off",
+        "version",
+        "unit_type",
+        "asz",
+        "osz",
+        "abbrev_off",
+        "abbrevs",
+        "ctx",
+        "low",
+        "comp_dir",
+        "name",
+        "stmt_list",
+        "str_off_base",
+        "addr_base",
+        "rnglists_base",
+        "files",
+        "subprogs",
+        "top_ranges",
+        "tag",
+    )
 
 
 def find_range(index: tuple, t: int) -> int | None:
@@ -387,8 +407,12 @@ class Dwarf:
                     pass
                 p = end
             items.sort()
-            self._aranges = ([i[0] for i in items], [i[1] for i in items],
-                             [i[2] for i in items], covered)
+            self._aranges = (
+                [i[0] for i in items],
+                [i[1] for i in items],
+                [i[2] for i in items],
+                covered,
+            )
         return self._aranges
 
     def _arange_set(self, d, unit: int, q: int, end: int, cu_off: int, items: list) -> None:
@@ -434,8 +458,11 @@ class Dwarf:
                     if self.valid_range(lo, hi):
                         items.append((lo, hi, off))
             items.sort()
-            self._cu_range_index = ([i[0] for i in items], [i[1] for i in items],
-                                    [i[2] for i in items])
+            self._cu_range_index = (
+                [i[0] for i in items],
+                [i[1] for i in items],
+                [i[2] for i in items],
+            )
         return self._cu_range_index
 
     def group_by_cu(self, targets: Sequence[int]) -> dict[int, list[int]]:

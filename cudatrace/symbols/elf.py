@@ -59,7 +59,11 @@ class Elf:
             f.close()
             raise
         self._f, self._elf = f, elf
-        self._sections, self.exec_sections, self.zero_is_code = sections, exec_sections, zero_is_code
+        self._sections, self.exec_sections, self.zero_is_code = (
+            sections,
+            exec_sections,
+            zero_is_code,
+        )
 
     @property
     def elf(self) -> ELFFile:

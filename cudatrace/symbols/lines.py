@@ -27,8 +27,18 @@ _INF = float("inf")
 
 
 class LineHeader:
-    __slots__ = ("version", "end", "program", "min_inst", "line_base", "line_range", "opcode_base",
-                 "std_lens", "dirs_raw", "files_raw")
+    __slots__ = (
+        "version",
+        "end",
+        "program",
+        "min_inst",
+        "line_base",
+        "line_range",
+        "opcode_base",
+        "std_lens",
+        "dirs_raw",
+        "files_raw",
+    )
 
 
 def line_header(dw: Dwarf, cu: CU) -> LineHeader:
@@ -174,8 +184,17 @@ def lines_for(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int, int
     d = dw.line
     h = line_header(dw, cu)
     res: dict[int, tuple[int, int]] = {}
-    args = (h.min_inst, h.line_base, h.line_range, h.opcode_base, h.std_lens, targets, res,
-            dw.zero_invalid, dw.E)
+    args = (
+        h.min_inst,
+        h.line_base,
+        h.line_range,
+        h.opcode_base,
+        h.std_lens,
+        targets,
+        res,
+        dw.zero_invalid,
+        dw.E,
+    )
     scan = _scan_sequences(d, h.program, h.end, h.opcode_base, h.std_lens, dw.E, cu.asz)
     if scan is None:
         _decode_rows(d, h.program, h.end, *args)
@@ -228,14 +247,20 @@ def _skip_regex(ob: int, std_lens: Sequence[int], extended: bool = True):
                 by_nargs.setdefault(nargs, []).append(bytes([op]))
         # Opcodes with operands first: measured faster with Python's engine (gcc emits
         # DW_LNS_set_column before most rows).
-        alts = [b"[" + b"".join(re.escape(c) for c in ops) + b"]" + uleb_rx * n for n, ops in sorted(by_nargs.items())]
+        alts = [
+            b"[" + b"".join(re.escape(c) for c in ops) + b"]" + uleb_rx * n
+            for n, ops in sorted(by_nargs.items())
+        ]
         alts.append(b"[" + b"".join(re.escape(c) for c in single) + b"]+")
         alts += fixed
         # DW_LNE_set_discriminator (extended opcode 4, ULEB operand of 1-3 bytes): gcc emits it
         # often; other extended opcodes stop the match and are handled by the caller.
         if extended:
-            alts += [rb"\x00\x02\x04[\x00-\x7f]", rb"\x00\x03\x04[\x80-\xff][\x00-\x7f]",
-                     rb"\x00\x04\x04[\x80-\xff]{2}[\x00-\x7f]"]
+            alts += [
+                rb"\x00\x02\x04[\x00-\x7f]",
+                rb"\x00\x03\x04[\x80-\xff][\x00-\x7f]",
+                rb"\x00\x04\x04[\x80-\xff]{2}[\x00-\x7f]",
+            ]
         rx = re.compile(b"(?:" + b"|".join(alts) + b")*", re.S)
         _SKIP_RX_CACHE[key] = rx
     return rx
@@ -255,9 +280,20 @@ def _sequence_regex(ob: int, std_lens: Sequence[int], asz: int):
         body = _skip_regex(ob, std_lens).pattern[3:-2]  # the alternatives inside (?:...)*
         plain = _skip_regex(ob, std_lens, False).pattern  # without extended opcodes
         setaddr = re.escape(bytes([0, asz + 1, 2]))
-        rx = re.compile(plain + rb"(?:" + setaddr + rb"([\x00-\xff]{%d}))?" % asz
-                        + rb"(?:" + body + rb"|" + setaddr + rb"[\x00-\xff]{%d})" % asz
-                        + _POSSESSIVE_STAR + rb"\x00\x01\x01", re.S)
+        rx = re.compile(
+            plain
+            + rb"(?:"
+            + setaddr
+            + rb"([\x00-\xff]{%d}))?" % asz
+            + rb"(?:"
+            + body
+            + rb"|"
+            + setaddr
+            + rb"[\x00-\xff]{%d})" % asz
+            + _POSSESSIVE_STAR
+            + rb"\x00\x01\x01",
+            re.S,
+        )
         _SEQ_RX_CACHE[key] = rx
     return rx
 
@@ -306,7 +342,7 @@ def _scan_sequences(d, p, end, ob, std_lens, E, asz):
                 break
             if sub == 2:  # set_address
                 if start is None:
-                    start = int.from_bytes(d[q + 1:p], order)
+                    start = int.from_bytes(d[q + 1 : p], order)
             elif sub == 3:  # define_file
                 try:
                     e = d.index(0, q + 1)
@@ -316,8 +352,21 @@ def _scan_sequences(d, p, end, ob, std_lens, E, asz):
     return seqs, files
 
 
-def _decode_rows(d, p, end, min_inst, line_base, line_range, ob, std_lens, targets, res, zero_invalid, E,
-                 bend=_INF):
+def _decode_rows(
+    d,
+    p,
+    end,
+    min_inst,
+    line_base,
+    line_range,
+    ob,
+    std_lens,
+    targets,
+    res,
+    zero_invalid,
+    E,
+    bend=_INF,
+):
     """Run line-program opcodes over [p, end) (one or more sequences), streaming: no row table
     is built. Rows are matched against the sorted targets as addresses increase: a target gets
     the (file, line) of the last row at or below it in a sequence that extends past it. Stops
@@ -458,4 +507,3 @@ def _decode_rows(d, p, end, min_inst, line_base, line_range, ob, std_lens, targe
                     return
         pf = file
         pl = line
-

@@ -71,8 +71,10 @@ def _symbol_sources(main: Elf | None, debug: Elf | None, mod: _Module) -> list[t
     if main is not None:
         if main.has(".gnu_debugdata"):
             try:
-                mini = Elf(main.path + "[.gnu_debugdata]",
-                           data=lzma.decompress(main.section_data(".gnu_debugdata")))
+                mini = Elf(
+                    main.path + "[.gnu_debugdata]",
+                    data=lzma.decompress(main.section_data(".gnu_debugdata")),
+                )
                 mod.extra_files.append(mini)
                 if mini.has(".symtab"):
                     srcs.append((mini, ".symtab"))
@@ -95,8 +97,13 @@ class Symbolizer:
 
     _MAX_LOADED = 3  # modules whose symbol tables / DWARF stay in memory
 
-    def __init__(self, cache_dir: str | Path | None = None, debug_dirs=("/usr/lib/debug",),
-                 progress: bool | ProgressFactory = False, sysroot: str | None = None):
+    def __init__(
+        self,
+        cache_dir: str | Path | None = None,
+        debug_dirs=("/usr/lib/debug",),
+        progress: bool | ProgressFactory = False,
+        sysroot: str | None = None,
+    ):
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         if isinstance(debug_dirs, (str, Path)):
             debug_dirs = (debug_dirs,)
@@ -191,8 +198,10 @@ class Symbolizer:
             mod.failed = True
             return
         if debug is None:
-            self._warn(f"{path}: no debug info (no DWARF in the file and no separate debug file "
-                       "found); function names only")
+            self._warn(
+                f"{path}: no debug info (no DWARF in the file and no separate debug file "
+                "found); function names only"
+            )
         mod.sym_sources = _symbol_sources(main, debug, mod)
         if not mod.sym_sources:
             self._warn(f"{path}: no symbol table")
@@ -245,14 +254,16 @@ class Symbolizer:
             if dw is not None:
                 self._read_dwarf(dw, path, offsets, found_lines, inl, prog)
             for o in offsets:
-                mod.results[o] = _frames(dw, names.get(o), found_lines.get(o, (None, None)),
-                                         inl.get(o))
+                mod.results[o] = _frames(
+                    dw, names.get(o), found_lines.get(o, (None, None)), inl.get(o)
+                )
                 mod.dirty = True
         finally:
             prog.close()
 
-    def _read_dwarf(self, dw: Dwarf, path: str, offsets: list[int], found_lines: dict,
-                    inl: dict, prog) -> None:
+    def _read_dwarf(
+        self, dw: Dwarf, path: str, offsets: list[int], found_lines: dict, inl: dict, prog
+    ) -> None:
         """Line-table locations and inline chains of the offsets, CU by CU."""
         try:
             groups = dw.group_by_cu(offsets)
@@ -273,15 +284,15 @@ class Symbolizer:
                 for t, (fi, ln) in res.items():
                     found_lines[t] = (cu.files.path(fi), ln or None)
             except Exception as e:
-                self._warn(f"{path}: cannot decode line table of CU 0x{cu_off:x} "
-                           f"({type(e).__name__}: {e})")
+                self._warn(
+                    f"{path}: cannot decode line table of CU 0x{cu_off:x} ({type(e).__name__}: {e})"
+                )
             try:
                 files = cu.files
                 for t, (die, chain) in inline_info(dw, cu, ts).items():
                     inl[t] = (die, chain, files)
             except Exception as e:
-                self._warn(f"{path}: cannot read DIEs of CU 0x{cu_off:x} "
-                           f"({type(e).__name__}: {e})")
+                self._warn(f"{path}: cannot read DIEs of CU 0x{cu_off:x} ({type(e).__name__}: {e})")
             prog.step()
 
     def _save_cache(self, mod: _Module) -> None:

@@ -85,7 +85,13 @@ class SymTab:
             ids.append(tab_id)
             if size > max_size:
                 max_size = size
-        st.starts, st.ends, st.name_offs, st.tab_ids, st.max_size = starts, ends, offs, ids, max_size
+        st.starts, st.ends, st.name_offs, st.tab_ids, st.max_size = (
+            starts,
+            ends,
+            offs,
+            ids,
+            max_size,
+        )
         return st
 
     def __len__(self) -> int:
