@@ -16,6 +16,7 @@ result (function, file, line of each frame, inlined frames included) with addr2l
 
     python3 tools/bench_symbolize.py                 # build if needed, run
     python3 tools/bench_symbolize.py --binary /path/to/libbig.so --count 10000
+    python3 tools/bench_symbolize.py --pyelftools-baseline --count 1000   # vs pyelftools
 """
 import argparse
 import json
@@ -172,8 +173,182 @@ def worker(args):
     Path(args.out).write_text(json.dumps(out))
 
 
-def run_ours(binary, addr_file, cache, out):
-    cmd = [sys.executable, __file__, "--worker", "--binary", str(binary), "--addrs", str(addr_file),
+def pyelftools_worker(args):
+    """Runs in a fresh process: the same addresses through pyelftools' DWARF API (aranges, CUs,
+    line programs, DIE trees, references), with the same strategy as Symbolizer: group by CU,
+    index the CU's concrete subprograms (namespaces entered), walk only the scopes holding an
+    address. Names from DWARF (linkage name through abstract_origin/specification, demangled
+    with the same demangler). Dumps frames as JSON."""
+    sys.path.insert(0, str(REPO))
+    t0 = time.perf_counter()
+    import bisect
+
+    from elftools.dwarf.ranges import BaseAddressEntry, RangeEntry
+    from elftools.elf.elffile import ELFFile
+
+    from cudatrace.symbols import demangle
+
+    addrs = [int(x, 16) for x in Path(args.addrs).read_text().split()]
+    t1 = time.perf_counter()
+    frames = {}
+    with open(args.binary, "rb") as f:
+        dwi = ELFFile(f).get_dwarf_info()
+        aranges = dwi.get_aranges()
+        rlists = dwi.range_lists()
+        groups = {}
+        for a in addrs:
+            groups.setdefault(aranges.cu_offset_at_addr(a) if aranges else None, []).append(a)
+        names = {}
+
+        def die_name(die, depth=0):
+            key = die.offset
+            if key not in names:
+                at = die.attributes
+                name = None
+                link = at.get("DW_AT_linkage_name") or at.get("DW_AT_MIPS_linkage_name")
+                if link is not None:
+                    name = demangle(link.value.decode("utf-8", "replace"))
+                for ref in ("DW_AT_specification", "DW_AT_abstract_origin"):
+                    if name is None and depth < 8 and ref in at:
+                        name = die_name(die.get_DIE_from_attribute(ref), depth + 1)
+                if name is None and "DW_AT_name" in at:
+                    name = at["DW_AT_name"].value.decode("utf-8", "replace")
+                names[key] = name
+            return names[key]
+
+        for cu_off, ts in groups.items():
+            if cu_off is None:
+                for t in ts:
+                    frames[t] = [(None, None, None, False)]
+                continue
+            cu = dwi.get_CU_at(cu_off)
+            top = cu.get_top_DIE()
+            cu_low = top.attributes["DW_AT_low_pc"].value if "DW_AT_low_pc" in top.attributes else 0
+            comp_dir = top.attributes["DW_AT_comp_dir"].value.decode() if (
+                "DW_AT_comp_dir" in top.attributes) else ""
+            lp = dwi.line_program_for_CU(cu)
+            v5 = lp["version"] >= 5
+            dirs = [d.decode() for d in lp["include_directory"]]
+
+            def path(index, lp=lp, v5=v5, dirs=dirs, comp_dir=comp_dir):
+                i = index if v5 else index - 1
+                if index is None or not 0 <= i < len(lp["file_entry"]):
+                    return None
+                e = lp["file_entry"][i]
+                if v5:
+                    d = dirs[e.dir_index] if e.dir_index < len(dirs) else ""
+                else:
+                    d = comp_dir if e.dir_index == 0 else dirs[e.dir_index - 1]
+                p = os.path.join(d, e.name.decode())
+                return p if os.path.isabs(p) else os.path.join(comp_dir, p)
+
+            # Line table: every row of every sequence (pyelftools decodes the whole program).
+            seqs, cur = [], []
+            for entry in lp.get_entries():
+                st = entry.state
+                if st is None:
+                    continue
+                cur.append((st.address, st.file, st.line))
+                if st.end_sequence:
+                    if cur[0][0] != 0:
+                        seqs.append(cur)
+                    cur = []
+            seqs.sort()
+            seq_starts = [s[0][0] for s in seqs]
+            loc = {}
+            for t in ts:
+                i = bisect.bisect_right(seq_starts, t) - 1
+                if i >= 0 and t < seqs[i][-1][0]:
+                    rows = seqs[i]
+                    j = bisect.bisect_right(rows, (t, float("inf"))) - 1
+                    loc[t] = (path(rows[j][1]), rows[j][2] or None)
+
+            def ranges(die, cu=cu, cu_low=cu_low):
+                at = die.attributes
+                if "DW_AT_ranges" in at:
+                    out, base = [], cu_low
+                    for e in rlists.get_range_list_at_offset(at["DW_AT_ranges"].value, cu=cu):
+                        if isinstance(e, BaseAddressEntry):
+                            base = e.base_address
+                        elif isinstance(e, RangeEntry):
+                            b = 0 if e.is_absolute else base
+                            out.append((b + e.begin_offset, b + e.end_offset))
+                    return out
+                if "DW_AT_low_pc" not in at:
+                    return None
+                lo = at["DW_AT_low_pc"].value
+                hi = at.get("DW_AT_high_pc")
+                if hi is None:
+                    return [(lo, lo + 1)]
+                return [(lo, hi.value if hi.form == "DW_FORM_addr" else lo + hi.value)]
+
+            subs = []
+            stack = [top]
+            while stack:
+                for die in stack.pop().iter_children():
+                    if die.tag == "DW_TAG_subprogram":
+                        for lo, hi in ranges(die) or ():
+                            if lo < hi and lo != 0:
+                                subs.append((lo, hi, die))
+                    elif die.tag in ("DW_TAG_namespace", "DW_TAG_module"):
+                        stack.append(die)
+            subs.sort(key=lambda s: s[0])
+            sub_starts = [s[0] for s in subs]
+            scope_tags = ("DW_TAG_inlined_subroutine", "DW_TAG_lexical_block",
+                          "DW_TAG_try_block", "DW_TAG_catch_block")
+
+            def walk(die, inner, chains):
+                for child in die.iter_children():
+                    if child.tag not in scope_tags:
+                        continue
+                    rngs = ranges(child)
+                    inlined = child.tag == "DW_TAG_inlined_subroutine"
+                    if rngs is None:
+                        inside = None if inlined else inner
+                    else:
+                        inside = [t for t in inner if any(lo <= t < hi for lo, hi in rngs)]
+                    if not inside:
+                        continue
+                    if inlined:
+                        at = child.attributes
+                        rec = (die_name(child),
+                               at["DW_AT_call_file"].value if "DW_AT_call_file" in at else None,
+                               at["DW_AT_call_line"].value if "DW_AT_call_line" in at else None)
+                        for t in inside:
+                            chains[t].append(rec)
+                    if child.has_children:
+                        walk(child, inside, chains)
+
+            by_sub = {}
+            for t in ts:
+                i = bisect.bisect_right(sub_starts, t) - 1
+                k = 0
+                while i >= 0 and k < 8 and not subs[i][0] <= t < subs[i][1]:
+                    i -= 1
+                    k += 1
+                by_sub.setdefault(subs[i][2].offset if i >= 0 and k < 8 else None, []).append(t)
+            sub_die = {s[2].offset: s[2] for s in subs}
+            for off, group in by_sub.items():
+                chains = {t: [] for t in group}
+                if off is not None and sub_die[off].has_children:
+                    walk(sub_die[off], group, chains)
+                func = die_name(sub_die[off]) if off is not None else None
+                for t in group:
+                    fl, ln = loc.get(t, (None, None))
+                    out = []
+                    for name, cfile, cline in reversed(chains[t]):
+                        out.append((name, fl, ln, True))
+                        fl, ln = path(cfile), cline or None
+                    out.append((func, fl, ln, False))
+                    frames[t] = out
+    t2 = time.perf_counter()
+    out = {"import_s": t1 - t0, "symbolize_s": t2 - t1, "warnings": [],
+           "frames": {hex(a): [list(f) for f in fr] for a, fr in frames.items()}}
+    Path(args.out).write_text(json.dumps(out))
+
+
+def run_ours(binary, addr_file, cache, out, kind="--worker"):
+    cmd = [sys.executable, __file__, kind, "--binary", str(binary), "--addrs", str(addr_file),
            "--out", str(out)]
     if cache:
         cmd += ["--cache", str(cache)]
@@ -239,6 +414,38 @@ def compare(ours, theirs, addrs, show):
     return kinds, examples
 
 
+def pyelftools_baseline(binary, addrs, tmp, repeat, show):
+    """Symbolizer cold against pyelftools' DWARF API, same addresses, fresh processes."""
+    addr_file = tmp / "addrs.txt"
+    addr_file.write_text("\n".join(hex(x) for x in addrs))
+    t_ours, t_pyelf, in_ours, in_pyelf = [], [], [], []
+    ours = theirs = None
+    for r in range(repeat):
+        w, ours = run_ours(binary, addr_file, None, tmp / "ours.json")
+        t_ours.append(w)
+        in_ours.append(ours["symbolize_s"])
+        w, theirs = run_ours(binary, addr_file, None, tmp / "pyelf.json", "--pyelftools-worker")
+        t_pyelf.append(w)
+        in_pyelf.append(theirs["symbolize_s"])
+        print(f"  run {r + 1}: Symbolizer cold {t_ours[-1]:.2f} s | pyelftools {t_pyelf[-1]:.2f} s",
+              flush=True)
+    print()
+    print(f"Symbolizer cold (no cache): {fmt_times(t_ours)}  "
+          f"(symbolize() alone: best {min(in_ours):.2f} s)")
+    print(f"pyelftools DWARF API:       {fmt_times(t_pyelf)}  "
+          f"(resolution alone: best {min(in_pyelf):.2f} s)")
+    print(f"ratio pyelftools / Symbolizer: {statistics.median(t_pyelf) / statistics.median(t_ours):.1f}x"
+          f" (median, whole processes), {min(in_pyelf) / min(in_ours):.1f}x (best, resolution alone)")
+    # Outermost names differ by design (ours come from the symbol table): compare the rest.
+    as_tuples = {int(k, 16): [tuple(f[:3]) for f in v] for k, v in theirs["frames"].items()}
+    kinds, examples = compare(ours["frames"], as_tuples, addrs, show)
+    print(f"agreement (function, file, line of every frame): {kinds['agree']}/{len(addrs)}; "
+          "differences: " + (", ".join(f"{k} {v}" for k, v in kinds.items() if k != "agree" and v)
+                             or "none"))
+    for addr, kind, o, t in examples:
+        print(f"  0x{addr:x} ({kind})\n    ours:       {o}\n    pyelftools: {t}")
+
+
 def fmt_times(ts):
     return "best %.2f s, median %.2f s" % (min(ts), statistics.median(ts))
 
@@ -255,14 +462,20 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--show", type=int, default=5, help="disagreements to print")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--pyelftools-baseline", action="store_true",
+                    help="compare with the same addresses resolved through pyelftools' DWARF API "
+                         "instead of addr2line")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--pyelftools-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--addrs", help=argparse.SUPPRESS)
     ap.add_argument("--cache", help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.worker:
         return worker(a)
-    if shutil.which("addr2line") is None:
+    if a.pyelftools_worker:
+        return pyelftools_worker(a)
+    if shutil.which("addr2line") is None and not a.pyelftools_baseline:
         raise SystemExit("addr2line (binutils) not found")
     binary = Path(a.binary) if a.binary else build_binary(a.workdir, a.units, a.per_unit, a.jobs)
     dsize = debug_size(binary)
@@ -272,6 +485,11 @@ def main():
     addrs, nfuncs = pick_addresses(binary, a.count, a.seed)
     print("addresses: %d distinct, inside %d sized functions (seed %d)" % (len(addrs), nfuncs, a.seed))
     tmp = Path(tempfile.mkdtemp(prefix="cudatrace-bench-"))
+    if a.pyelftools_baseline:
+        try:
+            return pyelftools_baseline(binary, addrs, tmp, a.repeat, a.show)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     try:
         addr_file = tmp / "addrs.txt"
         addr_file.write_text("\n".join(hex(x) for x in addrs))
