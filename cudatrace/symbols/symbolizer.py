@@ -110,8 +110,8 @@ class Symbolizer:
         self.sysroot = str(sysroot) if sysroot else None
         self._warnings: list[str] = []
         self._warned: set[str] = set()
-        self.files = DebugFiles(debug_dirs or (), self.sysroot, self._warn)
-        self.debug_dirs = self.files.debug_dirs
+        self._files = DebugFiles(debug_dirs or (), self.sysroot, self._warn)
+        self.debug_dirs = self._files.debug_dirs
         if callable(progress):
             self._progress = progress
         else:
@@ -185,12 +185,12 @@ class Symbolizer:
         """Find the module's file and debug file, check build-ids, pick symbol tables, load the
         disk cache."""
         path = ref.path
-        main = mod.main = self.files.module_file(path, build_id)
+        main = mod.main = self._files.module_file(path, build_id)
         bid = build_id or (main.build_id if main is not None else None)
         if main is not None and main.has_dwarf():
             debug = main
         else:
-            debug = self.files.debug_file(path, main, bid)
+            debug = self._files.debug_file(path, main, bid)
             if debug is not None and main is None:
                 self._warn(f"{path}: using separate debug file {debug.path} (matching build-id)")
         mod.debug = debug
@@ -224,7 +224,7 @@ class Symbolizer:
     def _dwarf(self, mod: _Module, path: str) -> Dwarf | None:
         if mod.debug is not None and mod.dwarf is None:
             try:
-                alt_elf = self.files.alt_file(mod.debug)
+                alt_elf = self._files.alt_file(mod.debug)
                 alt = None
                 if alt_elf is not None:
                     mod.extra_files.append(alt_elf)
