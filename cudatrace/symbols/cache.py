@@ -11,8 +11,9 @@ from pathlib import Path
 # Bumped whenever the meaning of cached entries changes.
 CACHE_FORMAT = 1
 
-# One frame as cached: (function, file, line, inlined).
-CachedFrame = tuple[str | None, str | None, int | None, bool]
+# One frame as cached: (function or None, file or None, line or None, inlined). A plain alias
+# (no unions evaluated at run time: Python 3.9 is supported).
+CachedFrame = tuple
 
 
 def cache_path(cache_dir: Path, build_id: bytes | None, path: str) -> Path:

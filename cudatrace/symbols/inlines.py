@@ -18,8 +18,8 @@ from .dwarf_forms import uleb
 
 _INDEX_TAGS = frozenset((TAG_SUBPROGRAM, TAG_NAMESPACE, TAG_MODULE))
 
-# An inlined call: (abstract_origin reference, its form, call_file, call_line).
-Inlined = tuple[int | None, int | None, int | None, int | None]
+# An inlined call: (abstract_origin reference, its form, call_file, call_line), each may be None.
+Inlined = tuple
 
 
 def subprograms(dw: Dwarf, cu: CU) -> RangeIndex:
