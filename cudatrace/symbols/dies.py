@@ -342,7 +342,9 @@ def walk(
     it (or the end of the unit). visit(abbrev, record, die_offset, ctx) is called for DIEs whose
     tag is in tags (record: the reader's tuple); a DIE with children is entered when it returns
     a context other than None, which the visits of its children get. Other subtrees are skipped,
-    through DW_AT_sibling when present. Without visit nothing is entered: the walk skips."""
+    through DW_AT_sibling when present. Childless fixed-size DIEs of tags other than subprograms
+    and scopes are stepped over unread (Abbrev.skip_walk), so tags holds those tags or tags of
+    DIEs with children. Without visit the walk only finds the end of the scope."""
     off = cu.off
     end = cu.end
     abbrevs = cu.abbrevs
