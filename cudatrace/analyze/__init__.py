@@ -1,0 +1,1 @@
+"""Trace directory -> data: the model, sites, and the laws a sweep fits."""

@@ -1,0 +1,1 @@
+"""Data -> text, JSON and pictures."""
