@@ -261,7 +261,7 @@ class Law:
                 return float(self.points[-1][1]), None, "one point"
             return None, None, "no point"
         y, se = self.affine.predict(x)
-        return y, se, "affine fit"
+        return y, se, "flat" if self.kind == "flat" else "affine fit"
 
 
 def classify(xs, ys, rel_tol: float = REL_TOL) -> Law:
