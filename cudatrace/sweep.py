@@ -792,6 +792,13 @@ def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None,
             cmd[0].replace("{", "").replace("}", ""))).resolve(), rule, dict(run_options or {}),
             force, depth)
         check_output(plan)
+        if not any(k.placeholder in cmd[0] for k in knobs):
+            from .launcher import LaunchError, check_enterable, resolve_command
+            try:
+                check_enterable(resolve_command(cmd[0]))
+            except LaunchError as e:
+                err.write("%s\n" % e)
+                return e.status
     except SweepError as e:
         err.write("%s\n" % e)
         return e.status

@@ -216,7 +216,7 @@ def render(d: dict) -> str:
     else:
         k = knobs[0]
         w("Laws of the bytes live at each run's peak (least squares in %s):"
-          % (k["flag"] or k["placeholder"]))
+          % (k["flag"] or ("the value (%s)" % k["placeholder"])))
     width = min(48, max(len(s["label"]) for s in series))
     for s in series:
         label = s["label"] if len(s["label"]) <= width else s["label"][:width - 3] + "..."
