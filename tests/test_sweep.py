@@ -310,7 +310,7 @@ def test_expect_matching_the_fix_flags_nothing(sim, kvpool, tmp_path):
     doc = json.loads(r.stdout)
     assert not any(s["contradicts_expectation"] for s in [doc["peak"]] + doc["sites"])
     kv = site(doc, "allocate_layer_kv")
-    assert 0.99 < kv["fit"]["slope"] <= 1.0       # whole blocks: a little under the flag
+    assert 0.98 < kv["fit"]["slope"] < 1.02       # whole blocks: about the flag
 
 
 # ---- a grid ----------------------------------------------------------------------------------
