@@ -194,6 +194,39 @@ def blocks(sim, kvpool, tmp_path_factory):
 
 # ---- a per-layer size: the laws --------------------------------------------------------------
 
+OPT_INT, OPT_FLOAT, OPT_STR, NUM = (int, None), (float, None), (str, None), (int, float)
+FIT = {"slope": NUM, "intercept": NUM, "r2": float, "n": int, "stderr": OPT_FLOAT,
+       "exact": bool}
+LAW = {"kind": str, "tested": bool, "detail": str, "points": [list], "text": str}
+SERIES = {"label": str, "key": OPT_STR, "bytes": [OPT_INT], "fit": (FIT, None), "law": LAW,
+          "contradicts_expectation": bool, "expectation": OPT_STR}
+SWEEP = {
+    "schema": str, "cudatrace_version": str, "command": [str], "directory": str,
+    "knobs": [{"name": str, "placeholder": str, "flag": OPT_STR, "unit": OPT_STR,
+               "noun": OPT_STR, "values": [str], "numbers": [NUM]}],
+    "values": [(int, float, dict)],
+    "runs": [{"value": (int, float, dict), "text": str, "command": [str], "directory": str,
+              "output": str, "ended": {"how": str, "text": str, "status": OPT_INT},
+              "included": bool, "seconds": OPT_FLOAT, "peak_bytes": OPT_INT,
+              "peak_time": OPT_FLOAT, "allocs": OPT_INT, "denied": OPT_INT}],
+    "stop": {"after": OPT_FLOAT, "url": OPT_STR, "settle": OPT_FLOAT, "grace": float},
+    "expect": OPT_FLOAT, "peak": SERIES, "sites": [dict(SERIES, count=[OPT_INT])],
+    "more_sites": int, "prediction": (dict, None), "notes": [str],
+}
+PREDICTION = {"at": str, "extrapolated": bool,
+              "peak": {"bytes": int, "stderr": OPT_FLOAT, "how": str},
+              "sites": [{"label": str, "key": str, "bytes": int, "stderr": OPT_FLOAT, "how": str}],
+              "budget": {"bytes": int, "spec": str, "reason": str}, "notes": [str]}
+
+
+def test_json_schema_as_documented(blocks):
+    import tracegen as tg
+    tg.check_schema(blocks.doc, SWEEP)
+    tg.check_schema(blocks.doc["prediction"], PREDICTION)
+    doc = (REPO / "docs" / "sweep-json.md").read_text()
+    for key in list(SWEEP) + list(FIT) + list(LAW) + list(PREDICTION["budget"]):
+        assert "`%s`" % key in doc or "`%s[]`" % key in doc, key
+
 def test_kv_site_law_is_layers_times_unit(blocks):
     doc = blocks.doc
     assert doc["schema"] == "cudatrace.sweep/1"
