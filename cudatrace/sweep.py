@@ -90,7 +90,7 @@ class Knob:
         elif len(words) != 1:
             return None
         if len(words) != 1 or not words[0].isalpha() or not words[0].endswith("s") or \
-                words[0].endswith("ss") or len(words[0]) < 4:
+                words[0].endswith(("ss", "us", "is")) or len(words[0]) < 4:
             return None
         w = words[0]
         if w.endswith(("ches", "shes", "xes", "sses")):
@@ -607,7 +607,7 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
 
 def sweep_json(plan: Plan, runs: list[dict], expect: float | None = None,
                predict: tuple | None = None, predict_text: str | None = None,
-               top: int = 10) -> dict:
+               top: int = 10, expect_text: str | None = None) -> dict:
     """The sweep as a dict: the --json output (docs/sweep-json.md, cudatrace.sweep/1)."""
     from .present import sweep as text
     knobs = plan.knobs
@@ -648,6 +648,7 @@ def sweep_json(plan: Plan, runs: list[dict], expect: float | None = None,
                  "settle": plan.rule.settle if plan.rule.url else None,
                  "grace": plan.rule.grace},
         "expect": expect,
+        "expect_text": expect_text,
         "peak": peak,
         "sites": shown,
         "more_sites": len(sites) - len(shown),
@@ -698,7 +699,8 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
     n = len(included)
     if pse is None:
         notes.append("only %d points: a law through them has no uncertainty to give" % n
-                     if n <= 2 or (len(knobs) > 1) else "no uncertainty for this law")
+                     if n <= 2 else "the law has as many terms as points, or is not affine: "
+                     "no uncertainty to give")
     ps = []
     for s in sites:
         y, se, how = guess(s)
@@ -712,8 +714,9 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
     why = "%d%% headroom" % round(100 * MARGIN)
     if pse is not None and 3 * pse > margin:
         margin, why = 3 * pse, "3 standard errors of the prediction"
-    if pse is None and n <= 2:
-        margin, why = 0.25 * peak_b, "25% headroom (two points: no uncertainty known)"
+    if pse is None:
+        margin, why = 0.25 * peak_b, "25%% headroom: %s" % (
+            "two points, no uncertainty known" if n <= 2 else "no uncertainty known")
     want = peak_b + margin
     step = _round_step(want)
     budget = int(math.ceil(want / step) * step) if want > 0 else 0
@@ -821,7 +824,7 @@ def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None,
     except KeyboardInterrupt:
         err.write("cudatrace sweep: interrupted\n")
         return 130
-    doc = sweep_json(plan, runs, exp, point, predict, top)
+    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
     try:
         (plan.out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
     except OSError as e:

@@ -210,7 +210,7 @@ SWEEP = {
               "included": bool, "seconds": OPT_FLOAT, "peak_bytes": OPT_INT,
               "peak_time": OPT_FLOAT, "allocs": OPT_INT, "denied": OPT_INT}],
     "stop": {"after": OPT_FLOAT, "url": OPT_STR, "settle": OPT_FLOAT, "grace": float},
-    "expect": OPT_FLOAT, "peak": SERIES, "sites": [dict(SERIES, count=[OPT_INT])],
+    "expect": OPT_FLOAT, "expect_text": OPT_STR, "peak": SERIES, "sites": [dict(SERIES, count=[OPT_INT])],
     "more_sites": int, "prediction": (dict, None), "notes": [str],
 }
 PREDICTION = {"at": str, "extrapolated": bool,
@@ -428,6 +428,31 @@ def test_stop_after_stops_a_server(sim, tmp_path):
     assert site(doc, "hold_alloc")["bytes"] == [4 * MiB, 8 * MiB, 12 * MiB]
 
 
+def test_interrupted_sweep_reports_what_it_has(sim, tmp_path):
+    """SIGINT to the sweep during a run (no terminal: the launcher forwards it): that run is
+    'interrupted', the sweep stops there and still prints its result."""
+    import time
+    env = thor_env(sim, tmp_path)
+    out = tmp_path / "sw"
+    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "sweep", "--values", "1MiB,2MiB,3MiB",
+                          "-o", str(out), "--json", "--", str(sim.progs["hold"]), "1", "{}"],
+                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = out / "value=1MiB" / "output.log"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (log.exists() and "ready" in log.read_text()):
+        time.sleep(0.05)
+    assert "ready" in log.read_text()
+    p.send_signal(signal.SIGINT)
+    stdout, stderr = p.communicate(timeout=60)
+    assert p.returncode == 1, stderr
+    doc = json.loads(stdout)
+    assert len(doc["runs"]) == 1
+    e = doc["runs"][0]["ended"]
+    assert e["how"] == "interrupted" and e["signal"] == "SIGINT" and e["text"] == "interrupted (SIGINT)"
+    assert "interrupted: 1 of 3 runs done" in doc["notes"]
+    assert not (out / "value=2MiB").exists()
+
+
 STUBBORN = textwrap.dedent("""\
     import ctypes, signal, sys, time
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -509,13 +534,21 @@ def test_until_url_waits_for_answer_and_settled_memory(sim, tmp_path):
         e = run["ended"]
         assert e["how"] == "stopped" and e["why"] == "url" and e["signal"] == "SIGINT", e
         assert e["settled"] and e["live_bytes"] == 3 * mib * MiB
-        assert "stopped when http://127.0.0.1:%d/health answered" % port in e["text"]
+        assert e["text"] == "stopped: URL answered at %.1fs, memory settled 1s (SIGINT)" \
+            % e["answered_after"]
         assert run["included"]
         assert "stopped by SIGINT" in Path(run["output"]).read_text()
     # the late allocations count: stopped after memory settled, not at the first answer
     assert doc["peak"]["bytes"] == [3 * m * MiB for m in (2, 4, 8)]
     assert doc["peak"]["fit"]["slope"] == 3 * MiB and doc["peak"]["fit"]["intercept"] == 0
     assert doc["stop"]["url"].endswith("/health") and doc["stop"]["settle"] == 1.0
+    r = sweep(env, "--values", "2,4", "--until-url", "http://127.0.0.1:%d/health" % port,
+              "--settle", "0.5s", "-o", tmp_path / "sw2", "--",
+              sys.executable, prog, port, "{}", timeout=180)
+    assert r.returncode == 0, _ok(r)
+    assert "each run stopped once http://127.0.0.1:%d/health answers and traced memory stays " \
+        "the same for 0.5s" % port in r.stdout
+    assert "2/2  4: stopped: URL answered at" in r.stderr
 
 
 def test_until_url_never_answering_times_out(sim, tmp_path):

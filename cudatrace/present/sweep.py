@@ -157,10 +157,9 @@ def ended_text(e: dict) -> str:
     if how == "stopped" and e.get("why") == "time":
         return "stopped after %gs (%s)" % (e["seconds"], sig)
     if how == "stopped":
-        s = "stopped when %s answered (after %.1fs; " % (e["url"], e["answered_after"])
-        s += ("live memory settled for %gs" % e["settle"]) if e.get("settled") else \
-            "live memory never settled"
-        return s + ") (%s)" % sig
+        return "stopped: URL answered at %.1fs, %s (%s)" % (
+            e["answered_after"], ("memory settled %gs" % e["settle"]) if e.get("settled")
+            else "memory never settled", sig)
     if how == "killed":
         return "killed after %.1fs: SIGINT and SIGTERM did not stop it" % e.get("after", 0)
     if how == "url_timeout":
@@ -196,6 +195,13 @@ def render(d: dict) -> str:
         w("  knob %s%s: %s" % (k["flag"] or k["placeholder"],
                                " (%s)" % k["placeholder"] if k["flag"] else "",
                                ", ".join(k["values"])))
+    st = d["stop"]
+    if st["after"] is not None:
+        w("  each run stopped after %gs (SIGINT, then SIGTERM and SIGKILL %gs apart)"
+          % (st["after"], st["grace"]))
+    elif st["url"] is not None:
+        w("  each run stopped once %s answers and traced memory stays the same for %gs"
+          % (st["url"], st["settle"]))
     w("  traces in %s" % d["directory"])
     w("")
     rows = [["value", "how it ended", "peak", "trace"]]
@@ -238,7 +244,7 @@ def render(d: dict) -> str:
         flagged = [s for s in series if s["contradicts_expectation"]]
         k = knobs[0]
         w("Against --expect %s (%s):" % (
-            _ratio(d["expect"]), "bytes per unit of each knob" if grid else
+            d.get("expect_text") or _ratio(d["expect"]), "bytes per unit of each knob" if grid else
             slope_text(d["expect"], k, ratio=False)))
         for s in flagged:
             w("  ! " + s["expectation"])
