@@ -685,14 +685,26 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
             return None, None, "no law"
         if len(knobs) == 1:
             y, se, how = law.predict(point[0])
-            if law.kind in ("steps", "powers_of_two", "irregular"):
-                how += " (the law is %s: the affine estimate may miss a step)" % law.kind.replace(
+            if law.kind in ("steps", "powers_of_two"):
+                how += " (the law is %s: the estimate may miss a step)" % law.kind.replace(
                     "_", " ")
+            elif law.kind == "irregular":
+                how += " (no simple law: a rough estimate)"
             return y, se, how
         y, se = law.predict(point)
         return y, se, "%s fit" % law.model
 
     py, pse, phow = guess(peak)
+    law = peak.get("_law")
+    if len(knobs) == 1 and law is not None and not law.is_affine and sites:
+        # the sites partition the peak: when the peak has no simple law, their laws add up
+        got = [guess(s) for s in sites]
+        if all(y is not None for y, _, _ in got):
+            py = sum(max(0.0, y) for y, _, _ in got)
+            ses = [se for _, se, _ in got]
+            pse = math.sqrt(sum(se * se for se in ses)) if all(se is not None for se in ses) \
+                else None
+            phow = "the sum of the sites' laws"
     if py is None:
         return {"at": point_text, "peak": None, "sites": [], "budget": None,
                 "notes": notes + ["no law to predict from"]}

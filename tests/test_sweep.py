@@ -102,7 +102,7 @@ def test_power_law_quadratic():
 
 def test_irregular():
     law = laws.classify([1, 2, 3, 4], [10, 50, 5, 40])
-    assert law.kind == "irregular" and "see the points" in law.detail
+    assert law.kind == "irregular" and "no simple law" in law.detail
 
 
 def test_one_and_two_points():
@@ -617,3 +617,75 @@ def test_knob_nouns_and_flags():
     knobs = parse_knobs(["1,2"])
     bind_command(knobs, ["prog", "{}"])
     assert knobs[0].flag is None and knobs[0].label == "the value"
+
+
+# ---- the text of laws that are not affine (sweep_json on measured runs, no process) -----------
+
+def fake_sweep(values, series, knob_flag="--ctx", expect=None, predict=None):
+    """sweep_json over runs already measured: series {label: [bytes per value]}."""
+    from cudatrace.sweep import Plan, bind_command, parse_knobs, sweep_json
+    knobs = parse_knobs([",".join(values)])
+    bind_command(knobs, ["srv", knob_flag, "{}"])
+    plan = Plan(knobs, ["srv", knob_flag, "{}"], Path("/nonexistent/sweep"))
+    runs = []
+    for i, v in enumerate(values):
+        sites = {(("srv", fn, "srv.c"),): {"label": fn + " (srv.c:1)", "key": "srv:" + fn,
+                                          "bytes": ys[i], "count": 1}
+                 for fn, ys in series.items()}
+        runs.append({"combo": (i,), "command": ["srv", knob_flag, v], "directory": "/d/%s" % v,
+                     "output": "/d/%s/output.log" % v, "included": True, "seconds": 1.0,
+                     "ended": {"how": "exited", "status": 0},
+                     "measured": {"peak_bytes": sum(ys[i] for ys in series.values()),
+                                  "peak_time": 0.5, "allocs": 1, "denied": 0, "sites": sites}})
+    point = (float(predict),) if predict is not None else None
+    return sweep_json(plan, runs, expect, point, predict)
+
+
+def test_text_shows_points_of_laws_that_are_not_affine():
+    from cudatrace.present.sweep import render
+    doc = fake_sweep(["1000", "3000", "5000", "6000", "9000"], {
+        "round_up_pool": [x * MiB for x in (1, 4, 8, 8, 16)],        # 2^ceil(log2 x/1000) MiB
+        "bucketed": [16 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 32 * MiB],
+        "attention_scores": [x * x * 4 for x in (1000, 3000, 5000, 6000, 9000)],
+        "weights": [512 * MiB] * 5,
+    }, predict="12000")
+    by = {s["label"].split(" ")[0]: s for s in doc["sites"]}
+    assert by["round_up_pool"]["law"]["kind"] == "powers_of_two"
+    assert by["bucketed"]["law"]["kind"] == "steps"
+    assert by["attention_scores"]["law"]["kind"] == "power"
+    assert math.isclose(by["attention_scores"]["law"]["power"]["exponent"], 2, rel_tol=1e-6)
+    assert by["weights"]["law"]["kind"] == "flat"
+    text = render(doc)
+    line = next(l for l in text.splitlines() if l.strip().startswith("round_up_pool"))
+    assert "NOT AFFINE" in line and "powers of two" in line
+    assert "1000: 1.00 MiB, 3000: 4.00 MiB, 5000: 8.00 MiB, 6000: 8.00 MiB, 9000: 16.0 MiB" in line
+    line = next(l for l in text.splitlines() if l.strip().startswith("attention_scores"))
+    assert "to the power 2.00 (quadratic?)" in line
+    p = doc["prediction"]
+    a = next(s for s in p["sites"] if s["label"].startswith("attention_scores"))
+    assert a["how"] == "power law" and abs(a["bytes"] - 4 * 12000 ** 2) < 1000
+    r = next(s for s in p["sites"] if s["label"].startswith("round_up_pool"))
+    assert "may miss a step" in r["how"]
+    # the peak is not affine: predicted as the sum of the sites' laws
+    assert p["peak"]["how"] == "the sum of the sites' laws"
+    assert abs(p["peak"]["bytes"] - sum(s["bytes"] for s in p["sites"])) <= len(p["sites"])
+
+
+def test_expect_on_a_plain_knob_and_two_point_prediction():
+    from cudatrace.present.sweep import render
+    doc = fake_sweep(["8", "16"], {"act": [8 * 3 * MiB, 16 * 3 * MiB], "w": [MiB, MiB]},
+                     knob_flag="--batch", expect=float(2 * MiB), predict="32")
+    act = next(s for s in doc["sites"] if s["label"].startswith("act"))
+    assert act["contradicts_expectation"]
+    assert act["expectation"] == ("act (srv.c:1) grows 1.5x the expected 2.00 MiB per 1 of "
+                                  "--batch (3.00 MiB per 1 of --batch): something more than the "
+                                  "knob sizes it?")
+    assert not next(s for s in doc["sites"] if s["label"].startswith("w "))[
+        "contradicts_expectation"]
+    p = doc["prediction"]
+    assert p["peak"]["bytes"] == 32 * 3 * MiB + MiB and p["peak"]["stderr"] is None
+    assert any("only 2 points" in n for n in p["notes"])
+    assert "25% headroom: two points" in p["budget"]["reason"]
+    text = render(doc)
+    assert "(2 points: a line always fits two, untested)" in text
+    assert "only 2 points: a law through them has no uncertainty to give" in text

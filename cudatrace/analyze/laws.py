@@ -304,7 +304,7 @@ def classify(xs, ys, rel_tol: float = REL_TOL) -> Law:
             all(b >= a for a, b in zip(Y, Y[1:]))
         if all(_is_pow2(r) for r in ratios) and rounded_up:
             return Law("powers_of_two", pts, aff, pw,
-                       detail="doubles in steps: rounded up to powers of two of %s" % _num(y0))
+                       detail="doubles in steps: rounded up to powers of two")
     plateaus = sum(1 for a, b in zip(Y, Y[1:]) if a == b)
     if plateaus and len(set(Y)) >= 2:
         return Law("steps", pts, aff, pw, detail="piecewise constant: %d distinct levels over %d "
@@ -312,7 +312,7 @@ def classify(xs, ys, rel_tol: float = REL_TOL) -> Law:
     if pw is not None and pw.r2 >= 0.99 and pw.r2 > aff.r2 and abs(pw.exponent - 1) > 0.1:
         return Law("power", pts, aff, pw, detail="grows as the knob to the power %.2f%s"
                    % (pw.exponent, _power_name(pw.exponent)))
-    return Law("irregular", pts, aff, pw, detail="not affine (r2 %.3f): see the points" % aff.r2)
+    return Law("irregular", pts, aff, pw, detail="no simple law (the line's r2 is %.3f)" % aff.r2)
 
 
 def _power_name(k: float) -> str:
