@@ -660,6 +660,9 @@ def sweep_json(plan: Plan, runs: list[dict], expect: float | None = None,
         doc["notes"].append("interrupted: %d of %d runs done" % (len(runs), planned))
     if len(included) < 2:
         doc["notes"].append("fewer than two runs finished well: no law")
+    elif not any(r["measured"]["allocs"] for r in included):
+        doc["notes"].append("no run allocated device memory through the CUDA driver: did the "
+                            "command use the GPU?")
     if predict is not None:
         doc["prediction"] = _prediction(knobs, included, peak, sites, predict, predict_text)
     for s in [peak] + sites:

@@ -411,6 +411,34 @@ def test_run_exiting_nonzero_is_left_out(sim, kvpool, tmp_path):
     assert doc["peak"]["law"]["kind"] == "one_point"
 
 
+def test_runs_not_started_or_without_trace_are_left_out(sim, tmp_path):
+    env = thor_env(sim, tmp_path)
+    (tmp_path / "hold1").symlink_to(sim.progs["hold"])
+    (tmp_path / "hold3").symlink_to(sim.progs["hold"])
+    r = sweep(env, "--values", "1,2,3", "-o", tmp_path / "sw", "--json", "--",
+              tmp_path / "hold{}", "--exit-after-ms", "0", "--free", "2", "{}MiB")
+    assert r.returncode == 0, _ok(r)
+    doc = json.loads(r.stdout)
+    e = doc["runs"][1]["ended"]
+    assert e["how"] == "not_started" and "no such file" in e["text"], e
+    assert [x["included"] for x in doc["runs"]] == [True, False, True]
+    assert doc["peak"]["bytes"] == [2 * MiB, None, 6 * MiB]
+    # a run whose trace is gone (here: the command deletes it)
+    r = sweep(env, "--values", "1,2", "-o", tmp_path / "sw2", "--json", "--",
+              "sh", "-c", 'rm -f "$CUDATRACE_DIR"/*.ctrace; : {}')
+    assert r.returncode == 1, _ok(r)
+    doc = json.loads(r.stdout)
+    for x in doc["runs"]:
+        assert x["ended"]["how"] == "no_trace" and not x["included"]
+        assert "no readable trace file" in x["ended"]["text"] or "no trace" in x["ended"]["text"]
+    # a command that never uses CUDA: zeros, and a note
+    r = sweep(env, "--values", "1,2", "-o", tmp_path / "sw3", "--json", "--", "true", "{}")
+    assert r.returncode == 0, _ok(r)
+    doc = json.loads(r.stdout)
+    assert doc["peak"]["bytes"] == [0, 0] and any("did the command use the GPU" in n
+                                                  for n in doc["notes"])
+
+
 # ---- servers: --stop-after and --until-url ---------------------------------------------------
 
 def test_stop_after_stops_a_server(sim, tmp_path):
