@@ -121,6 +121,8 @@ def status(group, as_json):
 @click.option("--expect", metavar="SLOPE",
               help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.")
 @click.option("--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8).")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, None))
 @click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Frames that make a site.")
@@ -130,7 +132,7 @@ def status(group, as_json):
 @click.option("--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail")
 @click.option("--count-host", is_flag=True)
 @click.option("--no-virtualize", is_flag=True)
-@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def sweep(stack_depth, budget, group, on_exceed, count_host, no_virtualize, **kw):
     """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
     grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""

@@ -757,6 +757,49 @@ def _round_step(v: float) -> int:
     return step
 
 
+def load_recorded(path: Path, depth: int = 1) -> tuple[Plan, list[dict]]:
+    """A recorded sweep (DIR or DIR/sweep.json) measured again from its traces: the same runs
+    and how they ended, with this version's attribution (and --depth) and laws."""
+    f = path / "sweep.json" if path.is_dir() else path
+    try:
+        doc = json.loads(f.read_text())
+    except OSError as e:
+        raise SweepError("cudatrace sweep: --from %s: %s" % (path, e.strerror or e))
+    except ValueError:
+        raise SweepError("cudatrace sweep: --from %s: %s is not JSON" % (path, f))
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise SweepError("cudatrace sweep: --from %s: %s is not a sweep (%s)" % (path, f, SCHEMA))
+    knobs = [Knob(k["placeholder"][1:-1], list(k["values"]), list(k["numbers"]), k["unit"],
+                  k["flag"]) for k in doc["knobs"]]
+    st = doc.get("stop") or {}
+    plan = Plan(knobs, list(doc["command"]), f.parent.resolve(),
+                StopRule(st.get("after"), st.get("url"), st.get("settle") or 2.0,
+                         st.get("grace") or 10.0), depth=depth)
+    runs, sym = [], None
+    for i, r in enumerate(doc["runs"]):
+        if len(knobs) == 1:
+            combo = (knobs[0].texts.index(r["text"]),)
+        else:
+            parts = dict(p.split("=", 1) for p in r["text"].split(","))
+            combo = tuple(k.texts.index(parts[k.key]) for k in knobs)
+        d = plan.out / Path(r["directory"]).name        # beside sweep.json, if moved with it
+        if not d.is_dir():
+            d = Path(r["directory"])
+        ended = {k: v for k, v in r["ended"].items() if k != "text"}
+        rec = {"index": i, "combo": combo, "command": r["command"], "directory": str(d),
+               "output": str(d / "output.log"), "ended": ended, "included": r["included"],
+               "seconds": r.get("seconds"), "measured": None}
+        if r.get("peak_bytes") is not None:
+            try:
+                rec["measured"], sym = measure(d, depth, sym)
+            except ReportError as e:
+                rec["ended"] = {"how": "no_trace", "status": ended.get("status"),
+                                "why": str(e).replace("cudatrace: ", "", 1)}
+                rec["included"] = False
+        runs.append(rec)
+    return plan, runs
+
+
 # ---- the command -----------------------------------------------------------------------------
 
 def _time(opt: str, text: str | None) -> float | None:
@@ -781,13 +824,16 @@ def default_out(cmd0: str) -> Path:
 
 def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None, until_url=None,
          settle="2s", grace="10s", url_timeout="300s", expect=None, predict=None, top=10,
-         depth=1, run_options=None, out=None, err=None) -> int:
+         depth=1, run_options=None, out=None, err=None, from_dir=None) -> int:
     """`cudatrace sweep`; returns the exit status: 0, 1 when fewer than two runs could be
     fitted, 2 on bad input (nothing run)."""
     from .present import sweep as text
     out = out or sys.stdout
     err = err or sys.stderr
     cmd = list(cmd)
+    if from_dir is not None:
+        return _main_from(Path(from_dir), values, cmd, as_json, expect, predict, top, depth,
+                          out, err)
     try:
         knobs = parse_knobs(values)
         bind_command(knobs, cmd)
@@ -849,4 +895,27 @@ def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None,
     else:
         out.write(text.render(doc))
     out.flush()
+    return 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
+
+
+def _main_from(path: Path, values, cmd, as_json, expect, predict, top, depth, out, err) -> int:
+    """`cudatrace sweep --from DIR`: the recorded sweep's laws again, nothing run."""
+    from .present import sweep as text
+    try:
+        if values or cmd:
+            raise SweepError("cudatrace sweep: --from replays a recorded sweep: give no --values "
+                             "and no command")
+        plan, runs = load_recorded(path, depth)
+        exp = None
+        if expect is not None:
+            try:
+                exp = parse_expect(expect)
+            except SweepError as e:
+                raise SweepError("cudatrace sweep: --expect %s: %s" % (expect, e))
+        point = parse_point(plan.knobs, predict) if predict is not None else None
+    except SweepError as e:
+        err.write("%s\n" % e)
+        return e.status
+    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
+    out.write(json.dumps(doc, indent=2) + "\n" if as_json else text.render(doc))
     return 0 if sum(1 for r in runs if r["included"]) >= 2 else 1

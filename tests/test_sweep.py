@@ -299,6 +299,24 @@ def test_text_output(blocks, kvpool):
     assert "1/3  64: exited 0, peak" in r.stderr
 
 
+def test_from_fits_a_recorded_sweep_again(blocks, tmp_path):
+    moved = tmp_path / "moved"
+    shutil.copytree(blocks.base / "sw", moved)          # a sweep moved elsewhere still reads
+    r = sweep(blocks.env, "--from", moved, "--expect", "64KiB", "--json")
+    assert r.returncode == 0, _ok(r)
+    doc = json.loads(r.stdout)
+    assert doc["values"] == blocks.doc["values"] and doc["peak"]["fit"] == blocks.doc["peak"]["fit"]
+    kv = site(doc, "allocate_layer_kv")
+    assert kv["fit"] == site(blocks.doc, "allocate_layer_kv")["fit"]
+    assert kv["contradicts_expectation"] and "28x the expected 64.0 KiB per block" in kv["expectation"]
+    assert all(Path(x["directory"]).parent == moved for x in doc["runs"])
+    assert json.loads((moved / "sweep.json").read_text())["expect"] is None   # not rewritten
+    r = sweep(blocks.env, "--from", moved, "--values", "1,2")
+    assert r.returncode == 2 and "give no --values and no command" in r.stderr
+    r = sweep(blocks.env, "--from", tmp_path / "nothing")
+    assert r.returncode == 2 and "--from" in r.stderr
+
+
 def test_existing_sweep_is_not_overwritten(blocks, kvpool):
     before = (blocks.base / "sw" / "sweep.json").read_text()
     r = sweep(blocks.env, "--values", "64,128,256", "-o", blocks.base / "sw", "--",
