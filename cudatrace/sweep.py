@@ -370,13 +370,12 @@ def check_output(plan: Plan) -> None:
                          "it, or -o another directory" % (plan.out, old[0].name))
 
 
-def _exit_text(status: int) -> str:
-    if status > 128:
-        try:
-            return "died of %s" % signal.Signals(status - 128).name
-        except ValueError:
-            pass
-    return "exited %d" % status
+def _signal_name(status: int) -> str:
+    """The signal of an exit status 128+N."""
+    try:
+        return signal.Signals(status - 128).name
+    except ValueError:
+        return "signal %d" % (status - 128)
 
 
 def _budget_line(log: Path) -> str | None:
@@ -461,7 +460,7 @@ def execute(plan: Plan, progress=None) -> list[dict]:
         interrupted = [s for s in opts.signals if s in (signal.SIGINT, signal.SIGTERM,
                                                          signal.SIGHUP, signal.SIGQUIT)]
         if rec["ended"] is None:
-            rec["ended"] = _ended(status, stopped, interrupted)
+            rec["ended"] = _ended(status, stopped, interrupted, _run_info(d).get("returncode"))
             if rec["ended"]["how"] != "interrupted":
                 try:
                     rec["measured"], symbolizer = measure(d, plan.depth, symbolizer)
@@ -485,14 +484,19 @@ def execute(plan: Plan, progress=None) -> list[dict]:
     return runs
 
 
-def _aborted(d: Path) -> bool:
+def _run_info(d: Path) -> dict:
     try:
-        return bool(json.loads((d / "run.json").read_text()).get("budget_aborted"))
+        got = json.loads((d / "run.json").read_text())
+        return got if isinstance(got, dict) else {}
     except (OSError, ValueError):
-        return False
+        return {}
 
 
-def _ended(status: int, stopped: dict | None, interrupted: list) -> dict:
+def _aborted(d: Path) -> bool:
+    return bool(_run_info(d).get("budget_aborted"))
+
+
+def _ended(status: int, stopped: dict | None, interrupted: list, returncode=None) -> dict:
     if interrupted:
         return {"how": "interrupted", "status": status,
                 "signal": signal.Signals(interrupted[0]).name}
@@ -500,8 +504,8 @@ def _ended(status: int, stopped: dict | None, interrupted: list) -> dict:
         e = dict(stopped)
         e["status"] = status
         return e
-    if status > 128:
-        return {"how": "signaled", "status": status, "signal": _exit_text(status)[8:]}
+    if isinstance(returncode, int) and returncode < 0:
+        return {"how": "signaled", "status": status, "signal": _signal_name(status)}
     return {"how": "exited", "status": status}
 
 

@@ -449,6 +449,15 @@ def test_runs_not_started_or_without_trace_are_left_out(sim, tmp_path):
     for x in doc["runs"]:
         assert x["ended"]["how"] == "no_trace" and not x["included"]
         assert "no readable trace file" in x["ended"]["text"] or "no trace" in x["ended"]["text"]
+    # a command that dies of a signal, or exits 130 by itself
+    r = sweep(env, "--values", "9,130", "-o", tmp_path / "sw4", "--json", "--",
+              "sh", "-c", '[ {} = 9 ] && kill -9 $$; exit {}')
+    assert r.returncode == 1, _ok(r)
+    doc = json.loads(r.stdout)
+    a, b = doc["runs"]
+    assert a["ended"]["how"] == "signaled" and a["ended"]["signal"] == "SIGKILL"
+    assert a["ended"]["text"] == "died of SIGKILL" and not a["included"]
+    assert b["ended"]["how"] == "exited" and b["ended"]["text"] == "exited 130"
     # a command that never uses CUDA: zeros, and a note
     r = sweep(env, "--values", "1,2", "-o", tmp_path / "sw3", "--json", "--", "true", "{}")
     assert r.returncode == 0, _ok(r)
