@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `cudatrace sweep` on a real GPU (issue 15): PyTorch swept over sizing knobs, laws printed.
 #
-#   tools/gpu/sweep_torch.sh [OUTDIR]          (from the repository root; default /tmp/ct-sweep)
+#   tools/gpu/sweep_torch.sh [OUTDIR [N ...]]   (from the repository root; default /tmp/ct-sweep;
+#                                                N: only the sweeps numbered N below)
 #
 # Needs a CUDA GPU and python3 with torch (CUDA build), click, cffi, pyelftools. Runs
 # tools/gpu/workloads/torch_kv.py (weights, one KV tensor per layer of 64 KiB per block, a
@@ -17,6 +18,8 @@
 # printed as well. Exit status: the number of sweeps that did not exit 0.
 set -u
 OUT=${1:-/tmp/ct-sweep}
+shift
+ONLY=" $* "
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
@@ -30,6 +33,7 @@ fails=0
 
 sweep() {  # sweep NAME ARGS... : text to OUT/NAME.txt, JSON read back from DIR/sweep.json
   local name=$1; shift
+  if [ "$ONLY" != "  " ] && [[ "$ONLY" != *" ${name%%-*} "* ]]; then return; fi
   echo
   echo "==== $name: cudatrace sweep $*"
   rm -rf "$OUT/$name"
