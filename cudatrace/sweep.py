@@ -588,8 +588,10 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
         pts = [tuple(k.numbers[i] for k, i in zip(knobs, r["combo"])) for r, _ in inc]
         g = laws.fit_grid(pts, [y for _, y in inc], [k.key for k in knobs]) if inc else None
         d["fit"] = g.as_json() if g is not None else None
-        flat = bool(inc) and max(y for _, y in inc) - min(y for _, y in inc) <= \
-            laws.REL_TOL * max(abs(y) for _, y in inc)
+        ys = [y for _, y in inc]
+        flat = bool(ys) and (max(ys) == min(ys) or (
+            max(ys) - min(ys) <= laws.REL_TOL * max(abs(y) for y in ys)
+            and (g is None or g.r2 < 0.9)))
         d["law"] = {"kind": "flat" if flat else (g.model if g else "none"),
                     "tested": bool(g and g.lsq.dof > 0),
                     "points": [list(p) + [y] for p, (_, y) in zip(pts, inc)]}

@@ -79,6 +79,12 @@ def test_flat():
     assert law.kind == "flat" and "within" in law.detail
 
 
+def test_small_exact_growth_under_a_big_constant_is_not_flat():
+    """The peak of 100 GiB of weights and a KV pool growing 8 MiB a step: affine, not flat."""
+    law = laws.classify([1, 2, 3], [100 * GiB + 8 * MiB * x for x in (1, 2, 3)])
+    assert law.kind == "affine" and law.affine.slope == 8 * MiB
+
+
 def test_powers_of_two():
     # rounded up to a power of two: 3 -> 4, 5 -> 8, 6 -> 8, 9 -> 16 (MiB)
     law = laws.classify([3, 5, 6, 9], [4 * MiB, 8 * MiB, 8 * MiB, 16 * MiB])

@@ -278,9 +278,11 @@ def classify(xs, ys, rel_tol: float = REL_TOL) -> Law:
     tol = Fraction(rel_tol) * top
     aff = fit_affine(X, Y)
     tested = len(pts) >= 3
-    if max(Y) - min(Y) <= tol:
-        if max(Y) == min(Y):
-            return Law("flat", pts, aff, tested=tested, detail="the same at every value")
+    if max(Y) == min(Y):
+        return Law("flat", pts, aff, tested=tested, detail="the same at every value")
+    if max(Y) - min(Y) <= tol and not (tested and aff is not None and aff.r2 >= 0.9):
+        # small changes that no line explains: noise around a constant. A small change a line
+        # does explain (a growing site under a big flat one, in the peak) is a law: below.
         return Law("flat", pts, aff, tested=tested,
                    detail="flat within %.0f%%" % (100 * rel_tol))
     if aff is None:
