@@ -558,10 +558,27 @@ def parse_point(knobs: list[Knob], text: str) -> tuple:
     return tuple(out)
 
 
-def parse_expect(text: str) -> float:
-    """--expect SLOPE: bytes per unit of the knob: '1', '0.5', '1MiB'."""
-    v, _ = parse_value(text)
-    return float(v)
+def parse_expect(text: str, knobs: list[Knob] | None = None):
+    """--expect SLOPE: bytes per unit of the knob: '1', '0.5', '1MiB' -> a float. On a grid
+    NAME=SLOPE,... (only those knobs) or one SLOPE for every knob -> {NAME: float}."""
+    if not knobs or len(knobs) == 1:
+        t = text.split("=", 1)[1] if knobs and "=" in text and text.split("=", 1)[0].strip() in \
+            (knobs[0].key, knobs[0].name, knobs[0].flag) else text
+        v, _ = parse_value(t)
+        return float(v)
+    if "=" not in text:
+        v, _ = parse_value(text)
+        return {k.key: float(v) for k in knobs}
+    out = {}
+    names = {k.key for k in knobs}
+    for item in text.split(","):
+        name, eq, t = item.partition("=")
+        name = name.strip()
+        if not eq or name not in names:
+            raise SweepError("%r: write NAME=SLOPE with NAME one of %s" % (item, ", ".join(
+                sorted(names))))
+        out[name] = float(parse_value(t)[0])
+    return out
 
 
 def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, counts=None):
@@ -583,7 +600,7 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
         d["law"]["text"] = text.law_text(d, k.as_json())
         slope = law.affine.slope if law.affine is not None and law.kind != "flat" else 0.0
         d["_law"] = law
-        growth = [(k, slope)]
+        growth = [(k, slope, None)]
     else:
         pts = [tuple(k.numbers[i] for k, i in zip(knobs, r["combo"])) for r, _ in inc]
         g = laws.fit_grid(pts, [y for _, y in inc], [k.key for k in knobs]) if inc else None
@@ -600,18 +617,33 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
         growth = []
         if g is not None and not flat:
             for i, k in enumerate(knobs):
-                growth.append((k, max(g.partial_slope(i, p) for p in pts)))
+                s, at = max((g.partial_slope(i, p), p) for p in pts)
+                where = ",".join("%s=%s" % (o.key, _show(o, v)) for j, (o, v) in
+                                 enumerate(zip(knobs, at)) if j != i)
+                growth.append((k, s, where))
     d["contradicts_expectation"] = False
     d["expectation"] = None
-    if expect is not None and growth:
-        k, s = max(growth, key=lambda ks: ks[1])
-        if s > expect * (1 + EXPECT_TOLERANCE) and s > 0 and not (expect <= 0 and s == 0):
-            d["contradicts_expectation"] = True
-            d["expectation"] = text.expectation_sentence(label, s, expect, k.as_json())
+    worst = None
+    for k, s, where in growth:
+        e = expect.get(k.key) if isinstance(expect, dict) else expect
+        if e is None or s <= 0 or s <= e * (1 + EXPECT_TOLERANCE):
+            continue
+        ratio = s / e if e > 0 else math.inf
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, k, s, e, where)
+    if worst is not None:
+        _, k, s, e, where = worst
+        d["contradicts_expectation"] = True
+        d["expectation"] = text.expectation_sentence(label, s, e, k.as_json(), where)
     return d
 
 
-def sweep_json(plan: Plan, runs: list[dict], expect: float | None = None,
+def _show(k: Knob, v) -> str:
+    """A knob's value as the user wrote it, when it is one of the values run."""
+    return k.texts[k.numbers.index(v)] if v in k.numbers else "%g" % v
+
+
+def sweep_json(plan: Plan, runs: list[dict], expect: float | dict | None = None,
                predict: tuple | None = None, predict_text: str | None = None,
                top: int = 10, expect_text: str | None = None) -> dict:
     """The sweep as a dict: the --json output (docs/sweep-json.md, cudatrace.sweep/1)."""
@@ -854,7 +886,7 @@ def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None,
         exp = None
         if expect is not None:
             try:
-                exp = parse_expect(expect)
+                exp = parse_expect(expect, knobs)
             except SweepError as e:
                 raise SweepError("cudatrace sweep: --expect %s: %s" % (expect, e))
         point = parse_point(knobs, predict) if predict is not None else None
@@ -915,7 +947,7 @@ def _main_from(path: Path, values, cmd, as_json, expect, predict, top, depth, ou
         exp = None
         if expect is not None:
             try:
-                exp = parse_expect(expect)
+                exp = parse_expect(expect, plan.knobs)
             except SweepError as e:
                 raise SweepError("cudatrace sweep: --expect %s: %s" % (expect, e))
         point = parse_point(plan.knobs, predict) if predict is not None else None

@@ -216,7 +216,7 @@ SWEEP = {
               "included": bool, "seconds": OPT_FLOAT, "peak_bytes": OPT_INT,
               "peak_time": OPT_FLOAT, "allocs": OPT_INT, "denied": OPT_INT}],
     "stop": {"after": OPT_FLOAT, "url": OPT_STR, "settle": OPT_FLOAT, "grace": float},
-    "expect": OPT_FLOAT, "expect_text": OPT_STR, "peak": SERIES, "sites": [dict(SERIES, count=[OPT_INT])],
+    "expect": (float, dict, None), "expect_text": OPT_STR, "peak": SERIES, "sites": [dict(SERIES, count=[OPT_INT])],
     "more_sites": int, "prediction": (dict, None), "notes": [str],
 }
 PREDICTION = {"at": str, "extrapolated": bool,
@@ -375,7 +375,7 @@ def test_expect_matching_the_fix_flags_nothing(sim, kvpool, tmp_path):
 def test_grid_of_two_knobs(sim, kvpool, tmp_path):
     env = thor_env(sim, tmp_path)
     r = sweep(env, "--values", "layers=2,4", "--values", "blocks=64,128,256", "-o", tmp_path / "g",
-              "--json", "--predict", "layers=8,blocks=512", "--",
+              "--json", "--predict", "layers=8,blocks=512", "--expect", "blocks=64KiB", "--",
               kvpool, "--layers", "{layers}", "--num-blocks={blocks}")
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
@@ -389,7 +389,11 @@ def test_grid_of_two_knobs(sim, kvpool, tmp_path):
     assert kv["fit"]["terms"] == [{"knobs": [], "coefficient": 0},
                                   {"knobs": ["layers", "blocks"], "coefficient": PAGE}]
     w = site(doc, "load_weights")
-    assert w["law"]["kind"] == "flat"
+    assert w["law"]["kind"] == "flat" and not w["contradicts_expectation"]
+    assert doc["expect"] == {"blocks": 65536.0}
+    assert kv["contradicts_expectation"] and kv["expectation"] == (
+        "allocate_layer_kv (kvpool.c:267) grows 4x the expected 64.0 KiB per block (256.0 KiB "
+        "per block at layers=4): sized per layer, or once for each of 4 things?")
     assert doc["peak"]["fit"]["intercept"] == WEIGHTS + WORKSPACE
     assert doc["prediction"]["peak"]["bytes"] == WEIGHTS + WORKSPACE + PAGE * 8 * 512
     r = sweep(env, "--values", "layers=2,4", "--values", "blocks=64,128,256", "-o",
@@ -651,6 +655,8 @@ def cli(*args):
     (["--values", "1,2", "--stop-after", "soon", "--", "true", "{}"], "--stop-after soon"),
     (["--values", "1,2", "--until-url", "localhost:80", "--", "true", "{}"], "http:// or https://"),
     (["--values", "1,2", "--expect", "lots", "--", "true", "{}"], "--expect lots"),
+    (["--values", "a=1,2", "--values", "b=1,2", "--expect", "c=1", "--", "true", "{a}", "{b}"],
+     "write NAME=SLOPE with NAME one of a, b"),
     (["--values", "1MiB,2MiB", "--predict", "4", "--", "true", "{}"], "write it with its unit"),
     (["--values", "a=1,2", "--values", "b=1,2", "--predict", "a=4", "--", "true", "{a}", "{b}"],
      "no value for b"),

@@ -127,11 +127,12 @@ def grid_law_text(d: dict, knobs: list[dict]) -> str:
     return "%s  (%s law, %s, %d points)" % (text, fit["model"], how, fit["n"])
 
 
-def expectation_sentence(label: str, slope: float, expect: float, knob: dict) -> str:
+def expectation_sentence(label: str, slope: float, expect: float, knob: dict,
+                         where: str | None = None) -> str:
     """'allocate_layer_kv grows 28x the flag (28.0 MiB per MiB of --kv-cache-memory): sized per
-    layer, or once for each of 28 things?'"""
+    layer, or once for each of 28 things?' (where: the other knobs' values, on a grid)"""
     who = "the peak" if label == "peak" else label
-    got = slope_text(slope, knob, ratio=False)
+    got = slope_text(slope, knob, ratio=False) + (" at %s" % where if where else "")
     if expect <= 0:
         return "%s grows (%s) though --expect says %s" % (who, got, _ratio(expect))
     ratio = slope / expect
@@ -141,7 +142,8 @@ def expectation_sentence(label: str, slope: float, expect: float, knob: dict) ->
         what = "the expected %s" % slope_text(expect, knob, ratio=False)
     n = round(ratio)
     if n >= 2 and abs(ratio - n) <= 0.02 * n:
-        hint = "sized per layer, or once for each of %d things?" % n
+        hint = ("sized once for each of %d things?" % n) if knob.get("noun") == "layer" else \
+            "sized per layer, or once for each of %d things?" % n
     else:
         hint = "something more than the knob sizes it?"
     return "%s grows %sx %s (%s): %s" % (who, _ratio(ratio), what, got, hint)
@@ -243,9 +245,13 @@ def render(d: dict) -> str:
         w("")
         flagged = [s for s in series if s["contradicts_expectation"]]
         k = knobs[0]
-        w("Against --expect %s (%s):" % (
-            d.get("expect_text") or _ratio(d["expect"]), "bytes per unit of each knob" if grid else
-            slope_text(d["expect"], k, ratio=False)))
+        if grid:
+            what = ", ".join("%s per unit of %s" % (readable(d["expect"][x["name"]]),
+                                                    x["flag"] or x["placeholder"])
+                             for x in knobs if x["name"] in d["expect"])
+        else:
+            what = slope_text(d["expect"], k, ratio=False)
+        w("Against --expect %s (%s):" % (d.get("expect_text") or _ratio(d["expect"]), what))
         for s in flagged:
             w("  ! " + s["expectation"])
         if not flagged:
