@@ -838,6 +838,16 @@ def load_recorded(path: Path, depth: int = 1) -> tuple[Plan, list[dict]]:
     return plan, runs
 
 
+def sweep_dict(path, depth: int = 1, expect: str | None = None, predict: str | None = None,
+               top: int = 10) -> dict:
+    """The cudatrace.sweep/1 dict of a recorded sweep directory, fitted again from its traces
+    (for reports that chart the laws). Raises SweepError on a directory that is not a sweep."""
+    plan, runs = load_recorded(Path(path), depth)
+    exp = parse_expect(expect, plan.knobs) if expect is not None else None
+    point = parse_point(plan.knobs, predict) if predict is not None else None
+    return sweep_json(plan, runs, exp, point, predict, top, expect)
+
+
 # ---- the command -----------------------------------------------------------------------------
 
 def _time(opt: str, text: str | None) -> float | None:

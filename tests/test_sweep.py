@@ -317,6 +317,11 @@ def test_from_fits_a_recorded_sweep_again(blocks, tmp_path):
     assert kv["contradicts_expectation"] and "28x the expected 64.0 KiB per block" in kv["expectation"]
     assert all(Path(x["directory"]).parent == moved for x in doc["runs"])
     assert json.loads((moved / "sweep.json").read_text())["expect"] is None   # not rewritten
+    from cudatrace.sweep import SweepError, sweep_dict
+    d = sweep_dict(moved, expect="64KiB")              # the same dict, for the HTML report
+    assert d["peak"] == doc["peak"] and d["sites"] == doc["sites"]
+    with pytest.raises(SweepError):
+        sweep_dict(tmp_path)
     r = sweep(blocks.env, "--from", moved, "--values", "1,2")
     assert r.returncode == 2 and "give no --values and no command" in r.stderr
     r = sweep(blocks.env, "--from", tmp_path / "nothing")
