@@ -170,15 +170,17 @@ def parse_knobs(specs) -> list[Knob]:
 def bind_command(knobs: list[Knob], cmd: list[str]) -> None:
     """Check the placeholders against the command and find each knob's flag."""
     if not cmd:
-        raise SweepError("cudatrace sweep: no command: cudatrace sweep --values 1,2,4 -- CMD ... {}")
+        raise SweepError("cudatrace sweep: no command: "
+                         "cudatrace sweep --values 1,2,4 -- CMD ... {}")
     for k in knobs:
         where = [i for i, a in enumerate(cmd) if k.placeholder in a]
         if not where:
             if k.name:
-                raise SweepError("cudatrace sweep: the command has no %s: write it where the value "
-                                 "of --values %s=... goes" % (k.placeholder, k.name))
-            raise SweepError("cudatrace sweep: the command has no {}: write {} where the value goes, "
-                             "e.g. cudatrace sweep --values 1,2,4 -- ./server --num-blocks {}")
+                raise SweepError("cudatrace sweep: the command has no %s: write it where the "
+                                 "value of --values %s=... goes" % (k.placeholder, k.name))
+            raise SweepError("cudatrace sweep: the command has no {}: write {} where the value "
+                             "goes, e.g. cudatrace sweep --values 1,2,4 -- ./server "
+                             "--num-blocks {}")
         i = where[0]
         arg = cmd[i]
         m = re.match(r"^(--?[A-Za-z][\w.-]*)=" + re.escape(k.placeholder) + "$", arg)
@@ -194,8 +196,9 @@ def bind_command(knobs: list[Knob], cmd: list[str]) -> None:
                     raise SweepError("cudatrace sweep: the command has {%s} but no --values %s=..."
                                      % (m.group(1), m.group(1)))
             if "{}" in a:
-                raise SweepError("cudatrace sweep: the command has {} but the knobs are named (%s): "
-                                 "write {%s} instead" % (", ".join(sorted(named)), sorted(named)[0]))
+                raise SweepError("cudatrace sweep: the command has {} but the knobs are named "
+                                 "(%s): write {%s} instead" % (", ".join(sorted(named)),
+                                                               sorted(named)[0]))
 
 
 def substitute(cmd: list[str], knobs: list[Knob], combo: tuple) -> list[str]:
