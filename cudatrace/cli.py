@@ -31,6 +31,7 @@ def main():
     cudatrace report DIR          who held the memory at the peak, by call site
     cudatrace diff A B            what changed between two runs
     cudatrace export DIR ...      the trace as pprof, flame graph, speedscope, memory_viz, Perfetto
+    cudatrace sweep --values ...  how each site grows with a flag: laws, predictions
     cudatrace status [GROUP]      budgets in force and who uses them
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     """
@@ -295,6 +296,55 @@ def export(path, fmt, output, at, device, show_cuda_frames):
     memory viewer, Perfetto), attributed as `report` attributes it."""
     from .present.export.run import run_export
     sys.exit(run_export(path, fmt, output, at=at, device=device, show_cuda_frames=show_cuda_frames))
+
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--values", multiple=True, metavar="V1,V2,..|NAME=V1,V2,..",
+              help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
+                   "times for a grid, with {NAME} in CMD.")
+@click.option("--stop-after", metavar="TIME", help="Stop each run after TIME (30s, 2m).")
+@click.option("--until-url", metavar="URL",
+              help="Stop each run once URL answers and the traced live memory has settled.")
+@click.option("--settle", default="2s", show_default=True, metavar="TIME",
+              help="With --until-url: no change of live memory for this long.")
+@click.option("--grace", default="10s", show_default=True, metavar="TIME",
+              help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.")
+@click.option("--url-timeout", default="300s", show_default=True, metavar="TIME",
+              help="With --until-url: give up on a run whose URL never answers.")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
+              help="Directory of the sweep, one trace directory per run.")
+@click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.sweep/1).")
+@click.option("--expect", metavar="SLOPE",
+              help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.")
+@click.option("--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8).")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, None))
+@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Frames that make a site.")
+@click.option("--stack-depth", default=64, show_default=True, type=click.IntRange(0, 256))
+@click.option("--budget", metavar="SPEC", help=BUDGET_HELP + " For every run.")
+@click.option("--group", metavar="NAME")
+@click.option("--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail")
+@click.option("--count-host", is_flag=True)
+@click.option("--no-virtualize", is_flag=True)
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def sweep(stack_depth, budget, group, on_exceed, count_host, no_virtualize, **kw):
+    """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
+    grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""
+    from .sweep import main as sweep_main
+    if budget is not None:
+        from .record.budget import BudgetError, parse_budget
+        try:
+            parse_budget(budget)
+        except BudgetError as e:
+            click.echo("cudatrace: --budget %s: %s" % (budget, e), err=True)
+            sys.exit(2)
+    sys.exit(sweep_main(run_options=dict(
+        stack_depth=stack_depth, budget=budget, group=group, on_exceed=on_exceed,
+        count_host=count_host, virtualize=not no_virtualize), **kw))
 
 
 

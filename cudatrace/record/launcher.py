@@ -48,6 +48,10 @@ class RunOptions:
     virtualize: bool = True
     sample_ms: int = 100
     extra_env: dict = field(default_factory=dict)
+    stdout: object = None          # where the command's output goes (None: inherited)
+    stderr: object = None
+    on_start: object = None        # on_start(proc, out_dir), once the command has started
+    signals: list = field(default_factory=list)   # the signals the launcher received
 
 
 def resolve_command(argv0: str) -> str:
@@ -182,6 +186,7 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     aborted = []
 
     def on_signal(signum, frame):
+        opts.signals.append(signum)
         if signum == signal.SIGUSR2:           # the shim's --on-exceed abort
             aborted.append(True)
             for pid in reversed(tree_pids(proc.pid)):
@@ -199,13 +204,16 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             pass
 
     old = {}
-    proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path)
+    proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path, stdout=opts.stdout,
+                            stderr=opts.stderr)
     run_info["pid"] = proc.pid
     for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
         old[s] = signal.signal(s, on_signal)
     sampler = Sampler(proc.pid, out / "samples.jsonl", opts.sample_ms / 1000.0)
     sampler.start()
     try:
+        if opts.on_start is not None:
+            opts.on_start(proc, out)
         while True:
             try:
                 rc = proc.wait()
