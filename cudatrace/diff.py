@@ -159,7 +159,7 @@ def render_text(d: dict) -> str:
 
 
 def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = False, out=None,
-             symbolizer=None) -> int:
+             symbolizer=None, html=None) -> int:
     out = out or sys.stdout
     try:
         a = Analysis(a_path, symbolizer=symbolizer)
@@ -168,10 +168,19 @@ def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = Fals
         click.echo(str(e), err=True)
         return e.status
     d = diff(a, b, depth=depth, top=top)
+    if html:
+        from .present.html import render_diff_html, write_html
+        try:
+            write_html(html, render_diff_html(a, b, diff(a, b, depth=depth), depth=depth))
+        except OSError as e:
+            click.echo("cudatrace: cannot write %s: %s" % (html, e.strerror or e), err=True)
+            return 2
     if as_json:
         out.write(json.dumps(d, indent=2) + "\n")
     else:
         out.write(render_text(d))
+        if html:
+            out.write("HTML diff written to %s\n" % html)
     return 0
 
 
@@ -182,10 +191,12 @@ def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = Fals
 @click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
               help="Frames that make a site.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
-def diff_command(a, b, top, depth, as_json):
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Also write one self-contained HTML page (differential flame graph, site changes).")
+def diff_command(a, b, top, depth, as_json, html):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
     A and B are trace directories (or .ctrace files). Sites are matched by function, file and
     module names, so two runs, or two builds with symbols, compare.
     """
-    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))
+    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json, html=html))

@@ -112,7 +112,8 @@ class Analysis:
         self.traces = self.td.traces
         self.model: Model = build(self.td)
         if symbolizer is None and symbolize:
-            symbolizer = make_symbolizer(progress=progress)
+            from .progress import bar
+            symbolizer = make_symbolizer(progress=bar if progress else False)
         self.symbolizer = symbolizer
         self.stacks = Stacks(self.traces, symbolizer, fold=not show_cuda_frames)
         self.observed = Observed(self.td)
@@ -751,7 +752,7 @@ def _render_observed(r: dict, w) -> None:
 # ---- the command ---------------------------------------------------------------------------
 
 def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cuda_frames=False,
-               as_json=False, svg=None, out=None, symbolizer=None) -> int:
+               as_json=False, svg=None, out=None, symbolizer=None, html=None) -> int:
     """The body of `cudatrace report` (also callable from Python). Returns the exit status."""
     out = out or sys.stdout
     try:
@@ -773,12 +774,22 @@ def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cu
         except OSError as e:
             click.echo("cudatrace: cannot write %s: %s" % (svg, e.strerror or e), err=True)
             return 2
+    if html:
+        from .present.html import render_report_html, write_html
+        from .progress import bar
+        try:
+            write_html(html, render_report_html(a, r, depth=depth, progress=bar if _tty() else None))
+        except OSError as e:
+            click.echo("cudatrace: cannot write %s: %s" % (html, e.strerror or e), err=True)
+            return 2
     if as_json:
         out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
     else:
         out.write(render_text(r))
         if svg:
             out.write("timeline written to %s\n" % svg)
+        if html:
+            out.write("HTML report written to %s\n" % html)
     return 0
 
 
@@ -806,10 +817,18 @@ def _tty() -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.report/1).")
 @click.option("--svg", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Also write a timeline picture (SVG) to FILE.")
-def report_command(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
+              help="Also write one self-contained HTML page (timeline, flame graph, sites) to FILE.")
+@click.option("--watch", is_flag=True,
+              help="Re-render the text report every second while the run is being traced.")
+def report_command(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, html, watch):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
     """
+    if watch:
+        from .present.watch import watch_report
+        sys.exit(watch_report(path, top=top, by=by, at=at, device=device, depth=depth,
+                              show_cuda_frames=show_cuda_frames))
     sys.exit(run_report(path, top=top, by=by, at=at, device=device, depth=depth,
-                        show_cuda_frames=show_cuda_frames, as_json=as_json, svg=svg))
+                        show_cuda_frames=show_cuda_frames, as_json=as_json, svg=svg, html=html))

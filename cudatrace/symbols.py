@@ -2300,7 +2300,8 @@ class Symbolizer:
     def _compute(self, mod: _Module, ref: ModuleRef, offsets: List[int]):
         self._ensure_loaded(mod)
         path = ref.path
-        prog = _Progress(self.progress, "symbolizing " + mod.label, 1)
+        prog = (self.progress("symbolizing " + mod.label, 1) if callable(self.progress)
+                else _Progress(self.progress, "symbolizing " + mod.label, 1))
         try:
             if mod.symtab is None:
                 try:

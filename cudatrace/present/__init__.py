@@ -1,0 +1,1 @@
+"""Presentation: data -> text, JSON, pictures (the report, diff, HTML)."""
