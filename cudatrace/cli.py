@@ -82,7 +82,8 @@ def run(out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host
 @main.command()
 @click.argument("group", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(group, as_json):
+@click.option("--watch", is_flag=True, help="Re-render every second until Ctrl-C.")
+def status(group, as_json, watch):
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
@@ -91,6 +92,11 @@ def status(group, as_json):
     import json as _json
 
     from .ledger import LedgerError, status_json, status_text
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch shows text; leave out --json")
+        from .present.watch import watch_status
+        sys.exit(watch_status(group))
     try:
         if as_json:
             click.echo(_json.dumps(status_json(group), indent=2))

@@ -827,6 +827,8 @@ def report_command(path, top, by, at, device, depth, show_cuda_frames, as_json, 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
     """
     if watch:
+        if as_json or svg or html:
+            raise click.UsageError("--watch shows the text report; leave out --json, --svg and --html")
         from .present.watch import watch_report
         sys.exit(watch_report(path, top=top, by=by, at=at, device=device, depth=depth,
                               show_cuda_frames=show_cuda_frames))
