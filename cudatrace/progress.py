@@ -51,7 +51,8 @@ class Bar:
                     return
                 label = self.label if len(self.label) <= 40 else "..." + self.label[-37:]
                 self._bar = click.progressbar(length=max(self._total, 1), label=label,
-                                              file=self.stream, show_pos=True, width=30)
+                                              file=self.stream, show_pos=True, show_percent=True,
+                                              width=30)
                 self._bar.__enter__()
                 self._bar.update(min(self.done, self._total))
             else:
