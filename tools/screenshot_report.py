@@ -89,8 +89,9 @@ def shoot(html: Path, out: Path, width: int = 1280, full_page: bool = False,
             pg.page.mouse.move(0, 0)
             if clip_to:
                 box = pg.page.locator(clip_to).bounding_box()
-                pg.page.screenshot(path=str(out), clip={"x": 0, "y": 0, "width": width,
-                                                        "height": box["y"] + box["height"] + 16})
+                pg.page.screenshot(path=str(out), full_page=True,
+                                   clip={"x": 0, "y": 0, "width": width,
+                                         "height": box["y"] + box["height"] + 16})
             else:
                 pg.page.screenshot(path=str(out), full_page=full_page)
             problems = pg.errors + ["network request: %s" % u for u in pg.requests]
@@ -104,13 +105,14 @@ def demo(out: Path) -> list[str]:
     """The README's picture: the report of the demo's --kv-cache-memory 1GiB trace."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    with tempfile.TemporaryDirectory(prefix="cudatrace-shot-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="cudatrace-") as tmp:
         t = Path(tmp)
-        subprocess.run([sys.executable, "-m", "cudatrace", "demo", "--simulated", "-o", str(t / "demo")],
-                       env=env, check=True, stdout=subprocess.DEVNULL)
+        # the page shows the command line: run in the folder, with short relative paths
+        subprocess.run([sys.executable, "-m", "cudatrace", "demo", "--simulated", "-o", "demo"],
+                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=t)
         html = t / "report.html"
-        subprocess.run([sys.executable, "-m", "cudatrace", "report", str(t / "demo" / "kv-cache-memory-1GiB"),
-                        "--html", str(html)], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "cudatrace", "report", "demo/kv-cache-memory-1GiB",
+                        "--html", str(html)], env=env, check=True, stdout=subprocess.DEVNULL, cwd=t)
         return shoot(html, out, width=1280, clip_to="#flame-card")
 
 

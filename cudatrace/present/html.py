@@ -388,7 +388,7 @@ def _facts_html(r: dict) -> str:
                           .strftime("%Y-%m-%d %H:%M:%S UTC")))
     rows.append(_fact("exit status", "not recorded" if r.get("exit_status") is None
                       else str(r["exit_status"])))
-    rows.append(_fact("duration", "%.3f s" % (r.get("duration") or 0)))
+    rows.append(_fact("duration", _when(r.get("duration") or 0)))
     b = r.get("budget")
     if b:
         lim = _limits_text(b["limits"]) or "spec %s" % b.get("spec")
@@ -415,7 +415,8 @@ def _facts_html(r: dict) -> str:
     from ..report import _render_observed
     obs: list[str] = []
     _render_observed(r, obs.append)
-    rows.append(_fact("observed", "<br>".join(e(x.strip()) for x in obs if x.strip()), raw=True))
+    rows.append(_fact("observed", '<pre class="obs">%s</pre>' % e("\n".join(x for x in obs if x.strip())),
+                      raw=True))
     out = ['<table class="facts">%s</table>' % "".join(rows)]
 
     procs = ['<tr><th>pid</th><th>ppid</th><th>program</th><th class="n">allocations</th>'
@@ -448,6 +449,11 @@ def _facts_html(r: dict) -> str:
         out.append('<h3>Notes</h3><ul class="notes">%s</ul>'
                    % "".join("<li>%s</li>" % e(n) for n in notes))
     return "".join(out)
+
+
+def _when(t: float) -> str:
+    """Seconds since the start as the page's charts write them."""
+    return "%.3f ms" % (t * 1e3) if abs(t) < 1 else "%.3f s" % t
 
 
 def _stat(label: str, value: str, sub: str = "", cls: str = "") -> str:
@@ -484,7 +490,7 @@ def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progr
     cmd = _cmd(r["command"])
     title = "cudatrace: %s" % (os.path.basename(r["command"][0]) if r["command"] else r["path"])
     stats = [_stat("peak", format_bytes(r["peak_bytes"]) if r["peak_time"] is not None else "none",
-                   "at %.3f s" % r["peak_time"] if r["peak_time"] is not None else "nothing allocated"),
+                   "at %s" % _when(r["peak_time"]) if r["peak_time"] is not None else "nothing allocated"),
              _stat("live at exit", format_bytes(r["end_bytes"]),
                    "never freed" if r["end_bytes"] else "everything freed")]
     c = r["counts"]
@@ -582,9 +588,9 @@ def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress
 
     pd, ed = T["peak_bytes"]["delta"], T["end_bytes"]["delta"]
     stats = [_stat("peak A", format_bytes(A["peak_bytes"]),
-                   "at %.3f s" % A["peak_time"] if A["peak_time"] is not None else ""),
+                   "at %s" % _when(A["peak_time"]) if A["peak_time"] is not None else ""),
              _stat("peak B", format_bytes(B["peak_bytes"]),
-                   "at %.3f s" % B["peak_time"] if B["peak_time"] is not None else ""),
+                   "at %s" % _when(B["peak_time"]) if B["peak_time"] is not None else ""),
              _stat("peak change", delta(pd, A["peak_bytes"] or None), "B minus A",
                    "grown" if pd > 0 else "shrunk" if pd < 0 else ""),
              _stat("live at exit", "%s → %s" % (format_bytes(A["end_bytes"]), format_bytes(B["end_bytes"])),

@@ -342,7 +342,12 @@ Chart.prototype.legend = function (o) {
     if (toggle) it.addEventListener("click", function () { self.hidden[id] = !self.hidden[id]; self.draw(self.o); });
     box.append(it);
   }
-  o.lines.forEach(function (l) { item(l.id, l.color, l.label, l.dash ? "dash" : "line", l.toggle); });
+  var dom = this.zoom || o.domain;
+  o.lines.forEach(function (l) {
+    var seen = false;
+    for (var i = 0; i < l.pts.length && !seen; i += 2) seen = l.pts[i] >= dom[0] && l.pts[i] <= dom[1];
+    item(l.id, l.color, l.label + (seen || l.step ? "" : " (no sample in view)"), l.dash ? "dash" : "line", l.toggle);
+  });
   if (o.budget) item("budget", COL.budget, "budget " + fmtBytes(o.budget), "dash", true);
   if (o.areas) o.areas.layers.forEach(function (l) { item("", l.color, l.label, "area", false); });
   var marks = o.markers || [];
@@ -396,6 +401,7 @@ Flame.prototype.setSearch = function (text) {
   }
 };
 Flame.prototype.draw = function () {
+  if (!this.root) return;
   var self = this, root = this.root, box = clear(this.box);
   var W = Math.max(box.clientWidth, 480), RH = 22;
   // the zoomed node: follow the path of keys
@@ -629,13 +635,17 @@ function reportPage() {
       selectedLabel: mo ? describe(mo) + ": " + fmtBytes(momentTotal(mo)) : "",
       onpick: function (i) { pick(i); },
       domain: fit, full: full,
-      note: ar ? "Coloured areas: the live set by " + S.stackBy + " at each of the " + moments.length +
+      note: ar && moments.length ? "Coloured areas: the live set by " + S.stackBy + " at each of the " + moments.length +
             " moments kept (ticks under the chart), held until the next; the blue line: the traced total, exact." : null
     });
   }
   function drawFlame() {
     var mo = moments[S.moment];
-    if (!mo) { document.getElementById("flame-title").textContent = "Nothing was traced"; return; }
+    if (!mo) {
+      document.getElementById("flame-title").textContent = "No device memory was allocated through the hooked driver API";
+      clear(document.getElementById("flame")).append(el("div", {cls: "empty", text: "nothing to show: the trace holds no device allocation"}));
+      return;
+    }
     var rows = rowsOf(mo);
     flame.build(rows, S.byProcess, procNames);
     flame.draw();
