@@ -571,6 +571,8 @@ function reportPage() {
   var chart = new Chart(document.getElementById("timeline"), document.getElementById("legend"));
   var flame = new Flame(document.getElementById("flame"), document.getElementById("flame-status"), false);
   var peakIdx = moments.findIndex(function (m) { return m.kind === "peak"; });
+  var obsAll = run.views.all.observed;
+  if (obsAll.tree_device || obsAll.device_used) chart.hidden.avail = true;   // NVML says more; host RAM on a click
 
   var span = run.span, full = [0, Math.max(span[2], span[1], 1e-3)];
   var act = span[1] - span[0];
@@ -623,7 +625,7 @@ function reportPage() {
     lines.push({id: "traced", label: "traced live (every hooked allocation)", color: COL.traced, pts: v.line, step: true, end: span[1], width: 2});
     if (o.tree_device) lines.push({id: "tree", label: "NVML: the process tree", color: COL.tree, pts: o.tree_device, dots: true, toggle: true});
     if (o.device_used) lines.push({id: "used", label: "NVML: device used (everyone)", color: COL.used, pts: o.device_used, dash: "5,4", dots: true, toggle: true, width: 1.4});
-    if (o.mem_available_drop) lines.push({id: "avail", label: "MemAvailable drop since the start", color: COL.avail, pts: o.mem_available_drop, dots: true, toggle: true, width: 1.6});
+    if (o.mem_available_drop) lines.push({id: "avail", label: "MemAvailable drop since the start (host)", color: COL.avail, pts: o.mem_available_drop, dots: true, toggle: true, width: 1.6});
     if (o.tree_rss) lines.push({id: "rss", label: "process tree RSS", color: COL.rss, pts: o.tree_rss, dash: "3,3", dots: true, toggle: true, width: 1.4});
     var mo = moments[S.moment];
     var ar = areas();
