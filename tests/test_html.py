@@ -145,7 +145,37 @@ def test_big_trace_is_aggregated(tmp_path):
     assert [m["t"] for m in moments] == sorted(m["t"] for m in moments)
     assert len(data["stacks"]) == 300 and len(data["sites"]) == 300
     assert "equal slices" in data["aggregation"]
+    assert "merged" not in data["aggregation"]          # 300 stacks: none merged
     assert len(text) < 2_000_000, len(text)
+
+
+def test_many_stacks_are_merged_past_the_limit(tmp_path):
+    """More live stacks than a moment keeps: the smallest become one row per process and
+    device, the totals stay exact, and the page says so."""
+    import tracegen as tg
+    from cudatrace.present.html import MAX_ROWS, OTHER, render_report_html
+    from cudatrace.report import Analysis, build_report
+    d = tmp_path / "wide"
+    d.mkdir()
+    w = tg.TraceWriter(d / "1000.0.ctrace", pid=1000)
+    w.module("/usr/bin/app", 0x400000, 0x500000)
+    n = MAX_ROWS + 50
+    for i in range(n):
+        w.alloc(tg.BASE_TS + i * tg.MS, (i + 1) << 20, 0x7f0000000000 + i * (1 << 30),
+                stack=w.stack([0x401000 + 16 * i]))
+    w.close(end_ts=tg.BASE_TS + (n + 1) * tg.MS)
+    tg.write_run(d, argv=["app"])
+    a = Analysis(d, symbolize=False)
+    r = build_report(a)
+    data = json.loads(re.search(r'id="ct-data">(.*?)</script>',
+                                render_report_html(a, r), re.S).group(1))
+    peak = next(m for m in data["run"]["moments"] if m["kind"] == "peak")
+    rows = peak["rows"]
+    assert len(rows) // 5 == MAX_ROWS + 1
+    other = [rows[i:i + 5] for i in range(0, len(rows), 5) if data["frames"][data["stacks"][rows[i]][1][0]][0] == OTHER]
+    assert len(other) == 1 and other[0][4] == 50 and other[0][3] == sum((i + 1) << 20 for i in range(50))
+    assert sum(rows[3::5]) == peak["bytes"] == r["peak_bytes"]
+    assert "merged into one" in data["aggregation"]
 
 
 # ---- in the browser -------------------------------------------------------------------------

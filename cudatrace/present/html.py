@@ -32,6 +32,8 @@ MAX_POINTS = 3000            # points of the exact timeline line, per view
 MAX_SAMPLES = 2000           # points per observed series
 MAX_SITE_CHANGES = 500       # rows of a diff's site table
 FAIL_MOMENTS = 20            # failures and denials that get their own snapshot
+MAX_ROWS = 300               # stacks kept per moment; the smaller rest is one row per process
+OTHER = "(smaller stacks, aggregated)"
 
 
 # ---- tables shared by the moments: frames, stacks, sites ----------------------------------
@@ -52,6 +54,8 @@ class Tables:
         self.sites: list[dict] = []
         self._site_ids: dict = {}
         self._by_leaf: dict = {}              # (analysis id, trace, leaf) -> stack id
+        self.aggregated = 0                   # moments whose smaller stacks were merged
+        self._row_memo: dict = {}
 
     def frame(self, f: SFrame | None) -> int:
         if f is None:
@@ -73,6 +77,18 @@ class Tables:
                                "apis": {}, "run_count": [0, 0], "run_bytes": [0, 0],
                                "stack": []})
         return i
+
+    def other(self) -> int:
+        """The stack that stands for a moment's smaller stacks, merged."""
+        sid = self._stack_ids.get(OTHER)
+        if sid is None:
+            site = self.site((OTHER,), [])
+            self.sites[site]["label"] = OTHER
+            fid = len(self.frames)
+            self.frames.append([OTHER, ""])
+            sid = self._stack_ids[OTHER] = len(self.stacks)
+            self.stacks.append([site, [fid]])
+        return sid
 
     def stack(self, a: Analysis, ti: int, leaf: int) -> int:
         k = (id(a), ti, leaf)
@@ -179,12 +195,15 @@ def _groups(a: Analysis, mo: dict) -> Groups:
 def snapshot(a: Analysis, tables: Tables, groups: Groups) -> tuple[int, int, list[int]]:
     """(bytes, count, rows): rows flattened as stack, process, device, bytes, count."""
     agg: dict[tuple, list[int]] = {}
-    tables_api = tables.sites
+    memo = tables._row_memo
     for ti, leaf, api, rt, dev, count, nbytes, *_ in groups.rows:
-        sid = tables.stack(a, ti, leaf)
-        site = tables_api[tables.stacks[sid][0]]
-        name = _api(a.traces[ti], api, rt)
-        site["apis"][name] = site["apis"].get(name, 0) + count
+        got = memo.get((id(a), ti, leaf, api, rt))
+        if got is None:
+            sid = tables.stack(a, ti, leaf)
+            got = memo[(id(a), ti, leaf, api, rt)] = (sid, tables.sites[tables.stacks[sid][0]]["apis"],
+                                                      _api(a.traces[ti], api, rt))
+        sid, apis, name = got
+        apis[name] = apis.get(name, 0) + count
         k = (sid, ti, dev)
         x = agg.get(k)
         if x is None:
@@ -193,8 +212,19 @@ def snapshot(a: Analysis, tables: Tables, groups: Groups) -> tuple[int, int, lis
             x[0] += nbytes
             x[1] += count
     rows: list[int] = []
-    for (sid, ti, dev), (b, c) in sorted(agg.items(), key=lambda kv: -kv[1][0]):
+    order = sorted(agg.items(), key=lambda kv: -kv[1][0])
+    for (sid, ti, dev), (b, c) in order[:MAX_ROWS]:
         rows.extend((sid, ti, dev, b, c))
+    if len(order) > MAX_ROWS:
+        tables.aggregated += 1
+        rest: dict[tuple, list[int]] = {}
+        for (sid, ti, dev), (b, c) in order[MAX_ROWS:]:
+            x = rest.setdefault((ti, dev), [0, 0])
+            x[0] += b
+            x[1] += c
+        other = tables.other()
+        for (ti, dev), (b, c) in sorted(rest.items()):
+            rows.extend((other, ti, dev, b, c))
     return groups.bytes, groups.count, rows
 
 
@@ -294,6 +324,8 @@ def run_data(a: Analysis, tables: Tables, moments: list[dict], side: int = 0,
             views[str(d)] = {"line": _flat(a, _thin(m.timeline_points(d), MAX_POINTS)),
                              "observed": _observed(a, d), "budget": limits.get(d),
                              "peak": [a.seconds(ts), b]}
+    totals = m.stack_totals()
+    a.stacks.prepare([k for k in totals if k[1]])         # symbolize every stack in one pass
     snaps = []
     for mo in moments:
         total, count, rows = snapshot(a, tables, _groups(a, mo))
@@ -301,7 +333,7 @@ def run_data(a: Analysis, tables: Tables, moments: list[dict], side: int = 0,
                       "bytes": total, "count": count, "rows": rows})
         if progress is not None:
             progress.step()
-    for (ti, leaf), (cnt, nbytes) in m.stack_totals().items():
+    for (ti, leaf), (cnt, nbytes) in totals.items():
         s = tables.sites[tables.stacks[tables.stack(a, ti, leaf)][0]]
         s["run_count"][side] += cnt
         s["run_bytes"][side] += nbytes
@@ -333,9 +365,13 @@ def _aggregation(runs: list[dict], tables: Tables) -> str:
             " (every change)" if n >= r["changes"] else " (the peak and the end)" if len(runs) > 1 else
             " (the peak, the end, failures and denials, and the highest point of each of "
             "equal slices of the run)"))
+    merged = ("; at %d moment%s the stacks beyond the %d largest are merged into one "
+              "\"%s\" row per process and device (totals stay exact)"
+              % (tables.aggregated, "" if tables.aggregated == 1 else "s", MAX_ROWS, OTHER)
+              if tables.aggregated else "")
     return ("%s; allocations grouped by stack, process and device (%d stacks, %d frames, "
-            "%d sites); stacks shown up to main, CUDA's own frames folded as in the report"
-            % ("; ".join(parts), len(tables.stacks), len(tables.frames), len(tables.sites)))
+            "%d sites)%s; stacks shown up to main, CUDA's own frames folded as in the report"
+            % ("; ".join(parts), len(tables.stacks), len(tables.frames), len(tables.sites), merged))
 
 
 # ---- the page -----------------------------------------------------------------------------

@@ -502,7 +502,7 @@ Flame.prototype.tipFor = function (n, total) {
 
 function sortableTable(box, cols, rows, opts) {
   // cols: [{label, get (row) -> sortable, show (row) -> text|Node, num, cls}]; rows: any[]
-  var state = {col: opts.sortCol, dir: opts.sortDir || -1, limit: opts.limit || 200};
+  var state = {col: opts.sortCol, dir: opts.sortDir || -1, limit: opts.limit || 50};
   function render() {
     var sorted = rows.slice();
     var c = cols[state.col];
@@ -567,6 +567,7 @@ function siteFn(label) { return label.replace(/ \(.*$/, ""); }
 function reportPage() {
   var R = D.report, run = D.run, moments = run.moments;
   var S = {moment: D.initial || 0, view: "all", stackBy: "site", byProcess: false};
+  if (R.device != null && run.views["" + R.device]) S.view = "" + R.device;     // report --device N
   var procNames = run.procs.map(function (p) { return "pid " + p[0] + " (" + p[1] + ")"; });
   var chart = new Chart(document.getElementById("timeline"), document.getElementById("legend"));
   var flame = new Flame(document.getElementById("flame"), document.getElementById("flame-status"), false);
@@ -708,7 +709,7 @@ function reportPage() {
   tc.append(segmented("stack by", [["site", "site"], ["process", "process"], ["none", "none"]], S.stackBy,
                       function (v) { S.stackBy = v; drawChart(); }));
   if (run.devices.length > 1) {
-    tc.append(segmented("device", [["all", "all"]].concat(run.devices.map(function (d) { return ["" + d, "" + d]; })), "all",
+    tc.append(segmented("device", [["all", "all"]].concat(run.devices.map(function (d) { return ["" + d, "" + d]; })), S.view,
                         function (v) { S.view = v; chart.zoom = null; drawAll(); }));
   }
   tc.append(segmented("show", [["fit", "traced activity"], ["full", "whole run"]], "fit", function (v) {
