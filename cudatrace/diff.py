@@ -162,8 +162,11 @@ def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = Fals
              symbolizer=None, html=None) -> int:
     out = out or sys.stdout
     try:
-        a = Analysis(a_path, symbolizer=symbolizer)
-        b = Analysis(b_path, symbolizer=symbolizer if symbolizer is not None else a.symbolizer)
+        from .progress import stderr_is_tty
+        show = not as_json and stderr_is_tty()
+        a = Analysis(a_path, symbolizer=symbolizer, progress=show)
+        b = Analysis(b_path, symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
+                     progress=show)
     except ReportError as e:
         click.echo(str(e), err=True)
         return e.status
