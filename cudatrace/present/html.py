@@ -473,7 +473,8 @@ def _facts_html(r: dict) -> str:
                          e(os.path.basename(p["exe"]) or "?"), "{:,}".format(p["allocs"]),
                          format_bytes(p["peak_bytes"]), format_bytes(p["end_bytes"]),
                          p["failed"], p["denied"], e(st), e(p["file"])))
-    out.append('<h3>Processes</h3><table class="grid">%s</table>' % "".join(procs))
+    out.append('<h3>Processes</h3><div class="facts-wrap"><table class="grid">%s</table></div>'
+               % "".join(procs))
     notes = []
     for t in r["truncated_files"]:
         notes.append("truncated: %s (pid %d, %d events): %s" % (t["file"], t["pid"], t["events"],
