@@ -432,7 +432,8 @@ Flame.prototype.draw = function () {
     var n = it[0], d = it[1], x = it[2], w = it[3], anc = it[4];
     var isMatch = self.matches(n);
     if (isMatch && !anc) { nmatch++; if (!coveredByMatch(n)) matched += self.diff ? n.b : n.a; }
-    var label = n === root ? (self.diff ? "all" : "all: " + fmtBytes(root.a) + " live") : n.name;
+    var label = n === root ? (self.diff ? "all: " + fmtBytes(root.a) + " \u2192 " + fmtBytes(root.b)
+                                        : "all: " + fmtBytes(root.a) + " live") : n.name;
     var div = el("div", {cls: "fr" + (anc ? " anc" : "") + (isMatch ? " match" : "") + (n === root ? " root" : "") +
                          (n.mod === "process" ? " proc" : ""),
                          "data-name": n.name, text: w > 28 ? label : ""});
@@ -719,9 +720,11 @@ function reportPage() {
                            "aria-label": "search frames"});
   searchBox.addEventListener("input", function () { flame.setSearch(searchBox.value); flame.draw(); });
   fc.append(searchBox);
-  fc.append(segmented("moment", [["peak", "peak"], ["end", "end"]], null, function (v) {
+  var momentSeg = segmented("moment", [["peak", "peak"], ["end", "end"]], null, function (v) {
     pick(moments.findIndex(function (m) { return m.kind === v; }));
-  }));
+    momentSeg.querySelectorAll("button").forEach(function (b) { b.classList.remove("on"); });   // a jump, not a mode
+  });
+  fc.append(momentSeg);
   if (run.procs.length > 1) {
     var cb = el("input", {type: "checkbox", id: "byproc"});
     cb.addEventListener("change", function () { S.byProcess = cb.checked; flame.zoom = []; drawFlame(); });
@@ -809,7 +812,7 @@ function diffPage() {
     var absd = function (s) { return Math.max(Math.abs(s.peak.delta_bytes), Math.abs(s.end.delta_bytes)); };
     cols.push({label: "largest change", num: true, get: absd, show: function (s) { return fmtBytes(absd(s)); }});
     sortableTable(document.getElementById("sites"), cols, rows, {sortCol: cols.length - 1, sortDir: -1,
-      rowClass: function (s) { return s.status; },
+      rowClass: function (s) { return s.status === "same" ? "dim" : ""; },
       detail: function (s) {
         var box = el("div", {cls: "stack"});
         s.frames.forEach(function (f, i) {
