@@ -158,7 +158,7 @@ def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: dict | None = None) 
             if x.ts not in seen_ts:
                 seen_ts.add(x.ts)
                 out.append({"kind": kind, "ts": x.ts, "seq": None})
-    pts = [p for p in m.timeline_points(None)[1:]]
+    pts = m.timeline_points(None)[1:]
     room = max(0, limit - len(out))
     taken = {(o["ts"], o["kind"]) for o in out}
     if pts and room:
@@ -178,7 +178,7 @@ def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: dict | None = None) 
                 out.append({"kind": "time", "ts": ts, "seq": None})
                 taken.add((ts, "time"))
     out.sort(key=lambda o: (o["ts"], o["kind"] != "time"))
-    return out[:max(limit, 2)] if len(out) > limit else out
+    return out
 
 
 def _groups(a: Analysis, mo: dict) -> Groups:
