@@ -184,12 +184,24 @@ def run(
     metavar="FILE",
     help="Also write a timeline picture (SVG) to FILE.",
 )
-def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE",
+              help="Also write one self-contained HTML page (timeline, flame graph, sites) to FILE.")
+@click.option("--watch", is_flag=True,
+              help="Re-render the text report every second while the run is being traced.")
+def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, html, watch):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
     """
-    from .present.report import run_report
+    if watch:
+        if as_json or svg or html:
+            raise click.UsageError("--watch shows the text report; leave out --json, --svg and --html")
+        from .present.watch import watch_report
+
+        sys.exit(watch_report(path, top=top, by=by, at=at, device=device, depth=depth,
+                              show_cuda_frames=show_cuda_frames))
+    from .present.commands import run_report
 
     sys.exit(
         run_report(
@@ -202,6 +214,7 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
             show_cuda_frames=show_cuda_frames,
             as_json=as_json,
             svg=svg,
+            html=html,
         )
     )
 
@@ -220,7 +233,10 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
     help="Frames that make a site.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
-def diff(a, b, top, depth, as_json):
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE",
+              help="Also write one self-contained HTML page (differential flame graph, site changes).")
+def diff(a, b, top, depth, as_json, html):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
     A and B are trace directories (or .ctrace files). Sites are matched by function, file and
@@ -228,13 +244,14 @@ def diff(a, b, top, depth, as_json):
     """
     from .present.diff import run_diff
 
-    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))
+    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json, html=html))
 
 
 @main.command()
 @click.argument("group", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(group, as_json):
+@click.option("--watch", is_flag=True, help="Re-render every second until Ctrl-C.")
+def status(group, as_json, watch):
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
@@ -243,6 +260,18 @@ def status(group, as_json):
     from .present.status import render_status
     from .record.ledger import LedgerError, status_json
 
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch shows text; leave out --json")
+        from .present.watch import watch_status
+
+        def status_text(g):
+            try:
+                return render_status(status_json(g))
+            except LedgerError as e:
+                return "cudatrace: %s\n" % e
+
+        sys.exit(watch_status(status_text, group))
     try:
         st = status_json(group)
     except LedgerError as e:

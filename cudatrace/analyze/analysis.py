@@ -123,7 +123,9 @@ class Analysis:
         self.traces = self.td.traces
         self.model: Model = build(self.td)
         if symbolizer is None and symbolize:
-            symbolizer = make_symbolizer(progress=progress)
+            from ..progress import bar
+
+            symbolizer = make_symbolizer(progress=bar if progress else False)
         self.symbolizer = symbolizer
         self.stacks = Stacks(self.traces, symbolizer, fold=not show_cuda_frames)
         self.observed = Observed(self.td)
