@@ -51,6 +51,7 @@ void ct_writer_atfork_prepare(void);
 void ct_writer_atfork_parent(void);
 void ct_writer_atfork_child(void);
 void ct_writer_open_now(void);
+void ct_writer_stack_count(int which);   /* CT_SC_*: header counters, in the mapped file */
 extern uint64_t ct_events_written;
 /* hook: called (under the writer lock) right after a new file is opened, to write its
  * opening records (process, API table, info). Defined in shim.c. */
