@@ -152,14 +152,24 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
 typedef void *(*dlsym_fn)(void *, const char *);
 static dlsym_fn real_dlsym;
 
+/* Newest first: libc's own (glibc >= 2.34), then libdl's base version on aarch64 (2.17) and on
+ * x86-64 (2.2.5) for older glibc. A build may pass its own list (tests do, to see the order). */
+#ifndef CT_DLSYM_VERSIONS
+#define CT_DLSYM_VERSIONS "GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5"
+#endif
+static const char *const dlsym_versions[] = {CT_DLSYM_VERSIONS, NULL};
+static const char *real_dlsym_version = "none";
+
 static dlsym_fn get_real_dlsym(void)
 {
     dlsym_fn f = __atomic_load_n(&real_dlsym, __ATOMIC_ACQUIRE);
     if (f)
         return f;
-    static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", NULL};
-    for (int i = 0; versions[i] && !f; i++)
-        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    for (int i = 0; dlsym_versions[i] && !f; i++) {
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", dlsym_versions[i]);
+        if (f)
+            real_dlsym_version = dlsym_versions[i];
+    }
     __atomic_store_n(&real_dlsym, f, __ATOMIC_RELEASE);
     return f;
 }
@@ -983,6 +993,7 @@ void ct_write_preamble(void)
     ct_fmt_u64(num, (uint64_t)ct_cfg.stack_depth);
     write_info("stack_depth", num);
     write_info("shim_version", CT_SHIM_VERSION);
+    write_info("dlsym_version", real_dlsym_version);
     if (ledger) {
         write_info("ledger", ct_cfg.ledger_path);
         write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"
