@@ -18,6 +18,9 @@
  *   CIE augmentations z, R, P, L only (no signal frames 'S', no B-key 'B'); an FDE found
  *   through the object's .eh_frame_hdr table (the table libgcc itself searches)
  *
+ * On top of the rules, a per-thread memo of the last walks (see struct memo) makes a repeated
+ * call site cost one comparison per word the walk reads (two per frame at most).
+ *
  * The table is flushed when a module may have been unloaded (dlclose, interposed below,
  * bumps a generation before and after the real call). CUDATRACE_STACK_VERIFY=1 makes every
  * cached unwind be checked against a full one (stacks.c counts the comparisons).
@@ -107,9 +110,26 @@ struct rule {
 #define RULE_SLOTS (1u << RULE_BITS)
 #define RULE_MAX (RULE_SLOTS / 2)
 
+/* A walk is a function of its start (return address, SP, FP), the rules (fixed per address
+ * within a generation) and the words it reads from the stack. A memo keeps those words and
+ * where they were read: a later walk from the same start, reading the same values at the same
+ * places, would make every step the same, so its result is the memo's. Checking reads only
+ * addresses the walk itself would read, in its order (each one follows from the matched ones). */
+#define MEMO_WAYS 4
+#define MEMO_FRAMES (CT_MAX_DEPTH + 32)
+struct memo {
+    uintptr_t ra0, sp0, fp0;
+    uint32_t gen;
+    int max, n, nreads;         /* n < 0: empty */
+    uintptr_t addr[2 * MEMO_FRAMES], val[2 * MEMO_FRAMES];
+    uintptr_t ips[CT_MAX_DEPTH];
+};
+
 struct uw_thread {
     uint32_t gen, used;
+    unsigned memo_next;
     struct rule r[RULE_SLOTS];
+    struct memo memo[MEMO_WAYS];
 };
 
 static CT_TLS struct uw_thread *uwt;
@@ -145,6 +165,8 @@ static struct uw_thread *thread_table(void)
             return NULL;
         t = uwt = m;
         t->gen = gen;
+        for (int w = 0; w < MEMO_WAYS; w++)
+            t->memo[w].n = -1;
         if (uw_key_ok)
             pthread_setspecific(uw_key, t);
     }
@@ -152,6 +174,8 @@ static struct uw_thread *thread_table(void)
         memset(t->r, 0, sizeof t->r);
         t->used = 0;
         t->gen = gen;
+        for (int w = 0; w < MEMO_WAYS; w++)
+            t->memo[w].n = -1;
     }
     return t;
 }
@@ -562,6 +586,14 @@ static void compute_rule(uintptr_t ra, struct rule *out)
 #define MAX_SHIM_FRAMES 32
 #define STACK_SPAN (256u << 20)     /* a frame's CFA further than this above the start: give up */
 
+static inline int memo_hit(const struct memo *m)
+{
+    for (int k = 0; k < m->nreads; k++)
+        if (*(const uintptr_t *)m->addr[k] != m->val[k])
+            return 0;
+    return 1;
+}
+
 __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
 {
     *learned = 0;
@@ -571,10 +603,26 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
     uintptr_t regs[3];
     ct_uw_regs(regs);
     uintptr_t ra = regs[0], sp = regs[1], fp = regs[2], sp0 = regs[1];
-    int n = 0, skipped = 0, started = 0;
+    for (int w = 0; w < MEMO_WAYS; w++) {
+        const struct memo *m = &t->memo[w];
+        if (m->n >= 0 && m->ra0 == ra && m->sp0 == sp && m->fp0 == fp && m->max == max &&
+            m->gen == t->gen && memo_hit(m)) {
+            memcpy(ips, m->ips, sizeof(uintptr_t) * (size_t)m->n);
+            return m->n;
+        }
+    }
+    struct memo *m = &t->memo[t->memo_next++ % MEMO_WAYS];
+    m->n = -1;
+    m->ra0 = ra;
+    m->sp0 = sp;
+    m->fp0 = fp;
+    m->max = max;
+    m->gen = t->gen;
+    m->nreads = 0;
+    int n = 0, skipped = 0, started = 0, frames = 0;
     for (;;) {
         if (ra == 0)
-            return n;                          /* libgcc: END_OF_STACK */
+            break;                             /* libgcc: END_OF_STACK */
         if (!started && ct_in_shim(ra)) {
             if (++skipped > MAX_SHIM_FRAMES)
                 return -1;
@@ -582,8 +630,10 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
             started = 1;
             ips[n++] = ra;
             if (n >= max)
-                return n;
+                break;
         }
+        if (++frames > MEMO_FRAMES)
+            return -1;
         const struct rule *r = rule_find(t, ra);
         struct rule fresh;
         if (!r) {
@@ -596,18 +646,28 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
         if (!(f & RF_PLAIN))
             return -1;
         if (f & RF_RA_UNDEF)
-            return n;                          /* outermost: libgcc sets ra = 0 and stops */
+            break;                             /* outermost: libgcc sets ra = 0 and stops */
         uintptr_t cfa = ((f & RF_CFA_FP) ? fp : sp) + (intptr_t)r->cfa_off;
         if (cfa <= sp || cfa - sp0 > STACK_SPAN || (cfa & 7))
             return -1;                         /* not a plain stack: let libgcc judge */
         uintptr_t nfp = fp;
-        if (f & RF_FP_SAVED)
-            nfp = *(const uintptr_t *)(cfa + (intptr_t)r->fp_off);
-        uintptr_t raw = *(const uintptr_t *)(cfa + (intptr_t)r->ra_off);
+        if (f & RF_FP_SAVED) {
+            uintptr_t a = cfa + (intptr_t)r->fp_off;
+            nfp = *(const uintptr_t *)a;
+            m->addr[m->nreads] = a;
+            m->val[m->nreads++] = nfp;
+        }
+        uintptr_t a = cfa + (intptr_t)r->ra_off;
+        uintptr_t raw = *(const uintptr_t *)a;
+        m->addr[m->nreads] = a;
+        m->val[m->nreads++] = raw;
         ra = (f & RF_RA_SIGNED) ? strip_pac(raw) : raw;
         sp = cfa;
         fp = nfp;
     }
+    memcpy(m->ips, ips, sizeof(uintptr_t) * (size_t)n);
+    m->n = n;
+    return n;
 }
 
 /* Modules only leave through dlclose (glibc's own gconv/NSS unloads never hold a CUDA call
