@@ -74,12 +74,11 @@ static uint32_t node(uint32_t parent, uint64_t ip)
 }
 
 /* ---- unwinding -------------------------------------------------------------------------
- * The unwinder of libgcc (what glibc's backtrace() uses, loaded the same way) gives each
- * frame's return address and CFA. On x86-64 a frame's return address sits at the CFA of the
- * frame below minus 8, which makes a cheap exact check possible: a thread calling from the
- * same place again (same stack slot for the first return address, same return addresses in
- * every recorded slot) has the same stack, so the unwind is skipped. That is what makes a loop
- * of allocations cheap; a new call site pays one real unwind.
+ * A full unwind is libgcc's (what glibc's backtrace() uses, loaded the same way). A repeated
+ * call site is served by unwind.c's cached CFI rules instead, on x86-64 and aarch64 alike: the
+ * same stack a full unwind gives (unwind.c says why), for a few compares per frame. Each event
+ * counts which way its stack was taken in the file header; CUDATRACE_STACK_VERIFY=1 also runs
+ * the full unwind for every cached one and counts (and logs) any difference.
  */
 struct _Unwind_Context;
 typedef int (*unwind_trace_fn)(struct _Unwind_Context *, void *);

@@ -3,6 +3,7 @@ stacks a full libgcc unwind gives, repeated call sites are served from it, and e
 says how many events took which path (header counters, also after SIGKILL)."""
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import signal
@@ -148,3 +149,75 @@ def test_rules_are_forgotten_when_a_library_is_unloaded(ct, sim, tmp_path):
     assert t.n_events == 1600 and t.stack_mismatches == 0 and t.stack_verified == t.n_events
     # each load is a fresh start for the cache (a few full unwinds per round, not one in all)
     assert 4 <= t.stack_unwinds_full <= 40, t.stack_unwinds_full
+
+
+STALE = r'''
+#include <alloca.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "cudasim_api.h"
+static uintptr_t target;
+__attribute__((noinline)) void leaf_p(void)
+{
+    /* grow this frame so the call below always leaves from the same stack address */
+    uintptr_t here = (uintptr_t)__builtin_frame_address(0);
+    if (!target)
+        target = here - 8192;
+    volatile char *p = alloca(here - target);
+    p[0] = 1;
+    CUdeviceptr d = 0;
+    if (cuMemAlloc_v2(&d, 4096) == CUDA_SUCCESS)
+        cuMemFree_v2(d);
+}
+__attribute__((noinline)) void caller_small(void) { volatile char pad[16]; pad[0] = 0; leaf_p(); }
+__attribute__((noinline)) void caller_big(void) { volatile char pad[1024]; pad[0] = 0; leaf_p(); }
+int main(int argc, char **argv)
+{
+    void (*const callers[2])(void) = {caller_big, caller_small};
+    cuInit(0);
+    for (int i = 0; i < 6; i++) {
+        void (*volatile f)(void) = callers[i % 2];
+        f();                      /* one call site for both callers */
+    }
+    return 0;
+}
+'''
+
+
+def test_same_stack_depth_through_different_callers(ct, sim, tmp_path):
+    """leaf_p grows its frame (alloca) so its call leaves from the same stack address whichever
+    caller it has, and main reaches both callers from one call site: a cache that only checks
+    return-address slots finds the old caller's address still in place (inside the alloca area)
+    and repeats its stack (the x86-64 cache before shim/unwind.c did: all six events named
+    caller_big). The cached rules read the frame pointers too."""
+    (tmp_path / "stale.c").write_text(STALE)
+    exe = tmp_path / "stale"
+    from cudatrace import native
+    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-I%s" % native.source_dir(),
+                    "-I%s" % (Path(__file__).resolve().parent / "progs"), "-o", str(exe),
+                    str(tmp_path / "stale.c"), "-L%s" % sim.lib, "-lcuda"], check=True)
+    env = ct.env()
+    env["CUDATRACE_STACK_VERIFY"] = "1"
+    r = ct.run([exe], "-q", env=env)
+    assert r.returncode == 0, r.stderr
+    t = read_dir(r.out).traces[0]
+    syms = {}
+    for line in subprocess.run(["nm", str(exe)], capture_output=True, text=True).stdout.splitlines():
+        p = line.split()
+        if len(p) == 3 and p[1] in "tT":
+            syms[int(p[0], 16)] = p[2]
+    starts = sorted(syms)
+
+    def name(f):
+        m = t.module_for(f)
+        if m is None or m.path != str(exe):
+            return None
+        i = bisect.bisect_right(starts, f - 1 - m.base) - 1
+        return syms[starts[i]]
+
+    from cudatrace.trace import C, event_fields
+    names = event_fields()
+    callers = [name(t.stack(e[names.index("stack")])[1]) for e in t.events
+               if e[names.index("op")] == C()["CT_OP_ALLOC"]]
+    assert callers == ["caller_big", "caller_small"] * 3, callers
+    assert t.stack_cache_hits > 0 and t.stack_mismatches == 0
