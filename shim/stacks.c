@@ -99,7 +99,18 @@ struct tcache {
     uintptr_t ips[CT_MAX_DEPTH], ref[CT_MAX_DEPTH];   /* scratch: not on the target's stack */
 };
 static CT_TLS struct tcache *tcache;
-static int verify_stacks;      /* CUDATRACE_STACK_VERIFY=1: check cached walks against libgcc */
+static pthread_key_t tcache_key;   /* gives a thread's cache back when it exits */
+static int tcache_key_ok;
+static int verify_stacks;
+
+static void tcache_free(void *p)
+{
+    if (p) {
+        if (p == tcache)
+            tcache = NULL;
+        munmap(p, sizeof(struct tcache));
+    }
+}      /* CUDATRACE_STACK_VERIFY=1: check cached walks against libgcc */
 
 void ct_stacks_init(void)
 {
@@ -113,6 +124,8 @@ void ct_stacks_init(void)
         p_Unwind_Backtrace = NULL;
     const char *v = getenv("CUDATRACE_STACK_VERIFY");
     verify_stacks = v && v[0] == '1';
+    if (!tcache_key_ok && pthread_key_create(&tcache_key, tcache_free) == 0)
+        tcache_key_ok = 1;
     ct_uw_init();
 }
 
@@ -202,6 +215,8 @@ uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
         if (m == MAP_FAILED)
             return 0;
         tcache = m;
+        if (tcache_key_ok)
+            pthread_setspecific(tcache_key, m);
     }
     uintptr_t *ips = tcache->ips, *ref = tcache->ref;
     int learned = 0;

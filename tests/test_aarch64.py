@@ -200,3 +200,13 @@ def test_real_dlsym_versions_are_tried_in_order(a64):
     assert r.returncode == 0, r.stderr[-3000:]
     t, got = traced_ops(r.out)
     assert t.info.get("dlsym_version") == "GLIBC_2.17" and got
+
+
+def test_missing_tools_fail_in_ci_and_skip_elsewhere(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="CI must run"):
+        require_tools()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="apt-get install"):
+        require_tools()
