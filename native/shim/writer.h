@@ -30,6 +30,7 @@ void ct_writer_atfork_prepare(void);
 void ct_writer_atfork_parent(void);
 void ct_writer_atfork_child(void);
 void ct_writer_open_now(void);
+void ct_writer_stack_count(int which); /* CT_SC_*: header counters, in the mapped file */
 extern CT_HIDDEN uint64_t ct_events_written;
 
 #endif
