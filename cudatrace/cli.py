@@ -85,9 +85,17 @@ BUDGET_HELP = (
     is_flag=True,
     help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
 )
+@click.option(
+    "--ledger-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where budget ledgers live (default $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-UID): "
+    "a directory containers share by a bind mount to share a --group (docs/budgets.md).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
-    out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize, cmd
+    out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize,
+    ledger_dir, cmd
 ):
     """Run CMD with every device-memory allocation and free traced.
 
@@ -97,6 +105,8 @@ def run(
     """
     from .record.launcher import LaunchError, RunOptions
     from .record.launcher import run as launch
+
+    _use_ledger_dir(ledger_dir)
 
     if budget is not None:
         from .record.budget import BudgetError, parse_budget  # only a run with a budget
@@ -230,10 +240,25 @@ def diff(a, b, top, depth, as_json):
     sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))
 
 
+def _use_ledger_dir(ledger_dir):
+    """--ledger-dir: the one setting the C of both sides reads (CUDATRACE_LEDGER_DIR)."""
+    if ledger_dir is not None:
+        import os
+
+        os.environ["CUDATRACE_LEDGER_DIR"] = str(Path(ledger_dir).absolute())
+
+
 @main.command()
 @click.argument("group", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(group, as_json):
+@click.option(
+    "--ledger-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where budget ledgers live (default $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-UID): "
+    "a directory containers share by a bind mount to share a --group (docs/budgets.md).",
+)
+def status(group, as_json, ledger_dir):
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
@@ -242,6 +267,7 @@ def status(group, as_json):
     from .present.status import render_status
     from .record.ledger import LedgerError, status_json
 
+    _use_ledger_dir(ledger_dir)
     try:
         st = status_json(group)
     except LedgerError as e:
