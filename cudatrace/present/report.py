@@ -97,6 +97,9 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
         w("  budget      %s (over budget: %s%s%s)" % (lim, b.get("on_exceed") or "?",
                                                     "; group %s" % b["group"] if b.get("group") else "",
                                                     "; the run was aborted" if b.get("aborted") else ""))
+        if b.get("contexts"):
+            w("  contexts    %s of CUDA context counted by the budget beside the allocations"
+              % _limits_text(b["contexts"]))
     else:
         w("  budget      none")
     c = r["counts"]

@@ -34,6 +34,12 @@ void ct_budget_unmap(uint64_t ptr, uint64_t size); /* gives back what the unmap 
  * limit on dev, and virtualization on). */
 int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp);
 
+/* Count this process's CUDA context on dev (measured through NVML, at most once a second;
+ * see budget.c). Called around counted allocations. */
+void ct_budget_context(int dev);
+/* fn(dev, bytes): told each new figure (shim.c writes it into the trace) */
+void ct_budget_set_context_report(void (*fn)(int dev, uint64_t bytes));
+
 void ct_budget_atfork_prepare(void);
 void ct_budget_atfork_parent(void);
 void ct_budget_atfork_child(void);

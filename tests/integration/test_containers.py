@@ -157,3 +157,60 @@ def test_same_launcher_pid_in_two_namespaces(ct, sim, shared_dir):
         paths.add(info["budget"]["path"])
     assert len(paths) == 2
     assert not [n for n in os.listdir(shared_dir) if n.endswith(".ledger")]  # both cleaned up
+
+
+# ---- CUDA contexts count against a budget ------------------------------------------------------
+
+def test_context_counted_by_the_budget(ct, sim, tmp_path):
+    """The simulated driver charges 300 MiB when a process first uses a context (CUDASIM_CTX_BYTES,
+    seen by NVML's per-process figure, by no hooked call). Under a 1 GiB budget, 300 MiB of
+    context and three 300 MiB allocations do not fit: the third is denied."""
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env(state=sim.new_state(), ctx_bytes=300 * MiB)
+    env["CUDATRACE_LEDGER_DIR"] = str(d)
+    r = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "--free", "3", "300m"],
+               "--budget", "1GiB", env=env)
+    assert r.returncode == 1, r.stderr
+    assert [l.split()[4] for l in r.stdout.splitlines() if l.startswith("alloc ")] == ["0", "0", "2"]
+    assert "in use 900.00 MiB" in r.stderr, r.stderr       # 300 context + 2 x 300
+    from cudatrace.analyze.trace import read_dir
+    t = read_dir(r.out).traces[0]
+    assert t.info.get("context.0") == str(300 * MiB)
+    rep = ct.cli("report", r.out, env=env)
+    assert "contexts    300.0 MiB on device 0 of CUDA context counted by the budget" in rep.stdout, \
+        rep.stdout
+    js = json.loads(ct.cli("report", r.out, "--json", env=env).stdout)
+    assert js["budget"]["contexts"] == {"0": 300 * MiB}
+    # off: the same run fits (what budgets did before)
+    env["CUDATRACE_COUNT_CONTEXTS"] = "0"
+    r = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "--free", "3", "300m"],
+               "--budget", "1GiB", env=env)
+    assert r.returncode == 0, r.stderr
+
+
+def test_status_shows_contexts_apart(ct, sim, tmp_path):
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env(state=sim.new_state(), ctx_bytes=200 * MiB)
+    a = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(ct.new_dir()),
+                          "--ledger-dir", str(d), "--group", "svc", "--budget", "2GiB", "--",
+                          str(sim.progs["hold"]), "2", "100m"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in a.stdout:
+            if line.strip() == "ready":
+                break
+        st = ct.cli("status", "svc", "--json", "--ledger-dir", d, env=env)
+        led = json.loads(st.stdout)["ledgers"][0]
+        dev = led["devices"][0]
+        assert (dev["in_use"], dev["contexts"], dev["allocations"]) == (400 * MiB, 200 * MiB,
+                                                                          200 * MiB), dev
+        (m,) = led["members"]
+        assert m["devices"]["0"]["context"] == 200 * MiB
+        text = ct.cli("status", "svc", "--ledger-dir", d, env=env).stdout
+        assert "contexts" in text, text
+        assert "400.0 MiB = 200.0 MiB allocations + 200.0 MiB CUDA context" in text, text
+    finally:
+        a.terminate()
+        a.communicate(timeout=60)
