@@ -32,6 +32,7 @@ def main():
     cudatrace diff A B            what changed between two runs
     cudatrace export DIR ...      the trace as pprof, flame graph, speedscope, memory_viz, Perfetto
     cudatrace status [GROUP]      budgets in force and who uses them
+    cudatrace doctor [CMD]        what a run would see on this machine
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     """
 
@@ -273,6 +274,23 @@ def status(group, as_json, ledger_dir):
     except LedgerError as e:
         raise click.ClickException(str(e)) from None
     click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--ledger-dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+              help="Check this ledger directory (as run --ledger-dir).")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def doctor(as_json, ledger_dir, cmd):
+    """What a run would see here: CUDA driver and NVML, integrated or discrete devices, the
+    ledger directory, the container / PID namespace, and whether CMD can be entered."""
+    from .present.doctor import render_doctor
+    from .record.doctor import diagnose
+
+    _use_ledger_dir(ledger_dir)
+    r = diagnose(list(cmd) or None)
+    click.echo(json.dumps(r, indent=2) if as_json else render_doctor(r))
+    sys.exit(0 if not cmd or r["command"]["ok"] else 1)
 
 
 @main.command("demo")
