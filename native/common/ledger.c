@@ -295,7 +295,9 @@ static int open_rw(const char *path)
 
 /* After fork the child shares its parent's open file description, whose locks are the
  * parent's: give the child one of its own (same file even if it was unlinked since), on the
- * same descriptor number. Also when the program closed our descriptor. */
+ * same descriptor number. Also when the program closed our descriptor (its lock is gone then,
+ * and another member may have judged us dead: the shim joins again, ct_budget_rejoin), and at
+ * open, where the descriptor is the one the mapping was made through. */
 static void own_fd(struct ct_ledger *l)
 {
     int32_t self = getpid();
@@ -1108,12 +1110,16 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
     }
     struct stat sb;
     l->fd = fd;
-    l->fd_owner = getpid();
+    l->fd_owner = -1;
     if (fstat(fd, &sb) == 0) {
         l->ino = (uint64_t)sb.st_ino;
         l->dev = (uint64_t)sb.st_dev;
     }
     l->path = pathcopy;
+    /* The mapping holds a reference to the description it was made through, and a forked
+     * child inherits the mapping: locks on that description would live as long as any child.
+     * So the locks go on a description of their own (own_fd reopens the file, on this number). */
+    own_fd(l);
     l->hdr = p;
     l->mem = (struct ct_ledger_member *)((char *)p + CT_LEDGER_HEADER_SIZE);
     l->slot = -1;

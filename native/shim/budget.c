@@ -234,6 +234,41 @@ void ct_budget_atfork_child(void)
     ct_budget_join();
 }
 
+/* Membership lost: another member judged us dead (the program closed the descriptor that
+ * holds our liveness lock, so the lock test said so) and freed our slot with its bytes. Join
+ * again and count anew what this process still holds (its table of live allocations; the
+ * context is measured again), so nothing it holds goes uncounted. 1 if a member again. */
+static pthread_mutex_t rejoin_mu = PTHREAD_MUTEX_INITIALIZER;
+static void ctx_forget(void);
+
+int ct_budget_rejoin(void)
+{
+    ct_ledger *l = ct_budget_ledger;
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&rejoin_mu);
+    int ok = ct_ledger_reserve(l, 0, 0, NULL, NULL) == CT_LEDGER_GRANTED; /* another thread? */
+    if (!ok && ct_ledger_join(l, getpid(), 0) >= 0) {
+        uint64_t per[CT_LEDGER_MAX_DEVICES] = {0};
+        pthread_mutex_lock(&atab_mu);
+        for (uint32_t i = 0; atab && i < ATAB_SIZE; i++)
+            if (atab[i].addr > 1 && atab[i].space != CT_SPACE_MAPPING && atab[i].dev >= 0 &&
+                atab[i].dev < CT_LEDGER_MAX_DEVICES)
+                per[atab[i].dev] += atab[i].size;
+        pthread_mutex_unlock(&atab_mu);
+        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+            if (per[d])
+                ct_ledger_force(l, d, per[d]);
+        ctx_forget();
+        ct_log("budget membership was lost (the program closed cudatrace's ledger descriptor?); "
+               "joined again and counted what this process holds",
+               NULL, NULL, NULL);
+        ok = 1;
+    }
+    pthread_mutex_unlock(&rejoin_mu);
+    return ok;
+}
+
 /* ---- CUDA contexts -------------------------------------------------------------------------
  * A context and the modules loaded into it hold device memory that no hooked call allocates
  * (~0.5 GiB a process on an H200). With a budget the shim counts it: at the first counted
@@ -346,6 +381,15 @@ void ct_budget_context(int dev)
         __atomic_store_n(&ctx_counted[dev], ctx, __ATOMIC_RELAXED);
         if (ctx_report)
             ctx_report(dev, ctx);
+    }
+}
+
+static void ctx_forget(void)
+{
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        __atomic_store_n(&ctx_counted[d], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&ctx_misses[d], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&ctx_next_ns[d], 0, __ATOMIC_RELAXED);
     }
 }
 

@@ -19,6 +19,10 @@ void ct_budget_init(void);
 void ct_budget_join(void); /* again in a child after fork */
 void ct_budget_leave(void);
 
+/* Join again after another member judged this process dead, counting what it still holds.
+ * 1 if a member again. */
+int ct_budget_rejoin(void);
+
 /* whether an allocation of this kind on dev counts against the budget */
 int ct_budget_counted(int kind, int dev);
 

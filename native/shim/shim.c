@@ -201,6 +201,8 @@ static int ct_pre(struct ct_call *c)
     ct_budget_context(dev); /* the context first: the allocation must fit beside it */
     uint64_t in_use = 0, limit = 0;
     int r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
+    if (r == CT_LEDGER_ENOTMEMBER && ct_budget_rejoin())
+        r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
     if (r == 1) {
         c->reserved = 1;
         return 1;

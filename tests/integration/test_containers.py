@@ -214,3 +214,73 @@ def test_status_shows_contexts_apart(ct, sim, tmp_path):
     finally:
         a.terminate()
         a.communicate(timeout=60)
+
+
+# ---- a program that closes cudatrace's descriptor ----------------------------------------------
+
+def test_lost_membership_is_joined_again_with_what_it_holds(ct, sim, tmp_path):
+    """closefds allocates 100 MiB, closes every descriptor (its liveness lock goes), another
+    member reclaims its slot as dead; its next allocation must rejoin with the 100 MiB still
+    counted, so a second 100 MiB under a 150 MiB budget is denied."""
+    from cudatrace.record.ledger import Ledger
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env()
+    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(ct.new_dir()),
+                          "--ledger-dir", str(d), "--group", "g", "--budget", "150MiB", "--",
+                          str(sim.progs["closefds"]), "100m"], env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.strip() == "closed":
+            break
+    other = Ledger.open(d / "g.ledger")
+    other.join()
+    assert other.reclaim() == 1                 # judged dead: its lock is gone
+    assert other.in_use(0) == 0
+    out, err = p.communicate("go\n", timeout=60)
+    lines += out.splitlines()
+    res = [l.split()[4] for l in lines if l.startswith("alloc ")]
+    assert res == ["0", "2"], (lines, err)
+    assert "joined again" in err, err
+    other.close()
+
+
+FORKER = r"""
+import os, sys, time
+from cudatrace.record.ledger import Ledger
+led = Ledger.open(sys.argv[1]); led.join(); led.reserve(0, 10 << 20)
+if os.fork() == 0:          # the child joins as the shim does after fork, and lives on
+    led.join(); led.reserve(0, 1 << 20)
+    print("child", os.getpid(), flush=True)
+    time.sleep(30)
+    os._exit(0)
+time.sleep(0.5)
+os._exit(0)                 # the parent dies first
+"""
+
+
+def test_dead_parent_reclaimed_while_its_forked_child_lives(tmp_path):
+    """The child inherits the parent's mapping and descriptor; neither may keep the parent's
+    liveness lock alive once the parent is gone."""
+    from cudatrace.record.ledger import Ledger
+
+    d = tmp_path / "l"
+    d.mkdir(mode=0o700)
+    led = Ledger.create(d / "f.ledger", {0: 1 << 30})
+    p = subprocess.Popen([sys.executable, "-c", FORKER, str(led.path)], stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    word, child = p.stdout.readline().split()
+    try:
+        assert word == "child"
+        p.wait(timeout=30)
+        deadline = time.monotonic() + 5
+        while led.in_use(0) != 1 << 20 and time.monotonic() < deadline:
+            led.reclaim()
+            time.sleep(0.05)
+        assert led.in_use(0) == 1 << 20, led.snapshot()["members"]   # the child's MiB only
+    finally:
+        os.kill(int(child), signal.SIGKILL)
+        led.close()

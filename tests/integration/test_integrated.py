@@ -77,6 +77,8 @@ def test_observed_columns_from_proc(ct, sim, tmp_path):
         assert what in text, (what, text)
     js = json.loads(ct.cli("report", r.out, "--json", env=env).stdout)
     near = js["observed"]["near_peak"]
-    assert near["traced_bytes"] == 128 * MiB
-    assert near["tree_pss"] >= 128 * MiB and near["tree_rss"] >= 128 * MiB, near
-    assert js["observed"]["max"]["tree_pss"] >= 128 * MiB
+    # the sample nearest the peak may fall just before the second allocation
+    assert near["traced_bytes"] in (64 * MiB, 128 * MiB), near
+    assert near["tree_pss"] >= near["traced_bytes"] and near["tree_rss"] >= near["traced_bytes"]
+    assert js["observed"]["max"]["tree_pss"] >= 128 * MiB      # both held for 1.5 s
+    assert js["observed"]["max"]["tree_rss"] >= 128 * MiB
