@@ -54,8 +54,11 @@ def main() -> int:
         src, exe = tmp / "nothing.c", tmp / "nothing"
         src.write_text(PROG)
         subprocess.run([args.cc, "-O2", "-o", str(exe), str(src)], check=True)
-        base = {k: v for k, v in os.environ.items()
-                if not k.startswith("CUDATRACE_") and k != "LD_PRELOAD"}
+        base = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("CUDATRACE_") and k != "LD_PRELOAD"
+        }
         trace = tmp / "trace"
         trace.mkdir()
         ldir = tmp / "ledgers"

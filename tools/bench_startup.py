@@ -82,13 +82,21 @@ def main() -> int:
         subprocess.run([cc, "-O2", "-o", str(probe), str(Path(tmp) / "probe.c")], check=True)
         ldir = Path(tmp) / "ledgers"
         ldir.mkdir(mode=0o700)
-        run_base = [args.python, "-m", "cudatrace", "run", "-q", "--force", "-o",
-                    str(Path(tmp) / "trace2")]
+        run_base = [
+            args.python,
+            "-m",
+            "cudatrace",
+            "run",
+            "-q",
+            "--force",
+            "-o",
+            str(Path(tmp) / "trace2"),
+        ]
         start_cmds = {
             "plain probe": [str(probe)],
             "cudatrace run -- probe": run_base + ["--", str(probe)],
-            "cudatrace run --budget 1GiB": run_base + ["--ledger-dir", str(ldir), "--budget",
-                                                       "1GiB", "--", str(probe)],
+            "cudatrace run --budget 1GiB": run_base
+            + ["--ledger-dir", str(ldir), "--budget", "1GiB", "--", str(probe)],
         }
         timed(click_cmd, env)  # warm-up: caches, the native build
         timed(run_cmd, env)

@@ -206,7 +206,6 @@ class Analysis:
                         pass
         return out
 
-
     def budget_contexts(self) -> dict[int, int]:
         """device -> bytes of CUDA context the budget counted, summed over the processes (each
         trace's last "context.<dev>" figure, measured through NVML by the shim)."""

@@ -4,6 +4,7 @@ name, total memory and whether it is integrated (unified memory: Jetson, GB10).
 Used where NVML cannot tell (its memory queries answer NOT_SUPPORTED on integrated devices) and
 by `cudatrace doctor`. cuInit creates no context, so this costs the device no memory.
 """
+
 from __future__ import annotations
 
 import ctypes

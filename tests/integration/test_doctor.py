@@ -1,5 +1,6 @@
 """`cudatrace doctor` on the simulated driver: versions, integrated or discrete, the ledger
 directory, the namespace, and whether a command can be entered."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,9 @@ def test_doctor_discrete(ct, sim, tmp_path):
     assert "CUDA driver   13.0 (2 devices)" in r.stdout, r.stdout
     assert "cudasim discrete device 1, 8.00 GiB, discrete" in r.stdout
     assert "NVML          580.159.01, 2 devices; memory figures: yes" in r.stdout
-    assert f"ledger dir    {d} (from CUDATRACE_LEDGER_DIR): uid {os.geteuid()}, mode 0700" in r.stdout
+    assert (
+        f"ledger dir    {d} (from CUDATRACE_LEDGER_DIR): uid {os.geteuid()}, mode 0700" in r.stdout
+    )
     assert js["driver"]["integrated"] == "discrete"
     assert js["command"]["ok"] and js["command"]["driver"] == "linked (-lcuda)"
     assert "can be entered" in r.stdout

@@ -3,6 +3,7 @@ NOT_SUPPORTED, cuMemGetInfo's free is the host's MemFree less what is in use (a 
 /proc/meminfo), `--budget N%` is a share of what the driver reports, the virtualized answers
 stay within what the device says, and reports compare the trace with /proc (MemFree,
 MemAvailable, the tree's RSS and PSS)."""
+
 from __future__ import annotations
 
 import json
@@ -16,15 +17,23 @@ def meminfo_lines(stdout):
     for line in stdout.splitlines():
         p = line.split()
         if p and p[0] == "meminfo":
-            out.append((p[1], None if p[2] == "-" else int(p[2]), None if p[3] == "-" else int(p[3]),
-                        int(p[4])))
+            out.append(
+                (
+                    p[1],
+                    None if p[2] == "-" else int(p[2]),
+                    None if p[3] == "-" else int(p[3]),
+                    int(p[4]),
+                )
+            )
     return out
 
 
 def fake_meminfo(tmp_path, total, free, avail):
     p = tmp_path / "meminfo"
-    p.write_text("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n"
-                 % (total >> 10, free >> 10, avail >> 10))
+    p.write_text(
+        "MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n"
+        % (total >> 10, free >> 10, avail >> 10)
+    )
     return p
 
 
@@ -45,7 +54,7 @@ def test_meminfo_follows_memfree_and_budget_share(ct, sim, tmp_path):
     cu = [x for x in seen if x[0] == "cuMemGetInfo_v2" and x[3] == 0]
     assert cu and all(t in (None, 32 * GiB) and f in (None, 5 * GiB) for _, t, f, _ in cu), cu
     nv = [x for x in seen if x[0].startswith("nvmlDeviceGetMemoryInfo")]
-    assert nv and all(res == 3 for *_, res in nv[:1]), nv      # NVML_ERROR_NOT_SUPPORTED
+    assert nv and all(res == 3 for *_, res in nv[:1]), nv  # NVML_ERROR_NOT_SUPPORTED
 
     # 60% of what the driver reports (NVML cannot tell here); free stays the device's MemFree
     r = ct.run([sim.progs["meminfo"], "--alloc", "1g"], "--budget", "60%", env=env)
@@ -54,7 +63,7 @@ def test_meminfo_follows_memfree_and_budget_share(ct, sim, tmp_path):
     assert info["limits"]["0"] == int(32 * GiB * 0.6)
     cu = [x for x in meminfo_lines(r.stdout) if x[0] == "cuMemGetInfo_v2" and x[3] == 0]
     assert all(t in (None, int(32 * GiB * 0.6)) for _, t, _, _ in cu), cu
-    assert all(f in (None, 5 * GiB) for _, _, f, _ in cu), cu   # min(MemFree - used, budget left)
+    assert all(f in (None, 5 * GiB) for _, _, f, _ in cu), cu  # min(MemFree - used, budget left)
     # a budget smaller than MemFree: the budget's free
     r = ct.run([sim.progs["meminfo"], "--alloc", "1g"], "--budget", "3GiB", env=env)
     cu = [x for x in meminfo_lines(r.stdout) if x[0] == "cuMemGetInfo_v2" and x[3] == 0]
@@ -80,5 +89,5 @@ def test_observed_columns_from_proc(ct, sim, tmp_path):
     # the sample nearest the peak may fall just before the second allocation
     assert near["traced_bytes"] in (64 * MiB, 128 * MiB), near
     assert near["tree_pss"] >= near["traced_bytes"] and near["tree_rss"] >= near["traced_bytes"]
-    assert js["observed"]["max"]["tree_pss"] >= 128 * MiB      # both held for 1.5 s
+    assert js["observed"]["max"]["tree_pss"] >= 128 * MiB  # both held for 1.5 s
     assert js["observed"]["max"]["tree_rss"] >= 128 * MiB
