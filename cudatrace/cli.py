@@ -33,6 +33,7 @@ def main():
     cudatrace export DIR ...      the trace as pprof, flame graph, speedscope, memory_viz, Perfetto
     cudatrace sweep --values ...  how each site grows with a flag: laws, predictions
     cudatrace status [GROUP]      budgets in force and who uses them
+    cudatrace doctor [CMD]        what a run would see on this machine
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     """
 
@@ -86,9 +87,17 @@ BUDGET_HELP = (
     is_flag=True,
     help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
 )
+@click.option(
+    "--ledger-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where budget ledgers live (default $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-UID): "
+    "a directory containers share by a bind mount to share a --group (docs/budgets.md).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
-    out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize, cmd
+    out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize,
+    ledger_dir, cmd
 ):
     """Run CMD with every device-memory allocation and free traced.
 
@@ -98,6 +107,8 @@ def run(
     """
     from .record.launcher import LaunchError, RunOptions
     from .record.launcher import run as launch
+
+    _use_ledger_dir(ledger_dir)
 
     if budget is not None:
         from .record.budget import BudgetError, parse_budget  # only a run with a budget
@@ -247,11 +258,26 @@ def diff(a, b, top, depth, as_json, html):
     sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json, html=html))
 
 
+def _use_ledger_dir(ledger_dir):
+    """--ledger-dir: the one setting the C of both sides reads (CUDATRACE_LEDGER_DIR)."""
+    if ledger_dir is not None:
+        import os
+
+        os.environ["CUDATRACE_LEDGER_DIR"] = str(Path(ledger_dir).absolute())
+
+
 @main.command()
 @click.argument("group", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--watch", is_flag=True, help="Re-render every second until Ctrl-C.")
-def status(group, as_json, watch):
+@click.option(
+    "--ledger-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where budget ledgers live (default $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-UID): "
+    "a directory containers share by a bind mount to share a --group (docs/budgets.md).",
+)
+def status(group, as_json, watch, ledger_dir):
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
@@ -260,6 +286,7 @@ def status(group, as_json, watch):
     from .present.status import render_status
     from .record.ledger import LedgerError, status_json
 
+    _use_ledger_dir(ledger_dir)
     if watch:
         if as_json:
             raise click.UsageError("--watch shows text; leave out --json")
@@ -277,6 +304,23 @@ def status(group, as_json, watch):
     except LedgerError as e:
         raise click.ClickException(str(e)) from None
     click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--ledger-dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+              help="Check this ledger directory (as run --ledger-dir).")
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def doctor(as_json, ledger_dir, cmd):
+    """What a run would see here: CUDA driver and NVML, integrated or discrete devices, the
+    ledger directory, the container / PID namespace, and whether CMD can be entered."""
+    from .present.doctor import render_doctor
+    from .record.doctor import diagnose
+
+    _use_ledger_dir(ledger_dir)
+    r = diagnose(list(cmd) or None)
+    click.echo(json.dumps(r, indent=2) if as_json else render_doctor(r))
+    sys.exit(0 if not cmd or r["command"]["ok"] else 1)
 
 
 @main.command("demo")

@@ -41,6 +41,38 @@ def mem_available() -> int | None:
     return None
 
 
+def meminfo(keys=("MemTotal", "MemFree", "MemAvailable")) -> dict[str, int]:
+    """Fields of /proc/meminfo in bytes (those it has)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                k, _, rest = line.partition(":")
+                if k in keys:
+                    out[k] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def pss_of(pids) -> int | None:
+    """The summed proportional set size of the processes (/proc/<pid>/smaps_rollup): shared
+    pages divided among their users, so a tree's figure does not count them twice. None where
+    no process's figure can be read."""
+    total, seen = 0, False
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1]) * 1024
+                        seen = True
+                        break
+        except (OSError, ValueError, IndexError):
+            pass
+    return total if seen else None
+
+
 def rss_of(pids) -> int:
     """The summed resident set of the given processes, in bytes (gone ones count 0)."""
     page = os.sysconf("SC_PAGE_SIZE")

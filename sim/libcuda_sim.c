@@ -24,6 +24,15 @@
  *   CUDASIM_CTX_BYTES=n       bytes a context costs (default 0): charged to the process on a
  *                             device when it first creates/uses a context there, seen by
  *                             meminfo and NVML but by no hooked call (as a real context)
+ *   CUDASIM_MEMINFO=path      integrated devices: a file in /proc/meminfo's format (MemTotal,
+ *                             MemFree, MemAvailable) standing for the host's RAM when no device
+ *                             memory is used; cuMemGetInfo then answers as a Jetson does:
+ *                             free = MemFree - used by everyone (not MemAvailable: reclaimable
+ *                             page cache is not free to the GPU), total = MemTotal
+ *   CUDASIM_BACKED=1          device memory the process holds is real memory: a region of its
+ *                             own address space is touched as it allocates and dropped as it
+ *                             frees, so /proc shows it in RSS, PSS and MemAvailable (as on a
+ *                             unified-memory device). Keep such tests small.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -258,6 +267,7 @@ static uint64_t g_fail_nth;
 static uint64_t g_alloc_calls;
 static uint64_t g_ctx_bytes;
 static int g_strict_ctx;
+static int g_backed;
 static int g_initialized; /* cuInit called */
 
 static void sim_atfork_prepare(void);
@@ -298,6 +308,7 @@ static void sim_setup(void)
     g_fail_nth = cudasim_env_ull("CUDASIM_FAIL_NTH", 0);
     g_ctx_bytes = cudasim_env_ull("CUDASIM_CTX_BYTES", 0);
     g_strict_ctx = cudasim_env_ull("CUDASIM_STRICT_CONTEXT", 0) != 0;
+    g_backed = cudasim_env_ull("CUDASIM_BACKED", 0) != 0;
     g_st = cudasim_state_open("libcuda_sim");
     g_ndev = (int)g_st->ndevices;
     release_earlier_images();
@@ -524,6 +535,46 @@ static struct cudasim_pid_slot *my_slot(int dev)
     return idx > 0 ? &d->pids[idx - 1] : NULL;
 }
 
+/* CUDASIM_BACKED: the process's device memory as real, touched pages of one region */
+static pthread_mutex_t g_back_mu = PTHREAD_MUTEX_INITIALIZER;
+static char *g_back;
+static uint64_t g_back_size, g_back_used;
+
+static void back_grow(uint64_t bytes)
+{
+    if (!g_backed || !bytes)
+        return;
+    pthread_mutex_lock(&g_back_mu);
+    if (!g_back) {
+        g_back_size = 64ULL << 30; /* address space only */
+        void *p = mmap(NULL, g_back_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        g_back = p == MAP_FAILED ? NULL : p;
+    }
+    if (g_back && g_back_used + bytes <= g_back_size) {
+        memset(g_back + g_back_used, 0x5a, bytes);
+        g_back_used += bytes;
+    }
+    pthread_mutex_unlock(&g_back_mu);
+}
+
+static void back_shrink(uint64_t bytes)
+{
+    if (!g_backed || !bytes)
+        return;
+    pthread_mutex_lock(&g_back_mu);
+    if (g_back) {
+        uint64_t take = bytes < g_back_used ? bytes : g_back_used;
+        uint64_t lo = (g_back_used - take) & ~4095ULL; /* whole pages only */
+        g_back_used -= take;
+        if (lo < g_back_used + take)
+            madvise(g_back + lo, ((g_back_used + take - lo) + 4095) & ~4095ULL, MADV_DONTNEED);
+        if (g_back_used > lo)
+            memset(g_back + lo, 0x5a, g_back_used - lo); /* keep the rest of that page */
+    }
+    pthread_mutex_unlock(&g_back_mu);
+}
+
 /* Count bytes toward dev's used; CUDA_ERROR_OUT_OF_MEMORY (nothing changed) if they do not fit. */
 static CUresult charge(int dev, uint64_t bytes, int *slotted)
 {
@@ -551,6 +602,7 @@ static CUresult charge(int dev, uint64_t bytes, int *slotted)
     }
     cudasim_atomic_max(&d->hwm, now);
     __atomic_fetch_add(&d->allocs, 1, __ATOMIC_RELAXED);
+    back_grow(bytes);
     struct cudasim_pid_slot *s = my_slot(dev);
     if (s) {
         uint64_t mine = __atomic_add_fetch(&s->used, bytes, __ATOMIC_ACQ_REL);
@@ -578,6 +630,7 @@ static void uncharge(int dev, uint64_t bytes, int slotted)
                                               __ATOMIC_ACQUIRE));
         if (take)
             __atomic_fetch_sub(&d->used, take, __ATOMIC_ACQ_REL);
+        back_shrink(take);
     } else {
         uint64_t cur = __atomic_load_n(&g_unslotted[dev], __ATOMIC_ACQUIRE), take;
         do {
@@ -586,6 +639,7 @@ static void uncharge(int dev, uint64_t bytes, int slotted)
                                               __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
         if (take)
             __atomic_fetch_sub(&d->used, take, __ATOMIC_ACQ_REL);
+        back_shrink(take);
     }
     __atomic_fetch_add(&d->frees, 1, __ATOMIC_RELAXED);
 }
@@ -724,10 +778,12 @@ static void sim_atfork_prepare(void)
 {
     pthread_mutex_lock(&g_slot_mu);
     pthread_mutex_lock(&g_mu);
+    pthread_mutex_lock(&g_back_mu);
 }
 
 static void sim_atfork_parent(void)
 {
+    pthread_mutex_unlock(&g_back_mu);
     pthread_mutex_unlock(&g_mu);
     pthread_mutex_unlock(&g_slot_mu);
 }
@@ -762,6 +818,10 @@ static void sim_atfork_child(void)
     memset(g_ctx_charged, 0, sizeof(g_ctx_charged));
     g_alloc_calls = 0;
     g_exited = 0;
+    if (g_back && g_back_used)
+        madvise(g_back, (g_back_used + 4095) & ~4095ULL, MADV_DONTNEED); /* the parent's */
+    g_back_used = 0;
+    pthread_mutex_init(&g_back_mu, NULL);
     pthread_mutex_init(&g_mu, NULL);
     pthread_mutex_init(&g_slot_mu, NULL);
 }
@@ -2028,6 +2088,31 @@ CUresult cuDestroyExternalMemory(CUexternalMemory extMem)
 }
 
 /* ---- meminfo ------------------------------------------------------------------------------ */
+/* CUDASIM_MEMINFO: MemTotal and MemFree of the simulated host, in bytes; 0 if not set */
+static int sim_meminfo(uint64_t *total, uint64_t *freeb)
+{
+    const char *path = getenv("CUDASIM_MEMINFO");
+    if (!path || !*path)
+        return 0;
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char line[256];
+    int got = 0;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kib;
+        if (sscanf(line, "MemTotal: %llu", &kib) == 1) {
+            *total = kib << 10;
+            got |= 1;
+        } else if (sscanf(line, "MemFree: %llu", &kib) == 1) {
+            *freeb = kib << 10;
+            got |= 2;
+        }
+    }
+    fclose(f);
+    return got == 3;
+}
+
 static CUresult meminfo(uint64_t *freep, uint64_t *totalp)
 {
     int dev;
@@ -2039,6 +2124,11 @@ static CUresult meminfo(uint64_t *freep, uint64_t *totalp)
     uint64_t used = __atomic_load_n(&d->used, __ATOMIC_ACQUIRE);
     *totalp = d->total;
     *freep = used < d->total ? d->total - used : 0;
+    uint64_t mtotal, mfree;
+    if (g_integrated && sim_meminfo(&mtotal, &mfree)) {
+        *totalp = mtotal;
+        *freep = mfree > used ? mfree - used : 0;
+    }
     return CUDA_SUCCESS;
 }
 

@@ -208,6 +208,17 @@ class Analysis:
                         pass
         return out
 
+    def budget_contexts(self) -> dict[int, int]:
+        """device -> bytes of CUDA context the budget counted, summed over the processes (each
+        trace's last "context.<dev>" figure, measured through NVML by the shim)."""
+        out: dict[int, int] = {}
+        for t in self.traces:
+            for k, v in t.info.items():
+                if k.startswith("context.") and v.isdigit():
+                    d = int(k[8:]) if k[8:].isdigit() else 0
+                    out[d] = out.get(d, 0) + int(v)
+        return out
+
 
 def parse_moment(spec: str) -> str | float:
     """What --at takes: "peak", "end", or seconds since the start ('2.5s', '2.5', '1500ms').
@@ -446,6 +457,9 @@ def build_report(
             "group": a.td.run.get("group"),
             "aborted": bool(a.td.run.get("budget_aborted")),
             "spec": a.td.run.get("budget"),
+            # CUDA contexts the budget counted beside the allocations (the shim's last
+            # figure per process, summed): device -> bytes
+            "contexts": {str(d): v for d, v in sorted(a.budget_contexts().items())},
         }
 
     argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])

@@ -142,7 +142,8 @@ class Observed:
                 "traced_bytes": traced[k], "tree_device_bytes": None, "untraced_bytes": None,
                 "device_used": None, "device_total": None, "device_used_rise": None,
                 "mem_available": s.get("mem_available"), "mem_available_drop": None,
-                "tree_rss": s.get("tree_rss"), "note": note}
+                "tree_rss": s.get("tree_rss"), "tree_pss": s.get("tree_pss"),
+                "mem_free": s.get("mem_free"), "mem_free_drop": None, "note": note}
         if per_process:
             tb = self.tree_device_bytes(s, device)
             if tb is not None:
@@ -155,6 +156,9 @@ class Observed:
                 near["device_used_rise"] = du[0] - base["device_used"]
         if near["mem_available"] is not None and base["mem_available"] is not None:
             near["mem_available_drop"] = base["mem_available"] - near["mem_available"]
+        base["mem_free"] = first.get("mem_free")
+        if near["mem_free"] is not None and base["mem_free"] is not None:
+            near["mem_free_drop"] = base["mem_free"] - near["mem_free"]
         out["near_peak"] = near
 
         mx: dict = {"tree_device_bytes": None, "tree_device_time": None, "traced_bytes_then": None,
@@ -176,10 +180,11 @@ class Observed:
         if used:
             v, t = max(used, key=lambda x: (x[0], -x[1]))
             mx.update(device_used=v, device_used_time=sec(t))
-        rss = [(x.get("tree_rss"), x["t"]) for x in self.samples if x.get("tree_rss") is not None]
-        if rss:
-            v, t = max(rss, key=lambda x: (x[0], -x[1]))
-            mx.update(tree_rss=v, tree_rss_time=sec(t))
+        for key in ("tree_rss", "tree_pss"):
+            vals = [(x.get(key), x["t"]) for x in self.samples if x.get(key) is not None]
+            if vals:
+                v, t = max(vals, key=lambda x: (x[0], -x[1]))
+                mx.update({key: v, key + "_time": sec(t)})
         avail = [(x.get("mem_available"), x["t"]) for x in self.samples
                  if x.get("mem_available") is not None]
         if avail:

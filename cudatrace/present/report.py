@@ -93,6 +93,9 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
         w("  budget      %s (over budget: %s%s%s)" % (lim, b.get("on_exceed") or "?",
                                                     "; group %s" % b["group"] if b.get("group") else "",
                                                     "; the run was aborted" if b.get("aborted") else ""))
+        if b.get("contexts"):
+            w("  contexts    %s of CUDA context counted by the budget beside the allocations"
+              % _limits_text(b["contexts"]))
     else:
         w("  budget      none")
     c = r["counts"]
@@ -311,8 +314,14 @@ def _render_observed(r: dict, w) -> None:
             w("  MemAvailable %s there, %s at the first sample: a drop of %s (largest drop %s)"
               % (size_text(near["mem_available"]), size_text(base.get("mem_available")), size_text(near["mem_available_drop"]),
                  size_text(mx.get("mem_available_drop"))))
+        if near.get("mem_free") is not None:
+            w("  MemFree %s there (a drop of %s): what cuMemGetInfo calls free on a unified-memory "
+              "device" % (size_text(near["mem_free"]), size_text(near.get("mem_free_drop"))))
         if near["tree_rss"] is not None:
             w("  process tree RSS %s there; highest %s" % (size_text(near["tree_rss"]), size_text(mx.get("tree_rss"))))
+        if near.get("tree_pss") is not None:
+            w("  process tree PSS %s there; highest %s" % (size_text(near["tree_pss"]),
+                                                         size_text(mx.get("tree_pss"))))
         w("  on a unified-memory device (Jetson) device allocations come out of this RAM")
 
 

@@ -54,6 +54,7 @@ def render_ledger(s: dict) -> str:
         lines.append("  no limits and no memory counted yet")
     if busy:
         warn = any(r["over"] for r in busy) or s["on_exceed"] == "warn"
+        ctx = any(r.get("contexts") for r in busy)
         hdr = "  %-6s %12s %12s %12s %7s %8s" % (
             "device",
             "limit",
@@ -62,6 +63,8 @@ def render_ledger(s: dict) -> str:
             "used",
             "denials",
         )
+        if ctx:
+            hdr += " %12s %12s" % ("allocations", "contexts")
         if warn:
             hdr += " %8s" % "over"
         lines.append(hdr)
@@ -75,6 +78,8 @@ def render_ledger(s: dict) -> str:
                 pct,
                 r["denials"],
             )
+            if ctx:
+                row += " %12s %12s" % (format_bytes(r["allocations"]), format_bytes(r["contexts"]))
             if warn:
                 row += " %8d" % r["over"]
             if r["dead_held"]:
@@ -86,13 +91,23 @@ def render_ledger(s: dict) -> str:
     for m in s["members"]:
         parts = []
         for d, r in sorted(m["devices"].items()):
-            t = "device %d: %s (peak %s" % (d, format_bytes(r["held"]), format_bytes(r["peak"]))
+            t = "device %s: %s (peak %s" % (d, format_bytes(r["held"]), format_bytes(r["peak"]))
+            if r.get("context"):
+                t = "device %s: %s = %s allocations + %s CUDA context (peak %s" % (
+                    d,
+                    format_bytes(r["held"]),
+                    format_bytes(r["allocations"]),
+                    format_bytes(r["context"]),
+                    format_bytes(r["peak"]),
+                )
             if r["denials"]:
                 t += ", %d denied" % r["denials"]
             if r["over"]:
                 t += ", %d over" % r["over"]
             parts.append(t + ")")
-        state = {"alive": "", "dead": " [exited]", "unknown": " [other pid namespace]"}[m["state"]]
+        state = {"alive": "", "dead": " [exited]", "unknown": " [state unknown]"}[m["state"]]
+        if m.get("other_pidns"):
+            state += " [other pid namespace]"
         lines.append(
             "  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held")
         )

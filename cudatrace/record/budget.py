@@ -196,13 +196,32 @@ def visible_ordinals(n_physical: int, env: str | None) -> list[int]:
     return out
 
 
+def driver_memory(why: str) -> tuple[dict[int, int], dict[int, int]]:
+    """(totals, frees) from the CUDA driver where NVML has no memory figures (integrated,
+    unified-memory devices answer NOT_SUPPORTED): total as cuDeviceTotalMem reports it, free as
+    MemFree of /proc/meminfo (what cuMemGetInfo calls free there). BudgetError if no driver."""
+    from ..procfs import meminfo
+    from .cudadrv import Driver
+
+    drv = Driver()
+    totals = {d["ordinal"]: d["total"] for d in drv.devices
+              if "total" in d and d["ordinal"] < MAX_DEVICES}
+    if not totals:
+        raise BudgetError("a share (%%) of device memory needs NVML or the CUDA driver to read "
+                          "it: %s, and %s; give the budget as a size"
+                          % (why, drv.why or "the driver reports no device"), forms=False)
+    free = meminfo().get("MemFree")
+    frees = {d: min(t, free) if free is not None else t for d, t in totals.items()}
+    return totals, frees
+
+
 def device_memory() -> tuple[dict[int, int], dict[int, int]]:
     """(totals, frees): CUDA device ordinal -> bytes, now, from NVML (honouring
-    CUDA_VISIBLE_DEVICES). BudgetError when NVML cannot tell."""
+    CUDA_VISIBLE_DEVICES), else from the driver (driver_memory). BudgetError when neither
+    can tell."""
     nv = Nvml()
     if not nv.available:
-        raise BudgetError("a share (%%) of device memory needs NVML to read it, and %s; give the "
-                          "budget as a size" % (nv.why or "NVML is unavailable"), forms=False)
+        return driver_memory(nv.why or "NVML is unavailable")
     try:
         rows = {r["index"]: r for r in nv.memory() if "total" in r}
         n = max([i for i, _ in nv.handles], default=-1) + 1
@@ -216,8 +235,7 @@ def device_memory() -> tuple[dict[int, int], dict[int, int]]:
         if r is not None:
             totals[ordinal], frees[ordinal] = int(r["total"]), int(r["free"])
     if not totals:
-        raise BudgetError("no device whose memory NVML can report is visible, so a share (%) "
-                          "cannot be resolved; give the budget as a size", forms=False)
+        return driver_memory("NVML reports no memory for any visible device")
     return totals, frees
 
 

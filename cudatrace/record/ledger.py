@@ -14,7 +14,8 @@ from pathlib import Path
 
 from .. import native
 
-PRIVATE_PREFIX = "@run-"          # private (per-run) ledgers: "@run-<launcher pid>.ledger"
+PRIVATE_PREFIX = "@run-"          # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
+_PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
 SUFFIX = ".ledger"
 _ERRLEN = 512
 _PATHLEN = 4096
@@ -81,8 +82,12 @@ def group_path(group: str, create_dir: bool = False) -> Path:
 
 
 def private_path(pid: int | None = None, create_dir: bool = True) -> Path:
-    """The ledger of one `cudatrace run` without --group: <ledger dir>/@run-<pid>.ledger."""
-    return ledger_dir(create=create_dir) / ("%s%d%s" % (PRIVATE_PREFIX, pid or os.getpid(), SUFFIX))
+    """A new name for the ledger of one `cudatrace run` without --group:
+    <ledger dir>/@run-<pid>-<random>.ledger. The pid is for people (it means nothing outside
+    the launcher's pid namespace: two launchers in two containers may share it); the random
+    part keeps them apart."""
+    return ledger_dir(create=create_dir) / ("%s%d-%s%s" % (PRIVATE_PREFIX, pid or os.getpid(),
+                                                          os.urandom(8).hex(), SUFFIX))
 
 
 def list_ledgers(directory: Path | None = None) -> list[Path]:
@@ -103,7 +108,7 @@ def list_groups() -> list[str]:
 
 def display_name(path: Path) -> str:
     n = path.name[:-len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
-    m = re.fullmatch(re.escape(PRIVATE_PREFIX) + r"(\d+)", n)
+    m = _PRIVATE_RE.fullmatch(n)
     return "run of pid %s (no group)" % m.group(1) if m else "group %s" % n
 
 
@@ -268,18 +273,27 @@ class Ledger:
             if any(row[k] for k in ("limit", "in_use", "dead_held", "peak", "denials", "over")):
                 devices.append(row)
         members = []
+        contexts: dict[int, int] = {}
         for i in range(v.nmembers):
             m = v.members[i]
             per = {}
             for d in range(ndev):
                 row = {"held": int(m.held[d]), "peak": int(m.peak[d]), "denials": int(m.denials[d]),
-                       "over": int(m.over[d])}
+                       "over": int(m.over[d]), "context": int(m.context[d])}
                 if any(row.values()):
                     per[d] = row
-            members.append({"slot": int(m.slot), "pid": int(m.pid),
-                            "state": alive_names.get(int(m.alive), "unknown"),
+            state = alive_names.get(int(m.alive), "unknown")
+            for d, row in per.items():   # held = allocations + the CUDA context
+                row["allocations"] = max(0, row["held"] - row["context"])
+                if state != "dead":
+                    contexts[d] = contexts.get(d, 0) + row["context"]
+            members.append({"slot": int(m.slot), "pid": int(m.pid), "state": state,
+                            "other_pidns": bool(m.other_pidns),
                             "start_ticks": int(m.start_ticks), "joined": _iso(m.joined_ns),
                             "devices": per})
+        for row in devices:
+            row["contexts"] = contexts.get(row["device"], 0)
+            row["allocations"] = max(0, row["in_use"] - row["contexts"])
         return {
             "path": str(self.path), "name": display_name(self.path),
             "group": ffi.string(v.group).decode(errors="replace"),
@@ -298,7 +312,7 @@ def _target(group: str | None, path) -> list[Path]:
         return [Path(path)]
     if group is None:
         return list_ledgers()
-    if group.startswith(PRIVATE_PREFIX) and re.fullmatch(r"\d+", group[len(PRIVATE_PREFIX):]):
+    if _PRIVATE_RE.fullmatch(group):
         p = ledger_dir(create=False) / (group + SUFFIX)
     else:
         p = group_path(group, create_dir=False)
@@ -362,14 +376,23 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_stale_private(directory: Path | None = None) -> list[Path]:
-    """Remove private ledgers whose launcher is gone and that have no live member."""
+    """Remove private ledgers that no launcher and no live member holds. Their launcher holds a
+    lock on the file (ct_ledger_hold) and so does every member; the kernel drops them when the
+    process dies, in whatever pid namespace it ran, so a ledger of a run in another container
+    that shares the directory is never taken for a stale one. Where the file system has no such
+    locks, only an old-style "@run-<pid>" ledger of a dead pid of this namespace is removed."""
     removed = []
     for p in list_ledgers(directory):
-        m = re.fullmatch(re.escape(PRIVATE_PREFIX) + r"(\d+)" + re.escape(SUFFIX), p.name)
-        if not m or _pid_alive(int(m.group(1))):
+        m = _PRIVATE_RE.fullmatch(p.name[:-len(SUFFIX)])
+        if not m:
             continue
         try:
             with Ledger.open(p) as led:
+                held = _tools()[1].ct_ledger_in_use_by_anyone(led.h)
+                if held == 1:
+                    continue
+                if held < 0 and (m.group(2) or _pid_alive(int(m.group(1)))):
+                    continue
                 led.reclaim()
                 if any(x["state"] != "dead" for x in led.snapshot()["members"]):
                     continue
@@ -408,14 +431,14 @@ def open_run_ledger(limits: dict[int, int], group: str | None, on_exceed: str = 
         run = RunLedger(led, private=False)
     else:
         remove_stale_private()
-        path = private_path(create_dir=True)
-        try:
-            os.unlink(path)        # a leftover of an earlier launcher with our pid
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise LedgerError("cannot remove the stale ledger %s: %s" % (path, e.strerror)) from None
-        led = Ledger.create(path, limits, on_exceed, count_host, "")
+        for _ in range(8):         # a fresh name: never another launcher's file (any namespace)
+            led = Ledger.create(private_path(create_dir=True), limits, on_exceed, count_host, "")
+            if led.created:
+                break
+            led.close()
+        else:
+            raise LedgerError("cannot make a private ledger of a new name in %s" % ledger_dir())
+        _tools()[1].ct_ledger_hold(led.h)   # ours while we run (remove_stale_private)
         run = RunLedger(led, private=True)
     info.update({"path": str(run.path), "created": led.created,
                  "limits": {str(d): n for d, n in sorted(led.limits().items())},

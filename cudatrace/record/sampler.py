@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from ..nvml import Nvml
-from ..procfs import mem_available, rss_of, tree_pids
+from ..procfs import meminfo, pss_of, rss_of, tree_pids
 
 
 class Sampler(threading.Thread):
@@ -32,10 +32,17 @@ class Sampler(threading.Thread):
             while True:
                 t0 = time.monotonic()
                 pids = tree_pids(self.root)
-                s = {"t": time.monotonic_ns(), "pids": pids, "mem_available": mem_available(),
+                mi = meminfo()
+                s = {"t": time.monotonic_ns(), "pids": pids,
+                     "mem_available": mi.get("MemAvailable"), "mem_free": mi.get("MemFree"),
                      "tree_rss": rss_of(pids)}
+                devs = self.nvml.memory() if self.nvml.available else []
+                if not any("used" in d for d in devs):
+                    # no device figures (integrated devices: NVML says NOT_SUPPORTED): device
+                    # memory is host RAM there, and PSS is the tree's fair share of it
+                    s["tree_pss"] = pss_of(pids)
                 if self.nvml.available:
-                    s["devices"] = self.nvml.memory()
+                    s["devices"] = devs
                     procs = self.nvml.processes()
                     tree = set(pids)
                     s["tree_device_bytes"] = {str(d): sum(b for p, b in m.items() if p in tree)

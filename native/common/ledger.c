@@ -61,6 +61,8 @@ _Static_assert(CT_LEDGER_FILE_SIZE ==
                "ledger file size");
 _Static_assert(CT_LEDGER_GROUP_MAX < sizeof(((struct ct_ledger_header *)0)->group), "group size");
 _Static_assert(offsetof(struct ct_ledger_member, held) % 64 == 0, "held alignment");
+_Static_assert(CT_LEDGER_LOCK_BASE == CT_LEDGER_FILE_SIZE, "lock bytes past the end of the file");
+_Static_assert(CT_LEDGER_LOCK_OWNER == CT_LEDGER_LOCK_BASE + CT_LEDGER_MAX_MEMBERS, "owner byte");
 
 #define LD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
 #define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
@@ -87,6 +89,10 @@ struct ct_ledger {
     int32_t joined_by; /* getpid() of the process that joined (fork check in leave) */
     uint64_t word;     /* our slot's ACTIVE state word */
     uint64_t pidns;    /* our pid namespace, 0 unknown */
+    int fd;            /* our open file description of the ledger (liveness locks), -1 none */
+    int32_t fd_owner;  /* getpid() of the process that opened fd (a child reopens its own) */
+    uint64_t ino, dev; /* of the file, to tell that fd is still ours */
+    char *path;
 };
 
 /* ---- small helpers (async-signal-safe: no stdio, no malloc) -------------------------------- */
@@ -232,11 +238,127 @@ static uint64_t self_pidns(void)
     return (uint64_t)sb.st_ino;
 }
 
+/* ---- liveness locks (ledger.h, CT_LEDGER_LIVE_LOCK) ------------------------------------------ */
+
+/* One byte lock through our own open file description; never waits. 0 done, -1 errno set. */
+static int byte_lock(int fd, short type, uint64_t off)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)off;
+    fl.l_len = 1;
+    int r;
+    do {
+        r = fcntl(fd, F_OFD_SETLK, &fl);
+    } while (r != 0 && errno == EINTR);
+    return r;
+}
+
+/* Whether another open file description holds a lock on [off, off+len): 1 yes, 0 no, -1 cannot
+ * tell. (Our own description's locks never conflict with a test through it.) */
+static int range_locked(int fd, uint64_t off, uint64_t len)
+{
+    if (fd < 0)
+        return -1;
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = (off_t)off;
+    fl.l_len = (off_t)len;
+    int r;
+    do {
+        r = fcntl(fd, F_OFD_GETLK, &fl);
+    } while (r != 0 && errno == EINTR);
+    if (r != 0)
+        return -1;
+    return fl.l_type != F_UNLCK;
+}
+
+/* fd, when it still refers to the ledger file (a program may close descriptors it did not open
+ * and reuse the number), else -1. */
+static int our_fd(const struct ct_ledger *l)
+{
+    struct stat sb;
+    if (l->fd < 0 || fstat(l->fd, &sb) != 0 || (uint64_t)sb.st_ino != l->ino ||
+        (uint64_t)sb.st_dev != l->dev)
+        return -1;
+    return l->fd;
+}
+
+static int open_rw(const char *path)
+{
+    return open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+}
+
+/* After fork the child shares its parent's open file description, whose locks are the
+ * parent's: give the child one of its own (same file even if it was unlinked since), on the
+ * same descriptor number. Also when the program closed our descriptor (its lock is gone then,
+ * and another member may have judged us dead: the shim joins again, ct_budget_rejoin), and at
+ * open, where the descriptor is the one the mapping was made through. */
+static void own_fd(struct ct_ledger *l)
+{
+    int32_t self = getpid();
+    int cur = our_fd(l);
+    if (cur >= 0 && l->fd_owner == self)
+        return;
+    int nfd = -1;
+    if (cur >= 0) {
+        char p[64];
+        memcpy(p, "/proc/self/fd/", 14);
+        int n = 0;
+        char d[12];
+        unsigned v = (unsigned)l->fd;
+        do {
+            d[n++] = (char)('0' + v % 10);
+            v /= 10;
+        } while (v && n < 11);
+        char *o = p + 14;
+        while (n)
+            *o++ = d[--n];
+        *o = 0;
+        nfd = open(p, O_RDWR | O_CLOEXEC | O_NONBLOCK);
+    }
+    if (nfd < 0 && l->path) {
+        nfd = open_rw(l->path);
+        struct stat sb;
+        if (nfd >= 0 && (fstat(nfd, &sb) != 0 || (uint64_t)sb.st_ino != l->ino ||
+                         (uint64_t)sb.st_dev != l->dev)) {
+            close(nfd); /* the path names another file now */
+            nfd = -1;
+        }
+    }
+    if (nfd < 0) {
+        if (cur < 0)
+            l->fd = -1; /* not ours any more: never lock or close it */
+        return;         /* liveness falls back to pid and start time */
+    }
+    if (cur >= 0 && nfd != l->fd) {
+        if (dup3(nfd, l->fd, O_CLOEXEC) >= 0) {
+            close(nfd);
+            nfd = l->fd;
+        }
+    }
+    l->fd = nfd;
+    l->fd_owner = self;
+}
+
 /* CT_LEDGER_ALIVE, _DEAD or _UNKNOWN (counted as alive). */
-static int member_alive(const struct ct_ledger *l, int32_t pid, uint64_t ticks, uint64_t pidns)
+/* fd: our_fd(l), checked once by the caller's scan */
+static int member_alive(const struct ct_ledger *l, int fd, int32_t slot, int32_t pid,
+                        uint64_t ticks, uint64_t pidns, uint64_t liveness)
 {
     if (pid <= 0)
         return CT_LEDGER_DEAD;
+    if (liveness == CT_LEDGER_LIVE_LOCK) {
+        int r = range_locked(fd, CT_LEDGER_LOCK_BASE + (uint64_t)slot, 1);
+        if (r == 1)
+            return CT_LEDGER_ALIVE;
+        if (r == 0)
+            return CT_LEDGER_DEAD; /* the kernel dropped its lock: the process is gone */
+    }
     if (pidns && l->pidns && pidns != l->pidns)
         return CT_LEDGER_UNKNOWN;
     if (kill(pid, 0) != 0 && errno == ESRCH)
@@ -288,6 +410,7 @@ static int reclaim_scan(struct ct_ledger *l)
 {
     int saved = errno, freed = 0;
     uint32_t n = hwm(l);
+    int fd = our_fd(l);
     for (uint32_t i = 0; i < n; i++) {
         if ((int32_t)i == l->slot)
             continue; /* ourselves */
@@ -295,10 +418,16 @@ static int reclaim_scan(struct ct_ledger *l)
         uint64_t w = LD(&m->state);
         int dead = 0;
         if (W_STATE(w) == CT_LEDGER_ACTIVE) {
-            dead = member_alive(l, W_PID(w), LD(&m->start_ticks), LD(&m->pidns)) == CT_LEDGER_DEAD;
+            dead = member_alive(l, fd, (int32_t)i, W_PID(w), LD(&m->start_ticks), LD(&m->pidns),
+                                LD(&m->liveness)) == CT_LEDGER_DEAD;
         } else if (W_STATE(w) == CT_LEDGER_CLAIMING) {
             /* a claimer that died between its two CASes (pidns/start not recorded yet) */
-            dead = W_PID(w) <= 0 || (kill(W_PID(w), 0) != 0 && errno == ESRCH);
+            uint64_t ns = LD(&m->pidns);
+            if (ns && l->pidns && ns != l->pidns)
+                dead = LD(&m->liveness) == CT_LEDGER_LIVE_LOCK &&
+                       range_locked(fd, CT_LEDGER_LOCK_BASE + i, 1) == 0;
+            else
+                dead = W_PID(w) <= 0 || (kill(W_PID(w), 0) != 0 && errno == ESRCH);
         }
         if (dead && CAS(&m->state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE))) {
             freed++;
@@ -335,6 +464,27 @@ static void deny_reclaim(struct ct_ledger *l)
     throttled_reclaim(l, &l->hdr->last_deny_reclaim_ns, DENY_RECLAIM_PERIOD_NS);
 }
 
+int32_t ct_ledger_hold(struct ct_ledger *l)
+{
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    int saved = errno;
+    own_fd(l);
+    int r = l->fd >= 0 ? byte_lock(l->fd, F_RDLCK, CT_LEDGER_LOCK_OWNER) : -1;
+    errno = saved;
+    return r == 0 ? CT_LEDGER_OK : CT_LEDGER_ESYS;
+}
+
+int32_t ct_ledger_in_use_by_anyone(struct ct_ledger *l)
+{
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    int saved = errno;
+    int r = range_locked(our_fd(l), CT_LEDGER_LOCK_BASE, CT_LEDGER_MAX_MEMBERS + 1);
+    errno = saved;
+    return r < 0 ? CT_LEDGER_ESYS : r;
+}
+
 int32_t ct_ledger_reclaim(struct ct_ledger *l)
 {
     if (!valid(l))
@@ -352,8 +502,13 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
     int saved = errno;
     int32_t self = getpid();
     l->pidns = self_pidns();
+    uint64_t own_ticks = ct_ledger_proc_start_ticks(self);
     if (!start_ticks)
-        start_ticks = ct_ledger_proc_start_ticks(pid);
+        start_ticks = pid == self ? own_ticks : ct_ledger_proc_start_ticks(pid);
+    /* a lock proves liveness only for the process that holds it: joining for itself */
+    int locking = pid == self && start_ticks == own_ticks;
+    if (locking)
+        own_fd(l);
 
     /* already a member as this pid (and still in our slot) */
     if (l->slot >= 0 && l->slot < CT_LEDGER_MAX_MEMBERS && l->pid == pid &&
@@ -385,8 +540,22 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
                 continue;
             uint32_t gen = W_GEN(w) + 1;
             uint64_t claim = W_MAKE(pid, gen, CT_LEDGER_CLAIMING);
+            if (locking && l->fd >= 0 &&
+                range_locked(l->fd, CT_LEDGER_LOCK_BASE + (uint64_t)i, 1) > 0)
+                continue; /* its byte is still held (an earlier image's stray descriptor) */
             if (!CAS(&m->state, &w, claim))
                 continue;
+            uint64_t live = CT_LEDGER_LIVE_PID;
+            if (locking && l->fd >= 0) {
+                if (byte_lock(l->fd, F_WRLCK, CT_LEDGER_LOCK_BASE + (uint64_t)i) == 0) {
+                    live = CT_LEDGER_LIVE_LOCK;
+                } else if (errno == EAGAIN || errno == EACCES) {
+                    uint64_t back = W_MAKE(0, W_GEN(claim), CT_LEDGER_FREE);
+                    CAS(&m->state, &claim, back); /* someone holds its byte: another slot */
+                    continue;
+                }
+            }
+            ST(&m->liveness, live);
             ST(&m->pid, pid);
             ST(&m->start_ticks, start_ticks);
             ST(&m->pidns, l->pidns);
@@ -396,11 +565,15 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
                 ST(&m->peak[d], 0);
                 ST(&m->denials[d], 0);
                 ST(&m->over[d], 0);
+                ST(&m->context_kib[d], 0);
             }
             raise_hwm(l, (uint32_t)i + 1);
             uint64_t active = W_MAKE(pid, gen, CT_LEDGER_ACTIVE);
-            if (!CAS(&m->state, &claim, active))
+            if (!CAS(&m->state, &claim, active)) {
+                if (live == CT_LEDGER_LIVE_LOCK)
+                    byte_lock(l->fd, F_UNLCK, CT_LEDGER_LOCK_BASE + (uint64_t)i);
                 continue; /* judged dead meanwhile (another pid namespace?): take another */
+            }
             l->slot = i;
             l->pid = pid;
             l->word = active;
@@ -429,9 +602,13 @@ int32_t ct_ledger_leave(struct ct_ledger *l)
     if (l->joined_by != self)
         return CT_LEDGER_ENOTMEMBER; /* inherited over fork: the slot is the parent's */
     uint64_t w = l->word;
-    if (!CAS(&l->mem[slot].state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE)))
-        return CT_LEDGER_ENOTMEMBER; /* reclaimed already */
-    return CT_LEDGER_OK;
+    int ok = CAS(&l->mem[slot].state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE));
+    if (l->fd_owner == self && our_fd(l) >= 0) {
+        saved = errno;
+        byte_lock(l->fd, F_UNLCK, CT_LEDGER_LOCK_BASE + (uint64_t)slot);
+        errno = saved;
+    }
+    return ok ? CT_LEDGER_OK : CT_LEDGER_ENOTMEMBER; /* not ok: reclaimed already */
 }
 
 int32_t ct_ledger_slot(const struct ct_ledger *l) { return valid(l) ? l->slot : CT_LEDGER_EINVAL; }
@@ -541,6 +718,24 @@ int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes)
     return CT_LEDGER_GRANTED;
 }
 
+int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes)
+{
+    int32_t rc;
+    struct ct_ledger_member *m = member(l, dev, &rc);
+    if (!m)
+        return rc;
+    uint64_t kib = (bytes + 1023) >> 10;
+    if (kib > UINT32_MAX)
+        kib = UINT32_MAX;
+    uint64_t old = (uint64_t)LD(&m->context_kib[dev]) << 10, now = kib << 10;
+    if (now > old)
+        ct_ledger_force(l, dev, now - old); /* the context exists already: count, never deny */
+    else if (now < old)
+        ct_ledger_release(l, dev, old - now);
+    ST(&m->context_kib[dev], (uint32_t)kib);
+    return CT_LEDGER_OK;
+}
+
 int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes)
 {
     int32_t rc;
@@ -628,6 +823,7 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
     out->reclaimed = LD(&h->reclaimed);
     memcpy(out->group, h->group, sizeof out->group);
     out->group[sizeof out->group - 1] = 0;
+    int fd = our_fd(l);
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
         out->limit[d] = LD(&h->limit[d]);
         out->peak[d] = LD(&h->peak[d]);
@@ -644,14 +840,18 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
         v->pid = W_PID(w);
         v->start_ticks = LD(&m->start_ticks);
         v->joined_ns = LD(&m->joined_ns);
-        v->alive = (uint32_t)((int32_t)i == l->slot
-                                  ? CT_LEDGER_ALIVE
-                                  : member_alive(l, v->pid, v->start_ticks, LD(&m->pidns)));
+        uint64_t ns = LD(&m->pidns);
+        v->other_pidns = ns && l->pidns && ns != l->pidns;
+        v->alive =
+            (uint32_t)((int32_t)i == l->slot ? CT_LEDGER_ALIVE
+                                             : member_alive(l, fd, (int32_t)i, v->pid,
+                                                            v->start_ticks, ns, LD(&m->liveness)));
         for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
             v->held[d] = LD(&m->held[d]);
             v->peak[d] = LD(&m->peak[d]);
             v->denials[d] = LD(&m->denials[d]);
             v->over[d] = LD(&m->over[d]);
+            v->context[d] = (uint64_t)LD(&m->context_kib[d]) << 10;
             if (v->alive == CT_LEDGER_DEAD)
                 out->dead_held[d] = sat_add(out->dead_held[d], v->held[d]);
             else
@@ -780,9 +980,10 @@ static void sleep_ms(long ms)
 
 /* Open and check an existing ledger. Returns the mapping, NULL with err set (*again = 1: it is
  * being created, try again shortly). */
-static void *map_existing(const char *path, int *again, char *err, uint64_t errlen)
+static void *map_existing(const char *path, int *again, int *fd_out, char *err, uint64_t errlen)
 {
     *again = 0;
+    *fd_out = -1;
     int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         int e = errno;
@@ -829,8 +1030,8 @@ static void *map_existing(const char *path, int *again, char *err, uint64_t errl
     }
     void *p = mmap(NULL, CT_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     int e = errno;
-    close(fd);
     if (p == MAP_FAILED) {
+        close(fd);
         set_err(err, errlen, "cannot map budget ledger %s: %s", path, strerror(e));
         return NULL;
     }
@@ -852,9 +1053,11 @@ static void *map_existing(const char *path, int *again, char *err, uint64_t errl
     if (why) {
         set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, why);
         munmap(p, CT_LEDGER_FILE_SIZE);
+        close(fd);
         errno = EINVAL;
         return NULL;
     }
+    *fd_out = fd; /* kept open: the liveness locks live on it */
     return p;
 }
 
@@ -871,9 +1074,10 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
     }
     int saved = errno;
     void *p = NULL;
+    int fd = -1;
     for (int waited = 0, tries = 0; tries < OPEN_WAIT_MS + 16; tries++) {
         int again = 0;
-        p = map_existing(path, &again, err, errlen);
+        p = map_existing(path, &again, &fd, err, errlen);
         if (p)
             break;
         if (errno == ENOENT && create) {
@@ -894,12 +1098,28 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
         return NULL;
     }
     struct ct_ledger *l = calloc(1, sizeof *l);
-    if (!l) {
+    char *pathcopy = strdup(path);
+    if (!l || !pathcopy) {
+        free(l);
+        free(pathcopy);
         munmap(p, CT_LEDGER_FILE_SIZE);
+        close(fd);
         set_err(err, errlen, "out of memory");
         errno = saved;
         return NULL;
     }
+    struct stat sb;
+    l->fd = fd;
+    l->fd_owner = -1;
+    if (fstat(fd, &sb) == 0) {
+        l->ino = (uint64_t)sb.st_ino;
+        l->dev = (uint64_t)sb.st_dev;
+    }
+    l->path = pathcopy;
+    /* The mapping holds a reference to the description it was made through, and a forked
+     * child inherits the mapping: locks on that description would live as long as any child.
+     * So the locks go on a description of their own (own_fd reopens the file, on this number). */
+    own_fd(l);
     l->hdr = p;
     l->mem = (struct ct_ledger_member *)((char *)p + CT_LEDGER_HEADER_SIZE);
     l->slot = -1;
@@ -926,8 +1146,11 @@ void ct_ledger_close(struct ct_ledger *l)
     int saved = errno;
     if (l->hdr)
         munmap(l->hdr, CT_LEDGER_FILE_SIZE);
+    if (our_fd(l) >= 0)
+        close(l->fd); /* drops our locks (a forked child's copy drops nothing of its parent's) */
     l->hdr = NULL;
     l->mem = NULL;
+    free(l->path);
     free(l);
     errno = saved;
 }

@@ -129,6 +129,14 @@ typedef struct {
     unsigned long long free;
     unsigned long long used;
 } nvmlMemory_v2_t;
+/* nvmlProcessInfo_v2_t: what nvmlDeviceGetComputeRunningProcesses_v3 fills (budget.c reads a
+ * process's own figure to measure its CUDA context) */
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlProcessInfo_v2_t;
 
 /* Bytes per element of a CUarray_format (channels multiply it). */
 static inline unsigned ct_array_format_bytes(int fmt)

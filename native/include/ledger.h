@@ -56,6 +56,19 @@
 #define CT_LEDGER_EACCESS -6
 #define CT_LEDGER_ESYS -7
 
+/* ct_ledger_member.liveness. CT_LEDGER_LIVE_LOCK: the member holds an open file description
+ * of the ledger with an OFD write lock (F_OFD_SETLK) on byte CT_LEDGER_LOCK_BASE + its slot. The
+ * kernel drops it when the process dies, in whatever pid namespace or container, so any process
+ * that maps the file tells a live member from a dead one by testing the lock (F_OFD_GETLK: never
+ * a lock anyone waits on). CT_LEDGER_LIVE_PID (0): judged by pid and start time, which only
+ * means something in the member's own pid namespace (a join on behalf of another process, or a
+ * file system without OFD locks). Byte CT_LEDGER_LOCK_OWNER is held by the launcher that owns a
+ * private ledger. The lock bytes lie past the end of the file (= CT_LEDGER_FILE_SIZE). */
+#define CT_LEDGER_LIVE_PID 0
+#define CT_LEDGER_LIVE_LOCK 1
+#define CT_LEDGER_LOCK_BASE 167936
+#define CT_LEDGER_LOCK_OWNER 168192
+
 /* ct_ledger_member_view.alive */
 #define CT_LEDGER_DEAD 0
 #define CT_LEDGER_ALIVE 1
@@ -93,12 +106,13 @@ struct ct_ledger_member {
     uint64_t start_ticks; /* /proc/<pid>/stat field 22; 0 = unknown (no reuse check) */
     uint64_t pidns;       /* inode of /proc/self/ns/pid; 0 = unknown */
     uint64_t joined_ns;   /* CLOCK_REALTIME */
-    uint64_t reserved1[3];
-    uint64_t held[CT_LEDGER_MAX_DEVICES];    /* atomic: bytes this member holds */
-    uint64_t peak[CT_LEDGER_MAX_DEVICES];    /* atomic: its highest held */
-    uint64_t denials[CT_LEDGER_MAX_DEVICES]; /* atomic */
-    uint64_t over[CT_LEDGER_MAX_DEVICES];    /* atomic */
-    uint64_t reserved2[8];
+    uint64_t liveness;    /* CT_LEDGER_LIVE_*: how others tell whether this member still lives */
+    uint64_t reserved1[2];
+    uint64_t held[CT_LEDGER_MAX_DEVICES];        /* atomic: bytes this member holds */
+    uint64_t peak[CT_LEDGER_MAX_DEVICES];        /* atomic: its highest held */
+    uint64_t denials[CT_LEDGER_MAX_DEVICES];     /* atomic */
+    uint64_t over[CT_LEDGER_MAX_DEVICES];        /* atomic */
+    uint32_t context_kib[CT_LEDGER_MAX_DEVICES]; /* atomic: of held, its CUDA context (KiB) */
 };
 
 /* What ct_ledger_open writes into a ledger it creates. */
@@ -112,14 +126,15 @@ struct ct_ledger_config {
 struct ct_ledger_member_view {
     int32_t slot;
     int32_t pid;
-    uint32_t alive; /* CT_LEDGER_ALIVE, _DEAD (not reclaimed yet), _UNKNOWN */
-    uint32_t reserved;
+    uint32_t alive;       /* CT_LEDGER_ALIVE, _DEAD (not reclaimed yet), _UNKNOWN */
+    uint32_t other_pidns; /* 1: it joined from another pid namespace than the reader's */
     uint64_t start_ticks;
     uint64_t joined_ns;
     uint64_t held[CT_LEDGER_MAX_DEVICES];
     uint64_t peak[CT_LEDGER_MAX_DEVICES];
     uint64_t denials[CT_LEDGER_MAX_DEVICES];
     uint64_t over[CT_LEDGER_MAX_DEVICES];
+    uint64_t context[CT_LEDGER_MAX_DEVICES]; /* of held: its CUDA context and modules (bytes) */
 };
 
 /* A consistent-enough copy for status displays (each field is one atomic load). */
@@ -178,6 +193,16 @@ int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *i
                           uint64_t *limit);
 int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes);
 int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes);
+/* Count bytes of this member's CUDA context on dev (held, never denied) and record the figure
+ * apart (context_kib). bytes is the context's current size: the difference to what was
+ * recorded is forced or released. CT_LEDGER_OK or < 0. */
+int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes);
+/* The launcher's claim on a private ledger: an OFD lock on CT_LEDGER_LOCK_OWNER, held until
+ * the handle is closed. CT_LEDGER_OK, or CT_LEDGER_ESYS where the file system has no OFD locks. */
+int32_t ct_ledger_hold(ct_ledger *l);
+/* Whether any other open file description holds a lock of this ledger (a live member or its
+ * launcher): 1 yes, 0 no, CT_LEDGER_ESYS cannot tell (no OFD locks). */
+int32_t ct_ledger_in_use_by_anyone(ct_ledger *l);
 /* Free the slots of dead members now; returns how many. */
 int32_t ct_ledger_reclaim(ct_ledger *l);
 

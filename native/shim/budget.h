@@ -19,6 +19,10 @@ void ct_budget_init(void);
 void ct_budget_join(void); /* again in a child after fork */
 void ct_budget_leave(void);
 
+/* Join again after another member judged this process dead, counting what it still holds.
+ * 1 if a member again. */
+int ct_budget_rejoin(void);
+
 /* whether an allocation of this kind on dev counts against the budget */
 int ct_budget_counted(int kind, int dev);
 
@@ -33,6 +37,12 @@ void ct_budget_unmap(uint64_t ptr, uint64_t size); /* gives back what the unmap 
  * free = limit - in use, no more than the real free when clamp. 1 if it did (a budget with a
  * limit on dev, and virtualization on). */
 int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp);
+
+/* Count this process's CUDA context on dev (measured through NVML, at most once a second;
+ * see budget.c). Called around counted allocations. */
+void ct_budget_context(int dev);
+/* fn(dev, bytes): told each new figure (shim.c writes it into the trace) */
+void ct_budget_set_context_report(void (*fn)(int dev, uint64_t bytes));
 
 void ct_budget_atfork_prepare(void);
 void ct_budget_atfork_parent(void);

@@ -198,8 +198,11 @@ static int ct_pre(struct ct_call *c)
     int dev = c->dev < 0 ? 0 : c->dev;
     if (!ct_budget_counted(c->kind, dev))
         return 1;
+    ct_budget_context(dev); /* the context first: the allocation must fit beside it */
     uint64_t in_use = 0, limit = 0;
     int r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
+    if (r == CT_LEDGER_ENOTMEMBER && ct_budget_rejoin())
+        r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
     if (r == 1) {
         c->reserved = 1;
         return 1;
@@ -246,6 +249,7 @@ static void ct_post(struct ct_call *c)
                 ct_ledger_release(ledger, dev, c->reserve - c->size);
             if (!ct_budget_track(c->addr, c->space, c->size, dev))
                 ct_ledger_release(ledger, dev, c->size); /* cannot track it: never leak budget */
+            ct_budget_context(dev);                      /* the call may have made the context */
         }
     } else if (c->op == CT_OP_FREE && ledger && c->result == CUDA_SUCCESS) {
         uint64_t size = 0;
@@ -407,6 +411,16 @@ static void write_info(const char *key, const char *value)
     ct_rec_write(CT_REC_INFO, &r, sizeof r, key, strlen(key) + 1, value, strlen(value) + 1);
 }
 
+/* the budget's figure for this process's CUDA context on a device: "context.<dev>" = bytes
+ * (a later record of the same key replaces an earlier one) */
+static void report_context(int dev, uint64_t bytes)
+{
+    char key[32] = "context.", num[24];
+    ct_fmt_u64(key + 8, (uint64_t)dev);
+    ct_fmt_u64(num, bytes);
+    write_info(key, num);
+}
+
 static void write_preamble(void)
 {
     static char buf[32768]; /* under the writer lock: one user at a time */
@@ -513,6 +527,7 @@ static void init_once(void)
         ct_stacks_init();
     }
     ct_writer_set_preamble(write_preamble);
+    ct_budget_set_context_report(report_context);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ct_cfg.active = 1;
     if (ct_cfg.eager)

@@ -55,6 +55,7 @@ PROGRAMS: dict[str, str] = {
     "meminfo": "cuda",
     "budget_hammer": "cuda",
     "simstat": "cuda",
+    "closefds": "cuda",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable
@@ -68,6 +69,8 @@ SIM_OPTIONS: dict[str, str] = {
     "calls": "CUDASIM_CALLS",                 # append "pid symbol count" lines at exit
     "ctx_bytes": "CUDASIM_CTX_BYTES",         # hidden per-process context cost per device
     "strict_context": "CUDASIM_STRICT_CONTEXT",  # 1: no implicit context after cuInit
+    "meminfo": "CUDASIM_MEMINFO",             # integrated: a /proc/meminfo-like file for cuMemGetInfo
+    "backed": "CUDASIM_BACKED",               # 1: device memory is real touched memory (RSS, PSS)
 }
 
 

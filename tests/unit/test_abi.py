@@ -59,6 +59,9 @@ LAYOUT = [
     ("nvmlMemory_v2_t", "total", 8),
     ("nvmlMemory_v2_t", "free", 24),
     ("nvmlMemory_v2_t", "used", 32),
+    ("nvmlProcessInfo_v2_t", None, 24),
+    ("nvmlProcessInfo_v2_t", "usedGpuMemory", 8),
+    ("nvmlProcessInfo_v2_t", "gpuInstanceId", 16),
 ]
 # constants the shim relies on, as cuda.h defines them
 CONSTANTS = [

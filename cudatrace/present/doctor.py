@@ -1,0 +1,117 @@
+"""`cudatrace doctor` as text, from record/doctor.py's data (--json prints that data as is)."""
+
+from __future__ import annotations
+
+from ..units import format_bytes
+
+
+def render_doctor(r: dict) -> str:
+    L = []
+    d = r["driver"]
+    if d["available"]:
+        L.append(
+            "CUDA driver   %s (%d device%s)"
+            % (d["version_text"], len(d["devices"]), "" if len(d["devices"]) == 1 else "s")
+        )
+        for x in d["devices"]:
+            L.append(
+                "  device %d    %s, %s, %s"
+                % (
+                    x["ordinal"],
+                    x.get("name", "?"),
+                    format_bytes(x["total"]) if "total" in x else "total unknown",
+                    {True: "integrated (unified memory)", False: "discrete"}.get(
+                        x.get("integrated"), "integrated: unknown"
+                    ),
+                )
+            )
+    else:
+        L.append("CUDA driver   none (%s)" % d["why"])
+    n = r["nvml"]
+    if n["available"]:
+        mem = (
+            "memory figures: yes"
+            if n["memory_supported"]
+            else "memory figures: not supported (as on integrated devices)"
+            if n["memory_supported"] is False
+            else "memory figures: no device"
+        )
+        L.append(
+            "NVML          %s, %d device%s; %s; per-process figures: %s"
+            % (
+                n["driver"] or "version unknown",
+                n["devices"],
+                "" if n["devices"] == 1 else "s",
+                mem,
+                {True: "yes", False: "none listed now", None: "-"}[n["per_process"]],
+            )
+        )
+    else:
+        L.append("NVML          none (%s)" % n["why"])
+    led = r["ledger"]
+    where = "from CUDATRACE_LEDGER_DIR" if led["env"] else "default"
+    if not led["ok"]:
+        L.append("ledger dir    REFUSED: %s" % led["error"])
+    elif not led["exists"]:
+        L.append("ledger dir    %s (%s): %s" % (led["path"], where, led.get("note", "")))
+    else:
+        L.append(
+            "ledger dir    %s (%s): uid %d, mode %s, %s; %d ledger%s"
+            % (
+                led["path"],
+                where,
+                led["uid"],
+                led["mode"],
+                led.get("fs") or "file system unknown",
+                len(led.get("ledgers", [])),
+                "" if len(led.get("ledgers", [])) == 1 else "s",
+            )
+        )
+    ns = r["namespace"]
+    L.append(
+        "namespace     pid namespace %s (%s; pid 1's: %s), uid %d, container: %s"
+        % (
+            ns["pidns"],
+            "the host's" if ns["initial_pidns"] else "not the host's",
+            ns["pidns_of_pid1"],
+            ns["uid"],
+            ns["container"] or "none seen",
+        )
+    )
+    if ns.get("cgroup"):
+        L.append("  cgroup      %s" % ns["cgroup"])
+    c = r.get("command")
+    if c:
+        L.append("command       %s -> %s" % (c["argv0"], c["path"] or "not found"))
+        L.extend(_command_lines(c, "  "))
+    L.append("")
+    L.append("What to do:" if r["advice"] else "Nothing to do.")
+    L.extend("  - " + a for a in r["advice"])
+    return "\n".join(L)
+
+
+def _command_lines(c: dict, ind: str) -> list[str]:
+    out = []
+    if c.get("kind") == "elf":
+        out.append(
+            "%s%s ELF, %s; needs %s"
+            % (
+                ind,
+                c.get("machine", ""),
+                "STATIC" if c["static"] else "dynamic",
+                ", ".join(c["needed"]) or "nothing",
+            )
+        )
+        out.append(
+            "%sCUDA runtime: %s; driver: %s"
+            % (ind, c.get("cudart") or "not linked", c.get("driver") or "not referenced")
+        )
+    elif c.get("kind") == "script" and c.get("interpreter"):
+        i = c["interpreter"]
+        out.append("%sscript run by %s" % (ind, i["path"] or i["argv0"]))
+        out.extend(_command_lines(i, ind + "  "))
+    out.append(
+        "%s%s"
+        % (ind, "can be entered" if c["ok"] else "CANNOT be entered: " + "; ".join(c["problems"]))
+    )
+    return out

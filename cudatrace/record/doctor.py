@@ -1,0 +1,296 @@
+"""`cudatrace doctor [CMD]`: what a run would see on this machine, as data (present/doctor.py
+writes the text). Every probe is read here, nothing is assumed: the CUDA driver and NVML (their
+versions, or why there are none), integrated or discrete devices, the ledger directory and its
+permissions, the container and PID namespace this runs in, and whether CMD can be entered by the
+preload library (static binary, setuid, the CUDA runtime linked statically or shared).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+INIT_PID_NS = 0xEFFFFFFC  # the kernel's initial pid namespace (PROC_PID_INIT_INO)
+
+
+def probe_driver() -> dict:
+    from .cudadrv import Driver, version_text
+
+    d = Driver()
+    out = {
+        "available": d.available,
+        "why": d.why or None,
+        "version": d.version,
+        "version_text": version_text(d.version),
+        "devices": d.devices,
+    }
+    integ = [x.get("integrated") for x in d.devices if "integrated" in x]
+    out["integrated"] = (
+        (all(integ) and "integrated")
+        if integ and all(integ)
+        else ("mixed" if any(integ) else ("discrete" if integ else None))
+    )
+    return out
+
+
+def probe_nvml() -> dict:
+    from ..nvml import Nvml
+
+    nv = Nvml()
+    out = {
+        "available": nv.available,
+        "why": nv.why or None,
+        "driver": nv.driver,
+        "devices": len(nv.handles),
+        "memory": [],
+        "per_process": None,
+    }
+    if nv.available:
+        try:
+            out["memory"] = nv.memory()
+            out["per_process"] = any(m for m in nv.processes().values())
+        finally:
+            nv.shutdown()
+    out["memory_supported"] = any("total" in m for m in out["memory"]) if out["memory"] else None
+    return out
+
+
+def probe_ledger() -> dict:
+    from .ledger import LedgerError, ledger_dir
+
+    env = os.environ.get("CUDATRACE_LEDGER_DIR")
+    out: dict = {"env": env, "path": None, "exists": False, "ok": False, "error": None}
+    try:
+        p = ledger_dir(create=False)
+        out["path"] = str(p)
+    except LedgerError as e:
+        out["error"] = str(e)
+        return out
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        out["ok"] = True  # made (0700) by the first run with a budget
+        out["note"] = "does not exist yet: the first run with a budget makes it (mode 0700)"
+        return out
+    out.update(
+        {
+            "exists": True,
+            "uid": st.st_uid,
+            "mode": "%04o" % (st.st_mode & 0o7777),
+            "ok": True,
+            "fs": _fs_type(str(p)),
+        }
+    )
+    try:
+        out["ledgers"] = sorted(n for n in os.listdir(p) if n.endswith(".ledger"))
+    except OSError as e:
+        out["ledgers"] = []
+        out["error"] = f"cannot list it: {e.strerror}"
+    return out
+
+
+def _fs_type(path: str) -> str | None:
+    """The file system type of the mount that holds path (/proc/self/mounts)."""
+    best, kind = "", None
+    try:
+        with open("/proc/self/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3 and (
+                    path == parts[1] or path.startswith(parts[1].rstrip("/") + "/")
+                ):
+                    if len(parts[1]) >= len(best):
+                        best, kind = parts[1], parts[2]
+    except OSError:
+        return None
+    return kind
+
+
+def probe_namespace() -> dict:
+    def ns(pid):
+        try:
+            return os.stat(f"/proc/{pid}/ns/pid").st_ino
+        except OSError:
+            return None
+
+    me, init = ns("self"), ns(1)
+    out = {
+        "pidns": me,
+        "pidns_of_pid1": init,
+        "initial_pidns": me == INIT_PID_NS if me else None,
+        "pid": os.getpid(),
+        "uid": os.geteuid(),
+        "container": None,
+        "cgroup": None,
+    }
+    for marker, kind in (("/.dockerenv", "docker"), ("/run/.containerenv", "podman")):
+        if os.path.exists(marker):
+            out["container"] = kind
+    try:
+        cg = Path("/proc/self/cgroup").read_text().strip().splitlines()
+        out["cgroup"] = cg[-1].split(":", 2)[-1] if cg else None
+        if out["container"] is None:
+            for word in ("docker", "kubepods", "libpod", "containerd", "lxc"):
+                if any(word in line for line in cg):
+                    out["container"] = word
+                    break
+    except OSError:
+        pass
+    if out["container"] is None and me and me != INIT_PID_NS:
+        out["container"] = "a pid namespace"
+    return out
+
+
+# ---- can CMD be entered ----------------------------------------------------------------------
+
+
+def probe_command(argv0: str, depth: int = 0) -> dict:
+    out: dict = {"argv0": argv0, "path": None, "ok": False, "problems": [], "kind": None}
+    path = argv0 if os.sep in argv0 else shutil.which(argv0)
+    if not path or not os.path.exists(path):
+        out["problems"].append("not found")
+        return out
+    out["path"] = path = os.path.realpath(path)
+    st = os.stat(path)
+    if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        out["problems"].append("setuid/setgid: the loader ignores LD_PRELOAD for it")
+    if not os.access(path, os.X_OK):
+        out["problems"].append("not executable")
+    try:
+        with open(path, "rb") as f:
+            head = f.read(256)
+    except OSError as e:
+        out["problems"].append(f"unreadable: {e.strerror}")
+        return out
+    if head.startswith(b"#!"):
+        out["kind"] = "script"
+        words = head[2:].split(b"\n", 1)[0].decode(errors="replace").split()
+        if words:
+            interp = words[0]
+            if Path(interp).name == "env" and len(words) > 1:
+                interp = words[1]
+            if depth < 3:
+                out["interpreter"] = probe_command(interp, depth + 1)
+                out["problems"] += ["interpreter: " + p for p in out["interpreter"]["problems"]]
+    elif head[:4] == b"\x7fELF":
+        out.update(_elf(path))
+        if out["static"]:
+            out["problems"].append("statically linked: LD_PRELOAD cannot enter it")
+    else:
+        out["kind"] = "unknown"
+        out["problems"].append("neither an ELF binary nor a script")
+    out["ok"] = not out["problems"]
+    return out
+
+
+def _elf(path: str) -> dict:
+    from elftools.elf.elffile import ELFFile
+
+    out: dict = {"kind": "elf", "static": False, "needed": [], "cudart": None, "driver": None}
+    with open(path, "rb") as f:
+        elf = ELFFile(f)
+        out["machine"] = elf["e_machine"]
+        out["static"] = not any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
+        dyn = elf.get_section_by_name(".dynamic")
+        if dyn is not None:
+            out["needed"] = [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+        defined = set()
+        for name in (".dynsym", ".symtab"):
+            sec = elf.get_section_by_name(name)
+            if sec is None:
+                continue
+            for sym in sec.iter_symbols():
+                if (
+                    sym.name in ("cudaMalloc", "cudaGetDeviceCount", "__cudaRegisterFatBinary")
+                    and sym["st_shndx"] != "SHN_UNDEF"
+                ):
+                    defined.add(sym.name)
+        ro = elf.get_section_by_name(".rodata")
+        dlopens_driver = bool(ro is not None and b"libcuda.so.1" in ro.data())
+    if any(n.startswith("libcudart.so") for n in out["needed"]):
+        out["cudart"] = "shared (%s)" % next(
+            n for n in out["needed"] if n.startswith("libcudart.so")
+        )
+    elif defined or dlopens_driver:
+        out["cudart"] = "static (linked in; it loads libcuda.so.1 itself)"
+    out["driver"] = (
+        "linked (-lcuda)"
+        if "libcuda.so.1" in out["needed"]
+        else ("loaded at run time" if dlopens_driver or out["cudart"] else None)
+    )
+    return out
+
+
+# ---- what to do ------------------------------------------------------------------------------
+
+
+def advice(r: dict) -> list[str]:
+    out = []
+    drv, nv, led, ns = r["driver"], r["nvml"], r["ledger"], r["namespace"]
+    if not drv["available"]:
+        out.append(
+            "No CUDA driver here: a run traces nothing until the program finds one "
+            "(install the NVIDIA driver, or in a container pass the GPU: docker --gpus all, "
+            "podman --device nvidia.com/gpu=all)."
+        )
+    if drv.get("integrated") in ("integrated", "mixed"):
+        out.append(
+            "Integrated (unified-memory) device: NVML has no memory figures here; reports "
+            "compare the trace with /proc/meminfo and the tree's RSS/PSS, pinned host "
+            "memory counts against a budget, and --budget N% is a share of the device's "
+            "total as the driver reports it."
+        )
+    elif not nv["available"]:
+        out.append(
+            "No NVML: reports show no observed device figures and budgets cannot count "
+            "CUDA contexts (%s)." % (nv["why"] or "unavailable")
+        )
+    elif nv.get("per_process") is False:
+        out.append(
+            "NVML lists no process figures now (none uses the GPU, or this pid namespace "
+            "cannot see them): contexts are counted only where NVML lists the process."
+        )
+    if not led["ok"]:
+        out.append(
+            "The ledger directory is refused: %s. Give one you own with mode 0700: "
+            "--ledger-dir DIR or CUDATRACE_LEDGER_DIR." % led["error"]
+        )
+    if ns.get("container"):
+        out.append(
+            "Running in %s: to share a --group budget with other containers, bind-mount "
+            "one host directory (mode 0700, owned by the uid the programs run as) into "
+            "each and pass it with --ledger-dir (docs/budgets.md)." % ns["container"]
+        )
+    cmd = r.get("command")
+    if cmd:
+        if cmd["ok"]:
+            rt = cmd.get("cudart") or (cmd.get("interpreter") or {}).get("cudart")
+            out.append(
+                "%s can be entered%s." % (cmd["argv0"], "; CUDA runtime " + rt if rt else "")
+            )
+        else:
+            for p in cmd["problems"]:
+                if "setuid" in p:
+                    out.append("%s is setuid: run a copy without the bit." % cmd["argv0"])
+                elif "statically linked" in p:
+                    out.append(
+                        "%s is static: nothing can be traced; rebuild it dynamically "
+                        "linked (the CUDA runtime may stay static)." % cmd["argv0"]
+                    )
+                else:
+                    out.append("%s: %s." % (cmd["argv0"], p))
+    return out
+
+
+def diagnose(cmd: list[str] | None = None) -> dict:
+    r = {
+        "driver": probe_driver(),
+        "nvml": probe_nvml(),
+        "ledger": probe_ledger(),
+        "namespace": probe_namespace(),
+        "command": probe_command(cmd[0]) if cmd else None,
+    }
+    r["advice"] = advice(r)
+    return r

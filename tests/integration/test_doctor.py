@@ -1,0 +1,67 @@
+"""`cudatrace doctor` on the simulated driver: versions, integrated or discrete, the ledger
+directory, the namespace, and whether a command can be entered."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+
+
+def doctor(ct, env, *args):
+    r = ct.cli("doctor", *args, env=env)
+    return r, (json.loads(ct.cli("doctor", "--json", *args, env=env).stdout))
+
+
+def test_doctor_discrete(ct, sim, tmp_path):
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env(devices=2, total_bytes=8 << 30)
+    env["CUDATRACE_LEDGER_DIR"] = str(d)
+    r, js = doctor(ct, env, sim.progs["hold"])
+    assert r.returncode == 0, r.stderr
+    assert "CUDA driver   13.0 (2 devices)" in r.stdout, r.stdout
+    assert "cudasim discrete device 1, 8.00 GiB, discrete" in r.stdout
+    assert "NVML          580.159.01, 2 devices; memory figures: yes" in r.stdout
+    assert (
+        f"ledger dir    {d} (from CUDATRACE_LEDGER_DIR): uid {os.geteuid()}, mode 0700" in r.stdout
+    )
+    assert js["driver"]["integrated"] == "discrete"
+    assert js["command"]["ok"] and js["command"]["driver"] == "linked (-lcuda)"
+    assert "can be entered" in r.stdout
+
+
+def test_doctor_integrated(ct, sim, tmp_path):
+    env = ct.env(integrated=True)
+    env["CUDATRACE_LEDGER_DIR"] = str(tmp_path / "missing")
+    r, js = doctor(ct, env)
+    assert "integrated (unified memory)" in r.stdout
+    assert "memory figures: not supported" in r.stdout
+    assert js["driver"]["integrated"] == "integrated"
+    assert "Integrated (unified-memory) device" in r.stdout
+    assert "does not exist yet" in r.stdout
+
+
+def test_doctor_refusals(ct, sim, tmp_path):
+    bad = tmp_path / "open-dir"
+    bad.mkdir()
+    os.chmod(bad, 0o755)
+    env = ct.env()
+    env["CUDATRACE_LEDGER_DIR"] = str(bad)
+    suid = tmp_path / "suid-hold"
+    shutil.copy(sim.progs["hold"], suid)
+    os.chmod(suid, 0o4755)
+    r, js = doctor(ct, env, suid)
+    assert r.returncode == 1
+    assert "ledger dir    REFUSED" in r.stdout and "group/other permissions" in r.stdout
+    assert "setuid" in r.stdout and "run a copy without the bit" in r.stdout
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\nexec true\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    r, js = doctor(ct, env, script)
+    assert r.returncode == 0 and js["command"]["kind"] == "script"
+    assert js["command"]["interpreter"]["kind"] == "elf"
+    if sim.progs.get("static_prog"):
+        r, js = doctor(ct, env, sim.progs["static_prog"])
+        assert r.returncode == 1 and "STATIC" in r.stdout and "is static" in r.stdout
