@@ -101,6 +101,7 @@ def tools():
 def constants() -> dict[str, int]:
     """All integer #defines of the CFFI section (CT_OP_ALLOC ...)."""
     out = {}
-    for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", cffi_part(layout_header()), re.M):
-        out[m.group(1)] = int(m.group(2))
+    for m in re.finditer(r"^#define\s+(\w+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\s*$",
+                         cffi_part(layout_header()), re.M):
+        out[m.group(1)] = int(m.group(2), 0)
     return out

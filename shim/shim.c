@@ -1017,6 +1017,7 @@ static void join_ledger(void)
 
 static void atfork_prepare(void)
 {
+    ct_py_atfork_prepare();
     ct_stacks_atfork_prepare();
     ct_writer_atfork_prepare();
     pthread_mutex_lock(&atab_mu);
@@ -1027,6 +1028,7 @@ static void atfork_parent(void)
     pthread_mutex_unlock(&atab_mu);
     ct_writer_atfork_parent();
     ct_stacks_atfork_parent();
+    ct_py_atfork_parent();
 }
 
 static void atfork_child(void)
@@ -1040,6 +1042,7 @@ static void atfork_child(void)
     }
     ct_writer_atfork_child();
     ct_stacks_reset();
+    ct_py_reset();
     ct_modules_reset();
     join_ledger();
 }

@@ -82,6 +82,14 @@ int ct_in_shim(uintptr_t ip);
 void ct_describe_address(uintptr_t ip, char *out, size_t outlen);
 uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
 
+/* ---- pyframes.c: the Python stack of the calling thread ------------------------------ */
+/* The link node's ip for this event (layout.h CT_PYLINK_*), 0 when the process has no Python */
+uint64_t ct_py_capture(void);
+void ct_py_modules_changed(void);     /* new modules mapped: look for the interpreter again */
+void ct_py_atfork_prepare(void);
+void ct_py_atfork_parent(void);
+void ct_py_reset(void);               /* child after fork */
+
 /* ---- small helpers: no stdio inside the target -------------------------------------- */
 size_t ct_strlcpy(char *dst, const char *src, size_t n);
 void ct_fmt_u64(char *out, uint64_t v);

@@ -61,7 +61,7 @@ static uint32_t node(uint32_t parent, uint64_t ip)
     }
     if (nnodes >= MAX_NODES)
         return 0;
-    if (!ct_modules_covers(ip))
+    if ((ip & CT_PYLINK_MASK) != CT_PYLINK_TAG && !ct_modules_covers(ip))
         ct_modules_scan();
     struct ct_rec_stack rec = {nnodes + 1, parent, ip};
     if (!ct_rec_write(CT_REC_STACK, &rec, sizeof rec, NULL, 0, NULL, 0))
@@ -153,7 +153,37 @@ static uint32_t insert(const uintptr_t *ips, int cnt)
     return id;
 }
 
+static uint32_t native_capture(uintptr_t wrapper_cfa);
+
+/* the last (native leaf, Python link) pair of this thread and its node */
+static CT_TLS uint64_t link_ip;
+static CT_TLS uint32_t link_leaf, link_node, link_gen;
+
 uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
+{
+    uint32_t leaf = native_capture(wrapper_cfa);
+    if (ct_cfg.stack_depth <= 0)
+        return leaf;
+    /* a process running CPython: one more node naming the Python stack (pyframes.c) */
+    uint64_t link = ct_py_capture();
+    if (!link)
+        return leaf;
+    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+    if (link_gen == gen && link_leaf == leaf && link_ip == link && link_node)
+        return link_node;
+    pthread_mutex_lock(&mu);
+    uint32_t id = node(leaf, link);
+    pthread_mutex_unlock(&mu);
+    if (!id)
+        return leaf;
+    link_gen = gen;
+    link_leaf = leaf;
+    link_ip = link;
+    link_node = id;
+    return id;
+}
+
+static uint32_t native_capture(uintptr_t wrapper_cfa)
 {
     int depth = ct_cfg.stack_depth;
     if (depth <= 0)
