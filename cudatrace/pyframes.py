@@ -32,8 +32,9 @@ WHY = {
     6: "thread state inconsistent (not this thread's)",
 }
 
-EVAL_FUNCTIONS = re.compile(r"^(_PyEval_EvalFrameDefault|_PyEval_EvalFrame|PyEval_EvalFrameEx)"
-                            r"(\.cold|\.part\.\d+|\.constprop\.\d+)*$")
+# the eval loop's own function (not its inlined callers such as _PyEval_EvalFrame, which share
+# a return address with the function they were inlined into)
+EVAL_FUNCTIONS = re.compile(r"^_PyEval_EvalFrameDefault(\.cold|\.part\.\d+|\.constprop\.\d+)*$")
 
 
 def is_link(ip: int) -> bool:

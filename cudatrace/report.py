@@ -106,7 +106,8 @@ class Analysis:
     """Trace directory -> model -> stacks; what every report command starts from."""
 
     def __init__(self, path, symbolize: bool = True, show_cuda_frames: bool = False,
-                 progress: bool = False, td: TraceDir | None = None, symbolizer=None):
+                 progress: bool = False, td: TraceDir | None = None, symbolizer=None,
+                 view: str = "hybrid"):
         self.path = Path(path)
         self.td = td if td is not None else load(path)
         self.traces = self.td.traces
@@ -114,7 +115,7 @@ class Analysis:
         if symbolizer is None and symbolize:
             symbolizer = make_symbolizer(progress=progress)
         self.symbolizer = symbolizer
-        self.stacks = Stacks(self.traces, symbolizer, fold=not show_cuda_frames)
+        self.stacks = Stacks(self.traces, symbolizer, fold=not show_cuda_frames, view=view)
         self.observed = Observed(self.td)
         self.start_ns = self._start()
 
@@ -387,9 +388,36 @@ def build_report(a: Analysis, at: str = "peak", by: str = "site", depth: int = 1
         "budget": budget,
         "counts": dict(c),
         "truncated_files": truncated,
+        "python": python_summary(a),
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
     }
+
+
+def python_summary(a: Analysis) -> dict | None:
+    """Python in the traced processes: versions, status, and device allocations with Python frames
+    and without (by reason). None when no process ran Python."""
+    from . import pyframes
+    procs = [t for t in a.traces if "python.status" in t.info]
+    if not procs:
+        return None
+    with_frames = 0
+    without: dict[str, int] = {}
+    for (ti, leaf), (count, _nbytes) in a.model.stack_totals().items():
+        t = a.traces[ti]
+        if "python.status" not in t.info:
+            continue
+        link = t.py_link(leaf)
+        if link and link[0] == pyframes.LINK_FRAMES:
+            with_frames += count
+        else:
+            why = pyframes.WHY.get(link[1], "reason %d" % link[1]) if link else \
+                "no stack recorded (stacks off or the stack table full)"
+            without[why] = without.get(why, 0) + count
+    return {"view": a.stacks.view,
+            "processes": [{"pid": t.pid, "version": t.info.get("python.version"),
+                           "status": t.info.get("python.status")} for t in procs],
+            "allocs_with_frames": with_frames, "allocs_without_frames": without}
 
 
 def _same_site(a: Analysis, x: Alloc, s: Site, depth: int) -> bool:
@@ -531,6 +559,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
     w("  events      {:,} over {}; {:,} device allocations, {:,} frees, {:,} failed, {:,} denied".format(
         c.get("events", 0), _s(r["duration"]), c.get("allocs", 0), c.get("frees", 0),
         c.get("failed", 0), c.get("denied", 0)))
+    _render_python(r.get("python"), w)
     w("")
 
     # peak
@@ -684,6 +713,16 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
     return "\n".join(L) + "\n"
 
 
+def _render_python(py: dict | None, w) -> None:
+    if not py:
+        return
+    vers = sorted({"%s (%s)" % (p["version"], p["status"]) for p in py["processes"]})
+    w("  python      CPython %s; %s view" % (", ".join(vers), py["view"]))
+    w("              {:,} device allocations with Python frames".format(py["allocs_with_frames"]))
+    for why, n in sorted(py["allocs_without_frames"].items(), key=lambda x: -x[1]):
+        w("              {:,} without: {}".format(n, why))
+
+
 def _render_observed(r: dict, w) -> None:
     o = r["observed"]
     traced_peak = o.get("traced_peak_bytes", r["peak_bytes"])
@@ -751,14 +790,14 @@ def _render_observed(r: dict, w) -> None:
 # ---- the command ---------------------------------------------------------------------------
 
 def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cuda_frames=False,
-               as_json=False, svg=None, out=None, symbolizer=None) -> int:
+               as_json=False, svg=None, out=None, symbolizer=None, view="hybrid") -> int:
     """The body of `cudatrace report` (also callable from Python). Returns the exit status."""
     out = out or sys.stdout
     try:
         if at not in ("peak", "end"):
             parse_time(at)
         a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
-                     progress=not as_json and _tty())
+                     progress=not as_json and _tty(), view=view)
         r = build_report(a, at=at, by=by, depth=depth, top=top, device=device)
     except ReportError as e:
         click.echo(str(e), err=True)
@@ -806,10 +845,15 @@ def _tty() -> bool:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.report/1).")
 @click.option("--svg", type=click.Path(dir_okay=False, path_type=Path), default=None, metavar="FILE",
               help="Also write a timeline picture (SVG) to FILE.")
-def report_command(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
+@click.option("--python-only", "view", flag_value="python",
+              help="Python programs: sites and stacks from Python frames alone.")
+@click.option("--native-only", "view", flag_value="native",
+              help="Python programs: native frames alone (the eval loop not replaced).")
+def report_command(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, view):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
     """
     sys.exit(run_report(path, top=top, by=by, at=at, device=device, depth=depth,
-                        show_cuda_frames=show_cuda_frames, as_json=as_json, svg=svg))
+                        show_cuda_frames=show_cuda_frames, as_json=as_json, svg=svg,
+                        view=view or "hybrid"))
