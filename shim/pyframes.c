@@ -19,6 +19,7 @@
 
 #include <dlfcn.h>
 #include <link.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -44,6 +45,7 @@ static struct pyrt *py;           /* published once found (or refused) */
 static int modules_changed = 1;   /* a rescan found new modules: look for Python again */
 static pthread_mutex_t detect_mu = PTHREAD_MUTEX_INITIALIZER;
 static int info_written;          /* the INFO records of this file */
+static int disabled = -1;
 
 /* code objects: address -> id, validated on every hit by what identifies the object */
 struct codeent {
@@ -390,7 +392,13 @@ uint64_t ct_py_capture(void)
 {
     struct pyrt *p = __atomic_load_n(&py, __ATOMIC_ACQUIRE);
     if (!p) {
-        if (!__atomic_load_n(&modules_changed, __ATOMIC_RELAXED) || !(p = find_python()))
+        if (!__atomic_load_n(&modules_changed, __ATOMIC_RELAXED))
+            return 0;
+        if (disabled < 0) {               /* CUDATRACE_PYTHON=0: native stacks only */
+            const char *e = getenv("CUDATRACE_PYTHON");
+            disabled = e && e[0] == '0' && !e[1];
+        }
+        if (disabled || !(p = find_python()))
             return 0;
     }
     if (!__atomic_load_n(&info_written, __ATOMIC_ACQUIRE) &&

@@ -1,0 +1,399 @@
+"""Python frames (docs/python-frames.md): every CPython here, on the simulated driver.
+
+Each test runs for the interpreter running pytest and for the pyenv interpreters 3.11, 3.12 and
+3.13 of this machine; a pyenv version that is not installed is skipped with the reason (the
+running interpreter is always tested)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from cudatrace import pyframes
+from cudatrace.report import Analysis, build_report
+from cudatrace.trace import C, iter_events, read_dir
+
+REPO = Path(__file__).resolve().parent.parent
+PYENV = Path("/root/.pyenv/versions")
+PYENV_VERSIONS = ("3.11.7", "3.12.1", "3.13.0")
+
+
+def _interpreters():
+    out = [pytest.param(sys.executable, id="running-%d.%d" % sys.version_info[:2])]
+    for v in PYENV_VERSIONS:
+        minor = ".".join(v.split(".")[:2])
+        exe = PYENV / v / "bin" / ("python" + minor)
+        marks = [] if exe.exists() else [pytest.mark.skip(reason="CPython %s not installed at %s"
+                                                           % (v, exe))]
+        out.append(pytest.param(str(exe), id="pyenv-" + v, marks=marks))
+    return out
+
+
+INTERPRETERS = _interpreters()
+
+
+def version_of(exe: str) -> tuple[int, int]:
+    out = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"],
+                         capture_output=True, text=True, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def include_dir(exe: str) -> Path:
+    out = subprocess.run([exe, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Path(out)
+
+
+# ---- the layout tables against CPython's own headers ---------------------------------------
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_layout_table_matches_the_headers(exe, tmp_path):
+    inc = include_dir(exe)
+    if not (inc / "internal" / "pycore_frame.h").exists():
+        pytest.fail("%s has no internal headers at %s: the layout cannot be checked" % (exe, inc))
+    out = tmp_path / "check"
+    r = subprocess.run(["cc", "-std=gnu11", "-w", "-I%s" % inc, "-I%s" % (inc / "internal"),
+                        "-I%s" % (REPO / "shim"), str(REPO / "tests/progs/pylayout_check.c"),
+                        "-o", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = subprocess.run([str(out)], capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout.startswith("OK CPython %d.%d" % version_of(exe)), r.stdout
+
+
+# ---- line tables -------------------------------------------------------------------------
+LINES_CHECK = r"""
+import importlib.util, sys, types
+spec = importlib.util.spec_from_file_location("pyframes", sys.argv[1])
+pf = importlib.util.module_from_spec(spec); sys.modules["pyframes"] = pf; spec.loader.exec_module(pf)
+import json, email.message, asyncio.base_events, argparse, dataclasses, pathlib, typing
+def codes(co):
+    yield co
+    for c in co.co_consts:
+        if isinstance(c, types.CodeType):
+            yield from codes(c)
+n = bad = 0
+for mod in (json, email.message, asyncio.base_events, argparse, dataclasses, pathlib, typing):
+    src = open(mod.__file__).read()
+    for co in codes(compile(src, mod.__file__, "exec")):
+        mine = [(s, e, l) for s, e, l in pf.line_ranges(co.co_linetable, co.co_firstlineno)]
+        want = list(co.co_lines())
+        # co_lines merges neighbouring entries of one line: compare instruction by instruction
+        def per_instr(rs):
+            out = {}
+            for s, e, l in rs:
+                for off in range(s, e, 2):
+                    out[off] = l
+            return out
+        n += 1
+        if per_instr(mine) != per_instr(want):
+            bad += 1
+print(n, bad)
+"""
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_line_table_decoder_agrees_with_co_lines(exe):
+    r = subprocess.run([exe, "-c", LINES_CHECK, str(REPO / "cudatrace" / "pyframes.py")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    n, bad = map(int, r.stdout.split())
+    assert n > 500 and bad == 0, r.stdout
+
+
+# ---- programs -----------------------------------------------------------------------------
+PRELUDE = r"""
+import ctypes, os, sys
+cuda = ctypes.CDLL("libcuda.so.1")          # ctypes releases the GIL around each call
+cuda.cuInit(0)
+_dev = ctypes.c_int()
+cuda.cuDeviceGet(ctypes.byref(_dev), 0)
+_ctx = ctypes.c_void_p()
+cuda.cuCtxCreate_v2(ctypes.byref(_ctx), 0, _dev)
+LIVE = []
+
+def device_alloc(nbytes):
+    p = ctypes.c_uint64()
+    r = cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(nbytes))  # LINE:helper
+    assert r == 0, r
+    LIVE.append(p.value)
+    return p.value
+"""
+
+MAIN = PRELUDE + r"""
+def kv_cache(layers):
+    for _ in range(layers):
+        device_alloc(3 << 20)  # LINE:kv
+
+def load_weights():
+    return device_alloc(5 << 20)  # LINE:weights
+
+kv_cache(4)  # LINE:call_kv
+load_weights()  # LINE:call_weights
+"""
+
+
+def lines_of(src: str) -> dict[str, int]:
+    out = {}
+    for i, line in enumerate(src.splitlines(), 1):
+        if "# LINE:" in line:
+            out[line.split("# LINE:")[1].strip()] = i
+    return out
+
+
+def run_py(ct, exe, src, tmp_path, *opts, name="prog.py", timeout=120):
+    prog = tmp_path / name
+    prog.write_text(src)
+    r = ct.run([exe, prog], *opts, timeout=timeout)
+    assert r.returncode == 0, r.stderr
+    return r, prog
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_sites_name_the_python_lines(ct, exe, tmp_path):
+    r, prog = run_py(ct, exe, MAIN, tmp_path)
+    L = lines_of(MAIN)
+    td = read_dir(r.out)
+    t = td.traces[0]
+    major, minor = version_of(exe)
+    assert t.info["python.status"] == "ok"
+    assert t.info["python.version"].startswith("%d.%d." % (major, minor))
+    a = Analysis(r.out, td=td)
+    rep = build_report(a, depth=2)
+    assert rep["python"]["allocs_with_frames"] == 5 and rep["python"]["allocs_without_frames"] == {}
+    sites = {s["frames"][1]["function"]: s for s in rep["sites"]}
+    assert set(sites) == {"kv_cache", "load_weights"}
+    kv, w = sites["kv_cache"], sites["load_weights"]
+    assert (kv["bytes"], kv["count"]) == (4 * (3 << 20), 4)
+    assert (w["bytes"], w["count"]) == (5 << 20, 1)
+    for s, line in ((kv, L["kv"]), (w, L["weights"])):
+        helper, caller = s["frames"]
+        assert helper["python"] and helper["function"] == "device_alloc"
+        assert helper["line"] == L["helper"] and helper["file"] == str(prog)
+        assert caller["python"] and caller["line"] == line and caller["module"] == str(prog)
+    # the merged stack: Python frames in order where the eval loop ran them, above the ctypes
+    # call's native frames (folded: interpreter, ctypes, libffi) and outside the interpreter's
+    ctx = [f for f in kv["context"] if f["python"]]
+    assert [(f["function"], f["line"]) for f in ctx] == [
+        ("device_alloc", L["helper"]), ("kv_cache", L["kv"]), ("<module>", L["call_kv"])]
+    full = a.stacks.all_frames(0, next(e["stack"] for e in iter_events(t)
+                                       if e["op"] == C()["CT_OP_ALLOC"]))
+    names = [f.function for f in full]
+    assert "_PyEval_EvalFrameDefault" not in names          # replaced by the Python frames
+    i = names.index("device_alloc")
+    assert any(n and ("ffi_call" in n or "PyCFuncPtr_call" in n) for n in names[:i])
+    assert any(n and "main" in n.lower() for n in names[i:])  # the interpreter's own start
+    # the views
+    py_only = build_report(Analysis(r.out, view="python"), depth=1)
+    assert py_only["sites"][0]["label"].startswith("device_alloc (prog.py:%d)" % L["helper"])
+    assert all(f["python"] for s in py_only["sites"] for f in s["context"])
+    native = build_report(Analysis(r.out, view="native"), depth=1)
+    assert not any(f["python"] for s in native["sites"] for f in s["context"])
+    # text
+    text = ct.cli("report", r.out, "--depth", "2").stdout
+    assert "device_alloc (prog.py:%d)" % L["helper"] in text
+    assert "kv_cache (prog.py:%d)" % L["kv"] in text and "5 device allocations with Python frames" in text
+
+
+C_THREAD = r"""
+#include <pthread.h>
+#include <stdint.h>
+typedef unsigned long long CUdeviceptr;
+int cuMemAlloc_v2(CUdeviceptr *, unsigned long);
+int cuCtxSetCurrent(void *);
+static void *ctx;
+static void *body(void *arg)
+{
+    CUdeviceptr p;
+    cuCtxSetCurrent(ctx);
+    for (long i = 0; i < (long)(intptr_t)arg; i++)
+        cuMemAlloc_v2(&p, 1 << 20);
+    return 0;
+}
+int alloc_from_c_thread(void *c, long n)
+{
+    pthread_t t;
+    ctx = c;
+    if (pthread_create(&t, 0, body, (void *)(intptr_t)n))
+        return -1;
+    return pthread_join(t, 0);
+}
+"""
+
+THREADS = PRELUDE + r"""
+import threading
+lib = ctypes.CDLL(sys.argv[1])
+lib.alloc_from_c_thread(_ctx, 3)      # a thread started from C, never ran Python
+
+def worker():
+    device_alloc(2 << 20)  # LINE:worker
+t = threading.Thread(target=worker)
+t.start(); t.join()
+"""
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_threads_from_c_and_from_python(ct, sim, exe, tmp_path):
+    so = tmp_path / "libcthread.so"
+    (tmp_path / "cthread.c").write_text(C_THREAD)
+    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-pthread", "-o", str(so),
+                    str(tmp_path / "cthread.c"), "-L%s" % sim.lib, "-lcuda"], check=True)
+    prog = tmp_path / "threads.py"
+    prog.write_text(THREADS)
+    r = ct.run([exe, prog, so])
+    assert r.returncode == 0, r.stderr
+    a = Analysis(r.out)
+    rep = build_report(a, depth=2)
+    py = rep["python"]
+    assert py["allocs_with_frames"] == 1
+    assert py["allocs_without_frames"] == {pyframes.WHY[1]: 3}
+    site = next(s for s in rep["sites"] if s["frames"] and s["frames"][0]["python"])
+    assert site["frames"][1]["function"] == "worker" and site["frames"][1]["line"] == \
+        lines_of(THREADS)["worker"]
+    assert "3 without: thread has no Python thread state" in ct.cli("report", r.out).stdout
+
+
+FORK = PRELUDE + r"""
+def in_child():
+    device_alloc(7 << 20)  # LINE:child
+
+pid = os.fork()
+if pid == 0:
+    in_child()
+    os._exit(0)
+os.waitpid(pid, 0)
+device_alloc(1 << 20)
+"""
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_forked_child_has_its_own_python_frames(ct, exe, tmp_path):
+    r, prog = run_py(ct, exe, FORK, tmp_path)
+    td = read_dir(r.out)
+    assert len(td.traces) == 2
+    child = next(t for t in td.traces if t.ppid == td.traces[0].pid or t.pid != td.traces[0].pid)
+    leaves = [e["stack"] for e in iter_events(child) if e["op"] == C()["CT_OP_ALLOC"]]
+    assert len(leaves) == 1
+    fr = child.py_stack(leaves[0])
+    assert [f.code.qualname for f in fr][:2] == ["device_alloc", "in_child"]
+    assert fr[1].line == lines_of(FORK)["child"]
+
+
+SHUTDOWN = PRELUDE + r"""
+import atexit, threading, time
+
+def at_exit():
+    device_alloc(1 << 20)  # LINE:atexit
+atexit.register(at_exit)
+
+class Holder:
+    def __del__(self, cuda=cuda, ctypes=ctypes):   # module globals may be gone by then
+        p = ctypes.c_uint64()
+        cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(1 << 20))  # LINE:del
+HOLD = Holder()                   # collected while the interpreter finalizes
+
+# a daemon thread still allocating while the interpreter exits (its globals are not __main__'s,
+# which would keep HOLD alive)
+SPIN = '''
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+def spin():
+    while True:
+        p = ctypes.c_uint64()
+        cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096))
+        cuda.cuMemFree_v2(p)
+'''
+ns = {}
+exec(SPIN, ns)
+threading.Thread(target=ns["spin"], daemon=True).start()
+time.sleep(0.05)
+"""
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_allocations_during_shutdown(ct, exe, tmp_path):
+    prog = tmp_path / "shutdown.py"
+    prog.write_text(SHUTDOWN)
+    for _ in range(3):                       # the daemon thread's timing differs run to run
+        r = ct.run([exe, prog], timeout=60)
+        assert r.returncode == 0, r.stderr
+        td = read_dir(r.out)
+        t = td.traces[0]
+        assert t.complete
+        L = lines_of(SHUTDOWN)
+        big = [e for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"] and e["size"] == 1 << 20]
+        assert len(big) == 2
+        lines = set()
+        for e in big:
+            fr = t.py_stack(e["stack"])
+            if fr:
+                lines.update((f.code.qualname, f.line) for f in fr[:2])
+            else:   # counted with a reason, never lost
+                assert t.py_link(e["stack"])[0] == pyframes.LINK_WHY
+        assert ("at_exit", L["atexit"]) in lines
+        # the finalizing thread itself may be read: __del__ at shutdown keeps its frames
+        assert ("Holder.__del__", L["del"]) in lines
+        rep = build_report(Analysis(r.out, td=td))
+        py = rep["python"]
+        n = sum(py["allocs_without_frames"].values()) + py["allocs_with_frames"]
+        assert n == rep["counts"]["allocs"]
+
+
+SUBINTERP = PRELUDE + r"""
+try:
+    import _xxsubinterpreters as subs
+except ImportError:
+    print("NO-SUBINTERPRETERS")
+    sys.exit(0)
+try:
+    i = subs.create(isolated=False)   # ctypes does not load in an isolated subinterpreter
+except TypeError:
+    i = subs.create()
+subs.run_string(i, '''
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+p = ctypes.c_uint64()
+assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(6 << 20)) == 0
+''')
+subs.destroy(i)
+device_alloc(1 << 20)
+"""
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_subinterpreter(ct, exe, tmp_path):
+    if version_of(exe) < (3, 12):
+        pytest.skip("subinterpreters with their own GIL state need 3.12's _xxsubinterpreters")
+    r, prog = run_py(ct, exe, SUBINTERP, tmp_path)
+    if "NO-SUBINTERPRETERS" in r.stdout:
+        pytest.skip("%s has no _xxsubinterpreters" % exe)
+    td = read_dir(r.out)
+    t = td.traces[0]
+    allocs = [e for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"]]
+    assert sorted(e["size"] for e in allocs) == [1 << 20, 6 << 20]
+    for e in allocs:
+        assert t.py_link(e["stack"]) is not None     # frames, or counted with a reason
+    main = next(e for e in allocs if e["size"] == 1 << 20)
+    assert [f.code.qualname for f in t.py_stack(main["stack"])][:1] == ["device_alloc"]
+
+
+def test_no_python_no_link_nodes(ct, sim):
+    r = ct.run([sim.progs["route_link"]])
+    assert r.returncode == 0, r.stderr
+    t = read_dir(r.out).traces[0]
+    assert "python.status" not in t.info and t.py is None
+    assert not any(pyframes.is_link(ip) for ip in t.ips)
+    assert build_report(Analysis(r.out))["python"] is None
+
+
+def test_python_disabled_by_switch(ct, tmp_path):
+    env = ct.env()
+    env["CUDATRACE_PYTHON"] = "0"
+    prog = tmp_path / "prog.py"
+    prog.write_text(MAIN)
+    r = ct.run([sys.executable, prog], env=env)
+    assert r.returncode == 0, r.stderr
+    t = read_dir(r.out).traces[0]
+    assert t.py is None and not any(pyframes.is_link(ip) for ip in t.ips)
