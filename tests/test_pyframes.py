@@ -342,21 +342,24 @@ def test_allocations_during_shutdown(ct, exe, tmp_path):
 
 
 SUBINTERP = PRELUDE + r"""
-try:
-    import _xxsubinterpreters as subs
-except ImportError:
-    print("NO-SUBINTERPRETERS")
-    sys.exit(0)
-try:
-    i = subs.create(isolated=False)   # ctypes does not load in an isolated subinterpreter
-except TypeError:
-    i = subs.create()
-subs.run_string(i, '''
+CODE = '''
 import ctypes
 cuda = ctypes.CDLL("libcuda.so.1")
 p = ctypes.c_uint64()
 assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(6 << 20)) == 0
-''')
+'''
+try:
+    import _interpreters as subs                 # 3.13
+    i = subs.create("legacy")                    # ctypes does not load in an isolated one
+    subs.exec(i, CODE)
+except ImportError:
+    try:
+        import _xxsubinterpreters as subs        # 3.12
+    except ImportError:
+        print("NO-SUBINTERPRETERS")
+        sys.exit(0)
+    i = subs.create(isolated=False)
+    subs.run_string(i, CODE)
 subs.destroy(i)
 device_alloc(1 << 20)
 """
@@ -365,10 +368,10 @@ device_alloc(1 << 20)
 @pytest.mark.parametrize("exe", INTERPRETERS)
 def test_subinterpreter(ct, exe, tmp_path):
     if version_of(exe) < (3, 12):
-        pytest.skip("subinterpreters with their own GIL state need 3.12's _xxsubinterpreters")
+        pytest.skip("no low-level subinterpreter module before 3.12")
     r, prog = run_py(ct, exe, SUBINTERP, tmp_path)
     if "NO-SUBINTERPRETERS" in r.stdout:
-        pytest.skip("%s has no _xxsubinterpreters" % exe)
+        pytest.skip("%s has neither _interpreters nor _xxsubinterpreters" % exe)
     td = read_dir(r.out)
     t = td.traces[0]
     allocs = [e for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"]]
