@@ -69,15 +69,23 @@ struct tframe {
     uintptr_t code, instr, filename, qualname;
     uint32_t lasti, flags, node, code_id;
 };
+/* per thread: nodes met before, (parent, frame) -> node, so that a few stacks alternating (an
+ * alloc and a free a line apart) take no lock */
+#define TNODES 256
+struct tnode {
+    uintptr_t code, instr, filename, qualname;
+    uint32_t parent, flags, node, code_id;
+};
 struct tcache {
     uint32_t gen, n;
     struct tframe f[MAX_PY_DEPTH];
+    struct tnode t[TNODES];
 };
 static CT_TLS struct tcache *tc;
 
-static inline uintptr_t rd(uintptr_t a) { return *(const volatile uintptr_t *)a; }
-static inline int32_t rd32(uintptr_t a) { return *(const volatile int32_t *)a; }
-static inline uint8_t rd8(uintptr_t a) { return *(const volatile uint8_t *)a; }
+static inline uintptr_t rd(uintptr_t a) { return *(const uintptr_t *)a; }
+static inline int32_t rd32(uintptr_t a) { return *(const int32_t *)a; }
+static inline uint8_t rd8(uintptr_t a) { return *(const uint8_t *)a; }
 
 /* ---- finding and checking the interpreter ---------------------------------------------- */
 struct lookup { const char *name; void *addr; };
@@ -427,36 +435,40 @@ uint64_t ct_py_capture(void)
         uintptr_t cf = rd(ts + L->ts_cframe);
         fr = cf ? rd(cf + L->cf_current_frame) : 0;
     }
-    /* innermost first */
+    /* innermost first; the layout in locals (the stores below could alias it otherwise) */
+    const uint32_t o_owner = L->fr_owner, o_prev = L->fr_previous, o_code = L->fr_code,
+                   o_instr = L->fr_instr, o_entry = L->fr_is_entry, o_adaptive = L->co_code_adaptive,
+                   o_first = L->co_firsttraceable;
+    const uintptr_t code_type = p->code_type;
+    const int cstack_entries = o_entry == CT_PY_NONE;
     uintptr_t code[MAX_PY_DEPTH], instr[MAX_PY_DEPTH];
     uint32_t flags[MAX_PY_DEPTH];
     int n = 0;
     for (int guard = 0; fr && n < MAX_PY_DEPTH && guard < 4 * MAX_PY_DEPTH; guard++) {
-        uint8_t owner = rd8(fr + L->fr_owner);
-        uintptr_t prev = rd(fr + L->fr_previous);
-        if (owner == CT_PY_OWNED_BY_CSTACK && L->fr_is_entry == CT_PY_NONE) {
+        uint8_t owner = rd8(fr + o_owner);
+        uintptr_t prev = rd(fr + o_prev);
+        if (owner == CT_PY_OWNED_BY_CSTACK && cstack_entries) {
             if (n)
                 flags[n - 1] |= CT_PYF_ENTRY;  /* the frame this eval-loop call started with */
             fr = prev;
             continue;
         }
-        uintptr_t co = rd(fr + L->fr_code);
-        if (owner > CT_PY_OWNED_BY_CSTACK || !co || rd(co + CT_PY_OB_TYPE) != p->code_type) {
+        uintptr_t co = rd(fr + o_code);
+        if (owner > CT_PY_OWNED_BY_CSTACK || !co || rd(co + CT_PY_OB_TYPE) != code_type) {
             fr = prev;                          /* 3.13: f_executable may be None */
             continue;
         }
-        uintptr_t ip = rd(fr + L->fr_instr), start = co + L->co_code_adaptive;
-        uintptr_t units = (uintptr_t)rd(co + CT_PY_OB_SIZE);
+        uintptr_t ip = rd(fr + o_instr), start = co + o_adaptive;
         /* incomplete frames (not started yet) are skipped, as CPython's traceback does */
         if (owner != CT_PY_OWNED_BY_GENERATOR &&
-            ip < start + 2 * (uintptr_t)(uint32_t)rd32(co + L->co_firsttraceable)) {
+            ip < start + 2 * (uintptr_t)(uint32_t)rd32(co + o_first)) {
             fr = prev;
             continue;
         }
         uint32_t f = 0;
-        if (L->fr_is_entry != CT_PY_NONE && rd8(fr + L->fr_is_entry))
+        if (!cstack_entries && rd8(fr + o_entry))
             f |= CT_PYF_ENTRY;
-        if (ip < start || ip >= start + 2 * units)
+        if (ip < start || ip >= start + 2 * (uintptr_t)rd(co + CT_PY_OB_SIZE))
             f |= CT_PYF_NO_OFFSET;
         code[n] = co;
         instr[n] = ip;
@@ -477,45 +489,60 @@ uint64_t ct_py_capture(void)
     if (tc->gen != gen) {
         tc->gen = gen;
         tc->n = 0;
+        memset(tc->t, 0, sizeof tc->t);
     }
     /* the common prefix (outermost side) with this thread's last stack keeps its nodes */
+    const uint32_t o_filename = L->co_filename, o_qualname = L->co_qualname;
     int k = 0;
     while (k < n && k < (int)tc->n) {
         const struct tframe *t = &tc->f[k];
         int j = n - 1 - k;
         if (t->code != code[j] || t->instr != instr[j] || t->flags != flags[j] ||
-            t->filename != rd(code[j] + L->co_filename) || t->qualname != rd(code[j] + L->co_qualname))
+            t->filename != rd(code[j] + o_filename) || t->qualname != rd(code[j] + o_qualname))
             break;
         k++;
     }
     uint32_t leaf = k ? tc->f[k - 1].node : 0;
-    if (k < n) {
-        pthread_mutex_lock(&mu);
-        if (!ensure_tables()) {
-            pthread_mutex_unlock(&mu);
-            return 0;
+    int locked = 0;
+    for (; k < n; k++) {
+        int j = n - 1 - k;
+        struct tframe *t = &tc->f[k];
+        t->code = code[j];
+        t->instr = instr[j];
+        t->flags = flags[j];
+        t->filename = rd(code[j] + L->co_filename);
+        t->qualname = rd(code[j] + L->co_qualname);
+        uint64_t h = (code[j] ^ (instr[j] << 7) ^ ((uint64_t)leaf << 32) ^ flags[j]) *
+                     0x9E3779B97F4A7C15ull;
+        struct tnode *tn = &tc->t[h >> 56];
+        if (tn->node && tn->parent == leaf && tn->code == code[j] && tn->instr == instr[j] &&
+            tn->flags == flags[j] && tn->filename == t->filename && tn->qualname == t->qualname) {
+            t->code_id = tn->code_id;
+            t->lasti = 0;
+            t->node = leaf = tn->node;
+            continue;
         }
-        for (; k < n; k++) {
-            int j = n - 1 - k;
-            struct tframe *t = &tc->f[k];
-            t->code = code[j];
-            t->instr = instr[j];
-            t->flags = flags[j];
-            t->filename = rd(code[j] + L->co_filename);
-            t->qualname = rd(code[j] + L->co_qualname);
-            t->code_id = code_id(p, code[j], t->filename, t->qualname);
-            uintptr_t start = code[j] + L->co_code_adaptive;
-            t->lasti = (flags[j] & CT_PYF_NO_OFFSET) ? 0 : (uint32_t)((instr[j] - start) / 2);
-            uint32_t id = t->code_id ? py_node(leaf, t->code_id, t->lasti, t->flags) : 0;
-            if (!id)
+        if (!locked) {
+            pthread_mutex_lock(&mu);
+            locked = 1;
+            if (!ensure_tables())
                 break;
-            t->node = leaf = id;
         }
-        tc->n = (uint32_t)k;
-        pthread_mutex_unlock(&mu);
-        if (k < n)
-            return leaf ? (CT_PYLINK_TAG | ((uint64_t)CT_PYLINK_FRAMES << 32) | leaf) : 0;
+        t->code_id = code_id(p, code[j], t->filename, t->qualname);
+        uintptr_t start = code[j] + L->co_code_adaptive;
+        t->lasti = (flags[j] & CT_PYF_NO_OFFSET) ? 0 : (uint32_t)((instr[j] - start) / 2);
+        uint32_t id = t->code_id ? py_node(leaf, t->code_id, t->lasti, t->flags) : 0;
+        if (!id)
+            break;
+        *tn = (struct tnode){code[j], instr[j], t->filename, t->qualname, leaf, flags[j], id,
+                             t->code_id};
+        t->node = leaf = id;
     }
+    if (locked)
+        pthread_mutex_unlock(&mu);
+    tc->n = (uint32_t)k;
+    if (k < n)
+        return leaf ? (CT_PYLINK_TAG | ((uint64_t)CT_PYLINK_FRAMES << 32) | leaf) : 0;
     return CT_PYLINK_TAG | ((uint64_t)CT_PYLINK_FRAMES << 32) | leaf;
 }
 

@@ -155,9 +155,13 @@ static uint32_t insert(const uintptr_t *ips, int cnt)
 
 static uint32_t native_capture(uintptr_t wrapper_cfa);
 
-/* the last (native leaf, Python link) pair of this thread and its node */
-static CT_TLS uint64_t link_ip;
-static CT_TLS uint32_t link_leaf, link_node, link_gen;
+/* (native leaf, Python link) pairs of this thread met before and their nodes */
+#define LINK_WAYS 16
+struct link_ent {
+    uint64_t ip;
+    uint32_t leaf, node, gen;
+};
+static CT_TLS struct link_ent links[LINK_WAYS];
 
 uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
 {
@@ -169,17 +173,15 @@ uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
     if (!link)
         return leaf;
     uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
-    if (link_gen == gen && link_leaf == leaf && link_ip == link && link_node)
-        return link_node;
+    struct link_ent *c = &links[((link * 0x9E3779B97F4A7C15ull) ^ leaf * 0xC2B2AE3D27D4EB4Full) >> 60];
+    if (c->gen == gen && c->leaf == leaf && c->ip == link && c->node)
+        return c->node;
     pthread_mutex_lock(&mu);
     uint32_t id = node(leaf, link);
     pthread_mutex_unlock(&mu);
     if (!id)
         return leaf;
-    link_gen = gen;
-    link_leaf = leaf;
-    link_ip = link;
-    link_node = id;
+    *c = (struct link_ent){link, leaf, id, gen};
     return id;
 }
 
