@@ -400,3 +400,22 @@ def test_python_disabled_by_switch(ct, tmp_path):
     assert r.returncode == 0, r.stderr
     t = read_dir(r.out).traces[0]
     assert t.py is None and not any(pyframes.is_link(ip) for ip in t.ips)
+
+
+def test_diff_matches_python_sites_across_runs(ct, tmp_path):
+    runs = []
+    for layers in (4, 2):
+        src = MAIN.replace("kv_cache(4)  # LINE:call_kv", "kv_cache(%d)  # LINE:call_kv" % layers)
+        d = tmp_path / ("r%d" % layers)
+        d.mkdir()
+        r, _ = run_py(ct, sys.executable, src, d)
+        runs.append(r.out)
+    r = ct.cli("diff", runs[0], runs[1], "--depth", "2", "--json")
+    assert r.returncode == 0, r.stderr
+    import json
+    j = json.loads(r.stdout)
+    rows = {tuple(f["function"] for f in s["frames"]): s for s in j["sites"]}
+    kv = rows[("device_alloc", "kv_cache")]
+    assert kv["status"] == "shrunk"
+    assert (kv["peak"]["a_bytes"], kv["peak"]["b_bytes"]) == (4 * (3 << 20), 2 * (3 << 20))
+    assert rows[("device_alloc", "load_weights")]["status"] == "same"
