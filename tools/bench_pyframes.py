@@ -12,11 +12,16 @@ allocates and frees 4 KiB DEPTH frames deep, PAIRS times after a warm-up, and ti
 loop; each pair is two events (alloc and free), each with its stack. Prints medians per event
 and the difference: what the Python stack costs per event, against the native-only cost of the
 same invocation. Exit status 0 when every run worked.
+
+--instructions N: also run the native and python configurations once under valgrind's
+callgrind (N pairs) and print the instructions per event each executes, and the difference:
+a figure a busy machine does not disturb.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -66,6 +71,25 @@ def run_once(py: str, prog: Path, depth: int, pairs: int, env: dict, trace: Path
     return ns / (2 * pairs)          # per event
 
 
+def instructions(py: str, prog: Path, depth: int, pairs: int, env: dict, tmp: Path) -> int:
+    """Instructions the whole process executed (callgrind), the shim preloaded directly."""
+    from cudatrace import native
+    out = tmp / "cg.out"
+    tdir = tmp / "cg-trace"
+    shutil.rmtree(tdir, ignore_errors=True)
+    tdir.mkdir()
+    e = dict(env, CUDATRACE_DIR=str(tdir), LD_PRELOAD=str(native.shim_path()))
+    r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=%s" % out, py,
+                        str(prog), str(depth), str(pairs)], env=e, capture_output=True, text=True,
+                       timeout=1800)
+    if r.returncode != 0:
+        raise RuntimeError("callgrind run failed:\n" + r.stderr[-3000:])
+    for line in r.stderr.splitlines():
+        if "Collected :" in line or "I   refs:" in line:
+            return int(line.split()[-1].replace(",", ""))
+    raise RuntimeError("no instruction count in callgrind's output")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--depth", type=int, default=20)
@@ -73,6 +97,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--driver", default=None)
+    ap.add_argument("--instructions", type=int, default=0, metavar="PAIRS")
     a = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench_pyframes-"))
     env = dict(os.environ)
@@ -109,6 +134,17 @@ def main() -> int:
     print("  native-only tracing adds %.0f ns per event; Python frames add %.0f ns per event more "
           "(%.2fx the native-only event cost; target: at most 1000 ns)"
           % (native_cost, added, added / native_cost if native_cost > 0 else float("nan")))
+    if a.instructions:
+        sys.path.insert(0, str(REPO))
+        ir = {}
+        for c in ("native", "python"):
+            e = dict(env, CUDATRACE_PYTHON="1" if c == "python" else "0")
+            ir[c] = instructions(a.python, prog, a.depth, a.instructions, e, tmp)
+        # the program runs its loop twice (warm-up, timed): 4 events per pair
+        per = (ir["python"] - ir["native"]) / (4 * a.instructions)
+        print("  callgrind, %d pairs: whole process %d instructions native-only, %d with Python "
+              "frames: %.0f instructions more per event" % (a.instructions, ir["native"],
+                                                            ir["python"], per))
     trace = tmp / "trace-python"
     sys.path.insert(0, str(REPO))
     from cudatrace.trace import read_dir
