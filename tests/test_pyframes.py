@@ -419,3 +419,30 @@ def test_diff_matches_python_sites_across_runs(ct, tmp_path):
     assert kv["status"] == "shrunk"
     assert (kv["peak"]["a_bytes"], kv["peak"]["b_bytes"]) == (4 * (3 << 20), 2 * (3 << 20))
     assert rows[("device_alloc", "load_weights")]["status"] == "same"
+
+
+NESTED = PRELUDE + r"""
+def kv_cache(layers):      # map() calls the lambda from C: a second eval-loop call
+    return list(map(lambda _: device_alloc(1 << 20), range(layers)))  # LINE:lambda
+kv_cache(2)  # LINE:call
+"""
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_nested_eval_loops_merge_in_place(ct, exe, tmp_path):
+    r, prog = run_py(ct, exe, NESTED, tmp_path)
+    L = lines_of(NESTED)
+    a = Analysis(r.out)
+    t = a.traces[0]
+    leaf = next(e["stack"] for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"])
+    assert [(f.code.qualname, f.entry) for f in t.py_stack(leaf)] == [
+        ("device_alloc", False), ("kv_cache.<locals>.<lambda>", True), ("kv_cache", False),
+        ("<module>", True)]
+    names = [f.function for f in a.stacks.all_frames(0, leaf)]
+    # each run of Python frames stands where its eval-loop call stood: map() between them
+    i_lambda, i_kv = names.index("kv_cache.<locals>.<lambda>"), names.index("kv_cache")
+    assert any(n and n.startswith("map_next") for n in names[i_lambda:i_kv])
+    assert names.index("<module>") == i_kv + 1
+    assert "_PyEval_EvalFrameDefault" not in names
+    f = [x for x in a.stacks.all_frames(0, leaf) if x.python]
+    assert [x.line for x in f] == [L["helper"], L["lambda"], L["lambda"], L["call"]]
