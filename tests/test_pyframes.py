@@ -1,8 +1,8 @@
 """Python frames (docs/python-frames.md): every CPython here, on the simulated driver.
 
-Each test runs for the interpreter running pytest and for the pyenv interpreters 3.11, 3.12 and
-3.13 of this machine; a pyenv version that is not installed is skipped with the reason (the
-running interpreter is always tested)."""
+Each test runs for the interpreter running pytest, the distribution's /usr/bin/python3 when there
+is one, and the pyenv interpreters 3.11, 3.12 and 3.13 of this machine; a pyenv version that is
+not installed is skipped with the reason (the running interpreter is always tested)."""
 from __future__ import annotations
 
 import os
@@ -24,6 +24,9 @@ PYENV_VERSIONS = ("3.11.7", "3.12.1", "3.13.0")
 
 def _interpreters():
     out = [pytest.param(sys.executable, id="running-%d.%d" % sys.version_info[:2])]
+    system = Path("/usr/bin/python3")            # the distribution's build, when there is one
+    if system.exists() and system.resolve() != Path(sys.executable).resolve():
+        out.append(pytest.param(str(system), id="system"))
     for v in PYENV_VERSIONS:
         minor = ".".join(v.split(".")[:2])
         exe = PYENV / v / "bin" / ("python" + minor)
