@@ -454,3 +454,22 @@ def test_nested_eval_loops_merge_in_place(ct, exe, tmp_path):
     assert "_PyEval_EvalFrameDefault" not in names
     f = [x for x in a.stacks.all_frames(0, leaf) if x.python]
     assert [x.line for x in f] == [L["helper"], L["lambda"], L["lambda"], L["call"]]
+
+
+@pytest.mark.parametrize("version", ["3.10.13", "3.9.18"])
+def test_older_cpython_is_refused_with_a_note(ct, version, tmp_path):
+    minor = ".".join(version.split(".")[:2])
+    exe = PYENV / version / "bin" / ("python" + minor)
+    if not exe.exists():
+        pytest.skip("CPython %s not installed at %s" % (version, exe))
+    r, prog = run_py(ct, str(exe), MAIN, tmp_path)
+    t = read_dir(r.out).traces[0]
+    assert "older than 3.11" in t.info["python.status"]
+    assert t.py is None                                   # nothing read from it
+    rep = build_report(Analysis(r.out))
+    assert rep["python"]["allocs_with_frames"] == 0
+    assert rep["python"]["allocs_without_frames"] == {pyframes.WHY[3]: 5}
+    # the native stacks are all there
+    assert rep["sites"] and not any(f["python"] for s in rep["sites"] for f in s["context"])
+    text = ct.cli("report", r.out).stdout
+    assert "older than 3.11" in text and "5 without: Python version or build not supported" in text
