@@ -473,3 +473,49 @@ def test_older_cpython_is_refused_with_a_note(ct, version, tmp_path):
     assert rep["sites"] and not any(f["python"] for s in rep["sites"] for f in s["context"])
     text = ct.cli("report", r.out).stdout
     assert "older than 3.11" in text and "5 without: Python version or build not supported" in text
+
+
+# ---- synthetic traces (tests/tracegen.py): the offline side alone -------------------------
+def test_merge_views_and_reasons_from_a_written_trace(tmp_path):
+    import tracegen as tg
+    d = tmp_path / "synthetic"
+    d.mkdir()
+    w = tg.TraceWriter(d / "1.0.ctrace", pid=1, exe="/usr/bin/python3.11",
+                       info={"python.version": "3.11.7", "python.status": "ok",
+                             "python.eval_range": "0x401000-0x402000"})
+    w.module("/usr/bin/python3.11", 0x400000, 0x800000)
+    w.module("/opt/app/libmine.so", 0x900000, 0x980000)
+    helper = w.pycode("/app/alloc.py", "device_alloc", 10, [10, 11, 12, 12])
+    kv = w.pycode("/app/model.py", "kv_cache", 20, [20, 21, 22])
+    mod = w.pycode("/app/serve.py", "<module>", 1, [1, 2, 3, 4])
+    # innermost first: libmine (native caller of the driver), ctypes glue in the interpreter,
+    # the inner eval loop (device_alloc, <lambda>-less here: kv_cache), glue, the outer eval loop
+    native = [0x900100, 0x600010, 0x401010, 0x600020, 0x401020, 0x600030]
+    leaf = w.pystack([(helper, 2, False), (kv, 1, True), (mod, 3, True)])
+    with_py = w.pylink(native, py_leaf=leaf)
+    from_c = w.pylink([0x900200], why=1)
+    w.alloc(tg.BASE_TS + 1000, 4 << 20, 0x10000, stack=with_py)
+    w.alloc(tg.BASE_TS + 2000, 4 << 20, 0x20000, stack=with_py)
+    w.alloc(tg.BASE_TS + 3000, 1 << 20, 0x30000, stack=from_c)
+    w.close()
+    a = Analysis(d, symbolize=False)
+    t = a.traces[0]
+    assert t.stack(with_py) == native                      # the link is not a native frame
+    assert [(f.code.qualname, f.line, f.entry) for f in t.py_stack(with_py)] == [
+        ("device_alloc", 12, False), ("kv_cache", 21, True), ("<module>", 4, True)]
+    full = a.stacks.all_frames(0, with_py)
+    assert [f.function or hex(f.address) for f in full] == [
+        "0x900100", "0x600010", "device_alloc", "kv_cache", "0x600020", "<module>", "0x600030"]
+    kept = a.stacks.frames(0, with_py)                     # the interpreter's own frames folded
+    assert [f.function or hex(f.address) for f in kept] == [
+        "0x900100", "device_alloc", "kv_cache", "<module>"]
+    rep = build_report(a, depth=1)
+    assert rep["python"]["allocs_with_frames"] == 2
+    assert rep["python"]["allocs_without_frames"] == {pyframes.WHY[1]: 1}
+    py = Analysis(d, symbolize=False, view="python")
+    assert [f.function for f in py.stacks.frames(0, with_py)] == ["device_alloc", "kv_cache", "<module>"]
+    site = build_report(py, depth=2)["sites"][0]
+    assert site["bytes"] == 8 << 20 and [(f["file"], f["line"]) for f in site["frames"]] == [
+        ("/app/alloc.py", 12), ("/app/model.py", 21)]
+    nat = Analysis(d, symbolize=False, view="native")
+    assert [f.address for f in nat.stacks.all_frames(0, with_py)] == native
