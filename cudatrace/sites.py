@@ -217,7 +217,6 @@ class Stacks:
             self._kept[key] = got
         return got
 
-
     def _glue(self, ti: int):
         """Frames of Python's own call machinery (interpreter, ctypes, libffi) in trace ti."""
         t = self.traces[ti]

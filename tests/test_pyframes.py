@@ -519,3 +519,13 @@ def test_merge_views_and_reasons_from_a_written_trace(tmp_path):
         ("/app/alloc.py", 12), ("/app/model.py", 21)]
     nat = Analysis(d, symbolize=False, view="native")
     assert [f.address for f in nat.stacks.all_frames(0, with_py)] == native
+
+
+def test_reader_constants_are_layout_h():
+    K = C()
+    assert (pyframes.LINK_TAG, pyframes.LINK_MASK, pyframes.LINK_FRAMES, pyframes.LINK_WHY,
+            pyframes.PYF_ENTRY, pyframes.PYF_NO_OFFSET) == (
+        K["CT_PYLINK_TAG"], K["CT_PYLINK_MASK"], K["CT_PYLINK_FRAMES"], K["CT_PYLINK_WHY"],
+        K["CT_PYF_ENTRY"], K["CT_PYF_NO_OFFSET"])
+    whys = {v: k for k, v in K.items() if k.startswith("CT_PYWHY_")}
+    assert set(pyframes.WHY) == set(whys)
