@@ -82,6 +82,18 @@ struct tcache {
     struct tnode t[TNODES];
 };
 static CT_TLS struct tcache *tc;
+static pthread_key_t tc_key;          /* gives a thread's cache back when the thread ends */
+static pthread_once_t tc_once = PTHREAD_ONCE_INIT;
+static int tc_key_ok;
+
+static void tc_free(void *m)
+{
+    if (m == (void *)tc)
+        tc = NULL;                    /* a later event of this thread (another destructor) */
+    munmap(m, sizeof(struct tcache));
+}
+
+static void tc_key_init(void) { tc_key_ok = pthread_key_create(&tc_key, tc_free) == 0; }
 
 static inline uintptr_t rd(uintptr_t a) { return *(const uintptr_t *)a; }
 static inline int32_t rd32(uintptr_t a) { return *(const int32_t *)a; }
@@ -484,6 +496,9 @@ uint64_t ct_py_capture(void)
         if (m == MAP_FAILED)
             return 0;
         tc = m;
+        pthread_once(&tc_once, tc_key_init);
+        if (tc_key_ok)
+            pthread_setspecific(tc_key, m);
     }
     uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
     if (tc->gen != gen) {

@@ -529,3 +529,26 @@ def test_reader_constants_are_layout_h():
         K["CT_PYF_ENTRY"], K["CT_PYF_NO_OFFSET"])
     whys = {v: k for k, v in K.items() if k.startswith("CT_PYWHY_")}
     assert set(pyframes.WHY) == set(whys)
+
+
+MANY_THREADS = PRELUDE + r"""
+import threading
+def short_lived(i):
+    device_alloc(4096 + i)  # LINE:short
+for batch in range(10):
+    ts = [threading.Thread(target=short_lived, args=(batch * 20 + k,)) for k in range(20)]
+    for t in ts: t.start()
+    for t in ts: t.join()
+"""
+
+
+def test_many_short_threads(ct, tmp_path):
+    r, prog = run_py(ct, sys.executable, MANY_THREADS, tmp_path)
+    t = read_dir(r.out).traces[0]
+    allocs = [e for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"]]
+    assert len(allocs) == 200 and len({e["tid"] for e in allocs}) > 1
+    L = lines_of(MANY_THREADS)
+    for e in allocs:
+        fr = t.py_stack(e["stack"])
+        assert [(f.code.qualname, f.line) for f in fr[:2]] == [
+            ("device_alloc", L["helper"]), ("short_lived", L["short"])]
