@@ -407,6 +407,49 @@ static inline uint64_t link_why(int why)
 }
 
 /* ---- the hot path ---------------------------------------------------------------------- */
+/* The frame chain from fr, innermost first, into code/instr/flags; the number of frames.
+ * Inlined once per version with T a constant table, so every offset is an immediate. */
+static inline __attribute__((always_inline)) int walk(uintptr_t fr, uintptr_t code_type,
+                                                      const struct ct_pylayout *T, uintptr_t *code,
+                                                      uintptr_t *instr, uint32_t *flags)
+{
+    const int cstack_entries = T->fr_is_entry == CT_PY_NONE;
+    int n = 0;
+    for (int guard = 0; fr && n < MAX_PY_DEPTH && guard < 4 * MAX_PY_DEPTH; guard++) {
+        uint8_t owner = rd8(fr + T->fr_owner);
+        uintptr_t prev = rd(fr + T->fr_previous);
+        if (cstack_entries && owner == CT_PY_OWNED_BY_CSTACK) {
+            if (n)
+                flags[n - 1] |= CT_PYF_ENTRY;  /* the frame this eval-loop call started with */
+            fr = prev;
+            continue;
+        }
+        uintptr_t co = rd(fr + T->fr_code);
+        if (owner > CT_PY_OWNED_BY_CSTACK || !co || rd(co + CT_PY_OB_TYPE) != code_type) {
+            fr = prev;                          /* 3.13: f_executable may be None */
+            continue;
+        }
+        uintptr_t ip = rd(fr + T->fr_instr), start = co + T->co_code_adaptive;
+        /* incomplete frames (not started yet) are skipped, as CPython's traceback does */
+        if (owner != CT_PY_OWNED_BY_GENERATOR &&
+            ip < start + 2 * (uintptr_t)(uint32_t)rd32(co + T->co_firsttraceable)) {
+            fr = prev;
+            continue;
+        }
+        uint32_t f = 0;
+        if (!cstack_entries && rd8(fr + T->fr_is_entry))
+            f |= CT_PYF_ENTRY;
+        if (ip < start || ip >= start + 2 * (uintptr_t)rd(co + CT_PY_OB_SIZE))
+            f |= CT_PYF_NO_OFFSET;
+        code[n] = co;
+        instr[n] = ip;
+        flags[n] = f;
+        n++;
+        fr = prev;
+    }
+    return n;
+}
+
 /* The link ip for this event: 0 without Python, else frames or the reason there are none. */
 uint64_t ct_py_capture(void)
 {
@@ -447,46 +490,20 @@ uint64_t ct_py_capture(void)
         uintptr_t cf = rd(ts + L->ts_cframe);
         fr = cf ? rd(cf + L->cf_current_frame) : 0;
     }
-    /* innermost first; the layout in locals (the stores below could alias it otherwise) */
-    const uint32_t o_owner = L->fr_owner, o_prev = L->fr_previous, o_code = L->fr_code,
-                   o_instr = L->fr_instr, o_entry = L->fr_is_entry, o_adaptive = L->co_code_adaptive,
-                   o_first = L->co_firsttraceable;
-    const uintptr_t code_type = p->code_type;
-    const int cstack_entries = o_entry == CT_PY_NONE;
+    /* innermost first; one copy of the walk per version, its offsets constants */
     uintptr_t code[MAX_PY_DEPTH], instr[MAX_PY_DEPTH];
     uint32_t flags[MAX_PY_DEPTH];
-    int n = 0;
-    for (int guard = 0; fr && n < MAX_PY_DEPTH && guard < 4 * MAX_PY_DEPTH; guard++) {
-        uint8_t owner = rd8(fr + o_owner);
-        uintptr_t prev = rd(fr + o_prev);
-        if (owner == CT_PY_OWNED_BY_CSTACK && cstack_entries) {
-            if (n)
-                flags[n - 1] |= CT_PYF_ENTRY;  /* the frame this eval-loop call started with */
-            fr = prev;
-            continue;
-        }
-        uintptr_t co = rd(fr + o_code);
-        if (owner > CT_PY_OWNED_BY_CSTACK || !co || rd(co + CT_PY_OB_TYPE) != code_type) {
-            fr = prev;                          /* 3.13: f_executable may be None */
-            continue;
-        }
-        uintptr_t ip = rd(fr + o_instr), start = co + o_adaptive;
-        /* incomplete frames (not started yet) are skipped, as CPython's traceback does */
-        if (owner != CT_PY_OWNED_BY_GENERATOR &&
-            ip < start + 2 * (uintptr_t)(uint32_t)rd32(co + o_first)) {
-            fr = prev;
-            continue;
-        }
-        uint32_t f = 0;
-        if (!cstack_entries && rd8(fr + o_entry))
-            f |= CT_PYF_ENTRY;
-        if (ip < start || ip >= start + 2 * (uintptr_t)rd(co + CT_PY_OB_SIZE))
-            f |= CT_PYF_NO_OFFSET;
-        code[n] = co;
-        instr[n] = ip;
-        flags[n] = f;
-        n++;
-        fr = prev;
+    int n;
+    switch (L->minor) {
+    case 11:
+        n = walk(fr, p->code_type, &ct_pylayout_311, code, instr, flags);
+        break;
+    case 12:
+        n = walk(fr, p->code_type, &ct_pylayout_312, code, instr, flags);
+        break;
+    default:
+        n = walk(fr, p->code_type, &ct_pylayout_313, code, instr, flags);
+        break;
     }
     if (n == 0)
         return link_why(CT_PYWHY_IDLE);
