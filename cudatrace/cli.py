@@ -200,7 +200,11 @@ def run(
               help="Also write one self-contained HTML page (timeline, flame graph, sites) to FILE.")
 @click.option("--watch", is_flag=True,
               help="Re-render the text report every second while the run is being traced.")
-def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, html, watch):
+@click.option("--python-only", "view", flag_value="python",
+              help="Python programs: sites and stacks from Python frames alone.")
+@click.option("--native-only", "view", flag_value="native",
+              help="Python programs: native frames alone (the eval loop not replaced).")
+def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, html, watch, view):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
@@ -226,6 +230,7 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, htm
             as_json=as_json,
             svg=svg,
             html=html,
+            view=view or "hybrid",
         )
     )
 

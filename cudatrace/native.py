@@ -100,8 +100,8 @@ def cffi_source() -> str:
 
 def defines(text: str) -> dict[str, int]:
     """The integer #defines of a C text (CT_OP_ALLOC ...): the one parser of them."""
-    return {m.group(1): int(m.group(2))
-            for m in re.finditer(r"^#define\s+(\w+)\s+(-?\d+)\s*$", text, re.M)}
+    return {m.group(1): int(m.group(2), 0)
+            for m in re.finditer(r"^#define\s+(\w+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\s*$", text, re.M)}
 
 
 def ffi() -> cffi.FFI:

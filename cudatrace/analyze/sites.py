@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..symbols import ModuleRef, Symbolizer
-from .model import API, RT, Alloc, Groups, Model
+from ..symbols import python as pyframes
+from .model import API, DEV, RES, RT, STACK, Alloc, Groups, Model
 from .trace import Trace
 
 FOLD_MODULES = re.compile(r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
@@ -23,6 +24,10 @@ FOLD_FUNCTIONS = re.compile(r"^(cuda[A-Z_]|cudart::|__cudart|cu[A-Z][A-Za-z0-9_]
                             r"libcudart_static|cudaApi)")
 
 GROUPINGS = ("site", "api", "library", "process")
+VIEWS = ("hybrid", "python", "native")
+# Python's own call machinery between a Python line and the native code it called: folded when
+# the stack has Python frames (the interpreter itself is matched by its eval loop's module too)
+PY_GLUE_MODULES = re.compile(r"^(libpython3|python3|libffi\.so|_ctypes\.|_ctypes_test\.)")
 NO_STACK = "(no stack recorded: stacks off, --stack-depth 0)"
 ONLY_CUDA = "(only CUDA library frames: use --show-cuda-frames)"
 
@@ -36,6 +41,12 @@ class SFrame:
     address: int
     offset: int
     inlined: bool = False
+    python: bool = False           # a Python frame: module = the .py file, offset = instruction
+
+    @classmethod
+    def of_python(cls, f: "pyframes.PyFrame") -> "SFrame":
+        c = f.code
+        return cls(c.filename, c.qualname, c.filename, f.line, 0, f.lasti, False, True)
 
     def label(self) -> str:
         where = ""
@@ -61,7 +72,7 @@ class SFrame:
     def as_json(self) -> dict:
         return {"module": self.module, "function": self.function, "file": self.file,
                 "line": self.line, "address": self.address, "offset": self.offset,
-                "inlined": self.inlined}
+                "inlined": self.inlined, "python": self.python}
 
 
 def kth_smallest(parts, k: int, lo: int, hi: int) -> int:
@@ -103,10 +114,16 @@ def key_text(key: tuple) -> str:
 class Stacks:
     """Symbolized stacks of a set of traces, computed once per (trace, leaf)."""
 
-    def __init__(self, traces: list[Trace], symbolizer=None, fold: bool = True):
+    def __init__(self, traces: list[Trace], symbolizer=None, fold: bool = True, view: str = "hybrid"):
+        """view: "hybrid" (native frames with the eval loop's replaced by the Python frames it ran),
+        "python" (Python frames only; an event without any keeps its native ones) or "native"."""
+        if view not in VIEWS:
+            raise ValueError("unknown view %r" % view)
         self.traces = traces
         self.sym = symbolizer
         self.fold = fold
+        self.view = view
+        self._has_py: set[tuple[int, int]] = set()
         self._frames: dict[tuple[int, int], list[SFrame]] = {}
         self._kept: dict[tuple[int, int], list[SFrame]] = {}
         self.errors: list[str] = []
@@ -150,7 +167,27 @@ class Stacks:
                                              ip, ip - m.base, bool(getattr(fr, "inlined", False))))
                 else:
                     frames.append(SFrame(m.path, None, None, None, ip, ip - m.base))
-            self._frames[key] = frames
+            self._frames[key] = self._with_python(key, frames)
+
+    def _with_python(self, key: tuple[int, int], native: list[SFrame]) -> list[SFrame]:
+        t = self.traces[key[0]]
+        py = t.py_stack(key[1]) if self.view != "native" else []
+        if not py:
+            return native
+        self._has_py.add(key)
+        if self.view == "python":
+            return [SFrame.of_python(f) for f in py]
+        rng = pyframes.parse_range(t.info.get("python.eval_range"))
+
+        def is_eval(f: SFrame) -> bool:
+            if rng and rng[0] <= f.address - 1 < rng[1]:
+                return True
+            return bool(f.function and pyframes.EVAL_FUNCTIONS.match(f.function))
+        return pyframes.merge(native, is_eval, py, SFrame.of_python)
+
+    def has_python(self, ti: int, leaf: int) -> bool:
+        self.all_frames(ti, leaf)
+        return (ti, leaf) in self._has_py
 
     def all_frames(self, ti: int, leaf: int) -> list[SFrame]:
         key = (ti, leaf)
@@ -168,11 +205,23 @@ class Stacks:
             if not self.fold:
                 got = fr
             else:
-                got = [f for f in fr if not folded(f)]
+                glue = self._glue(ti) if key in self._has_py else None
+                got = [f for f in fr if not folded(f) and not (glue and not f.python and glue(f))]
                 if not got and fr:
                     got = fr[-1:]
             self._kept[key] = got
         return got
+
+    def _glue(self, ti: int):
+        """Frames of Python's own call machinery (interpreter, ctypes, libffi) in trace ti."""
+        t = self.traces[ti]
+        rng = pyframes.parse_range(t.info.get("python.eval_range"))
+        interp = t.module_for(rng[0]) if rng else None
+        ipath = interp.path if interp else None
+
+        def glue(f: SFrame) -> bool:
+            return f.module == ipath or bool(PY_GLUE_MODULES.match(os.path.basename(f.module)))
+        return glue
 
 
 @dataclass

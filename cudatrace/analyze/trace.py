@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import native
+from ..symbols import python as pyframes
 
 _TYPE_FMT = {"uint8_t": "B", "uint16_t": "H", "uint32_t": "I", "uint64_t": "Q",
              "int8_t": "b", "int16_t": "h", "int32_t": "i", "int64_t": "q"}
@@ -118,6 +119,7 @@ class Trace:
     ips: list[int] = field(default_factory=lambda: [0])       # node id -> return address
     # The scanner's `struct ct_event[]` (cffi), kept as is: the model replays it in C
     # (shim/replay.c); `events` unpacks it into tuples only when something asks for them.
+    py: pyframes.PyTables | None = None                       # Python code and stacks, if any
     raw_events: object = field(default=None, repr=False)
     n_events: int = 0
     _events: list | None = field(default=None, repr=False)
@@ -151,14 +153,31 @@ class Trace:
         return self.status in ("complete", "exec")
 
     def stack(self, leaf: int) -> list[int]:
-        """Return addresses of a stack, innermost first."""
+        """Return addresses of a stack, innermost first (native frames only: a Python link node
+        at the leaf is skipped, see py_link)."""
         out = []
         guard = 0
+        if leaf and leaf < len(self.ips) and pyframes.is_link(self.ips[leaf]):
+            leaf = self.parents[leaf]
         while leaf and leaf < len(self.ips) and guard < 4096:
             out.append(self.ips[leaf])
             leaf = self.parents[leaf]
             guard += 1
         return out
+
+    def py_link(self, leaf: int) -> tuple[int, int] | None:
+        """(kind, value) of the Python link node ending this stack (pyframes.LINK_FRAMES, Python
+        leaf; or LINK_WHY, reason), None when the event has none (no Python in the process)."""
+        if leaf and leaf < len(self.ips) and pyframes.is_link(self.ips[leaf]):
+            return pyframes.link_parts(self.ips[leaf])
+        return None
+
+    def py_stack(self, leaf: int) -> list:
+        """The Python frames of a stack (pyframes.PyFrame), innermost first."""
+        link = self.py_link(leaf)
+        if not link or link[0] != pyframes.LINK_FRAMES or self.py is None:
+            return []
+        return self.py.stack(link[1])
 
     def api_name(self, api_id: int) -> str:
         a = self.apis.get(api_id)
@@ -237,6 +256,8 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
     stk_s, _ = layout("struct ct_rec_stack")
     inf_s, _ = layout("struct ct_rec_info")
     end_s, _ = layout("struct ct_rec_end")
+    pyc_s, _ = layout("struct ct_rec_pycode")
+    pyf_s, _ = layout("struct ct_rec_pyframe")
     parents, ips = t.parents, t.ips
     for off in offsets:
         _magic, rtype, rsize = hdr.unpack_from(data, off)
@@ -275,6 +296,21 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
             key = bytes(data[p:p + klen]).decode(errors="replace")
             val = bytes(data[p + klen + 1:p + klen + 1 + vlen]).decode(errors="replace")
             t.info[key] = val
+        elif rtype == K["CT_REC_PYFRAME"]:
+            if t.py is None:
+                t.py = pyframes.PyTables()
+            nid, parent, code, lasti, flags, _ = pyf_s.unpack_from(data, body)
+            t.py.add_node(nid, parent, code, lasti, flags)
+        elif rtype == K["CT_REC_PYCODE"]:
+            if t.py is None:
+                t.py = pyframes.PyTables()
+            addr, start, cid, first, units, ltlen, flen, qlen, _ = pyc_s.unpack_from(data, body)
+            p = body + pyc_s.size
+            fname = bytes(data[p:p + flen]).decode(errors="replace")
+            qname = bytes(data[p + flen + 1:p + flen + 1 + qlen]).decode(errors="replace")
+            p += flen + qlen + 2
+            t.py.add_code(pyframes.PyCode(cid, addr, fname, qname, first, units,
+                                          bytes(data[p:p + ltlen])))
         elif rtype == K["CT_REC_END"]:
             ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
             t.end = End(ts, code, dropped, events)

@@ -15,13 +15,13 @@ from .report import render_text
 
 
 def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cuda_frames=False,
-               as_json=False, svg=None, out=None, symbolizer=None, html=None) -> int:
+               as_json=False, svg=None, out=None, symbolizer=None, html=None, view="hybrid") -> int:
     """The body of `cudatrace report` (also callable from Python). Returns the exit status."""
     out = out or sys.stdout
     try:
         parse_moment(at)
         a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
-                     progress=not as_json and _tty())
+                     progress=not as_json and _tty(), view=view)
         r = build_report(a, at=at, by=by, depth=depth, top=top, device=device)
     except ReportError as e:
         click.echo(str(e), err=True)

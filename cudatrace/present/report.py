@@ -102,6 +102,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
     w("  events      {:,} over {}; {:,} device allocations, {:,} frees, {:,} failed, {:,} denied".format(
         c.get("events", 0), secs_text(r["duration"]), c.get("allocs", 0), c.get("frees", 0),
         c.get("failed", 0), c.get("denied", 0)))
+    _render_python(r.get("python"), w)
     w("")
 
     # peak
@@ -253,6 +254,16 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
     while L and not L[-1]:
         L.pop()
     return "\n".join(L) + "\n"
+
+
+def _render_python(py: dict | None, w) -> None:
+    if not py:
+        return
+    vers = sorted({"%s (%s)" % (p["version"], p["status"]) for p in py["processes"]})
+    w("  python      CPython %s; %s view" % (", ".join(vers), py["view"]))
+    w("              {:,} device allocations with Python frames".format(py["allocs_with_frames"]))
+    for why, n in sorted(py["allocs_without_frames"].items(), key=lambda x: -x[1]):
+        w("              {:,} without: {}".format(n, why))
 
 
 def _render_observed(r: dict, w) -> None:

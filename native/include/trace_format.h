@@ -58,6 +58,27 @@
 #define CT_REC_EVENT 6
 #define CT_REC_INFO 7
 #define CT_REC_END 8
+#define CT_REC_PYCODE 9
+#define CT_REC_PYFRAME 10
+#define CT_REC_LAST 10
+
+/* Python frames (docs/python-frames.md). An event of a process running CPython ends its native
+ * stack with one link node whose ip is CT_PYLINK_TAG | kind << 32 | value: kind FRAMES, value
+ * = the leaf of the Python stack tree (PYFRAME records); kind WHY, value = CT_PYWHY_*, why the
+ * event has no Python frames. Processes without Python have no link node. */
+#define CT_PYLINK_TAG 0x7079000000000000
+#define CT_PYLINK_MASK 0xffff000000000000
+#define CT_PYLINK_FRAMES 1
+#define CT_PYLINK_WHY 2
+#define CT_PYWHY_NO_TSTATE 1
+#define CT_PYWHY_FINALIZING 2
+#define CT_PYWHY_UNSUPPORTED 3
+#define CT_PYWHY_NOT_INITIALIZED 4
+#define CT_PYWHY_IDLE 5
+#define CT_PYWHY_INCONSISTENT 6
+/* ct_rec_pyframe.flags */
+#define CT_PYF_ENTRY 1
+#define CT_PYF_NO_OFFSET 2
 
 /* event operations (ct_event.op) */
 #define CT_OP_ALLOC 1
@@ -183,6 +204,30 @@ struct ct_event {
     uint8_t kind;    /* CT_KIND_* */
     uint8_t space;   /* CT_SPACE_* */
     uint8_t flags;   /* CT_EF_* */
+    uint32_t reserved;
+};
+
+/* One code object, written once per process the first time a frame runs it; followed by the
+ * file name (NUL-terminated), the qualified name (NUL-terminated) and co_linetable's bytes. */
+struct ct_rec_pycode {
+    uint64_t address;    /* the code object (a new record if it is freed and reused) */
+    uint64_t code_start; /* its first instruction (co_code_adaptive) */
+    uint32_t id;         /* dense from 1 */
+    int32_t firstlineno;
+    uint32_t code_units;    /* instructions and caches, 2 bytes each */
+    uint32_t linetable_len; /* 0: not recorded (too large or unreadable) */
+    uint16_t filename_len;  /* bytes, without the NUL */
+    uint16_t qualname_len;
+    uint32_t reserved;
+};
+
+/* One node of the Python stack tree: (parent, code, instruction index), stored once. */
+struct ct_rec_pyframe {
+    uint32_t id; /* dense from 1; 0 is the root */
+    uint32_t parent;
+    uint32_t code;  /* ct_rec_pycode.id */
+    uint32_t lasti; /* index of the instruction running (2-byte units) */
+    uint32_t flags; /* CT_PYF_*: ENTRY = first frame an eval-loop call ran */
     uint32_t reserved;
 };
 

@@ -15,7 +15,7 @@ static int valid_header(const uint8_t *buf, uint64_t len, uint64_t off, struct c
     if (off + sizeof *h > len)
         return 0;
     memcpy(h, buf + off, sizeof *h);
-    return h->magic == CT_REC_MAGIC && h->type >= CT_REC_PAD && h->type <= CT_REC_END &&
+    return h->magic == CT_REC_MAGIC && h->type >= CT_REC_PAD && h->type <= CT_REC_LAST &&
            h->size >= sizeof *h && (h->size & 7u) == 0 && h->size <= CT_CHUNK_SIZE &&
            off + h->size <= len;
 }

@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include "pyframes.h"
 #include "trace_format.h"
 #include "util.h"
 #include "writer.h"
@@ -164,8 +165,12 @@ void ct_modules_scan(void)
 {
     struct scan_ctx ctx = {1};
     pthread_mutex_lock(&mu);
+    uint32_t before = nmods;
     dl_iterate_phdr(scan_one, &ctx);
+    int grew = nmods != before;
     pthread_mutex_unlock(&mu);
+    if (grew)
+        ct_py_modules_changed(); /* perhaps a libpython loaded by dlopen */
 }
 
 void ct_modules_reset(void)

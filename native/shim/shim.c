@@ -18,6 +18,7 @@
 #include "budget.h"
 #include "cuda_abi.h"
 #include "modules.h"
+#include "pyframes.h"
 #include "route.h"
 #include "stacks.h"
 #include "trace_format.h"
@@ -490,6 +491,7 @@ static void write_preamble(void)
 /* ---- load, fork, exit ------------------------------------------------------------------- */
 static void atfork_prepare(void)
 {
+    ct_py_atfork_prepare();
     ct_stacks_atfork_prepare();
     ct_writer_atfork_prepare();
     ct_budget_atfork_prepare();
@@ -500,6 +502,7 @@ static void atfork_parent(void)
     ct_budget_atfork_parent();
     ct_writer_atfork_parent();
     ct_stacks_atfork_parent();
+    ct_py_atfork_parent();
 }
 
 static void atfork_child(void)
@@ -507,6 +510,7 @@ static void atfork_child(void)
     ct_tls_tid = 0;
     ct_writer_atfork_child();
     ct_stacks_reset();
+    ct_py_reset();
     ct_modules_reset();
     ct_budget_atfork_child();
 }

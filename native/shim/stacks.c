@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "modules.h"
+#include "pyframes.h"
 #include "trace_format.h"
 #include "unwind.h"
 #include "util.h"
@@ -68,7 +69,7 @@ static uint32_t node(uint32_t parent, uint64_t ip)
     }
     if (nnodes >= MAX_NODES)
         return 0;
-    if (!ct_modules_covers(ip))
+    if ((ip & CT_PYLINK_MASK) != CT_PYLINK_TAG && !ct_modules_covers(ip))
         ct_modules_scan();
     struct ct_rec_stack rec = {nnodes + 1, parent, ip};
     if (!ct_rec_write(CT_REC_STACK, &rec, sizeof rec, NULL, 0, NULL, 0))
@@ -208,7 +209,40 @@ static void report_mismatch(const uintptr_t *a, int na, const uintptr_t *b, int 
     ct_log("  cached ", h1, " full ", h2);
 }
 
+static uint32_t native_capture(uintptr_t wrapper_cfa);
+
+/* (native leaf, Python link) pairs of this thread met before and their nodes */
+#define LINK_WAYS 16
+struct link_ent {
+    uint64_t ip;
+    uint32_t leaf, node, gen;
+};
+static CT_TLS struct link_ent links[LINK_WAYS];
+
 uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
+{
+    uint32_t leaf = native_capture(wrapper_cfa);
+    if (ct_cfg.stack_depth <= 0)
+        return leaf;
+    /* a process running CPython: one more node naming the Python stack (pyframes.c) */
+    uint64_t link = ct_py_capture();
+    if (!link)
+        return leaf;
+    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+    struct link_ent *c =
+        &links[((link * 0x9E3779B97F4A7C15ull) ^ leaf * 0xC2B2AE3D27D4EB4Full) >> 60];
+    if (c->gen == gen && c->leaf == leaf && c->ip == link && c->node)
+        return c->node;
+    pthread_mutex_lock(&mu);
+    uint32_t id = node(leaf, link);
+    pthread_mutex_unlock(&mu);
+    if (!id)
+        return leaf;
+    *c = (struct link_ent){link, leaf, id, gen};
+    return id;
+}
+
+static uint32_t native_capture(uintptr_t wrapper_cfa)
 {
     (void)wrapper_cfa;
     int depth = ct_cfg.stack_depth;

@@ -165,6 +165,51 @@ class TraceWriter:
             parent = nid
         return parent
 
+    # ---- Python frames (docs/python-frames.md) ----
+    def pycode(self, filename: str, qualname: str, firstlineno: int, lines: list[int],
+               address: int | None = None) -> int:
+        """A code object whose instruction i (2-byte units) runs line lines[i]; returns its id."""
+        self.pycodes = getattr(self, "pycodes", 0) + 1
+        table, prev = bytearray(), firstlineno
+        for ln in lines:                     # one "no column" entry per code unit
+            d = ln - prev
+            v = (d << 1) if d >= 0 else ((-d) << 1) | 1
+            table.append(0x80 | (13 << 3))
+            while True:
+                b = v & 63
+                v >>= 6
+                table.append(b | (64 if v else 0))
+                if not v:
+                    break
+            prev = ln
+        s = layout("struct ct_rec_pycode")[0]
+        f, q = filename.encode(), qualname.encode()
+        addr = address if address is not None else 0x7f0000000000 + self.pycodes * 0x1000
+        self._record(self.K["CT_REC_PYCODE"],
+                     s.pack(addr, addr + 0xc0, self.pycodes, firstlineno, len(lines), len(table),
+                            len(f), len(q), 0) + f + b"\0" + q + b"\0" + bytes(table))
+        return self.pycodes
+
+    def pystack(self, frames) -> int:
+        """The Python leaf of frames [(code id, instruction index, entry)], innermost first."""
+        nodes = self.__dict__.setdefault("pynodes", {})
+        parent = 0
+        for code, lasti, entry in reversed(list(frames)):
+            key = (parent, code, lasti, int(entry))
+            nid = nodes.get(key)
+            if nid is None:
+                nid = nodes[key] = len(nodes) + 1
+                s = layout("struct ct_rec_pyframe")[0]
+                self._record(self.K["CT_REC_PYFRAME"], s.pack(nid, parent, code, lasti, int(entry), 0))
+            parent = nid
+        return parent
+
+    def pylink(self, native_ips, py_leaf: int | None = None, why: int | None = None) -> int:
+        """A stack ending with the Python link node (frames, or the reason there are none)."""
+        kind, value = (self.K["CT_PYLINK_FRAMES"], py_leaf) if why is None else \
+            (self.K["CT_PYLINK_WHY"], why)
+        return self.stack([self.K["CT_PYLINK_TAG"] | kind << 32 | value] + list(native_ips))
+
     def api_id(self, name: str | None) -> int:
         if not name:
             return 0
