@@ -23,7 +23,7 @@ ONLY=" $* "
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 PY=${PYTHON:-python3}
-make -s -C shim OUT=../cudatrace/_native || { echo "shim build failed"; exit 1; }
+make -s -C native OUT=../cudatrace/_native || { echo "shim build failed"; exit 1; }
 nvidia-smi -L 2>&1 | head -2
 $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' \
   || { echo "sweep_torch: torch with CUDA is not importable by $PY"; exit 2; }
