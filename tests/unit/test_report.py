@@ -52,6 +52,11 @@ def report_json(path, sym, **kw) -> dict:
     return json.loads(json.dumps(r))          # exactly what --json prints
 
 
+def report_json_nofold(path, sym, **kw) -> dict:
+    a = Analysis(path, symbolizer=sym, fold_layers=False)
+    return json.loads(json.dumps(build_report(a, **kw)))
+
+
 def cli(*args, sym=None, monkeypatch=None):
     if sym is not None and monkeypatch is not None:
         monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym)
@@ -306,10 +311,18 @@ def test_depth_splits_sites_by_caller(tmp_path, fake_sym, elf):
     w.alloc(tg.BASE_TS + 1, 100, 0x1, stack=a)
     w.alloc(tg.BASE_TS + 2, 300, 0x2, stack=b)
     w.close()
-    r1 = report_json(tmp_path, fake_sym, depth=1)
+    # alloc_activations serves two callers: an allocator layer, folded into their sites
+    r0 = report_json(tmp_path, fake_sym, depth=1)
+    assert [(s["label"].split()[0], s["bytes"], [v["function"] for v in s["via"]])
+            for s in r0["sites"]] == [("train_step", 300, ["alloc_activations"]),
+                                      ("forward", 100, ["alloc_activations"])]
+    assert r0["attribution"]["layers"] == ["alloc_activations"]
+    # --no-fold: the raw innermost frame, which --depth splits by caller
+    r1 = report_json_nofold(tmp_path, fake_sym, depth=1)
     assert [(s["bytes"], s["count"]) for s in r1["sites"]] == [(400, 2)]
     assert r1["sites"][0]["sizes"] == {"min": 100, "median": 100, "max": 300}   # lower median
-    r2 = report_json(tmp_path, fake_sym, depth=2)
+    assert r1["sites"][0]["via"] == [] and r1["attribution"]["fold"] is False
+    r2 = report_json_nofold(tmp_path, fake_sym, depth=2)
     assert [[x["function"] for x in s["frames"]] for s in r2["sites"]] == \
         [["alloc_activations", "train_step"], ["alloc_activations", "forward"]]
     assert r2["sites"][0]["sizes"] == {"min": 300, "median": 300, "max": 300}
