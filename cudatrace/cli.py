@@ -35,6 +35,13 @@ def main():
     """
 
 
+FOLD_HELP = (
+    "Fold functions matching REGEX (full or short name, or module) into the allocator layers, "
+    "besides those recognized from the call graph. Repeatable."
+)
+NO_FOLD_HELP = "Do not fold allocator layers: the site is the innermost frame outside CUDA."
+FULL_NAMES_HELP = "Show whole demangled signatures instead of shortened names."
+
 BUDGET_HELP = (
     "Device-memory limit for the whole process tree: a size (8GiB, 512MiB, 1.5GiB; "
     "8G means 8 GiB = 8*2^30 bytes, 8GB means 8*10^9), a share of each device's total "
@@ -175,6 +182,10 @@ def run(
     help="Keep the CUDA libraries' own frames (folded by default).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.report/1).")
+@click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP)
+@click.option("--no-fold", is_flag=True, help=NO_FOLD_HELP)
+@click.option("--full-names", is_flag=True, help=FULL_NAMES_HELP)
+@click.option("--tree", is_flag=True, help="Show the caller tree from the program's entry down.")
 @click.option(
     "--svg",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -182,7 +193,21 @@ def run(
     metavar="FILE",
     help="Also write a timeline picture (SVG) to FILE.",
 )
-def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
+def report(
+    path,
+    top,
+    by,
+    at,
+    device,
+    depth,
+    show_cuda_frames,
+    as_json,
+    fold_patterns,
+    no_fold,
+    full_names,
+    tree,
+    svg,
+):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
@@ -200,6 +225,10 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
             show_cuda_frames=show_cuda_frames,
             as_json=as_json,
             svg=svg,
+            fold=not no_fold,
+            fold_patterns=fold_patterns,
+            full_names=full_names,
+            tree=tree,
         )
     )
 
@@ -218,7 +247,10 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
     help="Frames that make a site.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
-def diff(a, b, top, depth, as_json):
+@click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP)
+@click.option("--no-fold", is_flag=True, help=NO_FOLD_HELP)
+@click.option("--full-names", is_flag=True, help=FULL_NAMES_HELP)
+def diff(a, b, top, depth, as_json, fold_patterns, no_fold, full_names):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
     A and B are trace directories (or .ctrace files). Sites are matched by function, file and
@@ -226,7 +258,18 @@ def diff(a, b, top, depth, as_json):
     """
     from .present.diff import run_diff
 
-    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))
+    sys.exit(
+        run_diff(
+            a,
+            b,
+            top=top,
+            depth=depth,
+            as_json=as_json,
+            fold=not no_fold,
+            fold_patterns=fold_patterns,
+            full_names=full_names,
+        )
+    )
 
 
 @main.command()

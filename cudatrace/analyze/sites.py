@@ -236,7 +236,8 @@ class Stacks:
             return [], fr
         self._ensure_graph()
         got = self._split.get(key)
-        if got is not None and got[0] == self.graph.version:
+        stamp = (id(self.graph), self.graph.version)
+        if got is not None and got[0] == stamp:
             return got[1], got[2]
         ids = [f.identity() for f in fr]
         forced = (lambda i: self.forced(fr[i])) if self.patterns else None
@@ -244,7 +245,7 @@ class Stacks:
         if k >= len(fr):               # everything is allocator: the outermost frame asked
             k = len(fr) - 1
         via, rest = fr[:k], fr[k:]
-        self._split[key] = (self.graph.version, via, rest)
+        self._split[key] = (stamp, via, rest)
         return via, rest
 
     def site_frames(self, ti: int, leaf: int) -> list[SFrame]:

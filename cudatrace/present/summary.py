@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 from ..analyze.analysis import Analysis
+from ..analyze.names import fit
 from ..units import format_bytes
+from .text import term_width
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
@@ -49,10 +51,13 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
               "MemAvailable\n" % (obs["nvml_why"] or obs["per_process_why"]))
         sites = a.sites(m.groups_at_peak(), "site", 1)
         w("  top call sites by bytes live at the peak:\n")
+        width = term_width()
         for s in sites[:top]:
             share = 100.0 * s.bytes / m.peak_bytes if m.peak_bytes else 0
-            w("    %10s %5.1f%% %6d x  %s  [%s]\n" % (format_bytes(s.bytes), share, s.count,
-                                                   s.label(), ", ".join(s.api_list())))
+            route = " > ".join(x for x in (s.via_text(), ", ".join(s.api_list())) if x)
+            line = "    %10s %5.1f%% %6d x  %s  [%s]" % (format_bytes(s.bytes), share, s.count,
+                                                      s.label(), route)
+            w(fit(line, width) + "\n")
     if m.failed:
         f = m.failed[0]
         w("  failed allocations: %d (first: %s of %s)\n" % (
