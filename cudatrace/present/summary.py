@@ -54,9 +54,9 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
         width = term_width()
         for s in sites[:top]:
             share = 100.0 * s.bytes / m.peak_bytes if m.peak_bytes else 0
-            route = " > ".join(x for x in (s.via_text(), ", ".join(s.api_list())) if x)
-            line = "    %10s %5.1f%% %6d x  %s  [%s]" % (format_bytes(s.bytes), share, s.count,
-                                                      s.label(), route)
+            entry = (" via %s" % s.via[-1].name()) if s.via else ""   # the outermost layer
+            line = "    %10s %5.1f%% %6d x  %s%s  [%s]" % (format_bytes(s.bytes), share, s.count,
+                                                        s.label(), entry, ", ".join(s.api_list()))
             w(fit(line, width) + "\n")
     if m.failed:
         f = m.failed[0]
