@@ -112,7 +112,9 @@ def run(
         except BudgetError as e:
             click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
             sys.exit(2)
+    on_denials = _denial_printer() if budget is not None or group is not None else None
     opts = RunOptions(
+        on_denials=on_denials,
         cmd=list(cmd),
         out_dir=out_dir,
         stack_depth=stack_depth,
@@ -140,6 +142,20 @@ def run(
         except Exception as exc:  # the summary must never hide the command's status
             sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
     sys.exit(status)
+
+
+def _denial_printer():
+    """The launcher's callback after a budget denial: loads the analysis only then."""
+    held = []
+
+    def call(out_dir):
+        if not held:
+            from .present.denials import DenialPrinter
+
+            held.append(DenialPrinter())
+        held[0](out_dir)
+
+    return call
 
 
 @main.command("report", context_settings={"help_option_names": ["-h", "--help"]})

@@ -63,7 +63,9 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
         w("  failed allocations: %d (first: %s of %s)\n" % (
             len(m.failed), td.traces[f.trace].api_name(f.api), format_bytes(f.size)))
     if m.denied:
-        w("  denied by the budget: %d\n" % len(m.denied))
+        ds = a.sites(m.denied, "site", 1)
+        w("  denied by the budget: %d (%s)\n" % (len(m.denied), "; ".join(
+            "%d at %s" % (d.count, d.label()) for d in ds[:3])))
     w("  full report: cudatrace report %s\n" % _rel(out_dir))
 
 

@@ -12,12 +12,15 @@
  *   --recursive-table  build_table recurses three times before it allocates
  *   --raw-workspace    the workspace takes memory from pool_obtain directly (nested layers)
  *   --single           only the weights loader allocates (a layer with a single caller)
+ *   --keep-going       after a failed allocation, wait 2 s before exiting (a server that
+ *                      keeps running after the out-of-memory)
  * Prints "ready" and exits 0; an allocation that fails prints the function and exits 1.
  * Build: cc -O0 -g -fno-omit-frame-pointer -rdynamic layers.c -lcuda
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef int CUdevice;
@@ -32,7 +35,7 @@ CUresult cuMemFree_v2(CUdeviceptr dptr);
 #define NOINLINE __attribute__((noinline, used))
 #define MiB (1ULL << 20)
 
-static int direct_kv, recursive_table, raw_workspace;
+static int direct_kv, recursive_table, raw_workspace, keep_going;
 
 /* ---- the allocator layer: three levels, no "alloc" in the names ---- */
 NOINLINE CUdeviceptr device_take(size_t bytes)
@@ -41,6 +44,10 @@ NOINLINE CUdeviceptr device_take(size_t bytes)
     CUresult r = cuMemAlloc_v2(&p, bytes);
     if (r != 0) {
         fprintf(stderr, "layers: device_take(%zu) failed: CUresult %d\n", bytes, r);
+        if (keep_going) { /* a server that keeps running after the out-of-memory */
+            sleep(2);
+            fprintf(stderr, "layers: still serving after the denial\n");
+        }
         exit(1);
     }
     return p;
@@ -136,6 +143,8 @@ int main(int argc, char **argv)
             recursive_table = 1;
         else if (!strcmp(a, "--raw-workspace"))
             raw_workspace = 1;
+        else if (!strcmp(a, "--keep-going"))
+            keep_going = 1;
         else if (!strcmp(a, "--single"))
             single = 1;
         else {
