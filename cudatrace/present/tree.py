@@ -17,13 +17,27 @@ def _chain(n: dict) -> tuple[list[dict], dict]:
     return out, n
 
 
-def _name(n: dict) -> str:
-    s = n["label"]
-    if n["layer"]:
-        s += " [layer]"
-    if n["site"]:
-        s += " <- site"
-    return s
+def _bare(n: dict) -> str:
+    """The function's name without file:line."""
+    lab = n["label"]
+    return lab[: lab.rindex(" (")] if n["file"] and " (" in lab else lab
+
+
+def _chain_text(nodes: list[dict]) -> str:
+    """`a > b (f.c:12) <- site via layer1 > layer2`: file:line on the site (or the last node
+    when no site is in the chain), names alone elsewhere; the layers below a site after via."""
+    site = next((k for k, x in enumerate(nodes) if x["site"]), None)
+    shown = nodes if site is None else nodes[: site + 1]
+    last = len(shown) - 1
+    parts = [(x["label"] if k == last else _bare(x)) + (" [layer]" if x["layer"] else "")
+             for k, x in enumerate(shown)]
+    text = " > ".join(parts)
+    if site is not None:
+        text += " <- site"
+        below = nodes[site + 1:]
+        if below:
+            text += " via " + " > ".join(_bare(x) for x in below) + " [layers]"
+    return text
 
 
 def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
@@ -31,13 +45,10 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
     at = t["at"]
     when = {"peak": "at the peak", "end": "at the end", "time": "at"}[at["kind"]]
     L = [
-        fit(
-            "Caller tree %s (%s): %s in %s, from the program's entry; [layer]: an allocator "
-            "layer, <- site: the code that asked"
-            % (when, secs_text(at["time"]), size_text(t["total_bytes"]),
-               plural(t["total_count"], "allocation")),
-            width,
-        )
+        "Caller tree %s (%s): %s in %s" % (when, secs_text(at["time"]), size_text(t["total_bytes"]),
+                                           plural(t["total_count"], "allocation")),
+        "  from the program's entry down; <- site: the code that asked for the memory, via the "
+        "allocator layers it went through",
     ]
     total = t["total_bytes"]
     if not t["root"]["children"]:
@@ -46,7 +57,7 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
 
     def line(n: dict, depth: int) -> None:
         nodes, last = _chain(n)
-        names = " > ".join(_name(x) for x in nodes)
+        names = _chain_text(nodes)
         share = percent(n["bytes"] / total) if total else "    -"
         head = "%10s %s %7s  %s" % (size_text(n["bytes"]), share, "{:,}x".format(n["count"]),
                                      "  " * depth)

@@ -160,7 +160,8 @@ def test_tree(env, base):
     line = next(x for x in out.splitlines() if "kv_layer_buffer" in x)
     assert "<- site" in line and "448.0 MiB" in line
     # the chain below the site is collapsed onto one line, the layers marked
-    assert re.search(r"kv_layer_buffer \(layers\.c:\d+\) <- site > tensor_create .*\[layer\]", line)
+    assert re.search(r"init_kv_cache > kv_layer_buffer \(layers\.c:\d+\) <- site via "
+                     r"tensor_create > pool_obtain > device_take \[layers\]", line), line
     main = next(x for x in out.splitlines() if " main (" in x)
     assert "543.0 MiB" in main
     doc = json.loads(cli(env, "report", base[28].out, "--tree", "--json").stdout)
