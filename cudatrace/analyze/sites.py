@@ -212,6 +212,12 @@ class Stacks:
         self.prepare(keys)
         self.graph.add(tuple(f.identity() for f in self.frames(*k)) for k in keys)
 
+    def learn_if_alone(self, keys) -> None:
+        """Stacks used without a source (no Analysis around them) learn the call graph from
+        the stacks they are asked to group."""
+        if self._source is None and self.layers:
+            self.learn(keys)
+
     def _ensure_graph(self) -> None:
         if not self._learned:
             self._learned = True
@@ -356,6 +362,7 @@ def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1
     rows = _rows(allocs)
     if by in ("site", "library"):
         stacks.prepare({(r[0], r[1]) for r in rows if r[1]})
+        stacks.learn_if_alone({(r[0], r[1]) for r in rows if r[1]})
     sites: dict[tuple, Site] = {}
     api_names: dict[tuple, str] = {}
     for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
