@@ -107,7 +107,9 @@ class CallGraph:
                 continue
             # private frames between two layers fold with them
             j = i
-            while j < n and not is_layer(j) and j + 1 < n and self.is_private(stack[j], stack[j + 1]):
+            while (
+                j < n and not is_layer(j) and j + 1 < n and self.is_private(stack[j], stack[j + 1])
+            ):
                 j += 1
             if j < n and is_layer(j) and j > i:
                 top = j

@@ -32,8 +32,9 @@ def _entry(frames: list) -> list:
     return out
 
 
-def build_tree(a: Analysis, at: str = "peak", device: int | None = None,
-               min_share: float = MIN_SHARE) -> dict:
+def build_tree(
+    a: Analysis, at: str = "peak", device: int | None = None, min_share: float = MIN_SHARE
+) -> dict:
     """The tree as a JSON-able dict: {"at", "total_bytes", "total_count", "root"}; a node is
     {"label", "function", "file", "line", "module", "bytes", "count", "self_bytes",
     "self_count", "layer", "site", "children", "more"}."""
@@ -76,7 +77,7 @@ def build_tree(a: Analysis, at: str = "peak", device: int | None = None,
         f = n.frame
         kids = sorted(n.children.values(), key=lambda c: (-c.bytes, -c.count))
         keep = [c for c in kids if total and c.bytes >= min_share * total] or kids[:1]
-        rest = kids[len(keep):]
+        rest = kids[len(keep) :]
         return {
             "label": f.label(a.full_names) if f else "(all)",
             "function": f.function if f else None,
@@ -90,8 +91,11 @@ def build_tree(a: Analysis, at: str = "peak", device: int | None = None,
             "layer": bool(f and (f.identity() in layers or st.forced(f))),
             "site": n.site,
             "children": [emit(c) for c in keep],
-            "more": {"nodes": len(rest), "bytes": sum(c.bytes for c in rest),
-                     "count": sum(c.count for c in rest)},
+            "more": {
+                "nodes": len(rest),
+                "bytes": sum(c.bytes for c in rest),
+                "count": sum(c.count for c in rest),
+            },
         }
 
     return {

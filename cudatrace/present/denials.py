@@ -66,11 +66,22 @@ class DenialPrinter:
         lines = []
         for g in groups.values():
             via = (" via %s" % " > ".join(reversed(g["via"]))) if g["via"] else ""
-            what = format_bytes(g["bytes"]) if g["count"] == 1 else "%d x, %s in all" % (
-                g["count"], format_bytes(g["bytes"]))
-            lines.append("cudatrace: denied %s (%s) at %s%s; budget %s, in use %s\n" % (
-                what, g["api"], g["label"], via, format_bytes(g["limit"]),
-                format_bytes(g["in_use"])))
+            what = (
+                format_bytes(g["bytes"])
+                if g["count"] == 1
+                else "%d x, %s in all" % (g["count"], format_bytes(g["bytes"]))
+            )
+            lines.append(
+                "cudatrace: denied %s (%s) at %s%s; budget %s, in use %s\n"
+                % (
+                    what,
+                    g["api"],
+                    g["label"],
+                    via,
+                    format_bytes(g["limit"]),
+                    format_bytes(g["in_use"]),
+                )
+            )
         if lines:
             stream.write("".join(lines))
             stream.flush()

@@ -29,12 +29,14 @@ def _chain_text(nodes: list[dict]) -> str:
     site = next((k for k, x in enumerate(nodes) if x["site"]), None)
     shown = nodes if site is None else nodes[: site + 1]
     last = len(shown) - 1
-    parts = [(x["label"] if k == last else _bare(x)) + (" [layer]" if x["layer"] else "")
-             for k, x in enumerate(shown)]
+    parts = [
+        (x["label"] if k == last else _bare(x)) + (" [layer]" if x["layer"] else "")
+        for k, x in enumerate(shown)
+    ]
     text = " > ".join(parts)
     if site is not None:
         text += " <- site"
-        below = nodes[site + 1:]
+        below = nodes[site + 1 :]
         if below:
             text += " via " + " > ".join(_bare(x) for x in below) + " [layers]"
     return text
@@ -45,8 +47,13 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
     at = t["at"]
     when = {"peak": "at the peak", "end": "at the end", "time": "at"}[at["kind"]]
     L = [
-        "Caller tree %s (%s): %s in %s" % (when, secs_text(at["time"]), size_text(t["total_bytes"]),
-                                           plural(t["total_count"], "allocation")),
+        "Caller tree %s (%s): %s in %s"
+        % (
+            when,
+            secs_text(at["time"]),
+            size_text(t["total_bytes"]),
+            plural(t["total_count"], "allocation"),
+        ),
         "  from the program's entry down; <- site: the code that asked for the memory, via the "
         "allocator layers it went through",
     ]
@@ -59,22 +66,41 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
         nodes, last = _chain(n)
         names = _chain_text(nodes)
         share = percent(n["bytes"] / total) if total else "    -"
-        head = "%10s %s %7s  %s" % (size_text(n["bytes"]), share, "{:,}x".format(n["count"]),
-                                     "  " * depth)
+        head = "%10s %s %7s  %s" % (
+            size_text(n["bytes"]),
+            share,
+            "{:,}x".format(n["count"]),
+            "  " * depth,
+        )
         L.append(fit(head + names, width))
         for c in last["children"]:
             line(c, depth + 1)
         m = last["more"]
         if m["nodes"]:
-            L.append(fit("%10s %s %7s  %s(%d more callers, each under %s)"
-                         % (size_text(m["bytes"]), percent(m["bytes"] / total) if total else "",
-                            "{:,}x".format(m["count"]), "  " * (depth + 1), m["nodes"],
-                            percent(0.001).strip()), width))
+            L.append(
+                fit(
+                    "%10s %s %7s  %s(%d more callers, each under %s)"
+                    % (
+                        size_text(m["bytes"]),
+                        percent(m["bytes"] / total) if total else "",
+                        "{:,}x".format(m["count"]),
+                        "  " * (depth + 1),
+                        m["nodes"],
+                        percent(0.001).strip(),
+                    ),
+                    width,
+                )
+            )
 
     for c in t["root"]["children"]:
         line(c, 0)
     if t["root"]["self_count"]:
-        L.append("%10s %s %7s  (no stack recorded)" % (
-            size_text(t["root"]["self_bytes"]), percent(t["root"]["self_bytes"] / total),
-            "{:,}x".format(t["root"]["self_count"])))
+        L.append(
+            "%10s %s %7s  (no stack recorded)"
+            % (
+                size_text(t["root"]["self_bytes"]),
+                percent(t["root"]["self_bytes"] / total),
+                "{:,}x".format(t["root"]["self_count"]),
+            )
+        )
     return "\n".join(L) + "\n"

@@ -36,8 +36,11 @@ def progs(sim, tmp_path_factory) -> dict[str, Path]:
     for name, cc, src in (("layers", "cc", "layers.c"), ("layers_cpp", "g++", "layers_cpp.cpp")):
         if not shutil.which(cc):
             continue
-        r = subprocess.run([cc, *flags, "-o", str(out / name), str(PROGS / src),
-                            "-L%s" % sim.lib, "-lcuda"], capture_output=True, text=True)
+        r = subprocess.run(
+            [cc, *flags, "-o", str(out / name), str(PROGS / src), "-L%s" % sim.lib, "-lcuda"],
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, r.stderr
         built[name] = out / name
     return built
@@ -50,8 +53,14 @@ def need(progs, name):
 
 
 def cli(env, *args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cudatrace", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=180, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "cudatrace", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +101,18 @@ def base(env, progs, tmp_path_factory):
 
 # ---- C: each subsystem its own site ----------------------------------------------------------
 
+
 def test_each_subsystem_is_its_own_site(env, base):
     r = base[28]
     assert r.returncode == 0, ok(r)
     doc = report(env, r.out)
     sites = by_function(doc)
-    expect = {"kv_layer_buffer": (28 * 16 * MiB, 28), "load_weights": (WEIGHTS, 21),
-              "build_table": (3 * MiB, 1), "step_workspace": (8 * MiB, 1)}
+    expect = {
+        "kv_layer_buffer": (28 * 16 * MiB, 28),
+        "load_weights": (WEIGHTS, 21),
+        "build_table": (3 * MiB, 1),
+        "step_workspace": (8 * MiB, 1),
+    }
     assert {f: (s["bytes"], s["count"]) for f, s in sites.items()} == expect
     assert not LAYER_FUNCS & set(sites)
     kv = sites["kv_layer_buffer"]
@@ -106,7 +120,12 @@ def test_each_subsystem_is_its_own_site(env, base):
     assert re.match(r"kv_layer_buffer \(layers\.c:\d+\)$", kv["label"]), kv["label"]
     assert [f["function"] for f in kv["via"]] == ["device_take", "pool_obtain", "tensor_create"]
     assert [f["function"] for f in kv["context"][:5]] == [
-        "device_take", "pool_obtain", "tensor_create", "kv_layer_buffer", "init_kv_cache"]
+        "device_take",
+        "pool_obtain",
+        "tensor_create",
+        "kv_layer_buffer",
+        "init_kv_cache",
+    ]
     assert doc["attribution"]["layers"] == ["tensor_create"]
     assert doc["attribution"]["fold"] is True
 
@@ -114,7 +133,9 @@ def test_each_subsystem_is_its_own_site(env, base):
 def test_run_summary_names_the_kv_code(base):
     err = base[28].stderr
     top = next(line for line in err.splitlines() if " x  " in line)
-    assert re.search(r"448\.0 MiB .* 28 x  kv_layer_buffer \(layers\.c:\d+\) via tensor_create", top), err
+    assert re.search(
+        r"448\.0 MiB .* 28 x  kv_layer_buffer \(layers\.c:\d+\) via tensor_create", top
+    ), err
 
 
 def test_report_text_shows_site_and_layers(env, base):
@@ -160,8 +181,11 @@ def test_tree(env, base):
     line = next(x for x in out.splitlines() if "kv_layer_buffer" in x)
     assert "<- site" in line and "448.0 MiB" in line
     # the chain below the site is collapsed onto one line, the layers marked
-    assert re.search(r"init_kv_cache > kv_layer_buffer \(layers\.c:\d+\) <- site via "
-                     r"tensor_create > pool_obtain > device_take \[layers\]", line), line
+    assert re.search(
+        r"init_kv_cache > kv_layer_buffer \(layers\.c:\d+\) <- site via "
+        r"tensor_create > pool_obtain > device_take \[layers\]",
+        line,
+    ), line
     main = next(x for x in out.splitlines() if " main (" in x)
     assert "543.0 MiB" in main
     doc = json.loads(cli(env, "report", base[28].out, "--tree", "--json").stdout)
@@ -170,6 +194,7 @@ def test_tree(env, base):
 
 # ---- variants --------------------------------------------------------------------------------
 
+
 def test_single_caller_layer_folds_nothing_unless_told(env, progs, tmp_path):
     r = run(env, tmp_path / "single", need(progs, "layers"), "--single")
     assert r.returncode == 0, ok(r)
@@ -177,9 +202,14 @@ def test_single_caller_layer_folds_nothing_unless_told(env, progs, tmp_path):
     assert [s["frames"][0]["function"] for s in doc["sites"]] == ["device_take"]
     assert doc["attribution"]["layers"] == []
     doc = report(env, r.out, "--fold", "^tensor_create$")
-    assert [(s["frames"][0]["function"], s["count"]) for s in doc["sites"]] == [("load_weights", 21)]
+    assert [(s["frames"][0]["function"], s["count"]) for s in doc["sites"]] == [
+        ("load_weights", 21)
+    ]
     assert [f["function"] for f in doc["sites"][0]["via"]] == [
-        "device_take", "pool_obtain", "tensor_create"]
+        "device_take",
+        "pool_obtain",
+        "tensor_create",
+    ]
     assert doc["attribution"]["patterns"] == ["^tensor_create$"]
     bad = cli(env, "report", r.out, "--fold", "(")
     assert bad.returncode == 2 and "--fold" in bad.stderr
@@ -193,7 +223,10 @@ def test_nested_layers_fold_together(env, progs, tmp_path):
     assert set(sites) == {"kv_layer_buffer", "load_weights", "build_table", "step_workspace"}
     assert [f["function"] for f in sites["step_workspace"]["via"]] == ["device_take", "pool_obtain"]
     assert [f["function"] for f in sites["kv_layer_buffer"]["via"]] == [
-        "device_take", "pool_obtain", "tensor_create"]
+        "device_take",
+        "pool_obtain",
+        "tensor_create",
+    ]
     assert doc["attribution"]["layers"] == ["pool_obtain", "tensor_create"]
 
 
@@ -229,9 +262,11 @@ def test_stacks_off(env, progs, tmp_path):
 
 # ---- the denial, at the moment ---------------------------------------------------------------
 
+
 def test_denial_names_the_kv_code(env, progs, tmp_path):
-    r = run(env, tmp_path / "budget", need(progs, "layers"), "--keep-going",
-            opts=("--budget", "200MiB"))
+    r = run(
+        env, tmp_path / "budget", need(progs, "layers"), "--keep-going", opts=("--budget", "200MiB")
+    )
     assert r.returncode == 1, ok(r)
     lines = r.stderr.splitlines()
     shim = next(x for x in lines if "budget exceeded" in x)
@@ -240,8 +275,11 @@ def test_denial_names_the_kv_code(env, progs, tmp_path):
     named = [k for k, x in enumerate(lines) if x.startswith("cudatrace: denied ")]
     assert named, ok(r)
     line = lines[named[0]]
-    assert re.search(r"denied 16\.0 MiB \(cuMemAlloc_v2\) at kv_layer_buffer \(layers\.c:\d+\) "
-                     r"via tensor_create > pool_obtain > device_take; budget 200\.0 MiB", line)
+    assert re.search(
+        r"denied 16\.0 MiB \(cuMemAlloc_v2\) at kv_layer_buffer \(layers\.c:\d+\) "
+        r"via tensor_create > pool_obtain > device_take; budget 200\.0 MiB",
+        line,
+    )
     # promptly: while the program still runs (it waits 2 s after the failure)
     assert named[0] < lines.index("layers: still serving after the denial"), ok(r)
     assert re.search(r"denied by the budget: 1 \(1 at kv_layer_buffer", r.stderr)
@@ -252,6 +290,7 @@ def test_denial_names_the_kv_code(env, progs, tmp_path):
 
 
 # ---- C++ ---------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def cpp(env, progs, tmp_path_factory):
@@ -273,12 +312,17 @@ def test_cpp_sites_demangled_and_short(env, cpp):
     assert re.match(r"eng::v1::CacheBuffer::CacheBuffer \(layers_cpp\.cpp:\d+\)$", kv["label"])
     assert doc["attribution"]["layers"] == ["eng::Tensor<...>::Tensor"]
     text = cli(env, "report", cpp.out).stdout
-    assert ("via eng::Tensor<...>::Tensor > eng::Backend::acquire<...> > "
-            "eng::dev::(anon)::obtain_on_device > cuMemAlloc_v2") in text
+    assert (
+        "via eng::Tensor<...>::Tensor > eng::Backend::acquire<...> > "
+        "eng::dev::(anon)::obtain_on_device > cuMemAlloc_v2"
+    ) in text
     assert "_Z" not in text and "std::" not in text
     summary = cpp.stderr
-    assert re.search(r"28 x  eng::v1::CacheBuffer::CacheBuffer \(layers_cpp\.cpp:\d+\) via "
-                     r"eng::Tensor<\.\.\.>::Tensor", summary), summary
+    assert re.search(
+        r"28 x  eng::v1::CacheBuffer::CacheBuffer \(layers_cpp\.cpp:\d+\) via "
+        r"eng::Tensor<\.\.\.>::Tensor",
+        summary,
+    ), summary
 
 
 def test_cpp_full_names(env, cpp):
@@ -286,7 +330,9 @@ def test_cpp_full_names(env, cpp):
     kv = doc["sites"][0]
     assert kv["label"].startswith("eng::v1::CacheBuffer::CacheBuffer(unsigned long) ("), kv["label"]
     assert doc["attribution"]["full_names"] is True
-    assert any("eng::Tensor<float>::Tensor(unsigned long," in x for x in doc["attribution"]["layers"])
+    assert any(
+        "eng::Tensor<float>::Tensor(unsigned long," in x for x in doc["attribution"]["layers"]
+    )
     text = cli(env, "report", cpp.out, "--full-names").stdout
     assert "eng::dev::(anonymous namespace)::obtain_on_device(eng::Device, unsigned long)" in text
 

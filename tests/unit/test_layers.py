@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from support import tracegen as tg
 from cudatrace.analyze.analysis import Analysis, build_report
 from cudatrace.analyze.layers import CallGraph, compile_patterns
 from cudatrace.analyze.names import fit, short_name
 from cudatrace.present.diff import diff
+from support import tracegen as tg
 
-ALLOC = ("dev", "backend", "tensor")          # innermost first
+ALLOC = ("dev", "backend", "tensor")  # innermost first
 
 
 def S(*f):
@@ -26,13 +26,16 @@ def graph(stacks, **kw) -> CallGraph:
     return g
 
 
-ENGINE = [S(*ALLOC, "load_weights", "load_model", "main"),
-          S(*ALLOC, "kv_buffer", "init_kv", "load_model", "main"),
-          S(*ALLOC, "build_table", "load_model", "main"),
-          S(*ALLOC, "workspace", "step", "main")]
+ENGINE = [
+    S(*ALLOC, "load_weights", "load_model", "main"),
+    S(*ALLOC, "kv_buffer", "init_kv", "load_model", "main"),
+    S(*ALLOC, "build_table", "load_model", "main"),
+    S(*ALLOC, "workspace", "step", "main"),
+]
 
 
 # ---- the call graph -------------------------------------------------------------------------
+
 
 def test_engine_layers_and_cuts():
     g = graph(ENGINE)
@@ -60,10 +63,12 @@ def test_forced_layer():
 def test_two_callers_one_of_them_an_orchestrator():
     """init_kv calls tensor itself, from load_model (which also loads weights) and from
     reconfigure: only reconfigure is a client, so init_kv is no layer."""
-    stacks = [S(*ALLOC, "load_weights", "load_model", "main"),
-              S(*ALLOC, "init_kv", "load_model", "main"),
-              S(*ALLOC, "init_kv", "reconfigure", "main"),
-              S(*ALLOC, "workspace", "step", "main")]
+    stacks = [
+        S(*ALLOC, "load_weights", "load_model", "main"),
+        S(*ALLOC, "init_kv", "load_model", "main"),
+        S(*ALLOC, "init_kv", "reconfigure", "main"),
+        S(*ALLOC, "workspace", "step", "main"),
+    ]
     g = graph(stacks)
     assert g.layers == {"tensor"}
     assert g.cut(stacks[1]) == 3 and g.cut(stacks[2]) == 3
@@ -80,10 +85,12 @@ def test_two_pure_clients_do_make_a_layer():
 
 
 def test_nested_layers_and_a_private_frame_between_them():
-    stacks = [S("check", "dev", "backend", "tensor", "load_weights", "main"),
-              S("check", "dev", "backend", "tensor", "kv", "main"),
-              S("check", "direct_user", "main"),
-              S("check", "other_user", "main")]
+    stacks = [
+        S("check", "dev", "backend", "tensor", "load_weights", "main"),
+        S("check", "dev", "backend", "tensor", "kv", "main"),
+        S("check", "direct_user", "main"),
+        S("check", "other_user", "main"),
+    ]
     g = graph(stacks)
     assert g.layers == {"check", "tensor"}
     # dev and backend have one caller each: private frames between two layers fold
@@ -91,18 +98,23 @@ def test_nested_layers_and_a_private_frame_between_them():
 
 
 def test_recursion_is_no_caller():
-    stacks = ENGINE + [S(*ALLOC, "build_table", "build_table", "build_table", "load_model", "main"),
-                       S(*ALLOC, "tensor", "view", "main")]
+    stacks = ENGINE + [
+        S(*ALLOC, "build_table", "build_table", "build_table", "load_model", "main"),
+        S(*ALLOC, "tensor", "view", "main"),
+    ]
     g = graph(stacks)
     assert g.layers == {"tensor"}
     assert g.cut(stacks[-2]) == 3
-    assert g.cut(stacks[-1]) == 4          # tensor calling itself: both fold
+    assert g.cut(stacks[-1]) == 4  # tensor calling itself: both fold
 
 
 def test_tail_call_missing_frame():
     """backend tail-calls dev in some stacks: the frame is missing, the layer is still found."""
-    stacks = [S("dev", "tensor", "load_weights", "main"), S("dev", "backend", "tensor", "kv", "main"),
-              S("dev", "backend", "tensor", "table", "main")]
+    stacks = [
+        S("dev", "tensor", "load_weights", "main"),
+        S("dev", "backend", "tensor", "kv", "main"),
+        S("dev", "backend", "tensor", "table", "main"),
+    ]
     g = graph(stacks)
     assert "tensor" in g.layers
     assert [g.cut(s) for s in stacks] == [2, 3, 3]
@@ -131,27 +143,45 @@ def test_bad_fold_pattern():
 
 # ---- names ----------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("full,short", [
-    ("vt::cuda::(anonymous namespace)::AllocOnDevice(vt::Device, unsigned long)",
-     "vt::cuda::(anon)::AllocOnDevice"),
-    ("LoadedEngine::LoadedEngine(vllm::HfConfig, std::unique_ptr<vllm::LoadedModel, "
-     "std::default_delete<vllm::LoadedModel> >, int)", "LoadedEngine::LoadedEngine"),
-    ("vllm::v1::GPUModelRunner::initialize_kv_cache(vllm::KVCacheConfig const&) [clone .cold]",
-     "vllm::v1::GPUModelRunner::initialize_kv_cache"),
-    ("std::unique_ptr<Foo, std::default_delete<Foo> > make_foo<Foo>(int)", "make_foo<...>"),
-    ("c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, "
-     "unsigned long, CUstream_st*)",
-     "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc"),
-    ("Foo::operator()(int) const", "Foo::operator()"),
-    ("Foo::operator<<(int)", "Foo::operator<<"),
-    ("foo(int)::{lambda(int)#1}::operator()(int) const", "foo::{lambda(int)#1}::operator()"),
-    ("std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::"
-     "basic_string[abi:cxx11](char const*)", "std::__cxx11::basic_string<...>::basic_string"),
-    ("_ZN2vt4cuda47_GLOBAL__N__db57ad4a_14_cuda_dropin_cu_acac122913AllocOnDeviceENS_6DeviceEm",
-     "vt::cuda::(anon)::AllocOnDevice"),
-    ("load_weights", "load_weights"),
-    ("main", "main"),
-])
+
+@pytest.mark.parametrize(
+    "full,short",
+    [
+        (
+            "vt::cuda::(anonymous namespace)::AllocOnDevice(vt::Device, unsigned long)",
+            "vt::cuda::(anon)::AllocOnDevice",
+        ),
+        (
+            "LoadedEngine::LoadedEngine(vllm::HfConfig, std::unique_ptr<vllm::LoadedModel, "
+            "std::default_delete<vllm::LoadedModel> >, int)",
+            "LoadedEngine::LoadedEngine",
+        ),
+        (
+            "vllm::v1::GPUModelRunner::initialize_kv_cache(vllm::KVCacheConfig const&) [clone .cold]",
+            "vllm::v1::GPUModelRunner::initialize_kv_cache",
+        ),
+        ("std::unique_ptr<Foo, std::default_delete<Foo> > make_foo<Foo>(int)", "make_foo<...>"),
+        (
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc(signed char, "
+            "unsigned long, CUstream_st*)",
+            "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+        ),
+        ("Foo::operator()(int) const", "Foo::operator()"),
+        ("Foo::operator<<(int)", "Foo::operator<<"),
+        ("foo(int)::{lambda(int)#1}::operator()(int) const", "foo::{lambda(int)#1}::operator()"),
+        (
+            "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::"
+            "basic_string[abi:cxx11](char const*)",
+            "std::__cxx11::basic_string<...>::basic_string",
+        ),
+        (
+            "_ZN2vt4cuda47_GLOBAL__N__db57ad4a_14_cuda_dropin_cu_acac122913AllocOnDeviceENS_6DeviceEm",
+            "vt::cuda::(anon)::AllocOnDevice",
+        ),
+        ("load_weights", "load_weights"),
+        ("main", "main"),
+    ],
+)
 def test_short_name(full, short):
     assert short_name(full) == short
 
@@ -162,6 +192,7 @@ def test_fit():
 
 
 # ---- end to end on written traces -------------------------------------------------------------
+
 
 class NameSymbolizer:
     """Resolves the made-up addresses of tg.Frames by name; `inline` maps a function to the
@@ -179,10 +210,14 @@ class NameSymbolizer:
                 continue
             chain = []
             if name in self.inline:
-                chain.append(tg.FakeFrame(ref.path, self.inline[name], "/src/app.cc", 7, addr,
-                                          addr - ref.bias, True))
-            chain.append(tg.FakeFrame(ref.path, name, "/src/app.cc", 100, addr, addr - ref.bias,
-                                      False))
+                chain.append(
+                    tg.FakeFrame(
+                        ref.path, self.inline[name], "/src/app.cc", 7, addr, addr - ref.bias, True
+                    )
+                )
+            chain.append(
+                tg.FakeFrame(ref.path, name, "/src/app.cc", 100, addr, addr - ref.bias, False)
+            )
             out[addr] = chain
         return out
 
@@ -196,7 +231,7 @@ def write_engine(d, layers: int = 28, inline=None, extra=()):
     w = tg.TraceWriter(d / "1.0.ctrace", pid=1)
     fr.write_modules(w)
     ts = tg.BASE_TS
-    addr = [0x7e0000000000]
+    addr = [0x7E0000000000]
 
     def alloc(stack, size, n=1):
         nonlocal ts
@@ -226,8 +261,12 @@ def test_report_on_written_engine(tmp_path):
     fr = write_engine(tmp_path / "t")
     r = rep(tmp_path / "t", NameSymbolizer(fr))
     got = {s["frames"][0]["function"]: (s["bytes"], s["count"]) for s in r["sites"]}
-    assert got == {"kv_buffer": (28 * 16 * tg.MiB, 28), "load_weights": (84 * tg.MiB, 21),
-                   "workspace": (8 * tg.MiB, 1), "build_table": (3 * tg.MiB, 1)}
+    assert got == {
+        "kv_buffer": (28 * 16 * tg.MiB, 28),
+        "load_weights": (84 * tg.MiB, 21),
+        "workspace": (8 * tg.MiB, 1),
+        "build_table": (3 * tg.MiB, 1),
+    }
     assert r["sites"][0]["label"] == "kv_buffer (app.cc:100)"
     assert [f["function"] for f in r["sites"][0]["via"]] == ["dev", "backend", "tensor"]
     assert r["attribution"]["layers"] == ["tensor"]
@@ -275,11 +314,11 @@ def test_diff_folds_alike_when_one_run_alone_shows_no_layer(tmp_path):
     fb = tg.Frames()
     w = tg.TraceWriter(d / "1.0.ctrace", pid=1)
     fb.write_modules(w)
-    for name in fa.fake:                     # the same made-up addresses as A's
+    for name in fa.fake:  # the same made-up addresses as A's
         fb.ip(name)
     leaf = w.stack(fb.stack(*ALLOC, "kv_buffer", "init_kv", "load_model", "main"))
     for i in range(4):
-        w.alloc(tg.BASE_TS + i, 16 * tg.MiB, 0x7e0000000000 + i * 16 * tg.MiB, stack=leaf)
+        w.alloc(tg.BASE_TS + i, 16 * tg.MiB, 0x7E0000000000 + i * 16 * tg.MiB, stack=leaf)
     w.close()
     b_alone = rep(d, NameSymbolizer(fb))
     assert b_alone["sites"][0]["frames"][0]["function"] == "dev"
