@@ -153,7 +153,7 @@ def _denial_printer():
             from .present.denials import DenialPrinter
 
             held.append(DenialPrinter())
-        held[0](out_dir)
+        return held[0](out_dir)
 
     return call
 
@@ -304,6 +304,9 @@ def status(group, as_json):
         st = status_json(group)
     except LedgerError as e:
         raise click.ClickException(str(e)) from None
+    from .record.denials import attach_last_denials
+
+    attach_last_denials(st)
     click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
 
 

@@ -7,22 +7,18 @@ and prints one line per call site:
     cudatrace: denied 16.0 MiB (cuMemAlloc_v2) at kv_layer_buffer (layers.c:68) via
     tensor_create > pool_obtain > device_take; budget 200.0 MiB, in use 196.0 MiB
 
-It also appends each denial to denials.jsonl in the trace directory, where `cudatrace status`
-finds the last one of a running member."""
+It returns what it printed; the launcher keeps it in denials.jsonl in the trace directory
+(record/denials.py), where `cudatrace status` finds the last one of a running member."""
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 from pathlib import Path
 
 from ..analyze.analysis import Analysis
 from ..analyze.model import AUX, AUX2
 from ..analyze.sites import NO_STACK, api_label, make_symbolizer
 from ..units import format_bytes
-
-DENIALS_FILE = "denials.jsonl"
 
 
 class DenialPrinter:
@@ -85,10 +81,4 @@ class DenialPrinter:
         if lines:
             stream.write("".join(lines))
             stream.flush()
-            try:
-                with open(Path(out_dir) / DENIALS_FILE, "a") as f:
-                    for g in groups.values():
-                        f.write(json.dumps(dict(g, wall_time=time.time())) + "\n")
-            except OSError:
-                pass
         return list(groups.values())

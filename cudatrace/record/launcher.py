@@ -23,6 +23,7 @@ from pathlib import Path
 
 from .. import __version__, native
 from ..procfs import tree_pids
+from .denials import append_denials
 from .sampler import Sampler
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
@@ -279,7 +280,7 @@ class DenialWatcher:
         self._seen = n
         self._last_call = time.monotonic()
         try:
-            self.callback(self.out)
+            append_denials(self.out, self.callback(self.out))
         except Exception as e:  # never let the watcher hurt the run
             self._broken = True
             sys.stderr.write("cudatrace: could not attribute a budget denial: %s\n" % e)

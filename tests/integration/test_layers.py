@@ -346,3 +346,35 @@ def test_cpp_denial_demangled(env, progs, tmp_path):
     assert "_Z" not in shim
     line = next(x for x in r.stderr.splitlines() if x.startswith("cudatrace: denied "))
     assert " at eng::v1::CacheBuffer::CacheBuffer (layers_cpp.cpp:" in line
+
+
+def test_status_names_the_last_denied_code(env, progs, tmp_path):
+    """While the member still runs (it waits 2 s after the denial), `status` says which code
+    the budget refused."""
+    import time
+
+    out = tmp_path / "status"
+    argv = [sys.executable, "-m", "cudatrace", "run", "-o", str(out), "--budget", "200MiB", "--"]
+    p = subprocess.Popen(
+        argv + [str(need(progs, "layers")), "--keep-going"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (out / "denials.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (out / "denials.jsonl").exists()
+        pid = json.loads((out / "denials.jsonl").read_text().splitlines()[0])["pid"]
+        st = json.loads(cli(env, "status", "--json").stdout)
+        text = cli(env, "status").stdout
+    finally:
+        p.communicate(timeout=60)
+    member = next(m for s in st["ledgers"] for m in s["members"] if m["pid"] == pid)
+    assert member["last_denial"]["label"].startswith("kv_layer_buffer (")
+    assert member["last_denial"]["via"] == ["device_take", "pool_obtain", "tensor_create"]
+    assert re.search(
+        r"last denied: 16\.0 MiB at kv_layer_buffer \(layers\.c:\d+\) via tensor_create", text
+    ), text
