@@ -10,7 +10,8 @@ This module finds the layers from the stacks alone, never from names:
 * in one stack, the fold runs from the innermost frame up to the last layer of the first
   chain of layers: everything below the first layer folds with it (its implementation, the
   innermost helper often has a single caller), then upwards layer after layer, through
-  *private* frames (whose only caller is the frame above) when a layer follows them;
+  *private* frames (whose only caller is the frame above) when a layer of the same module
+  follows them;
 * the frame above the fold is the site (the code that asked); the folded frames are its `via`.
 
 Functions are compared by identity (module basename and demangled name; module and offset for
@@ -111,12 +112,25 @@ class CallGraph:
                 j < n and not is_layer(j) and j + 1 < n and self.is_private(stack[j], stack[j + 1])
             ):
                 j += 1
-            if j < n and is_layer(j) and j > i:
+            if j < n and is_layer(j) and j > i and _one_module(stack, i - 1, j):
                 top = j
                 i = j + 1
                 continue
             break
         return top + 1
+
+
+def _module(f: Hashable):
+    """The module of a function identity (module basename, name or offset); None if unknown."""
+    return f[0] if isinstance(f, tuple) and f else None
+
+
+def _one_module(stack: Sequence[Hashable], lo: int, hi: int) -> bool:
+    """Frames lo..hi lie in one module (or modules are unknown): private frames fold between
+    two layers only inside a library, never across its API (a Python binding between ATen's
+    dispatcher and the interpreter is where the program's code is)."""
+    mods = {_module(stack[k]) for k in range(lo, hi + 1)}
+    return len(mods) == 1
 
 
 def compile_patterns(patterns: Iterable[str]) -> list[re.Pattern]:

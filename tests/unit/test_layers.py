@@ -97,6 +97,25 @@ def test_nested_layers_and_a_private_frame_between_them():
     assert [g.cut(s) for s in stacks] == [4, 4, 1, 1]
 
 
+def test_private_frames_fold_between_layers_only_inside_one_module():
+    """A binding (private: one caller) between a library's layer and the interpreter's stays
+    the site: the library's API is crossed there."""
+
+    def M(mod, *names):
+        return tuple((mod, n) for n in names)
+
+    lib = M("libtorch", "alloc_block", "empty_call")
+    stacks = [
+        lib + M("binding", "THP_empty") + M("python", "cfunction_call", "make_call", "eval"),
+        lib + M("binding", "THP_zeros") + M("python", "cfunction_call", "vector_call", "eval"),
+    ]
+    g = graph(stacks)
+    assert ("python", "cfunction_call") in g.layers and ("libtorch", "empty_call") in g.layers
+    assert [g.cut(s) for s in stacks] == [2, 2]
+    same = [tuple(("m", f[1]) for f in s) for s in stacks]
+    assert [graph(same).cut(s) for s in same] == [4, 4]
+
+
 def test_recursion_is_no_caller():
     stacks = ENGINE + [
         S(*ALLOC, "build_table", "build_table", "build_table", "load_model", "main"),
