@@ -54,8 +54,7 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
             size_text(t["total_bytes"]),
             plural(t["total_count"], "allocation"),
         ),
-        "  from the program's entry down; <- site: the code that asked for the memory, via the "
-        "allocator layers it went through",
+        "  from main down; <- site: the code that asked, via the allocator layers it went through",
     ]
     total = t["total_bytes"]
     if not t["root"]["children"]:

@@ -71,10 +71,11 @@ FRAME = {"module": str, "function": OPT_STR, "file": OPT_STR, "line": OPT_INT, "
 SIZES = {"min": int, "median": int, "max": int}
 SITE = {"rank": int, "label": str, "key": str, "bytes": int, "count": int, "share": float,
         "api": [str], "api_counts": dict, "sizes": SIZES, "pids": [int], "devices": [int],
-        "first_time": OPT_FLOAT, "last_time": OPT_FLOAT, "frames": [FRAME], "context": [FRAME]}
+        "first_time": OPT_FLOAT, "last_time": OPT_FLOAT, "frames": [FRAME], "context": [FRAME],
+        "via": [FRAME]}
 FAILED = {"rank": int, "label": str, "key": str, "bytes": int, "count": int, "api": [str],
           "sizes": SIZES, "pids": [int], "devices": [int], "first_time": OPT_FLOAT,
-          "frames": [FRAME], "errors": [{"code": int, "name": str, "count": int}]}
+          "frames": [FRAME], "via": [FRAME], "errors": [{"code": int, "name": str, "count": int}]}
 DENIED = dict(FAILED, limit=OPT_INT, in_use=OPT_INT)
 del DENIED["errors"]
 PROCESS = {"pid": int, "ppid": int, "exe": str, "argv": [str], "file": str, "exec_index": int,
@@ -101,6 +102,7 @@ REPORT = {
     "duration": float, "versions": {"driver": list, "shim": [str], "stack_depth": [int]},
     "at": {"spec": str, "kind": str, "time": OPT_FLOAT, "ts_ns": OPT_INT, "device": OPT_INT},
     "by": str, "depth": int, "device": OPT_INT,
+    "attribution": {"fold": bool, "patterns": [str], "layers": [str], "full_names": bool},
     "peak_bytes": int, "peak_time": OPT_FLOAT, "peak_ts_ns": OPT_INT, "end_bytes": int,
     "total_live_bytes": int, "total_live_count": int, "sites": [SITE], "more_sites": int,
     "never_freed": {"bytes": int, "count": int, "in_truncated_bytes": int, "sites": [SITE],
