@@ -38,6 +38,13 @@ def main():
     """
 
 
+FOLD_HELP = (
+    "Fold functions matching REGEX (full or short name, or module) into the allocator layers, "
+    "besides those recognized from the call graph. Repeatable."
+)
+NO_FOLD_HELP = "Do not fold allocator layers: the site is the innermost frame outside CUDA."
+FULL_NAMES_HELP = "Show whole demangled signatures instead of shortened names."
+
 BUDGET_HELP = (
     "Device-memory limit for the whole process tree: a size (8GiB, 512MiB, 1.5GiB; "
     "8G means 8 GiB = 8*2^30 bytes, 8GB means 8*10^9), a share of each device's total "
@@ -118,7 +125,9 @@ def run(
         except BudgetError as e:
             click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
             sys.exit(2)
+    on_denials = _denial_printer() if budget is not None or group is not None else None
     opts = RunOptions(
+        on_denials=on_denials,
         cmd=list(cmd),
         out_dir=out_dir,
         stack_depth=stack_depth,
@@ -146,6 +155,20 @@ def run(
         except Exception as exc:  # the summary must never hide the command's status
             sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
     sys.exit(status)
+
+
+def _denial_printer():
+    """The launcher's callback after a budget denial: loads the analysis only then."""
+    held = []
+
+    def call(out_dir):
+        if not held:
+            from .present.denials import DenialPrinter
+
+            held.append(DenialPrinter())
+        return held[0](out_dir)
+
+    return call
 
 
 @main.command("report", context_settings={"help_option_names": ["-h", "--help"]})
@@ -188,6 +211,10 @@ def run(
     help="Keep the CUDA libraries' own frames (folded by default).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.report/1).")
+@click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP)
+@click.option("--no-fold", is_flag=True, help=NO_FOLD_HELP)
+@click.option("--full-names", is_flag=True, help=FULL_NAMES_HELP)
+@click.option("--tree", is_flag=True, help="Show the caller tree from the program's entry down.")
 @click.option(
     "--svg",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -204,7 +231,8 @@ def run(
               help="Python programs: sites and stacks from Python frames alone.")
 @click.option("--native-only", "view", flag_value="native",
               help="Python programs: native frames alone (the eval loop not replaced).")
-def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, html, watch, view):
+def report(path, top, by, at, device, depth, show_cuda_frames, as_json, fold_patterns, no_fold,
+           full_names, tree, svg, html, watch, view):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
@@ -231,6 +259,10 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, htm
             svg=svg,
             html=html,
             view=view or "hybrid",
+            fold=not no_fold,
+            fold_patterns=fold_patterns,
+            full_names=full_names,
+            tree=tree,
         )
     )
 
@@ -252,7 +284,10 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, htm
 @click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
               metavar="FILE",
               help="Also write one self-contained HTML page (differential flame graph, site changes).")
-def diff(a, b, top, depth, as_json, html):
+@click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP)
+@click.option("--no-fold", is_flag=True, help=NO_FOLD_HELP)
+@click.option("--full-names", is_flag=True, help=FULL_NAMES_HELP)
+def diff(a, b, top, depth, as_json, html, fold_patterns, no_fold, full_names):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
     A and B are trace directories (or .ctrace files). Sites are matched by function, file and
@@ -260,7 +295,19 @@ def diff(a, b, top, depth, as_json, html):
     """
     from .present.diff import run_diff
 
-    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json, html=html))
+    sys.exit(
+        run_diff(
+            a,
+            b,
+            top=top,
+            depth=depth,
+            as_json=as_json,
+            html=html,
+            fold=not no_fold,
+            fold_patterns=fold_patterns,
+            full_names=full_names,
+        )
+    )
 
 
 def _use_ledger_dir(ledger_dir):
@@ -308,6 +355,9 @@ def status(group, as_json, watch, ledger_dir):
         st = status_json(group)
     except LedgerError as e:
         raise click.ClickException(str(e)) from None
+    from .record.denials import attach_last_denials
+
+    attach_last_denials(st)
     click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
 
 

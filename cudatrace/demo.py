@@ -299,6 +299,9 @@ class Demo:
         st, _ = self.cudatrace("report", big)
         self.expect(st == 0, "cudatrace report exited %d" % st)
         fn, count, nbytes = self.top_site(big)
+        self.say("-> kvpool allocates through its own layer (tensor_make > backend_acquire > "
+                 "device_carve); cudatrace recognized it from the call graph and names the code "
+                 "above it.")
         self.expect(fn in SITE_FUNCTIONS and count == LAYERS,
                     "top site is %s with %d allocations, expected allocate_layer_kv with %d"
                     % (fn, count, LAYERS))
@@ -331,6 +334,9 @@ class Demo:
         line = next((l for l in text.splitlines() if "budget exceeded" in l), None)
         self.expect(line is not None and "allocate_layer_kv" in line,
                     "no 'budget exceeded' line naming allocate_layer_kv")
+        named = next((l for l in text.splitlines() if l.startswith("cudatrace: denied ")), None)
+        self.expect(named is not None and " at allocate_layer_kv " in named,
+                    "no 'cudatrace: denied' line naming allocate_layer_kv above its allocator")
         if line is not None and st != 0:
             self.say("-> the allocation over %s was refused at allocate_layer_kv, and kvpool "
                      "exited with status %d instead of filling the device." % (budget, st))

@@ -16,6 +16,7 @@ from .. import __version__
 from ..units import UnitError, parse_time
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
+from .layers import compile_patterns
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_trace
 
@@ -118,6 +119,10 @@ class Analysis:
         td: TraceDir | None = None,
         symbolizer=None,
         view: str = "hybrid",
+        fold_layers: bool = True,
+        fold_patterns=(),
+        full_names: bool = False,
+        graph=None,
     ):
         self.path = Path(path)
         self.td = td if td is not None else load(path)
@@ -128,7 +133,17 @@ class Analysis:
 
             symbolizer = make_symbolizer(progress=bar if progress else False)
         self.symbolizer = symbolizer
-        self.stacks = Stacks(self.traces, symbolizer, fold=not show_cuda_frames, view=view)
+        self.full_names = full_names
+        self.stacks = Stacks(
+            self.traces,
+            symbolizer,
+            fold=not show_cuda_frames,
+            layers=fold_layers and not show_cuda_frames,  # the raw stacks, as recorded
+            patterns=compile_patterns(fold_patterns),
+            graph=graph,
+            view=view,
+        )
+        self.stacks.set_source(self.allocation_stacks)
         self.observed = Observed(self.td)
         self.start_ns = self._start()
 
@@ -141,6 +156,15 @@ class Analysis:
         if isinstance(r, int) and 0 < r <= (first or r):
             return r
         return first or self.model.t0
+
+    def allocation_stacks(self) -> list[tuple[int, int]]:
+        """Every (trace, leaf) stack that allocated, failed or was denied: the call graph the
+        allocator layers are recognized from (analyze/layers.py)."""
+        m = self.model
+        keys = set(m.stack_totals())
+        keys.update((x.trace, x.stack) for x in m.failed if x.stack)
+        keys.update((x.trace, x.stack) for x in m.denied if x.stack)
+        return sorted(keys)
 
     def seconds(self, ts: int | None) -> float | None:
         if ts is None:
@@ -243,7 +267,7 @@ def _frames(frames: list[SFrame]) -> list[dict]:
 def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict:
     return {
         "rank": rank,
-        "label": s.label(),
+        "label": s.label(a.full_names),
         "key": s.key_text(),
         "bytes": s.bytes,
         "count": s.count,
@@ -257,6 +281,19 @@ def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict:
         "last_time": a.seconds(s.last_ts),
         "frames": _frames(s.frames),
         "context": _frames(s.context),
+        "via": _frames(s.via),
+    }
+
+
+def attribution_json(a: Analysis) -> dict:
+    """How sites were attributed (docs/attribution.md): layers folded or not, the --fold
+    patterns, the functions recognized as allocator layers, full names or short."""
+    st = a.stacks
+    return {
+        "fold": st.layers,
+        "patterns": [p.pattern for p in st.patterns],
+        "layers": st.layer_names(a.full_names) if st.layers else [],
+        "full_names": a.full_names,
     }
 
 
@@ -494,6 +531,7 @@ def build_report(
         "by": by,
         "depth": depth,
         "device": device,
+        "attribution": attribution_json(a),
         "peak_bytes": m.peak_bytes if device is None else m.device_peaks[device][0],
         "peak_time": (a.seconds(m.peak_ts) if m.found else None)
         if device is None
@@ -584,7 +622,7 @@ def stack_cache_note(sc: dict, min_events: int = 200, min_rate: float = 0.9) -> 
 
 
 def _same_site(a: Analysis, x: Alloc, s: Site, depth: int) -> bool:
-    fr = a.stacks.frames(x.trace, x.stack)[:depth] if x.stack else []
+    fr = a.stacks.site_frames(x.trace, x.stack)[:depth] if x.stack else []
     return tuple(f.key() for f in fr) == s.key
 
 

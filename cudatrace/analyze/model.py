@@ -17,7 +17,6 @@ the tests hold the C to; the product uses the C replay only.
 """
 from __future__ import annotations
 
-import re
 import struct
 import threading
 from collections import Counter

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
-from .model import API, DEV, RES, RT, STACK, Alloc, Groups, Model
+from .layers import CallGraph
+from .model import API, RT, Alloc, Groups, Model
+from .names import display_name
 from .trace import Trace
 
 FOLD_MODULES = re.compile(r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
@@ -48,19 +50,33 @@ class SFrame:
         c = f.code
         return cls(c.filename, c.qualname, c.filename, f.line, 0, f.lasti, False, True)
 
-    def label(self) -> str:
+    def label(self, full: bool = False) -> str:
+        """`function (file:line)`, the name shortened unless full; `module+0xoffset` when the
+        frame could not be symbolized."""
         where = ""
         if self.file:
             where = " (%s:%s)" % (os.path.basename(self.file), self.line if self.line else "?")
         if self.function:
-            return self.function + where
+            return display_name(self.function, full) + where
         return "%s+0x%x%s" % (os.path.basename(self.module), self.offset, where)
 
-    def long_label(self) -> str:
+    def name(self, full: bool = False) -> str:
+        """The function's display name alone (module+0xoffset when unknown)."""
+        if self.function:
+            return display_name(self.function, full)
+        return "%s+0x%x" % (os.path.basename(self.module), self.offset)
+
+    def long_label(self, full: bool = False) -> str:
         """label plus the module, for stack listings."""
         if self.function:
-            return "%s  [%s]" % (self.label(), os.path.basename(self.module))
-        return self.label()
+            return "%s  [%s]" % (self.label(full), os.path.basename(self.module))
+        return self.label(full)
+
+    def identity(self) -> tuple:
+        """The function this frame is in, for the call graph (docs/attribution.md)."""
+        if self.function:
+            return (os.path.basename(self.module), self.function)
+        return (os.path.basename(self.module), self.offset)
 
     def key(self) -> tuple:
         """What makes two frames the same across runs and builds: names, not addresses."""
@@ -114,7 +130,9 @@ def key_text(key: tuple) -> str:
 class Stacks:
     """Symbolized stacks of a set of traces, computed once per (trace, leaf)."""
 
-    def __init__(self, traces: list[Trace], symbolizer=None, fold: bool = True, view: str = "hybrid"):
+    def __init__(self, traces: list[Trace], symbolizer=None, fold: bool = True,
+                 layers: bool = True, patterns=(), graph: CallGraph | None = None,
+                 view: str = "hybrid"):
         """view: "hybrid" (native frames with the eval loop's replaced by the Python frames it ran),
         "python" (Python frames only; an event without any keeps its native ones) or "native"."""
         if view not in VIEWS:
@@ -124,8 +142,14 @@ class Stacks:
         self.fold = fold
         self.view = view
         self._has_py: set[tuple[int, int]] = set()
+        self.layers = layers                  # fold allocator layers (--no-fold: off)
+        self.patterns = list(patterns)        # --fold REGEX, compiled
+        self.graph = graph if graph is not None else CallGraph()
+        self._source = None                   # () -> every (trace, leaf) that allocated
+        self._learned = False
         self._frames: dict[tuple[int, int], list[SFrame]] = {}
         self._kept: dict[tuple[int, int], list[SFrame]] = {}
+        self._split: dict[tuple[int, int], tuple[int, list[SFrame], list[SFrame]]] = {}
         self.errors: list[str] = []
 
     def prepare(self, keys) -> None:
@@ -224,6 +248,75 @@ class Stacks:
         return glue
 
 
+    # ---- allocator layers (docs/attribution.md) ----
+
+    def set_source(self, keys_fn) -> None:
+        """Where the call graph comes from: a function returning every (trace, leaf) stack of
+        the run's allocations; read on the first attribution."""
+        self._source = keys_fn
+        self._learned = False
+
+    def learn(self, keys) -> None:
+        """Add these (trace, leaf) stacks to the call graph."""
+        keys = [k for k in set(keys) if k[1]]
+        self.prepare(keys)
+        self.graph.add(tuple(f.identity() for f in self.frames(*k)) for k in keys)
+
+    def learn_if_alone(self, keys) -> None:
+        """Stacks used without a source (no Analysis around them) learn the call graph from
+        the stacks they are asked to group."""
+        if self._source is None and self.layers:
+            self.learn(keys)
+
+    def _ensure_graph(self) -> None:
+        if not self._learned:
+            self._learned = True
+            if self._source is not None:
+                self.learn(self._source())
+
+    def forced(self, f: SFrame) -> bool:
+        """--fold: the frame's function (full or short name) or module matches a pattern."""
+        if not self.patterns:
+            return False
+        names = [os.path.basename(f.module)]
+        if f.function:
+            names += [f.function, display_name(f.function)]
+        return any(p.search(n) for p in self.patterns for n in names)
+
+    def split(self, ti: int, leaf: int) -> tuple[list[SFrame], list[SFrame]]:
+        """(via, rest): the frames folded into allocator layers (innermost first) and the
+        stack from the responsible frame up. Without layers (or --no-fold): ([], frames)."""
+        key = (ti, leaf)
+        fr = self.frames(ti, leaf) if leaf else []
+        if not self.layers or not fr:
+            return [], fr
+        self._ensure_graph()
+        got = self._split.get(key)
+        stamp = (id(self.graph), self.graph.version)
+        if got is not None and got[0] == stamp:
+            return got[1], got[2]
+        ids = [f.identity() for f in fr]
+        forced = (lambda i: self.forced(fr[i])) if self.patterns else None
+        k = self.graph.cut(ids, forced)
+        if k >= len(fr):               # everything is allocator: the outermost frame asked
+            k = len(fr) - 1
+        via, rest = fr[:k], fr[k:]
+        self._split[key] = (stamp, via, rest)
+        return via, rest
+
+    def site_frames(self, ti: int, leaf: int) -> list[SFrame]:
+        """The stack from the responsible frame up (what makes a site)."""
+        return self.split(ti, leaf)[1]
+
+    def layer_names(self, full: bool = False) -> list[str]:
+        """Functions recognized as allocator layers (display names, sorted)."""
+        self._ensure_graph()
+        out = set()
+        for mod, fn in self.graph.layers:
+            out.add(display_name(fn, full) if isinstance(fn, str) else "%s+0x%x" % (mod, fn))
+        return sorted(out)
+
+
 @dataclass
 class Site:
     key: tuple
@@ -239,16 +332,21 @@ class Site:
     devices: set = field(default_factory=set)
     results: Counter = field(default_factory=Counter)   # CUresult -> count (failures)
     context: list[SFrame] = field(default_factory=list)  # the heaviest stack of the group
+    via: list[SFrame] = field(default_factory=list)      # its frames folded into layers
     first_ts: int | None = None
     last_ts: int | None = None
     _best: tuple = (0, -1, 0)
 
-    def label(self) -> str:
+    def label(self, full: bool = False) -> str:
         if self.name is not None:
             return self.name
         if not self.frames:
             return NO_STACK
-        return self.frames[0].label()
+        return self.frames[0].label(full)
+
+    def via_text(self, full: bool = False) -> str:
+        """The folded layers, outermost first: `tensor_new > backend_get > device_take`."""
+        return " > ".join(f.name(full) for f in reversed(self.via))
 
     def key_text(self) -> str:
         return key_text(self.key)
@@ -277,7 +375,7 @@ class Site:
 
 def site_of(stacks: Stacks, ti: int, leaf: int, depth: int = 1) -> tuple[tuple, list[SFrame]]:
     """(key, frames) of the site a (trace, leaf) stack belongs to, as group(by="site") makes it."""
-    fr = stacks.frames(ti, leaf)[:max(1, depth)] if leaf else []
+    fr = stacks.site_frames(ti, leaf)[:max(1, depth)] if leaf else []
     return tuple(f.key() for f in fr), fr
 
 
@@ -314,6 +412,7 @@ def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1
     rows = _rows(allocs)
     if by in ("site", "library"):
         stacks.prepare({(r[0], r[1]) for r in rows if r[1]})
+        stacks.learn_if_alone({(r[0], r[1]) for r in rows if r[1]})
     sites: dict[tuple, Site] = {}
     api_names: dict[tuple, str] = {}
     for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
@@ -321,13 +420,13 @@ def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1
         name = None
         fr: list[SFrame] = []
         if by == "site":
-            fr = stacks.frames(ti, leaf)[:depth] if leaf else []
+            fr = stacks.site_frames(ti, leaf)[:depth] if leaf else []
             key = tuple(f.key() for f in fr)
         elif by == "api":
             key = (_api_text(t, api, rt, api_names),)
             name = key[0]
         elif by == "library":
-            full = stacks.frames(ti, leaf) if leaf else []
+            full = stacks.site_frames(ti, leaf) if leaf else []
             fr = full[:1]
             key = (os.path.basename(full[0].module) if full else "?",)
             name = key[0] if full else NO_STACK
@@ -355,6 +454,10 @@ def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1
         if s._best[1] > 0:
             ti, leaf = s._best[2]
             s.context = stacks.frames(ti, leaf)[:max(context, depth)]
+            if by in ("site", "library"):
+                s.via = stacks.split(ti, leaf)[0]
+                s.context = s.context if not s.via else \
+                    stacks.frames(ti, leaf)[:max(context, depth) + len(s.via)]
     return out
 
 

@@ -15,19 +15,26 @@ from .report import render_text
 
 
 def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cuda_frames=False,
-               as_json=False, svg=None, out=None, symbolizer=None, html=None, view="hybrid") -> int:
+               as_json=False, svg=None, out=None, symbolizer=None, html=None, view="hybrid",
+               fold=True, fold_patterns=(), full_names=False, tree=False) -> int:
     """The body of `cudatrace report` (also callable from Python). Returns the exit status."""
     out = out or sys.stdout
     try:
         parse_moment(at)
         a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
-                     progress=not as_json and _tty(), view=view)
+                     progress=not as_json and _tty(), view=view, fold_layers=fold,
+                     fold_patterns=fold_patterns, full_names=full_names)
         r = build_report(a, at=at, by=by, depth=depth, top=top, device=device)
+        if tree:
+            from ..analyze.tree import build_tree
+
+            r["tree"] = build_tree(a, at=at, device=device)
     except ReportError as e:
         click.echo(str(e), err=True)
         return e.status
     except ValueError as e:
-        click.echo("cudatrace: --at %s" % e, err=True)
+        msg = str(e)
+        click.echo("cudatrace: %s" % (msg if msg.startswith("--") else "--at " + msg), err=True)
         return 2
     if svg:
         try:
@@ -46,6 +53,10 @@ def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cu
             return 2
     if as_json:
         out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
+    elif tree:
+        from .tree import render_tree
+
+        out.write(render_tree(r["tree"], full=full_names))
     else:
         out.write(render_text(r))
         if svg:

@@ -17,9 +17,20 @@ import click
 from ..analyze.analysis import Analysis, ReportError
 from ..analyze.sites import Site, key_text, site_of
 from ..units import format_bytes
-from .text import secs_text, size_text, table
+from .text import secs_text, size_text, table, term_width
 
 SCHEMA = "cudatrace.diff/1"
+
+
+def share_graph(a: Analysis, b: Analysis) -> None:
+    """Recognize the allocator layers from the stacks of both runs together (names, not
+    addresses: function identities compare across runs), so both sides fold alike."""
+    if a.stacks.graph is not b.stacks.graph:
+        b.stacks.graph = a.stacks.graph
+    a.stacks.learn(a.allocation_stacks())
+    b.stacks.learn(b.allocation_stacks())
+    a.stacks.set_source(None)
+    b.stacks.set_source(None)
 
 
 def _side(a: Analysis) -> dict:
@@ -39,11 +50,13 @@ def _pair(x: int, y: int) -> dict:
 def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> dict:
     """The comparison as a dict: the --json output (docs/report-json.md, cudatrace.diff/1)."""
     rows: dict[tuple, dict] = {}
+    if a.stacks.graph is not b.stacks.graph:
+        share_graph(a, b)
 
-    def slot(key, frames, label):
+    def slot(key, frames, label, via=()):
         r = rows.get(key)
         if r is None:
-            r = rows[key] = {"key": key, "frames": frames, "label": label,
+            r = rows[key] = {"key": key, "frames": frames, "label": label, "via": list(via),
                              "peak_bytes": [0, 0], "peak_count": [0, 0],
                              "end_bytes": [0, 0], "end_count": [0, 0],
                              "run_bytes": [0, 0], "run_count": [0, 0]}
@@ -55,14 +68,14 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
         m = an.model
         for what, allocs in (("peak", m.groups_at_peak()), ("end", m.groups_at_end())):
             for s in an.sites(allocs, "site", depth):
-                r = slot(s.key, s.frames, s.label())
+                r = slot(s.key, s.frames, s.label(an.full_names), s.via)
                 r[what + "_bytes"][side] += s.bytes
                 r[what + "_count"][side] += s.count
         totals = m.stack_totals()
         an.stacks.prepare(list(totals))
         for (ti, leaf), (cnt, nbytes) in totals.items():
             key, fr = site_of(an.stacks, ti, leaf, depth)
-            r = slot(key, fr, Site(key, fr).label())
+            r = slot(key, fr, Site(key, fr).label(an.full_names), an.stacks.split(ti, leaf)[0])
             r["run_bytes"][side] += nbytes
             r["run_count"][side] += cnt
 
@@ -84,6 +97,7 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
         sites.append({
             "status": status, "label": r["label"], "key": key_text(r["key"]),
             "frames": [f.as_json() for f in r["frames"]],
+            "via": [f.as_json() for f in r["via"]],
             "peak": {"a_bytes": pa, "b_bytes": pb, "delta_bytes": pb - pa,
                      "a_count": r["peak_count"][0], "b_count": r["peak_count"][1],
                      "delta_count": r["peak_count"][1] - r["peak_count"][0]},
@@ -145,13 +159,14 @@ def render_text(d: dict) -> str:
     w("Sites by largest change (live at each run's own peak, and at exit): %s"
       % ", ".join("%d %s" % (c[k], k) for k in ("grown", "shrunk", "new", "gone", "same") if c[k]))
     rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
+    width = term_width()
     for s in d["sites"]:
         p, e = s["peak"], s["end"]
         rows.append([s["status"], size_text(p["a_bytes"]), size_text(p["b_bytes"]), _signed(p["delta_bytes"]),
                      "%+d" % p["delta_count"] if p["delta_count"] else "0",
                      size_text(e["a_bytes"]), size_text(e["b_bytes"]), _signed(e["delta_bytes"]), s["label"]])
     if d["sites"]:
-        L.extend(table(rows, {1, 2, 3, 4, 5, 6, 7}))
+        L.extend(table(rows, {1, 2, 3, 4, 5, 6, 7}, width=width))
     else:
         w("  (no device allocation in either run)")
     if d["more_sites"]:
@@ -160,17 +175,25 @@ def render_text(d: dict) -> str:
 
 
 def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = False, out=None,
-             symbolizer=None, html=None) -> int:
+             symbolizer=None, html=None, fold: bool = True, fold_patterns=(),
+             full_names: bool = False) -> int:
     out = out or sys.stdout
+    opts = {"fold_layers": fold, "fold_patterns": fold_patterns, "full_names": full_names}
     try:
         from ..progress import stderr_is_tty
-        show = not as_json and stderr_is_tty()
-        a = Analysis(a_path, symbolizer=symbolizer, progress=show)
+
+        opts["progress"] = not as_json and stderr_is_tty()
+        a = Analysis(a_path, symbolizer=symbolizer, **opts)
+        # one call graph for both runs: a site is attributed the same way on both sides
         b = Analysis(b_path, symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
-                     progress=show)
+                     graph=a.stacks.graph, **opts)
+        share_graph(a, b)
     except ReportError as e:
         click.echo(str(e), err=True)
         return e.status
+    except ValueError as e:
+        click.echo("cudatrace: %s" % e, err=True)
+        return 2
     d = diff(a, b, depth=depth, top=top)
     if html:
         from .html import render_diff_html, write_html

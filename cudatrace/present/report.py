@@ -8,7 +8,8 @@ import os
 
 from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.sites import SFrame, folded
-from .text import percent, plural, secs_text, size_text, table
+from ..analyze.names import fit
+from .text import percent, plural, secs_text, size_text, table, term_width
 
 CONTEXT_SITES = 5          # sites whose call stacks are listed
 
@@ -21,11 +22,21 @@ def driver_text(v) -> str:
     return str(v)
 
 
-def _frame_label(d: dict, with_module: bool = True) -> str:
-    f = SFrame(d["module"], d["function"], d["file"], d["line"], d["address"], d.get("offset", 0),
-               d.get("inlined", False))
-    lab = f.long_label() if with_module else f.label()
+def _sframe(d: dict) -> SFrame:
+    return SFrame(d["module"], d["function"], d["file"], d["line"], d["address"],
+                  d.get("offset", 0), d.get("inlined", False))
+
+
+def _frame_label(d: dict, with_module: bool = True, full: bool = False) -> str:
+    f = _sframe(d)
+    lab = f.long_label(full) if with_module else f.label(full)
     return lab + ("  (inlined)" if f.inlined else "")
+
+
+def via_text(site: dict, full: bool = False) -> str:
+    """The folded layers, outermost first, then the API: `tensor_new > backend > cuMemAlloc_v2`."""
+    chain = [_sframe(f).name(full) for f in reversed(site.get("via") or [])]
+    return " > ".join(chain)
 
 
 def _limits_text(limits: dict) -> str:
@@ -60,9 +71,15 @@ def _is_cuda(d: dict) -> bool:
                          d.get("offset", 0), d.get("inlined", False)))
 
 
-def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
+def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = None) -> str:
     L: list[str] = []
+    width = width or term_width()
+    full = bool((r.get("attribution") or {}).get("full_names"))
+
     w = L.append
+
+    def wf(line: str) -> None:  # a line that names code: cut to the terminal, never wrapped
+        L.append(fit(line, width))
     w("cudatrace report: %s" % r["path"])
     if r["command"]:
         w("  command     %s" % " ".join(r["command"]))
@@ -141,17 +158,20 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
                      "%s / %s / %s" % (size_text(z.get("min")), size_text(z.get("median")), size_text(z.get("max"))),
                      "#%d %s" % (s["rank"], s["label"])])
     if r["sites"]:
-        for i, line in enumerate(table(rows, {0, 1, 2})):
+        for i, line in enumerate(table(rows, {0, 1, 2}, width=width)):
             L.append(line)
             if i:
                 s = r["sites"][i - 1]
                 extra = ", ".join(s["api"][:3]) + (" ..." if len(s["api"]) > 3 else "")
+                layers = via_text(s, full)
+                if layers:
+                    extra = "%s > %s" % (layers, extra)
                 more = []
                 if len(procs) > 1:
                     more.append("pid %s" % ",".join(str(p) for p in s["pids"]))
                 if len(r["devices"]) > 1 or (s["devices"] and s["devices"] != [0]):
                     more.append("device %s" % ",".join(str(d) for d in s["devices"]))
-                w("        via %s%s" % (extra, ("; " + "; ".join(more)) if more else ""))
+                wf("        via %s%s" % (extra, ("; " + "; ".join(more)) if more else ""))
     if r["more_sites"]:
         w("  ... and %d more (--top)" % r["more_sites"])
     w("")
@@ -165,9 +185,12 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
         for s in ctx:
             w("  #%d  %s in %s" % (s["rank"], size_text(s["bytes"]), plural(s["count"], "allocation")))
             ctxf = _trim_context(s["context"])
-            for k, f in enumerate(ctxf[:CONTEXT_FRAMES]):
-                w("      %s %s" % ("at  " if k == 0 else "from", _frame_label(f)))
-            if len(ctxf) > CONTEXT_FRAMES:
+            nvia = len(s.get("via") or [])
+            shown = CONTEXT_FRAMES + nvia
+            for k, f in enumerate(ctxf[:shown]):
+                mark = "  [layer]" if k < nvia else ("  <- the site" if k == nvia and nvia else "")
+                wf("      %s %s%s" % ("at  " if k == 0 else "from", _frame_label(f, full=full), mark))
+            if len(ctxf) > shown:
                 w("      ...")
         w("")
 
@@ -180,7 +203,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
         rows = [["bytes", "count", "site"]]
         for s in nf["sites"]:
             rows.append([size_text(s["bytes"]), "{:,}".format(s["count"]), "#%d %s" % (s["rank"], s["label"])])
-        L.extend(table(rows, {0, 1}))
+        L.extend(table(rows, {0, 1}, width=width))
         if nf["more_sites"]:
             w("  ... and %d more sites" % nf["more_sites"])
     else:
@@ -195,14 +218,14 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
             z = f["sizes"]
             w("  %d x %s requested (%s .. %s), first at %s: %s" % (
                 f["count"], size_text(f["bytes"]), size_text(z.get("min")), size_text(z.get("max")), secs_text(f["first_time"]), errs))
-            w("      at %s via %s" % (f["label"], ", ".join(f["api"])))
+            wf("      at %s via %s" % (f["label"], " > ".join(x for x in (via_text(f, full), ", ".join(f["api"])) if x)))
         w("")
     if r["denied"]:
         w("Budget denials: %d" % sum(d["count"] for d in r["denied"]))
         for d in r["denied"]:
             w("  %d x %s requested, first at %s (last: in use %s of a %s budget)" % (
                 d["count"], size_text(d["bytes"]), secs_text(d["first_time"]), size_text(d["in_use"]), size_text(d["limit"])))
-            w("      at %s via %s" % (d["label"], ", ".join(d["api"])))
+            wf("      at %s via %s" % (d["label"], " > ".join(x for x in (via_text(d, full), ", ".join(d["api"])) if x)))
         w("")
 
     # processes

@@ -111,6 +111,12 @@ def render_ledger(s: dict) -> str:
         lines.append(
             "  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held")
         )
+        last = m.get("last_denial")
+        if last:
+            via = (" via %s" % " > ".join(reversed(last["via"]))) if last.get("via") else ""
+            lines.append(
+                "    last denied: %s at %s%s" % (format_bytes(last["bytes"]), last["label"], via)
+            )
     return "\n".join(lines)
 
 

@@ -6,7 +6,9 @@ import os
 from pathlib import Path
 
 from ..analyze.analysis import Analysis
+from ..analyze.names import fit
 from ..units import format_bytes
+from .text import term_width
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
@@ -49,16 +51,21 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
               "MemAvailable\n" % (obs["nvml_why"] or obs["per_process_why"]))
         sites = a.sites(m.groups_at_peak(), "site", 1)
         w("  top call sites by bytes live at the peak:\n")
+        width = term_width()
         for s in sites[:top]:
             share = 100.0 * s.bytes / m.peak_bytes if m.peak_bytes else 0
-            w("    %10s %5.1f%% %6d x  %s  [%s]\n" % (format_bytes(s.bytes), share, s.count,
-                                                   s.label(), ", ".join(s.api_list())))
+            entry = (" via %s" % s.via[-1].name()) if s.via else ""   # the outermost layer
+            line = "    %10s %5.1f%% %6d x  %s%s  [%s]" % (format_bytes(s.bytes), share, s.count,
+                                                        s.label(), entry, ", ".join(s.api_list()))
+            w(fit(line, width) + "\n")
     if m.failed:
         f = m.failed[0]
         w("  failed allocations: %d (first: %s of %s)\n" % (
             len(m.failed), td.traces[f.trace].api_name(f.api), format_bytes(f.size)))
     if m.denied:
-        w("  denied by the budget: %d\n" % len(m.denied))
+        ds = a.sites(m.denied, "site", 1)
+        w("  denied by the budget: %d (%s)\n" % (len(m.denied), "; ".join(
+            "%d at %s" % (d.count, d.label()) for d in ds[:3])))
     w("  full report: cudatrace report %s\n" % _rel(out_dir))
 
 

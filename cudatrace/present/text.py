@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+
+from ..analyze.names import fit
 from ..units import format_bytes
 
 
@@ -24,10 +27,22 @@ def percent(x: float) -> str:
     return f"{100.0 * x:5.1f}%"
 
 
-def table(rows: list[list[str]], right: set[int], indent: str = "  ") -> list[str]:
-    """Rows of cells as aligned lines; columns in `right` are right-aligned."""
+def term_width() -> int:
+    """Columns of the terminal ($COLUMNS, else the tty's, else 120); at least 60."""
+    return max(60, shutil.get_terminal_size((120, 24)).columns)
+
+
+def table(rows: list[list[str]], right: set[int], indent: str = "  ",
+          width: int | None = None) -> list[str]:
+    """Rows of cells as aligned lines; columns in `right` are right-aligned. With width, the
+    last column is cut (ending in '...') so that no line is wider: a table never wraps."""
     if not rows:
         return []
+    if width:
+        n = len(rows[0])
+        before = len(indent) + sum(max(len(r[i]) for r in rows) + 2 for i in range(n - 1))
+        room = max(16, width - before)
+        rows = [r[:-1] + [fit(r[-1], room)] for r in rows]
     w = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     out = []
     for r in rows:

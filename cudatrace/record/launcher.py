@@ -15,12 +15,15 @@ import stat
 import struct
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__, native
 from ..procfs import tree_pids
+from .denials import append_denials
 from .sampler import Sampler
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
@@ -52,6 +55,9 @@ class RunOptions:
     stderr: object = None
     on_start: object = None        # on_start(proc, out_dir), once the command has started
     signals: list = field(default_factory=list)   # the signals the launcher received
+    # called (from a thread, with the trace directory) soon after the budget denied something:
+    # the command line hands in present/denials.py, which names the responsible code
+    on_denials: Callable[[Path], None] | None = None
 
 
 def resolve_command(argv0: str) -> str:
@@ -121,7 +127,8 @@ def prepare_out_dir(opts: RunOptions) -> Path:
     if out.exists():
         if not out.is_dir():
             raise LaunchError("cudatrace: %s exists and is not a directory" % out)
-        old = list(out.glob("*.ctrace")) + [p for p in (out / "run.json", out / "samples.jsonl")
+        old = list(out.glob("*.ctrace")) + [p for p in (out / "run.json", out / "samples.jsonl",
+                                                            out / "denials.jsonl")
                                              if p.exists()]
         if old and not opts.force:
             raise LaunchError("cudatrace: %s already holds a trace; pass --force to replace it, "
@@ -204,6 +211,9 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             pass
 
     old = {}
+    watcher = None  # counts denials from before the start: the first may come at once
+    if ledger is not None and opts.on_denials is not None and not opts.quiet:
+        watcher = DenialWatcher(ledger, out, opts.on_denials)
     proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path, stdout=opts.stdout,
                             stderr=opts.stderr)
     run_info["pid"] = proc.pid
@@ -211,6 +221,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         old[s] = signal.signal(s, on_signal)
     sampler = Sampler(proc.pid, out / "samples.jsonl", opts.sample_ms / 1000.0)
     sampler.start()
+    if watcher is not None:
+        watcher.start()
     try:
         if opts.on_start is not None:
             opts.on_start(proc, out)
@@ -222,6 +234,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
                 continue
     finally:
         sampler.stop()
+        if watcher is not None:
+            watcher.stop()
         for s, h in old.items():
             signal.signal(s, h)
     status = exit_status(rc)
@@ -235,6 +249,58 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         ledger.finish()
     (out / "run.json").write_text(json.dumps(run_info, indent=2))
     return status, out
+
+
+def _denials(ledger) -> int:
+    snap = ledger.summary()
+    return sum(d.get("denials", 0) for d in snap.get("devices", ()))
+
+
+class DenialWatcher:
+    """Polls the budget ledger's denial count (every 100 ms) while the command runs; when it
+    grows, calls back with the trace directory, at most once a second after the first, and
+    once more at the end if a denial came after the last call. A callback that fails is not
+    called again: it must never hurt the run."""
+
+    def __init__(self, ledger, out: Path, callback, interval: float = 0.1, spacing: float = 1.0):
+        self.ledger, self.out, self.callback = ledger, out, callback
+        self.interval, self.spacing = interval, spacing
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cudatrace-denials", daemon=True)
+        self._seen = _denials(ledger)
+        self._last_call = 0.0
+        self._broken = False
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _check(self, final: bool = False) -> None:
+        if self._broken:
+            return
+        try:
+            n = _denials(self.ledger)
+        except Exception:
+            return
+        if n == self._seen:
+            return
+        if not final and time.monotonic() - self._last_call < self.spacing:
+            return
+        self._seen = n
+        self._last_call = time.monotonic()
+        try:
+            append_denials(self.out, self.callback(self.out))
+        except Exception as e:  # never let the watcher hurt the run
+            self._broken = True
+            sys.stderr.write("cudatrace: could not attribute a budget denial: %s\n" % e)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._check()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._check(final=True)
 
 
 def _foreground() -> bool:

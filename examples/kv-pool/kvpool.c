@@ -1,18 +1,23 @@
 /* kvpool.c - a small stand-in for an LLM server's start-up, with the KV-cache sizing defect of
  * vllm.cpp's vllm-server (see README.md): cudatrace's worked example.
  *
+ * Like every inference engine, it allocates everything through its own allocator layer, here
+ * three levels with neutral names: tensor_make() -> backend_acquire() -> device_carve(), which
+ * calls the driver (cuMemAlloc_v2, cuMemAllocAsync or cuMemHostAlloc). cudatrace recognizes
+ * that layer from the call graph and names the code above it (docs/attribution.md).
+ *
  * What it does, as the server did:
- *   load_weights()        one cuMemAlloc_v2 for the model weights (--model-bytes)
- *   reserve_workspace()   a grow-only activation workspace, cuMemAllocAsync/cuMemFreeAsync,
- *                         grown over a few "profiling" batches
+ *   load_weights()        one tensor for the model weights (--model-bytes): cuMemAlloc_v2
+ *   reserve_workspace()   a grow-only activation workspace, stream-ordered tensors
+ *                         (cuMemAllocAsync/cuMemFreeAsync), grown over a few "profiling" batches
  *   compute_num_blocks()  the documented precedence: --num-blocks verbatim, else
  *                         --kv-cache-memory / bytes_per_block, else 256 blocks.
  *                         THE DEFECT: bytes_per_block counts ONE layer's page, while the pool
  *                         is allocated per layer, so the pool is `layers` times the budget.
- *   allocate_kv_cache()   one allocate_layer_kv() per attention layer: cuMemAlloc_v2 of
- *                         num_blocks x page bytes, zero-filled (cuMemsetD8_v2 when the driver
- *                         has it)
- *   allocate_staging()    pinned host staging buffer, cuMemHostAlloc
+ *   allocate_kv_cache()   one allocate_layer_kv() per attention layer: a tensor of
+ *                         num_blocks x page bytes (cuMemAlloc_v2), zero-filled (cuMemsetD8_v2
+ *                         when the driver has it)
+ *   allocate_staging()    pinned host staging tensor (cuMemHostAlloc)
  * then prints "ready", frees everything and exits 0. When an allocation fails it prints the
  * CUresult and the function that failed, frees what it holds and exits 1 (under a cudatrace
  * budget the program stops with an error instead of eating the machine).
@@ -187,6 +192,53 @@ static unsigned long long parse_size(const char *s)
     return 0;
 }
 
+/* ---- the allocator layer: tensor -> backend -> device -------------------------------------- */
+
+enum placement { ON_DEVICE, ON_STREAM, PINNED_HOST };
+
+/* The innermost helper: the one place that calls the driver. */
+NOINLINE CUresult device_carve(unsigned long long *out, size_t bytes, enum placement where)
+{
+    CUdeviceptr d = 0;
+    void *h = NULL;
+    CUresult r;
+    switch (where) {
+    case ON_STREAM:
+        r = cuMemAllocAsync(&d, bytes, S.stream);
+        break;
+    case PINNED_HOST:
+        r = cuMemHostAlloc(&h, bytes, 0);
+        d = (CUdeviceptr)(uintptr_t)h;
+        break;
+    default:
+        r = cuMemAlloc_v2(&d, bytes);
+    }
+    *out = r == CUDA_SUCCESS ? d : 0;
+    return r;
+}
+
+/* The backend: would pick a device, an arena, a stream; here it counts what it handed out. */
+static unsigned long long backend_bytes;
+NOINLINE CUresult backend_acquire(unsigned long long *out, size_t bytes, enum placement where)
+{
+    CUresult r = device_carve(out, bytes, where);
+    if (r == CUDA_SUCCESS)
+        backend_bytes += bytes;
+    return r;
+}
+
+/* The tensor level: what the rest of the program calls. */
+NOINLINE CUresult tensor_make(unsigned long long *out, size_t bytes, enum placement where)
+{
+    return backend_acquire(out, bytes, where);
+}
+
+static const char *placement_api(enum placement where)
+{
+    return where == ON_STREAM ? "cuMemAllocAsync"
+                              : where == PINNED_HOST ? "cuMemHostAlloc" : "cuMemAlloc_v2";
+}
+
 /* ---- start-up, in the server's order ------------------------------------------------------- */
 
 /* Bytes one KV block takes in ONE layer: K and V, block_size tokens, every kv head. */
@@ -199,10 +251,10 @@ static unsigned long long page_bytes(const struct config *c)
 NOINLINE int load_weights(const struct config *c)
 {
     char b[32];
-    CUresult r = cuMemAlloc_v2(&S.weights, c->model_bytes);
+    CUresult r = tensor_make(&S.weights, c->model_bytes, ON_DEVICE);
     if (r != CUDA_SUCCESS) {
-        S.weights = 0;
-        report_failure("load_weights", "cuMemAlloc_v2", c->model_bytes, r, "the model weights");
+        report_failure("load_weights", placement_api(ON_DEVICE), c->model_bytes, r,
+                       "the model weights");
         return -1;
     }
     if (p_memset_d8)
@@ -226,10 +278,9 @@ NOINLINE int reserve_workspace(size_t bytes)
         S.workspace = 0;
         S.workspace_bytes = 0;
     }
-    CUresult r = cuMemAllocAsync(&S.workspace, bytes, S.stream);
+    CUresult r = tensor_make(&S.workspace, bytes, ON_STREAM);
     if (r != CUDA_SUCCESS) {
-        S.workspace = 0;
-        report_failure("reserve_workspace", "cuMemAllocAsync", bytes, r, "the workspace");
+        report_failure("reserve_workspace", placement_api(ON_STREAM), bytes, r, "the workspace");
         return -1;
     }
     S.workspace_bytes = bytes;
@@ -264,11 +315,10 @@ NOINLINE int allocate_layer_kv(int layer, long long num_blocks, unsigned long lo
 {
     char what[64];
     unsigned long long bytes = (unsigned long long)num_blocks * page;
-    CUresult r = cuMemAlloc_v2(out, bytes);
+    CUresult r = tensor_make(out, bytes, ON_DEVICE);
     if (r != CUDA_SUCCESS) {
-        *out = 0;
         snprintf(what, sizeof what, "the KV cache of layer %d", layer);
-        report_failure("allocate_layer_kv", "cuMemAlloc_v2", bytes, r, what);
+        report_failure("allocate_layer_kv", placement_api(ON_DEVICE), bytes, r, what);
         return -1;
     }
     if (p_memset_d8) {
@@ -304,10 +354,11 @@ NOINLINE int allocate_kv_cache(const struct config *c, long long num_blocks)
 NOINLINE int allocate_staging(const struct config *c)
 {
     char b[32];
-    CUresult r = cuMemHostAlloc(&S.staging, c->staging_bytes, 0);
+    unsigned long long p = 0;
+    CUresult r = tensor_make(&p, c->staging_bytes, PINNED_HOST);
+    S.staging = (void *)(uintptr_t)p;
     if (r != CUDA_SUCCESS) {
-        S.staging = NULL;
-        report_failure("allocate_staging", "cuMemHostAlloc", c->staging_bytes, r,
+        report_failure("allocate_staging", placement_api(PINNED_HOST), c->staging_bytes, r,
                        "the pinned staging buffer");
         return -1;
     }

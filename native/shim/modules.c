@@ -180,6 +180,98 @@ void ct_modules_reset(void)
 }
 
 /* ---- cold path: name the function that contains ip, from the module file's symbols ----- */
+
+static size_t put(char *out, size_t o, size_t cap, const char *s, size_t n)
+{
+    while (n-- && *s && o + 1 < cap)
+        out[o++] = *s++;
+    out[o] = 0;
+    return o;
+}
+
+/* A demangled C++ name shortened as reports show it (cudatrace/analyze/names.py): argument
+ * lists and template arguments elided, the return type and ABI/clone tags dropped,
+ * "(anonymous namespace)" as "(anon)". A C name is copied as it is. */
+static void shorten_name(const char *in, char *out, size_t cap)
+{
+    static const char anon[] = "(anonymous namespace)";
+    static const char opchars[] = "()[]<>=!+-*/%^&|~,";
+    size_t o = 0;
+    int angle = 0, paren = 0, square = 0;
+    out[0] = 0;
+    for (size_t i = 0; in[i]; i++) {
+        int top = !angle && !paren && !square;
+        if (strncmp(in + i, anon, sizeof anon - 1) == 0) {
+            if (top)
+                o = put(out, o, cap, "(anon)", 6);
+            i += sizeof anon - 2;
+            continue;
+        }
+        if (top && strncmp(in + i, "operator", 8) == 0 && !strchr(opchars, in[i + 8]) &&
+            in[i + 8] != ' ') {
+            /* an identifier that starts with "operator": ordinary text */
+        } else if (top && strncmp(in + i, "operator", 8) == 0) {
+            size_t j = i + 8;
+            if (in[j] == '(' && in[j + 1] == ')')
+                j += 2;
+            else
+                while (in[j] && strchr(opchars, in[j]) && in[j] != '(')
+                    j++;
+            o = put(out, o, cap, in + i, j - i);
+            i = j - 1;
+            continue;
+        }
+        char c = in[i];
+        if (c == '[' && !angle && !paren) {
+            square++;
+            continue;
+        }
+        if (c == ']' && square) {
+            square--;
+            continue;
+        }
+        if (c == '<' && !paren && !square) {
+            if (!angle)
+                o = put(out, o, cap, "<...>", 5);
+            angle++;
+            continue;
+        }
+        if (c == '>' && angle && !paren) {
+            angle--;
+            continue;
+        }
+        if (c == '(' && !square) {
+            paren++;
+            continue;
+        }
+        if (c == ')' && paren) {
+            paren--;
+            continue;
+        }
+        if (top)
+            o = put(out, o, cap, &c, 1);
+    }
+    /* trailing qualifiers, then the return type before the name */
+    for (;;) {
+        while (o && out[o - 1] == ' ')
+            out[--o] = 0;
+        static const char *const quals[] = {" const", " volatile", " &&", " &", " noexcept"};
+        int cut = 0;
+        for (size_t q = 0; q < sizeof quals / sizeof quals[0]; q++) {
+            size_t l = strlen(quals[q]);
+            if (o > l && strcmp(out + o - l, quals[q]) == 0) {
+                o -= l;
+                out[o] = 0;
+                cut = 1;
+            }
+        }
+        if (!cut)
+            break;
+    }
+    char *sp = strrchr(out, ' ');
+    if (sp && sp[1])
+        memmove(out, sp + 1, strlen(sp + 1) + 1);
+}
 static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t outlen,
                          uintptr_t *sym_off)
 {
@@ -253,6 +345,38 @@ static int is_runtime_symbol(const char *s)
     return s[0] == 'c' && s[1] == 'u' && s[2] >= 'A' && s[2] <= 'Z'; /* cuMemAlloc ... */
 }
 
+void ct_describe_function(uintptr_t ip, char *out, size_t outlen)
+{
+    const struct mod *m = find(ip);
+    char name[512], hex[24];
+    uintptr_t off = 0;
+    if (m && lookup_symbol(m, ip, name, sizeof name, &off)) {
+        shorten_name(name, out, outlen);
+        if (out[0])
+            return;
+    }
+    size_t l = 0;
+    if (m) {
+        l = ct_strlcpy(out, base_name(m->path), outlen);
+        ip -= m->base;
+        if (l < outlen)
+            l += ct_strlcpy(out + l, "+", outlen - l);
+    }
+    ct_fmt_hex(hex, ip);
+    if (l < outlen)
+        ct_strlcpy(out + l, hex, outlen - l);
+}
+
+int ct_is_cuda_frame(uintptr_t ip)
+{
+    const struct mod *m = find(ip);
+    char name[512];
+    uintptr_t off;
+    if (m && (m->flags & MF_CUDA))
+        return 1;
+    return m && lookup_symbol(m, ip, name, sizeof name, &off) && is_runtime_symbol(name);
+}
+
 void ct_describe_address(uintptr_t ip, char *out, size_t outlen)
 {
     const struct mod *m = find(ip);
@@ -266,7 +390,9 @@ void ct_describe_address(uintptr_t ip, char *out, size_t outlen)
     }
     size_t l = 0;
     if (lookup_symbol(m, ip, name, sizeof name, &off)) {
-        l += ct_strlcpy(out + l, name, outlen - l);
+        char shortn[512];
+        shorten_name(name, shortn, sizeof shortn);
+        l += ct_strlcpy(out + l, shortn[0] ? shortn : name, outlen - l);
         if (l < outlen)
             l += ct_strlcpy(out + l, " (", outlen - l);
         if (l < outlen)

@@ -13,6 +13,10 @@ int ct_in_shim(uintptr_t ip);
 /* best-effort symbol for messages: name of the function containing ip, from the module's
  * .symtab or .dynsym (read from its file); module basename and offset always. */
 void ct_describe_address(uintptr_t ip, char *out, size_t outlen);
+/* the function's name alone, shortened (no arguments, no template arguments), demangled;
+ * module+offset when unknown */
+void ct_describe_function(uintptr_t ip, char *out, size_t outlen);
+int ct_is_cuda_frame(uintptr_t ip); /* a CUDA library's frame, or the static runtime's */
 uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
 
 #endif

@@ -150,13 +150,35 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
 
 static inline void ct_leave(void) { tls_depth--; }
 
+/* The denial line names the code at the moment of the denial: the first frame outside CUDA,
+ * then its callers, demangled and shortened, innermost first (`at device_take (app+0x1234) <-
+ * pool_obtain <- tensor_create <- kv_layer_buffer <- ...`): the allocator layers the reports
+ * fold are not known here, so the path goes on far enough to reach the code above them. The
+ * launcher prints the attributed line as soon as it reads the DENY record (docs/attribution.md). */
+#define DENY_PATH_FRAMES 8
+
 static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, const char *verdict)
 {
-    char line[1400], num[48], site[600];
-    uintptr_t ip = ct_stack_first_user_frame();
-    if (ip)
-        ct_describe_address(ip, site, sizeof site);
-    else
+    char line[1400], num[48], site[900];
+    uintptr_t ips[DENY_PATH_FRAMES];
+    int n = ct_stack_user_frames(ips, DENY_PATH_FRAMES);
+    if (n > 0) {
+        ct_describe_address(ips[0], site, sizeof site);
+        size_t sl = strlen(site);
+        for (int k = 1; k < n && sl + 8 < sizeof site; k++) {
+            char fn[160];
+            if (ct_is_cuda_frame(ips[k]))
+                continue;
+            ct_describe_function(ips[k], fn, sizeof fn);
+            if (strcmp(fn, "main") == 0 && k + 1 < n) {
+                sl += ct_strlcpy(site + sl, " <- main", sizeof site - sl);
+                break;
+            }
+            sl += ct_strlcpy(site + sl, " <- ", sizeof site - sl);
+            if (sl < sizeof site)
+                sl += ct_strlcpy(site + sl, fn, sizeof site - sl);
+        }
+    } else
         ct_strlcpy(site, "unknown call site (stacks off: --stack-depth 0)", sizeof site);
     size_t l = ct_strlcpy(line, "cudatrace: budget exceeded: ", sizeof line);
     l += ct_strlcpy(line + l, ct_api_name(c->api), sizeof line - l);

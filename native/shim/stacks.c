@@ -317,6 +317,19 @@ uintptr_t ct_stack_first_user_frame(void)
     return last_n > 0 ? ct_pick_caller(last_ips, last_n) : 0;
 }
 
+int ct_stack_user_frames(uintptr_t *out, int max)
+{
+    uintptr_t first = ct_stack_first_user_frame();
+    int k = 0, n = 0;
+    if (!first)
+        return 0;
+    while (k < last_n && last_ips[k] != first)
+        k++;
+    for (; k < last_n && n < max; k++)
+        out[n++] = last_ips[k];
+    return n;
+}
+
 void ct_stacks_atfork_prepare(void) { pthread_mutex_lock(&mu); }
 void ct_stacks_atfork_parent(void) { pthread_mutex_unlock(&mu); }
 

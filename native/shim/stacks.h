@@ -17,5 +17,7 @@ void ct_stacks_atfork_parent(void);
 void ct_stacks_reset(void); /* new file: forget every node (child after fork) */
 /* first frame outside the shim and the CUDA libraries, for messages */
 uintptr_t ct_stack_first_user_frame(void); /* of this thread's last captured stack */
+/* up to max frames of that stack from the first user frame outwards; the count */
+int ct_stack_user_frames(uintptr_t *out, int max);
 
 #endif

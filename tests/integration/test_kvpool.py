@@ -163,7 +163,8 @@ def test_three_runs_are_traced(walk):
 
 def test_run_summary_names_per_layer_site(walk):
     err = walk["big"].stderr
-    assert re.search(r"28 x\s+allocate_layer_kv", err), err
+    assert re.search(r"28 x\s+allocate_layer_kv \(kvpool\.c:\d+\) via tensor_make", err), err
+    assert not re.search(r" x  (device_carve|backend_acquire|tensor_make) ", err), err
 
 
 def test_report_json_top_site_is_per_layer_allocation(walk):
@@ -176,9 +177,12 @@ def test_report_json_top_site_is_per_layer_allocation(walk):
     assert top["count"] == LAYERS and top["bytes"] == LAYERS * GiB, top
     assert top["sizes"]["min"] == top["sizes"]["max"] == GiB
     assert top["api"] == ["cuMemAlloc_v2"]
-    # the stack goes on through the per-layer loop
+    # the allocator layer it went through, then the stack on through the per-layer loop
+    assert [f["function"] for f in top["via"]] == ["device_carve", "backend_acquire", "tensor_make"]
     callers = [f["function"] for f in top["context"]]
-    assert callers[:3] == ["allocate_layer_kv", "allocate_kv_cache", "main"], callers
+    assert callers[:6] == ["device_carve", "backend_acquire", "tensor_make", "allocate_layer_kv",
+                           "allocate_kv_cache", "main"], callers
+    assert doc["attribution"]["layers"] == ["tensor_make"]
     others = {site["frames"][0]["function"] for site in doc["sites"][1:] if site["frames"]}
     assert {"load_weights", "reserve_workspace"} <= others
 
@@ -219,6 +223,9 @@ def test_budget_stops_oversized_pool(sim, kvpool, tmp_path, on_exceed):
     line = next((l for l in r.stderr.splitlines() if "budget exceeded" in l), None)
     assert line is not None, _ok(r)
     assert "allocate_layer_kv" in line and "cuMemAlloc_v2" in line, line
+    named = next((l for l in r.stderr.splitlines() if l.startswith("cudatrace: denied ")), None)
+    assert named is not None and " at allocate_layer_kv (kvpool.c:" in named, _ok(r)
+    assert "via tensor_make > backend_acquire > device_carve" in named
     assert not re.search(r"^ready\b", r.stdout, re.M), r.stdout
     if on_exceed == "fail":
         assert "kvpool: error: allocate_layer_kv: cuMemAlloc_v2" in r.stderr

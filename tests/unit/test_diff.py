@@ -120,7 +120,7 @@ def test_diff_text(runs, sym):
     assert "load_weights" in lines[first + 1]
 
 
-DIFF_SITE = {"status": str, "label": str, "key": str, "frames": list,
+DIFF_SITE = {"status": str, "label": str, "key": str, "frames": list, "via": list,
              "peak": {"a_bytes": int, "b_bytes": int, "delta_bytes": int, "a_count": int,
                       "b_count": int, "delta_count": int},
              "end": {"a_bytes": int, "b_bytes": int, "delta_bytes": int, "a_count": int,

@@ -53,6 +53,11 @@ def report_json(path, sym, **kw) -> dict:
     return json.loads(json.dumps(r))          # exactly what --json prints
 
 
+def report_json_nofold(path, sym, **kw) -> dict:
+    a = Analysis(path, symbolizer=sym, fold_layers=False)
+    return json.loads(json.dumps(build_report(a, **kw)))
+
+
 def cli(*args, sym=None, monkeypatch=None):
     if sym is not None and monkeypatch is not None:
         monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym)
@@ -67,10 +72,11 @@ FRAME = {"module": str, "function": OPT_STR, "file": OPT_STR, "line": OPT_INT, "
 SIZES = {"min": int, "median": int, "max": int}
 SITE = {"rank": int, "label": str, "key": str, "bytes": int, "count": int, "share": float,
         "api": [str], "api_counts": dict, "sizes": SIZES, "pids": [int], "devices": [int],
-        "first_time": OPT_FLOAT, "last_time": OPT_FLOAT, "frames": [FRAME], "context": [FRAME]}
+        "first_time": OPT_FLOAT, "last_time": OPT_FLOAT, "frames": [FRAME], "context": [FRAME],
+        "via": [FRAME]}
 FAILED = {"rank": int, "label": str, "key": str, "bytes": int, "count": int, "api": [str],
           "sizes": SIZES, "pids": [int], "devices": [int], "first_time": OPT_FLOAT,
-          "frames": [FRAME], "errors": [{"code": int, "name": str, "count": int}]}
+          "frames": [FRAME], "via": [FRAME], "errors": [{"code": int, "name": str, "count": int}]}
 DENIED = dict(FAILED, limit=OPT_INT, in_use=OPT_INT)
 del DENIED["errors"]
 PROCESS = {"pid": int, "ppid": int, "exe": str, "argv": [str], "file": str, "exec_index": int,
@@ -97,6 +103,7 @@ REPORT = {
     "duration": float, "versions": {"driver": list, "shim": [str], "stack_depth": [int]},
     "at": {"spec": str, "kind": str, "time": OPT_FLOAT, "ts_ns": OPT_INT, "device": OPT_INT},
     "by": str, "depth": int, "device": OPT_INT,
+    "attribution": {"fold": bool, "patterns": [str], "layers": [str], "full_names": bool},
     "peak_bytes": int, "peak_time": OPT_FLOAT, "peak_ts_ns": OPT_INT, "end_bytes": int,
     "total_live_bytes": int, "total_live_count": int, "sites": [SITE], "more_sites": int,
     "never_freed": {"bytes": int, "count": int, "in_truncated_bytes": int, "sites": [SITE],
@@ -307,10 +314,18 @@ def test_depth_splits_sites_by_caller(tmp_path, fake_sym, elf):
     w.alloc(tg.BASE_TS + 1, 100, 0x1, stack=a)
     w.alloc(tg.BASE_TS + 2, 300, 0x2, stack=b)
     w.close()
-    r1 = report_json(tmp_path, fake_sym, depth=1)
+    # alloc_activations serves two callers: an allocator layer, folded into their sites
+    r0 = report_json(tmp_path, fake_sym, depth=1)
+    assert [(s["label"].split()[0], s["bytes"], [v["function"] for v in s["via"]])
+            for s in r0["sites"]] == [("train_step", 300, ["alloc_activations"]),
+                                      ("forward", 100, ["alloc_activations"])]
+    assert r0["attribution"]["layers"] == ["alloc_activations"]
+    # --no-fold: the raw innermost frame, which --depth splits by caller
+    r1 = report_json_nofold(tmp_path, fake_sym, depth=1)
     assert [(s["bytes"], s["count"]) for s in r1["sites"]] == [(400, 2)]
     assert r1["sites"][0]["sizes"] == {"min": 100, "median": 100, "max": 300}   # lower median
-    r2 = report_json(tmp_path, fake_sym, depth=2)
+    assert r1["sites"][0]["via"] == [] and r1["attribution"]["fold"] is False
+    r2 = report_json_nofold(tmp_path, fake_sym, depth=2)
     assert [[x["function"] for x in s["frames"]] for s in r2["sites"]] == \
         [["alloc_activations", "train_step"], ["alloc_activations", "forward"]]
     assert r2["sites"][0]["sizes"] == {"min": 300, "median": 300, "max": 300}

@@ -7,6 +7,7 @@
 #   driver_api             driver_api.c, driver API only, linked with -lcuda
 #   over_budget            over_budget.cu, static runtime
 #   bench_alloc            bench_alloc.cu, static runtime
+#   alloc_layers           alloc_layers.cu, static runtime: an engine's allocator class hierarchy
 #
 # Environment:
 #   NVCC             nvcc to use (default: nvcc on PATH, else $CUDA_HOME/bin/nvcc)
@@ -69,6 +70,7 @@ build runtime_basic_shared --cudart shared "$HERE/runtime_basic.cu" -lpthread
 build runtime_basic_ptsz --default-stream per-thread "$HERE/runtime_basic.cu" -lpthread
 build over_budget "$HERE/over_budget.cu"
 build bench_alloc "$HERE/bench_alloc.cu"
+build alloc_layers "$HERE/alloc_layers.cu"
 
 LIBCUDA=$(find_libcuda)
 if [ -z "$LIBCUDA" ]; then

@@ -1,0 +1,84 @@
+"""Budget denials named as they happen: `cudatrace run` calls this (through the launcher's
+watcher) soon after the ledger counts a denial. The shim's own line, written at the moment of
+the denial, gives the raw path (it cannot know the program's allocator layers); this one reads
+the DENY records from the trace, attributes them as every report does (docs/attribution.md)
+and prints one line per call site:
+
+    cudatrace: denied 16.0 MiB (cuMemAlloc_v2) at kv_layer_buffer (layers.c:68) via
+    tensor_create > pool_obtain > device_take; budget 200.0 MiB, in use 196.0 MiB
+
+It returns what it printed; the launcher keeps it in denials.jsonl in the trace directory
+(record/denials.py), where `cudatrace status` finds the last one of a running member."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..analyze.analysis import Analysis
+from ..analyze.model import AUX, AUX2
+from ..analyze.sites import NO_STACK, api_label, make_symbolizer
+from ..units import format_bytes
+
+
+class DenialPrinter:
+    """Call with the trace directory; prints what was denied since the last call."""
+
+    def __init__(self, stream=None):
+        self.stream = stream
+        self.seen: set[tuple] = set()
+        self.symbolizer = None
+
+    def __call__(self, out_dir: Path) -> list[dict]:
+        stream = self.stream or sys.stderr
+        if self.symbolizer is None:
+            self.symbolizer = make_symbolizer() or False
+        a = Analysis(out_dir, symbolizer=self.symbolizer or None)
+        new = []
+        for x in a.model.denied:
+            t = a.traces[x.trace]
+            k = (t.path.name, x.ts, x.size)
+            if k not in self.seen:
+                self.seen.add(k)
+                new.append(x)
+        groups: dict[str, dict] = {}
+        for x in new:
+            via, rest = a.stacks.split(x.trace, x.stack) if x.stack else ([], [])
+            label = rest[0].label() if rest else NO_STACK
+            g = groups.get(label)
+            if g is None:
+                g = groups[label] = {
+                    "label": label,
+                    "via": [f.name() for f in via],
+                    "api": api_label(a.model, x),
+                    "count": 0,
+                    "bytes": 0,
+                    "pid": a.traces[x.trace].pid,
+                }
+            g["count"] += 1
+            g["bytes"] += x.size
+            g["limit"], g["in_use"] = x.event[AUX], x.event[AUX2]
+            g["time"] = a.seconds(x.ts)
+        lines = []
+        for g in groups.values():
+            via = (" via %s" % " > ".join(reversed(g["via"]))) if g["via"] else ""
+            what = (
+                format_bytes(g["bytes"])
+                if g["count"] == 1
+                else "%d x, %s in all" % (g["count"], format_bytes(g["bytes"]))
+            )
+            lines.append(
+                "cudatrace: denied %s (%s) at %s%s; budget %s, in use %s\n"
+                % (
+                    what,
+                    g["api"],
+                    g["label"],
+                    via,
+                    format_bytes(g["limit"]),
+                    format_bytes(g["in_use"]),
+                )
+            )
+        if lines:
+            stream.write("".join(lines))
+            stream.flush()
+        return list(groups.values())

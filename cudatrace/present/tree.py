@@ -1,0 +1,105 @@
+"""`cudatrace report --tree` as text: the caller tree (analyze/tree.py), top-down, one line per
+node, chains of single children on one line (`a > b > c`), allocator layers marked [layer]
+and the sites (the code that asked, just above the layers) marked <- site."""
+
+from __future__ import annotations
+
+from ..analyze.names import fit
+from .text import percent, plural, secs_text, size_text, term_width
+
+
+def _chain(n: dict) -> tuple[list[dict], dict]:
+    """The node and its single-child descendants (that hold nothing themselves), and the last."""
+    out = [n]
+    while len(n["children"]) == 1 and not n["more"]["nodes"] and not n["self_count"]:
+        n = n["children"][0]
+        out.append(n)
+    return out, n
+
+
+def _bare(n: dict) -> str:
+    """The function's name without file:line."""
+    lab = n["label"]
+    return lab[: lab.rindex(" (")] if n["file"] and " (" in lab else lab
+
+
+def _chain_text(nodes: list[dict]) -> str:
+    """`a > b (f.c:12) <- site via layer1 > layer2`: file:line on the site (or the last node
+    when no site is in the chain), names alone elsewhere; the layers below a site after via."""
+    site = next((k for k, x in enumerate(nodes) if x["site"]), None)
+    shown = nodes if site is None else nodes[: site + 1]
+    last = len(shown) - 1
+    parts = [
+        (x["label"] if k == last else _bare(x)) + (" [layer]" if x["layer"] else "")
+        for k, x in enumerate(shown)
+    ]
+    text = " > ".join(parts)
+    if site is not None:
+        text += " <- site"
+        below = nodes[site + 1 :]
+        if below:
+            text += " via " + " > ".join(_bare(x) for x in below) + " [layers]"
+    return text
+
+
+def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
+    width = width or term_width()
+    at = t["at"]
+    when = {"peak": "at the peak", "end": "at the end", "time": "at"}[at["kind"]]
+    L = [
+        "Caller tree %s (%s): %s in %s"
+        % (
+            when,
+            secs_text(at["time"]),
+            size_text(t["total_bytes"]),
+            plural(t["total_count"], "allocation"),
+        ),
+        "  from main down; <- site: the code that asked, via the allocator layers it went through",
+    ]
+    total = t["total_bytes"]
+    if not t["root"]["children"]:
+        L.append("  (nothing live%s)" % ("" if not t["total_count"] else ": no stacks recorded"))
+        return "\n".join(L) + "\n"
+
+    def line(n: dict, depth: int) -> None:
+        nodes, last = _chain(n)
+        names = _chain_text(nodes)
+        share = percent(n["bytes"] / total) if total else "    -"
+        head = "%10s %s %7s  %s" % (
+            size_text(n["bytes"]),
+            share,
+            "{:,}x".format(n["count"]),
+            "  " * depth,
+        )
+        L.append(fit(head + names, width))
+        for c in last["children"]:
+            line(c, depth + 1)
+        m = last["more"]
+        if m["nodes"]:
+            L.append(
+                fit(
+                    "%10s %s %7s  %s(%d more callers, each under %s)"
+                    % (
+                        size_text(m["bytes"]),
+                        percent(m["bytes"] / total) if total else "",
+                        "{:,}x".format(m["count"]),
+                        "  " * (depth + 1),
+                        m["nodes"],
+                        percent(0.001).strip(),
+                    ),
+                    width,
+                )
+            )
+
+    for c in t["root"]["children"]:
+        line(c, 0)
+    if t["root"]["self_count"]:
+        L.append(
+            "%10s %s %7s  (no stack recorded)"
+            % (
+                size_text(t["root"]["self_bytes"]),
+                percent(t["root"]["self_bytes"] / total),
+                "{:,}x".format(t["root"]["self_count"]),
+            )
+        )
+    return "\n".join(L) + "\n"

@@ -1,0 +1,69 @@
+"""The last budget denial of each running member, for `cudatrace status`.
+
+While a traced command runs, the launcher appends every denial it attributed to the code that
+asked (present/denials.py, docs/attribution.md) to denials.jsonl in the trace directory. A
+member of a ledger is a traced process: its environment names that directory
+(CUDATRACE_DIR), so `status` can say which code the budget last refused, not only how often."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+DENIALS_FILE = "denials.jsonl"
+
+
+def append_denials(trace_dir: Path, denials) -> None:
+    """Keep what the launcher printed about denials (a list of dicts) in denials.jsonl."""
+    if not denials:
+        return
+    try:
+        with open(Path(trace_dir) / DENIALS_FILE, "a") as f:
+            for d in denials:
+                f.write(json.dumps(dict(d, wall_time=time.time())) + "\n")
+    except OSError:
+        pass
+
+
+def trace_dir_of(pid: int) -> Path | None:
+    """CUDATRACE_DIR of a running process of this user, or None."""
+    try:
+        env = Path("/proc/%d/environ" % pid).read_bytes()
+    except OSError:
+        return None
+    for item in env.split(b"\0"):
+        if item.startswith(b"CUDATRACE_DIR="):
+            return Path(item[len(b"CUDATRACE_DIR=") :].decode(errors="replace"))
+    return None
+
+
+def last_denial(trace_dir: Path, pid: int | None = None) -> dict | None:
+    """The last line of denials.jsonl (of pid when it has one), or None."""
+    try:
+        lines = (trace_dir / DENIALS_FILE).read_text().splitlines()
+    except OSError:
+        return None
+    found = None
+    for line in lines:
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if pid is None or d.get("pid") == pid or found is None:
+            found = d
+    return found
+
+
+def attach_last_denials(st: dict) -> dict:
+    """Add "last_denial" to every member of status_json's ledgers that was denied something
+    and still runs (null when unknown)."""
+    for s in st.get("ledgers", ()):
+        for m in s.get("members", ()):
+            denied = any(r.get("denials") for r in (m.get("devices") or {}).values())
+            m["last_denial"] = None
+            if denied and m.get("state") == "alive":
+                d = trace_dir_of(m["pid"])
+                if d is not None:
+                    m["last_denial"] = last_denial(d, m["pid"])
+    return st
