@@ -97,7 +97,7 @@ class Tables:
         sid = self._by_leaf.get(k)
         if sid is not None:
             return sid
-        fr = a.stacks.frames(ti, leaf) if leaf else []
+        fr = a.stacks.site_frames(ti, leaf) if leaf else []  # allocator layers folded
         key, sfr = site_of(a.stacks, ti, leaf, self.depth)
         site = self.site(key, sfr)
         shown = _trim(fr)

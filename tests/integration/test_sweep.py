@@ -397,7 +397,7 @@ def test_grid_of_two_knobs(sim, kvpool, tmp_path):
     assert w["law"]["kind"] == "flat" and not w["contradicts_expectation"]
     assert doc["expect"] == {"blocks": 65536.0}
     assert kv["contradicts_expectation"] and kv["expectation"] == (
-        "allocate_layer_kv (kvpool.c:267) grows 4x the expected 64.0 KiB per block (256.0 KiB "
+        kv["label"] + " grows 4x the expected 64.0 KiB per block (256.0 KiB "
         "per block at layers=4): sized per layer, or once for each of 4 things?")
     assert doc["peak"]["fit"]["intercept"] == WEIGHTS + WORKSPACE
     assert doc["prediction"]["peak"]["bytes"] == WEIGHTS + WORKSPACE + PAGE * 8 * 512

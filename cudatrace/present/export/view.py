@@ -80,8 +80,9 @@ class View:
         self.a.stacks.prepare({k for k in keys if k[1]})
 
     def frames(self, ti: int, leaf: int) -> list[SFrame]:
-        """A stack's frames as report attributes them, innermost first."""
-        return self.a.stacks.frames(ti, leaf) if leaf else []
+        """A stack's frames as report attributes them, innermost first: from the responsible
+        frame up (the program's allocator layers folded, as report's sites)."""
+        return self.a.stacks.site_frames(ti, leaf) if leaf else []
 
     def process(self, ti: int) -> str:
         return process_label(self.traces[ti])
