@@ -119,6 +119,9 @@ class Trace:
     end: End | None = None
     status: str = "truncated"      # "complete" | "truncated"
     gaps: int = 0
+    bad_events: int = 0            # compact events that could not be decoded (file damaged)
+    aggregate: object = field(default=None, repr=False)   # --aggregate: aggregate.Snapshot
+    snap_slots: list = field(default_factory=list, repr=False)  # SNAPSLOT records, as bytes
     size_bytes: int = 0
 
     @property
@@ -198,9 +201,10 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
     h = dict(zip(hn, hs.unpack_from(data, 0)))
     if h["magic"] != b"CUDATRC\0":
         raise TraceError("%s is not a cudatrace trace (bad magic)" % path)
-    if h["version"] != C()["CT_FORMAT_VERSION"]:
-        raise TraceError("%s has trace format version %d; this cudatrace reads version %d"
-                         % (path, h["version"], C()["CT_FORMAT_VERSION"]))
+    if not C()["CT_FORMAT_VERSION_MIN"] <= h["version"] <= C()["CT_FORMAT_VERSION"]:
+        raise TraceError("%s has trace format version %d; this cudatrace reads versions %d to %d"
+                         % (path, h["version"], C()["CT_FORMAT_VERSION_MIN"],
+                            C()["CT_FORMAT_VERSION"]))
     buf = ffi.from_buffer(data)
     res = ffi.new("struct ct_scan_result *")
     lib.ct_scan(buf, size, ffi.NULL, 0, ffi.NULL, 0, res)
@@ -214,6 +218,7 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
               arch=h["arch"].rstrip(b"\0").decode(), shim_version=h["shim_version"].rstrip(b"\0").decode(),
               size_bytes=size)
     t.gaps = res.gaps
+    t.bad_events = res.bad_events
     t.status = "complete" if res.status == C()["CT_SCAN_CLEAN"] else "truncated"
     t.raw_events = evs
     t.n_events = n_ev
@@ -268,6 +273,8 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
             key = bytes(data[p:p + klen]).decode(errors="replace")
             val = bytes(data[p + klen + 1:p + klen + 1 + vlen]).decode(errors="replace")
             t.info[key] = val
+        elif rtype == K["CT_REC_SNAPSLOT"]:      # --aggregate (analyze/aggregate.py reads it)
+            t.snap_slots.append(bytes(data[off:off + rsize]))
         elif rtype == K["CT_REC_END"]:
             ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
             t.end = End(ts, code, dropped, events)

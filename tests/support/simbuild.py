@@ -55,6 +55,7 @@ PROGRAMS: dict[str, str] = {
     "meminfo": "cuda",
     "budget_hammer": "cuda",
     "simstat": "cuda",
+    "churn": "cuda",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable
