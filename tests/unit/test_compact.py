@@ -2,6 +2,7 @@
 reached through ct_cevent_pack) and the C scanner agree on every field, whatever the threads'
 interleaving; version-1 files (full EVENT records) are still read; a torn record stops no
 other thread's decoding."""
+
 from __future__ import annotations
 
 import random
@@ -16,23 +17,39 @@ U64 = (1 << 64) - 1
 
 def _random_events(rng: random.Random, n: int, nthreads: int):
     K = C()
-    ops = [K["CT_OP_ALLOC"], K["CT_OP_FREE"], K["CT_OP_MEMINFO"], K["CT_OP_DENY"],
-           K["CT_OP_MAP"], K["CT_OP_UNMAP"]]
+    ops = [
+        K["CT_OP_ALLOC"],
+        K["CT_OP_FREE"],
+        K["CT_OP_MEMINFO"],
+        K["CT_OP_DENY"],
+        K["CT_OP_MAP"],
+        K["CT_OP_UNMAP"],
+    ]
     ts = [BASE_TS + i for i in range(nthreads)]
     evs, threads = [], []
     for _ in range(n):
         t = rng.randrange(nthreads)
         ts[t] += rng.choice([0, 1, 700, 90_000, 1 << 40]) if rng.random() < 0.95 else 0
         if rng.random() < 0.02:
-            ts[t] -= rng.randrange(1000)        # never done by a real clock: still exact
-        ev = (ts[t], rng.choice([0, 1 << 20, rng.getrandbits(64)]),
-              rng.choice([0, 0x7F0000000000 + rng.randrange(1 << 30), rng.getrandbits(64)]),
-              rng.choice([0, rng.getrandbits(64)]), rng.choice([0, 5, U64]),
-              1000 + t if rng.random() < 0.99 else rng.getrandbits(32),
-              rng.choice([-1, 0, 1, 7]), rng.choice([0, 2, -5, 999]),
-              rng.choice([0, 1, 17, 0xFFFFFFFF]), rng.randrange(1 << 16), rng.randrange(3),
-              rng.choice(ops), rng.randrange(256), rng.randrange(256), rng.randrange(256),
-              rng.choice([0, 0, 0xFFFFFFFF]))
+            ts[t] -= rng.randrange(1000)  # never done by a real clock: still exact
+        ev = (
+            ts[t],
+            rng.choice([0, 1 << 20, rng.getrandbits(64)]),
+            rng.choice([0, 0x7F0000000000 + rng.randrange(1 << 30), rng.getrandbits(64)]),
+            rng.choice([0, rng.getrandbits(64)]),
+            rng.choice([0, 5, U64]),
+            1000 + t if rng.random() < 0.99 else rng.getrandbits(32),
+            rng.choice([-1, 0, 1, 7]),
+            rng.choice([0, 2, -5, 999]),
+            rng.choice([0, 1, 17, 0xFFFFFFFF]),
+            rng.randrange(1 << 16),
+            rng.randrange(3),
+            rng.choice(ops),
+            rng.randrange(256),
+            rng.randrange(256),
+            rng.randrange(256),
+            rng.choice([0, 0, 0xFFFFFFFF]),
+        )
         evs.append(ev)
         threads.append(t)
     return evs, threads
@@ -55,7 +72,7 @@ def test_repeated_sites_are_small(tmp_path):
     """A loop of alloc/free pairs from one site: well under 40 bytes an event."""
     K = C()
     evs, ts, addr = [], BASE_TS, 0x7F0000000000
-    for i in range(20000):
+    for _ in range(20000):
         ts += 3000
         evs.append((ts, 1 << 20, addr, 0, 0, 77, 0, 0, 5, 3, 1, K["CT_OP_ALLOC"], 4, 1, 1, 0))
         ts += 800
@@ -109,7 +126,7 @@ def _packed(evs, threads) -> list[bytes]:
     data, recs, off = ffi.buffer(out, n)[:], [], 0
     while off < n:
         size = struct.unpack_from("<I", data, off + 4)[0]
-        recs.append(data[off:off + size])
+        recs.append(data[off : off + size])
         off += size
     return recs
 
@@ -127,13 +144,13 @@ def test_torn_record_of_one_thread_leaves_the_others_exact(tmp_path):
     w = TraceWriter(p)
     for i, r in enumerate(recs):
         if i == cut:
-            r = bytes(len(r))                       # the torn record
+            r = bytes(len(r))  # the torn record
         elif threads[i] == 2 and i > cut:
-            continue                                # thread 2 is dead: wrote nothing more
+            continue  # thread 2 is dead: wrote nothing more
         w._room(len(r))
         w._put(r)
         w.pos += len(r)
-    w.close(clean=False)                            # no END: killed
+    w.close(clean=False)  # no END: killed
     t = read_trace(p)
     assert not t.complete and t.gaps == 1
     assert t.events == [evs[i] for i in keep]
