@@ -61,7 +61,7 @@ def read_snapshot(records: list[bytes]) -> Snapshot | None:
             continue
         if n != gs.size * K["CT_SNAP_GROUPS"] + ks.size * head["nkeys"]:
             continue
-        raw = bytes(data[body + hs.size: body + hs.size + n])
+        raw = bytes(data[body + hs.size : body + hs.size + n])
         if _fnv(raw) != head["checksum"]:
             continue  # being written when the process stopped: the other slot holds the last
         nvalid += 1
@@ -71,7 +71,7 @@ def read_snapshot(records: list[bytes]) -> Snapshot | None:
         return Snapshot({}, [], [], nslots, 0) if nslots else None
     head, raw = best
     groups = [dict(zip(gn, g)) for g in gs.iter_unpack(raw[: gs.size * K["CT_SNAP_GROUPS"]])]
-    keys = [dict(zip(kn, k)) for k in ks.iter_unpack(raw[gs.size * K["CT_SNAP_GROUPS"]:])]
+    keys = [dict(zip(kn, k)) for k in ks.iter_unpack(raw[gs.size * K["CT_SNAP_GROUPS"] :])]
     return Snapshot(head, groups, keys, nslots, nvalid)
 
 
@@ -92,21 +92,39 @@ def synthesize(snap: Snapshot) -> list[tuple]:
     host_g = K["CT_SNAP_HOST_GROUP"]
     moments = []  # (ts, order, what, key index -> (count, bytes))
     if h["peak_bytes"] or any(k["peak_count"] for k in snap.keys):
-        moments.append((h["peak_ts"], 1, "peak",
-                        {i: (k["peak_count"], k["peak_bytes"]) for i, k in enumerate(snap.keys)
-                         if k["group"] != host_g}))
+        moments.append(
+            (
+                h["peak_ts"],
+                1,
+                "peak",
+                {
+                    i: (k["peak_count"], k["peak_bytes"])
+                    for i, k in enumerate(snap.keys)
+                    if k["group"] != host_g
+                },
+            )
+        )
     for g, grp in enumerate(snap.groups):
         if not grp["allocs"]:
             continue
         if g != host_g and grp["peak_ts"] == h["peak_ts"] and moments:
             continue  # reached by the same event as the process's peak
-        moments.append((grp["peak_ts"], 0, "device %d peak" % grp["device"] if g != host_g
-                        else "pinned host peak",
-                        {i: (k["gpeak_count"], k["gpeak_bytes"]) for i, k in enumerate(snap.keys)
-                         if k["group"] == g}))
+        moments.append(
+            (
+                grp["peak_ts"],
+                0,
+                "device %d peak" % grp["device"] if g != host_g else "pinned host peak",
+                {
+                    i: (k["gpeak_count"], k["gpeak_bytes"])
+                    for i, k in enumerate(snap.keys)
+                    if k["group"] == g
+                },
+            )
+        )
     end_ts = max(h["last_ts"], *(m[0] for m in moments)) if moments else h["last_ts"]
-    moments.append((end_ts, 2, "end",
-                    {i: (k["cur_count"], k["cur_bytes"]) for i, k in enumerate(snap.keys)}))
+    moments.append(
+        (end_ts, 2, "end", {i: (k["cur_count"], k["cur_bytes"]) for i, k in enumerate(snap.keys)})
+    )
     moments.sort(key=lambda m: (m[0], m[1]))
     alloc, free = K["CT_OP_ALLOC"], K["CT_OP_FREE"]
     rt_known = K["CT_EF_RUNTIME_KNOWN"]
@@ -120,8 +138,26 @@ def synthesize(snap: Snapshot) -> list[tuple]:
             flags = rt_known if k["rt_api"] else 0
             for size in _allocs(k, count, nbytes):
                 addr += 0x1000
-                out.append((ts, size, addr, 0, 0, 0, k["device"], 0, k["stack"], k["api"],
-                            k["rt_api"], alloc, k["kind"], k["space"], flags, 0))
+                out.append(
+                    (
+                        ts,
+                        size,
+                        addr,
+                        0,
+                        0,
+                        0,
+                        k["device"],
+                        0,
+                        k["stack"],
+                        k["api"],
+                        k["rt_api"],
+                        alloc,
+                        k["kind"],
+                        k["space"],
+                        flags,
+                        0,
+                    )
+                )
                 live.append((size, addr, k))
         snap.moments.append((what, ts))
     return out
@@ -160,8 +196,18 @@ def adjust_model(m) -> None:
         p["allocs"] = sum(k["allocs"] for k in dev_keys)
         p["frees"] = sum(k["frees"] for k in dev_keys)
         p["host_allocs"] = sum(k["allocs"] for k in host_keys)
-        p["events"] = p.get("events", 0)
+        seen = (
+            h["allocs"]
+            + h["frees"]
+            + h["unmatched_frees"]
+            + h["failed"]
+            + h["denied"]
+            + h["meminfo"]
+            + h["other"]
+        )
         c = m.counts
+        c["events"] = c.get("events", 0) - p.get("events", 0) + seen
+        p["events"] = seen
         c["allocs"] = c.get("allocs", 0) - old["allocs"] + p["allocs"]
         c["frees"] = c.get("frees", 0) - old["frees"] + p["frees"]
         c["host_allocs"] = c.get("host_allocs", 0) - old["host_allocs"] + p["host_allocs"]
@@ -175,8 +221,12 @@ def adjust_model(m) -> None:
 def notes(a) -> dict:
     """What the report says of aggregate (and damaged) traces: {"warnings": [...], "json":
     {...} or None when no trace of the run is an aggregate one}."""
-    damaged = [f"{t.path.name}: {t.bad_events} event(s) could not be decoded (the file is "
-               "damaged in the middle) and were skipped" for t in a.traces if t.bad_events]
+    damaged = [
+        f"{t.path.name}: {t.bad_events} event(s) could not be decoded (the file is "
+        "damaged in the middle) and were skipped"
+        for t in a.traces
+        if t.bad_events
+    ]
     aggs = [(t, getattr(t, "aggregate", None)) for t in a.traces]
     aggs = [(t, s) for t, s in aggs if s is not None]
     if not aggs:
@@ -197,38 +247,63 @@ def notes(a) -> dict:
     for t, s in aggs:
         h = s.head
         if not h:
-            warnings.append(f"{t.path.name}: no complete snapshot (killed before the first "
-                            "one was written)")
-            files.append({"file": t.path.name, "pid": t.pid, "snapshot": None,
-                          "slots": s.slots})
+            warnings.append(
+                f"{t.path.name}: no complete snapshot (killed before the first one was written)"
+            )
+            files.append({"file": t.path.name, "pid": t.pid, "snapshot": None, "slots": s.slots})
             continue
         if h["events_not_written"]:
-            warnings.append(f"{t.path.name}: {h['events_not_written']} failure/denial/query "
-                            "events over the aggregate caps were counted, not kept")
+            warnings.append(
+                f"{t.path.name}: {h['events_not_written']} failure/denial/query "
+                "events over the aggregate caps were counted, not kept"
+            )
         if any(k["flags"] & C()["CT_SNAP_KEY_MIXED"] for k in s.keys):
-            warnings.append(f"{t.path.name}: too many distinct sites and sizes: some sizes are "
-                            "averaged")
+            warnings.append(
+                f"{t.path.name}: too many distinct sites and sizes: some sizes are averaged"
+            )
         if not t.complete:
-            warnings.append(f"{t.path.name}: the process did not exit cleanly: its last "
-                            f"snapshot is {a.seconds(h['ts_ns'])} s into the run; what came "
-                            "after it is not known")
+            warnings.append(
+                f"{t.path.name}: the process did not exit cleanly: its last "
+                f"snapshot is {a.seconds(h['ts_ns'])} s into the run; what came "
+                "after it is not known"
+            )
         tops = sorted(s.keys, key=lambda k: -k["alloc_bytes"])[:20]
-        files.append({
-            "file": t.path.name, "pid": t.pid, "snapshot": h["seq"],
-            "snapshot_time": a.seconds(h["ts_ns"]),
-            "reason": {1: "exit", 2: "peak", 3: "interval"}.get(h["reason"], "?"),
-            "snapshots_written": h["snapshots"], "slots": s.slots,
-            "allocs": h["allocs"], "frees": h["frees"], "failed": h["failed"],
-            "denied": h["denied"], "memory_queries": h["meminfo"],
-            "unmatched_frees": h["unmatched_frees"], "not_written": h["events_not_written"],
-            "moments": [{"what": w, "time": a.seconds(ts)} for w, ts in s.moments],
-            "totals": [{
-                "frames": [f.as_json() for f in a.stacks.frames(a.traces.index(t), k["stack"])[:3]]
-                if k["stack"] else [],
-                "api": t.api_name(k["api"]), "device": k["device"], "size": k["size"],
-                "mixed_sizes": bool(k["flags"] & C()["CT_SNAP_KEY_MIXED"]),
-                "allocs": k["allocs"], "alloc_bytes": k["alloc_bytes"], "frees": k["frees"],
-                "freed_bytes": k["freed_bytes"], "live_bytes": k["cur_bytes"],
-            } for k in tops],
-        })
+        files.append(
+            {
+                "file": t.path.name,
+                "pid": t.pid,
+                "snapshot": h["seq"],
+                "snapshot_time": a.seconds(h["ts_ns"]),
+                "reason": {1: "exit", 2: "peak", 3: "interval"}.get(h["reason"], "?"),
+                "snapshots_written": h["snapshots"],
+                "slots": s.slots,
+                "allocs": h["allocs"],
+                "frees": h["frees"],
+                "failed": h["failed"],
+                "denied": h["denied"],
+                "memory_queries": h["meminfo"],
+                "unmatched_frees": h["unmatched_frees"],
+                "not_written": h["events_not_written"],
+                "moments": [{"what": w, "time": a.seconds(ts)} for w, ts in s.moments],
+                "totals": [
+                    {
+                        "frames": [
+                            f.as_json() for f in a.stacks.frames(a.traces.index(t), k["stack"])[:3]
+                        ]
+                        if k["stack"]
+                        else [],
+                        "api": t.api_name(k["api"]),
+                        "device": k["device"],
+                        "size": k["size"],
+                        "mixed_sizes": bool(k["flags"] & C()["CT_SNAP_KEY_MIXED"]),
+                        "allocs": k["allocs"],
+                        "alloc_bytes": k["alloc_bytes"],
+                        "frees": k["frees"],
+                        "freed_bytes": k["freed_bytes"],
+                        "live_bytes": k["cur_bytes"],
+                    }
+                    for k in tops
+                ],
+            }
+        )
     return {"warnings": warnings, "json": {"files": files}}
