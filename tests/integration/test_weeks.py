@@ -181,3 +181,18 @@ def test_no_trace_enforces_and_writes_nothing(ct, sim, tmp_path, monkeypatch):
         timeout=60,
     )
     assert bad.returncode == 2 and "--budget" in bad.stderr
+
+
+def test_aggregate_keeps_denials_in_full(ct, sim, tmp_path):
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir(mode=0o700)
+    env = ct.env()
+    env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
+    r = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "3", "64m"], "-q", "--aggregate",
+               "--budget", "150MiB", env=env)
+    assert r.returncode == 1, r.stderr               # the third 64 MiB is denied
+    rep = json.loads(ct.cli("report", r.out, "--json").stdout)
+    assert rep["peak_bytes"] == 128 * MiB
+    assert [d["count"] for d in rep["denied"]] == [1]
+    assert rep["denied"][0]["limit"] == 150 * MiB and rep["denied"][0]["in_use"] == 128 * MiB
+    assert "hold_alloc" in rep["denied"][0]["label"]
