@@ -39,14 +39,14 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-__attribute__((noinline)) static void *kv_layer(void)
+__attribute__((noinline)) void *kv_layer(void)
 {
     void *p = NULL;
     CK(cudaMalloc(&p, KV_BYTES));
     return p;
 }
 
-__attribute__((noinline)) static void step(cudaStream_t s, size_t spike)
+__attribute__((noinline)) void step(cudaStream_t s, size_t spike)
 {
     void *a = NULL, *b = NULL, *c = NULL, *x = NULL;
     CK(cudaMallocAsync(&a, 1 << 20, s));
