@@ -120,6 +120,7 @@ class Trace:
     status: str = "truncated"      # "complete" | "truncated"
     gaps: int = 0
     bad_events: int = 0            # compact events that could not be decoded (file damaged)
+    threads: int = 0               # compact events: thread numbers in use (contexts kept)
     aggregate: object = field(default=None, repr=False)   # --aggregate: aggregate.Snapshot
     snap_slots: list = field(default_factory=list, repr=False)  # SNAPSLOT records, as bytes
     size_bytes: int = 0
@@ -219,6 +220,7 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
               size_bytes=size)
     t.gaps = res.gaps
     t.bad_events = res.bad_events
+    t.threads = res.threads
     t.status = "complete" if res.status == C()["CT_SCAN_CLEAN"] else "truncated"
     t.raw_events = evs
     t.n_events = n_ev

@@ -15,6 +15,9 @@
  *   thread  the writer's number for the calling thread in this file (0, 1, ...: dense)
  *   seq     the thread's records so far, modulo 256: a reader that finds one missing (a file
  *           damaged in the middle, never a kill) stops decoding that thread, it never guesses
+ *   START   (a mask bit) the thread's first record: the context starts zeroed. Numbers of
+ *           threads that exited are given to new threads, so a reader keeps one context per
+ *           thread alive at once, not per thread ever seen
  *   time    ts_ns minus the thread's previous event's ts_ns (a thread's clock never goes
  *           back; CT_CE_TS_BACK says the delta is to be subtracted)
  *   op+ref  the op (low 4 bits) and the reference (high 4 bits): which of the thread's
@@ -53,16 +56,17 @@
 #define CT_CE_KSF 0x400u      /* kind, space, flags: three bytes */
 #define CT_CE_RESERVED 0x800u /* varint reserved */
 #define CT_CE_TS_BACK 0x1000u /* the time delta is negative */
+#define CT_CE_START 0x2000u   /* the thread's first record: its context starts zeroed here */
 #define CT_CE_REFS 8
 #define CT_CE_MAX_BODY 128 /* the most a body can take (every field at its longest) */
 
 struct ct_ce_ctx {
     uint64_t ts;
     uint32_t tid;
-    uint8_t seq;  /* records of the thread so far, modulo 256 */
-    uint8_t lost; /* reader: a record of the thread is missing, the rest cannot be decoded */
-    uint8_t next; /* writer: the reference replaced next */
-    uint8_t pad;
+    uint8_t seq;     /* records of the thread so far, modulo 256 */
+    uint8_t lost;    /* reader: a record of the thread is missing, the rest cannot be decoded */
+    uint8_t next;    /* writer: the reference replaced next */
+    uint8_t started; /* 0: the next record is the thread's first (CT_CE_START) */
     struct ct_event prev[CT_CE_REFS];
 };
 
@@ -101,7 +105,7 @@ static inline uint32_t ct_ce_encode(const struct ct_ce_ctx *c, uint32_t thread,
 {
     uint32_t ref = ct_ce_ref(c, e), aref = 0;
     const struct ct_event *pv = &c->prev[ref];
-    uint32_t mask = 0;
+    uint32_t mask = c->started ? 0 : CT_CE_START;
     if (e->addr != pv->addr) {
         mask |= CT_CE_ADDR;
         if (e->addr && !ct_ce_allocates(e->op)) {
@@ -182,6 +186,7 @@ static inline void ct_ce_commit(struct ct_ce_ctx *c, const struct ct_event *e, u
     c->ts = e->ts_ns;
     c->tid = e->tid;
     c->seq++;
+    c->started = 1;
     if (ref == c->next % CT_CE_REFS && (c->prev[ref].api != e->api || c->prev[ref].op != e->op))
         c->next++;
     c->prev[ref] = *e;
@@ -219,15 +224,21 @@ static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_
 {
     const uint8_t *p = body, *end = body + len;
     uint64_t thread, mask, dt, v;
-    if (!ct_ce_get(&p, end, &thread) || end - p < 2 || c->lost)
+    if (!ct_ce_get(&p, end, &thread) || end - p < 2)
         return 0;
-    if (*p++ != c->seq) {
+    uint8_t seq = *p++, op = *p & 0xf, ref = *p >> 4;
+    p++;
+    if (ref >= CT_CE_REFS || !ct_ce_get(&p, end, &mask))
+        return 0;
+    if (mask & CT_CE_START) /* a thread's first record (its number may be a reused one) */
+        memset(c, 0, sizeof *c);
+    if (c->lost)
+        return 0;
+    if (seq != c->seq) {
         c->lost = 1;
         return 0;
     }
-    uint8_t op = *p & 0xf, ref = *p >> 4;
-    p++;
-    if (ref >= CT_CE_REFS || !ct_ce_get(&p, end, &mask) || !ct_ce_get(&p, end, &dt))
+    if (!ct_ce_get(&p, end, &dt))
         return 0;
     struct ct_event e = c->prev[ref];
     e.op = op;

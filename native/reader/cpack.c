@@ -13,7 +13,7 @@ uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_
     struct ct_ce_ctx *cx = NULL;
     uint64_t ncx = 0, len = 0;
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t th = threads ? threads[i] : 0;
+        uint32_t th = threads ? threads[i] & 0x7fffffffu : 0;
         if (th >= ncx) {
             uint64_t m = (uint64_t)th + 16;
             struct ct_ce_ctx *c = realloc(cx, m * sizeof *c);
@@ -25,6 +25,8 @@ uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_
             cx = c;
             ncx = m;
         }
+        if (threads && threads[i] >> 31) /* a new thread takes this number */
+            memset(&cx[th], 0, sizeof cx[th]);
         uint8_t body[CT_CE_MAX_BODY];
         uint32_t b = ct_ce_encode(&cx[th], th, &events[i], body);
         uint32_t size = (uint32_t)((sizeof(struct ct_rec_hdr) + b + 7) & ~(uint64_t)7);

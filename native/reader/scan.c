@@ -115,6 +115,12 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
         off += h.size;
     }
     res->stop_offset = off;
+    for (uint64_t i = cx.n; i > 0; i--) {
+        if (cx.c[i - 1].started || cx.c[i - 1].lost) {
+            res->threads = i;
+            break;
+        }
+    }
     free(cx.c);
     return 0;
 }

@@ -196,3 +196,17 @@ def test_aggregate_keeps_denials_in_full(ct, sim, tmp_path):
     assert [d["count"] for d in rep["denied"]] == [1]
     assert rep["denied"][0]["limit"] == 150 * MiB and rep["denied"][0]["in_use"] == 128 * MiB
     assert "hold_alloc" in rep["denied"][0]["label"]
+
+
+def test_exited_threads_give_their_numbers_back(ct, sim):
+    """300 threads one after another: each takes the number the last one gave back, so the
+    reader keeps two contexts (the main thread's and one), and every event is exact."""
+    r = ct.run([sim.progs["churn"], 100, 2, "1m", 0, 300], "-q")
+    assert r.returncode == 0, r.stderr
+    want = expected(r.stdout)
+    (t,) = read_dir(r.out).traces
+    assert t.n_events == want["events"] and t.bad_events == 0 and t.gaps == 0
+    assert t.threads == 2
+    assert len({e[5] for e in t.events}) == 301          # every thread's own tid
+    rep = json.loads(ct.cli("report", r.out, "--json").stdout)
+    assert rep["processes"][0]["allocs"] == 2 * 100 + 2 + 1 + 3 * 300

@@ -1,16 +1,19 @@
 /* churn.c - a long-running service's allocation pattern: a KV pool allocated once and kept, then
  * a loop of short-lived allocations from the same few sites, with one spike in the middle.
  *
- * usage: churn ITERS LAYERS KVBYTES [HOLD]     (sizes may end in k, m or g)
+ * usage: churn ITERS LAYERS KVBYTES [HOLD [SPAWN]]     (sizes may end in k, m or g)
  *   kv_layer()   LAYERS x cuMemAlloc_v2(KVBYTES), kept to the end (never freed)
  *   loop_async() cuMemAllocAsync(256 KiB) + cuMemFreeAsync      } each of ITERS iterations:
  *   loop_plain() cuMemAlloc_v2(64 KiB) + cuMemFree_v2           } 4 events
  *   spike()      cuMemAlloc_v2(8 MiB) once, at iteration ITERS/2, freed at once
+ *   worker()     with SPAWN: after the loop, SPAWN threads one after another (each joined
+ *                before the next starts), each 3 loop_plain pairs: 6 events a thread
  * The peak is KV + 256 KiB + 64 KiB + 8 MiB, reached by the spike. Prints
  *     peak BYTES kv BYTES events N
  * after the loop; with HOLD (seconds) it then prints "holding" and sleeps before exiting (a
  * test kills it there), and after the spike it prints "spiked" either way.
  */
+#include <pthread.h>
 #include <unistd.h>
 
 #include "cudasim_api.h"
@@ -47,6 +50,21 @@ NOINLINE CUresult spike(void)
     return r ? r : cuMemFree_v2(p);
 }
 
+static CUcontext g_ctx;
+
+static void *worker(void *arg)
+{
+    CUresult *r = arg;
+    *r = cuCtxSetCurrent(g_ctx);
+    for (int i = 0; i < 3 && !*r; i++) {
+        CUdeviceptr p = 0;
+        *r = loop_plain(&p);
+        if (!*r)
+            *r = loop_plain_free(p);
+    }
+    return NULL;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 4) {
@@ -57,6 +75,7 @@ int main(int argc, char **argv)
     int layers = atoi(argv[2]);
     unsigned long long kv = parse(argv[3]);
     int hold = argc > 4 ? atoi(argv[4]) : 0;
+    int spawn = argc > 5 ? atoi(argv[5]) : 0;
     CUresult r = cuInit(0);
     CUdevice dev;
     CUcontext ctx;
@@ -87,6 +106,16 @@ int main(int argc, char **argv)
         if (!r)
             r = loop_plain_free(b);
         events += 4;
+    }
+    g_ctx = ctx;
+    for (int i = 0; i < spawn && !r; i++) {
+        pthread_t t;
+        if (pthread_create(&t, NULL, worker, &r) != 0) {
+            fprintf(stderr, "churn: pthread_create failed\n");
+            return 1;
+        }
+        pthread_join(t, NULL);
+        events += 6;
     }
     if (r) {
         fprintf(stderr, "churn: CUresult %d\n", (int)r);

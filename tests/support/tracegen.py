@@ -231,6 +231,7 @@ class TraceWriter:
             es.pack_into(raw, k * es.size, *e)
         evs = ffi.from_buffer("struct ct_event[]", raw)
         th = ffi.new("uint32_t[]", list(threads) if threads is not None else max(n, 1))
+        # (a number with bit 31 set: a new thread takes it, as the shim reuses exited threads')
         need = lib.ct_cevent_pack(evs, n, th, ffi.NULL, 0)
         out = ffi.new("uint8_t[]", max(need, 1))
         lib.ct_cevent_pack(evs, n, th, out, need)

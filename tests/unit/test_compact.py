@@ -175,3 +175,20 @@ def test_a_record_missing_in_the_middle_is_never_guessed(tmp_path):
     lost = [i for i in range(len(evs)) if threads[i] == 1 and i > hole]
     assert t.gaps == 1 and t.bad_events == len(lost)
     assert t.events == [evs[i] for i in range(len(evs)) if i != hole and i not in lost]
+
+
+def test_thread_numbers_reused(tmp_path):
+    """A thread that exited gives its number to the next one, whose first record starts the
+    context anew (START): both threads' events exact, one context kept."""
+    K = C()
+    a = [(BASE_TS + 10 * i, 4096 * (i + 1), 0x1000 * i, 0, 0, 101, 0, 0, 3, 5, 0,
+          K["CT_OP_ALLOC"], 1, 1, 0, 0) for i in range(5)]
+    b = [(BASE_TS + 5 + 7 * i, 512, 0x9000 + i, 0, 0, 202, 1, 0, 4, 5, 0,
+          K["CT_OP_ALLOC"], 1, 1, 0, 0) for i in range(5)]
+    threads = [0] * 5 + [0x80000000] + [0] * 4
+    p = tmp_path / "1.0.ctrace"
+    w = TraceWriter(p)
+    w.compact_events(a + b, threads)
+    w.close()
+    t = read_trace(p)
+    assert t.events == a + b and t.bad_events == 0 and t.threads == 1
