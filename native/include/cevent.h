@@ -98,12 +98,14 @@ static inline uint8_t *ct_ce_put(uint8_t *p, uint64_t v)
 static inline uint64_t ct_ce_zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
 static inline int64_t ct_ce_unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
-/* Encode e (of thread number `thread`, whose context is c) into body; returns its length.
- * The context is NOT updated: call ct_ce_commit(c, e, ct_ce_ref(c, e)) once it is written. */
+/* Encode e (of thread number `thread`, whose context is c) into body; returns its length and
+ * the reference used (*refp). The context is NOT updated: call ct_ce_commit(c, e, *refp) once
+ * the record is written. */
 static inline uint32_t ct_ce_encode(const struct ct_ce_ctx *c, uint32_t thread,
-                                    const struct ct_event *e, uint8_t *body)
+                                    const struct ct_event *e, uint8_t *body, uint32_t *refp)
 {
     uint32_t ref = ct_ce_ref(c, e), aref = 0;
+    *refp = ref;
     const struct ct_event *pv = &c->prev[ref];
     uint32_t mask = c->started ? 0 : CT_CE_START;
     if (e->addr != pv->addr) {

@@ -28,7 +28,8 @@ uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_
         if (threads && threads[i] >> 31) /* a new thread takes this number */
             memset(&cx[th], 0, sizeof cx[th]);
         uint8_t body[CT_CE_MAX_BODY];
-        uint32_t b = ct_ce_encode(&cx[th], th, &events[i], body);
+        uint32_t ref;
+        uint32_t b = ct_ce_encode(&cx[th], th, &events[i], body, &ref);
         uint32_t size = (uint32_t)((sizeof(struct ct_rec_hdr) + b + 7) & ~(uint64_t)7);
         if (out && len + size <= cap) {
             struct ct_rec_hdr h = {CT_REC_MAGIC, CT_REC_CEVENT, size};
@@ -37,7 +38,7 @@ uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_
             memset(out + len + sizeof h + b, 0, size - sizeof h - b);
         }
         len += size;
-        ct_ce_commit(&cx[th], &events[i], ct_ce_ref(&cx[th], &events[i]));
+        ct_ce_commit(&cx[th], &events[i], ref);
     }
     free(cx);
     return len;

@@ -73,14 +73,15 @@ int ct_event_write(const struct ct_event *e)
         tls_thread = take_number(gen);
         tls_gen = gen;
     }
-    uint32_t n = ct_ce_encode(&tls_ctx, tls_thread, e, body);
+    uint32_t ref;
+    uint32_t n = ct_ce_encode(&tls_ctx, tls_thread, e, body, &ref);
     ct_slot s;
     if (!ct_rec_begin(&s, (uint32_t)sizeof(struct ct_rec_hdr) + n))
         return 0;
-    uint8_t *p = s.p + sizeof(struct ct_rec_hdr);
-    memcpy(p, body, n);
-    memset(p + n, 0, s.size - sizeof(struct ct_rec_hdr) - n);
+    /* the padding (under 8 bytes) is zero: clear the record's last word, then copy */
+    __builtin_memset(s.p + s.size - 8, 0, 8);
+    memcpy(s.p + sizeof(struct ct_rec_hdr), body, n);
     ct_rec_commit(&s, CT_REC_CEVENT);
-    ct_ce_commit(&tls_ctx, e, ct_ce_ref(&tls_ctx, e));
+    ct_ce_commit(&tls_ctx, e, ref);
     return 1;
 }
