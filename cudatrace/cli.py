@@ -31,6 +31,7 @@ def main():
     cudatrace report DIR          who held the memory at the peak, by call site
     cudatrace diff A B            what changed between two runs
     cudatrace export DIR ...      the trace as pprof, flame graph, speedscope, memory_viz, Perfetto
+    cudatrace sweep --values ...  how each site grows with a flag: laws, predictions
     cudatrace status [GROUP]      budgets in force and who uses them
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     """
@@ -215,12 +216,24 @@ def run(
     metavar="FILE",
     help="Also write a timeline picture (SVG) to FILE.",
 )
-def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE",
+              help="Also write one self-contained HTML page (timeline, flame graph, sites) to FILE.")
+@click.option("--watch", is_flag=True,
+              help="Re-render the text report every second while the run is being traced.")
+def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg, html, watch):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
     """
-    from .present.report import run_report
+    if watch:
+        if as_json or svg or html:
+            raise click.UsageError("--watch shows the text report; leave out --json, --svg and --html")
+        from .present.watch import watch_report
+
+        sys.exit(watch_report(path, top=top, by=by, at=at, device=device, depth=depth,
+                              show_cuda_frames=show_cuda_frames))
+    from .present.commands import run_report
 
     sys.exit(
         run_report(
@@ -233,6 +246,7 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
             show_cuda_frames=show_cuda_frames,
             as_json=as_json,
             svg=svg,
+            html=html,
         )
     )
 
@@ -251,7 +265,10 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, svg):
     help="Frames that make a site.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
-def diff(a, b, top, depth, as_json):
+@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              metavar="FILE",
+              help="Also write one self-contained HTML page (differential flame graph, site changes).")
+def diff(a, b, top, depth, as_json, html):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
     A and B are trace directories (or .ctrace files). Sites are matched by function, file and
@@ -259,13 +276,14 @@ def diff(a, b, top, depth, as_json):
     """
     from .present.diff import run_diff
 
-    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json))
+    sys.exit(run_diff(a, b, top=top, depth=depth, as_json=as_json, html=html))
 
 
 @main.command()
 @click.argument("group", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(group, as_json):
+@click.option("--watch", is_flag=True, help="Re-render every second until Ctrl-C.")
+def status(group, as_json, watch):
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
@@ -274,6 +292,18 @@ def status(group, as_json):
     from .present.status import render_status
     from .record.ledger import LedgerError, status_json
 
+    if watch:
+        if as_json:
+            raise click.UsageError("--watch shows text; leave out --json")
+        from .present.watch import watch_status
+
+        def status_text(g):
+            try:
+                return render_status(status_json(g))
+            except LedgerError as e:
+                return "cudatrace: %s\n" % e
+
+        sys.exit(watch_status(status_text, group))
     try:
         st = status_json(group)
     except LedgerError as e:
@@ -327,6 +357,55 @@ def export(path, fmt, output, at, device, show_cuda_frames):
     memory viewer, Perfetto), attributed as `report` attributes it."""
     from .present.export.run import run_export
     sys.exit(run_export(path, fmt, output, at=at, device=device, show_cuda_frames=show_cuda_frames))
+
+
+
+@main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--values", multiple=True, metavar="V1,V2,..|NAME=V1,V2,..",
+              help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
+                   "times for a grid, with {NAME} in CMD.")
+@click.option("--stop-after", metavar="TIME", help="Stop each run after TIME (30s, 2m).")
+@click.option("--until-url", metavar="URL",
+              help="Stop each run once URL answers and the traced live memory has settled.")
+@click.option("--settle", default="2s", show_default=True, metavar="TIME",
+              help="With --until-url: no change of live memory for this long.")
+@click.option("--grace", default="10s", show_default=True, metavar="TIME",
+              help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.")
+@click.option("--url-timeout", default="300s", show_default=True, metavar="TIME",
+              help="With --until-url: give up on a run whose URL never answers.")
+@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
+              help="Directory of the sweep, one trace directory per run.")
+@click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.sweep/1).")
+@click.option("--expect", metavar="SLOPE",
+              help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.")
+@click.option("--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8).")
+@click.option("--from", "from_dir", type=click.Path(path_type=Path), metavar="DIR",
+              help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(1, None))
+@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
+              help="Frames that make a site.")
+@click.option("--stack-depth", default=64, show_default=True, type=click.IntRange(0, 256))
+@click.option("--budget", metavar="SPEC", help=BUDGET_HELP + " For every run.")
+@click.option("--group", metavar="NAME")
+@click.option("--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail")
+@click.option("--count-host", is_flag=True)
+@click.option("--no-virtualize", is_flag=True)
+@click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
+def sweep(stack_depth, budget, group, on_exceed, count_host, no_virtualize, **kw):
+    """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
+    grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""
+    from .sweep import main as sweep_main
+    if budget is not None:
+        from .record.budget import BudgetError, parse_budget
+        try:
+            parse_budget(budget)
+        except BudgetError as e:
+            click.echo("cudatrace: --budget %s: %s" % (budget, e), err=True)
+            sys.exit(2)
+    sys.exit(sweep_main(run_options=dict(
+        stack_depth=stack_depth, budget=budget, group=group, on_exceed=on_exceed,
+        count_host=count_host, virtualize=not no_virtualize), **kw))
 
 
 

@@ -5,7 +5,9 @@ report: weights, a grow-only workspace, a KV cache of one pool per attention lay
 staging buffer. Its --kv-cache-memory sizing counts one layer per block while it allocates one
 pool per layer, so a 1 GiB budget becomes 28 x 1 GiB. The demo builds it, traces it under the
 three sizing settings (--kv-cache-memory 1GiB, --num-blocks 64, the 256-block fallback),
-reports and diffs the traces, and stops the oversized pool with --budget 12GiB.
+reports and diffs the traces, stops the oversized pool with --budget 12GiB, and ends with a
+`cudatrace sweep` of --kv-cache-memory that gives the per-layer law (28 bytes per byte, flagged
+by --expect 1).
 
 Where it runs: on the GPU when there is one (nvidia-smi answers or /dev/nvidia0 exists, and the
 driver library is found), else on cudatrace's simulated CUDA driver (sim/), as a
@@ -334,6 +336,9 @@ class Demo:
                      "exited with status %d instead of filling the device." % (budget, st))
         self.say()
 
+        law = self.sweep_step()
+        self.say()
+
         if self.problems:
             self.say("The demo did not go as expected:")
             for pr in self.problems:
@@ -341,8 +346,40 @@ class Demo:
             return 1
         self.say("Done: the trace named allocate_layer_kv (%d allocations), the diff showed it "
                  "shrink with --num-blocks %d," % (LAYERS, SMALL_BLOCKS))
-        self.say("and the budget turned the runaway start-up into an error naming the function.")
+        self.say("the budget turned the runaway start-up into an error naming the function,")
+        self.say("and the sweep gave the law: %s." % law)
         return 0
+
+    def sweep_step(self) -> str:
+        """5. `cudatrace sweep` of --kv-cache-memory over three values, --expect 1: the per-layer
+        law, flagged. Returns the law in words."""
+        import json
+        p = self.plan
+        vals = [human(p.kv // 8), human(p.kv // 4), human(p.kv // 2)]
+        self.say("5. The law: sweep --kv-cache-memory over %s; the flag is documented as the "
+                 "pool's size, so --expect 1 (byte per byte)." % ", ".join(vals))
+        out = self.work / "sweep"
+        st, _ = self.cudatrace("sweep", "--values", ",".join(vals), "--expect", "1", "-o", out,
+                               "--force", "--", self.kvpool, "--layers", LAYERS,
+                               *self.plan.sizes(), "--kv-cache-memory", "{}")
+        self.expect(st == 0, "cudatrace sweep exited %d" % st)
+        try:
+            doc = json.loads((out / "sweep.json").read_text())
+        except (OSError, ValueError):
+            doc = {}
+        by = {str(s.get("label", "")).split(" ")[0]: s for s in doc.get("sites", [])}
+        kv, w = by.get("allocate_layer_kv"), by.get("load_weights")
+        slope = ((kv or {}).get("fit") or {}).get("slope")
+        self.expect(slope == LAYERS and kv.get("contradicts_expectation") is True,
+                    "the sweep does not give allocate_layer_kv %d bytes per byte of the flag, "
+                    "flagged" % LAYERS)
+        self.expect(w is not None and w["law"]["kind"] == "flat"
+                    and not w["contradicts_expectation"], "the sweep does not show the weights flat")
+        law = "allocate_layer_kv grows %s bytes per byte of --kv-cache-memory, the weights " \
+            "stay flat" % (("%g" % slope) if slope is not None else "?")
+        if slope is not None:
+            self.say("-> %s: one pool per layer, %d layers, where the docs promise one." % (law, LAYERS))
+        return law
 
 
 def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = False) -> int:

@@ -124,7 +124,9 @@ class Analysis:
         self.traces = self.td.traces
         self.model: Model = build(self.td)
         if symbolizer is None and symbolize:
-            symbolizer = make_symbolizer(progress=progress)
+            from ..progress import bar
+
+            symbolizer = make_symbolizer(progress=bar if progress else False)
         self.symbolizer = symbolizer
         self.stacks = Stacks(self.traces, symbolizer, fold=not show_cuda_frames)
         self.observed = Observed(self.td)
@@ -413,6 +415,10 @@ def build_report(
             "stacks were off (--stack-depth 0) in %d trace file(s): no call sites there"
             % sum(1 for t in a.traces if t.stack_depth == 0)
         )
+    sc = stack_counts(a.traces)
+    warn = stack_cache_note(sc)
+    if warn:
+        warnings.append(warn)
     if a.symbolizer is None:
         warnings.append("no symbolizer: frames are shown as module+offset")
     else:
@@ -503,12 +509,31 @@ def build_report(
         "memory_queries": mq,
         "observed": obs,
         "budget": budget,
-        "counts": dict(c),
+        "counts": {**c, **sc},
         "truncated_files": truncated,
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
         "aggregate": agg["json"],
     }
+
+
+def stack_counts(traces) -> dict:
+    """How the shim took the events' stacks, summed over the trace files (header counters)."""
+    return {
+        "stack_unwinds_full": sum(getattr(t, "stack_unwinds_full", 0) for t in traces),
+        "stack_cache_hits": sum(getattr(t, "stack_cache_hits", 0) for t in traces),
+    }
+
+
+def stack_cache_note(sc: dict, min_events: int = 200, min_rate: float = 0.9) -> str | None:
+    full, hits = sc["stack_unwinds_full"], sc["stack_cache_hits"]
+    if full + hits < min_events or hits >= min_rate * (full + hits):
+        return None
+    return (
+        f"stacks: {full} of {full + hits} events took a full unwind (stack cache hit rate "
+        f"{100.0 * hits / (full + hits):.0f}%): the call sites did not repeat, or their frames are "
+        "ones the cache does not describe; each such event costs a libgcc unwind (docs/aarch64.md)"
+    )
 
 
 def _same_site(a: Analysis, x: Alloc, s: Site, depth: int) -> bool:

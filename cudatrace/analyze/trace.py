@@ -102,6 +102,11 @@ class Trace:
     start_ticks: int
     arch: str
     shim_version: str
+    # how the shim took each event's stack (header counters, current even after a kill)
+    stack_unwinds_full: int = 0
+    stack_cache_hits: int = 0
+    stack_verified: int = 0
+    stack_mismatches: int = 0
     exe: str = ""
     host: str = ""
     cwd: str = ""
@@ -217,7 +222,9 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
               stack_depth=h["stack_depth"], start_monotonic_ns=h["start_monotonic_ns"],
               start_realtime_ns=h["start_realtime_ns"], start_ticks=h["process_start_ticks"],
               arch=h["arch"].rstrip(b"\0").decode(), shim_version=h["shim_version"].rstrip(b"\0").decode(),
-              size_bytes=size)
+              size_bytes=size, stack_unwinds_full=h.get("stack_unwinds_full", 0),
+              stack_cache_hits=h.get("stack_cache_hits", 0), stack_verified=h.get("stack_verified", 0),
+              stack_mismatches=h.get("stack_mismatches", 0))
     t.gaps = res.gaps
     t.bad_events = res.bad_events
     t.threads = res.threads

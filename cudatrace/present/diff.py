@@ -160,17 +160,29 @@ def render_text(d: dict) -> str:
 
 
 def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = False, out=None,
-             symbolizer=None) -> int:
+             symbolizer=None, html=None) -> int:
     out = out or sys.stdout
     try:
-        a = Analysis(a_path, symbolizer=symbolizer)
-        b = Analysis(b_path, symbolizer=symbolizer if symbolizer is not None else a.symbolizer)
+        from ..progress import stderr_is_tty
+        show = not as_json and stderr_is_tty()
+        a = Analysis(a_path, symbolizer=symbolizer, progress=show)
+        b = Analysis(b_path, symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
+                     progress=show)
     except ReportError as e:
         click.echo(str(e), err=True)
         return e.status
     d = diff(a, b, depth=depth, top=top)
+    if html:
+        from .html import render_diff_html, write_html
+        try:
+            write_html(html, render_diff_html(a, b, diff(a, b, depth=depth), depth=depth))
+        except OSError as e:
+            click.echo("cudatrace: cannot write %s: %s" % (html, e.strerror or e), err=True)
+            return 2
     if as_json:
         out.write(json.dumps(d, indent=2) + "\n")
     else:
         out.write(render_text(d))
+        if html:
+            out.write("HTML diff written to %s\n" % html)
     return 0

@@ -3,15 +3,11 @@ build_report, the JSON of --json), so text and JSON never disagree.
 """
 from __future__ import annotations
 
-import json
 import os
-import sys
 
-import click
 
-from ..analyze.analysis import CONTEXT_FRAMES, Analysis, ReportError, build_report, parse_moment
+from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.sites import SFrame, folded
-from .plot import write_svg
 from .text import percent, plural, secs_text, size_text, table
 
 CONTEXT_SITES = 5          # sites whose call stacks are listed
@@ -321,39 +317,3 @@ def _render_observed(r: dict, w) -> None:
 
 
 # ---- the command ---------------------------------------------------------------------------
-
-def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cuda_frames=False,
-               as_json=False, svg=None, out=None, symbolizer=None) -> int:
-    """The body of `cudatrace report` (also callable from Python). Returns the exit status."""
-    out = out or sys.stdout
-    try:
-        parse_moment(at)
-        a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
-                     progress=not as_json and _tty())
-        r = build_report(a, at=at, by=by, depth=depth, top=top, device=device)
-    except ReportError as e:
-        click.echo(str(e), err=True)
-        return e.status
-    except ValueError as e:
-        click.echo("cudatrace: --at %s" % e, err=True)
-        return 2
-    if svg:
-        try:
-            write_svg(a, svg, device=device, report=r)
-        except OSError as e:
-            click.echo("cudatrace: cannot write %s: %s" % (svg, e.strerror or e), err=True)
-            return 2
-    if as_json:
-        out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
-    else:
-        out.write(render_text(r))
-        if svg:
-            out.write("timeline written to %s\n" % svg)
-    return 0
-
-
-def _tty() -> bool:
-    try:
-        return sys.stderr.isatty()
-    except Exception:
-        return False

@@ -48,6 +48,10 @@ class RunOptions:
     virtualize: bool = True
     sample_ms: int = 100
     extra_env: dict = field(default_factory=dict)
+    stdout: object = None          # where the command's output goes (None: inherited)
+    stderr: object = None
+    on_start: object = None        # on_start(proc, out_dir), once the command has started
+    signals: list = field(default_factory=list)   # the signals the launcher received
     mode: str = "full"              # "full" | "aggregate" | "none" (--no-trace: nothing written)
 
 
@@ -193,6 +197,7 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     aborted = []
 
     def on_signal(signum, frame):
+        opts.signals.append(signum)
         if signum == signal.SIGUSR2:           # the shim's --on-exceed abort
             aborted.append(True)
             for pid in reversed(tree_pids(proc.pid)):
@@ -210,7 +215,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             pass
 
     old = {}
-    proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path)
+    proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path, stdout=opts.stdout,
+                            stderr=opts.stderr)
     run_info["pid"] = proc.pid
     for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
         old[s] = signal.signal(s, on_signal)
@@ -219,6 +225,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     if sampler:
         sampler.start()
     try:
+        if opts.on_start is not None:
+            opts.on_start(proc, out)
         while True:
             try:
                 rc = proc.wait()

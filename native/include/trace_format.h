@@ -127,8 +127,17 @@ struct ct_file_header {
     uint64_t process_start_ticks; /* /proc/self/stat field 22: with pid, names a process */
     char arch[16];                /* "x86_64", "aarch64" */
     char shim_version[16];
-    uint8_t reserved[152];
+    /* updated in place while the process runs (crash-safe): how each event's stack was taken */
+    uint64_t stack_unwinds_full; /* a full unwind (libgcc), or a walk that had to learn rules */
+    uint64_t stack_cache_hits;   /* the cached CFI rules alone (unwind.c) */
+    uint64_t stack_verified;     /* CUDATRACE_STACK_VERIFY=1: cached walks checked against libgcc */
+    uint64_t stack_mismatches;   /* ... that differed from it (never, or the cache is wrong) */
+    uint8_t reserved[120];
 };
+#define CT_SC_FULL 0
+#define CT_SC_HIT 1
+#define CT_SC_VERIFIED 2
+#define CT_SC_MISMATCH 3
 
 struct ct_rec_hdr {
     uint16_t magic;

@@ -456,6 +456,7 @@ static void write_preamble(void)
     ct_fmt_u64(num, (uint64_t)ct_cfg.stack_depth);
     write_info("stack_depth", num);
     write_info("shim_version", CT_SHIM_VERSION);
+    write_info("dlsym_version", ct_real_dlsym_version());
     if (ct_budget_ledger) {
         write_info("ledger", ct_cfg.ledger_path);
         write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"

@@ -12,11 +12,13 @@
 
 #include "modules.h"
 #include "trace_format.h"
+#include "unwind.h"
 #include "util.h"
 #include "writer.h"
 
 #include <dlfcn.h>
 #include <execinfo.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -37,8 +39,6 @@ static uint32_t generation = 1; /* bumped on reset, invalidates the per-thread c
 
 static CT_TLS uintptr_t last_ips[CT_MAX_DEPTH];
 static CT_TLS int last_n = -1;
-static CT_TLS uint32_t last_leaf;
-static CT_TLS uint32_t last_gen;
 
 static inline uint32_t hash(uint64_t ip, uint32_t parent)
 {
@@ -81,12 +81,11 @@ static uint32_t node(uint32_t parent, uint64_t ip)
 }
 
 /* ---- unwinding -------------------------------------------------------------------------
- * The unwinder of libgcc (what glibc's backtrace() uses, loaded the same way) gives each
- * frame's return address and CFA. On x86-64 a frame's return address sits at the CFA of the
- * frame below minus 8, which makes a cheap exact check possible: a thread calling from the
- * same place again (same stack slot for the first return address, same return addresses in
- * every recorded slot) has the same stack, so the unwind is skipped. That is what makes a loop
- * of allocations cheap; a new call site pays one real unwind.
+ * A full unwind is libgcc's (what glibc's backtrace() uses, loaded the same way). A repeated
+ * call site is served by unwind.c's cached CFI rules instead, on x86-64 and aarch64 alike: the
+ * same stack a full unwind gives (unwind.c says why), for a few compares per frame. Each event
+ * counts which way its stack was taken in the file header; CUDATRACE_STACK_VERIFY=1 also runs
+ * the full unwind for every cached one and counts (and logs) any difference.
  */
 struct _Unwind_Context;
 typedef int (*unwind_trace_fn)(struct _Unwind_Context *, void *);
@@ -94,22 +93,32 @@ static int (*p_Unwind_Backtrace)(unwind_trace_fn, void *);
 static uintptr_t (*p_Unwind_GetIP)(struct _Unwind_Context *);
 static uintptr_t (*p_Unwind_GetCFA)(struct _Unwind_Context *);
 
-#if defined(__x86_64__)
+/* the last few stacks of this thread, to find a leaf id without the global lock */
 #define CACHE_WAYS 4
 struct cached {
-    uintptr_t loc0; /* stack slot of the first user return address */
     uint32_t gen, leaf;
     int n;
     uintptr_t ips[CT_MAX_DEPTH];
-    uintptr_t locs[CT_MAX_DEPTH]; /* where each return address was found */
 };
 struct tcache {
     unsigned next;
     struct cached way[CACHE_WAYS];
+    uintptr_t ips[CT_MAX_DEPTH], ref[CT_MAX_DEPTH]; /* scratch: not on the target's stack */
 };
 static CT_TLS struct tcache *tcache;
+static pthread_key_t tcache_key; /* gives a thread's cache back when it exits */
+static int tcache_key_ok;
+static int verify_stacks;
 
-#endif
+static void tcache_free(void *p)
+{
+    if (p) {
+        if (p == tcache)
+            tcache = NULL;
+        munmap(p, sizeof(struct tcache));
+    }
+} /* CUDATRACE_STACK_VERIFY=1: check cached walks against libgcc */
+
 void ct_stacks_init(void)
 {
     void *h = dlopen("libgcc_s.so.1", RTLD_NOW);
@@ -121,12 +130,16 @@ void ct_stacks_init(void)
     }
     if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
         p_Unwind_Backtrace = NULL;
+    const char *v = getenv("CUDATRACE_STACK_VERIFY");
+    verify_stacks = v && v[0] == '1';
+    if (!tcache_key_ok && pthread_key_create(&tcache_key, tcache_free) == 0)
+        tcache_key_ok = 1;
+    ct_uw_init();
 }
 
-#if defined(__x86_64__)
 struct walk {
     int n, max, started;
-    uintptr_t *ips, *locs;
+    uintptr_t *ips;
 };
 
 static int walk_cb(struct _Unwind_Context *ctx, void *arg)
@@ -134,18 +147,15 @@ static int walk_cb(struct _Unwind_Context *ctx, void *arg)
     struct walk *w = arg;
     /* At the callback for a frame, the context's CFA is that of the frame it called, so the
      * return address into this frame (its IP) was stored just below it. */
-    uintptr_t ip = p_Unwind_GetIP(ctx), cfa = p_Unwind_GetCFA(ctx);
+    uintptr_t ip = p_Unwind_GetIP(ctx);
     if (!ip)
         return 5; /* _URC_END_OF_STACK */
     if (!w->started && ct_in_shim(ip))
         return 0;
     w->started = 1;
     w->ips[w->n] = ip;
-    w->locs[w->n] = cfa - sizeof(uintptr_t);
     return ++w->n >= w->max ? 5 : 0;
 }
-
-#endif
 
 static uint32_t insert(const uintptr_t *ips, int cnt)
 {
@@ -161,56 +171,15 @@ static uint32_t insert(const uintptr_t *ips, int cnt)
     return id;
 }
 
-uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
+/* the full unwind: libgcc's, frame by frame (or glibc's backtrace without libgcc_s) */
+static int full_unwind(uintptr_t *ips, int depth)
 {
-    int depth = ct_cfg.stack_depth;
-    if (depth <= 0)
-        return 0;
-    if (depth > CT_MAX_DEPTH)
-        depth = CT_MAX_DEPTH;
-    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
-#if defined(__x86_64__)
     if (p_Unwind_Backtrace) {
-        if (!tcache) {
-            void *m = mmap(NULL, sizeof(struct tcache), PROT_READ | PROT_WRITE,
-                           MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            tcache = m == MAP_FAILED ? NULL : m;
-        }
-        /* the wrapper's CFA: its return address into the caller sits just below it */
-        uintptr_t *slot = wrapper_cfa ? (uintptr_t *)wrapper_cfa - 1 : NULL;
-        if (tcache && slot) {
-            for (int w = 0; w < CACHE_WAYS; w++) {
-                struct cached *c = &tcache->way[w];
-                if (c->loc0 != (uintptr_t)slot || c->gen != gen || c->n > depth)
-                    continue;
-                int k = 0;
-                while (k < c->n && *(const uintptr_t *)c->locs[k] == c->ips[k])
-                    k++;
-                if (k == c->n) {
-                    last_n = c->n;
-                    memcpy(last_ips, c->ips, sizeof(uintptr_t) * c->n);
-                    return c->leaf;
-                }
-            }
-            struct cached *c = &tcache->way[tcache->next++ % CACHE_WAYS];
-            struct walk wk = {0, depth, 0, c->ips, c->locs};
-            p_Unwind_Backtrace(walk_cb, &wk);
-            int ok = wk.n > 0 && c->locs[0] == (uintptr_t)slot;
-            for (int k = 1; ok && k < wk.n; k++) /* slots must climb the same stack */
-                ok = c->locs[k] > c->locs[k - 1] && c->locs[k] - c->locs[0] < (64u << 20);
-            uint32_t leaf = wk.n ? insert(c->ips, wk.n) : 0;
-            c->n = wk.n;
-            c->gen = gen;
-            c->leaf = leaf;
-            c->loc0 = ok ? (uintptr_t)slot : 0;
-            last_n = wk.n;
-            memcpy(last_ips, c->ips, sizeof(uintptr_t) * wk.n);
-            return leaf;
-        }
+        struct walk wk = {0, depth, 0, ips};
+        p_Unwind_Backtrace(walk_cb, &wk);
+        return wk.n;
     }
-#endif
-    /* elsewhere: glibc's backtrace and a one-entry cache on the addresses */
-    void *buf[CT_MAX_DEPTH + 16];
+    void *buf[CT_MAX_DEPTH + 16]; /* only without libgcc_s */
     int n = backtrace(buf, depth + 16);
     int first = 0;
     while (first < n && ct_in_shim((uintptr_t)buf[first]))
@@ -218,17 +187,94 @@ uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
     int cnt = n - first;
     if (cnt > depth)
         cnt = depth;
+    for (int k = 0; k < cnt; k++)
+        ips[k] = (uintptr_t)buf[first + k];
+    return cnt < 0 ? 0 : cnt;
+}
+
+static void report_mismatch(const uintptr_t *a, int na, const uintptr_t *b, int nb)
+{
+    int k = 0;
+    while (k < na && k < nb && a[k] == b[k])
+        k++;
+    char n1[24], n2[24], at[24], h1[24], h2[24];
+    ct_fmt_u64(n1, (uint64_t)na);
+    ct_fmt_u64(n2, (uint64_t)nb);
+    ct_fmt_u64(at, (uint64_t)k);
+    ct_fmt_hex(h1, k < na ? a[k] : 0);
+    ct_fmt_hex(h2, k < nb ? b[k] : 0);
+    ct_log("stack cache MISMATCH (cached frames / full unwind frames / first different frame): ",
+           n1, n2, at);
+    ct_log("  cached ", h1, " full ", h2);
+}
+
+uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
+{
+    (void)wrapper_cfa;
+    int depth = ct_cfg.stack_depth;
+    if (depth <= 0)
+        return 0;
+    if (depth > CT_MAX_DEPTH)
+        depth = CT_MAX_DEPTH;
+    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+    if (!tcache) {
+        void *m = mmap(NULL, sizeof(struct tcache), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            return 0;
+        tcache = m;
+        if (tcache_key_ok)
+            pthread_setspecific(tcache_key, m);
+    }
+    uintptr_t *ips = tcache->ips, *ref = tcache->ref;
+    int learned = 0;
+    /* the one call of the cached walk: its own return addresses are part of what it caches */
+    int cnt = ct_uw_walk(ips, depth, &learned);
+    if (cnt >= 0 && !learned) {
+        ct_writer_stack_count(CT_SC_HIT);
+        if (verify_stacks) {
+            int m = full_unwind(ref, depth);
+            ct_writer_stack_count(CT_SC_VERIFIED);
+            if (m != cnt || memcmp(ref, ips, sizeof(uintptr_t) * (size_t)cnt) != 0) {
+                ct_writer_stack_count(CT_SC_MISMATCH);
+                report_mismatch(ips, cnt, ref, m);
+                memcpy(ips, ref, sizeof(uintptr_t) * (size_t)m);
+                cnt = m;
+            }
+        }
+    } else {
+        /* a new call site, or frames the rules do not describe: the full unwind decides (the
+         * walk's own answer, when it had one, is only compared with it) */
+        int w = cnt;
+        cnt = full_unwind(ref, depth);
+        ct_writer_stack_count(CT_SC_FULL);
+        if (verify_stacks && w >= 0) {
+            ct_writer_stack_count(CT_SC_VERIFIED);
+            if (w != cnt || memcmp(ref, ips, sizeof(uintptr_t) * (size_t)cnt) != 0) {
+                ct_writer_stack_count(CT_SC_MISMATCH);
+                report_mismatch(ips, w, ref, cnt);
+            }
+        }
+        if (cnt > 0)
+            memcpy(ips, ref, sizeof(uintptr_t) * (size_t)cnt);
+    }
     if (cnt <= 0)
         return 0;
-    uintptr_t *ips = (uintptr_t *)(buf + first);
-    if (last_n == cnt && last_gen == gen && memcmp(last_ips, ips, sizeof(uintptr_t) * cnt) == 0)
-        return last_leaf;
-    uint32_t id = insert(ips, cnt);
-    memcpy(last_ips, ips, sizeof(uintptr_t) * cnt);
+    memcpy(last_ips, ips, sizeof(uintptr_t) * (size_t)cnt);
     last_n = cnt;
-    last_leaf = id;
-    last_gen = gen;
-    return id;
+    for (int w = 0; w < CACHE_WAYS; w++) {
+        struct cached *c = &tcache->way[w];
+        if (c->gen == gen && c->n == cnt &&
+            memcmp(c->ips, ips, sizeof(uintptr_t) * (size_t)cnt) == 0)
+            return c->leaf;
+    }
+    uint32_t leaf = insert(ips, cnt);
+    struct cached *c = &tcache->way[tcache->next++ % CACHE_WAYS];
+    c->gen = gen;
+    c->n = cnt;
+    c->leaf = leaf;
+    memcpy(c->ips, ips, sizeof(uintptr_t) * (size_t)cnt);
+    return leaf;
 }
 
 uintptr_t ct_stack_first_user_frame(void)

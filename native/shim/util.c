@@ -11,14 +11,26 @@ CT_TLS uint32_t ct_tls_tid;
 ct_dlsym_fn ct_real_dlsym_ptr;
 
 /* ---- the real dlsym, obtained per glibc version and architecture --------------------- */
+/* Newest first: libc's own (glibc >= 2.34), then libdl's base version on aarch64 (2.17) and on
+ * x86-64 (2.2.5) for older glibc. A build may pass its own list (tests do, to see the order). */
+#ifndef CT_DLSYM_VERSIONS
+#define CT_DLSYM_VERSIONS "GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5"
+#endif
+static const char *const dlsym_versions[] = {CT_DLSYM_VERSIONS, NULL};
+static const char *real_dlsym_version = "none";
+
+const char *ct_real_dlsym_version(void) { return real_dlsym_version; }
+
 ct_dlsym_fn ct_real_dlsym_lookup(void)
 {
     ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);
     if (f)
         return f;
-    static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0", NULL};
-    for (int i = 0; versions[i] && !f; i++)
-        f = (ct_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+    for (int i = 0; dlsym_versions[i] && !f; i++) {
+        f = (ct_dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", dlsym_versions[i]);
+        if (f)
+            real_dlsym_version = dlsym_versions[i];
+    }
     __atomic_store_n(&ct_real_dlsym_ptr, f, __ATOMIC_RELEASE);
     return f;
 }

@@ -70,6 +70,8 @@ void ct_log(const char *a, const char *b, const char *c, const char *d);
 typedef void *(*ct_dlsym_fn)(void *, const char *);
 extern CT_HIDDEN ct_dlsym_fn ct_real_dlsym_ptr;
 ct_dlsym_fn ct_real_dlsym_lookup(void);
+/* the glibc version name under which the real dlsym was found ("none" before) */
+const char *ct_real_dlsym_version(void);
 static inline ct_dlsym_fn ct_real_dlsym(void)
 {
     ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);

@@ -111,6 +111,8 @@ static void fill_header(struct ct_file_header *h)
     h->process_start_ticks = ct_ledger_proc_start_ticks(getpid());
 }
 
+#include "writer_stats.h"
+
 /* Called with mu held. Creates <dir>/<pid>.<n>.ctrace, the first n that does not exist. */
 static int open_file(void)
 {
@@ -142,6 +144,7 @@ static int open_file(void)
             struct ct_file_header *h = (struct ct_file_header *)chunks[0];
             fill_header(h);
             h->exec_index = n;
+            ct_writer_stats_open();
             __atomic_store_n(&pos, CT_HEADER_SIZE, __ATOMIC_RELEASE);
             __atomic_store_n(&nthreads, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&cur_gen, ++gen_counter ? gen_counter : ++gen_counter,
@@ -288,6 +291,7 @@ void ct_writer_close(int exit_code)
         return;
     }
     ct_slot s;
+    ct_writer_stats_flush();
     struct ct_rec_end e = {ct_now_ns(), exit_code, 0, 0, 0};
     if (ct_rec_begin(&s, sizeof(struct ct_rec_hdr) + sizeof e)) {
         e.dropped = __atomic_load_n(&dropped, __ATOMIC_RELAXED);
@@ -325,6 +329,7 @@ void ct_writer_atfork_child(void)
     ct_events_written = 0;
     cur_gen = 0;
     nthreads = 0;
+    ct_writer_stats_reset();
     state = ct_cfg.active ? 0 : -1;
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);

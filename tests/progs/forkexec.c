@@ -122,6 +122,21 @@ int main(int argc, char **argv)
         if (c == 0) {
             char d[16];
             snprintf(d, sizeof(d), "%d", depth - 1);
+            const char *via = getenv("FORKEXEC_VIA");   /* "qemu-aarch64 -L SYSROOT": no binfmt */
+            if (via && *via) {
+                char exe[4096], buf[4096], *args[16];
+                int n = 0;
+                ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
+                exe[l > 0 ? l : 0] = 0;
+                snprintf(buf, sizeof buf, "%s", via);
+                for (char *t = strtok(buf, " "); t && n < 11; t = strtok(NULL, " "))
+                    args[n++] = t;
+                args[n++] = exe;
+                args[n++] = "--exec-child";
+                args[n++] = d;
+                args[n] = NULL;
+                execvp(args[0], args);
+            }
             execl("/proc/self/exe", argv[0], "--exec-child", d, (char *)NULL);
             perror("forkexec: exec");
             _exit(127);

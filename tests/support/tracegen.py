@@ -63,7 +63,7 @@ class TraceWriter:
                  start_ns: int = BASE_TS, stack_depth: int = 64, exec_index: int = 0,
                  realtime_ns: int = 1_700_000_000 * SEC, driver_version: int | None = 12040,
                  info: dict | None = None, arch: str = "x86_64", buffer_bytes: int = 8 << 20,
-                 version: int | None = None):
+                 version: int | None = None, header: dict | None = None):
         self.path = Path(path)
         self.K = C()
         self.chunk = self.K["CT_CHUNK_SIZE"]
@@ -81,7 +81,8 @@ class TraceWriter:
                 "stack_depth": stack_depth, "start_monotonic_ns": start_ns,
                 "start_realtime_ns": realtime_ns, "process_start_ticks": 12345,
                 "arch": arch.encode(), "shim_version": b"0.1.0", "reserved": b""}
-        head = hs.pack(*[vals[n] for n in hn])
+        vals.update(header or {})             # e.g. the stack counters
+        head = hs.pack(*[vals.get(n, 0) for n in hn])
         self._put(head + bytes(self.K["CT_HEADER_SIZE"] - len(head)))
         self.pos = self.K["CT_HEADER_SIZE"]
         self._hdr = layout("struct ct_rec_hdr")[0]

@@ -27,18 +27,19 @@ PKG = Path(cudatrace.__file__).resolve().parent
 LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver"}
 MAX_LINES = 900
 # the one-file symbolizer that issue 9 turns into the symbols/ package (another branch)
-TOO_LONG_FOR_NOW = {"cudatrace.symbols"}
+TOO_LONG_FOR_NOW: set[str] = set()
 
 # floor -> floors it must never import
 FORBIDDEN = {
-    "leaf": {"record", "analyze", "present", "symbols", "cli", "demo"},
+    "leaf": {"record", "analyze", "present", "symbols", "cli", "demo", "sweep"},
     "symbols": {"leaf", "root", "record", "analyze", "present", "cli", "demo"},
-    "record": {"analyze", "present", "symbols", "cli", "demo"},
-    "analyze": {"record", "present", "cli", "demo"},
-    "present": {"record", "cli", "demo"},
+    "record": {"analyze", "present", "symbols", "cli", "demo", "sweep"},
+    "analyze": {"record", "present", "cli", "demo", "sweep"},
+    "present": {"record", "cli", "demo", "sweep"},
     "demo": {"cli"},
+    "sweep": {"cli", "demo"},
     "__main__": set(),
-    "root": {"leaf", "record", "analyze", "present", "symbols", "cli", "demo"},
+    "root": {"leaf", "record", "analyze", "present", "symbols", "cli", "demo", "sweep"},
 }
 
 
@@ -59,7 +60,7 @@ def floor(mod: str) -> str:
     top = parts[1]
     if top in LEAVES:
         return "leaf"
-    if top in ("record", "analyze", "present", "symbols", "cli", "demo", "__main__"):
+    if top in ("record", "analyze", "present", "symbols", "cli", "demo", "sweep", "__main__"):
         return top
     return "root"
 

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from support import tracegen as tg
 from cudatrace.cli import main
 from cudatrace.analyze.analysis import SCHEMA, Analysis, build_report
-from cudatrace.present.report import render_text, run_report
+from cudatrace.present.commands import run_report
+from cudatrace.present.report import render_text
 from cudatrace.units import parse_time
 
 GiB, MiB = tg.GiB, tg.MiB

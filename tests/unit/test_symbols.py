@@ -13,8 +13,12 @@ from pathlib import Path
 import pytest
 
 
-from cudatrace import symbols  # noqa: E402
 from cudatrace.symbols import Frame, ModuleRef, Symbolizer, demangle  # noqa: E402
+from cudatrace.symbols import lines  # noqa: E402
+from cudatrace.symbols.dwarf import Dwarf  # noqa: E402
+from cudatrace.symbols.elf import Elf  # noqa: E402
+from cudatrace.symbols.progress import Progress  # noqa: E402
+from cudatrace.symbols.symtab import SymTab  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("objcopy") is None,
                                 reason="needs gcc and binutils")
@@ -515,8 +519,8 @@ def test_disk_cache(tmp_path, cprogs, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("cache not used")
 
-    monkeypatch.setattr(symbols._Dwarf, "lines_for", boom)
-    monkeypatch.setattr(symbols._SymTab, "build", boom)
+    monkeypatch.setattr(lines, "lines_for", boom)
+    monkeypatch.setattr(SymTab, "build", boom)
     sym = Symbolizer(cache_dir=cache, debug_dirs=())
     again = check_c_frames(sym, src, exe, vals, bid)
     assert again == first
@@ -529,13 +533,13 @@ def test_disk_cache(tmp_path, cprogs, monkeypatch):
 
 def test_progress_bar(cprogs, capsys, monkeypatch):
     src, exe, vals = cprogs["O2-dwarf5-pie"]
-    monkeypatch.setattr(symbols._Progress, "delay", 0.0)
+    monkeypatch.setattr(Progress, "delay", 0.0)
     sym = Symbolizer(debug_dirs=(), progress=True)
     sym.symbolize(ModuleRef(str(exe), None, vals["bias"]), [vals["ret1"] - 1])
     err = capsys.readouterr().err
     assert "symbolizing" in err and "100%" in err
     # Quiet when not asked for, or when the work is quick.
-    monkeypatch.setattr(symbols._Progress, "delay", 1.0)
+    monkeypatch.setattr(Progress, "delay", 1.0)
     Symbolizer(debug_dirs=(), progress=True).symbolize(ModuleRef(str(exe), None, vals["bias"]), [vals["ret1"] - 1])
     assert capsys.readouterr().err == ""
 
@@ -555,7 +559,7 @@ def test_line_header_matches_pyelftools(cprogs, config):
     from elftools.elf.elffile import ELFFile
 
     src, exe, vals = cprogs[config]
-    dw = symbols._Dwarf(symbols._Elf(str(exe)))
+    dw = Dwarf(Elf(str(exe)))
     with open(exe, "rb") as f:
         dwi = ELFFile(f).get_dwarf_info()
         checked = 0
@@ -564,10 +568,10 @@ def test_line_header_matches_pyelftools(cprogs, config):
             comp_dir = cu.get_top_DIE().attributes["DW_AT_comp_dir"].value.decode()
             ours = dw.cu_at(cu.cu_offset)
             assert ours.comp_dir == comp_dir
-            h = dw.line_header(ours)
+            h = lines.line_header(dw, ours)
             assert (h.version, h.line_base, h.line_range, h.opcode_base) == (
                 lp["version"], lp["line_base"], lp["line_range"], lp["opcode_base"])
-            ft = symbols._FileTable(dw, ours, h)
+            ft = lines.FileTable(dw, ours, h)
             dirs = [d.decode() for d in lp["include_directory"]]
             first = 0 if lp["version"] >= 5 else 1
             for i, e in enumerate(lp["file_entry"]):

@@ -1,0 +1,115 @@
+"""`report --watch` and `status --watch`: the text re-rendered every second.
+
+On a terminal the screen is cleared before each render; elsewhere (a pipe, a log file) each
+render follows the last under a line with the time. `report --watch` stops on Ctrl-C, or once
+the run has ended (run.json carries its exit status; without a run.json, every trace file has
+its exit record) after one last render; `status --watch` stops on Ctrl-C.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+
+def run_ended(path) -> tuple[bool, str]:
+    """(ended, why): whether the run that writes into `path` is over."""
+    p = Path(path)
+    run_json = (p.parent if p.is_file() else p) / "run.json"
+    if run_json.is_file():
+        try:
+            run = json.loads(run_json.read_text())
+        except (OSError, ValueError):
+            return False, "run.json is being written"
+        if "exit_status" in run or "end_monotonic_ns" in run:
+            st = run.get("exit_status")
+            return True, "the run ended%s" % (" with exit status %s" % st if st is not None else "")
+        return False, "the run is still going"
+    try:
+        from ..analyze.trace import read_dir, read_trace
+        traces = [read_trace(p)] if p.is_file() else read_dir(p).traces
+    except Exception:
+        return False, "no readable trace yet"
+    if traces and all(t.complete for t in traces):
+        return True, "every traced process has exited (no run.json)"
+    return False, "no run.json; some traced process has not exited"
+
+
+def _is_tty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except Exception:
+        return False
+
+
+def _show(text: str, head: str, out, tty: bool) -> None:
+    if tty:
+        click.clear()
+        out.write(head + "\n\n" + text)
+    else:
+        out.write("==== %s\n%s" % (head, text))
+    if not text.endswith("\n"):
+        out.write("\n")
+    out.flush()
+
+
+def loop(render, head, ended=lambda: (False, ""), interval: float = 1.0, out=None,
+         max_renders: int | None = None) -> int:
+    """Render until Ctrl-C, or until ended() says so (then one last render). render() gives
+    the text; head(ended, why) the line above it."""
+    out = out or sys.stdout
+    tty = _is_tty(out)
+    n = 0
+    try:
+        while True:
+            done, why = ended()
+            _show(render(), head(done, why), out, tty)
+            n += 1
+            if done or (max_renders is not None and n >= max_renders):
+                return 0
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        out.write("\n")
+        return 0
+
+
+def watch_report(path, top=10, by="site", at="peak", device=None, depth=1,
+                 show_cuda_frames=False, interval: float = 1.0, out=None) -> int:
+    """The body of `cudatrace report --watch`."""
+    from ..analyze.analysis import Analysis, ReportError, build_report
+    from ..analyze.sites import make_symbolizer
+    from .report import render_text
+    sym = make_symbolizer()
+
+    def render() -> str:
+        try:
+            a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=sym)
+            return render_text(build_report(a, at=at, by=by, depth=depth, top=top, device=device))
+        except ReportError as e:
+            return "%s\n(waiting: the trace may not have been written yet)\n" % e
+        except ValueError as e:
+            return "cudatrace: %s\n" % e
+
+    def head(done: bool, why: str) -> str:
+        return "cudatrace report --watch %s  %s  %s" % (
+            path, time.strftime("%H:%M:%S"),
+            "%s: last render" % why if done else "%s (every %g s; Ctrl-C stops)" % (why, interval))
+
+    return loop(render, head, lambda: run_ended(path), interval, out)
+
+
+def watch_status(status_text, group=None, interval: float = 1.0, out=None) -> int:
+    """The body of `cudatrace status --watch`. status_text(group) gives the text to show (the
+    command line passes the ledger reading and its rendering: present/ never reads ledgers)."""
+
+    def render() -> str:
+        return status_text(group)
+
+    def head(done: bool, why: str) -> str:
+        return "cudatrace status --watch%s  %s  (every %g s; Ctrl-C stops)" % (
+            " " + group if group else "", time.strftime("%H:%M:%S"), interval)
+
+    return loop(render, head, interval=interval, out=out)

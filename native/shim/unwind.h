@@ -1,0 +1,14 @@
+/* unwind.h - cached CFI rules (unwind.c): the stack a full unwind gives, cheaply. */
+#ifndef CUDATRACE_UNWIND_H
+#define CUDATRACE_UNWIND_H
+#include <stdint.h>
+
+void ct_uw_init(void);
+void ct_uw_invalidate(void); /* modules may have gone: forget every rule */
+/* Walk this thread's stack with the cached rules (computing the missing ones), skipping the
+ * shim's own frames: up to max return addresses, innermost first. Returns the count, or -1 when
+ * a frame is not one the rules describe (then only a full unwind can say). *learned: 1 when a
+ * rule had to be computed (the walk did not come from the cache alone). Call it from ONE place:
+ * the return addresses of the shim's frames are part of what it caches. */
+int ct_uw_walk(uintptr_t *ips, int max, int *learned);
+#endif
