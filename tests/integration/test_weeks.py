@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 
-
 from cudatrace.analyze.trace import read_dir
 
 MiB = 1 << 20
@@ -188,9 +187,15 @@ def test_aggregate_keeps_denials_in_full(ct, sim, tmp_path):
     ledgers.mkdir(mode=0o700)
     env = ct.env()
     env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
-    r = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "3", "64m"], "-q", "--aggregate",
-               "--budget", "150MiB", env=env)
-    assert r.returncode == 1, r.stderr               # the third 64 MiB is denied
+    r = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "10", "3", "64m"],
+        "-q",
+        "--aggregate",
+        "--budget",
+        "150MiB",
+        env=env,
+    )
+    assert r.returncode == 1, r.stderr  # the third 64 MiB is denied
     rep = json.loads(ct.cli("report", r.out, "--json").stdout)
     assert rep["peak_bytes"] == 128 * MiB
     assert [d["count"] for d in rep["denied"]] == [1]
@@ -207,6 +212,75 @@ def test_exited_threads_give_their_numbers_back(ct, sim):
     (t,) = read_dir(r.out).traces
     assert t.n_events == want["events"] and t.bad_events == 0 and t.gaps == 0
     assert t.threads == 2
-    assert len({e[5] for e in t.events}) == 301          # every thread's own tid
+    assert len({e[5] for e in t.events}) == 301  # every thread's own tid
     rep = json.loads(ct.cli("report", r.out, "--json").stdout)
     assert rep["processes"][0]["allocs"] == 2 * 100 + 2 + 1 + 3 * 300
+
+
+def test_no_trace_group_member_shows_in_status(ct, sim, tmp_path):
+    """A --no-trace member of a group holds its bytes in the ledger, which status reads (and
+    which is all it writes); another member is held to what is left."""
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir(mode=0o700)
+    work = tmp_path / "work"
+    work.mkdir()
+    env = ct.env()
+    env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-q",
+            "--no-trace",
+            "--group",
+            "wk",
+            "--budget",
+            "1GiB",
+            "--",
+            str(sim.progs["hold"]),
+            "1",
+            "600m",
+        ],
+        env=env,
+        cwd=work,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in a.stdout:
+            if line.strip() == "ready":
+                break
+        st = ct.cli("status", "wk", "--json", env=env)
+        assert st.returncode == 0, st.stderr
+        assert "wk" in st.stdout and str(600 * MiB) in st.stdout
+        b = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cudatrace",
+                "run",
+                "-q",
+                "--no-trace",
+                "--group",
+                "wk",
+                "--",
+                str(sim.progs["hold"]),
+                "--exit-after-ms",
+                "10",
+                "1",
+                "600m",
+            ],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert b.returncode == 1 and "budget exceeded" in b.stderr, b.stderr
+    finally:
+        a.terminate()
+        a.communicate(timeout=60)
+    assert list(work.iterdir()) == []
