@@ -10,7 +10,8 @@ reads like any other: at each of those moments (in time order) everything of the
 moment is freed and that moment's live set allocated, so the replay's peak, per-device peaks,
 what is live at them and at the end, and the sites and stacks of all that are exact for the
 process. What is lost is said by `notes`: no timeline between those moments, no per-event
-history; several processes' peaks are each exact, their sum over time is not known.
+history; several processes' peaks are each exact, their sum over time is not known (the
+report gives the range it lies in).
 """
 
 from __future__ import annotations
@@ -237,11 +238,13 @@ def notes(a) -> dict:
         "nearest of these moments before it), every event's time and order, and the "
         "observed-vs-traced comparison over time"
     ]
-    if len({t.pid for t, _ in aggs}) > 1:
+    if len(aggs) > 1:
+        peaks = [p.get("peak_bytes", 0) for p in a.model.procs]
         warnings.append(
-            "aggregate traces of several processes: each process's peak is exact; the run's "
-            "peak shown is the highest sum of their peaks that the snapshots' times allow, a "
-            "lower bound of the true one"
+            "aggregate traces of several processes: each process's peak is exact (processes), "
+            "their sum over time is not known: the run's true peak lies between the highest "
+            "process peak (%d bytes) and the sum of them (%d bytes); the run's peak shown holds "
+            "each process at its last moment until its next" % (max(peaks), sum(peaks))
         )
     files = []
     for t, s in aggs:
