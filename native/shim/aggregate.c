@@ -460,7 +460,7 @@ static int snapshot(uint32_t reason, uint64_t ts)
     uint64_t cur_chunk = ct_writer_pos() / CT_CHUNK_SIZE;
     if (!slots[0].body || slots[0].cap < need || slots[1].cap < need ||
         slots[0].chunk + 2 < cur_chunk || slots[1].chunk + 2 < cur_chunk) {
-        uint64_t cap = need * 2 < 65536 ? 65536 : need * 2;
+        uint64_t cap = need * 4 < 65536 ? 65536 : need * 4; /* few regrowths: <= 3 pairs */
         uint64_t most = CT_CHUNK_SIZE / 2 - sizeof(struct ct_rec_hdr);
         if (cap > most)
             cap = most;

@@ -284,3 +284,56 @@ def test_no_trace_group_member_shows_in_status(ct, sim, tmp_path):
         a.terminate()
         a.communicate(timeout=60)
     assert list(work.iterdir()) == []
+
+
+MANY_SIZES = r"""
+typedef unsigned long long CUdeviceptr;
+int cuInit(unsigned);
+int cuDevicePrimaryCtxRetain(void **, int);
+int cuCtxSetCurrent(void *);
+int cuMemAlloc_v2(CUdeviceptr *, unsigned long);
+__attribute__((noinline)) int many(CUdeviceptr *p, unsigned long n) { return cuMemAlloc_v2(p, n); }
+int main(void)
+{
+    void *ctx;
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx))
+        return 1;
+    for (unsigned long i = 0; i < 9000; i++) {
+        CUdeviceptr p;
+        if (many(&p, 4096 + 64 * i))
+            return 1;
+    }
+    return 0;
+}
+"""
+
+
+def test_aggregate_key_table_full_keeps_bytes_exact(ct, sim, tmp_path):
+    """9,000 sizes from one site overflow the 8,000 keys: the sizes past the table share a
+    "mixed sizes" key; bytes and counts stay exact, the report says sizes are averaged."""
+    (tmp_path / "m.c").write_text(MANY_SIZES)
+    exe = tmp_path / "many"
+    subprocess.run(
+        [
+            "cc",
+            "-O0",
+            "-g",
+            "-rdynamic",
+            "-o",
+            str(exe),
+            str(tmp_path / "m.c"),
+            "-L%s" % sim.lib,
+            "-lcuda",
+        ],
+        check=True,
+    )
+    r = ct.run([exe], "-q", "--aggregate")
+    assert r.returncode == 0, r.stderr
+    total = sum(4096 + 64 * i for i in range(9000))
+    rep = json.loads(ct.cli("report", r.out, "--json").stdout)
+    assert rep["peak_bytes"] == total and rep["never_freed"]["bytes"] == total
+    site = next(s for s in rep["sites"] if "many" in s["label"])
+    assert site["bytes"] == total and site["count"] == 9000
+    assert any("sizes are averaged" in w for w in rep["warnings"])
+    (f,) = list(r.out.glob("*.ctrace"))
+    assert f.stat().st_size <= 4 * MiB
