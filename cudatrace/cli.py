@@ -95,6 +95,17 @@ BUDGET_HELP = (
     help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
 )
 @click.option(
+    "--aggregate",
+    is_flag=True,
+    help="Bounded disk use for long runs: per-site totals, the live set at each new peak and "
+    "at the end, failures and denials; no per-event history (docs/aggregate.md).",
+)
+@click.option(
+    "--no-trace",
+    is_flag=True,
+    help="Enforce --budget/--group (and virtualize) only; write no trace.",
+)
+@click.option(
     "--ledger-dir",
     metavar="DIR",
     type=click.Path(file_okay=False, path_type=Path),
@@ -103,8 +114,19 @@ BUDGET_HELP = (
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
-    out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize,
-    ledger_dir, cmd
+    out_dir,
+    stack_depth,
+    quiet,
+    force,
+    budget,
+    group,
+    on_exceed,
+    count_host,
+    no_virtualize,
+    aggregate,
+    no_trace,
+    ledger_dir,
+    cmd,
 ):
     """Run CMD with every device-memory allocation and free traced.
 
@@ -117,6 +139,13 @@ def run(
 
     _use_ledger_dir(ledger_dir)
 
+    if no_trace and (aggregate or budget is None and group is None or out_dir is not None):
+        click.echo(
+            "cudatrace: --no-trace enforces a budget and writes nothing: it needs --budget or "
+            "--group, and takes neither --aggregate nor -o",
+            err=True,
+        )
+        sys.exit(2)
     if budget is not None:
         from .record.budget import BudgetError, parse_budget  # only a run with a budget
 
@@ -138,6 +167,7 @@ def run(
         on_exceed=on_exceed,
         count_host=count_host,
         virtualize=not no_virtualize,
+        mode="none" if no_trace else "aggregate" if aggregate else "full",
     )
     try:
         status, out = launch(opts)
@@ -147,7 +177,9 @@ def run(
     except RuntimeError as e:  # the native libraries could not be found or built
         click.echo(f"cudatrace: {e}", err=True)
         sys.exit(2)
-    if not quiet:
+    if not quiet and out is None:
+        click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
+    elif not quiet:
         from .present.summary import print_summary  # after the command has ended
 
         try:

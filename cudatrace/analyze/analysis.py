@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .. import __version__
 from ..units import UnitError, parse_time
+from .aggregate import notes as aggregate_notes
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
 from .layers import compile_patterns
@@ -486,6 +487,9 @@ def build_report(
             "at their end may have been freed later, unseen"
         )
 
+    agg = aggregate_notes(a)  # --aggregate traces (and damaged ones): what they lack
+    warnings.extend(agg["warnings"])
+
     budget = None
     if limits or a.td.run.get("budget") or a.td.run.get("group"):
         on = sorted({t.info.get("on_exceed") for t in a.traces if t.info.get("on_exceed")})
@@ -563,6 +567,7 @@ def build_report(
         "python": python_summary(a),
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
+        "aggregate": agg["json"],
     }
 
 

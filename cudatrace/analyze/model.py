@@ -480,7 +480,17 @@ def build(td: TraceDir | list[Trace], timeline_buckets: int = TIMELINE_BUCKETS) 
     traces = td.traces if isinstance(td, TraceDir) else list(td)
     if not _c_backend():
         raise RuntimeError(f"the C replay is not available: {_c_error[0]}")
-    return from_replay(traces, _CReplay(traces, timeline_buckets))
+    if any(getattr(t, "snap_slots", None) for t in traces):
+        from .aggregate import apply_snapshots  # --aggregate: events from the last snapshot
+
+        for t in traces:
+            apply_snapshots(t)
+    m = from_replay(traces, _CReplay(traces, timeline_buckets))
+    if any(getattr(t, "aggregate", None) is not None for t in traces):
+        from .aggregate import adjust_model  # counts of the run, not of the synthetic events
+
+        adjust_model(m)
+    return m
 
 
 def from_replay(traces: list[Trace], r) -> Model:

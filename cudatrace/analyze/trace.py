@@ -126,6 +126,10 @@ class Trace:
     end: End | None = None
     status: str = "truncated"      # "complete" | "truncated"
     gaps: int = 0
+    bad_events: int = 0            # compact events that could not be decoded (file damaged)
+    threads: int = 0               # compact events: thread numbers in use (contexts kept)
+    aggregate: object = field(default=None, repr=False)   # --aggregate: aggregate.Snapshot
+    snap_slots: list = field(default_factory=list, repr=False)  # SNAPSLOT records, as bytes
     size_bytes: int = 0
 
     @property
@@ -222,9 +226,10 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
     h = dict(zip(hn, hs.unpack_from(data, 0)))
     if h["magic"] != b"CUDATRC\0":
         raise TraceError("%s is not a cudatrace trace (bad magic)" % path)
-    if h["version"] != C()["CT_FORMAT_VERSION"]:
-        raise TraceError("%s has trace format version %d; this cudatrace reads version %d"
-                         % (path, h["version"], C()["CT_FORMAT_VERSION"]))
+    if not C()["CT_FORMAT_VERSION_MIN"] <= h["version"] <= C()["CT_FORMAT_VERSION"]:
+        raise TraceError("%s has trace format version %d; this cudatrace reads versions %d to %d"
+                         % (path, h["version"], C()["CT_FORMAT_VERSION_MIN"],
+                            C()["CT_FORMAT_VERSION"]))
     buf = ffi.from_buffer(data)
     res = ffi.new("struct ct_scan_result *")
     lib.ct_scan(buf, size, ffi.NULL, 0, ffi.NULL, 0, res)
@@ -240,6 +245,8 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
               stack_cache_hits=h.get("stack_cache_hits", 0), stack_verified=h.get("stack_verified", 0),
               stack_mismatches=h.get("stack_mismatches", 0))
     t.gaps = res.gaps
+    t.bad_events = res.bad_events
+    t.threads = res.threads
     t.status = "complete" if res.status == C()["CT_SCAN_CLEAN"] else "truncated"
     t.raw_events = evs
     t.n_events = n_ev
@@ -311,6 +318,8 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
             p += flen + qlen + 2
             t.py.add_code(pyframes.PyCode(cid, addr, fname, qname, first, units,
                                           bytes(data[p:p + ltlen])))
+        elif rtype == K["CT_REC_SNAPSLOT"]:      # --aggregate (analyze/aggregate.py reads it)
+            t.snap_slots.append(bytes(data[off:off + rsize]))
         elif rtype == K["CT_REC_END"]:
             ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
             t.end = End(ts, code, dropped, events)

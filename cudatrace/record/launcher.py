@@ -58,6 +58,7 @@ class RunOptions:
     # called (from a thread, with the trace directory) soon after the budget denied something:
     # the command line hands in present/denials.py, which names the responsible code
     on_denials: Callable[[Path], None] | None = None
+    mode: str = "full"              # "full" | "aggregate" | "none" (--no-trace: nothing written)
 
 
 def resolve_command(argv0: str) -> str:
@@ -148,7 +149,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     """Trace opts.cmd to its end. Returns (exit status, trace directory)."""
     path = resolve_command(opts.cmd[0])
     check_enterable(path)
-    out = prepare_out_dir(opts)
+    no_trace = opts.mode == "none"
+    out = None if no_trace else prepare_out_dir(opts)
     shim = native.shim_path()
     if any(c in str(shim) for c in " :\t\n"):
         raise LaunchError("cudatrace: the preload library's path %r holds a space or colon, which "
@@ -156,7 +158,11 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     env = dict(os.environ)
     env.update(opts.extra_env)
     env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
-    env["CUDATRACE_DIR"] = str(out)
+    if no_trace:
+        env.pop("CUDATRACE_DIR", None)
+    else:
+        env["CUDATRACE_DIR"] = str(out)
+    env["CUDATRACE_MODE"] = opts.mode
     env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
     env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
     env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
@@ -184,10 +190,15 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         "on_exceed": opts.on_exceed, "start_monotonic_ns": time.monotonic_ns(),
         "start_time": time.time(),
     }
-    (out / "run.json").write_text(json.dumps(run_info, indent=2))
+    if not no_trace:
+        (out / "run.json").write_text(json.dumps(run_info, indent=2))
 
     if not opts.quiet:
-        sys.stderr.write("cudatrace: tracing %s -> %s\n" % (" ".join(opts.cmd), out))
+        if no_trace:
+            sys.stderr.write("cudatrace: running %s under the budget, nothing traced "
+                             "(--no-trace)\n" % " ".join(opts.cmd))
+        else:
+            sys.stderr.write("cudatrace: tracing %s -> %s\n" % (" ".join(opts.cmd), out))
         sys.stderr.flush()
 
     aborted = []
@@ -219,8 +230,10 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     run_info["pid"] = proc.pid
     for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
         old[s] = signal.signal(s, on_signal)
-    sampler = Sampler(proc.pid, out / "samples.jsonl", opts.sample_ms / 1000.0)
-    sampler.start()
+    sampler = None if no_trace else Sampler(proc.pid, out / "samples.jsonl",
+                                            opts.sample_ms / 1000.0)
+    if sampler:
+        sampler.start()
     if watcher is not None:
         watcher.start()
     try:
@@ -233,7 +246,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             except InterruptedError:
                 continue
     finally:
-        sampler.stop()
+        if sampler:
+            sampler.stop()
         if watcher is not None:
             watcher.stop()
         for s, h in old.items():
@@ -243,11 +257,12 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         status = 3
     run_info.update({"returncode": rc, "exit_status": status, "end_monotonic_ns": time.monotonic_ns(),
                      "end_time": time.time(), "budget_aborted": bool(aborted),
-                     "sampler": sampler.describe()})
+                     "sampler": sampler.describe() if sampler else None})
     if ledger is not None:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()
-    (out / "run.json").write_text(json.dumps(run_info, indent=2))
+    if not no_trace:
+        (out / "run.json").write_text(json.dumps(run_info, indent=2))
     return status, out
 
 

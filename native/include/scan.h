@@ -20,10 +20,18 @@ struct ct_scan_result {
     uint32_t status;      /* CT_SCAN_* */
     uint32_t gaps;        /* unpublished holes skipped */
     uint64_t gap_bytes;
+    uint64_t bad_events; /* compact events that did not decode (skipped) */
+    uint64_t threads;    /* compact events: highest thread number + 1 (contexts kept) */
 };
 /* Pass events=NULL / others=NULL to count only. Returns 0, or -1 on bad arguments. */
 int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
             uint64_t *others, uint64_t max_others, struct ct_scan_result *res);
+/* Encode n events as compact records (CT_REC_CEVENT, header included, back to back) into
+ * out (cap bytes), event i as written by thread number threads[i] (NULL: all thread 0; the
+ * high bit set: a new thread takes that number, its context starts anew).
+ * Returns the bytes they take (written only when they fit), all ones when out of memory. */
+uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
+                        uint8_t *out, uint64_t cap);
 /* CFFI-END */
 
 #endif

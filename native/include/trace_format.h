@@ -1,4 +1,4 @@
-/* trace_format.h - the cudatrace trace file format (version 1).
+/* trace_format.h - the cudatrace trace file format (version 2).
  *
  * This header is the single definition of the on-disk layout. The shim compiles it; the Python
  * reader (cudatrace/native.py) feeds the part between the CFFI markers to cffi.cdef(), so the
@@ -32,6 +32,9 @@
  *            address). A stack is the path from a node to the root (id 0); each distinct stack
  *            is stored once (as heaptrack's trace tree does). Node ids are dense, from 1.
  *   EVENT    struct ct_event: one hooked call (alloc, free, map, meminfo, denial, ...)
+ *   CEVENT   the same event, compact: varint differences from the thread's previous event
+ *            (cevent.h holds the encoding, for the shim and the reader). Version 2 writes
+ *            every event so; version 1 files hold EVENT records only, and are still read.
  *   INFO     struct ct_rec_info then "key\0value\0" (driver version, budget, options ...)
  *   PAD      nothing: skip size bytes
  *   END      struct ct_rec_end: clean exit
@@ -44,7 +47,9 @@
 #include <stdint.h>
 
 /* CFFI-BEGIN */
-#define CT_FORMAT_VERSION 1
+#define CT_FORMAT_VERSION 2
+/* the oldest version readers still accept */
+#define CT_FORMAT_VERSION_MIN 1
 #define CT_HEADER_SIZE 256
 #define CT_CHUNK_SIZE 2097152
 #define CT_REC_MAGIC 51107
@@ -60,7 +65,6 @@
 #define CT_REC_END 8
 #define CT_REC_PYCODE 9
 #define CT_REC_PYFRAME 10
-#define CT_REC_LAST 10
 
 /* Python frames (docs/python-frames.md). An event of a process running CPython ends its native
  * stack with one link node whose ip is CT_PYLINK_TAG | kind << 32 | value: kind FRAMES, value
@@ -79,6 +83,10 @@
 /* ct_rec_pyframe.flags */
 #define CT_PYF_ENTRY 1
 #define CT_PYF_NO_OFFSET 2
+/* one event, compact (native/include/cevent.h); version 2 */
+#define CT_REC_CEVENT 16
+/* --aggregate: a place for snapshots, rewritten in place (struct ct_snap_head) */
+#define CT_REC_SNAPSLOT 17
 
 /* event operations (ct_event.op) */
 #define CT_OP_ALLOC 1
@@ -243,6 +251,83 @@ struct ct_rec_end {
     uint32_t dropped;  /* events lost (trace could not grow) */
     uint64_t nodes;
     uint64_t events;
+};
+/* ---- --aggregate: snapshots ----
+ * An aggregate trace writes no ALLOC/FREE events. The shim keeps, per key (a site: stack, API,
+ * runtime API, kind, space, device, and the size), totals and what is live now, at the process's
+ * peak and at the peak of the key's group (its device, or pinned host memory), and writes it
+ * all as a snapshot into one of two SNAPSLOT records, in turn. The slot's body is a
+ * struct ct_snap_head, CT_SNAP_GROUPS struct ct_snap_group and nkeys struct ct_snap_key. The
+ * writer zeroes seq (release), writes the rest, then stores seq (release): a reader takes the
+ * slot with the highest seq whose checksum holds, so a kill while writing one leaves the other.
+ */
+/* device -1 (0), devices 0..7 (1..8), pinned host (9) */
+#define CT_SNAP_GROUPS 10
+#define CT_SNAP_HOST_GROUP 9
+/* head.reason: at exit */
+#define CT_SNAP_EXIT 1
+/* a peak grew by 1% and 1 MiB since the last snapshot */
+#define CT_SNAP_PEAK 2
+/* something changed and the interval passed */
+#define CT_SNAP_TIMER 3
+/* key.flags: allocations of several sizes (key table full) */
+#define CT_SNAP_KEY_MIXED 1
+
+struct ct_snap_head {
+    uint64_t seq;      /* 1, 2, ...; 0: empty or being written */
+    uint64_t checksum; /* FNV-1a 64 of the body_bytes after this head */
+    uint64_t body_bytes;
+    uint64_t ts_ns;  /* when it was taken */
+    uint32_t reason; /* CT_SNAP_* */
+    uint32_t nkeys;
+    uint64_t cur_bytes;  /* device memory live now, all devices of this process */
+    uint64_t peak_bytes; /* its highest */
+    uint64_t peak_ts;
+    uint64_t allocs; /* successful allocations (every kind) */
+    uint64_t frees;  /* frees that ended one */
+    uint64_t unmatched_frees;
+    uint64_t failed;             /* allocations that returned an error (each also an event) */
+    uint64_t denied;             /* budget refusals (each also an event) */
+    uint64_t meminfo;            /* memory queries */
+    uint64_t events_not_written; /* failures, denials, queries over the caps (counted only) */
+    uint64_t other;              /* maps, unmaps, imports: counted, not kept */
+    uint64_t untracked;          /* allocations not kept: the live table could not grow */
+    uint64_t first_ts;           /* first and last event seen */
+    uint64_t last_ts;
+    uint64_t snapshots; /* written so far, this one included */
+};
+
+struct ct_snap_group {
+    int32_t device;     /* -1: unknown; for CT_SNAP_HOST_GROUP the device is -1 */
+    uint32_t allocs_hi; /* reserved */
+    uint64_t cur_bytes;
+    uint64_t peak_bytes;
+    uint64_t peak_ts;
+    uint64_t allocs;
+};
+
+struct ct_snap_key {
+    uint64_t size; /* bytes of each allocation (flags CT_SNAP_KEY_MIXED: of several) */
+    uint32_t stack;
+    uint16_t api;
+    uint16_t rt_api;
+    int32_t device;
+    uint8_t kind;
+    uint8_t space;
+    uint8_t group;   /* index into the groups */
+    uint8_t flags;   /* CT_SNAP_KEY_* */
+    uint64_t allocs; /* over the run */
+    uint64_t alloc_bytes;
+    uint64_t frees;
+    uint64_t freed_bytes;
+    uint64_t cur_count; /* live now */
+    uint64_t cur_bytes;
+    uint64_t peak_count; /* live at the process's peak (device kinds) */
+    uint64_t peak_bytes;
+    uint64_t gpeak_count; /* live at its group's peak */
+    uint64_t gpeak_bytes;
+    uint64_t first_ts; /* first and last allocation */
+    uint64_t last_ts;
 };
 /* CFFI-END */
 

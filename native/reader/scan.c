@@ -7,17 +7,51 @@
  */
 #include <stdint.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
+#include "cevent.h"
 #include "scan.h"
+
+/* record types this reader knows */
+static int known_type(uint16_t t)
+{
+    return (t >= CT_REC_PAD && t <= CT_REC_PYFRAME) || t == CT_REC_CEVENT || t == CT_REC_SNAPSLOT;
+}
+
+/* the compact events' per-thread contexts, grown as thread numbers appear */
+struct contexts {
+    struct ct_ce_ctx *c;
+    uint64_t n;
+};
+
+/* decode one CEVENT body; 0: malformed (or out of memory) */
+static int decode_cevent(struct contexts *cx, const uint8_t *body, uint32_t len,
+                         struct ct_event *out)
+{
+    uint64_t th;
+    if (!ct_ce_thread(body, len, &th) || th >= (1u << 24))
+        return 0;
+    if (th >= cx->n) {
+        uint64_t n = cx->n ? cx->n : 16;
+        while (n <= th)
+            n *= 2;
+        struct ct_ce_ctx *c = realloc(cx->c, n * sizeof *c);
+        if (!c)
+            return 0;
+        memset(c + cx->n, 0, (n - cx->n) * sizeof *c);
+        cx->c = c;
+        cx->n = n;
+    }
+    return ct_ce_decode(&cx->c[th], body, len, out);
+}
 
 static int valid_header(const uint8_t *buf, uint64_t len, uint64_t off, struct ct_rec_hdr *h)
 {
     if (off + sizeof *h > len)
         return 0;
     memcpy(h, buf + off, sizeof *h);
-    return h->magic == CT_REC_MAGIC && h->type >= CT_REC_PAD && h->type <= CT_REC_LAST &&
-           h->size >= sizeof *h && (h->size & 7u) == 0 && h->size <= CT_CHUNK_SIZE &&
-           off + h->size <= len;
+    return h->magic == CT_REC_MAGIC && known_type(h->type) && h->size >= sizeof *h &&
+           (h->size & 7u) == 0 && h->size <= CT_CHUNK_SIZE && off + h->size <= len;
 }
 
 int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
@@ -28,11 +62,13 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
     memset(res, 0, sizeof *res);
     const struct ct_file_header *fh = (const struct ct_file_header *)buf;
     if (len < CT_HEADER_SIZE || memcmp(fh->magic, "CUDATRC", 8) != 0 ||
-        fh->version != CT_FORMAT_VERSION || fh->header_size != CT_HEADER_SIZE) {
+        fh->version < CT_FORMAT_VERSION_MIN || fh->version > CT_FORMAT_VERSION ||
+        fh->header_size != CT_HEADER_SIZE) {
         res->status = CT_SCAN_BAD_HEADER;
         return 0;
     }
     uint64_t off = CT_HEADER_SIZE;
+    struct contexts cx = {NULL, 0};
     res->status = CT_SCAN_TRUNCATED;
     while (off + sizeof(struct ct_rec_hdr) <= len) {
         struct ct_rec_hdr h;
@@ -56,6 +92,15 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
             if (events && res->n_events < max_events)
                 memcpy(&events[res->n_events], buf + off + sizeof h, sizeof(struct ct_event));
             res->n_events++;
+        } else if (h.type == CT_REC_CEVENT) {
+            struct ct_event e;
+            if (decode_cevent(&cx, buf + off + sizeof h, h.size - (uint32_t)sizeof h, &e)) {
+                if (events && res->n_events < max_events)
+                    events[res->n_events] = e;
+                res->n_events++;
+            } else {
+                res->bad_events++;
+            }
         } else if (h.type != CT_REC_PAD) {
             if (others && res->n_other < max_others)
                 others[res->n_other] = off;
@@ -70,5 +115,12 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
         off += h.size;
     }
     res->stop_offset = off;
+    for (uint64_t i = cx.n; i > 0; i--) {
+        if (cx.c[i - 1].started || cx.c[i - 1].lost) {
+            res->threads = i;
+            break;
+        }
+    }
+    free(cx.c);
     return 0;
 }

@@ -15,8 +15,10 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "aggregate.h"
 #include "budget.h"
 #include "cuda_abi.h"
+#include "events.h"
 #include "modules.h"
 #include "pyframes.h"
 #include "route.h"
@@ -85,10 +87,9 @@ struct ct_call {
 
 static void emit(struct ct_call *c, uint8_t op)
 {
-    ct_slot s;
-    if (!ct_rec_begin(&s, sizeof(struct ct_rec_hdr) + sizeof(struct ct_event)))
+    if (ct_cfg.mode == CT_MODE_NONE)
         return;
-    struct ct_event *e = (struct ct_event *)(s.p + sizeof(struct ct_rec_hdr));
+    struct ct_event ev, *e = &ev;
     e->ts_ns = ct_now_ns();
     e->size = c->size;
     e->addr = c->addr;
@@ -105,8 +106,8 @@ static void emit(struct ct_call *c, uint8_t op)
     e->space = c->space;
     e->flags = (uint8_t)(c->flags | (tls_rt_api ? CT_EF_RUNTIME_KNOWN : 0));
     e->reserved = 0;
-    ct_rec_commit(&s, CT_REC_EVENT);
-    __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
+    if (ct_cfg.mode == CT_MODE_AGGREGATE ? ct_agg_event(e) : ct_event_write(e))
+        __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
 }
 
 static void init_once(void);
@@ -250,6 +251,8 @@ static int ct_pre(struct ct_call *c)
         deny_message(c, in_use, limit, "stopping the process tree (--on-exceed abort)");
         if (ct_cfg.launcher_pid > 0)
             kill(ct_cfg.launcher_pid, SIGUSR2);
+        if (ct_cfg.mode == CT_MODE_AGGREGATE)
+            ct_agg_final();
         ct_writer_close(128 + SIGABRT);
         abort();
     }
@@ -284,6 +287,10 @@ static void ct_post(struct ct_call *c)
         ct_budget_map(c->addr, c->size, c->aux);
     } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
         ct_budget_unmap(c->addr, c->size);
+    }
+    if (ct_cfg.mode == CT_MODE_NONE) { /* --no-trace: the ledger was all there was to do */
+        ct_leave();
+        return;
     }
     if (c->dev < 0)
         c->dev = current_device();
@@ -515,6 +522,7 @@ static void atfork_prepare(void)
 {
     ct_py_atfork_prepare();
     ct_stacks_atfork_prepare();
+    ct_agg_atfork_prepare();
     ct_writer_atfork_prepare();
     ct_budget_atfork_prepare();
 }
@@ -523,6 +531,7 @@ static void atfork_parent(void)
 {
     ct_budget_atfork_parent();
     ct_writer_atfork_parent();
+    ct_agg_atfork_parent();
     ct_stacks_atfork_parent();
     ct_py_atfork_parent();
 }
@@ -531,6 +540,7 @@ static void atfork_child(void)
 {
     ct_tls_tid = 0;
     ct_writer_atfork_child();
+    ct_agg_atfork_child();
     ct_stacks_reset();
     ct_py_reset();
     ct_modules_reset();
@@ -556,7 +566,7 @@ static void init_once(void)
     ct_budget_set_context_report(report_context);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ct_cfg.active = 1;
-    if (ct_cfg.eager)
+    if (ct_cfg.eager && ct_cfg.mode != CT_MODE_NONE)
         ct_writer_open_now();
 }
 
@@ -566,6 +576,8 @@ __attribute__((destructor)) static void ct_destructor(void)
 {
     if (!ct_cfg.active)
         return;
+    if (ct_cfg.mode == CT_MODE_AGGREGATE)
+        ct_agg_final(); /* the last snapshot, before END */
     ct_writer_close(exit_status);
     ct_budget_leave();
 }

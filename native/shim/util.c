@@ -48,10 +48,21 @@ static long env_long(const char *name, long dflt)
 
 int ct_config_load(void)
 {
-    const char *dir = getenv("CUDATRACE_DIR");
-    if (!dir || !*dir || strlen(dir) >= sizeof ct_cfg.dir)
-        return 0;
-    ct_strlcpy(ct_cfg.dir, dir, sizeof ct_cfg.dir);
+    const char *dir = getenv("CUDATRACE_DIR"), *mode = getenv("CUDATRACE_MODE");
+    ct_cfg.mode = !mode                            ? CT_MODE_FULL
+                  : strcmp(mode, "aggregate") == 0 ? CT_MODE_AGGREGATE
+                  : strcmp(mode, "none") == 0      ? CT_MODE_NONE
+                                                   : CT_MODE_FULL;
+    if (ct_cfg.mode == CT_MODE_NONE) {
+        /* no file at all: the budget's ledger is all that is written */
+        if (!getenv("CUDATRACE_LEDGER"))
+            return 0;
+        ct_cfg.dir[0] = 0;
+    } else {
+        if (!dir || !*dir || strlen(dir) >= sizeof ct_cfg.dir)
+            return 0;
+        ct_strlcpy(ct_cfg.dir, dir, sizeof ct_cfg.dir);
+    }
     long depth = env_long("CUDATRACE_STACK_DEPTH", 64);
     ct_cfg.stack_depth = depth < 0 ? 0 : depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : (int)depth;
     ct_cfg.launcher_pid = (int)env_long("CUDATRACE_LAUNCHER_PID", 0);

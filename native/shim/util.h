@@ -29,7 +29,11 @@ struct ct_config {
     int launcher_pid;
     char dir[1024];
     char ledger_path[1024]; /* "" without a budget */
+    int mode;               /* CT_MODE_*: CUDATRACE_MODE full | aggregate | none */
 };
+#define CT_MODE_FULL 0
+#define CT_MODE_AGGREGATE 1
+#define CT_MODE_NONE 2 /* --no-trace: budget and virtualization only, no file */
 #define CT_EXCEED_FAIL 0
 #define CT_EXCEED_WARN 1
 #define CT_EXCEED_ABORT 2

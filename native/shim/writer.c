@@ -40,6 +40,13 @@ static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
 static ct_preamble_fn preamble;
+static uint32_t gen_counter; /* files opened by this image and its forked children */
+static uint32_t cur_gen;     /* generation of the open file, 0: none (atomic) */
+static uint32_t nthreads;    /* threads numbered in the open file (atomic) */
+
+uint64_t ct_writer_pos(void) { return __atomic_load_n(&pos, __ATOMIC_ACQUIRE); }
+uint32_t ct_writer_generation(void) { return __atomic_load_n(&cur_gen, __ATOMIC_ACQUIRE); }
+uint32_t ct_writer_new_thread(void) { return __atomic_fetch_add(&nthreads, 1, __ATOMIC_RELAXED); }
 
 void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
 
@@ -111,6 +118,8 @@ static int open_file(void)
 {
     char path[1200], num[24];
     int pid = getpid();
+    if (!ct_cfg.dir[0]) /* --no-trace */
+        return -1;
     for (uint32_t n = 0; n < 1000; n++) {
         size_t l = ct_strlcpy(path, ct_cfg.dir, sizeof path);
         if (l + 48 >= sizeof path)
@@ -137,6 +146,9 @@ static int open_file(void)
             h->exec_index = n;
             ct_writer_stats_open();
             __atomic_store_n(&pos, CT_HEADER_SIZE, __ATOMIC_RELEASE);
+            __atomic_store_n(&nthreads, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&cur_gen, ++gen_counter ? gen_counter : ++gen_counter,
+                             __ATOMIC_RELEASE);
             return 0;
         }
         if (errno != EEXIST)
@@ -315,6 +327,8 @@ void ct_writer_atfork_child(void)
     pos = 0;
     nchunks = unmapped_below = dropped = busy = 0;
     ct_events_written = 0;
+    cur_gen = 0;
+    nthreads = 0;
     ct_writer_stats_reset();
     state = ct_cfg.active ? 0 : -1;
     pthread_mutexattr_t a;

@@ -30,6 +30,11 @@ void ct_writer_atfork_prepare(void);
 void ct_writer_atfork_parent(void);
 void ct_writer_atfork_child(void);
 void ct_writer_open_now(void);
+/* the open file's generation (0: none): a thread's compact-event context is valid only for
+ * the generation it was made in (events.c) */
+uint32_t ct_writer_generation(void);
+uint32_t ct_writer_new_thread(void);   /* the next thread number of the open file */
+uint64_t ct_writer_pos(void);          /* the next free byte of the file */
 void ct_writer_stack_count(int which); /* CT_SC_*: header counters, in the mapped file */
 extern CT_HIDDEN uint64_t ct_events_written;
 

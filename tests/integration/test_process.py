@@ -185,10 +185,12 @@ def test_truncated_and_corrupt_files(ct, sim, tmp_path):
     t = read_trace(cut)
     assert t.status == "truncated"
     assert 0 < len(t.events) < len(full.events)
-    # a hole of zeros (a writer killed between reserving and publishing) is skipped
+    # a hole of zeros (a writer killed between reserving and publishing: its last record) is
+    # skipped
     holed = bytearray(data)
-    ev_off = data.index(b"\xa3\xc7\x06\x00", 1024)
-    holed[ev_off:ev_off + 72] = b"\0" * 72
+    ev_off = data.rindex(b"\xa3\xc7\x10\x00", 1024, end)
+    ev_size = int.from_bytes(data[ev_off + 4:ev_off + 8], "little")
+    holed[ev_off:ev_off + ev_size] = b"\0" * ev_size
     hp = tmp_path / "hole.ctrace"
     hp.write_bytes(bytes(holed))
     t = read_trace(hp)

@@ -56,6 +56,7 @@ PROGRAMS: dict[str, str] = {
     "budget_hammer": "cuda",
     "simstat": "cuda",
     "closefds": "cuda",
+    "churn": "cuda",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable

@@ -63,7 +63,7 @@ class TraceWriter:
                  start_ns: int = BASE_TS, stack_depth: int = 64, exec_index: int = 0,
                  realtime_ns: int = 1_700_000_000 * SEC, driver_version: int | None = 12040,
                  info: dict | None = None, arch: str = "x86_64", buffer_bytes: int = 8 << 20,
-                 header: dict | None = None):
+                 version: int | None = None, header: dict | None = None):
         self.path = Path(path)
         self.K = C()
         self.chunk = self.K["CT_CHUNK_SIZE"]
@@ -75,7 +75,7 @@ class TraceWriter:
         self.events = 0
         self.nodes: dict[tuple[int, int], int] = {}
         hs, hn = layout("struct ct_file_header")
-        vals = {"magic": b"CUDATRC\0", "version": self.K["CT_FORMAT_VERSION"],
+        vals = {"magic": b"CUDATRC\0", "version": version or self.K["CT_FORMAT_VERSION"],
                 "header_size": self.K["CT_HEADER_SIZE"], "chunk_size": self.chunk,
                 "pointer_size": 8, "pid": pid, "ppid": ppid, "exec_index": exec_index,
                 "stack_depth": stack_depth, "start_monotonic_ns": start_ns,
@@ -263,6 +263,33 @@ class TraceWriter:
                 n = 0
         self._put(bytes(block[:n * size]))
         self.pos = pos
+
+    def compact_events(self, events, threads=None) -> None:
+        """Events (tuples in event_fields() order) as compact records (CT_REC_CEVENT), encoded
+        by the shim's own encoder (native/include/cevent.h, through ct_cevent_pack); event i
+        written by thread number threads[i] (default: all thread 0)."""
+        ffi, lib = native.tools()
+        es = layout("struct ct_event")[0]
+        events = list(events)
+        n = len(events)
+        raw = bytearray(es.size * max(n, 1))
+        for k, e in enumerate(events):
+            es.pack_into(raw, k * es.size, *e)
+        evs = ffi.from_buffer("struct ct_event[]", raw)
+        th = ffi.new("uint32_t[]", list(threads) if threads is not None else max(n, 1))
+        # (a number with bit 31 set: a new thread takes it, as the shim reuses exited threads')
+        need = lib.ct_cevent_pack(evs, n, th, ffi.NULL, 0)
+        out = ffi.new("uint8_t[]", max(need, 1))
+        lib.ct_cevent_pack(evs, n, th, out, need)
+        data = ffi.buffer(out, need)[:]
+        off = 0
+        while off < need:
+            size = struct.unpack_from("<I", data, off + 4)[0]
+            self._room(size)
+            self._put(data[off:off + size])
+            self.pos += size
+            off += size
+        self.events += n
 
     # ---- convenience ----
     def alloc(self, ts: int, size: int, addr: int, api: str = "cuMemAlloc_v2",

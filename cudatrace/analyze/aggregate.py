@@ -1,0 +1,312 @@
+"""Aggregate traces (`cudatrace run --aggregate`): from the last snapshot to the events the replay
+reads.
+
+An aggregate trace holds no ALLOC/FREE events: its SNAPSLOT records hold snapshots (layouts in
+native/include/trace_format.h, struct ct_snap_*), rewritten in turn, the newest complete one
+the one to read. A snapshot gives, per key (site and size), the totals of the run and what was
+live now, at the process's device peak and at the peak of each device (and of pinned host
+memory). `apply_snapshots` turns it into a short synthetic event stream that the C replay
+reads like any other: at each of those moments (in time order) everything of the previous
+moment is freed and that moment's live set allocated, so the replay's peak, per-device peaks,
+what is live at them and at the end, and the sites and stacks of all that are exact for the
+process. What is lost is said by `notes`: no timeline between those moments, no per-event
+history; several processes' peaks are each exact, their sum over time is not known (the
+report gives the range it lies in).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .trace import C, Trace, layout
+
+SYNTH_BASE = 0x5A5A00000000  # addresses of synthetic allocations (never compared with real ones)
+
+
+@dataclass
+class Snapshot:
+    head: dict
+    groups: list[dict]
+    keys: list[dict]
+    slots: int = 0  # SNAPSLOT records in the file
+    valid: int = 0  # of them holding a complete snapshot
+    moments: list[tuple[str, int]] = field(default_factory=list)  # (what, ts) synthesized
+
+
+def _fnv(b: bytes) -> int:
+    h = 0xCBF29CE484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def read_snapshot(records: list[bytes]) -> Snapshot | None:
+    """The newest complete snapshot among SNAPSLOT records (each whole, header included)."""
+    K = C()
+    hdr, _ = layout("struct ct_rec_hdr")
+    hs, hn = layout("struct ct_snap_head")
+    gs, gn = layout("struct ct_snap_group")
+    ks, kn = layout("struct ct_snap_key")
+    best, nslots, nvalid = None, 0, 0
+    for data in records:
+        _m, rtype, rsize = hdr.unpack_from(data, 0)
+        if rtype != K["CT_REC_SNAPSLOT"] or rsize > len(data):
+            continue
+        nslots += 1
+        body = hdr.size
+        if rsize < hdr.size + hs.size:
+            continue
+        head = dict(zip(hn, hs.unpack_from(data, body)))
+        n = head["body_bytes"]
+        if not head["seq"] or hs.size + n > rsize - hdr.size:
+            continue
+        if n != gs.size * K["CT_SNAP_GROUPS"] + ks.size * head["nkeys"]:
+            continue
+        raw = bytes(data[body + hs.size : body + hs.size + n])
+        if _fnv(raw) != head["checksum"]:
+            continue  # being written when the process stopped: the other slot holds the last
+        nvalid += 1
+        if best is None or head["seq"] > best[0]["seq"]:
+            best = (head, raw)
+    if best is None:
+        return Snapshot({}, [], [], nslots, 0) if nslots else None
+    head, raw = best
+    groups = [dict(zip(gn, g)) for g in gs.iter_unpack(raw[: gs.size * K["CT_SNAP_GROUPS"]])]
+    keys = [dict(zip(kn, k)) for k in ks.iter_unpack(raw[gs.size * K["CT_SNAP_GROUPS"] :])]
+    return Snapshot(head, groups, keys, nslots, nvalid)
+
+
+def _allocs(k: dict, count: int, nbytes: int):
+    """(size) of each of count allocations of key k holding nbytes together."""
+    if not count:
+        return []
+    if not (k["flags"] & C()["CT_SNAP_KEY_MIXED"]) and k["size"] * count == nbytes:
+        return [k["size"]] * count
+    each = nbytes // count
+    return [each] * (count - 1) + [nbytes - each * (count - 1)]
+
+
+def synthesize(snap: Snapshot) -> list[tuple]:
+    """Events (tuples in event_fields() order) that replay into the snapshot's moments."""
+    K = C()
+    h = snap.head
+    host_g = K["CT_SNAP_HOST_GROUP"]
+    moments = []  # (ts, order, what, key index -> (count, bytes))
+    if h["peak_bytes"] or any(k["peak_count"] for k in snap.keys):
+        moments.append(
+            (
+                h["peak_ts"],
+                1,
+                "peak",
+                {
+                    i: (k["peak_count"], k["peak_bytes"])
+                    for i, k in enumerate(snap.keys)
+                    if k["group"] != host_g
+                },
+            )
+        )
+    for g, grp in enumerate(snap.groups):
+        if not grp["allocs"]:
+            continue
+        if g != host_g and grp["peak_ts"] == h["peak_ts"] and moments:
+            continue  # reached by the same event as the process's peak
+        moments.append(
+            (
+                grp["peak_ts"],
+                0,
+                "device %d peak" % grp["device"] if g != host_g else "pinned host peak",
+                {
+                    i: (k["gpeak_count"], k["gpeak_bytes"])
+                    for i, k in enumerate(snap.keys)
+                    if k["group"] == g
+                },
+            )
+        )
+    end_ts = max(h["last_ts"], *(m[0] for m in moments)) if moments else h["last_ts"]
+    moments.append(
+        (end_ts, 2, "end", {i: (k["cur_count"], k["cur_bytes"]) for i, k in enumerate(snap.keys)})
+    )
+    moments.sort(key=lambda m: (m[0], m[1]))
+    alloc, free = K["CT_OP_ALLOC"], K["CT_OP_FREE"]
+    rt_known = K["CT_EF_RUNTIME_KNOWN"]
+    out, live, addr = [], [], SYNTH_BASE
+    for ts, _order, what, state in moments:
+        for size, a, k in live:
+            out.append((ts, size, a, 0, 0, 0, k["device"], 0, 0, 0, 0, free, 0, k["space"], 0, 0))
+        live = []
+        for i, (count, nbytes) in sorted(state.items()):
+            k = snap.keys[i]
+            flags = rt_known if k["rt_api"] else 0
+            for size in _allocs(k, count, nbytes):
+                addr += 0x1000
+                out.append(
+                    (
+                        ts,
+                        size,
+                        addr,
+                        0,
+                        0,
+                        0,
+                        k["device"],
+                        0,
+                        k["stack"],
+                        k["api"],
+                        k["rt_api"],
+                        alloc,
+                        k["kind"],
+                        k["space"],
+                        flags,
+                        0,
+                    )
+                )
+                live.append((size, addr, k))
+        snap.moments.append((what, ts))
+    return out
+
+
+def apply_snapshots(t: Trace) -> None:
+    """If t is an aggregate trace (not read yet), read its last snapshot into t.aggregate and
+    give t the synthetic events (merged with the events it did write: failures, denials,
+    memory queries)."""
+    if not t.snap_slots or t.aggregate is not None:
+        return
+    snap = read_snapshot(t.snap_slots)
+    if snap is None:
+        return
+    t.aggregate = snap
+    if not snap.head:
+        return
+    synth = synthesize(snap)
+    real = t.events
+    merged = sorted(real + synth, key=lambda e: e[0])
+    t.events = merged
+
+
+def adjust_model(m) -> None:
+    """Counts the replay took from synthetic events, put back to the run's own."""
+    K = C()
+    host_g = K["CT_SNAP_HOST_GROUP"]
+    for i, t in enumerate(m.traces):
+        snap = getattr(t, "aggregate", None)
+        if snap is None or not snap.head or i >= len(m.procs):
+            continue
+        h, p = snap.head, m.procs[i]
+        dev_keys = [k for k in snap.keys if k["group"] != host_g]
+        host_keys = [k for k in snap.keys if k["group"] == host_g]
+        old = {n: p.get(n, 0) for n in ("allocs", "frees", "host_allocs")}
+        p["allocs"] = sum(k["allocs"] for k in dev_keys)
+        p["frees"] = sum(k["frees"] for k in dev_keys)
+        p["host_allocs"] = sum(k["allocs"] for k in host_keys)
+        seen = (
+            h["allocs"]
+            + h["frees"]
+            + h["unmatched_frees"]
+            + h["failed"]
+            + h["denied"]
+            + h["meminfo"]
+            + h["other"]
+        )
+        c = m.counts
+        c["events"] = c.get("events", 0) - p.get("events", 0) + seen
+        p["events"] = seen
+        c["allocs"] = c.get("allocs", 0) - old["allocs"] + p["allocs"]
+        c["frees"] = c.get("frees", 0) - old["frees"] + p["frees"]
+        c["host_allocs"] = c.get("host_allocs", 0) - old["host_allocs"] + p["host_allocs"]
+        c["host_frees"] = sum(k["frees"] for k in host_keys)
+        c["unmatched_frees"] = c.get("unmatched_frees", 0) + h["unmatched_frees"]
+        for g in snap.groups:
+            if g["allocs"] and g is not snap.groups[host_g] and g["device"] in m.device_allocs:
+                m.device_allocs[g["device"]] = g["allocs"]
+
+
+def notes(a) -> dict:
+    """What the report says of aggregate (and damaged) traces: {"warnings": [...], "json":
+    {...} or None when no trace of the run is an aggregate one}."""
+    damaged = [
+        f"{t.path.name}: {t.bad_events} event(s) could not be decoded (the file is "
+        "damaged in the middle) and were skipped"
+        for t in a.traces
+        if t.bad_events
+    ]
+    aggs = [(t, getattr(t, "aggregate", None)) for t in a.traces]
+    aggs = [(t, s) for t, s in aggs if s is not None]
+    if not aggs:
+        return {"warnings": damaged, "json": None}
+    warnings = damaged + [
+        "aggregate trace (--aggregate): exact at each process's peak, each device's peak and "
+        "the end; a full trace would add the timeline between them (--at TIME shows the "
+        "nearest of these moments before it), every event's time and order, and the "
+        "observed-vs-traced comparison over time"
+    ]
+    if len(aggs) > 1:
+        peaks = [p.get("peak_bytes", 0) for p in a.model.procs]
+        warnings.append(
+            "aggregate traces of several processes: each process's peak is exact (processes), "
+            "their sum over time is not known: the run's true peak lies between the highest "
+            "process peak (%d bytes) and the sum of them (%d bytes); the run's peak shown holds "
+            "each process at its last moment until its next" % (max(peaks), sum(peaks))
+        )
+    files = []
+    for t, s in aggs:
+        h = s.head
+        if not h:
+            warnings.append(
+                f"{t.path.name}: no complete snapshot (killed before the first one was written)"
+            )
+            files.append({"file": t.path.name, "pid": t.pid, "snapshot": None, "slots": s.slots})
+            continue
+        if h["events_not_written"]:
+            warnings.append(
+                f"{t.path.name}: {h['events_not_written']} failure/denial/query "
+                "events over the aggregate caps were counted, not kept"
+            )
+        if any(k["flags"] & C()["CT_SNAP_KEY_MIXED"] for k in s.keys):
+            warnings.append(
+                f"{t.path.name}: too many distinct sites and sizes: some sizes are averaged"
+            )
+        if not t.complete:
+            warnings.append(
+                f"{t.path.name}: the process did not exit cleanly: its last "
+                f"snapshot is {a.seconds(h['ts_ns'])} s into the run; what came "
+                "after it is not known"
+            )
+        tops = sorted(s.keys, key=lambda k: -k["alloc_bytes"])[:20]
+        files.append(
+            {
+                "file": t.path.name,
+                "pid": t.pid,
+                "snapshot": h["seq"],
+                "snapshot_time": a.seconds(h["ts_ns"]),
+                "reason": {1: "exit", 2: "peak", 3: "interval"}.get(h["reason"], "?"),
+                "snapshots_written": h["snapshots"],
+                "slots": s.slots,
+                "allocs": h["allocs"],
+                "frees": h["frees"],
+                "failed": h["failed"],
+                "denied": h["denied"],
+                "memory_queries": h["meminfo"],
+                "unmatched_frees": h["unmatched_frees"],
+                "not_written": h["events_not_written"],
+                "moments": [{"what": w, "time": a.seconds(ts)} for w, ts in s.moments],
+                "totals": [
+                    {
+                        "frames": [
+                            f.as_json() for f in a.stacks.frames(a.traces.index(t), k["stack"])[:3]
+                        ]
+                        if k["stack"]
+                        else [],
+                        "api": t.api_name(k["api"]),
+                        "device": k["device"],
+                        "size": k["size"],
+                        "mixed_sizes": bool(k["flags"] & C()["CT_SNAP_KEY_MIXED"]),
+                        "allocs": k["allocs"],
+                        "alloc_bytes": k["alloc_bytes"],
+                        "frees": k["frees"],
+                        "freed_bytes": k["freed_bytes"],
+                        "live_bytes": k["cur_bytes"],
+                    }
+                    for k in tops
+                ],
+            }
+        )
+    return {"warnings": warnings, "json": {"files": files}}
