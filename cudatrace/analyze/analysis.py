@@ -258,6 +258,18 @@ def _versions(a: Analysis) -> dict:
     }
 
 
+def lost_json(a: Analysis) -> list[dict]:
+    """Processes whose shim stopped writing (a full disk): from when, and why. What they did
+    after that moment is not in the trace."""
+    out = []
+    for t in a.traces:
+        if t.stopped_ns:
+            out.append({"file": t.path.name, "pid": t.pid, "from_ts_ns": t.stopped_ns,
+                        "from_time": a.seconds(t.stopped_ns), "why": t.stopped_why,
+                        "exit_code": t.stopped_exit if t.stopped_exit != -1 else None})
+    return out
+
+
 def build_report(
     a: Analysis,
     at: str = "peak",
@@ -425,6 +437,12 @@ def build_report(
             f"--at {mom['spec']} is after the last event ({a.seconds(m.t_end):.3f} s): what is "
             "shown was live at the end"
         )
+    lost = lost_json(a)
+    if lost:
+        warnings.append(
+            "%d process(es) lost events when their trace could not be written (see Events "
+            "lost): memory they freed after that moment is still counted as live" % len(lost)
+        )
     if truncated and mom["kind"] == "end":
         warnings.append(
             "truncated traces end where the process stopped writing: what is live "
@@ -501,6 +519,7 @@ def build_report(
         "budget": budget,
         "counts": dict(c),
         "truncated_files": truncated,
+        "lost": lost,
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
     }

@@ -121,6 +121,19 @@ class Trace:
     status: str = "truncated"      # "complete" | "truncated"
     gaps: int = 0
     size_bytes: int = 0
+    stopped_ns: int = 0            # the shim stopped writing then (a full disk): later events lost
+    stopped_errno: int = 0
+    stopped_exit: int = -1         # exit status noted after stopping, -1: unknown
+
+    @property
+    def stopped_why(self) -> str:
+        """Why the shim stopped writing ('' if it never did)."""
+        if not self.stopped_ns:
+            return ""
+        try:
+            return os.strerror(self.stopped_errno) if self.stopped_errno else "unknown error"
+        except ValueError:
+            return "error %d" % self.stopped_errno
 
     @property
     def events(self) -> list[tuple]:
@@ -231,6 +244,9 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
               arch=_text(h["arch"]), shim_version=_text(h["shim_version"]),
               size_bytes=size)
     t.gaps = res.gaps
+    t.stopped_ns = h["stopped_ns"]
+    if t.stopped_ns:
+        t.stopped_errno, t.stopped_exit = h["stopped_errno"], h["stopped_exit"]
     t.status = "complete" if res.status == C()["CT_SCAN_CLEAN"] else "truncated"
     t.raw_events = evs
     t.n_events = n_ev

@@ -242,6 +242,12 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
         for t in r["truncated_files"]:
             w("  %s (pid %d, %d events): %s" % (t["file"], t["pid"], t["events"], t["reason"]))
         w("")
+    if r.get("lost"):
+        w("Events lost (the trace could not be written; the program ran on untraced):")
+        for x in r["lost"]:
+            w("  pid %d from %s on: %s  [%s]" % (x["pid"], secs_text(x["from_time"]), x["why"],
+                                                x["file"]))
+        w("")
     if r["unreadable_files"]:
         w("Unreadable files:")
         for e in r["unreadable_files"]:

@@ -21,6 +21,11 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
         ", %d without a clean exit record" % len(truncated) if truncated else ""))
     for e in td.errors:
         w("  unreadable: %s\n" % e)
+    for t in td.traces:
+        if t.stopped_ns:
+            w("  pid %d: trace stopped at %.3f s (%s): events after it were lost, so memory "
+              "freed later still counts as live\n" % (t.pid, a.seconds(t.stopped_ns) or 0.0,
+                                                      t.stopped_why))
     c = m.counts
     w("  device allocations %d, frees %d, failed %d, denied by budget %d; pinned host allocations %d\n"
       % (c.get("allocs", 0), c.get("frees", 0), c.get("failed", 0), c.get("denied", 0),

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .. import __version__, native
 from ..procfs import tree_pids
+from .files import write_json
 from .sampler import Sampler
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
@@ -46,6 +47,7 @@ class RunOptions:
     on_exceed: str = "fail"
     count_host: bool = False
     virtualize: bool = True
+    outlive_launcher: bool = False    # CMD goes on if the launcher is killed
     sample_ms: int = 100
     extra_env: dict = field(default_factory=dict)
 
@@ -79,7 +81,16 @@ def check_enterable(path: str) -> None:
         with open(path, "rb") as f:
             head = f.read(64)
             if head[:4] != b"\x7fELF":
+                if head[:2] != b"#!":
+                    # exec() refuses it (ENOEXEC); only a shell would guess an interpreter
+                    raise LaunchError(
+                        "cudatrace: %s has no #! line, so it cannot be executed directly; add "
+                        "one (#!/bin/sh) or name its interpreter: cudatrace run -- sh %s"
+                        % (path, path), 126)
                 return                      # a script: its interpreter is what runs
+            if len(head) < 64 or head[4] not in (1, 2) or head[5] not in (1, 2):
+                raise LaunchError("cudatrace: %s starts like an ELF file but is not a valid one "
+                                  "(%d bytes of header)" % (path, len(head)), 126)
             is64 = head[4] == 2
             little = head[5] == 1
             e = "<" if little else ">"
@@ -89,6 +100,9 @@ def check_enterable(path: str) -> None:
             else:
                 phoff, = struct.unpack_from(e + "I", head, 28)
                 phentsize, phnum = struct.unpack_from(e + "HH", head, 42)
+            if not phentsize or not phnum:
+                raise LaunchError("cudatrace: %s is an ELF file with no program headers: not "
+                                  "an executable" % path, 126)
             f.seek(phoff)
             ph = f.read(phentsize * phnum)
     except OSError as exc:
@@ -111,22 +125,47 @@ def default_out_dir(cmd0: str) -> Path:
     return p
 
 
-def prepare_out_dir(opts: RunOptions) -> Path:
-    out = opts.out_dir or default_out_dir(opts.cmd[0])
-    out = out.resolve()
-    if out.exists():
-        if not out.is_dir():
-            raise LaunchError("cudatrace: %s exists and is not a directory" % out)
-        old = list(out.glob("*.ctrace")) + [p for p in (out / "run.json", out / "samples.jsonl")
-                                             if p.exists()]
-        if old and not opts.force:
-            raise LaunchError("cudatrace: %s already holds a trace; pass --force to replace it, "
-                              "or -o another directory" % out)
-        for p in old:
-            p.unlink()
-    else:
-        out.mkdir(parents=True)
-    return out
+def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
+    """The trace directory, and whether this run created it (to remove it if CMD never ran)."""
+    try:
+        out = opts.out_dir or default_out_dir(opts.cmd[0])
+        out = out.resolve()
+        if out.exists():
+            if not out.is_dir():
+                raise LaunchError("cudatrace: %s exists and is not a directory" % out)
+            old = list(out.glob("*.ctrace")) + [
+                p for p in (out / "run.json", out / "samples.jsonl") if p.exists() or p.is_symlink()]
+            if old and not opts.force:
+                raise LaunchError("cudatrace: %s already holds a trace; pass --force to replace "
+                                  "it, or -o another directory" % out)
+            for p in old:
+                p.unlink()
+            created = False
+        else:
+            out.mkdir(parents=True)
+            created = True
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise LaunchError("cudatrace: cannot write the trace directory %s: permission "
+                              "denied" % out)
+    except OSError as e:
+        where = e.filename or opts.out_dir or "the current directory"
+        raise LaunchError("cudatrace: cannot create the trace directory %s: %s"
+                          % (where, e.strerror or e)) from None
+    return out, created
+
+
+def _remove_created(out: Path, created: bool) -> None:
+    """Undo prepare_out_dir when CMD never started: what it made, and the launcher's files."""
+    for name in ("run.json", "samples.jsonl"):
+        try:
+            (out / name).unlink()
+        except OSError:
+            pass
+    if created:
+        try:
+            out.rmdir()
+        except OSError:
+            pass
 
 
 def exit_status(returncode: int) -> int:
@@ -137,11 +176,19 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     """Trace opts.cmd to its end. Returns (exit status, trace directory)."""
     path = resolve_command(opts.cmd[0])
     check_enterable(path)
-    out = prepare_out_dir(opts)
     shim = native.shim_path()
     if any(c in str(shim) for c in " :\t\n"):
         raise LaunchError("cudatrace: the preload library's path %r holds a space or colon, which "
                           "LD_PRELOAD cannot express; install cudatrace elsewhere" % str(shim), 2)
+    out, created = prepare_out_dir(opts)
+    try:
+        return _run(opts, path, shim, out, created)
+    except LaunchError:
+        _remove_created(out, created)
+        raise
+
+
+def _run(opts: RunOptions, path: str, shim: Path, out: Path, created: bool) -> tuple[int, Path]:
     env = dict(os.environ)
     env.update(opts.extra_env)
     env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
@@ -151,6 +198,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
     env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
     env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
+    if opts.quiet:
+        env["CUDATRACE_QUIET"] = "1"
     ledger = None
     budget_info = None
     if opts.budget is not None or opts.group is not None:
@@ -163,7 +212,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         except (budget_mod.BudgetError, LedgerError) as e:
             raise LaunchError(f"cudatrace: budget: {e}", 2) from None
         env["CUDATRACE_LEDGER"] = str(ledger.path)
-        if budget_info.get("note") and not opts.quiet:
+        if budget_info.get("note"):
+            # the one note that changes what the run may use: printed even with -q
             sys.stderr.write("cudatrace: note: %s\n" % budget_info["note"])
 
     run_info = {
@@ -173,25 +223,35 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         "on_exceed": opts.on_exceed, "start_monotonic_ns": time.monotonic_ns(),
         "start_time": time.time(),
     }
-    (out / "run.json").write_text(json.dumps(run_info, indent=2))
+    try:
+        write_json(out / "run.json", run_info)
+    except OSError as e:
+        if ledger is not None:
+            ledger.finish()
+        raise LaunchError("cudatrace: cannot write %s: %s" % (out / "run.json", e.strerror or e),
+                          2) from None
 
     if not opts.quiet:
-        sys.stderr.write("cudatrace: tracing %s -> %s\n" % (" ".join(opts.cmd), out))
+        sys.stderr.write("cudatrace: tracing %s -> %s\n" % (shell_quote(opts.cmd), out))
         sys.stderr.flush()
 
     aborted = []
+    # Without a terminal whose foreground we are, CMD gets a process group of its own: a signal
+    # sent to our group (kill -TERM -PGID, CI runners) then reaches CMD once, forwarded by us,
+    # not twice. On a terminal CMD stays in our group, so job control (Ctrl-Z, reading the
+    # terminal) works; the terminal's own Ctrl-C/Ctrl-\ reach CMD directly and are not forwarded.
+    own_group = not _foreground()
 
     def on_signal(signum, frame):
-        if signum == signal.SIGUSR2:           # the shim's --on-exceed abort
-            aborted.append(True)
+        if signum == signal.SIGUSR2 and _budget_abort(opts, ledger):
+            aborted.append(True)           # the shim's --on-exceed abort
             for pid in reversed(tree_pids(proc.pid)):
                 try:
                     os.kill(pid, signal.SIGTERM)
                 except OSError:
                     pass
             return
-        # A terminal's Ctrl-C / Ctrl-\ already reached the command (same foreground group).
-        if signum in (signal.SIGINT, signal.SIGQUIT) and _foreground():
+        if signum in (signal.SIGINT, signal.SIGQUIT) and not own_group and _foreground():
             return
         try:
             proc.send_signal(signum)
@@ -199,7 +259,26 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             pass
 
     old = {}
-    proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path)
+    launcher = os.getpid()
+    prctl = None if opts.outlive_launcher else _prctl()
+
+    def in_child():                        # after fork, before exec: nothing that allocates much
+        if own_group:
+            os.setpgid(0, 0)
+        if prctl is not None:
+            # PR_SET_PDEATHSIG: the kernel sends SIGTERM to CMD when the launcher dies, even by
+            # SIGKILL, so CMD never runs on unsupervised (the shim still ends its trace cleanly)
+            prctl(1, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != launcher:   # the launcher died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    try:
+        proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path,
+                                preexec_fn=in_child)
+    except OSError as e:
+        if ledger is not None:
+            ledger.finish()
+        raise LaunchError("cudatrace: cannot execute %s: %s" % (path, e.strerror or e), 126) from None
     run_info["pid"] = proc.pid
     for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
         old[s] = signal.signal(s, on_signal)
@@ -225,8 +304,48 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     if ledger is not None:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()
-    (out / "run.json").write_text(json.dumps(run_info, indent=2))
+    try:
+        write_json(out / "run.json", run_info)
+    except OSError as e:    # a full disk: the command's status still comes back
+        sys.stderr.write("cudatrace: cannot write %s: %s\n" % (out / "run.json", e.strerror or e))
+    if sampler.error and not opts.quiet:
+        sys.stderr.write("cudatrace: samples stopped: %s\n" % sampler.error)
     return status, out
+
+
+def shell_quote(argv: list[str]) -> str:
+    """argv as one line a shell would read back; control characters shown escaped."""
+    import shlex
+    return " ".join(shlex.quote(printable(a)) for a in argv)
+
+
+def printable(text: str) -> str:
+    """text with control characters (a trace's argv or exe may hold any) escaped."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def _budget_abort(opts: RunOptions, ledger) -> bool:
+    """SIGUSR2 is the shim's --on-exceed abort only when this run asked for it and the ledger
+    has seen a denial; any other SIGUSR2 is the user's, and is forwarded."""
+    if opts.on_exceed != "abort" or ledger is None:
+        return False
+    try:
+        snap = ledger.summary()
+    except Exception:
+        return True
+    return any(d.get("denials") for d in snap.get("devices", []))
+
+
+def _prctl():
+    """libc's prctl, looked up before fork (the child only calls it)."""
+    import ctypes
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
 
 def _foreground() -> bool:

@@ -118,7 +118,12 @@ struct ct_file_header {
     uint64_t process_start_ticks; /* /proc/self/stat field 22: with pid, names a process */
     char arch[16];                /* "x86_64", "aarch64" */
     char shim_version[16];
-    uint8_t reserved[152];
+    /* A full disk: when the file cannot grow the shim stops writing at once (the process runs
+     * on untraced) and notes it here, in the header's own block, which is always allocated. */
+    uint64_t stopped_ns;   /* 0, or CLOCK_MONOTONIC when writing stopped: later events are lost */
+    int32_t stopped_errno; /* why (ENOSPC, EDQUOT, ...) */
+    int32_t stopped_exit;  /* exit status if the process exited cleanly after stopping, else -1 */
+    uint8_t reserved[136];
 };
 
 struct ct_rec_hdr {
