@@ -64,7 +64,9 @@ BUDGET_HELP = (
     "--group",
     metavar="NAME",
     help="Share the budget with other 'cudatrace run --group NAME' of this user "
-    "(co-tenants). The first run of a group sets its budget.",
+    "(co-tenants). The first run naming a --budget sets the group's; a run without one "
+    "joins under it (waiting up to $CUDATRACE_GROUP_WAIT s, default 30, for it to be set); "
+    "a different budget is refused while the group is in use.",
 )
 @click.option(
     "--on-exceed",

@@ -234,7 +234,7 @@ def resolve_limits(spec: BudgetSpec, totals: dict[int, int] | None = None,
 
 
 def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
-                 count_host: bool = False):
+                 count_host: bool = False, notify=None):
     """For `cudatrace run`: parse and resolve SPEC, then open the ledger the process tree will
     share (the group's, or a private one). Returns (RunLedger: .path .summary() .finish(),
     info dict for run.json). Raises BudgetError (bad or unresolvable spec) or
@@ -243,7 +243,7 @@ def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
     limits = resolve_limits(parsed) if parsed is not None else {}
     mode = "warn" if on_exceed == "warn" else "deny"
     run, info = ledger_mod.open_run_ledger(limits, group, mode, count_host,
-                                           set_limits=parsed is not None)
+                                           set_limits=parsed is not None, notify=notify)
     info["spec"] = spec
     info["on_exceed_run"] = on_exceed
     return run, info

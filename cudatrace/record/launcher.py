@@ -207,8 +207,9 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path, created: bool) -> t
         from . import budget as budget_mod
         from .ledger import LedgerError
         try:
-            ledger, budget_info = budget_mod.setup_ledger(opts.budget, opts.group, opts.on_exceed,
-                                                          opts.count_host)
+            ledger, budget_info = budget_mod.setup_ledger(
+                opts.budget, opts.group, opts.on_exceed, opts.count_host,
+                notify=lambda msg: sys.stderr.write("cudatrace: %s\n" % msg))
         except (budget_mod.BudgetError, LedgerError) as e:
             raise LaunchError(f"cudatrace: budget: {e}", 2) from None
         env["CUDATRACE_LEDGER"] = str(ledger.path)
