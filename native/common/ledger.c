@@ -1013,7 +1013,8 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
     char cand[3][PATH_MAX];
     int ncand = 0;
     const char *env = getenv("CUDATRACE_LEDGER_DIR");
-    if (env && *env) {
+    int chosen = env && *env; /* a directory named by the user is never replaced */
+    if (chosen) {
         snprintf(cand[ncand++], PATH_MAX, "%s", env);
     } else {
         struct stat sb;
@@ -1043,8 +1044,11 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
                 first_missing = i;
             continue;
         }
-        if (!soft)
-            break; /* refused: do not quietly go elsewhere */
+        /* A default candidate that is refused (a link, another owner, loose permissions:
+         * perhaps planted by another user to block ours) is passed over for the next one,
+         * each checked alike; a directory the user named is refused outright. */
+        if (!soft && (chosen || i + 1 >= ncand))
+            break;
     }
     if (rc == CT_LEDGER_ENOENT && first_missing >= 0 && strlen(cand[first_missing]) < len) {
         strcpy(buf, cand[first_missing]);
