@@ -133,7 +133,9 @@ def run(
         try:
             print_summary(out, status, sys.stderr)
         except Exception as exc:  # the summary must never hide the command's status
-            sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
+            why = str(exc)
+            why = why[len("cudatrace: ") :] if why.startswith("cudatrace: ") else why
+            sys.stderr.write(f"cudatrace: could not summarize the trace: {why}\n")
     sys.exit(status)
 
 
@@ -245,8 +247,9 @@ def status(group, as_json):
 
     try:
         st = status_json(group)
-    except LedgerError as e:
-        raise click.ClickException(str(e)) from None
+    except LedgerError as e:  # the same prefix and status as every other command's errors
+        click.echo(f"cudatrace: {e}", err=True)
+        sys.exit(2)
     click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
 
 

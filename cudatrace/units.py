@@ -95,3 +95,21 @@ def parse_time(text: str) -> float:
     if not m:
         raise UnitError(f"{text!r} is not a time (2.5s, 2.5, 1500ms)")
     return float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
+
+
+# ---- text that reaches a terminal ------------------------------------------------------------
+
+def printable(text: str) -> str:
+    """text with control characters escaped (\x1b, \n ...): a trace's argv, exe or paths may
+    hold anything, and must not drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def shell_quote(argv) -> str:
+    """argv as one line a shell would read back (control characters escaped)."""
+    import shlex
+    return " ".join(shlex.quote(printable(str(a))) for a in argv)
+

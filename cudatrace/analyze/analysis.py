@@ -437,6 +437,10 @@ def build_report(
             f"--at {mom['spec']} is after the last event ({a.seconds(m.t_end):.3f} s): what is "
             "shown was live at the end"
         )
+    if getattr(a.td, "bad_samples", 0):
+        warnings.append(
+            "%d malformed line(s) of samples.jsonl were skipped" % a.td.bad_samples
+        )
     lost = lost_json(a)
     if lost:
         warnings.append(

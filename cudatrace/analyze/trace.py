@@ -342,16 +342,75 @@ class TraceDir:
     run: dict
     errors: list[str]
 
+    bad_samples: int = 0
+
     def samples(self) -> list[dict]:
+        """The sampler's lines that are well formed; others are skipped and counted
+        (bad_samples): a line cut by a crash, or a file edited by hand."""
         p = self.path / "samples.jsonl"
         out = []
-        if p.exists():
-            for line in p.read_text().splitlines():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass                      # a sample cut by a crash: skip it
+        self.bad_samples = 0
+        try:
+            text = p.read_text(errors="replace") if p.is_file() else ""
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            try:
+                s = json.loads(line)
+            except ValueError:
+                s = None
+            if _valid_sample(s):
+                out.append(s)
+            else:
+                self.bad_samples += 1
         return out
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _valid_sample(s) -> bool:
+    if not isinstance(s, dict) or not _int(s.get("t")):
+        return False
+    if not isinstance(s.get("pids", []), list) or not all(_int(x) for x in s.get("pids", [])):
+        return False
+    for k in ("mem_available", "tree_rss"):
+        if s.get(k) is not None and not _int(s[k]):
+            return False
+    devs = s.get("devices")
+    if devs is not None and not (isinstance(devs, list) and all(
+            isinstance(d, dict) and all(_int(d.get(k)) or d.get(k) is None for k in
+                                        ("index", "total", "free", "used")) for d in devs)):
+        return False
+    tdb = s.get("tree_device_bytes")
+    if tdb is not None and not (isinstance(tdb, dict) and all(
+            isinstance(k, str) and _int(v) for k, v in tdb.items())):
+        return False
+    return True
+
+
+# run.json keys the analysis reads, and the types they must have (None is always allowed)
+_RUN_TYPES = {"argv": list, "executable": str, "cwd": str, "dir": str, "stack_depth": int,
+              "budget": dict, "group": str, "on_exceed": str, "start_monotonic_ns": int,
+              "start_time": (int, float), "returncode": int, "exit_status": int,
+              "end_monotonic_ns": int, "end_time": (int, float), "budget_aborted": bool,
+              "sampler": dict, "ledger_final": dict, "pid": int}
+
+
+def _valid_run(obj) -> tuple[dict, list[str]]:
+    """run.json checked like a trace: a JSON object whose known keys have their types; what
+    does not fit is dropped and said."""
+    if not isinstance(obj, dict):
+        return {}, ["run.json is not a JSON object (%s); its figures are ignored"
+                    % type(obj).__name__]
+    bad = [k for k, t in _RUN_TYPES.items()
+           if obj.get(k) is not None and (not isinstance(obj[k], t) or
+                                          (t is int and isinstance(obj[k], bool)))]
+    if isinstance(obj.get("argv"), list) and not all(isinstance(a, str) for a in obj["argv"]):
+        bad.append("argv")
+    return {k: v for k, v in obj.items() if k not in bad}, (
+        ["run.json: ignored malformed %s" % ", ".join(sorted(set(bad)))] if bad else [])
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -376,8 +435,9 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
     rp = path / "run.json"
     if rp.exists():
         try:
-            run = json.loads(rp.read_text())
-        except ValueError as e:
+            run, why = _valid_run(json.loads(rp.read_text()))
+            errors += why
+        except (ValueError, OSError) as e:
             errors.append("run.json unreadable: %s" % e)
     if not traces and not errors:
         raise TraceError("%s holds no trace files (*.ctrace)" % path)

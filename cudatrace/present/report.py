@@ -11,6 +11,7 @@ import click
 
 from ..analyze.analysis import CONTEXT_FRAMES, Analysis, ReportError, build_report, parse_moment
 from ..analyze.sites import SFrame, folded
+from ..units import printable, shell_quote
 from .plot import write_svg
 from .text import percent, plural, secs_text, size_text, table
 
@@ -69,7 +70,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
     w = L.append
     w("cudatrace report: %s" % r["path"])
     if r["command"]:
-        w("  command     %s" % " ".join(r["command"]))
+        w("  command     %s" % shell_quote(r["command"]))
     procs = r["processes"]
     w("  processes   %d traced%s" % (len(procs), ", %d truncated" % len(r["truncated_files"])
                                      if r["truncated_files"] else ""))
@@ -80,7 +81,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
                 " (exit status not recorded)"
         else:
             st += " (no clean exit record: killed, crashed or still running)"
-        w("    pid %-7d ppid %-7d %-24s %s  [%s]" % (p["pid"], p["ppid"], os.path.basename(p["exe"]) or "?",
+        w("    pid %-7d ppid %-7d %-24s %s  [%s]" % (p["pid"], p["ppid"], printable(os.path.basename(p["exe"])) or "?",
                                                       st, p["file"]))
     v = r["versions"]
     parts = ["%s frames per event" % "/".join(str(d) for d in v["stack_depth"])]
@@ -93,7 +94,10 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
     w("  trace       %s" % "; ".join(parts))
     b = r["budget"]
     if b:
-        lim = _limits_text(b["limits"]) or "spec %s" % b.get("spec")
+        spec = b.get("spec")
+        if isinstance(spec, dict):          # run.json's budget record: its spec, if any
+            spec = spec.get("spec")
+        lim = _limits_text(b["limits"]) or ("spec %s" % spec if spec else "no limit set")
         w("  budget      %s (over budget: %s%s%s)" % (lim, b.get("on_exceed") or "?",
                                                     "; group %s" % b["group"] if b.get("group") else "",
                                                     "; the run was aborted" if b.get("aborted") else ""))
@@ -211,7 +215,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
         rows = [["pid", "ppid", "exe", "allocs", "peak", "at %s" % at["kind"], "at exit", "failed",
                  "denied", "status"]]
         for p in procs:
-            rows.append([str(p["pid"]), str(p["ppid"]), os.path.basename(p["exe"]) or "?",
+            rows.append([str(p["pid"]), str(p["ppid"]), printable(os.path.basename(p["exe"])) or "?",
                          str(p["allocs"]), size_text(p["peak_bytes"]), size_text(p["at_bytes"]), size_text(p["end_bytes"]),
                          str(p["failed"]), str(p["denied"]), p["status"]])
         L.extend(table(rows, {0, 1, 3, 4, 5, 6, 7, 8}))
@@ -259,7 +263,8 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
             w("  - %s" % x)
     while L and not L[-1]:
         L.pop()
-    return "\n".join(L) + "\n"
+    # whatever a trace held (argv, paths, names) reaches the terminal escaped
+    return "\n".join(printable(x) for x in L) + "\n"
 
 
 def _render_observed(r: dict, w) -> None:
@@ -334,15 +339,16 @@ def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cu
     out = out or sys.stdout
     try:
         parse_moment(at)
+    except ValueError as e:
+        click.echo("cudatrace: --at %s" % e, err=True)
+        return 2
+    try:
         a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
                      progress=not as_json and _tty())
         r = build_report(a, at=at, by=by, depth=depth, top=top, device=device)
     except ReportError as e:
         click.echo(str(e), err=True)
         return e.status
-    except ValueError as e:
-        click.echo("cudatrace: --at %s" % e, err=True)
-        return 2
     if svg:
         try:
             write_svg(a, svg, device=device, report=r)

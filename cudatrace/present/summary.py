@@ -6,13 +6,15 @@ import os
 from pathlib import Path
 
 from ..analyze.analysis import Analysis
-from ..units import format_bytes
+from ..units import format_bytes, printable
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
     a = Analysis(out_dir)
     td, m = a.td, a.model
-    w = stream.write
+
+    def w(text: str) -> None:         # a trace's names reach the terminal escaped
+        stream.write("\n".join(printable(x) for x in text.split("\n")))
     active = [i for i, p in enumerate(m.procs) if p.get("events")]
     truncated = [t for t in td.traces if not t.complete]
     w("cudatrace: command exited with status %d; trace in %s\n" % (status, out_dir))

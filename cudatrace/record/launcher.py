@@ -21,6 +21,7 @@ from pathlib import Path
 
 from .. import __version__, native
 from ..procfs import tree_pids
+from ..units import shell_quote
 from .files import write_json
 from .sampler import Sampler
 
@@ -312,20 +313,6 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path, created: bool) -> t
     if sampler.error and not opts.quiet:
         sys.stderr.write("cudatrace: samples stopped: %s\n" % sampler.error)
     return status, out
-
-
-def shell_quote(argv: list[str]) -> str:
-    """argv as one line a shell would read back; control characters shown escaped."""
-    import shlex
-    return " ".join(shlex.quote(printable(a)) for a in argv)
-
-
-def printable(text: str) -> str:
-    """text with control characters (a trace's argv or exe may hold any) escaped."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
 
 
 def _budget_abort(opts: RunOptions, ledger) -> bool:
