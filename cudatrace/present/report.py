@@ -52,6 +52,17 @@ def _limits_text(limits: dict) -> str:
     return ", ".join(parts)
 
 
+def _requests_text(f: dict) -> str:
+    """'2 x 40.00 MiB requested', or '3 requested (1.00 MiB .. 4.00 MiB, 6.00 MiB in all)':
+    bytes is the site's total, never one request's size."""
+    z = f.get("sizes") or {}
+    if f["count"] == 1 or (z and z.get("min") == z.get("max")):
+        each = z.get("min") if z else f["bytes"] // max(1, f["count"])
+        return "%d x %s requested" % (f["count"], size_text(each))
+    return "%d requested (%s .. %s, %s in all)" % (f["count"], size_text(z.get("min")),
+                                                    size_text(z.get("max")), size_text(f["bytes"]))
+
+
 def _trim_context(frames: list[dict]) -> list[dict]:
     """Frames up to main (what lies beyond it is the C runtime starting the program)."""
     for i, f in enumerate(frames):
@@ -196,16 +207,14 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
         w("Failed allocations: %d" % sum(f["count"] for f in r["failed"]))
         for f in r["failed"]:
             errs = ", ".join("%s x%d" % (e["name"], e["count"]) for e in f["errors"])
-            z = f["sizes"]
-            w("  %d x %s requested (%s .. %s), first at %s: %s" % (
-                f["count"], size_text(f["bytes"]), size_text(z.get("min")), size_text(z.get("max")), secs_text(f["first_time"]), errs))
+            w("  %s, first at %s: %s" % (_requests_text(f), secs_text(f["first_time"]), errs))
             w("      at %s via %s" % (f["label"], ", ".join(f["api"])))
         w("")
     if r["denied"]:
         w("Budget denials: %d" % sum(d["count"] for d in r["denied"]))
         for d in r["denied"]:
-            w("  %d x %s requested, first at %s (last: in use %s of a %s budget)" % (
-                d["count"], size_text(d["bytes"]), secs_text(d["first_time"]), size_text(d["in_use"]), size_text(d["limit"])))
+            w("  %s, first at %s (last: in use %s of a %s budget)" % (
+                _requests_text(d), secs_text(d["first_time"]), size_text(d["in_use"]), size_text(d["limit"])))
             w("      at %s via %s" % (d["label"], ", ".join(d["api"])))
         w("")
 

@@ -149,10 +149,56 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
 
 static inline void ct_leave(void) { tls_depth--; }
 
+/* Budget lines are rate-limited per call site: the first DENY_LINES of a site are printed, then
+ * one line at its 10th, 100th, 1000th ... denial with the count (a loop retrying a denied
+ * allocation would otherwise print one line per try). Lock-free: a small open-addressed table of
+ * sites; a site that finds the table full is counted with the others in slot 0's overflow. */
+#define DENY_LINES 3
+#define DENY_SITES 64
+static struct {
+    uintptr_t ip;
+    uint64_t n;
+} deny_sites[DENY_SITES];
+
+/* 0: stay silent; 1: print the line; 2: print it with the count (n) */
+static int deny_rate(uintptr_t ip, uint64_t *n)
+{
+    uintptr_t key = ip ? ip : 1;
+    for (unsigned i = 0; i < DENY_SITES; i++) {
+        unsigned k = (unsigned)((key >> 4) + i) % DENY_SITES;
+        uintptr_t cur = __atomic_load_n(&deny_sites[k].ip, __ATOMIC_ACQUIRE);
+        if (cur == 0) {
+            uintptr_t zero = 0;
+            if (__atomic_compare_exchange_n(&deny_sites[k].ip, &zero, key, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                cur = key;
+            else
+                cur = zero;
+        }
+        if (cur != key)
+            continue;
+        *n = __atomic_add_fetch(&deny_sites[k].n, 1, __ATOMIC_RELAXED);
+        if (*n <= DENY_LINES)
+            return 1;
+        for (uint64_t p = 10; p && p <= *n; p *= 10)
+            if (p == *n)
+                return 2;
+        return 0;
+    }
+    *n = 0;
+    return 1;
+}
+
 static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, const char *verdict)
 {
     char line[1400], num[48], site[600];
     uintptr_t ip = ct_stack_first_user_frame();
+    uint64_t count = 0;
+    int how = deny_rate(ip, &count);
+    if (ct_cfg.quiet && ct_cfg.on_exceed != CT_EXCEED_ABORT)
+        return;
+    if (how == 0 && ct_cfg.on_exceed != CT_EXCEED_ABORT)
+        return;
     if (ip)
         ct_describe_address(ip, site, sizeof site);
     else
@@ -180,6 +226,15 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     l += ct_strlcpy(line + l, site, sizeof line - l);
     l += ct_strlcpy(line + l, "; ", sizeof line - l);
     l += ct_strlcpy(line + l, verdict, sizeof line - l);
+    if (how == 2 || (how == 1 && count == DENY_LINES)) {
+        l += ct_strlcpy(line + l, " [", sizeof line - l);
+        ct_fmt_u64(num, count);
+        l += ct_strlcpy(line + l, num, sizeof line - l);
+        l += ct_strlcpy(line + l,
+                        how == 2 ? " at this site so far; lines for it are rate-limited]"
+                                 : " at this site; further lines only at its 10th, 100th, ...]",
+                        sizeof line - l);
+    }
     if (l > sizeof line - 2)
         l = sizeof line - 2;
     line[l++] = '\n';
@@ -490,6 +545,7 @@ static void atfork_parent(void)
 static void atfork_child(void)
 {
     ct_tls_tid = 0;
+    memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
     ct_stacks_reset();
     ct_modules_reset();

@@ -82,3 +82,18 @@ def test_status_errors_use_the_common_prefix_and_status(tmp_path, monkeypatch):
     assert r.exit_code == 2
     assert r.output.startswith("cudatrace: no budget group 'nosuch'"), r.output
     assert "Error:" not in r.output
+
+
+def test_denial_and_failure_lines_state_each_request_size(tmp_path):
+    d = tmp_path / "s"
+    d.mkdir()
+    w = tg.TraceWriter(d / "7.0.ctrace", pid=7)
+    s = w.stack([0x401000])
+    for i in range(2):
+        w.deny(w.start_ns + 1000 + i, 40 << 20, limit=64 << 20, in_use=32 << 20, stack=s)
+        w.alloc(w.start_ns + 2000 + i, 40 << 20, 0, result=2, stack=s)
+    w.close()
+    rc, text = report(d)
+    assert rc == 0
+    assert "2 x 40.00 MiB requested" in text or "2 x 40.0 MiB requested" in text, text
+    assert "80.0" not in text, text
