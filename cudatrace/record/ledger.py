@@ -57,7 +57,7 @@ def ledger_dir(create: bool = False) -> Path:
 
 
 def valid_group(name: str) -> bool:
-    """Group names are [A-Za-z0-9_.-]{1,64}."""
+    """Group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' (hidden from status)."""
     if not isinstance(name, str):
         return False
     ffi, lib = _tools()
@@ -71,7 +71,8 @@ def valid_group(name: str) -> bool:
 def group_path(group: str, create_dir: bool = False) -> Path:
     """<ledger dir>/<group>.ledger (the directory is made with create_dir)."""
     if not valid_group(group):
-        raise LedgerError("invalid budget group name %r: use 1 to 64 of A-Z a-z 0-9 _ . -" % (group,))
+        raise LedgerError("invalid budget group name %r: use 1 to 64 of A-Z a-z 0-9 _ . -, not "
+                          "starting with '.'" % (group,))
     ffi, lib = _tools()
     buf = ffi.new("char[]", _PATHLEN)
     err = ffi.new("char[]", _ERRLEN)

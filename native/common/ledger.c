@@ -936,7 +936,8 @@ void ct_ledger_close(struct ct_ledger *l)
 
 int32_t ct_ledger_valid_group(const char *g)
 {
-    if (!g)
+    /* not starting with '.': such a ledger would be hidden from `cudatrace status` */
+    if (!g || g[0] == '.')
         return 0;
     size_t n = 0;
     for (; g[n]; n++) {
@@ -1065,7 +1066,9 @@ int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t
         return CT_LEDGER_EINVAL;
     buf[0] = 0;
     if (!ct_ledger_valid_group(group)) {
-        set_err(err, errlen, "invalid budget group name '%.80s': use 1 to %d of A-Z a-z 0-9 _ . -",
+        set_err(err, errlen,
+                "invalid budget group name '%.80s': use 1 to %d of A-Z a-z 0-9 _ . -, not "
+                "starting with '.'",
                 group ? group : "", CT_LEDGER_GROUP_MAX);
         return CT_LEDGER_EINVAL;
     }

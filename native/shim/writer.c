@@ -70,8 +70,8 @@ static void stop_writing(int err)
     if (!ct_cfg.quiet) {
         char num[24];
         ct_fmt_u64(num, (uint64_t)getpid());
-        ct_log("pid ", num, ": trace stopped, the program goes on untraced: ",
-               strerror(stop_errno));
+        ct_log("pid ", num,
+               ": trace stopped, the program goes on untraced: ", strerror(stop_errno));
     }
 }
 

@@ -257,7 +257,7 @@ def test_default_ledger_dir(monkeypatch):
 
 
 @pytest.mark.parametrize("name,ok", [
-    ("train", True), ("a", True), ("A-b_c.9", True), ("x" * 64, True), ("..", True),
+    ("train", True), ("a", True), ("A-b_c.9", True), ("x" * 64, True), ("..", False), (".hidden", False), ("a.b", True),
     ("", False), ("x" * 65, False), ("a/b", False), ("a b", False), ("é", False), ("a\0b", False),
     ("@run-1", False), ("a:b", False),
 ])
