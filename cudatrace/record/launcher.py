@@ -189,7 +189,21 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         raise
 
 
+# The preload library keeps the trace directory and the ledger path in fixed buffers (no malloc
+# inside the target): util.h ct_config.dir[1024], writer.c's path[1200] with "/<pid>.<n>.ctrace".
+MAX_SHIM_PATH = 1000
+
+
+def _check_shim_path(what: str, p: Path) -> None:
+    n = len(os.fsencode(str(p)))
+    if n > MAX_SHIM_PATH:
+        raise LaunchError("cudatrace: the %s %s... is %d bytes long; the preload library holds "
+                          "paths up to %d bytes: choose a shorter one" % (
+                              what, str(p)[:60], n, MAX_SHIM_PATH), 2)
+
+
 def _run(opts: RunOptions, path: str, shim: Path, out: Path, created: bool) -> tuple[int, Path]:
+    _check_shim_path("trace directory", out)
     env = dict(os.environ)
     env.update(opts.extra_env)
     env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
@@ -213,6 +227,11 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path, created: bool) -> t
                 notify=lambda msg: sys.stderr.write("cudatrace: %s\n" % msg))
         except (budget_mod.BudgetError, LedgerError) as e:
             raise LaunchError(f"cudatrace: budget: {e}", 2) from None
+        try:
+            _check_shim_path("ledger path", ledger.path)
+        except LaunchError:
+            ledger.finish()
+            raise
         env["CUDATRACE_LEDGER"] = str(ledger.path)
         if budget_info.get("note"):
             # the one note that changes what the run may use: printed even with -q

@@ -200,3 +200,15 @@ def test_killed_launcher_takes_the_command_with_it(ct, sim, tmp_path):
     assert td.traces and not td.errors
     assert td.traces[0].complete          # SIGTERM: the command ended cleanly, END written
 
+
+
+# ---- #14: output paths longer than the shim holds -----------------------------------------------
+
+def test_output_path_too_long_for_the_shim_is_refused(ct, sim, tmp_path):
+    deep = tmp_path
+    while len(str(deep)) < 1150:
+        deep = deep / ("d" * 200)
+    r = ct.run([sim.progs["route_link"]], out=deep)
+    no_traceback(r)
+    assert r.returncode == 2, r.stderr
+    assert "shorter" in r.stderr
