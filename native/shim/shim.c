@@ -542,8 +542,13 @@ static void atfork_parent(void)
     ct_stacks_atfork_parent();
 }
 
+/* the process the shim's state belongs to: a vfork child shares that memory (and so the trace
+ * and the ledger handle) but not the pid, and must touch neither */
+static int ct_pid;
+
 static void atfork_child(void)
 {
+    ct_pid = getpid();
     ct_tls_tid = 0;
     memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
@@ -569,6 +574,7 @@ static void init_once(void)
     }
     ct_writer_set_preamble(write_preamble);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    ct_pid = getpid();
     ct_cfg.active = 1;
     if (ct_cfg.eager)
         ct_writer_open_now();
@@ -583,3 +589,23 @@ __attribute__((destructor)) static void ct_destructor(void)
     ct_writer_close(exit_status);
     ct_budget_leave();
 }
+
+/* _exit (and _Exit) skip on_exit handlers and destructors: dash ends every `sh -c` with it. Close
+ * the trace with the status, so the process reads as exited, not as killed, then end the process
+ * as _exit does. Not in a vfork child (posix_spawn's failed exec): the trace is its parent's. */
+static void __attribute__((noreturn)) exit_group_now(int status)
+{
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+CT_EXPORT void _exit(int status)
+{
+    if (ct_cfg.active && ct_pid == getpid()) {
+        ct_writer_close(status & 0xff);
+        ct_budget_leave();
+    }
+    exit_group_now(status);
+}
+
+CT_EXPORT void _Exit(int status) { _exit(status); }

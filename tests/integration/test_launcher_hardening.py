@@ -212,3 +212,16 @@ def test_output_path_too_long_for_the_shim_is_refused(ct, sim, tmp_path):
     no_traceback(r)
     assert r.returncode == 2, r.stderr
     assert "shorter" in r.stderr
+
+
+# ---- #16: processes that end with _exit ------------------------------------------------------------
+
+def test_exit_by_underscore_exit_is_not_called_a_crash(ct, sim, tmp_path):
+    # dash ends `sh -c` with _exit; the shim notes it, so the file is complete with its status
+    r = ct.run(["/bin/sh", "-c", '"$0" 0; exit 3', sim.progs["route_link"]])
+    assert r.returncode == 3, r.stderr
+    td = read_dir(r.out)
+    sh = [t for t in td.traces if t.exe.endswith("dash") or t.exe.endswith("sh")]
+    assert sh, [t.exe for t in td.traces]
+    assert sh[0].complete and sh[0].end.exit_code == 3, sh[0].describe()
+    assert "without a clean exit record" not in r.stderr, r.stderr
