@@ -97,3 +97,21 @@ def test_denial_and_failure_lines_state_each_request_size(tmp_path):
     assert rc == 0
     assert "2 x 40.00 MiB requested" in text or "2 x 40.0 MiB requested" in text, text
     assert "80.0" not in text, text
+
+
+@pytest.mark.parametrize("backend", ["c", "python"])
+def test_release_of_an_imported_vmm_handle_is_not_an_unmatched_free(tmp_path, backend):
+    from cudatrace.analyze.trace import read_dir
+    from support.replay_oracle import build_with
+
+    d = tmp_path / "s"
+    d.mkdir()
+    w = tg.TraceWriter(d / "7.0.ctrace", pid=7)
+    w.event(w.start_ns + 1000, "cuMemImportFromShareableHandle", size=2 << 20, addr=0x55)
+    w.event(w.start_ns + 2000, "cuMemRelease", addr=0x55)
+    w.close()
+    m = build_with(read_dir(d), backend)
+    assert m.counts["unmatched_frees"] == 0 and m.counts["unimports"] == 1
+    if backend == "c":
+        rc, text = report(d)
+        assert "matched no traced allocation" not in text
