@@ -801,7 +801,7 @@ static void *map_existing(const char *path, int *again, char *err, uint64_t errl
     }
     uid_t me = geteuid();
     const char *why = NULL;
-    char whybuf[160];
+    char whybuf[PATH_MAX + 200];
     if (!S_ISREG(sb.st_mode)) {
         why = "is not a regular file";
     } else if (sb.st_uid != me) {
@@ -848,6 +848,17 @@ static void *map_existing(const char *path, int *again, char *err, uint64_t errl
     } else if (h->header_size != CT_LEDGER_HEADER_SIZE || h->member_size != CT_LEDGER_MEMBER_SIZE ||
                h->max_devices != CT_LEDGER_MAX_DEVICES || h->max_members != CT_LEDGER_MAX_MEMBERS) {
         why = "has an incompatible layout";
+    } else if ((LD(&h->on_exceed) != CT_LEDGER_DENY && LD(&h->on_exceed) != CT_LEDGER_WARN) ||
+               (LD(&h->flags) & ~(uint32_t)CT_LEDGER_F_COUNT_HOST) ||
+               LD(&h->members_hwm) > CT_LEDGER_MAX_MEMBERS ||
+               memchr(h->group, 0, sizeof h->group) == NULL) {
+        /* checked before anything is written: a damaged file is never half-updated */
+        snprintf(whybuf, sizeof whybuf,
+                 "is damaged (on_exceed %u, flags 0x%x, members %u); delete it (rm %s) once no "
+                 "run uses it, and start again",
+                 (unsigned)LD(&h->on_exceed), (unsigned)LD(&h->flags),
+                 (unsigned)LD(&h->members_hwm), path);
+        why = whybuf;
     }
     if (why) {
         set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, why);

@@ -13,3 +13,30 @@ def test_dot_group_refused(ct, sim, tmp_path):
     assert r.returncode == 2, r.stderr
     assert "invalid budget group name" in r.stderr and "'.'" in r.stderr
     assert not list(d.iterdir())
+
+
+def test_ledger_with_garbage_fields_refused_before_any_write(ct, sim, tmp_path):
+    """Issue 11 #17: valid magic, garbage fields: refused, unchanged, and the message says
+    which file to delete."""
+    from cudatrace.record.ledger import Ledger, group_path
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env()
+    env["CUDATRACE_LEDGER_DIR"] = str(d)
+    import os
+
+    os.environ["CUDATRACE_LEDGER_DIR"] = str(d)
+    try:
+        p = group_path("g", create_dir=True)
+        Ledger.create(p, {0: 1 << 30}, group="g").close()
+    finally:
+        del os.environ["CUDATRACE_LEDGER_DIR"]
+    b = bytearray(p.read_bytes())
+    b[28:36] = b"\xff" * 8            # on_exceed and flags
+    p.write_bytes(bytes(b))
+    before = p.read_bytes()
+    r = ct.run([sim.progs["route_link"]], "--group", "g", "--budget", "2GiB", env=env)
+    assert r.returncode == 2, r.stderr
+    assert "damaged" in r.stderr and "rm %s" % p in r.stderr, r.stderr
+    assert p.read_bytes() == before
