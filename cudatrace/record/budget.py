@@ -23,9 +23,11 @@ from fractions import Fraction
 
 from .. import units
 from ..nvml import Nvml
+from ..procfs import meminfo
 from ..units import NUMBER, UnitError, positive_number
 from . import ledger as ledger_mod
 
+NVML_ERROR_NOT_SUPPORTED = 3
 MAX_DEVICES = 16  # CT_LEDGER_MAX_DEVICES in shim/layout.h (tests check they agree)
 
 FORMS_HELP = (
@@ -204,10 +206,20 @@ def device_memory() -> tuple[dict[int, int], dict[int, int]]:
         raise BudgetError("a share (%%) of device memory needs NVML to read it, and %s; give the "
                           "budget as a size" % (nv.why or "NVML is unavailable"), forms=False)
     try:
-        rows = {r["index"]: r for r in nv.memory() if "total" in r}
+        mem = nv.memory()
+        rows = {r["index"]: r for r in mem if "total" in r}
         n = max([i for i, _ in nv.handles], default=-1) + 1
     finally:
         nv.shutdown()
+    # An integrated device (Jetson/Tegra, the unified-memory platforms) has no memory of its own:
+    # NVML answers NOT_SUPPORTED, and the device uses the system's DRAM, which is what CUDA's
+    # cuMemGetInfo reports there. Shares are then of /proc/meminfo's MemTotal / MemAvailable.
+    unified = [r["index"] for r in mem if r.get("error") == NVML_ERROR_NOT_SUPPORTED]
+    if unified:
+        total, avail = meminfo("MemTotal"), meminfo("MemAvailable")
+        if total:
+            for i in unified:
+                rows[i] = {"index": i, "total": total, "free": avail if avail else total}
     totals, frees = {}, {}
     for ordinal, idx in enumerate(visible_ordinals(n, os.environ.get("CUDA_VISIBLE_DEVICES"))):
         if ordinal >= MAX_DEVICES:

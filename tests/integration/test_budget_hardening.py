@@ -1,4 +1,4 @@
-"""Issue 11 #13: a group whose name starts with '.' would be hidden from `cudatrace status`:
+"""Issue 11 #13 #17 #18: group names, damaged ledgers, shares on integrated devices.
 refused."""
 
 from __future__ import annotations
@@ -40,3 +40,20 @@ def test_ledger_with_garbage_fields_refused_before_any_write(ct, sim, tmp_path):
     assert r.returncode == 2, r.stderr
     assert "damaged" in r.stderr and "rm %s" % p in r.stderr, r.stderr
     assert p.read_bytes() == before
+
+
+def test_share_budget_on_an_integrated_device(ct, sim, tmp_path):
+    """Issue 11 #18: --budget 60% on a unified-memory device (NVML: NOT_SUPPORTED), the README's
+    headline platform: a share of the system memory the device uses."""
+    import json
+
+    from cudatrace.procfs import meminfo
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env(integrated=1)
+    env["CUDATRACE_LEDGER_DIR"] = str(d)
+    r = ct.run([sim.progs["route_link"]], "--budget", "60%", env=env)
+    assert r.returncode == 0, r.stderr
+    lim = json.loads((r.out / "run.json").read_text())["budget"]["limits"]["0"]
+    assert abs(lim - 0.6 * meminfo("MemTotal")) < 1 << 20
