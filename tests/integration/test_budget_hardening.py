@@ -1,5 +1,4 @@
-"""Issue 11 #13 #17 #18: group names, damaged ledgers, shares on integrated devices.
-refused."""
+"""Issue 11 #13 #17 #18: group names, damaged ledgers, shares on integrated devices."""
 
 from __future__ import annotations
 
