@@ -57,7 +57,13 @@ BUDGET_HELP = (
     type=click.IntRange(0, 256),
     help="Native frames kept per event; 0 disables stacks.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing of cudatrace's own.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print nothing of cudatrace's own (errors, and a note that changes the budget, "
+    "excepted).",
+)
 @click.option("--force", is_flag=True, help="Replace a previous trace in the output directory.")
 @click.option("--budget", metavar="SPEC", help=BUDGET_HELP)
 @click.option(
@@ -86,9 +92,25 @@ BUDGET_HELP = (
     is_flag=True,
     help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
 )
+@click.option(
+    "--outlive-launcher",
+    is_flag=True,
+    help="Let CMD run on if cudatrace itself is killed (by default the kernel sends CMD "
+    "SIGTERM then).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
-    out_dir, stack_depth, quiet, force, budget, group, on_exceed, count_host, no_virtualize, cmd
+    out_dir,
+    stack_depth,
+    quiet,
+    force,
+    budget,
+    group,
+    on_exceed,
+    count_host,
+    no_virtualize,
+    outlive_launcher,
+    cmd,
 ):
     """Run CMD with every device-memory allocation and free traced.
 
@@ -118,6 +140,7 @@ def run(
         on_exceed=on_exceed,
         count_host=count_host,
         virtualize=not no_virtualize,
+        outlive_launcher=outlive_launcher,
     )
     try:
         status, out = launch(opts)

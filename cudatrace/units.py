@@ -28,7 +28,7 @@ SIZE_UNITS = {
 NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
 _SIZE_RE = re.compile(r"^\s*(" + NUMBER + r")\s*([A-Za-z]*)\s*$")
 _TIME_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|m|min)?\s*$")
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 60.0}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
 
 
 class UnitError(ValueError):
@@ -90,8 +90,12 @@ def parse_size(text: str) -> int:
 
 
 def parse_time(text: str) -> float:
-    """'2.5s', '2.5', '1500ms', '1m' -> seconds. Raises UnitError."""
+    """'2.5s', '2.5', '1500ms', '1min' -> seconds. Raises UnitError. ('1m' is refused: in a
+    size it means MiB, so as a time it would be read both ways.)"""
     m = _TIME_RE.match(text or "")
+    if m and m.group(2) == "m":
+        raise UnitError(f"{text!r} is ambiguous (m means MiB in sizes): write "
+                        f"{m.group(1)}min or a number of seconds")
     if not m:
         raise UnitError(f"{text!r} is not a time (2.5s, 2.5, 1500ms)")
     return float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]

@@ -215,7 +215,9 @@ def parse_moment(spec: str) -> str | float:
         return s
     try:
         return parse_time(spec)
-    except UnitError:
+    except UnitError as e:
+        if "ambiguous" in str(e):
+            raise ValueError(str(e)) from None
         raise ValueError(f"{spec!r} is not peak, end or a time (2.5s, 2.5, 1500ms)") from None
 
 

@@ -156,7 +156,8 @@ static int open_file(void)
         ct_fmt_u64(num, n);
         l += ct_strlcpy(path + l, num, sizeof path - l);
         ct_strlcpy(path + l, ".ctrace", sizeof path - l);
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  (mode_t)ct_cfg.file_mode);
         if (fd >= 0) {
             if (grow(0) != 0) {
                 /* no room for a chunk: keep a header-only file that says so, if even that

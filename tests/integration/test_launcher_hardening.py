@@ -225,3 +225,51 @@ def test_exit_by_underscore_exit_is_not_called_a_crash(ct, sim, tmp_path):
     assert sh, [t.exe for t in td.traces]
     assert sh[0].complete and sh[0].end.exit_code == 3, sh[0].describe()
     assert "without a clean exit record" not in r.stderr, r.stderr
+
+
+# ---- rough edge: traces and run.json hold argv and cwd: private unless asked ----------------------
+
+def test_trace_files_are_private_unless_asked(ct, sim, tmp_path):
+    r = ct.run([sim.progs["route_link"]])
+    assert r.returncode == 0, r.stderr
+    for p in list(r.out.glob("*.ctrace")) + [r.out / "run.json", r.out / "samples.jsonl"]:
+        assert p.stat().st_mode & 0o777 == 0o600, (p, oct(p.stat().st_mode))
+    env = ct.env()
+    env["CUDATRACE_FILE_MODE"] = "0644"
+    r = ct.run([sim.progs["route_link"]], env=env)
+    for p in list(r.out.glob("*.ctrace")) + [r.out / "run.json"]:
+        assert p.stat().st_mode & 0o777 == 0o644 & ~_umask(), p
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_outlive_launcher_when_asked(ct, sim, tmp_path):
+    hold = sim.progs["hold"]
+    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", tmp_path / "t",
+                          "--outlive-launcher", "--", hold, "--exit-after-ms", "3000", "1", "1m"],
+                         env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    child = None
+    for _ in range(400):
+        try:
+            kids = open("/proc/%d/task/%d/children" % (p.pid, p.pid)).read().split()
+            child = int(kids[0]) if kids else None
+        except OSError:
+            pass
+        if child:
+            break
+        time.sleep(0.025)
+    assert child
+    time.sleep(0.3)
+    p.kill()
+    p.wait()
+    time.sleep(0.5)
+    alive = os.path.exists("/proc/%d" % child) and \
+        open("/proc/%d/stat" % child).read().split(")")[-1].split()[0] != "Z"
+    if alive:
+        os.kill(child, signal.SIGKILL)
+    assert alive
