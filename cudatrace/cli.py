@@ -259,15 +259,31 @@ def diff(a, b, top, depth, as_json):
 @main.command()
 @click.argument("group", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def status(group, as_json):
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Remove GROUP's ledger (budget, peaks, denials) so its next run starts afresh; "
+    "refused while a member is alive.",
+)
+def status(group, as_json, reset):
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
     --budget` trees). Reads the ledgers through the same C code the preload library uses.
     """
     from .present.status import render_status
-    from .record.ledger import LedgerError, status_json
+    from .record.ledger import LedgerError, reset_group, status_json
 
+    if reset:
+        if not group:
+            click.echo("cudatrace: status --reset needs a GROUP", err=True)
+            sys.exit(2)
+        try:
+            click.echo(f"cudatrace: removed {reset_group(group)}")
+        except LedgerError as e:
+            click.echo(f"cudatrace: {e}", err=True)
+            sys.exit(2)
+        return
     try:
         st = status_json(group)
     except LedgerError as e:  # the same prefix and status as every other command's errors

@@ -327,6 +327,24 @@ def status_json(group: str | None = None, path=None) -> dict:
     return out
 
 
+def reset_group(group: str) -> Path:
+    """`cudatrace status --reset GROUP`: remove a group's ledger (its budget, peaks and denial
+    counts) so the next run starts it afresh. Refused while a member process is alive: the
+    ledger is what holds them to the budget. Returns the path removed."""
+    p = _target(group, None)[0]
+    with _GroupLock(p):
+        with Ledger.open(p) as led:
+            busy = _live_members(led)
+        if busy:
+            raise LedgerError("%s is in use by pids %s; not reset (end them first)" % (
+                display_name(p), ", ".join(str(m["pid"]) for m in busy)))
+        try:
+            os.unlink(p)
+        except OSError as e:
+            raise LedgerError("cannot remove %s: %s" % (p, e.strerror)) from None
+    return p
+
+
 # ---- `cudatrace run`: the ledger of a run ------------------------------------------------------
 
 class RunLedger:

@@ -56,3 +56,32 @@ def test_share_budget_on_an_integrated_device(ct, sim, tmp_path):
     assert r.returncode == 0, r.stderr
     lim = json.loads((r.out / "run.json").read_text())["budget"]["limits"]["0"]
     assert abs(lim - 0.6 * meminfo("MemTotal")) < 1 << 20
+
+
+def test_status_reset_is_safe_against_live_members(ct, sim, tmp_path):
+    import subprocess
+    import sys
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env()
+    env["CUDATRACE_LEDGER_DIR"] = str(d)
+    a = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(tmp_path / "a"),
+                          "--group", "g", "--budget", "1GiB", "--",
+                          str(sim.progs["hold"]), "1", "1m"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in a.stdout:
+        if line.strip() == "ready":
+            break
+    try:
+        r = ct.cli("status", "g", "--reset", env=env)
+        assert r.returncode == 2 and "in use by pids" in r.stderr, r.stderr
+        assert (d / "g.ledger").exists()
+    finally:
+        a.terminate()
+        a.communicate(timeout=60)
+    r = ct.cli("status", "g", "--reset", env=env)
+    assert r.returncode == 0, r.stderr
+    assert not (d / "g.ledger").exists()
+    r = ct.cli("status", "g", env=env)
+    assert r.returncode == 2 and r.stderr.startswith("cudatrace: no budget group")
