@@ -260,6 +260,39 @@ def _versions(a: Analysis) -> dict:
     }
 
 
+PLAUSIBLE_MAX = 1 << 50   # 1 PiB: no device holds more; a figure past it is a corrupt field
+
+
+def implausible(a: Analysis) -> list[str]:
+    """Warnings for peaks no device could hold: beyond the device's total (from the traced
+    memory queries or the sampler's NVML figures), or beyond PLAUSIBLE_MAX when no total is
+    known. A flipped bit in an event's size reads as a plausible-looking wrong number."""
+    from ..units import format_bytes
+
+    totals: dict[int, int] = {}
+    for q in a.model.meminfo:
+        real = q.event[AUX2]
+        if q.device >= 0 and 0 < real < PLAUSIBLE_MAX:
+            totals[q.device] = max(totals.get(q.device, 0), real)
+    for smp in a.td.samples():
+        for d in smp.get("devices") or []:
+            t = d.get("total")
+            if isinstance(t, int) and 0 < t < PLAUSIBLE_MAX and d.get("index") is not None:
+                totals.setdefault(int(d["index"]), t)
+    out = []
+    biggest = max(totals.values(), default=None)
+    for dev, (peak, _ts) in sorted(a.model.device_peaks.items()):
+        total = totals.get(dev, biggest)
+        bound = total if total else PLAUSIBLE_MAX
+        if peak > bound:
+            out.append(
+                "implausible: the traced peak on device %d, %s, is more than %s (%s); an event's "
+                "size may be corrupt, so these figures should not be trusted"
+                % (dev, format_bytes(peak), format_bytes(bound),
+                   "the device's total" if total else "any device holds"))
+    return out
+
+
 def lost_json(a: Analysis) -> list[dict]:
     """Processes whose shim stopped writing (a full disk): from when, and why. What they did
     after that moment is not in the trace."""
@@ -443,6 +476,7 @@ def build_report(
         warnings.append(
             "%d malformed line(s) of samples.jsonl were skipped" % a.td.bad_samples
         )
+    warnings.extend(implausible(a))
     lost = lost_json(a)
     if lost:
         warnings.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..analyze.analysis import Analysis
+from ..analyze.analysis import Analysis, implausible
 from ..units import format_bytes, printable
 
 
@@ -42,6 +42,8 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             w(" (%s)" % ", ".join("device %d: %s" % (d, format_bytes(b))
                                    for d, (b, _) in sorted(m.device_peaks.items())))
         w("; live at exit: %s\n" % format_bytes(m.end_bytes))
+        for x in implausible(a):
+            w("  %s\n" % x)
         obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
         near = obs.get("near_peak") or {}
         if obs["samples"] and not obs["overlap"]:

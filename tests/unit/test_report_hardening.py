@@ -115,3 +115,26 @@ def test_release_of_an_imported_vmm_handle_is_not_an_unmatched_free(tmp_path, ba
     if backend == "c":
         rc, text = report(d)
         assert "matched no traced allocation" not in text
+
+
+def test_implausible_peak_is_flagged(tmp_path):
+    d = tmp_path / "s"
+    d.mkdir()
+    w = tg.TraceWriter(d / "7.0.ctrace", pid=7)
+    w.meminfo(w.start_ns + 500, free=15 << 30, total=16 << 30)
+    w.alloc(w.start_ns + 1000, 94 << 40, 0x7000000)        # a corrupt size: 94 TiB
+    w.close()
+    rc, text = report(d)
+    assert rc == 0
+    assert "implausible" in text and "16.0" in text, text
+
+
+def test_plausible_peak_is_not_flagged(tmp_path):
+    d = tmp_path / "s"
+    d.mkdir()
+    w = tg.TraceWriter(d / "7.0.ctrace", pid=7)
+    w.meminfo(w.start_ns + 500, free=15 << 30, total=16 << 30)
+    w.alloc(w.start_ns + 1000, 4 << 30, 0x7000000)
+    w.close()
+    rc, text = report(d)
+    assert rc == 0 and "implausible" not in text
