@@ -7,7 +7,6 @@ trace directory; the command line prints the summary (present/summary.py) after 
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal

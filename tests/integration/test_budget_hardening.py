@@ -32,7 +32,7 @@ def test_ledger_with_garbage_fields_refused_before_any_write(ct, sim, tmp_path):
     finally:
         del os.environ["CUDATRACE_LEDGER_DIR"]
     b = bytearray(p.read_bytes())
-    b[28:36] = b"\xff" * 8            # on_exceed and flags
+    b[28:36] = b"\xff" * 8  # on_exceed and flags
     p.write_bytes(bytes(b))
     before = p.read_bytes()
     r = ct.run([sim.progs["route_link"]], "--group", "g", "--budget", "2GiB", env=env)
@@ -66,10 +66,29 @@ def test_status_reset_is_safe_against_live_members(ct, sim, tmp_path):
     d.mkdir(mode=0o700)
     env = ct.env()
     env["CUDATRACE_LEDGER_DIR"] = str(d)
-    a = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(tmp_path / "a"),
-                          "--group", "g", "--budget", "1GiB", "--",
-                          str(sim.progs["hold"]), "1", "1m"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-q",
+            "-o",
+            str(tmp_path / "a"),
+            "--group",
+            "g",
+            "--budget",
+            "1GiB",
+            "--",
+            str(sim.progs["hold"]),
+            "1",
+            "1m",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in a.stdout:
         if line.strip() == "ready":
             break

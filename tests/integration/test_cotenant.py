@@ -31,9 +31,13 @@ def start(ct, sim, env, out, with_budget):
     opts = ["--group", "gpu0"] + (["--budget", "60%"] if with_budget else [])
     # each service wants 4 x 1 GiB for a while: 8 GiB together, over the 6 GiB budget
     cmd = [sim.progs["hold"], "--exit-after-ms", "1500", "--free", "4", "1g"]
-    return subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", str(out), *opts,
-                             "--", *map(str, cmd)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cudatrace", "run", "-o", str(out), *opts, "--", *map(str, cmd)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 @pytest.mark.parametrize("order", ["a-then-b", "b-then-a", "at-once"])
@@ -51,7 +55,7 @@ def test_readme_cotenant_example(ct, sim, ledger_dir, tmp_path, order):
     res = {k: p.communicate(timeout=120) for k, p in procs.items()}
     for k, (_o, err) in res.items():
         assert "Traceback" not in err, err
-        assert procs[k].returncode in (0, 1), err     # 1: hold saw a denial
+        assert procs[k].returncode in (0, 1), err  # 1: hold saw a denial
     # both ran under the group's one budget, the one `a` asked for
     for k in ("a", "b"):
         run = json.loads((outs[k] / "run.json").read_text())
@@ -75,10 +79,28 @@ def test_budgetless_run_alone_is_refused_clearly(ct, sim, ledger_dir):
 def test_contradicting_budget_is_refused_while_the_group_is_in_use(ct, sim, ledger_dir, tmp_path):
     env = ct.env(total_bytes=TOTAL)
     env["CUDATRACE_LEDGER_DIR"] = str(ledger_dir)
-    a = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", str(tmp_path / "a"),
-                          "--group", "g", "--budget", "6GiB", "--",
-                          str(sim.progs["hold"]), "1", "1g"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-o",
+            str(tmp_path / "a"),
+            "--group",
+            "g",
+            "--budget",
+            "6GiB",
+            "--",
+            str(sim.progs["hold"]),
+            "1",
+            "1g",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in a.stdout:
         if line.strip() == "ready":
             break

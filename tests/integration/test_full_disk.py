@@ -26,8 +26,9 @@ def small_disk(tmp_path):
         pytest.skip("mounting a tmpfs needs root")
     d = tmp_path / "disk"
     d.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(d)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(d)], capture_output=True, text=True
+    )
     if r.returncode != 0:
         pytest.fail("cannot mount a tmpfs as root: %s" % r.stderr)
     try:
@@ -68,8 +69,11 @@ def test_full_disk_mid_run(ct, sim, small_disk, tmp_path):
 
 def test_full_disk_children_listed(ct, sim, small_disk):
     # the first process takes the disk's one 2 MiB chunk; its 3 children cannot grow a file
-    r = ct.run(["sh", "-c", '"$0" --fork-child 2; exit 7', sim.progs["forkexec"]],
-               out=small_disk / "t", timeout=300)
+    r = ct.run(
+        ["sh", "-c", '"$0" --fork-child 2; exit 7', sim.progs["forkexec"]],
+        out=small_disk / "t",
+        timeout=300,
+    )
     assert r.returncode == 7, r.stderr
     assert "Traceback" not in r.stderr
     td = read_dir(r.out)

@@ -21,6 +21,7 @@ def no_traceback(r):
 
 # ---- #5: clear errors, no tracebacks ----------------------------------------------------------
 
+
 def test_script_without_shebang(ct, tmp_path):
     s = tmp_path / "script"
     s.write_text("echo hi\n")
@@ -30,7 +31,7 @@ def test_script_without_shebang(ct, tmp_path):
     no_traceback(r)
     assert r.returncode == 126
     assert "#!" in r.stderr
-    assert not out.exists()          # nothing half-made left behind
+    assert not out.exists()  # nothing half-made left behind
 
 
 def test_seven_byte_elf(ct, tmp_path):
@@ -84,6 +85,7 @@ def test_demo_output_is_a_file(ct, tmp_path):
 
 # ---- #8: planted links --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("force", [False, True])
 def test_planted_links_are_never_followed(ct, sim, tmp_path, force):
     out = tmp_path / "shared"
@@ -96,7 +98,7 @@ def test_planted_links_are_never_followed(ct, sim, tmp_path, force):
     assert not any(v.exists() for v in victims)
     if r.returncode == 0:
         assert not (out / "run.json").is_symlink()
-        assert (out / "run.json").stat().st_mode & 0o077 == 0      # private by default
+        assert (out / "run.json").stat().st_mode & 0o077 == 0  # private by default
 
 
 # ---- #6 #7: signals -------------------------------------------------------------------------------
@@ -136,10 +138,14 @@ def start_trapped(ct, tmp_path, *opts):
     prog = tmp_path / "trap"
     subprocess.run(["cc", "-O1", "-o", prog, src], check=True)
     ready = tmp_path / "ready"
-    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", tmp_path / "t", *opts,
-                          "--", prog, ready], env=ct.env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "cudatrace", "run", "-o", tmp_path / "t", *opts, "--", prog, ready],
+        env=ct.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     for _ in range(400):
         if ready.exists():
             break
@@ -155,6 +161,7 @@ def test_sigusr2_is_forwarded_not_a_budget_abort(ct, tmp_path):
     assert p.returncode == 11, err
     assert "USR2 1" in err
     import json
+
     run = json.loads((tmp_path / "t" / "run.json").read_text())
     assert run["budget_aborted"] is False
 
@@ -162,19 +169,24 @@ def test_sigusr2_is_forwarded_not_a_budget_abort(ct, tmp_path):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_group_signal_reaches_the_command_once(ct, tmp_path, sig):
     p = start_trapped(ct, tmp_path)
-    os.killpg(p.pid, sig)          # the launcher leads its own session and group here
+    os.killpg(p.pid, sig)  # the launcher leads its own session and group here
     out, err = p.communicate(timeout=30)
     assert p.returncode == 11, err
 
 
 # ---- #19: SIGKILL of the launcher -------------------------------------------------------------------
 
+
 def test_killed_launcher_takes_the_command_with_it(ct, sim, tmp_path):
     hold = sim.progs["hold"]
     out = tmp_path / "t"
-    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", out, "--", hold, "1", "1m"],
-                         env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "cudatrace", "run", "-o", out, "--", hold, "1", "1m"],
+        env=ct.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     deadline = time.time() + 30
     child = None
     while time.time() < deadline and child is None:
@@ -189,8 +201,10 @@ def test_killed_launcher_takes_the_command_with_it(ct, sim, tmp_path):
     p.kill()
     p.wait()
     for _ in range(100):
-        if not os.path.exists("/proc/%d" % child) or \
-                open("/proc/%d/stat" % child).read().split(")")[-1].split()[0] == "Z":
+        if (
+            not os.path.exists("/proc/%d" % child)
+            or open("/proc/%d/stat" % child).read().split(")")[-1].split()[0] == "Z"
+        ):
             break
         time.sleep(0.05)
     else:
@@ -198,11 +212,11 @@ def test_killed_launcher_takes_the_command_with_it(ct, sim, tmp_path):
         pytest.fail("the command outlived its killed launcher")
     td = read_dir(out)
     assert td.traces and not td.errors
-    assert td.traces[0].complete          # SIGTERM: the command ended cleanly, END written
-
+    assert td.traces[0].complete  # SIGTERM: the command ended cleanly, END written
 
 
 # ---- #14: output paths longer than the shim holds -----------------------------------------------
+
 
 def test_output_path_too_long_for_the_shim_is_refused(ct, sim, tmp_path):
     deep = tmp_path
@@ -216,6 +230,7 @@ def test_output_path_too_long_for_the_shim_is_refused(ct, sim, tmp_path):
 
 # ---- #16: processes that end with _exit ------------------------------------------------------------
 
+
 def test_exit_by_underscore_exit_is_not_called_a_crash(ct, sim, tmp_path):
     # dash ends `sh -c` with _exit; the shim notes it, so the file is complete with its status
     r = ct.run(["/bin/sh", "-c", '"$0" 0; exit 3', sim.progs["route_link"]])
@@ -228,6 +243,7 @@ def test_exit_by_underscore_exit_is_not_called_a_crash(ct, sim, tmp_path):
 
 
 # ---- rough edge: traces and run.json hold argv and cwd: private unless asked ----------------------
+
 
 def test_trace_files_are_private_unless_asked(ct, sim, tmp_path):
     r = ct.run([sim.progs["route_link"]])
@@ -249,10 +265,27 @@ def _umask() -> int:
 
 def test_outlive_launcher_when_asked(ct, sim, tmp_path):
     hold = sim.progs["hold"]
-    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", tmp_path / "t",
-                          "--outlive-launcher", "--", hold, "--exit-after-ms", "3000", "1", "1m"],
-                         env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-o",
+            tmp_path / "t",
+            "--outlive-launcher",
+            "--",
+            hold,
+            "--exit-after-ms",
+            "3000",
+            "1",
+            "1m",
+        ],
+        env=ct.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     child = None
     for _ in range(400):
         try:
@@ -268,8 +301,10 @@ def test_outlive_launcher_when_asked(ct, sim, tmp_path):
     p.kill()
     p.wait()
     time.sleep(0.5)
-    alive = os.path.exists("/proc/%d" % child) and \
-        open("/proc/%d/stat" % child).read().split(")")[-1].split()[0] != "Z"
+    alive = (
+        os.path.exists("/proc/%d" % child)
+        and open("/proc/%d/stat" % child).read().split(")")[-1].split()[0] != "Z"
+    )
     if alive:
         os.kill(child, signal.SIGKILL)
     assert alive

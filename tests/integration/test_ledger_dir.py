@@ -37,7 +37,7 @@ def squatted():
     squat = Path("/dev/shm/cudatrace-%d" % UID)
     if squat.exists() or squat.is_symlink():
         pytest.skip("%s exists already" % squat)
-    squat.mkdir(mode=0o700)               # owned by root: "another user"
+    squat.mkdir(mode=0o700)  # owned by root: "another user"
     base = Path(tempfile.mkdtemp(prefix="ctxdg-"))
     base.chmod(0o755)
     xdg = base / "run"
@@ -54,17 +54,31 @@ def test_squatted_shm_dir_falls_back_to_xdg_runtime_dir(squatted):
     env = {k: v for k, v in os.environ.items() if k != "CUDATRACE_LEDGER_DIR"}
     env["XDG_RUNTIME_DIR"] = str(squatted)
     env["PYTHONPATH"] = str(REPO)
-    r = subprocess.run([sys.executable, "-c", CODE % (UID, UID)], env=env, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", CODE % (UID, UID)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == str(squatted / "cudatrace"), r.stdout
 
 
 def test_explicit_ledger_dir_is_never_replaced(squatted, tmp_path):
     bad = tmp_path / "foreign"
-    bad.mkdir(mode=0o700)                 # root's, not UID's
-    env = dict(os.environ, CUDATRACE_LEDGER_DIR=str(bad), XDG_RUNTIME_DIR=str(squatted),
-               PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", CODE % (UID, UID)], env=env, capture_output=True,
-                       text=True, timeout=60)
+    bad.mkdir(mode=0o700)  # root's, not UID's
+    env = dict(
+        os.environ,
+        CUDATRACE_LEDGER_DIR=str(bad),
+        XDG_RUNTIME_DIR=str(squatted),
+        PYTHONPATH=str(REPO),
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", CODE % (UID, UID)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.stdout.startswith("ERROR"), r.stdout

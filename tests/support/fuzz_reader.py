@@ -23,8 +23,20 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-NASTY = [0, 1, 7, 8, 255, 0xFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000, 1 << 32, (1 << 63) - 1,
-         (1 << 64) - 1]
+NASTY = [
+    0,
+    1,
+    7,
+    8,
+    255,
+    0xFFFF,
+    0x7FFFFFFF,
+    0xFFFFFFFF,
+    0x80000000,
+    1 << 32,
+    (1 << 63) - 1,
+    (1 << 64) - 1,
+]
 
 
 def main() -> int:
@@ -38,22 +50,34 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="ctfuzz-"))
     slowest = [0.0]
 
-    mutation = st.tuples(st.integers(0, 1 << 30), st.sampled_from([1, 4, 8]),
-                         st.one_of(st.sampled_from(NASTY), st.integers(0, (1 << 64) - 1)))
+    mutation = st.tuples(
+        st.integers(0, 1 << 30),
+        st.sampled_from([1, 4, 8]),
+        st.one_of(st.sampled_from(NASTY), st.integers(0, (1 << 64) - 1)),
+    )
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=True,
-              suppress_health_check=list(HealthCheck))
-    @given(src=st.integers(0, len(sources) - 1), muts=st.lists(mutation, max_size=12),
-           cut=st.one_of(st.none(), st.floats(0, 1)), in_records=st.booleans())
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        database=None,
+        derandomize=True,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(
+        src=st.integers(0, len(sources) - 1),
+        muts=st.lists(mutation, max_size=12),
+        cut=st.one_of(st.none(), st.floats(0, 1)),
+        in_records=st.booleans(),
+    )
     def check(src, muts, cut, in_records):
         data = bytearray(sources[src])
         # most records sit in the first KiBs (preamble, stacks): aim there half the time
         span = min(len(data), 16384) if in_records else len(data)
         for off, width, val in muts:
             off = (off % max(1, span - width)) // width * width
-            data[off:off + width] = (val & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+            data[off : off + width] = (val & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
         if cut is not None:
-            data = data[:int(len(data) * cut)]
+            data = data[: int(len(data) * cut)]
         d = work / "run"
         d.mkdir(exist_ok=True)
         f = d / "100.0.ctrace"

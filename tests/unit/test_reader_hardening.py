@@ -65,8 +65,13 @@ def read_limited(d: Path, limit: int = 1 << 30, timeout: float = 60) -> dict:
     """read_dir in a subprocess whose address space is capped (the reader must never need much)."""
     code = READ_LIMITED % (limit, limit)
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    r = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
-                       timeout=timeout, env=env)
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(d)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout)
 
@@ -88,7 +93,7 @@ def with_good_neighbour(tmp_path: Path) -> tuple[Path, Path]:
 def test_stack_node_id_far_out_of_range_is_bounded(tmp_path):
     d, bad = with_good_neighbour(tmp_path)
     off, _ = first(bad.read_bytes(), "CT_REC_STACK")
-    patch(bad, off + 8, "<I", 0xFFFFFFF0)          # node id
+    patch(bad, off + 8, "<I", 0xFFFFFFF0)  # node id
     res = read_limited(d)
     assert res["traces"] == 1
     assert len(res["errors"]) == 1 and "4243.0.ctrace" in res["errors"][0]
@@ -97,7 +102,7 @@ def test_stack_node_id_far_out_of_range_is_bounded(tmp_path):
 def test_process_record_claiming_billions_of_strings_is_bounded(tmp_path):
     d, bad = with_good_neighbour(tmp_path)
     off, _ = first(bad.read_bytes(), "CT_REC_PROCESS")
-    patch(bad, off + 8 + 8, "<I", 0xFFFFFFFF)      # nstrings
+    patch(bad, off + 8 + 8, "<I", 0xFFFFFFFF)  # nstrings
     res = read_limited(d)
     # the strings that are there are read; the claim of more is not believed
     assert res["traces"] + len(res["errors"]) == 2
@@ -107,7 +112,7 @@ def test_process_record_claiming_billions_of_strings_is_bounded(tmp_path):
 def test_process_record_with_fewer_than_three_strings(tmp_path):
     d, bad = with_good_neighbour(tmp_path)
     off, _ = first(bad.read_bytes(), "CT_REC_PROCESS")
-    patch(bad, off + 8 + 8, "<II", 2, 0)            # nstrings 2, argc 0
+    patch(bad, off + 8 + 8, "<II", 2, 0)  # nstrings 2, argc 0
     td = read_dir(d)
     assert [t.pid for t in td.traces] == [4242]
     assert len(td.errors) == 1 and "4243.0.ctrace" in td.errors[0]
@@ -144,12 +149,15 @@ def test_header_only_record_at_end_of_file(tmp_path):
     assert "BufferError" not in td.errors[0]
 
 
-@pytest.mark.parametrize("rtype,field_off,fmt,val", [
-    ("CT_REC_MODULE", 8 + 32, "<I", 0xFFFFFFFF),     # build_id_len
-    ("CT_REC_MODULE", 8 + 36, "<I", 0xFFFFFFFF),     # path_len
-    ("CT_REC_API", 8 + 6, "<H", 0xFFFF),             # name_len
-    ("CT_REC_INFO", 8 + 0, "<H", 0xFFFF),            # key_len
-])
+@pytest.mark.parametrize(
+    "rtype,field_off,fmt,val",
+    [
+        ("CT_REC_MODULE", 8 + 32, "<I", 0xFFFFFFFF),  # build_id_len
+        ("CT_REC_MODULE", 8 + 36, "<I", 0xFFFFFFFF),  # path_len
+        ("CT_REC_API", 8 + 6, "<H", 0xFFFF),  # name_len
+        ("CT_REC_INFO", 8 + 0, "<H", 0xFFFF),  # key_len
+    ],
+)
 def test_lengths_beyond_their_record(tmp_path, rtype, field_off, fmt, val):
     d = tmp_path / "run"
     d.mkdir()

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from support import tracegen as tg
 from cudatrace.present.report import run_report
+from support import tracegen as tg
 
 
 @pytest.fixture
@@ -34,7 +34,9 @@ def test_bad_samples_are_not_blamed_on_at(scen, capsys):
     assert "4 malformed line(s) of samples.jsonl" in text
 
 
-@pytest.mark.parametrize("content", ["null", "[1, 2]", '{"argv": "rm -rf /", "start_monotonic_ns": "x"}'])
+@pytest.mark.parametrize(
+    "content", ["null", "[1, 2]", '{"argv": "rm -rf /", "start_monotonic_ns": "x"}']
+)
 def test_run_json_of_the_wrong_shape(scen, capsys, content):
     (scen / "run.json").write_text(content)
     rc, text = report(scen)
@@ -59,15 +61,19 @@ def test_group_run_without_budget_shows_no_raw_dict(tmp_path):
 def test_control_characters_from_a_trace_are_escaped(tmp_path):
     d = tmp_path / "s"
     d.mkdir()
-    w = tg.TraceWriter(d / "7.0.ctrace", pid=7, exe="/bin/\x1b[31mred",
-                       argv=["app", "\x1b]0;owned\x07", "two words"])
+    w = tg.TraceWriter(
+        d / "7.0.ctrace",
+        pid=7,
+        exe="/bin/\x1b[31mred",
+        argv=["app", "\x1b]0;owned\x07", "two words"],
+    )
     w.alloc(w.start_ns + 1000, 1 << 20, 0x7000000)
     w.close()
     rc, text = report(d)
     assert rc == 0
     assert "\x1b" not in text and "\x07" not in text
     assert "\\x1b[31mred" in text
-    assert "'two words'" in text           # argv shell-quoted
+    assert "'two words'" in text  # argv shell-quoted
 
 
 def test_status_errors_use_the_common_prefix_and_status(tmp_path, monkeypatch):
@@ -122,7 +128,7 @@ def test_implausible_peak_is_flagged(tmp_path):
     d.mkdir()
     w = tg.TraceWriter(d / "7.0.ctrace", pid=7)
     w.meminfo(w.start_ns + 500, free=15 << 30, total=16 << 30)
-    w.alloc(w.start_ns + 1000, 94 << 40, 0x7000000)        # a corrupt size: 94 TiB
+    w.alloc(w.start_ns + 1000, 94 << 40, 0x7000000)  # a corrupt size: 94 TiB
     w.close()
     rc, text = report(d)
     assert rc == 0
