@@ -144,6 +144,9 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES) -> str:
     at = r["at"]
     when = {"peak": "at the peak (%s)" % secs_text(at["time"]), "end": "at the end (%s)" % secs_text(at["time"]),
             "time": "at %s" % secs_text(at["time"])}[at["kind"]]
+    if at["kind"] == "time" and at["time"] is not None and r["duration"] is not None and \
+            at["time"] > r["duration"]:
+        when += " (after the last event, at %s: what was live then)" % secs_text(r["duration"])
     by = {"site": "call site", "api": "API", "library": "library", "process": "process"}[r["by"]]
     w("Device memory live %s by %s: %s in %s" % (when, by, size_text(r["total_live_bytes"]),
                                                 plural(r["total_live_count"], "allocation")))

@@ -144,3 +144,10 @@ def test_plausible_peak_is_not_flagged(tmp_path):
     w.close()
     rc, text = report(d)
     assert rc == 0 and "implausible" not in text
+
+
+def test_at_past_the_end_says_so_in_its_heading(scen):
+    rc, text = report(scen, at="100s")
+    assert rc == 0
+    head = next(x for x in text.splitlines() if x.startswith("Device memory live at 100.000 s"))
+    assert "after the last event" in head, head
