@@ -262,7 +262,14 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path, created: bool) -> t
     # terminal) works; the terminal's own Ctrl-C/Ctrl-\ reach CMD directly and are not forwarded.
     own_group = not _foreground()
 
+    procs: list = []       # the child, once started
+    pending: list = []     # signals that came before it was: delivered right after
+
     def on_signal(signum, frame):
+        if not procs:
+            pending.append(signum)
+            return
+        proc = procs[0]
         if signum == signal.SIGUSR2 and _budget_abort(opts, ledger):
             aborted.append(True)           # the shim's --on-exceed abort
             for pid in reversed(tree_pids(proc.pid)):
@@ -292,16 +299,22 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path, created: bool) -> t
             if os.getppid() != launcher:   # the launcher died before prctl took effect
                 os.kill(os.getpid(), signal.SIGTERM)
 
+    # handlers first: the shim's SIGUSR2 (an early abort) or a user's SIGTERM may come at once
+    for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
+        old[s] = signal.signal(s, on_signal)
     try:
         proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path,
                                 preexec_fn=in_child)
     except OSError as e:
+        for s, h in old.items():
+            signal.signal(s, h)
         if ledger is not None:
             ledger.finish()
         raise LaunchError("cudatrace: cannot execute %s: %s" % (path, e.strerror or e), 126) from None
+    procs.append(proc)
+    for signum in pending:
+        on_signal(signum, None)
     run_info["pid"] = proc.pid
-    for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
-        old[s] = signal.signal(s, on_signal)
     sampler = Sampler(proc.pid, out / "samples.jsonl", opts.sample_ms / 1000.0)
     sampler.start()
     try:
