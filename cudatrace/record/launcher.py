@@ -4,6 +4,14 @@ The launcher never runs inside the target: it prepares the environment (LD_PRELO
 CUDATRACE_* variables the shim reads), starts the command, samples device memory from outside
 while it runs, forwards signals, and returns the command's status (128+N for signal N) with the
 trace directory; the command line prints the summary (present/summary.py) after that.
+
+Signals: off a terminal (CI, batch systems, a background job) CMD gets a process group of its
+own, so a signal sent to the launcher's group reaches CMD once, forwarded. On a terminal whose
+foreground we are, CMD stays in our group so that job control works; the terminal's Ctrl-C and
+Ctrl-\ then reach CMD directly and are not forwarded (a SIGTERM sent to that whole group by
+hand still arrives twice). SIGUSR2 is the shim's --on-exceed abort only when this run asked for
+it and its ledger has seen a denial; otherwise it is forwarded. The kernel sends CMD SIGTERM
+if the launcher dies (PR_SET_PDEATHSIG), unless --outlive-launcher.
 """
 from __future__ import annotations
 
