@@ -8,7 +8,7 @@ trace directory; the command line prints the summary (present/summary.py) after 
 Signals: off a terminal (CI, batch systems, a background job) CMD gets a process group of its
 own, so a signal sent to the launcher's group reaches CMD once, forwarded. On a terminal whose
 foreground we are, CMD stays in our group so that job control works; the terminal's Ctrl-C and
-Ctrl-\ then reach CMD directly and are not forwarded (a SIGTERM sent to that whole group by
+Ctrl-backslash then reach CMD directly and are not forwarded (a SIGTERM sent to that whole group by
 hand still arrives twice). SIGUSR2 is the shim's --on-exceed abort only when this run asked for
 it and its ledger has seen a denial; otherwise it is forwarded. The kernel sends CMD SIGTERM
 if the launcher dies (PR_SET_PDEATHSIG), unless --outlive-launcher.
