@@ -67,14 +67,22 @@ BUDGET_HELP = (
     type=click.IntRange(0, 256),
     help="Native frames kept per event; 0 disables stacks.",
 )
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing of cudatrace's own.")
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print nothing of cudatrace's own (errors, and a note that changes the budget, "
+    "excepted).",
+)
 @click.option("--force", is_flag=True, help="Replace a previous trace in the output directory.")
 @click.option("--budget", metavar="SPEC", help=BUDGET_HELP)
 @click.option(
     "--group",
     metavar="NAME",
     help="Share the budget with other 'cudatrace run --group NAME' of this user "
-    "(co-tenants). The first run of a group sets its budget.",
+    "(co-tenants). The first run naming a --budget sets the group's; a run without one "
+    "joins under it (waiting up to $CUDATRACE_GROUP_WAIT s, default 30, for it to be set); "
+    "a different budget is refused while the group is in use.",
 )
 @click.option(
     "--on-exceed",
@@ -112,6 +120,12 @@ BUDGET_HELP = (
     help="Where budget ledgers live (default $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-UID): "
     "a directory containers share by a bind mount to share a --group (docs/budgets.md).",
 )
+@click.option(
+    "--outlive-launcher",
+    is_flag=True,
+    help="Let CMD run on if cudatrace itself is killed (by default the kernel sends CMD "
+    "SIGTERM then).",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     out_dir,
@@ -126,6 +140,7 @@ def run(
     aggregate,
     no_trace,
     ledger_dir,
+    outlive_launcher,
     cmd,
 ):
     """Run CMD with every device-memory allocation and free traced.
@@ -168,6 +183,7 @@ def run(
         count_host=count_host,
         virtualize=not no_virtualize,
         mode="none" if no_trace else "aggregate" if aggregate else "full",
+        outlive_launcher=outlive_launcher,
     )
     try:
         status, out = launch(opts)
@@ -185,7 +201,9 @@ def run(
         try:
             print_summary(out, status, sys.stderr)
         except Exception as exc:  # the summary must never hide the command's status
-            sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
+            why = str(exc)
+            why = why[len("cudatrace: ") :] if why.startswith("cudatrace: ") else why
+            sys.stderr.write(f"cudatrace: could not summarize the trace: {why}\n")
     sys.exit(status)
 
 
@@ -361,16 +379,32 @@ def _use_ledger_dir(ledger_dir):
     help="Where budget ledgers live (default $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-UID): "
     "a directory containers share by a bind mount to share a --group (docs/budgets.md).",
 )
-def status(group, as_json, watch, ledger_dir):
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Remove GROUP's ledger (budget, peaks, denials) so its next run starts afresh; "
+    "refused while a member is alive.",
+)
+def status(group, as_json, watch, ledger_dir, reset):
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
     --budget` trees). Reads the ledgers through the same C code the preload library uses.
     """
     from .present.status import render_status
-    from .record.ledger import LedgerError, status_json
+    from .record.ledger import LedgerError, reset_group, status_json
 
     _use_ledger_dir(ledger_dir)
+    if reset:
+        if not group:
+            click.echo("cudatrace: status --reset needs a GROUP", err=True)
+            sys.exit(2)
+        try:
+            click.echo(f"cudatrace: removed {reset_group(group)}")
+        except LedgerError as e:
+            click.echo(f"cudatrace: {e}", err=True)
+            sys.exit(2)
+        return
     if watch:
         if as_json:
             raise click.UsageError("--watch shows text; leave out --json")
@@ -385,8 +419,9 @@ def status(group, as_json, watch, ledger_dir):
         sys.exit(watch_status(status_text, group))
     try:
         st = status_json(group)
-    except LedgerError as e:
-        raise click.ClickException(str(e)) from None
+    except LedgerError as e:  # the same prefix and status as every other command's errors
+        click.echo(f"cudatrace: {e}", err=True)
+        sys.exit(2)
     from .record.denials import attach_last_denials
 
     attach_last_denials(st)

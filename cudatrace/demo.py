@@ -401,8 +401,13 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
     label = "[simulated]" if mode == "simulated" else "[gpu]"
 
     tmp = out_dir is None
-    work = Path(tempfile.mkdtemp(prefix="cudatrace-demo-")) if tmp else out_dir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    try:
+        work = Path(tempfile.mkdtemp(prefix="cudatrace-demo-")) if tmp else out_dir.resolve()
+        work.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        click.echo("cudatrace: demo: cannot use %s as the demo's folder: %s"
+                   % (e.filename or out_dir, e.strerror or e), err=True)
+        return 2
     status = 1
     try:
         env = {k: v for k, v in os.environ.items()

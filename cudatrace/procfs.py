@@ -31,12 +31,17 @@ def tree_pids(root: int) -> list[int]:
 
 def mem_available() -> int | None:
     """MemAvailable of /proc/meminfo in bytes (None where it cannot be read)."""
+    return meminfo_field("MemAvailable")
+
+
+def meminfo_field(key: str) -> int | None:
+    """One figure of /proc/meminfo (MemTotal, MemAvailable ...) in bytes, or None."""
     try:
         with open("/proc/meminfo") as f:
             for line in f:
-                if line.startswith("MemAvailable:"):
+                if line.startswith(key + ":"):
                     return int(line.split()[1]) * 1024
-    except OSError:
+    except (OSError, ValueError, IndexError):
         pass
     return None
 

@@ -28,7 +28,7 @@ SIZE_UNITS = {
 NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
 _SIZE_RE = re.compile(r"^\s*(" + NUMBER + r")\s*([A-Za-z]*)\s*$")
 _TIME_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|m|min)?\s*$")
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "m": 60.0, "min": 60.0}
+_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
 
 
 class UnitError(ValueError):
@@ -90,8 +90,30 @@ def parse_size(text: str) -> int:
 
 
 def parse_time(text: str) -> float:
-    """'2.5s', '2.5', '1500ms', '1m' -> seconds. Raises UnitError."""
+    """'2.5s', '2.5', '1500ms', '1min' -> seconds. Raises UnitError. ('1m' is refused: in a
+    size it means MiB, so as a time it would be read both ways.)"""
     m = _TIME_RE.match(text or "")
+    if m and m.group(2) == "m":
+        raise UnitError(f"{text!r} is ambiguous (m means MiB in sizes): write "
+                        f"{m.group(1)}min or a number of seconds")
     if not m:
         raise UnitError(f"{text!r} is not a time (2.5s, 2.5, 1500ms)")
     return float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
+
+
+# ---- text that reaches a terminal ------------------------------------------------------------
+
+def printable(text: str) -> str:
+    """text with control characters escaped (\x1b, \n ...): a trace's argv, exe or paths may
+    hold anything, and must not drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def shell_quote(argv) -> str:
+    """argv as one line a shell would read back (control characters escaped)."""
+    import shlex
+    return " ".join(shlex.quote(printable(str(a))) for a in argv)
+

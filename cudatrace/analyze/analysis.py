@@ -254,7 +254,9 @@ def parse_moment(spec: str) -> str | float:
         return s
     try:
         return parse_time(spec)
-    except UnitError:
+    except UnitError as e:
+        if "ambiguous" in str(e):
+            raise ValueError(str(e)) from None
         raise ValueError(f"{spec!r} is not peak, end or a time (2.5s, 2.5, 1500ms)") from None
 
 
@@ -308,6 +310,51 @@ def _versions(a: Analysis) -> dict:
         "stack_depth": depth,
         "nvml_driver": (a.td.run.get("sampler") or {}).get("driver"),
     }
+
+
+PLAUSIBLE_MAX = 1 << 50   # 1 PiB: no device holds more; a figure past it is a corrupt field
+
+
+def implausible(a: Analysis) -> list[str]:
+    """Warnings for peaks no device could hold: beyond the device's total (from the traced
+    memory queries or the sampler's NVML figures), or beyond PLAUSIBLE_MAX when no total is
+    known. A flipped bit in an event's size reads as a plausible-looking wrong number."""
+    from ..units import format_bytes
+
+    totals: dict[int, int] = {}
+    for q in a.model.meminfo:
+        real = q.event[AUX2]
+        if q.device >= 0 and 0 < real < PLAUSIBLE_MAX:
+            totals[q.device] = max(totals.get(q.device, 0), real)
+    for smp in a.td.samples():
+        for d in smp.get("devices") or []:
+            t = d.get("total")
+            if isinstance(t, int) and 0 < t < PLAUSIBLE_MAX and d.get("index") is not None:
+                totals.setdefault(int(d["index"]), t)
+    out = []
+    biggest = max(totals.values(), default=None)
+    for dev, (peak, _ts) in sorted(a.model.device_peaks.items()):
+        total = totals.get(dev, biggest)
+        bound = total if total else PLAUSIBLE_MAX
+        if peak > bound:
+            out.append(
+                "implausible: the traced peak on device %d, %s, is more than %s (%s); an event's "
+                "size may be corrupt, so these figures should not be trusted"
+                % (dev, format_bytes(peak), format_bytes(bound),
+                   "the device's total" if total else "any device holds"))
+    return out
+
+
+def lost_json(a: Analysis) -> list[dict]:
+    """Processes whose shim stopped writing (a full disk): from when, and why. What they did
+    after that moment is not in the trace."""
+    out = []
+    for t in a.traces:
+        if t.stopped_ns:
+            out.append({"file": t.path.name, "pid": t.pid, "from_ts_ns": t.stopped_ns,
+                        "from_time": a.seconds(t.stopped_ns), "why": t.stopped_why,
+                        "exit_code": t.stopped_exit if t.stopped_exit != -1 else None})
+    return out
 
 
 def build_report(
@@ -481,6 +528,17 @@ def build_report(
             f"--at {mom['spec']} is after the last event ({a.seconds(m.t_end):.3f} s): what is "
             "shown was live at the end"
         )
+    if getattr(a.td, "bad_samples", 0):
+        warnings.append(
+            "%d malformed line(s) of samples.jsonl were skipped" % a.td.bad_samples
+        )
+    warnings.extend(implausible(a))
+    lost = lost_json(a)
+    if lost:
+        warnings.append(
+            "%d process(es) lost events when their trace could not be written (see Events "
+            "lost): memory they freed after that moment is still counted as live" % len(lost)
+        )
     if truncated and mom["kind"] == "end":
         warnings.append(
             "truncated traces end where the process stopped writing: what is live "
@@ -565,6 +623,7 @@ def build_report(
         "counts": {**c, **sc},
         "truncated_files": truncated,
         "python": python_summary(a),
+        "lost": lost,
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
         "aggregate": agg["json"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,19 @@ class Trace:
     aggregate: object = field(default=None, repr=False)   # --aggregate: aggregate.Snapshot
     snap_slots: list = field(default_factory=list, repr=False)  # SNAPSLOT records, as bytes
     size_bytes: int = 0
+    stopped_ns: int = 0            # the shim stopped writing then (a full disk): later events lost
+    stopped_errno: int = 0
+    stopped_exit: int = -1         # exit status noted after stopping, -1: unknown
+
+    @property
+    def stopped_why(self) -> str:
+        """Why the shim stopped writing ('' if it never did)."""
+        if not self.stopped_ns:
+            return ""
+        try:
+            return os.strerror(self.stopped_errno) if self.stopped_errno else "unknown error"
+        except ValueError:
+            return "error %d" % self.stopped_errno
 
     @property
     def events(self) -> list[tuple]:
@@ -208,13 +222,26 @@ def read_trace(path: str | os.PathLike) -> Trace:
     """Read one trace file as far as it goes. Raises TraceError if it is not a trace at all."""
     path = Path(path)
     ffi, lib = native.tools()
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    try:
+        # O_NONBLOCK: a FIFO named *.ctrace must not block the reader; it is refused below
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise TraceError("%s: cannot open: %s" % (path, e.strerror or e)) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise TraceError("%s is not a regular file" % path)
+    with open(fd, "rb") as f:
+        size = st.st_size
         if size == 0:
             raise TraceError("%s is empty (the process was killed before writing anything)" % path)
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        size = len(data)      # what is mapped, whatever the size was a moment ago
     try:
         return _parse(path, data, size, ffi, lib)
+    except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
+        # a record that contradicts its own size: the file is corrupt (never a traceback)
+        raise TraceError("%s is corrupt: %s" % (path, e)) from None
     finally:
         data.close()
 
@@ -231,22 +258,28 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
                          % (path, h["version"], C()["CT_FORMAT_VERSION_MIN"],
                             C()["CT_FORMAT_VERSION"]))
     buf = ffi.from_buffer(data)
-    res = ffi.new("struct ct_scan_result *")
-    lib.ct_scan(buf, size, ffi.NULL, 0, ffi.NULL, 0, res)
-    n_ev, n_ot = res.n_events, res.n_other
-    evs = ffi.new("struct ct_event[]", max(n_ev, 1))
-    others = ffi.new("uint64_t[]", max(n_ot, 1))
-    lib.ct_scan(buf, size, evs, n_ev, others, n_ot, res)
+    try:  # the mapping is closed after this: release cffi's view of it first, whatever happens
+        res = ffi.new("struct ct_scan_result *")
+        lib.ct_scan(buf, size, ffi.NULL, 0, ffi.NULL, 0, res)
+        n_ev, n_ot = res.n_events, res.n_other
+        evs = ffi.new("struct ct_event[]", max(n_ev, 1))
+        others = ffi.new("uint64_t[]", max(n_ot, 1))
+        lib.ct_scan(buf, size, evs, n_ev, others, n_ot, res)
+    finally:
+        ffi.release(buf)
     t = Trace(path=path, pid=h["pid"], ppid=h["ppid"], exec_index=h["exec_index"],
               stack_depth=h["stack_depth"], start_monotonic_ns=h["start_monotonic_ns"],
               start_realtime_ns=h["start_realtime_ns"], start_ticks=h["process_start_ticks"],
-              arch=h["arch"].rstrip(b"\0").decode(), shim_version=h["shim_version"].rstrip(b"\0").decode(),
+              arch=_text(h["arch"]), shim_version=_text(h["shim_version"]),
               size_bytes=size, stack_unwinds_full=h.get("stack_unwinds_full", 0),
               stack_cache_hits=h.get("stack_cache_hits", 0), stack_verified=h.get("stack_verified", 0),
               stack_mismatches=h.get("stack_mismatches", 0))
     t.gaps = res.gaps
     t.bad_events = res.bad_events
     t.threads = res.threads
+    t.stopped_ns = h["stopped_ns"]
+    if t.stopped_ns:
+        t.stopped_errno, t.stopped_exit = h["stopped_errno"], h["stopped_exit"]
     t.status = "complete" if res.status == C()["CT_SCAN_CLEAN"] else "truncated"
     t.raw_events = evs
     t.n_events = n_ev
@@ -254,8 +287,23 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
     return t
 
 
+def _text(b: bytes) -> str:
+    """A fixed-size NUL-padded header field as text (bytes that are not UTF-8 shown as U+FFFD)."""
+    return b.split(b"\0", 1)[0].decode(errors="replace")
+
+
 def _decode_others(t: Trace, data, offsets: list[int]) -> None:
+    """Decode the non-event records. Every length and id is checked against the record's own
+    size and the number of records, so a corrupt field costs no more than the file's size."""
     K = C()
+    nstack = 0
+    for off in offsets:
+        if struct.unpack_from("<H", data, off + 2)[0] == K["CT_REC_STACK"]:
+            nstack += 1
+    body_size = {K["CT_REC_PROCESS"]: "struct ct_rec_process", K["CT_REC_API"]: "struct ct_rec_api",
+                 K["CT_REC_MODULE"]: "struct ct_rec_module", K["CT_REC_STACK"]: "struct ct_rec_stack",
+                 K["CT_REC_INFO"]: "struct ct_rec_info", K["CT_REC_END"]: "struct ct_rec_end"}
+    names = {v: k[len("CT_REC_"):] for k, v in K.items() if k.startswith("CT_REC_") and k != "CT_REC_MAGIC"}
     hdr, _ = layout("struct ct_rec_hdr")
     ps, _ = layout("struct ct_rec_process")
     api_s, _ = layout("struct ct_rec_api")
@@ -269,8 +317,15 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
     for off in offsets:
         _magic, rtype, rsize = hdr.unpack_from(data, off)
         body = off + hdr.size
+        rec_end = off + rsize
+        if rtype in body_size and hdr.size + layout(body_size[rtype])[0].size > rsize:
+            raise TraceError("%s is corrupt: a %s record at offset %d is %d bytes, too short for "
+                             "its body" % (t.path, names.get(rtype, rtype), off, rsize))
         if rtype == K["CT_REC_STACK"]:
             nid, parent, ip = stk_s.unpack_from(data, body)
+            if nid == 0 or nid > nstack:
+                raise TraceError("%s is corrupt: STACK node id %d at offset %d, but the file holds "
+                                 "%d stack records" % (t.path, nid, off, nstack))
             if nid == len(ips):
                 parents.append(parent)
                 ips.append(ip)
@@ -282,26 +337,33 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
         elif rtype == K["CT_REC_MODULE"]:
             ts, base, start, end, blen, plen = mod_s.unpack_from(data, body)
             p = body + mod_s.size
-            bid = bytes(data[p:p + blen]) if blen else None
-            path = bytes(data[p + blen:p + blen + plen]).decode(errors="replace")
+            bid = bytes(data[p:min(p + blen, rec_end)]) if blen else None
+            path = bytes(data[min(p + blen, rec_end):min(p + blen + plen, rec_end)]).decode(
+                errors="replace")
             t.modules.append(Module(path, base, start, end, bid, ts))
         elif rtype == K["CT_REC_API"]:
             aid, layer, op, kind, space, nlen = api_s.unpack_from(data, body)
-            name = bytes(data[body + api_s.size: body + api_s.size + nlen]).decode(errors="replace")
+            name = bytes(data[body + api_s.size: min(body + api_s.size + nlen, rec_end)]).decode(
+                errors="replace")
             t.apis[aid] = Api(aid, name, layer, op, kind, space)
         elif rtype == K["CT_REC_PROCESS"]:
             _pid, _ppid, nstr, argc = ps.unpack_from(data, body)
-            raw = bytes(data[body + ps.size: off + rsize])
+            raw = bytes(data[body + ps.size: rec_end])
             parts = raw.split(b"\0")
-            strs = [x.decode(errors="replace") for x in parts[:nstr]]
-            strs += [""] * (nstr - len(strs))
+            if nstr < 3:
+                raise TraceError("%s is corrupt: the PROCESS record at offset %d holds %d strings "
+                                 "(exe, host and cwd come first)" % (t.path, off, nstr))
+            # never believe a count beyond the strings the record holds
+            strs = [x.decode(errors="replace") for x in parts[:min(nstr, len(parts))]]
+            strs += [""] * max(0, 3 - len(strs))
             t.exe, t.host, t.cwd = strs[0], strs[1], strs[2]
             t.argv = strs[3:3 + argc]
         elif rtype == K["CT_REC_INFO"]:
             klen, vlen, _ = inf_s.unpack_from(data, body)
             p = body + inf_s.size
-            key = bytes(data[p:p + klen]).decode(errors="replace")
-            val = bytes(data[p + klen + 1:p + klen + 1 + vlen]).decode(errors="replace")
+            key = bytes(data[p:min(p + klen, rec_end)]).decode(errors="replace")
+            val = bytes(data[min(p + klen + 1, rec_end):min(p + klen + 1 + vlen, rec_end)]).decode(
+                errors="replace")
             t.info[key] = val
         elif rtype == K["CT_REC_PYFRAME"]:
             if t.py is None:
@@ -332,16 +394,75 @@ class TraceDir:
     run: dict
     errors: list[str]
 
+    bad_samples: int = 0
+
     def samples(self) -> list[dict]:
+        """The sampler's lines that are well formed; others are skipped and counted
+        (bad_samples): a line cut by a crash, or a file edited by hand."""
         p = self.path / "samples.jsonl"
         out = []
-        if p.exists():
-            for line in p.read_text().splitlines():
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass                      # a sample cut by a crash: skip it
+        self.bad_samples = 0
+        try:
+            text = p.read_text(errors="replace") if p.is_file() else ""
+        except OSError:
+            text = ""
+        for line in text.splitlines():
+            try:
+                s = json.loads(line)
+            except ValueError:
+                s = None
+            if _valid_sample(s):
+                out.append(s)
+            else:
+                self.bad_samples += 1
         return out
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _valid_sample(s) -> bool:
+    if not isinstance(s, dict) or not _int(s.get("t")):
+        return False
+    if not isinstance(s.get("pids", []), list) or not all(_int(x) for x in s.get("pids", [])):
+        return False
+    for k in ("mem_available", "tree_rss"):
+        if s.get(k) is not None and not _int(s[k]):
+            return False
+    devs = s.get("devices")
+    if devs is not None and not (isinstance(devs, list) and all(
+            isinstance(d, dict) and all(_int(d.get(k)) or d.get(k) is None for k in
+                                        ("index", "total", "free", "used")) for d in devs)):
+        return False
+    tdb = s.get("tree_device_bytes")
+    if tdb is not None and not (isinstance(tdb, dict) and all(
+            isinstance(k, str) and _int(v) for k, v in tdb.items())):
+        return False
+    return True
+
+
+# run.json keys the analysis reads, and the types they must have (None is always allowed)
+_RUN_TYPES = {"argv": list, "executable": str, "cwd": str, "dir": str, "stack_depth": int,
+              "budget": dict, "group": str, "on_exceed": str, "start_monotonic_ns": int,
+              "start_time": (int, float), "returncode": int, "exit_status": int,
+              "end_monotonic_ns": int, "end_time": (int, float), "budget_aborted": bool,
+              "sampler": dict, "ledger_final": dict, "pid": int}
+
+
+def _valid_run(obj) -> tuple[dict, list[str]]:
+    """run.json checked like a trace: a JSON object whose known keys have their types; what
+    does not fit is dropped and said."""
+    if not isinstance(obj, dict):
+        return {}, ["run.json is not a JSON object (%s); its figures are ignored"
+                    % type(obj).__name__]
+    bad = [k for k, t in _RUN_TYPES.items()
+           if obj.get(k) is not None and (not isinstance(obj[k], t) or
+                                          (t is int and isinstance(obj[k], bool)))]
+    if isinstance(obj.get("argv"), list) and not all(isinstance(a, str) for a in obj["argv"]):
+        bad.append("argv")
+    return {k: v for k, v in obj.items() if k not in bad}, (
+        ["run.json: ignored malformed %s" % ", ".join(sorted(set(bad)))] if bad else [])
 
 
 def trace_files(path: Path) -> list[Path]:
@@ -366,8 +487,9 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
     rp = path / "run.json"
     if rp.exists():
         try:
-            run = json.loads(rp.read_text())
-        except ValueError as e:
+            run, why = _valid_run(json.loads(rp.read_text()))
+            errors += why
+        except (ValueError, OSError) as e:
             errors.append("run.json unreadable: %s" % e)
     if not traces and not errors:
         raise TraceError("%s holds no trace files (*.ctrace)" % path)

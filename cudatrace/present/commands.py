@@ -21,6 +21,10 @@ def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cu
     out = out or sys.stdout
     try:
         parse_moment(at)
+    except ValueError as e:
+        click.echo("cudatrace: --at %s" % e, err=True)
+        return 2
+    try:
         a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
                      progress=not as_json and _tty(), view=view, fold_layers=fold,
                      fold_patterns=fold_patterns, full_names=full_names)
@@ -32,9 +36,8 @@ def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cu
     except ReportError as e:
         click.echo(str(e), err=True)
         return e.status
-    except ValueError as e:
-        msg = str(e)
-        click.echo("cudatrace: %s" % (msg if msg.startswith("--") else "--at " + msg), err=True)
+    except ValueError as e:  # e.g. a bad --fold pattern; never blamed on --at (checked above)
+        click.echo("cudatrace: %s" % e, err=True)
         return 2
     if svg:
         try:

@@ -16,7 +16,7 @@ import click
 
 from ..analyze.analysis import Analysis, ReportError
 from ..analyze.sites import Site, key_text, site_of
-from ..units import format_bytes
+from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width
 
 SCHEMA = "cudatrace.diff/1"
@@ -171,7 +171,8 @@ def render_text(d: dict) -> str:
         w("  (no device allocation in either run)")
     if d["more_sites"]:
         w("  ... and %d more (--top)" % d["more_sites"])
-    return "\n".join(L) + "\n"
+    # whatever a trace held (argv, paths, names) reaches the terminal escaped
+    return "\n".join(printable(x) for x in L) + "\n"
 
 
 def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = False, out=None,

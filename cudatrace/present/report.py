@@ -9,6 +9,7 @@ import os
 from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.sites import SFrame, folded
 from ..analyze.names import fit
+from ..units import printable, shell_quote
 from .text import percent, plural, secs_text, size_text, table, term_width
 
 CONTEXT_SITES = 5          # sites whose call stacks are listed
@@ -58,6 +59,17 @@ def _limits_text(limits: dict) -> str:
     return ", ".join(parts)
 
 
+def _requests_text(f: dict) -> str:
+    """'2 x 40.00 MiB requested', or '3 requested (1.00 MiB .. 4.00 MiB, 6.00 MiB in all)':
+    bytes is the site's total, never one request's size."""
+    z = f.get("sizes") or {}
+    if f["count"] == 1 or (z and z.get("min") == z.get("max")):
+        each = z.get("min") if z else f["bytes"] // max(1, f["count"])
+        return "%d x %s requested" % (f["count"], size_text(each))
+    return "%d requested (%s .. %s, %s in all)" % (f["count"], size_text(z.get("min")),
+                                                    size_text(z.get("max")), size_text(f["bytes"]))
+
+
 def _trim_context(frames: list[dict]) -> list[dict]:
     """Frames up to main (what lies beyond it is the C runtime starting the program)."""
     for i, f in enumerate(frames):
@@ -82,7 +94,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         L.append(fit(line, width))
     w("cudatrace report: %s" % r["path"])
     if r["command"]:
-        w("  command     %s" % " ".join(r["command"]))
+        w("  command     %s" % shell_quote(r["command"]))
     procs = r["processes"]
     w("  processes   %d traced%s" % (len(procs), ", %d truncated" % len(r["truncated_files"])
                                      if r["truncated_files"] else ""))
@@ -93,7 +105,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
                 " (exit status not recorded)"
         else:
             st += " (no clean exit record: killed, crashed or still running)"
-        w("    pid %-7d ppid %-7d %-24s %s  [%s]" % (p["pid"], p["ppid"], os.path.basename(p["exe"]) or "?",
+        w("    pid %-7d ppid %-7d %-24s %s  [%s]" % (p["pid"], p["ppid"], printable(os.path.basename(p["exe"])) or "?",
                                                       st, p["file"]))
     v = r["versions"]
     parts = ["%s frames per event" % "/".join(str(d) for d in v["stack_depth"])]
@@ -106,7 +118,10 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
     w("  trace       %s" % "; ".join(parts))
     b = r["budget"]
     if b:
-        lim = _limits_text(b["limits"]) or "spec %s" % b.get("spec")
+        spec = b.get("spec")
+        if isinstance(spec, dict):          # run.json's budget record: its spec, if any
+            spec = spec.get("spec")
+        lim = _limits_text(b["limits"]) or ("spec %s" % spec if spec else "no limit set")
         w("  budget      %s (over budget: %s%s%s)" % (lim, b.get("on_exceed") or "?",
                                                     "; group %s" % b["group"] if b.get("group") else "",
                                                     "; the run was aborted" if b.get("aborted") else ""))
@@ -146,6 +161,9 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
     at = r["at"]
     when = {"peak": "at the peak (%s)" % secs_text(at["time"]), "end": "at the end (%s)" % secs_text(at["time"]),
             "time": "at %s" % secs_text(at["time"])}[at["kind"]]
+    if at["kind"] == "time" and at["time"] is not None and r["duration"] is not None and \
+            at["time"] > r["duration"]:
+        when += " (after the last event, at %s: what was live then)" % secs_text(r["duration"])
     by = {"site": "call site", "api": "API", "library": "library", "process": "process"}[r["by"]]
     w("Device memory live %s by %s: %s in %s" % (when, by, size_text(r["total_live_bytes"]),
                                                 plural(r["total_live_count"], "allocation")))
@@ -215,16 +233,14 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         w("Failed allocations: %d" % sum(f["count"] for f in r["failed"]))
         for f in r["failed"]:
             errs = ", ".join("%s x%d" % (e["name"], e["count"]) for e in f["errors"])
-            z = f["sizes"]
-            w("  %d x %s requested (%s .. %s), first at %s: %s" % (
-                f["count"], size_text(f["bytes"]), size_text(z.get("min")), size_text(z.get("max")), secs_text(f["first_time"]), errs))
+            w("  %s, first at %s: %s" % (_requests_text(f), secs_text(f["first_time"]), errs))
             wf("      at %s via %s" % (f["label"], " > ".join(x for x in (via_text(f, full), ", ".join(f["api"])) if x)))
         w("")
     if r["denied"]:
         w("Budget denials: %d" % sum(d["count"] for d in r["denied"]))
         for d in r["denied"]:
-            w("  %d x %s requested, first at %s (last: in use %s of a %s budget)" % (
-                d["count"], size_text(d["bytes"]), secs_text(d["first_time"]), size_text(d["in_use"]), size_text(d["limit"])))
+            w("  %s, first at %s (last: in use %s of a %s budget)" % (
+                _requests_text(d), secs_text(d["first_time"]), size_text(d["in_use"]), size_text(d["limit"])))
             wf("      at %s via %s" % (d["label"], " > ".join(x for x in (via_text(d, full), ", ".join(d["api"])) if x)))
         w("")
 
@@ -234,7 +250,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         rows = [["pid", "ppid", "exe", "allocs", "peak", "at %s" % at["kind"], "at exit", "failed",
                  "denied", "status"]]
         for p in procs:
-            rows.append([str(p["pid"]), str(p["ppid"]), os.path.basename(p["exe"]) or "?",
+            rows.append([str(p["pid"]), str(p["ppid"]), printable(os.path.basename(p["exe"])) or "?",
                          str(p["allocs"]), size_text(p["peak_bytes"]), size_text(p["at_bytes"]), size_text(p["end_bytes"]),
                          str(p["failed"]), str(p["denied"]), p["status"]])
         L.extend(table(rows, {0, 1, 3, 4, 5, 6, 7, 8}))
@@ -265,6 +281,12 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         for t in r["truncated_files"]:
             w("  %s (pid %d, %d events): %s" % (t["file"], t["pid"], t["events"], t["reason"]))
         w("")
+    if r.get("lost"):
+        w("Events lost (the trace could not be written; the program ran on untraced):")
+        for x in r["lost"]:
+            w("  pid %d from %s on: %s  [%s]" % (x["pid"], secs_text(x["from_time"]), x["why"],
+                                                x["file"]))
+        w("")
     if r["unreadable_files"]:
         w("Unreadable files:")
         for e in r["unreadable_files"]:
@@ -276,7 +298,8 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
             w("  - %s" % x)
     while L and not L[-1]:
         L.pop()
-    return "\n".join(L) + "\n"
+    # whatever a trace held (argv, paths, names) reaches the terminal escaped
+    return "\n".join(printable(x) for x in L) + "\n"
 
 
 def _render_python(py: dict | None, w) -> None:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..analyze.analysis import Analysis
+from ..analyze.analysis import Analysis, implausible
 from ..analyze.names import fit
-from ..units import format_bytes
+from ..units import format_bytes, printable
 from .text import term_width
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
     a = Analysis(out_dir)
     td, m = a.td, a.model
-    w = stream.write
+
+    def w(text: str) -> None:         # a trace's names reach the terminal escaped
+        stream.write("\n".join(printable(x) for x in text.split("\n")))
     active = [i for i, p in enumerate(m.procs) if p.get("events")]
     truncated = [t for t in td.traces if not t.complete]
     w("cudatrace: command exited with status %d; trace in %s\n" % (status, out_dir))
@@ -23,6 +25,11 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
         ", %d without a clean exit record" % len(truncated) if truncated else ""))
     for e in td.errors:
         w("  unreadable: %s\n" % e)
+    for t in td.traces:
+        if t.stopped_ns:
+            w("  pid %d: trace stopped at %.3f s (%s): events after it were lost, so memory "
+              "freed later still counts as live\n" % (t.pid, a.seconds(t.stopped_ns) or 0.0,
+                                                      t.stopped_why))
     c = m.counts
     w("  device allocations %d, frees %d, failed %d, denied by budget %d; pinned host allocations %d\n"
       % (c.get("allocs", 0), c.get("frees", 0), c.get("failed", 0), c.get("denied", 0),
@@ -37,6 +44,8 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             w(" (%s)" % ", ".join("device %d: %s" % (d, format_bytes(b))
                                    for d, (b, _) in sorted(m.device_peaks.items())))
         w("; live at exit: %s\n" % format_bytes(m.end_bytes))
+        for x in implausible(a):
+            w("  %s\n" % x)
         obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
         near = obs.get("near_peak") or {}
         if obs["samples"] and not obs["overlap"]:

@@ -23,9 +23,11 @@ from fractions import Fraction
 
 from .. import units
 from ..nvml import Nvml
+from ..procfs import meminfo
 from ..units import NUMBER, UnitError, positive_number
 from . import ledger as ledger_mod
 
+NVML_ERROR_NOT_SUPPORTED = 3
 MAX_DEVICES = 16  # CT_LEDGER_MAX_DEVICES in shim/layout.h (tests check they agree)
 
 FORMS_HELP = (
@@ -210,7 +212,10 @@ def driver_memory(why: str) -> tuple[dict[int, int], dict[int, int]]:
         raise BudgetError("a share (%%) of device memory needs NVML or the CUDA driver to read "
                           "it: %s, and %s; give the budget as a size"
                           % (why, drv.why or "the driver reports no device"), forms=False)
-    free = meminfo().get("MemFree")
+    # free: MemAvailable (what the system can give without swapping: page cache is reclaimable);
+    # cuMemGetInfo there says MemFree, which counts the page cache as used
+    mi = meminfo()
+    free = mi.get("MemAvailable", mi.get("MemFree"))
     frees = {d: min(t, free) if free is not None else t for d, t in totals.items()}
     return totals, frees
 
@@ -223,10 +228,27 @@ def device_memory() -> tuple[dict[int, int], dict[int, int]]:
     if not nv.available:
         return driver_memory(nv.why or "NVML is unavailable")
     try:
-        rows = {r["index"]: r for r in nv.memory() if "total" in r}
+        mem = nv.memory()
+        rows = {r["index"]: r for r in mem if "total" in r}
         n = max([i for i, _ in nv.handles], default=-1) + 1
     finally:
         nv.shutdown()
+    # An integrated device (Jetson/Tegra, the unified-memory platforms) has no memory of its own:
+    # NVML answers NOT_SUPPORTED, and the device uses the system's DRAM, which is what CUDA's
+    # cuMemGetInfo reports there. Shares are then of /proc/meminfo's MemTotal / MemAvailable.
+    # The device's total is what the driver reports for it (cuDeviceTotalMem), else MemTotal.
+    unified = [r["index"] for r in mem if r.get("error") == NVML_ERROR_NOT_SUPPORTED]
+    if unified:
+        try:
+            dtotals, dfrees = driver_memory("NVML answers NOT_SUPPORTED (an integrated device)")
+        except BudgetError:
+            dtotals, dfrees = {}, {}
+        mi = meminfo(("MemTotal", "MemAvailable"))
+        for i in unified:
+            total = dtotals.get(i) or mi.get("MemTotal")
+            if total:
+                free = dfrees.get(i, mi.get("MemAvailable") or total)
+                rows[i] = {"index": i, "total": total, "free": min(total, free)}
     totals, frees = {}, {}
     for ordinal, idx in enumerate(visible_ordinals(n, os.environ.get("CUDA_VISIBLE_DEVICES"))):
         if ordinal >= MAX_DEVICES:
@@ -252,7 +274,7 @@ def resolve_limits(spec: BudgetSpec, totals: dict[int, int] | None = None,
 
 
 def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
-                 count_host: bool = False):
+                 count_host: bool = False, notify=None):
     """For `cudatrace run`: parse and resolve SPEC, then open the ledger the process tree will
     share (the group's, or a private one). Returns (RunLedger: .path .summary() .finish(),
     info dict for run.json). Raises BudgetError (bad or unresolvable spec) or
@@ -261,7 +283,7 @@ def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
     limits = resolve_limits(parsed) if parsed is not None else {}
     mode = "warn" if on_exceed == "warn" else "deny"
     run, info = ledger_mod.open_run_ledger(limits, group, mode, count_host,
-                                           set_limits=parsed is not None)
+                                           set_limits=parsed is not None, notify=notify)
     info["spec"] = spec
     info["on_exceed_run"] = on_exceed
     return run, info

@@ -4,10 +4,17 @@ The launcher never runs inside the target: it prepares the environment (LD_PRELO
 CUDATRACE_* variables the shim reads), starts the command, samples device memory from outside
 while it runs, forwards signals, and returns the command's status (128+N for signal N) with the
 trace directory; the command line prints the summary (present/summary.py) after that.
+
+Signals: off a terminal (CI, batch systems, a background job) CMD gets a process group of its
+own, so a signal sent to the launcher's group reaches CMD once, forwarded. On a terminal whose
+foreground we are, CMD stays in our group so that job control works; the terminal's Ctrl-C and
+Ctrl-backslash then reach CMD directly and are not forwarded (a SIGTERM sent to that whole group by
+hand still arrives twice). SIGUSR2 is the shim's --on-exceed abort only when this run asked for
+it and its ledger has seen a denial; otherwise it is forwarded. The kernel sends CMD SIGTERM
+if the launcher dies (PR_SET_PDEATHSIG), unless --outlive-launcher.
 """
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -24,6 +31,8 @@ from pathlib import Path
 from .. import __version__, native
 from ..procfs import tree_pids
 from .denials import append_denials
+from ..units import shell_quote
+from .files import write_json
 from .sampler import Sampler
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
@@ -49,6 +58,7 @@ class RunOptions:
     on_exceed: str = "fail"
     count_host: bool = False
     virtualize: bool = True
+    outlive_launcher: bool = False    # CMD goes on if the launcher is killed
     sample_ms: int = 100
     extra_env: dict = field(default_factory=dict)
     stdout: object = None          # where the command's output goes (None: inherited)
@@ -90,7 +100,16 @@ def check_enterable(path: str) -> None:
         with open(path, "rb") as f:
             head = f.read(64)
             if head[:4] != b"\x7fELF":
+                if head[:2] != b"#!":
+                    # exec() refuses it (ENOEXEC); only a shell would guess an interpreter
+                    raise LaunchError(
+                        "cudatrace: %s has no #! line, so it cannot be executed directly; add "
+                        "one (#!/bin/sh) or name its interpreter: cudatrace run -- sh %s"
+                        % (path, path), 126)
                 return                      # a script: its interpreter is what runs
+            if len(head) < 64 or head[4] not in (1, 2) or head[5] not in (1, 2):
+                raise LaunchError("cudatrace: %s starts like an ELF file but is not a valid one "
+                                  "(%d bytes of header)" % (path, len(head)), 126)
             is64 = head[4] == 2
             little = head[5] == 1
             e = "<" if little else ">"
@@ -100,6 +119,9 @@ def check_enterable(path: str) -> None:
             else:
                 phoff, = struct.unpack_from(e + "I", head, 28)
                 phentsize, phnum = struct.unpack_from(e + "HH", head, 42)
+            if not phentsize or not phnum:
+                raise LaunchError("cudatrace: %s is an ELF file with no program headers: not "
+                                  "an executable" % path, 126)
             f.seek(phoff)
             ph = f.read(phentsize * phnum)
     except OSError as exc:
@@ -122,23 +144,48 @@ def default_out_dir(cmd0: str) -> Path:
     return p
 
 
-def prepare_out_dir(opts: RunOptions) -> Path:
-    out = opts.out_dir or default_out_dir(opts.cmd[0])
-    out = out.resolve()
-    if out.exists():
-        if not out.is_dir():
-            raise LaunchError("cudatrace: %s exists and is not a directory" % out)
-        old = list(out.glob("*.ctrace")) + [p for p in (out / "run.json", out / "samples.jsonl",
-                                                            out / "denials.jsonl")
-                                             if p.exists()]
-        if old and not opts.force:
-            raise LaunchError("cudatrace: %s already holds a trace; pass --force to replace it, "
-                              "or -o another directory" % out)
-        for p in old:
-            p.unlink()
-    else:
-        out.mkdir(parents=True)
-    return out
+def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
+    """The trace directory, and whether this run created it (to remove it if CMD never ran)."""
+    try:
+        out = opts.out_dir or default_out_dir(opts.cmd[0])
+        out = out.resolve()
+        if out.exists():
+            if not out.is_dir():
+                raise LaunchError("cudatrace: %s exists and is not a directory" % out)
+            old = list(out.glob("*.ctrace")) + [
+                p for p in (out / "run.json", out / "samples.jsonl", out / "denials.jsonl")
+                if p.exists() or p.is_symlink()]
+            if old and not opts.force:
+                raise LaunchError("cudatrace: %s already holds a trace; pass --force to replace "
+                                  "it, or -o another directory" % out)
+            for p in old:
+                p.unlink()
+            created = False
+        else:
+            out.mkdir(parents=True)
+            created = True
+        if not os.access(out, os.W_OK | os.X_OK):
+            raise LaunchError("cudatrace: cannot write the trace directory %s: permission "
+                              "denied" % out)
+    except OSError as e:
+        where = e.filename or opts.out_dir or "the current directory"
+        raise LaunchError("cudatrace: cannot create the trace directory %s: %s"
+                          % (where, e.strerror or e)) from None
+    return out, created
+
+
+def _remove_created(out: Path, created: bool) -> None:
+    """Undo prepare_out_dir when CMD never started: what it made, and the launcher's files."""
+    for name in ("run.json", "samples.jsonl"):
+        try:
+            (out / name).unlink()
+        except OSError:
+            pass
+    if created:
+        try:
+            out.rmdir()
+        except OSError:
+            pass
 
 
 def exit_status(returncode: int) -> int:
@@ -149,12 +196,38 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     """Trace opts.cmd to its end. Returns (exit status, trace directory)."""
     path = resolve_command(opts.cmd[0])
     check_enterable(path)
-    no_trace = opts.mode == "none"
-    out = None if no_trace else prepare_out_dir(opts)
     shim = native.shim_path()
     if any(c in str(shim) for c in " :\t\n"):
         raise LaunchError("cudatrace: the preload library's path %r holds a space or colon, which "
                           "LD_PRELOAD cannot express; install cudatrace elsewhere" % str(shim), 2)
+    no_trace = opts.mode == "none"
+    out, created = (None, False) if no_trace else prepare_out_dir(opts)
+    try:
+        return _run(opts, path, shim, out, created)
+    except LaunchError:
+        if out is not None:
+            _remove_created(out, created)
+        raise
+
+
+# The preload library keeps the trace directory and the ledger path in fixed buffers (no malloc
+# inside the target): util.h ct_config.dir[1024], writer.c's path[1200] with "/<pid>.<n>.ctrace".
+MAX_SHIM_PATH = 1000
+
+
+def _check_shim_path(what: str, p: Path) -> None:
+    n = len(os.fsencode(str(p)))
+    if n > MAX_SHIM_PATH:
+        raise LaunchError("cudatrace: the %s %s... is %d bytes long; the preload library holds "
+                          "paths up to %d bytes: choose a shorter one" % (
+                              what, str(p)[:60], n, MAX_SHIM_PATH), 2)
+
+
+def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: bool
+         ) -> tuple[int, Path | None]:
+    no_trace = out is None
+    if not no_trace:
+        _check_shim_path("trace directory", out)
     env = dict(os.environ)
     env.update(opts.extra_env)
     env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
@@ -168,6 +241,8 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
     env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
     env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
+    if opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env:  # extra_env may keep the shim's lines
+        env["CUDATRACE_QUIET"] = "1"
     ledger = None
     budget_info = None
     if opts.budget is not None or opts.group is not None:
@@ -175,12 +250,19 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         from . import budget as budget_mod
         from .ledger import LedgerError
         try:
-            ledger, budget_info = budget_mod.setup_ledger(opts.budget, opts.group, opts.on_exceed,
-                                                          opts.count_host)
+            ledger, budget_info = budget_mod.setup_ledger(
+                opts.budget, opts.group, opts.on_exceed, opts.count_host,
+                notify=lambda msg: sys.stderr.write("cudatrace: %s\n" % msg))
         except (budget_mod.BudgetError, LedgerError) as e:
             raise LaunchError(f"cudatrace: budget: {e}", 2) from None
+        try:
+            _check_shim_path("ledger path", ledger.path)
+        except LaunchError:
+            ledger.finish()
+            raise
         env["CUDATRACE_LEDGER"] = str(ledger.path)
-        if budget_info.get("note") and not opts.quiet:
+        if budget_info.get("note"):
+            # the one note that changes what the run may use: printed even with -q
             sys.stderr.write("cudatrace: note: %s\n" % budget_info["note"])
 
     run_info = {
@@ -191,30 +273,47 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         "start_time": time.time(),
     }
     if not no_trace:
-        (out / "run.json").write_text(json.dumps(run_info, indent=2))
+        try:
+            write_json(out / "run.json", run_info)
+        except OSError as e:
+            if ledger is not None:
+                ledger.finish()
+            raise LaunchError("cudatrace: cannot write %s: %s" % (out / "run.json",
+                                                                  e.strerror or e), 2) from None
 
     if not opts.quiet:
         if no_trace:
             sys.stderr.write("cudatrace: running %s under the budget, nothing traced "
-                             "(--no-trace)\n" % " ".join(opts.cmd))
+                             "(--no-trace)\n" % shell_quote(opts.cmd))
         else:
-            sys.stderr.write("cudatrace: tracing %s -> %s\n" % (" ".join(opts.cmd), out))
+            sys.stderr.write("cudatrace: tracing %s -> %s\n" % (shell_quote(opts.cmd), out))
         sys.stderr.flush()
 
     aborted = []
+    # Without a terminal whose foreground we are, CMD gets a process group of its own: a signal
+    # sent to our group (kill -TERM -PGID, CI runners) then reaches CMD once, forwarded by us,
+    # not twice. On a terminal CMD stays in our group, so job control (Ctrl-Z, reading the
+    # terminal) works; the terminal's own Ctrl-C/Ctrl-\ reach CMD directly and are not forwarded.
+    own_group = not _foreground()
+
+    procs: list = []       # the child, once started
+    pending: list = []     # signals that came before it was: delivered right after
 
     def on_signal(signum, frame):
         opts.signals.append(signum)
-        if signum == signal.SIGUSR2:           # the shim's --on-exceed abort
-            aborted.append(True)
+        if not procs:
+            pending.append(signum)
+            return
+        proc = procs[0]
+        if signum == signal.SIGUSR2 and _budget_abort(opts, ledger):
+            aborted.append(True)           # the shim's --on-exceed abort
             for pid in reversed(tree_pids(proc.pid)):
                 try:
                     os.kill(pid, signal.SIGTERM)
                 except OSError:
                     pass
             return
-        # A terminal's Ctrl-C / Ctrl-\ already reached the command (same foreground group).
-        if signum in (signal.SIGINT, signal.SIGQUIT) and _foreground():
+        if signum in (signal.SIGINT, signal.SIGQUIT) and not own_group and _foreground():
             return
         try:
             proc.send_signal(signum)
@@ -222,14 +321,38 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             pass
 
     old = {}
-    watcher = None  # counts denials from before the start: the first may come at once
-    if ledger is not None and opts.on_denials is not None and not opts.quiet:
-        watcher = DenialWatcher(ledger, out, opts.on_denials)
-    proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path, stdout=opts.stdout,
-                            stderr=opts.stderr)
-    run_info["pid"] = proc.pid
+    launcher = os.getpid()
+    prctl = None if opts.outlive_launcher else _prctl()
+
+    def in_child():                        # after fork, before exec: nothing that allocates much
+        if own_group:
+            os.setpgid(0, 0)
+        if prctl is not None:
+            # PR_SET_PDEATHSIG: the kernel sends SIGTERM to CMD when the launcher dies, even by
+            # SIGKILL, so CMD never runs on unsupervised (the shim still ends its trace cleanly)
+            prctl(1, int(signal.SIGTERM), 0, 0, 0)
+            if os.getppid() != launcher:   # the launcher died before prctl took effect
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    # handlers first: the shim's SIGUSR2 (an early abort) or a user's SIGTERM may come at once
     for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
         old[s] = signal.signal(s, on_signal)
+    watcher = None  # counts denials from before the start: the first may come at once
+    if ledger is not None and opts.on_denials is not None and not opts.quiet and not no_trace:
+        watcher = DenialWatcher(ledger, out, opts.on_denials)
+    try:
+        proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path,
+                                preexec_fn=in_child, stdout=opts.stdout, stderr=opts.stderr)
+    except OSError as e:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if ledger is not None:
+            ledger.finish()
+        raise LaunchError("cudatrace: cannot execute %s: %s" % (path, e.strerror or e), 126) from None
+    procs.append(proc)
+    for signum in pending:
+        on_signal(signum, None)
+    run_info["pid"] = proc.pid
     sampler = None if no_trace else Sampler(proc.pid, out / "samples.jsonl",
                                             opts.sample_ms / 1000.0)
     if sampler:
@@ -262,8 +385,35 @@ def run(opts: RunOptions) -> tuple[int, Path]:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()
     if not no_trace:
-        (out / "run.json").write_text(json.dumps(run_info, indent=2))
+        try:
+            write_json(out / "run.json", run_info)
+        except OSError as e:    # a full disk: the command's status still comes back
+            sys.stderr.write("cudatrace: cannot write %s: %s\n" % (out / "run.json",
+                                                                    e.strerror or e))
+    if sampler and sampler.error and not opts.quiet:
+        sys.stderr.write("cudatrace: samples stopped: %s\n" % sampler.error)
     return status, out
+
+
+def _budget_abort(opts: RunOptions, ledger) -> bool:
+    """SIGUSR2 is the shim's --on-exceed abort only when this run asked for it and the ledger
+    has seen a denial; any other SIGUSR2 is the user's, and is forwarded."""
+    if opts.on_exceed != "abort" or ledger is None:
+        return False
+    try:
+        snap = ledger.summary()
+    except Exception:
+        return True
+    return any(d.get("denials") for d in snap.get("devices", []))
+
+
+def _prctl():
+    """libc's prctl, looked up before fork (the child only calls it)."""
+    import ctypes
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
 
 def _denials(ledger) -> int:

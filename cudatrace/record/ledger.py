@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import time
 from pathlib import Path
 
 from .. import native
@@ -57,7 +58,7 @@ def ledger_dir(create: bool = False) -> Path:
 
 
 def valid_group(name: str) -> bool:
-    """Group names are [A-Za-z0-9_.-]{1,64}."""
+    """Group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' (hidden from status)."""
     if not isinstance(name, str):
         return False
     ffi, lib = _tools()
@@ -71,7 +72,8 @@ def valid_group(name: str) -> bool:
 def group_path(group: str, create_dir: bool = False) -> Path:
     """<ledger dir>/<group>.ledger (the directory is made with create_dir)."""
     if not valid_group(group):
-        raise LedgerError("invalid budget group name %r: use 1 to 64 of A-Z a-z 0-9 _ . -" % (group,))
+        raise LedgerError("invalid budget group name %r: use 1 to 64 of A-Z a-z 0-9 _ . -, not "
+                          "starting with '.'" % (group,))
     ffi, lib = _tools()
     buf = ffi.new("char[]", _PATHLEN)
     err = ffi.new("char[]", _ERRLEN)
@@ -339,6 +341,24 @@ def status_json(group: str | None = None, path=None) -> dict:
     return out
 
 
+def reset_group(group: str) -> Path:
+    """`cudatrace status --reset GROUP`: remove a group's ledger (its budget, peaks and denial
+    counts) so the next run starts it afresh. Refused while a member process is alive: the
+    ledger is what holds them to the budget. Returns the path removed."""
+    p = _target(group, None)[0]
+    with _GroupLock(p):
+        with Ledger.open(p) as led:
+            busy = _live_members(led)
+        if busy:
+            raise LedgerError("%s is in use by pids %s; not reset (end them first)" % (
+                display_name(p), ", ".join(str(m["pid"]) for m in busy)))
+        try:
+            os.unlink(p)
+        except OSError as e:
+            raise LedgerError("cannot remove %s: %s" % (p, e.strerror)) from None
+    return p
+
+
 # ---- `cudatrace run`: the ledger of a run ------------------------------------------------------
 
 class RunLedger:
@@ -406,28 +426,112 @@ def remove_stale_private(directory: Path | None = None) -> list[Path]:
     return removed
 
 
+def _limits_text(limits: dict[int, int]) -> str:
+    from ..units import format_bytes
+    vals = {v for v in limits.values()}
+    if len(vals) == 1 and len(limits) >= 8:
+        return "%s on every device" % format_bytes(next(iter(vals)))
+    return ", ".join("%s on device %d" % (format_bytes(v), d) for d, v in sorted(limits.items()))
+
+
+class _GroupLock:
+    """flock on <dir>/<group>.lock while a launcher reads and sets a group's budget: two runs
+    starting at once cannot both find it unset. Only launchers take it, for milliseconds; the
+    shim in the target never does."""
+
+    def __init__(self, ledger_path: Path):
+        self.path = ledger_path.with_name(ledger_path.name[:-len(SUFFIX)] + ".lock")
+
+    def __enter__(self):
+        import fcntl
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def _live_members(led: Ledger) -> list[dict]:
+    led.reclaim()
+    return [m for m in led.snapshot()["members"] if m["state"] != "dead"]
+
+
+def _group_ledger(group: str, limits: dict[int, int], on_exceed: str, count_host: bool,
+                  set_limits: bool, info: dict) -> Ledger | None:
+    """One attempt, under the group's lock. None: the group has no budget yet (and this run
+    names none)."""
+    path = group_path(group, create_dir=True)
+    wanted = {d: n for d, n in limits.items() if n}
+    with _GroupLock(path):
+        exists = path.exists() or path.is_symlink()
+        if not set_limits:
+            if not exists:
+                return None
+            led = Ledger.open(path)
+            if not led.limits():
+                led.close()
+                return None
+            return led
+        led = Ledger.create(path, limits, on_exceed, count_host, group)
+        if led.created:
+            return led
+        cur = led.limits()
+        if cur == wanted:
+            return led
+        busy = _live_members(led) if cur else []
+        if busy:
+            pids = ", ".join(str(m["pid"]) for m in busy)
+            led.close()
+            raise LedgerError(
+                "group %s already has a budget of %s, in use by pids %s; this run asked for %s. "
+                "Give the same --budget, or none to join the group under its budget (or wait "
+                "until its members end)" % (group, _limits_text(cur), pids, _limits_text(wanted)))
+        if cur:
+            info["note"] = ("group %s had a budget of %s and no live member; this run sets %s"
+                            % (group, _limits_text(cur), _limits_text(wanted)))
+        ndev = _tools()[1].CT_LEDGER_MAX_DEVICES
+        for d in range(ndev):
+            led.set_limit(d, int(limits.get(d, 0)))
+        led.on_exceed = on_exceed
+        led.count_host = count_host
+        return led
+
+
 def open_run_ledger(limits: dict[int, int], group: str | None, on_exceed: str = "deny",
-                    count_host: bool = False, set_limits: bool = True) -> tuple[RunLedger, dict]:
-    """The ledger for one run: the group's (created with these settings when new; when it
-    exists, its settings stay unless no process is using it, then set_limits replaces them), or
-    a private one. Returns (RunLedger, info for run.json)."""
+                    count_host: bool = False, set_limits: bool = True,
+                    notify=None) -> tuple[RunLedger, dict]:
+    """The ledger for one run: the group's, or a private one. Returns (RunLedger, info for
+    run.json).
+
+    A group's budget is never absent or silently different from what a run asked for: the first
+    run that names a budget sets it (under a lock, so runs started at once agree); a run naming
+    the same budget joins; a run naming another is refused while the group has live members; a
+    run naming none joins a group that has one, and otherwise waits up to CUDATRACE_GROUP_WAIT
+    seconds (default 30) for a run that sets it, then is refused."""
     info: dict = {"group": group}
     if group is not None:
-        path = group_path(group, create_dir=True)
-        led = Ledger.create(path, limits, on_exceed, count_host, group)
-        if not led.created and set_limits:
-            led.reclaim()
-            busy = [m for m in led.snapshot()["members"] if m["state"] != "dead"]
-            if busy:
-                if limits and led.limits() != {d: n for d, n in limits.items() if n}:
-                    info["note"] = ("group %s is in use (pids %s) with its own budget, which stays in "
-                                    "force" % (group, ", ".join(str(m["pid"]) for m in busy)))
-            else:
-                ndev = _tools()[1].CT_LEDGER_MAX_DEVICES
-                for d in range(ndev):
-                    led.set_limit(d, int(limits.get(d, 0)))
-                led.on_exceed = on_exceed
-                led.count_host = count_host
+        try:
+            wait = float(os.environ.get("CUDATRACE_GROUP_WAIT", "30"))
+        except ValueError:
+            wait = 30.0
+        deadline = time.monotonic() + wait
+        told = False
+        while True:
+            led = _group_ledger(group, limits, on_exceed, count_host, set_limits, info)
+            if led is not None:
+                break
+            if time.monotonic() >= deadline:
+                raise LedgerError(
+                    "group %s has no budget: start the run that sets it (cudatrace run --group %s "
+                    "--budget SPEC -- ...) first, or give this run --budget" % (group, group))
+            if not told and notify is not None:
+                notify("group %s has no budget yet; waiting up to %g s for a run with --budget "
+                       "to set it" % (group, wait))
+                told = True
+            time.sleep(0.1)
+        if told and notify is not None:
+            notify("group %s: budget %s" % (group, _limits_text(led.limits())))
         run = RunLedger(led, private=False)
     else:
         remove_stale_private()

@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 
 from ..nvml import Nvml
-from ..procfs import meminfo, pss_of, rss_of, tree_pids
+from ..procfs import mem_available, meminfo, pss_of, rss_of, tree_pids
+from .files import create
 
 
 class Sampler(threading.Thread):
@@ -25,10 +26,17 @@ class Sampler(threading.Thread):
         self._halt = threading.Event()
         self.nvml = None
         self.count = 0
+        self.error = None
 
     def run(self):
         self.nvml = Nvml()
-        with open(self.path, "a") as f:
+        try:
+            self._loop()
+        except OSError as e:  # a full disk, a planted link: stop sampling, never a traceback
+            self.error = "%s: %s" % (self.path, e.strerror or e)
+
+    def _loop(self):
+        with create(self.path) as f:
             while True:
                 t0 = time.monotonic()
                 pids = tree_pids(self.root)
@@ -61,4 +69,4 @@ class Sampler(threading.Thread):
         n = self.nvml
         return {"samples": self.count, "nvml": bool(n and n.available),
                 "nvml_why": (n.why if n else "sampler did not start"),
-                "driver": n.driver if n else None}
+                "driver": n.driver if n else None, "error": self.error}

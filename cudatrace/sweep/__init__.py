@@ -142,7 +142,9 @@ def execute(plan: Plan, progress=None) -> list[dict]:
                 w = holder["w"] = Watcher(proc, out, plan.rule, done)
                 w.start()
 
+        # quiet launcher, but the shim's budget lines go to the run's log: they say why it failed
         opts = RunOptions(cmd=cmd, out_dir=d, quiet=True, force=True, on_start=on_start,
+                          extra_env={"CUDATRACE_QUIET": "0"},
                           **plan.run_options)
         t0 = time.monotonic()
         status = None

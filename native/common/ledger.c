@@ -1002,7 +1002,7 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
     }
     uid_t me = geteuid();
     const char *why = NULL;
-    char whybuf[160];
+    char whybuf[PATH_MAX + 200];
     if (!S_ISREG(sb.st_mode)) {
         why = "is not a regular file";
     } else if (sb.st_uid != me) {
@@ -1049,6 +1049,17 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
     } else if (h->header_size != CT_LEDGER_HEADER_SIZE || h->member_size != CT_LEDGER_MEMBER_SIZE ||
                h->max_devices != CT_LEDGER_MAX_DEVICES || h->max_members != CT_LEDGER_MAX_MEMBERS) {
         why = "has an incompatible layout";
+    } else if ((LD(&h->on_exceed) != CT_LEDGER_DENY && LD(&h->on_exceed) != CT_LEDGER_WARN) ||
+               (LD(&h->flags) & ~(uint32_t)CT_LEDGER_F_COUNT_HOST) ||
+               LD(&h->members_hwm) > CT_LEDGER_MAX_MEMBERS ||
+               memchr(h->group, 0, sizeof h->group) == NULL) {
+        /* checked before anything is written: a damaged file is never half-updated */
+        snprintf(whybuf, sizeof whybuf,
+                 "is damaged (on_exceed %u, flags 0x%x, members %u); delete it (rm %s) once no "
+                 "run uses it, and start again",
+                 (unsigned)LD(&h->on_exceed), (unsigned)LD(&h->flags),
+                 (unsigned)LD(&h->members_hwm), path);
+        why = whybuf;
     }
     if (why) {
         set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, why);
@@ -1159,7 +1170,8 @@ void ct_ledger_close(struct ct_ledger *l)
 
 int32_t ct_ledger_valid_group(const char *g)
 {
-    if (!g)
+    /* not starting with '.': such a ledger would be hidden from `cudatrace status` */
+    if (!g || g[0] == '.')
         return 0;
     size_t n = 0;
     for (; g[n]; n++) {
@@ -1236,7 +1248,8 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
     char cand[3][PATH_MAX];
     int ncand = 0;
     const char *env = getenv("CUDATRACE_LEDGER_DIR");
-    if (env && *env) {
+    int chosen = env && *env; /* a directory named by the user is never replaced */
+    if (chosen) {
         snprintf(cand[ncand++], PATH_MAX, "%s", env);
     } else {
         struct stat sb;
@@ -1266,8 +1279,11 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
                 first_missing = i;
             continue;
         }
-        if (!soft)
-            break; /* refused: do not quietly go elsewhere */
+        /* A default candidate that is refused (a link, another owner, loose permissions:
+         * perhaps planted by another user to block ours) is passed over for the next one,
+         * each checked alike; a directory the user named is refused outright. */
+        if (!soft && (chosen || i + 1 >= ncand))
+            break;
     }
     if (rc == CT_LEDGER_ENOENT && first_missing >= 0 && strlen(cand[first_missing]) < len) {
         strcpy(buf, cand[first_missing]);
@@ -1284,7 +1300,9 @@ int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t
         return CT_LEDGER_EINVAL;
     buf[0] = 0;
     if (!ct_ledger_valid_group(group)) {
-        set_err(err, errlen, "invalid budget group name '%.80s': use 1 to %d of A-Z a-z 0-9 _ . -",
+        set_err(err, errlen,
+                "invalid budget group name '%.80s': use 1 to %d of A-Z a-z 0-9 _ . -, not "
+                "starting with '.'",
                 group ? group : "", CT_LEDGER_GROUP_MAX);
         return CT_LEDGER_EINVAL;
     }

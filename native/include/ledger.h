@@ -225,7 +225,7 @@ uint64_t ct_ledger_proc_start_ticks(int32_t pid);
  * symlink, another owner, group/other permissions. CT_LEDGER_ENOENT (path still in buf) when it
  * does not exist and create == 0. */
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen);
-/* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}. Returns as ct_ledger_dir. */
+/* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}, not starting with '.'. Returns as ct_ledger_dir. */
 int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
                              char *err, uint64_t errlen);
 int32_t ct_ledger_valid_group(const char *group);

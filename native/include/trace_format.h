@@ -152,7 +152,12 @@ struct ct_file_header {
     uint64_t stack_cache_hits;   /* the cached CFI rules alone (unwind.c) */
     uint64_t stack_verified;     /* CUDATRACE_STACK_VERIFY=1: cached walks checked against libgcc */
     uint64_t stack_mismatches;   /* ... that differed from it (never, or the cache is wrong) */
-    uint8_t reserved[120];
+    /* A full disk: when the file cannot grow the shim stops writing at once (the process runs
+     * on untraced) and notes it here, in the header's own block, which is always allocated. */
+    uint64_t stopped_ns;   /* 0, or CLOCK_MONOTONIC when writing stopped: later events are lost */
+    int32_t stopped_errno; /* why (ENOSPC, EDQUOT, ...) */
+    int32_t stopped_exit;  /* exit status if the process exited cleanly after stopping, else -1 */
+    uint8_t reserved[104];
 };
 #define CT_SC_FULL 0
 #define CT_SC_HIT 1

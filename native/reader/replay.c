@@ -32,6 +32,7 @@
 #define ST_HOST 2
 #define ST_MAP 3
 #define MAP_SPACE 255
+#define IMPORT_SPACE 254 /* VMM handles imported from another process (cuMemImport...) */
 #define MAX_TRACES (1u << 22)
 #define HUGE_BYTES (4u << 20)
 
@@ -509,6 +510,15 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             return;
         }
         struct slot *sl = tget(&st->tab, TAG(ti, 0, e->space), e->addr);
+        if (!sl && e->space == CT_SPACE_VMM) {
+            /* cuMemRelease of an imported handle: someone else's memory, never counted */
+            struct slot *im = tget(&st->tab, TAG(ti, 0, IMPORT_SPACE), e->addr);
+            if (im) {
+                tdel(&st->tab, im);
+                s->c.unimports++;
+                return;
+            }
+        }
         if (!sl) {
             s->c.unmatched_frees++;
             return;
@@ -620,6 +630,15 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         return;
     case CT_OP_IMPORT:
         s->c.imports++;
+        if (e->result == 0 && e->addr && e->space == CT_SPACE_VMM) {
+            struct slot *im = tput(&st->tab, TAG(ti, 0, IMPORT_SPACE), e->addr);
+            if (!im) {
+                r->oom = 1;
+                return;
+            }
+            im->tag = TAG(ti, ST_HOST, IMPORT_SPACE);
+            im->ref = 0;
+        }
         return;
     case CT_OP_UNIMPORT:
         s->c.unimports++;

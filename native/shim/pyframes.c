@@ -289,6 +289,19 @@ static struct pyrt *find_python(void)
     return p;
 }
 
+/* At the shim's start (one thread, before the program's own threads race into the hooks):
+ * find the interpreter now, so the first events of several threads all get their frames (a
+ * thread that finds detection under way elsewhere never waits for it: it would get none). */
+void ct_py_detect(void)
+{
+    if (disabled < 0) {
+        const char *e = getenv("CUDATRACE_PYTHON");
+        disabled = e && e[0] == '0' && !e[1];
+    }
+    if (!disabled)
+        (void)find_python();
+}
+
 void ct_py_modules_changed(void)
 {
     if (!__atomic_load_n(&py, __ATOMIC_ACQUIRE))

@@ -7,6 +7,7 @@
 /* The link node's ip for this event (trace_format.h CT_PYLINK_*), 0 when the process has no
  * Python */
 uint64_t ct_py_capture(void);
+void ct_py_detect(void);          /* at start-up: find the interpreter before threads race */
 void ct_py_modules_changed(void); /* new modules mapped: look for the interpreter again */
 void ct_py_atfork_prepare(void);
 void ct_py_atfork_parent(void);

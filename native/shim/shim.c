@@ -151,6 +151,46 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
 
 static inline void ct_leave(void) { tls_depth--; }
 
+/* Budget lines are rate-limited per call site: the first DENY_LINES of a site are printed, then
+ * one line at its 10th, 100th, 1000th ... denial with the count (a loop retrying a denied
+ * allocation would otherwise print one line per try). Lock-free: a small open-addressed table of
+ * sites; a site that finds the table full is counted with the others in slot 0's overflow. */
+#define DENY_LINES 3
+#define DENY_SITES 64
+static struct {
+    uintptr_t ip;
+    uint64_t n;
+} deny_sites[DENY_SITES];
+
+/* 0: stay silent; 1: print the line; 2: print it with the count (n) */
+static int deny_rate(uintptr_t ip, uint64_t *n)
+{
+    uintptr_t key = ip ? ip : 1;
+    for (unsigned i = 0; i < DENY_SITES; i++) {
+        unsigned k = (unsigned)((key >> 4) + i) % DENY_SITES;
+        uintptr_t cur = __atomic_load_n(&deny_sites[k].ip, __ATOMIC_ACQUIRE);
+        if (cur == 0) {
+            uintptr_t zero = 0;
+            if (__atomic_compare_exchange_n(&deny_sites[k].ip, &zero, key, 0, __ATOMIC_ACQ_REL,
+                                            __ATOMIC_ACQUIRE))
+                cur = key;
+            else
+                cur = zero;
+        }
+        if (cur != key)
+            continue;
+        *n = __atomic_add_fetch(&deny_sites[k].n, 1, __ATOMIC_RELAXED);
+        if (*n <= DENY_LINES)
+            return 1;
+        for (uint64_t p = 10; p && p <= *n; p *= 10)
+            if (p == *n)
+                return 2;
+        return 0;
+    }
+    *n = 0;
+    return 1;
+}
+
 /* The denial line names the code at the moment of the denial: the first frame outside CUDA,
  * then its callers, demangled and shortened, innermost first (`at device_take (app+0x1234) <-
  * pool_obtain <- tensor_create <- kv_layer_buffer <- ...`): the allocator layers the reports
@@ -163,6 +203,12 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     char line[1400], num[48], site[900];
     uintptr_t ips[DENY_PATH_FRAMES];
     int n = ct_stack_user_frames(ips, DENY_PATH_FRAMES);
+    uint64_t count = 0;
+    int how = deny_rate(n > 0 ? ips[0] : 0, &count);
+    if (ct_cfg.quiet && ct_cfg.on_exceed != CT_EXCEED_ABORT)
+        return;
+    if (how == 0 && ct_cfg.on_exceed != CT_EXCEED_ABORT)
+        return;
     if (n > 0) {
         ct_describe_address(ips[0], site, sizeof site);
         size_t sl = strlen(site);
@@ -204,6 +250,15 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     l += ct_strlcpy(line + l, site, sizeof line - l);
     l += ct_strlcpy(line + l, "; ", sizeof line - l);
     l += ct_strlcpy(line + l, verdict, sizeof line - l);
+    if (how == 2 || (how == 1 && count == DENY_LINES)) {
+        l += ct_strlcpy(line + l, " [", sizeof line - l);
+        ct_fmt_u64(num, count);
+        l += ct_strlcpy(line + l, num, sizeof line - l);
+        l += ct_strlcpy(line + l,
+                        how == 2 ? " at this site so far; lines for it are rate-limited]"
+                                 : " at this site; further lines only at its 10th, 100th, ...]",
+                        sizeof line - l);
+    }
     if (l > sizeof line - 2)
         l = sizeof line - 2;
     line[l++] = '\n';
@@ -536,9 +591,15 @@ static void atfork_parent(void)
     ct_py_atfork_parent();
 }
 
+/* the process the shim's state belongs to: a vfork child shares that memory (and so the trace
+ * and the ledger handle) but not the pid, and must touch neither */
+static int ct_pid;
+
 static void atfork_child(void)
 {
+    ct_pid = getpid();
     ct_tls_tid = 0;
+    memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
     ct_agg_atfork_child();
     ct_stacks_reset();
@@ -561,10 +622,12 @@ static void init_once(void)
         void *warm[4];
         backtrace(warm, 4); /* loads the unwinder now, not inside a CUDA call */
         ct_stacks_init();
+        ct_py_detect();
     }
     ct_writer_set_preamble(write_preamble);
     ct_budget_set_context_report(report_context);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    ct_pid = getpid();
     ct_cfg.active = 1;
     if (ct_cfg.eager && ct_cfg.mode != CT_MODE_NONE)
         ct_writer_open_now();
@@ -581,3 +644,23 @@ __attribute__((destructor)) static void ct_destructor(void)
     ct_writer_close(exit_status);
     ct_budget_leave();
 }
+
+/* _exit (and _Exit) skip on_exit handlers and destructors: dash ends every `sh -c` with it. Close
+ * the trace with the status, so the process reads as exited, not as killed, then end the process
+ * as _exit does. Not in a vfork child (posix_spawn's failed exec): the trace is its parent's. */
+static void __attribute__((noreturn)) exit_group_now(int status)
+{
+    for (;;)
+        syscall(SYS_exit_group, status);
+}
+
+CT_EXPORT void _exit(int status)
+{
+    if (ct_cfg.active && ct_pid == getpid()) {
+        ct_writer_close(status & 0xff);
+        ct_budget_leave();
+    }
+    exit_group_now(status);
+}
+
+CT_EXPORT void _Exit(int status) { _exit(status); }

@@ -66,6 +66,11 @@ int ct_config_load(void)
     long depth = env_long("CUDATRACE_STACK_DEPTH", 64);
     ct_cfg.stack_depth = depth < 0 ? 0 : depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : (int)depth;
     ct_cfg.launcher_pid = (int)env_long("CUDATRACE_LAUNCHER_PID", 0);
+    ct_cfg.quiet = (int)env_long("CUDATRACE_QUIET", 0);
+    const char *fm = getenv("CUDATRACE_FILE_MODE");
+    char *fm_end = NULL;
+    long fmode = fm && *fm ? strtol(fm, &fm_end, 8) : -1;
+    ct_cfg.file_mode = (fmode >= 0 && fm_end && !*fm_end) ? (int)(fmode & 0666) : 0600;
     /* the command the launcher started writes its file at once, so a run always shows whether
      * the shim entered it; other processes only once they use CUDA */
     ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();

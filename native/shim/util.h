@@ -27,6 +27,8 @@ struct ct_config {
     int count_host; /* 1 forced, 0 auto (integrated devices), -1 never */
     int virtualize;
     int launcher_pid;
+    int quiet;     /* CUDATRACE_QUIET=1: no notes on stderr (budget lines are rate-limited) */
+    int file_mode; /* of trace files: 0600 (they hold argv and cwd) unless CUDATRACE_FILE_MODE */
     char dir[1024];
     char ledger_path[1024]; /* "" without a budget */
     int mode;               /* CT_MODE_*: CUDATRACE_MODE full | aggregate | none */

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -50,6 +51,37 @@ uint32_t ct_writer_new_thread(void) { return __atomic_fetch_add(&nthreads, 1, __
 
 void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
 
+static int stop_errno; /* errno of the failure that stopped the trace, 0: not stopped */
+
+/* A full disk (or quota, or mapping failure): stop writing at once, for good, so that no later
+ * event pays for another attempt, and say so in the header (its block is always allocated, so
+ * this pwrite needs no new space) and once on stderr. Called with mu held. */
+static void stop_writing(int err)
+{
+    if (stop_errno)
+        return;
+    stop_errno = err ? err : EIO;
+    __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
+    /* the three stopped_* fields, in the header's order */
+    struct {
+        uint64_t ns;
+        int32_t err, exit;
+    } st = {ct_now_ns(), stop_errno, -1};
+    _Static_assert(offsetof(struct ct_file_header, stopped_exit) ==
+                       offsetof(struct ct_file_header, stopped_ns) + 12,
+                   "stopped_* fields are contiguous");
+    if (fd >= 0) {
+        ssize_t r = pwrite(fd, &st, sizeof st, (off_t)offsetof(struct ct_file_header, stopped_ns));
+        (void)r;
+    }
+    if (!ct_cfg.quiet) {
+        char num[24];
+        ct_fmt_u64(num, (uint64_t)getpid());
+        ct_log("pid ", num,
+               ": trace stopped, the program goes on untraced: ", strerror(stop_errno));
+    }
+}
+
 static int grow(uint32_t idx)
 {
     if (idx >= MAX_CHUNKS)
@@ -59,12 +91,16 @@ static int grow(uint32_t idx)
     if (r != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) {
         r = ftruncate(fd, off + CT_CHUNK_SIZE);
     }
-    if (r != 0)
+    if (r != 0) {
+        stop_writing(errno);
         return -1;
+    }
     /* populated now: one call instead of a page fault every 4 KiB on the hot path */
     void *m = mmap(NULL, CT_CHUNK_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, off);
-    if (m == MAP_FAILED)
+    if (m == MAP_FAILED) {
+        stop_writing(errno);
         return -1;
+    }
     __atomic_store_n(&chunks[idx], (uint8_t *)m, __ATOMIC_RELEASE);
     return 0;
 }
@@ -131,11 +167,24 @@ static int open_file(void)
         ct_fmt_u64(num, n);
         l += ct_strlcpy(path + l, num, sizeof path - l);
         ct_strlcpy(path + l, ".ctrace", sizeof path - l);
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  (mode_t)ct_cfg.file_mode);
         if (fd >= 0) {
             if (grow(0) != 0) {
+                /* no room for a chunk: keep a header-only file that says so, if even that
+                 * fits, so the process is listed with what it lost */
+                struct ct_file_header h;
+                memset(&h, 0, sizeof h);
+                fill_header(&h);
+                h.exec_index = n;
+                h.stopped_ns = h.start_monotonic_ns;
+                h.stopped_errno = stop_errno;
+                h.stopped_exit = -1;
+                if (ftruncate(fd, 0) != 0 ||
+                    syscall(SYS_fallocate, fd, 0, 0L, (long)sizeof h) != 0 ||
+                    pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+                    unlink(path);
                 close(fd);
-                unlink(path);
                 fd = -1;
                 return -1;
             }
@@ -286,6 +335,12 @@ void ct_writer_close(int exit_code)
 {
     pthread_mutex_lock(&mu);
     if (state != 1) {
+        if (stop_errno && fd >= 0) { /* stopped by a full disk: the header keeps the status */
+            int32_t code = exit_code;
+            ssize_t r = pwrite(fd, &code, sizeof code,
+                               (off_t)offsetof(struct ct_file_header, stopped_exit));
+            (void)r;
+        }
         __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&mu);
         return;
@@ -326,6 +381,7 @@ void ct_writer_atfork_child(void)
     fd = -1;
     pos = 0;
     nchunks = unmapped_below = dropped = busy = 0;
+    stop_errno = 0;
     ct_events_written = 0;
     cur_gen = 0;
     nthreads = 0;

@@ -257,7 +257,7 @@ def test_default_ledger_dir(monkeypatch):
 
 
 @pytest.mark.parametrize("name,ok", [
-    ("train", True), ("a", True), ("A-b_c.9", True), ("x" * 64, True), ("..", True),
+    ("train", True), ("a", True), ("A-b_c.9", True), ("x" * 64, True), ("..", False), (".hidden", False), ("a.b", True),
     ("", False), ("x" * 65, False), ("a/b", False), ("a b", False), ("é", False), ("a\0b", False),
     ("@run-1", False), ("a:b", False),
 ])
@@ -320,14 +320,18 @@ def test_setup_ledger_group(ldir):
     assert len(info["limits"]) == budget.MAX_DEVICES
     member = Ledger.open(run.path)
     member.join()
-    # in use: a different budget from a second run does not replace the group's
-    run2, info2 = budget.setup_ledger("2GiB", "team", "fail", False)
-    assert not info2["created"] and "stays in force" in info2["note"]
-    assert run2.ledger.limit(0) == 1 << 30
-    # idle: the new run's budget replaces it
+    # in use: a different budget from a second run is refused, never silently replaced
+    # or silently ignored (issue 11 #4)
+    with pytest.raises(ledger.LedgerError, match="already has a budget of 1.00 GiB"):
+        budget.setup_ledger("2GiB", "team", "fail", False)
+    assert Ledger.open(run.path).limit(0) == 1 << 30
+    run2, info2 = budget.setup_ledger("1GiB", "team", "warn", True)      # the same: joins
+    assert not info2["created"] and run2.ledger.limit(0) == 1 << 30
+    # idle: the new run's budget replaces it, and says so
     member.leave()
     run3, info3 = budget.setup_ledger("0=3GiB", "team", "fail", False)
     assert info3["limits"] == {"0": 3 << 30} and info3["on_exceed"] == "deny"
+    assert "no live member" in info3["note"]
     # no budget given: join the group as it is
     run4, info4 = budget.setup_ledger(None, "team", "fail", False)
     assert info4["limits"] == {"0": 3 << 30}

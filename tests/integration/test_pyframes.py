@@ -555,4 +555,5 @@ def test_many_short_threads(ct, tmp_path):
     for e in allocs:
         fr = t.py_stack(e["stack"])
         assert [(f.code.qualname, f.line) for f in fr[:2]] == [
-            ("device_alloc", L["helper"]), ("short_lived", L["short"])]
+            ("device_alloc", L["helper"]), ("short_lived", L["short"])], (
+            t.py_link(e["stack"]), e["tid"], allocs.index(e))

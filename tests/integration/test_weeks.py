@@ -262,7 +262,6 @@ def test_no_trace_group_member_shows_in_status(ct, sim, tmp_path):
                 "-m",
                 "cudatrace",
                 "run",
-                "-q",
                 "--no-trace",
                 "--group",
                 "wk",

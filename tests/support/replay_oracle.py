@@ -276,7 +276,10 @@ class PyReplay:
                 else:
                     key = (ti, e[SPACE], e[ADDR])
                     sl = tab.get(key)
-                    if sl is None or sl[0] == _ST_MAP:
+                    if sl is None and e[SPACE] == VMM and (ti, "import", e[ADDR]) in tab:
+                        del tab[(ti, "import", e[ADDR])]   # an imported handle released
+                        counts["unimports"] += 1
+                    elif sl is None or sl[0] == _ST_MAP:
                         counts["unmatched_frees"] += 1
                     elif sl[0] == _ST_HOST:
                         st["host"] -= sl[1]
@@ -339,6 +342,8 @@ class PyReplay:
                 self.lists["meminfo"].append(ref)
             elif op == IMPORT:
                 counts["imports"] += 1
+                if e[RES] == 0 and e[ADDR] and e[SPACE] == VMM:
+                    tab[(ti, "import", e[ADDR])] = [_ST_HOST, 0]
             elif op == UNIMPORT:
                 counts["unimports"] += 1
             else:

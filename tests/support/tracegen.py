@@ -80,7 +80,8 @@ class TraceWriter:
                 "pointer_size": 8, "pid": pid, "ppid": ppid, "exec_index": exec_index,
                 "stack_depth": stack_depth, "start_monotonic_ns": start_ns,
                 "start_realtime_ns": realtime_ns, "process_start_ticks": 12345,
-                "arch": arch.encode(), "shim_version": b"0.1.0", "reserved": b""}
+                "arch": arch.encode(), "shim_version": b"0.1.0", "reserved": b"",
+                "stopped_ns": 0, "stopped_errno": 0, "stopped_exit": 0}
         vals.update(header or {})             # e.g. the stack counters
         head = hs.pack(*[vals.get(n, 0) for n in hn])
         self._put(head + bytes(self.K["CT_HEADER_SIZE"] - len(head)))

@@ -254,7 +254,10 @@ def test_at_bad_value(scen, fake_sym, monkeypatch):
     assert "soon" in res.output
     with pytest.raises(ValueError):
         parse_time("-1s")
-    assert parse_time("1m") == 60.0
+    assert parse_time("1min") == 60.0
+    # issue 11: "1m" is a MiB in sizes; as a time it is refused, not read as a minute
+    with pytest.raises(ValueError, match="ambiguous"):
+        parse_time("1m")
 
 
 def test_by_api(scen, fake_sym):

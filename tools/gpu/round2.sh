@@ -46,8 +46,8 @@ for what in "$@"; do
         sweep)
             step sweep timeout 420 bash tools/gpu/sweep_torch.sh "$OUT/sweep" ${SWEEPS:-1 2 5} ;;
         aggregate)
-            step aggregate timeout $(( ${AGG_SECONDS:-120} + 120 )) bash tools/gpu/aggregate_loop.sh \
-                "$OUT/aggregate" "${AGG_SECONDS:-120}" ;;
+            step aggregate timeout $(( ${AGG_SECONDS:-120} + 120 )) bash tools/gpu/aggregate_check.sh \
+                "$OUT/aggregate" "${AGG_SECONDS:-120}" "${AGG_PERIOD:-20}" ;;
         demo)
             rm -rf /tmp/ct-demo
             step demo timeout 240 python3 -m cudatrace demo -o /tmp/ct-demo ;;

@@ -1,0 +1,52 @@
+"""The launcher's own files (run.json, samples.jsonl): created, never followed.
+
+An output directory may be shared, or may hold a link someone planted; the shim opens its traces
+with O_EXCL|O_NOFOLLOW, and so does the launcher: a new file is created or the call fails, a
+symlink is never written through. Files are 0600 (they hold argv, cwd and the environment's
+shape) unless CUDATRACE_FILE_MODE (octal, e.g. 0644) asks otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def file_mode() -> int:
+    v = os.environ.get("CUDATRACE_FILE_MODE", "")
+    try:
+        m = int(v, 8) if v else 0o600
+    except ValueError:
+        m = 0o600
+    return m & 0o666
+
+
+def create(path: Path):
+    """A new file opened for appending text; FileExistsError if anything (a link included) is
+    there already."""
+    fd = os.open(path, _FLAGS | os.O_APPEND, file_mode())
+    return os.fdopen(fd, "a")
+
+
+def write_json(path: Path, obj) -> None:
+    """Write obj to path atomically: a fresh temporary file beside it, then rename over path
+    (rename replaces a planted link itself, never what it points to)."""
+    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, _FLAGS, file_mode())
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(json.dumps(obj, indent=2))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,46 @@
+"""Issue 11, rough edges: budget lines are rate-limited per call site, and -q silences them."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def env(ct, tmp_path):
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    e = ct.env()
+    e["CUDATRACE_LEDGER_DIR"] = str(d)
+    return e
+
+
+def test_denial_lines_rate_limited_per_site(ct, sim, env):
+    # 200 allocations of 1 MiB under a 10 MiB budget: 190 denials at one call site
+    r = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "10", "--free", "200", "1m"],
+        "--budget",
+        "10MiB",
+        env=env,
+    )
+    assert r.returncode == 1, r.stderr
+    lines = [x for x in r.stderr.splitlines() if "budget exceeded" in x]
+    assert 3 <= len(lines) <= 5, "\n".join(lines)
+    assert "rate-limited" in lines[-1] or "further lines" in lines[-1]
+    # the trace still has every denial
+    from cudatrace.analyze.model import build
+    from cudatrace.analyze.trace import read_dir
+
+    assert build(read_dir(r.out)).counts["denied"] == 190
+
+
+def test_quiet_silences_denial_lines(ct, sim, env):
+    r = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "10", "--free", "20", "1m"],
+        "-q",
+        "--budget",
+        "10MiB",
+        env=env,
+    )
+    assert r.returncode == 1, r.stderr
+    assert "budget exceeded" not in r.stderr
+    assert "cudatrace" not in r.stderr
