@@ -29,12 +29,16 @@ for mode in counted uncounted; do
     pids=()
     for i in 1 2 3 4; do
         python3 -m cudatrace run -q -o "$OUT/trace-$mode-$i" --force --ledger-dir "$LD" \
-            --group gpu4 --budget ${BUDGET_MIB}MiB -- "$OUT/group_loop" 256 12 \
+            --group gpu4 --budget ${BUDGET_MIB}MiB -- "$OUT/group_loop" 256 30 \
             >"$OUT/$mode-$i.out" 2>"$OUT/$mode-$i.err" &
         pids+=($!)
     done
-    for i in 1 2 3 4; do      # wait until every member holds its memory
-        for _ in $(seq 120); do grep -q '^held' "$OUT/$mode-$i.out" 2>/dev/null && break; sleep 0.25; done
+    for i in 1 2 3 4; do      # wait until every member holds its memory (or has ended: denied
+        for _ in $(seq 120); do   # at its first allocation, when the others' contexts fill it)
+            grep -q '^held' "$OUT/$mode-$i.out" 2>/dev/null && break
+            kill -0 "${pids[$((i - 1))]}" 2>/dev/null || break
+            sleep 0.25
+        done
     done
     sleep 1
     members=$(awk '/^held/ {print $5}' "$OUT"/$mode-*.out | sort -n | paste -sd' ')
