@@ -71,8 +71,7 @@ BUDGET_HELP = (
     "-q",
     "--quiet",
     is_flag=True,
-    help="Print nothing of cudatrace's own (errors, and a note that changes the budget, "
-    "excepted).",
+    help="Print nothing of cudatrace's own (errors, and a note that changes the budget, excepted).",
 )
 @click.option("--force", is_flag=True, help="Replace a previous trace in the output directory.")
 @click.option("--budget", metavar="SPEC", help=BUDGET_HELP)
@@ -272,28 +271,70 @@ def _denial_printer():
     metavar="FILE",
     help="Also write a timeline picture (SVG) to FILE.",
 )
-@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE",
-              help="Also write one self-contained HTML page (timeline, flame graph, sites) to FILE.")
-@click.option("--watch", is_flag=True,
-              help="Re-render the text report every second while the run is being traced.")
-@click.option("--python-only", "view", flag_value="python",
-              help="Python programs: sites and stacks from Python frames alone.")
-@click.option("--native-only", "view", flag_value="native",
-              help="Python programs: native frames alone (the eval loop not replaced).")
-def report(path, top, by, at, device, depth, show_cuda_frames, as_json, fold_patterns, no_fold,
-           full_names, tree, svg, html, watch, view):
+@click.option(
+    "--html",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Also write one self-contained HTML page (timeline, flame graph, sites) to FILE.",
+)
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Re-render the text report every second while the run is being traced.",
+)
+@click.option(
+    "--python-only",
+    "view",
+    flag_value="python",
+    help="Python programs: sites and stacks from Python frames alone.",
+)
+@click.option(
+    "--native-only",
+    "view",
+    flag_value="native",
+    help="Python programs: native frames alone (the eval loop not replaced).",
+)
+def report(
+    path,
+    top,
+    by,
+    at,
+    device,
+    depth,
+    show_cuda_frames,
+    as_json,
+    fold_patterns,
+    no_fold,
+    full_names,
+    tree,
+    svg,
+    html,
+    watch,
+    view,
+):
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
     """
     if watch:
         if as_json or svg or html:
-            raise click.UsageError("--watch shows the text report; leave out --json, --svg and --html")
+            raise click.UsageError(
+                "--watch shows the text report; leave out --json, --svg and --html"
+            )
         from .present.watch import watch_report
 
-        sys.exit(watch_report(path, top=top, by=by, at=at, device=device, depth=depth,
-                              show_cuda_frames=show_cuda_frames))
+        sys.exit(
+            watch_report(
+                path,
+                top=top,
+                by=by,
+                at=at,
+                device=device,
+                depth=depth,
+                show_cuda_frames=show_cuda_frames,
+            )
+        )
     from .present.commands import run_report
 
     sys.exit(
@@ -331,9 +372,13 @@ def report(path, top, by, at, device, depth, show_cuda_frames, as_json, fold_pat
     help="Frames that make a site.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.diff/1).")
-@click.option("--html", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              metavar="FILE",
-              help="Also write one self-contained HTML page (differential flame graph, site changes).")
+@click.option(
+    "--html",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Also write one self-contained HTML page (differential flame graph, site changes).",
+)
 @click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP)
 @click.option("--no-fold", is_flag=True, help=NO_FOLD_HELP)
 @click.option("--full-names", is_flag=True, help=FULL_NAMES_HELP)
@@ -414,7 +459,7 @@ def status(group, as_json, watch, ledger_dir, reset):
             try:
                 return render_status(status_json(g))
             except LedgerError as e:
-                return "cudatrace: %s\n" % e
+                return f"cudatrace: {e}\n"
 
         sys.exit(watch_status(status_text, group))
     try:
@@ -430,8 +475,12 @@ def status(group, as_json, watch, ledger_dir, reset):
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.option("--ledger-dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
-              help="Check this ledger directory (as run --ledger-dir).")
+@click.option(
+    "--ledger-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Check this ledger directory (as run --ledger-dir).",
+)
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def doctor(as_json, ledger_dir, cmd):
     """What a run would see here: CUDA driver and NVML, integrated or discrete devices, the
@@ -478,47 +527,103 @@ def demo(mode, out_dir, keep):
 
 @main.command()
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", required=True, metavar="FORMAT",
-              help="folded, pprof, speedscope, memory-viz or perfetto (docs/exports.md).")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The file to write.")
-@click.option("--at", "at", default="peak", show_default=True, metavar="peak|end|TIME",
-              help="The moment, as for report: the peak, the end, or TIME seconds since the start.")
+@click.option(
+    "--format",
+    "fmt",
+    required=True,
+    metavar="FORMAT",
+    help="folded, pprof, speedscope, memory-viz or perfetto (docs/exports.md).",
+)
+@click.option(
+    "-o",
+    "--output",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="The file to write.",
+)
+@click.option(
+    "--at",
+    "at",
+    default="peak",
+    show_default=True,
+    metavar="peak|end|TIME",
+    help="The moment, as for report: the peak, the end, or TIME seconds since the start.",
+)
 @click.option("--device", type=int, default=None, metavar="N", help="Only device N.")
 @click.option("--show-cuda-frames", is_flag=True, help="Keep the CUDA libraries' own frames.")
 def export(path, fmt, output, at, device, show_cuda_frames):
     """Write the trace in PATH in a format other tools open (pprof, flame graphs, PyTorch's
     memory viewer, Perfetto), attributed as `report` attributes it."""
     from .present.export.run import run_export
+
     sys.exit(run_export(path, fmt, output, at=at, device=device, show_cuda_frames=show_cuda_frames))
 
 
-
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
-@click.option("--values", multiple=True, metavar="V1,V2,..|NAME=V1,V2,..",
-              help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
-                   "times for a grid, with {NAME} in CMD.")
+@click.option(
+    "--values",
+    multiple=True,
+    metavar="V1,V2,..|NAME=V1,V2,..",
+    help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
+    "times for a grid, with {NAME} in CMD.",
+)
 @click.option("--stop-after", metavar="TIME", help="Stop each run after TIME (30s, 2m).")
-@click.option("--until-url", metavar="URL",
-              help="Stop each run once URL answers and the traced live memory has settled.")
-@click.option("--settle", default="2s", show_default=True, metavar="TIME",
-              help="With --until-url: no change of live memory for this long.")
-@click.option("--grace", default="10s", show_default=True, metavar="TIME",
-              help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.")
-@click.option("--url-timeout", default="300s", show_default=True, metavar="TIME",
-              help="With --until-url: give up on a run whose URL never answers.")
-@click.option("-o", "--output", "out_dir", type=click.Path(path_type=Path),
-              help="Directory of the sweep, one trace directory per run.")
+@click.option(
+    "--until-url",
+    metavar="URL",
+    help="Stop each run once URL answers and the traced live memory has settled.",
+)
+@click.option(
+    "--settle",
+    default="2s",
+    show_default=True,
+    metavar="TIME",
+    help="With --until-url: no change of live memory for this long.",
+)
+@click.option(
+    "--grace",
+    default="10s",
+    show_default=True,
+    metavar="TIME",
+    help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.",
+)
+@click.option(
+    "--url-timeout",
+    default="300s",
+    show_default=True,
+    metavar="TIME",
+    help="With --until-url: give up on a run whose URL never answers.",
+)
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Directory of the sweep, one trace directory per run.",
+)
 @click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.sweep/1).")
-@click.option("--expect", metavar="SLOPE",
-              help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.")
+@click.option(
+    "--expect",
+    metavar="SLOPE",
+    help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.",
+)
 @click.option("--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8).")
-@click.option("--from", "from_dir", type=click.Path(path_type=Path), metavar="DIR",
-              help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.")
+@click.option(
+    "--from",
+    "from_dir",
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.",
+)
 @click.option("--top", default=10, show_default=True, type=click.IntRange(1, None))
-@click.option("--depth", default=1, show_default=True, type=click.IntRange(1, 64),
-              help="Frames that make a site.")
+@click.option(
+    "--depth",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Frames that make a site.",
+)
 @click.option("--stack-depth", default=64, show_default=True, type=click.IntRange(0, 256))
 @click.option("--budget", metavar="SPEC", help=BUDGET_HELP + " For every run.")
 @click.option("--group", metavar="NAME")
@@ -530,17 +635,28 @@ def sweep(stack_depth, budget, group, on_exceed, count_host, no_virtualize, **kw
     """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
     grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""
     from .sweep import main as sweep_main
+
     if budget is not None:
         from .record.budget import BudgetError, parse_budget
+
         try:
             parse_budget(budget)
         except BudgetError as e:
-            click.echo("cudatrace: --budget %s: %s" % (budget, e), err=True)
+            click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
             sys.exit(2)
-    sys.exit(sweep_main(run_options=dict(
-        stack_depth=stack_depth, budget=budget, group=group, on_exceed=on_exceed,
-        count_host=count_host, virtualize=not no_virtualize), **kw))
-
+    sys.exit(
+        sweep_main(
+            run_options=dict(
+                stack_depth=stack_depth,
+                budget=budget,
+                group=group,
+                on_exceed=on_exceed,
+                count_host=count_host,
+                virtualize=not no_virtualize,
+            ),
+            **kw,
+        )
+    )
 
 
 if __name__ == "__main__":

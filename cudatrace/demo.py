@@ -19,6 +19,7 @@ What it needs, found in the source checkout or, for an installed package, in the
                          cudatrace/_native/sim and cudatrace/_native/native)
 and a C compiler ($CC, else cc).
 """
+
 from __future__ import annotations
 
 import json
@@ -37,7 +38,7 @@ import click
 from . import simdriver
 
 PKG = Path(__file__).resolve().parent
-REPO = PKG.parent                      # the source checkout, when running from one
+REPO = PKG.parent  # the source checkout, when running from one
 NATIVE = PKG / "_native"
 
 GiB = 1 << 30
@@ -63,6 +64,7 @@ class DemoError(Exception):
 
 # ---- finding the sources --------------------------------------------------------------------
 
+
 def _first(*candidates: Path) -> Path | None:
     for c in candidates:
         if c.is_file():
@@ -73,24 +75,27 @@ def _first(*candidates: Path) -> Path | None:
 def kvpool_source() -> Path:
     src = _first(REPO / "examples" / "kv-pool" / "kvpool.c", NATIVE / "demo" / "kvpool.c")
     if src is None:
-        raise DemoError("cannot find kvpool.c (looked in %s and %s)"
-                        % (REPO / "examples" / "kv-pool", NATIVE / "demo"))
+        raise DemoError(
+            "cannot find kvpool.c (looked in {} and {})".format(
+                REPO / "examples" / "kv-pool", NATIVE / "demo"
+            )
+        )
     return src
 
 
 def _cc() -> list[str]:
     cc = shlex.split(os.environ.get("CC", "cc"))
     if not shutil.which(cc[0]):
-        raise DemoError("no C compiler: the demo compiles its example program (set CC or "
-                        "install cc/gcc)")
+        raise DemoError(
+            "no C compiler: the demo compiles its example program (set CC or install cc/gcc)"
+        )
     return cc
 
 
 def _compile(cmd: list[str], what: str) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise DemoError("building %s failed:\n$ %s\n%s%s" % (what, shlex.join(cmd), r.stdout,
-                                                          r.stderr))
+        raise DemoError(f"building {what} failed:\n$ {shlex.join(cmd)}\n{r.stdout}{r.stderr}")
 
 
 def build_sim(outdir: Path) -> Path:
@@ -99,7 +104,7 @@ def build_sim(outdir: Path) -> Path:
     try:
         return simdriver.build(outdir / "lib")["libdir"]
     except simdriver.BuildError as e:
-        raise DemoError("building the simulated driver failed: %s" % e)
+        raise DemoError(f"building the simulated driver failed: {e}") from None
 
 
 def find_libcuda() -> Path | None:
@@ -112,9 +117,15 @@ def find_libcuda() -> Path | None:
                 return Path(m.group(2))
     except OSError:
         pass
-    for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib/aarch64-linux-gnu",
-              "/usr/lib/aarch64-linux-gnu/nvidia", "/usr/lib/aarch64-linux-gnu/tegra",
-              "/usr/local/cuda/compat", "/usr/lib/wsl/lib"):
+    for d in (
+        "/usr/lib/x86_64-linux-gnu",
+        "/usr/lib64",
+        "/usr/lib/aarch64-linux-gnu",
+        "/usr/lib/aarch64-linux-gnu/nvidia",
+        "/usr/lib/aarch64-linux-gnu/tegra",
+        "/usr/local/cuda/compat",
+        "/usr/lib/wsl/lib",
+    ):
         p = Path(d) / "libcuda.so.1"
         if p.exists():
             return p
@@ -126,22 +137,30 @@ def build_kvpool(outdir: Path, libdir: Path | None) -> Path:
     simulator) or the system's driver."""
     outdir.mkdir(parents=True, exist_ok=True)
     exe = outdir / "kvpool"
-    base = _cc() + ["-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic", "-o", str(exe),
-                    str(kvpool_source())]
+    base = _cc() + [
+        "-O1",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-rdynamic",
+        "-o",
+        str(exe),
+        str(kvpool_source()),
+    ]
     if libdir is not None:
-        _compile(base + ["-L%s" % libdir, "-ldl", "-lcuda"], "kvpool")
+        _compile(base + [f"-L{libdir}", "-ldl", "-lcuda"], "kvpool")
         return exe
     r = subprocess.run(base + ["-ldl", "-lcuda"], capture_output=True, text=True)
     if r.returncode == 0:
         return exe
-    lib = find_libcuda()                   # driver-only installs have no libcuda.so link
+    lib = find_libcuda()  # driver-only installs have no libcuda.so link
     if lib is None:
-        raise DemoError("building kvpool failed: no libcuda to link against\n%s" % r.stderr)
+        raise DemoError(f"building kvpool failed: no libcuda to link against\n{r.stderr}")
     _compile(base + ["-ldl", str(lib)], "kvpool")
     return exe
 
 
 # ---- where it runs --------------------------------------------------------------------------
+
 
 def gpu_present() -> bool:
     if os.path.exists("/dev/nvidia0"):
@@ -159,8 +178,12 @@ def gpu_free_bytes() -> int | None:
     if not shutil.which("nvidia-smi"):
         return None
     try:
-        r = subprocess.run(["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits",
-                            "-i", "0"], capture_output=True, text=True, timeout=20)
+        r = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", "0"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
         return int(r.stdout.strip().splitlines()[0]) * MiB if r.returncode == 0 else None
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
         return None
@@ -169,6 +192,7 @@ def gpu_free_bytes() -> int | None:
 @dataclass
 class Plan:
     """The sizes of the walkthrough: the report's, or all divided by `scale` on a small GPU."""
+
     scale: int = 1
     kv: int = KV_CACHE_MEMORY
     model: int = MODEL_BYTES
@@ -176,13 +200,18 @@ class Plan:
     budget: int = BUDGET
 
     @classmethod
-    def for_free_bytes(cls, free: int | None) -> "Plan":
+    def for_free_bytes(cls, free: int | None) -> Plan:
         need = LAYERS * KV_CACHE_MEMORY + MODEL_BYTES + WORKSPACE + 64 * MiB
         scale = 1
         while free is not None and need // scale > free * 0.8 and scale < 64:
             scale *= 2
-        return cls(scale, KV_CACHE_MEMORY // scale, MODEL_BYTES // scale, WORKSPACE // scale,
-                   BUDGET // scale)
+        return cls(
+            scale,
+            KV_CACHE_MEMORY // scale,
+            MODEL_BYTES // scale,
+            WORKSPACE // scale,
+            BUDGET // scale,
+        )
 
     def sizes(self) -> list[str]:
         if self.scale == 1:
@@ -194,11 +223,12 @@ def human(n: int) -> str:
     for unit, size in (("GiB", GiB), ("MiB", MiB), ("KiB", 1024)):
         if n >= size:
             v = n / size
-            return ("%d%s" % (v, unit)) if v == int(v) else ("%.2f%s" % (v, unit))
+            return ("%d%s" % (v, unit)) if v == int(v) else (f"{v:.2f}{unit}")
     return "%dB" % n
 
 
 # ---- the walkthrough ------------------------------------------------------------------------
+
 
 @dataclass
 class Demo:
@@ -210,8 +240,8 @@ class Demo:
     problems: list[str] = field(default_factory=list)
 
     def say(self, text: str = "") -> None:
-        for line in (text.splitlines() or [""]):
-            click.echo(("%s %s" % (self.label, line)).rstrip())
+        for line in text.splitlines() or [""]:
+            click.echo((f"{self.label} {line}").rstrip())
 
     def rel(self, p: Path) -> str:
         try:
@@ -226,9 +256,15 @@ class Demo:
         shown = ["cudatrace"] + [self.rel(a) if isinstance(a, Path) else str(a) for a in args]
         if show:
             self.say("$ " + shlex.join(shown))
-        proc = subprocess.Popen([sys.executable, "-m", "cudatrace", *map(str, args)],
-                                env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, errors="replace", bufsize=1)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "cudatrace", *map(str, args)],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            bufsize=1,
+        )
         out = []
         for line in proc.stdout:
             out.append(line)
@@ -244,8 +280,9 @@ class Demo:
         opts = ["run", "-o", out, "--force"]
         if budget:
             opts += ["--budget", budget]
-        status, text = self.cudatrace(*opts, "--", self.kvpool, "--layers", LAYERS,
-                                      *self.plan.sizes(), *flags)
+        status, text = self.cudatrace(
+            *opts, "--", self.kvpool, "--layers", LAYERS, *self.plan.sizes(), *flags
+        )
         return out, status, text
 
     def expect(self, ok: bool, what: str) -> None:
@@ -269,25 +306,36 @@ class Demo:
         sites = (doc or {}).get("sites") or []
         if not sites or not sites[0].get("frames"):
             return None, 0, 0
-        return sites[0]["frames"][0].get("function"), sites[0].get("count", 0), \
-            sites[0].get("bytes", 0)
+        return (
+            sites[0]["frames"][0].get("function"),
+            sites[0].get("count", 0),
+            sites[0].get("bytes", 0),
+        )
 
     def run(self) -> int:
         p = self.plan
         kv = human(p.kv)
-        self.say("The bug: a C++ LLM server took ~27 GB of a Jetson's memory within 5 s of "
-                 "starting a 1.4 GB model, and never became ready.")
-        self.say("Its KV cache is one pool per attention layer; --kv-cache-memory was divided "
-                 "by the bytes of a block in ONE layer,")
-        self.say("so %d layers turned a %s KV budget into %d x %s. kvpool (examples/kv-pool) "
-                 "starts the same way." % (LAYERS, kv, LAYERS, kv))
+        self.say(
+            "The bug: a C++ LLM server took ~27 GB of a Jetson's memory within 5 s of "
+            "starting a 1.4 GB model, and never became ready."
+        )
+        self.say(
+            "Its KV cache is one pool per attention layer; --kv-cache-memory was divided "
+            "by the bytes of a block in ONE layer,"
+        )
+        self.say(
+            "so %d layers turned a %s KV budget into %d x %s. kvpool (examples/kv-pool) "
+            "starts the same way." % (LAYERS, kv, LAYERS, kv)
+        )
         if p.scale > 1:
-            self.say("(sizes divided by %d so that the walkthrough fits this GPU's free memory)"
-                     % p.scale)
+            self.say(
+                "(sizes divided by %d so that the walkthrough fits this GPU's free memory)"
+                % p.scale
+            )
         self.say()
 
         self.say("1. Trace the three sizing settings the docs describe.")
-        big, st, _ = self.trace("kv-cache-memory-%s" % kv, "--kv-cache-memory", kv)
+        big, st, _ = self.trace(f"kv-cache-memory-{kv}", "--kv-cache-memory", kv)
         self.expect(st == 0, "kvpool --kv-cache-memory %s exited %d" % (kv, st))
         small, st, _ = self.trace("num-blocks-%d" % SMALL_BLOCKS, "--num-blocks", SMALL_BLOCKS)
         self.expect(st == 0, "kvpool --num-blocks %d exited %d" % (SMALL_BLOCKS, st))
@@ -295,51 +343,79 @@ class Demo:
         self.expect(st == 0, "kvpool (fallback sizing) exited %d" % st)
         self.say()
 
-        self.say("2. Who held the memory at the peak of the --kv-cache-memory %s run?" % kv)
+        self.say(f"2. Who held the memory at the peak of the --kv-cache-memory {kv} run?")
         st, _ = self.cudatrace("report", big)
         self.expect(st == 0, "cudatrace report exited %d" % st)
         fn, count, nbytes = self.top_site(big)
-        self.say("-> kvpool allocates through its own layer (tensor_make > backend_acquire > "
-                 "device_carve); cudatrace recognized it from the call graph and names the code "
-                 "above it.")
-        self.expect(fn in SITE_FUNCTIONS and count == LAYERS,
-                    "top site is %s with %d allocations, expected allocate_layer_kv with %d"
-                    % (fn, count, LAYERS))
+        self.say(
+            "-> kvpool allocates through its own layer (tensor_make > backend_acquire > "
+            "device_carve); cudatrace recognized it from the call graph and names the code "
+            "above it."
+        )
+        self.expect(
+            fn in SITE_FUNCTIONS and count == LAYERS,
+            "top site is %s with %d allocations, expected allocate_layer_kv with %d"
+            % (fn, count, LAYERS),
+        )
         if fn:
-            self.say("-> %s: %d allocations, %s: the pool is %d times the %s asked for."
-                     % (fn, count, human(nbytes), round(nbytes / p.kv) if p.kv else 0, kv))
+            self.say(
+                "-> %s: %d allocations, %s: the pool is %d times the %s asked for."
+                % (fn, count, human(nbytes), round(nbytes / p.kv) if p.kv else 0, kv)
+            )
         self.say()
 
         self.say("3. What changes with --num-blocks %d?" % SMALL_BLOCKS)
         st, text = self.cudatrace("diff", big, small)
         self.expect(st == 0, "cudatrace diff exited %d" % st)
         doc = self.json_of("diff", big, small) or {}
-        site = next((x for x in doc.get("sites", [])
-                     if str(x.get("label", "")).startswith("allocate_layer_kv")), None)
-        self.expect(site is not None and site.get("status") == "shrunk",
-                    "the diff does not show allocate_layer_kv shrinking")
+        site = next(
+            (
+                x
+                for x in doc.get("sites", [])
+                if str(x.get("label", "")).startswith("allocate_layer_kv")
+            ),
+            None,
+        )
+        self.expect(
+            site is not None and site.get("status") == "shrunk",
+            "the diff does not show allocate_layer_kv shrinking",
+        )
         if site is not None and "peak" in site:
             pk = site["peak"]
-            self.say("-> allocate_layer_kv %s: %s -> %s at the peak, still %d allocations "
-                     "(one per layer): only num_blocks changed."
-                     % (site.get("status"), human(pk.get("a_bytes", 0)),
-                        human(pk.get("b_bytes", 0)), pk.get("b_count", 0)))
+            self.say(
+                "-> allocate_layer_kv %s: %s -> %s at the peak, still %d allocations "
+                "(one per layer): only num_blocks changed."
+                % (
+                    site.get("status"),
+                    human(pk.get("a_bytes", 0)),
+                    human(pk.get("b_bytes", 0)),
+                    pk.get("b_count", 0),
+                )
+            )
         self.say()
 
         budget = human(p.budget)
-        self.say("4. Bound it: with --budget %s the oversized pool fails at once, with the "
-                 "call site named, instead of eating the device." % budget)
-        _, st, text = self.trace("budget-%s" % budget, "--kv-cache-memory", kv, budget=budget)
-        self.expect(st != 0, "kvpool under --budget %s exited 0" % budget)
+        self.say(
+            f"4. Bound it: with --budget {budget} the oversized pool fails at once, with the "
+            "call site named, instead of eating the device."
+        )
+        _, st, text = self.trace(f"budget-{budget}", "--kv-cache-memory", kv, budget=budget)
+        self.expect(st != 0, f"kvpool under --budget {budget} exited 0")
         line = next((l for l in text.splitlines() if "budget exceeded" in l), None)
-        self.expect(line is not None and "allocate_layer_kv" in line,
-                    "no 'budget exceeded' line naming allocate_layer_kv")
+        self.expect(
+            line is not None and "allocate_layer_kv" in line,
+            "no 'budget exceeded' line naming allocate_layer_kv",
+        )
         named = next((l for l in text.splitlines() if l.startswith("cudatrace: denied ")), None)
-        self.expect(named is not None and " at allocate_layer_kv " in named,
-                    "no 'cudatrace: denied' line naming allocate_layer_kv above its allocator")
+        self.expect(
+            named is not None and " at allocate_layer_kv " in named,
+            "no 'cudatrace: denied' line naming allocate_layer_kv above its allocator",
+        )
         if line is not None and st != 0:
-            self.say("-> the allocation over %s was refused at allocate_layer_kv, and kvpool "
-                     "exited with status %d instead of filling the device." % (budget, st))
+            self.say(
+                "-> the allocation over %s was refused at allocate_layer_kv, and kvpool "
+                "exited with status %d instead of filling the device." % (budget, st)
+            )
         self.say()
 
         law = self.sweep_step()
@@ -350,24 +426,43 @@ class Demo:
             for pr in self.problems:
                 self.say("  - " + pr)
             return 1
-        self.say("Done: the trace named allocate_layer_kv (%d allocations), the diff showed it "
-                 "shrink with --num-blocks %d," % (LAYERS, SMALL_BLOCKS))
+        self.say(
+            "Done: the trace named allocate_layer_kv (%d allocations), the diff showed it "
+            "shrink with --num-blocks %d," % (LAYERS, SMALL_BLOCKS)
+        )
         self.say("the budget turned the runaway start-up into an error naming the function,")
-        self.say("and the sweep gave the law: %s." % law)
+        self.say(f"and the sweep gave the law: {law}.")
         return 0
 
     def sweep_step(self) -> str:
         """5. `cudatrace sweep` of --kv-cache-memory over three values, --expect 1: the per-layer
         law, flagged. Returns the law in words."""
         import json
+
         p = self.plan
         vals = [human(p.kv // 8), human(p.kv // 4), human(p.kv // 2)]
-        self.say("5. The law: sweep --kv-cache-memory over %s; the flag is documented as the "
-                 "pool's size, so --expect 1 (byte per byte)." % ", ".join(vals))
+        self.say(
+            "5. The law: sweep --kv-cache-memory over {}; the flag is documented as the "
+            "pool's size, so --expect 1 (byte per byte).".format(", ".join(vals))
+        )
         out = self.work / "sweep"
-        st, _ = self.cudatrace("sweep", "--values", ",".join(vals), "--expect", "1", "-o", out,
-                               "--force", "--", self.kvpool, "--layers", LAYERS,
-                               *self.plan.sizes(), "--kv-cache-memory", "{}")
+        st, _ = self.cudatrace(
+            "sweep",
+            "--values",
+            ",".join(vals),
+            "--expect",
+            "1",
+            "-o",
+            out,
+            "--force",
+            "--",
+            self.kvpool,
+            "--layers",
+            LAYERS,
+            *self.plan.sizes(),
+            "--kv-cache-memory",
+            "{}",
+        )
         self.expect(st == 0, "cudatrace sweep exited %d" % st)
         try:
             doc = json.loads((out / "sweep.json").read_text())
@@ -376,15 +471,23 @@ class Demo:
         by = {str(s.get("label", "")).split(" ")[0]: s for s in doc.get("sites", [])}
         kv, w = by.get("allocate_layer_kv"), by.get("load_weights")
         slope = ((kv or {}).get("fit") or {}).get("slope")
-        self.expect(slope == LAYERS and kv.get("contradicts_expectation") is True,
-                    "the sweep does not give allocate_layer_kv %d bytes per byte of the flag, "
-                    "flagged" % LAYERS)
-        self.expect(w is not None and w["law"]["kind"] == "flat"
-                    and not w["contradicts_expectation"], "the sweep does not show the weights flat")
-        law = "allocate_layer_kv grows %s bytes per byte of --kv-cache-memory, the weights " \
-            "stay flat" % (("%g" % slope) if slope is not None else "?")
+        self.expect(
+            slope == LAYERS and kv.get("contradicts_expectation") is True,
+            "the sweep does not give allocate_layer_kv %d bytes per byte of the flag, "
+            "flagged" % LAYERS,
+        )
+        self.expect(
+            w is not None and w["law"]["kind"] == "flat" and not w["contradicts_expectation"],
+            "the sweep does not show the weights flat",
+        )
+        law = (
+            "allocate_layer_kv grows %s bytes per byte of --kv-cache-memory, the weights "
+            "stay flat" % ((f"{slope:g}") if slope is not None else "?")
+        )
         if slope is not None:
-            self.say("-> %s: one pool per layer, %d layers, where the docs promise one." % (law, LAYERS))
+            self.say(
+                "-> %s: one pool per layer, %d layers, where the docs promise one." % (law, LAYERS)
+            )
         return law
 
 
@@ -395,8 +498,11 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
     if mode is None:
         mode = "gpu" if gpu_present() else "simulated"
     elif mode == "gpu" and not gpu_present():
-        click.echo("cudatrace demo: --gpu: no NVIDIA GPU here (nvidia-smi fails and there is "
-                   "no /dev/nvidia0); run without --gpu to use the simulated driver", err=True)
+        click.echo(
+            "cudatrace demo: --gpu: no NVIDIA GPU here (nvidia-smi fails and there is "
+            "no /dev/nvidia0); run without --gpu to use the simulated driver",
+            err=True,
+        )
         return 2
     label = "[simulated]" if mode == "simulated" else "[gpu]"
 
@@ -405,22 +511,29 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
         work = Path(tempfile.mkdtemp(prefix="cudatrace-demo-")) if tmp else out_dir.resolve()
         work.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        click.echo("cudatrace: demo: cannot use %s as the demo's folder: %s"
-                   % (e.filename or out_dir, e.strerror or e), err=True)
+        click.echo(
+            f"cudatrace: demo: cannot use {e.filename or out_dir} as the demo's folder: {e.strerror or e}",
+            err=True,
+        )
         return 2
     status = 1
     try:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"
+        }
         pkgroot = str(PKG.parent)
-        env["PYTHONPATH"] = pkgroot + (os.pathsep + env["PYTHONPATH"]
-                                       if env.get("PYTHONPATH") else "")
+        env["PYTHONPATH"] = pkgroot + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
         env.setdefault("CUDATRACE_CACHE", str(work / "symcache"))
         try:
             if mode == "simulated":
                 libdir = build_sim(work / "build" / "sim")
-                env["LD_LIBRARY_PATH"] = str(libdir) + (":" + env["LD_LIBRARY_PATH"]
-                                                        if env.get("LD_LIBRARY_PATH") else "")
+                env["LD_LIBRARY_PATH"] = str(libdir) + (
+                    ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else ""
+                )
                 env["CUDASIM_TOTAL_BYTES"] = str(SIM_TOTAL_BYTES)
                 env["CUDASIM_INTEGRATED"] = "1"
                 env["CUDASIM_STATE"] = str(work / "build" / "sim-device.state")
@@ -432,21 +545,23 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
                 kvpool = build_kvpool(work / "build", None)
         except DemoError as e:
             for line in str(e).splitlines():
-                click.echo("%s cudatrace demo: %s" % (label, line), err=True)
+                click.echo(f"{label} cudatrace demo: {line}", err=True)
             return 1
         demo = Demo(work, label, env, kvpool, plan)
         if mode == "simulated":
-            demo.say("No GPU in use: this runs on cudatrace's simulated CUDA driver, a Jetson-like "
-                     "integrated device of %s." % human(SIM_TOTAL_BYTES))
+            demo.say(
+                "No GPU in use: this runs on cudatrace's simulated CUDA driver, a Jetson-like "
+                f"integrated device of {human(SIM_TOTAL_BYTES)}."
+            )
         else:
             demo.say("Running on the GPU (device 0).")
-        demo.say("Working folder: %s" % work)
+        demo.say(f"Working folder: {work}")
         demo.say()
         status = demo.run()
         if tmp and not keep:
-            demo.say("(removing %s; pass --keep or -o DIR to keep the traces)" % work)
+            demo.say(f"(removing {work}; pass --keep or -o DIR to keep the traces)")
         else:
-            demo.say("Traces kept in %s" % work)
+            demo.say(f"Traces kept in {work}")
     finally:
         if tmp and not keep:
             shutil.rmtree(work, ignore_errors=True)

@@ -6,9 +6,9 @@ by native/Makefile. The cffi view declares the CFFI sections of native/include/t
 ledger.h, scan.h and replay.h. An installed
 package carries them in cudatrace/_native/; in a source checkout they are built there on first use.
 """
+
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import threading
@@ -48,8 +48,11 @@ def _stale(lib: Path, src: Path) -> bool:
     if not lib.exists():
         return True
     mtime = lib.stat().st_mtime
-    return any(p.stat().st_mtime > mtime for p in src.rglob("*")
-               if p.suffix in (".c", ".h", ".def") or p.name == "Makefile")
+    return any(
+        p.stat().st_mtime > mtime
+        for p in src.rglob("*")
+        if p.suffix in (".c", ".h", ".def") or p.name == "Makefile"
+    )
 
 
 def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
@@ -59,14 +62,22 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
         libs = [NATIVE_DIR / name for name in which]
         in_checkout = src is not None and src == PKG_DIR.parent / "native"
         if in_checkout and any(_stale(lib, src) for lib in libs):
-            res = subprocess.run(["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] +
-                                 [str(lib) for lib in libs], capture_output=True, text=True)
+            res = subprocess.run(
+                ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] + [str(lib) for lib in libs],
+                capture_output=True,
+                text=True,
+            )
             if res.returncode != 0:
-                raise RuntimeError("building cudatrace's native libraries failed:\n" + res.stdout + res.stderr)
+                raise RuntimeError(
+                    "building cudatrace's native libraries failed:\n" + res.stdout + res.stderr
+                )
         missing = [str(lib) for lib in libs if not lib.exists()]
         if missing:
-            raise RuntimeError("cudatrace's native libraries are missing (%s); reinstall the package"
-                               % ", ".join(missing))
+            raise RuntimeError(
+                "cudatrace's native libraries are missing ({}); reinstall the package".format(
+                    ", ".join(missing)
+                )
+            )
         return NATIVE_DIR
 
 
@@ -82,7 +93,7 @@ def header_text(name: str) -> str:
     """The text of native/include/<name>."""
     src = source_dir()
     if src is None:
-        raise RuntimeError("native/include/%s not found" % name)
+        raise RuntimeError(f"native/include/{name} not found")
     return (src / "include" / name).read_text()
 
 
@@ -100,8 +111,10 @@ def cffi_source() -> str:
 
 def defines(text: str) -> dict[str, int]:
     """The integer #defines of a C text (CT_OP_ALLOC ...): the one parser of them."""
-    return {m.group(1): int(m.group(2), 0)
-            for m in re.finditer(r"^#define\s+(\w+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\s*$", text, re.M)}
+    return {
+        m.group(1): int(m.group(2), 0)
+        for m in re.finditer(r"^#define\s+(\w+)\s+(-?(?:0x[0-9a-fA-F]+|\d+))\s*$", text, re.M)
+    }
 
 
 def ffi() -> cffi.FFI:

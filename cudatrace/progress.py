@@ -4,6 +4,7 @@ bar(label, total) gives an object with a settable `total`, `step(n)` and `close(
 interface Symbolizer(progress=...) takes as a factory). Nothing is drawn when stderr is not a
 terminal, nor for work that ends within `Bar.delay` seconds.
 """
+
 from __future__ import annotations
 
 import sys
@@ -50,14 +51,19 @@ class Bar:
                 if time.monotonic() - self.t0 < self.delay or not self._total:
                     return
                 label = self.label if len(self.label) <= 40 else "..." + self.label[-37:]
-                self._bar = click.progressbar(length=max(self._total, 1), label=label,
-                                              file=self.stream, show_pos=True, show_percent=True,
-                                              width=30)
+                self._bar = click.progressbar(
+                    length=max(self._total, 1),
+                    label=label,
+                    file=self.stream,
+                    show_pos=True,
+                    show_percent=True,
+                    width=30,
+                )
                 self._bar.__enter__()
                 self._bar.update(min(self.done, self._total))
             else:
                 self._bar.update(n)
-        except Exception:                     # a closed or odd stream: stop drawing
+        except Exception:  # a closed or odd stream: stop drawing
             self._failed = True
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ hooks.def) so it exports exactly what the shim hooks.
 A library is rebuilt only when it is missing, older than a source, or was built by another
 command line; builds into one libdir are serialized with a lock file.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -23,8 +24,19 @@ from typing import Callable
 
 from . import native
 
-CFLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-D_GNU_SOURCE", "-pthread",
-          "-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer"]
+CFLAGS = [
+    "-std=gnu11",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-D_GNU_SOURCE",
+    "-pthread",
+    "-O1",
+    "-g",
+    "-fPIC",
+    "-shared",
+    "-fno-omit-frame-pointer",
+]
 # name -> (source in sim/, soname, development link)
 LIBS = {
     "libcuda": ("libcuda_sim.c", "libcuda.so.1", "libcuda.so"),
@@ -44,8 +56,10 @@ def sources() -> tuple[Path, Path]:
     """(sim/, native/include/): the simulator's sources and the headers it shares with the shim."""
     sim, nat = native.sim_source_dir(), native.source_dir()
     if sim is None or nat is None:
-        raise BuildError("cannot find the simulated driver's sources (sim/ and native/include/ "
-                         "beside the package, or cudatrace/_native/sim and _native/native)")
+        raise BuildError(
+            "cannot find the simulated driver's sources (sim/ and native/include/ "
+            "beside the package, or cudatrace/_native/sim and _native/native)"
+        )
     return sim, nat / "include"
 
 
@@ -60,8 +74,14 @@ def _up_to_date(out: Path, deps: list[Path], key: str) -> bool:
     return all(d.stat().st_mtime <= mtime for d in deps if d.exists())
 
 
-def compile_if_stale(out: Path, cmd_tail: list[str], deps: list[Path], *, allow_fail: bool = False,
-                     warn: Callable[[str], None] | None = None) -> Path | None:
+def compile_if_stale(
+    out: Path,
+    cmd_tail: list[str],
+    deps: list[Path],
+    *,
+    allow_fail: bool = False,
+    warn: Callable[[str], None] | None = None,
+) -> Path | None:
     """Run `cc -o <out> <cmd_tail>` unless out is current; out is replaced atomically.
     A failure raises BuildError (None with allow_fail); compiler warnings go to warn."""
     key = shlex.join([*cc(), "-o", str(out), *cmd_tail])
@@ -77,7 +97,9 @@ def compile_if_stale(out: Path, cmd_tail: list[str], deps: list[Path], *, allow_
         tmp.unlink(missing_ok=True)
         if allow_fail:
             return None
-        raise BuildError(f"build of {out.name} failed:\n$ {shlex.join(cmd)}\n{res.stdout}{res.stderr}")
+        raise BuildError(
+            f"build of {out.name} failed:\n$ {shlex.join(cmd)}\n{res.stdout}{res.stderr}"
+        )
     if res.stderr.strip() and warn is not None and not allow_fail:
         warn(f"warnings building {out.name}:\n{res.stderr}")
     os.replace(tmp, out)
@@ -108,9 +130,21 @@ def build(libdir: Path, *, warn: Callable[[str], None] | None = None) -> dict[st
         fcntl.flock(lock, fcntl.LOCK_EX)
         for name, (src, soname, devlink) in LIBS.items():
             out = libdir / soname
-            compile_if_stale(out, [*CFLAGS, f"-I{include}", f"-I{sim}", f"-Wl,-soname,{soname}",
-                                   "-Wl,-Bsymbolic", "-Wl,--no-undefined", str(sim / src), "-ldl"],
-                             [sim / src, *deps], warn=warn)
+            compile_if_stale(
+                out,
+                [
+                    *CFLAGS,
+                    f"-I{include}",
+                    f"-I{sim}",
+                    f"-Wl,-soname,{soname}",
+                    "-Wl,-Bsymbolic",
+                    "-Wl,--no-undefined",
+                    str(sim / src),
+                    "-ldl",
+                ],
+                [sim / src, *deps],
+                warn=warn,
+            )
             _symlink(libdir / devlink, soname)
             result[name] = out
     return result

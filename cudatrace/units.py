@@ -94,8 +94,10 @@ def parse_time(text: str) -> float:
     size it means MiB, so as a time it would be read both ways.)"""
     m = _TIME_RE.match(text or "")
     if m and m.group(2) == "m":
-        raise UnitError(f"{text!r} is ambiguous (m means MiB in sizes): write "
-                        f"{m.group(1)}min or a number of seconds")
+        raise UnitError(
+            f"{text!r} is ambiguous (m means MiB in sizes): write "
+            f"{m.group(1)}min or a number of seconds"
+        )
     if not m:
         raise UnitError(f"{text!r} is not a time (2.5s, 2.5, 1500ms)")
     return float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
@@ -103,17 +105,19 @@ def parse_time(text: str) -> float:
 
 # ---- text that reaches a terminal ------------------------------------------------------------
 
+
 def printable(text: str) -> str:
     """text with control characters escaped (\x1b, \n ...): a trace's argv, exe or paths may
     hold anything, and must not drive the terminal."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
 
 
 def shell_quote(argv) -> str:
     """argv as one line a shell would read back (control characters escaped)."""
     import shlex
-    return " ".join(shlex.quote(printable(str(a))) for a in argv)
 
+    return " ".join(shlex.quote(printable(str(a))) for a in argv)

@@ -1,4 +1,5 @@
 """Shared fixtures: the simulated CUDA driver (support/sim_fixtures.py) and a `cudatrace run` helper."""
+
 from __future__ import annotations
 
 import os
@@ -10,12 +11,13 @@ import pytest
 
 from support.paths import REPO
 
-pytest_plugins = ["support.sim_fixtures"]     # `sim`: the session-scoped simulated driver
+pytest_plugins = ["support.sim_fixtures"]  # `sim`: the session-scoped simulated driver
 
 
 @pytest.fixture(scope="session", autouse=True)
 def native_built():
     from cudatrace import native
+
     return native.ensure_built()
 
 
@@ -39,14 +41,27 @@ class CT:
         return self.base / ("trace%d" % self.n)
 
     def cli(self, *args, env=None, timeout=120, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "cudatrace", *map(str, args)],
-                              env=env or self.env(), capture_output=True, text=True,
-                              timeout=timeout, **kw)
+        return subprocess.run(
+            [sys.executable, "-m", "cudatrace", *map(str, args)],
+            env=env or self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            **kw,
+        )
 
     def run(self, cmd, *opts, out=None, env=None, timeout=120, sim_opts=None):
         out = out or self.new_dir()
-        r = self.cli("run", "-o", out, *opts, "--", *map(str, cmd),
-                     env=env or self.env(**(sim_opts or {})), timeout=timeout)
+        r = self.cli(
+            "run",
+            "-o",
+            out,
+            *opts,
+            "--",
+            *map(str, cmd),
+            env=env or self.env(**(sim_opts or {})),
+            timeout=timeout,
+        )
         r.out = out
         return r
 

@@ -17,6 +17,7 @@ same invocation. Exit status 0 when every run worked.
 callgrind (N pairs) and print the instructions per event each executes, and the difference:
 a figure a busy machine does not disturb.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,26 +63,52 @@ def run_once(py: str, prog: Path, depth: int, pairs: int, env: dict, trace: Path
     if trace is None:
         cmd = [py, str(prog), str(depth), str(pairs)]
     else:
-        cmd = [sys.executable, "-m", "cudatrace", "run", "-q", "--force", "-o", str(trace), "--",
-               py, str(prog), str(depth), str(pairs)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-q",
+            "--force",
+            "-o",
+            str(trace),
+            "--",
+            py,
+            str(prog),
+            str(depth),
+            str(pairs),
+        ]
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
-        raise RuntimeError("%s failed:\n%s%s" % (" ".join(cmd), r.stdout, r.stderr))
+        raise RuntimeError("{} failed:\n{}{}".format(" ".join(cmd), r.stdout, r.stderr))
     ns = int(r.stdout.strip().splitlines()[-1])
-    return ns / (2 * pairs)          # per event
+    return ns / (2 * pairs)  # per event
 
 
 def instructions(py: str, prog: Path, depth: int, pairs: int, env: dict, tmp: Path) -> int:
     """Instructions the whole process executed (callgrind), the shim preloaded directly."""
     from cudatrace import native
+
     out = tmp / "cg.out"
     tdir = tmp / "cg-trace"
     shutil.rmtree(tdir, ignore_errors=True)
     tdir.mkdir()
     e = dict(env, CUDATRACE_DIR=str(tdir), LD_PRELOAD=str(native.shim_path()))
-    r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=%s" % out, py,
-                        str(prog), str(depth), str(pairs)], env=e, capture_output=True, text=True,
-                       timeout=1800)
+    r = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}",
+            py,
+            str(prog),
+            str(depth),
+            str(pairs),
+        ],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if r.returncode != 0:
         raise RuntimeError("callgrind run failed:\n" + r.stderr[-3000:])
     for line in r.stderr.splitlines():
@@ -91,7 +118,9 @@ def instructions(py: str, prog: Path, depth: int, pairs: int, env: dict, tmp: Pa
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--depth", type=int, default=20)
     ap.add_argument("--pairs", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=5)
@@ -107,6 +136,7 @@ def main() -> int:
         if libdir is None:
             sys.path.insert(0, str(REPO / "tests"))
             from support import simbuild
+
             libdir = str(simbuild.build_all(tmp / "sim")["libdir"])
         env["LD_LIBRARY_PATH"] = libdir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     prog = tmp / "bench.py"
@@ -119,21 +149,37 @@ def main() -> int:
             e = dict(env)
             if c != "bare":
                 e["CUDATRACE_PYTHON"] = "1" if c == "python" else "0"
-            res[c].append(run_once(a.python, prog, a.depth, a.pairs, e,
-                                   None if c == "bare" else tmp / ("trace-" + c)))
+            res[c].append(
+                run_once(
+                    a.python,
+                    prog,
+                    a.depth,
+                    a.pairs,
+                    e,
+                    None if c == "bare" else tmp / ("trace-" + c),
+                )
+            )
     med = {c: statistics.median(v) for c, v in res.items()}
-    ver = subprocess.run([a.python, "-c", "import sys; print(sys.version.split()[0])"],
-                         capture_output=True, text=True).stdout.strip()
-    print("bench_pyframes: CPython %s, %d Python frames, %d alloc/free pairs x %d rounds, driver %s"
-          % (ver, a.depth, a.pairs, a.rounds, a.driver or "simulated"))
+    ver = subprocess.run(
+        [a.python, "-c", "import sys; print(sys.version.split()[0])"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    print(
+        "bench_pyframes: CPython %s, %d Python frames, %d alloc/free pairs x %d rounds, driver %s"
+        % (ver, a.depth, a.pairs, a.rounds, a.driver or "simulated")
+    )
     print("  %-8s %12s %22s" % ("config", "ns/event", "min-max"))
     for c in configs:
         print("  %-8s %12.0f %10.0f-%-10.0f" % (c, med[c], min(res[c]), max(res[c])))
     native_cost = med["native"] - med["bare"]
     added = med["python"] - med["native"]
-    print("  native-only tracing adds %.0f ns per event; Python frames add %.0f ns per event more "
-          "(%.2fx the native-only event cost; target: at most 1000 ns)"
-          % (native_cost, added, added / native_cost if native_cost > 0 else float("nan")))
+    print(
+        "  native-only tracing adds {:.0f} ns per event; Python frames add {:.0f} ns per event more "
+        "({:.2f}x the native-only event cost; target: at most 1000 ns)".format(
+            native_cost, added, added / native_cost if native_cost > 0 else float("nan")
+        )
+    )
     if a.instructions:
         sys.path.insert(0, str(REPO))
         ir = {}
@@ -142,16 +188,19 @@ def main() -> int:
             ir[c] = instructions(a.python, prog, a.depth, a.instructions, e, tmp)
         # the program runs its loop twice (warm-up, timed): 4 events per pair
         per = (ir["python"] - ir["native"]) / (4 * a.instructions)
-        print("  callgrind, %d pairs: whole process %d instructions native-only, %d with Python "
-              "frames: %.0f instructions more per event" % (a.instructions, ir["native"],
-                                                            ir["python"], per))
+        print(
+            "  callgrind, %d pairs: whole process %d instructions native-only, %d with Python "
+            "frames: %.0f instructions more per event"
+            % (a.instructions, ir["native"], ir["python"], per)
+        )
     trace = tmp / "trace-python"
     sys.path.insert(0, str(REPO))
     from cudatrace.trace import read_dir
+
     t = read_dir(trace).traces[0]
     leaves = {e[8] for e in t.events[:2000]}
     depths = {len(t.py_stack(leaf)) for leaf in leaves if leaf}
-    print("  Python frames recorded per event: %s" % sorted(depths))
+    print(f"  Python frames recorded per event: {sorted(depths)}")
     return 0
 
 

@@ -16,6 +16,7 @@ allocation pool that grows to ~20k live blocks and shrinks again in waves, frees
 order, addresses reused, a few failed allocations, denials and memory queries, and a leak of one
 block in 50 that is never freed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from support import tracegen as tg  # noqa: E402
 from cudatrace.analyze.trace import C  # noqa: E402
+from support import tracegen as tg  # noqa: E402
 
 CACHE = Path(os.environ.get("CUDATRACE_BENCH_DIR", "/tmp/cudatrace-bench-report"))
 
@@ -47,16 +48,28 @@ def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str 
     duration = 60 * tg.SEC
     for p in range(procs):
         pid = 2000 + p
-        w = tg.TraceWriter(d / ("%d.0.ctrace" % pid), pid=pid, ppid=1999 if p == 0 else 2000,
-                           exe="/usr/bin/python3", argv=["python3", "bench.py", str(p)],
-                           start_ns=t_start)
+        w = tg.TraceWriter(
+            d / ("%d.0.ctrace" % pid),
+            pid=pid,
+            ppid=1999 if p == 0 else 2000,
+            exe="/usr/bin/python3",
+            argv=["python3", "bench.py", str(p)],
+            start_ns=t_start,
+        )
         fr = tg.Frames(None)
         fr.write_modules(w)
-        stacks = [w.stack(fr.stack("site_%03d" % s, "layer_%d" % (s % 7), "main")) for s in range(200)]
+        stacks = [
+            w.stack(fr.stack("site_%03d" % s, "layer_%d" % (s % 7), "main")) for s in range(200)
+        ]
         api_alloc, api_free = w.api_id("cuMemAlloc_v2"), w.api_id("cuMemFree_v2")
         rt_alloc, rt_free = w.api_id("cudaMalloc"), w.api_id("cudaFree")
         api_info, rt_info = w.api_id("cuMemGetInfo_v2"), w.api_id("cudaMemGetInfo")
-        OP_A, OP_F, OP_M, OP_D = K["CT_OP_ALLOC"], K["CT_OP_FREE"], K["CT_OP_MEMINFO"], K["CT_OP_DENY"]
+        OP_A, OP_F, OP_M, OP_D = (
+            K["CT_OP_ALLOC"],
+            K["CT_OP_FREE"],
+            K["CT_OP_MEMINFO"],
+            K["CT_OP_DENY"],
+        )
         KD, SP = K["CT_KIND_DEVICE"], K["CT_SPACE_DEVPTR"]
         flags = K["CT_EF_RUNTIME_KNOWN"]
         dev = p % 2
@@ -64,36 +77,100 @@ def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str 
 
         def gen():
             x = seed + p
-            live: list[tuple[int, int]] = []      # (addr, stack)
+            live: list[tuple[int, int]] = []  # (addr, stack)
             free_addrs: list[int] = []
-            next_addr = 0x7f0000000000 + (p << 36)
+            next_addr = 0x7F0000000000 + (p << 36)
             ts = t_start + p * 1000
             n = 0
             while n < per:
                 x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
                 r = x >> 33
                 ts += step
-                wave = (n // 400000) % 2 == 0      # grow, then shrink
+                wave = (n // 400000) % 2 == 0  # grow, then shrink
                 target = 20000 if wave else 2000
                 if n % 5000 == 4999:
-                    yield (ts, 80 << 30, 40 << 30, 40 << 30, 80 << 30, 7, dev, 0, stacks[0], api_info,
-                           rt_info, OP_M, 0, 0, 0, 0)
+                    yield (
+                        ts,
+                        80 << 30,
+                        40 << 30,
+                        40 << 30,
+                        80 << 30,
+                        7,
+                        dev,
+                        0,
+                        stacks[0],
+                        api_info,
+                        rt_info,
+                        OP_M,
+                        0,
+                        0,
+                        0,
+                        0,
+                    )
                 elif n % 250000 == 124999:
-                    yield (ts, 64 << 30, 0, 0, 0, 7, dev, 2, stacks[r % 200], api_alloc, rt_alloc,
-                           OP_A, KD, SP, flags, 0)
+                    yield (
+                        ts,
+                        64 << 30,
+                        0,
+                        0,
+                        0,
+                        7,
+                        dev,
+                        2,
+                        stacks[r % 200],
+                        api_alloc,
+                        rt_alloc,
+                        OP_A,
+                        KD,
+                        SP,
+                        flags,
+                        0,
+                    )
                 elif n % 500000 == 249999:
-                    yield (ts, 8 << 30, 0, 16 << 30, 15 << 30, 7, dev, 2, stacks[r % 200], api_alloc,
-                           rt_alloc, OP_D, KD, SP, flags, 0)
+                    yield (
+                        ts,
+                        8 << 30,
+                        0,
+                        16 << 30,
+                        15 << 30,
+                        7,
+                        dev,
+                        2,
+                        stacks[r % 200],
+                        api_alloc,
+                        rt_alloc,
+                        OP_D,
+                        KD,
+                        SP,
+                        flags,
+                        0,
+                    )
                 elif workload == "mixed" and live and (len(live) > target or (r & 3) == 0):
                     i = r % len(live)
                     addr, st = live[i]
                     live[i] = live[-1]
                     live.pop()
-                    if st % 50 == 7 and (r & 1):        # this site leaks: never freed
+                    if st % 50 == 7 and (r & 1):  # this site leaks: never freed
                         continue
                     free_addrs.append(addr)
-                    yield (ts, 0, addr, 0, 0, 7, dev, 0, stacks[st], api_free, rt_free, OP_F, 0, SP,
-                           flags, 0)
+                    yield (
+                        ts,
+                        0,
+                        addr,
+                        0,
+                        0,
+                        7,
+                        dev,
+                        0,
+                        stacks[st],
+                        api_free,
+                        rt_free,
+                        OP_F,
+                        0,
+                        SP,
+                        flags,
+                        0,
+                    )
                 else:
                     s = r % 200
                     size = (1 << (12 + (r >> 8) % 10)) + ((r >> 4) & 0xF00)
@@ -103,15 +180,37 @@ def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str 
                         addr = next_addr
                         next_addr += 1 << 26
                     live.append((addr, s))
-                    yield (ts, size, addr, 0, 0, 7, dev, 0, stacks[s], api_alloc, rt_alloc, OP_A, KD,
-                           SP, flags, 0)
+                    yield (
+                        ts,
+                        size,
+                        addr,
+                        0,
+                        0,
+                        7,
+                        dev,
+                        0,
+                        stacks[s],
+                        api_alloc,
+                        rt_alloc,
+                        OP_A,
+                        KD,
+                        SP,
+                        flags,
+                        0,
+                    )
                 n += 1
 
         w.raw_events(gen())
         w.close(end_ts=t_start + duration + 1)
-    samples = [tg.sample(t_start + k * 100 * tg.MS, tree={0: (k % 50) << 26, 1: (k % 40) << 26},
-                         used=[(k % 50) << 26, (k % 40) << 26], pids=[2000 + p for p in range(procs)])
-               for k in range(0, 600)]
+    samples = [
+        tg.sample(
+            t_start + k * 100 * tg.MS,
+            tree={0: (k % 50) << 26, 1: (k % 40) << 26},
+            used=[(k % 50) << 26, (k % 40) << 26],
+            pids=[2000 + p for p in range(procs)],
+        )
+        for k in range(0, 600)
+    ]
     tg.write_run(d, argv=["python3", "bench.py"], samples=samples, start_ns=t_start - tg.MS)
 
 
@@ -120,14 +219,21 @@ def main() -> int:
     ap.add_argument("--events", type=int, default=10_000_000)
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--regen", action="store_true", help="regenerate the cached trace")
-    ap.add_argument("--workload", choices=("mixed", "leak"), default="mixed",
-                    help="mixed: allocation waves with frees (default); leak: nothing freed")
+    ap.add_argument(
+        "--workload",
+        choices=("mixed", "leak"),
+        default="mixed",
+        help="mixed: allocation waves with frees (default); leak: nothing freed",
+    )
     ap.add_argument("--backend", choices=("c", "python"), default=None)
     ap.add_argument("--no-symbols", action="store_true", help="skip the symbolizer")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     args = ap.parse_args()
 
-    d = CACHE / ("%d-%d%s" % (args.events, args.procs, "" if args.workload == "mixed" else "-" + args.workload))
+    d = CACHE / (
+        "%d-%d%s"
+        % (args.events, args.procs, "" if args.workload == "mixed" else "-" + args.workload)
+    )
     if args.regen and d.exists():
         shutil.rmtree(d)
     if not (d / "run.json").exists():
@@ -135,22 +241,24 @@ def main() -> int:
         if d.exists():
             shutil.rmtree(d)
         generate(d, args.events, args.procs, workload=args.workload)
-        print("generated %s in %.1f s (%.0f MB)" % (d, time.perf_counter() - t,
-                                                   sum(p.stat().st_size for p in d.iterdir()) / 1e6),
-              file=sys.stderr)
+        print(
+            f"generated {d} in {time.perf_counter() - t:.1f} s ({sum(p.stat().st_size for p in d.iterdir()) / 1e6:.0f} MB)",
+            file=sys.stderr,
+        )
 
-    from cudatrace.present.plot import render_svg
     from cudatrace.analyze.analysis import Analysis, build_report
-    from cudatrace.present.report import render_text
     from cudatrace.analyze.trace import read_dir
+    from cudatrace.present.plot import render_svg
+    from cudatrace.present.report import render_text
 
     fig = {"events": args.events, "procs": args.procs, "workload": args.workload, "dir": str(d)}
     t0 = time.perf_counter()
     td = read_dir(d)
     t1 = time.perf_counter()
-    if args.backend == "python":      # the tests' Python oracle instead of the C replay
+    if args.backend == "python":  # the tests' Python oracle instead of the C replay
         from cudatrace.analyze import analysis
         from support.replay_oracle import build_with
+
         analysis.build = lambda td_, *a, **k: build_with(td_, "python", *a, **k)
     a = Analysis(d, td=td, symbolize=not args.no_symbols)
     t2 = time.perf_counter()
@@ -163,16 +271,27 @@ def main() -> int:
     svg = render_svg(a, report=r)
     t5 = time.perf_counter()
     m = a.model
-    fig.update({
-        "events_replayed": m.n_events, "backend": m.backend.name,
-        "read_s": round(t1 - t0, 3), "build_s": round(t2 - t1, 3), "report_peak_s": round(t3 - t2, 3),
-        "report_end_depth3_s": round(t4 - t3, 3), "svg_s": round(t5 - t4, 3),
-        "total_s": round(t5 - t0, 3), "read_build_report_s": round(t3 - t0, 3),
-        "peak_bytes": m.peak_bytes, "live_at_peak": r["total_live_count"],
-        "live_at_end": end["total_live_count"], "sites_at_peak": len(r["sites"]) + r["more_sites"],
-        "text_bytes": len(text), "json_bytes": len(js), "svg_bytes": len(svg),
-        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
-    })
+    fig.update(
+        {
+            "events_replayed": m.n_events,
+            "backend": m.backend.name,
+            "read_s": round(t1 - t0, 3),
+            "build_s": round(t2 - t1, 3),
+            "report_peak_s": round(t3 - t2, 3),
+            "report_end_depth3_s": round(t4 - t3, 3),
+            "svg_s": round(t5 - t4, 3),
+            "total_s": round(t5 - t0, 3),
+            "read_build_report_s": round(t3 - t0, 3),
+            "peak_bytes": m.peak_bytes,
+            "live_at_peak": r["total_live_count"],
+            "live_at_end": end["total_live_count"],
+            "sites_at_peak": len(r["sites"]) + r["more_sites"],
+            "text_bytes": len(text),
+            "json_bytes": len(js),
+            "svg_bytes": len(svg),
+            "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
+        }
+    )
     if args.json:
         print(json.dumps(fig, indent=2))
     else:

@@ -17,6 +17,7 @@ below main. Then, per architecture:
    (callgrind's instruction count, same difference) when valgrind is installed, as a check of
    the qemu figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
-PAIRS_C = r'''
+PAIRS_C = r"""
 #include "cudasim_api.h"
 __attribute__((noinline)) void pair(void)
 {
@@ -64,24 +65,42 @@ int main(int argc, char **argv)
     loop(depth);
     return 0;
 }
-'''
+"""
 
 SYSROOT = "/usr/aarch64-linux-gnu"
 
 
 def build(arch: str, work: Path) -> dict:
     from support import simbuild
+
     cc = "cc" if arch == "x86_64" else "aarch64-linux-gnu-gcc"
     os.environ["CC"] = cc
     paths = simbuild.build_all(work / "sim")
-    shim = subprocess.run([str(REPO / "tools" / "cross-build-shim"), cc, str(work / "shim")],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    shim = subprocess.run(
+        [str(REPO / "tools" / "cross-build-shim"), cc, str(work / "shim")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     src = work / "pairs.c"
     src.write_text(PAIRS_C)
     exe = work / "pairs"
-    subprocess.run([cc, "-O2", "-g", "-fno-omit-frame-pointer", "-I%s" % simbuild.SHIM,
-                    "-I%s" % simbuild.PROGS, "-o", str(exe), str(src), "-L%s" % paths["libdir"],
-                    "-lcuda"], check=True)
+    subprocess.run(
+        [
+            cc,
+            "-O2",
+            "-g",
+            "-fno-omit-frame-pointer",
+            f"-I{simbuild.SHIM}",
+            f"-I{simbuild.PROGS}",
+            "-o",
+            str(exe),
+            str(src),
+            "-L{}".format(paths["libdir"]),
+            "-lcuda",
+        ],
+        check=True,
+    )
     return {"cc": cc, "shim": shim, "exe": exe, "libdir": paths["libdir"]}
 
 
@@ -92,8 +111,13 @@ def qemu_for(arch: str) -> list:
 def run_env(b: dict, trace_dir: Path | None, depth: int | None, verify: bool = False) -> dict:
     env = {"LD_LIBRARY_PATH": str(b["libdir"])}
     if trace_dir is not None:
-        env.update({"LD_PRELOAD": b["shim"], "CUDATRACE_DIR": str(trace_dir),
-                    "CUDATRACE_STACK_DEPTH": str(depth)})
+        env.update(
+            {
+                "LD_PRELOAD": b["shim"],
+                "CUDATRACE_DIR": str(trace_dir),
+                "CUDATRACE_STACK_DEPTH": str(depth),
+            }
+        )
         if verify:
             env["CUDATRACE_STACK_VERIFY"] = "1"
     return env
@@ -101,20 +125,27 @@ def run_env(b: dict, trace_dir: Path | None, depth: int | None, verify: bool = F
 
 def cache_figures(arch: str, b: dict, work: Path, pairs: int, depth: int) -> dict:
     from cudatrace.analyze.trace import read_dir
+
     d = work / "verify"
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir()
     env = run_env(b, d, 64, verify=True)
     if arch == "x86_64":
-        subprocess.run([str(b["exe"]), str(pairs), str(depth)], env=dict(os.environ, **env), check=True)
+        subprocess.run(
+            [str(b["exe"]), str(pairs), str(depth)], env=dict(os.environ, **env), check=True
+        )
     else:
-        cmd = qemu_for(arch) + [a for k, v in env.items() for a in ("-E", "%s=%s" % (k, v))]
+        cmd = qemu_for(arch) + [a for k, v in env.items() for a in ("-E", f"{k}={v}")]
         subprocess.run(cmd + [str(b["exe"]), str(pairs), str(depth)], check=True)
     t = read_dir(d).traces[0]
-    return {"events": t.n_events, "full_unwinds": t.stack_unwinds_full,
-            "cache_hits": t.stack_cache_hits, "compared": t.stack_verified,
-            "mismatches": t.stack_mismatches,
-            "full_fraction": t.stack_unwinds_full / max(1, t.n_events)}
+    return {
+        "events": t.n_events,
+        "full_unwinds": t.stack_unwinds_full,
+        "cache_hits": t.stack_cache_hits,
+        "compared": t.stack_verified,
+        "mismatches": t.stack_mismatches,
+        "full_fraction": t.stack_unwinds_full / max(1, t.n_events),
+    }
 
 
 def qemu_insns(arch: str, b: dict, work: Path, n: int, depth: int, config: str) -> int:
@@ -123,13 +154,13 @@ def qemu_insns(arch: str, b: dict, work: Path, n: int, depth: int, config: str) 
     d.mkdir()
     env = run_env(b, None if config == "plain" else d, 0 if config == "nostack" else 64)
     cmd = qemu_for(arch) + ["-singlestep", "-d", "exec,nochain", "-D", "/dev/stdout"]
-    cmd += [a for k, v in env.items() for a in ("-E", "%s=%s" % (k, v))]
+    cmd += [a for k, v in env.items() for a in ("-E", f"{k}={v}")]
     p = subprocess.Popen(cmd + [str(b["exe"]), str(n), str(depth)], stdout=subprocess.PIPE)
     count = 0
     for chunk in iter(lambda: p.stdout.read(1 << 20), b""):
         count += chunk.count(b"\nTrace ")
     if p.wait() != 0:
-        raise RuntimeError("%s failed" % cmd)
+        raise RuntimeError(f"{cmd} failed")
     return count
 
 
@@ -137,9 +168,22 @@ def callgrind_insns(b: dict, work: Path, n: int, depth: int, config: str) -> int
     d = work / ("v-%s-%d" % (config, n))
     shutil.rmtree(d, ignore_errors=True)
     d.mkdir()
-    env = dict(os.environ, **run_env(b, None if config == "plain" else d, 0 if config == "nostack" else 64))
-    r = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                        str(b["exe"]), str(n), str(depth)], env=env, capture_output=True, text=True)
+    env = dict(
+        os.environ, **run_env(b, None if config == "plain" else d, 0 if config == "nostack" else 64)
+    )
+    r = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            str(b["exe"]),
+            str(n),
+            str(depth),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     m = re.search(r"Collected : (\d+)", r.stderr)
     if r.returncode != 0 or not m:
         raise RuntimeError(r.stderr[-2000:])
@@ -163,13 +207,16 @@ def main() -> int:
         w.mkdir()
         b = build(arch, w)
         r = {"cache": cache_figures(arch, b, w, args.pairs, args.depth)}
-        q = {c: per_event(lambda n, c=c: qemu_insns(arch, b, w, n, args.depth, c))
-             for c in ("plain", "nostack", "stacks")}
+        q = {
+            c: per_event(lambda n, c=c: qemu_insns(arch, b, w, n, args.depth, c))
+            for c in ("plain", "nostack", "stacks")
+        }
         r["qemu_insns_per_event"] = q
         if arch == "x86_64" and shutil.which("valgrind"):
             r["callgrind_insns_per_event"] = {
                 c: per_event(lambda n, c=c: callgrind_insns(b, w, n, args.depth, c))
-                for c in ("plain", "nostack", "stacks")}
+                for c in ("plain", "nostack", "stacks")
+            }
         res["arch"][arch] = r
         print(arch, json.dumps(r, indent=1), flush=True)
     if args.json:

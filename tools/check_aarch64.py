@@ -8,6 +8,7 @@ cache checked against full unwinds (docs/aarch64.md). CI runs the same tests.
     apt-get install gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user      # once
     python3 tools/check_aarch64.py [pytest options]
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -18,8 +19,18 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def main() -> int:
-    return subprocess.call([sys.executable, "-m", "pytest", "-q", "-rs",
-                            str(REPO / "tests" / "integration" / "test_aarch64.py"), *sys.argv[1:]], cwd=REPO)
+    return subprocess.call(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-rs",
+            str(REPO / "tests" / "integration" / "test_aarch64.py"),
+            *sys.argv[1:],
+        ],
+        cwd=REPO,
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ refused and reported (the pages must load nothing from the network). Console err
 errors are printed and make the exit status 1. The browser is the system's Chromium
 ($CUDATRACE_CHROMIUM, else /usr/bin/chromium); nothing is downloaded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,11 +26,17 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def chromium_path() -> str:
-    for p in (os.environ.get("CUDATRACE_CHROMIUM"), "/usr/bin/chromium", "/usr/bin/chromium-browser"):
+    for p in (
+        os.environ.get("CUDATRACE_CHROMIUM"),
+        "/usr/bin/chromium",
+        "/usr/bin/chromium-browser",
+    ):
         if p and os.path.exists(p):
             return p
-    raise SystemExit("no Chromium: install the system package (apt-get install -y chromium) or "
-                     "set CUDATRACE_CHROMIUM")
+    raise SystemExit(
+        "no Chromium: install the system package (apt-get install -y chromium) or "
+        "set CUDATRACE_CHROMIUM"
+    )
 
 
 class Page:
@@ -39,13 +46,20 @@ class Page:
     def __init__(self, browser, path: Path, width: int = 1280, height: int = 900):
         self.errors: list[str] = []
         self.requests: list[str] = []
-        self.context = browser.new_context(viewport={"width": width, "height": height},
-                                           device_scale_factor=1)
+        self.context = browser.new_context(
+            viewport={"width": width, "height": height}, device_scale_factor=1
+        )
         self.page = self.context.new_page()
         self.page.route("**/*", self._route)
-        self.page.on("console", lambda m: self.errors.append("console %s: %s" % (m.type, m.text))
-                     if m.type in ("error", "warning") else None)
-        self.page.on("pageerror", lambda e: self.errors.append("page error: %s" % e))
+        self.page.on(
+            "console",
+            lambda m: (
+                self.errors.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
+        )
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.goto(Path(path).resolve().as_uri())
         self.page.wait_for_selector("body[data-ready='1']", timeout=15000)
 
@@ -69,15 +83,25 @@ class Page:
 
 
 def launch(playwright):
-    return playwright.chromium.launch(executable_path=chromium_path(), headless=True,
-                                      args=["--no-sandbox", "--disable-gpu",
-                                            "--disable-dev-shm-usage"])
+    return playwright.chromium.launch(
+        executable_path=chromium_path(),
+        headless=True,
+        args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+    )
 
 
-def shoot(html: Path, out: Path, width: int = 1280, full_page: bool = False,
-          click_moment: int | None = None, search: str | None = None,
-          clip_to: str | None = None, height: int = 900) -> list[str]:
+def shoot(
+    html: Path,
+    out: Path,
+    width: int = 1280,
+    full_page: bool = False,
+    click_moment: int | None = None,
+    search: str | None = None,
+    clip_to: str | None = None,
+    height: int = 900,
+) -> list[str]:
     from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = launch(p)
         try:
@@ -89,12 +113,14 @@ def shoot(html: Path, out: Path, width: int = 1280, full_page: bool = False,
             pg.page.mouse.move(0, 0)
             if clip_to:
                 box = pg.page.locator(clip_to).bounding_box()
-                pg.page.screenshot(path=str(out), full_page=True,
-                                   clip={"x": 0, "y": 0, "width": width,
-                                         "height": box["y"] + box["height"] + 16})
+                pg.page.screenshot(
+                    path=str(out),
+                    full_page=True,
+                    clip={"x": 0, "y": 0, "width": width, "height": box["y"] + box["height"] + 16},
+                )
             else:
                 pg.page.screenshot(path=str(out), full_page=full_page)
-            problems = pg.errors + ["network request: %s" % u for u in pg.requests]
+            problems = pg.errors + [f"network request: {u}" for u in pg.requests]
             pg.close()
         finally:
             browser.close()
@@ -103,16 +129,36 @@ def shoot(html: Path, out: Path, width: int = 1280, full_page: bool = False,
 
 def demo(out: Path) -> list[str]:
     """The README's picture: the report of the demo's --kv-cache-memory 1GiB trace."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"
+    }
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     with tempfile.TemporaryDirectory(prefix="cudatrace-") as tmp:
         t = Path(tmp)
         # the page shows the command line: run in the folder, with short relative paths
-        subprocess.run([sys.executable, "-m", "cudatrace", "demo", "--simulated", "-o", "demo"],
-                       env=env, check=True, stdout=subprocess.DEVNULL, cwd=t)
+        subprocess.run(
+            [sys.executable, "-m", "cudatrace", "demo", "--simulated", "-o", "demo"],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            cwd=t,
+        )
         html = t / "report.html"
-        subprocess.run([sys.executable, "-m", "cudatrace", "report", "demo/kv-cache-memory-1GiB",
-                        "--html", str(html)], env=env, check=True, stdout=subprocess.DEVNULL, cwd=t)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cudatrace",
+                "report",
+                "demo/kv-cache-memory-1GiB",
+                "--html",
+                str(html),
+            ],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            cwd=t,
+        )
         return shoot(html, out, width=1280, clip_to="#flame-card")
 
 
@@ -133,8 +179,9 @@ def main(argv=None) -> int:
     else:
         if a.html is None:
             ap.error("give PAGE.html, or --demo")
-        problems = shoot(a.html, a.out, a.width, a.full_page, a.click_moment, a.search, a.clip_to,
-                         a.height)
+        problems = shoot(
+            a.html, a.out, a.width, a.full_page, a.click_moment, a.search, a.clip_to, a.height
+        )
     for p in problems:
         print(p, file=sys.stderr)
     print(a.out)

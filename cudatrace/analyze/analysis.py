@@ -15,9 +15,9 @@ from pathlib import Path
 from .. import __version__
 from ..units import UnitError, parse_time
 from .aggregate import notes as aggregate_notes
+from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
-from .layers import compile_patterns
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_trace
 
@@ -312,7 +312,7 @@ def _versions(a: Analysis) -> dict:
     }
 
 
-PLAUSIBLE_MAX = 1 << 50   # 1 PiB: no device holds more; a figure past it is a corrupt field
+PLAUSIBLE_MAX = 1 << 50  # 1 PiB: no device holds more; a figure past it is a corrupt field
 
 
 def implausible(a: Analysis) -> list[str]:
@@ -340,8 +340,13 @@ def implausible(a: Analysis) -> list[str]:
             out.append(
                 "implausible: the traced peak on device %d, %s, is more than %s (%s); an event's "
                 "size may be corrupt, so these figures should not be trusted"
-                % (dev, format_bytes(peak), format_bytes(bound),
-                   "the device's total" if total else "any device holds"))
+                % (
+                    dev,
+                    format_bytes(peak),
+                    format_bytes(bound),
+                    "the device's total" if total else "any device holds",
+                )
+            )
     return out
 
 
@@ -351,9 +356,16 @@ def lost_json(a: Analysis) -> list[dict]:
     out = []
     for t in a.traces:
         if t.stopped_ns:
-            out.append({"file": t.path.name, "pid": t.pid, "from_ts_ns": t.stopped_ns,
-                        "from_time": a.seconds(t.stopped_ns), "why": t.stopped_why,
-                        "exit_code": t.stopped_exit if t.stopped_exit != -1 else None})
+            out.append(
+                {
+                    "file": t.path.name,
+                    "pid": t.pid,
+                    "from_ts_ns": t.stopped_ns,
+                    "from_time": a.seconds(t.stopped_ns),
+                    "why": t.stopped_why,
+                    "exit_code": t.stopped_exit if t.stopped_exit != -1 else None,
+                }
+            )
     return out
 
 
@@ -529,9 +541,7 @@ def build_report(
             "shown was live at the end"
         )
     if getattr(a.td, "bad_samples", 0):
-        warnings.append(
-            "%d malformed line(s) of samples.jsonl were skipped" % a.td.bad_samples
-        )
+        warnings.append("%d malformed line(s) of samples.jsonl were skipped" % a.td.bad_samples)
     warnings.extend(implausible(a))
     lost = lost_json(a)
     if lost:
@@ -657,8 +667,11 @@ def python_summary(a: Analysis) -> dict | None:
     return {
         "view": a.stacks.view,
         "processes": [
-            {"pid": t.pid, "version": t.info.get("python.version"),
-             "status": t.info.get("python.status")}
+            {
+                "pid": t.pid,
+                "version": t.info.get("python.version"),
+                "status": t.info.get("python.status"),
+            }
             for t in procs
         ],
         "allocs_with_frames": with_frames,

@@ -13,6 +13,7 @@ and asks, for the peak and for each call site, what law the bytes live at the pe
   term: bytes = c + a*x + b*y + d*x*y), exact for the usual "blocks x layers x page" sizing, the
   terms that are zero dropped; an additive law when the grid has too few runs for the products.
 """
+
 from __future__ import annotations
 
 import math
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations
 
-REL_TOL = 0.01            # "flat" and "affine within": residuals up to 1% of the largest value
+REL_TOL = 0.01  # "flat" and "affine within": residuals up to 1% of the largest value
 
 
 def _frac(v) -> Fraction:
@@ -28,7 +29,7 @@ def _frac(v) -> Fraction:
         return v
     if isinstance(v, float):
         if not math.isfinite(v):
-            raise ValueError("not a finite number: %r" % v)
+            raise ValueError(f"not a finite number: {v!r}")
         return Fraction(v)
     return Fraction(v)
 
@@ -65,6 +66,7 @@ def _inverse(a: list[list[Fraction]]) -> list[list[Fraction]] | None:
 @dataclass
 class LSQ:
     """A least-squares fit of ys on the columns of rows (the first column is usually 1)."""
+
     coef: list[Fraction]
     n: int
     ss_res: Fraction
@@ -141,9 +143,11 @@ def fit(rows, ys) -> LSQ | None:
 
 # ---- one knob --------------------------------------------------------------------------------
 
+
 @dataclass
 class Affine:
     """y = slope * x + intercept, by least squares."""
+
     lsq: LSQ
 
     @property
@@ -174,8 +178,14 @@ class Affine:
         return self.lsq.predict([1, x])
 
     def as_json(self) -> dict:
-        return {"slope": _num(self.lsq.coef[1]), "intercept": _num(self.lsq.coef[0]),
-                "r2": self.r2, "n": self.n, "stderr": self.stderr, "exact": self.exact}
+        return {
+            "slope": _num(self.lsq.coef[1]),
+            "intercept": _num(self.lsq.coef[0]),
+            "r2": self.r2,
+            "n": self.n,
+            "stderr": self.stderr,
+            "exact": self.exact,
+        }
 
 
 def _num(v: Fraction):
@@ -194,6 +204,7 @@ def fit_affine(xs, ys) -> Affine | None:
 @dataclass
 class Power:
     """y = coef * x ** exponent, fitted on logs (x > 0, y > 0)."""
+
     coef: float
     exponent: float
     r2: float
@@ -238,6 +249,7 @@ class Law:
     run, whatever the kind, so that slopes compare; `power` when it was fitted; `points` always.
     `tested`: False when two points make the line (any two points do), so affine is not a finding.
     """
+
     kind: str
     points: list[tuple]
     affine: Affine | None = None
@@ -272,8 +284,12 @@ def classify(xs, ys, rel_tol: float = REL_TOL) -> Law:
     if not pts:
         return Law("none", [])
     if len(pts) == 1:
-        return Law("one_point", pts, tested=False,
-                   detail="one value: no law (run at least two, three to test it)")
+        return Law(
+            "one_point",
+            pts,
+            tested=False,
+            detail="one value: no law (run at least two, three to test it)",
+        )
     top = max(abs(y) for y in Y)
     tol = Fraction(rel_tol) * top
     aff = fit_affine(X, Y)
@@ -283,59 +299,81 @@ def classify(xs, ys, rel_tol: float = REL_TOL) -> Law:
     if max(Y) - min(Y) <= tol and not (tested and aff is not None and aff.r2 >= 0.9):
         # small changes that no line explains: noise around a constant. A small change a line
         # does explain (a growing site under a big flat one, in the peak) is a law: below.
-        return Law("flat", pts, aff, tested=tested,
-                   detail="flat within %.0f%%" % (100 * rel_tol))
+        return Law("flat", pts, aff, tested=tested, detail="flat within %.0f%%" % (100 * rel_tol))
     if aff is None:
         return Law("irregular", pts, None, tested=False, detail="repeated values only")
     if not tested:
-        return Law("affine", pts, aff, tested=False,
-                   detail="two points: a line always fits them, so this is not tested")
+        return Law(
+            "affine",
+            pts,
+            aff,
+            tested=False,
+            detail="two points: a line always fits them, so this is not tested",
+        )
     res = [y - (aff.lsq.coef[0] + aff.lsq.coef[1] * x) for x, y in zip(X, Y)]
     worst = max(abs(r) for r in res)
     if worst == 0:
         return Law("affine", pts, aff, detail="exact")
     if worst <= tol:
-        return Law("affine", pts, aff, detail="within %.0f%% (r2 %.4f)" % (100 * rel_tol, aff.r2))
+        return Law("affine", pts, aff, detail=f"within {100 * rel_tol:.0f}% (r2 {aff.r2:.4f})")
     pw = fit_power(X, Y)
     pos = all(y > 0 for y in Y)
     if pos:
         y0 = min(Y)
         ratios = [y / y0 for y in Y]
         per = [y / x for x, y in zip(X, Y)] if all(x > 0 for x in X) else None
-        rounded_up = per is not None and max(per) / min(per) < 2 and \
-            all(b >= a for a, b in zip(Y, Y[1:]))
+        rounded_up = (
+            per is not None and max(per) / min(per) < 2 and all(b >= a for a, b in zip(Y, Y[1:]))
+        )
         if all(_is_pow2(r) for r in ratios) and rounded_up:
-            return Law("powers_of_two", pts, aff, pw,
-                       detail="doubles in steps: rounded up to powers of two")
+            return Law(
+                "powers_of_two",
+                pts,
+                aff,
+                pw,
+                detail="doubles in steps: rounded up to powers of two",
+            )
     plateaus = sum(1 for a, b in zip(Y, Y[1:]) if a == b)
     if plateaus and len(set(Y)) >= 2:
-        return Law("steps", pts, aff, pw, detail="piecewise constant: %d distinct levels over %d "
-                   "values" % (len(set(Y)), len(Y)))
+        return Law(
+            "steps",
+            pts,
+            aff,
+            pw,
+            detail="piecewise constant: %d distinct levels over %d values" % (len(set(Y)), len(Y)),
+        )
     if pw is not None and pw.r2 >= 0.99 and pw.r2 > aff.r2 and abs(pw.exponent - 1) > 0.1:
-        return Law("power", pts, aff, pw, detail="grows as the knob to the power %.2f%s"
-                   % (pw.exponent, _power_name(pw.exponent)))
-    return Law("irregular", pts, aff, pw, detail="no simple law (the line's r2 is %.3f)" % aff.r2)
+        return Law(
+            "power",
+            pts,
+            aff,
+            pw,
+            detail=f"grows as the knob to the power {pw.exponent:.2f}{_power_name(pw.exponent)}",
+        )
+    return Law("irregular", pts, aff, pw, detail=f"no simple law (the line's r2 is {aff.r2:.3f})")
 
 
 def _power_name(k: float) -> str:
     for v, name in ((2, "quadratic"), (3, "cubic"), (0.5, "square root"), (-1, "inverse")):
         if abs(k - v) < 0.08:
-            return " (%s?)" % name
+            return f" ({name}?)"
     return ""
 
 
 # ---- several knobs: a grid -------------------------------------------------------------------
+
 
 @dataclass
 class GridLaw:
     """bytes = intercept + sum of coefficient * product of knobs, over the terms kept.
 
     terms: tuples of knob indexes (() is the intercept); coef: one per term."""
+
     names: list[str]
     terms: list[tuple]
     lsq: LSQ
     points: list[tuple]
-    model: str                   # "multilinear" or "additive"
+    model: str  # "multilinear" or "additive"
 
     def coefficient(self, term: tuple) -> float:
         return float(self.lsq.coef[self.terms.index(term)]) if term in self.terms else 0.0
@@ -365,14 +403,22 @@ class GridLaw:
         return float(s)
 
     def as_json(self) -> dict:
-        return {"model": self.model,
-                "slope": {n: _num(self.lsq.coef[self.terms.index((i,))]) if (i,) in self.terms
-                          else 0 for i, n in enumerate(self.names)},
-                "intercept": _num(self.lsq.coef[0]) if () in self.terms else 0,
-                "r2": self.r2, "n": self.lsq.n, "stderr": self.lsq.stderr,
-                "exact": self.lsq.exact,
-                "terms": [{"knobs": [self.names[i] for i in t], "coefficient": _num(c)}
-                          for t, c in zip(self.terms, self.lsq.coef)]}
+        return {
+            "model": self.model,
+            "slope": {
+                n: _num(self.lsq.coef[self.terms.index((i,))]) if (i,) in self.terms else 0
+                for i, n in enumerate(self.names)
+            },
+            "intercept": _num(self.lsq.coef[0]) if () in self.terms else 0,
+            "r2": self.r2,
+            "n": self.lsq.n,
+            "stderr": self.lsq.stderr,
+            "exact": self.lsq.exact,
+            "terms": [
+                {"knobs": [self.names[i] for i in t], "coefficient": _num(c)}
+                for t, c in zip(self.terms, self.lsq.coef)
+            ],
+        }
 
 
 def fit_grid(points, ys, names) -> GridLaw | None:
@@ -393,8 +439,9 @@ def fit_grid(points, ys, names) -> GridLaw | None:
                 again = _grid_fit(points, ys, kept)
                 if again is not None:
                     terms, got = kept, again
-        return GridLaw(list(names), list(terms), got, [tuple(p) + (y,) for p, y in zip(points, ys)],
-                       model)
+        return GridLaw(
+            list(names), list(terms), got, [tuple(p) + (y,) for p, y in zip(points, ys)], model
+        )
     return None
 
 

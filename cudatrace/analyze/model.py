@@ -15,6 +15,7 @@ a second replay. The pass runs in C (native/reader/replay.c, in the tools librar
 event arrays. The same rules written in Python (tests/support/replay_oracle.py) are the reference
 the tests hold the C to; the product uses the C replay only.
 """
+
 from __future__ import annotations
 
 import struct
@@ -27,16 +28,41 @@ from .trace import C, Trace, TraceDir, event_fields, layout
 
 _F = {name: i for i, name in enumerate(event_fields())}
 TS, SIZE, ADDR, AUX, AUX2, TID, DEV, RES, STACK, API, RT, OP, KIND, SPACE, FLAGS = (
-    _F[n] for n in ("ts_ns", "size", "addr", "aux", "aux2", "tid", "device", "result", "stack",
-                    "api", "rt_api", "op", "kind", "space", "flags"))
+    _F[n]
+    for n in (
+        "ts_ns",
+        "size",
+        "addr",
+        "aux",
+        "aux2",
+        "tid",
+        "device",
+        "result",
+        "stack",
+        "api",
+        "rt_api",
+        "op",
+        "kind",
+        "space",
+        "flags",
+    )
+)
 NFIELDS = len(_F)
 NONE64 = (1 << 64) - 1
 TIMELINE_BUCKETS = 4096
 
-KIND_NAMES = {"CT_KIND_DEVICE": "device", "CT_KIND_PITCH": "pitch", "CT_KIND_MANAGED": "managed",
-              "CT_KIND_ASYNC": "async", "CT_KIND_HOST": "host", "CT_KIND_VMM": "vmm",
-              "CT_KIND_ARRAY": "array", "CT_KIND_GRAPH": "graph", "CT_KIND_IMPORT": "import",
-              "CT_KIND_NONE": "none"}
+KIND_NAMES = {
+    "CT_KIND_DEVICE": "device",
+    "CT_KIND_PITCH": "pitch",
+    "CT_KIND_MANAGED": "managed",
+    "CT_KIND_ASYNC": "async",
+    "CT_KIND_HOST": "host",
+    "CT_KIND_VMM": "vmm",
+    "CT_KIND_ARRAY": "array",
+    "CT_KIND_GRAPH": "graph",
+    "CT_KIND_IMPORT": "import",
+    "CT_KIND_NONE": "none",
+}
 
 
 def kind_name(k: int) -> str:
@@ -48,24 +74,45 @@ def kind_name(k: int) -> str:
 
 def device_kinds() -> set[int]:
     K = C()
-    return {K[n] for n in ("CT_KIND_DEVICE", "CT_KIND_PITCH", "CT_KIND_MANAGED", "CT_KIND_ASYNC",
-                           "CT_KIND_VMM", "CT_KIND_ARRAY", "CT_KIND_GRAPH")}
+    return {
+        K[n]
+        for n in (
+            "CT_KIND_DEVICE",
+            "CT_KIND_PITCH",
+            "CT_KIND_MANAGED",
+            "CT_KIND_ASYNC",
+            "CT_KIND_VMM",
+            "CT_KIND_ARRAY",
+            "CT_KIND_GRAPH",
+        )
+    }
 
 
 def host_kinds() -> set[int]:
     return {C()["CT_KIND_HOST"]}
 
 
-END_LIVE, END_FREE, END_REUSED, END_UNMAPPED = 0, 1, 2, 3    # Alloc.how: why a life ended
+END_LIVE, END_FREE, END_REUSED, END_UNMAPPED = 0, 1, 2, 3  # Alloc.how: why a life ended
 
 
 class Alloc:
     """One event of the replay (an allocation, a failure, a denial, a memory query) and, for a
     device allocation, when it ended (end_ts None: still live when its trace ended)."""
+
     __slots__ = ("trace", "event", "size", "ts", "device", "index", "seq", "end_ts", "how")
 
-    def __init__(self, trace: int, event: tuple, size: int, ts: int, device: int, index: int = -1,
-                 seq: int = -1, end_ts: int | None = None, how: int = 0):
+    def __init__(
+        self,
+        trace: int,
+        event: tuple,
+        size: int,
+        ts: int,
+        device: int,
+        index: int = -1,
+        seq: int = -1,
+        end_ts: int | None = None,
+        how: int = 0,
+    ):
         self.trace = trace
         self.event = event
         self.size = size
@@ -102,7 +149,12 @@ class Alloc:
 
     def __repr__(self) -> str:
         return "Alloc(trace=%d, size=%d, ts=%d, device=%d, addr=0x%x)" % (
-            self.trace, self.size, self.ts, self.device, self.event[ADDR])
+            self.trace,
+            self.size,
+            self.ts,
+            self.device,
+            self.event[ADDR],
+        )
 
 
 class Groups:
@@ -110,16 +162,17 @@ class Groups:
     grouping needs without one Python object per allocation. rows: tuples (trace, stack, api,
     rt_api, device, count, bytes, first_ts, last_ts, sizes) where sizes is a sorted sequence
     (a list, or a memoryview on the C replay's array)."""
+
     __slots__ = ("rows", "bytes", "count", "keep")
 
     def __init__(self, rows: list[tuple], keep=None):
         self.rows = rows
         self.bytes = sum(r[6] for r in rows)
         self.count = sum(r[5] for r in rows)
-        self.keep = keep                     # what the memoryviews look into
+        self.keep = keep  # what the memoryviews look into
 
     @classmethod
-    def of(cls, allocs: list[Alloc], results: bool = False) -> "Groups":
+    def of(cls, allocs: list[Alloc], results: bool = False) -> Groups:
         """results: add an 11th column, a Counter of non-zero CUresults (failed allocations)."""
         g: dict[tuple, list] = {}
         for a in allocs:
@@ -157,9 +210,15 @@ class Groups:
             out[r[4]] = out.get(r[4], 0) + r[6]
         return out
 
-    def only(self, traces=None, device=None) -> "Groups":
-        return Groups([r for r in self.rows if (traces is None or r[0] in traces)
-                       and (device is None or r[4] == device)], self.keep)
+    def only(self, traces=None, device=None) -> Groups:
+        return Groups(
+            [
+                r
+                for r in self.rows
+                if (traces is None or r[0] in traces) and (device is None or r[4] == device)
+            ],
+            self.keep,
+        )
 
     def __len__(self) -> int:
         return self.count
@@ -168,7 +227,7 @@ class Groups:
 # ---- the C replay ------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_c = None           # (ffi, lib, consts) or False when unavailable
+_c = None  # (ffi, lib, consts) or False when unavailable
 
 
 def _c_backend():
@@ -179,10 +238,10 @@ def _c_backend():
             _c = False
             try:
                 ffi, lib = native.tools()
-                lib.ct_replay_run          # a library built before replay.c: fall back
+                _ = lib.ct_replay_run  # a library built before replay.c: fall back
                 consts = native.defines(native.cffi_part(native.header_text("replay.h")))
                 _c = (ffi, lib, consts)
-            except (RuntimeError, OSError, AttributeError, ImportError) as e:   # pragma: no cover
+            except (RuntimeError, OSError, AttributeError, ImportError) as e:  # pragma: no cover
                 _c = False
                 _c_error[0] = str(e)
         return _c or None
@@ -210,7 +269,7 @@ class _CReplay:
         for i, t in enumerate(traces):
             raw = getattr(t, "raw_events", None)
             n = getattr(t, "n_events", 0) if raw is not None else 0
-            if raw is None:                    # events given as tuples: pack them for C
+            if raw is None:  # events given as tuples: pack them for C
                 evs = t.events
                 n = len(evs)
                 buf = bytearray(es.size * max(n, 1))
@@ -233,22 +292,35 @@ class _CReplay:
         self.h = ffi.gc(h, lib.ct_replay_free)
         self.buckets = buckets
         c = s.c
-        self.counts = {name: int(getattr(c, name)) for name, _ in ffi.typeof("struct ct_replay_counts").fields}
-        self.summary = {name: int(getattr(s, name)) for name, _ in ffi.typeof("struct ct_replay_summary").fields
-                        if name != "c"}
+        self.counts = {
+            name: int(getattr(c, name)) for name, _ in ffi.typeof("struct ct_replay_counts").fields
+        }
+        self.summary = {
+            name: int(getattr(s, name))
+            for name, _ in ffi.typeof("struct ct_replay_summary").fields
+            if name != "c"
+        }
         self.devices = {}
         d = ffi.new("struct ct_replay_device *")
         for slot in range(K["CT_REPLAY_DEV_SLOTS"]):
             if lib.ct_replay_device(self.h, slot, d):
-                self.devices[d.device] = {"allocs": d.allocs, "peak_bytes": d.peak_bytes,
-                                          "peak_ts": d.peak_ts, "peak_seq": d.peak_seq,
-                                          "end_bytes": d.end_bytes}
+                self.devices[d.device] = {
+                    "allocs": d.allocs,
+                    "peak_bytes": d.peak_bytes,
+                    "peak_ts": d.peak_ts,
+                    "peak_seq": d.peak_seq,
+                    "end_bytes": d.end_bytes,
+                }
         self.procs = []
         p = ffi.new("struct ct_replay_proc *")
         for i in range(len(traces)):
             lib.ct_replay_proc(self.h, i, p)
-            self.procs.append({name: int(getattr(p, name))
-                               for name, _ in ffi.typeof("struct ct_replay_proc").fields})
+            self.procs.append(
+                {
+                    name: int(getattr(p, name))
+                    for name, _ in ffi.typeof("struct ct_replay_proc").fields
+                }
+            )
         lf = es.format.lstrip("<@=!>") + "IIQQQII"
         self._live = struct.Struct("<" + lf)
         assert self._live.size == ffi.sizeof("struct ct_live"), "struct ct_live layout"
@@ -261,8 +333,19 @@ class _CReplay:
         for u in self._live.iter_unpack(self.ffi.buffer(buf, self._live.size * n)):
             ev = u[:NFIELDS]
             end_ts = u[NFIELDS + 4]
-            append(Alloc(u[NFIELDS], ev, ev[SIZE], ev[TS], ev[DEV], u[NFIELDS + 1], u[NFIELDS + 2],
-                         None if end_ts == NONE64 else end_ts, u[NFIELDS + 5]))
+            append(
+                Alloc(
+                    u[NFIELDS],
+                    ev,
+                    ev[SIZE],
+                    ev[TS],
+                    ev[DEV],
+                    u[NFIELDS + 1],
+                    u[NFIELDS + 2],
+                    None if end_ts == NONE64 else end_ts,
+                    u[NFIELDS + 5],
+                )
+            )
         return out
 
     def _dev(self, device):
@@ -285,20 +368,33 @@ class _CReplay:
         ng = self.lib.ct_replay_groups(self.h, by, value, self._dev(device), out, n, sizes, n)
         if ng == NONE64:
             raise MemoryError("grouping allocations ran out of memory")
-        allsizes = memoryview(self.ffi.buffer(sizes)).cast("B").cast("Q")     # no copy
+        allsizes = memoryview(self.ffi.buffer(sizes)).cast("B").cast("Q")  # no copy
         rows = []
         for i in range(ng):
             g = out[i]
             o, c = g.sizes, g.count
-            rows.append((g.trace, g.stack, g.api, g.rt_api, g.device, c, g.bytes, g.first_ts,
-                         g.last_ts, allsizes[o:o + c]))
+            rows.append(
+                (
+                    g.trace,
+                    g.stack,
+                    g.api,
+                    g.rt_api,
+                    g.device,
+                    c,
+                    g.bytes,
+                    g.first_ts,
+                    g.last_ts,
+                    allsizes[o : o + c],
+                )
+            )
         return Groups(rows, keep=sizes)
 
     def live_bytes(self, by_ts: bool, value: int, device=None) -> tuple[int, int]:
         by = self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
         cnt = self.ffi.new("uint64_t *")
-        b = self.lib.ct_replay_live_bytes(self.h, by, max(0, min(int(value), NONE64)),
-                                          self._dev(device), cnt)
+        b = self.lib.ct_replay_live_bytes(
+            self.h, by, max(0, min(int(value), NONE64)), self._dev(device), cnt
+        )
         return int(b), int(cnt[0])
 
     def bytes_at(self, times: list[int], device=None) -> list[int]:
@@ -320,7 +416,9 @@ class _CReplay:
         n = self.lib.ct_replay_stack_totals(self.h, self.ffi.NULL, 0)
         buf = self.ffi.new("struct ct_stack_total[]", max(n, 1))
         n = self.lib.ct_replay_stack_totals(self.h, buf, n)
-        return {(buf[i].trace, buf[i].stack): (int(buf[i].count), int(buf[i].bytes)) for i in range(n)}
+        return {
+            (buf[i].trace, buf[i].stack): (int(buf[i].count), int(buf[i].bytes)) for i in range(n)
+        }
 
     def listed(self, which: str) -> list[Alloc]:
         w = self.K["CT_REPLAY_LIST_" + which.upper()]
@@ -334,17 +432,21 @@ class _CReplay:
             return []
         buf = self.ffi.new("struct ct_replay_bucket[]", self.buckets)
         n = self.lib.ct_replay_timeline(self.h, self._dev(device), buf, self.buckets)
-        return [(b.changes, b.min, b.min_ts, b.max, b.max_ts, b.last, b.last_ts)
-                for b in (buf[i] for i in range(n)) if b.changes]
+        return [
+            (b.changes, b.min, b.min_ts, b.max, b.max_ts, b.last, b.last_ts)
+            for b in (buf[i] for i in range(n))
+            if b.changes
+        ]
 
 
 # ---- the model ----------------------------------------------------------------------------
+
 
 @dataclass
 class Model:
     traces: list[Trace]
     backend: object = field(default=None, repr=False)
-    found: bool = False                 # any device allocation at all
+    found: bool = False  # any device allocation at all
     peak_bytes: int = 0
     peak_ts: int = 0
     peak_seq: int = -1
@@ -357,7 +459,7 @@ class Model:
     host_peak_ts: int = 0
     host_end: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    procs: list[dict] = field(default_factory=list)   # per trace: allocs, peak_bytes, ...
+    procs: list[dict] = field(default_factory=list)  # per trace: allocs, peak_bytes, ...
     t0: int = 0
     t_end: int = 0
     _cache: dict = field(default_factory=dict, repr=False)
@@ -411,7 +513,9 @@ class Model:
         return self._cached(("gpeak", device), lambda: self.backend.groups(False, seq, device))
 
     def groups_at_end(self, device: int | None = None) -> Groups:
-        return self._cached(("gend", device), lambda: self.backend.groups(False, NONE64 - 1, device))
+        return self._cached(
+            ("gend", device), lambda: self.backend.groups(False, NONE64 - 1, device)
+        )
 
     def groups_at(self, ts: int, device: int | None = None) -> Groups:
         return self.backend.groups(True, ts, device)
@@ -460,14 +564,18 @@ class Model:
     def timeline_points(self, device: int | None = None) -> list[tuple[int, int]]:
         """(ts, live bytes) steps: each slice's lowest, highest and last value, in time order;
         exact at every slice's extremes (the peak included)."""
+
         def make():
             pts = [(self.t0, 0)]
             for _n, lo, lo_ts, hi, hi_ts, last, last_ts in self.timeline_buckets(device):
-                for p in sorted({(lo_ts, lo), (hi_ts, hi), (last_ts, last)},
-                                key=lambda x: (x[0], x == (last_ts, last))):
+                for p in sorted(
+                    {(lo_ts, lo), (hi_ts, hi), (last_ts, last)},
+                    key=lambda x: (x[0], x == (last_ts, last)),
+                ):
                     if p != pts[-1]:
                         pts.append(p)
             return pts
+
         return self._cached(("tlp", device), make)
 
     @property
@@ -496,11 +604,22 @@ def build(td: TraceDir | list[Trace], timeline_buckets: int = TIMELINE_BUCKETS) 
 def from_replay(traces: list[Trace], r) -> Model:
     """The Model over a finished replay r (the C one, or the tests' Python oracle)."""
     s = r.summary
-    m = Model(traces=traces, backend=r, found=bool(s["found"]), peak_bytes=s["peak_bytes"],
-              peak_ts=s["peak_ts"], peak_seq=s["peak_seq"] if s["found"] else -1,
-              end_bytes=s["end_bytes"], host_peak=s["host_peak"], host_peak_ts=s["host_peak_ts"],
-              host_end=s["host_end"], counts=dict(r.counts), procs=r.procs, t0=s["t0"],
-              t_end=s["t_end"])
+    m = Model(
+        traces=traces,
+        backend=r,
+        found=bool(s["found"]),
+        peak_bytes=s["peak_bytes"],
+        peak_ts=s["peak_ts"],
+        peak_seq=s["peak_seq"] if s["found"] else -1,
+        end_bytes=s["end_bytes"],
+        host_peak=s["host_peak"],
+        host_peak_ts=s["host_peak_ts"],
+        host_end=s["host_end"],
+        counts=dict(r.counts),
+        procs=r.procs,
+        t0=s["t0"],
+        t_end=s["t_end"],
+    )
     for dev, d in sorted(r.devices.items()):
         m.device_peaks[dev] = (d["peak_bytes"], d["peak_ts"])
         m.device_peak_seq[dev] = d["peak_seq"]

@@ -7,6 +7,7 @@ traced tree and each device's used/total, plus MemAvailable and the tree's RSS, 
 unified-memory device (Jetson) offers. Nothing here is estimated: a figure that was not sampled
 is absent (None), and the reason is given.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -44,8 +45,11 @@ class Observed:
 
     @staticmethod
     def _device_rows(s: dict, device: int | None = None) -> list[dict]:
-        return [d for d in s.get("devices") or []
-                if "used" in d and (device is None or d.get("index") == device)]
+        return [
+            d
+            for d in s.get("devices") or []
+            if "used" in d and (device is None or d.get("index") == device)
+        ]
 
     def device_used(self, s: dict, device: int | None = None) -> tuple[int, int] | None:
         """(used, total) over the devices NVML answered for (or one)."""
@@ -81,19 +85,31 @@ class Observed:
             return "no samples were recorded (samples.jsonl missing or empty)"
         if self.sampler.get("nvml_why"):
             return self.sampler["nvml_why"]
-        errs = sorted({(d.get("index"), d.get("error")) for s in self.samples
-                       for d in s.get("devices") or [] if "error" in d}, key=str)
+        errs = sorted(
+            {
+                (d.get("index"), d.get("error"))
+                for s in self.samples
+                for d in s.get("devices") or []
+                if "error" in d
+            },
+            key=str,
+        )
         if errs:
-            return ("NVML could not report memory (%s; NVML_ERROR_NOT_SUPPORTED (3) is what an "
-                    "integrated device answers)"
-                    % ", ".join("device %s: NVML error %s" % e for e in errs[:4]))
+            return (
+                "NVML could not report memory ({}; NVML_ERROR_NOT_SUPPORTED (3) is what an "
+                "integrated device answers)".format(
+                    ", ".join("device {}: NVML error {}".format(*e) for e in errs[:4])
+                )
+            )
         return "no NVML samples"
 
     def why_no_per_process(self) -> str:
         if not any(s.get("tree_device_bytes") is not None for s in self.samples):
             return "the sampler recorded no per-process figures"
-        return ("NVML listed no device memory for the traced processes in any sample (per-process "
-                "figures are N/A on some drivers, in some containers and on integrated devices)")
+        return (
+            "NVML listed no device memory for the traced processes in any sample (per-process "
+            "figures are N/A on some drivers, in some containers and on integrated devices)"
+        )
 
     def interval_ms(self) -> float | None:
         if len(self.ts) < 2:
@@ -102,31 +118,47 @@ class Observed:
         return d[len(d) // 2] / 1e6
 
     # ---- the comparison ----
-    def compare(self, peak_ts: int, traced_at: Callable[[list], list], start_ns: int,
-                device: int | None = None) -> dict:
+    def compare(
+        self,
+        peak_ts: int,
+        traced_at: Callable[[list], list],
+        start_ns: int,
+        device: int | None = None,
+    ) -> dict:
         """Traced versus observed near the peak and over the run.
 
         traced_at(times) gives the traced live bytes at each sample's time, so every observed
         figure is set beside what the trace held at that very moment."""
+
         def sec(ts):
             return round((ts - start_ns) / 1e9, 6)
 
         per_process = self.per_process_for(device)
         nvml = self.nvml_devices(device) or per_process
-        out: dict = {"samples": len(self.samples), "nvml": nvml,
-                     "nvml_why": None if nvml else self.why_no_nvml(),
-                     "per_process": per_process,
-                     "per_process_why": None if per_process or not nvml else self.why_no_per_process(),
-                     "interval_ms": self.interval_ms(), "overlap": False, "near_peak": None,
-                     "max": None, "baseline": None}
+        out: dict = {
+            "samples": len(self.samples),
+            "nvml": nvml,
+            "nvml_why": None if nvml else self.why_no_nvml(),
+            "per_process": per_process,
+            "per_process_why": None if per_process or not nvml else self.why_no_per_process(),
+            "interval_ms": self.interval_ms(),
+            "overlap": False,
+            "near_peak": None,
+            "max": None,
+            "baseline": None,
+        }
         if not self.samples:
             return out
         traced = list(traced_at(self.ts))
         live = [k for k, v in enumerate(traced) if v > 0]
         out["overlap"] = bool(live)
         first = self.samples[0]
-        base = {"time": sec(first["t"]), "mem_available": first.get("mem_available"),
-                "device_used": None, "tree_rss": first.get("tree_rss")}
+        base = {
+            "time": sec(first["t"]),
+            "mem_available": first.get("mem_available"),
+            "device_used": None,
+            "tree_rss": first.get("tree_rss"),
+        }
         du = self.device_used(first, device)
         if du:
             base["device_used"] = du[0]
@@ -136,14 +168,28 @@ class Observed:
         note = None
         if traced[k] == 0 and live:
             k = min(live, key=lambda j: (abs(self.ts[j] - peak_ts), j))
-            note = "the sample nearest the peak saw nothing traced live; this is the nearest that did"
+            note = (
+                "the sample nearest the peak saw nothing traced live; this is the nearest that did"
+            )
         s = self.samples[k]
-        near = {"time": sec(s["t"]), "ts_ns": s["t"], "offset_ms": round((s["t"] - peak_ts) / 1e6, 3),
-                "traced_bytes": traced[k], "tree_device_bytes": None, "untraced_bytes": None,
-                "device_used": None, "device_total": None, "device_used_rise": None,
-                "mem_available": s.get("mem_available"), "mem_available_drop": None,
-                "tree_rss": s.get("tree_rss"), "tree_pss": s.get("tree_pss"),
-                "mem_free": s.get("mem_free"), "mem_free_drop": None, "note": note}
+        near = {
+            "time": sec(s["t"]),
+            "ts_ns": s["t"],
+            "offset_ms": round((s["t"] - peak_ts) / 1e6, 3),
+            "traced_bytes": traced[k],
+            "tree_device_bytes": None,
+            "untraced_bytes": None,
+            "device_used": None,
+            "device_total": None,
+            "device_used_rise": None,
+            "mem_available": s.get("mem_available"),
+            "mem_available_drop": None,
+            "tree_rss": s.get("tree_rss"),
+            "tree_pss": s.get("tree_pss"),
+            "mem_free": s.get("mem_free"),
+            "mem_free_drop": None,
+            "note": note,
+        }
         if per_process:
             tb = self.tree_device_bytes(s, device)
             if tb is not None:
@@ -161,18 +207,32 @@ class Observed:
             near["mem_free_drop"] = base["mem_free"] - near["mem_free"]
         out["near_peak"] = near
 
-        mx: dict = {"tree_device_bytes": None, "tree_device_time": None, "traced_bytes_then": None,
-                    "untraced_bytes": None, "untraced_max_bytes": None, "untraced_max_time": None,
-                    "device_used": None, "device_used_time": None, "tree_rss": None,
-                    "tree_rss_time": None, "mem_available_min": None, "mem_available_drop": None,
-                    "mem_available_time": None}
+        mx: dict = {
+            "tree_device_bytes": None,
+            "tree_device_time": None,
+            "traced_bytes_then": None,
+            "untraced_bytes": None,
+            "untraced_max_bytes": None,
+            "untraced_max_time": None,
+            "device_used": None,
+            "device_used_time": None,
+            "tree_rss": None,
+            "tree_rss_time": None,
+            "mem_available_min": None,
+            "mem_available_drop": None,
+            "mem_available_time": None,
+        }
         if per_process:
             vals = [(self.tree_device_bytes(x, device), j) for j, x in enumerate(self.samples)]
             vals = [v for v in vals if v[0] is not None]
             if vals:
                 v, j = max(vals, key=lambda x: (x[0], -x[1]))
-                mx.update(tree_device_bytes=v, tree_device_time=sec(self.ts[j]),
-                          traced_bytes_then=traced[j], untraced_bytes=v - traced[j])
+                mx.update(
+                    tree_device_bytes=v,
+                    tree_device_time=sec(self.ts[j]),
+                    traced_bytes_then=traced[j],
+                    untraced_bytes=v - traced[j],
+                )
                 u, j = max(((v - traced[j], j) for v, j in vals), key=lambda x: (x[0], -x[1]))
                 mx.update(untraced_max_bytes=u, untraced_max_time=sec(self.ts[j]))
         used = [(self.device_used(x, device), x["t"]) for x in self.samples]
@@ -185,8 +245,11 @@ class Observed:
             if vals:
                 v, t = max(vals, key=lambda x: (x[0], -x[1]))
                 mx.update({key: v, key + "_time": sec(t)})
-        avail = [(x.get("mem_available"), x["t"]) for x in self.samples
-                 if x.get("mem_available") is not None]
+        avail = [
+            (x.get("mem_available"), x["t"])
+            for x in self.samples
+            if x.get("mem_available") is not None
+        ]
         if avail:
             v, t = min(avail, key=lambda x: (x[0], x[1]))
             mx.update(mem_available_min=v, mem_available_time=sec(t))
@@ -199,8 +262,12 @@ class Observed:
     def series(self, device: int | None = None) -> dict[str, list[tuple[int, int]]]:
         """(ts, bytes) series: tree_device (NVML, process tree; only where NVML gave per-process
         figures), device_used (NVML, everyone), tree_rss, mem_available."""
-        out: dict[str, list] = {"tree_device": [], "device_used": [], "tree_rss": [],
-                                "mem_available": []}
+        out: dict[str, list] = {
+            "tree_device": [],
+            "device_used": [],
+            "tree_rss": [],
+            "mem_available": [],
+        }
         pp = self.per_process_for(device)
         for s in self.samples:
             t = s["t"]

@@ -5,6 +5,7 @@ Every report command groups allocations through here, so `report`, `diff` and th
 shim, libcuda, the CUDA runtime shared or linked in statically, NVML), symbolized offline from
 the module map in the trace.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,10 +21,14 @@ from .model import API, RT, Alloc, Groups, Model
 from .names import display_name
 from .trace import Trace
 
-FOLD_MODULES = re.compile(r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
-                          r"libcudadebugger|libnvcuda)")
-FOLD_FUNCTIONS = re.compile(r"^(cuda[A-Z_]|cudart::|__cudart|cu[A-Z][A-Za-z0-9_]*$|"
-                            r"libcudart_static|cudaApi)")
+FOLD_MODULES = re.compile(
+    r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
+    r"libcudadebugger|libnvcuda)"
+)
+FOLD_FUNCTIONS = re.compile(
+    r"^(cuda[A-Z_]|cudart::|__cudart|cu[A-Z][A-Za-z0-9_]*$|"
+    r"libcudart_static|cudaApi)"
+)
 
 GROUPINGS = ("site", "api", "library", "process")
 VIEWS = ("hybrid", "python", "native")
@@ -33,9 +38,11 @@ PY_GLUE_MODULES = re.compile(r"^(libpython3|python3|libffi\.so|_ctypes\.|_ctypes
 NO_STACK = "(no stack recorded: stacks off, --stack-depth 0)"
 ONLY_CUDA = "(only CUDA library frames: use --show-cuda-frames)"
 
+
 @dataclass(frozen=True)
 class SFrame:
     """One symbolized frame, as reports show it."""
+
     module: str
     function: str | None
     file: str | None
@@ -43,10 +50,10 @@ class SFrame:
     address: int
     offset: int
     inlined: bool = False
-    python: bool = False           # a Python frame: module = the .py file, offset = instruction
+    python: bool = False  # a Python frame: module = the .py file, offset = instruction
 
     @classmethod
-    def of_python(cls, f: "pyframes.PyFrame") -> "SFrame":
+    def of_python(cls, f: pyframes.PyFrame) -> SFrame:
         c = f.code
         return cls(c.filename, c.qualname, c.filename, f.line, 0, f.lasti, False, True)
 
@@ -55,21 +62,21 @@ class SFrame:
         frame could not be symbolized."""
         where = ""
         if self.file:
-            where = " (%s:%s)" % (os.path.basename(self.file), self.line if self.line else "?")
+            where = " ({}:{})".format(os.path.basename(self.file), self.line if self.line else "?")
         if self.function:
             return display_name(self.function, full) + where
-        return "%s+0x%x%s" % (os.path.basename(self.module), self.offset, where)
+        return f"{os.path.basename(self.module)}+0x{self.offset:x}{where}"
 
     def name(self, full: bool = False) -> str:
         """The function's display name alone (module+0xoffset when unknown)."""
         if self.function:
             return display_name(self.function, full)
-        return "%s+0x%x" % (os.path.basename(self.module), self.offset)
+        return f"{os.path.basename(self.module)}+0x{self.offset:x}"
 
     def long_label(self, full: bool = False) -> str:
         """label plus the module, for stack listings."""
         if self.function:
-            return "%s  [%s]" % (self.label(full), os.path.basename(self.module))
+            return f"{self.label(full)}  [{os.path.basename(self.module)}]"
         return self.label(full)
 
     def identity(self) -> tuple:
@@ -81,14 +88,24 @@ class SFrame:
     def key(self) -> tuple:
         """What makes two frames the same across runs and builds: names, not addresses."""
         if self.function:
-            return (os.path.basename(self.module), self.function,
-                    os.path.basename(self.file) if self.file else None)
+            return (
+                os.path.basename(self.module),
+                self.function,
+                os.path.basename(self.file) if self.file else None,
+            )
         return (os.path.basename(self.module), self.offset)
 
     def as_json(self) -> dict:
-        return {"module": self.module, "function": self.function, "file": self.file,
-                "line": self.line, "address": self.address, "offset": self.offset,
-                "inlined": self.inlined, "python": self.python}
+        return {
+            "module": self.module,
+            "function": self.function,
+            "file": self.file,
+            "line": self.line,
+            "address": self.address,
+            "offset": self.offset,
+            "inlined": self.inlined,
+            "python": self.python,
+        }
 
 
 def kth_smallest(parts, k: int, lo: int, hi: int) -> int:
@@ -117,9 +134,9 @@ def key_text(key: tuple) -> str:
     for k in key:
         if isinstance(k, tuple):
             if len(k) == 3:
-                parts.append("%s:%s%s" % (k[0], k[1], (" (%s)" % k[2]) if k[2] else ""))
+                parts.append("{}:{}{}".format(k[0], k[1], (f" ({k[2]})") if k[2] else ""))
             elif len(k) == 2 and isinstance(k[1], int):
-                parts.append("%s+0x%x" % k)
+                parts.append("{}+0x{:x}".format(*k))
             else:
                 parts.append(":".join(str(x) for x in k))
         else:
@@ -130,22 +147,29 @@ def key_text(key: tuple) -> str:
 class Stacks:
     """Symbolized stacks of a set of traces, computed once per (trace, leaf)."""
 
-    def __init__(self, traces: list[Trace], symbolizer=None, fold: bool = True,
-                 layers: bool = True, patterns=(), graph: CallGraph | None = None,
-                 view: str = "hybrid"):
+    def __init__(
+        self,
+        traces: list[Trace],
+        symbolizer=None,
+        fold: bool = True,
+        layers: bool = True,
+        patterns=(),
+        graph: CallGraph | None = None,
+        view: str = "hybrid",
+    ):
         """view: "hybrid" (native frames with the eval loop's replaced by the Python frames it ran),
         "python" (Python frames only; an event without any keeps its native ones) or "native"."""
         if view not in VIEWS:
-            raise ValueError("unknown view %r" % view)
+            raise ValueError(f"unknown view {view!r}")
         self.traces = traces
         self.sym = symbolizer
         self.fold = fold
         self.view = view
         self._has_py: set[tuple[int, int]] = set()
-        self.layers = layers                  # fold allocator layers (--no-fold: off)
-        self.patterns = list(patterns)        # --fold REGEX, compiled
+        self.layers = layers  # fold allocator layers (--no-fold: off)
+        self.patterns = list(patterns)  # --fold REGEX, compiled
         self.graph = graph if graph is not None else CallGraph()
-        self._source = None                   # () -> every (trace, leaf) that allocated
+        self._source = None  # () -> every (trace, leaf) that allocated
         self._learned = False
         self._frames: dict[tuple[int, int], list[SFrame]] = {}
         self._kept: dict[tuple[int, int], list[SFrame]] = {}
@@ -172,10 +196,11 @@ class Stacks:
         if self.sym is not None:
             for (path, bid, base), addrs in by_module.items():
                 try:
-                    resolved[(path, bid, base)] = self.sym.symbolize(ModuleRef(path, bid, base),
-                                                                     sorted(addrs)) or {}
-                except Exception as e:     # a symbolizer failure leaves module+offset
-                    self.errors.append("%s: %s" % (path, e))
+                    resolved[(path, bid, base)] = (
+                        self.sym.symbolize(ModuleRef(path, bid, base), sorted(addrs)) or {}
+                    )
+                except Exception as e:  # a symbolizer failure leaves module+offset
+                    self.errors.append(f"{path}: {e}")
                     resolved[(path, bid, base)] = {}
         for key, lst in raw.items():
             frames: list[SFrame] = []
@@ -186,9 +211,17 @@ class Stacks:
                 got = resolved.get((m.path, m.build_id, m.base), {}).get(ip - 1)
                 if got:
                     for fr in got:
-                        frames.append(SFrame(m.path, getattr(fr, "function", None),
-                                             getattr(fr, "file", None), getattr(fr, "line", None),
-                                             ip, ip - m.base, bool(getattr(fr, "inlined", False))))
+                        frames.append(
+                            SFrame(
+                                m.path,
+                                getattr(fr, "function", None),
+                                getattr(fr, "file", None),
+                                getattr(fr, "line", None),
+                                ip,
+                                ip - m.base,
+                                bool(getattr(fr, "inlined", False)),
+                            )
+                        )
                 else:
                     frames.append(SFrame(m.path, None, None, None, ip, ip - m.base))
             self._frames[key] = self._with_python(key, frames)
@@ -207,6 +240,7 @@ class Stacks:
             if rng and rng[0] <= f.address - 1 < rng[1]:
                 return True
             return bool(f.function and pyframes.EVAL_FUNCTIONS.match(f.function))
+
         return pyframes.merge(native, is_eval, py, SFrame.of_python)
 
     def has_python(self, ti: int, leaf: int) -> bool:
@@ -245,8 +279,8 @@ class Stacks:
 
         def glue(f: SFrame) -> bool:
             return f.module == ipath or bool(PY_GLUE_MODULES.match(os.path.basename(f.module)))
-        return glue
 
+        return glue
 
     # ---- allocator layers (docs/attribution.md) ----
 
@@ -298,7 +332,7 @@ class Stacks:
         ids = [f.identity() for f in fr]
         forced = (lambda i: self.forced(fr[i])) if self.patterns else None
         k = self.graph.cut(ids, forced)
-        if k >= len(fr):               # everything is allocator: the outermost frame asked
+        if k >= len(fr):  # everything is allocator: the outermost frame asked
             k = len(fr) - 1
         via, rest = fr[:k], fr[k:]
         self._split[key] = (stamp, via, rest)
@@ -313,7 +347,7 @@ class Stacks:
         self._ensure_graph()
         out = set()
         for mod, fn in self.graph.layers:
-            out.add(display_name(fn, full) if isinstance(fn, str) else "%s+0x%x" % (mod, fn))
+            out.add(display_name(fn, full) if isinstance(fn, str) else f"{mod}+0x{fn:x}")
         return sorted(out)
 
 
@@ -322,17 +356,17 @@ class Site:
     key: tuple
     frames: list[SFrame]
     by: str = "site"
-    name: str | None = None                    # label for api / library / process groups
+    name: str | None = None  # label for api / library / process groups
     bytes: int = 0
     count: int = 0
     apis: Counter = field(default_factory=Counter)
-    size_parts: list = field(default_factory=list)       # sorted sequences of sizes
+    size_parts: list = field(default_factory=list)  # sorted sequences of sizes
     pids: set = field(default_factory=set)
     traces: set = field(default_factory=set)
     devices: set = field(default_factory=set)
-    results: Counter = field(default_factory=Counter)   # CUresult -> count (failures)
+    results: Counter = field(default_factory=Counter)  # CUresult -> count (failures)
     context: list[SFrame] = field(default_factory=list)  # the heaviest stack of the group
-    via: list[SFrame] = field(default_factory=list)      # its frames folded into layers
+    via: list[SFrame] = field(default_factory=list)  # its frames folded into layers
     first_ts: int | None = None
     last_ts: int | None = None
     _best: tuple = (0, -1, 0)
@@ -375,7 +409,7 @@ class Site:
 
 def site_of(stacks: Stacks, ti: int, leaf: int, depth: int = 1) -> tuple[tuple, list[SFrame]]:
     """(key, frames) of the site a (trace, leaf) stack belongs to, as group(by="site") makes it."""
-    fr = stacks.site_frames(ti, leaf)[:max(1, depth)] if leaf else []
+    fr = stacks.site_frames(ti, leaf)[: max(1, depth)] if leaf else []
     return tuple(f.key() for f in fr), fr
 
 
@@ -384,7 +418,7 @@ def api_label(model: Model, a: Alloc) -> str:
     name = t.api_name(a.event[API])
     rt = a.event[RT]
     if rt:
-        name += " (%s)" % t.api_name(rt)
+        name += f" ({t.api_name(rt)})"
     return name
 
 
@@ -399,15 +433,16 @@ def _rows(allocs) -> list[tuple]:
     return Groups.of(allocs, results=True).rows
 
 
-def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1,
-          context: int = 8) -> list[Site]:
+def group(
+    model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1, context: int = 8
+) -> list[Site]:
     """Group allocations (a list of Alloc, or Groups from the model); sites sorted by bytes,
     largest first.
 
     by: "site" (the first `depth` frames outside CUDA's libraries), "api" (driver API and the
     runtime call it ran under), "library" (module of the first such frame), "process"."""
     if by not in GROUPINGS:
-        raise ValueError("unknown grouping %r" % by)
+        raise ValueError(f"unknown grouping {by!r}")
     depth = max(1, depth)
     rows = _rows(allocs)
     if by in ("site", "library"):
@@ -453,11 +488,14 @@ def group(model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1
     for s in out:
         if s._best[1] > 0:
             ti, leaf = s._best[2]
-            s.context = stacks.frames(ti, leaf)[:max(context, depth)]
+            s.context = stacks.frames(ti, leaf)[: max(context, depth)]
             if by in ("site", "library"):
                 s.via = stacks.split(ti, leaf)[0]
-                s.context = s.context if not s.via else \
-                    stacks.frames(ti, leaf)[:max(context, depth) + len(s.via)]
+                s.context = (
+                    s.context
+                    if not s.via
+                    else stacks.frames(ti, leaf)[: max(context, depth) + len(s.via)]
+                )
     return out
 
 
@@ -467,7 +505,7 @@ def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
     if s is None:
         s = t.api_name(api)
         if rt:
-            s += " (%s)" % t.api_name(rt)
+            s += f" ({t.api_name(rt)})"
         cache[k] = s
     return s
 
@@ -475,7 +513,8 @@ def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
 def make_symbolizer(progress: bool = False):
     """The offline symbolizer, with its on-disk cache; None if it cannot be had."""
     cache = os.environ.get("CUDATRACE_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols")
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols"
+    )
     try:
         return Symbolizer(cache_dir=cache, progress=progress)
     except Exception:

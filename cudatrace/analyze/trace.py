@@ -4,6 +4,7 @@ A trace directory holds one file per traced process image, `<pid>.<n>.ctrace`, p
 launcher's `run.json` and `samples.jsonl`. `read_trace` reads one file as far as it goes and says
 whether it ended cleanly; `read_dir` reads them all.
 """
+
 from __future__ import annotations
 
 import json
@@ -11,15 +12,23 @@ import mmap
 import os
 import stat
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 from .. import native
 from ..symbols import python as pyframes
 
-_TYPE_FMT = {"uint8_t": "B", "uint16_t": "H", "uint32_t": "I", "uint64_t": "Q",
-             "int8_t": "b", "int16_t": "h", "int32_t": "i", "int64_t": "q"}
+_TYPE_FMT = {
+    "uint8_t": "B",
+    "uint16_t": "H",
+    "uint32_t": "I",
+    "uint64_t": "Q",
+    "int8_t": "b",
+    "int16_t": "h",
+    "int32_t": "i",
+    "int64_t": "q",
+}
 
 
 class TraceError(Exception):
@@ -116,25 +125,25 @@ class Trace:
     apis: dict[int, Api] = field(default_factory=dict)
     modules: list[Module] = field(default_factory=list)
     info: dict[str, str] = field(default_factory=dict)
-    parents: list[int] = field(default_factory=lambda: [0])   # node id -> parent id
-    ips: list[int] = field(default_factory=lambda: [0])       # node id -> return address
+    parents: list[int] = field(default_factory=lambda: [0])  # node id -> parent id
+    ips: list[int] = field(default_factory=lambda: [0])  # node id -> return address
     # The scanner's `struct ct_event[]` (cffi), kept as is: the model replays it in C
     # (shim/replay.c); `events` unpacks it into tuples only when something asks for them.
-    py: pyframes.PyTables | None = None                       # Python code and stacks, if any
+    py: pyframes.PyTables | None = None  # Python code and stacks, if any
     raw_events: object = field(default=None, repr=False)
     n_events: int = 0
     _events: list | None = field(default=None, repr=False)
     end: End | None = None
-    status: str = "truncated"      # "complete" | "truncated"
+    status: str = "truncated"  # "complete" | "truncated"
     gaps: int = 0
-    bad_events: int = 0            # compact events that could not be decoded (file damaged)
-    threads: int = 0               # compact events: thread numbers in use (contexts kept)
-    aggregate: object = field(default=None, repr=False)   # --aggregate: aggregate.Snapshot
+    bad_events: int = 0  # compact events that could not be decoded (file damaged)
+    threads: int = 0  # compact events: thread numbers in use (contexts kept)
+    aggregate: object = field(default=None, repr=False)  # --aggregate: aggregate.Snapshot
     snap_slots: list = field(default_factory=list, repr=False)  # SNAPSLOT records, as bytes
     size_bytes: int = 0
-    stopped_ns: int = 0            # the shim stopped writing then (a full disk): later events lost
+    stopped_ns: int = 0  # the shim stopped writing then (a full disk): later events lost
     stopped_errno: int = 0
-    stopped_exit: int = -1         # exit status noted after stopping, -1: unknown
+    stopped_exit: int = -1  # exit status noted after stopping, -1: unknown
 
     @property
     def stopped_why(self) -> str:
@@ -153,7 +162,9 @@ class Trace:
             if self.raw_events is not None and self.n_events:
                 es, _ = layout("struct ct_event")
                 ffi = native.ffi()
-                self._events = list(es.iter_unpack(ffi.buffer(self.raw_events, es.size * self.n_events)))
+                self._events = list(
+                    es.iter_unpack(ffi.buffer(self.raw_events, es.size * self.n_events))
+                )
             else:
                 self._events = []
         return self._events
@@ -205,12 +216,13 @@ class Trace:
         best = None
         for m in self.modules:
             if m.start <= ip < m.end:
-                best = m          # later records win (a library loaded at a reused address)
+                best = m  # later records win (a library loaded at a reused address)
         return best
 
     def describe(self) -> str:
         state = {"complete": "complete", "exec": "replaced by exec (complete up to it)"}.get(
-            self.status, "truncated (no clean exit record: killed, crashed or still running)")
+            self.status, "truncated (no clean exit record: killed, crashed or still running)"
+        )
         return "%s: pid %d, %d events, %s" % (self.path.name, self.pid, self.n_events, state)
 
 
@@ -226,22 +238,22 @@ def read_trace(path: str | os.PathLike) -> Trace:
         # O_NONBLOCK: a FIFO named *.ctrace must not block the reader; it is refused below
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise TraceError("%s: cannot open: %s" % (path, e.strerror or e)) from None
+        raise TraceError(f"{path}: cannot open: {e.strerror or e}") from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise TraceError("%s is not a regular file" % path)
+        raise TraceError(f"{path} is not a regular file")
     with open(fd, "rb") as f:
         size = st.st_size
         if size == 0:
-            raise TraceError("%s is empty (the process was killed before writing anything)" % path)
+            raise TraceError(f"{path} is empty (the process was killed before writing anything)")
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        size = len(data)      # what is mapped, whatever the size was a moment ago
+        size = len(data)  # what is mapped, whatever the size was a moment ago
     try:
         return _parse(path, data, size, ffi, lib)
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
         # a record that contradicts its own size: the file is corrupt (never a traceback)
-        raise TraceError("%s is corrupt: %s" % (path, e)) from None
+        raise TraceError(f"{path} is corrupt: {e}") from None
     finally:
         data.close()
 
@@ -252,11 +264,12 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
         raise TraceError("%s is too short to be a cudatrace trace (%d bytes)" % (path, size))
     h = dict(zip(hn, hs.unpack_from(data, 0)))
     if h["magic"] != b"CUDATRC\0":
-        raise TraceError("%s is not a cudatrace trace (bad magic)" % path)
+        raise TraceError(f"{path} is not a cudatrace trace (bad magic)")
     if not C()["CT_FORMAT_VERSION_MIN"] <= h["version"] <= C()["CT_FORMAT_VERSION"]:
-        raise TraceError("%s has trace format version %d; this cudatrace reads versions %d to %d"
-                         % (path, h["version"], C()["CT_FORMAT_VERSION_MIN"],
-                            C()["CT_FORMAT_VERSION"]))
+        raise TraceError(
+            "%s has trace format version %d; this cudatrace reads versions %d to %d"
+            % (path, h["version"], C()["CT_FORMAT_VERSION_MIN"], C()["CT_FORMAT_VERSION"])
+        )
     buf = ffi.from_buffer(data)
     try:  # the mapping is closed after this: release cffi's view of it first, whatever happens
         res = ffi.new("struct ct_scan_result *")
@@ -267,13 +280,23 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
         lib.ct_scan(buf, size, evs, n_ev, others, n_ot, res)
     finally:
         ffi.release(buf)
-    t = Trace(path=path, pid=h["pid"], ppid=h["ppid"], exec_index=h["exec_index"],
-              stack_depth=h["stack_depth"], start_monotonic_ns=h["start_monotonic_ns"],
-              start_realtime_ns=h["start_realtime_ns"], start_ticks=h["process_start_ticks"],
-              arch=_text(h["arch"]), shim_version=_text(h["shim_version"]),
-              size_bytes=size, stack_unwinds_full=h.get("stack_unwinds_full", 0),
-              stack_cache_hits=h.get("stack_cache_hits", 0), stack_verified=h.get("stack_verified", 0),
-              stack_mismatches=h.get("stack_mismatches", 0))
+    t = Trace(
+        path=path,
+        pid=h["pid"],
+        ppid=h["ppid"],
+        exec_index=h["exec_index"],
+        stack_depth=h["stack_depth"],
+        start_monotonic_ns=h["start_monotonic_ns"],
+        start_realtime_ns=h["start_realtime_ns"],
+        start_ticks=h["process_start_ticks"],
+        arch=_text(h["arch"]),
+        shim_version=_text(h["shim_version"]),
+        size_bytes=size,
+        stack_unwinds_full=h.get("stack_unwinds_full", 0),
+        stack_cache_hits=h.get("stack_cache_hits", 0),
+        stack_verified=h.get("stack_verified", 0),
+        stack_mismatches=h.get("stack_mismatches", 0),
+    )
     t.gaps = res.gaps
     t.bad_events = res.bad_events
     t.threads = res.threads
@@ -300,10 +323,19 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
     for off in offsets:
         if struct.unpack_from("<H", data, off + 2)[0] == K["CT_REC_STACK"]:
             nstack += 1
-    body_size = {K["CT_REC_PROCESS"]: "struct ct_rec_process", K["CT_REC_API"]: "struct ct_rec_api",
-                 K["CT_REC_MODULE"]: "struct ct_rec_module", K["CT_REC_STACK"]: "struct ct_rec_stack",
-                 K["CT_REC_INFO"]: "struct ct_rec_info", K["CT_REC_END"]: "struct ct_rec_end"}
-    names = {v: k[len("CT_REC_"):] for k, v in K.items() if k.startswith("CT_REC_") and k != "CT_REC_MAGIC"}
+    body_size = {
+        K["CT_REC_PROCESS"]: "struct ct_rec_process",
+        K["CT_REC_API"]: "struct ct_rec_api",
+        K["CT_REC_MODULE"]: "struct ct_rec_module",
+        K["CT_REC_STACK"]: "struct ct_rec_stack",
+        K["CT_REC_INFO"]: "struct ct_rec_info",
+        K["CT_REC_END"]: "struct ct_rec_end",
+    }
+    names = {
+        v: k[len("CT_REC_") :]
+        for k, v in K.items()
+        if k.startswith("CT_REC_") and k != "CT_REC_MAGIC"
+    }
     hdr, _ = layout("struct ct_rec_hdr")
     ps, _ = layout("struct ct_rec_process")
     api_s, _ = layout("struct ct_rec_api")
@@ -319,17 +351,21 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
         body = off + hdr.size
         rec_end = off + rsize
         if rtype in body_size and hdr.size + layout(body_size[rtype])[0].size > rsize:
-            raise TraceError("%s is corrupt: a %s record at offset %d is %d bytes, too short for "
-                             "its body" % (t.path, names.get(rtype, rtype), off, rsize))
+            raise TraceError(
+                "%s is corrupt: a %s record at offset %d is %d bytes, too short for "
+                "its body" % (t.path, names.get(rtype, rtype), off, rsize)
+            )
         if rtype == K["CT_REC_STACK"]:
             nid, parent, ip = stk_s.unpack_from(data, body)
             if nid == 0 or nid > nstack:
-                raise TraceError("%s is corrupt: STACK node id %d at offset %d, but the file holds "
-                                 "%d stack records" % (t.path, nid, off, nstack))
+                raise TraceError(
+                    "%s is corrupt: STACK node id %d at offset %d, but the file holds "
+                    "%d stack records" % (t.path, nid, off, nstack)
+                )
             if nid == len(ips):
                 parents.append(parent)
                 ips.append(ip)
-            else:                            # out of order (never written so, but be safe)
+            else:  # out of order (never written so, but be safe)
                 while len(ips) <= nid:
                     parents.append(0)
                     ips.append(0)
@@ -337,33 +373,38 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
         elif rtype == K["CT_REC_MODULE"]:
             ts, base, start, end, blen, plen = mod_s.unpack_from(data, body)
             p = body + mod_s.size
-            bid = bytes(data[p:min(p + blen, rec_end)]) if blen else None
-            path = bytes(data[min(p + blen, rec_end):min(p + blen + plen, rec_end)]).decode(
-                errors="replace")
+            bid = bytes(data[p : min(p + blen, rec_end)]) if blen else None
+            path = bytes(data[min(p + blen, rec_end) : min(p + blen + plen, rec_end)]).decode(
+                errors="replace"
+            )
             t.modules.append(Module(path, base, start, end, bid, ts))
         elif rtype == K["CT_REC_API"]:
             aid, layer, op, kind, space, nlen = api_s.unpack_from(data, body)
-            name = bytes(data[body + api_s.size: min(body + api_s.size + nlen, rec_end)]).decode(
-                errors="replace")
+            name = bytes(data[body + api_s.size : min(body + api_s.size + nlen, rec_end)]).decode(
+                errors="replace"
+            )
             t.apis[aid] = Api(aid, name, layer, op, kind, space)
         elif rtype == K["CT_REC_PROCESS"]:
             _pid, _ppid, nstr, argc = ps.unpack_from(data, body)
-            raw = bytes(data[body + ps.size: rec_end])
+            raw = bytes(data[body + ps.size : rec_end])
             parts = raw.split(b"\0")
             if nstr < 3:
-                raise TraceError("%s is corrupt: the PROCESS record at offset %d holds %d strings "
-                                 "(exe, host and cwd come first)" % (t.path, off, nstr))
+                raise TraceError(
+                    "%s is corrupt: the PROCESS record at offset %d holds %d strings "
+                    "(exe, host and cwd come first)" % (t.path, off, nstr)
+                )
             # never believe a count beyond the strings the record holds
-            strs = [x.decode(errors="replace") for x in parts[:min(nstr, len(parts))]]
+            strs = [x.decode(errors="replace") for x in parts[: min(nstr, len(parts))]]
             strs += [""] * max(0, 3 - len(strs))
             t.exe, t.host, t.cwd = strs[0], strs[1], strs[2]
-            t.argv = strs[3:3 + argc]
+            t.argv = strs[3 : 3 + argc]
         elif rtype == K["CT_REC_INFO"]:
             klen, vlen, _ = inf_s.unpack_from(data, body)
             p = body + inf_s.size
-            key = bytes(data[p:min(p + klen, rec_end)]).decode(errors="replace")
-            val = bytes(data[min(p + klen + 1, rec_end):min(p + klen + 1 + vlen, rec_end)]).decode(
-                errors="replace")
+            key = bytes(data[p : min(p + klen, rec_end)]).decode(errors="replace")
+            val = bytes(
+                data[min(p + klen + 1, rec_end) : min(p + klen + 1 + vlen, rec_end)]
+            ).decode(errors="replace")
             t.info[key] = val
         elif rtype == K["CT_REC_PYFRAME"]:
             if t.py is None:
@@ -375,13 +416,14 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
                 t.py = pyframes.PyTables()
             addr, start, cid, first, units, ltlen, flen, qlen, _ = pyc_s.unpack_from(data, body)
             p = body + pyc_s.size
-            fname = bytes(data[p:p + flen]).decode(errors="replace")
-            qname = bytes(data[p + flen + 1:p + flen + 1 + qlen]).decode(errors="replace")
+            fname = bytes(data[p : p + flen]).decode(errors="replace")
+            qname = bytes(data[p + flen + 1 : p + flen + 1 + qlen]).decode(errors="replace")
             p += flen + qlen + 2
-            t.py.add_code(pyframes.PyCode(cid, addr, fname, qname, first, units,
-                                          bytes(data[p:p + ltlen])))
-        elif rtype == K["CT_REC_SNAPSLOT"]:      # --aggregate (analyze/aggregate.py reads it)
-            t.snap_slots.append(bytes(data[off:off + rsize]))
+            t.py.add_code(
+                pyframes.PyCode(cid, addr, fname, qname, first, units, bytes(data[p : p + ltlen]))
+            )
+        elif rtype == K["CT_REC_SNAPSLOT"]:  # --aggregate (analyze/aggregate.py reads it)
+            t.snap_slots.append(bytes(data[off : off + rsize]))
         elif rtype == K["CT_REC_END"]:
             ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
             t.end = End(ts, code, dropped, events)
@@ -431,43 +473,71 @@ def _valid_sample(s) -> bool:
         if s.get(k) is not None and not _int(s[k]):
             return False
     devs = s.get("devices")
-    if devs is not None and not (isinstance(devs, list) and all(
-            isinstance(d, dict) and all(_int(d.get(k)) or d.get(k) is None for k in
-                                        ("index", "total", "free", "used")) for d in devs)):
+    if devs is not None and not (
+        isinstance(devs, list)
+        and all(
+            isinstance(d, dict)
+            and all(_int(d.get(k)) or d.get(k) is None for k in ("index", "total", "free", "used"))
+            for d in devs
+        )
+    ):
         return False
     tdb = s.get("tree_device_bytes")
-    if tdb is not None and not (isinstance(tdb, dict) and all(
-            isinstance(k, str) and _int(v) for k, v in tdb.items())):
+    if tdb is not None and not (
+        isinstance(tdb, dict) and all(isinstance(k, str) and _int(v) for k, v in tdb.items())
+    ):
         return False
     return True
 
 
 # run.json keys the analysis reads, and the types they must have (None is always allowed)
-_RUN_TYPES = {"argv": list, "executable": str, "cwd": str, "dir": str, "stack_depth": int,
-              "budget": dict, "group": str, "on_exceed": str, "start_monotonic_ns": int,
-              "start_time": (int, float), "returncode": int, "exit_status": int,
-              "end_monotonic_ns": int, "end_time": (int, float), "budget_aborted": bool,
-              "sampler": dict, "ledger_final": dict, "pid": int}
+_RUN_TYPES = {
+    "argv": list,
+    "executable": str,
+    "cwd": str,
+    "dir": str,
+    "stack_depth": int,
+    "budget": dict,
+    "group": str,
+    "on_exceed": str,
+    "start_monotonic_ns": int,
+    "start_time": (int, float),
+    "returncode": int,
+    "exit_status": int,
+    "end_monotonic_ns": int,
+    "end_time": (int, float),
+    "budget_aborted": bool,
+    "sampler": dict,
+    "ledger_final": dict,
+    "pid": int,
+}
 
 
 def _valid_run(obj) -> tuple[dict, list[str]]:
     """run.json checked like a trace: a JSON object whose known keys have their types; what
     does not fit is dropped and said."""
     if not isinstance(obj, dict):
-        return {}, ["run.json is not a JSON object (%s); its figures are ignored"
-                    % type(obj).__name__]
-    bad = [k for k, t in _RUN_TYPES.items()
-           if obj.get(k) is not None and (not isinstance(obj[k], t) or
-                                          (t is int and isinstance(obj[k], bool)))]
+        return {}, [
+            f"run.json is not a JSON object ({type(obj).__name__}); its figures are ignored"
+        ]
+    bad = [
+        k
+        for k, t in _RUN_TYPES.items()
+        if obj.get(k) is not None
+        and (not isinstance(obj[k], t) or (t is int and isinstance(obj[k], bool)))
+    ]
     if isinstance(obj.get("argv"), list) and not all(isinstance(a, str) for a in obj["argv"]):
         bad.append("argv")
     return {k: v for k, v in obj.items() if k not in bad}, (
-        ["run.json: ignored malformed %s" % ", ".join(sorted(set(bad)))] if bad else [])
+        ["run.json: ignored malformed {}".format(", ".join(sorted(set(bad))))] if bad else []
+    )
 
 
 def trace_files(path: Path) -> list[Path]:
-    return sorted(path.glob("*.ctrace"), key=lambda p: tuple(int(x) for x in p.name.split(".")[:2]
-                                                          if x.isdigit()) or (0,))
+    return sorted(
+        path.glob("*.ctrace"),
+        key=lambda p: tuple(int(x) for x in p.name.split(".")[:2] if x.isdigit()) or (0,),
+    )
 
 
 def read_dir(path: str | os.PathLike) -> TraceDir:
@@ -476,7 +546,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
     if path.is_file():
         return TraceDir(path.parent, [read_trace(path)], {}, [])
     if not path.is_dir():
-        raise TraceError("%s: no such trace directory or file" % path)
+        raise TraceError(f"{path}: no such trace directory or file")
     traces, errors = [], []
     for p in trace_files(path):
         try:
@@ -490,9 +560,9 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
             run, why = _valid_run(json.loads(rp.read_text()))
             errors += why
         except (ValueError, OSError) as e:
-            errors.append("run.json unreadable: %s" % e)
+            errors.append(f"run.json unreadable: {e}")
     if not traces and not errors:
-        raise TraceError("%s holds no trace files (*.ctrace)" % path)
+        raise TraceError(f"{path} holds no trace files (*.ctrace)")
     # An image that called exec after using CUDA writes no exit record; when the new image of the
     # same pid wrote a file too, the earlier one ended by exec, not by a kill.
     later = {}

@@ -14,20 +14,43 @@ from .plot import write_svg
 from .report import render_text
 
 
-def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cuda_frames=False,
-               as_json=False, svg=None, out=None, symbolizer=None, html=None, view="hybrid",
-               fold=True, fold_patterns=(), full_names=False, tree=False) -> int:
+def run_report(
+    path,
+    top=10,
+    by="site",
+    at="peak",
+    device=None,
+    depth=1,
+    show_cuda_frames=False,
+    as_json=False,
+    svg=None,
+    out=None,
+    symbolizer=None,
+    html=None,
+    view="hybrid",
+    fold=True,
+    fold_patterns=(),
+    full_names=False,
+    tree=False,
+) -> int:
     """The body of `cudatrace report` (also callable from Python). Returns the exit status."""
     out = out or sys.stdout
     try:
         parse_moment(at)
     except ValueError as e:
-        click.echo("cudatrace: --at %s" % e, err=True)
+        click.echo(f"cudatrace: --at {e}", err=True)
         return 2
     try:
-        a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=symbolizer,
-                     progress=not as_json and _tty(), view=view, fold_layers=fold,
-                     fold_patterns=fold_patterns, full_names=full_names)
+        a = Analysis(
+            path,
+            show_cuda_frames=show_cuda_frames,
+            symbolizer=symbolizer,
+            progress=not as_json and _tty(),
+            view=view,
+            fold_layers=fold,
+            fold_patterns=fold_patterns,
+            full_names=full_names,
+        )
         r = build_report(a, at=at, by=by, depth=depth, top=top, device=device)
         if tree:
             from ..analyze.tree import build_tree
@@ -37,22 +60,24 @@ def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cu
         click.echo(str(e), err=True)
         return e.status
     except ValueError as e:  # e.g. a bad --fold pattern; never blamed on --at (checked above)
-        click.echo("cudatrace: %s" % e, err=True)
+        click.echo(f"cudatrace: {e}", err=True)
         return 2
     if svg:
         try:
             write_svg(a, svg, device=device, report=r)
         except OSError as e:
-            click.echo("cudatrace: cannot write %s: %s" % (svg, e.strerror or e), err=True)
+            click.echo(f"cudatrace: cannot write {svg}: {e.strerror or e}", err=True)
             return 2
     if html:
         from ..progress import bar
         from .html import render_report_html, write_html
 
         try:
-            write_html(html, render_report_html(a, r, depth=depth, progress=bar if _tty() else None))
+            write_html(
+                html, render_report_html(a, r, depth=depth, progress=bar if _tty() else None)
+            )
         except OSError as e:
-            click.echo("cudatrace: cannot write %s: %s" % (html, e.strerror or e), err=True)
+            click.echo(f"cudatrace: cannot write {html}: {e.strerror or e}", err=True)
             return 2
     if as_json:
         out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
@@ -63,9 +88,9 @@ def run_report(path, top=10, by="site", at="peak", device=None, depth=1, show_cu
     else:
         out.write(render_text(r))
         if svg:
-            out.write("timeline written to %s\n" % svg)
+            out.write(f"timeline written to {svg}\n")
         if html:
-            out.write("HTML report written to %s\n" % html)
+            out.write(f"HTML report written to {html}\n")
     return 0
 
 

@@ -61,15 +61,14 @@ class DenialPrinter:
             g["time"] = a.seconds(x.ts)
         lines = []
         for g in groups.values():
-            via = (" via %s" % " > ".join(reversed(g["via"]))) if g["via"] else ""
+            via = (" via {}".format(" > ".join(reversed(g["via"])))) if g["via"] else ""
             what = (
                 format_bytes(g["bytes"])
                 if g["count"] == 1
                 else "%d x, %s in all" % (g["count"], format_bytes(g["bytes"]))
             )
             lines.append(
-                "cudatrace: denied %s (%s) at %s%s; budget %s, in use %s\n"
-                % (
+                "cudatrace: denied {} ({}) at {}{}; budget {}, in use {}\n".format(
                     what,
                     g["api"],
                     g["label"],

@@ -7,6 +7,7 @@ bytes and counts live at each run's own peak and at the end, and whether the sit
 anything at all in each run, which labels it new (never allocated in A), gone (never in B),
 grown, shrunk or same (by bytes at the peak, then at the end). Largest absolute change first.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,12 +36,18 @@ def share_graph(a: Analysis, b: Analysis) -> None:
 
 def _side(a: Analysis) -> dict:
     m = a.model
-    return {"path": str(a.path), "command": list(a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])),
-            "peak_bytes": m.peak_bytes, "peak_time": a.seconds(m.peak_ts) if m.found else None,
-            "end_bytes": m.end_bytes, "allocs": m.counts.get("allocs", 0),
-            "failed": m.counts.get("failed", 0), "denied": m.counts.get("denied", 0),
-            "processes": len(a.traces),
-            "truncated_files": [t.path.name for t in a.traces if not t.complete]}
+    return {
+        "path": str(a.path),
+        "command": list(a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])),
+        "peak_bytes": m.peak_bytes,
+        "peak_time": a.seconds(m.peak_ts) if m.found else None,
+        "end_bytes": m.end_bytes,
+        "allocs": m.counts.get("allocs", 0),
+        "failed": m.counts.get("failed", 0),
+        "denied": m.counts.get("denied", 0),
+        "processes": len(a.traces),
+        "truncated_files": [t.path.name for t in a.traces if not t.complete],
+    }
 
 
 def _pair(x: int, y: int) -> dict:
@@ -56,10 +63,18 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
     def slot(key, frames, label, via=()):
         r = rows.get(key)
         if r is None:
-            r = rows[key] = {"key": key, "frames": frames, "label": label, "via": list(via),
-                             "peak_bytes": [0, 0], "peak_count": [0, 0],
-                             "end_bytes": [0, 0], "end_count": [0, 0],
-                             "run_bytes": [0, 0], "run_count": [0, 0]}
+            r = rows[key] = {
+                "key": key,
+                "frames": frames,
+                "label": label,
+                "via": list(via),
+                "peak_bytes": [0, 0],
+                "peak_count": [0, 0],
+                "end_bytes": [0, 0],
+                "end_count": [0, 0],
+                "run_bytes": [0, 0],
+                "run_count": [0, 0],
+            }
         elif not r["frames"] and frames:
             r["frames"], r["label"] = frames, label
         return r
@@ -94,32 +109,69 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
             status = "grown" if eb > ea else "shrunk"
         else:
             status = "same"
-        sites.append({
-            "status": status, "label": r["label"], "key": key_text(r["key"]),
-            "frames": [f.as_json() for f in r["frames"]],
-            "via": [f.as_json() for f in r["via"]],
-            "peak": {"a_bytes": pa, "b_bytes": pb, "delta_bytes": pb - pa,
-                     "a_count": r["peak_count"][0], "b_count": r["peak_count"][1],
-                     "delta_count": r["peak_count"][1] - r["peak_count"][0]},
-            "end": {"a_bytes": ea, "b_bytes": eb, "delta_bytes": eb - ea,
-                    "a_count": r["end_count"][0], "b_count": r["end_count"][1],
-                    "delta_count": r["end_count"][1] - r["end_count"][0]},
-            "run": {"a_bytes": r["run_bytes"][0], "b_bytes": r["run_bytes"][1],
-                    "a_count": ra, "b_count": rb, "delta_count": rb - ra},
-        })
-    sites.sort(key=lambda s: (-max(abs(s["peak"]["delta_bytes"]), abs(s["end"]["delta_bytes"])),
-                              -abs(s["peak"]["delta_count"]), -abs(s["end"]["delta_count"]),
-                              -abs(s["run"]["delta_count"]), s["label"]))
-    counts = {k: sum(1 for s in sites if s["status"] == k) for k in ("grown", "shrunk", "new", "gone", "same")}
+        sites.append(
+            {
+                "status": status,
+                "label": r["label"],
+                "key": key_text(r["key"]),
+                "frames": [f.as_json() for f in r["frames"]],
+                "via": [f.as_json() for f in r["via"]],
+                "peak": {
+                    "a_bytes": pa,
+                    "b_bytes": pb,
+                    "delta_bytes": pb - pa,
+                    "a_count": r["peak_count"][0],
+                    "b_count": r["peak_count"][1],
+                    "delta_count": r["peak_count"][1] - r["peak_count"][0],
+                },
+                "end": {
+                    "a_bytes": ea,
+                    "b_bytes": eb,
+                    "delta_bytes": eb - ea,
+                    "a_count": r["end_count"][0],
+                    "b_count": r["end_count"][1],
+                    "delta_count": r["end_count"][1] - r["end_count"][0],
+                },
+                "run": {
+                    "a_bytes": r["run_bytes"][0],
+                    "b_bytes": r["run_bytes"][1],
+                    "a_count": ra,
+                    "b_count": rb,
+                    "delta_count": rb - ra,
+                },
+            }
+        )
+    sites.sort(
+        key=lambda s: (
+            -max(abs(s["peak"]["delta_bytes"]), abs(s["end"]["delta_bytes"])),
+            -abs(s["peak"]["delta_count"]),
+            -abs(s["end"]["delta_count"]),
+            -abs(s["run"]["delta_count"]),
+            s["label"],
+        )
+    )
+    counts = {
+        k: sum(1 for s in sites if s["status"] == k)
+        for k in ("grown", "shrunk", "new", "gone", "same")
+    }
     A, B = _side(a), _side(b)
     shown = sites if top is None else sites[:top]
-    return {"schema": SCHEMA, "depth": depth, "a": A, "b": B,
-            "totals": {"peak_bytes": _pair(A["peak_bytes"], B["peak_bytes"]),
-                       "end_bytes": _pair(A["end_bytes"], B["end_bytes"]),
-                       "allocs": _pair(A["allocs"], B["allocs"]),
-                       "failed": _pair(A["failed"], B["failed"]),
-                       "denied": _pair(A["denied"], B["denied"])},
-            "status_counts": counts, "sites": shown, "more_sites": len(sites) - len(shown)}
+    return {
+        "schema": SCHEMA,
+        "depth": depth,
+        "a": A,
+        "b": B,
+        "totals": {
+            "peak_bytes": _pair(A["peak_bytes"], B["peak_bytes"]),
+            "end_bytes": _pair(A["end_bytes"], B["end_bytes"]),
+            "allocs": _pair(A["allocs"], B["allocs"]),
+            "failed": _pair(A["failed"], B["failed"]),
+            "denied": _pair(A["denied"], B["denied"]),
+        },
+        "status_counts": counts,
+        "sites": shown,
+        "more_sites": len(sites) - len(shown),
+    }
 
 
 def _signed(n: int) -> str:
@@ -139,32 +191,56 @@ def render_text(d: dict) -> str:
     w = L.append
     A, B, T = d["a"], d["b"], d["totals"]
     w("cudatrace diff")
-    w("  A  %s  (%s)" % (A["path"], " ".join(A["command"]) or "?"))
-    w("  B  %s  (%s)" % (B["path"], " ".join(B["command"]) or "?"))
-    rows = [["", "A", "B", "change"],
-            ["peak", "%s at %s" % (size_text(A["peak_bytes"]), secs_text(A["peak_time"])),
-             "%s at %s" % (size_text(B["peak_bytes"]), secs_text(B["peak_time"])),
-             _signed(T["peak_bytes"]["delta"]) + _pct(A["peak_bytes"], B["peak_bytes"])],
-            ["live at exit", size_text(A["end_bytes"]), size_text(B["end_bytes"]),
-             _signed(T["end_bytes"]["delta"]) + _pct(A["end_bytes"], B["end_bytes"])],
-            ["allocations", str(A["allocs"]), str(B["allocs"]), "%+d" % T["allocs"]["delta"]],
-            ["failed", str(A["failed"]), str(B["failed"]), "%+d" % T["failed"]["delta"]],
-            ["denied", str(A["denied"]), str(B["denied"]), "%+d" % T["denied"]["delta"]]]
+    w("  A  {}  ({})".format(A["path"], " ".join(A["command"]) or "?"))
+    w("  B  {}  ({})".format(B["path"], " ".join(B["command"]) or "?"))
+    rows = [
+        ["", "A", "B", "change"],
+        [
+            "peak",
+            "{} at {}".format(size_text(A["peak_bytes"]), secs_text(A["peak_time"])),
+            "{} at {}".format(size_text(B["peak_bytes"]), secs_text(B["peak_time"])),
+            _signed(T["peak_bytes"]["delta"]) + _pct(A["peak_bytes"], B["peak_bytes"]),
+        ],
+        [
+            "live at exit",
+            size_text(A["end_bytes"]),
+            size_text(B["end_bytes"]),
+            _signed(T["end_bytes"]["delta"]) + _pct(A["end_bytes"], B["end_bytes"]),
+        ],
+        ["allocations", str(A["allocs"]), str(B["allocs"]), "%+d" % T["allocs"]["delta"]],
+        ["failed", str(A["failed"]), str(B["failed"]), "%+d" % T["failed"]["delta"]],
+        ["denied", str(A["denied"]), str(B["denied"]), "%+d" % T["denied"]["delta"]],
+    ]
     L.extend(table(rows, {1, 2, 3}))
     for side, s in (("A", A), ("B", B)):
         if s["truncated_files"]:
-            w("  %s has truncated trace files: %s" % (side, ", ".join(s["truncated_files"])))
+            w("  {} has truncated trace files: {}".format(side, ", ".join(s["truncated_files"])))
     c = d["status_counts"]
     w("")
-    w("Sites by largest change (live at each run's own peak, and at exit): %s"
-      % ", ".join("%d %s" % (c[k], k) for k in ("grown", "shrunk", "new", "gone", "same") if c[k]))
+    w(
+        "Sites by largest change (live at each run's own peak, and at exit): {}".format(
+            ", ".join(
+                "%d %s" % (c[k], k) for k in ("grown", "shrunk", "new", "gone", "same") if c[k]
+            )
+        )
+    )
     rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
     width = term_width()
     for s in d["sites"]:
         p, e = s["peak"], s["end"]
-        rows.append([s["status"], size_text(p["a_bytes"]), size_text(p["b_bytes"]), _signed(p["delta_bytes"]),
-                     "%+d" % p["delta_count"] if p["delta_count"] else "0",
-                     size_text(e["a_bytes"]), size_text(e["b_bytes"]), _signed(e["delta_bytes"]), s["label"]])
+        rows.append(
+            [
+                s["status"],
+                size_text(p["a_bytes"]),
+                size_text(p["b_bytes"]),
+                _signed(p["delta_bytes"]),
+                "%+d" % p["delta_count"] if p["delta_count"] else "0",
+                size_text(e["a_bytes"]),
+                size_text(e["b_bytes"]),
+                _signed(e["delta_bytes"]),
+                s["label"],
+            ]
+        )
     if d["sites"]:
         L.extend(table(rows, {1, 2, 3, 4, 5, 6, 7}, width=width))
     else:
@@ -175,9 +251,19 @@ def render_text(d: dict) -> str:
     return "\n".join(printable(x) for x in L) + "\n"
 
 
-def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = False, out=None,
-             symbolizer=None, html=None, fold: bool = True, fold_patterns=(),
-             full_names: bool = False) -> int:
+def run_diff(
+    a_path,
+    b_path,
+    top: int = 20,
+    depth: int = 1,
+    as_json: bool = False,
+    out=None,
+    symbolizer=None,
+    html=None,
+    fold: bool = True,
+    fold_patterns=(),
+    full_names: bool = False,
+) -> int:
     out = out or sys.stdout
     opts = {"fold_layers": fold, "fold_patterns": fold_patterns, "full_names": full_names}
     try:
@@ -186,27 +272,32 @@ def run_diff(a_path, b_path, top: int = 20, depth: int = 1, as_json: bool = Fals
         opts["progress"] = not as_json and stderr_is_tty()
         a = Analysis(a_path, symbolizer=symbolizer, **opts)
         # one call graph for both runs: a site is attributed the same way on both sides
-        b = Analysis(b_path, symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
-                     graph=a.stacks.graph, **opts)
+        b = Analysis(
+            b_path,
+            symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
+            graph=a.stacks.graph,
+            **opts,
+        )
         share_graph(a, b)
     except ReportError as e:
         click.echo(str(e), err=True)
         return e.status
     except ValueError as e:
-        click.echo("cudatrace: %s" % e, err=True)
+        click.echo(f"cudatrace: {e}", err=True)
         return 2
     d = diff(a, b, depth=depth, top=top)
     if html:
         from .html import render_diff_html, write_html
+
         try:
             write_html(html, render_diff_html(a, b, diff(a, b, depth=depth), depth=depth))
         except OSError as e:
-            click.echo("cudatrace: cannot write %s: %s" % (html, e.strerror or e), err=True)
+            click.echo(f"cudatrace: cannot write {html}: {e.strerror or e}", err=True)
             return 2
     if as_json:
         out.write(json.dumps(d, indent=2) + "\n")
     else:
         out.write(render_text(d))
         if html:
-            out.write("HTML diff written to %s\n" % html)
+            out.write(f"HTML diff written to {html}\n")
     return 0

@@ -26,7 +26,7 @@ def render_doctor(r: dict) -> str:
                 )
             )
     else:
-        L.append("CUDA driver   none (%s)" % d["why"])
+        L.append("CUDA driver   none ({})".format(d["why"]))
     n = r["nvml"]
     if n["available"]:
         mem = (
@@ -47,13 +47,13 @@ def render_doctor(r: dict) -> str:
             )
         )
     else:
-        L.append("NVML          none (%s)" % n["why"])
+        L.append("NVML          none ({})".format(n["why"]))
     led = r["ledger"]
     where = "from CUDATRACE_LEDGER_DIR" if led["env"] else "default"
     if not led["ok"]:
-        L.append("ledger dir    REFUSED: %s" % led["error"])
+        L.append("ledger dir    REFUSED: {}".format(led["error"]))
     elif not led["exists"]:
-        L.append("ledger dir    %s (%s): %s" % (led["path"], where, led.get("note", "")))
+        L.append("ledger dir    {} ({}): {}".format(led["path"], where, led.get("note", "")))
     else:
         L.append(
             "ledger dir    %s (%s): uid %d, mode %s, %s; %d ledger%s"
@@ -79,10 +79,10 @@ def render_doctor(r: dict) -> str:
         )
     )
     if ns.get("cgroup"):
-        L.append("  cgroup      %s" % ns["cgroup"])
+        L.append("  cgroup      {}".format(ns["cgroup"]))
     c = r.get("command")
     if c:
-        L.append("command       %s -> %s" % (c["argv0"], c["path"] or "not found"))
+        L.append("command       {} -> {}".format(c["argv0"], c["path"] or "not found"))
         L.extend(_command_lines(c, "  "))
     L.append("")
     L.append("What to do:" if r["advice"] else "Nothing to do.")
@@ -94,8 +94,7 @@ def _command_lines(c: dict, ind: str) -> list[str]:
     out = []
     if c.get("kind") == "elf":
         out.append(
-            "%s%s ELF, %s; needs %s"
-            % (
+            "{}{} ELF, {}; needs {}".format(
                 ind,
                 c.get("machine", ""),
                 "STATIC" if c["static"] else "dynamic",
@@ -103,15 +102,17 @@ def _command_lines(c: dict, ind: str) -> list[str]:
             )
         )
         out.append(
-            "%sCUDA runtime: %s; driver: %s"
-            % (ind, c.get("cudart") or "not linked", c.get("driver") or "not referenced")
+            "{}CUDA runtime: {}; driver: {}".format(
+                ind, c.get("cudart") or "not linked", c.get("driver") or "not referenced"
+            )
         )
     elif c.get("kind") == "script" and c.get("interpreter"):
         i = c["interpreter"]
-        out.append("%sscript run by %s" % (ind, i["path"] or i["argv0"]))
+        out.append("{}script run by {}".format(ind, i["path"] or i["argv0"]))
         out.extend(_command_lines(i, ind + "  "))
     out.append(
-        "%s%s"
-        % (ind, "can be entered" if c["ok"] else "CANNOT be entered: " + "; ".join(c["problems"]))
+        "{}{}".format(
+            ind, "can be entered" if c["ok"] else "CANNOT be entered: " + "; ".join(c["problems"])
+        )
     )
     return out

@@ -91,9 +91,9 @@ def render_ledger(s: dict) -> str:
     for m in s["members"]:
         parts = []
         for d, r in sorted(m["devices"].items()):
-            t = "device %s: %s (peak %s" % (d, format_bytes(r["held"]), format_bytes(r["peak"]))
+            t = "device {}: {} (peak {}".format(d, format_bytes(r["held"]), format_bytes(r["peak"]))
             if r.get("context"):
-                t = "device %s: %s = %s allocations + %s CUDA context (peak %s" % (
+                t = "device {}: {} = {} allocations + {} CUDA context (peak {}".format(
                     d,
                     format_bytes(r["held"]),
                     format_bytes(r["allocations"]),
@@ -113,9 +113,11 @@ def render_ledger(s: dict) -> str:
         )
         last = m.get("last_denial")
         if last:
-            via = (" via %s" % " > ".join(reversed(last["via"]))) if last.get("via") else ""
+            via = (" via {}".format(" > ".join(reversed(last["via"])))) if last.get("via") else ""
             lines.append(
-                "    last denied: %s at %s%s" % (format_bytes(last["bytes"]), last["label"], via)
+                "    last denied: {} at {}{}".format(
+                    format_bytes(last["bytes"]), last["label"], via
+                )
             )
     return "\n".join(lines)
 

@@ -1,6 +1,7 @@
 """The text of `cudatrace sweep`, rendered from the dict of --json (cudatrace.sweep/1), so the
 two never disagree; and the phrases both carry (slopes in readable units, how a run ended, the
 --expect sentence)."""
+
 from __future__ import annotations
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
@@ -13,13 +14,13 @@ def readable(v) -> str:
     if v < 0:
         return "-" + readable(-v)
     if v < 1024:
-        return ("%d B" % v) if v == int(v) else ("%.3g B" % v)
+        return ("%d B" % v) if v == int(v) else (f"{v:.3g} B")
     for name, size in UNITS:
         if v >= size:
             x = v / size
-            s = ("%.2f" % x) if x < 10 else ("%.1f" % x)
-            return "%s %s" % (s, name)
-    return "%d B" % v                                   # pragma: no cover
+            s = (f"{x:.2f}") if x < 10 else (f"{x:.1f}")
+            return f"{s} {name}"
+    return "%d B" % v  # pragma: no cover
 
 
 def size_spec(n: int) -> str:
@@ -27,12 +28,12 @@ def size_spec(n: int) -> str:
     for name, size in UNITS:
         x = n / size
         if x >= 1 and (x * 4) == int(x * 4):
-            return ("%g%s" % (x, name))
+            return f"{x:g}{name}"
     return "%dMiB" % -(-n // MiB) if n >= MiB else "%d" % n
 
 
 def _ratio(x: float) -> str:
-    return ("%.3g" % x).rstrip(".")
+    return (f"{x:.3g}").rstrip(".")
 
 
 def _knob_unit(knob: dict) -> tuple[str, int]:
@@ -49,31 +50,35 @@ def per_text(knob: dict) -> str:
     """'per MiB of --kv-cache-memory', 'per block', 'per 1 of --layer-mib'."""
     label = knob["flag"] or (knob["placeholder"] if knob["placeholder"] != "{}" else "the value")
     if knob["unit"] == "bytes":
-        return "per %s of %s" % (_knob_unit(knob)[0], label)
+        return f"per {_knob_unit(knob)[0]} of {label}"
     if knob.get("noun"):
-        return "per %s" % knob["noun"]
-    return "per 1 of %s" % label
+        return "per {}".format(knob["noun"])
+    return f"per 1 of {label}"
 
 
 def slope_text(slope: float, knob: dict, ratio: bool = True) -> str:
     """'28.0 MiB per MiB of --kv-cache-memory (28x)', '1.75 MiB per block'."""
     if knob["unit"] == "bytes":
         _, size = _knob_unit(knob)
-        return "%s %s%s" % (readable(slope * size), per_text(knob),
-                            " (%sx)" % _ratio(slope) if ratio else "")
-    return "%s %s" % (readable(slope), per_text(knob))
+        return "{} {}{}".format(
+            readable(slope * size),
+            per_text(knob),
+            f" ({_ratio(slope)}x)" if ratio else "",
+        )
+    return f"{readable(slope)} {per_text(knob)}"
 
 
 def _intercept(v: float) -> str:
-    return ("- %s" % readable(-v)) if v < 0 else ("+ %s" % readable(v))
+    return (f"- {readable(-v)}") if v < 0 else (f"+ {readable(v)}")
 
 
 def _points(points, knob: dict | None) -> str:
     def val(x):
         if knob is not None and knob["unit"] == "bytes":
             return size_spec(int(x)) if x else "0"
-        return "%g" % x
-    return ", ".join("%s: %s" % (val(x), readable(y)) for x, y in points)
+        return f"{x:g}"
+
+    return ", ".join(f"{val(x)}: {readable(y)}" for x, y in points)
 
 
 def law_text(d: dict, knob: dict) -> str:
@@ -84,19 +89,23 @@ def law_text(d: dict, knob: dict) -> str:
     if kind == "none":
         return "no run finished well"
     if kind == "one_point":
-        return "one value only (%s): no law" % _points(law["points"], knob)
+        return "one value only ({}): no law".format(_points(law["points"], knob))
     if kind == "flat":
         ys = [y for _, y in law["points"]]
         if max(ys) == min(ys):
-            return "flat at %s" % readable(ys[0])
-        return "flat at %s to %s (within 1%%)" % (readable(min(ys)), readable(max(ys)))
-    line = "%s %s" % (slope_text(fit["slope"], knob), _intercept(fit["intercept"]))
+            return f"flat at {readable(ys[0])}"
+        return f"flat at {readable(min(ys))} to {readable(max(ys))} (within 1%)"
+    line = "{} {}".format(slope_text(fit["slope"], knob), _intercept(fit["intercept"]))
     if kind == "affine":
         if not law["tested"]:
             return line + "  (2 points: a line always fits two, untested)"
         return line + "  (%s, %d points)" % (law["detail"], n)
-    return "NOT AFFINE: %s; points %s; least-squares line %s, r2 %.3f" % (
-        law["detail"], _points(law["points"], knob), line, fit["r2"])
+    return "NOT AFFINE: {}; points {}; least-squares line {}, r2 {:.3f}".format(
+        law["detail"],
+        _points(law["points"], knob),
+        line,
+        fit["r2"],
+    )
 
 
 def _term_text(coef: float, knobs: list[dict]) -> str:
@@ -104,8 +113,8 @@ def _term_text(coef: float, knobs: list[dict]) -> str:
     if not knobs:
         return readable(coef)
     if any(k["unit"] == "bytes" for k in knobs):
-        return "%s x %s" % (_ratio(coef), " x ".join(labels))
-    return "%s x %s" % (readable(coef), " x ".join(labels))
+        return "{} x {}".format(_ratio(coef), " x ".join(labels))
+    return "{} x {}".format(readable(coef), " x ".join(labels))
 
 
 def grid_law_text(d: dict, knobs: list[dict]) -> str:
@@ -114,39 +123,46 @@ def grid_law_text(d: dict, knobs: list[dict]) -> str:
         return "no law: too few runs finished well to determine it"
     if law["kind"] == "flat":
         ys = [p[-1] for p in law["points"]]
-        return "flat at %s" % readable(ys[0]) if max(ys) == min(ys) else \
-            "flat at %s to %s (within 1%%)" % (readable(min(ys)), readable(max(ys)))
+        return (
+            f"flat at {readable(ys[0])}"
+            if max(ys) == min(ys)
+            else f"flat at {readable(min(ys))} to {readable(max(ys))} (within 1%)"
+        )
     by = {k["name"]: k for k in knobs}
     terms = [t for t in fit["terms"] if t["knobs"] and t["coefficient"] != 0]
     parts = [_term_text(t["coefficient"], [by[n] for n in t["knobs"]]) for t in terms]
     text = " + ".join(parts) if parts else "0"
     text += " " + _intercept(fit["intercept"])
-    how = "exact" if fit["exact"] else "r2 %.4f" % fit["r2"]
+    how = "exact" if fit["exact"] else "r2 {:.4f}".format(fit["r2"])
     if not law["tested"]:
         how += ", as many terms as runs: untested"
     return "%s  (%s law, %s, %d points)" % (text, fit["model"], how, fit["n"])
 
 
-def expectation_sentence(label: str, slope: float, expect: float, knob: dict,
-                         where: str | None = None) -> str:
+def expectation_sentence(
+    label: str, slope: float, expect: float, knob: dict, where: str | None = None
+) -> str:
     """'allocate_layer_kv grows 28x the flag (28.0 MiB per MiB of --kv-cache-memory): sized per
     layer, or once for each of 28 things?' (where: the other knobs' values, on a grid)"""
     who = "the peak" if label == "peak" else label
-    got = slope_text(slope, knob, ratio=False) + (" at %s" % where if where else "")
+    got = slope_text(slope, knob, ratio=False) + (f" at {where}" if where else "")
     if expect <= 0:
-        return "%s grows (%s) though --expect says %s" % (who, got, _ratio(expect))
+        return f"{who} grows ({got}) though --expect says {_ratio(expect)}"
     ratio = slope / expect
     if knob["unit"] == "bytes" and expect == 1:
         what = "the flag" if knob["flag"] else "the value"
     else:
-        what = "the expected %s" % slope_text(expect, knob, ratio=False)
+        what = f"the expected {slope_text(expect, knob, ratio=False)}"
     n = round(ratio)
     if n >= 2 and abs(ratio - n) <= 0.02 * n:
-        hint = ("sized once for each of %d things?" % n) if knob.get("noun") == "layer" else \
-            "sized per layer, or once for each of %d things?" % n
+        hint = (
+            ("sized once for each of %d things?" % n)
+            if knob.get("noun") == "layer"
+            else "sized per layer, or once for each of %d things?" % n
+        )
     else:
         hint = "something more than the knob sizes it?"
-    return "%s grows %sx %s (%s): %s" % (who, _ratio(ratio), what, got, hint)
+    return f"{who} grows {_ratio(ratio)}x {what} ({got}): {hint}"
 
 
 def ended_text(e: dict) -> str:
@@ -155,26 +171,33 @@ def ended_text(e: dict) -> str:
     if how == "exited":
         return "exited %d" % e["status"]
     if how == "signaled":
-        return "died of %s" % sig
+        return f"died of {sig}"
     if how == "stopped" and e.get("why") == "time":
-        return "stopped after %gs (%s)" % (e["seconds"], sig)
+        return "stopped after {:g}s ({})".format(e["seconds"], sig)
     if how == "stopped":
-        return "stopped: URL answered at %.1fs, %s (%s)" % (
-            e["answered_after"], ("memory settled %gs" % e["settle"]) if e.get("settled")
-            else "memory never settled", sig)
+        return "stopped: URL answered at {:.1f}s, {} ({})".format(
+            e["answered_after"],
+            ("memory settled {:g}s".format(e["settle"]))
+            if e.get("settled")
+            else "memory never settled",
+            sig,
+        )
     if how == "killed":
-        return "killed after %.1fs: SIGINT and SIGTERM did not stop it" % e.get("after", 0)
+        return "killed after {:.1f}s: SIGINT and SIGTERM did not stop it".format(e.get("after", 0))
     if how == "url_timeout":
-        return "%s did not answer in %gs; stopped (%s)" % (e["url"], e["seconds"], sig)
+        return "{} did not answer in {:g}s; stopped ({})".format(e["url"], e["seconds"], sig)
     if how == "failed_under_budget":
         return "failed under the budget (%d allocation%s denied; exit status %s)" % (
-            e.get("denied", 0), "" if e.get("denied") == 1 else "s", e.get("status"))
+            e.get("denied", 0),
+            "" if e.get("denied") == 1 else "s",
+            e.get("status"),
+        )
     if how == "no_trace":
-        return "no trace (exit status %s): %s" % (e.get("status"), e.get("why"))
+        return "no trace (exit status {}): {}".format(e.get("status"), e.get("why"))
     if how == "not_started":
-        return "not started: %s" % e.get("why", "").replace("cudatrace: ", "", 1)
+        return "not started: {}".format(e.get("why", "").replace("cudatrace: ", "", 1))
     if how == "interrupted":
-        return "interrupted (%s)" % sig
+        return f"interrupted ({sig})"
     return str(how)
 
 
@@ -192,19 +215,29 @@ def render(d: dict) -> str:
     w = L.append
     knobs = d["knobs"]
     grid = len(knobs) > 1
-    w("cudatrace sweep: %s" % " ".join(d["command"]))
+    w("cudatrace sweep: {}".format(" ".join(d["command"])))
     for k in knobs:
-        w("  knob %s%s: %s" % (k["flag"] or k["placeholder"],
-                               " (%s)" % k["placeholder"] if k["flag"] else "",
-                               ", ".join(k["values"])))
+        w(
+            "  knob {}{}: {}".format(
+                k["flag"] or k["placeholder"],
+                " ({})".format(k["placeholder"]) if k["flag"] else "",
+                ", ".join(k["values"]),
+            )
+        )
     st = d["stop"]
     if st["after"] is not None:
-        w("  each run stopped after %gs (SIGINT, then SIGTERM and SIGKILL %gs apart)"
-          % (st["after"], st["grace"]))
+        w(
+            "  each run stopped after {:g}s (SIGINT, then SIGTERM and SIGKILL {:g}s apart)".format(
+                st["after"], st["grace"]
+            )
+        )
     elif st["url"] is not None:
-        w("  each run stopped once %s answers and traced memory stays the same for %gs"
-          % (st["url"], st["settle"]))
-    w("  traces in %s" % d["directory"])
+        w(
+            "  each run stopped once {} answers and traced memory stays the same for {:g}s".format(
+                st["url"], st["settle"]
+            )
+        )
+    w("  traces in {}".format(d["directory"]))
     w("")
     rows = [["value", "how it ended", "peak", "trace"]]
     for r in d["runs"]:
@@ -215,21 +248,31 @@ def render(d: dict) -> str:
     L.extend(_table(rows, {2}))
     for r in d["runs"]:
         if not r["included"] and r["ended"].get("message"):
-            w("  %s: %s" % (r["text"], r["ended"]["message"]))
+            w("  {}: {}".format(r["text"], r["ended"]["message"]))
     w("")
     series = [d["peak"]] + d["sites"]
     if grid:
-        w("Laws of the bytes live at each run's peak (least squares in %s):"
-          % ", ".join(k["flag"] or k["placeholder"] for k in knobs))
+        w(
+            "Laws of the bytes live at each run's peak (least squares in {}):".format(
+                ", ".join(k["flag"] or k["placeholder"] for k in knobs)
+            )
+        )
     else:
         k = knobs[0]
-        w("Laws of the bytes live at each run's peak (least squares in %s):"
-          % (k["flag"] or ("the value (%s)" % k["placeholder"])))
+        w(
+            "Laws of the bytes live at each run's peak (least squares in %s):"
+            % (k["flag"] or ("the value ({})".format(k["placeholder"])))
+        )
     width = min(48, max(len(s["label"]) for s in series))
     for s in series:
-        label = s["label"] if len(s["label"]) <= width else s["label"][:width - 3] + "..."
-        w("  %s  %s%s" % (label.ljust(width), s["law"]["text"],
-                          "   <-- faster than expected" if s["contradicts_expectation"] else ""))
+        label = s["label"] if len(s["label"]) <= width else s["label"][: width - 3] + "..."
+        w(
+            "  {}  {}{}".format(
+                label.ljust(width),
+                s["law"]["text"],
+                "   <-- faster than expected" if s["contradicts_expectation"] else "",
+            )
+        )
     if d["more_sites"]:
         w("  ... and %d more sites (--top)" % d["more_sites"])
     inc = [i for i, r in enumerate(d["runs"]) if r["included"]]
@@ -238,7 +281,7 @@ def render(d: dict) -> str:
         w("Bytes live at each run's peak:")
         rows = [["", *[d["runs"][i]["text"] for i in inc]]]
         for s in series:
-            label = s["label"] if len(s["label"]) <= width else s["label"][:width - 3] + "..."
+            label = s["label"] if len(s["label"]) <= width else s["label"][: width - 3] + "..."
             rows.append([label, *[readable(s["bytes"][i]) for i in inc]])
         L.extend(_table(rows, set(range(1, len(inc) + 1))))
     if d["expect"] is not None:
@@ -246,12 +289,16 @@ def render(d: dict) -> str:
         flagged = [s for s in series if s["contradicts_expectation"]]
         k = knobs[0]
         if grid:
-            what = ", ".join("%s per unit of %s" % (readable(d["expect"][x["name"]]),
-                                                    x["flag"] or x["placeholder"])
-                             for x in knobs if x["name"] in d["expect"])
+            what = ", ".join(
+                "{} per unit of {}".format(
+                    readable(d["expect"][x["name"]]), x["flag"] or x["placeholder"]
+                )
+                for x in knobs
+                if x["name"] in d["expect"]
+            )
         else:
             what = slope_text(d["expect"], k, ratio=False)
-        w("Against --expect %s (%s):" % (d.get("expect_text") or _ratio(d["expect"]), what))
+        w("Against --expect {} ({}):".format(d.get("expect_text") or _ratio(d["expect"]), what))
         for s in flagged:
             w("  ! " + s["expectation"])
         if not flagged:
@@ -259,32 +306,39 @@ def render(d: dict) -> str:
     p = d.get("prediction")
     if p is not None:
         w("")
-        at = p["at"] if grid or not knobs[0]["flag"] else "%s %s" % (knobs[0]["flag"], p["at"])
-        w("Predicted at %s%s:" % (at, " (extrapolated beyond the values run)"
-                                  if p.get("extrapolated") else ""))
+        at = p["at"] if grid or not knobs[0]["flag"] else "{} {}".format(knobs[0]["flag"], p["at"])
+        w(
+            "Predicted at {}{}:".format(
+                at, " (extrapolated beyond the values run)" if p.get("extrapolated") else ""
+            )
+        )
         if p["peak"] is None:
             w("  no law to predict from")
         else:
+
             def pm(x):
-                return "" if x is None else " +- %s" % readable(x)
-            rows = [["peak", readable(p["peak"]["bytes"]) + pm(p["peak"]["stderr"]),
-                     p["peak"]["how"]]]
+                return "" if x is None else f" +- {readable(x)}"
+
+            rows = [
+                ["peak", readable(p["peak"]["bytes"]) + pm(p["peak"]["stderr"]), p["peak"]["how"]]
+            ]
             for s in p["sites"]:
                 rows.append([s["label"][:60], readable(s["bytes"]) + pm(s["stderr"]), s["how"]])
             L.extend(_table(rows, set()))
             for n in p["notes"]:
                 if not n.startswith("extrapolated"):
-                    w("  (%s)" % n)
+                    w(f"  ({n})")
             b = p["budget"]
-            w("  budget for a co-tenant box: --budget %s: %s" % (b["spec"], b["reason"]))
+            w("  budget for a co-tenant box: --budget {}: {}".format(b["spec"], b["reason"]))
     for n in d["notes"]:
         w("")
-        w("note: %s" % n)
+        w(f"note: {n}")
     return "\n".join(L) + "\n"
 
 
 def _rel(path: str, base: str) -> str:
     import os
+
     try:
         r = os.path.relpath(path, base)
         return r if not r.startswith("..") else path

@@ -32,8 +32,9 @@ def term_width() -> int:
     return max(60, shutil.get_terminal_size((120, 24)).columns)
 
 
-def table(rows: list[list[str]], right: set[int], indent: str = "  ",
-          width: int | None = None) -> list[str]:
+def table(
+    rows: list[list[str]], right: set[int], indent: str = "  ", width: int | None = None
+) -> list[str]:
     """Rows of cells as aligned lines; columns in `right` are right-aligned. With width, the
     last column is cut (ending in '...') so that no line is wider: a table never wraps."""
     if not rows:

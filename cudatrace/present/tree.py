@@ -47,8 +47,7 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
     at = t["at"]
     when = {"peak": "at the peak", "end": "at the end", "time": "at"}[at["kind"]]
     L = [
-        "Caller tree %s (%s): %s in %s"
-        % (
+        "Caller tree {} ({}): {} in {}".format(
             when,
             secs_text(at["time"]),
             size_text(t["total_bytes"]),

@@ -5,6 +5,7 @@ render follows the last under a line with the time. `report --watch` stops on Ct
 the run has ended (run.json carries its exit status; without a run.json, every trace file has
 its exit record) after one last render; `status --watch` stops on Ctrl-C.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,10 +27,11 @@ def run_ended(path) -> tuple[bool, str]:
             return False, "run.json is being written"
         if "exit_status" in run or "end_monotonic_ns" in run:
             st = run.get("exit_status")
-            return True, "the run ended%s" % (" with exit status %s" % st if st is not None else "")
+            return True, "the run ended%s" % (f" with exit status {st}" if st is not None else "")
         return False, "the run is still going"
     try:
         from ..analyze.trace import read_dir, read_trace
+
         traces = [read_trace(p)] if p.is_file() else read_dir(p).traces
     except Exception:
         return False, "no readable trace yet"
@@ -50,14 +52,20 @@ def _show(text: str, head: str, out, tty: bool) -> None:
         click.clear()
         out.write(head + "\n\n" + text)
     else:
-        out.write("==== %s\n%s" % (head, text))
+        out.write(f"==== {head}\n{text}")
     if not text.endswith("\n"):
         out.write("\n")
     out.flush()
 
 
-def loop(render, head, ended=lambda: (False, ""), interval: float = 1.0, out=None,
-         max_renders: int | None = None) -> int:
+def loop(
+    render,
+    head,
+    ended=lambda: (False, ""),
+    interval: float = 1.0,
+    out=None,
+    max_renders: int | None = None,
+) -> int:
     """Render until Ctrl-C, or until ended() says so (then one last render). render() gives
     the text; head(ended, why) the line above it."""
     out = out or sys.stdout
@@ -76,12 +84,22 @@ def loop(render, head, ended=lambda: (False, ""), interval: float = 1.0, out=Non
         return 0
 
 
-def watch_report(path, top=10, by="site", at="peak", device=None, depth=1,
-                 show_cuda_frames=False, interval: float = 1.0, out=None) -> int:
+def watch_report(
+    path,
+    top=10,
+    by="site",
+    at="peak",
+    device=None,
+    depth=1,
+    show_cuda_frames=False,
+    interval: float = 1.0,
+    out=None,
+) -> int:
     """The body of `cudatrace report --watch`."""
     from ..analyze.analysis import Analysis, ReportError, build_report
     from ..analyze.sites import make_symbolizer
     from .report import render_text
+
     sym = make_symbolizer()
 
     def render() -> str:
@@ -89,14 +107,16 @@ def watch_report(path, top=10, by="site", at="peak", device=None, depth=1,
             a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=sym)
             return render_text(build_report(a, at=at, by=by, depth=depth, top=top, device=device))
         except ReportError as e:
-            return "%s\n(waiting: the trace may not have been written yet)\n" % e
+            return f"{e}\n(waiting: the trace may not have been written yet)\n"
         except ValueError as e:
-            return "cudatrace: %s\n" % e
+            return f"cudatrace: {e}\n"
 
     def head(done: bool, why: str) -> str:
-        return "cudatrace report --watch %s  %s  %s" % (
-            path, time.strftime("%H:%M:%S"),
-            "%s: last render" % why if done else "%s (every %g s; Ctrl-C stops)" % (why, interval))
+        return "cudatrace report --watch {}  {}  {}".format(
+            path,
+            time.strftime("%H:%M:%S"),
+            f"{why}: last render" if done else f"{why} (every {interval:g} s; Ctrl-C stops)",
+        )
 
     return loop(render, head, lambda: run_ended(path), interval, out)
 
@@ -109,7 +129,10 @@ def watch_status(status_text, group=None, interval: float = 1.0, out=None) -> in
         return status_text(group)
 
     def head(done: bool, why: str) -> str:
-        return "cudatrace status --watch%s  %s  (every %g s; Ctrl-C stops)" % (
-            " " + group if group else "", time.strftime("%H:%M:%S"), interval)
+        return "cudatrace status --watch{}  {}  (every {:g} s; Ctrl-C stops)".format(
+            " " + group if group else "",
+            time.strftime("%H:%M:%S"),
+            interval,
+        )
 
     return loop(render, head, interval=interval, out=out)

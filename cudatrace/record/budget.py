@@ -14,6 +14,7 @@ AMOUNT is one of
 
 Examples: ``8GiB``, ``60%``, ``0=8GiB,1=4GiB``, ``40%free``, ``4GiB,0=10GiB``.
 """
+
 from __future__ import annotations
 
 import os
@@ -78,8 +79,11 @@ class Amount:
         src = totals if self.kind == "total" else frees
         if dev not in src or src[dev] is None:
             what = "total" if self.kind == "total" else "free"
-            raise BudgetError(f"device {dev}: its {what} memory is unknown (no such device?), "
-                              f"so {self} cannot be resolved", forms=False)
+            raise BudgetError(
+                f"device {dev}: its {what} memory is unknown (no such device?), "
+                f"so {self} cannot be resolved",
+                forms=False,
+            )
         n = int(Fraction(int(src[dev])) * Fraction(self.value) / 100)
         if n <= 0:
             raise BudgetError(f"device {dev}: {self} of {src[dev]} bytes is nothing", forms=False)
@@ -88,9 +92,20 @@ class Amount:
     def __str__(self) -> str:
         if self.kind == "bytes":
             n = int(self.value)
-            forms = [str(n)] + [f"{n // mult}{unit}" for unit, mult in (
-                ("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10),
-                ("TB", 10 ** 12), ("GB", 10 ** 9), ("MB", 10 ** 6), ("KB", 10 ** 3)) if n % mult == 0]
+            forms = [str(n)] + [
+                f"{n // mult}{unit}"
+                for unit, mult in (
+                    ("TiB", 1 << 40),
+                    ("GiB", 1 << 30),
+                    ("MiB", 1 << 20),
+                    ("KiB", 1 << 10),
+                    ("TB", 10**12),
+                    ("GB", 10**9),
+                    ("MB", 10**6),
+                    ("KB", 10**3),
+                )
+                if n % mult == 0
+            ]
             return min(forms, key=len)  # the shortest exact form; binary first on a tie
         v = Fraction(self.value)
         pct = str(v.numerator) if v.denominator == 1 else format(float(v), "g")
@@ -120,7 +135,9 @@ class BudgetSpec:
     per_device: dict[int, Amount] = field(default_factory=dict)
     text: str = field(default="", compare=False)
 
-    def resolve(self, totals: dict[int, int], frees: dict[int, int] | None = None) -> dict[int, int]:
+    def resolve(
+        self, totals: dict[int, int], frees: dict[int, int] | None = None
+    ) -> dict[int, int]:
         """Limit in bytes per device. totals/frees: device -> bytes (frees: free at start).
         The default applies to every device in totals; per-device items to their device."""
         frees = frees or {}
@@ -170,12 +187,15 @@ def parse_budget(spec: str) -> BudgetSpec:
             per[dev] = parse_amount(amt)
         else:
             if default is not None:
-                raise BudgetError(f"more than one amount for every device ('{default}' and '{item}')")
+                raise BudgetError(
+                    f"more than one amount for every device ('{default}' and '{item}')"
+                )
             default = parse_amount(item)
     return BudgetSpec(default=default, per_device=per, text=spec.strip())
 
 
 # ---- resolving a spec on this machine, for `cudatrace run` --------------------------------------
+
 
 def visible_ordinals(n_physical: int, env: str | None) -> list[int]:
     """NVML index of each CUDA device ordinal under CUDA_VISIBLE_DEVICES (env; None: unset).
@@ -188,8 +208,11 @@ def visible_ordinals(n_physical: int, env: str | None) -> list[int]:
         item = item.strip()
         if not re.fullmatch(r"\d+", item):
             if item and not item.startswith("-") and not re.fullmatch(r"[+-]?\d+", item):
-                raise BudgetError("CUDA_VISIBLE_DEVICES names devices by UUID (%s): give the budget "
-                                  "as sizes, not as shares of device memory" % item, forms=False)
+                raise BudgetError(
+                    f"CUDA_VISIBLE_DEVICES names devices by UUID ({item}): give the budget "
+                    "as sizes, not as shares of device memory",
+                    forms=False,
+                )
             break
         i = int(item)
         if i >= n_physical or i in out:
@@ -206,12 +229,17 @@ def driver_memory(why: str) -> tuple[dict[int, int], dict[int, int]]:
     from .cudadrv import Driver
 
     drv = Driver()
-    totals = {d["ordinal"]: d["total"] for d in drv.devices
-              if "total" in d and d["ordinal"] < MAX_DEVICES}
+    totals = {
+        d["ordinal"]: d["total"] for d in drv.devices if "total" in d and d["ordinal"] < MAX_DEVICES
+    }
     if not totals:
-        raise BudgetError("a share (%%) of device memory needs NVML or the CUDA driver to read "
-                          "it: %s, and %s; give the budget as a size"
-                          % (why, drv.why or "the driver reports no device"), forms=False)
+        raise BudgetError(
+            "a share (%) of device memory needs NVML or the CUDA driver to read "
+            "it: {}, and {}; give the budget as a size".format(
+                why, drv.why or "the driver reports no device"
+            ),
+            forms=False,
+        )
     # free: MemAvailable (what the system can give without swapping: page cache is reclaimable);
     # cuMemGetInfo there says MemFree, which counts the page cache as used
     mi = meminfo()
@@ -261,8 +289,9 @@ def device_memory() -> tuple[dict[int, int], dict[int, int]]:
     return totals, frees
 
 
-def resolve_limits(spec: BudgetSpec, totals: dict[int, int] | None = None,
-                   frees: dict[int, int] | None = None) -> dict[int, int]:
+def resolve_limits(
+    spec: BudgetSpec, totals: dict[int, int] | None = None, frees: dict[int, int] | None = None
+) -> dict[int, int]:
     """Limits per device for this machine. Sizes need no device: a bare size applies to every
     device index the ledger counts. Shares read the devices (device_memory) unless given."""
     if totals is None:
@@ -273,8 +302,13 @@ def resolve_limits(spec: BudgetSpec, totals: dict[int, int] | None = None,
     return spec.resolve(totals, frees or {})
 
 
-def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
-                 count_host: bool = False, notify=None):
+def setup_ledger(
+    spec: str | None,
+    group: str | None,
+    on_exceed: str = "fail",
+    count_host: bool = False,
+    notify=None,
+):
     """For `cudatrace run`: parse and resolve SPEC, then open the ledger the process tree will
     share (the group's, or a private one). Returns (RunLedger: .path .summary() .finish(),
     info dict for run.json). Raises BudgetError (bad or unresolvable spec) or
@@ -282,8 +316,9 @@ def setup_ledger(spec: str | None, group: str | None, on_exceed: str = "fail",
     parsed = parse_budget(spec) if spec is not None else None
     limits = resolve_limits(parsed) if parsed is not None else {}
     mode = "warn" if on_exceed == "warn" else "deny"
-    run, info = ledger_mod.open_run_ledger(limits, group, mode, count_host,
-                                           set_limits=parsed is not None, notify=notify)
+    run, info = ledger_mod.open_run_ledger(
+        limits, group, mode, count_host, set_limits=parsed is not None, notify=notify
+    )
     info["spec"] = spec
     info["on_exceed_run"] = on_exceed
     return run, info

@@ -210,8 +210,8 @@ def _elf(path: str) -> dict:
         ro = elf.get_section_by_name(".rodata")
         dlopens_driver = bool(ro is not None and b"libcuda.so.1" in ro.data())
     if any(n.startswith("libcudart.so") for n in out["needed"]):
-        out["cudart"] = "shared (%s)" % next(
-            n for n in out["needed"] if n.startswith("libcudart.so")
+        out["cudart"] = "shared ({})".format(
+            next(n for n in out["needed"] if n.startswith("libcudart.so"))
         )
     elif defined or dlopens_driver:
         out["cudart"] = "static (linked in; it loads libcuda.so.1 itself)"
@@ -254,33 +254,33 @@ def advice(r: dict) -> list[str]:
         )
     if not led["ok"]:
         out.append(
-            "The ledger directory is refused: %s. Give one you own with mode 0700: "
-            "--ledger-dir DIR or CUDATRACE_LEDGER_DIR." % led["error"]
+            "The ledger directory is refused: {}. Give one you own with mode 0700: "
+            "--ledger-dir DIR or CUDATRACE_LEDGER_DIR.".format(led["error"])
         )
     if ns.get("container"):
         out.append(
-            "Running in %s: to share a --group budget with other containers, bind-mount "
+            "Running in {}: to share a --group budget with other containers, bind-mount "
             "one host directory (mode 0700, owned by the uid the programs run as) into "
-            "each and pass it with --ledger-dir (docs/budgets.md)." % ns["container"]
+            "each and pass it with --ledger-dir (docs/budgets.md).".format(ns["container"])
         )
     cmd = r.get("command")
     if cmd:
         if cmd["ok"]:
             rt = cmd.get("cudart") or (cmd.get("interpreter") or {}).get("cudart")
             out.append(
-                "%s can be entered%s." % (cmd["argv0"], "; CUDA runtime " + rt if rt else "")
+                "{} can be entered{}.".format(cmd["argv0"], "; CUDA runtime " + rt if rt else "")
             )
         else:
             for p in cmd["problems"]:
                 if "setuid" in p:
-                    out.append("%s is setuid: run a copy without the bit." % cmd["argv0"])
+                    out.append("{} is setuid: run a copy without the bit.".format(cmd["argv0"]))
                 elif "statically linked" in p:
                     out.append(
-                        "%s is static: nothing can be traced; rebuild it dynamically "
-                        "linked (the CUDA runtime may stay static)." % cmd["argv0"]
+                        "{} is static: nothing can be traced; rebuild it dynamically "
+                        "linked (the CUDA runtime may stay static).".format(cmd["argv0"])
                     )
                 else:
-                    out.append("%s: %s." % (cmd["argv0"], p))
+                    out.append("{}: {}.".format(cmd["argv0"], p))
     return out
 
 

@@ -13,6 +13,7 @@ hand still arrives twice). SIGUSR2 is the shim's --on-exceed abort only when thi
 it and its ledger has seen a denial; otherwise it is forwarded. The kernel sends CMD SIGTERM
 if the launcher dies (PR_SET_PDEATHSIG), unless --outlive-launcher.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,8 @@ from pathlib import Path
 
 from .. import __version__, native
 from ..procfs import tree_pids
-from .denials import append_denials
 from ..units import shell_quote
+from .denials import append_denials
 from .files import write_json
 from .sampler import Sampler
 
@@ -58,44 +59,47 @@ class RunOptions:
     on_exceed: str = "fail"
     count_host: bool = False
     virtualize: bool = True
-    outlive_launcher: bool = False    # CMD goes on if the launcher is killed
+    outlive_launcher: bool = False  # CMD goes on if the launcher is killed
     sample_ms: int = 100
     extra_env: dict = field(default_factory=dict)
-    stdout: object = None          # where the command's output goes (None: inherited)
+    stdout: object = None  # where the command's output goes (None: inherited)
     stderr: object = None
-    on_start: object = None        # on_start(proc, out_dir), once the command has started
-    signals: list = field(default_factory=list)   # the signals the launcher received
+    on_start: object = None  # on_start(proc, out_dir), once the command has started
+    signals: list = field(default_factory=list)  # the signals the launcher received
     # called (from a thread, with the trace directory) soon after the budget denied something:
     # the command line hands in present/denials.py, which names the responsible code
     on_denials: Callable[[Path], None] | None = None
-    mode: str = "full"              # "full" | "aggregate" | "none" (--no-trace: nothing written)
+    mode: str = "full"  # "full" | "aggregate" | "none" (--no-trace: nothing written)
 
 
 def resolve_command(argv0: str) -> str:
     if os.sep in argv0:
         path = argv0
         if not os.path.exists(path):
-            raise LaunchError("cudatrace: %s: no such file" % argv0, 127)
+            raise LaunchError(f"cudatrace: {argv0}: no such file", 127)
     else:
         found = shutil.which(argv0)
         if not found:
-            raise LaunchError("cudatrace: %s: command not found" % argv0, 127)
+            raise LaunchError(f"cudatrace: {argv0}: command not found", 127)
         path = found
     if os.path.isdir(path):
-        raise LaunchError("cudatrace: %s: is a directory" % argv0, 126)
+        raise LaunchError(f"cudatrace: {argv0}: is a directory", 126)
     if not os.access(path, os.X_OK):
-        raise LaunchError("cudatrace: %s: permission denied (not executable)" % argv0, 126)
+        raise LaunchError(f"cudatrace: {argv0}: permission denied (not executable)", 126)
     return path
 
 
 def check_enterable(path: str) -> None:
     """Refuse binaries the preload library cannot enter: static ELF, setuid/setgid."""
     st = os.stat(path)
-    if (st.st_mode & (stat.S_ISUID | stat.S_ISGID)) and (st.st_uid != os.geteuid() or
-                                                          st.st_mode & stat.S_ISGID):
+    if (st.st_mode & (stat.S_ISUID | stat.S_ISGID)) and (
+        st.st_uid != os.geteuid() or st.st_mode & stat.S_ISGID
+    ):
         raise LaunchError(
-            "cudatrace: %s is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
-            "nothing could be traced. Run a copy without the setuid bit." % path, 2)
+            f"cudatrace: {path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
+            "nothing could be traced. Run a copy without the setuid bit.",
+            2,
+        )
     try:
         with open(path, "rb") as f:
             head = f.read(64)
@@ -103,39 +107,50 @@ def check_enterable(path: str) -> None:
                 if head[:2] != b"#!":
                     # exec() refuses it (ENOEXEC); only a shell would guess an interpreter
                     raise LaunchError(
-                        "cudatrace: %s has no #! line, so it cannot be executed directly; add "
-                        "one (#!/bin/sh) or name its interpreter: cudatrace run -- sh %s"
-                        % (path, path), 126)
-                return                      # a script: its interpreter is what runs
+                        f"cudatrace: {path} has no #! line, so it cannot be executed directly; add "
+                        f"one (#!/bin/sh) or name its interpreter: cudatrace run -- sh {path}",
+                        126,
+                    )
+                return  # a script: its interpreter is what runs
             if len(head) < 64 or head[4] not in (1, 2) or head[5] not in (1, 2):
-                raise LaunchError("cudatrace: %s starts like an ELF file but is not a valid one "
-                                  "(%d bytes of header)" % (path, len(head)), 126)
+                raise LaunchError(
+                    "cudatrace: %s starts like an ELF file but is not a valid one "
+                    "(%d bytes of header)" % (path, len(head)),
+                    126,
+                )
             is64 = head[4] == 2
             little = head[5] == 1
             e = "<" if little else ">"
             if is64:
-                phoff, = struct.unpack_from(e + "Q", head, 32)
+                (phoff,) = struct.unpack_from(e + "Q", head, 32)
                 phentsize, phnum = struct.unpack_from(e + "HH", head, 54)
             else:
-                phoff, = struct.unpack_from(e + "I", head, 28)
+                (phoff,) = struct.unpack_from(e + "I", head, 28)
                 phentsize, phnum = struct.unpack_from(e + "HH", head, 42)
             if not phentsize or not phnum:
-                raise LaunchError("cudatrace: %s is an ELF file with no program headers: not "
-                                  "an executable" % path, 126)
+                raise LaunchError(
+                    f"cudatrace: {path} is an ELF file with no program headers: not an executable",
+                    126,
+                )
             f.seek(phoff)
             ph = f.read(phentsize * phnum)
     except OSError as exc:
         raise LaunchError(f"cudatrace: cannot read {path}: {exc}", 126) from None
-    has_interp = any(struct.unpack_from(e + "I", ph, i * phentsize)[0] == 3  # PT_INTERP
-                     for i in range(phnum) if (i + 1) * phentsize <= len(ph))
+    has_interp = any(
+        struct.unpack_from(e + "I", ph, i * phentsize)[0] == 3  # PT_INTERP
+        for i in range(phnum)
+        if (i + 1) * phentsize <= len(ph)
+    )
     if not has_interp:
         raise LaunchError(
-            "cudatrace: %s is statically linked: LD_PRELOAD cannot enter it, so no allocation "
-            "could be traced (and a static binary cannot load the CUDA driver anyway)." % path, 2)
+            f"cudatrace: {path} is statically linked: LD_PRELOAD cannot enter it, so no allocation "
+            "could be traced (and a static binary cannot load the CUDA driver anyway).",
+            2,
+        )
 
 
 def default_out_dir(cmd0: str) -> Path:
-    base = "cudatrace-%s-%s" % (Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
+    base = "cudatrace-{}-{}".format(Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
     p = Path.cwd() / base
     n = 1
     while p.exists():
@@ -151,13 +166,17 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
         out = out.resolve()
         if out.exists():
             if not out.is_dir():
-                raise LaunchError("cudatrace: %s exists and is not a directory" % out)
+                raise LaunchError(f"cudatrace: {out} exists and is not a directory")
             old = list(out.glob("*.ctrace")) + [
-                p for p in (out / "run.json", out / "samples.jsonl", out / "denials.jsonl")
-                if p.exists() or p.is_symlink()]
+                p
+                for p in (out / "run.json", out / "samples.jsonl", out / "denials.jsonl")
+                if p.exists() or p.is_symlink()
+            ]
             if old and not opts.force:
-                raise LaunchError("cudatrace: %s already holds a trace; pass --force to replace "
-                                  "it, or -o another directory" % out)
+                raise LaunchError(
+                    f"cudatrace: {out} already holds a trace; pass --force to replace "
+                    "it, or -o another directory"
+                )
             for p in old:
                 p.unlink()
             created = False
@@ -165,12 +184,14 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
             out.mkdir(parents=True)
             created = True
         if not os.access(out, os.W_OK | os.X_OK):
-            raise LaunchError("cudatrace: cannot write the trace directory %s: permission "
-                              "denied" % out)
+            raise LaunchError(
+                f"cudatrace: cannot write the trace directory {out}: permission denied"
+            )
     except OSError as e:
         where = e.filename or opts.out_dir or "the current directory"
-        raise LaunchError("cudatrace: cannot create the trace directory %s: %s"
-                          % (where, e.strerror or e)) from None
+        raise LaunchError(
+            f"cudatrace: cannot create the trace directory {where}: {e.strerror or e}"
+        ) from None
     return out, created
 
 
@@ -198,8 +219,11 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     check_enterable(path)
     shim = native.shim_path()
     if any(c in str(shim) for c in " :\t\n"):
-        raise LaunchError("cudatrace: the preload library's path %r holds a space or colon, which "
-                          "LD_PRELOAD cannot express; install cudatrace elsewhere" % str(shim), 2)
+        raise LaunchError(
+            f"cudatrace: the preload library's path {str(shim)!r} holds a space or colon, which "
+            "LD_PRELOAD cannot express; install cudatrace elsewhere",
+            2,
+        )
     no_trace = opts.mode == "none"
     out, created = (None, False) if no_trace else prepare_out_dir(opts)
     try:
@@ -218,13 +242,16 @@ MAX_SHIM_PATH = 1000
 def _check_shim_path(what: str, p: Path) -> None:
     n = len(os.fsencode(str(p)))
     if n > MAX_SHIM_PATH:
-        raise LaunchError("cudatrace: the %s %s... is %d bytes long; the preload library holds "
-                          "paths up to %d bytes: choose a shorter one" % (
-                              what, str(p)[:60], n, MAX_SHIM_PATH), 2)
+        raise LaunchError(
+            "cudatrace: the %s %s... is %d bytes long; the preload library holds "
+            "paths up to %d bytes: choose a shorter one" % (what, str(p)[:60], n, MAX_SHIM_PATH),
+            2,
+        )
 
 
-def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: bool
-         ) -> tuple[int, Path | None]:
+def _run(
+    opts: RunOptions, path: str, shim: Path, out: Path | None, created: bool
+) -> tuple[int, Path | None]:
     no_trace = out is None
     if not no_trace:
         _check_shim_path("trace directory", out)
@@ -241,7 +268,9 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
     env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
     env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
     env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
-    if opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env:  # extra_env may keep the shim's lines
+    if (
+        opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env
+    ):  # extra_env may keep the shim's lines
         env["CUDATRACE_QUIET"] = "1"
     ledger = None
     budget_info = None
@@ -249,10 +278,15 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
         # deferred for start-up time: only a run with a budget loads the ledger's C library
         from . import budget as budget_mod
         from .ledger import LedgerError
+
         try:
             ledger, budget_info = budget_mod.setup_ledger(
-                opts.budget, opts.group, opts.on_exceed, opts.count_host,
-                notify=lambda msg: sys.stderr.write("cudatrace: %s\n" % msg))
+                opts.budget,
+                opts.group,
+                opts.on_exceed,
+                opts.count_host,
+                notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
+            )
         except (budget_mod.BudgetError, LedgerError) as e:
             raise LaunchError(f"cudatrace: budget: {e}", 2) from None
         try:
@@ -263,13 +297,19 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
         env["CUDATRACE_LEDGER"] = str(ledger.path)
         if budget_info.get("note"):
             # the one note that changes what the run may use: printed even with -q
-            sys.stderr.write("cudatrace: note: %s\n" % budget_info["note"])
+            sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
 
     run_info = {
         "cudatrace_version": __version__,
-        "argv": opts.cmd, "executable": path, "cwd": os.getcwd(), "dir": str(out),
-        "stack_depth": opts.stack_depth, "budget": budget_info, "group": opts.group,
-        "on_exceed": opts.on_exceed, "start_monotonic_ns": time.monotonic_ns(),
+        "argv": opts.cmd,
+        "executable": path,
+        "cwd": os.getcwd(),
+        "dir": str(out),
+        "stack_depth": opts.stack_depth,
+        "budget": budget_info,
+        "group": opts.group,
+        "on_exceed": opts.on_exceed,
+        "start_monotonic_ns": time.monotonic_ns(),
         "start_time": time.time(),
     }
     if not no_trace:
@@ -278,15 +318,17 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
         except OSError as e:
             if ledger is not None:
                 ledger.finish()
-            raise LaunchError("cudatrace: cannot write %s: %s" % (out / "run.json",
-                                                                  e.strerror or e), 2) from None
+            raise LaunchError(
+                "cudatrace: cannot write {}: {}".format(out / "run.json", e.strerror or e), 2
+            ) from None
 
     if not opts.quiet:
         if no_trace:
-            sys.stderr.write("cudatrace: running %s under the budget, nothing traced "
-                             "(--no-trace)\n" % shell_quote(opts.cmd))
+            sys.stderr.write(
+                f"cudatrace: running {shell_quote(opts.cmd)} under the budget, nothing traced (--no-trace)\n"
+            )
         else:
-            sys.stderr.write("cudatrace: tracing %s -> %s\n" % (shell_quote(opts.cmd), out))
+            sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
         sys.stderr.flush()
 
     aborted = []
@@ -296,8 +338,8 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
     # terminal) works; the terminal's own Ctrl-C/Ctrl-\ reach CMD directly and are not forwarded.
     own_group = not _foreground()
 
-    procs: list = []       # the child, once started
-    pending: list = []     # signals that came before it was: delivered right after
+    procs: list = []  # the child, once started
+    pending: list = []  # signals that came before it was: delivered right after
 
     def on_signal(signum, frame):
         opts.signals.append(signum)
@@ -306,7 +348,7 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
             return
         proc = procs[0]
         if signum == signal.SIGUSR2 and _budget_abort(opts, ledger):
-            aborted.append(True)           # the shim's --on-exceed abort
+            aborted.append(True)  # the shim's --on-exceed abort
             for pid in reversed(tree_pids(proc.pid)):
                 try:
                     os.kill(pid, signal.SIGTERM)
@@ -324,14 +366,14 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
     launcher = os.getpid()
     prctl = None if opts.outlive_launcher else _prctl()
 
-    def in_child():                        # after fork, before exec: nothing that allocates much
+    def in_child():  # after fork, before exec: nothing that allocates much
         if own_group:
             os.setpgid(0, 0)
         if prctl is not None:
             # PR_SET_PDEATHSIG: the kernel sends SIGTERM to CMD when the launcher dies, even by
             # SIGKILL, so CMD never runs on unsupervised (the shim still ends its trace cleanly)
             prctl(1, int(signal.SIGTERM), 0, 0, 0)
-            if os.getppid() != launcher:   # the launcher died before prctl took effect
+            if os.getppid() != launcher:  # the launcher died before prctl took effect
                 os.kill(os.getpid(), signal.SIGTERM)
 
     # handlers first: the shim's SIGUSR2 (an early abort) or a user's SIGTERM may come at once
@@ -341,20 +383,27 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
     if ledger is not None and opts.on_denials is not None and not opts.quiet and not no_trace:
         watcher = DenialWatcher(ledger, out, opts.on_denials)
     try:
-        proc = subprocess.Popen([path] + opts.cmd[1:], env=env, executable=path,
-                                preexec_fn=in_child, stdout=opts.stdout, stderr=opts.stderr)
+        proc = subprocess.Popen(
+            [path] + opts.cmd[1:],
+            env=env,
+            executable=path,
+            preexec_fn=in_child,
+            stdout=opts.stdout,
+            stderr=opts.stderr,
+        )
     except OSError as e:
         for s, h in old.items():
             signal.signal(s, h)
         if ledger is not None:
             ledger.finish()
-        raise LaunchError("cudatrace: cannot execute %s: %s" % (path, e.strerror or e), 126) from None
+        raise LaunchError(f"cudatrace: cannot execute {path}: {e.strerror or e}", 126) from None
     procs.append(proc)
     for signum in pending:
         on_signal(signum, None)
     run_info["pid"] = proc.pid
-    sampler = None if no_trace else Sampler(proc.pid, out / "samples.jsonl",
-                                            opts.sample_ms / 1000.0)
+    sampler = (
+        None if no_trace else Sampler(proc.pid, out / "samples.jsonl", opts.sample_ms / 1000.0)
+    )
     if sampler:
         sampler.start()
     if watcher is not None:
@@ -378,20 +427,28 @@ def _run(opts: RunOptions, path: str, shim: Path, out: Path | None, created: boo
     status = exit_status(rc)
     if aborted and status == 0:
         status = 3
-    run_info.update({"returncode": rc, "exit_status": status, "end_monotonic_ns": time.monotonic_ns(),
-                     "end_time": time.time(), "budget_aborted": bool(aborted),
-                     "sampler": sampler.describe() if sampler else None})
+    run_info.update(
+        {
+            "returncode": rc,
+            "exit_status": status,
+            "end_monotonic_ns": time.monotonic_ns(),
+            "end_time": time.time(),
+            "budget_aborted": bool(aborted),
+            "sampler": sampler.describe() if sampler else None,
+        }
+    )
     if ledger is not None:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()
     if not no_trace:
         try:
             write_json(out / "run.json", run_info)
-        except OSError as e:    # a full disk: the command's status still comes back
-            sys.stderr.write("cudatrace: cannot write %s: %s\n" % (out / "run.json",
-                                                                    e.strerror or e))
+        except OSError as e:  # a full disk: the command's status still comes back
+            sys.stderr.write(
+                "cudatrace: cannot write {}: {}\n".format(out / "run.json", e.strerror or e)
+            )
     if sampler and sampler.error and not opts.quiet:
-        sys.stderr.write("cudatrace: samples stopped: %s\n" % sampler.error)
+        sys.stderr.write(f"cudatrace: samples stopped: {sampler.error}\n")
     return status, out
 
 
@@ -410,6 +467,7 @@ def _budget_abort(opts: RunOptions, ledger) -> bool:
 def _prctl():
     """libc's prctl, looked up before fork (the child only calls it)."""
     import ctypes
+
     try:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
@@ -456,7 +514,7 @@ class DenialWatcher:
             append_denials(self.out, self.callback(self.out))
         except Exception as e:  # never let the watcher hurt the run
             self._broken = True
-            sys.stderr.write("cudatrace: could not attribute a budget denial: %s\n" % e)
+            sys.stderr.write(f"cudatrace: could not attribute a budget denial: {e}\n")
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -5,6 +5,7 @@ Python never reads the ledger file itself: every read and write goes through the
 functions the shim runs inside traced processes (libcudatrace_tools.so), so the two cannot
 disagree about the layout or the rules.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from .. import native
 
-PRIVATE_PREFIX = "@run-"          # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
+PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
 _PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
 SUFFIX = ".ledger"
 _ERRLEN = 512
@@ -37,11 +38,12 @@ def _const(name: str) -> int:
 def _check(rc: int, what: str) -> int:
     if rc < 0:
         ffi, lib = _tools()
-        raise LedgerError("%s: %s" % (what, ffi.string(lib.ct_ledger_strerror(rc)).decode()))
+        raise LedgerError(f"{what}: {ffi.string(lib.ct_ledger_strerror(rc)).decode()}")
     return rc
 
 
 # ---- where ledgers live ------------------------------------------------------------------------
+
 
 def ledger_dir(create: bool = False) -> Path:
     """The directory of group ledgers (see ct_ledger_dir). With create=False it may not exist
@@ -72,14 +74,18 @@ def valid_group(name: str) -> bool:
 def group_path(group: str, create_dir: bool = False) -> Path:
     """<ledger dir>/<group>.ledger (the directory is made with create_dir)."""
     if not valid_group(group):
-        raise LedgerError("invalid budget group name %r: use 1 to 64 of A-Z a-z 0-9 _ . -, not "
-                          "starting with '.'" % (group,))
+        raise LedgerError(
+            f"invalid budget group name {group!r}: use 1 to 64 of A-Z a-z 0-9 _ . -, not "
+            "starting with '.'"
+        )
     ffi, lib = _tools()
     buf = ffi.new("char[]", _PATHLEN)
     err = ffi.new("char[]", _ERRLEN)
-    rc = lib.ct_ledger_group_path(group.encode(), buf, _PATHLEN, 1 if create_dir else 0, err, _ERRLEN)
+    rc = lib.ct_ledger_group_path(
+        group.encode(), buf, _PATHLEN, 1 if create_dir else 0, err, _ERRLEN
+    )
     if rc != 0 and not (rc == lib.CT_LEDGER_ENOENT and not create_dir):
-        raise LedgerError(ffi.string(err).decode() or "no ledger path for group %r" % group)
+        raise LedgerError(ffi.string(err).decode() or f"no ledger path for group {group!r}")
     return Path(ffi.string(buf).decode())
 
 
@@ -88,8 +94,9 @@ def private_path(pid: int | None = None, create_dir: bool = True) -> Path:
     <ledger dir>/@run-<pid>-<random>.ledger. The pid is for people (it means nothing outside
     the launcher's pid namespace: two launchers in two containers may share it); the random
     part keeps them apart."""
-    return ledger_dir(create=create_dir) / ("%s%d-%s%s" % (PRIVATE_PREFIX, pid or os.getpid(),
-                                                          os.urandom(8).hex(), SUFFIX))
+    return ledger_dir(create=create_dir) / (
+        "%s%d-%s%s" % (PRIVATE_PREFIX, pid or os.getpid(), os.urandom(8).hex(), SUFFIX)
+    )
 
 
 def list_ledgers(directory: Path | None = None) -> list[Path]:
@@ -100,18 +107,18 @@ def list_ledgers(directory: Path | None = None) -> list[Path]:
     except FileNotFoundError:
         return []
     except OSError as e:
-        raise LedgerError("cannot list %s: %s" % (d, e.strerror)) from None
+        raise LedgerError(f"cannot list {d}: {e.strerror}") from None
     return [d / n for n in names if n.endswith(SUFFIX) and not n.startswith(".")]
 
 
 def list_groups() -> list[str]:
-    return [p.name[:-len(SUFFIX)] for p in list_ledgers() if not p.name.startswith(PRIVATE_PREFIX)]
+    return [p.name[: -len(SUFFIX)] for p in list_ledgers() if not p.name.startswith(PRIVATE_PREFIX)]
 
 
 def display_name(path: Path) -> str:
-    n = path.name[:-len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
+    n = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
     m = _PRIVATE_RE.fullmatch(n)
-    return "run of pid %s (no group)" % m.group(1) if m else "group %s" % n
+    return f"run of pid {m.group(1)} (no group)" if m else f"group {n}"
 
 
 # ---- a ledger ---------------------------------------------------------------------------------
@@ -144,12 +151,18 @@ class Ledger:
         err = ffi.new("char[]", _ERRLEN)
         h = lib.ct_ledger_open(os.fsencode(str(path)), 1 if create else 0, err, _ERRLEN)
         if h == ffi.NULL:
-            raise LedgerError(ffi.string(err).decode() or "cannot open %s" % path)
+            raise LedgerError(ffi.string(err).decode() or f"cannot open {path}")
         return cls(h, Path(path))
 
     @classmethod
-    def create(cls, path, limits: dict[int, int] | None = None, on_exceed: str = "deny",
-               count_host: bool = False, group: str = "") -> Ledger:
+    def create(
+        cls,
+        path,
+        limits: dict[int, int] | None = None,
+        on_exceed: str = "deny",
+        count_host: bool = False,
+        group: str = "",
+    ) -> Ledger:
         """Open path, creating it with these settings if it does not exist (.created says)."""
         ffi, lib = _tools()
         cfg = ffi.new("struct ct_ledger_config *")
@@ -158,10 +171,10 @@ class Ledger:
             if not 0 <= int(dev) < ndev:
                 raise LedgerError("device %s: the ledger counts devices 0 to %d" % (dev, ndev - 1))
             if not 0 <= int(n) < 1 << 64:
-                raise LedgerError("device %s: bad limit %r" % (dev, n))
+                raise LedgerError(f"device {dev}: bad limit {n!r}")
             cfg.limit[int(dev)] = int(n)
         if on_exceed not in _MODES:
-            raise LedgerError("on_exceed must be one of %s" % ", ".join(_MODES))
+            raise LedgerError("on_exceed must be one of {}".format(", ".join(_MODES)))
         cfg.on_exceed = _MODES[on_exceed]
         cfg.flags = lib.CT_LEDGER_F_COUNT_HOST if count_host else 0
         g = (group or "").encode()[:63]
@@ -170,7 +183,7 @@ class Ledger:
         err = ffi.new("char[]", _ERRLEN)
         h = lib.ct_ledger_create(os.fsencode(str(path)), cfg, created, err, _ERRLEN)
         if h == ffi.NULL:
-            raise LedgerError(ffi.string(err).decode() or "cannot create %s" % path)
+            raise LedgerError(ffi.string(err).decode() or f"cannot create {path}")
         return cls(h, Path(path), bool(created[0]))
 
     def close(self) -> None:
@@ -193,7 +206,7 @@ class Ledger:
     @property
     def h(self):
         if self._h is None:
-            raise LedgerError("ledger %s is closed" % self.path)
+            raise LedgerError(f"ledger {self.path} is closed")
         return self._h
 
     # -- membership and accounting (mostly for tests: the shim does this in C)
@@ -208,8 +221,15 @@ class Ledger:
         return _tools()[1].ct_ledger_slot(self.h)
 
     def reserve(self, dev: int, nbytes: int) -> bool:
-        return _check(_tools()[1].ct_ledger_reserve(self.h, dev, nbytes, _tools()[0].NULL,
-                                                    _tools()[0].NULL), "reserve") == 1
+        return (
+            _check(
+                _tools()[1].ct_ledger_reserve(
+                    self.h, dev, nbytes, _tools()[0].NULL, _tools()[0].NULL
+                ),
+                "reserve",
+            )
+            == 1
+        )
 
     def force(self, dev: int, nbytes: int) -> bool:
         return _check(_tools()[1].ct_ledger_force(self.h, dev, nbytes), "force") == 1
@@ -244,7 +264,7 @@ class Ledger:
     @on_exceed.setter
     def on_exceed(self, mode: str) -> None:
         if mode not in _MODES:
-            raise LedgerError("on_exceed must be one of %s" % ", ".join(_MODES))
+            raise LedgerError("on_exceed must be one of {}".format(", ".join(_MODES)))
         _check(_tools()[1].ct_ledger_set_on_exceed(self.h, _MODES[mode]), "set_on_exceed")
 
     @property
@@ -265,13 +285,22 @@ class Ledger:
         v = ffi.new("struct ct_ledger_view *")
         _check(lib.ct_ledger_snapshot(self.h, v), "snapshot")
         ndev = lib.CT_LEDGER_MAX_DEVICES
-        alive_names = {lib.CT_LEDGER_ALIVE: "alive", lib.CT_LEDGER_DEAD: "dead",
-                       lib.CT_LEDGER_UNKNOWN: "unknown"}
+        alive_names = {
+            lib.CT_LEDGER_ALIVE: "alive",
+            lib.CT_LEDGER_DEAD: "dead",
+            lib.CT_LEDGER_UNKNOWN: "unknown",
+        }
         devices = []
         for d in range(ndev):
-            row = {"device": d, "limit": int(v.limit[d]), "in_use": int(v.in_use[d]),
-                   "dead_held": int(v.dead_held[d]), "peak": int(v.peak[d]),
-                   "denials": int(v.denials[d]), "over": int(v.over[d])}
+            row = {
+                "device": d,
+                "limit": int(v.limit[d]),
+                "in_use": int(v.in_use[d]),
+                "dead_held": int(v.dead_held[d]),
+                "peak": int(v.peak[d]),
+                "denials": int(v.denials[d]),
+                "over": int(v.over[d]),
+            }
             if any(row[k] for k in ("limit", "in_use", "dead_held", "peak", "denials", "over")):
                 devices.append(row)
         members = []
@@ -280,34 +309,52 @@ class Ledger:
             m = v.members[i]
             per = {}
             for d in range(ndev):
-                row = {"held": int(m.held[d]), "peak": int(m.peak[d]), "denials": int(m.denials[d]),
-                       "over": int(m.over[d]), "context": int(m.context[d])}
+                row = {
+                    "held": int(m.held[d]),
+                    "peak": int(m.peak[d]),
+                    "denials": int(m.denials[d]),
+                    "over": int(m.over[d]),
+                    "context": int(m.context[d]),
+                }
                 if any(row.values()):
                     per[d] = row
             state = alive_names.get(int(m.alive), "unknown")
-            for d, row in per.items():   # held = allocations + the CUDA context
+            for d, row in per.items():  # held = allocations + the CUDA context
                 row["allocations"] = max(0, row["held"] - row["context"])
                 if state != "dead":
                     contexts[d] = contexts.get(d, 0) + row["context"]
-            members.append({"slot": int(m.slot), "pid": int(m.pid), "state": state,
-                            "other_pidns": bool(m.other_pidns),
-                            "start_ticks": int(m.start_ticks), "joined": _iso(m.joined_ns),
-                            "devices": per})
+            members.append(
+                {
+                    "slot": int(m.slot),
+                    "pid": int(m.pid),
+                    "state": state,
+                    "other_pidns": bool(m.other_pidns),
+                    "start_ticks": int(m.start_ticks),
+                    "joined": _iso(m.joined_ns),
+                    "devices": per,
+                }
+            )
         for row in devices:
             row["contexts"] = contexts.get(row["device"], 0)
             row["allocations"] = max(0, row["in_use"] - row["contexts"])
         return {
-            "path": str(self.path), "name": display_name(self.path),
+            "path": str(self.path),
+            "name": display_name(self.path),
             "group": ffi.string(v.group).decode(errors="replace"),
             "private": self.path.name.startswith(PRIVATE_PREFIX),
-            "version": int(v.version), "uid": int(v.uid), "created": _iso(v.created_ns),
+            "version": int(v.version),
+            "uid": int(v.uid),
+            "created": _iso(v.created_ns),
             "on_exceed": _mode_name(v.on_exceed),
             "count_host": bool(v.flags & lib.CT_LEDGER_F_COUNT_HOST),
-            "reclaimed": int(v.reclaimed), "devices": devices, "members": members,
+            "reclaimed": int(v.reclaimed),
+            "devices": devices,
+            "members": members,
         }
 
 
 # ---- `cudatrace status` ------------------------------------------------------------------------
+
 
 def _target(group: str | None, path) -> list[Path]:
     if path is not None:
@@ -320,8 +367,11 @@ def _target(group: str | None, path) -> list[Path]:
         p = group_path(group, create_dir=False)
     if not p.exists() and not p.is_symlink():
         known = list_groups()
-        raise LedgerError("no budget group %r (in %s)%s" % (
-            group, p.parent, "; known groups: " + ", ".join(known) if known else ""))
+        raise LedgerError(
+            "no budget group {!r} (in {}){}".format(
+                group, p.parent, "; known groups: " + ", ".join(known) if known else ""
+            )
+        )
     return [p]
 
 
@@ -350,16 +400,20 @@ def reset_group(group: str) -> Path:
         with Ledger.open(p) as led:
             busy = _live_members(led)
         if busy:
-            raise LedgerError("%s is in use by pids %s; not reset (end them first)" % (
-                display_name(p), ", ".join(str(m["pid"]) for m in busy)))
+            raise LedgerError(
+                "{} is in use by pids {}; not reset (end them first)".format(
+                    display_name(p), ", ".join(str(m["pid"]) for m in busy)
+                )
+            )
         try:
             os.unlink(p)
         except OSError as e:
-            raise LedgerError("cannot remove %s: %s" % (p, e.strerror)) from None
+            raise LedgerError(f"cannot remove {p}: {e.strerror}") from None
     return p
 
 
 # ---- `cudatrace run`: the ledger of a run ------------------------------------------------------
+
 
 class RunLedger:
     """The ledger `cudatrace run` hands to its process tree (CUDATRACE_LEDGER=path)."""
@@ -403,7 +457,7 @@ def remove_stale_private(directory: Path | None = None) -> list[Path]:
     locks, only an old-style "@run-<pid>" ledger of a dead pid of this namespace is removed."""
     removed = []
     for p in list_ledgers(directory):
-        m = _PRIVATE_RE.fullmatch(p.name[:-len(SUFFIX)])
+        m = _PRIVATE_RE.fullmatch(p.name[: -len(SUFFIX)])
         if not m:
             continue
         try:
@@ -428,9 +482,10 @@ def remove_stale_private(directory: Path | None = None) -> list[Path]:
 
 def _limits_text(limits: dict[int, int]) -> str:
     from ..units import format_bytes
+
     vals = {v for v in limits.values()}
     if len(vals) == 1 and len(limits) >= 8:
-        return "%s on every device" % format_bytes(next(iter(vals)))
+        return f"{format_bytes(next(iter(vals)))} on every device"
     return ", ".join("%s on device %d" % (format_bytes(v), d) for d, v in sorted(limits.items()))
 
 
@@ -440,10 +495,11 @@ class _GroupLock:
     shim in the target never does."""
 
     def __init__(self, ledger_path: Path):
-        self.path = ledger_path.with_name(ledger_path.name[:-len(SUFFIX)] + ".lock")
+        self.path = ledger_path.with_name(ledger_path.name[: -len(SUFFIX)] + ".lock")
 
     def __enter__(self):
         import fcntl
+
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
@@ -457,8 +513,14 @@ def _live_members(led: Ledger) -> list[dict]:
     return [m for m in led.snapshot()["members"] if m["state"] != "dead"]
 
 
-def _group_ledger(group: str, limits: dict[int, int], on_exceed: str, count_host: bool,
-                  set_limits: bool, info: dict) -> Ledger | None:
+def _group_ledger(
+    group: str,
+    limits: dict[int, int],
+    on_exceed: str,
+    count_host: bool,
+    set_limits: bool,
+    info: dict,
+) -> Ledger | None:
     """One attempt, under the group's lock. None: the group has no budget yet (and this run
     names none)."""
     path = group_path(group, create_dir=True)
@@ -484,12 +546,14 @@ def _group_ledger(group: str, limits: dict[int, int], on_exceed: str, count_host
             pids = ", ".join(str(m["pid"]) for m in busy)
             led.close()
             raise LedgerError(
-                "group %s already has a budget of %s, in use by pids %s; this run asked for %s. "
+                f"group {group} already has a budget of {_limits_text(cur)}, in use by pids {pids}; this run asked for {_limits_text(wanted)}. "
                 "Give the same --budget, or none to join the group under its budget (or wait "
-                "until its members end)" % (group, _limits_text(cur), pids, _limits_text(wanted)))
+                "until its members end)"
+            )
         if cur:
-            info["note"] = ("group %s had a budget of %s and no live member; this run sets %s"
-                            % (group, _limits_text(cur), _limits_text(wanted)))
+            info["note"] = (
+                f"group {group} had a budget of {_limits_text(cur)} and no live member; this run sets {_limits_text(wanted)}"
+            )
         ndev = _tools()[1].CT_LEDGER_MAX_DEVICES
         for d in range(ndev):
             led.set_limit(d, int(limits.get(d, 0)))
@@ -498,9 +562,14 @@ def _group_ledger(group: str, limits: dict[int, int], on_exceed: str, count_host
         return led
 
 
-def open_run_ledger(limits: dict[int, int], group: str | None, on_exceed: str = "deny",
-                    count_host: bool = False, set_limits: bool = True,
-                    notify=None) -> tuple[RunLedger, dict]:
+def open_run_ledger(
+    limits: dict[int, int],
+    group: str | None,
+    on_exceed: str = "deny",
+    count_host: bool = False,
+    set_limits: bool = True,
+    notify=None,
+) -> tuple[RunLedger, dict]:
     """The ledger for one run: the group's, or a private one. Returns (RunLedger, info for
     run.json).
 
@@ -523,28 +592,37 @@ def open_run_ledger(limits: dict[int, int], group: str | None, on_exceed: str = 
                 break
             if time.monotonic() >= deadline:
                 raise LedgerError(
-                    "group %s has no budget: start the run that sets it (cudatrace run --group %s "
-                    "--budget SPEC -- ...) first, or give this run --budget" % (group, group))
+                    f"group {group} has no budget: start the run that sets it (cudatrace run --group {group} "
+                    "--budget SPEC -- ...) first, or give this run --budget"
+                )
             if not told and notify is not None:
-                notify("group %s has no budget yet; waiting up to %g s for a run with --budget "
-                       "to set it" % (group, wait))
+                notify(
+                    f"group {group} has no budget yet; waiting up to {wait:g} s for a run with --budget "
+                    "to set it"
+                )
                 told = True
             time.sleep(0.1)
         if told and notify is not None:
-            notify("group %s: budget %s" % (group, _limits_text(led.limits())))
+            notify(f"group {group}: budget {_limits_text(led.limits())}")
         run = RunLedger(led, private=False)
     else:
         remove_stale_private()
-        for _ in range(8):         # a fresh name: never another launcher's file (any namespace)
+        for _ in range(8):  # a fresh name: never another launcher's file (any namespace)
             led = Ledger.create(private_path(create_dir=True), limits, on_exceed, count_host, "")
             if led.created:
                 break
             led.close()
         else:
-            raise LedgerError("cannot make a private ledger of a new name in %s" % ledger_dir())
-        _tools()[1].ct_ledger_hold(led.h)   # ours while we run (remove_stale_private)
+            raise LedgerError(f"cannot make a private ledger of a new name in {ledger_dir()}")
+        _tools()[1].ct_ledger_hold(led.h)  # ours while we run (remove_stale_private)
         run = RunLedger(led, private=True)
-    info.update({"path": str(run.path), "created": led.created,
-                 "limits": {str(d): n for d, n in sorted(led.limits().items())},
-                 "on_exceed": led.on_exceed, "count_host": led.count_host})
+    info.update(
+        {
+            "path": str(run.path),
+            "created": led.created,
+            "limits": {str(d): n for d, n in sorted(led.limits().items())},
+            "on_exceed": led.on_exceed,
+            "count_host": led.count_host,
+        }
+    )
     return run, info

@@ -5,6 +5,7 @@ memory each process of the traced tree holds, plus /proc/meminfo MemAvailable an
 RSS — which is all a unified-memory device (Jetson) offers, where NVML answers N/A. Samples go to
 samples.jsonl, one JSON object a line, so a crash loses at most the line being written.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..nvml import Nvml
-from ..procfs import mem_available, meminfo, pss_of, rss_of, tree_pids
+from ..procfs import meminfo, pss_of, rss_of, tree_pids
 from .files import create
 
 
@@ -33,7 +34,7 @@ class Sampler(threading.Thread):
         try:
             self._loop()
         except OSError as e:  # a full disk, a planted link: stop sampling, never a traceback
-            self.error = "%s: %s" % (self.path, e.strerror or e)
+            self.error = f"{self.path}: {e.strerror or e}"
 
     def _loop(self):
         with create(self.path) as f:
@@ -41,9 +42,13 @@ class Sampler(threading.Thread):
                 t0 = time.monotonic()
                 pids = tree_pids(self.root)
                 mi = meminfo()
-                s = {"t": time.monotonic_ns(), "pids": pids,
-                     "mem_available": mi.get("MemAvailable"), "mem_free": mi.get("MemFree"),
-                     "tree_rss": rss_of(pids)}
+                s = {
+                    "t": time.monotonic_ns(),
+                    "pids": pids,
+                    "mem_available": mi.get("MemAvailable"),
+                    "mem_free": mi.get("MemFree"),
+                    "tree_rss": rss_of(pids),
+                }
                 devs = self.nvml.memory() if self.nvml.available else []
                 if not any("used" in d for d in devs):
                     # no device figures (integrated devices: NVML says NOT_SUPPORTED): device
@@ -53,8 +58,9 @@ class Sampler(threading.Thread):
                     s["devices"] = devs
                     procs = self.nvml.processes()
                     tree = set(pids)
-                    s["tree_device_bytes"] = {str(d): sum(b for p, b in m.items() if p in tree)
-                                              for d, m in procs.items()}
+                    s["tree_device_bytes"] = {
+                        str(d): sum(b for p, b in m.items() if p in tree) for d, m in procs.items()
+                    }
                 f.write(json.dumps(s) + "\n")
                 f.flush()
                 self.count += 1
@@ -67,6 +73,10 @@ class Sampler(threading.Thread):
 
     def describe(self) -> dict:
         n = self.nvml
-        return {"samples": self.count, "nvml": bool(n and n.available),
-                "nvml_why": (n.why if n else "sampler did not start"),
-                "driver": n.driver if n else None, "error": self.error}
+        return {
+            "samples": self.count,
+            "nvml": bool(n and n.available),
+            "nvml_why": (n.why if n else "sampler did not start"),
+            "driver": n.driver if n else None,
+            "error": self.error,
+        }

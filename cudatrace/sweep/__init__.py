@@ -16,6 +16,7 @@ run's peak and a law in the knob (analyze/laws.py). `sweep_json` returns the who
 the dict of `--json` (schema cudatrace.sweep/1, docs/sweep-json.md); the text is rendered from
 that dict (present/sweep.py). The dict is also written to DIR/sweep.json.
 """
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,25 @@ from pathlib import Path
 from ..analyze import laws
 from ..analyze.analysis import Analysis, ReportError
 from ..units import parse_time
-
-from .knobs import (Knob, SweepError, bind_command, combos, parse_expect, parse_knobs,  # noqa: F401
-                    parse_point, parse_value, run_name, substitute, _text_of, _value_of)
-from .stop import StopRule, Watcher, live_bytes, url_answers, _tree  # noqa: F401
+from .knobs import (  # noqa: F401
+    Knob,
+    SweepError,
+    _text_of,
+    _value_of,
+    bind_command,
+    combos,
+    parse_expect,
+    parse_knobs,
+    parse_point,
+    parse_value,
+    run_name,
+    substitute,
+)
+from .stop import StopRule, Watcher, _tree, live_bytes, url_answers  # noqa: F401
 
 SCHEMA = "cudatrace.sweep/1"
-MARGIN = 0.10             # the budget suggestion's headroom over the predicted peak
-EXPECT_TOLERANCE = 0.10   # --expect: flag what grows more than 10% faster
+MARGIN = 0.10  # the budget suggestion's headroom over the predicted peak
+EXPECT_TOLERANCE = 0.10  # --expect: flag what grows more than 10% faster
 
 
 @dataclass
@@ -58,7 +70,7 @@ class Plan:
 def check_output(plan: Plan) -> None:
     """Refuse to overwrite an earlier sweep (or any trace) without --force; nothing is lost."""
     if plan.out.exists() and not plan.out.is_dir():
-        raise SweepError("cudatrace sweep: %s exists and is not a directory" % plan.out)
+        raise SweepError(f"cudatrace sweep: {plan.out} exists and is not a directory")
     if plan.force:
         return
     old = [plan.out / "sweep.json"] if (plan.out / "sweep.json").exists() else []
@@ -67,8 +79,10 @@ def check_output(plan: Plan) -> None:
         if d.is_dir() and (list(d.glob("*.ctrace")) or (d / "run.json").exists()):
             old.append(d)
     if old:
-        raise SweepError("cudatrace sweep: %s already holds a sweep (%s); pass --force to replace "
-                         "it, or -o another directory" % (plan.out, old[0].name))
+        raise SweepError(
+            f"cudatrace sweep: {plan.out} already holds a sweep ({old[0].name}); pass --force to replace "
+            "it, or -o another directory"
+        )
 
 
 def _signal_name(status: int) -> str:
@@ -109,13 +123,17 @@ def measure(path: Path, depth: int, symbolizer=None):
     m = a.model
     sites = {}
     for s in a.sites(m.groups_at_peak(), "site", depth):
-        sites[s.key] = {"label": s.label(), "key": s.key_text(), "bytes": s.bytes,
-                        "count": s.count}
-    return {"peak_bytes": m.peak_bytes,
-            "peak_time": a.seconds(m.peak_ts) if m.found else None,
-            "end_bytes": m.end_bytes, "allocs": m.counts.get("allocs", 0),
-            "denied": m.counts.get("denied", 0), "failed": m.counts.get("failed", 0),
-            "processes": len(a.traces), "sites": sites}, a.symbolizer
+        sites[s.key] = {"label": s.label(), "key": s.key_text(), "bytes": s.bytes, "count": s.count}
+    return {
+        "peak_bytes": m.peak_bytes,
+        "peak_time": a.seconds(m.peak_ts) if m.found else None,
+        "end_bytes": m.end_bytes,
+        "allocs": m.counts.get("allocs", 0),
+        "denied": m.counts.get("denied", 0),
+        "failed": m.counts.get("failed", 0),
+        "processes": len(a.traces),
+        "sites": sites,
+    }, a.symbolizer
 
 
 def execute(plan: Plan, progress=None) -> list[dict]:
@@ -123,6 +141,7 @@ def execute(plan: Plan, progress=None) -> list[dict]:
     and what it measured. progress(index, total, run) is called after each run."""
     from ..record.launcher import LaunchError, RunOptions
     from ..record.launcher import run as launch
+
     plan.out.mkdir(parents=True, exist_ok=True)
     todo = plan.runs()
     runs: list[dict] = []
@@ -132,8 +151,16 @@ def execute(plan: Plan, progress=None) -> list[dict]:
         d = plan.out / run_name(plan.knobs, combo)
         d.mkdir(parents=True, exist_ok=True)
         log = d / "output.log"
-        rec = {"index": n - 1, "combo": combo, "command": cmd, "directory": str(d),
-               "output": str(log), "ended": None, "included": False, "measured": None}
+        rec = {
+            "index": n - 1,
+            "combo": combo,
+            "command": cmd,
+            "directory": str(d),
+            "output": str(log),
+            "ended": None,
+            "included": False,
+            "measured": None,
+        }
         done = threading.Event()
         holder: dict = {}
 
@@ -143,9 +170,15 @@ def execute(plan: Plan, progress=None) -> list[dict]:
                 w.start()
 
         # quiet launcher, but the shim's budget lines go to the run's log: they say why it failed
-        opts = RunOptions(cmd=cmd, out_dir=d, quiet=True, force=True, on_start=on_start,
-                          extra_env={"CUDATRACE_QUIET": "0"},
-                          **plan.run_options)
+        opts = RunOptions(
+            cmd=cmd,
+            out_dir=d,
+            quiet=True,
+            force=True,
+            on_start=on_start,
+            extra_env={"CUDATRACE_QUIET": "0"},
+            **plan.run_options,
+        )
         t0 = time.monotonic()
         status = None
         with open(log, "wb") as f:
@@ -160,24 +193,37 @@ def execute(plan: Plan, progress=None) -> list[dict]:
                     holder["w"].join()
         rec["seconds"] = round(time.monotonic() - t0, 3)
         stopped = holder["w"].info if "w" in holder else None
-        interrupted = [s for s in opts.signals if s in (signal.SIGINT, signal.SIGTERM,
-                                                         signal.SIGHUP, signal.SIGQUIT)]
+        interrupted = [
+            s
+            for s in opts.signals
+            if s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+        ]
         if rec["ended"] is None:
             rec["ended"] = _ended(status, stopped, interrupted, _run_info(d).get("returncode"))
             if rec["ended"]["how"] != "interrupted":
                 try:
                     rec["measured"], symbolizer = measure(d, plan.depth, symbolizer)
                 except ReportError as e:
-                    rec["ended"] = {"how": "no_trace", "status": status,
-                                    "why": str(e).replace("cudatrace: ", "", 1)}
+                    rec["ended"] = {
+                        "how": "no_trace",
+                        "status": status,
+                        "why": str(e).replace("cudatrace: ", "", 1),
+                    }
         meas = rec["measured"]
         if meas is not None and (meas["denied"] or _aborted(d)):
-            rec["ended"] = {"how": "failed_under_budget", "status": status,
-                            "denied": meas["denied"], "message": _budget_line(log)}
+            rec["ended"] = {
+                "how": "failed_under_budget",
+                "status": status,
+                "denied": meas["denied"],
+                "message": _budget_line(log),
+            }
         how = rec["ended"]["how"]
         rec["included"] = how in ("stopped", "killed") or (how == "exited" and status == 0)
-        if not rec["included"] and rec["ended"]["how"] not in ("not_started",) and \
-                "message" not in rec["ended"]:
+        if (
+            not rec["included"]
+            and rec["ended"]["how"] not in ("not_started",)
+            and "message" not in rec["ended"]
+        ):
             rec["ended"]["message"] = _last_line(log)
         runs.append(rec)
         if progress is not None:
@@ -201,8 +247,11 @@ def _aborted(d: Path) -> bool:
 
 def _ended(status: int, stopped: dict | None, interrupted: list, returncode=None) -> dict:
     if interrupted:
-        return {"how": "interrupted", "status": status,
-                "signal": signal.Signals(interrupted[0]).name}
+        return {
+            "how": "interrupted",
+            "status": status,
+            "signal": signal.Signals(interrupted[0]).name,
+        }
     if stopped is not None:
         e = dict(stopped)
         e["status"] = status
@@ -214,9 +263,11 @@ def _ended(status: int, stopped: dict | None, interrupted: list, returncode=None
 
 # ---- the result as data ----------------------------------------------------------------------
 
+
 def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, counts=None):
     """One law: the peak or a site. ys_by_run: bytes per run (None: run left out)."""
     from ..present import sweep as text
+
     inc = [(r, y) for r, y in zip(runs, ys_by_run) if y is not None]
     d = {"label": label, "key": key, "bytes": ys_by_run}
     if counts is not None:
@@ -225,11 +276,18 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
         k = knobs[0]
         law = laws.classify([k.numbers[r["combo"][0]] for r, _ in inc], [y for _, y in inc])
         d["fit"] = law.affine.as_json() if law.affine is not None else None
-        d["law"] = {"kind": law.kind, "tested": law.tested, "detail": law.detail,
-                    "points": [[x, y] for x, y in law.points]}
+        d["law"] = {
+            "kind": law.kind,
+            "tested": law.tested,
+            "detail": law.detail,
+            "points": [[x, y] for x, y in law.points],
+        }
         if law.power is not None:
-            d["law"]["power"] = {"coefficient": law.power.coef, "exponent": law.power.exponent,
-                                 "r2": law.power.r2}
+            d["law"]["power"] = {
+                "coefficient": law.power.coef,
+                "exponent": law.power.exponent,
+                "r2": law.power.r2,
+            }
         d["law"]["text"] = text.law_text(d, k.as_json())
         slope = law.affine.slope if law.affine is not None and law.kind != "flat" else 0.0
         d["_law"] = law
@@ -239,20 +297,27 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
         g = laws.fit_grid(pts, [y for _, y in inc], [k.key for k in knobs]) if inc else None
         d["fit"] = g.as_json() if g is not None else None
         ys = [y for _, y in inc]
-        flat = bool(ys) and (max(ys) == min(ys) or (
-            max(ys) - min(ys) <= laws.REL_TOL * max(abs(y) for y in ys)
-            and (g is None or g.r2 < 0.9)))
-        d["law"] = {"kind": "flat" if flat else (g.model if g else "none"),
-                    "tested": bool(g and g.lsq.dof > 0),
-                    "points": [list(p) + [y] for p, (_, y) in zip(pts, inc)]}
+        flat = bool(ys) and (
+            max(ys) == min(ys)
+            or (
+                max(ys) - min(ys) <= laws.REL_TOL * max(abs(y) for y in ys)
+                and (g is None or g.r2 < 0.9)
+            )
+        )
+        d["law"] = {
+            "kind": "flat" if flat else (g.model if g else "none"),
+            "tested": bool(g and g.lsq.dof > 0),
+            "points": [list(p) + [y] for p, (_, y) in zip(pts, inc)],
+        }
         d["law"]["text"] = text.grid_law_text(d, [k.as_json() for k in knobs])
         d["_law"] = g
         growth = []
         if g is not None and not flat:
             for i, k in enumerate(knobs):
                 s, at = max((g.partial_slope(i, p), p) for p in pts)
-                where = ",".join("%s=%s" % (o.key, _show(o, v)) for j, (o, v) in
-                                 enumerate(zip(knobs, at)) if j != i)
+                where = ",".join(
+                    f"{o.key}={_show(o, v)}" for j, (o, v) in enumerate(zip(knobs, at)) if j != i
+                )
                 growth.append((k, s, where))
     d["contradicts_expectation"] = False
     d["expectation"] = None
@@ -273,14 +338,21 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
 
 def _show(k: Knob, v) -> str:
     """A knob's value as the user wrote it, when it is one of the values run."""
-    return k.texts[k.numbers.index(v)] if v in k.numbers else "%g" % v
+    return k.texts[k.numbers.index(v)] if v in k.numbers else f"{v:g}"
 
 
-def sweep_json(plan: Plan, runs: list[dict], expect: float | dict | None = None,
-               predict: tuple | None = None, predict_text: str | None = None,
-               top: int = 10, expect_text: str | None = None) -> dict:
+def sweep_json(
+    plan: Plan,
+    runs: list[dict],
+    expect: float | dict | None = None,
+    predict: tuple | None = None,
+    predict_text: str | None = None,
+    top: int = 10,
+    expect_text: str | None = None,
+) -> dict:
     """The sweep as a dict: the --json output (docs/sweep-json.md, cudatrace.sweep/1)."""
     from ..present import sweep as text
+
     knobs = plan.knobs
     included = [r for r in runs if r["included"]]
     peaks = [r["measured"]["peak_bytes"] if r["included"] else None for r in runs]
@@ -293,10 +365,14 @@ def sweep_json(plan: Plan, runs: list[dict], expect: float | dict | None = None,
     order = sorted(keys.items(), key=lambda kv: (-kv[1]["max"], kv[1]["label"]))
     sites = []
     for key, e in order:
-        ys = [r["measured"]["sites"].get(key, {}).get("bytes", 0) if r["included"] else None
-              for r in runs]
-        cs = [r["measured"]["sites"].get(key, {}).get("count", 0) if r["included"] else None
-              for r in runs]
+        ys = [
+            r["measured"]["sites"].get(key, {}).get("bytes", 0) if r["included"] else None
+            for r in runs
+        ]
+        cs = [
+            r["measured"]["sites"].get(key, {}).get("count", 0) if r["included"] else None
+            for r in runs
+        ]
         sites.append(_series(knobs, runs, ys, e["label"], e["key"], expect, cs))
     shown = [s for i, s in enumerate(sites) if i < top or s["contradicts_expectation"]]
     doc = {
@@ -306,18 +382,29 @@ def sweep_json(plan: Plan, runs: list[dict], expect: float | dict | None = None,
         "directory": str(plan.out),
         "knobs": [k.as_json() for k in knobs],
         "values": [_value_of(knobs, r["combo"]) for r in runs],
-        "runs": [{"value": _value_of(knobs, r["combo"]), "text": _text_of(knobs, r["combo"]),
-                  "command": r["command"], "directory": r["directory"], "output": r["output"],
-                  "ended": dict(r["ended"], text=text.ended_text(r["ended"])),
-                  "included": r["included"], "seconds": r.get("seconds"),
-                  "peak_bytes": r["measured"]["peak_bytes"] if r["measured"] else None,
-                  "peak_time": r["measured"]["peak_time"] if r["measured"] else None,
-                  "allocs": r["measured"]["allocs"] if r["measured"] else None,
-                  "denied": r["measured"]["denied"] if r["measured"] else None}
-                 for r in runs],
-        "stop": {"after": plan.rule.stop_after, "url": plan.rule.url,
-                 "settle": plan.rule.settle if plan.rule.url else None,
-                 "grace": plan.rule.grace},
+        "runs": [
+            {
+                "value": _value_of(knobs, r["combo"]),
+                "text": _text_of(knobs, r["combo"]),
+                "command": r["command"],
+                "directory": r["directory"],
+                "output": r["output"],
+                "ended": dict(r["ended"], text=text.ended_text(r["ended"])),
+                "included": r["included"],
+                "seconds": r.get("seconds"),
+                "peak_bytes": r["measured"]["peak_bytes"] if r["measured"] else None,
+                "peak_time": r["measured"]["peak_time"] if r["measured"] else None,
+                "allocs": r["measured"]["allocs"] if r["measured"] else None,
+                "denied": r["measured"]["denied"] if r["measured"] else None,
+            }
+            for r in runs
+        ],
+        "stop": {
+            "after": plan.rule.stop_after,
+            "url": plan.rule.url,
+            "settle": plan.rule.settle if plan.rule.url else None,
+            "grace": plan.rule.grace,
+        },
         "expect": expect,
         "expect_text": expect_text,
         "peak": peak,
@@ -332,8 +419,9 @@ def sweep_json(plan: Plan, runs: list[dict], expect: float | dict | None = None,
     if len(included) < 2:
         doc["notes"].append("fewer than two runs finished well: no law")
     elif not any(r["measured"]["allocs"] for r in included):
-        doc["notes"].append("no run allocated device memory through the CUDA driver: did the "
-                            "command use the GPU?")
+        doc["notes"].append(
+            "no run allocated device memory through the CUDA driver: did the command use the GPU?"
+        )
     if predict is not None:
         doc["prediction"] = _prediction(knobs, included, peak, sites, predict, predict_text)
     for s in [peak] + sites:
@@ -343,6 +431,7 @@ def sweep_json(plan: Plan, runs: list[dict], expect: float | dict | None = None,
 
 def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
     from ..present import sweep as text
+
     notes = []
     if len(knobs) == 1:
         xs = [knobs[0].numbers[r["combo"][0]] for r in included]
@@ -360,13 +449,14 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
         if len(knobs) == 1:
             y, se, how = law.predict(point[0])
             if law.kind in ("steps", "powers_of_two"):
-                how += " (the law is %s: the estimate may miss a step)" % law.kind.replace(
-                    "_", " ")
+                how += " (the law is {}: the estimate may miss a step)".format(
+                    law.kind.replace("_", " ")
+                )
             elif law.kind == "irregular":
                 how += " (no simple law: a rough estimate)"
             return y, se, how
         y, se = law.predict(point)
-        return y, se, "%s fit" % law.model
+        return y, se, f"{law.model} fit"
 
     py, pse, phow = guess(peak)
     law = peak.get("_law")
@@ -376,24 +466,39 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
         if all(y is not None for y, _, _ in got):
             py = sum(max(0.0, y) for y, _, _ in got)
             ses = [se for _, se, _ in got]
-            pse = math.sqrt(sum(se * se for se in ses)) if all(se is not None for se in ses) \
-                else None
+            pse = (
+                math.sqrt(sum(se * se for se in ses)) if all(se is not None for se in ses) else None
+            )
             phow = "the sum of the sites' laws"
     if py is None:
-        return {"at": point_text, "peak": None, "sites": [], "budget": None,
-                "notes": notes + ["no law to predict from"]}
+        return {
+            "at": point_text,
+            "peak": None,
+            "sites": [],
+            "budget": None,
+            "notes": notes + ["no law to predict from"],
+        }
     n = len(included)
     if pse is None:
-        notes.append("only %d points: a law through them has no uncertainty to give" % n
-                     if n <= 2 else "the law has as many terms as points, or is not affine: "
-                     "no uncertainty to give")
+        notes.append(
+            "only %d points: a law through them has no uncertainty to give" % n
+            if n <= 2
+            else "the law has as many terms as points, or is not affine: no uncertainty to give"
+        )
     ps = []
     for s in sites:
         y, se, how = guess(s)
         if y is None:
             continue
-        ps.append({"label": s["label"], "key": s["key"], "bytes": max(0, round(y)),
-                   "stderr": se, "how": how})
+        ps.append(
+            {
+                "label": s["label"],
+                "key": s["key"],
+                "bytes": max(0, round(y)),
+                "stderr": se,
+                "how": how,
+            }
+        )
     ps.sort(key=lambda s: -s["bytes"])
     peak_b = max(0, round(py))
     margin = MARGIN * peak_b
@@ -401,23 +506,29 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
     if pse is not None and 3 * pse > margin:
         margin, why = 3 * pse, "3 standard errors of the prediction"
     if pse is None:
-        margin, why = 0.25 * peak_b, "25%% headroom: %s" % (
-            "two points, no uncertainty known" if n <= 2 else "no uncertainty known")
+        margin, why = (
+            0.25 * peak_b,
+            "25%% headroom: %s"
+            % ("two points, no uncertainty known" if n <= 2 else "no uncertainty known"),
+        )
     want = peak_b + margin
     step = _round_step(want)
     budget = int(math.ceil(want / step) * step) if want > 0 else 0
-    return {"at": point_text, "value": point[0] if len(knobs) == 1 else
-            {k.key: v for k, v in zip(knobs, point)},
-            "extrapolated": outside,
-            "peak": {"bytes": peak_b, "stderr": pse, "how": phow},
-            "sites": ps[:5],
-            "budget": {"bytes": budget, "spec": text.size_spec(budget),
-                       "reason": "the predicted traced peak %s + %s (%s), rounded up to a multiple "
-                       "of %s; CUDA contexts and module images (hundreds of MiB per process) are "
-                       "not counted by the budget but take memory on the box: leave them room too"
-                       % (text.readable(peak_b), text.readable(margin), why,
-                          text.readable(step))},
-            "notes": notes}
+    return {
+        "at": point_text,
+        "value": point[0] if len(knobs) == 1 else {k.key: v for k, v in zip(knobs, point)},
+        "extrapolated": outside,
+        "peak": {"bytes": peak_b, "stderr": pse, "how": phow},
+        "sites": ps[:5],
+        "budget": {
+            "bytes": budget,
+            "spec": text.size_spec(budget),
+            "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} ({why}), rounded up to a multiple "
+            f"of {text.readable(step)}; CUDA contexts and module images (hundreds of MiB per process) are "
+            "not counted by the budget but take memory on the box: leave them room too",
+        },
+        "notes": notes,
+    }
 
 
 def _round_step(v: float) -> int:
@@ -435,17 +546,23 @@ def load_recorded(path: Path, depth: int = 1) -> tuple[Plan, list[dict]]:
     try:
         doc = json.loads(f.read_text())
     except OSError as e:
-        raise SweepError("cudatrace sweep: --from %s: %s" % (path, e.strerror or e))
+        raise SweepError(f"cudatrace sweep: --from {path}: {e.strerror or e}") from None
     except ValueError:
-        raise SweepError("cudatrace sweep: --from %s: %s is not JSON" % (path, f))
+        raise SweepError(f"cudatrace sweep: --from {path}: {f} is not JSON") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise SweepError("cudatrace sweep: --from %s: %s is not a sweep (%s)" % (path, f, SCHEMA))
-    knobs = [Knob(k["placeholder"][1:-1], list(k["values"]), list(k["numbers"]), k["unit"],
-                  k["flag"]) for k in doc["knobs"]]
+        raise SweepError(f"cudatrace sweep: --from {path}: {f} is not a sweep ({SCHEMA})")
+    knobs = [
+        Knob(k["placeholder"][1:-1], list(k["values"]), list(k["numbers"]), k["unit"], k["flag"])
+        for k in doc["knobs"]
+    ]
     st = doc.get("stop") or {}
-    plan = Plan(knobs, list(doc["command"]), f.parent.resolve(),
-                StopRule(st.get("after"), st.get("url"), st.get("settle") or 2.0,
-                         st.get("grace") or 10.0), depth=depth)
+    plan = Plan(
+        knobs,
+        list(doc["command"]),
+        f.parent.resolve(),
+        StopRule(st.get("after"), st.get("url"), st.get("settle") or 2.0, st.get("grace") or 10.0),
+        depth=depth,
+    )
     runs, sym = [], None
     for i, r in enumerate(doc["runs"]):
         if len(knobs) == 1:
@@ -453,26 +570,38 @@ def load_recorded(path: Path, depth: int = 1) -> tuple[Plan, list[dict]]:
         else:
             parts = dict(p.split("=", 1) for p in r["text"].split(","))
             combo = tuple(k.texts.index(parts[k.key]) for k in knobs)
-        d = plan.out / Path(r["directory"]).name        # beside sweep.json, if moved with it
+        d = plan.out / Path(r["directory"]).name  # beside sweep.json, if moved with it
         if not d.is_dir():
             d = Path(r["directory"])
         ended = {k: v for k, v in r["ended"].items() if k != "text"}
-        rec = {"index": i, "combo": combo, "command": r["command"], "directory": str(d),
-               "output": str(d / "output.log"), "ended": ended, "included": r["included"],
-               "seconds": r.get("seconds"), "measured": None}
+        rec = {
+            "index": i,
+            "combo": combo,
+            "command": r["command"],
+            "directory": str(d),
+            "output": str(d / "output.log"),
+            "ended": ended,
+            "included": r["included"],
+            "seconds": r.get("seconds"),
+            "measured": None,
+        }
         if r.get("peak_bytes") is not None:
             try:
                 rec["measured"], sym = measure(d, depth, sym)
             except ReportError as e:
-                rec["ended"] = {"how": "no_trace", "status": ended.get("status"),
-                                "why": str(e).replace("cudatrace: ", "", 1)}
+                rec["ended"] = {
+                    "how": "no_trace",
+                    "status": ended.get("status"),
+                    "why": str(e).replace("cudatrace: ", "", 1),
+                }
                 rec["included"] = False
         runs.append(rec)
     return plan, runs
 
 
-def sweep_dict(path, depth: int = 1, expect: str | None = None, predict: str | None = None,
-               top: int = 10) -> dict:
+def sweep_dict(
+    path, depth: int = 1, expect: str | None = None, predict: str | None = None, top: int = 10
+) -> dict:
     """The cudatrace.sweep/1 dict of a recorded sweep directory, fitted again from its traces
     (for reports that chart the laws). Raises SweepError on a directory that is not a sweep."""
     plan, runs = load_recorded(Path(path), depth)
@@ -483,18 +612,19 @@ def sweep_dict(path, depth: int = 1, expect: str | None = None, predict: str | N
 
 # ---- the command -----------------------------------------------------------------------------
 
+
 def _time(opt: str, text: str | None) -> float | None:
     if text is None:
         return None
     try:
         v = parse_time(text)
     except ValueError as e:
-        raise SweepError("cudatrace sweep: %s %s: %s" % (opt, text, e))
+        raise SweepError(f"cudatrace sweep: {opt} {text}: {e}") from None
     return v
 
 
 def default_out(cmd0: str) -> Path:
-    base = "cudatrace-sweep-%s-%s" % (Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
+    base = "cudatrace-sweep-{}-{}".format(Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
     p = Path.cwd() / base
     n = 1
     while p.exists():
@@ -503,62 +633,104 @@ def default_out(cmd0: str) -> Path:
     return p
 
 
-def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None, until_url=None,
-         settle="2s", grace="10s", url_timeout="300s", expect=None, predict=None, top=10,
-         depth=1, run_options=None, out=None, err=None, from_dir=None) -> int:
+def main(
+    values,
+    cmd,
+    out_dir=None,
+    force=False,
+    as_json=False,
+    stop_after=None,
+    until_url=None,
+    settle="2s",
+    grace="10s",
+    url_timeout="300s",
+    expect=None,
+    predict=None,
+    top=10,
+    depth=1,
+    run_options=None,
+    out=None,
+    err=None,
+    from_dir=None,
+) -> int:
     """`cudatrace sweep`; returns the exit status: 0, 1 when fewer than two runs could be
     fitted, 2 on bad input (nothing run)."""
     from ..present import sweep as text
+
     out = out or sys.stdout
     err = err or sys.stderr
     cmd = list(cmd)
     if from_dir is not None:
-        return _main_from(Path(from_dir), values, cmd, as_json, expect, predict, top, depth,
-                          out, err)
+        return _main_from(
+            Path(from_dir), values, cmd, as_json, expect, predict, top, depth, out, err
+        )
     try:
         knobs = parse_knobs(values)
         bind_command(knobs, cmd)
         if stop_after is not None and until_url is not None:
             raise SweepError("cudatrace sweep: --stop-after and --until-url: give one")
-        rule = StopRule(_time("--stop-after", stop_after), until_url,
-                        _time("--settle", settle), _time("--grace", grace),
-                        _time("--url-timeout", url_timeout))
+        rule = StopRule(
+            _time("--stop-after", stop_after),
+            until_url,
+            _time("--settle", settle),
+            _time("--grace", grace),
+            _time("--url-timeout", url_timeout),
+        )
         if until_url is not None and not re.match(r"^https?://", until_url):
-            raise SweepError("cudatrace sweep: --until-url %s: an http:// or https:// URL"
-                             % until_url)
+            raise SweepError(
+                f"cudatrace sweep: --until-url {until_url}: an http:// or https:// URL"
+            )
         exp = None
         if expect is not None:
             try:
                 exp = parse_expect(expect, knobs)
             except SweepError as e:
-                raise SweepError("cudatrace sweep: --expect %s: %s" % (expect, e))
+                raise SweepError(f"cudatrace sweep: --expect {expect}: {e}") from None
         point = parse_point(knobs, predict) if predict is not None else None
-        plan = Plan(knobs, cmd, (Path(out_dir) if out_dir else default_out(
-            cmd[0].replace("{", "").replace("}", ""))).resolve(), rule, dict(run_options or {}),
-            force, depth)
+        plan = Plan(
+            knobs,
+            cmd,
+            (
+                Path(out_dir) if out_dir else default_out(cmd[0].replace("{", "").replace("}", ""))
+            ).resolve(),
+            rule,
+            dict(run_options or {}),
+            force,
+            depth,
+        )
         check_output(plan)
         if not any(k.placeholder in cmd[0] for k in knobs):
             from ..record.launcher import LaunchError, check_enterable, resolve_command
+
             try:
                 check_enterable(resolve_command(cmd[0]))
             except LaunchError as e:
-                err.write("%s\n" % e)
+                err.write(f"{e}\n")
                 return e.status
     except SweepError as e:
-        err.write("%s\n" % e)
+        err.write(f"{e}\n")
         return e.status
 
     total = len(plan.runs())
-    err.write("cudatrace sweep: %d run%s of %s -> %s\n" % (
-        total, "" if total == 1 else "s", " ".join(cmd), plan.out))
+    err.write(
+        "cudatrace sweep: %d run%s of %s -> %s\n"
+        % (total, "" if total == 1 else "s", " ".join(cmd), plan.out)
+    )
     err.flush()
 
     def progress(n, total, rec):
         m = rec["measured"]
-        err.write("  %d/%d  %s: %s%s%s\n" % (
-            n, total, _text_of(knobs, rec["combo"]), text.ended_text(rec["ended"]),
-            ", peak %s" % text.readable(m["peak_bytes"]) if m and rec["included"] else "",
-            "" if rec["included"] else " (left out of the laws)"))
+        err.write(
+            "  %d/%d  %s: %s%s%s\n"
+            % (
+                n,
+                total,
+                _text_of(knobs, rec["combo"]),
+                text.ended_text(rec["ended"]),
+                ", peak {}".format(text.readable(m["peak_bytes"])) if m and rec["included"] else "",
+                "" if rec["included"] else " (left out of the laws)",
+            )
+        )
         err.flush()
 
     try:
@@ -570,7 +742,7 @@ def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None,
     try:
         (plan.out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
     except OSError as e:
-        err.write("cudatrace sweep: could not write %s: %s\n" % (plan.out / "sweep.json", e))
+        err.write("cudatrace sweep: could not write {}: {}\n".format(plan.out / "sweep.json", e))
     if as_json:
         out.write(json.dumps(doc, indent=2) + "\n")
     else:
@@ -582,22 +754,23 @@ def main(values, cmd, out_dir=None, force=False, as_json=False, stop_after=None,
 def _main_from(path: Path, values, cmd, as_json, expect, predict, top, depth, out, err) -> int:
     """`cudatrace sweep --from DIR`: the recorded sweep's laws again, nothing run."""
     from ..present import sweep as text
+
     try:
         if values or cmd:
-            raise SweepError("cudatrace sweep: --from replays a recorded sweep: give no --values "
-                             "and no command")
+            raise SweepError(
+                "cudatrace sweep: --from replays a recorded sweep: give no --values and no command"
+            )
         plan, runs = load_recorded(path, depth)
         exp = None
         if expect is not None:
             try:
                 exp = parse_expect(expect, plan.knobs)
             except SweepError as e:
-                raise SweepError("cudatrace sweep: --expect %s: %s" % (expect, e))
+                raise SweepError(f"cudatrace sweep: --expect {expect}: {e}") from None
         point = parse_point(plan.knobs, predict) if predict is not None else None
     except SweepError as e:
-        err.write("%s\n" % e)
+        err.write(f"{e}\n")
         return e.status
     doc = sweep_json(plan, runs, exp, point, predict, top, expect)
     out.write(json.dumps(doc, indent=2) + "\n" if as_json else text.render(doc))
     return 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
-

@@ -1,4 +1,5 @@
 """The knobs of a sweep: --values parsed, placeholders bound, runs named, points parsed."""
+
 from __future__ import annotations
 
 import itertools
@@ -7,14 +8,14 @@ from dataclasses import dataclass
 
 from ..record.budget import BudgetError, parse_size
 
-
 SCHEMA = "cudatrace.sweep/1"
-MARGIN = 0.10             # the budget suggestion's headroom over the predicted peak
-EXPECT_TOLERANCE = 0.10   # --expect: flag what grows more than 10% faster
+MARGIN = 0.10  # the budget suggestion's headroom over the predicted peak
+EXPECT_TOLERANCE = 0.10  # --expect: flag what grows more than 10% faster
 
 
 class SweepError(Exception):
     """Bad input: exit status 2, nothing run."""
+
     status = 2
 
 
@@ -26,15 +27,15 @@ _NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 
 @dataclass
 class Knob:
-    name: str                    # "" for the one unnamed list ({})
+    name: str  # "" for the one unnamed list ({})
     texts: list[str]
-    numbers: list                # int or float; bytes when unit == "bytes"
-    unit: str | None = None      # "bytes" when the values are sizes (512MiB)
-    flag: str | None = None      # the option the placeholder is the value of, if any
+    numbers: list  # int or float; bytes when unit == "bytes"
+    unit: str | None = None  # "bytes" when the values are sizes (512MiB)
+    flag: str | None = None  # the option the placeholder is the value of, if any
 
     @property
     def placeholder(self) -> str:
-        return "{%s}" % self.name
+        return f"{{{self.name}}}"
 
     @property
     def label(self) -> str:
@@ -61,8 +62,13 @@ class Knob:
             return words[0]
         elif len(words) != 1:
             return None
-        if len(words) != 1 or not words[0].isalpha() or not words[0].endswith("s") or \
-                words[0].endswith(("ss", "us", "is")) or len(words[0]) < 4:
+        if (
+            len(words) != 1
+            or not words[0].isalpha()
+            or not words[0].endswith("s")
+            or words[0].endswith(("ss", "us", "is"))
+            or len(words[0]) < 4
+        ):
             return None
         w = words[0]
         if w.endswith(("ches", "shes", "xes", "sses")):
@@ -70,9 +76,15 @@ class Knob:
         return w[:-1]
 
     def as_json(self) -> dict:
-        return {"name": self.key, "placeholder": self.placeholder, "flag": self.flag,
-                "unit": self.unit, "noun": self.noun(), "values": list(self.texts),
-                "numbers": list(self.numbers)}
+        return {
+            "name": self.key,
+            "placeholder": self.placeholder,
+            "flag": self.flag,
+            "unit": self.unit,
+            "noun": self.noun(),
+            "values": list(self.texts),
+            "numbers": list(self.numbers),
+        }
 
 
 def parse_value(text: str):
@@ -84,75 +96,91 @@ def parse_value(text: str):
     try:
         return parse_size(t), True
     except BudgetError as e:
-        raise SweepError("%r is not a number or a size (512MiB, 1.5GiB): %s" % (t, e.why))
+        raise SweepError(f"{t!r} is not a number or a size (512MiB, 1.5GiB): {e.why}") from None
 
 
 def parse_knobs(specs) -> list[Knob]:
     """--values V1,V2,... (one unnamed list, placeholder {}) or NAME=V1,V2 (several: a grid)."""
     if not specs:
-        raise SweepError("cudatrace sweep: --values is required (--values 1,2,4, or "
-                         "--values a=1,2 --values b=8,16 for a grid)")
+        raise SweepError(
+            "cudatrace sweep: --values is required (--values 1,2,4, or "
+            "--values a=1,2 --values b=8,16 for a grid)"
+        )
     knobs: list[Knob] = []
     for spec in specs:
-        name, _, body = spec.partition("=") if re.match(r"^\s*[A-Za-z_]\w*\s*=", spec) \
-            else ("", "", spec)
+        name, _, body = (
+            spec.partition("=") if re.match(r"^\s*[A-Za-z_]\w*\s*=", spec) else ("", "", spec)
+        )
         name = name.strip()
         if name and not _NAME_RE.match(name):
-            raise SweepError("cudatrace sweep: --values %s: %r is not a knob name (letters, "
-                             "digits, _)" % (spec, name))
+            raise SweepError(
+                f"cudatrace sweep: --values {spec}: {name!r} is not a knob name (letters, digits, _)"
+            )
         items = [x.strip() for x in body.split(",")]
         if not body.strip() or any(not x for x in items):
-            raise SweepError("cudatrace sweep: --values %s: an empty value (write V1,V2,...)"
-                             % spec)
+            raise SweepError(f"cudatrace sweep: --values {spec}: an empty value (write V1,V2,...)")
         if len(items) < 2:
-            raise SweepError("cudatrace sweep: --values %s: one value gives no law; give at least "
-                             "two (three to test the law)" % spec)
+            raise SweepError(
+                f"cudatrace sweep: --values {spec}: one value gives no law; give at least "
+                "two (three to test the law)"
+            )
         parsed = []
         for x in items:
             try:
                 parsed.append(parse_value(x))
             except SweepError as e:
-                raise SweepError("cudatrace sweep: --values %s: %s" % (spec, e))
+                raise SweepError(f"cudatrace sweep: --values {spec}: {e}") from None
         sizes = {s for (v, s) in parsed if not (v == 0 and not s)}
         if len(sizes) > 1:
-            raise SweepError("cudatrace sweep: --values %s mixes sizes (512MiB) and plain numbers; "
-                             "write every value with its unit" % spec)
+            raise SweepError(
+                f"cudatrace sweep: --values {spec} mixes sizes (512MiB) and plain numbers; "
+                "write every value with its unit"
+            )
         nums = [v for v, _ in parsed]
         seen = set()
         for x, v in zip(items, nums):
             if v in seen:
-                raise SweepError("cudatrace sweep: --values %s: %s is repeated" % (spec, x))
+                raise SweepError(f"cudatrace sweep: --values {spec}: {x} is repeated")
             seen.add(v)
         knobs.append(Knob(name, items, nums, "bytes" if sizes == {True} else None))
     unnamed = [k for k in knobs if not k.name]
     if unnamed and len(knobs) > 1:
         if len(unnamed) == len(knobs):
-            raise SweepError("cudatrace sweep: %d unnamed --values lists: name each knob "
-                             "(--values a=1,2 --values b=8,16) and write {a} and {b} in the "
-                             "command" % len(knobs))
-        raise SweepError("cudatrace sweep: give either one unnamed --values list (for {}) or "
-                         "named lists (a=1,2 for {a}), not both")
+            raise SweepError(
+                "cudatrace sweep: %d unnamed --values lists: name each knob "
+                "(--values a=1,2 --values b=8,16) and write {a} and {b} in the "
+                "command" % len(knobs)
+            )
+        raise SweepError(
+            "cudatrace sweep: give either one unnamed --values list (for {}) or "
+            "named lists (a=1,2 for {a}), not both"
+        )
     names = [k.name for k in knobs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise SweepError("cudatrace sweep: --values %s=... given twice" % sorted(dup)[0])
+        raise SweepError(f"cudatrace sweep: --values {sorted(dup)[0]}=... given twice")
     return knobs
 
 
 def bind_command(knobs: list[Knob], cmd: list[str]) -> None:
     """Check the placeholders against the command and find each knob's flag."""
     if not cmd:
-        raise SweepError("cudatrace sweep: no command: "
-                         "cudatrace sweep --values 1,2,4 -- CMD ... {}")
+        raise SweepError(
+            "cudatrace sweep: no command: cudatrace sweep --values 1,2,4 -- CMD ... {}"
+        )
     for k in knobs:
         where = [i for i, a in enumerate(cmd) if k.placeholder in a]
         if not where:
             if k.name:
-                raise SweepError("cudatrace sweep: the command has no %s: write it where the "
-                                 "value of --values %s=... goes" % (k.placeholder, k.name))
-            raise SweepError("cudatrace sweep: the command has no {}: write {} where the value "
-                             "goes, e.g. cudatrace sweep --values 1,2,4 -- ./server "
-                             "--num-blocks {}")
+                raise SweepError(
+                    f"cudatrace sweep: the command has no {k.placeholder}: write it where the "
+                    f"value of --values {k.name}=... goes"
+                )
+            raise SweepError(
+                "cudatrace sweep: the command has no {}: write {} where the value "
+                "goes, e.g. cudatrace sweep --values 1,2,4 -- ./server "
+                "--num-blocks {}"
+            )
         i = where[0]
         arg = cmd[i]
         m = re.match(r"^(--?[A-Za-z][\w.-]*)=" + re.escape(k.placeholder) + "$", arg)
@@ -165,12 +193,14 @@ def bind_command(knobs: list[Knob], cmd: list[str]) -> None:
         for a in cmd:
             for m in re.finditer(r"\{([A-Za-z_]\w*)\}", a):
                 if m.group(1) not in named:
-                    raise SweepError("cudatrace sweep: the command has {%s} but no --values %s=..."
-                                     % (m.group(1), m.group(1)))
+                    raise SweepError(
+                        f"cudatrace sweep: the command has {{{m.group(1)}}} but no --values {m.group(1)}=..."
+                    )
             if "{}" in a:
-                raise SweepError("cudatrace sweep: the command has {} but the knobs are named "
-                                 "(%s): write {%s} instead" % (", ".join(sorted(named)),
-                                                               sorted(named)[0]))
+                raise SweepError(
+                    "cudatrace sweep: the command has {{}} but the knobs are named "
+                    "({}): write {{{}}} instead".format(", ".join(sorted(named)), sorted(named)[0])
+                )
 
 
 def substitute(cmd: list[str], knobs: list[Knob], combo: tuple) -> list[str]:
@@ -188,11 +218,12 @@ def combos(knobs: list[Knob]) -> list[tuple]:
 
 
 def run_name(knobs: list[Knob], combo: tuple) -> str:
-    name = ",".join("%s=%s" % (k.key, k.texts[i]) for k, i in zip(knobs, combo))
+    name = ",".join(f"{k.key}={k.texts[i]}" for k, i in zip(knobs, combo))
     return re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
 
 
 # ---- stopping servers ------------------------------------------------------------------------
+
 
 def _value_of(knobs: list[Knob], combo: tuple):
     if len(knobs) == 1:
@@ -203,7 +234,7 @@ def _value_of(knobs: list[Knob], combo: tuple):
 def _text_of(knobs: list[Knob], combo: tuple) -> str:
     if len(knobs) == 1:
         return knobs[0].texts[combo[0]]
-    return ",".join("%s=%s" % (k.key, k.texts[i]) for k, i in zip(knobs, combo))
+    return ",".join(f"{k.key}={k.texts[i]}" for k, i in zip(knobs, combo))
 
 
 def parse_point(knobs: list[Knob], text: str) -> tuple:
@@ -214,30 +245,36 @@ def parse_point(knobs: list[Knob], text: str) -> tuple:
         if "=" in t:
             name, _, t = t.partition("=")
             if name.strip() not in (k.key, k.name, k.flag):
-                raise SweepError("cudatrace sweep: --predict %s: the knob is %s" % (text, k.label))
+                raise SweepError(f"cudatrace sweep: --predict {text}: the knob is {k.label}")
         v, is_size = parse_value(t)
         if k.unit == "bytes" and not is_size and v != 0:
-            raise SweepError("cudatrace sweep: --predict %s: the values swept are sizes; write "
-                             "it with its unit (2GiB)" % text)
+            raise SweepError(
+                f"cudatrace sweep: --predict {text}: the values swept are sizes; write "
+                "it with its unit (2GiB)"
+            )
         if k.unit is None and is_size:
-            raise SweepError("cudatrace sweep: --predict %s: the values swept are plain numbers"
-                             % text)
+            raise SweepError(
+                f"cudatrace sweep: --predict {text}: the values swept are plain numbers"
+            )
         return (v,)
     got = {}
     for item in text.split(","):
         name, eq, t = item.partition("=")
         if not eq:
-            raise SweepError("cudatrace sweep: --predict %s: name every knob: %s" % (
-                text, ",".join("%s=V" % k.key for k in knobs)))
+            raise SweepError(
+                "cudatrace sweep: --predict {}: name every knob: {}".format(
+                    text, ",".join(f"{k.key}=V" for k in knobs)
+                )
+            )
         got[name.strip()] = t
     out = []
     for k in knobs:
         if k.key not in got:
-            raise SweepError("cudatrace sweep: --predict %s: no value for %s" % (text, k.key))
+            raise SweepError(f"cudatrace sweep: --predict {text}: no value for {k.key}")
         v, _ = parse_value(got.pop(k.key))
         out.append(v)
     if got:
-        raise SweepError("cudatrace sweep: --predict %s: no knob named %s" % (text, sorted(got)[0]))
+        raise SweepError(f"cudatrace sweep: --predict {text}: no knob named {sorted(got)[0]}")
     return tuple(out)
 
 
@@ -245,8 +282,13 @@ def parse_expect(text: str, knobs: list[Knob] | None = None):
     """--expect SLOPE: bytes per unit of the knob: '1', '0.5', '1MiB' -> a float. On a grid
     NAME=SLOPE,... (only those knobs) or one SLOPE for every knob -> {NAME: float}."""
     if not knobs or len(knobs) == 1:
-        t = text.split("=", 1)[1] if knobs and "=" in text and text.split("=", 1)[0].strip() in \
-            (knobs[0].key, knobs[0].name, knobs[0].flag) else text
+        t = (
+            text.split("=", 1)[1]
+            if knobs
+            and "=" in text
+            and text.split("=", 1)[0].strip() in (knobs[0].key, knobs[0].name, knobs[0].flag)
+            else text
+        )
         v, _ = parse_value(t)
         return float(v)
     if "=" not in text:
@@ -258,9 +300,8 @@ def parse_expect(text: str, knobs: list[Knob] | None = None):
         name, eq, t = item.partition("=")
         name = name.strip()
         if not eq or name not in names:
-            raise SweepError("%r: write NAME=SLOPE with NAME one of %s" % (item, ", ".join(
-                sorted(names))))
+            raise SweepError(
+                "{!r}: write NAME=SLOPE with NAME one of {}".format(item, ", ".join(sorted(names)))
+            )
         out[name] = float(parse_value(t)[0])
     return out
-
-

@@ -1,4 +1,5 @@
 """Stopping a swept server: after a time, or once a URL answers and live memory settled."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,6 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-
 
 
 @dataclass
@@ -42,6 +42,7 @@ def live_bytes(out: Path):
     """Traced bytes live now in a running trace directory (None if it cannot be read yet)."""
     from ..analyze.model import build
     from ..analyze.trace import read_dir
+
     try:
         td = read_dir(out)
         return build(td).end_bytes if td.traces else 0
@@ -51,6 +52,7 @@ def live_bytes(out: Path):
 
 def _tree(pid: int) -> list[int]:
     from ..procfs import tree_pids
+
     try:
         return tree_pids(pid)
     except OSError:
@@ -104,9 +106,17 @@ class Watcher(threading.Thread):
             self.done.wait(max(0.1, min(r.settle / 4, 1.0), 2 * took))
         if self.done.is_set():
             return
-        self.stop({"how": "stopped", "why": "url", "url": r.url, "answered_after": answered,
-                   "settle": r.settle, "settled": settled,
-                   "live_bytes": last if isinstance(last, int) else None})
+        self.stop(
+            {
+                "how": "stopped",
+                "why": "url",
+                "url": r.url,
+                "answered_after": answered,
+                "settle": r.settle,
+                "settled": settled,
+                "live_bytes": last if isinstance(last, int) else None,
+            }
+        )
 
     def _send(self, sig) -> None:
         if self.proc.returncode is not None:

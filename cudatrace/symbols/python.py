@@ -9,6 +9,7 @@ the Python frames that loop call was running.
 
 Imports nothing from cudatrace: the symbols floor.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,29 +94,29 @@ def line_ranges(table: bytes, firstlineno: int) -> list[tuple[int, int, int | No
     try:
         while i < n:
             first = table[i]
-            if not first & 0x80:              # not an entry start: a damaged table
+            if not first & 0x80:  # not an entry start: a damaged table
                 break
             code = (first >> 3) & 15
             length = ((first & 7) + 1) * 2
             i += 1
-            if code == 15:                    # no location
+            if code == 15:  # no location
                 ln = None
-            elif code == 14:                  # long form: line delta, end line, columns
+            elif code == 14:  # long form: line delta, end line, columns
                 d, i = _svarint(table, i)
                 line += d
                 _, i = _varint(table, i)
                 _, i = _varint(table, i)
                 _, i = _varint(table, i)
                 ln = line
-            elif code == 13:                  # no column
+            elif code == 13:  # no column
                 d, i = _svarint(table, i)
                 line += d
                 ln = line
-            elif code >= 10:                  # one-line forms: line delta code-10, two columns
+            elif code >= 10:  # one-line forms: line delta code-10, two columns
                 line += code - 10
                 i += 2
                 ln = line
-            else:                             # short form: same line, one column byte
+            else:  # short form: same line, one column byte
                 i += 1
                 ln = line
             out.append((addr, addr + length, ln))

@@ -6,22 +6,21 @@ the traces are read by the (x86-64) Python reader. Needs: apt-get install gcc-aa
 libc6-dev-arm64-cross qemu-user (.ci/run installs them). Without them the tests skip, except
 in CI (CI=true), where a missing tool fails the suite.
 """
+
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-from support import calltree, simbuild
-from support.paths import REPO, TESTS  # noqa: F401
 from test_routes import expected_ops, traced_ops
 
 from cudatrace.analyze.trace import C, read_dir
+from support import calltree, simbuild
+from support.paths import REPO, TESTS  # noqa: F401
 
 CC = "aarch64-linux-gnu-gcc"
 QEMU = "qemu-aarch64"
@@ -34,8 +33,10 @@ def require_tools():
     if not (SYSROOT / "lib" / "ld-linux-aarch64.so.1").exists():
         missing.append(str(SYSROOT / "lib/ld-linux-aarch64.so.1"))
     if missing:
-        msg = ("aarch64 tools missing (%s): apt-get install gcc-aarch64-linux-gnu "
-               "libc6-dev-arm64-cross qemu-user" % ", ".join(missing))
+        msg = (
+            "aarch64 tools missing ({}): apt-get install gcc-aarch64-linux-gnu "
+            "libc6-dev-arm64-cross qemu-user".format(", ".join(missing))
+        )
         if os.environ.get("CI") == "true":
             pytest.fail(msg + " -- CI must run the aarch64 suite")
         pytest.skip(msg)
@@ -45,8 +46,11 @@ def require_tools():
 def a64(tmp_path_factory):
     require_tools()
     work = tmp_path_factory.mktemp("aarch64")
-    r = subprocess.run([str(REPO / "tools" / "cross-build-shim"), CC, str(work / "shim")],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [str(REPO / "tools" / "cross-build-shim"), CC, str(work / "shim")],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     shim = Path(r.stdout.strip())
     assert shim.is_file() and shim.name == "libcudatrace.so"
@@ -66,28 +70,38 @@ def qrun(a64, prog, args=(), extra_env=None, shim=None, timeout=300):
     a64.n += 1
     out = a64.work / ("trace%d" % a64.n)
     out.mkdir()
-    env = {"LD_LIBRARY_PATH": str(a64.paths["libdir"]), "CUDATRACE_DIR": str(out),
-           "LD_PRELOAD": str(shim or a64.shim), "LD_BIND_NOW": "1"}
+    env = {
+        "LD_LIBRARY_PATH": str(a64.paths["libdir"]),
+        "CUDATRACE_DIR": str(out),
+        "LD_PRELOAD": str(shim or a64.shim),
+        "LD_BIND_NOW": "1",
+    }
     env.update(extra_env or {})
     cmd = [QEMU, "-L", str(SYSROOT)]
     for k, v in env.items():
-        cmd += ["-E", "%s=%s" % (k, v)]
-    r = subprocess.run(cmd + [str(prog), *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout)
+        cmd += ["-E", f"{k}={v}"]
+    r = subprocess.run(
+        cmd + [str(prog), *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
     r.out = out
     return r
 
 
 def events(t, op):
     from cudatrace.analyze.trace import event_fields
+
     names = event_fields()
     return [dict(zip(names, e)) for e in t.events if e[names.index("op")] == C()[op]]
 
 
 def symbol_of(a64, binary, addr):
     """the function of binary holding the file address addr (nm of the aarch64 binutils)"""
-    out = subprocess.run(["aarch64-linux-gnu-nm", "-S", "--defined-only", str(binary)],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["aarch64-linux-gnu-nm", "-S", "--defined-only", str(binary)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for line in out.splitlines():
         p = line.split()
         if len(p) == 4 and p[2] in "tTwW" and int(p[0], 16) <= addr < int(p[0], 16) + int(p[1], 16):
@@ -95,9 +109,16 @@ def symbol_of(a64, binary, addr):
     return None
 
 
-@pytest.mark.parametrize("prog,args", [("route_link", []), ("route_link", ["--ptsz"]),
-                                       ("route_dlsym", []), ("route_gpa", []),
-                                       ("route_gpa", ["--ptsz"])])
+@pytest.mark.parametrize(
+    "prog,args",
+    [
+        ("route_link", []),
+        ("route_link", ["--ptsz"]),
+        ("route_dlsym", []),
+        ("route_gpa", []),
+        ("route_gpa", ["--ptsz"]),
+    ],
+)
 def test_routes_under_qemu(a64, prog, args):
     r = qrun(a64, a64.paths[prog], args)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -112,7 +133,7 @@ def test_routes_under_qemu(a64, prog, args):
         if w[1].endswith("_ptsz"):
             assert e["flags"] & C()["CT_EF_PTSZ"], (w, e)
         assert e["stack"], ("no stack", w)
-    assert t.info.get("dlsym_version") == "GLIBC_2.34"      # Debian's glibc 2.36 for arm64
+    assert t.info.get("dlsym_version") == "GLIBC_2.34"  # Debian's glibc 2.36 for arm64
     # symbolized: the first frame is the program's do_alloc_device, and the stack reaches main
     alloc = next(e for op, api, e in got if api == "cuMemAlloc_v2")
     frames = t.stack(alloc["stack"])
@@ -121,6 +142,7 @@ def test_routes_under_qemu(a64, prog, args):
     names = [symbol_of(a64, mod.path, f - 1 - mod.base) for f in frames if t.module_for(f) is mod]
     assert names[0] == "do_alloc_device" and "main" in names, names
     from cudatrace.symbols import ModuleRef, Symbolizer
+
     res = Symbolizer().symbolize(ModuleRef(mod.path, mod.build_id, mod.base), [frames[0] - 1])
     assert res[frames[0] - 1][-1].function == "do_alloc_device"
 
@@ -137,7 +159,7 @@ def test_threads_under_qemu(a64):
 
 
 def test_fork_exec_under_qemu(a64):
-    via = "%s -L %s" % (shutil.which(QEMU), SYSROOT)
+    via = f"{shutil.which(QEMU)} -L {SYSROOT}"
     r = qrun(a64, a64.paths["forkexec"], ["--fork-child", 2], {"FORKEXEC_VIA": via})
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout
     td = read_dir(r.out)
@@ -151,13 +173,18 @@ def test_fork_exec_under_qemu(a64):
 
 def test_budget_under_qemu(a64, tmp_path, monkeypatch):
     from cudatrace.record import budget
+
     d = tmp_path / "ledgers"
     d.mkdir(mode=0o700)
     monkeypatch.setenv("CUDATRACE_LEDGER_DIR", str(d))
     ledger, _ = budget.setup_ledger("2GiB", None)
     try:
-        r = qrun(a64, a64.paths["hold"], ["--exit-after-ms", 10, "--free", 3, "1g"],
-                 {"CUDATRACE_LEDGER": str(ledger.path)})
+        r = qrun(
+            a64,
+            a64.paths["hold"],
+            ["--exit-after-ms", 10, "--free", 3, "1g"],
+            {"CUDATRACE_LEDGER": str(ledger.path)},
+        )
     finally:
         ledger.finish()
     assert r.returncode == 1, r.stderr[-3000:]
@@ -189,9 +216,17 @@ def test_cached_stacks_equal_full_unwinds_on_random_call_trees(a64, seed):
 def test_real_dlsym_versions_are_tried_in_order(a64):
     """A build whose list starts with a version no glibc has: the next ones are tried, and the
     trace names the one found (aarch64's base version, GLIBC_2.17, here)."""
-    versions = r'-DCT_DLSYM_VERSIONS=\"GLIBC_0.1\",\"GLIBC_2.2.5\",\"GLIBC_2.17\"'
-    r = subprocess.run([str(REPO / "tools" / "cross-build-shim"), CC, str(a64.work / "shim-order"),
-                        "CFLAGS=-O2 -g " + versions], capture_output=True, text=True)
+    versions = r"-DCT_DLSYM_VERSIONS=\"GLIBC_0.1\",\"GLIBC_2.2.5\",\"GLIBC_2.17\""
+    r = subprocess.run(
+        [
+            str(REPO / "tools" / "cross-build-shim"),
+            CC,
+            str(a64.work / "shim-order"),
+            "CFLAGS=-O2 -g " + versions,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     r = qrun(a64, a64.paths["route_dlsym"], shim=Path(r.stdout.strip()))
     assert r.returncode == 0, r.stderr[-3000:]

@@ -1,5 +1,6 @@
 """Budgets enforced by the shim, on the simulated driver: fail / warn / abort, the hard limit
 under many threads and processes, co-tenant groups, dead members, and what sizing code sees."""
+
 from __future__ import annotations
 
 import json
@@ -36,31 +37,50 @@ def meminfo_lines(stdout):
     for line in stdout.splitlines():
         p = line.split()
         if p and p[0] == "meminfo":
-            out.append((p[1], None if p[2] == "-" else int(p[2]), None if p[3] == "-" else int(p[3]),
-                        int(p[4])))
+            out.append(
+                (
+                    p[1],
+                    None if p[2] == "-" else int(p[2]),
+                    None if p[3] == "-" else int(p[3]),
+                    int(p[4]),
+                )
+            )
     return out
 
 
 def test_malformed_budget_is_refused_before_starting(ct, sim, ledger_dir, tmp_path):
     marker = tmp_path / "started"
     for spec in ["8XB", "", "-1GiB", "0", "150%", "abc", "0=1GiB,0=2GiB"]:
-        r = ct.cli("run", "-o", ct.new_dir(), "--budget", spec, "--", "touch", marker,
-                   env=env_for(ct, ledger_dir))
+        r = ct.cli(
+            "run",
+            "-o",
+            ct.new_dir(),
+            "--budget",
+            spec,
+            "--",
+            "touch",
+            marker,
+            env=env_for(ct, ledger_dir),
+        )
         assert r.returncode == 2, (spec, r.stderr)
-        assert "--budget" in r.stderr and "GiB" in r.stderr, r.stderr   # lists the forms
+        assert "--budget" in r.stderr and "GiB" in r.stderr, r.stderr  # lists the forms
         assert not marker.exists()
 
 
 def test_fail_mode_denies_with_one_clear_line(ct, sim, ledger_dir):
-    r = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "--free", "3", "1g"], "--budget", "2GiB",
-               env=env_for(ct, ledger_dir))
-    assert r.returncode == 1, r.stderr                 # hold: one allocation failed
+    r = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "10", "--free", "3", "1g"],
+        "--budget",
+        "2GiB",
+        env=env_for(ct, ledger_dir),
+    )
+    assert r.returncode == 1, r.stderr  # hold: one allocation failed
     lines = [l for l in r.stderr.splitlines() if l.startswith("cudatrace: budget exceeded:")]
     assert len(lines) == 1, r.stderr
     line = lines[0]
     assert "cuMemAlloc_v2 of 1.00 GiB on device 0" in line
     assert "budget 2.00 GiB, in use 2.00 GiB" in line
-    assert "hold_alloc" in line                       # the call site, named
+    assert "hold_alloc" in line  # the call site, named
     assert "CUDA_ERROR_OUT_OF_MEMORY" in line
     results = [int(l.split()[4]) for l in r.stdout.splitlines() if l.startswith("alloc ")]
     assert results == [0, 0, 2]
@@ -69,12 +89,18 @@ def test_fail_mode_denies_with_one_clear_line(ct, sim, ledger_dir):
     assert len(denials) == 1 and denials[0]["size"] == GiB and denials[0]["result"] == 2
     assert denials[0]["stack"] != 0
     assert t.info.get("budget.0") == str(2 * GiB)
-    assert t.complete and t.end.exit_code == 1       # the status exit() was given, in END
+    assert t.complete and t.end.exit_code == 1  # the status exit() was given, in END
 
 
 def test_warn_mode_allows_and_says_so(ct, sim, ledger_dir):
-    r = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "--free", "3", "1g"], "--budget", "2GiB",
-               "--on-exceed", "warn", env=env_for(ct, ledger_dir))
+    r = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "10", "--free", "3", "1g"],
+        "--budget",
+        "2GiB",
+        "--on-exceed",
+        "warn",
+        env=env_for(ct, ledger_dir),
+    )
     assert r.returncode == 0, r.stderr
     assert "allowed (--on-exceed warn)" in r.stderr
     t = read_dir(r.out).traces[0]
@@ -86,10 +112,20 @@ def test_warn_mode_allows_and_says_so(ct, sim, ledger_dir):
 
 def test_abort_mode_stops_the_tree(ct, sim, ledger_dir):
     # a shell with two workers: one overshoots, both must end, cudatrace exits non-zero
-    script = "%s 1 100m & %s --exit-after-ms 2000 3 1g; wait" % (sim.progs["hold"], sim.progs["hold"])
+    script = "{} 1 100m & {} --exit-after-ms 2000 3 1g; wait".format(
+        sim.progs["hold"],
+        sim.progs["hold"],
+    )
     t0 = time.monotonic()
-    r = ct.run(["/bin/sh", "-c", script], "--budget", "1GiB", "--on-exceed", "abort",
-               env=env_for(ct, ledger_dir), timeout=60)
+    r = ct.run(
+        ["/bin/sh", "-c", script],
+        "--budget",
+        "1GiB",
+        "--on-exceed",
+        "abort",
+        env=env_for(ct, ledger_dir),
+        timeout=60,
+    )
     assert time.monotonic() - t0 < 30
     assert r.returncode != 0
     assert "stopping the process tree (--on-exceed abort)" in r.stderr
@@ -102,9 +138,16 @@ def test_hammer_never_exceeds_budget(ct, sim, ledger_dir):
     state = sim.new_state()
     budget = 64 * MiB
     hammer = sim.progs["hammer" if "hammer" in sim.progs else "budget_hammer"]
-    script = " & ".join(["%s 32 300 1m" % hammer] * 4) + "; wait"
-    r = ct.run(["/bin/sh", "-c", script], "--budget", str(budget), "--stack-depth", "4",
-               env=env_for(ct, ledger_dir, state=state), timeout=300)
+    script = " & ".join([f"{hammer} 32 300 1m"] * 4) + "; wait"
+    r = ct.run(
+        ["/bin/sh", "-c", script],
+        "--budget",
+        str(budget),
+        "--stack-depth",
+        "4",
+        env=env_for(ct, ledger_dir, state=state),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     oks = [l for l in r.stdout.splitlines() if l.startswith("ok ")]
     assert len(oks) == 4
@@ -121,10 +164,29 @@ def test_group_shared_by_two_runs_and_dead_member_gives_back(ct, sim, ledger_dir
     state = sim.new_state()
     env = env_for(ct, ledger_dir, state=state)
     out_a = ct.new_dir()
-    a = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(out_a),
-                          "--group", "team", "--budget", "10GiB", "--",
-                          str(sim.progs["hold"]), "1", "6g"], env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    a = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-q",
+            "-o",
+            str(out_a),
+            "--group",
+            "team",
+            "--budget",
+            "10GiB",
+            "--",
+            str(sim.progs["hold"]),
+            "1",
+            "6g",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in a.stdout:
         if line.strip() == "ready":
             break
@@ -132,30 +194,42 @@ def test_group_shared_by_two_runs_and_dead_member_gives_back(ct, sim, ledger_dir
     assert st.returncode == 0, st.stderr
     assert "team" in st.stdout
     # B joins the group (no --budget of its own) and is held to what is left: 4 GiB
-    b = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "--free", "1", "6g"], "--group", "team",
-               env=env)
+    b = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "10", "--free", "1", "6g"],
+        "--group",
+        "team",
+        env=env,
+    )
     assert b.returncode == 1 and "budget exceeded" in b.stderr, b.stderr
     assert "in use 6.00 GiB" in b.stderr
     # A's process dies by SIGKILL: its bytes go back to the group
     pid = int(next(out_a.glob("*.ctrace")).name.split(".")[0])
     os.kill(pid, signal.SIGKILL)
     a.communicate(timeout=60)
-    time.sleep(1.1)                    # reclaim runs at most once a second
-    c = ct.run([sim.progs["hold"], "--exit-after-ms", "10", "--free", "1", "6g"], "--group", "team",
-               env=env)
+    time.sleep(1.1)  # reclaim runs at most once a second
+    c = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "10", "--free", "1", "6g"],
+        "--group",
+        "team",
+        env=env,
+    )
     assert c.returncode == 0, c.stderr
 
 
 def test_sizing_code_sees_the_budget(ct, sim, ledger_dir):
     total = 16 * GiB
-    r = ct.run([sim.progs["meminfo"], "--alloc", "1g"], "--budget", "4GiB",
-               env=env_for(ct, ledger_dir, total_bytes=total))
+    r = ct.run(
+        [sim.progs["meminfo"], "--alloc", "1g"],
+        "--budget",
+        "4GiB",
+        env=env_for(ct, ledger_dir, total_bytes=total),
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     seen = meminfo_lines(r.stdout)
     assert len(seen) >= 8
     for api, t, f, res in seen:
         if res != 0:
-            continue                      # NVML's deliberate error cases
+            continue  # NVML's deliberate error cases
         if t is not None:
             assert t == 4 * GiB, (api, t)
         if f is not None:
@@ -164,18 +238,29 @@ def test_sizing_code_sees_the_budget(ct, sim, ledger_dir):
     assert ("cuMemGetInfo_v2", None, None, 0) in seen
     ev = [e for e in iter_events(read_dir(r.out).traces[0]) if e["op"] == C()["CT_OP_MEMINFO"]]
     assert ev and all(e["flags"] & C()["CT_EF_VIRTUALIZED"] for e in ev if e["result"] == 0)
-    assert any(e["aux2"] == total for e in ev)      # the device's own figure is kept too
+    assert any(e["aux2"] == total for e in ev)  # the device's own figure is kept too
 
-    r = ct.run([sim.progs["meminfo"], "--alloc", "1g"], "--budget", "4GiB", "--no-virtualize",
-               env=env_for(ct, ledger_dir, total_bytes=total))
+    r = ct.run(
+        [sim.progs["meminfo"], "--alloc", "1g"],
+        "--budget",
+        "4GiB",
+        "--no-virtualize",
+        env=env_for(ct, ledger_dir, total_bytes=total),
+    )
     assert all(t in (None, total) for api, t, f, res in meminfo_lines(r.stdout) if res == 0)
 
 
 def test_usage_above_budget_reads_as_zero_free(ct, sim, ledger_dir):
-    r = ct.run([sim.progs["meminfo"], "--alloc", "2g", "--no-nvml"], "--budget", "1GiB",
-               "--on-exceed", "warn", env=env_for(ct, ledger_dir))
+    r = ct.run(
+        [sim.progs["meminfo"], "--alloc", "2g", "--no-nvml"],
+        "--budget",
+        "1GiB",
+        "--on-exceed",
+        "warn",
+        env=env_for(ct, ledger_dir),
+    )
     assert r.returncode == 0, r.stderr
-    for api, t, f, res in meminfo_lines(r.stdout):
+    for _api, t, f, _res in meminfo_lines(r.stdout):
         if t is not None:
             assert t == GiB
         if f is not None:
@@ -183,8 +268,12 @@ def test_usage_above_budget_reads_as_zero_free(ct, sim, ledger_dir):
 
 
 def test_percent_budget_resolves_from_device_size(ct, sim, ledger_dir):
-    r = ct.run([sim.progs["meminfo"], "--no-nvml"], "--budget", "25%",
-               env=env_for(ct, ledger_dir, total_bytes=16 * GiB))
+    r = ct.run(
+        [sim.progs["meminfo"], "--no-nvml"],
+        "--budget",
+        "25%",
+        env=env_for(ct, ledger_dir, total_bytes=16 * GiB),
+    )
     assert r.returncode == 0, r.stderr
     assert {t for _, t, _, res in meminfo_lines(r.stdout) if t is not None} == {4 * GiB}
 
@@ -207,8 +296,9 @@ def test_vmm_memory_released_while_mapped_stays_counted(ct, sim, ledger_dir):
 def test_pinned_host_memory_counts_on_integrated_devices(ct, sim, ledger_dir):
     """On a unified-memory device (Jetson) pinned host memory is the same DRAM: it counts.
     route_link has 70.2 MiB of device memory live when it pins 17 MiB, then 18 MiB more."""
-    r = ct.run([sim.progs["route_link"]], "--budget", "90MiB",
-               env=env_for(ct, ledger_dir, integrated=True))
+    r = ct.run(
+        [sim.progs["route_link"]], "--budget", "90MiB", env=env_for(ct, ledger_dir, integrated=True)
+    )
     res = {l.split()[1]: l.split()[4] for l in r.stdout.splitlines() if l.startswith("alloc ")}
     assert res["cuMemHostAlloc"] == "0" and res["cuMemAllocHost_v2"] == "2", r.stdout
     assert "cuMemAllocHost_v2 of 18.00 MiB" in r.stderr
@@ -217,7 +307,8 @@ def test_pinned_host_memory_counts_on_integrated_devices(ct, sim, ledger_dir):
     res = {l.split()[1]: l.split()[4] for l in r.stdout.splitlines() if l.startswith("alloc ")}
     assert res["cuMemAllocHost_v2"] == "0"
     # unless asked: --count-host
-    r = ct.run([sim.progs["route_link"]], "--budget", "90MiB", "--count-host",
-               env=env_for(ct, ledger_dir))
+    r = ct.run(
+        [sim.progs["route_link"]], "--budget", "90MiB", "--count-host", env=env_for(ct, ledger_dir)
+    )
     res = {l.split()[1]: l.split()[4] for l in r.stdout.splitlines() if l.startswith("alloc ")}
     assert res["cuMemAllocHost_v2"] == "2"

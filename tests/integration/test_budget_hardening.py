@@ -37,7 +37,7 @@ def test_ledger_with_garbage_fields_refused_before_any_write(ct, sim, tmp_path):
     before = p.read_bytes()
     r = ct.run([sim.progs["route_link"]], "--group", "g", "--budget", "2GiB", env=env)
     assert r.returncode == 2, r.stderr
-    assert "damaged" in r.stderr and "rm %s" % p in r.stderr, r.stderr
+    assert "damaged" in r.stderr and f"rm {p}" in r.stderr, r.stderr
     assert p.read_bytes() == before
 
 
@@ -45,7 +45,6 @@ def test_share_budget_on_an_integrated_device(ct, sim, tmp_path):
     """Issue 11 #18: --budget 60% on a unified-memory device (NVML: NOT_SUPPORTED), the README's
     headline platform: a share of the system memory the device uses."""
     import json
-
 
     d = tmp_path / "ledgers"
     d.mkdir(mode=0o700)

@@ -22,11 +22,11 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
-from support import tracegen
 from test_kvpool import LAYERS, WEIGHTS, WORKSPACE, GiB, kvpool, thor_env  # noqa: F401
 
+from support import tracegen
 from support.paths import REPO  # noqa: E402
+
 FORMATS = ("folded", "pprof", "speedscope", "memory-viz", "perfetto")
 KV = "allocate_layer_kv"
 
@@ -43,7 +43,7 @@ def cli(env, *args, timeout=300):
 
 
 def _ok(r):
-    return "exit %s\nstdout:\n%s\nstderr:\n%s" % (r.returncode, r.stdout, r.stderr)
+    return f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 class Run:
@@ -66,7 +66,7 @@ class Run:
         out = self.base / ("export%d.%s" % (self.n, fmt))
         r = cli(self.env, "export", self.path, "--format", fmt, "-o", out, *opts)
         assert r.returncode == 0, _ok(r)
-        assert out.is_file() and "wrote %s" % out in r.stderr, _ok(r)
+        assert out.is_file() and f"wrote {out}" in r.stderr, _ok(r)
         return out
 
 
@@ -352,7 +352,12 @@ def test_pprof_descriptors_match_protoc(tmp_path):
 
     out = tmp_path / "set.pb"
     rc = protoc.main(
-        ["protoc", "-I%s" % pprof.PROTO.parent, "--descriptor_set_out=%s" % out, pprof.PROTO.name]
+        [
+            "protoc",
+            f"-I{pprof.PROTO.parent}",
+            f"--descriptor_set_out={out}",
+            pprof.PROTO.name,
+        ]
     )
     assert rc == 0
     theirs = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes()).file[0]
@@ -507,7 +512,7 @@ def replay_device_trace(entries):
         elif a == "oom":
             ooms.append(e)
         else:
-            raise AssertionError("unknown action %r" % a)
+            raise AssertionError(f"unknown action {a!r}")
     return blocks, segs, ooms
 
 

@@ -30,7 +30,7 @@ def small_disk(tmp_path):
         ["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(d)], capture_output=True, text=True
     )
     if r.returncode != 0:
-        pytest.fail("cannot mount a tmpfs as root: %s" % r.stderr)
+        pytest.fail(f"cannot mount a tmpfs as root: {r.stderr}")
     try:
         yield d
     finally:

@@ -9,6 +9,7 @@ aarch64 under qemu): what this checks is the build and the versions it binds, an
 real dlsym is found at run time; running on an actual 2.17 / 2.35 / 2.39 system is not done
 here (docs/aarch64.md).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from test_routes import traced_ops
 
 from support.paths import REPO, TESTS  # noqa: F401
-from test_routes import traced_ops
 
 TARGETS = [("aarch64", "2.17"), ("aarch64", "2.35"), ("aarch64", "2.39"), ("x86_64", "2.17")]
 MACHINE = {"aarch64": "AArch64", "x86_64": "X86-64"}
@@ -31,8 +32,12 @@ BASE = {"aarch64": "GLIBC_2.17", "x86_64": "GLIBC_2.2.5"}
 
 def _zig_ok() -> bool:
     try:
-        return subprocess.run([sys.executable, "-m", "ziglang", "version"], capture_output=True,
-                              timeout=60).returncode == 0
+        return (
+            subprocess.run(
+                [sys.executable, "-m", "ziglang", "version"], capture_output=True, timeout=60
+            ).returncode
+            == 0
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
 
@@ -48,10 +53,13 @@ def builds(tmp_path_factory):
 
     def one(t):
         arch, ver = t
-        cc = "%s -m ziglang cc -target %s-linux-gnu.%s" % (sys.executable, arch, ver)
-        r = subprocess.run([str(REPO / "tools" / "cross-build-shim"), cc,
-                            str(work / ("%s-%s" % (arch, ver)))], capture_output=True, text=True,
-                           timeout=900)
+        cc = f"{sys.executable} -m ziglang cc -target {arch}-linux-gnu.{ver}"
+        r = subprocess.run(
+            [str(REPO / "tools" / "cross-build-shim"), cc, str(work / (f"{arch}-{ver}"))],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert r.returncode == 0, r.stderr
         return t, Path(r.stdout.strip())
 
@@ -68,15 +76,18 @@ def test_build_needs_nothing_newer_than_its_glibc(builds, arch, ver):
     lib = builds[(arch, ver)]
     hdr = subprocess.run(["readelf", "-h", str(lib)], capture_output=True, text=True).stdout
     assert MACHINE[arch] in hdr
-    needs = subprocess.run(["readelf", "-V", "--wide", str(lib)], capture_output=True, text=True).stdout
+    needs = subprocess.run(
+        ["readelf", "-V", "--wide", str(lib)], capture_output=True, text=True
+    ).stdout
     versions = set(re.findall(r"Name: (GLIBC_[0-9.]+)", needs))
     assert versions and max(map(_version_key, versions)) <= _version_key("GLIBC_" + ver), versions
-    syms = subprocess.run(["readelf", "--dyn-syms", "--wide", str(lib)], capture_output=True,
-                          text=True).stdout
+    syms = subprocess.run(
+        ["readelf", "--dyn-syms", "--wide", str(lib)], capture_output=True, text=True
+    ).stdout
     # dlvsym: libdl's base version before 2.34, libc's from 2.34 on
     want = BASE[arch] if ver < "2.34" else "GLIBC_2.34"
-    assert re.search(r"UND dlvsym@%s\b" % re.escape(want), syms), syms
-    assert re.search(r"\bFUNC +GLOBAL +DEFAULT +\d+ dlsym$", syms, re.M)   # the unversioned export
+    assert re.search(rf"UND dlvsym@{re.escape(want)}\b", syms), syms
+    assert re.search(r"\bFUNC +GLOBAL +DEFAULT +\d+ dlsym$", syms, re.M)  # the unversioned export
 
 
 def test_2_17_builds_run_and_find_the_real_dlsym(builds, sim, tmp_path):
@@ -90,8 +101,11 @@ def test_2_17_builds_run_and_find_the_real_dlsym(builds, sim, tmp_path):
     for arch, prefix in runs:
         out = tmp_path / arch
         out.mkdir()
-        env = {"CUDATRACE_DIR": str(out), "LD_PRELOAD": str(builds[(arch, "2.17")]),
-               "LD_BIND_NOW": "1"}
+        env = {
+            "CUDATRACE_DIR": str(out),
+            "LD_PRELOAD": str(builds[(arch, "2.17")]),
+            "LD_BIND_NOW": "1",
+        }
         if arch == "x86_64":
             env.update(sim.env())
             prog = sim.progs["route_dlsym"]
@@ -99,6 +113,7 @@ def test_2_17_builds_run_and_find_the_real_dlsym(builds, sim, tmp_path):
             full_env = dict(os.environ, **env)
         else:
             from support import simbuild
+
             old = os.environ.get("CC")
             os.environ["CC"] = "aarch64-linux-gnu-gcc"
             try:
@@ -109,14 +124,17 @@ def test_2_17_builds_run_and_find_the_real_dlsym(builds, sim, tmp_path):
                 else:
                     os.environ["CC"] = old
             env["LD_LIBRARY_PATH"] = str(paths["libdir"])
-            cmd = prefix + [a for k, v in env.items() for a in ("-E", "%s=%s" % (k, v))] + \
-                [str(paths["route_dlsym"])]
+            cmd = (
+                prefix
+                + [a for k, v in env.items() for a in ("-E", f"{k}={v}")]
+                + [str(paths["route_dlsym"])]
+            )
             full_env = dict(os.environ)
         r = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, (arch, r.stderr[-3000:])
         t, got = traced_ops(out)
         assert t.arch == arch and got and all(e["stack"] for _, _, e in got)
-        assert t.info.get("dlsym_version") == "GLIBC_2.34"      # this machine's glibc is 2.36
+        assert t.info.get("dlsym_version") == "GLIBC_2.34"  # this machine's glibc is 2.36
 
 
 def test_real_dlsym_versions_are_tried_in_order_natively(sim, tmp_path):
@@ -126,15 +144,24 @@ def test_real_dlsym_versions_are_tried_in_order_natively(sim, tmp_path):
     base = BASE.get(os.uname().machine)
     if base is None:
         pytest.skip("only x86-64 and aarch64 are known here")
-    versions = r'-DCT_DLSYM_VERSIONS=\"GLIBC_0.1\",\"GLIBC_2.17\",\"GLIBC_2.2.5\"'
-    r = subprocess.run([str(REPO / "tools" / "cross-build-shim"), "cc", str(tmp_path / "shim"),
-                        "CFLAGS=-O2 -g " + versions], capture_output=True, text=True)
+    versions = r"-DCT_DLSYM_VERSIONS=\"GLIBC_0.1\",\"GLIBC_2.17\",\"GLIBC_2.2.5\""
+    r = subprocess.run(
+        [
+            str(REPO / "tools" / "cross-build-shim"),
+            "cc",
+            str(tmp_path / "shim"),
+            "CFLAGS=-O2 -g " + versions,
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
     out = tmp_path / "trace"
     out.mkdir()
     env = dict(os.environ, **sim.env(), CUDATRACE_DIR=str(out), LD_PRELOAD=r.stdout.strip())
-    p = subprocess.run([str(sim.progs["route_dlsym"])], env=env, capture_output=True, text=True,
-                       timeout=120)
+    p = subprocess.run(
+        [str(sim.progs["route_dlsym"])], env=env, capture_output=True, text=True, timeout=120
+    )
     assert p.returncode == 0, p.stderr
     t, got = traced_ops(out)
     assert t.info.get("dlsym_version") == base and got

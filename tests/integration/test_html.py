@@ -7,6 +7,7 @@ URLs fails the test. Without Chromium or Playwright the browser tests FAIL, with
 install, unless CUDATRACE_NO_BROWSER=1 is set (for development machines without a browser).
 Screenshots go to $CUDATRACE_ARTIFACTS when set, else to the test's tmp folder.
 """
+
 from __future__ import annotations
 
 import io
@@ -19,8 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from test_kvpool import GiB, LAYERS, PAGE, WEIGHTS, WORKSPACE, cli, kvpool, thor_env, trace  # noqa: F401
+from test_kvpool import LAYERS, PAGE, WEIGHTS, WORKSPACE, GiB, cli, kvpool, thor_env, trace  # noqa: F401
 
 from support.paths import REPO  # noqa: E402
 
@@ -37,27 +37,31 @@ def _tool(name: str):
 
 # ---- the traces and pages -------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def pages(sim, kvpool, tmp_path_factory):
     """kvpool traced three ways (the demo's oversized pool, --num-blocks 64, and the oversized
     pool under a 12 GiB budget) and their HTML pages."""
     base = tmp_path_factory.mktemp("html")
     env = thor_env(sim, base)
-    runs = {"big": trace(env, base / "big", kvpool, "--kv-cache-memory", "1GiB"),
-            "small": trace(env, base / "small", kvpool, "--num-blocks", "64"),
-            "budget": trace(env, base / "budget", kvpool, "--kv-cache-memory", "1GiB",
-                            opts=("--budget", "12GiB"))}
+    runs = {
+        "big": trace(env, base / "big", kvpool, "--kv-cache-memory", "1GiB"),
+        "small": trace(env, base / "small", kvpool, "--num-blocks", "64"),
+        "budget": trace(
+            env, base / "budget", kvpool, "--kv-cache-memory", "1GiB", opts=("--budget", "12GiB")
+        ),
+    }
     for name in ("big", "small"):
         assert runs[name].returncode == 0, runs[name].stderr
     out = {"env": env, "dirs": {k: r.out for k, r in runs.items()}}
     for name in ("big", "budget"):
-        p = base / ("%s.html" % name)
+        p = base / (f"{name}.html")
         r = cli(env, "report", runs[name].out, "--html", p)
         assert r.returncode == 0, r.stderr
-        assert "HTML report written to %s" % p in r.stdout
+        assert f"HTML report written to {p}" in r.stdout
         out[name] = p
     for name, (a, b) in {"diff": ("big", "small"), "diff_rev": ("small", "big")}.items():
-        p = base / ("%s.html" % name)
+        p = base / (f"{name}.html")
         r = cli(env, "diff", runs[a].out, runs[b].out, "--html", p)
         assert r.returncode == 0, r.stderr
         out[name] = p
@@ -73,14 +77,15 @@ def embedded(path: Path) -> dict:
 
 # ---- the file itself ------------------------------------------------------------------------
 
+
 def test_page_is_self_contained(pages):
     for name in ("big", "diff"):
         text = pages[name].read_text()
         assert "<script src" not in text and "<link" not in text, name
         assert "@import" not in text and not re.search(r"url\((?!#)", text), name
         assert not re.search(r"""(src|href)\s*=\s*["']?https?:""", text), name
-        assert "default-src 'none'" in text           # the page may load nothing at all
-        assert text.count("</script>") == 2           # the data cannot close its script early
+        assert "default-src 'none'" in text  # the page may load nothing at all
+        assert text.count("</script>") == 2  # the data cannot close its script early
 
 
 def test_numbers_agree_with_report_json(pages):
@@ -90,8 +95,12 @@ def test_numbers_agree_with_report_json(pages):
     data = embedded(pages["big"])
     peak = [m for m in data["run"]["moments"] if m["kind"] == "peak"]
     assert len(peak) == 1
-    assert peak[0]["bytes"] == rep["total_live_bytes"] == rep["peak_bytes"] \
+    assert (
+        peak[0]["bytes"]
+        == rep["total_live_bytes"]
+        == rep["peak_bytes"]
         == WEIGHTS + WORKSPACE + LAYERS * GiB
+    )
     assert sum(peak[0]["rows"][3::5]) == peak[0]["bytes"]
     assert data["report"]["peak_bytes"] == rep["peak_bytes"]
     assert data["run"]["moments"][data["initial"]]["kind"] == "peak"
@@ -101,7 +110,9 @@ def test_numbers_agree_with_report_json(pages):
     assert kv == rep["sites"][0]["label"]
     kv_id = data["sites"].index(sites[kv])
     rows = peak[0]["rows"]
-    kv_bytes = sum(rows[i + 3] for i in range(0, len(rows), 5) if data["stacks"][rows[i]][0] == kv_id)
+    kv_bytes = sum(
+        rows[i + 3] for i in range(0, len(rows), 5) if data["stacks"][rows[i]][0] == kv_id
+    )
     assert kv_bytes == rep["sites"][0]["bytes"] == LAYERS * GiB
     # every change of this short run is a moment, the end included
     run = data["run"]
@@ -122,9 +133,10 @@ def test_diff_numbers_agree_with_diff_json(pages):
 def test_big_trace_is_aggregated(tmp_path):
     """Thousands of changes and hundreds of stacks: a bounded number of moments, the peak and
     the end among them, the peak's total exact, each stack stored once."""
-    from support import tracegen as tg
-    from cudatrace.present.html import MAX_MOMENTS, render_report_html
     from cudatrace.analyze.analysis import Analysis, build_report
+    from cudatrace.present.html import MAX_MOMENTS, render_report_html
+    from support import tracegen as tg
+
     d = tmp_path / "big"
     d.mkdir()
     w = tg.TraceWriter(d / "1000.0.ctrace", pid=1000)
@@ -133,7 +145,7 @@ def test_big_trace_is_aggregated(tmp_path):
     ts, live = tg.BASE_TS, []
     for i in range(6000):
         ts += tg.MS
-        addr = 0x7f0000000000 + i * 0x100000
+        addr = 0x7F0000000000 + i * 0x100000
         w.alloc(ts, (1 + i % 13) << 20, addr, stack=leaves[i % 300])
         live.append(addr)
         if i % 3 == 2:
@@ -154,40 +166,55 @@ def test_big_trace_is_aggregated(tmp_path):
     assert [m["t"] for m in moments] == sorted(m["t"] for m in moments)
     assert len(data["stacks"]) == 300 and len(data["sites"]) == 300
     assert "equal slices" in data["aggregation"]
-    assert "merged" not in data["aggregation"]          # 300 stacks: none merged
+    assert "merged" not in data["aggregation"]  # 300 stacks: none merged
     assert len(text) < 2_000_000, len(text)
 
 
 def test_many_stacks_are_merged_past_the_limit(tmp_path):
     """More live stacks than a moment keeps: the smallest become one row per process and
     device, the totals stay exact, and the page says so."""
-    from support import tracegen as tg
-    from cudatrace.present.html import MAX_ROWS, OTHER, render_report_html
     from cudatrace.analyze.analysis import Analysis, build_report
+    from cudatrace.present.html import MAX_ROWS, OTHER, render_report_html
+    from support import tracegen as tg
+
     d = tmp_path / "wide"
     d.mkdir()
     w = tg.TraceWriter(d / "1000.0.ctrace", pid=1000)
     w.module("/usr/bin/app", 0x400000, 0x500000)
     n = MAX_ROWS + 50
     for i in range(n):
-        w.alloc(tg.BASE_TS + i * tg.MS, (i + 1) << 20, 0x7f0000000000 + i * (1 << 30),
-                stack=w.stack([0x401000 + 16 * i]))
+        w.alloc(
+            tg.BASE_TS + i * tg.MS,
+            (i + 1) << 20,
+            0x7F0000000000 + i * (1 << 30),
+            stack=w.stack([0x401000 + 16 * i]),
+        )
     w.close(end_ts=tg.BASE_TS + (n + 1) * tg.MS)
     tg.write_run(d, argv=["app"])
     a = Analysis(d, symbolize=False)
     r = build_report(a)
-    data = json.loads(re.search(r'id="ct-data">(.*?)</script>',
-                                render_report_html(a, r), re.S).group(1))
+    data = json.loads(
+        re.search(r'id="ct-data">(.*?)</script>', render_report_html(a, r), re.S).group(1)
+    )
     peak = next(m for m in data["run"]["moments"] if m["kind"] == "peak")
     rows = peak["rows"]
     assert len(rows) // 5 == MAX_ROWS + 1
-    other = [rows[i:i + 5] for i in range(0, len(rows), 5) if data["frames"][data["stacks"][rows[i]][1][0]][0] == OTHER]
-    assert len(other) == 1 and other[0][4] == 50 and other[0][3] == sum((i + 1) << 20 for i in range(50))
+    other = [
+        rows[i : i + 5]
+        for i in range(0, len(rows), 5)
+        if data["frames"][data["stacks"][rows[i]][1][0]][0] == OTHER
+    ]
+    assert (
+        len(other) == 1
+        and other[0][4] == 50
+        and other[0][3] == sum((i + 1) << 20 for i in range(50))
+    )
     assert sum(rows[3::5]) == peak["bytes"] == r["peak_bytes"]
     assert "merged into one" in data["aggregation"]
 
 
 # ---- in the browser -------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def browser():
@@ -196,14 +223,16 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail("the browser tests need Playwright: pip install 'cudatrace[test]' (or set "
-                    "CUDATRACE_NO_BROWSER=1 on a machine without a browser)")
+        pytest.fail(
+            "the browser tests need Playwright: pip install 'cudatrace[test]' (or set "
+            "CUDATRACE_NO_BROWSER=1 on a machine without a browser)"
+        )
     _sr = _tool("screenshot_report")
     chromium_path, launch = _sr.chromium_path, _sr.launch
     try:
         chromium_path()
     except SystemExit as e:
-        pytest.fail("%s (or set CUDATRACE_NO_BROWSER=1 on a machine without a browser)" % e)
+        pytest.fail(f"{e} (or set CUDATRACE_NO_BROWSER=1 on a machine without a browser)")
     p = sync_playwright().start()
     b = launch(p)
     yield b
@@ -220,6 +249,7 @@ def open_page(browser):
         pg = Page(browser, path, width)
         opened.append(pg)
         return pg
+
     yield go
     for pg in opened:
         try:
@@ -238,9 +268,12 @@ def artifacts(tmp_path) -> Path:
 
 def flame_state(page):
     t = page.locator("#flame-title")
-    return {"title": t.inner_text(), "bytes": int(t.get_attribute("data-bytes")),
-            "moment": int(t.get_attribute("data-moment")),
-            "frames": page.locator("#flame .fr").all_inner_texts()}
+    return {
+        "title": t.inner_text(),
+        "bytes": int(t.get_attribute("data-bytes")),
+        "moment": int(t.get_attribute("data-moment")),
+        "frames": page.locator("#flame .fr").all_inner_texts(),
+    }
 
 
 def test_report_loads_and_shows_kv_site(pages, open_page, tmp_path):
@@ -299,7 +332,7 @@ def test_search_highlights_frames(pages, open_page):
     page.fill("#search", "/^(main|allocate_kv_cache) /")
     names = page.locator("#flame .fr").evaluate_all("es => es.map(e => e.dataset.name)")
     want = [n for n in names if re.match(r"^(main|allocate_kv_cache) ", n)]
-    assert len(want) >= 2                           # main (each call line) and allocate_kv_cache
+    assert len(want) >= 2  # main (each call line) and allocate_kv_cache
     assert page.locator("#flame .fr.match").count() == len(want)
     page.fill("#search", "")
     assert page.locator("#flame .fr.match").count() == 0
@@ -311,7 +344,7 @@ def test_zoom_and_sort(pages, open_page):
     page.locator("#flame .fr[data-name^='allocate_kv_cache']").click()
     kv = page.locator("#flame .fr[data-name^='allocate_layer_kv']").bounding_box()["width"]
     whole = page.locator("#flame .fr.root").bounding_box()["width"]
-    assert kv > 0.98 * whole                        # zoomed: the KV frame fills the width
+    assert kv > 0.98 * whole  # zoomed: the KV frame fills the width
     assert "zoomed in on allocate_kv_cache" in page.locator("#flame-status").inner_text()
     page.locator("#flame .fr.root").click()
     assert page.locator("#flame-status").inner_text() == ""
@@ -342,8 +375,11 @@ def test_diff_loads_and_shows_grown_and_shrunk(pages, open_page, tmp_path):
     row = page.locator("#sites tbody tr.row", has_text="allocate_layer_kv")
     assert row.locator(".badge.shrunk").count() == 1
     kv = page.locator("#flame .fr[data-name^='allocate_layer_kv']")
-    rgb = [int(x) for x in re.findall(r"\d+", kv.evaluate("e => getComputedStyle(e).backgroundColor"))[:3]]
-    assert rgb[2] > rgb[0] + 60, rgb                 # blue: shrunk
+    rgb = [
+        int(x)
+        for x in re.findall(r"\d+", kv.evaluate("e => getComputedStyle(e).backgroundColor"))[:3]
+    ]
+    assert rgb[2] > rgb[0] + 60, rgb  # blue: shrunk
     shot = artifacts(tmp_path) / "diff.png"
     page.screenshot(path=str(shot), full_page=True)
     assert shot.stat().st_size > 20000
@@ -353,22 +389,43 @@ def test_diff_loads_and_shows_grown_and_shrunk(pages, open_page, tmp_path):
     row = page2.locator("#sites tbody tr.row", has_text="allocate_layer_kv")
     assert row.locator(".badge.grown").count() == 1
     kv = page2.locator("#flame .fr[data-name^='allocate_layer_kv']")
-    rgb = [int(x) for x in re.findall(r"\d+", kv.evaluate("e => getComputedStyle(e).backgroundColor"))[:3]]
-    assert rgb[0] > rgb[2] + 60, rgb                 # red: grown
+    rgb = [
+        int(x)
+        for x in re.findall(r"\d+", kv.evaluate("e => getComputedStyle(e).backgroundColor"))[:3]
+    ]
+    assert rgb[0] > rgb[2] + 60, rgb  # red: grown
     page2.fill("#search", "load_weights")
     assert page2.locator("#flame .fr.match").count() == 1
 
 
 # ---- --watch --------------------------------------------------------------------------------
 
+
 def test_watch_renders_until_the_run_ends(sim, kvpool, tmp_path):
     """`report --watch` on a run still being traced: renders while it holds its memory, then
     one last render once run.json says the run ended, and exits 0."""
     env = thor_env(sim, tmp_path)
     out = tmp_path / "live"
-    run = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(out), "--",
-                            str(kvpool), "--num-blocks", "64", "--hold", "3"], env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-q",
+            "-o",
+            str(out),
+            "--",
+            str(kvpool),
+            "--num-blocks",
+            "64",
+            "--hold",
+            "3",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while not list(out.glob("*.ctrace")) and time.monotonic() < deadline:
@@ -391,12 +448,13 @@ def test_watch_options(pages):
     assert r.returncode == 2 and "--watch shows the text report" in r.stderr
     r = cli(env, "status", "--watch", "--json")
     assert r.returncode == 2 and "--watch shows text" in r.stderr
-    r = cli(env, "report", pages["dirs"]["big"], "--watch")       # ended: one render
+    r = cli(env, "report", pages["dirs"]["big"], "--watch")  # ended: one render
     assert r.returncode == 0 and r.stdout.count("==== cudatrace report --watch") == 1
 
 
 def test_watch_loop_stops_on_ctrl_c():
     from cudatrace.present.watch import loop
+
     out = io.StringIO()
     n = []
 
@@ -405,11 +463,13 @@ def test_watch_loop_stops_on_ctrl_c():
         if len(n) == 3:
             raise KeyboardInterrupt
         return "frame %d\n" % len(n)
+
     assert loop(render, lambda done, why: "head", interval=0, out=out) == 0
     assert out.getvalue().count("==== head") == 2
 
 
 # ---- progress -------------------------------------------------------------------------------
+
 
 class _Tty(io.StringIO):
     def isatty(self):
@@ -418,11 +478,12 @@ class _Tty(io.StringIO):
 
 def test_progress_bar_is_clicks_on_a_terminal_only(monkeypatch):
     from cudatrace import progress
+
     s = _Tty()
     b = progress.Bar("symbolizing libfoo.so", 4, stream=s)
     b.delay = 0
     b.step()
-    b.total = 8                                   # the symbolizer grows its total as it goes
+    b.total = 8  # the symbolizer grows its total as it goes
     for _ in range(7):
         b.step()
     b.close()
@@ -433,7 +494,7 @@ def test_progress_bar_is_clicks_on_a_terminal_only(monkeypatch):
     monkeypatch.setattr(progress, "stderr_is_tty", lambda: True)
     assert isinstance(progress.bar("x", 3), progress.Bar)
     quiet = _Tty()
-    b = progress.Bar("fast", 3, stream=quiet)     # work done within the delay draws nothing
+    b = progress.Bar("fast", 3, stream=quiet)  # work done within the delay draws nothing
     b.step(3)
     b.close()
     assert quiet.getvalue() == ""
@@ -443,11 +504,13 @@ def test_symbolizer_takes_the_progress_factory(pages, tmp_path, monkeypatch):
     """Analysis(progress=True) hands the symbolizer cudatrace.progress.bar."""
     from cudatrace import progress
     from cudatrace.analyze.analysis import Analysis
+
     made = []
 
     def factory(label, total):
         made.append(label)
         return progress.NoBar(label, total)
+
     monkeypatch.setattr(progress, "bar", factory)
     monkeypatch.setenv("CUDATRACE_CACHE", str(tmp_path / "fresh-cache"))
     a = Analysis(pages["dirs"]["big"], progress=True)

@@ -7,6 +7,7 @@ the three sizing settings are traced, the report names allocate_layer_kv with 28
 allocations, the diff shows that site shrinking under --num-blocks 64, and --budget 12GiB stops
 the oversized pool with a line naming the function and a non-zero exit.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,7 +27,7 @@ EXAMPLE = EXAMPLES / "kv-pool"
 GiB = 1 << 30
 MiB = 1 << 20
 LAYERS = 28
-PAGE = 2 * 16 * 8 * 128 * 2                     # K+V, 16 tokens, 8 kv heads, head 128, 2 bytes
+PAGE = 2 * 16 * 8 * 128 * 2  # K+V, 16 tokens, 8 kv heads, head 128, 2 bytes
 WEIGHTS = 1_400_000_000
 WORKSPACE = 256 * MiB
 THOR = 122 * GiB
@@ -35,16 +36,34 @@ SITE = ("allocate_layer_kv", "allocate_kv_cache")
 
 # ---- fixtures -------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def kvpool(sim, tmp_path_factory) -> Path:
     """kvpool built by its Makefile against the simulated libcuda (cc directly without make)."""
     out = tmp_path_factory.mktemp("kvpool")
     if shutil.which("make"):
-        cmd = ["make", "-s", "-C", str(EXAMPLE), "LIBCUDA_DIR=%s" % sim.lib, "OUT=%s" % out]
+        cmd = [
+            "make",
+            "-s",
+            "-C",
+            str(EXAMPLE),
+            f"LIBCUDA_DIR={sim.lib}",
+            f"OUT={out}",
+        ]
     else:
-        cmd = [os.environ.get("CC", "cc"), "-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic",
-               "-o", str(out / "kvpool"), str(EXAMPLE / "kvpool.c"), "-L%s" % sim.lib, "-ldl",
-               "-lcuda"]
+        cmd = [
+            os.environ.get("CC", "cc"),
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-rdynamic",
+            "-o",
+            str(out / "kvpool"),
+            str(EXAMPLE / "kvpool.c"),
+            f"-L{sim.lib}",
+            "-ldl",
+            "-lcuda",
+        ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert (out / "kvpool").is_file()
@@ -60,8 +79,14 @@ def thor_env(sim, base: Path, **extra) -> dict:
 
 
 def cli(env, *args, timeout=180, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cudatrace", *map(str, args)], env=env,
-                          capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "cudatrace", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def trace(env, out: Path, kvpool: Path, *flags, opts=()) -> subprocess.CompletedProcess:
@@ -85,13 +110,14 @@ def walk(sim, kvpool, tmp_path_factory):
 
 
 def _ok(r):
-    return "exit %s\nstdout:\n%s\nstderr:\n%s" % (r.returncode, r.stdout, r.stderr)
+    return f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def model_sites(trace_dir: Path):
     from cudatrace.analyze.model import build
     from cudatrace.analyze.sites import Stacks, group, make_symbolizer
     from cudatrace.analyze.trace import read_dir
+
     td = read_dir(trace_dir)
     m = build(td)
     return m, group(m, m.live_at_peak, Stacks(td.traces, make_symbolizer()), "site", 1)
@@ -99,18 +125,27 @@ def model_sites(trace_dir: Path):
 
 # ---- kvpool itself --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("flags,blocks", [
-    (["--kv-cache-memory", "1GiB"], 16384),           # 1 GiB / 64 KiB: the defect
-    (["--kv-cache-memory", "512MiB"], 8192),
-    (["--kv-cache-memory=1073741824"], 16384),
-    (["--num-blocks", "64"], 64),
-    (["--num-blocks", "64", "--kv-cache-memory", "1GiB"], 64),   # --num-blocks wins
-    ([], 256),                                                    # the fallback
-    (["--kv-cache-memory", "1GiB", "--fixed-sizing"], GiB // (PAGE * LAYERS)),
-])
+
+@pytest.mark.parametrize(
+    "flags,blocks",
+    [
+        (["--kv-cache-memory", "1GiB"], 16384),  # 1 GiB / 64 KiB: the defect
+        (["--kv-cache-memory", "512MiB"], 8192),
+        (["--kv-cache-memory=1073741824"], 16384),
+        (["--num-blocks", "64"], 64),
+        (["--num-blocks", "64", "--kv-cache-memory", "1GiB"], 64),  # --num-blocks wins
+        ([], 256),  # the fallback
+        (["--kv-cache-memory", "1GiB", "--fixed-sizing"], GiB // (PAGE * LAYERS)),
+    ],
+)
 def test_kvpool_sizing_precedence(sim, kvpool, flags, blocks):
-    r = subprocess.run([str(kvpool), *flags], env=sim.env(total_bytes=THOR, integrated=1),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(kvpool), *flags],
+        env=sim.env(total_bytes=THOR, integrated=1),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, _ok(r)
     assert re.search(r"num_blocks = %d\b" % blocks, r.stdout), r.stdout
     pool = blocks * PAGE * LAYERS
@@ -121,24 +156,30 @@ def test_kvpool_sizing_precedence(sim, kvpool, flags, blocks):
 
 def test_kvpool_failure_names_function_and_exits_1(sim, kvpool):
     """On a 12 GiB device the oversized pool fails: CUresult and function, exit 1, not ready."""
-    r = subprocess.run([str(kvpool), "--kv-cache-memory", "1GiB"],
-                       env=sim.env(state=sim.new_state(), total_bytes=12 * GiB),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [str(kvpool), "--kv-cache-memory", "1GiB"],
+        env=sim.env(state=sim.new_state(), total_bytes=12 * GiB),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1, _ok(r)
     assert "allocate_layer_kv: cuMemAlloc_v2" in r.stderr
     assert "CUDA_ERROR_OUT_OF_MEMORY" in r.stderr and "CUresult 2" in r.stderr
-    assert "layer 10" in r.stderr                   # 1.3 + 0.25 + 10 x 1 GiB fit, the 11th not
+    assert "layer 10" in r.stderr  # 1.3 + 0.25 + 10 x 1 GiB fit, the 11th not
     assert not re.search(r"^ready\b", r.stdout, re.M)
 
 
 def test_kvpool_bad_arguments(sim, kvpool):
     for args in (["--kv-cache-memory", "lots"], ["--num-blocks", "0"], ["--frobnicate", "1"]):
-        r = subprocess.run([str(kvpool), *args], env=sim.env(), capture_output=True, text=True,
-                           timeout=60)
+        r = subprocess.run(
+            [str(kvpool), *args], env=sim.env(), capture_output=True, text=True, timeout=60
+        )
         assert r.returncode == 2, (args, _ok(r))
 
 
 # ---- the walkthrough: run, report, diff, budget ---------------------------------------------
+
 
 def test_three_runs_are_traced(walk):
     expect = {"big": 16384, "small": 64, "fallback": 256}
@@ -150,12 +191,12 @@ def test_three_runs_are_traced(walk):
         m, sites = model_sites(r.out)
         pool = blocks * PAGE * LAYERS
         assert m.peak_bytes == WEIGHTS + WORKSPACE + pool, (name, m.peak_bytes)
-        assert m.end_bytes == 0                        # kvpool frees everything
+        assert m.end_bytes == 0  # kvpool frees everything
         by_fn = {s.frames[0].function: s for s in sites if s.frames}
         kv = by_fn["allocate_layer_kv"]
         assert kv.count == LAYERS and kv.bytes == pool, name
         assert kv.sizes == [blocks * PAGE] * LAYERS
-        if name == "big":                              # 28 GiB: by far the biggest site
+        if name == "big":  # 28 GiB: by far the biggest site
             assert sites[0] is kv
         fns = set(by_fn)
         assert {"load_weights", "reserve_workspace"} <= fns
@@ -180,8 +221,14 @@ def test_report_json_top_site_is_per_layer_allocation(walk):
     # the allocator layer it went through, then the stack on through the per-layer loop
     assert [f["function"] for f in top["via"]] == ["device_carve", "backend_acquire", "tensor_make"]
     callers = [f["function"] for f in top["context"]]
-    assert callers[:6] == ["device_carve", "backend_acquire", "tensor_make", "allocate_layer_kv",
-                           "allocate_kv_cache", "main"], callers
+    assert callers[:6] == [
+        "device_carve",
+        "backend_acquire",
+        "tensor_make",
+        "allocate_layer_kv",
+        "allocate_kv_cache",
+        "main",
+    ], callers
     assert doc["attribution"]["layers"] == ["tensor_make"]
     others = {site["frames"][0]["function"] for site in doc["sites"][1:] if site["frames"]}
     assert {"load_weights", "reserve_workspace"} <= others
@@ -190,8 +237,9 @@ def test_report_json_top_site_is_per_layer_allocation(walk):
 def test_report_text_names_per_layer_site_first(walk):
     r = cli(walk["env"], "report", walk["big"].out)
     assert r.returncode == 0, _ok(r)
-    first = next(l for l in r.stdout.splitlines() if "allocate_layer_kv" in l or
-                 "load_weights" in l)
+    first = next(
+        l for l in r.stdout.splitlines() if "allocate_layer_kv" in l or "load_weights" in l
+    )
     assert "allocate_layer_kv" in first and "28.0 GiB" in first, r.stdout
 
 
@@ -217,8 +265,14 @@ def test_diff_shows_per_layer_site_shrinking(walk):
 @pytest.mark.parametrize("on_exceed", ["fail", "abort"])
 def test_budget_stops_oversized_pool(sim, kvpool, tmp_path, on_exceed):
     env = thor_env(sim, tmp_path)
-    r = trace(env, tmp_path / "budget", kvpool, "--kv-cache-memory", "1GiB",
-              opts=("--budget", "12GiB", "--on-exceed", on_exceed))
+    r = trace(
+        env,
+        tmp_path / "budget",
+        kvpool,
+        "--kv-cache-memory",
+        "1GiB",
+        opts=("--budget", "12GiB", "--on-exceed", on_exceed),
+    )
     assert r.returncode != 0, _ok(r)
     line = next((l for l in r.stderr.splitlines() if "budget exceeded" in l), None)
     assert line is not None, _ok(r)
@@ -235,17 +289,26 @@ def test_budget_stops_oversized_pool(sim, kvpool, tmp_path, on_exceed):
 def test_budget_allows_corrected_sizing(sim, kvpool, tmp_path):
     """The same budget is no obstacle when the pool is sized right."""
     env = thor_env(sim, tmp_path)
-    r = trace(env, tmp_path / "fixed", kvpool, "--kv-cache-memory", "1GiB", "--fixed-sizing",
-              opts=("--budget", "12GiB"))
+    r = trace(
+        env,
+        tmp_path / "fixed",
+        kvpool,
+        "--kv-cache-memory",
+        "1GiB",
+        "--fixed-sizing",
+        opts=("--budget", "12GiB"),
+    )
     assert r.returncode == 0, _ok(r)
     assert "budget exceeded" not in r.stderr
 
 
 # ---- cudatrace demo -------------------------------------------------------------------------
 
+
 def test_demo_end_to_end_simulated(tmp_path):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_")
-           and k != "LD_PRELOAD"}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"
+    }
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     out = tmp_path / "demo"
     r = cli(env, "demo", "--simulated", "-o", out, timeout=600, cwd=tmp_path)
@@ -262,6 +325,7 @@ def test_demo_end_to_end_simulated(tmp_path):
 
 def test_demo_gpu_refused_without_gpu(tmp_path):
     from cudatrace.demo import gpu_present
+
     if gpu_present():
         pytest.skip("this machine has a GPU")
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))

@@ -37,7 +37,7 @@ def progs(sim, tmp_path_factory) -> dict[str, Path]:
         if not shutil.which(cc):
             continue
         r = subprocess.run(
-            [cc, *flags, "-o", str(out / name), str(PROGS / src), "-L%s" % sim.lib, "-lcuda"],
+            [cc, *flags, "-o", str(out / name), str(PROGS / src), f"-L{sim.lib}", "-lcuda"],
             capture_output=True,
             text=True,
         )
@@ -48,7 +48,7 @@ def progs(sim, tmp_path_factory) -> dict[str, Path]:
 
 def need(progs, name):
     if name not in progs:
-        pytest.skip("no compiler for %s (cc / g++)" % name)
+        pytest.skip(f"no compiler for {name} (cc / g++)")
     return progs[name]
 
 
@@ -89,7 +89,7 @@ def by_function(doc: dict) -> dict:
 
 
 def ok(r) -> str:
-    return "exit %s\nstdout:\n%s\nstderr:\n%s" % (r.returncode, r.stdout, r.stderr)
+    return f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ No GPU: the ledger is plain shared memory. tests/ledger/ledger_test.c hammers th
 (processes x threads against one limit, SIGKILLed members, pid reuse, refusals, fork, a full
 ledger); the rest drives the same C through cffi as `cudatrace status` does.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from cudatrace import native
 from cudatrace.present.status import render_status
 from cudatrace.record import budget, ledger
 from cudatrace.record.ledger import Ledger, LedgerError
-from support.paths import LEDGER_C, REPO, SHIM
+from support.paths import REPO
 
 MiB = 1 << 20
 
@@ -41,20 +42,37 @@ def ldir(tmp_path, monkeypatch):
 
 # ---- the C harness ---------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
     cc = os.environ.get("CC", "cc")
-    assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
+    assert shutil.which(cc), f"no C compiler ({cc}): the suite needs one"
     exe = tmp_path_factory.mktemp("ledger_harness") / "ledger_test"
-    cmd = [cc, "-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE", "-pthread",
-           "-I", str(REPO / "native/include"), str(REPO / "tests/ledger/ledger_test.c"), str(REPO / "native/common/ledger.c"),
-           "-o", str(exe)]
+    cmd = [
+        cc,
+        "-std=gnu11",
+        "-O2",
+        "-g",
+        "-Wall",
+        "-Wextra",
+        "-Werror",
+        "-D_GNU_SOURCE",
+        "-pthread",
+        "-I",
+        str(REPO / "native/include"),
+        str(REPO / "tests/ledger/ledger_test.c"),
+        str(REPO / "native/common/ledger.c"),
+        "-o",
+        str(exe),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     return exe
 
 
-@pytest.mark.parametrize("case", ["hammer", "kill", "reuse", "saturate", "security", "fork", "full"])
+@pytest.mark.parametrize(
+    "case", ["hammer", "kill", "reuse", "saturate", "security", "fork", "full"]
+)
 def test_c_harness(harness, tmp_path, case):
     d = tmp_path / "h"
     d.mkdir(mode=0o700)
@@ -66,32 +84,56 @@ def test_c_harness(harness, tmp_path, case):
 def test_ledger_c_compiles_cleanly(tmp_path):
     """The flags of native/Makefile, warnings as errors, with and without -D_GNU_SOURCE."""
     cc = os.environ.get("CC", "cc")
-    assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
+    assert shutil.which(cc), f"no C compiler ({cc}): the suite needs one"
     for extra in (["-D_GNU_SOURCE"], [], ["-fvisibility=hidden", "-D_GNU_SOURCE", "-O0"]):
-        r = subprocess.run([cc, "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fPIC", "-O2", *extra,
-                            "-I", str(REPO / "native/include"), "-c", str(REPO / "native/common/ledger.c"), "-o", str(tmp_path / "l.o")],
-                           capture_output=True, text=True)
+        r = subprocess.run(
+            [
+                cc,
+                "-std=gnu11",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-fPIC",
+                "-O2",
+                *extra,
+                "-I",
+                str(REPO / "native/include"),
+                "-c",
+                str(REPO / "native/common/ledger.c"),
+                "-o",
+                str(tmp_path / "l.o"),
+            ],
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 0, r.stderr
 
 
 # ---- layout ----------------------------------------------------------------------------------
+
 
 def test_layout_agrees(tools):
     ffi, lib = tools
     c = native.constants()
     assert ffi.sizeof("struct ct_ledger_header") == c["CT_LEDGER_HEADER_SIZE"]
     assert ffi.sizeof("struct ct_ledger_member") == c["CT_LEDGER_MEMBER_SIZE"]
-    assert c["CT_LEDGER_FILE_SIZE"] == (c["CT_LEDGER_HEADER_SIZE"]
-                                        + c["CT_LEDGER_MAX_MEMBERS"] * c["CT_LEDGER_MEMBER_SIZE"])
+    assert c["CT_LEDGER_FILE_SIZE"] == (
+        c["CT_LEDGER_HEADER_SIZE"] + c["CT_LEDGER_MAX_MEMBERS"] * c["CT_LEDGER_MEMBER_SIZE"]
+    )
     assert budget.MAX_DEVICES == c["CT_LEDGER_MAX_DEVICES"] == lib.CT_LEDGER_MAX_DEVICES
     assert int.from_bytes(b"CTLEDGR1", "little") == c["CT_LEDGER_MAGIC"]
 
 
 # ---- accounting through Python ---------------------------------------------------------------
 
+
 def make(ldir, name="g", limits=None, **kw) -> Ledger:
-    return Ledger.create(ldir / (name + ".ledger"), limits if limits is not None else {0: 100 * MiB},
-                         group=name, **kw)
+    return Ledger.create(
+        ldir / (name + ".ledger"),
+        limits if limits is not None else {0: 100 * MiB},
+        group=name,
+        **kw,
+    )
 
 
 def test_reserve_release(ldir):
@@ -105,11 +147,11 @@ def test_reserve_release(ldir):
     assert not led.reserve(0, 41 * MiB)
     assert led.reserve(0, 40 * MiB)
     assert led.in_use(0) == 100 * MiB and led.held(0) == 100 * MiB
-    assert not led.release(0, 150 * MiB)           # clamped at zero, never below
+    assert not led.release(0, 150 * MiB)  # clamped at zero, never below
     assert led.in_use(0) == 0
-    assert led.reserve(1, 1 << 40)                  # no limit on device 1
+    assert led.reserve(1, 1 << 40)  # no limit on device 1
     assert led.release(1, 1 << 40)
-    assert not led.force(2, 11 * MiB)               # counted, but over
+    assert not led.force(2, 11 * MiB)  # counted, but over
     assert led.in_use(2) == 11 * MiB
     assert led.limits() == {0: 100 * MiB, 2: 10 * MiB}
     led.set_limit(2, 20 * MiB)
@@ -129,7 +171,7 @@ def test_reserve_release(ldir):
 
 def test_second_open_sees_same_ledger(ldir):
     a = make(ldir, limits={0: 10 * MiB}, on_exceed="warn", count_host=True)
-    b = make(ldir, limits={0: 99 * MiB})            # exists: keeps the first settings
+    b = make(ldir, limits={0: 99 * MiB})  # exists: keeps the first settings
     assert a.created and not b.created
     assert b.limit(0) == 10 * MiB and b.on_exceed == "warn" and b.count_host
     a.join()
@@ -142,13 +184,13 @@ def test_reused_pid_does_not_inherit(ldir, tools):
     fake = Ledger.open(led.path)
     real = tools[1].ct_ledger_proc_start_ticks(os.getpid())
     assert real > 0
-    fake.join(os.getpid(), real + 1)               # "our" pid, recorded for an older process
+    fake.join(os.getpid(), real + 1)  # "our" pid, recorded for an older process
     assert fake.reserve(0, 70 * MiB)
     led.join()
     assert led.held(0) == 0
     states = {m["slot"]: m["state"] for m in led.snapshot()["members"]}
     assert states[fake.slot] == "dead" and states[led.slot] == "alive"
-    assert led.reserve(0, 70 * MiB)                # the dead slot is reclaimed before a denial
+    assert led.reserve(0, 70 * MiB)  # the dead slot is reclaimed before a denial
     assert led.in_use(0) == 70 * MiB
     assert led.snapshot()["reclaimed"] == 1
 
@@ -161,7 +203,7 @@ def test_killed_member_gives_bytes_back(ldir, tools):
         while tools[1].ct_ledger_proc_start_ticks(p.pid) == 0 and time.time() < deadline:
             time.sleep(0.01)
         member = Ledger.open(led.path)
-        member.join(p.pid)                          # stands in for the sleep process
+        member.join(p.pid)  # stands in for the sleep process
         assert member.reserve(0, 80 * MiB)
         assert led.in_use(0) == 80 * MiB
         assert [m["state"] for m in led.snapshot()["members"]] == ["alive"]
@@ -179,6 +221,7 @@ def test_killed_member_gives_bytes_back(ldir, tools):
 
 
 # ---- refusals --------------------------------------------------------------------------------
+
 
 def test_refuses_symlink(ldir):
     led = make(ldir)
@@ -256,11 +299,26 @@ def test_default_ledger_dir(monkeypatch):
         assert d.name in ("cudatrace", "cudatrace-%d" % uid)
 
 
-@pytest.mark.parametrize("name,ok", [
-    ("train", True), ("a", True), ("A-b_c.9", True), ("x" * 64, True), ("..", False), (".hidden", False), ("a.b", True),
-    ("", False), ("x" * 65, False), ("a/b", False), ("a b", False), ("é", False), ("a\0b", False),
-    ("@run-1", False), ("a:b", False),
-])
+@pytest.mark.parametrize(
+    "name,ok",
+    [
+        ("train", True),
+        ("a", True),
+        ("A-b_c.9", True),
+        ("x" * 64, True),
+        ("..", False),
+        (".hidden", False),
+        ("a.b", True),
+        ("", False),
+        ("x" * 65, False),
+        ("a/b", False),
+        ("a b", False),
+        ("é", False),
+        ("a\0b", False),
+        ("@run-1", False),
+        ("a:b", False),
+    ],
+)
 def test_group_names(ldir, name, ok):
     assert ledger.valid_group(name) is ok
     if ok:
@@ -271,6 +329,7 @@ def test_group_names(ldir, name, ok):
 
 
 # ---- status ----------------------------------------------------------------------------------
+
 
 def test_status_empty(ldir):
     assert "no budgets in force" in render_status(ledger.status_json())
@@ -299,10 +358,12 @@ def test_status(ldir):
     with pytest.raises(LedgerError, match="invalid budget group name"):
         ledger.status_json("a/b")
     import json
+
     json.dumps(js)
 
 
 # ---- what `cudatrace run` uses ---------------------------------------------------------------
+
 
 def test_setup_ledger_private(ldir):
     run, info = budget.setup_ledger("0=1GiB,1=2GiB", None, "fail", False)
@@ -325,7 +386,7 @@ def test_setup_ledger_group(ldir):
     with pytest.raises(ledger.LedgerError, match="already has a budget of 1.00 GiB"):
         budget.setup_ledger("2GiB", "team", "fail", False)
     assert Ledger.open(run.path).limit(0) == 1 << 30
-    run2, info2 = budget.setup_ledger("1GiB", "team", "warn", True)      # the same: joins
+    run2, info2 = budget.setup_ledger("1GiB", "team", "warn", True)  # the same: joins
     assert not info2["created"] and run2.ledger.limit(0) == 1 << 30
     # idle: the new run's budget replaces it, and says so
     member.leave()
@@ -337,7 +398,7 @@ def test_setup_ledger_group(ldir):
     assert info4["limits"] == {"0": 3 << 30}
     for r in (run, run2, run3, run4):
         r.finish()
-    assert run.path.exists()                         # a group's ledger stays
+    assert run.path.exists()  # a group's ledger stays
 
 
 def test_stale_private_ledgers_removed(ldir):
@@ -352,13 +413,19 @@ def test_stale_private_ledgers_removed(ldir):
 
 def test_concurrent_create(ldir):
     """Many processes creating one group at once: one creates it, all share it, none fails."""
-    code = ("import sys; from cudatrace.record.ledger import Ledger; "
-            "l = Ledger.create(sys.argv[1], {0: 5}); l.join(); "
-            "print(int(l.created), l.limit(0), l.reserve(0, 5))")
+    code = (
+        "import sys; from cudatrace.record.ledger import Ledger; "
+        "l = Ledger.create(sys.argv[1], {0: 5}); l.join(); "
+        "print(int(l.created), l.limit(0), l.reserve(0, 5))"
+    )
     path = ldir / "race.ledger"
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    procs = [subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
-                              text=True, env=env) for _ in range(6)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env
+        )
+        for _ in range(6)
+    ]
     outs = [p.communicate(timeout=60)[0].split() for p in procs]
     assert all(p.returncode == 0 for p in procs)
     assert sum(int(o[0]) for o in outs) == 1

@@ -36,7 +36,7 @@ def squatted():
         pytest.skip("needs root to act as two users")
     squat = Path("/dev/shm/cudatrace-%d" % UID)
     if squat.exists() or squat.is_symlink():
-        pytest.skip("%s exists already" % squat)
+        pytest.skip(f"{squat} exists already")
     squat.mkdir(mode=0o700)  # owned by root: "another user"
     base = Path(tempfile.mkdtemp(prefix="ctxdg-"))
     base.chmod(0o755)

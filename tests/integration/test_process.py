@@ -1,4 +1,5 @@
 """Processes: threads, crashes, fork/exec, exit status, signals, and commands that cannot be traced."""
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,9 @@ def test_shim_loads_with_bind_now_into_non_python_process(native_built):
     shim = native_built / "libcudatrace.so"
     for extra in ({}, {"CUDATRACE_DIR": "/nonexistent/dir"}):
         env = dict(os.environ, LD_PRELOAD=str(shim), LD_BIND_NOW="1", **extra)
-        r = subprocess.run(["/bin/sh", "-c", "echo loaded"], env=env, capture_output=True, text=True)
+        r = subprocess.run(
+            ["/bin/sh", "-c", "echo loaded"], env=env, capture_output=True, text=True
+        )
         assert r.returncode == 0 and r.stdout.strip() == "loaded", r.stderr
         assert "error" not in r.stderr.lower()
     # and it needs nothing but libc, libdl and libpthread
@@ -47,22 +50,39 @@ def test_threads_exact_counts(ct, sim):
     td = read_dir(r.out)
     t = td.traces[0]
     assert t.complete and t.end.dropped == 0
-    assert t.gaps == 0          # chunk crossings are padded, never read as holes
+    assert t.gaps == 0  # chunk crossings are padded, never read as holes
     allocs, frees = ops(t, "CT_OP_ALLOC"), ops(t, "CT_OP_FREE")
     assert len(allocs) == 160000 and len(frees) == 160000
     assert all(e["result"] == 0 and e["size"] == 4096 for e in allocs)
     assert len({e["tid"] for e in allocs}) == 16
     # every free matches a live allocation: nothing lost, nothing invented
     from cudatrace.analyze.model import build
+
     m = build(td)
     assert m.unmatched_frees == 0 and m.end_bytes == 0
 
 
 def test_sigkill_leaves_readable_trace(ct, sim):
     out = ct.new_dir()
-    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", str(out), "-q", "--",
-                          str(sim.progs["hold"]), "7", "1048576"], env=ct.env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-o",
+            str(out),
+            "-q",
+            "--",
+            str(sim.progs["hold"]),
+            "7",
+            "1048576",
+        ],
+        env=ct.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in p.stdout:
         if line.strip() == "ready":
             break
@@ -97,8 +117,9 @@ def test_fork_exec_chain_one_trace_per_process(ct, sim):
         assert len(ops(t, "CT_OP_ALLOC")) >= 1
 
 
-@pytest.mark.parametrize("args,status", [(["0"], 0), (["3"], 3), (["--signal", "9"], 137),
-                                         (["--signal", "15"], 143)])
+@pytest.mark.parametrize(
+    "args,status", [(["0"], 0), (["3"], 3), (["--signal", "9"], 137), (["--signal", "15"], 143)]
+)
 def test_exit_status_passes_through(ct, sim, args, status):
     r = ct.run([sim.progs["exitcode"], *args])
     assert r.returncode == status, r.stderr
@@ -106,10 +127,24 @@ def test_exit_status_passes_through(ct, sim, args, status):
 
 def test_signal_is_forwarded_and_summary_still_printed(ct, sim):
     out = ct.new_dir()
-    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", str(out), "--",
-                          str(sim.progs["exitcode"]), "--sleep"], env=ct.env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-o",
+            str(out),
+            "--",
+            str(sim.progs["exitcode"]),
+            "--sleep",
+        ],
+        env=ct.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     time.sleep(1.0)
     p.send_signal(signal.SIGTERM)
     stdout, stderr = p.communicate(timeout=60)
@@ -137,10 +172,10 @@ def test_setuid_binary_refused(ct, sim, tmp_path):
     prog = tmp_path / "suid_prog"
     prog.write_bytes(sim.progs["exitcode"].read_bytes())
     if os.geteuid() == 0:
-        os.chown(prog, 65534, 65534)      # setuid to another user: the loader drops LD_PRELOAD
+        os.chown(prog, 65534, 65534)  # setuid to another user: the loader drops LD_PRELOAD
         os.chmod(prog, 0o4755)
     else:
-        os.chmod(prog, 0o2755)            # setgid: the same for any user
+        os.chmod(prog, 0o2755)  # setgid: the same for any user
     r = ct.run([prog, "0"])
     assert r.returncode == 2 and "setuid" in r.stderr
     assert not list(r.out.glob("*.ctrace"))
@@ -167,7 +202,7 @@ def test_dlsym_rtld_next_keeps_caller_semantics(ct, sim):
     """Another preload library after ours using dlsym(RTLD_NEXT) must still find the next
     definition after itself (the shim's dlsym hands RTLD_NEXT to glibc by a tail call)."""
     env = ct.env()
-    env["LD_PRELOAD"] = str(sim.libnext)      # the launcher puts the shim before it
+    env["LD_PRELOAD"] = str(sim.libnext)  # the launcher puts the shim before it
     r = ct.run([sim.progs["dlsym_next"]], env=env)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "ok" in r.stdout
@@ -178,7 +213,7 @@ def test_truncated_and_corrupt_files(ct, sim, tmp_path):
     src = next(r.out.glob("*.ctrace"))
     data = src.read_bytes()
     full = read_trace(src)
-    end = data.index(b"\xa3\xc7\x08\x00")          # the END record
+    end = data.index(b"\xa3\xc7\x08\x00")  # the END record
     # cut in the middle of the records: read as far as it goes, say it is truncated
     cut = tmp_path / "cut.ctrace"
     cut.write_bytes(data[: end * 2 // 3])
@@ -189,8 +224,8 @@ def test_truncated_and_corrupt_files(ct, sim, tmp_path):
     # skipped
     holed = bytearray(data)
     ev_off = data.rindex(b"\xa3\xc7\x10\x00", 1024, end)
-    ev_size = int.from_bytes(data[ev_off + 4:ev_off + 8], "little")
-    holed[ev_off:ev_off + ev_size] = b"\0" * ev_size
+    ev_size = int.from_bytes(data[ev_off + 4 : ev_off + 8], "little")
+    holed[ev_off : ev_off + ev_size] = b"\0" * ev_size
     hp = tmp_path / "hole.ctrace"
     hp.write_bytes(bytes(holed))
     t = read_trace(hp)
@@ -230,13 +265,16 @@ int main(int argc, char **argv)
 def test_image_replaced_by_exec_is_not_called_truncated(ct, sim, tmp_path):
     (tmp_path / "e.c").write_text(EXEC_SELF)
     exe = tmp_path / "exec_self"
-    subprocess.run(["cc", "-o", str(exe), str(tmp_path / "e.c"), "-L%s" % sim.lib, "-lcuda"],
-                   check=True)
+    subprocess.run(
+        ["cc", "-o", str(exe), str(tmp_path / "e.c"), f"-L{sim.lib}", "-lcuda"], check=True
+    )
     r = ct.run([exe, "again"])
     assert r.returncode == 0, r.stderr
     td = read_dir(r.out)
-    assert sorted((t.pid, t.exec_index) for t in td.traces) == [(td.traces[0].pid, 0),
-                                                                (td.traces[0].pid, 1)]
+    assert sorted((t.pid, t.exec_index) for t in td.traces) == [
+        (td.traces[0].pid, 0),
+        (td.traces[0].pid, 1),
+    ]
     first, second = sorted(td.traces, key=lambda t: t.exec_index)
     assert first.status == "exec" and first.complete and "replaced by exec" in first.describe()
     assert second.status == "complete"

@@ -3,21 +3,19 @@
 Each test runs for the interpreter running pytest, the distribution's /usr/bin/python3 when there
 is one, and the pyenv interpreters 3.11, 3.12 and 3.13 of this machine; a pyenv version that is
 not installed is skipped with the reason (the running interpreter is always tested)."""
+
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
-from support.paths import REPO
-
 from cudatrace.analyze.analysis import Analysis, build_report
 from cudatrace.analyze.trace import C, iter_events, read_dir
 from cudatrace.symbols import python as pyframes
+from support.paths import REPO
 
 PYENV = Path("/root/.pyenv/versions")
 PYENV_VERSIONS = ("3.11.7", "3.12.1", "3.13.0")
@@ -25,14 +23,15 @@ PYENV_VERSIONS = ("3.11.7", "3.12.1", "3.13.0")
 
 def _interpreters():
     out = [pytest.param(sys.executable, id="running-%d.%d" % sys.version_info[:2])]
-    system = Path("/usr/bin/python3")            # the distribution's build, when there is one
+    system = Path("/usr/bin/python3")  # the distribution's build, when there is one
     if system.exists() and system.resolve() != Path(sys.executable).resolve():
         out.append(pytest.param(str(system), id="system"))
     for v in PYENV_VERSIONS:
         minor = ".".join(v.split(".")[:2])
         exe = PYENV / v / "bin" / ("python" + minor)
-        marks = [] if exe.exists() else [pytest.mark.skip(reason="CPython %s not installed at %s"
-                                                           % (v, exe))]
+        marks = (
+            [] if exe.exists() else [pytest.mark.skip(reason=f"CPython {v} not installed at {exe}")]
+        )
         out.append(pytest.param(str(exe), id="pyenv-" + v, marks=marks))
     return out
 
@@ -41,14 +40,22 @@ INTERPRETERS = _interpreters()
 
 
 def version_of(exe: str) -> tuple[int, int]:
-    out = subprocess.run([exe, "-c", "import sys; print(*sys.version_info[:2])"],
-                         capture_output=True, text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [exe, "-c", "import sys; print(*sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     return int(out[0]), int(out[1])
 
 
 def include_dir(exe: str) -> Path:
-    out = subprocess.run([exe, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+    out = subprocess.run(
+        [exe, "-c", "import sysconfig; print(sysconfig.get_paths()['include'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     return Path(out)
 
 
@@ -57,11 +64,24 @@ def include_dir(exe: str) -> Path:
 def test_layout_table_matches_the_headers(exe, tmp_path):
     inc = include_dir(exe)
     if not (inc / "internal" / "pycore_frame.h").exists():
-        pytest.fail("%s has no internal headers at %s: the layout cannot be checked" % (exe, inc))
+        pytest.fail(f"{exe} has no internal headers at {inc}: the layout cannot be checked")
     out = tmp_path / "check"
-    r = subprocess.run(["cc", "-std=gnu11", "-w", "-I%s" % inc, "-I%s" % (inc / "internal"),
-                        "-I%s" % (REPO / "native" / "include"), "-I%s" % (REPO / "native" / "shim"), str(REPO / "tests/progs/pylayout_check.c"),
-                        "-o", str(out)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            "cc",
+            "-std=gnu11",
+            "-w",
+            f"-I{inc}",
+            "-I%s" % (inc / "internal"),
+            "-I%s" % (REPO / "native" / "include"),
+            "-I%s" % (REPO / "native" / "shim"),
+            str(REPO / "tests/progs/pylayout_check.c"),
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     r = subprocess.run([str(out)], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.startswith("OK CPython %d.%d" % version_of(exe)), r.stdout
@@ -100,8 +120,12 @@ print(n, bad)
 
 @pytest.mark.parametrize("exe", INTERPRETERS)
 def test_line_table_decoder_agrees_with_co_lines(exe):
-    r = subprocess.run([exe, "-c", LINES_CHECK, str(REPO / "cudatrace" / "symbols" / "python.py")],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [exe, "-c", LINES_CHECK, str(REPO / "cudatrace" / "symbols" / "python.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     n, bad = map(int, r.stdout.split())
     assert n > 500 and bad == 0, r.stdout
@@ -126,7 +150,9 @@ def device_alloc(nbytes):
     return p.value
 """
 
-MAIN = PRELUDE + r"""
+MAIN = (
+    PRELUDE
+    + r"""
 def kv_cache(layers):
     for _ in range(layers):
         device_alloc(3 << 20)  # LINE:kv
@@ -137,6 +163,7 @@ def load_weights():
 kv_cache(4)  # LINE:call_kv
 load_weights()  # LINE:call_weights
 """
+)
 
 
 def lines_of(src: str) -> dict[str, int]:
@@ -185,11 +212,15 @@ def test_sites_name_the_python_lines(ct, exe, tmp_path):
     # call's native frames (folded: interpreter, ctypes, libffi) and outside the interpreter's
     ctx = [f for f in kv["context"] if f["python"]]
     assert [(f["function"], f["line"]) for f in ctx] == [
-        ("device_alloc", L["helper"]), ("kv_cache", L["kv"]), ("<module>", L["call_kv"])]
-    full = a.stacks.all_frames(0, next(e["stack"] for e in iter_events(t)
-                                       if e["op"] == C()["CT_OP_ALLOC"]))
+        ("device_alloc", L["helper"]),
+        ("kv_cache", L["kv"]),
+        ("<module>", L["call_kv"]),
+    ]
+    full = a.stacks.all_frames(
+        0, next(e["stack"] for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"])
+    )
     names = [f.function for f in full]
-    assert "_PyEval_EvalFrameDefault" not in names          # replaced by the Python frames
+    assert "_PyEval_EvalFrameDefault" not in names  # replaced by the Python frames
     i = names.index("device_alloc")
     assert any(n and ("ffi_call" in n or "PyCFuncPtr_call" in n) for n in names[:i])
     assert any(n and "main" in n.lower() for n in names[i:])  # the interpreter's own start
@@ -203,7 +234,10 @@ def test_sites_name_the_python_lines(ct, exe, tmp_path):
     # text
     text = ct.cli("report", r.out, "--depth", "2").stdout
     assert "via device_alloc" in text
-    assert "kv_cache (prog.py:%d)" % L["kv"] in text and "5 device allocations with Python frames" in text
+    assert (
+        "kv_cache (prog.py:%d)" % L["kv"] in text
+        and "5 device allocations with Python frames" in text
+    )
 
 
 C_THREAD = r"""
@@ -231,7 +265,9 @@ int alloc_from_c_thread(void *c, long n)
 }
 """
 
-THREADS = PRELUDE + r"""
+THREADS = (
+    PRELUDE
+    + r"""
 import threading
 lib = ctypes.CDLL(sys.argv[1])
 lib.alloc_from_c_thread(_ctx, 3)      # a thread started from C, never ran Python
@@ -241,14 +277,28 @@ def worker():
 t = threading.Thread(target=worker)
 t.start(); t.join()
 """
+)
 
 
 @pytest.mark.parametrize("exe", INTERPRETERS)
 def test_threads_from_c_and_from_python(ct, sim, exe, tmp_path):
     so = tmp_path / "libcthread.so"
     (tmp_path / "cthread.c").write_text(C_THREAD)
-    subprocess.run(["cc", "-shared", "-fPIC", "-O1", "-pthread", "-o", str(so),
-                    str(tmp_path / "cthread.c"), "-L%s" % sim.lib, "-lcuda"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-pthread",
+            "-o",
+            str(so),
+            str(tmp_path / "cthread.c"),
+            f"-L{sim.lib}",
+            "-lcuda",
+        ],
+        check=True,
+    )
     prog = tmp_path / "threads.py"
     prog.write_text(THREADS)
     r = ct.run([exe, prog, so])
@@ -259,12 +309,16 @@ def test_threads_from_c_and_from_python(ct, sim, exe, tmp_path):
     assert py["allocs_with_frames"] == 1
     assert py["allocs_without_frames"] == {pyframes.WHY[1]: 3}
     site = next(s for s in rep["sites"] if s["frames"] and s["frames"][0]["python"])
-    assert site["frames"][1]["function"] == "worker" and site["frames"][1]["line"] == \
-        lines_of(THREADS)["worker"]
+    assert (
+        site["frames"][1]["function"] == "worker"
+        and site["frames"][1]["line"] == lines_of(THREADS)["worker"]
+    )
     assert "3 without: thread has no Python thread state" in ct.cli("report", r.out).stdout
 
 
-FORK = PRELUDE + r"""
+FORK = (
+    PRELUDE
+    + r"""
 def in_child():
     device_alloc(7 << 20)  # LINE:child
 
@@ -275,6 +329,7 @@ if pid == 0:
 os.waitpid(pid, 0)
 device_alloc(1 << 20)
 """
+)
 
 
 @pytest.mark.parametrize("exe", INTERPRETERS)
@@ -290,7 +345,9 @@ def test_forked_child_has_its_own_python_frames(ct, exe, tmp_path):
     assert fr[1].line == lines_of(FORK)["child"]
 
 
-SHUTDOWN = PRELUDE + r"""
+SHUTDOWN = (
+    PRELUDE
+    + r"""
 import atexit, threading, time
 
 def at_exit():
@@ -319,13 +376,14 @@ exec(SPIN, ns)
 threading.Thread(target=ns["spin"], daemon=True).start()
 time.sleep(0.05)
 """
+)
 
 
 @pytest.mark.parametrize("exe", INTERPRETERS)
 def test_allocations_during_shutdown(ct, exe, tmp_path):
     prog = tmp_path / "shutdown.py"
     prog.write_text(SHUTDOWN)
-    for _ in range(3):                       # the daemon thread's timing differs run to run
+    for _ in range(3):  # the daemon thread's timing differs run to run
         r = ct.run([exe, prog], timeout=60)
         assert r.returncode == 0, r.stderr
         td = read_dir(r.out)
@@ -339,7 +397,7 @@ def test_allocations_during_shutdown(ct, exe, tmp_path):
             fr = t.py_stack(e["stack"])
             if fr:
                 lines.update((f.code.qualname, f.line) for f in fr[:2])
-            else:   # counted with a reason, never lost
+            else:  # counted with a reason, never lost
                 assert t.py_link(e["stack"])[0] == pyframes.LINK_WHY
         assert ("at_exit", L["atexit"]) in lines
         # the finalizing thread itself may be read: __del__ at shutdown keeps its frames
@@ -350,7 +408,9 @@ def test_allocations_during_shutdown(ct, exe, tmp_path):
         assert n == rep["counts"]["allocs"]
 
 
-SUBINTERP = PRELUDE + r"""
+SUBINTERP = (
+    PRELUDE
+    + r"""
 CODE = '''
 import ctypes
 cuda = ctypes.CDLL("libcuda.so.1")
@@ -372,19 +432,20 @@ except ImportError:
 subs.destroy(i)
 device_alloc(1 << 20)
 """
+)
 
 
 @pytest.mark.parametrize("exe", INTERPRETERS)
 def test_subinterpreter(ct, exe, tmp_path):
     r, prog = run_py(ct, exe, SUBINTERP, tmp_path)
     assert r.returncode == 0, r.stderr
-    assert "NO-SUBINTERPRETERS" not in r.stdout, "%s lacks _interpreters/_xxsubinterpreters" % exe
+    assert "NO-SUBINTERPRETERS" not in r.stdout, f"{exe} lacks _interpreters/_xxsubinterpreters"
     td = read_dir(r.out)
     t = td.traces[0]
     allocs = [e for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"]]
     assert sorted(e["size"] for e in allocs) == [1 << 20, 6 << 20]
     for e in allocs:
-        assert t.py_link(e["stack"]) is not None     # frames, or counted with a reason
+        assert t.py_link(e["stack"]) is not None  # frames, or counted with a reason
     main = next(e for e in allocs if e["size"] == 1 << 20)
     assert [f.code.qualname for f in t.py_stack(main["stack"])][:1] == ["device_alloc"]
 
@@ -420,6 +481,7 @@ def test_diff_matches_python_sites_across_runs(ct, tmp_path):
     r = ct.cli("diff", runs[0], runs[1], "--json")
     assert r.returncode == 0, r.stderr
     import json
+
     j = json.loads(r.stdout)
     rows = {tuple(f["function"] for f in s["frames"]): s for s in j["sites"]}
     kv = rows[("kv_cache",)]  # the Python helper folded as an allocator layer
@@ -428,11 +490,14 @@ def test_diff_matches_python_sites_across_runs(ct, tmp_path):
     assert rows[("load_weights",)]["status"] == "same"
 
 
-NESTED = PRELUDE + r"""
+NESTED = (
+    PRELUDE
+    + r"""
 def kv_cache(layers):      # map() calls the lambda from C: a second eval-loop call
     return list(map(lambda _: device_alloc(1 << 20), range(layers)))  # LINE:lambda
 kv_cache(2)  # LINE:call
 """
+)
 
 
 @pytest.mark.parametrize("exe", INTERPRETERS)
@@ -443,14 +508,17 @@ def test_nested_eval_loops_merge_in_place(ct, exe, tmp_path):
     t = a.traces[0]
     leaf = next(e["stack"] for e in iter_events(t) if e["op"] == C()["CT_OP_ALLOC"])
     assert [(f.code.qualname, f.entry) for f in t.py_stack(leaf)] == [
-        ("device_alloc", False), ("kv_cache.<locals>.<lambda>", True), ("kv_cache", False),
-        ("<module>", True)]
+        ("device_alloc", False),
+        ("kv_cache.<locals>.<lambda>", True),
+        ("kv_cache", False),
+        ("<module>", True),
+    ]
     full = a.stacks.all_frames(0, leaf)
     names = [f.function for f in full]
     # each run of Python frames stands where its eval-loop call stood: map()'s and list()'s
     # native frames between them (named where the interpreter has symbols)
     i_lambda, i_kv = names.index("kv_cache.<locals>.<lambda>"), names.index("kv_cache")
-    between = full[i_lambda + 1:i_kv]
+    between = full[i_lambda + 1 : i_kv]
     assert len(between) >= 2 and not any(f.python for f in between)
     if any(n and n.startswith("list_") for n in names):
         assert any(n and n.startswith("map_next") for n in names[i_lambda:i_kv])
@@ -465,11 +533,11 @@ def test_older_cpython_is_refused_with_a_note(ct, version, tmp_path):
     minor = ".".join(version.split(".")[:2])
     exe = PYENV / version / "bin" / ("python" + minor)
     if not exe.exists():
-        pytest.skip("CPython %s not installed at %s" % (version, exe))
+        pytest.skip(f"CPython {version} not installed at {exe}")
     r, prog = run_py(ct, str(exe), MAIN, tmp_path)
     t = read_dir(r.out).traces[0]
     assert "older than 3.11" in t.info["python.status"]
-    assert t.py is None                                   # nothing read from it
+    assert t.py is None  # nothing read from it
     rep = build_report(Analysis(r.out))
     assert rep["python"]["allocs_with_frames"] == 0
     assert rep["python"]["allocs_without_frames"] == {pyframes.WHY[3]: 5}
@@ -482,11 +550,19 @@ def test_older_cpython_is_refused_with_a_note(ct, version, tmp_path):
 # ---- synthetic traces (tests/tracegen.py): the offline side alone -------------------------
 def test_merge_views_and_reasons_from_a_written_trace(tmp_path):
     from support import tracegen as tg
+
     d = tmp_path / "synthetic"
     d.mkdir()
-    w = tg.TraceWriter(d / "1.0.ctrace", pid=1, exe="/usr/bin/python3.11",
-                       info={"python.version": "3.11.7", "python.status": "ok",
-                             "python.eval_range": "0x401000-0x402000"})
+    w = tg.TraceWriter(
+        d / "1.0.ctrace",
+        pid=1,
+        exe="/usr/bin/python3.11",
+        info={
+            "python.version": "3.11.7",
+            "python.status": "ok",
+            "python.eval_range": "0x401000-0x402000",
+        },
+    )
     w.module("/usr/bin/python3.11", 0x400000, 0x800000)
     w.module("/opt/app/libmine.so", 0x900000, 0x980000)
     helper = w.pycode("/app/alloc.py", "device_alloc", 10, [10, 11, 12, 12])
@@ -504,38 +580,71 @@ def test_merge_views_and_reasons_from_a_written_trace(tmp_path):
     w.close()
     a = Analysis(d, symbolize=False)
     t = a.traces[0]
-    assert t.stack(with_py) == native                      # the link is not a native frame
+    assert t.stack(with_py) == native  # the link is not a native frame
     assert [(f.code.qualname, f.line, f.entry) for f in t.py_stack(with_py)] == [
-        ("device_alloc", 12, False), ("kv_cache", 21, True), ("<module>", 4, True)]
+        ("device_alloc", 12, False),
+        ("kv_cache", 21, True),
+        ("<module>", 4, True),
+    ]
     full = a.stacks.all_frames(0, with_py)
     assert [f.function or hex(f.address) for f in full] == [
-        "0x900100", "0x600010", "device_alloc", "kv_cache", "0x600020", "<module>", "0x600030"]
-    kept = a.stacks.frames(0, with_py)                     # the interpreter's own frames folded
+        "0x900100",
+        "0x600010",
+        "device_alloc",
+        "kv_cache",
+        "0x600020",
+        "<module>",
+        "0x600030",
+    ]
+    kept = a.stacks.frames(0, with_py)  # the interpreter's own frames folded
     assert [f.function or hex(f.address) for f in kept] == [
-        "0x900100", "device_alloc", "kv_cache", "<module>"]
+        "0x900100",
+        "device_alloc",
+        "kv_cache",
+        "<module>",
+    ]
     rep = build_report(a, depth=1)
     assert rep["python"]["allocs_with_frames"] == 2
     assert rep["python"]["allocs_without_frames"] == {pyframes.WHY[1]: 1}
     py = Analysis(d, symbolize=False, view="python")
-    assert [f.function for f in py.stacks.frames(0, with_py)] == ["device_alloc", "kv_cache", "<module>"]
+    assert [f.function for f in py.stacks.frames(0, with_py)] == [
+        "device_alloc",
+        "kv_cache",
+        "<module>",
+    ]
     site = build_report(py, depth=2)["sites"][0]
     assert site["bytes"] == 8 << 20 and [(f["file"], f["line"]) for f in site["frames"]] == [
-        ("/app/alloc.py", 12), ("/app/model.py", 21)]
+        ("/app/alloc.py", 12),
+        ("/app/model.py", 21),
+    ]
     nat = Analysis(d, symbolize=False, view="native")
     assert [f.address for f in nat.stacks.all_frames(0, with_py)] == native
 
 
 def test_reader_constants_are_layout_h():
     K = C()
-    assert (pyframes.LINK_TAG, pyframes.LINK_MASK, pyframes.LINK_FRAMES, pyframes.LINK_WHY,
-            pyframes.PYF_ENTRY, pyframes.PYF_NO_OFFSET) == (
-        K["CT_PYLINK_TAG"], K["CT_PYLINK_MASK"], K["CT_PYLINK_FRAMES"], K["CT_PYLINK_WHY"],
-        K["CT_PYF_ENTRY"], K["CT_PYF_NO_OFFSET"])
+    assert (
+        pyframes.LINK_TAG,
+        pyframes.LINK_MASK,
+        pyframes.LINK_FRAMES,
+        pyframes.LINK_WHY,
+        pyframes.PYF_ENTRY,
+        pyframes.PYF_NO_OFFSET,
+    ) == (
+        K["CT_PYLINK_TAG"],
+        K["CT_PYLINK_MASK"],
+        K["CT_PYLINK_FRAMES"],
+        K["CT_PYLINK_WHY"],
+        K["CT_PYF_ENTRY"],
+        K["CT_PYF_NO_OFFSET"],
+    )
     whys = {v: k for k, v in K.items() if k.startswith("CT_PYWHY_")}
     assert set(pyframes.WHY) == set(whys)
 
 
-MANY_THREADS = PRELUDE + r"""
+MANY_THREADS = (
+    PRELUDE
+    + r"""
 import threading
 def short_lived(i):
     device_alloc(4096 + i)  # LINE:short
@@ -544,6 +653,7 @@ for batch in range(10):
     for t in ts: t.start()
     for t in ts: t.join()
 """
+)
 
 
 def test_many_short_threads(ct, tmp_path):
@@ -555,5 +665,6 @@ def test_many_short_threads(ct, tmp_path):
     for e in allocs:
         fr = t.py_stack(e["stack"])
         assert [(f.code.qualname, f.line) for f in fr[:2]] == [
-            ("device_alloc", L["helper"]), ("short_lived", L["short"])], (
-            t.py_link(e["stack"]), e["tid"], allocs.index(e))
+            ("device_alloc", L["helper"]),
+            ("short_lived", L["short"]),
+        ], (t.py_link(e["stack"]), e["tid"], allocs.index(e))

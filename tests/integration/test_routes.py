@@ -3,6 +3,7 @@
 The route programs (tests/progs/route_*.c) print one line per operation (op api size ptr
 result); the trace must hold the same sequence of events.
 """
+
 from __future__ import annotations
 
 import subprocess
@@ -11,8 +12,15 @@ import pytest
 
 from cudatrace.analyze.trace import C, iter_events, read_dir
 
-OPS = {"alloc": "CT_OP_ALLOC", "free": "CT_OP_FREE", "map": "CT_OP_MAP", "unmap": "CT_OP_UNMAP",
-       "import": "CT_OP_IMPORT", "unimport": "CT_OP_UNIMPORT", "meminfo": "CT_OP_MEMINFO"}
+OPS = {
+    "alloc": "CT_OP_ALLOC",
+    "free": "CT_OP_FREE",
+    "map": "CT_OP_MAP",
+    "unmap": "CT_OP_UNMAP",
+    "import": "CT_OP_IMPORT",
+    "unimport": "CT_OP_UNIMPORT",
+    "meminfo": "CT_OP_MEMINFO",
+}
 
 
 def expected_ops(stdout: str):
@@ -100,14 +108,15 @@ def test_ptsz_route_calls_the_per_thread_driver_functions(ct, sim, tmp_path):
 
 
 def _symbol_range(binary, name):
-    out = subprocess.run(["nm", "-S", "--defined-only", str(binary)], capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run(
+        ["nm", "-S", "--defined-only", str(binary)], capture_output=True, text=True, check=True
+    ).stdout
     for line in out.splitlines():
         parts = line.split()
         if len(parts) == 4 and parts[3] == name:
             start = int(parts[0], 16)
             return start, start + int(parts[1], 16)
-    raise AssertionError("%s not in %s" % (name, binary))
+    raise AssertionError(f"{name} not in {binary}")
 
 
 @pytest.mark.parametrize("prog", ["route_link", "route_dlsym", "route_gpa"])
@@ -174,8 +183,22 @@ def test_library_loaded_later_by_dlopen_is_in_the_module_map(ct, sim, tmp_path):
     (tmp_path / "plugin.c").write_text(PLUGIN)
     (tmp_path / "loader.c").write_text(LOADER)
     lib = tmp_path / "libplugin.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-g", "-O1", "-Wl,--build-id", "-o", str(lib),
-                    str(tmp_path / "plugin.c"), "-L%s" % sim.lib, "-lcuda"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-g",
+            "-O1",
+            "-Wl,--build-id",
+            "-o",
+            str(lib),
+            str(tmp_path / "plugin.c"),
+            f"-L{sim.lib}",
+            "-lcuda",
+        ],
+        check=True,
+    )
     exe = tmp_path / "loader"
     subprocess.run(["cc", "-g", "-o", str(exe), str(tmp_path / "loader.c"), "-ldl"], check=True)
     r = ct.run([exe, lib])
@@ -186,5 +209,6 @@ def test_library_loaded_later_by_dlopen_is_in_the_module_map(ct, sim, tmp_path):
     mod = t.module_for(frames[0])
     assert mod is not None and mod.path == str(lib) and mod.build_id
     from cudatrace.symbols import ModuleRef, Symbolizer
+
     res = Symbolizer().symbolize(ModuleRef(mod.path, mod.build_id, mod.base), [frames[0] - 1])
     assert res[frames[0] - 1][-1].function == "plugin_alloc"

@@ -24,18 +24,24 @@ DEFAULT_TOTAL = 16 * GiB
 
 # ---- helpers -----------------------------------------------------------------------------------
 
+
 def hooks() -> list[dict]:
     """CT_DRIVER entries of native/include/hooks.def: id, base, minver, ptsz."""
     text = (simbuild.SHIM / "hooks.def").read_text()
     text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    return [{"id": m[0], "base": m[1], "minver": int(m[2]), "ptsz": m[3] == "1"}
-            for m in re.findall(r'CT_DRIVER\(\s*(\w+),\s*"(\w+)",\s*(\d+),\s*([01])', text)]
+    return [
+        {"id": m[0], "base": m[1], "minver": int(m[2]), "ptsz": m[3] == "1"}
+        for m in re.findall(r'CT_DRIVER\(\s*(\w+),\s*"(\w+)",\s*(\d+),\s*([01])', text)
+    ]
 
 
 def exported_functions(lib: Path) -> set[str]:
-    out = subprocess.run(["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True,
-                         check=True).stdout
-    return {f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[1] == "T"}
+    out = subprocess.run(
+        ["nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True, check=True
+    ).stdout
+    return {
+        f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[1] == "T"
+    }
 
 
 PRELUDE = textwrap.dedent("""
@@ -72,8 +78,13 @@ PRELUDE = textwrap.dedent("""
 def run_py(sim, code: str, **opts) -> dict:
     """Run PRELUDE + code in a fresh python on the simulator; returns the `out` dict it fills."""
     script = PRELUDE + textwrap.dedent(code) + "\nprint(json.dumps(out))\n"
-    res = subprocess.run([sys.executable, "-c", script], env=sim.env(**opts), capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        env=sim.env(**opts),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}"
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -125,12 +136,24 @@ def route_expected(ptsz: bool, old_abi: bool = False) -> list[tuple[str, str, in
 
 
 # device bytes live at the middle meminfo of the route sequence (host memory not counted)
-ROUTE_DEVICE_BYTES = (11 * MiB + 1024 * 1200 + 13 * MiB + 14 * MiB + 15 * MiB + 16 * MiB
-                      + 640 * 480 * 16 + 96 * 64 * 32 * 4 + (256 * 256 + 128 * 128 + 64 * 64) * 4 + 19 * MiB)
+ROUTE_DEVICE_BYTES = (
+    11 * MiB
+    + 1024 * 1200
+    + 13 * MiB
+    + 14 * MiB
+    + 15 * MiB
+    + 16 * MiB
+    + 640 * 480 * 16
+    + 96 * 64 * 32 * 4
+    + (256 * 256 + 128 * 128 + 64 * 64) * 4
+    + 19 * MiB
+)
 ROUTE_HOST_BYTES = 17 * MiB + 18 * MiB
 
 
-def check_route(res, ptsz: bool, old_abi: bool = False, total: int = DEFAULT_TOTAL, integrated: bool = False):
+def check_route(
+    res, ptsz: bool, old_abi: bool = False, total: int = DEFAULT_TOTAL, integrated: bool = False
+):
     assert res.returncode == 0, res.stdout + res.stderr
     got = ops(res)
     mem = [o for o in got if o.op != "meminfo"]
@@ -169,11 +192,17 @@ def wait_ready(proc: subprocess.Popen, timeout: float = 20) -> list[str]:
 
 
 def popen(sim, prog: str, *args, env=None, **opts) -> subprocess.Popen:
-    return subprocess.Popen([str(sim.progs[prog]), *map(str, args)], env=env or sim.env(**opts),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [str(sim.progs[prog]), *map(str, args)],
+        env=env or sim.env(**opts),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 # ---- build ---------------------------------------------------------------------------------------
+
 
 def test_build_products(sim):
     assert (sim.lib / "libcuda.so.1").is_file()
@@ -181,7 +210,9 @@ def test_build_products(sim):
     assert (sim.lib / "libnvidia-ml.so.1").is_file()
     assert os.readlink(sim.lib / "libnvidia-ml.so") == "libnvidia-ml.so.1"
     for name in ("libcuda.so.1", "libnvidia-ml.so.1"):
-        dyn = subprocess.run(["readelf", "-d", str(sim.lib / name)], capture_output=True, text=True).stdout
+        dyn = subprocess.run(
+            ["readelf", "-d", str(sim.lib / name)], capture_output=True, text=True
+        ).stdout
         assert f"[{name}]" in dyn and "SONAME" in dyn
     for name, path in sim.progs.items():
         if name == "static_prog" and path is None:
@@ -203,8 +234,12 @@ def test_build_is_cached(sim, tmp_path):
 
 def test_sim_env_options(sim):
     env = simbuild.sim_env(sim.lib, state="/x", total_bytes=[1, 2], integrated=True, fail_nth=None)
-    assert env == {"LD_LIBRARY_PATH": str(sim.lib), "CUDASIM_STATE": "/x", "CUDASIM_TOTAL_BYTES": "1,2",
-                   "CUDASIM_INTEGRATED": "1"}
+    assert env == {
+        "LD_LIBRARY_PATH": str(sim.lib),
+        "CUDASIM_STATE": "/x",
+        "CUDASIM_TOTAL_BYTES": "1,2",
+        "CUDASIM_INTEGRATED": "1",
+    }
     with pytest.raises(TypeError):
         simbuild.sim_env(sim.lib, bogus=1)
     full = sim.env(devices=2)
@@ -214,28 +249,64 @@ def test_sim_env_options(sim):
 
 # ---- exports and cuGetProcAddress -------------------------------------------------------------
 
+
 def test_exports_every_hooked_function_and_twin(sim):
     names = exported_functions(sim.lib / "libcuda.so.1")
     for h in hooks():
         assert h["id"] in names, h["id"]
         if h["ptsz"]:
             assert h["id"] + "_ptsz" in names
-    required = ["cuInit", "cuDriverGetVersion", "cuDeviceGetCount", "cuDeviceGet", "cuDeviceGetName",
-                "cuDeviceTotalMem_v2", "cuDeviceGetAttribute", "cuDevicePrimaryCtxRetain",
-                "cuDevicePrimaryCtxRelease_v2", "cuCtxCreate_v2", "cuCtxDestroy_v2", "cuCtxSetCurrent",
-                "cuCtxGetCurrent", "cuCtxGetDevice", "cuCtxSynchronize", "cuStreamCreate", "cuStreamDestroy_v2",
-                "cuGetErrorName", "cuGetErrorString", "cuGetProcAddress", "cuGetProcAddress_v2",
-                "cuGetExportTable", "cuMemAlloc", "cuMemFree", "cuMemGetInfo", "cuMemAllocHost",
-                "cuArrayCreate", "cuIpcOpenMemHandle", "cudasim_device_stats"]
+    required = [
+        "cuInit",
+        "cuDriverGetVersion",
+        "cuDeviceGetCount",
+        "cuDeviceGet",
+        "cuDeviceGetName",
+        "cuDeviceTotalMem_v2",
+        "cuDeviceGetAttribute",
+        "cuDevicePrimaryCtxRetain",
+        "cuDevicePrimaryCtxRelease_v2",
+        "cuCtxCreate_v2",
+        "cuCtxDestroy_v2",
+        "cuCtxSetCurrent",
+        "cuCtxGetCurrent",
+        "cuCtxGetDevice",
+        "cuCtxSynchronize",
+        "cuStreamCreate",
+        "cuStreamDestroy_v2",
+        "cuGetErrorName",
+        "cuGetErrorString",
+        "cuGetProcAddress",
+        "cuGetProcAddress_v2",
+        "cuGetExportTable",
+        "cuMemAlloc",
+        "cuMemFree",
+        "cuMemGetInfo",
+        "cuMemAllocHost",
+        "cuArrayCreate",
+        "cuIpcOpenMemHandle",
+        "cudasim_device_stats",
+    ]
     assert not [n for n in required if n not in names]
     nvml = exported_functions(sim.lib / "libnvidia-ml.so.1")
-    assert {"nvmlInit_v2", "nvmlInit", "nvmlShutdown", "nvmlDeviceGetCount_v2", "nvmlDeviceGetHandleByIndex_v2",
-            "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
-            "nvmlErrorString", "nvmlSystemGetDriverVersion"} <= nvml
+    assert {
+        "nvmlInit_v2",
+        "nvmlInit",
+        "nvmlShutdown",
+        "nvmlDeviceGetCount_v2",
+        "nvmlDeviceGetHandleByIndex_v2",
+        "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetMemoryInfo_v2",
+        "nvmlDeviceGetComputeRunningProcesses_v3",
+        "nvmlErrorString",
+        "nvmlSystemGetDriverVersion",
+    } <= nvml
 
 
 def test_gpa_selects_hooks_def_variants(sim):
-    out = run_py(sim, f"""
+    out = run_py(
+        sim,
+        f"""
         hooks = {hooks()!r}
         bad = []
         for h in hooks:
@@ -253,12 +324,15 @@ def test_gpa_selects_hooks_def_variants(sim):
             if not older and (r, p, st) != (0, None, 2):
                 bad.append(("below", h["base"], r, p, st))
         out["bad"] = bad
-    """)
+    """,
+    )
     assert out["bad"] == []
 
 
 def test_gpa_semantics(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         out["alloc_old"] = gpa("cuMemAlloc", 3010)[1] == addr("cuMemAlloc")
         out["alloc_new"] = gpa("cuMemAlloc", 3020)[1] == addr("cuMemAlloc_v2")
         out["alloc_2000"] = gpa("cuMemAlloc", 2000)[1] == addr("cuMemAlloc")
@@ -281,10 +355,24 @@ def test_gpa_semantics(sim):
         out["null_status"] = gpa("cuMemAlloc", 13000, null_status=True)[:2] == (0, addr("cuMemAlloc_v2"))
         out["null_pfn"] = cu.cuGetProcAddress_v2(b"cuMemAlloc", None, 13000, c_ulonglong(0), None)
         out["export_table"] = cu.cuGetExportTable(byref(c_void_p()), None)
-    """)
-    for key in ("alloc_old", "alloc_new", "alloc_2000", "ipc_4010", "ipc_10020", "ipc_11000", "gpa_11030",
-                "gpa_12000", "meminfo_old", "ctxgetdevice_12000", "ctxgetdevice_13000", "ctxcreate_13000",
-                "streamsync_ptsz", "null_status"):
+    """,
+    )
+    for key in (
+        "alloc_old",
+        "alloc_new",
+        "alloc_2000",
+        "ipc_4010",
+        "ipc_10020",
+        "ipc_11000",
+        "gpa_11030",
+        "gpa_12000",
+        "meminfo_old",
+        "ctxgetdevice_12000",
+        "ctxgetdevice_13000",
+        "ctxcreate_13000",
+        "streamsync_ptsz",
+        "null_status",
+    ):
         assert out[key] is True, key
     # as measured on driver 580.159: v2 answers SUCCESS with a NULL pointer and a status ...
     assert out["unknown_v2"] == [0, None, 1]
@@ -300,20 +388,29 @@ def test_gpa_semantics(sim):
 
 
 def test_gpa_refuses_versions_above_driver(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         v = c_int()
         cu.cuDriverGetVersion(byref(v))
         out["version"] = v.value
         out["12080"] = gpa("cuMemAlloc", 12080)[0]
         out["12090"] = gpa("cuMemAlloc", 12090)[0]
-    """, driver_version=12080)
+    """,
+        driver_version=12080,
+    )
     assert out == {"version": 12080, "12080": 0, "12090": 1}
 
 
 def test_gpa_reaches_every_exported_function(sim):
-    names = sorted(n for n in exported_functions(sim.lib / "libcuda.so.1")
-                   if n.startswith("cu") and not n.startswith("cudasim"))
-    out = run_py(sim, f"""
+    names = sorted(
+        n
+        for n in exported_functions(sim.lib / "libcuda.so.1")
+        if n.startswith("cu") and not n.startswith("cudasim")
+    )
+    out = run_py(
+        sim,
+        f"""
         names = {names!r}
         import re
         versions = [2000, 2020, 3000, 3020, 4000, 4010, 5000, 6000, 7000, 10000, 10020, 11000, 11020,
@@ -326,7 +423,8 @@ def test_gpa_reaches_every_exported_function(sim):
                     if p:
                         reached.add(p)
         out["missing"] = [n for n in names if addr(n) not in reached]
-    """)
+    """,
+    )
     assert out["missing"] == []
 
 
@@ -338,7 +436,10 @@ def test_gpa_returns_driver_functions_even_when_interposed(sim):
     res = sim.run("route_gpa", env=env)
     assert res.returncode == 0, res.stderr
     r = {x["base"]: x for x in simbuild.parse_resolves(res.stdout)}
-    assert r["cuMemAlloc"]["library"] == "libcuda.so.1" and r["cuMemAlloc"]["symbol"] == "cuMemAlloc_v2"
+    assert (
+        r["cuMemAlloc"]["library"] == "libcuda.so.1"
+        and r["cuMemAlloc"]["symbol"] == "cuMemAlloc_v2"
+    )
     assert "# interpose cuMemAlloc_v2 0" in res.stderr
     res = sim.run("route_link", env=env)
     assert res.returncode == 0
@@ -346,6 +447,7 @@ def test_gpa_returns_driver_functions_even_when_interposed(sim):
 
 
 # ---- the route programs ------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("ptsz", [False, True])
 def test_route_link(sim, ptsz):
@@ -372,8 +474,17 @@ def test_route_dlsym(sim, ptsz):
     assert ("cuMemAllocAsync_ptsz" in {f[1] for f in looked}) == ptsz
 
 
-@pytest.mark.parametrize("args", [[], ["--ptsz"], ["--v1"], ["--legacy", "--old-abi"],
-                                  ["--ptsz", "--old-abi", "--runtime-versions"], ["--v1", "--ptsz"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [],
+        ["--ptsz"],
+        ["--v1"],
+        ["--legacy", "--old-abi"],
+        ["--ptsz", "--old-abi", "--runtime-versions"],
+        ["--v1", "--ptsz"],
+    ],
+)
 def test_route_gpa(sim, args):
     calls = sim.new_state().with_suffix(".calls")
     res = sim.run("route_gpa", *args, calls=calls)
@@ -381,12 +492,16 @@ def test_route_gpa(sim, args):
     check_route(res, ptsz, old_abi="--old-abi" in args)
     resolves = simbuild.parse_resolves(res.stdout)
     assert resolves[0]["base"] == "cuGetProcAddress"
-    assert resolves[0]["symbol"] == ("cuGetProcAddress" if "--v1" in args else "cuGetProcAddress_v2")
+    assert resolves[0]["symbol"] == (
+        "cuGetProcAddress" if "--v1" in args else "cuGetProcAddress_v2"
+    )
     assert all(x["result"] == 0 and x["library"] == "libcuda.so.1" for x in resolves)
     by_base = {}
     for x in resolves:
         by_base.setdefault(x["base"], x)
-    assert by_base["cuMemAllocAsync"]["symbol"] == ("cuMemAllocAsync_ptsz" if ptsz else "cuMemAllocAsync")
+    assert by_base["cuMemAllocAsync"]["symbol"] == (
+        "cuMemAllocAsync_ptsz" if ptsz else "cuMemAllocAsync"
+    )
     assert by_base["cuInit"]["symbol"] == "cuInit"
     if "--runtime-versions" in args:
         assert by_base["cuMemAlloc"]["version"] == 3020
@@ -413,8 +528,11 @@ def test_route_pointers_are_fake_and_host_memory_real(sim):
 
 # ---- device accounting, one process --------------------------------------------------------------
 
+
 def test_errors_and_edge_cases(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         p = c_ulonglong()
         out["before_init"] = cu.cuMemAlloc_v2(byref(p), c_size_t(1))
         out["meminfo_before_init"] = cu.cuMemGetInfo_v2(None, None)
@@ -449,7 +567,8 @@ def test_errors_and_edge_cases(sim):
         attr = c_int(-1)
         cu.cuDeviceGetAttribute(byref(attr), 18, 0)
         out["integrated"] = attr.value
-    """)
+    """,
+    )
     assert out["before_init"] == 3 and out["meminfo_before_init"] == 3
     assert out["init_flags"] == 1 and out["init"] == 0
     assert out["zero"] == 1 and out["null_out"] == 1
@@ -459,7 +578,11 @@ def test_errors_and_edge_cases(sim):
     assert out["meminfo_nulls"] == 0 and out["meminfo_total_only"] == [0, DEFAULT_TOTAL]
     assert out["pitch"] == [0, 512] and out["pitch_es3"] == 1
     assert out["managed_flags0"] == 1
-    assert out["hostalloc0"] == [0, None] and out["freehost_null"] == 0 and out["freehost_unknown"] == 1
+    assert (
+        out["hostalloc0"] == [0, None]
+        and out["freehost_null"] == 0
+        and out["freehost_unknown"] == 1
+    )
     assert out["async0"] == [0, 0] and out["async_bad_stream"] == 400
     assert out["array_destroy_unknown"] == 400
     assert out["errname"] == [0, "CUDA_ERROR_OUT_OF_MEMORY"] and out["errname_bad"] == 1
@@ -467,7 +590,9 @@ def test_errors_and_edge_cases(sim):
 
 
 def test_vmm_release_keeps_memory_until_last_unmap(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         cu.cuInit(0)
         class Prop(ctypes.Structure):
             _fields_ = [("type", c_int), ("handleTypes", c_int), ("loctype", c_int), ("id", c_int),
@@ -494,7 +619,8 @@ def test_vmm_release_keeps_memory_until_last_unmap(sim):
         out["addrfree_wrong"] = cu.cuMemAddressFree(va, c_size_t(4 << 20))
         out["addrfree"] = cu.cuMemAddressFree(va, c_size_t(16 << 20))
         out["hwm"] = stats()[1]
-    """)
+    """,
+    )
     assert out["unaligned"] == 1 and out["create"] == 0
     assert out["after_create"] == 4 * MiB and out["after_reserve"] == 4 * MiB
     assert out["map1"] == 0 and out["map2"] == 0 and out["overlap"] == 1
@@ -507,7 +633,9 @@ def test_vmm_release_keeps_memory_until_last_unmap(sim):
 
 
 def test_graph_destroy_returns_unfreed_node_memory(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         cu.cuInit(0)
         g = c_void_p()
         cu.cuGraphCreate(byref(g), 0)
@@ -524,14 +652,17 @@ def test_graph_destroy_returns_unfreed_node_memory(sim):
         out["cuMemFree"] = cu.cuMemFree_v2(c_ulonglong(np.dptr))
         out["destroy"] = cu.cuGraphDestroy(g)
         out["after"] = stats()[0]
-    """)
+    """,
+    )
     assert out["add"] == 0 and out["dptr"] and out["used"] == 8 * MiB
     assert out["cuMemFree"] == 1  # graph memory is not the program's to cuMemFree before a launch
     assert out["destroy"] == 0 and out["after"] == 0
 
 
 def test_multiple_devices_and_contexts(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         cu.cuInit(0)
         n = c_int()
         cu.cuDeviceGetCount(byref(n))
@@ -568,7 +699,10 @@ def test_multiple_devices_and_contexts(sim):
         name = ctypes.create_string_buffer(64)
         cu.cuDeviceGetName(name, 64, 1)
         out["name"] = name.value.decode()
-    """, devices=2, total_bytes=[GiB, 2 * GiB])
+    """,
+        devices=2,
+        total_bytes=[GiB, 2 * GiB],
+    )
     assert out["count"] == 2 and out["bad_device"] == 101 and out["total1"] == 2 * GiB
     assert out["default_dev"] == 0 and out["create"] == 0 and out["dev_after_create"] == 1
     assert out["alloc"] == 0 and out["meminfo"] == [0, 2 * GiB - 3 * MiB, 2 * GiB]
@@ -580,7 +714,9 @@ def test_multiple_devices_and_contexts(sim):
 
 
 def test_strict_context(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         cu.cuInit(0)
         out["no_ctx"] = alloc(4096)[0]
         cur = c_void_p(1)
@@ -590,7 +726,9 @@ def test_strict_context(sim):
         cu.cuDevicePrimaryCtxRetain(byref(ctx), 0)
         cu.cuCtxSetCurrent(ctx)
         out["with_ctx"] = alloc(4096)[0]
-    """, strict_context=True)
+    """,
+        strict_context=True,
+    )
     assert out == {"no_ctx": 201, "current": None, "with_ctx": 0}
 
 
@@ -598,7 +736,15 @@ def test_fail_nth(sim):
     res = sim.run("hold", "--exit-after-ms", 0, "--free", 4, "1m", fail_nth=3)
     assert res.returncode == 1
     got = [(o.op, o.result) for o in ops(res)]
-    assert got == [("alloc", 0), ("alloc", 0), ("alloc", 2), ("alloc", 0), ("free", 0), ("free", 0), ("free", 0)]
+    assert got == [
+        ("alloc", 0),
+        ("alloc", 0),
+        ("alloc", 2),
+        ("alloc", 0),
+        ("free", 0),
+        ("free", 0),
+        ("free", 0),
+    ]
 
 
 def test_ctx_bytes_is_hidden_context_cost(sim):
@@ -616,6 +762,7 @@ def test_ctx_bytes_is_hidden_context_cost(sim):
 
 # ---- shared accounting across processes ----------------------------------------------------------
 
+
 def test_state_shared_across_processes_and_reclaimed_after_kill(sim):
     state = sim.new_state()
     hold = popen(sim, "hold", 3, "100m", state=state)
@@ -623,7 +770,9 @@ def test_state_shared_across_processes_and_reclaimed_after_kill(sim):
         lines = wait_ready(hold)
         assert [o.result for o in simbuild.parse_ops("\n".join(lines))] == [0, 0, 0]
         st = sim.stats(state)[0]
-        assert st["used"] == 300 * MiB and st["pids"] == {hold.pid: {"used": 300 * MiB, "hwm": 300 * MiB}}
+        assert st["used"] == 300 * MiB and st["pids"] == {
+            hold.pid: {"used": 300 * MiB, "hwm": 300 * MiB}
+        }
         res = sim.run("meminfo", "--alloc", "50m", state=state)
         assert res.returncode == 0, res.stdout
         got = ops(res)
@@ -655,7 +804,13 @@ def test_out_of_memory_changes_nothing(sim):
     res = sim.run("hold", "--exit-after-ms", 0, "--free", 3, "40m", state=state, total_bytes="100m")
     assert res.returncode == 1
     got = ops(res)
-    assert [(o.op, o.result) for o in got] == [("alloc", 0), ("alloc", 0), ("alloc", 2), ("free", 0), ("free", 0)]
+    assert [(o.op, o.result) for o in got] == [
+        ("alloc", 0),
+        ("alloc", 0),
+        ("alloc", 2),
+        ("free", 0),
+        ("free", 0),
+    ]
     assert got[2].ptr == 0
     st = sim.stats(state)[0]
     assert st["total"] == 100 * MiB and st["used"] == 0 and st["hwm"] == 80 * MiB
@@ -681,7 +836,9 @@ def test_high_water_mark_across_processes(sim):
 def test_processes_hammering_one_device(sim):
     state = sim.new_state()
     # 7 MiB buffers: one thread holding 4 wants 28 MiB of the 24, so OOM comes even without overlap
-    procs = [popen(sim, "budget_hammer", 8, 300, "7m", state=state, total_bytes="24m") for _ in range(4)]
+    procs = [
+        popen(sim, "budget_hammer", 8, 300, "7m", state=state, total_bytes="24m") for _ in range(4)
+    ]
     results = []
     for p in procs:
         out, err = p.communicate(timeout=120)
@@ -691,7 +848,7 @@ def test_processes_hammering_one_device(sim):
         assert rc == 0, out
         m = re.search(r"ok (\d+) oom (\d+)", out)
         assert m, out
-        ok += int(m[1])     # one process may get nothing while the others hold the device
+        ok += int(m[1])  # one process may get nothing while the others hold the device
         oom += int(m[2])
     assert ok > 0 and oom > 0
     st = sim.stats(state)[0]
@@ -719,12 +876,22 @@ def test_forkexec_tree(sim):
     res = sim.run("forkexec", "--fork-child", 2, state=state, calls=calls)
     assert res.returncode == 0, res.stdout + res.stderr
     heads = re.findall(r"# forkexec pid (\d+) ppid (\d+) depth (\d+) mode (\w+)", res.stdout)
-    assert [(d, m) for _, _, d, m in heads] == [("2", "top"), ("2", "fork"), ("1", "exec"), ("0", "exec")]
+    assert [(d, m) for _, _, d, m in heads] == [
+        ("2", "top"),
+        ("2", "fork"),
+        ("1", "exec"),
+        ("0", "exec"),
+    ]
     pids = [int(p) for p, _, _, _ in heads]
     assert len(set(pids)) == 4
-    assert int(heads[1][1]) == pids[0] and int(heads[2][1]) == pids[0] and int(heads[3][1]) == pids[2]
+    assert (
+        int(heads[1][1]) == pids[0] and int(heads[2][1]) == pids[0] and int(heads[3][1]) == pids[2]
+    )
     got = ops(res)
-    assert len([o for o in got if o.op == "alloc"]) == 4 and len([o for o in got if o.op == "free"]) == 4
+    assert (
+        len([o for o in got if o.op == "alloc"]) == 4
+        and len([o for o in got if o.op == "free"]) == 4
+    )
     assert all(o.result == 0 and o.size == MiB for o in got)
     assert "# forkexec done status 0" in res.stdout
     st = sim.stats(state)[0]
@@ -740,6 +907,7 @@ def test_forkexec_exit_status_propagates(sim):
 
 # ---- NVML ----------------------------------------------------------------------------------------
 
+
 def test_meminfo_program(sim):
     res = sim.run("meminfo", "--alloc", "1g")
     assert res.returncode == 0, res.stdout
@@ -747,12 +915,20 @@ def test_meminfo_program(sim):
     free = DEFAULT_TOTAL - GiB
     cu = [o for o in got if o.api == "cuMemGetInfo_v2"]
     assert len(cu) == 8
-    assert [(o.size, o.ptr) for o in cu] == [(DEFAULT_TOTAL, free), (DEFAULT_TOTAL, None), (None, free),
-                                            (None, None)] * 2
+    assert [(o.size, o.ptr) for o in cu] == [
+        (DEFAULT_TOTAL, free),
+        (DEFAULT_TOTAL, None),
+        (None, free),
+        (None, None),
+    ] * 2
     nv = [(o.api, o.size, o.ptr, o.result) for o in got if o.api.startswith("nvml")]
-    assert nv == [("nvmlDeviceGetMemoryInfo", DEFAULT_TOTAL, free, 0), ("nvmlDeviceGetMemoryInfo", None, None, 2),
-                  ("nvmlDeviceGetMemoryInfo_v2", DEFAULT_TOTAL, free, 0),
-                  ("nvmlDeviceGetMemoryInfo_v2", None, None, 13), ("nvmlDeviceGetMemoryInfo_v2", None, None, 2)]
+    assert nv == [
+        ("nvmlDeviceGetMemoryInfo", DEFAULT_TOTAL, free, 0),
+        ("nvmlDeviceGetMemoryInfo", None, None, 2),
+        ("nvmlDeviceGetMemoryInfo_v2", DEFAULT_TOTAL, free, 0),
+        ("nvmlDeviceGetMemoryInfo_v2", None, None, 13),
+        ("nvmlDeviceGetMemoryInfo_v2", None, None, 2),
+    ]
     assert "# nvml_v2 used %d reserved 0" % GiB in res.stdout
     r = simbuild.parse_resolves(res.stdout)
     assert r[0]["symbol"] == "cuMemGetInfo_v2" and r[0]["library"] == "libcuda.so.1"
@@ -766,7 +942,9 @@ def test_nvml_integrated_not_supported(sim):
 
 
 def test_nvml_api_details(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         nv = ctypes.CDLL("libnvidia-ml.so.1")
         d = c_void_p()
         out["uninit"] = nv.nvmlDeviceGetHandleByIndex_v2(0, byref(d))
@@ -789,16 +967,23 @@ def test_nvml_api_details(sim):
         nv.nvmlErrorString.restype = c_char_p
         out["errstr"] = nv.nvmlErrorString(7).decode()
         out["shutdown"] = [nv.nvmlShutdown(), nv.nvmlShutdown()]
-    """, devices=2, total_bytes=[GiB, 3 * GiB])
+    """,
+        devices=2,
+        total_bytes=[GiB, 3 * GiB],
+    )
     assert out["uninit"] == 1 and out["init"] == 0 and out["count"] == 2 and out["bad_index"] == 2
     assert out["v2"] == [0, 3 * GiB, 3 * GiB, 0]
     assert out["procs_query"] == [0, 0]
-    assert out["driver"][0] == 0 and out["driver"][1].startswith("580.") and out["driver_short"] == 7
+    assert (
+        out["driver"][0] == 0 and out["driver"][1].startswith("580.") and out["driver_short"] == 7
+    )
     assert out["errstr"] == "Insufficient Size" and out["shutdown"] == [0, 1]
 
 
 def test_nvml_sees_in_process_driver_state_without_state_file(sim):
-    out = run_py(sim, """
+    out = run_py(
+        sim,
+        """
         cu.cuInit(0)
         r, p = alloc(5 << 20)
         nv = ctypes.CDLL("libnvidia-ml.so.1")
@@ -809,11 +994,13 @@ def test_nvml_sees_in_process_driver_state_without_state_file(sim):
             _fields_ = [("total", c_ulonglong), ("free", c_ulonglong), ("used", c_ulonglong)]
         m = Mem()
         out["mem"] = [nv.nvmlDeviceGetMemoryInfo(d, byref(m)), m.used]
-    """)
+    """,
+    )
     assert out["mem"] == [0, 5 * MiB]
 
 
 # ---- the other programs --------------------------------------------------------------------------
+
 
 def test_exitcode(sim):
     assert sim.run("exitcode", 0).returncode == 0
@@ -831,7 +1018,9 @@ def test_exitcode(sim):
 
 def test_dlsym_next(sim):
     res = sim.run("dlsym_next")
-    assert res.returncode == 0 and "via libnext no" in res.stdout and res.stdout.strip().endswith("ok")
+    assert (
+        res.returncode == 0 and "via libnext no" in res.stdout and res.stdout.strip().endswith("ok")
+    )
     env = sim.env()
     env["LD_PRELOAD"] = str(sim.libnext)
     res = sim.run("dlsym_next", env=env)
@@ -844,7 +1033,9 @@ def test_static_prog(sim):
     assert sim.progs["static_prog"] is not None, "no static C library here (libc6-dev)"
     res = sim.run("static_prog", 3)
     assert res.returncode == 3 and res.stdout.startswith("static ok pid")
-    hdr = subprocess.run(["readelf", "-l", str(sim.progs["static_prog"])], capture_output=True, text=True).stdout
+    hdr = subprocess.run(
+        ["readelf", "-l", str(sim.progs["static_prog"])], capture_output=True, text=True
+    ).stdout
     assert "INTERP" not in hdr
 
 
@@ -856,7 +1047,13 @@ def test_hold_exit_after_ms(sim):
 def test_program_functions_are_named(sim):
     """Stack addresses must resolve to the named, non-inlined functions of each program."""
     want = {
-        "route_link": ["do_alloc_device", "do_alloc_pitch", "do_alloc_async", "do_vmm_create", "do_free_device"],
+        "route_link": [
+            "do_alloc_device",
+            "do_alloc_pitch",
+            "do_alloc_async",
+            "do_vmm_create",
+            "do_free_device",
+        ],
         "route_gpa": ["do_alloc_device", "do_alloc_old_abi", "do_alloc_graph"],
         "route_dlsym": ["do_alloc_managed", "do_alloc_hostalloc"],
         "threads": ["thread_alloc", "thread_free"],
@@ -866,8 +1063,12 @@ def test_program_functions_are_named(sim):
         "meminfo": ["meminfo_link", "meminfo_gpa", "meminfo_nvml"],
     }
     for prog, funcs in want.items():
-        dyn = subprocess.run(["nm", "-D", "--defined-only", str(sim.progs[prog])], capture_output=True,
-                             text=True, check=True).stdout
+        dyn = subprocess.run(
+            ["nm", "-D", "--defined-only", str(sim.progs[prog])],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         names = {line.split()[-1] for line in dyn.splitlines()}
         assert set(funcs) <= names, (prog, set(funcs) - names)
 
@@ -884,8 +1085,13 @@ def test_exec_gives_the_replaced_image_memory_back(sim):
         print(seen, flush=True)
         os.execv({str(sim.progs["simstat"])!r}, ["simstat"])
     """)
-    res = subprocess.run([sys.executable, "-c", script], env=sim.env(state=state), capture_output=True,
-                         text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-c", script],
+        env=sim.env(state=state),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     before, after = res.stdout.split("\n\n", 1)
     assert simbuild.parse_simstat(before)[0]["used"] == 40 * MiB

@@ -1,6 +1,7 @@
 """The stack cache on the machine's own architecture: cached CFI rules (shim/unwind.c) give the
 stacks a full libgcc unwind gives, repeated call sites are served from it, and every trace
 says how many events took which path (header counters, also after SIGKILL)."""
+
 from __future__ import annotations
 
 import bisect
@@ -9,15 +10,13 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from support import calltree
-from support.paths import PROGS, SHIM
-from support import tracegen as tg
-
 from cudatrace.analyze.trace import read_dir, read_trace
+from support import calltree
+from support import tracegen as tg
+from support.paths import PROGS, SHIM
 
 
 def arch() -> str:
@@ -35,7 +34,7 @@ def test_cached_stacks_equal_full_unwinds_on_random_call_trees(ct, sim, tmp_path
     t = read_dir(r.out).traces[0]
     assert t.n_events > 10000
     assert t.stack_mismatches == 0
-    assert t.stack_verified == t.n_events                  # every event compared
+    assert t.stack_verified == t.n_events  # every event compared
     assert t.stack_unwinds_full + t.stack_cache_hits == t.n_events
     assert t.stack_cache_hits >= 0.98 * t.n_events, (t.stack_cache_hits, t.n_events)
 
@@ -53,9 +52,25 @@ def test_one_call_site_loop_takes_almost_no_full_unwinds(ct, sim):
 
 def test_counts_in_report_json_and_survive_sigkill(ct, sim):
     out = ct.new_dir()
-    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "run", "-o", str(out), "-q", "--",
-                          str(sim.progs["hold"]), "50", "4096"], env=ct.env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "-o",
+            str(out),
+            "-q",
+            "--",
+            str(sim.progs["hold"]),
+            "50",
+            "4096",
+        ],
+        env=ct.env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     for line in p.stdout:
         if line.strip() == "ready":
             break
@@ -71,25 +86,31 @@ def test_counts_in_report_json_and_survive_sigkill(ct, sim):
     r = ct.cli("report", out, "--json")
     assert r.returncode == 0, r.stderr
     c = json.loads(r.stdout)["counts"]
-    assert (c["stack_unwinds_full"], c["stack_cache_hits"]) == (t.stack_unwinds_full, t.stack_cache_hits)
+    assert (c["stack_unwinds_full"], c["stack_cache_hits"]) == (
+        t.stack_unwinds_full,
+        t.stack_cache_hits,
+    )
     assert not any("stack cache" in w for w in json.loads(r.stdout)["warnings"])
 
 
 def test_low_cache_rate_is_noted(tmp_path, ct):
-    w = tg.TraceWriter(tmp_path / "1.0.ctrace", pid=1,
-                       header={"stack_unwinds_full": 900, "stack_cache_hits": 100})
+    w = tg.TraceWriter(
+        tmp_path / "1.0.ctrace", pid=1, header={"stack_unwinds_full": 900, "stack_cache_hits": 100}
+    )
     w.alloc(tg.BASE_TS + 1, 100, 0x1)
     w.close()
     r = ct.cli("report", tmp_path, "--json")
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["counts"]["stack_unwinds_full"] == 900 and rep["counts"]["stack_cache_hits"] == 100
-    assert any("900 of 1000 events took a full unwind" in w for w in rep["warnings"]), rep["warnings"]
+    assert any("900 of 1000 events took a full unwind" in w for w in rep["warnings"]), rep[
+        "warnings"
+    ]
     text = ct.cli("report", tmp_path).stdout
     assert "stack cache hit rate 10%" in text
 
 
-PLUGIN = r'''
+PLUGIN = r"""
 #include <alloca.h>
 #include "cuda_abi.h"
 CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n);
@@ -105,9 +126,9 @@ __attribute__((noinline)) int plugin_leaf(int k)
     return pad[0];
 }
 int plugin_run(int n) { int r = cuInit(0); for (int i = 0; i < n; i++) r += plugin_leaf(i % 7); return r; }
-'''
+"""
 
-LOADER = r'''
+LOADER = r"""
 #include <dlfcn.h>
 #include <stdio.h>
 int main(int argc, char **argv)
@@ -122,22 +143,36 @@ int main(int argc, char **argv)
     }
     return 0;
 }
-'''
+"""
 
 
 def test_rules_are_forgotten_when_a_library_is_unloaded(ct, sim, tmp_path):
     """Two plugins built differently (one keeps frame pointers, one does not) loaded in turn at
     the same address: the rules of the first must not serve the second."""
-    from cudatrace import native
     (tmp_path / "plugin.c").write_text(PLUGIN)
     (tmp_path / "loader.c").write_text(LOADER)
     libs = []
-    for name, flags in (("a", ["-O2", "-fno-omit-frame-pointer", "-DPAD=16"]),
-                        ("b", ["-O2", "-fomit-frame-pointer", "-DPAD=48"])):
-        lib = tmp_path / ("libplugin_%s.so" % name)
-        subprocess.run(["cc", "-shared", "-fPIC", "-g", *flags, "-I%s" % SHIM,
-                        "-o", str(lib), str(tmp_path / "plugin.c"), "-L%s" % sim.lib, "-lcuda"],
-                       check=True)
+    for name, flags in (
+        ("a", ["-O2", "-fno-omit-frame-pointer", "-DPAD=16"]),
+        ("b", ["-O2", "-fomit-frame-pointer", "-DPAD=48"]),
+    ):
+        lib = tmp_path / (f"libplugin_{name}.so")
+        subprocess.run(
+            [
+                "cc",
+                "-shared",
+                "-fPIC",
+                "-g",
+                *flags,
+                f"-I{SHIM}",
+                "-o",
+                str(lib),
+                str(tmp_path / "plugin.c"),
+                f"-L{sim.lib}",
+                "-lcuda",
+            ],
+            check=True,
+        )
         libs.append(lib)
     exe = tmp_path / "loader"
     subprocess.run(["cc", "-g", "-o", str(exe), str(tmp_path / "loader.c"), "-ldl"], check=True)
@@ -152,7 +187,7 @@ def test_rules_are_forgotten_when_a_library_is_unloaded(ct, sim, tmp_path):
     assert 4 <= t.stack_unwinds_full <= 40, t.stack_unwinds_full
 
 
-STALE = r'''
+STALE = r"""
 #include <alloca.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -182,7 +217,7 @@ int main(int argc, char **argv)
     }
     return 0;
 }
-'''
+"""
 
 
 def test_same_stack_depth_through_different_callers(ct, sim, tmp_path):
@@ -193,17 +228,31 @@ def test_same_stack_depth_through_different_callers(ct, sim, tmp_path):
     caller_big). The cached rules read the frame pointers too."""
     (tmp_path / "stale.c").write_text(STALE)
     exe = tmp_path / "stale"
-    from cudatrace import native
-    subprocess.run(["cc", "-O0", "-g", "-fno-omit-frame-pointer", "-I%s" % SHIM,
-                    "-I%s" % PROGS, "-o", str(exe),
-                    str(tmp_path / "stale.c"), "-L%s" % sim.lib, "-lcuda"], check=True)
+    subprocess.run(
+        [
+            "cc",
+            "-O0",
+            "-g",
+            "-fno-omit-frame-pointer",
+            f"-I{SHIM}",
+            f"-I{PROGS}",
+            "-o",
+            str(exe),
+            str(tmp_path / "stale.c"),
+            f"-L{sim.lib}",
+            "-lcuda",
+        ],
+        check=True,
+    )
     env = ct.env()
     env["CUDATRACE_STACK_VERIFY"] = "1"
     r = ct.run([exe], "-q", env=env)
     assert r.returncode == 0, r.stderr
     t = read_dir(r.out).traces[0]
     syms = {}
-    for line in subprocess.run(["nm", str(exe)], capture_output=True, text=True).stdout.splitlines():
+    for line in subprocess.run(
+        ["nm", str(exe)], capture_output=True, text=True
+    ).stdout.splitlines():
         p = line.split()
         if len(p) == 3 and p[1] in "tT":
             syms[int(p[0], 16)] = p[2]
@@ -217,8 +266,12 @@ def test_same_stack_depth_through_different_callers(ct, sim, tmp_path):
         return syms[starts[i]]
 
     from cudatrace.analyze.trace import C, event_fields
+
     names = event_fields()
-    callers = [name(t.stack(e[names.index("stack")])[1]) for e in t.events
-               if e[names.index("op")] == C()["CT_OP_ALLOC"]]
+    callers = [
+        name(t.stack(e[names.index("stack")])[1])
+        for e in t.events
+        if e[names.index("op")] == C()["CT_OP_ALLOC"]
+    ]
     assert callers == ["caller_big", "caller_small"] * 3, callers
     assert t.stack_cache_hits > 0 and t.stack_mismatches == 0

@@ -7,6 +7,7 @@ the weights and the workspace flat; a sweep of --kv-cache-memory with --expect 1
 that allocates through the simulated libcuda and answers HTTP) are stopped by --stop-after and
 --until-url.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,18 +26,19 @@ import pytest
 from click.testing import CliRunner
 
 from cudatrace.analyze import laws
-
 from support.paths import REPO  # noqa: E402
+
 EXAMPLE = REPO / "examples" / "kv-pool"
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 LAYERS = 28
-PAGE = 2 * 16 * 8 * 128 * 2                     # one block of one layer: 64 KiB
+PAGE = 2 * 16 * 8 * 128 * 2  # one block of one layer: 64 KiB
 WEIGHTS = 1_400_000_000
 WORKSPACE = 256 * MiB
 THOR = 122 * GiB
 
 
 # ---- the law math ----------------------------------------------------------------------------
+
 
 def test_affine_exact_is_exact():
     law = laws.classify([64, 128, 256], [LAYERS * PAGE * b for b in (64, 128, 256)])
@@ -90,7 +92,7 @@ def test_powers_of_two():
     law = laws.classify([3, 5, 6, 9], [4 * MiB, 8 * MiB, 8 * MiB, 16 * MiB])
     assert law.kind == "powers_of_two", law
     assert law.points == [(3, 4 * MiB), (5, 8 * MiB), (6, 8 * MiB), (9, 16 * MiB)]
-    assert law.affine is not None                  # the line is still there, for its slope
+    assert law.affine is not None  # the line is still there, for its slope
 
 
 def test_steps():
@@ -119,7 +121,7 @@ def test_one_and_two_points():
     assert two.kind == "affine" and not two.tested
     assert two.affine.slope == 20 and two.affine.intercept == -10
     y, se = two.affine.predict(3)
-    assert y == 50 and se is None                  # two points: no uncertainty
+    assert y == 50 and se is None  # two points: no uncertainty
     assert two.affine.stderr is None
 
 
@@ -134,8 +136,10 @@ def test_grid_product_law():
     g = laws.fit_grid(pts, ys, ["layers", "blocks"])
     j = g.as_json()
     assert g.model == "multilinear" and j["exact"]
-    assert j["terms"] == [{"knobs": [], "coefficient": 7 * MiB},
-                          {"knobs": ["layers", "blocks"], "coefficient": PAGE}]
+    assert j["terms"] == [
+        {"knobs": [], "coefficient": 7 * MiB},
+        {"knobs": ["layers", "blocks"], "coefficient": PAGE},
+    ]
     assert j["slope"] == {"layers": 0, "blocks": 0} and j["intercept"] == 7 * MiB
     y, se = g.predict((8, 512))
     assert y == PAGE * 8 * 512 + 7 * MiB and se == 0.0
@@ -143,7 +147,7 @@ def test_grid_product_law():
 
 
 def test_grid_additive_when_products_undetermined():
-    pts = [(1, 1), (2, 1), (1, 2)]                    # an L, not a grid: no product term
+    pts = [(1, 1), (2, 1), (1, 2)]  # an L, not a grid: no product term
     g = laws.fit_grid(pts, [3 + 2 * a + 5 * b for a, b in pts], ["a", "b"])
     assert g.model == "additive" and g.lsq.exact
     assert g.coefficient((0,)) == 2 and g.coefficient((1,)) == 5 and g.intercept == 3
@@ -151,11 +155,23 @@ def test_grid_additive_when_products_undetermined():
 
 # ---- the command: fixtures -------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def kvpool(sim, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("kvpool")
-    cmd = [os.environ.get("CC", "cc"), "-O1", "-g", "-fno-omit-frame-pointer", "-rdynamic",
-           "-o", str(out / "kvpool"), str(EXAMPLE / "kvpool.c"), "-L%s" % sim.lib, "-ldl", "-lcuda"]
+    cmd = [
+        os.environ.get("CC", "cc"),
+        "-O1",
+        "-g",
+        "-fno-omit-frame-pointer",
+        "-rdynamic",
+        "-o",
+        str(out / "kvpool"),
+        str(EXAMPLE / "kvpool.c"),
+        f"-L{sim.lib}",
+        "-ldl",
+        "-lcuda",
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     return out / "kvpool"
@@ -169,17 +185,24 @@ def thor_env(sim, base: Path) -> dict:
 
 
 def sweep(env, *args, timeout=300, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cudatrace", "sweep", *map(str, args)],
-                          env=env, capture_output=True, text=True, timeout=timeout, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "cudatrace", "sweep", *map(str, args)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kw,
+    )
 
 
 def _ok(r):
-    return "exit %s\nstdout:\n%s\nstderr:\n%s" % (r.returncode, r.stdout, r.stderr)
+    return f"exit {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}"
 
 
 def site(doc, function):
-    got = [s for s in doc["sites"] if s["label"].startswith(function + " ")
-           or s["label"] == function]
+    got = [
+        s for s in doc["sites"] if s["label"].startswith(function + " ") or s["label"] == function
+    ]
     assert len(got) == 1, [s["label"] for s in doc["sites"]]
     return got[0]
 
@@ -189,8 +212,20 @@ def blocks(sim, kvpool, tmp_path_factory):
     """kvpool swept over --num-blocks 64,128,256: the per-layer pool's law."""
     base = tmp_path_factory.mktemp("sweep-blocks")
     env = thor_env(sim, base)
-    r = sweep(env, "--values", "64,128,256", "-o", base / "sw", "--json", "--predict", "1024",
-              "--", kvpool, "--num-blocks", "{}")
+    r = sweep(
+        env,
+        "--values",
+        "64,128,256",
+        "-o",
+        base / "sw",
+        "--json",
+        "--predict",
+        "1024",
+        "--",
+        kvpool,
+        "--num-blocks",
+        "{}",
+    )
     assert r.returncode == 0, _ok(r)
     r.doc = json.loads(r.stdout)
     r.base = base
@@ -201,37 +236,78 @@ def blocks(sim, kvpool, tmp_path_factory):
 # ---- a per-layer size: the laws --------------------------------------------------------------
 
 OPT_INT, OPT_FLOAT, OPT_STR, NUM = (int, None), (float, None), (str, None), (int, float)
-FIT = {"slope": NUM, "intercept": NUM, "r2": float, "n": int, "stderr": OPT_FLOAT,
-       "exact": bool}
+FIT = {"slope": NUM, "intercept": NUM, "r2": float, "n": int, "stderr": OPT_FLOAT, "exact": bool}
 LAW = {"kind": str, "tested": bool, "detail": str, "points": [list], "text": str}
-SERIES = {"label": str, "key": OPT_STR, "bytes": [OPT_INT], "fit": (FIT, None), "law": LAW,
-          "contradicts_expectation": bool, "expectation": OPT_STR}
-SWEEP = {
-    "schema": str, "cudatrace_version": str, "command": [str], "directory": str,
-    "knobs": [{"name": str, "placeholder": str, "flag": OPT_STR, "unit": OPT_STR,
-               "noun": OPT_STR, "values": [str], "numbers": [NUM]}],
-    "values": [(int, float, dict)],
-    "runs": [{"value": (int, float, dict), "text": str, "command": [str], "directory": str,
-              "output": str, "ended": {"how": str, "text": str, "status": OPT_INT},
-              "included": bool, "seconds": OPT_FLOAT, "peak_bytes": OPT_INT,
-              "peak_time": OPT_FLOAT, "allocs": OPT_INT, "denied": OPT_INT}],
-    "stop": {"after": OPT_FLOAT, "url": OPT_STR, "settle": OPT_FLOAT, "grace": float},
-    "expect": (float, dict, None), "expect_text": OPT_STR, "peak": SERIES, "sites": [dict(SERIES, count=[OPT_INT])],
-    "more_sites": int, "prediction": (dict, None), "notes": [str],
+SERIES = {
+    "label": str,
+    "key": OPT_STR,
+    "bytes": [OPT_INT],
+    "fit": (FIT, None),
+    "law": LAW,
+    "contradicts_expectation": bool,
+    "expectation": OPT_STR,
 }
-PREDICTION = {"at": str, "extrapolated": bool,
-              "peak": {"bytes": int, "stderr": OPT_FLOAT, "how": str},
-              "sites": [{"label": str, "key": str, "bytes": int, "stderr": OPT_FLOAT, "how": str}],
-              "budget": {"bytes": int, "spec": str, "reason": str}, "notes": [str]}
+SWEEP = {
+    "schema": str,
+    "cudatrace_version": str,
+    "command": [str],
+    "directory": str,
+    "knobs": [
+        {
+            "name": str,
+            "placeholder": str,
+            "flag": OPT_STR,
+            "unit": OPT_STR,
+            "noun": OPT_STR,
+            "values": [str],
+            "numbers": [NUM],
+        }
+    ],
+    "values": [(int, float, dict)],
+    "runs": [
+        {
+            "value": (int, float, dict),
+            "text": str,
+            "command": [str],
+            "directory": str,
+            "output": str,
+            "ended": {"how": str, "text": str, "status": OPT_INT},
+            "included": bool,
+            "seconds": OPT_FLOAT,
+            "peak_bytes": OPT_INT,
+            "peak_time": OPT_FLOAT,
+            "allocs": OPT_INT,
+            "denied": OPT_INT,
+        }
+    ],
+    "stop": {"after": OPT_FLOAT, "url": OPT_STR, "settle": OPT_FLOAT, "grace": float},
+    "expect": (float, dict, None),
+    "expect_text": OPT_STR,
+    "peak": SERIES,
+    "sites": [dict(SERIES, count=[OPT_INT])],
+    "more_sites": int,
+    "prediction": (dict, None),
+    "notes": [str],
+}
+PREDICTION = {
+    "at": str,
+    "extrapolated": bool,
+    "peak": {"bytes": int, "stderr": OPT_FLOAT, "how": str},
+    "sites": [{"label": str, "key": str, "bytes": int, "stderr": OPT_FLOAT, "how": str}],
+    "budget": {"bytes": int, "spec": str, "reason": str},
+    "notes": [str],
+}
 
 
 def test_json_schema_as_documented(blocks):
     from support import tracegen as tg
+
     tg.check_schema(blocks.doc, SWEEP)
     tg.check_schema(blocks.doc["prediction"], PREDICTION)
     doc = (REPO / "docs" / "sweep-json.md").read_text()
     for key in list(SWEEP) + list(FIT) + list(LAW) + list(PREDICTION["budget"]):
-        assert "`%s`" % key in doc or "`%s[]`" % key in doc, key
+        assert f"`{key}`" in doc or f"`{key}[]`" in doc, key
+
 
 def test_kv_site_law_is_layers_times_unit(blocks):
     doc = blocks.doc
@@ -240,7 +316,7 @@ def test_kv_site_law_is_layers_times_unit(blocks):
     kv = site(doc, "allocate_layer_kv")
     assert kv["bytes"] == [LAYERS * PAGE * b for b in (64, 128, 256)]
     assert kv["count"] == [LAYERS] * 3
-    assert kv["fit"]["slope"] == LAYERS * PAGE           # 1.75 MiB per block, exactly
+    assert kv["fit"]["slope"] == LAYERS * PAGE  # 1.75 MiB per block, exactly
     assert kv["fit"]["intercept"] == 0 and kv["fit"]["r2"] == 1.0 and kv["fit"]["exact"]
     assert kv["law"]["kind"] == "affine" and kv["law"]["tested"]
     assert "1.75 MiB per block" in kv["law"]["text"]
@@ -259,8 +335,14 @@ def test_peak_law(blocks):
     p = blocks.doc["peak"]
     assert p["label"] == "peak"
     assert p["bytes"] == [WEIGHTS + WORKSPACE + LAYERS * PAGE * b for b in (64, 128, 256)]
-    assert p["fit"] == {"slope": LAYERS * PAGE, "intercept": WEIGHTS + WORKSPACE, "r2": 1.0,
-                        "n": 3, "stderr": 0.0, "exact": True}
+    assert p["fit"] == {
+        "slope": LAYERS * PAGE,
+        "intercept": WEIGHTS + WORKSPACE,
+        "r2": 1.0,
+        "n": 3,
+        "stderr": 0.0,
+        "exact": True,
+    }
 
 
 def test_runs_are_recorded(blocks):
@@ -272,7 +354,7 @@ def test_runs_are_recorded(blocks):
         assert Path(r["directory"]).name == "num-blocks=%d" % b
         assert list(Path(r["directory"]).glob("*.ctrace"))
         assert r["peak_bytes"] == WEIGHTS + WORKSPACE + LAYERS * PAGE * b
-        assert "num_blocks = %d" % b in Path(r["output"]).read_text()   # its output, kept
+        assert "num_blocks = %d" % b in Path(r["output"]).read_text()  # its output, kept
     on_disk = json.loads((blocks.base / "sw" / "sweep.json").read_text())
     assert on_disk["peak"] == blocks.doc["peak"]
 
@@ -281,25 +363,38 @@ def test_prediction_and_budget(blocks):
     p = blocks.doc["prediction"]
     assert p["extrapolated"] and p["value"] == 1024
     assert p["peak"]["bytes"] == WEIGHTS + WORKSPACE + LAYERS * PAGE * 1024
-    assert p["peak"]["stderr"] == 0.0                  # 3 points on a line: exact
+    assert p["peak"]["stderr"] == 0.0  # 3 points on a line: exact
     assert p["sites"][0]["label"].startswith("allocate_layer_kv")
     assert p["sites"][0]["bytes"] == LAYERS * PAGE * 1024
     b = p["budget"]
     assert b["bytes"] >= p["peak"]["bytes"] * 1.1 and b["bytes"] <= p["peak"]["bytes"] * 1.3
     assert b["bytes"] % MiB == 0 and "10% headroom" in b["reason"]
     from cudatrace.record.budget import parse_size
+
     assert parse_size(b["spec"]) == b["bytes"]
 
 
 def test_text_output(blocks, kvpool):
-    r = sweep(blocks.env, "--values", "64,128,256", "-o", blocks.base / "sw-text",
-              "--predict", "1024", "--", kvpool, "--num-blocks", "{}")
+    r = sweep(
+        blocks.env,
+        "--values",
+        "64,128,256",
+        "-o",
+        blocks.base / "sw-text",
+        "--predict",
+        "1024",
+        "--",
+        kvpool,
+        "--num-blocks",
+        "{}",
+    )
     assert r.returncode == 0, _ok(r)
     out = r.stdout
     line = next(l for l in out.splitlines() if l.strip().startswith("allocate_layer_kv"))
     assert "1.75 MiB per block + 0 B" in line and "exact, 3 points" in line
-    assert any(l.strip().startswith("load_weights") and "flat at 1.30 GiB" in l
-               for l in out.splitlines())
+    assert any(
+        l.strip().startswith("load_weights") and "flat at 1.30 GiB" in l for l in out.splitlines()
+    )
     assert "Predicted at --num-blocks 1024" in out
     assert "budget for a co-tenant box: --budget" in out
     assert "1/3  64: exited 0, peak" in r.stderr
@@ -307,18 +402,21 @@ def test_text_output(blocks, kvpool):
 
 def test_from_fits_a_recorded_sweep_again(blocks, tmp_path):
     moved = tmp_path / "moved"
-    shutil.copytree(blocks.base / "sw", moved)          # a sweep moved elsewhere still reads
+    shutil.copytree(blocks.base / "sw", moved)  # a sweep moved elsewhere still reads
     r = sweep(blocks.env, "--from", moved, "--expect", "64KiB", "--json")
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     assert doc["values"] == blocks.doc["values"] and doc["peak"]["fit"] == blocks.doc["peak"]["fit"]
     kv = site(doc, "allocate_layer_kv")
     assert kv["fit"] == site(blocks.doc, "allocate_layer_kv")["fit"]
-    assert kv["contradicts_expectation"] and "28x the expected 64.0 KiB per block" in kv["expectation"]
+    assert (
+        kv["contradicts_expectation"] and "28x the expected 64.0 KiB per block" in kv["expectation"]
+    )
     assert all(Path(x["directory"]).parent == moved for x in doc["runs"])
-    assert json.loads((moved / "sweep.json").read_text())["expect"] is None   # not rewritten
+    assert json.loads((moved / "sweep.json").read_text())["expect"] is None  # not rewritten
     from cudatrace.sweep import SweepError, sweep_dict
-    d = sweep_dict(moved, expect="64KiB")              # the same dict, for the HTML report
+
+    d = sweep_dict(moved, expect="64KiB")  # the same dict, for the HTML report
     assert d["peak"] == doc["peak"] and d["sites"] == doc["sites"]
     with pytest.raises(SweepError):
         sweep_dict(tmp_path)
@@ -330,18 +428,39 @@ def test_from_fits_a_recorded_sweep_again(blocks, tmp_path):
 
 def test_existing_sweep_is_not_overwritten(blocks, kvpool):
     before = (blocks.base / "sw" / "sweep.json").read_text()
-    r = sweep(blocks.env, "--values", "64,128,256", "-o", blocks.base / "sw", "--",
-              kvpool, "--num-blocks", "{}")
+    r = sweep(
+        blocks.env,
+        "--values",
+        "64,128,256",
+        "-o",
+        blocks.base / "sw",
+        "--",
+        kvpool,
+        "--num-blocks",
+        "{}",
+    )
     assert r.returncode == 2 and "already holds a sweep" in r.stderr and "--force" in r.stderr
     assert (blocks.base / "sw" / "sweep.json").read_text() == before
 
 
 # ---- --expect: the defect --------------------------------------------------------------------
 
+
 def test_expect_flags_per_layer_pool_not_weights(sim, kvpool, tmp_path):
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "64MiB,128MiB,256MiB", "--expect", "1", "-o", tmp_path / "sw",
-              "--json", "--", kvpool, "--kv-cache-memory={}")
+    r = sweep(
+        env,
+        "--values",
+        "64MiB,128MiB,256MiB",
+        "--expect",
+        "1",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        kvpool,
+        "--kv-cache-memory={}",
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     assert doc["knobs"][0]["flag"] == "--kv-cache-memory" and doc["knobs"][0]["unit"] == "bytes"
@@ -354,8 +473,19 @@ def test_expect_flags_per_layer_pool_not_weights(sim, kvpool, tmp_path):
         s = site(doc, fn)
         assert s["contradicts_expectation"] is False and s["expectation"] is None
     # text: one sentence per flagged law
-    r = sweep(env, "--values", "64MiB,128MiB,256MiB", "--expect", "1", "-o", tmp_path / "sw2",
-              "--", kvpool, "--kv-cache-memory", "{}")
+    r = sweep(
+        env,
+        "--values",
+        "64MiB,128MiB,256MiB",
+        "--expect",
+        "1",
+        "-o",
+        tmp_path / "sw2",
+        "--",
+        kvpool,
+        "--kv-cache-memory",
+        "{}",
+    )
     assert r.returncode == 0, _ok(r)
     flagged = [l for l in r.stdout.splitlines() if l.strip().startswith("! ")]
     assert len(flagged) == 2, r.stdout
@@ -366,22 +496,52 @@ def test_expect_flags_per_layer_pool_not_weights(sim, kvpool, tmp_path):
 
 def test_expect_matching_the_fix_flags_nothing(sim, kvpool, tmp_path):
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "64MiB,128MiB,256MiB", "--expect", "1", "-o", tmp_path / "sw",
-              "--json", "--", kvpool, "--fixed-sizing", "--kv-cache-memory", "{}")
+    r = sweep(
+        env,
+        "--values",
+        "64MiB,128MiB,256MiB",
+        "--expect",
+        "1",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        kvpool,
+        "--fixed-sizing",
+        "--kv-cache-memory",
+        "{}",
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     assert not any(s["contradicts_expectation"] for s in [doc["peak"]] + doc["sites"])
     kv = site(doc, "allocate_layer_kv")
-    assert 0.98 < kv["fit"]["slope"] < 1.02       # whole blocks: about the flag
+    assert 0.98 < kv["fit"]["slope"] < 1.02  # whole blocks: about the flag
 
 
 # ---- a grid ----------------------------------------------------------------------------------
 
+
 def test_grid_of_two_knobs(sim, kvpool, tmp_path):
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "layers=2,4", "--values", "blocks=64,128,256", "-o", tmp_path / "g",
-              "--json", "--predict", "layers=8,blocks=512", "--expect", "blocks=64KiB", "--",
-              kvpool, "--layers", "{layers}", "--num-blocks={blocks}")
+    r = sweep(
+        env,
+        "--values",
+        "layers=2,4",
+        "--values",
+        "blocks=64,128,256",
+        "-o",
+        tmp_path / "g",
+        "--json",
+        "--predict",
+        "layers=8,blocks=512",
+        "--expect",
+        "blocks=64KiB",
+        "--",
+        kvpool,
+        "--layers",
+        "{layers}",
+        "--num-blocks={blocks}",
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     assert [k["flag"] for k in doc["knobs"]] == ["--layers", "--num-blocks"]
@@ -391,28 +551,56 @@ def test_grid_of_two_knobs(sim, kvpool, tmp_path):
     kv = site(doc, "allocate_layer_kv")
     assert kv["bytes"] == [PAGE * a * b for a in (2, 4) for b in (64, 128, 256)]
     assert kv["fit"]["model"] == "multilinear" and kv["fit"]["exact"]
-    assert kv["fit"]["terms"] == [{"knobs": [], "coefficient": 0},
-                                  {"knobs": ["layers", "blocks"], "coefficient": PAGE}]
+    assert kv["fit"]["terms"] == [
+        {"knobs": [], "coefficient": 0},
+        {"knobs": ["layers", "blocks"], "coefficient": PAGE},
+    ]
     w = site(doc, "load_weights")
     assert w["law"]["kind"] == "flat" and not w["contradicts_expectation"]
     assert doc["expect"] == {"blocks": 65536.0}
     assert kv["contradicts_expectation"] and kv["expectation"] == (
         kv["label"] + " grows 4x the expected 64.0 KiB per block (256.0 KiB "
-        "per block at layers=4): sized per layer, or once for each of 4 things?")
+        "per block at layers=4): sized per layer, or once for each of 4 things?"
+    )
     assert doc["peak"]["fit"]["intercept"] == WEIGHTS + WORKSPACE
     assert doc["prediction"]["peak"]["bytes"] == WEIGHTS + WORKSPACE + PAGE * 8 * 512
-    r = sweep(env, "--values", "layers=2,4", "--values", "blocks=64,128,256", "-o",
-              tmp_path / "g2", "--", kvpool, "--layers", "{layers}", "--num-blocks={blocks}")
+    r = sweep(
+        env,
+        "--values",
+        "layers=2,4",
+        "--values",
+        "blocks=64,128,256",
+        "-o",
+        tmp_path / "g2",
+        "--",
+        kvpool,
+        "--layers",
+        "{layers}",
+        "--num-blocks={blocks}",
+    )
     assert r.returncode == 0, _ok(r)
     assert "64.0 KiB x --layers x --num-blocks + 0 B" in r.stdout, r.stdout
 
 
 # ---- a run failing at one value --------------------------------------------------------------
 
+
 def test_run_failing_under_budget_is_reported_and_left_out(sim, kvpool, tmp_path):
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "32,64,128,4096", "--budget", "2GiB", "-o", tmp_path / "sw",
-              "--json", "--", kvpool, "--num-blocks", "{}")
+    r = sweep(
+        env,
+        "--values",
+        "32,64,128,4096",
+        "--budget",
+        "2GiB",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        kvpool,
+        "--num-blocks",
+        "{}",
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     bad = doc["runs"][3]
@@ -424,8 +612,19 @@ def test_run_failing_under_budget_is_reported_and_left_out(sim, kvpool, tmp_path
     kv = site(doc, "allocate_layer_kv")
     assert kv["bytes"][3] is None and doc["peak"]["bytes"][3] is None
     assert kv["fit"]["n"] == 3 and kv["fit"]["slope"] == LAYERS * PAGE and kv["fit"]["exact"]
-    r = sweep(env, "--values", "32,64,128,4096", "--budget", "2GiB", "-o", tmp_path / "sw2",
-              "--", kvpool, "--num-blocks", "{}")
+    r = sweep(
+        env,
+        "--values",
+        "32,64,128,4096",
+        "--budget",
+        "2GiB",
+        "-o",
+        tmp_path / "sw2",
+        "--",
+        kvpool,
+        "--num-blocks",
+        "{}",
+    )
     assert r.returncode == 0, _ok(r)
     assert "4/4  4096: failed under the budget" in r.stderr and "left out" in r.stderr
     assert "4096: cudatrace: budget exceeded" in r.stdout
@@ -434,8 +633,9 @@ def test_run_failing_under_budget_is_reported_and_left_out(sim, kvpool, tmp_path
 def test_run_exiting_nonzero_is_left_out(sim, kvpool, tmp_path):
     """kvpool refuses --num-blocks 0 (exit 2): reported and left out; one good run: no law."""
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "0,64", "-o", tmp_path / "sw", "--json", "--",
-              kvpool, "--num-blocks", "{}")
+    r = sweep(
+        env, "--values", "0,64", "-o", tmp_path / "sw", "--json", "--", kvpool, "--num-blocks", "{}"
+    )
     assert r.returncode == 1, _ok(r)
     doc = json.loads(r.stdout)
     assert doc["runs"][0]["ended"] == dict(doc["runs"][0]["ended"], how="exited", status=2)
@@ -448,8 +648,21 @@ def test_runs_not_started_or_without_trace_are_left_out(sim, tmp_path):
     env = thor_env(sim, tmp_path)
     (tmp_path / "hold1").symlink_to(sim.progs["hold"])
     (tmp_path / "hold3").symlink_to(sim.progs["hold"])
-    r = sweep(env, "--values", "1,2,3", "-o", tmp_path / "sw", "--json", "--",
-              tmp_path / "hold{}", "--exit-after-ms", "0", "--free", "2", "{}MiB")
+    r = sweep(
+        env,
+        "--values",
+        "1,2,3",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        tmp_path / "hold{}",
+        "--exit-after-ms",
+        "0",
+        "--free",
+        "2",
+        "{}MiB",
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     e = doc["runs"][1]["ended"]
@@ -457,16 +670,36 @@ def test_runs_not_started_or_without_trace_are_left_out(sim, tmp_path):
     assert [x["included"] for x in doc["runs"]] == [True, False, True]
     assert doc["peak"]["bytes"] == [2 * MiB, None, 6 * MiB]
     # a run whose trace is gone (here: the command deletes it)
-    r = sweep(env, "--values", "1,2", "-o", tmp_path / "sw2", "--json", "--",
-              "sh", "-c", 'rm -f "$CUDATRACE_DIR"/*.ctrace; : {}')
+    r = sweep(
+        env,
+        "--values",
+        "1,2",
+        "-o",
+        tmp_path / "sw2",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        'rm -f "$CUDATRACE_DIR"/*.ctrace; : {}',
+    )
     assert r.returncode == 1, _ok(r)
     doc = json.loads(r.stdout)
     for x in doc["runs"]:
         assert x["ended"]["how"] == "no_trace" and not x["included"]
         assert "no readable trace file" in x["ended"]["text"] or "no trace" in x["ended"]["text"]
     # a command that dies of a signal, or exits 130 by itself
-    r = sweep(env, "--values", "9,130", "-o", tmp_path / "sw4", "--json", "--",
-              "sh", "-c", '[ {} = 9 ] && kill -9 $$; exit {}')
+    r = sweep(
+        env,
+        "--values",
+        "9,130",
+        "-o",
+        tmp_path / "sw4",
+        "--json",
+        "--",
+        "sh",
+        "-c",
+        "[ {} = 9 ] && kill -9 $$; exit {}",
+    )
     assert r.returncode == 1, _ok(r)
     doc = json.loads(r.stdout)
     a, b = doc["runs"]
@@ -477,22 +710,37 @@ def test_runs_not_started_or_without_trace_are_left_out(sim, tmp_path):
     r = sweep(env, "--values", "1,2", "-o", tmp_path / "sw3", "--json", "--", "true", "{}")
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
-    assert doc["peak"]["bytes"] == [0, 0] and any("did the command use the GPU" in n
-                                                  for n in doc["notes"])
+    assert doc["peak"]["bytes"] == [0, 0] and any(
+        "did the command use the GPU" in n for n in doc["notes"]
+    )
 
 
 # ---- servers: --stop-after and --until-url ---------------------------------------------------
 
+
 def test_stop_after_stops_a_server(sim, tmp_path):
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "1MiB,2MiB,3MiB", "--stop-after", "1s", "-o", tmp_path / "sw",
-              "--json", "--", sim.progs["hold"], "4", "{}", timeout=120)
+    r = sweep(
+        env,
+        "--values",
+        "1MiB,2MiB,3MiB",
+        "--stop-after",
+        "1s",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        sim.progs["hold"],
+        "4",
+        "{}",
+        timeout=120,
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     for run in doc["runs"]:
         e = run["ended"]
         assert e["how"] == "stopped" and e["why"] == "time" and e["signal"] == "SIGINT", e
-        assert e["status"] == 0 and run["included"]                     # hold exits 0 on SIGINT
+        assert e["status"] == 0 and run["included"]  # hold exits 0 on SIGINT
         assert e["text"] == "stopped after 1s (SIGINT)"
     assert doc["peak"]["fit"]["slope"] == 4 and doc["peak"]["fit"]["intercept"] == 0
     assert site(doc, "hold_alloc")["bytes"] == [4 * MiB, 8 * MiB, 12 * MiB]
@@ -502,11 +750,30 @@ def test_interrupted_sweep_reports_what_it_has(sim, tmp_path):
     """SIGINT to the sweep during a run (no terminal: the launcher forwards it): that run is
     'interrupted', the sweep stops there and still prints its result."""
     import time
+
     env = thor_env(sim, tmp_path)
     out = tmp_path / "sw"
-    p = subprocess.Popen([sys.executable, "-m", "cudatrace", "sweep", "--values", "1MiB,2MiB,3MiB",
-                          "-o", str(out), "--json", "--", str(sim.progs["hold"]), "1", "{}"],
-                         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "sweep",
+            "--values",
+            "1MiB,2MiB,3MiB",
+            "-o",
+            str(out),
+            "--json",
+            "--",
+            str(sim.progs["hold"]),
+            "1",
+            "{}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     log = out / "value=1MiB" / "output.log"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not (log.exists() and "ready" in log.read_text()):
@@ -518,7 +785,11 @@ def test_interrupted_sweep_reports_what_it_has(sim, tmp_path):
     doc = json.loads(stdout)
     assert len(doc["runs"]) == 1
     e = doc["runs"][0]["ended"]
-    assert e["how"] == "interrupted" and e["signal"] == "SIGINT" and e["text"] == "interrupted (SIGINT)"
+    assert (
+        e["how"] == "interrupted"
+        and e["signal"] == "SIGINT"
+        and e["text"] == "interrupted (SIGINT)"
+    )
     assert "interrupted: 1 of 3 runs done" in doc["notes"]
     assert not (out / "value=2MiB").exists()
 
@@ -542,8 +813,23 @@ def test_stubborn_server_is_killed(sim, tmp_path):
     prog.write_text(STUBBORN)
     env = thor_env(sim, tmp_path)
     # 3 s: the program has ignored SIGINT and SIGTERM and allocated by then, even on a busy box
-    r = sweep(env, "--values", "1,2", "--stop-after", "3s", "--grace", "0.3s", "-o",
-              tmp_path / "sw", "--json", "--", sys.executable, prog, "{}", timeout=120)
+    r = sweep(
+        env,
+        "--values",
+        "1,2",
+        "--stop-after",
+        "3s",
+        "--grace",
+        "0.3s",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        sys.executable,
+        prog,
+        "{}",
+        timeout=120,
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     for run in doc["runs"]:
@@ -596,38 +882,84 @@ def test_until_url_waits_for_answer_and_settled_memory(sim, tmp_path):
     prog.write_text(SERVER)
     port = free_port()
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "2,4,8", "--until-url", "http://127.0.0.1:%d/health" % port,
-              "--settle", "1.5s", "-o", tmp_path / "sw", "--json", "--",
-              sys.executable, prog, port, "{}", timeout=180)
+    r = sweep(
+        env,
+        "--values",
+        "2,4,8",
+        "--until-url",
+        "http://127.0.0.1:%d/health" % port,
+        "--settle",
+        "1.5s",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        sys.executable,
+        prog,
+        port,
+        "{}",
+        timeout=180,
+    )
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
     for run, mib in zip(doc["runs"], (2, 4, 8)):
         e = run["ended"]
         assert e["how"] == "stopped" and e["why"] == "url" and e["signal"] == "SIGINT", e
         assert e["settled"] and e["live_bytes"] == 3 * mib * MiB
-        assert e["text"] == "stopped: URL answered at %.1fs, memory settled 1.5s (SIGINT)" \
-            % e["answered_after"]
+        assert e["text"] == "stopped: URL answered at {:.1f}s, memory settled 1.5s (SIGINT)".format(
+            e["answered_after"]
+        )
         assert run["included"]
         assert "stopped by SIGINT" in Path(run["output"]).read_text()
     # the late allocations count: stopped after memory settled, not at the first answer
     assert doc["peak"]["bytes"] == [3 * m * MiB for m in (2, 4, 8)]
     assert doc["peak"]["fit"]["slope"] == 3 * MiB and doc["peak"]["fit"]["intercept"] == 0
     assert doc["stop"]["url"].endswith("/health") and doc["stop"]["settle"] == 1.5
-    r = sweep(env, "--values", "2,4", "--until-url", "http://127.0.0.1:%d/health" % port,
-              "--settle", "0.5s", "-o", tmp_path / "sw2", "--",
-              sys.executable, prog, port, "{}", timeout=180)
+    r = sweep(
+        env,
+        "--values",
+        "2,4",
+        "--until-url",
+        "http://127.0.0.1:%d/health" % port,
+        "--settle",
+        "0.5s",
+        "-o",
+        tmp_path / "sw2",
+        "--",
+        sys.executable,
+        prog,
+        port,
+        "{}",
+        timeout=180,
+    )
     assert r.returncode == 0, _ok(r)
-    assert "each run stopped once http://127.0.0.1:%d/health answers and traced memory stays " \
+    assert (
+        "each run stopped once http://127.0.0.1:%d/health answers and traced memory stays "
         "the same for 0.5s" % port in r.stdout
+    )
     assert "2/2  4: stopped: URL answered at" in r.stderr
 
 
 def test_until_url_never_answering_times_out(sim, tmp_path):
     port = free_port()
     env = thor_env(sim, tmp_path)
-    r = sweep(env, "--values", "1MiB,2MiB", "--until-url", "http://127.0.0.1:%d/" % port,
-              "--url-timeout", "0.5s", "-o", tmp_path / "sw", "--json", "--",
-              sim.progs["hold"], "1", "{}", timeout=120)
+    r = sweep(
+        env,
+        "--values",
+        "1MiB,2MiB",
+        "--until-url",
+        "http://127.0.0.1:%d/" % port,
+        "--url-timeout",
+        "0.5s",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        sim.progs["hold"],
+        "1",
+        "{}",
+        timeout=120,
+    )
     assert r.returncode == 1, _ok(r)
     doc = json.loads(r.stdout)
     for run in doc["runs"]:
@@ -637,51 +969,106 @@ def test_until_url_never_answering_times_out(sim, tmp_path):
 
 # ---- bad input -------------------------------------------------------------------------------
 
+
 def cli(*args):
     from cudatrace.cli import main
+
     return CliRunner().invoke(main, ["sweep", *map(str, args)])
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--values", "1,2", "--", "true", "--size", "8"], "the command has no {}"),
-    (["--", "true", "{}"], "--values is required"),
-    (["--values", "1,,2", "--", "true", "{}"], "an empty value"),
-    (["--values", "1", "--", "true", "{}"], "one value gives no law"),
-    (["--values", "1,fp16", "--", "true", "{}"], "'fp16' is not a number or a size"),
-    (["--values", "1,2,1", "--", "true", "{}"], "1 is repeated"),
-    (["--values", "1GiB,2", "--", "true", "{}"], "mixes sizes (512MiB) and plain numbers"),
-    (["--values", "1,2", "--values", "3,4", "--", "true", "{}"], "2 unnamed --values lists"),
-    (["--values", "1,2", "--values", "b=3,4", "--", "true", "{}", "{b}"], "not both"),
-    (["--values", "a=1,2", "--values", "a=3,4", "--", "true", "{a}"], "a=... given twice"),
-    (["--values", "a=1,2", "--values", "b=3,4", "--", "true", "{a}"], "the command has no {b}"),
-    (["--values", "a=1,2", "--", "true", "{a}", "{c}"], "has {c} but no --values c=..."),
-    (["--values", "a=1,2", "--", "true", "{a}", "{}"], "write {a} instead"),
-    (["--values", "1,2", "--stop-after", "1s", "--until-url", "http://x/", "--", "true", "{}"],
-     "give one"),
-    (["--values", "1,2", "--stop-after", "soon", "--", "true", "{}"], "--stop-after soon"),
-    (["--values", "1,2", "--until-url", "localhost:80", "--", "true", "{}"], "http:// or https://"),
-    (["--values", "1,2", "--expect", "lots", "--", "true", "{}"], "--expect lots"),
-    (["--values", "a=1,2", "--values", "b=1,2", "--expect", "c=1", "--", "true", "{a}", "{b}"],
-     "write NAME=SLOPE with NAME one of a, b"),
-    (["--values", "1MiB,2MiB", "--predict", "4", "--", "true", "{}"], "write it with its unit"),
-    (["--values", "a=1,2", "--values", "b=1,2", "--predict", "a=4", "--", "true", "{a}", "{b}"],
-     "no value for b"),
-    (["--values", "1,2", "--", "/nonexistent/prog", "{}"], "no such file"),
-    (["--values", "1,2", "--budget", "12 parsecs", "--", "true", "{}"], "--budget"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--values", "1,2", "--", "true", "--size", "8"], "the command has no {}"),
+        (["--", "true", "{}"], "--values is required"),
+        (["--values", "1,,2", "--", "true", "{}"], "an empty value"),
+        (["--values", "1", "--", "true", "{}"], "one value gives no law"),
+        (["--values", "1,fp16", "--", "true", "{}"], "'fp16' is not a number or a size"),
+        (["--values", "1,2,1", "--", "true", "{}"], "1 is repeated"),
+        (["--values", "1GiB,2", "--", "true", "{}"], "mixes sizes (512MiB) and plain numbers"),
+        (["--values", "1,2", "--values", "3,4", "--", "true", "{}"], "2 unnamed --values lists"),
+        (["--values", "1,2", "--values", "b=3,4", "--", "true", "{}", "{b}"], "not both"),
+        (["--values", "a=1,2", "--values", "a=3,4", "--", "true", "{a}"], "a=... given twice"),
+        (["--values", "a=1,2", "--values", "b=3,4", "--", "true", "{a}"], "the command has no {b}"),
+        (["--values", "a=1,2", "--", "true", "{a}", "{c}"], "has {c} but no --values c=..."),
+        (["--values", "a=1,2", "--", "true", "{a}", "{}"], "write {a} instead"),
+        (
+            [
+                "--values",
+                "1,2",
+                "--stop-after",
+                "1s",
+                "--until-url",
+                "http://x/",
+                "--",
+                "true",
+                "{}",
+            ],
+            "give one",
+        ),
+        (["--values", "1,2", "--stop-after", "soon", "--", "true", "{}"], "--stop-after soon"),
+        (
+            ["--values", "1,2", "--until-url", "localhost:80", "--", "true", "{}"],
+            "http:// or https://",
+        ),
+        (["--values", "1,2", "--expect", "lots", "--", "true", "{}"], "--expect lots"),
+        (
+            [
+                "--values",
+                "a=1,2",
+                "--values",
+                "b=1,2",
+                "--expect",
+                "c=1",
+                "--",
+                "true",
+                "{a}",
+                "{b}",
+            ],
+            "write NAME=SLOPE with NAME one of a, b",
+        ),
+        (["--values", "1MiB,2MiB", "--predict", "4", "--", "true", "{}"], "write it with its unit"),
+        (
+            [
+                "--values",
+                "a=1,2",
+                "--values",
+                "b=1,2",
+                "--predict",
+                "a=4",
+                "--",
+                "true",
+                "{a}",
+                "{b}",
+            ],
+            "no value for b",
+        ),
+        (["--values", "1,2", "--", "/nonexistent/prog", "{}"], "no such file"),
+        (["--values", "1,2", "--budget", "12 parsecs", "--", "true", "{}"], "--budget"),
+    ],
+)
 def test_bad_input_is_refused_clearly(tmp_path, args, message):
     out = tmp_path / "sw"
-    r = cli(*args[:args.index("--")], "-o", out, *args[args.index("--"):])
+    r = cli(*args[: args.index("--")], "-o", out, *args[args.index("--") :])
     assert r.exit_code in (2, 127), (r.exit_code, r.output, r.stderr)
     assert message in r.stderr, r.stderr
-    assert not out.exists()                        # nothing run, nothing written
+    assert not out.exists()  # nothing run, nothing written
 
 
 def test_knob_nouns_and_flags():
     from cudatrace.sweep import Knob, bind_command, parse_knobs
-    cases = {"--num-blocks": "block", "--layers": "layer", "--batches": "batch",
-             "--n-experts": "expert", "--block-count": "block", "--batch-size": None,
-             "--kv-cache-memory": None, "--max-tokens": None, "--class": None}
+
+    cases = {
+        "--num-blocks": "block",
+        "--layers": "layer",
+        "--batches": "batch",
+        "--n-experts": "expert",
+        "--block-count": "block",
+        "--batch-size": None,
+        "--kv-cache-memory": None,
+        "--max-tokens": None,
+        "--class": None,
+    }
     for flag, noun in cases.items():
         assert Knob("", ["1", "2"], [1, 2], None, flag).noun() == noun, flag
     knobs = parse_knobs(["1,2"])
@@ -694,34 +1081,60 @@ def test_knob_nouns_and_flags():
 
 # ---- the text of laws that are not affine (sweep_json on measured runs, no process) -----------
 
+
 def fake_sweep(values, series, knob_flag="--ctx", expect=None, predict=None):
     """sweep_json over runs already measured: series {label: [bytes per value]}."""
     from cudatrace.sweep import Plan, bind_command, parse_knobs, sweep_json
+
     knobs = parse_knobs([",".join(values)])
     bind_command(knobs, ["srv", knob_flag, "{}"])
     plan = Plan(knobs, ["srv", knob_flag, "{}"], Path("/nonexistent/sweep"))
     runs = []
     for i, v in enumerate(values):
-        sites = {(("srv", fn, "srv.c"),): {"label": fn + " (srv.c:1)", "key": "srv:" + fn,
-                                          "bytes": ys[i], "count": 1}
-                 for fn, ys in series.items()}
-        runs.append({"combo": (i,), "command": ["srv", knob_flag, v], "directory": "/d/%s" % v,
-                     "output": "/d/%s/output.log" % v, "included": True, "seconds": 1.0,
-                     "ended": {"how": "exited", "status": 0},
-                     "measured": {"peak_bytes": sum(ys[i] for ys in series.values()),
-                                  "peak_time": 0.5, "allocs": 1, "denied": 0, "sites": sites}})
+        sites = {
+            (("srv", fn, "srv.c"),): {
+                "label": fn + " (srv.c:1)",
+                "key": "srv:" + fn,
+                "bytes": ys[i],
+                "count": 1,
+            }
+            for fn, ys in series.items()
+        }
+        runs.append(
+            {
+                "combo": (i,),
+                "command": ["srv", knob_flag, v],
+                "directory": f"/d/{v}",
+                "output": f"/d/{v}/output.log",
+                "included": True,
+                "seconds": 1.0,
+                "ended": {"how": "exited", "status": 0},
+                "measured": {
+                    "peak_bytes": sum(ys[i] for ys in series.values()),
+                    "peak_time": 0.5,
+                    "allocs": 1,
+                    "denied": 0,
+                    "sites": sites,
+                },
+            }
+        )
     point = (float(predict),) if predict is not None else None
     return sweep_json(plan, runs, expect, point, predict)
 
 
 def test_text_shows_points_of_laws_that_are_not_affine():
     from cudatrace.present.sweep import render
-    doc = fake_sweep(["1000", "3000", "5000", "6000", "9000"], {
-        "round_up_pool": [x * MiB for x in (1, 4, 8, 8, 16)],        # 2^ceil(log2 x/1000) MiB
-        "bucketed": [16 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 32 * MiB],
-        "attention_scores": [x * x * 4 for x in (1000, 3000, 5000, 6000, 9000)],
-        "weights": [512 * MiB] * 5,
-    }, predict="12000")
+
+    doc = fake_sweep(
+        ["1000", "3000", "5000", "6000", "9000"],
+        {
+            "round_up_pool": [x * MiB for x in (1, 4, 8, 8, 16)],  # 2^ceil(log2 x/1000) MiB
+            "bucketed": [16 * MiB, 16 * MiB, 32 * MiB, 32 * MiB, 32 * MiB],
+            "attention_scores": [x * x * 4 for x in (1000, 3000, 5000, 6000, 9000)],
+            "weights": [512 * MiB] * 5,
+        },
+        predict="12000",
+    )
     by = {s["label"].split(" ")[0]: s for s in doc["sites"]}
     assert by["round_up_pool"]["law"]["kind"] == "powers_of_two"
     assert by["bucketed"]["law"]["kind"] == "steps"
@@ -736,7 +1149,7 @@ def test_text_shows_points_of_laws_that_are_not_affine():
     assert "to the power 2.00 (quadratic?)" in line
     p = doc["prediction"]
     a = next(s for s in p["sites"] if s["label"].startswith("attention_scores"))
-    assert a["how"] == "power law" and abs(a["bytes"] - 4 * 12000 ** 2) < 1000
+    assert a["how"] == "power law" and abs(a["bytes"] - 4 * 12000**2) < 1000
     r = next(s for s in p["sites"] if s["label"].startswith("round_up_pool"))
     assert "may miss a step" in r["how"]
     # the peak is not affine: predicted as the sum of the sites' laws
@@ -746,15 +1159,24 @@ def test_text_shows_points_of_laws_that_are_not_affine():
 
 def test_expect_on_a_plain_knob_and_two_point_prediction():
     from cudatrace.present.sweep import render
-    doc = fake_sweep(["8", "16"], {"act": [8 * 3 * MiB, 16 * 3 * MiB], "w": [MiB, MiB]},
-                     knob_flag="--batch", expect=float(2 * MiB), predict="32")
+
+    doc = fake_sweep(
+        ["8", "16"],
+        {"act": [8 * 3 * MiB, 16 * 3 * MiB], "w": [MiB, MiB]},
+        knob_flag="--batch",
+        expect=float(2 * MiB),
+        predict="32",
+    )
     act = next(s for s in doc["sites"] if s["label"].startswith("act"))
     assert act["contradicts_expectation"]
-    assert act["expectation"] == ("act (srv.c:1) grows 1.5x the expected 2.00 MiB per 1 of "
-                                  "--batch (3.00 MiB per 1 of --batch): something more than the "
-                                  "knob sizes it?")
+    assert act["expectation"] == (
+        "act (srv.c:1) grows 1.5x the expected 2.00 MiB per 1 of "
+        "--batch (3.00 MiB per 1 of --batch): something more than the "
+        "knob sizes it?"
+    )
     assert not next(s for s in doc["sites"] if s["label"].startswith("w "))[
-        "contradicts_expectation"]
+        "contradicts_expectation"
+    ]
     p = doc["prediction"]
     assert p["peak"]["bytes"] == 32 * 3 * MiB + MiB and p["peak"]["stderr"] is None
     assert any("only 2 points" in n for n in p["notes"])

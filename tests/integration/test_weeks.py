@@ -321,7 +321,7 @@ def test_aggregate_key_table_full_keeps_bytes_exact(ct, sim, tmp_path):
             "-o",
             str(exe),
             str(tmp_path / "m.c"),
-            "-L%s" % sim.lib,
+            f"-L{sim.lib}",
             "-lcuda",
         ],
         check=True,

@@ -277,7 +277,7 @@ class PyReplay:
                     key = (ti, e[SPACE], e[ADDR])
                     sl = tab.get(key)
                     if sl is None and e[SPACE] == VMM and (ti, "import", e[ADDR]) in tab:
-                        del tab[(ti, "import", e[ADDR])]   # an imported handle released
+                        del tab[(ti, "import", e[ADDR])]  # an imported handle released
                         counts["unimports"] += 1
                     elif sl is None or sl[0] == _ST_MAP:
                         counts["unmatched_frees"] += 1

@@ -46,7 +46,11 @@ class Sim:
         self._counter = itertools.count()
 
     def env(self, **opts) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"
+        }
         add = simbuild.sim_env(self.lib, **opts)
         old = env.get("LD_LIBRARY_PATH")
         if old:
@@ -59,16 +63,30 @@ class Sim:
         path.unlink(missing_ok=True)
         return path
 
-    def run(self, prog: str, *args, env: dict[str, str] | None = None, timeout: float = 60,
-            check: bool = False, **opts) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        prog: str,
+        *args,
+        env: dict[str, str] | None = None,
+        timeout: float = 60,
+        check: bool = False,
+        **opts,
+    ) -> subprocess.CompletedProcess:
         path = self.progs.get(prog)
         if path is None:
             pytest.fail(f"{prog} could not be built here")
-        res = subprocess.run([str(path), *map(str, args)], env=env if env is not None else self.env(**opts),
-                             capture_output=True, text=True, timeout=timeout)
+        res = subprocess.run(
+            [str(path), *map(str, args)],
+            env=env if env is not None else self.env(**opts),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and res.returncode != 0:
-            raise AssertionError(f"{prog} {' '.join(map(str, args))} exited {res.returncode}\n"
-                                 f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}")
+            raise AssertionError(
+                f"{prog} {' '.join(map(str, args))} exited {res.returncode}\n"
+                f"stdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+            )
         return res
 
     def stats(self, state: Path) -> list[dict]:

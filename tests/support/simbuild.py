@@ -36,8 +36,17 @@ from cudatrace import simdriver
 
 from .paths import PROGS, REPO, SHIM, SIM, TESTS  # noqa: F401  (REPO, TESTS: for callers)
 
-COMMON_CFLAGS = ["-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter", "-D_GNU_SOURCE", "-pthread",
-                 f"-I{SHIM}", f"-I{SIM}", f"-I{PROGS}"]
+COMMON_CFLAGS = [
+    "-std=gnu11",
+    "-Wall",
+    "-Wextra",
+    "-Wno-unused-parameter",
+    "-D_GNU_SOURCE",
+    "-pthread",
+    f"-I{SHIM}",
+    f"-I{SIM}",
+    f"-I{PROGS}",
+]
 LIB_CFLAGS = ["-O1", "-g", "-fPIC", "-shared", "-fno-omit-frame-pointer"]
 PROG_CFLAGS = ["-O0", "-g", "-fno-omit-frame-pointer", "-rdynamic"]
 
@@ -61,17 +70,17 @@ PROGRAMS: dict[str, str] = {
 
 # Environment of the simulator: sim_env() keyword -> variable
 SIM_OPTIONS: dict[str, str] = {
-    "state": "CUDASIM_STATE",                 # shared device state file (unset: per process)
-    "devices": "CUDASIM_DEVICES",             # 1..8
-    "total_bytes": "CUDASIM_TOTAL_BYTES",     # bytes per device; a list gives one per device
+    "state": "CUDASIM_STATE",  # shared device state file (unset: per process)
+    "devices": "CUDASIM_DEVICES",  # 1..8
+    "total_bytes": "CUDASIM_TOTAL_BYTES",  # bytes per device; a list gives one per device
     "driver_version": "CUDASIM_DRIVER_VERSION",  # cuDriverGetVersion, cuGetProcAddress limit
-    "integrated": "CUDASIM_INTEGRATED",       # 1: integrated device (host pinned memory counts)
-    "fail_nth": "CUDASIM_FAIL_NTH",           # n-th allocation call fails with OUT_OF_MEMORY
-    "calls": "CUDASIM_CALLS",                 # append "pid symbol count" lines at exit
-    "ctx_bytes": "CUDASIM_CTX_BYTES",         # hidden per-process context cost per device
+    "integrated": "CUDASIM_INTEGRATED",  # 1: integrated device (host pinned memory counts)
+    "fail_nth": "CUDASIM_FAIL_NTH",  # n-th allocation call fails with OUT_OF_MEMORY
+    "calls": "CUDASIM_CALLS",  # append "pid symbol count" lines at exit
+    "ctx_bytes": "CUDASIM_CTX_BYTES",  # hidden per-process context cost per device
     "strict_context": "CUDASIM_STRICT_CONTEXT",  # 1: no implicit context after cuInit
-    "meminfo": "CUDASIM_MEMINFO",             # integrated: a /proc/meminfo-like file for cuMemGetInfo
-    "backed": "CUDASIM_BACKED",               # 1: device memory is real touched memory (RSS, PSS)
+    "meminfo": "CUDASIM_MEMINFO",  # integrated: a /proc/meminfo-like file for cuMemGetInfo
+    "backed": "CUDASIM_BACKED",  # 1: device memory is real touched memory (RSS, PSS)
 }
 
 
@@ -80,8 +89,12 @@ class BuildError(RuntimeError):
 
 
 def _headers() -> list[Path]:
-    return [SHIM / "cuda_abi.h", SHIM / "hooks.def", SIM / "sim_state.h",
-            *sorted(PROGS.glob("*.h"))]
+    return [
+        SHIM / "cuda_abi.h",
+        SHIM / "hooks.def",
+        SIM / "sim_state.h",
+        *sorted(PROGS.glob("*.h")),
+    ]
 
 
 def _warn(msg: str) -> None:
@@ -89,7 +102,9 @@ def _warn(msg: str) -> None:
     print(f"simbuild: {msg}")
 
 
-def _compile(out: Path, cmd_tail: list[str], deps: list[Path], *, allow_fail: bool = False) -> Path | None:
+def _compile(
+    out: Path, cmd_tail: list[str], deps: list[Path], *, allow_fail: bool = False
+) -> Path | None:
     try:
         return simdriver.compile_if_stale(out, cmd_tail, deps, allow_fail=allow_fail, warn=_warn)
     except simdriver.BuildError as e:
@@ -108,14 +123,17 @@ def build_all(outdir: Path) -> dict[str, Path | None]:
         fcntl.flock(lock, fcntl.LOCK_EX)
         # the libraries first: programs link against libcuda.so
         try:
-            result.update((k, v) for k, v in simdriver.build(libdir, warn=_warn).items()
-                          if k != "libdir")
+            result.update(
+                (k, v) for k, v in simdriver.build(libdir, warn=_warn).items() if k != "libdir"
+            )
         except simdriver.BuildError as e:
             raise BuildError(str(e)) from None
         for name in ("libnext", "libinterpose"):
             src = PROGS / f"{name}.c"
             out = predir / f"{name}.so"
-            _compile(out, [*COMMON_CFLAGS, *LIB_CFLAGS, "-Wl,--no-undefined", str(src), "-ldl"], [src])
+            _compile(
+                out, [*COMMON_CFLAGS, *LIB_CFLAGS, "-Wl,--no-undefined", str(src), "-ldl"], [src]
+            )
             result[name] = out
 
         def build_prog(name: str) -> tuple[str, Path | None]:
@@ -123,7 +141,9 @@ def build_all(outdir: Path) -> dict[str, Path | None]:
             src = PROGS / f"{name}.c"
             out = bindir / name
             if kind == "static":
-                return name, _compile(out, ["-O0", "-g", "-static", str(src)], [src], allow_fail=True)
+                return name, _compile(
+                    out, ["-O0", "-g", "-static", str(src)], [src], allow_fail=True
+                )
             tail = [*COMMON_CFLAGS, *PROG_CFLAGS, str(src)]
             if kind == "cuda":
                 tail += [f"-L{libdir}", "-lcuda"]
@@ -163,6 +183,7 @@ OPS = {"alloc", "free", "map", "unmap", "import", "unimport", "meminfo"}
 class Op:
     """One operation line of a test program: `op api size ptr result` (cudasim_api.h).
     For meminfo, size is the total and ptr the free bytes; None stands for '-'."""
+
     op: str
     api: str
     size: int | None
@@ -192,9 +213,17 @@ def parse_resolves(text: str) -> list[dict]:
     for line in text.splitlines():
         f = line.split()
         if len(f) == 8 and f[0] == "resolve":
-            out.append({"base": f[1], "version": int(f[2]), "flags": int(f[3]), "result": int(f[4]),
-                        "status": None if f[5] == "-" else int(f[5]),
-                        "symbol": None if f[6] == "-" else f[6], "library": None if f[7] == "-" else f[7]})
+            out.append(
+                {
+                    "base": f[1],
+                    "version": int(f[2]),
+                    "flags": int(f[3]),
+                    "result": int(f[4]),
+                    "status": None if f[5] == "-" else int(f[5]),
+                    "symbol": None if f[6] == "-" else f[6],
+                    "library": None if f[7] == "-" else f[7],
+                }
+            )
     return out
 
 
@@ -224,7 +253,9 @@ def parse_simstat(text: str) -> list[dict]:
         m = _DEV_RE.fullmatch(line.strip())
         if m:
             d, total, used, hwm, free = map(int, m.groups())
-            devs.append({"dev": d, "total": total, "used": used, "hwm": hwm, "free": free, "pids": {}})
+            devs.append(
+                {"dev": d, "total": total, "used": used, "hwm": hwm, "free": free, "pids": {}}
+            )
             continue
         m = _PID_RE.fullmatch(line.strip())
         if m:

@@ -13,6 +13,7 @@ tools/bench_report.py.
     w.close()                                      # clean exit: END record
     write_run(dir, argv=[...], samples=[...])      # run.json and samples.jsonl
 """
+
 from __future__ import annotations
 
 import bisect
@@ -26,12 +27,15 @@ from pathlib import Path
 from cudatrace import native
 from cudatrace.analyze.trace import C, event_fields, layout
 
-BASE_TS = 1_000_000_000_000        # monotonic ns of a trace's start unless told otherwise
+BASE_TS = 1_000_000_000_000  # monotonic ns of a trace's start unless told otherwise
 MS = 1_000_000
 SEC = 1_000_000_000
 
-_API_RE = re.compile(r"^CT_(DRIVER|RUNTIME|NVML)\((\w+)(?:,\s*\"\w+\",\s*\d+,\s*\d,\s*(CT_OP_\w+),\s*"
-                     r"(CT_KIND_\w+),\s*(CT_SPACE_\w+))?", re.M)
+_API_RE = re.compile(
+    r"^CT_(DRIVER|RUNTIME|NVML)\((\w+)(?:,\s*\"\w+\",\s*\d+,\s*\d,\s*(CT_OP_\w+),\s*"
+    r"(CT_KIND_\w+),\s*(CT_SPACE_\w+))?",
+    re.M,
+)
 
 
 def api_table() -> list[tuple[int, str, int, int, int, int]]:
@@ -43,8 +47,12 @@ def api_table() -> list[tuple[int, str, int, int, int, int]]:
     for m in _API_RE.finditer(text):
         what, name = m.group(1), m.group(2)
         if what == "DRIVER":
-            layer, op, kind, space = (K["CT_LAYER_DRIVER"], K[m.group(3)], K[m.group(4)],
-                                      K[m.group(5)])
+            layer, op, kind, space = (
+                K["CT_LAYER_DRIVER"],
+                K[m.group(3)],
+                K[m.group(4)],
+                K[m.group(5)],
+            )
         elif what == "RUNTIME":
             layer, op, kind, space = K["CT_LAYER_RUNTIME"], K["CT_OP_NONE"], 0, 0
         else:
@@ -58,31 +66,58 @@ class TraceWriter:
     aligned records that never cross a CT_CHUNK_SIZE boundary (PAD fills a chunk's rest), an END
     record on a clean close, and zeros after the last record up to the end of its chunk."""
 
-    def __init__(self, path, pid: int = 1000, ppid: int = 1, exe: str = "/usr/bin/app",
-                 argv: list[str] | None = None, host: str = "testhost", cwd: str = "/tmp",
-                 start_ns: int = BASE_TS, stack_depth: int = 64, exec_index: int = 0,
-                 realtime_ns: int = 1_700_000_000 * SEC, driver_version: int | None = 12040,
-                 info: dict | None = None, arch: str = "x86_64", buffer_bytes: int = 8 << 20,
-                 version: int | None = None, header: dict | None = None):
+    def __init__(
+        self,
+        path,
+        pid: int = 1000,
+        ppid: int = 1,
+        exe: str = "/usr/bin/app",
+        argv: list[str] | None = None,
+        host: str = "testhost",
+        cwd: str = "/tmp",
+        start_ns: int = BASE_TS,
+        stack_depth: int = 64,
+        exec_index: int = 0,
+        realtime_ns: int = 1_700_000_000 * SEC,
+        driver_version: int | None = 12040,
+        info: dict | None = None,
+        arch: str = "x86_64",
+        buffer_bytes: int = 8 << 20,
+        version: int | None = None,
+        header: dict | None = None,
+    ):
         self.path = Path(path)
         self.K = C()
         self.chunk = self.K["CT_CHUNK_SIZE"]
         self.f = open(self.path, "wb")
         self.buf = bytearray()
         self.buffer_bytes = buffer_bytes
-        self.pos = 0                       # file offset of the next record
+        self.pos = 0  # file offset of the next record
         self.start_ns = start_ns
         self.events = 0
         self.nodes: dict[tuple[int, int], int] = {}
         hs, hn = layout("struct ct_file_header")
-        vals = {"magic": b"CUDATRC\0", "version": version or self.K["CT_FORMAT_VERSION"],
-                "header_size": self.K["CT_HEADER_SIZE"], "chunk_size": self.chunk,
-                "pointer_size": 8, "pid": pid, "ppid": ppid, "exec_index": exec_index,
-                "stack_depth": stack_depth, "start_monotonic_ns": start_ns,
-                "start_realtime_ns": realtime_ns, "process_start_ticks": 12345,
-                "arch": arch.encode(), "shim_version": b"0.1.0", "reserved": b"",
-                "stopped_ns": 0, "stopped_errno": 0, "stopped_exit": 0}
-        vals.update(header or {})             # e.g. the stack counters
+        vals = {
+            "magic": b"CUDATRC\0",
+            "version": version or self.K["CT_FORMAT_VERSION"],
+            "header_size": self.K["CT_HEADER_SIZE"],
+            "chunk_size": self.chunk,
+            "pointer_size": 8,
+            "pid": pid,
+            "ppid": ppid,
+            "exec_index": exec_index,
+            "stack_depth": stack_depth,
+            "start_monotonic_ns": start_ns,
+            "start_realtime_ns": realtime_ns,
+            "process_start_ticks": 12345,
+            "arch": arch.encode(),
+            "shim_version": b"0.1.0",
+            "reserved": b"",
+            "stopped_ns": 0,
+            "stopped_errno": 0,
+            "stopped_exit": 0,
+        }
+        vals.update(header or {})  # e.g. the stack counters
         head = hs.pack(*[vals.get(n, 0) for n in hn])
         self._put(head + bytes(self.K["CT_HEADER_SIZE"] - len(head)))
         self.pos = self.K["CT_HEADER_SIZE"]
@@ -91,18 +126,23 @@ class TraceWriter:
         self._evrec = struct.Struct("<HHI" + es.format.lstrip("<@=!>"))
         assert self._evrec.size == 8 + es.size
         self._evsize = self._evrec.size
-        self.apis = {name: (aid, layer, op, kind, space)
-                     for aid, name, layer, op, kind, space in api_table()}
+        self.apis = {
+            name: (aid, layer, op, kind, space) for aid, name, layer, op, kind, space in api_table()
+        }
         # the opening records, as ct_write_preamble writes them
         argv = list(argv) if argv is not None else [exe]
         strs = [exe, host, cwd] + argv
         ps = layout("struct ct_rec_process")[0]
-        self._record(self.K["CT_REC_PROCESS"],
-                     ps.pack(pid, ppid, len(strs), len(argv)) + b"".join(s.encode() + b"\0" for s in strs))
+        self._record(
+            self.K["CT_REC_PROCESS"],
+            ps.pack(pid, ppid, len(strs), len(argv)) + b"".join(s.encode() + b"\0" for s in strs),
+        )
         api_s = layout("struct ct_rec_api")[0]
         for name, (aid, layer, op, kind, space) in self.apis.items():
-            self._record(self.K["CT_REC_API"], api_s.pack(aid, layer, op, kind, space, len(name))
-                         + name.encode() + b"\0")
+            self._record(
+                self.K["CT_REC_API"],
+                api_s.pack(aid, layer, op, kind, space, len(name)) + name.encode() + b"\0",
+            )
         self.info("stack_depth", str(stack_depth))
         self.info("shim_version", "0.1.0")
         for k, v in (info or {}).items():
@@ -122,8 +162,10 @@ class TraceWriter:
         rest = self.chunk - self.pos % self.chunk
         if size > rest:
             if rest >= 8:
-                self._put(self._hdr.pack(self.K["CT_REC_MAGIC"], self.K["CT_REC_PAD"], rest)
-                          + bytes(rest - 8))
+                self._put(
+                    self._hdr.pack(self.K["CT_REC_MAGIC"], self.K["CT_REC_PAD"], rest)
+                    + bytes(rest - 8)
+                )
             else:
                 self._put(bytes(rest))
             self.pos += rest
@@ -131,25 +173,50 @@ class TraceWriter:
     def _record(self, rtype: int, body: bytes) -> None:
         size = (8 + len(body) + 7) & ~7
         self._room(size)
-        self._put(self._hdr.pack(self.K["CT_REC_MAGIC"], rtype, size) + body
-                  + bytes(size - 8 - len(body)))
+        self._put(
+            self._hdr.pack(self.K["CT_REC_MAGIC"], rtype, size) + body + bytes(size - 8 - len(body))
+        )
         self.pos += size
 
     # ---- records ----
     def info(self, key: str, value: str) -> None:
         s = layout("struct ct_rec_info")[0]
-        self._record(self.K["CT_REC_INFO"], s.pack(len(key.encode()), len(value.encode()), 0)
-                     + key.encode() + b"\0" + value.encode() + b"\0")
+        self._record(
+            self.K["CT_REC_INFO"],
+            s.pack(len(key.encode()), len(value.encode()), 0)
+            + key.encode()
+            + b"\0"
+            + value.encode()
+            + b"\0",
+        )
 
-    def module(self, path: str, start: int, end: int, base: int | None = None,
-               build_id: bytes | None = None, ts: int | None = None) -> None:
+    def module(
+        self,
+        path: str,
+        start: int,
+        end: int,
+        base: int | None = None,
+        build_id: bytes | None = None,
+        ts: int | None = None,
+    ) -> None:
         """A loaded ELF object: runtime address = file vaddr + base (base = start by default)."""
         s = layout("struct ct_rec_module")[0]
         bid = build_id or b""
         p = path.encode()
-        self._record(self.K["CT_REC_MODULE"],
-                     s.pack(ts if ts is not None else self.start_ns, start if base is None else base,
-                            start, end, len(bid), len(p)) + bid + p + b"\0")
+        self._record(
+            self.K["CT_REC_MODULE"],
+            s.pack(
+                ts if ts is not None else self.start_ns,
+                start if base is None else base,
+                start,
+                end,
+                len(bid),
+                len(p),
+            )
+            + bid
+            + p
+            + b"\0",
+        )
 
     def stack(self, ips) -> int:
         """The leaf node id of a stack (return addresses, innermost first); nodes are written
@@ -167,12 +234,18 @@ class TraceWriter:
         return parent
 
     # ---- Python frames (docs/python-frames.md) ----
-    def pycode(self, filename: str, qualname: str, firstlineno: int, lines: list[int],
-               address: int | None = None) -> int:
+    def pycode(
+        self,
+        filename: str,
+        qualname: str,
+        firstlineno: int,
+        lines: list[int],
+        address: int | None = None,
+    ) -> int:
         """A code object whose instruction i (2-byte units) runs line lines[i]; returns its id."""
         self.pycodes = getattr(self, "pycodes", 0) + 1
         table, prev = bytearray(), firstlineno
-        for ln in lines:                     # one "no column" entry per code unit
+        for ln in lines:  # one "no column" entry per code unit
             d = ln - prev
             v = (d << 1) if d >= 0 else ((-d) << 1) | 1
             table.append(0x80 | (13 << 3))
@@ -185,10 +258,26 @@ class TraceWriter:
             prev = ln
         s = layout("struct ct_rec_pycode")[0]
         f, q = filename.encode(), qualname.encode()
-        addr = address if address is not None else 0x7f0000000000 + self.pycodes * 0x1000
-        self._record(self.K["CT_REC_PYCODE"],
-                     s.pack(addr, addr + 0xc0, self.pycodes, firstlineno, len(lines), len(table),
-                            len(f), len(q), 0) + f + b"\0" + q + b"\0" + bytes(table))
+        addr = address if address is not None else 0x7F0000000000 + self.pycodes * 0x1000
+        self._record(
+            self.K["CT_REC_PYCODE"],
+            s.pack(
+                addr,
+                addr + 0xC0,
+                self.pycodes,
+                firstlineno,
+                len(lines),
+                len(table),
+                len(f),
+                len(q),
+                0,
+            )
+            + f
+            + b"\0"
+            + q
+            + b"\0"
+            + bytes(table),
+        )
         return self.pycodes
 
     def pystack(self, frames) -> int:
@@ -201,14 +290,17 @@ class TraceWriter:
             if nid is None:
                 nid = nodes[key] = len(nodes) + 1
                 s = layout("struct ct_rec_pyframe")[0]
-                self._record(self.K["CT_REC_PYFRAME"], s.pack(nid, parent, code, lasti, int(entry), 0))
+                self._record(
+                    self.K["CT_REC_PYFRAME"], s.pack(nid, parent, code, lasti, int(entry), 0)
+                )
             parent = nid
         return parent
 
     def pylink(self, native_ips, py_leaf: int | None = None, why: int | None = None) -> int:
         """A stack ending with the Python link node (frames, or the reason there are none)."""
-        kind, value = (self.K["CT_PYLINK_FRAMES"], py_leaf) if why is None else \
-            (self.K["CT_PYLINK_WHY"], why)
+        kind, value = (
+            (self.K["CT_PYLINK_FRAMES"], py_leaf) if why is None else (self.K["CT_PYLINK_WHY"], why)
+        )
         return self.stack([self.K["CT_PYLINK_TAG"] | kind << 32 | value] + list(native_ips))
 
     def api_id(self, name: str | None) -> int:
@@ -216,18 +308,49 @@ class TraceWriter:
             return 0
         return self.apis[name][0]
 
-    def event(self, ts: int, api: str, size: int = 0, addr: int = 0, aux: int = 0, aux2: int = 0,
-              tid: int = 1, device: int = 0, result: int = 0, stack: int = 0, rt: str | None = None,
-              op: int | None = None, kind: int | None = None, space: int | None = None,
-              flags: int = 0) -> None:
+    def event(
+        self,
+        ts: int,
+        api: str,
+        size: int = 0,
+        addr: int = 0,
+        aux: int = 0,
+        aux2: int = 0,
+        tid: int = 1,
+        device: int = 0,
+        result: int = 0,
+        stack: int = 0,
+        rt: str | None = None,
+        op: int | None = None,
+        kind: int | None = None,
+        space: int | None = None,
+        flags: int = 0,
+    ) -> None:
         """One EVENT; op, kind and space default to the API's own (hooks.def)."""
         aid, _layer, aop, akind, aspace = self.apis[api]
         rt_id = self.api_id(rt)
         if rt_id:
             flags |= self.K["CT_EF_RUNTIME_KNOWN"]
-        self.raw_event((ts, size, addr, aux, aux2, tid, device, result, stack, aid, rt_id,
-                        aop if op is None else op, akind if kind is None else kind,
-                        aspace if space is None else space, flags, 0))
+        self.raw_event(
+            (
+                ts,
+                size,
+                addr,
+                aux,
+                aux2,
+                tid,
+                device,
+                result,
+                stack,
+                aid,
+                rt_id,
+                aop if op is None else op,
+                akind if kind is None else kind,
+                aspace if space is None else space,
+                flags,
+                0,
+            )
+        )
 
     def raw_event(self, fields: tuple) -> None:
         """An EVENT from a tuple in event_fields() order (reserved last): the fast path."""
@@ -235,8 +358,9 @@ class TraceWriter:
         if self.chunk - pos % self.chunk < self._evsize:
             self._room(self._evsize)
             pos = self.pos
-        self._put(self._evrec.pack(self.K["CT_REC_MAGIC"], self.K["CT_REC_EVENT"], self._evsize,
-                                   *fields))
+        self._put(
+            self._evrec.pack(self.K["CT_REC_MAGIC"], self.K["CT_REC_EVENT"], self._evsize, *fields)
+        )
         self.pos = pos + self._evsize
         self.events += 1
 
@@ -250,7 +374,7 @@ class TraceWriter:
         pos = self.pos
         for fields in it:
             if chunk - pos % chunk < size:
-                self._put(bytes(block[:n * size]))
+                self._put(bytes(block[: n * size]))
                 n = 0
                 self.pos = pos
                 self._room(size)
@@ -262,7 +386,7 @@ class TraceWriter:
             if n == 65536:
                 self._put(bytes(block))
                 n = 0
-        self._put(bytes(block[:n * size]))
+        self._put(bytes(block[: n * size]))
         self.pos = pos
 
     def compact_events(self, events, threads=None) -> None:
@@ -287,45 +411,119 @@ class TraceWriter:
         while off < need:
             size = struct.unpack_from("<I", data, off + 4)[0]
             self._room(size)
-            self._put(data[off:off + size])
+            self._put(data[off : off + size])
             self.pos += size
             off += size
         self.events += n
 
     # ---- convenience ----
-    def alloc(self, ts: int, size: int, addr: int, api: str = "cuMemAlloc_v2",
-              rt: str | None = "cudaMalloc", device: int = 0, stack: int = 0, result: int = 0,
-              **kw) -> None:
-        self.event(ts, api, size=size, addr=addr if result == 0 else 0, device=device,
-                   stack=stack, result=result, rt=rt, **kw)
+    def alloc(
+        self,
+        ts: int,
+        size: int,
+        addr: int,
+        api: str = "cuMemAlloc_v2",
+        rt: str | None = "cudaMalloc",
+        device: int = 0,
+        stack: int = 0,
+        result: int = 0,
+        **kw,
+    ) -> None:
+        self.event(
+            ts,
+            api,
+            size=size,
+            addr=addr if result == 0 else 0,
+            device=device,
+            stack=stack,
+            result=result,
+            rt=rt,
+            **kw,
+        )
 
-    def free(self, ts: int, addr: int, api: str = "cuMemFree_v2", rt: str | None = "cudaFree",
-             device: int = 0, stack: int = 0, result: int = 0, size: int = 0, **kw) -> None:
-        self.event(ts, api, size=size, addr=addr, device=device, stack=stack, result=result,
-                   rt=rt, **kw)
+    def free(
+        self,
+        ts: int,
+        addr: int,
+        api: str = "cuMemFree_v2",
+        rt: str | None = "cudaFree",
+        device: int = 0,
+        stack: int = 0,
+        result: int = 0,
+        size: int = 0,
+        **kw,
+    ) -> None:
+        self.event(
+            ts, api, size=size, addr=addr, device=device, stack=stack, result=result, rt=rt, **kw
+        )
 
-    def meminfo(self, ts: int, free: int, total: int, real_free: int | None = None,
-                real_total: int | None = None, virtualized: bool = False,
-                api: str = "cuMemGetInfo_v2", rt: str | None = "cudaMemGetInfo", device: int = 0,
-                stack: int = 0) -> None:
-        self.event(ts, api, size=total, addr=free,
-                   aux=free if real_free is None else real_free,
-                   aux2=total if real_total is None else real_total, device=device, stack=stack,
-                   rt=rt, flags=self.K["CT_EF_VIRTUALIZED"] if virtualized else 0)
+    def meminfo(
+        self,
+        ts: int,
+        free: int,
+        total: int,
+        real_free: int | None = None,
+        real_total: int | None = None,
+        virtualized: bool = False,
+        api: str = "cuMemGetInfo_v2",
+        rt: str | None = "cudaMemGetInfo",
+        device: int = 0,
+        stack: int = 0,
+    ) -> None:
+        self.event(
+            ts,
+            api,
+            size=total,
+            addr=free,
+            aux=free if real_free is None else real_free,
+            aux2=total if real_total is None else real_total,
+            device=device,
+            stack=stack,
+            rt=rt,
+            flags=self.K["CT_EF_VIRTUALIZED"] if virtualized else 0,
+        )
 
-    def deny(self, ts: int, size: int, limit: int, in_use: int, api: str = "cuMemAlloc_v2",
-             rt: str | None = "cudaMalloc", device: int = 0, stack: int = 0) -> None:
+    def deny(
+        self,
+        ts: int,
+        size: int,
+        limit: int,
+        in_use: int,
+        api: str = "cuMemAlloc_v2",
+        rt: str | None = "cudaMalloc",
+        device: int = 0,
+        stack: int = 0,
+    ) -> None:
         """A budget refusal, as ct_pre emits it (result CUDA_ERROR_OUT_OF_MEMORY = 2)."""
-        self.event(ts, api, size=size, addr=0, aux=limit, aux2=in_use, device=device,
-                   stack=stack, result=2, rt=rt, op=self.K["CT_OP_DENY"])
+        self.event(
+            ts,
+            api,
+            size=size,
+            addr=0,
+            aux=limit,
+            aux2=in_use,
+            device=device,
+            stack=stack,
+            result=2,
+            rt=rt,
+            op=self.K["CT_OP_DENY"],
+        )
 
-    def close(self, exit_code: int = 0, clean: bool = True, dropped: int = 0,
-              end_ts: int | None = None, zero_tail: bool = True) -> Path:
+    def close(
+        self,
+        exit_code: int = 0,
+        clean: bool = True,
+        dropped: int = 0,
+        end_ts: int | None = None,
+        zero_tail: bool = True,
+    ) -> Path:
         """clean=False leaves no END record: the file reads as truncated (killed)."""
         if clean:
             s = layout("struct ct_rec_end")[0]
-            self._record(self.K["CT_REC_END"], s.pack(end_ts or self.start_ns, exit_code, dropped,
-                                                      len(self.nodes), self.events))
+            self._record(
+                self.K["CT_REC_END"],
+                s.pack(end_ts or self.start_ns, exit_code, dropped, len(self.nodes), self.events),
+            )
         if zero_tail and self.pos % self.chunk:
             self._put(bytes(self.chunk - self.pos % self.chunk))
         self.f.write(self.buf)
@@ -334,17 +532,42 @@ class TraceWriter:
         return self.path
 
 
-def write_run(d, argv=None, samples=None, nvml: bool = True, nvml_why: str = "",
-              start_ns: int = BASE_TS - 50 * MS, budget=None, extra: dict | None = None) -> None:
+def write_run(
+    d,
+    argv=None,
+    samples=None,
+    nvml: bool = True,
+    nvml_why: str = "",
+    start_ns: int = BASE_TS - 50 * MS,
+    budget=None,
+    extra: dict | None = None,
+) -> None:
     """run.json (as the launcher writes it) and samples.jsonl."""
     d = Path(d)
-    run = {"cudatrace_version": "0.1.0", "argv": argv or ["app"], "executable": "/usr/bin/app",
-           "cwd": "/tmp", "dir": str(d), "stack_depth": 64, "budget": budget, "group": None,
-           "on_exceed": "fail", "start_monotonic_ns": start_ns, "start_time": 1_700_000_000.0,
-           "returncode": 0, "exit_status": 0, "end_monotonic_ns": start_ns + 10 * SEC,
-           "end_time": 1_700_000_010.0, "budget_aborted": False,
-           "sampler": {"samples": len(samples or []), "nvml": nvml,
-                       "nvml_why": nvml_why, "driver": "550.54" if nvml else None}}
+    run = {
+        "cudatrace_version": "0.1.0",
+        "argv": argv or ["app"],
+        "executable": "/usr/bin/app",
+        "cwd": "/tmp",
+        "dir": str(d),
+        "stack_depth": 64,
+        "budget": budget,
+        "group": None,
+        "on_exceed": "fail",
+        "start_monotonic_ns": start_ns,
+        "start_time": 1_700_000_000.0,
+        "returncode": 0,
+        "exit_status": 0,
+        "end_monotonic_ns": start_ns + 10 * SEC,
+        "end_time": 1_700_000_010.0,
+        "budget_aborted": False,
+        "sampler": {
+            "samples": len(samples or []),
+            "nvml": nvml,
+            "nvml_why": nvml_why,
+            "driver": "550.54" if nvml else None,
+        },
+    }
     run.update(extra or {})
     (d / "run.json").write_text(json.dumps(run, indent=2))
     if samples is not None:
@@ -353,14 +576,22 @@ def write_run(d, argv=None, samples=None, nvml: bool = True, nvml_why: str = "",
                 f.write(json.dumps(s) + "\n")
 
 
-def sample(t: int, tree: dict | None = None, used=None, total: int = 80 << 30,
-           mem_available: int = 64 << 30, rss: int = 1 << 30, pids=(1000,)) -> dict:
+def sample(
+    t: int,
+    tree: dict | None = None,
+    used=None,
+    total: int = 80 << 30,
+    mem_available: int = 64 << 30,
+    rss: int = 1 << 30,
+    pids=(1000,),
+) -> dict:
     """One samples.jsonl line; tree None: no NVML (a Jetson)."""
     s = {"t": t, "pids": list(pids), "mem_available": mem_available, "tree_rss": rss}
     if tree is not None:
         used = used if isinstance(used, (list, tuple)) else [used if used is not None else 0]
-        s["devices"] = [{"index": i, "total": total, "free": total - u, "used": u}
-                        for i, u in enumerate(used)]
+        s["devices"] = [
+            {"index": i, "total": total, "free": total - u, "used": u} for i, u in enumerate(used)
+        ]
         s["tree_device_bytes"] = {str(k): v for k, v in tree.items()}
     return s
 
@@ -400,19 +631,24 @@ int main(int argc, char **argv) { setup(); for (int i = 0; i < argc; i++) train_
 def build_fixture_elf(directory, name: str = "trainer", source: str = FIXTURE_C) -> Path:
     """Compile a small non-PIE program with DWARF (gcc -g); its functions stand for call sites."""
     import subprocess
+
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     src = d / (name + ".c")
     out = d / name
     src.write_text(source)
-    subprocess.run(["gcc", "-g", "-O0", "-no-pie", "-fno-omit-frame-pointer", "-o", str(out),
-                    str(src)], check=True, capture_output=True)
+    subprocess.run(
+        ["gcc", "-g", "-O0", "-no-pie", "-fno-omit-frame-pointer", "-o", str(out), str(src)],
+        check=True,
+        capture_output=True,
+    )
     return out
 
 
 def elf_symbols(path) -> dict[str, int]:
     """function name -> address (st_value) of an ELF's .symtab."""
     from elftools.elf.elffile import ELFFile
+
     out = {}
     with open(path, "rb") as f:
         e = ELFFile(f)
@@ -426,6 +662,7 @@ def elf_symbols(path) -> dict[str, int]:
 def elf_range(path) -> tuple[int, int]:
     """(lowest, one past highest) vaddr of an ELF's PT_LOAD segments."""
     from elftools.elf.elffile import ELFFile
+
     lo, hi = None, 0
     with open(path, "rb") as f:
         for seg in ELFFile(f).iter_segments():
@@ -440,10 +677,11 @@ class Frames:
     """Return addresses for a stack made of an ELF's functions plus CUDA library frames.
 
     A return address points just after a call, inside the caller: function start + 8 here."""
+
     CUDA = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
     CUDART = "/usr/local/cuda/lib64/libcudart.so.12"
     SHIM = "/opt/cudatrace/_native/libcudatrace.so"
-    CUDA_BASE, CUDART_BASE, SHIM_BASE = 0x7f1000000000, 0x7f2000000000, 0x7f3000000000
+    CUDA_BASE, CUDART_BASE, SHIM_BASE = 0x7F1000000000, 0x7F2000000000, 0x7F3000000000
 
     def __init__(self, elf=None, symbols: dict[str, int] | None = None, base: int = 0):
         self.elf = str(elf) if elf else "/usr/bin/app"
@@ -461,7 +699,11 @@ class Frames:
 
     def stack(self, *functions: str, cuda: bool = True) -> list[int]:
         """innermost first: the shim, libcuda, libcudart, then the given functions"""
-        ips = [self.SHIM_BASE + 0x1234, self.CUDA_BASE + 0x5678, self.CUDART_BASE + 0x9abc] if cuda else []
+        ips = (
+            [self.SHIM_BASE + 0x1234, self.CUDA_BASE + 0x5678, self.CUDART_BASE + 0x9ABC]
+            if cuda
+            else []
+        )
         return ips + [self.ip(f) for f in functions]
 
     def write_modules(self, w: TraceWriter) -> None:
@@ -479,8 +721,9 @@ MiB = 1 << 20
 GiB = 1 << 30
 
 
-def write_scenario(d, elf=None, truncate_child: bool = True, nvml: bool = True,
-                   budget: int | None = 6 * GiB) -> dict:
+def write_scenario(
+    d, elf=None, truncate_child: bool = True, nvml: bool = True, budget: int | None = 6 * GiB
+) -> dict:
     """A two-process run on two devices with everything a report shows; returns the figures a
     test can check (computed by hand from the events below).
 
@@ -499,36 +742,63 @@ def write_scenario(d, elf=None, truncate_child: bool = True, nvml: bool = True,
     info = {"ledger": "/dev/shm/cudatrace-0/x.ledger", "on_exceed": "fail"}
     if budget:
         info["budget.0"] = budget
-    w = TraceWriter(d / "1000.0.ctrace", pid=1000, ppid=999, exe="/usr/bin/python3",
-                    argv=["python3", "train.py"], start_ns=t0, info=info)
+    w = TraceWriter(
+        d / "1000.0.ctrace",
+        pid=1000,
+        ppid=999,
+        exe="/usr/bin/python3",
+        argv=["python3", "train.py"],
+        start_ns=t0,
+        info=info,
+    )
     fr.write_modules(w)
     s_weights = w.stack(fr.stack("load_weights", "setup", "main"))
     s_act = w.stack(fr.stack("alloc_activations", "forward", "train_step", "main"))
     s_cache = w.stack(fr.stack("grow_cache", "setup", "main"))
     s_query = w.stack(fr.stack("query_memory", "main"))
-    w.meminfo(t0 + 50 * MS, free=6 * GiB, total=6 * GiB, real_free=79 * GiB, real_total=80 * GiB,
-              virtualized=True, stack=s_query)
+    w.meminfo(
+        t0 + 50 * MS,
+        free=6 * GiB,
+        total=6 * GiB,
+        real_free=79 * GiB,
+        real_total=80 * GiB,
+        virtualized=True,
+        stack=s_query,
+    )
     for i in range(4):
-        w.alloc(t0 + (100 + 100 * i) * MS, GiB, 0x7e0000000000 + i * GiB, stack=s_weights)
-    w.alloc(t0 + 500 * MS, 512 * MiB, 0x600000000, api="cuMemHostAlloc", rt="cudaHostAlloc",
-            stack=s_cache)
+        w.alloc(t0 + (100 + 100 * i) * MS, GiB, 0x7E0000000000 + i * GiB, stack=s_weights)
+    w.alloc(
+        t0 + 500 * MS,
+        512 * MiB,
+        0x600000000,
+        api="cuMemHostAlloc",
+        rt="cudaHostAlloc",
+        stack=s_cache,
+    )
     for i in range(8):
-        w.alloc(t0 + (1000 + 100 * i) * MS, 256 * MiB, 0x7d0000000000 + i * 256 * MiB, stack=s_act)
+        w.alloc(t0 + (1000 + 100 * i) * MS, 256 * MiB, 0x7D0000000000 + i * 256 * MiB, stack=s_act)
     w.alloc(t0 + 1800 * MS, 16 * GiB, 0, stack=s_cache, result=2)
     w.deny(t0 + 1900 * MS, 2 * GiB, limit=budget or 6 * GiB, in_use=6 * GiB, stack=s_cache)
     for i in range(8):
-        w.free(t0 + (2000 + 100 * i) * MS, 0x7d0000000000 + i * 256 * MiB)
+        w.free(t0 + (2000 + 100 * i) * MS, 0x7D0000000000 + i * 256 * MiB)
     w.free(t0 + 3000 * MS, 0x600000000, api="cuMemFreeHost", rt="cudaFreeHost")
     w.close(end_ts=t0 + 3200 * MS)
 
-    c = TraceWriter(d / "1001.0.ctrace", pid=1001, ppid=1000, exe="/usr/bin/python3",
-                    argv=["python3", "-c", "worker"], start_ns=t0 + 1200 * MS, info=info)
+    c = TraceWriter(
+        d / "1001.0.ctrace",
+        pid=1001,
+        ppid=1000,
+        exe="/usr/bin/python3",
+        argv=["python3", "-c", "worker"],
+        start_ns=t0 + 1200 * MS,
+        info=info,
+    )
     fr.write_modules(c)
     s_ws = c.stack(fr.stack("make_workspace", "train_step", "main"))
-    c.alloc(t0 + 1500 * MS, 512 * MiB, 0x7c0000000000, device=1, stack=s_ws)
-    c.alloc(t0 + 1600 * MS, 512 * MiB, 0x7c0000000000 + 512 * MiB, device=1, stack=s_ws)
-    c.free(t0 + 2900 * MS, 0x7c0000000000, device=1)
-    c.free(t0 + 2900 * MS, 0x7c0000000000 + 512 * MiB, device=1)
+    c.alloc(t0 + 1500 * MS, 512 * MiB, 0x7C0000000000, device=1, stack=s_ws)
+    c.alloc(t0 + 1600 * MS, 512 * MiB, 0x7C0000000000 + 512 * MiB, device=1, stack=s_ws)
+    c.free(t0 + 2900 * MS, 0x7C0000000000, device=1)
+    c.free(t0 + 2900 * MS, 0x7C0000000000 + 512 * MiB, device=1)
     c.close(clean=not truncate_child, end_ts=t0 + 3100 * MS)
 
     # samples: NVML sees traced + 300 MiB of context per process, every 100 ms
@@ -540,26 +810,49 @@ def write_scenario(d, elf=None, truncate_child: bool = True, nvml: bool = True,
         ctx0 = 300 * MiB if t >= t0 else 0
         ctx1 = 300 * MiB if t >= t0 + 1200 * MS else 0
         if nvml:
-            samples.append(sample(t, tree={0: live0 + ctx0, 1: live1 + ctx1},
-                                  used=[live0 + ctx0 + GiB, live1 + ctx1 + 200 * MiB],
-                                  mem_available=60 * GiB - live0 - live1, rss=2 * GiB,
-                                  pids=(1000, 1001)))
+            samples.append(
+                sample(
+                    t,
+                    tree={0: live0 + ctx0, 1: live1 + ctx1},
+                    used=[live0 + ctx0 + GiB, live1 + ctx1 + 200 * MiB],
+                    mem_available=60 * GiB - live0 - live1,
+                    rss=2 * GiB,
+                    pids=(1000, 1001),
+                )
+            )
         else:
-            samples.append(sample(t, tree=None, mem_available=60 * GiB - live0 - live1 - ctx0,
-                                  rss=2 * GiB + live0 + live1, pids=(1000, 1001)))
-    write_run(d, argv=["python3", "train.py"], samples=samples, nvml=nvml,
-              nvml_why="" if nvml else "NVML library not found (libnvidia-ml.so.1: cannot open)",
-              budget={"spec": "6GiB", "limits": {"0": budget}} if budget else None,
-              start_ns=t0 - 50 * MS)
-    return {"peak_bytes": 7 * GiB, "peak_ts": t0 + 1700 * MS, "start_ns": t0 - 50 * MS,
-            "end_bytes": 4 * GiB, "device_peaks": {0: (6 * GiB, t0 + 1700 * MS),
-                                                   1: (GiB, t0 + 1600 * MS)}}
+            samples.append(
+                sample(
+                    t,
+                    tree=None,
+                    mem_available=60 * GiB - live0 - live1 - ctx0,
+                    rss=2 * GiB + live0 + live1,
+                    pids=(1000, 1001),
+                )
+            )
+    write_run(
+        d,
+        argv=["python3", "train.py"],
+        samples=samples,
+        nvml=nvml,
+        nvml_why="" if nvml else "NVML library not found (libnvidia-ml.so.1: cannot open)",
+        budget={"spec": "6GiB", "limits": {"0": budget}} if budget else None,
+        start_ns=t0 - 50 * MS,
+    )
+    return {
+        "peak_bytes": 7 * GiB,
+        "peak_ts": t0 + 1700 * MS,
+        "start_ns": t0 - 50 * MS,
+        "end_bytes": 4 * GiB,
+        "device_peaks": {0: (6 * GiB, t0 + 1700 * MS), 1: (GiB, t0 + 1600 * MS)},
+    }
 
 
 def build_live_curve(d):
     """live(ts, device) of a directory, through the model (for samples that follow it)."""
     from cudatrace.analyze.model import build
     from cudatrace.analyze.trace import read_dir
+
     m = build(read_dir(d))
     return lambda ts, dev: m.live_bytes_at(ts, dev)[0]
 
@@ -587,7 +880,9 @@ class FakeSymbolizer:
             i = bisect.bisect_right(self.addrs, vaddr) - 1
             if i >= 0 and vaddr - self.addrs[i] < 0x200:
                 name = self.items[i][1]
-                out[addr] = [FakeFrame(ref.path, name, "/src/trainer.c", 100 + i, addr, vaddr, False)]
+                out[addr] = [
+                    FakeFrame(ref.path, name, "/src/trainer.c", 100 + i, addr, vaddr, False)
+                ]
         return out
 
     def warnings(self):
@@ -596,24 +891,25 @@ class FakeSymbolizer:
 
 # ---- a small JSON shape checker for the schema tests ----
 
+
 def check_schema(obj, spec, where="$"):
     """Every key of spec present with the type it names (recursively); extra keys are fine."""
     if isinstance(spec, dict):
-        assert isinstance(obj, dict), "%s: expected an object, got %r" % (where, obj)
+        assert isinstance(obj, dict), f"{where}: expected an object, got {obj!r}"
         for k, sub in spec.items():
-            assert k in obj, "%s: missing key %r" % (where, k)
-            check_schema(obj[k], sub, "%s.%s" % (where, k))
+            assert k in obj, f"{where}: missing key {k!r}"
+            check_schema(obj[k], sub, f"{where}.{k}")
     elif isinstance(spec, list):
-        assert isinstance(obj, list), "%s: expected a list" % where
+        assert isinstance(obj, list), f"{where}: expected a list"
         for i, x in enumerate(obj):
             check_schema(x, spec[0], "%s[%d]" % (where, i))
     elif isinstance(spec, tuple):
         if obj is None and None in spec:
             return
         kinds = [s for s in spec if s is not None]
-        assert any(_is(obj, k) for k in kinds), "%s: %r is not %s" % (where, obj, kinds)
+        assert any(_is(obj, k) for k in kinds), f"{where}: {obj!r} is not {kinds}"
     else:
-        assert _is(obj, spec), "%s: %r is not %s" % (where, obj, spec)
+        assert _is(obj, spec), f"{where}: {obj!r} is not {spec}"
 
 
 def _is(obj, kind) -> bool:

@@ -6,6 +6,7 @@ CUDA headers at build time). These tests hold its layouts to cuda.h / nvml.h:
 - where a CUDA toolkit is installed (cuda.h found): the same offsets compared field by field with
   the real header's.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,22 +66,26 @@ LAYOUT = [
 ]
 # constants the shim relies on, as cuda.h defines them
 CONSTANTS = [
-    ("CUDA_SUCCESS", 0), ("CUDA_ERROR_INVALID_VALUE", 1), ("CUDA_ERROR_OUT_OF_MEMORY", 2),
-    ("CUDA_ERROR_NOT_INITIALIZED", 3), ("CUDA_ERROR_NOT_FOUND", 500),
-    ("CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM", 2), ("CU_DEVICE_ATTRIBUTE_INTEGRATED", 18),
+    ("CUDA_SUCCESS", 0),
+    ("CUDA_ERROR_INVALID_VALUE", 1),
+    ("CUDA_ERROR_OUT_OF_MEMORY", 2),
+    ("CUDA_ERROR_NOT_INITIALIZED", 3),
+    ("CUDA_ERROR_NOT_FOUND", 500),
+    ("CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM", 2),
+    ("CU_DEVICE_ATTRIBUTE_INTEGRATED", 18),
 ]
 
 
 def _cc() -> str:
     cc = os.environ.get("CC", "cc")
-    assert shutil.which(cc), "no C compiler (%s): the suite needs one" % cc
+    assert shutil.which(cc), f"no C compiler ({cc}): the suite needs one"
     return cc
 
 
 def _asserts() -> str:
     lines = ["#include <stddef.h>", '#include "cuda_abi.h"']
     for typ, field, want in LAYOUT:
-        expr = "sizeof(%s)" % typ if field is None else "offsetof(%s, %s)" % (typ, field)
+        expr = f"sizeof({typ})" if field is None else f"offsetof({typ}, {field})"
         lines.append('_Static_assert(%s == %d, "%s");' % (expr, want, expr))
     for name, want in CONSTANTS:
         lines.append('_Static_assert(%s == %d, "%s");' % (name, want, name))
@@ -90,17 +95,35 @@ def _asserts() -> str:
 def test_cuda_abi_matches_documented_layouts(tmp_path):
     src = tmp_path / "abi_check.c"
     src.write_text(_asserts())
-    r = subprocess.run([_cc(), "-std=gnu11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
-                        "-I", str(INCLUDE), str(src)], capture_output=True, text=True)
+    r = subprocess.run(
+        [
+            _cc(),
+            "-std=gnu11",
+            "-Wall",
+            "-Wextra",
+            "-Werror",
+            "-fsyntax-only",
+            "-I",
+            str(INCLUDE),
+            str(src),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr
 
 
 def test_a_wrong_layout_fails_the_check(tmp_path):
     """The check can fail: one wrong expectation makes the compile fail, naming it."""
     src = tmp_path / "abi_bad.c"
-    src.write_text(_asserts().replace("sizeof(CUipcMemHandle) == 64", "sizeof(CUipcMemHandle) == 65"))
-    r = subprocess.run([_cc(), "-std=gnu11", "-fsyntax-only", "-I", str(INCLUDE), str(src)],
-                       capture_output=True, text=True)
+    src.write_text(
+        _asserts().replace("sizeof(CUipcMemHandle) == 64", "sizeof(CUipcMemHandle) == 65")
+    )
+    r = subprocess.run(
+        [_cc(), "-std=gnu11", "-fsyntax-only", "-I", str(INCLUDE), str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "CUipcMemHandle" in r.stderr
 
 
@@ -111,8 +134,10 @@ def _cuda_include() -> Path | None:
     return None
 
 
-@pytest.mark.skipif(_cuda_include() is None, reason="needs cuda.h (a CUDA toolkit); "
-                    "the documented layouts are checked above")
+@pytest.mark.skipif(
+    _cuda_include() is None,
+    reason="needs cuda.h (a CUDA toolkit); the documented layouts are checked above",
+)
 def test_cuda_abi_matches_installed_cuda_h(tmp_path):
     """Where cuda.h exists, every offset and size above is measured in the real header too."""
     inc = _cuda_include()
@@ -122,10 +147,13 @@ def test_cuda_abi_matches_installed_cuda_h(tmp_path):
     for typ, field, want in LAYOUT:
         if typ.startswith("nvml") and not (inc / "nvml.h").is_file():
             continue
-        expr = "sizeof(%s)" % typ if field is None else "offsetof(%s, %s)" % (typ, field)
+        expr = f"sizeof({typ})" if field is None else f"offsetof({typ}, {field})"
         lines.append('_Static_assert(%s == %d, "%s");' % (expr, want, expr))
     src = tmp_path / "abi_real.c"
     src.write_text("\n".join(lines) + "\n")
-    r = subprocess.run([_cc(), "-std=gnu11", "-fsyntax-only", "-I", str(inc), str(src)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [_cc(), "-std=gnu11", "-fsyntax-only", "-I", str(inc), str(src)],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 0, r.stderr

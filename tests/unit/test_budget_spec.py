@@ -1,13 +1,22 @@
 """Budget SPEC parsing, resolution and byte formatting (cudatrace/budget.py). No GPU, no native code."""
+
 from __future__ import annotations
 
 from fractions import Fraction
 
 import pytest
 
+from cudatrace.record.budget import (
+    MAX_DEVICES,
+    Amount,
+    BudgetError,
+    BudgetSpec,
+    parse_budget,
+    parse_size,
+    resolve_limits,
+    visible_ordinals,
+)
 from cudatrace.units import format_bytes
-from cudatrace.record.budget import (MAX_DEVICES, Amount, BudgetError, BudgetSpec,
-                              parse_budget, parse_size, resolve_limits, visible_ordinals)
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 
@@ -22,17 +31,17 @@ SIZES = [
     ("1.5GiB", 3 * GiB // 2),
     ("0.5TiB", 512 * GiB),
     ("4KiB", 4 * KiB),
-    ("8G", 8 * GiB),           # short forms are binary
+    ("8G", 8 * GiB),  # short forms are binary
     ("8g", 8 * GiB),
     ("8M", 8 * MiB),
     ("2K", 2 * KiB),
     ("1T", 1 << 40),
-    ("8GB", 8 * 10 ** 9),      # decimal
-    ("8gb", 8 * 10 ** 9),
-    ("512MB", 512 * 10 ** 6),
+    ("8GB", 8 * 10**9),  # decimal
+    ("8gb", 8 * 10**9),
+    ("512MB", 512 * 10**6),
     ("1KB", 1000),
-    ("2TB", 2 * 10 ** 12),
-    ("0.3MiB", 314572),        # floored
+    ("2TB", 2 * 10**12),
+    ("0.3MiB", 314572),  # floored
     (".5GiB", GiB // 2),
     ("+1GiB", GiB),
 ]
@@ -64,7 +73,7 @@ def test_parse_budget_good(text, default, per):
     b = parse_budget(text)
     assert b.default == default
     assert b.per_device == per
-    assert parse_budget(str(b)) == b          # canonical text parses back to the same budget
+    assert parse_budget(str(b)) == b  # canonical text parses back to the same budget
 
 
 BAD = [
@@ -134,17 +143,20 @@ TOTALS = {0: 80 * GiB, 1: 40 * GiB}
 FREES = {0: 70 * GiB, 1: 10 * GiB}
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("8GiB", {0: 8 * GiB, 1: 8 * GiB}),
-    ("50%", {0: 40 * GiB, 1: 20 * GiB}),
-    ("50%free", {0: 35 * GiB, 1: 5 * GiB}),
-    ("0=8GiB,1=4GiB", {0: 8 * GiB, 1: 4 * GiB}),
-    ("1=25%", {1: 10 * GiB}),
-    ("4GiB,0=10%", {0: 8 * GiB, 1: 4 * GiB}),
-    ("100%", {0: 80 * GiB, 1: 40 * GiB}),
-    ("33.3%", {0: int(80 * GiB * Fraction(333, 1000)), 1: int(40 * GiB * Fraction(333, 1000))}),
-    ("5=1GiB", {5: GiB}),       # a size for a device the caller did not list still applies
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("8GiB", {0: 8 * GiB, 1: 8 * GiB}),
+        ("50%", {0: 40 * GiB, 1: 20 * GiB}),
+        ("50%free", {0: 35 * GiB, 1: 5 * GiB}),
+        ("0=8GiB,1=4GiB", {0: 8 * GiB, 1: 4 * GiB}),
+        ("1=25%", {1: 10 * GiB}),
+        ("4GiB,0=10%", {0: 8 * GiB, 1: 4 * GiB}),
+        ("100%", {0: 80 * GiB, 1: 40 * GiB}),
+        ("33.3%", {0: int(80 * GiB * Fraction(333, 1000)), 1: int(40 * GiB * Fraction(333, 1000))}),
+        ("5=1GiB", {5: GiB}),  # a size for a device the caller did not list still applies
+    ],
+)
 def test_resolve(text, expected):
     assert parse_budget(text).resolve(TOTALS, FREES) == expected
 
@@ -168,27 +180,30 @@ def test_visible_ordinals():
     assert visible_ordinals(4, None) == [0, 1, 2, 3]
     assert visible_ordinals(4, "2,3") == [2, 3]
     assert visible_ordinals(4, "3, 1") == [3, 1]
-    assert visible_ordinals(4, "1,9,2") == [1]     # CUDA stops at the first invalid entry
+    assert visible_ordinals(4, "1,9,2") == [1]  # CUDA stops at the first invalid entry
     assert visible_ordinals(4, "") == []
     assert visible_ordinals(4, "-1") == []
     with pytest.raises(BudgetError, match="UUID"):
         visible_ordinals(4, "GPU-8a3c")
 
 
-@pytest.mark.parametrize("n,text", [
-    (0, "0 B"),
-    (17, "17 B"),
-    (1023, "1023 B"),
-    (1024, "1.00 KiB"),
-    (1536, "1.50 KiB"),
-    (512 * MiB, "512.0 MiB"),
-    (GiB, "1.00 GiB"),
-    (3 * GiB // 2, "1.50 GiB"),
-    (10 * GiB, "10.0 GiB"),
-    (GiB - 1, "1.00 GiB"),            # rounds up to the next unit, not "1024.0 MiB"
-    (1 << 40, "1.00 TiB"),
-    (-2048, "-2.00 KiB"),
-])
+@pytest.mark.parametrize(
+    "n,text",
+    [
+        (0, "0 B"),
+        (17, "17 B"),
+        (1023, "1023 B"),
+        (1024, "1.00 KiB"),
+        (1536, "1.50 KiB"),
+        (512 * MiB, "512.0 MiB"),
+        (GiB, "1.00 GiB"),
+        (3 * GiB // 2, "1.50 GiB"),
+        (10 * GiB, "10.0 GiB"),
+        (GiB - 1, "1.00 GiB"),  # rounds up to the next unit, not "1024.0 MiB"
+        (1 << 40, "1.00 TiB"),
+        (-2048, "-2.00 KiB"),
+    ],
+)
 def test_format_bytes(n, text):
     assert format_bytes(n) == text
 

@@ -181,10 +181,48 @@ def test_thread_numbers_reused(tmp_path):
     """A thread that exited gives its number to the next one, whose first record starts the
     context anew (START): both threads' events exact, one context kept."""
     K = C()
-    a = [(BASE_TS + 10 * i, 4096 * (i + 1), 0x1000 * i, 0, 0, 101, 0, 0, 3, 5, 0,
-          K["CT_OP_ALLOC"], 1, 1, 0, 0) for i in range(5)]
-    b = [(BASE_TS + 5 + 7 * i, 512, 0x9000 + i, 0, 0, 202, 1, 0, 4, 5, 0,
-          K["CT_OP_ALLOC"], 1, 1, 0, 0) for i in range(5)]
+    a = [
+        (
+            BASE_TS + 10 * i,
+            4096 * (i + 1),
+            0x1000 * i,
+            0,
+            0,
+            101,
+            0,
+            0,
+            3,
+            5,
+            0,
+            K["CT_OP_ALLOC"],
+            1,
+            1,
+            0,
+            0,
+        )
+        for i in range(5)
+    ]
+    b = [
+        (
+            BASE_TS + 5 + 7 * i,
+            512,
+            0x9000 + i,
+            0,
+            0,
+            202,
+            1,
+            0,
+            4,
+            5,
+            0,
+            K["CT_OP_ALLOC"],
+            1,
+            1,
+            0,
+            0,
+        )
+        for i in range(5)
+    ]
     threads = [0] * 5 + [0x80000000] + [0] * 4
     p = tmp_path / "1.0.ctrace"
     w = TraceWriter(p)

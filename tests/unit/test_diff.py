@@ -1,4 +1,5 @@
 """`cudatrace diff`: sites matched by names across runs loaded at different addresses."""
+
 from __future__ import annotations
 
 import json
@@ -7,10 +8,10 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from support import tracegen as tg
+from cudatrace.analyze.analysis import Analysis
 from cudatrace.cli import main
 from cudatrace.present.diff import SCHEMA, diff, render_text, run_diff
-from cudatrace.analyze.analysis import Analysis
+from support import tracegen as tg
 
 MiB = tg.MiB
 MS = tg.MS
@@ -35,7 +36,7 @@ def run(d, elf, base, plan):
     w = tg.TraceWriter(d / "1000.0.ctrace", pid=1000, argv=["app"])
     fr.write_modules(w)
     t = T
-    addr = 0x7e0000000000
+    addr = 0x7E0000000000
     frees = []
     for fn, size, count, freed in plan:
         leaf = w.stack(fr.stack(fn, "main"))
@@ -57,15 +58,29 @@ def run(d, elf, base, plan):
 def runs(tmp_path_factory, elf):
     a = tmp_path_factory.mktemp("a")
     b = tmp_path_factory.mktemp("b")
-    fa = run(a, elf, 0, [("alloc_activations", 100 * MiB, 4, True),
-                         ("load_weights", 500 * MiB, 2, False),
-                         ("make_workspace", 300 * MiB, 1, True),
-                         ("query_memory", 10 * MiB, 1, False)])
+    fa = run(
+        a,
+        elf,
+        0,
+        [
+            ("alloc_activations", 100 * MiB, 4, True),
+            ("load_weights", 500 * MiB, 2, False),
+            ("make_workspace", 300 * MiB, 1, True),
+            ("query_memory", 10 * MiB, 1, False),
+        ],
+    )
     # B: another load address (ASLR, another build): the same functions, other addresses
-    fb = run(b, elf, 0x100000, [("alloc_activations", 100 * MiB, 6, True),
-                                ("load_weights", 500 * MiB, 1, False),
-                                ("grow_cache", 64 * MiB, 2, False),
-                                ("query_memory", 10 * MiB, 1, False)])
+    fb = run(
+        b,
+        elf,
+        0x100000,
+        [
+            ("alloc_activations", 100 * MiB, 6, True),
+            ("load_weights", 500 * MiB, 1, False),
+            ("grow_cache", 64 * MiB, 2, False),
+            ("query_memory", 10 * MiB, 1, False),
+        ],
+    )
     assert fa.ip("load_weights") != fb.ip("load_weights")
     return a, b
 
@@ -73,8 +88,16 @@ def runs(tmp_path_factory, elf):
 def test_diff_labels_and_order(runs, sym):
     a, b = runs
     d = diff(Analysis(a, symbolizer=sym), Analysis(b, symbolizer=sym))
-    got = [(s["label"].split(" ")[0], s["status"], s["peak"]["delta_bytes"], s["peak"]["delta_count"],
-            s["end"]["delta_bytes"]) for s in d["sites"]]
+    got = [
+        (
+            s["label"].split(" ")[0],
+            s["status"],
+            s["peak"]["delta_bytes"],
+            s["peak"]["delta_count"],
+            s["end"]["delta_bytes"],
+        )
+        for s in d["sites"]
+    ]
     assert got == [
         ("load_weights", "shrunk", -500 * MiB, -1, -500 * MiB),
         ("make_workspace", "gone", -300 * MiB, -1, 0),
@@ -88,8 +111,13 @@ def test_diff_labels_and_order(runs, sym):
     assert t["allocs"] == {"a": 8, "b": 10, "delta": 2}
     assert d["status_counts"] == {"grown": 1, "shrunk": 1, "new": 1, "gone": 1, "same": 1}
     s = {x["label"].split(" ")[0]: x for x in d["sites"]}
-    assert s["alloc_activations"]["run"] == {"a_bytes": 400 * MiB, "b_bytes": 600 * MiB,
-                                             "a_count": 4, "b_count": 6, "delta_count": 2}
+    assert s["alloc_activations"]["run"] == {
+        "a_bytes": 400 * MiB,
+        "b_bytes": 600 * MiB,
+        "a_count": 4,
+        "b_count": 6,
+        "delta_count": 2,
+    }
     assert s["grow_cache"]["peak"]["a_bytes"] == 0 and s["make_workspace"]["peak"]["b_bytes"] == 0
 
 
@@ -111,30 +139,79 @@ def test_diff_same_run_is_all_same(runs, sym):
 def test_diff_text(runs, sym):
     a, b = runs
     text = render_text(diff(Analysis(a, symbolizer=sym), Analysis(b, symbolizer=sym)))
-    for s in ("cudatrace diff", "peak", "1.67 GiB", "1.21 GiB", "-472.0 MiB", "live at exit",
-              "1 grown, 1 shrunk, 1 new, 1 gone, 1 same", "shrunk", "load_weights",
-              "+200.0 MiB", "grow_cache", "gone"):
+    for s in (
+        "cudatrace diff",
+        "peak",
+        "1.67 GiB",
+        "1.21 GiB",
+        "-472.0 MiB",
+        "live at exit",
+        "1 grown, 1 shrunk, 1 new, 1 gone, 1 same",
+        "shrunk",
+        "load_weights",
+        "+200.0 MiB",
+        "grow_cache",
+        "gone",
+    ):
         assert s in text, s
     lines = text.splitlines()
     first = next(i for i, x in enumerate(lines) if x.strip().startswith("status"))
     assert "load_weights" in lines[first + 1]
 
 
-DIFF_SITE = {"status": str, "label": str, "key": str, "frames": list, "via": list,
-             "peak": {"a_bytes": int, "b_bytes": int, "delta_bytes": int, "a_count": int,
-                      "b_count": int, "delta_count": int},
-             "end": {"a_bytes": int, "b_bytes": int, "delta_bytes": int, "a_count": int,
-                     "b_count": int, "delta_count": int},
-             "run": {"a_bytes": int, "b_bytes": int, "a_count": int, "b_count": int,
-                     "delta_count": int}}
-SIDE = {"path": str, "command": [str], "peak_bytes": int, "peak_time": (float, None),
-        "end_bytes": int, "allocs": int, "failed": int, "denied": int, "processes": int,
-        "truncated_files": [str]}
+DIFF_SITE = {
+    "status": str,
+    "label": str,
+    "key": str,
+    "frames": list,
+    "via": list,
+    "peak": {
+        "a_bytes": int,
+        "b_bytes": int,
+        "delta_bytes": int,
+        "a_count": int,
+        "b_count": int,
+        "delta_count": int,
+    },
+    "end": {
+        "a_bytes": int,
+        "b_bytes": int,
+        "delta_bytes": int,
+        "a_count": int,
+        "b_count": int,
+        "delta_count": int,
+    },
+    "run": {"a_bytes": int, "b_bytes": int, "a_count": int, "b_count": int, "delta_count": int},
+}
+SIDE = {
+    "path": str,
+    "command": [str],
+    "peak_bytes": int,
+    "peak_time": (float, None),
+    "end_bytes": int,
+    "allocs": int,
+    "failed": int,
+    "denied": int,
+    "processes": int,
+    "truncated_files": [str],
+}
 PAIR = {"a": int, "b": int, "delta": int}
-DIFF = {"schema": str, "depth": int, "a": SIDE, "b": SIDE,
-        "totals": {"peak_bytes": PAIR, "end_bytes": PAIR, "allocs": PAIR, "failed": PAIR,
-                   "denied": PAIR},
-        "status_counts": dict, "sites": [DIFF_SITE], "more_sites": int}
+DIFF = {
+    "schema": str,
+    "depth": int,
+    "a": SIDE,
+    "b": SIDE,
+    "totals": {
+        "peak_bytes": PAIR,
+        "end_bytes": PAIR,
+        "allocs": PAIR,
+        "failed": PAIR,
+        "denied": PAIR,
+    },
+    "status_counts": dict,
+    "sites": [DIFF_SITE],
+    "more_sites": int,
+}
 
 
 def test_cli_diff_json(runs, sym, monkeypatch):

@@ -1,5 +1,6 @@
 """The replay model, against hand-computed cases, on both backends (C and the Python reference),
 and the two backends against each other on random traces."""
+
 from __future__ import annotations
 
 import random
@@ -44,12 +45,12 @@ def test_the_product_replays_in_c():
 
 def test_interleaved_frees(tmp_path, backend):
     w = write(tmp_path)
-    w.alloc(ts(1), 100, 0xA000)      # 100
-    w.alloc(ts(2), 200, 0xB000)      # 300
-    w.free(ts(3), 0xA000)            # 200
-    w.alloc(ts(4), 50, 0xC000)       # 250
-    w.alloc(ts(5), 300, 0xD000)      # 550  <- peak
-    w.free(ts(6), 0xB000)            # 350
+    w.alloc(ts(1), 100, 0xA000)  # 100
+    w.alloc(ts(2), 200, 0xB000)  # 300
+    w.free(ts(3), 0xA000)  # 200
+    w.alloc(ts(4), 50, 0xC000)  # 250
+    w.alloc(ts(5), 300, 0xD000)  # 550  <- peak
+    w.free(ts(6), 0xB000)  # 350
     w.close()
     m = model_of(tmp_path, backend)
     assert (m.peak_bytes, m.peak_ts) == (550, ts(5))
@@ -63,8 +64,15 @@ def test_interleaved_frees(tmp_path, backend):
     assert sizes(m.at(ts(2.5))) == [100, 200]
     assert sizes(m.at(ts(0))) == []
     assert m.live_bytes_at(ts(5)) == (550, 3)
-    assert m.bytes_at([ts(0), ts(1), ts(2.5), ts(3), ts(5), ts(6), ts(99)]) == \
-        [0, 100, 300, 200, 550, 350, 350]
+    assert m.bytes_at([ts(0), ts(1), ts(2.5), ts(3), ts(5), ts(6), ts(99)]) == [
+        0,
+        100,
+        300,
+        200,
+        550,
+        350,
+        350,
+    ]
     # lifetimes
     life = {a.size: a.end_ts for a in m.lifetimes()}
     assert life == {100: ts(3), 200: ts(6), 50: None, 300: None}
@@ -72,12 +80,12 @@ def test_interleaved_frees(tmp_path, backend):
 
 def test_several_devices(tmp_path, backend):
     w = write(tmp_path)
-    w.alloc(ts(1), 100, 0xA000, device=0)    # total 100; dev0 100
-    w.alloc(ts(2), 300, 0xB000, device=1)    # total 400 <- peak; dev1 300 <- dev1 peak
-    w.free(ts(3), 0xA000, device=0)          # 300
-    w.alloc(ts(4), 50, 0xC000, device=0)     # 350
-    w.free(ts(5), 0xB000, device=1)          # 50
-    w.alloc(ts(6), 80, 0xE000, device=0)     # 130; dev0 130 <- dev0 peak
+    w.alloc(ts(1), 100, 0xA000, device=0)  # total 100; dev0 100
+    w.alloc(ts(2), 300, 0xB000, device=1)  # total 400 <- peak; dev1 300 <- dev1 peak
+    w.free(ts(3), 0xA000, device=0)  # 300
+    w.alloc(ts(4), 50, 0xC000, device=0)  # 350
+    w.free(ts(5), 0xB000, device=1)  # 50
+    w.alloc(ts(6), 80, 0xE000, device=0)  # 130; dev0 130 <- dev0 peak
     w.close()
     m = model_of(tmp_path, backend)
     assert (m.peak_bytes, m.peak_ts) == (400, ts(2))
@@ -94,12 +102,12 @@ def test_several_devices(tmp_path, backend):
 def test_several_processes_merge_by_timestamp(tmp_path, backend):
     p = write(tmp_path, "1000.0.ctrace", pid=1000)
     q = write(tmp_path, "1001.0.ctrace", pid=1001, ppid=1000)
-    p.alloc(ts(1), 100, 0x1000)              # 100
-    q.alloc(ts(2), 200, 0x2000)              # 300
-    q.alloc(ts(3), 50, 0x1000)               # 350 <- peak (same address, other process)
-    p.free(ts(4), 0x1000)                    # 250: frees pid 1000's, not 1001's
-    q.free(ts(5), 0x2000)                    # 50
-    q.free(ts(6), 0x7777)                    # matches nothing in pid 1001
+    p.alloc(ts(1), 100, 0x1000)  # 100
+    q.alloc(ts(2), 200, 0x2000)  # 300
+    q.alloc(ts(3), 50, 0x1000)  # 350 <- peak (same address, other process)
+    p.free(ts(4), 0x1000)  # 250: frees pid 1000's, not 1001's
+    q.free(ts(5), 0x2000)  # 50
+    q.free(ts(6), 0x7777)  # matches nothing in pid 1001
     p.close()
     q.close()
     m = model_of(tmp_path, backend)
@@ -130,26 +138,34 @@ def test_address_reuse(tmp_path, backend):
     w = write(tmp_path)
     w.alloc(ts(1), 100, 0xA000)
     w.free(ts(2), 0xA000)
-    w.alloc(ts(3), 200, 0xA000)      # the same address again: 200 <- peak
+    w.alloc(ts(3), 200, 0xA000)  # the same address again: 200 <- peak
     w.free(ts(4), 0xA000)
     w.alloc(ts(5), 50, 0xA000)
-    w.alloc(ts(6), 30, 0xA000)       # reused while live (its free was not seen): 50 ends here
+    w.alloc(ts(6), 30, 0xA000)  # reused while live (its free was not seen): 50 ends here
     w.close()
     m = model_of(tmp_path, backend)
     assert (m.peak_bytes, m.peak_ts) == (200, ts(3))
     assert m.end_bytes == 30
     assert m.counts["reused"] == 1
-    assert [(a.size, a.end_ts) for a in m.lifetimes()] == [(100, ts(2)), (200, ts(4)), (50, ts(6)),
-                                                          (30, None)]
-    assert [a.how for a in m.lifetimes()] == [model_mod.END_FREE, model_mod.END_FREE,
-                                             model_mod.END_REUSED, model_mod.END_LIVE]
+    assert [(a.size, a.end_ts) for a in m.lifetimes()] == [
+        (100, ts(2)),
+        (200, ts(4)),
+        (50, ts(6)),
+        (30, None),
+    ]
+    assert [a.how for a in m.lifetimes()] == [
+        model_mod.END_FREE,
+        model_mod.END_FREE,
+        model_mod.END_REUSED,
+        model_mod.END_LIVE,
+    ]
 
 
 def test_frees_that_match_nothing(tmp_path, backend):
     w = write(tmp_path)
-    w.free(ts(1), 0xDEAD)            # allocated before tracing began
+    w.free(ts(1), 0xDEAD)  # allocated before tracing began
     w.alloc(ts(2), 100, 0xA000)
-    w.free(ts(3), 0)                 # cudaFree(NULL): a no-op, not unmatched
+    w.free(ts(3), 0)  # cudaFree(NULL): a no-op, not unmatched
     w.free(ts(4), 0xA000, result=1)  # a failed free frees nothing
     w.free(ts(5), 0xBEEF, api="cuMemFreeHost", rt="cudaFreeHost")
     w.close()
@@ -164,7 +180,7 @@ def test_frees_that_match_nothing(tmp_path, backend):
 def test_failed_allocations_are_not_counted(tmp_path, backend):
     w = write(tmp_path)
     w.alloc(ts(1), 100, 0xA000)
-    w.alloc(ts(2), 1 << 40, 0, result=2)             # CUDA_ERROR_OUT_OF_MEMORY
+    w.alloc(ts(2), 1 << 40, 0, result=2)  # CUDA_ERROR_OUT_OF_MEMORY
     w.alloc(ts(3), 64, 0, result=1, api="cuMemAllocManaged", rt="cudaMallocManaged")
     w.close()
     m = model_of(tmp_path, backend)
@@ -195,27 +211,30 @@ def test_vmm_create_release(tmp_path, backend):
     w.event(ts(2), "cuMemRelease", addr=0x11)
     # the CUDA samples' pattern: create, map, release at once; freed by the unmap
     w.event(ts(3), "cuMemCreate", size=two, addr=0x22, device=0)
-    w.event(ts(4), "cuMemMap", size=two, addr=0x7f0000000000, aux=0x22)
-    w.event(ts(5), "cuMemRelease", addr=0x22)            # still mapped: nothing freed yet
-    w.event(ts(6), "cuMemCreate", size=two, addr=0x33, device=1)   # 4 MiB <- peak
-    w.event(ts(7), "cuMemUnmap", size=two, addr=0x7f0000000000)    # frees 0x22
+    w.event(ts(4), "cuMemMap", size=two, addr=0x7F0000000000, aux=0x22)
+    w.event(ts(5), "cuMemRelease", addr=0x22)  # still mapped: nothing freed yet
+    w.event(ts(6), "cuMemCreate", size=two, addr=0x33, device=1)  # 4 MiB <- peak
+    w.event(ts(7), "cuMemUnmap", size=two, addr=0x7F0000000000)  # frees 0x22
     # two mappings of one handle, unmapped by one range
-    w.event(ts(8), "cuMemMap", size=two // 2, addr=0x7f1000000000, aux=0x33)
-    w.event(ts(9), "cuMemMap", size=two // 2, addr=0x7f1000100000, aux=0x33)
+    w.event(ts(8), "cuMemMap", size=two // 2, addr=0x7F1000000000, aux=0x33)
+    w.event(ts(9), "cuMemMap", size=two // 2, addr=0x7F1000100000, aux=0x33)
     w.event(ts(10), "cuMemRelease", addr=0x33)
-    w.event(ts(11), "cuMemUnmap", size=two, addr=0x7f1000000000)
+    w.event(ts(11), "cuMemUnmap", size=two, addr=0x7F1000000000)
     w.close()
     m = model_of(tmp_path, backend)
     assert (m.peak_bytes, m.peak_ts) == (2 * two, ts(6))
     assert m.end_bytes == 0
-    assert sizes(m.at(ts(5))) == [two]              # released but mapped: still live
-    assert sizes(m.at(ts(7))) == [two]              # 0x22 gone, 0x33 live
+    assert sizes(m.at(ts(5))) == [two]  # released but mapped: still live
+    assert sizes(m.at(ts(7))) == [two]  # 0x22 gone, 0x33 live
     assert sizes(m.at(ts(10))) == [two]
     assert m.at(ts(11)) == []
     assert m.counts["deferred_releases"] == 2
     assert m.counts["maps"] == 3 and m.counts["unmaps"] == 2
-    assert [a.how for a in m.lifetimes()] == [model_mod.END_FREE, model_mod.END_UNMAPPED,
-                                             model_mod.END_UNMAPPED]
+    assert [a.how for a in m.lifetimes()] == [
+        model_mod.END_FREE,
+        model_mod.END_UNMAPPED,
+        model_mod.END_UNMAPPED,
+    ]
     assert m.device_peaks == {0: (two, ts(1)), 1: (two, ts(6))}
 
 
@@ -226,7 +245,7 @@ def test_managed_async_pitch_array_graph_are_device_memory(tmp_path, backend):
     w.alloc(ts(3), 30, 0x3, api="cuMemAllocPitch_v2", rt="cudaMallocPitch")
     w.alloc(ts(4), 40, 0x4, api="cuArrayCreate_v2", rt=None)
     w.alloc(ts(5), 50, 0x5, api="cuGraphAddMemAllocNode", rt=None)
-    w.event(ts(6), "cuIpcOpenMemHandle_v2", addr=0x6)        # an import: never counted
+    w.event(ts(6), "cuIpcOpenMemHandle_v2", addr=0x6)  # an import: never counted
     w.free(ts(7), 0x2, api="cuMemFreeAsync", rt="cudaFreeAsync")
     w.free(ts(8), 0x4, api="cuArrayDestroy", rt=None)
     w.close()
@@ -239,7 +258,7 @@ def test_out_of_order_events_are_replayed_in_time_order(tmp_path, backend):
     w = write(tmp_path)
     w.alloc(ts(1), 100, 0xA000)
     w.alloc(ts(3), 300, 0xB000)
-    w.free(ts(2), 0xA000)            # published after a later event (another thread)
+    w.free(ts(2), 0xA000)  # published after a later event (another thread)
     w.close()
     m = model_of(tmp_path, backend)
     assert m.counts["unsorted_traces"] == 1
@@ -249,16 +268,23 @@ def test_out_of_order_events_are_replayed_in_time_order(tmp_path, backend):
 
 def test_meminfo_and_denials_are_listed(tmp_path, backend):
     w = write(tmp_path)
-    w.meminfo(ts(1), free=1 << 30, total=2 << 30, real_free=70 << 30, real_total=80 << 30,
-              virtualized=True)
+    w.meminfo(
+        ts(1),
+        free=1 << 30,
+        total=2 << 30,
+        real_free=70 << 30,
+        real_total=80 << 30,
+        virtualized=True,
+    )
     w.deny(ts(2), 4 << 30, limit=2 << 30, in_use=1 << 30)
     w.close()
     m = model_of(tmp_path, backend)
     assert not m.found
     assert [(q.size, q.event[model_mod.ADDR]) for q in m.meminfo] == [(2 << 30, 1 << 30)]
     assert m.meminfo[0].flags & C()["CT_EF_VIRTUALIZED"]
-    assert [(d.size, d.event[model_mod.AUX], d.event[model_mod.AUX2]) for d in m.denied] == \
-        [(4 << 30, 2 << 30, 1 << 30)]
+    assert [(d.size, d.event[model_mod.AUX], d.event[model_mod.AUX2]) for d in m.denied] == [
+        (4 << 30, 2 << 30, 1 << 30)
+    ]
     assert m.counts["denied"] == 1 and m.counts["meminfo"] == 1
 
 
@@ -279,7 +305,7 @@ def test_record_cut_mid_way(tmp_path, backend):
     w.alloc(ts(2), 200, 0xB000)
     pos = w.pos
     w.close(clean=False, zero_tail=False)
-    tg.cut(tmp_path / "1000.0.ctrace", pos - 20)      # the last event half written
+    tg.cut(tmp_path / "1000.0.ctrace", pos - 20)  # the last event half written
     td = read_dir(tmp_path)
     assert td.traces[0].status == "truncated"
     m = build_with(td, backend)
@@ -350,10 +376,15 @@ def test_groups_match_allocs(tmp_path, backend):
 
 # ---- the C replay against the Python reference, on random traces ----------------------------
 
+
 def random_run(d, seed: int, procs: int = 3, events: int = 600):
     rnd = random.Random(seed)
-    apis_alloc = [("cuMemAlloc_v2", "cudaMalloc"), ("cuMemAllocManaged", "cudaMallocManaged"),
-                  ("cuMemAllocAsync", "cudaMallocAsync"), ("cuMemHostAlloc", "cudaHostAlloc")]
+    apis_alloc = [
+        ("cuMemAlloc_v2", "cudaMalloc"),
+        ("cuMemAllocManaged", "cudaMallocManaged"),
+        ("cuMemAllocAsync", "cudaMallocAsync"),
+        ("cuMemHostAlloc", "cudaHostAlloc"),
+    ]
     for p in range(procs):
         w = tg.TraceWriter(d / ("%d.0.ctrace" % (1000 + p)), pid=1000 + p)
         stacks = [w.stack([0x401000 + 16 * k, 0x500000 + p]) for k in range(5)]
@@ -362,36 +393,55 @@ def random_run(d, seed: int, procs: int = 3, events: int = 600):
         maps: list[tuple[int, int]] = []
         t = T + rnd.randrange(0, 5) * MS
         for i in range(events):
-            t += rnd.choice([0, 0, 1, 2, 5]) * MS            # equal timestamps happen
+            t += rnd.choice([0, 0, 1, 2, 5]) * MS  # equal timestamps happen
             r = rnd.random()
             dev = rnd.randrange(0, 3) - (1 if rnd.random() < 0.05 else 0)
             st = rnd.choice(stacks)
             if r < 0.35 or not live:
-                addr = rnd.choice(live) if live and rnd.random() < 0.05 else 0x1000 * rnd.randrange(1, 400)
+                addr = (
+                    rnd.choice(live)
+                    if live and rnd.random() < 0.05
+                    else 0x1000 * rnd.randrange(1, 400)
+                )
                 api, rt = rnd.choice(apis_alloc)
                 res = 2 if rnd.random() < 0.05 else 0
-                w.alloc(t, rnd.randrange(1, 1 << 20), addr, api=api, rt=rt, device=dev, stack=st,
-                        result=res)
+                w.alloc(
+                    t,
+                    rnd.randrange(1, 1 << 20),
+                    addr,
+                    api=api,
+                    rt=rt,
+                    device=dev,
+                    stack=st,
+                    result=res,
+                )
                 if not res:
                     live.append(addr)
             elif r < 0.65:
                 addr = live.pop(rnd.randrange(len(live))) if rnd.random() < 0.9 else 0xFFFF000
                 host = rnd.random() < 0.2
-                w.free(t, addr, api="cuMemFreeHost" if host else "cuMemFree_v2",
-                       rt=None, device=dev, result=1 if rnd.random() < 0.03 else 0)
+                w.free(
+                    t,
+                    addr,
+                    api="cuMemFreeHost" if host else "cuMemFree_v2",
+                    rt=None,
+                    device=dev,
+                    result=1 if rnd.random() < 0.03 else 0,
+                )
             elif r < 0.72:
                 h = rnd.randrange(1, 50)
-                w.event(t, "cuMemCreate", size=rnd.randrange(1, 1 << 21), addr=h, device=dev,
-                        stack=st)
+                w.event(
+                    t, "cuMemCreate", size=rnd.randrange(1, 1 << 21), addr=h, device=dev, stack=st
+                )
                 handles.append(h)
             elif r < 0.78 and handles:
-                ptr = 0x7f0000000000 + rnd.randrange(0, 64) * 0x100000
+                ptr = 0x7F0000000000 + rnd.randrange(0, 64) * 0x100000
                 w.event(t, "cuMemMap", size=0x100000, addr=ptr, aux=rnd.choice(handles))
                 maps.append((ptr, 0x100000))
             elif r < 0.83 and maps:
                 ptr, n = maps.pop(rnd.randrange(len(maps)))
                 if rnd.random() < 0.3:
-                    ptr, n = ptr - 0x100000, 0x400000           # a range over several mappings
+                    ptr, n = ptr - 0x100000, 0x400000  # a range over several mappings
                 w.event(t, "cuMemUnmap", size=n, addr=ptr)
             elif r < 0.88 and handles:
                 w.event(t, "cuMemRelease", addr=handles.pop(rnd.randrange(len(handles))))
@@ -401,24 +451,43 @@ def random_run(d, seed: int, procs: int = 3, events: int = 600):
                 w.deny(t, 1 << 30, limit=1 << 31, in_use=1 << 30, device=dev, stack=st)
             else:
                 # out of order: an event stamped earlier than the previous one
-                w.alloc(t - 3 * MS if t - 3 * MS > T else t, 77, 0x9000000 + i, device=dev, stack=st)
+                w.alloc(
+                    t - 3 * MS if t - 3 * MS > T else t, 77, 0x9000000 + i, device=dev, stack=st
+                )
         w.close(clean=rnd.random() < 0.7)
 
 
 def snapshot(m, ts_list):
     def key(allocs):
         return sorted((a.trace, a.index, a.seq, a.end_ts, a.how) for a in allocs)
+
     out = {
-        "summary": (m.found, m.peak_bytes, m.peak_ts, m.peak_seq, m.end_bytes, m.host_peak,
-                    m.host_peak_ts, m.host_end, m.t0, m.t_end),
-        "counts": m.counts, "devices": (m.device_peaks, m.device_peak_seq, m.device_end,
-                                         m.device_allocs),
-        "procs": m.procs, "peak": key(m.live_at_peak), "end": key(m.live_at_end),
-        "all": key(m.lifetimes()), "failed": key(m.failed), "denied": key(m.denied),
-        "meminfo": key(m.meminfo), "timeline": m.timeline_buckets(),
+        "summary": (
+            m.found,
+            m.peak_bytes,
+            m.peak_ts,
+            m.peak_seq,
+            m.end_bytes,
+            m.host_peak,
+            m.host_peak_ts,
+            m.host_end,
+            m.t0,
+            m.t_end,
+        ),
+        "counts": m.counts,
+        "devices": (m.device_peaks, m.device_peak_seq, m.device_end, m.device_allocs),
+        "procs": m.procs,
+        "peak": key(m.live_at_peak),
+        "end": key(m.live_at_end),
+        "all": key(m.lifetimes()),
+        "failed": key(m.failed),
+        "denied": key(m.denied),
+        "meminfo": key(m.meminfo),
+        "timeline": m.timeline_buckets(),
         "tl_dev": {d: m.timeline_buckets(d) for d in m.device_peaks},
         "stack_totals": m.stack_totals(),
-        "gpeak": m.groups_at_peak().plain(), "gend": m.groups_at_end().plain(),
+        "gpeak": m.groups_at_peak().plain(),
+        "gend": m.groups_at_end().plain(),
     }
     out["bytes_at"] = m.bytes_at(sorted(ts_list))
     for d in m.device_peaks:

@@ -14,6 +14,7 @@ Also: every module of the shim (a .c other than shim.c) has its own header and i
 first, and no file of the shim calls dlsym by name (that would reach the shim's own exported
 dlsym interposer; the shim's lookups go through ct_real_dlsym()).
 """
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,12 @@ REPO = Path(__file__).resolve().parents[1]
 while not (REPO / "native" / "include").is_dir() and REPO != REPO.parent:
     REPO = REPO.parent
 NATIVE = REPO / "native"
-FLOORS = {"include": {"include"}, "shim": {"shim", "include"}, "reader": {"include"},
-          "common": {"include"}}
+FLOORS = {
+    "include": {"include"},
+    "shim": {"shim", "include"},
+    "reader": {"include"},
+    "common": {"include"},
+}
 READER_HEADERS = {"scan.h", "replay.h"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
@@ -50,7 +55,9 @@ def include_graph(files: list[Path]) -> dict[Path, list[Path]]:
         deps = []
         for name in INCLUDE_RE.findall(f.read_text()):
             target = _resolve(f, name)
-            assert target is not None, "%s includes %r, which is not in its folder or native/include" % (f, name)
+            assert target is not None, (
+                f"{f} includes {name!r}, which is not in its folder or native/include"
+            )
             deps.append(target)
         graph[f.resolve()] = deps
     return graph
@@ -67,7 +74,7 @@ def find_cycle(graph: dict) -> list | None:
             if m == n:
                 return [n, n]
             if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if not state.get(m):
                 c = visit(m)
                 if c:
@@ -103,9 +110,10 @@ def test_floor_includes_only_what_it_may(floor):
     bad = []
     for f, deps in include_graph(_sources(NATIVE / floor)).items():
         for d in deps:
-            if d.parent not in allowed or (d.name in READER_HEADERS and floor != "reader"
-                                             and f.name not in READER_HEADERS):
-                bad.append("%s includes %s" % (f.relative_to(REPO), d.relative_to(REPO)))
+            if d.parent not in allowed or (
+                d.name in READER_HEADERS and floor != "reader" and f.name not in READER_HEADERS
+            ):
+                bad.append(f"{f.relative_to(REPO)} includes {d.relative_to(REPO)}")
     assert not bad, "\n".join(bad)
 
 
@@ -113,17 +121,17 @@ def test_sim_includes_only_native_include():
     allowed = {(NATIVE / "include").resolve(), (REPO / "sim").resolve()}
     for f, deps in include_graph(_sources(REPO / "sim")).items():
         for d in deps:
-            assert d.parent in allowed, "%s includes %s" % (f, d)
+            assert d.parent in allowed, f"{f} includes {d}"
 
 
 def test_each_shim_module_has_its_header_first():
     for c in sorted((NATIVE / "shim").glob("*.c")):
-        if c.name == "shim.c":      # the wrappers and the lifecycle: nothing calls into it
+        if c.name == "shim.c":  # the wrappers and the lifecycle: nothing calls into it
             continue
         h = c.with_suffix(".h")
-        assert h.is_file(), "%s has no header %s" % (c.name, h.name)
+        assert h.is_file(), f"{c.name} has no header {h.name}"
         first = INCLUDE_RE.search(c.read_text())
-        assert first and first.group(1) == h.name, "%s must include %s first" % (c.name, h.name)
+        assert first and first.group(1) == h.name, f"{c.name} must include {h.name} first"
 
 
 def test_shim_never_calls_its_own_dlsym():
@@ -132,4 +140,4 @@ def test_shim_never_calls_its_own_dlsym():
         text = re.sub(r"/\*.*?\*/", "", f.read_text(), flags=re.S)
         for line in text.splitlines():
             if call.search(line) and "CT_EXPORT" not in line:
-                pytest.fail("%s calls dlsym directly (use ct_real_dlsym()): %s" % (f.name, line.strip()))
+                pytest.fail(f"{f.name} calls dlsym directly (use ct_real_dlsym()): {line.strip()}")

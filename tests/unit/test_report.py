@@ -1,4 +1,5 @@
 """`cudatrace report`: text content, the JSON schema, moments, groupings, errors, the SVG."""
+
 from __future__ import annotations
 
 import json
@@ -9,12 +10,12 @@ import xml.etree.ElementTree as ET
 import pytest
 from click.testing import CliRunner
 
-from support import tracegen as tg
-from cudatrace.cli import main
 from cudatrace.analyze.analysis import SCHEMA, Analysis, build_report
+from cudatrace.cli import main
 from cudatrace.present.commands import run_report
 from cudatrace.present.report import render_text
 from cudatrace.units import parse_time
+from support import tracegen as tg
 
 GiB, MiB = tg.GiB, tg.MiB
 HAVE_GCC = shutil.which("gcc") is not None
@@ -50,7 +51,7 @@ def scen_no_nvml(tmp_path_factory, elf):
 def report_json(path, sym, **kw) -> dict:
     a = Analysis(path, symbolizer=sym)
     r = build_report(a, **kw)
-    return json.loads(json.dumps(r))          # exactly what --json prints
+    return json.loads(json.dumps(r))  # exactly what --json prints
 
 
 def report_json_nofold(path, sym, **kw) -> dict:
@@ -60,61 +61,180 @@ def report_json_nofold(path, sym, **kw) -> dict:
 
 def cli(*args, sym=None, monkeypatch=None):
     if sym is not None and monkeypatch is not None:
-        monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym)
+        monkeypatch.setattr(
+            "cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym
+        )
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
 # ---- the JSON schema: what docs/report-json.md promises scripts ------------------------------
 
 OPT_INT, OPT_FLOAT, OPT_STR = (int, None), (float, None), (str, None)
-FRAME = {"module": str, "function": OPT_STR, "file": OPT_STR, "line": OPT_INT, "address": int,
-         "offset": int, "inlined": bool}
+FRAME = {
+    "module": str,
+    "function": OPT_STR,
+    "file": OPT_STR,
+    "line": OPT_INT,
+    "address": int,
+    "offset": int,
+    "inlined": bool,
+}
 SIZES = {"min": int, "median": int, "max": int}
-SITE = {"rank": int, "label": str, "key": str, "bytes": int, "count": int, "share": float,
-        "api": [str], "api_counts": dict, "sizes": SIZES, "pids": [int], "devices": [int],
-        "first_time": OPT_FLOAT, "last_time": OPT_FLOAT, "frames": [FRAME], "context": [FRAME],
-        "via": [FRAME]}
-FAILED = {"rank": int, "label": str, "key": str, "bytes": int, "count": int, "api": [str],
-          "sizes": SIZES, "pids": [int], "devices": [int], "first_time": OPT_FLOAT,
-          "frames": [FRAME], "via": [FRAME], "errors": [{"code": int, "name": str, "count": int}]}
+SITE = {
+    "rank": int,
+    "label": str,
+    "key": str,
+    "bytes": int,
+    "count": int,
+    "share": float,
+    "api": [str],
+    "api_counts": dict,
+    "sizes": SIZES,
+    "pids": [int],
+    "devices": [int],
+    "first_time": OPT_FLOAT,
+    "last_time": OPT_FLOAT,
+    "frames": [FRAME],
+    "context": [FRAME],
+    "via": [FRAME],
+}
+FAILED = {
+    "rank": int,
+    "label": str,
+    "key": str,
+    "bytes": int,
+    "count": int,
+    "api": [str],
+    "sizes": SIZES,
+    "pids": [int],
+    "devices": [int],
+    "first_time": OPT_FLOAT,
+    "frames": [FRAME],
+    "via": [FRAME],
+    "errors": [{"code": int, "name": str, "count": int}],
+}
 DENIED = dict(FAILED, limit=OPT_INT, in_use=OPT_INT)
 del DENIED["errors"]
-PROCESS = {"pid": int, "ppid": int, "exe": str, "argv": [str], "file": str, "exec_index": int,
-           "status": str, "exit_code": OPT_INT, "dropped_events": OPT_INT, "gaps": int,
-           "events": int, "allocs": int, "frees": int, "failed": int, "denied": int,
-           "peak_bytes": int, "peak_time": OPT_FLOAT, "at_bytes": int, "end_bytes": int}
-DEVICE = {"device": int, "peak_bytes": int, "peak_time": float, "peak_ts_ns": int,
-          "end_bytes": int, "allocs": int, "at_bytes": int, "budget": OPT_INT}
-NEAR = {"time": float, "ts_ns": int, "offset_ms": float, "traced_bytes": int,
-        "tree_device_bytes": OPT_INT, "untraced_bytes": OPT_INT, "device_used": OPT_INT,
-        "device_total": OPT_INT, "device_used_rise": OPT_INT, "mem_available": OPT_INT,
-        "mem_available_drop": OPT_INT, "tree_rss": OPT_INT, "note": OPT_STR}
-MAX = {"tree_device_bytes": OPT_INT, "tree_device_time": OPT_FLOAT, "traced_bytes_then": OPT_INT,
-       "untraced_bytes": OPT_INT, "untraced_max_bytes": OPT_INT, "untraced_max_time": OPT_FLOAT,
-       "device_used": OPT_INT, "device_used_time": OPT_FLOAT, "tree_rss": OPT_INT,
-       "tree_rss_time": OPT_FLOAT, "mem_available_min": OPT_INT, "mem_available_drop": OPT_INT,
-       "mem_available_time": OPT_FLOAT}
-OBSERVED = {"samples": int, "nvml": bool, "nvml_why": OPT_STR, "per_process": bool,
-            "per_process_why": OPT_STR, "interval_ms": OPT_FLOAT, "overlap": bool,
-            "near_peak": (dict, None), "max": (dict, None), "baseline": (dict, None),
-            "traced_peak_bytes": int}
+PROCESS = {
+    "pid": int,
+    "ppid": int,
+    "exe": str,
+    "argv": [str],
+    "file": str,
+    "exec_index": int,
+    "status": str,
+    "exit_code": OPT_INT,
+    "dropped_events": OPT_INT,
+    "gaps": int,
+    "events": int,
+    "allocs": int,
+    "frees": int,
+    "failed": int,
+    "denied": int,
+    "peak_bytes": int,
+    "peak_time": OPT_FLOAT,
+    "at_bytes": int,
+    "end_bytes": int,
+}
+DEVICE = {
+    "device": int,
+    "peak_bytes": int,
+    "peak_time": float,
+    "peak_ts_ns": int,
+    "end_bytes": int,
+    "allocs": int,
+    "at_bytes": int,
+    "budget": OPT_INT,
+}
+NEAR = {
+    "time": float,
+    "ts_ns": int,
+    "offset_ms": float,
+    "traced_bytes": int,
+    "tree_device_bytes": OPT_INT,
+    "untraced_bytes": OPT_INT,
+    "device_used": OPT_INT,
+    "device_total": OPT_INT,
+    "device_used_rise": OPT_INT,
+    "mem_available": OPT_INT,
+    "mem_available_drop": OPT_INT,
+    "tree_rss": OPT_INT,
+    "note": OPT_STR,
+}
+MAX = {
+    "tree_device_bytes": OPT_INT,
+    "tree_device_time": OPT_FLOAT,
+    "traced_bytes_then": OPT_INT,
+    "untraced_bytes": OPT_INT,
+    "untraced_max_bytes": OPT_INT,
+    "untraced_max_time": OPT_FLOAT,
+    "device_used": OPT_INT,
+    "device_used_time": OPT_FLOAT,
+    "tree_rss": OPT_INT,
+    "tree_rss_time": OPT_FLOAT,
+    "mem_available_min": OPT_INT,
+    "mem_available_drop": OPT_INT,
+    "mem_available_time": OPT_FLOAT,
+}
+OBSERVED = {
+    "samples": int,
+    "nvml": bool,
+    "nvml_why": OPT_STR,
+    "per_process": bool,
+    "per_process_why": OPT_STR,
+    "interval_ms": OPT_FLOAT,
+    "overlap": bool,
+    "near_peak": (dict, None),
+    "max": (dict, None),
+    "baseline": (dict, None),
+    "traced_peak_bytes": int,
+}
 REPORT = {
-    "schema": str, "cudatrace_version": str, "path": str, "command": [str], "start_ns": int,
-    "duration": float, "versions": {"driver": list, "shim": [str], "stack_depth": [int]},
+    "schema": str,
+    "cudatrace_version": str,
+    "path": str,
+    "command": [str],
+    "start_ns": int,
+    "duration": float,
+    "versions": {"driver": list, "shim": [str], "stack_depth": [int]},
     "at": {"spec": str, "kind": str, "time": OPT_FLOAT, "ts_ns": OPT_INT, "device": OPT_INT},
-    "by": str, "depth": int, "device": OPT_INT,
+    "by": str,
+    "depth": int,
+    "device": OPT_INT,
     "attribution": {"fold": bool, "patterns": [str], "layers": [str], "full_names": bool},
-    "peak_bytes": int, "peak_time": OPT_FLOAT, "peak_ts_ns": OPT_INT, "end_bytes": int,
-    "total_live_bytes": int, "total_live_count": int, "sites": [SITE], "more_sites": int,
-    "never_freed": {"bytes": int, "count": int, "in_truncated_bytes": int, "sites": [SITE],
-                    "more_sites": int},
-    "failed": [FAILED], "denied": [DENIED], "processes": [PROCESS], "devices": [DEVICE],
+    "peak_bytes": int,
+    "peak_time": OPT_FLOAT,
+    "peak_ts_ns": OPT_INT,
+    "end_bytes": int,
+    "total_live_bytes": int,
+    "total_live_count": int,
+    "sites": [SITE],
+    "more_sites": int,
+    "never_freed": {
+        "bytes": int,
+        "count": int,
+        "in_truncated_bytes": int,
+        "sites": [SITE],
+        "more_sites": int,
+    },
+    "failed": [FAILED],
+    "denied": [DENIED],
+    "processes": [PROCESS],
+    "devices": [DEVICE],
     "host_pinned": {"peak_bytes": int, "peak_time": OPT_FLOAT, "end_bytes": int, "allocs": int},
-    "memory_queries": {"count": int, "failed": int, "by_api": dict, "virtualized": int,
-                       "last": (dict, None)},
-    "observed": OBSERVED, "budget": (dict, None), "counts": dict,
+    "memory_queries": {
+        "count": int,
+        "failed": int,
+        "by_api": dict,
+        "virtualized": int,
+        "last": (dict, None),
+    },
+    "observed": OBSERVED,
+    "budget": (dict, None),
+    "counts": dict,
     "truncated_files": [{"file": str, "pid": int, "reason": str, "events": int}],
-    "unreadable_files": [str], "warnings": [str],
+    "unreadable_files": [str],
+    "warnings": [str],
 }
 
 
@@ -131,13 +251,25 @@ def test_json_schema_and_values(scen, fake_sym):
     assert r["peak_bytes"] == f["peak_bytes"] == 7 * GiB
     assert r["peak_ts_ns"] == f["peak_ts"]
     assert r["peak_time"] == pytest.approx((f["peak_ts"] - f["start_ns"]) / 1e9)
-    assert r["at"] == {"spec": "peak", "kind": "peak", "time": r["peak_time"],
-                       "ts_ns": f["peak_ts"], "device": None}
+    assert r["at"] == {
+        "spec": "peak",
+        "kind": "peak",
+        "time": r["peak_time"],
+        "ts_ns": f["peak_ts"],
+        "device": None,
+    }
     assert r["total_live_bytes"] == 7 * GiB and r["total_live_count"] == 14
-    assert [s["label"].split(" ")[0] for s in r["sites"]] == ["load_weights", "alloc_activations",
-                                                              "make_workspace"]
+    assert [s["label"].split(" ")[0] for s in r["sites"]] == [
+        "load_weights",
+        "alloc_activations",
+        "make_workspace",
+    ]
     top = r["sites"][0]
-    assert (top["bytes"], top["count"], top["share"]) == (4 * GiB, 4, pytest.approx(4 / 7, abs=1e-6))
+    assert (top["bytes"], top["count"], top["share"]) == (
+        4 * GiB,
+        4,
+        pytest.approx(4 / 7, abs=1e-6),
+    )
     assert top["sizes"] == {"min": GiB, "median": GiB, "max": GiB}
     assert top["api"] == ["cuMemAlloc_v2 (cudaMalloc)"]
     assert top["pids"] == [1000] and top["devices"] == [0]
@@ -147,12 +279,20 @@ def test_json_schema_and_values(scen, fake_sym):
     assert r["end_bytes"] == 4 * GiB
     assert r["never_freed"]["bytes"] == 4 * GiB and r["never_freed"]["count"] == 4
     assert r["never_freed"]["sites"][0]["label"].startswith("load_weights")
-    assert r["truncated_files"] == [{"file": "1001.0.ctrace", "pid": 1001, "events": 4,
-                                     "reason": r["truncated_files"][0]["reason"]}]
+    assert r["truncated_files"] == [
+        {
+            "file": "1001.0.ctrace",
+            "pid": 1001,
+            "events": 4,
+            "reason": r["truncated_files"][0]["reason"],
+        }
+    ]
     assert [p["status"] for p in r["processes"]] == ["complete", "truncated"]
     assert [(p["pid"], p["ppid"]) for p in r["processes"]] == [(1000, 999), (1001, 1000)]
-    assert [(x["device"], x["peak_bytes"], x["end_bytes"]) for x in r["devices"]] == \
-        [(0, 6 * GiB, 4 * GiB), (1, GiB, 0)]
+    assert [(x["device"], x["peak_bytes"], x["end_bytes"]) for x in r["devices"]] == [
+        (0, 6 * GiB, 4 * GiB),
+        (1, GiB, 0),
+    ]
     assert r["devices"][0]["budget"] == 6 * GiB
     (fail,) = r["failed"]
     assert fail["count"] == 1 and fail["bytes"] == 16 * GiB
@@ -167,7 +307,7 @@ def test_json_schema_and_values(scen, fake_sym):
     o = r["observed"]
     assert o["nvml"] and o["per_process"] and o["samples"] == 34
     near = o["near_peak"]
-    assert near["untraced_bytes"] == 600 * MiB           # two contexts of 300 MiB
+    assert near["untraced_bytes"] == 600 * MiB  # two contexts of 300 MiB
     assert near["tree_device_bytes"] == near["traced_bytes"] + 600 * MiB
     assert o["max"]["tree_device_bytes"] == 7 * GiB + 600 * MiB
     assert o["max"]["untraced_bytes"] == 600 * MiB
@@ -178,25 +318,47 @@ def test_json_schema_and_values(scen, fake_sym):
 def test_text_report(scen, fake_sym):
     d, _ = scen
     text = render_text(report_json(d, fake_sym))
-    for s in ("command     python3 train.py",
-              "pid 1000", "ppid 999", "pid 1001", "truncated (no clean exit record",
-              "64 frames per event", "driver CUDA 12.4 (12040)", "budget      6.00 GiB on device 0",
-              "Peak: 7.00 GiB of device memory live at 1.750 s",
-              "device 0   peak   6.00 GiB", "device 1   peak   1.00 GiB",
-              "Traced versus observed (NVML", "untraced", "600.0 MiB",
-              "Device memory live at the peak (1.750 s) by call site: 7.00 GiB in 14 allocations",
-              "#1 load_weights", "57.1%", "1.00 GiB / 1.00 GiB / 1.00 GiB",
-              "via cuMemAlloc_v2 (cudaMalloc)",
-              "Call stacks of the top sites", "from setup", "from main",
-              "Never freed by exit: 4.00 GiB in 4 allocations",
-              "Failed allocations: 1", "CUDA_ERROR_OUT_OF_MEMORY",
-              "Budget denials: 1", "in use 6.00 GiB of a 6.00 GiB budget",
-              "Memory queries seen: 1", "virtualized by the budget", "free 79.0 GiB of 80.0 GiB",
-              "Truncated trace files:", "1001.0.ctrace"):
+    for s in (
+        "command     python3 train.py",
+        "pid 1000",
+        "ppid 999",
+        "pid 1001",
+        "truncated (no clean exit record",
+        "64 frames per event",
+        "driver CUDA 12.4 (12040)",
+        "budget      6.00 GiB on device 0",
+        "Peak: 7.00 GiB of device memory live at 1.750 s",
+        "device 0   peak   6.00 GiB",
+        "device 1   peak   1.00 GiB",
+        "Traced versus observed (NVML",
+        "untraced",
+        "600.0 MiB",
+        "Device memory live at the peak (1.750 s) by call site: 7.00 GiB in 14 allocations",
+        "#1 load_weights",
+        "57.1%",
+        "1.00 GiB / 1.00 GiB / 1.00 GiB",
+        "via cuMemAlloc_v2 (cudaMalloc)",
+        "Call stacks of the top sites",
+        "from setup",
+        "from main",
+        "Never freed by exit: 4.00 GiB in 4 allocations",
+        "Failed allocations: 1",
+        "CUDA_ERROR_OUT_OF_MEMORY",
+        "Budget denials: 1",
+        "in use 6.00 GiB of a 6.00 GiB budget",
+        "Memory queries seen: 1",
+        "virtualized by the budget",
+        "free 79.0 GiB of 80.0 GiB",
+        "Truncated trace files:",
+        "1001.0.ctrace",
+    ):
         assert s in text, s
     # the call-site list is ordered by bytes
-    assert text.index("#1 load_weights") < text.index("#2 alloc_activations") < \
-        text.index("#3 make_workspace")
+    assert (
+        text.index("#1 load_weights")
+        < text.index("#2 alloc_activations")
+        < text.index("#3 make_workspace")
+    )
 
 
 def test_cli_report_text_and_json(scen, fake_sym, monkeypatch):
@@ -217,7 +379,7 @@ def test_at_end(scen, fake_sym):
     assert r["at"]["kind"] == "end"
     assert r["total_live_bytes"] == 4 * GiB and r["total_live_count"] == 4
     assert [s["label"].split(" ")[0] for s in r["sites"]] == ["load_weights"]
-    assert r["peak_bytes"] == 7 * GiB          # the peak is still reported
+    assert r["peak_bytes"] == 7 * GiB  # the peak is still reported
 
 
 @pytest.mark.parametrize("spec", ["2.5s", "2.5", "2500ms"])
@@ -263,7 +425,9 @@ def test_at_bad_value(scen, fake_sym, monkeypatch):
 def test_by_api(scen, fake_sym):
     d, _ = scen
     r = report_json(d, fake_sym, by="api")
-    assert [(s["label"], s["bytes"]) for s in r["sites"]] == [("cuMemAlloc_v2 (cudaMalloc)", 7 * GiB)]
+    assert [(s["label"], s["bytes"]) for s in r["sites"]] == [
+        ("cuMemAlloc_v2 (cudaMalloc)", 7 * GiB)
+    ]
     assert r["sites"][0]["pids"] == [1000, 1001] and r["sites"][0]["devices"] == [0, 1]
     assert "by API" in render_text(r)
 
@@ -277,14 +441,24 @@ def test_by_library(scen, fake_sym, elf):
 def test_by_process(scen, fake_sym):
     d, _ = scen
     r = report_json(d, fake_sym, by="process")
-    assert [(s["label"], s["bytes"]) for s in r["sites"]] == [("pid 1000 (python3)", 6 * GiB),
-                                                              ("pid 1001 (python3)", GiB)]
+    assert [(s["label"], s["bytes"]) for s in r["sites"]] == [
+        ("pid 1000 (python3)", 6 * GiB),
+        ("pid 1001 (python3)", GiB),
+    ]
 
 
 def test_cli_by_and_at(scen, fake_sym, monkeypatch):
     d, _ = scen
-    for args in (["--by", "api"], ["--by", "library"], ["--by", "process"], ["--at", "end"],
-                 ["--at", "1.2s"], ["--depth", "3"], ["--show-cuda-frames"], ["--device", "1"]):
+    for args in (
+        ["--by", "api"],
+        ["--by", "library"],
+        ["--by", "process"],
+        ["--at", "end"],
+        ["--at", "1.2s"],
+        ["--depth", "3"],
+        ["--show-cuda-frames"],
+        ["--device", "1"],
+    ):
         res = cli("report", str(d), "--json", *args, sym=fake_sym, monkeypatch=monkeypatch)
         assert res.exit_code == 0, (args, res.output)
         check(json.loads(res.output), REPORT)
@@ -319,18 +493,20 @@ def test_depth_splits_sites_by_caller(tmp_path, fake_sym, elf):
     w.close()
     # alloc_activations serves two callers: an allocator layer, folded into their sites
     r0 = report_json(tmp_path, fake_sym, depth=1)
-    assert [(s["label"].split()[0], s["bytes"], [v["function"] for v in s["via"]])
-            for s in r0["sites"]] == [("train_step", 300, ["alloc_activations"]),
-                                      ("forward", 100, ["alloc_activations"])]
+    assert [
+        (s["label"].split()[0], s["bytes"], [v["function"] for v in s["via"]]) for s in r0["sites"]
+    ] == [("train_step", 300, ["alloc_activations"]), ("forward", 100, ["alloc_activations"])]
     assert r0["attribution"]["layers"] == ["alloc_activations"]
     # --no-fold: the raw innermost frame, which --depth splits by caller
     r1 = report_json_nofold(tmp_path, fake_sym, depth=1)
     assert [(s["bytes"], s["count"]) for s in r1["sites"]] == [(400, 2)]
-    assert r1["sites"][0]["sizes"] == {"min": 100, "median": 100, "max": 300}   # lower median
+    assert r1["sites"][0]["sizes"] == {"min": 100, "median": 100, "max": 300}  # lower median
     assert r1["sites"][0]["via"] == [] and r1["attribution"]["fold"] is False
     r2 = report_json_nofold(tmp_path, fake_sym, depth=2)
-    assert [[x["function"] for x in s["frames"]] for s in r2["sites"]] == \
-        [["alloc_activations", "train_step"], ["alloc_activations", "forward"]]
+    assert [[x["function"] for x in s["frames"]] for s in r2["sites"]] == [
+        ["alloc_activations", "train_step"],
+        ["alloc_activations", "forward"],
+    ]
     assert r2["sites"][0]["sizes"] == {"min": 300, "median": 300, "max": 300}
 
 
@@ -339,8 +515,11 @@ def test_cuda_frames_folded_unless_asked(scen, fake_sym):
     a = Analysis(d, symbolizer=fake_sym, show_cuda_frames=True)
     r = build_report(a)
     assert os.path.basename(r["sites"][0]["frames"][0]["module"]) == "libcudatrace.so"
-    assert [os.path.basename(x["module"]) for x in r["sites"][0]["context"][:3]] == \
-        ["libcudatrace.so", "libcuda.so.1", "libcudart.so.12"]
+    assert [os.path.basename(x["module"]) for x in r["sites"][0]["context"][:3]] == [
+        "libcudatrace.so",
+        "libcuda.so.1",
+        "libcudart.so.12",
+    ]
 
 
 def test_no_nvml_shows_meminfo_and_rss(scen_no_nvml, fake_sym):
@@ -391,6 +570,7 @@ def test_truncated_mid_record_is_reported(tmp_path, fake_sym, monkeypatch):
 
 
 # ---- errors: exit status 2 and the file named ------------------------------------------------
+
 
 def test_missing_path(tmp_path):
     res = cli("report", str(tmp_path / "nope"))
@@ -457,27 +637,37 @@ def test_nothing_allocated(tmp_path, fake_sym):
 
 # ---- the picture ----------------------------------------------------------------------------
 
+
 def test_svg(scen, fake_sym, monkeypatch, tmp_path):
     d, _ = scen
     out = tmp_path / "t.svg"
     res = cli("report", str(d), "--svg", str(out), sym=fake_sym, monkeypatch=monkeypatch)
     assert res.exit_code == 0, res.output
     assert "timeline written to" in res.output
-    root = ET.parse(out).getroot()            # well-formed XML
+    root = ET.parse(out).getroot()  # well-formed XML
     ns = "{http://www.w3.org/2000/svg}"
     assert root.tag == ns + "svg"
     texts = " ".join(t.text or "" for t in root.iter(ns + "text"))
-    for s in ("peak 7.00 GiB at 1.750 s", "budget 6.00 GiB", "device memory (GiB)",
-              "time since start (seconds)", "NVML: process tree", "NVML: device used",
-              "traced live", "denied", "failed"):
+    for s in (
+        "peak 7.00 GiB at 1.750 s",
+        "budget 6.00 GiB",
+        "device memory (GiB)",
+        "time since start (seconds)",
+        "NVML: process tree",
+        "NVML: device used",
+        "traced live",
+        "denied",
+        "failed",
+    ):
         assert s in texts, s
-    assert len(list(root.iter(ns + "polyline"))) == 2          # NVML tree and device used
+    assert len(list(root.iter(ns + "polyline"))) == 2  # NVML tree and device used
     svg = out.read_text()
-    assert "<script" not in svg and "href" not in svg          # self-contained
+    assert "<script" not in svg and "href" not in svg  # self-contained
 
 
 def test_svg_without_nvml_and_for_one_device(scen_no_nvml, fake_sym, tmp_path):
     from cudatrace.present.plot import render_svg
+
     a = Analysis(scen_no_nvml, symbolizer=fake_sym)
     svg = render_svg(a)
     assert "MemAvailable drop since start" in svg and "process tree RSS" in svg
@@ -489,18 +679,29 @@ def test_svg_without_nvml_and_for_one_device(scen_no_nvml, fake_sym, tmp_path):
 
 def test_svg_unwritable(scen, fake_sym, monkeypatch, tmp_path):
     d, _ = scen
-    res = cli("report", str(d), "--svg", str(tmp_path / "no" / "dir" / "x.svg"), sym=fake_sym,
-              monkeypatch=monkeypatch)
+    res = cli(
+        "report",
+        str(d),
+        "--svg",
+        str(tmp_path / "no" / "dir" / "x.svg"),
+        sym=fake_sym,
+        monkeypatch=monkeypatch,
+    )
     assert res.exit_code == 2 and "x.svg" in res.output
 
 
 # ---- the rest of the shared base ------------------------------------------------------------
 
+
 def test_summary_uses_the_same_numbers(scen, fake_sym, monkeypatch):
     import io
+
     from cudatrace.present.summary import print_summary
+
     d, _ = scen
-    monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: fake_sym)
+    monkeypatch.setattr(
+        "cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: fake_sym
+    )
     buf = io.StringIO()
     print_summary(d, 0, buf)
     s = buf.getvalue()
@@ -516,6 +717,7 @@ def test_commands_registered():
 
 def test_run_report_returns_status(scen, fake_sym, tmp_path):
     import io
+
     d, _ = scen
     buf = io.StringIO()
     assert run_report(d, as_json=True, out=buf, symbolizer=fake_sym) == 0
@@ -526,6 +728,7 @@ def test_run_report_returns_status(scen, fake_sym, tmp_path):
 def test_real_symbolizer(scen, tmp_path, monkeypatch):
     """With cudatrace.symbols (DWARF): functions, files and lines from the fixture program."""
     from cudatrace.analyze.sites import make_symbolizer
+
     monkeypatch.setenv("CUDATRACE_CACHE", str(tmp_path / "cache"))
     sym = make_symbolizer()
     assert sym is not None, "the symbolizer (pyelftools) is a dependency"
@@ -538,10 +741,15 @@ def test_real_symbolizer(scen, tmp_path, monkeypatch):
 
 def test_median_over_several_parts():
     import random
+
     from cudatrace.analyze.sites import kth_smallest
+
     rnd = random.Random(7)
     for _ in range(200):
-        parts = [sorted(rnd.randrange(0, 50) for _ in range(rnd.randrange(0, 9))) for _ in range(rnd.randrange(1, 5))]
+        parts = [
+            sorted(rnd.randrange(0, 50) for _ in range(rnd.randrange(0, 9)))
+            for _ in range(rnd.randrange(1, 5))
+        ]
         parts = [p for p in parts if p]
         if not parts:
             continue
@@ -562,11 +770,20 @@ def test_nvml_device_totals_only(tmp_path, fake_sym):
     # NVML answers for the device, but lists nothing for the tree: no per-process figures, and
     # no claim that the tree used 0 bytes
     ts = [tg.BASE_TS + k * 100 * tg.MS for k in range(5)]
-    _small_run(tmp_path, [tg.sample(t, tree={0: 0}, used=5 * GiB + (GiB if 1 <= k <= 2 else 0))
-                          for k, t in enumerate(ts)])
+    _small_run(
+        tmp_path,
+        [
+            tg.sample(t, tree={0: 0}, used=5 * GiB + (GiB if 1 <= k <= 2 else 0))
+            for k, t in enumerate(ts)
+        ],
+    )
     r = report_json(tmp_path, fake_sym)
     o = r["observed"]
-    assert o["nvml"] and not o["per_process"] and "NVML listed no device memory" in o["per_process_why"]
+    assert (
+        o["nvml"]
+        and not o["per_process"]
+        and "NVML listed no device memory" in o["per_process_why"]
+    )
     assert o["near_peak"]["tree_device_bytes"] is None and o["near_peak"]["untraced_bytes"] is None
     assert o["near_peak"]["device_used_rise"] == GiB
     text = render_text(r)
@@ -575,9 +792,14 @@ def test_nvml_device_totals_only(tmp_path, fake_sym):
 
 def test_nvml_errors_read_as_no_nvml(tmp_path, fake_sym):
     ts = [tg.BASE_TS + k * 100 * tg.MS for k in range(5)]
-    samples = [dict(tg.sample(t, mem_available=(60 - (1 if 1 <= k <= 2 else 0)) * GiB),
-                    devices=[{"index": 0, "error": 3}], tree_device_bytes={"0": 0})
-               for k, t in enumerate(ts)]
+    samples = [
+        dict(
+            tg.sample(t, mem_available=(60 - (1 if 1 <= k <= 2 else 0)) * GiB),
+            devices=[{"index": 0, "error": 3}],
+            tree_device_bytes={"0": 0},
+        )
+        for k, t in enumerate(ts)
+    ]
     _small_run(tmp_path, samples)
     r = report_json(tmp_path, fake_sym)
     o = r["observed"]
@@ -595,8 +817,13 @@ def test_no_sample_while_memory_was_live(tmp_path, fake_sym):
 
 def test_nearest_sample_with_memory_live(tmp_path, fake_sym):
     # the peak is at 100 ms, the freeing at 300 ms; samples at 50 ms (nothing yet) and 250 ms
-    _small_run(tmp_path, [tg.sample(tg.BASE_TS + 50 * tg.MS, tree={0: 300 * MiB}, used=GiB),
-                          tg.sample(tg.BASE_TS + 250 * tg.MS, tree={0: GiB + 300 * MiB}, used=2 * GiB)])
+    _small_run(
+        tmp_path,
+        [
+            tg.sample(tg.BASE_TS + 50 * tg.MS, tree={0: 300 * MiB}, used=GiB),
+            tg.sample(tg.BASE_TS + 250 * tg.MS, tree={0: GiB + 300 * MiB}, used=2 * GiB),
+        ],
+    )
     r = report_json(tmp_path, fake_sym)
     near = r["observed"]["near_peak"]
     assert near["offset_ms"] == 150.0 and near["traced_bytes"] == GiB

@@ -2,6 +2,7 @@
 addresses of call sites (return addresses captured with __builtin_return_address) and their load
 bias (dl_iterate_phdr), and the symbolized frames are checked against marker comments in the
 source and against binutils addr2line."""
+
 import json
 import os
 import platform
@@ -12,16 +13,21 @@ from pathlib import Path
 
 import pytest
 
-
-from cudatrace.symbols import Frame, ModuleRef, Symbolizer, demangle  # noqa: E402
-from cudatrace.symbols import lines  # noqa: E402
+from cudatrace.symbols import (  # noqa: E402
+    Frame,
+    ModuleRef,
+    Symbolizer,
+    demangle,
+    lines,  # noqa: E402
+)
 from cudatrace.symbols.dwarf import Dwarf  # noqa: E402
 from cudatrace.symbols.elf import Elf  # noqa: E402
 from cudatrace.symbols.progress import Progress  # noqa: E402
 from cudatrace.symbols.symtab import SymTab  # noqa: E402
 
-pytestmark = pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("objcopy") is None,
-                                reason="needs gcc and binutils")
+pytestmark = pytest.mark.skipif(
+    shutil.which("gcc") is None or shutil.which("objcopy") is None, reason="needs gcc and binutils"
+)
 
 HELPERS = r"""
 #define _GNU_SOURCE
@@ -48,7 +54,9 @@ static unsigned long bias_of(const void *addr) {
 }
 """
 
-C_PROG = HELPERS + r"""
+C_PROG = (
+    HELPERS
+    + r"""
 volatile int sink;
 void *ret_addrs[8];
 
@@ -91,8 +99,11 @@ int main(int argc, char **argv) {
     return VARIANT;
 }
 """
+)
 
-CXX_PROG = HELPERS + r"""
+CXX_PROG = (
+    HELPERS
+    + r"""
 volatile int sink;
 void *ret_addrs[8];
 extern "C" __attribute__((noinline)) void record(int i) { ret_addrs[i] = __builtin_return_address(0); sink++; }
@@ -124,8 +135,11 @@ int main(int argc, char **argv) {
     return 0;
 }
 """
+)
 
-LIB_SRC = HELPERS + r"""
+LIB_SRC = (
+    HELPERS
+    + r"""
 volatile int lib_sink;
 void *lib_ret;
 __attribute__((noinline)) void lib_record(void) { lib_ret = __builtin_return_address(0); lib_sink++; }
@@ -140,6 +154,7 @@ __attribute__((noinline)) void lib_entry(void) {
 void *lib_get_ret(void) { return lib_ret; }
 unsigned long lib_bias(void) { return bias_of((const void *)&lib_entry); }
 """
+)
 
 LIB_MAIN = r"""
 #include <stdio.h>
@@ -162,7 +177,7 @@ int main(int argc, char **argv) {
 
 
 def sh(*cmd, cwd=None):
-    subprocess.run([str(c) for c in cmd], check=True, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    subprocess.run([str(c) for c in cmd], check=True, cwd=cwd, capture_output=True)
 
 
 def markers(src: Path):
@@ -183,7 +198,9 @@ def build(tmp, name, source, compiler="gcc", flags=(), suffix=".c"):
 
 
 def run_prog(exe, *args):
-    out = subprocess.run([str(exe)] + [str(a) for a in args], check=False, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [str(exe)] + [str(a) for a in args], check=False, capture_output=True, text=True
+    ).stdout
     vals = dict(line.split() for line in out.splitlines())
     return {k: int(v, 16) for k, v in vals.items()}
 
@@ -196,14 +213,22 @@ def build_id(path) -> bytes:
 
 
 def addr2line(path, offset):
-    out = subprocess.run(["addr2line", "-f", "-i", "-C", "-e", str(path), hex(offset)],
-                         capture_output=True, text=True).stdout.splitlines()
+    out = subprocess.run(
+        ["addr2line", "-f", "-i", "-C", "-e", str(path), hex(offset)],
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     frames = []
     for fn, loc in zip(out[0::2], out[1::2]):
         f, _, ln = loc.rpartition(":")
         ln = ln.split()[0]
-        frames.append((None if fn == "??" else fn, None if f == "??" else f,
-                       int(ln) if ln.isdigit() and int(ln) else None))
+        frames.append(
+            (
+                None if fn == "??" else fn,
+                None if f == "??" else f,
+                int(ln) if ln.isdigit() and int(ln) else None,
+            )
+        )
     return frames
 
 
@@ -236,7 +261,9 @@ def cprogs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cprogs")
     out = {}
     for name, flags in C_CONFIGS:
-        src, exe = build(tmp, "prog_" + name.replace("-", "_"), C_PROG, flags=flags + ["-DVARIANT=0"])
+        src, exe = build(
+            tmp, "prog_" + name.replace("-", "_"), C_PROG, flags=flags + ["-DVARIANT=0"]
+        )
         out[name] = (src, exe, run_prog(exe))
     return out
 
@@ -246,8 +273,11 @@ def check_c_frames(sym, src, exe, vals, bid):
     bias = vals["bias"]
     # ret0: record() called from inner(), inlined into mid(), inlined into outer()
     f0 = sym1(sym, exe, bid, bias, vals["ret0"] - 1)
-    assert triples(f0) == [("inner", str(src), m["inner"]), ("mid", str(src), m["mid"]),
-                           ("outer", str(src), m["outer"])]
+    assert triples(f0) == [
+        ("inner", str(src), m["inner"]),
+        ("mid", str(src), m["mid"]),
+        ("outer", str(src), m["outer"]),
+    ]
     assert [f.inlined for f in f0] == [True, True, False]
     f1 = sym1(sym, exe, bid, bias, vals["ret1"] - 1)
     assert triples(f1) == [("plain", str(src), m["plain"])]
@@ -363,7 +393,10 @@ def test_shared_library_dlopen(tmp_path):
     assert vals["bias"] != 0
     sym = Symbolizer(debug_dirs=())
     f = sym1(sym, lib, build_id(lib), vals["bias"], vals["ret0"] - 1)
-    assert triples(f) == [("lib_inl", str(lsrc), m["lib_inl"]), ("lib_entry", str(lsrc), m["lib_entry"])]
+    assert triples(f) == [
+        ("lib_inl", str(lsrc), m["lib_inl"]),
+        ("lib_entry", str(lsrc), m["lib_entry"]),
+    ]
     assert [x.inlined for x in f] == [True, False]
     assert triples(f) == addr2line(lib, f[0].offset)
     # Stripped library: exported functions still resolve through .dynsym.
@@ -451,7 +484,7 @@ def test_build_id_mismatch(tmp_path):
     f = sym1(sym, exe_a, bid_a, vals["bias"], vals["ret1"] - 1)
     assert triples(f) == [(None, None, None)]
     assert f[0].offset == vals["ret1"] - 1 - vals["bias"]
-    msg = "build-id mismatch for %s: trace has %s, file has %s" % (exe_a, bid_a.hex(), bid_b.hex())
+    msg = f"build-id mismatch for {exe_a}: trace has {bid_a.hex()}, file has {bid_b.hex()}"
     assert msg in sym.warnings()
     # The right debug file, found by the recorded build-id, is used instead of the wrong binary.
     dbgdir = tmp_path / "dbg"
@@ -465,7 +498,9 @@ def test_build_id_mismatch(tmp_path):
 
 def test_missing_file():
     sym = Symbolizer(debug_dirs=())
-    res = sym.symbolize(ModuleRef("/nonexistent/libfoo.so", b"\x01\x02\x03\x04", 0x1000), [0x1234, 0x1500])
+    res = sym.symbolize(
+        ModuleRef("/nonexistent/libfoo.so", b"\x01\x02\x03\x04", 0x1000), [0x1234, 0x1500]
+    )
     assert triples(res[0x1234]) == [(None, None, None)]
     assert res[0x1234][0].offset == 0x234
     assert any("/nonexistent/libfoo.so" in w and "not found" in w for w in sym.warnings())
@@ -495,7 +530,12 @@ def test_sysroot(tmp_path, cprogs):
     assert f[0].module == recorded
     # Without the sysroot the recorded path does not exist.
     sym = Symbolizer(debug_dirs=())
-    assert sym.symbolize(ModuleRef(recorded, bid, vals["bias"]), [vals["ret1"] - 1])[vals["ret1"] - 1][0].function is None
+    assert (
+        sym.symbolize(ModuleRef(recorded, bid, vals["bias"]), [vals["ret1"] - 1])[vals["ret1"] - 1][
+            0
+        ].function
+        is None
+    )
 
 
 def test_no_aranges(tmp_path, cprogs):
@@ -540,7 +580,9 @@ def test_progress_bar(cprogs, capsys, monkeypatch):
     assert "symbolizing" in err and "100%" in err
     # Quiet when not asked for, or when the work is quick.
     monkeypatch.setattr(Progress, "delay", 1.0)
-    Symbolizer(debug_dirs=(), progress=True).symbolize(ModuleRef(str(exe), None, vals["bias"]), [vals["ret1"] - 1])
+    Symbolizer(debug_dirs=(), progress=True).symbolize(
+        ModuleRef(str(exe), None, vals["bias"]), [vals["ret1"] - 1]
+    )
     assert capsys.readouterr().err == ""
 
 
@@ -570,7 +612,11 @@ def test_line_header_matches_pyelftools(cprogs, config):
             assert ours.comp_dir == comp_dir
             h = lines.line_header(dw, ours)
             assert (h.version, h.line_base, h.line_range, h.opcode_base) == (
-                lp["version"], lp["line_base"], lp["line_range"], lp["opcode_base"])
+                lp["version"],
+                lp["line_base"],
+                lp["line_range"],
+                lp["opcode_base"],
+            )
             ft = lines.FileTable(dw, ours, h)
             dirs = [d.decode() for d in lp["include_directory"]]
             first = 0 if lp["version"] >= 5 else 1
@@ -604,7 +650,11 @@ def test_file_descriptors_released(tmp_path, cprogs):
 
 
 def _system_libc():
-    for p in ("/lib/x86_64-linux-gnu/libc.so.6", "/lib/aarch64-linux-gnu/libc.so.6", "/lib64/libc.so.6"):
+    for p in (
+        "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib/aarch64-linux-gnu/libc.so.6",
+        "/lib64/libc.so.6",
+    ):
         if os.path.isfile(p):
             bid = build_id(p)
             dbg = Path("/usr/lib/debug/.build-id") / bid[:1].hex() / (bid[1:].hex() + ".debug")
@@ -624,20 +674,31 @@ def test_system_libc_lines_and_inlining_match_addr2line():
     lib, bid, dbg = _system_libc()
     with open(dbg, "rb") as f:
         elf = ELFFile(f)
-        funcs = [(s["st_value"], s["st_size"]) for s in elf.get_section_by_name(".symtab").iter_symbols()
-                 if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] > 0]
+        funcs = [
+            (s["st_value"], s["st_size"])
+            for s in elf.get_section_by_name(".symtab").iter_symbols()
+            if s["st_info"]["type"] == "STT_FUNC" and s["st_size"] > 0
+        ]
     rnd = random.Random(5)
     offsets = sorted({v + rnd.randrange(sz) for v, sz in rnd.sample(funcs, 300)})
     bias = 0x7F1200000000
     sym = Symbolizer()
     res = sym.symbolize(ModuleRef(lib, bid, bias), [o + bias for o in offsets])
-    out = subprocess.run(["addr2line", "-a", "-f", "-i", "-C", "-e", lib], input="\n".join(hex(o) for o in offsets),
-                         capture_output=True, text=True).stdout.splitlines()
+    out = subprocess.run(
+        ["addr2line", "-a", "-f", "-i", "-C", "-e", lib],
+        input="\n".join(hex(o) for o in offsets),
+        capture_output=True,
+        text=True,
+    ).stdout.splitlines()
     theirs = {}
     cur = None
     i = 0
     while i < len(out):
-        if out[i].startswith("0x") and int(out[i], 16) in set(offsets) and (cur is None or theirs[cur]):
+        if (
+            out[i].startswith("0x")
+            and int(out[i], 16) in set(offsets)
+            and (cur is None or theirs[cur])
+        ):
             cur = int(out[i], 16)
             theirs[cur] = []
             i += 1

@@ -47,7 +47,7 @@ def export(trace_dir: Path, out: Path) -> Path:
         text=True,
     )
     if r.returncode != 0:
-        sys.exit("export failed:\n%s%s" % (r.stdout, r.stderr))
+        sys.exit(f"export failed:\n{r.stdout}{r.stderr}")
     print(r.stderr.strip())
     return out
 
@@ -99,15 +99,15 @@ def check_torch(snap: dict, outdir: Path) -> None:
     for name in ("segsum", "trace"):
         fn = getattr(mv, name, None)
         if fn is None:
-            print("%s: not in this torch version, skipped" % name)
+            print(f"{name}: not in this torch version, skipped")
             continue
         text = fn(snap)
         if not text:
-            sys.exit("FAIL: %s printed nothing" % name)
+            sys.exit(f"FAIL: {name} printed nothing")
         print("%s ok: %d lines" % (name, text.count("\n") + 1))
     import torch
 
-    print("torch %s: torch.cuda._memory_viz renders the export" % torch.__version__)
+    print(f"torch {torch.__version__}: torch.cuda._memory_viz renders the export")
 
 
 def main() -> int:

@@ -42,8 +42,9 @@ class Exporter:
         missing = [m for m in self.needs if not _importable(m)]
         if missing:
             raise ExportError(
-                "cudatrace: --format %s needs %s: pip install 'cudatrace[%s]'"
-                % (self.name, " and ".join(missing), EXTRA)
+                "cudatrace: --format {} needs {}: pip install 'cudatrace[{}]'".format(
+                    self.name, " and ".join(missing), EXTRA
+                )
             )
         return importlib.import_module("." + self.module, __name__)
 
@@ -113,5 +114,5 @@ def get(name: str) -> Exporter:
         return EXPORTERS[name]
     except KeyError:
         raise ExportError(
-            "cudatrace: unknown export format %r (one of: %s)" % (name, ", ".join(FORMATS))
+            "cudatrace: unknown export format {!r} (one of: {})".format(name, ", ".join(FORMATS))
         ) from None

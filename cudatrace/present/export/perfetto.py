@@ -26,10 +26,10 @@ from collections import defaultdict
 from pathlib import Path
 
 from ... import __version__
-from ...analyze.model import ADDR, AUX, AUX2, RES
 from ...analyze.analysis import cu_error
-from ...units import format_bytes
+from ...analyze.model import ADDR, AUX, AUX2, RES
 from ...analyze.sites import NO_STACK, api_label
+from ...units import format_bytes
 
 MiB = 1 << 20
 MAX_SLICES = 20000
@@ -151,7 +151,7 @@ def build(view):
             out.counter(track, t_end, cur)
 
     for dev in sorted(dev_delta):
-        emit(out.track("device %s: live bytes" % _dev(dev), counter=True), dev_delta[dev])
+        emit(out.track(f"device {_dev(dev)}: live bytes", counter=True), dev_delta[dev])
 
     # per process: counters, large allocations, denials, failures
     limit = threshold(view)
@@ -168,7 +168,7 @@ def build(view):
         for (pti, dev), deltas in sorted(proc_delta.items()):
             if pti == ti:
                 emit(
-                    out.track("device %s: live bytes" % _dev(dev), parent=ptrack, counter=True),
+                    out.track(f"device {_dev(dev)}: live bytes", parent=ptrack, counter=True),
                     deltas,
                 )
         mine = sorted((x for x in big if x.trace == ti), key=lambda x: (x.ts, x.seq))
@@ -182,15 +182,16 @@ def build(view):
                 lanes.append(0)
                 lane_tracks.append(
                     out.track(
-                        "allocations >= %s%s"
-                        % (format_bytes(limit), "" if k == 0 else " (%d)" % (k + 1)),
+                        "allocations >= {}{}".format(
+                            format_bytes(limit), "" if k == 0 else " (%d)" % (k + 1)
+                        ),
                         parent=ptrack,
                     )
                 )
             lanes[k] = end
             args = [
                 ("size", x.size),
-                ("address", "0x%x" % x.event[ADDR]),
+                ("address", f"0x{x.event[ADDR]:x}"),
                 ("device", x.device),
                 ("api", api_label(m, x)),
                 ("stack", _stack(view, x)),
@@ -201,7 +202,7 @@ def build(view):
                 lane_tracks[k],
                 x.ts,
                 "begin",
-                "%s %s" % (_site(view, x), format_bytes(x.size)),
+                f"{_site(view, x)} {format_bytes(x.size)}",
                 args,
             )
             out.event(lane_tracks[k], max(end, x.ts), "end")
@@ -214,13 +215,13 @@ def build(view):
             tr = out.track(what, parent=ptrack)
             for x in sorted(xs, key=lambda x: x.ts):
                 if what == "budget denials":
-                    name = "denied %s" % format_bytes(x.size)
+                    name = f"denied {format_bytes(x.size)}"
                     args = [("size", x.size), ("budget", x.event[AUX]), ("in use", x.event[AUX2])]
                 else:
-                    name = "failed %s: %s" % (format_bytes(x.size), cu_error(x.event[RES]))
+                    name = f"failed {format_bytes(x.size)}: {cu_error(x.event[RES])}"
                     args = [("size", x.size), ("result", cu_error(x.event[RES]))]
                 args += [("device", x.device), ("api", api_label(m, x)), ("stack", _stack(view, x))]
-                out.event(tr, x.ts, "instant", "%s at %s" % (name, _site(view, x)), args)
+                out.event(tr, x.ts, "instant", f"{name} at {_site(view, x)}", args)
 
     info = out.track("cudatrace")
     note = [
@@ -231,7 +232,7 @@ def build(view):
     ]
     if left_out:
         note.append(("allocations not drawn", left_out))
-    out.event(info, view.moment_ts, "instant", "moment: %s" % view.moment_text(), note)
+    out.event(info, view.moment_ts, "instant", f"moment: {view.moment_text()}", note)
     out.flush()
     return out.builder.trace
 

@@ -74,11 +74,11 @@ def build(view):
         p.time_nanos = min(t.start_realtime_ns for t in a.traces)
     if m.n_events:
         p.duration_nanos = max(0, m.t_end - a.start_ns)
-    p.comment.append(S("cudatrace %s: device memory of %s" % (__version__, view.command())))
+    p.comment.append(S(f"cudatrace {__version__}: device memory of {view.command()}"))
     p.comment.append(
         S(
-            "inuse_space/inuse_objects: live %s; alloc_space/alloc_objects: every "
-            "allocation of the run" % view.moment_text()
+            f"inuse_space/inuse_objects: live {view.moment_text()}; alloc_space/alloc_objects: every "
+            "allocation of the run"
         )
     )
 

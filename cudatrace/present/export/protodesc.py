@@ -53,7 +53,7 @@ def parse(text: str, name: str = "file.proto"):
     src = _COMMENT.sub("", text)
     m = re.search(r"\bsyntax\s*=\s*\"(proto[23])\"\s*;", src)
     if not m or m.group(1) != "proto3":
-        raise ProtoError("%s: only proto3 files are read" % name)
+        raise ProtoError(f"{name}: only proto3 files are read")
     pkg = re.search(r"\bpackage\s+([\w.]+)\s*;", src)
     fdp = descriptor_pb2.FileDescriptorProto(
         name=name, syntax="proto3", package=pkg.group(1) if pkg else ""
@@ -67,7 +67,7 @@ def parse(text: str, name: str = "file.proto"):
                 continue
             f = _FIELD.match(stmt)
             if not f:
-                raise ProtoError("%s: message %s: cannot read %r" % (name, mm.group(1), stmt))
+                raise ProtoError(f"{name}: message {mm.group(1)}: cannot read {stmt!r}")
             rep, typ, fname, num = f.groups()
             fd = msg.field.add(
                 name=fname,
@@ -79,13 +79,11 @@ def parse(text: str, name: str = "file.proto"):
                 fd.type = _SCALARS[typ]
             else:
                 fd.type = _TYPE_MESSAGE
-                fd.type_name = "." + (typ if "." in typ else "%s.%s" % (fdp.package, typ)).lstrip(
-                    "."
-                )
+                fd.type_name = "." + (typ if "." in typ else f"{fdp.package}.{typ}").lstrip(".")
         rest = rest.replace(mm.group(0), "")
     leftover = re.sub(r"\b(syntax|package|option)\b[^;]*;", "", rest).strip()
     if leftover:
-        raise ProtoError("%s: cannot read %r" % (name, leftover[:60]))
+        raise ProtoError(f"{name}: cannot read {leftover[:60]!r}")
     return fdp
 
 

@@ -43,7 +43,7 @@ def run_export(
         click.echo(str(e), err=True)
         return e.status
     except ValueError as e:
-        click.echo("cudatrace: --at %s" % e, err=True)
+        click.echo(f"cudatrace: --at {e}", err=True)
         return 2
     out = Path(output)
     tmp = out.with_name(".%s.%d.tmp" % (out.name, os.getpid()))
@@ -52,22 +52,14 @@ def run_export(
         os.replace(tmp, out)
     except OSError as e:
         _unlink(tmp)
-        click.echo("cudatrace: cannot write %s: %s" % (out, e.strerror or e), err=True)
+        click.echo(f"cudatrace: cannot write {out}: {e.strerror or e}", err=True)
         return 2
     except BaseException:
         _unlink(tmp)
         raise
     if not quiet:
         click.echo(
-            "cudatrace: wrote %s (%s): %s live %s%s; open it with %s"
-            % (
-                out,
-                exporter.name,
-                format_bytes(view.total),
-                view.moment_text(),
-                _details(summary),
-                exporter.opens_with,
-            ),
+            f"cudatrace: wrote {out} ({exporter.name}): {format_bytes(view.total)} live {view.moment_text()}{_details(summary)}; open it with {exporter.opens_with}",
             err=True,
         )
     return 0
@@ -75,11 +67,11 @@ def run_export(
 
 def _details(summary: dict) -> str:
     parts = [
-        "%s %s" % (f"{v:,}", _one(k) if v == 1 else k)
+        "{} {}".format(f"{v:,}", _one(k) if v == 1 else k)
         for k, v in summary.items()
         if isinstance(v, int) and k != "bytes"
     ]
-    return " (%s)" % ", ".join(parts) if parts else ""
+    return " ({})".format(", ".join(parts)) if parts else ""
 
 
 def _one(noun: str) -> str:

@@ -52,14 +52,14 @@ def build(view) -> dict:
     total = sum(weights)
     return {
         "$schema": SCHEMA,
-        "name": "device memory of %s, live %s" % (view.command(), view.moment_text()),
-        "exporter": "cudatrace %s" % __version__,
+        "name": f"device memory of {view.command()}, live {view.moment_text()}",
+        "exporter": f"cudatrace {__version__}",
         "activeProfileIndex": 0,
         "shared": {"frames": frames},
         "profiles": [
             {
                 "type": "sampled",
-                "name": "device memory live %s" % view.moment_text(),
+                "name": f"device memory live {view.moment_text()}",
                 "unit": "bytes",
                 "startValue": 0,
                 "endValue": total,

@@ -12,8 +12,8 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from ...analyze.model import Alloc
 from ...analyze.analysis import Analysis
+from ...analyze.model import Alloc
 from ...analyze.sites import NO_STACK, SFrame, process_label
 from . import ExportError
 
@@ -51,9 +51,9 @@ class View:
     def moment_text(self) -> str:
         k = self.moment["kind"]
         t = self.seconds(self.moment["ts_ns"])
-        when = "%.3f s" % t if t is not None else "-"
-        return {"peak": "at the peak (%s)" % when, "end": "at the end (%s)" % when}.get(
-            k, "at %s" % when
+        when = f"{t:.3f} s" if t is not None else "-"
+        return {"peak": f"at the peak ({when})", "end": f"at the end ({when})"}.get(
+            k, f"at {when}"
         ) + ("" if self.device is None else " on device %d" % self.device)
 
     def included(self, x: Alloc) -> bool:

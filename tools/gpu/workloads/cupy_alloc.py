@@ -5,12 +5,13 @@ block (cuMemAlloc_v2 of that size); free_all_blocks() gives the blocks back with
 Prints the same lines as the C programs (tools/gpu/gpu_common.h):
   alloc cupy SIZE PTR / free cupy PTR / meminfo FREE TOTAL / info KEY VALUE / done
 """
+
 import sys
 
 import cupy as cp
 
 MiB = 1 << 20
-SIZES = (8 * MiB, 24 * MiB, 40 * MiB + 512)     # multiples of 512: no rounding
+SIZES = (8 * MiB, 24 * MiB, 40 * MiB + 512)  # multiples of 512: no rounding
 
 
 def allocate_arrays():
@@ -23,7 +24,7 @@ def allocate_arrays():
 
 
 def main():
-    print("info cupy %s" % cp.__version__)
+    print(f"info cupy {cp.__version__}")
     print("info cuda_runtime %d" % cp.cuda.runtime.runtimeGetVersion())
     arrays = allocate_arrays()
     cp.cuda.Device(0).synchronize()
@@ -34,7 +35,7 @@ def main():
     pool = cp.get_default_memory_pool()
     pool.free_all_blocks()
     for p in ptrs:
-        print("free cupy 0x%x" % p)
+        print(f"free cupy 0x{p:x}")
     print("info pool_used %d" % pool.used_bytes())
     print("done", flush=True)
     return 0

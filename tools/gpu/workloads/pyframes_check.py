@@ -17,6 +17,7 @@ JSON line per case and view:
 A case whose framework is not installed prints {"case", "skipped": reason}. Exit status 0 when
 every case that ran has script_line_in_top in the --python-only view.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,30 +96,65 @@ CASES = {
 def where(f: dict | None) -> str | None:
     if not f:
         return None
-    return "%s:%s" % (os.path.basename(f.get("file") or f.get("module") or "?"), f.get("line"))
+    return "{}:{}".format(os.path.basename(f.get("file") or f.get("module") or "?"), f.get("line"))
 
 
 def check(case: str, out: Path) -> list[dict]:
     mod, src, extra = CASES[case]
-    probe = subprocess.run([sys.executable, "-c", "import %s" % mod], capture_output=True, text=True)
+    probe = subprocess.run([sys.executable, "-c", f"import {mod}"], capture_output=True, text=True)
     if probe.returncode != 0:
-        return [{"case": case, "skipped": "%s not importable: %s" % (mod, probe.stderr.strip()[-200:])}]
-    script = out / ("pf_%s.py" % case)         # never the name of the module it imports
+        return [
+            {
+                "case": case,
+                "skipped": f"{mod} not importable: {probe.stderr.strip()[-200:]}",
+            }
+        ]
+    script = out / (f"pf_{case}.py")  # never the name of the module it imports
     script.write_text(src)
     line = next(i for i, l in enumerate(src.splitlines(), 1) if "# EXPECTED" in l)
     expected = "%s:%d" % (script.name, line)
     trace = out / (case + ".trace")
     env = dict(os.environ, **extra)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-m", "cudatrace", "run", "--force", "-o", str(trace), "--",
-                        sys.executable, str(script)], env=env, capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "run",
+            "--force",
+            "-o",
+            str(trace),
+            "--",
+            sys.executable,
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     if r.returncode != 0:
         return [{"case": case, "error": "run failed (%d): %s" % (r.returncode, r.stderr[-2000:])}]
     rows = []
     for view, opts in (("hybrid", []), ("python", ["--python-only"])):
-        rep = subprocess.run([sys.executable, "-m", "cudatrace", "report", "--json", "--depth", "1",
-                              *opts, str(trace)], env=env, capture_output=True, text=True, timeout=900)
+        rep = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cudatrace",
+                "report",
+                "--json",
+                "--depth",
+                "1",
+                *opts,
+                str(trace),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if rep.returncode != 0:
             rows.append({"case": case, "view": view, "error": rep.stderr[-2000:]})
             continue
@@ -127,20 +163,28 @@ def check(case: str, out: Path) -> list[dict]:
         ctx = (top or {}).get("context") or []
         pyf = [f for f in ctx if f.get("python")]
         mine = [f for f in pyf if os.path.basename(f.get("file") or "") == script.name]
-        rows.append({
-            "case": case, "view": view, "python": j.get("python"),
-            "top_label": top and top["label"], "top_bytes": top and top["bytes"],
-            "top_api": top and top["api"], "expected": expected,
-            "innermost_python": where(pyf[0] if pyf else None),
-            "script_frame": where(mine[0] if mine else None),
-            "top_is_expected": bool(pyf) and where(pyf[0]) == expected,
-            "script_line_in_top": bool(mine) and where(mine[0]) == expected,
-        })
+        rows.append(
+            {
+                "case": case,
+                "view": view,
+                "python": j.get("python"),
+                "top_label": top and top["label"],
+                "top_bytes": top and top["bytes"],
+                "top_api": top and top["api"],
+                "expected": expected,
+                "innermost_python": where(pyf[0] if pyf else None),
+                "script_frame": where(mine[0] if mine else None),
+                "top_is_expected": bool(pyf) and where(pyf[0]) == expected,
+                "script_line_in_top": bool(mine) and where(mine[0]) == expected,
+            }
+        )
     return rows
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--only", default=",".join(CASES))
     a = ap.parse_args()
@@ -150,7 +194,9 @@ def main() -> int:
     for case in a.only.split(","):
         for row in check(case, out):
             print(json.dumps(row), flush=True)
-            if row.get("error") or (row.get("view") == "python" and not row.get("script_line_in_top")):
+            if row.get("error") or (
+                row.get("view") == "python" and not row.get("script_line_in_top")
+            ):
                 ok = False
     return 0 if ok else 1
 

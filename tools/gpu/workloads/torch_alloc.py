@@ -11,6 +11,7 @@ object per line:
   {"event": "empty_cache"}                              cached free segments given back
   {"event": "done"}
 """
+
 import json
 import os
 import sys
@@ -32,14 +33,19 @@ def allocate_big_tensor(nbytes):
 def allocate_activations():
     a = torch.empty(64 * MiB // 4, dtype=torch.float32, device="cuda")
     b = torch.zeros(24 * MiB // 4, dtype=torch.float32, device="cuda")
-    c = torch.ones(1000, dtype=torch.float32, device="cuda")        # small pool (2 MiB segment)
+    c = torch.ones(1000, dtype=torch.float32, device="cuda")  # small pool (2 MiB segment)
     return {"act64": a, "act24": b, "small": c}
 
 
 def stats(when):
-    emit(event="stats", when=when, allocated=torch.cuda.memory_allocated(),
-         reserved=torch.cuda.memory_reserved(), max_allocated=torch.cuda.max_memory_allocated(),
-         max_reserved=torch.cuda.max_memory_reserved())
+    emit(
+        event="stats",
+        when=when,
+        allocated=torch.cuda.memory_allocated(),
+        reserved=torch.cuda.memory_reserved(),
+        max_allocated=torch.cuda.max_memory_allocated(),
+        max_reserved=torch.cuda.max_memory_reserved(),
+    )
 
 
 def main():
@@ -47,9 +53,13 @@ def main():
         print("torch_alloc: CUDA is not available to torch", file=sys.stderr)
         return 2
     torch.cuda.init()
-    emit(event="start", torch=torch.__version__, cuda=torch.version.cuda,
-         device=torch.cuda.get_device_name(0),
-         alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""))
+    emit(
+        event="start",
+        torch=torch.__version__,
+        cuda=torch.version.cuda,
+        device=torch.cuda.get_device_name(0),
+        alloc_conf=os.environ.get("PYTORCH_CUDA_ALLOC_CONF", ""),
+    )
     free, total = torch.cuda.mem_get_info()
     emit(event="meminfo", free=free, total=total)
 
@@ -66,7 +76,7 @@ def main():
     emit(event="freed", name="act64", ptr=p)
     torch.cuda.synchronize()
     stats("after_free")
-    torch.cuda.empty_cache()           # gives act64's segment back to the driver
+    torch.cuda.empty_cache()  # gives act64's segment back to the driver
     emit(event="empty_cache")
     stats("after_empty_cache")
     free, total = torch.cuda.mem_get_info()

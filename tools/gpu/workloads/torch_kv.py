@@ -10,6 +10,7 @@
 - then prints "ready" and exits, or with --serve PORT answers HTTP on 127.0.0.1:PORT (any
   path: 200 "ok") until SIGINT or SIGTERM, as a server would.
 """
+
 import argparse
 import http.server
 import signal
@@ -26,8 +27,10 @@ def load_weights(hidden):
 
 
 def allocate_kv_cache(layers, num_blocks):
-    return [torch.zeros(2, num_blocks, BLOCK_TOKENS, KV_HEADS, HEAD, dtype=torch.float16,
-                        device="cuda") for _ in range(layers)]
+    return [
+        torch.zeros(2, num_blocks, BLOCK_TOKENS, KV_HEADS, HEAD, dtype=torch.float16, device="cuda")
+        for _ in range(layers)
+    ]
 
 
 def forward(weights, batch, hidden):
@@ -73,8 +76,11 @@ def main():
     weights = load_weights(a.hidden)
     kv = allocate_kv_cache(a.layers, a.num_blocks)
     forward(weights, a.batch, a.hidden)
-    print("ready: %d layers x %d blocks, batch %d; torch reserved %d bytes"
-          % (a.layers, a.num_blocks, a.batch, torch.cuda.memory_reserved()), flush=True)
+    print(
+        "ready: %d layers x %d blocks, batch %d; torch reserved %d bytes"
+        % (a.layers, a.num_blocks, a.batch, torch.cuda.memory_reserved()),
+        flush=True,
+    )
     if a.serve:
         serve(a.serve)
     del kv, weights

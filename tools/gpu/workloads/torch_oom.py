@@ -6,6 +6,7 @@ Run under `cudatrace run --budget 4GiB`: the budget must stop it at about 4 GiB.
 never fill the device. Prints JSON lines: "start", "meminfo", then "oom" (exit 0) or "no_oom"
 (exit 1).
 """
+
 import argparse
 import json
 import sys
@@ -47,8 +48,15 @@ def main():
     if err is None:
         emit(event="no_oom", allocated_bytes=got, gib=got / GiB, chunks=len(held), **st)
         return 1
-    emit(event="oom", allocated_bytes=got, gib=got / GiB, chunks=len(held), chunk=chunk,
-         message=err.splitlines()[0][:400] if err else "", **st)
+    emit(
+        event="oom",
+        allocated_bytes=got,
+        gib=got / GiB,
+        chunks=len(held),
+        chunk=chunk,
+        message=err.splitlines()[0][:400] if err else "",
+        **st,
+    )
     return 0
 
 

@@ -5,6 +5,7 @@ overhead benchmark (tools/bench_overhead.py) and a smoke test of the GPU suite.
 Prints one JSON line: {"event": "train", "steps", "seconds", "steps_per_s", "loss", ...}.
 `seconds` covers the timed steps only (after the warm-up), synchronized.
 """
+
 import argparse
 import json
 import sys
@@ -63,11 +64,22 @@ def main():
     loss = train_steps(model, opt, data, labels, a.steps)
     torch.cuda.synchronize()
     t1 = time.monotonic()
-    print(json.dumps({"event": "train", "steps": a.steps, "batch": a.batch,
-                      "seconds": t1 - t0, "steps_per_s": a.steps / (t1 - t0),
-                      "setup_seconds": t0 - t_start, "loss": float(loss),
-                      "max_reserved": torch.cuda.max_memory_reserved(),
-                      "torch": torch.__version__}), flush=True)
+    print(
+        json.dumps(
+            {
+                "event": "train",
+                "steps": a.steps,
+                "batch": a.batch,
+                "seconds": t1 - t0,
+                "steps_per_s": a.steps / (t1 - t0),
+                "setup_seconds": t0 - t_start,
+                "loss": float(loss),
+                "max_reserved": torch.cuda.max_memory_reserved(),
+                "torch": torch.__version__,
+            }
+        ),
+        flush=True,
+    )
     return 0
 
 
