@@ -272,6 +272,25 @@ static void shorten_name(const char *in, char *out, size_t cap)
     if (sp && sp[1])
         memmove(out, sp + 1, strlen(sp + 1) + 1);
 }
+
+/* __cxa_demangle from a libstdc++ that is not in the global scope (loaded RTLD_LOCAL, as a
+ * Python extension's dependency is): the cold path of a denial line only. */
+static int find_demangler(struct dl_phdr_info *info, size_t size, void *data)
+{
+    (void)size;
+    const char *n = info->dlpi_name, *b = n ? strrchr(n, '/') : NULL;
+    b = b ? b + 1 : n;
+    if (!b || strncmp(b, "libstdc++.so", 12) != 0)
+        return 0;
+    void *h = dlopen(n, RTLD_LAZY | RTLD_NOLOAD);
+    ct_dlsym_fn ds = ct_real_dlsym();
+    if (h && ds)
+        *(void **)data = ds(h, "__cxa_demangle");
+    if (h)
+        dlclose(h);
+    return *(void **)data != NULL;
+}
+
 static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t outlen,
                          uintptr_t *sym_off)
 {
@@ -318,6 +337,8 @@ static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t ou
                 typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
                 ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
                 demangle_fn dm = ds ? (demangle_fn)ds(RTLD_DEFAULT, "__cxa_demangle") : NULL;
+                if (!dm) /* libstdc++ loaded RTLD_LOCAL (Python extensions): look inside it */
+                    dl_iterate_phdr(find_demangler, &dm);
                 int status = -1;
                 char *d =
                     dm && best[0] == '_' && best[1] == 'Z' ? dm(best, NULL, NULL, &status) : NULL;
