@@ -330,8 +330,13 @@ class Stacks:
         if got is not None and got[0] == stamp:
             return got[1], got[2]
         ids = [f.identity() for f in fr]
-        forced = (lambda i: self.forced(fr[i])) if self.patterns else None
-        k = self.graph.cut(ids, forced)
+        # A stack with Python frames: the native frames beneath the innermost Python frame are
+        # the implementation of that Python-level call (a framework's binding, its caching
+        # allocator, ctypes): the responsible code is Python code, and allocator layers written
+        # in Python fold above it like native ones (docs/python-frames.md).
+        p = next((i for i, f in enumerate(fr) if f.python), 0)
+        forced = (lambda i: self.forced(fr[i + p])) if self.patterns else None
+        k = p + self.graph.cut(ids[p:], forced)
         if k >= len(fr):  # everything is allocator: the outermost frame asked
             k = len(fr) - 1
         via, rest = fr[:k], fr[k:]

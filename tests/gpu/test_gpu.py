@@ -857,8 +857,8 @@ TORCH_NEEDLES = ("at::", "torch::", "THPVariable", "libtorch")
 
 
 def top_site_above_c10(res: Result) -> tuple[bool, dict]:
-    """The report's top site is PyTorch code above the c10 caching allocator (ATen, the
-    dispatcher's callers, the Python binding), which its via chain holds (docs/attribution.md)."""
+    """The report's top site is code above the c10 caching allocator (the Python line that made
+    the tensor, or ATen / the binding), which its via chain holds (docs/attribution.md)."""
     try:
         sites = res.report().get("sites") or []
     except BaseException as e:
@@ -871,9 +871,11 @@ def top_site_above_c10(res: Result) -> tuple[bool, dict]:
         "{} {}".format(v.get("function") or "", os.path.basename(v.get("module") or ""))
         for v in sites[0].get("via") or []
     ]
+    # a Python program's site is its Python line (docs/python-frames.md): the torch binding
+    # and the caching allocator beneath it are the via chain
     ok = (
         not any(n in hay for n in C10_NEEDLES)
-        and any(n in hay for n in TORCH_NEEDLES)
+        and (any(n in hay for n in TORCH_NEEDLES) or bool(f0.get("python")))
         and any(n in v for v in via for n in C10_NEEDLES)
     )
     return ok, {"label": sites[0].get("label"), "via": [v.strip() for v in via][:12]}
