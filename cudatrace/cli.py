@@ -604,6 +604,9 @@ def export(path, fmt, output, at, device, show_cuda_frames):
 @click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (schema cudatrace.sweep/1).")
 @click.option(
+    "--html", metavar="FILE", help="Also write a self-contained page of the laws' charts."
+)
+@click.option(
     "--expect",
     metavar="SLOPE",
     help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.",

@@ -652,6 +652,7 @@ def main(
     out=None,
     err=None,
     from_dir=None,
+    html=None,
 ) -> int:
     """`cudatrace sweep`; returns the exit status: 0, 1 when fewer than two runs could be
     fitted, 2 on bad input (nothing run)."""
@@ -662,7 +663,7 @@ def main(
     cmd = list(cmd)
     if from_dir is not None:
         return _main_from(
-            Path(from_dir), values, cmd, as_json, expect, predict, top, depth, out, err
+            Path(from_dir), values, cmd, as_json, expect, predict, top, depth, out, err, html
         )
     try:
         knobs = parse_knobs(values)
@@ -699,6 +700,7 @@ def main(
             depth,
         )
         check_output(plan)
+        _check_html(html)
         if not any(k.placeholder in cmd[0] for k in knobs):
             from ..record.launcher import LaunchError, check_enterable, resolve_command
 
@@ -748,10 +750,34 @@ def main(
     else:
         out.write(text.render(doc))
     out.flush()
-    return 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
+    rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
+    return _write_html(html, doc, err) or rc
 
 
-def _main_from(path: Path, values, cmd, as_json, expect, predict, top, depth, out, err) -> int:
+def _check_html(html) -> None:
+    """--html FILE: refuse before running anything when FILE cannot be written there."""
+    if html is not None and not Path(html).resolve().parent.is_dir():
+        raise SweepError(f"cudatrace sweep: --html {html}: no such directory")
+
+
+def _write_html(html, doc: dict, err) -> int:
+    """Write the page of --html (present/sweep_html.py); 1 with the reason when it cannot be."""
+    if html is None:
+        return 0
+    from ..present import sweep_html
+
+    try:
+        Path(html).write_text(sweep_html.render(doc), encoding="utf-8")
+    except OSError as e:
+        err.write(f"cudatrace sweep: could not write {html}: {e}\n")
+        return 1
+    err.write(f"cudatrace sweep: charts in {html}\n")
+    return 0
+
+
+def _main_from(
+    path: Path, values, cmd, as_json, expect, predict, top, depth, out, err, html=None
+) -> int:
     """`cudatrace sweep --from DIR`: the recorded sweep's laws again, nothing run."""
     from ..present import sweep as text
 
@@ -768,9 +794,12 @@ def _main_from(path: Path, values, cmd, as_json, expect, predict, top, depth, ou
             except SweepError as e:
                 raise SweepError(f"cudatrace sweep: --expect {expect}: {e}") from None
         point = parse_point(plan.knobs, predict) if predict is not None else None
+        _check_html(html)
     except SweepError as e:
         err.write(f"{e}\n")
         return e.status
     doc = sweep_json(plan, runs, exp, point, predict, top, expect)
     out.write(json.dumps(doc, indent=2) + "\n" if as_json else text.render(doc))
-    return 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
+    out.flush()
+    rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
+    return _write_html(html, doc, err) or rc

@@ -492,6 +492,14 @@ def test_expect_flags_per_layer_pool_not_weights(sim, kvpool, tmp_path):
     assert any("allocate_layer_kv" in l and "grows 28x the flag" in l for l in flagged)
     assert not any("load_weights" in l for l in flagged)
     assert "28.0 MiB per MiB of --kv-cache-memory (28x)" in r.stdout
+    # the page highlights the same verdicts
+    page, doc = html_of(env, tmp_path / "sw", tmp_path / "e.html", "--expect", "1")
+    assert page.count('<p class="verdict bad">') == 2
+    kv = html_section(page, site(doc, "allocate_layer_kv")["label"])
+    assert kv.startswith(' class="series flagged"') and "grows 28x the flag" in kv
+    assert '<p class="verdict good">within --expect</p>' in html_section(
+        page, site(doc, "load_weights")["label"]
+    )
 
 
 def test_expect_matching_the_fix_flags_nothing(sim, kvpool, tmp_path):
@@ -580,6 +588,15 @@ def test_grid_of_two_knobs(sim, kvpool, tmp_path):
     )
     assert r.returncode == 0, _ok(r)
     assert "64.0 KiB x --layers x --num-blocks + 0 B" in r.stdout, r.stdout
+    # the page of a grid: one chart per law, one series per value of the second knob
+    page, doc = html_of(env, tmp_path / "g", tmp_path / "g.html", "--expect", "blocks=64KiB")
+    assert page.count("<svg") == 1 + len(doc["sites"])
+    kv = html_section(page, site(doc, "allocate_layer_kv")["label"])
+    for b in (64, 128, 256):
+        assert f"--num-blocks={b}</text>" in kv
+    assert kv.count("<polyline") == 3 and 'class="fit"' not in kv
+    assert '<p class="verdict bad">! ' in kv and "grows 4x the expected" in kv
+    assert html_bytes(kv) == [PAGE * a * b for a in (2, 4) for b in (64, 128, 256)]
 
 
 # ---- a run failing at one value --------------------------------------------------------------
@@ -628,6 +645,11 @@ def test_run_failing_under_budget_is_reported_and_left_out(sim, kvpool, tmp_path
     assert r.returncode == 0, _ok(r)
     assert "4/4  4096: failed under the budget" in r.stderr and "left out" in r.stderr
     assert "4096: cudatrace: budget exceeded" in r.stdout
+    page, doc = html_of(env, tmp_path / "sw", tmp_path / "left.html")
+    left = page.split("Runs left out of the laws", 1)[1].split("</ul>", 1)[0]
+    assert "<b>4096</b>: failed under the budget" in left and "budget exceeded" in left
+    assert "<b>32</b>" not in left
+    assert page.count("<svg") == 1 + len(doc["sites"])
 
 
 def test_run_exiting_nonzero_is_left_out(sim, kvpool, tmp_path):
@@ -1184,3 +1206,139 @@ def test_expect_on_a_plain_knob_and_two_point_prediction():
     text = render(doc)
     assert "(2 points: a line always fits two, untested)" in text
     assert "only 2 points: a law through them has no uncertainty to give" in text
+
+
+# ---- --html: the charts of the laws ----------------------------------------------------------
+
+
+def html_of(env, directory: Path, page: Path, *args) -> tuple[str, dict]:
+    """`sweep --from DIR --html PAGE --json`: the page's text and the sweep's dict."""
+    r = sweep(env, "--from", directory, "--html", page, "--json", *args)
+    assert r.returncode == 0, _ok(r)
+    assert f"charts in {page}" in r.stderr
+    return page.read_text(), json.loads(r.stdout)
+
+
+def html_section(page: str, label: str) -> str:
+    """The <section> of one law, found by its escaped heading."""
+    import html
+
+    got = [s for s in page.split("<section")[1:] if f"<h2>{html.escape(label)}</h2>" in s]
+    assert len(got) == 1, label
+    return got[0].split("</section>", 1)[0]
+
+
+def html_bytes(section: str) -> list[int]:
+    """The bytes of each run in a section's table, in the order of the runs."""
+    import re
+
+    table = section.split("<table>", 1)[1]
+    return [int(b) for b in re.findall(r'<td class="num" data-bytes="(\d+)"', table)]
+
+
+def test_html_page_of_the_laws(blocks, tmp_path):
+    sw = blocks.base / "sw"
+    page, doc = html_of(blocks.env, sw, tmp_path / "laws.html")
+    assert doc == json.loads((sw / "sweep.json").read_text()) | {"prediction": None}
+    assert page.startswith("<!DOCTYPE html>")
+    assert page.count("<svg") == 1 + len(doc["sites"]) and len(doc["sites"]) >= 3
+    low = page.lower()
+    assert "http" not in low and "<script" not in low and "<link" not in low
+    assert "@import" not in low and "url(" not in low
+    kv = site(doc, "allocate_layer_kv")
+    sec = html_section(page, kv["label"])
+    assert kv["law"]["text"] in sec and "1.75 MiB per block" in sec
+    assert 'class="fit"' in sec and "<polyline" not in sec and "dashed line: the fitted law" in sec
+    # the numbers of the page are those of sweep.json, for every law
+    for s in [doc["peak"], *doc["sites"]]:
+        label = "the peak (all sites)" if s is doc["peak"] else s["label"]
+        sec = html_section(page, label)
+        assert html_bytes(sec) == s["bytes"], label
+        assert sorted(
+            int(b) for b in __import__("re").findall(r'<circle[^>]*data-bytes="(\d+)"', sec)
+        ) == sorted(s["bytes"])
+    for v in ("64", "128", "256"):
+        assert f'text-anchor="middle">{v}</text>' in page
+    assert "Runs left out" not in page and "verdict" not in page.split("<section", 1)[1]
+    # a page that cannot be written: said, and the text still printed
+    r = sweep(blocks.env, "--from", sw, "--html", tmp_path / "no" / "x.html")
+    assert r.returncode == 2 and "--html" in r.stderr and "no such directory" in r.stderr
+
+
+def test_html_escapes_what_the_trace_says():
+    from cudatrace.present import sweep_html
+
+    knob = {
+        "name": "v",
+        "placeholder": "{}",
+        "flag": "--n",
+        "unit": None,
+        "noun": None,
+        "values": ["1", "2", "4"],
+        "numbers": [1, 2, 4],
+    }
+    law = {"kind": "steps", "tested": True, "detail": "steps", "points": [], "text": "a <b> law"}
+    evil = {
+        "label": "f<int>(</section><script>alert(1)</script>)",
+        "key": "k",
+        "bytes": [1, 5, 9],
+        "fit": {"slope": 2, "intercept": 0, "r2": 0.9, "n": 3, "stderr": None, "exact": False},
+        "law": law,
+        "contradicts_expectation": False,
+        "expectation": None,
+    }
+    runs = [
+        {
+            "value": n,
+            "text": t,
+            "included": True,
+            "ended": {"how": "exited", "status": 0, "text": "exited 0"},
+        }
+        for n, t in zip(knob["numbers"], knob["values"])
+    ]
+    doc = {
+        "command": ["./x", "<&>"],
+        "directory": "/tmp/<d>",
+        "knobs": [knob],
+        "runs": runs,
+        "expect": None,
+        "peak": dict(evil, label="peak", key=None),
+        "sites": [evil],
+        "more_sites": 0,
+        "prediction": None,
+        "notes": ["<note>"],
+    }
+    page = sweep_html.render(doc)
+    assert "<script" not in page and "<b>" not in page and "<note>" not in page
+    assert "f&lt;int&gt;(&lt;/section&gt;&lt;script&gt;" in page
+    assert page.count("<svg") == 2 and page.count("<polyline") == 2
+    assert "points joined, not a fitted line: the law is steps" in page
+
+
+def test_html_page_loads_without_errors_or_requests(blocks, tmp_path):
+    """In Chromium (headless, as tests/integration/test_html.py launches it): no console error,
+    no request but the file itself."""
+    from test_html import _tool
+
+    if os.environ.get("CUDATRACE_NO_BROWSER") == "1":
+        pytest.skip("CUDATRACE_NO_BROWSER=1: browser tests not run")
+    from playwright.sync_api import sync_playwright
+
+    path = tmp_path / "laws.html"
+    html_of(blocks.env, blocks.base / "sw", path)
+    sr = _tool("screenshot_report")
+    with sync_playwright() as p:
+        b = sr.launch(p)
+        try:
+            pg = sr.Page(b, path)
+            try:
+                assert pg.page.locator("svg").count() == 1 + len(blocks.doc["sites"])
+                assert pg.page.locator("section.series circle").count() >= 3
+                box = pg.page.locator("svg").first.bounding_box()
+                assert box["width"] > 300 and box["height"] > 150
+                assert not pg.errors, pg.errors
+                assert not pg.requests, pg.requests
+            finally:
+                pg.close()
+        finally:
+            b.close()
