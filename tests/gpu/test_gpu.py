@@ -389,7 +389,11 @@ def top_site_mentions(res: Result, *needles: str, frames: int = 4) -> tuple[bool
     fr = (sites[0].get("frames") or [])[:frames]
     labels = [_frame_label(f) for f in fr]
     for f in fr:
-        hay = "{} {}".format(f.get("function") or "", os.path.basename(f.get("module") or ""))
+        # a Python frame's module is its .py file: its package shows in the path
+        mod = f.get("module") or ""
+        hay = "{} {}".format(
+            f.get("function") or "", mod if f.get("python") else os.path.basename(mod)
+        )
         if any(n in hay for n in needles):
             return True, labels
     return False, labels
