@@ -4,7 +4,7 @@ The pages are rendered from kvpool traces on the simulated driver (as tests/test
 builds them) and loaded in headless Chromium (Debian's package, driven by Playwright from PyPI;
 nothing is downloaded). Every request the page makes is routed: anything but file: and data:
 URLs fails the test. Without Chromium or Playwright the browser tests FAIL, with what to
-install, unless CUDATRACE_NO_BROWSER=1 is set (for development machines without a browser).
+install.
 Screenshots go to $CUDATRACE_ARTIFACTS when set, else to the test's tmp folder.
 """
 
@@ -218,21 +218,16 @@ def test_many_stacks_are_merged_past_the_limit(tmp_path):
 
 @pytest.fixture(scope="module")
 def browser():
-    if os.environ.get("CUDATRACE_NO_BROWSER") == "1":
-        pytest.skip("CUDATRACE_NO_BROWSER=1: browser tests not run")
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.fail(
-            "the browser tests need Playwright: pip install 'cudatrace[test]' (or set "
-            "CUDATRACE_NO_BROWSER=1 on a machine without a browser)"
-        )
+        pytest.fail("the browser tests need Playwright: pip install 'cudatrace[test]'")
     _sr = _tool("screenshot_report")
     chromium_path, launch = _sr.chromium_path, _sr.launch
     try:
         chromium_path()
     except SystemExit as e:
-        pytest.fail(f"{e} (or set CUDATRACE_NO_BROWSER=1 on a machine without a browser)")
+        pytest.fail(f"{e} (apt-get install chromium)")
     p = sync_playwright().start()
     b = launch(p)
     yield b

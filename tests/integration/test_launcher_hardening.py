@@ -56,7 +56,7 @@ def test_output_under_a_file(ct, sim, tmp_path):
 @pytest.fixture
 def readonly_dir(tmp_path):
     if os.geteuid() != 0:
-        pytest.skip("needs root to mount a read-only tmpfs (root ignores permission bits)")
+        pytest.fail("needs root to mount a read-only tmpfs (root ignores permission bits)")
     d = tmp_path / "ro"
     d.mkdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(d)], check=True)

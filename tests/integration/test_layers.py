@@ -48,7 +48,7 @@ def progs(sim, tmp_path_factory) -> dict[str, Path]:
 
 def need(progs, name):
     if name not in progs:
-        pytest.skip(f"no compiler for {name} (cc / g++)")
+        pytest.fail(f"no compiler for {name} (cc / g++): the suite needs both")
     return progs[name]
 
 

@@ -33,10 +33,10 @@ except LedgerError as e:
 @pytest.fixture
 def squatted():
     if os.geteuid() != 0:
-        pytest.skip("needs root to act as two users")
+        pytest.fail("needs root to act as two users (.ci/run runs as root)")
     squat = Path("/dev/shm/cudatrace-%d" % UID)
     if squat.exists() or squat.is_symlink():
-        pytest.skip(f"{squat} exists already")
+        pytest.fail(f"{squat} exists already: remove it to run this test")
     squat.mkdir(mode=0o700)  # owned by root: "another user"
     base = Path(tempfile.mkdtemp(prefix="ctxdg-"))
     base.chmod(0o755)

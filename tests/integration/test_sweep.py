@@ -1318,11 +1318,8 @@ def test_html_escapes_what_the_trace_says():
 def test_html_page_loads_without_errors_or_requests(blocks, tmp_path):
     """In Chromium (headless, as tests/integration/test_html.py launches it): no console error,
     no request but the file itself."""
-    from test_html import _tool
-
-    if os.environ.get("CUDATRACE_NO_BROWSER") == "1":
-        pytest.skip("CUDATRACE_NO_BROWSER=1: browser tests not run")
     from playwright.sync_api import sync_playwright
+    from test_html import _tool
 
     path = tmp_path / "laws.html"
     html_of(blocks.env, blocks.base / "sw", path)

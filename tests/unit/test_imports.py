@@ -26,8 +26,6 @@ from cudatrace.analyze import sites
 PKG = Path(cudatrace.__file__).resolve().parent
 LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver"}
 MAX_LINES = 900
-# the one-file symbolizer that issue 9 turns into the symbols/ package (another branch)
-TOO_LONG_FOR_NOW: set[str] = set()
 
 # floor -> floors it must never import
 FORBIDDEN = {
@@ -179,8 +177,6 @@ def test_the_checks_catch_breaches():
 
 @pytest.mark.parametrize("mod", sorted(MODULES))
 def test_module_size(mod):
-    if mod in TOO_LONG_FOR_NOW:
-        pytest.skip(f"{mod} is being split into a package (issue 9)")
     n = len(MODULES[mod].read_text().splitlines())
     assert n <= MAX_LINES, f"{mod}: {n} lines (at most {MAX_LINES}: split it by job)"
 
