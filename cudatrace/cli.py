@@ -52,6 +52,62 @@ BUDGET_HELP = (
 )
 
 
+def _budget_options(f):
+    """The options of a traced run about stacks and budgets: `run` and `sweep` share them."""
+    opts = [
+        click.option(
+            "--stack-depth",
+            default=64,
+            show_default=True,
+            type=click.IntRange(0, 256),
+            help="Native frames kept per event; 0 disables stacks.",
+        ),
+        click.option("--budget", metavar="SPEC", help=BUDGET_HELP),
+        click.option(
+            "--group",
+            metavar="NAME",
+            help="Share the budget with other 'cudatrace run --group NAME' of this user "
+            "(co-tenants). The first run naming a --budget sets the group's; a run without one "
+            "joins under it (waiting up to $CUDATRACE_GROUP_WAIT s, default 30, for it to be "
+            "set); a different budget is refused while the group is in use.",
+        ),
+        click.option(
+            "--on-exceed",
+            type=click.Choice(["fail", "warn", "abort"]),
+            default="fail",
+            show_default=True,
+            help="Over budget: fail the allocation with out-of-memory; warn and allow it; or "
+            "abort: stop the whole process tree with a non-zero status.",
+        ),
+        click.option(
+            "--count-host",
+            is_flag=True,
+            help="Count pinned host memory against the budget (always on integrated devices).",
+        ),
+        click.option(
+            "--no-virtualize",
+            is_flag=True,
+            help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
+        ),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _check_budget(budget) -> None:
+    """A budget SPEC that does not parse: exit 2 before anything runs."""
+    if budget is None:
+        return
+    from .record.budget import BudgetError, parse_budget  # only a run with a budget
+
+    try:
+        parse_budget(budget)
+    except BudgetError as e:
+        click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
+        sys.exit(2)
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option(
     "-o",
@@ -61,46 +117,13 @@ BUDGET_HELP = (
     help="Trace directory (default: ./cudatrace-CMD-DATE-TIME, created).",
 )
 @click.option(
-    "--stack-depth",
-    default=64,
-    show_default=True,
-    type=click.IntRange(0, 256),
-    help="Native frames kept per event; 0 disables stacks.",
-)
-@click.option(
     "-q",
     "--quiet",
     is_flag=True,
     help="Print nothing of cudatrace's own (errors, and a note that changes the budget, excepted).",
 )
 @click.option("--force", is_flag=True, help="Replace a previous trace in the output directory.")
-@click.option("--budget", metavar="SPEC", help=BUDGET_HELP)
-@click.option(
-    "--group",
-    metavar="NAME",
-    help="Share the budget with other 'cudatrace run --group NAME' of this user "
-    "(co-tenants). The first run naming a --budget sets the group's; a run without one "
-    "joins under it (waiting up to $CUDATRACE_GROUP_WAIT s, default 30, for it to be set); "
-    "a different budget is refused while the group is in use.",
-)
-@click.option(
-    "--on-exceed",
-    type=click.Choice(["fail", "warn", "abort"]),
-    default="fail",
-    show_default=True,
-    help="Over budget: fail the allocation with out-of-memory; warn and allow it; or "
-    "abort: stop the whole process tree with a non-zero status.",
-)
-@click.option(
-    "--count-host",
-    is_flag=True,
-    help="Count pinned host memory against the budget (always on integrated devices).",
-)
-@click.option(
-    "--no-virtualize",
-    is_flag=True,
-    help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
-)
+@_budget_options
 @click.option(
     "--aggregate",
     is_flag=True,
@@ -160,14 +183,7 @@ def run(
             err=True,
         )
         sys.exit(2)
-    if budget is not None:
-        from .record.budget import BudgetError, parse_budget  # only a run with a budget
-
-        try:
-            parse_budget(budget)
-        except BudgetError as e:
-            click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
-            sys.exit(2)
+    _check_budget(budget)
     on_denials = _denial_printer() if budget is not None or group is not None else None
     opts = RunOptions(
         on_denials=on_denials,
@@ -627,26 +643,14 @@ def export(path, fmt, output, at, device, show_cuda_frames):
     type=click.IntRange(1, 64),
     help="Frames that make a site.",
 )
-@click.option("--stack-depth", default=64, show_default=True, type=click.IntRange(0, 256))
-@click.option("--budget", metavar="SPEC", help=BUDGET_HELP + " For every run.")
-@click.option("--group", metavar="NAME")
-@click.option("--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail")
-@click.option("--count-host", is_flag=True)
-@click.option("--no-virtualize", is_flag=True)
+@_budget_options
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def sweep(stack_depth, budget, group, on_exceed, count_host, no_virtualize, **kw):
     """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
     grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""
     from .sweep import main as sweep_main
 
-    if budget is not None:
-        from .record.budget import BudgetError, parse_budget
-
-        try:
-            parse_budget(budget)
-        except BudgetError as e:
-            click.echo(f"cudatrace: --budget {budget}: {e}", err=True)
-            sys.exit(2)
+    _check_budget(budget)
     sys.exit(
         sweep_main(
             run_options=dict(
