@@ -81,12 +81,17 @@ class SFrame:
 
     def identity(self) -> tuple:
         """The function this frame is in, for the call graph (docs/attribution.md)."""
+        if self.python:  # a package's path: two packages' `utils.py` are not one module
+            return (pyframes.origin(self.file).where, self.function)
         if self.function:
             return (os.path.basename(self.module), self.function)
         return (os.path.basename(self.module), self.offset)
 
     def key(self) -> tuple:
         """What makes two frames the same across runs and builds: names, not addresses."""
+        if self.python:
+            w = pyframes.origin(self.file).where
+            return (w, self.function, os.path.basename(w))
         if self.function:
             return (
                 os.path.basename(self.module),
@@ -334,7 +339,10 @@ class Stacks:
         # the implementation of that Python-level call (a framework's binding, its caching
         # allocator, ctypes): the responsible code is Python code, and allocator layers written
         # in Python fold above it like native ones (docs/python-frames.md).
-        p = next((i for i, f in enumerate(fr) if f.python), 0)
+        # The first Python frame outside the installed framework that allocated heads what is
+        # left (symbols/python.py framework_end): `cupy.empty` is how the program's line asked.
+        p = next((i for i, f in enumerate(fr) if f.python), None)
+        p = 0 if p is None else pyframes.framework_end(fr, p)
         forced = (lambda i: self.forced(fr[i + p])) if self.patterns else None
         k = p + self.graph.cut(ids[p:], forced)
         if k >= len(fr):  # everything is allocator: the outermost frame asked

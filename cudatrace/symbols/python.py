@@ -222,5 +222,93 @@ def merge(native: list, is_eval, pyframes: list[PyFrame], make) -> list:
     return out
 
 
-def module_label(filename: str) -> str:
-    return os.path.basename(filename) or filename
+# where a code object's file lies: an installed package (site-packages of a venv, pip or
+# conda; dist-packages of Debian's Python), or the interpreter's own library
+_INSTALLED = re.compile(r"[/\\](?:site|dist)-packages[/\\]")
+_STDLIB = re.compile(r"[/\\]lib(?:64)?[/\\]python3\.\d+t?[/\\]")
+_SUFFIXES = (".py", ".pyc", ".so", ".pyd", ".egg", ".zip", ".whl")
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Whose code a Python file is. kind: "library" (an installed package; package = its
+    top-level name), "stdlib" (the interpreter's own modules, frozen ones included) or
+    "program" (anything else: the script, a source tree, an editable install). where: the path
+    from the package root for library and stdlib files, the file name otherwise: what makes two
+    frames the same function on two machines."""
+
+    kind: str
+    package: str | None
+    where: str
+
+
+_origins: dict[str, Origin] = {}
+
+
+def origin(filename: str | None) -> Origin:
+    got = _origins.get(filename or "")
+    if got is None:
+        got = _origins[filename or ""] = _origin(filename or "")
+    return got
+
+
+def _origin(path: str) -> Origin:
+    if path.startswith("<frozen "):
+        return Origin("stdlib", None, path)
+    parts = _INSTALLED.split(path)
+    if len(parts) > 1:
+        rel = parts[-1].replace("\\", "/")
+        comps = [c for c in rel.split("/") if c]
+        # an egg or zip holds the package one level down
+        while len(comps) > 1 and comps[0].endswith((".egg", ".zip", ".whl")):
+            comps = comps[1:]
+        top = comps[0] if comps else rel
+        for suf in _SUFFIXES:
+            if top.endswith(suf):
+                top = top[: -len(suf)].split(".")[0]
+                break
+        return Origin("library", top, "/".join(comps) or rel)
+    parts = _STDLIB.split(path)
+    if len(parts) > 1:
+        return Origin("stdlib", None, parts[-1].replace("\\", "/"))
+    return Origin("program", None, os.path.basename(path) or path)
+
+
+def one_framework(a: str, b: str) -> bool:
+    """Two installed packages of one framework: the same top-level name, or one name extends the
+    other with `lib` or `_...` (jax and jaxlib, cupy and cupy_backends), leading underscores
+    aside."""
+    a, b = a.lstrip("_").lower(), b.lstrip("_").lower()
+    if a == b:
+        return True
+    short, long_ = (a, b) if len(a) < len(b) else (b, a)
+    rest = long_[len(short) :]
+    return bool(short) and long_.startswith(short) and (rest == "lib" or rest.startswith("_"))
+
+
+def framework_end(frames: list, start: int) -> int:
+    """Frames (innermost first; `.python` and `.file` attributes) from `start`, the innermost
+    Python frame: the index of the first Python frame outside the framework that allocated, or
+    `start` when that frame is the program's or when no frame lies outside.
+
+    The framework is the installed package of the innermost Python frame; its frames, the
+    standard library's between them, and the native frames they called are how the framework
+    carries out the call of the first frame outside it: the code that asked for the memory
+    (CuPy's `cupy.empty`, JAX's `jit` machinery down to its device buffers, under the line of
+    the program that called them)."""
+    o = origin(frames[start].file)
+    if o.kind == "program":
+        return start
+    fw = o.package
+    for i in range(start, len(frames)):
+        f = frames[i]
+        if not f.python:
+            continue
+        o = origin(f.file)
+        if o.kind == "stdlib":
+            continue
+        if o.kind == "library" and (fw is None or one_framework(fw, o.package)):
+            fw = fw or o.package
+            continue
+        return i
+    return start

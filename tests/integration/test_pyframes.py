@@ -6,6 +6,7 @@ not installed is skipped with the reason (the running interpreter is always test
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -667,3 +668,111 @@ def test_many_short_threads(ct, tmp_path):
             ("device_alloc", L["helper"]),
             ("short_lived", L["short"]),
         ], (t.py_link(e["stack"]), e["tid"], allocs.index(e))
+
+
+# ---- a framework's own Python API above the allocation ------------------------------------
+FAKE_ALLOC = r"""
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")
+cuda.cuInit(0)
+_dev = ctypes.c_int()
+cuda.cuDeviceGet(ctypes.byref(_dev), 0)
+_ctx = ctypes.c_void_p()
+cuda.cuCtxCreate_v2(ctypes.byref(_ctx), 0, _dev)
+LIVE = []
+
+def malloc(nbytes):
+    p = ctypes.c_uint64()
+    assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(nbytes)) == 0
+    LIVE.append(p.value)
+    return p.value
+"""
+
+# the stdlib's json decoder between two of the framework's frames (object_hook is called from
+# json's C scanner through json/decoder.py)
+FAKE_API = r"""
+import json
+from fakefwlib import mem
+
+def empty(nbytes):
+    return json.loads("{}", object_hook=lambda d: mem.malloc(nbytes))
+"""
+
+FAKE_APP = r"""
+import fakefw
+
+def start_engine():
+    return fakefw.empty(7 << 20)  # LINE:app
+
+def main():
+    start_engine()
+"""
+
+USES_FRAMEWORK = r"""
+import fakefw
+
+def kv_cache(layers):
+    out = []
+    for _ in range(layers):
+        out.append(fakefw.empty(3 << 20))  # LINE:kv
+    return out
+
+kv_cache(2)
+"""
+
+
+def _site_packages(tmp_path) -> Path:
+    sp = tmp_path / "venv" / "lib" / "python3" / "site-packages"
+    for rel, src in (
+        ("fakefwlib/__init__.py", ""),
+        ("fakefwlib/mem.py", FAKE_ALLOC),
+        ("fakefw/__init__.py", "from fakefw.api import empty\n"),
+        ("fakefw/api.py", FAKE_API),
+        ("fakefw/selftest.py", "import fakefw\nfakefw.empty(1 << 20)\n"),
+        ("fakeapp/__init__.py", ""),
+        ("fakeapp/__main__.py", "from fakeapp.engine import main\nmain()\n"),
+        ("fakeapp/engine.py", FAKE_APP),
+    ):
+        p = sp / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(src)
+    return sp
+
+
+def test_framework_api_frames_fold_under_the_program_line(ct, tmp_path):
+    """An installed framework's Python API called from one place is no allocator layer by the
+    call graph, yet the program's line that called it is what asked for the memory."""
+    sp = _site_packages(tmp_path)
+    env = ct.env()
+    env["PYTHONPATH"] = str(sp) + os.pathsep + env["PYTHONPATH"]
+    prog = tmp_path / "prog.py"
+    prog.write_text(USES_FRAMEWORK)
+    r = ct.run([sys.executable, prog], env=env)
+    assert r.returncode == 0, r.stderr
+    (site,) = build_report(Analysis(r.out))["sites"]
+    (head,) = site["frames"]
+    assert (head["function"], head["file"], head["line"]) == (
+        "kv_cache",
+        str(prog),
+        lines_of(USES_FRAMEWORK)["kv"],
+    )
+    assert (site["bytes"], site["count"]) == (2 * (3 << 20), 2)
+    via = [f["function"] for f in site["via"] if f["python"]]
+    assert via[0] == "malloc" and via[-1] == "empty" and "JSONDecoder.decode" in via
+    # the native-only view is untouched by the rule; --python-only names the same line
+    py = build_report(Analysis(r.out, view="python"))["sites"][0]["frames"][0]
+    assert (py["function"], py["line"]) == ("kv_cache", head["line"])
+
+    # an installed application (python -m) calling the framework: the application's frame
+    r = ct.run([sys.executable, "-m", "fakeapp"], env=env)
+    assert r.returncode == 0, r.stderr
+    (site,) = build_report(Analysis(r.out))["sites"]
+    head = site["frames"][0]
+    assert (head["function"], head["line"]) == ("start_engine", lines_of(FAKE_APP)["app"])
+    assert head["file"].endswith("site-packages/fakeapp/engine.py")
+
+    # nothing but the framework and the stdlib (runpy): the framework's innermost frame heads
+    r = ct.run([sys.executable, "-m", "fakefw.selftest"], env=env)
+    assert r.returncode == 0, r.stderr
+    (site,) = build_report(Analysis(r.out))["sites"]
+    assert site["frames"][0]["function"] == "malloc"

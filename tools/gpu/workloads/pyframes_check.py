@@ -13,9 +13,11 @@ JSON line per case and view:
    "expected": "file:line", "innermost_python": "file:line", "script_frame": "file:line",
    "top_is_expected": bool (the top site's innermost Python frame is the expected line),
    "script_line_in_top": bool (the expected line is the first frame of the script in the top
-   site's stack: a framework's Python layers above it are what allocator-layer folding removes)}
+   site's stack: a framework's Python layers above it are what allocator-layer folding removes),
+   "site_is_expected": bool (the top site is headed by the expected line),
+   "python_stack": the top site's whole Python stack, innermost first (--python-only view row)}
 A case whose framework is not installed prints {"case", "skipped": reason}. Exit status 0 when
-every case that ran has script_line_in_top in the --python-only view.
+every case that ran has site_is_expected in both views.
 """
 
 from __future__ import annotations
@@ -137,6 +139,22 @@ def check(case: str, out: Path) -> list[dict]:
     if r.returncode != 0:
         return [{"case": case, "error": "run failed (%d): %s" % (r.returncode, r.stderr[-2000:])}]
     rows = []
+    # the whole Python stack of the top site, for the record (a site's context lists 6 frames)
+    deep = subprocess.run(
+        [sys.executable, "-m", "cudatrace", "report", "--json", "--python-only", "--no-fold"]
+        + ["--depth", "64", str(trace)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    stack = None
+    if deep.returncode == 0:
+        sites = json.loads(deep.stdout)["sites"]
+        if sites:
+            stack = [
+                "%s %s" % (f.get("function"), where(f)) for f in sites[0]["context"] if f["python"]
+            ]
     for view, opts in (("hybrid", []), ("python", ["--python-only"])):
         rep = subprocess.run(
             [
@@ -176,6 +194,9 @@ def check(case: str, out: Path) -> list[dict]:
                 "script_frame": where(mine[0] if mine else None),
                 "top_is_expected": bool(pyf) and where(pyf[0]) == expected,
                 "script_line_in_top": bool(mine) and where(mine[0]) == expected,
+                "site_is_expected": bool(top and top.get("frames"))
+                and where(top["frames"][0]) == expected,
+                "python_stack": stack if view == "python" else None,
             }
         )
     return rows
@@ -195,7 +216,7 @@ def main() -> int:
         for row in check(case, out):
             print(json.dumps(row), flush=True)
             if row.get("error") or (
-                row.get("view") == "python" and not row.get("script_line_in_top")
+                row.get("view") and not row.get("site_is_expected")
             ):
                 ok = False
     return 0 if ok else 1
