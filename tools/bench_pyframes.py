@@ -134,10 +134,10 @@ def main() -> int:
     if a.driver != "system":
         libdir = a.driver
         if libdir is None:
-            sys.path.insert(0, str(REPO / "tests"))
-            from support import simbuild
+            sys.path.insert(0, str(REPO))
+            from cudatrace import simdriver
 
-            libdir = str(simbuild.build_all(tmp / "sim")["libdir"])
+            libdir = str(simdriver.build(tmp / "sim")["libdir"])
         env["LD_LIBRARY_PATH"] = libdir + os.pathsep + env.get("LD_LIBRARY_PATH", "")
     prog = tmp / "bench.py"
     prog.write_text(PROG)
@@ -176,8 +176,10 @@ def main() -> int:
     added = med["python"] - med["native"]
     print(
         "  native-only tracing adds {:.0f} ns per event; Python frames add {:.0f} ns per event more "
-        "({:.2f}x the native-only event cost; target: at most 1000 ns)".format(
-            native_cost, added, added / native_cost if native_cost > 0 else float("nan")
+        "({} the native-only event cost; target: at most 1000 ns)".format(
+            native_cost,
+            added,
+            f"{added / native_cost:.2f}x" if native_cost > 0 else "no ratio to",
         )
     )
     if a.instructions:
@@ -195,10 +197,10 @@ def main() -> int:
         )
     trace = tmp / "trace-python"
     sys.path.insert(0, str(REPO))
-    from cudatrace.trace import read_dir
+    from cudatrace.analyze.trace import iter_events, read_dir
 
     t = read_dir(trace).traces[0]
-    leaves = {e[8] for e in t.events[:2000]}
+    leaves = {e["stack"] for _, e in zip(range(2000), iter_events(t))}
     depths = {len(t.py_stack(leaf)) for leaf in leaves if leaf}
     print(f"  Python frames recorded per event: {sorted(depths)}")
     return 0

@@ -21,7 +21,12 @@ SP = "/opt/venv/lib/python3.12/site-packages"
         (SP + "/six.py", "library", "six", "six.py"),
         (SP + "/foo-1.0-py3.12.egg/foo/bar.py", "library", "foo", "foo/bar.py"),
         ("/usr/lib/python3.12/json/decoder.py", "stdlib", None, "json/decoder.py"),
-        ("/root/.pyenv/versions/3.13.0/lib/python3.13t/threading.py", "stdlib", None, "threading.py"),
+        (
+            "/root/.pyenv/versions/3.13.0/lib/python3.13t/threading.py",
+            "stdlib",
+            None,
+            "threading.py",
+        ),
         ("<frozen importlib._bootstrap>", "stdlib", None, "<frozen importlib._bootstrap>"),
         ("/home/me/serve/model.py", "program", None, "model.py"),
         ("/home/me/lib/python-tools/model.py", "program", None, "model.py"),

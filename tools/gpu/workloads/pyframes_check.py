@@ -215,9 +215,7 @@ def main() -> int:
     for case in a.only.split(","):
         for row in check(case, out):
             print(json.dumps(row), flush=True)
-            if row.get("error") or (
-                row.get("view") and not row.get("site_is_expected")
-            ):
+            if row.get("error") or (row.get("view") and not row.get("site_is_expected")):
                 ok = False
     return 0 if ok else 1
 
