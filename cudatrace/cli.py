@@ -148,6 +148,14 @@ def _check_budget(budget) -> None:
     help="Let CMD run on if cudatrace itself is killed (by default the kernel sends CMD "
     "SIGTERM then).",
 )
+@click.option(
+    "--sample-ms",
+    type=click.IntRange(1, 3_600_000),
+    default=100,
+    show_default=True,
+    metavar="MS",
+    help="How often the observed figures (NVML, MemAvailable, the tree's RSS) are sampled.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def run(
     out_dir,
@@ -163,6 +171,7 @@ def run(
     no_trace,
     ledger_dir,
     outlive_launcher,
+    sample_ms,
     cmd,
 ):
     """Run CMD with every device-memory allocation and free traced.
@@ -199,6 +208,7 @@ def run(
         virtualize=not no_virtualize,
         mode="none" if no_trace else "aggregate" if aggregate else "full",
         outlive_launcher=outlive_launcher,
+        sample_ms=sample_ms,
     )
     try:
         status, out = launch(opts)

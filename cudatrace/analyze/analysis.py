@@ -541,7 +541,7 @@ def build_report(
             "shown was live at the end"
         )
     if getattr(a.td, "bad_samples", 0):
-        warnings.append("%d malformed line(s) of samples.jsonl were skipped" % a.td.bad_samples)
+        warnings.append("%d malformed line(s) of samples*.jsonl were skipped" % a.td.bad_samples)
     warnings.extend(implausible(a))
     lost = lost_json(a)
     if lost:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import native
+from .. import native, tracedir
 from ..symbols import python as pyframes
 
 _TYPE_FMT = {
@@ -439,25 +439,28 @@ class TraceDir:
     bad_samples: int = 0
 
     def samples(self) -> list[dict]:
-        """The sampler's lines that are well formed; others are skipped and counted
-        (bad_samples): a line cut by a crash, or a file edited by hand."""
-        p = self.path / "samples.jsonl"
-        out = []
+        """The sampler's lines that are well formed, from every sample file there (an
+        --aggregate run's bounded set: tracedir.py), in time order, each sample once; others
+        are skipped and counted (bad_samples): a line cut by a crash, or a file edited by
+        hand."""
+        seen: dict[int, dict] = {}
         self.bad_samples = 0
-        try:
-            text = p.read_text(errors="replace") if p.is_file() else ""
-        except OSError:
-            text = ""
-        for line in text.splitlines():
+        for name in tracedir.SAMPLE_FILES:
+            p = self.path / name
             try:
-                s = json.loads(line)
-            except ValueError:
-                s = None
-            if _valid_sample(s):
-                out.append(s)
-            else:
-                self.bad_samples += 1
-        return out
+                text = p.read_text(errors="replace") if p.is_file() else ""
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                try:
+                    s = json.loads(line)
+                except ValueError:
+                    s = None
+                if _valid_sample(s):
+                    seen.setdefault(s["t"], s)
+                else:
+                    self.bad_samples += 1
+        return [seen[t] for t in sorted(seen)]
 
 
 def _int(v) -> bool:

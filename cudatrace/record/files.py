@@ -50,3 +50,29 @@ def write_json(path: Path, obj) -> None:
         except OSError:
             pass
         raise
+
+
+def replace_lines(path: Path, lines: list[str]):
+    """Replace path with these lines atomically (a fresh file beside it, renamed over it) and
+    return that file open for appending: no second open by name that a planted link could
+    redirect."""
+    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
+    try:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, _FLAGS | os.O_APPEND, file_mode())
+    f = os.fdopen(fd, "a")
+    try:
+        for line in lines:
+            f.write(line + "\n")
+        f.flush()
+        os.replace(tmp, path)
+    except BaseException:
+        f.close()
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return f

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import __version__, native
+from .. import __version__, native, tracedir
 from ..procfs import tree_pids
 from ..units import shell_quote
 from .denials import append_denials
@@ -169,7 +169,7 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
                 raise LaunchError(f"cudatrace: {out} exists and is not a directory")
             old = list(out.glob("*.ctrace")) + [
                 p
-                for p in (out / "run.json", out / "samples.jsonl", out / "denials.jsonl")
+                for p in (out / name for name in tracedir.LAUNCHER_FILES)
                 if p.exists() or p.is_symlink()
             ]
             if old and not opts.force:
@@ -197,7 +197,7 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
 
 def _remove_created(out: Path, created: bool) -> None:
     """Undo prepare_out_dir when CMD never started: what it made, and the launcher's files."""
-    for name in ("run.json", "samples.jsonl"):
+    for name in (tracedir.RUN, *tracedir.SAMPLE_FILES):
         try:
             (out / name).unlink()
         except OSError:
@@ -402,7 +402,9 @@ def _run(
         on_signal(signum, None)
     run_info["pid"] = proc.pid
     sampler = (
-        None if no_trace else Sampler(proc.pid, out / "samples.jsonl", opts.sample_ms / 1000.0)
+        None
+        if no_trace
+        else Sampler(proc.pid, out, opts.sample_ms / 1000.0, bounded=opts.mode == "aggregate")
     )
     if sampler:
         sampler.start()

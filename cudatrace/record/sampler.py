@@ -3,26 +3,135 @@
 Every ~100 ms: NVML (through cffi, no new dependency) for each device's used/total and the
 memory each process of the traced tree holds, plus /proc/meminfo MemAvailable and the tree's
 RSS — which is all a unified-memory device (Jetson) offers, where NVML answers N/A. Samples go to
-samples.jsonl, one JSON object a line, so a crash loses at most the line being written.
+samples.jsonl, one JSON object a line, so a crash loses at most the line being written; under
+`--aggregate` the files stay bounded whatever the run's length (BoundedLog).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
 
+from .. import tracedir as td
 from ..nvml import Nvml
 from ..procfs import meminfo, pss_of, rss_of, tree_pids
-from .files import create
+from .files import create, replace_lines
+
+
+class FullLog:
+    """Every sample, appended to samples.jsonl."""
+
+    def __init__(self, out: Path):
+        self.f = create(out / td.SAMPLES)
+
+    def add(self, s: dict) -> None:
+        self.f.write(json.dumps(s) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+def _figures(s: dict) -> dict:
+    """The figures whose extremes the report compares with, each as a value to maximize."""
+    out = {}
+    for k in ("tree_rss", "tree_pss"):
+        if s.get(k) is not None:
+            out[k] = s[k]
+    for k in ("mem_available", "mem_free"):  # their lowest
+        if s.get(k) is not None:
+            out[k] = -s[k]
+    for d, b in (s.get("tree_device_bytes") or {}).items():
+        out["tree_device:" + d] = b
+    for d in s.get("devices") or ():
+        if isinstance(d, dict) and d.get("used") is not None:
+            out["device_used:%s" % d.get("index")] = d["used"]
+    return out
+
+
+class BoundedLog:
+    """--aggregate: disk use bounded whatever the run's length (under 1 MB), and what the
+    report compares with kept exactly:
+
+    samples.jsonl           the recent samples at full rate; after RECENT lines it is renamed
+    samples.prev.jsonl      over the previous one: the last RECENT to 2*RECENT samples are whole
+    samples.history.jsonl   the whole run, thinned: every stride-th sample, the stride doubling
+                            (the file rewritten with every other line) when it passes HISTORY
+                            lines; its first line is the run's first sample (the baseline)
+    samples.extremes.jsonl  the sample at each figure's extreme (highest device bytes of the
+                            tree, device used, RSS, PSS; lowest MemAvailable, MemFree), rewritten
+                            at most once a second when one changes, and at the end
+
+    Appends lose at most the line being written; rewrites replace a file atomically."""
+
+    RECENT = 900
+    HISTORY = 1200
+
+    def __init__(self, out: Path, recent: int | None = None, history: int | None = None):
+        self.out = out
+        self.recent_max = recent or self.RECENT
+        self.history_max = history or self.HISTORY
+        self.recent = create(out / td.SAMPLES)
+        self.recent_n = 0
+        self.history = create(out / td.SAMPLES_HISTORY)
+        self.history_lines: list[str] = []
+        self.stride = 1
+        self.n = 0
+        self.best: dict[str, tuple[int, str]] = {}  # figure -> (value, sample line)
+        self.extremes_dirty = False
+        self.extremes_written = 0.0
+
+    def add(self, s: dict) -> None:
+        line = json.dumps(s)
+        if self.recent_n >= self.recent_max:
+            self.recent.close()
+            os.replace(self.out / td.SAMPLES, self.out / td.SAMPLES_PREV)
+            self.recent = create(self.out / td.SAMPLES)
+            self.recent_n = 0
+        self.recent.write(line + "\n")
+        self.recent.flush()
+        self.recent_n += 1
+        if self.n % self.stride == 0:
+            if len(self.history_lines) >= self.history_max:
+                self.history_lines = self.history_lines[::2]
+                self.stride *= 2
+                self.history.close()
+                self.history = replace_lines(self.out / td.SAMPLES_HISTORY, self.history_lines)
+            if self.n % self.stride == 0:
+                self.history_lines.append(line)
+                self.history.write(line + "\n")
+                self.history.flush()
+        self.n += 1
+        for k, v in _figures(s).items():
+            old = self.best.get(k)
+            if old is None or v > old[0]:
+                self.best[k] = (v, line)
+                self.extremes_dirty = True
+        if self.extremes_dirty and time.monotonic() - self.extremes_written >= 1.0:
+            self._write_extremes()
+
+    def _write_extremes(self) -> None:
+        lines = sorted({line for _, line in self.best.values()})
+        replace_lines(self.out / td.SAMPLES_EXTREMES, lines).close()
+        self.extremes_dirty = False
+        self.extremes_written = time.monotonic()
+
+    def close(self) -> None:
+        if self.extremes_dirty:
+            self._write_extremes()
+        self.recent.close()
+        self.history.close()
 
 
 class Sampler(threading.Thread):
-    def __init__(self, root_pid: int, path: Path, interval: float = 0.1):
+    def __init__(self, root_pid: int, out: Path, interval: float = 0.1, bounded: bool = False):
         super().__init__(daemon=True, name="cudatrace-sampler")
         self.root = root_pid
-        self.path = path
+        self.out = out
+        self.bounded = bounded
         self.interval = interval
         self._halt = threading.Event()
         self.nvml = None
@@ -34,10 +143,11 @@ class Sampler(threading.Thread):
         try:
             self._loop()
         except OSError as e:  # a full disk, a planted link: stop sampling, never a traceback
-            self.error = f"{self.path}: {e.strerror or e}"
+            self.error = f"{e.filename or self.out}: {e.strerror or e}"
 
     def _loop(self):
-        with create(self.path) as f:
+        log = BoundedLog(self.out) if self.bounded else FullLog(self.out)
+        try:
             while True:
                 t0 = time.monotonic()
                 pids = tree_pids(self.root)
@@ -61,11 +171,12 @@ class Sampler(threading.Thread):
                     s["tree_device_bytes"] = {
                         str(d): sum(b for p, b in m.items() if p in tree) for d, m in procs.items()
                     }
-                f.write(json.dumps(s) + "\n")
-                f.flush()
+                log.add(s)
                 self.count += 1
                 if self._halt.wait(max(0.0, self.interval - (time.monotonic() - t0))):
                     break
+        finally:
+            log.close()
 
     def stop(self):
         self._halt.set()

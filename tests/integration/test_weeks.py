@@ -336,3 +336,31 @@ def test_aggregate_key_table_full_keeps_bytes_exact(ct, sim, tmp_path):
     assert any("sizes are averaged" in w for w in rep["warnings"])
     (f,) = list(r.out.glob("*.ctrace"))
     assert f.stat().st_size <= 4 * MiB
+
+
+def test_aggregate_sample_files_are_bounded_and_read(ct, sim, tmp_path):
+    """--aggregate bounds the sampler's files too (record/sampler.py BoundedLog): the report
+    reads them merged, and a full run still writes every sample to samples.jsonl alone."""
+    from cudatrace import tracedir
+
+    r = ct.run(
+        [sys.executable, "-c", "import time; time.sleep(2)"],
+        "-q",
+        "--aggregate",
+        "--sample-ms",
+        "1",
+    )
+    assert r.returncode == 0, r.stderr
+    names = {p.name for p in r.out.iterdir()}
+    assert {tracedir.SAMPLES, tracedir.SAMPLES_HISTORY, tracedir.SAMPLES_EXTREMES} <= names
+    run = json.loads((r.out / "run.json").read_text())
+    taken = run["sampler"]["samples"]
+    assert taken >= 50, run["sampler"]
+    rep = json.loads(ct.cli("report", r.out, "--json").stdout)
+    assert 1 <= rep["observed"]["samples"] <= taken
+    full = ct.run([sys.executable, "-c", "import time; time.sleep(0.3)"], "-q")
+    assert full.returncode == 0, full.stderr
+    assert not any((full.out / n).exists() for n in tracedir.SAMPLE_FILES if n != tracedir.SAMPLES)
+    # a malformed option is refused before anything runs
+    bad = ct.run([sys.executable, "-c", "pass"], "--sample-ms", "0")
+    assert bad.returncode == 2 and "--sample-ms" in bad.stderr

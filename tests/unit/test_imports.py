@@ -24,7 +24,7 @@ from cudatrace import cli
 from cudatrace.analyze import sites
 
 PKG = Path(cudatrace.__file__).resolve().parent
-LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver"}
+LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver", "tracedir"}
 MAX_LINES = 900
 
 # floor -> floors it must never import
