@@ -28,6 +28,8 @@
 struct mod {
     uintptr_t start, end, base;
     int flags;
+    uint32_t blen; /* GNU build-id, read while the loader vouches for the object */
+    uint8_t bid[64];
     char path[256];
 };
 
@@ -74,8 +76,11 @@ static size_t build_id(struct dl_phdr_info *info, uint8_t *out, size_t cap)
     return 0;
 }
 
+/* dl_iterate_phdr's callback runs under the loader's lock: it only notes new objects in
+ * mods[], past the published count; their records are written after the walk (the writer may
+ * open the trace, whose preamble asks the driver through dlopen: the loader's other lock) */
 struct scan_ctx {
-    int emit;
+    uint32_t added;
 };
 
 static int scan_one(struct dl_phdr_info *info, size_t size, void *data)
@@ -94,7 +99,7 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *data)
     }
     if (hi == 0)
         return 0;
-    uint32_t n = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
+    uint32_t n = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE) + ctx->added;
     for (uint32_t i = 0; i < n; i++)
         if (mods[i].start == lo && mods[i].base == info->dlpi_addr)
             return 0; /* already known */
@@ -117,15 +122,21 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *data)
         m->flags |= MF_CUDA;
     if (shim_start && lo <= shim_start && shim_start < hi)
         m->flags |= MF_SHIM | MF_CUDA;
-    if (ctx->emit) {
-        uint8_t bid[64];
-        size_t blen = build_id(info, bid, sizeof bid);
-        struct ct_rec_module rec = {ct_now_ns(), m->base,        lo,
-                                    hi,          (uint32_t)blen, (uint32_t)strlen(name)};
-        ct_rec_write(CT_REC_MODULE, &rec, sizeof rec, bid, blen, name, strlen(name) + 1);
-    }
-    __atomic_store_n(&nmods, n + 1, __ATOMIC_RELEASE);
+    m->blen = (uint32_t)build_id(info, m->bid, sizeof m->bid);
+    ctx->added++;
     return 0;
+}
+
+/* under mu, after the walk: write the new objects' records, then publish them */
+static void emit_added(uint32_t from, uint32_t added)
+{
+    for (uint32_t i = from; i < from + added; i++) {
+        const struct mod *m = &mods[i];
+        size_t len = strlen(m->path);
+        struct ct_rec_module rec = {ct_now_ns(), m->base, m->start, m->end, m->blen, (uint32_t)len};
+        ct_rec_write(CT_REC_MODULE, &rec, sizeof rec, m->bid, m->blen, m->path, len + 1);
+    }
+    __atomic_store_n(&nmods, from + added, __ATOMIC_RELEASE);
 }
 
 void ct_modules_init(void)
@@ -137,7 +148,7 @@ void ct_modules_init(void)
         struct scan_ctx ctx = {0};
         pthread_mutex_lock(&mu);
         dl_iterate_phdr(scan_one, &ctx);
-        for (uint32_t i = 0; i < nmods; i++) {
+        for (uint32_t i = 0; i < nmods + ctx.added; i++) {
             if (mods[i].flags & MF_SHIM) {
                 shim_start = mods[i].start;
                 shim_end = mods[i].end;
@@ -163,11 +174,12 @@ int ct_modules_covers(uintptr_t ip) { return find(ip) != NULL; }
 
 void ct_modules_scan(void)
 {
-    struct scan_ctx ctx = {1};
+    struct scan_ctx ctx = {0};
     pthread_mutex_lock(&mu);
     uint32_t before = nmods;
     dl_iterate_phdr(scan_one, &ctx);
-    int grew = nmods != before;
+    emit_added(before, ctx.added);
+    int grew = ctx.added != 0;
     pthread_mutex_unlock(&mu);
     if (grew)
         ct_py_modules_changed(); /* perhaps a libpython loaded by dlopen */
@@ -275,20 +287,38 @@ static void shorten_name(const char *in, char *out, size_t cap)
 
 /* __cxa_demangle from a libstdc++ that is not in the global scope (loaded RTLD_LOCAL, as a
  * Python extension's dependency is): the cold path of a denial line only. */
-static int find_demangler(struct dl_phdr_info *info, size_t size, void *data)
+struct find_loaded {
+    const char *prefix;
+    char path[512];
+};
+
+static int find_loaded_cb(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
+    struct find_loaded *f = data;
     const char *n = info->dlpi_name, *b = n ? strrchr(n, '/') : NULL;
     b = b ? b + 1 : n;
-    if (!b || strncmp(b, "libstdc++.so", 12) != 0)
+    if (!b || strncmp(b, f->prefix, strlen(f->prefix)) != 0)
         return 0;
-    void *h = dlopen(n, RTLD_LAZY | RTLD_NOLOAD);
-    ct_dlsym_fn ds = ct_real_dlsym();
-    if (h && ds)
-        *(void **)data = ds(h, "__cxa_demangle");
+    ct_strlcpy(f->path, n, sizeof f->path);
+    return 1;
+}
+
+void *ct_sym_in_loaded(const char *prefix, const char *name)
+{
+    /* the walk only copies the path: dlopen inside dl_iterate_phdr's callback would take the
+     * loader's other lock while holding this one (a thread in dlopen holds them the other way
+     * round) */
+    struct find_loaded f = {prefix, {0}};
+    dl_iterate_phdr(find_loaded_cb, &f);
+    if (!f.path[0])
+        return NULL;
+    ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
+    void *h = ds ? dlopen(f.path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
+    void *p = h ? ds(h, name) : NULL;
     if (h)
-        dlclose(h);
-    return *(void **)data != NULL;
+        dlclose(h); /* NOLOAD took a reference of its own: the object stays as it was */
+    return p;
 }
 
 static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t outlen,
@@ -338,7 +368,7 @@ static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t ou
                 ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
                 demangle_fn dm = ds ? (demangle_fn)ds(RTLD_DEFAULT, "__cxa_demangle") : NULL;
                 if (!dm) /* libstdc++ loaded RTLD_LOCAL (Python extensions): look inside it */
-                    dl_iterate_phdr(find_demangler, &dm);
+                    dm = (demangle_fn)ct_sym_in_loaded("libstdc++.so", "__cxa_demangle");
                 int status = -1;
                 char *d =
                     dm && best[0] == '_' && best[1] == 'Z' ? dm(best, NULL, NULL, &status) : NULL;

@@ -17,6 +17,9 @@ void ct_describe_address(uintptr_t ip, char *out, size_t outlen);
  * module+offset when unknown */
 void ct_describe_function(uintptr_t ip, char *out, size_t outlen);
 int ct_is_cuda_frame(uintptr_t ip); /* a CUDA library's frame, or the static runtime's */
+/* a symbol of a loaded object whose file name starts with prefix (loaded RTLD_LOCAL, so
+ * RTLD_DEFAULT misses it); NULL when none is loaded */
+void *ct_sym_in_loaded(const char *prefix, const char *name);
 uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
 
 #endif

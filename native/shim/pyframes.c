@@ -106,36 +106,12 @@ static inline int32_t rd32(uintptr_t a) { return *(const int32_t *)a; }
 static inline uint8_t rd8(uintptr_t a) { return *(const uint8_t *)a; }
 
 /* ---- finding and checking the interpreter ---------------------------------------------- */
-struct lookup {
-    const char *name;
-    void *addr;
-};
-
-static int find_in_libpython(struct dl_phdr_info *info, size_t size, void *data)
-{
-    struct lookup *lk = data;
-    const char *n = info->dlpi_name, *b = n ? strrchr(n, '/') : NULL;
-    b = b ? b + 1 : n;
-    if (!b || strncmp(b, "libpython3", 10) != 0)
-        return 0;
-    void *h = dlopen(n, RTLD_LAZY | RTLD_NOLOAD); /* loaded RTLD_LOCAL by an embedder */
-    ct_dlsym_fn ds = ct_real_dlsym();             /* not the dlsym the shim exports */
-    if (h && ds) {
-        lk->addr = ds(h, lk->name);
-        dlclose(h);
-    }
-    return lk->addr != NULL;
-}
-
 static void *pysym(const char *name)
 {
-    ct_dlsym_fn ds = ct_real_dlsym();
+    ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
     void *p = ds ? ds(RTLD_DEFAULT, name) : NULL;
-    if (!p) {
-        struct lookup lk = {name, NULL};
-        dl_iterate_phdr(find_in_libpython, &lk);
-        p = lk.addr;
-    }
+    if (!p) /* a libpython loaded RTLD_LOCAL by an embedder */
+        p = ct_sym_in_loaded("libpython3", name);
     return p;
 }
 

@@ -221,6 +221,12 @@ static CT_TLS struct link_ent links[LINK_WAYS];
 
 uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
 {
+    /* the process's first record opens the trace and writes its preamble, which asks the
+     * driver (dlopen: the loader's lock): here, before any lock of ours is held, never from
+     * inside the stack table or the module walk (a thread holding the loader's lock may be
+     * waiting for those) */
+    if (__builtin_expect(!ct_writer_generation(), 0))
+        ct_writer_open_now();
     uint32_t leaf = native_capture(wrapper_cfa);
     if (ct_cfg.stack_depth <= 0)
         return leaf;

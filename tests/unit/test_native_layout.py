@@ -141,3 +141,55 @@ def test_shim_never_calls_its_own_dlsym():
         for line in text.splitlines():
             if call.search(line) and "CT_EXPORT" not in line:
                 pytest.fail(f"{f.name} calls dlsym directly (use ct_real_dlsym()): {line.strip()}")
+
+
+# what a dl_iterate_phdr callback of the shim must never call: the loader holds its write lock
+# around the callback, and each of these may take the loader's other lock (dlopen, dlsym), our
+# own locks (the writer: it may open the trace, whose preamble calls dlopen) or call into the
+# driver; a thread inside dlopen takes those locks in the other order (the budget_hammer hang)
+CALLBACK_FORBIDDEN = (
+    "dlopen",
+    "dlclose",
+    "dlsym",
+    "ct_real_dlsym",
+    "ct_driver_sym",
+    "ct_nvml_sym",
+    "ct_sym_in_loaded",
+    "ct_rec_write",
+    "ct_rec_begin",
+    "ct_writer_open_now",
+    "pthread_mutex_lock",
+    "malloc",
+)
+
+
+def _function_body(text: str, name: str) -> str | None:
+    m = re.search(r"^[\w \*]*\b" + re.escape(name) + r"\s*\([^;{]*\)\s*\{", text, re.M)
+    if not m:
+        return None
+    depth, i = 0, m.end() - 1
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i : j + 1]
+    return None
+
+
+def test_dl_iterate_phdr_callbacks_take_no_lock():
+    texts = {
+        f: re.sub(r"/\*.*?\*/", "", f.read_text(), flags=re.S) for f in _sources(NATIVE / "shim")
+    }
+    callbacks = set()
+    for text in texts.values():
+        callbacks |= set(re.findall(r"dl_iterate_phdr\s*\(\s*(\w+)", text))
+    assert len(callbacks) >= 3, callbacks  # the module walk, the unwinder's, the loaded lookup
+    for cb in sorted(callbacks):
+        bodies = [b for t in texts.values() if (b := _function_body(t, cb))]
+        assert bodies, f"callback {cb} not found"
+        for name in CALLBACK_FORBIDDEN:
+            assert not re.search(r"(?<![\w.>])" + name + r"\s*\(", bodies[0]), (
+                f"dl_iterate_phdr callback {cb} calls {name}"
+            )
