@@ -183,3 +183,19 @@ def test_module_size(mod):
 
 def test_cli_groupings_are_the_analysis():
     assert cli.GROUPINGS == sites.GROUPINGS
+
+
+def test_tools_and_tests_import_modules_that_exist():
+    """A move between floors leaves no stale `cudatrace.x` import in tools/ or tests/ (a
+    benchmark broke that way once)."""
+    import importlib.util
+    import re
+
+    pat = re.compile(r"^\s*(?:from|import)\s+(cudatrace(?:\.\w+)*)", re.M)
+    missing = []
+    for root in (PKG.parent / "tools", PKG.parent / "tests"):
+        for f in sorted(root.rglob("*.py")):
+            for name in set(pat.findall(f.read_text(errors="replace"))):
+                if importlib.util.find_spec(name) is None:
+                    missing.append(f"{f.relative_to(PKG.parent)}: {name}")
+    assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
