@@ -671,22 +671,14 @@ def test_many_short_threads(ct, tmp_path):
 
 
 # ---- a framework's own Python API above the allocation ------------------------------------
-FAKE_ALLOC = r"""
-import ctypes
-cuda = ctypes.CDLL("libcuda.so.1")
-cuda.cuInit(0)
-_dev = ctypes.c_int()
-cuda.cuDeviceGet(ctypes.byref(_dev), 0)
-_ctx = ctypes.c_void_p()
-cuda.cuCtxCreate_v2(ctypes.byref(_ctx), 0, _dev)
-LIVE = []
-
+# the framework's allocator module: the prelude's device_alloc behind its own malloc
+FAKE_ALLOC = (
+    PRELUDE
+    + r"""
 def malloc(nbytes):
-    p = ctypes.c_uint64()
-    assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(nbytes)) == 0
-    LIVE.append(p.value)
-    return p.value
+    return device_alloc(nbytes)
 """
+)
 
 # the stdlib's json decoder between two of the framework's frames (object_hook is called from
 # json's C scanner through json/decoder.py)
@@ -758,7 +750,8 @@ def test_framework_api_frames_fold_under_the_program_line(ct, tmp_path):
     )
     assert (site["bytes"], site["count"]) == (2 * (3 << 20), 2)
     via = [f["function"] for f in site["via"] if f["python"]]
-    assert via[0] == "malloc" and via[-1] == "empty" and "JSONDecoder.decode" in via
+    assert via[:2] == ["device_alloc", "malloc"] and via[-1] == "empty"
+    assert "JSONDecoder.decode" in via
     # the native-only view is untouched by the rule; --python-only names the same line
     py = build_report(Analysis(r.out, view="python"))["sites"][0]["frames"][0]
     assert (py["function"], py["line"]) == ("kv_cache", head["line"])
@@ -775,7 +768,7 @@ def test_framework_api_frames_fold_under_the_program_line(ct, tmp_path):
     r = ct.run([sys.executable, "-m", "fakefw.selftest"], env=env)
     assert r.returncode == 0, r.stderr
     (site,) = build_report(Analysis(r.out))["sites"]
-    assert site["frames"][0]["function"] == "malloc"
+    assert site["frames"][0]["function"] == "device_alloc"
 
 
 def test_cost_benchmark_runs_and_records_the_frames(tmp_path):
