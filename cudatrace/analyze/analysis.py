@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, tracedir
 from ..units import UnitError, parse_time
 from .aggregate import notes as aggregate_notes
 from .layers import compile_patterns
@@ -99,7 +99,7 @@ def load(path) -> TraceDir:
 
 def _sibling_run(file: Path) -> dict:
     """run.json beside a single .ctrace file, if it is there."""
-    rp = file.parent / "run.json"
+    rp = file.parent / tracedir.RUN
     if rp.is_file():
         try:
             return json.loads(rp.read_text())

@@ -557,7 +557,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
         except TraceError as e:
             errors.append(str(e))
     run = {}
-    rp = path / "run.json"
+    rp = path / tracedir.RUN
     if rp.exists():
         try:
             run, why = _valid_run(json.loads(rp.read_text()))

@@ -15,11 +15,13 @@ from pathlib import Path
 
 import click
 
+from .. import tracedir
+
 
 def run_ended(path) -> tuple[bool, str]:
     """(ended, why): whether the run that writes into `path` is over."""
     p = Path(path)
-    run_json = (p.parent if p.is_file() else p) / "run.json"
+    run_json = (p.parent if p.is_file() else p) / tracedir.RUN
     if run_json.is_file():
         try:
             run = json.loads(run_json.read_text())

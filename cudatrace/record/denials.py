@@ -11,7 +11,9 @@ import json
 import time
 from pathlib import Path
 
-DENIALS_FILE = "denials.jsonl"
+from .. import tracedir
+
+DENIALS_FILE = tracedir.DENIALS
 
 
 def append_denials(trace_dir: Path, denials) -> None:

@@ -32,24 +32,9 @@ def create(path: Path):
 
 
 def write_json(path: Path, obj) -> None:
-    """Write obj to path atomically: a fresh temporary file beside it, then rename over path
-    (rename replaces a planted link itself, never what it points to)."""
-    tmp = path.with_name(".%s.%d.tmp" % (path.name, os.getpid()))
-    try:
-        os.unlink(tmp)
-    except FileNotFoundError:
-        pass
-    fd = os.open(tmp, _FLAGS, file_mode())
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(obj, indent=2))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write obj to path atomically (replace_lines: a fresh file beside it, renamed over it;
+    rename replaces a planted link itself, never what it points to)."""
+    replace_lines(path, [json.dumps(obj, indent=2)]).close()
 
 
 def replace_lines(path: Path, lines: list[str]):

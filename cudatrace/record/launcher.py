@@ -314,12 +314,12 @@ def _run(
     }
     if not no_trace:
         try:
-            write_json(out / "run.json", run_info)
+            write_json(out / tracedir.RUN, run_info)
         except OSError as e:
             if ledger is not None:
                 ledger.finish()
             raise LaunchError(
-                "cudatrace: cannot write {}: {}".format(out / "run.json", e.strerror or e), 2
+                f"cudatrace: cannot write {out / tracedir.RUN}: {e.strerror or e}", 2
             ) from None
 
     if not opts.quiet:
@@ -444,11 +444,9 @@ def _run(
         ledger.finish()
     if not no_trace:
         try:
-            write_json(out / "run.json", run_info)
+            write_json(out / tracedir.RUN, run_info)
         except OSError as e:  # a full disk: the command's status still comes back
-            sys.stderr.write(
-                "cudatrace: cannot write {}: {}\n".format(out / "run.json", e.strerror or e)
-            )
+            sys.stderr.write(f"cudatrace: cannot write {out / tracedir.RUN}: {e.strerror or e}\n")
     if sampler and sampler.error and not opts.quiet:
         sys.stderr.write(f"cudatrace: samples stopped: {sampler.error}\n")
     return status, out

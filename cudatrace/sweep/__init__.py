@@ -29,6 +29,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import tracedir
 from ..analyze import laws
 from ..analyze.analysis import Analysis, ReportError
 from ..units import parse_time
@@ -76,7 +77,7 @@ def check_output(plan: Plan) -> None:
     old = [plan.out / "sweep.json"] if (plan.out / "sweep.json").exists() else []
     for combo in plan.runs():
         d = plan.out / run_name(plan.knobs, combo)
-        if d.is_dir() and (list(d.glob("*.ctrace")) or (d / "run.json").exists()):
+        if d.is_dir() and (list(d.glob("*.ctrace")) or (d / tracedir.RUN).exists()):
             old.append(d)
     if old:
         raise SweepError(
@@ -235,7 +236,7 @@ def execute(plan: Plan, progress=None) -> list[dict]:
 
 def _run_info(d: Path) -> dict:
     try:
-        got = json.loads((d / "run.json").read_text())
+        got = json.loads((d / tracedir.RUN).read_text())
         return got if isinstance(got, dict) else {}
     except (OSError, ValueError):
         return {}
