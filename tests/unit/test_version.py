@@ -1,0 +1,49 @@
+"""The version is written once, in cudatrace/__init__.py: the package metadata reads it from there
+(pyproject's dynamic version), `cudatrace --version` prints it, and the shim's own copy (a C
+constant the trace header carries) agrees."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+
+import cudatrace
+from support.paths import REPO
+
+
+def _pyproject() -> str:
+    return (REPO / "pyproject.toml").read_text()
+
+
+def test_pyproject_reads_the_version_from_the_package():
+    text = _pyproject()
+    project = text.split("[project]", 1)[1].split("\n[", 1)[0]
+    assert not re.search(r"^version\s*=", project, re.M), "pyproject writes a version of its own"
+    assert re.search(r"^dynamic\s*=\s*\[[^\]]*\"version\"", project, re.M)
+    assert re.search(
+        r'^\[tool\.setuptools\.dynamic\]\s*\nversion\s*=\s*\{\s*attr\s*=\s*"cudatrace\.__version__"',
+        text,
+        re.M,
+    )
+
+
+def test_cli_version_is_the_installed_metadata():
+    r = subprocess.run(
+        [sys.executable, "-m", "cudatrace", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert r.returncode == 0, r.stderr
+    printed = r.stdout.strip().split()[-1]
+    assert printed == cudatrace.__version__ == importlib.metadata.version("cudatrace")
+
+
+def test_shim_version_matches_the_package():
+    util_h = (REPO / "native" / "shim" / "util.h").read_text()
+    m = re.search(r'#define\s+CT_SHIM_VERSION\s+"([^"]+)"', util_h)
+    assert m, "CT_SHIM_VERSION not found in native/shim/util.h"
+    assert m.group(1) == cudatrace.__version__
