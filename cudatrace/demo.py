@@ -32,6 +32,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -250,7 +251,7 @@ class Demo:
         except ValueError:
             return str(p)
 
-    def cudatrace(self, *args, show=True) -> tuple[int, str]:
+    def cudatrace(self, *args: object, show: bool = True) -> tuple[int, str]:
         """`python3 -m cudatrace ARGS`, its output (stdout and stderr as they interleave)
         echoed with the label; returns (status, output)."""
         shown = ["cudatrace"] + [self.rel(a) if isinstance(a, Path) else str(a) for a in args]
@@ -266,6 +267,7 @@ class Demo:
             bufsize=1,
         )
         out = []
+        assert proc.stdout is not None  # stdout=PIPE
         for line in proc.stdout:
             out.append(line)
             if show:
@@ -275,7 +277,7 @@ class Demo:
             self.say("  (exit status %d)" % status)
         return status, "".join(out)
 
-    def trace(self, name: str, *flags, budget: str | None = None) -> tuple[Path, int, str]:
+    def trace(self, name: str, *flags: object, budget: str | None = None) -> tuple[Path, int, str]:
         out = self.work / name
         opts = ["run", "-o", out, "--force"]
         if budget:
@@ -290,7 +292,7 @@ class Demo:
             self.problems.append(what)
             self.say("!! unexpected: " + what)
 
-    def json_of(self, *args):
+    def json_of(self, *args: object) -> Any:
         """`cudatrace ARGS --json`, not shown; the document, or None."""
         status, text = self.cudatrace(*args, "--json", show=False)
         if status != 0:
@@ -300,7 +302,7 @@ class Demo:
         except ValueError:
             return None
 
-    def top_site(self, trace_dir: Path):
+    def top_site(self, trace_dir: Path) -> tuple[str | None, int, int]:
         """(function, count, bytes) of the biggest call site live at the peak (report --json)."""
         doc = self.json_of("report", trace_dir)
         sites = (doc or {}).get("sites") or []
@@ -472,7 +474,7 @@ class Demo:
         kv, w = by.get("allocate_layer_kv"), by.get("load_weights")
         slope = ((kv or {}).get("fit") or {}).get("slope")
         self.expect(
-            slope == LAYERS and kv.get("contradicts_expectation") is True,
+            slope == LAYERS and (kv or {}).get("contradicts_expectation") is True,
             "the sweep does not give allocate_layer_kv %d bytes per byte of the flag, "
             "flagged" % LAYERS,
         )
@@ -508,7 +510,11 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
 
     tmp = out_dir is None
     try:
-        work = Path(tempfile.mkdtemp(prefix="cudatrace-demo-")) if tmp else out_dir.resolve()
+        work = (
+            out_dir.resolve()
+            if out_dir is not None
+            else Path(tempfile.mkdtemp(prefix="cudatrace-demo-"))
+        )
         work.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         click.echo(

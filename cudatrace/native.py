@@ -13,6 +13,7 @@ import re
 import subprocess
 import threading
 from pathlib import Path
+from typing import Any
 
 import cffi
 
@@ -61,7 +62,7 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
         src = source_dir()
         libs = [NATIVE_DIR / name for name in which]
         in_checkout = src is not None and src == PKG_DIR.parent / "native"
-        if in_checkout and any(_stale(lib, src) for lib in libs):
+        if src is not None and in_checkout and any(_stale(lib, src) for lib in libs):
             res = subprocess.run(
                 ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] + [str(lib) for lib in libs],
                 capture_output=True,
@@ -128,7 +129,7 @@ def ffi() -> cffi.FFI:
         return _ffi
 
 
-def tools():
+def tools() -> tuple[cffi.FFI, Any]:
     """The tools library (ledger, trace scanner, replay) loaded through cffi: (ffi, lib)."""
     global _tools
     f = ffi()

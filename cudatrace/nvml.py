@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
+from typing import Any
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _NOT_AVAILABLE = 1 << 63  # NVML_VALUE_NOT_AVAILABLE is all ones
@@ -48,7 +49,7 @@ class _Lib:
     def __init__(self, dll: ctypes.CDLL):
         self._dll = dll
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         fn = getattr(self._dll, name)
         fn.restype = c_int
         fn.argtypes = _SIGNATURES[name]
@@ -59,7 +60,7 @@ class _Lib:
 class Nvml:
     """A minimal NVML binding; `available` False (with `why`) where there is none."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.available = False
         self.why = ""
         self.handles: list[tuple[int, int]] = []
@@ -84,7 +85,7 @@ class Nvml:
         for i in range(n.value):
             h = c_void_p()
             if self.lib.nvmlDeviceGetHandleByIndex_v2(i, byref(h)) == 0:
-                self.handles.append((i, h.value))
+                self.handles.append((i, h.value or 0))
         buf = ctypes.create_string_buffer(96)
         try:
             if self.lib.nvmlSystemGetDriverVersion(buf, 96) == 0:

@@ -6,6 +6,7 @@ A leaf: imports nothing from cudatrace.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 
 def tree_pids(root: int) -> list[int]:
@@ -46,7 +47,7 @@ def meminfo_field(key: str) -> int | None:
     return None
 
 
-def meminfo(keys=("MemTotal", "MemFree", "MemAvailable")) -> dict[str, int]:
+def meminfo(keys: Iterable[str] = ("MemTotal", "MemFree", "MemAvailable")) -> dict[str, int]:
     """Fields of /proc/meminfo in bytes (those it has)."""
     out: dict[str, int] = {}
     try:
@@ -60,7 +61,7 @@ def meminfo(keys=("MemTotal", "MemFree", "MemAvailable")) -> dict[str, int]:
     return out
 
 
-def pss_of(pids) -> int | None:
+def pss_of(pids: Iterable[int]) -> int | None:
     """The summed proportional set size of the processes (/proc/<pid>/smaps_rollup): shared
     pages divided among their users, so a tree's figure does not count them twice. None where
     no process's figure can be read."""
@@ -78,7 +79,7 @@ def pss_of(pids) -> int | None:
     return total if seen else None
 
 
-def rss_of(pids) -> int:
+def rss_of(pids: Iterable[int]) -> int:
     """The summed resident set of the given processes, in bytes (gone ones count 0)."""
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0

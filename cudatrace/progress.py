@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Any, TextIO
 
 import click
 
@@ -23,13 +24,13 @@ def stderr_is_tty() -> bool:
 class Bar:
     delay = 1.0
 
-    def __init__(self, label: str, total: int, stream=None):
+    def __init__(self, label: str, total: int, stream: TextIO | None = None):
         self.label = label
         self._total = max(0, int(total))
         self.done = 0
         self.t0 = time.monotonic()
         self.stream = stream if stream is not None else sys.stderr
-        self._bar = None
+        self._bar: Any = None  # click's ProgressBar once drawing starts
         self._failed = False
 
     @property
@@ -89,6 +90,6 @@ class NoBar:
         pass
 
 
-def bar(label: str, total: int):
+def bar(label: str, total: int) -> Bar | NoBar:
     """A Bar on a terminal, else a NoBar."""
     return Bar(label, total) if stderr_is_tty() else NoBar(label, total)

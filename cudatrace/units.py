@@ -6,6 +6,7 @@ A leaf: imports nothing from cudatrace, so every floor can use it.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from fractions import Fraction
 
 SIZE_UNITS = {
@@ -81,12 +82,12 @@ def parse_size(text: str) -> int:
     n = positive_number(num, f"size '{text.strip()}'") * mult
     if mult == 1 and n.denominator != 1:
         raise UnitError(f"size '{text.strip()}': a number of bytes must be whole")
-    n = int(n)  # floor: 0.3MiB is 314572 bytes
-    if n <= 0:
+    whole = int(n)  # floor: 0.3MiB is 314572 bytes
+    if whole <= 0:
         raise UnitError(f"size '{text.strip()}' is less than a byte")
-    if n >= 1 << 64:
+    if whole >= 1 << 64:
         raise UnitError(f"size '{text.strip()}' is too large")
-    return n
+    return whole
 
 
 def parse_time(text: str) -> float:
@@ -116,7 +117,7 @@ def printable(text: str) -> str:
     )
 
 
-def shell_quote(argv) -> str:
+def shell_quote(argv: Iterable[object]) -> str:
     """argv as one line a shell would read back (control characters escaped)."""
     import shlex
 

@@ -66,7 +66,7 @@ class DebugFiles:
         if main is not None and mismatch is not None:
             mismatch.close()
         if main is None:
-            if mismatch is not None:
+            if mismatch is not None and build_id is not None:
                 has = mismatch.build_id.hex() if mismatch.build_id else "none"
                 self.warn(
                     f"build-id mismatch for {path}: trace has {build_id.hex()}, file has {has}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+from typing import Any, cast
 
 from .dwarf_forms import (
     ADDRX_FORMS,
@@ -115,10 +116,10 @@ class Abbrev:
             for _attr, form, _ic in specs:
                 fs = fixed_size(form, ctx)
                 if fs is None:
-                    size = None
                     break
                 size += fs
-            self.skip = size
+            else:
+                self.skip = size
         walked = tag in SCOPE_TAGS or tag == TAG_SUBPROGRAM
         self.skip_walk = None if walked else self.skip
 
@@ -149,7 +150,7 @@ class AbbrevTable(dict):
     @staticmethod
     def locate(data: bytes, off: int) -> dict[int, tuple[int, int]]:
         """Code -> (start, end) of each declaration of the table at off."""
-        pos = {}
+        pos: dict[int, tuple[int, int]] = {}
         p = off
         match = ABBREV_ENTRY_RX.match
         while True:
@@ -275,14 +276,14 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
         elif enc == BLOCK:
             uleb_into("ln")
             emit("p += ln")
-        if var is not None:
+        if var is not None and slot is not None:
             if form in REL_REF_FORMS:
                 emit(f"{var} += cu")
             if out[slot] == "None":
                 out[slot] = var
     out[0] = "p"
     emit(f"return ({', '.join(out)})")
-    ns = {
+    ns: dict[str, Any] = {
         "U16": struct.Struct(E + "H").unpack_from,
         "U32": struct.Struct(E + "I").unpack_from,
         "U64": struct.Struct(E + "Q").unpack_from,
@@ -374,7 +375,7 @@ def walk(
         elif ab.skip_walk is not None:
             p += ab.skip_walk
             continue
-        fn = ab.fn or reader(cu, code).fn
+        fn = ab.fn or cast(Reader, reader(cu, code).fn)
         r = fn(d, p, off)
         if not ab.children:
             if visit is not None and ab.tag in tags:

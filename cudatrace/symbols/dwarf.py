@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import struct
 from collections.abc import Sequence
+from typing import Any
 
 from .demangle import demangle
 from .dies import (
@@ -45,6 +46,7 @@ from .dwarf_forms import (
     FORM_STRP_SUP,
     REL_REF_FORMS,
     STRX_FORMS,
+    Ctx,
     DwarfError,
     cstr,
     read_form,
@@ -60,6 +62,10 @@ RangeIndex = tuple[list[int], list[int], list[int]]
 
 
 class CU:
+    """One compilation unit: its header, its top DIE's attributes, and what is decoded lazily
+    (files: lines.FileTable, subprogs: inlines' sorted arrays, top_ranges: pairs or a pending
+    ("ranges", form, value) reference)."""
+
     __slots__ = (
         "off",
         "end",
@@ -83,6 +89,27 @@ class CU:
         "top_ranges",
         "tag",
     )
+    off: int
+    end: int
+    die_off: int
+    version: int
+    unit_type: int
+    asz: int
+    osz: int
+    abbrev_off: int
+    abbrevs: AbbrevTable
+    ctx: Ctx
+    low: int
+    comp_dir: str | None
+    name: str | None
+    stmt_list: int | None
+    str_off_base: int
+    addr_base: int
+    rnglists_base: int
+    files: Any
+    subprogs: tuple[list[int], list[int], list[int]] | None
+    top_ranges: list[tuple[int, int]] | tuple[Any, ...] | None
+    tag: int
 
 
 def find_range(index: tuple, t: int) -> int | None:
@@ -256,9 +283,9 @@ class Dwarf:
             tab = self._abbrev_cache[key] = AbbrevTable(self.abbrev, ctx, pos, self._abbrev_objs)
         return tab
 
-    def read_attrs(self, cu: CU, ab: Abbrev, p: int) -> tuple[dict[int, tuple[int, object]], int]:
+    def read_attrs(self, cu: CU, ab: Abbrev, p: int) -> tuple[dict[int, tuple[int, Any]], int]:
         """All attributes of a DIE, decoded generically: {attr: (form, value)}, first wins."""
-        attrs = {}
+        attrs: dict[int, tuple[int, Any]] = {}
         d = self.info
         ctx = cu.ctx
         for attr, form, ic in ab.specs:

@@ -7,9 +7,11 @@ import io
 import os
 import struct
 import zlib
+from typing import BinaryIO
 
 from elftools.elf.elffile import ELFFile
-from elftools.elf.sections import NoteSection
+from elftools.elf.sections import NoteSection, Section
+from elftools.elf.segments import NoteSegment
 
 SHF_EXECINSTR = 0x4
 
@@ -28,25 +30,26 @@ class Elf:
     def __init__(self, path: str, data: bytes | None = None):
         self.path = path
         self._data = data
-        self._f = None
-        self._elf = None
-        self._open()
+        self._f: BinaryIO | None = None
+        self._elf: ELFFile | None = None
+        self._sections: dict[str, Section] = {}
+        elf = self._open()
         try:
-            self.little = self._elf.little_endian
+            self.little = elf.little_endian
             self.endian = "<" if self.little else ">"
-            self.elfclass = self._elf.elfclass
-            self.machine = self._elf["e_machine"]
+            self.elfclass = elf.elfclass
+            self.machine = elf["e_machine"]
             self.build_id = self._read_build_id()
             self.debuglink = self._read_debuglink()
         except Exception:
             self.close()
             raise
 
-    def _open(self) -> None:
-        f = io.BytesIO(self._data) if self._data is not None else open(self.path, "rb")
+    def _open(self) -> ELFFile:
+        f: BinaryIO = io.BytesIO(self._data) if self._data is not None else open(self.path, "rb")
         try:
             elf = ELFFile(f)
-            sections = {}
+            sections: dict[str, Section] = {}
             exec_sections = set()
             zero_is_code = False
             for i, sec in enumerate(elf.iter_sections()):
@@ -64,21 +67,22 @@ class Elf:
             exec_sections,
             zero_is_code,
         )
+        return elf
 
     @property
     def elf(self) -> ELFFile:
         if self._elf is None:
-            self._open()
+            return self._open()
         return self._elf
 
     @property
-    def sections(self) -> dict:
+    def sections(self) -> dict[str, Section]:
         if self._elf is None:
             self._open()
         return self._sections
 
     def close(self) -> None:
-        f, self._f, self._elf, self._sections = self._f, None, None, None
+        f, self._f, self._elf, self._sections = self._f, None, None, {}
         if f is not None:
             try:
                 f.close()
@@ -117,7 +121,7 @@ class Elf:
         if not self.sections or len(self.sections) <= 1:  # no section headers: look at PT_NOTE
             try:
                 for seg in self.elf.iter_segments():
-                    if seg["p_type"] == "PT_NOTE":
+                    if seg["p_type"] == "PT_NOTE" and isinstance(seg, NoteSegment):
                         bid = _note_build_id(seg.iter_notes(), None)
                         if bid is not None:
                             return bid

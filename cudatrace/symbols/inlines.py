@@ -3,6 +3,8 @@ concrete subprograms, then a walk of only the scopes that hold wanted addresses.
 
 from __future__ import annotations
 
+from typing import cast
+
 from .dies import (
     AT_ABSTRACT_ORIGIN,
     SCOPE_TAGS,
@@ -10,6 +12,7 @@ from .dies import (
     TAG_MODULE,
     TAG_NAMESPACE,
     TAG_SUBPROGRAM,
+    Reader,
     reader,
     walk,
 )
@@ -42,7 +45,7 @@ def subprograms(dw: Dwarf, cu: CU) -> RangeIndex:
     code, p = uleb(d, cu.die_off)
     if code:
         ab = reader(cu, code)
-        r = ab.fn(d, p, cu.off)
+        r = cast(Reader, ab.fn)(d, p, cu.off)  # reader() set it
         if ab.children:
             walk(d, cu, r[0], visit, _INDEX_TAGS, True)
     items.sort()
@@ -54,7 +57,7 @@ def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | 
     """For each target: (subprogram DIE offset or None, [Inlined records, outermost first])."""
     sp = subprograms(dw, cu)
     by_sp: dict[int, list[int]] = {}
-    out = {}
+    out: dict[int, tuple[int | None, list]] = {}
     for t in targets:
         die = find_range(sp, t) if sp[0] else None
         if die is None:
@@ -89,7 +92,7 @@ def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | 
         try:
             code, p = uleb(d, die)
             ab = reader(cu, code)
-            r = ab.fn(d, p, cu.off)
+            r = cast(Reader, ab.fn)(d, p, cu.off)  # reader() set it
             if ab.children:
                 walk(d, cu, r[0], visit, SCOPE_TAGS, ts)
         except DECODE_ERRORS:

@@ -39,12 +39,24 @@ class LineHeader:
         "dirs_raw",
         "files_raw",
     )
+    version: int
+    end: int
+    program: int
+    min_inst: int
+    line_base: int
+    line_range: int
+    opcode_base: int
+    std_lens: list[int]
+    dirs_raw: list[dict]
+    files_raw: list[dict]
 
 
 def line_header(dw: Dwarf, cu: CU) -> LineHeader:
     """Parse the line-program header at the CU's DW_AT_stmt_list (DWARF 2-5)."""
     d = dw.line
     h = LineHeader()
+    if cu.stmt_list is None:
+        raise DwarfError("the unit has no line table (DW_AT_stmt_list)")
     length, p, osz = dw.initial_length(d, cu.stmt_list)
     h.end = min(p + length, len(d))
     version = h.version = dw.uint(d, p, 2)

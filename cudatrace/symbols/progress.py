@@ -6,6 +6,17 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Protocol
+
+
+class ProgressLike(Protocol):
+    """What Symbolizer(progress=factory) expects factory(label, total) to return."""
+
+    total: int
+
+    def step(self, n: int = 1) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class Progress:

@@ -209,7 +209,7 @@ def merge(native: list, is_eval, pyframes: list[PyFrame], make) -> list:
     over (the native stack was cut at its depth) go outermost; native eval frames left over
     (nothing to replace them with) stay."""
     runs = groups(pyframes)
-    out = []
+    out: list = []
     k = 0
     for f in native:
         if k < len(runs) and is_eval(f):
@@ -307,7 +307,7 @@ def framework_end(frames: list, start: int) -> int:
         o = origin(f.file)
         if o.kind == "stdlib":
             continue
-        if o.kind == "library" and (fw is None or one_framework(fw, o.package)):
+        if o.kind == "library" and (fw is None or one_framework(fw, o.package or "")):
             fw = fw or o.package
             continue
         return i

@@ -14,7 +14,7 @@ from .debugfiles import DebugFiles
 from .dwarf import Dwarf
 from .elf import Elf
 from .inlines import inline_info
-from .progress import NoProgress, Progress
+from .progress import NoProgress, Progress, ProgressLike
 from .symtab import SymTab
 
 
@@ -73,7 +73,7 @@ def _symbol_sources(main: Elf | None, debug: Elf | None, mod: _Module) -> list[t
             try:
                 mini = Elf(
                     main.path + "[.gnu_debugdata]",
-                    data=lzma.decompress(main.section_data(".gnu_debugdata")),
+                    data=lzma.decompress(main.section_data(".gnu_debugdata") or b""),
                 )
                 mod.extra_files.append(mini)
                 if mini.has(".symtab"):
@@ -86,7 +86,7 @@ def _symbol_sources(main: Elf | None, debug: Elf | None, mod: _Module) -> list[t
     return srcs
 
 
-ProgressFactory = Callable[[str, int], object]
+ProgressFactory = Callable[[str, int], ProgressLike]
 
 
 class Symbolizer:
@@ -112,6 +112,7 @@ class Symbolizer:
         self._warned: set[str] = set()
         self._files = DebugFiles(debug_dirs or (), self.sysroot, self._warn)
         self.debug_dirs = self._files.debug_dirs
+        self._progress: ProgressFactory
         if callable(progress):
             self._progress = progress
         else:
@@ -187,6 +188,7 @@ class Symbolizer:
         path = ref.path
         main = mod.main = self._files.module_file(path, build_id)
         bid = build_id or (main.build_id if main is not None else None)
+        debug: Elf | None
         if main is not None and main.has_dwarf():
             debug = main
         else:
@@ -262,7 +264,13 @@ class Symbolizer:
             prog.close()
 
     def _read_dwarf(
-        self, dw: Dwarf, path: str, offsets: list[int], found_lines: dict, inl: dict, prog
+        self,
+        dw: Dwarf,
+        path: str,
+        offsets: list[int],
+        found_lines: dict,
+        inl: dict,
+        prog: ProgressLike,
     ) -> None:
         """Line-table locations and inline chains of the offsets, CU by CU."""
         try:
@@ -296,7 +304,7 @@ class Symbolizer:
             prog.step()
 
     def _save_cache(self, mod: _Module) -> None:
-        if mod.cache_path is None or not mod.dirty:
+        if mod.cache_path is None or mod.sig is None or not mod.dirty:
             return
         try:
             cache.save(mod.cache_path, mod.sig, mod.results)
@@ -310,7 +318,7 @@ def _frames(dw: Dwarf | None, func: str | None, loc: tuple, entry: tuple | None)
     location or at its callee's call site, the real function last."""
     fname, ln = loc
     frames = []
-    if entry is not None:
+    if entry is not None and dw is not None:
         die, chain, files = entry
         if func is None and die is not None:
             func = dw.die_name(die)

@@ -26,7 +26,7 @@ class SymTab:
     def build(tables) -> SymTab:
         """tables: list of (Elf, symtab section name); entries merged into one index."""
         st = SymTab()
-        cand = []
+        cand: list[tuple[int, int, int, int, int]] = []  # value, rank, size, name, table
         for elf, secname in tables:
             sec = elf.sections.get(secname)
             if sec is None or sec["sh_type"] == "SHT_NOBITS" or sec["sh_size"] == 0:
