@@ -14,6 +14,15 @@ from support.paths import REPO
 pytest_plugins = ["support.sim_fixtures"]  # `sim`: the session-scoped simulated driver
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        help="Write tests/golden/ from the current outputs instead of comparing "
+        "(also CUDATRACE_UPDATE_GOLDENS=1; support/goldens.py).",
+    )
+
+
 @pytest.fixture(scope="session", autouse=True)
 def native_built():
     from cudatrace import native

@@ -722,7 +722,12 @@ GiB = 1 << 30
 
 
 def write_scenario(
-    d, elf=None, truncate_child: bool = True, nvml: bool = True, budget: int | None = 6 * GiB
+    d,
+    elf=None,
+    truncate_child: bool = True,
+    nvml: bool = True,
+    budget: int | None = 6 * GiB,
+    frames: Frames | None = None,
 ) -> dict:
     """A two-process run on two devices with everything a report shows; returns the figures a
     test can check (computed by hand from the events below).
@@ -734,10 +739,11 @@ def write_scenario(
     child pid 1001 (device 1): workspace 2 x 512 MiB at 1.5 s and 1.6 s, freed at 2.9 s; no END
       record when truncate_child (killed).
     peak (device 0 + 1): at 1.7 s: 4 GiB + 2 GiB + 1 GiB = 7 GiB.
+    frames: where the stacks' functions and CUDA libraries lie (default Frames(elf)).
     """
     d = Path(d)
     d.mkdir(parents=True, exist_ok=True)
-    fr = Frames(elf)
+    fr = frames or Frames(elf)
     t0 = BASE_TS
     info = {"ledger": "/dev/shm/cudatrace-0/x.ledger", "on_exceed": "fail"}
     if budget:
