@@ -235,77 +235,22 @@ def blocks(sim, kvpool, tmp_path_factory):
 
 # ---- a per-layer size: the laws --------------------------------------------------------------
 
-OPT_INT, OPT_FLOAT, OPT_STR, NUM = (int, None), (float, None), (str, None), (int, float)
-FIT = {"slope": NUM, "intercept": NUM, "r2": float, "n": int, "stderr": OPT_FLOAT, "exact": bool}
-LAW = {"kind": str, "tested": bool, "detail": str, "points": [list], "text": str}
-SERIES = {
-    "label": str,
-    "key": OPT_STR,
-    "bytes": [OPT_INT],
-    "fit": (FIT, None),
-    "law": LAW,
-    "contradicts_expectation": bool,
-    "expectation": OPT_STR,
-}
-SWEEP = {
-    "schema": str,
-    "cudatrace_version": str,
-    "command": [str],
-    "directory": str,
-    "knobs": [
-        {
-            "name": str,
-            "placeholder": str,
-            "flag": OPT_STR,
-            "unit": OPT_STR,
-            "noun": OPT_STR,
-            "values": [str],
-            "numbers": [NUM],
-        }
-    ],
-    "values": [(int, float, dict)],
-    "runs": [
-        {
-            "value": (int, float, dict),
-            "text": str,
-            "command": [str],
-            "directory": str,
-            "output": str,
-            "ended": {"how": str, "text": str, "status": OPT_INT},
-            "included": bool,
-            "seconds": OPT_FLOAT,
-            "peak_bytes": OPT_INT,
-            "peak_time": OPT_FLOAT,
-            "allocs": OPT_INT,
-            "denied": OPT_INT,
-        }
-    ],
-    "stop": {"after": OPT_FLOAT, "url": OPT_STR, "settle": OPT_FLOAT, "grace": float},
-    "expect": (float, dict, None),
-    "expect_text": OPT_STR,
-    "peak": SERIES,
-    "sites": [dict(SERIES, count=[OPT_INT])],
-    "more_sites": int,
-    "prediction": (dict, None),
-    "notes": [str],
-}
-PREDICTION = {
-    "at": str,
-    "extrapolated": bool,
-    "peak": {"bytes": int, "stderr": OPT_FLOAT, "how": str},
-    "sites": [{"label": str, "key": str, "bytes": int, "stderr": OPT_FLOAT, "how": str}],
-    "budget": {"bytes": int, "spec": str, "reason": str},
-    "notes": [str],
-}
-
 
 def test_json_schema_as_documented(blocks):
-    from support import tracegen as tg
+    """The document is valid under the schema the package ships (cudatrace/schemas/
+    sweep-1.json), with a prediction, and docs/sweep-json.md names the schema's keys."""
+    from cudatrace import schemas
+    from support.schemas import validate
 
-    tg.check_schema(blocks.doc, SWEEP)
-    tg.check_schema(blocks.doc["prediction"], PREDICTION)
+    assert blocks.doc["prediction"] is not None
+    validate(blocks.doc)
+    spec = schemas.load("cudatrace.sweep/1")
+    defs = spec["$defs"]
+    keys = list(spec["properties"]) + list(defs["fit"]["properties"])
+    keys += list(defs["law"]["properties"])
+    keys += list(defs["prediction"]["properties"]["budget"]["properties"])
     doc = (REPO / "docs" / "sweep-json.md").read_text()
-    for key in list(SWEEP) + list(FIT) + list(LAW) + list(PREDICTION["budget"]):
+    for key in keys:
         assert f"`{key}`" in doc or f"`{key}[]`" in doc, key
 
 

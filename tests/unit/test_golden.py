@@ -10,6 +10,7 @@ import json
 import pytest
 
 from support import goldens
+from support.schemas import validate
 
 CASES = {
     "report.txt": ("report", "{run}"),
@@ -39,7 +40,7 @@ def output(golden_runs, args) -> str:
 def test_output_matches_golden(golden_runs, name, request):
     got = output(golden_runs, CASES[name])
     if name.endswith(".json"):
-        json.loads(got)  # a document, whatever else
+        validate(json.loads(got))  # the shipped schema holds what is printed
     goldens.compare(name, got, goldens.updating(request.config))
 
 

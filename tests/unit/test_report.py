@@ -16,6 +16,7 @@ from cudatrace.present.commands import run_report
 from cudatrace.present.report import render_text
 from cudatrace.units import parse_time
 from support import tracegen as tg
+from support.schemas import validate
 
 GiB, MiB = tg.GiB, tg.MiB
 HAVE_GCC = shutil.which("gcc") is not None
@@ -68,185 +69,14 @@ def cli(*args, sym=None, monkeypatch=None):
 
 
 # ---- the JSON schema: what docs/report-json.md promises scripts ------------------------------
-
-OPT_INT, OPT_FLOAT, OPT_STR = (int, None), (float, None), (str, None)
-FRAME = {
-    "module": str,
-    "function": OPT_STR,
-    "file": OPT_STR,
-    "line": OPT_INT,
-    "address": int,
-    "offset": int,
-    "inlined": bool,
-}
-SIZES = {"min": int, "median": int, "max": int}
-SITE = {
-    "rank": int,
-    "label": str,
-    "key": str,
-    "bytes": int,
-    "count": int,
-    "share": float,
-    "api": [str],
-    "api_counts": dict,
-    "sizes": SIZES,
-    "pids": [int],
-    "devices": [int],
-    "first_time": OPT_FLOAT,
-    "last_time": OPT_FLOAT,
-    "frames": [FRAME],
-    "context": [FRAME],
-    "via": [FRAME],
-}
-FAILED = {
-    "rank": int,
-    "label": str,
-    "key": str,
-    "bytes": int,
-    "count": int,
-    "api": [str],
-    "sizes": SIZES,
-    "pids": [int],
-    "devices": [int],
-    "first_time": OPT_FLOAT,
-    "frames": [FRAME],
-    "via": [FRAME],
-    "errors": [{"code": int, "name": str, "count": int}],
-}
-DENIED = dict(FAILED, limit=OPT_INT, in_use=OPT_INT)
-del DENIED["errors"]
-PROCESS = {
-    "pid": int,
-    "ppid": int,
-    "exe": str,
-    "argv": [str],
-    "file": str,
-    "exec_index": int,
-    "status": str,
-    "exit_code": OPT_INT,
-    "dropped_events": OPT_INT,
-    "gaps": int,
-    "events": int,
-    "allocs": int,
-    "frees": int,
-    "failed": int,
-    "denied": int,
-    "peak_bytes": int,
-    "peak_time": OPT_FLOAT,
-    "at_bytes": int,
-    "end_bytes": int,
-}
-DEVICE = {
-    "device": int,
-    "peak_bytes": int,
-    "peak_time": float,
-    "peak_ts_ns": int,
-    "end_bytes": int,
-    "allocs": int,
-    "at_bytes": int,
-    "budget": OPT_INT,
-}
-NEAR = {
-    "time": float,
-    "ts_ns": int,
-    "offset_ms": float,
-    "traced_bytes": int,
-    "tree_device_bytes": OPT_INT,
-    "untraced_bytes": OPT_INT,
-    "device_used": OPT_INT,
-    "device_total": OPT_INT,
-    "device_used_rise": OPT_INT,
-    "mem_available": OPT_INT,
-    "mem_available_drop": OPT_INT,
-    "tree_rss": OPT_INT,
-    "note": OPT_STR,
-}
-MAX = {
-    "tree_device_bytes": OPT_INT,
-    "tree_device_time": OPT_FLOAT,
-    "traced_bytes_then": OPT_INT,
-    "untraced_bytes": OPT_INT,
-    "untraced_max_bytes": OPT_INT,
-    "untraced_max_time": OPT_FLOAT,
-    "device_used": OPT_INT,
-    "device_used_time": OPT_FLOAT,
-    "tree_rss": OPT_INT,
-    "tree_rss_time": OPT_FLOAT,
-    "mem_available_min": OPT_INT,
-    "mem_available_drop": OPT_INT,
-    "mem_available_time": OPT_FLOAT,
-}
-OBSERVED = {
-    "samples": int,
-    "nvml": bool,
-    "nvml_why": OPT_STR,
-    "per_process": bool,
-    "per_process_why": OPT_STR,
-    "interval_ms": OPT_FLOAT,
-    "overlap": bool,
-    "near_peak": (dict, None),
-    "max": (dict, None),
-    "baseline": (dict, None),
-    "traced_peak_bytes": int,
-}
-REPORT = {
-    "schema": str,
-    "cudatrace_version": str,
-    "path": str,
-    "command": [str],
-    "start_ns": int,
-    "duration": float,
-    "versions": {"driver": list, "shim": [str], "stack_depth": [int]},
-    "at": {"spec": str, "kind": str, "time": OPT_FLOAT, "ts_ns": OPT_INT, "device": OPT_INT},
-    "by": str,
-    "depth": int,
-    "device": OPT_INT,
-    "attribution": {"fold": bool, "patterns": [str], "layers": [str], "full_names": bool},
-    "peak_bytes": int,
-    "peak_time": OPT_FLOAT,
-    "peak_ts_ns": OPT_INT,
-    "end_bytes": int,
-    "total_live_bytes": int,
-    "total_live_count": int,
-    "sites": [SITE],
-    "more_sites": int,
-    "never_freed": {
-        "bytes": int,
-        "count": int,
-        "in_truncated_bytes": int,
-        "sites": [SITE],
-        "more_sites": int,
-    },
-    "failed": [FAILED],
-    "denied": [DENIED],
-    "processes": [PROCESS],
-    "devices": [DEVICE],
-    "host_pinned": {"peak_bytes": int, "peak_time": OPT_FLOAT, "end_bytes": int, "allocs": int},
-    "memory_queries": {
-        "count": int,
-        "failed": int,
-        "by_api": dict,
-        "virtualized": int,
-        "last": (dict, None),
-    },
-    "observed": OBSERVED,
-    "budget": (dict, None),
-    "counts": dict,
-    "truncated_files": [{"file": str, "pid": int, "reason": str, "events": int}],
-    "unreadable_files": [str],
-    "warnings": [str],
-}
-
-
-check = tg.check_schema
+# The schema is the file the package ships (cudatrace/schemas/report-1.json).
 
 
 def test_json_schema_and_values(scen, fake_sym):
     d, f = scen
     r = report_json(d, fake_sym)
-    check(r, REPORT)
-    check(r["observed"]["near_peak"], NEAR)
-    check(r["observed"]["max"], MAX)
+    validate(r)
+    assert r["observed"]["near_peak"] is not None and r["observed"]["max"] is not None
     assert r["schema"] == SCHEMA == "cudatrace.report/1"
     assert r["peak_bytes"] == f["peak_bytes"] == 7 * GiB
     assert r["peak_ts_ns"] == f["peak_ts"]
@@ -369,7 +199,7 @@ def test_cli_report_text_and_json(scen, fake_sym, monkeypatch):
     res = cli("report", str(d), "--json", "--top", "2", sym=fake_sym, monkeypatch=monkeypatch)
     assert res.exit_code == 0
     r = json.loads(res.output)
-    check(r, REPORT)
+    validate(r)
     assert len(r["sites"]) == 2 and r["more_sites"] == 1
 
 
@@ -461,7 +291,7 @@ def test_cli_by_and_at(scen, fake_sym, monkeypatch):
     ):
         res = cli("report", str(d), "--json", *args, sym=fake_sym, monkeypatch=monkeypatch)
         assert res.exit_code == 0, (args, res.output)
-        check(json.loads(res.output), REPORT)
+        validate(json.loads(res.output))
 
 
 def test_device_filter(scen, fake_sym):
@@ -630,7 +460,7 @@ def test_nothing_allocated(tmp_path, fake_sym):
     w.meminfo(tg.BASE_TS + 1, free=1, total=2)
     w.close()
     r = report_json(tmp_path, fake_sym)
-    check(r, REPORT)
+    validate(r)
     assert r["peak_time"] is None and r["peak_bytes"] == 0
     assert "No device memory was allocated" in render_text(r)
 
@@ -721,7 +551,7 @@ def test_run_report_returns_status(scen, fake_sym, tmp_path):
     d, _ = scen
     buf = io.StringIO()
     assert run_report(d, as_json=True, out=buf, symbolizer=fake_sym) == 0
-    check(json.loads(buf.getvalue()), REPORT)
+    validate(json.loads(buf.getvalue()))
     assert run_report(tmp_path / "missing", out=buf) == 2
 
 
