@@ -4,7 +4,7 @@
 
 libdir receives libcuda.so.1 and libnvidia-ml.so.1 (with their libcuda.so / libnvidia-ml.so
 links); put it in LD_LIBRARY_PATH and a program, traced or not, runs on the simulator. Used by
-`cudatrace demo` on a machine without a GPU, by the test suite (tests/simbuild.py) and by
+`cudatrace demo` on a machine without a GPU, by the test suite (tests/support/simbuild.py) and by
 tools/check_aarch64.py. The sources are sim/ beside the package in a checkout, or the copy a
 wheel ships in cudatrace/_native/sim; the simulator includes native/include (cuda_abi.h,
 hooks.def) so it exports exactly what the shim hooks.

@@ -1,6 +1,6 @@
 /* libcuda_sim.c - a simulated CUDA driver (libcuda.so.1) for testing cudatrace without a GPU.
  *
- * Exports the driver surface the shim hooks (every CT_DRIVER of shim/hooks.def, with the _ptsz
+ * Exports the driver surface the shim hooks (every CT_DRIVER of native/include/hooks.def, with the _ptsz
  * twins), the context/device basics a program needs, the old 32-bit ABI variants, and
  * cuGetProcAddress[_v2] with the real driver's variant selection. Device memory is accounted in
  * a state that all processes of a test share (sim_state.h), so budgets, meminfo and NVML behave

@@ -1,6 +1,6 @@
 """Check the shim on aarch64 (the Jetson's architecture) without an aarch64 machine.
 
-Runs tests/test_aarch64.py: the preload library (tools/cross-build-shim), the simulated driver
+Runs tests/integration/test_aarch64.py: the preload library (tools/cross-build-shim), the simulated driver
 and the test programs cross-built with aarch64-linux-gnu-gcc, run under qemu-aarch64 with the
 shim preloaded, every route, fork+exec, threads, a budget, symbolized stacks and the stack
 cache checked against full unwinds (docs/aarch64.md). CI runs the same tests.

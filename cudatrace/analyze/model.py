@@ -584,7 +584,7 @@ class Model:
 
 
 def build(td: TraceDir | list[Trace], timeline_buckets: int = TIMELINE_BUCKETS) -> Model:
-    """Replay the traces of a run (in C: shim/replay.c)."""
+    """Replay the traces of a run (in C: native/reader/replay.c)."""
     traces = td.traces if isinstance(td, TraceDir) else list(td)
     if not _c_backend():
         raise RuntimeError(f"the C replay is not available: {_c_error[0]}")

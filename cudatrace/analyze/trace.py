@@ -1,4 +1,4 @@
-"""Reading trace files (format: shim/layout.h, read through cffi, so the layout lives in one place).
+"""Reading trace files (format: native/include/trace_format.h, read through cffi, so the layout lives in one place).
 
 A trace directory holds one file per traced process image, `<pid>.<n>.ctrace`, plus the
 launcher's `run.json` and `samples.jsonl`. `read_trace` reads one file as far as it goes and says
@@ -128,7 +128,7 @@ class Trace:
     parents: list[int] = field(default_factory=lambda: [0])  # node id -> parent id
     ips: list[int] = field(default_factory=lambda: [0])  # node id -> return address
     # The scanner's `struct ct_event[]` (cffi), kept as is: the model replays it in C
-    # (shim/replay.c); `events` unpacks it into tuples only when something asks for them.
+    # (native/reader/replay.c); `events` unpacks it into tuples only when something asks for them.
     py: pyframes.PyTables | None = None  # Python code and stacks, if any
     raw_events: object = field(default=None, repr=False)
     n_events: int = 0

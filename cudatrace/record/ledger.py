@@ -1,4 +1,4 @@
-"""The budget ledger from Python: the C of shim/ledger.c (through cffi), group paths, and the
+"""The budget ledger from Python: the C of native/common/ledger.c (through cffi), group paths, and the
 data `cudatrace status` shows (present/status.py renders it).
 
 Python never reads the ledger file itself: every read and write goes through the same C

@@ -1,7 +1,7 @@
 /* cuda_abi.h - the few CUDA driver and NVML types cudatrace needs, declared by hand.
  *
  * The shim is built with a C compiler alone: no CUDA toolkit or headers (design principle 1).
- * Layouts follow cuda.h / nvml.h of CUDA 13 (LP64); tests/test_abi.py checks the sizes and
+ * Layouts follow cuda.h / nvml.h of CUDA 13 (LP64); tests/unit/test_abi.py checks the sizes and
  * offsets the shim relies on against the documented values, and against cuda.h itself where a
  * CUDA toolkit is installed.
  */

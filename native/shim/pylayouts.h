@@ -4,7 +4,7 @@
  * (Include/internal/pycore_runtime.h, pycore_interp.h, pycore_frame.h, cpython/pystate.h,
  * cpython/code.h, cpython/unicodeobject.h) for a default (GIL, non-debug, 64-bit) build.
  * tests/progs/pylayout_check.c compiles each table against the installed headers of its
- * version and fails on any difference (tests/test_pyframes.py runs it for every CPython here).
+ * version and fails on any difference (tests/integration/test_pyframes.py runs it for every CPython here).
  * 3.13 publishes most of these in _Py_DebugOffsets at the start of _PyRuntime: the shim takes
  * them from there and checks them against this table's, which also holds the two 3.13 needs
  * that the debug offsets lack (the gilstate key, _co_firsttraceable).

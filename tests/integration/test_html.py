@@ -1,6 +1,6 @@
 """`report --html` / `diff --html` in a real browser, `--watch`, and the progress bar.
 
-The pages are rendered from kvpool traces on the simulated driver (as tests/test_kvpool.py
+The pages are rendered from kvpool traces on the simulated driver (as tests/integration/test_kvpool.py
 builds them) and loaded in headless Chromium (Debian's package, driven by Playwright from PyPI;
 nothing is downloaded). Every request the page makes is routed: anything but file: and data:
 URLs fails the test. Without Chromium or Playwright the browser tests FAIL, with what to

@@ -1,4 +1,4 @@
-"""The budget ledger (native/common/ledger.c) through its C harness and through cudatrace/ledger.py.
+"""The budget ledger (native/common/ledger.c) through its C harness and through cudatrace/record/ledger.py.
 
 No GPU: the ledger is plain shared memory. tests/ledger/ledger_test.c hammers the C directly
 (processes x threads against one limit, SIGKILLed members, pid reuse, refusals, fork, a full

@@ -547,7 +547,7 @@ def test_older_cpython_is_refused_with_a_note(ct, version, tmp_path):
     assert "older than 3.11" in text and "5 without: Python version or build not supported" in text
 
 
-# ---- synthetic traces (tests/tracegen.py): the offline side alone -------------------------
+# ---- synthetic traces (tests/support/tracegen.py): the offline side alone -------------------------
 def test_merge_views_and_reasons_from_a_written_trace(tmp_path):
     from support import tracegen as tg
 

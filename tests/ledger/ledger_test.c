@@ -6,7 +6,7 @@
  *   ./ledger_test DIR kill | reuse | saturate | security | fork | full | all
  *
  * Each case prints "ok <case> ..." and exits 0, or prints "FAIL ..." and exits 1.
- * tests/test_ledger.py builds and runs it.
+ * tests/integration/test_ledger.py builds and runs it.
  */
 #include "ledger.h"
 

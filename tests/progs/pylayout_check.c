@@ -1,5 +1,5 @@
 /* pylayout_check.c - holds shim/pylayouts.h to CPython's own headers: compiled against the
- * installed headers of one version (tests/test_pyframes.py), it prints each difference and
+ * installed headers of one version (tests/integration/test_pyframes.py), it prints each difference and
  * exits 1 on any. -I <include/python3.X> -I <include/python3.X/internal> -I shim */
 #define Py_BUILD_CORE 1
 #include <Python.h>

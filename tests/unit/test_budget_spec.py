@@ -1,4 +1,4 @@
-"""Budget SPEC parsing, resolution and byte formatting (cudatrace/budget.py). No GPU, no native code."""
+"""Budget SPEC parsing, resolution and byte formatting (cudatrace/record/budget.py). No GPU, no native code."""
 
 from __future__ import annotations
 

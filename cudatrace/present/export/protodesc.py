@@ -8,7 +8,7 @@ protobuf from 4.21 on, and the .proto in the repository stays the one source of 
 
 The reader takes the plain subset of proto3 that our .proto files use: top-level messages
 whose fields are `[repeated] TYPE NAME = NUMBER;` with scalar or message types. Anything
-else is an error, not a guess. tests/test_export.py checks the result against protoc's own
+else is an error, not a guess. tests/integration/test_export.py checks the result against protoc's own
 descriptor of the same file.
 """
 
