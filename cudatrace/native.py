@@ -17,6 +17,8 @@ from typing import Any
 
 import cffi
 
+from .errors import CudatraceError
+
 PKG_DIR = Path(__file__).resolve().parent
 NATIVE_DIR = PKG_DIR / "_native"
 SHIM_LIB = "libcudatrace.so"
@@ -25,6 +27,10 @@ TOOLS_LIB = "libcudatrace_tools.so"
 _lock = threading.Lock()
 _ffi = None
 _tools = None
+
+
+class NativeError(CudatraceError, RuntimeError):
+    """The native libraries could not be found, built or read."""
 
 
 def source_dir() -> Path | None:
@@ -69,12 +75,12 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
                 text=True,
             )
             if res.returncode != 0:
-                raise RuntimeError(
+                raise NativeError(
                     "building cudatrace's native libraries failed:\n" + res.stdout + res.stderr
                 )
         missing = [str(lib) for lib in libs if not lib.exists()]
         if missing:
-            raise RuntimeError(
+            raise NativeError(
                 "cudatrace's native libraries are missing ({}); reinstall the package".format(
                     ", ".join(missing)
                 )
@@ -94,14 +100,14 @@ def header_text(name: str) -> str:
     """The text of native/include/<name>."""
     src = source_dir()
     if src is None:
-        raise RuntimeError(f"native/include/{name} not found")
+        raise NativeError(f"native/include/{name} not found")
     return (src / "include" / name).read_text()
 
 
 def cffi_part(text: str) -> str:
     m = re.search(r"/\* CFFI-BEGIN \*/(.*?)/\* CFFI-END \*/", text, re.S)
     if not m:
-        raise RuntimeError("header has no CFFI section")
+        raise NativeError("header has no CFFI section")
     return m.group(1)
 
 

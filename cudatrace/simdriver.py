@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import native
+from .errors import CudatraceError
 
 CFLAGS = [
     "-std=gnu11",
@@ -44,8 +45,8 @@ LIBS = {
 }
 
 
-class BuildError(RuntimeError):
-    pass
+class BuildError(CudatraceError, RuntimeError):
+    """The simulated driver could not be built."""
 
 
 def cc() -> list[str]:

@@ -16,6 +16,8 @@ PATH = re.compile(
     r"(?<![\w/.-])((?:cudatrace|native|tools|tests|sim)/[A-Za-z0-9_/.-]+\.(?:py|cu|c|h|sh|md))(?!\w)"
 )
 EXTS = "py|c|h|cpp|cu|sh|md|def|json|proto"
+# a placeholder in a path names no file: commands/NAME.py, tools/gpu/X.sh
+PLACEHOLDER = re.compile(r"(?:^|/)(?:NAME|X|N|FILE|DIR|OUTDIR|PID)(?:\.|/|$)")
 SKIP_DIRS = {".git", "_native", "__pycache__", "node_modules", "golden"}
 
 
@@ -118,7 +120,12 @@ def comment_paths(path: Path, folders: set[str]) -> list[tuple[int, str]]:
         comments = _c_comments(text)
     else:
         comments = _hash_comments(text)
-    found = [(line, m.group(1)) for line, c in comments for m in rx.finditer(c)]
+    found = [
+        (line, m.group(1))
+        for line, c in comments
+        for m in rx.finditer(c)
+        if not PLACEHOLDER.search(m.group(1))
+    ]
     return sorted(found)
 
 
@@ -150,7 +157,7 @@ def test_a_dead_path_in_a_comment_is_found(tmp_path):
     py.write_text(
         '"""Reads shim/layout.h."""\n'
         "X = 'cudatrace/pprof/profile.proto'  # a name, not a path\n"
-        "# see cudatrace/model.py\n"
+        "# see cudatrace/model.py, not commands/NAME.py\n"
     )
     assert [n for _, n in comment_paths(py, folders)] == ["shim/layout.h", "cudatrace/model.py"]
     c = tmp_path / "m.c"
