@@ -38,7 +38,7 @@ class UnitError(CudatraceError, ValueError):
     """A size or number that cannot be read; the message says why."""
 
 
-def format_bytes(n: int) -> str:
+def format_bytes(n: float) -> str:
     """'17 B', '1.00 KiB', '512.0 MiB', '1.50 GiB': binary units, 2 decimals below 10, else 1."""
     n = int(n)
     if n < 0:

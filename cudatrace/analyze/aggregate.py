@@ -129,7 +129,9 @@ def synthesize(snap: Snapshot) -> list[tuple]:
     moments.sort(key=lambda m: (m[0], m[1]))
     alloc, free = K["CT_OP_ALLOC"], K["CT_OP_FREE"]
     rt_known = K["CT_EF_RUNTIME_KNOWN"]
-    out, live, addr = [], [], SYNTH_BASE
+    out: list[tuple] = []
+    live: list[tuple[int, int, dict]] = []
+    addr = SYNTH_BASE
     for ts, _order, what, state in moments:
         for size, a, k in live:
             out.append((ts, size, a, 0, 0, 0, k["device"], 0, 0, 0, 0, free, 0, k["space"], 0, 0))
@@ -228,8 +230,7 @@ def notes(a) -> dict:
         for t in a.traces
         if t.bad_events
     ]
-    aggs = [(t, getattr(t, "aggregate", None)) for t in a.traces]
-    aggs = [(t, s) for t, s in aggs if s is not None]
+    aggs = [(t, s) for t in a.traces if (s := getattr(t, "aggregate", None)) is not None]
     if not aggs:
         return {"warnings": damaged, "json": None}
     warnings = damaged + [

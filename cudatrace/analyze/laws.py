@@ -126,13 +126,14 @@ def fit(rows, ys) -> LSQ | None:
     p = len(X[0])
     if n < p:
         return None
-    xtx = [[sum(X[k][i] * X[k][j] for k in range(n)) for j in range(p)] for i in range(p)]
-    xty = [sum(X[k][i] * Y[k] for k in range(n)) for i in range(p)]
+    zero = Fraction(0)
+    xtx = [[sum((X[k][i] * X[k][j] for k in range(n)), zero) for j in range(p)] for i in range(p)]
+    xty = [sum((X[k][i] * Y[k] for k in range(n)), zero) for i in range(p)]
     inv = _inverse(xtx)
     if inv is None:
         return None
-    coef = [sum(inv[i][j] * xty[j] for j in range(p)) for i in range(p)]
-    mean = sum(Y) / n
+    coef = [sum((inv[i][j] * xty[j] for j in range(p)), zero) for i in range(p)]
+    mean = sum(Y, zero) / n
     ss_res = Fraction(0)
     for r, y in zip(X, Y):
         e = y - sum(c * v for c, v in zip(coef, r))

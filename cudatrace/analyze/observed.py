@@ -235,8 +235,8 @@ class Observed:
                 )
                 u, j = max(((v - traced[j], j) for v, j in vals), key=lambda x: (x[0], -x[1]))
                 mx.update(untraced_max_bytes=u, untraced_max_time=sec(self.ts[j]))
-        used = [(self.device_used(x, device), x["t"]) for x in self.samples]
-        used = [(u[0], t) for u, t in used if u]
+        seen = [(self.device_used(x, device), x["t"]) for x in self.samples]
+        used = [(u[0], t) for u, t in seen if u]
         if used:
             v, t = max(used, key=lambda x: (x[0], -x[1]))
             mx.update(device_used=v, device_used_time=sec(t))

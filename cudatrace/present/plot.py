@@ -259,7 +259,9 @@ def render_svg(
         )
 
     # legend, under the plot
-    items = [("traced live (hooked allocations)", COL["traced"], None)]
+    items: list[tuple[str, str, str | None]] = [
+        ("traced live (hooked allocations)", COL["traced"], None)
+    ]
     if nvml_tree:
         items.append(("NVML: process tree", COL["tree"], None))
     if show_used:

@@ -29,7 +29,7 @@ def build(view) -> dict:
         i = index.get(k)
         if i is None:
             i = index[k] = len(frames)
-            d = {"name": name}
+            d: dict[str, str | int] = {"name": name}
             if file:
                 d["file"] = file
             if line:
