@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from .elf import Elf, file_crc32
 
@@ -21,7 +22,9 @@ def build_id_path(debug_dir: str, bid: bytes) -> str:
 class DebugFiles:
     """warn(message) is called for every file found but not used, and for what is missing."""
 
-    def __init__(self, debug_dirs: Iterable[str], sysroot: str | None, warn: Callable[[str], None]):
+    def __init__(
+        self, debug_dirs: Iterable[str | Path], sysroot: str | None, warn: Callable[[str], None]
+    ):
         self.sysroot = sysroot
         dirs: list[str] = []
         for d in debug_dirs:

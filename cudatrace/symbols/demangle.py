@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 
-_demangler = None  # None: not tried yet; False: unavailable; else (ffi, cxa_demangle, free)
+_demangler: tuple | bool | None = (
+    None  # None: not tried yet; False: unavailable; else (ffi, cxa_demangle, free)
+)
 
 
-def _load_demangler():
+def _load_demangler() -> tuple | bool | None:
     global _demangler
     if _demangler is None:
         try:
@@ -37,7 +39,7 @@ def demangle(name: str) -> str:
     if not name or not name.startswith("_Z"):
         return name
     d = _load_demangler()
-    if not d:
+    if not isinstance(d, tuple):
         return name
     ffi, cxa_demangle, free = d
     try:

@@ -211,10 +211,10 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
     out = ["None"] * NSLOTS
     n = 0
 
-    def emit(s):
+    def emit(s: str) -> None:
         code.append("    " + s)
 
-    def uleb_into(var):
+    def uleb_into(var: str) -> None:
         emit(f"{var} = d[p]; p += 1")
         emit(f"if {var} >= 0x80:")
         emit(f"    {var} &= 0x7f; s = 7")
@@ -222,7 +222,7 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
         emit(f"        b = d[p]; p += 1; {var} |= (b & 0x7f) << s; s += 7")
         emit("        if b < 0x80: break")
 
-    def uleb_skip():
+    def uleb_skip() -> None:
         emit("while d[p] >= 0x80: p += 1")
         emit("p += 1")
 
@@ -298,7 +298,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
     slots = [SLOTS.get(attr) for attr, _f, _i in specs]
     calls = 0
 
-    def reader(d, p, cuoff):
+    def reader(d: bytes, p: int, cuoff: int) -> tuple:
         nonlocal calls
         calls += 1
         if calls > COMPILE_AFTER:
@@ -307,7 +307,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
                 fn = _COMPILED[key] = compile_reader(ab, ctx)
             ab.fn = fn
             return fn(d, p, cuoff)
-        out = [None] * NSLOTS
+        out: list[Any] = [None] * NSLOTS
         for (_attr, form, ic), slot in zip(specs, slots):
             v, p = read_form(form, d, p, ic, ctx)
             if slot is not None and out[slot] is None:
@@ -320,7 +320,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
     return reader
 
 
-def reader(cu, code: int) -> Abbrev:
+def reader(cu: Any, code: int) -> Abbrev:
     """The abbreviation of code in cu's table, with its DIE reader: the compiled one when it
     exists, else an interpreting one that compiles once the abbreviation proves frequent."""
     ab = cu.abbrevs[code]
@@ -333,11 +333,16 @@ def reader(cu, code: int) -> Abbrev:
     return ab
 
 
-Visit = Callable[[Abbrev, tuple, int, object], object]
+Visit = Callable[[Abbrev, tuple, int, Any], Any]
 
 
 def walk(
-    d, cu, p: int, visit: Visit | None = None, tags: frozenset = frozenset(), ctx: object = None
+    d: bytes,
+    cu: Any,
+    p: int,
+    visit: Visit | None = None,
+    tags: frozenset = frozenset(),
+    ctx: object = None,
 ) -> int:
     """Walk the DIEs from p up to the 0 that closes their scope and return the position after
     it (or the end of the unit). visit(abbrev, record, die_offset, ctx) is called for DIEs whose

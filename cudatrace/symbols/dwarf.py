@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import bisect
 import struct
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from typing import Any
 
 from .demangle import demangle
@@ -59,6 +59,8 @@ from .elf import Elf
 DECODE_ERRORS = (IndexError, KeyError, struct.error, ValueError, DwarfError)
 
 RangeIndex = tuple[list[int], list[int], list[int]]
+# .debug_aranges: (starts, ends, cu_offsets) sorted, and the CUs they cover
+Aranges = tuple[list[int], list[int], list[int], set[int]]
 
 
 class CU:
@@ -141,7 +143,7 @@ class Dwarf:
         self._abbrev_cache: dict[tuple, AbbrevTable] = {}
         self._abbrev_objs: dict[tuple, Abbrev] = {}  # (declaration bytes, ctx) -> Abbrev
         self._name_cache: dict[int, str | None] = {}
-        self._aranges = None
+        self._aranges: Aranges | None = None
         self._cu_range_index: RangeIndex | None = None
 
     def sec(self, name: str) -> bytes:
@@ -151,10 +153,10 @@ class Dwarf:
             self._lazy[name] = d
         return d
 
-    def uint(self, d, p: int, size: int) -> int:
+    def uint(self, d: bytes, p: int, size: int) -> int:
         return uint(d, p, size, self.E)
 
-    def initial_length(self, d, p: int) -> tuple[int, int, int]:
+    def initial_length(self, d: bytes, p: int) -> tuple[int, int, int]:
         """(unit length, position after it, offset size) of a unit header at p."""
         length = uint(d, p, 4, self.E)
         if length == 0xFFFFFFFF:
@@ -275,7 +277,7 @@ class Dwarf:
             raise DwarfError(f"DIE offset 0x{die_off:x} outside .debug_info")
         return self.cu_at(offs[i])
 
-    def _abbrev_table(self, off: int, ctx) -> AbbrevTable:
+    def _abbrev_table(self, off: int, ctx: Ctx) -> AbbrevTable:
         key = (off, ctx)
         tab = self._abbrev_cache.get(key)
         if tab is None:
@@ -297,7 +299,7 @@ class Dwarf:
             attrs.setdefault(attr, (form, v))
         return attrs, p
 
-    def attr_str(self, cu: CU, form: int, v) -> str | None:
+    def attr_str(self, cu: CU, form: int, v: Any) -> str | None:
         try:
             if form == FORM_STRING:
                 return cstr(self.info, v)
@@ -413,12 +415,12 @@ class Dwarf:
         has code at 0."""
         return hi > lo and not (lo == 0 and self.zero_invalid)
 
-    def aranges(self):
+    def aranges(self) -> Aranges:
         """Sorted (starts, ends, cu_offsets) from .debug_aranges, plus the set of covered CUs."""
         if self._aranges is None:
             d = self.sec(".debug_aranges")
-            items = []
-            covered = set()
+            items: list[tuple[int, int, int]] = []
+            covered: set[int] = set()
             p = 0
             n = len(d)
             while p + 12 <= n:
@@ -442,7 +444,7 @@ class Dwarf:
             )
         return self._aranges
 
-    def _arange_set(self, d, unit: int, q: int, end: int, cu_off: int, items: list) -> None:
+    def _arange_set(self, d: bytes, unit: int, q: int, end: int, cu_off: int, items: list) -> None:
         asz = d[q]
         seg = d[q + 1]
         q += 2
@@ -468,7 +470,7 @@ class Dwarf:
             if self.valid_range(a, a + ln):
                 items.append((a, a + ln, cu_off))
 
-    def cu_range_index(self, exclude) -> RangeIndex:
+    def cu_range_index(self, exclude: Container[int]) -> RangeIndex:
         """Ranges of the CUs not covered by .debug_aranges, from their top DIEs."""
         if self._cu_range_index is None:
             items = []

@@ -4,6 +4,7 @@ from which both the generic decoder here and the generated DIE readers (dies.py)
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from ..errors import CudatraceError
 
@@ -167,7 +168,7 @@ def fixed_size(form: int, ctx: Ctx) -> int | None:
     return None
 
 
-def uleb(d, p: int) -> tuple[int, int]:
+def uleb(d: bytes, p: int) -> tuple[int, int]:
     b = d[p]
     p += 1
     if b < 0x80:
@@ -183,7 +184,7 @@ def uleb(d, p: int) -> tuple[int, int]:
         s += 7
 
 
-def sleb(d, p: int) -> tuple[int, int]:
+def sleb(d: bytes, p: int) -> tuple[int, int]:
     v = 0
     s = 0
     while True:
@@ -197,7 +198,7 @@ def sleb(d, p: int) -> tuple[int, int]:
             return v, p
 
 
-def cstr(d, p: int) -> str:
+def cstr(d: bytes, p: int) -> str:
     e = d.index(0, p)
     return bytes(d[p:e]).decode("utf-8", "replace")
 
@@ -209,7 +210,7 @@ _UNPACK = {
 }
 
 
-def uint(d, p: int, size: int, endian: str) -> int:
+def uint(d: bytes, p: int, size: int, endian: str) -> int:
     """An unsigned integer of size bytes at p."""
     if size == 1:
         return d[p]
@@ -219,7 +220,7 @@ def uint(d, p: int, size: int, endian: str) -> int:
     return int.from_bytes(d[p : p + size], "little" if endian == "<" else "big")
 
 
-def read_form(form: int, d, p: int, ic: int, ctx: Ctx):
+def read_form(form: int, d: bytes, p: int, ic: int, ctx: Ctx) -> tuple[Any, int]:
     """Decode one value: (value, new position). Values: integers (references as stored, relative
     ones not yet made absolute), the position for DW_FORM_string, bytes for 16-byte data, None
     for blocks; DW_FORM_indirect gives ((form, value), position)."""

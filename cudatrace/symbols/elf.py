@@ -7,7 +7,8 @@ import io
 import os
 import struct
 import zlib
-from typing import BinaryIO
+from collections.abc import Iterable
+from typing import Any, BinaryIO
 
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import NoteSection, Section
@@ -16,7 +17,7 @@ from elftools.elf.segments import NoteSegment
 SHF_EXECINSTR = 0x4
 
 
-def _note_build_id(notes, owner: str | None = "GNU") -> bytes | None:
+def _note_build_id(notes: Iterable[Any], owner: str | None = "GNU") -> bytes | None:
     for note in notes:
         if note["n_type"] == "NT_GNU_BUILD_ID" and (owner is None or note["n_name"] == owner):
             desc = note["n_desc"]

@@ -12,6 +12,7 @@ from .dies import (
     TAG_MODULE,
     TAG_NAMESPACE,
     TAG_SUBPROGRAM,
+    Abbrev,
     Reader,
     reader,
     walk,
@@ -32,11 +33,11 @@ def subprograms(dw: Dwarf, cu: CU) -> RangeIndex:
         return cu.subprogs
     items = []
 
-    def visit(ab, r, start, ctx):
+    def visit(ab: Abbrev, r: tuple, start: int, ctx: object) -> object:
         if ab.tag != TAG_SUBPROGRAM:
             return ctx  # a namespace: look inside
         if r[2] is not None or r[4] is not None:
-            for lo, hi in dw.die_ranges(cu, ab, r):
+            for lo, hi in dw.die_ranges(cu, ab, r) or ():
                 if dw.valid_range(lo, hi):
                     items.append((lo, hi, start))
         return None
@@ -66,7 +67,7 @@ def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | 
             by_sp.setdefault(die, []).append(t)
     chains: dict[int, list[Inlined]] = {}
 
-    def visit(ab, r, start, inner):
+    def visit(ab: Abbrev, r: tuple, start: int, inner: list[int]) -> list[int] | None:
         # inner: the targets inside the enclosing scope
         rngs = dw.die_ranges(cu, ab, r)
         tag = ab.tag

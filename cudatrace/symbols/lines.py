@@ -10,6 +10,7 @@ import re
 import struct
 import sys
 from collections.abc import Sequence
+from typing import Any, Literal
 
 from .dwarf import CU, Dwarf
 from .dwarf_forms import (
@@ -101,7 +102,7 @@ def line_header(dw: Dwarf, cu: CU) -> LineHeader:
     return h
 
 
-def _lnct_entries(cu: CU, d, p: int) -> tuple[list[dict], int]:
+def _lnct_entries(cu: CU, d: bytes, p: int) -> tuple[list[dict], int]:
     """DWARF 5 directory or file entries: [{content type: (form, value)}]."""
     nfmt = d[p]
     p += 1
@@ -147,7 +148,7 @@ class FileTable:
         self.cache[index] = p
         return p
 
-    def _str(self, fv) -> str | None:
+    def _str(self, fv: tuple[int, Any] | None) -> str | None:
         if fv is None:
             return None
         form, v = fv
@@ -237,7 +238,7 @@ _SKIP_RX_CACHE: dict[tuple, re.Pattern] = {}
 _LINE_TABLES: dict[tuple, tuple] = {}
 
 
-def _skip_regex(ob: int, std_lens: Sequence[int], extended: bool = True):
+def _skip_regex(ob: int, std_lens: Sequence[int], extended: bool = True) -> re.Pattern[bytes]:
     """A regular expression matching any run of line-program opcodes other than
     DW_LNE_end_sequence and the rarer extended opcodes, for this header's opcode_base and operand
     counts: skipping a sequence with it runs in C and is exact (a tokenizer, not a byte-pattern
@@ -283,7 +284,7 @@ _SEQ_RX_CACHE: dict[tuple, re.Pattern] = {}
 _POSSESSIVE_STAR = b"*+" if sys.version_info >= (3, 11) else b"*"
 
 
-def _sequence_regex(ob: int, std_lens: Sequence[int], asz: int):
+def _sequence_regex(ob: int, std_lens: Sequence[int], asz: int) -> re.Pattern[bytes]:
     """Matches one whole sequence made of ordinary opcodes, set_discriminator and set_address,
     ending with DW_LNE_end_sequence; group 1 is the operand of a leading set_address."""
     key = (ob, tuple(std_lens), asz)
@@ -310,16 +311,18 @@ def _sequence_regex(ob: int, std_lens: Sequence[int], asz: int):
     return rx
 
 
-def _scan_sequences(d, p, end, ob, std_lens, E, asz):
+def _scan_sequences(
+    d: bytes, p: int, end: int, ob: int, std_lens: Sequence[int], E: str, asz: int
+) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]] | None:
     """First pass over a line program, in C through regular expressions: the byte range and
     start address of every sequence, and the DW_LNE_define_file entries. Returns (sequences,
     define_files) with sequences as [(start address, byte start, byte end)], or None when the
     program does not tokenize (then the caller decodes it all)."""
     seq_match = _sequence_regex(ob, std_lens, asz).match
     match = _skip_regex(ob, std_lens).match
-    order = "little" if E == "<" else "big"
+    order: Literal["little", "big"] = "little" if E == "<" else "big"
     seqs = []
-    files = []
+    files: list[tuple[int, int]] = []
     while p < end:
         m = seq_match(d, p, end)
         if m is not None and m.group(1) is not None:
@@ -332,7 +335,8 @@ def _scan_sequences(d, p, end, ob, std_lens, E, asz):
         seq_pos = p
         start = None
         while True:
-            p = match(d, p, end).end()
+            skipped = match(d, p, end)  # the pattern matches an empty run too
+            p = skipped.end() if skipped is not None else p
             if p >= end:
                 if start is not None:
                     seqs.append((start, seq_pos, end))
@@ -365,20 +369,20 @@ def _scan_sequences(d, p, end, ob, std_lens, E, asz):
 
 
 def _decode_rows(
-    d,
-    p,
-    end,
-    min_inst,
-    line_base,
-    line_range,
-    ob,
-    std_lens,
-    targets,
-    res,
-    zero_invalid,
-    E,
-    bend=_INF,
-):
+    d: bytes,
+    p: int,
+    end: int,
+    min_inst: int,
+    line_base: int,
+    line_range: int,
+    ob: int,
+    std_lens: Sequence[int],
+    targets: Sequence[int],
+    res: dict,
+    zero_invalid: bool,
+    E: str,
+    bend: float = _INF,
+) -> None:
     """Run line-program opcodes over [p, end) (one or more sequences), streaming: no row table
     is built. Rows are matched against the sorted targets as addresses increase: a target gets
     the (file, line) of the last row at or below it in a sequence that extends past it. Stops
@@ -398,7 +402,7 @@ def _decode_rows(
     ntargets = len(targets)
     bisect_left = bisect.bisect_left
     u16 = struct.Struct(E + "H").unpack_from
-    order = "little" if E == "<" else "big"
+    order: Literal["little", "big"] = "little" if E == "<" else "big"
     INF = _INF
     address = 0
     file = 1
@@ -406,7 +410,7 @@ def _decode_rows(
     pf = 1
     pl = 1
     k = 0
-    nt = -1  # next target; -1: at the start of a sequence, before any row
+    nt: float = -1  # next target; -1: at the start of a sequence, before any row
     while p < end:
         op = d[p]
         p += 1

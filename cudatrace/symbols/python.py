@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 # layout.h, repeated here only as the names of the values the reader decodes
 LINK_TAG = 0x7079000000000000
@@ -146,7 +148,7 @@ class PyFrame:
 class PyTables:
     """What one trace recorded about Python: code objects and the Python stack tree."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.codes: dict[int, PyCode] = {}
         self.parents: list[int] = [0]
         self.code_ids: list[int] = [0]
@@ -203,7 +205,12 @@ def parse_range(text: str | None) -> tuple[int, int] | None:
         return None
 
 
-def merge(native: list, is_eval, pyframes: list[PyFrame], make) -> list:
+def merge(
+    native: list,
+    is_eval: Callable[[Any], bool],
+    pyframes: list[PyFrame],
+    make: Callable[[PyFrame], Any],
+) -> list:
     """The hybrid stack, innermost first: native frames, each eval-loop frame (is_eval(frame))
     replaced by the run of Python frames it executed (make(PyFrame) builds one frame). Runs left
     over (the native stack was cut at its depth) go outermost; native eval frames left over

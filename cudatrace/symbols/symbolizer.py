@@ -100,7 +100,7 @@ class Symbolizer:
     def __init__(
         self,
         cache_dir: str | Path | None = None,
-        debug_dirs=("/usr/lib/debug",),
+        debug_dirs: str | Path | Iterable[str | Path] = ("/usr/lib/debug",),
         progress: bool | ProgressFactory = False,
         sysroot: str | None = None,
     ):

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import bisect
 import struct
+from collections.abc import Iterable
 
 from .demangle import demangle
+from .elf import Elf
 
 STT_NOTYPE, STT_FUNC, STT_GNU_IFUNC = 0, 2, 10
 STB_LOCAL, STB_GLOBAL, STB_WEAK = 0, 1, 2
 
 
 class SymTab:
-    def __init__(self):
+    def __init__(self) -> None:
         self.starts: list[int] = []
         self.ends: list[int] = []  # start + size (== start for size 0)
         self.name_offs: list[int] = []
@@ -23,7 +25,7 @@ class SymTab:
         self._names: dict[int, str] = {}
 
     @staticmethod
-    def build(tables) -> SymTab:
+    def build(tables: Iterable[tuple[Elf, str]]) -> SymTab:
         """tables: list of (Elf, symtab section name); entries merged into one index."""
         st = SymTab()
         cand: list[tuple[int, int, int, int, int]] = []  # value, rank, size, name, table
