@@ -35,6 +35,22 @@ ct_dlsym_fn ct_real_dlsym_lookup(void)
     return f;
 }
 
+static int dlclose_missing(void *h) { return -1; }
+
+ct_dlclose_fn ct_real_dlclose(void)
+{
+    static ct_dlclose_fn real;
+    ct_dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (f)
+        return f;
+    for (int i = 0; dlsym_versions[i] && !f; i++)
+        f = (ct_dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", dlsym_versions[i]);
+    if (!f)
+        f = dlclose_missing;
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    return f;
+}
+
 /* ---- settings ----------------------------------------------------------------------------- */
 static long env_long(const char *name, long dflt)
 {

@@ -74,6 +74,10 @@ extern CT_HIDDEN ct_dlsym_fn ct_real_dlsym_ptr;
 ct_dlsym_fn ct_real_dlsym_lookup(void);
 /* the glibc version name under which the real dlsym was found ("none" before) */
 const char *ct_real_dlsym_version(void);
+/* the real dlclose (glibc's, by version): the shim exports its own (unwind.c), which forgets
+ * every learned unwind rule; the shim's own handles never unload anything */
+typedef int (*ct_dlclose_fn)(void *);
+ct_dlclose_fn ct_real_dlclose(void);
 static inline ct_dlsym_fn ct_real_dlsym(void)
 {
     ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);
