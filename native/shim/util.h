@@ -42,8 +42,20 @@ struct ct_config {
 extern CT_HIDDEN struct ct_config ct_cfg;
 
 /* Fill ct_cfg from CUDATRACE_* (all but .active). 0: CUDATRACE_DIR unset or unusable, the shim
- * stays pass-through. */
+ * stays pass-through. The environment is read here alone, once (settings.def). */
 int ct_config_load(void);
+
+/* ---- the environment, read once at load (native/include/settings.def) ------------------ */
+enum {
+#define CT_SETTING(ID, ...) CT_SET_##ID,
+#include "settings.def"
+#undef CT_SETTING
+    CT_NSETTINGS
+};
+/* the value (its default when unset or empty; NULL when it has none) */
+const char *ct_setting(int id);
+/* the value as a decimal number; dflt when it is no number */
+long ct_setting_long(int id, long dflt);
 
 /* the clock and the thread id: inline, both are on every event's path */
 static inline uint64_t ct_now_ns(void)

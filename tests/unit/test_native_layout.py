@@ -196,7 +196,9 @@ def test_no_module_cycle_in_the_shim(shim_objects):
     assert cycle is None, _cycle_text(graph, cycle)
     assert not graph["util"], f"util uses other modules: {graph['util']}"
     # entry.c (the exported dlsym / cuGetProcAddress) hands out shim.c's wrappers: the top
-    users = {top: sorted(m for m, deps in graph.items() if top in deps) for top in ("shim", "entry")}
+    users = {
+        top: sorted(m for m, deps in graph.items() if top in deps) for top in ("shim", "entry")
+    }
     assert users == {"shim": ["entry"], "entry": []}, users
 
 
@@ -298,3 +300,61 @@ def test_dl_iterate_phdr_callbacks_take_no_lock():
             assert not re.search(r"(?<![\w.>])" + name + r"\s*\(", bodies[0]), (
                 f"dl_iterate_phdr callback {cb} calls {name}"
             )
+
+
+# ---- the environment: declared once (native/include/settings.def), read in one place ---------
+SETTING_RE = re.compile(r'^CT_SETTING\((\w+),\s*"(\w+)",\s*(CT_SHIM|CT_COMMON|CT_PYTHON),', re.M)
+ENV_NAME_RE = re.compile(r"\bCUDATRACE_[A-Z0-9_]*[A-Z0-9]\b")
+
+
+def declared_settings() -> dict[str, tuple[str, str]]:
+    """{variable: (ID, SCOPE)} of settings.def"""
+    text = (NATIVE / "include" / "settings.def").read_text()
+    return {name: (ident, scope) for ident, name, scope in SETTING_RE.findall(text)}
+
+
+def env_names_used(files) -> dict[str, set[str]]:
+    """{CUDATRACE_* name: files naming it} outside comments' header guards (..._H)"""
+    used: dict[str, set[str]] = {}
+    for f in files:
+        for name in ENV_NAME_RE.findall(f.read_text()):
+            if not name.endswith("_H"):
+                used.setdefault(name, set()).add(f.name)
+    return used
+
+
+def test_every_setting_is_declared_once():
+    decl = declared_settings()
+    assert {"CUDATRACE_DIR", "CUDATRACE_LEDGER", "CUDATRACE_LEDGER_DIR"} <= set(decl), decl
+    text = (NATIVE / "include" / "settings.def").read_text()
+    names = [n for _, n, _ in SETTING_RE.findall(text)]
+    assert len(names) == len(set(names)), "a variable declared twice"
+    product = (
+        [p for p in (REPO / "cudatrace").rglob("*.py")] + _sources(NATIVE) + _sources(REPO / "sim")
+    )
+    undeclared = {n: sorted(fs) for n, fs in env_names_used(product).items() if n not in decl}
+    assert not undeclared, f"CUDATRACE_* variables not in settings.def: {undeclared}"
+
+
+def test_the_shim_reads_the_environment_in_util_c_only():
+    bad = []
+    for f in _sources(NATIVE / "shim"):
+        text = re.sub(r"/\*.*?\*/", "", f.read_text(), flags=re.S)
+        if f.name != "util.c" and re.search(r"\b(getenv|secure_getenv|environ)\b", text):
+            bad.append(f.name)
+    assert not bad, f"read the environment through ct_setting() (util.h): {bad}"
+    shim_text = "\n".join(p.read_text() for p in _sources(NATIVE / "shim"))
+    unused = [
+        ident
+        for ident, scope in declared_settings().values()
+        if scope == "CT_SHIM" and f"CT_SET_{ident}" not in shim_text
+    ]
+    assert not unused, f"settings declared for the shim that it never reads: {unused}"
+
+
+def test_the_settings_checks_catch_breaches():
+    assert ENV_NAME_RE.findall('getenv("CUDATRACE_NEW_KNOB") CUDATRACE_UTIL_H') == [
+        "CUDATRACE_NEW_KNOB",
+        "CUDATRACE_UTIL_H",
+    ]
+    assert "CUDATRACE_NEW_KNOB" not in declared_settings()
