@@ -25,7 +25,7 @@ void *ct_real_ptr[CT_NSLOTS];
 static void *cuda_handle; /* libcuda as the program opened it */
 static void *nvml_handle;
 
-void ct_route_set_handle(int layer, void *handle)
+CT_NO_SANITIZE void ct_route_set_handle(int layer, void *handle)
 {
     if (layer == CT_LAYER_DRIVER)
         __atomic_store_n(&cuda_handle, handle, __ATOMIC_RELEASE);
@@ -104,7 +104,7 @@ const char *ct_api_name(uint16_t api)
     return "?";
 }
 
-void ct_route_keep_real(int slot, void *p)
+CT_NO_SANITIZE void ct_route_keep_real(int slot, void *p)
 {
     void *expected = NULL;
     __atomic_compare_exchange_n(&ct_real_ptr[slot], &expected, p, 0, __ATOMIC_ACQ_REL,

@@ -77,9 +77,9 @@ void *ct_driver_sym(const char *name);
 void *ct_nvml_sym(const char *name);
 
 /* the entry points (entry.c) found the real p of a slot: keep the first one found */
-void ct_route_keep_real(int slot, void *p);
+CT_NO_SANITIZE void ct_route_keep_real(int slot, void *p);
 /* the handle the program reached a hooked library through (CT_LAYER_DRIVER / _NVML): the
  * shim's own driver and NVML queries use it */
-void ct_route_set_handle(int layer, void *handle);
+CT_NO_SANITIZE void ct_route_set_handle(int layer, void *handle);
 
 #endif

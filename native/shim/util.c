@@ -21,7 +21,7 @@ static const char *real_dlsym_version = "none";
 
 const char *ct_real_dlsym_version(void) { return real_dlsym_version; }
 
-ct_dlsym_fn ct_real_dlsym_lookup(void)
+CT_NO_SANITIZE ct_dlsym_fn ct_real_dlsym_lookup(void)
 {
     ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);
     if (f)

@@ -15,6 +15,10 @@
 /* on extern data of the library: addressed directly, not through the GOT (hot path) */
 #define CT_HIDDEN __attribute__((visibility("hidden")))
 #define CT_TLS __thread __attribute__((tls_model("initial-exec")))
+/* on what may run before a sanitizer's runtime is set up (its own start-up looks functions up
+ * through dlsym(RTLD_NEXT, ...), reaching the shim's dlsym): never instrumented, so the
+ * sanitizers' build (native/Makefile: sanitize) loads; no effect on a normal build */
+#define CT_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 #define CT_SHIM_VERSION "0.1.0"
 #define CT_MAX_DEPTH 256
 
@@ -83,7 +87,7 @@ void ct_log(const char *a, const char *b, const char *c, const char *d);
 /* ---- the real dlsym (glibc's), found by version ------------------------------------- */
 typedef void *(*ct_dlsym_fn)(void *, const char *);
 extern CT_HIDDEN ct_dlsym_fn ct_real_dlsym_ptr;
-ct_dlsym_fn ct_real_dlsym_lookup(void);
+CT_NO_SANITIZE ct_dlsym_fn ct_real_dlsym_lookup(void);
 /* the glibc version name under which the real dlsym was found ("none" before) */
 const char *ct_real_dlsym_version(void);
 /* the real dlclose (glibc's, by version): the shim exports its own (unwind.c), which forgets
