@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from support.paths import REPO
+from support.cli import checkout_env, cudatrace
 
 pytest_plugins = ["support.sim_fixtures"]  # `sim`: the session-scoped simulated driver
 
@@ -41,23 +40,14 @@ class CT:
     def env(self, **sim_opts) -> dict:
         env = dict(os.environ)
         env.update(self.sim.env(**sim_opts))
-        env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-        env.setdefault("CUDATRACE_CACHE", str(self.base / "symcache"))
-        return env
+        return checkout_env(env, cache=self.base / "symcache")
 
     def new_dir(self) -> Path:
         self.n += 1
         return self.base / ("trace%d" % self.n)
 
     def cli(self, *args, env=None, timeout=120, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "cudatrace", *map(str, args)],
-            env=env or self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            **kw,
-        )
+        return cudatrace(env or self.env(), *args, timeout=timeout, **kw)
 
     def run(self, cmd, *opts, out=None, env=None, timeout=120, sim_opts=None):
         out = out or self.new_dir()

@@ -22,9 +22,10 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from test_kvpool import LAYERS, WEIGHTS, WORKSPACE, GiB, kvpool, thor_env  # noqa: F401
 
 from support import tracegen
+from support.cli import checkout_env, cudatrace
+from support.kvpool import LAYERS, WEIGHTS, WORKSPACE, GiB, kvpool, thor_env  # noqa: F401
 from support.paths import REPO  # noqa: E402
 
 FORMATS = ("folded", "pprof", "speedscope", "memory-viz", "perfetto")
@@ -32,14 +33,7 @@ KV = "allocate_layer_kv"
 
 
 def cli(env, *args, timeout=300):
-    return subprocess.run(
-        [sys.executable, "-m", "cudatrace", *map(str, args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        cwd=str(REPO),
-    )
+    return cudatrace(env, *args, timeout=timeout, cwd=str(REPO))
 
 
 def _ok(r):
@@ -85,8 +79,7 @@ def scen(tmp_path_factory):
     base = tmp_path_factory.mktemp("export-scen")
     elf = tracegen.build_fixture_elf(base / "elf")
     figures = tracegen.write_scenario(base / "trace", elf=elf)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_")}
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env = checkout_env({k: v for k, v in os.environ.items() if not k.startswith("CUDASIM_")})
     env["CUDATRACE_CACHE"] = str(base / "symcache")
     run = Run(base / "trace", env, base)
     run.figures = figures

@@ -20,8 +20,18 @@ import time
 from pathlib import Path
 
 import pytest
-from test_kvpool import LAYERS, PAGE, WEIGHTS, WORKSPACE, GiB, cli, kvpool, thor_env, trace  # noqa: F401
 
+from support.cli import cudatrace as cli
+from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
+    LAYERS,
+    PAGE,
+    WEIGHTS,
+    WORKSPACE,
+    GiB,
+    kvpool,
+    thor_env,
+    trace,
+)
 from support.paths import REPO  # noqa: E402
 
 

@@ -13,86 +13,29 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from support.paths import EXAMPLES, REPO
+from support.cli import cudatrace as cli
+from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
+    LAYERS,
+    PAGE,
+    THOR,
+    WEIGHTS,
+    WORKSPACE,
+    GiB,
+    kvpool,
+    thor_env,
+    trace,
+)
+from support.paths import REPO
 
-EXAMPLE = EXAMPLES / "kv-pool"
-
-GiB = 1 << 30
-MiB = 1 << 20
-LAYERS = 28
-PAGE = 2 * 16 * 8 * 128 * 2  # K+V, 16 tokens, 8 kv heads, head 128, 2 bytes
-WEIGHTS = 1_400_000_000
-WORKSPACE = 256 * MiB
-THOR = 122 * GiB
 SITE = ("allocate_layer_kv", "allocate_kv_cache")
 
 
 # ---- fixtures -------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def kvpool(sim, tmp_path_factory) -> Path:
-    """kvpool built by its Makefile against the simulated libcuda (cc directly without make)."""
-    out = tmp_path_factory.mktemp("kvpool")
-    if shutil.which("make"):
-        cmd = [
-            "make",
-            "-s",
-            "-C",
-            str(EXAMPLE),
-            f"LIBCUDA_DIR={sim.lib}",
-            f"OUT={out}",
-        ]
-    else:
-        cmd = [
-            os.environ.get("CC", "cc"),
-            "-O1",
-            "-g",
-            "-fno-omit-frame-pointer",
-            "-rdynamic",
-            "-o",
-            str(out / "kvpool"),
-            str(EXAMPLE / "kvpool.c"),
-            f"-L{sim.lib}",
-            "-ldl",
-            "-lcuda",
-        ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert (out / "kvpool").is_file()
-    return out / "kvpool"
-
-
-def thor_env(sim, base: Path, **extra) -> dict:
-    """A Jetson Thor-like simulated device, shared by the processes of one test."""
-    env = sim.env(state=sim.new_state(), total_bytes=THOR, integrated=1, **extra)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("CUDATRACE_CACHE", str(base / "symcache"))
-    return env
-
-
-def cli(env, *args, timeout=180, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cudatrace", *map(str, args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        **kw,
-    )
-
-
-def trace(env, out: Path, kvpool: Path, *flags, opts=()) -> subprocess.CompletedProcess:
-    r = cli(env, "run", "-o", out, *opts, "--", kvpool, *flags)
-    r.out = out
-    return r
 
 
 @pytest.fixture(scope="module")

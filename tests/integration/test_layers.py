@@ -12,7 +12,6 @@ budget denial must name the KV code.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -21,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from support.paths import PROGS, REPO
+from support.cli import checkout_env, cudatrace
+from support.paths import PROGS
 
 MiB = 1 << 20
 LAYER_FUNCS = {"tensor_create", "pool_obtain", "device_take"}
@@ -53,20 +53,13 @@ def need(progs, name):
 
 
 def cli(env, *args, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cudatrace", *map(str, args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        **kw,
-    )
+    return cudatrace(env, *args, **kw)
 
 
 @pytest.fixture(scope="module")
 def env(sim, tmp_path_factory):
     e = sim.env(state=sim.new_state(), total_bytes=80 << 30)
-    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    e = checkout_env(e)
     e["CUDATRACE_CACHE"] = str(tmp_path_factory.mktemp("symcache"))
     e["COLUMNS"] = "200"
     return e

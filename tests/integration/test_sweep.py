@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import signal
 import socket
@@ -26,16 +25,17 @@ import pytest
 from click.testing import CliRunner
 
 from cudatrace.analyze import laws
+from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
+    LAYERS,
+    PAGE,
+    WEIGHTS,
+    WORKSPACE,
+    GiB,
+    MiB,
+    kvpool,
+    thor_env,
+)
 from support.paths import REPO  # noqa: E402
-
-EXAMPLE = REPO / "examples" / "kv-pool"
-GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
-LAYERS = 28
-PAGE = 2 * 16 * 8 * 128 * 2  # one block of one layer: 64 KiB
-WEIGHTS = 1_400_000_000
-WORKSPACE = 256 * MiB
-THOR = 122 * GiB
-
 
 # ---- the law math ----------------------------------------------------------------------------
 
@@ -154,34 +154,6 @@ def test_grid_additive_when_products_undetermined():
 
 
 # ---- the command: fixtures -------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def kvpool(sim, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("kvpool")
-    cmd = [
-        os.environ.get("CC", "cc"),
-        "-O1",
-        "-g",
-        "-fno-omit-frame-pointer",
-        "-rdynamic",
-        "-o",
-        str(out / "kvpool"),
-        str(EXAMPLE / "kvpool.c"),
-        f"-L{sim.lib}",
-        "-ldl",
-        "-lcuda",
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stdout + r.stderr
-    return out / "kvpool"
-
-
-def thor_env(sim, base: Path) -> dict:
-    env = sim.env(state=sim.new_state(), total_bytes=THOR, integrated=1)
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.setdefault("CUDATRACE_CACHE", str(base / "symcache"))
-    return env
 
 
 def sweep(env, *args, timeout=300, **kw) -> subprocess.CompletedProcess:

@@ -20,10 +20,10 @@ import difflib
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from . import tracegen as tg
+from .cli import checkout_env, cudatrace
 from .paths import REPO, TESTS
 from .synthelf import write_elf
 
@@ -182,22 +182,15 @@ def cli(base: Path, *args) -> subprocess.CompletedProcess:
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("CUDATRACE_", "LC_", "COLUMNS"))
     }
+    env = checkout_env(env)
     env.update(
-        PYTHONPATH=str(REPO) + os.pathsep + env.get("PYTHONPATH", ""),
         CUDATRACE_CACHE=str(base / "symcache"),
         COLUMNS="100",
         TZ="UTC",
         LANG="C.UTF-8",
         NO_COLOR="1",
     )
-    return subprocess.run(
-        [sys.executable, "-m", "cudatrace", *map(str, args)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=base,
-    )
+    return cudatrace(env, *args, timeout=120, cwd=base)
 
 
 def normalize(text: str, base: Path) -> str:
