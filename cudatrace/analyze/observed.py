@@ -130,7 +130,7 @@ class Observed:
         traced_at(times) gives the traced live bytes at each sample's time, so every observed
         figure is set beside what the trace held at that very moment."""
 
-        def sec(ts):
+        def sec(ts: int) -> float:
             return round((ts - start_ns) / 1e9, 6)
 
         per_process = self.per_process_for(device)
@@ -246,9 +246,7 @@ class Observed:
                 v, t = max(vals, key=lambda x: (x[0], -x[1]))
                 mx.update({key: v, key + "_time": sec(t)})
         avail = [
-            (x.get("mem_available"), x["t"])
-            for x in self.samples
-            if x.get("mem_available") is not None
+            (x["mem_available"], x["t"]) for x in self.samples if x.get("mem_available") is not None
         ]
         if avail:
             v, t = min(avail, key=lambda x: (x[0], x[1]))

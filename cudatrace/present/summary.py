@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TextIO
 
 from ..analyze.analysis import Analysis, implausible
 from ..analyze.names import fit
@@ -12,7 +13,7 @@ from ..units import format_bytes, printable
 from .text import term_width
 
 
-def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
+def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> None:
     a = Analysis(out_dir)
     td, m = a.td, a.model
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -308,8 +309,8 @@ def setup_ledger(
     group: str | None,
     on_exceed: str = "fail",
     count_host: bool = False,
-    notify=None,
-):
+    notify: Callable[..., object] | None = None,
+) -> tuple[ledger_mod.RunLedger, dict]:
     """For `cudatrace run`: parse and resolve SPEC, then open the ledger the process tree will
     share (the group's, or a private one). Returns (RunLedger: .path .summary() .finish(),
     info dict for run.json). Raises BudgetError (bad or unresolvable spec) or

@@ -17,7 +17,7 @@ DRIVER_LIBRARY = "libcuda.so.1"
 class Driver:
     """`available` False (with `why`) where there is no usable driver."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.available = False
         self.why = ""
         self.version: int | None = None
@@ -49,7 +49,7 @@ class Driver:
             name = ctypes.create_string_buffer(256)
             total = c_size_t(0)
             integ = c_int(0)
-            row = {"ordinal": ordinal}
+            row: dict[str, int | str | bool] = {"ordinal": ordinal}
             if lib.cuDeviceGetName(name, 256, dev) == 0:
                 row["name"] = name.value.decode(errors="replace")
             if lib.cuDeviceTotalMem_v2(byref(total), dev) == 0:

@@ -16,7 +16,7 @@ from .. import tracedir
 DENIALS_FILE = tracedir.DENIALS
 
 
-def append_denials(trace_dir: Path, denials) -> None:
+def append_denials(trace_dir: Path, denials: list[dict] | None) -> None:
     """Keep what the launcher printed about denials (a list of dicts) in denials.jsonl."""
     if not denials:
         return

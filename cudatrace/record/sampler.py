@@ -134,18 +134,18 @@ class Sampler(threading.Thread):
         self.bounded = bounded
         self.interval = interval
         self._halt = threading.Event()
-        self.nvml = None
+        self.nvml: Nvml | None = None  # loaded by the thread
         self.count = 0
-        self.error = None
+        self.error: str | None = None
 
-    def run(self):
-        self.nvml = Nvml()
+    def run(self) -> None:
+        nvml = self.nvml = Nvml()
         try:
-            self._loop()
+            self._loop(nvml)
         except OSError as e:  # a full disk, a planted link: stop sampling, never a traceback
             self.error = f"{e.filename or self.out}: {e.strerror or e}"
 
-    def _loop(self):
+    def _loop(self, nvml: Nvml) -> None:
         log = BoundedLog(self.out) if self.bounded else FullLog(self.out)
         try:
             while True:
@@ -159,14 +159,14 @@ class Sampler(threading.Thread):
                     "mem_free": mi.get("MemFree"),
                     "tree_rss": rss_of(pids),
                 }
-                devs = self.nvml.memory() if self.nvml.available else []
+                devs = nvml.memory() if nvml.available else []
                 if not any("used" in d for d in devs):
                     # no device figures (integrated devices: NVML says NOT_SUPPORTED): device
                     # memory is host RAM there, and PSS is the tree's fair share of it
                     s["tree_pss"] = pss_of(pids)
-                if self.nvml.available:
+                if nvml.available:
                     s["devices"] = devs
-                    procs = self.nvml.processes()
+                    procs = nvml.processes()
                     tree = set(pids)
                     s["tree_device_bytes"] = {
                         str(d): sum(b for p, b in m.items() if p in tree) for d, m in procs.items()
@@ -178,7 +178,7 @@ class Sampler(threading.Thread):
         finally:
             log.close()
 
-    def stop(self):
+    def stop(self) -> None:
         self._halt.set()
         self.join(timeout=2)
 

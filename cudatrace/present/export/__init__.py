@@ -19,8 +19,13 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from ...errors import CudatraceError
+
+if TYPE_CHECKING:
+    from .view import View
 
 EXTRA = "export"  # pip install 'cudatrace[export]'
 
@@ -38,7 +43,7 @@ class Exporter:
     suffix: str  # the usual file name ending
     needs: tuple = ()  # importable modules that the `export` extra installs
 
-    def load(self):
+    def load(self) -> ModuleType:
         missing = [m for m in self.needs if not _importable(m)]
         if missing:
             raise ExportError(
@@ -48,7 +53,7 @@ class Exporter:
             )
         return importlib.import_module("." + self.module, __name__)
 
-    def write(self, view, path: Path) -> dict:
+    def write(self, view: View, path: Path) -> dict:
         """Write the file; returns a short summary (what was written, for the command's line)."""
         return self.load().write(view, Path(path))
 

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .view import View
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 
@@ -18,7 +22,7 @@ def escape(name: str) -> str:
     return _CONTROL.sub(" ", name.replace(";", "\uff1b")).strip() or "?"
 
 
-def lines(view) -> list[tuple[str, int]]:
+def lines(view: View) -> list[tuple[str, int]]:
     """(folded stack, bytes), largest first; stacks with the same names are merged."""
     stacks = view.live_stacks()
     view.prepare(stacks)
@@ -31,7 +35,7 @@ def lines(view) -> list[tuple[str, int]]:
     return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def write(view, path: Path) -> dict:
+def write(view: View, path: Path) -> dict:
     out = lines(view)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for key, nbytes in out:

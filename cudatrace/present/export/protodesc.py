@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from ...errors import CudatraceError
 
@@ -48,7 +49,7 @@ class ProtoError(CudatraceError):
     """A .proto file this reader cannot read."""
 
 
-def parse(text: str, name: str = "file.proto"):
+def parse(text: str, name: str = "file.proto") -> Any:
     """A FileDescriptorProto for the .proto text."""
     from google.protobuf import descriptor_pb2
 

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ... import __version__
 from ...analyze.sites import NO_STACK
 
+if TYPE_CHECKING:
+    from .view import View
+
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
 
-def build(view) -> dict:
+def build(view: View) -> dict:
     stacks = view.live_stacks()
     view.prepare(stacks)
     frames: list[dict] = []
@@ -70,7 +74,7 @@ def build(view) -> dict:
     }
 
 
-def write(view, path: Path) -> dict:
+def write(view: View, path: Path) -> dict:
     doc = build(view)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, separators=(",", ":"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Iterable
 
 from ...analyze.analysis import Analysis
 from ...analyze.model import Alloc
@@ -75,7 +76,7 @@ class View:
         return m.at(mom["ts_ns"], self.device)
 
     # ---- attribution ----
-    def prepare(self, keys) -> None:
+    def prepare(self, keys: Iterable[tuple[int, int]]) -> None:
         """Symbolize the given (trace, leaf) stacks at once (module by module)."""
         self.a.stacks.prepare({k for k in keys if k[1]})
 
