@@ -20,12 +20,9 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import Any
 
 from ...errors import CudatraceError
-
-if TYPE_CHECKING:
-    from .view import View
 
 EXTRA = "export"  # pip install 'cudatrace[export]'
 
@@ -53,7 +50,7 @@ class Exporter:
             )
         return importlib.import_module("." + self.module, __name__)
 
-    def write(self, view: View, path: Path) -> dict:
+    def write(self, view: Any, path: Path) -> dict:  # view: a view.View (imported by it)
         """Write the file; returns a short summary (what was written, for the command's line)."""
         return self.load().write(view, Path(path))
 
