@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 from click.testing import CliRunner
@@ -14,6 +13,7 @@ from cudatrace.commands.diff import run_diff
 from cudatrace.errors import CudatraceError
 from cudatrace.present.diff import SCHEMA, diff, render_text
 from support import tracegen as tg
+from support.fixture_elf import elf, fake_sym  # noqa: F401  (fixtures)
 from support.schemas import validate
 
 MiB = tg.MiB
@@ -22,14 +22,8 @@ T = tg.BASE_TS
 
 
 @pytest.fixture(scope="module")
-def elf(tmp_path_factory):
-    assert shutil.which("gcc"), "gcc is needed to build the fixture program"
-    return tg.build_fixture_elf(tmp_path_factory.mktemp("elf"))
-
-
-@pytest.fixture(scope="module")
-def sym(elf):
-    return tg.FakeSymbolizer(elf, tg.elf_symbols(elf))
+def sym(fake_sym):
+    return fake_sym
 
 
 def run(d, elf, base, plan):

@@ -18,23 +18,12 @@ from cudatrace.errors import CudatraceError
 from cudatrace.present.report import render_text
 from cudatrace.units import parse_time
 from support import tracegen as tg
+from support.fixture_elf import elf, fake_sym  # noqa: F401  (fixtures)
 from support.schemas import validate
 
 GiB, MiB = tg.GiB, tg.MiB
-HAVE_GCC = shutil.which("gcc") is not None
 
 FakeSymbolizer = tg.FakeSymbolizer
-
-
-@pytest.fixture(scope="module")
-def elf(tmp_path_factory):
-    assert HAVE_GCC, "gcc is needed to build the fixture program"
-    return tg.build_fixture_elf(tmp_path_factory.mktemp("elf"))
-
-
-@pytest.fixture(scope="module")
-def fake_sym(elf):
-    return FakeSymbolizer(elf, tg.elf_symbols(elf))
 
 
 @pytest.fixture(scope="module")
