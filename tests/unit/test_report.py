@@ -23,8 +23,6 @@ from support.schemas import validate
 
 GiB, MiB = tg.GiB, tg.MiB
 
-FakeSymbolizer = tg.FakeSymbolizer
-
 
 @pytest.fixture(scope="module")
 def scen(tmp_path_factory, elf):
