@@ -47,3 +47,12 @@ def test_shim_version_matches_the_package():
     m = re.search(r'#define\s+CT_SHIM_VERSION\s+"([^"]+)"', util_h)
     assert m, "CT_SHIM_VERSION not found in native/shim/util.h"
     assert m.group(1) == cudatrace.__version__
+
+
+def test_changelog_has_the_version():
+    """CHANGELOG.md has a section for the version (or an Unreleased one above it)."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    heads = re.findall(r"^## (.+)$", text, re.M)
+    assert heads, "CHANGELOG.md has no sections"
+    assert any(h.split(",")[0].strip() == cudatrace.__version__ for h in heads), heads
+    assert heads[0].startswith(("Unreleased", cudatrace.__version__)), heads[0]
