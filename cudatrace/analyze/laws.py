@@ -17,14 +17,20 @@ and asks, for the peak and for each call site, what law the bytes live at the pe
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations
+from typing import Union
 
 REL_TOL = 0.01  # "flat" and "affine within": residuals up to 1% of the largest value
 
 
-def _frac(v) -> Fraction:
+# a knob value or a byte count: exact where it can be
+Num = Union[int, float, Fraction]
+
+
+def _frac(v: Num) -> Fraction:
     if isinstance(v, Fraction):
         return v
     if isinstance(v, float):
@@ -100,10 +106,10 @@ class LSQ:
             return None
         return math.sqrt(float(self.ss_res / self.dof))
 
-    def value(self, row) -> Fraction:
+    def value(self, row: Sequence[Num]) -> Fraction:
         return sum((c * _frac(x) for c, x in zip(self.coef, row)), Fraction(0))
 
-    def predict(self, row) -> tuple[float, float | None]:
+    def predict(self, row: Sequence[Num]) -> tuple[float, float | None]:
         """(value, standard error of a new observation there); the error is None with no
         degree of freedom left."""
         y = float(self.value(row))
@@ -115,7 +121,7 @@ class LSQ:
         return y, s * math.sqrt(float(1 + lev))
 
 
-def fit(rows, ys) -> LSQ | None:
+def fit(rows: Sequence[Sequence[Num]], ys: Sequence[Num]) -> LSQ | None:
     """Least squares of ys on rows (a list of equal-length rows); None when the columns are not
     independent on these rows (too few distinct points)."""
     X = [[_frac(v) for v in r] for r in rows]
@@ -175,7 +181,7 @@ class Affine:
     def exact(self) -> bool:
         return self.lsq.exact
 
-    def predict(self, x) -> tuple[float, float | None]:
+    def predict(self, x: Num) -> tuple[float, float | None]:
         return self.lsq.predict([1, x])
 
     def as_json(self) -> dict:
@@ -189,12 +195,12 @@ class Affine:
         }
 
 
-def _num(v: Fraction):
+def _num(v: Fraction) -> int | float:
     """An exact integer stays an int; anything else a float."""
     return int(v) if v.denominator == 1 else float(v)
 
 
-def fit_affine(xs, ys) -> Affine | None:
+def fit_affine(xs: Sequence[Num], ys: Sequence[Num]) -> Affine | None:
     """The affine least-squares law; None with fewer than two distinct xs."""
     if len({_frac(x) for x in xs}) < 2:
         return None
@@ -210,11 +216,11 @@ class Power:
     exponent: float
     r2: float
 
-    def predict(self, x) -> float:
+    def predict(self, x: Num) -> float:
         return self.coef * float(x) ** self.exponent
 
 
-def fit_power(xs, ys) -> Power | None:
+def fit_power(xs: Sequence[Num], ys: Sequence[Num]) -> Power | None:
     if len(xs) < 2 or any(float(x) <= 0 for x in xs) or any(float(y) <= 0 for y in ys):
         return None
     lx = [math.log(float(x)) for x in xs]
@@ -262,7 +268,7 @@ class Law:
     def is_affine(self) -> bool:
         return self.kind in ("flat", "affine")
 
-    def predict(self, x) -> tuple[float | None, float | None, str]:
+    def predict(self, x: Num) -> tuple[float | None, float | None, str]:
         """(value, standard error or None, how): by the power law when that is the law, else by
         the affine fit."""
         if self.kind == "power" and self.power is not None:
@@ -277,7 +283,7 @@ class Law:
         return y, se, "flat" if self.kind == "flat" else "affine fit"
 
 
-def classify(xs, ys, rel_tol: float = REL_TOL) -> Law:
+def classify(xs: Sequence[Num], ys: Sequence[Num], rel_tol: float = REL_TOL) -> Law:
     """The law of ys (bytes) along xs (the knob's values, distinct)."""
     pts = sorted(zip(xs, ys), key=lambda p: _frac(p[0]))
     X = [_frac(x) for x, _ in pts]
@@ -387,14 +393,14 @@ class GridLaw:
     def r2(self) -> float:
         return self.lsq.r2
 
-    def row(self, values) -> list[Fraction]:
+    def row(self, values: Sequence[Num]) -> list[Fraction]:
         v = [_frac(x) for x in values]
         return [math.prod((v[i] for i in t), start=Fraction(1)) for t in self.terms]
 
-    def predict(self, values) -> tuple[float, float | None]:
+    def predict(self, values: Sequence[Num]) -> tuple[float, float | None]:
         return self.lsq.predict(self.row(values))
 
-    def partial_slope(self, knob: int, values) -> float:
+    def partial_slope(self, knob: int, values: Sequence[Num]) -> float:
         """d bytes / d knob at the point `values` (the other knobs as given)."""
         v = [_frac(x) for x in values]
         s = Fraction(0)
@@ -422,7 +428,9 @@ class GridLaw:
         }
 
 
-def fit_grid(points, ys, names) -> GridLaw | None:
+def fit_grid(
+    points: Sequence[Sequence[Num]], ys: Sequence[Num], names: Sequence[str]
+) -> GridLaw | None:
     """points: one tuple of knob values per run. The multilinear law when the grid determines
     it, else the additive one; terms whose coefficient is exactly zero are dropped and the rest
     refitted, so `1.75 MiB x blocks x layers` shows as one term. None when not even the additive
@@ -446,6 +454,8 @@ def fit_grid(points, ys, names) -> GridLaw | None:
     return None
 
 
-def _grid_fit(points, ys, terms) -> LSQ | None:
+def _grid_fit(
+    points: Sequence[Sequence[Num]], ys: Sequence[Num], terms: Sequence[tuple]
+) -> LSQ | None:
     rows = [[math.prod((_frac(p[i]) for i in t), start=Fraction(1)) for t in terms] for p in points]
     return fit(rows, ys)
