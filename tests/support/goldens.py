@@ -146,7 +146,7 @@ def _write_sweep(d: Path, fr: tg.Frames) -> Path:
                 "command": argv,
                 "directory": str(rd),
                 "output": str(rd / "output.log"),
-                "ended": {"how": "exit", "text": "exited 0", "status": 0},
+                "ended": {"how": "exited", "text": "exited 0", "status": 0},
                 "included": True,
                 "seconds": 1.0,
                 "peak_bytes": 1,  # re-measured from the traces by --from
