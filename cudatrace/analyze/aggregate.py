@@ -17,6 +17,7 @@ report gives the range it lies in).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from .trace import C, Trace, layout
 
@@ -76,7 +77,7 @@ def read_snapshot(records: list[bytes]) -> Snapshot | None:
     return Snapshot(head, groups, keys, nslots, nvalid)
 
 
-def _allocs(k: dict, count: int, nbytes: int):
+def _allocs(k: dict, count: int, nbytes: int) -> list[int]:
     """(size) of each of count allocations of key k holding nbytes together."""
     if not count:
         return []
@@ -184,7 +185,7 @@ def apply_snapshots(t: Trace) -> None:
     t.events = merged
 
 
-def adjust_model(m) -> None:
+def adjust_model(m: Any) -> None:  # m: a model.Model (which imports this module)
     """Counts the replay took from synthetic events, put back to the run's own."""
     K = C()
     host_g = K["CT_SNAP_HOST_GROUP"]
@@ -221,7 +222,7 @@ def adjust_model(m) -> None:
                 m.device_allocs[g["device"]] = g["allocs"]
 
 
-def notes(a) -> dict:
+def notes(a: Any) -> dict:  # a: an analysis.Analysis (which imports this module)
     """What the report says of aggregate (and damaged) traces: {"warnings": [...], "json":
     {...} or None when no trace of the run is an aggregate one}."""
     damaged = [

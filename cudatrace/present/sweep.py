@@ -8,7 +8,7 @@ KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 UNITS = (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
 
 
-def readable(v) -> str:
+def readable(v: float) -> str:
     """Bytes, maybe fractional or negative: '0.5 B', '17 B', '1.75 MiB', '28.0 GiB'."""
     v = float(v)
     if v < 0:
@@ -72,8 +72,8 @@ def _intercept(v: float) -> str:
     return (f"- {readable(-v)}") if v < 0 else (f"+ {readable(v)}")
 
 
-def _points(points, knob: dict | None) -> str:
-    def val(x):
+def _points(points: list, knob: dict | None) -> str:
+    def val(x: float) -> str:
         if knob is not None and knob["unit"] == "bytes":
             return size_spec(int(x)) if x else "0"
         return f"{x:g}"
@@ -316,7 +316,7 @@ def render(d: dict) -> str:
             w("  no law to predict from")
         else:
 
-            def pm(x):
+            def pm(x: float | None) -> str:
                 return "" if x is None else f" +- {readable(x)}"
 
             rows = [

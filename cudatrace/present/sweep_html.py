@@ -42,7 +42,7 @@ def _label(k: dict) -> str:
     return k["flag"] or k["placeholder"]
 
 
-def _xtext(k: dict, x) -> str:
+def _xtext(k: dict, x: float) -> str:
     """A knob value as the user wrote it, else in readable units."""
     if x in k["numbers"]:
         return k["values"][k["numbers"].index(x)]
@@ -103,10 +103,10 @@ def chart(doc: dict, s: dict) -> str:
     ymax = yt[-1] or 1
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
 
-    def px(x):
+    def px(x: float) -> float:
         return LEFT + (pw * (x - x0) / (x1 - x0) if x1 > x0 else pw / 2)
 
-    def py(y):
+    def py(y: float) -> float:
         return TOP + ph - ph * max(0.0, y) / ymax
 
     groups: dict = {}

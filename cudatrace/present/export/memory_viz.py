@@ -27,16 +27,20 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ... import __version__
-from ...analyze.model import ADDR, AUX, AUX2
+from ...analyze.model import ADDR, AUX, AUX2, Alloc
 from ...analyze.sites import NO_STACK
+
+if TYPE_CHECKING:
+    from .view import View
 
 PROTOCOL = 4
 SHIFT = 48
 
 
-def build(view) -> dict:
+def build(view: View) -> dict:
     m = view.model
     live_ids = {(x.trace, x.index) for x in view.live_allocations()}
     allocs = sorted((x for x in m.lifetimes() if view.included(x)), key=lambda x: x.seq)
@@ -170,11 +174,11 @@ def build(view) -> dict:
     }
 
 
-def _addr(x) -> int:
+def _addr(x: Alloc) -> int:
     return x.event[ADDR]
 
 
-def _shifts(allocs, slot) -> dict[tuple[int, int], int]:
+def _shifts(allocs: list[Alloc], slot: dict[int, int]) -> dict[tuple[int, int], int]:
     """(device slot, trace) -> what to add to its addresses so that processes sharing a device
     never share an address range in the viewer (0 for the first process of each device and
     wherever no ranges overlap)."""
@@ -195,7 +199,7 @@ def _shifts(allocs, slot) -> dict[tuple[int, int], int]:
     return out
 
 
-def write(view, path: Path) -> dict:
+def write(view: View, path: Path) -> dict:
     snap = build(view)
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=PROTOCOL)

@@ -19,10 +19,14 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ... import __version__
 from ...analyze.sites import NO_STACK
 from .protodesc import message_classes
+
+if TYPE_CHECKING:
+    from .view import View
 
 PROTO = Path(__file__).with_name("profile.proto")
 _classes: dict = {}
@@ -36,7 +40,7 @@ def classes() -> dict:
 
 
 class _Strings:
-    def __init__(self, table):
+    def __init__(self, table: Any) -> None:  # a repeated string field of the Profile
         self.table = table
         self.index: dict[str, int] = {}
         self("")
@@ -50,7 +54,7 @@ class _Strings:
         return i
 
 
-def build(view):
+def build(view: View) -> Any:
     """The Profile message of the view."""
     Profile = classes()["Profile"]
     p = Profile()
@@ -99,7 +103,7 @@ def build(view):
             p.function.add(id=fid, name=S(name), system_name=S(system_name), filename=S(filename))
         return fid
 
-    def mapping(ti: int, address: int):
+    def mapping(ti: int, address: int) -> Any:  # the Mapping message, or None
         t = view.traces[ti]
         mod = t.module_for(address)
         if mod is None:
@@ -171,7 +175,7 @@ def build(view):
     return p
 
 
-def write(view, path: Path) -> dict:
+def write(view: View, path: Path) -> dict:
     p = build(view)
     data = gzip.compress(p.SerializeToString(), mtime=0)
     Path(path).write_bytes(data)
