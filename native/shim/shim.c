@@ -19,6 +19,7 @@
 #include "budget.h"
 #include "cuda_abi.h"
 #include "events.h"
+#include "live.h"
 #include "modules.h"
 #include "pyframes.h"
 #include "route.h"
@@ -301,6 +302,7 @@ static int ct_pre(struct ct_call *c)
     c->size = c->reserve;
     c->aux = limit;
     c->aux2 = in_use;
+    ct_live_deny(dev);
     emit(c, CT_OP_DENY);
     if (ct_cfg.on_exceed == CT_EXCEED_ABORT) {
         deny_message(c, in_use, limit, "stopping the process tree (--on-exceed abort)");
@@ -343,6 +345,12 @@ static void ct_post(struct ct_call *c)
     } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
         ct_budget_unmap(c->addr, c->size);
     }
+    if (c->op == CT_OP_ALLOC) { /* the live counters (live.c): what the program can read */
+        if (c->dev < 0)
+            c->dev = current_device();
+        ct_live_alloc(c->kind, c->space, c->dev, c->addr, c->size, c->result);
+    } else if (c->op == CT_OP_FREE && c->result == CUDA_SUCCESS)
+        ct_live_free(c->space, c->addr);
     if (ct_cfg.mode == CT_MODE_NONE) { /* --no-trace: the ledger was all there was to do */
         ct_leave();
         return;
@@ -602,6 +610,7 @@ static void atfork_child(void)
     memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
     ct_agg_atfork_child();
+    ct_live_atfork_child();
     ct_stacks_reset();
     ct_py_reset();
     ct_modules_reset();
@@ -629,6 +638,7 @@ static void init_once(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ct_pid = getpid();
     ct_cfg.active = 1;
+    ct_live_start();
     if (ct_cfg.eager && ct_cfg.mode != CT_MODE_NONE)
         ct_writer_open_now();
 }
