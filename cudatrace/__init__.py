@@ -12,9 +12,11 @@ _API = ("active", "stats", "snapshot", "mark", "track", "NotTracedError", "Track
 
 def __getattr__(name):
     if name in _API:
-        from . import api
+        # loaded by name on first use: the API's own imports (analyze/, which reads
+        # __version__ from here) never run at `import cudatrace`
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module("cudatrace.api"), name)
     raise AttributeError(f"module 'cudatrace' has no attribute {name!r}")
 
 
