@@ -164,3 +164,19 @@ def test_import_is_cheap():
         text=True,
     )
     assert r.stdout.strip() == "['cudatrace']", r.stdout + r.stderr
+
+
+def test_reader_benchmark_runs():
+    """tools/bench_live_reader.py keeps running (small counts): rates with and without a reader
+    of the API, and the counters balanced at the end (every pair's free found its allocation)."""
+    r = subprocess.run(
+        [sys.executable, str(REPO / "tools" / "bench_live_reader.py"), "--pairs", "3000"]
+        + ["--rounds", "1", "--threads", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "beside a thread reading the API" in r.stdout
+    # 1000 warm-up pairs, then 3 modes x 2 threads x 3000 pairs
+    assert "counted: 19,000 allocations, 19,000 frees, 0 bytes live at the end" in r.stdout
