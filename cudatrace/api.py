@@ -271,6 +271,8 @@ class Tracker:
 
     def __exit__(self, *exc) -> None:
         m = self._mark
+        if m is None:
+            raise RuntimeError("the track() block was never entered")
         _, _, p, c = _need()
         self.end_ns = time.monotonic_ns()
         ends = [int(p.dev[i].live) for i in range(c["CT_LIVE_ROWS"])]

@@ -32,11 +32,11 @@ def free(p):
 MiB = 1 << 20
 
 
-def run_prog(ct, tmp_path, body: str, *opts):
+def run_prog(ct, tmp_path, body: str, *opts, sim_opts=None):
     prog = tmp_path / "prog.py"
     src = PRELUDE + body
     prog.write_text(src)
-    r = ct.run([sys.executable, prog], *opts, "-q")
+    r = ct.run([sys.executable, prog], *opts, "-q", sim_opts=sim_opts)
     assert r.returncode == 0, r.stdout + r.stderr
     out = [line for line in r.stdout.splitlines() if line.startswith("{")]
     assert out, r.stdout + r.stderr
@@ -98,6 +98,53 @@ print(json.dumps({
     assert sorted(got["inner_peak_sites"]) == sorted(
         [[line_of(src, "INNER"), 2 * M], [line_of(src, "INNER") + 1, M]]
     )
+
+
+def test_failures_denials_devices_and_fork(ct, tmp_path):
+    """The driver's refusal is a failure, the budget's a denial; each device has its row and
+    the all-devices row sums them; a forked child starts from nothing."""
+    got, _ = run_prog(
+        ct,
+        tmp_path,
+        r"""
+import os
+def try_alloc(nbytes):
+    p = ctypes.c_uint64()
+    return cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(nbytes))
+keep = alloc(1 << 20)                  # the driver's 1st allocation
+denied = try_alloc(8 << 20)            # over the 4 MiB budget: never reaches the driver
+failed = try_alloc(1 << 20)            # the driver's 2nd: refused (fail_nth=2)
+d1 = ctypes.c_int(); cuda.cuDeviceGet(ctypes.byref(d1), 1)
+c1 = ctypes.c_void_p(); cuda.cuCtxCreate_v2(ctypes.byref(c1), 0, d1)
+on1 = alloc(2 << 20)
+s, s0, s1 = cudatrace.stats(), cudatrace.stats(0), cudatrace.stats(1)
+r, w = os.pipe()
+pid = os.fork()
+if pid == 0:
+    c = cudatrace.stats()
+    os.write(w, json.dumps([c.live, c.allocs, c.peak]).encode())
+    os._exit(0)
+os.waitpid(pid, 0)
+child = json.loads(os.read(r, 1000))
+print(json.dumps({
+    "codes": [denied, failed],
+    "all": [s.live, s.peak, s.allocs, s.failures, s.denials],
+    "dev0": [s0.live, s0.allocs, s0.failures, s0.denials],
+    "dev1": [s1.live, s1.allocs],
+    "devices": sorted(cudatrace.snapshot().devices),
+    "child": child,
+}))
+""",
+        "--budget",
+        "4MiB",
+        sim_opts={"fail_nth": 2, "devices": 2},
+    )
+    assert got["codes"] == [2, 2]  # CUDA_ERROR_OUT_OF_MEMORY both
+    assert got["all"] == [3 * MiB, 3 * MiB, 2, 1, 1]
+    assert got["dev0"] == [MiB, 1, 1, 1]
+    assert got["dev1"] == [2 * MiB, 1]
+    assert got["devices"] == [0, 1]
+    assert got["child"] == [0, 0, 0]
 
 
 def test_track_from_threads(ct, tmp_path):
