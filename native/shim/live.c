@@ -13,18 +13,22 @@
 #include "trace_format.h"
 #include "util.h"
 
-#define TAB_BITS 21 /* 2M slots, 24 bytes each, touched as used */
+#define TAB_BITS 20 /* 1M slots of 16 bytes: 16 MiB reserved, pages touched as used */
 #define TAB_SIZE (1u << TAB_BITS)
 #define TAB_PROBES 4096
 #define EMPTY 0
 #define TOMB 1
 
+/* meta: size in the low 48 bits, the row above it, the address space in the top byte; written
+ * after addr (a reader of another key may see the previous occupant's) */
 struct slot {
     uint64_t addr; /* EMPTY, TOMB, or the address */
-    uint64_t size;
-    uint32_t space; /* written after addr: a reader of another key may see it 0 */
-    uint32_t row;
+    uint64_t meta;
 };
+#define META(size, row, space) ((size) | ((uint64_t)(row) << 48) | ((uint64_t)(space) << 56))
+#define META_SIZE(m) ((m) & ((1ull << 48) - 1))
+#define META_ROW(m) ((uint32_t)((m) >> 48) & 0xff)
+#define META_SPACE(m) ((uint32_t)((m) >> 56))
 
 static struct ct_live_stats live = {.version = CT_LIVE_VERSION};
 static struct slot *tab; /* NULL until the first counted allocation */
@@ -75,9 +79,7 @@ static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t row)
         while (cur <= TOMB) {
             if (__atomic_compare_exchange_n(&t[i].addr, &cur, addr, 0, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED)) {
-                t[i].size = size;
-                t[i].row = row;
-                __atomic_store_n(&t[i].space, space, __ATOMIC_RELEASE);
+                __atomic_store_n(&t[i].meta, META(size, row, space), __ATOMIC_RELEASE);
                 return 1;
             }
         }
@@ -95,10 +97,13 @@ static int take(uint64_t addr, uint32_t space, uint64_t *size, uint32_t *row)
         uint64_t cur = __atomic_load_n(&t[i].addr, __ATOMIC_ACQUIRE);
         if (cur == EMPTY)
             return 0;
-        if (cur != addr || __atomic_load_n(&t[i].space, __ATOMIC_ACQUIRE) != space)
+        if (cur != addr)
             continue;
-        *size = t[i].size;
-        *row = t[i].row;
+        uint64_t m = __atomic_load_n(&t[i].meta, __ATOMIC_ACQUIRE);
+        if (META_SPACE(m) != space)
+            continue;
+        *size = META_SIZE(m);
+        *row = META_ROW(m);
         /* a second free of the same address racing this one: only one wins the slot */
         return __atomic_compare_exchange_n(&t[i].addr, &cur, TOMB, 0, __ATOMIC_ACQ_REL,
                                            __ATOMIC_RELAXED);
@@ -123,7 +128,7 @@ void ct_live_alloc(int kind, int space, int dev, uint64_t addr, uint64_t size, i
             __atomic_add_fetch(&live.dev[CT_LIVE_ALL].failures, 1, __ATOMIC_RELAXED);
         return;
     }
-    if (space == CT_SPACE_NONE || addr <= TOMB)
+    if (space == CT_SPACE_NONE || addr <= TOMB || size >= 1ull << 48)
         return;
     if (!insert(addr, (uint32_t)space, size, r)) {
         __atomic_add_fetch(&live.untracked, 1, __ATOMIC_RELAXED);
