@@ -25,6 +25,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from .errors import CudatraceError
+
 __all__ = [
     "NotTracedError",
     "Row",
@@ -45,7 +47,7 @@ HOW_TO = (
 )
 
 
-class NotTracedError(RuntimeError):
+class NotTracedError(CudatraceError, RuntimeError):
     """The shim is not loaded in this process (or is pass-through): nothing is counted."""
 
     def __init__(self, why: str = "cudatrace's shim is not loaded in this process"):
