@@ -57,6 +57,7 @@ class NotTracedError(CudatraceError, RuntimeError):
 _lock = threading.Lock()
 _view: tuple | None = None  # (ffi, lib, live pointer, constants) once found
 _looked = False
+_mismatch: list[str] = []  # why a loaded shim cannot be read, when it cannot
 
 
 def _load():
@@ -78,11 +79,12 @@ def _load():
         if ptr is not None and ptr != ffi.NULL:
             c = native.constants()
             if ptr.version != c["CT_LIVE_VERSION"]:
-                raise NotTracedError(
-                    "the loaded shim's live counters have version %d, this package reads %d"
-                    % (ptr.version, c["CT_LIVE_VERSION"])
+                _mismatch.append(
+                    "the loaded shim's live counters have version %d, this package reads %d "
+                    "(the shim comes from another cudatrace)" % (ptr.version, c["CT_LIVE_VERSION"])
                 )
-            _view = (ffi, lib, ptr, c)
+            else:
+                _view = (ffi, lib, ptr, c)
         _looked = True
         return _view
 
@@ -96,7 +98,7 @@ def active() -> bool:
 def _need():
     v = _load()
     if v is None:
-        raise NotTracedError()
+        raise NotTracedError(*_mismatch[:1])
     if not v[2].active:
         raise NotTracedError(
             "cudatrace's shim is loaded but not counting (CUDATRACE_DIR unset: pass-through)"
