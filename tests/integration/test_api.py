@@ -126,7 +126,19 @@ if pid == 0:
     os._exit(0)
 os.waitpid(pid, 0)
 child = json.loads(os.read(r, 1000))
+marks = [cudatrace.mark() for _ in range(64)]
+try:
+    cudatrace.mark()
+    full = "no error"
+except RuntimeError as e:
+    full = str(e)
+for m in marks:
+    m.close()
+with cudatrace.mark() as again:
+    pass
 print(json.dumps({
+    "full": full,
+    "again": again.slot,
     "codes": [denied, failed],
     "all": [s.live, s.peak, s.allocs, s.failures, s.denials],
     "dev0": [s0.live, s0.allocs, s0.failures, s0.denials],
@@ -145,6 +157,9 @@ print(json.dumps({
     assert got["dev1"] == [2 * MiB, 1]
     assert got["devices"] == [0, 1]
     assert got["child"] == [0, 0, 0]
+    # 64 marks at once; the 65th is refused with a reason; closed slots are used again
+    assert got["full"].startswith("cudatrace: 64 marks are open already")
+    assert got["again"] == 0
 
 
 def test_track_from_threads(ct, tmp_path):
