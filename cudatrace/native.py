@@ -9,6 +9,7 @@ package carries them in cudatrace/_native/; in a source checkout they are built 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import threading
@@ -62,7 +63,15 @@ def _stale(lib: Path, src: Path) -> bool:
 
 
 def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
-    """Return the directory holding the libraries, building them from a checkout if needed."""
+    """Return the directory holding the libraries, building them from a checkout if needed.
+    $CUDATRACE_NATIVE_DIR names another build to use as it is (the sanitizers' build of the
+    tests: `make -C native sanitize OUT=DIR`)."""
+    other = os.environ.get("CUDATRACE_NATIVE_DIR")
+    if other:
+        missing = [name for name in which if not (Path(other) / name).is_file()]
+        if missing:
+            raise RuntimeError(f"CUDATRACE_NATIVE_DIR={other} lacks {', '.join(missing)}")
+        return Path(other)
     with _lock:
         src = source_dir()
         libs = [NATIVE_DIR / name for name in which]
