@@ -185,46 +185,12 @@ def sweep_json(
 
 
 def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
-    from ..present import sweep as text
-
+    """--predict: the peak and the top sites at `point`, and a budget with room for it."""
     notes = []
-    if len(knobs) == 1:
-        xs = [knobs[0].numbers[r["combo"][0]] for r in included]
-        at = point[0]
-        outside = bool(xs) and (at < min(xs) or at > max(xs))
-    else:
-        outside = any(not (min(k.numbers) <= v <= max(k.numbers)) for k, v in zip(knobs, point))
+    outside = _outside(knobs, included, point)
     if outside:
         notes.append("extrapolated beyond the values run")
-
-    def guess(s):
-        law = s.get("_law")
-        if law is None:
-            return None, None, "no law"
-        if len(knobs) == 1:
-            y, se, how = law.predict(point[0])
-            if law.kind in ("steps", "powers_of_two"):
-                how += " (the law is {}: the estimate may miss a step)".format(
-                    law.kind.replace("_", " ")
-                )
-            elif law.kind == "irregular":
-                how += " (no simple law: a rough estimate)"
-            return y, se, how
-        y, se = law.predict(point)
-        return y, se, f"{law.model} fit"
-
-    py, pse, phow = guess(peak)
-    law = peak.get("_law")
-    if len(knobs) == 1 and law is not None and not law.is_affine and sites:
-        # the sites partition the peak: when the peak has no simple law, their laws add up
-        got = [guess(s) for s in sites]
-        if all(y is not None for y, _, _ in got):
-            py = sum(max(0.0, y) for y, _, _ in got)
-            ses = [se for _, se, _ in got]
-            pse = (
-                math.sqrt(sum(se * se for se in ses)) if all(se is not None for se in ses) else None
-            )
-            phow = "the sum of the sites' laws"
+    py, pse, phow = _peak_guess(knobs, peak, sites, point)
     if py is None:
         return {
             "at": point_text,
@@ -242,7 +208,7 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
         )
     ps = []
     for s in sites:
-        y, se, how = guess(s)
+        y, se, how = _guess(knobs, s, point)
         if y is None:
             continue
         ps.append(
@@ -256,6 +222,65 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
         )
     ps.sort(key=lambda s: -s["bytes"])
     peak_b = max(0, round(py))
+    return {
+        "at": point_text,
+        "value": point[0] if len(knobs) == 1 else {k.key: v for k, v in zip(knobs, point)},
+        "extrapolated": outside,
+        "peak": {"bytes": peak_b, "stderr": pse, "how": phow},
+        "sites": ps[:5],
+        "budget": _budget(peak_b, pse, n),
+        "notes": notes,
+    }
+
+
+def _outside(knobs, included, point) -> bool:
+    """Whether the point lies beyond the values run (an extrapolation)."""
+    if len(knobs) == 1:
+        xs = [knobs[0].numbers[r["combo"][0]] for r in included]
+        return bool(xs) and (point[0] < min(xs) or point[0] > max(xs))
+    return any(not (min(k.numbers) <= v <= max(k.numbers)) for k, v in zip(knobs, point))
+
+
+def _guess(knobs, s: dict, point) -> tuple:
+    """(bytes, standard error or None, how) of one series at the point, from its law."""
+    law = s.get("_law")
+    if law is None:
+        return None, None, "no law"
+    if len(knobs) == 1:
+        y, se, how = law.predict(point[0])
+        if law.kind in ("steps", "powers_of_two"):
+            how += " (the law is {}: the estimate may miss a step)".format(
+                law.kind.replace("_", " ")
+            )
+        elif law.kind == "irregular":
+            how += " (no simple law: a rough estimate)"
+        return y, se, how
+    y, se = law.predict(point)
+    return y, se, f"{law.model} fit"
+
+
+def _peak_guess(knobs, peak: dict, sites: list, point) -> tuple:
+    """The peak at the point: its own law, or, when it has no simple one, the sum of the
+    sites' laws (the sites partition the peak)."""
+    py, pse, phow = _guess(knobs, peak, point)
+    law = peak.get("_law")
+    if len(knobs) == 1 and law is not None and not law.is_affine and sites:
+        got = [_guess(knobs, s, point) for s in sites]
+        if all(y is not None for y, _, _ in got):
+            py = sum(max(0.0, y) for y, _, _ in got)
+            ses = [se for _, se, _ in got]
+            pse = (
+                math.sqrt(sum(se * se for se in ses)) if all(se is not None for se in ses) else None
+            )
+            phow = "the sum of the sites' laws"
+    return py, pse, phow
+
+
+def _budget(peak_b: int, pse, n: int) -> dict:
+    """A --budget for the predicted peak: 10% headroom, or 3 standard errors when more, or
+    25% without an uncertainty; rounded up to a round step."""
+    from ..present import sweep as text
+
     margin = MARGIN * peak_b
     why = "%d%% headroom" % round(100 * MARGIN)
     if pse is not None and 3 * pse > margin:
@@ -270,19 +295,11 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
     step = _round_step(want)
     budget = int(math.ceil(want / step) * step) if want > 0 else 0
     return {
-        "at": point_text,
-        "value": point[0] if len(knobs) == 1 else {k.key: v for k, v in zip(knobs, point)},
-        "extrapolated": outside,
-        "peak": {"bytes": peak_b, "stderr": pse, "how": phow},
-        "sites": ps[:5],
-        "budget": {
-            "bytes": budget,
-            "spec": text.size_spec(budget),
-            "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} ({why}), rounded up to a multiple "
-            f"of {text.readable(step)}; CUDA contexts and module images (hundreds of MiB per process) are "
-            "not counted by the budget but take memory on the box: leave them room too",
-        },
-        "notes": notes,
+        "bytes": budget,
+        "spec": text.size_spec(budget),
+        "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} ({why}), rounded up to a multiple "
+        f"of {text.readable(step)}; CUDA contexts and module images (hundreds of MiB per process) are "
+        "not counted by the budget but take memory on the box: leave them room too",
     }
 
 
