@@ -89,7 +89,12 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
     m = a.model
     sites = {}
     for s in a.sites(m.groups_at_peak(), "site", depth):
-        sites[s.key] = {"label": s.label(), "key": s.key_text(), "bytes": s.bytes, "count": s.count}
+        sites[s.key] = {
+            "label": s.label(a.full_names),
+            "key": s.key_text(),
+            "bytes": s.bytes,
+            "count": s.count,
+        }
     return {
         "peak_bytes": m.peak_bytes,
         "peak_time": a.seconds(m.peak_ts) if m.found else None,
