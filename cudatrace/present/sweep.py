@@ -195,6 +195,7 @@ def ended_text(e: dict) -> str:
     if how == "no_trace":
         return "no trace (exit status {}): {}".format(e.get("status"), e.get("why"))
     if how == "not_started":
+        # (a sweep.json of an older version: its messages carried the prefix)
         return "not started: {}".format(e.get("why", "").replace("cudatrace: ", "", 1))
     if how == "interrupted":
         return f"interrupted ({sig})"
