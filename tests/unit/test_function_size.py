@@ -18,7 +18,6 @@ EXCEPTIONS = {
     "symbols/lines.py:_decode_rows": 142,  # the line program's hot loop: calls cost here
     "record/launcher.py:_run": 139,
     "present/html.py:_facts_html": 132,
-    "analyze/trace.py:_decode_others": 112,
     "present/html.py:render_report_html": 104,
 }
 MAX_EXCEPTIONS = 8
