@@ -362,7 +362,8 @@ def build_report(
     top: int = 10,
     device: int | None = None,
 ) -> dict:
-    """The report as a dict: the --json output (docs/report-json.md)."""
+    """The report as a dict: the --json output (docs/report-json.md). Each part is made by
+    its own function below (and read by its own section of present/report.py)."""
     m = a.model
     if device is not None and device not in m.device_peaks:
         seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
@@ -377,8 +378,105 @@ def build_report(
     end_live = m.groups_at_end(device)
     end_sites = a.sites(end_live, "site", depth)
     warnings: list[str] = []
+    processes, truncated = _processes_json(a, live, warnings)
+    limits = a.budget_limits()
+    devices = _devices_json(a, live, device, limits)
+    failed, denied = _failures_json(a, device, depth)
+    mq = _memory_queries(a, device)
+    obs = _observed_json(a, mom, device)
+    sc = stack_counts(a.traces)
+    lost = lost_json(a)
+    warnings += _coverage_notes(a, mom, truncated, sc, lost)
+    agg = aggregate_notes(a)  # --aggregate traces (and damaged ones): what they lack
+    warnings.extend(agg["warnings"])
+    budget = _budget_json(a, limits)
+    c = m.counts
+    argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
+    never = _never_freed_json(a, end_live, end_sites, top)
+    return {
+        "schema": SCHEMA,
+        "cudatrace_version": __version__,
+        "path": str(a.path),
+        "command": list(argv),
+        "start_ns": a.start_ns,
+        "start_time": a.td.run.get("start_time"),
+        "duration": a.seconds(m.t_end) if m.n_events else 0.0,
+        "exit_status": a.td.run.get("exit_status"),
+        "versions": _versions(a),
+        "at": {
+            "spec": mom["spec"],
+            "kind": mom["kind"],
+            "time": a.seconds(mom["ts_ns"]),
+            "ts_ns": mom["ts_ns"],
+            "device": device,
+        },
+        "by": by,
+        "depth": depth,
+        "device": device,
+        "attribution": attribution_json(a),
+        **_peak_json(a, device),
+        "total_live_bytes": total,
+        "total_live_count": live.count,
+        "sites": [site_json(a, s, total, i) for i, s in enumerate(sites[:top], 1)],
+        "more_sites": max(0, len(sites) - top),
+        "never_freed": never,
+        "failed": failed,
+        "denied": denied,
+        "processes": processes,
+        "devices": devices,
+        "host_pinned": {
+            "peak_bytes": m.host_peak,
+            "peak_time": a.seconds(m.host_peak_ts) if m.host_peak else None,
+            "end_bytes": m.host_end,
+            "allocs": c.get("host_allocs", 0),
+        },
+        "memory_queries": mq,
+        "observed": obs,
+        "budget": budget,
+        "counts": {**c, **sc},
+        "truncated_files": truncated,
+        "python": python_summary(a),
+        "lost": lost,
+        "unreadable_files": list(a.td.errors),
+        "warnings": warnings,
+        "aggregate": agg["json"],
+    }
 
-    # processes
+
+def _peak_json(a: Analysis, device: int | None) -> dict:
+    """The peak (of the run, or of one device) and what was live at the end."""
+    m = a.model
+    if device is not None:
+        pb, pts = m.device_peaks[device]
+        return {
+            "peak_bytes": pb,
+            "peak_time": a.seconds(pts),
+            "peak_ts_ns": pts,
+            "end_bytes": m.device_end.get(device, 0),
+        }
+    return {
+        "peak_bytes": m.peak_bytes,
+        "peak_time": a.seconds(m.peak_ts) if m.found else None,
+        "peak_ts_ns": m.peak_ts if m.found else None,
+        "end_bytes": m.end_bytes,
+    }
+
+
+def _never_freed_json(a: Analysis, end_live: Groups, end_sites: list, top: int) -> dict:
+    """What was live at the end, by site; how much of it in truncated traces."""
+    trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
+    return {
+        "bytes": end_live.bytes,
+        "count": end_live.count,
+        "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
+        "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
+        "more_sites": max(0, len(end_sites) - top),
+    }
+
+
+def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, list]:
+    """(processes, truncated files): one entry per trace file; lost events and gaps noted."""
+    m = a.model
     moment_by_trace = live.by_trace()
     processes = []
     truncated = []
@@ -428,9 +526,12 @@ def build_report(
                 "%s: %d unpublished record(s) skipped (a writer died mid-record)"
                 % (t.path.name, t.gaps)
             )
+    return processes, truncated
 
-    # devices
-    limits = a.budget_limits()
+
+def _devices_json(a: Analysis, live: Groups, device: int | None, limits: dict) -> list:
+    """One entry per device: its peak, end, allocations, bytes at the moment, budget."""
+    m = a.model
     moment_by_dev = live.by_device()
     devices = []
     for dev, (pb, pts) in sorted(m.device_peaks.items()):
@@ -448,8 +549,12 @@ def build_report(
                 "budget": limits.get(dev),
             }
         )
+    return devices
 
-    # failures and denials
+
+def _failures_json(a: Analysis, device: int | None, depth: int) -> tuple[list, list]:
+    """(failed, denied): failed allocations and budget denials grouped by site."""
+    m = a.model
     failed_allocs = [x for x in m.failed if device is None or x.device == device]
     failed = []
     for rank, s in enumerate(a.sites(failed_allocs, "site", depth), 1):
@@ -469,11 +574,12 @@ def build_report(
         d["limit"] = last.event[AUX] if last else None
         d["in_use"] = last.event[AUX2] if last else None
         denied.append(d)
+    return failed, denied
 
-    # memory queries
-    mq = _memory_queries(a, device)
 
-    # observed
+def _observed_json(a: Analysis, mom: dict, device: int | None) -> dict:
+    """Traced versus observed near the peak (or the moment) and over the run."""
+    m = a.model
     obs = a.observed.compare(
         mom["ts_ns"]
         if mom["kind"] == "peak" and mom["ts_ns"] is not None
@@ -485,8 +591,13 @@ def build_report(
     obs["traced_peak_bytes"] = (
         m.device_peaks.get(device, (0, 0))[0] if device is not None else m.peak_bytes
     )
+    return obs
 
-    # notes on coverage
+
+def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: list) -> list:
+    """What the report cannot see, or sees with a caveat: the notes under it."""
+    m = a.model
+    warnings: list[str] = []
     c = m.counts
     if c.get("unmatched_frees"):
         warnings.append(
@@ -508,7 +619,6 @@ def build_report(
             "stacks were off (--stack-depth 0) in %d trace file(s): no call sites there"
             % sum(1 for t in a.traces if t.stack_depth == 0)
         )
-    sc = stack_counts(a.traces)
     warn = stack_cache_note(sc)
     if warn:
         warnings.append(warn)
@@ -528,7 +638,6 @@ def build_report(
     if getattr(a.td, "bad_samples", 0):
         warnings.append("%d malformed line(s) of samples*.jsonl were skipped" % a.td.bad_samples)
     warnings.extend(implausible(a))
-    lost = lost_json(a)
     if lost:
         warnings.append(
             "%d process(es) lost events when their trace could not be written (see Events "
@@ -539,10 +648,11 @@ def build_report(
             "truncated traces end where the process stopped writing: what is live "
             "at their end may have been freed later, unseen"
         )
+    return warnings
 
-    agg = aggregate_notes(a)  # --aggregate traces (and damaged ones): what they lack
-    warnings.extend(agg["warnings"])
 
+def _budget_json(a: Analysis, limits: dict) -> dict | None:
+    """The budget the run ran under (None without one)."""
     budget = None
     if limits or a.td.run.get("budget") or a.td.run.get("group"):
         on = sorted({t.info.get("on_exceed") for t in a.traces if t.info.get("on_exceed")})
@@ -556,73 +666,7 @@ def build_report(
             # figure per process, summed): device -> bytes
             "contexts": {str(d): v for d, v in sorted(a.budget_contexts().items())},
         }
-
-    argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
-    moment_json = {
-        "spec": mom["spec"],
-        "kind": mom["kind"],
-        "time": a.seconds(mom["ts_ns"]),
-        "ts_ns": mom["ts_ns"],
-        "device": device,
-    }
-    trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
-    never = {
-        "bytes": end_live.bytes,
-        "count": end_live.count,
-        "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
-        "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
-        "more_sites": max(0, len(end_sites) - top),
-    }
-    host_end = m.host_end
-    return {
-        "schema": SCHEMA,
-        "cudatrace_version": __version__,
-        "path": str(a.path),
-        "command": list(argv),
-        "start_ns": a.start_ns,
-        "start_time": a.td.run.get("start_time"),
-        "duration": a.seconds(m.t_end) if m.n_events else 0.0,
-        "exit_status": a.td.run.get("exit_status"),
-        "versions": _versions(a),
-        "at": moment_json,
-        "by": by,
-        "depth": depth,
-        "device": device,
-        "attribution": attribution_json(a),
-        "peak_bytes": m.peak_bytes if device is None else m.device_peaks[device][0],
-        "peak_time": (a.seconds(m.peak_ts) if m.found else None)
-        if device is None
-        else a.seconds(m.device_peaks[device][1]),
-        "peak_ts_ns": (m.peak_ts if m.found else None)
-        if device is None
-        else m.device_peaks[device][1],
-        "end_bytes": m.end_bytes if device is None else m.device_end.get(device, 0),
-        "total_live_bytes": total,
-        "total_live_count": live.count,
-        "sites": [site_json(a, s, total, i) for i, s in enumerate(sites[:top], 1)],
-        "more_sites": max(0, len(sites) - top),
-        "never_freed": never,
-        "failed": failed,
-        "denied": denied,
-        "processes": processes,
-        "devices": devices,
-        "host_pinned": {
-            "peak_bytes": m.host_peak,
-            "peak_time": a.seconds(m.host_peak_ts) if m.host_peak else None,
-            "end_bytes": host_end,
-            "allocs": c.get("host_allocs", 0),
-        },
-        "memory_queries": mq,
-        "observed": obs,
-        "budget": budget,
-        "counts": {**c, **sc},
-        "truncated_files": truncated,
-        "python": python_summary(a),
-        "lost": lost,
-        "unreadable_files": list(a.td.errors),
-        "warnings": warnings,
-        "aggregate": agg["json"],
-    }
+    return budget
 
 
 def python_summary(a: Analysis) -> dict | None:

@@ -337,26 +337,20 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
         for k, v in K.items()
         if k.startswith("CT_REC_") and k != "CT_REC_MAGIC"
     }
+    decoders = {K["CT_REC_" + name]: fn for name, fn in _RECORD_DECODERS.items()}
     hdr, _ = layout("struct ct_rec_hdr")
-    ps, _ = layout("struct ct_rec_process")
-    api_s, _ = layout("struct ct_rec_api")
-    mod_s, _ = layout("struct ct_rec_module")
     stk_s, _ = layout("struct ct_rec_stack")
-    inf_s, _ = layout("struct ct_rec_info")
-    end_s, _ = layout("struct ct_rec_end")
-    pyc_s, _ = layout("struct ct_rec_pycode")
-    pyf_s, _ = layout("struct ct_rec_pyframe")
+    rec_stack = K["CT_REC_STACK"]
     parents, ips = t.parents, t.ips
     for off in offsets:
         _magic, rtype, rsize = hdr.unpack_from(data, off)
         body = off + hdr.size
-        rec_end = off + rsize
         if rtype in body_size and hdr.size + layout(body_size[rtype])[0].size > rsize:
             raise TraceError(
                 "%s is corrupt: a %s record at offset %d is %d bytes, too short for "
                 "its body" % (t.path, names.get(rtype, rtype), off, rsize)
             )
-        if rtype == K["CT_REC_STACK"]:
+        if rtype == rec_stack:  # the many records: decoded here, without a call
             nid, parent, ip = stk_s.unpack_from(data, body)
             if nid == 0 or nid > nstack:
                 raise TraceError(
@@ -371,63 +365,103 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
                     parents.append(0)
                     ips.append(0)
                 parents[nid], ips[nid] = parent, ip
-        elif rtype == K["CT_REC_MODULE"]:
-            ts, base, start, end, blen, plen = mod_s.unpack_from(data, body)
-            p = body + mod_s.size
-            bid = bytes(data[p : min(p + blen, rec_end)]) if blen else None
-            path = bytes(data[min(p + blen, rec_end) : min(p + blen + plen, rec_end)]).decode(
-                errors="replace"
-            )
-            t.modules.append(Module(path, base, start, end, bid, ts))
-        elif rtype == K["CT_REC_API"]:
-            aid, layer, op, kind, space, nlen = api_s.unpack_from(data, body)
-            name = bytes(data[body + api_s.size : min(body + api_s.size + nlen, rec_end)]).decode(
-                errors="replace"
-            )
-            t.apis[aid] = Api(aid, name, layer, op, kind, space)
-        elif rtype == K["CT_REC_PROCESS"]:
-            _pid, _ppid, nstr, argc = ps.unpack_from(data, body)
-            raw = bytes(data[body + ps.size : rec_end])
-            parts = raw.split(b"\0")
-            if nstr < 3:
-                raise TraceError(
-                    "%s is corrupt: the PROCESS record at offset %d holds %d strings "
-                    "(exe, host and cwd come first)" % (t.path, off, nstr)
-                )
-            # never believe a count beyond the strings the record holds
-            strs = [x.decode(errors="replace") for x in parts[: min(nstr, len(parts))]]
-            strs += [""] * max(0, 3 - len(strs))
-            t.exe, t.host, t.cwd = strs[0], strs[1], strs[2]
-            t.argv = strs[3 : 3 + argc]
-        elif rtype == K["CT_REC_INFO"]:
-            klen, vlen, _ = inf_s.unpack_from(data, body)
-            p = body + inf_s.size
-            key = bytes(data[p : min(p + klen, rec_end)]).decode(errors="replace")
-            val = bytes(
-                data[min(p + klen + 1, rec_end) : min(p + klen + 1 + vlen, rec_end)]
-            ).decode(errors="replace")
-            t.info[key] = val
-        elif rtype == K["CT_REC_PYFRAME"]:
-            if t.py is None:
-                t.py = pyframes.PyTables()
-            nid, parent, code, lasti, flags, _ = pyf_s.unpack_from(data, body)
-            t.py.add_node(nid, parent, code, lasti, flags)
-        elif rtype == K["CT_REC_PYCODE"]:
-            if t.py is None:
-                t.py = pyframes.PyTables()
-            addr, start, cid, first, units, ltlen, flen, qlen, _ = pyc_s.unpack_from(data, body)
-            p = body + pyc_s.size
-            fname = bytes(data[p : p + flen]).decode(errors="replace")
-            qname = bytes(data[p + flen + 1 : p + flen + 1 + qlen]).decode(errors="replace")
-            p += flen + qlen + 2
-            t.py.add_code(
-                pyframes.PyCode(cid, addr, fname, qname, first, units, bytes(data[p : p + ltlen]))
-            )
-        elif rtype == K["CT_REC_SNAPSLOT"]:  # --aggregate (analyze/aggregate.py reads it)
-            t.snap_slots.append(bytes(data[off : off + rsize]))
-        elif rtype == K["CT_REC_END"]:
-            ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
-            t.end = End(ts, code, dropped, events)
+        else:
+            fn = decoders.get(rtype)
+            if fn is not None:
+                fn(t, data, off, body, off + rsize)
+
+
+def _rec_module(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    mod_s, _ = layout("struct ct_rec_module")
+    ts, base, start, end, blen, plen = mod_s.unpack_from(data, body)
+    p = body + mod_s.size
+    bid = bytes(data[p : min(p + blen, rec_end)]) if blen else None
+    path = bytes(data[min(p + blen, rec_end) : min(p + blen + plen, rec_end)]).decode(
+        errors="replace"
+    )
+    t.modules.append(Module(path, base, start, end, bid, ts))
+
+
+def _rec_api(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    api_s, _ = layout("struct ct_rec_api")
+    aid, layer, op, kind, space, nlen = api_s.unpack_from(data, body)
+    name = bytes(data[body + api_s.size : min(body + api_s.size + nlen, rec_end)]).decode(
+        errors="replace"
+    )
+    t.apis[aid] = Api(aid, name, layer, op, kind, space)
+
+
+def _rec_process(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    ps, _ = layout("struct ct_rec_process")
+    _pid, _ppid, nstr, argc = ps.unpack_from(data, body)
+    raw = bytes(data[body + ps.size : rec_end])
+    parts = raw.split(b"\0")
+    if nstr < 3:
+        raise TraceError(
+            "%s is corrupt: the PROCESS record at offset %d holds %d strings "
+            "(exe, host and cwd come first)" % (t.path, off, nstr)
+        )
+    # never believe a count beyond the strings the record holds
+    strs = [x.decode(errors="replace") for x in parts[: min(nstr, len(parts))]]
+    strs += [""] * max(0, 3 - len(strs))
+    t.exe, t.host, t.cwd = strs[0], strs[1], strs[2]
+    t.argv = strs[3 : 3 + argc]
+
+
+def _rec_info(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    inf_s, _ = layout("struct ct_rec_info")
+    klen, vlen, _ = inf_s.unpack_from(data, body)
+    p = body + inf_s.size
+    key = bytes(data[p : min(p + klen, rec_end)]).decode(errors="replace")
+    val = bytes(data[min(p + klen + 1, rec_end) : min(p + klen + 1 + vlen, rec_end)]).decode(
+        errors="replace"
+    )
+    t.info[key] = val
+
+
+def _rec_pyframe(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    if t.py is None:
+        t.py = pyframes.PyTables()
+    pyf_s, _ = layout("struct ct_rec_pyframe")
+    nid, parent, code, lasti, flags, _ = pyf_s.unpack_from(data, body)
+    t.py.add_node(nid, parent, code, lasti, flags)
+
+
+def _rec_pycode(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    if t.py is None:
+        t.py = pyframes.PyTables()
+    pyc_s, _ = layout("struct ct_rec_pycode")
+    addr, start, cid, first, units, ltlen, flen, qlen, _ = pyc_s.unpack_from(data, body)
+    p = body + pyc_s.size
+    fname = bytes(data[p : p + flen]).decode(errors="replace")
+    qname = bytes(data[p + flen + 1 : p + flen + 1 + qlen]).decode(errors="replace")
+    p += flen + qlen + 2
+    t.py.add_code(
+        pyframes.PyCode(cid, addr, fname, qname, first, units, bytes(data[p : p + ltlen]))
+    )
+
+
+def _rec_snapslot(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    t.snap_slots.append(bytes(data[off:rec_end]))  # --aggregate (analyze/aggregate.py reads it)
+
+
+def _rec_end(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    end_s, _ = layout("struct ct_rec_end")
+    ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
+    t.end = End(ts, code, dropped, events)
+
+
+# the non-event records other than STACK, by their CT_REC_ name: one decoder each
+_RECORD_DECODERS = {
+    "MODULE": _rec_module,
+    "API": _rec_api,
+    "PROCESS": _rec_process,
+    "INFO": _rec_info,
+    "PYFRAME": _rec_pyframe,
+    "PYCODE": _rec_pycode,
+    "SNAPSLOT": _rec_snapslot,
+    "END": _rec_end,
+}
 
 
 @dataclass

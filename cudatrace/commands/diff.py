@@ -46,8 +46,9 @@ def run_diff(
 ) -> None:
     """The body of `cudatrace diff` (also callable from Python). Raises CudatraceError."""
     from ..analyze.analysis import Analysis
-    from ..present.diff import diff as diff_of
-    from ..present.diff import render_text, share_graph
+    from ..analyze.diff import diff as diff_of
+    from ..analyze.diff import share_graph
+    from ..present.diff import render_text
     from ..progress import stderr_is_tty
 
     out = out or sys.stdout

@@ -51,7 +51,8 @@ def report(path, top, by, moment, attribution, outputs, tree, watch):
             raise click.UsageError(
                 "--watch shows the text report; leave out --json, --svg and --html"
             )
-        return watch_report(path, top, by, moment, attribution)
+        watch_report(path, top, by, moment, attribution)
+        return 0
     run_report(path, top, by, moment, attribution, outputs, tree)
     return 0
 
@@ -143,7 +144,7 @@ def watch_report(
     interval: float = 1.0,
     out=None,
 ) -> int:
-    """The body of `cudatrace report --watch`: the text report every `interval` seconds until
+    """The body of `cudatrace report --watch` (returns the number of renders): the text report every `interval` seconds until
     Ctrl-C or the run's end (present/watch.py)."""
     from ..analyze.analysis import Analysis, build_report
     from ..analyze.sites import make_symbolizer

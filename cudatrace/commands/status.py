@@ -38,7 +38,8 @@ def status(group, outputs, watch, reset):
     if watch:
         if outputs.as_json:
             raise click.UsageError("--watch shows text; leave out --json")
-        return watch_status(group)
+        watch_status(group)
+        return 0
     from ..present.status import render_status
     from ..record.denials import attach_last_denials
     from ..record.ledger import status_json
@@ -62,7 +63,7 @@ def status_text(group) -> str:
 
 def watch_status(group=None, interval: float = 1.0, out=None) -> int:
     """The body of `cudatrace status --watch`: the status every `interval` seconds until
-    Ctrl-C (present/watch.py)."""
+    Ctrl-C (present/watch.py); returns the number of renders."""
     from ..present.watch import loop
 
     def head(done: bool, why: str) -> str:

@@ -69,7 +69,7 @@ def loop(
     max_renders: int | None = None,
 ) -> int:
     """Render until Ctrl-C, or until ended() says so (then one last render). render() gives
-    the text; head(ended, why) the line above it."""
+    the text; head(ended, why) the line above it. Returns the number of renders shown."""
     out = out or sys.stdout
     tty = _is_tty(out)
     n = 0
@@ -79,8 +79,8 @@ def loop(
             _show(render(), head(done, why), out, tty)
             n += 1
             if done or (max_renders is not None and n >= max_renders):
-                return 0
+                return n
             time.sleep(interval)
     except KeyboardInterrupt:
         out.write("\n")
-        return 0
+        return n

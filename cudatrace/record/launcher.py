@@ -248,49 +248,8 @@ def _run(
     no_trace = out is None
     if not no_trace:
         _check_shim_path("trace directory", out)
-    env = dict(os.environ)
-    env.update(opts.extra_env)
-    env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
-    if no_trace:
-        env.pop("CUDATRACE_DIR", None)
-    else:
-        env["CUDATRACE_DIR"] = str(out)
-    env["CUDATRACE_MODE"] = opts.mode
-    env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
-    env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
-    env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
-    env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
-    env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
-    if (
-        opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env
-    ):  # extra_env may keep the shim's lines
-        env["CUDATRACE_QUIET"] = "1"
-    ledger = None
-    budget_info = None
-    if opts.budget is not None or opts.group is not None:
-        # deferred for start-up time: only a run with a budget loads the ledger's C library
-        from . import budget as budget_mod
-        from .ledger import LedgerError
-
-        try:
-            ledger, budget_info = budget_mod.setup_ledger(
-                opts.budget,
-                opts.group,
-                opts.on_exceed,
-                opts.count_host,
-                notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
-            )
-        except (budget_mod.BudgetError, LedgerError) as e:
-            raise LaunchError(f"budget: {e}", 2) from None
-        try:
-            _check_shim_path("ledger path", ledger.path)
-        except LaunchError:
-            ledger.finish()
-            raise
-        env["CUDATRACE_LEDGER"] = str(ledger.path)
-        if budget_info.get("note"):
-            # the one note that changes what the run may use: printed even with -q
-            sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
+    env = _environment(opts, shim, out)
+    ledger, budget_info = _join_budget(opts, env)
 
     run_info = {
         "cudatrace_version": __version__,
@@ -420,27 +379,85 @@ def _run(
     status = exit_status(rc)
     if aborted and status == 0:
         status = 3
+    _finish(opts, out, run_info, rc, status, bool(aborted), sampler, ledger)
+    return status, out
+
+
+def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
+    """CMD's environment: the preload library and the settings it reads (CUDATRACE_*)."""
+    env = dict(os.environ)
+    env.update(opts.extra_env)
+    env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
+    if out is None:
+        env.pop("CUDATRACE_DIR", None)
+    else:
+        env["CUDATRACE_DIR"] = str(out)
+    env["CUDATRACE_MODE"] = opts.mode
+    env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
+    env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
+    env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
+    env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
+    env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
+    if (
+        opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env
+    ):  # extra_env may keep the shim's lines
+        env["CUDATRACE_QUIET"] = "1"
+    return env
+
+
+def _join_budget(opts: RunOptions, env: dict):
+    """(ledger, budget info) of a run with --budget or --group, its ledger named in env;
+    (None, None) without."""
+    if opts.budget is None and opts.group is None:
+        return None, None
+    # deferred for start-up time: only a run with a budget loads the ledger's C library
+    from . import budget as budget_mod
+    from .ledger import LedgerError
+
+    try:
+        ledger, budget_info = budget_mod.setup_ledger(
+            opts.budget,
+            opts.group,
+            opts.on_exceed,
+            opts.count_host,
+            notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
+        )
+    except (budget_mod.BudgetError, LedgerError) as e:
+        raise LaunchError(f"budget: {e}", 2) from None
+    try:
+        _check_shim_path("ledger path", ledger.path)
+    except LaunchError:
+        ledger.finish()
+        raise
+    env["CUDATRACE_LEDGER"] = str(ledger.path)
+    if budget_info.get("note"):
+        # the one note that changes what the run may use: printed even with -q
+        sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
+    return ledger, budget_info
+
+
+def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, sampler, ledger):
+    """After CMD: run.json completed (status, end, sampler, the ledger's last figures)."""
     run_info.update(
         {
             "returncode": rc,
             "exit_status": status,
             "end_monotonic_ns": time.monotonic_ns(),
             "end_time": time.time(),
-            "budget_aborted": bool(aborted),
+            "budget_aborted": aborted,
             "sampler": sampler.describe() if sampler else None,
         }
     )
     if ledger is not None:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()
-    if not no_trace:
+    if out is not None:
         try:
             write_json(out / tracedir.RUN, run_info)
         except OSError as e:  # a full disk: the command's status still comes back
             sys.stderr.write(f"cudatrace: cannot write {out / tracedir.RUN}: {e.strerror or e}\n")
     if sampler and sampler.error and not opts.quiet:
         sys.stderr.write(f"cudatrace: samples stopped: {sampler.error}\n")
-    return status, out
 
 
 def _budget_abort(opts: RunOptions, ledger) -> bool:

@@ -201,29 +201,19 @@ class AbbrevTable(dict):
 _COMPILED: dict[tuple, Reader] = {}
 
 
+_UFMT = {1: "d[p]", 2: "U16(d, p)[0]", 4: "U32(d, p)[0]", 8: "U64(d, p)[0]"}
+
+
 def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
     """Generate straight-line Python that steps over one DIE of this abbreviation and picks out
     the attributes in SLOTS (references made absolute for CU-relative forms)."""
     E = ctx[0]
-    ufmt = {1: "d[p]", 2: "U16(d, p)[0]", 4: "U32(d, p)[0]", 8: "U64(d, p)[0]"}
     code = ["def reader(d, p, cu):"]
     out = ["None"] * NSLOTS
     n = 0
 
     def emit(s):
         code.append("    " + s)
-
-    def uleb_into(var):
-        emit(f"{var} = d[p]; p += 1")
-        emit(f"if {var} >= 0x80:")
-        emit(f"    {var} &= 0x7f; s = 7")
-        emit("    while True:")
-        emit(f"        b = d[p]; p += 1; {var} |= (b & 0x7f) << s; s += 7")
-        emit("        if b < 0x80: break")
-
-    def uleb_skip():
-        emit("while d[p] >= 0x80: p += 1")
-        emit("p += 1")
 
     for attr, form, ic in ab.specs:
         slot = SLOTS.get(attr)
@@ -235,46 +225,9 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
         if enc == INDIRECT:
             raise DwarfError("DW_FORM_indirect not supported")
         if enc.__class__ is int or enc == PRESENT or enc == IMPLICIT:
-            size = enc if enc.__class__ is int else 0
-            if var is not None:
-                if enc == IMPLICIT:
-                    emit(f"{var} = {ic}")
-                elif enc == PRESENT:
-                    emit(f"{var} = 1")
-                elif size == 3:
-                    if E == "<":
-                        emit(f"{var} = d[p] | d[p+1] << 8 | d[p+2] << 16")
-                    else:
-                        emit(f"{var} = d[p] << 16 | d[p+1] << 8 | d[p+2]")
-                elif size in ufmt:
-                    emit(f"{var} = {ufmt[size]}")
-                else:
-                    emit(f"{var} = None")
-            if size:
-                emit(f"p += {size}")
-        elif enc == ULEB:
-            if var is not None:
-                uleb_into(var)
-            else:
-                uleb_skip()
-        elif enc == SLEB:
-            if var is not None:
-                emit(f"{var}, p = SLEB(d, p)")
-            else:
-                uleb_skip()
-        elif enc == CSTRING:
-            if var is not None:
-                emit(f"{var} = p")
-            emit("p = d.index(0, p) + 1")
-        elif enc == BLOCK1:
-            emit("p += 1 + d[p]")
-        elif enc == BLOCK2:
-            emit(f"p += 2 + {ufmt[2]}")
-        elif enc == BLOCK4:
-            emit(f"p += 4 + {ufmt[4]}")
-        elif enc == BLOCK:
-            uleb_into("ln")
-            emit("p += ln")
+            _emit_fixed(emit, var, enc, ic, E)
+        else:
+            _emit_variable(emit, var, enc)
         if var is not None:
             if form in REL_REF_FORMS:
                 emit(f"{var} += cu")
@@ -290,6 +243,68 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
     }
     exec(compile("\n".join(code), f"<dwarf-abbrev-{ab.code}>", "exec"), ns)
     return ns["reader"]
+
+
+def _emit_fixed(emit, var, enc, ic, E: str) -> None:
+    """A form of fixed size (or none: present, implicit const): read into var if kept."""
+    size = enc if enc.__class__ is int else 0
+    if var is not None:
+        if enc == IMPLICIT:
+            emit(f"{var} = {ic}")
+        elif enc == PRESENT:
+            emit(f"{var} = 1")
+        elif size == 3:
+            if E == "<":
+                emit(f"{var} = d[p] | d[p+1] << 8 | d[p+2] << 16")
+            else:
+                emit(f"{var} = d[p] << 16 | d[p+1] << 8 | d[p+2]")
+        elif size in _UFMT:
+            emit(f"{var} = {_UFMT[size]}")
+        else:
+            emit(f"{var} = None")
+    if size:
+        emit(f"p += {size}")
+
+
+def _emit_uleb_into(emit, var) -> None:
+    emit(f"{var} = d[p]; p += 1")
+    emit(f"if {var} >= 0x80:")
+    emit(f"    {var} &= 0x7f; s = 7")
+    emit("    while True:")
+    emit(f"        b = d[p]; p += 1; {var} |= (b & 0x7f) << s; s += 7")
+    emit("        if b < 0x80: break")
+
+
+def _emit_uleb_skip(emit) -> None:
+    emit("while d[p] >= 0x80: p += 1")
+    emit("p += 1")
+
+
+def _emit_variable(emit, var, enc) -> None:
+    """A form of variable size (LEB128, string, block): read into var if kept, step over."""
+    if enc == ULEB:
+        if var is not None:
+            _emit_uleb_into(emit, var)
+        else:
+            _emit_uleb_skip(emit)
+    elif enc == SLEB:
+        if var is not None:
+            emit(f"{var}, p = SLEB(d, p)")
+        else:
+            _emit_uleb_skip(emit)
+    elif enc == CSTRING:
+        if var is not None:
+            emit(f"{var} = p")
+        emit("p = d.index(0, p) + 1")
+    elif enc == BLOCK1:
+        emit("p += 1 + d[p]")
+    elif enc == BLOCK2:
+        emit(f"p += 2 + {_UFMT[2]}")
+    elif enc == BLOCK4:
+        emit(f"p += 4 + {_UFMT[4]}")
+    elif enc == BLOCK:
+        _emit_uleb_into(emit, "ln")
+        emit("p += ln")
 
 
 def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:

@@ -9,10 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from cudatrace.analyze.analysis import Analysis
+from cudatrace.analyze.diff import SCHEMA, diff
 from cudatrace.cli import main
 from cudatrace.commands.diff import run_diff
 from cudatrace.errors import CudatraceError
-from cudatrace.present.diff import SCHEMA, diff, render_text
+from cudatrace.present.diff import render_text
 from support import tracegen as tg
 
 MiB = tg.MiB

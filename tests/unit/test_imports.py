@@ -285,3 +285,31 @@ def test_tools_and_tests_import_modules_that_exist():
                 if importlib.util.find_spec(name) is None:
                     missing.append(f"{f.relative_to(PKG.parent)}: {name}")
     assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_one_error_voice():
+    """Errors are raised, never printed and exited on: no sys.exit in the package (the command
+    line turns a CudatraceError into its message and status, once), and no message carries the
+    "cudatrace: " prefix that the command line puts before it."""
+    bad = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "exit"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "sys"
+            ):
+                bad.append(f"{mod}:{node.lineno}: sys.exit")
+            if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call) and node.exc.args:
+                first = node.exc.args[0]
+                parts = first.values if isinstance(first, ast.JoinedStr) else [first]
+                head = parts[0] if parts else None
+                if (
+                    isinstance(head, ast.Constant)
+                    and isinstance(head.value, str)
+                    and head.value.startswith("cudatrace")
+                ):
+                    bad.append(f"{mod}:{node.lineno}: a message starting {head.value[:20]!r}")
+    assert not bad, "\n".join(bad)

@@ -50,12 +50,41 @@ def build(view) -> dict:
     n_slots = max(slot.values()) + 1 if slot else 0
 
     shift = _shifts(allocs, slot)
-    frames_cache: dict[tuple[int, int], list[dict]] = {}
+    frames = _Frames(view)
+    events, remaining = _alloc_events(allocs, live_ids, slot, shift, frames)
+    events += _oom_events(denied, slot, frames)
+    events.sort(key=lambda e: e[0])
+    device_traces: list[list[dict]] = [[] for _ in range(n_slots)]
+    for _k, s, entries in events:
+        device_traces[s].extend(entries)
+    return {
+        "segments": _segments(remaining, slot),
+        "device_traces": device_traces,
+        "cudatrace": {
+            "version": __version__,
+            "command": view.command(),
+            "moment": view.moment_text(),
+            "moment_ns": view.moment_ts,
+            "devices": {str(s): d for d, s in slot.items()},
+            "address_shift": {"%d:%d" % k: v for k, v in shift.items()},
+            "pids": {str(i): t.pid for i, t in enumerate(view.traces)},
+            "exe": {str(i): os.path.basename(t.exe) for i, t in enumerate(view.traces)},
+        },
+    }
 
-    def frames(ti: int, leaf: int) -> list[dict]:
+
+class _Frames:
+    """The frames of a (trace, leaf) stack as PyTorch's viewer reads them, made once each."""
+
+    def __init__(self, view):
+        self.view = view
+        self.cache: dict[tuple[int, int], list[dict]] = {}
+
+    def __call__(self, ti: int, leaf: int) -> list[dict]:
         k = (ti, leaf)
-        got = frames_cache.get(k)
+        got = self.cache.get(k)
         if got is None:
+            view = self.view
             fr = view.frames(ti, leaf)
             got = [
                 {
@@ -70,10 +99,14 @@ def build(view) -> dict:
             if view.multi_process:
                 t = view.traces[ti]
                 got.append({"filename": t.exe or "??", "line": 0, "name": view.process(ti)})
-            frames_cache[k] = got
+            self.cache[k] = got
         return got
 
-    events = []  # (sort key, slot, [entries])
+
+def _alloc_events(allocs, live_ids, slot, shift, frames) -> tuple[list, list]:
+    """(events, remaining): each allocation's alloc and, unless live at the moment, free
+    entries as (sort key, slot, [entries]); the allocations live at the moment."""
+    events = []
     remaining = []
     for x in allocs:
         addr = _addr(x) + shift.get((slot[x.device], x.trace), 0)
@@ -105,6 +138,12 @@ def build(view) -> dict:
                 ],
             )
         )
+    return events, remaining
+
+
+def _oom_events(denied, slot, frames) -> list:
+    """A budget denial as the viewer's out-of-memory entry (free = limit - in use)."""
+    events = []
     for x in denied:
         limit, in_use = x.event[AUX], x.event[AUX2]
         events.append(
@@ -124,11 +163,11 @@ def build(view) -> dict:
                 ],
             )
         )
-    events.sort(key=lambda e: e[0])
-    device_traces: list[list[dict]] = [[] for _ in range(n_slots)]
-    for _k, s, entries in events:
-        device_traces[s].extend(entries)
+    return events
 
+
+def _segments(remaining, slot) -> list[dict]:
+    """The snapshot's segments: one per allocation live at the moment, one block each."""
     segments = []
     for x, addr, fr in sorted(remaining, key=lambda r: (slot[r[0].device], r[1])):
         block = {
@@ -154,20 +193,7 @@ def build(view) -> dict:
                 "blocks": [block],
             }
         )
-    return {
-        "segments": segments,
-        "device_traces": device_traces,
-        "cudatrace": {
-            "version": __version__,
-            "command": view.command(),
-            "moment": view.moment_text(),
-            "moment_ns": view.moment_ts,
-            "devices": {str(s): d for d, s in slot.items()},
-            "address_shift": {"%d:%d" % k: v for k, v in shift.items()},
-            "pids": {str(i): t.pid for i, t in enumerate(view.traces)},
-            "exe": {str(i): os.path.basename(t.exe) for i, t in enumerate(view.traces)},
-        },
-    }
+    return segments
 
 
 def _addr(x) -> int:
