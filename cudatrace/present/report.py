@@ -10,7 +10,7 @@ from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.names import fit
 from ..analyze.sites import SFrame, folded
 from ..units import printable, shell_quote
-from .text import percent, plural, secs_text, size_text, table, term_width
+from .text import end_label, percent, plural, secs_text, size_text, table, term_width
 
 CONTEXT_SITES = 5  # sites whose call stacks are listed
 
@@ -205,8 +205,10 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
                     )
                 )
         w(
-            "  live at exit: {}; pinned host memory peak {}".format(
-                size_text(r["end_bytes"]), size_text(r["host_pinned"]["peak_bytes"])
+            "  {}: {}; pinned host memory peak {}".format(
+                end_label(len(r.get("processes") or ())),
+                size_text(r["end_bytes"]),
+                size_text(r["host_pinned"]["peak_bytes"]),
             )
         )
     w("")

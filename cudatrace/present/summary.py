@@ -9,7 +9,7 @@ from pathlib import Path
 from ..analyze.analysis import Analysis, implausible
 from ..analyze.names import fit
 from ..units import format_bytes, printable
-from .text import term_width
+from .text import end_label, term_width
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
@@ -68,7 +68,7 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
                     )
                 )
             )
-        w(f"; live at exit: {format_bytes(m.end_bytes)}\n")
+        w(f"; {end_label(len(td.traces))}: {format_bytes(m.end_bytes)}\n")
         for x in implausible(a):
             w(f"  {x}\n")
         obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
