@@ -48,6 +48,31 @@ def via_text(site: dict, full: bool = False) -> str:
     return " > ".join(chain)
 
 
+def _status_text(p: dict, r: dict) -> str:
+    """How a process's trace ended, in words that never contradict each other."""
+    st, code = p["status"], p["exit_code"]
+    if st == "exec":
+        return "replaced by exec (complete up to it)"
+    if st == "complete":
+        if code not in (None, -1):
+            return f"complete, exit {code}"
+        pids = {q["pid"] for q in r["processes"]}
+        if (
+            p["ppid"] not in pids
+            and p.get("exec_index", 0) == 0
+            and r.get("exit_status") is not None
+        ):
+            return "complete, exit {} (as the launcher saw it)".format(r["exit_status"])
+        return "complete (its exit status was not seen: no hooked call came after main began)"
+    if p.get("stopped"):
+        if code is not None:
+            return "trace stopped ({}); the process exited with status {}".format(
+                p["stopped"], code
+            )
+        return "trace stopped ({}); no exit record".format(p["stopped"])
+    return "truncated (no clean exit record: killed, crashed or still running)"
+
+
 def _limits_text(limits: dict) -> str:
     """'12.0 GiB on each of devices 0-15', '8.00 GiB on device 0, 4.00 GiB on device 1'"""
     by: dict[int, list[int]] = {}
@@ -123,18 +148,15 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         % (len(procs), ", %d truncated" % len(r["truncated_files"]) if r["truncated_files"] else "")
     )
     for p in procs:
-        st = p["status"]
-        if p["status"] == "complete":
-            st += (
-                ", exit {}".format(p["exit_code"])
-                if p["exit_code"] not in (None, -1)
-                else " (exit status not recorded)"
-            )
-        else:
-            st += " (no clean exit record: killed, crashed or still running)"
         w(
             "    pid %-7d ppid %-7d %-24s %s  [%s]"
-            % (p["pid"], p["ppid"], printable(os.path.basename(p["exe"])) or "?", st, p["file"])
+            % (
+                p["pid"],
+                p["ppid"],
+                printable(os.path.basename(p["exe"])) or "?",
+                _status_text(p, r),
+                p["file"],
+            )
         )
     v = r["versions"]
     parts = ["{} frames per event".format("/".join(str(d) for d in v["stack_depth"]))]
@@ -183,7 +205,9 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
 
     # peak
     dev_note = " on device %d" % r["device"] if r["device"] is not None else ""
-    if r["peak_time"] is None:
+    if r["peak_time"] is None and any(p.get("stopped") for p in procs):
+        w(f"No device memory allocation was recorded{dev_note}: a trace stopped (see below).")
+    elif r["peak_time"] is None:
         w(f"No device memory was allocated through the hooked driver API{dev_note}.")
     else:
         w(
@@ -206,7 +230,7 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
                 )
         w(
             "  {}: {}; pinned host memory peak {}".format(
-                end_label(len(r.get("processes") or ())),
+                end_label(sum(1 for p in r["processes"] if p["allocs"])),
                 size_text(r["end_bytes"]),
                 size_text(r["host_pinned"]["peak_bytes"]),
             )

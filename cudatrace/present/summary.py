@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..analyze.analysis import Analysis, implausible
+from ..analyze.analysis import Analysis, implausible, unrecorded
 from ..analyze.names import fit
 from ..units import format_bytes, printable
 from .text import end_label, term_width
@@ -50,9 +50,14 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             c.get("host_allocs", 0),
         )
     )
+    missing = unrecorded(a)
+    for x in missing:
+        w(f"  {x}\n")
     if not m.found:
         w(
-            "  no device memory was allocated through the driver%s\n"
+            "  no device memory allocation was recorded (see above: not everything could be)\n"
+            if missing
+            else "  no device memory was allocated through the driver%s\n"
             % ("" if td.traces else " (no process used CUDA)")
         )
     else:
@@ -68,7 +73,9 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
                     )
                 )
             )
-        w(f"; {end_label(len(td.traces))}: {format_bytes(m.end_bytes)}\n")
+        w(
+            f"; {end_label(sum(1 for p in m.procs if p.get('allocs')))}: {format_bytes(m.end_bytes)}\n"
+        )
         for x in implausible(a):
             w(f"  {x}\n")
         obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)

@@ -81,3 +81,16 @@ def test_aggregate_headline_is_what_the_device_held(ct, sim, shape):
     r, hwm = _run(ct, sim, cmd, "-q", "--aggregate")
     assert r.returncode == 0, r.stderr
     assert _peak(ct, r.out)["peak_bytes"] == hwm == device_peak
+
+
+def test_process_lines_never_contradict_themselves(ct, sim):
+    # minor items of issue 21: a parent that only cuInits and forks read "exit status not
+    # recorded"; an exec'd image read "exec (no clean exit record: killed, crashed ...)"
+    r = ct.run([sim.progs["leakers"], "fork", "1", "1m"], "-q")
+    assert r.returncode == 0, r.stderr
+    text = ct.cli("report", r.out).stdout
+    assert "exit status not recorded" not in text and "exit 0 (as the launcher saw it)" in text
+    r = ct.run([sim.progs["leakers"], "exec", "1", "1m"], "-q")
+    text = ct.cli("report", r.out).stdout
+    assert "replaced by exec (complete up to it)" in text, text
+    assert "killed, crashed" not in text, text
