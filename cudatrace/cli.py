@@ -209,6 +209,7 @@ def run(
         mode="none" if no_trace else "aggregate" if aggregate else "full",
         outlive_launcher=outlive_launcher,
         sample_ms=sample_ms,
+        on_end=None if quiet else _run_summary,
     )
     try:
         status, out = launch(opts)
@@ -218,18 +219,22 @@ def run(
     except RuntimeError as e:  # the native libraries could not be found or built
         click.echo(f"cudatrace: {e}", err=True)
         sys.exit(2)
-    if not quiet and out is None:
-        click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
-    elif not quiet:
-        from .present.summary import print_summary  # after the command has ended
-
-        try:
-            print_summary(out, status, sys.stderr)
-        except Exception as exc:  # the summary must never hide the command's status
-            why = str(exc)
-            why = why[len("cudatrace: ") :] if why.startswith("cudatrace: ") else why
-            sys.stderr.write(f"cudatrace: could not summarize the trace: {why}\n")
     sys.exit(status)
+
+
+def _run_summary(status: int, out) -> None:
+    """run's summary, printed while the run still holds its trace directory."""
+    if out is None:
+        click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
+        return
+    from .present.summary import print_summary  # after the command has ended
+
+    try:
+        print_summary(out, status, sys.stderr)
+    except Exception as exc:  # the summary must never hide the command's status
+        why = str(exc)
+        why = why[len("cudatrace: ") :] if why.startswith("cudatrace: ") else why
+        sys.stderr.write(f"cudatrace: could not summarize the trace: {why}\n")
 
 
 def _denial_printer():
