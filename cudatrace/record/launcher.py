@@ -92,12 +92,21 @@ def resolve_command(argv0: str) -> str:
     return path
 
 
+def preload_ignored(st: os.stat_result) -> bool:
+    """Whether the loader would ignore LD_PRELOAD for this file (secure-execution mode): only
+    when exec changes the ids. A setuid binary owned by the caller (or setgid to the caller's
+    group) runs with the caller's ids, so it is entered like any other."""
+    if not st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        return False
+    uid = st.st_uid if st.st_mode & stat.S_ISUID else os.geteuid()
+    gid = st.st_gid if st.st_mode & stat.S_ISGID else os.getegid()
+    return uid != os.getuid() or gid != os.getgid()
+
+
 def check_enterable(path: str) -> None:
     """Refuse binaries the preload library cannot enter: static ELF, setuid/setgid."""
     st = os.stat(path)
-    if (st.st_mode & (stat.S_ISUID | stat.S_ISGID)) and (
-        st.st_uid != os.geteuid() or st.st_mode & stat.S_ISGID
-    ):
+    if preload_ignored(st):
         raise LaunchError(
             f"cudatrace: {path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
             "nothing could be traced. Run a copy without the setuid bit.",
