@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from ..errors import CudatraceError
 from ..tracedir import LOCK
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -66,7 +67,7 @@ def replace_lines(path: Path, lines: list[str]):
     return f
 
 
-class DirectoryBusy(Exception):
+class DirectoryBusy(CudatraceError):
     """Another run holds the trace directory."""
 
 

@@ -41,3 +41,11 @@ def test_a_running_trace_directory_is_never_taken_over(ct, sim, tmp_path):
     c = ct.cli("run", "--force", "-q", "-o", out, "--", hold, "--exit-after-ms", "1", "1", "5m")
     assert c.returncode == 0, c.stderr
 
+
+def test_empty_output_is_refused(ct, sim, tmp_path):
+    r = ct.cli(
+        "run", "-o", "", "--", sim.progs["hold"], "--exit-after-ms", "1", "1", "1m", cwd=tmp_path
+    )
+    assert r.returncode == 2, r.stderr
+    assert "empty" in r.stderr, r.stderr
+    assert not list(tmp_path.glob("*.ctrace")) and not (tmp_path / "run.json").exists()
