@@ -12,6 +12,8 @@ from pathlib import Path
 import click
 
 from ..errors import OptionError
+from ..outputs import OutputError, write_output
+from ..units import lossless_data
 from .options import Attribution, Duration, OutputPath, Outputs, RunSettings
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
@@ -173,10 +175,10 @@ def run_sweep(
     except KeyboardInterrupt:
         err.write("cudatrace sweep: interrupted\n")
         return 130
-    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
+    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
     try:
-        (plan.out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
-    except OSError as e:
+        write_output(plan.out / "sweep.json", json.dumps(doc, indent=2) + "\n")
+    except OutputError as e:
         err.write("cudatrace sweep: could not write {}: {}\n".format(plan.out / "sweep.json", e))
     return _show(doc, runs, outputs, out, err)
 
@@ -245,8 +247,8 @@ def _write_html(html, doc: dict, err) -> int:
     from ..present import sweep_html
 
     try:
-        Path(html).write_text(sweep_html.render(doc), encoding="utf-8")
-    except OSError as e:
+        write_output(html, sweep_html.render(doc))
+    except OutputError as e:
         err.write(f"cudatrace sweep: could not write {html}: {e}\n")
         return 1
     err.write(f"cudatrace sweep: charts in {html}\n")
@@ -263,5 +265,5 @@ def _run_from(path: Path, values, cmd, outputs, expect, predict, top, attributio
     exp = _expect(expect, plan.knobs)
     point = _point(predict, plan.knobs)
     _check_html(outputs.html)
-    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
+    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
     return _show(doc, runs, outputs, out, err)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ..errors import CudatraceError
 from ..tracedir import LOCK
+from ..units import lossless_data
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -36,9 +37,10 @@ def create(path: Path):
 
 
 def write_json(path: Path, obj) -> None:
-    """Write obj to path atomically (replace_lines: a fresh file beside it, renamed over it;
+    """Write obj to path atomically, its strings lossless (units.lossless: no lone surrogate a
+    strict JSON reader refuses) (replace_lines: a fresh file beside it, renamed over it;
     rename replaces a planted link itself, never what it points to)."""
-    replace_lines(path, [json.dumps(obj, indent=2)]).close()
+    replace_lines(path, [json.dumps(lossless_data(obj), indent=2)]).close()
 
 
 def replace_lines(path: Path, lines: list[str]):

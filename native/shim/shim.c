@@ -264,8 +264,23 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     }
     if (l > sizeof line - 2)
         l = sizeof line - 2;
-    line[l++] = '\n';
-    ssize_t r = write(2, line, l);
+    /* names come from the program's binaries: data, never terminal control (\xNN, as the
+     * reports escape them) */
+    char safe[sizeof line * 4 + 2];
+    size_t k = 0;
+    for (size_t i = 0; i < l; i++) {
+        unsigned char ch = (unsigned char)line[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            static const char hex[] = "0123456789abcdef";
+            safe[k++] = '\\';
+            safe[k++] = 'x';
+            safe[k++] = hex[ch >> 4];
+            safe[k++] = hex[ch & 15];
+        } else
+            safe[k++] = (char)ch;
+    }
+    safe[k++] = '\n';
+    ssize_t r = write(2, safe, k);
     (void)r;
 }
 
