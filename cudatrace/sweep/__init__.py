@@ -121,6 +121,10 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
     of Analysis (fold, view, ...)."""
     a = Analysis(path, symbolizer=symbolizer, **(attribution or {}))
     m = a.model
+    # what NVML saw the tree hold beyond the traced allocations (CUDA contexts, module
+    # images): a budget counts it, so advice must include it (None: NVML listed no process)
+    obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
+    untraced = (obs.get("max") or {}).get("untraced_max_bytes")
     sites = {}
     for s in a.sites(m.groups_at_peak(), "site", depth):
         sites[s.key] = {"label": s.label(), "key": s.key_text(), "bytes": s.bytes, "count": s.count}
@@ -132,6 +136,7 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
         "denied": m.counts.get("denied", 0),
         "failed": m.counts.get("failed", 0),
         "processes": len(a.traces),
+        "untraced_bytes": max(0, untraced) if isinstance(untraced, int) else None,
         "sites": sites,
     }, a.symbolizer
 
@@ -513,9 +518,33 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
             "25%% headroom: %s"
             % ("two points, no uncertainty known" if n <= 2 else "no uncertainty known"),
         )
-    want = peak_b + margin
+    # the budget counts each member's CUDA context (NVML's figure for the process beyond its
+    # allocations, docs/budgets.md): the advice holds the most any run was seen to need so
+    ctxs = [r["measured"].get("untraced_bytes") for r in included if r.get("measured")]
+    ctxs = [c for c in ctxs if c is not None]
+    ctx = max(ctxs) if ctxs else None
+    want = peak_b + margin + (ctx or 0)
     step = _round_step(want)
-    budget = int(math.ceil(want / step) * step) if want > 0 else 0
+    budget = max(step, int(math.ceil(want / step) * step))
+    spec = text.size_spec(budget)
+    if not _accepted(spec):
+        return {
+            "at": point_text,
+            "peak": {"bytes": peak_b, "stderr": pse, "how": phow},
+            "sites": ps[:5],
+            "budget": None,
+            "notes": notes + ["the prediction is beyond any budget cudatrace takes: no advice"],
+        }
+    if ctx is None:
+        ctx_text = (
+            "CUDA contexts and module images were not measured (NVML listed no process of the "
+            "runs); the budget counts them (hundreds of MiB per process): add them"
+        )
+    else:
+        ctx_text = (
+            f"it includes {text.readable(ctx)} of CUDA context and module images the runs held "
+            "beyond their allocations (NVML), which the budget counts"
+        )
     return {
         "at": point_text,
         "value": point[0] if len(knobs) == 1 else {k.key: v for k, v in zip(knobs, point)},
@@ -524,13 +553,24 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
         "sites": ps[:5],
         "budget": {
             "bytes": budget,
-            "spec": text.size_spec(budget),
-            "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} ({why}), rounded up to a multiple "
-            f"of {text.readable(step)}; CUDA contexts and module images (hundreds of MiB per process) are "
-            "not counted by the budget but take memory on the box: leave them room too",
+            "spec": spec,
+            "context_bytes": ctx,
+            "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} "
+            f"({why}) + contexts, rounded up to a multiple of {text.readable(step)}; {ctx_text}",
         },
         "notes": notes,
     }
+
+
+def _accepted(spec: str) -> bool:
+    """Whether `--budget spec` is one cudatrace takes (every advised number must be)."""
+    from ..record.budget import BudgetError, parse_budget
+
+    try:
+        parse_budget(spec)
+    except BudgetError:
+        return False
+    return True
 
 
 def _round_step(v: float) -> int:

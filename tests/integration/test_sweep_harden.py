@@ -17,7 +17,8 @@ MiB = 1 << 20
 
 
 def _env(sim, base: Path, **opts) -> dict:
-    env = sim.env(state=sim.new_state(), **opts)
+    opts.setdefault("state", sim.new_state())
+    env = sim.env(**opts)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("CUDATRACE_CACHE", str(base / "symcache"))
     return env
@@ -64,3 +65,43 @@ def test_stop_reaches_children_that_ignore_sigint(sim, tmp_path):
     assert time.monotonic() - t0 < 40
     for run in json.loads(r.stdout)["runs"]:
         assert run["ended"]["signal"] in ("SIGTERM", "SIGKILL"), run["ended"]
+
+
+def test_predicted_budget_counts_contexts_and_works(sim, tmp_path):
+    # each process's context costs 48 MiB on this simulated device; the budget counts it
+    ctx = 48 * MiB
+    env = _env(sim, tmp_path, ctx_bytes=ctx)
+    hold = sim.progs["hold"]
+    r = sweep(
+        env, "--values", "2MiB,4MiB,6MiB", "--stop-after", "1s", "--predict", "8MiB",
+        "-o", tmp_path / "sw", "--json", "--", hold, "2", "{}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    b = json.loads(r.stdout)["prediction"]["budget"]
+    assert b["context_bytes"] is not None and b["context_bytes"] >= ctx, b
+    assert b["bytes"] >= 16 * MiB + ctx, b
+    # the advice works when used: the same program at 8 MiB under it is never denied, and the
+    # device (the simulator's own mark, context included) stayed within it
+    state = sim.new_state()
+    env = _env(sim, tmp_path, ctx_bytes=ctx, state=state)
+    run = subprocess.run(
+        [sys.executable, "-m", "cudatrace", "run", "-q", "-o", tmp_path / "t"]
+        + ["--budget", b["spec"], "--", hold, "--exit-after-ms", "300", "2", "8MiB"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "budget exceeded" not in run.stderr
+    assert sim.stats(state)[0]["hwm"] <= b["bytes"]
+
+
+def test_numbers_too_large_are_refused_clearly(sim, tmp_path):
+    env = _env(sim, tmp_path)
+    hold = sim.progs["hold"]
+    for args in (
+        ["--values", "1e400,2"],
+        ["--values", "1,2", "--predict", "1e400"],
+        ["--values", "1,2", "--expect", "1e400"],
+    ):
+        r = sweep(env, *args, "-o", tmp_path / "x", "--", hold, "1", "{}m", timeout=60)
+        assert r.returncode == 2, (args, r.stderr)
+        assert "Traceback" not in r.stderr and "not a finite number" in r.stderr, r.stderr
