@@ -614,9 +614,10 @@ def load_recorded(
         else:
             parts = dict(p.split("=", 1) for p in r["text"].split(","))
             combo = tuple(k.texts.index(parts[k.key]) for k in knobs)
-        d = plan.out / Path(r["directory"]).name  # beside sweep.json, if moved with it
-        if not d.is_dir():
-            d = Path(r["directory"])
+        # only beside this sweep.json: a copy never reads the original's runs (another sweep's
+        # data in the laws); a run missing here is said so and left out
+        d = plan.out / Path(r["directory"]).name
+        missing = not d.is_dir()
         ended = {k: v for k, v in r["ended"].items() if k != "text"}
         rec = {
             "index": i,
@@ -629,7 +630,14 @@ def load_recorded(
             "seconds": r.get("seconds"),
             "measured": None,
         }
-        if r.get("peak_bytes") is not None:
+        if missing and r.get("peak_bytes") is not None:
+            rec["ended"] = {
+                "how": "no_trace",
+                "status": ended.get("status"),
+                "why": f"its directory {d.name} is not beside {f.name} in {plan.out}",
+            }
+            rec["included"] = False
+        elif r.get("peak_bytes") is not None:
             try:
                 rec["measured"], sym = measure(d, depth, sym, attribution)
             except ReportError as e:

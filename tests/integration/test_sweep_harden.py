@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -105,3 +106,26 @@ def test_numbers_too_large_are_refused_clearly(sim, tmp_path):
         r = sweep(env, *args, "-o", tmp_path / "x", "--", hold, "1", "{}m", timeout=60)
         assert r.returncode == 2, (args, r.stderr)
         assert "Traceback" not in r.stderr and "not a finite number" in r.stderr, r.stderr
+
+
+def test_from_a_copy_never_reads_the_original(sim, tmp_path):
+    env = _env(sim, tmp_path)
+    orig = tmp_path / "sw"
+    r = sweep(
+        env, "--values", "1MiB,2MiB,3MiB", "-o", orig, "--json", "--",
+        sim.progs["hold"], "--exit-after-ms", "1", "1", "{}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    runs = json.loads(r.stdout)["runs"]
+    copy = tmp_path / "copy"
+    shutil.copytree(orig, copy)
+    gone = Path(runs[1]["directory"]).name
+    shutil.rmtree(copy / gone)
+    r = sweep(env, "--from", copy, "--json")
+    doc = json.loads(r.stdout)
+    dirs = [Path(x["directory"]) for x in doc["runs"]]
+    assert all(d.parent == copy for d in dirs), dirs
+    lost = doc["runs"][1]
+    assert not lost["included"] and lost["ended"]["how"] == "no_trace", lost
+    assert gone in lost["ended"]["text"] or gone in json.dumps(lost["ended"]), lost
+    assert lost["peak_bytes"] is None
