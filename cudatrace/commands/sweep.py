@@ -130,8 +130,8 @@ def run_sweep(
     if stop_after is not None and until_url is not None:
         raise OptionError("--stop-after and --until-url: give one")
     rule = StopRule(stop_after, until_url, settle, grace, url_timeout)
-    if until_url is not None and not re.match(r"^https?://", until_url):
-        raise OptionError(f"--until-url {until_url}: an http:// or https:// URL")
+    if until_url is not None:
+        _check_url(until_url)
     exp = _expect(expect, knobs)
     point = _point(predict, knobs)
     plan = Plan(
@@ -181,6 +181,24 @@ def run_sweep(
     except OutputError as e:
         err.write("cudatrace sweep: could not write {}: {}\n".format(plan.out / "sweep.json", e))
     return _show(doc, runs, outputs, out, err)
+
+
+def _check_url(url: str) -> None:
+    """--until-url: a URL that can answer at all (scheme, host, a port that exists), refused
+    at once rather than waited on for the whole timeout."""
+    from urllib.parse import urlsplit
+
+    if not re.match(r"^https?://", url):
+        raise OptionError(f"--until-url {url}: an http:// or https:// URL")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError for a port out of 0..65535
+    except ValueError as e:
+        raise OptionError(f"--until-url {url}: not a URL ({e})") from None
+    if not parts.hostname:
+        raise OptionError(f"--until-url {url}: no host")
+    if port == 0:
+        raise OptionError(f"--until-url {url}: port 0 is no port to connect to")
 
 
 def _expect(expect, knobs):

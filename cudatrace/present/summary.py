@@ -81,7 +81,11 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
         obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
         near = obs.get("near_peak") or {}
         if obs["samples"] and not obs["overlap"]:
-            w("  observed: no sample fell while traced memory was live (samples every ~100 ms)\n")
+            every = (td.run.get("sampler") or {}).get("interval_ms") or obs.get("interval_ms")
+            w(
+                "  observed: no sample fell while traced memory was live (samples every "
+                "%s)\n" % ("%g ms" % every if every else "--sample-ms")
+            )
         elif near.get("tree_device_bytes") is not None:
             w(
                 "  observed by NVML for the process tree near the peak: {} (traced then {}; untraced "

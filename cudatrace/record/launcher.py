@@ -342,6 +342,7 @@ def _run(
         "on_exceed": opts.on_exceed,
         "start_monotonic_ns": time.monotonic_ns(),
         "start_time": time.time(),
+        "launcher_pid": os.getpid(),  # `report --watch` knows the run is over if it is gone
     }
     if not no_trace:
         try:
