@@ -71,3 +71,21 @@ def test_watch_of_a_directory_that_never_appears_ends(tmp_path, monkeypatch):
     out = io.StringIO()
     with pytest.raises(CudatraceError, match="no such trace directory"):
         report_cmd.watch_report(tmp_path / "never", interval=0.05, out=out)
+
+
+def test_a_group_named_like_an_option_is_shown_and_reset_whole(ct, sim, tmp_path):
+    led = tmp_path / "ledgers"
+    led.mkdir(mode=0o700)
+    env = ct.env()
+    env["CUDATRACE_LEDGER_DIR"] = str(led)
+    hold = sim.progs["hold"]
+    r = ct.cli(
+        "run", "-q", "-o", tmp_path / "t", "--group", "-x", "--budget", "4MiB", "--",
+        hold, "--exit-after-ms", "1", "1", "1m", env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    s = ct.cli("status", "-x", env=env)
+    assert s.returncode == 0 and "-x" in s.stdout, s.stdout + s.stderr
+    s = ct.cli("status", "-x", "--reset", env=env)
+    assert s.returncode == 0, s.stderr
+    assert not list(led.iterdir()), list(led.iterdir())  # no ledger, no -x.lock left
