@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from ..analyze.analysis import Analysis, implausible, unrecorded
+from ..analyze.model import AUX2
 from ..analyze.names import fit
 from ..units import format_bytes, printable
 from .text import end_label, term_width
@@ -127,6 +128,20 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             "  denied by the budget: %d (%s)\n"
             % (len(m.denied), "; ".join("%d at %s" % (d.count, d.label()) for d in ds[:3]))
         )
+        # what was "in use" when nothing traced was live: CUDA contexts, which the budget counts
+        x = m.denied[0]
+        in_use, traced = x.event[AUX2], m.live_bytes_at(x.ts)[0]
+        if in_use > traced:
+            w(
+                "  at the first denial %s was in use, %s of it not traced in this run: CUDA "
+                "contexts and module images (in a --group, other members' memory too), which "
+                "the budget counts (docs/budgets.md)%s\n"
+                % (
+                    format_bytes(in_use),
+                    format_bytes(in_use - traced),
+                    "; the budget must hold them too" if not traced else "",
+                )
+            )
     w(f"  full report: cudatrace report {_rel(out_dir)}\n")
 
 

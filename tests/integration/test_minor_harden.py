@@ -89,3 +89,15 @@ def test_a_group_named_like_an_option_is_shown_and_reset_whole(ct, sim, tmp_path
     s = ct.cli("status", "-x", "--reset", env=env)
     assert s.returncode == 0, s.stderr
     assert not list(led.iterdir()), list(led.iterdir())  # no ledger, no -x.lock left
+
+
+def test_a_denial_by_the_context_names_the_context(ct, sim, tmp_path):
+    # each process's context costs 8 MiB here; under a 4 MiB budget the first allocation is
+    # denied while nothing is allocated: the summary says what the "in use" was
+    r = ct.run(
+        [sim.progs["hold"], "--exit-after-ms", "1", "1", "1m"],
+        "--budget", "4MiB", sim_opts={"ctx_bytes": 8 << 20},
+    )  # fmt: skip
+    assert "denied by the budget: 1" in r.stderr, r.stderr
+    assert "not traced in this run: CUDA contexts" in r.stderr, r.stderr
+    assert "the budget must hold them too" in r.stderr, r.stderr
