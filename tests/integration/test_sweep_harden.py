@@ -129,3 +129,23 @@ def test_from_a_copy_never_reads_the_original(sim, tmp_path):
     assert not lost["included"] and lost["ended"]["how"] == "no_trace", lost
     assert gone in lost["ended"]["text"] or gone in json.dumps(lost["ended"]), lost
     assert lost["peak_bytes"] is None
+
+
+def test_every_advised_budget_is_one_the_tool_takes(sim, tmp_path):
+    from cudatrace.record.budget import parse_budget
+
+    env = _env(sim, tmp_path)
+    sw = tmp_path / "sw"
+    r = sweep(
+        env, "--values", "1,2,3", "-o", sw, "--json", "--",
+        sim.progs["hold"], "--exit-after-ms", "1", "{}", "1m",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    for at in ("0", "-5", "1e15", "1e30"):
+        r = sweep(env, "--from", sw, "--predict", at, "--json")
+        assert r.returncode == 0, (at, r.stderr)
+        b = json.loads(r.stdout)["prediction"]["budget"]
+        if b is None:  # beyond any budget: said, never advised
+            continue
+        assert b["bytes"] > 0 and "e+" not in b["spec"], (at, b)
+        parse_budget(b["spec"])
