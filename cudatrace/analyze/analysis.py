@@ -543,7 +543,8 @@ def build_report(
     if c.get("unsorted_traces"):
         warnings.append(
             "%d trace file(s) had events out of time order (threads publishing out "
-            "of order); they were replayed sorted by time" % c["unsorted_traces"]
+            "of order; a free is stamped before its driver call); they were replayed sorted "
+            "by time" % c["unsorted_traces"]
         )
     if any(t.stack_depth == 0 for t in a.traces):
         warnings.append(
