@@ -14,3 +14,5 @@ SAMPLES_HISTORY = "samples.history.jsonl"
 SAMPLES_EXTREMES = "samples.extremes.jsonl"
 SAMPLE_FILES = (SAMPLES_HISTORY, SAMPLES_EXTREMES, SAMPLES_PREV, SAMPLES)
 LAUNCHER_FILES = (RUN, DENIALS, *SAMPLE_FILES)
+# held (flock) by the launcher for the whole run: a second run into the directory is refused
+LOCK = ".cudatrace.lock"

@@ -300,6 +300,39 @@ def _versions(a: Analysis) -> dict:
 PLAUSIBLE_MAX = 1 << 50  # 1 PiB: no device holds more; a figure past it is a corrupt field
 
 
+def unrecorded(a: Analysis) -> list[str]:
+    """What the run did that its traces do not hold: processes whose trace stopped (a full disk,
+    no descriptor left), and what the budget ledger saw beyond the traces (denials, a peak) when
+    a process could not record at all."""
+    from ..units import format_bytes
+
+    out = []
+    stopped = [t for t in a.traces if t.stopped_ns]
+    if stopped:
+        out.append(
+            "%d process(es) could not record all their events (%s): the figures miss what they "
+            "did after that" % (len(stopped), ", ".join(sorted({t.stopped_why for t in stopped})))
+        )
+    ledger = a.td.run.get("ledger_final") if isinstance(a.td.run, dict) else None
+    devs = ledger.get("devices") if isinstance(ledger, dict) else None
+    if isinstance(devs, list):
+        denials = sum(int(d.get("denials") or 0) for d in devs if isinstance(d, dict))
+        traced = a.model.counts.get("denied", 0)
+        if denials > traced:
+            out.append(
+                "the budget ledger refused %d allocation(s), the traces hold %d: a process "
+                "could not record (its trace file could not be created or grow)" % (denials, traced)
+            )
+        if not a.model.found:
+            peak = max((int(d.get("peak") or 0) for d in devs if isinstance(d, dict)), default=0)
+            if peak:
+                out.append(
+                    "the budget ledger saw %s in use at its peak (contexts included) while no "
+                    "allocation was traced: a process could not record" % format_bytes(peak)
+                )
+    return out
+
+
 def implausible(a: Analysis) -> list[str]:
     """Warnings for peaks no device could hold: beyond the device's total (from the traced
     memory queries or the sampler's NVML figures), or beyond PLAUSIBLE_MAX when no total is
@@ -488,6 +521,11 @@ def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, li
                 "no clean exit record: the process was killed, crashed, exec'd without "
                 "closing or is still running"
             )
+            if t.stopped_ns and t.stopped_exit >= 0:  # the trace stopped, the process went on
+                reason = "the trace stopped (%s); the process exited with status %d" % (
+                    t.stopped_why,
+                    t.stopped_exit,
+                )
             truncated.append(
                 {"file": t.path.name, "pid": t.pid, "reason": reason, "events": t.n_events}
             )
@@ -500,7 +538,10 @@ def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, li
                 "file": t.path.name,
                 "exec_index": t.exec_index,
                 "status": t.status,
-                "exit_code": t.end.exit_code if t.end else None,
+                "exit_code": t.end.exit_code
+                if t.end
+                else (t.stopped_exit if t.stopped_ns and t.stopped_exit >= 0 else None),
+                "stopped": t.stopped_why or None,
                 "dropped_events": t.end.dropped if t.end else None,
                 "gaps": t.gaps,
                 "events": t.n_events,
@@ -598,6 +639,7 @@ def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: lis
     """What the report cannot see, or sees with a caveat: the notes under it."""
     m = a.model
     warnings: list[str] = []
+    warnings.extend(unrecorded(a))
     c = m.counts
     if c.get("unmatched_frees"):
         warnings.append(
@@ -612,7 +654,8 @@ def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: lis
     if c.get("unsorted_traces"):
         warnings.append(
             "%d trace file(s) had events out of time order (threads publishing out "
-            "of order); they were replayed sorted by time" % c["unsorted_traces"]
+            "of order; a free is stamped before its driver call); they were replayed sorted "
+            "by time" % c["unsorted_traces"]
         )
     if any(t.stack_depth == 0 for t in a.traces):
         warnings.append(

@@ -19,6 +19,7 @@ from pathlib import Path
 from .. import native, tracedir
 from ..errors import CudatraceError
 from ..symbols import python as pyframes
+from ..units import lossless_data
 
 _TYPE_FMT = {
     "uint8_t": "B",
@@ -401,8 +402,9 @@ def _rec_process(t: Trace, data, off: int, body: int, rec_end: int) -> None:
             "%s is corrupt: the PROCESS record at offset %d holds %d strings "
             "(exe, host and cwd come first)" % (t.path, off, nstr)
         )
-    # never believe a count beyond the strings the record holds
-    strs = [x.decode(errors="replace") for x in parts[: min(nstr, len(parts))]]
+    # never believe a count beyond the strings the record holds; bytes that are not UTF-8 kept
+    # as \xNN (units.lossless's form), never lost
+    strs = [x.decode(errors="backslashreplace") for x in parts[: min(nstr, len(parts))]]
     strs += [""] * max(0, 3 - len(strs))
     t.exe, t.host, t.cwd = strs[0], strs[1], strs[2]
     t.argv = strs[3 : 3 + argc]
@@ -595,7 +597,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
     rp = path / tracedir.RUN
     if rp.exists():
         try:
-            run, why = _valid_run(json.loads(rp.read_text()))
+            run, why = _valid_run(lossless_data(json.loads(rp.read_text())))
             errors += why
         except (ValueError, OSError) as e:
             errors.append(f"run.json unreadable: {e}")

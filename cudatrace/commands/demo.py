@@ -37,6 +37,7 @@ import click
 
 from .. import simdriver
 from ..errors import CudatraceError, OptionError
+from .options import OutputPath
 
 PKG = Path(__file__).resolve().parent.parent  # the package
 REPO = PKG.parent  # the source checkout, when running from one
@@ -600,7 +601,7 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
     "-o",
     "--output",
     "out_dir",
-    type=click.Path(path_type=Path),
+    type=OutputPath(),
     help="Folder for the build and the traces (kept). Default: a temporary folder, "
     "removed at the end unless --keep.",
 )

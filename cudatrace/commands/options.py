@@ -37,6 +37,20 @@ GROUPINGS = ("site", "api", "library", "process")
 # ---- parameter types -------------------------------------------------------------------------
 
 
+class OutputPath(click.Path):
+    """A path to write (-o, --html, ...): never empty (an empty name would write into the
+    current directory, or a file named nothing)."""
+
+    def __init__(self, **kw):
+        kw.setdefault("path_type", Path)
+        super().__init__(**kw)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            raise OptionError(f"{_name(param)}: an empty path names no file or directory")
+        return super().convert(value, param, ctx)
+
+
 class MomentSpec(click.ParamType):
     """--at: peak, end or TIME seconds since the start; the spec itself is kept (it is echoed
     in reports and JSON), checked here once."""
@@ -265,7 +279,7 @@ class Outputs(NamedTuple):
                 opts.append(
                     click.option(
                         flag,
-                        type=click.Path(dir_okay=False, path_type=Path),
+                        type=OutputPath(dir_okay=False),
                         default=None,
                         metavar="FILE",
                         help=text,

@@ -172,4 +172,22 @@ def watch_report(
             f"{why}: last render" if done else f"{why} (every {interval:g} s; Ctrl-C stops)",
         )
 
-    return loop(render, head, lambda: run_ended(path), interval, out)
+    waited = [None]
+
+    def ended() -> tuple[bool, str]:
+        if Path(path).exists():
+            return run_ended(path)
+        # a directory a run has not created yet is waited for, a while, never forever
+        waited[0] = waited[0] or time.monotonic()
+        if time.monotonic() - waited[0] >= MISSING_WAIT_S:
+            return True, f"{path} did not appear in {MISSING_WAIT_S:g} s"
+        return False, f"waiting for {path} to appear"
+
+    rc = loop(render, head, ended, interval, out)
+    if not Path(path).exists():
+        raise CudatraceError(f"{path}: no such trace directory")
+    return rc
+
+
+# how long `report --watch` waits for a trace directory that is not there yet
+MISSING_WAIT_S = 30.0

@@ -11,7 +11,8 @@ from ..errors import CudatraceError, OptionError
 from .options import Outputs, ledger_dir_option
 
 
-@click.command()
+# a group may be named like an option (-x): an unknown option is taken as the GROUP
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("group", required=False)
 @Outputs.options("")
 @click.option("--watch", is_flag=True, help="Re-render every second until Ctrl-C.")

@@ -529,8 +529,10 @@ from the network.</p></footer>
 
 
 def write_html(path, text: str) -> Path:
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+    """The page, by the rules of outputs.py (its text lossless: no byte of a trace can make
+    it unwritable)."""
+    from ..outputs import write_output
+    from ..units import lossless
+
+    write_output(path, lossless(text))
+    return Path(path)

@@ -366,6 +366,8 @@ def _polyline(series, X, Y, color, dash=None, width=1.5) -> str:
 
 
 def write_svg(a, path, device: int | None = None, report: dict | None = None) -> Path:
-    p = Path(path)
-    p.write_text(render_svg(a, device, report))
-    return p
+    from ..outputs import write_output
+    from ..units import lossless
+
+    write_output(path, lossless(render_svg(a, device, report)))
+    return Path(path)

@@ -10,7 +10,7 @@ from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.names import fit
 from ..analyze.sites import SFrame, folded
 from ..units import printable, shell_quote
-from .text import percent, plural, secs_text, size_text, table, term_width
+from .text import end_label, percent, plural, secs_text, size_text, table, term_width
 
 CONTEXT_SITES = 5  # sites whose call stacks are listed
 
@@ -46,6 +46,31 @@ def via_text(site: dict, full: bool = False) -> str:
     """The folded layers, outermost first, then the API: `tensor_new > backend > cuMemAlloc_v2`."""
     chain = [_sframe(f).name(full) for f in reversed(site.get("via") or [])]
     return " > ".join(chain)
+
+
+def _status_text(p: dict, r: dict) -> str:
+    """How a process's trace ended, in words that never contradict each other."""
+    st, code = p["status"], p["exit_code"]
+    if st == "exec":
+        return "replaced by exec (complete up to it)"
+    if st == "complete":
+        if code not in (None, -1):
+            return f"complete, exit {code}"
+        pids = {q["pid"] for q in r["processes"]}
+        if (
+            p["ppid"] not in pids
+            and p.get("exec_index", 0) == 0
+            and r.get("exit_status") is not None
+        ):
+            return "complete, exit {} (as the launcher saw it)".format(r["exit_status"])
+        return "complete (its exit status was not seen: no hooked call came after main began)"
+    if p.get("stopped"):
+        if code is not None:
+            return "trace stopped ({}); the process exited with status {}".format(
+                p["stopped"], code
+            )
+        return "trace stopped ({}); no exit record".format(p["stopped"])
+    return "truncated (no clean exit record: killed, crashed or still running)"
 
 
 def _limits_text(limits: dict) -> str:
@@ -142,18 +167,15 @@ def _text_header(r: dict, o: _Lines) -> None:
         % (len(procs), ", %d truncated" % len(r["truncated_files"]) if r["truncated_files"] else "")
     )
     for p in procs:
-        st = p["status"]
-        if p["status"] == "complete":
-            st += (
-                ", exit {}".format(p["exit_code"])
-                if p["exit_code"] not in (None, -1)
-                else " (exit status not recorded)"
-            )
-        else:
-            st += " (no clean exit record: killed, crashed or still running)"
         w(
             "    pid %-7d ppid %-7d %-24s %s  [%s]"
-            % (p["pid"], p["ppid"], printable(os.path.basename(p["exe"])) or "?", st, p["file"])
+            % (
+                p["pid"],
+                p["ppid"],
+                printable(os.path.basename(p["exe"])) or "?",
+                _status_text(p, r),
+                p["file"],
+            )
         )
     v = r["versions"]
     parts = ["{} frames per event".format("/".join(str(d) for d in v["stack_depth"]))]
@@ -205,7 +227,9 @@ def _text_peak(r: dict, o: _Lines) -> None:
     """The peak, per device, and what was live at exit."""
     w = o.L.append
     dev_note = " on device %d" % r["device"] if r["device"] is not None else ""
-    if r["peak_time"] is None:
+    if r["peak_time"] is None and any(p.get("stopped") for p in procs):
+        w(f"No device memory allocation was recorded{dev_note}: a trace stopped (see below).")
+    elif r["peak_time"] is None:
         w(f"No device memory was allocated through the hooked driver API{dev_note}.")
     else:
         w(
@@ -227,8 +251,10 @@ def _text_peak(r: dict, o: _Lines) -> None:
                     )
                 )
         w(
-            "  live at exit: {}; pinned host memory peak {}".format(
-                size_text(r["end_bytes"]), size_text(r["host_pinned"]["peak_bytes"])
+            "  {}: {}; pinned host memory peak {}".format(
+                end_label(sum(1 for p in r["processes"] if p["allocs"])),
+                size_text(r["end_bytes"]),
+                size_text(r["host_pinned"]["peak_bytes"]),
             )
         )
     w("")

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..analyze.analysis import Analysis, implausible
+from ..analyze.analysis import Analysis, implausible, unrecorded
+from ..analyze.model import AUX2
 from ..analyze.names import fit
 from ..units import format_bytes, printable
-from .text import term_width
+from .text import end_label, term_width
 
 
 def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
@@ -32,9 +33,14 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             c.get("host_allocs", 0),
         )
     )
+    missing = unrecorded(a)
+    for x in missing:
+        w(f"  {x}\n")
     if not m.found:
         w(
-            "  no device memory was allocated through the driver%s\n"
+            "  no device memory allocation was recorded (see above: not everything could be)\n"
+            if missing
+            else "  no device memory was allocated through the driver%s\n"
             % ("" if td.traces else " (no process used CUDA)")
         )
     else:
@@ -53,6 +59,20 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             "  denied by the budget: %d (%s)\n"
             % (len(m.denied), "; ".join("%d at %s" % (d.count, d.label()) for d in ds[:3]))
         )
+        # what was "in use" when nothing traced was live: CUDA contexts, which the budget counts
+        x = m.denied[0]
+        in_use, traced = x.event[AUX2], m.live_bytes_at(x.ts)[0]
+        if in_use > traced:
+            w(
+                "  at the first denial %s was in use, %s of it not traced in this run: CUDA "
+                "contexts and module images (in a --group, other members' memory too), which "
+                "the budget counts (docs/budgets.md)%s\n"
+                % (
+                    format_bytes(in_use),
+                    format_bytes(in_use - traced),
+                    "; the budget must hold them too" if not traced else "",
+                )
+            )
     w(f"  full report: cudatrace report {_rel(out_dir)}\n")
 
 
@@ -81,7 +101,7 @@ def _processes(a, w) -> None:
 
 
 def _peak(a, w) -> None:
-    """The peak (per device when there are several) and what was live at exit."""
+    """The peak (per device when there are several) and what was never freed."""
     m = a.model
     w(f"  peak of live device memory: {format_bytes(m.peak_bytes)} at {a.seconds(m.peak_ts):.3f} s")
     if len(m.device_peaks) > 1:
@@ -93,7 +113,7 @@ def _peak(a, w) -> None:
                 )
             )
         )
-    w(f"; live at exit: {format_bytes(m.end_bytes)}\n")
+    w(f"; {end_label(sum(1 for p in m.procs if p.get('allocs')))}: {format_bytes(m.end_bytes)}\n")
     for x in implausible(a):
         w(f"  {x}\n")
 
@@ -104,7 +124,11 @@ def _observed(a, w) -> None:
     obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
     near = obs.get("near_peak") or {}
     if obs["samples"] and not obs["overlap"]:
-        w("  observed: no sample fell while traced memory was live (samples every ~100 ms)\n")
+        every = (a.td.run.get("sampler") or {}).get("interval_ms") or obs.get("interval_ms")
+        w(
+            "  observed: no sample fell while traced memory was live (samples every "
+            "%s)\n" % ("%g ms" % every if every else "--sample-ms")
+        )
     elif near.get("tree_device_bytes") is not None:
         w(
             "  observed by NVML for the process tree near the peak: {} (traced then {}; untraced "

@@ -27,7 +27,7 @@ def size_spec(n: int) -> str:
     """A size as --budget takes it, short: '64GiB', '1.75GiB', '600MiB'."""
     for name, size in UNITS:
         x = n / size
-        if x >= 1 and (x * 4) == int(x * 4):
+        if x >= 1 and (x * 4) == int(x * 4) and "e" not in f"{x:g}":
             return f"{x:g}{name}"
     return "%dMiB" % -(-n // MiB) if n >= MiB else "%d" % n
 
@@ -373,7 +373,8 @@ def _prediction(d: dict, L: list) -> None:
         if not n.startswith("extrapolated"):
             w(f"  ({n})")
     b = p["budget"]
-    w("  budget for a co-tenant box: --budget {}: {}".format(b["spec"], b["reason"]))
+    if b is not None:
+        w("  budget for a co-tenant box: --budget {}: {}".format(b["spec"], b["reason"]))
 
 
 def _rel(path: str, base: str) -> str:

@@ -34,7 +34,7 @@ from ..errors import CudatraceError
 from ..procfs import tree_pids
 from ..units import shell_quote
 from .denials import append_denials
-from .files import write_json
+from .files import DirectoryBusy, lock_dir, release_dir, write_json
 from .sampler import Sampler
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
@@ -67,6 +67,9 @@ class RunOptions:
     # the command line hands in present/denials.py, which names the responsible code
     on_denials: Callable[[Path], None] | None = None
     mode: str = "full"  # "full" | "aggregate" | "none" (--no-trace: nothing written)
+    # called with (status, trace directory) once the command has ended, while the run still
+    # holds the directory (the summary reads it then: no other run can have replaced it)
+    on_end: Callable[[int, Path | None], None] | None = None
 
 
 def resolve_command(argv0: str) -> str:
@@ -86,12 +89,21 @@ def resolve_command(argv0: str) -> str:
     return path
 
 
+def preload_ignored(st: os.stat_result) -> bool:
+    """Whether the loader would ignore LD_PRELOAD for this file (secure-execution mode): only
+    when exec changes the ids. A setuid binary owned by the caller (or setgid to the caller's
+    group) runs with the caller's ids, so it is entered like any other."""
+    if not st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        return False
+    uid = st.st_uid if st.st_mode & stat.S_ISUID else os.geteuid()
+    gid = st.st_gid if st.st_mode & stat.S_ISGID else os.getegid()
+    return uid != os.getuid() or gid != os.getgid()
+
+
 def check_enterable(path: str) -> None:
     """Refuse binaries the preload library cannot enter: static ELF, setuid/setgid."""
     st = os.stat(path)
-    if (st.st_mode & (stat.S_ISUID | stat.S_ISGID)) and (
-        st.st_uid != os.geteuid() or st.st_mode & stat.S_ISGID
-    ):
+    if preload_ignored(st):
         raise LaunchError(
             f"{path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
             "nothing could be traced. Run a copy without the setuid bit.",
@@ -156,14 +168,17 @@ def default_out_dir(cmd0: str) -> Path:
     return p
 
 
-def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
-    """The trace directory, and whether this run created it (to remove it if CMD never ran)."""
+def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool, int]:
+    """The trace directory, whether this run created it (to remove it if CMD never ran), and
+    the descriptor of the run's hold on it (files.lock_dir: one run at a time, --force or not)."""
+    lock = -1
     try:
         out = opts.out_dir or default_out_dir(opts.cmd[0])
         out = out.resolve()
         if out.exists():
             if not out.is_dir():
                 raise LaunchError(f"{out} exists and is not a directory")
+            lock = _hold(out)
             old = list(out.glob("*.ctrace")) + [
                 p
                 for p in (out / name for name in tracedir.LAUNCHER_FILES)
@@ -180,17 +195,34 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
         else:
             out.mkdir(parents=True)
             created = True
+            lock = _hold(out)
         if not os.access(out, os.W_OK | os.X_OK):
             raise LaunchError(f"cannot write the trace directory {out}: permission denied")
     except OSError as e:
+        if lock >= 0:
+            release_dir(out, lock)
         where = e.filename or opts.out_dir or "the current directory"
         raise LaunchError(f"cannot create the trace directory {where}: {e.strerror or e}") from None
-    return out, created
+    except LaunchError:
+        if lock >= 0:
+            release_dir(out, lock)
+        raise
+    return out, created, lock
+
+
+def _hold(out: Path) -> int:
+    try:
+        return lock_dir(out)
+    except DirectoryBusy:
+        raise LaunchError(
+            f"{out} is in use by another cudatrace run (--force replaces a finished trace, "
+            "never a running one); choose another -o"
+        ) from None
 
 
 def _remove_created(out: Path, created: bool) -> None:
     """Undo prepare_out_dir when CMD never started: what it made, and the launcher's files."""
-    for name in (tracedir.RUN, *tracedir.SAMPLE_FILES):
+    for name in (tracedir.RUN, *tracedir.SAMPLE_FILES, tracedir.LOCK):
         try:
             (out / name).unlink()
         except OSError:
@@ -218,13 +250,19 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             2,
         )
     no_trace = opts.mode == "none"
-    out, created = (None, False) if no_trace else prepare_out_dir(opts)
+    out, created, lock = (None, False, -1) if no_trace else prepare_out_dir(opts)
     try:
-        return _run(opts, path, shim, out, created)
+        status, out = _run(opts, path, shim, out, created)
+        if opts.on_end is not None:
+            opts.on_end(status, out)
+        return status, out
     except LaunchError:
         if out is not None:
             _remove_created(out, created)
         raise
+    finally:
+        if lock >= 0:
+            release_dir(out, lock)
 
 
 # The preload library keeps the trace directory and the ledger path in fixed buffers (no malloc
@@ -263,6 +301,7 @@ def _run(
         "on_exceed": opts.on_exceed,
         "start_monotonic_ns": time.monotonic_ns(),
         "start_time": time.time(),
+        "launcher_pid": os.getpid(),  # `report --watch` knows the run is over if it is gone
     }
     if not no_trace:
         try:

@@ -397,7 +397,7 @@ def reset_group(group: str) -> Path:
     counts) so the next run starts it afresh. Refused while a member process is alive: the
     ledger is what holds them to the budget. Returns the path removed."""
     p = _target(group, None)[0]
-    with _GroupLock(p):
+    with _GroupLock(p) as lock:
         with Ledger.open(p) as led:
             busy = _live_members(led)
         if busy:
@@ -410,6 +410,7 @@ def reset_group(group: str) -> Path:
             os.unlink(p)
         except OSError as e:
             raise LedgerError(f"cannot remove {p}: {e.strerror}") from None
+        lock.remove()  # the group is gone: so is its lock file (removed while held)
     return p
 
 
@@ -501,9 +502,23 @@ class _GroupLock:
     def __enter__(self):
         import fcntl
 
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:  # a reset may have removed the file while we waited: lock the one there now
+                same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self.fd = fd
+                return self
+            os.close(fd)
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
 
     def __exit__(self, *exc):
         os.close(self.fd)

@@ -222,13 +222,16 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
         )
     ps.sort(key=lambda s: -s["bytes"])
     peak_b = max(0, round(py))
+    budget = _budget(peak_b, pse, n, included)
+    if budget is None:
+        notes.append("the prediction is beyond any budget cudatrace takes: no advice")
     return {
         "at": point_text,
         "value": point[0] if len(knobs) == 1 else {k.key: v for k, v in zip(knobs, point)},
         "extrapolated": outside,
         "peak": {"bytes": peak_b, "stderr": pse, "how": phow},
         "sites": ps[:5],
-        "budget": _budget(peak_b, pse, n),
+        "budget": budget,
         "notes": notes,
     }
 
@@ -276,9 +279,10 @@ def _peak_guess(knobs, peak: dict, sites: list, point) -> tuple:
     return py, pse, phow
 
 
-def _budget(peak_b: int, pse, n: int) -> dict:
+def _budget(peak_b: int, pse, n: int, included: list) -> dict | None:
     """A --budget for the predicted peak: 10% headroom, or 3 standard errors when more, or
-    25% without an uncertainty; rounded up to a round step."""
+    25% without an uncertainty, plus the CUDA contexts the runs held (the budget counts them);
+    rounded up to a round step. None when no budget cudatrace takes would hold it."""
     from ..present import sweep as text
 
     margin = MARGIN * peak_b
@@ -291,16 +295,45 @@ def _budget(peak_b: int, pse, n: int) -> dict:
             "25%% headroom: %s"
             % ("two points, no uncertainty known" if n <= 2 else "no uncertainty known"),
         )
-    want = peak_b + margin
+    # the budget counts each member's CUDA context (NVML's figure for the process beyond its
+    # allocations, docs/budgets.md): the advice holds the most any run was seen to need so
+    ctxs = [r["measured"].get("untraced_bytes") for r in included if r.get("measured")]
+    ctxs = [c for c in ctxs if c is not None]
+    ctx = max(ctxs) if ctxs else None
+    want = peak_b + margin + (ctx or 0)
     step = _round_step(want)
-    budget = int(math.ceil(want / step) * step) if want > 0 else 0
+    budget = max(step, int(math.ceil(want / step) * step))
+    spec = text.size_spec(budget)
+    if not _accepted(spec):
+        return None
+    if ctx is None:
+        ctx_text = (
+            "CUDA contexts and module images were not measured (NVML listed no process of the "
+            "runs); the budget counts them (hundreds of MiB per process): add them"
+        )
+    else:
+        ctx_text = (
+            f"it includes {text.readable(ctx)} of CUDA context and module images the runs held "
+            "beyond their allocations (NVML), which the budget counts"
+        )
     return {
         "bytes": budget,
-        "spec": text.size_spec(budget),
-        "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} ({why}), rounded up to a multiple "
-        f"of {text.readable(step)}; CUDA contexts and module images (hundreds of MiB per process) are "
-        "not counted by the budget but take memory on the box: leave them room too",
+        "spec": spec,
+        "context_bytes": ctx,
+        "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} "
+        f"({why}) + contexts, rounded up to a multiple of {text.readable(step)}; {ctx_text}",
     }
+
+
+def _accepted(spec: str) -> bool:
+    """Whether `--budget spec` is one cudatrace takes (every advised number must be)."""
+    from ..record.budget import BudgetError, parse_budget
+
+    try:
+        parse_budget(spec)
+    except BudgetError:
+        return False
+    return True
 
 
 def _round_step(v: float) -> int:

@@ -87,6 +87,10 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
     of Analysis (fold, view, ...)."""
     a = Analysis(path, symbolizer=symbolizer, **(attribution or {}))
     m = a.model
+    # what NVML saw the tree hold beyond the traced allocations (CUDA contexts, module
+    # images): a budget counts it, so advice must include it (None: NVML listed no process)
+    obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
+    untraced = (obs.get("max") or {}).get("untraced_max_bytes")
     sites = {}
     for s in a.sites(m.groups_at_peak(), "site", depth):
         sites[s.key] = {
@@ -103,6 +107,7 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
         "denied": m.counts.get("denied", 0),
         "failed": m.counts.get("failed", 0),
         "processes": len(a.traces),
+        "untraced_bytes": max(0, untraced) if isinstance(untraced, int) else None,
         "sites": sites,
     }, a.symbolizer
 
@@ -281,9 +286,10 @@ def load_recorded(
         else:
             parts = dict(p.split("=", 1) for p in r["text"].split(","))
             combo = tuple(k.texts.index(parts[k.key]) for k in knobs)
-        d = plan.out / Path(r["directory"]).name  # beside sweep.json, if moved with it
-        if not d.is_dir():
-            d = Path(r["directory"])
+        # only beside this sweep.json: a copy never reads the original's runs (another sweep's
+        # data in the laws); a run missing here is said so and left out
+        d = plan.out / Path(r["directory"]).name
+        missing = not d.is_dir()
         ended = {k: v for k, v in r["ended"].items() if k != "text"}
         rec = {
             "index": i,
@@ -296,7 +302,14 @@ def load_recorded(
             "seconds": r.get("seconds"),
             "measured": None,
         }
-        if r.get("peak_bytes") is not None:
+        if missing and r.get("peak_bytes") is not None:
+            rec["ended"] = {
+                "how": "no_trace",
+                "status": ended.get("status"),
+                "why": f"its directory {d.name} is not beside {f.name} in {plan.out}",
+            }
+            rec["included"] = False
+        elif r.get("peak_bytes") is not None:
             try:
                 rec["measured"], sym = measure(d, depth, sym, attribution)
             except ReportError as e:

@@ -79,6 +79,7 @@ static int current_device(void)
 /* ---- one hooked call ------------------------------------------------------------------ */
 struct ct_call {
     uint64_t reserve, size, addr, aux, aux2;
+    uint64_t ts; /* 0: stamp the event when it is written; a free's: before its real call */
     int dev;
     CUresult result;
     uint32_t stack;
@@ -93,7 +94,7 @@ static void emit(struct ct_call *c, uint8_t op)
     if (ct_cfg.mode == CT_MODE_NONE)
         return;
     struct ct_event ev, *e = &ev;
-    e->ts_ns = ct_now_ns();
+    e->ts_ns = c->ts ? c->ts : ct_now_ns();
     e->size = c->size;
     e->addr = c->addr;
     e->aux = c->aux;
@@ -138,7 +139,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
         !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
         on_exit(on_exit_handler, NULL);
     tls_depth++;
-    c->reserve = c->size = c->addr = c->aux = c->aux2 = 0;
+    c->reserve = c->size = c->addr = c->aux = c->aux2 = c->ts = 0;
     c->dev = -1;
     c->result = CUDA_SUCCESS;
     c->stack = 0;
@@ -264,8 +265,23 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     }
     if (l > sizeof line - 2)
         l = sizeof line - 2;
-    line[l++] = '\n';
-    ssize_t r = write(2, line, l);
+    /* names come from the program's binaries: data, never terminal control (\xNN, as the
+     * reports escape them) */
+    char safe[sizeof line * 4 + 2];
+    size_t k = 0;
+    for (size_t i = 0; i < l; i++) {
+        unsigned char ch = (unsigned char)line[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            static const char hex[] = "0123456789abcdef";
+            safe[k++] = '\\';
+            safe[k++] = 'x';
+            safe[k++] = hex[ch >> 4];
+            safe[k++] = hex[ch & 15];
+        } else
+            safe[k++] = (char)ch;
+    }
+    safe[k++] = '\n';
+    ssize_t r = write(2, safe, k);
     (void)r;
 }
 
@@ -406,6 +422,8 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             ct_leave();                                                                            \
             return c.result;                                                                       \
         }                                                                                          \
+        if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
+            c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
         c.result = real ARGS;                                                                      \
         c.size = (uint64_t)(SIZE);                                                                 \
         if (c.result == CUDA_SUCCESS)                                                              \

@@ -74,12 +74,10 @@ static void stop_writing(int err)
         ssize_t r = pwrite(fd, &st, sizeof st, (off_t)offsetof(struct ct_file_header, stopped_ns));
         (void)r;
     }
-    if (!ct_cfg.quiet) {
-        char num[24];
-        ct_fmt_u64(num, (uint64_t)getpid());
-        ct_log("pid ", num,
-               ": trace stopped, the program goes on untraced: ", strerror(stop_errno));
-    }
+    /* a failure to record is said even under -q: the run's figures are missing something */
+    char num[24];
+    ct_fmt_u64(num, (uint64_t)getpid());
+    ct_log("pid ", num, ": trace stopped, the program goes on untraced: ", strerror(stop_errno));
 }
 
 static int grow(uint32_t idx)
@@ -182,10 +180,11 @@ static int open_file(void)
                 h.stopped_exit = -1;
                 if (ftruncate(fd, 0) != 0 ||
                     syscall(SYS_fallocate, fd, 0, 0L, (long)sizeof h) != 0 ||
-                    pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+                    pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
                     unlink(path);
-                close(fd);
-                fd = -1;
+                    close(fd);
+                    fd = -1;
+                } /* else kept open: ct_writer_close notes the exit status in its header */
                 return -1;
             }
             nchunks = 1;
@@ -201,8 +200,12 @@ static int open_file(void)
             return 0;
         }
         if (errno != EEXIST)
-            return -1;
+            break;
     }
+    /* even under -q: a process that allocates untraced makes every figure of the run short */
+    ct_fmt_u64(num, (uint64_t)pid);
+    ct_log("pid ", num,
+           ": cannot create its trace file, the program goes on untraced: ", strerror(errno));
     return -1;
 }
 
