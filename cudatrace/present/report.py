@@ -227,7 +227,7 @@ def _text_peak(r: dict, o: _Lines) -> None:
     """The peak, per device, and what was live at exit."""
     w = o.L.append
     dev_note = " on device %d" % r["device"] if r["device"] is not None else ""
-    if r["peak_time"] is None and any(p.get("stopped") for p in procs):
+    if r["peak_time"] is None and any(p.get("stopped") for p in r["processes"]):
         w(f"No device memory allocation was recorded{dev_note}: a trace stopped (see below).")
     elif r["peak_time"] is None:
         w(f"No device memory was allocated through the hooked driver API{dev_note}.")
