@@ -289,36 +289,8 @@ def _run(
     env = _environment(opts, shim, out)
     ledger, budget_info = _join_budget(opts, env)
 
-    run_info = {
-        "cudatrace_version": __version__,
-        "argv": opts.cmd,
-        "executable": path,
-        "cwd": os.getcwd(),
-        "dir": str(out),
-        "stack_depth": opts.stack_depth,
-        "budget": budget_info,
-        "group": opts.group,
-        "on_exceed": opts.on_exceed,
-        "start_monotonic_ns": time.monotonic_ns(),
-        "start_time": time.time(),
-        "launcher_pid": os.getpid(),  # `report --watch` knows the run is over if it is gone
-    }
-    if not no_trace:
-        try:
-            write_json(out / tracedir.RUN, run_info)
-        except OSError as e:
-            if ledger is not None:
-                ledger.finish()
-            raise LaunchError(f"cannot write {out / tracedir.RUN}: {e.strerror or e}", 2) from None
-
-    if not opts.quiet:
-        if no_trace:
-            sys.stderr.write(
-                f"cudatrace: running {shell_quote(opts.cmd)} under the budget, nothing traced (--no-trace)\n"
-            )
-        else:
-            sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
-        sys.stderr.flush()
+    run_info = _write_run_info(opts, path, out, budget_info, ledger)
+    _say_start(opts, out)
 
     aborted = []
     # Without a terminal whose foreground we are, CMD gets a process group of its own: a signal
@@ -420,6 +392,47 @@ def _run(
         status = 3
     _finish(opts, out, run_info, rc, status, bool(aborted), sampler, ledger)
     return status, out
+
+
+def _write_run_info(opts: RunOptions, path: str, out: Path | None, budget_info, ledger) -> dict:
+    """run.json: what was started, how and when (the reader's facts of the run); returned to
+    be completed (pid, exit) as the run goes on."""
+    run_info = {
+        "cudatrace_version": __version__,
+        "argv": opts.cmd,
+        "executable": path,
+        "cwd": os.getcwd(),
+        "dir": str(out),
+        "stack_depth": opts.stack_depth,
+        "budget": budget_info,
+        "group": opts.group,
+        "on_exceed": opts.on_exceed,
+        "start_monotonic_ns": time.monotonic_ns(),
+        "start_time": time.time(),
+        "launcher_pid": os.getpid(),  # `report --watch` knows the run is over if it is gone
+    }
+    if out is not None:
+        try:
+            write_json(out / tracedir.RUN, run_info)
+        except OSError as e:
+            if ledger is not None:
+                ledger.finish()
+            raise LaunchError(f"cannot write {out / tracedir.RUN}: {e.strerror or e}", 2) from None
+    return run_info
+
+
+def _say_start(opts: RunOptions, out: Path | None) -> None:
+    """The one line that says what runs (not under -q)."""
+    if opts.quiet:
+        return
+    if out is None:
+        sys.stderr.write(
+            f"cudatrace: running {shell_quote(opts.cmd)} under the budget, nothing traced "
+            "(--no-trace)\n"
+        )
+    else:
+        sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
+    sys.stderr.flush()
 
 
 def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
