@@ -108,6 +108,10 @@ def render_ledger(s: dict) -> str:
         state = {"alive": "", "dead": " [exited]", "unknown": " [state unknown]"}[m["state"]]
         if m.get("other_pidns"):
             state += " [other pid namespace]"
+        if m.get("share"):
+            state += " [share {}: {} on each device]".format(
+                m["share"], format_bytes(m["share_limit"]) if m.get("share_limit") else "no limit"
+            )
         lines.append(
             "  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held")
         )
