@@ -499,6 +499,42 @@ def status(group, as_json, watch, ledger_dir, reset):
     click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
 
 
+@main.command("slurm-taskprolog")
+@click.option(
+    "--ledger-dir",
+    metavar="DIR",
+    default="/run/cudatrace",
+    show_default=True,
+    help="The shared ledger directory of the node (root's, mode 1777; docs/slurm.md).",
+)
+@click.option(
+    "--shards-per-gpu", type=int, required=True, metavar="N", help="Shards gres.conf gives a GPU."
+)
+@click.option(
+    "--gpu-memory", metavar="SIZE", help="A GPU's memory (default: NVML's figure for the GPU)."
+)
+@click.option(
+    "--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail", show_default=True
+)
+def slurm_taskprolog(ledger_dir, shards_per_gpu, gpu_memory, on_exceed):
+    """Slurm's TaskProlog: print the environment that gives this task's job its share of the
+    GPU's memory (`export NAME=value` lines; docs/slurm.md)."""
+    import os
+
+    from .native import shim_path
+    from .record.slurm import taskprolog
+    from .units import UnitError, parse_size
+
+    try:
+        mem = parse_size(gpu_memory) if gpu_memory else None
+    except UnitError as e:
+        raise click.BadParameter(str(e), param_hint="--gpu-memory") from None
+    lines = taskprolog(
+        dict(os.environ), str(shim_path()), ledger_dir, shards_per_gpu, mem, on_exceed
+    )
+    click.echo("\n".join(lines))
+
+
 @main.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option(
