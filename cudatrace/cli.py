@@ -499,6 +499,72 @@ def status(group, as_json, watch, ledger_dir, reset):
     click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
 
 
+@main.command("metrics")
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default="127.0.0.1:9478",
+    show_default=True,
+    help="Where to serve /metrics (loopback by default: budgets name pids and commands).",
+)
+@click.option(
+    "--ledger-dir",
+    metavar="DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="The ledger directory to read (as status --ledger-dir).",
+)
+@click.option(
+    "--traces",
+    metavar="DIR",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also export the runs being traced in DIR (a trace directory, or a folder of them); "
+    "repeatable.",
+)
+@click.option(
+    "--top", default=10, show_default=True, type=click.IntRange(1, 100), help="Sites per run."
+)
+@click.option(
+    "--trace-interval",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    help="Analyze a run again at most this often.",
+)
+def metrics(listen, ledger_dir, traces, top, trace_interval):
+    """Serve budgets (every group's ledger) and, with --traces, the live sites of traced runs
+    to Prometheus (docs/metrics.md). Needs the `metrics` extra (prometheus_client)."""
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        click.echo(
+            "cudatrace: metrics needs the Prometheus client: pip install 'cudatrace[metrics]'",
+            err=True,
+        )
+        sys.exit(2)
+    from .present.metrics import Collector, TraceCache, serve
+    from .record.ledger import status_json
+
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536 or not host:
+        raise click.BadParameter(f"{listen!r}: give HOST:PORT", param_hint="--listen")
+    _use_ledger_dir(ledger_dir)
+    cache = TraceCache(traces, top, trace_interval) if traces else None
+    try:
+        serve(
+            host.strip("[]"),
+            int(port),
+            Collector(status_json, cache),
+            lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
+        )
+    except OSError as e:
+        click.echo(f"cudatrace: cannot listen on {listen}: {e.strerror or e}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        pass
+
+
 @main.command("slurm-taskprolog")
 @click.option(
     "--ledger-dir",
