@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +183,15 @@ def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
         top = max(sites, key=sites.get)
         assert "hold_alloc" in top and sites[top] == held, sites
         assert res[0]["metric"]["command"] == "hold"
+
+    # the Grafana dashboard's queries are valid PromQL over these metrics, and the budget
+    # panels find series
+    dash = json.loads(
+        (Path(__file__).resolve().parents[2] / "docs/grafana-cudatrace.json").read_text()
+    )
+    for panel in dash["panels"]:
+        for t in panel["targets"]:
+            q = t["expr"].replace("$group", ".*").replace("$run", ".*")
+            res = _prom_query(base, q)
+            if "share" not in q and "denials" not in q:
+                assert res, (panel["title"], q)
