@@ -144,11 +144,8 @@ static void env_init(void)
     }
     const char *share = getenv("CUDATRACE_SHARE");
     const char *label = getenv("CUDATRACE_SHARE_LABEL");
-    if (share && *share) {
-        ct_strlcpy(share_label, label && *label ? label : "share ", sizeof share_label);
-        if (!(label && *label))
-            ct_strlcpy(share_label + 6, share, sizeof share_label - 6);
-    }
+    if (share && *share) /* "(share of slurm job 41)", or "(share of 41)" without a label */
+        ct_strlcpy(share_label, label && *label ? label : share, sizeof share_label);
     __atomic_store_n(&ct_budget_pending, 1, __ATOMIC_RELEASE);
 }
 
