@@ -105,7 +105,7 @@ def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
     hold = sim.progs["hold"]
     ta, tb = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
     # group ga: 3 GiB; one traced member takes 3 x 1 GiB and is denied a 4th
-    _member(procs, env, hold, "-o", ta, "--group", "ga", "--budget", "3GiB", n=4)
+    run_a = _member(procs, env, hold, "-o", ta, "--group", "ga", "--budget", "3GiB", n=4)
     # group gb: 2 GiB; an --aggregate member holds 1 GiB, another gets 1 GiB and is denied 1
     _member(procs, env, hold, "--aggregate", "-o", tb, "--group", "gb", "--budget", "2GiB")
     _member(procs, env, hold, "--no-trace", "--group", "gb", n=2)
@@ -195,3 +195,17 @@ def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
             res = _prom_query(base, q)
             if "share" not in q and "denials" not in q:
                 assert res, (panel["title"], q)
+
+    # while it serves: a group appears, a traced run and its group's last member end
+    _member(procs, env, hold, "--no-trace", "--group", "gc", "--budget", "1GiB")
+    run_a.terminate()
+    run_a.communicate(timeout=30)
+
+    def caught_up():
+        gc = _prom_query(base, 'cudatrace_budget_in_use_bytes{group="gc",device="0"}')
+        ga = _prom_query(base, 'cudatrace_budget_members{group="ga"}')
+        a = _prom_query(base, 'cudatrace_trace_run_live_bytes{run="a"}')
+        return gc and float(gc[0]["value"][1]) == GiB and ga and ga[0]["value"][1] == "0" and not a
+
+    _wait(caught_up, 60, "the new group, and run a gone")
+    assert one('up{job="cudatrace"}') == 1
