@@ -49,6 +49,7 @@ def shared(sim):
         for f in sim.lib.iterdir():
             shutil.copy2(f, pub / f.name, follow_symlinks=True)
         shutil.copy2(sim.progs["hold"], pub / "hold")
+        shutil.copy2(native.shim_path(), pub / "libcudatrace.so")  # the checkout may be private
         for f in pub.iterdir():
             f.chmod(0o755)
         state = base / "state"
@@ -119,7 +120,7 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
         assert sh["ledgers"].stat().st_uid == 0 != NOBODY  # owned by another uid than the job's
 
         only_env = {
-            "LD_PRELOAD": str(native.shim_path()),
+            "LD_PRELOAD": str(sh["pub"] / "libcudatrace.so"),
             "CUDATRACE_GROUP": "grp",
             "CUDATRACE_BUDGET": "3GiB",
         }
@@ -127,6 +128,8 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
         # a shell that never calls CUDA: alive, preloaded, and no member slot
         shell = _as_nobody(["sh", "-c", "echo started; sleep 3; echo done"], envo)
         assert shell.stdout.readline().strip() == "started"
+        maps = Path(f"/proc/{shell.pid}/maps").read_text()
+        assert "libcudatrace.so" in maps  # the shell did load the preload library
         st = _status(ct, envo)
         pids = {m["pid"] for m in st["members"]}
         assert len(st["members"]) == 2, st["members"]
