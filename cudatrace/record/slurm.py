@@ -19,13 +19,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from ..errors import CudatraceError
 from ..units import UnitError, parse_size
 
 REQUEST_VAR = "CUDATRACE_SLURM_BUDGET"  # a job's explicit request, e.g. 3GiB
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
 
-class SlurmError(ValueError):
+class SlurmError(CudatraceError):
     """The TaskProlog cannot give this task a budget; the message says why."""
 
 

@@ -133,7 +133,7 @@ static int parse_budget(const char *spec, uint64_t *limits)
 
 static void env_init(void)
 {
-    const char *group = getenv("CUDATRACE_GROUP");
+    const char *group = ct_setting(CT_SET_GROUP);
     if (!group || !*group)
         return;
     env_mode = 1;
@@ -142,8 +142,8 @@ static void env_init(void)
                NULL);
         return;
     }
-    const char *share = getenv("CUDATRACE_SHARE");
-    const char *label = getenv("CUDATRACE_SHARE_LABEL");
+    const char *share = ct_setting(CT_SET_SHARE);
+    const char *label = ct_setting(CT_SET_SHARE_LABEL);
     if (share && *share) /* "(share of slurm job 41)", or "(share of 41)" without a label */
         ct_strlcpy(share_label, label && *label ? label : share, sizeof share_label);
     __atomic_store_n(&ct_budget_pending, 1, __ATOMIC_RELEASE);
@@ -152,10 +152,10 @@ static void env_init(void)
 /* Open (or create) the environment's group ledger. NULL after saying why. */
 static ct_ledger *env_open(void)
 {
-    const char *group = getenv("CUDATRACE_GROUP");
-    const char *spec = getenv("CUDATRACE_BUDGET");
-    const char *share = getenv("CUDATRACE_SHARE");
-    const char *sspec = getenv("CUDATRACE_SHARE_BUDGET");
+    const char *group = ct_setting(CT_SET_GROUP);
+    const char *spec = ct_setting(CT_SET_BUDGET);
+    const char *share = ct_setting(CT_SET_SHARE);
+    const char *sspec = ct_setting(CT_SET_SHARE_BUDGET);
     struct ct_ledger_config cfg;
     memset(&cfg, 0, sizeof cfg);
     if (spec && *spec && parse_budget(spec, cfg.limit) != 0) {
@@ -546,7 +546,7 @@ static void ctx_init(void)
 {
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
         ctx_nvml_index[d] = d;
-    const char *v = getenv("CUDA_VISIBLE_DEVICES"); /* ordinals name NVML indices through it */
+    const char *v = ct_setting(CT_SET_CUDA_VISIBLE_DEVICES); /* ordinals name NVML indices */
     if (v) {
         int d = 0;
         for (const char *p = v; d < CT_LEDGER_MAX_DEVICES; d++) {
@@ -565,8 +565,7 @@ static void ctx_init(void)
         if (!*v)
             ctx_nvml_index[0] = -1;
     }
-    const char *off = getenv("CUDATRACE_COUNT_CONTEXTS");
-    if (off && off[0] == '0')
+    if (ct_setting_long(CT_SET_COUNT_CONTEXTS, 1) == 0)
         return;
     ct_dlsym_fn ds = ct_real_dlsym();
     void *h = ds ? dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;
