@@ -5,7 +5,7 @@
 #   A: sees the budget in torch.cuda.mem_get_info (total = 6 GiB) and holds 3 GiB;
 #   a shell in the same environment takes no member slot (status shows A alone);
 #   B: asks 4 GiB beside A and gets torch.cuda.OutOfMemoryError, with the shim's denial line;
-#   C: a share of 2 GiB (as Slurm's hook sets it) is denied 2 GiB (its CUDA context counts).
+#   C: a share of 2 GiB (as Slurm's hook sets it) is denied 2.5 GiB, by its share, not the group.
 # Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 1 minute.
 set -u
 OUT=${1:?usage: env_budget.sh OUTDIR}
@@ -57,7 +57,7 @@ rc=$?
 [ $rc = 3 ] && pass "B denied 4 GiB beside A: $(grep -m1 OOM "$OUT/b.out")" || fail "B exit $rc: $(tail -3 "$OUT/b.out" "$OUT/b.err")"
 grep -m1 'cudatrace: budget exceeded' "$OUT/b.err" && pass "B's denial line" || fail "no denial line for B"
 "${ENVB[@]}" CUDATRACE_SHARE=job7 CUDATRACE_SHARE_BUDGET=2GiB CUDATRACE_SHARE_LABEL="slurm job 7" \
-    python3 "$OUT/take.py" 2 >"$OUT/c.out" 2>"$OUT/c.err"
+    python3 "$OUT/take.py" 2.5 >"$OUT/c.out" 2>"$OUT/c.err"
 rc=$?
 grep -q 'share of slurm job 7' "$OUT/c.err" && [ $rc = 3 ] && pass "C denied by its share: $(grep -m1 'budget exceeded' "$OUT/c.err")" || fail "C exit $rc: $(tail -3 "$OUT/c.out" "$OUT/c.err")"
 python3 -m cudatrace status --ledger-dir "$LEDGERS" | tee "$OUT/status.txt"
