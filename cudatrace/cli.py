@@ -31,6 +31,8 @@ COMMANDS = {
     "status": "status",
     "doctor": "doctor",
     "demo": "demo",
+    "metrics": "metrics",
+    "slurm-taskprolog": "slurm",
 }
 
 
@@ -44,7 +46,7 @@ class Main(click.Group):
         if name not in COMMANDS:
             return None
         module = importlib.import_module(f".commands.{COMMANDS[name]}", __package__)
-        return getattr(module, name)
+        return getattr(module, name.replace("-", "_"))
 
     def invoke(self, ctx):
         try:
@@ -90,6 +92,8 @@ def main():
     cudatrace status [GROUP]      budgets in force and who uses them
     cudatrace doctor [CMD]        what a run would see on this machine
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
+    cudatrace metrics             budgets and traced runs for Prometheus
+    cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
     """
 
 

@@ -122,6 +122,10 @@ def _member_lines(m: dict) -> list[str]:
     state = {"alive": "", "dead": " [exited]", "unknown": " [state unknown]"}[m["state"]]
     if m.get("other_pidns"):
         state += " [other pid namespace]"
+    if m.get("share"):
+        state += " [share {}: {} on each device]".format(
+            m["share"], format_bytes(m["share_limit"]) if m.get("share_limit") else "no limit"
+        )
     lines = ["  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held")]
     last = m.get("last_denial")
     if last:

@@ -201,6 +201,7 @@ static int deny_rate(uintptr_t ip, uint64_t *n)
  * fold are not known here, so the path goes on far enough to reach the code above them. The
  * launcher prints the attributed line as soon as it reads the DENY record (docs/attribution.md). */
 #define DENY_PATH_FRAMES 8
+static CT_TLS int tls_deny_share; /* the denial was the share's (budget.h ct_budget_share_label) */
 
 static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, const char *verdict)
 {
@@ -247,6 +248,12 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     l += ct_strlcpy(line + l, ": budget ", sizeof line - l);
     ct_fmt_bytes(num, limit);
     l += ct_strlcpy(line + l, num, sizeof line - l);
+    if (ct_budget_share_label()[0]) { /* which job's share, or the whole group's budget */
+        l += ct_strlcpy(line + l, tls_deny_share ? " (share of " : " (whole group; ",
+                        sizeof line - l);
+        l += ct_strlcpy(line + l, ct_budget_share_label(), sizeof line - l);
+        l += ct_strlcpy(line + l, ")", sizeof line - l);
+    }
     l += ct_strlcpy(line + l, ", in use ", sizeof line - l);
     ct_fmt_bytes(num, in_use);
     l += ct_strlcpy(line + l, num, sizeof line - l);
@@ -288,8 +295,8 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
 /* before the real call: reserve against the budget. 0: denied, c->result holds the answer */
 static int ct_pre(struct ct_call *c)
 {
-    ct_ledger *ledger = ct_budget_ledger;
-    if (!ledger || !c->reserve)
+    ct_ledger *ledger = c->reserve ? ct_budget_ensure() : NULL; /* joins an env group lazily */
+    if (!ledger)
         return 1;
     if (c->dev < 0)
         c->dev = current_device();
@@ -307,6 +314,7 @@ static int ct_pre(struct ct_call *c)
     }
     if (r < 0)
         return 1; /* not a member (slots full) or a bad device: cannot enforce, pass */
+    tls_deny_share = r == CT_LEDGER_DENIED_SHARE;
     c->stack = ct_stack_capture(c->cfa);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
