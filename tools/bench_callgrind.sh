@@ -24,7 +24,7 @@ count() {  # count N [env...] -> instructions of the whole run
         "$WORK/bench_pairs" "$n" >/dev/null 2>"$WORK/vg.err" || { cat "$WORK/vg.err" >&2; exit 1; }
     sed -n 's/^summary: //p' "$WORK/cg.out"
 }
-SHIM=(LD_PRELOAD="$SHIMDIR/libcudatrace.so" LD_BIND_NOW=1 CUDATRACE_DIR="$WORK/trace" CUDATRACE_STACK_DEPTH=64)
+SHIM=(LD_PRELOAD="$SHIMDIR/libcudatrace.so" LD_BIND_NOW=1 CUDATRACE_DIR="$WORK/trace" CUDATRACE_STACK_DEPTH=${DEPTH:-64})
 b1=$(count "$PAIRS"); b2=$(count $((2 * PAIRS)))
 s1=$(count "$PAIRS" "${SHIM[@]}"); s2=$(count $((2 * PAIRS)) "${SHIM[@]}")
 bare=$(( (b2 - b1) / PAIRS )); shim=$(( (s2 - s1) / PAIRS ))
