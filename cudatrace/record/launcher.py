@@ -35,6 +35,7 @@ from ..units import shell_quote
 from .denials import append_denials
 from .files import write_json
 from .sampler import Sampler
+from .seal import Sealer
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
 
@@ -408,6 +409,9 @@ def _run(
     )
     if sampler:
         sampler.start()
+    sealer = Sealer(out) if opts.mode == "full" else None  # sealed chunks compressed (seal.py)
+    if sealer:
+        sealer.start()
     if watcher is not None:
         watcher.start()
     try:
@@ -422,6 +426,8 @@ def _run(
     finally:
         if sampler:
             sampler.stop()
+        if sealer:
+            sealer.stop()
         if watcher is not None:
             watcher.stop()
         for s, h in old.items():
@@ -437,6 +443,7 @@ def _run(
             "end_time": time.time(),
             "budget_aborted": bool(aborted),
             "sampler": sampler.describe() if sampler else None,
+            "sealed": sealer.describe() if sealer else None,
         }
     )
     if ledger is not None:

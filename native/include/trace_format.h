@@ -163,7 +163,10 @@ struct ct_file_header {
     uint64_t stopped_ns;   /* 0, or CLOCK_MONOTONIC when writing stopped: later events are lost */
     int32_t stopped_errno; /* why (ENOSPC, EDQUOT, ...) */
     int32_t stopped_exit;  /* exit status if the process exited cleanly after stopping, else -1 */
-    uint8_t reserved[104];
+    /* chunks below this one are sealed: unmapped by the writer, never written again (the
+     * launcher may compress them: docs/format.md, "Sealed chunks"); updated in place */
+    uint32_t sealed_chunks;
+    uint8_t reserved[100];
 };
 #define CT_SC_FULL 0
 #define CT_SC_HIT 1

@@ -59,6 +59,8 @@ void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
 
 static int stop_errno; /* errno of the failure that stopped the trace, 0: not stopped */
 
+#include "writer_stats.h"
+
 /* A full disk (or quota, or mapping failure): stop writing at once, for good, so that no later
  * event pays for another attempt, and say so in the header (its block is always allocated, so
  * this pwrite needs no new space) and once on stderr. Called with mu held. */
@@ -131,6 +133,8 @@ static void unmap_old(void)
         else
             behind = 0;
     }
+    if (stats_hdr) /* sealed: nothing below writes again (the launcher may compress them) */
+        __atomic_store_n(&stats_hdr->sealed_chunks, unmapped_below, __ATOMIC_RELEASE);
 }
 
 static void fill_header(struct ct_file_header *h)
@@ -158,8 +162,6 @@ static void fill_header(struct ct_file_header *h)
     /* with the pid, names this process even after pid reuse (the ledger reads it alike) */
     h->process_start_ticks = ct_ledger_proc_start_ticks(getpid());
 }
-
-#include "writer_stats.h"
 
 /* Called with mu held. Creates <dir>/<pid>.<n>.ctrace, the first n that does not exist. */
 static int open_file(void)
