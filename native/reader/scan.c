@@ -15,8 +15,8 @@
 /* record types this reader knows */
 static int known_type(uint16_t t)
 {
-    return (t >= CT_REC_PAD && t <= CT_REC_PYFRAME) || t == CT_REC_CEVENT ||
-           t == CT_REC_SNAPSLOT || t == CT_REC_CEBLOCK;
+    return (t >= CT_REC_PAD && t <= CT_REC_PYFRAME) || t == CT_REC_CEVENT || t == CT_REC_SNAPSLOT ||
+           t == CT_REC_CEBLOCK;
 }
 
 /* the compact events' per-thread contexts, grown as thread numbers appear */
@@ -65,7 +65,8 @@ static void decode_block(struct contexts *cx, const uint8_t *body, uint32_t len,
     memcpy(&bh, body, sizeof bh);
     /* a block being filled while we read: what was published when `used` was read */
     uint32_t used = __atomic_load_n((const uint32_t *)(const void *)body, __ATOMIC_ACQUIRE);
-    const uint8_t *p = body + sizeof bh, *end = p + (used < len - sizeof bh ? used : len - sizeof bh);
+    const uint8_t *p = body + sizeof bh,
+                  *end = p + (used < len - sizeof bh ? used : len - sizeof bh);
     struct ct_ce_ctx *c = context(cx, bh.thread);
     if (!c) {
         res->bad_events++;

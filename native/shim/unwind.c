@@ -800,7 +800,7 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned,
         if (!(f & RF_PLAIN))
             return -1;
         if (f & RF_RA_UNDEF)
-            break; /* outermost: libgcc sets ra = 0 and stops */
+            break;           /* outermost: libgcc sets ra = 0 and stops */
         if (f & RF_CFA_FP) { /* this FP steers the walk: the memo must check it */
             if (fp_src == -1)
                 m->fp0_used = 1;

@@ -46,9 +46,9 @@ static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
 static ct_preamble_fn preamble;
-static uint32_t gen_counter; /* files opened by this image and its forked children */
-static uint32_t cur_gen;     /* generation of the open file, 0: none (atomic) */
-static uint32_t nthreads;    /* threads numbered in the open file (atomic) */
+static uint32_t gen_counter;            /* files opened by this image and its forked children */
+static uint32_t cur_gen;                /* generation of the open file, 0: none (atomic) */
+static uint32_t nthreads;               /* threads numbered in the open file (atomic) */
 static uint32_t chunk_refs[MAX_CHUNKS]; /* event blocks held in each chunk (atomic) */
 
 uint64_t ct_writer_pos(void) { return __atomic_load_n(&pos, __ATOMIC_ACQUIRE); }
