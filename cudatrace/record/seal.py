@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import stat
 import struct
 import threading
 from pathlib import Path
@@ -56,6 +57,7 @@ class Sealer:
         self.interval = interval
         self.done: dict[Path, int] = {}  # trace -> chunks below this are in the sidecar
         self.off: set[Path] = set()  # traces this filesystem cannot punch: left alone
+        self.created: set[Path] = set()  # sidecars this sealer created
         self.raw_bytes = 0
         self.stored_bytes = 0
         self.error = ""
@@ -114,7 +116,7 @@ class Sealer:
                     self.done[p] = i + 1
                     continue
                 entry = tracedir.sealed_entry(i, raw)
-                sfd = os.open(side, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                sfd = self._open_side(side, os.fstat(fd).st_mode & 0o777)
                 try:
                     os.write(sfd, entry)
                     os.fsync(sfd)  # the copy is durable before the original goes
@@ -130,6 +132,20 @@ class Sealer:
             return n
         finally:
             os.close(fd)
+
+    def _open_side(self, side: Path, mode: int) -> int:
+        """The sidecar for appending: created new (O_EXCL, never through a link, the trace's
+        mode) the first time; a file there that this sealer did not create is not ours."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        if side not in self.created:
+            sfd = os.open(side, flags | os.O_CREAT | os.O_EXCL, mode)
+            self.created.add(side)
+            return sfd
+        sfd = os.open(side, flags)
+        if not stat.S_ISREG(os.fstat(sfd).st_mode):
+            os.close(sfd)
+            raise OSError(f"{side.name} is not a regular file")
+        return sfd
 
     def describe(self) -> dict:
         return {

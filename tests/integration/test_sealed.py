@@ -13,6 +13,7 @@ import time
 
 from cudatrace import native, tracedir
 from cudatrace.analyze.trace import read_dir, read_trace
+from cudatrace.record.seal import Sealer
 
 
 def _disk(p) -> int:
@@ -51,6 +52,18 @@ def test_sealed_chunks_compressed_and_read_back(ct, sim, tmp_path):
     last = blob.rindex(tracedir.SEALED_MAGIC)
     (tmp_path / ("torn.ctrace" + tracedir.SEALED_SUFFIX)).write_bytes(blob + blob[last : last + 40])
     assert read_trace(torn).n_events == t.n_events
+    # a sidecar planted as a link is never written through; the trace is then left as it is
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    copy = planted / trace.name
+    copy.write_bytes(bytes(data))
+    (planted / (trace.name + tracedir.SEALED_SUFFIX)).symlink_to(victim)
+    s = Sealer(planted)
+    s.pass_once(final=True)
+    assert victim.read_bytes() == b"keep" and s.error
+    assert read_trace(copy).n_events == t.n_events
     # run.json says what was compressed
     assert '"sealed"' in (r.out / tracedir.RUN).read_text()
 
