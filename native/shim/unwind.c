@@ -131,7 +131,9 @@ struct memo {
     uint32_t gen;
     int max, n, nreads; /* n < 0: empty */
     int fp0_used;       /* the starting FP was a CFA base before any saved FP replaced it */
-    uintptr_t addr[2 * MEMO_FRAMES], val[2 * MEMO_FRAMES];
+    struct {
+        uintptr_t addr, val;
+    } rd[2 * MEMO_FRAMES];
     uintptr_t ips[CT_MAX_DEPTH];
 };
 
@@ -734,8 +736,8 @@ static void compute_rule(uintptr_t ra, struct rule *out)
 
 static inline int memo_hit(const struct memo *m)
 {
-    for (int k = 0; k < m->nreads; k++)
-        if (*(const uintptr_t *)m->addr[k] != m->val[k])
+    for (const __typeof__(m->rd[0]) *r = m->rd, *end = m->rd + m->nreads; r < end; r++)
+        if (*(const uintptr_t *)r->addr != r->val)
             return 0;
     return 1;
 }
@@ -752,7 +754,7 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned,
     uintptr_t ra = regs[0], sp = regs[1], fp = regs[2], sp0 = regs[1];
     for (int w = 0; w < MEMO_WAYS; w++) {
         struct memo *m = &t->memo[w];
-        if (m->n >= 0 && m->ra0 == ra && m->sp0 == sp && (!m->fp0_used || m->fp0 == fp) &&
+        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
             m->max == max && m->gen == t->gen && memo_hit(m)) {
             *out = m->ips;
             *tag = &m->tag;
@@ -805,8 +807,8 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned,
             if (fp_src == -1)
                 m->fp0_used = 1;
             else if (fp_src == 0) {
-                m->addr[m->nreads] = fp_addr;
-                m->val[m->nreads++] = fp;
+                m->rd[m->nreads].addr = fp_addr;
+                m->rd[m->nreads++].val = fp;
             }
             fp_src = 1; /* kept (or the start's): no second copy */
         }
@@ -820,8 +822,8 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned,
         }
         uintptr_t a = cfa + (intptr_t)r->ra_off;
         uintptr_t raw = *(const uintptr_t *)a;
-        m->addr[m->nreads] = a;
-        m->val[m->nreads++] = raw;
+        m->rd[m->nreads].addr = a;
+        m->rd[m->nreads++].val = raw;
         ra = (f & RF_RA_SIGNED) ? strip_pac(raw) : raw;
         sp = cfa;
     }
