@@ -252,12 +252,36 @@ def read_trace(path: str | os.PathLike) -> Trace:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         size = len(data)  # what is mapped, whatever the size was a moment ago
     try:
-        return _parse(path, data, size, ffi, lib)
+        whole = _unseal(path, data)
+        return _parse(path, data if whole is None else whole, size, ffi, lib)
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
         # a record that contradicts its own size: the file is corrupt (never a traceback)
         raise TraceError(f"{path} is corrupt: {e}") from None
     finally:
         data.close()
+
+
+def _unseal(path: Path, data) -> bytearray | None:
+    """The trace with its compressed sealed chunks put back (tracedir.SEALED_*), or None when
+    it has none. The trace is read before the sidecar: a chunk punched out of it by then has
+    its entry written (and synced) already."""
+    side = path.with_name(path.name + tracedir.SEALED_SUFFIX)
+    if not side.is_file():
+        return None
+    whole = bytearray(data)
+    try:
+        blob = side.read_bytes()
+    except OSError as e:
+        raise TraceError(f"{side}: cannot read: {e.strerror or e}") from None
+    cs = int(C()["CT_CHUNK_SIZE"])
+    for chunk, raw in tracedir.sealed_entries(blob):
+        a = chunk * cs
+        b = min(a + len(raw), len(whole))
+        if chunk == 0 or len(raw) != cs or a >= b:
+            continue  # chunk 0 is never sealed; a chunk past the end: not this file's
+        if whole.count(0, a, b) == b - a:  # punched out of the trace: take the copy
+            whole[a:b] = raw[: b - a]
+    return whole
 
 
 def _parse(path: Path, data, size: int, ffi, lib) -> Trace:

@@ -36,6 +36,7 @@ from ..units import shell_quote
 from .denials import append_denials
 from .files import DirectoryBusy, lock_dir, release_dir, write_json
 from .sampler import Sampler
+from .seal import Sealer
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
 
@@ -369,6 +370,9 @@ def _run(
     )
     if sampler:
         sampler.start()
+    sealer = Sealer(out) if opts.mode == "full" else None  # sealed chunks compressed (seal.py)
+    if sealer:
+        sealer.start()
     if watcher is not None:
         watcher.start()
     try:
@@ -383,6 +387,8 @@ def _run(
     finally:
         if sampler:
             sampler.stop()
+        if sealer:
+            sealer.stop()
         if watcher is not None:
             watcher.stop()
         for s, h in old.items():
@@ -498,6 +504,7 @@ def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, samp
             "end_time": time.time(),
             "budget_aborted": aborted,
             "sampler": sampler.describe() if sampler else None,
+            "sealed": sealer.describe() if sealer else None,
         }
     )
     if ledger is not None:

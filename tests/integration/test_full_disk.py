@@ -42,8 +42,8 @@ def timed(ct, cmd, out, *opts):
 
 
 def test_full_disk_mid_run(ct, sim, small_disk, tmp_path):
-    # 2 threads x 40000 alloc/free pairs: ~11 MiB of trace, on a disk of 3 MiB
-    cmd = [sim.progs["threads"], 2, 40000, 4096]
+    # 2 threads x 200000 alloc/free pairs: ~5 MiB of trace (~6 bytes an event), on a disk of 3 MiB
+    cmd = [sim.progs["threads"], 2, 200000, 4096]
     ok, t_ok = timed(ct, cmd, tmp_path / "normal")
     assert ok.returncode == 0, ok.stderr
     r, t_full = timed(ct, cmd, small_disk / "t")
