@@ -363,41 +363,46 @@ def _run(
     for signum in pending:
         on_signal(signum, None)
     run_info["pid"] = proc.pid
-    sampler = (
-        None
-        if no_trace
-        else Sampler(proc.pid, out, opts.sample_ms / 1000.0, bounded=opts.mode == "aggregate")
-    )
-    if sampler:
-        sampler.start()
-    sealer = Sealer(out) if opts.mode == "full" else None  # sealed chunks compressed (seal.py)
-    if sealer:
-        sealer.start()
+    sampler, sealer = _start_helpers(opts, proc.pid, out)
     if watcher is not None:
         watcher.start()
     try:
         if opts.on_start is not None:
             opts.on_start(proc, out)
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except InterruptedError:
-                continue
+        rc = _wait(proc)
     finally:
-        if sampler:
-            sampler.stop()
-        if sealer:
-            sealer.stop()
-        if watcher is not None:
-            watcher.stop()
+        for h in (sampler, sealer, watcher):
+            if h is not None:
+                h.stop()
         for s, h in old.items():
             signal.signal(s, h)
     status = exit_status(rc)
     if aborted and status == 0:
         status = 3
-    _finish(opts, out, run_info, rc, status, bool(aborted), sampler, ledger)
+    _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer), ledger)
     return status, out
+
+
+def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> tuple:
+    """The launcher's threads beside CMD: the sampler (NVML, /proc) and, for a full trace, the
+    sealer (sealed chunks compressed, seal.py). None for each that does not run."""
+    if out is None:
+        return None, None
+    sampler = Sampler(pid, out, opts.sample_ms / 1000.0, bounded=opts.mode == "aggregate")
+    sampler.start()
+    sealer = Sealer(out) if opts.mode == "full" else None
+    if sealer:
+        sealer.start()
+    return sampler, sealer
+
+
+def _wait(proc) -> int:
+    """CMD's return code, waiting through signals handled meanwhile."""
+    while True:
+        try:
+            return proc.wait()
+        except InterruptedError:
+            continue
 
 
 def _write_run_info(opts: RunOptions, path: str, out: Path | None, budget_info, ledger) -> dict:
@@ -494,8 +499,10 @@ def _join_budget(opts: RunOptions, env: dict):
     return ledger, budget_info
 
 
-def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, sampler, ledger):
-    """After CMD: run.json completed (status, end, sampler, the ledger's last figures)."""
+def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, helpers, ledger):
+    """After CMD: run.json completed (status, end, sampler and sealer as helpers, the ledger's
+    last figures)."""
+    sampler, sealer = helpers
     run_info.update(
         {
             "returncode": rc,
