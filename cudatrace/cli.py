@@ -18,7 +18,7 @@ from . import __version__
 
 # = analyze.sites.GROUPINGS, written out so that the command line loads without the analysis
 # (tests/unit/test_imports.py checks that the two agree)
-GROUPINGS = ("site", "api", "library", "process")
+GROUPINGS = ("site", "api", "library", "process", "rank")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -256,7 +256,7 @@ def _denial_printer():
     type=click.Choice(GROUPINGS),
     default="site",
     show_default=True,
-    help="Group allocations by call site, API, library or process.",
+    help="Group allocations by call site, API, library, process or rank.",
 )
 @click.option(
     "--at",

@@ -18,8 +18,9 @@ from .aggregate import notes as aggregate_notes
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
+from .ranks import align_clocks, honest_peak, ranks_json
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
-from .trace import C, TraceDir, TraceError, read_dir, read_trace
+from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 
 SCHEMA = "cudatrace.report/1"
 CONTEXT_FRAMES = 6  # frames listed per stack
@@ -77,8 +78,13 @@ class ReportError(Exception):
 
 
 def load(path) -> TraceDir:
-    """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong."""
-    p = Path(path)
+    """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong.
+    Several paths (a list), or a directory of trace directories, are one run of many ranks
+    (docs/ranks.md)."""
+    paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
+    if len(paths) > 1 or (paths and len(run_dirs(paths[0])) > 1):
+        return _load_many(paths)
+    p = paths[0]
     if not p.exists():
         raise ReportError(f"cudatrace: {p}: no such trace directory or file")
     try:
@@ -94,6 +100,27 @@ def load(path) -> TraceDir:
     if not td.traces:
         errors = "\n  ".join(td.errors)
         raise ReportError(f"cudatrace: {p}: no readable trace file:\n  {errors}")
+    return td
+
+
+def _load_many(paths: list[Path]) -> TraceDir:
+    for p in paths:
+        if not p.exists():
+            raise ReportError(f"cudatrace: {p}: no such trace directory or file")
+    try:
+        td = read_dirs(paths)
+    except TraceError as e:
+        raise ReportError(f"cudatrace: {e}") from None
+    except OSError as e:
+        raise ReportError(
+            f"cudatrace: {getattr(e, 'filename', None) or paths[0]}: {e.strerror or e}"
+        ) from None
+    if not td.traces:
+        errors = "\n  ".join(td.errors)
+        raise ReportError(
+            f"cudatrace: no readable trace file in {len(td.dirs)} directories:\n  {errors}"
+        )
+    align_clocks(td.traces, td.run)
     return td
 
 
@@ -125,7 +152,8 @@ class Analysis:
         full_names: bool = False,
         graph=None,
     ):
-        self.path = Path(path)
+        self.paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
+        self.path = self.paths[0]
         self.td = td if td is not None else load(path)
         self.traces = self.td.traces
         self.model: Model = build(self.td)
@@ -589,7 +617,13 @@ def build_report(
         "more_sites": max(0, len(end_sites) - top),
     }
     host_end = m.host_end
-    return {
+    ranks = ranks_json(a, depth=depth, top=top)
+    if ranks and len(a.td.dirs) > 1:
+        warnings.append(
+            "a run of %d trace directories: the samples (observed figures) of each host are not "
+            "compared; report one directory for them" % len(a.td.dirs)
+        )
+    r = {
         "schema": SCHEMA,
         "cudatrace_version": __version__,
         "path": str(a.path),
@@ -637,7 +671,11 @@ def build_report(
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
         "aggregate": agg["json"],
+        "paths": [str(d) for d in (a.td.dirs or [a.path])],
+        "ranks": ranks,
     }
+    honest_peak(r)
+    return r
 
 
 def python_summary(a: Analysis) -> dict | None:

@@ -191,12 +191,16 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
                 dev_note, size_text(r["peak_bytes"]), secs_text(r["peak_time"])
             )
         )
+        if r.get("peak_scope") == "device":
+            w("  (the highest one device saw: a run over several hosts is measured per device)")
         if len(r["devices"]) > 1 or r["device"] is None:
             for d in r["devices"]:
                 w(
                     "  device %-3s peak %10s at %-12s at exit %10s  %s%s"
                     % (
-                        d["device"] if d["device"] >= 0 else "?",
+                        ("%s:%s" % (d["host"], d["label"]))
+                        if "host" in d
+                        else (d["device"] if d["device"] >= 0 else "?"),
                         size_text(d["peak_bytes"]),
                         secs_text(d["peak_time"]),
                         size_text(d["end_bytes"]),
@@ -211,6 +215,13 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         )
     w("")
 
+    # many ranks (docs/ranks.md)
+    if r.get("ranks"):
+        from .ranks import render_ranks
+
+        L.extend(render_ranks(r["ranks"], width))
+        w("")
+
     # traced versus observed
     _render_observed(r, w)
     w("")
@@ -222,6 +233,10 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         "end": "at the end ({})".format(secs_text(at["time"])),
         "time": "at {}".format(secs_text(at["time"])),
     }[at["kind"]]
+    if r.get("peak_scope") == "device" and at["kind"] == "peak":
+        when = "when all ranks together held the most ({}; summed over {} devices)".format(
+            secs_text(at["time"]), len(r["devices"])
+        )
     if (
         at["kind"] == "time"
         and at["time"] is not None
@@ -231,7 +246,13 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         when += " (after the last event, at {}: what was live then)".format(
             secs_text(r["duration"])
         )
-    by = {"site": "call site", "api": "API", "library": "library", "process": "process"}[r["by"]]
+    by = {
+        "site": "call site",
+        "api": "API",
+        "library": "library",
+        "process": "process",
+        "rank": "rank",
+    }[r["by"]]
     w(
         "Device memory live {} by {}: {} in {}".format(
             when, by, size_text(r["total_live_bytes"]), plural(r["total_live_count"], "allocation")

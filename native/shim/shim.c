@@ -506,6 +506,39 @@ static void report_context(int dev, uint64_t bytes)
     write_info(key, num);
 }
 
+/* the launchers' rank variables and the host name's override, as "env.NAME" (docs/ranks.md);
+ * read from the environment when the file opens, without allocating */
+static const char *const rank_env[] = {"RANK",
+                                       "LOCAL_RANK",
+                                       "WORLD_SIZE",
+                                       "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",
+                                       "SLURM_PROCID",
+                                       "SLURM_LOCALID",
+                                       "SLURM_NTASKS",
+                                       "SLURM_NODEID",
+                                       "SLURM_JOB_ID",
+                                       "SLURM_STEP_ID",
+                                       "OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "PMI_RANK",
+                                       "PMI_SIZE",
+                                       "CUDA_VISIBLE_DEVICES",
+                                       "CUDATRACE_HOST"};
+
+static void write_rank_env(void)
+{
+    char key[48] = "env.";
+    for (size_t i = 0; i < sizeof rank_env / sizeof *rank_env; i++) {
+        const char *v = getenv(rank_env[i]);
+        if (v && strlen(v) < 4096) {
+            ct_strlcpy(key + 4, rank_env[i], sizeof key - 4);
+            write_info(key, v);
+        }
+    }
+}
+
 static void write_preamble(void)
 {
     static char buf[32768]; /* under the writer lock: one user at a time */
@@ -549,6 +582,7 @@ static void write_preamble(void)
     write_info("stack_depth", num);
     write_info("shim_version", CT_SHIM_VERSION);
     write_info("dlsym_version", ct_real_dlsym_version());
+    write_rank_env();
     if (ct_budget_ledger) {
         write_info("ledger", ct_cfg.ledger_path);
         write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"

@@ -1,0 +1,400 @@
+"""Many ranks as one run (docs/ranks.md): each process's host and rank, from what the shim
+recorded when its trace opened (the launchers' variables, INFO "env.NAME"); per-rank and
+per-device peaks; sites merged across ranks; the outlier rule.
+
+Honest figures: processes on different hosts never share a device, and ranks on one host often
+see different GPUs as their device 0 (CUDA_VISIBLE_DEVICES). So a peak here is one rank's (the
+sum of its own processes) or one physical device's (host and the GPU the ordinal names); no
+figure adds up bytes of different devices and calls it a peak.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .aggregate import apply_snapshots
+from .trace import Trace, host_of
+
+# (rank, local rank, world size) of each launcher, the innermost first: torchrun's workers under
+# srun see RANK (theirs) and SLURM_PROCID (the srun task that started torchrun)
+RANK_VARS = (
+    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
+    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
+    ("PMI_RANK", None, "PMI_SIZE"),
+    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
+)
+
+# the outlier rule (docs/ranks.md): at least MIN_RANKS figures; one stands out when it is
+# farther from their median than all of: MAD_FACTOR scaled median absolute deviations,
+# REL_FLOOR of the median, and ABS_FLOOR bytes
+MIN_RANKS = 3
+MAD_FACTOR = 3.0
+MAD_SCALE = 1.4826  # a normal distribution's standard deviation per MAD
+REL_FLOOR = 0.10
+ABS_FLOOR = 1 << 20
+RULE = (
+    "a rank stands out when its figure is farther from the median of all ranks than 3 scaled "
+    "median absolute deviations (3 x 1.4826 x MAD), 10% of the median and 1 MiB, all three; "
+    "at least 3 ranks are needed"
+)
+
+
+def _int(v: str | None) -> int | None:
+    try:
+        return int(v) if v is not None and v.strip() else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class Tag:
+    host: str
+    rank: int | None = None
+    local_rank: int | None = None
+    world_size: int | None = None
+    source: str | None = None  # the variable the rank came from
+
+
+def tag_of(t: Trace) -> Tag:
+    """A process's host and rank, from the variables its shim recorded."""
+    env = {k[4:]: v for k, v in t.info.items() if k.startswith("env.")}
+    for rk, lk, wk in RANK_VARS:
+        r = _int(env.get(rk))
+        if r is not None:
+            return Tag(host_of(t), r, _int(env.get(lk)) if lk else None, _int(env.get(wk)), rk)
+    return Tag(host_of(t))
+
+
+def tagged(traces: list[Trace]) -> bool:
+    """Whether the report has a ranks section: a rank variable, or more than one host or
+    trace directory."""
+    return (
+        any(tag_of(t).rank is not None for t in traces)
+        or len({host_of(t) for t in traces}) > 1
+        or len({t.source for t in traces}) > 1
+    )
+
+
+def device_label(t: Trace, device: int) -> str:
+    """The physical device an ordinal names in a process: CUDA_VISIBLE_DEVICES's entry for it
+    when set (an index or a UUID), else the ordinal; '?' when unknown."""
+    if device < 0:
+        return "?"
+    cvd = t.info.get("env.CUDA_VISIBLE_DEVICES")
+    if cvd is not None:
+        vis = [x.strip() for x in cvd.split(",") if x.strip()]
+        if device < len(vis):
+            return vis[device]
+    return str(device)
+
+
+@dataclass
+class RankGroup:
+    """One rank: the processes that carry its number (children inherit it), or, untagged, one
+    process."""
+
+    key: tuple
+    label: str
+    host: str
+    rank: int | None
+    local_rank: int | None
+    world_size: int | None
+    traces: list[int] = field(default_factory=list)
+
+
+def rank_groups(traces: list[Trace]) -> list[RankGroup]:
+    """The run's ranks, by rank number (host and rank when two hosts carry one number: two
+    launches read as one run), untagged processes one each; in rank order."""
+    tags = [tag_of(t) for t in traces]
+    hosts_of: dict[int, set] = defaultdict(set)
+    for tg in tags:
+        if tg.rank is not None:
+            hosts_of[tg.rank].add(tg.host)
+    clash = any(len(h) > 1 for h in hosts_of.values())
+    groups: dict[tuple, RankGroup] = {}
+    for i, (t, tg) in enumerate(zip(traces, tags)):
+        if tg.rank is None and not t.n_events:
+            continue  # a launcher's shell: no rank, no CUDA
+        if tg.rank is None:
+            key: tuple = (1, tg.host, t.pid, i)
+            label = "%s pid %d" % (tg.host, t.pid)
+        elif clash:
+            key = (0, tg.host, tg.rank)
+            label = "%s rank %d" % (tg.host, tg.rank)
+        else:
+            key = (0, "", tg.rank)
+            label = "rank %d" % tg.rank
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = RankGroup(key, label, tg.host, tg.rank, tg.local_rank, tg.world_size)
+        g.traces.append(i)
+    return [groups[k] for k in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3:]))]
+
+
+def rank_label_of(traces: list[Trace]) -> list[str]:
+    """trace index -> its rank's label (what --by rank groups by)."""
+    out = ["%s pid %d" % (host_of(t), t.pid) for t in traces]
+    for g in rank_groups(traces):
+        for i in g.traces:
+            out[i] = g.label
+    return out
+
+
+def peaks(allocs, key) -> dict:
+    """key(alloc) -> (peak bytes, time of the peak) over allocation lifetimes; at one time frees
+    count before allocations, so a peak is never higher than the replay's."""
+    steps: dict = defaultdict(list)
+    for a in allocs:
+        k = key(a)
+        if k is None:
+            continue
+        steps[k].append((a.ts, 1, a.size))
+        if a.end_ts is not None:
+            steps[k].append((a.end_ts, 0, -a.size))
+    out = {}
+    for k, lst in steps.items():
+        lst.sort()
+        cur, best, when = 0, 0, None
+        for ts, _, d in lst:
+            cur += d
+            if cur > best:
+                best, when = cur, ts
+        out[k] = (best, when)
+    return out
+
+
+def _median(vals: list[int]) -> float:
+    v = sorted(vals)
+    n = len(v)
+    return float(v[n // 2]) if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2.0
+
+
+def outliers(values: dict) -> tuple[float | None, list]:
+    """(median, keys whose value stands out) by the rule above; (None, []) under MIN_RANKS."""
+    if len(values) < MIN_RANKS:
+        return None, []
+    med = _median(list(values.values()))
+    mad = _median([abs(v - med) for v in values.values()])
+    bound = max(MAD_FACTOR * MAD_SCALE * mad, REL_FLOOR * med, ABS_FLOOR)
+    return med, [k for k, v in values.items() if abs(v - med) > bound]
+
+
+def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
+    """The report's `ranks` section (docs/report-json.md), None for a run without ranks."""
+    traces = a.traces
+    if not traces or not tagged(traces):
+        return None
+    m = a.model
+    groups = rank_groups(traces)
+    of_trace = {i: g for g in groups for i in g.traces}
+    lives = [x for x in m.lifetimes() if x.trace in of_trace]
+    rank_peaks = peaks(lives, lambda x: of_trace[x.trace].key)
+    dev_peaks = peaks(
+        lives,
+        lambda x: (host_of(traces[x.trace]), device_label(traces[x.trace], x.device)),
+    )
+    dev_ranks: dict = defaultdict(set)
+    rank_devs: dict = defaultdict(set)
+    dev_end: dict = defaultdict(int)
+    dev_allocs: dict = defaultdict(int)
+    for x in lives:
+        dk = (host_of(traces[x.trace]), device_label(traces[x.trace], x.device))
+        dev_ranks[dk].add(of_trace[x.trace].label)
+        rank_devs[of_trace[x.trace].key].add(dk[1])
+        dev_allocs[dk] += 1
+        if x.end_ts is None:
+            dev_end[dk] += x.size
+    med, out_keys = outliers({g.key: rank_peaks.get(g.key, (0, None))[0] for g in groups})
+    ranks = []
+    for g in groups:
+        pb, pts = rank_peaks.get(g.key, (0, None))
+        procs = [m.procs[i] if i < len(m.procs) else {} for i in g.traces]
+        ranks.append(
+            {
+                "label": g.label,
+                "rank": g.rank,
+                "host": g.host,
+                "local_rank": g.local_rank,
+                "world_size": g.world_size,
+                "pids": sorted({traces[i].pid for i in g.traces}),
+                "files": [traces[i].path.name for i in g.traces],
+                "dirs": sorted({traces[i].source for i in g.traces if traces[i].source}),
+                "devices": sorted(rank_devs.get(g.key, ())),
+                "peak_bytes": pb,
+                "peak_time": a.seconds(pts),
+                "end_bytes": sum(p.get("end_bytes", 0) for p in procs),
+                "allocs": sum(p.get("allocs", 0) for p in procs),
+                "failed": sum(p.get("failed", 0) for p in procs),
+                "denied": sum(p.get("denied", 0) for p in procs),
+                "outlier": g.key in out_keys,
+            }
+        )
+    devices = [
+        {
+            "host": h,
+            "device": d,
+            "peak_bytes": pb,
+            "peak_time": a.seconds(pts),
+            "peak_ts_ns": pts,
+            "end_bytes": dev_end[(h, d)],
+            "allocs": dev_allocs[(h, d)],
+            "ranks": sorted(dev_ranks[(h, d)], key=_label_order),
+        }
+        for (h, d), (pb, pts) in sorted(dev_peaks.items())
+    ]
+    top_dev = max(devices, key=lambda d: d["peak_bytes"], default=None)
+    hosts: dict[str, dict] = {}
+    for g in groups:
+        for i in g.traces:
+            t = traces[i]
+            h = hosts.setdefault(
+                host_of(t),
+                {
+                    "host": host_of(t),
+                    "dirs": set(),
+                    "ranks": [],
+                    "processes": 0,
+                    "clock_shift_ns": 0,
+                },
+            )
+            h["processes"] += 1
+            if t.source:
+                h["dirs"].add(t.source)
+            h["clock_shift_ns"] = t.clock_shift_ns
+            if g.label not in h["ranks"]:
+                h["ranks"].append(g.label)
+    sites, more = merged_sites(a, groups, rank_peaks, depth, top)
+    by_label = {g.key: g.label for g in groups}
+    return {
+        "hosts": [dict(h, dirs=sorted(h["dirs"])) for h in hosts.values()],
+        "sources": sorted({tag_of(t).source for t in traces if tag_of(t).source}),
+        "ranks": ranks,
+        "devices": devices,
+        "peak": top_dev,
+        "median_peak_bytes": med,
+        "outliers": [
+            {
+                "label": by_label[k],
+                "what": "peak",
+                "bytes": rank_peaks.get(k, (0, None))[0],
+                "median_bytes": med,
+            }
+            for k in out_keys
+        ],
+        "sites": sites,
+        "more_sites": more,
+        "rule": RULE,
+    }
+
+
+def _label_order(label: str):
+    parts = label.rsplit(" ", 1)
+    return (parts[0], int(parts[1])) if len(parts) == 2 and parts[1].isdigit() else (label, 0)
+
+
+def merged_sites(a, groups: list[RankGroup], rank_peaks: dict, depth: int, top: int):
+    """Sites across ranks, each rank at its own peak: per site the bytes each rank held then,
+    how many ranks held it, and the ranks that stand out (the rule above, over every rank: a
+    site only some ranks hold stands out on them when the others hold none)."""
+    m = a.model
+    per_site: dict[tuple, dict] = {}
+    for g in groups:
+        pb, pts = rank_peaks.get(g.key, (0, None))
+        if not pb or pts is None:
+            continue
+        live = m.groups_at(pts).only(traces=set(g.traces))
+        for s in a.sites(live, "site", depth):
+            e = per_site.setdefault(s.key, {"site": s, "bytes": {}, "count": 0})
+            e["bytes"][g.label] = e["bytes"].get(g.label, 0) + s.bytes
+            e["count"] += s.count
+    rows = sorted(per_site.values(), key=lambda e: (-sum(e["bytes"].values()), e["site"].label()))
+    out = []
+    for e in rows[:top]:
+        held = e["bytes"]
+        vals = {g.label: held.get(g.label, 0) for g in groups}
+        med, odd = outliers(vals)
+        hv = sorted(held.values())
+        s = e["site"]
+        out.append(
+            {
+                "label": s.label(a.full_names),
+                "key": s.key_text(),
+                "ranks": len(held),
+                "of_ranks": len(groups),
+                "total_bytes": sum(hv),
+                "median_bytes": _median(hv),
+                "min_bytes": hv[0],
+                "max_bytes": hv[-1],
+                "count": e["count"],
+                "per_rank": dict(sorted(held.items(), key=lambda kv: _label_order(kv[0]))),
+                "outliers": [
+                    {"label": k, "bytes": vals[k], "median_bytes": med}
+                    for k in sorted(odd, key=_label_order)
+                ],
+            }
+        )
+    return out, max(0, len(rows) - top)
+
+
+def honest_peak(r: dict) -> None:
+    """A run over several hosts: the report's peak is the highest one device saw (ranks.peak),
+    and its devices are the hosts' physical devices, never one ordinal summed over hosts."""
+    rk = r.get("ranks")
+    if not rk or len(rk["hosts"]) < 2:
+        return
+    p = rk["peak"]
+    r["peak_scope"] = "device"
+    if p is None:
+        return
+    r["peak_bytes"] = p["peak_bytes"]
+    r["peak_time"] = p["peak_time"]
+    r["peak_ts_ns"] = p["peak_ts_ns"]
+    r["devices"] = [
+        dict(d, device=int(d["device"]) if d["device"].isdigit() else -1, label=d["device"])
+        for d in rk["devices"]
+    ]
+
+
+def align_clocks(traces: list[Trace], run: dict) -> None:
+    """Monotonic clocks are per boot: processes of one host share one, another host's differs.
+    With several hosts, each host's times are moved onto the clock of the host that booted
+    first, through the wall time each file noted at its start
+    (CLOCK_REALTIME - CLOCK_MONOTONIC): a timeline of all ranks lines up as far as the hosts'
+    wall clocks agree (NTP: milliseconds). Within a host nothing moves, so the order of its
+    events stays exact. run.json's start (the first directory's launcher) moves with its host."""
+    offsets: dict[str, int] = {}
+    for t in traces:
+        if t.start_realtime_ns and t.start_monotonic_ns:
+            offsets.setdefault(host_of(t), t.start_realtime_ns - t.start_monotonic_ns)
+    if len(offsets) < 2:
+        return
+    base = min(offsets.values())
+    for t in traces:
+        shift = offsets.get(host_of(t), base) - base
+        if shift:
+            _shift(t, shift)
+    if traces and isinstance(run.get("start_monotonic_ns"), int):
+        run["start_monotonic_ns"] += offsets.get(host_of(traces[0]), base) - base
+
+
+def _shift(t: Trace, ns: int) -> None:
+    """Add ns to every time of a trace (its events, start, end, modules)."""
+    if t.snap_slots:  # --aggregate: its events come from the snapshot; make them now
+        apply_snapshots(t)
+    if t.raw_events is not None and t._events is None:
+        evs = t.raw_events
+        for i in range(t.n_events):
+            if evs[i].ts_ns:
+                evs[i].ts_ns += ns
+    else:
+        t.events = [(e[0] + ns if e[0] else 0, *e[1:]) for e in t.events]
+    t.clock_shift_ns += ns
+    t.start_monotonic_ns += ns
+    if t.end:
+        t.end.ts_ns += ns
+    if t.stopped_ns:
+        t.stopped_ns += ns
+    for m in t.modules:
+        if m.ts_ns:
+            m.ts_ns += ns
