@@ -180,20 +180,61 @@ def outliers(values: dict) -> tuple[float | None, list]:
     return med, [k for k, v in values.items() if abs(v - med) > bound]
 
 
+def _rank_peaks(a):
+    """(groups, trace -> group, lifetimes of the ranks' allocations, group key -> peak)"""
+    groups = rank_groups(a.traces)
+    of_trace = {i: g for g in groups for i in g.traces}
+    lives = [x for x in a.model.lifetimes() if x.trace in of_trace]
+    return groups, of_trace, lives, peaks(lives, lambda x: of_trace[x.trace].key)
+
+
+def device_peaks(a) -> dict:
+    """(host, physical device) -> (peak bytes, time): what each device held of the run."""
+    traces = a.traces
+    return peaks(
+        a.model.lifetimes(),
+        lambda x: (host_of(traces[x.trace]), device_label(traces[x.trace], x.device)),
+    )
+
+
+def multi_host(a) -> bool:
+    return len({host_of(t) for t in a.traces}) > 1
+
+
+def ranks_diff(a, b) -> list[dict] | None:
+    """Two runs' ranks side by side, matched by label (rank 3 with rank 3): each one's peak in
+    A and B. None when neither run has ranks."""
+    if not (tagged(a.traces) or tagged(b.traces)):
+        return None
+    sides = []
+    for an in (a, b):
+        groups, _, _, rp = _rank_peaks(an)
+        sides.append({g.label: (g, rp.get(g.key, (0, None))[0]) for g in groups})
+    out = []
+    for label in sorted(set(sides[0]) | set(sides[1]), key=_label_order):
+        pa = sides[0][label][1] if label in sides[0] else None
+        pb = sides[1][label][1] if label in sides[1] else None
+        g = (sides[1].get(label) or sides[0][label])[0]
+        out.append(
+            {
+                "label": label,
+                "host": g.host,
+                "a_peak_bytes": pa,
+                "b_peak_bytes": pb,
+                "delta_bytes": (pb or 0) - (pa or 0),
+            }
+        )
+    return out
+
+
 def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
     """The report's `ranks` section (docs/report-json.md), None for a run without ranks."""
     traces = a.traces
     if not traces or not tagged(traces):
         return None
     m = a.model
-    groups = rank_groups(traces)
-    of_trace = {i: g for g in groups for i in g.traces}
-    lives = [x for x in m.lifetimes() if x.trace in of_trace]
-    rank_peaks = peaks(lives, lambda x: of_trace[x.trace].key)
-    dev_peaks = peaks(
-        lives,
-        lambda x: (host_of(traces[x.trace]), device_label(traces[x.trace], x.device)),
-    )
+    groups, of_trace, lives, rank_peaks = _rank_peaks(a)
+    dev_peaks = device_peaks(a)
     dev_ranks: dict = defaultdict(set)
     rank_devs: dict = defaultdict(set)
     dev_end: dict = defaultdict(int)

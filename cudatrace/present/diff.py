@@ -16,6 +16,7 @@ import sys
 import click
 
 from ..analyze.analysis import Analysis, ReportError
+from ..analyze.ranks import device_peaks, multi_host, ranks_diff
 from ..analyze.sites import Site, key_text, site_of
 from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width
@@ -36,11 +37,15 @@ def share_graph(a: Analysis, b: Analysis) -> None:
 
 def _side(a: Analysis) -> dict:
     m = a.model
+    peak, peak_ts = (m.peak_bytes, m.peak_ts if m.found else None)
+    if multi_host(a):  # several hosts: the highest one device saw (docs/ranks.md)
+        peak, peak_ts = max(device_peaks(a).values(), default=(0, None))
     return {
         "path": str(a.path),
+        "paths": [str(d) for d in (a.td.dirs or [a.path])],
         "command": list(a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])),
-        "peak_bytes": m.peak_bytes,
-        "peak_time": a.seconds(m.peak_ts) if m.found else None,
+        "peak_bytes": peak,
+        "peak_time": a.seconds(peak_ts),
         "end_bytes": m.end_bytes,
         "allocs": m.counts.get("allocs", 0),
         "failed": m.counts.get("failed", 0),
@@ -171,6 +176,7 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
         "status_counts": counts,
         "sites": shown,
         "more_sites": len(sites) - len(shown),
+        "ranks": ranks_diff(a, b),
     }
 
 
@@ -191,8 +197,16 @@ def render_text(d: dict) -> str:
     w = L.append
     A, B, T = d["a"], d["b"], d["totals"]
     w("cudatrace diff")
-    w("  A  {}  ({})".format(A["path"], " ".join(A["command"]) or "?"))
-    w("  B  {}  ({})".format(B["path"], " ".join(B["command"]) or "?"))
+    w(
+        "  A  {}  ({})".format(
+            ", ".join(A.get("paths") or [A["path"]]), " ".join(A["command"]) or "?"
+        )
+    )
+    w(
+        "  B  {}  ({})".format(
+            ", ".join(B.get("paths") or [B["path"]]), " ".join(B["command"]) or "?"
+        )
+    )
     rows = [
         ["", "A", "B", "change"],
         [
@@ -224,6 +238,11 @@ def render_text(d: dict) -> str:
             )
         )
     )
+    if len(A.get("paths") or ()) > 1 or len(B.get("paths") or ()) > 1:
+        w(
+            "  (a run over several directories: a site's bytes are summed over its ranks' "
+            "devices; per rank below)"
+        )
     rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
     width = term_width()
     for s in d["sites"]:
@@ -247,6 +266,21 @@ def render_text(d: dict) -> str:
         w("  (no device allocation in either run)")
     if d["more_sites"]:
         w("  ... and %d more (--top)" % d["more_sites"])
+    if d.get("ranks"):
+        w("")
+        w("Ranks (each one's own peak):")
+        rows = [["rank", "host", "peak A", "peak B", "change"]]
+        for x in d["ranks"]:
+            rows.append(
+                [
+                    x["label"],
+                    x["host"],
+                    size_text(x["a_peak_bytes"]),
+                    size_text(x["b_peak_bytes"]),
+                    _signed(x["delta_bytes"]),
+                ]
+            )
+        L.extend(table(rows, {2, 3, 4}))
     # whatever a trace held (argv, paths, names) reaches the terminal escaped
     return "\n".join(printable(x) for x in L) + "\n"
 
