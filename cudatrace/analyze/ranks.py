@@ -188,6 +188,28 @@ def _rank_peaks(a):
     return groups, of_trace, lives, peaks(lives, lambda x: of_trace[x.trace].key)
 
 
+def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
+    """Each rank's live device bytes over time: (group, [(ts, bytes) after each change])."""
+    groups, of_trace, lives, _ = _rank_peaks(a)
+    steps: dict = defaultdict(list)
+    for x in lives:
+        k = of_trace[x.trace].key
+        steps[k].append((x.ts, 1, x.size))
+        if x.end_ts is not None:
+            steps[k].append((x.end_ts, 0, -x.size))
+    out = []
+    for g in groups:
+        cur, pts = 0, []
+        for ts, _, d in sorted(steps.get(g.key, ())):
+            cur += d
+            if pts and pts[-1][0] == ts:
+                pts[-1] = (ts, cur)
+            else:
+                pts.append((ts, cur))
+        out.append((g, pts))
+    return out
+
+
 def device_peaks(a) -> dict:
     """(host, physical device) -> (peak bytes, time): what each device held of the run."""
     traces = a.traces
