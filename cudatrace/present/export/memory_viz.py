@@ -43,13 +43,17 @@ def build(view) -> dict:
     denied = [x for x in m.denied if view.included(x)]
     view.prepare({(x.trace, x.stack) for x in allocs + denied})
 
-    devs = sorted({x.device for x in allocs + denied})
-    known = [d for d in devs if d >= 0]
-    unknown_slot = (max(known) + 1) if known else 0
-    slot = {d: (d if d >= 0 else unknown_slot) for d in devs}
+    if view.multi_host:  # one list per (host, device): docs/ranks.md
+        keys = sorted({view.device_key(x) for x in allocs + denied})
+        slot = {k: i for i, k in enumerate(keys)}
+    else:
+        devs = sorted({x.device for x in allocs + denied})
+        known = [d for d in devs if d >= 0]
+        unknown_slot = (max(known) + 1) if known else 0
+        slot = {d: (d if d >= 0 else unknown_slot) for d in devs}
     n_slots = max(slot.values()) + 1 if slot else 0
 
-    shift = _shifts(allocs, slot)
+    shift = _shifts(allocs, slot, view.device_key)
     frames_cache: dict[tuple[int, int], list[dict]] = {}
 
     def frames(ti: int, leaf: int) -> list[dict]:
@@ -76,13 +80,13 @@ def build(view) -> dict:
     events = []  # (sort key, slot, [entries])
     remaining = []
     for x in allocs:
-        addr = _addr(x) + shift.get((slot[x.device], x.trace), 0)
+        addr = _addr(x) + shift.get((slot[view.device_key(x)], x.trace), 0)
         fr = frames(x.trace, x.stack)
         base = {"addr": addr, "size": x.size, "stream": 0, "frames": fr}
         events.append(
             (
                 (x.ts, 1, x.seq),
-                slot[x.device],
+                slot[view.device_key(x)],
                 [
                     dict(base, action="segment_alloc", time_us=x.ts // 1000),
                     dict(base, action="alloc", time_us=x.ts // 1000),
@@ -97,7 +101,7 @@ def build(view) -> dict:
         events.append(
             (
                 (x.end_ts, order, x.seq),
-                slot[x.device],
+                slot[view.device_key(x)],
                 [
                     dict(base, action="free_requested", time_us=tu),
                     dict(base, action="free_completed", time_us=tu),
@@ -110,7 +114,7 @@ def build(view) -> dict:
         events.append(
             (
                 (x.ts, 1, x.seq),
-                slot[x.device],
+                slot[view.device_key(x)],
                 [
                     {
                         "action": "oom",
@@ -130,7 +134,7 @@ def build(view) -> dict:
         device_traces[s].extend(entries)
 
     segments = []
-    for x, addr, fr in sorted(remaining, key=lambda r: (slot[r[0].device], r[1])):
+    for x, addr, fr in sorted(remaining, key=lambda r: (slot[view.device_key(r[0])], r[1])):
         block = {
             "address": addr,
             "size": x.size,
@@ -140,7 +144,7 @@ def build(view) -> dict:
         }
         segments.append(
             {
-                "device": slot[x.device],
+                "device": slot[view.device_key(x)],
                 "address": addr,
                 "total_size": x.size,
                 "allocated_size": x.size,
@@ -174,14 +178,14 @@ def _addr(x) -> int:
     return x.event[ADDR]
 
 
-def _shifts(allocs, slot) -> dict[tuple[int, int], int]:
+def _shifts(allocs, slot, key) -> dict[tuple[int, int], int]:
     """(device slot, trace) -> what to add to its addresses so that processes sharing a device
     never share an address range in the viewer (0 for the first process of each device and
     wherever no ranges overlap)."""
     spans: dict[int, dict[int, list[int]]] = {}
     for x in allocs:
         a = _addr(x)
-        sp = spans.setdefault(slot[x.device], {}).setdefault(x.trace, [a, a + x.size])
+        sp = spans.setdefault(slot[key(x)], {}).setdefault(x.trace, [a, a + x.size])
         sp[0] = min(sp[0], a)
         sp[1] = max(sp[1], a + x.size)
     out = {}

@@ -139,7 +139,7 @@ def build(view):
         for ts, d in ((x.ts, x.size), (x.end_ts, -x.size)):
             if ts is None:
                 continue
-            dev_delta[x.device][ts] += d
+            dev_delta[view.device_key(x)][ts] += d
             proc_delta[(x.trace, x.device)][ts] += d
 
     def emit(track: int, deltas: dict[int, int]) -> None:
@@ -150,8 +150,8 @@ def build(view):
         if t_end and (not deltas or max(deltas) < t_end):
             out.counter(track, t_end, cur)
 
-    for dev in sorted(dev_delta):
-        emit(out.track(f"device {_dev(dev)}: live bytes", counter=True), dev_delta[dev])
+    for dev in sorted(dev_delta, key=str):
+        emit(out.track(f"device {view.device_name(dev)}: live bytes", counter=True), dev_delta[dev])
 
     # per process: counters, large allocations, denials, failures
     limit = threshold(view)
