@@ -247,7 +247,7 @@ def _denial_printer():
 
 
 @main.command("report", context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(1, None), help="Sites listed."
 )
@@ -341,9 +341,14 @@ def report(
 ):
     """Who held the device memory at the peak (or another moment), by call site.
 
-    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
+    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it. Several
+    PATHs (one per host or launch), or a folder of trace directories, are one run of many
+    ranks (docs/ranks.md).
     """
+    path = path[0] if len(path) == 1 else list(path)
     if watch:
+        if isinstance(path, list):
+            raise click.UsageError("--watch follows one trace directory")
         if as_json or svg or html:
             raise click.UsageError(
                 "--watch shows the text report; leave out --json, --svg and --html"
@@ -411,8 +416,9 @@ def report(
 def diff(a, b, top, depth, as_json, html, fold_patterns, no_fold, full_names):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
-    A and B are trace directories (or .ctrace files). Sites are matched by function, file and
-    module names, so two runs, or two builds with symbols, compare.
+    A and B are trace directories (or .ctrace files), or folders of trace directories (a run
+    of many ranks, docs/ranks.md). Sites are matched by function, file and module names, so
+    two runs, or two builds with symbols, compare.
     """
     from .present.diff import run_diff
 
@@ -552,7 +558,7 @@ def demo(mode, out_dir, keep):
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--format",
     "fmt",
@@ -579,9 +585,11 @@ def demo(mode, out_dir, keep):
 @click.option("--show-cuda-frames", is_flag=True, help="Keep the CUDA libraries' own frames.")
 def export(path, fmt, output, at, device, show_cuda_frames):
     """Write the trace in PATH in a format other tools open (pprof, flame graphs, PyTorch's
-    memory viewer, Perfetto), attributed as `report` attributes it."""
+    memory viewer, Perfetto), attributed as `report` attributes it. Several PATHs are one run
+    of many ranks, as for report."""
     from .present.export.run import run_export
 
+    path = path[0] if len(path) == 1 else list(path)
     sys.exit(run_export(path, fmt, output, at=at, device=device, show_cuda_frames=show_cuda_frames))
 
 

@@ -1,0 +1,142 @@
+"""Many ranks as one run (docs/ranks.md): tags, the outlier rule, clocks of several hosts, and
+peaks that never add up different devices. Traces written by support/tracegen.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudatrace.analyze.analysis import Analysis, ReportError, build_report
+from cudatrace.analyze.ranks import outliers, tag_of
+from cudatrace.analyze.trace import read_trace
+from cudatrace.present.report import render_text
+from support.tracegen import MS, SEC, TraceWriter
+
+MiB = 1 << 20
+
+
+def test_outlier_rule():
+    same = {"rank %d" % i: 100 * MiB for i in range(8)}
+    assert outliers(same)[1] == []
+    assert outliers(dict(same, **{"rank 5": 140 * MiB})) == (100 * MiB, ["rank 5"])
+    assert outliers(dict(same, **{"rank 2": 10 * MiB}))[1] == ["rank 2"]  # low stands out too
+    # within 10% of the median: noise, not an outlier
+    assert outliers(dict(same, **{"rank 5": 108 * MiB}))[1] == []
+    # spread evenly: no rank stands out
+    spread = {"rank %d" % i: (100 + 10 * i) * MiB for i in range(8)}
+    assert outliers(spread)[1] == []
+    # a site only half the ranks hold stands out on none
+    half = {"rank %d" % i: (64 * MiB if i % 2 else 0) for i in range(8)}
+    assert outliers(half)[1] == []
+    # one rank alone holding it stands out
+    assert outliers(dict.fromkeys(same, 0) | {"rank 3": 64 * MiB})[1] == ["rank 3"]
+    # two ranks: no median to stand out from
+    assert outliers({"rank 0": MiB, "rank 1": 900 * MiB}) == (None, [])
+
+
+def _trace(path, **info):
+    w = TraceWriter(path, info={"env." + k: v for k, v in info.items()})
+    w.close()
+    return read_trace(path)
+
+
+def test_rank_variables_innermost_launcher_first(tmp_path):
+    t = _trace(tmp_path / "1.0.ctrace", RANK="5", LOCAL_RANK="1", WORLD_SIZE="8", SLURM_PROCID="1")
+    g = tag_of(t)
+    assert (g.rank, g.local_rank, g.world_size, g.source) == (5, 1, 8, "RANK")
+    t = _trace(tmp_path / "2.0.ctrace", SLURM_PROCID="3", SLURM_LOCALID="0", SLURM_NTASKS="4")
+    assert (tag_of(t).rank, tag_of(t).local_rank, tag_of(t).source) == (3, 0, "SLURM_PROCID")
+    t = _trace(tmp_path / "3.0.ctrace", OMPI_COMM_WORLD_RANK="7", OMPI_COMM_WORLD_SIZE="16")
+    assert (tag_of(t).rank, tag_of(t).world_size) == (7, 16)
+    t = _trace(tmp_path / "4.0.ctrace", PMI_RANK="2")
+    assert tag_of(t).rank == 2
+    t = _trace(tmp_path / "5.0.ctrace", RANK="x")  # not a number: no rank
+    assert tag_of(t).rank is None and tag_of(t).host == "testhost"
+    t = _trace(tmp_path / "6.0.ctrace", CUDATRACE_HOST="node17")
+    assert tag_of(t).host == "node17"
+
+
+def _host(d, host, boot_ns, ranks, gpus, sizes, wall=1_700_000_000 * SEC):
+    """One host's trace directory: rank r allocates sizes[r] on CUDA_VISIBLE_DEVICES=gpus[r], at
+    wall time +1 s (its monotonic clock reads boot_ns then), holds it 1 s, frees it."""
+    d.mkdir()
+    for i, r in enumerate(ranks):
+        w = TraceWriter(
+            d / ("%d.0.ctrace" % (100 + r)),
+            pid=100 + r,
+            host=host,
+            start_ns=boot_ns,
+            realtime_ns=wall,
+            info={"env.RANK": r, "env.LOCAL_RANK": i, "env.CUDA_VISIBLE_DEVICES": gpus[i]},
+        )
+        w.alloc(boot_ns + SEC + r * MS, sizes[i], 0x7F0000000000 + r * (1 << 32))
+        w.free(boot_ns + 2 * SEC, 0x7F0000000000 + r * (1 << 32))
+        w.close()
+    return d
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    # hostB booted 5000 s after hostA: its monotonic clock reads 5000 s less at the same moment
+    a = _host(tmp_path / "hostA", "hostA", 9000 * SEC, [0, 1], ["0", "1"], [4 * MiB, 4 * MiB])
+    b = _host(tmp_path / "hostB", "hostB", 4000 * SEC, [2, 3], ["0", "0"], [4 * MiB, 12 * MiB])
+    return a, b
+
+
+def test_two_hosts_one_clock_and_no_figure_over_a_device(two_hosts):
+    a = Analysis(list(two_hosts), symbolize=False)
+    starts = {t.host: t.start_monotonic_ns for t in a.traces}
+    assert starts["hostA"] == starts["hostB"]  # the same wall moment, one clock
+    r = build_report(a)
+    rk = r["ranks"]
+    assert [h["host"] for h in rk["hosts"]] == ["hostA", "hostB"]
+    assert [x["label"] for x in rk["ranks"]] == ["rank 0", "rank 1", "rank 2", "rank 3"]
+    # every rank allocated at ~1 s of the common clock
+    assert all(abs(x["peak_time"] - rk["ranks"][0]["peak_time"]) < 0.01 for x in rk["ranks"])
+    # device 0 of hostA and device 0 of hostB are two devices; ranks 2 and 3 share GPU 0 of B
+    devs = {(d["host"], d["device"]): d["peak_bytes"] for d in rk["devices"]}
+    assert devs == {("hostA", "0"): 4 * MiB, ("hostA", "1"): 4 * MiB, ("hostB", "0"): 16 * MiB}
+    # the run's peak is the most one device held, never the 24 MiB of all hosts together
+    assert r["peak_bytes"] == 16 * MiB and r["peak_scope"] == "device"
+    assert max(d["peak_bytes"] for d in r["devices"]) == r["peak_bytes"]
+    assert {x["label"]: x["peak_bytes"] for x in rk["ranks"]}["rank 3"] == 12 * MiB
+    text = render_text(r, width=200)
+    assert "device hostB:0 peak   16.0 MiB" in text
+    assert "the highest one device saw" in text
+
+
+def test_by_rank_and_the_parent_directory(two_hosts, tmp_path):
+    a = Analysis(tmp_path, symbolize=False)  # the folder holding both host folders
+    assert len(a.td.dirs) == 2 and len(a.traces) == 4
+    r = build_report(a, by="rank", at="1.5s")
+    assert {s["label"]: s["bytes"] for s in r["sites"]} == {
+        "rank 0": 4 * MiB,
+        "rank 1": 4 * MiB,
+        "rank 2": 4 * MiB,
+        "rank 3": 12 * MiB,
+    }
+    assert r["paths"] == [str(d) for d in two_hosts]
+    # three ranks hold 4 MiB, rank 3 holds 12 MiB: it stands out (8 MiB over the median)
+    assert [(o["label"], o["bytes"]) for o in r["ranks"]["outliers"]] == [("rank 3", 12 * MiB)]
+    site = r["ranks"]["sites"][0]
+    assert (site["ranks"], site["min_bytes"], site["max_bytes"]) == (4, 4 * MiB, 12 * MiB)
+    assert [o["label"] for o in site["outliers"]] == ["rank 3"]
+    text = render_text(r, width=200)
+    assert "4 ranks: 3 x 4.00 MiB, rank 3: 12.0 MiB (stands out; median 4.00 MiB)" in text
+    assert "by rank" in text
+
+
+def test_several_directories_errors(tmp_path, two_hosts):
+    with pytest.raises(ReportError, match="no such trace directory"):
+        Analysis([two_hosts[0], tmp_path / "missing"], symbolize=False)
+    with pytest.raises(ReportError, match="named twice"):
+        Analysis([two_hosts[0], two_hosts[0]], symbolize=False)
+
+
+def test_one_directory_without_ranks_has_no_ranks_section(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    w = TraceWriter(d / "1.0.ctrace")
+    w.alloc(1_000_000_000_100, MiB, 0x7F0000000000)
+    w.close()
+    r = build_report(Analysis(d, symbolize=False))
+    assert r["ranks"] is None and "peak_scope" not in r and r["paths"] == [str(d)]
