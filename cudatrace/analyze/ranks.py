@@ -66,12 +66,18 @@ def tag_of(t: Trace) -> Tag:
     return Tag(host_of(t))
 
 
+def hosts_of(traces: list[Trace]) -> set[str]:
+    """The hosts of the processes that used CUDA or carry a rank (a launcher's shell that did
+    neither may run elsewhere, or under another host name)."""
+    return {host_of(t) for t in traces if t.n_events or tag_of(t).rank is not None}
+
+
 def tagged(traces: list[Trace]) -> bool:
     """Whether the report has a ranks section: a rank variable, or more than one host or
     trace directory."""
     return (
         any(tag_of(t).rank is not None for t in traces)
-        or len({host_of(t) for t in traces}) > 1
+        or len(hosts_of(traces)) > 1
         or len({t.source for t in traces}) > 1
     )
 
@@ -220,7 +226,7 @@ def device_peaks(a) -> dict:
 
 
 def multi_host(a) -> bool:
-    return len({host_of(t) for t in a.traces}) > 1
+    return len(hosts_of(a.traces)) > 1
 
 
 def ranks_diff(a, b) -> list[dict] | None:

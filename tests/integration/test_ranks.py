@@ -150,9 +150,7 @@ def test_diff_of_two_merged_runs(runs):
     assert d["totals"]["peak_bytes"]["a"] == 40 * MiB  # one device's, on each side
     assert d["totals"]["peak_bytes"]["b"] == 24 * MiB
     delta = {x["label"]: x["delta_bytes"] for x in d["ranks"]}
-    assert delta == {
-        "rank %d" % i: {2: 8 * MiB, 5: -24 * MiB}.get(i, 0) for i in range(8)
-    }
+    assert delta == {"rank %d" % i: {2: 8 * MiB, 5: -24 * MiB}.get(i, 0) for i in range(8)}
     site = d["sites"][0]
     assert site["end"]["delta_bytes"] == -16 * MiB and site["status"] == "shrunk"
     t = ct.cli("diff", one, two, env=dict(ct.env(), COLUMNS="200"))

@@ -130,6 +130,9 @@ def test_several_directories_errors(tmp_path, two_hosts):
         Analysis([two_hosts[0], tmp_path / "missing"], symbolize=False)
     with pytest.raises(ReportError, match="named twice"):
         Analysis([two_hosts[0], two_hosts[0]], symbolize=False)
+    # device 0 of two hosts is two devices: --device cannot pick one
+    with pytest.raises(ReportError, match="--device picks a device of one host"):
+        build_report(Analysis(list(two_hosts), symbolize=False), device=0)
 
 
 def test_one_directory_without_ranks_has_no_ranks_section(tmp_path):

@@ -23,6 +23,11 @@ from . import ExportError
 class View:
     def __init__(self, a: Analysis, at: str = "peak", device: int | None = None):
         m = a.model
+        if device is not None and multi_host(a):
+            raise ExportError(
+                "cudatrace: --device picks a device of one host, and this run spans several "
+                "hosts: export one host's directory with --device (docs/ranks.md)"
+            )
         if device is not None and device not in m.device_peaks:
             seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
             raise ExportError(
