@@ -18,7 +18,7 @@ from .aggregate import notes as aggregate_notes
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
-from .ranks import align_clocks, honest_peak, hosts_of, multi_host, ranks_json
+from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 
@@ -407,11 +407,12 @@ def build_report(
 ) -> dict:
     """The report as a dict: the --json output (docs/report-json.md)."""
     m = a.model
-    if device is not None and multi_host(a):
+    if device is not None and split_devices(a):
         raise ReportError(
-            "cudatrace: --device picks a device of one host, and this run spans %d hosts: "
-            "report one host's directory with --device, or see each device's peak in the run's "
-            "report (docs/ranks.md)" % len(hosts_of(a.traces))
+            "cudatrace: --device picks a device ordinal, and in this run one ordinal names "
+            "several devices (%d hosts, or CUDA_VISIBLE_DEVICES differing between processes): "
+            "report one process's or host's trace with --device, or see each device's peak in "
+            "the run's report (docs/ranks.md)" % len(hosts_of(a.traces))
         )
     if device is not None and device not in m.device_peaks:
         seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"

@@ -227,8 +227,21 @@ def device_peaks(a) -> dict:
     )
 
 
-def multi_host(a) -> bool:
-    return len(hosts_of(a.traces)) > 1
+def split_devices(a) -> bool:
+    """Whether a device ordinal names more than one device in this run: several hosts, or
+    processes of one host whose CUDA_VISIBLE_DEVICES map the same ordinal to different GPUs.
+    Then figures per ordinal (the model's) would add up different devices, and the report's
+    peaks and devices are per physical device instead (honest_peak)."""
+    if len(hosts_of(a.traces)) > 1:
+        return True
+    seen: dict = {}
+    for x in a.model.lifetimes():
+        t = a.traces[x.trace]
+        k = (host_of(t), x.device)
+        label = device_label(t, x.device)
+        if seen.setdefault(k, label) != label:
+            return True
+    return False
 
 
 def ranks_diff(a, b) -> list[dict] | None:
@@ -338,6 +351,7 @@ def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
     sites, more = merged_sites(a, groups, rank_peaks, depth, top)
     by_label = {g.key: g.label for g in groups}
     return {
+        "split_devices": split_devices(a),
         "hosts": [dict(h, dirs=sorted(h["dirs"])) for h in hosts.values()],
         "sources": sorted({tag_of(t).source for t in traces if tag_of(t).source}),
         "ranks": ranks,
@@ -409,10 +423,11 @@ def merged_sites(a, groups: list[RankGroup], rank_peaks: dict, depth: int, top: 
 
 
 def honest_peak(r: dict) -> None:
-    """A run over several hosts: the report's peak is the highest one device saw (ranks.peak),
-    and its devices are the hosts' physical devices, never one ordinal summed over hosts."""
+    """A run whose ordinals name several devices (split_devices): the report's peak is the
+    highest one device saw (ranks.peak), and its devices are the hosts' physical devices, never
+    one ordinal summed over hosts or over CUDA_VISIBLE_DEVICES."""
     rk = r.get("ranks")
-    if not rk or len(rk["hosts"]) < 2:
+    if not rk or not rk["split_devices"]:
         return
     p = rk["peak"]
     r["peak_scope"] = "device"

@@ -16,7 +16,7 @@ import sys
 import click
 
 from ..analyze.analysis import Analysis, ReportError
-from ..analyze.ranks import device_peaks, multi_host, ranks_diff
+from ..analyze.ranks import device_peaks, ranks_diff, split_devices
 from ..analyze.sites import Site, key_text, site_of
 from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width
@@ -38,7 +38,7 @@ def share_graph(a: Analysis, b: Analysis) -> None:
 def _side(a: Analysis) -> dict:
     m = a.model
     peak, peak_ts = (m.peak_bytes, m.peak_ts if m.found else None)
-    if multi_host(a):  # several hosts: the highest one device saw (docs/ranks.md)
+    if split_devices(a):  # one ordinal, several devices: the most one held (ranks.md)
         peak, peak_ts = max(device_peaks(a).values(), default=(0, None))
     return {
         "path": str(a.path),

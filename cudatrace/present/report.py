@@ -192,7 +192,10 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
             )
         )
         if r.get("peak_scope") == "device":
-            w("  (the highest one device saw: a run over several hosts is measured per device)")
+            w(
+                "  (the most one device held: in this run a device ordinal names several "
+                "devices, so peaks are per device)"
+            )
         if len(r["devices"]) > 1 or r["device"] is None:
             for d in r["devices"]:
                 w(

@@ -88,7 +88,7 @@ def test_merged_report_per_rank_peaks_and_the_outlier(runs):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "Ranks: 8 ranks on 2 hosts (from RANK)" in out
-    assert "Peak: 40.0 MiB" in out and "the highest one device saw" in out
+    assert "Peak: 40.0 MiB" in out and "the most one device held" in out
     assert "rank 5 stands out: peak 40.0 MiB, the ranks' median 16.0 MiB" in out
     assert "8 ranks: 7 x 16.0 MiB, rank 5: 40.0 MiB (stands out; median 16.0 MiB)" in out
     for host in ("hostA", "hostB"):

@@ -101,7 +101,7 @@ def test_two_hosts_one_clock_and_no_figure_over_a_device(two_hosts):
     assert {x["label"]: x["peak_bytes"] for x in rk["ranks"]}["rank 3"] == 12 * MiB
     text = render_text(r, width=200)
     assert "device hostB:0 peak   16.0 MiB" in text
-    assert "the highest one device saw" in text
+    assert "the most one device held" in text
 
 
 def test_by_rank_and_the_parent_directory(two_hosts, tmp_path):
@@ -131,7 +131,7 @@ def test_several_directories_errors(tmp_path, two_hosts):
     with pytest.raises(ReportError, match="named twice"):
         Analysis([two_hosts[0], two_hosts[0]], symbolize=False)
     # device 0 of two hosts is two devices: --device cannot pick one
-    with pytest.raises(ReportError, match="--device picks a device of one host"):
+    with pytest.raises(ReportError, match="--device picks a device ordinal"):
         build_report(Analysis(list(two_hosts), symbolize=False), device=0)
 
 
@@ -143,3 +143,20 @@ def test_one_directory_without_ranks_has_no_ranks_section(tmp_path):
     w.close()
     r = build_report(Analysis(d, symbolize=False))
     assert r["ranks"] is None and "peak_scope" not in r and r["paths"] == [str(d)]
+
+
+def test_one_host_ranks_on_different_gpus_are_different_devices(tmp_path):
+    # both ranks allocate on their ordinal 0, which CUDA_VISIBLE_DEVICES maps to GPUs 2 and 3
+    d = _host(tmp_path / "node", "node", 9000 * SEC, [0, 1], ["2", "3"], [4 * MiB, 6 * MiB])
+    r = build_report(Analysis(d, symbolize=False))
+    assert r["ranks"]["split_devices"] and r["peak_scope"] == "device"
+    assert [(x["label"], x["peak_bytes"]) for x in r["devices"]] == [
+        ("2", 6 * MiB),
+        ("3", 4 * MiB),
+    ] or [(x["label"], x["peak_bytes"]) for x in r["devices"]] == [("2", 4 * MiB), ("3", 6 * MiB)]
+    assert r["peak_bytes"] == 6 * MiB  # never the 10 MiB of "device 0" summed over two GPUs
+    # the same GPU for both: one device, and the per-ordinal figures stay as they were
+    d2 = _host(tmp_path / "node2", "node", 9000 * SEC, [0, 1], ["1", "1"], [4 * MiB, 6 * MiB])
+    r2 = build_report(Analysis(d2, symbolize=False))
+    assert not r2["ranks"]["split_devices"] and "peak_scope" not in r2
+    assert r2["peak_bytes"] == 10 * MiB and r2["ranks"]["devices"][0]["peak_bytes"] == 10 * MiB

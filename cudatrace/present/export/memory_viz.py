@@ -43,7 +43,7 @@ def build(view) -> dict:
     denied = [x for x in m.denied if view.included(x)]
     view.prepare({(x.trace, x.stack) for x in allocs + denied})
 
-    if view.multi_host:  # one list per (host, device): docs/ranks.md
+    if view.split_devices:  # one list per (host, device): docs/ranks.md
         keys = sorted({view.device_key(x) for x in allocs + denied})
         slot = {k: i for i, k in enumerate(keys)}
     else:

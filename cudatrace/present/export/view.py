@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from ...analyze.analysis import Analysis
 from ...analyze.model import Alloc
-from ...analyze.ranks import device_label, multi_host, rank_label_of, tagged
+from ...analyze.ranks import device_label, rank_label_of, split_devices, tagged
 from ...analyze.sites import NO_STACK, SFrame, process_label
 from ...analyze.trace import host_of
 from . import ExportError
@@ -23,10 +23,11 @@ from . import ExportError
 class View:
     def __init__(self, a: Analysis, at: str = "peak", device: int | None = None):
         m = a.model
-        if device is not None and multi_host(a):
+        if device is not None and split_devices(a):
             raise ExportError(
-                "cudatrace: --device picks a device of one host, and this run spans several "
-                "hosts: export one host's directory with --device (docs/ranks.md)"
+                "cudatrace: --device picks a device ordinal, and in this run one ordinal names "
+                "several devices (several hosts, or CUDA_VISIBLE_DEVICES differing between "
+                "processes): export one host's or process's trace with --device (docs/ranks.md)"
             )
         if device is not None and device not in m.device_peaks:
             seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
@@ -47,7 +48,7 @@ class View:
         # many ranks (docs/ranks.md): processes named by rank; devices by host and GPU when
         # the run spans hosts (device 0 of two hosts is two devices)
         self.rank_labels = rank_label_of(self.traces) if tagged(self.traces) else None
-        self.multi_host = multi_host(a)
+        self.split_devices = split_devices(a)
 
     # ---- the moment ----
     @property
@@ -102,7 +103,7 @@ class View:
 
     def device_key(self, x: Alloc):
         """What one device is: its ordinal, or (host, physical device) over several hosts."""
-        if not self.multi_host:
+        if not self.split_devices:
             return x.device
         t = self.traces[x.trace]
         return (host_of(t), device_label(t, x.device))
