@@ -188,12 +188,24 @@ def outliers(values: dict) -> tuple[float | None, list]:
     return med, [k for k, v in values.items() if abs(v - med) > bound]
 
 
+def _cached(a, key, make):
+    """One computation per Analysis (report, HTML and diff ask for the same figures)."""
+    cache = a.__dict__.setdefault("_ranks_cache", {})
+    if key not in cache:
+        cache[key] = make()
+    return cache[key]
+
+
 def _rank_peaks(a):
     """(groups, trace -> group, lifetimes of the ranks' allocations, group key -> peak)"""
-    groups = rank_groups(a.traces)
-    of_trace = {i: g for g in groups for i in g.traces}
-    lives = [x for x in a.model.lifetimes() if x.trace in of_trace]
-    return groups, of_trace, lives, peaks(lives, lambda x: of_trace[x.trace].key)
+
+    def make():
+        groups = rank_groups(a.traces)
+        of_trace = {i: g for g in groups for i in g.traces}
+        lives = [x for x in a.model.lifetimes() if x.trace in of_trace]
+        return groups, of_trace, lives, peaks(lives, lambda x: of_trace[x.trace].key)
+
+    return _cached(a, "ranks", make)
 
 
 def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
@@ -207,7 +219,7 @@ def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
             steps[k].append((x.end_ts, 0, -x.size))
     out = []
     for g in groups:
-        cur, pts = 0, []
+        cur, pts = 0, []  # type: int, list[tuple[int, int]]
         for ts, _, d in sorted(steps.get(g.key, ())):
             cur += d
             if pts and pts[-1][0] == ts:
@@ -221,9 +233,13 @@ def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
 def device_peaks(a) -> dict:
     """(host, physical device) -> (peak bytes, time): what each device held of the run."""
     traces = a.traces
-    return peaks(
-        a.model.lifetimes(),
-        lambda x: (host_of(traces[x.trace]), device_label(traces[x.trace], x.device)),
+    return _cached(
+        a,
+        "devices",
+        lambda: peaks(
+            a.model.lifetimes(),
+            lambda x: (host_of(traces[x.trace]), device_label(traces[x.trace], x.device)),
+        ),
     )
 
 

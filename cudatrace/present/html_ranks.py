@@ -24,7 +24,7 @@ def _line(a: Analysis, pts, t0: float, t1: float, top: int) -> str:
     xy = ["0,%d" % H]
     prev = 0
     for ts, v in _thin(pts, POINTS):
-        x = (a.seconds(ts) - t0) / span * W
+        x = ((a.seconds(ts) or 0.0) - t0) / span * W
         xy.append("%.1f,%.1f" % (x, H - prev / top * (H - 2)))  # a step: across, then up/down
         xy.append("%.1f,%.1f" % (x, H - v / top * (H - 2)))
         prev = v
@@ -40,8 +40,8 @@ def ranks_card(a: Analysis, r: dict) -> str:
     e = html.escape
     series = rank_series(a)
     ts_all = [ts for _, pts in series for ts, _ in pts]
-    t0 = a.seconds(min(ts_all)) if ts_all else 0.0
-    t1 = a.seconds(max(ts_all)) if ts_all else 1.0
+    t0 = (a.seconds(min(ts_all)) or 0.0) if ts_all else 0.0
+    t1 = (a.seconds(max(ts_all)) or 0.0) if ts_all else 1.0
     top = max([v for _, pts in series for _, v in pts] + [1])
     info = {x["label"]: x for x in rk["ranks"]}
     rows = []
