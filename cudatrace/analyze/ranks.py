@@ -230,17 +230,29 @@ def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
     return out
 
 
+def device_key(a):
+    """alloc -> (host, physical device), memoized per (trace, ordinal)."""
+
+    def make():
+        memo: dict[tuple[int, int], tuple[str, str]] = {}
+        traces = a.traces
+
+        def key(x) -> tuple[str, str]:
+            k = (x.trace, x.device)
+            v = memo.get(k)
+            if v is None:
+                t = traces[x.trace]
+                v = memo[k] = (host_of(t), device_label(t, x.device))
+            return v
+
+        return key
+
+    return _cached(a, "device_key", make)
+
+
 def device_peaks(a) -> dict:
     """(host, physical device) -> (peak bytes, time): what each device held of the run."""
-    traces = a.traces
-    return _cached(
-        a,
-        "devices",
-        lambda: peaks(
-            a.model.lifetimes(),
-            lambda x: (host_of(traces[x.trace]), device_label(traces[x.trace], x.device)),
-        ),
-    )
+    return _cached(a, "devices", lambda: peaks(a.model.lifetimes(), device_key(a)))
 
 
 def split_devices(a) -> bool:
@@ -251,11 +263,10 @@ def split_devices(a) -> bool:
     if len(hosts_of(a.traces)) > 1:
         return True
     seen: dict = {}
-    for x in a.model.lifetimes():
-        t = a.traces[x.trace]
-        k = (host_of(t), x.device)
-        label = device_label(t, x.device)
-        if seen.setdefault(k, label) != label:
+    for t_dev in {(x.trace, x.device) for x in a.model.lifetimes()}:
+        t = a.traces[t_dev[0]]
+        label = device_label(t, t_dev[1])
+        if seen.setdefault((host_of(t), t_dev[1]), label) != label:
             return True
     return False
 
@@ -298,8 +309,9 @@ def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
     rank_devs: dict = defaultdict(set)
     dev_end: dict = defaultdict(int)
     dev_allocs: dict = defaultdict(int)
+    dkey = device_key(a)
     for x in lives:
-        dk = (host_of(traces[x.trace]), device_label(traces[x.trace], x.device))
+        dk = dkey(x)
         dev_ranks[dk].add(of_trace[x.trace].label)
         rank_devs[of_trace[x.trace].key].add(dk[1])
         dev_allocs[dk] += 1
