@@ -2,7 +2,8 @@
 
 A trace directory holds one file per traced process image, `<pid>.<n>.ctrace`, plus the
 launcher's `run.json` and `samples.jsonl`. `read_trace` reads one file as far as it goes and says
-whether it ended cleanly; `read_dir` reads them all.
+whether it ended cleanly; `read_dir` reads them all; `read_dirs` reads several directories (one
+per host or launch, or a folder of them: `run_dirs`) as one run (docs/ranks.md).
 """
 
 from __future__ import annotations
