@@ -10,6 +10,7 @@ figure adds up bytes of different devices and calls it a peak.
 
 from __future__ import annotations
 
+import os
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -112,14 +113,17 @@ class RankGroup:
 
 
 def rank_groups(traces: list[Trace]) -> list[RankGroup]:
-    """The run's ranks, by rank number (host and rank when two hosts carry one number: two
-    launches read as one run), untagged processes one each; in rank order."""
+    """The run's ranks, by rank number, untagged processes one each; in rank order. When one
+    number is carried in two places (separate launches read as one run), each place's rank is
+    its own: `HOST rank N` when the places are different hosts, else `DIR rank N` (the trace
+    directory's name)."""
     tags = [tag_of(t) for t in traces]
-    hosts_of: dict[int, set] = defaultdict(set)
-    for tg in tags:
+    places: dict[int, set] = defaultdict(set)  # rank -> {(host, trace directory)}
+    for t, tg in zip(traces, tags):
         if tg.rank is not None:
-            hosts_of[tg.rank].add(tg.host)
-    clash = any(len(h) > 1 for h in hosts_of.values())
+            places[tg.rank].add((tg.host, t.source))
+    clash = any(len(p) > 1 for p in places.values())
+    by_host = all(len({h for h, _ in p}) == len(p) for p in places.values())
     groups: dict[tuple, RankGroup] = {}
     for i, (t, tg) in enumerate(zip(traces, tags)):
         if tg.rank is None and not t.n_events:
@@ -127,12 +131,13 @@ def rank_groups(traces: list[Trace]) -> list[RankGroup]:
         if tg.rank is None:
             key: tuple = (1, tg.host, t.pid, i)
             label = "%s pid %d" % (tg.host, t.pid)
-        elif clash:
-            key = (0, tg.host, tg.rank)
-            label = "%s rank %d" % (tg.host, tg.rank)
-        else:
+        elif not clash:
             key = (0, "", tg.rank)
             label = "rank %d" % tg.rank
+        else:
+            where = tg.host if by_host else (os.path.basename(t.source) or tg.host)
+            key = (0, where, tg.rank)
+            label = "%s rank %d" % (where, tg.rank)
         g = groups.get(key)
         if g is None:
             g = groups[key] = RankGroup(key, label, tg.host, tg.rank, tg.local_rank, tg.world_size)

@@ -223,3 +223,17 @@ def test_one_host_ranks_on_different_gpus_are_different_devices(tmp_path):
     r2 = build_report(Analysis(d2, symbolize=False))
     assert not r2["ranks"]["split_devices"] and "peak_scope" not in r2
     assert r2["peak_bytes"] == 10 * MiB and r2["ranks"]["devices"][0]["peak_bytes"] == 10 * MiB
+
+
+def test_two_launches_on_one_host_keep_their_ranks_apart(tmp_path):
+    # two separate jobs on one host, each with ranks 0 and 1: four ranks, named by directory
+    j1 = _host(tmp_path / "job1", "node", 9000 * SEC, [0, 1], ["0", "1"], [4 * MiB, 4 * MiB])
+    j2 = _host(tmp_path / "job2", "node", 9000 * SEC, [0, 1], ["2", "3"], [4 * MiB, 8 * MiB])
+    r = build_report(Analysis([j1, j2], symbolize=False))
+    got = {x["label"]: x["peak_bytes"] for x in r["ranks"]["ranks"]}
+    assert got == {
+        "job1 rank 0": 4 * MiB,
+        "job1 rank 1": 4 * MiB,
+        "job2 rank 0": 4 * MiB,
+        "job2 rank 1": 8 * MiB,
+    }
