@@ -6,6 +6,7 @@ variables set and the host named through CUDATRACE_HOST; each host is traced by 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import subprocess
 import pytest
 
 from cudatrace.analyze.trace import read_dir
+from support.paths import REPO
 
 MiB = 1 << 20
 
@@ -157,3 +159,41 @@ def test_diff_of_two_merged_runs(runs):
     assert t.returncode == 0, t.stderr
     assert "Ranks (each one's own peak):" in t.stdout
     assert os.path.basename(str(one)) in t.stdout
+
+
+def test_html_page_in_the_browser_stacks_by_rank(runs, tmp_path):
+    """The page loads without an error in Chromium, shows the ranks card, and its timeline
+    stacks by rank."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser tests need Playwright: pip install 'cudatrace[test]'")
+    spec = importlib.util.spec_from_file_location(
+        "screenshot_report", REPO / "tools" / "screenshot_report.py"
+    )
+    sr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sr)
+    try:
+        sr.chromium_path()
+    except SystemExit as e:
+        pytest.fail(f"{e} (apt-get install chromium)")
+    ct, one, _ = runs
+    page_file = tmp_path / "ranks.html"
+    r = ct.cli("report", one, "--html", page_file)
+    assert r.returncode == 0, r.stderr
+    p = sync_playwright().start()
+    b = sr.launch(p)
+    try:
+        pg = sr.Page(b, page_file)
+        page = pg.page
+        assert page.locator("#ranks-card svg.rank-line").count() == 8
+        assert "rank 5 stands out" in page.locator("#ranks-card").inner_text()
+        page.locator("#timeline-controls button[data-value='rank']").click()
+        legend = page.locator("#legend").inner_text()
+        assert "rank 5" in legend and "rank 0" in legend, legend
+        assert not pg.errors, pg.errors
+        assert not pg.requests, pg.requests
+        pg.close()
+    finally:
+        b.close()
+        p.stop()
