@@ -506,34 +506,21 @@ static void report_context(int dev, uint64_t bytes)
     write_info(key, num);
 }
 
-/* the launchers' rank variables and the host name's override, as "env.NAME" (docs/ranks.md);
- * read from the environment when the file opens, without allocating */
-static const char *const rank_env[] = {"RANK",
-                                       "LOCAL_RANK",
-                                       "WORLD_SIZE",
-                                       "LOCAL_WORLD_SIZE",
-                                       "GROUP_RANK",
-                                       "SLURM_PROCID",
-                                       "SLURM_LOCALID",
-                                       "SLURM_NTASKS",
-                                       "SLURM_NODEID",
-                                       "SLURM_JOB_ID",
-                                       "SLURM_STEP_ID",
-                                       "OMPI_COMM_WORLD_RANK",
-                                       "OMPI_COMM_WORLD_LOCAL_RANK",
-                                       "OMPI_COMM_WORLD_SIZE",
-                                       "PMI_RANK",
-                                       "PMI_SIZE",
-                                       "CUDA_VISIBLE_DEVICES",
-                                       "CUDATRACE_HOST"};
+/* the launchers' rank variables and the host name's override, recorded as "env.NAME" INFO
+ * (docs/ranks.md): read with getenv when the file opens, nothing allocated */
+static const char rank_env[] = "RANK\0LOCAL_RANK\0WORLD_SIZE\0LOCAL_WORLD_SIZE\0GROUP_RANK\0"
+                               "SLURM_PROCID\0SLURM_LOCALID\0SLURM_NTASKS\0SLURM_NODEID\0"
+                               "SLURM_JOB_ID\0SLURM_STEP_ID\0OMPI_COMM_WORLD_RANK\0"
+                               "OMPI_COMM_WORLD_LOCAL_RANK\0OMPI_COMM_WORLD_SIZE\0PMI_RANK\0"
+                               "PMI_SIZE\0CUDA_VISIBLE_DEVICES\0CUDATRACE_HOST\0";
 
 static void write_rank_env(void)
 {
     char key[48] = "env.";
-    for (size_t i = 0; i < sizeof rank_env / sizeof *rank_env; i++) {
-        const char *v = getenv(rank_env[i]);
+    for (const char *n = rank_env; *n; n += strlen(n) + 1) {
+        const char *v = getenv(n);
         if (v && strlen(v) < 4096) {
-            ct_strlcpy(key + 4, rank_env[i], sizeof key - 4);
+            ct_strlcpy(key + 4, n, sizeof key - 4);
             write_info(key, v);
         }
     }
