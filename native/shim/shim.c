@@ -1,10 +1,12 @@
 /* shim.c - the interposer's wrappers (generated from hooks.def), the protocol of one hooked
  * call (enter, budget check, real call, event, leave), the opening records of a trace, and the
- * lifecycle (load, fork, exit). How calls reach the wrappers: route.h.
+ * lifecycle (load, fork, exit). How calls reach the wrappers: entry.h.
  * Runtime (cuda*) hooks only tag the driver events that happen inside them, so each allocation
  * is counted once, at the driver layer. A thread-local depth guard makes nested driver calls
  * pass straight through. With CUDATRACE_DIR unset the shim is pure pass-through.
  */
+#include "shim.h"
+
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -506,21 +508,39 @@ static void report_context(int dev, uint64_t bytes)
     write_info(key, num);
 }
 
-/* the launchers' rank variables and the host name's override, recorded as "env.NAME" INFO
- * (docs/ranks.md): read with getenv when the file opens, nothing allocated */
-static const char rank_env[] = "RANK\0LOCAL_RANK\0WORLD_SIZE\0LOCAL_WORLD_SIZE\0GROUP_RANK\0"
-                               "SLURM_PROCID\0SLURM_LOCALID\0SLURM_NTASKS\0SLURM_NODEID\0"
-                               "SLURM_JOB_ID\0SLURM_STEP_ID\0OMPI_COMM_WORLD_RANK\0"
-                               "OMPI_COMM_WORLD_LOCAL_RANK\0OMPI_COMM_WORLD_SIZE\0PMI_RANK\0"
-                               "PMI_SIZE\0CUDA_VISIBLE_DEVICES\0CUDATRACE_HOST\0";
+/* the launchers' rank variables, CUDA_VISIBLE_DEVICES and the host name's override, as read
+ * when the library loaded (settings.def), recorded as "env.NAME" INFO records (docs/ranks.md) */
+static const struct {
+    int id;
+    const char *name;
+} rank_env[] = {
+    {CT_SET_RANK, "RANK"},
+    {CT_SET_LOCAL_RANK, "LOCAL_RANK"},
+    {CT_SET_WORLD_SIZE, "WORLD_SIZE"},
+    {CT_SET_LOCAL_WORLD_SIZE, "LOCAL_WORLD_SIZE"},
+    {CT_SET_GROUP_RANK, "GROUP_RANK"},
+    {CT_SET_SLURM_PROCID, "SLURM_PROCID"},
+    {CT_SET_SLURM_LOCALID, "SLURM_LOCALID"},
+    {CT_SET_SLURM_NTASKS, "SLURM_NTASKS"},
+    {CT_SET_SLURM_NODEID, "SLURM_NODEID"},
+    {CT_SET_SLURM_JOB_ID, "SLURM_JOB_ID"},
+    {CT_SET_SLURM_STEP_ID, "SLURM_STEP_ID"},
+    {CT_SET_OMPI_COMM_WORLD_RANK, "OMPI_COMM_WORLD_RANK"},
+    {CT_SET_OMPI_COMM_WORLD_LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {CT_SET_OMPI_COMM_WORLD_SIZE, "OMPI_COMM_WORLD_SIZE"},
+    {CT_SET_PMI_RANK, "PMI_RANK"},
+    {CT_SET_PMI_SIZE, "PMI_SIZE"},
+    {CT_SET_CUDA_VISIBLE_DEVICES, "CUDA_VISIBLE_DEVICES"},
+    {CT_SET_HOST, "CUDATRACE_HOST"},
+};
 
 static void write_rank_env(void)
 {
     char key[48] = "env.";
-    for (const char *n = rank_env; *n; n += strlen(n) + 1) {
-        const char *v = getenv(n);
-        if (v && strlen(v) < 4096) {
-            ct_strlcpy(key + 4, n, sizeof key - 4);
+    for (size_t i = 0; i < sizeof rank_env / sizeof *rank_env; i++) {
+        const char *v = ct_setting(rank_env[i].id);
+        if (v && *v) {
+            ct_strlcpy(key + 4, rank_env[i].name, sizeof key - 4);
             write_info(key, v);
         }
     }
@@ -629,12 +649,11 @@ static void atfork_child(void)
     ct_budget_atfork_child();
 }
 
-static void first_use(void) { pthread_once(&once, init_once); }
+void ct_shim_first_use(void) { pthread_once(&once, init_once); }
 
 static void init_once(void)
 {
     ct_real_dlsym();
-    ct_route_set_first_use(first_use);
     if (!ct_config_load())
         return;
     ct_budget_init();
@@ -644,6 +663,7 @@ static void init_once(void)
         backtrace(warm, 4); /* loads the unwinder now, not inside a CUDA call */
         ct_stacks_init();
         ct_py_detect();
+        ct_modules_on_grow(ct_py_modules_changed);
     }
     ct_writer_set_preamble(write_preamble);
     ct_budget_set_context_report(report_context);
@@ -675,7 +695,7 @@ static void __attribute__((noreturn)) exit_group_now(int status)
         syscall(SYS_exit_group, status);
 }
 
-CT_EXPORT void _exit(int status)
+static void __attribute__((noreturn)) close_and_exit(int status)
 {
     if (ct_cfg.active && ct_pid == getpid()) {
         ct_writer_close(status & 0xff);
@@ -684,4 +704,6 @@ CT_EXPORT void _exit(int status)
     exit_group_now(status);
 }
 
-CT_EXPORT void _Exit(int status) { _exit(status); }
+CT_EXPORT void _exit(int status) { close_and_exit(status); }
+
+CT_EXPORT void _Exit(int status) { close_and_exit(status); }

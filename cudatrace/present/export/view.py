@@ -25,14 +25,14 @@ class View:
         m = a.model
         if device is not None and split_devices(a):
             raise ExportError(
-                "cudatrace: --device picks a device ordinal, and in this run one ordinal names "
+                "--device picks a device ordinal, and in this run one ordinal names "
                 "several devices (several hosts, or CUDA_VISIBLE_DEVICES differing between "
                 "processes): export one host's or process's trace with --device (docs/ranks.md)"
             )
         if device is not None and device not in m.device_peaks:
             seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
             raise ExportError(
-                "cudatrace: no device memory was traced on device %d (devices with "
+                "no device memory was traced on device %d (devices with "
                 "allocations: %s)" % (device, seen)
             )
         self.a = a
