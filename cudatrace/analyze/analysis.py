@@ -608,11 +608,6 @@ def build_report(
     }
     host_end = m.host_end
     ranks = ranks_json(a, depth=depth, top=top)
-    if ranks and len(a.td.dirs) > 1:
-        warnings.append(
-            "a run of %d trace directories: the samples (observed figures) of each host are not "
-            "compared; report one directory for them" % len(a.td.dirs)
-        )
     r = {
         "schema": SCHEMA,
         "cudatrace_version": __version__,
