@@ -50,7 +50,7 @@ from .html_data import (  # noqa: F401  (MAX_*, OTHER: part of this module's int
     run_data,
     snapshot,
 )
-from .html_ranks import ranks_card
+from .html_ranks import ranks_card, ranks_diff_card
 from .report import render_text
 
 
@@ -486,6 +486,7 @@ def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress
         generated=e(data["generated"]),
         version=e(data["version"]),
         aggregation=e(data["aggregation"]),
+        ranks=ranks_diff_card(d),
     )
     return page(title, data, body)
 
@@ -522,7 +523,7 @@ _BODY_DIFF = """<header class="top">
   <div class="card-head"><h2 id="sites-title">Site changes: {counts}</h2></div>
   <div id="sites"></div>
 </section>
-</main>
+{ranks}</main>
 <footer><p id="aggregation">{aggregation}.</p>
 <p>Written by cudatrace {version} on {generated}. This file is self-contained: it loads nothing
 from the network.</p></footer>

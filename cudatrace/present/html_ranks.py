@@ -124,3 +124,38 @@ def ranks_card(a: Analysis, r: dict) -> str:
         sites or "<li>none</li>",
         e(rk["rule"]),
     )
+
+
+def ranks_diff_card(d: dict) -> str:
+    """The diff page's card of each rank's peak in A and B ('' when neither run has ranks)."""
+    rows = d.get("ranks")
+    if not rows:
+        return ""
+    e = html.escape
+
+    def size(v) -> str:
+        return "-" if v is None else format_bytes(v)
+
+    body = "".join(
+        '<tr class="%s"><td>%s</td><td>%s</td><td class="n">%s</td><td class="n">%s</td>'
+        '<td class="n">%s%s</td></tr>'
+        % (
+            "grown" if x["delta_bytes"] > 0 else "shrunk" if x["delta_bytes"] < 0 else "",
+            e(x["label"]),
+            e(x["host"]),
+            e(size(x["a_peak_bytes"])),
+            e(size(x["b_peak_bytes"])),
+            "+" if x["delta_bytes"] > 0 else "-" if x["delta_bytes"] < 0 else "",
+            e(format_bytes(abs(x["delta_bytes"]))),
+        )
+        for x in rows
+    )
+    return (
+        """<section class="card" id="ranks-card">
+  <div class="card-head"><h2>Ranks: each one's own peak in A and B</h2></div>
+  <table class="grid ranks"><tr><th>rank</th><th>host</th><th>peak A</th><th>peak B</th>
+  <th>change</th></tr>%s</table>
+</section>
+"""
+        % body
+    )

@@ -155,10 +155,14 @@ def test_diff_of_two_merged_runs(runs):
     assert delta == {"rank %d" % i: {2: 8 * MiB, 5: -24 * MiB}.get(i, 0) for i in range(8)}
     site = d["sites"][0]
     assert site["end"]["delta_bytes"] == -16 * MiB and site["status"] == "shrunk"
-    t = ct.cli("diff", one, two, env=dict(ct.env(), COLUMNS="200"))
+    page = one.parent / "diff.html"
+    t = ct.cli("diff", one, two, "--html", page, env=dict(ct.env(), COLUMNS="200"))
     assert t.returncode == 0, t.stderr
     assert "Ranks (each one's own peak):" in t.stdout
     assert os.path.basename(str(one)) in t.stdout
+    html = page.read_text()
+    assert "Ranks: each one's own peak in A and B" in html
+    assert html.count("<tr class=") == 8 and "+8.00 MiB" in html and "-24.0 MiB" in html
 
 
 def test_html_page_in_the_browser_stacks_by_rank(runs, tmp_path):
