@@ -127,8 +127,10 @@ def render_svg(
         '<text x="%d" y="22" font-size="15" font-weight="bold" fill="%s">%s</text>'
         % (ML, COL["text"], escape(title))
     )
+    # a run whose ordinals name several devices (docs/ranks.md): the line adds them up
+    summed = "all devices together: " if report and report.get("peak_scope") == "device" else ""
     sub = (
-        f"peak {format_bytes(peak_b)} at {(peak_ts - start) / 1e9:.3f} s"
+        f"{summed}peak {format_bytes(peak_b)} at {(peak_ts - start) / 1e9:.3f} s"
         if m.found
         else "no device memory traced"
     )
@@ -246,7 +248,7 @@ def render_svg(
                 px, py, COL["traced"]
             )
         )
-        label = f"peak {format_bytes(peak_b)} at {(peak_ts - start) / 1e9:.3f} s"
+        label = f"{summed}peak {format_bytes(peak_b)} at {(peak_ts - start) / 1e9:.3f} s"
         anchor = "start" if px < ML + pw * 0.7 else "end"
         add(
             '<text x="{:.1f}" y="{:.1f}" text-anchor="{}" font-weight="bold" fill="{}">{}</text>'.format(
@@ -259,7 +261,13 @@ def render_svg(
         )
 
     # legend, under the plot
-    items = [("traced live (hooked allocations)", COL["traced"], None)]
+    items = [
+        (
+            "traced live (hooked allocations%s)" % (", all devices summed" if summed else ""),
+            COL["traced"],
+            None,
+        )
+    ]
     if nvml_tree:
         items.append(("NVML: process tree", COL["tree"], None))
     if show_used:

@@ -129,8 +129,10 @@ def test_by_rank_html_and_export(runs, tmp_path):
     assert sorted(s["label"] for s in sites) == ["rank %d" % i for i in range(8)]
 
     page = tmp_path / "ranks.html"
-    r = ct.cli("report", one / "hostA", one / "hostB", "--html", page)
+    svg = tmp_path / "ranks.svg"
+    r = ct.cli("report", one / "hostA", one / "hostB", "--html", page, "--svg", svg)
     assert r.returncode == 0, r.stderr
+    assert "all devices together: peak" in svg.read_text()  # a sum, said to be one
     html = page.read_text()
     assert html.count('class="rank-line"') == 8  # a timeline per rank
     assert 'data-rank="rank 5"' in html and "stands out" in html
