@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 
 from .. import native
 from .aggregate import apply_snapshots
-from .trace import Trace, host_of, layout
+from .model import device_kinds
+from .trace import C, Trace, host_of, layout
 
 # (rank, local rank, world size) of each launcher, the innermost first: torchrun's workers under
 # srun see RANK (theirs) and SLURM_PROCID (the srun task that started torchrun)
@@ -202,7 +203,8 @@ def _cached(a, key, make):
 
 
 def _rank_peaks(a):
-    """(groups, trace -> group, lifetimes of the ranks' allocations, group key -> peak)"""
+    """(groups, trace -> group, lifetimes of the ranks' allocations, group key -> peak): the
+    plain computation over every allocation (tables() takes a shorter way when it can)."""
 
     def make():
         groups = rank_groups(a.traces)
@@ -211,6 +213,119 @@ def _rank_peaks(a):
         return groups, of_trace, lives, peaks(lives, lambda x: of_trace[x.trace].key)
 
     return _cached(a, "ranks", make)
+
+
+def alloc_ordinals(t: Trace) -> set[int] | None:
+    """The device ordinals a trace's successful device allocations used, read from the
+    scanner's event array column by column; None when it has no such array (its events were
+    made from an --aggregate snapshot)."""
+    if t.raw_events is None or t._events is not None:
+        return None
+    n = t.n_events
+    if not n:
+        return set()
+    es = layout("struct ct_event")[0]
+    ffi = native.ffi()
+    raw = memoryview(ffi.buffer(t.raw_events, es.size * n)).cast("B")
+
+    def column(name: str, fmt: str) -> list:
+        off = ffi.offsetof("struct ct_event", name)
+        width = ffi.sizeof(ffi.typeof("struct ct_event").fields[_field(name)][1].type)
+        assert off % width == 0 and es.size % width == 0
+        return raw.cast(fmt)[off // width :: es.size // width].tolist()
+
+    alloc, kinds = C()["CT_OP_ALLOC"], device_kinds()
+    return {
+        d
+        for op, kind, res, d in zip(
+            column("op", "B"), column("kind", "B"), column("result", "i"), column("device", "i")
+        )
+        if op == alloc and res == 0 and kind in kinds
+    }
+
+
+def _field(name: str) -> int:
+    return [f for f, _ in native.ffi().typeof("struct ct_event").fields].index(name)
+
+
+def tables(a, fast: bool = True) -> dict:
+    """What the ranks section is made of: groups, of_trace, rank_peaks (key -> (bytes, ts)),
+    dev_peaks ((host, device) -> (bytes, ts)), dev_end, dev_allocs, dev_ranks (labels),
+    rank_devs (key -> physical devices). When every process allocated on one device, a rank of
+    one process has that process's peak and a device used by one process too (the replay's
+    figures): no pass over every allocation. Otherwise, or for the ranks and devices that
+    several processes share, the lifetimes are swept (peaks)."""
+    return _cached(a, ("tables", fast), lambda: _tables(a, fast))
+
+
+def _tables(a, fast: bool) -> dict:
+    traces, m = a.traces, a.model
+    groups = rank_groups(traces)
+    of_trace = {i: g for g in groups for i in g.traces}
+    procs = [m.procs[i] if i < len(m.procs) else {} for i in range(len(traces))]
+    ords = [alloc_ordinals(t) if fast else None for t in traces]
+    one = fast and all(o is not None and len(o) <= 1 for o in ords)
+    out: dict = {
+        "groups": groups,
+        "of_trace": of_trace,
+        "dev_end": defaultdict(int),
+        "dev_allocs": defaultdict(int),
+        "dev_ranks": defaultdict(set),
+        "rank_devs": defaultdict(set),
+    }
+    if not one:
+        _, _, lives, rank_peaks = _rank_peaks(a)
+        out["rank_peaks"], out["dev_peaks"] = rank_peaks, device_peaks(a)
+        dkey = device_key(a)
+        for x in lives:
+            dk = dkey(x)
+            out["dev_ranks"][dk].add(of_trace[x.trace].label)
+            out["rank_devs"][of_trace[x.trace].key].add(dk[1])
+            out["dev_allocs"][dk] += 1
+            if x.end_ts is None:
+                out["dev_end"][dk] += x.size
+        return out
+    dk_of = {
+        i: (host_of(traces[i]), device_label(traces[i], next(iter(o))))
+        for i, o in enumerate(ords)
+        if o
+    }
+    users: dict = defaultdict(list)
+    for i, dk in dk_of.items():
+        users[dk].append(i)
+        if i in of_trace:
+            out["dev_ranks"][dk].add(of_trace[i].label)
+            out["rank_devs"][of_trace[i].key].add(dk[1])
+        out["dev_allocs"][dk] += procs[i].get("allocs", 0)
+        out["dev_end"][dk] += procs[i].get("end_bytes", 0)
+
+    def own(i: int) -> tuple[int, int | None]:
+        pb = procs[i].get("peak_bytes", 0)
+        return (pb, procs[i].get("peak_ts") if pb else None)
+
+    shared_ranks = [g for g in groups if len([i for i in g.traces if i in dk_of]) > 1]
+    shared_devs = {dk for dk, us in users.items() if len(us) > 1}
+    lives = []
+    if shared_ranks or shared_devs:
+        keep = {i for g in shared_ranks for i in g.traces} | {
+            i for dk in shared_devs for i in users[dk]
+        }
+        lives = [x for x in m.lifetimes() if x.trace in keep]
+    rank_peaks = {}
+    for g in groups:
+        mine = [i for i in g.traces if i in dk_of]
+        if len(mine) == 1:
+            rank_peaks[g.key] = own(mine[0])
+    in_shared = {i for g in shared_ranks for i in g.traces}
+    rank_peaks.update(
+        peaks([x for x in lives if x.trace in in_shared], lambda x: of_trace[x.trace].key)
+    )
+    dev_peaks = {dk: own(us[0]) for dk, us in users.items() if len(us) == 1}
+    dev_peaks.update(
+        peaks([x for x in lives if dk_of.get(x.trace) in shared_devs], lambda x: dk_of[x.trace])
+    )
+    out["rank_peaks"], out["dev_peaks"] = rank_peaks, dev_peaks
+    return out
 
 
 def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
@@ -268,7 +383,12 @@ def split_devices(a) -> bool:
     if len(hosts_of(a.traces)) > 1:
         return True
     seen: dict = {}
-    for t_dev in {(x.trace, x.device) for x in a.model.lifetimes()}:
+    ords = [alloc_ordinals(t) for t in a.traces]
+    if all(o is not None for o in ords):
+        pairs = {(i, d) for i, o in enumerate(ords) for d in o or ()}
+    else:
+        pairs = {(x.trace, x.device) for x in a.model.lifetimes()}
+    for t_dev in pairs:
         t = a.traces[t_dev[0]]
         label = device_label(t, t_dev[1])
         if seen.setdefault((host_of(t), t_dev[1]), label) != label:
@@ -283,7 +403,8 @@ def ranks_diff(a, b) -> list[dict] | None:
         return None
     sides = []
     for an in (a, b):
-        groups, _, _, rp = _rank_peaks(an)
+        tb = tables(an)
+        groups, rp = tb["groups"], tb["rank_peaks"]
         sides.append({g.label: (g, rp.get(g.key, (0, None))[0]) for g in groups})
     out = []
     for label in sorted(set(sides[0]) | set(sides[1]), key=_label_order):
@@ -308,20 +429,14 @@ def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
     if not traces or not tagged(traces):
         return None
     m = a.model
-    groups, of_trace, lives, rank_peaks = _rank_peaks(a)
-    dev_peaks = device_peaks(a)
-    dev_ranks: dict = defaultdict(set)
-    rank_devs: dict = defaultdict(set)
-    dev_end: dict = defaultdict(int)
-    dev_allocs: dict = defaultdict(int)
-    dkey = device_key(a)
-    for x in lives:
-        dk = dkey(x)
-        dev_ranks[dk].add(of_trace[x.trace].label)
-        rank_devs[of_trace[x.trace].key].add(dk[1])
-        dev_allocs[dk] += 1
-        if x.end_ts is None:
-            dev_end[dk] += x.size
+    tb = tables(a)
+    groups, rank_peaks, dev_peaks = tb["groups"], tb["rank_peaks"], tb["dev_peaks"]
+    dev_ranks, rank_devs, dev_end, dev_allocs = (
+        tb["dev_ranks"],
+        tb["rank_devs"],
+        tb["dev_end"],
+        tb["dev_allocs"],
+    )
     med, out_keys = outliers({g.key: rank_peaks.get(g.key, (0, None))[0] for g in groups})
     ranks = []
     for g in groups:

@@ -11,7 +11,7 @@ grown, shrunk or same (by bytes at the peak, then at the end). Largest absolute 
 from __future__ import annotations
 
 from ..analyze.analysis import Analysis
-from ..analyze.ranks import device_peaks, ranks_diff, split_devices
+from ..analyze.ranks import ranks_diff, split_devices, tables
 from ..analyze.sites import Site, key_text, site_of
 from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width
@@ -34,7 +34,7 @@ def _side(a: Analysis) -> dict:
     m = a.model
     peak, peak_ts = (m.peak_bytes, m.peak_ts if m.found else None)
     if split_devices(a):  # one ordinal, several devices: the most one held (ranks.md)
-        peak, peak_ts = max(device_peaks(a).values(), default=(0, None))
+        peak, peak_ts = max(tables(a)["dev_peaks"].values(), default=(0, None))
     return {
         "path": str(a.path),
         "paths": [str(d) for d in (a.td.dirs or [a.path])],

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cudatrace.analyze.analysis import Analysis, ReportError, build_report
-from cudatrace.analyze.ranks import outliers, tag_of
+from cudatrace.analyze.ranks import alloc_ordinals, outliers, tag_of
 from cudatrace.analyze.trace import read_trace
 from cudatrace.present.report import render_text
 from support.tracegen import MS, SEC, TraceWriter, check_schema
@@ -237,3 +237,43 @@ def test_two_launches_on_one_host_keep_their_ranks_apart(tmp_path):
         "job2 rank 0": 4 * MiB,
         "job2 rank 1": 8 * MiB,
     }
+
+
+def _same_tables(a):
+    from cudatrace.analyze.ranks import tables
+
+    fast, full = tables(a, fast=True), tables(a, fast=False)
+    for k in ("rank_peaks", "dev_peaks", "dev_end", "dev_allocs", "dev_ranks", "rank_devs"):
+        got, want = ({x: v for x, v in t[k].items() if v} for t in (fast, full))
+        assert got == want, k
+    return fast
+
+
+def test_the_short_way_agrees_with_the_sweep(two_hosts, tmp_path):
+    # one process per rank; hostB's two ranks share GPU 0 (a device swept, the others not)
+    tb = _same_tables(Analysis(list(two_hosts), symbolize=False))
+    assert tb["dev_peaks"][("hostB", "0")][0] == 16 * MiB
+    # a rank of two processes (a worker and its child), and a process on two devices
+    d = tmp_path / "mixed"
+    d.mkdir()
+    for pid, rank, size in ((10, 0, 4), (11, 0, 6), (12, 1, 2)):
+        w = TraceWriter(d / ("%d.0.ctrace" % pid), pid=pid, info={"env.RANK": rank})
+        w.alloc(1_000_000_000_000 + pid * MS, size * MiB, 0x7F0000000000 + pid * (1 << 32))
+        w.close()
+    a = Analysis(d, symbolize=False)
+    assert all(len(alloc_ordinals(t)) == 1 for t in a.traces)  # the short way is taken
+    tb = _same_tables(a)
+    assert tb["rank_peaks"][(0, "", 0)][0] == 10 * MiB  # the two processes of rank 0 together
+    assert tb["dev_peaks"][("testhost", "0")][0] == 12 * MiB
+    # a process that allocated on two devices: the sweep
+    d2 = tmp_path / "twodev"
+    d2.mkdir()
+    w = TraceWriter(d2 / "13.0.ctrace", pid=13, info={"env.RANK": 2})
+    w.alloc(1_000_000_000_000 + 20 * MS, MiB, 0x7E0000000000, device=0)
+    w.alloc(1_000_000_000_000 + 21 * MS, 3 * MiB, 0x7E1000000000, device=1)
+    w.close()
+    a = Analysis(d2, symbolize=False)
+    assert alloc_ordinals(a.traces[0]) == {0, 1}
+    r = build_report(a)
+    assert r["ranks"]["ranks"][0]["devices"] == ["0", "1"]
+    assert {x["device"]: x["peak_bytes"] for x in r["ranks"]["devices"]} == {"0": MiB, "1": 3 * MiB}
