@@ -10,6 +10,7 @@ import importlib.util
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -46,7 +47,7 @@ def _launch(ct, sim, base, big, nbig):
         procs.append(
             subprocess.Popen(
                 [
-                    *("python3", "-m", "cudatrace", "run", "-q", "-o", str(out), "--"),
+                    *(sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(out), "--"),
                     *(str(script), host, str(first), str(big), str(nbig)),
                 ],
                 env=env,
