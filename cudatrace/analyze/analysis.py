@@ -81,9 +81,10 @@ def load(path) -> TraceDir:
     Several paths (a list), or a directory of trace directories, are one run of many ranks
     (docs/ranks.md)."""
     paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
-    if len(paths) > 1 or (paths and len(run_dirs(paths[0])) > 1):
+    dirs = run_dirs(paths[0]) if len(paths) == 1 else paths
+    if len(dirs) > 1:
         return _load_many(paths)
-    p = paths[0]
+    p = dirs[0]  # the path, or the one trace directory a folder holds
     if not p.exists():
         raise ReportError(f"{p}: no such trace directory or file")
     try:

@@ -188,6 +188,13 @@ def test_by_rank_and_the_parent_directory(two_hosts, tmp_path):
     assert "by rank" in text
 
 
+def test_a_folder_of_one_trace_directory(tmp_path):
+    (tmp_path / "run").mkdir()
+    _host(tmp_path / "run" / "node1", "node1", 9000 * SEC, [0], ["0"], [MiB])
+    r = build_report(Analysis(tmp_path / "run", symbolize=False))
+    assert r["paths"] == [str(tmp_path / "run")] and r["ranks"]["ranks"][0]["label"] == "rank 0"
+
+
 def test_several_directories_errors(tmp_path, two_hosts):
     with pytest.raises(ReportError, match="no such trace directory"):
         Analysis([two_hosts[0], tmp_path / "missing"], symbolize=False)
