@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..analyze.analysis import Analysis, implausible
 from ..analyze.names import fit
+from ..analyze.ranks import outliers, split_devices, tables, tagged
 from ..units import format_bytes, printable
 from .text import term_width
 
@@ -56,10 +57,24 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             % ("" if td.traces else " (no process used CUDA)")
         )
     else:
+        split = split_devices(a)  # one ordinal, several GPUs: per physical device (ranks.md)
         w(
-            f"  peak of live device memory: {format_bytes(m.peak_bytes)} at {a.seconds(m.peak_ts):.3f} s"
+            "  peak of live device memory%s: %s at %.3f s"
+            % (
+                ", all devices together" if split else "",
+                format_bytes(m.peak_bytes),
+                a.seconds(m.peak_ts) or 0.0,
+            )
         )
-        if len(m.device_peaks) > 1:
+        if split:
+            devs = sorted(tables(a)["dev_peaks"].items())
+            w(
+                " (per device: {}{})".format(
+                    ", ".join("%s:%s %s" % (h, d, format_bytes(b)) for (h, d), (b, _) in devs[:8]),
+                    ", and %d more" % (len(devs) - 8) if len(devs) > 8 else "",
+                )
+            )
+        elif len(m.device_peaks) > 1:
             w(
                 " ({})".format(
                     ", ".join(
@@ -71,6 +86,7 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
         w(f"; live at exit: {format_bytes(m.end_bytes)}\n")
         for x in implausible(a):
             w(f"  {x}\n")
+        _ranks_line(a, w)
         obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
         near = obs.get("near_peak") or {}
         if obs["samples"] and not obs["overlap"]:
@@ -117,6 +133,30 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
             % (len(m.denied), "; ".join("%d at %s" % (d.count, d.label()) for d in ds[:3]))
         )
     w(f"  full report: cudatrace report {_rel(out_dir)}\n")
+
+
+def _ranks_line(a, w) -> None:
+    """One line on the ranks (docs/ranks.md): how many, their peaks, the ones that stand out."""
+    if not tagged(a.traces):
+        return
+    tb = tables(a)
+    peaks = {g.label: tb["rank_peaks"].get(g.key, (0, None))[0] for g in tb["groups"]}
+    if not peaks:
+        return
+    med, odd = outliers(peaks)
+    w(
+        "  ranks: %d, peaks %s .. %s%s\n"
+        % (
+            len(peaks),
+            format_bytes(min(peaks.values())),
+            format_bytes(max(peaks.values())),
+            "".join(
+                "; %s stands out (%s, median %s)"
+                % (k, format_bytes(peaks[k]), format_bytes(int(med or 0)))
+                for k in odd
+            ),
+        )
+    )
 
 
 def _rel(p: Path) -> str:

@@ -284,3 +284,20 @@ def test_the_short_way_agrees_with_the_sweep(two_hosts, tmp_path):
     r = build_report(a)
     assert r["ranks"]["ranks"][0]["devices"] == ["0", "1"]
     assert {x["device"]: x["peak_bytes"] for x in r["ranks"]["devices"]} == {"0": MiB, "1": 3 * MiB}
+
+
+def test_the_run_summary_names_ranks_and_devices(tmp_path):
+    import io
+
+    from cudatrace.present.summary import print_summary
+
+    sizes = [4 * MiB, 4 * MiB, 12 * MiB]
+    d = _host(tmp_path / "node", "node", 9000 * SEC, [0, 1, 2], ["0", "1", "2"], sizes)
+    out = io.StringIO()
+    print_summary(d, 0, out)
+    text = out.getvalue()
+    assert "all devices together" in text and "node:2 12.0 MiB" in text
+    assert (
+        "ranks: 3, peaks 4.00 MiB .. 12.0 MiB; rank 2 stands out (12.0 MiB, median 4.00 MiB)"
+        in text
+    )
