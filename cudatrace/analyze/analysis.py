@@ -19,8 +19,9 @@ from .aggregate import notes as aggregate_notes
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
+from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
-from .trace import C, TraceDir, TraceError, read_dir, read_trace
+from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 
 SCHEMA = "cudatrace.report/1"
 CONTEXT_FRAMES = 6  # frames listed per stack
@@ -76,8 +77,14 @@ class ReportError(CudatraceError):
 
 
 def load(path) -> TraceDir:
-    """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong."""
-    p = Path(path)
+    """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong.
+    Several paths (a list), or a directory of trace directories, are one run of many ranks
+    (docs/ranks.md)."""
+    paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
+    dirs = run_dirs(paths[0]) if len(paths) == 1 else paths
+    if len(dirs) > 1:
+        return _load_many(paths)
+    p = dirs[0]  # the path, or the one trace directory a folder holds
     if not p.exists():
         raise ReportError(f"{p}: no such trace directory or file")
     try:
@@ -93,6 +100,25 @@ def load(path) -> TraceDir:
     if not td.traces:
         errors = "\n  ".join(td.errors)
         raise ReportError(f"{p}: no readable trace file:\n  {errors}")
+    return td
+
+
+def _load_many(paths: list[Path]) -> TraceDir:
+    for p in paths:
+        if not p.exists():
+            raise ReportError(f"{p}: no such trace directory or file")
+    try:
+        td = read_dirs(paths)
+    except TraceError as e:
+        raise ReportError(f"{e}") from None
+    except OSError as e:
+        raise ReportError(
+            f"{getattr(e, 'filename', None) or paths[0]}: {e.strerror or e}"
+        ) from None
+    if not td.traces:
+        errors = "\n  ".join(td.errors)
+        raise ReportError(f"no readable trace file in {len(td.dirs)} directories:\n  {errors}")
+    align_clocks(td.traces, td.run)
     return td
 
 
@@ -124,7 +150,8 @@ class Analysis:
         full_names: bool = False,
         graph=None,
     ):
-        self.path = Path(path)
+        self.paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
+        self.path = self.paths[0]
         self.td = td if td is not None else load(path)
         self.traces = self.td.traces
         self.model: Model = build(self.td)
@@ -398,6 +425,13 @@ def build_report(
     """The report as a dict: the --json output (docs/report-json.md). Each part is made by
     its own function below (and read by its own section of present/report.py)."""
     m = a.model
+    if device is not None and split_devices(a):
+        raise ReportError(
+            "--device picks a device ordinal, and in this run one ordinal names "
+            "several devices (%d hosts, or CUDA_VISIBLE_DEVICES differing between processes): "
+            "report one process's or host's trace with --device, or see each device's peak in "
+            "the run's report (docs/ranks.md)" % len(hosts_of(a.traces))
+        )
     if device is not None and device not in m.device_peaks:
         seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
         raise ReportError(
@@ -426,7 +460,7 @@ def build_report(
     c = m.counts
     argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
     never = _never_freed_json(a, end_live, end_sites, top)
-    return {
+    r = {
         "schema": SCHEMA,
         "cudatrace_version": __version__,
         "path": str(a.path),
@@ -473,7 +507,11 @@ def build_report(
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
         "aggregate": agg["json"],
+        "paths": [str(d) for d in (a.td.dirs or [a.path])],
+        "ranks": ranks_json(a, depth=depth, top=top),
     }
+    honest_peak(r)
+    return r
 
 
 def _peak_json(a: Analysis, device: int | None) -> dict:

@@ -11,6 +11,7 @@ grown, shrunk or same (by bytes at the peak, then at the end). Largest absolute 
 from __future__ import annotations
 
 from .analysis import Analysis
+from .ranks import ranks_diff, split_devices, tables
 from .sites import Site, key_text, site_of
 
 SCHEMA = "cudatrace.diff/1"
@@ -29,11 +30,15 @@ def share_graph(a: Analysis, b: Analysis) -> None:
 
 def _side(a: Analysis) -> dict:
     m = a.model
+    peak, peak_ts = (m.peak_bytes, m.peak_ts if m.found else None)
+    if split_devices(a):  # one ordinal, several devices: the most one held (ranks.md)
+        peak, peak_ts = max(tables(a)["dev_peaks"].values(), default=(0, None))
     return {
         "path": str(a.path),
+        "paths": [str(d) for d in (a.td.dirs or [a.path])],
         "command": list(a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])),
-        "peak_bytes": m.peak_bytes,
-        "peak_time": a.seconds(m.peak_ts) if m.found else None,
+        "peak_bytes": peak,
+        "peak_time": a.seconds(peak_ts),
         "end_bytes": m.end_bytes,
         "allocs": m.counts.get("allocs", 0),
         "failed": m.counts.get("failed", 0),
@@ -76,6 +81,7 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
         "status_counts": counts,
         "sites": shown,
         "more_sites": len(sites) - len(shown),
+        "ranks": ranks_diff(a, b),
     }
 
 

@@ -23,6 +23,7 @@ class Observed:
         self.ts = [s.get("t", 0) for s in self.samples]
         self.sampler = td.run.get("sampler", {}) or {}
         self.has_run = bool(td.run)
+        self.several_dirs = len(td.dirs) > 1  # a run of many ranks (docs/ranks.md)
 
     # ---- one sample ----
     def near(self, ts: int) -> dict | None:
@@ -81,6 +82,11 @@ class Observed:
     def why_no_nvml(self) -> str:
         if not self.has_run:
             return "no run.json beside the trace (a single file was given, or a copy without it)"
+        if self.several_dirs:
+            return (
+                "a run of several trace directories: each host sampled its own devices "
+                "(report one directory to compare)"
+            )
         if not self.samples:
             return "no samples were recorded (samples.jsonl missing or empty)"
         if self.sampler.get("nvml_why"):

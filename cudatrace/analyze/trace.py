@@ -2,7 +2,8 @@
 
 A trace directory holds one file per traced process image, `<pid>.<n>.ctrace`, plus the
 launcher's `run.json` and `samples.jsonl`. `read_trace` reads one file as far as it goes and says
-whether it ended cleanly; `read_dir` reads them all.
+whether it ended cleanly; `read_dir` reads them all; `read_dirs` reads several directories (one
+per host or launch, or a folder of them: `run_dirs`) as one run (docs/ranks.md).
 """
 
 from __future__ import annotations
@@ -146,6 +147,8 @@ class Trace:
     stopped_ns: int = 0  # the shim stopped writing then (a full disk): later events lost
     stopped_errno: int = 0
     stopped_exit: int = -1  # exit status noted after stopping, -1: unknown
+    source: str = ""  # the trace directory it was read from (a run of several: read_dirs)
+    clock_shift_ns: int = 0  # added to its times to put several hosts on one clock (read_dirs)
 
     @property
     def stopped_why(self) -> str:
@@ -498,6 +501,9 @@ class TraceDir:
     errors: list[str]
 
     bad_samples: int = 0
+    # a run of several trace directories (read_dirs): each directory and its run.json
+    dirs: list[Path] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
 
     def samples(self) -> list[dict]:
         """The sampler's lines that are well formed, from every sample file there (an
@@ -506,6 +512,8 @@ class TraceDir:
         hand."""
         seen: dict[int, dict] = {}
         self.bad_samples = 0
+        if len(self.dirs) > 1:  # each host sampled its own devices, on its own clock
+            return []
         for name in tracedir.SAMPLE_FILES:
             p = self.path / name
             try:
@@ -643,3 +651,55 @@ def iter_events(t: Trace) -> Iterator[dict]:
     names = event_fields()
     for e in t.events:
         yield dict(zip(names, e))
+
+
+# ---- a run of several trace directories (docs/ranks.md) ------------------------------------
+
+
+def run_dirs(path: str | os.PathLike) -> list[Path]:
+    """The trace directories a path names: itself (a trace directory or a .ctrace file), or,
+    for a directory that holds no trace file but trace directories (one per host: `-o
+    run/$(hostname)`), each of those, sorted by name."""
+    p = Path(path)
+    if not p.is_dir() or any(p.glob("*.ctrace")):
+        return [p]
+    subs = sorted(
+        d for d in p.iterdir() if d.is_dir() and not d.is_symlink() and any(d.glob("*.ctrace"))
+    )
+    return subs or [p]
+
+
+def read_dirs(paths) -> TraceDir:
+    """Several trace directories read as one run: the traces of all, in the order given, each
+    noting its directory (Trace.source); every error named with its directory. Processes on
+    different hosts are put on one clock by ranks.align_clocks, which the analysis calls."""
+    dirs = [d for p in paths for d in run_dirs(p)]
+    if len(dirs) == 1:
+        return read_dir(dirs[0])
+    if len({d.resolve() for d in dirs}) != len(dirs):
+        raise TraceError("the same trace directory is named twice")
+    traces: list[Trace] = []
+    errors: list[str] = []
+    runs: list[dict] = []
+    for d in dirs:
+        if not d.exists():
+            raise TraceError(f"{d}: no such trace directory or file")
+        try:
+            td = read_dir(d)
+        except TraceError as e:
+            errors.append(str(e))
+            runs.append({})
+            continue
+        for t in td.traces:
+            t.source = str(d)
+        traces += td.traces
+        errors += [f"{d}: {e}" for e in td.errors]
+        runs.append(td.run)
+    run = dict(runs[0]) if runs else {}
+    return TraceDir(dirs[0], traces, run, errors, dirs=dirs, runs=runs)
+
+
+def host_of(t: Trace) -> str:
+    """The host a process ran on: CUDATRACE_HOST when it was set (a container whose hostname is
+    not the machine's), else the hostname the shim read."""
+    return t.info.get("env.CUDATRACE_HOST") or t.host or "?"

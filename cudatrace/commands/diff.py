@@ -28,8 +28,9 @@ HELP = {"help_option_names": ["-h", "--help"]}
 def diff(a, b, top, attribution, outputs):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
-    A and B are trace directories (or .ctrace files). Sites are matched by function, file and
-    module names, so two runs, or two builds with symbols, compare.
+    A and B are trace directories (or .ctrace files), or folders of trace directories (a run
+    of many ranks, docs/ranks.md). Sites are matched by function, file and module names, so
+    two runs, or two builds with symbols, compare.
     """
     run_diff(a, b, top, attribution, outputs)
     return 0

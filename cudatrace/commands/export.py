@@ -13,7 +13,7 @@ from .options import Attribution, Moment, OutputPath
 
 
 @click.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--format",
     "fmt",
@@ -32,8 +32,9 @@ from .options import Attribution, Moment, OutputPath
 @Attribution.options(depth=False)
 def export(path, fmt, output, moment, attribution):
     """Write the trace in PATH in a format other tools open (pprof, flame graphs, PyTorch's
-    memory viewer, Perfetto), attributed as `report` attributes it."""
-    run_export(path, fmt, output, moment, attribution)
+    memory viewer, Perfetto), attributed as `report` attributes it. Several PATHs are one run
+    of many ranks, as for report."""
+    run_export(path[0] if len(path) == 1 else list(path), fmt, output, moment, attribution)
     return 0
 
 

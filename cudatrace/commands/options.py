@@ -31,7 +31,7 @@ from ..errors import OptionError
 
 # = analyze.sites.GROUPINGS, written out so that the command line loads without the analysis
 # (tests/unit/test_imports.py checks that the two agree)
-GROUPINGS = ("site", "api", "library", "process")
+GROUPINGS = ("site", "api", "library", "process", "rank")
 
 
 # ---- parameter types -------------------------------------------------------------------------

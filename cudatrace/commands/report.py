@@ -17,7 +17,7 @@ HELP = {"help_option_names": ["-h", "--help"]}
 
 
 @click.command("report", context_settings=HELP)
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(1, None), help="Sites listed."
 )
@@ -26,7 +26,7 @@ HELP = {"help_option_names": ["-h", "--help"]}
     type=click.Choice(GROUPINGS),
     default="site",
     show_default=True,
-    help="Group allocations by call site, API, library or process.",
+    help="Group allocations by call site, API, library, process or rank.",
 )
 @Moment.options()
 @Attribution.options()
@@ -44,9 +44,14 @@ HELP = {"help_option_names": ["-h", "--help"]}
 def report(path, top, by, moment, attribution, outputs, tree, watch):
     """Who held the device memory at the peak (or another moment), by call site.
 
-    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
+    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it. Several
+    PATHs (one per host or launch), or a folder of trace directories, are one run of many
+    ranks (docs/ranks.md).
     """
+    path = path[0] if len(path) == 1 else list(path)
     if watch:
+        if isinstance(path, list):
+            raise click.UsageError("--watch follows one trace directory")
         if outputs.as_json or outputs.svg or outputs.html:
             raise click.UsageError(
                 "--watch shows the text report; leave out --json, --svg and --html"

@@ -23,8 +23,16 @@ def render_text(d: dict) -> str:
     w = L.append
     A, B, T = d["a"], d["b"], d["totals"]
     w("cudatrace diff")
-    w("  A  {}  ({})".format(A["path"], " ".join(A["command"]) or "?"))
-    w("  B  {}  ({})".format(B["path"], " ".join(B["command"]) or "?"))
+    w(
+        "  A  {}  ({})".format(
+            ", ".join(A.get("paths") or [A["path"]]), " ".join(A["command"]) or "?"
+        )
+    )
+    w(
+        "  B  {}  ({})".format(
+            ", ".join(B.get("paths") or [B["path"]]), " ".join(B["command"]) or "?"
+        )
+    )
     rows = [
         ["", "A", "B", "change"],
         [
@@ -56,6 +64,11 @@ def render_text(d: dict) -> str:
             )
         )
     )
+    if len(A.get("paths") or ()) > 1 or len(B.get("paths") or ()) > 1:
+        w(
+            "  (a run over several directories: a site's bytes are summed over its ranks' "
+            "devices; per rank below)"
+        )
     rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
     width = term_width()
     for s in d["sites"]:
@@ -79,5 +92,20 @@ def render_text(d: dict) -> str:
         w("  (no device allocation in either run)")
     if d["more_sites"]:
         w("  ... and %d more (--top)" % d["more_sites"])
+    if d.get("ranks"):
+        w("")
+        w("Ranks (each one's own peak):")
+        rows = [["rank", "host", "peak A", "peak B", "change"]]
+        for x in d["ranks"]:
+            rows.append(
+                [
+                    x["label"],
+                    x["host"],
+                    size_text(x["a_peak_bytes"]),
+                    size_text(x["b_peak_bytes"]),
+                    _signed(x["delta_bytes"]),
+                ]
+            )
+        L.extend(table(rows, {2, 3, 4}))
     # whatever a trace held (argv, paths, names) reaches the terminal escaped
     return "\n".join(printable(x) for x in L) + "\n"

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..analyze.analysis import Analysis
 from ..analyze.model import NONE64, Groups
+from ..analyze.ranks import rank_label_of, tagged
 from ..analyze.sites import NO_STACK, SFrame, Site, key_text, site_of
 from ..units import format_bytes
 
@@ -390,6 +391,8 @@ def run_data(
         "moments": snaps,
         "events": _events(a, tables),
         "procs": [[t.pid, os.path.basename(t.exe) or "?"] for t in a.traces],
+        # each process's rank (docs/ranks.md): the timeline can be stacked by rank
+        "ranks": rank_label_of(a.traces) if tagged(a.traces) else None,
         "span": [t_first, t_last, max(t_last, obs_end)],
         "changes": len(m.timeline_points(None)) - 1 if m.found else 0,
     }

@@ -79,6 +79,7 @@ class _Chart:
 
     def __init__(self, a, device: int | None, width: int, height: int):
         self.a, self.device, self.width, self.height = a, device, width, height
+        self.summed = ""  # set by heading() when the run's line adds several devices up
         self.m = m = a.model
         self.start = a.start_ns
         self.pts = m.timeline_points(device) if m.found else []
@@ -144,6 +145,10 @@ class _Chart:
             'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">'
             % (width, height, width, height)
         )
+        # a run whose ordinals name several devices (docs/ranks.md): the line adds them up
+        self.summed = (
+            "all devices together: " if report and report.get("peak_scope") == "device" else ""
+        )
         cmd = " ".join(report["command"]) if report and report.get("command") else str(a.path)
         title = "cudatrace: device memory of %s" % (cmd if len(cmd) < 90 else cmd[:87] + "...")
         if self.device is not None:
@@ -155,7 +160,7 @@ class _Chart:
             % (ML, COL["text"], escape(title))
         )
         sub = (
-            f"peak {format_bytes(self.peak_b)} at {self.secs(self.peak_ts):.3f} s"
+            f"{self.summed}peak {format_bytes(self.peak_b)} at {self.secs(self.peak_ts):.3f} s"
             if m.found
             else "no device memory traced"
         )
@@ -282,7 +287,7 @@ class _Chart:
                 px, py, COL["traced"]
             )
         )
-        label = f"peak {format_bytes(self.peak_b)} at {self.secs(self.peak_ts):.3f} s"
+        label = f"{self.summed}peak {format_bytes(self.peak_b)} at {self.secs(self.peak_ts):.3f} s"
         anchor = "start" if px < ML + self.pw * 0.7 else "end"
         o.append(
             '<text x="{:.1f}" y="{:.1f}" text-anchor="{}" font-weight="bold" fill="{}">{}</text>'.format(
@@ -296,7 +301,8 @@ class _Chart:
 
     def legend(self, o: list) -> None:
         """The legend, under the plot: one entry per line drawn, then the marks."""
-        items = [("traced live (hooked allocations)", COL["traced"], None)]
+        summed = ", all devices summed" if self.summed else ""
+        items = [(f"traced live (hooked allocations{summed})", COL["traced"], None)]
         if self.nvml_tree:
             items.append(("NVML: process tree", COL["tree"], None))
         if self.show_used:

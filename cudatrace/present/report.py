@@ -237,12 +237,19 @@ def _text_peak(r: dict, o: _Lines) -> None:
                 dev_note, size_text(r["peak_bytes"]), secs_text(r["peak_time"])
             )
         )
+        if r.get("peak_scope") == "device":
+            w(
+                "  (the most one device held: in this run a device ordinal names several "
+                "devices, so peaks are per device)"
+            )
         if len(r["devices"]) > 1 or r["device"] is None:
             for d in r["devices"]:
                 w(
                     "  device %-3s peak %10s at %-12s at exit %10s  %s%s"
                     % (
-                        d["device"] if d["device"] >= 0 else "?",
+                        ("%s:%s" % (d["host"], d["label"]))
+                        if "host" in d
+                        else (d["device"] if d["device"] >= 0 else "?"),
                         size_text(d["peak_bytes"]),
                         secs_text(d["peak_time"]),
                         size_text(d["end_bytes"]),
@@ -258,6 +265,15 @@ def _text_peak(r: dict, o: _Lines) -> None:
             )
         )
     w("")
+
+
+def _text_ranks(r: dict, o: _Lines) -> None:
+    """Many ranks (docs/ranks.md): per-rank peaks, the rank that stands out, sites across ranks."""
+    if r.get("ranks"):
+        from .ranks import render_ranks
+
+        o.L.extend(render_ranks(r["ranks"], o.width))
+        o.L.append("")
 
 
 def _text_observed(r: dict, o: _Lines) -> None:
@@ -281,6 +297,10 @@ def _text_sites(r: dict, o: _Lines) -> None:
         "end": "at the end ({})".format(secs_text(at["time"])),
         "time": "at {}".format(secs_text(at["time"])),
     }[at["kind"]]
+    if r.get("peak_scope") == "device" and at["kind"] == "peak":
+        when = "when all ranks together held the most ({}; summed over {} devices)".format(
+            secs_text(at["time"]), len(r["devices"])
+        )
     if (
         at["kind"] == "time"
         and at["time"] is not None
@@ -290,7 +310,13 @@ def _text_sites(r: dict, o: _Lines) -> None:
         when += " (after the last event, at {}: what was live then)".format(
             secs_text(r["duration"])
         )
-    by = {"site": "call site", "api": "API", "library": "library", "process": "process"}[r["by"]]
+    by = {
+        "site": "call site",
+        "api": "API",
+        "library": "library",
+        "process": "process",
+        "rank": "rank",
+    }[r["by"]]
     w(
         "Device memory live {} by {}: {} in {}".format(
             when, by, size_text(r["total_live_bytes"]), plural(r["total_live_count"], "allocation")
@@ -545,6 +571,7 @@ def _text_trailer(r: dict, o: _Lines) -> None:
 SECTIONS = (
     _text_header,
     _text_peak,
+    _text_ranks,
     _text_observed,
     _text_sites,
     _text_stacks,

@@ -9,6 +9,7 @@ from pathlib import Path
 from ..analyze.analysis import Analysis, implausible, unrecorded
 from ..analyze.model import AUX2
 from ..analyze.names import fit
+from ..analyze.ranks import outliers, split_devices, tables, tagged
 from ..units import format_bytes, printable
 from .text import end_label, term_width
 
@@ -103,8 +104,24 @@ def _processes(a, w) -> None:
 def _peak(a, w) -> None:
     """The peak (per device when there are several) and what was never freed."""
     m = a.model
-    w(f"  peak of live device memory: {format_bytes(m.peak_bytes)} at {a.seconds(m.peak_ts):.3f} s")
-    if len(m.device_peaks) > 1:
+    split = split_devices(a)  # one ordinal, several GPUs: per physical device (ranks.md)
+    w(
+        "  peak of live device memory%s: %s at %.3f s"
+        % (
+            ", all devices together" if split else "",
+            format_bytes(m.peak_bytes),
+            a.seconds(m.peak_ts) or 0.0,
+        )
+    )
+    if split:
+        devs = sorted(tables(a)["dev_peaks"].items())
+        w(
+            " (per device: {}{})".format(
+                ", ".join("%s:%s %s" % (h, d, format_bytes(b)) for (h, d), (b, _) in devs[:8]),
+                ", and %d more" % (len(devs) - 8) if len(devs) > 8 else "",
+            )
+        )
+    elif len(m.device_peaks) > 1:
         w(
             " ({})".format(
                 ", ".join(
@@ -116,6 +133,7 @@ def _peak(a, w) -> None:
     w(f"; {end_label(sum(1 for p in m.procs if p.get('allocs')))}: {format_bytes(m.end_bytes)}\n")
     for x in implausible(a):
         w(f"  {x}\n")
+    _ranks_line(a, w)
 
 
 def _observed(a, w) -> None:
@@ -163,6 +181,30 @@ def _sites(a, w, top: int) -> None:
             ", ".join(s.api_list()),
         )
         w(fit(line, width) + "\n")
+
+
+def _ranks_line(a, w) -> None:
+    """One line on the ranks (docs/ranks.md): how many, their peaks, the ones that stand out."""
+    if not tagged(a.traces):
+        return
+    tb = tables(a)
+    peaks = {g.label: tb["rank_peaks"].get(g.key, (0, None))[0] for g in tb["groups"]}
+    if not peaks:
+        return
+    med, odd = outliers(peaks)
+    w(
+        "  ranks: %d, peaks %s .. %s%s\n"
+        % (
+            len(peaks),
+            format_bytes(min(peaks.values())),
+            format_bytes(max(peaks.values())),
+            "".join(
+                "; %s stands out (%s, median %s)"
+                % (k, format_bytes(peaks[k]), format_bytes(int(med or 0)))
+                for k in odd
+            ),
+        )
+    )
 
 
 def _rel(p: Path) -> str:

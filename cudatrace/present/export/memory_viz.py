@@ -43,22 +43,30 @@ def build(view) -> dict:
     denied = [x for x in m.denied if view.included(x)]
     view.prepare({(x.trace, x.stack) for x in allocs + denied})
 
-    devs = sorted({x.device for x in allocs + denied})
-    known = [d for d in devs if d >= 0]
-    unknown_slot = (max(known) + 1) if known else 0
-    slot = {d: (d if d >= 0 else unknown_slot) for d in devs}
+    if view.split_devices:  # one list per (host, device): docs/ranks.md
+        keys = sorted({view.device_key(x) for x in allocs + denied})
+        slot = {k: i for i, k in enumerate(keys)}
+    else:
+        devs = sorted({x.device for x in allocs + denied})
+        known = [d for d in devs if d >= 0]
+        unknown_slot = (max(known) + 1) if known else 0
+        slot = {d: (d if d >= 0 else unknown_slot) for d in devs}
     n_slots = max(slot.values()) + 1 if slot else 0
 
-    shift = _shifts(allocs, slot)
+    shift = _shifts(allocs, slot, view.device_key)
     frames = _Frames(view)
-    events, remaining = _alloc_events(allocs, live_ids, slot, shift, frames)
-    events += _oom_events(denied, slot, frames)
+
+    def slot_of(x) -> int:  # the viewer's device list of an allocation
+        return slot_of(x)
+
+    events, remaining = _alloc_events(allocs, live_ids, slot_of, shift, frames)
+    events += _oom_events(denied, slot_of, frames)
     events.sort(key=lambda e: e[0])
     device_traces: list[list[dict]] = [[] for _ in range(n_slots)]
     for _k, s, entries in events:
         device_traces[s].extend(entries)
     return {
-        "segments": _segments(remaining, slot),
+        "segments": _segments(remaining, slot_of),
         "device_traces": device_traces,
         "cudatrace": {
             "version": __version__,
@@ -103,19 +111,19 @@ class _Frames:
         return got
 
 
-def _alloc_events(allocs, live_ids, slot, shift, frames) -> tuple[list, list]:
+def _alloc_events(allocs, live_ids, slot_of, shift, frames) -> tuple[list, list]:
     """(events, remaining): each allocation's alloc and, unless live at the moment, free
     entries as (sort key, slot, [entries]); the allocations live at the moment."""
     events = []
     remaining = []
     for x in allocs:
-        addr = _addr(x) + shift.get((slot[x.device], x.trace), 0)
+        addr = _addr(x) + shift.get((slot_of(x), x.trace), 0)
         fr = frames(x.trace, x.stack)
         base = {"addr": addr, "size": x.size, "stream": 0, "frames": fr}
         events.append(
             (
                 (x.ts, 1, x.seq),
-                slot[x.device],
+                slot_of(x),
                 [
                     dict(base, action="segment_alloc", time_us=x.ts // 1000),
                     dict(base, action="alloc", time_us=x.ts // 1000),
@@ -130,7 +138,7 @@ def _alloc_events(allocs, live_ids, slot, shift, frames) -> tuple[list, list]:
         events.append(
             (
                 (x.end_ts, order, x.seq),
-                slot[x.device],
+                slot_of(x),
                 [
                     dict(base, action="free_requested", time_us=tu),
                     dict(base, action="free_completed", time_us=tu),
@@ -141,7 +149,7 @@ def _alloc_events(allocs, live_ids, slot, shift, frames) -> tuple[list, list]:
     return events, remaining
 
 
-def _oom_events(denied, slot, frames) -> list:
+def _oom_events(denied, slot_of, frames) -> list:
     """A budget denial as the viewer's out-of-memory entry (free = limit - in use)."""
     events = []
     for x in denied:
@@ -149,7 +157,7 @@ def _oom_events(denied, slot, frames) -> list:
         events.append(
             (
                 (x.ts, 1, x.seq),
-                slot[x.device],
+                slot_of(x),
                 [
                     {
                         "action": "oom",
@@ -166,10 +174,10 @@ def _oom_events(denied, slot, frames) -> list:
     return events
 
 
-def _segments(remaining, slot) -> list[dict]:
+def _segments(remaining, slot_of) -> list[dict]:
     """The snapshot's segments: one per allocation live at the moment, one block each."""
     segments = []
-    for x, addr, fr in sorted(remaining, key=lambda r: (slot[r[0].device], r[1])):
+    for x, addr, fr in sorted(remaining, key=lambda r: (slot_of(r[0]), r[1])):
         block = {
             "address": addr,
             "size": x.size,
@@ -179,7 +187,7 @@ def _segments(remaining, slot) -> list[dict]:
         }
         segments.append(
             {
-                "device": slot[x.device],
+                "device": slot_of(x),
                 "address": addr,
                 "total_size": x.size,
                 "allocated_size": x.size,
@@ -200,14 +208,14 @@ def _addr(x) -> int:
     return x.event[ADDR]
 
 
-def _shifts(allocs, slot) -> dict[tuple[int, int], int]:
+def _shifts(allocs, slot, key) -> dict[tuple[int, int], int]:
     """(device slot, trace) -> what to add to its addresses so that processes sharing a device
     never share an address range in the viewer (0 for the first process of each device and
     wherever no ranges overlap)."""
     spans: dict[int, dict[int, list[int]]] = {}
     for x in allocs:
         a = _addr(x)
-        sp = spans.setdefault(slot[x.device], {}).setdefault(x.trace, [a, a + x.size])
+        sp = spans.setdefault(slot[key(x)], {}).setdefault(x.trace, [a, a + x.size])
         sp[0] = min(sp[0], a)
         sp[1] = max(sp[1], a + x.size)
     out = {}

@@ -138,11 +138,14 @@ def build(view):
         for ts, d in ((x.ts, x.size), (x.end_ts, -x.size)):
             if ts is None:
                 continue
-            dev_delta[x.device][ts] += d
+            dev_delta[view.device_key(x)][ts] += d
             proc_delta[(x.trace, x.device)][ts] += d
-    for dev in sorted(dev_delta):
+    for dev in sorted(dev_delta, key=str):
         _counter(
-            out, out.track(f"device {_dev(dev)}: live bytes", counter=True), dev_delta[dev], m.t_end
+            out,
+            out.track(f"device {view.device_name(dev)}: live bytes", counter=True),
+            dev_delta[dev],
+            m.t_end,
         )
 
     # per process: counters, large allocations, denials, failures
