@@ -57,7 +57,7 @@ def build(view) -> dict:
     frames = _Frames(view)
 
     def slot_of(x) -> int:  # the viewer's device list of an allocation
-        return slot_of(x)
+        return slot[view.device_key(x)]
 
     events, remaining = _alloc_events(allocs, live_ids, slot_of, shift, frames)
     events += _oom_events(denied, slot_of, frames)
