@@ -11,7 +11,10 @@ Errors: a command raises `CudatraceError` (errors.py); `Main.invoke` catches it 
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
+import sys
 
 import click
 
@@ -28,6 +31,8 @@ COMMANDS = {
     "status": "status",
     "doctor": "doctor",
     "demo": "demo",
+    "metrics": "metrics",
+    "slurm-taskprolog": "slurm",
 }
 
 
@@ -41,17 +46,36 @@ class Main(click.Group):
         if name not in COMMANDS:
             return None
         module = importlib.import_module(f".commands.{COMMANDS[name]}", __package__)
-        return getattr(module, name)
+        return getattr(module, name.replace("-", "_"))
 
     def invoke(self, ctx):
         try:
             status = super().invoke(ctx)
+            sys.stdout.flush()  # a full disk or a closed pipe on stdout is said here, once
         except CudatraceError as e:
             click.echo(f"cudatrace: {e}", err=True)
             ctx.exit(e.status)
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EIO, errno.EFBIG):
+                raise
+            _drop_stdout()
+            if e.errno != errno.EPIPE:  # a reader that went away needs no message
+                click.echo(f"cudatrace: cannot write the output: {e.strerror or e}", err=True)
+            ctx.exit(1)
         if status:
             ctx.exit(status)
         return status
+
+
+def _drop_stdout() -> None:
+    """After stdout failed: point it at /dev/null, so that the interpreter's last flush at exit
+    has nothing to fail on (and prints no traceback)."""
+    try:
+        fd = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(fd, sys.stdout.fileno())
+        os.close(fd)
+    except (OSError, ValueError):
+        pass
 
 
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,6 +92,8 @@ def main():
     cudatrace status [GROUP]      budgets in force and who uses them
     cudatrace doctor [CMD]        what a run would see on this machine
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
+    cudatrace metrics             budgets and traced runs for Prometheus
+    cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
     """
 
 

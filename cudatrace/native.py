@@ -3,7 +3,8 @@
 The preload library (libcudatrace.so) and the tools library (libcudatrace_tools.so: the budget
 ledger, the trace scanner and the replay, the ledger being the same C the shim runs) are built
 by native/Makefile. The cffi view declares the CFFI sections of native/include/trace_format.h,
-ledger.h, scan.h and replay.h. An installed
+ledger.h, scan.h, replay.h and live_format.h (the
+in-process counters cudatrace/api.py reads from the preloaded shim). An installed
 package carries them in cudatrace/_native/; in a source checkout they are built there on first use.
 """
 
@@ -102,7 +103,7 @@ def shim_path() -> Path:
 
 
 # The headers whose CFFI sections make up the one cffi view, in dependency order.
-CFFI_HEADERS = ("trace_format.h", "ledger.h", "scan.h", "replay.h")
+CFFI_HEADERS = ("trace_format.h", "ledger.h", "scan.h", "replay.h", "live_format.h")
 
 
 def header_text(name: str) -> str:

@@ -123,9 +123,40 @@ def parse_moment(spec: str) -> str | float:
 # ---- text that reaches a terminal ------------------------------------------------------------
 
 
+def lossless(text: str) -> str:
+    """text that every encoder takes: bytes that were not UTF-8 (held as lone surrogates by
+    Python's surrogateescape, e.g. a program's argv) become \\xNN, any other lone surrogate
+    \\uDNNN; valid text is returned as it is. The one rule for a trace's bytes on every
+    binary path (JSON, HTML, protobuf)."""
+    if not any("\ud800" <= c <= "\udfff" for c in text):
+        return text
+    out = []
+    for c in text:
+        if "\udc80" <= c <= "\udcff":
+            out.append("\\x%02x" % (ord(c) - 0xDC00))
+        elif "\ud800" <= c <= "\udfff":
+            out.append("\\u%04x" % ord(c))
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+def lossless_data(obj):
+    """lossless() over every string of JSON-able data (keys too)."""
+    if isinstance(obj, str):
+        return lossless(obj)
+    if isinstance(obj, dict):
+        return {lossless_data(k): lossless_data(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [lossless_data(x) for x in obj]
+    return obj
+
+
 def printable(text: str) -> str:
-    """text with control characters escaped (\x1b, \n ...): a trace's argv, exe or paths may
-    hold anything, and must not drive the terminal."""
+    """text with control characters escaped (\x1b, \n ...) and bytes that were not UTF-8
+    shown as \\xNN: a trace's argv, exe, paths or symbols may hold anything, and must not drive
+    the terminal. The one rule for a trace's bytes on every text path."""
+    text = lossless(str(text))
     if text.isprintable():
         return text
     return "".join(

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # bench_callgrind.sh SHIMDIR [PAIRS] - instructions per async alloc+free pair added by the shim,
-# counted by callgrind on the simulated driver (no GPU; deterministic on a busy machine).
+# counted on the simulated driver (no GPU; deterministic on a busy machine).
 #
 #   SHIMDIR  folder holding libcudatrace.so (e.g. cudatrace/_native, or a build of another
 #            commit: make -C native OUT=/tmp/other)
-# Runs tools/bench_pairs.c with PAIRS and with 2*PAIRS pairs, bare and with the shim preloaded
-# (stacks on, depth 64, tracing to a temporary folder), and prints the instructions per pair of
-# each (the difference of the two runs over PAIRS, so start-up and exit cancel) and their
-# difference: what the shim adds to one pair.
+# x86-64: callgrind runs tools/bench_pairs.c with PAIRS and with 2*PAIRS pairs, bare and with the
+# shim preloaded (tracing to a temporary folder) with 64-frame stacks and with --stack-depth 0;
+# the difference of the two runs over PAIRS (start-up and exit cancel) is the instructions per
+# pair, and the shim's minus the bare one what the shim adds to one pair.
+# aarch64 (when qemu-aarch64 and aarch64-linux-gnu-gcc are installed; AARCH64=0 skips it):
+# valgrind does not run there, so qemu-user counts the guest's instructions itself
+# (-singlestep -d exec,nochain: one log line per executed instruction; tools/bench_stacks.py),
+# the same difference of two runs, on the same loop built for aarch64 with the shim of this
+# checkout (tools/cross-build-shim). It is a count of the same kind, not callgrind's.
 set -euo pipefail
 SHIMDIR=$(cd "${1:?usage: bench_callgrind.sh SHIMDIR [PAIRS]}" && pwd)
 PAIRS=${2:-2000}
@@ -24,8 +29,29 @@ count() {  # count N [env...] -> instructions of the whole run
         "$WORK/bench_pairs" "$n" >/dev/null 2>"$WORK/vg.err" || { cat "$WORK/vg.err" >&2; exit 1; }
     sed -n 's/^summary: //p' "$WORK/cg.out"
 }
-SHIM=(LD_PRELOAD="$SHIMDIR/libcudatrace.so" LD_BIND_NOW=1 CUDATRACE_DIR="$WORK/trace" CUDATRACE_STACK_DEPTH=64)
-b1=$(count "$PAIRS"); b2=$(count $((2 * PAIRS)))
-s1=$(count "$PAIRS" "${SHIM[@]}"); s2=$(count $((2 * PAIRS)) "${SHIM[@]}")
-bare=$(( (b2 - b1) / PAIRS )); shim=$(( (s2 - s1) / PAIRS ))
-echo "instructions per async pair: bare $bare, shim $shim, added $((shim - bare))  ($SHIMDIR)"
+per_pair() {  # per_pair [env...] -> instructions per pair
+    local a b
+    a=$(count "$PAIRS" "$@"); b=$(count $((2 * PAIRS)) "$@")
+    echo $(( (b - a) / PAIRS ))
+}
+SHIM=(LD_PRELOAD="$SHIMDIR/libcudatrace.so" LD_BIND_NOW=1 CUDATRACE_DIR="$WORK/trace")
+bare=$(per_pair)
+s64=$(per_pair "${SHIM[@]}" CUDATRACE_STACK_DEPTH=64)
+s0=$(per_pair "${SHIM[@]}" CUDATRACE_STACK_DEPTH=0)
+echo "instructions per async pair ($SHIMDIR)"
+printf '%-34s %8s %12s %12s %14s %14s\n' "arch, counter" bare "stacks 64" "depth 0" "added (64)" "added (0)"
+printf '%-34s %8d %12d %12d %14d %14d\n' "x86-64, callgrind" "$bare" "$s64" "$s0" $((s64 - bare)) $((s0 - bare))
+if [ "${AARCH64:-1}" != 0 ] && command -v qemu-aarch64 >/dev/null && command -v aarch64-linux-gnu-gcc >/dev/null; then
+    python3 - "$WORK/a64" <<'PY'
+import sys
+from pathlib import Path
+sys.path.insert(0, "tools")
+import bench_stacks as bs
+w = Path(sys.argv[1]); w.mkdir()
+b = bs.build("aarch64", w)
+pe = {c: 2 * bs.per_event(lambda n, c=c: bs.qemu_insns("aarch64", b, w, n, 0, c), 100, 500)
+      for c in ("plain", "stacks", "nostack")}
+print("%-34s %8d %12d %12d %14d %14d" % ("aarch64, qemu count (this checkout)", pe["plain"],
+      pe["stacks"], pe["nostack"], pe["stacks"] - pe["plain"], pe["nostack"] - pe["plain"]))
+PY
+fi

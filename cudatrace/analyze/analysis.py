@@ -19,8 +19,9 @@ from .aggregate import notes as aggregate_notes
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
+from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
-from .trace import C, TraceDir, TraceError, read_dir, read_trace
+from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 
 SCHEMA = "cudatrace.report/1"
 CONTEXT_FRAMES = 6  # frames listed per stack
@@ -76,8 +77,14 @@ class ReportError(CudatraceError):
 
 
 def load(path) -> TraceDir:
-    """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong."""
-    p = Path(path)
+    """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong.
+    Several paths (a list), or a directory of trace directories, are one run of many ranks
+    (docs/ranks.md)."""
+    paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
+    dirs = run_dirs(paths[0]) if len(paths) == 1 else paths
+    if len(dirs) > 1:
+        return _load_many(paths)
+    p = dirs[0]  # the path, or the one trace directory a folder holds
     if not p.exists():
         raise ReportError(f"{p}: no such trace directory or file")
     try:
@@ -93,6 +100,25 @@ def load(path) -> TraceDir:
     if not td.traces:
         errors = "\n  ".join(td.errors)
         raise ReportError(f"{p}: no readable trace file:\n  {errors}")
+    return td
+
+
+def _load_many(paths: list[Path]) -> TraceDir:
+    for p in paths:
+        if not p.exists():
+            raise ReportError(f"{p}: no such trace directory or file")
+    try:
+        td = read_dirs(paths)
+    except TraceError as e:
+        raise ReportError(f"{e}") from None
+    except OSError as e:
+        raise ReportError(
+            f"{getattr(e, 'filename', None) or paths[0]}: {e.strerror or e}"
+        ) from None
+    if not td.traces:
+        errors = "\n  ".join(td.errors)
+        raise ReportError(f"no readable trace file in {len(td.dirs)} directories:\n  {errors}")
+    align_clocks(td.traces, td.run)
     return td
 
 
@@ -124,7 +150,8 @@ class Analysis:
         full_names: bool = False,
         graph=None,
     ):
-        self.path = Path(path)
+        self.paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
+        self.path = self.paths[0]
         self.td = td if td is not None else load(path)
         self.traces = self.td.traces
         self.model: Model = build(self.td)
@@ -300,6 +327,39 @@ def _versions(a: Analysis) -> dict:
 PLAUSIBLE_MAX = 1 << 50  # 1 PiB: no device holds more; a figure past it is a corrupt field
 
 
+def unrecorded(a: Analysis) -> list[str]:
+    """What the run did that its traces do not hold: processes whose trace stopped (a full disk,
+    no descriptor left), and what the budget ledger saw beyond the traces (denials, a peak) when
+    a process could not record at all."""
+    from ..units import format_bytes
+
+    out = []
+    stopped = [t for t in a.traces if t.stopped_ns]
+    if stopped:
+        out.append(
+            "%d process(es) could not record all their events (%s): the figures miss what they "
+            "did after that" % (len(stopped), ", ".join(sorted({t.stopped_why for t in stopped})))
+        )
+    ledger = a.td.run.get("ledger_final") if isinstance(a.td.run, dict) else None
+    devs = ledger.get("devices") if isinstance(ledger, dict) else None
+    if isinstance(devs, list):
+        denials = sum(int(d.get("denials") or 0) for d in devs if isinstance(d, dict))
+        traced = a.model.counts.get("denied", 0)
+        if denials > traced:
+            out.append(
+                "the budget ledger refused %d allocation(s), the traces hold %d: a process "
+                "could not record (its trace file could not be created or grow)" % (denials, traced)
+            )
+        if not a.model.found:
+            peak = max((int(d.get("peak") or 0) for d in devs if isinstance(d, dict)), default=0)
+            if peak:
+                out.append(
+                    "the budget ledger saw %s in use at its peak (contexts included) while no "
+                    "allocation was traced: a process could not record" % format_bytes(peak)
+                )
+    return out
+
+
 def implausible(a: Analysis) -> list[str]:
     """Warnings for peaks no device could hold: beyond the device's total (from the traced
     memory queries or the sampler's NVML figures), or beyond PLAUSIBLE_MAX when no total is
@@ -362,8 +422,16 @@ def build_report(
     top: int = 10,
     device: int | None = None,
 ) -> dict:
-    """The report as a dict: the --json output (docs/report-json.md)."""
+    """The report as a dict: the --json output (docs/report-json.md). Each part is made by
+    its own function below (and read by its own section of present/report.py)."""
     m = a.model
+    if device is not None and split_devices(a):
+        raise ReportError(
+            "--device picks a device ordinal, and in this run one ordinal names "
+            "several devices (%d hosts, or CUDA_VISIBLE_DEVICES differing between processes): "
+            "report one process's or host's trace with --device, or see each device's peak in "
+            "the run's report (docs/ranks.md)" % len(hosts_of(a.traces))
+        )
     if device is not None and device not in m.device_peaks:
         seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
         raise ReportError(
@@ -377,8 +445,109 @@ def build_report(
     end_live = m.groups_at_end(device)
     end_sites = a.sites(end_live, "site", depth)
     warnings: list[str] = []
+    processes, truncated = _processes_json(a, live, warnings)
+    limits = a.budget_limits()
+    devices = _devices_json(a, live, device, limits)
+    failed, denied = _failures_json(a, device, depth)
+    mq = _memory_queries(a, device)
+    obs = _observed_json(a, mom, device)
+    sc = stack_counts(a.traces)
+    lost = lost_json(a)
+    warnings += _coverage_notes(a, mom, truncated, sc, lost)
+    agg = aggregate_notes(a)  # --aggregate traces (and damaged ones): what they lack
+    warnings.extend(agg["warnings"])
+    budget = _budget_json(a, limits)
+    c = m.counts
+    argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
+    never = _never_freed_json(a, end_live, end_sites, top)
+    r = {
+        "schema": SCHEMA,
+        "cudatrace_version": __version__,
+        "path": str(a.path),
+        "command": list(argv),
+        "start_ns": a.start_ns,
+        "start_time": a.td.run.get("start_time"),
+        "duration": a.seconds(m.t_end) if m.n_events else 0.0,
+        "exit_status": a.td.run.get("exit_status"),
+        "versions": _versions(a),
+        "at": {
+            "spec": mom["spec"],
+            "kind": mom["kind"],
+            "time": a.seconds(mom["ts_ns"]),
+            "ts_ns": mom["ts_ns"],
+            "device": device,
+        },
+        "by": by,
+        "depth": depth,
+        "device": device,
+        "attribution": attribution_json(a),
+        **_peak_json(a, device),
+        "total_live_bytes": total,
+        "total_live_count": live.count,
+        "sites": [site_json(a, s, total, i) for i, s in enumerate(sites[:top], 1)],
+        "more_sites": max(0, len(sites) - top),
+        "never_freed": never,
+        "failed": failed,
+        "denied": denied,
+        "processes": processes,
+        "devices": devices,
+        "host_pinned": {
+            "peak_bytes": m.host_peak,
+            "peak_time": a.seconds(m.host_peak_ts) if m.host_peak else None,
+            "end_bytes": m.host_end,
+            "allocs": c.get("host_allocs", 0),
+        },
+        "memory_queries": mq,
+        "observed": obs,
+        "budget": budget,
+        "counts": {**c, **sc},
+        "truncated_files": truncated,
+        "python": python_summary(a),
+        "lost": lost,
+        "unreadable_files": list(a.td.errors),
+        "warnings": warnings,
+        "aggregate": agg["json"],
+        "paths": [str(d) for d in (a.td.dirs or [a.path])],
+        "ranks": ranks_json(a, depth=depth, top=top),
+    }
+    honest_peak(r)
+    return r
 
-    # processes
+
+def _peak_json(a: Analysis, device: int | None) -> dict:
+    """The peak (of the run, or of one device) and what was live at the end."""
+    m = a.model
+    if device is not None:
+        pb, pts = m.device_peaks[device]
+        return {
+            "peak_bytes": pb,
+            "peak_time": a.seconds(pts),
+            "peak_ts_ns": pts,
+            "end_bytes": m.device_end.get(device, 0),
+        }
+    return {
+        "peak_bytes": m.peak_bytes,
+        "peak_time": a.seconds(m.peak_ts) if m.found else None,
+        "peak_ts_ns": m.peak_ts if m.found else None,
+        "end_bytes": m.end_bytes,
+    }
+
+
+def _never_freed_json(a: Analysis, end_live: Groups, end_sites: list, top: int) -> dict:
+    """What was live at the end, by site; how much of it in truncated traces."""
+    trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
+    return {
+        "bytes": end_live.bytes,
+        "count": end_live.count,
+        "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
+        "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
+        "more_sites": max(0, len(end_sites) - top),
+    }
+
+
+def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, list]:
+    """(processes, truncated files): one entry per trace file; lost events and gaps noted."""
+    m = a.model
     moment_by_trace = live.by_trace()
     processes = []
     truncated = []
@@ -390,6 +559,11 @@ def build_report(
                 "no clean exit record: the process was killed, crashed, exec'd without "
                 "closing or is still running"
             )
+            if t.stopped_ns and t.stopped_exit >= 0:  # the trace stopped, the process went on
+                reason = "the trace stopped (%s); the process exited with status %d" % (
+                    t.stopped_why,
+                    t.stopped_exit,
+                )
             truncated.append(
                 {"file": t.path.name, "pid": t.pid, "reason": reason, "events": t.n_events}
             )
@@ -402,7 +576,10 @@ def build_report(
                 "file": t.path.name,
                 "exec_index": t.exec_index,
                 "status": t.status,
-                "exit_code": t.end.exit_code if t.end else None,
+                "exit_code": t.end.exit_code
+                if t.end
+                else (t.stopped_exit if t.stopped_ns and t.stopped_exit >= 0 else None),
+                "stopped": t.stopped_why or None,
                 "dropped_events": t.end.dropped if t.end else None,
                 "gaps": t.gaps,
                 "events": t.n_events,
@@ -428,9 +605,12 @@ def build_report(
                 "%s: %d unpublished record(s) skipped (a writer died mid-record)"
                 % (t.path.name, t.gaps)
             )
+    return processes, truncated
 
-    # devices
-    limits = a.budget_limits()
+
+def _devices_json(a: Analysis, live: Groups, device: int | None, limits: dict) -> list:
+    """One entry per device: its peak, end, allocations, bytes at the moment, budget."""
+    m = a.model
     moment_by_dev = live.by_device()
     devices = []
     for dev, (pb, pts) in sorted(m.device_peaks.items()):
@@ -448,8 +628,12 @@ def build_report(
                 "budget": limits.get(dev),
             }
         )
+    return devices
 
-    # failures and denials
+
+def _failures_json(a: Analysis, device: int | None, depth: int) -> tuple[list, list]:
+    """(failed, denied): failed allocations and budget denials grouped by site."""
+    m = a.model
     failed_allocs = [x for x in m.failed if device is None or x.device == device]
     failed = []
     for rank, s in enumerate(a.sites(failed_allocs, "site", depth), 1):
@@ -469,11 +653,12 @@ def build_report(
         d["limit"] = last.event[AUX] if last else None
         d["in_use"] = last.event[AUX2] if last else None
         denied.append(d)
+    return failed, denied
 
-    # memory queries
-    mq = _memory_queries(a, device)
 
-    # observed
+def _observed_json(a: Analysis, mom: dict, device: int | None) -> dict:
+    """Traced versus observed near the peak (or the moment) and over the run."""
+    m = a.model
     obs = a.observed.compare(
         mom["ts_ns"]
         if mom["kind"] == "peak" and mom["ts_ns"] is not None
@@ -485,8 +670,14 @@ def build_report(
     obs["traced_peak_bytes"] = (
         m.device_peaks.get(device, (0, 0))[0] if device is not None else m.peak_bytes
     )
+    return obs
 
-    # notes on coverage
+
+def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: list) -> list:
+    """What the report cannot see, or sees with a caveat: the notes under it."""
+    m = a.model
+    warnings: list[str] = []
+    warnings.extend(unrecorded(a))
     c = m.counts
     if c.get("unmatched_frees"):
         warnings.append(
@@ -501,14 +692,14 @@ def build_report(
     if c.get("unsorted_traces"):
         warnings.append(
             "%d trace file(s) had events out of time order (threads publishing out "
-            "of order); they were replayed sorted by time" % c["unsorted_traces"]
+            "of order; a free is stamped before its driver call); they were replayed sorted "
+            "by time" % c["unsorted_traces"]
         )
     if any(t.stack_depth == 0 for t in a.traces):
         warnings.append(
             "stacks were off (--stack-depth 0) in %d trace file(s): no call sites there"
             % sum(1 for t in a.traces if t.stack_depth == 0)
         )
-    sc = stack_counts(a.traces)
     warn = stack_cache_note(sc)
     if warn:
         warnings.append(warn)
@@ -528,7 +719,6 @@ def build_report(
     if getattr(a.td, "bad_samples", 0):
         warnings.append("%d malformed line(s) of samples*.jsonl were skipped" % a.td.bad_samples)
     warnings.extend(implausible(a))
-    lost = lost_json(a)
     if lost:
         warnings.append(
             "%d process(es) lost events when their trace could not be written (see Events "
@@ -539,10 +729,11 @@ def build_report(
             "truncated traces end where the process stopped writing: what is live "
             "at their end may have been freed later, unseen"
         )
+    return warnings
 
-    agg = aggregate_notes(a)  # --aggregate traces (and damaged ones): what they lack
-    warnings.extend(agg["warnings"])
 
+def _budget_json(a: Analysis, limits: dict) -> dict | None:
+    """The budget the run ran under (None without one)."""
     budget = None
     if limits or a.td.run.get("budget") or a.td.run.get("group"):
         on = sorted({t.info.get("on_exceed") for t in a.traces if t.info.get("on_exceed")})
@@ -556,73 +747,7 @@ def build_report(
             # figure per process, summed): device -> bytes
             "contexts": {str(d): v for d, v in sorted(a.budget_contexts().items())},
         }
-
-    argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
-    moment_json = {
-        "spec": mom["spec"],
-        "kind": mom["kind"],
-        "time": a.seconds(mom["ts_ns"]),
-        "ts_ns": mom["ts_ns"],
-        "device": device,
-    }
-    trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
-    never = {
-        "bytes": end_live.bytes,
-        "count": end_live.count,
-        "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
-        "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
-        "more_sites": max(0, len(end_sites) - top),
-    }
-    host_end = m.host_end
-    return {
-        "schema": SCHEMA,
-        "cudatrace_version": __version__,
-        "path": str(a.path),
-        "command": list(argv),
-        "start_ns": a.start_ns,
-        "start_time": a.td.run.get("start_time"),
-        "duration": a.seconds(m.t_end) if m.n_events else 0.0,
-        "exit_status": a.td.run.get("exit_status"),
-        "versions": _versions(a),
-        "at": moment_json,
-        "by": by,
-        "depth": depth,
-        "device": device,
-        "attribution": attribution_json(a),
-        "peak_bytes": m.peak_bytes if device is None else m.device_peaks[device][0],
-        "peak_time": (a.seconds(m.peak_ts) if m.found else None)
-        if device is None
-        else a.seconds(m.device_peaks[device][1]),
-        "peak_ts_ns": (m.peak_ts if m.found else None)
-        if device is None
-        else m.device_peaks[device][1],
-        "end_bytes": m.end_bytes if device is None else m.device_end.get(device, 0),
-        "total_live_bytes": total,
-        "total_live_count": live.count,
-        "sites": [site_json(a, s, total, i) for i, s in enumerate(sites[:top], 1)],
-        "more_sites": max(0, len(sites) - top),
-        "never_freed": never,
-        "failed": failed,
-        "denied": denied,
-        "processes": processes,
-        "devices": devices,
-        "host_pinned": {
-            "peak_bytes": m.host_peak,
-            "peak_time": a.seconds(m.host_peak_ts) if m.host_peak else None,
-            "end_bytes": host_end,
-            "allocs": c.get("host_allocs", 0),
-        },
-        "memory_queries": mq,
-        "observed": obs,
-        "budget": budget,
-        "counts": {**c, **sc},
-        "truncated_files": truncated,
-        "python": python_summary(a),
-        "lost": lost,
-        "unreadable_files": list(a.td.errors),
-        "warnings": warnings,
-        "aggregate": agg["json"],
-    }
+    return budget
 
 
 def python_summary(a: Analysis) -> dict | None:

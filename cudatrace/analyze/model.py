@@ -9,7 +9,14 @@ counted as unmatched and changes nothing. An allocation at an address still live
 one (counted as reused). cuMemRelease of a VMM handle that is still mapped frees nothing until
 its last cuMemUnmap, as in the driver. Failed allocations are listed, never counted.
 
-The events of all processes are merged by timestamp (ties: trace order). One pass records every
+A process's memory ends when the process ends: at its exit record, or when exec replaced its
+image (the next image's start), whatever it still held is gone, as the driver gives it back. A
+process that left no end (killed, still running) holds its memory to the end of the run. The
+run's end figure (`end_bytes`, `live_at_end`) is what was never freed: live at the end, or held
+by its process when that process ended.
+
+The events of all processes are merged by timestamp (ties: a process's end first, then trace
+order). One pass records every
 allocation's lifetime, so what is live at the peak, at the end or at any time is a filter, not
 a second replay. The pass runs in C (native/reader/replay.c, in the tools library) over the scanner's
 event arrays. The same rules written in Python (tests/support/replay_oracle.py) are the reference
@@ -49,6 +56,7 @@ TS, SIZE, ADDR, AUX, AUX2, TID, DEV, RES, STACK, API, RT, OP, KIND, SPACE, FLAGS
 )
 NFIELDS = len(_F)
 NONE64 = (1 << 64) - 1
+NEVER_FREED = "never_freed"  # a `by_ts` value of the backends' queries: never freed
 TIMELINE_BUCKETS = 4096
 
 KIND_NAMES = {
@@ -92,7 +100,8 @@ def host_kinds() -> set[int]:
     return {C()["CT_KIND_HOST"]}
 
 
-END_LIVE, END_FREE, END_REUSED, END_UNMAPPED = 0, 1, 2, 3  # Alloc.how: why a life ended
+# Alloc.how: why a life ended (END_EXITED: its process ended holding it)
+END_LIVE, END_FREE, END_REUSED, END_UNMAPPED, END_EXITED = 0, 1, 2, 3, 4
 
 
 class Alloc:
@@ -250,6 +259,26 @@ def _c_backend():
 _c_error = [""]
 
 
+def process_ends(traces: list[Trace]) -> list[int]:
+    """When each trace's process (image) ended, 0 when unknown: its exit record, or for an image
+    that exec replaced, the start of the next image of the same process (pid and start time)."""
+    starts: dict[tuple, list[tuple[int, int]]] = {}
+    for t in traces:
+        key = (t.pid, getattr(t, "start_ticks", 0))
+        starts.setdefault(key, []).append((t.exec_index, t.start_monotonic_ns))
+    out = []
+    for t in traces:
+        end = getattr(t, "end", None)
+        if end is not None:
+            out.append(max(int(end.ts_ns), 1))
+            continue
+        later = [
+            s for i, s in starts.get((t.pid, getattr(t, "start_ticks", 0)), []) if i > t.exec_index
+        ]
+        out.append(min(later) if later and getattr(t, "status", "") == "exec" else 0)
+    return out
+
+
 def _mask(kinds) -> int:
     m = 0
     for k in kinds:
@@ -266,7 +295,9 @@ class _CReplay:
         self.keep = []
         arr = ffi.new("struct ct_replay_trace[]", max(len(traces), 1))
         es = layout("struct ct_event")[0]
+        ends = process_ends(traces)
         for i, t in enumerate(traces):
+            arr[i].end_ts = ends[i]
             raw = getattr(t, "raw_events", None)
             n = getattr(t, "n_events", 0) if raw is not None else 0
             if raw is None:  # events given as tuples: pack them for C
@@ -351,8 +382,13 @@ class _CReplay:
     def _dev(self, device):
         return self.K["CT_REPLAY_ANY_DEVICE"] if device is None else int(device)
 
+    def _by(self, by_ts) -> int:
+        if by_ts == NEVER_FREED:
+            return self.K["CT_REPLAY_NEVER_FREED"]
+        return self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
+
     def select(self, by_ts: bool, value: int, device=None) -> list[Alloc]:
-        by = self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
+        by = self._by(by_ts)
         value = max(0, min(int(value), NONE64))
         n = self.lib.ct_replay_select(self.h, by, value, self._dev(device), self.ffi.NULL, 0)
         buf = self.ffi.new("struct ct_live[]", max(n, 1))
@@ -360,7 +396,7 @@ class _CReplay:
         return self._allocs(buf, n)
 
     def groups(self, by_ts: bool, value: int, device=None) -> Groups:
-        by = self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
+        by = self._by(by_ts)
         value = max(0, min(int(value), NONE64))
         _, n = self.live_bytes(by_ts, value, device)
         out = self.ffi.new("struct ct_group[]", max(n, 1))
@@ -390,7 +426,7 @@ class _CReplay:
         return Groups(rows, keep=sizes)
 
     def live_bytes(self, by_ts: bool, value: int, device=None) -> tuple[int, int]:
-        by = self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
+        by = self._by(by_ts)
         cnt = self.ffi.new("uint64_t *")
         b = self.lib.ct_replay_live_bytes(
             self.h, by, max(0, min(int(value), NONE64)), self._dev(device), cnt
@@ -492,7 +528,7 @@ class Model:
     @property
     def live_at_end(self) -> list[Alloc]:
         """Device allocations never freed (live when the traces end)."""
-        return self._cached(("end", None), lambda: self.backend.select(False, NONE64 - 1))
+        return self._cached(("end", None), lambda: self.backend.select(NEVER_FREED, 0))
 
     def live_at_device_peak(self, device: int) -> list[Alloc]:
         """Allocations on device live at that device's own peak."""
@@ -513,9 +549,7 @@ class Model:
         return self._cached(("gpeak", device), lambda: self.backend.groups(False, seq, device))
 
     def groups_at_end(self, device: int | None = None) -> Groups:
-        return self._cached(
-            ("gend", device), lambda: self.backend.groups(False, NONE64 - 1, device)
-        )
+        return self._cached(("gend", device), lambda: self.backend.groups(NEVER_FREED, 0, device))
 
     def groups_at(self, ts: int, device: int | None = None) -> Groups:
         return self.backend.groups(True, ts, device)

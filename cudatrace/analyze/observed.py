@@ -23,6 +23,7 @@ class Observed:
         self.ts = [s.get("t", 0) for s in self.samples]
         self.sampler = td.run.get("sampler", {}) or {}
         self.has_run = bool(td.run)
+        self.several_dirs = len(td.dirs) > 1  # a run of many ranks (docs/ranks.md)
 
     # ---- one sample ----
     def near(self, ts: int) -> dict | None:
@@ -81,6 +82,11 @@ class Observed:
     def why_no_nvml(self) -> str:
         if not self.has_run:
             return "no run.json beside the trace (a single file was given, or a copy without it)"
+        if self.several_dirs:
+            return (
+                "a run of several trace directories: each host sampled its own devices "
+                "(report one directory to compare)"
+            )
         if not self.samples:
             return "no samples were recorded (samples.jsonl missing or empty)"
         if self.sampler.get("nvml_why"):
@@ -130,7 +136,7 @@ class Observed:
         traced_at(times) gives the traced live bytes at each sample's time, so every observed
         figure is set beside what the trace held at that very moment."""
 
-        def sec(ts: int) -> float:
+        def sec(ts):
             return round((ts - start_ns) / 1e9, 6)
 
         per_process = self.per_process_for(device)
@@ -152,6 +158,13 @@ class Observed:
         traced = list(traced_at(self.ts))
         live = [k for k, v in enumerate(traced) if v > 0]
         out["overlap"] = bool(live)
+        out["baseline"] = base = self._baseline(device, sec)
+        out["near_peak"] = self._near_peak(peak_ts, traced, live, base, device, per_process, sec)
+        out["max"] = self._maxima(traced, base, device, per_process, sec)
+        return out
+
+    def _baseline(self, device, sec) -> dict:
+        """The first sample: what the machine held before the run allocated."""
         first = self.samples[0]
         base = {
             "time": sec(first["t"]),
@@ -162,8 +175,11 @@ class Observed:
         du = self.device_used(first, device)
         if du:
             base["device_used"] = du[0]
-        out["baseline"] = base
+        base["mem_free"] = first.get("mem_free")
+        return base
 
+    def _near_peak(self, peak_ts, traced, live, base, device, per_process, sec) -> dict:
+        """The sample nearest the traced peak (that saw something traced live), beside it."""
         k = min(range(len(self.ts)), key=lambda j: (abs(self.ts[j] - peak_ts), j))
         note = None
         if traced[k] == 0 and live:
@@ -200,13 +216,13 @@ class Observed:
             near["device_used"], near["device_total"] = du
             if base["device_used"] is not None:
                 near["device_used_rise"] = du[0] - base["device_used"]
-        if near["mem_available"] is not None and base["mem_available"] is not None:
-            near["mem_available_drop"] = base["mem_available"] - near["mem_available"]
-        base["mem_free"] = first.get("mem_free")
-        if near["mem_free"] is not None and base["mem_free"] is not None:
-            near["mem_free_drop"] = base["mem_free"] - near["mem_free"]
-        out["near_peak"] = near
+        for key in ("mem_available", "mem_free"):
+            if near[key] is not None and base[key] is not None:
+                near[key + "_drop"] = base[key] - near[key]
+        return near
 
+    def _maxima(self, traced, base, device, per_process, sec) -> dict:
+        """The largest figure of each kind over the run, and when."""
         mx: dict = {
             "tree_device_bytes": None,
             "tree_device_time": None,
@@ -223,20 +239,9 @@ class Observed:
             "mem_available_time": None,
         }
         if per_process:
-            vals = [(self.tree_device_bytes(x, device), j) for j, x in enumerate(self.samples)]
-            vals = [v for v in vals if v[0] is not None]
-            if vals:
-                v, j = max(vals, key=lambda x: (x[0], -x[1]))
-                mx.update(
-                    tree_device_bytes=v,
-                    tree_device_time=sec(self.ts[j]),
-                    traced_bytes_then=traced[j],
-                    untraced_bytes=v - traced[j],
-                )
-                u, j = max(((v - traced[j], j) for v, j in vals), key=lambda x: (x[0], -x[1]))
-                mx.update(untraced_max_bytes=u, untraced_max_time=sec(self.ts[j]))
-        seen = [(self.device_used(x, device), x["t"]) for x in self.samples]
-        used = [(u[0], t) for u, t in seen if u]
+            self._tree_maxima(mx, traced, device, sec)
+        used = [(self.device_used(x, device), x["t"]) for x in self.samples]
+        used = [(u[0], t) for u, t in used if u]
         if used:
             v, t = max(used, key=lambda x: (x[0], -x[1]))
             mx.update(device_used=v, device_used_time=sec(t))
@@ -246,15 +251,33 @@ class Observed:
                 v, t = max(vals, key=lambda x: (x[0], -x[1]))
                 mx.update({key: v, key + "_time": sec(t)})
         avail = [
-            (x["mem_available"], x["t"]) for x in self.samples if x.get("mem_available") is not None
+            (x.get("mem_available"), x["t"])
+            for x in self.samples
+            if x.get("mem_available") is not None
         ]
         if avail:
             v, t = min(avail, key=lambda x: (x[0], x[1]))
             mx.update(mem_available_min=v, mem_available_time=sec(t))
             if base["mem_available"] is not None:
                 mx["mem_available_drop"] = base["mem_available"] - v
-        out["max"] = mx
-        return out
+        return mx
+
+    def _tree_maxima(self, mx: dict, traced, device, sec) -> None:
+        """The process tree's largest device use (per-process NVML) and its largest excess
+        over the trace."""
+        vals = [(self.tree_device_bytes(x, device), j) for j, x in enumerate(self.samples)]
+        vals = [v for v in vals if v[0] is not None]
+        if not vals:
+            return
+        v, j = max(vals, key=lambda x: (x[0], -x[1]))
+        mx.update(
+            tree_device_bytes=v,
+            tree_device_time=sec(self.ts[j]),
+            traced_bytes_then=traced[j],
+            untraced_bytes=v - traced[j],
+        )
+        u, j = max(((v - traced[j], j) for v, j in vals), key=lambda x: (x[0], -x[1]))
+        mx.update(untraced_max_bytes=u, untraced_max_time=sec(self.ts[j]))
 
     # ---- series for pictures ----
     def series(self, device: int | None = None) -> dict[str, list[tuple[int, int]]]:

@@ -19,6 +19,7 @@ from ..symbols import python as pyframes
 from .layers import CallGraph
 from .model import API, RT, Alloc, Groups, Model
 from .names import display_name
+from .ranks import rank_label_of
 from .trace import Trace
 
 FOLD_MODULES = re.compile(
@@ -30,7 +31,7 @@ FOLD_FUNCTIONS = re.compile(
     r"libcudart_static|cudaApi)"
 )
 
-GROUPINGS = ("site", "api", "library", "process")
+GROUPINGS = ("site", "api", "library", "process", "rank")
 VIEWS = ("hybrid", "python", "native")
 # Python's own call machinery between a Python line and the native code it called: folded when
 # the stack has Python frames (the interpreter itself is matched by its eval loop's module too)
@@ -453,7 +454,8 @@ def group(
     largest first.
 
     by: "site" (the first `depth` frames outside CUDA's libraries), "api" (driver API and the
-    runtime call it ran under), "library" (module of the first such frame), "process"."""
+    runtime call it ran under), "library" (module of the first such frame), "process", "rank"
+    (the process's rank and host, analyze/ranks.py)."""
     if by not in GROUPINGS:
         raise ValueError(f"unknown grouping {by!r}")
     depth = max(1, depth)
@@ -463,6 +465,7 @@ def group(
         stacks.learn_if_alone({(r[0], r[1]) for r in rows if r[1]})
     sites: dict[tuple, Site] = {}
     api_names: dict[tuple, str] = {}
+    rank_labels = None
     for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
         t = model.traces[ti]
         name = None
@@ -478,6 +481,11 @@ def group(
             fr = full[:1]
             key = (os.path.basename(full[0].module) if full else "?",)
             name = key[0] if full else NO_STACK
+        elif by == "rank":
+            if rank_labels is None:
+                rank_labels = rank_label_of(model.traces)
+            key = (rank_labels[ti],)
+            name = key[0]
         else:
             key = (ti,)
             name = process_label(t)

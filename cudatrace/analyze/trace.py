@@ -2,7 +2,8 @@
 
 A trace directory holds one file per traced process image, `<pid>.<n>.ctrace`, plus the
 launcher's `run.json` and `samples.jsonl`. `read_trace` reads one file as far as it goes and says
-whether it ended cleanly; `read_dir` reads them all.
+whether it ended cleanly; `read_dir` reads them all; `read_dirs` reads several directories (one
+per host or launch, or a folder of them: `run_dirs`) as one run (docs/ranks.md).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pathlib import Path
 from .. import native, tracedir
 from ..errors import CudatraceError
 from ..symbols import python as pyframes
+from ..units import lossless_data
 
 _TYPE_FMT = {
     "uint8_t": "B",
@@ -145,6 +147,8 @@ class Trace:
     stopped_ns: int = 0  # the shim stopped writing then (a full disk): later events lost
     stopped_errno: int = 0
     stopped_exit: int = -1  # exit status noted after stopping, -1: unknown
+    source: str = ""  # the trace directory it was read from (a run of several: read_dirs)
+    clock_shift_ns: int = 0  # added to its times to put several hosts on one clock (read_dirs)
 
     @property
     def stopped_why(self) -> str:
@@ -251,12 +255,36 @@ def read_trace(path: str | os.PathLike) -> Trace:
         data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         size = len(data)  # what is mapped, whatever the size was a moment ago
     try:
-        return _parse(path, data, size, ffi, lib)
+        whole = _unseal(path, data)
+        return _parse(path, data if whole is None else whole, size, ffi, lib)
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
         # a record that contradicts its own size: the file is corrupt (never a traceback)
         raise TraceError(f"{path} is corrupt: {e}") from None
     finally:
         data.close()
+
+
+def _unseal(path: Path, data) -> bytearray | None:
+    """The trace with its compressed sealed chunks put back (tracedir.SEALED_*), or None when
+    it has none. The trace is read before the sidecar: a chunk punched out of it by then has
+    its entry written (and synced) already."""
+    side = path.with_name(path.name + tracedir.SEALED_SUFFIX)
+    if not side.is_file():
+        return None
+    whole = bytearray(data)
+    try:
+        blob = side.read_bytes()
+    except OSError as e:
+        raise TraceError(f"{side}: cannot read: {e.strerror or e}") from None
+    cs = int(C()["CT_CHUNK_SIZE"])
+    for chunk, raw in tracedir.sealed_entries(blob):
+        a = chunk * cs
+        b = min(a + len(raw), len(whole))
+        if chunk == 0 or len(raw) != cs or a >= b:
+            continue  # chunk 0 is never sealed; a chunk past the end: not this file's
+        if whole.count(0, a, b) == b - a:  # punched out of the trace: take the copy
+            whole[a:b] = raw[: b - a]
+    return whole
 
 
 def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
@@ -337,26 +365,20 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
         for k, v in K.items()
         if k.startswith("CT_REC_") and k != "CT_REC_MAGIC"
     }
+    decoders = {K["CT_REC_" + name]: fn for name, fn in _RECORD_DECODERS.items()}
     hdr, _ = layout("struct ct_rec_hdr")
-    ps, _ = layout("struct ct_rec_process")
-    api_s, _ = layout("struct ct_rec_api")
-    mod_s, _ = layout("struct ct_rec_module")
     stk_s, _ = layout("struct ct_rec_stack")
-    inf_s, _ = layout("struct ct_rec_info")
-    end_s, _ = layout("struct ct_rec_end")
-    pyc_s, _ = layout("struct ct_rec_pycode")
-    pyf_s, _ = layout("struct ct_rec_pyframe")
+    rec_stack = K["CT_REC_STACK"]
     parents, ips = t.parents, t.ips
     for off in offsets:
         _magic, rtype, rsize = hdr.unpack_from(data, off)
         body = off + hdr.size
-        rec_end = off + rsize
         if rtype in body_size and hdr.size + layout(body_size[rtype])[0].size > rsize:
             raise TraceError(
                 "%s is corrupt: a %s record at offset %d is %d bytes, too short for "
                 "its body" % (t.path, names.get(rtype, rtype), off, rsize)
             )
-        if rtype == K["CT_REC_STACK"]:
+        if rtype == rec_stack:  # the many records: decoded here, without a call
             nid, parent, ip = stk_s.unpack_from(data, body)
             if nid == 0 or nid > nstack:
                 raise TraceError(
@@ -371,63 +393,104 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
                     parents.append(0)
                     ips.append(0)
                 parents[nid], ips[nid] = parent, ip
-        elif rtype == K["CT_REC_MODULE"]:
-            ts, base, start, end, blen, plen = mod_s.unpack_from(data, body)
-            p = body + mod_s.size
-            bid = bytes(data[p : min(p + blen, rec_end)]) if blen else None
-            path = bytes(data[min(p + blen, rec_end) : min(p + blen + plen, rec_end)]).decode(
-                errors="replace"
-            )
-            t.modules.append(Module(path, base, start, end, bid, ts))
-        elif rtype == K["CT_REC_API"]:
-            aid, layer, op, kind, space, nlen = api_s.unpack_from(data, body)
-            name = bytes(data[body + api_s.size : min(body + api_s.size + nlen, rec_end)]).decode(
-                errors="replace"
-            )
-            t.apis[aid] = Api(aid, name, layer, op, kind, space)
-        elif rtype == K["CT_REC_PROCESS"]:
-            _pid, _ppid, nstr, argc = ps.unpack_from(data, body)
-            raw = bytes(data[body + ps.size : rec_end])
-            parts = raw.split(b"\0")
-            if nstr < 3:
-                raise TraceError(
-                    "%s is corrupt: the PROCESS record at offset %d holds %d strings "
-                    "(exe, host and cwd come first)" % (t.path, off, nstr)
-                )
-            # never believe a count beyond the strings the record holds
-            strs = [x.decode(errors="replace") for x in parts[: min(nstr, len(parts))]]
-            strs += [""] * max(0, 3 - len(strs))
-            t.exe, t.host, t.cwd = strs[0], strs[1], strs[2]
-            t.argv = strs[3 : 3 + argc]
-        elif rtype == K["CT_REC_INFO"]:
-            klen, vlen, _ = inf_s.unpack_from(data, body)
-            p = body + inf_s.size
-            key = bytes(data[p : min(p + klen, rec_end)]).decode(errors="replace")
-            val = bytes(
-                data[min(p + klen + 1, rec_end) : min(p + klen + 1 + vlen, rec_end)]
-            ).decode(errors="replace")
-            t.info[key] = val
-        elif rtype == K["CT_REC_PYFRAME"]:
-            if t.py is None:
-                t.py = pyframes.PyTables()
-            nid, parent, code, lasti, flags, _ = pyf_s.unpack_from(data, body)
-            t.py.add_node(nid, parent, code, lasti, flags)
-        elif rtype == K["CT_REC_PYCODE"]:
-            if t.py is None:
-                t.py = pyframes.PyTables()
-            addr, start, cid, first, units, ltlen, flen, qlen, _ = pyc_s.unpack_from(data, body)
-            p = body + pyc_s.size
-            fname = bytes(data[p : p + flen]).decode(errors="replace")
-            qname = bytes(data[p + flen + 1 : p + flen + 1 + qlen]).decode(errors="replace")
-            p += flen + qlen + 2
-            t.py.add_code(
-                pyframes.PyCode(cid, addr, fname, qname, first, units, bytes(data[p : p + ltlen]))
-            )
-        elif rtype == K["CT_REC_SNAPSLOT"]:  # --aggregate (analyze/aggregate.py reads it)
-            t.snap_slots.append(bytes(data[off : off + rsize]))
-        elif rtype == K["CT_REC_END"]:
-            ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
-            t.end = End(ts, code, dropped, events)
+        else:
+            fn = decoders.get(rtype)
+            if fn is not None:
+                fn(t, data, off, body, off + rsize)
+
+
+def _rec_module(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    mod_s, _ = layout("struct ct_rec_module")
+    ts, base, start, end, blen, plen = mod_s.unpack_from(data, body)
+    p = body + mod_s.size
+    bid = bytes(data[p : min(p + blen, rec_end)]) if blen else None
+    path = bytes(data[min(p + blen, rec_end) : min(p + blen + plen, rec_end)]).decode(
+        errors="replace"
+    )
+    t.modules.append(Module(path, base, start, end, bid, ts))
+
+
+def _rec_api(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    api_s, _ = layout("struct ct_rec_api")
+    aid, layer, op, kind, space, nlen = api_s.unpack_from(data, body)
+    name = bytes(data[body + api_s.size : min(body + api_s.size + nlen, rec_end)]).decode(
+        errors="replace"
+    )
+    t.apis[aid] = Api(aid, name, layer, op, kind, space)
+
+
+def _rec_process(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    ps, _ = layout("struct ct_rec_process")
+    _pid, _ppid, nstr, argc = ps.unpack_from(data, body)
+    raw = bytes(data[body + ps.size : rec_end])
+    parts = raw.split(b"\0")
+    if nstr < 3:
+        raise TraceError(
+            "%s is corrupt: the PROCESS record at offset %d holds %d strings "
+            "(exe, host and cwd come first)" % (t.path, off, nstr)
+        )
+    # never believe a count beyond the strings the record holds; bytes that are not UTF-8 kept
+    # as \xNN (units.lossless's form), never lost
+    strs = [x.decode(errors="backslashreplace") for x in parts[: min(nstr, len(parts))]]
+    strs += [""] * max(0, 3 - len(strs))
+    t.exe, t.host, t.cwd = strs[0], strs[1], strs[2]
+    t.argv = strs[3 : 3 + argc]
+
+
+def _rec_info(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    inf_s, _ = layout("struct ct_rec_info")
+    klen, vlen, _ = inf_s.unpack_from(data, body)
+    p = body + inf_s.size
+    key = bytes(data[p : min(p + klen, rec_end)]).decode(errors="replace")
+    val = bytes(data[min(p + klen + 1, rec_end) : min(p + klen + 1 + vlen, rec_end)]).decode(
+        errors="replace"
+    )
+    t.info[key] = val
+
+
+def _rec_pyframe(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    if t.py is None:
+        t.py = pyframes.PyTables()
+    pyf_s, _ = layout("struct ct_rec_pyframe")
+    nid, parent, code, lasti, flags, _ = pyf_s.unpack_from(data, body)
+    t.py.add_node(nid, parent, code, lasti, flags)
+
+
+def _rec_pycode(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    if t.py is None:
+        t.py = pyframes.PyTables()
+    pyc_s, _ = layout("struct ct_rec_pycode")
+    addr, start, cid, first, units, ltlen, flen, qlen, _ = pyc_s.unpack_from(data, body)
+    p = body + pyc_s.size
+    fname = bytes(data[p : p + flen]).decode(errors="replace")
+    qname = bytes(data[p + flen + 1 : p + flen + 1 + qlen]).decode(errors="replace")
+    p += flen + qlen + 2
+    t.py.add_code(
+        pyframes.PyCode(cid, addr, fname, qname, first, units, bytes(data[p : p + ltlen]))
+    )
+
+
+def _rec_snapslot(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    t.snap_slots.append(bytes(data[off:rec_end]))  # --aggregate (analyze/aggregate.py reads it)
+
+
+def _rec_end(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+    end_s, _ = layout("struct ct_rec_end")
+    ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
+    t.end = End(ts, code, dropped, events)
+
+
+# the non-event records other than STACK, by their CT_REC_ name: one decoder each
+_RECORD_DECODERS = {
+    "MODULE": _rec_module,
+    "API": _rec_api,
+    "PROCESS": _rec_process,
+    "INFO": _rec_info,
+    "PYFRAME": _rec_pyframe,
+    "PYCODE": _rec_pycode,
+    "SNAPSLOT": _rec_snapslot,
+    "END": _rec_end,
+}
 
 
 @dataclass
@@ -438,6 +501,9 @@ class TraceDir:
     errors: list[str]
 
     bad_samples: int = 0
+    # a run of several trace directories (read_dirs): each directory and its run.json
+    dirs: list[Path] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)
 
     def samples(self) -> list[dict]:
         """The sampler's lines that are well formed, from every sample file there (an
@@ -446,6 +512,8 @@ class TraceDir:
         hand."""
         seen: dict[int, dict] = {}
         self.bad_samples = 0
+        if len(self.dirs) > 1:  # each host sampled its own devices, on its own clock
+            return []
         for name in tracedir.SAMPLE_FILES:
             p = self.path / name
             try:
@@ -561,7 +629,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
     rp = path / tracedir.RUN
     if rp.exists():
         try:
-            run, why = _valid_run(json.loads(rp.read_text()))
+            run, why = _valid_run(lossless_data(json.loads(rp.read_text())))
             errors += why
         except (ValueError, OSError) as e:
             errors.append(f"run.json unreadable: {e}")
@@ -583,3 +651,55 @@ def iter_events(t: Trace) -> Iterator[dict]:
     names = event_fields()
     for e in t.events:
         yield dict(zip(names, e))
+
+
+# ---- a run of several trace directories (docs/ranks.md) ------------------------------------
+
+
+def run_dirs(path: str | os.PathLike) -> list[Path]:
+    """The trace directories a path names: itself (a trace directory or a .ctrace file), or,
+    for a directory that holds no trace file but trace directories (one per host: `-o
+    run/$(hostname)`), each of those, sorted by name."""
+    p = Path(path)
+    if not p.is_dir() or any(p.glob("*.ctrace")):
+        return [p]
+    subs = sorted(
+        d for d in p.iterdir() if d.is_dir() and not d.is_symlink() and any(d.glob("*.ctrace"))
+    )
+    return subs or [p]
+
+
+def read_dirs(paths) -> TraceDir:
+    """Several trace directories read as one run: the traces of all, in the order given, each
+    noting its directory (Trace.source); every error named with its directory. Processes on
+    different hosts are put on one clock by ranks.align_clocks, which the analysis calls."""
+    dirs = [d for p in paths for d in run_dirs(p)]
+    if len(dirs) == 1:
+        return read_dir(dirs[0])
+    if len({d.resolve() for d in dirs}) != len(dirs):
+        raise TraceError("the same trace directory is named twice")
+    traces: list[Trace] = []
+    errors: list[str] = []
+    runs: list[dict] = []
+    for d in dirs:
+        if not d.exists():
+            raise TraceError(f"{d}: no such trace directory or file")
+        try:
+            td = read_dir(d)
+        except TraceError as e:
+            errors.append(str(e))
+            runs.append({})
+            continue
+        for t in td.traces:
+            t.source = str(d)
+        traces += td.traces
+        errors += [f"{d}: {e}" for e in td.errors]
+        runs.append(td.run)
+    run = dict(runs[0]) if runs else {}
+    return TraceDir(dirs[0], traces, run, errors, dirs=dirs, runs=runs)
+
+
+def host_of(t: Trace) -> str:
+    """The host a process ran on: CUDATRACE_HOST when it was set (a container whose hostname is
+    not the machine's), else the hostname the shim read."""
+    return t.info.get("env.CUDATRACE_HOST") or t.host or "?"

@@ -38,6 +38,7 @@ import click
 
 from .. import simdriver
 from ..errors import CudatraceError, OptionError
+from .options import OutputPath
 
 PKG = Path(__file__).resolve().parent.parent  # the package
 REPO = PKG.parent  # the source checkout, when running from one
@@ -316,6 +317,30 @@ class Demo:
         )
 
     def run(self) -> int:
+        """The walkthrough, step by step; 0 when every step went as expected, else 1."""
+        self.intro()
+        big, small = self.trace_step()
+        self.report_step(big)
+        self.diff_step(big, small)
+        self.budget_step()
+        law = self.sweep_step()
+        self.say()
+
+        if self.problems:
+            self.say("The demo did not go as expected:")
+            for pr in self.problems:
+                self.say("  - " + pr)
+            return 1
+        self.say(
+            "Done: the trace named allocate_layer_kv (%d allocations), the diff showed it "
+            "shrink with --num-blocks %d," % (LAYERS, SMALL_BLOCKS)
+        )
+        self.say("the budget turned the runaway start-up into an error naming the function,")
+        self.say(f"and the sweep gave the law: {law}.")
+        return 0
+
+    def intro(self) -> None:
+        """The defect, in the words of its report."""
         p = self.plan
         kv = human(p.kv)
         self.say(
@@ -337,6 +362,10 @@ class Demo:
             )
         self.say()
 
+    def trace_step(self) -> tuple[Path, Path]:
+        """1. The three sizing settings, traced: (the --kv-cache-memory run, the --num-blocks
+        run)."""
+        kv = human(self.plan.kv)
         self.say("1. Trace the three sizing settings the docs describe.")
         big, st, _ = self.trace(f"kv-cache-memory-{kv}", "--kv-cache-memory", kv)
         self.expect(st == 0, "kvpool --kv-cache-memory %s exited %d" % (kv, st))
@@ -345,7 +374,12 @@ class Demo:
         fallback, st, _ = self.trace("fallback-%d-blocks" % FALLBACK_BLOCKS)
         self.expect(st == 0, "kvpool (fallback sizing) exited %d" % st)
         self.say()
+        return big, small
 
+    def report_step(self, big: Path) -> None:
+        """2. The report of the --kv-cache-memory run names allocate_layer_kv."""
+        p = self.plan
+        kv = human(p.kv)
         self.say(f"2. Who held the memory at the peak of the --kv-cache-memory {kv} run?")
         st, _ = self.cudatrace("report", big)
         self.expect(st == 0, "cudatrace report exited %d" % st)
@@ -367,6 +401,8 @@ class Demo:
             )
         self.say()
 
+    def diff_step(self, big: Path, small: Path) -> None:
+        """3. The diff against --num-blocks: allocate_layer_kv shrinks, as many allocations."""
         self.say("3. What changes with --num-blocks %d?" % SMALL_BLOCKS)
         st, text = self.cudatrace("diff", big, small)
         self.expect(st == 0, "cudatrace diff exited %d" % st)
@@ -397,6 +433,10 @@ class Demo:
             )
         self.say()
 
+    def budget_step(self) -> None:
+        """4. Under --budget, the oversized pool fails at once, the call site named."""
+        p = self.plan
+        kv = human(p.kv)
         budget = human(p.budget)
         self.say(
             f"4. Bound it: with --budget {budget} the oversized pool fails at once, with the "
@@ -420,22 +460,6 @@ class Demo:
                 "exited with status %d instead of filling the device." % (budget, st)
             )
         self.say()
-
-        law = self.sweep_step()
-        self.say()
-
-        if self.problems:
-            self.say("The demo did not go as expected:")
-            for pr in self.problems:
-                self.say("  - " + pr)
-            return 1
-        self.say(
-            "Done: the trace named allocate_layer_kv (%d allocations), the diff showed it "
-            "shrink with --num-blocks %d," % (LAYERS, SMALL_BLOCKS)
-        )
-        self.say("the budget turned the runaway start-up into an error naming the function,")
-        self.say(f"and the sweep gave the law: {law}.")
-        return 0
 
     def sweep_step(self) -> str:
         """5. `cudatrace sweep` of --kv-cache-memory over three values, --expect 1: the per-layer
@@ -583,7 +607,7 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
     "-o",
     "--output",
     "out_dir",
-    type=click.Path(path_type=Path),
+    type=OutputPath(),
     help="Folder for the build and the traces (kept). Default: a temporary folder, "
     "removed at the end unless --keep.",
 )

@@ -28,8 +28,9 @@ HELP = {"help_option_names": ["-h", "--help"]}
 def diff(a, b, top, attribution, outputs):
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
-    A and B are trace directories (or .ctrace files). Sites are matched by function, file and
-    module names, so two runs, or two builds with symbols, compare.
+    A and B are trace directories (or .ctrace files), or folders of trace directories (a run
+    of many ranks, docs/ranks.md). Sites are matched by function, file and module names, so
+    two runs, or two builds with symbols, compare.
     """
     run_diff(a, b, top, attribution, outputs)
     return 0
@@ -46,8 +47,9 @@ def run_diff(
 ) -> None:
     """The body of `cudatrace diff` (also callable from Python). Raises CudatraceError."""
     from ..analyze.analysis import Analysis
-    from ..present.diff import diff as diff_of
-    from ..present.diff import render_text, share_graph
+    from ..analyze.diff import diff as diff_of
+    from ..analyze.diff import share_graph
+    from ..present.diff import render_text
     from ..progress import stderr_is_tty
 
     out = out or sys.stdout

@@ -3,17 +3,17 @@ as `report` attributes it (present/export/ holds one module per format)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
 
 from ..errors import CudatraceError
-from .options import Attribution, Moment
+from ..outputs import describe
+from .options import Attribution, Moment, OutputPath
 
 
 @click.command()
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--format",
     "fmt",
@@ -25,15 +25,16 @@ from .options import Attribution, Moment
     "-o",
     "--output",
     required=True,
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=OutputPath(dir_okay=False),
     help="The file to write.",
 )
 @Moment.options()
 @Attribution.options(depth=False)
 def export(path, fmt, output, moment, attribution):
     """Write the trace in PATH in a format other tools open (pprof, flame graphs, PyTorch's
-    memory viewer, Perfetto), attributed as `report` attributes it."""
-    run_export(path, fmt, output, moment, attribution)
+    memory viewer, Perfetto), attributed as `report` attributes it. Several PATHs are one run
+    of many ranks, as for report."""
+    run_export(path[0] if len(path) == 1 else list(path), fmt, output, moment, attribution)
     return 0
 
 
@@ -73,25 +74,19 @@ def run_export(
         from ..units import format_bytes
 
         click.echo(
-            f"cudatrace: wrote {out} ({exporter.name}): {format_bytes(view.total)} live "
+            f"cudatrace: wrote {describe(out)} ({exporter.name}): {format_bytes(view.total)} live "
             f"{view.moment_text()}{_details(summary)}; open it with {exporter.opens_with}",
             err=True,
         )
 
 
 def _write(exporter, view, out: Path) -> dict:
-    """Write through a temporary file renamed over OUTPUT: whole or not at all."""
-    tmp = out.with_name(".%s.%d.tmp" % (out.name, os.getpid()))
-    try:
-        summary = exporter.write(view, tmp)
-        os.replace(tmp, out)
-    except OSError as e:
-        _unlink(tmp)
-        raise CudatraceError(f"cannot write {out}: {e.strerror or e}") from None
-    except BaseException:
-        _unlink(tmp)
-        raise
-    return summary
+    """Write OUTPUT by the rules of outputs.py: whole or not at all, written through (never
+    replaced) when it is a device or a FIFO, standard output for -."""
+    from ..outputs import output_path
+
+    with output_path(out) as tmp:
+        return exporter.write(view, tmp)
 
 
 def _details(summary: dict) -> str:
@@ -107,10 +102,3 @@ def _one(noun: str) -> str:
     if noun.endswith("ies"):
         return noun[:-3] + "y"
     return noun[:-1] if noun.endswith("s") else noun
-
-
-def _unlink(p: Path) -> None:
-    try:
-        p.unlink()
-    except OSError:
-        pass

@@ -1,9 +1,11 @@
 """The option groups the commands share, each defined once, and the parameter types that read
 sizes, times, moments and budget specs once, at parsing.
 
-An option group is a frozen dataclass (the one value a command's body receives, as pprof hands
-its one options value around) with a class method `options()` that returns the click
-decorator adding the group's options to a command. The decorator collects their values into the
+An option group is an immutable record (a typing.NamedTuple: the one value a command's body
+receives, as pprof hands its one options value around) with a class method `options()` that
+returns the click decorator adding the group's options to a command. (NamedTuple rather than a
+frozen dataclass for start-up: every command loads this module, and a dataclass costs a few
+milliseconds to create, a named tuple a fraction of one.) The decorator collects their values into the
 dataclass and passes it under the group's name (`attribution`, `moment`, `outputs`, `run`):
 
     @click.command()
@@ -20,8 +22,8 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
@@ -29,10 +31,24 @@ from ..errors import OptionError
 
 # = analyze.sites.GROUPINGS, written out so that the command line loads without the analysis
 # (tests/unit/test_imports.py checks that the two agree)
-GROUPINGS = ("site", "api", "library", "process")
+GROUPINGS = ("site", "api", "library", "process", "rank")
 
 
 # ---- parameter types -------------------------------------------------------------------------
+
+
+class OutputPath(click.Path):
+    """A path to write (-o, --html, ...): never empty (an empty name would write into the
+    current directory, or a file named nothing)."""
+
+    def __init__(self, **kw):
+        kw.setdefault("path_type", Path)
+        super().__init__(**kw)
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str) and not value.strip():
+            raise OptionError(f"{_name(param)}: an empty path names no file or directory")
+        return super().convert(value, param, ctx)
 
 
 class MomentSpec(click.ParamType):
@@ -96,7 +112,7 @@ def option_group(name: str, build, options: list):
     by its parameters; each option's destination is one of them."""
     import inspect
 
-    dests = list(inspect.signature(build).parameters)
+    dests = list(inspect.signature(build).parameters)  # a function, or a NamedTuple class
 
     def decorate(f):
         @functools.wraps(f)
@@ -119,8 +135,7 @@ FOLD_HELP = (
 )
 
 
-@dataclass(frozen=True)
-class Attribution:
+class Attribution(NamedTuple):
     """How allocations are attributed to call sites: every command that reports (report, diff,
     export, sweep) takes these options and means the same by them."""
 
@@ -205,8 +220,7 @@ class Attribution:
 # ---- the moment ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Moment:
+class Moment(NamedTuple):
     """Which moment of a run (--at) on which device (--device)."""
 
     at: str = "peak"
@@ -242,8 +256,7 @@ class Moment:
 # ---- outputs ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Outputs:
+class Outputs(NamedTuple):
     """What a command prints (text, or JSON with --json) and the files it also writes."""
 
     as_json: bool = False
@@ -266,7 +279,7 @@ class Outputs:
                 opts.append(
                     click.option(
                         flag,
-                        type=click.Path(dir_okay=False, path_type=Path),
+                        type=OutputPath(dir_okay=False),
                         default=None,
                         metavar="FILE",
                         help=text,
@@ -284,8 +297,7 @@ BUDGET_HELP = (
 )
 
 
-@dataclass(frozen=True)
-class RunSettings:
+class RunSettings(NamedTuple):
     """The settings of a traced run about stacks and budgets: `run` and every run of `sweep`."""
 
     stack_depth: int = 64
@@ -301,9 +313,7 @@ class RunSettings:
 
     def as_dict(self) -> dict:
         """The keywords of record.launcher.RunOptions."""
-        from dataclasses import asdict
-
-        return asdict(self)
+        return self._asdict()
 
     @classmethod
     def options(cls):

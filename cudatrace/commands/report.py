@@ -17,7 +17,7 @@ HELP = {"help_option_names": ["-h", "--help"]}
 
 
 @click.command("report", context_settings=HELP)
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(1, None), help="Sites listed."
 )
@@ -26,7 +26,7 @@ HELP = {"help_option_names": ["-h", "--help"]}
     type=click.Choice(GROUPINGS),
     default="site",
     show_default=True,
-    help="Group allocations by call site, API, library or process.",
+    help="Group allocations by call site, API, library, process or rank.",
 )
 @Moment.options()
 @Attribution.options()
@@ -44,14 +44,20 @@ HELP = {"help_option_names": ["-h", "--help"]}
 def report(path, top, by, moment, attribution, outputs, tree, watch):
     """Who held the device memory at the peak (or another moment), by call site.
 
-    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
+    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it. Several
+    PATHs (one per host or launch), or a folder of trace directories, are one run of many
+    ranks (docs/ranks.md).
     """
+    path = path[0] if len(path) == 1 else list(path)
     if watch:
+        if isinstance(path, list):
+            raise click.UsageError("--watch follows one trace directory")
         if outputs.as_json or outputs.svg or outputs.html:
             raise click.UsageError(
                 "--watch shows the text report; leave out --json, --svg and --html"
             )
-        return watch_report(path, top, by, moment, attribution)
+        watch_report(path, top, by, moment, attribution)
+        return 0
     run_report(path, top, by, moment, attribution, outputs, tree)
     return 0
 
@@ -143,7 +149,7 @@ def watch_report(
     interval: float = 1.0,
     out=None,
 ) -> int:
-    """The body of `cudatrace report --watch`: the text report every `interval` seconds until
+    """The body of `cudatrace report --watch` (returns the number of renders): the text report every `interval` seconds until
     Ctrl-C or the run's end (present/watch.py)."""
     from ..analyze.analysis import Analysis, build_report
     from ..analyze.sites import make_symbolizer
@@ -171,4 +177,22 @@ def watch_report(
             f"{why}: last render" if done else f"{why} (every {interval:g} s; Ctrl-C stops)",
         )
 
-    return loop(render, head, lambda: run_ended(path), interval, out)
+    waited = [None]
+
+    def ended() -> tuple[bool, str]:
+        if Path(path).exists():
+            return run_ended(path)
+        # a directory a run has not created yet is waited for, a while, never forever
+        waited[0] = waited[0] or time.monotonic()
+        if time.monotonic() - waited[0] >= MISSING_WAIT_S:
+            return True, f"{path} did not appear in {MISSING_WAIT_S:g} s"
+        return False, f"waiting for {path} to appear"
+
+    rc = loop(render, head, ended, interval, out)
+    if not Path(path).exists():
+        raise CudatraceError(f"{path}: no such trace directory")
+    return rc
+
+
+# how long `report --watch` waits for a trace directory that is not there yet
+MISSING_WAIT_S = 30.0

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from ..errors import OptionError
-from .options import RunSettings, ledger_dir_option
+from .options import OutputPath, RunSettings, ledger_dir_option
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -18,7 +17,7 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     "-o",
     "--output",
     "out_dir",
-    type=click.Path(path_type=Path),
+    type=OutputPath(),
     help="Trace directory (default: ./cudatrace-CMD-DATE-TIME, created).",
 )
 @click.option(
@@ -81,18 +80,19 @@ def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, 
         mode="none" if no_trace else "aggregate" if aggregate else "full",
         outlive_launcher=outlive_launcher,
         sample_ms=sample_ms,
+        on_end=None if quiet else _summarize,
         **settings.as_dict(),
     )
-    status, out = launch(opts)
-    if not quiet and out is None:
-        click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
-    elif not quiet:
-        _summarize(out, status)
+    status, _ = launch(opts)
     return status
 
 
-def _summarize(out, status: int) -> None:
-    """What `run` prints at the end; it never hides the command's status."""
+def _summarize(status: int, out) -> None:
+    """What `run` prints at the end, while the run still holds its trace directory (no other
+    run can have replaced it); it never hides the command's status."""
+    if out is None:
+        click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
+        return
     from ..present.summary import print_summary  # after the command has ended
 
     try:

@@ -11,7 +11,8 @@ from ..errors import CudatraceError, OptionError
 from .options import Outputs, ledger_dir_option
 
 
-@click.command()
+# a group may be named like an option (-x): an unknown option is taken as the GROUP
+@click.command(context_settings={"ignore_unknown_options": True})
 @click.argument("group", required=False)
 @Outputs.options("")
 @click.option("--watch", is_flag=True, help="Re-render every second until Ctrl-C.")
@@ -38,7 +39,8 @@ def status(group, outputs, watch, reset):
     if watch:
         if outputs.as_json:
             raise click.UsageError("--watch shows text; leave out --json")
-        return watch_status(group)
+        watch_status(group)
+        return 0
     from ..present.status import render_status
     from ..record.denials import attach_last_denials
     from ..record.ledger import status_json
@@ -62,7 +64,7 @@ def status_text(group) -> str:
 
 def watch_status(group=None, interval: float = 1.0, out=None) -> int:
     """The body of `cudatrace status --watch`: the status every `interval` seconds until
-    Ctrl-C (present/watch.py)."""
+    Ctrl-C (present/watch.py); returns the number of renders."""
     from ..present.watch import loop
 
     def head(done: bool, why: str) -> str:

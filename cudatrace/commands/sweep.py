@@ -12,7 +12,9 @@ from pathlib import Path
 import click
 
 from ..errors import OptionError
-from .options import Attribution, Duration, Outputs, RunSettings
+from ..outputs import OutputError, write_output
+from ..units import lossless_data
+from .options import Attribution, Duration, OutputPath, Outputs, RunSettings
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -61,7 +63,7 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     "-o",
     "--output",
     "out_dir",
-    type=click.Path(path_type=Path),
+    type=OutputPath(),
     help="Directory of the sweep, one trace directory per run.",
 )
 @click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
@@ -128,8 +130,8 @@ def run_sweep(
     if stop_after is not None and until_url is not None:
         raise OptionError("--stop-after and --until-url: give one")
     rule = StopRule(stop_after, until_url, settle, grace, url_timeout)
-    if until_url is not None and not re.match(r"^https?://", until_url):
-        raise OptionError(f"--until-url {until_url}: an http:// or https:// URL")
+    if until_url is not None:
+        _check_url(until_url)
     exp = _expect(expect, knobs)
     point = _point(predict, knobs)
     plan = Plan(
@@ -173,12 +175,30 @@ def run_sweep(
     except KeyboardInterrupt:
         err.write("cudatrace sweep: interrupted\n")
         return 130
-    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
+    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
     try:
-        (plan.out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
-    except OSError as e:
+        write_output(plan.out / "sweep.json", json.dumps(doc, indent=2) + "\n")
+    except OutputError as e:
         err.write("cudatrace sweep: could not write {}: {}\n".format(plan.out / "sweep.json", e))
     return _show(doc, runs, outputs, out, err)
+
+
+def _check_url(url: str) -> None:
+    """--until-url: a URL that can answer at all (scheme, host, a port that exists), refused
+    at once rather than waited on for the whole timeout."""
+    from urllib.parse import urlsplit
+
+    if not re.match(r"^https?://", url):
+        raise OptionError(f"--until-url {url}: an http:// or https:// URL")
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # ValueError for a port out of 0..65535
+    except ValueError as e:
+        raise OptionError(f"--until-url {url}: not a URL ({e})") from None
+    if not parts.hostname:
+        raise OptionError(f"--until-url {url}: no host")
+    if port == 0:
+        raise OptionError(f"--until-url {url}: port 0 is no port to connect to")
 
 
 def _expect(expect, knobs):
@@ -245,8 +265,8 @@ def _write_html(html, doc: dict, err) -> int:
     from ..present import sweep_html
 
     try:
-        Path(html).write_text(sweep_html.render(doc), encoding="utf-8")
-    except OSError as e:
+        write_output(html, sweep_html.render(doc))
+    except OutputError as e:
         err.write(f"cudatrace sweep: could not write {html}: {e}\n")
         return 1
     err.write(f"cudatrace sweep: charts in {html}\n")
@@ -263,5 +283,5 @@ def _run_from(path: Path, values, cmd, outputs, expect, predict, top, attributio
     exp = _expect(expect, plan.knobs)
     point = _point(predict, plan.knobs)
     _check_html(outputs.html)
-    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
+    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
     return _show(doc, runs, outputs, out, err)

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..analyze.analysis import Analysis
 from ..analyze.model import AUX, AUX2
 from ..analyze.sites import NO_STACK, api_label, make_symbolizer
-from ..units import format_bytes
+from ..units import format_bytes, printable
 
 
 class DenialPrinter:
@@ -77,7 +77,7 @@ class DenialPrinter:
                     format_bytes(g["in_use"]),
                 )
             )
-        if lines:
-            stream.write("".join(lines))
+        if lines:  # a symbol's bytes are data: escaped before they reach the terminal
+            stream.write("".join(printable(x[:-1]) + "\n" for x in lines))
             stream.flush()
         return list(groups.values())

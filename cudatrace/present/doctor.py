@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from ..units import format_bytes
+from ..units import format_bytes, printable
+
+
+def _v(x) -> str:
+    """A probe's figure as text: what could not be read reads "unknown", never Python's None."""
+    return "unknown" if x is None or x == "" else str(x)
 
 
 def render_doctor(r: dict) -> str:
@@ -26,7 +31,7 @@ def render_doctor(r: dict) -> str:
                 )
             )
     else:
-        L.append("CUDA driver   none ({})".format(d["why"]))
+        L.append("CUDA driver   none ({})".format(_v(d["why"])))
     n = r["nvml"]
     if n["available"]:
         mem = (
@@ -47,13 +52,13 @@ def render_doctor(r: dict) -> str:
             )
         )
     else:
-        L.append("NVML          none ({})".format(n["why"]))
+        L.append("NVML          none ({})".format(_v(n["why"])))
     led = r["ledger"]
     where = "from CUDATRACE_LEDGER_DIR" if led["env"] else "default"
     if not led["ok"]:
-        L.append("ledger dir    REFUSED: {}".format(led["error"]))
+        L.append("ledger dir    REFUSED: {}".format(_v(led["error"])))
     elif not led["exists"]:
-        L.append("ledger dir    {} ({}): {}".format(led["path"], where, led.get("note", "")))
+        L.append("ledger dir    {} ({}): {}".format(_v(led["path"]), where, _v(led.get("note"))))
     else:
         L.append(
             "ledger dir    %s (%s): uid %d, mode %s, %s; %d ledger%s"
@@ -71,9 +76,9 @@ def render_doctor(r: dict) -> str:
     L.append(
         "namespace     pid namespace %s (%s; pid 1's: %s), uid %d, container: %s"
         % (
-            ns["pidns"],
-            "the host's" if ns["initial_pidns"] else "not the host's",
-            ns["pidns_of_pid1"],
+            _v(ns["pidns"]),
+            {True: "the host's", False: "not the host's"}.get(ns["initial_pidns"], "unknown"),
+            _v(ns["pidns_of_pid1"]),
             ns["uid"],
             ns["container"] or "none seen",
         )
@@ -82,7 +87,11 @@ def render_doctor(r: dict) -> str:
         L.append("  cgroup      {}".format(ns["cgroup"]))
     c = r.get("command")
     if c:
-        L.append("command       {} -> {}".format(c["argv0"], c["path"] or "not found"))
+        L.append(
+            "command       {} -> {}".format(
+                printable(c["argv0"]), printable(c["path"] or "not found")
+            )
+        )
         L.extend(_command_lines(c, "  "))
     L.append("")
     L.append("What to do:" if r["advice"] else "Nothing to do.")
@@ -96,7 +105,7 @@ def _command_lines(c: dict, ind: str) -> list[str]:
         out.append(
             "{}{} ELF, {}; needs {}".format(
                 ind,
-                c.get("machine", ""),
+                _v(c.get("machine")),
                 "STATIC" if c["static"] else "dynamic",
                 ", ".join(c["needed"]) or "nothing",
             )
@@ -108,8 +117,9 @@ def _command_lines(c: dict, ind: str) -> list[str]:
         )
     elif c.get("kind") == "script" and c.get("interpreter"):
         i = c["interpreter"]
-        out.append("{}script run by {}".format(ind, i["path"] or i["argv0"]))
+        out.append("{}script run by {}".format(ind, printable(i["path"] or i["argv0"])))
         out.extend(_command_lines(i, ind + "  "))
+    out.extend(ind + x for x in c.get("notes", ()))
     out.append(
         "{}{}".format(
             ind, "can be entered" if c["ok"] else "CANNOT be entered: " + "; ".join(c["problems"])

@@ -50,6 +50,7 @@ from .html_data import (  # noqa: F401  (MAX_*, OTHER: part of this module's int
     run_data,
     snapshot,
 )
+from .html_ranks import ranks_card, ranks_diff_card
 from .report import render_text
 
 
@@ -285,7 +286,10 @@ def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progr
         _stat(
             "peak",
             format_bytes(r["peak_bytes"]) if r["peak_time"] is not None else "none",
-            "at {}".format(_when(r["peak_time"]))
+            "{}at {}".format(
+                "the most one device held, " if r.get("peak_scope") == "device" else "",
+                _when(r["peak_time"]),
+            )
             if r["peak_time"] is not None
             else "nothing allocated",
         ),
@@ -348,6 +352,7 @@ def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progr
         facts=_facts_html(r),
         text=e(render_text(r)),
         aggregation=e(data["aggregation"]),
+        ranks=ranks_card(a, r),
     )
     return page(title + " — device memory report", data, body)
 
@@ -371,7 +376,7 @@ _BODY_REPORT = (
   <p class="hint">Click the chart to choose a moment (the flame graph and the table follow; the
   arrow keys step between moments); drag across it to zoom in, double-click to zoom out.</p>
 </section>
-<section class="card" id="flame-card">
+{ranks}<section class="card" id="flame-card">
   <div class="card-head"><h2 id="flame-title">Live at the chosen moment</h2>
     <div class="controls" id="flame-controls"></div></div>
   <div id="flame-sub" class="sub"></div>
@@ -481,6 +486,7 @@ def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress
         generated=e(data["generated"]),
         version=e(data["version"]),
         aggregation=e(data["aggregation"]),
+        ranks=ranks_diff_card(d),
     )
     return page(title, data, body)
 
@@ -517,7 +523,7 @@ _BODY_DIFF = """<header class="top">
   <div class="card-head"><h2 id="sites-title">Site changes: {counts}</h2></div>
   <div id="sites"></div>
 </section>
-</main>
+{ranks}</main>
 <footer><p id="aggregation">{aggregation}.</p>
 <p>Written by cudatrace {version} on {generated}. This file is self-contained: it loads nothing
 from the network.</p></footer>
@@ -529,8 +535,10 @@ from the network.</p></footer>
 
 
 def write_html(path, text: str) -> Path:
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+    """The page, by the rules of outputs.py (its text lossless: no byte of a trace can make
+    it unwritable)."""
+    from ..outputs import write_output
+    from ..units import lossless
+
+    write_output(path, lossless(text))
+    return Path(path)

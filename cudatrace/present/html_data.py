@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..analyze.analysis import Analysis
 from ..analyze.model import NONE64, Groups
+from ..analyze.ranks import rank_label_of, tagged
 from ..analyze.sites import NO_STACK, SFrame, Site, key_text, site_of
 from ..units import format_bytes
 
@@ -160,23 +161,27 @@ def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: dict | None = None) 
     room = max(0, limit - len(out))
     taken = {(o["ts"], o["kind"]) for o in out}
     if pts and room:
-        if len(pts) <= room:
-            chosen = pts
-        else:
-            t0, t1 = pts[0][0], pts[-1][0]
-            span = max(1, t1 - t0)
-            best: dict[int, tuple] = {}
-            for ts, v in pts:
-                k = min(room - 1, (ts - t0) * room // span)
-                if k not in best or v > best[k][1]:
-                    best[k] = (ts, v)
-            chosen = [best[k] for k in sorted(best)]
-        for ts, _v in chosen:
+        for ts, _v in _highest_per_slice(pts, room):
             if (ts, "time") not in taken and not (m.found and ts == m.peak_ts):
                 out.append({"kind": "time", "ts": ts, "seq": None})
                 taken.add((ts, "time"))
     out.sort(key=lambda o: (o["ts"], o["kind"] != "time"))
     return out
+
+
+def _highest_per_slice(pts: list, room: int) -> list:
+    """The highest (ts, value) point in each of `room` equal slices of the run (every point
+    when there are no more than that)."""
+    if len(pts) <= room:
+        return pts
+    t0, t1 = pts[0][0], pts[-1][0]
+    span = max(1, t1 - t0)
+    best: dict[int, tuple] = {}
+    for ts, v in pts:
+        k = min(room - 1, (ts - t0) * room // span)
+        if k not in best or v > best[k][1]:
+            best[k] = (ts, v)
+    return [best[k] for k in sorted(best)]
 
 
 def _groups(a: Analysis, mo: dict) -> Groups:
@@ -386,6 +391,8 @@ def run_data(
         "moments": snaps,
         "events": _events(a, tables),
         "procs": [[t.pid, os.path.basename(t.exe) or "?"] for t in a.traces],
+        # each process's rank (docs/ranks.md): the timeline can be stacked by rank
+        "ranks": rank_label_of(a.traces) if tagged(a.traces) else None,
         "span": [t_first, t_last, max(t_last, obs_end)],
         "changes": len(m.timeline_points(None)) - 1 if m.found else 0,
     }

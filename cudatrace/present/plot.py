@@ -62,193 +62,234 @@ def render_svg(
     a, device: int | None = None, report: dict | None = None, width: int = W, height: int = H
 ) -> str:
     """The timeline of Analysis a as SVG text."""
-    m = a.model
-    start = a.start_ns
-    pts = m.timeline_points(device) if m.found else []
-    obs = a.observed.series(device)
-    nvml_tree = obs["tree_device"]
-    used = obs["device_used"]
-    no_nvml = not a.observed.nvml_devices(device) and not nvml_tree
-    avail_drop = []
-    if no_nvml and obs["mem_available"]:
-        base = obs["mem_available"][0][1]
-        avail_drop = [(t, max(0, base - v)) for t, v in obs["mem_available"]]
-    rss = obs["tree_rss"] if no_nvml else []
-    limits = a.budget_limits()
-    limit = (
-        limits.get(device)
-        if device is not None
-        else (sum(limits.values()) if len(limits) > 1 else next(iter(limits.values()), None))
-    )
-    denials = [x for x in m.denied if device is None or x.device == device]
-    fails = [x for x in m.failed if device is None or x.device == device]
-    peak_b, peak_ts = (
-        (m.device_peaks[device])
-        if device is not None and device in m.device_peaks
-        else (m.peak_bytes, m.peak_ts)
-    )
-
-    t_end = max([m.t_end] + [t for s in (nvml_tree, used, avail_drop, rss) for t, _ in s[-1:]])
-    x_max = max((t_end - start) / 1e9, 1e-3)
-    show_used = bool(used) and not no_nvml
-    vmax = max(
-        [peak_b, limit or 0]
-        + [v for s in (nvml_tree, avail_drop, rss) for _, v in s]
-        + ([v for _, v in used] if show_used else [])
-        + [1]
-    )
-    unit, uname = _unit(vmax * 1.05)
-    ystep = _nice_step(vmax * 1.05 / unit)
-    y_top = math.ceil(vmax * 1.05 / unit / ystep) * ystep
-    xstep = _nice_step(x_max, 8)
-    x_top = x_max * 1.02  # the data fills the width; ticks where they fall
-    pw, ph = width - ML - MR, height - MT - MB
-
-    def X(ts):
-        return ML + (ts - start) / 1e9 / x_top * pw
-
-    def Y(v):
-        return MT + ph - (v / unit) / y_top * ph
-
+    c = _Chart(a, device, width, height)
     o: list[str] = []
-    add = o.append
-    add(
-        '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
-        'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">'
-        % (width, height, width, height)
-    )
-    cmd = " ".join(report["command"]) if report and report.get("command") else str(a.path)
-    title = "cudatrace: device memory of %s" % (cmd if len(cmd) < 90 else cmd[:87] + "...")
-    if device is not None:
-        title += " (device %d)" % device
-    add(f"<title>{escape(title)}</title>")
-    add('<rect width="100%" height="100%" fill="white"/>')
-    add(
-        '<text x="%d" y="22" font-size="15" font-weight="bold" fill="%s">%s</text>'
-        % (ML, COL["text"], escape(title))
-    )
-    sub = (
-        f"peak {format_bytes(peak_b)} at {(peak_ts - start) / 1e9:.3f} s"
-        if m.found
-        else "no device memory traced"
-    )
-    if limit:
-        sub += f"; budget {format_bytes(limit)}"
-    if denials:
-        sub += "; %d denial%s" % (len(denials), "" if len(denials) == 1 else "s")
-    if no_nvml:
-        sub += f"; no NVML: {a.observed.why_no_nvml()}"
-    room = int((width - ML - 10) / 6.4)
-    if len(sub) > room:
-        sub = sub[: room - 3].rstrip() + "..."
-    add('<text x="%d" y="40" fill="#5f6368">%s</text>' % (ML, escape(sub)))
+    c.heading(o, report)
+    c.axes(o)
+    c.series(o)
+    c.marks(o)
+    c.legend(o)
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
 
-    # grid and axes
-    add('<g stroke="{}" stroke-width="1">'.format(COL["grid"]))
-    k = 0
-    while k * ystep <= y_top + 1e-9:
-        y = Y(k * ystep * unit)
-        add('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>' % (ML, y, ML + pw, y))
-        k += 1
-    k = 0
-    while k * xstep <= x_top + 1e-9:
-        x = ML + k * xstep / x_top * pw
-        add('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>' % (x, MT, x, MT + ph))
-        k += 1
-    add("</g>")
-    add('<g fill="{}">'.format(COL["text"]))
-    k = 0
-    while k * ystep <= y_top + 1e-9:
-        add(
-            '<text x="%d" y="%.1f" text-anchor="end">%s</text>'
-            % (ML - 8, Y(k * ystep * unit) + 4, _fmt(k * ystep))
-        )
-        k += 1
-    k = 0
-    while k * xstep <= x_top + 1e-9:
-        add(
-            '<text x="%.1f" y="%d" text-anchor="middle">%s</text>'
-            % (ML + k * xstep / x_top * pw, MT + ph + 18, _fmt(k * xstep))
-        )
-        k += 1
-    add("</g>")
-    add(
-        '<text x="%d" y="%d" text-anchor="middle" fill="%s">time since start (seconds)</text>'
-        % (ML + pw // 2, MT + ph + 38, COL["text"])
-    )
-    add(
-        '<text transform="translate(20 %d) rotate(-90)" text-anchor="middle" fill="%s">'
-        "device memory (%s)</text>" % (MT + ph // 2, COL["text"], uname)
-    )
-    add(
-        '<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>'
-        % (ML, MT, pw, ph, COL["axis"])
-    )
 
-    # traced: step line and a light area under it
-    if pts:
-        d = _step_path(pts, X, Y, X(m.t_end))
-        add(
-            '<path d="{} V {:.1f} H {:.1f} Z" fill="{}" fill-opacity="0.10" stroke="none"/>'.format(
-                d, Y(0), X(pts[0][0]), COL["traced_fill"]
+class _Chart:
+    """One timeline: its data (traced, observed, budget, denials, failures, peak) and its scale,
+    drawn section by section into a list of SVG lines."""
+
+    def __init__(self, a, device: int | None, width: int, height: int):
+        self.a, self.device, self.width, self.height = a, device, width, height
+        self.summed = ""  # set by heading() when the run's line adds several devices up
+        self.m = m = a.model
+        self.start = a.start_ns
+        self.pts = m.timeline_points(device) if m.found else []
+        self._observed(a, device)
+        limits = a.budget_limits()
+        self.limit = (
+            limits.get(device)
+            if device is not None
+            else (sum(limits.values()) if len(limits) > 1 else next(iter(limits.values()), None))
+        )
+        self.denials = [x for x in m.denied if device is None or x.device == device]
+        self.fails = [x for x in m.failed if device is None or x.device == device]
+        self.peak_b, self.peak_ts = (
+            (m.device_peaks[device])
+            if device is not None and device in m.device_peaks
+            else (m.peak_bytes, m.peak_ts)
+        )
+        self._scale()
+
+    def _observed(self, a, device) -> None:
+        obs = a.observed.series(device)
+        self.nvml_tree = obs["tree_device"]
+        self.used = obs["device_used"]
+        self.no_nvml = not a.observed.nvml_devices(device) and not self.nvml_tree
+        self.avail_drop = []
+        if self.no_nvml and obs["mem_available"]:
+            base = obs["mem_available"][0][1]
+            self.avail_drop = [(t, max(0, base - v)) for t, v in obs["mem_available"]]
+        self.rss = obs["tree_rss"] if self.no_nvml else []
+        self.show_used = bool(self.used) and not self.no_nvml
+
+    def _scale(self) -> None:
+        lines = (self.nvml_tree, self.used, self.avail_drop, self.rss)
+        t_end = max([self.m.t_end] + [t for s in lines for t, _ in s[-1:]])
+        x_max = max((t_end - self.start) / 1e9, 1e-3)
+        self.vmax = vmax = max(
+            [self.peak_b, self.limit or 0]
+            + [v for s in (self.nvml_tree, self.avail_drop, self.rss) for _, v in s]
+            + ([v for _, v in self.used] if self.show_used else [])
+            + [1]
+        )
+        self.unit, self.uname = _unit(vmax * 1.05)
+        self.ystep = _nice_step(vmax * 1.05 / self.unit)
+        self.y_top = math.ceil(vmax * 1.05 / self.unit / self.ystep) * self.ystep
+        self.xstep = _nice_step(x_max, 8)
+        self.x_top = x_max * 1.02  # the data fills the width; ticks where they fall
+        self.pw, self.ph = self.width - ML - MR, self.height - MT - MB
+
+    def X(self, ts):
+        return ML + (ts - self.start) / 1e9 / self.x_top * self.pw
+
+    def Y(self, v):
+        return MT + self.ph - (v / self.unit) / self.y_top * self.ph
+
+    def secs(self, ts) -> float:
+        return (ts - self.start) / 1e9
+
+    # ---- sections ----
+    def heading(self, o: list, report: dict | None) -> None:
+        a, m, width, height = self.a, self.m, self.width, self.height
+        o.append(
+            '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
+            'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">'
+            % (width, height, width, height)
+        )
+        # a run whose ordinals name several devices (docs/ranks.md): the line adds them up
+        self.summed = (
+            "all devices together: " if report and report.get("peak_scope") == "device" else ""
+        )
+        cmd = " ".join(report["command"]) if report and report.get("command") else str(a.path)
+        title = "cudatrace: device memory of %s" % (cmd if len(cmd) < 90 else cmd[:87] + "...")
+        if self.device is not None:
+            title += " (device %d)" % self.device
+        o.append(f"<title>{escape(title)}</title>")
+        o.append('<rect width="100%" height="100%" fill="white"/>')
+        o.append(
+            '<text x="%d" y="22" font-size="15" font-weight="bold" fill="%s">%s</text>'
+            % (ML, COL["text"], escape(title))
+        )
+        sub = (
+            f"{self.summed}peak {format_bytes(self.peak_b)} at {self.secs(self.peak_ts):.3f} s"
+            if m.found
+            else "no device memory traced"
+        )
+        if self.limit:
+            sub += f"; budget {format_bytes(self.limit)}"
+        if self.denials:
+            n = len(self.denials)
+            sub += "; %d denial%s" % (n, "" if n == 1 else "s")
+        if self.no_nvml:
+            sub += f"; no NVML: {a.observed.why_no_nvml()}"
+        room = int((width - ML - 10) / 6.4)
+        if len(sub) > room:
+            sub = sub[: room - 3].rstrip() + "..."
+        o.append('<text x="%d" y="40" fill="#5f6368">%s</text>' % (ML, escape(sub)))
+
+    def _ticks(self, step: float, top: float) -> list[float]:
+        out, k = [], 0
+        while k * step <= top + 1e-9:
+            out.append(k * step)
+            k += 1
+        return out
+
+    def axes(self, o: list) -> None:
+        """The grid, the tick labels, the axis titles and the frame."""
+        pw, ph, unit = self.pw, self.ph, self.unit
+        yt = self._ticks(self.ystep, self.y_top)
+        xt = self._ticks(self.xstep, self.x_top)
+        o.append('<g stroke="{}" stroke-width="1">'.format(COL["grid"]))
+        for v in yt:
+            y = self.Y(v * unit)
+            o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f"/>' % (ML, y, ML + pw, y))
+        for t in xt:
+            x = ML + t / self.x_top * pw
+            o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d"/>' % (x, MT, x, MT + ph))
+        o.append("</g>")
+        o.append('<g fill="{}">'.format(COL["text"]))
+        for v in yt:
+            o.append(
+                '<text x="%d" y="%.1f" text-anchor="end">%s</text>'
+                % (ML - 8, self.Y(v * unit) + 4, _fmt(v))
             )
-        )
-        add(
-            '<path d="{}" fill="none" stroke="{}" stroke-width="1.6" stroke-linejoin="round"/>'.format(
-                d, COL["traced"]
+        for t in xt:
+            o.append(
+                '<text x="%.1f" y="%d" text-anchor="middle">%s</text>'
+                % (ML + t / self.x_top * pw, MT + ph + 18, _fmt(t))
             )
+        o.append("</g>")
+        o.append(
+            '<text x="%d" y="%d" text-anchor="middle" fill="%s">time since start (seconds)</text>'
+            % (ML + pw // 2, MT + ph + 38, COL["text"])
         )
-    # observed
-    if show_used:
-        add(_polyline(used, X, Y, COL["used"], dash="5,4", width=1.3))
-    if nvml_tree:
-        add(_polyline(nvml_tree, X, Y, COL["tree"], width=1.8))
-    if avail_drop:
-        add(_polyline(avail_drop, X, Y, COL["avail"], width=1.6))
-    if rss:
-        add(_polyline(rss, X, Y, COL["rss"], dash="3,3", width=1.3))
-    # budget
-    if limit:
-        y = Y(limit)
-        add(
-            '<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-width="1.4" '
-            'stroke-dasharray="8,4"/>' % (ML, y, ML + pw, y, COL["budget"])
+        o.append(
+            '<text transform="translate(20 %d) rotate(-90)" text-anchor="middle" fill="%s">'
+            "device memory (%s)</text>" % (MT + ph // 2, COL["text"], self.uname)
         )
-        add(
-            '<text x="%d" y="%.1f" text-anchor="end" fill="%s">budget %s</text>'
-            % (ML + pw - 6, y - 5, COL["budget"], escape(format_bytes(limit)))
+        o.append(
+            '<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="%s"/>'
+            % (ML, MT, pw, ph, COL["axis"])
         )
-    # denials and failures
-    for x in denials[:2000]:
-        cx, cy = X(x.ts), Y(min(x.event[4], vmax * 1.04))  # AUX2: in use when denied
-        add(
-            '<path d="M {:.1f} {:.1f} l -4 -7 h 8 Z" fill="{}"><title>denied {} at {:.3f} s</title></path>'.format(
-                cx, cy, COL["deny"], escape(format_bytes(x.size)), (x.ts - start) / 1e9
-            )
-        )
-    if fails:
-        live_at = {}
-        for x in fails[:2000]:
-            if x.ts not in live_at:
-                live_at[x.ts] = m.live_bytes_at(x.ts, device)[0] if len(fails) <= 200 else 0
-            cx, cy = X(x.ts), Y(live_at[x.ts])
-            add(
-                '<path d="M {:.1f} {:.1f} m -4 -4 l 8 8 m 0 -8 l -8 8" stroke="{}" stroke-width="2">'
-                "<title>failed {} at {:.3f} s</title></path>".format(
-                    cx, cy, COL["fail"], escape(format_bytes(x.size)), (x.ts - start) / 1e9
+
+    def series(self, o: list) -> None:
+        """The traced step line (with a light area under it), the observed lines, the budget."""
+        X, Y = self.X, self.Y
+        if self.pts:
+            d = _step_path(self.pts, X, Y, X(self.m.t_end))
+            o.append(
+                '<path d="{} V {:.1f} H {:.1f} Z" fill="{}" fill-opacity="0.10" stroke="none"/>'.format(
+                    d, Y(0), X(self.pts[0][0]), COL["traced_fill"]
                 )
             )
-    # peak
-    if m.found:
-        px, py = X(peak_ts), Y(peak_b)
-        add(
+            o.append(
+                '<path d="{}" fill="none" stroke="{}" stroke-width="1.6" stroke-linejoin="round"/>'.format(
+                    d, COL["traced"]
+                )
+            )
+        if self.show_used:
+            o.append(_polyline(self.used, X, Y, COL["used"], dash="5,4", width=1.3))
+        if self.nvml_tree:
+            o.append(_polyline(self.nvml_tree, X, Y, COL["tree"], width=1.8))
+        if self.avail_drop:
+            o.append(_polyline(self.avail_drop, X, Y, COL["avail"], width=1.6))
+        if self.rss:
+            o.append(_polyline(self.rss, X, Y, COL["rss"], dash="3,3", width=1.3))
+        if self.limit:
+            y = Y(self.limit)
+            o.append(
+                '<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="%s" stroke-width="1.4" '
+                'stroke-dasharray="8,4"/>' % (ML, y, ML + self.pw, y, COL["budget"])
+            )
+            o.append(
+                '<text x="%d" y="%.1f" text-anchor="end" fill="%s">budget %s</text>'
+                % (ML + self.pw - 6, y - 5, COL["budget"], escape(format_bytes(self.limit)))
+            )
+
+    def marks(self, o: list) -> None:
+        """Denials (triangles), failures (crosses) and the peak (a circle with its label)."""
+        X, Y, m = self.X, self.Y, self.m
+        for x in self.denials[:2000]:
+            cx, cy = X(x.ts), Y(min(x.event[4], self.vmax * 1.04))  # AUX2: in use when denied
+            o.append(
+                '<path d="M {:.1f} {:.1f} l -4 -7 h 8 Z" fill="{}"><title>denied {} at {:.3f} s</title></path>'.format(
+                    cx, cy, COL["deny"], escape(format_bytes(x.size)), self.secs(x.ts)
+                )
+            )
+        live_at: dict = {}
+        for x in self.fails[:2000]:
+            if x.ts not in live_at:
+                few = len(self.fails) <= 200
+                live_at[x.ts] = m.live_bytes_at(x.ts, self.device)[0] if few else 0
+            cx, cy = X(x.ts), Y(live_at[x.ts])
+            o.append(
+                '<path d="M {:.1f} {:.1f} m -4 -4 l 8 8 m 0 -8 l -8 8" stroke="{}" stroke-width="2">'
+                "<title>failed {} at {:.3f} s</title></path>".format(
+                    cx, cy, COL["fail"], escape(format_bytes(x.size)), self.secs(x.ts)
+                )
+            )
+        if m.found:
+            self._peak(o)
+
+    def _peak(self, o: list) -> None:
+        px, py = self.X(self.peak_ts), self.Y(self.peak_b)
+        o.append(
             '<circle cx="{:.1f}" cy="{:.1f}" r="4.5" fill="white" stroke="{}" stroke-width="2"/>'.format(
                 px, py, COL["traced"]
             )
         )
-        label = f"peak {format_bytes(peak_b)} at {(peak_ts - start) / 1e9:.3f} s"
-        anchor = "start" if px < ML + pw * 0.7 else "end"
-        add(
+        label = f"{self.summed}peak {format_bytes(self.peak_b)} at {self.secs(self.peak_ts):.3f} s"
+        anchor = "start" if px < ML + self.pw * 0.7 else "end"
+        o.append(
             '<text x="{:.1f}" y="{:.1f}" text-anchor="{}" font-weight="bold" fill="{}">{}</text>'.format(
                 px + (8 if anchor == "start" else -8),
                 max(py - 8, MT + 12),
@@ -258,43 +299,43 @@ def render_svg(
             )
         )
 
-    # legend, under the plot
-    items: list[tuple[str, str, str | None]] = [
-        ("traced live (hooked allocations)", COL["traced"], None)
-    ]
-    if nvml_tree:
-        items.append(("NVML: process tree", COL["tree"], None))
-    if show_used:
-        items.append(("NVML: device used (all processes)", COL["used"], "5,4"))
-    if avail_drop:
-        items.append(("MemAvailable drop since start", COL["avail"], None))
-    if rss:
-        items.append(("process tree RSS", COL["rss"], "3,3"))
-    if limit:
-        items.append(("budget", COL["budget"], "8,4"))
-    x = ML
-    y = height - 16
-    for text, col, dash in items:
-        add(
-            '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/>'
-            % (x, y - 4, x + 22, y - 4, col, f' stroke-dasharray="{dash}"' if dash else "")
-        )
-        add('<text x="%d" y="%d" fill="%s">%s</text>' % (x + 28, y, COL["text"], escape(text)))
-        x += 28 + int(len(text) * 6.6) + 22
-    if denials:
-        add(
-            '<path d="M %d %d l -4 -7 h 8 Z" fill="%s"/><text x="%d" y="%d" fill="%s">denied</text>'
-            % (x + 6, y, COL["deny"], x + 16, y, COL["text"])
-        )
-        x += 70
-    if fails:
-        add(
-            '<path d="M %d %d m -4 -4 l 8 8 m 0 -8 l -8 8" stroke="%s" stroke-width="2"/>'
-            '<text x="%d" y="%d" fill="%s">failed</text>'
-            % (x + 6, y - 4, COL["fail"], x + 16, y, COL["text"])
-        )
-    add("</svg>")
-    return "\n".join(o) + "\n"
+    def legend(self, o: list) -> None:
+        """The legend, under the plot: one entry per line drawn, then the marks."""
+        summed = ", all devices summed" if self.summed else ""
+        items = [(f"traced live (hooked allocations{summed})", COL["traced"], None)]
+        if self.nvml_tree:
+            items.append(("NVML: process tree", COL["tree"], None))
+        if self.show_used:
+            items.append(("NVML: device used (all processes)", COL["used"], "5,4"))
+        if self.avail_drop:
+            items.append(("MemAvailable drop since start", COL["avail"], None))
+        if self.rss:
+            items.append(("process tree RSS", COL["rss"], "3,3"))
+        if self.limit:
+            items.append(("budget", COL["budget"], "8,4"))
+        x = ML
+        y = self.height - 16
+        for text, col, dash in items:
+            o.append(
+                '<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2.5"%s/>'
+                % (x, y - 4, x + 22, y - 4, col, f' stroke-dasharray="{dash}"' if dash else "")
+            )
+            o.append(
+                '<text x="%d" y="%d" fill="%s">%s</text>' % (x + 28, y, COL["text"], escape(text))
+            )
+            x += 28 + int(len(text) * 6.6) + 22
+        if self.denials:
+            o.append(
+                '<path d="M %d %d l -4 -7 h 8 Z" fill="%s"/><text x="%d" y="%d" fill="%s">denied</text>'
+                % (x + 6, y, COL["deny"], x + 16, y, COL["text"])
+            )
+            x += 70
+        if self.fails:
+            o.append(
+                '<path d="M %d %d m -4 -4 l 8 8 m 0 -8 l -8 8" stroke="%s" stroke-width="2"/>'
+                '<text x="%d" y="%d" fill="%s">failed</text>'
+                % (x + 6, y - 4, COL["fail"], x + 16, y, COL["text"])
+            )
 
 
 def _step_path(pts, X, Y, x_end) -> str:
@@ -331,6 +372,8 @@ def _polyline(series, X, Y, color, dash=None, width=1.5) -> str:
 
 
 def write_svg(a, path, device: int | None = None, report: dict | None = None) -> Path:
-    p = Path(path)
-    p.write_text(render_svg(a, device, report))
-    return p
+    from ..outputs import write_output
+    from ..units import lossless
+
+    write_output(path, lossless(render_svg(a, device, report)))
+    return Path(path)

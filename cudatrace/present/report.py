@@ -10,7 +10,7 @@ from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.names import fit
 from ..analyze.sites import SFrame, folded
 from ..units import printable, shell_quote
-from .text import percent, plural, secs_text, size_text, table, term_width
+from .text import end_label, percent, plural, secs_text, size_text, table, term_width
 
 CONTEXT_SITES = 5  # sites whose call stacks are listed
 
@@ -46,6 +46,31 @@ def via_text(site: dict, full: bool = False) -> str:
     """The folded layers, outermost first, then the API: `tensor_new > backend > cuMemAlloc_v2`."""
     chain = [_sframe(f).name(full) for f in reversed(site.get("via") or [])]
     return " > ".join(chain)
+
+
+def _status_text(p: dict, r: dict) -> str:
+    """How a process's trace ended, in words that never contradict each other."""
+    st, code = p["status"], p["exit_code"]
+    if st == "exec":
+        return "replaced by exec (complete up to it)"
+    if st == "complete":
+        if code not in (None, -1):
+            return f"complete, exit {code}"
+        pids = {q["pid"] for q in r["processes"]}
+        if (
+            p["ppid"] not in pids
+            and p.get("exec_index", 0) == 0
+            and r.get("exit_status") is not None
+        ):
+            return "complete, exit {} (as the launcher saw it)".format(r["exit_status"])
+        return "complete (its exit status was not seen: no hooked call came after main began)"
+    if p.get("stopped"):
+        if code is not None:
+            return "trace stopped ({}); the process exited with status {}".format(
+                p["stopped"], code
+            )
+        return "trace stopped ({}); no exit record".format(p["stopped"])
+    return "truncated (no clean exit record: killed, crashed or still running)"
 
 
 def _limits_text(limits: dict) -> str:
@@ -105,15 +130,34 @@ def _is_cuda(d: dict) -> bool:
 
 
 def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = None) -> str:
-    L: list[str] = []
-    width = width or term_width()
-    full = bool((r.get("attribution") or {}).get("full_names"))
+    """The text report from its dict (build_report), section by section."""
+    o = _Lines(width or term_width(), bool((r.get("attribution") or {}).get("full_names")))
+    o.top_context = top_context
+    for section in SECTIONS:
+        section(r, o)
+    L = o.L
+    while L and not L[-1]:
+        L.pop()
+    # whatever a trace held (argv, paths, names) reaches the terminal escaped
+    return "\n".join(printable(x) for x in L) + "\n"
 
-    w = L.append
 
-    def wf(line: str) -> None:  # a line that names code: cut to the terminal, never wrapped
-        L.append(fit(line, width))
+class _Lines:
+    """The lines of a text report being written, and how: the width, full names or not."""
 
+    def __init__(self, width: int, full: bool):
+        self.L: list[str] = []
+        self.width = width
+        self.full = full
+        self.top_context = CONTEXT_SITES
+
+    def wf(self, line: str) -> None:  # a line that names code: cut to the terminal, never wrapped
+        self.L.append(fit(line, self.width))
+
+
+def _text_header(r: dict, o: _Lines) -> None:
+    """The run: command, processes, trace settings, budget, events, Python."""
+    w = o.L.append
     w("cudatrace report: {}".format(r["path"]))
     if r["command"]:
         w("  command     {}".format(shell_quote(r["command"])))
@@ -123,18 +167,15 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         % (len(procs), ", %d truncated" % len(r["truncated_files"]) if r["truncated_files"] else "")
     )
     for p in procs:
-        st = p["status"]
-        if p["status"] == "complete":
-            st += (
-                ", exit {}".format(p["exit_code"])
-                if p["exit_code"] not in (None, -1)
-                else " (exit status not recorded)"
-            )
-        else:
-            st += " (no clean exit record: killed, crashed or still running)"
         w(
             "    pid %-7d ppid %-7d %-24s %s  [%s]"
-            % (p["pid"], p["ppid"], printable(os.path.basename(p["exe"])) or "?", st, p["file"])
+            % (
+                p["pid"],
+                p["ppid"],
+                printable(os.path.basename(p["exe"])) or "?",
+                _status_text(p, r),
+                p["file"],
+            )
         )
     v = r["versions"]
     parts = ["{} frames per event".format("/".join(str(d) for d in v["stack_depth"]))]
@@ -181,9 +222,14 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
     _render_python(r.get("python"), w)
     w("")
 
-    # peak
+
+def _text_peak(r: dict, o: _Lines) -> None:
+    """The peak, per device, and what was live at exit."""
+    w = o.L.append
     dev_note = " on device %d" % r["device"] if r["device"] is not None else ""
-    if r["peak_time"] is None:
+    if r["peak_time"] is None and any(p.get("stopped") for p in r["processes"]):
+        w(f"No device memory allocation was recorded{dev_note}: a trace stopped (see below).")
+    elif r["peak_time"] is None:
         w(f"No device memory was allocated through the hooked driver API{dev_note}.")
     else:
         w(
@@ -191,12 +237,19 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
                 dev_note, size_text(r["peak_bytes"]), secs_text(r["peak_time"])
             )
         )
+        if r.get("peak_scope") == "device":
+            w(
+                "  (the most one device held: in this run a device ordinal names several "
+                "devices, so peaks are per device)"
+            )
         if len(r["devices"]) > 1 or r["device"] is None:
             for d in r["devices"]:
                 w(
                     "  device %-3s peak %10s at %-12s at exit %10s  %s%s"
                     % (
-                        d["device"] if d["device"] >= 0 else "?",
+                        ("%s:%s" % (d["host"], d["label"]))
+                        if "host" in d
+                        else (d["device"] if d["device"] >= 0 else "?"),
                         size_text(d["peak_bytes"]),
                         secs_text(d["peak_time"]),
                         size_text(d["end_bytes"]),
@@ -205,23 +258,49 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
                     )
                 )
         w(
-            "  live at exit: {}; pinned host memory peak {}".format(
-                size_text(r["end_bytes"]), size_text(r["host_pinned"]["peak_bytes"])
+            "  {}: {}; pinned host memory peak {}".format(
+                end_label(sum(1 for p in r["processes"] if p["allocs"])),
+                size_text(r["end_bytes"]),
+                size_text(r["host_pinned"]["peak_bytes"]),
             )
         )
     w("")
 
-    # traced versus observed
+
+def _text_ranks(r: dict, o: _Lines) -> None:
+    """Many ranks (docs/ranks.md): per-rank peaks, the rank that stands out, sites across ranks."""
+    if r.get("ranks"):
+        from .ranks import render_ranks
+
+        o.L.extend(render_ranks(r["ranks"], o.width))
+        o.L.append("")
+
+
+def _text_observed(r: dict, o: _Lines) -> None:
+    """Traced versus observed (NVML, MemAvailable, RSS)."""
+    w = o.L.append
     _render_observed(r, w)
     w("")
 
-    # sites
+
+def _text_sites(r: dict, o: _Lines) -> None:
+    """The sites (or APIs, libraries, processes) live at the moment, with their routes."""
+    w = o.L.append
+    wf = o.wf
+    L = o.L
+    width = o.width
+    full = o.full
+    procs = r["processes"]
     at = r["at"]
     when = {
         "peak": "at the peak ({})".format(secs_text(at["time"])),
         "end": "at the end ({})".format(secs_text(at["time"])),
         "time": "at {}".format(secs_text(at["time"])),
     }[at["kind"]]
+    if r.get("peak_scope") == "device" and at["kind"] == "peak":
+        when = "when all ranks together held the most ({}; summed over {} devices)".format(
+            secs_text(at["time"]), len(r["devices"])
+        )
     if (
         at["kind"] == "time"
         and at["time"] is not None
@@ -231,7 +310,13 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         when += " (after the last event, at {}: what was live then)".format(
             secs_text(r["duration"])
         )
-    by = {"site": "call site", "api": "API", "library": "library", "process": "process"}[r["by"]]
+    by = {
+        "site": "call site",
+        "api": "API",
+        "library": "library",
+        "process": "process",
+        "rank": "rank",
+    }[r["by"]]
     w(
         "Device memory live {} by {}: {} in {}".format(
             when, by, size_text(r["total_live_bytes"]), plural(r["total_live_count"], "allocation")
@@ -272,7 +357,13 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         w("  ... and %d more (--top)" % r["more_sites"])
     w("")
 
-    # call stacks
+
+def _text_stacks(r: dict, o: _Lines) -> None:
+    """The call stacks of the top sites."""
+    w = o.L.append
+    wf = o.wf
+    full = o.full
+    top_context = o.top_context
     ctx = [s for s in r["sites"][:top_context] if s["context"]]
     if ctx and r["by"] in ("site", "library"):
         folded = not any(_is_cuda(f) for s in ctx for f in s["context"])
@@ -299,7 +390,12 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
                 w("      ...")
         w("")
 
-    # never freed
+
+def _text_never_freed(r: dict, o: _Lines) -> None:
+    """What was never freed by exit."""
+    w = o.L.append
+    L = o.L
+    width = o.width
     nf = r["never_freed"]
     if nf["count"]:
         trunc = (
@@ -332,7 +428,12 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         w("Never freed by exit: nothing (every traced allocation was freed)")
     w("")
 
-    # failures
+
+def _text_failures(r: dict, o: _Lines) -> None:
+    """Failed allocations and budget denials, each at its site."""
+    w = o.L.append
+    wf = o.wf
+    full = o.full
     if r["failed"]:
         w("Failed allocations: %d" % sum(f["count"] for f in r["failed"]))
         for f in r["failed"]:
@@ -362,7 +463,13 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
             )
         w("")
 
-    # processes
+
+def _text_processes(r: dict, o: _Lines) -> None:
+    """One row per process when there are several or one did not end cleanly."""
+    w = o.L.append
+    L = o.L
+    procs = r["processes"]
+    at = r["at"]
     if len(procs) > 1 or any(p["status"] != "complete" for p in procs):
         w("Processes:")
         rows = [
@@ -397,7 +504,10 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         L.extend(table(rows, {0, 1, 3, 4, 5, 6, 7, 8}))
         w("")
 
-    # memory queries
+
+def _text_queries(r: dict, o: _Lines) -> None:
+    """The memory queries (cuMemGetInfo, NVML) and whether the budget answered them."""
+    w = o.L.append
     mq = r["memory_queries"]
     if mq["count"]:
         w(
@@ -429,6 +539,10 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         w("Memory queries seen: none (no cuMemGetInfo / NVML memory query was traced)")
     w("")
 
+
+def _text_trailer(r: dict, o: _Lines) -> None:
+    """Truncated, lost and unreadable files; notes."""
+    w = o.L.append
     if r["truncated_files"]:
         w("Truncated trace files:")
         for t in r["truncated_files"]:
@@ -451,10 +565,22 @@ def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = N
         w("Notes:")
         for x in r["warnings"]:
             w(f"  - {x}")
-    while L and not L[-1]:
-        L.pop()
-    # whatever a trace held (argv, paths, names) reaches the terminal escaped
-    return "\n".join(printable(x) for x in L) + "\n"
+
+
+# the report's sections in order (each pairs with a part of build_report's dict)
+SECTIONS = (
+    _text_header,
+    _text_peak,
+    _text_ranks,
+    _text_observed,
+    _text_sites,
+    _text_stacks,
+    _text_never_freed,
+    _text_failures,
+    _text_processes,
+    _text_queries,
+    _text_trailer,
+)
 
 
 def _render_python(py: dict | None, w) -> None:
@@ -493,107 +619,123 @@ def _render_observed(r: dict, w) -> None:
         )
         return
     note = ("  ({})".format(near["note"])) if near.get("note") else None
+    args = (o, w, n, note, near, mx, base, traced_peak)
     if o["nvml"] and o["per_process"]:
-        w(f"Traced versus observed (NVML, {n}):")
-        if note:
-            w(note)
-        rows = [["", "traced live", "NVML: process tree", "untraced"]]
+        _observed_per_process(*args)
+    elif o["nvml"]:
+        _observed_device_totals(*args)
+    else:
+        _observed_host(*args)
+
+
+def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
+    """NVML per process: the tree's device memory beside the trace; the untraced rest."""
+    w(f"Traced versus observed (NVML, {n}):")
+    if note:
+        w(note)
+    rows = [["", "traced live", "NVML: process tree", "untraced"]]
+    rows.append(
+        [
+            "nearest sample to the peak ({:+.0f} ms)".format(near["offset_ms"]),
+            size_text(near["traced_bytes"]),
+            size_text(near["tree_device_bytes"]),
+            size_text(near["untraced_bytes"]),
+        ]
+    )
+    if mx.get("tree_device_bytes") is not None:
         rows.append(
             [
-                "nearest sample to the peak ({:+.0f} ms)".format(near["offset_ms"]),
-                size_text(near["traced_bytes"]),
-                size_text(near["tree_device_bytes"]),
-                size_text(near["untraced_bytes"]),
+                "NVML's highest (at {})".format(secs_text(mx["tree_device_time"])),
+                size_text(mx["traced_bytes_then"]),
+                size_text(mx["tree_device_bytes"]),
+                size_text(mx["untraced_bytes"]),
             ]
         )
-        if mx.get("tree_device_bytes") is not None:
-            rows.append(
-                [
-                    "NVML's highest (at {})".format(secs_text(mx["tree_device_time"])),
-                    size_text(mx["traced_bytes_then"]),
-                    size_text(mx["tree_device_bytes"]),
-                    size_text(mx["untraced_bytes"]),
-                ]
-            )
-        for line in table(rows, {1, 2, 3}, "    "):
-            w(line)
-        w(
-            "  traced peak {}. untraced = what NVML counts for the tree that no hook saw: CUDA "
-            "contexts, module images, allocator paths not hooked; at most {} (at {}).".format(
-                size_text(traced_peak),
-                size_text(mx.get("untraced_max_bytes")),
-                secs_text(mx.get("untraced_max_time")),
-            )
+    for line in table(rows, {1, 2, 3}, "    "):
+        w(line)
+    w(
+        "  traced peak {}. untraced = what NVML counts for the tree that no hook saw: CUDA "
+        "contexts, module images, allocator paths not hooked; at most {} (at {}).".format(
+            size_text(traced_peak),
+            size_text(mx.get("untraced_max_bytes")),
+            secs_text(mx.get("untraced_max_time")),
         )
-        if any(x is not None and x < 0 for x in (near["untraced_bytes"], mx.get("untraced_bytes"))):
-            w(
-                "  negative: the trace holds more than NVML showed for the tree (managed memory not "
-                "resident yet, NVML's per-process figures lagging or missing a process)."
-            )
-        if near["device_used"] is not None:
-            w(
-                "  device used by everyone: {} of {} near the peak; highest {}".format(
-                    size_text(near["device_used"]),
-                    size_text(near["device_total"]),
-                    size_text(mx.get("device_used")),
-                )
-            )
-    elif o["nvml"]:
-        w(f"Traced versus observed (NVML device totals only, {n}):")
-        if note:
-            w(note)
-        w("  no per-process figures: {}".format(o["per_process_why"]))
+    )
+    if any(x is not None and x < 0 for x in (near["untraced_bytes"], mx.get("untraced_bytes"))):
         w(
-            "  traced live {} at the sample nearest the peak ({:+.0f} ms); device used by everyone {} of "
-            "{} there, {} more than at the first sample (other processes count too); highest {}".format(
-                size_text(near["traced_bytes"]),
-                near["offset_ms"],
+            "  negative: the trace holds more than NVML showed for the tree (managed memory not "
+            "resident yet, NVML's per-process figures lagging or missing a process)."
+        )
+    if near["device_used"] is not None:
+        w(
+            "  device used by everyone: {} of {} near the peak; highest {}".format(
                 size_text(near["device_used"]),
                 size_text(near["device_total"]),
-                size_text(near["device_used_rise"]),
                 size_text(mx.get("device_used")),
             )
         )
-    else:
+
+
+def _observed_device_totals(o, w, n, note, near, mx, base, traced_peak) -> None:
+    """NVML without per-process figures: the device's total use, other processes included."""
+    w(f"Traced versus observed (NVML device totals only, {n}):")
+    if note:
+        w(note)
+    w("  no per-process figures: {}".format(o["per_process_why"]))
+    w(
+        "  traced live {} at the sample nearest the peak ({:+.0f} ms); device used by everyone {} of "
+        "{} there, {} more than at the first sample (other processes count too); highest {}".format(
+            size_text(near["traced_bytes"]),
+            near["offset_ms"],
+            size_text(near["device_used"]),
+            size_text(near["device_total"]),
+            size_text(near["device_used_rise"]),
+            size_text(mx.get("device_used")),
+        )
+    )
+
+
+def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
+    """No NVML: what the host shows (MemAvailable, MemFree, RSS, PSS)."""
+    w(
+        "Traced versus observed: no NVML ({}); what the host shows instead ({}):".format(
+            o["nvml_why"], n
+        )
+    )
+    if note:
+        w(note)
+    w(
+        "  traced live {} at the sample nearest the peak ({:+.0f} ms); traced peak {}".format(
+            size_text(near["traced_bytes"]), near["offset_ms"], size_text(traced_peak)
+        )
+    )
+    if near["mem_available"] is not None:
         w(
-            "Traced versus observed: no NVML ({}); what the host shows instead ({}):".format(
-                o["nvml_why"], n
+            "  MemAvailable {} there, {} at the first sample: a drop of {} (largest drop {})".format(
+                size_text(near["mem_available"]),
+                size_text(base.get("mem_available")),
+                size_text(near["mem_available_drop"]),
+                size_text(mx.get("mem_available_drop")),
             )
         )
-        if note:
-            w(note)
+    if near.get("mem_free") is not None:
         w(
-            "  traced live {} at the sample nearest the peak ({:+.0f} ms); traced peak {}".format(
-                size_text(near["traced_bytes"]), near["offset_ms"], size_text(traced_peak)
+            "  MemFree {} there (a drop of {}): what cuMemGetInfo calls free on a unified-memory "
+            "device".format(size_text(near["mem_free"]), size_text(near.get("mem_free_drop")))
+        )
+    if near["tree_rss"] is not None:
+        w(
+            "  process tree RSS {} there; highest {}".format(
+                size_text(near["tree_rss"]), size_text(mx.get("tree_rss"))
             )
         )
-        if near["mem_available"] is not None:
-            w(
-                "  MemAvailable {} there, {} at the first sample: a drop of {} (largest drop {})".format(
-                    size_text(near["mem_available"]),
-                    size_text(base.get("mem_available")),
-                    size_text(near["mem_available_drop"]),
-                    size_text(mx.get("mem_available_drop")),
-                )
+    if near.get("tree_pss") is not None:
+        w(
+            "  process tree PSS {} there; highest {}".format(
+                size_text(near["tree_pss"]), size_text(mx.get("tree_pss"))
             )
-        if near.get("mem_free") is not None:
-            w(
-                "  MemFree {} there (a drop of {}): what cuMemGetInfo calls free on a unified-memory "
-                "device".format(size_text(near["mem_free"]), size_text(near.get("mem_free_drop")))
-            )
-        if near["tree_rss"] is not None:
-            w(
-                "  process tree RSS {} there; highest {}".format(
-                    size_text(near["tree_rss"]), size_text(mx.get("tree_rss"))
-                )
-            )
-        if near.get("tree_pss") is not None:
-            w(
-                "  process tree PSS {} there; highest {}".format(
-                    size_text(near["tree_pss"]), size_text(mx.get("tree_pss"))
-                )
-            )
-        w("  on a unified-memory device (Jetson) device allocations come out of this RAM")
+        )
+    w("  on a unified-memory device (Jetson) device allocations come out of this RAM")
 
 
 # ---- the command ---------------------------------------------------------------------------

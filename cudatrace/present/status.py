@@ -25,7 +25,29 @@ def _fmt_limit(n: int) -> str:
 
 def render_ledger(s: dict) -> str:
     """The text of one ledger snapshot."""
-    lines = []
+    lines = [_ledger_head(s), f"  ledger {s['path']}"]
+    busy = [
+        r
+        for r in s["devices"]
+        if any(r[k] for k in ("in_use", "dead_held", "peak", "denials", "over"))
+    ]
+    idle: dict[int, list[int]] = {}
+    for r in s["devices"]:
+        if r not in busy:
+            idle.setdefault(r["limit"], []).append(r["device"])
+    if not s["devices"]:
+        lines.append("  no limits and no memory counted yet")
+    if busy:
+        lines += _device_rows(s, busy)
+    for limit, devs in sorted(idle.items()):
+        which, each = ("device", "") if len(devs) == 1 else ("devices", " each")
+        lines.append(f"  {which} {_ranges(devs)}: limit {_fmt_limit(limit)}{each}, nothing in use")
+    for m in s["members"]:
+        lines += _member_lines(m)
+    return "\n".join(lines)
+
+
+def _ledger_head(s: dict) -> str:
     alive = [m for m in s["members"] if m["state"] != "dead"]
     dead = [m for m in s["members"] if m["state"] == "dead"]
     head = "%s: over budget: %s%s; %d process%s" % (
@@ -39,87 +61,79 @@ def render_ledger(s: dict) -> str:
         head += " (+%d exited, not reclaimed yet)" % len(dead)
     if s["created"]:
         head += f"; since {s['created'].replace('T', ' ')}"
-    lines.append(head)
-    lines.append(f"  ledger {s['path']}")
-    busy = [
-        r
-        for r in s["devices"]
-        if any(r[k] for k in ("in_use", "dead_held", "peak", "denials", "over"))
-    ]
-    idle: dict[int, list[int]] = {}
-    for r in s["devices"]:
-        if r not in busy:
-            idle.setdefault(r["limit"], []).append(r["device"])
-    if not s["devices"]:
-        lines.append("  no limits and no memory counted yet")
-    if busy:
-        warn = any(r["over"] for r in busy) or s["on_exceed"] == "warn"
-        ctx = any(r.get("contexts") for r in busy)
-        hdr = "  %-6s %12s %12s %12s %7s %8s" % (
-            "device",
-            "limit",
-            "in use",
-            "peak",
-            "used",
-            "denials",
+    return head
+
+
+def _device_rows(s: dict, busy: list) -> list[str]:
+    """The table of the devices in use: limit, use, peak, denials (contexts, over)."""
+    warn = any(r["over"] for r in busy) or s["on_exceed"] == "warn"
+    ctx = any(r.get("contexts") for r in busy)
+    hdr = "  %-6s %12s %12s %12s %7s %8s" % (
+        "device",
+        "limit",
+        "in use",
+        "peak",
+        "used",
+        "denials",
+    )
+    if ctx:
+        hdr += " %12s %12s" % ("allocations", "contexts")
+    if warn:
+        hdr += " %8s" % "over"
+    lines = [hdr]
+    for r in busy:
+        pct = "%6.1f%%" % (100.0 * r["in_use"] / r["limit"]) if r["limit"] else "      -"
+        row = "  %-6d %12s %12s %12s %7s %8d" % (
+            r["device"],
+            _fmt_limit(r["limit"]),
+            format_bytes(r["in_use"]),
+            format_bytes(r["peak"]),
+            pct,
+            r["denials"],
         )
         if ctx:
-            hdr += " %12s %12s" % ("allocations", "contexts")
+            row += " %12s %12s" % (format_bytes(r["allocations"]), format_bytes(r["contexts"]))
         if warn:
-            hdr += " %8s" % "over"
-        lines.append(hdr)
-        for r in busy:
-            pct = "%6.1f%%" % (100.0 * r["in_use"] / r["limit"]) if r["limit"] else "      -"
-            row = "  %-6d %12s %12s %12s %7s %8d" % (
-                r["device"],
-                _fmt_limit(r["limit"]),
-                format_bytes(r["in_use"]),
+            row += " %8d" % r["over"]
+        if r["dead_held"]:
+            row += f"  (+{format_bytes(r['dead_held'])} held by exited processes)"
+        lines.append(row)
+    return lines
+
+
+def _member_lines(m: dict) -> list[str]:
+    """One member process: what it holds per device, and its last denial."""
+    parts = []
+    for d, r in sorted(m["devices"].items()):
+        t = "device {}: {} (peak {}".format(d, format_bytes(r["held"]), format_bytes(r["peak"]))
+        if r.get("context"):
+            t = "device {}: {} = {} allocations + {} CUDA context (peak {}".format(
+                d,
+                format_bytes(r["held"]),
+                format_bytes(r["allocations"]),
+                format_bytes(r["context"]),
                 format_bytes(r["peak"]),
-                pct,
-                r["denials"],
             )
-            if ctx:
-                row += " %12s %12s" % (format_bytes(r["allocations"]), format_bytes(r["contexts"]))
-            if warn:
-                row += " %8d" % r["over"]
-            if r["dead_held"]:
-                row += f"  (+{format_bytes(r['dead_held'])} held by exited processes)"
-            lines.append(row)
-    for limit, devs in sorted(idle.items()):
-        which, each = ("device", "") if len(devs) == 1 else ("devices", " each")
-        lines.append(f"  {which} {_ranges(devs)}: limit {_fmt_limit(limit)}{each}, nothing in use")
-    for m in s["members"]:
-        parts = []
-        for d, r in sorted(m["devices"].items()):
-            t = "device {}: {} (peak {}".format(d, format_bytes(r["held"]), format_bytes(r["peak"]))
-            if r.get("context"):
-                t = "device {}: {} = {} allocations + {} CUDA context (peak {}".format(
-                    d,
-                    format_bytes(r["held"]),
-                    format_bytes(r["allocations"]),
-                    format_bytes(r["context"]),
-                    format_bytes(r["peak"]),
-                )
-            if r["denials"]:
-                t += ", %d denied" % r["denials"]
-            if r["over"]:
-                t += ", %d over" % r["over"]
-            parts.append(t + ")")
-        state = {"alive": "", "dead": " [exited]", "unknown": " [state unknown]"}[m["state"]]
-        if m.get("other_pidns"):
-            state += " [other pid namespace]"
-        lines.append(
-            "  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held")
+        if r["denials"]:
+            t += ", %d denied" % r["denials"]
+        if r["over"]:
+            t += ", %d over" % r["over"]
+        parts.append(t + ")")
+    state = {"alive": "", "dead": " [exited]", "unknown": " [state unknown]"}[m["state"]]
+    if m.get("other_pidns"):
+        state += " [other pid namespace]"
+    if m.get("share"):
+        state += " [share {}: {} on each device]".format(
+            m["share"], format_bytes(m["share_limit"]) if m.get("share_limit") else "no limit"
         )
-        last = m.get("last_denial")
-        if last:
-            via = (" via {}".format(" > ".join(reversed(last["via"])))) if last.get("via") else ""
-            lines.append(
-                "    last denied: {} at {}{}".format(
-                    format_bytes(last["bytes"]), last["label"], via
-                )
-            )
-    return "\n".join(lines)
+    lines = ["  pid %-8d%s %s" % (m["pid"], state, "; ".join(parts) if parts else "nothing held")]
+    last = m.get("last_denial")
+    if last:
+        via = (" via {}".format(" > ".join(reversed(last["via"])))) if last.get("via") else ""
+        lines.append(
+            "    last denied: {} at {}{}".format(format_bytes(last["bytes"]), last["label"], via)
+        )
+    return lines
 
 
 def render_status(st: dict) -> str:

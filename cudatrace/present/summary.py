@@ -7,10 +7,12 @@ import os
 from pathlib import Path
 from typing import TextIO
 
-from ..analyze.analysis import Analysis, implausible
+from ..analyze.analysis import Analysis, implausible, unrecorded
+from ..analyze.model import AUX2
 from ..analyze.names import fit
+from ..analyze.ranks import outliers, split_devices, tables, tagged
 from ..units import format_bytes, printable
-from .text import term_width
+from .text import end_label, term_width
 
 
 def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> None:
@@ -20,9 +22,67 @@ def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> N
     def w(text: str) -> None:  # a trace's names reach the terminal escaped
         stream.write("\n".join(printable(x) for x in text.split("\n")))
 
+    w("cudatrace: command exited with status %d; trace in %s\n" % (status, out_dir))
+    _processes(a, w)
+    c = m.counts
+    w(
+        "  device allocations %d, frees %d, failed %d, denied by budget %d; pinned host allocations %d\n"
+        % (
+            c.get("allocs", 0),
+            c.get("frees", 0),
+            c.get("failed", 0),
+            c.get("denied", 0),
+            c.get("host_allocs", 0),
+        )
+    )
+    missing = unrecorded(a)
+    for x in missing:
+        w(f"  {x}\n")
+    if not m.found:
+        w(
+            "  no device memory allocation was recorded (see above: not everything could be)\n"
+            if missing
+            else "  no device memory was allocated through the driver%s\n"
+            % ("" if td.traces else " (no process used CUDA)")
+        )
+    else:
+        _peak(a, w)
+        _observed(a, w)
+        _sites(a, w, top)
+    if m.failed:
+        f = m.failed[0]
+        w(
+            "  failed allocations: %d (first: %s of %s)\n"
+            % (len(m.failed), td.traces[f.trace].api_name(f.api), format_bytes(f.size))
+        )
+    if m.denied:
+        ds = a.sites(m.denied, "site", 1)
+        w(
+            "  denied by the budget: %d (%s)\n"
+            % (len(m.denied), "; ".join("%d at %s" % (d.count, d.label()) for d in ds[:3]))
+        )
+        # what was "in use" when nothing traced was live: CUDA contexts, which the budget counts
+        x = m.denied[0]
+        in_use, traced = x.event[AUX2], m.live_bytes_at(x.ts)[0]
+        if in_use > traced:
+            w(
+                "  at the first denial %s was in use, %s of it not traced in this run: CUDA "
+                "contexts and module images (in a --group, other members' memory too), which "
+                "the budget counts (docs/budgets.md)%s\n"
+                % (
+                    format_bytes(in_use),
+                    format_bytes(in_use - traced),
+                    "; the budget must hold them too" if not traced else "",
+                )
+            )
+    w(f"  full report: cudatrace report {_rel(out_dir)}\n")
+
+
+def _processes(a, w) -> None:
+    """How many processes were traced, which files could not be read or stopped early."""
+    td, m = a.td, a.model
     active = [i for i, p in enumerate(m.procs) if p.get("events")]
     truncated = [t for t in td.traces if not t.complete]
-    w("cudatrace: command exited with status %d; trace in %s\n" % (status, out_dir))
     w(
         "  processes traced: %d (%d with CUDA memory activity)%s\n"
         % (
@@ -40,84 +100,112 @@ def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> N
                 "freed later still counts as live\n"
                 % (t.pid, a.seconds(t.stopped_ns) or 0.0, t.stopped_why)
             )
-    c = m.counts
+
+
+def _peak(a, w) -> None:
+    """The peak (per device when there are several) and what was never freed."""
+    m = a.model
+    split = split_devices(a)  # one ordinal, several GPUs: per physical device (ranks.md)
     w(
-        "  device allocations %d, frees %d, failed %d, denied by budget %d; pinned host allocations %d\n"
+        "  peak of live device memory%s: %s at %.3f s"
         % (
-            c.get("allocs", 0),
-            c.get("frees", 0),
-            c.get("failed", 0),
-            c.get("denied", 0),
-            c.get("host_allocs", 0),
+            ", all devices together" if split else "",
+            format_bytes(m.peak_bytes),
+            a.seconds(m.peak_ts) or 0.0,
         )
     )
-    if not m.found:
+    if split:
+        devs = sorted(tables(a)["dev_peaks"].items())
         w(
-            "  no device memory was allocated through the driver%s\n"
-            % ("" if td.traces else " (no process used CUDA)")
+            " (per device: {}{})".format(
+                ", ".join("%s:%s %s" % (h, d, format_bytes(b)) for (h, d), (b, _) in devs[:8]),
+                ", and %d more" % (len(devs) - 8) if len(devs) > 8 else "",
+            )
         )
-    else:
+    elif len(m.device_peaks) > 1:
         w(
-            f"  peak of live device memory: {format_bytes(m.peak_bytes)} at {a.seconds(m.peak_ts):.3f} s"
-        )
-        if len(m.device_peaks) > 1:
-            w(
-                " ({})".format(
-                    ", ".join(
-                        "device %d: %s" % (d, format_bytes(b))
-                        for d, (b, _) in sorted(m.device_peaks.items())
-                    )
+            " ({})".format(
+                ", ".join(
+                    "device %d: %s" % (d, format_bytes(b))
+                    for d, (b, _) in sorted(m.device_peaks.items())
                 )
             )
-        w(f"; live at exit: {format_bytes(m.end_bytes)}\n")
-        for x in implausible(a):
-            w(f"  {x}\n")
-        obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
-        near = obs.get("near_peak") or {}
-        if obs["samples"] and not obs["overlap"]:
-            w("  observed: no sample fell while traced memory was live (samples every ~100 ms)\n")
-        elif near.get("tree_device_bytes") is not None:
-            w(
-                "  observed by NVML for the process tree near the peak: {} (traced then {}; untraced "
-                "{}: contexts, module images, unhooked paths)\n".format(
-                    format_bytes(near["tree_device_bytes"]),
-                    format_bytes(near["traced_bytes"]),
-                    format_bytes(near["untraced_bytes"]),
-                )
-            )
-        elif obs["samples"]:
-            w(
-                "  observed: no NVML per-process figures (%s); see the report for RSS and "
-                "MemAvailable\n" % (obs["nvml_why"] or obs["per_process_why"])
-            )
-        sites = a.sites(m.groups_at_peak(), "site", 1)
-        w("  top call sites by bytes live at the peak:\n")
-        width = term_width()
-        for s in sites[:top]:
-            share = 100.0 * s.bytes / m.peak_bytes if m.peak_bytes else 0
-            entry = (f" via {s.via[-1].name()}") if s.via else ""  # the outermost layer
-            line = "    %10s %5.1f%% %6d x  %s%s  [%s]" % (
-                format_bytes(s.bytes),
-                share,
-                s.count,
-                s.label(),
-                entry,
-                ", ".join(s.api_list()),
-            )
-            w(fit(line, width) + "\n")
-    if m.failed:
-        f = m.failed[0]
-        w(
-            "  failed allocations: %d (first: %s of %s)\n"
-            % (len(m.failed), td.traces[f.trace].api_name(f.api), format_bytes(f.size))
         )
-    if m.denied:
-        ds = a.sites(m.denied, "site", 1)
+    w(f"; {end_label(sum(1 for p in m.procs if p.get('allocs')))}: {format_bytes(m.end_bytes)}\n")
+    for x in implausible(a):
+        w(f"  {x}\n")
+    _ranks_line(a, w)
+
+
+def _observed(a, w) -> None:
+    """What NVML saw of the process tree near the peak, beside the trace."""
+    m = a.model
+    obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
+    near = obs.get("near_peak") or {}
+    if obs["samples"] and not obs["overlap"]:
+        every = (a.td.run.get("sampler") or {}).get("interval_ms") or obs.get("interval_ms")
         w(
-            "  denied by the budget: %d (%s)\n"
-            % (len(m.denied), "; ".join("%d at %s" % (d.count, d.label()) for d in ds[:3]))
+            "  observed: no sample fell while traced memory was live (samples every "
+            "%s)\n" % ("%g ms" % every if every else "--sample-ms")
         )
-    w(f"  full report: cudatrace report {_rel(out_dir)}\n")
+    elif near.get("tree_device_bytes") is not None:
+        w(
+            "  observed by NVML for the process tree near the peak: {} (traced then {}; untraced "
+            "{}: contexts, module images, unhooked paths)\n".format(
+                format_bytes(near["tree_device_bytes"]),
+                format_bytes(near["traced_bytes"]),
+                format_bytes(near["untraced_bytes"]),
+            )
+        )
+    elif obs["samples"]:
+        w(
+            "  observed: no NVML per-process figures (%s); see the report for RSS and "
+            "MemAvailable\n" % (obs["nvml_why"] or obs["per_process_why"])
+        )
+
+
+def _sites(a, w, top: int) -> None:
+    """The top call sites by bytes live at the peak."""
+    m = a.model
+    sites = a.sites(m.groups_at_peak(), "site", 1)
+    w("  top call sites by bytes live at the peak:\n")
+    width = term_width()
+    for s in sites[:top]:
+        share = 100.0 * s.bytes / m.peak_bytes if m.peak_bytes else 0
+        entry = (f" via {s.via[-1].name()}") if s.via else ""  # the outermost layer
+        line = "    %10s %5.1f%% %6d x  %s%s  [%s]" % (
+            format_bytes(s.bytes),
+            share,
+            s.count,
+            s.label(),
+            entry,
+            ", ".join(s.api_list()),
+        )
+        w(fit(line, width) + "\n")
+
+
+def _ranks_line(a, w) -> None:
+    """One line on the ranks (docs/ranks.md): how many, their peaks, the ones that stand out."""
+    if not tagged(a.traces):
+        return
+    tb = tables(a)
+    peaks = {g.label: tb["rank_peaks"].get(g.key, (0, None))[0] for g in tb["groups"]}
+    if not peaks:
+        return
+    med, odd = outliers(peaks)
+    w(
+        "  ranks: %d, peaks %s .. %s%s\n"
+        % (
+            len(peaks),
+            format_bytes(min(peaks.values())),
+            format_bytes(max(peaks.values())),
+            "".join(
+                "; %s stands out (%s, median %s)"
+                % (k, format_bytes(peaks[k]), format_bytes(int(med or 0)))
+                for k in odd
+            ),
+        )
+    )
 
 
 def _rel(p: Path) -> str:

@@ -8,7 +8,7 @@ KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 UNITS = (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
 
 
-def readable(v: float) -> str:
+def readable(v) -> str:
     """Bytes, maybe fractional or negative: '0.5 B', '17 B', '1.75 MiB', '28.0 GiB'."""
     v = float(v)
     if v < 0:
@@ -27,7 +27,7 @@ def size_spec(n: int) -> str:
     """A size as --budget takes it, short: '64GiB', '1.75GiB', '600MiB'."""
     for name, size in UNITS:
         x = n / size
-        if x >= 1 and (x * 4) == int(x * 4):
+        if x >= 1 and (x * 4) == int(x * 4) and "e" not in f"{x:g}":
             return f"{x:g}{name}"
     return "%dMiB" % -(-n // MiB) if n >= MiB else "%d" % n
 
@@ -72,8 +72,8 @@ def _intercept(v: float) -> str:
     return (f"- {readable(-v)}") if v < 0 else (f"+ {readable(v)}")
 
 
-def _points(points: list, knob: dict | None) -> str:
-    def val(x: float) -> str:
+def _points(points, knob: dict | None) -> str:
+    def val(x):
         if knob is not None and knob["unit"] == "bytes":
             return size_spec(int(x)) if x else "0"
         return f"{x:g}"
@@ -195,6 +195,7 @@ def ended_text(e: dict) -> str:
     if how == "no_trace":
         return "no trace (exit status {}): {}".format(e.get("status"), e.get("why"))
     if how == "not_started":
+        # (a sweep.json of an older version: its messages carried the prefix)
         return "not started: {}".format(e.get("why", "").replace("cudatrace: ", "", 1))
     if how == "interrupted":
         return f"interrupted ({sig})"
@@ -211,12 +212,25 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
 
 
 def render(d: dict) -> str:
+    """The text of a sweep from its cudatrace.sweep/1 dict, section by section."""
     L: list[str] = []
+    _head(d, L)
+    _runs(d, L)
+    width = _laws(d, L)
+    _bytes_table(d, L, width)
+    _expectation(d, L)
+    _prediction(d, L)
+    for n in d["notes"]:
+        L.append("")
+        L.append(f"note: {n}")
+    return "\n".join(L) + "\n"
+
+
+def _head(d: dict, L: list) -> None:
+    """The command, its knobs, how each run was stopped, where the traces are."""
     w = L.append
-    knobs = d["knobs"]
-    grid = len(knobs) > 1
     w("cudatrace sweep: {}".format(" ".join(d["command"])))
-    for k in knobs:
+    for k in d["knobs"]:
         w(
             "  knob {}{}: {}".format(
                 k["flag"] or k["placeholder"],
@@ -239,6 +253,10 @@ def render(d: dict) -> str:
         )
     w("  traces in {}".format(d["directory"]))
     w("")
+
+
+def _runs(d: dict, L: list) -> None:
+    """One row per run: its value, how it ended, its peak, its trace; why a run was left out."""
     rows = [["value", "how it ended", "peak", "trace"]]
     for r in d["runs"]:
         peak = readable(r["peak_bytes"]) if r["peak_bytes"] is not None else "-"
@@ -248,10 +266,20 @@ def render(d: dict) -> str:
     L.extend(_table(rows, {2}))
     for r in d["runs"]:
         if not r["included"] and r["ended"].get("message"):
-            w("  {}: {}".format(r["text"], r["ended"]["message"]))
-    w("")
+            L.append("  {}: {}".format(r["text"], r["ended"]["message"]))
+    L.append("")
+
+
+def _cut(label: str, width: int) -> str:
+    return label if len(label) <= width else label[: width - 3] + "..."
+
+
+def _laws(d: dict, L: list) -> int:
+    """The law of the peak and of each site; returns the width of the label column."""
+    w = L.append
+    knobs = d["knobs"]
     series = [d["peak"]] + d["sites"]
-    if grid:
+    if len(knobs) > 1:
         w(
             "Laws of the bytes live at each run's peak (least squares in {}):".format(
                 ", ".join(k["flag"] or k["placeholder"] for k in knobs)
@@ -265,75 +293,88 @@ def render(d: dict) -> str:
         )
     width = min(48, max(len(s["label"]) for s in series))
     for s in series:
-        label = s["label"] if len(s["label"]) <= width else s["label"][: width - 3] + "..."
         w(
             "  {}  {}{}".format(
-                label.ljust(width),
+                _cut(s["label"], width).ljust(width),
                 s["law"]["text"],
                 "   <-- faster than expected" if s["contradicts_expectation"] else "",
             )
         )
     if d["more_sites"]:
         w("  ... and %d more sites (--top)" % d["more_sites"])
+    return width
+
+
+def _bytes_table(d: dict, L: list, width: int) -> None:
+    """The bytes of each series at each included run, when there are 8 runs or fewer."""
     inc = [i for i, r in enumerate(d["runs"]) if r["included"]]
-    if inc and len(inc) <= 8:
-        w("")
-        w("Bytes live at each run's peak:")
-        rows = [["", *[d["runs"][i]["text"] for i in inc]]]
-        for s in series:
-            label = s["label"] if len(s["label"]) <= width else s["label"][: width - 3] + "..."
-            rows.append([label, *[readable(s["bytes"][i]) for i in inc]])
-        L.extend(_table(rows, set(range(1, len(inc) + 1))))
-    if d["expect"] is not None:
-        w("")
-        flagged = [s for s in series if s["contradicts_expectation"]]
-        k = knobs[0]
-        if grid:
-            what = ", ".join(
-                "{} per unit of {}".format(
-                    readable(d["expect"][x["name"]]), x["flag"] or x["placeholder"]
-                )
-                for x in knobs
-                if x["name"] in d["expect"]
+    if not inc or len(inc) > 8:
+        return
+    L.append("")
+    L.append("Bytes live at each run's peak:")
+    rows = [["", *[d["runs"][i]["text"] for i in inc]]]
+    for s in [d["peak"]] + d["sites"]:
+        rows.append([_cut(s["label"], width), *[readable(s["bytes"][i]) for i in inc]])
+    L.extend(_table(rows, set(range(1, len(inc) + 1))))
+
+
+def _expectation(d: dict, L: list) -> None:
+    """--expect: what grows faster than expected."""
+    if d["expect"] is None:
+        return
+    w = L.append
+    knobs = d["knobs"]
+    w("")
+    flagged = [s for s in [d["peak"]] + d["sites"] if s["contradicts_expectation"]]
+    if len(knobs) > 1:
+        what = ", ".join(
+            "{} per unit of {}".format(
+                readable(d["expect"][x["name"]]), x["flag"] or x["placeholder"]
             )
-        else:
-            what = slope_text(d["expect"], k, ratio=False)
-        w("Against --expect {} ({}):".format(d.get("expect_text") or _ratio(d["expect"]), what))
-        for s in flagged:
-            w("  ! " + s["expectation"])
-        if not flagged:
-            w("  nothing grows more than 10% faster than expected")
-    p = d.get("prediction")
-    if p is not None:
-        w("")
-        at = p["at"] if grid or not knobs[0]["flag"] else "{} {}".format(knobs[0]["flag"], p["at"])
-        w(
-            "Predicted at {}{}:".format(
-                at, " (extrapolated beyond the values run)" if p.get("extrapolated") else ""
-            )
+            for x in knobs
+            if x["name"] in d["expect"]
         )
-        if p["peak"] is None:
-            w("  no law to predict from")
-        else:
+    else:
+        what = slope_text(d["expect"], knobs[0], ratio=False)
+    w("Against --expect {} ({}):".format(d.get("expect_text") or _ratio(d["expect"]), what))
+    for s in flagged:
+        w("  ! " + s["expectation"])
+    if not flagged:
+        w("  nothing grows more than 10% faster than expected")
 
-            def pm(x: float | None) -> str:
-                return "" if x is None else f" +- {readable(x)}"
 
-            rows = [
-                ["peak", readable(p["peak"]["bytes"]) + pm(p["peak"]["stderr"]), p["peak"]["how"]]
-            ]
-            for s in p["sites"]:
-                rows.append([s["label"][:60], readable(s["bytes"]) + pm(s["stderr"]), s["how"]])
-            L.extend(_table(rows, set()))
-            for n in p["notes"]:
-                if not n.startswith("extrapolated"):
-                    w(f"  ({n})")
-            b = p["budget"]
-            w("  budget for a co-tenant box: --budget {}: {}".format(b["spec"], b["reason"]))
-    for n in d["notes"]:
-        w("")
-        w(f"note: {n}")
-    return "\n".join(L) + "\n"
+def _pm(x) -> str:
+    return "" if x is None else f" +- {readable(x)}"
+
+
+def _prediction(d: dict, L: list) -> None:
+    """--predict: the peak and the top sites at a value, and a budget for it."""
+    p = d.get("prediction")
+    if p is None:
+        return
+    w = L.append
+    knobs = d["knobs"]
+    w("")
+    grid = len(knobs) > 1
+    at = p["at"] if grid or not knobs[0]["flag"] else "{} {}".format(knobs[0]["flag"], p["at"])
+    w(
+        "Predicted at {}{}:".format(
+            at, " (extrapolated beyond the values run)" if p.get("extrapolated") else ""
+        )
+    )
+    if p["peak"] is None:
+        w("  no law to predict from")
+        return
+    rows = [["peak", readable(p["peak"]["bytes"]) + _pm(p["peak"]["stderr"]), p["peak"]["how"]]]
+    for s in p["sites"]:
+        rows.append([s["label"][:60], readable(s["bytes"]) + _pm(s["stderr"]), s["how"]])
+    L.extend(_table(rows, set()))
+    for n in p["notes"]:
+        if not n.startswith("extrapolated"):
+            w(f"  ({n})")
+    b = p["budget"]
+    if b is not None:
+        w("  budget for a co-tenant box: --budget {}: {}".format(b["spec"], b["reason"]))
 
 
 def _rel(path: str, base: str) -> str:

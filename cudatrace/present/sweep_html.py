@@ -260,7 +260,7 @@ def render(doc: dict) -> str:
     if doc["more_sites"]:
         o.append("<p>... and %d more sites (--top)</p>" % doc["more_sites"])
     p = doc.get("prediction")
-    if p is not None and p.get("peak") is not None:
+    if p is not None and p.get("peak") is not None and p.get("budget") is not None:
         o.append(
             "<h2>Predicted at {}</h2><p>peak {} ({}); budget for a co-tenant box: "
             "<code>--budget {}</code>: {}</p>".format(

@@ -17,6 +17,12 @@ def secs_text(t: float | None) -> str:
     return f"{t:.3f} s" if t is not None else "-"
 
 
+def end_label(processes: int) -> str:
+    """What the run's end figure is: with several processes, each one's memory ended with it, so
+    the figure is what was never freed, not what was live at one moment."""
+    return "live at exit" if processes <= 1 else "never freed (each process's, at its end)"
+
+
 def plural(n: int, what: str) -> str:
     """'1 allocation', '1,024 allocations'."""
     return f"{n:,} {what}{'' if n == 1 else 's'}"

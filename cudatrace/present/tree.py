@@ -5,6 +5,7 @@ and the sites (the code that asked, just above the layers) marked <- site."""
 from __future__ import annotations
 
 from ..analyze.names import fit
+from ..units import printable
 from .text import percent, plural, secs_text, size_text, term_width
 
 
@@ -58,7 +59,7 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
     total = t["total_bytes"]
     if not t["root"]["children"]:
         L.append("  (nothing live%s)" % ("" if not t["total_count"] else ": no stacks recorded"))
-        return "\n".join(L) + "\n"
+        return "\n".join(printable(x) for x in L) + "\n"
 
     def line(n: dict, depth: int) -> None:
         nodes, last = _chain(n)
@@ -101,4 +102,4 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
                 "{:,}x".format(t["root"]["self_count"]),
             )
         )
-    return "\n".join(L) + "\n"
+    return "\n".join(printable(x) for x in L) + "\n"  # a trace's names are data

@@ -31,6 +31,8 @@ def run_ended(path) -> tuple[bool, str]:
         if "exit_status" in run or "end_monotonic_ns" in run:
             st = run.get("exit_status")
             return True, "the run ended%s" % (f" with exit status {st}" if st is not None else "")
+        if not _launcher_alive(run):
+            return True, "the launcher is gone (killed?): the run ended without an exit status"
         return False, "the run is still going"
     try:
         from ..analyze.trace import read_dir, read_trace
@@ -41,6 +43,31 @@ def run_ended(path) -> tuple[bool, str]:
     if traces and all(t.complete for t in traces):
         return True, "every traced process has exited (no run.json)"
     return False, "no run.json; some traced process has not exited"
+
+
+def _launcher_alive(run: dict) -> bool:
+    """Whether the launcher that writes this run.json still runs (True when unknown: an older
+    run.json, or one written in another pid namespace that this /proc cannot judge)."""
+    import os
+
+    pid, start = run.get("launcher_pid"), run.get("start_monotonic_ns")
+    if not isinstance(pid, int) or not isinstance(start, int) or pid <= 0:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read().decode(errors="replace")
+        fields = s[s.rindex(")") + 2 :].split()
+    except OSError:
+        return False  # no such process: gone
+    except ValueError:
+        return True
+    if fields[0] in ("Z", "X"):
+        return False
+    try:  # a pid reused by a process that started after the run: not the launcher
+        started_ns = int(fields[19]) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+    except (ValueError, IndexError, OSError):
+        return True
+    return started_ns <= start + 1_000_000_000
 
 
 def _is_tty(stream) -> bool:
@@ -69,7 +96,7 @@ def loop(
     max_renders: int | None = None,
 ) -> int:
     """Render until Ctrl-C, or until ended() says so (then one last render). render() gives
-    the text; head(ended, why) the line above it."""
+    the text; head(ended, why) the line above it. Returns the number of renders shown."""
     out = out or sys.stdout
     tty = _is_tty(out)
     n = 0
@@ -79,8 +106,8 @@ def loop(
             _show(render(), head(done, why), out, tty)
             n += 1
             if done or (max_renders is not None and n >= max_renders):
-                return 0
+                return n
             time.sleep(interval)
     except KeyboardInterrupt:
         out.write("\n")
-        return 0
+        return n

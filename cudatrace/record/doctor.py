@@ -12,6 +12,8 @@ import shutil
 import stat
 from pathlib import Path
 
+from .launcher import preload_ignored
+
 INIT_PID_NS = 0xEFFFFFFC  # the kernel's initial pid namespace (PROC_PID_INIT_INO)
 
 
@@ -154,8 +156,10 @@ def probe_command(argv0: str, depth: int = 0) -> dict:
         return out
     out["path"] = path = os.path.realpath(path)
     st = os.stat(path)
-    if st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+    if preload_ignored(st):  # the same rule as `run`: only when exec changes the ids
         out["problems"].append("setuid/setgid: the loader ignores LD_PRELOAD for it")
+    elif st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        out["notes"] = ["setuid/setgid, but to the caller's own ids: entered like any other"]
     if not os.access(path, os.X_OK):
         out["problems"].append("not executable")
     try:

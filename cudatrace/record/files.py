@@ -8,9 +8,14 @@ shape) unless CUDATRACE_FILE_MODE (octal, e.g. 0644) asks otherwise.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
+
+from ..errors import CudatraceError
+from ..tracedir import LOCK
+from ..units import lossless_data
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -32,9 +37,10 @@ def create(path: Path):
 
 
 def write_json(path: Path, obj) -> None:
-    """Write obj to path atomically (replace_lines: a fresh file beside it, renamed over it;
+    """Write obj to path atomically, its strings lossless (units.lossless: no lone surrogate a
+    strict JSON reader refuses) (replace_lines: a fresh file beside it, renamed over it;
     rename replaces a planted link itself, never what it points to)."""
-    replace_lines(path, [json.dumps(obj, indent=2)]).close()
+    replace_lines(path, [json.dumps(lossless_data(obj), indent=2)]).close()
 
 
 def replace_lines(path: Path, lines: list[str]):
@@ -61,3 +67,41 @@ def replace_lines(path: Path, lines: list[str]):
             pass
         raise
     return f
+
+
+class DirectoryBusy(CudatraceError):
+    """Another run holds the trace directory."""
+
+
+def lock_dir(directory: Path) -> int:
+    """Hold the trace directory for one run: an exclusive flock on its lock file (the kernel
+    drops it when the holder dies, however it dies). Returns the descriptor to keep open until
+    the run ends (release_dir); DirectoryBusy when another run holds it. The file is opened
+    without following a link, and a lock on a file someone unlinked meanwhile is taken again."""
+    path = directory / LOCK
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, file_mode())
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise DirectoryBusy(str(directory)) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            same = os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the holder before us removed it as we opened it: lock the new one
+
+
+def release_dir(directory: Path, fd: int) -> None:
+    """End the run's hold: remove the lock file (while still holding it), then let it go."""
+    try:
+        os.unlink(directory / LOCK)
+    except OSError:
+        pass
+    os.close(fd)

@@ -34,8 +34,9 @@ from ..errors import CudatraceError
 from ..procfs import tree_pids
 from ..units import shell_quote
 from .denials import append_denials
-from .files import write_json
+from .files import DirectoryBusy, lock_dir, release_dir, write_json
 from .sampler import Sampler
+from .seal import Sealer
 
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
 
@@ -67,6 +68,9 @@ class RunOptions:
     # the command line hands in present/denials.py, which names the responsible code
     on_denials: Callable[[Path], None] | None = None
     mode: str = "full"  # "full" | "aggregate" | "none" (--no-trace: nothing written)
+    # called with (status, trace directory) once the command has ended, while the run still
+    # holds the directory (the summary reads it then: no other run can have replaced it)
+    on_end: Callable[[int, Path | None], None] | None = None
 
 
 def resolve_command(argv0: str) -> str:
@@ -86,12 +90,21 @@ def resolve_command(argv0: str) -> str:
     return path
 
 
+def preload_ignored(st: os.stat_result) -> bool:
+    """Whether the loader would ignore LD_PRELOAD for this file (secure-execution mode): only
+    when exec changes the ids. A setuid binary owned by the caller (or setgid to the caller's
+    group) runs with the caller's ids, so it is entered like any other."""
+    if not st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+        return False
+    uid = st.st_uid if st.st_mode & stat.S_ISUID else os.geteuid()
+    gid = st.st_gid if st.st_mode & stat.S_ISGID else os.getegid()
+    return uid != os.getuid() or gid != os.getgid()
+
+
 def check_enterable(path: str) -> None:
     """Refuse binaries the preload library cannot enter: static ELF, setuid/setgid."""
     st = os.stat(path)
-    if (st.st_mode & (stat.S_ISUID | stat.S_ISGID)) and (
-        st.st_uid != os.geteuid() or st.st_mode & stat.S_ISGID
-    ):
+    if preload_ignored(st):
         raise LaunchError(
             f"{path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
             "nothing could be traced. Run a copy without the setuid bit.",
@@ -156,14 +169,17 @@ def default_out_dir(cmd0: str) -> Path:
     return p
 
 
-def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
-    """The trace directory, and whether this run created it (to remove it if CMD never ran)."""
+def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool, int]:
+    """The trace directory, whether this run created it (to remove it if CMD never ran), and
+    the descriptor of the run's hold on it (files.lock_dir: one run at a time, --force or not)."""
+    lock = -1
     try:
         out = opts.out_dir or default_out_dir(opts.cmd[0])
         out = out.resolve()
         if out.exists():
             if not out.is_dir():
                 raise LaunchError(f"{out} exists and is not a directory")
+            lock = _hold(out)
             old = list(out.glob("*.ctrace")) + [
                 p
                 for p in (out / name for name in tracedir.LAUNCHER_FILES)
@@ -180,17 +196,34 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
         else:
             out.mkdir(parents=True)
             created = True
+            lock = _hold(out)
         if not os.access(out, os.W_OK | os.X_OK):
             raise LaunchError(f"cannot write the trace directory {out}: permission denied")
     except OSError as e:
+        if lock >= 0:
+            release_dir(out, lock)
         where = e.filename or opts.out_dir or "the current directory"
         raise LaunchError(f"cannot create the trace directory {where}: {e.strerror or e}") from None
-    return out, created
+    except LaunchError:
+        if lock >= 0:
+            release_dir(out, lock)
+        raise
+    return out, created, lock
+
+
+def _hold(out: Path) -> int:
+    try:
+        return lock_dir(out)
+    except DirectoryBusy:
+        raise LaunchError(
+            f"{out} is in use by another cudatrace run (--force replaces a finished trace, "
+            "never a running one); choose another -o"
+        ) from None
 
 
 def _remove_created(out: Path, created: bool) -> None:
     """Undo prepare_out_dir when CMD never started: what it made, and the launcher's files."""
-    for name in (tracedir.RUN, *tracedir.SAMPLE_FILES):
+    for name in (tracedir.RUN, *tracedir.SAMPLE_FILES, tracedir.LOCK):
         try:
             (out / name).unlink()
         except OSError:
@@ -218,13 +251,19 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             2,
         )
     no_trace = opts.mode == "none"
-    out, created = (None, False) if no_trace else prepare_out_dir(opts)
+    out, created, lock = (None, False, -1) if no_trace else prepare_out_dir(opts)
     try:
-        return _run(opts, path, shim, out, created)
+        status, out = _run(opts, path, shim, out, created)
+        if opts.on_end is not None:
+            opts.on_end(status, out)
+        return status, out
     except LaunchError:
         if out is not None:
             _remove_created(out, created)
         raise
+    finally:
+        if lock >= 0:
+            release_dir(out, lock)
 
 
 # The preload library keeps the trace directory and the ledger path in fixed buffers (no malloc
@@ -248,79 +287,11 @@ def _run(
     no_trace = out is None
     if not no_trace:
         _check_shim_path("trace directory", out)
-    env = dict(os.environ)
-    env.update(opts.extra_env)
-    env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
-    if no_trace:
-        env.pop("CUDATRACE_DIR", None)
-    else:
-        env["CUDATRACE_DIR"] = str(out)
-    env["CUDATRACE_MODE"] = opts.mode
-    env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
-    env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
-    env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
-    env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
-    env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
-    if (
-        opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env
-    ):  # extra_env may keep the shim's lines
-        env["CUDATRACE_QUIET"] = "1"
-    ledger = None
-    budget_info = None
-    if opts.budget is not None or opts.group is not None:
-        # deferred for start-up time: only a run with a budget loads the ledger's C library
-        from . import budget as budget_mod
-        from .ledger import LedgerError
+    env = _environment(opts, shim, out)
+    ledger, budget_info = _join_budget(opts, env)
 
-        try:
-            ledger, budget_info = budget_mod.setup_ledger(
-                opts.budget,
-                opts.group,
-                opts.on_exceed,
-                opts.count_host,
-                notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
-            )
-        except (budget_mod.BudgetError, LedgerError) as e:
-            raise LaunchError(f"budget: {e}", 2) from None
-        try:
-            _check_shim_path("ledger path", ledger.path)
-        except LaunchError:
-            ledger.finish()
-            raise
-        env["CUDATRACE_LEDGER"] = str(ledger.path)
-        if budget_info.get("note"):
-            # the one note that changes what the run may use: printed even with -q
-            sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
-
-    run_info = {
-        "cudatrace_version": __version__,
-        "argv": opts.cmd,
-        "executable": path,
-        "cwd": os.getcwd(),
-        "dir": str(out),
-        "stack_depth": opts.stack_depth,
-        "budget": budget_info,
-        "group": opts.group,
-        "on_exceed": opts.on_exceed,
-        "start_monotonic_ns": time.monotonic_ns(),
-        "start_time": time.time(),
-    }
-    if not no_trace:
-        try:
-            write_json(out / tracedir.RUN, run_info)
-        except OSError as e:
-            if ledger is not None:
-                ledger.finish()
-            raise LaunchError(f"cannot write {out / tracedir.RUN}: {e.strerror or e}", 2) from None
-
-    if not opts.quiet:
-        if no_trace:
-            sys.stderr.write(
-                f"cudatrace: running {shell_quote(opts.cmd)} under the budget, nothing traced (--no-trace)\n"
-            )
-        else:
-            sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
-        sys.stderr.flush()
+    run_info = _write_run_info(opts, path, out, budget_info, ledger)
+    _say_start(opts, out)
 
     aborted = []
     # Without a terminal whose foreground we are, CMD gets a process group of its own: a signal
@@ -392,55 +363,167 @@ def _run(
     for signum in pending:
         on_signal(signum, None)
     run_info["pid"] = proc.pid
-    sampler = (
-        None
-        if no_trace
-        else Sampler(proc.pid, out, opts.sample_ms / 1000.0, bounded=opts.mode == "aggregate")
-    )
-    if sampler:
-        sampler.start()
+    sampler, sealer = _start_helpers(opts, proc.pid, out)
     if watcher is not None:
         watcher.start()
     try:
         if opts.on_start is not None:
             opts.on_start(proc, out)
-        while True:
-            try:
-                rc = proc.wait()
-                break
-            except InterruptedError:
-                continue
+        rc = _wait(proc)
     finally:
-        if sampler:
-            sampler.stop()
-        if watcher is not None:
-            watcher.stop()
+        for h in (sampler, sealer, watcher):
+            if h is not None:
+                h.stop()
         for s, h in old.items():
             signal.signal(s, h)
     status = exit_status(rc)
     if aborted and status == 0:
         status = 3
+    _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer), ledger)
+    return status, out
+
+
+def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> tuple:
+    """The launcher's threads beside CMD: the sampler (NVML, /proc) and, for a full trace, the
+    sealer (sealed chunks compressed, seal.py). None for each that does not run."""
+    if out is None:
+        return None, None
+    sampler = Sampler(pid, out, opts.sample_ms / 1000.0, bounded=opts.mode == "aggregate")
+    sampler.start()
+    sealer = Sealer(out) if opts.mode == "full" else None
+    if sealer:
+        sealer.start()
+    return sampler, sealer
+
+
+def _wait(proc) -> int:
+    """CMD's return code, waiting through signals handled meanwhile."""
+    while True:
+        try:
+            return proc.wait()
+        except InterruptedError:
+            continue
+
+
+def _write_run_info(opts: RunOptions, path: str, out: Path | None, budget_info, ledger) -> dict:
+    """run.json: what was started, how and when (the reader's facts of the run); returned to
+    be completed (pid, exit) as the run goes on."""
+    run_info = {
+        "cudatrace_version": __version__,
+        "argv": opts.cmd,
+        "executable": path,
+        "cwd": os.getcwd(),
+        "dir": str(out),
+        "stack_depth": opts.stack_depth,
+        "budget": budget_info,
+        "group": opts.group,
+        "on_exceed": opts.on_exceed,
+        "start_monotonic_ns": time.monotonic_ns(),
+        "start_time": time.time(),
+        "launcher_pid": os.getpid(),  # `report --watch` knows the run is over if it is gone
+    }
+    if out is not None:
+        try:
+            write_json(out / tracedir.RUN, run_info)
+        except OSError as e:
+            if ledger is not None:
+                ledger.finish()
+            raise LaunchError(f"cannot write {out / tracedir.RUN}: {e.strerror or e}", 2) from None
+    return run_info
+
+
+def _say_start(opts: RunOptions, out: Path | None) -> None:
+    """The one line that says what runs (not under -q)."""
+    if opts.quiet:
+        return
+    if out is None:
+        sys.stderr.write(
+            f"cudatrace: running {shell_quote(opts.cmd)} under the budget, nothing traced "
+            "(--no-trace)\n"
+        )
+    else:
+        sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
+    sys.stderr.flush()
+
+
+def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
+    """CMD's environment: the preload library and the settings it reads (CUDATRACE_*)."""
+    env = dict(os.environ)
+    env.update(opts.extra_env)
+    env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
+    if out is None:
+        env.pop("CUDATRACE_DIR", None)
+    else:
+        env["CUDATRACE_DIR"] = str(out)
+    env["CUDATRACE_MODE"] = opts.mode
+    env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
+    env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
+    env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
+    env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
+    env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
+    if (
+        opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env
+    ):  # extra_env may keep the shim's lines
+        env["CUDATRACE_QUIET"] = "1"
+    return env
+
+
+def _join_budget(opts: RunOptions, env: dict):
+    """(ledger, budget info) of a run with --budget or --group, its ledger named in env;
+    (None, None) without."""
+    if opts.budget is None and opts.group is None:
+        return None, None
+    # deferred for start-up time: only a run with a budget loads the ledger's C library
+    from . import budget as budget_mod
+    from .ledger import LedgerError
+
+    try:
+        ledger, budget_info = budget_mod.setup_ledger(
+            opts.budget,
+            opts.group,
+            opts.on_exceed,
+            opts.count_host,
+            notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
+        )
+    except (budget_mod.BudgetError, LedgerError) as e:
+        raise LaunchError(f"budget: {e}", 2) from None
+    try:
+        _check_shim_path("ledger path", ledger.path)
+    except LaunchError:
+        ledger.finish()
+        raise
+    env["CUDATRACE_LEDGER"] = str(ledger.path)
+    if budget_info.get("note"):
+        # the one note that changes what the run may use: printed even with -q
+        sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
+    return ledger, budget_info
+
+
+def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, helpers, ledger):
+    """After CMD: run.json completed (status, end, sampler and sealer as helpers, the ledger's
+    last figures)."""
+    sampler, sealer = helpers
     run_info.update(
         {
             "returncode": rc,
             "exit_status": status,
             "end_monotonic_ns": time.monotonic_ns(),
             "end_time": time.time(),
-            "budget_aborted": bool(aborted),
+            "budget_aborted": aborted,
             "sampler": sampler.describe() if sampler else None,
+            "sealed": sealer.describe() if sealer else None,
         }
     )
     if ledger is not None:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()
-    if not no_trace:
+    if out is not None:
         try:
             write_json(out / tracedir.RUN, run_info)
         except OSError as e:  # a full disk: the command's status still comes back
             sys.stderr.write(f"cudatrace: cannot write {out / tracedir.RUN}: {e.strerror or e}\n")
     if sampler and sampler.error and not opts.quiet:
         sys.stderr.write(f"cudatrace: samples stopped: {sampler.error}\n")
-    return status, out
 
 
 def _budget_abort(opts: RunOptions, ledger) -> bool:

@@ -100,6 +100,12 @@ def private_path(pid: int | None = None, create_dir: bool = True) -> Path:
     )
 
 
+def shared_dir(path) -> bool:
+    """Whether the directory holding path is a shared ledger directory (sticky, root's: the
+    ledgers of several users' jobs, docs/budgets.md)."""
+    return bool(_tools()[1].ct_ledger_shared_dir(os.fsencode(str(path))))
+
+
 def list_ledgers(directory: Path | None = None) -> list[Path]:
     """Ledger files in the directory (groups and private runs), sorted by name."""
     d = directory if directory is not None else ledger_dir(create=False)
@@ -129,6 +135,13 @@ _MODES = {"deny": 0, "warn": 1}
 
 def _mode_name(v: int) -> str:
     return {0: "deny", 1: "warn"}.get(int(v), "mode %d" % v)
+
+
+def share_name(key: int) -> str | None:
+    """A member's share as stored in the ledger (its name packed little-endian), or None."""
+    if not key:
+        return None
+    return int(key).to_bytes(8, "little").rstrip(b"\0").decode("ascii", errors="replace")
 
 
 def _iso(ns: int) -> str | None:
@@ -232,6 +245,13 @@ class Ledger:
             == 1
         )
 
+    def set_share(self, name: str | None, limit: int) -> None:
+        """Count this handle's memberships in share `name` (<= 8 of A-Za-z0-9_.-), whose
+        members together may hold at most `limit` bytes on each device."""
+        rc = _tools()[1].ct_ledger_set_share(self.h, (name or "").encode(), int(limit))
+        if rc != 0:
+            raise LedgerError(f"invalid share name {name!r}: use 1 to 8 of A-Z a-z 0-9 _ . -")
+
     def force(self, dev: int, nbytes: int) -> bool:
         return _check(_tools()[1].ct_ledger_force(self.h, dev, nbytes), "force") == 1
 
@@ -332,6 +352,8 @@ class Ledger:
                     "other_pidns": bool(m.other_pidns),
                     "start_ticks": int(m.start_ticks),
                     "joined": _iso(m.joined_ns),
+                    "share": share_name(int(m.share)),
+                    "share_limit": int(m.share_limit),
                     "devices": per,
                 }
             )
@@ -397,7 +419,7 @@ def reset_group(group: str) -> Path:
     counts) so the next run starts it afresh. Refused while a member process is alive: the
     ledger is what holds them to the budget. Returns the path removed."""
     p = _target(group, None)[0]
-    with _GroupLock(p):
+    with _GroupLock(p) as lock:
         with Ledger.open(p) as led:
             busy = _live_members(led)
         if busy:
@@ -410,6 +432,7 @@ def reset_group(group: str) -> Path:
             os.unlink(p)
         except OSError as e:
             raise LedgerError(f"cannot remove {p}: {e.strerror}") from None
+        lock.remove()  # the group is gone: so is its lock file (removed while held)
     return p
 
 
@@ -501,9 +524,43 @@ class _GroupLock:
     def __enter__(self):
         import fcntl
 
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
+        while True:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:  # a reset may have removed the file while we waited: lock the one there now
+                same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                self.fd = fd
+                return self
+            os.close(fd)
+
+    def remove(self) -> None:
+        try:
+            os.unlink(self.path)
+        except OSError:
+            pass
+
+    def _open(self) -> int:
+        """Open the lock file, making it when missing. In a shared ledger directory (sticky,
+        several users' jobs) it may be another user's: opened without O_CREAT (the kernel's
+        protected_regular refuses O_CREAT on another's file there) and made 0666 by its
+        creator."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(8):
+            try:
+                return os.open(self.path, flags)
+            except FileNotFoundError:
+                pass
+            try:
+                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                continue
+            if shared_dir(self.path):
+                os.fchmod(fd, 0o666)
+            return fd
+        raise LedgerError(f"cannot open {self.path}")
 
     def __exit__(self, *exc):
         os.close(self.fd)

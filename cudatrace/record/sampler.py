@@ -186,6 +186,7 @@ class Sampler(threading.Thread):
         n = self.nvml
         return {
             "samples": self.count,
+            "interval_ms": round(self.interval * 1000, 3),
             "nvml": bool(n and n.available),
             "nvml_why": (n.why if n else "sampler did not start"),
             "driver": n.driver if n else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import re
 from dataclasses import dataclass
 
@@ -91,6 +92,8 @@ def parse_value(text: str):
     t = text.strip()
     if _NUM_RE.match(t):
         v = float(t)
+        if not math.isfinite(v):
+            raise SweepError(f"{t!r} is too large: not a finite number")
         return (int(v) if v == int(v) and "." not in t and "e" not in t.lower() else v), False
     try:
         return parse_size(t), True

@@ -59,6 +59,18 @@ def _tree(pid: int) -> list[int]:
         return [pid]
 
 
+def _start_ticks(pid: int) -> int | None:
+    """When pid started (/proc/PID/stat field 22), None when it is gone or a zombie: with the
+    pid, it names one process, so a pid reused meanwhile is never signalled."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read().decode(errors="replace")
+        fields = s[s.rindex(")") + 2 :].split()
+        return None if fields[0] in ("Z", "X") else int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 class Watcher(threading.Thread):
     """Stops one run by the rule; `info` says how (None: the command ended by itself)."""
 
@@ -67,6 +79,10 @@ class Watcher(threading.Thread):
         self.proc, self.out, self.rule, self.done = proc, out, rule, done
         self.info: dict | None = None
         self.t0 = time.monotonic()
+        # every process of the tree seen since the stop began (pid -> start time): a child that
+        # ignores SIGINT outlives its parent, is re-parented away from the tree, and must still
+        # get SIGTERM and SIGKILL
+        self.seen: dict[int, int] = {}
 
     def elapsed(self) -> float:
         return round(time.monotonic() - self.t0, 3)
@@ -118,14 +134,37 @@ class Watcher(threading.Thread):
             }
         )
 
+    def _remember(self) -> None:
+        if self.proc.returncode is None:
+            for pid in _tree(self.proc.pid):
+                t = _start_ticks(pid)
+                if t is not None:
+                    self.seen.setdefault(pid, t)
+
+    def _alive(self) -> list[int]:
+        """The processes of the tree still running (each the same process as when seen)."""
+        return [pid for pid, t in self.seen.items() if _start_ticks(pid) == t]
+
     def _send(self, sig) -> None:
-        if self.proc.returncode is not None:
-            return
-        for pid in _tree(self.proc.pid):
+        self._remember()
+        for pid in self._alive():
             try:
                 os.kill(pid, sig)
             except OSError:
                 pass
+
+    def _ended(self, grace: float) -> bool:
+        """Wait up to grace for the command and every process of its tree to end."""
+        deadline = time.monotonic() + grace
+        while True:
+            self._remember()
+            if self.done.is_set() and not self._alive():
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self.done.wait(min(0.05, left))
+            time.sleep(0.02 if self.done.is_set() else 0)
 
     def stop(self, info: dict) -> None:
         info["after"] = self.elapsed()
@@ -133,7 +172,7 @@ class Watcher(threading.Thread):
         for sig in (signal.SIGINT, signal.SIGTERM):
             info["signal"] = sig.name
             self._send(sig)
-            if self.done.wait(self.rule.grace):
+            if self._ended(self.rule.grace):
                 return
         info["signal"] = "SIGKILL"
         if info["how"] == "stopped":

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
-from typing import Any, cast
 
 from .dwarf_forms import (
     ADDRX_FORMS,
@@ -116,10 +115,10 @@ class Abbrev:
             for _attr, form, _ic in specs:
                 fs = fixed_size(form, ctx)
                 if fs is None:
+                    size = None
                     break
                 size += fs
-            else:
-                self.skip = size
+            self.skip = size
         walked = tag in SCOPE_TAGS or tag == TAG_SUBPROGRAM
         self.skip_walk = None if walked else self.skip
 
@@ -150,7 +149,7 @@ class AbbrevTable(dict):
     @staticmethod
     def locate(data: bytes, off: int) -> dict[int, tuple[int, int]]:
         """Code -> (start, end) of each declaration of the table at off."""
-        pos: dict[int, tuple[int, int]] = {}
+        pos = {}
         p = off
         match = ABBREV_ENTRY_RX.match
         while True:
@@ -202,29 +201,19 @@ class AbbrevTable(dict):
 _COMPILED: dict[tuple, Reader] = {}
 
 
+_UFMT = {1: "d[p]", 2: "U16(d, p)[0]", 4: "U32(d, p)[0]", 8: "U64(d, p)[0]"}
+
+
 def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
     """Generate straight-line Python that steps over one DIE of this abbreviation and picks out
     the attributes in SLOTS (references made absolute for CU-relative forms)."""
     E = ctx[0]
-    ufmt = {1: "d[p]", 2: "U16(d, p)[0]", 4: "U32(d, p)[0]", 8: "U64(d, p)[0]"}
     code = ["def reader(d, p, cu):"]
     out = ["None"] * NSLOTS
     n = 0
 
-    def emit(s: str) -> None:
+    def emit(s):
         code.append("    " + s)
-
-    def uleb_into(var: str) -> None:
-        emit(f"{var} = d[p]; p += 1")
-        emit(f"if {var} >= 0x80:")
-        emit(f"    {var} &= 0x7f; s = 7")
-        emit("    while True:")
-        emit(f"        b = d[p]; p += 1; {var} |= (b & 0x7f) << s; s += 7")
-        emit("        if b < 0x80: break")
-
-    def uleb_skip() -> None:
-        emit("while d[p] >= 0x80: p += 1")
-        emit("p += 1")
 
     for attr, form, ic in ab.specs:
         slot = SLOTS.get(attr)
@@ -236,54 +225,17 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
         if enc == INDIRECT:
             raise DwarfError("DW_FORM_indirect not supported")
         if enc.__class__ is int or enc == PRESENT or enc == IMPLICIT:
-            size = enc if enc.__class__ is int else 0
-            if var is not None:
-                if enc == IMPLICIT:
-                    emit(f"{var} = {ic}")
-                elif enc == PRESENT:
-                    emit(f"{var} = 1")
-                elif size == 3:
-                    if E == "<":
-                        emit(f"{var} = d[p] | d[p+1] << 8 | d[p+2] << 16")
-                    else:
-                        emit(f"{var} = d[p] << 16 | d[p+1] << 8 | d[p+2]")
-                elif size in ufmt:
-                    emit(f"{var} = {ufmt[size]}")
-                else:
-                    emit(f"{var} = None")
-            if size:
-                emit(f"p += {size}")
-        elif enc == ULEB:
-            if var is not None:
-                uleb_into(var)
-            else:
-                uleb_skip()
-        elif enc == SLEB:
-            if var is not None:
-                emit(f"{var}, p = SLEB(d, p)")
-            else:
-                uleb_skip()
-        elif enc == CSTRING:
-            if var is not None:
-                emit(f"{var} = p")
-            emit("p = d.index(0, p) + 1")
-        elif enc == BLOCK1:
-            emit("p += 1 + d[p]")
-        elif enc == BLOCK2:
-            emit(f"p += 2 + {ufmt[2]}")
-        elif enc == BLOCK4:
-            emit(f"p += 4 + {ufmt[4]}")
-        elif enc == BLOCK:
-            uleb_into("ln")
-            emit("p += ln")
-        if var is not None and slot is not None:
+            _emit_fixed(emit, var, enc, ic, E)
+        else:
+            _emit_variable(emit, var, enc)
+        if var is not None:
             if form in REL_REF_FORMS:
                 emit(f"{var} += cu")
             if out[slot] == "None":
                 out[slot] = var
     out[0] = "p"
     emit(f"return ({', '.join(out)})")
-    ns: dict[str, Any] = {
+    ns = {
         "U16": struct.Struct(E + "H").unpack_from,
         "U32": struct.Struct(E + "I").unpack_from,
         "U64": struct.Struct(E + "Q").unpack_from,
@@ -293,12 +245,74 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
     return ns["reader"]
 
 
+def _emit_fixed(emit, var, enc, ic, E: str) -> None:
+    """A form of fixed size (or none: present, implicit const): read into var if kept."""
+    size = enc if enc.__class__ is int else 0
+    if var is not None:
+        if enc == IMPLICIT:
+            emit(f"{var} = {ic}")
+        elif enc == PRESENT:
+            emit(f"{var} = 1")
+        elif size == 3:
+            if E == "<":
+                emit(f"{var} = d[p] | d[p+1] << 8 | d[p+2] << 16")
+            else:
+                emit(f"{var} = d[p] << 16 | d[p+1] << 8 | d[p+2]")
+        elif size in _UFMT:
+            emit(f"{var} = {_UFMT[size]}")
+        else:
+            emit(f"{var} = None")
+    if size:
+        emit(f"p += {size}")
+
+
+def _emit_uleb_into(emit, var) -> None:
+    emit(f"{var} = d[p]; p += 1")
+    emit(f"if {var} >= 0x80:")
+    emit(f"    {var} &= 0x7f; s = 7")
+    emit("    while True:")
+    emit(f"        b = d[p]; p += 1; {var} |= (b & 0x7f) << s; s += 7")
+    emit("        if b < 0x80: break")
+
+
+def _emit_uleb_skip(emit) -> None:
+    emit("while d[p] >= 0x80: p += 1")
+    emit("p += 1")
+
+
+def _emit_variable(emit, var, enc) -> None:
+    """A form of variable size (LEB128, string, block): read into var if kept, step over."""
+    if enc == ULEB:
+        if var is not None:
+            _emit_uleb_into(emit, var)
+        else:
+            _emit_uleb_skip(emit)
+    elif enc == SLEB:
+        if var is not None:
+            emit(f"{var}, p = SLEB(d, p)")
+        else:
+            _emit_uleb_skip(emit)
+    elif enc == CSTRING:
+        if var is not None:
+            emit(f"{var} = p")
+        emit("p = d.index(0, p) + 1")
+    elif enc == BLOCK1:
+        emit("p += 1 + d[p]")
+    elif enc == BLOCK2:
+        emit(f"p += 2 + {_UFMT[2]}")
+    elif enc == BLOCK4:
+        emit(f"p += 4 + {_UFMT[4]}")
+    elif enc == BLOCK:
+        _emit_uleb_into(emit, "ln")
+        emit("p += ln")
+
+
 def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
     specs = ab.specs
     slots = [SLOTS.get(attr) for attr, _f, _i in specs]
     calls = 0
 
-    def reader(d: bytes, p: int, cuoff: int) -> tuple:
+    def reader(d, p, cuoff):
         nonlocal calls
         calls += 1
         if calls > COMPILE_AFTER:
@@ -307,7 +321,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
                 fn = _COMPILED[key] = compile_reader(ab, ctx)
             ab.fn = fn
             return fn(d, p, cuoff)
-        out: list[Any] = [None] * NSLOTS
+        out = [None] * NSLOTS
         for (_attr, form, ic), slot in zip(specs, slots):
             v, p = read_form(form, d, p, ic, ctx)
             if slot is not None and out[slot] is None:
@@ -320,7 +334,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
     return reader
 
 
-def reader(cu: Any, code: int) -> Abbrev:
+def reader(cu, code: int) -> Abbrev:
     """The abbreviation of code in cu's table, with its DIE reader: the compiled one when it
     exists, else an interpreting one that compiles once the abbreviation proves frequent."""
     ab = cu.abbrevs[code]
@@ -333,16 +347,11 @@ def reader(cu: Any, code: int) -> Abbrev:
     return ab
 
 
-Visit = Callable[[Abbrev, tuple, int, Any], Any]
+Visit = Callable[[Abbrev, tuple, int, object], object]
 
 
 def walk(
-    d: bytes,
-    cu: Any,
-    p: int,
-    visit: Visit | None = None,
-    tags: frozenset = frozenset(),
-    ctx: object = None,
+    d, cu, p: int, visit: Visit | None = None, tags: frozenset = frozenset(), ctx: object = None
 ) -> int:
     """Walk the DIEs from p up to the 0 that closes their scope and return the position after
     it (or the end of the unit). visit(abbrev, record, die_offset, ctx) is called for DIEs whose
@@ -380,7 +389,7 @@ def walk(
         elif ab.skip_walk is not None:
             p += ab.skip_walk
             continue
-        fn = ab.fn or cast(Reader, reader(cu, code).fn)
+        fn = ab.fn or reader(cu, code).fn
         r = fn(d, p, off)
         if not ab.children:
             if visit is not None and ab.tag in tags:

@@ -368,6 +368,30 @@ def _scan_sequences(
     return seqs, files
 
 
+def _special_tables(ob, line_base, line_range, min_inst) -> tuple[list, list]:
+    """(address advance, line advance) of each special opcode, cached per header shape."""
+    tkey = (ob, line_base, line_range, min_inst)
+    tables = _LINE_TABLES.get(tkey)
+    if tables is None:
+        ADV = [0] * 256
+        LADV = [0] * 256
+        for op in range(ob, 256):
+            adj = op - ob
+            ADV[op] = (adj // line_range) * min_inst
+            LADV[op] = line_base + adj % line_range
+        tables = _LINE_TABLES[tkey] = (ADV, LADV)
+    return tables
+
+
+def _skip_ulebs(d, p: int, n: int) -> int:
+    """The position after n ULEB128 numbers from p."""
+    for _ in range(n):
+        while d[p] >= 0x80:
+            p += 1
+        p += 1
+    return p
+
+
 def _decode_rows(
     d: bytes,
     p: int,
@@ -387,17 +411,7 @@ def _decode_rows(
     is built. Rows are matched against the sorted targets as addresses increase: a target gets
     the (file, line) of the last row at or below it in a sequence that extends past it. Stops
     early once the next target is >= bend (the caller knows the sequence ends before bend)."""
-    tkey = (ob, line_base, line_range, min_inst)
-    tables = _LINE_TABLES.get(tkey)
-    if tables is None:
-        ADV = [0] * 256
-        LADV = [0] * 256
-        for op in range(ob, 256):
-            adj = op - ob
-            ADV[op] = (adj // line_range) * min_inst
-            LADV[op] = line_base + adj % line_range
-        tables = _LINE_TABLES[tkey] = (ADV, LADV)
-    ADV, LADV = tables
+    ADV, LADV = _special_tables(ob, line_base, line_range, min_inst)
     const_add = ADV[255]
     ntargets = len(targets)
     bisect_left = bisect.bisect_left
@@ -498,10 +512,7 @@ def _decode_rows(
         elif op == 6 or op == 7 or op == 10 or op == 11:
             continue
         else:  # unknown standard opcode: skip its ULEB operands
-            for _ in range(std_lens[op - 1] if op - 1 < len(std_lens) else 0):
-                while d[p] >= 0x80:
-                    p += 1
-                p += 1
+            p = _skip_ulebs(d, p, std_lens[op - 1] if op - 1 < len(std_lens) else 0)
             continue
         # A row is appended (special opcode or DW_LNS_copy).
         if address > nt:

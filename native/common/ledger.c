@@ -93,6 +93,8 @@ struct ct_ledger {
     int32_t fd_owner;  /* getpid() of the process that opened fd (a child reopens its own) */
     uint64_t ino, dev; /* of the file, to tell that fd is still ours */
     char *path;
+    uint64_t share; /* ct_ledger_set_share: written into every slot this handle joins */
+    uint64_t share_limit;
 };
 
 /* ---- small helpers (async-signal-safe: no stdio, no malloc) -------------------------------- */
@@ -392,16 +394,31 @@ static void raise_hwm(struct ct_ledger *l, uint32_t v)
         ;
 }
 
-static uint64_t sum_active(const struct ct_ledger *l, int32_t dev)
+/* The group's total on dev and, in *share_sum (may be NULL), the part of it held by members
+ * of share (0: none). The share's sum obeys the same argument as the group's: a member writes
+ * its share before its slot turns ACTIVE, so a reserver that sees its held sees its share. */
+static uint64_t sum_shared(const struct ct_ledger *l, int32_t dev, uint64_t share,
+                           uint64_t *share_sum)
 {
     uint32_t n = hwm(l);
-    uint64_t s = 0;
+    uint64_t s = 0, ss = 0;
     for (uint32_t i = 0; i < n; i++) {
         struct ct_ledger_member *m = &l->mem[i];
-        if (W_STATE(LD(&m->state)) == CT_LEDGER_ACTIVE)
-            s = sat_add(s, LD(&m->held[dev]));
+        if (W_STATE(LD(&m->state)) == CT_LEDGER_ACTIVE) {
+            uint64_t h = LD(&m->held[dev]);
+            s = sat_add(s, h);
+            if (share && LD(&m->share) == share)
+                ss = sat_add(ss, h);
+        }
     }
+    if (share_sum)
+        *share_sum = ss;
     return s;
+}
+
+static uint64_t sum_active(const struct ct_ledger *l, int32_t dev)
+{
+    return sum_shared(l, dev, 0, NULL);
 }
 
 /* ---- reclaim ------------------------------------------------------------------------------- */
@@ -560,6 +577,8 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
             ST(&m->start_ticks, start_ticks);
             ST(&m->pidns, l->pidns);
             ST(&m->joined_ns, real_ns());
+            ST(&m->share, l->share);
+            ST(&m->share_limit, l->share_limit);
             for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
                 ST(&m->held[d], 0);
                 ST(&m->peak[d], 0);
@@ -613,6 +632,37 @@ int32_t ct_ledger_leave(struct ct_ledger *l)
 
 int32_t ct_ledger_slot(const struct ct_ledger *l) { return valid(l) ? l->slot : CT_LEDGER_EINVAL; }
 
+int32_t ct_ledger_set_share(struct ct_ledger *l, const char *name, uint64_t limit)
+{
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    uint64_t key = 0;
+    if (name && *name) {
+        size_t n = strlen(name);
+        if (n > 8 || name[0] == '.' || !ct_ledger_valid_group(name))
+            return CT_LEDGER_EINVAL;
+        for (size_t i = 0; i < n; i++) /* the name itself, little-endian: readers decode it */
+            key |= (uint64_t)(unsigned char)name[i] << (8 * i);
+    }
+    l->share = key;
+    l->share_limit = key ? limit : 0;
+    int32_t slot = l->slot;
+    if (slot >= 0 && slot < CT_LEDGER_MAX_MEMBERS && LD(&l->mem[slot].state) == l->word) {
+        ST(&l->mem[slot].share, l->share);
+        ST(&l->mem[slot].share_limit, l->share_limit);
+    }
+    return CT_LEDGER_OK;
+}
+
+uint64_t ct_ledger_share_in_use(struct ct_ledger *l, int32_t dev)
+{
+    if (!valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES || !l->share)
+        return 0;
+    uint64_t ss = 0;
+    sum_shared(l, dev, l->share, &ss);
+    return ss;
+}
+
 /* ---- the hot path -------------------------------------------------------------------------- */
 
 /* The member slot for dev, or NULL with *rc set. */
@@ -659,25 +709,34 @@ int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *i
     }
     maybe_reclaim(l);
     uint64_t limit = 0, others = 0;
+    uint64_t share = l->share, slimit = share ? l->share_limit : 0;
+    int by_share = 0;
     for (int attempt = 0; attempt < RESERVE_ATTEMPTS; attempt++) {
         limit = LD(&l->hdr->limit[dev]);
-        if (limit && bytes > limit) {
-            others = sum_active(l, dev);
+        if ((limit && bytes > limit) || (slimit && bytes > slimit)) {
+            uint64_t ss = 0;
+            others = sum_shared(l, dev, share, &ss);
+            by_share = slimit && bytes > slimit && !(limit && bytes > limit);
+            if (by_share)
+                others = ss;
             break; /* can never fit */
         }
         uint64_t held = sat_add(ADD(&m->held[dev], bytes), bytes);
-        uint64_t sum = sum_active(l, dev);
-        if (!limit || sum <= limit) {
+        uint64_t ss = 0;
+        uint64_t sum = sum_shared(l, dev, share, &ss);
+        int group_ok = !limit || sum <= limit;
+        by_share = group_ok && slimit && ss > slimit;
+        if (group_ok && !by_share) {
             store_max(&m->peak[dev], held);
             store_max(&l->hdr->peak[dev], sum);
             if (in_use)
-                *in_use = sum;
+                *in_use = share && slimit ? ss : sum;
             if (limit_out)
-                *limit_out = limit;
+                *limit_out = share && slimit ? slimit : limit;
             return CT_LEDGER_GRANTED;
         }
         sub_sat(&m->held[dev], bytes);
-        others = sum - bytes;
+        others = by_share ? ss - bytes : sum - bytes;
         if (attempt == RESERVE_ATTEMPTS - 2) {
             deny_reclaim(l); /* a dead member may be what is in the way */
         } else if (attempt < RESERVE_ATTEMPTS - 2) {
@@ -691,8 +750,8 @@ int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *i
     if (in_use)
         *in_use = others;
     if (limit_out)
-        *limit_out = limit;
-    return CT_LEDGER_DENIED;
+        *limit_out = by_share ? slimit : limit;
+    return by_share ? CT_LEDGER_DENIED_SHARE : CT_LEDGER_DENIED;
 }
 
 int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes)
@@ -840,6 +899,8 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
         v->pid = W_PID(w);
         v->start_ticks = LD(&m->start_ticks);
         v->joined_ns = LD(&m->joined_ns);
+        v->share = LD(&m->share);
+        v->share_limit = LD(&m->share_limit);
         uint64_t ns = LD(&m->pidns);
         v->other_pidns = ns && l->pidns && ns != l->pidns;
         v->alive =
@@ -863,6 +924,50 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
     }
     errno = saved;
     return CT_LEDGER_OK;
+}
+
+/* ---- shared ledger directories ------------------------------------------------------------ */
+/* A directory an integration manages for the jobs of several users (Slurm: one ledger per GPU
+ * for every job on it): sticky, so no user can remove or replace another's files, owned by root
+ * (or by the caller), group or other writable. Its ledgers are mode 0666 (0660 when others
+ * cannot write the directory) and may be owned by any user. The mode of a shared ledger file:
+ * 0 when dir_sb does not describe a shared directory. */
+static unsigned shared_mode(const struct stat *dsb)
+{
+    if (!S_ISDIR(dsb->st_mode) || !(dsb->st_mode & S_ISVTX) || !(dsb->st_mode & 022))
+        return 0;
+    if (dsb->st_uid != 0 && dsb->st_uid != geteuid())
+        return 0;
+    return (dsb->st_mode & 002) ? 0666 : 0660;
+}
+
+/* The shared mode of the directory holding path (0: not shared). */
+static unsigned path_shared_mode(const char *path)
+{
+    char dir[PATH_MAX];
+    const char *slash = path ? strrchr(path, '/') : NULL;
+    if (!slash) {
+        dir[0] = '.';
+        dir[1] = 0;
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dir)
+            return 0;
+        memcpy(dir, path, n ? n : 1);
+        dir[n ? n : 1] = 0;
+    }
+    struct stat sb;
+    if (lstat(dir, &sb) != 0)
+        return 0;
+    return shared_mode(&sb);
+}
+
+int32_t ct_ledger_shared_dir(const char *path)
+{
+    int saved = errno;
+    int32_t r = path_shared_mode(path) != 0;
+    errno = saved;
+    return r;
 }
 
 /* ---- opening ------------------------------------------------------------------------------- */
@@ -902,7 +1007,8 @@ static void init_header(struct ct_ledger_header *h, const struct ct_ledger_confi
 static int init_file(int fd, const struct ct_ledger_config *cfg, const char *path, char *err,
                      uint64_t errlen)
 {
-    if (fchmod(fd, 0600) != 0 || ftruncate(fd, CT_LEDGER_FILE_SIZE) != 0) {
+    unsigned mode = path_shared_mode(path);
+    if (fchmod(fd, mode ? mode : 0600) != 0 || ftruncate(fd, CT_LEDGER_FILE_SIZE) != 0) {
         set_err(err, errlen, "cannot size budget ledger %s: %s", path, strerror(errno));
         return -1;
     }
@@ -1003,8 +1109,16 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
     uid_t me = geteuid();
     const char *why = NULL;
     char whybuf[PATH_MAX + 200];
+    unsigned shared = path_shared_mode(path);
     if (!S_ISREG(sb.st_mode)) {
         why = "is not a regular file";
+    } else if (shared && (sb.st_mode & 07777) != shared) {
+        snprintf(whybuf, sizeof whybuf,
+                 "is in a shared ledger directory with mode %04o, not %04o (owner uid %u)",
+                 (unsigned)(sb.st_mode & 07777), shared, (unsigned)sb.st_uid);
+        why = whybuf;
+    } else if (shared) {
+        /* any owner: the sticky directory keeps it in place, its mode lets every job use it */
     } else if (sb.st_uid != me) {
         snprintf(whybuf, sizeof whybuf, "is owned by uid %u, not by you (uid %u)",
                  (unsigned)sb.st_uid, (unsigned)me);
@@ -1187,7 +1301,8 @@ int32_t ct_ledger_valid_group(const char *g)
 
 /* Check (and with create make) one candidate directory. 0 ok, CT_LEDGER_ENOENT missing (or not
  * creatable: *soft = 1, try the next), other < 0: refuse. */
-static int32_t check_dir(const char *dir, int32_t create, int *soft, char *err, uint64_t errlen)
+static int32_t check_dir(const char *dir, int32_t create, int shared_ok, int *soft, char *err,
+                         uint64_t errlen)
 {
     struct stat sb;
     *soft = 0;
@@ -1220,9 +1335,12 @@ static int32_t check_dir(const char *dir, int32_t create, int *soft, char *err, 
         set_err(err, errlen, "ledger directory %s is not a directory; refusing to use it", dir);
         return CT_LEDGER_EACCESS;
     }
+    if (shared_ok && shared_mode(&sb))
+        return CT_LEDGER_OK; /* a shared ledger directory (root's or ours, sticky) */
     if (sb.st_uid != me) {
         set_err(err, errlen,
-                "ledger directory %s is owned by uid %u, not by you (uid %u); refusing to use it",
+                "ledger directory %s is owned by uid %u, not by you (uid %u), and is not a shared "
+                "ledger directory (sticky, mode 1777 or 1770, owned by root); refusing to use it",
                 dir, (unsigned)sb.st_uid, (unsigned)me);
         return CT_LEDGER_EACCESS;
     }
@@ -1264,7 +1382,7 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
     int first_missing = -1;
     for (int i = 0; i < ncand; i++) {
         int soft = 0;
-        rc = check_dir(cand[i], create, &soft, err, errlen);
+        rc = check_dir(cand[i], create, chosen, &soft, err, errlen);
         if (rc == CT_LEDGER_OK) {
             if (strlen(cand[i]) >= len) {
                 rc = CT_LEDGER_EINVAL;

@@ -80,6 +80,22 @@ static inline uint32_t ct_ce_ref(const struct ct_ce_ctx *c, const struct ct_even
     return c->next % CT_CE_REFS;
 }
 
+/* the 8 bytes of an event at offset off (the fields the fast path compares as words) */
+static inline uint64_t ct_ce_w(const struct ct_event *e, unsigned off)
+{
+    uint64_t w;
+    memcpy(&w, (const uint8_t *)e + off, 8);
+    return w;
+}
+_Static_assert(__builtin_offsetof(struct ct_event, size) == 8 &&
+                   __builtin_offsetof(struct ct_event, aux) == 24 &&
+                   __builtin_offsetof(struct ct_event, aux2) == 32 &&
+                   __builtin_offsetof(struct ct_event, tid) == 40 &&
+                   __builtin_offsetof(struct ct_event, result) == 48 &&
+                   __builtin_offsetof(struct ct_event, api) == 56 &&
+                   __builtin_offsetof(struct ct_event, reserved) == 64,
+               "the words ct_ce_encode_fields compares");
+
 static inline int ct_ce_allocates(uint8_t op)
 {
     return op == CT_OP_ALLOC || op == CT_OP_MAP || op == CT_OP_IMPORT;
@@ -98,16 +114,21 @@ static inline uint8_t *ct_ce_put(uint8_t *p, uint64_t v)
 static inline uint64_t ct_ce_zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
 static inline int64_t ct_ce_unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
-/* Encode e (of thread number `thread`, whose context is c) into body; returns its length and
- * the reference used (*refp). The context is NOT updated: call ct_ce_commit(c, e, *refp) once
- * the record is written. */
-static inline uint32_t ct_ce_encode(const struct ct_ce_ctx *c, uint32_t thread,
-                                    const struct ct_event *e, uint8_t *body, uint32_t *refp)
+/* Encode e's op, reference, mask, time and fields (everything after thread and seq) at p;
+ * returns the end. *refp: the reference used. The context is NOT updated. */
+static inline uint8_t *ct_ce_encode_fields(const struct ct_ce_ctx *c, const struct ct_event *e,
+                                           uint8_t *p, uint32_t *refp)
 {
     uint32_t ref = ct_ce_ref(c, e), aref = 0;
     *refp = ref;
     const struct ct_event *pv = &c->prev[ref];
     uint32_t mask = c->started ? 0 : CT_CE_START;
+    /* the common case (a repeated call site): every field but the time and the address equal
+     * the reference's, found with a few word compares instead of one per field */
+    uint64_t diff = (ct_ce_w(e, 8) ^ ct_ce_w(pv, 8)) | (ct_ce_w(e, 24) ^ ct_ce_w(pv, 24)) |
+                    (ct_ce_w(e, 32) ^ ct_ce_w(pv, 32)) | (ct_ce_w(e, 40) ^ ct_ce_w(pv, 40)) |
+                    (ct_ce_w(e, 48) ^ ct_ce_w(pv, 48)) | (ct_ce_w(e, 56) ^ ct_ce_w(pv, 56)) |
+                    (uint64_t)(e->reserved ^ pv->reserved) | (uint64_t)(e->tid ^ c->tid) | mask;
     if (e->addr != pv->addr) {
         mask |= CT_CE_ADDR;
         if (e->addr && !ct_ce_allocates(e->op)) {
@@ -120,33 +141,33 @@ static inline uint32_t ct_ce_encode(const struct ct_ce_ctx *c, uint32_t thread,
             }
         }
     }
-    if (e->size != pv->size)
-        mask |= CT_CE_SIZE;
-    if (e->stack != pv->stack)
-        mask |= CT_CE_STACK;
-    if (e->aux != pv->aux)
-        mask |= CT_CE_AUX;
-    if (e->aux2 != pv->aux2)
-        mask |= CT_CE_AUX2;
-    if (e->api != pv->api || e->rt_api != pv->rt_api)
-        mask |= CT_CE_API;
-    if (e->tid != c->tid)
-        mask |= CT_CE_TID;
-    if (e->device != pv->device)
-        mask |= CT_CE_DEVICE;
-    if (e->result != pv->result)
-        mask |= CT_CE_RESULT;
-    if (e->kind != pv->kind || e->space != pv->space || e->flags != pv->flags)
-        mask |= CT_CE_KSF;
-    if (e->reserved != pv->reserved)
-        mask |= CT_CE_RESERVED;
+    if (__builtin_expect(diff != 0, 0)) {
+        if (e->size != pv->size)
+            mask |= CT_CE_SIZE;
+        if (e->stack != pv->stack)
+            mask |= CT_CE_STACK;
+        if (e->aux != pv->aux)
+            mask |= CT_CE_AUX;
+        if (e->aux2 != pv->aux2)
+            mask |= CT_CE_AUX2;
+        if (e->api != pv->api || e->rt_api != pv->rt_api)
+            mask |= CT_CE_API;
+        if (e->tid != c->tid)
+            mask |= CT_CE_TID;
+        if (e->device != pv->device)
+            mask |= CT_CE_DEVICE;
+        if (e->result != pv->result)
+            mask |= CT_CE_RESULT;
+        if (e->kind != pv->kind || e->space != pv->space || e->flags != pv->flags)
+            mask |= CT_CE_KSF;
+        if (e->reserved != pv->reserved)
+            mask |= CT_CE_RESERVED;
+    }
     uint64_t dt = e->ts_ns - c->ts;
     if (e->ts_ns < c->ts) {
         mask |= CT_CE_TS_BACK;
         dt = c->ts - e->ts_ns;
     }
-    uint8_t *p = ct_ce_put(body, thread);
-    *p++ = c->seq;
     *p++ = (uint8_t)((e->op & 0xf) | ref << 4);
     p = ct_ce_put(p, mask);
     p = ct_ce_put(p, dt);
@@ -154,6 +175,8 @@ static inline uint32_t ct_ce_encode(const struct ct_ce_ctx *c, uint32_t thread,
         *p++ = (uint8_t)aref;
     if (mask & CT_CE_ADDR)
         p = ct_ce_put(p, ct_ce_zz((int64_t)(e->addr - pv->addr)));
+    if (!(mask & ~(CT_CE_ADDR | CT_CE_ADDR_REF | CT_CE_TS_BACK)))
+        return p;
     if (mask & CT_CE_SIZE)
         p = ct_ce_put(p, e->size);
     if (mask & CT_CE_STACK)
@@ -179,6 +202,18 @@ static inline uint32_t ct_ce_encode(const struct ct_ce_ctx *c, uint32_t thread,
     }
     if (mask & CT_CE_RESERVED)
         p = ct_ce_put(p, e->reserved);
+    return p;
+}
+
+/* Encode e (of thread number `thread`, whose context is c) into body as a CEVENT body; returns
+ * its length and the reference used (*refp). The context is NOT updated: call
+ * ct_ce_commit(c, e, *refp) once the record is written. */
+static inline uint32_t ct_ce_encode(const struct ct_ce_ctx *c, uint32_t thread,
+                                    const struct ct_event *e, uint8_t *body, uint32_t *refp)
+{
+    uint8_t *p = ct_ce_put(body, thread);
+    *p++ = c->seq;
+    p = ct_ce_encode_fields(c, e, p, refp);
     return (uint32_t)(p - body);
 }
 
@@ -220,15 +255,17 @@ static inline int ct_ce_thread(const uint8_t *body, uint32_t len, uint64_t *thre
     return ct_ce_get(&p, body + len, thread);
 }
 
-/* Decode body into out, given the thread's context (updated on success). 0: malformed. */
-static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_t len,
-                               struct ct_event *out)
+/* Decode one event's op, reference, mask, time and fields at *pp (before end) into out, given
+ * its thread's context (updated on success; *pp moves past it). 0: malformed, or the thread's
+ * records cannot be decoded any more (c->lost). */
+static inline int ct_ce_decode_fields(struct ct_ce_ctx *c, const uint8_t **pp, const uint8_t *end,
+                                      struct ct_event *out)
 {
-    const uint8_t *p = body, *end = body + len;
-    uint64_t thread, mask, dt, v;
-    if (!ct_ce_get(&p, end, &thread) || end - p < 2)
+    const uint8_t *p = *pp;
+    uint64_t mask, dt, v;
+    if (p >= end)
         return 0;
-    uint8_t seq = *p++, op = *p & 0xf, ref = *p >> 4;
+    uint8_t op = *p & 0xf, ref = *p >> 4;
     p++;
     if (ref >= CT_CE_REFS || !ct_ce_get(&p, end, &mask))
         return 0;
@@ -236,10 +273,6 @@ static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_
         memset(c, 0, sizeof *c);
     if (c->lost)
         return 0;
-    if (seq != c->seq) {
-        c->lost = 1;
-        return 0;
-    }
     if (!ct_ce_get(&p, end, &dt))
         return 0;
     struct ct_event e = c->prev[ref];
@@ -287,8 +320,34 @@ static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_
         return 0;
 #undef CT_CE_GET
     *out = e;
+    *pp = p;
     ct_ce_commit(c, &e, ref);
     return 1;
+}
+
+/* Decode a CEVENT body into out, given the thread's context (updated on success). 0: malformed. */
+static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_t len,
+                               struct ct_event *out)
+{
+    const uint8_t *p = body, *end = body + len;
+    uint64_t thread;
+    if (!ct_ce_get(&p, end, &thread) || end - p < 3)
+        return 0;
+    uint8_t seq = *p++;
+    /* the seq check needs the START bit first: it is in the mask, after op+ref */
+    const uint8_t *q = p + 1;
+    uint64_t mask;
+    if (!ct_ce_get(&q, end, &mask))
+        return 0;
+    if (mask & CT_CE_START)
+        memset(c, 0, sizeof *c);
+    if (c->lost)
+        return 0;
+    if (seq != c->seq) {
+        c->lost = 1;
+        return 0;
+    }
+    return ct_ce_decode_fields(c, &p, end, out);
 }
 
 #endif

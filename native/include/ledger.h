@@ -22,7 +22,7 @@
  * and a reclaim cannot hit a slot that was freed and claimed again in the meantime.
  * Everything else (reading, snapshots) goes through the functions below: Python reads the
  * ledger with the same C code as the shim. Limits are bytes; 0 means no limit. */
-#define CT_LEDGER_VERSION 1
+#define CT_LEDGER_VERSION 2
 #define CT_LEDGER_MAGIC 3553981414494721091
 #define CT_LEDGER_MAX_DEVICES 16
 #define CT_LEDGER_MAX_MEMBERS 256
@@ -48,6 +48,7 @@
 #define CT_LEDGER_OK 0
 #define CT_LEDGER_GRANTED 1
 #define CT_LEDGER_DENIED 0
+#define CT_LEDGER_DENIED_SHARE 2 /* reserve: denied by the member's share (ct_ledger_set_share) */
 #define CT_LEDGER_EINVAL -1
 #define CT_LEDGER_ENOTMEMBER -2
 #define CT_LEDGER_EFULL -3
@@ -107,7 +108,8 @@ struct ct_ledger_member {
     uint64_t pidns;       /* inode of /proc/self/ns/pid; 0 = unknown */
     uint64_t joined_ns;   /* CLOCK_REALTIME */
     uint64_t liveness;    /* CT_LEDGER_LIVE_*: how others tell whether this member still lives */
-    uint64_t reserved1[2];
+    uint64_t share;       /* 0, or the share it belongs to: its name (<= 8 bytes) packed */
+    uint64_t share_limit; /* bytes the members of its share may hold on each device; 0 none */
     uint64_t held[CT_LEDGER_MAX_DEVICES];        /* atomic: bytes this member holds */
     uint64_t peak[CT_LEDGER_MAX_DEVICES];        /* atomic: its highest held */
     uint64_t denials[CT_LEDGER_MAX_DEVICES];     /* atomic */
@@ -135,6 +137,8 @@ struct ct_ledger_member_view {
     uint64_t denials[CT_LEDGER_MAX_DEVICES];
     uint64_t over[CT_LEDGER_MAX_DEVICES];
     uint64_t context[CT_LEDGER_MAX_DEVICES]; /* of held: its CUDA context and modules (bytes) */
+    uint64_t share;                          /* as in ct_ledger_member */
+    uint64_t share_limit;
 };
 
 /* A consistent-enough copy for status displays (each field is one atomic load). */
@@ -180,10 +184,20 @@ int32_t ct_ledger_join(ct_ledger *l, int32_t pid, uint64_t start_ticks);
 /* Give the slot back (its bytes with it). CT_LEDGER_OK, or CT_LEDGER_ENOTMEMBER. */
 int32_t ct_ledger_leave(ct_ledger *l);
 int32_t ct_ledger_slot(const ct_ledger *l);
+/* Shares: a subset of a group's members that together may hold at most limit bytes on each
+ * device, within the group's own limit (Slurm: the jobs on one GPU share its group, each job
+ * its own share). name: 1 to 8 of [A-Za-z0-9_.-] (NULL or "": none). Applies to this handle's
+ * later joins and, when a member already, to its slot. CT_LEDGER_OK or CT_LEDGER_EINVAL. */
+int32_t ct_ledger_set_share(ct_ledger *l, const char *name, uint64_t limit);
+/* Bytes held on dev by the members of this handle's share (0 without one). */
+uint64_t ct_ledger_share_in_use(ct_ledger *l, int32_t dev);
+/* Whether the directory holding path is a shared ledger directory (ct_ledger_dir): 1 or 0. */
+int32_t ct_ledger_shared_dir(const char *path);
 
 /* The hot path: no lock, no allocation, no system call except when a limit is hit (then a
  * yield and a reclaim) or when the periodic reclaim is due (once a second per ledger).
- * reserve: 1 granted (counted), 0 denied (not counted), < 0 error (not counted: not a member,
+ * reserve: 1 granted (counted), 0 denied (not counted), 2 denied by the member's share (then
+ *          *in_use and *limit are the share's), < 0 error (not counted: not a member,
  *          bad device). *in_use / *limit (either may be NULL): the device's total as this call
  *          saw it (with the request when granted, without it when denied) and its limit.
  * force:   counts without checking (warn mode, or an allocation larger than reserved): 1 within
@@ -222,7 +236,9 @@ int32_t ct_ledger_snapshot(ct_ledger *l, struct ct_ledger_view *out);
 uint64_t ct_ledger_proc_start_ticks(int32_t pid);
 /* The directory of group ledgers: $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-<uid>, else
  * $XDG_RUNTIME_DIR/cudatrace, else /tmp/cudatrace-<uid>. create != 0: make it (0700). Refuses a
- * symlink, another owner, group/other permissions. CT_LEDGER_ENOENT (path still in buf) when it
+ * symlink, another owner, group/other permissions, except for a shared ledger directory named
+ * by $CUDATRACE_LEDGER_DIR: sticky (mode 1777 or 1770) and owned by root or by you, whose
+ * ledgers are mode 0666 (0660) and may be owned by any user (docs/budgets.md). CT_LEDGER_ENOENT (path still in buf) when it
  * does not exist and create == 0. */
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen);
 /* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}, not starting with '.'. Returns as ct_ledger_dir. */

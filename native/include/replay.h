@@ -6,10 +6,12 @@
 #include "trace_format.h"
 
 /* CFFI-BEGIN */
-#define CT_REPLAY_VERSION 1
+#define CT_REPLAY_VERSION 2
 #define CT_REPLAY_DEV_SLOTS 64
 #define CT_REPLAY_BY_SEQ 0
 #define CT_REPLAY_BY_TS 1
+/* allocations never freed by their program: live at the end, or when their process ended */
+#define CT_REPLAY_NEVER_FREED 2
 #define CT_REPLAY_ANY_DEVICE -1000
 #define CT_REPLAY_LIST_FAILED 0
 #define CT_REPLAY_LIST_DENIED 1
@@ -19,10 +21,12 @@
 #define CT_END_FREE 1
 #define CT_END_REUSED 2
 #define CT_END_UNMAPPED 3
+#define CT_END_EXITED 4 /* its process ended (exit, or exec replaced the image) */
 
 struct ct_replay_trace {
     const struct ct_event *events;
     uint64_t n;
+    uint64_t end_ts; /* when its process (image) ended, 0: unknown (still live at the end) */
 };
 
 struct ct_replay_config {
@@ -61,12 +65,12 @@ struct ct_replay_summary {
     uint64_t t_end;      /* last event */
     uint64_t peak_bytes; /* highest total of live device bytes */
     uint64_t peak_ts;
-    uint64_t peak_seq; /* merged index of the event that reached it */
-    uint64_t end_bytes;
+    uint64_t peak_seq;  /* merged index of the event that reached it */
+    uint64_t end_bytes; /* never freed: live at the end, or when their process ended */
     uint64_t host_peak;
     uint64_t host_peak_ts;
-    uint64_t host_end;
-    uint64_t lives; /* device allocations replayed */
+    uint64_t host_end; /* never freed, as end_bytes */
+    uint64_t lives;    /* device allocations replayed */
     uint32_t ntraces;
     uint32_t found; /* 1: at least one device allocation */
 };
@@ -151,7 +155,9 @@ int32_t ct_replay_proc(const ct_replay *r, uint32_t trace, struct ct_replay_proc
 uint32_t ct_replay_timeline(const ct_replay *r, int32_t device, struct ct_replay_bucket *out,
                             uint32_t max);
 /* device allocations live after the event of merged index value (by CT_REPLAY_BY_SEQ) or at
- * time value (CT_REPLAY_BY_TS: every event at or before it replayed), on one device or any.
+ * time value (CT_REPLAY_BY_TS: every event at or before it replayed), on one device or any;
+ * CT_REPLAY_NEVER_FREED (value ignored): those never freed (live at the end, or ended with
+ * their process).
  * Returns how many there are; writes the first max of them, in allocation order. */
 uint64_t ct_replay_select(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
                           struct ct_live *out, uint64_t max);

@@ -1,4 +1,4 @@
-/* trace_format.h - the cudatrace trace file format (version 2).
+/* trace_format.h - the cudatrace trace file format (version 3).
  *
  * This header is the single definition of the on-disk layout. The shim compiles it; the Python
  * reader (cudatrace/native.py) feeds the part between the CFFI markers to cffi.cdef(), so the
@@ -35,6 +35,10 @@
  *   CEVENT   the same event, compact: varint differences from the thread's previous event
  *            (cevent.h holds the encoding, for the shim and the reader). Version 2 writes
  *            every event so; version 1 files hold EVENT records only, and are still read.
+ *   CEBLOCK  struct ct_rec_ceblock, then compact events of ONE thread back to back, without
+ *            the thread number and seq each CEVENT carries (version 3 writes every event so):
+ *            a thread fills its own block, and publishes each event by one release store of
+ *            `used`; the header is published when the block is taken, the rest reads as zeros.
  *   INFO     struct ct_rec_info then "key\0value\0" (driver version, budget, options ...)
  *   PAD      nothing: skip size bytes
  *   END      struct ct_rec_end: clean exit
@@ -47,7 +51,7 @@
 #include <stdint.h>
 
 /* CFFI-BEGIN */
-#define CT_FORMAT_VERSION 2
+#define CT_FORMAT_VERSION 3
 /* the oldest version readers still accept */
 #define CT_FORMAT_VERSION_MIN 1
 #define CT_HEADER_SIZE 256
@@ -87,6 +91,8 @@
 #define CT_REC_CEVENT 16
 /* --aggregate: a place for snapshots, rewritten in place (struct ct_snap_head) */
 #define CT_REC_SNAPSLOT 17
+/* a block of one thread's compact events (struct ct_rec_ceblock, then the events); version 3 */
+#define CT_REC_CEBLOCK 18
 
 /* event operations (ct_event.op) */
 #define CT_OP_ALLOC 1
@@ -157,7 +163,10 @@ struct ct_file_header {
     uint64_t stopped_ns;   /* 0, or CLOCK_MONOTONIC when writing stopped: later events are lost */
     int32_t stopped_errno; /* why (ENOSPC, EDQUOT, ...) */
     int32_t stopped_exit;  /* exit status if the process exited cleanly after stopping, else -1 */
-    uint8_t reserved[104];
+    /* chunks below this one are sealed: unmapped by the writer, never written again (the
+     * launcher may compress them: docs/format.md, "Sealed chunks"); updated in place */
+    uint32_t sealed_chunks;
+    uint8_t reserved[100];
 };
 #define CT_SC_FULL 0
 #define CT_SC_HIT 1
@@ -193,6 +202,15 @@ struct ct_rec_module {
     uint64_t end;   /* one past the highest */
     uint32_t build_id_len;
     uint32_t path_len; /* without the NUL */
+};
+
+struct ct_rec_ceblock {
+    uint32_t used;   /* bytes of events after this struct: each event is published by a release
+                        store of the new value (a reader decodes up to it) */
+    uint32_t thread; /* the writer's number for the thread (as in CEVENT) */
+    uint32_t seq;    /* the thread's events before this block (its context's seq, modulo 256,
+                        must equal it modulo 256, or an earlier block is missing) */
+    uint32_t reserved;
 };
 
 struct ct_rec_stack {

@@ -19,6 +19,10 @@
  *   - DENY (a budget refusal), MEMINFO (cuMemGetInfo, NVML): listed.
  *   - A trace whose events are not in time order (threads publish out of order) is replayed
  *     in a stable sort by time.
+ *   - A process's memory ends when the process ends: at a trace's end_ts (its exit record, or
+ *     the start of the image that exec replaced it with; never before its last event) every
+ *     allocation, mapping and pinned buffer of that trace still live ends (CT_END_EXITED), before
+ *     any event of the same time. The run's end_bytes counts them as never freed.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -279,11 +283,16 @@ struct cursor {
     uint64_t ts;
     uint64_t pos;
     uint32_t trace;
+    uint32_t exit; /* 1: the trace's events are done; this is its process's end */
 };
 
 static inline int before(const struct cursor *x, const struct cursor *y)
 {
-    return x->ts < y->ts || (x->ts == y->ts && x->trace < y->trace);
+    if (x->ts != y->ts)
+        return x->ts < y->ts;
+    if (x->exit != y->exit)
+        return x->exit > y->exit; /* a process's end first: its memory is gone by then */
+    return x->trace < y->trace;
 }
 
 static void sift_down(struct cursor *h, uint32_t n, uint32_t i)
@@ -335,6 +344,10 @@ struct state {
     struct ct_replay_summary *s;
     uint64_t cur, host_cur;
     uint64_t *proc_cur;
+    uint64_t *proc_host;  /* pinned host bytes live, per trace */
+    uint64_t exited;      /* device bytes ended by their process's end */
+    uint64_t host_exited; /* pinned host bytes likewise */
+    uint64_t dev_exited[CT_REPLAY_DEV_SLOTS];
 };
 
 static void changed(struct state *st, uint32_t slot, uint64_t ts)
@@ -439,8 +452,10 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             s->c.reused++;
             if (TAG_STATE(sl->tag) == ST_DEV)
                 end_life(st, sl->ref, seq, ts, CT_END_REUSED);
-            else if (TAG_STATE(sl->tag) == ST_HOST)
+            else if (TAG_STATE(sl->tag) == ST_HOST) {
                 st->host_cur -= host_size(st, sl->ref);
+                st->proc_host[ti] -= host_size(st, sl->ref);
+            }
             tdel(&st->tab, sl);
         }
         sl = tput(&st->tab, key, e->addr);
@@ -493,6 +508,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             s->c.host_allocs++;
             p->host_allocs++;
             st->host_cur += size;
+            st->proc_host[ti] += size;
             if (st->host_cur > s->host_peak) {
                 s->host_peak = st->host_cur;
                 s->host_peak_ts = ts;
@@ -525,6 +541,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         }
         if (TAG_STATE(sl->tag) == ST_HOST) {
             st->host_cur -= host_size(st, sl->ref);
+            st->proc_host[ti] -= host_size(st, sl->ref);
             s->c.host_frees++;
             tdel(&st->tab, sl);
             return;
@@ -649,6 +666,62 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
     }
 }
 
+struct ending {
+    uint64_t order, addr; /* order: a device allocation's life index (ended in that order) */
+    uint32_t key, pad;
+};
+
+static int ending_cmp(const void *a, const void *b)
+{
+    uint64_t x = ((const struct ending *)a)->order, y = ((const struct ending *)b)->order;
+    return x < y ? -1 : x > y;
+}
+
+/* trace ti's process ended at ts: whatever it still held is gone (the driver gave it back) */
+static void process_end(struct state *st, uint32_t ti, uint64_t seq, uint64_t ts)
+{
+    st->r->proc[ti].end_bytes = st->proc_cur[ti]; /* what it held when it ended */
+    if (!st->proc_cur[ti] && !st->proc_host[ti])
+        return;
+    uint64_t n = 0, cap = 0;
+    struct ending *found = NULL;
+    for (uint64_t i = 0; i < st->tab.cap; i++) {
+        struct slot *x = &st->tab.s[i];
+        if (!x->tag || TAG_TRACE(x->tag) != ti)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            struct ending *f = realloc(found, cap * sizeof *f);
+            if (!f) {
+                free(found);
+                st->r->oom = 1;
+                return;
+            }
+            found = f;
+        }
+        found[n++] = (struct ending){TAG_STATE(x->tag) == ST_DEV ? x->ref : NONE64, x->addr,
+                                     TAG_KEY(x->tag), 0};
+    }
+    qsort(found, n, sizeof *found, ending_cmp);
+    for (uint64_t k = 0; k < n; k++) {
+        struct slot *x = tget(&st->tab, found[k].key, found[k].addr);
+        if (!x)
+            continue;
+        if (TAG_STATE(x->tag) == ST_DEV) {
+            struct life *L = life_at(st->r, x->ref);
+            st->exited += L->size;
+            st->dev_exited[dev_slot(L->dev)] += L->size;
+            end_life(st, x->ref, seq, ts, CT_END_EXITED);
+        } else if (TAG_STATE(x->tag) == ST_HOST && (found[k].key & 0xffu) != IMPORT_SPACE) {
+            st->host_cur -= host_size(st, x->ref);
+            st->proc_host[ti] -= host_size(st, x->ref);
+            st->host_exited += host_size(st, x->ref);
+        }
+        tdel(&st->tab, x);
+    }
+    free(found);
+}
+
 void ct_replay_free(ct_replay *r)
 {
     if (!r)
@@ -688,9 +761,10 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
     r->nev = calloc(nt, sizeof *r->nev);
     r->order = calloc(nt, sizeof *r->order);
     r->proc = calloc(nt, sizeof *r->proc);
-    uint64_t *proc_cur = calloc(nt, sizeof *proc_cur);
+    uint64_t *proc_cur = calloc(nt, sizeof *proc_cur), *proc_host = calloc(nt, sizeof *proc_host);
+    uint64_t *ends = calloc(nt, sizeof *ends);
     struct cursor *heap = calloc(nt, sizeof *heap);
-    if (!r->ev || !r->nev || !r->order || !r->proc || !proc_cur || !heap)
+    if (!r->ev || !r->nev || !r->order || !r->proc || !proc_cur || !proc_host || !ends || !heap)
         goto fail;
     for (int i = 0; i < CT_REPLAY_DEV_SLOTS; i++)
         r->dev[i].device = i - 1;
@@ -700,6 +774,7 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
     for (uint32_t i = 0; i < ntraces; i++) {
         r->ev[i] = traces[i].events;
         r->nev[i] = traces[i].events ? traces[i].n : 0;
+        ends[i] = traces[i].end_ts;
         uint64_t n = r->nev[i];
         if (!n)
             continue;
@@ -717,7 +792,7 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
         if (last > t1)
             t1 = last;
         total += n;
-        heap[nh++] = (struct cursor){first, 0, i};
+        heap[nh++] = (struct cursor){first, 0, i, 0};
     }
     for (uint32_t i = nh; i-- > 0;)
         sift_down(heap, nh, i);
@@ -741,12 +816,25 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
                        out,
                        0,
                        0,
-                       proc_cur};
+                       proc_cur,
+                       proc_host,
+                       0,
+                       0,
+                       {0}};
     uint64_t seq = 0;
     while (nh) {
         struct cursor *c = &heap[0];
         uint32_t ti = c->trace;
         uint64_t pos = c->pos;
+        if (c->exit) {
+            process_end(&st, ti, seq, c->ts);
+            if (r->oom)
+                break;
+            heap[0] = heap[--nh];
+            if (nh > 1)
+                sift_down(heap, nh, 0);
+            continue;
+        }
         uint32_t idx = r->order[ti] ? r->order[ti][pos] : (uint32_t)pos;
         const struct ct_event *e = &r->ev[ti][idx];
         /* the table is where the time goes (a cache miss a lookup): ask for the slot of an
@@ -764,6 +852,10 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
         if (++c->pos < r->nev[ti]) {
             uint32_t nidx = r->order[ti] ? r->order[ti][c->pos] : (uint32_t)c->pos;
             c->ts = r->ev[ti][nidx].ts_ns;
+        } else if (ends[ti]) { /* the trace is done: its process's end comes next */
+            c->exit = 1;
+            if (ends[ti] > c->ts)
+                c->ts = ends[ti];
         } else {
             heap[0] = heap[--nh];
         }
@@ -776,18 +868,23 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
     if (r->oom)
         goto fail;
     out->c.events = seq;
-    out->end_bytes = st.cur;
-    out->host_end = st.host_cur;
+    out->end_bytes = st.cur + st.exited;
+    out->host_end = st.host_cur + st.host_exited;
     out->lives = r->lives.n;
     for (int i = 0; i < CT_REPLAY_DEV_SLOTS; i++)
-        r->dev[i].end_bytes = r->dev_cur[i];
+        r->dev[i].end_bytes = r->dev_cur[i] + st.dev_exited[i];
     for (uint32_t i = 0; i < ntraces; i++)
-        r->proc[i].end_bytes = proc_cur[i];
+        if (!ends[i] || !r->nev[i])
+            r->proc[i].end_bytes = proc_cur[i];
     free(proc_cur);
+    free(proc_host);
+    free(ends);
     free(heap);
     return r;
 fail:
     free(proc_cur);
+    free(proc_host);
+    free(ends);
     free(heap);
     ct_replay_free(r);
     return NULL;
@@ -829,6 +926,8 @@ uint32_t ct_replay_timeline(const ct_replay *r, int32_t device, struct ct_replay
 
 static inline int live_at(const ct_replay *r, const struct life *L, uint32_t by, uint64_t v)
 {
+    if (by == CT_REPLAY_NEVER_FREED)
+        return L->how == CT_END_LIVE || L->how == CT_END_EXITED;
     if (by == CT_REPLAY_BY_SEQ)
         return L->seq <= v && v < L->end_seq;
     return r->ev[L->trace][L->idx].ts_ns <= v && v < L->end_ts;

@@ -15,7 +15,8 @@
 /* record types this reader knows */
 static int known_type(uint16_t t)
 {
-    return (t >= CT_REC_PAD && t <= CT_REC_PYFRAME) || t == CT_REC_CEVENT || t == CT_REC_SNAPSLOT;
+    return (t >= CT_REC_PAD && t <= CT_REC_PYFRAME) || t == CT_REC_CEVENT || t == CT_REC_SNAPSLOT ||
+           t == CT_REC_CEBLOCK;
 }
 
 /* the compact events' per-thread contexts, grown as thread numbers appear */
@@ -24,13 +25,11 @@ struct contexts {
     uint64_t n;
 };
 
-/* decode one CEVENT body; 0: malformed (or out of memory) */
-static int decode_cevent(struct contexts *cx, const uint8_t *body, uint32_t len,
-                         struct ct_event *out)
+/* the context of thread number th; NULL: out of range or out of memory */
+static struct ct_ce_ctx *context(struct contexts *cx, uint64_t th)
 {
-    uint64_t th;
-    if (!ct_ce_thread(body, len, &th) || th >= (1u << 24))
-        return 0;
+    if (th >= (1u << 24))
+        return NULL;
     if (th >= cx->n) {
         uint64_t n = cx->n ? cx->n : 16;
         while (n <= th)
@@ -42,7 +41,55 @@ static int decode_cevent(struct contexts *cx, const uint8_t *body, uint32_t len,
         cx->c = c;
         cx->n = n;
     }
-    return ct_ce_decode(&cx->c[th], body, len, out);
+    return &cx->c[th];
+}
+
+/* decode one CEVENT body; 0: malformed (or out of memory) */
+static int decode_cevent(struct contexts *cx, const uint8_t *body, uint32_t len,
+                         struct ct_event *out)
+{
+    uint64_t th;
+    struct ct_ce_ctx *c = ct_ce_thread(body, len, &th) ? context(cx, th) : NULL;
+    return c && ct_ce_decode(c, body, len, out);
+}
+
+/* decode the events of one CEBLOCK (body of len bytes) into events[res->n_events...] */
+static void decode_block(struct contexts *cx, const uint8_t *body, uint32_t len,
+                         struct ct_event *events, uint64_t max_events, struct ct_scan_result *res)
+{
+    struct ct_rec_ceblock bh;
+    if (len < sizeof bh) {
+        res->bad_events++;
+        return;
+    }
+    memcpy(&bh, body, sizeof bh);
+    /* a block being filled while we read: what was published when `used` was read */
+    uint32_t used = __atomic_load_n((const uint32_t *)(const void *)body, __ATOMIC_ACQUIRE);
+    const uint8_t *p = body + sizeof bh,
+                  *end = p + (used < len - sizeof bh ? used : len - sizeof bh);
+    struct ct_ce_ctx *c = context(cx, bh.thread);
+    if (!c) {
+        res->bad_events++;
+        return;
+    }
+    if (p < end && !c->lost) {
+        /* the START bit of the first event clears the context: look at it before the seq */
+        const uint8_t *q = p + 1;
+        uint64_t mask = 0;
+        int start = ct_ce_get(&q, end, &mask) && (mask & CT_CE_START);
+        if (!start && (uint8_t)bh.seq != c->seq)
+            c->lost = 1; /* an earlier block of the thread is missing */
+    }
+    while (p < end) {
+        struct ct_event e;
+        if (!ct_ce_decode_fields(c, &p, end, &e)) {
+            res->bad_events++;
+            return; /* the rest of the block cannot be placed */
+        }
+        if (events && res->n_events < max_events)
+            events[res->n_events] = e;
+        res->n_events++;
+    }
 }
 
 static int valid_header(const uint8_t *buf, uint64_t len, uint64_t off, struct ct_rec_hdr *h)
@@ -101,6 +148,9 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
             } else {
                 res->bad_events++;
             }
+        } else if (h.type == CT_REC_CEBLOCK) {
+            decode_block(&cx, buf + off + sizeof h, h.size - (uint32_t)sizeof h, events, max_events,
+                         res);
         } else if (h.type != CT_REC_PAD) {
             if (others && res->n_other < max_others)
                 others[res->n_other] = off;

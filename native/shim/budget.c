@@ -6,6 +6,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -14,6 +15,219 @@
 #include "util.h"
 
 ct_ledger *ct_budget_ledger;
+int ct_budget_pending;
+
+/* ---- a budget from the environment alone (docs/budgets.md, "Budgets without the launcher") --
+ * An integration that can only set a process's environment (a Slurm TaskProlog, a container
+ * image, an orchestrator) names a group: CUDATRACE_GROUP, with CUDATRACE_LEDGER_DIR (the ledger
+ * directory it manages), CUDATRACE_BUDGET (resolved bytes: "N" or "DEV=N,..." with binary
+ * units, no percentages: the integration resolves those) and optionally CUDATRACE_SHARE,
+ * CUDATRACE_SHARE_BUDGET and CUDATRACE_SHARE_LABEL. The shim creates or joins the group's
+ * ledger by itself at the process's first CUDA call that needs the budget, so a shell or
+ * helper that never uses CUDA takes no member slot. It never changes an existing group's
+ * budget and takes no lock other processes could wait on (the launchers' group lock is theirs
+ * alone). CUDATRACE_LEDGER (the launcher's) takes precedence. */
+static int env_mode;          /* the budget comes from CUDATRACE_GROUP */
+static ct_ledger *env_handle; /* opened, perhaps not joined in this process yet */
+static pthread_mutex_t ensure_mu = PTHREAD_MUTEX_INITIALIZER;
+static char share_label[96];
+static uint64_t share_limit; /* CUDATRACE_SHARE_BUDGET, bytes */
+
+const char *ct_budget_share_label(void) { return share_label; }
+
+/* "8GiB", "512M", "1000000", "8GB": bytes; 0 on a malformed amount (*bad set). */
+static uint64_t parse_amount(const char *s, const char *end, int *bad)
+{
+    uint64_t v = 0;
+    const char *p = s;
+    if (p >= end || *p < '0' || *p > '9') {
+        *bad = 1;
+        return 0;
+    }
+    while (p < end && *p >= '0' && *p <= '9') {
+        if (v > UINT64_MAX / 10) {
+            *bad = 1;
+            return 0;
+        }
+        v = v * 10 + (uint64_t)(*p++ - '0');
+    }
+    char u[4] = {0};
+    size_t n = (size_t)(end - p);
+    if (n > 3) {
+        *bad = 1;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        u[i] = (char)(p[i] >= 'a' && p[i] <= 'z' ? p[i] - 32 : p[i]);
+    static const char *const units[] = {"K", "M", "G", "T"};
+    uint64_t mul = 1;
+    if (n == 0 || strcmp(u, "B") == 0) {
+        mul = 1;
+    } else {
+        int found = 0;
+        for (int i = 0; i < 4 && !found; i++) {
+            uint64_t bin = 1ull << (10 * (i + 1)), dec = 1;
+            for (int k = 0; k <= i; k++)
+                dec *= 1000;
+            if (u[0] != units[i][0])
+                continue;
+            if (u[1] == 0 || (u[1] == 'I' && u[2] == 'B' && n == 3))
+                mul = bin, found = 1;
+            else if (u[1] == 'B' && n == 2)
+                mul = dec, found = 1;
+        }
+        if (!found) {
+            *bad = 1;
+            return 0;
+        }
+    }
+    if (v && mul > UINT64_MAX / v) {
+        *bad = 1;
+        return 0;
+    }
+    return v * mul;
+}
+
+/* CUDATRACE_BUDGET: "N" for every device, "DEV=N,..." per device, or both. 0 ok, -1 malformed */
+static int parse_budget(const char *spec, uint64_t *limits)
+{
+    uint64_t all = 0;
+    int have_all = 0, bad = 0;
+    uint64_t per[CT_LEDGER_MAX_DEVICES] = {0};
+    int set[CT_LEDGER_MAX_DEVICES] = {0};
+    const char *p = spec;
+    while (*p && !bad) {
+        const char *e = strchr(p, ',');
+        if (!e)
+            e = p + strlen(p);
+        const char *eq = memchr(p, '=', (size_t)(e - p));
+        if (eq) {
+            int dev = 0;
+            const char *q = p;
+            if (q == eq)
+                bad = 1;
+            for (; q < eq && !bad; q++) {
+                if (*q < '0' || *q > '9' || dev >= CT_LEDGER_MAX_DEVICES)
+                    bad = 1;
+                else
+                    dev = dev * 10 + (*q - '0');
+            }
+            if (!bad && dev >= CT_LEDGER_MAX_DEVICES)
+                bad = 1;
+            if (!bad) {
+                per[dev] = parse_amount(eq + 1, e, &bad);
+                set[dev] = 1;
+            }
+        } else {
+            all = parse_amount(p, e, &bad);
+            have_all = 1;
+        }
+        p = *e ? e + 1 : e;
+    }
+    if (bad)
+        return -1;
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+        limits[d] = set[d] ? per[d] : have_all ? all : 0;
+    return 0;
+}
+
+static void env_init(void)
+{
+    const char *group = ct_setting(CT_SET_GROUP);
+    if (!group || !*group)
+        return;
+    env_mode = 1;
+    if (!ct_ledger_valid_group(group)) {
+        ct_log("CUDATRACE_GROUP is not a valid group name; budget NOT enforced: ", group, NULL,
+               NULL);
+        return;
+    }
+    const char *share = ct_setting(CT_SET_SHARE);
+    const char *label = ct_setting(CT_SET_SHARE_LABEL);
+    if (share && *share) /* "(share of slurm job 41)", or "(share of 41)" without a label */
+        ct_strlcpy(share_label, label && *label ? label : share, sizeof share_label);
+    __atomic_store_n(&ct_budget_pending, 1, __ATOMIC_RELEASE);
+}
+
+/* Open (or create) the environment's group ledger. NULL after saying why. */
+static ct_ledger *env_open(void)
+{
+    const char *group = ct_setting(CT_SET_GROUP);
+    const char *spec = ct_setting(CT_SET_BUDGET);
+    const char *share = ct_setting(CT_SET_SHARE);
+    const char *sspec = ct_setting(CT_SET_SHARE_BUDGET);
+    struct ct_ledger_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    if (spec && *spec && parse_budget(spec, cfg.limit) != 0) {
+        ct_log("CUDATRACE_BUDGET must be bytes (N or DEV=N,..., units B KiB MiB GiB TiB, KB MB "
+               "GB TB; no percentages: resolve them first); budget NOT enforced: ",
+               spec, NULL, NULL);
+        return NULL;
+    }
+    uint64_t slim[CT_LEDGER_MAX_DEVICES] = {0};
+    if (share && *share && (!sspec || !*sspec || parse_budget(sspec, slim) != 0 || slim[0] == 0)) {
+        ct_log("CUDATRACE_SHARE needs CUDATRACE_SHARE_BUDGET in bytes; budget NOT enforced: ",
+               sspec ? sspec : "(unset)", NULL, NULL);
+        return NULL;
+    }
+    cfg.on_exceed = ct_cfg.on_exceed == CT_EXCEED_WARN ? CT_LEDGER_WARN : CT_LEDGER_DENY;
+    cfg.flags = ct_cfg.count_host > 0 ? CT_LEDGER_F_COUNT_HOST : 0;
+    ct_strlcpy(cfg.group, group, sizeof cfg.group);
+    char path[1024], err[512];
+    int32_t rc = ct_ledger_group_path(group, path, sizeof path, 1, err, sizeof err);
+    if (rc != CT_LEDGER_OK) {
+        ct_log("budget NOT enforced: ", err, NULL, NULL);
+        return NULL;
+    }
+    int32_t created = 0;
+    ct_ledger *l = ct_ledger_create(path, &cfg, &created, err, sizeof err);
+    if (!l) {
+        ct_log("budget ledger unusable, budget NOT enforced in this process: ", err, NULL, NULL);
+        return NULL;
+    }
+    share_limit = share && *share ? slim[0] : 0;
+    if (share && *share && ct_ledger_set_share(l, share, slim[0]) != CT_LEDGER_OK) {
+        ct_log("CUDATRACE_SHARE must be 1 to 8 of A-Z a-z 0-9 _ . -; budget NOT enforced: ", share,
+               NULL, NULL);
+        ct_ledger_close(l);
+        return NULL;
+    }
+    if (!created && spec && *spec) {
+        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+            if (ct_ledger_limit(l, d) != cfg.limit[d]) {
+                ct_log("group ", group,
+                       " keeps the budget it has; this process's CUDATRACE_BUDGET differs: ", spec);
+                break;
+            }
+    }
+    ct_strlcpy(ct_cfg.ledger_path, path, sizeof ct_cfg.ledger_path);
+    return l;
+}
+
+ct_ledger *ct_budget_ensure(void)
+{
+    ct_ledger *l = __atomic_load_n(&ct_budget_ledger, __ATOMIC_ACQUIRE);
+    if (l || !__atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE))
+        return l;
+    pthread_mutex_lock(&ensure_mu); /* this process's threads only */
+    l = ct_budget_ledger;
+    if (!l && ct_budget_pending) {
+        if (!env_handle)
+            env_handle = env_open();
+        if (env_handle) {
+            if (ct_ledger_join(env_handle, getpid(), 0) >= 0)
+                l = env_handle;
+            else
+                ct_log("cannot join the budget ledger (all member slots taken): budget not "
+                       "enforced in this process",
+                       NULL, NULL, NULL);
+        }
+        __atomic_store_n(&ct_budget_ledger, l, __ATOMIC_RELEASE);
+        __atomic_store_n(&ct_budget_pending, 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&ensure_mu);
+    return l;
+}
 
 void ct_budget_join(void)
 {
@@ -27,8 +241,10 @@ void ct_budget_join(void)
 
 void ct_budget_init(void)
 {
-    if (!ct_cfg.ledger_path[0])
+    if (!ct_cfg.ledger_path[0]) {
+        env_init();
         return;
+    }
     char err[256];
     ct_budget_ledger = ct_ledger_open(ct_cfg.ledger_path, 0, err, sizeof err);
     if (!ct_budget_ledger)
@@ -202,14 +418,30 @@ int ct_budget_track(uint64_t addr, int space, uint64_t size, int dev)
 
 int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp)
 {
-    if (!ct_budget_ledger || !ct_cfg.virtualize || dev < 0)
+    if (!ct_cfg.virtualize || dev < 0)
         return 0;
-    uint64_t limit = ct_ledger_limit(ct_budget_ledger, dev);
-    if (!limit)
+    ct_ledger *l = ct_budget_ensure(); /* sizing code asks first: a CUDA call that needs it */
+    if (!l)
         return 0;
-    uint64_t in_use = ct_ledger_in_use(ct_budget_ledger, dev);
-    uint64_t vt = *total && *total < limit ? *total : limit;
+    uint64_t limit = ct_ledger_limit(l, dev);
+    uint64_t in_use = ct_ledger_in_use(l, dev);
+    uint64_t vt = *total;
+    if (limit && (!vt || limit < vt))
+        vt = limit;
     uint64_t vf = in_use < vt ? vt - in_use : 0;
+    uint64_t slimit = 0, sused = 0;
+    if ((slimit = share_limit) != 0) {
+        sused = ct_ledger_share_in_use(l, dev);
+        if (!vt || slimit < vt)
+            vt = slimit;
+        uint64_t sf = sused < slimit ? slimit - sused : 0;
+        if (sf < vf || !limit)
+            vf = sf;
+    }
+    if (!limit && !slimit)
+        return 0;
+    if (vf > vt)
+        vf = vt;
     if (clamp && vf > *free_)
         vf = *free_;
     *total = vt;
@@ -217,8 +449,16 @@ int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp)
     return 1;
 }
 
-void ct_budget_atfork_prepare(void) { pthread_mutex_lock(&atab_mu); }
-void ct_budget_atfork_parent(void) { pthread_mutex_unlock(&atab_mu); }
+void ct_budget_atfork_prepare(void)
+{
+    pthread_mutex_lock(&ensure_mu);
+    pthread_mutex_lock(&atab_mu);
+}
+void ct_budget_atfork_parent(void)
+{
+    pthread_mutex_unlock(&atab_mu);
+    pthread_mutex_unlock(&ensure_mu);
+}
 
 static void ctx_atfork_child(void);
 
@@ -226,10 +466,19 @@ void ct_budget_atfork_child(void)
 {
     ctx_atfork_child();
     pthread_mutex_init(&atab_mu, NULL);
+    pthread_mutex_init(&ensure_mu, NULL);
     if (atab) {
         munmap(atab, sizeof(struct aent) * ATAB_SIZE); /* the parent's allocations, not ours */
         atab = NULL;
         atab_used = 0;
+    }
+    if (env_mode) {
+        /* the child joins at its own first CUDA call, if it makes one (ct_budget_ensure) */
+        if (ct_budget_ledger)
+            env_handle = ct_budget_ledger;
+        ct_budget_ledger = NULL;
+        ct_budget_pending = env_handle != NULL || ct_budget_pending;
+        return;
     }
     ct_budget_join();
 }

@@ -12,10 +12,22 @@
 
 /* the open ledger, NULL without a budget (set once at load; a child keeps its parent's) */
 extern CT_HIDDEN ct_ledger *ct_budget_ledger;
-static inline int ct_budget_on(void) { return ct_budget_ledger != NULL; }
+/* 1: a budget from the environment (CUDATRACE_GROUP) this process has not joined yet */
+extern CT_HIDDEN int ct_budget_pending;
+static inline int ct_budget_on(void)
+{
+    return ct_budget_ledger != NULL || __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE);
+}
+/* The ledger to count against, joining the environment's group first when that is pending (the
+ * process's first CUDA call that needs the budget). NULL: no budget. */
+ct_ledger *ct_budget_ensure(void);
 
-/* Open the ledger of ct_cfg.ledger_path (when set) and join it. */
+/* Open the ledger of ct_cfg.ledger_path (when set) and join it; or, with CUDATRACE_GROUP and no
+ * launcher, note the group to join at the first CUDA call that needs it. */
 void ct_budget_init(void);
+/* The share this process counts in ("" none) and how a denial names it (CUDATRACE_SHARE_LABEL,
+ * e.g. "slurm job 42"). */
+const char *ct_budget_share_label(void);
 void ct_budget_join(void); /* again in a child after fork */
 void ct_budget_leave(void);
 

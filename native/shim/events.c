@@ -1,4 +1,6 @@
-/* events.c - one event, written as a compact record (native/include/cevent.h: the encoding).
+/* events.c - one event, written compactly (native/include/cevent.h: the encoding) into the
+ * calling thread's own block of the file (a CEBLOCK record, writer.h's ct_block): no shared
+ * write per event, no lock, one release store publishes it.
  *
  * Each thread keeps the context its records are encoded against (its number in the file, its
  * last time and its last event of each class), in thread-local storage. A new file (the first
@@ -30,12 +32,21 @@ static int key_ok;
 static CT_TLS struct ct_ce_ctx tls_ctx;
 static CT_TLS uint32_t tls_gen; /* writer generation tls_ctx belongs to (0: none) */
 static CT_TLS uint32_t tls_thread;
+static CT_TLS uint32_t tls_count; /* the thread's events in this file */
+
+/* the thread's block: events are appended at body + used, published by storing used */
+#define BLOCK_FIRST 256 /* a thread's first block; each next one twice the last, to BLOCK_MAX */
+#define BLOCK_MAX 8192
+#define BLOCK_HEAD (sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_ceblock))
+static CT_TLS ct_block tls_block;
+static CT_TLS uint32_t tls_used, tls_room, tls_next_size;
 
 /* thread exit: give the number back (its records are all published by now) */
 static void on_thread_exit(void *arg)
 {
     (void)arg;
     uint32_t gen = tls_gen;
+    ct_block_drop(&tls_block); /* its events are all published */
     if (gen && tls_thread < SMALL_NUMBERS)
         __atomic_compare_exchange_n(&owners[tls_thread], &gen, 0, 0, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
@@ -58,9 +69,21 @@ static uint32_t take_number(uint32_t gen)
     return SMALL_NUMBERS + ct_writer_new_thread(); /* never given back */
 }
 
+/* the thread's next block (the last one is full); 0: no trace */
+static int next_block(void)
+{
+    ct_block_drop(&tls_block);
+    uint32_t size = tls_next_size < BLOCK_FIRST ? BLOCK_FIRST : tls_next_size;
+    if (!ct_block_take(&tls_block, size, tls_thread, tls_count))
+        return 0;
+    tls_next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
+    tls_used = 0;
+    tls_room = tls_block.size - (uint32_t)BLOCK_HEAD;
+    return 1;
+}
+
 int ct_event_write(const struct ct_event *e)
 {
-    uint8_t body[CT_CE_MAX_BODY];
     uint32_t gen = ct_writer_generation();
     if (__builtin_expect(!gen, 0)) { /* the first record of the process opens the file */
         ct_writer_open_now();
@@ -68,20 +91,22 @@ int ct_event_write(const struct ct_event *e)
         if (!gen)
             return 0;
     }
-    if (tls_gen != gen) {
+    if (tls_gen != gen) { /* a new file (or a forked child's): the old block is not ours */
         memset(&tls_ctx, 0, sizeof tls_ctx);
+        tls_block.p = NULL;
+        tls_used = tls_room = tls_next_size = tls_count = 0;
         tls_thread = take_number(gen);
         tls_gen = gen;
     }
-    uint32_t ref;
-    uint32_t n = ct_ce_encode(&tls_ctx, tls_thread, e, body, &ref);
-    ct_slot s;
-    if (!ct_rec_begin(&s, (uint32_t)sizeof(struct ct_rec_hdr) + n))
+    if (__builtin_expect(tls_room - tls_used < CT_CE_MAX_BODY, 0) && !next_block())
         return 0;
-    /* the padding (under 8 bytes) is zero: clear the record's last word, then copy */
-    __builtin_memset(s.p + s.size - 8, 0, 8);
-    memcpy(s.p + sizeof(struct ct_rec_hdr), body, n);
-    ct_rec_commit(&s, CT_REC_CEVENT);
+    uint32_t ref;
+    uint8_t *at = tls_block.p + BLOCK_HEAD + tls_used;
+    uint8_t *end = ct_ce_encode_fields(&tls_ctx, e, at, &ref);
+    tls_used += (uint32_t)(end - at);
+    struct ct_rec_ceblock *bh = (struct ct_rec_ceblock *)(tls_block.p + sizeof(struct ct_rec_hdr));
+    __atomic_store_n(&bh->used, tls_used, __ATOMIC_RELEASE);
     ct_ce_commit(&tls_ctx, e, ref);
+    tls_count++;
     return 1;
 }

@@ -21,6 +21,7 @@
 #include "budget.h"
 #include "cuda_abi.h"
 #include "events.h"
+#include "live.h"
 #include "modules.h"
 #include "pyframes.h"
 #include "route.h"
@@ -78,6 +79,7 @@ static int current_device(void)
 /* ---- one hooked call ------------------------------------------------------------------ */
 struct ct_call {
     uint64_t reserve, size, addr, aux, aux2;
+    uint64_t ts; /* 0: stamp the event when it is written; a free's: before its real call */
     int dev;
     CUresult result;
     uint32_t stack;
@@ -92,7 +94,7 @@ static void emit(struct ct_call *c, uint8_t op)
     if (ct_cfg.mode == CT_MODE_NONE)
         return;
     struct ct_event ev, *e = &ev;
-    e->ts_ns = ct_now_ns();
+    e->ts_ns = c->ts ? c->ts : ct_now_ns();
     e->size = c->size;
     e->addr = c->addr;
     e->aux = c->aux;
@@ -137,7 +139,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
         !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
         on_exit(on_exit_handler, NULL);
     tls_depth++;
-    c->reserve = c->size = c->addr = c->aux = c->aux2 = 0;
+    c->reserve = c->size = c->addr = c->aux = c->aux2 = c->ts = 0;
     c->dev = -1;
     c->result = CUDA_SUCCESS;
     c->stack = 0;
@@ -199,6 +201,7 @@ static int deny_rate(uintptr_t ip, uint64_t *n)
  * fold are not known here, so the path goes on far enough to reach the code above them. The
  * launcher prints the attributed line as soon as it reads the DENY record (docs/attribution.md). */
 #define DENY_PATH_FRAMES 8
+static CT_TLS int tls_deny_share; /* the denial was the share's (budget.h ct_budget_share_label) */
 
 static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, const char *verdict)
 {
@@ -245,6 +248,12 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     l += ct_strlcpy(line + l, ": budget ", sizeof line - l);
     ct_fmt_bytes(num, limit);
     l += ct_strlcpy(line + l, num, sizeof line - l);
+    if (ct_budget_share_label()[0]) { /* which job's share, or the whole group's budget */
+        l += ct_strlcpy(line + l, tls_deny_share ? " (share of " : " (whole group; ",
+                        sizeof line - l);
+        l += ct_strlcpy(line + l, ct_budget_share_label(), sizeof line - l);
+        l += ct_strlcpy(line + l, ")", sizeof line - l);
+    }
     l += ct_strlcpy(line + l, ", in use ", sizeof line - l);
     ct_fmt_bytes(num, in_use);
     l += ct_strlcpy(line + l, num, sizeof line - l);
@@ -263,16 +272,31 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     }
     if (l > sizeof line - 2)
         l = sizeof line - 2;
-    line[l++] = '\n';
-    ssize_t r = write(2, line, l);
+    /* names come from the program's binaries: data, never terminal control (\xNN, as the
+     * reports escape them) */
+    char safe[sizeof line * 4 + 2];
+    size_t k = 0;
+    for (size_t i = 0; i < l; i++) {
+        unsigned char ch = (unsigned char)line[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            static const char hex[] = "0123456789abcdef";
+            safe[k++] = '\\';
+            safe[k++] = 'x';
+            safe[k++] = hex[ch >> 4];
+            safe[k++] = hex[ch & 15];
+        } else
+            safe[k++] = (char)ch;
+    }
+    safe[k++] = '\n';
+    ssize_t r = write(2, safe, k);
     (void)r;
 }
 
 /* before the real call: reserve against the budget. 0: denied, c->result holds the answer */
 static int ct_pre(struct ct_call *c)
 {
-    ct_ledger *ledger = ct_budget_ledger;
-    if (!ledger || !c->reserve)
+    ct_ledger *ledger = c->reserve ? ct_budget_ensure() : NULL; /* joins an env group lazily */
+    if (!ledger)
         return 1;
     if (c->dev < 0)
         c->dev = current_device();
@@ -290,6 +314,7 @@ static int ct_pre(struct ct_call *c)
     }
     if (r < 0)
         return 1; /* not a member (slots full) or a bad device: cannot enforce, pass */
+    tls_deny_share = r == CT_LEDGER_DENIED_SHARE;
     c->stack = ct_stack_capture(c->cfa);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
@@ -303,6 +328,7 @@ static int ct_pre(struct ct_call *c)
     c->size = c->reserve;
     c->aux = limit;
     c->aux2 = in_use;
+    ct_live_deny(dev);
     emit(c, CT_OP_DENY);
     if (ct_cfg.on_exceed == CT_EXCEED_ABORT) {
         deny_message(c, in_use, limit, "stopping the process tree (--on-exceed abort)");
@@ -345,6 +371,12 @@ static void ct_post(struct ct_call *c)
     } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
         ct_budget_unmap(c->addr, c->size);
     }
+    if (c->op == CT_OP_ALLOC) { /* the live counters (live.c): what the program can read */
+        if (c->dev < 0)
+            c->dev = current_device();
+        ct_live_alloc(c->kind, c->space, c->dev, c->addr, c->size, c->result);
+    } else if (c->op == CT_OP_FREE && c->result == CUDA_SUCCESS)
+        ct_live_free(c->space, c->addr);
     if (ct_cfg.mode == CT_MODE_NONE) { /* --no-trace: the ledger was all there was to do */
         ct_leave();
         return;
@@ -398,6 +430,8 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             ct_leave();                                                                            \
             return c.result;                                                                       \
         }                                                                                          \
+        if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
+            c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
         c.result = real ARGS;                                                                      \
         c.size = (uint64_t)(SIZE);                                                                 \
         if (c.result == CUDA_SUCCESS)                                                              \
@@ -508,6 +542,44 @@ static void report_context(int dev, uint64_t bytes)
     write_info(key, num);
 }
 
+/* the launchers' rank variables, CUDA_VISIBLE_DEVICES and the host name's override, as read
+ * when the library loaded (settings.def), recorded as "env.NAME" INFO records (docs/ranks.md) */
+static const struct {
+    int id;
+    const char *name;
+} rank_env[] = {
+    {CT_SET_RANK, "RANK"},
+    {CT_SET_LOCAL_RANK, "LOCAL_RANK"},
+    {CT_SET_WORLD_SIZE, "WORLD_SIZE"},
+    {CT_SET_LOCAL_WORLD_SIZE, "LOCAL_WORLD_SIZE"},
+    {CT_SET_GROUP_RANK, "GROUP_RANK"},
+    {CT_SET_SLURM_PROCID, "SLURM_PROCID"},
+    {CT_SET_SLURM_LOCALID, "SLURM_LOCALID"},
+    {CT_SET_SLURM_NTASKS, "SLURM_NTASKS"},
+    {CT_SET_SLURM_NODEID, "SLURM_NODEID"},
+    {CT_SET_SLURM_JOB_ID, "SLURM_JOB_ID"},
+    {CT_SET_SLURM_STEP_ID, "SLURM_STEP_ID"},
+    {CT_SET_OMPI_COMM_WORLD_RANK, "OMPI_COMM_WORLD_RANK"},
+    {CT_SET_OMPI_COMM_WORLD_LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {CT_SET_OMPI_COMM_WORLD_SIZE, "OMPI_COMM_WORLD_SIZE"},
+    {CT_SET_PMI_RANK, "PMI_RANK"},
+    {CT_SET_PMI_SIZE, "PMI_SIZE"},
+    {CT_SET_CUDA_VISIBLE_DEVICES, "CUDA_VISIBLE_DEVICES"},
+    {CT_SET_HOST, "CUDATRACE_HOST"},
+};
+
+static void write_rank_env(void)
+{
+    char key[48] = "env.";
+    for (size_t i = 0; i < sizeof rank_env / sizeof *rank_env; i++) {
+        const char *v = ct_setting(rank_env[i].id);
+        if (v && *v) {
+            ct_strlcpy(key + 4, rank_env[i].name, sizeof key - 4);
+            write_info(key, v);
+        }
+    }
+}
+
 static void write_preamble(void)
 {
     static char buf[32768]; /* under the writer lock: one user at a time */
@@ -551,6 +623,7 @@ static void write_preamble(void)
     write_info("stack_depth", num);
     write_info("shim_version", CT_SHIM_VERSION);
     write_info("dlsym_version", ct_real_dlsym_version());
+    write_rank_env();
     if (ct_budget_ledger) {
         write_info("ledger", ct_cfg.ledger_path);
         write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"
@@ -604,6 +677,7 @@ static void atfork_child(void)
     memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
     ct_agg_atfork_child();
+    ct_live_atfork_child();
     ct_stacks_reset();
     ct_py_reset();
     ct_modules_reset();
@@ -631,6 +705,7 @@ static void init_once(void)
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ct_pid = getpid();
     ct_cfg.active = 1;
+    ct_live_start();
     if (ct_cfg.eager && ct_cfg.mode != CT_MODE_NONE)
         ct_writer_open_now();
 }

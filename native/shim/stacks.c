@@ -39,6 +39,7 @@ static uint32_t nnodes;
 static uint32_t generation = 1; /* bumped on reset, invalidates the per-thread caches */
 
 static CT_TLS uintptr_t last_ips[CT_MAX_DEPTH];
+static CT_TLS const uintptr_t *last_stack; /* last_ips, or the unwinder's memo of the same walk */
 static CT_TLS int last_n = -1;
 
 static inline uint32_t hash(uint64_t ip, uint32_t parent)
@@ -266,20 +267,30 @@ static uint32_t native_capture(uintptr_t wrapper_cfa)
             pthread_setspecific(tcache_key, m);
     }
     uintptr_t *ips = tcache->ips, *ref = tcache->ref;
+    const uintptr_t *walked = NULL;
+    uint64_t *tag = NULL;
     int learned = 0;
     /* the one call of the cached walk: its own return addresses are part of what it caches */
-    int cnt = ct_uw_walk(ips, depth, &learned);
+    int cnt = ct_uw_walk(ips, depth, &learned, &walked, &tag);
     if (cnt >= 0 && !learned) {
         ct_writer_stack_count(CT_SC_HIT);
         if (verify_stacks) {
             int m = full_unwind(ref, depth);
             ct_writer_stack_count(CT_SC_VERIFIED);
-            if (m != cnt || memcmp(ref, ips, sizeof(uintptr_t) * (size_t)cnt) != 0) {
+            if (m != cnt || memcmp(ref, walked, sizeof(uintptr_t) * (size_t)cnt) != 0) {
                 ct_writer_stack_count(CT_SC_MISMATCH);
-                report_mismatch(ips, cnt, ref, m);
+                report_mismatch(walked, cnt, ref, m);
                 memcpy(ips, ref, sizeof(uintptr_t) * (size_t)m);
+                walked = ips;
                 cnt = m;
+                tag = NULL; /* the full unwind's answer is not the memo's */
             }
+        }
+        /* the same walk as before, every word it read re-checked: the leaf it gave then */
+        if (tag && *tag >> 32 == gen && cnt > 0) {
+            last_stack = walked;
+            last_n = cnt;
+            return (uint32_t)*tag;
         }
     } else {
         /* a new call site, or frames the rules do not describe: the full unwind decides (the
@@ -289,37 +300,47 @@ static uint32_t native_capture(uintptr_t wrapper_cfa)
         ct_writer_stack_count(CT_SC_FULL);
         if (verify_stacks && w >= 0) {
             ct_writer_stack_count(CT_SC_VERIFIED);
-            if (w != cnt || memcmp(ref, ips, sizeof(uintptr_t) * (size_t)cnt) != 0) {
+            if (w != cnt || memcmp(ref, walked, sizeof(uintptr_t) * (size_t)cnt) != 0) {
                 ct_writer_stack_count(CT_SC_MISMATCH);
-                report_mismatch(ips, w, ref, cnt);
+                report_mismatch(walked, w, ref, cnt);
             }
         }
+        /* the memo keeps what the walk found; when the full unwind differs, no tag for it */
+        if (tag && (w != cnt || memcmp(ref, walked, sizeof(uintptr_t) * (size_t)cnt) != 0))
+            tag = NULL;
         if (cnt > 0)
             memcpy(ips, ref, sizeof(uintptr_t) * (size_t)cnt);
+        walked = ips;
     }
     if (cnt <= 0)
         return 0;
-    memcpy(last_ips, ips, sizeof(uintptr_t) * (size_t)cnt);
+    memcpy(last_ips, walked, sizeof(uintptr_t) * (size_t)cnt);
+    last_stack = last_ips;
     last_n = cnt;
-    for (int w = 0; w < CACHE_WAYS; w++) {
+    uint32_t leaf = 0;
+    for (int w = 0; w < CACHE_WAYS && !leaf; w++) {
         struct cached *c = &tcache->way[w];
         if (c->gen == gen && c->n == cnt &&
-            memcmp(c->ips, ips, sizeof(uintptr_t) * (size_t)cnt) == 0)
-            return c->leaf;
+            memcmp(c->ips, last_ips, sizeof(uintptr_t) * (size_t)cnt) == 0)
+            leaf = c->leaf;
     }
-    uint32_t leaf = insert(ips, cnt);
-    struct cached *c = &tcache->way[tcache->next++ % CACHE_WAYS];
-    c->gen = gen;
-    c->n = cnt;
-    c->leaf = leaf;
-    memcpy(c->ips, ips, sizeof(uintptr_t) * (size_t)cnt);
+    if (!leaf) {
+        leaf = insert(last_ips, cnt);
+        struct cached *c = &tcache->way[tcache->next++ % CACHE_WAYS];
+        c->gen = gen;
+        c->n = cnt;
+        c->leaf = leaf;
+        memcpy(c->ips, last_ips, sizeof(uintptr_t) * (size_t)cnt);
+    }
+    if (tag && leaf && cnt > 0)
+        *tag = (uint64_t)gen << 32 | leaf;
     return leaf;
 }
 
 uintptr_t ct_stack_first_user_frame(void)
 {
     /* the stack this thread captured last, innermost first */
-    return last_n > 0 ? ct_pick_caller(last_ips, last_n) : 0;
+    return last_n > 0 ? ct_pick_caller(last_stack, last_n) : 0;
 }
 
 int ct_stack_user_frames(uintptr_t *out, int max)
@@ -328,10 +349,10 @@ int ct_stack_user_frames(uintptr_t *out, int max)
     int k = 0, n = 0;
     if (!first)
         return 0;
-    while (k < last_n && last_ips[k] != first)
+    while (k < last_n && last_stack[k] != first)
         k++;
     for (; k < last_n && n < max; k++)
-        out[n++] = last_ips[k];
+        out[n++] = last_stack[k];
     return n;
 }
 

@@ -116,14 +116,24 @@ struct rule {
  * within a generation) and the words it reads from the stack. A memo keeps those words and
  * where they were read: a later walk from the same start, reading the same values at the same
  * places, would make every step the same, so its result is the memo's. Checking reads only
- * addresses the walk itself would read, in its order (each one follows from the matched ones). */
+ * addresses the walk itself would read, in its order (each one follows from the matched ones).
+ *
+ * Only the words the result depends on are kept: every return address, and a saved frame
+ * pointer only when a later frame's CFA is computed from it before another saved FP replaces
+ * it (likewise the starting FP). In code without frame pointers the FP register holds any
+ * value (a loop counter, a pointer) that frames save and restore: it changes from call to call
+ * and steers nothing, and comparing it would make every repeated call site miss. */
 #define MEMO_WAYS 4
 #define MEMO_FRAMES (CT_MAX_DEPTH + 32)
 struct memo {
     uintptr_t ra0, sp0, fp0;
+    uint64_t tag; /* the caller's note on this walk (ct_uw_walk's *tag), 0: none */
     uint32_t gen;
     int max, n, nreads; /* n < 0: empty */
-    uintptr_t addr[2 * MEMO_FRAMES], val[2 * MEMO_FRAMES];
+    int fp0_used;       /* the starting FP was a CFA base before any saved FP replaced it */
+    struct {
+        uintptr_t addr, val;
+    } rd[2 * MEMO_FRAMES];
     uintptr_t ips[CT_MAX_DEPTH];
 };
 
@@ -726,13 +736,14 @@ static void compute_rule(uintptr_t ra, struct rule *out)
 
 static inline int memo_hit(const struct memo *m)
 {
-    for (int k = 0; k < m->nreads; k++)
-        if (*(const uintptr_t *)m->addr[k] != m->val[k])
+    for (const __typeof__(m->rd[0]) *r = m->rd, *end = m->rd + m->nreads; r < end; r++)
+        if (*(const uintptr_t *)r->addr != r->val)
             return 0;
     return 1;
 }
 
-__attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
+__attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned,
+                                         const uintptr_t **out, uint64_t **tag)
 {
     *learned = 0;
     struct uw_thread *t = thread_table();
@@ -742,10 +753,11 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
     ct_uw_regs(regs);
     uintptr_t ra = regs[0], sp = regs[1], fp = regs[2], sp0 = regs[1];
     for (int w = 0; w < MEMO_WAYS; w++) {
-        const struct memo *m = &t->memo[w];
-        if (m->n >= 0 && m->ra0 == ra && m->sp0 == sp && m->fp0 == fp && m->max == max &&
-            m->gen == t->gen && memo_hit(m)) {
-            memcpy(ips, m->ips, sizeof(uintptr_t) * (size_t)m->n);
+        struct memo *m = &t->memo[w];
+        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
+            m->max == max && m->gen == t->gen && memo_hit(m)) {
+            *out = m->ips;
+            *tag = &m->tag;
             return m->n;
         }
     }
@@ -754,9 +766,15 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
     m->ra0 = ra;
     m->sp0 = sp;
     m->fp0 = fp;
+    m->fp0_used = 0;
+    m->tag = 0;
     m->max = max;
     m->gen = t->gen;
     m->nreads = 0;
+    /* where the current FP came from: -1 the start, -2 not a read worth keeping yet, else the
+     * stack word (fp_addr) whose value it is, appended to the reads once a CFA uses it */
+    int fp_src = -1;
+    uintptr_t fp_addr = 0;
     int n = 0, skipped = 0, started = 0, frames = 0;
     for (;;) {
         if (ra == 0)
@@ -784,27 +802,35 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
         if (!(f & RF_PLAIN))
             return -1;
         if (f & RF_RA_UNDEF)
-            break; /* outermost: libgcc sets ra = 0 and stops */
+            break;           /* outermost: libgcc sets ra = 0 and stops */
+        if (f & RF_CFA_FP) { /* this FP steers the walk: the memo must check it */
+            if (fp_src == -1)
+                m->fp0_used = 1;
+            else if (fp_src == 0) {
+                m->rd[m->nreads].addr = fp_addr;
+                m->rd[m->nreads++].val = fp;
+            }
+            fp_src = 1; /* kept (or the start's): no second copy */
+        }
         uintptr_t cfa = ((f & RF_CFA_FP) ? fp : sp) + (intptr_t)r->cfa_off;
         if (cfa <= sp || cfa - sp0 > STACK_SPAN || (cfa & 7))
             return -1; /* not a plain stack: let libgcc judge */
-        uintptr_t nfp = fp;
         if (f & RF_FP_SAVED) {
-            uintptr_t a = cfa + (intptr_t)r->fp_off;
-            nfp = *(const uintptr_t *)a;
-            m->addr[m->nreads] = a;
-            m->val[m->nreads++] = nfp;
+            fp_addr = cfa + (intptr_t)r->fp_off;
+            fp = *(const uintptr_t *)fp_addr;
+            fp_src = 0;
         }
         uintptr_t a = cfa + (intptr_t)r->ra_off;
         uintptr_t raw = *(const uintptr_t *)a;
-        m->addr[m->nreads] = a;
-        m->val[m->nreads++] = raw;
+        m->rd[m->nreads].addr = a;
+        m->rd[m->nreads++].val = raw;
         ra = (f & RF_RA_SIGNED) ? strip_pac(raw) : raw;
         sp = cfa;
-        fp = nfp;
     }
     memcpy(m->ips, ips, sizeof(uintptr_t) * (size_t)n);
     m->n = n;
+    *out = m->ips;
+    *tag = &m->tag;
     return n;
 }
 
@@ -822,8 +848,12 @@ CT_EXPORT int dlclose(void *handle)
 #else /* other architectures: no cached rules, every unwind is a full one */
 void ct_uw_init(void) {}
 void ct_uw_invalidate(void) {}
-int ct_uw_walk(uintptr_t *ips, int max, int *learned)
+int ct_uw_walk(uintptr_t *ips, int max, int *learned, const uintptr_t **out, uint64_t **tag)
 {
+    (void)ips;
+    (void)max;
+    *out = NULL;
+    *tag = NULL;
     *learned = 1;
     return -1;
 }

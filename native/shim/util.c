@@ -100,9 +100,15 @@ int ct_config_load(void)
     ct_cfg.mode = strcmp(mode, "aggregate") == 0 ? CT_MODE_AGGREGATE
                   : strcmp(mode, "none") == 0    ? CT_MODE_NONE
                                                  : CT_MODE_FULL;
+    /* a budget from the environment alone (CUDATRACE_GROUP, no launcher, budget.c): without a
+     * trace directory it is all the shim does */
+    const char *grp = ct_setting(CT_SET_GROUP);
+    int env_budget = grp && *grp;
+    if (env_budget && (!dir || !*dir))
+        ct_cfg.mode = CT_MODE_NONE;
     if (ct_cfg.mode == CT_MODE_NONE) {
         /* no file at all: the budget's ledger is all that is written */
-        if (!ct_setting(CT_SET_LEDGER))
+        if (!ct_setting(CT_SET_LEDGER) && !env_budget)
             return 0;
         ct_cfg.dir[0] = 0;
     } else {

@@ -6,6 +6,11 @@
  * A record is reserved by one atomic add on the file position (no lock), filled, and published
  * by one release store of its 8-byte header (trace_format.h describes the format). A mutex
  * guards only opening, growing and closing the file.
+ *
+ * Events go into blocks (CEBLOCK records) that each thread takes for itself (ct_block_take: one
+ * reservation for many events) and fills without any shared write: an event is published by a
+ * release store of the block's `used`. A chunk holding a block some thread still fills is
+ * never unmapped (chunk_refs); the thread lets go when it takes its next block or exits.
  */
 #include "writer.h"
 
@@ -41,9 +46,10 @@ static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
 static ct_preamble_fn preamble;
-static uint32_t gen_counter; /* files opened by this image and its forked children */
-static uint32_t cur_gen;     /* generation of the open file, 0: none (atomic) */
-static uint32_t nthreads;    /* threads numbered in the open file (atomic) */
+static uint32_t gen_counter;            /* files opened by this image and its forked children */
+static uint32_t cur_gen;                /* generation of the open file, 0: none (atomic) */
+static uint32_t nthreads;               /* threads numbered in the open file (atomic) */
+static uint32_t chunk_refs[MAX_CHUNKS]; /* event blocks held in each chunk (atomic) */
 
 uint64_t ct_writer_pos(void) { return __atomic_load_n(&pos, __ATOMIC_ACQUIRE); }
 uint32_t ct_writer_generation(void) { return __atomic_load_n(&cur_gen, __ATOMIC_ACQUIRE); }
@@ -52,6 +58,8 @@ uint32_t ct_writer_new_thread(void) { return __atomic_fetch_add(&nthreads, 1, __
 void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
 
 static int stop_errno; /* errno of the failure that stopped the trace, 0: not stopped */
+
+#include "writer_stats.h"
 
 /* A full disk (or quota, or mapping failure): stop writing at once, for good, so that no later
  * event pays for another attempt, and say so in the header (its block is always allocated, so
@@ -74,12 +82,10 @@ static void stop_writing(int err)
         ssize_t r = pwrite(fd, &st, sizeof st, (off_t)offsetof(struct ct_file_header, stopped_ns));
         (void)r;
     }
-    if (!ct_cfg.quiet) {
-        char num[24];
-        ct_fmt_u64(num, (uint64_t)getpid());
-        ct_log("pid ", num,
-               ": trace stopped, the program goes on untraced: ", strerror(stop_errno));
-    }
+    /* a failure to record is said even under -q: the run's figures are missing something */
+    char num[24];
+    ct_fmt_u64(num, (uint64_t)getpid());
+    ct_log("pid ", num, ": trace stopped, the program goes on untraced: ", strerror(stop_errno));
 }
 
 static int grow(uint32_t idx)
@@ -112,13 +118,21 @@ static void unmap_old(void)
      * writing into an old chunk (new reservations only land in the current one) */
     if (__atomic_load_n(&busy, __ATOMIC_ACQUIRE) != 1)
         return;
+    /* a chunk where a thread still holds its block of events stays mapped until it lets go */
     uint32_t cur = (uint32_t)(__atomic_load_n(&pos, __ATOMIC_ACQUIRE) / CT_CHUNK_SIZE);
-    while (unmapped_below + KEEP_MAPPED < cur) {
-        uint32_t i = unmapped_below;
-        munmap(chunks[i], CT_CHUNK_SIZE);
-        __atomic_store_n(&chunks[i], NULL, __ATOMIC_RELEASE);
-        unmapped_below++;
+    int behind = 1; /* every chunk below i is unmapped */
+    for (uint32_t i = unmapped_below; i + KEEP_MAPPED < cur; i++) {
+        if (chunks[i] && __atomic_load_n(&chunk_refs[i], __ATOMIC_ACQUIRE) == 0) {
+            munmap(chunks[i], CT_CHUNK_SIZE);
+            __atomic_store_n(&chunks[i], NULL, __ATOMIC_RELEASE);
+        }
+        if (behind && !chunks[i])
+            unmapped_below = i + 1;
+        else
+            behind = 0;
     }
+    if (stats_hdr) /* sealed: nothing below writes again (the launcher may compress them) */
+        __atomic_store_n(&stats_hdr->sealed_chunks, unmapped_below, __ATOMIC_RELEASE);
 }
 
 static void fill_header(struct ct_file_header *h)
@@ -146,8 +160,6 @@ static void fill_header(struct ct_file_header *h)
     /* with the pid, names this process even after pid reuse (the ledger reads it alike) */
     h->process_start_ticks = ct_ledger_proc_start_ticks(getpid());
 }
-
-#include "writer_stats.h"
 
 /* Called with mu held. Creates <dir>/<pid>.<n>.ctrace, the first n that does not exist. */
 static int open_file(void)
@@ -182,10 +194,11 @@ static int open_file(void)
                 h.stopped_exit = -1;
                 if (ftruncate(fd, 0) != 0 ||
                     syscall(SYS_fallocate, fd, 0, 0L, (long)sizeof h) != 0 ||
-                    pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h)
+                    pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
                     unlink(path);
-                close(fd);
-                fd = -1;
+                    close(fd);
+                    fd = -1;
+                } /* else kept open: ct_writer_close notes the exit status in its header */
                 return -1;
             }
             nchunks = 1;
@@ -201,8 +214,12 @@ static int open_file(void)
             return 0;
         }
         if (errno != EEXIST)
-            return -1;
+            break;
     }
+    /* even under -q: a process that allocates untraced makes every figure of the run short */
+    ct_fmt_u64(num, (uint64_t)pid);
+    ct_log("pid ", num,
+           ": cannot create its trace file, the program goes on untraced: ", strerror(errno));
     return -1;
 }
 
@@ -323,6 +340,30 @@ int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t 
     return 1;
 }
 
+int ct_block_take(ct_block *b, uint32_t size, uint32_t thread, uint32_t seq)
+{
+    ct_slot s;
+    if (!ct_rec_begin(&s, size))
+        return 0;
+    /* still counted busy: the chunk cannot be unmapped before it is counted as held */
+    __atomic_add_fetch(&chunk_refs[s.chunk], 1, __ATOMIC_ACQ_REL);
+    struct ct_rec_ceblock bh = {0, thread, seq, 0};
+    memcpy(s.p + sizeof(struct ct_rec_hdr), &bh, sizeof bh);
+    ct_rec_commit(&s, CT_REC_CEBLOCK);
+    b->p = s.p;
+    b->chunk = s.chunk;
+    b->size = s.size;
+    b->gen = __atomic_load_n(&cur_gen, __ATOMIC_ACQUIRE);
+    return 1;
+}
+
+void ct_block_drop(ct_block *b)
+{
+    if (b->p && b->gen == __atomic_load_n(&cur_gen, __ATOMIC_ACQUIRE))
+        __atomic_sub_fetch(&chunk_refs[b->chunk], 1, __ATOMIC_ACQ_REL);
+    b->p = NULL;
+}
+
 void ct_writer_open_now(void)
 {
     ct_slot s;
@@ -379,6 +420,7 @@ void ct_writer_atfork_child(void)
     if (fd >= 0)
         close(fd);
     fd = -1;
+    memset(chunk_refs, 0, sizeof(uint32_t) * (nchunks < MAX_CHUNKS ? nchunks : MAX_CHUNKS));
     pos = 0;
     nchunks = unmapped_below = dropped = busy = 0;
     stop_errno = 0;

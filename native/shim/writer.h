@@ -25,6 +25,14 @@ void ct_rec_commit(ct_slot *s, uint16_t type);
 /* Write a whole record whose body is given in up to three parts. */
 int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t nb, const void *c,
                  size_t nc);
+/* A thread's own block of compact events: a CEBLOCK record of size bytes (header and struct
+ * ct_rec_ceblock filled and published), kept mapped until ct_block_drop. 0: no trace. */
+typedef struct {
+    uint8_t *p; /* the record (header) */
+    uint32_t chunk, size, gen;
+} ct_block;
+int ct_block_take(ct_block *b, uint32_t size, uint32_t thread, uint32_t seq);
+void ct_block_drop(ct_block *b); /* done with it: its chunk may be unmapped */
 void ct_writer_close(int exit_code);
 void ct_writer_atfork_prepare(void);
 void ct_writer_atfork_parent(void);

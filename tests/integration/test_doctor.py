@@ -51,7 +51,9 @@ def test_doctor_refusals(ct, sim, tmp_path):
     env["CUDATRACE_LEDGER_DIR"] = str(bad)
     suid = tmp_path / "suid-hold"
     shutil.copy(sim.progs["hold"], suid)
+    os.chown(suid, 65534 if os.geteuid() != 65534 else 0, -1)  # another owner: ids change
     os.chmod(suid, 0o4755)
+    os.chmod(tmp_path, 0o755)
     r, js = doctor(ct, env, suid)
     assert r.returncode == 1
     assert "ledger dir    REFUSED" in r.stdout and "group/other permissions" in r.stdout
@@ -65,3 +67,18 @@ def test_doctor_refusals(ct, sim, tmp_path):
     if sim.progs.get("static_prog"):
         r, js = doctor(ct, env, sim.progs["static_prog"])
         assert r.returncode == 1 and "STATIC" in r.stdout and "is static" in r.stdout
+
+
+def test_setuid_to_the_callers_own_ids_is_entered(ct, sim, tmp_path):
+    # issue 21 item 13: the loader ignores LD_PRELOAD only when exec changes the ids (AT_SECURE);
+    # a setuid binary owned by the caller runs as the caller, and doctor and run agree on it
+    mine = tmp_path / "suid-mine"
+    shutil.copy(sim.progs["hold"], mine)
+    os.chmod(mine, 0o4755)
+    r, js = doctor(ct, ct.env(), mine)
+    assert r.returncode == 0, r.stdout
+    assert js["command"]["ok"] and "can be entered" in r.stdout and "CANNOT" not in r.stdout
+    assert "None" not in r.stdout
+    t = ct.run([mine, "--exit-after-ms", "1", "1", "1m"], "-q")
+    assert t.returncode == 0, t.stderr
+    assert "peak_bytes" in ct.cli("report", t.out, "--json").stdout

@@ -786,7 +786,8 @@ def test_empty_and_stackless_traces(fmt, tmp_path):
         out = tmp_path / (d.name + "." + fmt)
         r = cli(env, "export", d, "--format", fmt, "-o", out, "--at", "end")
         assert r.returncode == 0, _ok(r)
-        assert export_total(fmt, out, tracegen.BASE_TS + 5000) == total, d.name
+        # (Perfetto's counter read just before the exit at +5000 takes its memory with it)
+        assert export_total(fmt, out, tracegen.BASE_TS + 4000) == total, d.name
     if fmt == "folded":
         assert read_folded(tmp_path / "bare.folded")[0][0] == [
             "(no stack recorded: stacks off, --stack-depth 0)"

@@ -42,8 +42,8 @@ def timed(ct, cmd, out, *opts):
 
 
 def test_full_disk_mid_run(ct, sim, small_disk, tmp_path):
-    # 2 threads x 40000 alloc/free pairs: ~11 MiB of trace, on a disk of 3 MiB
-    cmd = [sim.progs["threads"], 2, 40000, 4096]
+    # 2 threads x 200000 alloc/free pairs: ~5 MiB of trace (~6 bytes an event), on a disk of 3 MiB
+    cmd = [sim.progs["threads"], 2, 200000, 4096]
     ok, t_ok = timed(ct, cmd, tmp_path / "normal")
     assert ok.returncode == 0, ok.stderr
     r, t_full = timed(ct, cmd, small_disk / "t")
@@ -79,3 +79,30 @@ def test_full_disk_children_listed(ct, sim, small_disk):
     assert len(td.traces) >= 4, [t.path.name for t in td.traces] + td.errors
     assert len(stopped) >= 3
     assert "stopped" in r.stderr
+
+
+def test_an_image_that_cannot_record_says_so_under_q(ct, sim, small_disk):
+    # issue 21 item 12: the shell takes the disk's one chunk; the image it execs cannot even
+    # create its first chunk. It allocates 2 MiB and is denied 2 MiB under a 3 MiB budget.
+    hold = sim.progs["hold"]
+    r = ct.run(
+        ["sh", "-c", f"exec {hold} --exit-after-ms 1 2 2m"],
+        "-q",
+        "--budget",
+        "3MiB",
+        out=small_disk / "t",
+        timeout=120,
+    )
+    assert r.returncode == 1, r.stderr  # hold: one allocation failed
+    # the failure to record is said even under -q, and the summary does not claim nothing
+    # was allocated: the ledger saw the denial the traces lack
+    assert "trace stopped" in r.stderr and "No space left on device" in r.stderr, r.stderr
+    rep = ct.cli("report", r.out)
+    assert rep.returncode == 0, rep.stderr
+    text = rep.stdout
+    assert "No device memory was allocated" not in text, text
+    assert "refused 1 allocation(s), the traces hold 0" in text, text
+    # the image exited cleanly: its file says so, not "killed, crashed"
+    assert "the process exited with status 1" in text, text
+    assert "killed, crashed" not in text, text
+    assert "replaced by exec" in text, text

@@ -223,13 +223,24 @@ def test_truncated_and_corrupt_files(ct, sim, tmp_path):
     # a hole of zeros (a writer killed between reserving and publishing: its last record) is
     # skipped
     holed = bytearray(data)
-    ev_off = data.rindex(b"\xa3\xc7\x10\x00", 1024, end)
-    ev_size = int.from_bytes(data[ev_off + 4 : ev_off + 8], "little")
-    holed[ev_off : ev_off + ev_size] = b"\0" * ev_size
+    rec_off = data.rindex(b"\xa3\xc7\x03\x00", 256, end)  # an API record
+    rec_size = int.from_bytes(data[rec_off + 4 : rec_off + 8], "little")
+    holed[rec_off : rec_off + rec_size] = b"\0" * rec_size
     hp = tmp_path / "hole.ctrace"
     hp.write_bytes(bytes(holed))
     t = read_trace(hp)
-    assert t.gaps == 1 and len(t.events) == len(full.events) - 1
+    assert t.gaps == 1 and len(t.events) == len(full.events)
+    # a thread's block of events: what its `used` count had published when the process died is
+    # read, nothing after it (a torn event is never seen), and nothing is taken for corrupt
+    blk = data.rindex(b"\xa3\xc7\x12\x00", 256, end)
+    used = int.from_bytes(data[blk + 8 : blk + 12], "little")
+    assert used > 0
+    cut_block = bytearray(data)
+    cut_block[blk + 8 : blk + 12] = (0).to_bytes(4, "little")
+    cb = tmp_path / "unpublished.ctrace"
+    cb.write_bytes(bytes(cut_block))
+    t = read_trace(cb)
+    assert t.bad_events == 0 and t.gaps == 0 and 0 < len(t.events) < len(full.events)
     # not a trace at all
     bad = tmp_path / "bad.ctrace"
     bad.write_bytes(b"hello world" * 100)

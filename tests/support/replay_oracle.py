@@ -12,11 +12,13 @@ from cudatrace.analyze.model import (
     ADDR,
     AUX,
     DEV,
+    END_EXITED,
     END_FREE,
     END_LIVE,
     END_REUSED,
     END_UNMAPPED,
     KIND,
+    NEVER_FREED,
     NONE64,
     OP,
     RES,
@@ -32,6 +34,7 @@ from cudatrace.analyze.model import (
     device_kinds,
     from_replay,
     host_kinds,
+    process_ends,
 )
 from cudatrace.analyze.trace import C, Trace, TraceDir
 
@@ -129,6 +132,7 @@ class PyReplay:
         ]
         streams = []
         t0, t1 = None, 0
+        ends = process_ends(traces)
         for i, t in enumerate(traces):
             evs = t.events
             if not evs:
@@ -140,7 +144,10 @@ class PyReplay:
             first, last = evs[order[0]][TS], evs[order[-1]][TS]
             t0 = first if t0 is None else min(t0, first)
             t1 = max(t1, last)
-            streams.append([(evs[k][TS], i, k) for k in order])
+            stream = [(evs[k][TS], 1, i, k) for k in order]
+            if ends[i]:  # the process's end: before any event of the same time
+                stream.append((max(ends[i], last), 0, i, -1))
+            streams.append(stream)
         t0 = t0 or 0
         span = t1 - t0
         self.lives: list[list] = []  # [trace, idx, seq, end_seq, end_ts, how]
@@ -151,7 +158,8 @@ class PyReplay:
         tl_all: dict[int, list] = {}
         tl_dev: dict[int, dict[int, list]] = {}
         tab: dict[tuple, list] = {}  # key -> [state, val, maps, released]
-        st = {"cur": 0, "host": 0}
+        st = {"cur": 0, "host": 0, "exited": 0, "host_exited": 0}
+        dev_exited: dict[int, int] = {}
         s = {
             "peak_bytes": 0,
             "peak_ts": 0,
@@ -203,8 +211,27 @@ class PyReplay:
                     end_life(h[1], seq, ts, END_UNMAPPED)
                     del tab[(ti, VMM, hv)]
 
+        def process_end(ti, seq, ts):
+            procs[ti]["end_bytes"] = proc_cur[ti]
+            mine = [k for k in tab if k[0] == ti]  # device ones in allocation order, as C
+            mine.sort(key=lambda k: tab[k][1] if tab[k][0] == _ST_DEV else NONE64)
+            for key in mine:
+                v = tab.pop(key)
+                if v[0] == _ST_DEV:
+                    size = traces[ti].events[self.lives[v[1]][1]][SIZE]
+                    ds = slot_dev(traces[ti].events[self.lives[v[1]][1]][DEV])
+                    st["exited"] += size
+                    dev_exited[ds] = dev_exited.get(ds, 0) + size
+                    end_life(v[1], seq, ts, END_EXITED)
+                elif v[0] == _ST_HOST and key[1] != "import":
+                    st["host"] -= v[1]
+                    st["host_exited"] += v[1]
+
         seq = 0
-        for ts, ti, idx in heapq.merge(*streams):
+        for ts, is_event, ti, idx in heapq.merge(*streams):
+            if not is_event:
+                process_end(ti, seq, ts)
+                continue
             e = traces[ti].events[idx]
             p = procs[ti]
             p["events"] += 1
@@ -351,7 +378,8 @@ class PyReplay:
             seq += 1
         counts["events"] = seq
         for i, p in enumerate(procs):
-            p["end_bytes"] = proc_cur[i]
+            if not ends[i] or not traces[i].events:
+                p["end_bytes"] = proc_cur[i]
         self.counts = counts
         self.summary = {
             "t0": t0,
@@ -359,17 +387,17 @@ class PyReplay:
             "peak_bytes": s["peak_bytes"],
             "peak_ts": s["peak_ts"],
             "peak_seq": s["peak_seq"],
-            "end_bytes": st["cur"],
+            "end_bytes": st["cur"] + st["exited"],
             "host_peak": s["host_peak"],
             "host_peak_ts": s["host_peak_ts"],
-            "host_end": st["host"],
+            "host_end": st["host"] + st["host_exited"],
             "lives": len(self.lives),
             "ntraces": len(traces),
             "found": s["found"],
         }
         self.devices = {}
         for ds, d in devices.items():
-            d["end_bytes"] = dev_cur.get(ds, 0)
+            d["end_bytes"] = dev_cur.get(ds, 0) + dev_exited.get(ds, 0)
             self.devices[ds] = d
         self.procs = procs
         self._tl_all = tl_all
@@ -382,6 +410,8 @@ class PyReplay:
         )
 
     def _live(self, L, by_ts, v):
+        if by_ts == NEVER_FREED:
+            return L[5] in (END_LIVE, END_EXITED)
         if by_ts:
             return self.traces[L[0]].events[L[1]][TS] <= v < L[4]
         return L[2] <= v < L[3]

@@ -66,6 +66,7 @@ PROGRAMS: dict[str, str] = {
     "simstat": "cuda",
     "closefds": "cuda",
     "churn": "cuda",
+    "leakers": "cuda",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable

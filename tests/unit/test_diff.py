@@ -8,10 +8,11 @@ import pytest
 from click.testing import CliRunner
 
 from cudatrace.analyze.analysis import Analysis
+from cudatrace.analyze.diff import SCHEMA, diff
 from cudatrace.cli import main
 from cudatrace.commands.diff import run_diff
 from cudatrace.errors import CudatraceError
-from cudatrace.present.diff import SCHEMA, diff, render_text
+from cudatrace.present.diff import render_text
 from support import tracegen as tg
 from support.fixture_elf import elf, fake_sym  # noqa: F401  (fixtures)
 from support.schemas import validate

@@ -8,9 +8,9 @@ import json
 import pytest
 
 from cudatrace.analyze.analysis import Analysis, build_report
+from cudatrace.analyze.diff import diff
 from cudatrace.analyze.layers import CallGraph, compile_patterns
 from cudatrace.analyze.names import fit, short_name
-from cudatrace.present.diff import diff
 from support import tracegen as tg
 
 ALLOC = ("dev", "backend", "tensor")  # innermost first

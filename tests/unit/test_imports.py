@@ -26,7 +26,7 @@ from cudatrace.analyze import sites
 from cudatrace.commands import options
 
 PKG = Path(cudatrace.__file__).resolve().parent
-LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver", "tracedir"}
+LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver", "tracedir", "outputs"}
 MAX_LINES = 900
 
 # floor -> floors it must never import
@@ -42,6 +42,9 @@ FORBIDDEN = {
     "sweep": {"cli", "commands"},
     "cli": set(),
     "__main__": set(),
+    # the in-process API reads the shim (native) and attributes through analyze/
+    "api": {"record", "present", "cli", "commands", "sweep", "pytest_plugin"},
+    "pytest_plugin": {"record", "present", "cli", "commands", "sweep"},
     "root": {"leaf"} | UPPER,
 }
 
@@ -66,6 +69,8 @@ def floor(mod: str) -> str:
     if top in ("errors", "record", "analyze", "present", "symbols", "cli", "commands"):
         return top
     if top in ("sweep", "__main__"):
+        return top
+    if top in ("api", "pytest_plugin"):
         return top
     return "root"
 
@@ -280,3 +285,39 @@ def test_tools_and_tests_import_modules_that_exist():
                 if importlib.util.find_spec(name) is None:
                     missing.append(f"{f.relative_to(PKG.parent)}: {name}")
     assert not missing, "imports of modules that do not exist:\n" + "\n".join(missing)
+
+
+def test_one_error_voice():
+    """Errors are raised, never printed and exited on: no sys.exit in the package (the command
+    line turns a CudatraceError into its message and status, once), and no message carries the
+    "cudatrace: " prefix that the command line puts before it."""
+    bad = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "exit"
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "sys"
+            ):
+                bad.append(f"{mod}:{node.lineno}: sys.exit")
+            if (
+                isinstance(node, ast.Raise)
+                and isinstance(node.exc, ast.Call)
+                and node.exc.args
+                # pytest says its own errors (the plugin's): the prefix names the plugin there
+                and not (
+                    isinstance(node.exc.func, ast.Attribute) and node.exc.func.attr == "UsageError"
+                )
+            ):
+                first = node.exc.args[0]
+                parts = first.values if isinstance(first, ast.JoinedStr) else [first]
+                head = parts[0] if parts else None
+                if (
+                    isinstance(head, ast.Constant)
+                    and isinstance(head.value, str)
+                    and head.value.startswith("cudatrace:")
+                ):
+                    bad.append(f"{mod}:{node.lineno}: a message starting {head.value[:20]!r}")
+    assert not bad, "\n".join(bad)

@@ -51,7 +51,7 @@ def test_interleaved_frees(tmp_path, backend):
     w.alloc(ts(4), 50, 0xC000)  # 250
     w.alloc(ts(5), 300, 0xD000)  # 550  <- peak
     w.free(ts(6), 0xB000)  # 350
-    w.close()
+    w.close(end_ts=ts(1000))  # exits later
     m = model_of(tmp_path, backend)
     assert (m.peak_bytes, m.peak_ts) == (550, ts(5))
     assert m.end_bytes == 350
@@ -75,7 +75,7 @@ def test_interleaved_frees(tmp_path, backend):
     ]
     # lifetimes
     life = {a.size: a.end_ts for a in m.lifetimes()}
-    assert life == {100: ts(3), 200: ts(6), 50: None, 300: None}
+    assert life == {100: ts(3), 200: ts(6), 50: ts(1000), 300: ts(1000)}  # ended with it
 
 
 def test_several_devices(tmp_path, backend):
@@ -126,8 +126,8 @@ def test_equal_timestamps_break_ties_by_trace_order(tmp_path, backend):
     p.alloc(ts(5), 100, 0x1000)
     p.free(ts(6), 0x1000)
     q.alloc(ts(6), 100, 0x1000)
-    p.close()
-    q.close()
+    p.close(end_ts=ts(1000))  # exits later
+    q.close(end_ts=ts(1000))  # exits later
     m = model_of(tmp_path, backend)
     assert (m.peak_bytes, m.peak_ts) == (100, ts(5))
     assert [a.trace for a in m.live_at_peak] == [0]
@@ -142,7 +142,7 @@ def test_address_reuse(tmp_path, backend):
     w.free(ts(4), 0xA000)
     w.alloc(ts(5), 50, 0xA000)
     w.alloc(ts(6), 30, 0xA000)  # reused while live (its free was not seen): 50 ends here
-    w.close()
+    w.close(end_ts=ts(1000))  # exits later
     m = model_of(tmp_path, backend)
     assert (m.peak_bytes, m.peak_ts) == (200, ts(3))
     assert m.end_bytes == 30
@@ -151,13 +151,13 @@ def test_address_reuse(tmp_path, backend):
         (100, ts(2)),
         (200, ts(4)),
         (50, ts(6)),
-        (30, None),
+        (30, ts(1000)),  # never freed: its process's end ended it
     ]
     assert [a.how for a in m.lifetimes()] == [
         model_mod.END_FREE,
         model_mod.END_FREE,
         model_mod.END_REUSED,
-        model_mod.END_LIVE,
+        model_mod.END_EXITED,
     ]
 
 
@@ -195,7 +195,7 @@ def test_host_pinned_is_not_device_memory(tmp_path, backend):
     w.alloc(ts(1), 1 << 30, 0x600000, api="cuMemHostAlloc", rt="cudaHostAlloc")
     w.alloc(ts(2), 1 << 20, 0x700000, api="cuMemAllocHost_v2", rt="cudaMallocHost")
     w.free(ts(3), 0x600000, api="cuMemFreeHost", rt="cudaFreeHost")
-    w.close()
+    w.close(end_ts=ts(1000))  # exits later
     m = model_of(tmp_path, backend)
     assert not m.found
     assert m.peak_bytes == 0 and m.live_at_peak == [] and m.live_at_end == []
@@ -514,3 +514,62 @@ def test_c_matches_python_reference(tmp_path, seed):
     a, b = snapshot(mc, times), snapshot(mp, times)
     for k in a:
         assert a[k] == b[k], k
+
+
+# ---- a process's memory ends when the process ends (issue 21, item 3) ----
+
+
+def test_sequential_processes_do_not_add_up(tmp_path, backend):
+    # three programs one after the other, each holding 2 GiB until it exits: the device never
+    # held more than 2 GiB; each left 2 GiB never freed
+    G = 1 << 30
+    for k in range(3):
+        w = write(tmp_path, "%d.0.ctrace" % (1000 + k), pid=1000 + k)
+        w.alloc(ts(10 * k + 1), 2 * G, 0xA000)
+        w.close(end_ts=ts(10 * k + 5))
+    m = model_of(tmp_path, backend)
+    assert m.peak_bytes == 2 * G
+    assert m.end_bytes == 6 * G  # never freed, each at its own exit
+    assert m.bytes_at([ts(3), ts(6), ts(12), ts(99)]) == [2 * G, 0, 2 * G, 0]
+    assert [pr["end_bytes"] for pr in m.procs] == [2 * G] * 3
+    assert [a.how for a in m.lifetimes()] == [model_mod.END_EXITED] * 3
+    assert [a.end_ts for a in m.lifetimes()] == [ts(5), ts(15), ts(25)]
+
+
+def test_exec_ends_the_old_image(tmp_path, backend):
+    # pid 1000 allocates 6 MiB, then execs (no exit record); the new image allocates 6 MiB
+    M = 1 << 20
+    a = write(tmp_path, "1000.0.ctrace", pid=1000)
+    a.alloc(ts(1), 6 * M, 0xA000)
+    a.close(clean=False)
+    b = write(tmp_path, "1000.1.ctrace", pid=1000, exec_index=1, start_ns=ts(3))
+    b.alloc(ts(4), 6 * M, 0xA000)
+    b.close(end_ts=ts(9))
+    m = model_of(tmp_path, backend)
+    assert m.peak_bytes == 6 * M
+    assert m.lifetimes()[0].end_ts == ts(3)
+
+
+def test_a_killed_process_holds_its_memory_to_the_end(tmp_path, backend):
+    # no exit record and no later image: when it died is unknown, so its memory stays counted
+    M = 1 << 20
+    a = write(tmp_path, "1000.0.ctrace", pid=1000)
+    a.alloc(ts(1), 6 * M, 0xA000)
+    a.close(clean=False)
+    b = write(tmp_path, "1001.0.ctrace", pid=1001)
+    b.alloc(ts(4), 6 * M, 0xA000)
+    b.close(end_ts=ts(9))
+    m = model_of(tmp_path, backend)
+    assert m.peak_bytes == 12 * M
+    assert m.lifetimes()[0].end_ts is None
+
+
+def test_an_exit_goes_before_an_allocation_at_the_same_time(tmp_path, backend):
+    a = write(tmp_path, "1001.0.ctrace", pid=1001)
+    b = write(tmp_path, "1000.0.ctrace", pid=1000)
+    a.alloc(ts(1), 100, 0xA000)
+    a.close(end_ts=ts(4))
+    b.alloc(ts(4), 100, 0xA000)
+    b.close(end_ts=ts(9))
+    m = model_of(tmp_path, backend)
+    assert m.peak_bytes == 100

@@ -27,139 +27,46 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ... import __version__
-from ...analyze.model import ADDR, AUX, AUX2, Alloc
+from ...analyze.model import ADDR, AUX, AUX2
 from ...analyze.sites import NO_STACK
-
-if TYPE_CHECKING:
-    from .view import View
 
 PROTOCOL = 4
 SHIFT = 48
 
 
-def build(view: View) -> dict:
+def build(view) -> dict:
     m = view.model
     live_ids = {(x.trace, x.index) for x in view.live_allocations()}
     allocs = sorted((x for x in m.lifetimes() if view.included(x)), key=lambda x: x.seq)
     denied = [x for x in m.denied if view.included(x)]
     view.prepare({(x.trace, x.stack) for x in allocs + denied})
 
-    devs = sorted({x.device for x in allocs + denied})
-    known = [d for d in devs if d >= 0]
-    unknown_slot = (max(known) + 1) if known else 0
-    slot = {d: (d if d >= 0 else unknown_slot) for d in devs}
+    if view.split_devices:  # one list per (host, device): docs/ranks.md
+        keys = sorted({view.device_key(x) for x in allocs + denied})
+        slot = {k: i for i, k in enumerate(keys)}
+    else:
+        devs = sorted({x.device for x in allocs + denied})
+        known = [d for d in devs if d >= 0]
+        unknown_slot = (max(known) + 1) if known else 0
+        slot = {d: (d if d >= 0 else unknown_slot) for d in devs}
     n_slots = max(slot.values()) + 1 if slot else 0
 
-    shift = _shifts(allocs, slot)
-    frames_cache: dict[tuple[int, int], list[dict]] = {}
+    shift = _shifts(allocs, slot, view.device_key)
+    frames = _Frames(view)
 
-    def frames(ti: int, leaf: int) -> list[dict]:
-        k = (ti, leaf)
-        got = frames_cache.get(k)
-        if got is None:
-            fr = view.frames(ti, leaf)
-            got = [
-                {
-                    "filename": f.file or f.module,
-                    "line": int(f.line or 0),
-                    "name": f.function or f.label(),
-                }
-                for f in fr
-            ]
-            if not fr:
-                got.append({"filename": "??", "line": 0, "name": NO_STACK})
-            if view.multi_process:
-                t = view.traces[ti]
-                got.append({"filename": t.exe or "??", "line": 0, "name": view.process(ti)})
-            frames_cache[k] = got
-        return got
+    def slot_of(x) -> int:  # the viewer's device list of an allocation
+        return slot[view.device_key(x)]
 
-    events = []  # (sort key, slot, [entries])
-    remaining = []
-    for x in allocs:
-        addr = _addr(x) + shift.get((slot[x.device], x.trace), 0)
-        fr = frames(x.trace, x.stack)
-        base = {"addr": addr, "size": x.size, "stream": 0, "frames": fr}
-        events.append(
-            (
-                (x.ts, 1, x.seq),
-                slot[x.device],
-                [
-                    dict(base, action="segment_alloc", time_us=x.ts // 1000),
-                    dict(base, action="alloc", time_us=x.ts // 1000),
-                ],
-            )
-        )
-        if (x.trace, x.index) in live_ids or x.end_ts is None:
-            remaining.append((x, addr, fr))
-            continue
-        order = 2 if x.end_ts == x.ts else 0  # a free sorts before allocations at its time
-        tu = x.end_ts // 1000
-        events.append(
-            (
-                (x.end_ts, order, x.seq),
-                slot[x.device],
-                [
-                    dict(base, action="free_requested", time_us=tu),
-                    dict(base, action="free_completed", time_us=tu),
-                    dict(base, action="segment_free", time_us=tu),
-                ],
-            )
-        )
-    for x in denied:
-        limit, in_use = x.event[AUX], x.event[AUX2]
-        events.append(
-            (
-                (x.ts, 1, x.seq),
-                slot[x.device],
-                [
-                    {
-                        "action": "oom",
-                        "addr": 0,
-                        "size": x.size,
-                        "stream": 0,
-                        "frames": frames(x.trace, x.stack),
-                        "device_free": max(0, limit - in_use),
-                        "time_us": x.ts // 1000,
-                    }
-                ],
-            )
-        )
+    events, remaining = _alloc_events(allocs, live_ids, slot_of, shift, frames)
+    events += _oom_events(denied, slot_of, frames)
     events.sort(key=lambda e: e[0])
     device_traces: list[list[dict]] = [[] for _ in range(n_slots)]
     for _k, s, entries in events:
         device_traces[s].extend(entries)
-
-    segments = []
-    for x, addr, fr in sorted(remaining, key=lambda r: (slot[r[0].device], r[1])):
-        block = {
-            "address": addr,
-            "size": x.size,
-            "requested_size": x.size,
-            "state": "active_allocated",
-            "frames": fr,
-        }
-        segments.append(
-            {
-                "device": slot[x.device],
-                "address": addr,
-                "total_size": x.size,
-                "allocated_size": x.size,
-                "active_size": x.size,
-                "requested_size": x.size,
-                "stream": 0,
-                "segment_type": "large",
-                "segment_pool_id": (0, 0),
-                "is_expandable": False,
-                "frames": fr,
-                "blocks": [block],
-            }
-        )
     return {
-        "segments": segments,
+        "segments": _segments(remaining, slot_of),
         "device_traces": device_traces,
         "cudatrace": {
             "version": __version__,
@@ -174,18 +81,141 @@ def build(view: View) -> dict:
     }
 
 
-def _addr(x: Alloc) -> int:
+class _Frames:
+    """The frames of a (trace, leaf) stack as PyTorch's viewer reads them, made once each."""
+
+    def __init__(self, view):
+        self.view = view
+        self.cache: dict[tuple[int, int], list[dict]] = {}
+
+    def __call__(self, ti: int, leaf: int) -> list[dict]:
+        k = (ti, leaf)
+        got = self.cache.get(k)
+        if got is None:
+            view = self.view
+            fr = view.frames(ti, leaf)
+            got = [
+                {
+                    "filename": f.file or f.module,
+                    "line": int(f.line or 0),
+                    "name": f.function or f.label(),
+                }
+                for f in fr
+            ]
+            if not fr:
+                got.append({"filename": "??", "line": 0, "name": NO_STACK})
+            if view.multi_process:
+                t = view.traces[ti]
+                got.append({"filename": t.exe or "??", "line": 0, "name": view.process(ti)})
+            self.cache[k] = got
+        return got
+
+
+def _alloc_events(allocs, live_ids, slot_of, shift, frames) -> tuple[list, list]:
+    """(events, remaining): each allocation's alloc and, unless live at the moment, free
+    entries as (sort key, slot, [entries]); the allocations live at the moment."""
+    events = []
+    remaining = []
+    for x in allocs:
+        addr = _addr(x) + shift.get((slot_of(x), x.trace), 0)
+        fr = frames(x.trace, x.stack)
+        base = {"addr": addr, "size": x.size, "stream": 0, "frames": fr}
+        events.append(
+            (
+                (x.ts, 1, x.seq),
+                slot_of(x),
+                [
+                    dict(base, action="segment_alloc", time_us=x.ts // 1000),
+                    dict(base, action="alloc", time_us=x.ts // 1000),
+                ],
+            )
+        )
+        if (x.trace, x.index) in live_ids or x.end_ts is None:
+            remaining.append((x, addr, fr))
+            continue
+        order = 2 if x.end_ts == x.ts else 0  # a free sorts before allocations at its time
+        tu = x.end_ts // 1000
+        events.append(
+            (
+                (x.end_ts, order, x.seq),
+                slot_of(x),
+                [
+                    dict(base, action="free_requested", time_us=tu),
+                    dict(base, action="free_completed", time_us=tu),
+                    dict(base, action="segment_free", time_us=tu),
+                ],
+            )
+        )
+    return events, remaining
+
+
+def _oom_events(denied, slot_of, frames) -> list:
+    """A budget denial as the viewer's out-of-memory entry (free = limit - in use)."""
+    events = []
+    for x in denied:
+        limit, in_use = x.event[AUX], x.event[AUX2]
+        events.append(
+            (
+                (x.ts, 1, x.seq),
+                slot_of(x),
+                [
+                    {
+                        "action": "oom",
+                        "addr": 0,
+                        "size": x.size,
+                        "stream": 0,
+                        "frames": frames(x.trace, x.stack),
+                        "device_free": max(0, limit - in_use),
+                        "time_us": x.ts // 1000,
+                    }
+                ],
+            )
+        )
+    return events
+
+
+def _segments(remaining, slot_of) -> list[dict]:
+    """The snapshot's segments: one per allocation live at the moment, one block each."""
+    segments = []
+    for x, addr, fr in sorted(remaining, key=lambda r: (slot_of(r[0]), r[1])):
+        block = {
+            "address": addr,
+            "size": x.size,
+            "requested_size": x.size,
+            "state": "active_allocated",
+            "frames": fr,
+        }
+        segments.append(
+            {
+                "device": slot_of(x),
+                "address": addr,
+                "total_size": x.size,
+                "allocated_size": x.size,
+                "active_size": x.size,
+                "requested_size": x.size,
+                "stream": 0,
+                "segment_type": "large",
+                "segment_pool_id": (0, 0),
+                "is_expandable": False,
+                "frames": fr,
+                "blocks": [block],
+            }
+        )
+    return segments
+
+
+def _addr(x) -> int:
     return x.event[ADDR]
 
 
-def _shifts(allocs: list[Alloc], slot: dict[int, int]) -> dict[tuple[int, int], int]:
+def _shifts(allocs, slot, key) -> dict[tuple[int, int], int]:
     """(device slot, trace) -> what to add to its addresses so that processes sharing a device
     never share an address range in the viewer (0 for the first process of each device and
     wherever no ranges overlap)."""
     spans: dict[int, dict[int, list[int]]] = {}
     for x in allocs:
         a = _addr(x)
-        sp = spans.setdefault(slot[x.device], {}).setdefault(x.trace, [a, a + x.size])
+        sp = spans.setdefault(slot[key(x)], {}).setdefault(x.trace, [a, a + x.size])
         sp[0] = min(sp[0], a)
         sp[1] = max(sp[1], a + x.size)
     out = {}
@@ -199,7 +229,7 @@ def _shifts(allocs: list[Alloc], slot: dict[int, int]) -> dict[tuple[int, int], 
     return out
 
 
-def write(view: View, path: Path) -> dict:
+def write(view, path: Path) -> dict:
     snap = build(view)
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=PROTOCOL)

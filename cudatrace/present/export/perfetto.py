@@ -128,9 +128,8 @@ class _Out:
 def build(view):
     """The Trace message (perfetto's protos)."""
     out = _Out()
-    m, traces = view.model, view.traces
+    m = view.model
     lives = [x for x in m.lifetimes() if view.device is None or x.device == view.device]
-    t_end = m.t_end
 
     # counters: deltas per device and per (process, device), one point per timestamp
     dev_delta: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
@@ -139,19 +138,15 @@ def build(view):
         for ts, d in ((x.ts, x.size), (x.end_ts, -x.size)):
             if ts is None:
                 continue
-            dev_delta[x.device][ts] += d
+            dev_delta[view.device_key(x)][ts] += d
             proc_delta[(x.trace, x.device)][ts] += d
-
-    def emit(track: int, deltas: dict[int, int]) -> None:
-        cur = 0
-        for ts in sorted(deltas):
-            cur += deltas[ts]
-            out.counter(track, ts, cur)
-        if t_end and (not deltas or max(deltas) < t_end):
-            out.counter(track, t_end, cur)
-
-    for dev in sorted(dev_delta):
-        emit(out.track(f"device {_dev(dev)}: live bytes", counter=True), dev_delta[dev])
+    for dev in sorted(dev_delta, key=str):
+        _counter(
+            out,
+            out.track(f"device {view.device_name(dev)}: live bytes", counter=True),
+            dev_delta[dev],
+            m.t_end,
+        )
 
     # per process: counters, large allocations, denials, failures
     limit = threshold(view)
@@ -163,65 +158,16 @@ def build(view):
     view.prepare({(x.trace, x.stack) for x in big + denied + failed})
     procs = sorted({x.trace for x in lives} | {x.trace for x in denied + failed})
     for ti in procs:
-        t = traces[ti]
+        t = view.traces[ti]
         ptrack = out.track(view.process(ti), pid=t.pid, process_name=view.process(ti))
         for (pti, dev), deltas in sorted(proc_delta.items()):
             if pti == ti:
-                emit(
-                    out.track(f"device {_dev(dev)}: live bytes", parent=ptrack, counter=True),
-                    deltas,
-                )
+                track = out.track(f"device {_dev(dev)}: live bytes", parent=ptrack, counter=True)
+                _counter(out, track, deltas, m.t_end)
         mine = sorted((x for x in big if x.trace == ti), key=lambda x: (x.ts, x.seq))
-        lanes: list[int] = []  # end time of each lane's last slice
-        lane_tracks: list[int] = []
-        for x in mine:
-            end = x.end_ts if x.end_ts is not None else t_end
-            k = next((i for i, e in enumerate(lanes) if e <= x.ts), None)
-            if k is None:
-                k = len(lanes)
-                lanes.append(0)
-                lane_tracks.append(
-                    out.track(
-                        "allocations >= {}{}".format(
-                            format_bytes(limit), "" if k == 0 else " (%d)" % (k + 1)
-                        ),
-                        parent=ptrack,
-                    )
-                )
-            lanes[k] = end
-            args = [
-                ("size", x.size),
-                ("address", f"0x{x.event[ADDR]:x}"),
-                ("device", x.device),
-                ("api", api_label(m, x)),
-                ("stack", _stack(view, x)),
-            ]
-            if x.end_ts is None:
-                args.append(("never freed", True))
-            out.event(
-                lane_tracks[k],
-                x.ts,
-                "begin",
-                f"{_site(view, x)} {format_bytes(x.size)}",
-                args,
-            )
-            out.event(lane_tracks[k], max(end, x.ts), "end")
-        for what, xs in (
-            ("budget denials", [x for x in denied if x.trace == ti]),
-            ("failed allocations", [x for x in failed if x.trace == ti]),
-        ):
-            if not xs:
-                continue
-            tr = out.track(what, parent=ptrack)
-            for x in sorted(xs, key=lambda x: x.ts):
-                if what == "budget denials":
-                    name = f"denied {format_bytes(x.size)}"
-                    args = [("size", x.size), ("budget", x.event[AUX]), ("in use", x.event[AUX2])]
-                else:
-                    name = f"failed {format_bytes(x.size)}: {cu_error(x.event[RES])}"
-                    args = [("size", x.size), ("result", cu_error(x.event[RES]))]
-                args += [("device", x.device), ("api", api_label(m, x)), ("stack", _stack(view, x))]
-                out.event(tr, x.ts, "instant", f"{name} at {_site(view, x)}", args)
+        _slices(out, view, ptrack, mine, limit)
+        _instants(out, view, ptrack, [x for x in denied if x.trace == ti], "budget denials")
+        _instants(out, view, ptrack, [x for x in failed if x.trace == ti], "failed allocations")
 
     info = out.track("cudatrace")
     note = [
@@ -235,6 +181,72 @@ def build(view):
     out.event(info, view.moment_ts, "instant", f"moment: {view.moment_text()}", note)
     out.flush()
     return out.builder.trace
+
+
+def _counter(out, track: int, deltas: dict[int, int], t_end: int) -> None:
+    """A counter track from its deltas, carried to the trace's end."""
+    cur = 0
+    for ts in sorted(deltas):
+        cur += deltas[ts]
+        out.counter(track, ts, cur)
+    if t_end and (not deltas or max(deltas) < t_end):
+        out.counter(track, t_end, cur)
+
+
+def _slices(out, view, ptrack: int, mine: list, limit: int) -> None:
+    """A process's large allocations as slices, on as many lanes as overlap."""
+    m, t_end = view.model, view.model.t_end
+    lanes: list[int] = []  # end time of each lane's last slice
+    lane_tracks: list[int] = []
+    for x in mine:
+        end = x.end_ts if x.end_ts is not None else t_end
+        k = next((i for i, e in enumerate(lanes) if e <= x.ts), None)
+        if k is None:
+            k = len(lanes)
+            lanes.append(0)
+            lane_tracks.append(
+                out.track(
+                    "allocations >= {}{}".format(
+                        format_bytes(limit), "" if k == 0 else " (%d)" % (k + 1)
+                    ),
+                    parent=ptrack,
+                )
+            )
+        lanes[k] = end
+        args = [
+            ("size", x.size),
+            ("address", f"0x{x.event[ADDR]:x}"),
+            ("device", x.device),
+            ("api", api_label(m, x)),
+            ("stack", _stack(view, x)),
+        ]
+        if x.end_ts is None:
+            args.append(("never freed", True))
+        out.event(
+            lane_tracks[k],
+            x.ts,
+            "begin",
+            f"{_site(view, x)} {format_bytes(x.size)}",
+            args,
+        )
+        out.event(lane_tracks[k], max(end, x.ts), "end")
+
+
+def _instants(out, view, ptrack: int, xs: list, what: str) -> None:
+    """A process's budget denials or failed allocations as instant events on their track."""
+    if not xs:
+        return
+    m = view.model
+    tr = out.track(what, parent=ptrack)
+    for x in sorted(xs, key=lambda x: x.ts):
+        if what == "budget denials":
+            name = f"denied {format_bytes(x.size)}"
+            args = [("size", x.size), ("budget", x.event[AUX]), ("in use", x.event[AUX2])]
+        else:
+            name = f"failed {format_bytes(x.size)}: {cu_error(x.event[RES])}"
+            args = [("size", x.size), ("result", cu_error(x.event[RES]))]
+        args += [("device", x.device), ("api", api_label(m, x)), ("stack", _stack(view, x))]
+        out.event(tr, x.ts, "instant", f"{name} at {_site(view, x)}", args)
 
 
 def _dev(d: int) -> str:

@@ -19,14 +19,10 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from ... import __version__
 from ...analyze.sites import NO_STACK
 from .protodesc import message_classes
-
-if TYPE_CHECKING:
-    from .view import View
 
 PROTO = Path(__file__).with_name("profile.proto")
 _classes: dict = {}
@@ -40,7 +36,7 @@ def classes() -> dict:
 
 
 class _Strings:
-    def __init__(self, table: Any) -> None:  # a repeated string field of the Profile
+    def __init__(self, table):
         self.table = table
         self.index: dict[str, int] = {}
         self("")
@@ -54,95 +50,115 @@ class _Strings:
         return i
 
 
-def build(view: View) -> Any:
+def build(view):
     """The Profile message of the view."""
     Profile = classes()["Profile"]
-    p = Profile()
-    S = _Strings(p.string_table)
-    a, m = view.a, view.model
-    for typ, unit in (
-        ("alloc_objects", "count"),
-        ("alloc_space", "bytes"),
-        ("inuse_objects", "count"),
-        ("inuse_space", "bytes"),
-    ):
-        p.sample_type.add(type=S(typ), unit=S(unit))
-    p.default_sample_type = S("inuse_space")
-    p.period_type.type = S("space")
-    p.period_type.unit = S("bytes")
-    p.period = 1
-    start_time = a.td.run.get("start_time")
-    if isinstance(start_time, (int, float)) and start_time > 0:
-        p.time_nanos = int(start_time * 1e9)
-    elif a.traces:
-        p.time_nanos = min(t.start_realtime_ns for t in a.traces)
-    if m.n_events:
-        p.duration_nanos = max(0, m.t_end - a.start_ns)
-    p.comment.append(S(f"cudatrace {__version__}: device memory of {view.command()}"))
-    p.comment.append(
-        S(
-            f"inuse_space/inuse_objects: live {view.moment_text()}; alloc_space/alloc_objects: every "
-            "allocation of the run"
-        )
-    )
-
+    b = _Builder(Profile(), view)
+    b.header()
     live = view.live_stacks()
     run = view.run_stacks()
     keys = sorted(set(live) | set(run))
     view.prepare(keys)
+    for ti, leaf in keys:
+        lc, lb = live.get((ti, leaf), (0, 0))
+        ac, ab = run.get((ti, leaf), (0, 0))
+        if lb or ab or lc or ac:
+            b.sample(ti, leaf, [ac, ab, lc, lb])
+    return b.p
 
-    mappings: dict[tuple[int, int], object] = {}
-    locations: dict[tuple, int] = {}
-    functions: dict[tuple, int] = {}
 
-    def function(name: str, system_name: str, filename: str | None) -> int:
+class _Builder:
+    """A Profile being filled: its string table, and its functions, mappings and locations,
+    each added once."""
+
+    def __init__(self, p, view):
+        self.p, self.view = p, view
+        self.S = _Strings(p.string_table)
+        self.mappings: dict[tuple[int, int], object] = {}
+        self.locations: dict[tuple, int] = {}
+        self.functions: dict[tuple, int] = {}
+
+    def header(self) -> None:
+        """Sample types, period, time, duration, comments."""
+        p, S, view = self.p, self.S, self.view
+        a, m = view.a, view.model
+        for typ, unit in (
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ):
+            p.sample_type.add(type=S(typ), unit=S(unit))
+        p.default_sample_type = S("inuse_space")
+        p.period_type.type = S("space")
+        p.period_type.unit = S("bytes")
+        p.period = 1
+        start_time = a.td.run.get("start_time")
+        if isinstance(start_time, (int, float)) and start_time > 0:
+            p.time_nanos = int(start_time * 1e9)
+        elif a.traces:
+            p.time_nanos = min(t.start_realtime_ns for t in a.traces)
+        if m.n_events:
+            p.duration_nanos = max(0, m.t_end - a.start_ns)
+        p.comment.append(S(f"cudatrace {__version__}: device memory of {view.command()}"))
+        p.comment.append(
+            S(
+                f"inuse_space/inuse_objects: live {view.moment_text()}; alloc_space/alloc_objects: every "
+                "allocation of the run"
+            )
+        )
+
+    def function(self, name: str, system_name: str, filename: str | None) -> int:
         k = (name, system_name, filename or "")
-        fid = functions.get(k)
+        fid = self.functions.get(k)
         if fid is None:
-            fid = functions[k] = len(functions) + 1
-            p.function.add(id=fid, name=S(name), system_name=S(system_name), filename=S(filename))
+            fid = self.functions[k] = len(self.functions) + 1
+            S = self.S
+            self.p.function.add(
+                id=fid, name=S(name), system_name=S(system_name), filename=S(filename)
+            )
         return fid
 
-    def mapping(ti: int, address: int) -> Any:  # the Mapping message, or None
-        t = view.traces[ti]
+    def mapping(self, ti: int, address: int):
+        t = self.view.traces[ti]
         mod = t.module_for(address)
         if mod is None:
             return None
         k = (ti, t.modules.index(mod))
-        mp = mappings.get(k)
+        mp = self.mappings.get(k)
         if mp is None:
-            mp = p.mapping.add(
-                id=len(mappings) + 1,
+            mp = self.p.mapping.add(
+                id=len(self.mappings) + 1,
                 memory_start=mod.start,
                 memory_limit=mod.end,
                 file_offset=max(0, mod.start - mod.base),
-                filename=S(mod.path),
-                build_id=S(mod.build_id.hex() if mod.build_id else ""),
+                filename=self.S(mod.path),
+                build_id=self.S(mod.build_id.hex() if mod.build_id else ""),
             )
-            mappings[k] = mp
+            self.mappings[k] = mp
         return mp
 
-    def synthetic(name: str) -> int:
+    def synthetic(self, name: str) -> int:
         k = ("synthetic", name)
-        lid = locations.get(k)
+        lid = self.locations.get(k)
         if lid is None:
-            lid = locations[k] = len(locations) + 1
-            p.location.add(id=lid).line.add(function_id=function(name, name, None))
+            lid = self.locations[k] = len(self.locations) + 1
+            self.p.location.add(id=lid).line.add(function_id=self.function(name, name, None))
         return lid
 
-    def location(ti: int, group: list) -> int:
+    def location(self, ti: int, group: list) -> int:
         address = group[0].address
         k = (ti, address)
-        lid = locations.get(k)
+        lid = self.locations.get(k)
         if lid is None:
-            lid = locations[k] = len(locations) + 1
-            loc = p.location.add(id=lid, address=address)
-            mp = mapping(ti, address)
+            lid = self.locations[k] = len(self.locations) + 1
+            loc = self.p.location.add(id=lid, address=address)
+            mp = self.mapping(ti, address)
             if mp is not None:
                 loc.mapping_id = mp.id
             for f in group:  # inlined callees first, the caller last
                 name = f.function or f.label()
-                loc.line.add(function_id=function(name, name, f.file), line=f.line or 0)
+                loc.line.add(function_id=self.function(name, name, f.file), line=f.line or 0)
                 if mp is not None and f.function:
                     mp.has_functions = True
                     mp.has_filenames = mp.has_filenames or bool(f.file)
@@ -150,32 +166,30 @@ def build(view: View) -> Any:
                     mp.has_inline_frames = mp.has_inline_frames or f.inlined
         return lid
 
-    for ti, leaf in keys:
-        lc, lb = live.get((ti, leaf), (0, 0))
-        ac, ab = run.get((ti, leaf), (0, 0))
-        if not (lb or ab or lc or ac):
-            continue
-        s = p.sample.add(value=[ac, ab, lc, lb])
+    def sample(self, ti: int, leaf: int, values: list) -> None:
+        """One stack's sample: its locations (one per address, inlined frames in it), the
+        process as a root frame when there are several, pid and exe labels."""
+        view, S = self.view, self.S
+        s = self.p.sample.add(value=values)
         frames = view.frames(ti, leaf)
         if not frames:
-            s.location_id.append(synthetic(NO_STACK))
+            s.location_id.append(self.synthetic(NO_STACK))
         group: list = []
         for f in frames:  # innermost first: leaf first, as pprof wants
             if group and f.address != group[0].address:
-                s.location_id.append(location(ti, group))
+                s.location_id.append(self.location(ti, group))
                 group = []
             group.append(f)
         if group:
-            s.location_id.append(location(ti, group))
+            s.location_id.append(self.location(ti, group))
         t = view.traces[ti]
         if view.multi_process:
-            s.location_id.append(synthetic(view.process(ti)))
+            s.location_id.append(self.synthetic(view.process(ti)))
         s.label.add(key=S("pid"), num=t.pid)
         s.label.add(key=S("exe"), str=S(os.path.basename(t.exe) or "?"))
-    return p
 
 
-def write(view: View, path: Path) -> dict:
+def write(view, path: Path) -> dict:
     p = build(view)
     data = gzip.compress(p.SerializeToString(), mtime=0)
     Path(path).write_bytes(data)

@@ -15,13 +15,21 @@ from collections.abc import Iterable
 
 from ...analyze.analysis import Analysis
 from ...analyze.model import Alloc
+from ...analyze.ranks import device_label, rank_label_of, split_devices, tagged
 from ...analyze.sites import NO_STACK, SFrame, process_label
+from ...analyze.trace import host_of
 from . import ExportError
 
 
 class View:
     def __init__(self, a: Analysis, at: str = "peak", device: int | None = None):
         m = a.model
+        if device is not None and split_devices(a):
+            raise ExportError(
+                "--device picks a device ordinal, and in this run one ordinal names "
+                "several devices (several hosts, or CUDA_VISIBLE_DEVICES differing between "
+                "processes): export one host's or process's trace with --device (docs/ranks.md)"
+            )
         if device is not None and device not in m.device_peaks:
             seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
             raise ExportError(
@@ -38,6 +46,10 @@ class View:
         self.count = self.live.count
         used = {r[0] for r in self.live.rows} | {k[0] for k in m.stack_totals()}
         self.multi_process = len(used) > 1
+        # many ranks (docs/ranks.md): processes named by rank; devices by host and GPU when
+        # the run spans hosts (device 0 of two hosts is two devices)
+        self.rank_labels = rank_label_of(self.traces) if tagged(self.traces) else None
+        self.split_devices = split_devices(a)
 
     # ---- the moment ----
     @property
@@ -86,7 +98,22 @@ class View:
         return self.a.stacks.site_frames(ti, leaf) if leaf else []
 
     def process(self, ti: int) -> str:
+        if self.rank_labels is not None:
+            return "%s: %s" % (self.rank_labels[ti], process_label(self.traces[ti]))
         return process_label(self.traces[ti])
+
+    def device_key(self, x: Alloc):
+        """What one device is: its ordinal, or (host, physical device) over several hosts."""
+        if not self.split_devices:
+            return x.device
+        t = self.traces[x.trace]
+        return (host_of(t), device_label(t, x.device))
+
+    @staticmethod
+    def device_name(key) -> str:
+        if isinstance(key, tuple):
+            return "%s:%s" % key
+        return str(key) if key >= 0 else "?"
 
     def names(self, ti: int, leaf: int) -> list[str]:
         """Frame names root first, as flame graphs stack them: the process first when the run

@@ -601,7 +601,7 @@ function reportPage() {
     moments.forEach(function (mo, i) {
       times.push(mo.t);
       rowsOf(mo).forEach(function (r) {
-        var k = S.stackBy === "process" ? r[1] : STACKS[r[0]][0];
+        var k = S.stackBy === "process" ? r[1] : S.stackBy === "rank" ? run.ranks[r[1]] : STACKS[r[0]][0];
         var v = byKey.get(k);
         if (!v) { v = new Array(moments.length).fill(0); byKey.set(k, v); }
         v[i] += r[3];
@@ -612,12 +612,12 @@ function reportPage() {
     });
     var top = keys.slice(0, 8), rest = keys.slice(8), layers = [];
     top.forEach(function (k, i) {
-      layers.push({label: S.stackBy === "process" ? procNames[k] : SITES[k][0], color: PALETTE[i % PALETTE.length], values: byKey.get(k)});
+      layers.push({label: S.stackBy === "process" ? procNames[k] : S.stackBy === "rank" ? k : SITES[k][0], color: PALETTE[i % PALETTE.length], values: byKey.get(k)});
     });
     if (rest.length) {
       var other = new Array(moments.length).fill(0);
       rest.forEach(function (k) { byKey.get(k).forEach(function (v, i) { other[i] += v; }); });
-      layers.push({label: rest.length + " more " + (S.stackBy === "process" ? "processes" : "sites"), color: OTHER, values: other});
+      layers.push({label: rest.length + " more " + (S.stackBy === "process" ? "processes" : S.stackBy === "rank" ? "ranks" : "sites"), color: OTHER, values: other});
     }
     var totals = moments.map(function (mo, i) { var s = 0; layers.forEach(function (l) { s += l.values[i]; }); return s; });
     return {times: times, layers: layers, totals: totals, end: span[1]};
@@ -707,7 +707,7 @@ function reportPage() {
 
   // controls
   var tc = document.getElementById("timeline-controls");
-  tc.append(segmented("stack by", [["site", "site"], ["process", "process"], ["none", "none"]], S.stackBy,
+  tc.append(segmented("stack by", [["site", "site"], ["process", "process"]].concat(run.ranks ? [["rank", "rank"]] : []).concat([["none", "none"]]), S.stackBy,
                       function (v) { S.stackBy = v; drawChart(); }));
   if (run.devices.length > 1) {
     tc.append(segmented("device", [["all", "all"]].concat(run.devices.map(function (d) { return ["" + d, "" + d]; })), S.view,

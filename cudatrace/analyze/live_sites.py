@@ -1,0 +1,111 @@
+"""The sites of a time window of one process's trace: what the in-process API's track() blocks
+and the pytest plugin name (cudatrace/api.py). The trace may still be growing: it is read as it
+stands, attributed as `cudatrace report` attributes (Python lines first).
+
+block_sites(path, t0, t1, at) -> rows of the allocations made in [t0, t1]:
+    at="peak": those live at the moment their sum was highest within the window
+    at="end":  those still live at t1
+"""
+
+from __future__ import annotations
+
+import threading
+
+_lock = threading.Lock()
+_symbolizer = None  # kept between calls: a test suite asks many times of the same libraries
+
+
+def _shared_symbolizer():
+    global _symbolizer
+    with _lock:
+        if _symbolizer is None:
+            from .sites import make_symbolizer
+
+            _symbolizer = make_symbolizer(progress=False)
+        return _symbolizer
+
+
+def window_allocs(lifetimes, t0: int, t1: int, at: str) -> list:
+    """The allocations (model.Alloc) made in [t0, t1] that were live at the window's own peak
+    (at="peak") or at t1 (at="end")."""
+    mine = [a for a in lifetimes if t0 <= a.ts <= t1]
+    if at == "end":
+        return [a for a in mine if a.end_ts is None or a.end_ts > t1]
+    steps = []
+    for a in mine:
+        steps.append((a.ts, 1, a.size))
+        if a.end_ts is not None and a.end_ts <= t1:
+            steps.append((a.end_ts, 0, -a.size))  # a free before an allocation of the same ns
+    steps.sort()
+    cur, best, best_ts = 0, 0, None
+    for ts, _, d in steps:
+        cur += d
+        if cur > best:
+            best, best_ts = cur, ts
+    if best_ts is None:
+        return []
+    return [a for a in mine if a.ts <= best_ts and (a.end_ts is None or a.end_ts > best_ts)]
+
+
+def _anchor(frames, anchor: tuple | None):
+    """The innermost Python frame of the anchor (file, function name): the block's own code."""
+    if not anchor:
+        return None
+    file, name = anchor
+    for f in frames:
+        if (
+            f.python
+            and f.file == file
+            and f.function
+            and (f.function == name or f.function.endswith("." + name))
+        ):
+            return f
+    return None
+
+
+def block_sites(
+    path, t0: int, t1: int, at: str = "peak", limit: int = 10, anchor: tuple | None = None
+) -> list[dict]:
+    """Rows {label, file, line, function, bytes, count, python, via, stack} of the window's
+    allocations (see window_allocs), grouped by site and, when anchor (file, function) is given,
+    by the line of that function they came through (a helper that several lines of a test call
+    is one site, each line its own row); largest first. [] without a trace."""
+    if not path:
+        return []
+    from .analysis import Analysis, load
+
+    a = Analysis(path, td=load(path), symbolizer=_shared_symbolizer())
+    chosen = window_allocs(a.model.lifetimes(), t0, t1, at)
+    if not chosen:
+        return []
+    a.sites(chosen)  # prepares the stacks and the allocator layers as a report does
+    st = a.stacks
+    rows: dict[tuple, dict] = {}
+    for x in chosen:
+        leaf = x.stack
+        site = st.site_frames(x.trace, leaf)[:1] if leaf else []
+        ctx = st.frames(x.trace, leaf) if leaf else []
+        here = _anchor(ctx, anchor)
+        head = here or (site[0] if site else None)
+        key = (site[0].key() if site else None, here.line if here else None)
+        r = rows.get(key)
+        if r is None:
+            if any(f.python for f in ctx):  # the Python stack reads best on its own
+                ctx = [f for f in ctx if f.python]
+            r = rows[key] = {
+                "label": site[0].label() if site else "(no stack)",
+                "file": head.file if head else None,
+                "line": head.line if head else None,
+                "function": head.function if head else None,
+                "bytes": 0,
+                "count": 0,
+                "python": bool(head and head.python),
+                "via": " > ".join(f.name() for f in reversed(st.split(x.trace, leaf)[0]))
+                if leaf
+                else "",
+                "stack": [(f.function, f.file, f.line) for f in ctx],
+            }
+        r["bytes"] += x.size
+        r["count"] += 1
+    out = sorted(rows.values(), key=lambda r: (-r["bytes"], -r["count"], r["label"]))
+    return out[: max(1, limit)]

@@ -1,0 +1,77 @@
+"""`cudatrace metrics`: budgets and traced runs served to Prometheus (docs/metrics.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import CudatraceError, OptionError
+from .options import ledger_dir_option
+
+DEFAULT_LISTEN = "127.0.0.1:9478"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """HOST:PORT (an IPv6 host in brackets) -> (host, port)."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise OptionError(f"--listen {text!r}: give HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    return host, int(port)
+
+
+@click.command()
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default=DEFAULT_LISTEN,
+    show_default=True,
+    help="Where to serve /metrics (loopback by default: budgets name pids and commands).",
+)
+@ledger_dir_option
+@click.option(
+    "--traces",
+    metavar="DIR",
+    multiple=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Also export the runs being traced in DIR (a trace directory, or a folder of them); "
+    "repeatable.",
+)
+@click.option(
+    "--top", default=10, show_default=True, type=click.IntRange(1, 100), help="Sites per run."
+)
+@click.option(
+    "--trace-interval",
+    default=10.0,
+    show_default=True,
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    help="Analyze a run again at most this often.",
+)
+def metrics(listen, traces, top, trace_interval):
+    """Serve budgets (every group's ledger) and, with --traces, the live sites of traced runs
+    to Prometheus (docs/metrics.md). Needs the `metrics` extra (prometheus_client)."""
+    host, port = parse_listen(listen)
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise CudatraceError(
+            "metrics needs the Prometheus client: pip install 'cudatrace[metrics]'"
+        ) from None
+    from ..present.metrics import Collector, TraceCache, serve
+    from ..record.ledger import status_json
+
+    cache = TraceCache(traces, top, trace_interval) if traces else None
+    try:
+        serve(
+            host,
+            port,
+            Collector(status_json, cache),
+            lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
+        )
+    except OSError as e:
+        raise CudatraceError(f"cannot listen on {listen}: {e.strerror or e}") from None
+    except KeyboardInterrupt:
+        pass
+    return 0

@@ -1,0 +1,155 @@
+"""Sealed chunks of the traces compressed while the program runs, outside the target.
+
+The shim writes a trace through shared mappings in 2 MiB chunks and, once no thread can write
+a chunk again (it has unmapped it), raises `sealed_chunks` in the file header
+(native/include/trace_format.h). The launcher's sealer thread compresses each sealed chunk
+(zlib, the standard library) into the trace's sidecar `<name>.ctrace.z`, syncs it, and only
+then punches the chunk out of the trace (FALLOC_FL_PUNCH_HOLE: the file keeps its size, the
+blocks go back). So at every moment each chunk is whole in one of the two files: a SIGKILL of
+the target or of the launcher loses nothing sealed; the reader puts the chunks back
+(analyze/trace.py, tracedir.sealed_entries). At the end of the run, the files of processes that
+are gone are sealed whole (no mapping of them is left), except chunk 0, which holds the header.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import stat
+import struct
+import threading
+from pathlib import Path
+
+from .. import native, tracedir
+
+_FALLOC_PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
+
+
+def _field(name: str) -> int:
+    """Offset of a field of struct ct_file_header (trace_format.h, through cffi)."""
+    return native.ffi().offsetof("struct ct_file_header", name)
+
+
+def _punch(fd: int, off: int, length: int) -> bool:
+    libc = ctypes.CDLL(None, use_errno=True)
+    f = libc.fallocate
+    f.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+    return f(fd, _FALLOC_PUNCH, off, length) == 0
+
+
+def _gone(pid: int, start_ticks: int) -> bool:
+    """The process that wrote the file has exited (pid reuse told by its start time)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    try:
+        return int(stat.rsplit(")", 1)[1].split()[19]) != start_ticks
+    except (IndexError, ValueError):
+        return False
+
+
+class Sealer:
+    """Compresses the sealed chunks of every trace in `out`, every `interval` seconds."""
+
+    def __init__(self, out: Path, interval: float = 1.0):
+        self.out = Path(out)
+        self.interval = interval
+        self.done: dict[Path, int] = {}  # trace -> chunks below this are in the sidecar
+        self.off: set[Path] = set()  # traces this filesystem cannot punch: left alone
+        self.created: set[Path] = set()  # sidecars this sealer created
+        self.raw_bytes = 0
+        self.stored_bytes = 0
+        self.error = ""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cudatrace-sealer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the thread, then seal what the processes that are gone left (their whole files)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        self.pass_once(final=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.pass_once()
+
+    def pass_once(self, final: bool = False) -> None:
+        for p in sorted(self.out.glob("*.ctrace")):
+            if p in self.off:
+                continue
+            try:
+                self.seal_file(p, final)
+            except OSError as e:  # never stops the run: the trace stays as the shim wrote it
+                self.error = f"{p.name}: {e.strerror or e}"
+                self.off.add(p)
+
+    def seal_file(self, p: Path, final: bool = False) -> int:
+        """Compress the chunks of p sealed since the last pass; the number compressed."""
+        fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            head = os.pread(fd, 256, 0)
+            if len(head) < 256 or head[:8] != b"CUDATRC\0":
+                return 0
+            u32 = lambda f: struct.unpack_from("<I", head, _field(f))[0]  # noqa: E731
+            if u32("version") < 3:
+                return 0  # no sealed_chunks before version 3
+            chunk = u32("chunk_size")
+            sealed = u32("sealed_chunks")
+            pid = struct.unpack_from("<i", head, _field("pid"))[0]
+            ticks = struct.unpack_from("<Q", head, _field("process_start_ticks"))[0]
+            size = os.fstat(fd).st_size
+            if final and _gone(pid, ticks):
+                sealed = size // chunk  # no process maps it any more: every whole chunk
+            first = max(1, self.done.get(p, 1))
+            n = 0
+            side = p.with_name(p.name + tracedir.SEALED_SUFFIX)
+            for i in range(first, min(sealed, size // chunk)):
+                raw = os.pread(fd, chunk, i * chunk)
+                if len(raw) != chunk:
+                    break
+                if raw.count(0) == chunk:  # punched already (or empty): nothing to keep
+                    self.done[p] = i + 1
+                    continue
+                entry = tracedir.sealed_entry(i, raw)
+                sfd = self._open_side(side, os.fstat(fd).st_mode & 0o777)
+                try:
+                    os.write(sfd, entry)
+                    os.fsync(sfd)  # the copy is durable before the original goes
+                finally:
+                    os.close(sfd)
+                if not _punch(fd, i * chunk, chunk):
+                    self.off.add(p)  # e.g. a filesystem without hole punching: stop here
+                    return n
+                self.done[p] = i + 1
+                self.raw_bytes += chunk
+                self.stored_bytes += len(entry)
+                n += 1
+            return n
+        finally:
+            os.close(fd)
+
+    def _open_side(self, side: Path, mode: int) -> int:
+        """The sidecar for appending: created new (O_EXCL, never through a link, the trace's
+        mode) the first time; a file there that this sealer did not create is not ours."""
+        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        if side not in self.created:
+            sfd = os.open(side, flags | os.O_CREAT | os.O_EXCL, mode)
+            self.created.add(side)
+            return sfd
+        sfd = os.open(side, flags)
+        if not stat.S_ISREG(os.fstat(sfd).st_mode):
+            os.close(sfd)
+            raise OSError(f"{side.name} is not a regular file")
+        return sfd
+
+    def describe(self) -> dict:
+        return {
+            "chunks_bytes": self.raw_bytes,
+            "compressed_bytes": self.stored_bytes,
+            "error": self.error or None,
+        }

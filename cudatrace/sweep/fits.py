@@ -1,0 +1,344 @@
+"""The fits of a sweep: a law per series (the peak, each site) in the knob, or a plane over a
+grid; the expectation check, the prediction and the budget suggestion; the whole result as the
+cudatrace.sweep/1 dict (docs/sweep-json.md)."""
+
+from __future__ import annotations
+
+import math
+
+from ..analyze import laws
+from .knobs import (
+    EXPECT_TOLERANCE,
+    MARGIN,
+    SCHEMA,
+    Knob,
+    _text_of,
+    _value_of,
+    combos,
+)
+from .runs import Plan
+
+
+def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, counts=None):
+    """One law: the peak or a site. ys_by_run: bytes per run (None: run left out)."""
+    from ..present import sweep as text
+
+    inc = [(r, y) for r, y in zip(runs, ys_by_run) if y is not None]
+    d = {"label": label, "key": key, "bytes": ys_by_run}
+    if counts is not None:
+        d["count"] = counts
+    if len(knobs) == 1:
+        k = knobs[0]
+        law = laws.classify([k.numbers[r["combo"][0]] for r, _ in inc], [y for _, y in inc])
+        d["fit"] = law.affine.as_json() if law.affine is not None else None
+        d["law"] = {
+            "kind": law.kind,
+            "tested": law.tested,
+            "detail": law.detail,
+            "points": [[x, y] for x, y in law.points],
+        }
+        if law.power is not None:
+            d["law"]["power"] = {
+                "coefficient": law.power.coef,
+                "exponent": law.power.exponent,
+                "r2": law.power.r2,
+            }
+        d["law"]["text"] = text.law_text(d, k.as_json())
+        slope = law.affine.slope if law.affine is not None and law.kind != "flat" else 0.0
+        d["_law"] = law
+        growth = [(k, slope, None)]
+    else:
+        pts = [tuple(k.numbers[i] for k, i in zip(knobs, r["combo"])) for r, _ in inc]
+        g = laws.fit_grid(pts, [y for _, y in inc], [k.key for k in knobs]) if inc else None
+        d["fit"] = g.as_json() if g is not None else None
+        ys = [y for _, y in inc]
+        flat = bool(ys) and (
+            max(ys) == min(ys)
+            or (
+                max(ys) - min(ys) <= laws.REL_TOL * max(abs(y) for y in ys)
+                and (g is None or g.r2 < 0.9)
+            )
+        )
+        d["law"] = {
+            "kind": "flat" if flat else (g.model if g else "none"),
+            "tested": bool(g and g.lsq.dof > 0),
+            "points": [list(p) + [y] for p, (_, y) in zip(pts, inc)],
+        }
+        d["law"]["text"] = text.grid_law_text(d, [k.as_json() for k in knobs])
+        d["_law"] = g
+        growth = []
+        if g is not None and not flat:
+            for i, k in enumerate(knobs):
+                s, at = max((g.partial_slope(i, p), p) for p in pts)
+                where = ",".join(
+                    f"{o.key}={_show(o, v)}" for j, (o, v) in enumerate(zip(knobs, at)) if j != i
+                )
+                growth.append((k, s, where))
+    d["contradicts_expectation"] = False
+    d["expectation"] = None
+    worst = None
+    for k, s, where in growth:
+        e = expect.get(k.key) if isinstance(expect, dict) else expect
+        if e is None or s <= 0 or s <= e * (1 + EXPECT_TOLERANCE):
+            continue
+        ratio = s / e if e > 0 else math.inf
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, k, s, e, where)
+    if worst is not None:
+        _, k, s, e, where = worst
+        d["contradicts_expectation"] = True
+        d["expectation"] = text.expectation_sentence(label, s, e, k.as_json(), where)
+    return d
+
+
+def _show(k: Knob, v) -> str:
+    """A knob's value as the user wrote it, when it is one of the values run."""
+    return k.texts[k.numbers.index(v)] if v in k.numbers else f"{v:g}"
+
+
+def sweep_json(
+    plan: Plan,
+    runs: list[dict],
+    expect: float | dict | None = None,
+    predict: tuple | None = None,
+    predict_text: str | None = None,
+    top: int = 10,
+    expect_text: str | None = None,
+) -> dict:
+    """The sweep as a dict: the --json output (docs/sweep-json.md, cudatrace.sweep/1)."""
+    from ..present import sweep as text
+
+    knobs = plan.knobs
+    included = [r for r in runs if r["included"]]
+    peaks = [r["measured"]["peak_bytes"] if r["included"] else None for r in runs]
+    peak = _series(knobs, runs, peaks, "peak", None, expect)
+    keys: dict = {}
+    for r in included:
+        for key, s in r["measured"]["sites"].items():
+            e = keys.setdefault(key, {"label": s["label"], "key": s["key"], "max": 0})
+            e["max"] = max(e["max"], s["bytes"])
+    order = sorted(keys.items(), key=lambda kv: (-kv[1]["max"], kv[1]["label"]))
+    sites = []
+    for key, e in order:
+        ys = [
+            r["measured"]["sites"].get(key, {}).get("bytes", 0) if r["included"] else None
+            for r in runs
+        ]
+        cs = [
+            r["measured"]["sites"].get(key, {}).get("count", 0) if r["included"] else None
+            for r in runs
+        ]
+        sites.append(_series(knobs, runs, ys, e["label"], e["key"], expect, cs))
+    shown = [s for i, s in enumerate(sites) if i < top or s["contradicts_expectation"]]
+    doc = {
+        "schema": SCHEMA,
+        "cudatrace_version": __import__("cudatrace").__version__,
+        "command": list(plan.cmd),
+        "directory": str(plan.out),
+        "knobs": [k.as_json() for k in knobs],
+        "values": [_value_of(knobs, r["combo"]) for r in runs],
+        "runs": [
+            {
+                "value": _value_of(knobs, r["combo"]),
+                "text": _text_of(knobs, r["combo"]),
+                "command": r["command"],
+                "directory": r["directory"],
+                "output": r["output"],
+                "ended": dict(r["ended"], text=text.ended_text(r["ended"])),
+                "included": r["included"],
+                "seconds": r.get("seconds"),
+                "peak_bytes": r["measured"]["peak_bytes"] if r["measured"] else None,
+                "peak_time": r["measured"]["peak_time"] if r["measured"] else None,
+                "allocs": r["measured"]["allocs"] if r["measured"] else None,
+                "denied": r["measured"]["denied"] if r["measured"] else None,
+            }
+            for r in runs
+        ],
+        "stop": {
+            "after": plan.rule.stop_after,
+            "url": plan.rule.url,
+            "settle": plan.rule.settle if plan.rule.url else None,
+            "grace": plan.rule.grace,
+        },
+        "expect": expect,
+        "expect_text": expect_text,
+        "peak": peak,
+        "sites": shown,
+        "more_sites": len(sites) - len(shown),
+        "prediction": None,
+        "notes": [],
+    }
+    planned = len(combos(knobs))
+    if len(runs) < planned:
+        doc["notes"].append("interrupted: %d of %d runs done" % (len(runs), planned))
+    if len(included) < 2:
+        doc["notes"].append("fewer than two runs finished well: no law")
+    elif not any(r["measured"]["allocs"] for r in included):
+        doc["notes"].append(
+            "no run allocated device memory through the CUDA driver: did the command use the GPU?"
+        )
+    if predict is not None:
+        doc["prediction"] = _prediction(knobs, included, peak, sites, predict, predict_text)
+    for s in [peak] + sites:
+        s.pop("_law", None)
+    return doc
+
+
+def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
+    """--predict: the peak and the top sites at `point`, and a budget with room for it."""
+    notes = []
+    outside = _outside(knobs, included, point)
+    if outside:
+        notes.append("extrapolated beyond the values run")
+    py, pse, phow = _peak_guess(knobs, peak, sites, point)
+    if py is None:
+        return {
+            "at": point_text,
+            "peak": None,
+            "sites": [],
+            "budget": None,
+            "notes": notes + ["no law to predict from"],
+        }
+    n = len(included)
+    if pse is None:
+        notes.append(
+            "only %d points: a law through them has no uncertainty to give" % n
+            if n <= 2
+            else "the law has as many terms as points, or is not affine: no uncertainty to give"
+        )
+    ps = []
+    for s in sites:
+        y, se, how = _guess(knobs, s, point)
+        if y is None:
+            continue
+        ps.append(
+            {
+                "label": s["label"],
+                "key": s["key"],
+                "bytes": max(0, round(y)),
+                "stderr": se,
+                "how": how,
+            }
+        )
+    ps.sort(key=lambda s: -s["bytes"])
+    peak_b = max(0, round(py))
+    budget = _budget(peak_b, pse, n, included)
+    if budget is None:
+        notes.append("the prediction is beyond any budget cudatrace takes: no advice")
+    return {
+        "at": point_text,
+        "value": point[0] if len(knobs) == 1 else {k.key: v for k, v in zip(knobs, point)},
+        "extrapolated": outside,
+        "peak": {"bytes": peak_b, "stderr": pse, "how": phow},
+        "sites": ps[:5],
+        "budget": budget,
+        "notes": notes,
+    }
+
+
+def _outside(knobs, included, point) -> bool:
+    """Whether the point lies beyond the values run (an extrapolation)."""
+    if len(knobs) == 1:
+        xs = [knobs[0].numbers[r["combo"][0]] for r in included]
+        return bool(xs) and (point[0] < min(xs) or point[0] > max(xs))
+    return any(not (min(k.numbers) <= v <= max(k.numbers)) for k, v in zip(knobs, point))
+
+
+def _guess(knobs, s: dict, point) -> tuple:
+    """(bytes, standard error or None, how) of one series at the point, from its law."""
+    law = s.get("_law")
+    if law is None:
+        return None, None, "no law"
+    if len(knobs) == 1:
+        y, se, how = law.predict(point[0])
+        if law.kind in ("steps", "powers_of_two"):
+            how += " (the law is {}: the estimate may miss a step)".format(
+                law.kind.replace("_", " ")
+            )
+        elif law.kind == "irregular":
+            how += " (no simple law: a rough estimate)"
+        return y, se, how
+    y, se = law.predict(point)
+    return y, se, f"{law.model} fit"
+
+
+def _peak_guess(knobs, peak: dict, sites: list, point) -> tuple:
+    """The peak at the point: its own law, or, when it has no simple one, the sum of the
+    sites' laws (the sites partition the peak)."""
+    py, pse, phow = _guess(knobs, peak, point)
+    law = peak.get("_law")
+    if len(knobs) == 1 and law is not None and not law.is_affine and sites:
+        got = [_guess(knobs, s, point) for s in sites]
+        if all(y is not None for y, _, _ in got):
+            py = sum(max(0.0, y) for y, _, _ in got)
+            ses = [se for _, se, _ in got]
+            pse = (
+                math.sqrt(sum(se * se for se in ses)) if all(se is not None for se in ses) else None
+            )
+            phow = "the sum of the sites' laws"
+    return py, pse, phow
+
+
+def _budget(peak_b: int, pse, n: int, included: list) -> dict | None:
+    """A --budget for the predicted peak: 10% headroom, or 3 standard errors when more, or
+    25% without an uncertainty, plus the CUDA contexts the runs held (the budget counts them);
+    rounded up to a round step. None when no budget cudatrace takes would hold it."""
+    from ..present import sweep as text
+
+    margin = MARGIN * peak_b
+    why = "%d%% headroom" % round(100 * MARGIN)
+    if pse is not None and 3 * pse > margin:
+        margin, why = 3 * pse, "3 standard errors of the prediction"
+    if pse is None:
+        margin, why = (
+            0.25 * peak_b,
+            "25%% headroom: %s"
+            % ("two points, no uncertainty known" if n <= 2 else "no uncertainty known"),
+        )
+    # the budget counts each member's CUDA context (NVML's figure for the process beyond its
+    # allocations, docs/budgets.md): the advice holds the most any run was seen to need so
+    ctxs = [r["measured"].get("untraced_bytes") for r in included if r.get("measured")]
+    ctxs = [c for c in ctxs if c is not None]
+    ctx = max(ctxs) if ctxs else None
+    want = peak_b + margin + (ctx or 0)
+    step = _round_step(want)
+    budget = max(step, int(math.ceil(want / step) * step))
+    spec = text.size_spec(budget)
+    if not _accepted(spec):
+        return None
+    if ctx is None:
+        ctx_text = (
+            "CUDA contexts and module images were not measured (NVML listed no process of the "
+            "runs); the budget counts them (hundreds of MiB per process): add them"
+        )
+    else:
+        ctx_text = (
+            f"it includes {text.readable(ctx)} of CUDA context and module images the runs held "
+            "beyond their allocations (NVML), which the budget counts"
+        )
+    return {
+        "bytes": budget,
+        "spec": spec,
+        "context_bytes": ctx,
+        "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} "
+        f"({why}) + contexts, rounded up to a multiple of {text.readable(step)}; {ctx_text}",
+    }
+
+
+def _accepted(spec: str) -> bool:
+    """Whether `--budget spec` is one cudatrace takes (every advised number must be)."""
+    from ..record.budget import BudgetError, parse_budget
+
+    try:
+        parse_budget(spec)
+    except BudgetError:
+        return False
+    return True
+
+
+def _round_step(v: float) -> int:
+    """A round step a little under an eighth of v: 1 MiB at least, powers of two."""
+    step = 1 << 20
+    while step * 16 <= v:
+        step <<= 1
+    return step

@@ -1,0 +1,323 @@
+"""The runs of a sweep: the plan, each run launched and traced into its directory, how it
+ended, what it measured (the peak and the sites at it, as `report` attributes them); and a
+recorded sweep read back from its sweep.json and traces."""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import tracedir
+from ..analyze.analysis import Analysis, ReportError
+from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute
+from .stop import StopRule, Watcher
+
+
+@dataclass
+class Plan:
+    knobs: list[Knob]
+    cmd: list[str]
+    out: Path
+    rule: StopRule = field(default_factory=StopRule)
+    run_options: dict = field(default_factory=dict)
+    force: bool = False
+    depth: int = 1
+    attribution: dict = field(default_factory=dict)  # Analysis keywords (fold, view ...)
+
+    def runs(self) -> list[tuple]:
+        return combos(self.knobs)
+
+
+def check_output(plan: Plan) -> None:
+    """Refuse to overwrite an earlier sweep (or any trace) without --force; nothing is lost."""
+    if plan.out.exists() and not plan.out.is_dir():
+        raise SweepError(f"{plan.out} exists and is not a directory")
+    if plan.force:
+        return
+    old = [plan.out / "sweep.json"] if (plan.out / "sweep.json").exists() else []
+    for combo in plan.runs():
+        d = plan.out / run_name(plan.knobs, combo)
+        if d.is_dir() and (list(d.glob("*.ctrace")) or (d / tracedir.RUN).exists()):
+            old.append(d)
+    if old:
+        raise SweepError(
+            f"{plan.out} already holds a sweep ({old[0].name}); pass --force to replace "
+            "it, or -o another directory"
+        )
+
+
+def _signal_name(status: int) -> str:
+    """The signal of an exit status 128+N."""
+    try:
+        return signal.Signals(status - 128).name
+    except ValueError:
+        return "signal %d" % (status - 128)
+
+
+def _budget_line(log: Path) -> str | None:
+    try:
+        with open(log, "rb") as f:
+            for raw in f:
+                line = raw.decode(errors="replace").strip()
+                if "cudatrace: budget exceeded" in line:
+                    return line
+    except OSError:
+        pass
+    return None
+
+
+def _last_line(log: Path) -> str | None:
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 4096))
+            lines = [l.strip() for l in f.read().decode(errors="replace").splitlines() if l.strip()]
+        return lines[-1][:300] if lines else None
+    except OSError:
+        return None
+
+
+def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = None):
+    """(measurement, symbolizer) of one traced run: the peak and the sites live at it, as
+    `report` attributes them (sites keyed as `diff` matches them); `attribution`: keywords
+    of Analysis (fold, view, ...)."""
+    a = Analysis(path, symbolizer=symbolizer, **(attribution or {}))
+    m = a.model
+    # what NVML saw the tree hold beyond the traced allocations (CUDA contexts, module
+    # images): a budget counts it, so advice must include it (None: NVML listed no process)
+    obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
+    untraced = (obs.get("max") or {}).get("untraced_max_bytes")
+    sites = {}
+    for s in a.sites(m.groups_at_peak(), "site", depth):
+        sites[s.key] = {
+            "label": s.label(a.full_names),
+            "key": s.key_text(),
+            "bytes": s.bytes,
+            "count": s.count,
+        }
+    return {
+        "peak_bytes": m.peak_bytes,
+        "peak_time": a.seconds(m.peak_ts) if m.found else None,
+        "end_bytes": m.end_bytes,
+        "allocs": m.counts.get("allocs", 0),
+        "denied": m.counts.get("denied", 0),
+        "failed": m.counts.get("failed", 0),
+        "processes": len(a.traces),
+        "untraced_bytes": max(0, untraced) if isinstance(untraced, int) else None,
+        "sites": sites,
+    }, a.symbolizer
+
+
+def execute(plan: Plan, progress=None) -> list[dict]:
+    """Run every value (the product of a grid), each traced into its directory; how each ended
+    and what it measured. progress(index, total, run) is called after each run."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    todo = plan.runs()
+    runs: list[dict] = []
+    held = {"symbolizer": None}  # one symbolizer for every run: its caches carry over
+    for n, combo in enumerate(todo, 1):
+        rec, started, status, interrupted = _launch(plan, n - 1, combo)
+        if started and rec["ended"]["how"] != "interrupted":
+            _measure_into(rec, plan, status, held)
+        _judge(rec, status)
+        runs.append(rec)
+        if progress is not None:
+            progress(n, len(todo), rec)
+        if interrupted:
+            break
+    return runs
+
+
+def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | None, list]:
+    """Launch one run into its directory, quiet, its output into output.log, stopped by the
+    plan's rule: (its record with how it ended, whether it started, its exit status, the
+    signals that interrupted the sweep)."""
+    from ..record.launcher import LaunchError, RunOptions
+    from ..record.launcher import run as launch
+
+    cmd = substitute(plan.cmd, plan.knobs, combo)
+    d = plan.out / run_name(plan.knobs, combo)
+    d.mkdir(parents=True, exist_ok=True)
+    log = d / "output.log"
+    rec = {
+        "index": index,
+        "combo": combo,
+        "command": cmd,
+        "directory": str(d),
+        "output": str(log),
+        "ended": None,
+        "included": False,
+        "measured": None,
+    }
+    done = threading.Event()
+    holder: dict = {}
+
+    def on_start(proc, out):
+        if plan.rule.active:
+            w = holder["w"] = Watcher(proc, out, plan.rule, done)
+            w.start()
+
+    # quiet launcher, but the shim's budget lines go to the run's log: they say why it failed
+    opts = RunOptions(
+        cmd=cmd,
+        out_dir=d,
+        quiet=True,
+        force=True,
+        on_start=on_start,
+        extra_env={"CUDATRACE_QUIET": "0"},
+        **plan.run_options,
+    )
+    t0 = time.monotonic()
+    status = None
+    with open(log, "wb") as f:
+        opts.stdout = opts.stderr = f
+        try:
+            status, _ = launch(opts)
+        except LaunchError as e:
+            rec["ended"] = {"how": "not_started", "why": str(e), "status": e.status}
+        finally:
+            done.set()
+            if "w" in holder:
+                holder["w"].join()
+    rec["seconds"] = round(time.monotonic() - t0, 3)
+    stopped = holder["w"].info if "w" in holder else None
+    interrupted = [
+        s
+        for s in opts.signals
+        if s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+    ]
+    started = rec["ended"] is None
+    if started:
+        rec["ended"] = _ended(status, stopped, interrupted, _run_info(d).get("returncode"))
+    return rec, started, status, interrupted
+
+
+def _measure_into(rec: dict, plan: Plan, status, held: dict) -> None:
+    """The run's measurement, or why there is none (no readable trace)."""
+    try:
+        rec["measured"], held["symbolizer"] = measure(
+            Path(rec["directory"]), plan.depth, held["symbolizer"], plan.attribution
+        )
+    except ReportError as e:
+        rec["ended"] = {"how": "no_trace", "status": status, "why": str(e)}
+
+
+def _judge(rec: dict, status) -> None:
+    """Whether the run enters the laws; a run failed under its budget says so with the shim's
+    line, any other left-out run with the last line of its output."""
+    d, log = Path(rec["directory"]), Path(rec["output"])
+    meas = rec["measured"]
+    if meas is not None and (meas["denied"] or _aborted(d)):
+        rec["ended"] = {
+            "how": "failed_under_budget",
+            "status": status,
+            "denied": meas["denied"],
+            "message": _budget_line(log),
+        }
+    how = rec["ended"]["how"]
+    rec["included"] = how in ("stopped", "killed") or (how == "exited" and status == 0)
+    if not rec["included"] and how not in ("not_started",) and "message" not in rec["ended"]:
+        rec["ended"]["message"] = _last_line(log)
+
+
+def _run_info(d: Path) -> dict:
+    try:
+        got = json.loads((d / tracedir.RUN).read_text())
+        return got if isinstance(got, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _aborted(d: Path) -> bool:
+    return bool(_run_info(d).get("budget_aborted"))
+
+
+def _ended(status: int, stopped: dict | None, interrupted: list, returncode=None) -> dict:
+    if interrupted:
+        return {
+            "how": "interrupted",
+            "status": status,
+            "signal": signal.Signals(interrupted[0]).name,
+        }
+    if stopped is not None:
+        e = dict(stopped)
+        e["status"] = status
+        return e
+    if isinstance(returncode, int) and returncode < 0:
+        return {"how": "signaled", "status": status, "signal": _signal_name(status)}
+    return {"how": "exited", "status": status}
+
+
+def load_recorded(
+    path: Path, depth: int = 1, attribution: dict | None = None
+) -> tuple[Plan, list[dict]]:
+    """A recorded sweep (DIR or DIR/sweep.json) measured again from its traces: the same runs
+    and how they ended, with this version's attribution (and --depth) and laws."""
+    f = path / "sweep.json" if path.is_dir() else path
+    try:
+        doc = json.loads(f.read_text())
+    except OSError as e:
+        raise SweepError(f"--from {path}: {e.strerror or e}") from None
+    except ValueError:
+        raise SweepError(f"--from {path}: {f} is not JSON") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        raise SweepError(f"--from {path}: {f} is not a sweep ({SCHEMA})")
+    knobs = [
+        Knob(k["placeholder"][1:-1], list(k["values"]), list(k["numbers"]), k["unit"], k["flag"])
+        for k in doc["knobs"]
+    ]
+    st = doc.get("stop") or {}
+    plan = Plan(
+        knobs,
+        list(doc["command"]),
+        f.parent.resolve(),
+        StopRule(st.get("after"), st.get("url"), st.get("settle") or 2.0, st.get("grace") or 10.0),
+        depth=depth,
+        attribution=dict(attribution or {}),
+    )
+    runs, sym = [], None
+    for i, r in enumerate(doc["runs"]):
+        if len(knobs) == 1:
+            combo = (knobs[0].texts.index(r["text"]),)
+        else:
+            parts = dict(p.split("=", 1) for p in r["text"].split(","))
+            combo = tuple(k.texts.index(parts[k.key]) for k in knobs)
+        # only beside this sweep.json: a copy never reads the original's runs (another sweep's
+        # data in the laws); a run missing here is said so and left out
+        d = plan.out / Path(r["directory"]).name
+        missing = not d.is_dir()
+        ended = {k: v for k, v in r["ended"].items() if k != "text"}
+        rec = {
+            "index": i,
+            "combo": combo,
+            "command": r["command"],
+            "directory": str(d),
+            "output": str(d / "output.log"),
+            "ended": ended,
+            "included": r["included"],
+            "seconds": r.get("seconds"),
+            "measured": None,
+        }
+        if missing and r.get("peak_bytes") is not None:
+            rec["ended"] = {
+                "how": "no_trace",
+                "status": ended.get("status"),
+                "why": f"its directory {d.name} is not beside {f.name} in {plan.out}",
+            }
+            rec["included"] = False
+        elif r.get("peak_bytes") is not None:
+            try:
+                rec["measured"], sym = measure(d, depth, sym, attribution)
+            except ReportError as e:
+                rec["ended"] = {
+                    "how": "no_trace",
+                    "status": ended.get("status"),
+                    "why": str(e),
+                }
+                rec["included"] = False
+        runs.append(rec)
+    return plan, runs

@@ -1,0 +1,65 @@
+/* live_format.h - what the shim knows now, readable from inside the traced process.
+ *
+ * The preload library keeps these counters in its own memory (native/shim/live.c) and exports
+ * cudatrace_live(), which returns a pointer to them; Python in the traced process reads the
+ * struct through cffi (cudatrace/api.py: ffi.dlopen(None) reaches the preloaded library) while
+ * the program runs. The allocation path updates them with relaxed atomic adds and maxes; a
+ * reader never takes a lock and never stops a thread. Each field is one aligned 64-bit word, so
+ * a read of one field is whole; fields read one after the other may belong to slightly
+ * different moments.
+ *
+ * Rows: dev[0 .. CT_LIVE_DEVICES-1] are devices (a higher device index counts in the last row;
+ * an unknown device in row 0), dev[CT_LIVE_ALL] is every device together (its peak is the peak
+ * of the sum, not the sum of the peaks), host is pinned host memory (cuMemHostAlloc ...).
+ * Counted: successful allocations of the hooked allocation calls (an import maps memory another
+ * process paid for: not counted), ended by their free; cuMemRelease ends a cuMemCreate handle
+ * even while it is still mapped.
+ *
+ * Marks: a reader opens a mark (cudatrace_live_mark_open) and gets a slot whose peak[] follows
+ * the highest live bytes of each row from that moment on, and whose base[] holds what was live
+ * when it opened; closing it frees the slot. CT_LIVE_MARKS may be open at once (any threads).
+ * An allocation in flight in another thread at the moment a mark opens or closes may count on
+ * either side of it. Keep the CFFI part to plain structs of fixed-width integers and integer
+ * #defines (cudatrace/native.py, CFFI_HEADERS). */
+#ifndef CUDATRACE_LIVE_FORMAT_H
+#define CUDATRACE_LIVE_FORMAT_H
+#include <stdint.h>
+
+/* CFFI-BEGIN */
+#define CT_LIVE_VERSION 1
+#define CT_LIVE_DEVICES 16
+/* CT_LIVE_ALL: the row of every device together; CT_LIVE_ROWS = CT_LIVE_DEVICES + 1 */
+#define CT_LIVE_ALL 16
+#define CT_LIVE_ROWS 17
+#define CT_LIVE_MARKS 64
+struct ct_live_row {
+    uint64_t live;     /* bytes live now */
+    uint64_t peak;     /* the highest live since the process started */
+    uint64_t allocs;   /* successful allocations */
+    uint64_t frees;    /* counted allocations freed */
+    uint64_t failures; /* allocations the driver refused */
+    uint64_t denials;  /* allocations the budget refused */
+};
+struct ct_live_mark {
+    uint64_t opened_ns; /* CLOCK_MONOTONIC, as the trace's times */
+    uint64_t base[17];  /* live bytes of each row when the mark opened */
+    uint64_t peak[17];  /* the highest live bytes of each row since then */
+};
+struct ct_live_stats {
+    uint32_t version;    /* CT_LIVE_VERSION */
+    uint32_t active;     /* 1 while the shim counts (a trace or a budget), 0 pass-through */
+    uint64_t marks_open; /* bit i: mark slot i is open */
+    uint64_t untracked;  /* allocations the shim's table could not hold (not in live) */
+    struct ct_live_row dev[17];
+    struct ct_live_row host;
+    struct ct_live_mark marks[64];
+};
+/* the counters (never NULL; read .active) */
+const struct ct_live_stats *cudatrace_live(void);
+/* open a mark: its slot, or -1 when CT_LIVE_MARKS are open */
+int cudatrace_live_mark_open(void);
+/* close a mark opened by cudatrace_live_mark_open (read its peak first) */
+void cudatrace_live_mark_close(int slot);
+/* CFFI-END */
+
+#endif

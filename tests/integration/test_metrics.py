@@ -1,0 +1,211 @@
+"""Issue 24 #1: `cudatrace metrics` scraped by a real Prometheus (Debian's `prometheus`, started
+here on 127.0.0.1 and always stopped) while two groups run on the simulated driver: queries
+through Prometheus's HTTP API return the limits, in-use bytes and denial counts `status --json`
+gives at that moment, and the live bytes of the traced runs' top site (a full trace and an
+--aggregate one)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+GiB = 1 << 30
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str, timeout: float = 5) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.read().decode()
+
+
+def _wait(pred, timeout, what):
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            v = pred()
+            if v:
+                return v
+        except OSError as e:
+            last = e
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} ({last})")
+
+
+class Procs:
+    def __init__(self):
+        self.procs = []
+
+    def start(self, cmd, env, **kw):
+        p = subprocess.Popen(list(map(str, cmd)), env=env, text=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        for p in reversed(self.procs):
+            if p.poll() is None:
+                p.terminate()
+        for p in reversed(self.procs):
+            try:
+                p.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.communicate(timeout=20)
+
+
+@pytest.fixture
+def procs():
+    ps = Procs()
+    try:
+        yield ps
+    finally:
+        ps.stop()
+
+
+def _member(procs, env, hold, *opts, n=1, size="1g"):
+    p = procs.start(
+        [sys.executable, "-m", "cudatrace", "run", "-q", *opts, "--", hold, n, size],
+        env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    for line in p.stdout:
+        if line.strip() == "ready":
+            return p
+    raise AssertionError(f"member {opts} never became ready: {p.stderr.read()}")
+
+
+def _prom_query(base: str, q: str) -> list[dict]:
+    r = json.loads(_get(f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": q})))
+    assert r["status"] == "success", r
+    return r["data"]["result"]
+
+
+def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
+    if not shutil.which("prometheus"):
+        pytest.fail("prometheus is not installed: .ci/run installs Debian's `prometheus`")
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir(mode=0o700)
+    env = ct.env(state=sim.new_state(), total_bytes=10 * GiB)
+    env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
+    hold = sim.progs["hold"]
+    ta, tb = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
+    # group ga: 3 GiB; one traced member takes 3 x 1 GiB and is denied a 4th
+    run_a = _member(procs, env, hold, "-o", ta, "--group", "ga", "--budget", "3GiB", n=4)
+    # group gb: 2 GiB; an --aggregate member holds 1 GiB, another gets 1 GiB and is denied 1
+    _member(procs, env, hold, "--aggregate", "-o", tb, "--group", "gb", "--budget", "2GiB")
+    _member(procs, env, hold, "--no-trace", "--group", "gb", n=2)
+
+    mport, pport = _free_port(), _free_port()
+    procs.start(
+        [sys.executable, "-m", "cudatrace", "metrics", "--listen", f"127.0.0.1:{mport}",
+         "--traces", tmp_path / "runs", "--trace-interval", "0"],
+        env, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    page = _wait(lambda: _get(f"http://127.0.0.1:{mport}/metrics"), 30, "cudatrace metrics")
+    assert "cudatrace_budget_denials_total" in page
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text(
+        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "scrape_configs:\n  - job_name: cudatrace\n    static_configs:\n"
+        f"      - targets: ['127.0.0.1:{mport}']\n"
+    )
+    prom_log = open(tmp_path / "prometheus.log", "w")
+    procs.start(
+        ["prometheus", f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+         f"--web.listen-address=127.0.0.1:{pport}"],
+        env, stdout=prom_log, stderr=prom_log,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{pport}"
+    try:
+        _wait(lambda: "Ready" in _get(f"{base}/-/ready"), 60, "Prometheus to be ready")
+        r = ct.cli("status", "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        status = json.loads(r.stdout)
+        after = time.time()
+
+        def scraped_after():  # a scrape that began after the status above
+            res = _prom_query(base, 'timestamp(up{job="cudatrace"}) and up{job="cudatrace"} == 1')
+            return res and float(res[0]["value"][1]) > after
+
+        _wait(scraped_after, 60, "a scrape after `status --json`")
+    except AssertionError:
+        print((tmp_path / "prometheus.log").read_text()[-4000:])
+        raise
+
+    def one(q: str) -> float:
+        res = _prom_query(base, q)
+        assert len(res) == 1, (q, res)
+        return float(res[0]["value"][1])
+
+    groups = {s["group"]: s for s in status["ledgers"]}
+    assert set(groups) == {"ga", "gb"}
+    for g, s in groups.items():
+        d0 = next(r for r in s["devices"] if r["device"] == 0)
+        sel = f'{{group="{g}",device="0"}}'
+        assert one(f"cudatrace_budget_limit_bytes{sel}") == d0["limit"]
+        assert one(f"cudatrace_budget_in_use_bytes{sel}") == d0["in_use"]
+        assert one(f"cudatrace_budget_denials_total{sel}") == d0["denials"]
+        alive = [m for m in s["members"] if m["state"] == "alive"]
+        assert one(f'cudatrace_budget_members{{group="{g}"}}') == len(alive)
+        for m in alive:
+            msel = f'{{group="{g}",device="0",pid="{m["pid"]}",command="hold"}}'
+            assert one(f"cudatrace_budget_member_in_use_bytes{msel}") == m["devices"]["0"]["held"]
+    assert (
+        groups["ga"]["devices"][0]["in_use"] == 3 * GiB
+        and groups["ga"]["devices"][0]["denials"] == 1
+    )
+    assert (
+        groups["gb"]["devices"][0]["in_use"] == 2 * GiB
+        and groups["gb"]["devices"][0]["denials"] == 1
+    )
+
+    # the traced runs: what each holds, and its top site
+    assert one('cudatrace_trace_run_live_bytes{run="a",device="0"}') == 3 * GiB
+    assert one('cudatrace_trace_run_live_bytes{run="b",device="0"}') == 1 * GiB
+    for run, held in (("a", 3 * GiB), ("b", 1 * GiB)):
+        res = _prom_query(base, f'cudatrace_trace_live_bytes{{run="{run}",device="0"}}')
+        sites = {r["metric"]["site"]: float(r["value"][1]) for r in res}
+        top = max(sites, key=sites.get)
+        assert "hold_alloc" in top and sites[top] == held, sites
+        assert res[0]["metric"]["command"] == "hold"
+
+    # the Grafana dashboard's queries are valid PromQL over these metrics, and the budget
+    # panels find series
+    dash = json.loads(
+        (Path(__file__).resolve().parents[2] / "docs/grafana-cudatrace.json").read_text()
+    )
+    for panel in dash["panels"]:
+        for t in panel["targets"]:
+            q = t["expr"].replace("$group", ".*").replace("$run", ".*")
+            res = _prom_query(base, q)
+            if "share" not in q and "denials" not in q:
+                assert res, (panel["title"], q)
+
+    # while it serves: a group appears, a traced run and its group's last member end
+    _member(procs, env, hold, "--no-trace", "--group", "gc", "--budget", "1GiB")
+    run_a.terminate()
+    run_a.communicate(timeout=30)
+
+    def caught_up():
+        gc = _prom_query(base, 'cudatrace_budget_in_use_bytes{group="gc",device="0"}')
+        ga = _prom_query(base, 'cudatrace_budget_members{group="ga"}')
+        a = _prom_query(base, 'cudatrace_trace_run_live_bytes{run="a"}')
+        return gc and float(gc[0]["value"][1]) == GiB and ga and ga[0]["value"][1] == "0" and not a
+
+    _wait(caught_up, 60, "the new group, and run a gone")
+    assert one('up{job="cudatrace"}') == 1

@@ -1,0 +1,103 @@
+"""The commands floor: option groups defined once and shared, values parsed once at the
+command line, one error voice (cudatrace: MESSAGE, the error's status), export attributed as
+report is."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+from test_fold import ALLOC, NameSymbolizer, write_engine
+
+from cudatrace.cli import main
+from cudatrace.commands.export import run_export
+from cudatrace.commands.options import Attribution, Moment
+from cudatrace.errors import CudatraceError
+from support import tracegen as tg
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.mark.parametrize(
+    "args, said",
+    [
+        (["report", "{d}", "--at", "soon"], "cudatrace: --at 'soon' is not peak, end or a time"),
+        (["export", "{d}", "--format", "folded", "-o", "{o}", "--at", "1m"], "cudatrace: --at"),
+        (["run", "--budget", "8X", "--", "true"], "cudatrace: --budget 8X: "),
+        (
+            ["sweep", "--grace", "5x", "--values", "1,2", "--", "echo", "{}"],
+            "cudatrace: --grace 5x",
+        ),
+        (["report", "{d}/nope"], "cudatrace: {d}/nope: no such trace directory or file"),
+        (["export", "{d}", "--format", "svg", "-o", "{o}"], "cudatrace: unknown export format"),
+        (["status", "--reset"], "cudatrace: status --reset needs a GROUP"),
+    ],
+)
+def test_errors_are_said_once_with_their_status(tmp_path, args, said):
+    d = tmp_path / "t"
+    tg.write_scenario(d)
+    sub = {"{d}": str(d), "{o}": str(tmp_path / "out")}
+
+    def fill(x):
+        for k, v in sub.items():
+            x = x.replace(k, v)
+        return x
+
+    r = cli(*[fill(a) for a in args])
+    assert r.exit_code == 2, r.output
+    assert r.output.startswith(fill(said)), r.output
+    assert r.output.count("cudatrace:") == 1 and "Error:" not in r.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_reporting_command_takes_the_attribution_options():
+    flags = {"--fold", "--no-fold", "--full-names", "--python-only", "--native-only"}
+    for name in ("report", "diff", "export", "sweep"):
+        cmd = main.get_command(None, name)
+        have = {o for p in cmd.params for o in p.opts}
+        assert flags <= have, (name, flags - have)
+        assert ("--depth" in have) == (name != "export"), name  # export writes whole stacks
+
+
+def test_option_groups_build_one_value():
+    assert Attribution._build(2, ("x",), True, True, "python", True) == Attribution(
+        depth=2,
+        fold=False,
+        fold_patterns=("x",),
+        full_names=True,
+        view="python",
+        show_cuda_frames=True,
+    )
+    assert Attribution().analysis_options() == {
+        "show_cuda_frames": False,
+        "view": "hybrid",
+        "fold_layers": True,
+        "fold_patterns": (),
+        "full_names": False,
+    }
+
+
+def folded(d, out, sym, **attribution) -> dict[tuple, int]:
+    """stack (function names, outermost first) -> bytes, of a folded export."""
+    run_export(d, "folded", out, Moment(), Attribution(**attribution), symbolizer=sym, quiet=True)
+    rows = [line.rsplit(" ", 1) for line in out.read_text().splitlines()]
+    return {tuple(f.split(" (")[0] for f in stack.split(";")): int(n) for stack, n in rows}
+
+
+def test_export_is_attributed_as_report_is(tmp_path):
+    """--no-fold and --fold reach the exported stacks: the allocator layers of a written
+    engine are folded by default, kept with --no-fold, and a named function folds too."""
+    d = tmp_path / "t"
+    fr = write_engine(d)
+    sym = NameSymbolizer(fr)
+    plain = folded(d, tmp_path / "a.folded", sym)
+    raw = folded(d, tmp_path / "b.folded", sym, fold=False)
+    forced = folded(d, tmp_path / "c.folded", sym, fold_patterns=("kv_buffer",))
+    assert sum(plain.values()) == sum(raw.values()) == sum(forced.values())
+    assert {s[-1] for s in plain} == {"kv_buffer", "load_weights", "workspace", "build_table"}
+    assert all(s[-3:] == tuple(reversed(ALLOC)) for s in raw), raw
+    assert "kv_buffer" not in {s[-1] for s in forced} and "init_kv" in {s[-1] for s in forced}
+    with pytest.raises(CudatraceError) as e:
+        run_export(d, "folded", tmp_path / "x", Moment(), Attribution(fold_patterns=("(",)))
+    assert e.value.status == 2 and "--fold" in str(e.value)

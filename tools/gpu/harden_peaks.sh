@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# harden_peaks.sh OUTDIR - the peaks of issue 21 (items 3, 4) on a CUDA machine. From the
+# repository root:   bash tools/gpu/harden_peaks.sh /tmp/hp
+#  1. three programs one after another, each leaking 2048 MiB: the report's peak is 2 GiB (one
+#     program's), not 6 GiB;
+#  2. 64 threads allocating and freeing 16 MiB buffers under --budget 1GiB (contexts counted):
+#     the report's peak never exceeds what the budget ledger saw in use (contexts included),
+#     nor the budget.
+# Prints the figures and one PASS/FAIL line per check; exit 0 when both pass. About a minute.
+set -u
+OUT=${1:?usage: harden_peaks.sh OUTDIR}
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
+"$NVCC" -O2 -arch="${GPU_ARCH:-sm_90}" -cudart shared -Xcompiler -fno-omit-frame-pointer \
+    -o "$OUT/harden_peaks" "$HERE/harden_peaks.cu" -lpthread || exit 1
+P="$OUT/harden_peaks"
+rc=0
+rm -rf "$OUT/seq" "$OUT/thr"
+python3 -m cudatrace run -q -o "$OUT/seq" -- sh -c "$P leak 2048 && $P leak 2048 && $P leak 2048"
+python3 - "$OUT/seq" <<'PY' || rc=1
+import json, subprocess, sys
+r = json.loads(subprocess.run([sys.executable, "-m", "cudatrace", "report", sys.argv[1], "--json"],
+                              capture_output=True, text=True, check=True).stdout)
+peak, never = r["peak_bytes"], r["end_bytes"]
+print("sequential: peak %d MiB, never freed %d MiB" % (peak >> 20, never >> 20))
+ok = peak == 2048 << 20 and never == 3 * (2048 << 20)
+print("PASS sequential peak" if ok else "FAIL sequential peak (expected 2048 MiB)")
+sys.exit(0 if ok else 1)
+PY
+python3 -m cudatrace run -q -o "$OUT/thr" --budget 1GiB -- "$P" threads 64 400 16
+python3 - "$OUT/thr" <<'PY' || rc=1
+import json, subprocess, sys
+d = sys.argv[1]
+r = json.loads(subprocess.run([sys.executable, "-m", "cudatrace", "report", d, "--json"],
+                              capture_output=True, text=True, check=True).stdout)
+run = json.load(open(d + "/run.json"))
+led = max(x["peak"] for x in run["ledger_final"]["devices"])
+peak = r["peak_bytes"]
+print("threads: traced peak %.1f MiB, ledger peak (contexts included) %.1f MiB, budget 1024 MiB"
+      % (peak / 2**20, led / 2**20))
+ok = 0 < peak <= led <= 1 << 30
+print("PASS threaded peak within the ledger" if ok else "FAIL threaded peak above the ledger")
+sys.exit(0 if ok else 1)
+PY
+exit $rc
