@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
-from .layers import CallGraph
+from .layers import BFrame, CallGraph, boundary_cut
 from .model import API, RT, Alloc, Groups, Model
 from .names import display_name
 from .trace import Trace
@@ -313,14 +313,36 @@ class Stacks:
             if self._source is not None:
                 self.learn(self._source())
 
-    def forced(self, f: SFrame) -> bool:
-        """--fold: the frame's function (full or short name) or module matches a pattern."""
-        if not self.patterns:
+    def _matches(self, f: SFrame, negative: bool) -> bool:
+        pats = [p for p in self.patterns if getattr(p, "negative", False) == negative]
+        if not pats:
             return False
         names = [os.path.basename(f.module)]
         if f.function:
             names += [f.function, display_name(f.function)]
-        return any(p.search(n) for p in self.patterns for n in names)
+        return any(p.search(n) for p in pats for n in names)
+
+    def forced(self, f: SFrame) -> bool:
+        """--fold: the frame's function (full or short name) or module matches a pattern."""
+        return self._matches(f, False)
+
+    def kept(self, f: SFrame) -> bool:
+        """--fold '!REGEX': the frame's function is not an allocator."""
+        return self._matches(f, True)
+
+    def _boundary(self, ti: int, fr: list[SFrame]) -> int:
+        """The boundary rule's fold (layers.boundary_cut) over native frames."""
+        exe = os.path.basename(self.traces[ti].exe or "") if ti < len(self.traces) else ""
+        bf = [
+            BFrame(
+                os.path.basename(f.module),
+                display_name(f.function) if f.function else None,
+                bool(exe) and os.path.basename(f.module) == exe,
+            )
+            for f in fr
+        ]
+        keep = (lambda i: self.kept(fr[i])) if self.patterns else None
+        return boundary_cut(bf, keep)
 
     def split(self, ti: int, leaf: int) -> tuple[list[SFrame], list[SFrame]]:
         """(via, rest): the frames folded into allocator layers (innermost first) and the
@@ -345,6 +367,11 @@ class Stacks:
         p = 0 if p is None else pyframes.framework_end(fr, p)
         forced = (lambda i: self.forced(fr[i + p])) if self.patterns else None
         k = p + self.graph.cut(ids[p:], forced)
+        if p == 0 and not fr[0].python:
+            # one client is enough when the stack shows where the allocator's code ends
+            k = max(k, self._boundary(ti, fr))
+        if self.patterns:  # '!REGEX': the fold stops below a function that is not an allocator
+            k = next((i for i in range(k) if self.kept(fr[i])), k)
         if k >= len(fr):  # everything is allocator: the outermost frame asked
             k = len(fr) - 1
         via, rest = fr[:k], fr[k:]
