@@ -74,7 +74,7 @@ static void stop_writing(int err)
         ssize_t r = pwrite(fd, &st, sizeof st, (off_t)offsetof(struct ct_file_header, stopped_ns));
         (void)r;
     }
-    if (!ct_cfg.quiet) {
+    { /* also under CUDATRACE_QUIET: a lost trace is never silent */
         char num[24];
         ct_fmt_u64(num, (uint64_t)getpid());
         ct_log("pid ", num,
