@@ -682,6 +682,24 @@ static int type(struct dm *d, struct buf *b)
         if (ok && *d->p == 'I') { /* <template-template-param> <template-args> */
             ok = add_sub(d, &t) && template_args(d, &t, 0);
         }
+    } else if (c == 'F') { /* a function type, as a template argument: void (int, char) */
+        d->p++;
+        if (*d->p == 'Y')
+            d->p++;
+        ok = type(d, &t);
+        bputs(&t, " (");
+        if (d->p[0] == 'v' && d->p[1] == 'E')
+            d->p++;
+        for (int first = 1; ok && *d->p && *d->p != 'E'; first = 0) {
+            if (!first)
+                bputs(&t, ", ");
+            if (*d->p == 'R' && d->p[1] == 'E')
+                return 0; /* a ref-qualified function type */
+            ok = type(d, &t);
+        }
+        if (!ok || *d->p++ != 'E')
+            return 0;
+        bputs(&t, ")");
     } else if (c == 'N' || c == 'Z' || (c >= '0' && c <= '9') || (c == 'S' && d->p[1] == 't')) {
         int templ = 0, kind = 0;
         struct buf q;
@@ -750,6 +768,7 @@ static int encoding(struct dm *d, struct buf *b)
     struct buf ret, params;
     binit(&ret);
     binit(&params);
+    d->in_type++; /* template arguments in the signature are the types', not the name's */
     if (templ && !kind) {
         if (!type(d, &ret))
             return 0;
@@ -767,6 +786,7 @@ static int encoding(struct dm *d, struct buf *b)
                 return 0;
         }
     }
+    d->in_type--;
     bput(b, ret.s, ret.n);
     bput(b, nm.s, nm.n);
     bputs(b, "(");
