@@ -4,6 +4,8 @@ two never disagree; and the phrases both carry (slopes in readable units, how a 
 
 from __future__ import annotations
 
+from ..analyze.names import fit, on_terminal
+
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 UNITS = (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
 
@@ -263,9 +265,11 @@ def render(d: dict) -> str:
             "Laws of the bytes live at each run's peak (least squares in %s):"
             % (k["flag"] or ("the value ({})".format(k["placeholder"])))
         )
-    width = min(48, max(len(s["label"]) for s in series))
+    width = max(len(s["label"]) for s in series)
+    if on_terminal():  # labels are cut (their middles first) on a terminal only
+        width = min(48, width)
     for s in series:
-        label = s["label"] if len(s["label"]) <= width else s["label"][: width - 3] + "..."
+        label = fit(s["label"], width)
         w(
             "  {}  {}{}".format(
                 label.ljust(width),
@@ -281,7 +285,7 @@ def render(d: dict) -> str:
         w("Bytes live at each run's peak:")
         rows = [["", *[d["runs"][i]["text"] for i in inc]]]
         for s in series:
-            label = s["label"] if len(s["label"]) <= width else s["label"][: width - 3] + "..."
+            label = fit(s["label"], width)
             rows.append([label, *[readable(s["bytes"][i]) for i in inc]])
         L.extend(_table(rows, set(range(1, len(inc) + 1))))
     if d["expect"] is not None:

@@ -206,8 +206,25 @@ def test_short_name(full, short):
 
 
 def test_fit():
-    assert fit("abcdef", 10) == "abcdef"
-    assert fit("abcdefghijkl", 8) == "abcde..."
+    assert fit("abcdef", 10, terminal=True) == "abcdef"
+    assert fit("abcdefghijkl", 8, terminal=True) == "abcde..."
+    # off a terminal (files, pipes: pytest's stdout) a line is never cut
+    assert fit("abcdefghijkl", 8) == "abcdefghijkl"
+    assert fit("abcdefghijkl", 8, terminal=False) == "abcdefghijkl"
+
+
+def test_fit_elides_the_middle_of_names_first():
+    line = (
+        "   448.0 MiB  28 x  vllm::v1::GPUModelRunner::CacheBuffer::CacheBuffer "
+        "(vt_server.cpp:63) via vt::Alloc"
+    )
+    got = fit(line, 88, terminal=True)
+    assert got == (
+        "   448.0 MiB  28 x  vllm::...::CacheBuffer::CacheBuffer (vt_server.cpp:63) via vt::Alloc"
+    )
+    # narrower: the namespaces go, the class, the function and (file:line) stay
+    got = fit("x  ns::a::b::c::Klass::run (a.cc:1)", 32, terminal=True)
+    assert got == "x  ns::...::Klass::run (a.cc:1)"
 
 
 # ---- end to end on written traces -------------------------------------------------------------
