@@ -9,12 +9,15 @@ package carries them in cudatrace/_native/; in a source checkout they are built 
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import threading
 from pathlib import Path
 
 import cffi
+
+from .errors import CudatraceError
 
 PKG_DIR = Path(__file__).resolve().parent
 NATIVE_DIR = PKG_DIR / "_native"
@@ -24,6 +27,10 @@ TOOLS_LIB = "libcudatrace_tools.so"
 _lock = threading.Lock()
 _ffi = None
 _tools = None
+
+
+class NativeError(CudatraceError, RuntimeError):
+    """The native libraries could not be found, built or read."""
 
 
 def source_dir() -> Path | None:
@@ -56,7 +63,15 @@ def _stale(lib: Path, src: Path) -> bool:
 
 
 def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
-    """Return the directory holding the libraries, building them from a checkout if needed."""
+    """Return the directory holding the libraries, building them from a checkout if needed.
+    $CUDATRACE_NATIVE_DIR names another build to use as it is (the sanitizers' build of the
+    tests: `make -C native sanitize OUT=DIR`)."""
+    other = os.environ.get("CUDATRACE_NATIVE_DIR")
+    if other:
+        missing = [name for name in which if not (Path(other) / name).is_file()]
+        if missing:
+            raise RuntimeError(f"CUDATRACE_NATIVE_DIR={other} lacks {', '.join(missing)}")
+        return Path(other)
     with _lock:
         src = source_dir()
         libs = [NATIVE_DIR / name for name in which]
@@ -68,12 +83,12 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
                 text=True,
             )
             if res.returncode != 0:
-                raise RuntimeError(
+                raise NativeError(
                     "building cudatrace's native libraries failed:\n" + res.stdout + res.stderr
                 )
         missing = [str(lib) for lib in libs if not lib.exists()]
         if missing:
-            raise RuntimeError(
+            raise NativeError(
                 "cudatrace's native libraries are missing ({}); reinstall the package".format(
                     ", ".join(missing)
                 )
@@ -93,14 +108,14 @@ def header_text(name: str) -> str:
     """The text of native/include/<name>."""
     src = source_dir()
     if src is None:
-        raise RuntimeError(f"native/include/{name} not found")
+        raise NativeError(f"native/include/{name} not found")
     return (src / "include" / name).read_text()
 
 
 def cffi_part(text: str) -> str:
     m = re.search(r"/\* CFFI-BEGIN \*/(.*?)/\* CFFI-END \*/", text, re.S)
     if not m:
-        raise RuntimeError("header has no CFFI section")
+        raise NativeError("header has no CFFI section")
     return m.group(1)
 
 

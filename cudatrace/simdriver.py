@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import native
+from .errors import CudatraceError
 
 CFLAGS = [
     "-std=gnu11",
@@ -37,15 +38,19 @@ CFLAGS = [
     "-shared",
     "-fno-omit-frame-pointer",
 ]
-# name -> (source in sim/, soname, development link)
+# name -> (sources in sim/, soname, development link)
 LIBS = {
-    "libcuda": ("libcuda_sim.c", "libcuda.so.1", "libcuda.so"),
-    "libnvml": ("libnvml_sim.c", "libnvidia-ml.so.1", "libnvidia-ml.so"),
+    "libcuda": (
+        ("libcuda_sim.c", "cuda_api_context.c", "cuda_api_memory.c"),
+        "libcuda.so.1",
+        "libcuda.so",
+    ),
+    "libnvml": (("libnvml_sim.c",), "libnvidia-ml.so.1", "libnvidia-ml.so"),
 }
 
 
-class BuildError(RuntimeError):
-    pass
+class BuildError(CudatraceError, RuntimeError):
+    """The simulated driver could not be built."""
 
 
 def cc() -> list[str]:
@@ -128,7 +133,7 @@ def build(libdir: Path, *, warn: Callable[[str], None] | None = None) -> dict[st
     result = {"libdir": libdir}
     with open(libdir / ".simdriver.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for name, (src, soname, devlink) in LIBS.items():
+        for name, (srcs, soname, devlink) in LIBS.items():
             out = libdir / soname
             compile_if_stale(
                 out,
@@ -139,10 +144,10 @@ def build(libdir: Path, *, warn: Callable[[str], None] | None = None) -> dict[st
                     f"-Wl,-soname,{soname}",
                     "-Wl,-Bsymbolic",
                     "-Wl,--no-undefined",
-                    str(sim / src),
+                    *(str(sim / s) for s in srcs),
                     "-ldl",
                 ],
-                [sim / src, *deps],
+                [*(sim / s for s in srcs), *deps],
                 warn=warn,
             )
             _symlink(libdir / devlink, soname)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
+from .errors import CudatraceError
+
 SIZE_UNITS = {
     "": 1,
     "b": 1,
@@ -31,7 +33,7 @@ _TIME_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(s|ms|us|m|min)?\s*$")
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0}
 
 
-class UnitError(ValueError):
+class UnitError(CudatraceError, ValueError):
     """A size or number that cannot be read; the message says why."""
 
 
@@ -101,6 +103,20 @@ def parse_time(text: str) -> float:
     if not m:
         raise UnitError(f"{text!r} is not a time (2.5s, 2.5, 1500ms)")
     return float(m.group(1)) * _TIME_UNITS[m.group(2) or "s"]
+
+
+def parse_moment(spec: str) -> str | float:
+    """What --at takes: "peak", "end", or seconds since the start ('2.5s', '2.5', '1500ms').
+    Raises UnitError (a ValueError)."""
+    s = (spec or "peak").strip().lower()
+    if s in ("peak", "end"):
+        return s
+    try:
+        return parse_time(spec)
+    except UnitError as e:
+        if "ambiguous" in str(e):
+            raise UnitError(str(e)) from None
+        raise UnitError(f"{spec!r} is not peak, end or a time (2.5s, 2.5, 1500ms)") from None
 
 
 # ---- text that reaches a terminal ------------------------------------------------------------

@@ -13,7 +13,8 @@ import json
 from pathlib import Path
 
 from .. import __version__, tracedir
-from ..units import UnitError, parse_time
+from ..errors import CudatraceError
+from ..units import parse_moment
 from .aggregate import notes as aggregate_notes
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
@@ -67,10 +68,8 @@ def cu_error(code: int) -> str:
     return CU_ERRORS.get(code, "CUresult %d" % code)
 
 
-class ReportError(Exception):
+class ReportError(CudatraceError):
     """A trace that cannot be reported on: exit status 2, with a message naming the file."""
-
-    status = 2
 
 
 # ---- the shared base ----------------------------------------------------------------------
@@ -80,20 +79,20 @@ def load(path) -> TraceDir:
     """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong."""
     p = Path(path)
     if not p.exists():
-        raise ReportError(f"cudatrace: {p}: no such trace directory or file")
+        raise ReportError(f"{p}: no such trace directory or file")
     try:
         if p.is_file():
             t = read_trace(p)
             return TraceDir(p.parent, [t], _sibling_run(p), [])
         td = read_dir(p)
     except TraceError as e:
-        raise ReportError(f"cudatrace: {e}") from None
+        raise ReportError(f"{e}") from None
     except OSError as e:
         where = getattr(e, "filename", None) or p
-        raise ReportError(f"cudatrace: {where}: {e.strerror or e}") from None
+        raise ReportError(f"{where}: {e.strerror or e}") from None
     if not td.traces:
         errors = "\n  ".join(td.errors)
-        raise ReportError(f"cudatrace: {p}: no readable trace file:\n  {errors}")
+        raise ReportError(f"{p}: no readable trace file:\n  {errors}")
     return td
 
 
@@ -246,20 +245,6 @@ class Analysis:
         return out
 
 
-def parse_moment(spec: str) -> str | float:
-    """What --at takes: "peak", "end", or seconds since the start ('2.5s', '2.5', '1500ms').
-    Raises ValueError."""
-    s = (spec or "peak").strip().lower()
-    if s in ("peak", "end"):
-        return s
-    try:
-        return parse_time(spec)
-    except UnitError as e:
-        if "ambiguous" in str(e):
-            raise ValueError(str(e)) from None
-        raise ValueError(f"{spec!r} is not peak, end or a time (2.5s, 2.5, 1500ms)") from None
-
-
 # ---- the report as data --------------------------------------------------------------------
 
 
@@ -382,7 +367,7 @@ def build_report(
     if device is not None and device not in m.device_peaks:
         seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
         raise ReportError(
-            "cudatrace: no device memory was traced on device %d (devices with "
+            "no device memory was traced on device %d (devices with "
             "allocations: %s)" % (device, seen)
         )
     mom = a.moment(at, device)

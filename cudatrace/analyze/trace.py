@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import native, tracedir
+from ..errors import CudatraceError
 from ..symbols import python as pyframes
 
 _TYPE_FMT = {
@@ -31,7 +32,7 @@ _TYPE_FMT = {
 }
 
 
-class TraceError(Exception):
+class TraceError(CudatraceError):
     """A file that is not a cudatrace trace, or one this version cannot read."""
 
 

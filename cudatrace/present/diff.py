@@ -10,12 +10,7 @@ grown, shrunk or same (by bytes at the peak, then at the end). Largest absolute 
 
 from __future__ import annotations
 
-import json
-import sys
-
-import click
-
-from ..analyze.analysis import Analysis, ReportError
+from ..analyze.analysis import Analysis
 from ..analyze.sites import Site, key_text, site_of
 from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width
@@ -249,55 +244,3 @@ def render_text(d: dict) -> str:
         w("  ... and %d more (--top)" % d["more_sites"])
     # whatever a trace held (argv, paths, names) reaches the terminal escaped
     return "\n".join(printable(x) for x in L) + "\n"
-
-
-def run_diff(
-    a_path,
-    b_path,
-    top: int = 20,
-    depth: int = 1,
-    as_json: bool = False,
-    out=None,
-    symbolizer=None,
-    html=None,
-    fold: bool = True,
-    fold_patterns=(),
-    full_names: bool = False,
-) -> int:
-    out = out or sys.stdout
-    opts = {"fold_layers": fold, "fold_patterns": fold_patterns, "full_names": full_names}
-    try:
-        from ..progress import stderr_is_tty
-
-        opts["progress"] = not as_json and stderr_is_tty()
-        a = Analysis(a_path, symbolizer=symbolizer, **opts)
-        # one call graph for both runs: a site is attributed the same way on both sides
-        b = Analysis(
-            b_path,
-            symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
-            graph=a.stacks.graph,
-            **opts,
-        )
-        share_graph(a, b)
-    except ReportError as e:
-        click.echo(str(e), err=True)
-        return e.status
-    except ValueError as e:
-        click.echo(f"cudatrace: {e}", err=True)
-        return 2
-    d = diff(a, b, depth=depth, top=top)
-    if html:
-        from .html import render_diff_html, write_html
-
-        try:
-            write_html(html, render_diff_html(a, b, diff(a, b, depth=depth), depth=depth))
-        except OSError as e:
-            click.echo(f"cudatrace: cannot write {html}: {e.strerror or e}", err=True)
-            return 2
-    if as_json:
-        out.write(json.dumps(d, indent=2) + "\n")
-    else:
-        out.write(render_text(d))
-        if html:
-            out.write(f"HTML diff written to {html}\n")
-    return 0

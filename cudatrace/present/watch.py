@@ -1,4 +1,5 @@
-"""`report --watch` and `status --watch`: the text re-rendered every second.
+"""The loop of `report --watch` and `status --watch` (their bodies are in commands/): the text
+re-rendered every second.
 
 On a terminal the screen is cleared before each render; elsewhere (a pipe, a log file) each
 render follows the last under a line with the time. `report --watch` stops on Ctrl-C, or once
@@ -13,9 +14,9 @@ import sys
 import time
 from pathlib import Path
 
-import click
-
 from .. import tracedir
+
+CLEAR = "\033[2J\033[1;1H"  # the screen cleared, the cursor home (as click.clear)
 
 
 def run_ended(path) -> tuple[bool, str]:
@@ -51,8 +52,7 @@ def _is_tty(stream) -> bool:
 
 def _show(text: str, head: str, out, tty: bool) -> None:
     if tty:
-        click.clear()
-        out.write(head + "\n\n" + text)
+        out.write(CLEAR + head + "\n\n" + text)
     else:
         out.write(f"==== {head}\n{text}")
     if not text.endswith("\n"):
@@ -84,57 +84,3 @@ def loop(
     except KeyboardInterrupt:
         out.write("\n")
         return 0
-
-
-def watch_report(
-    path,
-    top=10,
-    by="site",
-    at="peak",
-    device=None,
-    depth=1,
-    show_cuda_frames=False,
-    interval: float = 1.0,
-    out=None,
-) -> int:
-    """The body of `cudatrace report --watch`."""
-    from ..analyze.analysis import Analysis, ReportError, build_report
-    from ..analyze.sites import make_symbolizer
-    from .report import render_text
-
-    sym = make_symbolizer()
-
-    def render() -> str:
-        try:
-            a = Analysis(path, show_cuda_frames=show_cuda_frames, symbolizer=sym)
-            return render_text(build_report(a, at=at, by=by, depth=depth, top=top, device=device))
-        except ReportError as e:
-            return f"{e}\n(waiting: the trace may not have been written yet)\n"
-        except ValueError as e:
-            return f"cudatrace: {e}\n"
-
-    def head(done: bool, why: str) -> str:
-        return "cudatrace report --watch {}  {}  {}".format(
-            path,
-            time.strftime("%H:%M:%S"),
-            f"{why}: last render" if done else f"{why} (every {interval:g} s; Ctrl-C stops)",
-        )
-
-    return loop(render, head, lambda: run_ended(path), interval, out)
-
-
-def watch_status(status_text, group=None, interval: float = 1.0, out=None) -> int:
-    """The body of `cudatrace status --watch`. status_text(group) gives the text to show (the
-    command line passes the ledger reading and its rendering: present/ never reads ledgers)."""
-
-    def render() -> str:
-        return status_text(group)
-
-    def head(done: bool, why: str) -> str:
-        return "cudatrace status --watch{}  {}  (every {:g} s; Ctrl-C stops)".format(
-            " " + group if group else "",
-            time.strftime("%H:%M:%S"),
-            interval,
-        )
-
-    return loop(render, head, interval=interval, out=out)

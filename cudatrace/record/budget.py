@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from .. import units
+from ..errors import CudatraceError
 from ..nvml import Nvml
 from ..procfs import meminfo
 from ..units import NUMBER, UnitError, positive_number
@@ -42,7 +43,7 @@ FORMS_HELP = (
 _PCT_RE = re.compile(r"^\s*(" + NUMBER + r")\s*%\s*(free)?\s*$", re.I)
 
 
-class BudgetError(ValueError):
+class BudgetError(CudatraceError, ValueError):
     """A budget spec that cannot be used; the message says why and lists the accepted forms."""
 
     def __init__(self, why: str, forms: bool = True):

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import __version__, native, tracedir
+from ..errors import CudatraceError
 from ..procfs import tree_pids
 from ..units import shell_quote
 from .denials import append_denials
@@ -39,12 +40,8 @@ from .sampler import Sampler
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
 
 
-class LaunchError(Exception):
+class LaunchError(CudatraceError):
     """A command that cannot be traced, with the exit status to give back."""
-
-    def __init__(self, message: str, status: int = 2):
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass
@@ -76,16 +73,16 @@ def resolve_command(argv0: str) -> str:
     if os.sep in argv0:
         path = argv0
         if not os.path.exists(path):
-            raise LaunchError(f"cudatrace: {argv0}: no such file", 127)
+            raise LaunchError(f"{argv0}: no such file", 127)
     else:
         found = shutil.which(argv0)
         if not found:
-            raise LaunchError(f"cudatrace: {argv0}: command not found", 127)
+            raise LaunchError(f"{argv0}: command not found", 127)
         path = found
     if os.path.isdir(path):
-        raise LaunchError(f"cudatrace: {argv0}: is a directory", 126)
+        raise LaunchError(f"{argv0}: is a directory", 126)
     if not os.access(path, os.X_OK):
-        raise LaunchError(f"cudatrace: {argv0}: permission denied (not executable)", 126)
+        raise LaunchError(f"{argv0}: permission denied (not executable)", 126)
     return path
 
 
@@ -96,7 +93,7 @@ def check_enterable(path: str) -> None:
         st.st_uid != os.geteuid() or st.st_mode & stat.S_ISGID
     ):
         raise LaunchError(
-            f"cudatrace: {path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
+            f"{path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
             "nothing could be traced. Run a copy without the setuid bit.",
             2,
         )
@@ -107,14 +104,14 @@ def check_enterable(path: str) -> None:
                 if head[:2] != b"#!":
                     # exec() refuses it (ENOEXEC); only a shell would guess an interpreter
                     raise LaunchError(
-                        f"cudatrace: {path} has no #! line, so it cannot be executed directly; add "
+                        f"{path} has no #! line, so it cannot be executed directly; add "
                         f"one (#!/bin/sh) or name its interpreter: cudatrace run -- sh {path}",
                         126,
                     )
                 return  # a script: its interpreter is what runs
             if len(head) < 64 or head[4] not in (1, 2) or head[5] not in (1, 2):
                 raise LaunchError(
-                    "cudatrace: %s starts like an ELF file but is not a valid one "
+                    "%s starts like an ELF file but is not a valid one "
                     "(%d bytes of header)" % (path, len(head)),
                     126,
                 )
@@ -129,13 +126,13 @@ def check_enterable(path: str) -> None:
                 phentsize, phnum = struct.unpack_from(e + "HH", head, 42)
             if not phentsize or not phnum:
                 raise LaunchError(
-                    f"cudatrace: {path} is an ELF file with no program headers: not an executable",
+                    f"{path} is an ELF file with no program headers: not an executable",
                     126,
                 )
             f.seek(phoff)
             ph = f.read(phentsize * phnum)
     except OSError as exc:
-        raise LaunchError(f"cudatrace: cannot read {path}: {exc}", 126) from None
+        raise LaunchError(f"cannot read {path}: {exc}", 126) from None
     has_interp = any(
         struct.unpack_from(e + "I", ph, i * phentsize)[0] == 3  # PT_INTERP
         for i in range(phnum)
@@ -143,7 +140,7 @@ def check_enterable(path: str) -> None:
     )
     if not has_interp:
         raise LaunchError(
-            f"cudatrace: {path} is statically linked: LD_PRELOAD cannot enter it, so no allocation "
+            f"{path} is statically linked: LD_PRELOAD cannot enter it, so no allocation "
             "could be traced (and a static binary cannot load the CUDA driver anyway).",
             2,
         )
@@ -166,7 +163,7 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
         out = out.resolve()
         if out.exists():
             if not out.is_dir():
-                raise LaunchError(f"cudatrace: {out} exists and is not a directory")
+                raise LaunchError(f"{out} exists and is not a directory")
             old = list(out.glob("*.ctrace")) + [
                 p
                 for p in (out / name for name in tracedir.LAUNCHER_FILES)
@@ -174,7 +171,7 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
             ]
             if old and not opts.force:
                 raise LaunchError(
-                    f"cudatrace: {out} already holds a trace; pass --force to replace "
+                    f"{out} already holds a trace; pass --force to replace "
                     "it, or -o another directory"
                 )
             for p in old:
@@ -184,14 +181,10 @@ def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool]:
             out.mkdir(parents=True)
             created = True
         if not os.access(out, os.W_OK | os.X_OK):
-            raise LaunchError(
-                f"cudatrace: cannot write the trace directory {out}: permission denied"
-            )
+            raise LaunchError(f"cannot write the trace directory {out}: permission denied")
     except OSError as e:
         where = e.filename or opts.out_dir or "the current directory"
-        raise LaunchError(
-            f"cudatrace: cannot create the trace directory {where}: {e.strerror or e}"
-        ) from None
+        raise LaunchError(f"cannot create the trace directory {where}: {e.strerror or e}") from None
     return out, created
 
 
@@ -220,7 +213,7 @@ def run(opts: RunOptions) -> tuple[int, Path]:
     shim = native.shim_path()
     if any(c in str(shim) for c in " :\t\n"):
         raise LaunchError(
-            f"cudatrace: the preload library's path {str(shim)!r} holds a space or colon, which "
+            f"the preload library's path {str(shim)!r} holds a space or colon, which "
             "LD_PRELOAD cannot express; install cudatrace elsewhere",
             2,
         )
@@ -243,7 +236,7 @@ def _check_shim_path(what: str, p: Path) -> None:
     n = len(os.fsencode(str(p)))
     if n > MAX_SHIM_PATH:
         raise LaunchError(
-            "cudatrace: the %s %s... is %d bytes long; the preload library holds "
+            "the %s %s... is %d bytes long; the preload library holds "
             "paths up to %d bytes: choose a shorter one" % (what, str(p)[:60], n, MAX_SHIM_PATH),
             2,
         )
@@ -288,7 +281,7 @@ def _run(
                 notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
             )
         except (budget_mod.BudgetError, LedgerError) as e:
-            raise LaunchError(f"cudatrace: budget: {e}", 2) from None
+            raise LaunchError(f"budget: {e}", 2) from None
         try:
             _check_shim_path("ledger path", ledger.path)
         except LaunchError:
@@ -318,9 +311,7 @@ def _run(
         except OSError as e:
             if ledger is not None:
                 ledger.finish()
-            raise LaunchError(
-                f"cudatrace: cannot write {out / tracedir.RUN}: {e.strerror or e}", 2
-            ) from None
+            raise LaunchError(f"cannot write {out / tracedir.RUN}: {e.strerror or e}", 2) from None
 
     if not opts.quiet:
         if no_trace:
@@ -397,7 +388,7 @@ def _run(
             signal.signal(s, h)
         if ledger is not None:
             ledger.finish()
-        raise LaunchError(f"cudatrace: cannot execute {path}: {e.strerror or e}", 126) from None
+        raise LaunchError(f"cannot execute {path}: {e.strerror or e}", 126) from None
     procs.append(proc)
     for signum in pending:
         on_signal(signum, None)

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from .. import native
+from ..errors import CudatraceError
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
 _PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
@@ -23,7 +24,7 @@ _ERRLEN = 512
 _PATHLEN = 4096
 
 
-class LedgerError(RuntimeError):
+class LedgerError(CudatraceError, RuntimeError):
     """A ledger that cannot be opened or used; the message says why."""
 
 

@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,7 +30,6 @@ from pathlib import Path
 from .. import tracedir
 from ..analyze import laws
 from ..analyze.analysis import Analysis, ReportError
-from ..units import parse_time
 from .knobs import (  # noqa: F401
     Knob,
     SweepError,
@@ -63,6 +60,7 @@ class Plan:
     run_options: dict = field(default_factory=dict)
     force: bool = False
     depth: int = 1
+    attribution: dict = field(default_factory=dict)  # Analysis keywords (fold, view ...)
 
     def runs(self) -> list[tuple]:
         return combos(self.knobs)
@@ -71,7 +69,7 @@ class Plan:
 def check_output(plan: Plan) -> None:
     """Refuse to overwrite an earlier sweep (or any trace) without --force; nothing is lost."""
     if plan.out.exists() and not plan.out.is_dir():
-        raise SweepError(f"cudatrace sweep: {plan.out} exists and is not a directory")
+        raise SweepError(f"{plan.out} exists and is not a directory")
     if plan.force:
         return
     old = [plan.out / "sweep.json"] if (plan.out / "sweep.json").exists() else []
@@ -81,7 +79,7 @@ def check_output(plan: Plan) -> None:
             old.append(d)
     if old:
         raise SweepError(
-            f"cudatrace sweep: {plan.out} already holds a sweep ({old[0].name}); pass --force to replace "
+            f"{plan.out} already holds a sweep ({old[0].name}); pass --force to replace "
             "it, or -o another directory"
         )
 
@@ -117,10 +115,11 @@ def _last_line(log: Path) -> str | None:
         return None
 
 
-def measure(path: Path, depth: int, symbolizer=None):
+def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = None):
     """(measurement, symbolizer) of one traced run: the peak and the sites live at it, as
-    `report` attributes them (sites keyed as `diff` matches them)."""
-    a = Analysis(path, symbolizer=symbolizer)
+    `report` attributes them (sites keyed as `diff` matches them); `attribution`: keywords
+    of Analysis (fold, view, ...)."""
+    a = Analysis(path, symbolizer=symbolizer, **(attribution or {}))
     m = a.model
     sites = {}
     for s in a.sites(m.groups_at_peak(), "site", depth):
@@ -203,12 +202,14 @@ def execute(plan: Plan, progress=None) -> list[dict]:
             rec["ended"] = _ended(status, stopped, interrupted, _run_info(d).get("returncode"))
             if rec["ended"]["how"] != "interrupted":
                 try:
-                    rec["measured"], symbolizer = measure(d, plan.depth, symbolizer)
+                    rec["measured"], symbolizer = measure(
+                        d, plan.depth, symbolizer, plan.attribution
+                    )
                 except ReportError as e:
                     rec["ended"] = {
                         "how": "no_trace",
                         "status": status,
-                        "why": str(e).replace("cudatrace: ", "", 1),
+                        "why": str(e),
                     }
         meas = rec["measured"]
         if meas is not None and (meas["denied"] or _aborted(d)):
@@ -540,18 +541,20 @@ def _round_step(v: float) -> int:
     return step
 
 
-def load_recorded(path: Path, depth: int = 1) -> tuple[Plan, list[dict]]:
+def load_recorded(
+    path: Path, depth: int = 1, attribution: dict | None = None
+) -> tuple[Plan, list[dict]]:
     """A recorded sweep (DIR or DIR/sweep.json) measured again from its traces: the same runs
     and how they ended, with this version's attribution (and --depth) and laws."""
     f = path / "sweep.json" if path.is_dir() else path
     try:
         doc = json.loads(f.read_text())
     except OSError as e:
-        raise SweepError(f"cudatrace sweep: --from {path}: {e.strerror or e}") from None
+        raise SweepError(f"--from {path}: {e.strerror or e}") from None
     except ValueError:
-        raise SweepError(f"cudatrace sweep: --from {path}: {f} is not JSON") from None
+        raise SweepError(f"--from {path}: {f} is not JSON") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise SweepError(f"cudatrace sweep: --from {path}: {f} is not a sweep ({SCHEMA})")
+        raise SweepError(f"--from {path}: {f} is not a sweep ({SCHEMA})")
     knobs = [
         Knob(k["placeholder"][1:-1], list(k["values"]), list(k["numbers"]), k["unit"], k["flag"])
         for k in doc["knobs"]
@@ -588,12 +591,12 @@ def load_recorded(path: Path, depth: int = 1) -> tuple[Plan, list[dict]]:
         }
         if r.get("peak_bytes") is not None:
             try:
-                rec["measured"], sym = measure(d, depth, sym)
+                rec["measured"], sym = measure(d, depth, sym, attribution)
             except ReportError as e:
                 rec["ended"] = {
                     "how": "no_trace",
                     "status": ended.get("status"),
-                    "why": str(e).replace("cudatrace: ", "", 1),
+                    "why": str(e),
                 }
                 rec["included"] = False
         runs.append(rec)
@@ -609,198 +612,3 @@ def sweep_dict(
     exp = parse_expect(expect, plan.knobs) if expect is not None else None
     point = parse_point(plan.knobs, predict) if predict is not None else None
     return sweep_json(plan, runs, exp, point, predict, top, expect)
-
-
-# ---- the command -----------------------------------------------------------------------------
-
-
-def _time(opt: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    try:
-        v = parse_time(text)
-    except ValueError as e:
-        raise SweepError(f"cudatrace sweep: {opt} {text}: {e}") from None
-    return v
-
-
-def default_out(cmd0: str) -> Path:
-    base = "cudatrace-sweep-{}-{}".format(Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
-    p = Path.cwd() / base
-    n = 1
-    while p.exists():
-        n += 1
-        p = Path.cwd() / ("%s-%d" % (base, n))
-    return p
-
-
-def main(
-    values,
-    cmd,
-    out_dir=None,
-    force=False,
-    as_json=False,
-    stop_after=None,
-    until_url=None,
-    settle="2s",
-    grace="10s",
-    url_timeout="300s",
-    expect=None,
-    predict=None,
-    top=10,
-    depth=1,
-    run_options=None,
-    out=None,
-    err=None,
-    from_dir=None,
-    html=None,
-) -> int:
-    """`cudatrace sweep`; returns the exit status: 0, 1 when fewer than two runs could be
-    fitted, 2 on bad input (nothing run)."""
-    from ..present import sweep as text
-
-    out = out or sys.stdout
-    err = err or sys.stderr
-    cmd = list(cmd)
-    if from_dir is not None:
-        return _main_from(
-            Path(from_dir), values, cmd, as_json, expect, predict, top, depth, out, err, html
-        )
-    try:
-        knobs = parse_knobs(values)
-        bind_command(knobs, cmd)
-        if stop_after is not None and until_url is not None:
-            raise SweepError("cudatrace sweep: --stop-after and --until-url: give one")
-        rule = StopRule(
-            _time("--stop-after", stop_after),
-            until_url,
-            _time("--settle", settle),
-            _time("--grace", grace),
-            _time("--url-timeout", url_timeout),
-        )
-        if until_url is not None and not re.match(r"^https?://", until_url):
-            raise SweepError(
-                f"cudatrace sweep: --until-url {until_url}: an http:// or https:// URL"
-            )
-        exp = None
-        if expect is not None:
-            try:
-                exp = parse_expect(expect, knobs)
-            except SweepError as e:
-                raise SweepError(f"cudatrace sweep: --expect {expect}: {e}") from None
-        point = parse_point(knobs, predict) if predict is not None else None
-        plan = Plan(
-            knobs,
-            cmd,
-            (
-                Path(out_dir) if out_dir else default_out(cmd[0].replace("{", "").replace("}", ""))
-            ).resolve(),
-            rule,
-            dict(run_options or {}),
-            force,
-            depth,
-        )
-        check_output(plan)
-        _check_html(html)
-        if not any(k.placeholder in cmd[0] for k in knobs):
-            from ..record.launcher import LaunchError, check_enterable, resolve_command
-
-            try:
-                check_enterable(resolve_command(cmd[0]))
-            except LaunchError as e:
-                err.write(f"{e}\n")
-                return e.status
-    except SweepError as e:
-        err.write(f"{e}\n")
-        return e.status
-
-    total = len(plan.runs())
-    err.write(
-        "cudatrace sweep: %d run%s of %s -> %s\n"
-        % (total, "" if total == 1 else "s", " ".join(cmd), plan.out)
-    )
-    err.flush()
-
-    def progress(n, total, rec):
-        m = rec["measured"]
-        err.write(
-            "  %d/%d  %s: %s%s%s\n"
-            % (
-                n,
-                total,
-                _text_of(knobs, rec["combo"]),
-                text.ended_text(rec["ended"]),
-                ", peak {}".format(text.readable(m["peak_bytes"])) if m and rec["included"] else "",
-                "" if rec["included"] else " (left out of the laws)",
-            )
-        )
-        err.flush()
-
-    try:
-        runs = execute(plan, progress)
-    except KeyboardInterrupt:
-        err.write("cudatrace sweep: interrupted\n")
-        return 130
-    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
-    try:
-        (plan.out / "sweep.json").write_text(json.dumps(doc, indent=2) + "\n")
-    except OSError as e:
-        err.write("cudatrace sweep: could not write {}: {}\n".format(plan.out / "sweep.json", e))
-    if as_json:
-        out.write(json.dumps(doc, indent=2) + "\n")
-    else:
-        out.write(text.render(doc))
-    out.flush()
-    rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
-    return _write_html(html, doc, err) or rc
-
-
-def _check_html(html) -> None:
-    """--html FILE: refuse before running anything when FILE cannot be written there."""
-    if html is not None and not Path(html).resolve().parent.is_dir():
-        raise SweepError(f"cudatrace sweep: --html {html}: no such directory")
-
-
-def _write_html(html, doc: dict, err) -> int:
-    """Write the page of --html (present/sweep_html.py); 1 with the reason when it cannot be."""
-    if html is None:
-        return 0
-    from ..present import sweep_html
-
-    try:
-        Path(html).write_text(sweep_html.render(doc), encoding="utf-8")
-    except OSError as e:
-        err.write(f"cudatrace sweep: could not write {html}: {e}\n")
-        return 1
-    err.write(f"cudatrace sweep: charts in {html}\n")
-    return 0
-
-
-def _main_from(
-    path: Path, values, cmd, as_json, expect, predict, top, depth, out, err, html=None
-) -> int:
-    """`cudatrace sweep --from DIR`: the recorded sweep's laws again, nothing run."""
-    from ..present import sweep as text
-
-    try:
-        if values or cmd:
-            raise SweepError(
-                "cudatrace sweep: --from replays a recorded sweep: give no --values and no command"
-            )
-        plan, runs = load_recorded(path, depth)
-        exp = None
-        if expect is not None:
-            try:
-                exp = parse_expect(expect, plan.knobs)
-            except SweepError as e:
-                raise SweepError(f"cudatrace sweep: --expect {expect}: {e}") from None
-        point = parse_point(plan.knobs, predict) if predict is not None else None
-        _check_html(html)
-    except SweepError as e:
-        err.write(f"{e}\n")
-        return e.status
-    doc = sweep_json(plan, runs, exp, point, predict, top, expect)
-    out.write(json.dumps(doc, indent=2) + "\n" if as_json else text.render(doc))
-    out.flush()
-    rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
-    return _write_html(html, doc, err) or rc

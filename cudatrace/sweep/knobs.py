@@ -6,6 +6,7 @@ import itertools
 import re
 from dataclasses import dataclass
 
+from ..errors import CudatraceError
 from ..record.budget import BudgetError, parse_size
 
 SCHEMA = "cudatrace.sweep/1"
@@ -13,10 +14,8 @@ MARGIN = 0.10  # the budget suggestion's headroom over the predicted peak
 EXPECT_TOLERANCE = 0.10  # --expect: flag what grows more than 10% faster
 
 
-class SweepError(Exception):
+class SweepError(CudatraceError):
     """Bad input: exit status 2, nothing run."""
-
-    status = 2
 
 
 # ---- the knobs -------------------------------------------------------------------------------
@@ -103,8 +102,7 @@ def parse_knobs(specs) -> list[Knob]:
     """--values V1,V2,... (one unnamed list, placeholder {}) or NAME=V1,V2 (several: a grid)."""
     if not specs:
         raise SweepError(
-            "cudatrace sweep: --values is required (--values 1,2,4, or "
-            "--values a=1,2 --values b=8,16 for a grid)"
+            "--values is required (--values 1,2,4, or --values a=1,2 --values b=8,16 for a grid)"
         )
     knobs: list[Knob] = []
     for spec in specs:
@@ -113,15 +111,13 @@ def parse_knobs(specs) -> list[Knob]:
         )
         name = name.strip()
         if name and not _NAME_RE.match(name):
-            raise SweepError(
-                f"cudatrace sweep: --values {spec}: {name!r} is not a knob name (letters, digits, _)"
-            )
+            raise SweepError(f"--values {spec}: {name!r} is not a knob name (letters, digits, _)")
         items = [x.strip() for x in body.split(",")]
         if not body.strip() or any(not x for x in items):
-            raise SweepError(f"cudatrace sweep: --values {spec}: an empty value (write V1,V2,...)")
+            raise SweepError(f"--values {spec}: an empty value (write V1,V2,...)")
         if len(items) < 2:
             raise SweepError(
-                f"cudatrace sweep: --values {spec}: one value gives no law; give at least "
+                f"--values {spec}: one value gives no law; give at least "
                 "two (three to test the law)"
             )
         parsed = []
@@ -129,55 +125,53 @@ def parse_knobs(specs) -> list[Knob]:
             try:
                 parsed.append(parse_value(x))
             except SweepError as e:
-                raise SweepError(f"cudatrace sweep: --values {spec}: {e}") from None
+                raise SweepError(f"--values {spec}: {e}") from None
         sizes = {s for (v, s) in parsed if not (v == 0 and not s)}
         if len(sizes) > 1:
             raise SweepError(
-                f"cudatrace sweep: --values {spec} mixes sizes (512MiB) and plain numbers; "
+                f"--values {spec} mixes sizes (512MiB) and plain numbers; "
                 "write every value with its unit"
             )
         nums = [v for v, _ in parsed]
         seen = set()
         for x, v in zip(items, nums):
             if v in seen:
-                raise SweepError(f"cudatrace sweep: --values {spec}: {x} is repeated")
+                raise SweepError(f"--values {spec}: {x} is repeated")
             seen.add(v)
         knobs.append(Knob(name, items, nums, "bytes" if sizes == {True} else None))
     unnamed = [k for k in knobs if not k.name]
     if unnamed and len(knobs) > 1:
         if len(unnamed) == len(knobs):
             raise SweepError(
-                "cudatrace sweep: %d unnamed --values lists: name each knob "
+                "%d unnamed --values lists: name each knob "
                 "(--values a=1,2 --values b=8,16) and write {a} and {b} in the "
                 "command" % len(knobs)
             )
         raise SweepError(
-            "cudatrace sweep: give either one unnamed --values list (for {}) or "
+            "give either one unnamed --values list (for {}) or "
             "named lists (a=1,2 for {a}), not both"
         )
     names = [k.name for k in knobs]
     dup = {n for n in names if names.count(n) > 1}
     if dup:
-        raise SweepError(f"cudatrace sweep: --values {sorted(dup)[0]}=... given twice")
+        raise SweepError(f"--values {sorted(dup)[0]}=... given twice")
     return knobs
 
 
 def bind_command(knobs: list[Knob], cmd: list[str]) -> None:
     """Check the placeholders against the command and find each knob's flag."""
     if not cmd:
-        raise SweepError(
-            "cudatrace sweep: no command: cudatrace sweep --values 1,2,4 -- CMD ... {}"
-        )
+        raise SweepError("no command: cudatrace sweep --values 1,2,4 -- CMD ... {}")
     for k in knobs:
         where = [i for i, a in enumerate(cmd) if k.placeholder in a]
         if not where:
             if k.name:
                 raise SweepError(
-                    f"cudatrace sweep: the command has no {k.placeholder}: write it where the "
+                    f"the command has no {k.placeholder}: write it where the "
                     f"value of --values {k.name}=... goes"
                 )
             raise SweepError(
-                "cudatrace sweep: the command has no {}: write {} where the value "
+                "the command has no {}: write {} where the value "
                 "goes, e.g. cudatrace sweep --values 1,2,4 -- ./server "
                 "--num-blocks {}"
             )
@@ -194,11 +188,11 @@ def bind_command(knobs: list[Knob], cmd: list[str]) -> None:
             for m in re.finditer(r"\{([A-Za-z_]\w*)\}", a):
                 if m.group(1) not in named:
                     raise SweepError(
-                        f"cudatrace sweep: the command has {{{m.group(1)}}} but no --values {m.group(1)}=..."
+                        f"the command has {{{m.group(1)}}} but no --values {m.group(1)}=..."
                     )
             if "{}" in a:
                 raise SweepError(
-                    "cudatrace sweep: the command has {{}} but the knobs are named "
+                    "the command has {{}} but the knobs are named "
                     "({}): write {{{}}} instead".format(", ".join(sorted(named)), sorted(named)[0])
                 )
 
@@ -245,24 +239,21 @@ def parse_point(knobs: list[Knob], text: str) -> tuple:
         if "=" in t:
             name, _, t = t.partition("=")
             if name.strip() not in (k.key, k.name, k.flag):
-                raise SweepError(f"cudatrace sweep: --predict {text}: the knob is {k.label}")
+                raise SweepError(f"--predict {text}: the knob is {k.label}")
         v, is_size = parse_value(t)
         if k.unit == "bytes" and not is_size and v != 0:
             raise SweepError(
-                f"cudatrace sweep: --predict {text}: the values swept are sizes; write "
-                "it with its unit (2GiB)"
+                f"--predict {text}: the values swept are sizes; write it with its unit (2GiB)"
             )
         if k.unit is None and is_size:
-            raise SweepError(
-                f"cudatrace sweep: --predict {text}: the values swept are plain numbers"
-            )
+            raise SweepError(f"--predict {text}: the values swept are plain numbers")
         return (v,)
     got = {}
     for item in text.split(","):
         name, eq, t = item.partition("=")
         if not eq:
             raise SweepError(
-                "cudatrace sweep: --predict {}: name every knob: {}".format(
+                "--predict {}: name every knob: {}".format(
                     text, ",".join(f"{k.key}=V" for k in knobs)
                 )
             )
@@ -270,11 +261,11 @@ def parse_point(knobs: list[Knob], text: str) -> tuple:
     out = []
     for k in knobs:
         if k.key not in got:
-            raise SweepError(f"cudatrace sweep: --predict {text}: no value for {k.key}")
+            raise SweepError(f"--predict {text}: no value for {k.key}")
         v, _ = parse_value(got.pop(k.key))
         out.append(v)
     if got:
-        raise SweepError(f"cudatrace sweep: --predict {text}: no knob named {sorted(got)[0]}")
+        raise SweepError(f"--predict {text}: no knob named {sorted(got)[0]}")
     return tuple(out)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import struct
 
+from ..errors import CudatraceError
+
 FORM_ADDR = 0x01
 FORM_BLOCK2 = 0x03
 FORM_BLOCK4 = 0x04
@@ -134,8 +136,8 @@ FORMS: dict[int, int | str] = {
 Ctx = tuple[str, int, int, int]
 
 
-class DwarfError(Exception):
-    pass
+class DwarfError(CudatraceError):
+    """DWARF this reader cannot read."""
 
 
 def encoding(form: int, ctx: Ctx) -> int | str:

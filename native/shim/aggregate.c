@@ -111,8 +111,7 @@ static int setup(void)
         broken = 1;
         return 0;
     }
-    const char *iv = getenv("CUDATRACE_AGG_INTERVAL");
-    long secs = iv && *iv ? atol(iv) : 60;
+    long secs = ct_setting_long(CT_SET_AGG_INTERVAL, 60);
     interval_ns = (uint64_t)(secs > 0 ? secs : 60) * 1000000000ull;
     for (uint32_t g = 0; g < CT_SNAP_GROUPS; g++)
         grp[g].epoch = 1;

@@ -297,7 +297,7 @@ static void ctx_init(void)
 {
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
         ctx_nvml_index[d] = d;
-    const char *v = getenv("CUDA_VISIBLE_DEVICES"); /* ordinals name NVML indices through it */
+    const char *v = ct_setting(CT_SET_CUDA_VISIBLE_DEVICES); /* ordinals name NVML indices */
     if (v) {
         int d = 0;
         for (const char *p = v; d < CT_LEDGER_MAX_DEVICES; d++) {
@@ -316,8 +316,7 @@ static void ctx_init(void)
         if (!*v)
             ctx_nvml_index[0] = -1;
     }
-    const char *off = getenv("CUDATRACE_COUNT_CONTEXTS");
-    if (off && off[0] == '0')
+    if (ct_setting_long(CT_SET_COUNT_CONTEXTS, 1) == 0)
         return;
     ct_dlsym_fn ds = ct_real_dlsym();
     void *h = ds ? dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;

@@ -5,11 +5,9 @@
  */
 #include "modules.h"
 
-#include "demangle.h"
 #include <pthread.h>
 
 #include "demangle.h"
-#include "pyframes.h"
 #include "trace_format.h"
 #include "util.h"
 #include "writer.h"
@@ -37,6 +35,7 @@ struct mod {
 };
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static void (*on_grow)(void); /* ct_modules_on_grow: the module above that wants to know */
 static struct mod mods[MAX_MODULES];
 static uint32_t nmods; /* published with release: readers need no lock */
 static uintptr_t shim_start, shim_end;
@@ -185,9 +184,12 @@ void ct_modules_scan(void)
     emit_added(before, ctx.added);
     int grew = ctx.added != 0;
     pthread_mutex_unlock(&mu);
-    if (grew)
-        ct_py_modules_changed(); /* perhaps a libpython loaded by dlopen */
+    void (*grown)(void) = __atomic_load_n(&on_grow, __ATOMIC_ACQUIRE);
+    if (grew && grown)
+        grown(); /* perhaps a libpython loaded by dlopen (pyframes, through shim.c) */
 }
+
+void ct_modules_on_grow(void (*fn)(void)) { __atomic_store_n(&on_grow, fn, __ATOMIC_RELEASE); }
 
 void ct_modules_reset(void)
 {
@@ -321,7 +323,9 @@ void *ct_sym_in_loaded(const char *prefix, const char *name)
     void *h = ds ? dlopen(f.path, RTLD_LAZY | RTLD_NOLOAD) : NULL;
     void *p = h ? ds(h, name) : NULL;
     if (h)
-        dlclose(h); /* NOLOAD took a reference of its own: the object stays as it was */
+        ct_real_dlclose()(h); /* NOLOAD took a reference of its own: the object stays as it
+                               * was; the real dlclose, not the shim's, which would flush every
+                               * thread's unwind rules for an object that cannot go away */
     return p;
 }
 

@@ -9,6 +9,9 @@ void ct_modules_init(void);
 int ct_modules_covers(uintptr_t ip); /* 1 if ip lies in a module already written */
 void ct_modules_scan(void);          /* write records for modules not yet written */
 void ct_modules_reset(void);
+/* fn runs (outside the map's lock) after a scan found new modules: the module map sits below
+ * the Python-frames reader, which registers through shim.c rather than being called by name */
+void ct_modules_on_grow(void (*fn)(void));
 int ct_in_shim(uintptr_t ip);
 /* best-effort symbol for messages: name of the function containing ip, from the module's
  * .symtab or .dynsym (read from its file); module basename and offset always. */

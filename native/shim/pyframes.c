@@ -270,10 +270,8 @@ static struct pyrt *find_python(void)
  * thread that finds detection under way elsewhere never waits for it: it would get none). */
 void ct_py_detect(void)
 {
-    if (disabled < 0) {
-        const char *e = getenv("CUDATRACE_PYTHON");
-        disabled = e && e[0] == '0' && !e[1];
-    }
+    if (disabled < 0)
+        disabled = ct_setting_long(CT_SET_PYTHON, 1) == 0;
     if (!disabled)
         (void)find_python();
 }
@@ -467,10 +465,8 @@ uint64_t ct_py_capture(void)
     if (!p) {
         if (!__atomic_load_n(&modules_changed, __ATOMIC_RELAXED))
             return 0;
-        if (disabled < 0) { /* CUDATRACE_PYTHON=0: native stacks only */
-            const char *e = getenv("CUDATRACE_PYTHON");
-            disabled = e && e[0] == '0' && !e[1];
-        }
+        if (disabled < 0) /* CUDATRACE_PYTHON=0: native stacks only */
+            disabled = ct_setting_long(CT_SET_PYTHON, 1) == 0;
         if (disabled || !(p = find_python()))
             return 0;
     }

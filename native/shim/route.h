@@ -1,5 +1,6 @@
-/* route.h - every way into the driver and NVML (route.c): the real-pointer slots, the hook
- * table, and the exported dlsym / cuGetProcAddress[_v2] that hand out the wrappers.
+/* route.h - the real side of every hooked function (route.c): the real-pointer slots, the
+ * hook table derived from hooks.def, and the driver / NVML entry points the shim itself calls.
+ * The ways in that hand out the wrappers are entry.c's (entry.h).
  *
  * Routes, all reaching the same wrappers (generated from hooks.def, defined in shim.c):
  *   1. exported driver symbols (programs linked with -lcuda, through their PLT);
@@ -46,18 +47,6 @@ typedef struct {
     size_t width, height, depth;
 } CT_EXTENT3D; /* cudaExtent, in the runtime hooks' prototypes */
 
-/* The wrappers the routes hand out (defined in shim.c): ID, and ct_ptsz_ID for the
- * per-thread-default-stream twin of a driver function. */
-#define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ...)                             \
-    CT_EXPORT CUresult ID PROTO;                                                                   \
-    CUresult ct_ptsz_##ID PROTO;
-#define CT_RUNTIME(ID, PROTO, ARGS) CT_EXPORT int ID PROTO;
-#define CT_NVML(ID, PROTO, ARGS) CT_EXPORT nvmlReturn_t ID PROTO;
-#include "hooks.def"
-#undef CT_DRIVER
-#undef CT_RUNTIME
-#undef CT_NVML
-
 /* one hooked name */
 struct ct_hook {
     const char *sym;  /* exact exported name of this variant */
@@ -66,9 +55,7 @@ struct ct_hook {
     int ptsz;
     uint8_t layer, op, kind, space;
     uint16_t api;
-    int slot;
-    void *wrap;
-    void *wrap_ptsz;
+    int slot; /* its slot; slot + 1 is the _ptsz twin's */
 };
 extern CT_HIDDEN const struct ct_hook ct_hooks[];
 extern CT_HIDDEN const size_t ct_nhooks;
@@ -89,8 +76,10 @@ static inline void *ct_real(int slot)
 void *ct_driver_sym(const char *name);
 void *ct_nvml_sym(const char *name);
 
-/* Called once by cuGetProcAddress[_v2] after a successful lookup (the shim's initialization:
- * lookups can come before the shim's constructor ran). Set once at load. */
-void ct_route_set_first_use(void (*fn)(void));
+/* the entry points (entry.c) found the real p of a slot: keep the first one found */
+CT_NO_SANITIZE void ct_route_keep_real(int slot, void *p);
+/* the handle the program reached a hooked library through (CT_LAYER_DRIVER / _NVML): the
+ * shim's own driver and NVML queries use it */
+CT_NO_SANITIZE void ct_route_set_handle(int layer, void *handle);
 
 #endif

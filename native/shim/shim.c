@@ -1,10 +1,12 @@
 /* shim.c - the interposer's wrappers (generated from hooks.def), the protocol of one hooked
  * call (enter, budget check, real call, event, leave), the opening records of a trace, and the
- * lifecycle (load, fork, exit). How calls reach the wrappers: route.h.
+ * lifecycle (load, fork, exit). How calls reach the wrappers: entry.h.
  * Runtime (cuda*) hooks only tag the driver events that happen inside them, so each allocation
  * is counted once, at the driver layer. A thread-local depth guard makes nested driver calls
  * pass straight through. With CUDATRACE_DIR unset the shim is pure pass-through.
  */
+#include "shim.h"
+
 #include <errno.h>
 #include <execinfo.h>
 #include <fcntl.h>
@@ -644,12 +646,11 @@ static void atfork_child(void)
     ct_budget_atfork_child();
 }
 
-static void first_use(void) { pthread_once(&once, init_once); }
+void ct_shim_first_use(void) { pthread_once(&once, init_once); }
 
 static void init_once(void)
 {
     ct_real_dlsym();
-    ct_route_set_first_use(first_use);
     if (!ct_config_load())
         return;
     ct_budget_init();
@@ -659,6 +660,7 @@ static void init_once(void)
         backtrace(warm, 4); /* loads the unwinder now, not inside a CUDA call */
         ct_stacks_init();
         ct_py_detect();
+        ct_modules_on_grow(ct_py_modules_changed);
     }
     ct_writer_set_preamble(write_preamble);
     ct_budget_set_context_report(report_context);
@@ -690,7 +692,7 @@ static void __attribute__((noreturn)) exit_group_now(int status)
         syscall(SYS_exit_group, status);
 }
 
-CT_EXPORT void _exit(int status)
+static void __attribute__((noreturn)) close_and_exit(int status)
 {
     if (ct_cfg.active && ct_pid == getpid()) {
         ct_writer_close(status & 0xff);
@@ -699,4 +701,6 @@ CT_EXPORT void _exit(int status)
     exit_group_now(status);
 }
 
-CT_EXPORT void _Exit(int status) { _exit(status); }
+CT_EXPORT void _exit(int status) { close_and_exit(status); }
+
+CT_EXPORT void _Exit(int status) { close_and_exit(status); }

@@ -131,8 +131,7 @@ void ct_stacks_init(void)
     }
     if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
         p_Unwind_Backtrace = NULL;
-    const char *v = getenv("CUDATRACE_STACK_VERIFY");
-    verify_stacks = v && v[0] == '1';
+    verify_stacks = ct_setting_long(CT_SET_STACK_VERIFY, 0) == 1;
     if (!tcache_key_ok && pthread_key_create(&tcache_key, tcache_free) == 0)
         tcache_key_ok = 1;
     ct_uw_init();

@@ -810,19 +810,9 @@ __attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned)
 
 /* Modules only leave through dlclose (glibc's own gconv/NSS unloads never hold a CUDA call
  * site): every rule learned before it may describe code that is gone. */
-typedef int (*dlclose_fn)(void *);
 CT_EXPORT int dlclose(void *handle)
 {
-    static dlclose_fn real;
-    dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
-    if (!f) {
-        static const char *versions[] = {"GLIBC_2.34", "GLIBC_2.17", "GLIBC_2.2.5", NULL};
-        for (int i = 0; versions[i] && !f; i++)
-            f = (dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", versions[i]);
-        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
-    }
-    if (!f)
-        return -1;
+    ct_dlclose_fn f = ct_real_dlclose();
     ct_uw_invalidate();
     int r = f(handle);
     ct_uw_invalidate();

@@ -21,7 +21,7 @@ static const char *real_dlsym_version = "none";
 
 const char *ct_real_dlsym_version(void) { return real_dlsym_version; }
 
-ct_dlsym_fn ct_real_dlsym_lookup(void)
+CT_NO_SANITIZE ct_dlsym_fn ct_real_dlsym_lookup(void)
 {
     ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);
     if (f)
@@ -35,10 +35,57 @@ ct_dlsym_fn ct_real_dlsym_lookup(void)
     return f;
 }
 
-/* ---- settings ----------------------------------------------------------------------------- */
-static long env_long(const char *name, long dflt)
+static int dlclose_missing(void *h) { return -1; }
+
+ct_dlclose_fn ct_real_dlclose(void)
 {
-    const char *s = getenv(name);
+    static ct_dlclose_fn real;
+    ct_dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (f)
+        return f;
+    for (int i = 0; dlsym_versions[i] && !f; i++)
+        f = (ct_dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", dlsym_versions[i]);
+    if (!f)
+        f = dlclose_missing;
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    return f;
+}
+
+/* ---- settings: the environment, read once (settings.def) ------------------------------- */
+#define CT_SHIM 1
+#define CT_COMMON 0
+#define CT_PYTHON 0
+static const struct {
+    const char *name, *dflt;
+    int ours;
+} settings[CT_NSETTINGS] = {
+#define CT_SETTING(ID, NAME, SCOPE, DEFAULT, MEANING) {NAME, DEFAULT, SCOPE},
+#include "settings.def"
+#undef CT_SETTING
+};
+static char settings_pool[8192]; /* copies: the program may change its environment later */
+static const char *settings_val[CT_NSETTINGS];
+
+static void settings_read(void)
+{
+    size_t used = 0;
+    for (int i = 0; i < CT_NSETTINGS; i++) {
+        const char *v = settings[i].ours ? getenv(settings[i].name) : NULL;
+        size_t l = v ? strlen(v) : 0;
+        settings_val[i] = settings[i].dflt;
+        if (l && used + l + 1 <= sizeof settings_pool) { /* too long: as if unset */
+            memcpy(settings_pool + used, v, l + 1);
+            settings_val[i] = settings_pool + used;
+            used += l + 1;
+        }
+    }
+}
+
+const char *ct_setting(int id) { return id >= 0 && id < CT_NSETTINGS ? settings_val[id] : NULL; }
+
+long ct_setting_long(int id, long dflt)
+{
+    const char *s = ct_setting(id);
     if (!s || !*s)
         return dflt;
     char *end;
@@ -48,14 +95,14 @@ static long env_long(const char *name, long dflt)
 
 int ct_config_load(void)
 {
-    const char *dir = getenv("CUDATRACE_DIR"), *mode = getenv("CUDATRACE_MODE");
-    ct_cfg.mode = !mode                            ? CT_MODE_FULL
-                  : strcmp(mode, "aggregate") == 0 ? CT_MODE_AGGREGATE
-                  : strcmp(mode, "none") == 0      ? CT_MODE_NONE
-                                                   : CT_MODE_FULL;
+    settings_read();
+    const char *dir = ct_setting(CT_SET_DIR), *mode = ct_setting(CT_SET_MODE);
+    ct_cfg.mode = strcmp(mode, "aggregate") == 0 ? CT_MODE_AGGREGATE
+                  : strcmp(mode, "none") == 0    ? CT_MODE_NONE
+                                                 : CT_MODE_FULL;
     if (ct_cfg.mode == CT_MODE_NONE) {
         /* no file at all: the budget's ledger is all that is written */
-        if (!getenv("CUDATRACE_LEDGER"))
+        if (!ct_setting(CT_SET_LEDGER))
             return 0;
         ct_cfg.dir[0] = 0;
     } else {
@@ -63,25 +110,24 @@ int ct_config_load(void)
             return 0;
         ct_strlcpy(ct_cfg.dir, dir, sizeof ct_cfg.dir);
     }
-    long depth = env_long("CUDATRACE_STACK_DEPTH", 64);
+    long depth = ct_setting_long(CT_SET_STACK_DEPTH, 64);
     ct_cfg.stack_depth = depth < 0 ? 0 : depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : (int)depth;
-    ct_cfg.launcher_pid = (int)env_long("CUDATRACE_LAUNCHER_PID", 0);
-    ct_cfg.quiet = (int)env_long("CUDATRACE_QUIET", 0);
-    const char *fm = getenv("CUDATRACE_FILE_MODE");
+    ct_cfg.launcher_pid = (int)ct_setting_long(CT_SET_LAUNCHER_PID, 0);
+    ct_cfg.quiet = (int)ct_setting_long(CT_SET_QUIET, 0);
+    const char *fm = ct_setting(CT_SET_FILE_MODE);
     char *fm_end = NULL;
     long fmode = fm && *fm ? strtol(fm, &fm_end, 8) : -1;
     ct_cfg.file_mode = (fmode >= 0 && fm_end && !*fm_end) ? (int)(fmode & 0666) : 0600;
     /* the command the launcher started writes its file at once, so a run always shows whether
      * the shim entered it; other processes only once they use CUDA */
     ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();
-    ct_cfg.count_host = (int)env_long("CUDATRACE_COUNT_HOST", 0);
-    ct_cfg.virtualize = (int)env_long("CUDATRACE_VIRTUALIZE", 1);
-    const char *oe = getenv("CUDATRACE_ON_EXCEED");
-    ct_cfg.on_exceed = !oe                        ? CT_EXCEED_FAIL
-                       : strcmp(oe, "warn") == 0  ? CT_EXCEED_WARN
+    ct_cfg.count_host = (int)ct_setting_long(CT_SET_COUNT_HOST, 0);
+    ct_cfg.virtualize = (int)ct_setting_long(CT_SET_VIRTUALIZE, 1);
+    const char *oe = ct_setting(CT_SET_ON_EXCEED);
+    ct_cfg.on_exceed = strcmp(oe, "warn") == 0    ? CT_EXCEED_WARN
                        : strcmp(oe, "abort") == 0 ? CT_EXCEED_ABORT
                                                   : CT_EXCEED_FAIL;
-    const char *lp = getenv("CUDATRACE_LEDGER");
+    const char *lp = ct_setting(CT_SET_LEDGER);
     if (lp && *lp && strlen(lp) < sizeof ct_cfg.ledger_path)
         ct_strlcpy(ct_cfg.ledger_path, lp, sizeof ct_cfg.ledger_path);
     return 1;

@@ -15,6 +15,10 @@
 /* on extern data of the library: addressed directly, not through the GOT (hot path) */
 #define CT_HIDDEN __attribute__((visibility("hidden")))
 #define CT_TLS __thread __attribute__((tls_model("initial-exec")))
+/* on what may run before a sanitizer's runtime is set up (its own start-up looks functions up
+ * through dlsym(RTLD_NEXT, ...), reaching the shim's dlsym): never instrumented, so the
+ * sanitizers' build (native/Makefile: sanitize) loads; no effect on a normal build */
+#define CT_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
 #define CT_SHIM_VERSION "0.1.0"
 #define CT_MAX_DEPTH 256
 
@@ -42,8 +46,20 @@ struct ct_config {
 extern CT_HIDDEN struct ct_config ct_cfg;
 
 /* Fill ct_cfg from CUDATRACE_* (all but .active). 0: CUDATRACE_DIR unset or unusable, the shim
- * stays pass-through. */
+ * stays pass-through. The environment is read here alone, once (settings.def). */
 int ct_config_load(void);
+
+/* ---- the environment, read once at load (native/include/settings.def) ------------------ */
+enum {
+#define CT_SETTING(ID, ...) CT_SET_##ID,
+#include "settings.def"
+#undef CT_SETTING
+    CT_NSETTINGS
+};
+/* the value (its default when unset or empty; NULL when it has none) */
+const char *ct_setting(int id);
+/* the value as a decimal number; dflt when it is no number */
+long ct_setting_long(int id, long dflt);
 
 /* the clock and the thread id: inline, both are on every event's path */
 static inline uint64_t ct_now_ns(void)
@@ -71,9 +87,13 @@ void ct_log(const char *a, const char *b, const char *c, const char *d);
 /* ---- the real dlsym (glibc's), found by version ------------------------------------- */
 typedef void *(*ct_dlsym_fn)(void *, const char *);
 extern CT_HIDDEN ct_dlsym_fn ct_real_dlsym_ptr;
-ct_dlsym_fn ct_real_dlsym_lookup(void);
+CT_NO_SANITIZE ct_dlsym_fn ct_real_dlsym_lookup(void);
 /* the glibc version name under which the real dlsym was found ("none" before) */
 const char *ct_real_dlsym_version(void);
+/* the real dlclose (glibc's, by version): the shim exports its own (unwind.c), which forgets
+ * every learned unwind rule; the shim's own handles never unload anything */
+typedef int (*ct_dlclose_fn)(void *);
+ct_dlclose_fn ct_real_dlclose(void);
 static inline ct_dlsym_fn ct_real_dlsym(void)
 {
     ct_dlsym_fn f = __atomic_load_n(&ct_real_dlsym_ptr, __ATOMIC_ACQUIRE);

@@ -710,13 +710,16 @@ def test_perfetto_kv_slices(kv):
 
 
 def test_missing_extra_names_it(scen, monkeypatch, capsys, tmp_path):
+    from cudatrace.commands.export import run_export
+    from cudatrace.errors import CudatraceError
     from cudatrace.present import export as ex
-    from cudatrace.present.export.run import run_export
 
     monkeypatch.setattr(ex, "_importable", lambda name: False)
     out = tmp_path / "x.pb.gz"
-    assert run_export(scen.path, "pprof", out) == 2
-    err = capsys.readouterr().err
+    with pytest.raises(CudatraceError) as e:
+        run_export(scen.path, "pprof", out)
+    assert e.value.status == 2
+    err = str(e.value)
     assert "pip install 'cudatrace[export]'" in err and "google.protobuf" in err
     assert not out.exists()
 

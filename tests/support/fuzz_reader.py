@@ -2,7 +2,7 @@
 tests/integration/test_fuzz_reader.py, under RLIMIT_AS, so a reader that grows without bound
 fails the test instead of exhausting the machine.
 
-    python -m support.fuzz_reader EXAMPLES LIMIT_BYTES TRACE...
+    python -m support.fuzz_reader EXAMPLES LIMIT_BYTES TRACE...     (LIMIT_BYTES 0: none)
 
 Each example takes one real trace, overwrites a few aligned 1-, 4- or 8-byte fields with values
 that break lengths, ids and counts, optionally truncates it, and reads the directory (read_dir),
@@ -42,7 +42,8 @@ NASTY = [
 def main() -> int:
     examples, limit = int(sys.argv[1]), int(sys.argv[2])
     sources = [Path(p).read_bytes() for p in sys.argv[3:]]
-    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    if limit:  # 0: no bound (a sanitizer's shadow memory needs the address space)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     from cudatrace.analyze.model import build
     from cudatrace.analyze.trace import TraceError, read_dir

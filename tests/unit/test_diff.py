@@ -10,7 +10,9 @@ from click.testing import CliRunner
 
 from cudatrace.analyze.analysis import Analysis
 from cudatrace.cli import main
-from cudatrace.present.diff import SCHEMA, diff, render_text, run_diff
+from cudatrace.commands.diff import run_diff
+from cudatrace.errors import CudatraceError
+from cudatrace.present.diff import SCHEMA, diff, render_text
 from support import tracegen as tg
 
 MiB = tg.MiB
@@ -231,4 +233,6 @@ def test_cli_diff_missing(runs, tmp_path):
     a, _ = runs
     res = CliRunner().invoke(main, ["diff", str(a), str(tmp_path / "nope")])
     assert res.exit_code == 2 and "nope" in res.output
-    assert run_diff(tmp_path / "nope", a) == 2
+    with pytest.raises(CudatraceError) as e:
+        run_diff(tmp_path / "nope", a)
+    assert e.value.status == 2

@@ -4,12 +4,14 @@ Every import in cudatrace/ (at module level and inside functions) is read with `
 resolved to the module it loads. The test fails on any import that loads nothing of the package
 (a stale path), on any cycle, and on any import that breaks the rules:
 
-    leaves (units, procfs, nvml, native, progress)  nothing from a subpackage
-    symbols/                                       nothing else of cudatrace
+    errors (the ground)                            nothing of cudatrace
+    leaves (units, procfs, nvml, native, progress)  errors only
+    symbols/                                       errors only
     record/                                        never analyze/, present/, symbols/
     analyze/                                       never record/, present/
-    present/                                       never record/, nor the command line
-    and nothing imports the command line but __main__.
+    present/                                       never record/, commands/, nor click
+    commands/                                      anything but the command line
+    and nothing imports the command line but __main__, nor commands/ but the command line.
 """
 
 from __future__ import annotations
@@ -20,24 +22,27 @@ from pathlib import Path
 import pytest
 
 import cudatrace
-from cudatrace import cli
 from cudatrace.analyze import sites
+from cudatrace.commands import options
 
 PKG = Path(cudatrace.__file__).resolve().parent
 LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver", "tracedir"}
 MAX_LINES = 900
 
 # floor -> floors it must never import
+UPPER = {"record", "analyze", "present", "symbols", "cli", "commands", "sweep"}
 FORBIDDEN = {
-    "leaf": {"record", "analyze", "present", "symbols", "cli", "demo", "sweep"},
-    "symbols": {"leaf", "root", "record", "analyze", "present", "cli", "demo"},
-    "record": {"analyze", "present", "symbols", "cli", "demo", "sweep"},
-    "analyze": {"record", "present", "cli", "demo", "sweep"},
-    "present": {"record", "cli", "demo", "sweep"},
-    "demo": {"cli"},
-    "sweep": {"cli", "demo"},
+    "errors": {"leaf", "root"} | UPPER,
+    "leaf": UPPER,
+    "symbols": {"leaf", "root", "record", "analyze", "present", "cli", "commands", "sweep"},
+    "record": {"analyze", "present", "symbols", "cli", "commands", "sweep"},
+    "analyze": {"record", "present", "cli", "commands", "sweep"},
+    "present": {"record", "cli", "commands", "sweep"},
+    "commands": {"cli"},
+    "sweep": {"cli", "commands"},
+    "cli": set(),
     "__main__": set(),
-    "root": {"leaf", "record", "analyze", "present", "symbols", "cli", "demo", "sweep"},
+    "root": {"leaf"} | UPPER,
 }
 
 
@@ -58,7 +63,9 @@ def floor(mod: str) -> str:
     top = parts[1]
     if top in LEAVES:
         return "leaf"
-    if top in ("record", "analyze", "present", "symbols", "cli", "demo", "sweep", "__main__"):
+    if top in ("errors", "record", "analyze", "present", "symbols", "cli", "commands"):
+        return top
+    if top in ("sweep", "__main__"):
         return top
     return "root"
 
@@ -141,7 +148,11 @@ def breaches(graph: dict[str, list[tuple[int, str]]]) -> list[str]:
             tf = floor(t)
             if tf == f and f != "root":
                 continue
-            if tf in FORBIDDEN.get(f, set()) or (tf == "cli" and f != "__main__"):
+            if (
+                tf in FORBIDDEN.get(f, set())
+                or (tf == "cli" and f != "__main__")
+                or (tf == "commands" and f != "cli")
+            ):
                 bad.append(f"{m}:{line}: {f} imports {t} ({tf})")
     return bad
 
@@ -171,8 +182,22 @@ def test_the_checks_catch_breaches():
         ],
         "cudatrace.analyze.model": [(10, "cudatrace.present.text"), (11, "cudatrace.symbols")],
         "cudatrace.__main__": [(12, "cudatrace.cli")],
+        "cudatrace.errors": [(13, "cudatrace.units")],
+        "cudatrace.sweep": [(14, "cudatrace.commands.options"), (15, "cudatrace.errors")],
+        "cudatrace.cli": [(16, "cudatrace.commands.run"), (17, "cudatrace.errors")],
+        "cudatrace.present.watch": [(18, "cudatrace.commands.report")],
     }
-    assert [b.split(":")[1] for b in breaches(fake)] == ["3", "5", "6", "7", "8", "10"]
+    assert [b.split(":")[1] for b in breaches(fake)] == [
+        "3",
+        "5",
+        "6",
+        "7",
+        "8",
+        "10",
+        "13",
+        "14",
+        "18",
+    ]
 
 
 @pytest.mark.parametrize("mod", sorted(MODULES))
@@ -182,7 +207,63 @@ def test_module_size(mod):
 
 
 def test_cli_groupings_are_the_analysis():
-    assert cli.GROUPINGS == sites.GROUPINGS
+    assert options.GROUPINGS == sites.GROUPINGS
+
+
+def test_present_never_imports_click():
+    """present/ renders: it takes values and returns text; options, exit statuses and the
+    terminal's prompts belong to commands/."""
+    bad = []
+    for mod, path in MODULES.items():
+        if floor(mod) != "present":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
+            bad += [f"{mod}:{node.lineno}" for n in names if n.split(".")[0] == "click"]
+    assert not bad, "present/ imports click: " + ", ".join(bad)
+
+
+def test_every_command_has_its_module():
+    """cli.py lists the commands; each is the function of that name in commands/NAME.py."""
+    import click
+
+    from cudatrace import cli
+
+    for name, module in cli.COMMANDS.items():
+        assert f"cudatrace.commands.{module}" in MODULES, name
+        cmd = cli.main.get_command(None, name)
+        assert isinstance(cmd, click.Command) and cmd.name == name, name
+    assert len(MODULES["cudatrace.cli"].read_text().splitlines()) <= 150
+
+
+def test_every_error_derives_from_the_one_base():
+    """One error voice: every exception class of the package derives from CudatraceError."""
+    import importlib
+
+    from cudatrace.errors import CudatraceError
+
+    loose = []
+    for mod, path in MODULES.items():
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if not isinstance(node, ast.ClassDef):
+                continue
+            if not any(
+                (b.id if isinstance(b, ast.Name) else getattr(b, "attr", "")).endswith(
+                    ("Error", "Exception")
+                )
+                for b in node.bases
+            ):
+                continue
+            cls = getattr(importlib.import_module(mod), node.name)
+            if not issubclass(cls, CudatraceError):
+                loose.append(f"{mod}.{node.name}")
+    assert not loose, "exceptions outside the one base: " + ", ".join(loose)
 
 
 def test_tools_and_tests_import_modules_that_exist():

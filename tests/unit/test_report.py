@@ -12,7 +12,9 @@ from click.testing import CliRunner
 
 from cudatrace.analyze.analysis import SCHEMA, Analysis, build_report
 from cudatrace.cli import main
-from cudatrace.present.commands import run_report
+from cudatrace.commands.options import Outputs
+from cudatrace.commands.report import run_report
+from cudatrace.errors import CudatraceError
 from cudatrace.present.report import render_text
 from cudatrace.units import parse_time
 from support import tracegen as tg
@@ -712,17 +714,21 @@ def test_summary_uses_the_same_numbers(scen, fake_sym, monkeypatch):
 
 
 def test_commands_registered():
-    assert "report" in main.commands and "diff" in main.commands
+    assert {"report", "diff"} <= set(main.list_commands(None))
+    assert main.get_command(None, "report").name == "report"
 
 
-def test_run_report_returns_status(scen, fake_sym, tmp_path):
+def test_run_report_raises_the_one_error(scen, fake_sym, tmp_path):
     import io
 
     d, _ = scen
     buf = io.StringIO()
-    assert run_report(d, as_json=True, out=buf, symbolizer=fake_sym) == 0
+    run_report(d, outputs=Outputs(as_json=True), out=buf, symbolizer=fake_sym)
     check(json.loads(buf.getvalue()), REPORT)
-    assert run_report(tmp_path / "missing", out=buf) == 2
+    with pytest.raises(CudatraceError) as e:
+        run_report(tmp_path / "missing", out=buf)
+    assert e.value.status == 2 and "missing" in str(e.value)
+    assert not str(e.value).startswith("cudatrace:")
 
 
 def test_real_symbolizer(scen, tmp_path, monkeypatch):

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from cudatrace.present.commands import run_report
+from cudatrace.commands.options import Moment
+from cudatrace.commands.report import run_report
 from support import tracegen as tg
 
 
@@ -18,10 +19,10 @@ def scen(tmp_path):
     return tmp_path / "s"
 
 
-def report(path, **kw):
+def report(path, at="peak"):
     out = io.StringIO()
-    rc = run_report(path, out=out, **kw)
-    return rc, out.getvalue()
+    run_report(path, moment=Moment(at=at), out=out)
+    return 0, out.getvalue()
 
 
 def test_bad_samples_are_not_blamed_on_at(scen, capsys):

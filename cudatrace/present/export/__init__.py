@@ -20,13 +20,13 @@ import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...errors import CudatraceError
+
 EXTRA = "export"  # pip install 'cudatrace[export]'
 
 
-class ExportError(Exception):
+class ExportError(CudatraceError):
     """An export that cannot be made: exit status 2, with the message."""
-
-    status = 2
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Exporter:
         missing = [m for m in self.needs if not _importable(m)]
         if missing:
             raise ExportError(
-                "cudatrace: --format {} needs {}: pip install 'cudatrace[{}]'".format(
+                "--format {} needs {}: pip install 'cudatrace[{}]'".format(
                     self.name, " and ".join(missing), EXTRA
                 )
             )
@@ -114,5 +114,5 @@ def get(name: str) -> Exporter:
         return EXPORTERS[name]
     except KeyError:
         raise ExportError(
-            "cudatrace: unknown export format {!r} (one of: {})".format(name, ", ".join(FORMATS))
+            "unknown export format {!r} (one of: {})".format(name, ", ".join(FORMATS))
         ) from None

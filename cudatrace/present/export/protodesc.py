@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ...errors import CudatraceError
+
 _SCALARS = {
     "double": 1,
     "float": 2,
@@ -42,8 +44,8 @@ _MESSAGE = re.compile(r"\bmessage\s+(\w+)\s*\{([^{}]*)\}")
 _FIELD = re.compile(r"^(repeated\s+)?([\w.]+)\s+(\w+)\s*=\s*(\d+)\s*$")
 
 
-class ProtoError(Exception):
-    pass
+class ProtoError(CudatraceError):
+    """A .proto file this reader cannot read."""
 
 
 def parse(text: str, name: str = "file.proto"):

@@ -24,7 +24,7 @@ class View:
         if device is not None and device not in m.device_peaks:
             seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
             raise ExportError(
-                "cudatrace: no device memory was traced on device %d (devices with "
+                "no device memory was traced on device %d (devices with "
                 "allocations: %s)" % (device, seen)
             )
         self.a = a

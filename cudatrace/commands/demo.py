@@ -35,9 +35,10 @@ from pathlib import Path
 
 import click
 
-from . import simdriver
+from .. import simdriver
+from ..errors import CudatraceError, OptionError
 
-PKG = Path(__file__).resolve().parent
+PKG = Path(__file__).resolve().parent.parent  # the package
 REPO = PKG.parent  # the source checkout, when running from one
 NATIVE = PKG / "_native"
 
@@ -58,8 +59,8 @@ FALLBACK_BLOCKS = 256
 SITE_FUNCTIONS = ("allocate_layer_kv", "allocate_kv_cache")
 
 
-class DemoError(Exception):
-    pass
+class DemoError(CudatraceError):
+    """The demo could not be built or run."""
 
 
 # ---- finding the sources --------------------------------------------------------------------
@@ -494,16 +495,14 @@ class Demo:
 def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = False) -> int:
     """The body of `cudatrace demo`: mode "gpu", "simulated" or None (the GPU when there is
     one); out_dir keeps the build and traces (else a temporary folder, removed unless keep).
-    Returns the exit status."""
+    Returns the exit status; raises CudatraceError on bad input."""
     if mode is None:
         mode = "gpu" if gpu_present() else "simulated"
     elif mode == "gpu" and not gpu_present():
-        click.echo(
-            "cudatrace demo: --gpu: no NVIDIA GPU here (nvidia-smi fails and there is "
-            "no /dev/nvidia0); run without --gpu to use the simulated driver",
-            err=True,
+        raise OptionError(
+            "--gpu: no NVIDIA GPU here (nvidia-smi fails and there is "
+            "no /dev/nvidia0); run without --gpu to use the simulated driver"
         )
-        return 2
     label = "[simulated]" if mode == "simulated" else "[gpu]"
 
     tmp = out_dir is None
@@ -511,11 +510,9 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
         work = Path(tempfile.mkdtemp(prefix="cudatrace-demo-")) if tmp else out_dir.resolve()
         work.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        click.echo(
-            f"cudatrace: demo: cannot use {e.filename or out_dir} as the demo's folder: {e.strerror or e}",
-            err=True,
-        )
-        return 2
+        raise CudatraceError(
+            f"demo: cannot use {e.filename or out_dir} as the demo's folder: {e.strerror or e}"
+        ) from None
     status = 1
     try:
         env = {
@@ -566,3 +563,32 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
         if tmp and not keep:
             shutil.rmtree(work, ignore_errors=True)
     return status
+
+
+@click.command("demo")
+@click.option(
+    "--simulated",
+    "mode",
+    flag_value="simulated",
+    help="Run on the simulated CUDA driver even if there is a GPU.",
+)
+@click.option("--gpu", "mode", flag_value="gpu", help="Run on the GPU (an error if there is none).")
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Folder for the build and the traces (kept). Default: a temporary folder, "
+    "removed at the end unless --keep.",
+)
+@click.option("--keep", is_flag=True, help="Keep the temporary folder with the traces.")
+def demo(mode, out_dir, keep):
+    """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget.
+
+    Builds the example server (examples/kv-pool) and traces it with --kv-cache-memory 1GiB
+    (28 layers x 1 GiB), --num-blocks 64 and the 256-block fallback; reports the first run,
+    diffs it against the second, and stops the oversized pool with --budget 12GiB. Without a
+    GPU it runs on the test suite's simulated driver (a 122 GiB Jetson-like device), and every
+    line says [simulated].
+    """
+    return run_demo(mode, out_dir, keep)

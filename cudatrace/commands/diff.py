@@ -1,0 +1,86 @@
+"""`cudatrace diff A B`: what changed between two runs: sites grown, shrunk, new and gone."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import CudatraceError
+from .options import Attribution, Outputs
+
+HELP = {"help_option_names": ["-h", "--help"]}
+
+
+@click.command("diff", context_settings=HELP)
+@click.argument("a", type=click.Path(path_type=Path))
+@click.argument("b", type=click.Path(path_type=Path))
+@click.option(
+    "--top", default=20, show_default=True, type=click.IntRange(1, None), help="Sites listed."
+)
+@Attribution.options()
+@Outputs.options(
+    "cudatrace.diff/1",
+    html="Also write one self-contained HTML page (differential flame graph, site changes).",
+)
+def diff(a, b, top, attribution, outputs):
+    """What changed between two traces A and B: sites grown, shrunk, new and gone.
+
+    A and B are trace directories (or .ctrace files). Sites are matched by function, file and
+    module names, so two runs, or two builds with symbols, compare.
+    """
+    run_diff(a, b, top, attribution, outputs)
+    return 0
+
+
+def run_diff(
+    a_path,
+    b_path,
+    top: int = 20,
+    attribution: Attribution = Attribution(),
+    outputs: Outputs = Outputs(),
+    out=None,
+    symbolizer=None,
+) -> None:
+    """The body of `cudatrace diff` (also callable from Python). Raises CudatraceError."""
+    from ..analyze.analysis import Analysis
+    from ..present.diff import diff as diff_of
+    from ..present.diff import render_text, share_graph
+    from ..progress import stderr_is_tty
+
+    out = out or sys.stdout
+    opts = attribution.analysis_options()
+    try:
+        opts["progress"] = not outputs.as_json and stderr_is_tty()
+        a = Analysis(a_path, symbolizer=symbolizer, **opts)
+        # one call graph for both runs: a site is attributed the same way on both sides
+        b = Analysis(
+            b_path,
+            symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
+            graph=a.stacks.graph,
+            **opts,
+        )
+        share_graph(a, b)
+    except CudatraceError:
+        raise
+    except ValueError as e:  # e.g. a bad --fold pattern
+        raise CudatraceError(str(e)) from None
+    depth = attribution.depth
+    d = diff_of(a, b, depth=depth, top=top)
+    if outputs.html:
+        from ..present.html import render_diff_html, write_html
+
+        try:
+            write_html(
+                outputs.html, render_diff_html(a, b, diff_of(a, b, depth=depth), depth=depth)
+            )
+        except OSError as e:
+            raise CudatraceError(f"cannot write {outputs.html}: {e.strerror or e}") from None
+    if outputs.as_json:
+        out.write(json.dumps(d, indent=2) + "\n")
+    else:
+        out.write(render_text(d))
+        if outputs.html:
+            out.write(f"HTML diff written to {outputs.html}\n")

@@ -1,0 +1,375 @@
+"""The option groups the commands share, each defined once, and the parameter types that read
+sizes, times, moments and budget specs once, at parsing.
+
+An option group is a frozen dataclass (the one value a command's body receives, as pprof hands
+its one options value around) with a class method `options()` that returns the click
+decorator adding the group's options to a command. The decorator collects their values into the
+dataclass and passes it under the group's name (`attribution`, `moment`, `outputs`, `run`):
+
+    @click.command()
+    @Attribution.options()
+    @Moment.options()
+    def export(path, attribution, moment): ...
+
+A value that does not parse raises `OptionError` ("--at 'soon' is not peak, end or a time ..."),
+which the command line prints as every other error (cli.Main). This module imports click and
+the leaves only: it is loaded at start-up by every command.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from ..errors import OptionError
+
+# = analyze.sites.GROUPINGS, written out so that the command line loads without the analysis
+# (tests/unit/test_imports.py checks that the two agree)
+GROUPINGS = ("site", "api", "library", "process")
+
+
+# ---- parameter types -------------------------------------------------------------------------
+
+
+class MomentSpec(click.ParamType):
+    """--at: peak, end or TIME seconds since the start; the spec itself is kept (it is echoed
+    in reports and JSON), checked here once."""
+
+    name = "moment"
+
+    def convert(self, value, param, ctx):
+        from ..units import UnitError, parse_moment
+
+        try:
+            parse_moment(value)
+        except UnitError as e:
+            raise OptionError(f"{_name(param)} {e}") from None
+        return value
+
+
+class Duration(click.ParamType):
+    """A time ('30s', '2min', '1500ms', '2.5') -> float seconds."""
+
+    name = "time"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        from ..units import UnitError, parse_time
+
+        try:
+            return parse_time(value)
+        except UnitError as e:
+            raise OptionError(f"{_name(param)} {value}: {e}") from None
+
+
+class BudgetSpec(click.ParamType):
+    """--budget SPEC, checked before anything runs; the launcher resolves the SPEC itself on
+    this machine (a share of free memory is measured at start)."""
+
+    name = "spec"
+
+    def convert(self, value, param, ctx):
+        from ..record.budget import BudgetError, parse_budget  # only a run with a budget
+
+        try:
+            parse_budget(value)
+        except BudgetError as e:
+            raise OptionError(f"{_name(param)} {value}: {e}") from None
+        return value
+
+
+def _name(param) -> str:
+    return param.opts[0] if param is not None and param.opts else "value"
+
+
+# ---- the mechanism of a group -----------------------------------------------------------------
+
+
+def option_group(name: str, build, options: list):
+    """A decorator adding `options` (click decorators) to a command and passing the command one
+    value, build(**their values), under the keyword `name`. `build` names the values it takes
+    by its parameters; each option's destination is one of them."""
+    import inspect
+
+    dests = list(inspect.signature(build).parameters)
+
+    def decorate(f):
+        @functools.wraps(f)
+        def command(*args, **kw):
+            kw[name] = build(**{d: kw.pop(d) for d in dests if d in kw})
+            return f(*args, **kw)
+
+        for opt in reversed(options):
+            command = opt(command)
+        return command
+
+    return decorate
+
+
+# ---- attribution -----------------------------------------------------------------------------
+
+FOLD_HELP = (
+    "Fold functions matching REGEX (full or short name, or module) into the allocator layers, "
+    "besides those recognized from the call graph. Repeatable."
+)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """How allocations are attributed to call sites: every command that reports (report, diff,
+    export, sweep) takes these options and means the same by them."""
+
+    depth: int = 1
+    fold: bool = True
+    fold_patterns: tuple[str, ...] = ()
+    full_names: bool = False
+    view: str = "hybrid"  # "python", "native" or "hybrid"
+    show_cuda_frames: bool = False
+
+    def analysis_options(self) -> dict:
+        """The keywords of analyze.analysis.Analysis that this attribution sets."""
+        return {
+            "show_cuda_frames": self.show_cuda_frames,
+            "view": self.view,
+            "fold_layers": self.fold,
+            "fold_patterns": self.fold_patterns,
+            "full_names": self.full_names,
+        }
+
+    @staticmethod
+    def _build(depth=1, fold_patterns=(), no_fold=False, full_names=False, view=None, cuda=False):
+        return Attribution(
+            depth=depth,
+            fold=not no_fold,
+            fold_patterns=tuple(fold_patterns),
+            full_names=full_names,
+            view=view or "hybrid",
+            show_cuda_frames=cuda,
+        )
+
+    @classmethod
+    def options(cls, depth: bool = True):
+        """The attribution options; without `depth` for a command that writes whole stacks
+        (export: there is no site to deepen)."""
+        opts = []
+        if depth:
+            opts.append(
+                click.option(
+                    "--depth",
+                    default=1,
+                    show_default=True,
+                    type=click.IntRange(1, 64),
+                    help="Frames that make a site (a deeper site splits a shared helper by "
+                    "caller).",
+                )
+            )
+        opts += [
+            click.option(
+                "--show-cuda-frames",
+                "cuda",
+                is_flag=True,
+                help="Keep the CUDA libraries' own frames (folded by default).",
+            ),
+            click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP),
+            click.option(
+                "--no-fold",
+                is_flag=True,
+                help="Do not fold allocator layers: the site is the innermost frame outside CUDA.",
+            ),
+            click.option(
+                "--full-names",
+                is_flag=True,
+                help="Show whole demangled signatures instead of shortened names.",
+            ),
+            click.option(
+                "--python-only",
+                "view",
+                flag_value="python",
+                help="Python programs: sites and stacks from Python frames alone.",
+            ),
+            click.option(
+                "--native-only",
+                "view",
+                flag_value="native",
+                help="Python programs: native frames alone (the eval loop not replaced).",
+            ),
+        ]
+        return option_group("attribution", cls._build, opts)
+
+
+# ---- the moment ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Which moment of a run (--at) on which device (--device)."""
+
+    at: str = "peak"
+    device: int | None = None
+
+    @classmethod
+    def options(cls):
+        return option_group(
+            "moment",
+            cls,
+            [
+                click.option(
+                    "--at",
+                    "at",
+                    default="peak",
+                    show_default=True,
+                    type=MomentSpec(),
+                    metavar="peak|end|TIME",
+                    help="The moment: the peak, the end, or TIME seconds since the start "
+                    "(2.5s, 2.5).",
+                ),
+                click.option(
+                    "--device",
+                    type=int,
+                    default=None,
+                    metavar="N",
+                    help="Only device N (its own peak with --at peak).",
+                ),
+            ],
+        )
+
+
+# ---- outputs ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What a command prints (text, or JSON with --json) and the files it also writes."""
+
+    as_json: bool = False
+    html: Path | None = None
+    svg: Path | None = None
+
+    @classmethod
+    def options(cls, schema: str, html: str | None = None, svg: str | None = None):
+        """--json (printing `schema`), and --html / --svg FILE where their help is given."""
+        opts = [
+            click.option(
+                "--json",
+                "as_json",
+                is_flag=True,
+                help=f"Print JSON (schema {schema})." if schema else "Machine-readable output.",
+            )
+        ]
+        for flag, text in (("--html", html), ("--svg", svg)):
+            if text is not None:
+                opts.append(
+                    click.option(
+                        flag,
+                        type=click.Path(dir_okay=False, path_type=Path),
+                        default=None,
+                        metavar="FILE",
+                        help=text,
+                    )
+                )
+        return option_group("outputs", cls, opts)
+
+
+# ---- a traced run's settings (run, sweep) ----------------------------------------------------
+
+BUDGET_HELP = (
+    "Device-memory limit for the whole process tree: a size (8GiB, 512MiB, 1.5GiB; "
+    "8G means 8 GiB = 8*2^30 bytes, 8GB means 8*10^9), a share of each device's total "
+    "(60%), of its free memory at start (60%free), or per device (0=8GiB,1=4GiB)."
+)
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The settings of a traced run about stacks and budgets: `run` and every run of `sweep`."""
+
+    stack_depth: int = 64
+    budget: str | None = None
+    group: str | None = None
+    on_exceed: str = "fail"
+    count_host: bool = False
+    virtualize: bool = True
+
+    @staticmethod
+    def _build(stack_depth, budget, group, on_exceed, count_host, no_virtualize):
+        return RunSettings(stack_depth, budget, group, on_exceed, count_host, not no_virtualize)
+
+    def as_dict(self) -> dict:
+        """The keywords of record.launcher.RunOptions."""
+        from dataclasses import asdict
+
+        return asdict(self)
+
+    @classmethod
+    def options(cls):
+        return option_group(
+            "settings",
+            cls._build,
+            [
+                click.option(
+                    "--stack-depth",
+                    default=64,
+                    show_default=True,
+                    type=click.IntRange(0, 256),
+                    help="Native frames kept per event; 0 disables stacks.",
+                ),
+                click.option("--budget", metavar="SPEC", type=BudgetSpec(), help=BUDGET_HELP),
+                click.option(
+                    "--group",
+                    metavar="NAME",
+                    help="Share the budget with other 'cudatrace run --group NAME' of this user "
+                    "(co-tenants). The first run naming a --budget sets the group's; a run "
+                    "without one joins under it (waiting up to $CUDATRACE_GROUP_WAIT s, default "
+                    "30, for it to be set); a different budget is refused while the group is in "
+                    "use.",
+                ),
+                click.option(
+                    "--on-exceed",
+                    type=click.Choice(["fail", "warn", "abort"]),
+                    default="fail",
+                    show_default=True,
+                    help="Over budget: fail the allocation with out-of-memory; warn and allow "
+                    "it; or abort: stop the whole process tree with a non-zero status.",
+                ),
+                click.option(
+                    "--count-host",
+                    is_flag=True,
+                    help="Count pinned host memory against the budget (always on integrated "
+                    "devices).",
+                ),
+                click.option(
+                    "--no-virtualize",
+                    is_flag=True,
+                    help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
+                ),
+            ],
+        )
+
+
+# ---- the ledger directory (run, status, doctor) ----------------------------------------------
+
+
+def _use_ledger_dir(ctx, param, value):
+    """--ledger-dir: the one setting the C of both sides reads (CUDATRACE_LEDGER_DIR), set as
+    soon as it is parsed."""
+    if value is not None:
+        os.environ["CUDATRACE_LEDGER_DIR"] = str(Path(value).absolute())
+    return value
+
+
+def ledger_dir_option(f):
+    return click.option(
+        "--ledger-dir",
+        metavar="DIR",
+        type=click.Path(file_okay=False, path_type=Path),
+        callback=_use_ledger_dir,
+        expose_value=False,
+        help="Where budget ledgers live (default $CUDATRACE_LEDGER_DIR, else "
+        "/dev/shm/cudatrace-UID): a directory containers share by a bind mount to share a "
+        "--group (docs/budgets.md).",
+    )(f)

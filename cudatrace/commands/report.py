@@ -1,0 +1,174 @@
+"""`cudatrace report PATH`: who held the device memory at a moment, by call site; the text,
+JSON, tree, SVG timeline and HTML page of it, and `--watch`."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from ..errors import CudatraceError
+from .options import GROUPINGS, Attribution, Moment, Outputs
+
+HELP = {"help_option_names": ["-h", "--help"]}
+
+
+@click.command("report", context_settings=HELP)
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option(
+    "--top", default=10, show_default=True, type=click.IntRange(1, None), help="Sites listed."
+)
+@click.option(
+    "--by",
+    type=click.Choice(GROUPINGS),
+    default="site",
+    show_default=True,
+    help="Group allocations by call site, API, library or process.",
+)
+@Moment.options()
+@Attribution.options()
+@Outputs.options(
+    "cudatrace.report/1",
+    svg="Also write a timeline picture (SVG) to FILE.",
+    html="Also write one self-contained HTML page (timeline, flame graph, sites) to FILE.",
+)
+@click.option("--tree", is_flag=True, help="Show the caller tree from the program's entry down.")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="Re-render the text report every second while the run is being traced.",
+)
+def report(path, top, by, moment, attribution, outputs, tree, watch):
+    """Who held the device memory at the peak (or another moment), by call site.
+
+    PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it.
+    """
+    if watch:
+        if outputs.as_json or outputs.svg or outputs.html:
+            raise click.UsageError(
+                "--watch shows the text report; leave out --json, --svg and --html"
+            )
+        return watch_report(path, top, by, moment, attribution)
+    run_report(path, top, by, moment, attribution, outputs, tree)
+    return 0
+
+
+def run_report(
+    path,
+    top: int = 10,
+    by: str = "site",
+    moment: Moment = Moment(),
+    attribution: Attribution = Attribution(),
+    outputs: Outputs = Outputs(),
+    tree: bool = False,
+    out=None,
+    symbolizer=None,
+) -> None:
+    """The body of `cudatrace report` (also callable from Python): writes the chosen outputs.
+    Raises CudatraceError (a trace that cannot be read, a file that cannot be written)."""
+    from ..analyze.analysis import Analysis, build_report
+    from ..progress import stderr_is_tty
+
+    out = out or sys.stdout
+    try:
+        a = Analysis(
+            path,
+            symbolizer=symbolizer,
+            progress=not outputs.as_json and stderr_is_tty(),
+            **attribution.analysis_options(),
+        )
+        r = build_report(
+            a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
+        )
+        if tree:
+            from ..analyze.tree import build_tree
+
+            r["tree"] = build_tree(a, at=moment.at, device=moment.device)
+    except CudatraceError:
+        raise
+    except ValueError as e:  # e.g. a bad --fold pattern
+        raise CudatraceError(str(e)) from None
+    _write_files(a, r, moment, attribution, outputs)
+    _print(r, outputs, tree, attribution.full_names, out)
+
+
+def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: Outputs) -> None:
+    """--svg and --html: written before the text, so that a failure is said first."""
+    if outputs.svg:
+        from ..present.plot import write_svg
+
+        try:
+            write_svg(a, outputs.svg, device=moment.device, report=r)
+        except OSError as e:
+            raise CudatraceError(f"cannot write {outputs.svg}: {e.strerror or e}") from None
+    if outputs.html:
+        from ..present.html import render_report_html, write_html
+        from ..progress import bar, stderr_is_tty
+
+        page = render_report_html(
+            a, r, depth=attribution.depth, progress=bar if stderr_is_tty() else None
+        )
+        try:
+            write_html(outputs.html, page)
+        except OSError as e:
+            raise CudatraceError(f"cannot write {outputs.html}: {e.strerror or e}") from None
+
+
+def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None:
+    if outputs.as_json:
+        out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
+    elif tree:
+        from ..present.tree import render_tree
+
+        out.write(render_tree(r["tree"], full=full_names))
+    else:
+        from ..present.report import render_text
+
+        out.write(render_text(r))
+        if outputs.svg:
+            out.write(f"timeline written to {outputs.svg}\n")
+        if outputs.html:
+            out.write(f"HTML report written to {outputs.html}\n")
+
+
+def watch_report(
+    path,
+    top: int = 10,
+    by: str = "site",
+    moment: Moment = Moment(),
+    attribution: Attribution = Attribution(),
+    interval: float = 1.0,
+    out=None,
+) -> int:
+    """The body of `cudatrace report --watch`: the text report every `interval` seconds until
+    Ctrl-C or the run's end (present/watch.py)."""
+    from ..analyze.analysis import Analysis, build_report
+    from ..analyze.sites import make_symbolizer
+    from ..present.report import render_text
+    from ..present.watch import loop, run_ended
+
+    sym = make_symbolizer()
+
+    def render() -> str:
+        try:
+            a = Analysis(path, symbolizer=sym, **attribution.analysis_options())
+            r = build_report(
+                a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
+            )
+            return render_text(r)
+        except CudatraceError as e:
+            return f"cudatrace: {e}\n(waiting: the trace may not have been written yet)\n"
+        except ValueError as e:
+            return f"cudatrace: {e}\n"
+
+    def head(done: bool, why: str) -> str:
+        return "cudatrace report --watch {}  {}  {}".format(
+            path,
+            time.strftime("%H:%M:%S"),
+            f"{why}: last render" if done else f"{why} (every {interval:g} s; Ctrl-C stops)",
+        )
+
+    return loop(render, head, lambda: run_ended(path), interval, out)

@@ -1,0 +1,115 @@
+"""`cudatrace run -- CMD`: trace CMD and its children; exit with CMD's status."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import OptionError
+from .options import RunSettings, ledger_dir_option
+
+RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+@click.command(context_settings=RUN_CONTEXT)
+@click.option(
+    "-o",
+    "--output",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    help="Trace directory (default: ./cudatrace-CMD-DATE-TIME, created).",
+)
+@click.option(
+    "-q",
+    "--quiet",
+    is_flag=True,
+    help="Print nothing of cudatrace's own (errors, and a note that changes the budget, excepted).",
+)
+@click.option("--force", is_flag=True, help="Replace a previous trace in the output directory.")
+@RunSettings.options()
+@click.option(
+    "--aggregate",
+    is_flag=True,
+    help="Bounded disk use for long runs: per-site totals, the live set at each new peak and "
+    "at the end, failures and denials; no per-event history (docs/aggregate.md).",
+)
+@click.option(
+    "--no-trace",
+    is_flag=True,
+    help="Enforce --budget/--group (and virtualize) only; write no trace.",
+)
+@ledger_dir_option
+@click.option(
+    "--outlive-launcher",
+    is_flag=True,
+    help="Let CMD run on if cudatrace itself is killed (by default the kernel sends CMD "
+    "SIGTERM then).",
+)
+@click.option(
+    "--sample-ms",
+    type=click.IntRange(1, 3_600_000),
+    default=100,
+    show_default=True,
+    metavar="MS",
+    help="How often the observed figures (NVML, MemAvailable, the tree's RSS) are sampled.",
+)
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, sample_ms, cmd):
+    """Run CMD with every device-memory allocation and free traced.
+
+    The trace goes to one file per process in the output directory, written as events happen
+    (a killed process leaves a readable file). When CMD ends, a summary is printed and
+    cudatrace exits with CMD's status (128+N if it died of signal N).
+    """
+    budgeted = settings.budget is not None or settings.group is not None
+    if no_trace and (aggregate or not budgeted or out_dir is not None):
+        raise OptionError(
+            "--no-trace enforces a budget and writes nothing: it needs --budget or "
+            "--group, and takes neither --aggregate nor -o"
+        )
+    from ..record.launcher import RunOptions
+    from ..record.launcher import run as launch
+
+    opts = RunOptions(
+        on_denials=_denial_printer() if budgeted else None,
+        cmd=list(cmd),
+        out_dir=out_dir,
+        quiet=quiet,
+        force=force,
+        mode="none" if no_trace else "aggregate" if aggregate else "full",
+        outlive_launcher=outlive_launcher,
+        sample_ms=sample_ms,
+        **settings.as_dict(),
+    )
+    status, out = launch(opts)
+    if not quiet and out is None:
+        click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
+    elif not quiet:
+        _summarize(out, status)
+    return status
+
+
+def _summarize(out, status: int) -> None:
+    """What `run` prints at the end; it never hides the command's status."""
+    from ..present.summary import print_summary  # after the command has ended
+
+    try:
+        print_summary(out, status, sys.stderr)
+    except Exception as exc:
+        sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
+
+
+def _denial_printer():
+    """The launcher's callback after a budget denial: loads the analysis only then."""
+    held = []
+
+    def call(out_dir):
+        if not held:
+            from ..present.denials import DenialPrinter
+
+            held.append(DenialPrinter())
+        return held[0](out_dir)
+
+    return call

@@ -1,0 +1,186 @@
+"""The native code under AddressSanitizer and UndefinedBehaviorSanitizer: the preload library
+(lock-free ledger, an unwinder reading raw stack memory, the Python-frames reader), the ledger's
+C harness and the trace reader fuzzed with hostile files, each built with
+`make -C native sanitize` (the same sources, -fsanitize=address,undefined, every report fatal).
+
+A sanitizer's report ends the process with a non-zero status and "ERROR: AddressSanitizer" or
+"runtime error:" on stderr; each test fails on either.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from support.paths import REPO
+
+SAN_MARKS = ("ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer")
+# halt on the first report; leaks are the target program's business (and Python's)
+SAN_OPTIONS = {
+    "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=99:verify_asan_link_order=0",
+    "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1:exitcode=98",
+}
+
+
+def _runtime(name: str) -> str:
+    cc = os.environ.get("CC", "cc")
+    path = subprocess.run(
+        [cc, f"-print-file-name={name}"], capture_output=True, text=True
+    ).stdout.strip()
+    assert os.path.isabs(path) and os.path.exists(path), (
+        f"{cc} has no {name}: the sanitizer tests need gcc's libasan and libubsan "
+        "(Debian: gcc brings them)"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def san(tmp_path_factory):
+    """{dir: the sanitized libraries, preload: the runtimes, env: what a process needs}"""
+    assert shutil.which("make"), "the sanitizer tests need make"
+    out = tmp_path_factory.mktemp("san")
+    r = subprocess.run(
+        ["make", "-s", "-C", str(REPO / "native"), "sanitize", f"OUT={out}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    preload = f"{_runtime('libasan.so')}:{_runtime('libubsan.so')}"
+    env = dict(SAN_OPTIONS, CUDATRACE_NATIVE_DIR=str(out))
+    return {"dir": out, "preload": preload, "env": env}
+
+
+def _clean(r: subprocess.CompletedProcess) -> None:
+    text = (r.stdout or "") + (r.stderr or "")
+    marks = [m for m in SAN_MARKS if m in text]
+    assert not marks, f"sanitizer report ({marks}):\n{text[-8000:]}"
+
+
+def _traced(ct, sim, san, argv, *opts, sim_opts=None):
+    """`cudatrace run` of argv with the sanitized shim (the sanitizers' runtimes first)."""
+    env = ct.env(**(sim_opts or {}))
+    env.update(san["env"])
+    env["LD_PRELOAD"] = san["preload"]
+    r = ct.run(argv, *opts, env=env, timeout=300)
+    _clean(r)
+    return r
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        ("route_link", []),
+        ("route_gpa", []),
+        ("threads", ["8", "200", "1m"]),
+        ("forkexec", ["2"]),
+        ("churn", ["300", "4", "1m"]),
+    ],
+    ids=lambda c: c[0],
+)
+def test_shim_under_sanitizers(ct, sim, san, case):
+    name, args = case
+    prog = sim.progs[name]
+    assert prog is not None, f"{name} was not built"
+    r = _traced(ct, sim, san, [prog, *args])
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert list(r.out.glob("*.ctrace")), "no trace written"
+
+
+def test_budget_under_sanitizers(ct, sim, san):
+    """The ledger's lock-free paths: threads racing over one budget, denials included."""
+    r = _traced(
+        ct,
+        sim,
+        san,
+        [sim.progs["budget_hammer"], "8", "300", "1m"],
+        "--budget",
+        "6MiB",
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_aggregate_and_python_frames_under_sanitizers(ct, sim, san, tmp_path):
+    """--aggregate's tables, and the Python-frames reader walking a live interpreter."""
+    script = tmp_path / "alloc.py"
+    script.write_text(
+        "import ctypes\n"
+        "cuda = ctypes.CDLL('libcuda.so.1')\n"
+        "cuda.cuInit(0)\n"
+        "ctx = ctypes.c_void_p()\n"
+        "cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, 0)\n"
+        "def kv(n):\n"
+        "    p = ctypes.c_uint64()\n"
+        "    for _ in range(n):\n"
+        "        assert cuda.cuMemAlloc_v2(ctypes.byref(p), 1 << 20) == 0\n"
+        "        assert cuda.cuMemFree_v2(p) == 0\n"
+        "kv(200)\n"
+    )
+    for opts in ([], ["--aggregate"]):
+        r = _traced(ct, sim, san, [sys.executable, str(script)], *opts)
+        assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_ledger_harness_under_sanitizers(san, tmp_path):
+    cc = os.environ.get("CC", "cc")
+    exe = tmp_path / "ledger_test"
+    cmd = [
+        cc,
+        "-std=gnu11",
+        "-O1",
+        "-g",
+        "-fsanitize=address,undefined",
+        "-fno-sanitize-recover=undefined",
+        "-fno-omit-frame-pointer",
+        "-D_GNU_SOURCE",
+        "-pthread",
+        "-I",
+        str(REPO / "native/include"),
+        str(REPO / "tests/ledger/ledger_test.c"),
+        str(REPO / "native/common/ledger.c"),
+        "-o",
+        str(exe),
+    ]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, **SAN_OPTIONS)
+    for case in ("hammer", "kill", "reuse", "saturate", "security", "fork", "full"):
+        d = tmp_path / case
+        d.mkdir(mode=0o700)
+        r = subprocess.run(
+            [str(exe), str(d), case], capture_output=True, text=True, timeout=120, env=env
+        )
+        _clean(r)
+        assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
+
+
+def test_reader_fuzz_under_sanitizers(ct, sim, san, tmp_path):
+    """support/fuzz_reader.py against the sanitized scanner and replay (no RLIMIT_AS: the
+    sanitizer's shadow memory needs the address space; the plain fuzz test bounds memory)."""
+    from support.tracegen import write_scenario
+
+    r = ct.run([sim.progs["route_link"]])
+    assert r.returncode == 0, r.stderr
+    write_scenario(tmp_path / "scen")
+    files = [str(p) for p in sorted(r.out.glob("*.ctrace"))]
+    files.append(str(tmp_path / "scen" / "1000.0.ctrace"))
+    env = dict(os.environ, **san["env"])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests")])
+    env["LD_PRELOAD"] = san["preload"]
+    res = subprocess.run(
+        [sys.executable, "-m", "support.fuzz_reader", "150", "0", *files],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+    _clean(res)
+    assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
+    assert "ok: 150 examples" in res.stdout
+    # the sanitized tools library was the one read through
+    assert Path(san["dir"], "libcudatrace_tools.so").is_file()
