@@ -31,6 +31,7 @@ FOLD_FUNCTIONS = re.compile(
 )
 
 GROUPINGS = ("site", "api", "library", "process")
+EXE = "(exe)"  # the module token of a program's own executable (SFrame.module_token)
 VIEWS = ("hybrid", "python", "native")
 # Python's own call machinery between a Python line and the native code it called: folded when
 # the stack has Python frames (the interpreter itself is matched by its eval loop's module too)
@@ -51,6 +52,7 @@ class SFrame:
     offset: int
     inlined: bool = False
     python: bool = False  # a Python frame: module = the .py file, offset = instruction
+    exe: bool = False  # in the program's own executable (whatever its file is named)
 
     @classmethod
     def of_python(cls, f: pyframes.PyFrame) -> SFrame:
@@ -79,13 +81,18 @@ class SFrame:
             return f"{self.label(full)}  [{os.path.basename(self.module)}]"
         return self.label(full)
 
+    def module_token(self) -> str:
+        """The module as identities and keys name it: its basename, or EXE for the program's
+        own executable, so `server-b1234` and `server-b1300` (two builds) compare."""
+        return EXE if self.exe else os.path.basename(self.module)
+
     def identity(self) -> tuple:
         """The function this frame is in, for the call graph (docs/attribution.md)."""
         if self.python:  # a package's path: two packages' `utils.py` are not one module
             return (pyframes.origin(self.file).where, self.function)
         if self.function:
-            return (os.path.basename(self.module), self.function)
-        return (os.path.basename(self.module), self.offset)
+            return (self.module_token(), self.function)
+        return (self.module_token(), self.offset)
 
     def key(self) -> tuple:
         """What makes two frames the same across runs and builds: names, not addresses."""
@@ -94,11 +101,11 @@ class SFrame:
             return (w, self.function, os.path.basename(w))
         if self.function:
             return (
-                os.path.basename(self.module),
+                self.module_token(),
                 self.function,
                 os.path.basename(self.file) if self.file else None,
             )
-        return (os.path.basename(self.module), self.offset)
+        return (self.module_token(), self.offset)
 
     def as_json(self) -> dict:
         return {
@@ -209,6 +216,7 @@ class Stacks:
                     resolved[(path, bid, base)] = {}
         for key, lst in raw.items():
             frames: list[SFrame] = []
+            exe = os.path.basename(self.traces[key[0]].exe or "") or None
             for ip, m in lst:
                 if m is None:
                     frames.append(SFrame("?", None, None, None, ip, ip))
@@ -225,10 +233,12 @@ class Stacks:
                                 ip,
                                 ip - m.base,
                                 bool(getattr(fr, "inlined", False)),
+                                exe=os.path.basename(m.path) == exe,
                             )
                         )
                 else:
-                    frames.append(SFrame(m.path, None, None, None, ip, ip - m.base))
+                    is_exe = os.path.basename(m.path) == exe
+                    frames.append(SFrame(m.path, None, None, None, ip, ip - m.base, exe=is_exe))
             self._frames[key] = self._with_python(key, frames)
 
     def _with_python(self, key: tuple[int, int], native: list[SFrame]) -> list[SFrame]:
@@ -332,12 +342,9 @@ class Stacks:
 
     def _boundary(self, ti: int, fr: list[SFrame]) -> int:
         """The boundary rule's fold (layers.boundary_cut) over native frames."""
-        exe = os.path.basename(self.traces[ti].exe or "") if ti < len(self.traces) else ""
         bf = [
             BFrame(
-                os.path.basename(f.module),
-                display_name(f.function) if f.function else None,
-                bool(exe) and os.path.basename(f.module) == exe,
+                os.path.basename(f.module), display_name(f.function) if f.function else None, f.exe
             )
             for f in fr
         ]

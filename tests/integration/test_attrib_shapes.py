@@ -256,3 +256,73 @@ def test_not_an_allocator(env, shapes, tmp_path):
     assert doc["attribution"]["patterns"] == ["!BufferManager::gpu$"]
     bad = cli(env, "report", tmp_path / "t", "--fold", "!(")
     assert bad.returncode == 2 and "--fold" in bad.stderr
+
+
+# ---- one attribution across runs ---------------------------------------------------------------
+
+
+def test_sweep_attributes_its_runs_together(env, shapes, tmp_path):
+    """kvgrow: in runs of 4 and 8 layers tensor_new has one client (each alone names
+    device_get); at 16 a second client shows it is a layer. The sweep learns the layers from
+    all its runs: the law is kv_buffer's in every run."""
+    exe = shapes("kvgrow", False)
+    r = cli(
+        env,
+        "sweep",
+        "--values",
+        "4,8,16",
+        "-o",
+        tmp_path / "sw",
+        "--json",
+        "--",
+        exe,
+        "--layers",
+        "{}",
+    )
+    assert r.returncode == 0, ok(r)
+    doc = json.loads(r.stdout)
+    alone = sites(env, Path(doc["runs"][0]["directory"]))
+    assert list(alone) == ["device_get"], alone  # what one run decides by itself
+    labels = [s["label"].rsplit(" (", 1)[0] for s in doc["sites"]]
+    assert labels[0] == "kv_buffer", labels
+    top = doc["sites"][0]
+    assert top["fit"]["slope"] == 16 * MiB and top["fit"]["intercept"] == 0, top
+    assert "device_get" not in labels and "tensor_new" not in labels, labels
+    again = json.loads(cli(env, "sweep", "--from", tmp_path / "sw", "--json").stdout)
+    assert [s["label"] for s in again["sites"]] == [s["label"] for s in doc["sites"]]
+
+
+def test_diff_across_executable_names(env, shapes, tmp_path):
+    """Two builds of one program under different names (server-b1234 at -O0, server-b1300
+    rebuilt at -O2): sites match by the code, not by the executable's name (never `_start`)."""
+    import shutil
+
+    (tmp_path / "bin").mkdir()
+    a, b = tmp_path / "bin" / "server-b1234", tmp_path / "bin" / "server-b1300"
+    shutil.copy(shapes("vt_server", False), a)
+    shutil.copy(shapes("vt_server", True), b)
+    for exe, layers in ((a, "28"), (b, "8")):
+        r = cli(
+            env,
+            "run",
+            "-q",
+            "-o",
+            tmp_path / exe.name / "t",
+            "--",
+            exe,
+            "--layers",
+            layers,
+            "--serve",
+        )
+        assert r.returncode == 0, ok(r)
+    r = cli(env, "diff", tmp_path / a.name / "t", tmp_path / b.name / "t", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    got = {s["label"].rsplit(" (", 1)[0]: s["status"] for s in doc["sites"]}
+    assert got == {
+        "vllm::v1::GPUModelRunner::CacheBuffer::CacheBuffer": "shrunk",
+        "vllm::v1::GPUModelRunner::load_weights": "same",
+        "vllm::entrypoints::profile_run": "same",
+    }, got
+    kv = doc["sites"][0]
+    assert (kv["peak"]["a_count"], kv["peak"]["b_count"]) == (28, 8)

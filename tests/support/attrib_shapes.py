@@ -39,6 +39,7 @@ SHAPES = {
         ["-lmat", "-lmc10"],
     ),
     "bigalloc": ([], ["bigalloc.c"], "cc", []),
+    "kvgrow": ([], ["kvgrow.c"], "cc", []),
 }
 
 
