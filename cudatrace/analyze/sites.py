@@ -392,8 +392,10 @@ class Stacks:
     def layer_names(self, full: bool = False) -> list[str]:
         """Functions recognized as allocator layers (display names, sorted)."""
         self._ensure_graph()
+        exe = next((os.path.basename(t.exe) for t in self.traces if t.exe), EXE)
         out = set()
         for mod, fn in self.graph.layers:
+            mod = exe if mod == EXE else mod  # the program's own file, as this run names it
             out.add(display_name(fn, full) if isinstance(fn, str) else f"{mod}+0x{fn:x}")
         return sorted(out)
 
