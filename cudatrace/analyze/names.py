@@ -44,6 +44,7 @@ def demangle(name: str | None) -> str | None:
     return name
 
 
+_PY_NAMES = re.compile(r"<(?:module|lambda|genexpr|listcomp|dictcomp|setcomp|locals)>")
 _QUALIFIERS = re.compile(r"^(\s*(const|volatile|&&|&|noexcept|throw\(\)))*\s*$")
 
 
@@ -139,6 +140,7 @@ def short_name(name: str | None) -> str | None:
         return "\x00%d\x00" % (len(keep) - 1)
 
     s = s.replace(ANON, "\x01")
+    s = _PY_NAMES.sub(hold, s)  # Python's <module>, <lambda>, <locals>: names, not templates
     s = _OPERATOR.sub(hold, s)
     s = re.sub(r"(\x00\d+\x00) <", r"\1<", s)
     s = s.replace("(anonymous)", "\x02")

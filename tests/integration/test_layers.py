@@ -178,14 +178,19 @@ def test_tree(env, base):
     assert r.returncode == 0, r.stderr
     out = r.stdout
     assert "Caller tree at the peak" in out
-    line = next(x for x in out.splitlines() if "kv_layer_buffer" in x)
+    lines = out.splitlines()
+    k = next(i for i, x in enumerate(lines) if "kv_layer_buffer" in x)
+    line = lines[k]
     assert "<- site" in line and "448.0 MiB" in line
-    # the chain below the site is collapsed onto one line, the layers marked
+    # the site on its own line, one level under the chain that leads to it; the layers below
+    # it collapsed after via
     assert re.search(
-        r"init_kv_cache > kv_layer_buffer \(layers\.c:\d+\) <- site via "
-        r"tensor_create > pool_obtain > device_take \[layers\]",
+        r"^ +448\.0 MiB .* {2}kv_layer_buffer \(layers\.c:\d+\) <- site via "
+        r"tensor_create > pool_obtain > device_take \[layers\]$",
         line,
     ), line
+    assert re.search(r"  init_kv_cache \(layers\.c:\d+\)$", lines[k - 1]), lines[k - 1]
+    assert line.index("kv_layer_buffer") - lines[k - 1].index("init_kv_cache") == 2
     main = next(x for x in out.splitlines() if " main (" in x)
     assert "543.0 MiB" in main
     doc = json.loads(cli(env, "report", base[28].out, "--tree", "--json").stdout)

@@ -199,6 +199,10 @@ def test_bad_fold_pattern():
         ),
         ("load_weights", "load_weights"),
         ("main", "main"),
+        ("<module>", "<module>"),
+        ("main.<locals>.<lambda>", "main.<locals>.<lambda>"),
+        ("<genexpr>", "<genexpr>"),
+        ("Loader.load.<locals>.<listcomp>", "Loader.load.<locals>.<listcomp>"),
     ],
 )
 def test_short_name(full, short):
