@@ -247,17 +247,28 @@ static size_t add(char *out, size_t o, size_t cap, const char *s)
     return o < cap ? o + ct_strlcpy(out + o, s, cap - o) : o;
 }
 
+/* a frame's short name, or module+offset when it has no symbol */
+static size_t add_name(char *out, size_t o, size_t cap, const struct frame *f, uintptr_t ip)
+{
+    char fn[NAME_MAX_LEN];
+    if (f->name[0])
+        return add(out, o, cap, f->name);
+    ct_describe_function(ip, fn, sizeof fn);
+    return add(out, o, cap, fn);
+}
+
 void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
 {
     struct frame fr[DENY_FRAMES];
     uintptr_t at[DENY_FRAMES];
     int m = 0;
     out[0] = 0;
-    for (int k = 0; k < n && m < DENY_FRAMES; k++) {
-        if (k && ct_is_cuda_frame(ips[k]))
-            continue;
+    for (int k = 0; k < n && m < DENY_FRAMES; k++) { /* one symbol lookup a frame */
         struct frame *f = &fr[m];
-        if (!ct_frame_info(ips[k], f->name, sizeof f->name, &f->module, &f->exe))
+        int got = ct_frame_info(ips[k], f->name, sizeof f->name, &f->module, &f->exe);
+        if (got == 2 && k)
+            continue; /* CUDA's own (ips[0] is the first frame outside it already) */
+        if (!got)
             f->module = "";
         set_scope(f);
         at[m++] = ips[k];
@@ -271,19 +282,15 @@ void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
     if (site) {
         o = add(out, o, cap, " via ");
         for (int k = site - 1; k >= 0; k--) {
-            char fn[NAME_MAX_LEN];
-            ct_describe_function(at[k], fn, sizeof fn);
-            o = add(out, o, cap, fn);
+            o = add_name(out, o, cap, &fr[k], at[k]);
             if (k)
                 o = add(out, o, cap, " > ");
         }
     }
     for (int k = site + 1; k < m; k++) {
-        char fn[NAME_MAX_LEN];
-        ct_describe_function(at[k], fn, sizeof fn);
         o = add(out, o, cap, k == site + 1 && site ? ", called from " : " <- ");
-        o = add(out, o, cap, fn);
-        if (!strcmp(fn, "main"))
+        o = add_name(out, o, cap, &fr[k], at[k]);
+        if (!strcmp(fr[k].name, "main"))
             break;
     }
 }

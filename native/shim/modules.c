@@ -441,8 +441,13 @@ int ct_frame_info(uintptr_t ip, char *name, size_t cap, const char **module, int
         return 0;
     *module = base_name(m->path);
     *exe = (m->flags & MF_EXE) != 0;
-    if (lookup_symbol(m, ip, full, sizeof full, &off))
+    if (m->flags & MF_CUDA)
+        return 2;
+    if (lookup_symbol(m, ip, full, sizeof full, &off)) {
+        if (is_runtime_symbol(full))
+            return 2;
         shorten_name(full, name, cap);
+    }
     return 1;
 }
 
