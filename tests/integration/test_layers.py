@@ -379,8 +379,18 @@ def test_status_names_the_last_denied_code(env, progs, tmp_path):
             time.sleep(0.05)
         assert (out / "denials.jsonl").exists()
         pid = json.loads((out / "denials.jsonl").read_text().splitlines()[0])["pid"]
-        st = json.loads(cli(env, "status", "--json").stdout)
-        text = cli(env, "status").stdout
+        # both at once: the member lives 2 s after its denial, on a loaded machine too
+        q = [
+            subprocess.Popen(
+                [sys.executable, "-m", "cudatrace", "status", *a],
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for a in (["--json"], [])
+        ]
+        st, text = json.loads(q[0].communicate(timeout=60)[0]), q[1].communicate(timeout=60)[0]
     finally:
         p.communicate(timeout=60)
     member = next(m for s in st["ledgers"] for m in s["members"] if m["pid"] == pid)
