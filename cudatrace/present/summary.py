@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 from ..analyze.analysis import Analysis, implausible
-from ..analyze.names import fit
+from ..analyze.names import fit, on_terminal
 from ..units import format_bytes, printable
 from .text import term_width
 
@@ -103,7 +103,7 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
                 entry,
                 ", ".join(s.api_list()),
             )
-            w(fit(line, width) + "\n")
+            w(fit(line, width, on_terminal(stream)) + "\n")  # cut on a terminal only
     if m.failed:
         f = m.failed[0]
         w(
