@@ -40,11 +40,11 @@ ct run -o "$OUT/free" --force -- "$SRV" >"$OUT/free.out" 2>"$OUT/free.err"
 echo "   exit $?"
 grep ' x  ' "$OUT/free.err" | head -3 | sed 's/^/   summary: /'
 ct report "$OUT/free" >"$OUT/free-report.txt" 2>&1
-grep -m1 -A1 '^ *#1 ' "$OUT/free-report.txt" | sed 's/^/   report: /'
+grep -m1 -A1 ' #1 [^ ]' "$OUT/free-report.txt" | sed 's/^/   report: /'
 ct report "$OUT/free" --json >"$OUT/free-report.json" 2>/dev/null
 top=$(python3 -c "import json,sys; d=json.load(open(sys.argv[1])); s=d['sites'][0]; print(s['label'], s['count'], '|', ' > '.join(f['function'] or '?' for f in reversed(s['via'])))" "$OUT/free-report.json" 2>&1)
 echo "   top site: $top"
-grep -qE "^ *#1 $KV" "$OUT/free-report.txt"; check "report #1 names the KV code" $?
+grep -m1 -E ' #1 [^ ]' "$OUT/free-report.txt" | grep -qE " #1 $KV \([^ ]+:[0-9]+\)$"; check "report #1 names the KV code" $?
 grep -qE "28 x  $KV" "$OUT/free.err"; check "run summary names the KV code (28 x)" $?
 case "$top" in "$KV ("*" 28 |"*AllocOnDevice*) r=0 ;; *) r=1 ;; esac
 check "report --json: KV site with the helper in its via" $r
@@ -55,7 +55,7 @@ echo "   exit $?"
 grep -E 'budget exceeded|cudatrace: denied|fatal' "$OUT/budget.err" | head -4 | sed 's/^/   /'
 grep 'budget exceeded' "$OUT/budget.err" | head -1 | grep -qE "; at $KVRE \(vllm-server-b1234\+0x"; check "shim's line names the KV code" $?
 ! grep 'budget exceeded' "$OUT/budget.err" | grep -q '_Z'; check "shim's line demangled (static libstdc++)" $?
-grep -qE "^cudatrace: denied .* at $KV \(startup_server.cu:[0-9]+\) via " "$OUT/budget.err"; check "launcher's line names the KV code" $?
+grep -qE "^cudatrace: denied .* at $KV \([^ ]+:[0-9]+\) via " "$OUT/budget.err"; check "launcher's line names the KV code" $?
 
 echo "== 3. the same with -q"
 ct run -q -o "$OUT/budget-q" --force --budget 1200MiB -- "$SRV" >"$OUT/budget-q.out" 2>"$OUT/budget-q.err"
