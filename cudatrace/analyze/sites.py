@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
-from .layers import BFrame, CallGraph, boundary_cut
+from .layers import (
+    SYSTEM_FUNCTIONS,
+    SYSTEM_MODULES,
+    TRANSPARENT,
+    BFrame,
+    CallGraph,
+    boundary_cut,
+)
 from .model import API, RT, Alloc, Groups, Model
 from .names import display_name
 from .trace import Trace
@@ -381,9 +388,33 @@ class Stacks:
             k = next((i for i in range(k) if self.kept(fr[i])), k)
         if k >= len(fr):  # everything is allocator: the outermost frame asked
             k = len(fr) - 1
+        k = self._named_site(fr, k)
         via, rest = fr[:k], fr[k:]
         self._split[key] = (stamp, via, rest)
         return via, rest
+
+    def _named_site(self, fr: list[SFrame], k: int) -> int:
+        """A std:: frame (inlined library template) or a frame without a symbol never heads a
+        site: the nearest named frame of the caller's code above it does, if there is one
+        (a stack with no symbol at all keeps its offsets)."""
+        j = k
+        while j < len(fr) and not fr[j].python and not self._nameable(fr[j]):
+            if self.patterns and self.kept(fr[j]):
+                return k
+            j += 1
+        if j >= len(fr) or (
+            not fr[j].python
+            and (
+                SYSTEM_MODULES.match(os.path.basename(fr[j].module))
+                or fr[j].function in SYSTEM_FUNCTIONS
+            )
+        ):
+            return k  # only the C library above: a stripped program keeps its offsets
+        return j
+
+    @staticmethod
+    def _nameable(f: SFrame) -> bool:
+        return bool(f.function) and not TRANSPARENT.match(display_name(f.function) or "")
 
     def site_frames(self, ti: int, leaf: int) -> list[SFrame]:
         """The stack from the responsible frame up (what makes a site)."""

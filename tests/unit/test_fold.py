@@ -367,3 +367,29 @@ def test_diff_folds_alike_when_one_run_alone_shows_no_layer(tmp_path):
     top = diff(a, b)["sites"][0]
     assert top["label"] == "kv_buffer (app.cc:100)"
     assert (top["peak"]["a_count"], top["peak"]["b_count"]) == (28, 4)
+
+
+def test_std_frame_or_offset_never_heads_a_site(tmp_path):
+    """An inlined std:: template (a custom allocator reached from std::vector) or a frame
+    without a symbol as the innermost frame: the program's named function heads the site;
+    with no named frame of the program's code above, the offset stays."""
+    d = tmp_path / "t"
+    d.mkdir()
+    fr = tg.Frames()
+    w = tg.TraceWriter(d / "1.0.ctrace", pid=1)
+    fr.write_modules(w)
+    stacks = [
+        ("std::allocator_traits<eng::DevAlloc>::allocate", "load_model", "main"),
+        ("stripped_helper", "build_table", "main"),
+        ("stripped_only",),
+    ]
+    for k, st in enumerate(stacks):
+        ts, addr = tg.BASE_TS + (k + 1) * tg.MS, 0x7E0000000000 + (k << 30)
+        w.alloc(ts, (k + 1) * tg.MiB, addr, stack=w.stack(fr.stack(*st)))
+    w.close(end_ts=tg.BASE_TS + 10 * tg.MS)
+    sym = NameSymbolizer(fr, unknown={"stripped_helper", "stripped_only"})
+    r = rep(d, sym)
+    labels = {s["label"].split(" (")[0] for s in r["sites"]}
+    named = {x for x in labels if "+0x" not in x}
+    assert named == {"build_table", "load_model"}, labels
+    assert len(labels - named) == 1, labels  # stripped_only: nothing named above it
