@@ -326,3 +326,23 @@ def test_diff_across_executable_names(env, shapes, tmp_path):
     }, got
     kv = doc["sites"][0]
     assert (kv["peak"]["a_count"], kv["peak"]["b_count"]) == (28, 8)
+
+
+def test_labels_never_cut_off_a_terminal(env, shapes, tmp_path):
+    """Written to a pipe or a file, a label is whole whatever $COLUMNS says (report, diff,
+    the tree, sweep); two sites never print alike."""
+    exe = shapes("vt_server", False)
+    for n in ("a", "b"):
+        r = cli(env, "run", "-q", "-o", tmp_path / n, "--", exe, "--serve")
+        assert r.returncode == 0, ok(r)
+    narrow = dict(env, COLUMNS="60")
+    kv = "vllm::v1::GPUModelRunner::CacheBuffer::CacheBuffer (vt_server.cpp:"
+    for args in (
+        ("report", tmp_path / "a"),
+        ("report", tmp_path / "a", "--tree"),
+        ("diff", tmp_path / "a", tmp_path / "b"),
+    ):
+        r = cli(narrow, *args)
+        assert r.returncode == 0, r.stderr
+        assert kv in r.stdout, (args, r.stdout)
+        assert "CacheB..." not in r.stdout
