@@ -224,7 +224,9 @@ def module_family(basename: str) -> str:
 
 def split_qualified(name: str) -> list[str]:
     """`a::b<x::y>::c` -> [a, b<x::y>, c]: split at top-level `::`."""
-    out, depth, cur, i = [], 0, [], 0
+    out: list[str] = []
+    cur: list[str] = []
+    depth = i = 0
     while i < len(name):
         c = name[i]
         if c in "<({[":

@@ -336,7 +336,7 @@ class Stacks:
             return False
         names = [os.path.basename(f.module)]
         if f.function:
-            names += [f.function, display_name(f.function)]
+            names += [f.function, display_name(f.function) or f.function]
         return any(p.search(n) for p in pats for n in names)
 
     def forced(self, f: SFrame) -> bool:
