@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..analyze.analysis import Analysis, implausible, unrecorded
 from ..analyze.model import AUX2
-from ..analyze.names import fit
+from ..analyze.names import fit, on_terminal
 from ..analyze.ranks import outliers, split_devices, tables, tagged
 from ..units import format_bytes, printable
 from .text import end_label, term_width
@@ -47,7 +47,7 @@ def print_summary(out_dir: Path, status: int, stream, top: int = 5) -> None:
     else:
         _peak(a, w)
         _observed(a, w)
-        _sites(a, w, top)
+        _sites(a, w, top, on_terminal(stream))
     if m.failed:
         f = m.failed[0]
         w(
@@ -163,7 +163,7 @@ def _observed(a, w) -> None:
         )
 
 
-def _sites(a, w, top: int) -> None:
+def _sites(a, w, top: int, cut: bool) -> None:
     """The top call sites by bytes live at the peak."""
     m = a.model
     sites = a.sites(m.groups_at_peak(), "site", 1)
@@ -180,7 +180,7 @@ def _sites(a, w, top: int) -> None:
             entry,
             ", ".join(s.api_list()),
         )
-        w(fit(line, width) + "\n")
+        w(fit(line, width, cut) + "\n")  # cut on a terminal only
 
 
 def _ranks_line(a, w) -> None:
