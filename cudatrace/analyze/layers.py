@@ -133,12 +133,225 @@ def _one_module(stack: Sequence[Hashable], lo: int, hi: int) -> bool:
     return len(mods) == 1
 
 
-def compile_patterns(patterns: Iterable[str]) -> list[re.Pattern]:
+class Pattern:
+    """A --fold value: REGEX folds the functions it matches as allocator layers; `!REGEX` says
+    they are not allocators (the fold stops below them)."""
+
+    def __init__(self, text: str):
+        self.pattern = text
+        self.negative = text.startswith("!")
+        self.rx = re.compile(text[1:] if self.negative else text)
+
+    def search(self, s: str):
+        return self.rx.search(s)
+
+
+def compile_patterns(patterns: Iterable[str]) -> list[Pattern]:
     """--fold REGEX values, compiled; raises ValueError naming a bad one."""
     out = []
     for p in patterns or ():
         try:
-            out.append(re.compile(p))
+            out.append(Pattern(p))
         except re.error as e:
             raise ValueError(f"--fold {p!r}: {e}") from None
     return out
+
+
+# ---- the boundary rule: one client is enough (docs/attribution.md) ----
+
+# verbs and nouns of allocation: a library function named so, called from another library's
+# code, is part of the allocator below it (an `empty` family over a caching allocator)
+ALLOC_WORDS = re.compile(r"(?i)(alloc|empty|zeros|acquire|obtain|reserve)")
+# where a stack ends without meeting a boundary: the C library, the loader, the C++ runtime
+# and the interpreter (a program's code never lies there)
+SYSTEM_MODULES = re.compile(
+    r"^(libc\.so|libc-|ld-linux|ld64\.so|ld-musl|libstdc\+\+|libc\+\+|libgcc_s|libpthread|"
+    r"libpython\d|python\d)"
+)
+SYSTEM_FUNCTIONS = frozenset(
+    (
+        "_start",
+        "__libc_start_main",
+        "__libc_start_call_main",
+        "__libc_start_main_impl",
+        "start_thread",
+        "clone",
+        "clone3",
+    )
+)
+# the standard library's templates, inlined into whoever uses them: never a site, never a
+# boundary (std::function's invoker between a function table and its target, make_unique)
+TRANSPARENT = re.compile(r"^(std::|__gnu_cxx::|__cxxabiv1::|__gnu_debug::)")
+
+
+class BFrame:
+    """What the boundary rule reads of one frame: its module's basename, its short name (None
+    when not symbolized) and whether the module is the program's executable."""
+
+    __slots__ = ("module", "name", "exe", "family", "scope", "plain_c")
+
+    def __init__(self, module: str, name: str | None, exe: bool = False):
+        self.module = module
+        self.name = name
+        self.exe = exe
+        self.family = module_family(module)
+        parts = split_qualified(name) if name else []
+        self.scope = namespace_scope(parts)
+        self.plain_c = len(parts) == 1
+
+    @property
+    def symbolized(self) -> bool:
+        return self.name is not None
+
+    def transparent(self) -> bool:
+        return bool(self.name and TRANSPARENT.match(self.name))
+
+    def system(self) -> bool:
+        return bool(SYSTEM_MODULES.match(self.module)) or self.name in SYSTEM_FUNCTIONS
+
+    def alloc_named(self) -> bool:
+        """Its function or class says it allocates."""
+        parts = split_qualified(self.name) if self.name else []
+        return any(ALLOC_WORDS.search(p) for p in parts[-2:])
+
+
+def module_family(basename: str) -> str:
+    """A library's family: `libggml-cuda.so` and `libggml-base.so` are `ggml`,
+    `libtorch_cuda.so` is `torch`; an executable's name is its own family."""
+    b = basename[3:] if basename.startswith("lib") and len(basename) > 3 else basename
+    return re.split(r"[-_.]", b, maxsplit=1)[0] or basename
+
+
+def split_qualified(name: str) -> list[str]:
+    """`a::b<x::y>::c` -> [a, b<x::y>, c]: split at top-level `::`."""
+    out: list[str] = []
+    cur: list[str] = []
+    depth = i = 0
+    while i < len(name):
+        c = name[i]
+        if c in "<({[":
+            depth += 1
+        elif c in ">)}]" and depth:
+            depth -= 1
+        if c == ":" and depth == 0 and name.startswith("::", i):
+            out.append("".join(cur))
+            cur = []
+            i += 2
+            continue
+        cur.append(c)
+        i += 1
+    out.append("".join(cur))
+    return out
+
+
+ANONS = ("(anon)", "(anonymous namespace)")
+
+
+def _class_like(part: str, nxt: str | None) -> bool:
+    """A qualifier that names a class: upper-case initial, template, or the constructor's (or
+    destructor's) own name after it."""
+    return part[:1].isupper() or "<" in part or nxt in (part, "~" + part)
+
+
+def namespace_scope(parts: list[str]) -> tuple[str, ...]:
+    """The namespaces of a qualified name: its qualifiers up to a local entity (`{lambda}`),
+    without the classes that end them (upper-case initial, template, constructor name):
+    `vt::cuda::(anon)::AllocOnDevice` -> (vt, cuda, (anon));
+    `tensorrt_llm::runtime::BufferManager::gpu` -> (tensorrt_llm, runtime)."""
+    quals = parts[:-1]
+    for k, q in enumerate(quals):
+        if ("{" in q or "(" in q) and q not in ANONS:
+            quals = quals[:k]
+            break
+    while quals:
+        last = quals[-1]
+        if last in ANONS or not _class_like(last, parts[len(quals)]):
+            break
+        quals = quals[:-1]
+    return tuple(quals)
+
+
+def _continues(run_scopes: list, run_module: str, run_c: bool, f: BFrame) -> bool:
+    """Does f (same family as the run) belong to the allocator's code? Its namespace must be
+    one the run has been in, or one enclosing it (the library's own API: vt::Alloc over
+    vt::cuda::..., vt::cuda::CudaBackend over vt::cuda::(anon)); never a namespace the run has
+    not seen below it (a KV cache in tvm::runtime::relax_vm over tvm::runtime)."""
+    same_mod = f.module == run_module
+    s = f.scope
+    if not any(r[: len(s)] == s for r in run_scopes):
+        return False
+    if not s:
+        if any(not r for r in run_scopes):  # C functions, or global ones, all along
+            return same_mod or (f.plain_c and run_c)
+        # a global function over namespaced code: a library's C API, never the program's own
+        return same_mod and not f.exe
+    return same_mod or s in run_scopes
+
+
+def boundary_cut(frames: Sequence[BFrame], keep: Callable[[int], bool] | None = None) -> int:
+    """How many frames (innermost first) are the allocator's code by the boundary rule; 0 when
+    the stack shows no boundary between an allocator and the code that called it.
+
+    The innermost frames are the allocator; walking outwards, a frame is still the
+    allocator's while it lies in the same library family and namespace (or an enclosing one of
+    the same library); the first frame past that boundary is the code that asked. A boundary
+    frame of another library whose function or class says it allocates (`empty`, `alloc`...)
+    starts the allocator anew (an `empty` family over a caching allocator). std:: frames and
+    frames without a symbol are never the site: the nearest named frame above them is.
+    A walk that reaches the C library (plain C, one namespace throughout) finds no boundary.
+    keep(i): frame i is not an allocator (`--fold '!REGEX'`): the fold stops below it."""
+    n = len(frames)
+    if n < 2 or (keep is not None and keep(0)):
+        return 0
+    i = 0
+    while i < n and (frames[i].transparent() or not frames[i].symbolized):
+        i += 1
+        if i < n and frames[i].module != frames[0].module:
+            break
+    if i >= n:
+        return 0
+    site = _boundary(frames, i, keep)
+    return 0 if site is None else _named_site(frames, site, keep)
+
+
+def _boundary(frames: Sequence[BFrame], i: int, keep) -> int | None:
+    """From the allocator's first named frame i outwards: the first frame past the boundary
+    (the code that asked), or None when the walk finds none."""
+    n = len(frames)
+    run = frames[i]
+    run_scopes, run_module, run_c, family = [run.scope], run.module, run.plain_c, run.family
+    # an allocator without symbols in a module of its own: its caller is the boundary
+    if i and run.module != frames[0].module:
+        return i
+    for k in range(i + 1, n):
+        f = frames[k]
+        if f.system():
+            return None
+        if (keep is not None and keep(k)) or (not f.symbolized and f.module != run_module):
+            return k
+        if f.transparent() or not f.symbolized:
+            continue
+        if f.family == family:
+            if _continues(run_scopes, run_module, run_c, f):
+                if f.scope not in run_scopes:
+                    run_scopes.append(f.scope)
+                run_module, run_c = f.module, f.plain_c
+                continue
+        elif not f.exe and f.alloc_named():
+            run_scopes, run_module, run_c, family = [f.scope], f.module, f.plain_c, f.family
+            continue
+        return k
+    return None
+
+
+def _named_site(frames: Sequence[BFrame], site: int, keep) -> int:
+    """The site is a named frame of the caller's code: past std:: and unsymbolized frames
+    (0: none before the system's own code)."""
+    n = len(frames)
+    while site < n and (frames[site].transparent() or not frames[site].symbolized):
+        if keep is not None and keep(site):
+            break
+        site += 1
+    if site >= n or frames[site].system():
+        return 0
+    return site

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 
 ANON = "(anonymous namespace)"
 ANON_SHORT = "(anon)"
@@ -43,6 +44,7 @@ def demangle(name: str | None) -> str | None:
     return name
 
 
+_PY_NAMES = re.compile(r"<(?:module|lambda|genexpr|listcomp|dictcomp|setcomp|locals)>")
 _QUALIFIERS = re.compile(r"^(\s*(const|volatile|&&|&|noexcept|throw\(\)))*\s*$")
 
 
@@ -138,6 +140,7 @@ def short_name(name: str | None) -> str | None:
         return "\x00%d\x00" % (len(keep) - 1)
 
     s = s.replace(ANON, "\x01")
+    s = _PY_NAMES.sub(hold, s)  # Python's <module>, <lambda>, <locals>: names, not templates
     s = _OPERATOR.sub(hold, s)
     s = re.sub(r"(\x00\d+\x00) <", r"\1<", s)
     s = s.replace("(anonymous)", "\x02")
@@ -156,9 +159,56 @@ def display_name(name: str | None, full: bool = False) -> str | None:
     return (demangle(name) or name) if full else short_name(name)
 
 
-def fit(text: str, width: int) -> str:
-    """text cut to width characters, ending in '...' when cut."""
-    if width <= 0 or len(text) <= width:
+def on_terminal(stream=None) -> bool:
+    """Whether text written to stream (stdout by default) reaches a terminal: only there are
+    lines fitted to a width. In files and pipes a label is never cut."""
+    stream = sys.stdout if stream is None else stream
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+# a qualified name in a line of text: `a::b::c`, with `(anon)` and `<...>` parts
+_QUALIFIED = re.compile(r"[\w~$<>.()]+(?:::[\w~$<>.()\[\]:{}#]+)+")
+
+
+def _elide_name(name: str) -> str | None:
+    """One step shorter: the first namespace after the head goes into `...`
+    (`vllm::v1::GPUModelRunner::CacheBuffer::CacheBuffer` -> `vllm::...::GPUModelRunner::
+    CacheBuffer::CacheBuffer` -> ...), keeping the function and its class; None when only
+    those are left."""
+    from .layers import split_qualified
+
+    parts = split_qualified(name)
+    if len(parts) <= 3:
+        return None
+    if parts[1] == ELLIPSIS:
+        if len(parts) <= 4:
+            return None
+        return "::".join(parts[:2] + parts[3:])
+    return "::".join([parts[0], ELLIPSIS] + parts[2:])
+
+
+def fit(text: str, width: int, terminal: bool | None = None) -> str:
+    """text within width columns, for a terminal (`terminal`: None asks stdout): the middles
+    of its qualified names elided first (namespaces; the longest name first), keeping each
+    function, its class and `(file:line)`; only then the end of the line is cut, ending in
+    '...'. Off a terminal (files, pipes) text is never cut: two sites never print alike."""
+    if terminal is None:
+        terminal = on_terminal()
+    if not terminal or width <= 0 or len(text) <= width:
+        return text
+    while len(text) > width:
+        names = sorted(_QUALIFIED.finditer(text), key=lambda m: (-len(m.group(0)), -m.start()))
+        for m in names:
+            short = _elide_name(m.group(0))
+            if short is not None:
+                text = text[: m.start()] + short + text[m.end() :]
+                break
+        else:
+            break
+    if len(text) <= width:
         return text
     if width <= len(ELLIPSIS):
         return text[:width]

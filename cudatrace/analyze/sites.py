@@ -16,7 +16,14 @@ from dataclasses import dataclass, field
 
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
-from .layers import CallGraph
+from .layers import (
+    SYSTEM_FUNCTIONS,
+    SYSTEM_MODULES,
+    TRANSPARENT,
+    BFrame,
+    CallGraph,
+    boundary_cut,
+)
 from .model import API, RT, Alloc, Groups, Model
 from .names import display_name
 from .ranks import rank_label_of
@@ -32,6 +39,7 @@ FOLD_FUNCTIONS = re.compile(
 )
 
 GROUPINGS = ("site", "api", "library", "process", "rank")
+EXE = "(exe)"  # the module token of a program's own executable (SFrame.module_token)
 VIEWS = ("hybrid", "python", "native")
 # Python's own call machinery between a Python line and the native code it called: folded when
 # the stack has Python frames (the interpreter itself is matched by its eval loop's module too)
@@ -52,6 +60,7 @@ class SFrame:
     offset: int
     inlined: bool = False
     python: bool = False  # a Python frame: module = the .py file, offset = instruction
+    exe: bool = False  # in the program's own executable (whatever its file is named)
 
     @classmethod
     def of_python(cls, f: pyframes.PyFrame) -> SFrame:
@@ -80,13 +89,18 @@ class SFrame:
             return f"{self.label(full)}  [{os.path.basename(self.module)}]"
         return self.label(full)
 
+    def module_token(self) -> str:
+        """The module as identities and keys name it: its basename, or EXE for the program's
+        own executable, so `server-b1234` and `server-b1300` (two builds) compare."""
+        return EXE if self.exe else os.path.basename(self.module)
+
     def identity(self) -> tuple:
         """The function this frame is in, for the call graph (docs/attribution.md)."""
         if self.python:  # a package's path: two packages' `utils.py` are not one module
             return (pyframes.origin(self.file).where, self.function)
         if self.function:
-            return (os.path.basename(self.module), self.function)
-        return (os.path.basename(self.module), self.offset)
+            return (self.module_token(), self.function)
+        return (self.module_token(), self.offset)
 
     def key(self) -> tuple:
         """What makes two frames the same across runs and builds: names, not addresses."""
@@ -95,11 +109,11 @@ class SFrame:
             return (w, self.function, os.path.basename(w))
         if self.function:
             return (
-                os.path.basename(self.module),
+                self.module_token(),
                 self.function,
                 os.path.basename(self.file) if self.file else None,
             )
-        return (os.path.basename(self.module), self.offset)
+        return (self.module_token(), self.offset)
 
     def as_json(self) -> dict:
         return {
@@ -210,6 +224,7 @@ class Stacks:
                     resolved[(path, bid, base)] = {}
         for key, lst in raw.items():
             frames: list[SFrame] = []
+            exe = os.path.basename(self.traces[key[0]].exe or "") or None
             for ip, m in lst:
                 if m is None:
                     frames.append(SFrame("?", None, None, None, ip, ip))
@@ -226,10 +241,12 @@ class Stacks:
                                 ip,
                                 ip - m.base,
                                 bool(getattr(fr, "inlined", False)),
+                                exe=os.path.basename(m.path) == exe,
                             )
                         )
                 else:
-                    frames.append(SFrame(m.path, None, None, None, ip, ip - m.base))
+                    is_exe = os.path.basename(m.path) == exe
+                    frames.append(SFrame(m.path, None, None, None, ip, ip - m.base, exe=is_exe))
             self._frames[key] = self._with_python(key, frames)
 
     def _with_python(self, key: tuple[int, int], native: list[SFrame]) -> list[SFrame]:
@@ -314,14 +331,33 @@ class Stacks:
             if self._source is not None:
                 self.learn(self._source())
 
-    def forced(self, f: SFrame) -> bool:
-        """--fold: the frame's function (full or short name) or module matches a pattern."""
-        if not self.patterns:
+    def _matches(self, f: SFrame, negative: bool) -> bool:
+        pats = [p for p in self.patterns if getattr(p, "negative", False) == negative]
+        if not pats:
             return False
         names = [os.path.basename(f.module)]
         if f.function:
-            names += [f.function, display_name(f.function)]
-        return any(p.search(n) for p in self.patterns for n in names)
+            names += [f.function, display_name(f.function) or f.function]
+        return any(p.search(n) for p in pats for n in names)
+
+    def forced(self, f: SFrame) -> bool:
+        """--fold: the frame's function (full or short name) or module matches a pattern."""
+        return self._matches(f, False)
+
+    def kept(self, f: SFrame) -> bool:
+        """--fold '!REGEX': the frame's function is not an allocator."""
+        return self._matches(f, True)
+
+    def _boundary(self, ti: int, fr: list[SFrame]) -> int:
+        """The boundary rule's fold (layers.boundary_cut) over native frames."""
+        bf = [
+            BFrame(
+                os.path.basename(f.module), display_name(f.function) if f.function else None, f.exe
+            )
+            for f in fr
+        ]
+        keep = (lambda i: self.kept(fr[i])) if self.patterns else None
+        return boundary_cut(bf, keep)
 
     def split(self, ti: int, leaf: int) -> tuple[list[SFrame], list[SFrame]]:
         """(via, rest): the frames folded into allocator layers (innermost first) and the
@@ -346,11 +382,40 @@ class Stacks:
         p = 0 if p is None else pyframes.framework_end(fr, p)
         forced = (lambda i: self.forced(fr[i + p])) if self.patterns else None
         k = p + self.graph.cut(ids[p:], forced)
+        if p == 0 and not fr[0].python:
+            # one client is enough when the stack shows where the allocator's code ends
+            k = max(k, self._boundary(ti, fr))
+        if self.patterns:  # '!REGEX': the fold stops below a function that is not an allocator
+            k = next((i for i in range(k) if self.kept(fr[i])), k)
         if k >= len(fr):  # everything is allocator: the outermost frame asked
             k = len(fr) - 1
+        k = self._named_site(fr, k)
         via, rest = fr[:k], fr[k:]
         self._split[key] = (stamp, via, rest)
         return via, rest
+
+    def _named_site(self, fr: list[SFrame], k: int) -> int:
+        """A std:: frame (inlined library template) or a frame without a symbol never heads a
+        site: the nearest named frame of the caller's code above it does, if there is one
+        (a stack with no symbol at all keeps its offsets)."""
+        j = k
+        while j < len(fr) and not fr[j].python and not self._nameable(fr[j]):
+            if self.patterns and self.kept(fr[j]):
+                return k
+            j += 1
+        if j >= len(fr) or (
+            not fr[j].python
+            and (
+                SYSTEM_MODULES.match(os.path.basename(fr[j].module))
+                or fr[j].function in SYSTEM_FUNCTIONS
+            )
+        ):
+            return k  # only the C library above: a stripped program keeps its offsets
+        return j
+
+    @staticmethod
+    def _nameable(f: SFrame) -> bool:
+        return bool(f.function) and not TRANSPARENT.match(display_name(f.function) or "")
 
     def site_frames(self, ti: int, leaf: int) -> list[SFrame]:
         """The stack from the responsible frame up (what makes a site)."""
@@ -359,8 +424,10 @@ class Stacks:
     def layer_names(self, full: bool = False) -> list[str]:
         """Functions recognized as allocator layers (display names, sorted)."""
         self._ensure_graph()
+        exe = next((os.path.basename(t.exe) for t in self.traces if t.exe), EXE)
         out = set()
         for mod, fn in self.graph.layers:
+            mod = exe if mod == EXE else mod  # the program's own file, as this run names it
             out.add(display_name(fn, full) if isinstance(fn, str) else f"{mod}+0x{fn:x}")
         return sorted(out)
 

@@ -131,7 +131,8 @@ def option_group(name: str, build, options: list):
 
 FOLD_HELP = (
     "Fold functions matching REGEX (full or short name, or module) into the allocator layers, "
-    "besides those recognized from the call graph. Repeatable."
+    "besides those recognized from the call graph and the library/namespace boundary. "
+    "'!REGEX': these functions are not allocators (the fold stops below them). Repeatable."
 )
 
 

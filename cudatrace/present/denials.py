@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from ..analyze.analysis import Analysis
-from ..analyze.model import AUX, AUX2
+from ..analyze.model import AUX, AUX2, DEV
 from ..analyze.sites import NO_STACK, api_label, make_symbolizer
 from ..units import format_bytes, printable
 
@@ -58,7 +58,9 @@ class DenialPrinter:
             g["count"] += 1
             g["bytes"] += x.size
             g["limit"], g["in_use"] = x.event[AUX], x.event[AUX2]
+            g["device"] = int(x.event[DEV])
             g["time"] = a.seconds(x.ts)
+        contexts = a.budget_contexts()
         lines = []
         for g in groups.values():
             via = (" via {}".format(" > ".join(reversed(g["via"])))) if g["via"] else ""
@@ -68,16 +70,34 @@ class DenialPrinter:
                 else "%d x, %s in all" % (g["count"], format_bytes(g["bytes"]))
             )
             lines.append(
-                "cudatrace: denied {} ({}) at {}{}; budget {}, in use {}\n".format(
+                "cudatrace: denied {} ({}) at {}{}; budget {}, in use {}{}\n".format(
                     what,
                     g["api"],
                     g["label"],
                     via,
                     format_bytes(g["limit"]),
                     format_bytes(g["in_use"]),
+                    in_use_parts(g["in_use"], g["limit"], contexts.get(g["device"], 0)),
                 )
             )
         if lines:  # a symbol's bytes are data: escaped before they reach the terminal
             stream.write("".join(printable(x[:-1]) + "\n" for x in lines))
             stream.flush()
         return list(groups.values())
+
+
+def in_use_parts(in_use: int, limit: int, context: int) -> str:
+    """What a denial's in-use figure is made of, when the budget counted CUDA contexts; and
+    when the contexts alone fill the budget, that every allocation will be denied."""
+    if not context:
+        return ""
+    ctx = min(context, in_use) if in_use else context
+    allocs, ctxs = format_bytes(max(0, in_use - ctx)), format_bytes(ctx)
+    text = f" (allocations {allocs}, CUDA contexts {ctxs})"
+    if context >= limit:
+        text += (
+            f"; the budget is below the CUDA context it counts ({format_bytes(context)}): every "
+            "allocation will be denied; give a budget above the context plus what the program "
+            "allocates"
+        )
+    return text

@@ -9,7 +9,7 @@ from typing import TextIO
 
 from ..analyze.analysis import Analysis, implausible, unrecorded
 from ..analyze.model import AUX2
-from ..analyze.names import fit
+from ..analyze.names import fit, on_terminal
 from ..analyze.ranks import outliers, split_devices, tables, tagged
 from ..units import format_bytes, printable
 from .text import end_label, term_width
@@ -48,7 +48,7 @@ def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> N
     else:
         _peak(a, w)
         _observed(a, w)
-        _sites(a, w, top)
+        _sites(a, w, top, on_terminal(stream))
     if m.failed:
         f = m.failed[0]
         w(
@@ -164,7 +164,7 @@ def _observed(a, w) -> None:
         )
 
 
-def _sites(a, w, top: int) -> None:
+def _sites(a, w, top: int, cut: bool) -> None:
     """The top call sites by bytes live at the peak."""
     m = a.model
     sites = a.sites(m.groups_at_peak(), "site", 1)
@@ -181,7 +181,7 @@ def _sites(a, w, top: int) -> None:
             entry,
             ", ".join(s.api_list()),
         )
-        w(fit(line, width) + "\n")
+        w(fit(line, width, cut) + "\n")  # cut on a terminal only
 
 
 def _ranks_line(a, w) -> None:

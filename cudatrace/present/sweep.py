@@ -4,6 +4,8 @@ two never disagree; and the phrases both carry (slopes in readable units, how a 
 
 from __future__ import annotations
 
+from ..analyze.names import fit, on_terminal
+
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
 UNITS = (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
 
@@ -271,7 +273,8 @@ def _runs(d: dict, L: list) -> None:
 
 
 def _cut(label: str, width: int) -> str:
-    return label if len(label) <= width else label[: width - 3] + "..."
+    """A label in the width: its middle elided first (names.fit), the function kept."""
+    return fit(label, width)
 
 
 def _laws(d: dict, L: list) -> int:
@@ -291,7 +294,9 @@ def _laws(d: dict, L: list) -> int:
             "Laws of the bytes live at each run's peak (least squares in %s):"
             % (k["flag"] or ("the value ({})".format(k["placeholder"])))
         )
-    width = min(48, max(len(s["label"]) for s in series))
+    width = max(len(s["label"]) for s in series)
+    if on_terminal():  # labels are cut (their middles first) on a terminal only
+        width = min(48, width)
     for s in series:
         w(
             "  {}  {}{}".format(

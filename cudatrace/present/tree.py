@@ -1,6 +1,7 @@
 """`cudatrace report --tree` as text: the caller tree (analyze/tree.py), top-down, one line per
 node, chains of single children on one line (`a > b > c`), allocator layers marked [layer]
-and the sites (the code that asked, just above the layers) marked <- site."""
+and the sites (the code that asked, just above the layers) marked <- site, each on a line of
+its own under the chain that leads to it."""
 
 from __future__ import annotations
 
@@ -63,15 +64,22 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
 
     def line(n: dict, depth: int) -> None:
         nodes, last = _chain(n)
-        names = _chain_text(nodes)
         share = percent(n["bytes"] / total) if total else "    -"
-        head = "%10s %s %7s  %s" % (
-            size_text(n["bytes"]),
-            share,
-            "{:,}x".format(n["count"]),
-            "  " * depth,
-        )
-        L.append(fit(head + names, width))
+
+        def head(d: int) -> str:
+            return "%10s %s %7s  %s" % (
+                size_text(n["bytes"]),
+                share,
+                "{:,}x".format(n["count"]),
+                "  " * d,
+            )
+
+        site = next((k for k, x in enumerate(nodes) if x["site"]), None)
+        if site:  # the site on its own line under the chain that leads to it: never cut off
+            L.append(fit(head(depth) + _chain_text(nodes[:site]), width))
+            depth += 1
+            nodes = nodes[site:]
+        L.append(fit(head(depth) + _chain_text(nodes), width))
         for c in last["children"]:
             line(c, depth + 1)
         m = last["more"]

@@ -342,7 +342,8 @@ def _run(
     for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
         old[s] = signal.signal(s, on_signal)
     watcher = None  # counts denials from before the start: the first may come at once
-    if ledger is not None and opts.on_denials is not None and not opts.quiet and not no_trace:
+    # also under -q: quiet silences progress and summaries, never why the program failed
+    if ledger is not None and opts.on_denials is not None and not no_trace:
         watcher = DenialWatcher(ledger, out, opts.on_denials)
     try:
         proc = subprocess.Popen(

@@ -112,6 +112,39 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
     }, a.symbolizer
 
 
+def attribute_together(runs: list[dict], depth: int, attribution: dict | None = None) -> None:
+    """One attribution across the sweep's runs, as `diff` builds one call graph from both of
+    its runs: the allocator layers are recognized from every measured run's stacks together,
+    then each run's sites are measured again with them, so a law is named by the responsible
+    code even where one run alone would not decide it (docs/attribution.md)."""
+    from ..analyze.layers import CallGraph
+
+    measured = [r for r in runs if r.get("measured")]
+    opts = dict(attribution or {})
+    if len(measured) < 2 or opts.get("fold_layers") is False:
+        return
+    graph, sym = CallGraph(), None
+    try:
+        for r in measured:  # one run at a time: the graph keeps names, not the runs
+            a = Analysis(Path(r["directory"]), symbolizer=sym, graph=graph, **opts)
+            a.stacks.learn(a.allocation_stacks())
+            sym = a.symbolizer
+        for r in measured:
+            a = Analysis(Path(r["directory"]), symbolizer=sym, graph=graph, **opts)
+            a.stacks.set_source(None)
+            r["measured"]["sites"] = {
+                s.key: {
+                    "label": s.label(a.full_names),
+                    "key": s.key_text(),
+                    "bytes": s.bytes,
+                    "count": s.count,
+                }
+                for s in a.sites(a.model.groups_at_peak(), "site", depth)
+            }
+    except ReportError:
+        return  # a run that cannot be read again keeps its own attribution
+
+
 def execute(plan: Plan, progress=None) -> list[dict]:
     """Run every value (the product of a grid), each traced into its directory; how each ended
     and what it measured. progress(index, total, run) is called after each run."""
@@ -129,6 +162,7 @@ def execute(plan: Plan, progress=None) -> list[dict]:
             progress(n, len(todo), rec)
         if interrupted:
             break
+    attribute_together(runs, plan.depth, plan.attribution)
     return runs
 
 
@@ -320,4 +354,5 @@ def load_recorded(
                 }
                 rec["included"] = False
         runs.append(rec)
+    attribute_together(runs, depth, attribution)
     return plan, runs

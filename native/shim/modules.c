@@ -7,6 +7,7 @@
 
 #include <pthread.h>
 
+#include "demangle.h"
 #include "trace_format.h"
 #include "util.h"
 #include "writer.h"
@@ -23,6 +24,7 @@
 #define MAX_MODULES 8192
 #define MF_SHIM 1
 #define MF_CUDA 2
+#define MF_EXE 4 /* the program itself */
 
 struct mod {
     uintptr_t start, end, base;
@@ -116,6 +118,7 @@ static int scan_one(struct dl_phdr_info *info, size_t size, void *data)
         ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
         exe[l > 0 ? l : 0] = 0;
         name = exe;
+        m->flags |= MF_EXE;
     }
     ct_strlcpy(m->path, name, sizeof m->path);
     if (is_cuda_name(name))
@@ -375,9 +378,13 @@ static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t ou
                 if (!dm) /* libstdc++ loaded RTLD_LOCAL (Python extensions): look inside it */
                     dm = (demangle_fn)ct_sym_in_loaded("libstdc++.so", "__cxa_demangle");
                 int status = -1;
-                char *d =
-                    dm && best[0] == '_' && best[1] == 'Z' ? dm(best, NULL, NULL, &status) : NULL;
-                ct_strlcpy(out, d && status == 0 ? d : best, outlen);
+                char *d = NULL;
+                if (best[0] == '_' && best[1] == 'Z' && ct_demangle(best, out, outlen))
+                    status = 1; /* our own: also without a C++ runtime to ask (demangle.c) */
+                else if (dm && best[0] == '_' && best[1] == 'Z')
+                    d = dm(best, NULL, NULL, &status);
+                if (status != 1)
+                    ct_strlcpy(out, d && status == 0 ? d : best, outlen);
                 if (d) {
                     void (*fr)(void *) = (void (*)(void *))ds(RTLD_DEFAULT, "free");
                     if (fr)
@@ -421,6 +428,27 @@ void ct_describe_function(uintptr_t ip, char *out, size_t outlen)
     ct_fmt_hex(hex, ip);
     if (l < outlen)
         ct_strlcpy(out + l, hex, outlen - l);
+}
+
+int ct_frame_info(uintptr_t ip, char *name, size_t cap, const char **module, int *exe)
+{
+    const struct mod *m = find(ip);
+    char full[512];
+    uintptr_t off;
+    name[0] = 0;
+    *exe = 0;
+    if (!m)
+        return 0;
+    *module = base_name(m->path);
+    *exe = (m->flags & MF_EXE) != 0;
+    if (m->flags & MF_CUDA)
+        return 2;
+    if (lookup_symbol(m, ip, full, sizeof full, &off)) {
+        if (is_runtime_symbol(full))
+            return 2;
+        shorten_name(full, name, cap);
+    }
+    return 1;
 }
 
 int ct_is_cuda_frame(uintptr_t ip)

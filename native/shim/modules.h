@@ -20,6 +20,11 @@ void ct_describe_address(uintptr_t ip, char *out, size_t outlen);
  * module+offset when unknown */
 void ct_describe_function(uintptr_t ip, char *out, size_t outlen);
 int ct_is_cuda_frame(uintptr_t ip); /* a CUDA library's frame, or the static runtime's */
+/* what the denial's rule reads of a frame (deny.c): its function's short name ("" without a
+ * symbol), its module's basename (*module), whether that is the program itself (*exe);
+ * 0 when ip lies in no known module, 2 for a CUDA library's frame (or the static runtime's):
+ * one symbol lookup */
+int ct_frame_info(uintptr_t ip, char *name, size_t cap, const char **module, int *exe);
 /* a symbol of a loaded object whose file name starts with prefix (loaded RTLD_LOCAL, so
  * RTLD_DEFAULT misses it); NULL when none is loaded */
 void *ct_sym_in_loaded(const char *prefix, const char *name);

@@ -20,6 +20,7 @@
 #include "aggregate.h"
 #include "budget.h"
 #include "cuda_abi.h"
+#include "deny.h"
 #include "events.h"
 #include "live.h"
 #include "modules.h"
@@ -195,43 +196,75 @@ static int deny_rate(uintptr_t ip, uint64_t *n)
     return 1;
 }
 
-/* The denial line names the code at the moment of the denial: the first frame outside CUDA,
- * then its callers, demangled and shortened, innermost first (`at device_take (app+0x1234) <-
- * pool_obtain <- tensor_create <- kv_layer_buffer <- ...`): the allocator layers the reports
- * fold are not known here, so the path goes on far enough to reach the code above them. The
- * launcher prints the attributed line as soon as it reads the DENY record (docs/attribution.md). */
-#define DENY_PATH_FRAMES 8
+/* The denial line names the code at the moment of the denial (deny.c): the boundary rule over
+ * the denied call's frames names the code above the allocator (`at CacheBuffer::CacheBuffer
+ * (app+0x1234) via vt::Alloc > vt::cuda::(anon)::AllocOnDevice, called from ...`), or, when
+ * the frames show no boundary, the raw path from the first frame outside CUDA, innermost
+ * first. The launcher prints the attributed line as soon as it reads the DENY record
+ * (docs/attribution.md). Printed under CUDATRACE_QUIET too: -q silences chatter, never the
+ * reason a program failed (the rate limit applies). */
+#define DENY_PATH_FRAMES 16
 static CT_TLS int tls_deny_share; /* the denial was the share's (budget.h ct_budget_share_label) */
+
+static uint64_t ctx_bytes[CT_LEDGER_MAX_DEVICES]; /* this process's context, as counted */
+
+/* what the in-use figure is made of: "(allocations X, CUDA contexts Y of N processes)", and
+ * when this process's context alone fills the budget, that every allocation will be denied */
+static size_t in_use_parts(char *out, size_t cap, int dev, uint64_t in_use, uint64_t limit)
+{
+    struct ct_ledger_view *v = malloc(sizeof *v); /* cold path: large, not on the stack */
+    uint64_t ctx = 0, procs = 0;
+    if (v && ct_ledger_snapshot(ct_budget_ledger, v) == CT_LEDGER_OK)
+        for (uint32_t i = 0; i < v->nmembers; i++)
+            if (v->members[i].context[dev]) {
+                ctx += v->members[i].context[dev];
+                procs++;
+            }
+    free(v);
+    char num[48];
+    size_t l = 0;
+    if (!ctx)
+        return 0;
+    if (ctx > in_use)
+        ctx = in_use;
+    l += ct_strlcpy(out + l, " (allocations ", cap - l);
+    ct_fmt_bytes(num, in_use - ctx);
+    l += ct_strlcpy(out + l, num, cap - l);
+    l += ct_strlcpy(out + l, ", CUDA contexts ", cap - l);
+    ct_fmt_bytes(num, ctx);
+    l += ct_strlcpy(out + l, num, cap - l);
+    l += ct_strlcpy(out + l, " of ", cap - l);
+    ct_fmt_u64(num, procs);
+    l += ct_strlcpy(out + l, num, cap - l);
+    l += ct_strlcpy(out + l, procs == 1 ? " process)" : " processes)", cap - l);
+    uint64_t mine = dev >= 0 && dev < CT_LEDGER_MAX_DEVICES ? ctx_bytes[dev] : 0;
+    if (mine && mine >= limit) {
+        l += ct_strlcpy(out + l, "; the budget is below this process's CUDA context (", cap - l);
+        ct_fmt_bytes(num, mine);
+        l += ct_strlcpy(out + l, num, cap - l);
+        l += ct_strlcpy(out + l,
+                        "), which it counts: every allocation will be denied; give a budget "
+                        "above the context plus what the program allocates",
+                        cap - l);
+    }
+    return l < cap ? l : cap - 1;
+}
 
 static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, const char *verdict)
 {
-    char line[1400], num[48], site[900];
+    char line[2400], num[48], site[1200], parts[400];
     uintptr_t ips[DENY_PATH_FRAMES];
     int n = ct_stack_user_frames(ips, DENY_PATH_FRAMES);
     uint64_t count = 0;
     int how = deny_rate(n > 0 ? ips[0] : 0, &count);
-    if (ct_cfg.quiet && ct_cfg.on_exceed != CT_EXCEED_ABORT)
-        return;
     if (how == 0 && ct_cfg.on_exceed != CT_EXCEED_ABORT)
         return;
-    if (n > 0) {
-        ct_describe_address(ips[0], site, sizeof site);
-        size_t sl = strlen(site);
-        for (int k = 1; k < n && sl + 8 < sizeof site; k++) {
-            char fn[160];
-            if (ct_is_cuda_frame(ips[k]))
-                continue;
-            ct_describe_function(ips[k], fn, sizeof fn);
-            if (strcmp(fn, "main") == 0 && k + 1 < n) {
-                sl += ct_strlcpy(site + sl, " <- main", sizeof site - sl);
-                break;
-            }
-            sl += ct_strlcpy(site + sl, " <- ", sizeof site - sl);
-            if (sl < sizeof site)
-                sl += ct_strlcpy(site + sl, fn, sizeof site - sl);
-        }
-    } else
+    if (n > 0)
+        ct_deny_describe(ips, n, site, sizeof site);
+    else
         ct_strlcpy(site, "unknown call site (stacks off: --stack-depth 0)", sizeof site);
+    parts[0] = 0;
+    in_use_parts(parts, sizeof parts, c->dev < 0 ? 0 : c->dev, in_use, limit);
     size_t l = ct_strlcpy(line, "cudatrace: budget exceeded: ", sizeof line);
     l += ct_strlcpy(line + l, ct_api_name(c->api), sizeof line - l);
     if (tls_rt_api) {
@@ -257,6 +290,7 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     l += ct_strlcpy(line + l, ", in use ", sizeof line - l);
     ct_fmt_bytes(num, in_use);
     l += ct_strlcpy(line + l, num, sizeof line - l);
+    l += ct_strlcpy(line + l, parts, sizeof line - l);
     l += ct_strlcpy(line + l, "; at ", sizeof line - l);
     l += ct_strlcpy(line + l, site, sizeof line - l);
     l += ct_strlcpy(line + l, "; ", sizeof line - l);
@@ -536,6 +570,8 @@ static void write_info(const char *key, const char *value)
  * (a later record of the same key replaces an earlier one) */
 static void report_context(int dev, uint64_t bytes)
 {
+    if (dev >= 0 && dev < CT_LEDGER_MAX_DEVICES)
+        ctx_bytes[dev] = bytes;
     char key[32] = "context.", num[24];
     ct_fmt_u64(key + 8, (uint64_t)dev);
     ct_fmt_u64(num, bytes);

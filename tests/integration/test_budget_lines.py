@@ -1,4 +1,5 @@
-"""Issue 11, rough edges: budget lines are rate-limited per call site, and -q silences them."""
+"""Issue 11, rough edges: budget lines are rate-limited per call site; -q silences chatter but
+never the denial (issue 20: the reason a program failed always prints)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_denial_lines_rate_limited_per_site(ct, sim, env):
     assert build(read_dir(r.out)).counts["denied"] == 190
 
 
-def test_quiet_silences_denial_lines(ct, sim, env):
+def test_quiet_keeps_denial_lines(ct, sim, env):
     r = ct.run(
         [sim.progs["hold"], "--exit-after-ms", "10", "--free", "20", "1m"],
         "-q",
@@ -42,5 +43,8 @@ def test_quiet_silences_denial_lines(ct, sim, env):
         env=env,
     )
     assert r.returncode == 1, r.stderr
-    assert "budget exceeded" not in r.stderr
-    assert "cudatrace" not in r.stderr
+    shim = [x for x in r.stderr.splitlines() if "budget exceeded" in x]
+    assert 1 <= len(shim) <= 5, r.stderr  # rate-limited as without -q
+    assert any(x.startswith("cudatrace: denied ") for x in r.stderr.splitlines()), r.stderr
+    # the chatter is gone: no progress line, no summary
+    assert "cudatrace: tracing" not in r.stderr and "full report" not in r.stderr

@@ -199,6 +199,10 @@ def test_bad_fold_pattern():
         ),
         ("load_weights", "load_weights"),
         ("main", "main"),
+        ("<module>", "<module>"),
+        ("main.<locals>.<lambda>", "main.<locals>.<lambda>"),
+        ("<genexpr>", "<genexpr>"),
+        ("Loader.load.<locals>.<listcomp>", "Loader.load.<locals>.<listcomp>"),
     ],
 )
 def test_short_name(full, short):
@@ -206,8 +210,25 @@ def test_short_name(full, short):
 
 
 def test_fit():
-    assert fit("abcdef", 10) == "abcdef"
-    assert fit("abcdefghijkl", 8) == "abcde..."
+    assert fit("abcdef", 10, terminal=True) == "abcdef"
+    assert fit("abcdefghijkl", 8, terminal=True) == "abcde..."
+    # off a terminal (files, pipes: pytest's stdout) a line is never cut
+    assert fit("abcdefghijkl", 8) == "abcdefghijkl"
+    assert fit("abcdefghijkl", 8, terminal=False) == "abcdefghijkl"
+
+
+def test_fit_elides_the_middle_of_names_first():
+    line = (
+        "   448.0 MiB  28 x  vllm::v1::GPUModelRunner::CacheBuffer::CacheBuffer "
+        "(vt_server.cpp:63) via vt::Alloc"
+    )
+    got = fit(line, 88, terminal=True)
+    assert got == (
+        "   448.0 MiB  28 x  vllm::...::CacheBuffer::CacheBuffer (vt_server.cpp:63) via vt::Alloc"
+    )
+    # narrower: the namespaces go, the class, the function and (file:line) stay
+    got = fit("x  ns::a::b::c::Klass::run (a.cc:1)", 32, terminal=True)
+    assert got == "x  ns::...::Klass::run (a.cc:1)"
 
 
 # ---- end to end on written traces -------------------------------------------------------------
@@ -346,3 +367,29 @@ def test_diff_folds_alike_when_one_run_alone_shows_no_layer(tmp_path):
     top = diff(a, b)["sites"][0]
     assert top["label"] == "kv_buffer (app.cc:100)"
     assert (top["peak"]["a_count"], top["peak"]["b_count"]) == (28, 4)
+
+
+def test_std_frame_or_offset_never_heads_a_site(tmp_path):
+    """An inlined std:: template (a custom allocator reached from std::vector) or a frame
+    without a symbol as the innermost frame: the program's named function heads the site;
+    with no named frame of the program's code above, the offset stays."""
+    d = tmp_path / "t"
+    d.mkdir()
+    fr = tg.Frames()
+    w = tg.TraceWriter(d / "1.0.ctrace", pid=1)
+    fr.write_modules(w)
+    stacks = [
+        ("std::allocator_traits<eng::DevAlloc>::allocate", "load_model", "main"),
+        ("stripped_helper", "build_table", "main"),
+        ("stripped_only",),
+    ]
+    for k, st in enumerate(stacks):
+        ts, addr = tg.BASE_TS + (k + 1) * tg.MS, 0x7E0000000000 + (k << 30)
+        w.alloc(ts, (k + 1) * tg.MiB, addr, stack=w.stack(fr.stack(*st)))
+    w.close(end_ts=tg.BASE_TS + 10 * tg.MS)
+    sym = NameSymbolizer(fr, unknown={"stripped_helper", "stripped_only"})
+    r = rep(d, sym)
+    labels = {s["label"].split(" (")[0] for s in r["sites"]}
+    named = {x for x in labels if "+0x" not in x}
+    assert named == {"build_table", "load_model"}, labels
+    assert len(labels - named) == 1, labels  # stripped_only: nothing named above it

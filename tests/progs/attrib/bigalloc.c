@@ -1,0 +1,29 @@
+/* bigalloc.c - the counter-example (tests/integration/test_attrib_shapes.py): a plain C
+ * program whose alloc_big_device(), called once from main, is the responsible code.
+ *   bigalloc [--mib M] */
+#include "cuda_min.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+unsigned long long alloc_big_device(size_t mib)
+{
+    CUdeviceptr p = 0;
+    if (cuMemAlloc_v2(&p, mib * ATTRIB_MiB) != 0) {
+        fprintf(stderr, "bigalloc: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+int main(int argc, char **argv)
+{
+    size_t mib = argc > 2 && !strcmp(argv[1], "--mib") ? (size_t)atoi(argv[2]) : 448;
+    CUdevice dev;
+    CUcontext ctx;
+    if (cuInit(0) || cuDeviceGet(&dev, 0) || cuCtxCreate_v2(&ctx, 0, dev))
+        return 2;
+    alloc_big_device(mib);
+    printf("ready\n");
+    return 0;
+}

@@ -1,0 +1,67 @@
+"""Builds the attribution shapes of tests/progs/attrib/ (tests/integration/test_attrib_shapes.py)
+against the simulated driver: each program with its shared libraries, at one optimization
+level. `build(name, out, libdir, release)` returns the executable's path."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from .paths import PROGS
+
+SRC = PROGS / "attrib"
+DEBUG = ["-O0", "-g", "-fno-omit-frame-pointer"]
+RELEASE = ["-O2", "-g", "-fomit-frame-pointer"]
+
+# name -> (executable, [(library, [sources], compiler, [libraries it links])], exe sources, cc,
+#          exe links)
+SHAPES = {
+    "vt_server": ([], ["vt_server.cpp"], "g++", []),
+    "vt_server_static": ([], ["vt_server.cpp"], "g++", ["-static-libstdc++", "-static-libgcc"]),
+    "trt_server": ([], ["trt_server.cpp"], "g++", []),
+    "llamaish-cli": (
+        [
+            ("libggmlish-cuda.so", ["ggmlish_cuda.c"], "cc", ["-lcuda"]),
+            ("libggmlish-base.so", ["ggmlish_base.c"], "cc", []),
+            ("libllamaish.so", ["llamaish.cpp"], "g++", ["-lggmlish-base", "-lggmlish-cuda"]),
+        ],
+        ["llamaish_cli.c"],
+        "cc",
+        ["-lllamaish"],
+    ),
+    "torchapp": (
+        [
+            ("libmc10.so", ["mc10.cpp"], "g++", ["-lcuda"]),
+            ("libmat.so", ["mat.cpp"], "g++", ["-lmc10"]),
+        ],
+        ["torchapp.cpp"],
+        "g++",
+        ["-lmat", "-lmc10"],
+    ),
+    "bigalloc": ([], ["bigalloc.c"], "cc", []),
+    "kvgrow": ([], ["kvgrow.c"], "cc", []),
+}
+
+
+def _cc(cmd: list[str]) -> None:
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr}")
+
+
+def build(name: str, out: Path, libdir: Path, release: bool = False) -> Path:
+    """Build shape `name` into out/ (its libraries beside it, found through $ORIGIN)."""
+    libs, srcs, cc, links = SHAPES[name]
+    out.mkdir(parents=True, exist_ok=True)
+    flags = RELEASE if release else DEBUG
+    common = [f"-I{SRC}", f"-L{libdir}", f"-L{out}", "-Wl,-rpath,$ORIGIN"]
+    for lib, lsrcs, lcc, llinks in libs:
+        _cc(
+            [lcc, *flags, "-shared", "-fPIC", "-o", str(out / lib)]
+            + [str(SRC / s) for s in lsrcs]
+            + common
+            + llinks
+        )
+    exe = out / name
+    _cc([cc, *flags, "-o", str(exe)] + [str(SRC / s) for s in srcs] + common + links + ["-lcuda"])
+    return exe
