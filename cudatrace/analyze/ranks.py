@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .. import native
 from .aggregate import apply_snapshots
-from .model import device_kinds
+from .model import END_EXITED, device_kinds
 from .trace import C, Trace, host_of, layout
 
 # (rank, local rank, world size) of each launcher, the innermost first: torchrun's workers under
@@ -282,7 +282,7 @@ def _tables(a, fast: bool) -> dict:
             out["dev_ranks"][dk].add(of_trace[x.trace].label)
             out["rank_devs"][of_trace[x.trace].key].add(dk[1])
             out["dev_allocs"][dk] += 1
-            if x.end_ts is None:
+            if x.end_ts is None or x.how == END_EXITED:  # never freed (model.py)
                 out["dev_end"][dk] += x.size
         return out
     dk_of = {

@@ -247,41 +247,9 @@ def _stat(label: str, value: str, sub: str = "", cls: str = "") -> str:
     )
 
 
-def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progress=None) -> str:
-    """The HTML page of one run; r: the report dict (built here at the peak when not given)."""
-    if r is None:
-        r = build_report(a, depth=depth)
-    tables = Tables(depth=r.get("depth", depth))
-    moments = pick_moments(a, at=r.get("at"))
-    bar = progress("building the HTML report", len(moments)) if progress else None
-    try:
-        run = run_data(a, tables, moments, progress=bar)
-    finally:
-        if bar is not None:
-            bar.close()
-    at = r.get("at") or {}
-    initial = 0
-    for i, mo in enumerate(run["moments"]):
-        if mo["kind"] == at.get("kind", "peak") and (
-            at.get("kind") != "time" or mo["t"] == round(min(at["time"], run["span"][1]), 6)
-        ):
-            initial = i
-            break
-    else:
-        initial = max(0, len(run["moments"]) - 1)
-    data = {
-        "kind": "report",
-        "version": r.get("cudatrace_version", ""),
-        "generated": _now(),
-        "report": r,
-        "run": run,
-        "initial": initial,
-        "aggregation": _aggregation([run], tables),
-        **_tables_json(tables),
-    }
-    e = html.escape
-    cmd = _cmd(r["command"])
-    title = "cudatrace: %s" % (os.path.basename(r["command"][0]) if r["command"] else r["path"])
+def _report_stats(a: Analysis, r: dict, at: dict) -> list[str]:
+    """The figures at the head of a report's page: peak, never freed, allocations, the top
+    site, the budget, failures and denials, truncated files."""
     stats = [
         _stat(
             "peak",
@@ -343,6 +311,45 @@ def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progr
     )
     if r["truncated_files"]:
         stats.append(_stat("truncated", str(len(r["truncated_files"])), "trace files", "alert"))
+    return stats
+
+
+def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progress=None) -> str:
+    """The HTML page of one run; r: the report dict (built here at the peak when not given)."""
+    if r is None:
+        r = build_report(a, depth=depth)
+    tables = Tables(depth=r.get("depth", depth))
+    moments = pick_moments(a, at=r.get("at"))
+    bar = progress("building the HTML report", len(moments)) if progress else None
+    try:
+        run = run_data(a, tables, moments, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    at = r.get("at") or {}
+    initial = 0
+    for i, mo in enumerate(run["moments"]):
+        if mo["kind"] == at.get("kind", "peak") and (
+            at.get("kind") != "time" or mo["t"] == round(min(at["time"], run["span"][1]), 6)
+        ):
+            initial = i
+            break
+    else:
+        initial = max(0, len(run["moments"]) - 1)
+    data = {
+        "kind": "report",
+        "version": r.get("cudatrace_version", ""),
+        "generated": _now(),
+        "report": r,
+        "run": run,
+        "initial": initial,
+        "aggregation": _aggregation([run], tables),
+        **_tables_json(tables),
+    }
+    e = html.escape
+    cmd = _cmd(r["command"])
+    title = "cudatrace: %s" % (os.path.basename(r["command"][0]) if r["command"] else r["path"])
+    stats = _report_stats(a, r, at)
     body = _BODY_REPORT.format(
         title=e(title),
         cmd=e(cmd),

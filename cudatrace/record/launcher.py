@@ -289,10 +289,8 @@ def _run(
         _check_shim_path("trace directory", out)
     env = _environment(opts, shim, out)
     ledger, budget_info = _join_budget(opts, env)
-
     run_info = _write_run_info(opts, path, out, budget_info, ledger)
     _say_start(opts, out)
-
     aborted = []
     # Without a terminal whose foreground we are, CMD gets a process group of its own: a signal
     # sent to our group (kill -TERM -PGID, CI runners) then reaches CMD once, forwarded by us,

@@ -17,7 +17,6 @@ LONG = 100
 EXCEPTIONS = {
     "symbols/lines.py:_decode_rows": 142,  # the line program's hot loop: calls cost here
     "present/html.py:_facts_html": 132,
-    "present/html.py:render_report_html": 104,
 }
 MAX_EXCEPTIONS = 8
 

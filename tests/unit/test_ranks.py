@@ -211,7 +211,7 @@ def test_the_short_way_agrees_with_the_sweep(two_hosts, tmp_path):
     for pid, rank, size in ((10, 0, 4), (11, 0, 6), (12, 1, 2)):
         w = TraceWriter(d / ("%d.0.ctrace" % pid), pid=pid, info={"env.RANK": rank})
         w.alloc(1_000_000_000_000 + pid * MS, size * MiB, 0x7F0000000000 + pid * (1 << 32))
-        w.close()
+        w.close(end_ts=1_000_000_000_000 + 100 * MS)  # exits holding it (after its events)
     a = Analysis(d, symbolize=False)
     assert all(len(alloc_ordinals(t)) == 1 for t in a.traces)  # the short way is taken
     tb = _same_tables(a)
@@ -223,7 +223,7 @@ def test_the_short_way_agrees_with_the_sweep(two_hosts, tmp_path):
     w = TraceWriter(d2 / "13.0.ctrace", pid=13, info={"env.RANK": 2})
     w.alloc(1_000_000_000_000 + 20 * MS, MiB, 0x7E0000000000, device=0)
     w.alloc(1_000_000_000_000 + 21 * MS, 3 * MiB, 0x7E1000000000, device=1)
-    w.close()
+    w.close(end_ts=1_000_000_000_000 + 100 * MS)
     a = Analysis(d2, symbolize=False)
     assert alloc_ordinals(a.traces[0]) == {0, 1}
     r = build_report(a)
