@@ -14,6 +14,7 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT" || exit 1
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+mkdir -p "$OUT/traces"
 make -s -C native OUT=../cudatrace/_native || exit 1
 python3 tools/bench_overhead.py --out "$OUT" --cases async_1MiB --configs bare,stacks,nostack \
     --rounds "$ROUNDS" --tmp "$OUT/traces" || { echo "FAIL bench_overhead.py failed"; exit 1; }
