@@ -191,10 +191,11 @@ stop.set(); bg.join()
 print(json.dumps({"left": results, "allocs": cudatrace.stats().allocs}))
 """,
     )
-    # the churn thread's 4 KiB may be live at a block's end: left is the block's MiBs, at most
-    # one 4 KiB page more
+    # the churn thread's 4 KiB may be live at a block's start and not at its end, or the other
+    # way round (docs/pytest.md: the edges of a block): left is the block's MiBs, one 4 KiB
+    # page more or less
     for i, left in enumerate(got["left"]):
-        assert (i + 1) * MiB <= left <= (i + 1) * MiB + 4096, (i, left)
+        assert (i + 1) * MiB - 4096 <= left <= (i + 1) * MiB + 4096, (i, left)
     assert got["allocs"] > 8
 
 
