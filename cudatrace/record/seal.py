@@ -30,6 +30,17 @@ def _field(name: str) -> int:
     return native.ffi().offsetof("struct ct_file_header", name)
 
 
+_chunk_size: list[int] = []
+
+
+def _min_chunk() -> int:
+    """CT_CHUNK_SIZE, read from the header's #defines (no cffi: a short run never parses the
+    layouts, tests/integration/test_startup.py)."""
+    if not _chunk_size:
+        _chunk_size.append(native.defines(native.header_text("trace_format.h"))["CT_CHUNK_SIZE"])
+    return _chunk_size[0]
+
+
 def _punch(fd: int, off: int, length: int) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     f = libc.fallocate
@@ -92,6 +103,8 @@ class Sealer:
         """Compress the chunks of p sealed since the last pass; the number compressed."""
         fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
+            if os.fstat(fd).st_size < 2 * _min_chunk():
+                return 0  # chunk 0 (the header) is never sealed: nothing to do yet
             head = os.pread(fd, 256, 0)
             if len(head) < 256 or head[:8] != b"CUDATRC\0":
                 return 0
