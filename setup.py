@@ -7,13 +7,14 @@ The wheel also carries, under cudatrace/_native/:
     demo/     the demo's example program (examples/kv-pool)
 Nothing of tests/ is shipped.
 """
+
 import shutil
 import subprocess
 from pathlib import Path
 
 from setuptools import setup
-from setuptools.dist import Distribution
 from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
 
 ROOT = Path(__file__).resolve().parent
 SOURCE_SUFFIXES = (".h", ".c", ".def")
