@@ -272,11 +272,6 @@ def _runs(d: dict, L: list) -> None:
     L.append("")
 
 
-def _cut(label: str, width: int) -> str:
-    """A label in the width: its middle elided first (names.fit), the function kept."""
-    return fit(label, width)
-
-
 def _laws(d: dict, L: list) -> int:
     """The law of the peak and of each site; returns the width of the label column."""
     w = L.append
@@ -300,7 +295,7 @@ def _laws(d: dict, L: list) -> int:
     for s in series:
         w(
             "  {}  {}{}".format(
-                _cut(s["label"], width).ljust(width),
+                fit(s["label"], width).ljust(width),
                 s["law"]["text"],
                 "   <-- faster than expected" if s["contradicts_expectation"] else "",
             )
@@ -319,7 +314,7 @@ def _bytes_table(d: dict, L: list, width: int) -> None:
     L.append("Bytes live at each run's peak:")
     rows = [["", *[d["runs"][i]["text"] for i in inc]]]
     for s in [d["peak"]] + d["sites"]:
-        rows.append([_cut(s["label"], width), *[readable(s["bytes"][i]) for i in inc]])
+        rows.append([fit(s["label"], width), *[readable(s["bytes"][i]) for i in inc]])
     L.extend(_table(rows, set(range(1, len(inc) + 1))))
 
 

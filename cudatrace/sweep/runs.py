@@ -91,14 +91,7 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
     # images): a budget counts it, so advice must include it (None: NVML listed no process)
     obs = a.observed.compare(m.peak_ts, m.bytes_at, a.start_ns)
     untraced = (obs.get("max") or {}).get("untraced_max_bytes")
-    sites = {}
-    for s in a.sites(m.groups_at_peak(), "site", depth):
-        sites[s.key] = {
-            "label": s.label(a.full_names),
-            "key": s.key_text(),
-            "bytes": s.bytes,
-            "count": s.count,
-        }
+    sites = _peak_sites(a, depth)
     return {
         "peak_bytes": m.peak_bytes,
         "peak_time": a.seconds(m.peak_ts) if m.found else None,
@@ -110,6 +103,19 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
         "untraced_bytes": max(0, untraced) if isinstance(untraced, int) else None,
         "sites": sites,
     }, a.symbolizer
+
+
+def _peak_sites(a: Analysis, depth: int) -> dict:
+    """The sites live at a run's peak, keyed as `diff` matches them: what a law is fitted on."""
+    return {
+        s.key: {
+            "label": s.label(a.full_names),
+            "key": s.key_text(),
+            "bytes": s.bytes,
+            "count": s.count,
+        }
+        for s in a.sites(a.model.groups_at_peak(), "site", depth)
+    }
 
 
 def attribute_together(runs: list[dict], depth: int, attribution: dict | None = None) -> None:
@@ -132,15 +138,7 @@ def attribute_together(runs: list[dict], depth: int, attribution: dict | None = 
         for r in measured:
             a = Analysis(Path(r["directory"]), symbolizer=sym, graph=graph, **opts)
             a.stacks.set_source(None)
-            r["measured"]["sites"] = {
-                s.key: {
-                    "label": s.label(a.full_names),
-                    "key": s.key_text(),
-                    "bytes": s.bytes,
-                    "count": s.count,
-                }
-                for s in a.sites(a.model.groups_at_peak(), "site", depth)
-            }
+            r["measured"]["sites"] = _peak_sites(a, depth)
     except ReportError:
         return  # a run that cannot be read again keeps its own attribution
 
