@@ -34,6 +34,7 @@ from ..errors import CudatraceError
 from ..procfs import tree_pids
 from ..units import shell_quote
 from .denials import append_denials
+from .exits import ExitWatcher
 from .files import DirectoryBusy, lock_dir, release_dir, write_json
 from .sampler import Sampler
 from .seal import Sealer
@@ -364,7 +365,7 @@ def _run(
     for signum in pending:
         on_signal(signum, None)
     run_info["pid"] = proc.pid
-    sampler, sealer = _start_helpers(opts, proc.pid, out)
+    sampler, sealer, exits = _start_helpers(opts, proc.pid, out)
     if watcher is not None:
         watcher.start()
     try:
@@ -372,7 +373,7 @@ def _run(
             opts.on_start(proc, out)
         rc = _wait(proc)
     finally:
-        for h in (sampler, sealer, watcher):
+        for h in (sampler, sealer, watcher, exits):
             if h is not None:
                 h.stop()
         for s, h in old.items():
@@ -380,21 +381,25 @@ def _run(
     status = exit_status(rc)
     if aborted and status == 0:
         status = 3
-    _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer), ledger)
+    _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer, exits), ledger)
     return status, out
 
 
 def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> tuple:
     """The launcher's threads beside CMD: the sampler (NVML, /proc) and, for a full trace, the
-    sealer (sealed chunks compressed, seal.py). None for each that does not run."""
+    sealer (sealed chunks compressed, seal.py) and the exit watcher (when processes that leave no
+    exit record ended, exits.py). None for each that does not run."""
     if out is None:
-        return None, None
+        return None, None, None
     sampler = Sampler(pid, out, opts.sample_ms / 1000.0, bounded=opts.mode == "aggregate")
     sampler.start()
     sealer = Sealer(out) if opts.mode == "full" else None
     if sealer:
         sealer.start()
-    return sampler, sealer
+    exits = ExitWatcher(out) if ExitWatcher.available() else None
+    if exits:
+        exits.start()
+    return sampler, sealer, exits
 
 
 def _wait(proc) -> int:
@@ -503,7 +508,9 @@ def _join_budget(opts: RunOptions, env: dict):
 def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, helpers, ledger):
     """After CMD: run.json completed (status, end, sampler and sealer as helpers, the ledger's
     last figures)."""
-    sampler, sealer = helpers
+    sampler, sealer, exits = helpers
+    if exits is not None:
+        run_info["exits"] = exits.exits()
     run_info.update(
         {
             "returncode": rc,

@@ -117,3 +117,24 @@ def test_aggregate_threads_never_peak_above_the_device(ct, sim, limit):
     assert 0 < rep["peak_bytes"] <= hwm, (rep["peak_bytes"], hwm)
     for p in rep["processes"]:
         assert p.get("peak_bytes", 0) <= hwm, (p, hwm)
+
+
+def test_a_killed_process_memory_ends_when_it_died(ct, sim, tmp_path):
+    # a SIGKILLed process writes no exit record: its memory ends when the launcher saw it exit
+    # (record/exits.py, a pidfd per traced process), not at the run's end. A holder of 2 MiB
+    # killed, then a program of 2 MiB: the device held 2 MiB at most, never 4.
+    hold, ready = sim.progs["hold"], tmp_path / "ready"
+    script = (
+        f"{hold} 1 2m > {ready} & p=$!; "
+        f"until grep -q ready {ready}; do sleep 0.05; done; sleep 0.5; "
+        f"kill -9 $p; wait $p; sleep 0.3; {hold} --exit-after-ms 1 1 2m"
+    )
+    r, hwm = _run(ct, sim, ["sh", "-c", script], "-q")
+    assert r.returncode == 0, r.stderr
+    assert hwm == 2 * MiB
+    rep = _peak(ct, r.out)
+    killed = [p for p in rep["processes"] if p["status"] == "truncated"]
+    assert len(killed) == 1, rep["processes"]
+    assert rep["peak_bytes"] == hwm, rep["peak_bytes"]
+    exits = json.loads((r.out / "run.json").read_text()).get("exits") or []
+    assert killed[0]["pid"] in {x["pid"] for x in exits}, exits
