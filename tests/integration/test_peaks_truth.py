@@ -119,7 +119,8 @@ def test_aggregate_threads_never_peak_above_the_device(ct, sim, limit):
         assert p.get("peak_bytes", 0) <= hwm, (p, hwm)
 
 
-def test_a_killed_process_memory_ends_when_it_died(ct, sim, tmp_path):
+@pytest.mark.parametrize("mode", ["full", "aggregate"])
+def test_a_killed_process_memory_ends_when_it_died(ct, sim, tmp_path, mode):
     # a SIGKILLed process writes no exit record: its memory ends when the launcher saw it exit
     # (record/exits.py, a pidfd per traced process), not at the run's end. A holder of 2 MiB
     # killed, then a program of 2 MiB: the device held 2 MiB at most, never 4.
@@ -129,7 +130,8 @@ def test_a_killed_process_memory_ends_when_it_died(ct, sim, tmp_path):
         f"until grep -q ready {ready}; do sleep 0.05; done; sleep 0.5; "
         f"kill -9 $p; wait $p; sleep 0.3; {hold} --exit-after-ms 1 1 2m"
     )
-    r, hwm = _run(ct, sim, ["sh", "-c", script], "-q")
+    agg = ["--aggregate"] if mode == "aggregate" else []
+    r, hwm = _run(ct, sim, ["sh", "-c", script], "-q", *agg)
     assert r.returncode == 0, r.stderr
     assert hwm == 2 * MiB
     rep = _peak(ct, r.out)
