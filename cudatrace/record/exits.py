@@ -12,12 +12,14 @@ millisecond on an idle machine, more under load), never early.
 A process is named by pid and start time (/proc/PID/stat field 22, as the trace header names
 it), read before and after its pidfd is opened, so a reused pid is never taken for it. A process
 that ended before the watcher saw its file (it scans every `interval` seconds) gets no entry:
-its memory then counts to the run's end, as before.
+its memory then counts to the run's end, as before. So does one beyond the watcher's share of
+the launcher's descriptors (half its limit, leaving at least 128 for everything else).
 """
 
 from __future__ import annotations
 
 import os
+import resource
 import select
 import threading
 import time
@@ -43,6 +45,9 @@ class ExitWatcher:
         self.known: set[int] = set()  # pids seen (watched, or found gone)
         self.fds: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, start ticks)
         self.ended: list[dict] = []
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        soft = 1 << 20 if soft == resource.RLIM_INFINITY else soft
+        self.cap = max(0, min(soft // 2, soft - 128))  # pidfds held at once, at most
         self._poll = select.poll()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cudatrace-exits", daemon=True)
@@ -85,6 +90,8 @@ class ExitWatcher:
             self._watch(pid)
 
     def _watch(self, pid: int) -> None:
+        if len(self.fds) >= self.cap:
+            return
         before = start_ticks(pid)
         if before is None:
             return

@@ -52,3 +52,21 @@ def test_a_reused_pid_is_not_taken_for_the_traced_process(tmp_path, monkeypatch)
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_watcher_keeps_to_its_share_of_descriptors(tmp_path):
+    child = subprocess.Popen(["sleep", "60"])
+    try:
+        w = ExitWatcher(tmp_path)
+        assert 0 < w.cap < 1 << 20
+        w.cap = 0
+        w._watch(child.pid)
+        assert not w.fds
+        w.cap = 1
+        w._watch(child.pid)
+        assert len(w.fds) == 1
+        w.stop()
+        assert not w.fds
+    finally:
+        child.kill()
+        child.wait()
