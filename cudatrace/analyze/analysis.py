@@ -560,6 +560,12 @@ def _never_freed_json(a: Analysis, end_live: Groups, end_sites: list, top: int) 
     }
 
 
+def _ended_seen(t) -> bool:
+    """A trace with no exit record of a process the launcher saw end (not an image exec
+    replaced, not one whose trace stopped early)."""
+    return bool(not t.complete and t.exit_seen_ns and t.status != "exec" and not t.stopped_ns)
+
+
 def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, list]:
     """(processes, truncated files): one entry per trace file; lost events and gaps noted."""
     m = a.model
@@ -578,6 +584,11 @@ def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, li
                 reason = "the trace stopped (%s); the process exited with status %d" % (
                     t.stopped_why,
                     t.stopped_exit,
+                )
+            elif _ended_seen(t):
+                reason = (
+                    "no clean exit record: the process was killed or crashed; the launcher saw "
+                    "it end at %.3f s, when its memory ends" % (a.seconds(t.exit_seen_ns) or 0.0)
                 )
             truncated.append(
                 {"file": t.path.name, "pid": t.pid, "reason": reason, "events": t.n_events}
@@ -610,6 +621,8 @@ def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, li
                 "last_time": a.seconds(p.get("last_ts")) if p.get("events") else None,
             }
         )
+        if _ended_seen(t):  # killed or crashed: when the launcher saw it end (record/exits.py)
+            processes[-1]["ended_time"] = a.seconds(t.exit_seen_ns)
         if t.end and t.end.dropped:
             warnings.append(
                 "%s: %d events were lost (the trace file could not grow)"

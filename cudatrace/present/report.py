@@ -70,6 +70,10 @@ def _status_text(p: dict, r: dict) -> str:
                 p["stopped"], code
             )
         return "trace stopped ({}); no exit record".format(p["stopped"])
+    if p.get("ended_time") is not None:
+        return "killed or crashed (no exit record); ended at {} as the launcher saw it".format(
+            secs_text(p["ended_time"])
+        )
     return "truncated (no clean exit record: killed, crashed or still running)"
 
 

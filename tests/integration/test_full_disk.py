@@ -17,6 +17,7 @@ import time
 import pytest
 
 from cudatrace.analyze.trace import read_dir
+from support.schemas import validate
 
 
 @pytest.fixture
@@ -156,6 +157,7 @@ def test_an_image_at_its_descriptor_limit_is_not_lost_without_a_word(ct, sim, tm
     assert "refused 1 allocation(s), the traces hold 0" in text, text
     j = json.loads(ct.cli("report", r.out, "--json").stdout)
     assert j["budget"]["beyond_traces"] == {"denials": 1, "peak_bytes": 2 << 20}, j["budget"]
+    validate(j)  # the shipped schema holds beyond_traces
     assert j["peak_bytes"] == 0  # the traces' figure stays theirs: nothing above what they saw
     # the summary (without -q) says the same
     r = ct.run(cmd, "--budget", "3MiB")

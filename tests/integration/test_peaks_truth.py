@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from support.schemas import validate
+
 MiB = 1 << 20
 
 
@@ -127,8 +129,8 @@ def test_a_killed_process_memory_ends_when_it_died(ct, sim, tmp_path, mode):
     hold, ready = sim.progs["hold"], tmp_path / "ready"
     script = (
         f"{hold} 1 2m > {ready} & p=$!; "
-        f"until grep -q ready {ready}; do sleep 0.05; done; sleep 0.5; "
-        f"kill -9 $p; wait $p; sleep 0.3; {hold} --exit-after-ms 1 1 2m"
+        f"until grep -q ready {ready}; do sleep 0.05; done; sleep 1; "
+        f"kill -9 $p; wait $p; sleep 0.5; {hold} --exit-after-ms 1 1 2m"
     )
     agg = ["--aggregate"] if mode == "aggregate" else []
     r, hwm = _run(ct, sim, ["sh", "-c", script], "-q", *agg)
@@ -140,3 +142,8 @@ def test_a_killed_process_memory_ends_when_it_died(ct, sim, tmp_path, mode):
     assert rep["peak_bytes"] == hwm, rep["peak_bytes"]
     exits = json.loads((r.out / "run.json").read_text()).get("exits") or []
     assert killed[0]["pid"] in {x["pid"] for x in exits}, exits
+    assert killed[0]["ended_time"] < rep["duration"], killed[0]
+    validate(rep)  # the shipped schema holds ended_time
+    text = ct.cli("report", r.out).stdout
+    assert "killed or crashed (no exit record); ended at" in text, text
+    assert "still running" not in text, text
