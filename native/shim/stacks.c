@@ -219,7 +219,32 @@ struct link_ent {
 };
 static CT_TLS struct link_ent links[LINK_WAYS];
 
+static uint32_t capture(const struct ct_caller *from);
+
+/* A repeated call site of a process without Python, not verifying: the unwinder's memo of the
+ * same walk (every word it read re-checked) gives the leaf it gave before. A small function, so
+ * that this common case pays for none of the rest; anything else goes to capture(). */
 uint32_t ct_stack_capture(const struct ct_caller *from)
+{
+    int depth = ct_cfg.stack_depth;
+    if (from && from->sp && depth > 0 && tcache && !verify_stacks && ct_writer_generation() &&
+        !__atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE) &&
+        !__atomic_load_n(&ct_py_modules_dirty, __ATOMIC_RELAXED)) {
+        const uintptr_t *walked;
+        uint64_t *tag;
+        uintptr_t start[3] = {from->ra, from->sp, from->fp};
+        int cnt = ct_uw_recall(start, depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : depth, &walked, &tag);
+        if (cnt > 0 && *tag >> 32 == __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
+            ct_writer_stack_count(CT_SC_HIT);
+            last_stack = walked;
+            last_n = cnt;
+            return (uint32_t)*tag;
+        }
+    }
+    return capture(from);
+}
+
+static uint32_t capture(const struct ct_caller *from)
 {
     /* the process's first record opens the trace and writes its preamble, which asks the
      * driver (dlopen: the loader's lock): here, before any lock of ours is held, never from
@@ -271,7 +296,9 @@ static uint32_t native_capture(const struct ct_caller *from)
     int learned = 0;
     /* the one call of the cached walk: its own return addresses are part of what it caches */
     uintptr_t start[3] = {from ? from->ra : 0, from ? from->sp : 0, from ? from->fp : 0};
-    int cnt = ct_uw_walk(start[1] ? start : NULL, ips, depth, &learned, &walked, &tag);
+    int cnt = start[1] ? ct_uw_recall(start, depth, &walked, &tag) : -1;
+    if (cnt < 0)
+        cnt = ct_uw_walk(start[1] ? start : NULL, ips, depth, &learned, &walked, &tag);
     if (cnt >= 0 && !learned) {
         ct_writer_stack_count(CT_SC_HIT);
         if (verify_stacks) {

@@ -742,6 +742,24 @@ static inline int memo_hit(const struct memo *m)
     return 1;
 }
 
+int ct_uw_recall(const uintptr_t *start, int max, const uintptr_t **out, uint64_t **tag)
+{
+    struct uw_thread *t = uwt;
+    if (!t || t->gen != __atomic_load_n(&uw_generation, __ATOMIC_ACQUIRE))
+        return -1;
+    uintptr_t ra = strip_pac(start[0]), sp = start[1], fp = start[2];
+    for (int w = 0; w < MEMO_WAYS; w++) {
+        const struct memo *m = &t->memo[w];
+        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
+            m->max == max && m->gen == t->gen && memo_hit(m)) {
+            *out = m->ips;
+            *tag = (uint64_t *)&m->tag;
+            return m->n;
+        }
+    }
+    return -1;
+}
+
 __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips, int max,
                                          int *learned, const uintptr_t **out, uint64_t **tag)
 {

@@ -15,6 +15,10 @@ void ct_uw_invalidate(void); /* modules may have gone: forget every rule */
  * stored there on a repeated one: stacks.c keeps the leaf id); it lives as long as the memo,
  * so a tag read back is only ever paired with a walk that re-checked every word it read.
  * Call it from ONE place: the return addresses of the shim's frames are part of what it caches. */
+/* The answer of an identical earlier walk from start (every word it read re-checked), as
+ * ct_uw_walk would give it with *learned 0; -1 when there is none (then ct_uw_walk). The fast
+ * path of a repeated call site: no walk, no rule lookup. */
+int ct_uw_recall(const uintptr_t *start, int max, const uintptr_t **out, uint64_t **tag);
 int ct_uw_walk(const uintptr_t *start, uintptr_t *ips, int max, int *learned, const uintptr_t **out,
                uint64_t **tag);
 #endif
