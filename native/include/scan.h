@@ -32,6 +32,16 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
  * Returns the bytes they take (written only when they fit), all ones when out of memory. */
 uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
                         uint8_t *out, uint64_t cap);
+/* Encode n events as event blocks (CT_REC_CEBLOCK records, PAD where a block would cross a
+ * chunk) as the shim's writer lays them out, into out (cap bytes), starting at file offset
+ * pos; event i written by thread number threads[i] (< nthreads; NULL: all thread 0; the high
+ * bit set: a new thread takes that number). state (ct_ceblock_state_size(nthreads) bytes,
+ * zeroed once) keeps the threads' contexts from one call to the next; each call closes the
+ * blocks it opened. Returns the bytes written, all ones when out is too small or bad args. */
+uint64_t ct_ceblock_state_size(uint32_t nthreads);
+uint64_t ct_ceblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
+                         uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
+                         uint64_t cap);
 /* CFFI-END */
 
 #endif

@@ -416,6 +416,45 @@ class TraceWriter:
             off += size
         self.events += n
 
+    def block_events(self, it, nthreads: int = 1, batch: int = 65536) -> None:
+        """Events as the shim writes them in format version 3: event blocks (CT_REC_CEBLOCK),
+        each thread filling blocks of its own, encoded by the shim's encoder (cevent.h, through
+        ct_ceblock_pack). it yields (thread number, event tuple in event_fields() order);
+        thread numbers below nthreads, bit 31 set: a new thread takes that number. Streamed in
+        batches: millions of events without holding them."""
+        ffi, lib = native.tools()
+        es = layout("struct ct_event")[0]
+        state = getattr(self, "_cb_state", None)
+        if state is None or len(state) < lib.ct_ceblock_state_size(nthreads):
+            state = self._cb_state = ffi.new("uint8_t[]", lib.ct_ceblock_state_size(nthreads))
+        raw = bytearray(es.size * batch)
+        ths = ffi.new("uint32_t[]", batch)
+        cap = batch * 160 + (8 << 20)
+        out = ffi.new("uint8_t[]", cap)
+        pack_into = es.pack_into
+        n = 0
+
+        def flush() -> None:
+            nonlocal n
+            if not n:
+                return
+            evs = ffi.from_buffer("struct ct_event[]", raw)
+            got = lib.ct_ceblock_pack(evs, n, ths, state, nthreads, self.pos, out, cap)
+            if got == 2**64 - 1:
+                raise ValueError("ct_ceblock_pack failed (thread number out of range?)")
+            self._put(ffi.buffer(out, got)[:])
+            self.pos += got
+            self.events += n
+            n = 0
+
+        for th, fields in it:
+            pack_into(raw, n * es.size, *fields)
+            ths[n] = th
+            n += 1
+            if n == batch:
+                flush()
+        flush()
+
     # ---- convenience ----
     def alloc(
         self,
