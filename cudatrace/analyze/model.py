@@ -298,6 +298,18 @@ class _CReplay:
         ends = process_ends(traces)
         for i, t in enumerate(traces):
             arr[i].end_ts = ends[i]
+            src = getattr(t, "source_blocks", None)
+            if src is not None and src.index is not None and getattr(t, "_raw", None) is None:
+                ix = src.index  # decoded by the replay from the file's blocks, as it goes
+                arr[i].buf = src.buf
+                arr[i].len = src.size
+                arr[i].segs = ix.segs
+                arr[i].n_segs = ix.n_segs
+                arr[i].min_ts, arr[i].max_ts = ix.min_ts, ix.max_ts
+                arr[i].droppable = 1 if src.droppable else 0
+                arr[i].n = t.n_events
+                self.keep.append(src)
+                continue
             raw = getattr(t, "raw_events", None)
             n = getattr(t, "n_events", 0) if raw is not None else 0
             if raw is None:  # events given as tuples: pack them for C
@@ -318,6 +330,7 @@ class _CReplay:
         cfg.buckets = buckets
         s = ffi.new("struct ct_replay_summary *")
         h = lib.ct_replay_run(arr, len(traces), cfg, s)
+        self.keep = []  # the replay holds no event after its pass: the queries read its lives
         if h == ffi.NULL:
             raise MemoryError("replaying the trace ran out of memory")
         self.h = ffi.gc(h, lib.ct_replay_free)

@@ -350,4 +350,22 @@ static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_
     return ct_ce_decode_fields(c, &p, end, out);
 }
 
+/* The start of one of a thread's blocks (CEBLOCK) whose events are p..end, written when the
+ * thread had seq (modulo 256) events before: a block that does not follow the thread's last
+ * one (an earlier block is missing: a damaged file) makes the rest of the thread unreadable,
+ * unless its first event starts a new thread (START). The scanner and the replay's streams
+ * call it at each block, so both decode a thread alike. */
+static inline void ct_ce_block_begin(struct ct_ce_ctx *c, uint32_t seq, const uint8_t *p,
+                                     const uint8_t *end)
+{
+    if (p < end && !c->lost) {
+        /* the START bit of the first event clears the context: look at it before the seq */
+        const uint8_t *q = p + 1;
+        uint64_t mask = 0;
+        int start = ct_ce_get(&q, end, &mask) && (mask & CT_CE_START);
+        if (!start && (uint8_t)seq != c->seq)
+            c->lost = 1;
+    }
+}
+
 #endif
