@@ -300,7 +300,10 @@ def read_trace(path: str | os.PathLike) -> Trace:
     try:
         whole = _unseal(path, data)
         if whole is None:
-            return _parse(path, data, Source(mapping, size, None, True), ffi, lib)
+            t = _parse(path, data, Source(mapping, size, None, True), ffi, lib)
+            if t.source_blocks is not None:  # read: out of memory until the replay reads it
+                lib.ct_drop_pages(mapping, size)
+            return t
         return _parse(
             path, whole, Source(ffi.from_buffer("uint8_t[]", whole), len(whole), None, False, whole), ffi, lib
         )

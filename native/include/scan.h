@@ -54,6 +54,8 @@ void ct_scan_index_free(struct ct_scan_index *ix);
  * NULL on failure. ct_unmap releases it. */
 void *ct_map_file(int fd, uint64_t len);
 void ct_unmap(void *p, uint64_t len);
+/* Its pages out of memory (read again from the file when next touched). */
+void ct_drop_pages(void *p, uint64_t len);
 /* Pass events=NULL / others=NULL to count only. Returns 0, or -1 on bad arguments. */
 int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
             uint64_t *others, uint64_t max_others, struct ct_scan_result *res);

@@ -48,7 +48,10 @@
 struct slot {
     uint64_t addr;
     uint32_t ref;
-    uint32_t tag; /* trace << 10 | state << 8 | space; 0: empty */
+    uint32_t tag;  /* trace << 10 | state << 8 | space; 0: empty */
+    uint64_t size; /* a device allocation: its size and rest, so that its free need not read */
+    uint32_t rest; /* its life (only write its end there) */
+    uint32_t pad;
 };
 #define TAG(trace, state, space)                                                                   \
     ((uint32_t)(trace) << 10 | (uint32_t)(state) << 8 | (uint32_t)(space))
@@ -71,9 +74,13 @@ struct life {
     uint32_t idx, rest;
 };
 
-/* an event without its time, size and address, and its trace */
+/* an event without its time, size and address (the words of a struct ct_event, those zero),
+ * and its trace */
 struct rest {
-    struct ct_event ev;
+    union {
+        struct ct_event ev;
+        uint64_t key[9];
+    };
     uint32_t trace, pad;
 };
 #define VMM_RELEASED 0x80000000u /* cuMemRelease seen while mapped */
@@ -93,6 +100,7 @@ struct vec {
     void *p;
     uint64_t n, cap;
     size_t elem;
+    int mapped; /* p is a mapping (vec_map): grown in place, never copied */
 };
 
 struct ct_replay {
@@ -133,16 +141,52 @@ static void hint_huge(void *p, size_t bytes)
 #endif
 }
 
+/* Room for cap elements, reserved as address space only: pages are taken as they are written,
+ * and growing never copies (a realloc of hundreds of MB holds both copies for a moment).
+ * -1: no mapping (the vector grows by realloc). */
+static int vec_map(struct vec *v, uint64_t cap)
+{
+    if (!cap || cap > (UINT64_MAX >> 8) / v->elem)
+        return -1;
+    void *p = mmap(NULL, cap * v->elem, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    v->p = p;
+    v->cap = cap;
+    v->mapped = 1;
+    return 0;
+}
+
+static void vec_free(struct vec *v)
+{
+    if (v->mapped && v->p)
+        munmap(v->p, v->cap * v->elem);
+    else
+        free(v->p);
+    v->p = NULL;
+}
+
 static int vec_push(struct vec *v, const void *x)
 {
     if (v->n == v->cap) {
         uint64_t nc = v->cap ? v->cap * 2 : 1024;
-        void *p = realloc(v->p, nc * v->elem);
-        if (!p)
-            return -1;
+        void *p;
+        if (v->mapped) {
+            p = mmap(NULL, nc * v->elem, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED)
+                return -1;
+            memcpy(p, v->p, v->n * v->elem);
+            munmap(v->p, v->cap * v->elem);
+        } else {
+            p = realloc(v->p, nc * v->elem);
+            if (!p)
+                return -1;
+            hint_huge(p, nc * v->elem);
+        }
         v->p = p;
         v->cap = nc;
-        hint_huge(p, nc * v->elem);
     }
     memcpy((char *)v->p + v->n * v->elem, x, v->elem);
     v->n++;
@@ -414,23 +458,23 @@ static inline uint8_t *how_at(const ct_replay *r, uint64_t li)
     return &((uint8_t *)r->hows.p)[li];
 }
 
-static uint64_t rest_hash(uint32_t trace, const struct ct_event *e)
+/* the key of an event's rest: its words past ts, size and addr, padding zeroed */
+static void rest_key(const struct ct_event *e, uint64_t w[9])
 {
-    uint64_t w[9];
-    memcpy(w, e, sizeof w);
-    uint64_t h = trace;
-    for (int i = 3; i < 9; i++) /* past ts, size, addr */
-        h = mix((uint32_t)(h >> 32) ^ (uint32_t)h, w[i] + (uint64_t)i);
-    return h;
+    memcpy(w, e, 9 * sizeof *w);
+    w[0] = w[1] = w[2] = 0;
+    memset((uint8_t *)w + __builtin_offsetof(struct ct_event, reserved) + sizeof e->reserved, 0,
+           9 * sizeof *w - __builtin_offsetof(struct ct_event, reserved) - sizeof e->reserved);
 }
+_Static_assert(sizeof(struct ct_event) == 72, "a rest key is an event's nine words");
 
-static int rest_same(const struct rest *x, uint32_t trace, const struct ct_event *e)
+static uint64_t rest_hash(uint32_t trace, const uint64_t w[9])
 {
-    return x->trace == trace &&
-           memcmp((const uint8_t *)&x->ev + 24, (const uint8_t *)e + 24, sizeof *e - 24) == 0;
+    uint64_t h = (w[6] ^ (uint64_t)trace << 40) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 29) ^ w[7] ^ w[5]) * 0xff51afd7ed558ccdull;
+    h = (h ^ (h >> 32) ^ w[3] ^ w[4] ^ w[8]) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 31);
 }
-_Static_assert(sizeof(struct ct_event) == 72 && __builtin_offsetof(struct ct_event, aux) == 24,
-               "a rest is an event past ts, size and addr");
 
 static int rest_rehash(ct_replay *r, uint64_t cap)
 {
@@ -439,7 +483,7 @@ static int rest_rehash(ct_replay *r, uint64_t cap)
         return -1;
     for (uint64_t i = 0; i < r->rests.n; i++) {
         const struct rest *x = rest_at(r, (uint32_t)i);
-        uint64_t j = rest_hash(x->trace, &x->ev) & (cap - 1);
+        uint64_t j = rest_hash(x->trace, x->key) & (cap - 1);
         while (h[j])
             j = (j + 1) & (cap - 1);
         h[j] = (uint32_t)i + 1;
@@ -456,14 +500,17 @@ static uint32_t rest_id(ct_replay *r, uint32_t trace, const struct ct_event *e)
     if ((r->rests.n + 1) * 2 > r->rhash_cap &&
         (r->rests.n >= UINT32_MAX - 1 || rest_rehash(r, r->rhash_cap ? r->rhash_cap * 2 : 256)))
         return UINT32_MAX;
-    uint64_t j = rest_hash(trace, e) & (r->rhash_cap - 1);
+    struct rest x;
+    rest_key(e, x.key);
+    x.trace = trace;
+    x.pad = 0;
+    uint64_t j = rest_hash(trace, x.key) & (r->rhash_cap - 1);
     while (r->rhash[j]) {
-        if (rest_same(rest_at(r, r->rhash[j] - 1), trace, e))
+        const struct rest *y = rest_at(r, r->rhash[j] - 1);
+        if (y->trace == trace && memcmp(y->key, x.key, sizeof x.key) == 0)
             return r->rhash[j] - 1;
         j = (j + 1) & (r->rhash_cap - 1);
     }
-    struct rest x = {*e, trace, 0};
-    x.ev.ts_ns = x.ev.size = x.ev.addr = 0;
     if (vec_push(&r->rests, &x))
         return UINT32_MAX;
     r->rhash[j] = (uint32_t)r->rests.n;
@@ -492,18 +539,20 @@ static int vmm_set(ct_replay *r, uint64_t li, uint32_t v)
     return 0;
 }
 
-/* end device allocation li (the caller removes its slot) */
-static void end_life(struct state *st, uint64_t li, uint64_t seq, uint64_t ts, uint32_t how)
+/* end the device allocation of slot sl (the caller removes the slot) */
+static void end_life(struct state *st, const struct slot *sl, uint64_t seq, uint64_t ts,
+                     uint32_t how)
 {
     ct_replay *r = st->r;
-    struct life *L = life_at(r, li);
-    uint32_t ds = dev_slot(life_dev(r, L));
+    const struct rest *x = rest_at(r, sl->rest);
+    uint32_t ds = dev_slot(x->ev.device);
+    struct life *L = life_at(r, sl->ref);
     L->end_seq = seq;
     L->end_ts = ts;
-    *how_at(r, li) = (uint8_t)how;
-    st->cur -= L->size;
-    r->dev_cur[ds] -= L->size;
-    st->proc_cur[rest_at(r, L->rest)->trace] -= L->size;
+    *how_at(r, sl->ref) = (uint8_t)how;
+    st->cur -= sl->size;
+    r->dev_cur[ds] -= sl->size;
+    st->proc_cur[x->trace] -= sl->size;
     changed(st, ds, ts);
 }
 
@@ -526,7 +575,7 @@ static void unmapped(struct state *st, uint32_t ti, uint64_t hv, uint64_t seq, u
             return;
         }
         if (maps == 1 && (v & VMM_RELEASED)) {
-            end_life(st, h->ref, seq, ts, CT_END_UNMAPPED);
+            end_life(st, h, seq, ts, CT_END_UNMAPPED);
             tdel(&st->tab, h);
         }
     }
@@ -575,7 +624,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         if (sl) { /* reused while live: the old one is gone */
             s->c.reused++;
             if (TAG_STATE(sl->tag) == ST_DEV)
-                end_life(st, sl->ref, seq, ts, CT_END_REUSED);
+                end_life(st, sl, seq, ts, CT_END_REUSED);
             else if (TAG_STATE(sl->tag) == ST_HOST) {
                 st->host_cur -= host_size(st, sl->ref);
                 st->proc_host[ti] -= host_size(st, sl->ref);
@@ -593,6 +642,8 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             uint8_t how = CT_END_LIVE;
             sl->tag = TAG(ti, ST_DEV, e->space);
             sl->ref = (uint32_t)r->lives.n;
+            sl->size = e->size;
+            sl->rest = ri;
             if (ri == UINT32_MAX || r->lives.n >= UINT32_MAX || vec_push(&r->lives, &L) ||
                 vec_push(&r->hows, &how)) {
                 r->oom = 1;
@@ -681,7 +732,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             s->c.deferred_releases++;
             return;
         }
-        end_life(st, sl->ref, seq, ts, CT_END_FREE);
+        end_life(st, sl, seq, ts, CT_END_FREE);
         tdel(&st->tab, sl);
         return;
     }
@@ -835,10 +886,9 @@ static void process_end(struct state *st, uint32_t ti, uint64_t seq, uint64_t ts
         if (!x)
             continue;
         if (TAG_STATE(x->tag) == ST_DEV) {
-            struct life *L = life_at(st->r, x->ref);
-            st->exited += L->size;
-            st->dev_exited[dev_slot(life_dev(st->r, L))] += L->size;
-            end_life(st, x->ref, seq, ts, CT_END_EXITED);
+            st->exited += x->size;
+            st->dev_exited[dev_slot(rest_at(st->r, x->rest)->ev.device)] += x->size;
+            end_life(st, x, seq, ts, CT_END_EXITED);
         } else if (TAG_STATE(x->tag) == ST_HOST && (found[k].key & 0xffu) != IMPORT_SPACE) {
             st->host_cur -= host_size(st, x->ref);
             st->proc_host[ti] -= host_size(st, x->ref);
@@ -859,8 +909,8 @@ void ct_replay_free(ct_replay *r)
     free(r->order);
     free((void *)r->ev);
     free(r->nev);
-    free(r->lives.p);
-    free(r->hows.p);
+    vec_free(&r->lives);
+    vec_free(&r->hows);
     free(r->vmm);
     free(r->rests.p);
     free(r->rhash);
@@ -1042,14 +1092,21 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
             want += t->n_segs;
         }
     }
+    /* a device allocation is an event: room for as many lives as events, as address space */
+    uint64_t events = 0;
+    for (uint32_t i = 0; i < ntraces; i++)
+        events += r->nev[i];
+    if (vec_map(&r->lives, events) == 0 && vec_map(&r->hows, events) == 0) {
+        hint_huge(r->lives.p, events * r->lives.elem);
+    }
     streams = calloc(want ? want : 1, sizeof *streams);
     heap = calloc((want ? want : 1), sizeof *heap);
     if (!streams || !heap)
         goto fail;
     struct state st = {r,
                        {NULL, 0, 0, 0},
-                       {NULL, 0, 0, sizeof(uint64_t)},
-                       {NULL, 0, 0, sizeof(struct mapping)},
+                       {NULL, 0, 0, sizeof(uint64_t), 0},
+                       {NULL, 0, 0, sizeof(struct mapping), 0},
                        out,
                        0,
                        0,

@@ -314,3 +314,14 @@ void ct_unmap(void *p, uint64_t len)
     if (p && len)
         munmap(p, len);
 }
+
+void ct_drop_pages(void *p, uint64_t len)
+{
+#ifdef MADV_DONTNEED
+    if (p && len && ((uintptr_t)p & 4095) == 0)
+        madvise(p, len, MADV_DONTNEED);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
