@@ -305,7 +305,11 @@ def read_trace(path: str | os.PathLike) -> Trace:
                 lib.ct_drop_pages(mapping, size)
             return t
         return _parse(
-            path, whole, Source(ffi.from_buffer("uint8_t[]", whole), len(whole), None, False, whole), ffi, lib
+            path,
+            whole,
+            Source(ffi.from_buffer("uint8_t[]", whole), len(whole), None, False, whole),
+            ffi,
+            lib,
         )
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
         # a record that contradicts its own size: the file is corrupt (never a traceback)

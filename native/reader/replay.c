@@ -38,7 +38,6 @@
 #define MAP_SPACE 255
 #define IMPORT_SPACE 254 /* VMM handles imported from another process (cuMemImport...) */
 #define MAX_TRACES (1u << 22)
-#define HUGE_BYTES (4u << 20)
 
 /* The table of what is live: (trace, space, address) -> an index into lives (device memory),
  * hosts (pinned host memory) or maps (VMM mappings). 16 bytes a slot, open addressing with
@@ -125,22 +124,6 @@ struct ct_replay {
     int oom;
 };
 
-/* large arrays: ask for transparent huge pages (fewer faults, fewer TLB misses); best effort */
-static void hint_huge(void *p, size_t bytes)
-{
-#ifdef MADV_HUGEPAGE
-    if (bytes < HUGE_BYTES)
-        return;
-    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095,
-              e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
-    if (e > a)
-        madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
-
 /* Room for cap elements, reserved as address space only: pages are taken as they are written,
  * and growing never copies (a realloc of hundreds of MB holds both copies for a moment).
  * -1: no mapping (the vector grows by realloc). */
@@ -183,7 +166,6 @@ static int vec_push(struct vec *v, const void *x)
             p = realloc(v->p, nc * v->elem);
             if (!p)
                 return -1;
-            hint_huge(p, nc * v->elem);
         }
         v->p = p;
         v->cap = nc;
@@ -222,7 +204,6 @@ static struct slot *slots_alloc(uint64_t n, size_t *bytes)
     void *p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
-    hint_huge(p, *bytes);
     return p; /* zero-filled */
 }
 
@@ -1096,9 +1077,8 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
     uint64_t events = 0;
     for (uint32_t i = 0; i < ntraces; i++)
         events += r->nev[i];
-    if (vec_map(&r->lives, events) == 0 && vec_map(&r->hows, events) == 0) {
-        hint_huge(r->lives.p, events * r->lives.elem);
-    }
+    if (vec_map(&r->lives, events) == 0) /* else the vectors grow by realloc */
+        vec_map(&r->hows, events);
     streams = calloc(want ? want : 1, sizeof *streams);
     heap = calloc((want ? want : 1), sizeof *heap);
     if (!streams || !heap)
