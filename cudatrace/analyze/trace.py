@@ -117,6 +117,17 @@ class Source:
         self.droppable = droppable  # a file mapping: pages read may be dropped
         self._keep = keep
 
+    def alloc_devices(self, kinds: set[int]) -> set[int]:
+        """The devices of the successful allocations of these kinds (CT_KIND_*), decoded."""
+        ffi, lib = native.tools()
+        mask = 0
+        for k in kinds:
+            mask |= 1 << min(k, 63)
+        n = lib.ct_scan_alloc_devices(self.buf, self.size, mask, ffi.NULL, 0)
+        out = ffi.new("int32_t[]", max(n, 1))
+        n = lib.ct_scan_alloc_devices(self.buf, self.size, mask, out, n)
+        return set(ffi.unpack(out, n))
+
     def decode_all(self, n: int):
         """Every event, decoded by the scanner into a `struct ct_event[]`."""
         ffi, lib = native.tools()

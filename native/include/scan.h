@@ -54,6 +54,10 @@ void ct_scan_index_free(struct ct_scan_index *ix);
  * NULL on failure. ct_unmap releases it. */
 void *ct_map_file(int fd, uint64_t len);
 void ct_unmap(void *p, uint64_t len);
+/* The distinct devices of a file's successful allocations of the kinds device_kinds (bit k:
+ * CT_KIND k), decoded without holding the events: returns how many, writes the first max. */
+uint64_t ct_scan_alloc_devices(const uint8_t *buf, uint64_t len, uint64_t device_kinds,
+                               int32_t *out, uint64_t max);
 /* Its pages out of memory (read again from the file when next touched). */
 void ct_drop_pages(void *p, uint64_t len);
 /* Pass events=NULL / others=NULL to count only. Returns 0, or -1 on bad arguments. */

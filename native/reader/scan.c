@@ -44,6 +44,10 @@ struct scan {
     uint64_t n_segs, cap_segs;
     int index; /* ct_scan_index: grow others, note blocks */
     uint64_t min_ts, max_ts;
+    /* ct_scan_alloc_devices: the devices of successful allocations of these kinds */
+    uint64_t dev_kinds;
+    int32_t *devs;
+    uint64_t n_devs, max_devs;
     int in_order;
     int oom;
     struct ct_scan_result *res;
@@ -74,6 +78,25 @@ static struct thread *thread_of(struct scan *s, uint64_t th)
 
 static void event(struct scan *s, const struct ct_event *e)
 {
+    if (s->dev_kinds && e->op == CT_OP_ALLOC && e->result == 0 &&
+        ((s->dev_kinds >> (e->kind < 64 ? e->kind : 63)) & 1)) {
+        uint64_t i = 0;
+        while (i < s->n_devs && s->devs[i] != e->device)
+            i++;
+        if (i == s->n_devs) {
+            if (s->n_devs == s->max_devs) {
+                uint64_t nc = s->max_devs ? s->max_devs * 2 : 16;
+                int32_t *d = realloc(s->devs, nc * sizeof *d);
+                if (!d) {
+                    s->oom = 1;
+                    return;
+                }
+                s->devs = d;
+                s->max_devs = nc;
+            }
+            s->devs[s->n_devs++] = e->device;
+        }
+    }
     if (s->events && s->res->n_events < s->max_events)
         s->events[s->res->n_events] = *e;
     s->res->n_events++;
@@ -324,4 +347,23 @@ void ct_drop_pages(void *p, uint64_t len)
     (void)p;
     (void)len;
 #endif
+}
+
+uint64_t ct_scan_alloc_devices(const uint8_t *buf, uint64_t len, uint64_t device_kinds,
+                               int32_t *out, uint64_t max)
+{
+    if (!buf || !device_kinds)
+        return 0;
+    struct ct_scan_result res;
+    memset(&res, 0, sizeof res);
+    struct scan s = {0};
+    s.res = &res;
+    s.dev_kinds = device_kinds;
+    scan(&s, buf, len);
+    free(s.th);
+    uint64_t n = s.oom ? 0 : s.n_devs;
+    if (out)
+        memcpy(out, s.devs, (n < max ? n : max) * sizeof *out);
+    free(s.devs);
+    return n;
 }

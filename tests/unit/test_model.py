@@ -9,6 +9,7 @@ import pytest
 
 from cudatrace.analyze import model as model_mod
 from cudatrace.analyze.model import Groups, build
+from cudatrace.analyze.ranks import alloc_ordinals
 from cudatrace.analyze.trace import C, read_dir
 from support import tracegen as tg
 from support.replay_oracle import BACKENDS, build_with
@@ -640,6 +641,10 @@ def test_blocks_replayed_as_they_decode_match_the_reference(tmp_path, seed):
     # replay's order within equal times follows the file, so the figures may differ there)
     ea = {t.path.name: sorted(t.events) for t in read_dir(a).traces}
     assert {t.path.name: sorted(t.events) for t in read_dir(b).traces} == ea
+    # the ranks' devices of a trace, read from its blocks without holding its events
+    tb = read_dir(b).traces
+    assert [alloc_ordinals(t) for t in tb] == [alloc_ordinals(t) for t in read_dir(a).traces]
+    assert all(t._raw is None for t in tb)
 
 
 @pytest.mark.parametrize("seed", range(3))
