@@ -210,6 +210,46 @@ CUresult cuCtxSetCurrent(CUcontext ctx)
     return CUDA_SUCCESS;
 }
 
+/* the context stack of cuCtxPushCurrent / cuCtxPopCurrent: its top is the current context */
+#define CTX_STACK 16
+static __thread CUcontext t_pushed[CTX_STACK];
+static __thread int t_npushed;
+
+static CUresult ctx_push(CUcontext ctx)
+{
+    if (!ctx || ctx_index(ctx) < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (t_npushed == CTX_STACK)
+        return CUDA_ERROR_INVALID_VALUE;
+    t_pushed[t_npushed++] = current_ctx();
+    t_ctx = ctx;
+    t_ctx_set = 1;
+    return CUDA_SUCCESS;
+}
+
+static CUresult ctx_pop(CUcontext *pctx)
+{
+    if (!t_npushed)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (pctx)
+        *pctx = current_ctx();
+    t_ctx = t_pushed[--t_npushed];
+    t_ctx_set = 1;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    SIM_ENTER(cuCtxPushCurrent_v2, 0);
+    return ctx_push(ctx);
+}
+
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    SIM_ENTER(cuCtxPopCurrent_v2, 0);
+    return ctx_pop(pctx);
+}
+
 CUresult cuCtxGetCurrent(CUcontext *pctx)
 {
     SIM_ENTER(cuCtxGetCurrent, 0);

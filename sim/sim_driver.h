@@ -81,6 +81,8 @@ typedef struct {
     X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, 0)                                                    \
     X(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                                                 \
     X(cuCtxGetCurrent, "cuCtxGetCurrent", 4000, 0)                                                 \
+    X(cuCtxPushCurrent_v2, "cuCtxPushCurrent", 4000, 0)                                            \
+    X(cuCtxPopCurrent_v2, "cuCtxPopCurrent", 4000, 0)                                              \
     X(cuCtxGetDevice, "cuCtxGetDevice", 2000, 0)                                                   \
     X(cuCtxGetDevice_v2, "cuCtxGetDevice", 13000, 0)                                               \
     X(cuCtxSynchronize, "cuCtxSynchronize", 2000, 0)                                               \
@@ -132,6 +134,8 @@ SIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx);
+SIM_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+SIM_EXPORT CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
 SIM_EXPORT CUresult cuCtxGetDevice(CUdevice *device);
 SIM_EXPORT CUresult cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSynchronize(void);

@@ -19,15 +19,17 @@
 #define EMPTY 0
 #define TOMB 1
 
-/* meta: size in the low 48 bits, the row above it, the address space in the top byte; written
+/* meta: size in the low 48 bits, who above it (OWNER_HOST: pinned host memory, else the device
+ * + 1, 0 for an unknown device, saturated at 254), the address space in the top byte; written
  * after addr (a reader of another key may see the previous occupant's) */
 struct slot {
     uint64_t addr; /* EMPTY, TOMB, or the address */
     uint64_t meta;
 };
-#define META(size, row, space) ((size) | ((uint64_t)(row) << 48) | ((uint64_t)(space) << 56))
+#define META(size, who, space) ((size) | ((uint64_t)(who) << 48) | ((uint64_t)(space) << 56))
 #define META_SIZE(m) ((m) & ((1ull << 48) - 1))
-#define META_ROW(m) ((uint32_t)((m) >> 48) & 0xff)
+#define META_WHO(m) ((uint32_t)((m) >> 48) & 0xff)
+#define OWNER_HOST 255u
 #define META_SPACE(m) ((uint32_t)((m) >> 56))
 
 static struct ct_live_stats live = {.version = CT_LIVE_VERSION};
@@ -68,7 +70,7 @@ static struct slot *table(void)
     return (struct slot *)m;
 }
 
-static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t row)
+static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t who)
 {
     struct slot *t = table();
     if (!t)
@@ -79,7 +81,7 @@ static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t row)
         while (cur <= TOMB) {
             if (__atomic_compare_exchange_n(&t[i].addr, &cur, addr, 0, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED)) {
-                __atomic_store_n(&t[i].meta, META(size, row, space), __ATOMIC_RELEASE);
+                __atomic_store_n(&t[i].meta, META(size, who, space), __ATOMIC_RELEASE);
                 return 1;
             }
         }
@@ -87,7 +89,7 @@ static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t row)
     return 0;
 }
 
-static int take(uint64_t addr, uint32_t space, uint64_t *size, uint32_t *row)
+static int take(uint64_t addr, uint32_t space, uint64_t *size, uint32_t *who)
 {
     struct slot *t = __atomic_load_n(&tab, __ATOMIC_ACQUIRE);
     if (!t || addr <= TOMB)
@@ -103,7 +105,7 @@ static int take(uint64_t addr, uint32_t space, uint64_t *size, uint32_t *row)
         if (META_SPACE(m) != space)
             continue;
         *size = META_SIZE(m);
-        *row = META_ROW(m);
+        *who = META_WHO(m);
         /* a second free of the same address racing this one: only one wins the slot */
         return __atomic_compare_exchange_n(&t[i].addr, &cur, TOMB, 0, __ATOMIC_ACQ_REL,
                                            __ATOMIC_RELAXED);
@@ -116,32 +118,37 @@ static inline uint32_t row_of(int dev)
     return dev < 0 ? 0 : dev >= CT_LIVE_DEVICES ? CT_LIVE_DEVICES - 1 : (uint32_t)dev;
 }
 
-#define HOST_ROW CT_LIVE_ROWS /* in the table: pinned host memory */
+static inline uint32_t who_of(int kind, int dev)
+{
+    return kind == CT_KIND_HOST ? OWNER_HOST : dev < 0 ? 0 : dev >= 253 ? 254 : (uint32_t)dev + 1;
+}
 
 void ct_live_alloc(int kind, int space, int dev, uint64_t addr, uint64_t size, int result)
 {
-    uint32_t r = kind == CT_KIND_HOST ? HOST_ROW : row_of(dev);
-    struct ct_live_row *row = r == HOST_ROW ? &live.host : &live.dev[r];
+    int host = kind == CT_KIND_HOST;
+    struct ct_live_row *row = host ? &live.host : &live.dev[row_of(dev)];
     if (result != 0) {
         __atomic_add_fetch(&row->failures, 1, __ATOMIC_RELAXED);
-        if (r != HOST_ROW)
+        if (!host)
             __atomic_add_fetch(&live.dev[CT_LIVE_ALL].failures, 1, __ATOMIC_RELAXED);
         return;
     }
     if (space == CT_SPACE_NONE || addr <= TOMB || size >= 1ull << 48)
         return;
-    if (!insert(addr, (uint32_t)space, size, r)) {
+    if (!insert(addr, (uint32_t)space, size, who_of(kind, dev))) {
         __atomic_add_fetch(&live.untracked, 1, __ATOMIC_RELAXED);
         return;
     }
     __atomic_add_fetch(&row->allocs, 1, __ATOMIC_RELAXED);
     uint64_t now = __atomic_add_fetch(&row->live, size, __ATOMIC_RELAXED);
     amax(&row->peak, now);
-    if (r == HOST_ROW)
+    if (host)
         return;
-    __atomic_add_fetch(&live.dev[CT_LIVE_ALL].allocs, 1, __ATOMIC_RELAXED);
-    uint64_t all = __atomic_add_fetch(&live.dev[CT_LIVE_ALL].live, size, __ATOMIC_RELAXED);
-    amax(&live.dev[CT_LIVE_ALL].peak, all);
+    struct ct_live_row *all_row = &live.dev[CT_LIVE_ALL];
+    __atomic_add_fetch(&all_row->allocs, 1, __ATOMIC_RELAXED);
+    uint64_t all = __atomic_add_fetch(&all_row->live, size, __ATOMIC_RELAXED);
+    amax(&all_row->peak, all);
+    uint32_t r = row_of(dev);
     for (uint64_t m = __atomic_load_n(&live.marks_open, __ATOMIC_ACQUIRE); m; m &= m - 1) {
         struct ct_live_mark *k = &live.marks[__builtin_ctzll(m)];
         amax(&k->peak[r], now);
@@ -149,19 +156,21 @@ void ct_live_alloc(int kind, int space, int dev, uint64_t addr, uint64_t size, i
     }
 }
 
-void ct_live_free(int space, uint64_t addr)
+int ct_live_free(int space, uint64_t addr)
 {
     uint64_t size = 0;
-    uint32_t r = 0;
-    if (!take(addr, (uint32_t)space, &size, &r))
-        return;
-    struct ct_live_row *row = r == HOST_ROW ? &live.host : &live.dev[r];
+    uint32_t who = 0;
+    if (!take(addr, (uint32_t)space, &size, &who))
+        return CT_LIVE_UNKNOWN;
+    int dev = who == OWNER_HOST ? -1 : (int)who - 1;
+    struct ct_live_row *row = who == OWNER_HOST ? &live.host : &live.dev[row_of(dev)];
     __atomic_add_fetch(&row->frees, 1, __ATOMIC_RELAXED);
     __atomic_sub_fetch(&row->live, size, __ATOMIC_RELAXED);
-    if (r != HOST_ROW) {
+    if (who != OWNER_HOST) {
         __atomic_add_fetch(&live.dev[CT_LIVE_ALL].frees, 1, __ATOMIC_RELAXED);
         __atomic_sub_fetch(&live.dev[CT_LIVE_ALL].live, size, __ATOMIC_RELAXED);
     }
+    return dev;
 }
 
 void ct_live_deny(int dev)

@@ -66,57 +66,81 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
 #define CT_OUTP(p) ((p) ? (uint64_t)(uintptr_t)*(p) : 0)
 /* clang-format on */
 
+/* The device of the calling thread's current context. A context's device never changes, so the
+ * thread remembers the one it last asked about: cuCtxGetCurrent (a thread-local read in the
+ * driver) tells whether the context is still that one, and only a new context costs
+ * cuCtxGetDevice. (The cache is per thread because the current context is.) */
+static CT_TLS uintptr_t tls_dev_ctx; /* the context tls_dev belongs to (0: none yet) */
+static CT_TLS int tls_dev;
+
 static int current_device(void)
 {
+    static CUresult (*get_ctx)(CUcontext *);
     static CUresult (*get_dev)(CUdevice *);
-    if (!get_dev)
+    if (__builtin_expect(!get_dev, 0)) {
+        get_ctx = (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent");
         get_dev = (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice");
+    }
+    CUcontext ctx = NULL;
+    if (get_ctx && get_ctx(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == tls_dev_ctx)
+        return tls_dev;
     CUdevice d = -1;
     if (!get_dev || get_dev(&d) != CUDA_SUCCESS)
         return -1;
+    tls_dev_ctx = (uintptr_t)ctx;
+    tls_dev = d;
     return d;
 }
 
 /* ---- one hooked call ------------------------------------------------------------------ */
+/* The call's fields are the event's own (a union with struct ct_event, same layout): the
+ * wrapper fills them in place and emit adds the time, the thread and the op, no copy. */
 struct ct_call {
-    uint64_t reserve, size, addr, aux, aux2;
-    uint64_t ts; /* 0: stamp the event when it is written; a free's: before its real call */
-    int dev;
-    CUresult result;
-    uint32_t stack;
-    uint16_t api;
-    uint8_t op, kind, space, flags;
-    uint8_t reserved, stacked;
-    uintptr_t cfa; /* the wrapper's CFA, for the stack cache */
+    union {
+        struct ct_event ev;
+        struct {
+            uint64_t ts; /* 0: stamp the event when it is written; a free's: before its real call */
+            uint64_t size, addr, aux, aux2;
+            uint32_t ev_tid;
+            int32_t dev;
+            int32_t result;
+            uint32_t stack;
+            uint16_t api, ev_rt_api;
+            uint8_t ev_op, kind, space, flags;
+            uint32_t ev_reserved;
+        };
+    };
+    uint64_t reserve;
+    struct ct_caller caller;   /* where the program's frames start (stacks.h) */
+    uint8_t op, held, stacked; /* held: the budget holds c->reserve for this call */
 };
+_Static_assert(
+    __builtin_offsetof(struct ct_call, dev) == __builtin_offsetof(struct ct_event, device) &&
+        __builtin_offsetof(struct ct_call, result) == __builtin_offsetof(struct ct_event, result) &&
+        __builtin_offsetof(struct ct_call, api) == __builtin_offsetof(struct ct_event, api) &&
+        __builtin_offsetof(struct ct_call, flags) == __builtin_offsetof(struct ct_event, flags) &&
+        __builtin_offsetof(struct ct_call, ev_reserved) ==
+            __builtin_offsetof(struct ct_event, reserved),
+    "struct ct_call's fields are struct ct_event's");
 
 static void emit(struct ct_call *c, uint8_t op)
 {
     if (ct_cfg.mode == CT_MODE_NONE)
         return;
-    struct ct_event ev, *e = &ev;
-    e->ts_ns = c->ts ? c->ts : ct_now_ns();
-    e->size = c->size;
-    e->addr = c->addr;
-    e->aux = c->aux;
-    e->aux2 = c->aux2;
+    struct ct_event *e = &c->ev;
+    if (!e->ts_ns)
+        e->ts_ns = ct_now_ns();
     e->tid = ct_gettid();
-    e->device = c->dev;
-    e->result = c->result;
-    e->stack = c->stack;
-    e->api = c->api;
     e->rt_api = tls_rt_api;
     e->op = op;
-    e->kind = c->kind;
-    e->space = c->space;
-    e->flags = (uint8_t)(c->flags | (tls_rt_api ? CT_EF_RUNTIME_KNOWN : 0));
-    e->reserved = 0;
+    e->flags |= tls_rt_api ? CT_EF_RUNTIME_KNOWN : 0;
     if (ct_cfg.mode == CT_MODE_AGGREGATE ? ct_agg_event(e) : ct_event_write(e))
         __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
 }
 
 static void init_once(void);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
+static int init_done; /* init_once has run (the hot path tests it before pthread_once) */
 
 /* exit(status) runs on_exit handlers, then the loader's destructors (ours among them) — but
  * only handlers registered after the loader's own, i.e. once main() runs. So the handler is
@@ -133,24 +157,20 @@ static void on_exit_handler(int status, void *arg)
 static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t kind, uint8_t space,
                            uint8_t flags)
 {
-    pthread_once(&once, init_once);
+    if (__builtin_expect(!__atomic_load_n(&init_done, __ATOMIC_ACQUIRE), 0))
+        pthread_once(&once, init_once);
     if (!ct_cfg.active || tls_depth)
         return 0;
     if (__builtin_expect(!__atomic_load_n(&exit_hooked, __ATOMIC_RELAXED), 0) &&
         !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
         on_exit(on_exit_handler, NULL);
     tls_depth++;
-    c->reserve = c->size = c->addr = c->aux = c->aux2 = c->ts = 0;
-    c->dev = -1;
-    c->result = CUDA_SUCCESS;
-    c->stack = 0;
-    c->api = api;
+    c->ev =
+        (struct ct_event){.device = -1, .api = api, .kind = kind, .space = space, .flags = flags};
+    c->reserve = 0;
+    c->caller.sp = 0;
     c->op = op;
-    c->kind = kind;
-    c->space = space;
-    c->flags = flags;
-    c->reserved = c->stacked = 0;
-    c->cfa = 0;
+    c->held = c->stacked = 0;
     return 1;
 }
 
@@ -343,17 +363,17 @@ static int ct_pre(struct ct_call *c)
     if (r == CT_LEDGER_ENOTMEMBER && ct_budget_rejoin())
         r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
     if (r == 1) {
-        c->reserved = 1;
+        c->held = 1;
         return 1;
     }
     if (r < 0)
         return 1; /* not a member (slots full) or a bad device: cannot enforce, pass */
     tls_deny_share = r == CT_LEDGER_DENIED_SHARE;
-    c->stack = ct_stack_capture(c->cfa);
+    c->stack = ct_stack_capture(&c->caller);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
         ct_ledger_force(ledger, dev, c->reserve);
-        c->reserved = 1;
+        c->held = 1;
         c->flags |= CT_EF_BUDGET_WARN;
         deny_message(c, in_use, limit, "allowed (--on-exceed warn)");
         return 1;
@@ -381,7 +401,7 @@ static int ct_pre(struct ct_call *c)
 static void ct_post(struct ct_call *c)
 {
     ct_ledger *ledger = ct_budget_ledger;
-    if (c->op == CT_OP_ALLOC && c->reserved) {
+    if (c->op == CT_OP_ALLOC && c->held) {
         int dev = c->dev < 0 ? 0 : c->dev;
         if (c->result != CUDA_SUCCESS) {
             ct_ledger_release(ledger, dev, c->reserve);
@@ -409,16 +429,19 @@ static void ct_post(struct ct_call *c)
         if (c->dev < 0)
             c->dev = current_device();
         ct_live_alloc(c->kind, c->space, c->dev, c->addr, c->size, c->result);
-    } else if (c->op == CT_OP_FREE && c->result == CUDA_SUCCESS)
-        ct_live_free(c->space, c->addr);
+    } else if (c->op == CT_OP_FREE && c->result == CUDA_SUCCESS) {
+        int dev = ct_live_free(c->space, c->addr); /* the device it was allocated on */
+        if (c->dev < 0 && dev != CT_LIVE_UNKNOWN)
+            c->dev = dev;
+    }
     if (ct_cfg.mode == CT_MODE_NONE) { /* --no-trace: the ledger was all there was to do */
         ct_leave();
         return;
     }
     if (c->dev < 0)
         c->dev = current_device();
-    if (!c->stacked)
-        c->stack = ct_stack_capture(c->cfa);
+    if (!c->stacked && (ct_cfg.stack_depth > 0 || !ct_writer_generation()))
+        c->stack = ct_stack_capture(&c->caller);
     emit(c, c->op);
     ct_leave();
 }
@@ -457,7 +480,7 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         struct ct_call c;                                                                          \
         if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                    \
             return real ARGS;                                                                      \
-        c.cfa = CT_CFA();                                                                          \
+        CT_CALLER(c.caller);                                                                       \
         c.reserve = (uint64_t)(RESERVE);                                                           \
         c.dev = (DEV);                                                                             \
         if (c.reserve && ct_budget_on() && !ct_pre(&c)) {                                          \
@@ -541,7 +564,7 @@ static int nvml_virtualize(int dev, unsigned long long *total, unsigned long lon
         struct ct_call c;                                                                          \
         if (!ct_enter(&c, CT_API_##ID, CT_OP_MEMINFO, CT_KIND_NONE, CT_SPACE_NONE, 0))             \
             return real(device, memory);                                                           \
-        c.cfa = CT_CFA();                                                                          \
+        CT_CALLER(c.caller);                                                                       \
         nvmlReturn_t r = real(device, memory);                                                     \
         c.result = r;                                                                              \
         c.dev = nvml_index(device);                                                                \
@@ -722,7 +745,7 @@ static void atfork_child(void)
 
 void ct_shim_first_use(void) { pthread_once(&once, init_once); }
 
-static void init_once(void)
+static void init_steps(void)
 {
     ct_real_dlsym();
     if (!ct_config_load())
@@ -744,6 +767,12 @@ static void init_once(void)
     ct_live_start();
     if (ct_cfg.eager && ct_cfg.mode != CT_MODE_NONE)
         ct_writer_open_now();
+}
+
+static void init_once(void)
+{
+    init_steps();
+    __atomic_store_n(&init_done, 1, __ATOMIC_RELEASE);
 }
 
 __attribute__((constructor)) static void ct_constructor(void) { pthread_once(&once, init_once); }

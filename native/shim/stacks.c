@@ -209,7 +209,7 @@ static void report_mismatch(const uintptr_t *a, int na, const uintptr_t *b, int 
     ct_log("  cached ", h1, " full ", h2);
 }
 
-static uint32_t native_capture(uintptr_t wrapper_cfa);
+static uint32_t native_capture(const struct ct_caller *from);
 
 /* (native leaf, Python link) pairs of this thread met before and their nodes */
 #define LINK_WAYS 16
@@ -219,7 +219,7 @@ struct link_ent {
 };
 static CT_TLS struct link_ent links[LINK_WAYS];
 
-uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
+uint32_t ct_stack_capture(const struct ct_caller *from)
 {
     /* the process's first record opens the trace and writes its preamble, which asks the
      * driver (dlopen: the loader's lock): here, before any lock of ours is held, never from
@@ -227,7 +227,7 @@ uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
      * waiting for those) */
     if (__builtin_expect(!ct_writer_generation(), 0))
         ct_writer_open_now();
-    uint32_t leaf = native_capture(wrapper_cfa);
+    uint32_t leaf = native_capture(from);
     if (ct_cfg.stack_depth <= 0)
         return leaf;
     /* a process running CPython: one more node naming the Python stack (pyframes.c) */
@@ -248,9 +248,8 @@ uint32_t ct_stack_capture(uintptr_t wrapper_cfa)
     return id;
 }
 
-static uint32_t native_capture(uintptr_t wrapper_cfa)
+static uint32_t native_capture(const struct ct_caller *from)
 {
-    (void)wrapper_cfa;
     int depth = ct_cfg.stack_depth;
     if (depth <= 0)
         return 0;
@@ -271,7 +270,8 @@ static uint32_t native_capture(uintptr_t wrapper_cfa)
     uint64_t *tag = NULL;
     int learned = 0;
     /* the one call of the cached walk: its own return addresses are part of what it caches */
-    int cnt = ct_uw_walk(ips, depth, &learned, &walked, &tag);
+    uintptr_t start[3] = {from ? from->ra : 0, from ? from->sp : 0, from ? from->fp : 0};
+    int cnt = ct_uw_walk(start[1] ? start : NULL, ips, depth, &learned, &walked, &tag);
     if (cnt >= 0 && !learned) {
         ct_writer_stack_count(CT_SC_HIT);
         if (verify_stacks) {

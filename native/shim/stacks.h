@@ -5,12 +5,26 @@
 #include <stdint.h>
 
 void ct_stacks_init(void);
-/* wrapper_cfa: __builtin_dwarf_cfa() of the wrapper (0 if unknown) */
-uint32_t ct_stack_capture(uintptr_t wrapper_cfa);
-#if defined(__GNUC__) && !defined(__clang__)
-#define CT_CFA() ((uintptr_t)__builtin_dwarf_cfa())
+/* Where the program's own frames start: the registers its code had at its call of the hooked
+ * function (ra: the return address into it, sp: its SP there, which is the wrapper's CFA, fp: its
+ * frame pointer, which the wrapper saved in its frame record). A walk from there never visits
+ * the shim's own frames. sp 0: unknown (the walk starts inside the shim and skips its frames). */
+struct ct_caller {
+    uintptr_t ra, sp, fp;
+};
+uint32_t ct_stack_capture(const struct ct_caller *from);
+/* in a wrapper (built with frame pointers: its frame record holds the caller's FP and the
+ * return address, on x86-64 and aarch64 alike) */
+#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__aarch64__))
+#define CT_CALLER(c)                                                                               \
+    do {                                                                                           \
+        const uintptr_t *ct_fr_ = (const uintptr_t *)__builtin_frame_address(0);                   \
+        (c).sp = (uintptr_t)__builtin_dwarf_cfa();                                                 \
+        (c).fp = ct_fr_[0];                                                                        \
+        (c).ra = ct_fr_[1];                                                                        \
+    } while (0)
 #else
-#define CT_CFA() ((uintptr_t)0)
+#define CT_CALLER(c) ((c).sp = (c).fp = (c).ra = 0)
 #endif
 void ct_stacks_atfork_prepare(void);
 void ct_stacks_atfork_parent(void);

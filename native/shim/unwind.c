@@ -742,15 +742,20 @@ static inline int memo_hit(const struct memo *m)
     return 1;
 }
 
-__attribute__((noinline)) int ct_uw_walk(uintptr_t *ips, int max, int *learned,
-                                         const uintptr_t **out, uint64_t **tag)
+__attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips, int max,
+                                         int *learned, const uintptr_t **out, uint64_t **tag)
 {
     *learned = 0;
     struct uw_thread *t = thread_table();
     if (!t)
         return -1;
     uintptr_t regs[3];
-    ct_uw_regs(regs);
+    if (start) {
+        regs[0] = strip_pac(start[0]);
+        regs[1] = start[1];
+        regs[2] = start[2];
+    } else
+        ct_uw_regs(regs);
     uintptr_t ra = regs[0], sp = regs[1], fp = regs[2], sp0 = regs[1];
     for (int w = 0; w < MEMO_WAYS; w++) {
         struct memo *m = &t->memo[w];
@@ -848,8 +853,10 @@ CT_EXPORT int dlclose(void *handle)
 #else /* other architectures: no cached rules, every unwind is a full one */
 void ct_uw_init(void) {}
 void ct_uw_invalidate(void) {}
-int ct_uw_walk(uintptr_t *ips, int max, int *learned, const uintptr_t **out, uint64_t **tag)
+int ct_uw_walk(const uintptr_t *start, uintptr_t *ips, int max, int *learned, const uintptr_t **out,
+               uint64_t **tag)
 {
+    (void)start;
     (void)ips;
     (void)max;
     *out = NULL;

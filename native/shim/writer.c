@@ -46,13 +46,12 @@ static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
 static ct_preamble_fn preamble;
-static uint32_t gen_counter;            /* files opened by this image and its forked children */
-static uint32_t cur_gen;                /* generation of the open file, 0: none (atomic) */
-static uint32_t nthreads;               /* threads numbered in the open file (atomic) */
+static uint32_t gen_counter; /* files opened by this image and its forked children */
+uint32_t ct_writer_gen;      /* generation of the open file, 0: none (atomic; writer.h) */
+static uint32_t nthreads;    /* threads numbered in the open file (atomic) */
 static uint32_t chunk_refs[MAX_CHUNKS]; /* event blocks held in each chunk (atomic) */
 
 uint64_t ct_writer_pos(void) { return __atomic_load_n(&pos, __ATOMIC_ACQUIRE); }
-uint32_t ct_writer_generation(void) { return __atomic_load_n(&cur_gen, __ATOMIC_ACQUIRE); }
 uint32_t ct_writer_new_thread(void) { return __atomic_fetch_add(&nthreads, 1, __ATOMIC_RELAXED); }
 
 void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
@@ -209,7 +208,7 @@ static int open_file(void)
             ct_writer_stats_open();
             __atomic_store_n(&pos, CT_HEADER_SIZE, __ATOMIC_RELEASE);
             __atomic_store_n(&nthreads, 0, __ATOMIC_RELAXED);
-            __atomic_store_n(&cur_gen, ++gen_counter ? gen_counter : ++gen_counter,
+            __atomic_store_n(&ct_writer_gen, ++gen_counter ? gen_counter : ++gen_counter,
                              __ATOMIC_RELEASE);
             return 0;
         }
@@ -353,13 +352,13 @@ int ct_block_take(ct_block *b, uint32_t size, uint32_t thread, uint32_t seq)
     b->p = s.p;
     b->chunk = s.chunk;
     b->size = s.size;
-    b->gen = __atomic_load_n(&cur_gen, __ATOMIC_ACQUIRE);
+    b->gen = __atomic_load_n(&ct_writer_gen, __ATOMIC_ACQUIRE);
     return 1;
 }
 
 void ct_block_drop(ct_block *b)
 {
-    if (b->p && b->gen == __atomic_load_n(&cur_gen, __ATOMIC_ACQUIRE))
+    if (b->p && b->gen == __atomic_load_n(&ct_writer_gen, __ATOMIC_ACQUIRE))
         __atomic_sub_fetch(&chunk_refs[b->chunk], 1, __ATOMIC_ACQ_REL);
     b->p = NULL;
 }
@@ -425,7 +424,7 @@ void ct_writer_atfork_child(void)
     nchunks = unmapped_below = dropped = busy = 0;
     stop_errno = 0;
     ct_events_written = 0;
-    cur_gen = 0;
+    ct_writer_gen = 0;
     nthreads = 0;
     ct_writer_stats_reset();
     state = ct_cfg.active ? 0 : -1;

@@ -40,7 +40,11 @@ void ct_writer_atfork_child(void);
 void ct_writer_open_now(void);
 /* the open file's generation (0: none): a thread's compact-event context is valid only for
  * the generation it was made in (events.c) */
-uint32_t ct_writer_generation(void);
+extern CT_HIDDEN uint32_t ct_writer_gen; /* written by writer.c alone */
+static inline uint32_t ct_writer_generation(void)
+{
+    return __atomic_load_n(&ct_writer_gen, __ATOMIC_ACQUIRE);
+}
 uint32_t ct_writer_new_thread(void);   /* the next thread number of the open file */
 uint64_t ct_writer_pos(void);          /* the next free byte of the file */
 void ct_writer_stack_count(int which); /* CT_SC_*: header counters, in the mapped file */
