@@ -119,6 +119,7 @@ struct ct_replay {
     struct ct_replay_proc *proc;
     uint32_t buckets;
     uint64_t t0, span;
+    uint64_t sl_i, sl_lo, sl_hi; /* changed(): the slice of times [sl_lo, sl_hi) */
     struct ct_replay_bucket *tl_all;
     struct ct_replay_bucket *tl_dev[CT_REPLAY_DEV_SLOTS];
     int oom;
@@ -400,14 +401,46 @@ struct state {
     struct source *src; /* per trace */
 };
 
+/* the timeline slice of time ts (the oracle's formula: tests/support/replay_oracle.py) */
+static uint64_t slice_of(const ct_replay *r, uint64_t ts)
+{
+    uint64_t i = r->span ? (uint64_t)((double)(ts - r->t0) / (double)r->span * r->buckets) : 0;
+    return i < r->buckets ? i : r->buckets - 1;
+}
+
+/* the first time (from t0) whose slice is k or later; NONE64: none. slice_of never decreases
+ * from t0 on, so a binary search finds it */
+static uint64_t slice_start(const ct_replay *r, uint64_t k)
+{
+    if (k >= r->buckets || slice_of(r, r->t0 + r->span) < k)
+        return NONE64;
+    uint64_t lo = r->t0, hi = r->t0 + r->span; /* slice_of(hi) >= k */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (slice_of(r, mid) >= k)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 static void changed(struct state *st, uint32_t slot, uint64_t ts)
 {
     ct_replay *r = st->r;
     if (!r->buckets)
         return;
-    uint64_t i = r->span ? (uint64_t)((double)(ts - r->t0) / (double)r->span * r->buckets) : 0;
-    if (i >= r->buckets)
-        i = r->buckets - 1;
+    /* times come in order: the slice of the last one, and where it starts and ends, spare the
+     * division most of the time */
+    uint64_t i = r->sl_i;
+    if (!(ts >= r->sl_lo && ts < r->sl_hi)) {
+        i = slice_of(r, ts);
+        if (ts >= r->t0 && r->span) {
+            r->sl_i = i;
+            r->sl_lo = slice_start(r, i);
+            r->sl_hi = slice_start(r, i + 1);
+        }
+    }
     tl_note(&r->tl_all[i], st->cur, ts);
     if (!r->tl_dev[slot]) {
         r->tl_dev[slot] = calloc(r->buckets, sizeof(struct ct_replay_bucket));
@@ -1624,6 +1657,25 @@ static uint64_t lower_bound(const uint64_t *a, uint64_t n, uint64_t v)
     return lo;
 }
 
+/* lower_bound over ts[0..n) through a table of where each of nb equal slices of [lo, hi]
+ * begins (tab[nb + 1]) */
+struct finder {
+    const uint64_t *ts;
+    uint64_t n, lo, width, nb;
+    uint64_t *tab;
+};
+
+static uint64_t find(const struct finder *f, uint64_t v)
+{
+    if (!f->tab || v <= f->lo)
+        return lower_bound(f->ts, f->n, v);
+    uint64_t b = (v - f->lo) / f->width;
+    if (b >= f->nb)
+        return lower_bound(f->ts, f->n, v);
+    uint64_t a = f->tab[b], e = f->tab[b + 1];
+    return a + lower_bound(f->ts + a, e - a, v);
+}
+
 void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int32_t device,
                         uint64_t *out)
 {
@@ -1636,18 +1688,30 @@ void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int3
     int64_t *d = calloc(n + 1, sizeof *d);
     if (!d)
         return;
+    struct finder f = {ts, n, ts[0], 1, 4096, NULL};
+    if (ts[n - 1] > ts[0] && (f.tab = malloc((f.nb + 1) * sizeof *f.tab)) != NULL) {
+        f.width = (ts[n - 1] - ts[0]) / f.nb + 1;
+        for (uint64_t k = 0; k <= f.nb; k++)
+            f.tab[k] = lower_bound(ts, n, k < f.nb ? ts[0] + k * f.width : NONE64);
+    }
     const struct life *lv = r->lives.p;
+    uint64_t a = 0, prev = 0;
     for (uint64_t i = 0; i < r->lives.n; i++) {
         const struct life *L = &lv[i];
         if (!on_device(r, L, device))
             continue;
-        uint64_t a = lower_bound(ts, n, L->ts);
-        uint64_t b = L->end_ts == NONE64 ? n : lower_bound(ts, n, L->end_ts);
+        if (L->ts < prev) /* lives are in replay order, so in time order: never, but be sure */
+            a = 0;
+        prev = L->ts;
+        while (a < n && ts[a] < L->ts) /* the samples before it: a walk, not a search */
+            a++;
+        uint64_t b = L->end_ts == NONE64 ? n : find(&f, L->end_ts);
         if (a < b) {
             d[a] += (int64_t)L->size;
             d[b] -= (int64_t)L->size;
         }
     }
+    free(f.tab);
     int64_t run = 0;
     for (uint64_t k = 0; k < n; k++) {
         run += d[k];
