@@ -47,10 +47,7 @@
 struct slot {
     uint64_t addr;
     uint32_t ref;
-    uint32_t tag;  /* trace << 10 | state << 8 | space; 0: empty */
-    uint64_t size; /* a device allocation: its size and rest, so that its free need not read */
-    uint32_t rest; /* its life (only write its end there) */
-    uint32_t pad;
+    uint32_t tag; /* trace << 10 | state << 8 | space; 0: empty */
 };
 #define TAG(trace, state, space)                                                                   \
     ((uint32_t)(trace) << 10 | (uint32_t)(state) << 8 | (uint32_t)(space))
@@ -558,15 +555,15 @@ static void end_life(struct state *st, const struct slot *sl, uint64_t seq, uint
                      uint32_t how)
 {
     ct_replay *r = st->r;
-    const struct rest *x = rest_at(r, sl->rest);
-    uint32_t ds = dev_slot(x->ev.device);
     struct life *L = life_at(r, sl->ref);
+    const struct rest *x = rest_at(r, L->rest);
+    uint32_t ds = dev_slot(x->ev.device);
     L->end_seq = seq;
     L->end_ts = ts;
     *how_at(r, sl->ref) = (uint8_t)how;
-    st->cur -= sl->size;
-    r->dev_cur[ds] -= sl->size;
-    st->proc_cur[x->trace] -= sl->size;
+    st->cur -= L->size;
+    r->dev_cur[ds] -= L->size;
+    st->proc_cur[x->trace] -= L->size;
     changed(st, ds, ts);
 }
 
@@ -656,8 +653,6 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             uint8_t how = CT_END_LIVE;
             sl->tag = TAG(ti, ST_DEV, e->space);
             sl->ref = (uint32_t)r->lives.n;
-            sl->size = e->size;
-            sl->rest = ri;
             if (ri == UINT32_MAX || r->lives.n >= UINT32_MAX || vec_push(&r->lives, &L) ||
                 vec_push(&r->hows, &how)) {
                 r->oom = 1;
@@ -859,58 +854,84 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
 }
 
 struct ending {
-    uint64_t order, addr; /* order: a device allocation's life index (ended in that order) */
+    uint64_t addr;
     uint32_t key, pad;
 };
 
-static int ending_cmp(const void *a, const void *b)
+static void radix_u64(uint64_t *a, uint64_t *tmp, uint64_t n);
+
+/* append x to *v (n of cap elements of size elem); -1: out of memory */
+static int grow_push(void **v, uint64_t *n, uint64_t *cap, size_t elem, const void *x)
 {
-    uint64_t x = ((const struct ending *)a)->order, y = ((const struct ending *)b)->order;
-    return x < y ? -1 : x > y;
+    if (*n == *cap) {
+        uint64_t nc = *cap ? *cap * 2 : 64;
+        void *p = realloc(*v, nc * elem);
+        if (!p)
+            return -1;
+        *v = p;
+        *cap = nc;
+    }
+    memcpy((char *)*v + *n * elem, x, elem);
+    (*n)++;
+    return 0;
 }
 
-/* trace ti's process ended at ts: whatever it still held is gone (the driver gave it back) */
+/* trace ti's process ended at ts: whatever it still held is gone (the driver gave it back).
+ * Its device allocations end in the order they began (their lives' order: a radix sort of
+ * their indices), then its pinned buffers, mappings and imports go. */
 static void process_end(struct state *st, uint32_t ti, uint64_t seq, uint64_t ts)
 {
-    st->r->proc[ti].end_bytes = st->proc_cur[ti]; /* what it held when it ended */
+    ct_replay *r = st->r;
+    r->proc[ti].end_bytes = st->proc_cur[ti]; /* what it held when it ended */
     if (!st->proc_cur[ti] && !st->proc_host[ti])
         return;
-    uint64_t n = 0, cap = 0;
-    struct ending *found = NULL;
+    uint64_t nd = 0, dcap = 0, no = 0, ocap = 0, *devs = NULL, *tmp = NULL;
+    struct ending *others = NULL;
     for (uint64_t i = 0; i < st->tab.cap; i++) {
-        struct slot *x = &st->tab.s[i];
+        const struct slot *x = &st->tab.s[i];
         if (!x->tag || TAG_TRACE(x->tag) != ti)
             continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct ending *f = realloc(found, cap * sizeof *f);
-            if (!f) {
-                free(found);
-                st->r->oom = 1;
-                return;
-            }
-            found = f;
-        }
-        found[n++] = (struct ending){TAG_STATE(x->tag) == ST_DEV ? x->ref : NONE64, x->addr,
-                                     TAG_KEY(x->tag), 0};
+        uint64_t ref = x->ref;
+        struct ending o = {x->addr, TAG_KEY(x->tag), 0};
+        if (TAG_STATE(x->tag) == ST_DEV ? grow_push((void **)&devs, &nd, &dcap, sizeof ref, &ref)
+                                        : grow_push((void **)&others, &no, &ocap, sizeof o, &o))
+            goto oom;
     }
-    qsort(found, n, sizeof *found, ending_cmp);
-    for (uint64_t k = 0; k < n; k++) {
-        struct slot *x = tget(&st->tab, found[k].key, found[k].addr);
+    tmp = malloc((nd ? nd : 1) * sizeof *tmp);
+    if (!tmp)
+        goto oom;
+    radix_u64(devs, tmp, nd);
+    for (uint64_t k = 0; k < nd; k++) {
+        const struct life *L = life_at(r, devs[k]);
+        const struct rest *rs = rest_at(r, L->rest);
+        struct slot *x = tget(&st->tab, TAG(ti, 0, rs->ev.space), L->addr);
+        if (!x || x->ref != devs[k])
+            continue;
+        st->exited += L->size;
+        st->dev_exited[dev_slot(rs->ev.device)] += L->size;
+        end_life(st, x, seq, ts, CT_END_EXITED);
+        tdel(&st->tab, x);
+    }
+    for (uint64_t k = 0; k < no; k++) {
+        struct slot *x = tget(&st->tab, others[k].key, others[k].addr);
         if (!x)
             continue;
-        if (TAG_STATE(x->tag) == ST_DEV) {
-            st->exited += x->size;
-            st->dev_exited[dev_slot(rest_at(st->r, x->rest)->ev.device)] += x->size;
-            end_life(st, x, seq, ts, CT_END_EXITED);
-        } else if (TAG_STATE(x->tag) == ST_HOST && (found[k].key & 0xffu) != IMPORT_SPACE) {
+        if (TAG_STATE(x->tag) == ST_HOST && (others[k].key & 0xffu) != IMPORT_SPACE) {
             st->host_cur -= host_size(st, x->ref);
             st->proc_host[ti] -= host_size(st, x->ref);
             st->host_exited += host_size(st, x->ref);
         }
         tdel(&st->tab, x);
     }
-    free(found);
+    free(devs);
+    free(tmp);
+    free(others);
+    return;
+oom:
+    free(devs);
+    free(tmp);
+    free(others);
+    r->oom = 1;
 }
 
 void ct_replay_free(ct_replay *r)
