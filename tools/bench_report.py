@@ -324,6 +324,7 @@ def main() -> int:
         "dir": str(d),
         "trace_mb": round(sum(p.stat().st_size for p in d.glob("*.ctrace")) / 1e6, 1),
     }
+    c0 = time.process_time()
     t0 = time.perf_counter()
     td = read_dir(d)
     t1 = time.perf_counter()
@@ -342,6 +343,7 @@ def main() -> int:
     t4 = time.perf_counter()
     svg = render_svg(a, report=r)
     t5 = time.perf_counter()
+    c5 = time.process_time()
     m = a.model
     fig.update(
         {
@@ -353,6 +355,8 @@ def main() -> int:
             "report_end_depth3_s": round(t4 - t3, 3),
             "svg_s": round(t5 - t4, 3),
             "total_s": round(t5 - t0, 3),
+            # CPU time of this process over the same span: what other jobs' load changes least
+            "total_cpu_s": round(c5 - c0, 3),
             "read_build_report_s": round(t3 - t0, 3),
             "peak_bytes": m.peak_bytes,
             "live_at_peak": r["total_live_count"],
