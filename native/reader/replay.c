@@ -1222,6 +1222,16 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
         }
         struct stream *m = &streams[c->stream];
         const struct ct_event *e = &m->ev[m->head];
+        /* the free after this one will write its life, far back in memory: its slot was
+         * asked for when it was decoded, so ask for the life now */
+        if (m->head + 2 < m->n && st.tab.cap) {
+            const struct ct_event *f = &m->ev[m->head + 2];
+            if (f->op == CT_OP_FREE) {
+                const struct slot *x = tget(&st.tab, TAG(ti, 0, f->space), f->addr);
+                if (x && TAG_STATE(x->tag) == ST_DEV)
+                    __builtin_prefetch(life_at(r, x->ref), 1);
+            }
+        }
         step(&st, ti, (uint32_t)m->idx[m->head], e, seq, cfg);
         if (r->oom)
             break;
