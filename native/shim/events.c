@@ -29,28 +29,30 @@ static pthread_key_t exit_key;
 static pthread_once_t key_once = PTHREAD_ONCE_INIT;
 static int key_ok;
 
-static CT_TLS struct ct_ce_ctx tls_ctx;
-static CT_TLS uint32_t tls_gen; /* writer generation tls_ctx belongs to (0: none) */
-static CT_TLS uint32_t tls_thread;
-static CT_TLS uint32_t tls_count; /* the thread's events in this file */
-
 /* the thread's block: events are appended at body + used, published by storing used */
 #define BLOCK_FIRST 256 /* a thread's first block; each next one twice the last, to BLOCK_MAX */
 #define BLOCK_MAX 8192
 #define BLOCK_HEAD (sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_ceblock))
-static CT_TLS ct_block tls_block;
-static CT_TLS uint32_t tls_used, tls_room, tls_next_size;
+/* the thread's writing state, one thread-local object (one TLS offset to load, not eight) */
+static CT_TLS struct {
+    struct ct_ce_ctx ctx; /* what the next record is encoded against */
+    uint32_t gen;         /* writer generation ctx belongs to (0: none) */
+    uint32_t thread;      /* the thread's number in the file */
+    uint32_t count;       /* the thread's events in this file */
+    uint32_t used, room, next_size;
+    ct_block block;
+} tw;
 
 /* thread exit: give the number back (its records are all published by now) */
 static void on_thread_exit(void *arg)
 {
     (void)arg;
-    uint32_t gen = tls_gen;
-    ct_block_drop(&tls_block); /* its events are all published */
-    if (gen && tls_thread < SMALL_NUMBERS)
-        __atomic_compare_exchange_n(&owners[tls_thread], &gen, 0, 0, __ATOMIC_RELEASE,
+    uint32_t gen = tw.gen;
+    ct_block_drop(&tw.block); /* its events are all published */
+    if (gen && tw.thread < SMALL_NUMBERS)
+        __atomic_compare_exchange_n(&owners[tw.thread], &gen, 0, 0, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
-    tls_gen = 0;
+    tw.gen = 0;
 }
 
 static void make_key(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
@@ -72,13 +74,13 @@ static uint32_t take_number(uint32_t gen)
 /* the thread's next block (the last one is full); 0: no trace */
 static int next_block(void)
 {
-    ct_block_drop(&tls_block);
-    uint32_t size = tls_next_size < BLOCK_FIRST ? BLOCK_FIRST : tls_next_size;
-    if (!ct_block_take(&tls_block, size, tls_thread, tls_count))
+    ct_block_drop(&tw.block);
+    uint32_t size = tw.next_size < BLOCK_FIRST ? BLOCK_FIRST : tw.next_size;
+    if (!ct_block_take(&tw.block, size, tw.thread, tw.count))
         return 0;
-    tls_next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
-    tls_used = 0;
-    tls_room = tls_block.size - (uint32_t)BLOCK_HEAD;
+    tw.next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
+    tw.used = 0;
+    tw.room = tw.block.size - (uint32_t)BLOCK_HEAD;
     return 1;
 }
 
@@ -91,22 +93,22 @@ int ct_event_write(const struct ct_event *e)
         if (!gen)
             return 0;
     }
-    if (tls_gen != gen) { /* a new file (or a forked child's): the old block is not ours */
-        memset(&tls_ctx, 0, sizeof tls_ctx);
-        tls_block.p = NULL;
-        tls_used = tls_room = tls_next_size = tls_count = 0;
-        tls_thread = take_number(gen);
-        tls_gen = gen;
+    if (tw.gen != gen) { /* a new file (or a forked child's): the old block is not ours */
+        memset(&tw.ctx, 0, sizeof tw.ctx);
+        tw.block.p = NULL;
+        tw.used = tw.room = tw.next_size = tw.count = 0;
+        tw.thread = take_number(gen);
+        tw.gen = gen;
     }
-    if (__builtin_expect(tls_room - tls_used < CT_CE_MAX_BODY, 0) && !next_block())
+    if (__builtin_expect(tw.room - tw.used < CT_CE_MAX_BODY, 0) && !next_block())
         return 0;
     uint32_t ref;
-    uint8_t *at = tls_block.p + BLOCK_HEAD + tls_used;
-    uint8_t *end = ct_ce_encode_fields(&tls_ctx, e, at, &ref);
-    tls_used += (uint32_t)(end - at);
-    struct ct_rec_ceblock *bh = (struct ct_rec_ceblock *)(tls_block.p + sizeof(struct ct_rec_hdr));
-    __atomic_store_n(&bh->used, tls_used, __ATOMIC_RELEASE);
-    ct_ce_commit(&tls_ctx, e, ref);
-    tls_count++;
+    uint8_t *at = tw.block.p + BLOCK_HEAD + tw.used;
+    uint8_t *end = ct_ce_encode_fields(&tw.ctx, e, at, &ref);
+    tw.used += (uint32_t)(end - at);
+    struct ct_rec_ceblock *bh = (struct ct_rec_ceblock *)(tw.block.p + sizeof(struct ct_rec_hdr));
+    __atomic_store_n(&bh->used, tw.used, __ATOMIC_RELEASE);
+    ct_ce_commit(&tw.ctx, e, ref);
+    tw.count++;
     return 1;
 }

@@ -47,8 +47,8 @@ struct pyrt {
 };
 
 static struct pyrt rt_storage;
-static struct pyrt *py;         /* published once found (or refused) */
-static int modules_changed = 1; /* a rescan found new modules: look for Python again */
+struct pyrt *ct_py_rt;       /* published once found (or refused); pyframes.h */
+int ct_py_modules_dirty = 1; /* a rescan found new modules: look for Python again */
 static pthread_mutex_t detect_mu = PTHREAD_MUTEX_INITIALIZER;
 static int info_written; /* the INFO records of this file */
 static int disabled = -1;
@@ -247,18 +247,18 @@ static void write_infos(const struct pyrt *p)
 
 static struct pyrt *find_python(void)
 {
-    struct pyrt *p = __atomic_load_n(&py, __ATOMIC_ACQUIRE);
-    if (p || !__atomic_load_n(&modules_changed, __ATOMIC_ACQUIRE))
+    struct pyrt *p = __atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE);
+    if (p || !__atomic_load_n(&ct_py_modules_dirty, __ATOMIC_ACQUIRE))
         return p;
     /* never wait here: another thread may hold the loader lock and call into a hook */
     if (pthread_mutex_trylock(&detect_mu) != 0)
         return NULL;
-    p = __atomic_load_n(&py, __ATOMIC_ACQUIRE);
+    p = __atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE);
     if (!p) {
-        __atomic_store_n(&modules_changed, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&ct_py_modules_dirty, 0, __ATOMIC_RELEASE);
         if (detect(&rt_storage)) {
             p = &rt_storage;
-            __atomic_store_n(&py, p, __ATOMIC_RELEASE);
+            __atomic_store_n(&ct_py_rt, p, __ATOMIC_RELEASE);
         }
     }
     pthread_mutex_unlock(&detect_mu);
@@ -278,8 +278,8 @@ void ct_py_detect(void)
 
 void ct_py_modules_changed(void)
 {
-    if (!__atomic_load_n(&py, __ATOMIC_ACQUIRE))
-        __atomic_store_n(&modules_changed, 1, __ATOMIC_RELEASE);
+    if (!__atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE))
+        __atomic_store_n(&ct_py_modules_dirty, 1, __ATOMIC_RELEASE);
 }
 
 /* ---- code objects and the Python stack tree --------------------------------------------- */
@@ -459,11 +459,11 @@ static inline __attribute__((always_inline)) int walk(uintptr_t fr, uintptr_t co
 }
 
 /* The link ip for this event: 0 without Python, else frames or the reason there are none. */
-uint64_t ct_py_capture(void)
+uint64_t ct_py_capture_now(void)
 {
-    struct pyrt *p = __atomic_load_n(&py, __ATOMIC_ACQUIRE);
+    struct pyrt *p = __atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE);
     if (!p) {
-        if (!__atomic_load_n(&modules_changed, __ATOMIC_RELAXED))
+        if (!__atomic_load_n(&ct_py_modules_dirty, __ATOMIC_RELAXED))
             return 0;
         if (disabled < 0) /* CUDATRACE_PYTHON=0: native stacks only */
             disabled = ct_setting_long(CT_SET_PYTHON, 1) == 0;

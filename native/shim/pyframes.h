@@ -5,8 +5,18 @@
 #include <stdint.h>
 
 /* The link node's ip for this event (trace_format.h CT_PYLINK_*), 0 when the process has no
- * Python */
-uint64_t ct_py_capture(void);
+ * Python. Inline: a process that is not Python pays two loads. */
+struct pyrt;
+extern __attribute__((visibility("hidden"))) struct pyrt *ct_py_rt;   /* the interpreter, found */
+extern __attribute__((visibility("hidden"))) int ct_py_modules_dirty; /* look for it again */
+uint64_t ct_py_capture_now(void);
+static inline uint64_t ct_py_capture(void)
+{
+    if (!__atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE) &&
+        !__atomic_load_n(&ct_py_modules_dirty, __ATOMIC_RELAXED))
+        return 0;
+    return ct_py_capture_now();
+}
 void ct_py_detect(void);          /* at start-up: find the interpreter before threads race */
 void ct_py_modules_changed(void); /* new modules mapped: look for the interpreter again */
 void ct_py_atfork_prepare(void);

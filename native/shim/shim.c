@@ -31,9 +31,6 @@
 #include "util.h"
 #include "writer.h"
 
-static CT_TLS int tls_depth;       /* >0: inside a wrapper, nested calls pass through */
-static CT_TLS uint16_t tls_rt_api; /* runtime API in progress on this thread */
-
 /* ---- expressions of hooks.def -------------------------------------------------------------- */
 static inline uint64_t ct_round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
@@ -70,8 +67,6 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
  * thread remembers the one it last asked about: cuCtxGetCurrent (a thread-local read in the
  * driver) tells whether the context is still that one, and only a new context costs
  * cuCtxGetDevice. (The cache is per thread because the current context is.) */
-static CT_TLS uintptr_t tls_dev_ctx; /* the context tls_dev belongs to (0: none yet) */
-static CT_TLS int tls_dev;
 
 static int current_device(void)
 {
@@ -82,13 +77,13 @@ static int current_device(void)
         get_dev = (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice");
     }
     CUcontext ctx = NULL;
-    if (get_ctx && get_ctx(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == tls_dev_ctx)
-        return tls_dev;
+    if (get_ctx && get_ctx(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
+        return ct_thr.dev;
     CUdevice d = -1;
     if (!get_dev || get_dev(&d) != CUDA_SUCCESS)
         return -1;
-    tls_dev_ctx = (uintptr_t)ctx;
-    tls_dev = d;
+    ct_thr.dev_ctx = (uintptr_t)ctx;
+    ct_thr.dev = d;
     return d;
 }
 
@@ -123,7 +118,7 @@ _Static_assert(
             __builtin_offsetof(struct ct_event, reserved),
     "struct ct_call's fields are struct ct_event's");
 
-static void emit(struct ct_call *c, uint8_t op)
+static inline __attribute__((always_inline)) void emit(struct ct_call *c, uint8_t op)
 {
     if (ct_cfg.mode == CT_MODE_NONE)
         return;
@@ -131,9 +126,9 @@ static void emit(struct ct_call *c, uint8_t op)
     if (!e->ts_ns)
         e->ts_ns = ct_now_ns();
     e->tid = ct_gettid();
-    e->rt_api = tls_rt_api;
+    e->rt_api = ct_thr.rt_api;
     e->op = op;
-    e->flags |= tls_rt_api ? CT_EF_RUNTIME_KNOWN : 0;
+    e->flags |= ct_thr.rt_api ? CT_EF_RUNTIME_KNOWN : 0;
     if (ct_cfg.mode == CT_MODE_AGGREGATE ? ct_agg_event(e) : ct_event_write(e))
         __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
 }
@@ -159,12 +154,12 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
 {
     if (__builtin_expect(!__atomic_load_n(&init_done, __ATOMIC_ACQUIRE), 0))
         pthread_once(&once, init_once);
-    if (!ct_cfg.active || tls_depth)
+    if (!ct_cfg.active || ct_thr.depth)
         return 0;
     if (__builtin_expect(!__atomic_load_n(&exit_hooked, __ATOMIC_RELAXED), 0) &&
         !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
         on_exit(on_exit_handler, NULL);
-    tls_depth++;
+    ct_thr.depth++;
     c->ev =
         (struct ct_event){.device = -1, .api = api, .kind = kind, .space = space, .flags = flags};
     c->reserve = 0;
@@ -174,7 +169,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     return 1;
 }
 
-static inline void ct_leave(void) { tls_depth--; }
+static inline void ct_leave(void) { ct_thr.depth--; }
 
 /* Budget lines are rate-limited per call site: the first DENY_LINES of a site are printed, then
  * one line at its 10th, 100th, 1000th ... denial with the count (a loop retrying a denied
@@ -224,7 +219,6 @@ static int deny_rate(uintptr_t ip, uint64_t *n)
  * (docs/attribution.md). Printed under CUDATRACE_QUIET too: -q silences chatter, never the
  * reason a program failed (the rate limit applies). */
 #define DENY_PATH_FRAMES 16
-static CT_TLS int tls_deny_share; /* the denial was the share's (budget.h ct_budget_share_label) */
 
 static uint64_t ctx_bytes[CT_LEDGER_MAX_DEVICES]; /* this process's context, as counted */
 
@@ -287,9 +281,9 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     in_use_parts(parts, sizeof parts, c->dev < 0 ? 0 : c->dev, in_use, limit);
     size_t l = ct_strlcpy(line, "cudatrace: budget exceeded: ", sizeof line);
     l += ct_strlcpy(line + l, ct_api_name(c->api), sizeof line - l);
-    if (tls_rt_api) {
+    if (ct_thr.rt_api) {
         l += ct_strlcpy(line + l, " (", sizeof line - l);
-        l += ct_strlcpy(line + l, ct_api_name(tls_rt_api), sizeof line - l);
+        l += ct_strlcpy(line + l, ct_api_name(ct_thr.rt_api), sizeof line - l);
         l += ct_strlcpy(line + l, ")", sizeof line - l);
     }
     l += ct_strlcpy(line + l, " of ", sizeof line - l);
@@ -302,7 +296,7 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     ct_fmt_bytes(num, limit);
     l += ct_strlcpy(line + l, num, sizeof line - l);
     if (ct_budget_share_label()[0]) { /* which job's share, or the whole group's budget */
-        l += ct_strlcpy(line + l, tls_deny_share ? " (share of " : " (whole group; ",
+        l += ct_strlcpy(line + l, ct_thr.deny_share ? " (share of " : " (whole group; ",
                         sizeof line - l);
         l += ct_strlcpy(line + l, ct_budget_share_label(), sizeof line - l);
         l += ct_strlcpy(line + l, ")", sizeof line - l);
@@ -368,7 +362,7 @@ static int ct_pre(struct ct_call *c)
     }
     if (r < 0)
         return 1; /* not a member (slots full) or a bad device: cannot enforce, pass */
-    tls_deny_share = r == CT_LEDGER_DENIED_SHARE;
+    ct_thr.deny_share = r == CT_LEDGER_DENIED_SHARE;
     c->stack = ct_stack_capture(&c->caller);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
@@ -518,10 +512,10 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         fn_t real = (fn_t)ct_real(CT_SLOT_##ID);                                                   \
         if (!real)                                                                                 \
             return 3; /* cudaErrorInitializationError */                                           \
-        uint16_t saved = tls_rt_api;                                                               \
-        tls_rt_api = CT_API_##ID;                                                                  \
+        uint16_t saved = ct_thr.rt_api;                                                            \
+        ct_thr.rt_api = CT_API_##ID;                                                               \
         int r = real ARGS;                                                                         \
-        tls_rt_api = saved;                                                                        \
+        ct_thr.rt_api = saved;                                                                     \
         return r;                                                                                  \
     }
 #define CT_NVML(ID, PROTO, ARGS)
@@ -732,7 +726,8 @@ static int ct_pid;
 static void atfork_child(void)
 {
     ct_pid = getpid();
-    ct_tls_tid = 0;
+    ct_thr.tid = 0;
+    ct_thr.dev_ctx = 0;                       /* a forked child has no context of its parent's */
     memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
     ct_agg_atfork_child();

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 struct ct_config ct_cfg;
-CT_TLS uint32_t ct_tls_tid;
+CT_TLS struct ct_thread ct_thr;
 ct_dlsym_fn ct_real_dlsym_ptr;
 
 /* ---- the real dlsym, obtained per glibc version and architecture --------------------- */

@@ -69,12 +69,22 @@ static inline uint64_t ct_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-extern CT_HIDDEN CT_TLS uint32_t ct_tls_tid; /* 0: not read yet (reset in a child after fork) */
+/* The calling thread's state on the call path, in one thread-local object (one TLS offset to
+ * load per access, not one per variable). */
+struct ct_thread {
+    uint32_t tid;      /* 0: not read yet (reset in a child after fork) */
+    int depth;         /* >0: inside a wrapper, nested calls pass through (shim.c) */
+    uint16_t rt_api;   /* runtime API in progress on this thread (shim.c) */
+    int deny_share;    /* the last denial was the share's (shim.c) */
+    uintptr_t dev_ctx; /* the context dev belongs to, 0: none yet (shim.c current_device) */
+    int dev;
+};
+extern CT_HIDDEN CT_TLS struct ct_thread ct_thr;
 static inline uint32_t ct_gettid(void)
 {
-    if (!ct_tls_tid)
-        ct_tls_tid = (uint32_t)syscall(SYS_gettid);
-    return ct_tls_tid;
+    if (!ct_thr.tid)
+        ct_thr.tid = (uint32_t)syscall(SYS_gettid);
+    return ct_thr.tid;
 }
 
 /* ---- small helpers: no stdio inside the target -------------------------------------- */

@@ -37,7 +37,7 @@
  * The lock guards opening, growing and closing only; reserving a record is one atomic add. */
 static pthread_mutex_t mu = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static int fd = -1;
-static int state; /* 0: not opened yet, 1: open, -1: failed or closed */
+int ct_writer_state; /* 0: not opened yet, 1: open, -1: failed or closed (writer.h) */
 static uint8_t *chunks[MAX_CHUNKS];
 static uint32_t busy;    /* reservations not yet published, all chunks (atomic) */
 static uint64_t pos;     /* next free byte of the file (atomic) */
@@ -68,7 +68,7 @@ static void stop_writing(int err)
     if (stop_errno)
         return;
     stop_errno = err ? err : EIO;
-    __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
+    __atomic_store_n(&ct_writer_state, -1, __ATOMIC_RELEASE);
     /* the three stopped_* fields, in the header's order */
     struct {
         uint64_t ns;
@@ -227,15 +227,15 @@ static int ensure_chunk(uint32_t idx)
 {
     int ok = 1;
     pthread_mutex_lock(&mu);
-    while (ok && nchunks <= idx && state == 1) {
+    while (ok && nchunks <= idx && ct_writer_state == 1) {
         if (grow(nchunks) == 0)
             nchunks++;
         else
             ok = 0;
     }
-    if (ok && state == 1)
+    if (ok && ct_writer_state == 1)
         unmap_old();
-    ok = ok && state == 1 && __atomic_load_n(&chunks[idx], __ATOMIC_ACQUIRE) != NULL;
+    ok = ok && ct_writer_state == 1 && __atomic_load_n(&chunks[idx], __ATOMIC_ACQUIRE) != NULL;
     pthread_mutex_unlock(&mu);
     return ok;
 }
@@ -284,21 +284,21 @@ int ct_rec_begin(ct_slot *s, uint32_t size)
     size = (size + 7u) & ~7u;
     if (size > CT_CHUNK_SIZE / 2)
         return 0;
-    int st = __atomic_load_n(&state, __ATOMIC_ACQUIRE);
+    int st = __atomic_load_n(&ct_writer_state, __ATOMIC_ACQUIRE);
     if (st < 0)
         return 0;
     if (st == 0) {
         pthread_mutex_lock(&mu);
-        if (state == 0) {
+        if (ct_writer_state == 0) {
             if (open_file() == 0) {
-                __atomic_store_n(&state, 1, __ATOMIC_RELEASE);
+                __atomic_store_n(&ct_writer_state, 1, __ATOMIC_RELEASE);
                 if (preamble)
                     preamble(); /* re-enters ct_rec_begin: mu is recursive */
             } else {
-                __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
+                __atomic_store_n(&ct_writer_state, -1, __ATOMIC_RELEASE);
             }
         }
-        st = state;
+        st = ct_writer_state;
         pthread_mutex_unlock(&mu);
         if (st != 1)
             return 0;
@@ -374,14 +374,14 @@ void ct_writer_open_now(void)
 void ct_writer_close(int exit_code)
 {
     pthread_mutex_lock(&mu);
-    if (state != 1) {
+    if (ct_writer_state != 1) {
         if (stop_errno && fd >= 0) { /* stopped by a full disk: the header keeps the status */
             int32_t code = exit_code;
             ssize_t r = pwrite(fd, &code, sizeof code,
                                (off_t)offsetof(struct ct_file_header, stopped_exit));
             (void)r;
         }
-        __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
+        __atomic_store_n(&ct_writer_state, -1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&mu);
         return;
     }
@@ -400,7 +400,7 @@ void ct_writer_close(int exit_code)
         if (stop > end)
             fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, end, stop - end);
     }
-    __atomic_store_n(&state, -1, __ATOMIC_RELEASE);
+    __atomic_store_n(&ct_writer_state, -1, __ATOMIC_RELEASE);
     pthread_mutex_unlock(&mu);
 }
 
@@ -427,7 +427,7 @@ void ct_writer_atfork_child(void)
     ct_writer_gen = 0;
     nthreads = 0;
     ct_writer_stats_reset();
-    state = ct_cfg.active ? 0 : -1;
+    ct_writer_state = ct_cfg.active ? 0 : -1;
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);

@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "trace_format.h"
 #include "util.h"
 
 typedef struct {
@@ -45,9 +46,20 @@ static inline uint32_t ct_writer_generation(void)
 {
     return __atomic_load_n(&ct_writer_gen, __ATOMIC_ACQUIRE);
 }
-uint32_t ct_writer_new_thread(void);   /* the next thread number of the open file */
-uint64_t ct_writer_pos(void);          /* the next free byte of the file */
-void ct_writer_stack_count(int which); /* CT_SC_*: header counters, in the mapped file */
+uint32_t ct_writer_new_thread(void); /* the next thread number of the open file */
+uint64_t ct_writer_pos(void);        /* the next free byte of the file */
+/* CT_SC_*: header counters, in the mapped file (a hit, on every repeated stack, is inline) */
+void ct_writer_stack_count_slow(int which);
+extern CT_HIDDEN struct ct_file_header *ct_writer_stats_hdr;
+extern CT_HIDDEN int ct_writer_state; /* 1: the file is open */
+static inline void ct_writer_stack_count(int which)
+{
+    struct ct_file_header *h = __atomic_load_n(&ct_writer_stats_hdr, __ATOMIC_ACQUIRE);
+    if (which == CT_SC_HIT && h && __atomic_load_n(&ct_writer_state, __ATOMIC_RELAXED) == 1)
+        __atomic_add_fetch(&h->stack_cache_hits, 1, __ATOMIC_RELAXED);
+    else
+        ct_writer_stack_count_slow(which);
+}
 extern CT_HIDDEN uint64_t ct_events_written;
 
 #endif

@@ -5,7 +5,8 @@
 #ifndef CUDATRACE_WRITER_STATS_H
 #define CUDATRACE_WRITER_STATS_H
 
-static struct ct_file_header *stats_hdr;
+struct ct_file_header *ct_writer_stats_hdr; /* writer.h */
+#define stats_hdr ct_writer_stats_hdr
 static uint64_t stats_pending[4];
 
 static uint64_t *stats_field(struct ct_file_header *h, int which)
@@ -52,10 +53,10 @@ static void ct_writer_stats_reset(void)
     memset(stats_pending, 0, sizeof stats_pending);
 }
 
-void ct_writer_stack_count(int which)
+void ct_writer_stack_count_slow(int which)
 {
     struct ct_file_header *h = __atomic_load_n(&stats_hdr, __ATOMIC_ACQUIRE);
-    if (h && __atomic_load_n(&state, __ATOMIC_RELAXED) == 1)
+    if (h && __atomic_load_n(&ct_writer_state, __ATOMIC_RELAXED) == 1)
         __atomic_add_fetch(stats_field(h, which), 1, __ATOMIC_RELAXED);
     else
         __atomic_add_fetch(&stats_pending[which], 1, __ATOMIC_RELAXED);

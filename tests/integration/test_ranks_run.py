@@ -21,13 +21,14 @@ MiB = 1 << 20
 
 LAUNCHER = """#!/bin/sh
 # launcher HOST FIRST BIG N: four ranks FIRST..FIRST+3 of an 8-rank job on HOST; rank BIG
-# allocates N buffers of 4 MiB, the others 4 (never freed: all live at the end)
+# allocates N buffers of 4 MiB, the others 4 (never freed; each rank holds them until it exits,
+# 2.5 s later, so that all eight overlap on a loaded machine: a process's memory ends with it)
 host=$1; first=$2; big=$3; nbig=$4
 for l in 0 1 2 3; do
   r=$((first + l)); n=4
   [ "$r" = "$big" ] && n=$nbig
   CUDATRACE_HOST=$host RANK=$r LOCAL_RANK=$l WORLD_SIZE=8 CUDA_VISIBLE_DEVICES=$l \\
-    "$HOLD" --exit-after-ms 50 $n 4m > /dev/null &
+    "$HOLD" --exit-after-ms 2500 $n 4m > /dev/null &
 done
 wait
 """
