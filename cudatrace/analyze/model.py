@@ -18,8 +18,8 @@ by its process when that process ended.
 The events of all processes are merged by timestamp (ties: a process's end first, then trace
 order). One pass records every
 allocation's lifetime, so what is live at the peak, at the end or at any time is a filter, not
-a second replay. The pass runs in C (native/reader/replay.c, in the tools library) over the scanner's
-event arrays. The same rules written in Python (tests/support/replay_oracle.py) are the reference
+a second replay. The pass runs in C (native/reader/replay.c, in the tools library), decoding a
+trace's event blocks as it goes (or over the scanner's event array, for older formats). The same rules written in Python (tests/support/replay_oracle.py) are the reference
 the tests hold the C to; the product uses the C replay only.
 """
 
