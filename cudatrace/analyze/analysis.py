@@ -327,6 +327,26 @@ def _versions(a: Analysis) -> dict:
 PLAUSIBLE_MAX = 1 << 50  # 1 PiB: no device holds more; a figure past it is a corrupt field
 
 
+def beyond_traces(a: Analysis) -> dict | None:
+    """What the budget ledger saw that the traces lack (a process could not record: its trace
+    file could not be created or grow): {"denials": denials no trace holds, "peak_bytes": the
+    ledger's peak (contexts included) when no allocation was traced, else 0}; None when the
+    traces hold all the ledger saw (or no ledger ran)."""
+    if not isinstance(a.td.run, dict) or a.td.run.get("group"):
+        return None  # a group's ledger counts every member's runs, not this run's alone
+    ledger = a.td.run.get("ledger_final")
+    devs = ledger.get("devices") if isinstance(ledger, dict) else None
+    if not isinstance(devs, list):
+        return None
+    devs = [d for d in devs if isinstance(d, dict)]
+    denials = sum(int(d.get("denials") or 0) for d in devs)
+    untraced = max(0, denials - a.model.counts.get("denied", 0))
+    peak = 0 if a.model.found else max((int(d.get("peak") or 0) for d in devs), default=0)
+    if not untraced and not peak:
+        return None
+    return {"denials": untraced, "peak_bytes": peak}
+
+
 def unrecorded(a: Analysis) -> list[str]:
     """What the run did that its traces do not hold: processes whose trace stopped (a full disk,
     no descriptor left), and what the budget ledger saw beyond the traces (denials, a peak) when
@@ -340,23 +360,18 @@ def unrecorded(a: Analysis) -> list[str]:
             "%d process(es) could not record all their events (%s): the figures miss what they "
             "did after that" % (len(stopped), ", ".join(sorted({t.stopped_why for t in stopped})))
         )
-    ledger = a.td.run.get("ledger_final") if isinstance(a.td.run, dict) else None
-    devs = ledger.get("devices") if isinstance(ledger, dict) else None
-    if isinstance(devs, list):
-        denials = sum(int(d.get("denials") or 0) for d in devs if isinstance(d, dict))
-        traced = a.model.counts.get("denied", 0)
-        if denials > traced:
-            out.append(
-                "the budget ledger refused %d allocation(s), the traces hold %d: a process "
-                "could not record (its trace file could not be created or grow)" % (denials, traced)
-            )
-        if not a.model.found:
-            peak = max((int(d.get("peak") or 0) for d in devs if isinstance(d, dict)), default=0)
-            if peak:
-                out.append(
-                    "the budget ledger saw %s in use at its peak (contexts included) while no "
-                    "allocation was traced: a process could not record" % format_bytes(peak)
-                )
+    beyond = beyond_traces(a)
+    if beyond and beyond["denials"]:
+        out.append(
+            "the budget ledger refused %d allocation(s), the traces hold %d: a process "
+            "could not record (its trace file could not be created or grow)"
+            % (beyond["denials"] + a.model.counts.get("denied", 0), a.model.counts.get("denied", 0))
+        )
+    if beyond and beyond["peak_bytes"]:
+        out.append(
+            "the budget ledger saw %s in use at its peak (contexts included) while no "
+            "allocation was traced: a process could not record" % format_bytes(beyond["peak_bytes"])
+        )
     return out
 
 
@@ -545,6 +560,12 @@ def _never_freed_json(a: Analysis, end_live: Groups, end_sites: list, top: int) 
     }
 
 
+def _ended_seen(t) -> bool:
+    """A trace with no exit record of a process the launcher saw end (not an image exec
+    replaced, not one whose trace stopped early)."""
+    return bool(not t.complete and t.exit_seen_ns and t.status != "exec" and not t.stopped_ns)
+
+
 def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, list]:
     """(processes, truncated files): one entry per trace file; lost events and gaps noted."""
     m = a.model
@@ -563,6 +584,11 @@ def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, li
                 reason = "the trace stopped (%s); the process exited with status %d" % (
                     t.stopped_why,
                     t.stopped_exit,
+                )
+            elif _ended_seen(t):
+                reason = (
+                    "no clean exit record: the process was killed or crashed; the launcher saw "
+                    "it end at %.3f s, when its memory ends" % (a.seconds(t.exit_seen_ns) or 0.0)
                 )
             truncated.append(
                 {"file": t.path.name, "pid": t.pid, "reason": reason, "events": t.n_events}
@@ -595,6 +621,8 @@ def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, li
                 "last_time": a.seconds(p.get("last_ts")) if p.get("events") else None,
             }
         )
+        if _ended_seen(t):  # killed or crashed: when the launcher saw it end (record/exits.py)
+            processes[-1]["ended_time"] = a.seconds(t.exit_seen_ns)
         if t.end and t.end.dropped:
             warnings.append(
                 "%s: %d events were lost (the trace file could not grow)"
@@ -746,6 +774,8 @@ def _budget_json(a: Analysis, limits: dict) -> dict | None:
             # CUDA contexts the budget counted beside the allocations (the shim's last
             # figure per process, summed): device -> bytes
             "contexts": {str(d): v for d, v in sorted(a.budget_contexts().items())},
+            # what the ledger saw that no trace holds (a process could not record), or None
+            "beyond_traces": beyond_traces(a),
         }
     return budget
 

@@ -261,7 +261,8 @@ _c_error = [""]
 
 def process_ends(traces: list[Trace]) -> list[int]:
     """When each trace's process (image) ended, 0 when unknown: its exit record, or for an image
-    that exec replaced, the start of the next image of the same process (pid and start time)."""
+    that exec replaced, the start of the next image of the same process (pid and start time),
+    or else when the launcher saw the process exit (a kill leaves no exit record)."""
     starts: dict[tuple, list[tuple[int, int]]] = {}
     for t in traces:
         key = (t.pid, getattr(t, "start_ticks", 0))
@@ -275,7 +276,10 @@ def process_ends(traces: list[Trace]) -> list[int]:
         later = [
             s for i, s in starts.get((t.pid, getattr(t, "start_ticks", 0)), []) if i > t.exec_index
         ]
-        out.append(min(later) if later and getattr(t, "status", "") == "exec" else 0)
+        if later and getattr(t, "status", "") == "exec":
+            out.append(min(later))
+        else:
+            out.append(getattr(t, "exit_seen_ns", 0))
     return out
 
 

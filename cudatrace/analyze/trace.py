@@ -154,6 +154,7 @@ class Trace:
     stack_cache_hits: int = 0
     stack_verified: int = 0
     stack_mismatches: int = 0
+    exit_seen_ns: int = 0  # when the launcher saw the process exit (run.json "exits"), 0: not
     exe: str = ""
     host: str = ""
     cwd: str = ""
@@ -648,6 +649,7 @@ _RUN_TYPES = {
     "sampler": dict,
     "ledger_final": dict,
     "pid": int,
+    "exits": list,
 }
 
 
@@ -709,7 +711,22 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
     for t in traces:
         if t.status == "truncated" and t.exec_index < later[t.pid]:
             t.status = "exec"
+    _exits_seen(traces, run.get("exits") or [])
     return TraceDir(path, traces, run, errors)
+
+
+def _exits_seen(traces: list[Trace], exits: list) -> None:
+    """The launcher's record of when processes exited (record/exits.py), on their traces,
+    matched by pid and start time."""
+    seen = {}
+    for x in exits:
+        if isinstance(x, dict) and all(isinstance(x.get(k), int) for k in _EXIT_KEYS):
+            seen[(x["pid"], x["start_ticks"])] = x["exit_monotonic_ns"]
+    for t in traces:
+        t.exit_seen_ns = max(0, seen.get((t.pid, t.start_ticks), 0))
+
+
+_EXIT_KEYS = ("pid", "start_ticks", "exit_monotonic_ns")
 
 
 def iter_events(t: Trace) -> Iterator[dict]:

@@ -105,11 +105,11 @@ def _denial_printer():
     """The launcher's callback after a budget denial: loads the analysis only then."""
     held = []
 
-    def call(out_dir):
+    def call(out_dir, ledger_denials=None):
         if not held:
             from ..present.denials import DenialPrinter
 
             held.append(DenialPrinter())
-        return held[0](out_dir)
+        return held[0](out_dir, ledger_denials)
 
     return call

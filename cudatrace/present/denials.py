@@ -28,8 +28,11 @@ class DenialPrinter:
         self.stream = stream
         self.seen: set[tuple] = set()
         self.symbolizer = None
+        self.untraced_said = 0
 
-    def __call__(self, out_dir: Path) -> list[dict]:
+    def __call__(self, out_dir: Path, ledger_denials: int | None = None) -> list[dict]:
+        """ledger_denials: at the end of a run, the denials its own ledger counted; those no
+        trace holds (a process could not record) are said in one line."""
         stream = self.stream or sys.stderr
         if self.symbolizer is None:
             self.symbolizer = make_symbolizer() or False
@@ -80,6 +83,15 @@ class DenialPrinter:
                     in_use_parts(g["in_use"], g["limit"], contexts.get(g["device"], 0)),
                 )
             )
+        traced = max(len(a.model.denied), a.model.counts.get("denied", 0))
+        untraced = (ledger_denials or 0) - traced
+        if untraced > self.untraced_said:
+            lines.append(
+                "cudatrace: denied %d allocation(s) in a process that could not record its "
+                "trace: the budget ledger counted %d denial(s), the traces hold %d\n"
+                % (untraced - self.untraced_said, ledger_denials, traced)
+            )
+            self.untraced_said = untraced
         if lines:  # a symbol's bytes are data: escaped before they reach the terminal
             stream.write("".join(printable(x[:-1]) + "\n" for x in lines))
             stream.flush()

@@ -70,6 +70,10 @@ def _status_text(p: dict, r: dict) -> str:
                 p["stopped"], code
             )
         return "trace stopped ({}); no exit record".format(p["stopped"])
+    if p.get("ended_time") is not None:
+        return "killed or crashed (no exit record); ended at {} as the launcher saw it".format(
+            secs_text(p["ended_time"])
+        )
     return "truncated (no clean exit record: killed, crashed or still running)"
 
 
@@ -227,8 +231,16 @@ def _text_peak(r: dict, o: _Lines) -> None:
     """The peak, per device, and what was live at exit."""
     w = o.L.append
     dev_note = " on device %d" % r["device"] if r["device"] is not None else ""
+    beyond = (r.get("budget") or {}).get("beyond_traces") or {}
     if r["peak_time"] is None and any(p.get("stopped") for p in r["processes"]):
         w(f"No device memory allocation was recorded{dev_note}: a trace stopped (see below).")
+    elif r["peak_time"] is None and beyond.get("peak_bytes"):
+        w(
+            "No device memory allocation was recorded{}: a process could not record its trace, "
+            "and the budget ledger saw {} in use at its peak (see the notes).".format(
+                dev_note, size_text(beyond["peak_bytes"])
+            )
+        )
     elif r["peak_time"] is None:
         w(f"No device memory was allocated through the hooked driver API{dev_note}.")
     else:

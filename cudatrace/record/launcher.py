@@ -34,6 +34,7 @@ from ..errors import CudatraceError
 from ..procfs import tree_pids
 from ..units import shell_quote
 from .denials import append_denials
+from .exits import ExitWatcher
 from .files import DirectoryBusy, lock_dir, release_dir, write_json
 from .sampler import Sampler
 from .seal import Sealer
@@ -65,8 +66,10 @@ class RunOptions:
     on_start: object = None  # on_start(proc, out_dir), once the command has started
     signals: list = field(default_factory=list)  # the signals the launcher received
     # called (from a thread, with the trace directory) soon after the budget denied something:
-    # the command line hands in present/denials.py, which names the responsible code
-    on_denials: Callable[[Path], None] | None = None
+    # the command line hands in present/denials.py, which names the responsible code; the
+    # second argument, at the end of a run whose ledger is its own (no --group), is how many
+    # denials the ledger counted (else None), so denials no trace holds are said too
+    on_denials: Callable[[Path, int | None], object] | None = None
     mode: str = "full"  # "full" | "aggregate" | "none" (--no-trace: nothing written)
     # called with (status, trace directory) once the command has ended, while the run still
     # holds the directory (the summary reads it then: no other run can have replaced it)
@@ -342,7 +345,7 @@ def _run(
     watcher = None  # counts denials from before the start: the first may come at once
     # also under -q: quiet silences progress and summaries, never why the program failed
     if ledger is not None and opts.on_denials is not None and not no_trace:
-        watcher = DenialWatcher(ledger, out, opts.on_denials)
+        watcher = DenialWatcher(ledger, out, opts.on_denials, own=opts.group is None)
     try:
         proc = subprocess.Popen(
             [path] + opts.cmd[1:],
@@ -362,7 +365,7 @@ def _run(
     for signum in pending:
         on_signal(signum, None)
     run_info["pid"] = proc.pid
-    sampler, sealer = _start_helpers(opts, proc.pid, out)
+    sampler, sealer, exits = _start_helpers(opts, proc.pid, out)
     if watcher is not None:
         watcher.start()
     try:
@@ -370,7 +373,7 @@ def _run(
             opts.on_start(proc, out)
         rc = _wait(proc)
     finally:
-        for h in (sampler, sealer, watcher):
+        for h in (sampler, sealer, watcher, exits):
             if h is not None:
                 h.stop()
         for s, h in old.items():
@@ -378,21 +381,25 @@ def _run(
     status = exit_status(rc)
     if aborted and status == 0:
         status = 3
-    _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer), ledger)
+    _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer, exits), ledger)
     return status, out
 
 
 def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> tuple:
     """The launcher's threads beside CMD: the sampler (NVML, /proc) and, for a full trace, the
-    sealer (sealed chunks compressed, seal.py). None for each that does not run."""
+    sealer (sealed chunks compressed, seal.py) and the exit watcher (when processes that leave no
+    exit record ended, exits.py). None for each that does not run."""
     if out is None:
-        return None, None
+        return None, None, None
     sampler = Sampler(pid, out, opts.sample_ms / 1000.0, bounded=opts.mode == "aggregate")
     sampler.start()
     sealer = Sealer(out) if opts.mode == "full" else None
     if sealer:
         sealer.start()
-    return sampler, sealer
+    exits = ExitWatcher(out) if ExitWatcher.available() else None
+    if exits:
+        exits.start()
+    return sampler, sealer, exits
 
 
 def _wait(proc) -> int:
@@ -501,7 +508,9 @@ def _join_budget(opts: RunOptions, env: dict):
 def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, helpers, ledger):
     """After CMD: run.json completed (status, end, sampler and sealer as helpers, the ledger's
     last figures)."""
-    sampler, sealer = helpers
+    sampler, sealer, exits = helpers
+    if exits is not None:
+        run_info["exits"] = exits.exits()
     run_info.update(
         {
             "returncode": rc,
@@ -558,12 +567,21 @@ class DenialWatcher:
     once more at the end if a denial came after the last call. A callback that fails is not
     called again: it must never hurt the run."""
 
-    def __init__(self, ledger, out: Path, callback, interval: float = 0.1, spacing: float = 1.0):
+    def __init__(
+        self,
+        ledger,
+        out: Path,
+        callback,
+        interval: float = 0.1,
+        spacing: float = 1.0,
+        own: bool = False,
+    ):
         self.ledger, self.out, self.callback = ledger, out, callback
+        self.own = own  # the ledger is this run's alone: its count is this run's denials
         self.interval, self.spacing = interval, spacing
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cudatrace-denials", daemon=True)
-        self._seen = _denials(ledger)
+        self._seen = self._first = _denials(ledger)
         self._last_call = 0.0
         self._broken = False
 
@@ -577,14 +595,16 @@ class DenialWatcher:
             n = _denials(self.ledger)
         except Exception:
             return
-        if n == self._seen:
+        # at the end, a run's own ledger's count is compared with the traces' (complete now)
+        counted = n - self._first if final and self.own and n > self._first else None
+        if n == self._seen and counted is None:
             return
         if not final and time.monotonic() - self._last_call < self.spacing:
             return
         self._seen = n
         self._last_call = time.monotonic()
         try:
-            append_denials(self.out, self.callback(self.out))
+            append_denials(self.out, self.callback(self.out, counted))
         except Exception as e:  # never let the watcher hurt the run
             self._broken = True
             sys.stderr.write(f"cudatrace: could not attribute a budget denial: {e}\n")

@@ -8,6 +8,11 @@
  *          past that, a site's new sizes share one "mixed sizes" key, and past that a group's
  *          catch-all key takes them.
  *   live   (space, address) -> key and size, to end an allocation at its free.
+ * A free leaves the counts when it is about to be called (ct_agg_freeing, before the driver can
+ * give its memory to another thread), an allocation enters them when its call has succeeded: at
+ * every moment what is counted is held by the device (and the budget ledger), so no peak here
+ * exceeds the device's or the budget. The free's event then settles it: a failed free counts
+ * the allocation again.
  * "Live at the peak" costs O(1) an event: each peak bumps an epoch; a key about to change
  * saves its value first if it has not changed since the last peak, so a key's value at the
  * peak is the saved one if it changed since, else the current one.
@@ -69,6 +74,19 @@ static struct ct_snap_head tot; /* counts (the head's seq/checksum/... are set w
 static uint64_t n_failed_written, n_denied_written, n_meminfo_written;
 static uint64_t last_snap_ts, interval_ns, nsnap;
 static int dirty, broken;
+
+/* the free this thread is calling (one at a time: the shim does not nest its calls) */
+enum {
+    FREEING_NONE,
+    FREEING_LIVE,
+    FREEING_UNKNOWN
+};
+static CT_TLS struct {
+    uint64_t addr, size;
+    uint32_t key;
+    uint8_t space;
+    uint8_t state; /* FREEING_*: the allocation left the counts, or none was live there */
+} freeing;
 
 /* the two snapshot places */
 static struct {
@@ -275,16 +293,20 @@ static void before_change(struct key *k)
     }
 }
 
+static void count_freed(struct key *k, uint64_t size)
+{
+    k->k.frees++;
+    k->k.freed_bytes += size;
+}
+
 static void end_live(struct live *x, int freed)
 {
     struct key *k = &keys[x->key];
     before_change(k);
     k->k.cur_count--;
     k->k.cur_bytes -= x->size;
-    if (freed) {
-        k->k.frees++;
-        k->k.freed_bytes += x->size;
-    }
+    if (freed)
+        count_freed(k, x->size);
     grp[k->k.group].cur -= x->size;
     if (k->dev)
         proc.cur -= x->size;
@@ -310,45 +332,91 @@ static void maybe_snapshot(uint64_t ts)
         snapshot(CT_SNAP_TIMER, ts);
 }
 
-static void on_alloc(const struct ct_event *e)
+/* size bytes of key ki live at addr from ts (alloc: a new allocation, else one counted again):
+ * the counts and the peaks they reach */
+static void count_live(uint32_t ki, uint64_t addr, uint8_t space, uint64_t size, uint64_t ts,
+                       int alloc)
 {
-    struct live *old = lfind(e->addr, e->space);
+    struct live *old = lfind(addr, space);
     if (old) /* an address still live: the old one is gone (as the replay does) */
         end_live(old, 0);
-    struct live *x = linsert(e->addr, e->space);
+    struct live *x = linsert(addr, space);
     if (!x) {
         tot.untracked++;
         return;
     }
-    uint32_t ki = key_for(e);
     struct key *k = &keys[ki];
     x->key = ki;
-    x->size = e->size;
+    x->size = size;
     before_change(k);
-    k->k.allocs++;
-    k->k.alloc_bytes += e->size;
+    if (alloc) {
+        k->k.allocs++;
+        k->k.alloc_bytes += size;
+        if (!k->k.first_ts)
+            k->k.first_ts = ts;
+        k->k.last_ts = ts;
+    }
     k->k.cur_count++;
-    k->k.cur_bytes += e->size;
-    if (!k->k.first_ts)
-        k->k.first_ts = e->ts_ns;
-    k->k.last_ts = e->ts_ns;
+    k->k.cur_bytes += size;
     struct group *g = &grp[k->k.group];
-    g->cur += e->size;
-    g->allocs++;
-    if (g->cur > g->peak || g->allocs == 1) {
+    g->cur += size;
+    g->allocs += (uint64_t)alloc;
+    if (g->cur > g->peak || (alloc && g->allocs == 1)) {
         g->peak = g->cur;
-        g->peak_ts = e->ts_ns;
+        g->peak_ts = ts;
         g->epoch++;
     }
     if (k->dev) {
-        proc.cur += e->size;
-        proc.allocs++;
-        if (proc.cur > proc.peak || !proc_found) {
+        proc.cur += size;
+        proc.allocs += (uint64_t)alloc;
+        if (proc.cur > proc.peak || (alloc && !proc_found)) {
             proc.peak = proc.cur;
-            proc.peak_ts = e->ts_ns;
+            proc.peak_ts = ts;
             proc.epoch++;
             proc_found = 1;
         }
+    }
+}
+
+static void on_alloc(const struct ct_event *e)
+{
+    count_live(key_for(e), e->addr, e->space, e->size, e->ts_ns, 1);
+}
+
+void ct_agg_freeing(uint8_t space, uint64_t addr)
+{
+    freeing.state = FREEING_NONE;
+    if (!addr)
+        return;
+    pthread_mutex_lock(&mu);
+    struct live *x = keys ? lfind(addr, space) : NULL;
+    if (x) {
+        freeing.addr = addr;
+        freeing.space = space;
+        freeing.size = x->size;
+        freeing.key = x->key;
+        freeing.state = FREEING_LIVE;
+        end_live(x, 0);
+    } else if (keys) {
+        freeing.state = FREEING_UNKNOWN;
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* the event of a free announced by ct_agg_freeing (its address is 0 when it failed) */
+static void on_free_settled(const struct ct_event *e)
+{
+    int live = freeing.state == FREEING_LIVE;
+    freeing.state = FREEING_NONE;
+    if (e->result != 0) { /* nothing was freed: the allocation counts again, as it was */
+        tot.other++;
+        if (live)
+            count_live(freeing.key, freeing.addr, freeing.space, freeing.size, e->ts_ns, 0);
+    } else if (live) {
+        tot.frees++;
+        count_freed(&keys[freeing.key], freeing.size);
+    } else {
+        tot.unmatched_frees++;
     }
 }
 
@@ -389,6 +457,10 @@ int ct_agg_event(const struct ct_event *e)
         }
         break;
     case CT_OP_FREE: {
+        if (freeing.state != FREEING_NONE) {
+            on_free_settled(e);
+            break;
+        }
         struct live *x = e->result == 0 && e->addr ? lfind(e->addr, e->space) : NULL;
         if (x) {
             tot.frees++;
@@ -551,4 +623,5 @@ void ct_agg_atfork_child(void)
     last_snap_ts = nsnap = 0;
     dirty = broken = 0;
     next_slot = 0;
+    freeing.state = FREEING_NONE;
 }

@@ -9,6 +9,9 @@
 
 /* one hooked call's event, in place of writing it; returns 1 when it was counted */
 int ct_agg_event(const struct ct_event *e);
+/* a free about to be called (before the driver can hand its memory to anyone): the allocation
+ * stops counting now; the free's event settles it (a failed free counts it again) */
+void ct_agg_freeing(uint8_t space, uint64_t addr);
 void ct_agg_final(void); /* the last snapshot (exit) */
 void ct_agg_atfork_prepare(void);
 void ct_agg_atfork_parent(void);

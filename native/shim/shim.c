@@ -483,6 +483,8 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         }                                                                                          \
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
             c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
+        if ((OP) == CT_OP_FREE && ct_cfg.mode == CT_MODE_AGGREGATE)                                \
+            ct_agg_freeing(SPACE, (uint64_t)(ADDR)); /* the same, for --aggregate's own peak */    \
         c.result = real ARGS;                                                                      \
         c.size = (uint64_t)(SIZE);                                                                 \
         if (c.result == CUDA_SUCCESS)                                                              \

@@ -11,11 +11,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
 
 from cudatrace.analyze.trace import read_dir
+from support.schemas import validate
 
 
 @pytest.fixture
@@ -106,3 +108,58 @@ def test_an_image_that_cannot_record_says_so_under_q(ct, sim, small_disk):
     assert "the process exited with status 1" in text, text
     assert "killed, crashed" not in text, text
     assert "replaced by exec" in text, text
+
+
+# a program that takes every descriptor its limit allows, leaves keep of them free, and execs the
+# rest of its arguments holding them all (its own and the preload library's alike)
+FILL_FDS = r"""
+import os, resource, sys
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (min(64, hard), hard))
+fds = []
+try:
+    while True:
+        fds.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+for fd in fds[: int(sys.argv[1])]:
+    os.close(fd)
+for name in os.listdir("/proc/self/fd"):
+    try:
+        os.set_inheritable(int(name), True)
+    except OSError:
+        pass
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def test_an_image_at_its_descriptor_limit_is_not_lost_without_a_word(ct, sim, tmp_path):
+    # issue 21 item 12, the fd-limit shape: the exec'd image has one descriptor left, which the
+    # budget ledger takes; its trace file cannot be created. It allocates 2 MiB and is denied
+    # 2 MiB more under a 3 MiB budget.
+    fill = tmp_path / "fill_fds.py"
+    fill.write_text(FILL_FDS)
+    hold = sim.progs["hold"]
+    cmd = [sys.executable, fill, 1, hold, "--exit-after-ms", "1", "2", "2m"]
+    r = ct.run(cmd, "-q", "--budget", "3MiB")
+    assert r.returncode == 1, r.stderr  # hold: one allocation failed
+    # said under -q: the trace that could not be created, and the denial no trace holds
+    assert "cannot create its trace file" in r.stderr, r.stderr
+    assert "Too many open files" in r.stderr, r.stderr
+    assert "denied 1 allocation(s) in a process that could not record its trace" in r.stderr, (
+        r.stderr
+    )
+    rep = ct.cli("report", r.out)
+    assert rep.returncode == 0, rep.stderr
+    text = rep.stdout
+    assert "No device memory was allocated" not in text, text
+    assert "could not record its trace, and the budget ledger saw 2.00 MiB" in text, text
+    assert "refused 1 allocation(s), the traces hold 0" in text, text
+    j = json.loads(ct.cli("report", r.out, "--json").stdout)
+    assert j["budget"]["beyond_traces"] == {"denials": 1, "peak_bytes": 2 << 20}, j["budget"]
+    validate(j)  # the shipped schema holds beyond_traces
+    assert j["peak_bytes"] == 0  # the traces' figure stays theirs: nothing above what they saw
+    # the summary (without -q) says the same
+    r = ct.run(cmd, "--budget", "3MiB")
+    assert "no device memory was allocated" not in r.stderr, r.stderr
+    assert "the budget ledger saw 2.00 MiB in use at its peak" in r.stderr, r.stderr

@@ -2,12 +2,14 @@
 //   harden_peaks leak SIZE_MIB         allocate SIZE MiB with cudaMalloc, exit without freeing
 //   harden_peaks threads N PAIRS MIB   N threads each cudaMalloc+cudaFree MIB MiB PAIRS times,
 //                                      holding up to 4 buffers (as tests/progs/budget_hammer)
+//   harden_peaks hold SIZE_MIB         allocate SIZE MiB, print "ready", wait to be killed
 // Prints "done ok N oom M".
 #include <cuda_runtime.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int g_pairs;
 static size_t g_size;
@@ -46,6 +48,15 @@ int main(int argc, char **argv)
         printf("done ok %d oom %d\n", r == cudaSuccess, r != cudaSuccess);
         return r == cudaSuccess ? 0 : 1;
     }
+    if (argc >= 3 && !strcmp(argv[1], "hold")) {
+        void *p = NULL;
+        if (cudaMalloc(&p, (size_t)atol(argv[2]) << 20) != cudaSuccess)
+            return 1;
+        printf("ready\n");
+        fflush(stdout);
+        for (;;)
+            pause();
+    }
     if (argc == 5 && !strcmp(argv[1], "threads")) {
         int n = atoi(argv[2]);
         g_pairs = atoi(argv[3]);
@@ -59,6 +70,6 @@ int main(int argc, char **argv)
         printf("done ok %ld oom %ld\n", g_ok, g_oom);
         return 0;
     }
-    fprintf(stderr, "usage: harden_peaks leak MIB | threads N PAIRS MIB\n");
+    fprintf(stderr, "usage: harden_peaks leak MIB | threads N PAIRS MIB | hold MIB\n");
     return 2;
 }

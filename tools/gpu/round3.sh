@@ -6,8 +6,8 @@
 #   suite      tests/gpu: nvcc programs, PyTorch, JAX, CuPy, budgets
 #   attrib     tools/gpu/startup_attrib.sh: an engine-like server at start-up: report, summary,
 #              sweep law and the denial (with and without -q) name its KV code (issue 20)
-#   peaks      tools/gpu/harden_peaks.sh: sequential and threaded peaks never above the device's
-#              or the ledger's (issue 21)
+#   peaks      tools/gpu/harden_peaks.sh: sequential, threaded (also --aggregate) and killed
+#              peaks never above the device's or the ledger's (issue 21)
 #   envbudget  tools/gpu/env_budget.sh: budgets from the environment alone, shares (issue 24)
 #   pytest     tools/gpu/pytest_check.sh: the pytest plugin with PyTorch, CuPy, JAX (issue 23)
 #   ranks      tools/gpu/ranks.sh: two torchrun "hosts" x 4 ranks as one report (issue 24)
