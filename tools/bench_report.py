@@ -4,12 +4,14 @@
     python3 tools/bench_report.py                   # 10M events over 4 processes, 2 devices
     python3 tools/bench_report.py --events 1000000 --procs 1 --backend python   # the oracle
 
-The trace directory is generated once with tests/support/tracegen.py (the same layouts as the shim)
-and cached under /tmp/cudatrace-bench-report/<events>-<procs>/ (about 72 bytes per event).
-Then, timed: read_dir (mmap + C scanner), model.build (the C replay; --backend python: the
-tests' Python oracle), the report
-(grouping by site with symbolization, text, JSON and the SVG timeline). The goal is <= 10 s
-for 10M events on a 2-core machine.
+The trace directory is generated once with tests/support/tracegen.py (the same layouts and the
+same encoder as the shim: by default format version 3's event blocks, 2 threads per process,
+about 7 bytes per event; --format events: the old 72-byte records), in a child process, and
+cached under /tmp/cudatrace-bench-report/<events>-<procs>-<format>.../. Then, timed: read_dir,
+model.build (the C replay; --backend python: the tests' Python oracle), the report (grouping by
+site with symbolization, text, JSON and the SVG timeline). The target (issue 25): <= 5 s and
+<= 500 MB peak RSS for 10M events on this 2-core machine; the last lines print both figures
+next to their targets.
 
 The workload is what a malloc-heavy program looks like: per process 200 call sites, an
 allocation pool that grows to ~20k live blocks and shrinks again in waves, frees in a scrambled
@@ -24,6 +26,7 @@ import json
 import os
 import resource
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,12 +38,24 @@ sys.path.insert(0, str(ROOT / "tests"))
 from cudatrace.analyze.trace import C  # noqa: E402
 from support import tracegen as tg  # noqa: E402
 
+TARGET_S, TARGET_MB = 5.0, 500.0
 CACHE = Path(os.environ.get("CUDATRACE_BENCH_DIR", "/tmp/cudatrace-bench-report"))
 
 
-def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str = "mixed") -> None:
+def generate(
+    d: Path,
+    events: int,
+    procs: int,
+    seed: int = 12345,
+    workload: str = "mixed",
+    fmt: str = "blocks",
+    threads: int = 2,
+) -> None:
     """Write `events` events split over `procs` trace files, plus run.json and samples.
-    workload "leak": nothing is ever freed (the worst case for what is live at the end)."""
+    workload "leak": nothing is ever freed (the worst case for what is live at the end).
+    fmt "blocks": what the shim writes (format version 3: each thread's compact events in
+    blocks of its own, so a file of several threads is not in time order); "events": the
+    72-byte EVENT records of format version 1. threads: threads per process (blocks only)."""
     K = C()
     d.mkdir(parents=True, exist_ok=True)
     per = events // procs
@@ -74,6 +89,7 @@ def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str 
         flags = K["CT_EF_RUNTIME_KNOWN"]
         dev = p % 2
         step = duration // per
+        nth = threads if fmt == "blocks" else 1
 
         def gen():
             x = seed + p
@@ -86,64 +102,75 @@ def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str 
                 x = (x * 6364136223846793005 + 1442695040888963407) & 0xFFFFFFFFFFFFFFFF
                 r = x >> 33
                 ts += step
+                th = (r >> 24) % nth
+                tid = 7 + th
                 wave = (n // 400000) % 2 == 0  # grow, then shrink
                 target = 20000 if wave else 2000
                 if n % 5000 == 4999:
                     yield (
-                        ts,
-                        80 << 30,
-                        40 << 30,
-                        40 << 30,
-                        80 << 30,
-                        7,
-                        dev,
-                        0,
-                        stacks[0],
-                        api_info,
-                        rt_info,
-                        OP_M,
-                        0,
-                        0,
-                        0,
-                        0,
+                        th,
+                        (
+                            ts,
+                            80 << 30,
+                            40 << 30,
+                            40 << 30,
+                            80 << 30,
+                            tid,
+                            dev,
+                            0,
+                            stacks[0],
+                            api_info,
+                            rt_info,
+                            OP_M,
+                            0,
+                            0,
+                            0,
+                            0,
+                        ),
                     )
                 elif n % 250000 == 124999:
                     yield (
-                        ts,
-                        64 << 30,
-                        0,
-                        0,
-                        0,
-                        7,
-                        dev,
-                        2,
-                        stacks[r % 200],
-                        api_alloc,
-                        rt_alloc,
-                        OP_A,
-                        KD,
-                        SP,
-                        flags,
-                        0,
+                        th,
+                        (
+                            ts,
+                            64 << 30,
+                            0,
+                            0,
+                            0,
+                            tid,
+                            dev,
+                            2,
+                            stacks[r % 200],
+                            api_alloc,
+                            rt_alloc,
+                            OP_A,
+                            KD,
+                            SP,
+                            flags,
+                            0,
+                        ),
                     )
                 elif n % 500000 == 249999:
                     yield (
-                        ts,
-                        8 << 30,
-                        0,
-                        16 << 30,
-                        15 << 30,
-                        7,
-                        dev,
-                        2,
-                        stacks[r % 200],
-                        api_alloc,
-                        rt_alloc,
-                        OP_D,
-                        KD,
-                        SP,
-                        flags,
-                        0,
+                        th,
+                        (
+                            ts,
+                            8 << 30,
+                            0,
+                            16 << 30,
+                            15 << 30,
+                            tid,
+                            dev,
+                            2,
+                            stacks[r % 200],
+                            api_alloc,
+                            rt_alloc,
+                            OP_D,
+                            KD,
+                            SP,
+                            flags,
+                            0,
+                        ),
                     )
                 elif workload == "mixed" and live and (len(live) > target or (r & 3) == 0):
                     i = r % len(live)
@@ -154,22 +181,25 @@ def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str 
                         continue
                     free_addrs.append(addr)
                     yield (
-                        ts,
-                        0,
-                        addr,
-                        0,
-                        0,
-                        7,
-                        dev,
-                        0,
-                        stacks[st],
-                        api_free,
-                        rt_free,
-                        OP_F,
-                        0,
-                        SP,
-                        flags,
-                        0,
+                        th,
+                        (
+                            ts,
+                            0,
+                            addr,
+                            0,
+                            0,
+                            tid,
+                            dev,
+                            0,
+                            stacks[st],
+                            api_free,
+                            rt_free,
+                            OP_F,
+                            0,
+                            SP,
+                            flags,
+                            0,
+                        ),
                     )
                 else:
                     s = r % 200
@@ -181,26 +211,32 @@ def generate(d: Path, events: int, procs: int, seed: int = 12345, workload: str 
                         next_addr += 1 << 26
                     live.append((addr, s))
                     yield (
-                        ts,
-                        size,
-                        addr,
-                        0,
-                        0,
-                        7,
-                        dev,
-                        0,
-                        stacks[s],
-                        api_alloc,
-                        rt_alloc,
-                        OP_A,
-                        KD,
-                        SP,
-                        flags,
-                        0,
+                        th,
+                        (
+                            ts,
+                            size,
+                            addr,
+                            0,
+                            0,
+                            tid,
+                            dev,
+                            0,
+                            stacks[s],
+                            api_alloc,
+                            rt_alloc,
+                            OP_A,
+                            KD,
+                            SP,
+                            flags,
+                            0,
+                        ),
                     )
                 n += 1
 
-        w.raw_events(gen())
+        if fmt == "blocks":
+            w.block_events(gen(), nthreads=nth)
+        else:
+            w.raw_events(e for _, e in gen())
         w.close(end_ts=t_start + duration + 1)
     samples = [
         tg.sample(
@@ -225,33 +261,70 @@ def main() -> int:
         default="mixed",
         help="mixed: allocation waves with frees (default); leak: nothing freed",
     )
+    ap.add_argument(
+        "--format",
+        choices=("blocks", "events"),
+        default="blocks",
+        help="blocks: format version 3 event blocks, as the shim writes (default); events: "
+        "the 72-byte EVENT records of version 1",
+    )
+    ap.add_argument("--threads", type=int, default=2, help="threads per process (blocks)")
     ap.add_argument("--backend", choices=("c", "python"), default=None)
     ap.add_argument("--no-symbols", action="store_true", help="skip the symbolizer")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--generate-only", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     d = CACHE / (
-        "%d-%d%s"
-        % (args.events, args.procs, "" if args.workload == "mixed" else "-" + args.workload)
+        "%d-%d%s-%s%s"
+        % (
+            args.events,
+            args.procs,
+            "" if args.workload == "mixed" else "-" + args.workload,
+            args.format,
+            "-t%d" % args.threads if args.format == "blocks" else "",
+        )
     )
-    if args.regen and d.exists():
-        shutil.rmtree(d)
-    if not (d / "run.json").exists():
+    if args.generate_only:
         t = time.perf_counter()
         if d.exists():
             shutil.rmtree(d)
-        generate(d, args.events, args.procs, workload=args.workload)
+        generate(
+            d,
+            args.events,
+            args.procs,
+            workload=args.workload,
+            fmt=args.format,
+            threads=args.threads,
+        )
+        mb = sum(p.stat().st_size for p in d.iterdir()) / 1e6
         print(
-            f"generated {d} in {time.perf_counter() - t:.1f} s ({sum(p.stat().st_size for p in d.iterdir()) / 1e6:.0f} MB)",
+            f"generated {d} in {time.perf_counter() - t:.1f} s ({mb:.0f} MB, "
+            f"{mb * 1e6 / args.events:.1f} bytes per event)",
             file=sys.stderr,
         )
+        return 0
+    if args.regen and d.exists():
+        shutil.rmtree(d)
+    if not (d / "run.json").exists():  # in a child: its memory is not this process's peak
+        argv = [a for a in sys.argv[1:] if a not in ("--regen", "--json")]
+        subprocess.run([sys.executable, __file__, *argv, "--generate-only"], check=True)
 
     from cudatrace.analyze.analysis import Analysis, build_report
     from cudatrace.analyze.trace import read_dir
     from cudatrace.present.plot import render_svg
     from cudatrace.present.report import render_text
 
-    fig = {"events": args.events, "procs": args.procs, "workload": args.workload, "dir": str(d)}
+    fig = {
+        "events": args.events,
+        "procs": args.procs,
+        "workload": args.workload,
+        "format": args.format,
+        "threads": args.threads if args.format == "blocks" else 1,
+        "dir": str(d),
+        "trace_mb": round(sum(p.stat().st_size for p in d.glob("*.ctrace")) / 1e6, 1),
+    }
+    c0 = time.process_time()
     t0 = time.perf_counter()
     td = read_dir(d)
     t1 = time.perf_counter()
@@ -270,6 +343,7 @@ def main() -> int:
     t4 = time.perf_counter()
     svg = render_svg(a, report=r)
     t5 = time.perf_counter()
+    c5 = time.process_time()
     m = a.model
     fig.update(
         {
@@ -281,6 +355,8 @@ def main() -> int:
             "report_end_depth3_s": round(t4 - t3, 3),
             "svg_s": round(t5 - t4, 3),
             "total_s": round(t5 - t0, 3),
+            # CPU time of this process over the same span: what other jobs' load changes least
+            "total_cpu_s": round(c5 - c0, 3),
             "read_build_report_s": round(t3 - t0, 3),
             "peak_bytes": m.peak_bytes,
             "live_at_peak": r["total_live_count"],
@@ -292,6 +368,14 @@ def main() -> int:
             "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, 1),
         }
     )
+    # the targets (issue 25): read + replay + report of 10M events in <= 5 s and <= 0.5 GB
+    fig["target_total_s"] = TARGET_S
+    fig["target_rss_mb"] = TARGET_MB
+    fig["meets_targets"] = fig["total_s"] <= TARGET_S and fig["max_rss_mb"] <= TARGET_MB
+    try:
+        fig["load_avg_1m"] = round(os.getloadavg()[0], 2)
+    except OSError:
+        pass
     if args.json:
         print(json.dumps(fig, indent=2))
     else:

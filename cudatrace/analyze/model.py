@@ -18,8 +18,8 @@ by its process when that process ended.
 The events of all processes are merged by timestamp (ties: a process's end first, then trace
 order). One pass records every
 allocation's lifetime, so what is live at the peak, at the end or at any time is a filter, not
-a second replay. The pass runs in C (native/reader/replay.c, in the tools library) over the scanner's
-event arrays. The same rules written in Python (tests/support/replay_oracle.py) are the reference
+a second replay. The pass runs in C (native/reader/replay.c, in the tools library), decoding a
+trace's event blocks as it goes (or over the scanner's event array, for older formats). The same rules written in Python (tests/support/replay_oracle.py) are the reference
 the tests hold the C to; the product uses the C replay only.
 """
 
@@ -302,6 +302,18 @@ class _CReplay:
         ends = process_ends(traces)
         for i, t in enumerate(traces):
             arr[i].end_ts = ends[i]
+            src = getattr(t, "source_blocks", None)
+            if src is not None and src.index is not None and getattr(t, "_raw", None) is None:
+                ix = src.index  # decoded by the replay from the file's blocks, as it goes
+                arr[i].buf = src.buf
+                arr[i].len = src.size
+                arr[i].segs = ix.segs
+                arr[i].n_segs = ix.n_segs
+                arr[i].min_ts, arr[i].max_ts = ix.min_ts, ix.max_ts
+                arr[i].droppable = 1 if src.droppable else 0
+                arr[i].n = t.n_events
+                self.keep.append(src)
+                continue
             raw = getattr(t, "raw_events", None)
             n = getattr(t, "n_events", 0) if raw is not None else 0
             if raw is None:  # events given as tuples: pack them for C
@@ -322,6 +334,7 @@ class _CReplay:
         cfg.buckets = buckets
         s = ffi.new("struct ct_replay_summary *")
         h = lib.ct_replay_run(arr, len(traces), cfg, s)
+        self.keep = []  # the replay holds no event after its pass: the queries read its lives
         if h == ffi.NULL:
             raise MemoryError("replaying the trace ran out of memory")
         self.h = ffi.gc(h, lib.ct_replay_free)

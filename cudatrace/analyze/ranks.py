@@ -219,6 +219,9 @@ def alloc_ordinals(t: Trace) -> set[int] | None:
     """The device ordinals a trace's successful device allocations used, read from the
     scanner's event array column by column; None when it has no such array (its events were
     made from an --aggregate snapshot)."""
+    src = getattr(t, "source_blocks", None)
+    if src is not None and t._raw is None and t._events is None:  # decoded, never held
+        return src.alloc_devices(device_kinds())
     if t.raw_events is None or t._events is not None:
         return None
     n = t.n_events

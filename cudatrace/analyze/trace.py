@@ -9,7 +9,6 @@ per host or launch, or a folder of them: `run_dirs`) as one run (docs/ranks.md).
 from __future__ import annotations
 
 import json
-import mmap
 import os
 import stat
 import struct
@@ -104,6 +103,40 @@ class End:
     events: int
 
 
+class Source:
+    """A trace file's bytes (a private read-only mapping, or the copy with sealed chunks put
+    back) and its scan's index of event blocks (scan.h: struct ct_scan_index): what the C
+    replay decodes the events from, without holding them."""
+
+    __slots__ = ("buf", "size", "index", "droppable", "_keep")
+
+    def __init__(self, buf, size: int, index, droppable: bool, keep=None):
+        self.buf = buf  # uint8_t * (cffi)
+        self.size = size
+        self.index = index  # struct ct_scan_index * (cffi, freed with it)
+        self.droppable = droppable  # a file mapping: pages read may be dropped
+        self._keep = keep
+
+    def alloc_devices(self, kinds: set[int]) -> set[int]:
+        """The devices of the successful allocations of these kinds (CT_KIND_*), decoded."""
+        ffi, lib = native.tools()
+        mask = 0
+        for k in kinds:
+            mask |= 1 << min(k, 63)
+        n = lib.ct_scan_alloc_devices(self.buf, self.size, mask, ffi.NULL, 0)
+        out = ffi.new("int32_t[]", max(n, 1))
+        n = lib.ct_scan_alloc_devices(self.buf, self.size, mask, out, n)
+        return set(ffi.unpack(out, n))
+
+    def decode_all(self, n: int):
+        """Every event, decoded by the scanner into a `struct ct_event[]`."""
+        ffi, lib = native.tools()
+        evs = ffi.new("struct ct_event[]", max(n, 1))
+        res = ffi.new("struct ct_scan_result *")
+        lib.ct_scan(self.buf, self.size, evs, n, ffi.NULL, 0, res)
+        return evs
+
+
 @dataclass
 class Trace:
     path: Path
@@ -131,10 +164,13 @@ class Trace:
     info: dict[str, str] = field(default_factory=dict)
     parents: list[int] = field(default_factory=lambda: [0])  # node id -> parent id
     ips: list[int] = field(default_factory=lambda: [0])  # node id -> return address
-    # The scanner's `struct ct_event[]` (cffi), kept as is: the model replays it in C
-    # (native/reader/replay.c); `events` unpacks it into tuples only when something asks for them.
+    # A file of event blocks (format version 3) keeps no event: its bytes and the blocks the scan
+    # found (Source) let the C replay (native/reader/replay.c) decode them again as it goes.
+    # Other files: the scanner's `struct ct_event[]` (cffi), replayed as is. `raw_events` and
+    # `events` (tuples) are made only when something asks for them.
     py: pyframes.PyTables | None = None  # Python code and stacks, if any
-    raw_events: object = field(default=None, repr=False)
+    _raw: object = field(default=None, repr=False)
+    source_blocks: Source | None = field(default=None, repr=False)
     n_events: int = 0
     _events: list | None = field(default=None, repr=False)
     end: End | None = None
@@ -162,6 +198,18 @@ class Trace:
             return "error %d" % self.stopped_errno
 
     @property
+    def raw_events(self):
+        """The events as a cffi `struct ct_event[]` (decoded from the blocks on first use), or
+        None when they were given as tuples."""
+        if self._raw is None and self.source_blocks is not None and self._events is None:
+            self._raw = self.source_blocks.decode_all(self.n_events)
+        return self._raw
+
+    @raw_events.setter
+    def raw_events(self, value) -> None:
+        self._raw = value
+
+    @property
     def events(self) -> list[tuple]:
         """Events as tuples in event_fields() order (unpacked from raw_events on first use)."""
         if self._events is None:
@@ -178,7 +226,8 @@ class Trace:
     @events.setter
     def events(self, value) -> None:
         self._events = list(value)
-        self.raw_events = None
+        self._raw = None
+        self.source_blocks = None
         self.n_events = len(self._events)
 
     @property
@@ -245,24 +294,38 @@ def read_trace(path: str | os.PathLike) -> Trace:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
         raise TraceError(f"{path}: cannot open: {e.strerror or e}") from None
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise TraceError(f"{path} is not a regular file")
-    with open(fd, "rb") as f:
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise TraceError(f"{path} is not a regular file")
         size = st.st_size
         if size == 0:
             raise TraceError(f"{path} is empty (the process was killed before writing anything)")
-        data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        size = len(data)  # what is mapped, whatever the size was a moment ago
+        # mapped in C: no file descriptor stays open (Python's mmap keeps one a mapping)
+        ptr = lib.ct_map_file(fd, size)
+        if ptr == ffi.NULL:
+            raise TraceError(f"{path}: cannot map {size} bytes")
+    finally:
+        os.close(fd)
+    mapping = ffi.gc(ffi.cast("uint8_t *", ptr), lambda p: lib.ct_unmap(p, size), size)
+    data = ffi.buffer(mapping, size)
     try:
         whole = _unseal(path, data)
-        return _parse(path, data if whole is None else whole, size, ffi, lib)
+        if whole is None:
+            t = _parse(path, data, Source(mapping, size, None, True), ffi, lib)
+            if t.source_blocks is not None:  # read: out of memory until the replay reads it
+                lib.ct_drop_pages(mapping, size)
+            return t
+        return _parse(
+            path,
+            whole,
+            Source(ffi.from_buffer("uint8_t[]", whole), len(whole), None, False, whole),
+            ffi,
+            lib,
+        )
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
         # a record that contradicts its own size: the file is corrupt (never a traceback)
         raise TraceError(f"{path} is corrupt: {e}") from None
-    finally:
-        data.close()
 
 
 def _unseal(path: Path, data) -> bytearray | None:
@@ -288,7 +351,8 @@ def _unseal(path: Path, data) -> bytearray | None:
     return whole
 
 
-def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
+def _parse(path: Path, data, src: Source, ffi, lib) -> Trace:
+    size = src.size
     hs, hn = layout("struct ct_file_header")
     if size < hs.size:
         raise TraceError("%s is too short to be a cudatrace trace (%d bytes)" % (path, size))
@@ -300,16 +364,17 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
             "%s has trace format version %d; this cudatrace reads versions %d to %d"
             % (path, h["version"], C()["CT_FORMAT_VERSION_MIN"], C()["CT_FORMAT_VERSION"])
         )
-    buf = ffi.from_buffer(data)
-    try:  # the mapping is closed after this: release cffi's view of it first, whatever happens
-        res = ffi.new("struct ct_scan_result *")
-        lib.ct_scan(buf, size, ffi.NULL, 0, ffi.NULL, 0, res)
-        n_ev, n_ot = res.n_events, res.n_other
-        evs = ffi.new("struct ct_event[]", max(n_ev, 1))
-        others = ffi.new("uint64_t[]", max(n_ot, 1))
-        lib.ct_scan(buf, size, evs, n_ev, others, n_ot, res)
-    finally:
-        ffi.release(buf)
+    ix = lib.ct_scan_index(src.buf, size)
+    if ix == ffi.NULL:
+        raise MemoryError("scanning the trace ran out of memory")
+    ix = ffi.gc(ix, lib.ct_scan_index_free)
+    res = ix.res
+    n_ev, n_ot = res.n_events, res.n_other
+    evs = None
+    if ix.streamable:  # decoded again by the replay as it goes, never held
+        src.index = ix
+    elif n_ev:  # events the replay needs in an array (older formats, a thread out of order)
+        evs = src.decode_all(n_ev)
     t = Trace(
         path=path,
         pid=h["pid"],
@@ -335,8 +400,9 @@ def _parse(path: Path, data, size: int, ffi, lib) -> Trace:
         t.stopped_errno, t.stopped_exit = h["stopped_errno"], h["stopped_exit"]
     t.status = "complete" if res.status == C()["CT_SCAN_CLEAN"] else "truncated"
     t.raw_events = evs
+    t.source_blocks = src if src.index is not None and n_ev else None
     t.n_events = n_ev
-    _decode_others(t, data, [others[i] for i in range(n_ot)])
+    _decode_others(t, data, ffi.unpack(ix.others, n_ot) if n_ot else [])
     return t
 
 

@@ -325,6 +325,50 @@ static inline int ct_ce_decode_fields(struct ct_ce_ctx *c, const uint8_t **pp, c
     return 1;
 }
 
+/* What ct_ce_decode_fields does to the context and to *pp, without the event: for a reader
+ * that only counts events and follows each thread's time (*ts). The same checks, so it fails
+ * exactly where decoding would. */
+static inline int ct_ce_skip_fields(struct ct_ce_ctx *c, const uint8_t **pp, const uint8_t *end,
+                                    uint64_t *ts)
+{
+    const uint8_t *p = *pp;
+    uint64_t mask, dt, v;
+    if (p >= end)
+        return 0;
+    uint8_t ref = *p >> 4;
+    p++;
+    if (ref >= CT_CE_REFS || !ct_ce_get(&p, end, &mask))
+        return 0;
+    if (mask & CT_CE_START)
+        memset(c, 0, sizeof *c);
+    if (c->lost || !ct_ce_get(&p, end, &dt))
+        return 0;
+    if (mask & CT_CE_ADDR_REF) {
+        if (p >= end || *p >= CT_CE_REFS)
+            return 0;
+        p++;
+    }
+    static const uint32_t varints[] = {CT_CE_ADDR,   CT_CE_SIZE,  CT_CE_STACK, CT_CE_AUX,
+                                       CT_CE_AUX2,   CT_CE_API,   CT_CE_API,   CT_CE_TID,
+                                       CT_CE_DEVICE, CT_CE_RESULT};
+    for (unsigned k = 0; k < sizeof varints / sizeof varints[0]; k++)
+        if ((mask & varints[k]) && !ct_ce_get(&p, end, &v))
+            return 0;
+    if (mask & CT_CE_KSF) {
+        if (end - p < 3)
+            return 0;
+        p += 3;
+    }
+    if ((mask & CT_CE_RESERVED) && !ct_ce_get(&p, end, &v))
+        return 0;
+    c->ts = (mask & CT_CE_TS_BACK) ? c->ts - dt : c->ts + dt;
+    c->seq++;
+    c->started = 1;
+    *ts = c->ts;
+    *pp = p;
+    return 1;
+}
+
 /* Decode a CEVENT body into out, given the thread's context (updated on success). 0: malformed. */
 static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_t len,
                                struct ct_event *out)
@@ -348,6 +392,24 @@ static inline int ct_ce_decode(struct ct_ce_ctx *c, const uint8_t *body, uint32_
         return 0;
     }
     return ct_ce_decode_fields(c, &p, end, out);
+}
+
+/* The start of one of a thread's blocks (CEBLOCK) whose events are p..end, written when the
+ * thread had seq (modulo 256) events before: a block that does not follow the thread's last
+ * one (an earlier block is missing: a damaged file) makes the rest of the thread unreadable,
+ * unless its first event starts a new thread (START). The scanner and the replay's streams
+ * call it at each block, so both decode a thread alike. */
+static inline void ct_ce_block_begin(struct ct_ce_ctx *c, uint32_t seq, const uint8_t *p,
+                                     const uint8_t *end)
+{
+    if (p < end && !c->lost) {
+        /* the START bit of the first event clears the context: look at it before the seq */
+        const uint8_t *q = p + 1;
+        uint64_t mask = 0;
+        int start = ct_ce_get(&q, end, &mask) && (mask & CT_CE_START);
+        if (!start && (uint8_t)seq != c->seq)
+            c->lost = 1;
+    }
 }
 
 #endif

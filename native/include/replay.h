@@ -4,9 +4,10 @@
 #define CUDATRACE_REPLAY_H
 #include <stdint.h>
 #include "trace_format.h"
+#include "scan.h"
 
 /* CFFI-BEGIN */
-#define CT_REPLAY_VERSION 2
+#define CT_REPLAY_VERSION 3
 #define CT_REPLAY_DEV_SLOTS 64
 #define CT_REPLAY_BY_SEQ 0
 #define CT_REPLAY_BY_TS 1
@@ -27,6 +28,15 @@ struct ct_replay_trace {
     const struct ct_event *events;
     uint64_t n;
     uint64_t end_ts; /* when its process (image) ended, 0: unknown (still live at the end) */
+    /* or, with events NULL, the n events are decoded while the replay goes, never held: the
+     * file's bytes and the blocks its scan found (ct_scan_index, streamable) */
+    const uint8_t *buf;
+    uint64_t len;
+    const struct ct_seg *segs;
+    uint64_t n_segs;
+    uint64_t min_ts, max_ts; /* of its events (ct_scan_index) */
+    uint32_t droppable;      /* 1: buf maps a file: pages read may be dropped (they come back) */
+    uint32_t reserved;
 };
 
 struct ct_replay_config {

@@ -23,6 +23,43 @@ struct ct_scan_result {
     uint64_t bad_events; /* compact events that did not decode (skipped) */
     uint64_t threads;    /* compact events: highest thread number + 1 (contexts kept) */
 };
+/* One block of one thread's compact events (CEBLOCK), as the scan found it: what the replay
+ * needs to decode the thread's events again, in the same way, without holding them. */
+struct ct_seg {
+    uint64_t off;   /* file offset of its first event */
+    uint64_t first; /* index of its first event in the trace (file order) */
+    uint32_t len;   /* bytes of events published when the scan read it */
+    uint32_t thread;
+    uint32_t seq;   /* the block header's seq */
+    uint32_t count; /* events decoded from it */
+    uint32_t next;  /* the thread's next block (index in the array), all ones: none */
+    uint32_t bad;   /* 1: decoding stopped at a malformed event after count */
+};
+/* The scan of a file, with its blocks (ct_scan_index): every array allocated by it. */
+struct ct_scan_index {
+    struct ct_scan_result res;
+    uint64_t *others; /* res.n_other offsets of the records other than events */
+    struct ct_seg *segs;
+    uint64_t n_segs;
+    uint32_t streamable; /* 1: every event is in a block and each thread's are in time order:
+                            the replay can decode them as it goes (ct_replay_trace.segs) */
+    uint32_t reserved;
+    uint64_t min_ts, max_ts; /* of the events decoded (0, 0: none) */
+};
+/* One pass: counts, other records, blocks. NULL when out of memory or on bad arguments; free
+ * it with ct_scan_index_free. */
+struct ct_scan_index *ct_scan_index(const uint8_t *buf, uint64_t len);
+void ct_scan_index_free(struct ct_scan_index *ix);
+/* A read-only private mapping of len bytes of the open file fd (the fd may be closed after);
+ * NULL on failure. ct_unmap releases it. */
+void *ct_map_file(int fd, uint64_t len);
+void ct_unmap(void *p, uint64_t len);
+/* The distinct devices of a file's successful allocations of the kinds device_kinds (bit k:
+ * CT_KIND k), decoded without holding the events: returns how many, writes the first max. */
+uint64_t ct_scan_alloc_devices(const uint8_t *buf, uint64_t len, uint64_t device_kinds,
+                               int32_t *out, uint64_t max);
+/* Its pages out of memory (read again from the file when next touched). */
+void ct_drop_pages(void *p, uint64_t len);
 /* Pass events=NULL / others=NULL to count only. Returns 0, or -1 on bad arguments. */
 int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
             uint64_t *others, uint64_t max_others, struct ct_scan_result *res);
@@ -32,6 +69,16 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
  * Returns the bytes they take (written only when they fit), all ones when out of memory. */
 uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
                         uint8_t *out, uint64_t cap);
+/* Encode n events as event blocks (CT_REC_CEBLOCK records, PAD where a block would cross a
+ * chunk) as the shim's writer lays them out, into out (cap bytes), starting at file offset
+ * pos; event i written by thread number threads[i] (< nthreads; NULL: all thread 0; the high
+ * bit set: a new thread takes that number). state (ct_ceblock_state_size(nthreads) bytes,
+ * zeroed once) keeps the threads' contexts from one call to the next; each call closes the
+ * blocks it opened. Returns the bytes written, all ones when out is too small or bad args. */
+uint64_t ct_ceblock_state_size(uint32_t nthreads);
+uint64_t ct_ceblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
+                         uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
+                         uint64_t cap);
 /* CFFI-END */
 
 #endif

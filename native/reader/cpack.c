@@ -43,3 +43,99 @@ uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_
     free(cx);
     return len;
 }
+
+/* ---- event blocks (CEBLOCK, format version 3), laid out as the shim's events.c does ---- */
+#define CB_FIRST 256 /* a thread's first block; each next one twice the last, to CB_MAX */
+#define CB_MAX 8192
+#define CB_HEAD (sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_ceblock))
+
+struct cb_thread {
+    struct ct_ce_ctx ctx;
+    uint32_t count;     /* the thread's events so far */
+    uint32_t next_size; /* of its next block */
+};
+
+uint64_t ct_ceblock_state_size(uint32_t nthreads) { return nthreads * sizeof(struct cb_thread); }
+
+/* a new block of thread th at out + *len (file offset pos + *len); 0: no room in out */
+static uint64_t take_block(struct cb_thread *t, uint32_t th, uint8_t *out, uint64_t cap,
+                           uint64_t pos, uint64_t *len)
+{
+    uint32_t size = t->next_size < CB_FIRST ? CB_FIRST : t->next_size;
+    uint64_t rest = CT_CHUNK_SIZE - (pos + *len) % CT_CHUNK_SIZE;
+    if (size > rest) { /* never across a chunk: PAD the chunk's rest, as the writer does */
+        if (*len + rest > cap)
+            return 0;
+        memset(out + *len, 0, rest);
+        if (rest >= sizeof(struct ct_rec_hdr)) {
+            struct ct_rec_hdr h = {CT_REC_MAGIC, CT_REC_PAD, (uint32_t)rest};
+            memcpy(out + *len, &h, sizeof h);
+        }
+        *len += rest;
+    }
+    if (*len + size > cap)
+        return 0;
+    uint64_t at = *len;
+    memset(out + at, 0, size);
+    struct ct_rec_hdr h = {CT_REC_MAGIC, CT_REC_CEBLOCK, size};
+    struct ct_rec_ceblock bh = {0, th, t->count, 0};
+    memcpy(out + at, &h, sizeof h);
+    memcpy(out + at + sizeof h, &bh, sizeof bh);
+    *len += size;
+    t->next_size = size < CB_MAX ? size * 2 : CB_MAX;
+    return at + 1;
+}
+
+uint64_t ct_ceblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
+                         uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
+                         uint64_t cap)
+{
+    struct cb_thread *ts = (struct cb_thread *)(void *)state;
+    uint64_t len = 0;
+    /* per thread: where its open block is in out (0: none), its used bytes and room */
+    uint64_t *open = calloc(nthreads ? nthreads : 1, sizeof *open);
+    uint32_t *used = calloc(nthreads ? nthreads : 1, sizeof *used);
+    if (!open || !used || !state) {
+        free(open);
+        free(used);
+        return UINT64_MAX;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t th = threads ? threads[i] & 0x7fffffffu : 0;
+        if (th >= nthreads)
+            goto fail;
+        struct cb_thread *t = &ts[th];
+        if (threads && threads[i] >> 31) { /* a new thread takes this number */
+            memset(&t->ctx, 0, sizeof t->ctx);
+            t->count = 0;
+            open[th] = 0;
+        }
+        if (open[th]) {
+            uint32_t size;
+            memcpy(&size, out + open[th] - 1 + 4, 4);
+            if (size - CB_HEAD - used[th] < CT_CE_MAX_BODY)
+                open[th] = 0;
+        }
+        if (!open[th]) {
+            open[th] = take_block(t, th, out, cap, pos, &len);
+            used[th] = 0;
+            if (!open[th])
+                goto fail;
+        }
+        uint8_t *blk = out + open[th] - 1;
+        uint32_t ref;
+        uint8_t *at = blk + CB_HEAD + used[th];
+        uint8_t *end = ct_ce_encode_fields(&t->ctx, &events[i], at, &ref);
+        used[th] += (uint32_t)(end - at);
+        memcpy(blk + sizeof(struct ct_rec_hdr), &used[th], 4);
+        ct_ce_commit(&t->ctx, &events[i], ref);
+        t->count++;
+    }
+    free(open);
+    free(used);
+    return len;
+fail:
+    free(open);
+    free(used);
+    return UINT64_MAX;
+}

@@ -28,17 +28,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "cevent.h"
 #include "replay.h"
 
 #define NONE64 UINT64_MAX
-#define PREFETCH_AHEAD 12
 #define ST_DEV 1
 #define ST_HOST 2
 #define ST_MAP 3
 #define MAP_SPACE 255
 #define IMPORT_SPACE 254 /* VMM handles imported from another process (cuMemImport...) */
 #define MAX_TRACES (1u << 22)
-#define HUGE_BYTES (4u << 20)
 
 /* The table of what is live: (trace, space, address) -> an index into lives (device memory),
  * hosts (pinned host memory) or maps (VMM mappings). 16 bytes a slot, open addressing with
@@ -62,71 +61,112 @@ struct table {
     size_t bytes; /* of the mapping */
 };
 
+/* One device allocation: 56 bytes, for millions of them. The fields of its event other than
+ * the time, size and address (trace, stack, API, device, thread...) repeat: they are kept once,
+ * in the table of "rests" (struct rest), and the life holds their number. What ended it
+ * (CT_END_*) is in the parallel array hows; a VMM handle's mappings in vmm (when there are). */
 struct life {
-    uint64_t seq, end_seq, end_ts, size;
+    uint64_t seq, end_seq, ts, end_ts, size, addr;
+    uint32_t idx, rest;
+};
+
+/* an event without its time, size and address (the words of a struct ct_event, those zero),
+ * and its trace */
+struct rest {
+    union {
+        struct ct_event ev;
+        uint64_t key[9];
+    };
+    uint32_t trace, pad;
+};
+#define VMM_RELEASED 0x80000000u /* cuMemRelease seen while mapped */
+
+/* a listed event (failed, denied, memory query), whole */
+struct listed {
+    uint64_t seq;
     uint32_t trace, idx;
-    int32_t dev;
-    uint32_t maps;                 /* VMM handle: mappings of it still in place */
-    uint8_t how, released, pad[6]; /* released: cuMemRelease seen while mapped */
+    struct ct_event ev;
 };
 
 struct mapping {
     uint64_t handle, size;
 };
 
-struct ref {
-    uint64_t seq;
-    uint32_t trace, idx;
-};
-
 struct vec {
     void *p;
     uint64_t n, cap;
     size_t elem;
+    int mapped; /* p is a mapping (vec_map): grown in place, never copied */
 };
 
 struct ct_replay {
     uint32_t ntraces;
-    const struct ct_event **ev; /* per trace */
+    const struct ct_event **ev; /* per trace (an array source; the replay's time only) */
     uint64_t *nev;
     uint32_t **order; /* per trace: NULL (in time order) or a sorted permutation */
     struct vec lives, failed, denied, meminfo;
+    struct vec hows; /* uint8_t per life: CT_END_* */
+    uint32_t *vmm;   /* per life: mappings | VMM_RELEASED; NULL until a VMM handle is seen */
+    uint64_t vmm_cap;
+    struct vec rests; /* struct rest */
+    uint32_t *rhash;  /* rests by their fields: index + 1, 0 empty */
+    uint64_t rhash_cap;
     struct ct_replay_device dev[CT_REPLAY_DEV_SLOTS];
     uint64_t dev_cur[CT_REPLAY_DEV_SLOTS];
     struct ct_replay_proc *proc;
     uint32_t buckets;
     uint64_t t0, span;
+    uint64_t sl_i, sl_lo, sl_hi; /* changed(): the slice of times [sl_lo, sl_hi) */
     struct ct_replay_bucket *tl_all;
     struct ct_replay_bucket *tl_dev[CT_REPLAY_DEV_SLOTS];
     int oom;
 };
 
-/* large arrays: ask for transparent huge pages (fewer faults, fewer TLB misses); best effort */
-static void hint_huge(void *p, size_t bytes)
+/* Room for cap elements, reserved as address space only: pages are taken as they are written,
+ * and growing never copies (a realloc of hundreds of MB holds both copies for a moment).
+ * -1: no mapping (the vector grows by realloc). */
+static int vec_map(struct vec *v, uint64_t cap)
 {
-#ifdef MADV_HUGEPAGE
-    if (bytes < HUGE_BYTES)
-        return;
-    uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095,
-              e = ((uintptr_t)p + bytes) & ~(uintptr_t)4095;
-    if (e > a)
-        madvise((void *)a, e - a, MADV_HUGEPAGE);
-#else
-    (void)p;
-    (void)bytes;
-#endif
+    if (!cap || cap > (UINT64_MAX >> 8) / v->elem)
+        return -1;
+    void *p = mmap(NULL, cap * v->elem, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+        return -1;
+    v->p = p;
+    v->cap = cap;
+    v->mapped = 1;
+    return 0;
+}
+
+static void vec_free(struct vec *v)
+{
+    if (v->mapped && v->p)
+        munmap(v->p, v->cap * v->elem);
+    else
+        free(v->p);
+    v->p = NULL;
 }
 
 static int vec_push(struct vec *v, const void *x)
 {
     if (v->n == v->cap) {
         uint64_t nc = v->cap ? v->cap * 2 : 1024;
-        void *p = realloc(v->p, nc * v->elem);
-        if (!p)
-            return -1;
+        void *p;
+        if (v->mapped) {
+            p = mmap(NULL, nc * v->elem, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED)
+                return -1;
+            memcpy(p, v->p, v->n * v->elem);
+            munmap(v->p, v->cap * v->elem);
+        } else {
+            p = realloc(v->p, nc * v->elem);
+            if (!p)
+                return -1;
+        }
         v->p = p;
         v->cap = nc;
-        hint_huge(p, nc * v->elem);
     }
     memcpy((char *)v->p + v->n * v->elem, x, v->elem);
     v->n++;
@@ -162,7 +202,6 @@ static struct slot *slots_alloc(uint64_t n, size_t *bytes)
     void *p = mmap(NULL, *bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED)
         return NULL;
-    hint_huge(p, *bytes);
     return p; /* zero-filled */
 }
 
@@ -278,12 +317,17 @@ static uint32_t *sort_order(const struct ct_event *e, uint64_t n)
     return a;
 }
 
-/* ---- merge: a binary heap of trace cursors keyed (ts, trace) ---- */
+/* ---- merge: a binary heap of stream cursors keyed (ts, end first, trace, index) ----
+ * A trace is one stream (an array of events, in a stable sort by time) or one stream per
+ * thread (events decoded from its blocks as the replay goes: each thread's are in time order,
+ * so merging them by (time, index in the file) is the same stable sort by time). */
 struct cursor {
     uint64_t ts;
-    uint64_t pos;
+    uint64_t idx; /* of the stream's next event in its trace (file order) */
     uint32_t trace;
-    uint32_t exit; /* 1: the trace's events are done; this is its process's end */
+    uint32_t exit;   /* 1: the trace's events are done; this is its process's end */
+    uint32_t stream; /* index into the streams */
+    uint32_t pad;
 };
 
 static inline int before(const struct cursor *x, const struct cursor *y)
@@ -292,7 +336,9 @@ static inline int before(const struct cursor *x, const struct cursor *y)
         return x->ts < y->ts;
     if (x->exit != y->exit)
         return x->exit > y->exit; /* a process's end first: its memory is gone by then */
-    return x->trace < y->trace;
+    if (x->trace != y->trace)
+        return x->trace < y->trace;
+    return x->idx < y->idx;
 }
 
 static void sift_down(struct cursor *h, uint32_t n, uint32_t i)
@@ -336,6 +382,7 @@ static inline void tl_note(struct ct_replay_bucket *b, uint64_t v, uint64_t ts)
     b->changes++;
 }
 
+struct source;
 struct state {
     ct_replay *r;
     struct table tab;
@@ -348,16 +395,49 @@ struct state {
     uint64_t exited;      /* device bytes ended by their process's end */
     uint64_t host_exited; /* pinned host bytes likewise */
     uint64_t dev_exited[CT_REPLAY_DEV_SLOTS];
+    struct source *src; /* per trace */
 };
+
+/* the timeline slice of time ts (the oracle's formula: tests/support/replay_oracle.py) */
+static uint64_t slice_of(const ct_replay *r, uint64_t ts)
+{
+    uint64_t i = r->span ? (uint64_t)((double)(ts - r->t0) / (double)r->span * r->buckets) : 0;
+    return i < r->buckets ? i : r->buckets - 1;
+}
+
+/* the first time (from t0) whose slice is k or later; NONE64: none. slice_of never decreases
+ * from t0 on, so a binary search finds it */
+static uint64_t slice_start(const ct_replay *r, uint64_t k)
+{
+    if (k >= r->buckets || slice_of(r, r->t0 + r->span) < k)
+        return NONE64;
+    uint64_t lo = r->t0, hi = r->t0 + r->span; /* slice_of(hi) >= k */
+    while (lo < hi) {
+        uint64_t mid = lo + (hi - lo) / 2;
+        if (slice_of(r, mid) >= k)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
 
 static void changed(struct state *st, uint32_t slot, uint64_t ts)
 {
     ct_replay *r = st->r;
     if (!r->buckets)
         return;
-    uint64_t i = r->span ? (uint64_t)((double)(ts - r->t0) / (double)r->span * r->buckets) : 0;
-    if (i >= r->buckets)
-        i = r->buckets - 1;
+    /* times come in order: the slice of the last one, and where it starts and ends, spare the
+     * division most of the time */
+    uint64_t i = r->sl_i;
+    if (!(ts >= r->sl_lo && ts < r->sl_hi)) {
+        i = slice_of(r, ts);
+        if (ts >= r->t0 && r->span) {
+            r->sl_i = i;
+            r->sl_lo = slice_start(r, i);
+            r->sl_hi = slice_start(r, i + 1);
+        }
+    }
     tl_note(&r->tl_all[i], st->cur, ts);
     if (!r->tl_dev[slot]) {
         r->tl_dev[slot] = calloc(r->buckets, sizeof(struct ct_replay_bucket));
@@ -374,18 +454,116 @@ static inline struct life *life_at(const ct_replay *r, uint64_t li)
     return &((struct life *)r->lives.p)[li];
 }
 
-/* end device allocation li (the caller removes its slot) */
-static void end_life(struct state *st, uint64_t li, uint64_t seq, uint64_t ts, uint32_t how)
+static inline const struct rest *rest_at(const ct_replay *r, uint32_t ri)
+{
+    return &((const struct rest *)r->rests.p)[ri];
+}
+
+static inline int32_t life_dev(const ct_replay *r, const struct life *L)
+{
+    return rest_at(r, L->rest)->ev.device;
+}
+
+static inline uint8_t *how_at(const ct_replay *r, uint64_t li)
+{
+    return &((uint8_t *)r->hows.p)[li];
+}
+
+/* the key of an event's rest: its words past ts, size and addr, padding zeroed */
+static void rest_key(const struct ct_event *e, uint64_t w[9])
+{
+    memcpy(w, e, 9 * sizeof *w);
+    w[0] = w[1] = w[2] = 0;
+    memset((uint8_t *)w + __builtin_offsetof(struct ct_event, reserved) + sizeof e->reserved, 0,
+           9 * sizeof *w - __builtin_offsetof(struct ct_event, reserved) - sizeof e->reserved);
+}
+_Static_assert(sizeof(struct ct_event) == 72, "a rest key is an event's nine words");
+
+static uint64_t rest_hash(uint32_t trace, const uint64_t w[9])
+{
+    uint64_t h = (w[6] ^ (uint64_t)trace << 40) * 0x9E3779B97F4A7C15ull;
+    h = (h ^ (h >> 29) ^ w[7] ^ w[5]) * 0xff51afd7ed558ccdull;
+    h = (h ^ (h >> 32) ^ w[3] ^ w[4] ^ w[8]) * 0xc4ceb9fe1a85ec53ull;
+    return h ^ (h >> 31);
+}
+
+static int rest_rehash(ct_replay *r, uint64_t cap)
+{
+    uint32_t *h = calloc(cap, sizeof *h);
+    if (!h)
+        return -1;
+    for (uint64_t i = 0; i < r->rests.n; i++) {
+        const struct rest *x = rest_at(r, (uint32_t)i);
+        uint64_t j = rest_hash(x->trace, x->key) & (cap - 1);
+        while (h[j])
+            j = (j + 1) & (cap - 1);
+        h[j] = (uint32_t)i + 1;
+    }
+    free(r->rhash);
+    r->rhash = h;
+    r->rhash_cap = cap;
+    return 0;
+}
+
+/* the number of the event's rest (added when new); UINT32_MAX when out of memory */
+static uint32_t rest_id(ct_replay *r, uint32_t trace, const struct ct_event *e)
+{
+    if ((r->rests.n + 1) * 2 > r->rhash_cap &&
+        (r->rests.n >= UINT32_MAX - 1 || rest_rehash(r, r->rhash_cap ? r->rhash_cap * 2 : 256)))
+        return UINT32_MAX;
+    struct rest x;
+    rest_key(e, x.key);
+    x.trace = trace;
+    x.pad = 0;
+    uint64_t j = rest_hash(trace, x.key) & (r->rhash_cap - 1);
+    while (r->rhash[j]) {
+        const struct rest *y = rest_at(r, r->rhash[j] - 1);
+        if (y->trace == trace && memcmp(y->key, x.key, sizeof x.key) == 0)
+            return r->rhash[j] - 1;
+        j = (j + 1) & (r->rhash_cap - 1);
+    }
+    if (vec_push(&r->rests, &x))
+        return UINT32_MAX;
+    r->rhash[j] = (uint32_t)r->rests.n;
+    return (uint32_t)r->rests.n - 1;
+}
+
+/* a life's VMM word (mappings, VMM_RELEASED): 0 when none was ever noted */
+static inline uint32_t vmm_get(const ct_replay *r, uint64_t li)
+{
+    return li < r->vmm_cap ? r->vmm[li] : 0;
+}
+
+/* set it; -1 when out of memory */
+static int vmm_set(ct_replay *r, uint64_t li, uint32_t v)
+{
+    if (li >= r->vmm_cap) {
+        uint64_t nc = r->lives.cap > li ? r->lives.cap : li + 1;
+        uint32_t *p = realloc(r->vmm, nc * sizeof *p);
+        if (!p)
+            return -1;
+        memset(p + r->vmm_cap, 0, (nc - r->vmm_cap) * sizeof *p);
+        r->vmm = p;
+        r->vmm_cap = nc;
+    }
+    r->vmm[li] = v;
+    return 0;
+}
+
+/* end the device allocation of slot sl (the caller removes the slot) */
+static void end_life(struct state *st, const struct slot *sl, uint64_t seq, uint64_t ts,
+                     uint32_t how)
 {
     ct_replay *r = st->r;
-    struct life *L = life_at(r, li);
-    uint32_t ds = dev_slot(L->dev);
+    struct life *L = life_at(r, sl->ref);
+    const struct rest *x = rest_at(r, L->rest);
+    uint32_t ds = dev_slot(x->ev.device);
     L->end_seq = seq;
     L->end_ts = ts;
-    L->how = (uint8_t)how;
+    *how_at(r, sl->ref) = (uint8_t)how;
     st->cur -= L->size;
     r->dev_cur[ds] -= L->size;
-    st->proc_cur[L->trace] -= L->size;
+    st->proc_cur[x->trace] -= L->size;
     changed(st, ds, ts);
 }
 
@@ -401,10 +579,16 @@ static void unmapped(struct state *st, uint32_t ti, uint64_t hv, uint64_t seq, u
     struct slot *h = tget(&st->tab, TAG(ti, 0, CT_SPACE_VMM), hv);
     if (!h || TAG_STATE(h->tag) != ST_DEV)
         return;
-    struct life *L = life_at(st->r, h->ref);
-    if (L->maps && --L->maps == 0 && L->released) {
-        end_life(st, h->ref, seq, ts, CT_END_UNMAPPED);
-        tdel(&st->tab, h);
+    uint32_t v = vmm_get(st->r, h->ref), maps = v & ~VMM_RELEASED;
+    if (maps) {
+        if (vmm_set(st->r, h->ref, v - 1)) {
+            st->r->oom = 1;
+            return;
+        }
+        if (maps == 1 && (v & VMM_RELEASED)) {
+            end_life(st, h, seq, ts, CT_END_UNMAPPED);
+            tdel(&st->tab, h);
+        }
     }
 }
 
@@ -425,7 +609,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
     struct ct_replay_summary *s = st->s;
     struct ct_replay_proc *p = &r->proc[ti];
     uint64_t ts = e->ts_ns;
-    struct ref ref = {seq, ti, idx};
+    struct listed ref = {seq, ti, idx, *e};
     p->events++;
     if (!p->first_ts || ts < p->first_ts)
         p->first_ts = ts;
@@ -451,7 +635,7 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         if (sl) { /* reused while live: the old one is gone */
             s->c.reused++;
             if (TAG_STATE(sl->tag) == ST_DEV)
-                end_life(st, sl->ref, seq, ts, CT_END_REUSED);
+                end_life(st, sl, seq, ts, CT_END_REUSED);
             else if (TAG_STATE(sl->tag) == ST_HOST) {
                 st->host_cur -= host_size(st, sl->ref);
                 st->proc_host[ti] -= host_size(st, sl->ref);
@@ -464,11 +648,13 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
             return;
         }
         if (is_dev) {
-            struct life L = {seq,       NONE64, NONE64,      e->size, ti, idx,
-                             e->device, 0,      CT_END_LIVE, 0,       {0}};
+            uint32_t ri = rest_id(r, ti, e);
+            struct life L = {seq, NONE64, ts, NONE64, e->size, e->addr, idx, ri};
+            uint8_t how = CT_END_LIVE;
             sl->tag = TAG(ti, ST_DEV, e->space);
             sl->ref = (uint32_t)r->lives.n;
-            if (vec_push(&r->lives, &L)) {
+            if (ri == UINT32_MAX || r->lives.n >= UINT32_MAX || vec_push(&r->lives, &L) ||
+                vec_push(&r->hows, &how)) {
                 r->oom = 1;
                 return;
             }
@@ -548,13 +734,14 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         }
         s->c.frees++;
         p->frees++;
-        struct life *L = life_at(r, sl->ref);
-        if (e->space == CT_SPACE_VMM && L->maps > 0) {
-            L->released = 1; /* the driver frees it at the last unmap */
+        uint32_t v = vmm_get(r, sl->ref);
+        if (e->space == CT_SPACE_VMM && (v & ~VMM_RELEASED) > 0) {
+            if (vmm_set(r, sl->ref, v | VMM_RELEASED)) /* the driver frees it at the last unmap */
+                r->oom = 1;
             s->c.deferred_releases++;
             return;
         }
-        end_life(st, sl->ref, seq, ts, CT_END_FREE);
+        end_life(st, sl, seq, ts, CT_END_FREE);
         tdel(&st->tab, sl);
         return;
     }
@@ -580,8 +767,8 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
         m->tag = TAG(ti, ST_MAP, MAP_SPACE);
         m->ref = (uint32_t)(st->maps.n - 1);
         struct slot *h = tget(&st->tab, TAG(ti, 0, CT_SPACE_VMM), e->aux);
-        if (h && TAG_STATE(h->tag) == ST_DEV)
-            life_at(r, h->ref)->maps++;
+        if (h && TAG_STATE(h->tag) == ST_DEV && vmm_set(r, h->ref, vmm_get(r, h->ref) + 1))
+            r->oom = 1;
         return;
     }
     case CT_OP_UNMAP: {
@@ -667,59 +854,84 @@ static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_ev
 }
 
 struct ending {
-    uint64_t order, addr; /* order: a device allocation's life index (ended in that order) */
+    uint64_t addr;
     uint32_t key, pad;
 };
 
-static int ending_cmp(const void *a, const void *b)
+static void radix_u64(uint64_t *a, uint64_t *tmp, uint64_t n);
+
+/* append x to *v (n of cap elements of size elem); -1: out of memory */
+static int grow_push(void **v, uint64_t *n, uint64_t *cap, size_t elem, const void *x)
 {
-    uint64_t x = ((const struct ending *)a)->order, y = ((const struct ending *)b)->order;
-    return x < y ? -1 : x > y;
+    if (*n == *cap) {
+        uint64_t nc = *cap ? *cap * 2 : 64;
+        void *p = realloc(*v, nc * elem);
+        if (!p)
+            return -1;
+        *v = p;
+        *cap = nc;
+    }
+    memcpy((char *)*v + *n * elem, x, elem);
+    (*n)++;
+    return 0;
 }
 
-/* trace ti's process ended at ts: whatever it still held is gone (the driver gave it back) */
+/* trace ti's process ended at ts: whatever it still held is gone (the driver gave it back).
+ * Its device allocations end in the order they began (their lives' order: a radix sort of
+ * their indices), then its pinned buffers, mappings and imports go. */
 static void process_end(struct state *st, uint32_t ti, uint64_t seq, uint64_t ts)
 {
-    st->r->proc[ti].end_bytes = st->proc_cur[ti]; /* what it held when it ended */
+    ct_replay *r = st->r;
+    r->proc[ti].end_bytes = st->proc_cur[ti]; /* what it held when it ended */
     if (!st->proc_cur[ti] && !st->proc_host[ti])
         return;
-    uint64_t n = 0, cap = 0;
-    struct ending *found = NULL;
+    uint64_t nd = 0, dcap = 0, no = 0, ocap = 0, *devs = NULL, *tmp = NULL;
+    struct ending *others = NULL;
     for (uint64_t i = 0; i < st->tab.cap; i++) {
-        struct slot *x = &st->tab.s[i];
+        const struct slot *x = &st->tab.s[i];
         if (!x->tag || TAG_TRACE(x->tag) != ti)
             continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 64;
-            struct ending *f = realloc(found, cap * sizeof *f);
-            if (!f) {
-                free(found);
-                st->r->oom = 1;
-                return;
-            }
-            found = f;
-        }
-        found[n++] = (struct ending){TAG_STATE(x->tag) == ST_DEV ? x->ref : NONE64, x->addr,
-                                     TAG_KEY(x->tag), 0};
+        uint64_t ref = x->ref;
+        struct ending o = {x->addr, TAG_KEY(x->tag), 0};
+        if (TAG_STATE(x->tag) == ST_DEV ? grow_push((void **)&devs, &nd, &dcap, sizeof ref, &ref)
+                                        : grow_push((void **)&others, &no, &ocap, sizeof o, &o))
+            goto oom;
     }
-    qsort(found, n, sizeof *found, ending_cmp);
-    for (uint64_t k = 0; k < n; k++) {
-        struct slot *x = tget(&st->tab, found[k].key, found[k].addr);
+    tmp = malloc((nd ? nd : 1) * sizeof *tmp);
+    if (!tmp)
+        goto oom;
+    radix_u64(devs, tmp, nd);
+    for (uint64_t k = 0; k < nd; k++) {
+        const struct life *L = life_at(r, devs[k]);
+        const struct rest *rs = rest_at(r, L->rest);
+        struct slot *x = tget(&st->tab, TAG(ti, 0, rs->ev.space), L->addr);
+        if (!x || x->ref != devs[k])
+            continue;
+        st->exited += L->size;
+        st->dev_exited[dev_slot(rs->ev.device)] += L->size;
+        end_life(st, x, seq, ts, CT_END_EXITED);
+        tdel(&st->tab, x);
+    }
+    for (uint64_t k = 0; k < no; k++) {
+        struct slot *x = tget(&st->tab, others[k].key, others[k].addr);
         if (!x)
             continue;
-        if (TAG_STATE(x->tag) == ST_DEV) {
-            struct life *L = life_at(st->r, x->ref);
-            st->exited += L->size;
-            st->dev_exited[dev_slot(L->dev)] += L->size;
-            end_life(st, x->ref, seq, ts, CT_END_EXITED);
-        } else if (TAG_STATE(x->tag) == ST_HOST && (found[k].key & 0xffu) != IMPORT_SPACE) {
+        if (TAG_STATE(x->tag) == ST_HOST && (others[k].key & 0xffu) != IMPORT_SPACE) {
             st->host_cur -= host_size(st, x->ref);
             st->proc_host[ti] -= host_size(st, x->ref);
             st->host_exited += host_size(st, x->ref);
         }
         tdel(&st->tab, x);
     }
-    free(found);
+    free(devs);
+    free(tmp);
+    free(others);
+    return;
+oom:
+    free(devs);
+    free(tmp);
+    free(others);
+    r->oom = 1;
 }
 
 void ct_replay_free(ct_replay *r)
@@ -732,7 +944,11 @@ void ct_replay_free(ct_replay *r)
     free(r->order);
     free((void *)r->ev);
     free(r->nev);
-    free(r->lives.p);
+    vec_free(&r->lives);
+    vec_free(&r->hows);
+    free(r->vmm);
+    free(r->rests.p);
+    free(r->rhash);
     free(r->failed.p);
     free(r->denied.p);
     free(r->meminfo.p);
@@ -741,6 +957,128 @@ void ct_replay_free(ct_replay *r)
     for (int i = 0; i < CT_REPLAY_DEV_SLOTS; i++)
         free(r->tl_dev[i]);
     free(r);
+}
+
+/* ---- streams: a trace's events in time order, a few decoded ahead ---- */
+#define RING 16
+#define DROP_BYTES (32u << 20) /* read this much of mapped files: drop their pages read */
+#define NO_SEG UINT32_MAX
+
+struct stream {
+    uint32_t trace;
+    uint32_t head, n; /* ring: the next event, how many there are */
+    uint32_t seg, k;  /* blocks: the current one, events taken from it */
+    uint64_t pos;     /* arrays: the next position (in the sorted order) */
+    const uint8_t *p, *end;
+    struct ct_ce_ctx ctx; /* blocks: the thread's context */
+    struct ct_event ev[RING];
+    uint64_t idx[RING];
+};
+
+struct source {
+    const struct ct_replay_trace *t;
+    uint32_t active;   /* streams not done */
+    uint32_t unsorted; /* its events came out of file order (threads merged by time) */
+    uint64_t last_ts;  /* of its last event replayed */
+    uint64_t next_idx; /* the index after its last event replayed */
+};
+
+/* start block g of a stream (the scan's block: decode it as the scan did) */
+static void enter(struct stream *m, const struct ct_replay_trace *t, uint32_t g)
+{
+    m->seg = g;
+    m->k = 0;
+    if (g == NO_SEG || g >= t->n_segs)
+        return;
+    const struct ct_seg *b = &t->segs[g];
+    if (b->off > t->len || b->len > t->len - b->off) { /* not this file's: nothing in it */
+        m->p = m->end = NULL;
+        return;
+    }
+    m->p = t->buf + b->off;
+    m->end = m->p + b->len;
+    ct_ce_block_begin(&m->ctx, b->seq, m->p, m->end);
+}
+
+/* decode (or copy) the stream's next events into its ring; 0 when it has none left */
+static uint32_t refill(struct state *st, struct stream *m, uint64_t *read)
+{
+    ct_replay *r = st->r;
+    const struct ct_replay_trace *t = &*st->src[m->trace].t;
+    uint32_t ti = m->trace, n = 0;
+    m->head = 0;
+    if (t->events) {
+        uint64_t nev = r->nev[ti];
+        const uint32_t *ord = r->order[ti];
+        for (; n < RING && m->pos < nev; n++, m->pos++) {
+            uint64_t i = ord ? ord[m->pos] : m->pos;
+            m->ev[n] = r->ev[ti][i];
+            m->idx[n] = i;
+        }
+    } else {
+        while (n < RING && m->seg != NO_SEG && m->seg < t->n_segs) {
+            const struct ct_seg *b = &t->segs[m->seg];
+            if (m->k < b->count && m->p) {
+                if (!ct_ce_decode_fields(&m->ctx, &m->p, m->end, &m->ev[n])) {
+                    m->seg = NO_SEG; /* the file changed since its scan: the rest is lost */
+                    break;
+                }
+                m->idx[n++] = b->first + m->k++;
+                continue;
+            }
+            if (b->bad && m->p) { /* the scan stopped at a malformed event: so do we */
+                struct ct_event x;
+                ct_ce_decode_fields(&m->ctx, &m->p, m->end, &x);
+            }
+            *read += b->len;
+            enter(m, t, b->next);
+        }
+    }
+    /* the table is where the time goes (a cache miss a lookup): ask for the slots of the
+     * events ahead now, so the misses overlap */
+    if (st->tab.cap)
+        for (uint32_t i = 0; i < n; i++)
+            __builtin_prefetch(
+                &st->tab.s[mix(TAG(ti, 0, m->ev[i].space), m->ev[i].addr) & (st->tab.cap - 1)], 1);
+    m->n = n;
+    return n;
+}
+
+/* pages of mapped files already read: gone from memory (read again from the page cache if a
+ * stream still needs them) */
+static void drop_pages(struct state *st, uint32_t ntraces)
+{
+#ifdef MADV_DONTNEED
+    for (uint32_t i = 0; i < ntraces; i++) {
+        const struct ct_replay_trace *t = st->src[i].t;
+        if (!t->events && t->droppable && t->buf && t->len && ((uintptr_t)t->buf & 4095) == 0)
+            madvise((void *)(uintptr_t)t->buf, t->len, MADV_DONTNEED);
+    }
+#else
+    (void)st;
+    (void)ntraces;
+#endif
+}
+
+/* the first block of each thread: those no block names as its next */
+static uint32_t *first_blocks(const struct ct_replay_trace *t, uint32_t *nfirst)
+{
+    uint8_t *named = calloc(t->n_segs ? t->n_segs : 1, 1);
+    uint32_t *f = malloc((t->n_segs ? t->n_segs : 1) * sizeof *f);
+    *nfirst = 0;
+    if (!named || !f) {
+        free(named);
+        free(f);
+        return NULL;
+    }
+    for (uint64_t i = 0; i < t->n_segs; i++)
+        if (t->segs[i].next != NO_SEG && t->segs[i].next < t->n_segs)
+            named[t->segs[i].next] = 1;
+    for (uint64_t i = 0; i < t->n_segs; i++)
+        if (!named[i])
+            f[(*nfirst)++] = (uint32_t)i;
+    free(named);
+    return f;
 }
 
 ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
@@ -755,7 +1093,9 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
         return NULL;
     r->ntraces = ntraces;
     r->lives.elem = sizeof(struct life);
-    r->failed.elem = r->denied.elem = r->meminfo.elem = sizeof(struct ref);
+    r->hows.elem = 1;
+    r->rests.elem = sizeof(struct rest);
+    r->failed.elem = r->denied.elem = r->meminfo.elem = sizeof(struct listed);
     uint32_t nt = ntraces ? ntraces : 1;
     r->ev = calloc(nt, sizeof *r->ev);
     r->nev = calloc(nt, sizeof *r->nev);
@@ -763,39 +1103,88 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
     r->proc = calloc(nt, sizeof *r->proc);
     uint64_t *proc_cur = calloc(nt, sizeof *proc_cur), *proc_host = calloc(nt, sizeof *proc_host);
     uint64_t *ends = calloc(nt, sizeof *ends);
-    struct cursor *heap = calloc(nt, sizeof *heap);
-    if (!r->ev || !r->nev || !r->order || !r->proc || !proc_cur || !proc_host || !ends || !heap)
+    struct source *src = calloc(nt, sizeof *src);
+    struct stream *streams = NULL;
+    struct cursor *heap = NULL;
+    uint32_t nstreams = 0;
+    if (!r->ev || !r->nev || !r->order || !r->proc || !proc_cur || !proc_host || !ends || !src)
         goto fail;
     for (int i = 0; i < CT_REPLAY_DEV_SLOTS; i++)
         r->dev[i].device = i - 1;
 
-    uint64_t t0 = NONE64, t1 = 0, total = 0;
+    /* the streams: one per array, one per thread of a trace read from its blocks */
+    uint64_t t0 = NONE64, t1 = 0, total = 0, want = 0;
+    for (uint32_t i = 0; i < ntraces; i++) {
+        const struct ct_replay_trace *t = &traces[i];
+        src[i].t = t;
+        ends[i] = t->end_ts;
+        if (t->events) {
+            r->ev[i] = t->events;
+            r->nev[i] = t->n;
+            want += t->n ? 1 : 0;
+        } else if (t->buf && t->segs && t->n) {
+            r->nev[i] = t->n;
+            want += t->n_segs;
+        }
+    }
+    /* a device allocation is an event: room for as many lives as events, as address space */
+    uint64_t events = 0;
+    for (uint32_t i = 0; i < ntraces; i++)
+        events += r->nev[i];
+    if (vec_map(&r->lives, events) == 0) /* else the vectors grow by realloc */
+        vec_map(&r->hows, events);
+    streams = calloc(want ? want : 1, sizeof *streams);
+    heap = calloc((want ? want : 1), sizeof *heap);
+    if (!streams || !heap)
+        goto fail;
+    struct state st = {r,
+                       {NULL, 0, 0, 0},
+                       {NULL, 0, 0, sizeof(uint64_t), 0},
+                       {NULL, 0, 0, sizeof(struct mapping), 0},
+                       out,
+                       0,
+                       0,
+                       proc_cur,
+                       proc_host,
+                       0,
+                       0,
+                       {0},
+                       src};
+    uint64_t read = 0;
     uint32_t nh = 0;
     for (uint32_t i = 0; i < ntraces; i++) {
-        r->ev[i] = traces[i].events;
-        r->nev[i] = traces[i].events ? traces[i].n : 0;
-        ends[i] = traces[i].end_ts;
+        const struct ct_replay_trace *t = &traces[i];
         uint64_t n = r->nev[i];
         if (!n)
             continue;
-        if (!sorted_by_ts(r->ev[i], n)) {
-            out->c.unsorted_traces++;
-            r->order[i] = sort_order(r->ev[i], n);
-            if (!r->order[i])
+        if (t->events) {
+            if (!sorted_by_ts(t->events, n)) {
+                out->c.unsorted_traces++;
+                r->order[i] = sort_order(t->events, n);
+                if (!r->order[i])
+                    goto fail;
+            }
+            const uint32_t *o = r->order[i];
+            uint64_t first = t->events[o ? o[0] : 0].ts_ns,
+                     last = t->events[o ? o[n - 1] : n - 1].ts_ns;
+            t0 = first < t0 ? first : t0;
+            t1 = last > t1 ? last : t1;
+            streams[nstreams++] = (struct stream){.trace = i};
+        } else {
+            uint32_t nf = 0, *f = first_blocks(t, &nf);
+            if (!f)
                 goto fail;
+            for (uint32_t k = 0; k < nf; k++) {
+                struct stream *m = &streams[nstreams++];
+                m->trace = i;
+                enter(m, t, f[k]);
+            }
+            free(f);
+            t0 = t->min_ts < t0 ? t->min_ts : t0;
+            t1 = t->max_ts > t1 ? t->max_ts : t1;
         }
-        const struct ct_event *e = r->ev[i];
-        uint64_t first = r->order[i] ? e[r->order[i][0]].ts_ns : e[0].ts_ns;
-        uint64_t last = r->order[i] ? e[r->order[i][n - 1]].ts_ns : e[n - 1].ts_ns;
-        if (first < t0)
-            t0 = first;
-        if (last > t1)
-            t1 = last;
         total += n;
-        heap[nh++] = (struct cursor){first, 0, i, 0};
     }
-    for (uint32_t i = nh; i-- > 0;)
-        sift_down(heap, nh, i);
     if (!total)
         t0 = 0;
     out->t0 = t0;
@@ -808,24 +1197,20 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
         if (!r->tl_all)
             goto fail;
     }
+    for (uint32_t k = 0; k < nstreams; k++) {
+        struct stream *m = &streams[k];
+        if (!refill(&st, m, &read))
+            continue;
+        src[m->trace].active++;
+        heap[nh++] = (struct cursor){m->ev[0].ts_ns, m->idx[0], m->trace, 0, k, 0};
+    }
+    for (uint32_t i = nh; i-- > 0;)
+        sift_down(heap, nh, i);
 
-    struct state st = {r,
-                       {NULL, 0, 0, 0},
-                       {NULL, 0, 0, sizeof(uint64_t)},
-                       {NULL, 0, 0, sizeof(struct mapping)},
-                       out,
-                       0,
-                       0,
-                       proc_cur,
-                       proc_host,
-                       0,
-                       0,
-                       {0}};
     uint64_t seq = 0;
     while (nh) {
         struct cursor *c = &heap[0];
         uint32_t ti = c->trace;
-        uint64_t pos = c->pos;
         if (c->exit) {
             process_end(&st, ti, seq, c->ts);
             if (r->oom)
@@ -835,33 +1220,46 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
                 sift_down(heap, nh, 0);
             continue;
         }
-        uint32_t idx = r->order[ti] ? r->order[ti][pos] : (uint32_t)pos;
-        const struct ct_event *e = &r->ev[ti][idx];
-        /* the table is where the time goes (a cache miss a lookup): ask for the slot of an
-         * event a little ahead in this trace now, so the misses overlap */
-        if (pos + PREFETCH_AHEAD < r->nev[ti] && st.tab.cap) {
-            uint64_t ai = r->order[ti] ? r->order[ti][pos + PREFETCH_AHEAD] : pos + PREFETCH_AHEAD;
-            const struct ct_event *f = &r->ev[ti][ai];
-            __builtin_prefetch(&st.tab.s[mix(TAG(ti, 0, f->space), f->addr) & (st.tab.cap - 1)], 1);
+        struct stream *m = &streams[c->stream];
+        const struct ct_event *e = &m->ev[m->head];
+        /* the free after this one will write its life, far back in memory: its slot was
+         * asked for when it was decoded, so ask for the life now */
+        if (m->head + 2 < m->n && st.tab.cap) {
+            const struct ct_event *f = &m->ev[m->head + 2];
+            if (f->op == CT_OP_FREE) {
+                const struct slot *x = tget(&st.tab, TAG(ti, 0, f->space), f->addr);
+                if (x && TAG_STATE(x->tag) == ST_DEV)
+                    __builtin_prefetch(life_at(r, x->ref), 1);
+            }
         }
-        step(&st, ti, idx, e, seq, cfg);
+        step(&st, ti, (uint32_t)m->idx[m->head], e, seq, cfg);
         if (r->oom)
             break;
         seq++;
-        /* advance this cursor: the common case (one trace, or the same one again) stays cheap */
-        if (++c->pos < r->nev[ti]) {
-            uint32_t nidx = r->order[ti] ? r->order[ti][c->pos] : (uint32_t)c->pos;
-            c->ts = r->ev[ti][nidx].ts_ns;
-        } else if (ends[ti]) { /* the trace is done: its process's end comes next */
-            c->exit = 1;
-            if (ends[ti] > c->ts)
-                c->ts = ends[ti];
+        src[ti].last_ts = e->ts_ns;
+        if (m->idx[m->head] < src[ti].next_idx && !src[ti].unsorted && !src[ti].t->events) {
+            src[ti].unsorted = 1; /* as an array's sort would count it */
+            out->c.unsorted_traces++;
+        }
+        src[ti].next_idx = m->idx[m->head] + 1;
+        /* advance this cursor: the common case (one stream, or the same one again) stays cheap */
+        if (++m->head < m->n || refill(&st, m, &read)) {
+            c->ts = m->ev[m->head].ts_ns;
+            c->idx = m->idx[m->head];
+        } else if (--src[ti].active == 0 && ends[ti]) {
+            c->exit = 1; /* the trace is done: its process's end comes next */
+            c->ts = ends[ti] > src[ti].last_ts ? ends[ti] : src[ti].last_ts;
         } else {
             heap[0] = heap[--nh];
         }
         if (nh > 1)
             sift_down(heap, nh, 0);
+        if (read >= DROP_BYTES) {
+            drop_pages(&st, ntraces);
+            read = 0;
+        }
     }
+    drop_pages(&st, ntraces);
     tfree(&st.tab);
     free(st.hosts.p);
     free(st.maps.p);
@@ -876,15 +1274,25 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
     for (uint32_t i = 0; i < ntraces; i++)
         if (!ends[i] || !r->nev[i])
             r->proc[i].end_bytes = proc_cur[i];
+    /* the events are not needed any more: the queries read the lives */
+    for (uint32_t i = 0; i < ntraces; i++) {
+        free(r->order[i]);
+        r->order[i] = NULL;
+        r->ev[i] = NULL;
+    }
     free(proc_cur);
     free(proc_host);
     free(ends);
+    free(src);
+    free(streams);
     free(heap);
     return r;
 fail:
     free(proc_cur);
     free(proc_host);
     free(ends);
+    free(src);
+    free(streams);
     free(heap);
     ct_replay_free(r);
     return NULL;
@@ -926,22 +1334,33 @@ uint32_t ct_replay_timeline(const ct_replay *r, int32_t device, struct ct_replay
 
 static inline int live_at(const ct_replay *r, const struct life *L, uint32_t by, uint64_t v)
 {
-    if (by == CT_REPLAY_NEVER_FREED)
-        return L->how == CT_END_LIVE || L->how == CT_END_EXITED;
+    if (by == CT_REPLAY_NEVER_FREED) {
+        uint8_t how = *how_at(r, (uint64_t)(L - (const struct life *)r->lives.p));
+        return how == CT_END_LIVE || how == CT_END_EXITED;
+    }
     if (by == CT_REPLAY_BY_SEQ)
         return L->seq <= v && v < L->end_seq;
-    return r->ev[L->trace][L->idx].ts_ns <= v && v < L->end_ts;
+    return L->ts <= v && v < L->end_ts;
+}
+
+static inline int on_device(const ct_replay *r, const struct life *L, int32_t device)
+{
+    return device == CT_REPLAY_ANY_DEVICE || life_dev(r, L) == device;
 }
 
 static void fill(const ct_replay *r, const struct life *L, struct ct_live *o)
 {
-    o->ev = r->ev[L->trace][L->idx];
-    o->trace = L->trace;
+    const struct rest *x = rest_at(r, L->rest);
+    o->ev = x->ev;
+    o->ev.ts_ns = L->ts;
+    o->ev.size = L->size;
+    o->ev.addr = L->addr;
+    o->trace = x->trace;
     o->index = L->idx;
     o->seq = L->seq;
     o->end_seq = L->end_seq;
     o->end_ts = L->end_ts;
-    o->how = L->how;
+    o->how = *how_at(r, (uint64_t)(L - (const struct life *)r->lives.p));
     o->reserved = 0;
 }
 
@@ -954,9 +1373,7 @@ uint64_t ct_replay_select(const ct_replay *r, uint32_t by, uint64_t value, int32
     uint64_t n = 0;
     for (uint64_t i = 0; i < r->lives.n; i++) {
         const struct life *L = &lv[i];
-        if (!live_at(r, L, by, value))
-            continue;
-        if (device != CT_REPLAY_ANY_DEVICE && L->dev != device)
+        if (!live_at(r, L, by, value) || !on_device(r, L, device))
             continue;
         if (out && n < max)
             fill(r, L, &out[n]);
@@ -973,7 +1390,7 @@ uint64_t ct_replay_live_bytes(const ct_replay *r, uint32_t by, uint64_t value, i
         const struct life *lv = r->lives.p;
         for (uint64_t i = 0; i < r->lives.n; i++) {
             const struct life *L = &lv[i];
-            if (!live_at(r, L, by, value) || (device != CT_REPLAY_ANY_DEVICE && L->dev != device))
+            if (!live_at(r, L, by, value) || !on_device(r, L, device))
                 continue;
             bytes += L->size;
             n++;
@@ -1004,10 +1421,10 @@ uint64_t ct_replay_list(const ct_replay *r, uint32_t which, struct ct_live *out,
                                                             : NULL;
     if (!v)
         return 0;
-    const struct ref *rf = v->p;
+    const struct listed *rf = v->p;
     for (uint64_t i = 0; out && i < v->n && i < max; i++) {
         memset(&out[i], 0, sizeof out[i]);
-        out[i].ev = r->ev[rf[i].trace][rf[i].idx];
+        out[i].ev = rf[i].ev;
         out[i].trace = rf[i].trace;
         out[i].index = rf[i].idx;
         out[i].seq = rf[i].seq;
@@ -1033,8 +1450,8 @@ uint64_t ct_replay_stack_totals(const ct_replay *r, struct ct_stack_total *out, 
     memset(map, 0xff, cap * sizeof *map);
     const struct life *lv = r->lives.p;
     for (uint64_t i = 0; i < r->lives.n; i++) {
-        const struct ct_event *e = &r->ev[lv[i].trace][lv[i].idx];
-        uint32_t tr = lv[i].trace, st = e->stack;
+        const struct rest *x = rest_at(r, lv[i].rest);
+        uint32_t tr = x->trace, st = x->ev.stack;
         if ((n + 1) * 2 > cap) {
             uint64_t nc = cap * 2;
             uint64_t *nm = malloc(nc * sizeof *nm);
@@ -1066,7 +1483,7 @@ uint64_t ct_replay_stack_totals(const ct_replay *r, struct ct_stack_total *out, 
             map[j] = n++;
         }
         tot[map[j]].count++;
-        tot[map[j]].bytes += e->size;
+        tot[map[j]].bytes += lv[i].size;
     }
 out:
     if (out)
@@ -1154,10 +1571,10 @@ uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32
     for (uint64_t i = 0; i < r->lives.n; i++) {
         const struct life *L = &lv[i];
         gi[i] = UINT32_MAX;
-        if (!live_at(r, L, by, value) || (device != CT_REPLAY_ANY_DEVICE && L->dev != device))
+        if (!live_at(r, L, by, value) || !on_device(r, L, device))
             continue;
-        const struct ct_event *e = &r->ev[L->trace][L->idx];
-        uint64_t k1 = (uint64_t)L->trace << 32 | e->stack;
+        const struct ct_event *e = &rest_at(r, L->rest)->ev;
+        uint64_t k1 = (uint64_t)rest_at(r, L->rest)->trace << 32 | e->stack;
         uint64_t k2 = (uint64_t)e->api << 48 | (uint64_t)e->rt_api << 32 | (uint32_t)e->device;
         uint64_t j = mix((uint32_t)(k2 >> 32) ^ (uint32_t)k2, k1) & (hcap - 1);
         while (h[j] != NONE64 && !(g[h[j]].k1 == k1 && g[h[j]].k2 == k2))
@@ -1170,7 +1587,7 @@ uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32
                 g = ng2;
                 gcap *= 2;
             }
-            g[ng] = (struct gacc){k1, k2, 0, 0, e->ts_ns, e->ts_ns, 0, 0};
+            g[ng] = (struct gacc){k1, k2, 0, 0, L->ts, L->ts, 0, 0};
             h[j] = ng++;
             if (ng * 2 > hcap) { /* rehash */
                 uint64_t nc = hcap * 2, *nh = malloc(nc * sizeof *nh);
@@ -1198,10 +1615,10 @@ uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32
         struct gacc *a = &g[h[j]];
         a->count++;
         a->bytes += L->size;
-        if (e->ts_ns < a->first_ts)
-            a->first_ts = e->ts_ns;
-        if (e->ts_ns > a->last_ts)
-            a->last_ts = e->ts_ns;
+        if (L->ts < a->first_ts)
+            a->first_ts = L->ts;
+        if (L->ts > a->last_ts)
+            a->last_ts = L->ts;
         gi[i] = (uint32_t)h[j];
         nsel++;
     }
@@ -1271,6 +1688,25 @@ static uint64_t lower_bound(const uint64_t *a, uint64_t n, uint64_t v)
     return lo;
 }
 
+/* lower_bound over ts[0..n) through a table of where each of nb equal slices of [lo, hi]
+ * begins (tab[nb + 1]) */
+struct finder {
+    const uint64_t *ts;
+    uint64_t n, lo, width, nb;
+    uint64_t *tab;
+};
+
+static uint64_t find(const struct finder *f, uint64_t v)
+{
+    if (!f->tab || v <= f->lo)
+        return lower_bound(f->ts, f->n, v);
+    uint64_t b = (v - f->lo) / f->width;
+    if (b >= f->nb)
+        return lower_bound(f->ts, f->n, v);
+    uint64_t a = f->tab[b], e = f->tab[b + 1];
+    return a + lower_bound(f->ts + a, e - a, v);
+}
+
 void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int32_t device,
                         uint64_t *out)
 {
@@ -1283,18 +1719,30 @@ void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int3
     int64_t *d = calloc(n + 1, sizeof *d);
     if (!d)
         return;
+    struct finder f = {ts, n, ts[0], 1, 4096, NULL};
+    if (ts[n - 1] > ts[0] && (f.tab = malloc((f.nb + 1) * sizeof *f.tab)) != NULL) {
+        f.width = (ts[n - 1] - ts[0]) / f.nb + 1;
+        for (uint64_t k = 0; k <= f.nb; k++)
+            f.tab[k] = lower_bound(ts, n, k < f.nb ? ts[0] + k * f.width : NONE64);
+    }
     const struct life *lv = r->lives.p;
+    uint64_t a = 0, prev = 0;
     for (uint64_t i = 0; i < r->lives.n; i++) {
         const struct life *L = &lv[i];
-        if (device != CT_REPLAY_ANY_DEVICE && L->dev != device)
+        if (!on_device(r, L, device))
             continue;
-        uint64_t a = lower_bound(ts, n, r->ev[L->trace][L->idx].ts_ns);
-        uint64_t b = L->end_ts == NONE64 ? n : lower_bound(ts, n, L->end_ts);
+        if (L->ts < prev) /* lives are in replay order, so in time order: never, but be sure */
+            a = 0;
+        prev = L->ts;
+        while (a < n && ts[a] < L->ts) /* the samples before it: a walk, not a search */
+            a++;
+        uint64_t b = L->end_ts == NONE64 ? n : find(&f, L->end_ts);
         if (a < b) {
             d[a] += (int64_t)L->size;
             d[b] -= (int64_t)L->size;
         }
     }
+    free(f.tab);
     int64_t run = 0;
     for (uint64_t k = 0; k < n; k++) {
         run += d[k];

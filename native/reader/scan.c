@@ -1,16 +1,21 @@
 /* scan.c - the trace scanner (scan.h), called from Python through cffi (libcudatrace_tools.so).
  *
- * ct_scan: one pass over a trace file's records (trace_format.h). Events are copied into an array
- * so Python can replay millions of them without a per-record interpreter loop; every other
- * record's offset is returned for Python to decode. Unpublished holes (a writer killed between
- * reserving and publishing) are skipped by searching for the next valid header.
+ * One pass over a trace file's records (trace_format.h). ct_scan copies events into an array;
+ * ct_scan_index keeps none: it notes every block of compact events (CEBLOCK) with the events
+ * it decoded from it, so the replay (replay.c) can decode each thread's events again, the same
+ * way, while it replays, and millions of events are never held. Both return every other
+ * record's offset for Python to decode. Unpublished holes (a writer killed between reserving
+ * and publishing) are skipped by searching for the next valid header.
  */
 #include <stdint.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include "cevent.h"
 #include "scan.h"
+
+#define NO_SEG UINT32_MAX
 
 /* record types this reader knows */
 static int known_type(uint16_t t)
@@ -19,45 +24,113 @@ static int known_type(uint16_t t)
            t == CT_REC_CEBLOCK;
 }
 
-/* the compact events' per-thread contexts, grown as thread numbers appear */
-struct contexts {
-    struct ct_ce_ctx *c;
-    uint64_t n;
+/* per thread number: its context, and (ct_scan_index) its last block and last time */
+struct thread {
+    struct ct_ce_ctx c;
+    uint64_t last_ts;
+    uint32_t last_seg;
+    uint32_t pad;
 };
 
-/* the context of thread number th; NULL: out of range or out of memory */
-static struct ct_ce_ctx *context(struct contexts *cx, uint64_t th)
+/* what one scan fills: fixed arrays (ct_scan) or growing ones (ct_scan_index) */
+struct scan {
+    struct thread *th;
+    uint64_t nth;
+    struct ct_event *events;
+    uint64_t max_events;
+    uint64_t *others;
+    uint64_t max_others, cap_others;
+    struct ct_seg *segs;
+    uint64_t n_segs, cap_segs;
+    int index; /* ct_scan_index: grow others, note blocks */
+    uint64_t min_ts, max_ts;
+    /* ct_scan_alloc_devices: the devices of successful allocations of these kinds */
+    uint64_t dev_kinds;
+    int32_t *devs;
+    uint64_t n_devs, max_devs;
+    int in_order;
+    int oom;
+    struct ct_scan_result *res;
+};
+
+/* the state of thread number th; NULL: out of range or out of memory */
+static struct thread *thread_of(struct scan *s, uint64_t th)
 {
     if (th >= (1u << 24))
         return NULL;
-    if (th >= cx->n) {
-        uint64_t n = cx->n ? cx->n : 16;
+    if (th >= s->nth) {
+        uint64_t n = s->nth ? s->nth : 16;
         while (n <= th)
             n *= 2;
-        struct ct_ce_ctx *c = realloc(cx->c, n * sizeof *c);
-        if (!c)
-            return 0;
-        memset(c + cx->n, 0, (n - cx->n) * sizeof *c);
-        cx->c = c;
-        cx->n = n;
+        struct thread *c = realloc(s->th, n * sizeof *c);
+        if (!c) {
+            s->oom = 1;
+            return NULL;
+        }
+        memset(c + s->nth, 0, (n - s->nth) * sizeof *c);
+        for (uint64_t i = s->nth; i < n; i++)
+            c[i].last_seg = NO_SEG;
+        s->th = c;
+        s->nth = n;
     }
-    return &cx->c[th];
+    return &s->th[th];
+}
+
+static void event(struct scan *s, const struct ct_event *e)
+{
+    if (s->dev_kinds && e->op == CT_OP_ALLOC && e->result == 0 &&
+        ((s->dev_kinds >> (e->kind < 64 ? e->kind : 63)) & 1)) {
+        uint64_t i = 0;
+        while (i < s->n_devs && s->devs[i] != e->device)
+            i++;
+        if (i == s->n_devs) {
+            if (s->n_devs == s->max_devs) {
+                uint64_t nc = s->max_devs ? s->max_devs * 2 : 16;
+                int32_t *d = realloc(s->devs, nc * sizeof *d);
+                if (!d) {
+                    s->oom = 1;
+                    return;
+                }
+                s->devs = d;
+                s->max_devs = nc;
+            }
+            s->devs[s->n_devs++] = e->device;
+        }
+    }
+    if (s->events && s->res->n_events < s->max_events)
+        s->events[s->res->n_events] = *e;
+    s->res->n_events++;
 }
 
 /* decode one CEVENT body; 0: malformed (or out of memory) */
-static int decode_cevent(struct contexts *cx, const uint8_t *body, uint32_t len,
-                         struct ct_event *out)
+static int decode_cevent(struct scan *s, const uint8_t *body, uint32_t len, struct ct_event *out)
 {
-    uint64_t th;
-    struct ct_ce_ctx *c = ct_ce_thread(body, len, &th) ? context(cx, th) : NULL;
-    return c && ct_ce_decode(c, body, len, out);
+    uint64_t n;
+    struct thread *t = ct_ce_thread(body, len, &n) ? thread_of(s, n) : NULL;
+    return t && ct_ce_decode(&t->c, body, len, out);
 }
 
-/* decode the events of one CEBLOCK (body of len bytes) into events[res->n_events...] */
-static void decode_block(struct contexts *cx, const uint8_t *body, uint32_t len,
-                         struct ct_event *events, uint64_t max_events, struct ct_scan_result *res)
+static struct ct_seg *new_seg(struct scan *s)
 {
+    if (s->n_segs == s->cap_segs) {
+        uint64_t nc = s->cap_segs ? s->cap_segs * 2 : 256;
+        struct ct_seg *p = realloc(s->segs, nc * sizeof *p);
+        if (!p) {
+            s->oom = 1;
+            return NULL;
+        }
+        s->segs = p;
+        s->cap_segs = nc;
+    }
+    return &s->segs[s->n_segs++];
+}
+
+/* decode the events of one CEBLOCK (body at off, len bytes) */
+static void decode_block(struct scan *s, const uint8_t *buf, uint64_t off, uint32_t len)
+{
+    struct ct_scan_result *res = s->res;
     struct ct_rec_ceblock bh;
+    const uint8_t *body = buf + off;
     if (len < sizeof bh) {
         res->bad_events++;
         return;
@@ -65,30 +138,50 @@ static void decode_block(struct contexts *cx, const uint8_t *body, uint32_t len,
     memcpy(&bh, body, sizeof bh);
     /* a block being filled while we read: what was published when `used` was read */
     uint32_t used = __atomic_load_n((const uint32_t *)(const void *)body, __ATOMIC_ACQUIRE);
-    const uint8_t *p = body + sizeof bh,
-                  *end = p + (used < len - sizeof bh ? used : len - sizeof bh);
-    struct ct_ce_ctx *c = context(cx, bh.thread);
-    if (!c) {
+    if (used > len - sizeof bh)
+        used = len - (uint32_t)sizeof bh;
+    const uint8_t *p = body + sizeof bh, *end = p + used;
+    struct thread *t = thread_of(s, bh.thread);
+    if (!t) {
         res->bad_events++;
         return;
     }
-    if (p < end && !c->lost) {
-        /* the START bit of the first event clears the context: look at it before the seq */
-        const uint8_t *q = p + 1;
-        uint64_t mask = 0;
-        int start = ct_ce_get(&q, end, &mask) && (mask & CT_CE_START);
-        if (!start && (uint8_t)bh.seq != c->seq)
-            c->lost = 1; /* an earlier block of the thread is missing */
+    struct ct_seg *g = NULL;
+    if (s->index) {
+        g = new_seg(s);
+        if (!g)
+            return;
+        *g = (struct ct_seg){off + sizeof bh, res->n_events, used, bh.thread, bh.seq, 0, NO_SEG, 0};
+        uint32_t gi = (uint32_t)(g - s->segs);
+        if (t->last_seg != NO_SEG)
+            s->segs[t->last_seg].next = gi;
+        t->last_seg = gi;
     }
+    ct_ce_block_begin(&t->c, bh.seq, p, end);
     while (p < end) {
+        /* the index needs each event's time only: the rest is skipped, not decoded */
         struct ct_event e;
-        if (!ct_ce_decode_fields(c, &p, end, &e)) {
+        int ok = g ? ct_ce_skip_fields(&t->c, &p, end, &e.ts_ns)
+                   : ct_ce_decode_fields(&t->c, &p, end, &e);
+        if (!ok) {
             res->bad_events++;
+            if (g)
+                g->bad = 1;
             return; /* the rest of the block cannot be placed */
         }
-        if (events && res->n_events < max_events)
-            events[res->n_events] = e;
-        res->n_events++;
+        if (e.ts_ns < s->min_ts || !res->n_events)
+            s->min_ts = e.ts_ns;
+        if (e.ts_ns > s->max_ts)
+            s->max_ts = e.ts_ns;
+        if (g) {
+            g->count++;
+            if (e.ts_ns < t->last_ts)
+                s->in_order = 0;
+            t->last_ts = e.ts_ns;
+            res->n_events++;
+        } else {
+            event(s, &e);
+        }
     }
 }
 
@@ -101,23 +194,38 @@ static int valid_header(const uint8_t *buf, uint64_t len, uint64_t off, struct c
            (h->size & 7u) == 0 && h->size <= CT_CHUNK_SIZE && off + h->size <= len;
 }
 
-int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
-            uint64_t *others, uint64_t max_others, struct ct_scan_result *res)
+static void other(struct scan *s, uint64_t off)
 {
-    if (!buf || !res)
-        return -1;
-    memset(res, 0, sizeof *res);
+    struct ct_scan_result *res = s->res;
+    if (s->index && res->n_other == s->cap_others) {
+        uint64_t nc = s->cap_others ? s->cap_others * 2 : 256;
+        uint64_t *p = realloc(s->others, nc * sizeof *p);
+        if (!p) {
+            s->oom = 1;
+            return;
+        }
+        s->others = p;
+        s->cap_others = s->max_others = nc;
+    }
+    if (s->others && res->n_other < s->max_others)
+        s->others[res->n_other] = off;
+    res->n_other++;
+}
+
+/* the pass both entry points make; 0: the header is a trace's */
+static void scan(struct scan *s, const uint8_t *buf, uint64_t len)
+{
+    struct ct_scan_result *res = s->res;
     const struct ct_file_header *fh = (const struct ct_file_header *)buf;
     if (len < CT_HEADER_SIZE || memcmp(fh->magic, "CUDATRC", 8) != 0 ||
         fh->version < CT_FORMAT_VERSION_MIN || fh->version > CT_FORMAT_VERSION ||
         fh->header_size != CT_HEADER_SIZE) {
         res->status = CT_SCAN_BAD_HEADER;
-        return 0;
+        return;
     }
     uint64_t off = CT_HEADER_SIZE;
-    struct contexts cx = {NULL, 0};
     res->status = CT_SCAN_TRUNCATED;
-    while (off + sizeof(struct ct_rec_hdr) <= len) {
+    while (off + sizeof(struct ct_rec_hdr) <= len && !s->oom) {
         struct ct_rec_hdr h;
         if (!valid_header(buf, len, off, &h)) {
             /* zeros or garbage: a hole if a valid record follows, else the end of the data */
@@ -136,25 +244,21 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
             continue;
         }
         if (h.type == CT_REC_EVENT && h.size >= sizeof h + sizeof(struct ct_event)) {
-            if (events && res->n_events < max_events)
-                memcpy(&events[res->n_events], buf + off + sizeof h, sizeof(struct ct_event));
-            res->n_events++;
+            struct ct_event e;
+            memcpy(&e, buf + off + sizeof h, sizeof e);
+            event(s, &e);
+            s->in_order = 0; /* not in a block: the replay needs them in an array */
         } else if (h.type == CT_REC_CEVENT) {
             struct ct_event e;
-            if (decode_cevent(&cx, buf + off + sizeof h, h.size - (uint32_t)sizeof h, &e)) {
-                if (events && res->n_events < max_events)
-                    events[res->n_events] = e;
-                res->n_events++;
-            } else {
+            if (decode_cevent(s, buf + off + sizeof h, h.size - (uint32_t)sizeof h, &e))
+                event(s, &e);
+            else
                 res->bad_events++;
-            }
+            s->in_order = 0;
         } else if (h.type == CT_REC_CEBLOCK) {
-            decode_block(&cx, buf + off + sizeof h, h.size - (uint32_t)sizeof h, events, max_events,
-                         res);
+            decode_block(s, buf, off + sizeof h, h.size - (uint32_t)sizeof h);
         } else if (h.type != CT_REC_PAD) {
-            if (others && res->n_other < max_others)
-                others[res->n_other] = off;
-            res->n_other++;
+            other(s, off);
             if (h.type == CT_REC_END) {
                 res->end_offset = off;
                 res->status = CT_SCAN_CLEAN;
@@ -165,12 +269,106 @@ int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t 
         off += h.size;
     }
     res->stop_offset = off;
-    for (uint64_t i = cx.n; i > 0; i--) {
-        if (cx.c[i - 1].started || cx.c[i - 1].lost) {
+    for (uint64_t i = s->nth; i > 0; i--) {
+        if (s->th[i - 1].c.started || s->th[i - 1].c.lost) {
             res->threads = i;
             break;
         }
     }
-    free(cx.c);
+}
+
+int ct_scan(const uint8_t *buf, uint64_t len, struct ct_event *events, uint64_t max_events,
+            uint64_t *others, uint64_t max_others, struct ct_scan_result *res)
+{
+    if (!buf || !res)
+        return -1;
+    memset(res, 0, sizeof *res);
+    struct scan s = {0};
+    s.events = events;
+    s.max_events = max_events;
+    s.others = others;
+    s.max_others = max_others;
+    s.res = res;
+    scan(&s, buf, len);
+    free(s.th);
     return 0;
+}
+
+struct ct_scan_index *ct_scan_index(const uint8_t *buf, uint64_t len)
+{
+    if (!buf)
+        return NULL;
+    struct ct_scan_index *ix = calloc(1, sizeof *ix);
+    if (!ix)
+        return NULL;
+    struct scan s = {0};
+    s.index = 1;
+    s.in_order = 1;
+    s.res = &ix->res;
+    scan(&s, buf, len);
+    free(s.th);
+    ix->others = s.others;
+    ix->segs = s.segs;
+    ix->n_segs = s.n_segs;
+    ix->streamable = (uint32_t)s.in_order;
+    ix->min_ts = s.min_ts;
+    ix->max_ts = s.max_ts;
+    if (s.oom) {
+        ct_scan_index_free(ix);
+        return NULL;
+    }
+    return ix;
+}
+
+void ct_scan_index_free(struct ct_scan_index *ix)
+{
+    if (!ix)
+        return;
+    free(ix->others);
+    free(ix->segs);
+    free(ix);
+}
+
+void *ct_map_file(int fd, uint64_t len)
+{
+    if (fd < 0 || !len)
+        return NULL;
+    void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void ct_unmap(void *p, uint64_t len)
+{
+    if (p && len)
+        munmap(p, len);
+}
+
+void ct_drop_pages(void *p, uint64_t len)
+{
+#ifdef MADV_DONTNEED
+    if (p && len && ((uintptr_t)p & 4095) == 0)
+        madvise(p, len, MADV_DONTNEED);
+#else
+    (void)p;
+    (void)len;
+#endif
+}
+
+uint64_t ct_scan_alloc_devices(const uint8_t *buf, uint64_t len, uint64_t device_kinds,
+                               int32_t *out, uint64_t max)
+{
+    if (!buf || !device_kinds)
+        return 0;
+    struct ct_scan_result res;
+    memset(&res, 0, sizeof res);
+    struct scan s = {0};
+    s.res = &res;
+    s.dev_kinds = device_kinds;
+    scan(&s, buf, len);
+    free(s.th);
+    uint64_t n = s.oom ? 0 : s.n_devs;
+    if (out)
+        memcpy(out, s.devs, (n < max ? n : max) * sizeof *out);
+    free(s.devs);
+    return n;
 }

@@ -416,6 +416,45 @@ class TraceWriter:
             off += size
         self.events += n
 
+    def block_events(self, it, nthreads: int = 1, batch: int = 65536) -> None:
+        """Events as the shim writes them in format version 3: event blocks (CT_REC_CEBLOCK),
+        each thread filling blocks of its own, encoded by the shim's encoder (cevent.h, through
+        ct_ceblock_pack). it yields (thread number, event tuple in event_fields() order);
+        thread numbers below nthreads, bit 31 set: a new thread takes that number. Streamed in
+        batches: millions of events without holding them."""
+        ffi, lib = native.tools()
+        es = layout("struct ct_event")[0]
+        state = getattr(self, "_cb_state", None)
+        if state is None or len(state) < lib.ct_ceblock_state_size(nthreads):
+            state = self._cb_state = ffi.new("uint8_t[]", lib.ct_ceblock_state_size(nthreads))
+        raw = bytearray(es.size * batch)
+        ths = ffi.new("uint32_t[]", batch)
+        cap = batch * 160 + (8 << 20)
+        out = ffi.new("uint8_t[]", cap)
+        pack_into = es.pack_into
+        n = 0
+
+        def flush() -> None:
+            nonlocal n
+            if not n:
+                return
+            evs = ffi.from_buffer("struct ct_event[]", raw)
+            got = lib.ct_ceblock_pack(evs, n, ths, state, nthreads, self.pos, out, cap)
+            if got == 2**64 - 1:
+                raise ValueError("ct_ceblock_pack failed (thread number out of range?)")
+            self._put(ffi.buffer(out, got)[:])
+            self.pos += got
+            self.events += n
+            n = 0
+
+        for th, fields in it:
+            pack_into(raw, n * es.size, *fields)
+            ths[n] = th
+            n += 1
+            if n == batch:
+                flush()
+        flush()
+
     # ---- convenience ----
     def alloc(
         self,
@@ -530,6 +569,77 @@ class TraceWriter:
         self.buf = bytearray()
         self.f.close()
         return self.path
+
+
+def rewrite_as_blocks(src, dst, threads) -> list[tuple[int, int]]:
+    """The trace file src written again to dst as the shim of format version 3 would: its
+    records in order, but its EVENT records as event blocks (the END record, if any, last).
+    threads(events) gives each event's thread number (bit 31 set: a new thread takes it).
+    Returns where each block record lies in dst: (offset, size)."""
+    K = C()
+    hdr = layout("struct ct_rec_hdr")[0]
+    es = layout("struct ct_event")[0]
+    chunk = K["CT_CHUNK_SIZE"]
+    data = Path(src).read_bytes()
+    out = bytearray(data[: K["CT_HEADER_SIZE"]])
+    events: list[tuple] = []
+    end = None
+
+    def put(rec: bytes) -> None:
+        rest = chunk - len(out) % chunk
+        if len(rec) > rest:
+            out.extend(hdr.pack(K["CT_REC_MAGIC"], K["CT_REC_PAD"], rest) + bytes(rest - 8))
+        out.extend(rec)
+
+    off = K["CT_HEADER_SIZE"]
+    while off + 8 <= len(data):
+        magic, rtype, size = hdr.unpack_from(data, off)
+        if magic != K["CT_REC_MAGIC"] or size < 8:
+            off = (off // chunk + 1) * chunk  # zeros to the end of the chunk
+            continue
+        rec = data[off : off + size]
+        if rtype == K["CT_REC_EVENT"]:
+            events.append(es.unpack_from(rec, 8))
+        elif rtype == K["CT_REC_END"]:
+            end = rec
+        elif rtype != K["CT_REC_PAD"]:
+            put(rec)
+        off += size
+    ths = list(threads(events))
+    n = len(events)
+    nthreads = max([t & 0x7FFFFFFF for t in ths], default=0) + 1
+    ffi, lib = native.tools()
+    raw = bytearray(es.size * max(n, 1))
+    for k, e in enumerate(events):
+        es.pack_into(raw, k * es.size, *e)
+    state = ffi.new("uint8_t[]", max(lib.ct_ceblock_state_size(nthreads), 1))
+    cap = n * 160 + (4 << 20)
+    buf = ffi.new("uint8_t[]", cap)
+    start = len(out)
+    got = lib.ct_ceblock_pack(
+        ffi.from_buffer("struct ct_event[]", raw),
+        n,
+        ffi.new("uint32_t[]", ths or [0]),
+        state,
+        nthreads,
+        start,
+        buf,
+        cap,
+    )
+    assert got != 2**64 - 1
+    blob = ffi.buffer(buf, got)[:]
+    out.extend(blob)
+    blocks = []
+    p = 0
+    while p < len(blob):
+        _m, rtype, size = hdr.unpack_from(blob, p)
+        if rtype == K["CT_REC_CEBLOCK"]:
+            blocks.append((start + p, size))
+        p += size
+    if end is not None:
+        put(end)
+    Path(dst).write_bytes(bytes(out))
+    return blocks
 
 
 def write_run(

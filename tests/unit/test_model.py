@@ -9,6 +9,7 @@ import pytest
 
 from cudatrace.analyze import model as model_mod
 from cudatrace.analyze.model import Groups, build
+from cudatrace.analyze.ranks import alloc_ordinals
 from cudatrace.analyze.trace import C, read_dir
 from support import tracegen as tg
 from support.replay_oracle import BACKENDS, build_with
@@ -573,3 +574,117 @@ def test_an_exit_goes_before_an_allocation_at_the_same_time(tmp_path, backend):
     b.close(end_ts=ts(9))
     m = model_of(tmp_path, backend)
     assert m.peak_bytes == 100
+
+
+# ---- event blocks (format version 3) decoded by the replay as it goes (issue 25, item 4) ----
+
+
+def block_threads(rnd: random.Random, events, in_order: bool = True) -> list[int]:
+    """A thread number for each event: in_order, each thread's events in time order (as the
+    shim writes them), now and then a new thread taking an old number (bit 31); else any."""
+    last: dict[int, int] = {}
+    out = []
+    for e in events:
+        if not in_order:
+            out.append(rnd.randrange(3))
+            continue
+        ok = [t for t in range(len(last) + 1) if last.get(t, 0) <= e[0]]
+        t = rnd.choice(ok[:4]) if ok else len(last)
+        new = t in last and rnd.random() < 0.03
+        last[t] = e[0]
+        out.append(t | (1 << 31 if new else 0))
+    return out
+
+
+def blocks_run(tmp_path, seed: int, in_order: bool = True):
+    """random_run (several processes, kills) plus an exec'd image, written twice: as EVENT
+    records (dir 'events') and as the event blocks of several threads (dir 'blocks')."""
+    a, b = tmp_path / "events", tmp_path / "blocks"
+    a.mkdir()
+    b.mkdir()
+    random_run(a, seed)
+    rnd = random.Random(seed)
+    w = tg.TraceWriter(a / "1000.1.ctrace", pid=1000, exec_index=1, start_ns=ts(400))
+    for i in range(60):
+        w.alloc(ts(400 + i), 1000 + i, 0x5000 * (1 + i % 7), device=i % 2)
+        if i % 3 == 0:
+            w.free(ts(400 + i), 0x5000 * (1 + i % 7))
+    w.close(clean=rnd.random() < 0.5)
+    blocks = {}
+    for f in sorted(a.glob("*.ctrace")):
+        blocks[f.name] = tg.rewrite_as_blocks(
+            f, b / f.name, lambda evs: block_threads(rnd, evs, in_order)
+        )
+    return a, b, blocks
+
+
+def _times(m, seed):
+    rnd = random.Random(seed)
+    return [rnd.randrange(m.t0 - MS, m.t_end + MS) for _ in range(5)] + [m.t0, m.t_end]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_blocks_replayed_as_they_decode_match_the_reference(tmp_path, seed):
+    a, b, _ = blocks_run(tmp_path, seed)
+    td = read_dir(b)
+    streamed = [t for t in td.traces if t.n_events]
+    assert streamed and all(t.source_blocks is not None for t in streamed)
+    mc = build_with(td, "c", timeline_buckets=97)
+    assert all(t._raw is None for t in td.traces), "no trace's events were held"
+    mp = build_with(read_dir(b), "python", timeline_buckets=97)  # decodes into tuples
+    times = _times(mc, seed)
+    sc, sp = snapshot(mc, times), snapshot(mp, times)
+    for k in sc:
+        assert sc[k] == sp[k], k
+    assert sc["counts"]["unsorted_traces"] > 0  # threads' blocks are out of time order
+    # the blocks hold the events of the 72-byte records, each once (in another order: the
+    # replay's order within equal times follows the file, so the figures may differ there)
+    ea = {t.path.name: sorted(t.events) for t in read_dir(a).traces}
+    assert {t.path.name: sorted(t.events) for t in read_dir(b).traces} == ea
+    # the ranks' devices of a trace, read from its blocks without holding its events
+    tb = read_dir(b).traces
+    assert [alloc_ordinals(t) for t in tb] == [alloc_ordinals(t) for t in read_dir(a).traces]
+    assert all(t._raw is None for t in tb)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_threads_out_of_order_are_replayed_from_an_array(tmp_path, seed):
+    _, b, _ = blocks_run(tmp_path, seed, in_order=False)
+    td = read_dir(b)
+    assert any(t.source_blocks is None and t.n_events for t in td.traces)
+    mc = build_with(td, "c", timeline_buckets=97)
+    mp = build_with(read_dir(b), "python", timeline_buckets=97)
+    times = _times(mc, seed)
+    sc, sp = snapshot(mc, times), snapshot(mp, times)
+    for k in sc:
+        assert sc[k] == sp[k], k
+
+
+def test_damaged_blocks_decode_in_the_replay_as_in_the_scan(tmp_path):
+    # one block gone (zeros: the thread's later blocks cannot be placed, unless a new thread
+    # starts) and blocks cut inside their last event (the rest of each block skipped): the
+    # replay's streams must skip exactly what the scan skipped
+    _, b, blocks = blocks_run(tmp_path, 3)
+    name = max(blocks, key=lambda n: len(blocks[n]))
+    path = b / name
+    data = bytearray(path.read_bytes())
+    pos = blocks[name]
+    assert len(pos) >= 8
+    off, size = pos[2]
+    data[off : off + size] = bytes(size)
+    for off, _size in pos[4::3]:
+        used = int.from_bytes(data[off + 8 : off + 12], "little")
+        if used > 1:
+            data[off + 8 : off + 12] = (used - 1).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    td = read_dir(b)
+    t = next(t for t in td.traces if t.path.name == name)
+    assert t.bad_events > 0 and t.gaps > 0
+    assert t.source_blocks is not None
+    mc = build_with(td, "c", timeline_buckets=97)
+    mp = build_with(read_dir(b), "python", timeline_buckets=97)
+    assert mc.n_events == sum(x.n_events for x in td.traces)
+    times = _times(mc, 3)
+    sc, sp = snapshot(mc, times), snapshot(mp, times)
+    for k in sc:
+        assert sc[k] == sp[k], k
