@@ -276,7 +276,10 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     if (n > 0)
         ct_deny_describe(ips, n, site, sizeof site);
     else
-        ct_strlcpy(site, "unknown call site (stacks off: --stack-depth 0)", sizeof site);
+        ct_strlcpy(site,
+                   ct_cfg.stack_depth > 0 ? "unknown call site (its stack could not be read)"
+                                          : "unknown call site (stacks off: --stack-depth 0)",
+                   sizeof site);
     parts[0] = 0;
     in_use_parts(parts, sizeof parts, c->dev < 0 ? 0 : c->dev, in_use, limit);
     size_t l = ct_strlcpy(line, "cudatrace: budget exceeded: ", sizeof line);

@@ -48,6 +48,7 @@ def test_peak_is_what_the_device_held(ct, sim, shape):
     rep = _peak(ct, r.out)
     assert rep["peak_bytes"] == hwm, rep["peak_bytes"]
     assert rep["end_bytes"] >= device_peak  # never freed: each process's leak, at its end
+    validate(rep)  # every shape's document, an exec'd image's process status included
 
 
 @pytest.mark.parametrize("mode", ["full", "aggregate"])
