@@ -307,7 +307,10 @@ def read_trace(path: str | os.PathLike) -> Trace:
             raise TraceError(f"{path}: cannot map {size} bytes")
     finally:
         os.close(fd)
-    mapping = ffi.gc(ffi.cast("uint8_t *", ptr), lambda p: lib.ct_unmap(p, size), size)
+    # the destructor runs inside a garbage collection, which may come while cffi holds its own
+    # lock (parsing a type): it must not look a function up in lib then (that takes the lock)
+    unmap = lib.ct_unmap
+    mapping = ffi.gc(ffi.cast("uint8_t *", ptr), lambda p: unmap(p, size), size)
     data = ffi.buffer(mapping, size)
     try:
         whole = _unseal(path, data)
