@@ -205,6 +205,51 @@ static inline uint8_t *ct_ce_encode_fields(const struct ct_ce_ctx *c, const stru
     return p;
 }
 
+/* The common case of a repeated call site, encoded and committed at once: e equals the
+ * reference of its API and op in every field but the time and the address, and its time does not
+ * go back. The bytes are those ct_ce_encode_fields writes for it, and the context ends as
+ * ct_ce_commit leaves it (only the time, the address and seq move), without the copy of the
+ * whole event. Returns the end, or NULL when the case does not apply (nothing is changed). */
+static inline uint8_t *ct_ce_encode_repeat(struct ct_ce_ctx *c, const struct ct_event *e,
+                                           uint8_t *p)
+{
+    if (!c->started || e->ts_ns < c->ts)
+        return NULL;
+    uint32_t ref = ct_ce_ref(c, e);
+    struct ct_event *pv = &c->prev[ref];
+    uint64_t diff = (ct_ce_w(e, 8) ^ ct_ce_w(pv, 8)) | (ct_ce_w(e, 24) ^ ct_ce_w(pv, 24)) |
+                    (ct_ce_w(e, 32) ^ ct_ce_w(pv, 32)) | (ct_ce_w(e, 40) ^ ct_ce_w(pv, 40)) |
+                    (ct_ce_w(e, 48) ^ ct_ce_w(pv, 48)) | (ct_ce_w(e, 56) ^ ct_ce_w(pv, 56)) |
+                    (uint64_t)(e->reserved ^ pv->reserved) | (uint64_t)(e->tid ^ c->tid);
+    if (diff) /* a field changed, or no reference of this API and op yet */
+        return NULL;
+    uint32_t mask = 0, aref = 0;
+    if (e->addr != pv->addr) {
+        mask = CT_CE_ADDR;
+        if (e->addr && !ct_ce_allocates(e->op)) {
+            for (uint32_t k = 0; k < CT_CE_REFS; k++) {
+                if (ct_ce_allocates(c->prev[k].op) && c->prev[k].addr == e->addr) {
+                    mask = CT_CE_ADDR_REF;
+                    aref = k;
+                    break;
+                }
+            }
+        }
+    }
+    *p++ = (uint8_t)((e->op & 0xf) | ref << 4);
+    *p++ = (uint8_t)mask; /* below 128: one byte */
+    p = ct_ce_put(p, e->ts_ns - c->ts);
+    if (mask == CT_CE_ADDR_REF)
+        *p++ = (uint8_t)aref;
+    else if (mask == CT_CE_ADDR)
+        p = ct_ce_put(p, ct_ce_zz((int64_t)(e->addr - pv->addr)));
+    c->ts = e->ts_ns;
+    c->seq++;
+    pv->ts_ns = e->ts_ns;
+    pv->addr = e->addr;
+    return p;
+}
+
 /* Encode e (of thread number `thread`, whose context is c) into body as a CEVENT body; returns
  * its length and the reference used (*refp). The context is NOT updated: call
  * ct_ce_commit(c, e, *refp) once the record is written. */
@@ -227,6 +272,20 @@ static inline void ct_ce_commit(struct ct_ce_ctx *c, const struct ct_event *e, u
     if (ref == c->next % CT_CE_REFS && (c->prev[ref].api != e->api || c->prev[ref].op != e->op))
         c->next++;
     c->prev[ref] = *e;
+}
+
+/* Encode e into a block at p and commit it to c (the writer's way, native/shim/events.c, and
+ * the test packer's, native/reader/cpack.c): the repeated site's short path, else the general
+ * one. Returns the end. The caller has made room for CT_CE_MAX_BODY bytes. */
+static inline uint8_t *ct_ce_write(struct ct_ce_ctx *c, const struct ct_event *e, uint8_t *p)
+{
+    uint8_t *end = ct_ce_encode_repeat(c, e, p);
+    if (end)
+        return end;
+    uint32_t ref;
+    end = ct_ce_encode_fields(c, e, p, &ref);
+    ct_ce_commit(c, e, ref);
+    return end;
 }
 
 /* ---- decoding ---- */

@@ -123,12 +123,10 @@ uint64_t ct_ceblock_pack(const struct ct_event *events, uint64_t n, const uint32
                 goto fail;
         }
         uint8_t *blk = out + open[th] - 1;
-        uint32_t ref;
         uint8_t *at = blk + CB_HEAD + used[th];
-        uint8_t *end = ct_ce_encode_fields(&t->ctx, &events[i], at, &ref);
+        uint8_t *end = ct_ce_write(&t->ctx, &events[i], at); /* as the shim writes */
         used[th] += (uint32_t)(end - at);
         memcpy(blk + sizeof(struct ct_rec_hdr), &used[th], 4);
-        ct_ce_commit(&t->ctx, &events[i], ref);
         t->count++;
     }
     free(open);

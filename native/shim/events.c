@@ -5,8 +5,8 @@
  * Each thread keeps the context its records are encoded against (its number in the file, its
  * last time and its last event of each class), in thread-local storage. A new file (the first
  * one, or a child's after fork) renumbers the threads: the writer's generation tells a thread
- * its context is stale. The context moves on only once a record is published, so a record the
- * writer could not place leaves the encoding of the next one right.
+ * its context is stale. The context moves on only with a record placed in the thread's block,
+ * so a record the writer could not place leaves the encoding of the next one right.
  *
  * Thread numbers are small and reused: a thread takes the first free one of SMALL_NUMBERS (a
  * slot holds the generation that took it; any other value is free) and gives it back when it
@@ -102,13 +102,13 @@ int ct_event_write(const struct ct_event *e)
     }
     if (__builtin_expect(tw.room - tw.used < CT_CE_MAX_BODY, 0) && !next_block())
         return 0;
-    uint32_t ref;
     uint8_t *at = tw.block.p + BLOCK_HEAD + tw.used;
-    uint8_t *end = ct_ce_encode_fields(&tw.ctx, e, at, &ref);
+    /* the context moves on before the store that publishes the event: it is this thread's
+     * alone, and the block has room, so the event is published */
+    uint8_t *end = ct_ce_write(&tw.ctx, e, at);
     tw.used += (uint32_t)(end - at);
     struct ct_rec_ceblock *bh = (struct ct_rec_ceblock *)(tw.block.p + sizeof(struct ct_rec_hdr));
     __atomic_store_n(&bh->used, tw.used, __ATOMIC_RELEASE);
-    ct_ce_commit(&tw.ctx, e, ref);
     tw.count++;
     return 1;
 }

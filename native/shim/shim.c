@@ -394,8 +394,8 @@ static int ct_pre(struct ct_call *c)
     return 0;
 }
 
-/* after the real call: settle the budget (with one), then the event */
-static void ct_post(struct ct_call *c)
+/* after the real call, with a budget: settle it (kept apart: the common path has none) */
+__attribute__((noinline)) static void post_budget(struct ct_call *c)
 {
     ct_ledger *ledger = ct_budget_ledger;
     if (c->op == CT_OP_ALLOC && c->held) {
@@ -422,6 +422,13 @@ static void ct_post(struct ct_call *c)
     } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
         ct_budget_unmap(c->addr, c->size);
     }
+}
+
+/* after the real call: settle the budget (with one), the live counters, then the event */
+static void ct_post(struct ct_call *c)
+{
+    if (__builtin_expect(c->held || ct_budget_ledger, 0))
+        post_budget(c);
     if (c->op == CT_OP_ALLOC) { /* the live counters (live.c): what the program can read */
         if (c->dev < 0)
             c->dev = current_device();
