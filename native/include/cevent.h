@@ -114,6 +114,33 @@ static inline uint8_t *ct_ce_put(uint8_t *p, uint64_t v)
 static inline uint64_t ct_ce_zz(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
 static inline int64_t ct_ce_unzz(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
 
+/* nonzero when e differs from its reference pv (or the thread's tid) in a field other than the
+ * time and the address: a few word compares instead of one per field */
+static inline uint64_t ct_ce_diff(const struct ct_ce_ctx *c, const struct ct_event *e,
+                                  const struct ct_event *pv)
+{
+    return (ct_ce_w(e, 8) ^ ct_ce_w(pv, 8)) | (ct_ce_w(e, 24) ^ ct_ce_w(pv, 24)) |
+           (ct_ce_w(e, 32) ^ ct_ce_w(pv, 32)) | (ct_ce_w(e, 40) ^ ct_ce_w(pv, 40)) |
+           (ct_ce_w(e, 48) ^ ct_ce_w(pv, 48)) | (ct_ce_w(e, 56) ^ ct_ce_w(pv, 56)) |
+           (uint64_t)(e->reserved ^ pv->reserved) | (uint64_t)(e->tid ^ c->tid);
+}
+
+/* the address's mask bits against reference pv: CT_CE_ADDR, or CT_CE_ADDR_REF with *aref the
+ * reference that allocated it (the common free), or 0 when it is pv's */
+static inline uint32_t ct_ce_addr_mask(const struct ct_ce_ctx *c, const struct ct_event *e,
+                                       const struct ct_event *pv, uint32_t *aref)
+{
+    if (e->addr == pv->addr)
+        return 0;
+    if (e->addr && !ct_ce_allocates(e->op))
+        for (uint32_t k = 0; k < CT_CE_REFS; k++)
+            if (ct_ce_allocates(c->prev[k].op) && c->prev[k].addr == e->addr) {
+                *aref = k;
+                return CT_CE_ADDR_REF;
+            }
+    return CT_CE_ADDR;
+}
+
 /* Encode e's op, reference, mask, time and fields (everything after thread and seq) at p;
  * returns the end. *refp: the reference used. The context is NOT updated. */
 static inline uint8_t *ct_ce_encode_fields(const struct ct_ce_ctx *c, const struct ct_event *e,
@@ -125,22 +152,8 @@ static inline uint8_t *ct_ce_encode_fields(const struct ct_ce_ctx *c, const stru
     uint32_t mask = c->started ? 0 : CT_CE_START;
     /* the common case (a repeated call site): every field but the time and the address equal
      * the reference's, found with a few word compares instead of one per field */
-    uint64_t diff = (ct_ce_w(e, 8) ^ ct_ce_w(pv, 8)) | (ct_ce_w(e, 24) ^ ct_ce_w(pv, 24)) |
-                    (ct_ce_w(e, 32) ^ ct_ce_w(pv, 32)) | (ct_ce_w(e, 40) ^ ct_ce_w(pv, 40)) |
-                    (ct_ce_w(e, 48) ^ ct_ce_w(pv, 48)) | (ct_ce_w(e, 56) ^ ct_ce_w(pv, 56)) |
-                    (uint64_t)(e->reserved ^ pv->reserved) | (uint64_t)(e->tid ^ c->tid) | mask;
-    if (e->addr != pv->addr) {
-        mask |= CT_CE_ADDR;
-        if (e->addr && !ct_ce_allocates(e->op)) {
-            for (uint32_t k = 0; k < CT_CE_REFS; k++) {
-                if (ct_ce_allocates(c->prev[k].op) && c->prev[k].addr == e->addr) {
-                    mask ^= CT_CE_ADDR | CT_CE_ADDR_REF;
-                    aref = k;
-                    break;
-                }
-            }
-        }
-    }
+    uint64_t diff = ct_ce_diff(c, e, pv) | mask;
+    mask |= ct_ce_addr_mask(c, e, pv, &aref);
     if (__builtin_expect(diff != 0, 0)) {
         if (e->size != pv->size)
             mask |= CT_CE_SIZE;
@@ -217,25 +230,9 @@ static inline uint8_t *ct_ce_encode_repeat(struct ct_ce_ctx *c, const struct ct_
         return NULL;
     uint32_t ref = ct_ce_ref(c, e);
     struct ct_event *pv = &c->prev[ref];
-    uint64_t diff = (ct_ce_w(e, 8) ^ ct_ce_w(pv, 8)) | (ct_ce_w(e, 24) ^ ct_ce_w(pv, 24)) |
-                    (ct_ce_w(e, 32) ^ ct_ce_w(pv, 32)) | (ct_ce_w(e, 40) ^ ct_ce_w(pv, 40)) |
-                    (ct_ce_w(e, 48) ^ ct_ce_w(pv, 48)) | (ct_ce_w(e, 56) ^ ct_ce_w(pv, 56)) |
-                    (uint64_t)(e->reserved ^ pv->reserved) | (uint64_t)(e->tid ^ c->tid);
-    if (diff) /* a field changed, or no reference of this API and op yet */
+    if (ct_ce_diff(c, e, pv)) /* a field changed, or no reference of this API and op yet */
         return NULL;
-    uint32_t mask = 0, aref = 0;
-    if (e->addr != pv->addr) {
-        mask = CT_CE_ADDR;
-        if (e->addr && !ct_ce_allocates(e->op)) {
-            for (uint32_t k = 0; k < CT_CE_REFS; k++) {
-                if (ct_ce_allocates(c->prev[k].op) && c->prev[k].addr == e->addr) {
-                    mask = CT_CE_ADDR_REF;
-                    aref = k;
-                    break;
-                }
-            }
-        }
-    }
+    uint32_t aref = 0, mask = ct_ce_addr_mask(c, e, pv, &aref);
     *p++ = (uint8_t)((e->op & 0xf) | ref << 4);
     *p++ = (uint8_t)mask; /* below 128: one byte */
     p = ct_ce_put(p, e->ts_ns - c->ts);

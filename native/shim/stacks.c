@@ -228,8 +228,7 @@ uint32_t ct_stack_capture(const struct ct_caller *from)
 {
     int depth = ct_cfg.stack_depth;
     if (from && from->sp && depth > 0 && tcache && !verify_stacks && ct_writer_generation() &&
-        !__atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE) &&
-        !__atomic_load_n(&ct_py_modules_dirty, __ATOMIC_RELAXED)) {
+        !ct_py_maybe()) {
         const uintptr_t *walked;
         uint64_t *tag;
         uintptr_t start[3] = {from->ra, from->sp, from->fp};

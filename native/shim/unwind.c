@@ -742,22 +742,31 @@ static inline int memo_hit(const struct memo *m)
     return 1;
 }
 
+/* the memo of an identical earlier walk from (ra, sp, fp) of max frames, every word it read
+ * re-checked; NULL: none */
+static inline const struct memo *memo_find(const struct uw_thread *t, uintptr_t ra, uintptr_t sp,
+                                           uintptr_t fp, int max)
+{
+    for (int w = 0; w < MEMO_WAYS; w++) {
+        const struct memo *m = &t->memo[w];
+        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
+            m->max == max && m->gen == t->gen && memo_hit(m))
+            return m;
+    }
+    return NULL;
+}
+
 int ct_uw_recall(const uintptr_t *start, int max, const uintptr_t **out, uint64_t **tag)
 {
     struct uw_thread *t = uwt;
     if (!t || t->gen != __atomic_load_n(&uw_generation, __ATOMIC_ACQUIRE))
         return -1;
-    uintptr_t ra = strip_pac(start[0]), sp = start[1], fp = start[2];
-    for (int w = 0; w < MEMO_WAYS; w++) {
-        const struct memo *m = &t->memo[w];
-        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
-            m->max == max && m->gen == t->gen && memo_hit(m)) {
-            *out = m->ips;
-            *tag = (uint64_t *)&m->tag;
-            return m->n;
-        }
-    }
-    return -1;
+    const struct memo *m = memo_find(t, strip_pac(start[0]), start[1], start[2], max);
+    if (!m)
+        return -1;
+    *out = m->ips;
+    *tag = (uint64_t *)&m->tag;
+    return m->n;
 }
 
 __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips, int max,
@@ -775,14 +784,11 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
     } else
         ct_uw_regs(regs);
     uintptr_t ra = regs[0], sp = regs[1], fp = regs[2], sp0 = regs[1];
-    for (int w = 0; w < MEMO_WAYS; w++) {
-        struct memo *m = &t->memo[w];
-        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
-            m->max == max && m->gen == t->gen && memo_hit(m)) {
-            *out = m->ips;
-            *tag = &m->tag;
-            return m->n;
-        }
+    const struct memo *hit = memo_find(t, ra, sp, fp, max);
+    if (hit) {
+        *out = hit->ips;
+        *tag = (uint64_t *)&hit->tag;
+        return hit->n;
     }
     struct memo *m = &t->memo[t->memo_next++ % MEMO_WAYS];
     m->n = -1;
