@@ -691,7 +691,7 @@ def _observed_json(a: Analysis, mom: dict, device: int | None) -> dict:
         mom["ts_ns"]
         if mom["kind"] == "peak" and mom["ts_ns"] is not None
         else (m.peak_ts if m.found else m.t0),
-        lambda times: m.bytes_at(times, device),
+        lambda lo, hi: m.bytes_max(lo, hi, device),
         a.start_ns,
         device,
     )

@@ -459,6 +459,18 @@ class _CReplay:
         self.lib.ct_replay_bytes_at(self.h, ts, n, self._dev(device), out)
         return list(self.ffi.unpack(out, n))
 
+    def bytes_max(self, lo: list[int], hi: list[int], device=None) -> list[int]:
+        n = len(lo)
+        if not n:
+            return []
+        clamp = [max(0, min(int(t), NONE64)) for t in lo + hi]
+        a = self.ffi.new("uint64_t[]", clamp[:n])
+        b = self.ffi.new("uint64_t[]", clamp[n:])
+        out = self.ffi.new("uint64_t[]", n)
+        if self.lib.ct_replay_bytes_max(self.h, a, b, n, self._dev(device), out) < 0:
+            raise MemoryError("the traced bytes over the samples' windows ran out of memory")
+        return list(self.ffi.unpack(out, n))
+
     def all(self) -> list[Alloc]:
         n = self.lib.ct_replay_all(self.h, self.ffi.NULL, 0)
         buf = self.ffi.new("struct ct_live[]", max(n, 1))
@@ -585,6 +597,16 @@ class Model:
     def bytes_at(self, times: list[int], device: int | None = None) -> list[int]:
         """Traced live bytes at each of the given monotonic times (ascending)."""
         return self.backend.bytes_at(list(times), device)
+
+    def bytes_max(self, lo: list[int], hi: list[int], device: int | None = None) -> list[int]:
+        """The most traced bytes live at any one moment of each window [lo[k], hi[k]] (lo and
+        hi each ascending, equal lengths): what the trace held while a reading made somewhere in
+        the window was taken."""
+        if len(lo) != len(hi):
+            raise ValueError("bytes_max: %d window starts, %d ends" % (len(lo), len(hi)))
+        if any(a > b for a, b in zip(lo, lo[1:])) or any(a > b for a, b in zip(hi, hi[1:])):
+            raise ValueError("bytes_max: the windows' starts and ends must each ascend")
+        return self.backend.bytes_max(list(lo), list(hi), device)
 
     def lifetimes(self) -> list[Alloc]:
         """Every device allocation of the run, with end_ts (None: never freed)."""

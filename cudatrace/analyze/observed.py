@@ -15,12 +15,38 @@ from typing import Callable
 
 from .trace import TraceDir
 
+# An event's time can trail or lead the driver's own bookkeeping by the wrapper's few
+# microseconds (an allocation is stamped after the driver returns, a free before it calls), more
+# when the thread is preempted: a reading is set beside this much more of the trace either side.
+SLACK_NS = 2_000_000
+
+
+def _read_windows(samples: list[dict], ts: list[int]) -> tuple[list[int], list[int]]:
+    """Per sample, the span within which NVML was read: its "nvml_t" pair widened by SLACK_NS,
+    or the sample's time alone (samplers before round 3 did not record one). Starts and ends
+    each ascend (an end never earlier than the one before: a window only widens)."""
+    lo: list[int] = []
+    hi: list[int] = []
+    for s, t in zip(samples, ts):
+        w = s.get("nvml_t")
+        ok = (
+            isinstance(w, list)
+            and len(w) == 2
+            and all(isinstance(x, int) for x in w)
+            and t <= w[0] <= w[1]
+        )
+        a, b = (w[0] - SLACK_NS, w[1] + SLACK_NS) if ok else (t, t)
+        lo.append(max(a, lo[-1]) if lo else a)
+        hi.append(max(b, hi[-1]) if hi else b)
+    return lo, hi
+
 
 class Observed:
     def __init__(self, td: TraceDir):
         self.samples = td.samples()
         self.samples.sort(key=lambda s: s.get("t", 0))
         self.ts = [s.get("t", 0) for s in self.samples]
+        self.windows = _read_windows(self.samples, self.ts)
         self.sampler = td.run.get("sampler", {}) or {}
         self.has_run = bool(td.run)
         self.several_dirs = len(td.dirs) > 1  # a run of many ranks (docs/ranks.md)
@@ -127,14 +153,16 @@ class Observed:
     def compare(
         self,
         peak_ts: int,
-        traced_at: Callable[[list], list],
+        traced_max: Callable[[list[int], list[int]], list[int]],
         start_ns: int,
         device: int | None = None,
     ) -> dict:
         """Traced versus observed near the peak and over the run.
 
-        traced_at(times) gives the traced live bytes at each sample's time, so every observed
-        figure is set beside what the trace held at that very moment."""
+        traced_max(lo, hi) gives the most traced live bytes at any one moment of each window
+        [lo[k], hi[k]] (Model.bytes_max): every observed figure is set beside what the trace
+        held while NVML was being read, so a reading made while an allocation was on its way
+        through the wrapper never counts that allocation as untraced."""
 
         def sec(ts):
             return round((ts - start_ns) / 1e9, 6)
@@ -155,7 +183,7 @@ class Observed:
         }
         if not self.samples:
             return out
-        traced = list(traced_at(self.ts))
+        traced = list(traced_max(*self.windows))
         live = [k for k, v in enumerate(traced) if v > 0]
         out["overlap"] = bool(live)
         out["baseline"] = base = self._baseline(device, sec)

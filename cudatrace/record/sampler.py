@@ -159,6 +159,7 @@ class Sampler(threading.Thread):
                     "mem_free": mi.get("MemFree"),
                     "tree_rss": rss_of(pids),
                 }
+                t_read = time.monotonic_ns()  # NVML is read after the rest of the sample
                 devs = nvml.memory() if nvml.available else []
                 if not any("used" in d for d in devs):
                     # no device figures (integrated devices: NVML says NOT_SUPPORTED): device
@@ -171,6 +172,8 @@ class Sampler(threading.Thread):
                     s["tree_device_bytes"] = {
                         str(d): sum(b for p, b in m.items() if p in tree) for d, m in procs.items()
                     }
+                    # when NVML was read: what it saw is set beside the trace over this window
+                    s["nvml_t"] = [t_read, time.monotonic_ns()]
                 log.add(s)
                 self.count += 1
                 if self._halt.wait(max(0.0, self.interval - (time.monotonic() - t0))):

@@ -183,6 +183,12 @@ uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32
  * on one device or any: out[k] for ts[k]. One pass over the lifetimes. */
 void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int32_t device,
                         uint64_t *out);
+/* the most traced bytes live at any one moment of each window [lo[k], hi[k]] (lo and hi each
+ * ascending; a moment counts what ct_replay_bytes_at would at it), on one device or any: what
+ * the trace held while an outside reading (NVML) taken somewhere in the window was made.
+ * lo == hi gives ct_replay_bytes_at. Returns 0, or -1 when out of memory (out all zero). */
+int32_t ct_replay_bytes_max(const ct_replay *r, const uint64_t *lo, const uint64_t *hi, uint64_t n,
+                            int32_t device, uint64_t *out);
 /* every device allocation, freed or not (lifetimes) */
 uint64_t ct_replay_all(const ct_replay *r, struct ct_live *out, uint64_t max);
 /* distinct (trace, stack) pairs of device allocations with their totals over the run; returns

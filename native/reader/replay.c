@@ -1750,3 +1750,93 @@ void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int3
     }
     free(d);
 }
+
+/* a change of the traced bytes: +size at an allocation's time, -size at its end */
+struct step {
+    uint64_t ts;
+    int64_t d;
+};
+
+static int step_cmp(const void *a, const void *b)
+{
+    const struct step *x = a, *y = b;
+    if (x->ts != y->ts)
+        return x->ts < y->ts ? -1 : 1;
+    return (x->d > 0) - (y->d > 0); /* at one time, the ends first: never a false maximum */
+}
+
+/* whether t falls in some window (lo[k], hi[k]] (lo and hi ascending) */
+static int in_window(const uint64_t *lo, const uint64_t *hi, uint64_t n, uint64_t t)
+{
+    uint64_t k = lower_bound(hi, n, t);
+    return k < n && lo[k] < t;
+}
+
+struct steps {
+    struct step *p;
+    uint64_t n, cap;
+};
+
+static int steps_add(struct steps *s, uint64_t ts, int64_t d)
+{
+    if (s->n == s->cap) {
+        uint64_t cap = s->cap ? 2 * s->cap : 256;
+        struct step *p = realloc(s->p, cap * sizeof *p);
+        if (!p)
+            return 0;
+        s->p = p;
+        s->cap = cap;
+    }
+    s->p[s->n++] = (struct step){ts, d};
+    return 1;
+}
+
+/* the changes that fall inside some window, in time order */
+static int window_steps(const ct_replay *r, const uint64_t *lo, const uint64_t *hi, uint64_t n,
+                        int32_t device, struct steps *s)
+{
+    const struct life *lv = r->lives.p;
+    for (uint64_t i = 0; i < r->lives.n; i++) {
+        const struct life *L = &lv[i];
+        if (!on_device(r, L, device))
+            continue;
+        if (in_window(lo, hi, n, L->ts) && !steps_add(s, L->ts, (int64_t)L->size))
+            return 0;
+        if (L->end_ts != NONE64 && in_window(lo, hi, n, L->end_ts) &&
+            !steps_add(s, L->end_ts, -(int64_t)L->size))
+            return 0;
+    }
+    if (s->n)
+        qsort(s->p, s->n, sizeof *s->p, step_cmp);
+    return 1;
+}
+
+int32_t ct_replay_bytes_max(const ct_replay *r, const uint64_t *lo, const uint64_t *hi, uint64_t n,
+                            int32_t device, uint64_t *out)
+{
+    if (!out)
+        return 0;
+    ct_replay_bytes_at(r, lo, n, device, out); /* each window's first moment */
+    if (!r || !n || !lo || !hi)
+        return 0;
+    struct steps s = {NULL, 0, 0};
+    if (!window_steps(r, lo, hi, n, device, &s)) {
+        free(s.p);
+        memset(out, 0, n * sizeof *out);
+        return -1;
+    }
+    uint64_t j = 0;
+    for (uint64_t k = 0; k < n; k++) {
+        while (j < s.n && s.p[j].ts <= lo[k])
+            j++;
+        int64_t v = (int64_t)out[k], best = v;
+        for (uint64_t i = j; i < s.n && s.p[i].ts <= hi[k]; i++) {
+            v += s.p[i].d;
+            if ((i + 1 == s.n || s.p[i + 1].ts != s.p[i].ts) && v > best)
+                best = v;
+        }
+        out[k] = (uint64_t)best;
+    }
+    free(s.p);
+    return 0;
+}

@@ -437,6 +437,20 @@ class PyReplay:
     def bytes_at(self, times: list[int], device=None) -> list[int]:
         return [self.live_bytes(True, t, device)[0] for t in times]
 
+    def bytes_max(self, lo: list[int], hi: list[int], device=None) -> list[int]:
+        # every moment where the bytes can change: the window's start and each event inside
+        moments = sorted(
+            {self.traces[L[0]].events[L[1]][TS] for L in self.lives}
+            | {L[4] for L in self.lives if L[4] != NONE64}
+        )
+        return [
+            max(
+                self.live_bytes(True, t, device)[0]
+                for t in [a] + [m for m in moments if a < m <= b]
+            )
+            for a, b in zip(lo, hi)
+        ]
+
     def listed(self, which: str) -> list[Alloc]:
         return [self._alloc(L) for L in self.lists[which]]
 

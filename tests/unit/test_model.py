@@ -74,6 +74,15 @@ def test_interleaved_frees(tmp_path, backend):
         350,
         350,
     ]
+    # the most live at one moment of a window (what an NVML reading inside it could see)
+    lo = [ts(0), ts(2.5), ts(3), ts(5.5), ts(7)]
+    hi = [ts(0.5), ts(4.5), ts(5), ts(6), ts(7)]
+    assert m.bytes_max(lo, hi) == [0, 300, 550, 550, 350]
+    assert m.bytes_max([ts(3)], [ts(4.5)]) == [250]
+    assert m.bytes_max([ts(1), ts(3)], [ts(1), ts(3)]) == m.bytes_at([ts(1), ts(3)])
+    for bad in (([ts(1)], []), ([ts(2), ts(1)], [ts(3)] * 2), ([ts(1)] * 2, [ts(3), ts(2)])):
+        with pytest.raises(ValueError):
+            m.bytes_max(*bad)
     # lifetimes
     life = {a.size: a.end_ts for a in m.lifetimes()}
     assert life == {100: ts(3), 200: ts(6), 50: ts(1000), 300: ts(1000)}  # ended with it
@@ -491,6 +500,13 @@ def snapshot(m, ts_list):
         "gend": m.groups_at_end().plain(),
     }
     out["bytes_at"] = m.bytes_at(sorted(ts_list))
+    lo = sorted(ts_list)
+    hi = []
+    for k, t in enumerate(lo):  # windows of a few widths, their ends ascending too
+        hi.append(max(hi[-1] if hi else 0, t + (k % 3) * 7 * MS))
+    out["bytes_max"] = m.bytes_max(lo, hi)
+    for d in m.device_peaks:
+        out["bytes_max%d" % d] = m.bytes_max(lo, hi, d)
     for d in m.device_peaks:
         out["bytes_at%d" % d] = m.bytes_at(sorted(ts_list), d)
     for t in ts_list:
@@ -688,3 +704,18 @@ def test_damaged_blocks_decode_in_the_replay_as_in_the_scan(tmp_path):
     sc, sp = snapshot(mc, times), snapshot(mp, times)
     for k in sc:
         assert sc[k] == sp[k], k
+
+
+def test_bytes_max_sees_no_moment_that_never_was(tmp_path, backend):
+    # a free and an allocation at one time: the bytes never held both
+    w = write(tmp_path)
+    w.alloc(ts(1), 100, 0xA000)
+    w.free(ts(2), 0xA000)
+    w.alloc(ts(2), 300, 0xB000)
+    w.alloc(ts(4), 50, 0xC000)
+    w.free(ts(4.5), 0xC000)
+    w.close(end_ts=ts(10))
+    m = model_of(tmp_path, backend)
+    assert m.bytes_max([ts(1.5), ts(3), ts(4.2)], [ts(2.5), ts(4.2), ts(5)]) == [300, 350, 350]
+    # windows that overlap: each is its own maximum
+    assert m.bytes_max([ts(0), ts(4.6)], [ts(4.6), ts(9)]) == [350, 300]

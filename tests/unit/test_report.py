@@ -652,3 +652,43 @@ def test_nearest_sample_with_memory_live(tmp_path, fake_sym):
     near = r["observed"]["near_peak"]
     assert near["offset_ms"] == 150.0 and near["traced_bytes"] == GiB
     assert near["untraced_bytes"] == 300 * MiB and "nearest that did" in near["note"]
+
+
+def test_a_reading_racing_the_wrapper_is_not_untraced(tmp_path, fake_sym):
+    # NVML counts an allocation from inside the driver call, the trace from when the wrapper
+    # stamps it (after the call; a free before it): a reading made in between must not count
+    # the allocation as untraced. The context (300 MiB) is what is untraced throughout.
+    ms = tg.MS
+    samples = [
+        # t before the allocation's stamp (100 ms); NVML read at 99-101 ms already saw it
+        dict(
+            tg.sample(tg.BASE_TS + 95 * ms, tree={0: GiB + 300 * MiB}, used=2 * GiB),
+            nvml_t=[tg.BASE_TS + 99 * ms, tg.BASE_TS + 101 * ms],
+        ),
+        dict(
+            tg.sample(tg.BASE_TS + 200 * ms, tree={0: GiB + 300 * MiB}, used=2 * GiB),
+            nvml_t=[tg.BASE_TS + 200 * ms, tg.BASE_TS + 201 * ms],
+        ),
+        # stamped freed at 300 ms, the driver still held it when NVML was read at 300.5 ms
+        dict(
+            tg.sample(tg.BASE_TS + 300 * ms + ms // 4, tree={0: GiB + 300 * MiB}, used=2 * GiB),
+            nvml_t=[tg.BASE_TS + 300 * ms + ms // 2, tg.BASE_TS + 300 * ms + ms // 2],
+        ),
+        dict(
+            tg.sample(tg.BASE_TS + 400 * ms, tree={0: 300 * MiB}, used=GiB),
+            nvml_t=[tg.BASE_TS + 400 * ms, tg.BASE_TS + 401 * ms],
+        ),
+    ]
+    _small_run(tmp_path, samples)
+    o = report_json(tmp_path, fake_sym)["observed"]
+    assert o["max"]["untraced_max_bytes"] == 300 * MiB
+    assert o["max"]["untraced_bytes"] == 300 * MiB
+    assert o["near_peak"]["untraced_bytes"] == 300 * MiB
+    # a sample without nvml_t (an older sampler) is set beside the trace at its own time
+    for s in samples:
+        del s["nvml_t"]
+    old = tmp_path / "old"
+    old.mkdir()
+    _small_run(old, samples)
+    o = report_json(old, fake_sym)["observed"]
+    assert o["max"]["untraced_max_bytes"] == GiB + 300 * MiB
