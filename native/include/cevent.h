@@ -274,15 +274,19 @@ static inline void ct_ce_commit(struct ct_ce_ctx *c, const struct ct_event *e, u
 /* Encode e into a block at p and commit it to c (the writer's way, native/shim/events.c, and
  * the test packer's, native/reader/cpack.c): the repeated site's short path, else the general
  * one. Returns the end. The caller has made room for CT_CE_MAX_BODY bytes. */
+__attribute__((noinline, unused)) static uint8_t *
+ct_ce_write_general(struct ct_ce_ctx *c, const struct ct_event *e, uint8_t *p)
+{
+    uint32_t ref;
+    uint8_t *end = ct_ce_encode_fields(c, e, p, &ref);
+    ct_ce_commit(c, e, ref);
+    return end;
+}
+
 static inline uint8_t *ct_ce_write(struct ct_ce_ctx *c, const struct ct_event *e, uint8_t *p)
 {
     uint8_t *end = ct_ce_encode_repeat(c, e, p);
-    if (end)
-        return end;
-    uint32_t ref;
-    end = ct_ce_encode_fields(c, e, p, &ref);
-    ct_ce_commit(c, e, ref);
-    return end;
+    return __builtin_expect(end != NULL, 1) ? end : ct_ce_write_general(c, e, p);
 }
 
 /* ---- decoding ---- */
