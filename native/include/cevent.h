@@ -271,9 +271,8 @@ static inline void ct_ce_commit(struct ct_ce_ctx *c, const struct ct_event *e, u
     c->prev[ref] = *e;
 }
 
-/* Encode e into a block at p and commit it to c (the writer's way, native/shim/events.c, and
- * the test packer's, native/reader/cpack.c): the repeated site's short path, else the general
- * one. Returns the end. The caller has made room for CT_CE_MAX_BODY bytes. */
+/* the general path of ct_ce_write, out of line: inlined, it made the compiler load every field
+ * of the event before the short path's test (the short path then paid for the general one) */
 __attribute__((noinline, unused)) static uint8_t *
 ct_ce_write_general(struct ct_ce_ctx *c, const struct ct_event *e, uint8_t *p)
 {
@@ -283,6 +282,9 @@ ct_ce_write_general(struct ct_ce_ctx *c, const struct ct_event *e, uint8_t *p)
     return end;
 }
 
+/* Encode e into a block at p and commit it to c (the writer's way, native/shim/events.c, and
+ * the test packer's, native/reader/cpack.c): the repeated site's short path, else the general
+ * one. Returns the end. The caller has made room for CT_CE_MAX_BODY bytes. */
 static inline uint8_t *ct_ce_write(struct ct_ce_ctx *c, const struct ct_event *e, uint8_t *p)
 {
     uint8_t *end = ct_ce_encode_repeat(c, e, p);
