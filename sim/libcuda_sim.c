@@ -24,6 +24,9 @@
  *   CUDASIM_CTX_BYTES=n       bytes a context costs (default 0): charged to the process on a
  *                             device when it first creates/uses a context there, seen by
  *                             meminfo and NVML but by no hooked call (as a real context)
+ *   CUDASIM_CALL_DELAY_US=n   an allocation waits n us before the device takes its memory, a
+ *                             free n us after it gives it back (a real driver's long calls: the
+ *                             moments where a caller's books and the device's disagree)
  *   CUDASIM_MEMINFO=path      integrated devices: a file in /proc/meminfo's format (MemTotal,
  *                             MemFree, MemAvailable) standing for the host's RAM when no device
  *                             memory is used; cuMemGetInfo then answers as a Jetson does:
@@ -70,6 +73,7 @@ int g_integrated;
 static uint64_t g_fail_nth;
 static uint64_t g_alloc_calls;
 static uint64_t g_ctx_bytes;
+static uint64_t g_call_delay_us;
 static int g_strict_ctx;
 static int g_backed;
 int g_initialized; /* cuInit called */
@@ -111,6 +115,7 @@ void sim_setup(void)
     g_integrated = cudasim_env_ull("CUDASIM_INTEGRATED", 0) != 0;
     g_fail_nth = cudasim_env_ull("CUDASIM_FAIL_NTH", 0);
     g_ctx_bytes = cudasim_env_ull("CUDASIM_CTX_BYTES", 0);
+    g_call_delay_us = cudasim_env_ull("CUDASIM_CALL_DELAY_US", 0);
     g_strict_ctx = cudasim_env_ull("CUDASIM_STRICT_CONTEXT", 0) != 0;
     g_backed = cudasim_env_ull("CUDASIM_BACKED", 0) != 0;
     g_st = cudasim_state_open("libcuda_sim");
@@ -419,6 +424,8 @@ CUresult do_alloc(int space, int kind, int dev, uint64_t size, uint64_t charge_b
                   int va32, uint64_t aux, uint64_t *out_key)
 {
     int slotted = 0;
+    if (g_call_delay_us)
+        usleep((useconds_t)g_call_delay_us);
     if (charge_bytes) {
         CUresult r = charge(dev, charge_bytes, &slotted);
         if (r)
@@ -463,6 +470,8 @@ CUresult do_free(int space, uint64_t key, int (*accept)(const struct ent *), str
     tab_unlink(e);
     pthread_mutex_unlock(&g_mu);
     uncharge(e->dev, e->charged, e->slotted);
+    if (g_call_delay_us)
+        usleep((useconds_t)g_call_delay_us);
     if (out)
         *out = *e;
     free(e);

@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -525,16 +526,27 @@ int ct_budget_rejoin(void)
  * and then at most once a second at allocations, it reads NVML's figure for this process
  * (nvmlDeviceGetComputeRunningProcesses_v3) and counts what of it is not counted allocations
  * as the member's context (ct_ledger_set_context: held, never denied, shown apart). No lock is
- * taken: one CAS picks the thread that measures. Where NVML lists no figure for this pid
+ * taken: one CAS picks the thread that measures. A reading is exact only when no budgeted call
+ * of the process is between its ledger change and its driver call's end (ct_budget_inflight);
+ * else it can only read low, and a low reading never lowers the figure. Until a device's first
+ * figure, the process's other allocations wait (20 ms at most, each try): the measuring thread
+ * lets the calls under way end first, and when NVML does not list the process yet (the context
+ * is made by the allocation about to be made) that allocation measures again when it returns.
+ * So the budget starts from the context, not the context less the allocations then in flight,
+ * nor from nothing while allocations fill it: a correction upward with the allocations at the
+ * limit would put the ledger above the budget (seen on an H200: 1.19 GiB under 1 GiB). Where NVML lists no figure for this pid
  * (integrated devices, a container that does not share the host's pid namespace), nothing is
  * counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns it off. */
 #define CTX_PERIOD_NS 1000000000ull
 #define CTX_TRIES 4
+#define CTX_QUIET_NS 20000000ull /* the first measurement waits this long at most for quiet */
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
-static uint64_t ctx_next_ns[CT_LEDGER_MAX_DEVICES]; /* when the next measurement is due */
-static uint32_t ctx_misses[CT_LEDGER_MAX_DEVICES];  /* measurements that found no figure */
-static uint64_t ctx_counted[CT_LEDGER_MAX_DEVICES]; /* what this process counts now */
-static int ctx_nvml_index[CT_LEDGER_MAX_DEVICES];   /* CUDA ordinal -> NVML index, -1 none */
+static uint64_t ctx_next_ns[CT_LEDGER_MAX_DEVICES];    /* when the next measurement is due */
+static uint32_t ctx_misses[CT_LEDGER_MAX_DEVICES];     /* measurements that found no figure */
+static uint64_t ctx_counted[CT_LEDGER_MAX_DEVICES];    /* what this process counts now */
+static uint32_t ctx_known[CT_LEDGER_MAX_DEVICES];      /* 1: measured once (atomic) */
+static uint64_t ctx_hold_until[CT_LEDGER_MAX_DEVICES]; /* before the first figure: held to */
+static int ctx_nvml_index[CT_LEDGER_MAX_DEVICES];      /* CUDA ordinal -> NVML index, -1 none */
 static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
 static nvmlReturn_t (*ctx_get_handle)(unsigned, nvmlDevice_t *);
 static nvmlReturn_t (*ctx_procs)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v2_t *);
@@ -601,29 +613,81 @@ static int ctx_nvml_used(int dev, uint64_t *used)
     return 0;
 }
 
+/* Budgeted calls between their ledger change and the end of their driver call: an allocation
+ * reserved but not made yet, a free the device may have taken back that the ledger still holds.
+ * While any is under way, NVML's figure less the ledger's allocations reads the context low. */
+uint32_t ct_budget_inflight;
+
+/* NVML's figure for this process on dev less the allocations the ledger holds (mine: the
+ * context counted now, part of what the ledger holds): 1 with *ctx, and *exact when no budgeted
+ * call was under way across the reading (else *ctx is a lower bound); 0 when NVML gave none */
+static int ctx_measure(int dev, uint64_t mine, uint64_t *ctx, int *exact)
+{
+    uint32_t b0 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
+    uint64_t h0 = ct_ledger_held(ct_budget_ledger, dev), used = 0;
+    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE) || !ctx_nvml_used(dev, &used))
+        return 0;
+    uint64_t h1 = ct_ledger_held(ct_budget_ledger, dev);
+    uint32_t b1 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
+    uint64_t held = h0 > h1 ? h0 : h1;
+    uint64_t allocs = held > mine ? held - mine : 0;
+    *ctx = ((used > allocs ? used - allocs : 0) + 1023) & ~1023ull; /* the ledger keeps KiB */
+    *exact = !b0 && !b1 && h0 == h1;
+    return 1;
+}
+
+/* no figure yet for dev, and NVML may still give one (it is there and has not failed
+ * CTX_TRIES times) */
+static inline int ctx_unknown(int dev)
+{
+    return __atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE) &&
+           !__atomic_load_n(&ctx_known[dev], __ATOMIC_ACQUIRE) &&
+           __atomic_load_n(&ctx_misses[dev], __ATOMIC_RELAXED) < CTX_TRIES;
+}
+
+/* before dev's first figure: an allocation waits (yielding) for it, until ctx_hold_until */
+static void ctx_hold(int dev)
+{
+    while (ctx_unknown(dev) &&
+           ct_now_ns() < __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE))
+        sched_yield();
+}
+
+/* the measuring thread, the first time: let the budgeted calls under way end */
+static void ctx_quiet(int dev)
+{
+    while (__atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE) &&
+           ct_now_ns() < __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE))
+        sched_yield();
+}
+
 void ct_budget_context(int dev)
 {
     if (!ct_budget_ledger || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
         return;
     uint64_t now = ct_now_ns(), due = __atomic_load_n(&ctx_next_ns[dev], __ATOMIC_RELAXED);
-    if (now < due)
+    if (now < due || !__atomic_compare_exchange_n(&ctx_next_ns[dev], &due, now + CTX_PERIOD_NS, 0,
+                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        ctx_hold(dev); /* another thread measures (or has): the first time, wait for it */
         return;
-    if (!__atomic_compare_exchange_n(&ctx_next_ns[dev], &due, now + CTX_PERIOD_NS, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-        return; /* another thread measures */
+    }
     pthread_once(&ctx_once, ctx_init);
-    uint64_t used = 0;
-    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE) || !ctx_nvml_used(dev, &used)) {
+    uint64_t mine = __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED), ctx = 0;
+    int exact = 0;
+    if (ctx_unknown(dev)) { /* hold new allocations back; an exact first reading */
+        __atomic_store_n(&ctx_hold_until[dev], now + CTX_QUIET_NS, __ATOMIC_RELEASE);
+        ctx_quiet(dev);
+    }
+    if (!ctx_measure(dev, mine, &ctx, &exact)) {
+        /* not listed yet: the context may be made by the allocation about to be made, which
+         * measures again when it returns; the others stay held (CTX_QUIET_NS at most) */
         if (__atomic_add_fetch(&ctx_misses[dev], 1, __ATOMIC_RELAXED) < CTX_TRIES)
             __atomic_store_n(&ctx_next_ns[dev], 0, __ATOMIC_RELAXED); /* again next time */
         return;
     }
-    uint64_t held = ct_ledger_held(ct_budget_ledger, dev);
-    uint64_t mine = __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED);
-    uint64_t allocs = held > mine ? held - mine : 0;
-    uint64_t ctx = used > allocs ? used - allocs : 0;
-    ctx = (ctx + 1023) & ~1023ull; /* the ledger keeps it in KiB */
-    if (ctx == mine)
+    __atomic_store_n(&ctx_known[dev], 1, __ATOMIC_RELEASE);
+    /* a low reading while calls were under way says only that the context is at least that */
+    if (ctx == mine || (!exact && ctx < mine))
         return;
     if (ct_ledger_set_context(ct_budget_ledger, dev, ctx) == CT_LEDGER_OK) {
         __atomic_store_n(&ctx_counted[dev], ctx, __ATOMIC_RELAXED);
@@ -635,6 +699,7 @@ void ct_budget_context(int dev)
 static void ctx_forget(void)
 {
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        __atomic_store_n(&ctx_known[d], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&ctx_counted[d], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&ctx_misses[d], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&ctx_next_ns[d], 0, __ATOMIC_RELAXED);
@@ -644,7 +709,10 @@ static void ctx_forget(void)
 /* a child has no context of its own yet */
 static void ctx_atfork_child(void)
 {
+    ct_budget_inflight = 0; /* the parent's other threads' calls are not the child's */
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        ctx_known[d] = 0;
+        ctx_hold_until[d] = 0;
         ctx_next_ns[d] = 0;
         ctx_misses[d] = 0;
         ctx_counted[d] = 0;

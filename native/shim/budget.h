@@ -50,6 +50,19 @@ void ct_budget_unmap(uint64_t ptr, uint64_t size); /* gives back what the unmap 
  * limit on dev, and virtualization on). */
 int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp);
 
+/* Budgeted calls of this process between their ledger change and their driver call's end (an
+ * allocation reserved, a free not given back yet): a context is measured exactly only when none
+ * is (budget.c). The call protocol (shim.c) brackets each. */
+extern CT_HIDDEN uint32_t ct_budget_inflight;
+static inline void ct_budget_call_begins(void)
+{
+    __atomic_add_fetch(&ct_budget_inflight, 1, __ATOMIC_ACQ_REL);
+}
+static inline void ct_budget_call_ends(void)
+{
+    __atomic_sub_fetch(&ct_budget_inflight, 1, __ATOMIC_ACQ_REL);
+}
+
 /* Count this process's CUDA context on dev (measured through NVML, at most once a second;
  * see budget.c). Called around counted allocations. */
 void ct_budget_context(int dev);

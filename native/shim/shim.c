@@ -108,6 +108,7 @@ struct ct_call {
     uint64_t reserve;
     struct ct_caller caller;   /* where the program's frames start (stacks.h) */
     uint8_t op, held, stacked; /* held: the budget holds c->reserve for this call */
+    uint8_t inflight;          /* counted in ct_budget_inflight until post_budget */
 };
 _Static_assert(
     __builtin_offsetof(struct ct_call, dev) == __builtin_offsetof(struct ct_event, device) &&
@@ -165,7 +166,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     c->reserve = 0;
     c->caller.sp = 0;
     c->op = op;
-    c->held = c->stacked = 0;
+    c->held = c->stacked = c->inflight = 0;
     return 1;
 }
 
@@ -360,7 +361,8 @@ static int ct_pre(struct ct_call *c)
     if (r == CT_LEDGER_ENOTMEMBER && ct_budget_rejoin())
         r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
     if (r == 1) {
-        c->held = 1;
+        c->held = c->inflight = 1;
+        ct_budget_call_begins();
         return 1;
     }
     if (r < 0)
@@ -370,7 +372,8 @@ static int ct_pre(struct ct_call *c)
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
         ct_ledger_force(ledger, dev, c->reserve);
-        c->held = 1;
+        c->held = c->inflight = 1;
+        ct_budget_call_begins();
         c->flags |= CT_EF_BUDGET_WARN;
         deny_message(c, in_use, limit, "allowed (--on-exceed warn)");
         return 1;
@@ -394,6 +397,15 @@ static int ct_pre(struct ct_call *c)
     return 0;
 }
 
+/* the ledger and the device agree again about this call (budget.h ct_budget_inflight) */
+static inline void call_settled(struct ct_call *c)
+{
+    if (c->inflight) {
+        c->inflight = 0;
+        ct_budget_call_ends();
+    }
+}
+
 /* after the real call, with a budget: settle it (kept apart: the common path has none) */
 __attribute__((noinline)) static void post_budget(struct ct_call *c)
 {
@@ -409,7 +421,8 @@ __attribute__((noinline)) static void post_budget(struct ct_call *c)
                 ct_ledger_release(ledger, dev, c->reserve - c->size);
             if (!ct_budget_track(c->addr, c->space, c->size, dev))
                 ct_ledger_release(ledger, dev, c->size); /* cannot track it: never leak budget */
-            ct_budget_context(dev);                      /* the call may have made the context */
+            call_settled(c);
+            ct_budget_context(dev); /* the call may have made the context */
         }
     } else if (c->op == CT_OP_FREE && ledger && c->result == CUDA_SUCCESS) {
         uint64_t size = 0;
@@ -422,6 +435,7 @@ __attribute__((noinline)) static void post_budget(struct ct_call *c)
     } else if (c->op == CT_OP_UNMAP && ledger && c->result == CUDA_SUCCESS) {
         ct_budget_unmap(c->addr, c->size);
     }
+    call_settled(c);
 }
 
 /* after the real call: settle the budget (with one), the live counters, then the event */
@@ -494,7 +508,11 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
             c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
         if ((OP) == CT_OP_FREE && ct_cfg.mode == CT_MODE_AGGREGATE)                                \
-            ct_agg_freeing(SPACE, (uint64_t)(ADDR)); /* the same, for --aggregate's own peak */    \
+            ct_agg_freeing(SPACE, (uint64_t)(ADDR));  /* the same, for --aggregate's own peak */   \
+        if ((OP) == CT_OP_FREE && ct_budget_ledger) { /* until the ledger gives the bytes back */  \
+            c.inflight = 1;                                                                        \
+            ct_budget_call_begins();                                                               \
+        }                                                                                          \
         c.result = real ARGS;                                                                      \
         c.size = (uint64_t)(SIZE);                                                                 \
         if (c.result == CUDA_SUCCESS)                                                              \

@@ -79,6 +79,7 @@ SIM_OPTIONS: dict[str, str] = {
     "fail_nth": "CUDASIM_FAIL_NTH",  # n-th allocation call fails with OUT_OF_MEMORY
     "calls": "CUDASIM_CALLS",  # append "pid symbol count" lines at exit
     "ctx_bytes": "CUDASIM_CTX_BYTES",  # hidden per-process context cost per device
+    "call_delay_us": "CUDASIM_CALL_DELAY_US",  # allocations wait before charging, frees after
     "strict_context": "CUDASIM_STRICT_CONTEXT",  # 1: no implicit context after cuInit
     "meminfo": "CUDASIM_MEMINFO",  # integrated: a /proc/meminfo-like file for cuMemGetInfo
     "backed": "CUDASIM_BACKED",  # 1: device memory is real touched memory (RSS, PSS)
