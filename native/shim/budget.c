@@ -529,9 +529,10 @@ int ct_budget_rejoin(void)
  * taken: one CAS picks the thread that measures. A reading is exact only when no budgeted call
  * of the process is between its ledger change and its driver call's end (ct_budget_inflight);
  * else it can only read low, and a low reading never lowers the figure. Until a device's first
- * figure, the process's other allocations wait (20 ms at most, each try): the measuring thread
- * lets the calls under way end first, and when NVML does not list the process yet (the context
- * is made by the allocation about to be made) that allocation measures again when it returns.
+ * figure, the process's other allocations wait (1 s at most, NVML's start-up included): the
+ * measuring thread lets the calls under way end first, and when NVML does not list the process
+ * yet (the context is made by the allocation about to be made) that allocation measures again
+ * when it returns.
  * So the budget starts from the context, not the context less the allocations then in flight,
  * nor from nothing while allocations fill it: a correction upward with the allocations at the
  * limit would put the ledger above the budget (seen on an H200: 1.19 GiB under 1 GiB). Where NVML lists no figure for this pid
@@ -539,7 +540,7 @@ int ct_budget_rejoin(void)
  * counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns it off. */
 #define CTX_PERIOD_NS 1000000000ull
 #define CTX_TRIES 4
-#define CTX_QUIET_NS 20000000ull /* the first measurement waits this long at most for quiet */
+#define CTX_HOLD_NS 1000000000ull /* until the first figure, allocations wait this long at most */
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 static uint64_t ctx_next_ns[CT_LEDGER_MAX_DEVICES];    /* when the next measurement is due */
 static uint32_t ctx_misses[CT_LEDGER_MAX_DEVICES];     /* measurements that found no figure */
@@ -593,20 +594,24 @@ static void ctx_init(void)
         __atomic_store_n(&ctx_procs, procs, __ATOMIC_RELEASE);
 }
 
-/* NVML's figure for this process on dev: 1 found, 0 not listed or no NVML */
+/* NVML's figure for this process on dev: 1 found; 0 not listed (no context there yet); -1 NVML
+ * cannot say (an error: integrated devices answer NOT_SUPPORTED; or the figure is N/A, as in
+ * some containers) */
 static int ctx_nvml_used(int dev, uint64_t *used)
 {
     int idx = ctx_nvml_index[dev];
     nvmlDevice_t h;
     if (idx < 0 || ctx_get_handle((unsigned)idx, &h) != NVML_SUCCESS)
-        return 0;
+        return -1;
     nvmlProcessInfo_v2_t info[128];
     unsigned n = 128;
     if (ctx_procs(h, &n, info) != NVML_SUCCESS)
-        return 0;
+        return -1;
     unsigned me = (unsigned)getpid();
     for (unsigned i = 0; i < n && i < 128; i++)
-        if (info[i].pid == me && info[i].usedGpuMemory != ~0ull) {
+        if (info[i].pid == me) {
+            if (info[i].usedGpuMemory == ~0ull)
+                return -1;
             *used = info[i].usedGpuMemory;
             return 1;
         }
@@ -620,13 +625,15 @@ uint32_t ct_budget_inflight;
 
 /* NVML's figure for this process on dev less the allocations the ledger holds (mine: the
  * context counted now, part of what the ledger holds): 1 with *ctx, and *exact when no budgeted
- * call was under way across the reading (else *ctx is a lower bound); 0 when NVML gave none */
+ * call was under way across the reading (else *ctx is a lower bound); else ctx_nvml_used's 0
+ * or -1 */
 static int ctx_measure(int dev, uint64_t mine, uint64_t *ctx, int *exact)
 {
     uint32_t b0 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
     uint64_t h0 = ct_ledger_held(ct_budget_ledger, dev), used = 0;
-    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE) || !ctx_nvml_used(dev, &used))
-        return 0;
+    int found = ctx_nvml_used(dev, &used);
+    if (found != 1)
+        return found;
     uint64_t h1 = ct_ledger_held(ct_budget_ledger, dev);
     uint32_t b1 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
     uint64_t held = h0 > h1 ? h0 : h1;
@@ -636,12 +643,10 @@ static int ctx_measure(int dev, uint64_t mine, uint64_t *ctx, int *exact)
     return 1;
 }
 
-/* no figure yet for dev, and NVML may still give one (it is there and has not failed
- * CTX_TRIES times) */
+/* no figure yet for dev, and NVML may still give one (it has not failed CTX_TRIES times) */
 static inline int ctx_unknown(int dev)
 {
-    return __atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE) &&
-           !__atomic_load_n(&ctx_known[dev], __ATOMIC_ACQUIRE) &&
+    return !__atomic_load_n(&ctx_known[dev], __ATOMIC_ACQUIRE) &&
            __atomic_load_n(&ctx_misses[dev], __ATOMIC_RELAXED) < CTX_TRIES;
 }
 
@@ -661,6 +666,19 @@ static void ctx_quiet(int dev)
         sched_yield();
 }
 
+/* a measurement found no figure: when the process is not listed yet, again at the next
+ * allocation (which may be the one that makes the context), until CTX_TRIES; when NVML cannot
+ * say (never: nothing is counted), and after CTX_TRIES, no more holding */
+static void ctx_missed(int dev, int never)
+{
+    if (never)
+        __atomic_store_n(&ctx_misses[dev], CTX_TRIES, __ATOMIC_RELAXED);
+    if (__atomic_add_fetch(&ctx_misses[dev], 1, __ATOMIC_RELAXED) < CTX_TRIES)
+        __atomic_store_n(&ctx_next_ns[dev], 0, __ATOMIC_RELAXED);
+    else
+        __atomic_store_n(&ctx_hold_until[dev], 0, __ATOMIC_RELEASE);
+}
+
 void ct_budget_context(int dev)
 {
     if (!ct_budget_ledger || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
@@ -671,18 +689,20 @@ void ct_budget_context(int dev)
         ctx_hold(dev); /* another thread measures (or has): the first time, wait for it */
         return;
     }
+    int first = ctx_unknown(dev), exact = 0;
+    if (first) /* hold new allocations back (NVML's start-up included) */
+        __atomic_store_n(&ctx_hold_until[dev], now + CTX_HOLD_NS, __ATOMIC_RELEASE);
     pthread_once(&ctx_once, ctx_init);
-    uint64_t mine = __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED), ctx = 0;
-    int exact = 0;
-    if (ctx_unknown(dev)) { /* hold new allocations back; an exact first reading */
-        __atomic_store_n(&ctx_hold_until[dev], now + CTX_QUIET_NS, __ATOMIC_RELEASE);
-        ctx_quiet(dev);
+    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE)) { /* no NVML: nothing to count */
+        ctx_missed(dev, 1);
+        return;
     }
-    if (!ctx_measure(dev, mine, &ctx, &exact)) {
-        /* not listed yet: the context may be made by the allocation about to be made, which
-         * measures again when it returns; the others stay held (CTX_QUIET_NS at most) */
-        if (__atomic_add_fetch(&ctx_misses[dev], 1, __ATOMIC_RELAXED) < CTX_TRIES)
-            __atomic_store_n(&ctx_next_ns[dev], 0, __ATOMIC_RELAXED); /* again next time */
+    if (first)
+        ctx_quiet(dev); /* let those under way end: an exact first reading */
+    uint64_t mine = __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED), ctx = 0;
+    int found = ctx_measure(dev, mine, &ctx, &exact);
+    if (found != 1) {
+        ctx_missed(dev, found < 0);
         return;
     }
     __atomic_store_n(&ctx_known[dev], 1, __ATOMIC_RELEASE);
