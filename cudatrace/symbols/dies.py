@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from .dwarf_forms import (
     ADDRX_FORMS,
@@ -347,7 +348,8 @@ def reader(cu, code: int) -> Abbrev:
     return ab
 
 
-Visit = Callable[[Abbrev, tuple, int, object], object]
+# the context (last argument, and what a visit returns) is the visit's own: walk only passes it on
+Visit = Callable[[Abbrev, tuple, int, Any], object]
 
 
 def walk(
