@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
+from ..symbols.symbolizer import ProgressFactory
 from .layers import (
     SYSTEM_FUNCTIONS,
     SYSTEM_MODULES,
@@ -598,7 +599,7 @@ def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
     return s
 
 
-def make_symbolizer(progress: bool = False):
+def make_symbolizer(progress: bool | ProgressFactory = False):
     """The offline symbolizer, with its on-disk cache; None if it cannot be had."""
     cache = os.environ.get("CUDATRACE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols"
