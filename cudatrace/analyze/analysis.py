@@ -231,6 +231,7 @@ class Analysis:
                 "device": device,
             }
         secs = parse_moment(spec)
+        assert not isinstance(secs, str)  # "peak" and "end" were answered above
         return {
             "spec": spec,
             "kind": "time",
@@ -313,7 +314,7 @@ def attribution_json(a: Analysis) -> dict:
 
 
 def _versions(a: Analysis) -> dict:
-    drv = sorted({t.info.get("driver_version") for t in a.traces if t.info.get("driver_version")})
+    drv = sorted({t.info["driver_version"] for t in a.traces if t.info.get("driver_version")})
     shim = sorted({t.info.get("shim_version") or t.shim_version for t in a.traces} - {""})
     depth = sorted({t.stack_depth for t in a.traces})
     return {
@@ -764,10 +765,11 @@ def _budget_json(a: Analysis, limits: dict) -> dict | None:
     """The budget the run ran under (None without one)."""
     budget = None
     if limits or a.td.run.get("budget") or a.td.run.get("group"):
-        on = sorted({t.info.get("on_exceed") for t in a.traces if t.info.get("on_exceed")})
+        on = sorted({t.info["on_exceed"] for t in a.traces if t.info.get("on_exceed")})
         budget = {
             "limits": {str(d): v for d, v in sorted(limits.items())},
-            "on_exceed": on[0] if len(on) == 1 else (on or [a.td.run.get("on_exceed")])[0],
+            # the processes' own (the first, sorted, when they differ), else run.json's
+            "on_exceed": on[0] if on else a.td.run.get("on_exceed"),
             "group": a.td.run.get("group"),
             "aborted": bool(a.td.run.get("budget_aborted")),
             "spec": a.td.run.get("budget"),

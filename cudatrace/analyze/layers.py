@@ -46,7 +46,7 @@ class CallGraph:
             self._layers = None
             self.version += 1
 
-    def _compute(self) -> None:
+    def _compute(self) -> set:
         callers: dict[Hashable, set] = {}
         below: dict[Hashable, set] = {}  # functions below c in every stack holding c
         for s in self._stacks:
@@ -70,11 +70,12 @@ class CallGraph:
                 layers.add(g)
         self._callers = callers
         self._layers = layers
+        return layers
 
     @property
     def layers(self) -> set:
         if self._layers is None:
-            self._compute()
+            return self._compute()
         return self._layers
 
     def callers(self, f: Hashable) -> set:

@@ -31,8 +31,7 @@ def run_dirs(paths) -> list[Path]:
             except OSError:
                 continue
             out += [q for q in subs if _is_run(q)]
-    seen: set[Path] = set()
-    return [p for p in out if not (p in seen or seen.add(p))]
+    return list(dict.fromkeys(out))  # each once, in order
 
 
 def _is_run(p: Path) -> bool:

@@ -29,6 +29,7 @@ import struct
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .. import native
 from .trace import C, Trace, TraceDir, event_fields, layout
@@ -283,6 +284,24 @@ def process_ends(traces: list[Trace]) -> list[int]:
     return out
 
 
+class Replay(Protocol):
+    """What a Model asks of a finished replay: the C one (_CReplay) or the tests' Python oracle
+    (tests/support/replay_oracle.py). by_ts: True (a time), False (an event's seq) or
+    NEVER_FREED; device None: every device."""
+
+    def select(self, by_ts: bool | str, value: int, device: int | None = None) -> list[Alloc]: ...
+    def groups(self, by_ts: bool | str, value: int, device: int | None = None) -> Groups: ...
+    def live_bytes(
+        self, by_ts: bool | str, value: int, device: int | None = None
+    ) -> tuple[int, int]: ...
+    def bytes_at(self, times: list[int], device: int | None = None) -> list[int]: ...
+    def bytes_max(self, lo: list[int], hi: list[int], device: int | None = None) -> list[int]: ...
+    def all(self) -> list[Alloc]: ...
+    def stack_totals(self) -> dict[tuple[int, int], tuple[int, int]]: ...
+    def listed(self, which: str) -> list[Alloc]: ...
+    def timeline(self, device: int | None = None) -> list[tuple]: ...
+
+
 def _mask(kinds) -> int:
     m = 0
     for k in kinds:
@@ -374,7 +393,7 @@ class _CReplay:
         assert self._live.size == ffi.sizeof("struct ct_live"), "struct ct_live layout"
 
     def _allocs(self, buf, n) -> list[Alloc]:
-        out = []
+        out: list[Alloc] = []
         if not n:
             return out
         append = out.append
@@ -510,7 +529,7 @@ class _CReplay:
 @dataclass
 class Model:
     traces: list[Trace]
-    backend: object = field(default=None, repr=False)
+    backend: Replay = field(repr=False)
     found: bool = False  # any device allocation at all
     peak_bytes: int = 0
     peak_ts: int = 0

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
+from typing import overload
 
 ANON = "(anonymous namespace)"
 ANON_SHORT = "(anon)"
@@ -152,8 +153,13 @@ def short_name(name: str | None) -> str | None:
     return _RUST_HASH.sub("", head) or name
 
 
+@overload
+def display_name(name: str, full: bool = False) -> str: ...
+@overload
+def display_name(name: str | None, full: bool = False) -> str | None: ...
 def display_name(name: str | None, full: bool = False) -> str | None:
-    """What a report shows for a function: shortened, or demangled whole with full."""
+    """What a report shows for a function: shortened, or demangled whole with full (a name
+    in, a name out: None only for None)."""
     if not name:
         return name
     return (demangle(name) or name) if full else short_name(name)

@@ -29,13 +29,15 @@ def _read_windows(samples: list[dict], ts: list[int]) -> tuple[list[int], list[i
     hi: list[int] = []
     for s, t in zip(samples, ts):
         w = s.get("nvml_t")
-        ok = (
+        if (
             isinstance(w, list)
             and len(w) == 2
             and all(isinstance(x, int) for x in w)
             and t <= w[0] <= w[1]
-        )
-        a, b = (w[0] - SLACK_NS, w[1] + SLACK_NS) if ok else (t, t)
+        ):
+            a, b = w[0] - SLACK_NS, w[1] + SLACK_NS
+        else:
+            a, b = t, t
         lo.append(max(a, lo[-1]) if lo else a)
         hi.append(max(b, hi[-1]) if hi else b)
     return lo, hi
@@ -268,20 +270,18 @@ class Observed:
         }
         if per_process:
             self._tree_maxima(mx, traced, device, sec)
-        used = [(self.device_used(x, device), x["t"]) for x in self.samples]
-        used = [(u[0], t) for u, t in used if u]
+        reads = [(self.device_used(x, device), x["t"]) for x in self.samples]
+        used = [(u[0], t) for u, t in reads if u]
         if used:
             v, t = max(used, key=lambda x: (x[0], -x[1]))
             mx.update(device_used=v, device_used_time=sec(t))
         for key in ("tree_rss", "tree_pss"):
-            vals = [(x.get(key), x["t"]) for x in self.samples if x.get(key) is not None]
+            vals = [(x[key], x["t"]) for x in self.samples if x.get(key) is not None]
             if vals:
                 v, t = max(vals, key=lambda x: (x[0], -x[1]))
                 mx.update({key: v, key + "_time": sec(t)})
         avail = [
-            (x.get("mem_available"), x["t"])
-            for x in self.samples
-            if x.get("mem_available") is not None
+            (x["mem_available"], x["t"]) for x in self.samples if x.get("mem_available") is not None
         ]
         if avail:
             v, t = min(avail, key=lambda x: (x[0], x[1]))

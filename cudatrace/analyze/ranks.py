@@ -14,6 +14,7 @@ import os
 from array import array
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Literal
 
 from .. import native
 from .aggregate import apply_snapshots
@@ -231,7 +232,7 @@ def alloc_ordinals(t: Trace) -> set[int] | None:
     ffi = native.ffi()
     raw = memoryview(ffi.buffer(t.raw_events, es.size * n)).cast("B")
 
-    def column(name: str, fmt: str) -> list:
+    def column(name: str, fmt: Literal["B", "i"]) -> list:
         off = ffi.offsetof("struct ct_event", name)
         width = ffi.sizeof(ffi.typeof("struct ct_event").fields[_field(name)][1].type)
         assert off % width == 0 and es.size % width == 0

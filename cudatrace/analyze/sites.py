@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
+from ..symbols.symbolizer import ProgressFactory
 from .layers import (
     SYSTEM_FUNCTIONS,
     SYSTEM_MODULES,
@@ -27,7 +28,7 @@ from .layers import (
 from .model import API, RT, Alloc, Groups, Model
 from .names import display_name
 from .ranks import rank_label_of
-from .trace import Trace
+from .trace import Module, Trace
 
 FOLD_MODULES = re.compile(
     r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
@@ -193,7 +194,8 @@ class Stacks:
         self._learned = False
         self._frames: dict[tuple[int, int], list[SFrame]] = {}
         self._kept: dict[tuple[int, int], list[SFrame]] = {}
-        self._split: dict[tuple[int, int], tuple[int, list[SFrame], list[SFrame]]] = {}
+        # (trace, leaf) -> (the call graph's stamp, via, rest)
+        self._split: dict[tuple[int, int], tuple[tuple[int, int], list[SFrame], list[SFrame]]] = {}
         self.errors: list[str] = []
 
     def prepare(self, keys) -> None:
@@ -202,7 +204,7 @@ class Stacks:
         if not todo:
             return
         by_module: dict[tuple, set[int]] = {}
-        raw: dict[tuple[int, int], list[tuple[int, object]]] = {}
+        raw: dict[tuple[int, int], list[tuple[int, Module | None]]] = {}
         for ti, leaf in todo:
             t = self.traces[ti]
             lst = []
@@ -425,7 +427,7 @@ class Stacks:
         """Functions recognized as allocator layers (display names, sorted)."""
         self._ensure_graph()
         exe = next((os.path.basename(t.exe) for t in self.traces if t.exe), EXE)
-        out = set()
+        out: set[str] = set()
         for mod, fn in self.graph.layers:
             mod = exe if mod == EXE else mod  # the program's own file, as this run names it
             out.add(display_name(fn, full) if isinstance(fn, str) else f"{mod}+0x{fn:x}")
@@ -535,7 +537,8 @@ def group(
     rank_labels = None
     for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
         t = model.traces[ti]
-        name = None
+        name: str | None = None
+        key: tuple
         fr: list[SFrame] = []
         if by == "site":
             fr = stacks.site_frames(ti, leaf)[:depth] if leaf else []
@@ -598,7 +601,7 @@ def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
     return s
 
 
-def make_symbolizer(progress: bool = False):
+def make_symbolizer(progress: bool | ProgressFactory = False):
     """The offline symbolizer, with its on-disk cache; None if it cannot be had."""
     cache = os.environ.get("CUDATRACE_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols"

@@ -633,7 +633,7 @@ def _valid_sample(s) -> bool:
 
 
 # run.json keys the analysis reads, and the types they must have (None is always allowed)
-_RUN_TYPES = {
+_RUN_TYPES: dict[str, type | tuple[type, ...]] = {
     "argv": list,
     "executable": str,
     "cwd": str,
@@ -696,7 +696,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
             traces.append(read_trace(p))
         except TraceError as e:
             errors.append(str(e))
-    run = {}
+    run: dict = {}
     rp = path / tracedir.RUN
     if rp.exists():
         try:
@@ -708,7 +708,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
         raise TraceError(f"{path} holds no trace files (*.ctrace)")
     # An image that called exec after using CUDA writes no exit record; when the new image of the
     # same pid wrote a file too, the earlier one ended by exec, not by a kill.
-    later = {}
+    later: dict[int, int] = {}
     for t in traces:
         later[t.pid] = max(later.get(t.pid, -1), t.exec_index)
     for t in traces:

@@ -177,14 +177,15 @@ def watch_report(
             f"{why}: last render" if done else f"{why} (every {interval:g} s; Ctrl-C stops)",
         )
 
-    waited = [None]
+    waited_since: float | None = None  # when the wait for the directory began
 
     def ended() -> tuple[bool, str]:
+        nonlocal waited_since
         if Path(path).exists():
             return run_ended(path)
         # a directory a run has not created yet is waited for, a while, never forever
-        waited[0] = waited[0] or time.monotonic()
-        if time.monotonic() - waited[0] >= MISSING_WAIT_S:
+        waited_since = waited_since or time.monotonic()
+        if time.monotonic() - waited_since >= MISSING_WAIT_S:
             return True, f"{path} did not appear in {MISSING_WAIT_S:g} s"
         return False, f"waiting for {path} to appear"
 

@@ -66,7 +66,7 @@ class DenialPrinter:
         contexts = a.budget_contexts()
         lines = []
         for g in groups.values():
-            via = (" via {}".format(" > ".join(reversed(g["via"])))) if g["via"] else ""
+            chain = (" via {}".format(" > ".join(reversed(g["via"])))) if g["via"] else ""
             what = (
                 format_bytes(g["bytes"])
                 if g["count"] == 1
@@ -77,19 +77,20 @@ class DenialPrinter:
                     what,
                     g["api"],
                     g["label"],
-                    via,
+                    chain,
                     format_bytes(g["limit"]),
                     format_bytes(g["in_use"]),
                     in_use_parts(g["in_use"], g["limit"], contexts.get(g["device"], 0)),
                 )
             )
         traced = max(len(a.model.denied), a.model.counts.get("denied", 0))
-        untraced = (ledger_denials or 0) - traced
+        counted = ledger_denials or 0  # None: not the end of a run, nothing counted
+        untraced = counted - traced
         if untraced > self.untraced_said:
             lines.append(
                 "cudatrace: denied %d allocation(s) in a process that could not record its "
                 "trace: the budget ledger counted %d denial(s), the traces hold %d\n"
-                % (untraced - self.untraced_said, ledger_denials, traced)
+                % (untraced - self.untraced_said, counted, traced)
             )
             self.untraced_said = untraced
         if lines:  # a symbol's bytes are data: escaped before they reach the terminal

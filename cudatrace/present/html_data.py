@@ -149,7 +149,7 @@ def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: dict | None = None) 
             )
     if at and at.get("kind") == "time" and at.get("ts_ns") is not None:
         out.append({"kind": "time", "ts": min(at["ts_ns"], m.t_end), "seq": None})
-    seen_ts = set()
+    seen_ts: set[int] = set()
     for kind, lst in (("failed", m.failed), ("denied", m.denied)):
         for x in lst:
             if len(seen_ts) >= FAIL_MOMENTS:
@@ -341,7 +341,7 @@ def run_data(
     devices = sorted(m.device_peaks)
     limits = a.budget_limits()
     used_limits = {d: v for d, v in limits.items() if d in m.device_peaks}
-    views = {
+    views: dict[str, dict] = {
         "all": {
             "line": _flat(a, _thin(m.timeline_points(None), MAX_POINTS)) if m.found else [],
             "observed": _observed(a, None),

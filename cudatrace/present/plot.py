@@ -302,7 +302,10 @@ class _Chart:
     def legend(self, o: list) -> None:
         """The legend, under the plot: one entry per line drawn, then the marks."""
         summed = ", all devices summed" if self.summed else ""
-        items = [(f"traced live (hooked allocations{summed})", COL["traced"], None)]
+        # (text, colour, dash pattern or None for a solid line)
+        items: list[tuple[str, str, str | None]] = [
+            (f"traced live (hooked allocations{summed})", COL["traced"], None)
+        ]
         if self.nvml_tree:
             items.append(("NVML: process tree", COL["tree"], None))
         if self.show_used:

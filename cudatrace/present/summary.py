@@ -62,8 +62,8 @@ def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> N
             % (len(m.denied), "; ".join("%d at %s" % (d.count, d.label()) for d in ds[:3]))
         )
         # what was "in use" when nothing traced was live: CUDA contexts, which the budget counts
-        x = m.denied[0]
-        in_use, traced = x.event[AUX2], m.live_bytes_at(x.ts)[0]
+        first = m.denied[0]
+        in_use, traced = first.event[AUX2], m.live_bytes_at(first.ts)[0]
         if in_use > traced:
             w(
                 "  at the first denial %s was in use, %s of it not traced in this run: CUDA "

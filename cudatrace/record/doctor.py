@@ -41,7 +41,7 @@ def probe_nvml() -> dict:
     from ..nvml import Nvml
 
     nv = Nvml()
-    out = {
+    out: dict = {
         "available": nv.available,
         "why": nv.why or None,
         "driver": nv.driver,
@@ -190,20 +190,24 @@ def probe_command(argv0: str, depth: int = 0) -> dict:
 
 
 def _elf(path: str) -> dict:
+    from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     out: dict = {"kind": "elf", "static": False, "needed": [], "cudart": None, "driver": None}
     with open(path, "rb") as f:
         elf = ELFFile(f)
         out["machine"] = elf["e_machine"]
         out["static"] = not any(seg["p_type"] == "PT_INTERP" for seg in elf.iter_segments())
+        # a section of another type under the name (NOBITS in a debug-info file) is not read
         dyn = elf.get_section_by_name(".dynamic")
-        if dyn is not None:
-            out["needed"] = [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"]
+        if isinstance(dyn, DynamicSection):
+            # pyelftools sets a DT_NEEDED tag's .needed with setattr: mypy cannot see it
+            out["needed"] = [t.needed for t in dyn.iter_tags() if t.entry.d_tag == "DT_NEEDED"]  # type: ignore[attr-defined]
         defined = set()
         for name in (".dynsym", ".symtab"):
             sec = elf.get_section_by_name(name)
-            if sec is None:
+            if not isinstance(sec, SymbolTableSection):
                 continue
             for sym in sec.iter_symbols():
                 if (
@@ -289,7 +293,7 @@ def advice(r: dict) -> list[str]:
 
 
 def diagnose(cmd: list[str] | None = None) -> dict:
-    r = {
+    r: dict = {
         "driver": probe_driver(),
         "nvml": probe_nvml(),
         "ledger": probe_ledger(),

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO, Any
 
 from .. import __version__, native, tracedir
 from ..errors import CudatraceError
@@ -61,9 +62,10 @@ class RunOptions:
     outlive_launcher: bool = False  # CMD goes on if the launcher is killed
     sample_ms: int = 100
     extra_env: dict = field(default_factory=dict)
-    stdout: object = None  # where the command's output goes (None: inherited)
-    stderr: object = None
-    on_start: object = None  # on_start(proc, out_dir), once the command has started
+    stdout: int | IO[Any] | None = None  # where the command's output goes (None: inherited)
+    stderr: int | IO[Any] | None = None
+    # on_start(proc, out_dir), once the command has started
+    on_start: Callable[[subprocess.Popen, Path | None], object] | None = None
     signals: list = field(default_factory=list)  # the signals the launcher received
     # called (from a thread, with the trace directory) soon after the budget denied something:
     # the command line hands in present/denials.py, which names the responsible code; the
@@ -242,8 +244,9 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run(opts: RunOptions) -> tuple[int, Path]:
-    """Trace opts.cmd to its end. Returns (exit status, trace directory)."""
+def run(opts: RunOptions) -> tuple[int, Path | None]:
+    """Trace opts.cmd to its end. Returns (exit status, trace directory; None under
+    --no-trace)."""
     path = resolve_command(opts.cmd[0])
     check_enterable(path)
     shim = native.shim_path()
@@ -265,7 +268,7 @@ def run(opts: RunOptions) -> tuple[int, Path]:
             _remove_created(out, created)
         raise
     finally:
-        if lock >= 0:
+        if out is not None and lock >= 0:  # a lock is only taken on a directory
             release_dir(out, lock)
 
 
@@ -287,8 +290,7 @@ def _check_shim_path(what: str, p: Path) -> None:
 def _run(
     opts: RunOptions, path: str, shim: Path, out: Path | None, created: bool
 ) -> tuple[int, Path | None]:
-    no_trace = out is None
-    if not no_trace:
+    if out is not None:  # None: --no-trace
         _check_shim_path("trace directory", out)
     env = _environment(opts, shim, out)
     ledger, budget_info = _join_budget(opts, env)
@@ -344,7 +346,7 @@ def _run(
         old[s] = signal.signal(s, on_signal)
     watcher = None  # counts denials from before the start: the first may come at once
     # also under -q: quiet silences progress and summaries, never why the program failed
-    if ledger is not None and opts.on_denials is not None and not no_trace:
+    if ledger is not None and opts.on_denials is not None and out is not None:
         watcher = DenialWatcher(ledger, out, opts.on_denials, own=opts.group is None)
     try:
         proc = subprocess.Popen(
@@ -373,9 +375,9 @@ def _run(
             opts.on_start(proc, out)
         rc = _wait(proc)
     finally:
-        for h in (sampler, sealer, watcher, exits):
-            if h is not None:
-                h.stop()
+        for helper in (sampler, sealer, watcher, exits):
+            if helper is not None:
+                helper.stop()
         for s, h in old.items():
             signal.signal(s, h)
     status = exit_status(rc)

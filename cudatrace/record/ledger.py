@@ -402,16 +402,17 @@ def status_json(group: str | None = None, path=None) -> dict:
     """{"dir": ..., "ledgers": [snapshot, ...], "errors": [{"path", "error"}]}: every ledger in
     the directory, or just the named group (LedgerError if there is no such group), or path."""
     d = ledger_dir(create=False) if path is None else Path(path).parent
-    out = {"dir": str(d), "ledgers": [], "errors": []}
+    ledgers: list[dict] = []
+    errors: list[dict] = []
     for p in _target(group, path):
         try:
             with Ledger.open(p) as led:
-                out["ledgers"].append(led.snapshot())
+                ledgers.append(led.snapshot())
         except LedgerError as e:
             if group is not None or path is not None:
                 raise
-            out["errors"].append({"path": str(p), "error": str(e)})
-    return out
+            errors.append({"path": str(p), "error": str(e)})
+    return {"dir": str(d), "ledgers": ledgers, "errors": errors}
 
 
 def reset_group(group: str) -> Path:

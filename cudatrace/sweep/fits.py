@@ -24,7 +24,9 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
     from ..present import sweep as text
 
     inc = [(r, y) for r, y in zip(runs, ys_by_run) if y is not None]
-    d = {"label": label, "key": key, "bytes": ys_by_run}
+    d: dict = {"label": label, "key": key, "bytes": ys_by_run}
+    # (knob, its slope, where on the grid: "other=value,..." or None)
+    growth: list[tuple[Knob, float, str | None]]
     if counts is not None:
         d["count"] = counts
     if len(knobs) == 1:
@@ -70,10 +72,10 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
         if g is not None and not flat:
             for i, k in enumerate(knobs):
                 s, at = max((g.partial_slope(i, p), p) for p in pts)
-                where = ",".join(
+                others = ",".join(
                     f"{o.key}={_show(o, v)}" for j, (o, v) in enumerate(zip(knobs, at)) if j != i
                 )
-                growth.append((k, s, where))
+                growth.append((k, s, others))
     d["contradicts_expectation"] = False
     d["expectation"] = None
     worst = None

@@ -224,6 +224,7 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
     ]
     started = rec["ended"] is None
     if started:
+        assert status is not None  # launch returned (a LaunchError set "ended")
         rec["ended"] = _ended(status, stopped, interrupted, _run_info(d).get("returncode"))
     return rec, started, status, interrupted
 
@@ -313,6 +314,7 @@ def load_recorded(
     )
     runs, sym = [], None
     for i, r in enumerate(doc["runs"]):
+        combo: tuple[int, ...]
         if len(knobs) == 1:
             combo = (knobs[0].texts.index(r["text"]),)
         else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import struct
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from .dwarf_forms import (
     ADDRX_FORMS,
@@ -81,6 +82,7 @@ NSLOTS = 8
 COMPILE_AFTER = 50
 
 Reader = Callable[[bytes, int, int], tuple]
+Emit = Callable[[str], None]  # adds a line to the generated reader
 
 
 class Abbrev:
@@ -115,10 +117,10 @@ class Abbrev:
             for _attr, form, _ic in specs:
                 fs = fixed_size(form, ctx)
                 if fs is None:
-                    size = None
                     break
                 size += fs
-            self.skip = size
+            else:  # every form has a fixed size
+                self.skip = size
         walked = tag in SCOPE_TAGS or tag == TAG_SUBPROGRAM
         self.skip_walk = None if walked else self.skip
 
@@ -149,7 +151,7 @@ class AbbrevTable(dict):
     @staticmethod
     def locate(data: bytes, off: int) -> dict[int, tuple[int, int]]:
         """Code -> (start, end) of each declaration of the table at off."""
-        pos = {}
+        pos: dict[int, tuple[int, int]] = {}
         p = off
         match = ABBREV_ENTRY_RX.match
         while True:
@@ -198,6 +200,15 @@ class AbbrevTable(dict):
         return ab
 
 
+class Unit(Protocol):
+    """What the readers and the walk read of a unit: dwarf.CU (which imports this module)."""
+
+    off: int
+    end: int
+    abbrevs: AbbrevTable
+    ctx: Ctx
+
+
 _COMPILED: dict[tuple, Reader] = {}
 
 
@@ -212,7 +223,7 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
     out = ["None"] * NSLOTS
     n = 0
 
-    def emit(s):
+    def emit(s: str) -> None:
         code.append("    " + s)
 
     for attr, form, ic in ab.specs:
@@ -228,14 +239,14 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
             _emit_fixed(emit, var, enc, ic, E)
         else:
             _emit_variable(emit, var, enc)
-        if var is not None:
+        if var is not None and slot is not None:  # set together
             if form in REL_REF_FORMS:
                 emit(f"{var} += cu")
             if out[slot] == "None":
                 out[slot] = var
     out[0] = "p"
     emit(f"return ({', '.join(out)})")
-    ns = {
+    ns: dict[str, Any] = {  # the generated code's globals; exec adds its reader
         "U16": struct.Struct(E + "H").unpack_from,
         "U32": struct.Struct(E + "I").unpack_from,
         "U64": struct.Struct(E + "Q").unpack_from,
@@ -245,7 +256,7 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
     return ns["reader"]
 
 
-def _emit_fixed(emit, var, enc, ic, E: str) -> None:
+def _emit_fixed(emit: Emit, var: str | None, enc: int | str, ic: int, E: str) -> None:
     """A form of fixed size (or none: present, implicit const): read into var if kept."""
     size = enc if enc.__class__ is int else 0
     if var is not None:
@@ -266,7 +277,7 @@ def _emit_fixed(emit, var, enc, ic, E: str) -> None:
         emit(f"p += {size}")
 
 
-def _emit_uleb_into(emit, var) -> None:
+def _emit_uleb_into(emit: Emit, var: str) -> None:
     emit(f"{var} = d[p]; p += 1")
     emit(f"if {var} >= 0x80:")
     emit(f"    {var} &= 0x7f; s = 7")
@@ -275,12 +286,12 @@ def _emit_uleb_into(emit, var) -> None:
     emit("        if b < 0x80: break")
 
 
-def _emit_uleb_skip(emit) -> None:
+def _emit_uleb_skip(emit: Emit) -> None:
     emit("while d[p] >= 0x80: p += 1")
     emit("p += 1")
 
 
-def _emit_variable(emit, var, enc) -> None:
+def _emit_variable(emit: Emit, var: str | None, enc: int | str) -> None:
     """A form of variable size (LEB128, string, block): read into var if kept, step over."""
     if enc == ULEB:
         if var is not None:
@@ -312,7 +323,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
     slots = [SLOTS.get(attr) for attr, _f, _i in specs]
     calls = 0
 
-    def reader(d, p, cuoff):
+    def reader(d: bytes, p: int, cuoff: int) -> tuple:
         nonlocal calls
         calls += 1
         if calls > COMPILE_AFTER:
@@ -321,7 +332,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
                 fn = _COMPILED[key] = compile_reader(ab, ctx)
             ab.fn = fn
             return fn(d, p, cuoff)
-        out = [None] * NSLOTS
+        out: list = [None] * NSLOTS
         for (_attr, form, ic), slot in zip(specs, slots):
             v, p = read_form(form, d, p, ic, ctx)
             if slot is not None and out[slot] is None:
@@ -334,7 +345,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
     return reader
 
 
-def reader(cu, code: int) -> Abbrev:
+def reader(cu: Unit, code: int) -> Abbrev:
     """The abbreviation of code in cu's table, with its DIE reader: the compiled one when it
     exists, else an interpreting one that compiles once the abbreviation proves frequent."""
     ab = cu.abbrevs[code]
@@ -347,11 +358,24 @@ def reader(cu, code: int) -> Abbrev:
     return ab
 
 
-Visit = Callable[[Abbrev, tuple, int, object], object]
+def _reader_fn(cu: Unit, code: int) -> Reader:
+    """The DIE reader of code in cu's table, made on first use."""
+    fn = reader(cu, code).fn
+    assert fn is not None  # reader() sets it
+    return fn
+
+
+# the context (last argument, and what a visit returns) is the visit's own: walk only passes it on
+Visit = Callable[[Abbrev, tuple, int, Any], object]
 
 
 def walk(
-    d, cu, p: int, visit: Visit | None = None, tags: frozenset = frozenset(), ctx: object = None
+    d: bytes,
+    cu: Unit,
+    p: int,
+    visit: Visit | None = None,
+    tags: frozenset = frozenset(),
+    ctx: object = None,
 ) -> int:
     """Walk the DIEs from p up to the 0 that closes their scope and return the position after
     it (or the end of the unit). visit(abbrev, record, die_offset, ctx) is called for DIEs whose
@@ -389,7 +413,7 @@ def walk(
         elif ab.skip_walk is not None:
             p += ab.skip_walk
             continue
-        fn = ab.fn or reader(cu, code).fn
+        fn = ab.fn or _reader_fn(cu, code)
         r = fn(d, p, off)
         if not ab.children:
             if visit is not None and ab.tag in tags:

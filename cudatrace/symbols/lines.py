@@ -368,7 +368,7 @@ def _scan_sequences(
     return seqs, files
 
 
-def _special_tables(ob, line_base, line_range, min_inst) -> tuple[list, list]:
+def _special_tables(ob: int, line_base: int, line_range: int, min_inst: int) -> tuple[list, list]:
     """(address advance, line advance) of each special opcode, cached per header shape."""
     tkey = (ob, line_base, line_range, min_inst)
     tables = _LINE_TABLES.get(tkey)
@@ -383,7 +383,7 @@ def _special_tables(ob, line_base, line_range, min_inst) -> tuple[list, list]:
     return tables
 
 
-def _skip_ulebs(d, p: int, n: int) -> int:
+def _skip_ulebs(d: bytes, p: int, n: int) -> int:
     """The position after n ULEB128 numbers from p."""
     for _ in range(n):
         while d[p] >= 0x80:
