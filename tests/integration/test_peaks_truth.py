@@ -159,9 +159,7 @@ def test_threads_under_a_budget_count_the_context_once(ct, sim):
     # Calls of 300 us on the simulated device make those moments long.
     hammer = f"{sim.progs['budget_hammer']} 64 400 1m"
     cmd = ["sh", "-c", f"{hammer}; {hammer}; {hammer}"]
-    r, hwm = _run(
-        ct, sim, cmd, "-q", "--budget", "40MiB", ctx_bytes=8 * MiB, call_delay_us=300
-    )
+    r, hwm = _run(ct, sim, cmd, "-q", "--budget", "40MiB", ctx_bytes=8 * MiB, call_delay_us=300)
     led = json.loads((r.out / "run.json").read_text())["ledger_final"]["devices"]
     assert hwm <= 40 * MiB, hwm
     assert max(d["peak"] for d in led) <= 40 * MiB, led
