@@ -532,12 +532,12 @@ int ct_budget_rejoin(void)
  * figure, the process's other allocations wait (1 s at most, NVML's start-up included): the
  * measuring thread lets the calls under way end first, and when NVML does not list the process
  * yet (the context is made by the allocation about to be made) that allocation measures again
- * when it returns.
- * So the budget starts from the context, not the context less the allocations then in flight,
- * nor from nothing while allocations fill it: a correction upward with the allocations at the
- * limit would put the ledger above the budget (seen on an H200: 1.19 GiB under 1 GiB). Where NVML lists no figure for this pid
- * (integrated devices, a container that does not share the host's pid namespace), nothing is
- * counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns it off. */
+ * when it returns. So the budget starts from the context, not the context less the allocations
+ * then in flight, nor from nothing while allocations fill it (as while NVML starts, which takes
+ * a while): a correction upward with the allocations at the limit puts the ledger above the
+ * budget (seen on an H200: 1.19 and 1.4-1.5 GiB under 1 GiB). Where NVML lists no figure for
+ * this pid (integrated devices, a container that does not share the host's pid namespace),
+ * nothing is counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns it off. */
 #define CTX_PERIOD_NS 1000000000ull
 #define CTX_TRIES 4
 #define CTX_HOLD_NS 1000000000ull /* until the first figure, allocations wait this long at most */
