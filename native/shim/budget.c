@@ -537,7 +537,8 @@ int ct_budget_rejoin(void)
  * a while): a correction upward with the allocations at the limit puts the ledger above the
  * budget (seen on an H200: 1.19 and 1.4-1.5 GiB under 1 GiB). Where NVML lists no figure for
  * this pid (integrated devices, a container that does not share the host's pid namespace),
- * nothing is counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns it off. */
+ * nothing is counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns
+ * it off. */
 #define CTX_PERIOD_NS 1000000000ull
 #define CTX_TRIES 4
 #define CTX_HOLD_NS 1000000000ull /* until the first figure, allocations wait this long at most */
