@@ -88,6 +88,10 @@ def test_observed_columns_from_proc(ct, sim, tmp_path):
     near = js["observed"]["near_peak"]
     # the sample nearest the peak may fall just before the second allocation
     assert near["traced_bytes"] in (64 * MiB, 128 * MiB), near
-    assert near["tree_pss"] >= near["traced_bytes"] and near["tree_rss"] >= near["traced_bytes"]
+    # RSS and PSS are read from /proc after the sample's time, one after the other, and the
+    # kernel's resident counters are summed lazily: near the trace's figure, not to the page
+    # (CI once read RSS 127.5 MiB, then PSS 130.6 MiB, beside 128 MiB traced)
+    for key in ("tree_pss", "tree_rss"):
+        assert near[key] >= 0.9 * near["traced_bytes"], (key, near)
     assert js["observed"]["max"]["tree_pss"] >= 128 * MiB  # both held for 1.5 s
     assert js["observed"]["max"]["tree_rss"] >= 128 * MiB
