@@ -150,7 +150,8 @@ def test_a_killed_process_memory_ends_when_it_died(ct, sim, tmp_path, mode):
     assert "still running" not in text, text
 
 
-def test_threads_under_a_budget_count_the_context_once(ct, sim):
+@pytest.mark.parametrize("mode", ["full", "aggregate"])
+def test_threads_under_a_budget_count_the_context_once(ct, sim, mode):
     # A context is measured as NVML's figure for the process less the allocations the ledger
     # holds. With 64 threads allocating, some are always between the ledger and the device
     # (reserved, not made yet; given back by the device, not by the ledger yet): a reading then
@@ -159,7 +160,10 @@ def test_threads_under_a_budget_count_the_context_once(ct, sim):
     # Calls of 300 us on the simulated device make those moments long.
     hammer = f"{sim.progs['budget_hammer']} 64 400 1m"
     cmd = ["sh", "-c", f"{hammer}; {hammer}; {hammer}"]
-    r, hwm = _run(ct, sim, cmd, "-q", "--budget", "40MiB", ctx_bytes=8 * MiB, call_delay_us=300)
+    agg = ["--aggregate"] if mode == "aggregate" else []
+    r, hwm = _run(
+        ct, sim, cmd, "-q", "--budget", "40MiB", *agg, ctx_bytes=8 * MiB, call_delay_us=300
+    )
     led = json.loads((r.out / "run.json").read_text())["ledger_final"]["devices"]
     assert hwm <= 40 * MiB, hwm
     assert max(d["peak"] for d in led) <= 40 * MiB, led
