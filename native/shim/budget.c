@@ -620,27 +620,32 @@ static int ctx_nvml_used(int dev, uint64_t *used)
 }
 
 /* Budgeted calls between their ledger change and the end of their driver call: an allocation
- * reserved but not made yet, a free the device may have taken back that the ledger still holds.
- * While any is under way, NVML's figure less the ledger's allocations reads the context low. */
+ * reserved but not made yet, a free the device may have taken back that the ledger still holds;
+ * and the bytes allocations have reserved so far (budget.h) */
 uint32_t ct_budget_inflight;
+uint64_t ct_budget_reserved;
 
 /* NVML's figure for this process on dev less the allocations the ledger holds (mine: the
- * context counted now, part of what the ledger holds): 1 with *ctx, and *exact when no budgeted
- * call was under way across the reading (else *ctx is a lower bound); else ctx_nvml_used's 0
- * or -1 */
+ * context counted now, part of what the ledger holds): 1 with *ctx, else ctx_nvml_used's 0 or
+ * -1. *exact when no budgeted call was under way or begun across the reading. Else *ctx is a
+ * lower bound: calls under way only make it read low (an allocation reserved and not made, a
+ * free made and not given back), and what allocations reserved during the reading is taken
+ * off (one made and freed again within it is in NVML's figure and in neither ledger read). */
 static int ctx_measure(int dev, uint64_t mine, uint64_t *ctx, int *exact)
 {
     uint32_t b0 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
+    uint64_t r0 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE);
     uint64_t h0 = ct_ledger_held(ct_budget_ledger, dev), used = 0;
     int found = ctx_nvml_used(dev, &used);
     if (found != 1)
         return found;
     uint64_t h1 = ct_ledger_held(ct_budget_ledger, dev);
+    uint64_t r1 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE);
     uint32_t b1 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
     uint64_t held = h0 > h1 ? h0 : h1;
-    uint64_t allocs = held > mine ? held - mine : 0;
+    uint64_t allocs = (held > mine ? held - mine : 0) + (r1 - r0);
     *ctx = ((used > allocs ? used - allocs : 0) + 1023) & ~1023ull; /* the ledger keeps KiB */
-    *exact = !b0 && !b1 && h0 == h1;
+    *exact = !b0 && !b1 && r0 == r1 && h0 == h1;
     return 1;
 }
 

@@ -51,11 +51,15 @@ void ct_budget_unmap(uint64_t ptr, uint64_t size); /* gives back what the unmap 
 int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp);
 
 /* Budgeted calls of this process between their ledger change and their driver call's end (an
- * allocation reserved, a free not given back yet): a context is measured exactly only when none
- * is (budget.c). The call protocol (shim.c) brackets each. */
+ * allocation reserved, a free not given back yet), and the bytes allocations have reserved so
+ * far (only grows): a context is measured from NVML and the ledger only with both in view
+ * (budget.c). The call protocol (shim.c) brackets each call; reserved: what an allocation
+ * reserves, 0 for a free. */
 extern CT_HIDDEN uint32_t ct_budget_inflight;
-static inline void ct_budget_call_begins(void)
+extern CT_HIDDEN uint64_t ct_budget_reserved;
+static inline void ct_budget_call_begins(uint64_t reserved)
 {
+    __atomic_add_fetch(&ct_budget_reserved, reserved, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(&ct_budget_inflight, 1, __ATOMIC_ACQ_REL);
 }
 static inline void ct_budget_call_ends(void)

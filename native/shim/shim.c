@@ -362,7 +362,7 @@ static int ct_pre(struct ct_call *c)
         r = ct_ledger_reserve(ledger, dev, c->reserve, &in_use, &limit);
     if (r == 1) {
         c->held = c->inflight = 1;
-        ct_budget_call_begins();
+        ct_budget_call_begins(c->reserve);
         return 1;
     }
     if (r < 0)
@@ -373,7 +373,7 @@ static int ct_pre(struct ct_call *c)
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
         ct_ledger_force(ledger, dev, c->reserve);
         c->held = c->inflight = 1;
-        ct_budget_call_begins();
+        ct_budget_call_begins(c->reserve);
         c->flags |= CT_EF_BUDGET_WARN;
         deny_message(c, in_use, limit, "allowed (--on-exceed warn)");
         return 1;
@@ -511,7 +511,7 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             ct_agg_freeing(SPACE, (uint64_t)(ADDR));  /* the same, for --aggregate's own peak */   \
         if ((OP) == CT_OP_FREE && ct_budget_ledger) { /* until the ledger gives the bytes back */  \
             c.inflight = 1;                                                                        \
-            ct_budget_call_begins();                                                               \
+            ct_budget_call_begins(0);                                                              \
         }                                                                                          \
         c.result = real ARGS;                                                                      \
         c.size = (uint64_t)(SIZE);                                                                 \
