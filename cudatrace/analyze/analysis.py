@@ -249,6 +249,17 @@ class Analysis:
             return m.groups_at_end(dev)
         return m.groups_at(moment["ts_ns"], dev)
 
+    def process_ends(self) -> dict[int, int]:
+        """pid -> when its traced memory ended (its last image's exit record, or when the
+        launcher saw it die), for the processes that ended; one still running or lost is not
+        there."""
+        ends: dict[int, int | None] = {}
+        for t in self.traces:
+            e = t.end.ts_ns if t.end else (t.exit_seen_ns or None)
+            prev = ends.get(t.pid, 0)
+            ends[t.pid] = None if e is None or prev is None else max(prev, e)
+        return {pid: e for pid, e in ends.items() if e}
+
     def budget_limits(self) -> dict[int, int]:
         """device -> limit in bytes, as the shim wrote it into the traces."""
         out: dict[int, int] = {}
@@ -695,6 +706,7 @@ def _observed_json(a: Analysis, mom: dict, device: int | None) -> dict:
         lambda lo, hi: m.bytes_max(lo, hi, device),
         a.start_ns,
         device,
+        ends=a.process_ends(),
     )
     obs["traced_peak_bytes"] = (
         m.device_peaks.get(device, (0, 0))[0] if device is not None else m.peak_bytes

@@ -49,6 +49,7 @@ class Observed:
         self.samples.sort(key=lambda s: s.get("t", 0))
         self.ts = [s.get("t", 0) for s in self.samples]
         self.windows = _read_windows(self.samples, self.ts)
+        self._tree: list[int | None] = []  # per sample, the tree's device bytes (compare)
         self.sampler = td.run.get("sampler", {}) or {}
         self.has_run = bool(td.run)
         self.several_dirs = len(td.dirs) > 1  # a run of many ranks (docs/ranks.md)
@@ -61,6 +62,23 @@ class Observed:
         i = bisect.bisect_left(self.ts, ts)
         cands = [j for j in (i - 1, i) if 0 <= j < len(self.samples)]
         return self.samples[min(cands, key=lambda j: abs(self.ts[j] - ts))]
+
+    def _tree_at(self, k: int, device: int | None, ends: dict[int, int]) -> int | None:
+        """The tree's device bytes in sample k, less the processes whose traced memory had
+        ended before NVML was read (where the sample lists processes apart)."""
+        s, lo = self.samples[k], self.windows[0][k]
+        by_pid = s.get("tree_device_pids")
+        gone = {str(p) for p, e in ends.items() if e < lo}
+        if not gone or not isinstance(by_pid, dict):
+            return self.tree_device_bytes(s, device)
+        keep = [
+            int(b)
+            for d, m in by_pid.items()
+            if (device is None or d == str(device)) and isinstance(m, dict)
+            for p, b in m.items()
+            if p not in gone
+        ]
+        return sum(keep) if by_pid and (device is None or str(device) in by_pid) else None
 
     @staticmethod
     def tree_device_bytes(s: dict, device: int | None = None) -> int | None:
@@ -158,13 +176,17 @@ class Observed:
         traced_max: Callable[[list[int], list[int]], list[int]],
         start_ns: int,
         device: int | None = None,
+        ends: dict[int, int] | None = None,
     ) -> dict:
         """Traced versus observed near the peak and over the run.
 
         traced_max(lo, hi) gives the most traced live bytes at any one moment of each window
         [lo[k], hi[k]] (Model.bytes_max): every observed figure is set beside what the trace
         held while NVML was being read, so a reading made while an allocation was on its way
-        through the wrapper never counts that allocation as untraced."""
+        through the wrapper never counts that allocation as untraced. ends (pid -> when its
+        traced memory ended, Analysis.process_ends): NVML's figure for a process read after
+        that is left out of the tree's (the driver gives an exiting process's memory back
+        after its exit record; counted, it would read as untraced memory)."""
 
         def sec(ts):
             return round((ts - start_ns) / 1e9, 6)
@@ -186,6 +208,7 @@ class Observed:
         if not self.samples:
             return out
         traced = list(traced_max(*self.windows))
+        self._tree = [self._tree_at(k, device, ends or {}) for k in range(len(self.samples))]
         live = [k for k, v in enumerate(traced) if v > 0]
         out["overlap"] = bool(live)
         out["baseline"] = base = self._baseline(device, sec)
@@ -237,7 +260,7 @@ class Observed:
             "note": note,
         }
         if per_process:
-            tb = self.tree_device_bytes(s, device)
+            tb = self._tree[k]
             if tb is not None:
                 near["tree_device_bytes"] = tb
                 near["untraced_bytes"] = tb - traced[k]
@@ -293,7 +316,7 @@ class Observed:
     def _tree_maxima(self, mx: dict, traced, device, sec) -> None:
         """The process tree's largest device use (per-process NVML) and its largest excess
         over the trace."""
-        vals = [(self.tree_device_bytes(x, device), j) for j, x in enumerate(self.samples)]
+        vals = [(self._tree[j], j) for j in range(len(self.samples))]
         vals = [v for v in vals if v[0] is not None]
         if not vals:
             return

@@ -140,7 +140,7 @@ def _peak(a, w) -> None:
 def _observed(a, w) -> None:
     """What NVML saw of the process tree near the peak, beside the trace."""
     m = a.model
-    obs = a.observed.compare(m.peak_ts, m.bytes_max, a.start_ns)
+    obs = a.observed.compare(m.peak_ts, m.bytes_max, a.start_ns, ends=a.process_ends())
     near = obs.get("near_peak") or {}
     if obs["samples"] and not obs["overlap"]:
         every = (a.td.run.get("sampler") or {}).get("interval_ms") or obs.get("interval_ms")

@@ -172,6 +172,12 @@ class Sampler(threading.Thread):
                     s["tree_device_bytes"] = {
                         str(d): sum(b for p, b in m.items() if p in tree) for d, m in procs.items()
                     }
+                    # per process too: a report leaves out a process NVML still lists after
+                    # its trace ended (the driver gives its memory back after the exit record)
+                    s["tree_device_pids"] = {
+                        str(d): {str(p): b for p, b in m.items() if p in tree}
+                        for d, m in procs.items()
+                    }
                     # when NVML was read: what it saw is set beside the trace over this window
                     s["nvml_t"] = [t_read, time.monotonic_ns()]
                 log.add(s)

@@ -89,7 +89,7 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
     m = a.model
     # what NVML saw the tree hold beyond the traced allocations (CUDA contexts, module
     # images): a budget counts it, so advice must include it (None: NVML listed no process)
-    obs = a.observed.compare(m.peak_ts, m.bytes_max, a.start_ns)
+    obs = a.observed.compare(m.peak_ts, m.bytes_max, a.start_ns, ends=a.process_ends())
     untraced = (obs.get("max") or {}).get("untraced_max_bytes")
     sites = _peak_sites(a, depth)
     return {

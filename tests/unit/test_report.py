@@ -692,3 +692,36 @@ def test_a_reading_racing_the_wrapper_is_not_untraced(tmp_path, fake_sym):
     _small_run(old, samples)
     o = report_json(old, fake_sym)["observed"]
     assert o["max"]["untraced_max_bytes"] == GiB + 300 * MiB
+
+
+def test_a_process_gone_is_not_untraced_while_the_driver_tears_it_down(tmp_path, fake_sym):
+    # the program exits holding 1 GiB (its exit record at 400 ms); NVML still lists the pid
+    # while the driver gives the memory back: that sample is not "1.3 GiB untraced"
+    ms = tg.MS
+    w = tg.TraceWriter(tmp_path / "1.0.ctrace", pid=1)
+    w.alloc(tg.BASE_TS + 100 * ms, GiB, 0x1)
+    w.close(end_ts=tg.BASE_TS + 400 * ms)
+
+    def sample(t, tree):
+        s = dict(
+            tg.sample(tg.BASE_TS + t * ms, tree={0: tree}, used=tree + GiB),
+            nvml_t=[tg.BASE_TS + t * ms, tg.BASE_TS + t * ms + ms // 2],
+        )
+        s["tree_device_pids"] = {"0": {"1": tree}}
+        return s
+
+    samples = [sample(200, GiB + 300 * MiB), sample(450, GiB + 300 * MiB)]
+    tg.write_run(tmp_path, samples=samples, start_ns=tg.BASE_TS)
+    o = report_json(tmp_path, fake_sym)["observed"]
+    assert o["max"]["untraced_max_bytes"] == 300 * MiB, o["max"]
+    # without the per-process figures (an older sampler), the old reading
+    old = tmp_path / "old"
+    old.mkdir()
+    w = tg.TraceWriter(old / "1.0.ctrace", pid=1)
+    w.alloc(tg.BASE_TS + 100 * ms, GiB, 0x1)
+    w.close(end_ts=tg.BASE_TS + 400 * ms)
+    for s in samples:
+        del s["tree_device_pids"]
+    tg.write_run(old, samples=samples, start_ns=tg.BASE_TS)
+    o = report_json(old, fake_sym)["observed"]
+    assert o["max"]["untraced_max_bytes"] == GiB + 300 * MiB
