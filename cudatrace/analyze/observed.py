@@ -72,11 +72,11 @@ class Observed:
         if not gone or not isinstance(by_pid, dict):
             return self.tree_device_bytes(s, device)
         keep = [
-            int(b)
+            b
             for d, m in by_pid.items()
             if (device is None or d == str(device)) and isinstance(m, dict)
             for p, b in m.items()
-            if p not in gone
+            if p not in gone and isinstance(b, int)
         ]
         return sum(keep) if by_pid and (device is None or str(device) in by_pid) else None
 

@@ -725,3 +725,16 @@ def test_a_process_gone_is_not_untraced_while_the_driver_tears_it_down(tmp_path,
     tg.write_run(old, samples=samples, start_ns=tg.BASE_TS)
     o = report_json(old, fake_sym)["observed"]
     assert o["max"]["untraced_max_bytes"] == GiB + 300 * MiB
+
+
+def test_damaged_per_process_figures_are_skipped(tmp_path, fake_sym):
+    # a samples file edited or damaged by hand: figures that are not numbers are passed over
+    ms = tg.MS
+    w = tg.TraceWriter(tmp_path / "1.0.ctrace", pid=1)
+    w.alloc(tg.BASE_TS + 100 * ms, GiB, 0x1)
+    w.close(end_ts=tg.BASE_TS + 400 * ms)
+    s = dict(tg.sample(tg.BASE_TS + 450 * ms, tree={0: GiB}, used=GiB), nvml_t="soon")
+    s["tree_device_pids"] = {"0": {"1": "many", "2": 5 * MiB}, "1": "x"}
+    tg.write_run(tmp_path, samples=[s], start_ns=tg.BASE_TS)
+    o = report_json(tmp_path, fake_sym)["observed"]
+    assert o["max"]["tree_device_bytes"] == 5 * MiB, o["max"]
