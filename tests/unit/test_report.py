@@ -694,13 +694,18 @@ def test_a_reading_racing_the_wrapper_is_not_untraced(tmp_path, fake_sym):
     assert o["max"]["untraced_max_bytes"] == GiB + 300 * MiB
 
 
+def _exits_holding(d):
+    """pid 1 allocates 1 GiB at 100 ms and exits holding it at 400 ms"""
+    w = tg.TraceWriter(d / "1.0.ctrace", pid=1)
+    w.alloc(tg.BASE_TS + 100 * tg.MS, GiB, 0x1)
+    w.close(end_ts=tg.BASE_TS + 400 * tg.MS)
+
+
 def test_a_process_gone_is_not_untraced_while_the_driver_tears_it_down(tmp_path, fake_sym):
     # the program exits holding 1 GiB (its exit record at 400 ms); NVML still lists the pid
     # while the driver gives the memory back: that sample is not "1.3 GiB untraced"
     ms = tg.MS
-    w = tg.TraceWriter(tmp_path / "1.0.ctrace", pid=1)
-    w.alloc(tg.BASE_TS + 100 * ms, GiB, 0x1)
-    w.close(end_ts=tg.BASE_TS + 400 * ms)
+    _exits_holding(tmp_path)
 
     def sample(t, tree):
         s = dict(
@@ -717,9 +722,7 @@ def test_a_process_gone_is_not_untraced_while_the_driver_tears_it_down(tmp_path,
     # without the per-process figures (an older sampler), the old reading
     old = tmp_path / "old"
     old.mkdir()
-    w = tg.TraceWriter(old / "1.0.ctrace", pid=1)
-    w.alloc(tg.BASE_TS + 100 * ms, GiB, 0x1)
-    w.close(end_ts=tg.BASE_TS + 400 * ms)
+    _exits_holding(old)
     for s in samples:
         del s["tree_device_pids"]
     tg.write_run(old, samples=samples, start_ns=tg.BASE_TS)
@@ -730,9 +733,7 @@ def test_a_process_gone_is_not_untraced_while_the_driver_tears_it_down(tmp_path,
 def test_damaged_per_process_figures_are_skipped(tmp_path, fake_sym):
     # a samples file edited or damaged by hand: figures that are not numbers are passed over
     ms = tg.MS
-    w = tg.TraceWriter(tmp_path / "1.0.ctrace", pid=1)
-    w.alloc(tg.BASE_TS + 100 * ms, GiB, 0x1)
-    w.close(end_ts=tg.BASE_TS + 400 * ms)
+    _exits_holding(tmp_path)
     s = dict(tg.sample(tg.BASE_TS + 450 * ms, tree={0: GiB}, used=GiB), nvml_t="soon")
     s["tree_device_pids"] = {"0": {"1": "many", "2": 5 * MiB}, "1": "x"}
     tg.write_run(tmp_path, samples=[s], start_ns=tg.BASE_TS)
