@@ -223,8 +223,8 @@ static inline uint8_t *ct_ce_encode_fields(const struct ct_ce_ctx *c, const stru
  * go back. The bytes are those ct_ce_encode_fields writes for it, and the context ends as
  * ct_ce_commit leaves it (only the time, the address and seq move), without the copy of the
  * whole event. Returns the end, or NULL when the case does not apply (nothing is changed). */
-static inline uint8_t *ct_ce_encode_repeat(struct ct_ce_ctx *c, const struct ct_event *e,
-                                           uint8_t *p)
+static inline __attribute__((always_inline)) uint8_t *
+ct_ce_encode_repeat(struct ct_ce_ctx *c, const struct ct_event *e, uint8_t *p)
 {
     if (!c->started || e->ts_ns < c->ts)
         return NULL;

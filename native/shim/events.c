@@ -32,27 +32,18 @@ static int key_ok;
 /* the thread's block: events are appended at body + used, published by storing used */
 #define BLOCK_FIRST 256 /* a thread's first block; each next one twice the last, to BLOCK_MAX */
 #define BLOCK_MAX 8192
-#define BLOCK_HEAD (sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_ceblock))
-/* the thread's writing state, one thread-local object (one TLS offset to load, not eight) */
-static CT_TLS struct {
-    struct ct_ce_ctx ctx; /* what the next record is encoded against */
-    uint32_t gen;         /* writer generation ctx belongs to (0: none) */
-    uint32_t thread;      /* the thread's number in the file */
-    uint32_t count;       /* the thread's events in this file */
-    uint32_t used, room, next_size;
-    ct_block block;
-} tw;
+CT_TLS struct ct_ev_thread ct_ev_tw; /* events.h */
 
 /* thread exit: give the number back (its records are all published by now) */
 static void on_thread_exit(void *arg)
 {
     (void)arg;
-    uint32_t gen = tw.gen;
-    ct_block_drop(&tw.block); /* its events are all published */
-    if (gen && tw.thread < SMALL_NUMBERS)
-        __atomic_compare_exchange_n(&owners[tw.thread], &gen, 0, 0, __ATOMIC_RELEASE,
+    uint32_t gen = ct_ev_tw.gen;
+    ct_block_drop(&ct_ev_tw.block); /* its events are all published */
+    if (gen && ct_ev_tw.thread < SMALL_NUMBERS)
+        __atomic_compare_exchange_n(&owners[ct_ev_tw.thread], &gen, 0, 0, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
-    tw.gen = 0;
+    ct_ev_tw.gen = 0;
 }
 
 static void make_key(void) { key_ok = pthread_key_create(&exit_key, on_thread_exit) == 0; }
@@ -74,17 +65,17 @@ static uint32_t take_number(uint32_t gen)
 /* the thread's next block (the last one is full); 0: no trace */
 static int next_block(void)
 {
-    ct_block_drop(&tw.block);
-    uint32_t size = tw.next_size < BLOCK_FIRST ? BLOCK_FIRST : tw.next_size;
-    if (!ct_block_take(&tw.block, size, tw.thread, tw.count))
+    ct_block_drop(&ct_ev_tw.block);
+    uint32_t size = ct_ev_tw.next_size < BLOCK_FIRST ? BLOCK_FIRST : ct_ev_tw.next_size;
+    if (!ct_block_take(&ct_ev_tw.block, size, ct_ev_tw.thread, ct_ev_tw.count))
         return 0;
-    tw.next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
-    tw.used = 0;
-    tw.room = tw.block.size - (uint32_t)BLOCK_HEAD;
+    ct_ev_tw.next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
+    ct_ev_tw.used = 0;
+    ct_ev_tw.room = ct_ev_tw.block.size - (uint32_t)CT_EV_BLOCK_HEAD;
     return 1;
 }
 
-int ct_event_write(const struct ct_event *e)
+int ct_event_write_slow(const struct ct_event *e)
 {
     uint32_t gen = ct_writer_generation();
     if (__builtin_expect(!gen, 0)) { /* the first record of the process opens the file */
@@ -93,22 +84,23 @@ int ct_event_write(const struct ct_event *e)
         if (!gen)
             return 0;
     }
-    if (tw.gen != gen) { /* a new file (or a forked child's): the old block is not ours */
-        memset(&tw.ctx, 0, sizeof tw.ctx);
-        tw.block.p = NULL;
-        tw.used = tw.room = tw.next_size = tw.count = 0;
-        tw.thread = take_number(gen);
-        tw.gen = gen;
+    if (ct_ev_tw.gen != gen) { /* a new file (or a forked child's): the old block is not ours */
+        memset(&ct_ev_tw.ctx, 0, sizeof ct_ev_tw.ctx);
+        ct_ev_tw.block.p = NULL;
+        ct_ev_tw.used = ct_ev_tw.room = ct_ev_tw.next_size = ct_ev_tw.count = 0;
+        ct_ev_tw.thread = take_number(gen);
+        ct_ev_tw.gen = gen;
     }
-    if (__builtin_expect(tw.room - tw.used < CT_CE_MAX_BODY, 0) && !next_block())
+    if (__builtin_expect(ct_ev_tw.room - ct_ev_tw.used < CT_CE_MAX_BODY, 0) && !next_block())
         return 0;
-    uint8_t *at = tw.block.p + BLOCK_HEAD + tw.used;
+    uint8_t *at = ct_ev_tw.block.p + CT_EV_BLOCK_HEAD + ct_ev_tw.used;
     /* the context moves on before the store that publishes the event: it is this thread's
      * alone, and the block has room, so the event is published */
-    uint8_t *end = ct_ce_write(&tw.ctx, e, at);
-    tw.used += (uint32_t)(end - at);
-    struct ct_rec_ceblock *bh = (struct ct_rec_ceblock *)(tw.block.p + sizeof(struct ct_rec_hdr));
-    __atomic_store_n(&bh->used, tw.used, __ATOMIC_RELEASE);
-    tw.count++;
+    uint8_t *end = ct_ce_write(&ct_ev_tw.ctx, e, at);
+    ct_ev_tw.used += (uint32_t)(end - at);
+    struct ct_rec_ceblock *bh =
+        (struct ct_rec_ceblock *)(ct_ev_tw.block.p + sizeof(struct ct_rec_hdr));
+    __atomic_store_n(&bh->used, ct_ev_tw.used, __ATOMIC_RELEASE);
+    ct_ev_tw.count++;
     return 1;
 }

@@ -36,11 +36,12 @@ struct slot {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct slot *table; /* mmap'd on first use, NORESERVE: pages cost only when touched */
 static uint32_t nnodes;
-static uint32_t generation = 1; /* bumped on reset, invalidates the per-thread caches */
+uint32_t ct_stack_generation = 1; /* bumped on reset, invalidates the per-thread caches */
+int ct_stack_recall_ok;           /* stacks.h */
 
 static CT_TLS uintptr_t last_ips[CT_MAX_DEPTH];
-static CT_TLS const uintptr_t *last_stack; /* last_ips, or the unwinder's memo of the same walk */
-static CT_TLS int last_n = -1;
+CT_TLS const uintptr_t *ct_stack_last; /* last_ips, or the unwinder's memo of the same walk */
+CT_TLS int ct_stack_last_n = -1;
 
 static inline uint32_t hash(uint64_t ip, uint32_t parent)
 {
@@ -133,6 +134,7 @@ void ct_stacks_init(void)
     if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
         p_Unwind_Backtrace = NULL;
     verify_stacks = ct_setting_long(CT_SET_STACK_VERIFY, 0) == 1;
+    ct_stack_recall_ok = !verify_stacks;
     if (!tcache_key_ok && pthread_key_create(&tcache_key, tcache_free) == 0)
         tcache_key_ok = 1;
     ct_uw_init();
@@ -221,27 +223,8 @@ static CT_TLS struct link_ent links[LINK_WAYS];
 
 static uint32_t capture(const struct ct_caller *from);
 
-/* A repeated call site of a process without Python, not verifying: the unwinder's memo of the
- * same walk (every word it read re-checked) gives the leaf it gave before. A small function, so
- * that this common case pays for none of the rest; anything else goes to capture(). */
-uint32_t ct_stack_capture(const struct ct_caller *from)
-{
-    int depth = ct_cfg.stack_depth;
-    if (from && from->sp && depth > 0 && tcache && !verify_stacks && ct_writer_generation() &&
-        !ct_py_maybe()) {
-        const uintptr_t *walked;
-        uint64_t *tag;
-        uintptr_t start[3] = {from->ra, from->sp, from->fp};
-        int cnt = ct_uw_recall(start, depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : depth, &walked, &tag);
-        if (cnt > 0 && *tag >> 32 == __atomic_load_n(&generation, __ATOMIC_ACQUIRE)) {
-            ct_writer_stack_count(CT_SC_HIT);
-            last_stack = walked;
-            last_n = cnt;
-            return (uint32_t)*tag;
-        }
-    }
-    return capture(from);
-}
+/* what stacks.h's inline ct_stack_capture does not answer itself */
+uint32_t ct_stack_capture_slow(const struct ct_caller *from) { return capture(from); }
 
 static uint32_t capture(const struct ct_caller *from)
 {
@@ -258,7 +241,7 @@ static uint32_t capture(const struct ct_caller *from)
     uint64_t link = ct_py_capture();
     if (!link)
         return leaf;
-    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+    uint32_t gen = __atomic_load_n(&ct_stack_generation, __ATOMIC_ACQUIRE);
     struct link_ent *c =
         &links[((link * 0x9E3779B97F4A7C15ull) ^ leaf * 0xC2B2AE3D27D4EB4Full) >> 60];
     if (c->gen == gen && c->leaf == leaf && c->ip == link && c->node)
@@ -279,7 +262,7 @@ static uint32_t native_capture(const struct ct_caller *from)
         return 0;
     if (depth > CT_MAX_DEPTH)
         depth = CT_MAX_DEPTH;
-    uint32_t gen = __atomic_load_n(&generation, __ATOMIC_ACQUIRE);
+    uint32_t gen = __atomic_load_n(&ct_stack_generation, __ATOMIC_ACQUIRE);
     if (!tcache) {
         void *m = mmap(NULL, sizeof(struct tcache), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -295,8 +278,14 @@ static uint32_t native_capture(const struct ct_caller *from)
     int learned = 0;
     /* the one call of the cached walk: its own return addresses are part of what it caches */
     uintptr_t start[3] = {from ? from->ra : 0, from ? from->sp : 0, from ? from->fp : 0};
-    int cnt = start[1] ? ct_uw_recall(start, depth, &walked, &tag) : -1;
-    if (cnt < 0)
+    const struct ct_uw_memo *memo =
+        start[1] ? ct_uw_recall(start[0], start[1], start[2], depth) : NULL;
+    int cnt;
+    if (memo) {
+        cnt = memo->n;
+        walked = memo->ips;
+        tag = (uint64_t *)&memo->tag; /* the memo is the thread's own */
+    } else
         cnt = ct_uw_walk(start[1] ? start : NULL, ips, depth, &learned, &walked, &tag);
     if (cnt >= 0 && !learned) {
         ct_writer_stack_count(CT_SC_HIT);
@@ -314,8 +303,8 @@ static uint32_t native_capture(const struct ct_caller *from)
         }
         /* the same walk as before, every word it read re-checked: the leaf it gave then */
         if (tag && *tag >> 32 == gen && cnt > 0) {
-            last_stack = walked;
-            last_n = cnt;
+            ct_stack_last = walked;
+            ct_stack_last_n = cnt;
             return (uint32_t)*tag;
         }
     } else {
@@ -341,8 +330,8 @@ static uint32_t native_capture(const struct ct_caller *from)
     if (cnt <= 0)
         return 0;
     memcpy(last_ips, walked, sizeof(uintptr_t) * (size_t)cnt);
-    last_stack = last_ips;
-    last_n = cnt;
+    ct_stack_last = last_ips;
+    ct_stack_last_n = cnt;
     uint32_t leaf = 0;
     for (int w = 0; w < CACHE_WAYS && !leaf; w++) {
         struct cached *c = &tcache->way[w];
@@ -366,7 +355,7 @@ static uint32_t native_capture(const struct ct_caller *from)
 uintptr_t ct_stack_first_user_frame(void)
 {
     /* the stack this thread captured last, innermost first */
-    return last_n > 0 ? ct_pick_caller(last_stack, last_n) : 0;
+    return ct_stack_last_n > 0 ? ct_pick_caller(ct_stack_last, ct_stack_last_n) : 0;
 }
 
 int ct_stack_user_frames(uintptr_t *out, int max)
@@ -375,10 +364,10 @@ int ct_stack_user_frames(uintptr_t *out, int max)
     int k = 0, n = 0;
     if (!first)
         return 0;
-    while (k < last_n && last_stack[k] != first)
+    while (k < ct_stack_last_n && ct_stack_last[k] != first)
         k++;
-    for (; k < last_n && n < max; k++)
-        out[n++] = last_stack[k];
+    for (; k < ct_stack_last_n && n < max; k++)
+        out[n++] = ct_stack_last[k];
     return n;
 }
 
@@ -392,6 +381,6 @@ void ct_stacks_reset(void)
         munmap(table, sizeof(struct slot) * TABLE_SIZE);
     table = NULL;
     nnodes = 0;
-    __atomic_add_fetch(&generation, 1, __ATOMIC_RELEASE);
-    last_n = -1;
+    __atomic_add_fetch(&ct_stack_generation, 1, __ATOMIC_RELEASE);
+    ct_stack_last_n = -1;
 }

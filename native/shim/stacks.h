@@ -4,6 +4,11 @@
 
 #include <stdint.h>
 
+#include "pyframes.h"
+#include "unwind.h"
+#include "util.h"
+#include "writer.h"
+
 void ct_stacks_init(void);
 /* Where the program's own frames start: the registers its code had at its call of the hooked
  * function (ra: the return address into it, sp: its SP there, which is the wrapper's CFA, fp: its
@@ -12,7 +17,32 @@ void ct_stacks_init(void);
 struct ct_caller {
     uintptr_t ra, sp, fp;
 };
-uint32_t ct_stack_capture(const struct ct_caller *from);
+/* the stack's id (a node of the tree), from where the program's frames start; 0: none. A
+ * repeated call site is answered inline (the unwinder's memo of an identical walk, every word
+ * it read re-checked, carries the id: its tag); anything else goes to stacks.c. */
+uint32_t ct_stack_capture_slow(const struct ct_caller *from);
+extern CT_HIDDEN uint32_t ct_stack_generation; /* bumped on reset: tags of older ones are stale */
+extern CT_HIDDEN int ct_stack_recall_ok;       /* the memo's answer may be used (no verifying) */
+extern CT_HIDDEN CT_TLS const uintptr_t *ct_stack_last; /* the last stack's return addresses */
+extern CT_HIDDEN CT_TLS int ct_stack_last_n;
+static inline __attribute__((always_inline)) uint32_t ct_stack_capture(const struct ct_caller *from)
+{
+    int depth = ct_cfg.stack_depth;
+    if (__builtin_expect(from->sp && depth > 0 && ct_stack_recall_ok && ct_writer_generation() &&
+                             !ct_py_maybe(),
+                         1)) {
+        const struct ct_uw_memo *m =
+            ct_uw_recall(from->ra, from->sp, from->fp, depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : depth);
+        if (m && m->n > 0 &&
+            m->tag >> 32 == __atomic_load_n(&ct_stack_generation, __ATOMIC_ACQUIRE)) {
+            ct_writer_stack_count(CT_SC_HIT);
+            ct_stack_last = m->ips;
+            ct_stack_last_n = m->n;
+            return (uint32_t)m->tag;
+        }
+    }
+    return ct_stack_capture_slow(from);
+}
 /* in a wrapper (built with frame pointers: its frame record holds the caller's FP and the
  * return address, on x86-64 and aarch64 alike) */
 #if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__aarch64__))

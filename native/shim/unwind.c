@@ -18,7 +18,7 @@
  *   CIE augmentations z, R, P, L only (no signal frames 'S', no B-key 'B'); an FDE found
  *   through the object's .eh_frame_hdr table (the table libgcc itself searches)
  *
- * On top of the rules, a per-thread memo of the last walks (see struct memo) makes a repeated
+ * On top of the rules, a per-thread memo of the last walks (see struct ct_uw_memo) makes a repeated
  * call site cost one comparison per word the walk reads (two per frame at most).
  *
  * The table is flushed when a module may have been unloaded (dlclose, interposed below,
@@ -83,18 +83,6 @@ __asm__(".text\n"
         ".size ct_uw_regs, .-ct_uw_regs\n");
 #endif
 
-static inline uintptr_t strip_pac(uintptr_t ra)
-{
-#if defined(__aarch64__)
-    /* xpaclri (hint #7): what libgcc does with a signed return address; a no-op without PAC */
-    register uintptr_t x30 __asm__("x30") = ra;
-    __asm__("hint #7" : "+r"(x30));
-    return x30;
-#else
-    return ra;
-#endif
-}
-
 /* ---- the per-thread rule table ---------------------------------------------------------- */
 #define RF_PLAIN 1    /* usable rule */
 #define RF_CFA_FP 2   /* CFA = FP + cfa_off (else SP + cfa_off) */
@@ -112,48 +100,24 @@ struct rule {
 #define RULE_SLOTS (1u << RULE_BITS)
 #define RULE_MAX (RULE_SLOTS / 2)
 
-/* A walk is a function of its start (return address, SP, FP), the rules (fixed per address
- * within a generation) and the words it reads from the stack. A memo keeps those words and
- * where they were read: a later walk from the same start, reading the same values at the same
- * places, would make every step the same, so its result is the memo's. Checking reads only
- * addresses the walk itself would read, in its order (each one follows from the matched ones).
- *
- * Only the words the result depends on are kept: every return address, and a saved frame
- * pointer only when a later frame's CFA is computed from it before another saved FP replaces
- * it (likewise the starting FP). In code without frame pointers the FP register holds any
- * value (a loop counter, a pointer) that frames save and restore: it changes from call to call
- * and steers nothing, and comparing it would make every repeated call site miss. */
-#define MEMO_WAYS 4
-#define MEMO_FRAMES (CT_MAX_DEPTH + 32)
-struct memo {
-    uintptr_t ra0, sp0, fp0;
-    uint64_t tag; /* the caller's note on this walk (ct_uw_walk's *tag), 0: none */
-    uint32_t gen;
-    int max, n, nreads; /* n < 0: empty */
-    int fp0_used;       /* the starting FP was a CFA base before any saved FP replaced it */
-    struct {
-        uintptr_t addr, val;
-    } rd[2 * MEMO_FRAMES];
-    uintptr_t ips[CT_MAX_DEPTH];
-};
-
+/* the thread's table: its memos (unwind.h: the inline recall reads them) and its rules */
 struct uw_thread {
-    uint32_t gen, used;
-    unsigned memo_next;
+    struct ct_uw_memos m; /* first: ct_uw_thread points at it and at the table alike */
+    uint32_t used;
     struct rule r[RULE_SLOTS];
-    struct memo memo[MEMO_WAYS];
 };
 
-static CT_TLS struct uw_thread *uwt;
-static uint32_t uw_generation = 1;
+CT_TLS struct ct_uw_memos *ct_uw_thread;
+uint32_t ct_uw_generation = 1;
+
 static pthread_key_t uw_key;
 static int uw_key_ok;
 
 static void uw_thread_free(void *p)
 {
     if (p) {
-        if (p == uwt)
-            uwt = NULL;
+        if (p == (void *)ct_uw_thread)
+            ct_uw_thread = NULL;
         munmap(p, sizeof(struct uw_thread));
     }
 }
@@ -164,30 +128,31 @@ void ct_uw_init(void)
         uw_key_ok = 1;
 }
 
-void ct_uw_invalidate(void) { __atomic_add_fetch(&uw_generation, 1, __ATOMIC_ACQ_REL); }
+void ct_uw_invalidate(void) { __atomic_add_fetch(&ct_uw_generation, 1, __ATOMIC_ACQ_REL); }
 
 static struct uw_thread *thread_table(void)
 {
-    struct uw_thread *t = uwt;
-    uint32_t gen = __atomic_load_n(&uw_generation, __ATOMIC_ACQUIRE);
+    struct uw_thread *t = (struct uw_thread *)ct_uw_thread; /* m is its first member */
+    uint32_t gen = __atomic_load_n(&ct_uw_generation, __ATOMIC_ACQUIRE);
     if (!t) {
         void *m = mmap(NULL, sizeof(struct uw_thread), PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (m == MAP_FAILED)
             return NULL;
-        t = uwt = m;
-        t->gen = gen;
-        for (int w = 0; w < MEMO_WAYS; w++)
-            t->memo[w].n = -1;
+        t = m;
+        ct_uw_thread = &t->m;
+        t->m.gen = gen;
+        for (int w = 0; w < CT_UW_MEMO_WAYS; w++)
+            t->m.memo[w].n = -1;
         if (uw_key_ok)
             pthread_setspecific(uw_key, t);
     }
-    if (t->gen != gen) {
+    if (t->m.gen != gen) {
         memset(t->r, 0, sizeof t->r);
         t->used = 0;
-        t->gen = gen;
-        for (int w = 0; w < MEMO_WAYS; w++)
-            t->memo[w].n = -1;
+        t->m.gen = gen;
+        for (int w = 0; w < CT_UW_MEMO_WAYS; w++)
+            t->m.memo[w].n = -1;
     }
     return t;
 }
@@ -734,41 +699,6 @@ static void compute_rule(uintptr_t ra, struct rule *out)
 #define MAX_SHIM_FRAMES 32
 #define STACK_SPAN (256u << 20) /* a frame's CFA further than this above the start: give up */
 
-static inline int memo_hit(const struct memo *m)
-{
-    for (const __typeof__(m->rd[0]) *r = m->rd, *end = m->rd + m->nreads; r < end; r++)
-        if (*(const uintptr_t *)r->addr != r->val)
-            return 0;
-    return 1;
-}
-
-/* the memo of an identical earlier walk from (ra, sp, fp) of max frames, every word it read
- * re-checked; NULL: none */
-static inline const struct memo *memo_find(const struct uw_thread *t, uintptr_t ra, uintptr_t sp,
-                                           uintptr_t fp, int max)
-{
-    for (int w = 0; w < MEMO_WAYS; w++) {
-        const struct memo *m = &t->memo[w];
-        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
-            m->max == max && m->gen == t->gen && memo_hit(m))
-            return m;
-    }
-    return NULL;
-}
-
-int ct_uw_recall(const uintptr_t *start, int max, const uintptr_t **out, uint64_t **tag)
-{
-    struct uw_thread *t = uwt;
-    if (!t || t->gen != __atomic_load_n(&uw_generation, __ATOMIC_ACQUIRE))
-        return -1;
-    const struct memo *m = memo_find(t, strip_pac(start[0]), start[1], start[2], max);
-    if (!m)
-        return -1;
-    *out = m->ips;
-    *tag = (uint64_t *)&m->tag;
-    return m->n;
-}
-
 __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips, int max,
                                          int *learned, const uintptr_t **out, uint64_t **tag)
 {
@@ -778,19 +708,19 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
         return -1;
     uintptr_t regs[3];
     if (start) {
-        regs[0] = strip_pac(start[0]);
+        regs[0] = ct_uw_strip_pac(start[0]);
         regs[1] = start[1];
         regs[2] = start[2];
     } else
         ct_uw_regs(regs);
     uintptr_t ra = regs[0], sp = regs[1], fp = regs[2], sp0 = regs[1];
-    const struct memo *hit = memo_find(t, ra, sp, fp, max);
+    const struct ct_uw_memo *hit = ct_uw_memo_find(&t->m, ra, sp, fp, max);
     if (hit) {
         *out = hit->ips;
         *tag = (uint64_t *)&hit->tag;
         return hit->n;
     }
-    struct memo *m = &t->memo[t->memo_next++ % MEMO_WAYS];
+    struct ct_uw_memo *m = &t->m.memo[t->m.next++ % CT_UW_MEMO_WAYS];
     m->n = -1;
     m->ra0 = ra;
     m->sp0 = sp;
@@ -798,7 +728,7 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
     m->fp0_used = 0;
     m->tag = 0;
     m->max = max;
-    m->gen = t->gen;
+    m->gen = t->m.gen;
     m->nreads = 0;
     /* where the current FP came from: -1 the start, -2 not a read worth keeping yet, else the
      * stack word (fp_addr) whose value it is, appended to the reads once a CFA uses it */
@@ -817,7 +747,7 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
             if (n >= max)
                 break;
         }
-        if (++frames > MEMO_FRAMES)
+        if (++frames > CT_UW_MEMO_FRAMES)
             return -1;
         const struct rule *r = rule_find(t, ra);
         struct rule fresh;
@@ -853,7 +783,7 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
         uintptr_t raw = *(const uintptr_t *)a;
         m->rd[m->nreads].addr = a;
         m->rd[m->nreads++].val = raw;
-        ra = (f & RF_RA_SIGNED) ? strip_pac(raw) : raw;
+        ra = (f & RF_RA_SIGNED) ? ct_uw_strip_pac(raw) : raw;
         sp = cfa;
     }
     memcpy(m->ips, ips, sizeof(uintptr_t) * (size_t)n);

@@ -3,6 +3,8 @@
 #define CUDATRACE_UNWIND_H
 #include <stdint.h>
 
+#include "util.h"
+
 void ct_uw_init(void);
 void ct_uw_invalidate(void); /* modules may have gone: forget every rule */
 /* Walk this thread's stack with the cached rules (computing the missing ones), from start (ra,
@@ -15,10 +17,86 @@ void ct_uw_invalidate(void); /* modules may have gone: forget every rule */
  * stored there on a repeated one: stacks.c keeps the leaf id); it lives as long as the memo,
  * so a tag read back is only ever paired with a walk that re-checked every word it read.
  * Call it from ONE place: the return addresses of the shim's frames are part of what it caches. */
-/* The answer of an identical earlier walk from start (every word it read re-checked), as
- * ct_uw_walk would give it with *learned 0; -1 when there is none (then ct_uw_walk). The fast
- * path of a repeated call site: no walk, no rule lookup. */
-int ct_uw_recall(const uintptr_t *start, int max, const uintptr_t **out, uint64_t **tag);
 int ct_uw_walk(const uintptr_t *start, uintptr_t *ips, int max, int *learned, const uintptr_t **out,
                uint64_t **tag);
+
+/* ---- the memo of the last walks (unwind.c), here for the inline recall below -------------
+ * A walk is a function of its start (return address, SP, FP), the rules (fixed per address
+ * within a generation) and the words it reads from the stack. A memo keeps those words and
+ * where they were read: a later walk from the same start, reading the same values at the same
+ * places, would make every step the same, so its result is the memo's. Checking reads only
+ * addresses the walk itself would read, in its order (each one follows from the matched ones).
+ *
+ * Only the words the result depends on are kept: every return address, and a saved frame
+ * pointer only when a later frame's CFA is computed from it before another saved FP replaces
+ * it (likewise the starting FP). In code without frame pointers the FP register holds any
+ * value (a loop counter, a pointer) that frames save and restore: it changes from call to call
+ * and steers nothing, and comparing it would make every repeated call site miss. */
+#define CT_UW_MEMO_WAYS 4
+#define CT_UW_MEMO_FRAMES (CT_MAX_DEPTH + 32)
+struct ct_uw_memo {
+    uintptr_t ra0, sp0, fp0;
+    uint64_t tag; /* the caller's note on this walk (ct_uw_walk's *tag), 0: none */
+    uint32_t gen;
+    int max, n, nreads; /* n < 0: empty */
+    int fp0_used;       /* the starting FP was a CFA base before any saved FP replaced it */
+    struct {
+        uintptr_t addr, val;
+    } rd[2 * CT_UW_MEMO_FRAMES];
+    uintptr_t ips[CT_MAX_DEPTH];
+};
+/* the memos of a thread: the head of its table (unwind.c's struct uw_thread) */
+struct ct_uw_memos {
+    uint32_t gen; /* ct_uw_generation the table was made in */
+    unsigned next;
+    struct ct_uw_memo memo[CT_UW_MEMO_WAYS];
+};
+extern CT_HIDDEN CT_TLS struct ct_uw_memos *ct_uw_thread; /* NULL until the thread's first walk */
+extern CT_HIDDEN uint32_t ct_uw_generation;               /* bumped when modules may be gone */
+
+static inline uintptr_t ct_uw_strip_pac(uintptr_t ra)
+{
+#if defined(__aarch64__)
+    /* xpaclri (hint #7): what libgcc does with a signed return address; a no-op without PAC */
+    register uintptr_t x30 __asm__("x30") = ra;
+    __asm__("hint #7" : "+r"(x30));
+    return x30;
+#else
+    return ra;
+#endif
+}
+
+static inline int ct_uw_memo_hit(const struct ct_uw_memo *m)
+{
+    for (const __typeof__(m->rd[0]) *r = m->rd, *end = m->rd + m->nreads; r < end; r++)
+        if (*(const uintptr_t *)r->addr != r->val)
+            return 0;
+    return 1;
+}
+
+/* the memo of an identical earlier walk from (ra, sp, fp) of max frames, every word it read
+ * re-checked; NULL: none */
+static inline const struct ct_uw_memo *ct_uw_memo_find(const struct ct_uw_memos *t, uintptr_t ra,
+                                                       uintptr_t sp, uintptr_t fp, int max)
+{
+    for (int w = 0; w < CT_UW_MEMO_WAYS; w++) {
+        const struct ct_uw_memo *m = &t->memo[w];
+        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
+            m->max == max && m->gen == t->gen && ct_uw_memo_hit(m))
+            return m;
+    }
+    return NULL;
+}
+
+/* The answer of an identical earlier walk from (ra, sp, fp) (every word it read re-checked),
+ * as ct_uw_walk would give it with *learned 0: the memo, or NULL when there is none (then
+ * ct_uw_walk). The fast path of a repeated call site: no walk, no rule lookup, no call. */
+static inline __attribute__((always_inline)) const struct ct_uw_memo *
+ct_uw_recall(uintptr_t ra, uintptr_t sp, uintptr_t fp, int max)
+{
+    const struct ct_uw_memos *t = ct_uw_thread;
+    if (!t || t->gen != __atomic_load_n(&ct_uw_generation, __ATOMIC_ACQUIRE))
+        return NULL;
+    return ct_uw_memo_find(t, ct_uw_strip_pac(ra), sp, fp, max);
+}
 #endif
