@@ -37,7 +37,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static struct slot *table; /* mmap'd on first use, NORESERVE: pages cost only when touched */
 static uint32_t nnodes;
 uint32_t ct_stack_generation = 1; /* bumped on reset, invalidates the per-thread caches */
-int ct_stack_recall_ok;           /* stacks.h */
+int ct_stack_recall_depth;        /* stacks.h */
 
 static CT_TLS uintptr_t last_ips[CT_MAX_DEPTH];
 CT_TLS const uintptr_t *ct_stack_last; /* last_ips, or the unwinder's memo of the same walk */
@@ -134,7 +134,7 @@ void ct_stacks_init(void)
     if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
         p_Unwind_Backtrace = NULL;
     verify_stacks = ct_setting_long(CT_SET_STACK_VERIFY, 0) == 1;
-    ct_stack_recall_ok = !verify_stacks;
+    ct_stack_recall_depth = verify_stacks ? 0 : ct_cfg.stack_depth; /* clamped by util.c */
     if (!tcache_key_ok && pthread_key_create(&tcache_key, tcache_free) == 0)
         tcache_key_ok = 1;
     ct_uw_init();

@@ -22,17 +22,16 @@ struct ct_caller {
  * it read re-checked, carries the id: its tag); anything else goes to stacks.c. */
 uint32_t ct_stack_capture_slow(const struct ct_caller *from);
 extern CT_HIDDEN uint32_t ct_stack_generation; /* bumped on reset: tags of older ones are stale */
-extern CT_HIDDEN int ct_stack_recall_ok;       /* the memo's answer may be used (no verifying) */
+/* the frames kept (ct_cfg.stack_depth) when a memo's answer may be used (stacks on, not
+ * verifying), else 0 */
+extern CT_HIDDEN int ct_stack_recall_depth;
 extern CT_HIDDEN CT_TLS const uintptr_t *ct_stack_last; /* the last stack's return addresses */
 extern CT_HIDDEN CT_TLS int ct_stack_last_n;
 static inline __attribute__((always_inline)) uint32_t ct_stack_capture(const struct ct_caller *from)
 {
-    int depth = ct_cfg.stack_depth;
-    if (__builtin_expect(from->sp && depth > 0 && ct_stack_recall_ok && ct_writer_generation() &&
-                             !ct_py_maybe(),
-                         1)) {
-        const struct ct_uw_memo *m =
-            ct_uw_recall(from->ra, from->sp, from->fp, depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : depth);
+    int depth = ct_stack_recall_depth;
+    if (__builtin_expect(depth && from->sp && ct_writer_generation() && !ct_py_maybe(), 1)) {
+        const struct ct_uw_memo *m = ct_uw_recall(from->ra, from->sp, from->fp, depth);
         if (m && m->n > 0 &&
             m->tag >> 32 == __atomic_load_n(&ct_stack_generation, __ATOMIC_ACQUIRE)) {
             ct_writer_stack_count(CT_SC_HIT);
