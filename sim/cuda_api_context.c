@@ -339,6 +339,24 @@ CUresult cuStreamDestroy(CUstream hStream)
                                                               : CUDA_SUCCESS;
 }
 
+/* the context of a stream: the one it was made in (the current one for the NULL, legacy and
+ * per-thread streams) */
+CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    SIM_ENTER(cuStreamGetCtx, 0);
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((uintptr_t)hStream <= 2) {
+        *pctx = current_ctx();
+        return *pctx ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT;
+    }
+    int dev = object_dev(SP_STREAM, (uintptr_t)hStream);
+    if (dev < 0)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *pctx = &g_ctx[dev];
+    return CUDA_SUCCESS;
+}
+
 CUresult cuStreamSynchronize(CUstream hStream)
 {
     SIM_ENTER(cuStreamSynchronize, 0);

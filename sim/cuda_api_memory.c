@@ -115,7 +115,10 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream
         *dptr = 0;
         return CUDA_SUCCESS;
     }
-    return alloc_dev(dptr, bytesize, K_ASYNC, -1);
+    /* from the pool of the stream's device (the driver's documented rule), the current
+     * context's for the NULL, legacy and per-thread streams */
+    int dev = (uintptr_t)hStream > 2 ? object_dev(SP_STREAM, (uintptr_t)hStream) : -1;
+    return alloc_dev(dptr, bytesize, K_ASYNC, dev);
 }
 
 static CUresult alloc_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,

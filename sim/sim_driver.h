@@ -90,6 +90,7 @@ typedef struct {
     X(cuStreamCreate, "cuStreamCreate", 2000, 0)                                                   \
     X(cuStreamDestroy, "cuStreamDestroy", 2000, 0)                                                 \
     X(cuStreamDestroy_v2, "cuStreamDestroy", 4000, 0)                                              \
+    X(cuStreamGetCtx, "cuStreamGetCtx", 9020, 0)                                                   \
     X(cuStreamSynchronize, "cuStreamSynchronize", 2000, 1)                                         \
     X(cuGetErrorName, "cuGetErrorName", 6000, 0)                                                   \
     X(cuGetErrorString, "cuGetErrorString", 6000, 0)                                               \
@@ -143,6 +144,7 @@ SIM_EXPORT CUresult cuCtxSynchronize_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags);
 SIM_EXPORT CUresult cuStreamDestroy(CUstream hStream);
 SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream);
+SIM_EXPORT CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx);
 SIM_EXPORT CUresult cuStreamSynchronize(CUstream hStream);
 SIM_EXPORT CUresult cuStreamSynchronize_ptsz(CUstream hStream);
 SIM_EXPORT CUresult cuGetErrorName(CUresult error, const char **pStr);

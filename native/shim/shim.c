@@ -68,14 +68,19 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
  * driver) tells whether the context is still that one, and only a new context costs
  * cuCtxGetDevice. (The cache is per thread because the current context is.) */
 
+static CUresult (*get_ctx)(CUcontext *);
+static CUresult (*get_dev)(CUdevice *);
+static void device_syms(void)
+{
+    get_ctx = (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent");
+    __atomic_store_n(&get_dev, (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice"),
+                     __ATOMIC_RELEASE);
+}
+
 static int current_device(void)
 {
-    static CUresult (*get_ctx)(CUcontext *);
-    static CUresult (*get_dev)(CUdevice *);
-    if (__builtin_expect(!get_dev, 0)) {
-        get_ctx = (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent");
-        get_dev = (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice");
-    }
+    if (__builtin_expect(!__atomic_load_n(&get_dev, __ATOMIC_ACQUIRE), 0))
+        device_syms();
     CUcontext ctx = NULL;
     if (get_ctx && get_ctx(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
         return ct_thr.dev;
@@ -85,6 +90,66 @@ static int current_device(void)
     ct_thr.dev_ctx = (uintptr_t)ctx;
     ct_thr.dev = d;
     return d;
+}
+
+/* The device of context ctx, which need not be current: cuCtxGetDevice_v2 where the driver has
+ * it (CUDA 13), else ctx made current for the question and the thread's own put back. -1: the
+ * driver could not say. */
+static int context_device(CUcontext ctx)
+{
+    static CUresult (*get_dev2)(CUdevice *, CUcontext);
+    static CUresult (*push)(CUcontext), (*pop)(CUcontext *);
+    static int looked;
+    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
+        get_dev2 = (CUresult(*)(CUdevice *, CUcontext))ct_driver_sym("cuCtxGetDevice_v2");
+        push = (CUresult(*)(CUcontext))ct_driver_sym("cuCtxPushCurrent_v2");
+        pop = (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxPopCurrent_v2");
+        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+    }
+    CUdevice d = -1;
+    if (get_dev2)
+        return get_dev2(&d, ctx) == CUDA_SUCCESS ? d : -1;
+    if (!get_dev || !push || !pop || push(ctx) != CUDA_SUCCESS)
+        return -1;
+    CUresult r = get_dev(&d);
+    CUcontext back;
+    pop(&back);
+    return r == CUDA_SUCCESS ? d : -1;
+}
+
+/* The device a stream-ordered allocation on stream s comes from: the stream's (the pool current
+ * to the stream's device, the driver's rule), which need not be the current context's. -1 for
+ * the NULL, legacy and per-thread streams (the current context's: current_device) or when the
+ * driver cannot say. cuStreamGetCtx costs what cuCtxGetCurrent does, and is allowed while the
+ * stream is being captured; the thread remembers the device of the last other context. */
+static int stream_device_of(CUstream s)
+{
+    static CUresult (*get_sctx)(CUstream, CUcontext *);
+    static int looked;
+    if (__builtin_expect(!__atomic_load_n(&looked, __ATOMIC_ACQUIRE), 0)) {
+        if (!__atomic_load_n(&get_dev, __ATOMIC_ACQUIRE))
+            device_syms();
+        get_sctx = (CUresult(*)(CUstream, CUcontext *))ct_driver_sym("cuStreamGetCtx");
+        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
+    }
+    CUcontext ctx = NULL;
+    if (!get_sctx || get_sctx(s, &ctx) != CUDA_SUCCESS || !ctx)
+        return -1;
+    if ((uintptr_t)ctx == ct_thr.dev_ctx)
+        return ct_thr.dev;
+    if ((uintptr_t)ctx == ct_thr.sdev_ctx)
+        return ct_thr.sdev;
+    int d = context_device(ctx);
+    if (d >= 0) {
+        ct_thr.sdev_ctx = (uintptr_t)ctx;
+        ct_thr.sdev = d;
+    }
+    return d;
+}
+static inline int stream_device(CUstream s)
+{
+    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the current context's */
+    return (uintptr_t)s <= 2 ? -1 : stream_device_of(s);
 }
 
 /* ---- one hooked call ------------------------------------------------------------------ */

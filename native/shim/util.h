@@ -78,6 +78,8 @@ struct ct_thread {
     int deny_share;    /* the last denial was the share's (shim.c) */
     uintptr_t dev_ctx; /* the context dev belongs to, 0: none yet (shim.c current_device) */
     int dev;
+    uintptr_t sdev_ctx; /* another context (a stream's) and its device (shim.c stream_device) */
+    int sdev;
 };
 extern CT_HIDDEN CT_TLS struct ct_thread ct_thr;
 static inline uint32_t ct_gettid(void)

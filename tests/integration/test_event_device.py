@@ -2,7 +2,9 @@
 between devices (set, push/pop, create) gets each allocation on its context's device, and a
 free names the device of the allocation it ends, whatever context is current when it runs. The
 shim keeps one (context -> device) answer per thread and asks the driver again for a new
-context; these shapes check it never serves a stale one."""
+context; these shapes check it never serves a stale one. A stream-ordered allocation comes from
+the pool of its stream's device, which need not be the current context's (shim.c
+stream_device)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ for d in range(2):
     c = ctypes.c_void_p()
     assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d) == 0
     ctx.append(c)
+assert cu.cuCtxSetCurrent(ctx[0]) == 0
+s0 = ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(s0), 0) == 0
 
 def alloc(n):
     p = ctypes.c_uint64()
@@ -27,6 +32,14 @@ def alloc(n):
 
 def free(p):
     assert cu.cuMemFree_v2(ctypes.c_uint64(p)) == 0
+
+def alloc_async(n, stream):
+    p = ctypes.c_uint64()
+    assert cu.cuMemAllocAsync(ctypes.byref(p), ctypes.c_size_t(n), stream) == 0
+    return p.value
+
+def free_async(p, stream):
+    assert cu.cuMemFreeAsync(ctypes.c_uint64(p), stream) == 0
 
 MiB = 1 << 20
 def work(base):
@@ -48,6 +61,18 @@ def work(base):
     free(a)                                  # device 0's, freed under device 1
     for p in (c, d, e):
         free(p)
+    # stream-ordered: from the pool of the stream's device, whatever context is current
+    assert cu.cuCtxSetCurrent(ctx[1]) == 0
+    s1 = ctypes.c_void_p()
+    assert cu.cuStreamCreate(ctypes.byref(s1), 0) == 0
+    assert cu.cuCtxSetCurrent(ctx[0]) == 0
+    f = alloc_async((base + 14) * MiB, s1)   # device 1's stream, device 0 current
+    g = alloc_async((base + 3) * MiB, None)  # the NULL stream: the current context's
+    h = alloc_async((base + 4) * MiB, ctypes.c_void_p(2))  # CU_STREAM_PER_THREAD: the same
+    assert cu.cuCtxSetCurrent(ctx[1]) == 0
+    k = alloc_async((base + 5) * MiB, ctypes.c_void_p(s0.value))  # device 0's stream
+    for p, st in ((f, s1), (g, None), (h, None), (k, s0)):
+        free_async(p, st)
 
 work(0)
 t = threading.Thread(target=work, args=(100,))
@@ -65,9 +90,41 @@ def test_each_event_names_its_device(ct, tmp_path):
     events = [e for t in read_dir(r.out).traces for e in iter_events(t)]
     allocs = {e["addr"]: e for e in events if e["op"] == K["CT_OP_ALLOC"]}
     frees = [e for e in events if e["op"] == K["CT_OP_FREE"]]
-    assert len(allocs) == 10 and len(frees) == 10
+    assert len(allocs) == 18 and len(frees) == 18
     for e in allocs.values():
         want = ((e["size"] >> 20) % 100) // 10
         assert e["device"] == want, e
     for f in frees:
         assert f["device"] == allocs[f["addr"]]["device"], f
+
+
+BUDGET_PROG = r"""
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+cu.cuInit(0)
+ctx = []
+for d in range(2):
+    c = ctypes.c_void_p()
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d) == 0
+    ctx.append(c)
+assert cu.cuCtxSetCurrent(ctx[1]) == 0
+s1 = ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(s1), 0) == 0
+assert cu.cuCtxSetCurrent(ctx[0]) == 0
+p = ctypes.c_uint64()
+r = cu.cuMemAllocAsync(ctypes.byref(p), ctypes.c_size_t(8 << 20), s1)
+print("result", r)
+"""
+
+
+def test_a_stream_of_another_device_is_charged_to_its_device(ct, tmp_path):
+    """The budget reserves a stream-ordered allocation on its stream's device: 8 MiB on device
+    1's stream, device 0 current, device 1's budget 4 MiB: denied (reserved on device 0, whose
+    budget is 1 GiB, it would pass)."""
+    prog = tmp_path / "stream_budget.py"
+    prog.write_text(BUDGET_PROG)
+    r = ct.run(
+        [sys.executable, prog], "-q", "--budget", "0=1GiB,1=4MiB", sim_opts={"devices": 2}
+    )
+    assert "result 2" in r.stdout, r.stdout + r.stderr  # CUDA_ERROR_OUT_OF_MEMORY
+    assert "on device 1" in r.stderr, r.stderr
