@@ -702,6 +702,9 @@ def test_runtime_basic(bins, tmp_path, flavor):
     assert_no_problems(res, problems)
     assert graph, "no cuGraphAddMemAllocNode event"
     assert ok, f"top site does not name alloc_big_device: {frames}"
+    # a created stream's allocations (and a capture's) are on its device, the only one here
+    assert parse_printed(res.stdout).info.get("capture_ok") == "1", "the capture did not complete"
+    assert all(e["device"] == 0 for e in res.of("ALLOC", *ASYNC_APIS)), async_ev
 
 
 def test_driver_api(bins, tmp_path):

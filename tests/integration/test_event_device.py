@@ -12,7 +12,8 @@ import sys
 
 from cudatrace.analyze.trace import C, iter_events, read_dir
 
-PROG = r"""
+# both programs: the two devices' primary contexts
+CONTEXTS = r"""
 import ctypes, sys, threading
 cu = ctypes.CDLL("libcuda.so.1")
 cu.cuInit(0)
@@ -21,6 +22,9 @@ for d in range(2):
     c = ctypes.c_void_p()
     assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d) == 0
     ctx.append(c)
+"""
+
+PROG = r"""
 assert cu.cuCtxSetCurrent(ctx[0]) == 0
 s0 = ctypes.c_void_p()
 assert cu.cuStreamCreate(ctypes.byref(s0), 0) == 0
@@ -83,7 +87,7 @@ print("done")
 
 def test_each_event_names_its_device(ct, tmp_path):
     prog = tmp_path / "switch.py"
-    prog.write_text(PROG)
+    prog.write_text(CONTEXTS + PROG)
     r = ct.run([sys.executable, prog], "-q", "--stack-depth", "0", sim_opts={"devices": 2})
     assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
     K = C()
@@ -99,14 +103,6 @@ def test_each_event_names_its_device(ct, tmp_path):
 
 
 BUDGET_PROG = r"""
-import ctypes
-cu = ctypes.CDLL("libcuda.so.1")
-cu.cuInit(0)
-ctx = []
-for d in range(2):
-    c = ctypes.c_void_p()
-    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(c), d) == 0
-    ctx.append(c)
 assert cu.cuCtxSetCurrent(ctx[1]) == 0
 s1 = ctypes.c_void_p()
 assert cu.cuStreamCreate(ctypes.byref(s1), 0) == 0
@@ -122,9 +118,7 @@ def test_a_stream_of_another_device_is_charged_to_its_device(ct, tmp_path):
     1's stream, device 0 current, device 1's budget 4 MiB: denied (reserved on device 0, whose
     budget is 1 GiB, it would pass)."""
     prog = tmp_path / "stream_budget.py"
-    prog.write_text(BUDGET_PROG)
-    r = ct.run(
-        [sys.executable, prog], "-q", "--budget", "0=1GiB,1=4MiB", sim_opts={"devices": 2}
-    )
+    prog.write_text(CONTEXTS + BUDGET_PROG)
+    r = ct.run([sys.executable, prog], "-q", "--budget", "0=1GiB,1=4MiB", sim_opts={"devices": 2})
     assert "result 2" in r.stdout, r.stdout + r.stderr  # CUDA_ERROR_OUT_OF_MEMORY
     assert "on device 1" in r.stderr, r.stderr

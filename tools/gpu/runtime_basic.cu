@@ -89,6 +89,25 @@ extern "C" NOINLINE void free_async(void *p, cudaStream_t s)
     gc_free("cudaFreeAsync", p);
 }
 
+/* stream-ordered allocation inside a stream capture: it becomes the graph's allocation node.
+ * The shim asks the stream's context (cuStreamGetCtx) for the allocation's device: the capture
+ * must survive it (a query the driver refuses during capture would invalidate it). */
+extern "C" NOINLINE void capture_async(size_t size, cudaStream_t s)
+{
+    cudaGraph_t g;
+    cudaGraphExec_t ex;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    void *p = alloc_async_default_pool(size, s);
+    free_async(p, s);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ex, g, 0));
+    CK(cudaGraphLaunch(ex, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaGraphExecDestroy(ex));
+    CK(cudaGraphDestroy(g));
+    printf("info capture_ok 1\n");
+}
+
 /* ---- managed, pinned host, pitched, arrays ------------------------------------------- */
 extern "C" NOINLINE void *alloc_managed(size_t size)
 {
@@ -301,6 +320,15 @@ int main(int argc, char **argv)
     free_async(y, s0);
     CK(cudaStreamSynchronize(s0));
     CK(cudaMemPoolDestroy(pool));
+
+    /* a created stream (its context's device: shim.c stream_device), and a capture on it */
+    cudaStream_t sc;
+    CK(cudaStreamCreateWithFlags(&sc, cudaStreamNonBlocking));
+    void *z = alloc_async_default_pool(9 * MiB, sc);
+    free_async(z, sc);
+    CK(cudaStreamSynchronize(sc));
+    capture_async(11 * MiB, sc);
+    CK(cudaStreamDestroy(sc));
 
     void *m = alloc_managed(4 * MiB);
     CK(cudaMemset(m, 0, 4 * MiB));
