@@ -66,12 +66,19 @@ static inline uintptr_t ct_uw_strip_pac(uintptr_t ra)
 #endif
 }
 
+/* Every word the walk read, re-read in the walk's order and compared; the first that differs
+ * ends it. The order matters: a word's address followed from the words before it, so it is read
+ * only once they matched (with them changed it may be no stack any more: a fiber's, freed).
+ * Two a turn, each still tested before the next is read. */
 static inline int ct_uw_memo_hit(const struct ct_uw_memo *m)
 {
     const __typeof__(m->rd[0]) *r = m->rd, *end = m->rd + m->nreads;
-    for (; end - r >= 2; r += 2) /* two words a turn: the loop's own cost halved */
-        if ((*(const uintptr_t *)r[0].addr ^ r[0].val) | (*(const uintptr_t *)r[1].addr ^ r[1].val))
+    for (; end - r >= 2; r += 2) {
+        if (*(const uintptr_t *)r[0].addr != r[0].val)
             return 0;
+        if (*(const uintptr_t *)r[1].addr != r[1].val)
+            return 0;
+    }
     return r == end || *(const uintptr_t *)r->addr == r->val;
 }
 
