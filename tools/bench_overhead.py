@@ -8,6 +8,8 @@ Cases (tools/gpu/bench_alloc.cu measures its own loop with clock_gettime, after 
   alloc_1MiB    cudaMalloc/cudaFree pairs of 1 MiB   (cuMemAlloc_v2/cuMemFree_v2)  ns per pair
   alloc_64MiB   the same, 64 MiB                                                   ns per pair
   async_1MiB    cudaMallocAsync/cudaFreeAsync pairs from a pool that keeps its memory  ns per pair
+  async_1MiB_4t, async_1MiB_16t   the same on 4 and 16 threads at once, each on its own stream
+                (the pool and the shim's shared counters under contention)   ns of one thread's pair
   meminfo       cudaMemGetInfo                                                     ns per call
   train         tools/gpu/workloads/torch_train.py: process wall time (and steps/s)
   startup       `bench_alloc startup` (cudaFree(0)): process wall time; with the shim preloaded
@@ -50,6 +52,9 @@ MICRO = {
     "alloc_1MiB": (["alloc", "1M"], 3000, "pair"),
     "alloc_64MiB": (["alloc", "64M"], 2000, "pair"),
     "async_1MiB": (["async", "1M"], 200000, "pair"),
+    # the same on 4 and 16 threads at once, each its own stream: ns of one thread's pair
+    "async_1MiB_4t": (["async_threads", "1M", "4"], 50000, "pair"),
+    "async_1MiB_16t": (["async_threads", "1M", "16"], 20000, "pair"),
     "meminfo": (["meminfo"], 50000, "call"),
 }
 ALL_CASES = list(MICRO) + ["train", "startup"]

@@ -4,6 +4,11 @@
  *   bench_alloc async SIZE N     N cudaMallocAsync/cudaFreeAsync pairs on a stream, from the
  *                                device's default pool with its release threshold at the maximum
  *                                (the pool never gives memory back, so a pair never reaches the OS)
+ *   bench_alloc async_threads SIZE T N
+ *                                the same on T threads at once, each on its own stream, N pairs
+ *                                each: ns_per_op is the wall time of the timed loops over N (a
+ *                                pair's time on one thread while T run); the shared pool and the
+ *                                shim's shared counters are what T adds
  *   bench_alloc meminfo N        N cudaMemGetInfo calls
  *   bench_alloc startup          cudaFree(0) and exit (process start-up cost is timed outside)
  *
@@ -15,6 +20,10 @@
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
 
 #include "gpu_common.h"
 
@@ -70,6 +79,37 @@ extern "C" NOINLINE void bench_async_pairs(size_t size, long n, cudaStream_t s)
     CK(cudaStreamSynchronize(s));
 }
 
+/* T threads, each on its own stream, start their timed loops together; the wall time from the
+ * start to the last thread's end */
+static uint64_t async_threads(size_t size, int nthreads, long n)
+{
+    std::atomic<int> ready(0), go(0);
+    std::atomic<uint64_t> t_end(0);
+    std::vector<std::thread> ts;
+    for (int i = 0; i < nthreads; i++)
+        ts.emplace_back([&] {
+            CK(cudaSetDevice(0));
+            cudaStream_t s;
+            CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+            bench_async_pairs(size, n / 10 > 1000 ? 1000 : (n / 10 > 0 ? n / 10 : 1), s);
+            ready++;
+            while (!go.load())
+                ;
+            bench_async_pairs(size, n, s);
+            uint64_t t = now_ns(), prev = t_end.load();
+            while (t > prev && !t_end.compare_exchange_weak(prev, t))
+                ;
+            CK(cudaStreamDestroy(s));
+        });
+    while (ready.load() < nthreads)
+        ;
+    uint64_t t0 = now_ns();
+    go = 1;
+    for (auto &t : ts)
+        t.join();
+    return t_end.load() - t0;
+}
+
 extern "C" NOINLINE void bench_meminfo(long n)
 {
     for (long i = 0; i < n; i++) {
@@ -87,7 +127,8 @@ static void report(const char *mode, unsigned long long size, long n, uint64_t n
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: bench_alloc alloc SIZE N | async SIZE N | meminfo N | startup\n");
+        fprintf(stderr, "usage: bench_alloc alloc SIZE N | async SIZE N | async_threads SIZE T N | "
+                        "meminfo N | startup\n");
         return 2;
     }
     gc_line_buffered();
@@ -123,6 +164,19 @@ int main(int argc, char **argv)
         uint64_t t1 = now_ns();
         report(mode, size, n, t1 - t0);
         CK(cudaStreamDestroy(s));
+        return 0;
+    }
+    if (!strcmp(mode, "async_threads") && argc == 5) {
+        size_t size = parse_size(argv[2]);
+        int nthreads = atoi(argv[3]);
+        long n = atol(argv[4]);
+        cudaMemPool_t pool;
+        CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+        uint64_t thr = UINT64_MAX;
+        CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+        if (nthreads < 1)
+            nthreads = 1;
+        report(mode, size, n, async_threads(size, nthreads, n));
         return 0;
     }
     if (!strcmp(mode, "meminfo") && argc == 3) {
