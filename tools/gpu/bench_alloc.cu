@@ -69,6 +69,18 @@ extern "C" NOINLINE void bench_alloc_pairs(size_t size, long n)
     }
 }
 
+/* the device's default pool never gives memory back: a pair never reaches the OS */
+static void keep_pool_memory(void)
+{
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t thr = UINT64_MAX;
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+}
+
+/* the untimed pairs before an async loop of n */
+static long async_warmup(long n) { return n / 10 > 1000 ? 1000 : (n / 10 > 0 ? n / 10 : 1); }
+
 extern "C" NOINLINE void bench_async_pairs(size_t size, long n, cudaStream_t s)
 {
     for (long i = 0; i < n; i++) {
@@ -91,7 +103,7 @@ static uint64_t async_threads(size_t size, int nthreads, long n)
             CK(cudaSetDevice(0));
             cudaStream_t s;
             CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-            bench_async_pairs(size, n / 10 > 1000 ? 1000 : (n / 10 > 0 ? n / 10 : 1), s);
+            bench_async_pairs(size, async_warmup(n), s);
             ready++;
             while (!go.load())
                 ;
@@ -152,13 +164,10 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "async") && argc == 4) {
         size_t size = parse_size(argv[2]);
         long n = atol(argv[3]);
-        cudaMemPool_t pool;
-        CK(cudaDeviceGetDefaultMemPool(&pool, 0));
-        uint64_t thr = UINT64_MAX;
-        CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+        keep_pool_memory();
         cudaStream_t s;
         CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-        bench_async_pairs(size, n / 10 > 1000 ? 1000 : (n / 10 > 0 ? n / 10 : 1), s);
+        bench_async_pairs(size, async_warmup(n), s);
         uint64_t t0 = now_ns();
         bench_async_pairs(size, n, s);
         uint64_t t1 = now_ns();
@@ -170,10 +179,7 @@ int main(int argc, char **argv)
         size_t size = parse_size(argv[2]);
         int nthreads = atoi(argv[3]);
         long n = atol(argv[4]);
-        cudaMemPool_t pool;
-        CK(cudaDeviceGetDefaultMemPool(&pool, 0));
-        uint64_t thr = UINT64_MAX;
-        CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+        keep_pool_memory();
         if (nthreads < 1)
             nthreads = 1;
         report(mode, size, n, async_threads(size, nthreads, n));
