@@ -8,6 +8,7 @@
 #   over_budget            over_budget.cu, static runtime
 #   bench_alloc            bench_alloc.cu, static runtime
 #   alloc_layers           alloc_layers.cu, static runtime: an engine's allocator class hierarchy
+#   contention_probe       contention_probe.cu, static runtime and the driver (-lcuda)
 #
 # Environment:
 #   NVCC             nvcc to use (default: nvcc on PATH, else $CUDA_HOME/bin/nvcc)
@@ -80,6 +81,8 @@ if [ -z "$LIBCUDA" ]; then
 else
     # link by path: a driver install often has only libcuda.so.1, which -lcuda does not find
     build driver_api --cudart none ${DRIVER_API_DEFS:-} "$HERE/driver_api.c" \
+        -L"$(dirname "$LIBCUDA")" "-l:$(basename "$LIBCUDA")"
+    build contention_probe "$HERE/contention_probe.cu" -lpthread \
         -L"$(dirname "$LIBCUDA")" "-l:$(basename "$LIBCUDA")"
 fi
 
