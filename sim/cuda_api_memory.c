@@ -121,13 +121,19 @@ static CUresult alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream hStream
     return alloc_dev(dptr, bytesize, K_ASYNC, dev);
 }
 
+/* A pool object's "device" says what its allocations are: a device's ordinal (pinned device
+ * memory), POOL_HOST (pinned host memory: charged to the current device only when it is
+ * integrated, as cuMemHostAlloc's), or POOL_MANAGED + the preferred device (-1: none) */
+#define POOL_HOST (-2)
+#define POOL_MANAGED (1 << 16)
+
 static CUresult alloc_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                  CUstream hStream)
 {
     if (inject_failure())
         return CUDA_ERROR_OUT_OF_MEMORY;
-    int dev = object_dev(SP_POOL, (uintptr_t)pool);
-    if (dev < 0)
+    int what = object_dev(SP_POOL, (uintptr_t)pool);
+    if (what == -1)
         return CUDA_ERROR_INVALID_VALUE;
     if (!valid_stream(hStream))
         return CUDA_ERROR_INVALID_HANDLE;
@@ -135,7 +141,19 @@ static CUresult alloc_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPoo
         *dptr = 0;
         return CUDA_SUCCESS;
     }
-    return alloc_dev(dptr, bytesize, K_ASYNC, dev);
+    if (what >= POOL_MANAGED - 1)
+        return alloc_dev(dptr, bytesize, K_MANAGED, what - POOL_MANAGED);
+    if (what != POOL_HOST)
+        return alloc_dev(dptr, bytesize, K_ASYNC, what);
+    int dev;
+    CUresult r = current_dev(&dev);
+    if (r || !dptr)
+        return r ? r : CUDA_ERROR_INVALID_VALUE;
+    uint64_t p;
+    r = do_alloc(SP_DEV, K_HOST, dev, bytesize, g_integrated ? bytesize : 0, 0, 0, 0, &p);
+    if (!r)
+        *dptr = p;
+    return r;
 }
 
 static CUresult free_async(CUdeviceptr dptr, CUstream hStream)
@@ -185,17 +203,78 @@ CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     return free_async(dptr, hStream);
 }
 
+/* what a pool of this location and allocation type allocates (POOL_*); -1: not supported */
+static int pool_what(const CUmemLocation *loc, int type)
+{
+    int device = loc->type == CU_MEM_LOCATION_TYPE_DEVICE && valid_dev(loc->id);
+    if (type == CU_MEM_ALLOCATION_TYPE_PINNED)
+        return device ? loc->id : loc->type == CU_MEM_LOCATION_TYPE_HOST ? POOL_HOST : -1;
+    if (type == CU_MEM_ALLOCATION_TYPE_MANAGED)
+        return device                                                     ? POOL_MANAGED + loc->id
+               : loc->type == 0 || loc->type == CU_MEM_LOCATION_TYPE_HOST ? POOL_MANAGED - 1
+                                                                          : -1;
+    return -1;
+}
+
 CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
     SIM_ENTER(cuMemPoolCreate, 0);
-    if (!pool || !poolProps || poolProps->allocType != 1 || poolProps->location.type != 1 ||
-        !valid_dev(poolProps->location.id))
+    int what = poolProps ? pool_what(&poolProps->location, poolProps->allocType) : -1;
+    if (!pool || what == -1)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t h;
-    CUresult r = new_object(SP_POOL, poolProps->location.id, &h);
+    CUresult r = new_object(SP_POOL, what, &h);
     if (!r)
         *pool = (CUmemoryPool)(uintptr_t)h;
     return r;
+}
+
+/* each location's default pool, made at its first request (a device's pinned, the host's
+ * pinned, the managed pools of each device and of none) */
+#define DEFAULT_POOLS (2 * CUDASIM_MAX_DEVICES + 2)
+static uint64_t default_pools[DEFAULT_POOLS];
+static pthread_mutex_t default_pools_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static CUresult default_pool(int what, CUmemoryPool *out)
+{
+    int i = what == POOL_HOST          ? 0
+            : what >= POOL_MANAGED - 1 ? 1 + CUDASIM_MAX_DEVICES + (what - POOL_MANAGED + 1)
+                                       : 1 + what;
+    if (!out || what == -1 || i < 0 || i >= DEFAULT_POOLS)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&default_pools_mu);
+    if (!default_pools[i])
+        r = new_object(SP_POOL, what, &default_pools[i]);
+    if (!r)
+        *out = (CUmemoryPool)(uintptr_t)default_pools[i];
+    pthread_mutex_unlock(&default_pools_mu);
+    return r;
+}
+
+CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+    SIM_ENTER(cuDeviceGetDefaultMemPool, 0);
+    return valid_dev(dev) ? default_pool(dev, pool_out) : CUDA_ERROR_INVALID_VALUE;
+}
+
+/* the sim has no cuDeviceSetMemPool: a device's current pool is its default pool */
+CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    SIM_ENTER(cuDeviceGetMemPool, 0);
+    return valid_dev(dev) ? default_pool(dev, pool) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, int type)
+{
+    SIM_ENTER(cuMemGetDefaultMemPool, 0);
+    return location ? default_pool(pool_what(location, type), pool_out) : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, int type)
+{
+    SIM_ENTER(cuMemGetMemPool, 0);
+    return location ? default_pool(pool_what(location, type), pool) : CUDA_ERROR_INVALID_VALUE;
 }
 
 CUresult cuMemPoolDestroy(CUmemoryPool pool)
@@ -219,11 +298,20 @@ CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                      const CUmemAllocationProp *prop, unsigned long long flags)
 {
     SIM_ENTER(cuMemCreate, SIM_MAY_FAIL);
-    if (!handle || !prop || !size || size % GRANULARITY || flags != 0 || prop->type != 1 ||
-        prop->location.type != 1 || !valid_dev(prop->location.id))
+    if (!handle || !prop || !size || size % GRANULARITY || flags != 0 || prop->type != 1)
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t h;
-    CUresult r = do_alloc(SP_VMM, K_VMM, prop->location.id, size, size, new_handle(), 0, 0, &h);
+    CUresult r;
+    if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) { /* pinned host memory */
+        int dev;
+        if ((r = current_dev(&dev)) != CUDA_SUCCESS)
+            return r;
+        r = do_alloc(SP_VMM, K_HOST, dev, size, g_integrated ? size : 0, new_handle(), 0, 0, &h);
+    } else if (prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE && valid_dev(prop->location.id)) {
+        r = do_alloc(SP_VMM, K_VMM, prop->location.id, size, size, new_handle(), 0, 0, &h);
+    } else {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     if (!r)
         *handle = h;
     return r;

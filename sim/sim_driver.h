@@ -109,7 +109,6 @@ typedef struct {
     X(cuMemAddressFree, "cuMemAddressFree", 10020, 0)                                              \
     X(cuMemSetAccess, "cuMemSetAccess", 10020, 0)                                                  \
     X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020, 0)                    \
-    X(cuMemPoolCreate, "cuMemPoolCreate", 11020, 0)                                                \
     X(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, 0)                                              \
     X(cuGraphCreate, "cuGraphCreate", 10000, 0)                                                    \
     X(cuGraphDestroy, "cuGraphDestroy", 10000, 0)
@@ -172,7 +171,6 @@ SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
 SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
 SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
                                                   const CUmemAllocationProp *prop, int option);
-SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps);
 SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool);
 SIM_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
 SIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph);

@@ -46,6 +46,12 @@ typedef struct {
     int type;
     int id;
 } CUmemLocation;
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_LOCATION_TYPE_HOST 2
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA 3
+#define CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT 4
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define CU_MEM_ALLOCATION_TYPE_MANAGED 2
 
 typedef struct {
     int type;                 /* CUmemAllocationType */

@@ -104,6 +104,9 @@
 #define CT_OP_MEMINFO 7
 #define CT_OP_DENY 8
 #define CT_OP_NONE 9
+/* hooks.def only, never an event: a call that makes or names a memory pool (the shim notes
+ * where the pool's allocations live) */
+#define CT_OP_POOL 10
 
 /* memory kinds (what an allocation is) */
 #define CT_KIND_NONE 0

@@ -152,6 +152,67 @@ static inline int stream_device(CUstream s)
     return (uintptr_t)s <= 2 ? -1 : stream_device_of(s);
 }
 
+/* ---- where a pool's memory lives ---------------------------------------------------------
+ * No driver call tells a pool's location, so the shim notes it where a pool is made or named
+ * (hooks.def's CT_OP_POOL calls: cuMemPoolCreate's properties, a device's default or current
+ * pool, a location's) in a process-wide lock-free table: pool -> what its allocations are. A
+ * handle the driver gives out again after cuMemPoolDestroy is noted again when it is made, so
+ * the entry of a live pool is never another pool's. */
+#define POOL_SLOTS 1024 /* pools are few; a full table leaves new pools unknown */
+static struct {
+    uintptr_t pool;
+    uint32_t what; /* 0: not yet written; else (device + 2) << 8 | kind */
+} pools[POOL_SLOTS];
+
+static unsigned pool_home(uintptr_t pool)
+{
+    return (unsigned)(((uint64_t)pool * 0x9E3779B97F4A7C15ull) >> 54) % POOL_SLOTS;
+}
+
+/* the pool's slot: found, or claimed for it when claim; NULL when absent (or the table full) */
+static uint32_t *pool_slot(uintptr_t pool, int claim)
+{
+    for (unsigned i = 0, k = pool_home(pool); i < POOL_SLOTS; i++, k = (k + 1) % POOL_SLOTS) {
+        uintptr_t cur = __atomic_load_n(&pools[k].pool, __ATOMIC_ACQUIRE);
+        if (cur == 0 && claim &&
+            (__atomic_compare_exchange_n(&pools[k].pool, &cur, pool, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE) ||
+             cur == pool))
+            return &pools[k].what;
+        if (cur == pool)
+            return &pools[k].what;
+        if (cur == 0)
+            return NULL;
+    }
+    return NULL;
+}
+
+static int location_is_host(int type)
+{
+    return type == CU_MEM_LOCATION_TYPE_HOST || type == CU_MEM_LOCATION_TYPE_HOST_NUMA ||
+           type == CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT;
+}
+
+static int location_dev(int type, int id)
+{
+    return type == CU_MEM_LOCATION_TYPE_DEVICE && id >= 0 && id < (1 << 20) ? id : -1;
+}
+
+/* a pool was made or named: its allocations are pinned memory at (loc_type, loc_id), or managed
+ * memory (alloc_type). Device memory: its device; a host location (host, a host NUMA node):
+ * pinned host memory (CT_KIND_HOST, counted as cuMemHostAlloc's is); managed: CT_KIND_MANAGED,
+ * on the device it prefers if one */
+static void pool_note(uintptr_t pool, int loc_type, int loc_id, int alloc_type)
+{
+    int kind = alloc_type == CU_MEM_ALLOCATION_TYPE_MANAGED ? CT_KIND_MANAGED
+               : location_is_host(loc_type)                 ? CT_KIND_HOST
+                                                            : CT_KIND_ASYNC;
+    int dev = location_dev(loc_type, loc_id);
+    uint32_t *what = pool ? pool_slot(pool, 1) : NULL;
+    if (what)
+        __atomic_store_n(what, (uint32_t)(dev + 2) << 8 | (uint32_t)kind, __ATOMIC_RELEASE);
+}
+
 /* ---- one hooked call ------------------------------------------------------------------ */
 /* The call's fields are the event's own (a union with struct ct_event, same layout): the
  * wrapper fills them in place and emit adds the time, the thread and the op, no copy. */
@@ -183,6 +244,29 @@ _Static_assert(
         __builtin_offsetof(struct ct_call, ev_reserved) ==
             __builtin_offsetof(struct ct_event, reserved),
     "struct ct_call's fields are struct ct_event's");
+
+/* The device memory made at loc lives on (cuMemCreate's, a graph's allocation node's): a
+ * device's ordinal; a host location makes it pinned host memory (the call's kind becomes
+ * CT_KIND_HOST, counted as cuMemHostAlloc's is) of the current context's device (-1) */
+static int location_device(struct ct_call *c, const CUmemLocation *loc)
+{
+    if (location_is_host(loc->type))
+        c->kind = CT_KIND_HOST;
+    return location_dev(loc->type, loc->id);
+}
+
+/* The device an allocation from pool on stream s is on (and, for a host or managed pool, the
+ * call's kind): the pool's as noted; a pool never noted (imported from another process) is
+ * taken for the stream's device's, as cuMemAllocAsync's allocation is. */
+static int pool_device(struct ct_call *c, CUmemoryPool pool, CUstream s)
+{
+    uint32_t *slot = pool_slot((uintptr_t)pool, 0);
+    uint32_t what = slot ? __atomic_load_n(slot, __ATOMIC_ACQUIRE) : 0;
+    if (!what)
+        return stream_device(s);
+    c->kind = (uint8_t)(what & 0xff);
+    return (int)(what >> 8) - 2;
+}
 
 static inline __attribute__((always_inline)) void emit(struct ct_call *c, uint8_t op)
 {
@@ -584,6 +668,12 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             c.addr = (uint64_t)(ADDR);                                                             \
         c.aux = (uint64_t)(AUX);                                                                   \
         c.aux2 = (uint64_t)(AUX2);                                                                 \
+        if ((OP) == CT_OP_POOL) { /* no memory, no event: where the pool's allocations live */     \
+            if (c.result == CUDA_SUCCESS)                                                          \
+                pool_note((uintptr_t)c.addr, (int)c.aux, (int)c.aux2, (int)c.size);                \
+            ct_leave();                                                                            \
+            return c.result;                                                                       \
+        }                                                                                          \
         ct_post(&c);                                                                               \
         return c.result;                                                                           \
     }

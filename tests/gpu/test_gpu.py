@@ -705,6 +705,13 @@ def test_runtime_basic(bins, tmp_path, flavor):
     # a created stream's allocations (and a capture's) are on its device, the only one here
     assert parse_printed(res.stdout).info.get("capture_ok") == "1", "the capture did not complete"
     assert all(e["device"] == 0 for e in res.of("ALLOC", *ASYNC_APIS)), async_ev
+    # a host pool's allocation is pinned host memory, a device pool's device memory
+    K, info = res.K, parse_printed(res.stdout).info
+    host = [e for e in res.of("ALLOC", *ASYNC_APIS) if e["size"] == 5 * MiB + 4096]
+    if info.get("host_pool") == "1":
+        assert [e["kind"] for e in host] == [K["CT_KIND_HOST"]], host
+    others = [e for e in res.of("ALLOC", *ASYNC_APIS) if e not in host]
+    assert others and all(e["kind"] == K["CT_KIND_ASYNC"] for e in others), others
 
 
 def test_driver_api(bins, tmp_path):

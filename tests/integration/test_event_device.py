@@ -122,3 +122,138 @@ def test_a_stream_of_another_device_is_charged_to_its_device(ct, tmp_path):
     r = ct.run([sys.executable, prog], "-q", "--budget", "0=1GiB,1=4MiB", sim_opts={"devices": 2})
     assert "result 2" in r.stdout, r.stdout + r.stderr  # CUDA_ERROR_OUT_OF_MEMORY
     assert "on device 1" in r.stderr, r.stderr
+
+
+# pools: cuMemAllocFromPoolAsync allocates where its pool lives, whatever context is current and
+# whatever stream it is ordered on (shim.c pool_device: noted where each pool is made or named)
+POOL_PROG = r"""
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+class Props(ctypes.Structure):
+    _fields_ = [("allocType", ctypes.c_int), ("handleTypes", ctypes.c_int), ("location", Loc),
+                ("win32", ctypes.c_void_p), ("maxSize", ctypes.c_size_t),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+
+DEVICE, HOST, PINNED, MANAGED = 1, 2, 1, 2
+def created(loc_type, loc_id):
+    p, pool = Props(), ctypes.c_void_p()
+    p.allocType, p.location = PINNED, Loc(loc_type, loc_id)
+    assert cu.cuMemPoolCreate(ctypes.byref(pool), ctypes.byref(p)) == 0
+    return pool
+
+def named(fn, *args):
+    pool = ctypes.c_void_p()
+    assert fn(ctypes.byref(pool), *args) == 0
+    return pool
+
+assert cu.cuCtxSetCurrent(ctx[1]) == 0
+s1 = ctypes.c_void_p()
+assert cu.cuStreamCreate(ctypes.byref(s1), 0) == 0
+assert cu.cuCtxSetCurrent(ctx[0]) == 0
+MiB = 1 << 20
+pools = [  # (pool, MiB: device d -> 10*d + k; 50 + k: pinned host; 70 + 10*d + k: managed)
+    (created(DEVICE, 1), 11),
+    (named(cu.cuDeviceGetDefaultMemPool, 1), 12),
+    (named(cu.cuDeviceGetMemPool, 1), 13),
+    (named(cu.cuMemGetDefaultMemPool, ctypes.byref(Loc(DEVICE, 1)), PINNED), 14),
+    (named(cu.cuMemGetMemPool, ctypes.byref(Loc(DEVICE, 0)), PINNED), 1),
+    (created(HOST, 0), 51),
+    (named(cu.cuMemGetDefaultMemPool, ctypes.byref(Loc(DEVICE, 1)), MANAGED), 81),
+]
+out = []
+for pool, mib in pools:
+    for stream in (None, s1):  # device 0 current; the NULL stream, then device 1's stream
+        p = ctypes.c_uint64()
+        r = cu.cuMemAllocFromPoolAsync(ctypes.byref(p), ctypes.c_size_t(mib * MiB), pool, stream)
+        assert r == 0, r
+        out.append((p, stream))
+for p, stream in out:
+    assert cu.cuMemFreeAsync(p, stream) == 0
+print("done")
+"""
+
+
+def test_a_pools_allocation_is_where_the_pool_lives(ct, tmp_path):
+    """Each allocation from a pool is on the pool's device (created for device 1, device 1's
+    default or current pool, a location's), with device 0 current and on the NULL stream or
+    device 1's; a host pool's is pinned host memory, a managed pool's managed memory; each free
+    names its allocation's device. Before the pools were noted every one read device 0 (or the
+    stream's) as stream-ordered device memory."""
+    prog = tmp_path / "pools.py"
+    prog.write_text(CONTEXTS + POOL_PROG)
+    r = ct.run([sys.executable, prog], "-q", "--stack-depth", "0", sim_opts={"devices": 2})
+    assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
+    K = C()
+    events = [e for t in read_dir(r.out).traces for e in iter_events(t)]
+    allocs = {e["addr"]: e for e in events if e["op"] == K["CT_OP_ALLOC"]}
+    frees = [e for e in events if e["op"] == K["CT_OP_FREE"]]
+    assert len(allocs) == 14 and len(frees) == 14
+    for e in allocs.values():
+        mib = e["size"] >> 20
+        host, managed = 50 < mib < 60, mib > 70
+        kind = "CT_KIND_HOST" if host else "CT_KIND_MANAGED" if managed else "CT_KIND_ASYNC"
+        assert e["kind"] == K[kind], e
+        if not host:  # pinned host memory is the current context's, as cuMemHostAlloc's
+            assert e["device"] == (mib % 70) // 10, e
+    for f in frees:
+        assert f["device"] == allocs[f["addr"]]["device"], f
+
+
+POOL_BUDGET_PROG = r"""
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+assert cu.cuCtxSetCurrent(ctx[0]) == 0
+for loc, size in ((Loc(1, 1), 8 << 20), (Loc(2, 0), 64 << 20)):  # device 1's pool, the host's
+    pool, p = ctypes.c_void_p(), ctypes.c_uint64()
+    assert cu.cuMemGetDefaultMemPool(ctypes.byref(pool), ctypes.byref(loc), 1) == 0
+    r = cu.cuMemAllocFromPoolAsync(ctypes.byref(p), ctypes.c_size_t(size), pool, None)
+    print("result", loc.type, r)
+"""
+
+
+def test_a_pools_allocation_is_charged_where_the_pool_lives(ct, tmp_path):
+    """Under --budget 0=1GiB,1=4MiB with device 0 current: 8 MiB from device 1's pool is denied on
+    device 1; 64 MiB from the host's pool is pinned host memory, not counted on a discrete
+    device (as cuMemHostAlloc's): allowed."""
+    prog = tmp_path / "pool_budget.py"
+    prog.write_text(CONTEXTS + POOL_BUDGET_PROG)
+    r = ct.run([sys.executable, prog], "-q", "--budget", "0=1GiB,1=4MiB", sim_opts={"devices": 2})
+    assert "result 1 2" in r.stdout, r.stdout + r.stderr  # CUDA_ERROR_OUT_OF_MEMORY
+    assert "on device 1" in r.stderr, r.stderr
+    assert "result 2 0" in r.stdout, r.stdout + r.stderr
+
+
+VMM_HOST_PROG = r"""
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("handleTypes", ctypes.c_int), ("loctype", ctypes.c_int),
+                ("id", ctypes.c_int), ("meta", ctypes.c_void_p), ("flags", ctypes.c_ubyte * 8)]
+
+assert cu.cuCtxSetCurrent(ctx[0]) == 0
+for loctype, loc_id, mib in ((3, 1, 64), (1, 1, 2)):  # host NUMA node 1; device 1
+    h = ctypes.c_uint64()
+    r = cu.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(mib << 20),
+                       ctypes.byref(Prop(1, 0, loctype, loc_id)), ctypes.c_ulonglong(0))
+    print("create", loctype, r)
+    if r == 0:
+        assert cu.cuMemRelease(h) == 0
+print("done")
+"""
+
+
+def test_physical_memory_on_a_host_numa_node_is_pinned_host_memory(ct, tmp_path):
+    """cuMemCreate at a host NUMA node makes pinned host memory: its event is CT_KIND_HOST, not
+    device memory "on device <node>", and a discrete device's budget does not count it (64 MiB
+    under 0=4MiB,1=4MiB allowed); at device 1 it is device 1's."""
+    prog = tmp_path / "vmm_host.py"
+    prog.write_text(CONTEXTS + VMM_HOST_PROG)
+    r = ct.run([sys.executable, prog], "-q", "--stack-depth", "0", "--budget", "0=4MiB,1=4MiB",
+               sim_opts={"devices": 2})  # fmt: skip
+    assert "create 3 0" in r.stdout and "create 1 0" in r.stdout, r.stdout + r.stderr
+    K = C()
+    allocs = [e for t in read_dir(r.out).traces for e in iter_events(t)
+              if e["op"] == K["CT_OP_ALLOC"]]  # fmt: skip
+    assert [(e["size"] >> 20, e["kind"]) for e in allocs] == [
+        (64, K["CT_KIND_HOST"]), (2, K["CT_KIND_VMM"])]  # fmt: skip
+    assert allocs[1]["device"] == 1

@@ -73,6 +73,12 @@ CONSTANTS = [
     ("CUDA_ERROR_NOT_FOUND", 500),
     ("CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM", 2),
     ("CU_DEVICE_ATTRIBUTE_INTEGRATED", 18),
+    ("CU_MEM_LOCATION_TYPE_DEVICE", 1),
+    ("CU_MEM_LOCATION_TYPE_HOST", 2),
+    ("CU_MEM_LOCATION_TYPE_HOST_NUMA", 3),
+    ("CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT", 4),
+    ("CU_MEM_ALLOCATION_TYPE_PINNED", 1),
+    ("CU_MEM_ALLOCATION_TYPE_MANAGED", 2),
 ]
 
 
@@ -139,7 +145,7 @@ def _cuda_include() -> Path | None:
     reason="needs cuda.h (a CUDA toolkit); the documented layouts are checked above",
 )
 def test_cuda_abi_matches_installed_cuda_h(tmp_path):
-    """Where cuda.h exists, every offset and size above is measured in the real header too."""
+    """Where cuda.h exists, every offset, size and constant above is measured in the real header too."""
     inc = _cuda_include()
     lines = ["#include <stddef.h>", "#include <cuda.h>"]
     if (inc / "nvml.h").is_file():
@@ -149,6 +155,8 @@ def test_cuda_abi_matches_installed_cuda_h(tmp_path):
             continue
         expr = f"sizeof({typ})" if field is None else f"offsetof({typ}, {field})"
         lines.append('_Static_assert(%s == %d, "%s");' % (expr, want, expr))
+    for name, want in CONSTANTS:
+        lines.append('_Static_assert(%s == %d, "%s");' % (name, want, name))
     src = tmp_path / "abi_real.c"
     src.write_text("\n".join(lines) + "\n")
     r = subprocess.run(

@@ -321,6 +321,29 @@ int main(int argc, char **argv)
     CK(cudaStreamSynchronize(s0));
     CK(cudaMemPoolDestroy(pool));
 
+    /* the device's default pool by name, and a pool at the host (pinned host memory: the
+     * shim notes each pool's location where it is made or named; a driver without host pools
+     * says so and the step is skipped) */
+    cudaMemPool_t dpool;
+    CK(cudaDeviceGetDefaultMemPool(&dpool, 0));
+    void *yd = alloc_from_created_pool(6 * MiB, dpool, s0);
+    free_async(yd, s0);
+    pp.location.type = cudaMemLocationTypeHost;
+    pp.location.id = 0;
+    cudaMemPool_t hpool;
+    cudaError_t hr = cudaMemPoolCreate(&hpool, &pp);
+    printf("info host_pool %d\n", hr == cudaSuccess);
+    if (hr == cudaSuccess) {
+        void *yh = alloc_from_created_pool(5 * MiB + 4096, hpool, s0);
+        free_async(yh, s0);
+        CK(cudaStreamSynchronize(s0));
+        CK(cudaMemPoolDestroy(hpool));
+    } else {
+        printf("info host_pool_error %s\n", cudaGetErrorName(hr));
+        (void)cudaGetLastError();
+    }
+    CK(cudaStreamSynchronize(s0));
+
     /* a created stream (its context's device: shim.c stream_device), and a capture on it */
     cudaStream_t sc;
     CK(cudaStreamCreateWithFlags(&sc, cudaStreamNonBlocking));
