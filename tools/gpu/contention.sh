@@ -11,9 +11,12 @@
 #     (no launcher): `pass` (loaded, CUDATRACE_DIR unset: pure pass-through), `notrace`
 #     (CUDATRACE_MODE=none: the device lookup and the live counters, no events), `depth0`
 #     (events without stacks), `stacks` (the default, 64 frames).
+#  3. WORK_NS="W ..." (default none): a program that works W ns between its pairs
+#     (contention_probe spin with CONTENTION_SPIN_NS=W), bare and under the shim (depth0,
+#     stacks): what the shim adds to a program whose threads do something between allocations.
 # THREADS defaults to "1 4 16". Prints one row per (set, config, threads): median ns of one
 # thread's pair and the added ns and % against the set's baseline; writes OUTDIR/contention.tsv
-# (every run) and OUTDIR/contention.md (the table).
+# (every run) and OUTDIR/contention.md (the table). SETS="probe shim work" picks sets.
 # SHIM=DIR uses DIR/libcudatrace.so instead of building this checkout's (an A/B of two shims).
 set -u
 OUT=${1:?usage: contention.sh OUTDIR [ROUNDS] [THREADS...]}
@@ -44,24 +47,48 @@ one() {  # set config threads argv... -> appends "set config threads ns" to the 
     fi
     printf '%s\t%s\t%s\t%s\n' "$set" "$config" "$t" "$ns" >>"$TSV"
 }
+SETS=${SETS:-probe shim${WORK_NS:+ work}}
+has() { case " $SETS " in *" $1 "*) return 0 ;; esac; return 1; }
+shimmed() {  # set config threads argv...: the command under config (pass, notrace, depth0, stacks)
+    local set=$1 c=$2 t=$3
+    shift 3
+    if [ "$c" = bare ]; then
+        one "$set" bare "$t" "$@"
+        return
+    fi
+    if [ "$c" = pass ]; then
+        one "$set" pass "$t" env LD_PRELOAD="$SHIM" LD_BIND_NOW=1 "$@"
+        return
+    fi
+    rm -rf "$OUT/traces/$c"
+    mkdir -p "$OUT/traces/$c"
+    local mode=full depth=64
+    [ "$c" = notrace ] && mode=none
+    [ "$c" = depth0 ] && depth=0
+    one "$set" "$c" "$t" env LD_PRELOAD="$SHIM" LD_BIND_NOW=1 CUDATRACE_DIR="$OUT/traces/$c" \
+        CUDATRACE_MODE=$mode CUDATRACE_STACK_DEPTH=$depth "$@"
+}
 for r in $(seq "$ROUNDS"); do
     for t in $THREADS; do
         n=$(pairs_for "$t")
-        for q in none ctx sctx sctx_dev spin; do
-            one probe "$q" "$t" "$OUT/bin/contention_probe" "$q" 1048576 "$t" "$n"
-        done
-        B=("$OUT/bin/bench_alloc" async_threads 1M "$t" "$n")
-        one shim bare "$t" "${B[@]}"
-        one shim pass "$t" env LD_PRELOAD="$SHIM" LD_BIND_NOW=1 "${B[@]}"
-        for c in notrace depth0 stacks; do
-            rm -rf "$OUT/traces/$c"
-            mkdir -p "$OUT/traces/$c"
-            mode=full depth=64
-            [ "$c" = notrace ] && mode=none
-            [ "$c" = depth0 ] && depth=0
-            one shim "$c" "$t" env LD_PRELOAD="$SHIM" LD_BIND_NOW=1 CUDATRACE_DIR="$OUT/traces/$c" \
-                CUDATRACE_MODE=$mode CUDATRACE_STACK_DEPTH=$depth "${B[@]}"
-        done
+        if has probe; then
+            for q in none ctx sctx sctx_dev spin; do
+                one probe "$q" "$t" "$OUT/bin/contention_probe" "$q" 1048576 "$t" "$n"
+            done
+        fi
+        if has shim; then
+            for c in bare pass notrace depth0 stacks; do
+                shimmed shim "$c" "$t" "$OUT/bin/bench_alloc" async_threads 1M "$t" "$n"
+            done
+        fi
+        if has work; then
+            for w in ${WORK_NS:-}; do
+                for c in bare depth0 stacks; do
+                    shimmed "work$w" "$c" "$t" env CONTENTION_SPIN_NS="$w" \
+                        "$OUT/bin/contention_probe" spin 1048576 "$t" "$n"
+                done
+            done
+        fi
     done
     echo "round $r done"
 done
@@ -72,14 +99,15 @@ runs = defaultdict(list)
 for line in open(sys.argv[1]):
     s, c, t, ns = line.split("\t")
     runs[(s, c, int(t))].append(float(ns))
-base = {"probe": "none", "shim": "bare"}
+def base(s):
+    return "none" if s == "probe" else "bare"
 out = ["| set | config | threads | runs | median ns a pair | added ns | added % |",
        "|---|---|---|---|---|---|---|"]
 ORDER = ["none", "ctx", "sctx", "sctx_dev", "spin", "bare", "pass", "notrace", "depth0", "stacks"]
 for (s, c, t) in sorted(runs, key=lambda k: (k[0], k[2], ORDER.index(k[1]))):
     med = statistics.median(runs[(s, c, t)])
-    b = runs.get((s, base[s], t))
-    if b and c != base[s]:
+    b = runs.get((s, base(s), t))
+    if b and c != base(s):
         bm = statistics.median(b)
         add, pct = f"{med - bm:+,.0f}", f"{100 * (med - bm) / bm:+.1f}%"
     else:

@@ -11,7 +11,9 @@
  *   ctx       cuCtxGetCurrent         (what the shim asks for an allocation on a NULL stream)
  *   sctx      cuStreamGetCtx          (what it asks for one on a created stream)
  *   sctx_dev  cuStreamGetCtx, then cuCtxGetDevice_v2 of that context (the shim's cache missed)
- *   spin      ~200 ns of the thread's own work, no driver call (a shim's cost without a lock)
+ *   spin      CONTENTION_SPIN_NS (default 200) ns of the thread's own work, no driver call (a
+ *             shim's cost without a lock; or, under the shim, a program that works between its
+ *             allocations)
  *
  * Prints `ns_per_op X`: the wall time of the timed loops (all threads started together, to the
  * last one's end) over N, i.e. one thread's pair while T run. If a query contends with the
@@ -59,10 +61,11 @@ static uint64_t now_ns(void)
 }
 
 static volatile uint64_t spin_sink;
-static void spin_200ns(void)
+static uint64_t spin_ns = 200;
+static void spin(void)
 {
     uint64_t t0 = now_ns(), x = 0;
-    while (now_ns() - t0 < 200)
+    while (now_ns() - t0 < spin_ns)
         x++;
     spin_sink += x;
 }
@@ -88,7 +91,7 @@ static void ask(enum query q, cudaStream_t s)
             CKD(get_dev2(&d, ctx));
         return;
     case Q_SPIN:
-        spin_200ns();
+        spin();
         return;
     }
 }
@@ -151,6 +154,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "contention_probe: bad arguments\n");
         return 2;
     }
+    const char *sn = getenv("CONTENTION_SPIN_NS");
+    if (sn && *sn)
+        spin_ns = strtoull(sn, NULL, 10);
     gc_line_buffered();
     CK(cudaSetDevice(0));
     CK(cudaFree(0));
@@ -160,7 +166,7 @@ int main(int argc, char **argv)
     uint64_t thr = UINT64_MAX;
     CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
     uint64_t ns = run((enum query)q, size, nthreads, n);
-    printf("query %s\nthreads %d\nops %ld\nns_per_op %.3f\n", names[q], nthreads, n,
-           (double)ns / (double)n);
+    printf("query %s\nspin_ns %llu\nthreads %d\nops %ld\nns_per_op %.3f\n", names[q],
+           (unsigned long long)spin_ns, nthreads, n, (double)ns / (double)n);
     return 0;
 }
