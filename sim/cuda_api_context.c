@@ -134,8 +134,19 @@ CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
     return primary_release(dev);
 }
 
-/* Every context of a device is the one static context of that device; creating one makes it
- * current on the calling thread. */
+/* the primary context's references dropped at once (its allocations stay: the sim does not
+ * destroy a context's memory) */
+CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    SIM_ENTER(cuDevicePrimaryCtxReset_v2, 0);
+    if (!valid_dev(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    __atomic_store_n(&g_primary_refs[dev], 0, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+/* A created context is an object of its own on its device (libcuda_sim.c ctx_new); creating
+ * one makes it current on the calling thread. */
 static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
 {
     if (!pctx)
@@ -145,8 +156,11 @@ static CUresult ctx_create(CUcontext *pctx, CUdevice dev)
     CUresult r = ctx_touch(dev);
     if (r)
         return r;
-    *pctx = &g_ctx[dev];
-    t_ctx = &g_ctx[dev];
+    CUcontext c = ctx_new(dev);
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *pctx = c;
+    t_ctx = c;
     t_ctx_set = 1;
     return CUDA_SUCCESS;
 }
@@ -185,6 +199,7 @@ static CUresult ctx_destroy(CUcontext ctx)
         t_ctx = NULL;
         t_ctx_set = 1;
     }
+    ctx_free(ctx);
     return CUDA_SUCCESS;
 }
 

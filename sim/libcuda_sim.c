@@ -130,11 +130,47 @@ int g_primary_refs[CUDASIM_MAX_DEVICES];
 __thread CUcontext t_ctx;
 __thread int t_ctx_set;
 
+/* Contexts made by cuCtxCreate are objects of their own, and the one a destroy frees is the
+ * next one made, for any device: a real driver may give a freed context's address to a new
+ * context. */
+#define CREATED_CTX 16
+static struct CUctx_st g_created[CREATED_CTX];
+static int g_created_used[CREATED_CTX];
+static pthread_mutex_t g_created_mu = PTHREAD_MUTEX_INITIALIZER;
+
+CUcontext ctx_new(int dev)
+{
+    CUcontext c = NULL;
+    pthread_mutex_lock(&g_created_mu);
+    for (int i = 0; i < CREATED_CTX && !c; i++)
+        if (!g_created_used[i]) {
+            g_created[i].dev = dev;
+            __atomic_store_n(&g_created_used[i], 1, __ATOMIC_RELEASE);
+            c = &g_created[i];
+        }
+    pthread_mutex_unlock(&g_created_mu);
+    return c;
+}
+
+int ctx_free(CUcontext c)
+{
+    if (c < &g_created[0] || c >= &g_created[CREATED_CTX])
+        return 0;
+    pthread_mutex_lock(&g_created_mu);
+    int was = g_created_used[c - g_created];
+    __atomic_store_n(&g_created_used[c - g_created], 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&g_created_mu);
+    return was;
+}
+
 int ctx_index(CUcontext c)
 {
     for (int i = 0; i < g_ndev; i++)
         if (c == &g_ctx[i])
             return i;
+    if (c >= &g_created[0] && c < &g_created[CREATED_CTX] &&
+        __atomic_load_n(&g_created_used[c - g_created], __ATOMIC_ACQUIRE))
+        return c->dev;
     return -1;
 }
 

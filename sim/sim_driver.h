@@ -72,13 +72,11 @@ typedef struct {
     X(cuDeviceGetAttribute, "cuDeviceGetAttribute", 2000, 0)                                       \
     X(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0)                               \
     X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease", 7000, 0)                             \
-    X(cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease", 11000, 0)                         \
     X(cuCtxCreate, "cuCtxCreate", 2000, 0)                                                         \
     X(cuCtxCreate_v2, "cuCtxCreate", 3020, 0)                                                      \
     X(cuCtxCreate_v3, "cuCtxCreate", 11040, 0)                                                     \
     X(cuCtxCreate_v4, "cuCtxCreate", 12080, 0)                                                     \
     X(cuCtxDestroy, "cuCtxDestroy", 2000, 0)                                                       \
-    X(cuCtxDestroy_v2, "cuCtxDestroy", 4000, 0)                                                    \
     X(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0)                                                 \
     X(cuCtxGetCurrent, "cuCtxGetCurrent", 4000, 0)                                                 \
     X(cuCtxPushCurrent_v2, "cuCtxPushCurrent", 4000, 0)                                            \
@@ -123,7 +121,6 @@ SIM_EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
 SIM_EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev);
 SIM_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 SIM_EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev);
-SIM_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 SIM_EXPORT CUresult cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
 SIM_EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, const void *paramsArray, int numParams,
@@ -131,7 +128,6 @@ SIM_EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, const void *paramsArray, int
 SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, const void *ctxCreateParams, unsigned int flags,
                                    CUdevice dev);
 SIM_EXPORT CUresult cuCtxDestroy(CUcontext ctx);
-SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxSetCurrent(CUcontext ctx);
 SIM_EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx);
 SIM_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx);
@@ -270,6 +266,8 @@ struct range {
 /* ---- libcuda_sim.c's state and helpers the API files use ---------------------------------- */
 SIM_INTERNAL void sim_setup(void);
 SIM_INTERNAL int ctx_index(CUcontext c);
+SIM_INTERNAL CUcontext ctx_new(int dev); /* a created context (NULL: too many) */
+SIM_INTERNAL int ctx_free(CUcontext c);  /* 1: it was a created context, now freed */
 SIM_INTERNAL CUresult ctx_touch(int dev);
 SIM_INTERNAL CUcontext current_ctx(void);
 SIM_INTERNAL CUresult current_dev(int *dev);

@@ -107,6 +107,9 @@
 /* hooks.def only, never an event: a call that makes or names a memory pool (the shim notes
  * where the pool's allocations live) */
 #define CT_OP_POOL 10
+/* hooks.def only, never an event: a call that may end a context, whose handle the driver may
+ * then give to a new context of another device (the shim forgets what it knew of contexts) */
+#define CT_OP_CTX_END 11
 
 /* memory kinds (what an allocation is) */
 #define CT_KIND_NONE 0

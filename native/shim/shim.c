@@ -66,10 +66,24 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
 /* The device of the calling thread's current context. A context's device never changes, so the
  * thread remembers the one it last asked about: cuCtxGetCurrent (a thread-local read in the
  * driver) tells whether the context is still that one, and only a new context costs
- * cuCtxGetDevice. (The cache is per thread because the current context is.) */
+ * cuCtxGetDevice. (The cache is per thread because the current context is; a context that ends
+ * moves the epoch below, so a handle given again to another device's context is asked again.) */
 
 static CUresult (*get_ctx)(CUcontext *);
 static CUresult (*get_dev)(CUdevice *);
+
+/* A context's device never changes, but a context can end and its handle come back as another
+ * device's context: every call that may end one (hooks.def CT_OP_CTX_END) moves the epoch
+ * first, and a thread drops what it learned in an earlier epoch. */
+static uint32_t ctx_epoch;
+static inline void ctx_answers_check(void)
+{
+    uint32_t now = __atomic_load_n(&ctx_epoch, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(ct_thr.ctx_epoch != now, 0)) {
+        ct_thr.dev_ctx = ct_thr.sdev_ctx = 0;
+        ct_thr.ctx_epoch = now;
+    }
+}
 static void device_syms(void)
 {
     get_ctx = (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent");
@@ -81,6 +95,7 @@ static int current_device(void)
 {
     if (__builtin_expect(!__atomic_load_n(&get_dev, __ATOMIC_ACQUIRE), 0))
         device_syms();
+    ctx_answers_check();
     CUcontext ctx = NULL;
     if (get_ctx && get_ctx(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
         return ct_thr.dev;
@@ -132,6 +147,7 @@ static int stream_device_of(CUstream s)
         get_sctx = (CUresult(*)(CUstream, CUcontext *))ct_driver_sym("cuStreamGetCtx");
         __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
     }
+    ctx_answers_check();
     CUcontext ctx = NULL;
     if (!get_sctx || get_sctx(s, &ctx) != CUDA_SUCCESS || !ctx)
         return -1;
@@ -654,6 +670,8 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             ct_leave();                                                                            \
             return c.result;                                                                       \
         }                                                                                          \
+        if ((OP) == CT_OP_CTX_END) /* before the handle can come back as another context */        \
+            __atomic_add_fetch(&ctx_epoch, 1, __ATOMIC_ACQ_REL);                                   \
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
             c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
         if ((OP) == CT_OP_FREE && ct_cfg.mode == CT_MODE_AGGREGATE)                                \
@@ -668,8 +686,8 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             c.addr = (uint64_t)(ADDR);                                                             \
         c.aux = (uint64_t)(AUX);                                                                   \
         c.aux2 = (uint64_t)(AUX2);                                                                 \
-        if ((OP) == CT_OP_POOL) { /* no memory, no event: where the pool's allocations live */     \
-            if (c.result == CUDA_SUCCESS)                                                          \
+        if ((OP) == CT_OP_POOL || (OP) == CT_OP_CTX_END) {      /* no memory, no event */          \
+            if ((OP) == CT_OP_POOL && c.result == CUDA_SUCCESS) /* where its allocations live */   \
                 pool_note((uintptr_t)c.addr, (int)c.aux, (int)c.aux2, (int)c.size);                \
             ct_leave();                                                                            \
             return c.result;                                                                       \

@@ -257,3 +257,34 @@ def test_physical_memory_on_a_host_numa_node_is_pinned_host_memory(ct, tmp_path)
     assert [(e["size"] >> 20, e["kind"]) for e in allocs] == [
         (64, K["CT_KIND_HOST"]), (2, K["CT_KIND_VMM"])]  # fmt: skip
     assert allocs[1]["device"] == 1
+
+
+REUSE_PROG = r"""
+def alloc_on_created(dev, mib):
+    c = ctypes.c_void_p()
+    assert cu.cuCtxCreate_v2(ctypes.byref(c), 0, dev) == 0  # current from now on
+    p = ctypes.c_uint64()
+    assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(mib << 20)) == 0
+    assert cu.cuMemFree_v2(p) == 0
+    assert cu.cuCtxDestroy_v2(c) == 0
+    return c.value
+
+first = alloc_on_created(0, 1)
+second = alloc_on_created(1, 11)  # the destroyed context's handle, now device 1's
+print("reused", first == second)
+"""
+
+
+def test_a_context_handle_given_again_is_asked_again(ct, tmp_path):
+    """A thread allocates in a context of device 0, destroys it, creates one on device 1 that the
+    driver gives the same handle (the simulator reuses a destroyed context's), and allocates: the
+    allocation is device 1's. The shim's per-thread answer "this context is on device 0" is
+    dropped by the destroy (it moves the contexts' epoch) instead of serving the new context."""
+    prog = tmp_path / "reuse.py"
+    prog.write_text(CONTEXTS + REUSE_PROG)
+    r = ct.run([sys.executable, prog], "-q", "--stack-depth", "0", sim_opts={"devices": 2})
+    assert "reused True" in r.stdout, r.stdout + r.stderr
+    K = C()
+    allocs = [e for t in read_dir(r.out).traces for e in iter_events(t)
+              if e["op"] == K["CT_OP_ALLOC"]]  # fmt: skip
+    assert [(e["size"] >> 20, e["device"]) for e in allocs] == [(1, 0), (11, 1)], allocs
