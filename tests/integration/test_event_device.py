@@ -85,15 +85,21 @@ print("done")
 """
 
 
-def test_each_event_names_its_device(ct, tmp_path):
-    prog = tmp_path / "switch.py"
-    prog.write_text(CONTEXTS + PROG)
+def allocs_and_frees(ct, tmp_path, name: str, body: str) -> tuple[dict, list]:
+    """Run CONTEXTS + body on two simulated devices (no stacks); it must print "done". Returns
+    its allocation events by address and its free events."""
+    prog = tmp_path / name
+    prog.write_text(CONTEXTS + body)
     r = ct.run([sys.executable, prog], "-q", "--stack-depth", "0", sim_opts={"devices": 2})
     assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
     K = C()
     events = [e for t in read_dir(r.out).traces for e in iter_events(t)]
     allocs = {e["addr"]: e for e in events if e["op"] == K["CT_OP_ALLOC"]}
-    frees = [e for e in events if e["op"] == K["CT_OP_FREE"]]
+    return allocs, [e for e in events if e["op"] == K["CT_OP_FREE"]]
+
+
+def test_each_event_names_its_device(ct, tmp_path):
+    allocs, frees = allocs_and_frees(ct, tmp_path, "switch.py", PROG)
     assert len(allocs) == 18 and len(frees) == 18
     for e in allocs.values():
         want = ((e["size"] >> 20) % 100) // 10
@@ -180,15 +186,9 @@ def test_a_pools_allocation_is_where_the_pool_lives(ct, tmp_path):
     device 1's; a host pool's is pinned host memory, a managed pool's managed memory; each free
     names its allocation's device. Before the pools were noted every one read device 0 (or the
     stream's) as stream-ordered device memory."""
-    prog = tmp_path / "pools.py"
-    prog.write_text(CONTEXTS + POOL_PROG)
-    r = ct.run([sys.executable, prog], "-q", "--stack-depth", "0", sim_opts={"devices": 2})
-    assert r.returncode == 0 and "done" in r.stdout, r.stdout + r.stderr
-    K = C()
-    events = [e for t in read_dir(r.out).traces for e in iter_events(t)]
-    allocs = {e["addr"]: e for e in events if e["op"] == K["CT_OP_ALLOC"]}
-    frees = [e for e in events if e["op"] == K["CT_OP_FREE"]]
+    allocs, frees = allocs_and_frees(ct, tmp_path, "pools.py", POOL_PROG)
     assert len(allocs) == 14 and len(frees) == 14
+    K = C()
     for e in allocs.values():
         mib = e["size"] >> 20
         host, managed = 50 < mib < 60, mib > 70

@@ -21,11 +21,8 @@
 #include <string.h>
 #include <time.h>
 
-#include <atomic>
-#include <thread>
-#include <vector>
-
 #include "gpu_common.h"
+#include "timed_threads.h"
 
 #define CK(call)                                                                            \
     do {                                                                                    \
@@ -36,13 +33,6 @@
             exit(2);                                                                        \
         }                                                                                   \
     } while (0)
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static unsigned long long parse_size(const char *s)
 {
@@ -92,34 +82,11 @@ extern "C" NOINLINE void bench_async_pairs(size_t size, long n, cudaStream_t s)
 }
 
 /* T threads, each on its own stream, start their timed loops together; the wall time from the
- * start to the last thread's end */
+ * start to the last thread's end (timed_threads.h) */
 static uint64_t async_threads(size_t size, int nthreads, long n)
 {
-    std::atomic<int> ready(0), go(0);
-    std::atomic<uint64_t> t_end(0);
-    std::vector<std::thread> ts;
-    for (int i = 0; i < nthreads; i++)
-        ts.emplace_back([&] {
-            CK(cudaSetDevice(0));
-            cudaStream_t s;
-            CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-            bench_async_pairs(size, async_warmup(n), s);
-            ready++;
-            while (!go.load())
-                ;
-            bench_async_pairs(size, n, s);
-            uint64_t t = now_ns(), prev = t_end.load();
-            while (t > prev && !t_end.compare_exchange_weak(prev, t))
-                ;
-            CK(cudaStreamDestroy(s));
-        });
-    while (ready.load() < nthreads)
-        ;
-    uint64_t t0 = now_ns();
-    go = 1;
-    for (auto &t : ts)
-        t.join();
-    return t_end.load() - t0;
+    return timed_threads(nthreads, async_warmup(n), n,
+                         [&](cudaStream_t s, long k) { bench_async_pairs(size, k, s); });
 }
 
 extern "C" NOINLINE void bench_meminfo(long n)
@@ -155,9 +122,9 @@ int main(int argc, char **argv)
         size_t size = parse_size(argv[2]);
         long n = atol(argv[3]);
         bench_alloc_pairs(size, n / 10 > 20 ? 20 : (n / 10 > 0 ? n / 10 : 1));
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tt_now_ns();
         bench_alloc_pairs(size, n);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = tt_now_ns();
         report(mode, size, n, t1 - t0);
         return 0;
     }
@@ -168,9 +135,9 @@ int main(int argc, char **argv)
         cudaStream_t s;
         CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         bench_async_pairs(size, async_warmup(n), s);
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tt_now_ns();
         bench_async_pairs(size, n, s);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = tt_now_ns();
         report(mode, size, n, t1 - t0);
         CK(cudaStreamDestroy(s));
         return 0;
@@ -188,9 +155,9 @@ int main(int argc, char **argv)
     if (!strcmp(mode, "meminfo") && argc == 3) {
         long n = atol(argv[2]);
         bench_meminfo(n / 10 > 100 ? 100 : (n / 10 > 0 ? n / 10 : 1));
-        uint64_t t0 = now_ns();
+        uint64_t t0 = tt_now_ns();
         bench_meminfo(n);
-        uint64_t t1 = now_ns();
+        uint64_t t1 = tt_now_ns();
         report(mode, 0, n, t1 - t0);
         return 0;
     }

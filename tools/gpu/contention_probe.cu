@@ -26,11 +26,8 @@
 #include <string.h>
 #include <time.h>
 
-#include <atomic>
-#include <thread>
-#include <vector>
-
 #include "gpu_common.h"
+#include "timed_threads.h"
 
 #define CK(call)                                                                                   \
     do {                                                                                           \
@@ -53,19 +50,12 @@
 
 enum query { Q_NONE, Q_CTX, Q_SCTX, Q_SCTX_DEV, Q_SPIN };
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static volatile uint64_t spin_sink;
 static uint64_t spin_ns = 200;
 static void spin(void)
 {
-    uint64_t t0 = now_ns(), x = 0;
-    while (now_ns() - t0 < spin_ns)
+    uint64_t t0 = tt_now_ns(), x = 0;
+    while (tt_now_ns() - t0 < spin_ns)
         x++;
     spin_sink += x;
 }
@@ -109,31 +99,8 @@ static void pairs(enum query q, size_t size, long n, cudaStream_t s)
 
 static uint64_t run(enum query q, size_t size, int nthreads, long n)
 {
-    std::atomic<int> ready(0), go(0);
-    std::atomic<uint64_t> t_end(0);
-    std::vector<std::thread> ts;
-    for (int i = 0; i < nthreads; i++)
-        ts.emplace_back([&] {
-            CK(cudaSetDevice(0));
-            cudaStream_t s;
-            CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-            pairs(q, size, n / 10 > 1000 ? 1000 : (n / 10 > 0 ? n / 10 : 1), s);
-            ready++;
-            while (!go.load())
-                ;
-            pairs(q, size, n, s);
-            uint64_t t = now_ns(), prev = t_end.load();
-            while (t > prev && !t_end.compare_exchange_weak(prev, t))
-                ;
-            CK(cudaStreamDestroy(s));
-        });
-    while (ready.load() < nthreads)
-        ;
-    uint64_t t0 = now_ns();
-    go = 1;
-    for (auto &t : ts)
-        t.join();
-    return t_end.load() - t0;
+    long warm = n / 10 > 1000 ? 1000 : (n / 10 > 0 ? n / 10 : 1);
+    return timed_threads(nthreads, warm, n, [&](cudaStream_t s, long k) { pairs(q, size, k, s); });
 }
 
 int main(int argc, char **argv)
