@@ -185,9 +185,12 @@ static unsigned pool_home(uintptr_t pool)
     return (unsigned)(((uint64_t)pool * 0x9E3779B97F4A7C15ull) >> 54) % POOL_SLOTS;
 }
 
-/* the pool's slot: found, or claimed for it when claim; NULL when absent (or the table full) */
+/* the pool's slot: found, or claimed for it when claim; NULL when absent (or the table full,
+ * or no pool: 0 marks an empty slot) */
 static uint32_t *pool_slot(uintptr_t pool, int claim)
 {
+    if (!pool)
+        return NULL;
     for (unsigned i = 0, k = pool_home(pool); i < POOL_SLOTS; i++, k = (k + 1) % POOL_SLOTS) {
         uintptr_t cur = __atomic_load_n(&pools[k].pool, __ATOMIC_ACQUIRE);
         if (cur == 0 && claim &&
@@ -224,7 +227,7 @@ static void pool_note(uintptr_t pool, int loc_type, int loc_id, int alloc_type)
                : location_is_host(loc_type)                 ? CT_KIND_HOST
                                                             : CT_KIND_ASYNC;
     int dev = location_dev(loc_type, loc_id);
-    uint32_t *what = pool ? pool_slot(pool, 1) : NULL;
+    uint32_t *what = pool_slot(pool, 1);
     if (what)
         __atomic_store_n(what, (uint32_t)(dev + 2) << 8 | (uint32_t)kind, __ATOMIC_RELEASE);
 }
