@@ -10,7 +10,6 @@ package carries them in cudatrace/_native/; in a source checkout they are built 
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import threading
@@ -19,6 +18,7 @@ from typing import Any
 
 import cffi
 
+from . import settings
 from .errors import CudatraceError
 
 PKG_DIR = Path(__file__).resolve().parent
@@ -38,7 +38,7 @@ class NativeError(CudatraceError, RuntimeError):
 def source_dir() -> Path | None:
     """The native/ sources (include/, shim/, reader/, common/, Makefile): beside the package in
     a checkout, or shipped inside it (cudatrace/_native/native)."""
-    for cand in (PKG_DIR.parent / "native", NATIVE_DIR / "native"):
+    for cand in settings.NATIVE_SOURCES:
         if (cand / "include" / "trace_format.h").is_file():
             return cand
     return None
@@ -54,25 +54,26 @@ def sim_source_dir() -> Path | None:
 
 
 def _stale(lib: Path, src: Path) -> bool:
+    """lib is missing or older than a source: native/'s C, headers, .def files and Makefile,
+    and cudatrace/__init__.py (the version the Makefile stamps into the shim)."""
     if not lib.exists():
         return True
     mtime = lib.stat().st_mtime
-    return any(
-        p.stat().st_mtime > mtime
-        for p in src.rglob("*")
-        if p.suffix in (".c", ".h", ".def") or p.name == "Makefile"
-    )
+    sources = [
+        p for p in src.rglob("*") if p.suffix in (".c", ".h", ".def") or p.name == "Makefile"
+    ]
+    return any(p.stat().st_mtime > mtime for p in [*sources, PKG_DIR / "__init__.py"])
 
 
 def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
     """Return the directory holding the libraries, building them from a checkout if needed.
     $CUDATRACE_NATIVE_DIR names another build to use as it is (the sanitizers' build of the
     tests: `make -C native sanitize OUT=DIR`)."""
-    other = os.environ.get("CUDATRACE_NATIVE_DIR")
+    other = settings.value("NATIVE_DIR")
     if other:
         missing = [name for name in which if not (Path(other) / name).is_file()]
         if missing:
-            raise RuntimeError(f"CUDATRACE_NATIVE_DIR={other} lacks {', '.join(missing)}")
+            raise RuntimeError(f"{settings.name('NATIVE_DIR')}={other} lacks {', '.join(missing)}")
         return Path(other)
     with _lock:
         src = source_dir()

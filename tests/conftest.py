@@ -20,6 +20,12 @@ def pytest_addoption(parser):
         help="Write tests/golden/ from the current outputs instead of comparing "
         "(also CUDATRACE_UPDATE_GOLDENS=1; support/goldens.py).",
     )
+    parser.addoption(
+        "--update-docs",
+        action="store_true",
+        help="Write the parts of docs/ generated from native/include/settings.def instead of "
+        "comparing them (tests/unit/test_settings_docs.py).",
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,6 +14,8 @@ from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .. import settings
+from ..choices import GROUPINGS
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
 from ..symbols.symbolizer import ProgressFactory
@@ -39,7 +41,6 @@ FOLD_FUNCTIONS = re.compile(
     r"libcudart_static|cudaApi)"
 )
 
-GROUPINGS = ("site", "api", "library", "process", "rank")
 EXE = "(exe)"  # the module token of a program's own executable (SFrame.module_token)
 VIEWS = ("hybrid", "python", "native")
 # Python's own call machinery between a Python line and the native code it called: folded when
@@ -603,7 +604,7 @@ def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
 
 def make_symbolizer(progress: bool | ProgressFactory = False):
     """The offline symbolizer, with its on-disk cache; None if it cannot be had."""
-    cache = os.environ.get("CUDATRACE_CACHE") or os.path.join(
+    cache = settings.value("CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols"
     )
     try:

@@ -36,7 +36,7 @@ from typing import Any
 
 import click
 
-from .. import simdriver
+from .. import settings, simdriver
 from ..errors import CudatraceError, OptionError
 from .options import OutputPath
 
@@ -554,7 +554,7 @@ def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = 
         env["PYTHONPATH"] = pkgroot + (
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
-        env.setdefault("CUDATRACE_CACHE", str(work / "symcache"))
+        env.setdefault(settings.name("CACHE"), str(work / "symcache"))
         try:
             if mode == "simulated":
                 libdir = build_sim(work / "build" / "sim")

@@ -27,12 +27,8 @@ from typing import NamedTuple
 
 import click
 
+from .. import choices, settings
 from ..errors import OptionError
-
-# = analyze.sites.GROUPINGS, written out so that the command line loads without the analysis
-# (tests/unit/test_imports.py checks that the two agree)
-GROUPINGS = ("site", "api", "library", "process", "rank")
-
 
 # ---- parameter types -------------------------------------------------------------------------
 
@@ -301,10 +297,10 @@ BUDGET_HELP = (
 class RunSettings(NamedTuple):
     """The settings of a traced run about stacks and budgets: `run` and every run of `sweep`."""
 
-    stack_depth: int = 64
+    stack_depth: int = settings.default_int("STACK_DEPTH")
     budget: str | None = None
     group: str | None = None
-    on_exceed: str = "fail"
+    on_exceed: str = settings.default_text("ON_EXCEED")
     count_host: bool = False
     virtualize: bool = True
 
@@ -324,7 +320,7 @@ class RunSettings(NamedTuple):
             [
                 click.option(
                     "--stack-depth",
-                    default=64,
+                    default=settings.default_int("STACK_DEPTH"),
                     show_default=True,
                     type=click.IntRange(0, 256),
                     help="Native frames kept per event; 0 disables stacks.",
@@ -341,8 +337,8 @@ class RunSettings(NamedTuple):
                 ),
                 click.option(
                     "--on-exceed",
-                    type=click.Choice(["fail", "warn", "abort"]),
-                    default="fail",
+                    type=click.Choice(choices.ON_EXCEED),
+                    default=settings.default_text("ON_EXCEED"),
                     show_default=True,
                     help="Over budget: fail the allocation with out-of-memory; warn and allow "
                     "it; or abort: stop the whole process tree with a non-zero status.",
@@ -369,7 +365,7 @@ def _use_ledger_dir(ctx, param, value):
     """--ledger-dir: the one setting the C of both sides reads (CUDATRACE_LEDGER_DIR), set as
     soon as it is parsed."""
     if value is not None:
-        os.environ["CUDATRACE_LEDGER_DIR"] = str(Path(value).absolute())
+        os.environ[settings.name("LEDGER_DIR")] = str(Path(value).absolute())
     return value
 
 

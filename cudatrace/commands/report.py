@@ -10,8 +10,9 @@ from pathlib import Path
 
 import click
 
+from ..choices import GROUPINGS
 from ..errors import CudatraceError
-from .options import GROUPINGS, Attribution, Moment, Outputs
+from .options import Attribution, Moment, Outputs
 
 HELP = {"help_option_names": ["-h", "--help"]}
 

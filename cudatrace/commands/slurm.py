@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from .. import choices, settings
 from ..errors import OptionError
 
 
@@ -23,7 +24,10 @@ from ..errors import OptionError
     "--gpu-memory", metavar="SIZE", help="A GPU's memory (default: NVML's figure for the GPU)."
 )
 @click.option(
-    "--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail", show_default=True
+    "--on-exceed",
+    type=click.Choice(choices.ON_EXCEED),
+    default=settings.default_text("ON_EXCEED"),
+    show_default=True,
 )
 def slurm_taskprolog(ledger_dir, shards_per_gpu, gpu_memory, on_exceed):
     """Slurm's TaskProlog: print the environment that gives this task's job its share of the

@@ -12,6 +12,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from .. import settings
 from .launcher import preload_ignored
 
 INIT_PID_NS = 0xEFFFFFFC  # the kernel's initial pid namespace (PROC_PID_INIT_INO)
@@ -62,7 +63,7 @@ def probe_nvml() -> dict:
 def probe_ledger() -> dict:
     from .ledger import LedgerError, ledger_dir
 
-    env = os.environ.get("CUDATRACE_LEDGER_DIR")
+    env = os.environ.get(settings.name("LEDGER_DIR"))
     out: dict = {"env": env, "path": None, "exists": False, "ok": False, "error": None}
     try:
         p = ledger_dir(create=False)

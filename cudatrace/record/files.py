@@ -13,6 +13,7 @@ import json
 import os
 from pathlib import Path
 
+from .. import settings
 from ..errors import CudatraceError
 from ..tracedir import LOCK
 from ..units import lossless_data
@@ -21,11 +22,13 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def file_mode() -> int:
-    v = os.environ.get("CUDATRACE_FILE_MODE", "")
+    """The mode of the files a run writes: CUDATRACE_FILE_MODE, octal, read as the shim reads it."""
     try:
-        m = int(v, 8) if v else 0o600
+        m = int(settings.value("FILE_MODE") or "", 8)
     except ValueError:
-        m = 0o600
+        m = -1
+    if m < 0:
+        m = settings.default_int("FILE_MODE", 8)
     return m & 0o666
 
 

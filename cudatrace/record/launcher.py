@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .. import __version__, native, tracedir
+from .. import __version__, native, settings, tracedir
 from ..errors import CudatraceError
 from ..procfs import tree_pids
 from ..units import shell_quote
@@ -51,12 +51,12 @@ class LaunchError(CudatraceError):
 class RunOptions:
     cmd: list[str]
     out_dir: Path | None = None
-    stack_depth: int = 64
+    stack_depth: int = settings.default_int("STACK_DEPTH")
     quiet: bool = False
     force: bool = False
     budget: str | None = None
     group: str | None = None
-    on_exceed: str = "fail"
+    on_exceed: str = settings.default_text("ON_EXCEED")
     count_host: bool = False
     virtualize: bool = True
     outlive_launcher: bool = False  # CMD goes on if the launcher is killed
@@ -459,20 +459,21 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     env = dict(os.environ)
     env.update(opts.extra_env)
     env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
-    if out is None:
-        env.pop("CUDATRACE_DIR", None)
-    else:
-        env["CUDATRACE_DIR"] = str(out)
-    env["CUDATRACE_MODE"] = opts.mode
-    env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
-    env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
-    env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
-    env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
-    env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
-    if (
-        opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env
-    ):  # extra_env may keep the shim's lines
-        env["CUDATRACE_QUIET"] = "1"
+    env.pop(settings.name("DIR"), None)
+    if out is not None:
+        env.update(settings.environment(DIR=out))
+    env.update(
+        settings.environment(
+            MODE=opts.mode,
+            STACK_DEPTH=opts.stack_depth,
+            LAUNCHER_PID=os.getpid(),
+            ON_EXCEED=opts.on_exceed,
+            COUNT_HOST=opts.count_host,
+            VIRTUALIZE=opts.virtualize,
+        )
+    )
+    if opts.quiet and settings.name("QUIET") not in opts.extra_env:
+        env.update(settings.environment(QUIET=True))  # extra_env may keep the shim's lines
     return env
 
 
@@ -500,7 +501,7 @@ def _join_budget(opts: RunOptions, env: dict):
     except LaunchError:
         ledger.finish()
         raise
-    env["CUDATRACE_LEDGER"] = str(ledger.path)
+    env.update(settings.environment(LEDGER=ledger.path))
     if budget_info.get("note"):
         # the one note that changes what the run may use: printed even with -q
         sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))

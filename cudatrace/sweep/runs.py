@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import tracedir
+from .. import settings, tracedir
 from ..analyze.analysis import Analysis, ReportError
 from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute
 from .stop import StopRule, Watcher
@@ -200,7 +200,7 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
         quiet=True,
         force=True,
         on_start=on_start,
-        extra_env={"CUDATRACE_QUIET": "0"},
+        extra_env=settings.environment(QUIET=False),
         **plan.run_options,
     )
     t0 = time.monotonic()

@@ -803,37 +803,34 @@ static void report_context(int dev, uint64_t bytes)
 
 /* the launchers' rank variables, CUDA_VISIBLE_DEVICES and the host name's override, as read
  * when the library loaded (settings.def), recorded as "env.NAME" INFO records (docs/ranks.md) */
-static const struct {
-    int id;
-    const char *name;
-} rank_env[] = {
-    {CT_SET_RANK, "RANK"},
-    {CT_SET_LOCAL_RANK, "LOCAL_RANK"},
-    {CT_SET_WORLD_SIZE, "WORLD_SIZE"},
-    {CT_SET_LOCAL_WORLD_SIZE, "LOCAL_WORLD_SIZE"},
-    {CT_SET_GROUP_RANK, "GROUP_RANK"},
-    {CT_SET_SLURM_PROCID, "SLURM_PROCID"},
-    {CT_SET_SLURM_LOCALID, "SLURM_LOCALID"},
-    {CT_SET_SLURM_NTASKS, "SLURM_NTASKS"},
-    {CT_SET_SLURM_NODEID, "SLURM_NODEID"},
-    {CT_SET_SLURM_JOB_ID, "SLURM_JOB_ID"},
-    {CT_SET_SLURM_STEP_ID, "SLURM_STEP_ID"},
-    {CT_SET_OMPI_COMM_WORLD_RANK, "OMPI_COMM_WORLD_RANK"},
-    {CT_SET_OMPI_COMM_WORLD_LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {CT_SET_OMPI_COMM_WORLD_SIZE, "OMPI_COMM_WORLD_SIZE"},
-    {CT_SET_PMI_RANK, "PMI_RANK"},
-    {CT_SET_PMI_SIZE, "PMI_SIZE"},
-    {CT_SET_CUDA_VISIBLE_DEVICES, "CUDA_VISIBLE_DEVICES"},
-    {CT_SET_HOST, "CUDATRACE_HOST"},
+static const int rank_env[] = {
+    CT_SET_RANK,
+    CT_SET_LOCAL_RANK,
+    CT_SET_WORLD_SIZE,
+    CT_SET_LOCAL_WORLD_SIZE,
+    CT_SET_GROUP_RANK,
+    CT_SET_SLURM_PROCID,
+    CT_SET_SLURM_LOCALID,
+    CT_SET_SLURM_NTASKS,
+    CT_SET_SLURM_NODEID,
+    CT_SET_SLURM_JOB_ID,
+    CT_SET_SLURM_STEP_ID,
+    CT_SET_OMPI_COMM_WORLD_RANK,
+    CT_SET_OMPI_COMM_WORLD_LOCAL_RANK,
+    CT_SET_OMPI_COMM_WORLD_SIZE,
+    CT_SET_PMI_RANK,
+    CT_SET_PMI_SIZE,
+    CT_SET_CUDA_VISIBLE_DEVICES,
+    CT_SET_HOST,
 };
 
 static void write_rank_env(void)
 {
     char key[48] = "env.";
     for (size_t i = 0; i < sizeof rank_env / sizeof *rank_env; i++) {
-        const char *v = ct_setting(rank_env[i].id);
+        const char *v = ct_setting(rank_env[i]);
         if (v && *v) {
-            ct_strlcpy(key + 4, rank_env[i].name, sizeof key - 4);
+            ct_strlcpy(key + 4, ct_setting_name(rank_env[i]), sizeof key - 4);
             write_info(key, v);
         }
     }

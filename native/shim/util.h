@@ -19,7 +19,10 @@
  * through dlsym(RTLD_NEXT, ...), reaching the shim's dlsym): never instrumented, so the
  * sanitizers' build (native/Makefile: sanitize) loads; no effect on a normal build */
 #define CT_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
-#define CT_SHIM_VERSION "0.1.0"
+/* the package's version (cudatrace.__version__), stamped by native/Makefile */
+#ifndef CT_SHIM_VERSION
+#error "CT_SHIM_VERSION: build with native/Makefile, which stamps cudatrace.__version__"
+#endif
 #define CT_MAX_DEPTH 256
 
 /* ---- process-wide settings, read once from the environment at load -------------------- */
@@ -58,7 +61,13 @@ enum {
 };
 /* the value (its default when unset or empty; NULL when it has none) */
 const char *ct_setting(int id);
-/* the value as a decimal number; dflt when it is no number */
+/* the value as a decimal number; the declared default when unset, empty or no number */
+long ct_setting_num(int id);
+/* the declared default as a decimal number (0: none): the fallback of a value out of range */
+long ct_setting_default_num(int id);
+/* the variable's name */
+const char *ct_setting_name(int id);
+/* the value as a decimal number; dflt when it is no number (budget.c) */
 long ct_setting_long(int id, long dflt);
 
 /* the clock and the thread id: inline, both are on every event's path */
