@@ -1,4 +1,5 @@
-"""Issue 11 #13 #17 #18: group names, damaged ledgers, shares on integrated devices."""
+"""Budgets: group names, damaged ledgers, shares on integrated devices, a reset under live
+members."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ def test_dot_group_refused(ct, sim, tmp_path):
 
 
 def test_ledger_with_garbage_fields_refused_before_any_write(ct, sim, tmp_path):
-    """Issue 11 #17: valid magic, garbage fields: refused, unchanged, and the message says
+    """Valid magic, garbage fields: refused, unchanged, and the message says
     which file to delete."""
     from cudatrace.record.ledger import Ledger, group_path
 
@@ -42,7 +43,7 @@ def test_ledger_with_garbage_fields_refused_before_any_write(ct, sim, tmp_path):
 
 
 def test_share_budget_on_an_integrated_device(ct, sim, tmp_path):
-    """Issue 11 #18: --budget 60% on a unified-memory device (NVML: NOT_SUPPORTED), the README's
+    """--budget 60% on a unified-memory device (NVML: NOT_SUPPORTED), the README's
     headline platform: a share of the system memory the device uses."""
     import json
 

@@ -1,5 +1,5 @@
-"""Issue 21, the minor list: the numbers and words of small places (sample interval, URLs,
---watch that ends, status of a group)."""
+"""The numbers and words of small places of the commands: the sample interval the summary
+names, --until-url refused at once, --watch that ends, a group's status, a context's denial."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Issue 11 #5 #6 #7 #8 #19: `cudatrace run` and `demo` given bad input, signals and a killed
-launcher."""
+"""`cudatrace run` and `demo` given bad input, signals and a killed launcher."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Long runs on a shared box (issue 13), on the simulated driver: a full trace of 600,000 events
+"""Long runs on a shared box, on the simulated driver: a full trace of 600,000 events
 from repeated sites stays under 40 bytes an event (compact records); `--aggregate` stays under
 2 MiB and still reports the exact peak and the KV site's exact bytes, also after a SIGKILL;
 `--no-trace` enforces a budget and writes nothing."""

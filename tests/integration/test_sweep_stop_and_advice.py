@@ -1,6 +1,6 @@
-"""Issue 21, sweep: a stopped run's whole process tree is stopped (item 7); the budget --predict
-advises includes the CUDA context the budget counts and works when used (item 8); --from reads
-only its own copy (item 10); numbers too large for a float are refused clearly (item 11)."""
+"""Sweep: a stopped run's whole process tree is stopped; the budget --predict advises includes
+the CUDA context the budget counts and works when used; --from reads only its own copy;
+numbers too large for a float are refused clearly."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11 #1 #2: a corrupt trace costs work bounded by its size, and gives a clear error.
+"""A corrupt trace costs work bounded by its size, and gives a clear error.
 
 Each corruption is one record field changed in a valid file written by tracegen. Reads that could
 blow up run in a subprocess under RLIMIT_AS and a timeout, so a regression fails the test instead

@@ -1,5 +1,5 @@
-"""Issue 11 #10 #11 and rough edges of `cudatrace report`: malformed launcher files, group runs
-without a budget, control characters from a trace, the error prefix."""
+"""Rough edges of `cudatrace report`: malformed launcher files, group runs without a budget,
+control characters from a trace, the error prefix."""
 
 from __future__ import annotations
 

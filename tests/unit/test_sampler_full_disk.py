@@ -1,4 +1,4 @@
-"""Issue 11: the launcher's files and the sampler under hostile conditions (no simulated driver
+"""The launcher's files and the sampler under hostile conditions (no simulated driver
 needed)."""
 
 from __future__ import annotations

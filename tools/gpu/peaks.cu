@@ -1,8 +1,8 @@
-// harden_peaks.cu - shapes whose peak a replay used to overstate (issue 21 items 3 and 4).
-//   harden_peaks leak SIZE_MIB         allocate SIZE MiB with cudaMalloc, exit without freeing
-//   harden_peaks threads N PAIRS MIB   N threads each cudaMalloc+cudaFree MIB MiB PAIRS times,
-//                                      holding up to 4 buffers (as tests/progs/budget_hammer)
-//   harden_peaks hold SIZE_MIB         allocate SIZE MiB, print "ready", wait to be killed
+// peaks.cu - shapes whose peak a replay used to overstate (tools/gpu/peaks_check.sh).
+//   peaks leak SIZE_MIB         allocate SIZE MiB with cudaMalloc, exit without freeing
+//   peaks threads N PAIRS MIB   N threads each cudaMalloc+cudaFree MIB MiB PAIRS times,
+//                               holding up to 4 buffers (as tests/progs/budget_hammer)
+//   peaks hold SIZE_MIB         allocate SIZE MiB, print "ready", wait to be killed
 // Prints "done ok N oom M".
 #include <cuda_runtime.h>
 #include <pthread.h>
@@ -70,6 +70,6 @@ int main(int argc, char **argv)
         printf("done ok %ld oom %ld\n", g_ok, g_oom);
         return 0;
     }
-    fprintf(stderr, "usage: harden_peaks leak MIB | threads N PAIRS MIB | hold MIB\n");
+    fprintf(stderr, "usage: peaks leak MIB | threads N PAIRS MIB | hold MIB\n");
     return 2;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# harden_peaks.sh OUTDIR - the peaks of issue 21 (items 3, 4) on a CUDA machine. From the
-# repository root:   bash tools/gpu/harden_peaks.sh /tmp/hp
+# peaks_check.sh OUTDIR - peaks across processes and threads on a CUDA machine. From the
+# repository root:   bash tools/gpu/peaks_check.sh /tmp/hp
 #  1. three programs one after another, each leaking 2048 MiB: the report's peak is 2 GiB (one
 #     program's), not 6 GiB;
 #  2. 64 threads allocating and freeing 16 MiB buffers under --budget 1GiB (contexts counted):
@@ -11,14 +11,14 @@
 #     2 GiB (the killed one's memory ends when the launcher saw it exit), not 4 GiB.
 # Prints the figures and one PASS/FAIL line per check; exit 0 when all pass. About a minute.
 set -u
-OUT=${1:?usage: harden_peaks.sh OUTDIR}
+OUT=${1:?usage: peaks_check.sh OUTDIR}
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
 "$NVCC" -O2 -arch="${GPU_ARCH:-sm_90}" -cudart shared -Xcompiler -fno-omit-frame-pointer \
-    -o "$OUT/harden_peaks" "$HERE/harden_peaks.cu" -lpthread || exit 1
-P="$OUT/harden_peaks"
+    -o "$OUT/peaks" "$HERE/peaks.cu" -lpthread || exit 1
+P="$OUT/peaks"
 rc=0
 rm -rf "$OUT/seq" "$OUT/thr" "$OUT/agg" "$OUT/kill" "$OUT/ready"
 python3 -m cudatrace run -q -o "$OUT/seq" -- sh -c "$P leak 2048 && $P leak 2048 && $P leak 2048"
