@@ -17,8 +17,8 @@
 #define CT_TLS __thread __attribute__((tls_model("initial-exec")))
 /* on what may run before a sanitizer's runtime is set up (its own start-up looks functions up
  * through dlsym(RTLD_NEXT, ...), reaching the shim's dlsym): never instrumented, so the
- * sanitizers' build (native/Makefile: sanitize) loads; no effect on a normal build */
-#define CT_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
+ * sanitizers' builds (native/Makefile: sanitize, tsan) load; no effect on a normal build */
+#define CT_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
 /* the package's version (cudatrace.__version__), stamped by native/Makefile */
 #ifndef CT_SHIM_VERSION
 #error "CT_SHIM_VERSION: build with native/Makefile, which stamps cudatrace.__version__"

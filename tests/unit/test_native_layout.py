@@ -3,7 +3,7 @@ includes only what it may:
 
     native/include/   the shared headers: include nothing of the other floors
     native/shim/      runs in the target: its own headers and native/include
-    native/reader/    runs in the Python process: native/include only (never the shim's headers)
+    native/reader/    runs in the Python process: its own headers and native/include (never the shim's)
     native/common/    linked into both libraries: native/include only
     sim/              the simulated driver: native/include and its own headers
 
@@ -36,7 +36,7 @@ NATIVE = REPO / "native"
 FLOORS = {
     "include": {"include"},
     "shim": {"shim", "include"},
-    "reader": {"include"},
+    "reader": {"reader", "include"},
     "common": {"include"},
 }
 READER_HEADERS = {"scan.h", "replay.h"}
