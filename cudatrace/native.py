@@ -14,12 +14,13 @@ import re
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import cffi
 
 from . import settings
 from .errors import CudatraceError
+from .native_types import ToolsLib
 
 PKG_DIR = Path(__file__).resolve().parent
 NATIVE_DIR = PKG_DIR / "_native"
@@ -146,7 +147,7 @@ def ffi() -> cffi.FFI:
         return _ffi
 
 
-def tools() -> tuple[cffi.FFI, Any]:
+def tools() -> tuple[cffi.FFI, ToolsLib]:
     """The tools library (ledger, trace scanner, replay) loaded through cffi: (ffi, lib)."""
     global _tools
     f = ffi()
@@ -155,7 +156,7 @@ def tools() -> tuple[cffi.FFI, Any]:
         with _lock:
             if _tools is None:
                 _tools = f.dlopen(str(path))
-    return f, _tools
+    return f, cast(ToolsLib, _tools)
 
 
 def constants() -> dict[str, int]:

@@ -35,6 +35,7 @@ LEAVES = {
     "outputs",
     "settings",
     "choices",
+    "native_types",
 }
 MAX_LINES = 900
 
