@@ -15,6 +15,7 @@ import errno
 import importlib
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -39,16 +40,17 @@ COMMANDS = {
 class Main(click.Group):
     """The `cudatrace` group: commands loaded when used; one place where errors are said."""
 
-    def list_commands(self, ctx):
+    def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx, name):
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
         module = importlib.import_module(f".commands.{COMMANDS[name]}", __package__)
-        return getattr(module, name.replace("-", "_"))
+        command: click.Command = getattr(module, name.replace("-", "_"))
+        return command
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         try:
             status = super().invoke(ctx)
             sys.stdout.flush()  # a full disk or a closed pipe on stdout is said here, once
@@ -80,7 +82,7 @@ def _drop_stdout() -> None:
 
 @click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="cudatrace")
-def main():
+def main() -> None:
     """See, explain and bound GPU memory in programs you did not write.
 
     \b

@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from .. import __version__, tracedir
+from ..attribution import Attribution
 from ..errors import CudatraceError
 from ..units import parse_moment
 from .aggregate import notes as aggregate_notes
@@ -139,15 +140,11 @@ class Analysis:
     def __init__(
         self,
         path,
+        attribution: Attribution = Attribution(),
         symbolize: bool = True,
-        show_cuda_frames: bool = False,
         progress: bool = False,
         td: TraceDir | None = None,
         symbolizer=None,
-        view: str = "hybrid",
-        fold_layers: bool = True,
-        fold_patterns=(),
-        full_names: bool = False,
         graph=None,
     ):
         self.paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
@@ -160,15 +157,17 @@ class Analysis:
 
             symbolizer = make_symbolizer(progress=bar if progress else False)
         self.symbolizer = symbolizer
-        self.full_names = full_names
+        self.attribution = attribution
+        self.full_names = attribution.full_names
+        cuda = attribution.show_cuda_frames
         self.stacks = Stacks(
             self.traces,
             symbolizer,
-            fold=not show_cuda_frames,
-            layers=fold_layers and not show_cuda_frames,  # the raw stacks, as recorded
-            patterns=compile_patterns(fold_patterns),
+            fold=not cuda,
+            layers=attribution.fold and not cuda,  # the raw stacks, as recorded
+            patterns=compile_patterns(attribution.fold_patterns),
             graph=graph,
-            view=view,
+            view=attribution.view,
         )
         self.stacks.set_source(self.allocation_stacks)
         self.observed = Observed(self.td)

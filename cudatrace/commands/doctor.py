@@ -13,7 +13,7 @@ from .options import Outputs, ledger_dir_option
 @Outputs.options("")
 @ledger_dir_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def doctor(outputs, cmd):
+def doctor(outputs: Outputs, cmd: tuple[str, ...]) -> int:
     """What a run would see here: CUDA driver and NVML, integrated or discrete devices, the
     ledger directory, the container / PID namespace, and whether CMD can be entered."""
     from ..present.doctor import render_doctor

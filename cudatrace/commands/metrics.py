@@ -49,7 +49,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     metavar="SECONDS",
     help="Analyze a run again at most this often.",
 )
-def metrics(listen, traces, top, trace_interval):
+def metrics(listen: str, traces: tuple[Path, ...], top: int, trace_interval: float) -> int:
     """Serve budgets (every group's ledger) and, with --traces, the live sites of traced runs
     to Prometheus (docs/metrics.md). Needs the `metrics` extra (prometheus_client)."""
     host, port = parse_listen(listen)

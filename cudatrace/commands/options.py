@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple, TypeVar, cast
 
 import click
 
 from .. import choices, settings
+from ..attribution import Attribution
 from ..errors import OptionError
+
+F = TypeVar("F", bound=Callable[..., Any])  # a click command, as decorated
 
 # ---- parameter types -------------------------------------------------------------------------
 
@@ -37,11 +41,11 @@ class OutputPath(click.Path):
     """A path to write (-o, --html, ...): never empty (an empty name would write into the
     current directory, or a file named nothing)."""
 
-    def __init__(self, **kw):
+    def __init__(self, **kw: Any) -> None:
         kw.setdefault("path_type", Path)
         super().__init__(**kw)
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         if isinstance(value, str) and not value.strip():
             raise OptionError(f"{_name(param)}: an empty path names no file or directory")
         return super().convert(value, param, ctx)
@@ -53,7 +57,7 @@ class MomentSpec(click.ParamType):
 
     name = "moment"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from ..units import UnitError, parse_moment
 
         try:
@@ -68,7 +72,9 @@ class Duration(click.ParamType):
 
     name = "time"
 
-    def convert(self, value, param, ctx):
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         if isinstance(value, float):
             return value
         from ..units import UnitError, parse_time
@@ -85,7 +91,7 @@ class BudgetSpec(click.ParamType):
 
     name = "spec"
 
-    def convert(self, value, param, ctx):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from ..record.budget import BudgetError, parse_budget  # only a run with a budget
 
         try:
@@ -95,14 +101,16 @@ class BudgetSpec(click.ParamType):
         return value
 
 
-def _name(param) -> str:
+def _name(param: click.Parameter | None) -> str:
     return param.opts[0] if param is not None and param.opts else "value"
 
 
 # ---- the mechanism of a group -----------------------------------------------------------------
 
 
-def option_group(name: str, build, options: list):
+def option_group(
+    name: str, build: Callable[..., Any], options: Sequence[Callable[[Any], Any]]
+) -> Callable[[F], F]:
     """A decorator adding `options` (click decorators) to a command and passing the command one
     value, build(**their values), under the keyword `name`. `build` names the values it takes
     by its parameters; each option's destination is one of them."""
@@ -110,15 +118,16 @@ def option_group(name: str, build, options: list):
 
     dests = list(inspect.signature(build).parameters)  # a function, or a NamedTuple class
 
-    def decorate(f):
+    def decorate(f: F) -> F:
         @functools.wraps(f)
-        def command(*args, **kw):
+        def command(*args: Any, **kw: Any) -> Any:
             kw[name] = build(**{d: kw.pop(d) for d in dests if d in kw})
             return f(*args, **kw)
 
+        wrapped: Any = command
         for opt in reversed(options):
-            command = opt(command)
-        return command
+            wrapped = opt(wrapped)
+        return cast(F, wrapped)
 
     return decorate
 
@@ -132,86 +141,71 @@ FOLD_HELP = (
 )
 
 
-class Attribution(NamedTuple):
-    """How allocations are attributed to call sites: every command that reports (report, diff,
-    export, sweep) takes these options and means the same by them."""
+def _attribution(
+    depth: int = 1,
+    fold_patterns: Sequence[str] = (),
+    no_fold: bool = False,
+    full_names: bool = False,
+    view: str | None = None,
+    cuda: bool = False,
+) -> Attribution:
+    return Attribution(
+        depth=depth,
+        fold=not no_fold,
+        fold_patterns=tuple(fold_patterns),
+        full_names=full_names,
+        view=view or "hybrid",
+        show_cuda_frames=cuda,
+    )
 
-    depth: int = 1
-    fold: bool = True
-    fold_patterns: tuple[str, ...] = ()
-    full_names: bool = False
-    view: str = "hybrid"  # "python", "native" or "hybrid"
-    show_cuda_frames: bool = False
 
-    def analysis_options(self) -> dict:
-        """The keywords of analyze.analysis.Analysis that this attribution sets."""
-        return {
-            "show_cuda_frames": self.show_cuda_frames,
-            "view": self.view,
-            "fold_layers": self.fold,
-            "fold_patterns": self.fold_patterns,
-            "full_names": self.full_names,
-        }
-
-    @staticmethod
-    def _build(depth=1, fold_patterns=(), no_fold=False, full_names=False, view=None, cuda=False):
-        return Attribution(
-            depth=depth,
-            fold=not no_fold,
-            fold_patterns=tuple(fold_patterns),
-            full_names=full_names,
-            view=view or "hybrid",
-            show_cuda_frames=cuda,
-        )
-
-    @classmethod
-    def options(cls, depth: bool = True):
-        """The attribution options; without `depth` for a command that writes whole stacks
-        (export: there is no site to deepen)."""
-        opts = []
-        if depth:
-            opts.append(
-                click.option(
-                    "--depth",
-                    default=1,
-                    show_default=True,
-                    type=click.IntRange(1, 64),
-                    help="Frames that make a site (a deeper site splits a shared helper by "
-                    "caller).",
-                )
+def attribution_options(depth: bool = True) -> Callable[[F], F]:
+    """The attribution options, passed to the command as one Attribution (cudatrace/
+    attribution.py) under `attribution`; without `depth` for a command that writes whole
+    stacks (export: there is no site to deepen)."""
+    opts: list[Callable[[Any], Any]] = []
+    if depth:
+        opts.append(
+            click.option(
+                "--depth",
+                default=1,
+                show_default=True,
+                type=click.IntRange(1, 64),
+                help="Frames that make a site (a deeper site splits a shared helper by caller).",
             )
-        opts += [
-            click.option(
-                "--show-cuda-frames",
-                "cuda",
-                is_flag=True,
-                help="Keep the CUDA libraries' own frames (folded by default).",
-            ),
-            click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP),
-            click.option(
-                "--no-fold",
-                is_flag=True,
-                help="Do not fold allocator layers: the site is the innermost frame outside CUDA.",
-            ),
-            click.option(
-                "--full-names",
-                is_flag=True,
-                help="Show whole demangled signatures instead of shortened names.",
-            ),
-            click.option(
-                "--python-only",
-                "view",
-                flag_value="python",
-                help="Python programs: sites and stacks from Python frames alone.",
-            ),
-            click.option(
-                "--native-only",
-                "view",
-                flag_value="native",
-                help="Python programs: native frames alone (the eval loop not replaced).",
-            ),
-        ]
-        return option_group("attribution", cls._build, opts)
+        )
+    opts += [
+        click.option(
+            "--show-cuda-frames",
+            "cuda",
+            is_flag=True,
+            help="Keep the CUDA libraries' own frames (folded by default).",
+        ),
+        click.option("--fold", "fold_patterns", multiple=True, metavar="REGEX", help=FOLD_HELP),
+        click.option(
+            "--no-fold",
+            is_flag=True,
+            help="Do not fold allocator layers: the site is the innermost frame outside CUDA.",
+        ),
+        click.option(
+            "--full-names",
+            is_flag=True,
+            help="Show whole demangled signatures instead of shortened names.",
+        ),
+        click.option(
+            "--python-only",
+            "view",
+            flag_value="python",
+            help="Python programs: sites and stacks from Python frames alone.",
+        ),
+        click.option(
+            "--native-only",
+            "view",
+            flag_value="native",
+            help="Python programs: native frames alone (the eval loop not replaced).",
+        ),
+    ]
+    return option_group("attribution", _attribution, opts)
 
 
 # ---- the moment ------------------------------------------------------------------------------
@@ -224,7 +218,7 @@ class Moment(NamedTuple):
     device: int | None = None
 
     @classmethod
-    def options(cls):
+    def options(cls) -> Callable[[F], F]:
         return option_group(
             "moment",
             cls,
@@ -261,7 +255,9 @@ class Outputs(NamedTuple):
     svg: Path | None = None
 
     @classmethod
-    def options(cls, schema: str, html: str | None = None, svg: str | None = None):
+    def options(
+        cls, schema: str, html: str | None = None, svg: str | None = None
+    ) -> Callable[[F], F]:
         """--json (printing `schema`), and --html / --svg FILE where their help is given."""
         opts = [
             click.option(
@@ -305,15 +301,22 @@ class RunSettings(NamedTuple):
     virtualize: bool = True
 
     @staticmethod
-    def _build(stack_depth, budget, group, on_exceed, count_host, no_virtualize):
+    def _build(
+        stack_depth: int,
+        budget: str | None,
+        group: str | None,
+        on_exceed: str,
+        count_host: bool,
+        no_virtualize: bool,
+    ) -> RunSettings:
         return RunSettings(stack_depth, budget, group, on_exceed, count_host, not no_virtualize)
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         """The keywords of record.launcher.RunOptions."""
         return self._asdict()
 
     @classmethod
-    def options(cls):
+    def options(cls) -> Callable[[F], F]:
         return option_group(
             "settings",
             cls._build,
@@ -361,7 +364,7 @@ class RunSettings(NamedTuple):
 # ---- the ledger directory (run, status, doctor) ----------------------------------------------
 
 
-def _use_ledger_dir(ctx, param, value):
+def _use_ledger_dir(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
     """--ledger-dir: the one setting the C of both sides reads (CUDATRACE_LEDGER_DIR), set as
     soon as it is parsed."""
     if value is not None:
@@ -369,7 +372,7 @@ def _use_ledger_dir(ctx, param, value):
     return value
 
 
-def ledger_dir_option(f):
+def ledger_dir_option(f: F) -> F:
     return click.option(
         "--ledger-dir",
         metavar="DIR",

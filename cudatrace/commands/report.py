@@ -7,12 +7,27 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import click
 
+from ..attribution import Attribution
 from ..choices import GROUPINGS
 from ..errors import CudatraceError
-from .options import Attribution, Moment, Outputs
+from .options import Moment, Outputs, attribution_options, option_group
+
+if TYPE_CHECKING:
+    from ..analyze.analysis import Analysis
+    from ..symbols import Symbolizer
+
+
+class Query(NamedTuple):
+    """What the report lists: the top sites, grouped by, or the caller tree (--tree)."""
+
+    top: int = 10
+    by: str = "site"
+    tree: bool = False
+
 
 HELP = {"help_option_names": ["-h", "--help"]}
 
@@ -30,7 +45,7 @@ HELP = {"help_option_names": ["-h", "--help"]}
     help="Group allocations by call site, API, library, process or rank.",
 )
 @Moment.options()
-@Attribution.options()
+@attribution_options()
 @Outputs.options(
     "cudatrace.report/1",
     svg="Also write a timeline picture (SVG) to FILE.",
@@ -42,55 +57,65 @@ HELP = {"help_option_names": ["-h", "--help"]}
     is_flag=True,
     help="Re-render the text report every second while the run is being traced.",
 )
-def report(path, top, by, moment, attribution, outputs, tree, watch):
+@option_group("query", Query, [])
+def report(
+    path: tuple[Path, ...],
+    query: Query,
+    moment: Moment,
+    attribution: Attribution,
+    outputs: Outputs,
+    watch: bool,
+) -> int:
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it. Several
     PATHs (one per host or launch), or a folder of trace directories, are one run of many
     ranks (docs/ranks.md).
     """
-    path = path[0] if len(path) == 1 else list(path)
+    where: Path | list[Path] = path[0] if len(path) == 1 else list(path)
     if watch:
-        if isinstance(path, list):
+        if isinstance(where, list):
             raise click.UsageError("--watch follows one trace directory")
         if outputs.as_json or outputs.svg or outputs.html:
             raise click.UsageError(
                 "--watch shows the text report; leave out --json, --svg and --html"
             )
-        watch_report(path, top, by, moment, attribution)
+        watch_report(where, query, moment, attribution)
         return 0
-    run_report(path, top, by, moment, attribution, outputs, tree)
+    run_report(where, query, moment, attribution, outputs)
     return 0
 
 
 def run_report(
-    path,
-    top: int = 10,
-    by: str = "site",
+    path: Path | list[Path],
+    query: Query = Query(),
     moment: Moment = Moment(),
     attribution: Attribution = Attribution(),
     outputs: Outputs = Outputs(),
-    tree: bool = False,
-    out=None,
-    symbolizer=None,
+    out: TextIO | None = None,
+    symbolizer: Symbolizer | None = None,
 ) -> None:
     """The body of `cudatrace report` (also callable from Python): writes the chosen outputs.
     Raises CudatraceError (a trace that cannot be read, a file that cannot be written)."""
     from ..analyze.analysis import Analysis, build_report
     from ..progress import stderr_is_tty
 
-    out = out or sys.stdout
     try:
         a = Analysis(
             path,
+            attribution,
             symbolizer=symbolizer,
             progress=not outputs.as_json and stderr_is_tty(),
-            **attribution.analysis_options(),
         )
         r = build_report(
-            a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
+            a,
+            at=moment.at,
+            by=query.by,
+            depth=attribution.depth,
+            top=query.top,
+            device=moment.device,
         )
-        if tree:
+        if query.tree:
             from ..analyze.tree import build_tree
 
             r["tree"] = build_tree(a, at=moment.at, device=moment.device)
@@ -99,10 +124,12 @@ def run_report(
     except ValueError as e:  # e.g. a bad --fold pattern
         raise CudatraceError(str(e)) from None
     _write_files(a, r, moment, attribution, outputs)
-    _print(r, outputs, tree, attribution.full_names, out)
+    _print(r, outputs, query.tree, attribution.full_names, out or sys.stdout)
 
 
-def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: Outputs) -> None:
+def _write_files(
+    a: Analysis, r: dict[str, Any], moment: Moment, attribution: Attribution, outputs: Outputs
+) -> None:
     """--svg and --html: written before the text, so that a failure is said first."""
     if outputs.svg:
         from ..present.plot import write_svg
@@ -124,7 +151,7 @@ def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: 
             raise CudatraceError(f"cannot write {outputs.html}: {e.strerror or e}") from None
 
 
-def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None:
+def _print(r: dict[str, Any], outputs: Outputs, tree: bool, full_names: bool, out: TextIO) -> None:
     if outputs.as_json:
         out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
     elif tree:
@@ -142,13 +169,12 @@ def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None
 
 
 def watch_report(
-    path,
-    top: int = 10,
-    by: str = "site",
+    path: Path,
+    query: Query = Query(),
     moment: Moment = Moment(),
     attribution: Attribution = Attribution(),
     interval: float = 1.0,
-    out=None,
+    out: TextIO | None = None,
 ) -> int:
     """The body of `cudatrace report --watch` (returns the number of renders): the text report every `interval` seconds until
     Ctrl-C or the run's end (present/watch.py)."""
@@ -161,9 +187,14 @@ def watch_report(
 
     def render() -> str:
         try:
-            a = Analysis(path, symbolizer=sym, **attribution.analysis_options())
+            a = Analysis(path, attribution, symbolizer=sym)
             r = build_report(
-                a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
+                a,
+                at=moment.at,
+                by=query.by,
+                depth=attribution.depth,
+                top=query.top,
+                device=moment.device,
             )
             return render_text(r)
         except CudatraceError as e:

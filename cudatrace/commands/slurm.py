@@ -29,7 +29,9 @@ from ..errors import OptionError
     default=settings.default_text("ON_EXCEED"),
     show_default=True,
 )
-def slurm_taskprolog(ledger_dir, shards_per_gpu, gpu_memory, on_exceed):
+def slurm_taskprolog(
+    ledger_dir: str, shards_per_gpu: int, gpu_memory: str | None, on_exceed: str
+) -> int:
     """Slurm's TaskProlog: print the environment that gives this task's job its share of the
     GPU's memory (`export NAME=value` lines; docs/slurm.md)."""
     import os

@@ -7,16 +7,153 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
+from ..attribution import Attribution
 from ..errors import OptionError
 from ..outputs import OutputError, write_output
 from ..units import lossless_data
-from .options import Attribution, Duration, OutputPath, Outputs, RunSettings
+from .options import (
+    Duration,
+    F,
+    OutputPath,
+    Outputs,
+    RunSettings,
+    attribution_options,
+    option_group,
+)
+
+if TYPE_CHECKING:
+    from ..sweep.knobs import Knob
+    from ..sweep.runs import Plan
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+
+
+class Stop(NamedTuple):
+    """When each run of a sweep is stopped (a server never ends by itself): --stop-after, or
+    --until-url and --settle; --grace and --url-timeout bound the stopping."""
+
+    after: float | None = None
+    url: str | None = None
+    settle: float = 2.0
+    grace: float = 10.0
+    url_timeout: float = 300.0
+
+    @staticmethod
+    def _build(
+        stop_after: float | None,
+        until_url: str | None,
+        settle: float,
+        grace: float,
+        url_timeout: float,
+    ) -> Stop:
+        return Stop(stop_after, until_url, settle, grace, url_timeout)
+
+    @classmethod
+    def options(cls) -> Callable[[F], F]:
+        timing: dict[str, Any] = {"type": Duration(), "metavar": "TIME", "show_default": True}
+        return option_group(
+            "stop",
+            cls._build,
+            [
+                click.option(
+                    "--stop-after",
+                    type=Duration(),
+                    metavar="TIME",
+                    help="Stop each run after TIME (30s, 2m).",
+                ),
+                click.option(
+                    "--until-url",
+                    metavar="URL",
+                    help="Stop each run once URL answers and the traced live memory has settled.",
+                ),
+                click.option(
+                    "--settle",
+                    default="2s",
+                    help="With --until-url: no change of live memory for this long.",
+                    **timing,
+                ),
+                click.option(
+                    "--grace",
+                    default="10s",
+                    help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.",
+                    **timing,
+                ),
+                click.option(
+                    "--url-timeout",
+                    default="300s",
+                    help="With --until-url: give up on a run whose URL never answers.",
+                    **timing,
+                ),
+            ],
+        )
+
+
+class Fit(NamedTuple):
+    """What the laws are held to and asked: --expect, --predict, --top."""
+
+    expect: str | None = None
+    predict: str | None = None
+    top: int = 10
+
+    @classmethod
+    def options(cls) -> Callable[[F], F]:
+        return option_group(
+            "fit",
+            cls,
+            [
+                click.option(
+                    "--expect",
+                    metavar="SLOPE",
+                    help="Bytes per unit of the knob it should grow (1 for a size flag); flag "
+                    "faster.",
+                ),
+                click.option(
+                    "--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8)."
+                ),
+                click.option("--top", default=10, show_default=True, type=click.IntRange(1, None)),
+            ],
+        )
+
+
+class Where(NamedTuple):
+    """Where the sweep is: -o DIR (--force to replace an earlier one), or --from a recorded one."""
+
+    out_dir: Path | None = None
+    force: bool = False
+    from_dir: Path | None = None
+
+    @classmethod
+    def options(cls) -> Callable[[F], F]:
+        return option_group(
+            "where",
+            cls,
+            [
+                click.option(
+                    "-o",
+                    "--output",
+                    "out_dir",
+                    type=OutputPath(),
+                    help="Directory of the sweep, one trace directory per run.",
+                ),
+                click.option(
+                    "--force", is_flag=True, help="Replace an earlier sweep in the directory."
+                ),
+                click.option(
+                    "--from",
+                    "from_dir",
+                    type=click.Path(path_type=Path),
+                    metavar="DIR",
+                    help="Fit a recorded sweep again (other --expect, --predict, --depth); run "
+                    "nothing.",
+                ),
+            ],
+        )
 
 
 @click.command(context_settings=RUN_CONTEXT)
@@ -27,160 +164,94 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
     "times for a grid, with {NAME} in CMD.",
 )
-@click.option(
-    "--stop-after", type=Duration(), metavar="TIME", help="Stop each run after TIME (30s, 2m)."
-)
-@click.option(
-    "--until-url",
-    metavar="URL",
-    help="Stop each run once URL answers and the traced live memory has settled.",
-)
-@click.option(
-    "--settle",
-    default="2s",
-    show_default=True,
-    type=Duration(),
-    metavar="TIME",
-    help="With --until-url: no change of live memory for this long.",
-)
-@click.option(
-    "--grace",
-    default="10s",
-    show_default=True,
-    type=Duration(),
-    metavar="TIME",
-    help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.",
-)
-@click.option(
-    "--url-timeout",
-    default="300s",
-    show_default=True,
-    type=Duration(),
-    metavar="TIME",
-    help="With --until-url: give up on a run whose URL never answers.",
-)
-@click.option(
-    "-o",
-    "--output",
-    "out_dir",
-    type=OutputPath(),
-    help="Directory of the sweep, one trace directory per run.",
-)
-@click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
+@Stop.options()
+@Where.options()
 @Outputs.options("cudatrace.sweep/1", html="Also write a self-contained page of the laws' charts.")
-@click.option(
-    "--expect",
-    metavar="SLOPE",
-    help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.",
-)
-@click.option("--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8).")
-@click.option(
-    "--from",
-    "from_dir",
-    type=click.Path(path_type=Path),
-    metavar="DIR",
-    help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.",
-)
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1, None))
-@Attribution.options()
+@Fit.options()
+@attribution_options()
 @RunSettings.options()
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def sweep(**kw):
+def sweep(**kw: Any) -> int:
     """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
     grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""
     return run_sweep(**kw)
 
 
 def run_sweep(
-    values,
-    cmd,
-    out_dir=None,
-    force=False,
+    values: Sequence[str],
+    cmd: Sequence[str],
+    where: Where = Where(),
+    stop: Stop = Stop(),
+    fit: Fit = Fit(),
     outputs: Outputs = Outputs(),
-    stop_after: float | None = None,
-    until_url=None,
-    settle: float = 2.0,
-    grace: float = 10.0,
-    url_timeout: float = 300.0,
-    expect=None,
-    predict=None,
-    top=10,
     attribution: Attribution = Attribution(),
     settings: RunSettings = RunSettings(),
-    from_dir=None,
-    out=None,
-    err=None,
 ) -> int:
     """The body of `cudatrace sweep`; returns the exit status: 0, 1 when fewer than two runs
     could be fitted. Bad input (nothing run) raises CudatraceError (status 2)."""
-    from ..present import sweep as text
     from ..sweep import Plan, bind_command, execute, parse_knobs, sweep_json
-    from ..sweep.knobs import _text_of
     from ..sweep.stop import StopRule
 
-    out = out or sys.stdout
-    err = err or sys.stderr
     cmd = list(cmd)
-    if from_dir is not None:
-        return _run_from(
-            Path(from_dir), values, cmd, outputs, expect, predict, top, attribution, out, err
-        )
+    if where.from_dir is not None:
+        return _run_from(Path(where.from_dir), values, cmd, fit, outputs, attribution)
     knobs = parse_knobs(values)
     bind_command(knobs, cmd)
-    if stop_after is not None and until_url is not None:
+    if stop.after is not None and stop.url is not None:
         raise OptionError("--stop-after and --until-url: give one")
-    rule = StopRule(stop_after, until_url, settle, grace, url_timeout)
-    if until_url is not None:
-        _check_url(until_url)
-    exp = _expect(expect, knobs)
-    point = _point(predict, knobs)
+    if stop.url is not None:
+        _check_url(stop.url)
+    exp = _expect(fit.expect, knobs)
+    point = _point(fit.predict, knobs)
+    out = (
+        Path(where.out_dir)
+        if where.out_dir
+        else default_out(cmd[0].replace("{", "").replace("}", ""))
+    )
     plan = Plan(
         knobs,
         cmd,
-        (
-            Path(out_dir) if out_dir else default_out(cmd[0].replace("{", "").replace("}", ""))
-        ).resolve(),
-        rule,
+        out.resolve(),
+        StopRule(*stop),
         settings.as_dict(),
-        force,
-        attribution.depth,
-        attribution.analysis_options(),
+        where.force,
+        attribution,
     )
     _check_plan(plan, outputs.html)
-
     total = len(plan.runs())
-    err.write(
-        "cudatrace sweep: %d run%s of %s -> %s\n"
-        % (total, "" if total == 1 else "s", " ".join(cmd), plan.out)
+    sys.stderr.write(
+        f"cudatrace sweep: {total} run{'' if total == 1 else 's'} of {' '.join(cmd)} -> {plan.out}\n"
     )
-    err.flush()
-
-    def progress(n, total, rec):
-        m = rec["measured"]
-        err.write(
-            "  %d/%d  %s: %s%s%s\n"
-            % (
-                n,
-                total,
-                _text_of(knobs, rec["combo"]),
-                text.ended_text(rec["ended"]),
-                ", peak {}".format(text.readable(m["peak_bytes"])) if m and rec["included"] else "",
-                "" if rec["included"] else " (left out of the laws)",
-            )
-        )
-        err.flush()
-
+    sys.stderr.flush()
     try:
-        runs = execute(plan, progress)
+        runs = execute(plan, _progress(plan))
     except KeyboardInterrupt:
-        err.write("cudatrace sweep: interrupted\n")
+        sys.stderr.write("cudatrace sweep: interrupted\n")
         return 130
-    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
+    doc = lossless_data(sweep_json(plan, runs, exp, point, fit.predict, fit.top, fit.expect))
     try:
         write_output(plan.out / "sweep.json", json.dumps(doc, indent=2) + "\n")
     except OutputError as e:
-        err.write("cudatrace sweep: could not write {}: {}\n".format(plan.out / "sweep.json", e))
-    return _show(doc, runs, outputs, out, err)
+        sys.stderr.write(f"cudatrace sweep: could not write {plan.out / 'sweep.json'}: {e}\n")
+    return _show(doc, runs, outputs)
+
+
+def _progress(plan: Plan) -> Callable[[int, int, dict[str, Any]], None]:
+    """The line said as each run ends: its value, how it ended, its peak."""
+    from ..analyze import sweep_sentences as sentences
+    from ..sweep.knobs import text_of
+
+    def progress(n: int, total: int, rec: dict[str, Any]) -> None:
+        m = rec["measured"]
+        peak = f", peak {sentences.readable(m['peak_bytes'])}" if m and rec["included"] else ""
+        left_out = "" if rec["included"] else " (left out of the laws)"
+        sys.stderr.write(
+            f"  {n}/{total}  {text_of(plan.knobs, rec['combo'])}: "
+            f"{sentences.ended_text(rec['ended'])}{peak}{left_out}\n"
+        )
+        sys.stderr.flush()
+
+    return progress
 
 
 def _check_url(url: str) -> None:
@@ -201,7 +272,7 @@ def _check_url(url: str) -> None:
         raise OptionError(f"--until-url {url}: port 0 is no port to connect to")
 
 
-def _expect(expect, knobs):
+def _expect(expect: str | None, knobs: list[Knob]) -> float | dict[str, float] | None:
     """--expect SLOPE read against the knobs (None without it)."""
     if expect is None:
         return None
@@ -213,13 +284,13 @@ def _expect(expect, knobs):
         raise OptionError(f"--expect {expect}: {e}") from None
 
 
-def _point(predict, knobs):
+def _point(predict: str | None, knobs: list[Knob]) -> tuple[float, ...] | None:
     from ..sweep import parse_point
 
     return parse_point(knobs, predict) if predict is not None else None
 
 
-def _check_plan(plan, html) -> None:
+def _check_plan(plan: Plan, html: Path | None) -> None:
     """Refuse before running anything: an output in the way, an --html FILE that cannot be
     written, a command that cannot be entered."""
     from ..sweep import check_output
@@ -232,14 +303,14 @@ def _check_plan(plan, html) -> None:
         check_enterable(resolve_command(plan.cmd[0]))
 
 
-def _show(doc: dict, runs: list, outputs: Outputs, out, err) -> int:
+def _show(doc: dict[str, Any], runs: list[dict[str, Any]], outputs: Outputs) -> int:
     """Print the sweep (text or JSON), write --html; the exit status."""
     from ..present import sweep as text
 
-    out.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
-    out.flush()
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
+    sys.stdout.flush()
     rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
-    return _write_html(outputs.html, doc, err) or rc
+    return _write_html(outputs.html, doc) or rc
 
 
 def default_out(cmd0: str) -> Path:
@@ -252,13 +323,13 @@ def default_out(cmd0: str) -> Path:
     return p
 
 
-def _check_html(html) -> None:
+def _check_html(html: Path | None) -> None:
     """--html FILE: refuse before running anything when FILE cannot be written there."""
     if html is not None and not Path(html).resolve().parent.is_dir():
         raise OptionError(f"--html {html}: no such directory")
 
 
-def _write_html(html, doc: dict, err) -> int:
+def _write_html(html: Path | None, doc: dict[str, Any]) -> int:
     """Write the page of --html (present/sweep_html.py); 1 with the reason when it cannot be."""
     if html is None:
         return 0
@@ -267,21 +338,28 @@ def _write_html(html, doc: dict, err) -> int:
     try:
         write_output(html, sweep_html.render(doc))
     except OutputError as e:
-        err.write(f"cudatrace sweep: could not write {html}: {e}\n")
+        sys.stderr.write(f"cudatrace sweep: could not write {html}: {e}\n")
         return 1
-    err.write(f"cudatrace sweep: charts in {html}\n")
+    sys.stderr.write(f"cudatrace sweep: charts in {html}\n")
     return 0
 
 
-def _run_from(path: Path, values, cmd, outputs, expect, predict, top, attribution, out, err):
+def _run_from(
+    path: Path,
+    values: Sequence[str],
+    cmd: list[str],
+    fit: Fit,
+    outputs: Outputs,
+    attribution: Attribution,
+) -> int:
     """`cudatrace sweep --from DIR`: the recorded sweep's laws again, nothing run."""
     from ..sweep import load_recorded, sweep_json
 
     if values or cmd:
         raise OptionError("--from replays a recorded sweep: give no --values and no command")
-    plan, runs = load_recorded(path, attribution.depth, attribution.analysis_options())
-    exp = _expect(expect, plan.knobs)
-    point = _point(predict, plan.knobs)
+    plan, runs = load_recorded(path, attribution)
+    exp = _expect(fit.expect, plan.knobs)
+    point = _point(fit.predict, plan.knobs)
     _check_html(outputs.html)
-    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
-    return _show(doc, runs, outputs, out, err)
+    doc = lossless_data(sweep_json(plan, runs, exp, point, fit.predict, fit.top, fit.expect))
+    return _show(doc, runs, outputs)

@@ -49,7 +49,7 @@ FORBIDDEN = {
     "analyze": {"record", "present", "cli", "commands", "sweep"},
     "present": {"record", "cli", "commands", "sweep"},
     "commands": {"cli"},
-    "sweep": {"cli", "commands"},
+    "sweep": {"present", "cli", "commands"},
     "cli": set(),
     "__main__": set(),
     # the in-process API reads the shim (native) and attributes through analyze/
@@ -327,3 +327,48 @@ def test_one_error_voice():
                 ):
                     bad.append(f"{mod}:{node.lineno}: a message starting {head.value[:20]!r}")
     assert not bad, "\n".join(bad)
+
+
+# present/html* is being reworked elsewhere; it reads html_data's and report's helpers by their
+# private names until then. Nothing else may: a name with a leading underscore is its module's.
+PRIVATE_READERS_PENDING = {"cudatrace.present.html", "cudatrace.present.html_ranks"}
+
+
+def private_reads(mod: str) -> list[str]:
+    """`from X import _name` and `X._name` of a module X of the package, in mod."""
+    tree = ast.parse(MODULES[mod].read_text())
+    aliases = {}  # a name bound to a module of the package
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names})
+        elif isinstance(node, ast.ImportFrom) and (node.level or node.module == "cudatrace"):
+            base = mod.split(".") if MODULES[mod].name == "__init__.py" else mod.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            for a in node.names:
+                if f"{target}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{target}.{a.name}"
+                elif a.name.startswith("_") and not a.name.startswith("__"):
+                    out.append(f"{mod}:{node.lineno}: from {target} import {a.name}")
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and aliases.get(node.value.id, "").startswith("cudatrace")
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
+            out.append(f"{mod}:{node.lineno}: {node.value.id}.{node.attr}")
+    return out
+
+
+def test_no_private_names_read_across_modules():
+    bad = [b for m in sorted(MODULES) if m not in PRIVATE_READERS_PENDING for b in private_reads(m)]
+    assert not bad, "read a module's private name (make it public or move the code):\n" + "\n".join(
+        bad
+    )
+
+
+def test_private_reads_are_found():
+    assert private_reads("cudatrace.present.html")  # the pending ones, until they move
