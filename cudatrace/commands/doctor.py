@@ -6,7 +6,8 @@ import json
 
 import click
 
-from .options import Outputs, ledger_dir_option
+from .options import Outputs
+from .params import ledger_dir_option
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})

@@ -11,7 +11,8 @@ import click
 from ..attribution import Attribution
 from ..errors import CudatraceError
 from ..outputs import describe
-from .options import Moment, OutputPath, attribution_options
+from .options import Moment, attribution_options
+from .params import OutputPath
 
 if TYPE_CHECKING:
     from ..present.export import Exporter

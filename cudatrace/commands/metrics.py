@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import CudatraceError, OptionError
-from .options import ledger_dir_option
+from .params import ledger_dir_option
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 

@@ -10,7 +10,8 @@ from typing import NamedTuple
 import click
 
 from ..errors import OptionError
-from .options import OutputPath, RunSettings, ledger_dir_option, option_group
+from .options import RunSettings, option_group
+from .params import OutputPath, ledger_dir_option
 
 
 class Recording(NamedTuple):

@@ -9,7 +9,8 @@ from typing import TextIO
 import click
 
 from ..errors import CudatraceError, OptionError
-from .options import Outputs, ledger_dir_option
+from .options import Outputs
+from .params import ledger_dir_option
 
 
 # a group may be named like an option (-x): an unknown option is taken as the GROUP

@@ -1,54 +1,20 @@
-"""`cudatrace demo`: replay the KV-pool sizing defect that cudatrace was born from.
-
-The example program (examples/kv-pool/kvpool.c) starts like the LLM server of the original
-report: weights, a grow-only workspace, a KV cache of one pool per attention layer, a pinned
-staging buffer. Its --kv-cache-memory sizing counts one layer per block while it allocates one
-pool per layer, so a 1 GiB budget becomes 28 x 1 GiB. The demo builds it, traces it under the
-three sizing settings (--kv-cache-memory 1GiB, --num-blocks 64, the 256-block fallback),
-reports and diffs the traces, stops the oversized pool with --budget 12GiB, and ends with a
-`cudatrace sweep` of --kv-cache-memory that gives the per-layer law (28 bytes per byte, flagged
-by --expect 1).
-
-Where it runs: on the GPU when there is one (nvidia-smi answers or /dev/nvidia0 exists, and the
-driver library is found), else on cudatrace's simulated CUDA driver (sim/), as a
-Jetson-like integrated device of 122 GiB; then every line it prints starts with [simulated].
-
-What it needs, found in the source checkout or, for an installed package, in the package:
-    kvpool.c             examples/kv-pool/          or cudatrace/_native/demo/
-    the simulated driver cudatrace.simdriver.build, from sim/ and native/include/ (or
-                         cudatrace/_native/sim and cudatrace/_native/native)
-and a C compiler ($CC, else cc).
-"""
+"""The walkthrough of `cudatrace demo`: the KV-pool sizing defect traced, reported, diffed,
+stopped by a budget and swept, each step checked; it drives the command line itself
+(`python3 -m cudatrace ...`) as a user would, and says each command and its output."""
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
-import shutil
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import click
-
-from .. import settings, simdriver
-from ..errors import CudatraceError, OptionError
-from .options import OutputPath
-
-PKG = Path(__file__).resolve().parent.parent  # the package
-REPO = PKG.parent  # the source checkout, when running from one
-NATIVE = PKG / "_native"
-
 GiB = 1 << 30
 MiB = 1 << 20
-
-# The simulated device: a Jetson AGX Thor-like integrated GPU (122 GiB visible to CUDA).
-SIM_TOTAL_BYTES = 122 * GiB
 
 # The walkthrough at full scale (the report's numbers); a small GPU scales all sizes down.
 LAYERS = 28
@@ -59,137 +25,6 @@ BUDGET = 12 * GiB
 SMALL_BLOCKS = 64
 FALLBACK_BLOCKS = 256
 SITE_FUNCTIONS = ("allocate_layer_kv", "allocate_kv_cache")
-
-
-class DemoError(CudatraceError):
-    """The demo could not be built or run."""
-
-
-# ---- finding the sources --------------------------------------------------------------------
-
-
-def _first(*candidates: Path) -> Path | None:
-    for c in candidates:
-        if c.is_file():
-            return c
-    return None
-
-
-def kvpool_source() -> Path:
-    src = _first(REPO / "examples" / "kv-pool" / "kvpool.c", NATIVE / "demo" / "kvpool.c")
-    if src is None:
-        raise DemoError(
-            "cannot find kvpool.c (looked in {} and {})".format(
-                REPO / "examples" / "kv-pool", NATIVE / "demo"
-            )
-        )
-    return src
-
-
-def _cc() -> list[str]:
-    cc = shlex.split(os.environ.get("CC", "cc"))
-    if not shutil.which(cc[0]):
-        raise DemoError(
-            "no C compiler: the demo compiles its example program (set CC or install cc/gcc)"
-        )
-    return cc
-
-
-def _compile(cmd: list[str], what: str) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise DemoError(f"building {what} failed:\n$ {shlex.join(cmd)}\n{r.stdout}{r.stderr}")
-
-
-def build_sim(outdir: Path) -> Path:
-    """The simulated driver and NVML (cudatrace.simdriver); returns the folder to put in
-    LD_LIBRARY_PATH."""
-    try:
-        return simdriver.build(outdir / "lib")["libdir"]
-    except simdriver.BuildError as e:
-        raise DemoError(f"building the simulated driver failed: {e}") from None
-
-
-def find_libcuda() -> Path | None:
-    """The real driver library, for linking on a GPU machine without the libcuda.so dev link."""
-    try:
-        out = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            m = re.match(r"\s*libcuda\.so\.1 \(([^)]*)\) => (\S+)", line)
-            if m and ("x86-64" in m.group(1) or "AArch64" in m.group(1) or "64" in m.group(1)):
-                return Path(m.group(2))
-    except OSError:
-        pass
-    for d in (
-        "/usr/lib/x86_64-linux-gnu",
-        "/usr/lib64",
-        "/usr/lib/aarch64-linux-gnu",
-        "/usr/lib/aarch64-linux-gnu/nvidia",
-        "/usr/lib/aarch64-linux-gnu/tegra",
-        "/usr/local/cuda/compat",
-        "/usr/lib/wsl/lib",
-    ):
-        p = Path(d) / "libcuda.so.1"
-        if p.exists():
-            return p
-    return None
-
-
-def build_kvpool(outdir: Path, libdir: Path | None) -> Path:
-    """kvpool, as examples/kv-pool/Makefile builds it; against libdir's libcuda.so (the
-    simulator) or the system's driver."""
-    outdir.mkdir(parents=True, exist_ok=True)
-    exe = outdir / "kvpool"
-    base = _cc() + [
-        "-O1",
-        "-g",
-        "-fno-omit-frame-pointer",
-        "-rdynamic",
-        "-o",
-        str(exe),
-        str(kvpool_source()),
-    ]
-    if libdir is not None:
-        _compile(base + [f"-L{libdir}", "-ldl", "-lcuda"], "kvpool")
-        return exe
-    r = subprocess.run(base + ["-ldl", "-lcuda"], capture_output=True, text=True)
-    if r.returncode == 0:
-        return exe
-    lib = find_libcuda()  # driver-only installs have no libcuda.so link
-    if lib is None:
-        raise DemoError(f"building kvpool failed: no libcuda to link against\n{r.stderr}")
-    _compile(base + ["-ldl", str(lib)], "kvpool")
-    return exe
-
-
-# ---- where it runs --------------------------------------------------------------------------
-
-
-def gpu_present() -> bool:
-    if os.path.exists("/dev/nvidia0"):
-        return True
-    if shutil.which("nvidia-smi"):
-        try:
-            r = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-            return r.returncode == 0 and "GPU" in r.stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return False
-    return False
-
-
-def gpu_free_bytes() -> int | None:
-    if not shutil.which("nvidia-smi"):
-        return None
-    try:
-        r = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.free", "--format=csv,noheader,nounits", "-i", "0"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-        )
-        return int(r.stdout.strip().splitlines()[0]) * MiB if r.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return None
 
 
 @dataclass
@@ -230,9 +65,6 @@ def human(n: int) -> str:
     return "%dB" % n
 
 
-# ---- the walkthrough ------------------------------------------------------------------------
-
-
 @dataclass
 class Demo:
     work: Path
@@ -244,7 +76,8 @@ class Demo:
 
     def say(self, text: str = "") -> None:
         for line in text.splitlines() or [""]:
-            click.echo((f"{self.label} {line}").rstrip())
+            sys.stdout.write(f"{self.label} {line}".rstrip() + "\n")
+        sys.stdout.flush()
 
     def rel(self, p: Path) -> str:
         try:
@@ -464,8 +297,6 @@ class Demo:
     def sweep_step(self) -> str:
         """5. `cudatrace sweep` of --kv-cache-memory over three values, --expect 1: the per-layer
         law, flagged. Returns the law in words."""
-        import json
-
         p = self.plan
         vals = [human(p.kv // 8), human(p.kv // 4), human(p.kv // 2)]
         self.say(
@@ -516,109 +347,3 @@ class Demo:
                 "-> %s: one pool per layer, %d layers, where the docs promise one." % (law, LAYERS)
             )
         return law
-
-
-def run_demo(mode: str | None = None, out_dir: Path | None = None, keep: bool = False) -> int:
-    """The body of `cudatrace demo`: mode "gpu", "simulated" or None (the GPU when there is
-    one); out_dir keeps the build and traces (else a temporary folder, removed unless keep).
-    Returns the exit status; raises CudatraceError on bad input."""
-    if mode is None:
-        mode = "gpu" if gpu_present() else "simulated"
-    elif mode == "gpu" and not gpu_present():
-        raise OptionError(
-            "--gpu: no NVIDIA GPU here (nvidia-smi fails and there is "
-            "no /dev/nvidia0); run without --gpu to use the simulated driver"
-        )
-    label = "[simulated]" if mode == "simulated" else "[gpu]"
-
-    tmp = out_dir is None
-    try:
-        work = (
-            out_dir.resolve()
-            if out_dir is not None
-            else Path(tempfile.mkdtemp(prefix="cudatrace-demo-"))
-        )
-        work.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise CudatraceError(
-            f"demo: cannot use {e.filename or out_dir} as the demo's folder: {e.strerror or e}"
-        ) from None
-    status = 1
-    try:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("CUDASIM_") and k != "LD_PRELOAD"
-        }
-        pkgroot = str(PKG.parent)
-        env["PYTHONPATH"] = pkgroot + (
-            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-        )
-        env.setdefault(settings.name("CACHE"), str(work / "symcache"))
-        try:
-            if mode == "simulated":
-                libdir = build_sim(work / "build" / "sim")
-                env["LD_LIBRARY_PATH"] = str(libdir) + (
-                    ":" + env["LD_LIBRARY_PATH"] if env.get("LD_LIBRARY_PATH") else ""
-                )
-                env["CUDASIM_TOTAL_BYTES"] = str(SIM_TOTAL_BYTES)
-                env["CUDASIM_INTEGRATED"] = "1"
-                env["CUDASIM_STATE"] = str(work / "build" / "sim-device.state")
-                Path(env["CUDASIM_STATE"]).unlink(missing_ok=True)
-                plan = Plan()
-                kvpool = build_kvpool(work / "build", libdir)
-            else:
-                plan = Plan.for_free_bytes(gpu_free_bytes())
-                kvpool = build_kvpool(work / "build", None)
-        except DemoError as e:
-            for line in str(e).splitlines():
-                click.echo(f"{label} cudatrace demo: {line}", err=True)
-            return 1
-        demo = Demo(work, label, env, kvpool, plan)
-        if mode == "simulated":
-            demo.say(
-                "No GPU in use: this runs on cudatrace's simulated CUDA driver, a Jetson-like "
-                f"integrated device of {human(SIM_TOTAL_BYTES)}."
-            )
-        else:
-            demo.say("Running on the GPU (device 0).")
-        demo.say(f"Working folder: {work}")
-        demo.say()
-        status = demo.run()
-        if tmp and not keep:
-            demo.say(f"(removing {work}; pass --keep or -o DIR to keep the traces)")
-        else:
-            demo.say(f"Traces kept in {work}")
-    finally:
-        if tmp and not keep:
-            shutil.rmtree(work, ignore_errors=True)
-    return status
-
-
-@click.command("demo")
-@click.option(
-    "--simulated",
-    "mode",
-    flag_value="simulated",
-    help="Run on the simulated CUDA driver even if there is a GPU.",
-)
-@click.option("--gpu", "mode", flag_value="gpu", help="Run on the GPU (an error if there is none).")
-@click.option(
-    "-o",
-    "--output",
-    "out_dir",
-    type=OutputPath(),
-    help="Folder for the build and the traces (kept). Default: a temporary folder, "
-    "removed at the end unless --keep.",
-)
-@click.option("--keep", is_flag=True, help="Keep the temporary folder with the traces.")
-def demo(mode, out_dir, keep):
-    """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget.
-
-    Builds the example server (examples/kv-pool) and traces it with --kv-cache-memory 1GiB
-    (28 layers x 1 GiB), --num-blocks 64 and the 256-block fallback; reports the first run,
-    diffs it against the second, and stops the oversized pool with --budget 12GiB. Without a
-    GPU it runs on the test suite's simulated driver (a 122 GiB Jetson-like device), and every
-    line says [simulated].
-    """
-    return run_demo(mode, out_dir, keep)

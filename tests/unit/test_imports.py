@@ -40,21 +40,23 @@ LEAVES = {
 MAX_LINES = 900
 
 # floor -> floors it must never import
-UPPER = {"record", "analyze", "present", "symbols", "cli", "commands", "sweep"}
+UPPER = {"record", "analyze", "present", "symbols", "cli", "commands", "sweep", "demo"}
 FORBIDDEN = {
     "errors": {"leaf", "root"} | UPPER,
     "leaf": UPPER,
-    "symbols": {"leaf", "root", "record", "analyze", "present", "cli", "commands", "sweep"},
-    "record": {"analyze", "present", "symbols", "cli", "commands", "sweep"},
-    "analyze": {"record", "present", "cli", "commands", "sweep"},
-    "present": {"record", "cli", "commands", "sweep"},
+    "symbols": {"leaf", "root", "record", "analyze", "present", "cli", "commands", "sweep", "demo"},
+    "record": {"analyze", "present", "symbols", "cli", "commands", "sweep", "demo"},
+    "analyze": {"record", "present", "cli", "commands", "sweep", "demo"},
+    "present": {"record", "cli", "commands", "sweep", "demo"},
     "commands": {"cli"},
-    "sweep": {"present", "cli", "commands"},
+    "sweep": {"present", "cli", "commands", "demo"},
+    # the demo drives the command line as a user would (subprocesses): leaves only
+    "demo": {"record", "analyze", "present", "symbols", "cli", "commands", "sweep"},
     "cli": set(),
     "__main__": set(),
     # the in-process API reads the shim (native) and attributes through analyze/
-    "api": {"record", "present", "cli", "commands", "sweep", "pytest_plugin"},
-    "pytest_plugin": {"record", "present", "cli", "commands", "sweep"},
+    "api": {"record", "present", "cli", "commands", "sweep", "demo", "pytest_plugin"},
+    "pytest_plugin": {"record", "present", "cli", "commands", "sweep", "demo"},
     "root": {"leaf"} | UPPER,
 }
 
@@ -78,7 +80,7 @@ def floor(mod: str) -> str:
         return "leaf"
     if top in ("errors", "record", "analyze", "present", "symbols", "cli", "commands"):
         return top
-    if top in ("sweep", "__main__"):
+    if top in ("sweep", "demo", "__main__"):
         return top
     if top in ("api", "pytest_plugin"):
         return top
