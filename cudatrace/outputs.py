@@ -64,7 +64,7 @@ def _kind(path: Path) -> str:
 
 
 @contextmanager
-def output_path(path) -> Iterator[Path]:
+def output_path(path: str | Path) -> Iterator[Path]:
     """A path to write the whole output to (by a writer that opens it by name); on leaving
     without an error the output lands at `path` by the rules above. OSError while writing
     becomes OutputError; the temporary file is removed whatever happens."""
@@ -100,7 +100,7 @@ def output_path(path) -> Iterator[Path]:
             pass
 
 
-def write_output(path, data: str | bytes) -> None:
+def write_output(path: str | Path, data: str | bytes) -> None:
     """Write all of data (text as UTF-8) to path by the rules above."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     with output_path(path) as tmp:
@@ -108,7 +108,7 @@ def write_output(path, data: str | bytes) -> None:
             f.write(raw)
 
 
-def describe(path) -> str:
+def describe(path: str | Path) -> str:
     """How a message names an output: 'standard output' for -, else the path."""
     return "standard output" if str(path) == STDOUT else str(path)
 

@@ -6,6 +6,10 @@ run keeps its files bounded (recent samples, the run's thinned history, the samp
 figure's extreme). The reader merges whichever are there, by time, each sample once.
 """
 
+from __future__ import annotations
+
+from collections.abc import Iterator
+
 RUN = "run.json"
 DENIALS = "denials.jsonl"
 SAMPLES = "samples.jsonl"
@@ -28,7 +32,7 @@ SEALED_MAGIC = b"CTZ1"
 SEALED_ENTRY = "<4sIII"  # magic, chunk, length, crc32 (struct format; 16 bytes)
 
 
-def sealed_entries(blob: bytes):
+def sealed_entries(blob: bytes) -> Iterator[tuple[int, bytes]]:
     """(chunk index, raw bytes) of each whole, intact entry of a sidecar's contents, in order."""
     import struct
     import zlib

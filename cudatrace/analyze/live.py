@@ -10,16 +10,21 @@ touches the traced program: the files are read as they are, sealed chunks only.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import tracedir
 from .trace import trace_files
+
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
 
 LABEL_MAX = 120  # characters of a site label (longer ones are cut, with "...")
 OTHER = "other"
 
 
-def run_dirs(paths) -> list[Path]:
+def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     """Every trace directory named by or directly under paths, in name order."""
     out: list[Path] = []
     for p in map(Path, paths):
@@ -41,15 +46,16 @@ def _is_run(p: Path) -> bool:
         return False
 
 
-def run_info(p: Path) -> dict:
+def run_info(p: Path) -> dict[str, Any]:
     """run.json (or {} while it is missing or being written)."""
     try:
-        return json.loads((p / tracedir.RUN).read_text())
+        result: dict[str, Any] = json.loads((p / tracedir.RUN).read_text())
+        return result
     except (OSError, ValueError):
         return {}
 
 
-def running(p: Path, info: dict | None = None) -> bool:
+def running(p: Path, info: dict[str, Any] | None = None) -> bool:
     """Whether the run writing into p is still going."""
     info = run_info(p) if info is None else info
     if info:
@@ -63,7 +69,7 @@ def running(p: Path, info: dict | None = None) -> bool:
     return bool(traces) and not all(t.complete for t in traces)
 
 
-def signature(p: Path) -> tuple:
+def signature(p: Path) -> tuple[Any, ...]:
     """Changes whenever a trace file of the run grows or appears."""
     out = []
     try:
@@ -79,7 +85,7 @@ def _cut(label: str) -> str:
     return label if len(label) <= LABEL_MAX else label[: LABEL_MAX - 3] + "..."
 
 
-def top_sites(p: Path, top: int, symbolizer=None) -> dict:
+def top_sites(p: Path, top: int, symbolizer: Symbolizer | None = None) -> dict[str, Any]:
     """{"run", "command", "devices": {dev: {"live": bytes, "sites": {label: bytes}}}}: what the
     run holds now, per device, its `top` largest sites by label and the rest summed under
     "other". Sites whose labels are equal (two stacks ending in one function) are summed, so
@@ -89,7 +95,7 @@ def top_sites(p: Path, top: int, symbolizer=None) -> dict:
     info = run_info(p)
     a = Analysis(p, symbolize=symbolizer is not None, symbolizer=symbolizer)
     m = a.model
-    devices: dict[int, dict] = {}
+    devices: dict[int, dict[str, Any]] = {}
     devs = sorted({r[4] for r in m.groups_at_end(None).rows})
     for dev in devs:
         groups = m.groups_at_end(dev)

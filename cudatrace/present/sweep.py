@@ -146,7 +146,7 @@ def _expectation(d: dict, L: list) -> None:
         w("  nothing grows more than 10% faster than expected")
 
 
-def _pm(x) -> str:
+def _pm(x: float | None) -> str:
     return "" if x is None else f" +- {readable(x)}"
 
 

@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
 from .. import settings
 from .launcher import preload_ignored
@@ -112,14 +113,14 @@ def _fs_type(path: str) -> str | None:
 
 
 def probe_namespace() -> dict:
-    def ns(pid):
+    def ns(pid: int | str) -> int | None:
         try:
             return os.stat(f"/proc/{pid}/ns/pid").st_ino
         except OSError:
             return None
 
     me, init = ns("self"), ns(1)
-    out = {
+    out: dict[str, Any] = {
         "pidns": me,
         "pidns_of_pid1": init,
         "initial_pidns": me == INIT_PID_NS if me else None,
