@@ -22,6 +22,7 @@ import pytest
 
 from cudatrace import settings
 from support.paths import REPO
+from support.shared_build import shared_build
 
 SAN_MARKS = (
     "ERROR: AddressSanitizer",
@@ -35,7 +36,11 @@ SAN_OPTIONS = {
     "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=0:exitcode=99:verify_asan_link_order=0",
     "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1:exitcode=98",
 }
-TSAN_OPTIONS = {"TSAN_OPTIONS": "halt_on_error=1:exitcode=97:report_signal_unsafe=0"}
+# the known findings not fixed yet, each named there (support/tsan.supp)
+TSAN_SUPP = REPO / "tests" / "support" / "tsan.supp"
+TSAN_OPTIONS = {
+    "TSAN_OPTIONS": f"halt_on_error=1:exitcode=97:report_signal_unsafe=0:suppressions={TSAN_SUPP}"
+}
 
 
 def _runtime(name: str) -> str:
@@ -50,18 +55,23 @@ def _runtime(name: str) -> str:
     return path
 
 
-@pytest.fixture(scope="module")
-def san(tmp_path_factory):
-    """{dir: the sanitized libraries, preload: the runtimes, env: what a process needs}"""
+def _make(out: Path, target: str) -> str:
+    """`make -C native TARGET OUT=out` (both libraries under a sanitizer); out, as text."""
     assert shutil.which("make"), "the sanitizer tests need make"
-    out = tmp_path_factory.mktemp("san")
     r = subprocess.run(
-        ["make", "-s", "-C", str(REPO / "native"), "sanitize", f"OUT={out}"],
+        ["make", "-s", "-C", str(REPO / "native"), target, f"OUT={out}"],
         capture_output=True,
         text=True,
         timeout=600,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def san(tmp_path_factory):
+    """{dir: the sanitized libraries, preload: the runtimes, env: what a process needs}"""
+    out = Path(shared_build(tmp_path_factory, "asan", lambda d: _make(d, "sanitize")))
     preload = f"{_runtime('libasan.so')}:{_runtime('libubsan.so')}"
     env = dict(SAN_OPTIONS, CUDATRACE_NATIVE_DIR=str(out))
     return {"dir": out, "preload": preload, "env": env}
@@ -203,15 +213,7 @@ def test_reader_fuzz_under_sanitizers(ct, sim, san, tmp_path):
 @pytest.fixture(scope="module")
 def tsan(tmp_path_factory):
     """{dir: the libraries built under TSan, preload: its runtime, env: what a process needs}"""
-    assert shutil.which("make"), "the sanitizer tests need make"
-    out = tmp_path_factory.mktemp("tsan")
-    r = subprocess.run(
-        ["make", "-s", "-C", str(REPO / "native"), "tsan", f"OUT={out}"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    out = Path(shared_build(tmp_path_factory, "tsan", lambda d: _make(d, "tsan")))
     env = dict(TSAN_OPTIONS, CUDATRACE_NATIVE_DIR=str(out))
     return {"dir": out, "preload": _runtime("libtsan.so"), "env": env}
 
