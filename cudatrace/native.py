@@ -10,17 +10,21 @@ package carries them in cudatrace/_native/; in a source checkout they are built 
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
+import os
 import re
 import subprocess
 import threading
 from pathlib import Path
-from typing import cast
-
-import cffi
+from typing import TYPE_CHECKING, Any, cast
 
 from . import settings
 from .errors import CudatraceError
 from .native_types import ToolsLib
+
+if TYPE_CHECKING:
+    import cffi  # loaded only to parse the headers, when no view was written (_view)
 
 PKG_DIR = Path(__file__).resolve().parent
 NATIVE_DIR = PKG_DIR / "_native"
@@ -141,10 +145,96 @@ def ffi() -> cffi.FFI:
     global _ffi
     with _lock:
         if _ffi is None:
-            f = cffi.FFI()
-            f.cdef(cffi_source(), packed=False)
-            _ffi = f
+            _ffi = _view()
         return _ffi
+
+
+# The view parsed once: cffi's out-of-line ABI module of the CFFI sections (pure Python, no
+# compiler), written beside the libraries under a name carrying the sections' hash. A process
+# loads it in a millisecond instead of parsing the headers (pycparser: tens of milliseconds a
+# command). A checkout writes it on first use, a wheel at build (setup.py: write_view).
+VIEW_MODULE = "_cudatrace_ffi_view"
+
+
+def view_path(src: str, folder: Path = NATIVE_DIR) -> Path:
+    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+    return folder / f"ffi_view_{digest}.py"
+
+
+def build_view(folder: Path) -> Path:
+    """Write the view of this checkout's headers into folder (setup.py: the wheel's)."""
+    import cffi
+
+    src = cffi_source()
+    f = cffi.FFI()
+    f.cdef(src, packed=False)
+    path = view_path(src, folder)
+    write_view(f, path)
+    return path
+
+
+def write_view(f: cffi.FFI, path: Path) -> None:
+    """The out-of-line module of f at path (written whole: a temporary file renamed)."""
+    from cffi import recompiler
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    recompiler.make_py_source(f, VIEW_MODULE, str(tmp))
+    os.replace(tmp, path)
+    for old in path.parent.glob("ffi_view_*.py"):  # of headers that changed since
+        if old != path:
+            old.unlink(missing_ok=True)
+
+
+class _InlineLike:
+    """The out-of-line view as the in-line one behaves: its own attributes (new, cast, buffer,
+    typeof, NULL ...) as they are, and libraries whose missing symbol is an AttributeError
+    (the out-of-line one raises ffi.error), which callers test for."""
+
+    def __init__(self, f: Any) -> None:
+        for name in dir(f):
+            if not name.startswith("__") and name != "dlopen":
+                setattr(self, name, getattr(f, name))
+        self._f = f
+
+    def dlopen(self, name: str | None, flags: int = 0) -> Any:
+        return _Lib(self._f.dlopen(name, flags), self._f.error)
+
+
+class _Lib:
+    def __init__(self, lib: Any, error: type[Exception]) -> None:
+        self._lib, self._error = lib, error
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = getattr(self._lib, name)
+        except self._error as e:
+            raise AttributeError(str(e)) from None
+        setattr(self, name, value)  # found once: a plain attribute from then on
+        return value
+
+
+def _view() -> cffi.FFI:
+    src = cffi_source()
+    path = view_path(src)
+    if path.is_file():
+        try:
+            spec = importlib.util.spec_from_file_location(VIEW_MODULE, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            view: cffi.FFI = _InlineLike(module.ffi)
+            return view
+        except Exception:  # a damaged file: parse, and write it again
+            pass
+    import cffi
+
+    f = cffi.FFI()
+    f.cdef(src, packed=False)
+    try:
+        write_view(f, path)
+    except OSError:  # an installed package's folder may be read-only: parse each time
+        pass
+    return f
 
 
 def tools() -> tuple[cffi.FFI, ToolsLib]:

@@ -68,7 +68,8 @@ def module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py"))}
+# cudatrace/_native holds what the build writes (the cffi view: native.py), not source
+MODULES = {module_name(p): p for p in sorted(PKG.rglob("*.py")) if "_native" not in p.parts}
 
 
 def floor(mod: str) -> str:
