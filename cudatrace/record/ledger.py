@@ -61,7 +61,7 @@ def ledger_dir(create: bool = False) -> Path:
 
 
 def valid_group(name: str) -> bool:
-    """Group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' (hidden from status)."""
+    """Group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' (hidden from status) or '-' (an option)."""
     if not isinstance(name, str):
         return False
     ffi, lib = _tools()
@@ -77,7 +77,7 @@ def group_path(group: str, create_dir: bool = False) -> Path:
     if not valid_group(group):
         raise LedgerError(
             f"invalid budget group name {group!r}: use 1 to 64 of A-Z a-z 0-9 _ . -, not "
-            "starting with '.'"
+            "starting with '.' or '-'"
         )
     ffi, lib = _tools()
     buf = ffi.new("char[]", _PATHLEN)
