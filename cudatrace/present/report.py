@@ -197,10 +197,11 @@ def _text_header(r: dict, o: _Lines) -> None:
             spec = spec.get("spec")
         lim = _limits_text(b["limits"]) or (f"spec {spec}" if spec else "no limit set")
         w(
-            "  budget      {} (over budget: {}{}{})".format(
+            "  budget      {} (over budget: {}{}{}{})".format(
                 lim,
                 b.get("on_exceed") or "?",
                 "; group {}".format(b["group"]) if b.get("group") else "",
+                "; share of {}".format(b["share"]) if b.get("share") else "",
                 "; the run was aborted" if b.get("aborted") else "",
             )
         )

@@ -1495,27 +1495,43 @@ static int token_stale(struct ct_ledger *l, uint64_t t)
                         LD(&m->liveness)) == CT_LEDGER_DEAD;
 }
 
-/* "8.00 GiB on every device" or "0=8589934592,1=..." (bytes) of limits, into buf */
+/* "8.00 GiB", "512.0 MiB", "17 B" (as cudatrace/units.py format_bytes writes sizes) */
+static void fmt_size(char *buf, size_t n, uint64_t v)
+{
+    static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (v < 1024) {
+        snprintf(buf, n, "%llu B", (unsigned long long)v);
+        return;
+    }
+    double x = (double)v / 1024.0;
+    int i = 0;
+    while (x >= 1024.0 && i < 5) {
+        x /= 1024.0;
+        i++;
+    }
+    snprintf(buf, n, x < 10 ? "%.2f %s" : "%.1f %s", x, units[i]);
+}
+
+/* "8.00 GiB on every device", "8.00 GiB on device 0, 4.00 GiB on device 1" or "none" */
 static void limits_text(const uint64_t *lim, char *buf, size_t n)
 {
     int all = 1, any = 0;
+    char one[32];
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
         all &= lim[d] == lim[0];
         any |= lim[d] != 0;
     }
-    if (!any) {
-        snprintf(buf, n, "none");
-        return;
-    }
-    if (all) {
-        snprintf(buf, n, "%llu bytes on every device", (unsigned long long)lim[0]);
-        return;
+    snprintf(buf, n, "none");
+    if (any && all) {
+        fmt_size(one, sizeof one, lim[0]);
+        snprintf(buf, n, "%s on every device", one);
     }
     size_t o = 0;
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES && o < n; d++)
-        if (lim[d])
-            o += (size_t)snprintf(buf + o, n - o, "%s%d=%llu", o ? "," : "", d,
-                                  (unsigned long long)lim[d]);
+    for (int d = 0; any && !all && d < CT_LEDGER_MAX_DEVICES && o < n; d++)
+        if (lim[d]) {
+            fmt_size(one, sizeof one, lim[d]);
+            o += (size_t)snprintf(buf + o, n - o, "%s%s on device %d", o ? ", " : "", one, d);
+        }
 }
 
 /* the pids of live members other than ourselves, ", "-separated into buf; how many */
@@ -1665,6 +1681,13 @@ static int32_t parse_amount(const char *s, const char *end, uint64_t *out, char 
     while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
         q--;
     int len = (int)(q - p);
+    s = p;
+    if (p < q && *p == '-') {
+        set_err(err, errlen, "'%.*s': must be positive", len, s);
+        return CT_LEDGER_EINVAL;
+    }
+    if (p < q && *p == '+')
+        p++;
     unsigned __int128 whole = 0, frac = 0, scale = 1;
     int digits = 0, fdigits = 0;
     for (; p < q && *p >= '0' && *p <= '9'; p++, digits++)
@@ -1682,6 +1705,11 @@ static int32_t parse_amount(const char *s, const char *end, uint64_t *out, char 
     }
     const char *u = skip_blank(p, q);
     uint64_t mult = u == q ? 1 : unit_mult(u, (size_t)(q - u));
+    for (const char *x = u; x < q && !mult; x++)
+        if (!((*x >= 'a' && *x <= 'z') || (*x >= 'A' && *x <= 'Z'))) {
+            set_err(err, errlen, "'%.*s' is not a size (write e.g. 8GiB, 512MiB, 1.5GiB)", len, s);
+            return CT_LEDGER_EINVAL;
+        }
     if (!mult) {
         set_err(err, errlen,
                 "'%.*s': unknown unit '%.*s' (units: B KiB MiB GiB TiB, K M G T alike, KB MB GB "
@@ -1697,7 +1725,9 @@ static int32_t parse_amount(const char *s, const char *end, uint64_t *out, char 
     if (v > UINT64_MAX)
         goto too_large;
     if (v == 0) {
-        set_err(err, errlen, "'%.*s' is less than a byte", len, s);
+        set_err(err, errlen,
+                whole || frac ? "'%.*s' is less than a byte" : "'%.*s' must be more than zero", len,
+                s);
         return CT_LEDGER_EINVAL;
     }
     if (u == q && v < CT_LEDGER_BARE_MIN) {

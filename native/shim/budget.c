@@ -104,6 +104,8 @@ static void env_check(void)
     const char *ledger = ct_setting(CT_SET_LEDGER);
     int named = (group && *group) || (ledger && *ledger);
     char err[300];
+    if (ct_setting(CT_SET_FENCE_ERROR)) /* the integration could not set it up: it says why */
+        fence_error(ct_setting(CT_SET_FENCE_ERROR), NULL, NULL);
     for (size_t i = 0; i < sizeof asked / sizeof *asked && !named; i++)
         if (ct_setting(asked[i]))
             fence_error(ct_setting_name(asked[i]),

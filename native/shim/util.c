@@ -108,7 +108,8 @@ int ct_config_load(void)
     /* fencing asked for (budget.c: CUDATRACE_GROUP, _BUDGET, _SHARE*, _LEDGER) is never dropped
      * because nothing is traced (no CUDATRACE_DIR, or one too long): the budget is all then */
     static const int fence_vars[] = {CT_SET_GROUP,        CT_SET_BUDGET,      CT_SET_SHARE,
-                                     CT_SET_SHARE_BUDGET, CT_SET_SHARE_LABEL, CT_SET_LEDGER};
+                                     CT_SET_SHARE_BUDGET, CT_SET_SHARE_LABEL, CT_SET_LEDGER,
+                                     CT_SET_FENCE_ERROR};
     int fence = 0;
     for (size_t i = 0; i < sizeof fence_vars / sizeof *fence_vars; i++)
         fence |= ct_setting(fence_vars[i]) != NULL;
