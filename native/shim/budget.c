@@ -180,9 +180,12 @@ static ct_ledger *env_open(void)
     /* a process that names no budget never makes a group: it would have none */
     ct_ledger *l = want_budget ? ct_ledger_create(path, &cfg, NULL, err, sizeof err)
                                : ct_ledger_open(path, 0, err, sizeof err);
+    char what[200] = "group ";
+    ct_strlcpy(what + 6, group, sizeof what - 6);
     if (!l && !want_budget && access(path, F_OK) != 0)
-        fence_error("group ", group,
-                    " does not exist, and this process names no budget: set CUDATRACE_BUDGET");
+        fence_error(
+            what, " does not exist, and this process names no budget",
+            "set CUDATRACE_BUDGET (bytes), or start the process that makes the group first");
     else if (!l)
         fence_error("the group's ledger is unusable: ", err, NULL);
     if (l && share && ct_ledger_set_share(l, share, share_limit) != CT_LEDGER_OK) {

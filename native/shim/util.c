@@ -53,7 +53,7 @@ ct_dlclose_fn ct_real_dlclose(void)
 
 /* ---- settings: the environment, read once (settings.def) ------------------------------- */
 #define CT_SHIM 1
-#define CT_COMMON 0
+#define CT_COMMON 1 /* the ledger's C reads them itself; the shim asks whether they are set */
 #define CT_PYTHON 0
 static const struct {
     const char *name, *dflt;
