@@ -304,6 +304,7 @@ def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict:
         "sizes": s.size_summary(),
         "pids": sorted(s.pids),
         "devices": sorted(s.devices),
+        "device_labels": sorted(s.device_labels),
         "first_time": a.seconds(s.first_ts),
         "last_time": a.seconds(s.last_ts),
         "frames": _frames(s.frames),

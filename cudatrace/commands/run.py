@@ -7,12 +7,12 @@ import sys
 import click
 
 from ..errors import OptionError
-from .options import OutputPath, RunSettings, ledger_dir_option
+from .options import OutputPath, RunSettings, SizeWordCommand, ledger_dir_option
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=RUN_CONTEXT)
+@click.command(cls=SizeWordCommand, context_settings=RUN_CONTEXT)
 @click.option(
     "-o",
     "--output",

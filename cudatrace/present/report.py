@@ -364,7 +364,10 @@ def _text_sites(r: dict, o: _Lines) -> None:
                 if len(procs) > 1:
                     more.append("pid {}".format(",".join(str(p) for p in s["pids"])))
                 if len(r["devices"]) > 1 or (s["devices"] and s["devices"] != [0]):
-                    more.append("device {}".format(",".join(str(d) for d in s["devices"])))
+                    # the physical devices, as the ranks table names them (--by rank: each
+                    # rank's own GPU, not the ordinal 0 every rank sees)
+                    devs = s.get("device_labels") or [str(d) for d in s["devices"]]
+                    more.append("device {}".format(",".join(devs)))
                 wf("        via {}{}".format(extra, ("; " + "; ".join(more)) if more else ""))
     if r["more_sites"]:
         w("  ... and %d more (--top)" % r["more_sites"])

@@ -273,3 +273,25 @@ def test_one_grammar_constants():
     # what the launcher hands the preload library reads back as the same limits
     for limits in ({d: 8 * GiB for d in range(MAX_DEVICES)}, {0: 3 * GiB, 5: 4096}):
         assert _c_budget(limits_spec(limits)) == limits
+
+
+def test_a_unit_as_a_word_of_its_own():
+    from cudatrace.commands.options import SIZE_UNIT_WORDS, split_unit
+    from cudatrace.units import SIZE_UNITS
+
+    assert set(SIZE_UNIT_WORDS) == set(SIZE_UNITS) - {""}
+    assert split_unit(["--budget", "12", "GiB", "--", "prog"]) == [
+        "--budget",
+        "12 GiB",
+        "--",
+        "prog",
+    ]
+    assert split_unit(["-q", "--budget=3", "g", "prog"]) == ["-q", "--budget=3 g", "prog"]
+    for same in (
+        ["--budget", "12GiB", "G", "x"],  # a unit already: G is the command
+        ["--budget", "60%", "GiB"],
+        ["--", "--budget", "12", "GiB"],  # the command's own arguments
+        ["--budget", "12"],
+        ["--budget", "12", "prog"],
+    ):
+        assert split_unit(same) == same
