@@ -1556,9 +1556,9 @@ static int other_live(struct ct_ledger *l, char *buf, size_t n)
     return count;
 }
 
-/* with the token held: the decision of ct_ledger_adopt */
-static int32_t adopt_decide(struct ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
-                            uint64_t errlen)
+/* the group rule's verdict for want on the group as it is: CT_LEDGER_OK, _ECONFLICT, _ENOBUDGET
+ * (err says why), or 1: want replaces the budget (no live member but this handle's) */
+static int32_t budget_verdict(struct ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen)
 {
     uint64_t cur[CT_LEDGER_MAX_DEVICES];
     int any = 0, same = 1;
@@ -1585,13 +1585,35 @@ static int32_t adopt_decide(struct ct_ledger *l, const uint64_t *want, int32_t *
                 pids, asked);
         return CT_LEDGER_ECONFLICT;
     }
+    set_err(err, errlen, "group %s had a budget of %s and no live member; it is now %s", g, have,
+            asked);
+    return 1;
+}
+
+/* with the token held: the decision of ct_ledger_adopt */
+static int32_t adopt_decide(struct ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
+                            uint64_t errlen)
+{
+    int32_t rc = budget_verdict(l, want, err, errlen);
+    if (rc != 1)
+        return rc;
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
         ST(&l->hdr->limit[d], want[d]);
     if (replaced)
         *replaced = 1;
-    set_err(err, errlen, "group %s had a budget of %s and no live member; it is now %s", g, have,
-            asked);
     return CT_LEDGER_OK;
+}
+
+int32_t ct_ledger_check_budget(ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    int saved = errno;
+    int32_t rc = budget_verdict(l, want, err, errlen);
+    errno = saved;
+    return rc == 1 ? CT_LEDGER_OK : rc;
 }
 
 int32_t ct_ledger_adopt(ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,

@@ -268,6 +268,10 @@ const char *ct_ledger_strerror(int32_t code);
  * is taken over, and nothing waits on a process that no longer runs. */
 int32_t ct_ledger_adopt(ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
                         uint64_t errlen);
+/* The same rule's verdict now, deciding nothing and needing no membership (a process that
+ * will join later: its cuInit is refused early): CT_LEDGER_OK (also when want would replace
+ * the budget of a group without live members), _ECONFLICT or _ENOBUDGET with err. */
+int32_t ct_ledger_check_budget(ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen);
 
 /* The one grammar of budget amounts (Python's --budget reads its sizes through it too): a
  * number (1.5) and a unit, binary B KiB MiB GiB TiB (K M G T alike), decimal KB MB GB TB; case

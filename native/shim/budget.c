@@ -219,6 +219,20 @@ static int adopt(ct_ledger *l)
     return rc == CT_LEDGER_OK;
 }
 
+/* cuInit: the group rule as the group is now (the join decides): a budget that differs from
+ * a live group's, or none for a group without one, refuses CUDA before a context is made */
+static void precheck(ct_ledger *l)
+{
+    char err[700];
+    int32_t rc = ct_ledger_check_budget(l, want_budget ? want_limits : NULL, err, sizeof err);
+    if (rc == CT_LEDGER_ECONFLICT)
+        fence_error(err, NULL,
+                    "give the group's budget (or none, with CUDATRACE_LEDGER), or wait until its "
+                    "members end");
+    else if (rc == CT_LEDGER_ENOBUDGET)
+        fence_error(err, NULL, "set CUDATRACE_BUDGET (bytes)");
+}
+
 /* join l (and check its budget); 0 after fence_error */
 static int join_checked(ct_ledger *l)
 {
@@ -271,6 +285,8 @@ int ct_budget_cuinit(void)
         if (ct_budget_pending == CT_BUDGET_PENDING && !ct_budget_ledger) {
             if (!fence_why[0] && env_mode && !env_handle)
                 env_handle = env_open(); /* joined at the first allocation */
+            if (!fence_why[0] && env_handle)
+                precheck(env_handle);
             if (fence_why[0])
                 fence_say();
         }
