@@ -71,7 +71,7 @@ def harness(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "case", ["hammer", "kill", "reuse", "saturate", "security", "fork", "full"]
+    "case", ["hammer", "kill", "reuse", "saturate", "security", "fork", "full", "adopt"]
 )
 def test_c_harness(harness, tmp_path, case):
     d = tmp_path / "h"
