@@ -784,8 +784,7 @@ def _budget_json(a: Analysis, limits: dict) -> dict | None:
             # the processes' own (the first, sorted, when they differ), else run.json's
             "on_exceed": on[0] if on else a.td.run.get("on_exceed"),
             "group": a.td.run.get("group"),
-            # the share of the group the processes counted in (a Slurm job's), by its label
-            "share": next(
+            "share": next(  # the share of the group they counted in (a Slurm job's): its label
                 (t.info["budget_share"] for t in a.traces if t.info.get("budget_share")), None
             ),
             "aborted": bool(a.td.run.get("budget_aborted")),
