@@ -49,6 +49,7 @@ class Main(click.Group):
         return getattr(module, name.replace("-", "_"))
 
     def invoke(self, ctx):
+        _observer()
         try:
             status = super().invoke(ctx)
             sys.stdout.flush()  # a full disk or a closed pipe on stdout is said here, once
@@ -65,6 +66,21 @@ class Main(click.Group):
         if status:
             ctx.exit(status)
         return status
+
+
+def _observer() -> None:
+    """cudatrace observes and launches; it is never a member of a budget: where the job's
+    environment preloaded the shim into this process too (a Slurm job's TaskProlog, a
+    container's preload), tell it so, before anything reads NVML or the driver through it
+    (it would answer with the job's share, and count this process in it)."""
+    if "libcudatrace" not in os.environ.get("LD_PRELOAD", ""):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).cudatrace_exempt()
+    except (AttributeError, OSError):
+        pass  # not loaded here (the loader refused it), or another version's without it
 
 
 def _drop_stdout() -> None:

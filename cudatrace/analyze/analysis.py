@@ -304,6 +304,7 @@ def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict:
         "sizes": s.size_summary(),
         "pids": sorted(s.pids),
         "devices": sorted(s.devices),
+        "device_labels": sorted(s.device_labels),
         "first_time": a.seconds(s.first_ts),
         "last_time": a.seconds(s.last_ts),
         "frames": _frames(s.frames),
@@ -783,6 +784,9 @@ def _budget_json(a: Analysis, limits: dict) -> dict | None:
             # the processes' own (the first, sorted, when they differ), else run.json's
             "on_exceed": on[0] if on else a.td.run.get("on_exceed"),
             "group": a.td.run.get("group"),
+            "share": next(  # the share of the group they counted in (a Slurm job's): its label
+                (t.info["budget_share"] for t in a.traces if t.info.get("budget_share")), None
+            ),
             "aborted": bool(a.td.run.get("budget_aborted")),
             "spec": a.td.run.get("budget"),
             # CUDA contexts the budget counted beside the allocations (the shim's last

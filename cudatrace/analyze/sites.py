@@ -27,7 +27,7 @@ from .layers import (
 )
 from .model import API, RT, Alloc, Groups, Model
 from .names import display_name
-from .ranks import rank_label_of
+from .ranks import device_label, rank_label_of
 from .trace import Module, Trace
 
 FOLD_MODULES = re.compile(
@@ -447,6 +447,8 @@ class Site:
     pids: set = field(default_factory=set)
     traces: set = field(default_factory=set)
     devices: set = field(default_factory=set)
+    # the physical devices those ordinals name (CUDA_VISIBLE_DEVICES's entries; ranks.py)
+    device_labels: set = field(default_factory=set)
     results: Counter = field(default_factory=Counter)  # CUresult -> count (failures)
     context: list[SFrame] = field(default_factory=list)  # the heaviest stack of the group
     via: list[SFrame] = field(default_factory=list)  # its frames folded into layers
@@ -535,6 +537,7 @@ def group(
     sites: dict[tuple, Site] = {}
     api_names: dict[tuple, str] = {}
     rank_labels = None
+    dev_label = _device_labeler(model)
     for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
         t = model.traces[ti]
         name: str | None = None
@@ -569,6 +572,7 @@ def group(
         s.pids.add(t.pid)
         s.traces.add(ti)
         s.devices.add(dev)
+        s.device_labels.add(dev_label(ti, dev))
         if results:
             s.results.update(results)
         s.first_ts = first if s.first_ts is None else min(s.first_ts, first)
@@ -588,6 +592,19 @@ def group(
                     else stacks.frames(ti, leaf)[: max(context, depth) + len(s.via)]
                 )
     return out
+
+
+def _device_labeler(model: Model):
+    """(trace, ordinal) -> the physical device it names (ranks.device_label), memoized."""
+    memo: dict[tuple[int, int], str] = {}
+
+    def label(ti: int, dev: int) -> str:
+        v = memo.get((ti, dev))
+        if v is None:
+            v = memo[ti, dev] = device_label(model.traces[ti], dev)
+        return v
+
+    return label
 
 
 def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:

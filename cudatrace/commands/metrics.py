@@ -60,14 +60,14 @@ def metrics(listen, traces, top, trace_interval):
             "metrics needs the Prometheus client: pip install 'cudatrace[metrics]'"
         ) from None
     from ..present.metrics import Collector, TraceCache, serve
-    from ..record.ledger import status_json
+    from ..record.fence import status_with_unfenced
 
     cache = TraceCache(traces, top, trace_interval) if traces else None
     try:
         serve(
             host,
             port,
-            Collector(status_json, cache),
+            Collector(status_with_unfenced, cache),
             lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
         )
     except OSError as e:

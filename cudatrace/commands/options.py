@@ -99,6 +99,37 @@ class BudgetSpec(click.ParamType):
         return value
 
 
+# a size's units as a word of their own (`--budget 12 GiB`): units.SIZE_UNITS's, written out so
+# that the command line loads without units' regular expressions (tests/unit check they agree)
+SIZE_UNIT_WORDS = ("b", "k", "kib", "kb", "m", "mib", "mb", "g", "gib", "gb", "t", "tib", "tb")
+
+
+def split_unit(args: list[str]) -> list[str]:
+    """`--budget 12 GiB`: a bare number followed by a unit as a word of its own (which would
+    otherwise start the command) is read as one value, `12 GiB`. Before the command only."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--":
+            break
+        if a == "--budget":
+            j, value = i + 1, out[i + 1] if i + 1 < len(out) else ""
+        elif a.startswith("--budget="):
+            j, value = i, a[len("--budget=") :]
+        else:
+            continue
+        if value.strip().isdigit() and j + 1 < len(out) and out[j + 1].lower() in SIZE_UNIT_WORDS:
+            out[j] += " " + out.pop(j + 1)
+        break
+    return out
+
+
+class SizeWordCommand(click.Command):
+    """A command whose --budget may be given as `12 GiB` (split_unit)."""
+
+    def parse_args(self, ctx, args):
+        return super().parse_args(ctx, split_unit(args))
+
+
 def _name(param) -> str:
     return param.opts[0] if param is not None and param.opts else "value"
 

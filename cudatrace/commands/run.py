@@ -7,12 +7,12 @@ import sys
 import click
 
 from ..errors import OptionError
-from .options import OutputPath, RunSettings, ledger_dir_option
+from .options import OutputPath, RunSettings, SizeWordCommand, ledger_dir_option
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=RUN_CONTEXT)
+@click.command(cls=SizeWordCommand, context_settings=RUN_CONTEXT)
 @click.option(
     "-o",
     "--output",
@@ -63,6 +63,9 @@ def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, 
     cudatrace exits with CMD's status (128+N if it died of signal N).
     """
     budgeted = settings.budget is not None or settings.group is not None
+    import os
+
+    fenced = budgeted or bool(os.environ.get("CUDATRACE_GROUP"))  # an integration's fence
     if no_trace and (aggregate or not budgeted or out_dir is not None):
         raise OptionError(
             "--no-trace enforces a budget and writes nothing: it needs --budget or "
@@ -72,7 +75,7 @@ def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, 
     from ..record.launcher import run as launch
 
     opts = RunOptions(
-        on_denials=_denial_printer() if budgeted else None,
+        on_denials=_denial_printer() if fenced else None,
         cmd=list(cmd),
         out_dir=out_dir,
         quiet=quiet,

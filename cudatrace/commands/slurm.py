@@ -23,23 +23,42 @@ from ..errors import OptionError
     "--gpu-memory", metavar="SIZE", help="A GPU's memory (default: NVML's figure for the GPU)."
 )
 @click.option(
-    "--on-exceed", type=click.Choice(["fail", "warn", "abort"]), default="fail", show_default=True
+    "--on-exceed",
+    type=click.Choice(["fail", "warn", "abort"]),
+    default="fail",
+    show_default=True,
+    help="Over its share: fail the allocation (out of memory), warn and allow it, or abort the task.",
 )
-def slurm_taskprolog(ledger_dir, shards_per_gpu, gpu_memory, on_exceed):
+@click.option(
+    "--on-fence-error",
+    type=click.Choice(["refuse", "warn"]),
+    default="refuse",
+    show_default=True,
+    help="When a task that shares a GPU cannot be fenced (no ledger directory, a malformed "
+    "setting): refuse its CUDA, or warn and run it unfenced; a line says why either way "
+    "(docs/budgets.md).",
+)
+def slurm_taskprolog(ledger_dir, shards_per_gpu, gpu_memory, on_exceed, on_fence_error):
     """Slurm's TaskProlog: print the environment that gives this task's job its share of the
     GPU's memory (`export NAME=value` lines; docs/slurm.md)."""
     import os
 
     from ..native import shim_path
+    from ..record.budget import BudgetError, parse_size
     from ..record.slurm import taskprolog
-    from ..units import UnitError, parse_size
 
     try:
         mem = parse_size(gpu_memory) if gpu_memory else None
-    except UnitError as e:
+    except BudgetError as e:
         raise OptionError(f"--gpu-memory: {e}") from None
     lines = taskprolog(
-        dict(os.environ), str(shim_path()), ledger_dir, shards_per_gpu, mem, on_exceed
+        dict(os.environ),
+        str(shim_path()),
+        ledger_dir,
+        shards_per_gpu,
+        mem,
+        on_exceed,
+        on_fence_error,
     )
     click.echo("\n".join(lines))
     return 0

@@ -14,12 +14,19 @@ import click
 from ..errors import OptionError
 from ..outputs import OutputError, write_output
 from ..units import lossless_data
-from .options import Attribution, Duration, OutputPath, Outputs, RunSettings
+from .options import (
+    Attribution,
+    Duration,
+    OutputPath,
+    Outputs,
+    RunSettings,
+    SizeWordCommand,
+)
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=RUN_CONTEXT)
+@click.command(cls=SizeWordCommand, context_settings=RUN_CONTEXT)
 @click.option(
     "--values",
     multiple=True,

@@ -138,6 +138,7 @@ class Collector:
             self._ledger(s, fam)
         fam["errors"].add_metric([], len(st.get("errors", [])))
         yield from fam.values()
+        yield from unfenced_families(st.get("unfenced"))
         if self.traces is not None:
             yield from self._traces()
 
@@ -199,6 +200,32 @@ class Collector:
         yield total
         yield live
         yield errs
+
+
+def unfenced_families(u: dict | None):
+    """cudatrace_unfenced_processes / _bytes per GPU (NVML's index): processes using the GPU
+    that no ledger of the directory counts (record/fence.py unfenced; docs/budgets.md). Every
+    GPU NVML lists has both series (0 when none), so `> 0` alerts; none where NVML cannot say."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    if not u or not u.get("known"):
+        return
+    procs = GaugeMetricFamily(
+        "cudatrace_unfenced_processes",
+        "Processes using the GPU that no budget ledger counts (NVML's list against the members)",
+        labels=["gpu"],
+    )
+    nbytes = GaugeMetricFamily(
+        "cudatrace_unfenced_bytes",
+        "Device memory NVML shows for the GPU's unfenced processes",
+        labels=["gpu"],
+    )
+    for gpu in u["gpus"]:
+        mine = [p for p in u["processes"] if p["gpu"] == gpu]
+        procs.add_metric([str(gpu)], len(mine))
+        nbytes.add_metric([str(gpu)], sum(p["bytes"] for p in mine))
+    yield procs
+    yield nbytes
 
 
 def serve(host: str, port: int, collector: Collector, ready: Callable[[str], None]) -> None:

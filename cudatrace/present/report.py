@@ -197,10 +197,11 @@ def _text_header(r: dict, o: _Lines) -> None:
             spec = spec.get("spec")
         lim = _limits_text(b["limits"]) or (f"spec {spec}" if spec else "no limit set")
         w(
-            "  budget      {} (over budget: {}{}{})".format(
+            "  budget      {} (over budget: {}{}{}{})".format(
                 lim,
                 b.get("on_exceed") or "?",
                 "; group {}".format(b["group"]) if b.get("group") else "",
+                "; share of {}".format(b["share"]) if b.get("share") else "",
                 "; the run was aborted" if b.get("aborted") else "",
             )
         )
@@ -363,7 +364,10 @@ def _text_sites(r: dict, o: _Lines) -> None:
                 if len(procs) > 1:
                     more.append("pid {}".format(",".join(str(p) for p in s["pids"])))
                 if len(r["devices"]) > 1 or (s["devices"] and s["devices"] != [0]):
-                    more.append("device {}".format(",".join(str(d) for d in s["devices"])))
+                    # the physical devices, as the ranks table names them (--by rank: each
+                    # rank's own GPU, not the ordinal 0 every rank sees)
+                    devs = s.get("device_labels") or [str(d) for d in s["devices"]]
+                    more.append("device {}".format(",".join(devs)))
                 wf("        via {}{}".format(extra, ("; " + "; ".join(more)) if more else ""))
     if r["more_sites"]:
         w("  ... and %d more (--top)" % r["more_sites"])

@@ -347,7 +347,7 @@ def _run(
     watcher = None  # counts denials from before the start: the first may come at once
     # also under -q: quiet silences progress and summaries, never why the program failed
     if ledger is not None and opts.on_denials is not None and out is not None:
-        watcher = DenialWatcher(ledger, out, opts.on_denials, own=opts.group is None)
+        watcher = DenialWatcher(ledger, out, opts.on_denials, own=ledger.private)
     try:
         proc = subprocess.Popen(
             [path] + opts.cmd[1:],
@@ -424,7 +424,7 @@ def _write_run_info(opts: RunOptions, path: str, out: Path | None, budget_info, 
         "dir": str(out),
         "stack_depth": opts.stack_depth,
         "budget": budget_info,
-        "group": opts.group,
+        "group": (budget_info or {}).get("group") or opts.group,
         "on_exceed": opts.on_exceed,
         "start_monotonic_ns": time.monotonic_ns(),
         "start_time": time.time(),
@@ -477,8 +477,13 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
 
 
 def _join_budget(opts: RunOptions, env: dict):
-    """(ledger, budget info) of a run with --budget or --group, its ledger named in env;
-    (None, None) without."""
+    """(ledger, budget info) of a run with --budget or --group, its ledger named in env; inside
+    an integration's fence (the environment names a group) the fence's; (None, None) without."""
+    from . import fence
+
+    outer = fence.env_fence(env)
+    if outer is not None:
+        return _nested_budget(opts, env, outer)
     if opts.budget is None and opts.group is None:
         return None, None
     # deferred for start-up time: only a run with a budget loads the ledger's C library
@@ -501,10 +506,41 @@ def _join_budget(opts: RunOptions, env: dict):
         ledger.finish()
         raise
     env["CUDATRACE_LEDGER"] = str(ledger.path)
+    for k in (
+        "CUDATRACE_BUDGET",
+        "CUDATRACE_SHARE",
+        "CUDATRACE_SHARE_BUDGET",
+        "CUDATRACE_SHARE_LABEL",
+    ):
+        env.pop(k, None)  # the run's ledger is the fence: nothing else of an outer one applies
+    if opts.budget is not None:  # what the preload library checks the group's budget against
+        env["CUDATRACE_BUDGET"] = budget_mod.limits_spec(
+            {int(d): n for d, n in budget_info["limits"].items()}
+        )
     if budget_info.get("note"):
         # the one note that changes what the run may use: printed even with -q
         sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
     return ledger, budget_info
+
+
+def _nested_budget(opts: RunOptions, env: dict, outer: dict):
+    """Inside an integration's fence (a Slurm job's share): the command stays in the fence's
+    group, so the others sharing the GPU stay fenced from it; --budget lowers its share."""
+    from . import budget as budget_mod
+    from . import fence
+
+    info, note = dict(outer), None
+    try:
+        fence.check_group(outer, opts.group)
+        if opts.budget is not None:
+            limits = budget_mod.resolve_limits(budget_mod.parse_budget(opts.budget))
+            info, note = fence.nest(env, outer, limits, os.getpid())
+    except budget_mod.BudgetError as e:
+        raise LaunchError(f"budget: {e}", 2) from None
+    if note:
+        sys.stderr.write(f"cudatrace: note: {note}\n")
+    info.update(spec=opts.budget, on_exceed_run=opts.on_exceed)
+    return fence.outer_ledger(outer["group"]), info
 
 
 def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, helpers, ledger):

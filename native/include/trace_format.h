@@ -110,6 +110,12 @@
 /* hooks.def only, never an event: a call that may end a context, whose handle the driver may
  * then give to a new context of another device (the shim forgets what it knew of contexts) */
 #define CT_OP_CTX_END 11
+/* hooks.def only, never an event: cuInit, refused when fencing was asked for and cannot be set
+ * up (budget.c, CUDATRACE_ON_FENCE_ERROR=refuse) */
+#define CT_OP_INIT 12
+/* hooks.def only, never an event: a call that ends a pool (the shim forgets where its
+ * allocations live before the call: the driver may give the handle to the next pool made) */
+#define CT_OP_POOL_END 13
 
 /* memory kinds (what an allocation is) */
 #define CT_KIND_NONE 0

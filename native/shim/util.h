@@ -60,6 +60,8 @@ enum {
 const char *ct_setting(int id);
 /* the value as a decimal number; dflt when it is no number */
 long ct_setting_long(int id, long dflt);
+/* the variable's name (CUDATRACE_BUDGET) */
+const char *ct_setting_name(int id);
 
 /* the clock and the thread id: inline, both are on every event's path */
 static inline uint64_t ct_now_ns(void)

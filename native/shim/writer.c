@@ -160,11 +160,28 @@ static void fill_header(struct ct_file_header *h)
     h->process_start_ticks = ct_ledger_proc_start_ticks(getpid());
 }
 
+/* CUDATRACE_DIR that does not exist yet: made, with the folders above it that are missing
+ * (mode 0700: traces hold argv and the working directory); one that exists is used as it is */
+static void make_dir(void)
+{
+    char p[sizeof ct_cfg.dir];
+    size_t n = ct_strlcpy(p, ct_cfg.dir, sizeof p);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != 0)
+            continue;
+        char c = p[i];
+        p[i] = 0;
+        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+            return;
+        p[i] = c;
+    }
+}
+
 /* Called with mu held. Creates <dir>/<pid>.<n>.ctrace, the first n that does not exist. */
 static int open_file(void)
 {
     char path[1200], num[24];
-    int pid = getpid();
+    int pid = getpid(), made = 0;
     if (!ct_cfg.dir[0]) /* --no-trace */
         return -1;
     for (uint32_t n = 0; n < 1000; n++) {
@@ -211,6 +228,11 @@ static int open_file(void)
             __atomic_store_n(&ct_writer_gen, ++gen_counter ? gen_counter : ++gen_counter,
                              __ATOMIC_RELEASE);
             return 0;
+        }
+        if (errno == ENOENT && !made++) {
+            make_dir();
+            n--; /* the same name again, in the folder made now */
+            continue;
         }
         if (errno != EEXIST)
             break;

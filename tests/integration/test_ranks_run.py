@@ -129,6 +129,14 @@ def test_by_rank_html_and_export(runs, tmp_path):
     sites = json.loads(j.stdout)["sites"]
     assert [(s["label"], s["bytes"]) for s in sites][0] == ("rank 5", 40 * MiB)
     assert sorted(s["label"] for s in sites) == ["rank %d" % i for i in range(8)]
+    # each rank's physical GPU, as the ranks table names it (not the ordinal 0 every rank sees)
+    labels = {s["label"]: s["device_labels"] for s in sites}
+    assert labels["rank 5"] == ["1"] and labels["rank 4"] == ["0"], labels
+    text = ct.cli("report", one, "--by", "rank", "--at", "end").stdout
+    row = text.splitlines()[
+        [i for i, ln in enumerate(text.splitlines()) if "#1 rank 5" in ln][0] + 1
+    ]
+    assert row.rstrip().endswith("device 1"), text
 
     page = tmp_path / "ranks.html"
     svg = tmp_path / "ranks.svg"
