@@ -33,6 +33,7 @@ COMMANDS = {
     "demo": "demo",
     "metrics": "metrics",
     "slurm-taskprolog": "slurm",
+    "cdi": "cdi",
 }
 
 
@@ -94,6 +95,7 @@ def main():
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     cudatrace metrics             budgets and traced runs for Prometheus
     cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
+    cudatrace cdi --budget 8GiB   CDI specs whose devices are budgets, for containers
     """
 
 
