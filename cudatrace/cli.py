@@ -34,6 +34,7 @@ COMMANDS = {
     "metrics": "metrics",
     "slurm-taskprolog": "slurm",
     "cdi": "cdi",
+    "node": "node",
 }
 
 
@@ -96,6 +97,7 @@ def main():
     cudatrace metrics             budgets and traced runs for Prometheus
     cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
     cudatrace cdi --budget 8GiB   CDI specs whose devices are budgets, for containers
+    cudatrace node                the node agent for containers and Kubernetes
     """
 
 
