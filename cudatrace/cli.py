@@ -35,6 +35,8 @@ COMMANDS = {
     "slurm-taskprolog": "slurm",
     "cdi": "cdi",
     "node": "node",
+    "webhook": "webhook",
+    "manifests": "manifests",
 }
 
 
@@ -98,6 +100,8 @@ def main():
     cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
     cudatrace cdi --budget 8GiB   CDI specs whose devices are budgets, for containers
     cudatrace node                the node agent for containers and Kubernetes
+    cudatrace webhook             Kubernetes: pods annotated cudatrace.dev/budget fenced
+    cudatrace manifests ...       Kubernetes manifests or the systemd unit of those two
     """
 
 

@@ -98,12 +98,12 @@ class Agent:
     def prepare(self) -> None:
         """Install, make the groups' directories, write the specs (start, config changed)."""
         c = self.cfg
-        self.offered = plan.fences(c.budgets, c.groups, c.on_exceed)
+        self.offered = plan.fences(c.budgets, c.groups, c.on_exceed, required=False)
         self.installed, _, written = cdi.prepare(
             self.offered, c.root, c.state, c.cdi_dir, c.vendor, c.preload, c.shim
         )
         self.groups_mtime = self._groups_mtime()
-        names = ", ".join(f"{f.kind}={f.name}" for f in self.offered)
+        names = ", ".join(f"{c.vendor}/{f.kind}={f.name}" for f in self.offered) or "no device"
         self.say(f"preload library {self.installed.lib}; offering {names}")
         for p in written:
             self.say(f"wrote {p}")

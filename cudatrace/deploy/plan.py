@@ -118,10 +118,11 @@ def check_on_exceed(value: str, what: str) -> str:
 
 def size_fence(text: str, on_exceed: str = "fail") -> Fence:
     """`--budget 8GiB`: the device `8GiB`, every container its own budget of that size."""
-    name = check_name(text.strip(), "budget")
+    name = text.strip()
     if "=" in name or "," in name:
         raise PlanError(f"budget {text!r}: a size device is one size; name groups for more")
-    return Fence(name, None, budget_bytes(name, "budget"), check_on_exceed(on_exceed, name))
+    budget = budget_bytes(name, "budget")
+    return Fence(check_name(name, "budget"), None, budget, check_on_exceed(on_exceed, name))
 
 
 def read_groups(path: Path, on_exceed: str = "fail") -> list[Fence]:
@@ -174,12 +175,15 @@ def fence_env(
     return env
 
 
-def fences(budgets, groups: Path | None, on_exceed: str = "fail") -> list[Fence]:
+def fences(
+    budgets, groups: Path | None, on_exceed: str = "fail", required: bool = True
+) -> list[Fence]:
     """The budgets a node offers: a size device per --budget, a group per section of the
-    groups config."""
+    groups config. required: none is an error (`cudatrace cdi`; the node agent of a
+    Kubernetes node may offer none: the webhook fences its pods)."""
     out = [size_fence(b, on_exceed) for b in budgets]
     if groups is not None:
         out += read_groups(groups, on_exceed)
-    if not out:
+    if not out and required:
         raise PlanError("nothing to offer: give --budget SIZE or --groups FILE")
     return out
