@@ -92,7 +92,7 @@ def daemonset(
             "--listen", f"0.0.0.0:{METRICS_PORT}"]  # fmt: skip
     for b in budgets:
         args += ["--budget", b]
-    mounts = [
+    mounts: list[dict] = [
         {"name": "root", "mountPath": DEFAULT_ROOT},
         {"name": "state", "mountPath": DEFAULT_STATE},
         {"name": "cdi", "mountPath": CDI_DIR},
@@ -229,51 +229,57 @@ def _webhook_objects(ns: str, image: str, tls: dict[str, Path], replicas: int) -
                 "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
             },
         },
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": _meta(APP, None),
-            "webhooks": [
-                {
-                    "name": "pods.cudatrace.dev",
-                    "clientConfig": {
-                        "service": {"name": name, "namespace": ns, "path": "/mutate", "port": 443},
-                        "caBundle": _b64(tls["ca.crt"]),
-                    },
-                    "rules": [
-                        {
-                            "operations": ["CREATE"],
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "resources": ["pods"],
-                            "scope": "Namespaced",
-                        }
-                    ],
-                    "matchConditions": [
-                        {
-                            "name": "budget-annotated",
-                            "expression": "has(object.metadata.annotations) && "
-                            f"'{ANN_BUDGET}' in object.metadata.annotations",
-                        }
-                    ],
-                    "namespaceSelector": {
-                        "matchExpressions": [
-                            {
-                                "key": "kubernetes.io/metadata.name",
-                                "operator": "NotIn",
-                                "values": [ns, "kube-system"],
-                            }
-                        ]
-                    },
-                    "admissionReviewVersions": ["v1"],
-                    "sideEffects": "None",
-                    "failurePolicy": "Fail",
-                    "reinvocationPolicy": "Never",
-                    "timeoutSeconds": 5,
-                }
-            ],
-        },
+        _webhook_configuration(ns, name, tls),
     ]
+
+
+def _webhook_configuration(ns: str, name: str, tls: dict[str, Path]) -> dict:
+    """Pods on CREATE, those annotated cudatrace.dev/budget only, to the webhook's Service;
+    failurePolicy Fail: such a pod is fenced or refused, never admitted unfenced."""
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "MutatingWebhookConfiguration",
+        "metadata": _meta(APP, None),
+        "webhooks": [
+            {
+                "name": "pods.cudatrace.dev",
+                "clientConfig": {
+                    "service": {"name": name, "namespace": ns, "path": "/mutate", "port": 443},
+                    "caBundle": _b64(tls["ca.crt"]),
+                },
+                "rules": [
+                    {
+                        "operations": ["CREATE"],
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "resources": ["pods"],
+                        "scope": "Namespaced",
+                    }
+                ],
+                "matchConditions": [
+                    {
+                        "name": "budget-annotated",
+                        "expression": "has(object.metadata.annotations) && "
+                        f"'{ANN_BUDGET}' in object.metadata.annotations",
+                    }
+                ],
+                "namespaceSelector": {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": [ns, "kube-system"],
+                        }
+                    ]
+                },
+                "admissionReviewVersions": ["v1"],
+                "sideEffects": "None",
+                "failurePolicy": "Fail",
+                "reinvocationPolicy": "Never",
+                "timeoutSeconds": 5,
+            }
+        ],
+    }
 
 
 def kubernetes(
