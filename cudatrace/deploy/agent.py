@@ -28,9 +28,10 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from .. import native
 from ..record.ledger import Ledger, LedgerError
@@ -77,7 +78,7 @@ def _member_key(m: dict) -> tuple:
 
 
 class Agent:
-    def __init__(self, cfg: Config, say: Callable[[str], None] | None = None, nvml=None):
+    def __init__(self, cfg: Config, say: Callable[[str], None] | None = None, nvml: Any = None):
         self.cfg = cfg
         self.say = say or (lambda line: print(f"cudatrace node: {line}", file=sys.stderr))
         self.nvml = nvml
@@ -387,15 +388,15 @@ class Agent:
         self.tracked.clear()
 
 
-def node_collector(agent: Agent):
+def node_collector(agent: Agent) -> Any:
     """The agent's own series: the install it serves, the processes running unfenced."""
     from prometheus_client.core import GaugeMetricFamily
 
     class NodeCollector:
-        def describe(self):
+        def describe(self) -> list:
             return []
 
-        def collect(self):
+        def collect(self) -> Iterator[Any]:
             info = GaugeMetricFamily(
                 "cudatrace_node_preload_info",
                 "The preload library the node's specs point at",

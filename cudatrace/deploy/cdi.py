@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..errors import CudatraceError
@@ -178,7 +179,7 @@ def write_specs(specs: dict[str, dict], cdi_dir: Path, vendor: str = VENDOR) -> 
     return written
 
 
-def referenced_idents(root: Path, cdi_dirs=CDI_DIRS) -> set[str]:
+def referenced_idents(root: Path, cdi_dirs: Iterable[str] = CDI_DIRS) -> set[str]:
     """The installs (install.py ids) that spec files in cdi_dirs point at."""
     pre = str(Path(root).absolute() / SHIM_DIR) + "/"
     out: set[str] = set()

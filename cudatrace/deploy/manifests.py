@@ -38,7 +38,7 @@ def _b64(path: Path) -> str:
     return base64.b64encode(Path(path).read_bytes()).decode()
 
 
-def _meta(name: str, ns: str | None, **labels) -> dict:
+def _meta(name: str, ns: str | None, **labels: str) -> dict:
     m: dict = {"name": name, "labels": {"app.kubernetes.io/name": APP, **labels}}
     if ns:
         m["namespace"] = ns

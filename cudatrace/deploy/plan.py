@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import configparser
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,7 +177,7 @@ def fence_env(
 
 
 def fences(
-    budgets, groups: Path | None, on_exceed: str = "fail", required: bool = True
+    budgets: Iterable[str], groups: Path | None, on_exceed: str = "fail", required: bool = True
 ) -> list[Fence]:
     """The budgets a node offers: a size device per --budget, a group per section of the
     groups config. required: none is an error (`cudatrace cdi`; the node agent of a

@@ -76,13 +76,17 @@ class Scan:
     procs: dict[int, Proc] = field(default_factory=dict)  # every process that maps a ledger
 
 
-def _read(path: Path, binary: bool = False):
+def _read_bytes(path: Path) -> bytes | None:
     try:
         with open(path, "rb") as f:
-            data = f.read()
+            return f.read()
     except OSError:
         return None
-    return data if binary else data.decode("utf-8", "replace")
+
+
+def _read(path: Path) -> str | None:
+    data = _read_bytes(path)
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 def _maps(text: str, links: str) -> tuple[list[tuple[tuple[str, int], str, str]], bool, bool]:
@@ -149,7 +153,7 @@ def _proc(proc: Path, pid: int, shim: bool, cuda: bool) -> Proc | None:
         start_ticks=_start_ticks(stat),
         pidns=pidns,
         container=_container(_read(d / "cgroup") or ""),
-        env=_environ(_read(d / "environ", binary=True)),
+        env=_environ(_read_bytes(d / "environ")),
         shim=shim,
         cuda=cuda,
     )

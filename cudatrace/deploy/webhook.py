@@ -65,7 +65,7 @@ class WebhookConfig:
         return f"{self.root.rstrip('/')}/{SHIM_DIR}/{self.ident}"
 
 
-def _pointer(*parts) -> str:
+def _pointer(*parts: object) -> str:
     return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
@@ -253,13 +253,13 @@ def make_server(
             self.end_headers()
             self.wfile.write(data)
 
-        def do_GET(self):
+        def do_GET(self) -> None:
             if self.path == "/healthz":
                 self._send(200, b"ok\n", "text/plain")
             else:
                 self._send(404, b"not found\n", "text/plain")
 
-        def do_POST(self):
+        def do_POST(self) -> None:
             n = int(self.headers.get("Content-Length") or 0)
             if self.path.split("?")[0] != "/mutate" or not 0 < n <= MAX_BODY:
                 self._send(400 if self.path.startswith("/mutate") else 404, b"{}")
@@ -275,7 +275,7 @@ def make_server(
                 log(f"{r['uid']}: {'patched' if r['allowed'] else r['status']['message']}")
             self._send(200, json.dumps(out).encode())
 
-        def log_message(self, *args):
+        def log_message(self, *args: object) -> None:
             pass
 
     httpd = ThreadingHTTPServer((host, port), Handler)
