@@ -40,6 +40,7 @@ from . import cdi, install, plan, procscan
 from .kube import Kube, KubeError, pod_event
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
+UNMAPPED_PASSES = 3  # a member's denials wait this many passes for its process to be seen
 EVENT_REASON_DENIED = "GPUMemoryBudgetExceeded"
 EVENT_REASON_UNFENCED = "GPUMemoryBudgetNotEnforced"
 
@@ -71,6 +72,7 @@ class Tracked:
     mapping: procscan.Mapping
     denials: dict[tuple, int] = field(default_factory=dict)
     readings: dict[tuple, list[int]] = field(default_factory=dict)
+    unmapped: dict[tuple, int] = field(default_factory=dict)  # passes a member went unmapped
 
 
 def _member_key(m: dict) -> tuple:
@@ -262,8 +264,15 @@ class Agent:
     def _denials(self, t: Tracked, snap: dict) -> None:
         limits = {r["device"]: r["limit"] for r in snap["devices"]}
         in_use = {r["device"]: r["in_use"] for r in snap["devices"]}
-        alive = set()
+        alive: set[tuple] = set()
         for m in snap["members"]:
+            p = self._host_proc(t, m)
+            waits = t.unmapped.get(_member_key(m), 0)
+            if p is None and waits < UNMAPPED_PASSES:
+                # joined after this pass's scan: said at the next, with its container's names
+                t.unmapped[_member_key(m)] = waits + 1
+                alive.update((*_member_key(m), d) for d in m["devices"])
+                continue
             for dev, row in m["devices"].items():
                 k = (*_member_key(m), dev)
                 alive.add(k)
@@ -271,7 +280,6 @@ class Agent:
                 t.denials[k] = row["denials"]
                 if row["denials"] <= seen:
                     continue
-                p = self._host_proc(t, m)
                 n = row["denials"] - seen
                 msg = (
                     f"{n} GPU memory allocation{'s' if n > 1 else ''} denied on device {dev}: "
@@ -283,6 +291,8 @@ class Agent:
         for k in list(t.denials):
             if k not in alive:
                 del t.denials[k]
+        members = {_member_key(m) for m in snap["members"]}
+        t.unmapped = {k: v for k, v in t.unmapped.items() if k in members}
 
     def _report_unfenced(self, scan: procscan.Scan) -> None:
         self.unfenced = scan.unfenced

@@ -50,14 +50,14 @@ def series(metrics, name: str, **labels) -> list[float]:
     return [v for (n, ls), v in metrics.items() if n == name and want <= set(ls)]
 
 
-def wait_for(fn, timeout: float, what: str):
+def wait_for(fn, timeout: float, what: str, log=()):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = fn()
         if got:
             return got
         time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}; the agent said:\n{''.join(log)}")
 
 
 def ready(p: subprocess.Popen) -> str:
@@ -139,8 +139,9 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
                     else None
                 )
             )(scrape(agent["url"])),
-            20,
+            60,
             "the context of the container's member to be counted",
+            agent["log"],
         )
         assert series(m, "cudatrace_budget_in_use_bytes", group="train") == [600 * MiB]
         held = series(m, "cudatrace_budget_member_in_use_bytes", group="train",
@@ -152,7 +153,7 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
                          podman.image, "hold", "1", "500m", name=b_name)  # fmt: skip
         out = ready(b)
         assert "alloc cuMemAlloc_v2 524288000 0x0 2" in out, out
-        events = wait_for(lambda: agent["api"].events(), 20, "the denial's Pod Event")
+        events = wait_for(lambda: agent["api"].events(), 60, "the denial's Pod Event", agent["log"])
         (ev,) = events
         assert ev["reason"] == "GPUMemoryBudgetExceeded" and ev["type"] == "Warning"
         assert ev["involvedObject"]["name"] == "trainer-1"
@@ -192,7 +193,7 @@ def test_agent_labels_a_container_budget_by_its_container(podman, agent):  # noq
             ms = scrape(agent["url"])
             return ms if series(ms, "cudatrace_budget_member_in_use_bytes", container=cid) else None
 
-        m = wait_for(seen, 20, "the container's member in the metrics")
+        m = wait_for(seen, 60, "the container's member in the metrics", agent["log"])
         assert series(m, "cudatrace_budget_member_in_use_bytes", container=cid,
                       group=f"container@{cid}") == [100 * MiB], m  # fmt: skip
         assert series(m, "cudatrace_budget_limit_bytes", group=f"container@{cid}") == [1 << 30]
