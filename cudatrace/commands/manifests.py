@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import OptionError
 from .options import NodeSetup
 
 
@@ -44,13 +45,26 @@ def manifests():
     help="The node agent's runtime class (NVML inside it); '' for none.",
 )
 @click.option("--replicas", default=2, show_default=True, type=click.IntRange(1, 10))
-def kubernetes(image, namespace, tls_dir, budgets, groups, runtime_class, replicas):
+@click.option(
+    "--node-selector",
+    metavar="KEY=VALUE",
+    default="nvidia.com/gpu.present=true",
+    show_default=True,
+    help="The nodes the agent runs on (the GPU operator's label); '' for every node.",
+)
+def kubernetes(image, namespace, tls_dir, budgets, groups, runtime_class, replicas, node_selector):
     """The node agent (DaemonSet), the webhook (Deployment, Service, Secret), RBAC and the
     MutatingWebhookConfiguration, as one YAML stream for `kubectl apply -f -`."""
     from ..deploy import manifests as m
     from ..deploy import plan
     from ..deploy.tls import make_tls
 
+    selector = {}
+    if node_selector:
+        key, eq, value = node_selector.partition("=")
+        if not eq or not key:
+            raise OptionError(f"--node-selector {node_selector!r}: give KEY=VALUE")
+        selector[key] = value
     for b in budgets:
         plan.size_fence(b)
     if groups is not None:
@@ -65,6 +79,7 @@ def kubernetes(image, namespace, tls_dir, budgets, groups, runtime_class, replic
         groups.read_text() if groups is not None else None,
         runtime_class,
         replicas,
+        selector,
     )
     click.echo(m.yaml_stream(docs), nl=False)
 

@@ -86,7 +86,12 @@ def _host_dir(name: str, path: str) -> dict:
 
 
 def daemonset(
-    ns: str, image: str, budgets: tuple[str, ...], groups: bool, runtime_class: str
+    ns: str,
+    image: str,
+    budgets: tuple[str, ...],
+    groups: bool,
+    runtime_class: str,
+    node_selector: dict[str, str],
 ) -> dict:
     args = ["node", "--root", DEFAULT_ROOT, "--state", DEFAULT_STATE, "--cdi-dir", CDI_DIR,
             "--listen", f"0.0.0.0:{METRICS_PORT}"]  # fmt: skip
@@ -110,7 +115,6 @@ def daemonset(
     pod: dict = {
         "serviceAccountName": f"{APP}-node",
         "hostPID": True,
-        "priorityClassName": "system-node-critical",
         "tolerations": [{"operator": "Exists"}],
         "containers": [
             {
@@ -139,6 +143,8 @@ def daemonset(
     }
     if runtime_class:
         pod["runtimeClassName"] = runtime_class
+    if node_selector:
+        pod["nodeSelector"] = node_selector
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -290,6 +296,7 @@ def kubernetes(
     groups_text: str | None = None,
     runtime_class: str = "nvidia",
     replicas: int = 2,
+    node_selector: dict[str, str] | None = None,
 ) -> list[dict]:
     """Every object, in the order `kubectl apply` wants them."""
     docs: list[dict] = [
@@ -311,7 +318,11 @@ def kubernetes(
                 "data": {"groups.conf": groups_text},
             }
         )
-    docs.append(daemonset(namespace, image, budgets, groups_text is not None, runtime_class))
+    docs.append(
+        daemonset(
+            namespace, image, budgets, groups_text is not None, runtime_class, node_selector or {}
+        )
+    )
     docs += _webhook_objects(namespace, image, tls, replicas)
     return docs
 

@@ -43,6 +43,8 @@ def test_kubernetes_manifests_validate(tmp_path, tls_dir):
     by = {d["kind"]: d for d in docs}
     ds = by["DaemonSet"]["spec"]["template"]["spec"]
     assert ds["hostPID"] and ds["containers"][0]["securityContext"]["privileged"]
+    assert ds["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert ds["runtimeClassName"] == "nvidia"
     args = ds["containers"][0]["args"]
     assert args[:1] == ["node"] and "--budget" in args and "/etc/cudatrace/groups.conf" in args
     assert by["ConfigMap"]["data"]["groups.conf"] == groups.read_text()
