@@ -33,6 +33,10 @@ COMMANDS = {
     "demo": "demo",
     "metrics": "metrics",
     "slurm-taskprolog": "slurm",
+    "cdi": "cdi",
+    "node": "node",
+    "webhook": "webhook",
+    "manifests": "manifests",
 }
 
 
@@ -110,6 +114,10 @@ def main():
     cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
     cudatrace metrics             budgets and traced runs for Prometheus
     cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
+    cudatrace cdi --budget 8GiB   CDI specs whose devices are budgets, for containers
+    cudatrace node                the node agent for containers and Kubernetes
+    cudatrace webhook             Kubernetes: pods annotated cudatrace.dev/budget fenced
+    cudatrace manifests ...       Kubernetes manifests or the systemd unit of those two
     """
 
 

@@ -33,6 +33,8 @@ def _comm(pid: int, other_ns: bool) -> str:
 
 
 def _group_label(s: dict) -> str:
+    if s.get("label"):  # a reader that tells apart ledgers of one name (cudatrace node)
+        return s["label"]
     name = Path(s["path"]).name
     return name[: -len(".ledger")] if name.endswith(".ledger") else name
 
@@ -103,9 +105,16 @@ class Collector:
     """The prometheus_client Collector: `ledgers()` gives status_json's data (record/ledger.py),
     `traces` (a TraceCache or None) the runs."""
 
-    def __init__(self, ledgers: Callable[[], dict], traces: TraceCache | None = None):
+    def __init__(
+        self,
+        ledgers: Callable[[], dict],
+        traces: TraceCache | None = None,
+        member_labels: Callable[[dict, dict], tuple[str, str, str]] | None = None,
+    ):
         self.ledgers = ledgers
         self.traces = traces
+        # (ledger, member) -> (namespace, pod, container): per-member series get those labels
+        self.member_labels = member_labels
 
     def describe(self):
         return []  # families vary with what is there: collected at each scrape only
@@ -116,6 +125,7 @@ class Collector:
         G, C = GaugeMetricFamily, CounterMetricFamily
         gl = ["group", "device"]
         ml = ["group", "device", "pid", "command", "share"]
+        ml += ["namespace", "pod", "container"] if self.member_labels else []
         fam = {
             "limit": G("cudatrace_budget_limit_bytes", "Budget of the group on the device (0: none)", labels=gl),
             "in_use": G("cudatrace_budget_in_use_bytes", "Bytes the group's live members hold on the device", labels=gl),
@@ -135,7 +145,7 @@ class Collector:
         except Exception:
             st = {"ledgers": [], "errors": [{"error": "no ledger directory"}]}
         for s in st["ledgers"]:
-            self._ledger(s, fam)
+            self._ledger(s, fam, self.member_labels)
         fam["errors"].add_metric([], len(st.get("errors", [])))
         yield from fam.values()
         yield from unfenced_families(st.get("unfenced"))
@@ -143,7 +153,7 @@ class Collector:
             yield from self._traces()
 
     @staticmethod
-    def _ledger(s: dict, fam: dict) -> None:
+    def _ledger(s: dict, fam: dict, labels=None) -> None:
         g = _group_label(s)
         for r in _devices(s["devices"]):
             lv = [g, str(r["device"])]
@@ -161,8 +171,9 @@ class Collector:
             share = m.get("share") or ""
             if share:
                 shares[share] = max(shares.get(share, 0), m.get("share_limit", 0))
+            extra = list(labels(s, m)) if labels else []
             for d, r in m["devices"].items():
-                lv = [g, str(d), str(m["pid"]), cmd, share]
+                lv = [g, str(d), str(m["pid"]), cmd, share, *extra]
                 fam["m_in_use"].add_metric(lv, r["held"])
                 fam["m_peak"].add_metric(lv, r["peak"])
                 fam["m_denials"].add_metric(lv, r["denials"])

@@ -795,6 +795,23 @@ int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes)
     return CT_LEDGER_OK;
 }
 
+int32_t ct_ledger_set_member_context(ct_ledger *l, int32_t slot, int32_t pid, uint64_t start_ticks,
+                                     int32_t dev, uint64_t bytes)
+{
+    if (!valid(l) || slot < 0 || slot >= CT_LEDGER_MAX_MEMBERS)
+        return CT_LEDGER_EINVAL;
+    struct ct_ledger_member *m = &l->mem[slot];
+    uint64_t word = LD(&m->state);
+    if ((word & 0xff) != CT_LEDGER_ACTIVE || (int32_t)(word >> 32) != pid ||
+        LD(&m->start_ticks) != start_ticks)
+        return CT_LEDGER_ENOTMEMBER;
+    struct ct_ledger as = *l; /* that member, seen through this handle's mapping */
+    as.slot = slot;
+    as.word = word;
+    as.share = 0; /* a context is forced, never checked against a share */
+    return ct_ledger_set_context(&as, dev, bytes);
+}
+
 int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes)
 {
     int32_t rc;
@@ -1087,6 +1104,9 @@ static void sleep_ms(long ms)
 
 /* Open and check an existing ledger. Returns the mapping, NULL with err set (*again = 1: it is
  * being created, try again shortly). */
+static void *map_fd(int fd, const char *path, int check_owner, int *again, char *err,
+                    uint64_t errlen);
+
 static void *map_existing(const char *path, int *again, int *fd_out, char *err, uint64_t errlen)
 {
     *again = 0;
@@ -1101,6 +1121,19 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
         errno = e;
         return NULL;
     }
+    void *p = map_fd(fd, path, 1, again, err, errlen);
+    if (p)
+        *fd_out = fd; /* kept open: the liveness locks live on it */
+    return p;
+}
+
+/* Check and map the ledger open on fd (closed on failure). check_owner: the file's owner and
+ * mode must be the caller's (or a shared ledger directory's); 0 for a description the caller
+ * took from a member's own mapping (ct_ledger_open_fd). */
+static void *map_fd(int fd, const char *path, int check_owner, int *again, char *err,
+                    uint64_t errlen)
+{
+    *again = 0;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         set_err(err, errlen, "cannot stat budget ledger %s: %s", path, strerror(errno));
@@ -1110,9 +1143,11 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
     uid_t me = geteuid();
     const char *why = NULL;
     char whybuf[PATH_MAX + 200];
-    unsigned shared = path_shared_mode(path);
+    unsigned shared = check_owner ? path_shared_mode(path) : 0;
     if (!S_ISREG(sb.st_mode)) {
         why = "is not a regular file";
+    } else if (!check_owner) {
+        /* a member's own mapping: what it uses is the ledger, whoever owns it */
     } else if (shared && (sb.st_mode & 07777) != shared) {
         snprintf(whybuf, sizeof whybuf,
                  "is in a shared ledger directory with mode %04o, not %04o (owner uid %u)",
@@ -1128,6 +1163,9 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
         snprintf(whybuf, sizeof whybuf, "has group/other permissions (mode %04o; it must be 0600)",
                  (unsigned)(sb.st_mode & 07777));
         why = whybuf;
+    }
+    if (why) {
+        /* said below */
     } else if (sb.st_size == 0) {
         *again = 1; /* created in place a moment ago, not sized yet */
         why = "is empty (its creator may have died while making it)";
@@ -1183,9 +1221,10 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
         errno = EINVAL;
         return NULL;
     }
-    *fd_out = fd; /* kept open: the liveness locks live on it */
     return p;
 }
+
+static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint64_t errlen);
 
 static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_ledger_config *cfg,
                               int32_t *created, char *err, uint64_t errlen)
@@ -1223,6 +1262,14 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
         errno = saved;
         return NULL;
     }
+    struct ct_ledger *l = make_handle(p, fd, path, err, errlen);
+    errno = saved;
+    return l;
+}
+
+/* The handle on a mapping p made through fd (both given back on failure). */
+static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint64_t errlen)
+{
     struct ct_ledger *l = calloc(1, sizeof *l);
     char *pathcopy = strdup(path);
     if (!l || !pathcopy) {
@@ -1231,7 +1278,6 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
         munmap(p, CT_LEDGER_FILE_SIZE);
         close(fd);
         set_err(err, errlen, "out of memory");
-        errno = saved;
         return NULL;
     }
     struct stat sb;
@@ -1250,13 +1296,34 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
     l->mem = (struct ct_ledger_member *)((char *)p + CT_LEDGER_HEADER_SIZE);
     l->slot = -1;
     l->pidns = self_pidns();
-    errno = saved;
     return l;
 }
 
 ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen)
 {
     return open_ledger(path, create, NULL, NULL, err, errlen);
+}
+
+ct_ledger *ct_ledger_open_fd(int32_t fd, const char *name, char *err, uint64_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (fd < 0 || !name || !*name || strlen(name) >= PATH_MAX) {
+        set_err(err, errlen, "no budget ledger descriptor");
+        return NULL;
+    }
+    int saved = errno;
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (own < 0) {
+        set_err(err, errlen, "cannot use budget ledger %s: %s", name, strerror(errno));
+        errno = saved;
+        return NULL;
+    }
+    int again = 0;
+    void *p = map_fd(own, name, 0, &again, err, errlen);
+    struct ct_ledger *l = p ? make_handle(p, own, name, err, errlen) : NULL;
+    errno = saved;
+    return l;
 }
 
 ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,

@@ -178,6 +178,12 @@ typedef struct ct_ledger ct_ledger;
  * file of another uid or with group/other permission bits, a file that is not a ledger of this
  * version. create != 0: create it (0600, no limits) when it does not exist. */
 ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen);
+/* Open the ledger a descriptor names, for a reader outside the members' containers (the node
+ * agent: fd from /proc/<pid>/map_files of a member's mapping, which the kernel resolves, so no
+ * path inside a container is followed). The file must be a ledger of this version; its owner
+ * and mode are not checked (the member uses it, whoever owns it). fd stays the caller's; name
+ * is for messages. NULL on failure with a message in err. */
+ct_ledger *ct_ledger_open_fd(int32_t fd, const char *name, char *err, uint64_t errlen);
 /* Open, or create initialized from cfg (NULL: no limits) when it does not exist; *created (may
  * be NULL) says which. An existing ledger keeps its own settings (see ct_ledger_set_limit). */
 ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,
@@ -220,6 +226,12 @@ int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes);
  * apart (context_kib). bytes is the context's current size: the difference to what was
  * recorded is forced or released. CT_LEDGER_OK or < 0. */
 int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes);
+/* ct_ledger_set_context for the active member in slot, whose pid (in its own namespace) and
+ * start_ticks must still be these: a node agent counts the contexts NVML reports under host pids
+ * for members in other pid namespaces, which cannot find themselves in NVML's list.
+ * CT_LEDGER_OK, CT_LEDGER_ENOTMEMBER (the slot holds another process now), or < 0. */
+int32_t ct_ledger_set_member_context(ct_ledger *l, int32_t slot, int32_t pid, uint64_t start_ticks,
+                                     int32_t dev, uint64_t bytes);
 /* The launcher's claim on a private ledger: an OFD lock on CT_LEDGER_LOCK_OWNER, held until
  * the handle is closed. CT_LEDGER_OK, or CT_LEDGER_ESYS where the file system has no OFD locks. */
 int32_t ct_ledger_hold(ct_ledger *l);

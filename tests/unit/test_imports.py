@@ -10,6 +10,7 @@ resolved to the module it loads. The test fails on any import that loads nothing
     record/                                        never analyze/, present/, symbols/
     analyze/                                       never record/, present/
     present/                                       never record/, commands/, nor click
+    deploy/                                        never analyze/, symbols/, sweep/, commands/
     commands/                                      anything but the command line
     and nothing imports the command line but __main__, nor commands/ but the command line.
 """
@@ -30,21 +31,33 @@ LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver", "tracedi
 MAX_LINES = 900
 
 # floor -> floors it must never import
-UPPER = {"record", "analyze", "present", "symbols", "cli", "commands", "sweep"}
+UPPER = {"record", "analyze", "present", "symbols", "cli", "commands", "sweep", "deploy"}
 FORBIDDEN = {
     "errors": {"leaf", "root"} | UPPER,
     "leaf": UPPER,
-    "symbols": {"leaf", "root", "record", "analyze", "present", "cli", "commands", "sweep"},
-    "record": {"analyze", "present", "symbols", "cli", "commands", "sweep"},
-    "analyze": {"record", "present", "cli", "commands", "sweep"},
-    "present": {"record", "cli", "commands", "sweep"},
+    "symbols": {
+        "leaf",
+        "root",
+        "record",
+        "analyze",
+        "present",
+        "cli",
+        "commands",
+        "sweep",
+        "deploy",
+    },
+    "record": {"analyze", "present", "symbols", "cli", "commands", "sweep", "deploy"},
+    "analyze": {"record", "present", "cli", "commands", "sweep", "deploy"},
+    "present": {"record", "cli", "commands", "sweep", "deploy"},
     "commands": {"cli"},
-    "sweep": {"cli", "commands"},
+    "sweep": {"cli", "commands", "deploy"},
+    # containers and Kubernetes: above record/ and present/, below the command line
+    "deploy": {"analyze", "symbols", "cli", "commands", "sweep", "api", "pytest_plugin"},
     "cli": set(),
     "__main__": set(),
     # the in-process API reads the shim (native) and attributes through analyze/
-    "api": {"record", "present", "cli", "commands", "sweep", "pytest_plugin"},
-    "pytest_plugin": {"record", "present", "cli", "commands", "sweep"},
+    "api": {"record", "present", "cli", "commands", "sweep", "pytest_plugin", "deploy"},
+    "pytest_plugin": {"record", "present", "cli", "commands", "sweep", "deploy"},
     "root": {"leaf"} | UPPER,
 }
 
@@ -68,7 +81,7 @@ def floor(mod: str) -> str:
         return "leaf"
     if top in ("errors", "record", "analyze", "present", "symbols", "cli", "commands"):
         return top
-    if top in ("sweep", "__main__"):
+    if top in ("sweep", "__main__", "deploy"):
         return top
     if top in ("api", "pytest_plugin"):
         return top
