@@ -22,6 +22,7 @@ from .observed import Observed
 from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
+from .unseal import lost_chunks_json
 
 SCHEMA = "cudatrace.report/1"
 CONTEXT_FRAMES = 6  # frames listed per stack
@@ -480,7 +481,9 @@ def build_report(
     obs = _observed_json(a, mom, device)
     sc = stack_counts(a.traces)
     lost = lost_json(a)
-    warnings += _coverage_notes(a, mom, truncated, sc, lost)
+    warnings += _coverage_notes(a, mom, truncated, sc, lost) + [
+        n for t in a.traces for n in t.notes
+    ]
     agg = aggregate_notes(a)  # --aggregate traces (and damaged ones): what they lack
     warnings.extend(agg["warnings"])
     budget = _budget_json(a, limits)
@@ -531,6 +534,7 @@ def build_report(
         "truncated_files": truncated,
         "python": python_summary(a),
         "lost": lost,
+        "lost_chunks": lost_chunks_json(a.traces),
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
         "aggregate": agg["json"],
