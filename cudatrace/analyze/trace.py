@@ -321,7 +321,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
         # a record that contradicts its own size: the file is corrupt (never a traceback)
         raise TraceError(f"{path} is corrupt: {e}") from None
-    if t.gaps and view.suspects:
+    if view.suspects and (t.gaps or t.status != "complete"):  # zeros where records should be
         unseal.check_zeros(view, data)
     t.lost_chunks = view.lost
     t.chunk_size = view.chunk_size

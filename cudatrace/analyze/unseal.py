@@ -27,6 +27,7 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from .. import native, sidecar, tracedir
 
@@ -162,7 +163,7 @@ class _Builder:
         while done < len(data):
             done += os.pwrite(fd, view[done:], off + done)
 
-    def inflate(self, want) -> None:
+    def inflate(self, want: Callable[[int], bool]) -> None:
         """Put back the chunks `want(c)` accepts from the sidecar's intact entries."""
         if self.side is None:
             return
@@ -293,7 +294,7 @@ def trace_bytes(path: str | os.PathLike) -> bytes:
     return bytes(native.ffi().buffer(v.ptr, size))
 
 
-def check_zeros(v: View, data) -> None:
+def check_zeros(v: View, data: Any) -> None:
     """The suspect chunks that read as zeros only, lost too (called when the scan met zeros
     where records should be); then the loss said in the view's notes."""
     for c in v.suspects:

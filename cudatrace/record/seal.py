@@ -34,15 +34,19 @@ def _field(name: str) -> int:
     return native.ffi().offsetof("struct ct_file_header", name)
 
 
-_chunk_size: list[int] = []
+_defines: dict[str, int] = {}
+
+
+def _define(name: str) -> int:
+    """A #define of trace_format.h (no cffi: a short run never parses the layouts,
+    tests/integration/test_startup.py)."""
+    if not _defines:
+        _defines.update(native.defines(native.header_text("trace_format.h")))
+    return _defines[name]
 
 
 def _min_chunk() -> int:
-    """CT_CHUNK_SIZE, read from the header's #defines (no cffi: a short run never parses the
-    layouts, tests/integration/test_startup.py)."""
-    if not _chunk_size:
-        _chunk_size.append(native.defines(native.header_text("trace_format.h"))["CT_CHUNK_SIZE"])
-    return _chunk_size[0]
+    return _define("CT_CHUNK_SIZE")
 
 
 def _punch(fd: int, off: int, length: int) -> bool:
@@ -64,6 +68,16 @@ def _sync_dir(d: Path) -> None:
         pass
     finally:
         os.close(dfd)
+
+
+def _writer_gone(fd: int, flags: int, pid: int, start_ticks: int) -> bool:
+    """No process writes the trace open as fd any more: its writer's lock is gone (a shim
+    that takes one, CT_FH_LIVE_LOCK: true in any pid namespace), else its pid and start time
+    name no process."""
+    if flags & _define("CT_FH_LIVE_LOCK"):
+        ffi, lib = native.tools()
+        return lib.ct_file_locked(fd) == 0
+    return _gone(pid, start_ticks)
 
 
 def _gone(pid: int, start_ticks: int) -> bool:
@@ -138,7 +152,7 @@ class Sealer:
             ticks = struct.unpack_from("<Q", head, _field("process_start_ticks"))[0]
             size = st.st_size
             total = -(-size // chunk)
-            gone = final and _gone(pid, ticks)
+            gone = final and _writer_gone(fd, u32("flags"), pid, ticks)
             if gone and sealed < total:
                 # no process maps it any more: every chunk, said in the header first
                 os.pwrite(fd, struct.pack("<I", total), _field("sealed_chunks"))
@@ -153,11 +167,12 @@ class Sealer:
             os.close(fd)
 
     def _seal_chunks(
-        self, p: Path, fd: int, chunk: int, upto: int, size: int, mode: int, last: bool
+        self, p: Path, fd: int, chunk: int, upto: int, size: int, mode: int, final: bool
     ) -> int:
         """Chunks from where the last pass stopped up to `upto`, each compressed into the
-        sidecar (durable, read back) before it is punched; the number sealed. last: the file's
-        last chunk is among them (its bytes are kept to find where the records end)."""
+        sidecar (durable, read back) before it is punched; the number sealed. A chunk whose
+        entry cannot be written (a full disk) stays in the trace: the next pass tries it again,
+        or, in the final pass of a gone process's file (`final`), the next chunk is tried."""
         n = 0
         side = Path(sidecar.path_of(p))
         for i in range(max(1, self.done.get(p, 1)), upto):
@@ -165,21 +180,24 @@ class Sealer:
             if not raw:
                 break
             raw = raw.ljust(chunk, b"\0")  # the last chunk of a file cut to its records
+            if final and i == upto - 1:
+                self.last_raw[p] = (i, raw)  # where its records end: _cut
             entry = sidecar.entry(i, raw)
             sfd = self._open_side(side, mode)
             try:
                 self.side_len[side] = sidecar.append(sfd, self.side_len.get(side, 0), entry)
-            except OSError as e:  # a full disk: the chunk stays in the trace; next pass again
+            except OSError as e:  # the chunk stays in the trace
                 self.error = f"{side.name}: {e.strerror or e}"
-                return n
+                if not final:
+                    return n
+                self.done[p] = i + 1
+                continue
             finally:
                 os.close(sfd)
             if not _punch(fd, i * chunk, min(chunk, size - i * chunk)):
                 self.off.add(p)  # e.g. a filesystem without hole punching: stop here
                 return n
             self.done[p] = i + 1
-            if last and i == upto - 1:
-                self.last_raw[p] = (i, raw)
             self.raw_bytes += chunk
             self.stored_bytes += len(entry)
             n += 1
@@ -188,7 +206,7 @@ class Sealer:
     def _cut(self, p: Path, fd: int, chunk: int, size: int) -> None:
         """A gone process's file cut to its last record (a killed process's file keeps its
         chunks' size: the shim cuts it only at a clean exit). The records' end is found in the
-        last chunk as it was sealed, or in the trace when that is chunk 0."""
+        last chunk as the final pass read it, or in the trace when that is chunk 0."""
         last = (size - 1) // chunk
         if last == 0:
             raw, start = sidecar.pread_exact(fd, size, 0), 256
