@@ -481,9 +481,7 @@ def build_report(
     obs = _observed_json(a, mom, device)
     sc = stack_counts(a.traces)
     lost = lost_json(a)
-    warnings += _coverage_notes(a, mom, truncated, sc, lost) + [
-        n for t in a.traces for n in t.notes
-    ]
+    warnings += _coverage_notes(a, mom, truncated, sc, lost)
     agg = aggregate_notes(a)  # --aggregate traces (and damaged ones): what they lack
     warnings.extend(agg["warnings"])
     budget = _budget_json(a, limits)
@@ -723,6 +721,7 @@ def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: lis
     m = a.model
     warnings: list[str] = []
     warnings.extend(unrecorded(a))
+    warnings.extend(n for t in a.traces for n in t.notes)  # sealed chunks lost, sidecar damage
     c = m.counts
     if c.get("unmatched_frees"):
         warnings.append(
