@@ -152,7 +152,13 @@ class _Builder:
 
     def _mem_fd(self) -> int:
         if self.memfd is None:
-            self.memfd = os.memfd_create("cudatrace-unsealed", os.MFD_CLOEXEC)
+            try:
+                self.memfd = os.memfd_create("cudatrace-unsealed", os.MFD_CLOEXEC)
+            except (AttributeError, OSError):  # no memfd here: an unlinked temporary file
+                import tempfile
+
+                with tempfile.TemporaryFile() as f:
+                    self.memfd = os.dup(f.fileno())
             os.ftruncate(self.memfd, self.size)
         return self.memfd
 
