@@ -167,7 +167,10 @@ class _Builder:
         view = memoryview(data)
         done = 0
         while done < len(data):
-            done += os.pwrite(fd, view[done:], off + done)
+            n = os.pwrite(fd, view[done:], off + done)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, "no room to put a sealed chunk back")
+            done += n
 
     def inflate(self, want: Callable[[int], bool]) -> None:
         """Put back the chunks `want(c)` accepts from the sidecar's intact entries."""
