@@ -19,9 +19,11 @@ from .aggregate import notes as aggregate_notes
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
+from .python_summary import python_summary
 from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
 from .sites import SFrame, Site, Stacks, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
+from .unseal import lost_chunks_json
 
 SCHEMA = "cudatrace.report/1"
 CONTEXT_FRAMES = 6  # frames listed per stack
@@ -532,6 +534,7 @@ def build_report(
         "truncated_files": truncated,
         "python": python_summary(a),
         "lost": lost,
+        "lost_chunks": lost_chunks_json(a.traces),
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
         "aggregate": agg["json"],
@@ -720,6 +723,7 @@ def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: lis
     m = a.model
     warnings: list[str] = []
     warnings.extend(unrecorded(a))
+    warnings.extend(n for t in a.traces for n in t.notes)  # sealed chunks lost, sidecar damage
     c = m.counts
     if c.get("unmatched_frees"):
         warnings.append(
@@ -796,45 +800,6 @@ def _budget_json(a: Analysis, limits: dict) -> dict | None:
             "beyond_traces": beyond_traces(a),
         }
     return budget
-
-
-def python_summary(a: Analysis) -> dict | None:
-    """Python in the traced processes: versions, status, and device allocations with Python frames
-    and without (by reason). None when no process ran Python."""
-    from ..symbols import python as pyframes
-
-    procs = [t for t in a.traces if "python.status" in t.info]
-    if not procs:
-        return None
-    with_frames = 0
-    without: dict[str, int] = {}
-    for (ti, leaf), (count, _nbytes) in a.model.stack_totals().items():
-        t = a.traces[ti]
-        if "python.status" not in t.info:
-            continue
-        link = t.py_link(leaf)
-        if link and link[0] == pyframes.LINK_FRAMES:
-            with_frames += count
-        else:
-            why = (
-                pyframes.WHY.get(link[1], f"reason {link[1]}")
-                if link
-                else "no stack recorded (stacks off or the stack table full)"
-            )
-            without[why] = without.get(why, 0) + count
-    return {
-        "view": a.stacks.view,
-        "processes": [
-            {
-                "pid": t.pid,
-                "version": t.info.get("python.version"),
-                "status": t.info.get("python.status"),
-            }
-            for t in procs
-        ],
-        "allocs_with_frames": with_frames,
-        "allocs_without_frames": without,
-    }
 
 
 def stack_counts(traces) -> dict:

@@ -47,7 +47,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     show_default=True,
     type=click.FloatRange(0),
     metavar="SECONDS",
-    help="Analyze a run again at most this often.",
+    help="Read a run's traces again at most this often (and analyze them only when "
+    "something was written since); a scrape waits for fresh figures 1 s at most.",
 )
 def metrics(listen, traces, top, trace_interval):
     """Serve budgets (every group's ledger) and, with --traces, the live sites of traced runs
@@ -63,11 +64,13 @@ def metrics(listen, traces, top, trace_interval):
     from ..record.fence import status_with_unfenced
 
     cache = TraceCache(traces, top, trace_interval) if traces else None
+    if cache is not None:
+        cache.start()
     try:
         serve(
             host,
             port,
-            Collector(status_with_unfenced, cache),
+            Collector(status_with_unfenced, cache, _gpus()),
             lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
         )
     except OSError as e:
@@ -75,3 +78,20 @@ def metrics(listen, traces, top, trace_interval):
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _gpus():
+    """The gpu/UUID labels of devices: NVML's UUIDs (none without NVML), through this
+    process's CUDA_VISIBLE_DEVICES."""
+    import os
+
+    from ..nvml import Nvml
+    from ..present.metrics import Gpus
+
+    nv = Nvml()
+    try:
+        uuids = nv.uuids() if nv.available else {}
+    finally:
+        if nv.available:
+            nv.shutdown()
+    return Gpus(uuids, os.environ.get("CUDA_VISIBLE_DEVICES"))

@@ -14,6 +14,7 @@ from ..errors import CudatraceError
 from .options import GROUPINGS, Attribution, Moment, Outputs
 
 HELP = {"help_option_names": ["-h", "--help"]}
+LOST_STATUS = 3  # the report was written, but part of a trace is lost (docs/reliability.md)
 
 
 @click.command("report", context_settings=HELP)
@@ -58,8 +59,7 @@ def report(path, top, by, moment, attribution, outputs, tree, watch):
             )
         watch_report(path, top, by, moment, attribution)
         return 0
-    run_report(path, top, by, moment, attribution, outputs, tree)
-    return 0
+    return run_report(path, top, by, moment, attribution, outputs, tree)
 
 
 def run_report(
@@ -72,8 +72,10 @@ def run_report(
     tree: bool = False,
     out=None,
     symbolizer=None,
-) -> None:
-    """The body of `cudatrace report` (also callable from Python): writes the chosen outputs.
+) -> int:
+    """The body of `cudatrace report` (also callable from Python): writes the chosen outputs;
+    the exit status: 0, or LOST_STATUS when part of a trace is lost (sealed chunks in neither
+    the trace nor its sidecar: the report lacks their events, and says so on stderr too).
     Raises CudatraceError (a trace that cannot be read, a file that cannot be written)."""
     from ..analyze.analysis import Analysis, build_report
     from ..progress import stderr_is_tty
@@ -99,6 +101,16 @@ def run_report(
         raise CudatraceError(str(e)) from None
     _write_files(a, r, moment, attribution, outputs)
     _print(r, outputs, tree, attribution.full_names, out)
+    if r.get("lost_chunks"):
+        n = sum(len(x["chunks"]) for x in r["lost_chunks"])
+        click.echo(
+            "cudatrace: %d sealed chunk(s) of %d trace file(s) could not be read back (the "
+            "compressed sidecar is damaged or missing): the report lacks their events"
+            % (n, len(r["lost_chunks"])),
+            err=True,
+        )
+        return LOST_STATUS
+    return 0
 
 
 def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: Outputs) -> None:

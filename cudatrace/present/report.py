@@ -572,6 +572,20 @@ def _text_trailer(r: dict, o: _Lines) -> None:
                 % (x["pid"], secs_text(x["from_time"]), x["why"], x["file"])
             )
         w("")
+    if r.get("lost_chunks"):
+        w("Trace data lost (sealed chunks in neither the trace nor its sidecar; in no figure):")
+        for x in r["lost_chunks"]:
+            w(
+                "  pid %d: %d chunk(s), %s (chunks %s)  [%s]"
+                % (
+                    x["pid"],
+                    len(x["chunks"]),
+                    size_text(x["bytes"]),
+                    ", ".join(map(str, x["chunks"])),
+                    x["file"],
+                )
+            )
+        w("")
     if r["unreadable_files"]:
         w("Unreadable files:")
         for e in r["unreadable_files"]:

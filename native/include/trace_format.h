@@ -178,8 +178,13 @@ struct ct_file_header {
     /* chunks below this one are sealed: unmapped by the writer, never written again (the
      * launcher may compress them: docs/format.md, "Sealed chunks"); updated in place */
     uint32_t sealed_chunks;
-    uint8_t reserved[100];
+    uint32_t flags; /* CT_FH_* */
+    uint8_t reserved[96];
 };
+/* ct_file_header.flags. CT_FH_LIVE_LOCK: the writer holds an OFD read lock on byte 0 of the
+ * file while it lives, so a reader tells a live writer by F_OFD_GETLK, in any pid namespace (a
+ * killed process's lock is gone with it). */
+#define CT_FH_LIVE_LOCK 1
 #define CT_SC_FULL 0
 #define CT_SC_HIT 1
 #define CT_SC_VERIFIED 2

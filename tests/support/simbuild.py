@@ -67,6 +67,7 @@ PROGRAMS: dict[str, str] = {
     "closefds": "cuda",
     "churn": "cuda",
     "leakers": "cuda",
+    "steps": "cuda",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable
