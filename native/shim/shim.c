@@ -254,6 +254,7 @@ struct ct_call {
     struct ct_caller caller;   /* where the program's frames start (stacks.h) */
     uint8_t op, held, stacked; /* held: the budget holds c->reserve for this call */
     uint8_t inflight;          /* counted in ct_budget_inflight until post_budget */
+    struct ct_live_taken live; /* a free: what it took out of the live counters (live.h) */
 };
 _Static_assert(
     __builtin_offsetof(struct ct_call, dev) == __builtin_offsetof(struct ct_event, device) &&
@@ -334,7 +335,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     c->reserve = 0;
     c->caller.sp = 0;
     c->op = op;
-    c->held = c->stacked = c->inflight = 0;
+    c->held = c->stacked = c->inflight = c->live.state = 0;
     return 1;
 }
 
@@ -615,10 +616,8 @@ static void ct_post(struct ct_call *c)
         if (c->dev < 0)
             c->dev = current_device();
         ct_live_alloc(c->kind, c->space, c->dev, c->addr, c->size, c->result);
-    } else if (c->op == CT_OP_FREE && c->result == CUDA_SUCCESS) {
-        int dev = ct_live_free(c->space, c->addr); /* the device it was allocated on */
-        if (c->dev < 0 && dev != CT_LIVE_UNKNOWN)
-            c->dev = dev;
+    } else if (c->op == CT_OP_MAP && c->result == CUDA_SUCCESS) {
+        ct_live_map(c->addr, c->size, c->aux);
     }
     if (ct_cfg.mode == CT_MODE_NONE) { /* --no-trace: the ledger was all there was to do */
         ct_leave();
@@ -676,7 +675,14 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         if ((OP) == CT_OP_CTX_END) /* before the handle can come back as another context */        \
             __atomic_add_fetch(&ctx_epoch, 1, __ATOMIC_ACQ_REL);                                   \
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
-            c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
+            c.ts = ct_now_ns();   /* before memory returns: no later allocation sorts first */     \
+        if ((OP) == CT_OP_FREE) { /* the same for the live counters (a failure puts it back) */    \
+            int live_dev = ct_live_freeing(SPACE, (uint64_t)(ADDR), &c.live);                      \
+            if (c.dev < 0 && live_dev != CT_LIVE_UNKNOWN)                                          \
+                c.dev = live_dev; /* the device it was allocated on */                             \
+        }                                                                                          \
+        if ((OP) == CT_OP_UNMAP)                                                                   \
+            ct_live_unmapping((uint64_t)(ADDR), (uint64_t)(SIZE));                                 \
         if ((OP) == CT_OP_FREE && ct_cfg.mode == CT_MODE_AGGREGATE)                                \
             ct_agg_freeing(SPACE, (uint64_t)(ADDR));  /* the same, for --aggregate's own peak */   \
         if ((OP) == CT_OP_FREE && ct_budget_ledger) { /* until the ledger gives the bytes back */  \
@@ -684,6 +690,10 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             ct_budget_call_begins(0);                                                              \
         }                                                                                          \
         c.result = real ARGS;                                                                      \
+        if ((OP) == CT_OP_FREE && __builtin_expect(c.result != CUDA_SUCCESS && c.live.state, 0))   \
+            ct_live_unfree(SPACE, (uint64_t)(ADDR), &c.live);                                      \
+        if ((OP) == CT_OP_UNMAP)                                                                   \
+            ct_live_unmapped((uint64_t)(ADDR), (uint64_t)(SIZE), c.result == CUDA_SUCCESS);        \
         c.size = (uint64_t)(SIZE);                                                                 \
         if (c.result == CUDA_SUCCESS)                                                              \
             c.addr = (uint64_t)(ADDR);                                                             \
