@@ -320,6 +320,20 @@ class Tracker:
         )
         return [SiteUse(**r) for r in rows]
 
+    def children(self) -> list[tuple[int, int]]:
+        """[(pid, bytes)] of the processes started from this one (children, and theirs: a
+        multiprocessing worker) that allocated device memory during the block, each with the
+        most it held at once of what it allocated then. Not in peak or left: those count this
+        process, whose counters are its own. Read from their trace files in this run's trace
+        directory; empty without one."""
+        if not self.end_ns:
+            raise RuntimeError("children() is read after the block has ended")
+        from .analyze import live_sites
+
+        return live_sites.descendant_peaks(
+            os.environ.get("CUDATRACE_DIR"), os.getpid(), self.start_ns, self.end_ns
+        )
+
 
 def track(anchor: tuple | None = None) -> Tracker:
     """`with cudatrace.track() as t:` measures the block: t.peak, t.left, t.sites()."""
