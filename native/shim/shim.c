@@ -575,10 +575,34 @@ static inline void call_settled(struct ct_call *c)
     }
 }
 
+/* what this process holds on dev, by its live counters (CT_LIVE_DEVICES rows) */
+static uint64_t live_held(int dev)
+{
+    return __atomic_load_n(&ct_live.dev[dev].live, __ATOMIC_ACQUIRE);
+}
+
+/* CUDATRACE_RECORD_CONTEXTS without a budget: the call is settled; after an allocation, the
+ * context is measured as a budget would count it (budget.c), into the trace (the allocation
+ * enters the live counters right after: its bytes are added) */
+__attribute__((noinline)) static void context_watch(struct ct_call *c)
+{
+    call_settled(c);
+    if (c->op != CT_OP_ALLOC || c->result != CUDA_SUCCESS || c->kind == CT_KIND_HOST)
+        return;
+    if (c->dev < 0)
+        c->dev = current_device();
+    if (c->dev >= 0 && c->dev < CT_LIVE_DEVICES)
+        ct_budget_context_watch(c->dev, live_held, c->size);
+}
+
 /* after the real call, with a budget: settle it (kept apart: the common path has none) */
 __attribute__((noinline)) static void post_budget(struct ct_call *c)
 {
     ct_ledger *ledger = ct_budget_ledger;
+    if (!ledger && !c->held) { /* no budget: a call bracketed for ct_cfg.ctx_watch */
+        context_watch(c);
+        return;
+    }
     if (c->op == CT_OP_ALLOC && c->held) {
         int dev = c->dev < 0 ? 0 : c->dev;
         if (c->result != CUDA_SUCCESS) {
@@ -610,7 +634,7 @@ __attribute__((noinline)) static void post_budget(struct ct_call *c)
 /* after the real call: settle the budget (with one), the live counters, then the event */
 static void ct_post(struct ct_call *c)
 {
-    if (__builtin_expect(c->held || ct_budget_ledger, 0))
+    if (__builtin_expect(c->held || c->inflight || ct_budget_ledger, 0))
         post_budget(c);
     if (c->op == CT_OP_ALLOC) { /* the live counters (live.c): what the program can read */
         if (c->dev < 0)
@@ -688,6 +712,11 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         if ((OP) == CT_OP_FREE && ct_budget_ledger) { /* until the ledger gives the bytes back */  \
             c.inflight = 1;                                                                        \
             ct_budget_call_begins(0);                                                              \
+        }                                                                                          \
+        if (((OP) == CT_OP_ALLOC || (OP) == CT_OP_FREE) &&                                         \
+            __builtin_expect(ct_cfg.ctx_watch, 0)) {                                               \
+            c.inflight = 1; /* a context measured meanwhile is not exact (context_watch) */        \
+            ct_budget_call_begins(1);                                                              \
         }                                                                                          \
         c.result = real ARGS;                                                                      \
         if ((OP) == CT_OP_FREE && __builtin_expect(c.result != CUDA_SUCCESS && c.live.state, 0))   \
@@ -962,6 +991,8 @@ static void init_steps(void)
     if (!ct_config_load())
         return;
     ct_budget_init();
+    if (ct_budget_on())
+        ct_cfg.ctx_watch = 0; /* the budget measures contexts itself (ct_budget_context) */
     ct_modules_init();
     if (ct_cfg.stack_depth > 0) {
         void *warm[4];
