@@ -818,6 +818,44 @@ void ct_budget_context(int dev)
     }
 }
 
+#define CTX_RETRY_NS 10000000ull /* after a reading disturbed by other calls */
+
+void ct_budget_context_watch(int dev, uint64_t (*held)(int dev), uint64_t pending)
+{
+    if (ct_budget_ledger || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES ||
+        __atomic_load_n(&ctx_misses[dev], __ATOMIC_RELAXED) >= CTX_TRIES)
+        return;
+    uint64_t now = ct_now_ns(), due = __atomic_load_n(&ctx_next_ns[dev], __ATOMIC_RELAXED);
+    if (now < due || !__atomic_compare_exchange_n(&ctx_next_ns[dev], &due, now + CTX_PERIOD_NS, 0,
+                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return; /* measured less than a second ago, or by another thread now */
+    pthread_once(&ctx_once, ctx_init);
+    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE)) {
+        ctx_missed(dev, 1); /* no NVML: nothing to record */
+        return;
+    }
+    uint32_t b0 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
+    uint64_t r0 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE), used = 0;
+    uint64_t h0 = held(dev) + pending;
+    int found = ctx_nvml_used(dev, &used);
+    uint64_t h1 = held(dev) + pending, r1 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE);
+    uint32_t b1 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
+    if (found != 1) {
+        ctx_missed(dev, found < 0);
+        return;
+    }
+    if (b0 || b1 || r0 != r1 || h0 != h1) { /* another call was under way: again soon */
+        __atomic_store_n(&ctx_next_ns[dev], now + CTX_RETRY_NS, __ATOMIC_RELAXED);
+        return;
+    }
+    uint64_t ctx = ((used > h0 ? used - h0 : 0) + 1023) & ~1023ull; /* in KiB, as the ledger */
+    if (ctx > __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED)) {
+        __atomic_store_n(&ctx_counted[dev], ctx, __ATOMIC_RELAXED);
+        if (ctx_report)
+            ctx_report(dev, ctx);
+    }
+}
+
 static void ctx_forget(void)
 {
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {

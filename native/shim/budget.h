@@ -92,6 +92,13 @@ static inline void ct_budget_call_ends(void)
 /* Count this process's CUDA context on dev (measured through NVML, at most once a second;
  * see budget.c). Called around counted allocations. */
 void ct_budget_context(int dev);
+/* Without a budget (ct_cfg.ctx_watch): the figure a budget would count for this process's
+ * context on dev, measured the same way after an allocation (held(dev) + pending: the bytes
+ * this process holds there, by its live counters, and the allocation's own not counted yet),
+ * only while no other call of the process is under way (the calls bracketed by
+ * ct_budget_call_begins(1) / ct_budget_call_ends), and told to the context report when it
+ * grew. */
+void ct_budget_context_watch(int dev, uint64_t (*held)(int dev), uint64_t pending);
 /* fn(dev, bytes): told each new figure (shim.c writes it into the trace) */
 void ct_budget_set_context_report(void (*fn)(int dev, uint64_t bytes));
 

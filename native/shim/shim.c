@@ -314,6 +314,7 @@ struct ct_call {
     struct ct_caller caller;   /* where the program's frames start (stacks.h) */
     uint8_t op, held, stacked; /* held: the budget holds c->reserve for this call */
     uint8_t inflight;          /* counted in ct_budget_inflight until post_budget */
+    struct ct_live_taken live; /* a free: what it took out of the live counters (live.h) */
 };
 _Static_assert(
     __builtin_offsetof(struct ct_call, dev) == __builtin_offsetof(struct ct_event, device) &&
@@ -394,7 +395,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     c->reserve = 0;
     c->caller.sp = 0;
     c->op = op;
-    c->held = c->stacked = c->inflight = 0;
+    c->held = c->stacked = c->inflight = c->live.state = 0;
     return 1;
 }
 
@@ -660,10 +661,34 @@ static inline void call_settled(struct ct_call *c)
     }
 }
 
+/* what this process holds on dev, by its live counters (CT_LIVE_DEVICES rows) */
+static uint64_t live_held(int dev)
+{
+    return __atomic_load_n(&ct_live.dev[dev].live, __ATOMIC_ACQUIRE);
+}
+
+/* CUDATRACE_RECORD_CONTEXTS without a budget: the call is settled; after an allocation, the
+ * context is measured as a budget would count it (budget.c), into the trace (the allocation
+ * enters the live counters right after: its bytes are added) */
+__attribute__((noinline)) static void context_watch(struct ct_call *c)
+{
+    call_settled(c);
+    if (c->op != CT_OP_ALLOC || c->result != CUDA_SUCCESS || c->kind == CT_KIND_HOST)
+        return;
+    if (c->dev < 0)
+        c->dev = current_device();
+    if (c->dev >= 0 && c->dev < CT_LIVE_DEVICES)
+        ct_budget_context_watch(c->dev, live_held, c->size);
+}
+
 /* after the real call, with a budget: settle it (kept apart: the common path has none) */
 __attribute__((noinline)) static void post_budget(struct ct_call *c)
 {
     ct_ledger *ledger = ct_budget_ledger;
+    if (!ledger && !c->held) { /* no budget: a call bracketed for ct_cfg.ctx_watch */
+        context_watch(c);
+        return;
+    }
     if (c->op == CT_OP_ALLOC && c->held) {
         int dev = c->dev < 0 ? 0 : c->dev;
         if (c->result != CUDA_SUCCESS) {
@@ -695,16 +720,14 @@ __attribute__((noinline)) static void post_budget(struct ct_call *c)
 /* after the real call: settle the budget (with one), the live counters, then the event */
 static void ct_post(struct ct_call *c)
 {
-    if (__builtin_expect(c->held || ct_budget_ledger, 0))
+    if (__builtin_expect(c->held || c->inflight || ct_budget_ledger, 0))
         post_budget(c);
     if (c->op == CT_OP_ALLOC) { /* the live counters (live.c): what the program can read */
         if (c->dev < 0)
             c->dev = current_device();
         ct_live_alloc(c->kind, c->space, c->dev, c->addr, c->size, c->result);
-    } else if (c->op == CT_OP_FREE && c->result == CUDA_SUCCESS) {
-        int dev = ct_live_free(c->space, c->addr); /* the device it was allocated on */
-        if (c->dev < 0 && dev != CT_LIVE_UNKNOWN)
-            c->dev = dev;
+    } else if (c->op == CT_OP_MAP && c->result == CUDA_SUCCESS) {
+        ct_live_map(c->addr, c->size, c->aux);
     }
     if (ct_cfg.mode == CT_MODE_NONE) { /* --no-trace: the ledger was all there was to do */
         ct_leave();
@@ -767,14 +790,30 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             __atomic_add_fetch(&ctx_epoch, 1, __ATOMIC_ACQ_REL);                                   \
         uint32_t pool_was = (OP) == CT_OP_POOL_END ? pool_forget((uintptr_t)(ADDR)) : 0;           \
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
-            c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
+            c.ts = ct_now_ns();   /* before memory returns: no later allocation sorts first */     \
+        if ((OP) == CT_OP_FREE) { /* the same for the live counters (a failure puts it back) */    \
+            int live_dev = ct_live_freeing(SPACE, (uint64_t)(ADDR), &c.live);                      \
+            if (c.dev < 0 && live_dev != CT_LIVE_UNKNOWN)                                          \
+                c.dev = live_dev; /* the device it was allocated on */                             \
+        }                                                                                          \
+        if ((OP) == CT_OP_UNMAP)                                                                   \
+            ct_live_unmapping((uint64_t)(ADDR), (uint64_t)(SIZE));                                 \
         if ((OP) == CT_OP_FREE && ct_cfg.mode == CT_MODE_AGGREGATE)                                \
             ct_agg_freeing(SPACE, (uint64_t)(ADDR));  /* the same, for --aggregate's own peak */   \
         if ((OP) == CT_OP_FREE && ct_budget_ledger) { /* until the ledger gives the bytes back */  \
             c.inflight = 1;                                                                        \
             ct_budget_call_begins(0);                                                              \
         }                                                                                          \
+        if (((OP) == CT_OP_ALLOC || (OP) == CT_OP_FREE) &&                                         \
+            __builtin_expect(ct_cfg.ctx_watch, 0)) {                                               \
+            c.inflight = 1; /* a context measured meanwhile is not exact (context_watch) */        \
+            ct_budget_call_begins(1);                                                              \
+        }                                                                                          \
         c.result = real ARGS;                                                                      \
+        if ((OP) == CT_OP_FREE && __builtin_expect(c.result != CUDA_SUCCESS && c.live.state, 0))   \
+            ct_live_unfree(SPACE, (uint64_t)(ADDR), &c.live);                                      \
+        if ((OP) == CT_OP_UNMAP)                                                                   \
+            ct_live_unmapped((uint64_t)(ADDR), (uint64_t)(SIZE), c.result == CUDA_SUCCESS);        \
         c.size = (uint64_t)(SIZE);                                                                 \
         if (c.result == CUDA_SUCCESS)                                                              \
             c.addr = (uint64_t)(ADDR);                                                             \
@@ -1070,6 +1109,8 @@ static void init_steps(void)
     if (!ct_config_load())
         return;
     ct_budget_init();
+    if (ct_budget_on())
+        ct_cfg.ctx_watch = 0; /* the budget measures contexts itself (ct_budget_context) */
     ct_modules_init();
     if (ct_cfg.stack_depth > 0) {
         void *warm[4];

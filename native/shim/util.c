@@ -141,6 +141,7 @@ int ct_config_load(void)
      * the shim entered it; other processes only once they use CUDA */
     ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();
     ct_cfg.count_host = (int)ct_setting_long(CT_SET_COUNT_HOST, 0);
+    ct_cfg.ctx_watch = ct_setting_long(CT_SET_RECORD_CONTEXTS, 0) == 1;
     ct_cfg.virtualize = (int)ct_setting_long(CT_SET_VIRTUALIZE, 1);
     const char *oe = ct_setting(CT_SET_ON_EXCEED);
     ct_cfg.on_exceed = strcmp(oe, "warn") == 0    ? CT_EXCEED_WARN

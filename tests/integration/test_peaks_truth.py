@@ -78,6 +78,26 @@ def test_threads_under_a_budget_never_peak_above_the_device(ct, sim):
     assert 0 < rep["peak_bytes"] <= hwm, (rep["peak_bytes"], hwm)
 
 
+@pytest.mark.parametrize("limit", ["budget", "device"])
+def test_threads_live_counters_never_peak_above_the_limit(ct, sim, limit):
+    # the live counters the program reads (cudatrace.stats(), live_format.h) keep the trace's
+    # order: a free leaves them before its driver call, so no thread's allocation is counted
+    # while the memory it reuses is still counted too (32 threads read 21 MiB under 20 MiB).
+    # The simulated free sleeps after giving the memory back (call_delay_us): with the count
+    # taken after the call, the device's 20 MiB read as 40.
+    hammer = f"{sim.progs['budget_hammer']} 32 200 1m"
+    cmd = ["sh", "-c", f"{hammer}; {hammer}"]
+    if limit == "budget":
+        r, hwm = _run(ct, sim, cmd, "-q", "--budget", "20MiB", call_delay_us=300)
+    else:
+        r, hwm = _run(ct, sim, cmd, "-q", total_bytes=20 * MiB, call_delay_us=300)
+    assert 0 < hwm <= 20 * MiB
+    lines = [x.split() for x in r.stdout.splitlines() if x.startswith("live peak ")]
+    assert len(lines) == 2, r.stdout + r.stderr
+    assert all(0 < int(x[2]) <= hwm for x in lines), (lines, hwm)
+    assert [x[4] for x in lines] == ["0", "0"], lines
+
+
 @pytest.mark.parametrize("shape", ["single", "sequential", "fork", "exec"])
 def test_aggregate_headline_is_what_the_device_held(ct, sim, shape):
     # --aggregate keeps snapshots, not events: the headline still ends each process's memory
