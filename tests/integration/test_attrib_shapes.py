@@ -55,10 +55,24 @@ SHAPES = {
         {"llamaish_model::load_tensors"},
     ),
     "torchapp": ("app::Model::init_kv", {"app::Model::load_weights"}),
+    # libtorch over libc10_cuda, libtorch_cpu and libtorch_cuda: torch::empty, .to(kCUDA),
+    # torch::zeros, at::empty_strided
+    "llm_server": (
+        "llm::KVCache::KVCache",
+        {"llm::Model::load_weights", "llm::Sampler::Sampler", "llm::RopeCache::RopeCache"},
+    ),
+    # ONNX Runtime's arena growing through a lambda, under onnxruntime-genai's KV cache
+    "ort_chat": (
+        "Generators::DefaultKeyValueCache::DefaultKeyValueCache",
+        {"Generators::Logits::Logits"},
+    ),
+    # TensorFlow: tsl's BFC arena over stream_executor, in two libraries
+    "tf_serving": ("serving::KVStore::KVStore", {"serving::Embedding::Embedding"}),
 }
 HELPERS = re.compile(
     r"AllocOnDevice|vt::Alloc|CudaBackend|allocateImpl|BaseAllocator|GenericBuffer|"
-    r"BufferManager|ggmlish_|alloc_tensor_range|mc10::|mat::"
+    r"BufferManager|ggmlish_|alloc_tensor_range|mc10::|mat::|^c10::|^at::|^torch::|"
+    r"operator\(\)|lambda|onnxruntime::|OrtApis|^Ort::|^tsl::|^tensorflow::|stream_executor"
 )
 
 _built: dict[tuple[str, bool], Path] = {}
