@@ -217,7 +217,9 @@ def _needed(path: str) -> tuple[str, ...]:
             for sec in elf.iter_sections():
                 if isinstance(sec, DynamicSection):
                     return tuple(
-                        t.needed for t in sec.iter_tags() if t.entry.d_tag == "DT_NEEDED"
+                        t.needed  # type: ignore[attr-defined]
+                        for t in sec.iter_tags()
+                        if t.entry.d_tag == "DT_NEEDED"
                     )
     except Exception:
         return ()

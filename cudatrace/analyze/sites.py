@@ -207,9 +207,7 @@ class Stacks:
             table = frameworks.table()
             exes = {t.exe for t in self.traces if t.exe}
             paths = {m.path for t in self.traces for m in t.modules if m.path not in exes}
-            self._membership = frameworks.Membership(
-                table, frameworks.joined_modules(paths, table)
-            )
+            self._membership = frameworks.Membership(table, frameworks.joined_modules(paths, table))
         return self._membership
 
     def prepare(self, keys) -> None:

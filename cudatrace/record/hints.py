@@ -42,9 +42,9 @@ def _dynamic(path: str) -> tuple[list[str], list[str]]:
                     needed, dirs = [], []
                     for t in sec.iter_tags():
                         if t.entry.d_tag == "DT_NEEDED":
-                            needed.append(t.needed)
+                            needed.append(t.needed)  # type: ignore[attr-defined]
                         elif t.entry.d_tag in ("DT_RUNPATH", "DT_RPATH"):
-                            p = t.runpath if t.entry.d_tag == "DT_RUNPATH" else t.rpath
+                            p = getattr(t, "runpath" if t.entry.d_tag == "DT_RUNPATH" else "rpath")
                             dirs += p.split(":")
                     origin = os.path.dirname(os.path.realpath(path))
                     dirs = [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in dirs]
@@ -137,3 +137,26 @@ def write_hints(out_dir: Path, exe: str, env: dict) -> Path | None:
     except (OSError, UnicodeError):
         return None
     return target
+
+
+class HintsFile:
+    """The hints of one run: in the trace directory, or (out None: --no-trace) in a private
+    temporary directory removed by stop(), or when the launcher lets go of the object if the
+    command never started. path is None when nothing could be written: the shim goes without
+    (its line then says what it cannot know)."""
+
+    def __init__(self, out: Path | None, exe: str, env: dict):
+        import shutil
+        import tempfile
+        import weakref
+
+        where = out if out is not None else Path(tempfile.mkdtemp(prefix="cudatrace-hints-"))
+        self._remove = weakref.finalize(self, shutil.rmtree, where, True) if out is None else None
+        try:
+            self.path = write_hints(where, exe, env)
+        except Exception:  # never a reason not to run the program
+            self.path = None
+
+    def stop(self) -> None:
+        if self._remove is not None:
+            self._remove()

@@ -294,7 +294,7 @@ def _run(
         _check_shim_path("trace directory", out)
     env = _environment(opts, shim, out)
     ledger, budget_info = _join_budget(opts, env)
-    drop_hints = _hints(opts, path, env, out)
+    hints = _hints(opts, path, env, out)
     run_info = _write_run_info(opts, path, out, budget_info, ledger)
     _say_start(opts, out)
     aborted = []
@@ -363,7 +363,6 @@ def _run(
             signal.signal(s, h)
         if ledger is not None:
             ledger.finish()
-        drop_hints()
         raise LaunchError(f"cannot execute {path}: {e.strerror or e}", 126) from None
     procs.append(proc)
     for signum in pending:
@@ -377,12 +376,11 @@ def _run(
             opts.on_start(proc, out)
         rc = _wait(proc)
     finally:
-        for helper in (sampler, sealer, watcher, exits):
+        for helper in (sampler, sealer, watcher, exits, hints):
             if helper is not None:
                 helper.stop()
         for s, h in old.items():
             signal.signal(s, h)
-    drop_hints()
     status = exit_status(rc)
     if aborted and status == 0:
         status = 3
@@ -479,27 +477,19 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     return env
 
 
-def _hints(opts: RunOptions, path: str, env: dict, out: Path | None) -> Callable[[], None]:
+def _hints(opts: RunOptions, path: str, env: dict, out: Path | None):
     """A run that can be denied (a budget, a group) hands the shim what only reading the
     binaries tells (record/hints.py: inline frames, a framework's libraries), named by
-    CUDATRACE_HINTS: in the trace directory, or under --no-trace in a private temporary one.
-    Returns what removes a temporary file after the run."""
+    CUDATRACE_HINTS. None for a run that cannot be denied; else what stop() removes when
+    it is a temporary file (--no-trace)."""
     if opts.budget is None and opts.group is None and not env.get("CUDATRACE_GROUP"):
-        return lambda: None
-    import tempfile
+        return None
+    from .hints import HintsFile
 
-    from .hints import write_hints
-
-    where = out if out is not None else Path(tempfile.mkdtemp(prefix="cudatrace-hints-"))
-    try:
-        got = write_hints(where, path, env)
-    except Exception:  # never a reason not to run the program: the shim goes without
-        got = None
-    if got is not None:
-        env["CUDATRACE_HINTS"] = str(got)
-    if out is not None:
-        return lambda: None
-    return lambda: shutil.rmtree(where, ignore_errors=True)
+    h = HintsFile(out, path, env)
+    if h.path is not None:
+        env["CUDATRACE_HINTS"] = str(h.path)
+    return h
 
 
 def _join_budget(opts: RunOptions, env: dict):

@@ -280,7 +280,9 @@ def _without_launcher(env, exe, tmp_path, monkeypatch, **extra) -> str:
 
 @pytest.mark.parametrize("release", [False, True], ids=["O0", "O2"])
 @pytest.mark.parametrize("shape", sorted(NEW_SHAPES))
-def test_denial_without_the_launcher_names_or_says(env, shapes, tmp_path, monkeypatch, shape, release):
+def test_denial_without_the_launcher_names_or_says(
+    env, shapes, tmp_path, monkeypatch, shape, release
+):
     """Without the launcher the shim knows the frameworks (the shipped table) and lambdas; it
     cannot read DWARF: where the compiler inlined the responsible function, its line names the
     function it was inlined into and says so, never another site."""
@@ -294,7 +296,9 @@ def test_denial_without_the_launcher_names_or_says(env, shapes, tmp_path, monkey
     # inlined: the function the compiler put it in, and the words that say so
     assert release, line
     assert re.match(r"[^ ]+\+0x[0-9a-f]+, or a function inlined into it\)", where), line
-    assert name in ("main", "OgaCreateGenerator"), line  # the functions the tests' code inlines into
+    assert name in ("main", "OgaCreateGenerator"), (
+        line
+    )  # the functions the tests' code inlines into
     # the same file the launcher writes, handed over by hand, names it
     from cudatrace.record.hints import write_hints
 

@@ -193,7 +193,10 @@ def test_bad_fold_pattern():
             "operator()(unsigned long) const",
             "onnxruntime::BFCArena::Extend::{lambda#2}",
         ),
-        ("f()::{lambda()#1}::operator()() const::{lambda(int)#1}::_FUN(int)", "f::{lambda}::{lambda}"),
+        (
+            "f()::{lambda()#1}::operator()() const::{lambda(int)#1}::_FUN(int)",
+            "f::{lambda}::{lambda}",
+        ),
         ("foo()::'lambda'(int)::operator()(int) const", "foo::{lambda}"),
         ("Foo::bar()::$_0::operator()() const", "Foo::bar::{lambda}"),
         ("invocation function for block in Foo::bar(int)", "Foo::bar::{block}"),

@@ -27,7 +27,17 @@ from cudatrace.analyze import sites
 from cudatrace.commands import options
 
 PKG = Path(cudatrace.__file__).resolve().parent
-LEAVES = {"units", "procfs", "nvml", "native", "progress", "simdriver", "tracedir", "outputs"}
+LEAVES = {
+    "units",
+    "procfs",
+    "nvml",
+    "native",
+    "progress",
+    "simdriver",
+    "tracedir",
+    "outputs",
+    "frameworks",
+}
 MAX_LINES = 900
 
 # floor -> floors it must never import
