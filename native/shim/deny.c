@@ -24,7 +24,7 @@
 #include "modules.h"
 #include "util.h"
 
-#define DENY_FRAMES 24
+#define DENY_FRAMES 64
 #define NAME_MAX_LEN CT_INLINE_NAME
 #define SCOPE_LEN 160
 #define MAX_SCOPES 8
@@ -363,9 +363,11 @@ void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
     if (site) {
         o = add(out, o, cap, " via ");
         for (int k = site - 1; k >= 0; k--) {
-            o = add_name(out, o, cap, &fr[k]);
-            if (k)
+            if (k < site - 1 && fr[k].name[0] && !strcmp(fr[k].name, fr[k + 1].name))
+                continue; /* a constructor's two symbols, one inlined into the other */
+            if (k < site - 1)
                 o = add(out, o, cap, " > ");
+            o = add_name(out, o, cap, &fr[k]);
         }
     }
     for (int k = site + 1; k < m; k++) {
