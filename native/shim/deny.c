@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "frameworks.h"
+#include "graph.h"
 #include "modules.h"
 #include "util.h"
 
@@ -349,6 +350,31 @@ static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
     return m;
 }
 
+/* the call graph's fold (graph.c) over the concrete frames, as an index of fr: the first frame
+ * (its inline frames first) of the function above the layers; 0 when nothing folds */
+static int graph_site(const struct frame *fr, int m)
+{
+    uint64_t ips[DENY_FRAMES], fn[DENY_FRAMES];
+    const char *mods[DENY_FRAMES];
+    int at[DENY_FRAMES + 1], nc = 0;
+    for (int k = 0; k < m; k++)
+        if (!fr[k].inlined) {
+            ips[nc] = fr[k].ip;
+            mods[nc] = fr[k].module;
+            at[nc++] = k;
+        }
+    ct_function_starts(ips, (size_t)nc, fn);
+    int kc = ct_graph_cut(fn, mods, nc);
+    if (!kc)
+        return 0;
+    if (kc >= nc)
+        return at[nc - 1]; /* everything is allocator: the outermost frame asked */
+    int site = at[kc];
+    while (site > at[kc - 1] + 1 && fr[site - 1].inlined)
+        site--;
+    return site;
+}
+
 void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
 {
     struct frame *fr = malloc(DENY_FRAMES * sizeof *fr); /* cold path: large, not on the stack */
@@ -358,7 +384,13 @@ void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
         free(fr);
         return;
     }
-    int site = boundary(fr, m);
+    int site = boundary(fr, m), g = graph_site(fr, m);
+    if (g > site) { /* as the reports: the further of the two reaches, at a named frame */
+        int k = g;
+        while (k < m && (!fr[k].name[0] || transparent(&fr[k])))
+            k++;
+        site = k < m && !system_frame(&fr[k]) ? k : g;
+    }
     size_t o = add_site(out, 0, cap, &fr[site]);
     if (site) {
         o = add(out, o, cap, " via ");

@@ -16,6 +16,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -496,6 +497,117 @@ static int is_runtime_symbol(const char *s)
     if (strncmp(s, "cuda", 4) == 0 || strstr(s, "cudart") != NULL)
         return 1;
     return s[0] == 'c' && s[1] == 'u' && s[2] >= 'A' && s[2] <= 'Z'; /* cuMemAlloc ... */
+}
+
+/* ---- cold path: the functions of many addresses at once (a denial's call graph) -------- */
+
+struct at_off {
+    uintptr_t off; /* ip - 1 - the module's bias */
+    size_t idx;
+};
+
+static int by_off(const void *a, const void *b)
+{
+    uintptr_t x = ((const struct at_off *)a)->off, y = ((const struct at_off *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+/* one module's addresses (sorted): their functions from one pass over its symbol table */
+static void module_starts(const struct mod *m, struct at_off *at, size_t n, uint64_t *starts)
+{
+    int f = open(m->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (f < 0)
+        return;
+    uintptr_t *best = calloc(n, sizeof *best);
+    const char **names = calloc(n, sizeof *names);
+    uint8_t *map = MAP_FAILED;
+    size_t size = 0;
+    if (best && names && fstat(f, &st) == 0 && st.st_size > (off_t)sizeof(ElfW(Ehdr))) {
+        size = (size_t)st.st_size;
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, f, 0);
+    }
+    close(f);
+    if (map == MAP_FAILED) {
+        free(best);
+        free(names);
+        return;
+    }
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)map;
+    int ok = !memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_shoff &&
+             eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size;
+    const ElfW(Shdr) *sh = ok ? (const ElfW(Shdr) *)(map + eh->e_shoff) : NULL;
+    int found = 0;
+    for (int pass = 0; ok && pass < 2 && !found; pass++) {
+        uint32_t type = pass == 0 ? SHT_SYMTAB : SHT_DYNSYM;
+        for (int i = 0; i < eh->e_shnum; i++) {
+            if (sh[i].sh_type != type || sh[i].sh_link >= eh->e_shnum)
+                continue;
+            const ElfW(Shdr) *strs = &sh[sh[i].sh_link];
+            if (sh[i].sh_offset + sh[i].sh_size > size || strs->sh_offset + strs->sh_size > size)
+                continue;
+            found = 1;
+            const ElfW(Sym) *sym = (const ElfW(Sym) *)(map + sh[i].sh_offset);
+            for (size_t k = 0; k < sh[i].sh_size / sizeof(ElfW(Sym)); k++) {
+                uintptr_t v = sym[k].st_value, e = v + (sym[k].st_size ? sym[k].st_size : 1);
+                if (ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC || !v ||
+                    sym[k].st_name >= strs->sh_size)
+                    continue;
+                size_t lo = 0, hi = n; /* the first address at or above v */
+                while (lo < hi) {
+                    size_t mid = (lo + hi) / 2;
+                    if (at[mid].off < v)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                for (size_t a = lo; a < n && at[a].off < e; a++)
+                    if (v >= best[a]) {
+                        best[a] = v;
+                        names[a] = (const char *)map + strs->sh_offset + sym[k].st_name;
+                    }
+            }
+        }
+    }
+    for (size_t a = 0; a < n; a++)
+        if (names[a])
+            starts[at[a].idx] = is_runtime_symbol(names[a]) ? 1 : m->base + best[a];
+    munmap(map, size);
+    free(best);
+    free(names);
+}
+
+void ct_function_starts(const uint64_t *ips, size_t n, uint64_t *starts)
+{
+    uint32_t nm = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
+    uint32_t *which = malloc(n * sizeof *which);
+    struct at_off *at = malloc(n * sizeof *at);
+    for (size_t i = 0; i < n; i++)
+        starts[i] = 0;
+    for (size_t i = 0; which && at && i < n; i++) {
+        which[i] = nm;
+        for (uint32_t k = 0; k < nm; k++)
+            if (ips[i] >= mods[k].start && ips[i] < mods[k].end) {
+                which[i] = k;
+                break;
+            }
+    }
+    for (uint32_t k = 0; which && at && k < nm; k++) {
+        size_t c = 0;
+        for (size_t i = 0; i < n; i++)
+            if (which[i] == k) {
+                if (mods[k].flags & MF_CUDA)
+                    starts[i] = 1;
+                else
+                    at[c++] = (struct at_off){(uintptr_t)ips[i] - 1 - mods[k].base, i};
+            }
+        if (!c)
+            continue;
+        qsort(at, c, sizeof *at, by_off);
+        module_starts(&mods[k], at, c, starts);
+    }
+    free(which);
+    free(at);
 }
 
 void ct_describe_function(uintptr_t ip, char *out, size_t outlen)

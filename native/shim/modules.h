@@ -45,5 +45,9 @@ int ct_module_has_debug_info(uintptr_t ip);
  * RTLD_DEFAULT misses it); NULL when none is loaded */
 void *ct_sym_in_loaded(const char *prefix, const char *name);
 uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
+/* the start address of the function holding each return address ips[i], one pass over each
+ * module's symbol table (cold path: a denial's call graph); 0 where unknown, 1 for a CUDA
+ * library's frame or the static runtime's */
+void ct_function_starts(const uint64_t *ips, size_t n, uint64_t *starts);
 
 #endif
