@@ -14,6 +14,8 @@ SAMPLES_PREV = "samples.prev.jsonl"
 SAMPLES_HISTORY = "samples.history.jsonl"
 SAMPLES_EXTREMES = "samples.extremes.jsonl"
 SAMPLE_FILES = (SAMPLES_HISTORY, SAMPLES_EXTREMES, SAMPLES_PREV, SAMPLES)
-LAUNCHER_FILES = (RUN, DENIALS, *SAMPLE_FILES)
+# what the launcher read of the binaries for the shim's denial lines (record/hints.py)
+HINTS = "hints.txt"
+LAUNCHER_FILES = (RUN, DENIALS, HINTS, *SAMPLE_FILES)
 # held (flock) by the launcher for the whole run: a second run into the directory is refused
 LOCK = ".cudatrace.lock"

@@ -14,6 +14,7 @@ from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 
+from .. import frameworks
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
 from ..symbols.symbolizer import ProgressFactory
@@ -26,7 +27,7 @@ from .layers import (
     boundary_cut,
 )
 from .model import API, RT, Alloc, Groups, Model
-from .names import display_name
+from .names import display_name, enclosing
 from .ranks import device_label, rank_label_of
 from .trace import Module, Trace
 
@@ -197,6 +198,17 @@ class Stacks:
         # (trace, leaf) -> (the call graph's stamp, via, rest)
         self._split: dict[tuple[int, int], tuple[tuple[int, int], list[SFrame], list[SFrame]]] = {}
         self.errors: list[str] = []
+        self._membership: frameworks.Membership | None = None
+
+    def membership(self) -> frameworks.Membership:
+        """Which frames belong to a framework (frameworks.py): the table in force, and the
+        libraries the binaries of these traces join to it."""
+        if self._membership is None:
+            table = frameworks.table()
+            exes = {t.exe for t in self.traces if t.exe}
+            paths = {m.path for t in self.traces for m in t.modules if m.path not in exes}
+            self._membership = frameworks.Membership(table, frameworks.joined_modules(paths, table))
+        return self._membership
 
     def prepare(self, keys) -> None:
         """Symbolize every address the given (trace index, leaf) stacks need, module by module."""
@@ -352,12 +364,13 @@ class Stacks:
 
     def _boundary(self, ti: int, fr: list[SFrame]) -> int:
         """The boundary rule's fold (layers.boundary_cut) over native frames."""
-        bf = [
-            BFrame(
-                os.path.basename(f.module), display_name(f.function) if f.function else None, f.exe
-            )
-            for f in fr
-        ]
+        member = self.membership()
+        bf = []
+        for f in fr:
+            base = os.path.basename(f.module)
+            name = display_name(f.function) if f.function else None
+            encl = enclosing(f.function) if f.function else None
+            bf.append(BFrame(base, name, f.exe, encl, member.of(base, encl or name)))
         keep = (lambda i: self.kept(fr[i])) if self.patterns else None
         return boundary_cut(bf, keep)
 

@@ -294,6 +294,7 @@ def _run(
         _check_shim_path("trace directory", out)
     env = _environment(opts, shim, out)
     ledger, budget_info = _join_budget(opts, env)
+    hints = _hints(opts, path, env, out)
     run_info = _write_run_info(opts, path, out, budget_info, ledger)
     _say_start(opts, out)
     aborted = []
@@ -375,7 +376,7 @@ def _run(
             opts.on_start(proc, out)
         rc = _wait(proc)
     finally:
-        for helper in (sampler, sealer, watcher, exits):
+        for helper in (sampler, sealer, watcher, exits, hints):
             if helper is not None:
                 helper.stop()
         for s, h in old.items():
@@ -474,6 +475,21 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     ):  # extra_env may keep the shim's lines
         env["CUDATRACE_QUIET"] = "1"
     return env
+
+
+def _hints(opts: RunOptions, path: str, env: dict, out: Path | None):
+    """A run that can be denied (a budget, a group) hands the shim what only reading the
+    binaries tells (record/hints.py: inline frames, a framework's libraries), named by
+    CUDATRACE_HINTS. None for a run that cannot be denied; else what stop() removes when
+    it is a temporary file (--no-trace)."""
+    if opts.budget is None and opts.group is None and not env.get("CUDATRACE_GROUP"):
+        return None
+    from .hints import HintsFile
+
+    h = HintsFile(out, path, env)
+    if h.path is not None:
+        env["CUDATRACE_HINTS"] = str(h.path)
+    return h
 
 
 def _join_budget(opts: RunOptions, env: dict):

@@ -448,7 +448,7 @@ static int deny_rate(uintptr_t ip, uint64_t *n)
  * first. The launcher prints the attributed line as soon as it reads the DENY record
  * (docs/attribution.md). Printed under CUDATRACE_QUIET too: -q silences chatter, never the
  * reason a program failed (the rate limit applies). */
-#define DENY_PATH_FRAMES 16
+#define DENY_PATH_FRAMES 48 /* a framework (libtorch: ~25 frames) up to the program */
 
 static uint64_t ctx_bytes[CT_LEDGER_MAX_DEVICES]; /* this process's context, as counted */
 
