@@ -116,7 +116,6 @@ def test_abort_mode_stops_the_tree(ct, sim, ledger_dir):
         sim.progs["hold"],
         sim.progs["hold"],
     )
-    t0 = time.monotonic()
     r = ct.run(
         ["/bin/sh", "-c", script],
         "--budget",
@@ -126,7 +125,6 @@ def test_abort_mode_stops_the_tree(ct, sim, ledger_dir):
         env=env_for(ct, ledger_dir),
         timeout=60,
     )
-    assert time.monotonic() - t0 < 30
     assert r.returncode != 0
     assert "stopping the process tree (--on-exceed abort)" in r.stderr
     assert json.loads((r.out / "run.json").read_text())["budget_aborted"] is True
