@@ -5,8 +5,9 @@ module names them and loads only the one invoked, so that `cudatrace run` starts
 `commands/options.py` and `commands/run.py` alone (tests/integration/test_startup.py).
 
 Errors: a command raises `CudatraceError` (errors.py); `Main.invoke` catches it once, prints
-`cudatrace: MESSAGE` on stderr and exits with its status. A command returns its exit status
-(None or 0 for success).
+`cudatrace: MESSAGE` on stderr and exits with its status (`run`'s own errors with a status of
+their own, apart from CMD's: docs/exit-codes.md). A command returns its exit status (None or 0
+for success).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import click
 
 from . import __version__
-from .errors import CudatraceError
+from .errors import RUN_FAILED, RUN_STATUSES, CudatraceError
 
 # name -> module of commands/ (the click function has the command's name)
 COMMANDS = {
@@ -52,9 +53,12 @@ class Main(click.Group):
         try:
             status = super().invoke(ctx)
             sys.stdout.flush()  # a full disk or a closed pipe on stdout is said here, once
+        except click.ClickException as e:  # click's own: a bad option value, a missing argument
+            e.exit_code = _own_status(ctx, e.exit_code)
+            raise
         except CudatraceError as e:
             click.echo(f"cudatrace: {e}", err=True)
-            ctx.exit(e.status)
+            ctx.exit(_own_status(ctx, e.status))
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EIO, errno.EFBIG):
                 raise
@@ -65,6 +69,15 @@ class Main(click.Group):
         if status:
             ctx.exit(status)
         return status
+
+
+def _own_status(ctx: click.Context, status: int) -> int:
+    """The exit status of an error: `run` passes CMD's status through, so its own errors exit
+    with statuses apart from a program's (errors.py, docs/exit-codes.md); any other command's
+    error keeps its status."""
+    if ctx.invoked_subcommand == "run" and status not in RUN_STATUSES:
+        return RUN_FAILED
+    return status
 
 
 def _drop_stdout() -> None:

@@ -132,8 +132,9 @@ def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None
         out.write(render_tree(r["tree"], full=full_names))
     else:
         from ..present.report import render_text
+        from ..present.text import use_colour
 
-        out.write(render_text(r))
+        out.write(render_text(r, colour=use_colour(out)))
         if outputs.svg:
             out.write(f"timeline written to {outputs.svg}\n")
         if outputs.html:
@@ -154,9 +155,11 @@ def watch_report(
     from ..analyze.analysis import Analysis, build_report
     from ..analyze.sites import make_symbolizer
     from ..present.report import render_text
+    from ..present.text import use_colour
     from ..present.watch import loop, run_ended
 
     sym = make_symbolizer()
+    colour = use_colour(out or sys.stdout)
 
     def render() -> str:
         try:
@@ -164,7 +167,7 @@ def watch_report(
             r = build_report(
                 a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
             )
-            return render_text(r)
+            return render_text(r, colour=colour)
         except CudatraceError as e:
             return f"cudatrace: {e}\n(waiting: the trace may not have been written yet)\n"
         except ValueError as e:
