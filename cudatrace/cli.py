@@ -22,18 +22,19 @@ import click
 from . import __version__
 from .errors import RUN_FAILED, RUN_STATUSES, CudatraceError
 
-# name -> module of commands/ (the click function has the command's name)
+# name -> (module of commands/ (the click function has the command's name), what it does: the
+# one line `cudatrace --help` lists it with, whole, without loading the module)
 COMMANDS = {
-    "run": "run",
-    "report": "report",
-    "diff": "diff",
-    "export": "export",
-    "sweep": "sweep",
-    "status": "status",
-    "doctor": "doctor",
-    "demo": "demo",
-    "metrics": "metrics",
-    "slurm-taskprolog": "slurm",
+    "run": ("run", "Run a command with its device memory traced (or bounded)."),
+    "report": ("report", "Say who held the device memory at the peak, by call site."),
+    "diff": ("diff", "Compare two runs: the call sites that grew or shrank."),
+    "export": ("export", "Write a trace for other tools: pprof, speedscope, Perfetto."),
+    "sweep": ("sweep", "Run at several values of a flag; fit how each site grows."),
+    "status": ("status", "Show the budgets in force and who uses them."),
+    "doctor": ("doctor", "Say what a run would see on this machine, and what to do."),
+    "demo": ("demo", "The KV-pool defect, traced, diffed, bounded and swept."),
+    "metrics": ("metrics", "Serve budgets and traced runs to Prometheus."),
+    "slurm-taskprolog": ("slurm", "Give a Slurm job its share of its GPU as a budget."),
 }
 
 
@@ -46,8 +47,13 @@ class Main(click.Group):
     def get_command(self, ctx, name):
         if name not in COMMANDS:
             return None
-        module = importlib.import_module(f".commands.{COMMANDS[name]}", __package__)
+        module = importlib.import_module(f".commands.{COMMANDS[name][0]}", __package__)
         return getattr(module, name.replace("-", "_"))
+
+    def format_commands(self, ctx, formatter):
+        """The commands, once each, in whole sentences (click would cut their docstrings)."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
 
     def invoke(self, ctx):
         try:
@@ -91,22 +97,23 @@ def _drop_stdout() -> None:
         pass
 
 
-@click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Main,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="""\b
+Each command's --help explains it and every option.
+No GPU: cudatrace demo, or cudatrace run --simulated -- CMD.
+Exit statuses: docs/exit-codes.md.
+Shell completion (bash; zsh and fish alike, README.md):
+  eval "$(_CUDATRACE_COMPLETE=bash_source cudatrace)"
+""",
+)
 @click.version_option(__version__, prog_name="cudatrace")
 def main():
     """See, explain and bound GPU memory in programs you did not write.
 
-    \b
-    cudatrace run -- CMD ...      trace every device allocation of CMD and its children
-    cudatrace report DIR          who held the memory at the peak, by call site
-    cudatrace diff A B            what changed between two runs
-    cudatrace export DIR ...      the trace as pprof, flame graph, speedscope, memory_viz, Perfetto
-    cudatrace sweep --values ...  how each site grows with a flag: laws, predictions
-    cudatrace status [GROUP]      budgets in force and who uses them
-    cudatrace doctor [CMD]        what a run would see on this machine
-    cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
-    cudatrace metrics             budgets and traced runs for Prometheus
-    cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
+    `cudatrace run -- CMD` traces every device allocation of CMD and its children, with its
+    call stack, and says who held the memory at the peak; `--budget 8GiB` bounds it.
     """
 
 

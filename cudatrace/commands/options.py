@@ -270,7 +270,7 @@ class Moment(NamedTuple):
                     type=int,
                     default=None,
                     metavar="N",
-                    help="Only device N (its own peak with --at peak).",
+                    help="Only device N (its own peak with --at peak; default: every device).",
                 ),
             ],
         )
