@@ -13,6 +13,7 @@ import time
 import pytest
 
 from cudatrace.analyze.trace import C, iter_events, read_dir
+from cudatrace.errors import RUN_FAILED
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -62,7 +63,7 @@ def test_malformed_budget_is_refused_before_starting(ct, sim, ledger_dir, tmp_pa
             marker,
             env=env_for(ct, ledger_dir),
         )
-        assert r.returncode == 2, (spec, r.stderr)
+        assert r.returncode == RUN_FAILED, (spec, r.stderr)
         assert "--budget" in r.stderr and "GiB" in r.stderr, r.stderr  # lists the forms
         assert not marker.exists()
 
