@@ -69,7 +69,19 @@ def render_text(d: dict) -> str:
             "  (a run over several directories: a site's bytes are summed over its ranks' "
             "devices; per rank below)"
         )
-    rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
+    rows = [
+        [
+            "status",
+            "peak A",
+            "peak B",
+            "peak change",
+            "allocs change",  # allocations live at the peak, B minus A
+            "exit A",
+            "exit B",
+            "exit change",
+            "site",
+        ]
+    ]
     width = term_width()
     for s in d["sites"]:
         p, e = s["peak"], s["end"]
