@@ -77,7 +77,7 @@ def _status_text(p: dict, r: dict) -> str:
     return "truncated (no clean exit record: killed, crashed or still running)"
 
 
-def _limits_text(limits: dict) -> str:
+def limits_text(limits: dict) -> str:
     """'12.0 GiB on each of devices 0-15', '8.00 GiB on device 0, 4.00 GiB on device 1'"""
     by: dict[int, list[int]] = {}
     for d, v in limits.items():
@@ -226,7 +226,7 @@ def _text_run(r: dict, o: _Lines) -> None:
         spec = b.get("spec")
         if isinstance(spec, dict):  # run.json's budget record: its spec, if any
             spec = spec.get("spec")
-        lim = _limits_text(b["limits"]) or (f"spec {spec}" if spec else "no limit set")
+        lim = limits_text(b["limits"]) or (f"spec {spec}" if spec else "no limit set")
         w(
             "  budget      {} (over budget: {}{}{})".format(
                 lim,
@@ -238,7 +238,7 @@ def _text_run(r: dict, o: _Lines) -> None:
         if b.get("contexts"):
             w(
                 "  contexts    {} of CUDA context counted by the budget beside the allocations".format(
-                    _limits_text(b["contexts"])
+                    limits_text(b["contexts"])
                 )
             )
     else:
@@ -325,7 +325,7 @@ def _text_observed(r: dict, o: _Lines) -> None:
     """Traced versus observed (NVML, MemAvailable, RSS)."""
     w = o.L.append
     o.styles[len(o.L)] = "heading"
-    _render_observed(r, w)
+    render_observed(r, w)
     w("")
 
 
@@ -655,7 +655,7 @@ def _render_python(py: dict | None, w) -> None:
         w(f"              {n:,} without: {why}")
 
 
-def _render_observed(r: dict, w) -> None:
+def render_observed(r: dict, w) -> None:
     o = r["observed"]
     traced_peak = o.get("traced_peak_bytes", r["peak_bytes"])
     if not o["samples"]:
