@@ -30,15 +30,16 @@ OTHER = "(smaller stacks, aggregated)"
 class Tables:
     """Frames, stacks (root first) and sites, each stored once; ids are list indexes.
 
-    by_key: frames are the same when SFrame.key() is (names, not addresses: what diff matches
-    runs by); otherwise when module and label are."""
+    Frames are the same when SFrame.key() is (function, file and module names, not lines or
+    addresses: what diff matches runs by), in a report's page as in a diff's: `main` calling
+    from three lines is one frame of the flame graph."""
 
-    def __init__(self, depth: int = 1, by_key: bool = False):
+    def __init__(self, depth: int = 1):
         self.depth = depth
-        self.by_key = by_key
         self.frames: list[list] = []  # [label, module basename]
         self._frame_ids: dict = {}
-        self.stacks: list[list] = []  # [site id, [frame ids, root first]]
+        # [site id, [frame ids: root first down to the site, then its allocator layers], layers]
+        self.stacks: list[list] = []
         self._stack_ids: dict = {}
         self.sites: list[dict] = []
         self._site_ids: dict = {}
@@ -50,8 +51,7 @@ class Tables:
         if f is None:
             ident, row = ("", NO_STACK), [NO_STACK, ""]
         else:
-            ident = f.key() if self.by_key else (f.module, f.label())
-            row = [key_label(f) if self.by_key else f.label(), os.path.basename(f.module)]
+            ident, row = f.key(), [key_label(f), os.path.basename(f.module)]
         i = self._frame_ids.get(ident)
         if i is None:
             i = self._frame_ids[ident] = len(self.frames)
@@ -91,15 +91,16 @@ class Tables:
         sid = self._by_leaf.get(k)
         if sid is not None:
             return sid
-        fr = a.stacks.site_frames(ti, leaf) if leaf else []  # allocator layers folded
+        via, fr = a.stacks.split(ti, leaf) if leaf else ([], [])  # layers, and the site up
         key, sfr = site_of(a.stacks, ti, leaf, self.depth)
         site = self.site(key, sfr)
         shown = trim_to_main(fr)
         ids = tuple(self.frame(f) for f in reversed(shown)) if shown else (self.frame(None),)
-        sid = self._stack_ids.get((site, ids))
+        ids += tuple(self.frame(f) for f in reversed(via))  # the page opens them on demand
+        sid = self._stack_ids.get((site, ids, len(via)))
         if sid is None:
-            sid = self._stack_ids[(site, ids)] = len(self.stacks)
-            self.stacks.append([site, list(ids)])
+            sid = self._stack_ids[(site, ids, len(via))] = len(self.stacks)
+            self.stacks.append([site, list(ids), len(via)])
             s = self.sites[site]
             if not s["stack"] and shown:
                 s["stack"] = [f.long_label() for f in shown]

@@ -241,20 +241,37 @@ def _stat(label: str, value: str, sub: str = "", cls: str = "") -> str:
     )
 
 
+def _peak_stats(a: Analysis, r: dict) -> list[str]:
+    """One peak figure per scope, each labelled with it (the timeline's markers say the same):
+    the run's on one device; with several devices, all of them together, and where the report's
+    peak is one device's (ranks: an ordinal names several devices), that one's as well."""
+    if r["peak_time"] is None:
+        return [_stat("peak", "none", "nothing allocated")]
+    m = a.model
+    if len(r["devices"]) <= 1:
+        return [_stat("peak", format_bytes(r["peak_bytes"]), "at " + _when(r["peak_time"]))]
+    together = _stat(
+        "peak, all devices together",
+        format_bytes(m.peak_bytes),
+        "their sum at its highest, at " + _when(a.seconds(m.peak_ts) or 0.0),
+    )
+    if r.get("peak_scope") != "device":
+        return [together]
+    top = max(r["devices"], key=lambda d: d["peak_bytes"])
+    name = f"{top['host']}:{top['label']}" if "host" in top else f"device {top['device']}"
+    one = _stat(
+        "peak of one device",
+        format_bytes(r["peak_bytes"]),
+        f"the most any one held: {name}, at {_when(r['peak_time'])}",
+    )
+    return [one, together]
+
+
 def _report_stats(a: Analysis, r: dict, at: dict) -> list[str]:
     """The figures at the head of a report's page: peak, never freed, allocations, the top
     site, the budget, failures and denials, truncated files."""
     stats = [
-        _stat(
-            "peak",
-            format_bytes(r["peak_bytes"]) if r["peak_time"] is not None else "none",
-            "{}at {}".format(
-                "the most one device held, " if r.get("peak_scope") == "device" else "",
-                _when(r["peak_time"]),
-            )
-            if r["peak_time"] is not None
-            else "nothing allocated",
-        ),
+        *_peak_stats(a, r),
         _stat(
             "live at exit",
             format_bytes(r["end_bytes"]),
@@ -407,7 +424,7 @@ from the network.</p></footer>
 
 def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress=None) -> str:
     """The HTML page of a diff; d: the diff dict (cudatrace.diff/1) with every site."""
-    tables = Tables(depth=depth, by_key=True)
+    tables = Tables(depth=depth)
     runs = []
     for side, an in ((0, a), (1, b)):
         m = an.model

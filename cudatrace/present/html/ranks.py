@@ -100,7 +100,8 @@ def ranks_card(a: Analysis, r: dict) -> str:
   <div class="card-head"><h2>Ranks: %d on %d host%s</h2></div>
   <p class="hint">Each rank's live device memory over time, all on one time axis (%s to %s) and
   one byte scale (%s at the top). A rank's peak is its own processes' bytes at their highest; a
-  device's peak is what that one device held. No figure adds up different devices.</p>
+  device's peak is what that one device held. Only the timeline's "all devices together" adds
+  different devices up.</p>
   <table class="grid ranks"><tr><th>rank</th><th>host</th><th>devices</th><th>peak</th>
   <th>at</th><th>timeline</th><th></th></tr>%s</table>
   %s
