@@ -280,11 +280,29 @@ class Moment(NamedTuple):
 
 
 class Outputs(NamedTuple):
-    """What a command prints (text, or JSON with --json) and the files it also writes."""
+    """What a command prints (text, or JSON with --json) and the files it also writes. A FILE
+    of `-` is standard output: it is then all the command prints (printed_on_stdout)."""
 
     as_json: bool = False
     html: Path | None = None
     svg: Path | None = None
+
+    def printed_on_stdout(self) -> str | None:
+        """The option whose FILE is `-`, when one is (then no text or JSON is printed); refuses
+        two things on standard output, where they would be one unreadable stream."""
+        dash = [f for f, v in (("--html", self.html), ("--svg", self.svg)) if str(v) == "-"]
+        if self.as_json:
+            dash.append("--json")
+        if len(dash) > 1 and dash != ["--json"]:
+            raise OptionError(
+                "{} {} write to standard output, where they would be one unreadable stream: "
+                "give {} a FILE".format(
+                    " and ".join(dash),
+                    "both" if len(dash) == 2 else "all",
+                    " or ".join(d for d in dash if d != "--json"),
+                )
+            )
+        return dash[0] if dash and dash[0] != "--json" else None
 
     @classmethod
     def options(cls, schema: str, html: str | None = None, svg: str | None = None):

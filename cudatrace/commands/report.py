@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import CudatraceError
+from ..errors import CudatraceError, OptionError
 from .options import GROUPINGS, Attribution, Moment, Outputs
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -79,6 +79,8 @@ def run_report(
     from ..progress import stderr_is_tty
 
     out = out or sys.stdout
+    if outputs.printed_on_stdout() and tree:
+        raise OptionError("--tree prints to standard output: give --html and --svg a FILE")
     try:
         a = Analysis(
             path,
@@ -124,6 +126,8 @@ def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: 
 
 
 def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None:
+    if outputs.printed_on_stdout():  # --html - (or --svg -): the page is the output
+        return
     if outputs.as_json:
         out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
     elif tree:

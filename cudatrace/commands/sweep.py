@@ -144,6 +144,7 @@ def run_sweep(
     out = out or sys.stdout
     err = err or sys.stderr
     cmd = list(cmd)
+    outputs.printed_on_stdout()  # refused before anything runs: two outputs on one stdout
     if from_dir is not None:
         return _run_from(
             Path(from_dir), values, cmd, outputs, expect, predict, top, attribution, out, err
@@ -259,8 +260,9 @@ def _show(doc: dict, runs: list, outputs: Outputs, out, err) -> int:
     """Print the sweep (text or JSON), write --html; the exit status."""
     from ..present import sweep as text
 
-    out.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
-    out.flush()
+    if not outputs.printed_on_stdout():  # --html -: the page is the output
+        out.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
+        out.flush()
     rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
     return _write_html(outputs.html, doc, err) or rc
 

@@ -5,6 +5,7 @@ option changed nothing (--depth)."""
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from click.testing import CliRunner
@@ -92,3 +93,26 @@ def test_depth_that_splits_nothing_says_so(report, fake_sym):
         n.startswith("--depth")
         for n in build_report(Analysis(report, symbolizer=fake_sym))["warnings"]
     )
+
+
+def test_html_on_stdout_is_the_only_output(report, tmp_path):
+    r = CliRunner().invoke(main, ["report", str(report), "--html", "-"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("<!DOCTYPE html>") and r.output.rstrip().endswith("</html>")
+    assert r.output.count("<!DOCTYPE html>") == 1 and "HTML report written" not in r.output
+    for extra in (["--json"], ["--svg", "-"], ["--tree"]):
+        r = CliRunner().invoke(main, ["report", str(report), "--html", "-", *extra])
+        assert r.exit_code == 2 and "standard output" in r.output, (extra, r.output)
+    # a file and the JSON on stdout: JSON and nothing else
+    r = CliRunner().invoke(
+        main, ["report", str(report), "--html", str(tmp_path / "p.html"), "--json"]
+    )
+    assert r.exit_code == 0 and json.loads(r.output)["schema"] == "cudatrace.report/1"
+
+
+def test_diff_html_on_stdout_is_the_only_output(report):
+    r = CliRunner().invoke(main, ["diff", str(report), str(report), "--html", "-"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("<!DOCTYPE html>") and "cudatrace diff\n" not in r.output
+    r = CliRunner().invoke(main, ["diff", str(report), str(report), "--html", "-", "--json"])
+    assert r.exit_code == 2 and "--html and --json both write to standard output" in r.output
