@@ -116,3 +116,11 @@ def test_diff_html_on_stdout_is_the_only_output(report):
     assert r.output.startswith("<!DOCTYPE html>") and "cudatrace diff\n" not in r.output
     r = CliRunner().invoke(main, ["diff", str(report), str(report), "--html", "-", "--json"])
     assert r.exit_code == 2 and "--html and --json both write to standard output" in r.output
+
+
+def test_dev_stdout_is_refused_with_the_way_to_stdout(report):
+    r = CliRunner().invoke(main, ["report", str(report), "--html", "/dev/stdout"])
+    assert r.exit_code == 2, r.output
+    assert "/dev/stdout is a symbolic link" in r.output and "write `-` for standard output" in (
+        r.output
+    )
