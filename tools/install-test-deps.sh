@@ -76,4 +76,4 @@ if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${p
 fi
 rm -f "$log"
 test -x /usr/bin/chromium || { echo "install-test-deps: /usr/bin/chromium missing after install" >&2; exit 1; }
-echo "install-test-deps: ${#pkgs[@]} packages installed"
+echo "install-test-deps: the ${#pkgs[@]} packages the tests use are installed"
