@@ -68,8 +68,8 @@ class Nvml:
         self.driver = None
         try:
             self.lib = _Lib(ctypes.CDLL(NVML_LIBRARY))
-        except OSError as e:
-            self.why = f"NVML library not found ({e})"
+        except OSError:
+            self.why = f"no NVIDIA driver here ({NVML_LIBRARY} not found)"
             return
         try:
             rc = self.lib.nvmlInit_v2()

@@ -59,8 +59,12 @@ def _kind(path: Path) -> str:
         return "through"
     if stat.S_ISLNK(m):
         raise OutputError(
-            f"{path} is a symbolic link; cudatrace does not write through links: name its "
-            f"target ({os.readlink(path)}) instead"
+            f"{path} is a symbolic link; cudatrace does not write through links: "
+            + (
+                "write `-` for standard output"
+                if str(path) in ("/dev/stdout", "/dev/stderr") or str(path).startswith("/dev/fd/")
+                else f"name its target ({os.readlink(path)}) instead"
+            )
         )
     if stat.S_ISDIR(m):
         raise OutputError(f"{path} is a directory: name a file")

@@ -20,6 +20,12 @@ def pytest_addoption(parser):
         help="Write tests/golden/ from the current outputs instead of comparing "
         "(also CUDATRACE_UPDATE_GOLDENS=1; support/goldens.py).",
     )
+    parser.addoption(
+        "--update-docs",
+        action="store_true",
+        help="Write the outputs of the docs' runnable examples into the pages instead of "
+        "comparing (also CUDATRACE_UPDATE_DOCS=1; support/docs_examples.py).",
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -21,7 +21,7 @@ from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
 from .python_summary import python_summary
 from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
-from .sites import SFrame, Site, Stacks, group, make_symbolizer
+from .sites import SFrame, Site, Stacks, depth_note, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 from .unseal import lost_chunks_json
 
@@ -336,6 +336,7 @@ def _versions(a: Analysis) -> dict:
         "shim": shim,
         "stack_depth": depth,
         "nvml_driver": (a.td.run.get("sampler") or {}).get("driver"),
+        "simulated": (a.td.run.get("simulated") or {}).get("device_bytes"),
     }
 
 
@@ -474,7 +475,7 @@ def build_report(
     sites = a.sites(live, by, depth)
     end_live = m.groups_at_end(device)
     end_sites = a.sites(end_live, "site", depth)
-    warnings: list[str] = []
+    warnings = depth_note(lambda d: a.sites(live, by, d), depth, len(sites)) if by == "site" else []
     processes, truncated = _processes_json(a, live, warnings)
     limits = a.budget_limits()
     devices = _devices_json(a, live, device, limits)

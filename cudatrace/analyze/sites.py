@@ -12,6 +12,7 @@ import os
 import re
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import frameworks
@@ -643,3 +644,14 @@ def make_symbolizer(progress: bool | ProgressFactory = False):
             return Symbolizer(cache_dir=None, progress=progress)
         except Exception:
             return None
+
+
+def depth_note(sites_at: Callable[[int], list], depth: int, n: int) -> list[str]:
+    """The note of a --depth above 1 that splits no site (the n sites at `depth` are as many as
+    at depth 1, so the report is --depth 1's): [] otherwise. sites_at(d): the sites at depth d."""
+    if depth <= 1 or len(sites_at(1)) != n:
+        return []
+    return [
+        f"--depth {depth}: no call site splits at this depth here (each is reached through one "
+        "chain of callers), so the sites are those of --depth 1"
+    ]

@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import native, tracedir
 from ..errors import CudatraceError
 from ..symbols import python as pyframes
-from ..units import lossless_data
+from ..units import lossless_data, shell_quote
 from . import unseal
 
 _TYPE_FMT = {
@@ -729,7 +729,27 @@ def run_dirs(path: str | os.PathLike) -> list[Path]:
     subs = sorted(
         d for d in p.iterdir() if d.is_dir() and not d.is_symlink() and any(d.glob("*.ctrace"))
     )
+    if subs and (p / SWEEP_JSON).is_file():
+        raise TraceError(_sweep_folder(p, subs))
     return subs or [p]
+
+
+SWEEP_JSON = "sweep.json"  # what `cudatrace sweep` writes beside its runs' trace directories
+
+
+def _sweep_folder(p: Path, subs: list[Path]) -> str:
+    """What to run on a sweep's folder, which holds separate runs (one per value), not the
+    ranks of one run."""
+    q = shell_quote
+    out = [
+        f"{p} is a sweep (`cudatrace sweep` wrote {SWEEP_JSON} there): its {len(subs)} trace "
+        "directories are separate runs of the command, one per value, not the ranks of one run.",
+        f"  the laws of the sweep:  cudatrace sweep --from {q([str(p)])}",
+        f"  one run:                cudatrace report {q([str(subs[0])])}",
+    ]
+    if len(subs) > 1:
+        out.append(f"  two runs compared:      cudatrace diff {q([str(subs[0]), str(subs[-1])])}")
+    return "\n".join(out)
 
 
 def read_dirs(paths) -> TraceDir:

@@ -53,6 +53,7 @@ def run_diff(
     from ..progress import stderr_is_tty
 
     out = out or sys.stdout
+    on_stdout = outputs.printed_on_stdout()  # --html -: the page is the output
     opts = attribution.analysis_options()
     try:
         opts["progress"] = not outputs.as_json and stderr_is_tty()
@@ -80,6 +81,8 @@ def run_diff(
             )
         except OSError as e:
             raise CudatraceError(f"cannot write {outputs.html}: {e.strerror or e}") from None
+    if on_stdout:
+        return
     if outputs.as_json:
         out.write(json.dumps(d, indent=2) + "\n")
     else:

@@ -83,6 +83,28 @@ class Duration(click.ParamType):
             raise OptionError(f"{_name(param)} {value}: {e}") from None
 
 
+class DeviceSize(click.ParamType):
+    """--sim-memory SIZE -> bytes: a size with its unit (16GiB, 512MiB); at least 1 MiB, so that
+    a unit left out ('16') is said rather than taken as 16 bytes."""
+
+    name = "size"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        from ..units import UnitError, parse_size
+
+        try:
+            n = parse_size(value)
+        except UnitError as e:
+            raise OptionError(f"{_name(param)} {value}: {e}") from None
+        if n < 1 << 20:
+            raise OptionError(
+                f"{_name(param)} {value}: {n} bytes is no device; give a unit (16GiB, 512MiB)"
+            )
+        return n
+
+
 class BudgetSpec(click.ParamType):
     """--budget SPEC, checked before anything runs; the launcher resolves the SPEC itself on
     this machine (a share of free memory is measured at start)."""
@@ -279,7 +301,7 @@ class Moment(NamedTuple):
                     type=int,
                     default=None,
                     metavar="N",
-                    help="Only device N (its own peak with --at peak).",
+                    help="Only device N (its own peak with --at peak; default: every device).",
                 ),
             ],
         )
@@ -289,11 +311,29 @@ class Moment(NamedTuple):
 
 
 class Outputs(NamedTuple):
-    """What a command prints (text, or JSON with --json) and the files it also writes."""
+    """What a command prints (text, or JSON with --json) and the files it also writes. A FILE
+    of `-` is standard output: it is then all the command prints (printed_on_stdout)."""
 
     as_json: bool = False
     html: Path | None = None
     svg: Path | None = None
+
+    def printed_on_stdout(self) -> str | None:
+        """The option whose FILE is `-`, when one is (then no text or JSON is printed); refuses
+        two things on standard output, where they would be one unreadable stream."""
+        dash = [f for f, v in (("--html", self.html), ("--svg", self.svg)) if str(v) == "-"]
+        if self.as_json:
+            dash.append("--json")
+        if len(dash) > 1 and dash != ["--json"]:
+            raise OptionError(
+                "{} {} write to standard output, where they would be one unreadable stream: "
+                "give {} a FILE".format(
+                    " and ".join(dash),
+                    "both" if len(dash) == 2 else "all",
+                    " or ".join(d for d in dash if d != "--json"),
+                )
+            )
+        return dash[0] if dash and dash[0] != "--json" else None
 
     @classmethod
     def options(cls, schema: str, html: str | None = None, svg: str | None = None):
@@ -329,8 +369,17 @@ BUDGET_HELP = (
 )
 
 
+SIMULATED_HELP = (
+    "Run CMD on cudatrace's simulated CUDA driver instead of a GPU (none needed): a program "
+    "that uses the CUDA driver API through libcuda.so.1 (linked, dlopen'ed, or from Python "
+    "through ctypes) gets one simulated device. The simulator is built once with the C "
+    "compiler into ~/.cache/cudatrace ($CUDATRACE_CACHE)."
+)
+
+
 class RunSettings(NamedTuple):
-    """The settings of a traced run about stacks and budgets: `run` and every run of `sweep`."""
+    """The settings of a traced run about stacks, budgets and the simulated driver: `run` and
+    every run of `sweep`."""
 
     stack_depth: int = 64
     budget: str | None = None
@@ -338,10 +387,23 @@ class RunSettings(NamedTuple):
     on_exceed: str = "fail"
     count_host: bool = False
     virtualize: bool = True
+    simulated: int | None = None  # --simulated: the simulated device's bytes
 
     @staticmethod
-    def _build(stack_depth, budget, group, on_exceed, count_host, no_virtualize):
-        return RunSettings(stack_depth, budget, group, on_exceed, count_host, not no_virtualize)
+    def _build(
+        stack_depth, budget, group, on_exceed, count_host, no_virtualize, simulated, sim_memory
+    ):
+        if sim_memory is not None and not simulated:
+            raise OptionError("--sim-memory sizes the simulated device: add --simulated")
+        if simulated:
+            from ..simdriver import DEFAULT_MEMORY
+
+            simulated = sim_memory or DEFAULT_MEMORY
+        else:
+            simulated = None
+        return RunSettings(
+            stack_depth, budget, group, on_exceed, count_host, not no_virtualize, simulated
+        )
 
     def as_dict(self) -> dict:
         """The keywords of record.launcher.RunOptions."""
@@ -388,6 +450,14 @@ class RunSettings(NamedTuple):
                     "--no-virtualize",
                     is_flag=True,
                     help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
+                ),
+                click.option("--simulated", is_flag=True, help=SIMULATED_HELP),
+                click.option(
+                    "--sim-memory",
+                    type=DeviceSize(),
+                    default=None,
+                    metavar="SIZE",
+                    help="With --simulated: the simulated device's memory.  [default: 16GiB]",
                 ),
             ],
         )

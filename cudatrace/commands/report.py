@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from ..errors import CudatraceError
+from ..errors import CudatraceError, OptionError
 from .options import GROUPINGS, Attribution, Moment, Outputs
 
 HELP = {"help_option_names": ["-h", "--help"]}
@@ -81,6 +81,8 @@ def run_report(
     from ..progress import stderr_is_tty
 
     out = out or sys.stdout
+    if outputs.printed_on_stdout() and tree:
+        raise OptionError("--tree prints to standard output: give --html and --svg a FILE")
     try:
         a = Analysis(
             path,
@@ -136,6 +138,8 @@ def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: 
 
 
 def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None:
+    if outputs.printed_on_stdout():  # --html - (or --svg -): the page is the output
+        return
     if outputs.as_json:
         out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
     elif tree:
@@ -144,8 +148,9 @@ def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None
         out.write(render_tree(r["tree"], full=full_names))
     else:
         from ..present.report import render_text
+        from ..present.text import use_colour
 
-        out.write(render_text(r))
+        out.write(render_text(r, colour=use_colour(out)))
         if outputs.svg:
             out.write(f"timeline written to {outputs.svg}\n")
         if outputs.html:
@@ -166,9 +171,11 @@ def watch_report(
     from ..analyze.analysis import Analysis, build_report
     from ..analyze.sites import make_symbolizer
     from ..present.report import render_text
+    from ..present.text import use_colour
     from ..present.watch import loop, run_ended
 
     sym = make_symbolizer()
+    colour = use_colour(out or sys.stdout)
 
     def render() -> str:
         try:
@@ -176,7 +183,7 @@ def watch_report(
             r = build_report(
                 a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
             )
-            return render_text(r)
+            return render_text(r, colour=colour)
         except CudatraceError as e:
             return f"cudatrace: {e}\n(waiting: the trace may not have been written yet)\n"
         except ValueError as e:

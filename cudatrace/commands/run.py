@@ -60,7 +60,9 @@ def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, 
 
     The trace goes to one file per process in the output directory, written as events happen
     (a killed process leaves a readable file). When CMD ends, a summary is printed and
-    cudatrace exits with CMD's status (128+N if it died of signal N).
+    cudatrace exits with CMD's status (128+N if it died of signal N); its own errors exit 125,
+    and 126 or 127 when CMD cannot be executed or is not found (docs/exit-codes.md). Without a
+    GPU, --simulated runs CMD on cudatrace's simulated CUDA driver.
     """
     budgeted = settings.budget is not None or settings.group is not None
     import os

@@ -20,14 +20,17 @@ from ..errors import OptionError
     "--shards-per-gpu", type=int, required=True, metavar="N", help="Shards gres.conf gives a GPU."
 )
 @click.option(
-    "--gpu-memory", metavar="SIZE", help="A GPU's memory (default: NVML's figure for the GPU)."
+    "--gpu-memory",
+    metavar="SIZE",
+    help="A GPU's memory, shared by its shards (default: NVML's figure for the GPU).",
 )
 @click.option(
     "--on-exceed",
     type=click.Choice(["fail", "warn", "abort"]),
     default="fail",
     show_default=True,
-    help="Over its share: fail the allocation (out of memory), warn and allow it, or abort the task.",
+    help="Over the job's share: fail the allocation with out-of-memory; warn and allow it; or "
+    "abort: end the process that was denied.",
 )
 @click.option(
     "--on-fence-error",

@@ -32,15 +32,20 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     multiple=True,
     metavar="V1,V2,..|NAME=V1,V2,..",
     help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
-    "times for a grid, with {NAME} in CMD.",
+    "times for a grid, with {NAME} in CMD.  [required, unless --from]",
 )
 @click.option(
-    "--stop-after", type=Duration(), metavar="TIME", help="Stop each run after TIME (30s, 2m)."
+    "--stop-after",
+    type=Duration(),
+    metavar="TIME",
+    help="Stop each run after TIME (30s, 2m), as for a server that never ends (default: each "
+    "run ends by itself).",
 )
 @click.option(
     "--until-url",
     metavar="URL",
-    help="Stop each run once URL answers and the traced live memory has settled.",
+    help="Stop each run once URL answers and the traced live memory has settled (a server "
+    "that is ready).",
 )
 @click.option(
     "--settle",
@@ -71,16 +76,23 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     "--output",
     "out_dir",
     type=OutputPath(),
-    help="Directory of the sweep, one trace directory per run.",
+    help="Directory of the sweep: sweep.json and one trace directory per run (default: "
+    "./cudatrace-sweep-CMD-DATE-TIME, created).",
 )
 @click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
 @Outputs.options("cudatrace.sweep/1", html="Also write a self-contained page of the laws' charts.")
 @click.option(
     "--expect",
     metavar="SLOPE",
-    help="Bytes per unit of the knob it should grow (1 for a size flag); flag faster.",
+    help="How many bytes each site should grow per unit of the knob (1 for a flag that is a "
+    "size); the sites that grow faster are flagged.",
 )
-@click.option("--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8).")
+@click.option(
+    "--predict",
+    metavar="V",
+    help="Predict the peak and the top sites at the value V (a=4,b=8 on a grid), with the "
+    "budget to give a run there.",
+)
 @click.option(
     "--from",
     "from_dir",
@@ -88,13 +100,24 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     metavar="DIR",
     help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.",
 )
-@click.option("--top", default=10, show_default=True, type=click.IntRange(1, None))
+@click.option(
+    "--top",
+    default=10,
+    show_default=True,
+    type=click.IntRange(1, None),
+    help="Sites whose laws are listed.",
+)
 @Attribution.options()
 @RunSettings.options()
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def sweep(**kw):
-    """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
-    grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""
+    """Run CMD at each value of a knob ({} in CMD), traced, and fit how the peak and each call
+    site grow with it.
+
+    Each run is a `cudatrace run` (--budget, --simulated and the other run options apply to
+    every run); the laws are printed, and written to sweep.json in the sweep's directory
+    (docs/sweep-json.md). `cudatrace sweep --from DIR` fits a recorded sweep again.
+    """
     return run_sweep(**kw)
 
 
@@ -128,6 +151,7 @@ def run_sweep(
     out = out or sys.stdout
     err = err or sys.stderr
     cmd = list(cmd)
+    outputs.printed_on_stdout()  # refused before anything runs: two outputs on one stdout
     if from_dir is not None:
         return _run_from(
             Path(from_dir), values, cmd, outputs, expect, predict, top, attribution, out, err
@@ -243,8 +267,9 @@ def _show(doc: dict, runs: list, outputs: Outputs, out, err) -> int:
     """Print the sweep (text or JSON), write --html; the exit status."""
     from ..present import sweep as text
 
-    out.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
-    out.flush()
+    if not outputs.printed_on_stdout():  # --html -: the page is the output
+        out.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
+        out.flush()
     rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
     return _write_html(outputs.html, doc, err) or rc
 

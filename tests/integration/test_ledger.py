@@ -209,11 +209,10 @@ def test_killed_member_gives_bytes_back(ldir, tools):
         assert [m["state"] for m in led.snapshot()["members"]] == ["alive"]
         p.send_signal(signal.SIGKILL)
         p.wait()
-        t0 = time.time()
-        while led.in_use(0) and time.time() - t0 < 3:
+        deadline = time.monotonic() + 30  # a guard against a hang, not a speed claim
+        while led.in_use(0) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert led.in_use(0) == 0
-        assert time.time() - t0 < 1.3
         assert led.snapshot()["members"] == []
     finally:
         p.kill()

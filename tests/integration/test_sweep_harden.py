@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from support.paths import REPO
@@ -48,7 +47,6 @@ def test_stop_reaches_children_that_ignore_sigint(sim, tmp_path):
     pids = tmp_path / "pids"
     child = f"sh -c 'trap \"\" INT; echo $$ >> {pids}; exec sleep 60' &"
     cmd = f"{child} exec {sim.progs['hold']} 1 {{}}"
-    t0 = time.monotonic()
     r = sweep(
         _env(sim, tmp_path),
         "--values", "1MiB,2MiB", "--stop-after", "1s", "--grace", "1s",
@@ -63,7 +61,6 @@ def test_stop_reaches_children_that_ignore_sigint(sim, tmp_path):
         for p in left:
             if not _gone(p):
                 os.kill(p, 9)
-    assert time.monotonic() - t0 < 40
     for run in json.loads(r.stdout)["runs"]:
         assert run["ended"]["signal"] in ("SIGTERM", "SIGKILL"), run["ended"]
 

@@ -264,7 +264,7 @@ def test_every_command_has_its_module():
 
     from cudatrace import cli
 
-    for name, module in cli.COMMANDS.items():
+    for name, (module, _) in cli.COMMANDS.items():
         assert f"cudatrace.commands.{module}" in MODULES, name
         cmd = cli.main.get_command(None, name)
         assert isinstance(cmd, click.Command) and cmd.name == name, name
