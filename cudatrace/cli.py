@@ -37,8 +37,8 @@ COMMANDS = {
     "slurm-taskprolog": ("slurm", "Give a Slurm job its share of its GPU as a budget."),
     "cdi": ("cdi", "Write CDI specs whose devices are budgets, for containers."),
     "node": ("node", "Run the node agent for containers and Kubernetes."),
-    "webhook": ("webhook", "Serve Kubernetes' admission webhook that fences annotated pods."),
-    "manifests": ("manifests", "Write the Kubernetes manifests or systemd unit of those two."),
+    "webhook": ("webhook", "Serve the admission webhook that fences annotated pods."),
+    "manifests": ("manifests", "Write Kubernetes manifests or a systemd unit for these."),
 }
 
 

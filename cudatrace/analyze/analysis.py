@@ -533,7 +533,7 @@ def build_report(
         "budget": budget,
         "counts": {**c, **sc},
         "truncated_files": truncated,
-        "python": python_summary(a),
+        "python": python_summary(a.traces, a.model.stack_totals(), a.stacks.view),
         "lost": lost,
         "lost_chunks": lost_chunks_json(a.traces),
         "unreadable_files": list(a.td.errors),

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-if TYPE_CHECKING:
-    from .analysis import Analysis
+from .trace import Trace
 
 
-def python_summary(a: Analysis) -> dict | None:
+def python_summary(
+    traces: list[Trace], stack_totals: dict[tuple[int, int], Any], view: str
+) -> dict | None:
     """Python in the traced processes: versions, status, and device allocations with Python frames
-    and without (by reason). None when no process ran Python."""
+    and without (by reason), from the model's totals per (trace, stack); `view` the stacks' view.
+    None when no process ran Python."""
     from ..symbols import python as pyframes
 
-    procs = [t for t in a.traces if "python.status" in t.info]
+    procs = [t for t in traces if "python.status" in t.info]
     if not procs:
         return None
     with_frames = 0
     without: dict[str, int] = {}
-    for (ti, leaf), (count, _nbytes) in a.model.stack_totals().items():
-        t = a.traces[ti]
+    for (ti, leaf), (count, _nbytes) in stack_totals.items():
+        t = traces[ti]
         if "python.status" not in t.info:
             continue
         link = t.py_link(leaf)
@@ -33,7 +35,7 @@ def python_summary(a: Analysis) -> dict | None:
             )
             without[why] = without.get(why, 0) + count
     return {
-        "view": a.stacks.view,
+        "view": view,
         "processes": [
             {
                 "pid": t.pid,

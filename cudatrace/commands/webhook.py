@@ -23,7 +23,13 @@ from ..errors import CudatraceError
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Its private key (PEM).",
 )
-@click.option("--listen", metavar="HOST:PORT", default="0.0.0.0:8443", show_default=True)
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    default="0.0.0.0:8443",
+    show_default=True,
+    help="Where to serve HTTPS (the Service in front of it targets this port).",
+)
 @click.option(
     "--root",
     metavar="DIR",

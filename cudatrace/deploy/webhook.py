@@ -116,6 +116,9 @@ def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> 
         {"name": "CUDATRACE_GROUP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
         {"name": "CUDATRACE_BUDGET", "value": fence.budget},
         {"name": "CUDATRACE_LEDGER_DIR", "value": f"{CONTAINER_LEDGER_DIR}/{LEDGER_SUBDIR}"},
+        # the emptyDir is the pod's alone (mode 0777, which a ledger directory may not be): its
+        # first member makes the directory below it
+        {"name": "CUDATRACE_LEDGER_DIR_MAKE", "value": "1"},
         {"name": "CUDATRACE_ON_EXCEED", "value": fence.on_exceed},
         {"name": "CUDATRACE_ON_FENCE_ERROR", "value": "refuse"},
     ]

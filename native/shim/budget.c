@@ -148,13 +148,16 @@ static void env_init(void)
         __atomic_store_n(&ct_budget_pending, CT_BUDGET_PENDING, __ATOMIC_RELEASE);
 }
 
-/* the group's ledger path: a directory the integration named (CUDATRACE_LEDGER_DIR) is never
- * made here (it is the integration's, made at boot: one made now would be this user's alone) */
+/* the group's ledger path: a directory the integration named (CUDATRACE_LEDGER_DIR) is made
+ * here only where the integration says its parent is the group's alone
+ * (CUDATRACE_LEDGER_DIR_MAKE=1: a pod's emptyDir); otherwise it is the integration's, made at
+ * boot: one made now would be this user's alone */
 static int env_path(const char *group, char *path, size_t n)
 {
     char err[512];
     const char *named = ct_setting(CT_SET_LEDGER_DIR);
-    int32_t rc = ct_ledger_group_path(group, path, n, named ? 0 : 1, err, sizeof err);
+    int make = !named || ct_setting_long(CT_SET_LEDGER_DIR_MAKE, 0) == 1;
+    int32_t rc = ct_ledger_group_path(group, path, n, make, err, sizeof err);
     if (rc == CT_LEDGER_ENOENT)
         fence_error(err, NULL,
                     "make it at boot (install -d -m 1777 -o root -g root DIR, or the tmpfiles.d "

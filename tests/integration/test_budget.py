@@ -317,7 +317,9 @@ def test_budget_typos_are_refused_or_read(ct, sim):
     """`--budget 12` was 12 bytes (every allocation denied): refused, with the fix; `--budget 12
     GiB` ran a command named GiB ("command not found"): the unit is read."""
     r = ct.run([sim.progs["hold"], "--exit-after-ms", "1", "1", "1m"], "--budget", "12")
-    assert r.returncode == 2 and "has no unit" in r.stderr and "write 12GiB" in r.stderr, r.stderr
+    assert r.returncode == RUN_FAILED and "has no unit" in r.stderr and "write 12GiB" in r.stderr, (
+        r.stderr
+    )
     out = ct.new_dir()
     r = ct.cli("run", "-o", out, "--budget", "12", "MiB", "--", sim.progs["hold"],
                "--exit-after-ms", "1", "2", "8m")  # fmt: skip

@@ -20,6 +20,7 @@ import urllib.request
 import pytest
 
 from cudatrace import native
+from cudatrace.errors import RUN_FAILED
 
 GiB = 1 << 30
 NOT_PERMITTED = 800
@@ -303,7 +304,7 @@ def test_a_live_groups_budget_is_kept_and_an_idle_ones_replaced(ct, sim, box):
         lr = ct.run([sim.progs["hold"], "--exit-after-ms", "1", "1", "1m"], "-q", "--group", "g",
                     "--budget", "4GiB", env={k: v for k, v in env.items() if k != "LD_PRELOAD"}
                     | {"CUDATRACE_GROUP": ""})  # fmt: skip
-        assert lr.returncode == 2 and "has a budget of 2.00 GiB" in lr.stderr, lr.stderr
+        assert lr.returncode == RUN_FAILED and "has a budget of 2.00 GiB" in lr.stderr, lr.stderr
     finally:
         a.terminate()
         a.communicate(timeout=30)

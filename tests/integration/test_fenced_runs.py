@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from cudatrace import native
+from cudatrace.errors import RUN_FAILED
 
 GiB = 1 << 30
 
@@ -117,5 +118,5 @@ def test_budget_above_the_share_is_bounded_by_it(ct, sim, job):
 
 def test_group_in_a_job_is_refused(ct, sim, job):
     r = ct.run([sim.progs["hold"], "1", "1m"], "--group", "mine", "--budget", "1GiB", env=job)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == RUN_FAILED, r.stderr
     assert "inside the fence of group slurm-gpu0" in r.stderr, r.stderr

@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from cudatrace.errors import RUN_FAILED
+
 
 def test_summary_names_the_sample_interval_asked_for(ct, sim):
     # the memory lives between two samples: 0.3 s after the first, gone before the second
@@ -83,7 +85,7 @@ def test_a_group_named_like_an_option_is_refused(ct, sim, tmp_path):
         "run", "-q", "-o", tmp_path / "t", "--group", "-x", "--budget", "4MiB", "--",
         sim.progs["hold"], "--exit-after-ms", "1", "1", "1m", env=env,
     )  # fmt: skip
-    assert r.returncode == 2 and "not starting with '.' or '-'" in r.stderr, r.stderr
+    assert r.returncode == RUN_FAILED and "not starting with '.' or '-'" in r.stderr, r.stderr
     assert not list(led.iterdir()), list(led.iterdir())
     s = ct.cli("status", "-x", env=env)
     assert s.returncode == 2 and "No such option" in s.stderr, s.stdout + s.stderr
