@@ -9,6 +9,8 @@ The wheel also carries, under cudatrace/_native/:
 Nothing of tests/ is shipped.
 """
 
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,8 +33,38 @@ def _copy_tree(src: Path, dst: Path) -> None:
             shutil.copy2(p, target)
 
 
+# the commands that build the native libraries (pip's wheel builds, editable installs)
+BUILDING = {"build", "build_py", "bdist_wheel", "editable_wheel", "develop", "install"}
+
+
+def missing_tools() -> list[str]:
+    """What the native build needs and this machine lacks: the C compiler ($CC, else cc) and
+    make."""
+    cc = shlex.split(os.environ.get("CC", "cc")) or ["cc"]
+    out = []
+    if shutil.which(cc[0]) is None:
+        out.append(f"a C compiler ({'CC=' + cc[0] if 'CC' in os.environ else 'cc'} not found)")
+    if shutil.which("make") is None:
+        out.append("make")
+    return out
+
+
+def check_tools() -> None:
+    """Say first, in one paragraph, what the build lacks (before setuptools' own output, which
+    would bury it under a hundred lines)."""
+    lack = missing_tools()
+    if lack:
+        sys.exit(
+            "cudatrace: cannot build: missing {}.\n"
+            "cudatrace builds its preload library (plain C; no CUDA toolkit needed) with a C "
+            "compiler and make. On Debian or Ubuntu: apt-get install gcc make; elsewhere install "
+            "gcc (or clang) and make, or set CC to your compiler.".format(" and ".join(lack))
+        )
+
+
 class BuildShim(build_py):
     def run(self):
+        check_tools()
         super().run()
         out = Path(self.build_lib) / "cudatrace" / "_native"
         out.mkdir(parents=True, exist_ok=True)
@@ -65,4 +97,6 @@ class BinaryDistribution(Distribution):
         return True
 
 
+if BUILDING.intersection(sys.argv[1:]):
+    check_tools()
 setup(cmdclass={"build_py": BuildShim}, distclass=BinaryDistribution)

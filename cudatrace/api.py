@@ -9,11 +9,11 @@ stable:
     stats(device=None) -> Row             live bytes, peak since start, counts (None: all devices)
     snapshot() -> Snapshot                every row at once (devices, all, host)
     mark() -> Mark                        a point to measure the peak from (peak(), close())
-    track() -> Tracker                    `with track() as t:` the block's peak above what was
-                                          live at its start, what it left live, and the sites
+    track() -> Tracker                    `with track() as t:` the peak of the block's own
+                                          allocations, what of them it left live, and the sites
     NotTracedError                        raised when the shim is not loaded; says how to load it
 
-Figures are process-wide: a block's peak includes what other threads allocate meanwhile.
+A block's figures are its own allocations, made by any thread of the process while it runs.
 """
 
 from __future__ import annotations
@@ -147,9 +147,15 @@ def snapshot() -> Snapshot:
 def _index(device: int | None, c: dict) -> int:
     if device is None:
         return c["CT_LIVE_ALL"]
-    if not isinstance(device, int) or device < 0:
+    if not isinstance(device, int) or isinstance(device, bool) or device < 0:
         raise ValueError(f"device must be a device index (0, 1, ...) or None, not {device!r}")
-    return min(device, c["CT_LIVE_DEVICES"] - 1)
+    n = c["CT_LIVE_DEVICES"]
+    if device >= n:
+        raise ValueError(
+            f"the counters keep devices 0 to {n - 1} apart; device {device} is counted only with "
+            "every device together (device=None)"
+        )
+    return device
 
 
 def stats(device: int | None = None) -> Row:
@@ -160,8 +166,10 @@ def stats(device: int | None = None) -> Row:
 
 class Mark:
     """A point to measure from: peak() is the highest live bytes since the mark was made,
-    base() what was live when it was made. Close it (or use `with`) to free its slot; 64 may be
-    open at once, from any threads."""
+    base() what was live when it was made, own() the bytes of the allocations made since then
+    that are still live (what was live before and is freed meanwhile does not lower it) and
+    own_peak() the highest own() since then. Close it (or use `with`) to free its slot; 64 may
+    be open at once, from any threads."""
 
     def __init__(self):
         _, lib, p, c = _need()
@@ -179,7 +187,7 @@ class Mark:
         i = _index(device, self._c)
         if self._closed is not None:
             return self._closed[which][i]
-        return int(getattr(self._p.marks[self.slot], which)[i])
+        return max(0, int(getattr(self._p.marks[self.slot], which)[i]))  # own: signed
 
     def peak(self, device: int | None = None) -> int:
         """The highest live bytes since the mark (a device, or None: all devices together)."""
@@ -189,14 +197,22 @@ class Mark:
         """Live bytes when the mark was made."""
         return self._reading("base", device)
 
+    def own(self, device: int | None = None) -> int:
+        """Bytes of the allocations made since the mark that are still live."""
+        return self._reading("own", device)
+
+    def own_peak(self, device: int | None = None) -> int:
+        """The highest own() since the mark."""
+        return self._reading("own_peak", device)
+
     def close(self) -> None:
         """Keep the readings and give the slot back (idempotent)."""
         if self._closed is None:
             k = self._p.marks[self.slot]
-            rows = self._c["CT_LIVE_ROWS"]
+            rows = range(self._c["CT_LIVE_ROWS"])
             self._closed = {
-                "peak": [int(k.peak[i]) for i in range(rows)],
-                "base": [int(k.base[i]) for i in range(rows)],
+                name: [max(0, int(getattr(k, name)[i])) for i in rows]
+                for name in ("peak", "base", "own", "own_peak")
             }
             self._lib.cudatrace_live_mark_close(self.slot)
 
@@ -244,12 +260,13 @@ class SiteUse:
 
 @dataclass
 class Tracker:
-    """The figures of a `with track()` block (process-wide, all devices unless a device is
-    given to the methods).
+    """The figures of a `with track()` block (all devices together; `devices` per device).
+    peak and left are the block's own allocations (made during it, by any thread of the
+    process): memory live before it and freed during it lowers neither.
 
-    peak         the highest live bytes during the block above what was live at its start
-    left         live bytes at the end above what was live at the start (never below 0)
-    start_live   live bytes when the block started;  end_live: when it ended
+    peak         the highest bytes of the block's own allocations live at one moment
+    left         the bytes of the block's own allocations still live at its end
+    start_live   live bytes of the process when the block started;  end_live: when it ended
     """
 
     start_live: int = 0
@@ -279,14 +296,13 @@ class Tracker:
             raise RuntimeError("the track() block was never entered")
         _, _, p, c = _need()
         self.end_ns = time.monotonic_ns()
-        ends = [int(p.dev[i].live) for i in range(c["CT_LIVE_ROWS"])]
         m.close()
-        self.end_live = ends[c["CT_LIVE_ALL"]]
-        self.peak = max(0, m.peak() - self.start_live)
-        self.left = max(0, self.end_live - self.start_live)
+        self.end_live = int(p.dev[c["CT_LIVE_ALL"]].live)
+        self.peak = m.own_peak()
+        self.left = m.own()
         for d in range(c["CT_LIVE_DEVICES"]):
-            if m.peak(d) or ends[d] or m.base(d):
-                self.devices[d] = (max(0, m.peak(d) - m.base(d)), max(0, ends[d] - m.base(d)))
+            if m.own_peak(d):
+                self.devices[d] = (m.own_peak(d), m.own(d))
 
     def sites(self, at: str = "peak", limit: int = 10) -> list[SiteUse]:
         """The sites of the block's own allocations: live at the block's peak (at="peak") or
@@ -303,6 +319,20 @@ class Tracker:
             _own_trace(), self.start_ns, self.end_ns, at, limit, self.anchor
         )
         return [SiteUse(**r) for r in rows]
+
+    def children(self) -> list[tuple[int, int]]:
+        """[(pid, bytes)] of the processes started from this one (children, and theirs: a
+        multiprocessing worker) that allocated device memory during the block, each with the
+        most it held at once of what it allocated then. Not in peak or left: those count this
+        process, whose counters are its own. Read from their trace files in this run's trace
+        directory; empty without one."""
+        if not self.end_ns:
+            raise RuntimeError("children() is read after the block has ended")
+        from .analyze import live_sites
+
+        return live_sites.descendant_peaks(
+            os.environ.get("CUDATRACE_DIR"), os.getpid(), self.start_ns, self.end_ns
+        )
 
 
 def track(anchor: tuple | None = None) -> Tracker:

@@ -10,3 +10,7 @@ GROUPINGS = ("site", "api", "library", "process", "rank")
 # `--on-exceed`: what the shim does with an allocation over budget (CUDATRACE_ON_EXCEED,
 # native/shim/util.c; its default is settings.def's)
 ON_EXCEED = ("fail", "warn", "abort")
+
+# `--on-fence-error`: what the shim does when fencing was asked for and cannot be set up
+# (CUDATRACE_ON_FENCE_ERROR, native/shim/budget.c; its default is settings.def's)
+ON_FENCE_ERROR = ("refuse", "warn")

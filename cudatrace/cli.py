@@ -5,8 +5,9 @@ module names them and loads only the one invoked, so that `cudatrace run` starts
 `commands/options.py` and `commands/run.py` alone (tests/integration/test_startup.py).
 
 Errors: a command raises `CudatraceError` (errors.py); `Main.invoke` catches it once, prints
-`cudatrace: MESSAGE` on stderr and exits with its status. A command returns its exit status
-(None or 0 for success).
+`cudatrace: MESSAGE` on stderr and exits with its status (`run`'s own errors with a status of
+their own, apart from CMD's: docs/exit-codes.md). A command returns its exit status (None or 0
+for success).
 """
 
 from __future__ import annotations
@@ -20,20 +21,25 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import CudatraceError
+from .errors import RUN_FAILED, RUN_STATUSES, CudatraceError
 
-# name -> module of commands/ (the click function has the command's name)
+# name -> (module of commands/ (the click function has the command's name), what it does: the
+# one line `cudatrace --help` lists it with, whole, without loading the module)
 COMMANDS = {
-    "run": "run",
-    "report": "report",
-    "diff": "diff",
-    "export": "export",
-    "sweep": "sweep",
-    "status": "status",
-    "doctor": "doctor",
-    "demo": "demo",
-    "metrics": "metrics",
-    "slurm-taskprolog": "slurm",
+    "run": ("run", "Run a command with its device memory traced (or bounded)."),
+    "report": ("report", "Say who held the device memory at the peak, by call site."),
+    "diff": ("diff", "Compare two runs: the call sites that grew or shrank."),
+    "export": ("export", "Write a trace for other tools: pprof, speedscope, Perfetto."),
+    "sweep": ("sweep", "Run at several values of a flag; fit how each site grows."),
+    "status": ("status", "Show the budgets in force and who uses them."),
+    "doctor": ("doctor", "Say what a run would see on this machine, and what to do."),
+    "demo": ("demo", "The KV-pool defect, traced, diffed, bounded and swept."),
+    "metrics": ("metrics", "Serve budgets and traced runs to Prometheus."),
+    "slurm-taskprolog": ("slurm", "Give a Slurm job its share of its GPU as a budget."),
+    "cdi": ("cdi", "Write CDI specs whose devices are budgets, for containers."),
+    "node": ("node", "Run the node agent for containers and Kubernetes."),
+    "webhook": ("webhook", "Serve the admission webhook that fences annotated pods."),
+    "manifests": ("manifests", "Write Kubernetes manifests or a systemd unit for these."),
 }
 
 
@@ -46,17 +52,27 @@ class Main(click.Group):
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
-        module = importlib.import_module(f".commands.{COMMANDS[name]}", __package__)
+        module = importlib.import_module(f".commands.{COMMANDS[name][0]}", __package__)
         command: click.Command = getattr(module, name.replace("-", "_"))
         return command
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands, once each, in whole sentences (click would cut their docstrings)."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
+
     def invoke(self, ctx: click.Context) -> Any:
+        _observer()
         try:
             status = super().invoke(ctx)
             sys.stdout.flush()  # a full disk or a closed pipe on stdout is said here, once
+        except click.ClickException as e:  # click's own: a bad option value, a missing argument
+            # click declares exit_code on the class; the instance's own is what it exits with
+            e.exit_code = _own_status(ctx, e.exit_code)  # type: ignore[misc]
+            raise
         except CudatraceError as e:
             click.echo(f"cudatrace: {e}", err=True)
-            ctx.exit(e.status)
+            ctx.exit(_own_status(ctx, e.status))
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EIO, errno.EFBIG):
                 raise
@@ -67,6 +83,30 @@ class Main(click.Group):
         if status:
             ctx.exit(status)
         return status
+
+
+def _observer() -> None:
+    """cudatrace observes and launches; it is never a member of a budget: where the job's
+    environment preloaded the shim into this process too (a Slurm job's TaskProlog, a
+    container's preload), tell it so, before anything reads NVML or the driver through it
+    (it would answer with the job's share, and count this process in it)."""
+    if "libcudatrace" not in os.environ.get("LD_PRELOAD", ""):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).cudatrace_exempt()
+    except (AttributeError, OSError):
+        pass  # not loaded here (the loader refused it), or another version's without it
+
+
+def _own_status(ctx: click.Context, status: int) -> int:
+    """The exit status of an error: `run` passes CMD's status through, so its own errors exit
+    with statuses apart from a program's (errors.py, docs/exit-codes.md); any other command's
+    error keeps its status."""
+    if ctx.invoked_subcommand == "run" and status not in RUN_STATUSES:
+        return RUN_FAILED
+    return status
 
 
 def _drop_stdout() -> None:
@@ -80,22 +120,23 @@ def _drop_stdout() -> None:
         pass
 
 
-@click.group(cls=Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=Main,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="""\b
+Each command's --help explains it and every option.
+No GPU: cudatrace demo, or cudatrace run --simulated -- CMD.
+Exit statuses: docs/exit-codes.md.
+Shell completion (bash; zsh and fish alike, README.md):
+  eval "$(_CUDATRACE_COMPLETE=bash_source cudatrace)"
+""",
+)
 @click.version_option(__version__, prog_name="cudatrace")
 def main() -> None:
     """See, explain and bound GPU memory in programs you did not write.
 
-    \b
-    cudatrace run -- CMD ...      trace every device allocation of CMD and its children
-    cudatrace report DIR          who held the memory at the peak, by call site
-    cudatrace diff A B            what changed between two runs
-    cudatrace export DIR ...      the trace as pprof, flame graph, speedscope, memory_viz, Perfetto
-    cudatrace sweep --values ...  how each site grows with a flag: laws, predictions
-    cudatrace status [GROUP]      budgets in force and who uses them
-    cudatrace doctor [CMD]        what a run would see on this machine
-    cudatrace demo                the KV-pool sizing defect, traced, diffed and stopped
-    cudatrace metrics             budgets and traced runs for Prometheus
-    cudatrace slurm-taskprolog    Slurm's TaskProlog: a job's share of its GPU as a budget
+    `cudatrace run -- CMD` traces every device allocation of CMD and its children, with its
+    call stack, and says who held the memory at the peak; `--budget 8GiB` bounds it.
     """
 
 

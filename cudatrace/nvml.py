@@ -40,6 +40,7 @@ _SIGNATURES = {
     "nvmlDeviceGetMemoryInfo": [c_void_p, POINTER(_Memory)],
     "nvmlDeviceGetComputeRunningProcesses_v3": [c_void_p, POINTER(c_uint), POINTER(_ProcessInfo)],
     "nvmlSystemGetDriverVersion": [c_char_p, c_uint],
+    "nvmlDeviceGetUUID": [c_void_p, c_char_p, c_uint],
 }
 
 
@@ -67,8 +68,8 @@ class Nvml:
         self.driver = None
         try:
             self.lib = _Lib(ctypes.CDLL(NVML_LIBRARY))
-        except OSError as e:
-            self.why = f"NVML library not found ({e})"
+        except OSError:
+            self.why = f"no NVIDIA driver here ({NVML_LIBRARY} not found)"
             return
         try:
             rc = self.lib.nvmlInit_v2()
@@ -110,6 +111,18 @@ class Nvml:
                 out.append({"index": i, "total": m.total, "free": m.free, "used": m.used})
             else:
                 out.append({"index": i, "error": rc})
+        return out
+
+    def uuids(self) -> dict[int, str]:
+        """device index -> its UUID ("GPU-..."); devices whose query fails are left out."""
+        out: dict[int, str] = {}
+        buf = ctypes.create_string_buffer(96)
+        for i, h in self.handles:
+            try:
+                if self.lib.nvmlDeviceGetUUID(h, buf, 96) == 0:
+                    out[i] = buf.value.decode(errors="replace")
+            except AttributeError:
+                break
         return out
 
     def processes(self) -> dict[int, dict[int, int]]:

@@ -6,7 +6,8 @@ file we may replace:
   the path holds the whole output or what it held before (a regular file keeps its mode);
 - `-`: the output goes to standard output;
 - an existing character device or FIFO (/dev/null, /dev/stdout, a pipe a reader waits on): the
-  output is written through to it, never replaced by a regular file;
+  output is written through to it, never replaced by a regular file; a FIFO that no process
+  opens for reading within FIFO_WAIT seconds is an error, not a wait without end;
 - a symbolic link: refused (a link in a shared directory could send the output anywhere; name
   its target instead); a directory, a block device or a socket: refused;
 - a write that fails (a full disk: ENOSPC, a quota, /dev/full) is an error with the reason and
@@ -17,11 +18,13 @@ A leaf: it imports only errors.
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -29,6 +32,7 @@ from pathlib import Path
 from .errors import CudatraceError
 
 STDOUT = "-"
+FIFO_WAIT = 10.0  # seconds a FIFO's reader has to open it
 
 
 class OutputError(CudatraceError):
@@ -55,8 +59,12 @@ def _kind(path: Path) -> str:
         return "through"
     if stat.S_ISLNK(m):
         raise OutputError(
-            f"{path} is a symbolic link; cudatrace does not write through links: name its "
-            f"target ({os.readlink(path)}) instead"
+            f"{path} is a symbolic link; cudatrace does not write through links: "
+            + (
+                "write `-` for standard output"
+                if str(path) in ("/dev/stdout", "/dev/stderr") or str(path).startswith("/dev/fd/")
+                else f"name its target ({os.readlink(path)}) instead"
+            )
         )
     if stat.S_ISDIR(m):
         raise OutputError(f"{path} is a directory: name a file")
@@ -108,6 +116,22 @@ def write_output(path: str | Path, data: str | bytes) -> None:
             f.write(raw)
 
 
+def check_output(path: str | Path) -> None:
+    """Raise OutputError now for a path the rules above will refuse (a link, a directory, a
+    block device or a socket), or a new file whose directory is missing or not writable: for an
+    output written only at the end of a long run (pytest's --cudatrace-json)."""
+    target = str(path)
+    if not target:
+        raise OutputError("an empty path names no file")
+    if target == STDOUT or _kind(Path(target)) == "through":
+        return
+    parent = Path(os.path.abspath(target)).parent
+    if not parent.is_dir():
+        raise OutputError(f"cannot write {target}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OutputError(f"cannot write {target}: the directory {parent} is not writable")
+
+
 def describe(path: str | Path) -> str:
     """How a message names an output: 'standard output' for -, else the path."""
     return "standard output" if str(path) == STDOUT else str(path)
@@ -130,8 +154,29 @@ def _land(tmp: str, target: Path, kind: str) -> None:
     os.replace(tmp, target)
 
 
+def _open_through(target: str) -> int:
+    """target opened for writing; a FIFO without a reader is waited on FIFO_WAIT seconds."""
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK
+    deadline = time.monotonic() + FIFO_WAIT
+    while True:
+        try:
+            fd = os.open(target, flags)
+            break
+        except OSError as e:
+            if e.errno != errno.ENXIO:  # ENXIO: a FIFO that no process has open for reading
+                raise
+            if time.monotonic() >= deadline:
+                raise OutputError(
+                    f"cannot write {target}: no process opened the FIFO for reading within "
+                    f"{FIFO_WAIT:g} s"
+                ) from None
+            time.sleep(0.05)
+    os.set_blocking(fd, True)
+    return fd
+
+
 def _copy_through(tmp: str, target: str) -> None:
-    fd = os.open(target, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NOCTTY)
+    fd = _open_through(target)
     try:
         st = os.fstat(fd)
         if not (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):

@@ -1,4 +1,5 @@
-"""What /proc tells about processes and memory: a process tree, its RSS, MemAvailable.
+"""What /proc tells about processes and memory: a process tree, a parent, what a process has
+mapped, its RSS, MemAvailable.
 
 A leaf: imports nothing from cudatrace.
 """
@@ -28,6 +29,25 @@ def tree_pids(root: int) -> list[int]:
         out.append(p)
         todo.extend(children.get(p, []))
     return out
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent of a running process, from /proc; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            s = f.read().decode(errors="replace")
+        return int(s[s.rindex(")") + 2 :].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def maps_name(part: str, pid: int | str = "self") -> bool:
+    """Whether a file whose path holds `part` (e.g. 'libcuda.so') is mapped in a process."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return any(part.encode() in line for line in f)
+    except OSError:
+        return False
 
 
 def mem_available() -> int | None:

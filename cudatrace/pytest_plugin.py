@@ -10,13 +10,16 @@ live when it started and what it left live at its end. The markers
     @pytest.mark.limit_gpu_leaks("16 MiB", warmups=1)
 
 fail a test that goes over, naming the sites (Python file:line, bytes, count) from the process's
-own trace. Sizes are read by the command line's parser (cudatrace/units.py).
+own trace. Sizes are read by the command line's parser (cudatrace/units.py). Markers are read
+when the test runs, so those on unittest.TestCase methods and those other plugins add
+(add_marker, pytest_collection_modifyitems) count. The JSON file follows cudatrace/outputs.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -24,12 +27,15 @@ from dataclasses import dataclass
 
 import pytest
 
-from .units import UnitError, format_bytes, parse_size
+from . import procfs, tracedir
+from .outputs import OutputError, check_output, write_output
+from .units import SIZE_UNITS, UnitError, format_bytes, parse_size
 
 REEXEC_ENV = "CUDATRACE_PYTEST_REEXEC"  # set in the environment of the pytest we execute
 TMPDIR_ENV = "CUDATRACE_PYTEST_TMPDIR"  # a trace directory the plugin made (removed at the end)
 OWNER_ENV = "CUDATRACE_PYTEST_OWNER"  # the pid that removes it (the main pytest process)
 PROPERTY = "cudatrace"  # the user property each measured test's report carries
+DRIVER_PROPERTY = "cudatrace-driver"  # whether a CUDA driver was loaded where the test ran
 
 MARKERS = (
     "limit_gpu_memory(size): fail the test when its device-memory peak above what was live at "
@@ -37,6 +43,19 @@ MARKERS = (
     "limit_gpu_leaks(size, warmups=0): fail the test when it leaves more than size of device "
     "memory live at its end, after running it warmups times first; active with --cudatrace",
 )
+
+
+def no_driver_hint() -> list[str]:
+    """What the end of a run says when no test's process loaded a CUDA driver (every figure is
+    then 0 B): how to run the suite on cudatrace's simulated driver."""
+    return [
+        "cudatrace: no CUDA driver was loaded in the tests' processes: every figure above is 0 B.",
+        "  Without a GPU, run the suite on cudatrace's simulated driver (examples/kv-pool/"
+        "README.md):",
+        "    python3 -c 'from cudatrace import simdriver; simdriver.build(\"/tmp/sim/lib\")'",
+        "    LD_LIBRARY_PATH=/tmp/sim/lib CUDASIM_STATE=/tmp/sim/device.state "
+        "pytest --cudatrace ...",
+    ]
 
 
 def pytest_addoption(parser):
@@ -80,9 +99,56 @@ def pytest_configure(config):
         return
     from . import api
 
+    if not hasattr(config, "workerinput"):
+        _check_json(config)
     if not api.active():
         reexec(config)  # returns only by raising
     config.pluginmanager.register(Plugin(config), "cudatrace-measure")
+
+
+def _check_json(config) -> None:
+    """--cudatrace-json is written at the end: what cannot be written is said before any test
+    runs (a link, a directory, a missing directory); the path is kept absolute, as tests may
+    change the working directory."""
+    path = config.getoption("cudatrace_json")
+    if path is None:
+        return
+    try:
+        check_output(path)
+    except OutputError as e:
+        raise pytest.UsageError(f"cudatrace: --cudatrace-json: {e}") from None
+    if path != "-":
+        config.option.cudatrace_json = os.path.join(str(config.invocation_params.dir), path)
+
+
+def _trace_dir(path: str) -> str:
+    """--cudatrace-dir's directory, made when missing: refused when it is not a directory or
+    already holds traces (as `cudatrace run -o` refuses them), named absolutely."""
+    out = os.path.abspath(path)
+    held = []
+    try:
+        if os.path.lexists(out) and not os.path.isdir(out):
+            raise pytest.UsageError(
+                f"cudatrace: --cudatrace-dir {path}: exists and is not a directory"
+            )
+        if os.path.isdir(out):
+            held = [n for n in os.listdir(out) if n.endswith(".ctrace")] + [
+                n for n in tracedir.LAUNCHER_FILES if os.path.lexists(os.path.join(out, n))
+            ]
+        else:
+            os.makedirs(out)
+    except OSError as e:
+        raise pytest.UsageError(
+            f"cudatrace: --cudatrace-dir {path}: cannot create it: {e.strerror or e}"
+        ) from None
+    if held:
+        raise pytest.UsageError(
+            f"cudatrace: --cudatrace-dir {path} already holds traces ({', '.join(sorted(held)[:3])}"
+            f"{' ...' if len(held) > 3 else ''}); name a new or empty directory"
+        )
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"cudatrace: --cudatrace-dir {path}: not writable")
+    return out
 
 
 # ---- executing pytest again under the shim -------------------------------------------------
@@ -121,8 +187,7 @@ def reexec(config) -> None:
     env = dict(os.environ)
     out = config.getoption("cudatrace_dir")
     if out:
-        os.makedirs(out, exist_ok=True)
-        out = os.path.abspath(out)
+        out = _trace_dir(out)
     else:
         out = tempfile.mkdtemp(prefix="cudatrace-pytest-")
         env[TMPDIR_ENV] = out
@@ -152,11 +217,21 @@ class Limits:
     warmups: int = 0
 
 
+_ZERO = re.compile(r"^\s*0+(?:\.0*)?\s*([A-Za-z]*)\s*$")
+
+
 def _size_arg(mark, name: str) -> int:
     if len(mark.args) != 1 or not isinstance(mark.args[0], str):
         raise ValueError(f"{name} takes one size, as a string such as '2 GiB' (got {mark.args!r})")
+    text = mark.args[0]
+    zero = _ZERO.match(text)
+    if zero:  # a limit of nothing: "0", "0 B", "0 MiB" (the unit must still be one)
+        unit = zero.group(1)
+        if unit and unit.lower() not in SIZE_UNITS:
+            raise ValueError(f"{name}: '{text.strip()}': unknown unit '{unit}'")
+        return 0
     try:
-        return parse_size(mark.args[0])
+        return parse_size(text)
     except UnitError as e:
         raise ValueError(f"{name}: {e}") from None
 
@@ -222,9 +297,12 @@ class Plugin:
         self.config = config
         self.results: list[dict] = []
         self.worker = hasattr(config, "workerinput")
+        self.driver = False  # a CUDA driver was loaded in this process (or, here, a worker's)
+        self.json_error: str | None = None
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_pycollect_makeitem(self, collector, name, obj):
+        """A marker written on the test that cannot be read is a collection error."""
         outcome = yield
         res = outcome.get_result()
         items = res if isinstance(res, list) else [res] if res is not None else []
@@ -232,10 +310,19 @@ class Plugin:
             if not isinstance(it, pytest.Item):
                 continue
             try:
-                it.stash[LIMITS] = limits_of(it)
+                limits_of(it)
             except ValueError as e:
                 outcome.force_exception(collector.CollectError(f"{it.name}: {e}"))
                 return
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item):
+        """The markers as they are when the test runs: unittest.TestCase methods', and those
+        added after collection (add_marker, pytest_collection_modifyitems) included."""
+        try:
+            item.stash[LIMITS] = limits_of(item)
+        except ValueError as e:
+            pytest.fail(f"{item.name}: {e}", pytrace=False)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(self, item):
@@ -259,6 +346,9 @@ class Plugin:
             "devices": {str(d): {"peak": p, "left": lf} for d, (p, lf) in t.devices.items()},
             "warmups": lim.warmups,
         }
+        kids = t.children()
+        if kids:
+            fig["processes"] = [{"pid": pid, "peak": peak} for pid, peak in kids]
         if lim.memory is not None:
             fig["limit_gpu_memory"] = lim.memory
         if lim.leaks is not None:
@@ -279,6 +369,9 @@ class Plugin:
                 rep.longrepr = text
                 fig["failed"] = True
         rep.user_properties.append((PROPERTY, fig))
+        if not self.driver:  # once seen, a driver stays loaded
+            self.driver = fig["peak"] > 0 or procfs.maps_name("libcuda.so")
+        rep.user_properties.append((DRIVER_PROPERTY, self.driver))
 
     def _verdict(self, item, fig: dict) -> str | None:
         t = item.stash[TRACKER]
@@ -287,8 +380,8 @@ class Plugin:
         lim = fig.get("limit_gpu_memory")
         if lim is not None and t.peak > lim:
             parts.append(
-                f"Test was limited to {_bytes(lim)} of device memory but its peak was "
-                f"{_bytes(t.peak)} above the {format_bytes(t.start_live)} live at its start"
+                f"Test was limited to {_bytes(lim)} of device memory but its allocations "
+                f"reached {_bytes(t.peak)} at their peak"
             )
             parts.append("Allocations the test made that were live at its peak:")
             parts += _site_lines(t.sites("peak"), root, t.anchor) or [
@@ -306,12 +399,18 @@ class Plugin:
             parts += _site_lines(t.sites("end"), root, t.anchor) or [
                 "    (no trace to name them from)"
             ]
+        if parts and fig.get("processes"):
+            parts.append(_processes_line(fig["processes"]))
         return "\n".join(parts) if parts else None
 
     def pytest_runtest_logreport(self, report):
+        if report.when != "call":
+            return
         for k, v in report.user_properties:
-            if k == PROPERTY and report.when == "call":
+            if k == PROPERTY:
                 self.results.append(dict(v, nodeid=report.nodeid))
+            elif k == DRIVER_PROPERTY:
+                self.driver = self.driver or bool(v)
 
     def pytest_terminal_summary(self, terminalreporter):
         if self.worker:
@@ -325,11 +424,22 @@ class Plugin:
                     f"{format_bytes(r['peak']):>11} peak {format_bytes(r['left']):>11} left  "
                     f"{r['nodeid']}"
                 )
-        kept = self.config.getoption("cudatrace_dir") or (
-            None if os.environ.get(TMPDIR_ENV) else os.environ.get("CUDATRACE_DIR")
-        )
+        others = [r for r in self.results if r.get("processes")]
+        if others:
+            tr.write_line(
+                "cudatrace: tests whose processes allocated device memory (not in their figures, "
+                "which count the test's own process):"
+            )
+            for r in sorted(others, key=lambda r: r["nodeid"]):
+                tr.write_line(f"  {r['nodeid']}: {_processes_line(r['processes']).strip()}")
+        if self.results and not self.driver:
+            for line in no_driver_hint():
+                tr.write_line(line)
+        kept = None if os.environ.get(TMPDIR_ENV) else os.environ.get("CUDATRACE_DIR")
         if kept:
             tr.write_line(f"cudatrace: traces in {kept} (cudatrace report {kept})")
+        if self.json_error:
+            tr.write_line(f"cudatrace: --cudatrace-json: {self.json_error}", red=True)
 
     def pytest_sessionfinish(self, session):
         path = self.config.getoption("cudatrace_json")
@@ -340,14 +450,26 @@ class Plugin:
             "tests": sorted(self.results, key=lambda r: r["nodeid"]),
             "trace_dir": os.environ.get("CUDATRACE_DIR"),
         }
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
+        try:
+            write_output(path, json.dumps(doc, indent=1) + "\n")
+        except OutputError as e:
+            self.json_error = str(e)
+            if session.exitstatus == pytest.ExitCode.OK:
+                session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_unconfigure(self, config):
         d = os.environ.get(TMPDIR_ENV)
         if d and os.environ.get(OWNER_ENV) == str(os.getpid()) and not self.worker:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _processes_line(procs: list[dict]) -> str:
+    each = ", ".join(f"pid {p['pid']} {format_bytes(p['peak'])}" for p in procs)
+    n = len(procs)
+    return (
+        f"    {n} process{'es' if n != 1 else ''} the test started allocated device memory "
+        f"meanwhile, not counted in its figures (the most each held at once): {each}"
+    )
 
 
 LIMITS = pytest.StashKey[Limits]()

@@ -4,8 +4,9 @@
 
 libdir receives libcuda.so.1 and libnvidia-ml.so.1 (with their libcuda.so / libnvidia-ml.so
 links); put it in LD_LIBRARY_PATH and a program, traced or not, runs on the simulator. Used by
-`cudatrace demo` on a machine without a GPU, by the test suite (tests/support/simbuild.py) and by
-tools/check_aarch64.py. The sources are sim/ beside the package in a checkout, or the copy a
+`cudatrace run --simulated` (simulate(): a fresh device for one run, the libraries built once
+into the cache), `cudatrace demo` on a machine without a GPU, the test suite
+(tests/support/simbuild.py) and tools/check_aarch64.py. The sources are sim/ beside the package in a checkout, or the copy a
 wheel ships in cudatrace/_native/sim; the simulator includes native/include (cuda_abi.h,
 hooks.def) so it exports exactly what the shim hooks.
 
@@ -15,10 +16,14 @@ command line; builds into one libdir are serialized with a lock file.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import hashlib
 import os
 import shlex
 import subprocess
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -153,3 +158,63 @@ def build(libdir: Path, *, warn: Callable[[str], None] | None = None) -> dict[st
             _symlink(libdir / devlink, soname)
             result[name] = out
     return result
+
+
+# ---- a simulated device for one run (`cudatrace run --simulated`) -------------------------------
+
+DEFAULT_MEMORY = 16 << 30  # the simulated device's memory unless --sim-memory says otherwise
+
+
+def cache_libdir() -> Path:
+    """Where `run --simulated` builds the simulator once: $CUDATRACE_CACHE (else
+    ~/.cache/cudatrace), a folder per source tree (two checkouts do not rebuild each other's)."""
+    base = os.environ.get("CUDATRACE_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace"
+    )
+    sim, _ = sources()
+    tag = hashlib.sha256(str(sim).encode()).hexdigest()[:10]
+    return Path(base) / f"simdriver-{tag}" / "lib"
+
+
+@dataclass
+class Simulated:
+    """A simulated device of `total_bytes` for one run: `env` holds what CMD needs (the
+    libraries first in LD_LIBRARY_PATH, the device's size and its state file); close() removes
+    the state file."""
+
+    libdir: Path
+    state: Path
+    total_bytes: int
+    env: dict[str, str]
+    saved: dict[str, str | None]  # this process's environment before simulate()
+
+    def close(self) -> None:
+        """Remove the device's state file; this process's environment as it was."""
+        self.state.unlink(missing_ok=True)
+        for k, v in self.saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def simulate(total_bytes: int = DEFAULT_MEMORY) -> Simulated:
+    """Build (or reuse) the simulator in the cache and make a fresh device of total_bytes that
+    every process of the run shares. This process's own environment is set too, and the two
+    libraries are loaded into it, so that what the launcher asks NVML and the driver (a budget's
+    share of the device, the observed samples) is asked of the simulator, as CMD's calls are."""
+    libdir = build(cache_libdir())["libdir"]
+    fd, name = tempfile.mkstemp(prefix=".device-", suffix=".state", dir=libdir.parent)
+    os.close(fd)
+    rest = [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) if d]
+    env = {
+        "LD_LIBRARY_PATH": os.pathsep.join([str(libdir), *(d for d in rest if d != str(libdir))]),
+        "CUDASIM_TOTAL_BYTES": str(total_bytes),
+        "CUDASIM_STATE": name,
+    }
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    for _name, (_srcs, soname, _link) in LIBS.items():
+        # loaded by path now, found by soname later (ctypes.CDLL("libnvidia-ml.so.1"))
+        ctypes.CDLL(str(libdir / soname), mode=ctypes.RTLD_GLOBAL)
+    return Simulated(libdir, Path(name), total_bytes, env, saved)

@@ -32,6 +32,8 @@
  *                             memory is used; cuMemGetInfo then answers as a Jetson does:
  *                             free = MemFree - used by everyone (not MemAvailable: reclaimable
  *                             page cache is not free to the GPU), total = MemTotal
+ *   CUDASIM_HOST_PROC=dir     the host's /proc mounted in a container: processes are named
+ *                             by host pids, as NVML names them (sim_state.h)
  *   CUDASIM_BACKED=1          device memory the process holds is real memory: a region of its
  *                             own address space is touched as it allocates and dropped as it
  *                             frees, so /proc shows it in RSS, PSS and MemAvailable (as on a
@@ -86,7 +88,7 @@ static void sim_atfork_child(void);
  * them without an exit): a real driver frees an image's memory when it goes. */
 static void release_earlier_images(void)
 {
-    int pid = getpid();
+    int pid = cudasim_pid();
     uint64_t start = cudasim_proc_start(pid, NULL);
     for (int dev = 0; dev < g_ndev; dev++) {
         struct cudasim_device *d = &g_st->dev[dev];
@@ -278,6 +280,7 @@ uint64_t new_handle(void) { return __atomic_fetch_add(&g_next_handle, 0x100, __A
 /* ---- device accounting -------------------------------------------------------------------- */
 static pthread_mutex_t g_slot_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_slot_pid;                  /* pid g_slot[] belongs to */
+static int g_state_pid;                 /* its pid as the state names it (cudasim_pid) */
 static int g_slot[CUDASIM_MAX_DEVICES]; /* slot index + 1; 0: none yet; -1: none free */
 static uint64_t g_unslotted[CUDASIM_MAX_DEVICES];
 static int g_exited; /* the exit-time release ran: later frees have nothing to give back */
@@ -292,7 +295,8 @@ static struct cudasim_pid_slot *my_slot(int dev)
     if (g_slot_pid != pid) {
         memset(g_slot, 0, sizeof(g_slot));
         g_slot_pid = pid;
-        g_my_start = cudasim_proc_start(pid, NULL);
+        g_state_pid = cudasim_pid();
+        g_my_start = cudasim_proc_start(g_state_pid, NULL);
     }
     int idx = g_slot[dev];
     if (idx == 0) {
@@ -305,7 +309,7 @@ static struct cudasim_pid_slot *my_slot(int dev)
                     s->start_ticks = g_my_start;
                     s->used = 0;
                     s->hwm = 0;
-                    __atomic_store_n(&s->pid, pid, __ATOMIC_RELEASE);
+                    __atomic_store_n(&s->pid, g_state_pid, __ATOMIC_RELEASE);
                     idx = i + 1;
                     break;
                 }
@@ -625,7 +629,7 @@ __attribute__((destructor)) static void sim_fini(void)
             struct cudasim_device *d = &g_st->dev[dev];
             if (g_slot[dev] > 0) {
                 struct cudasim_pid_slot *s = &d->pids[g_slot[dev] - 1];
-                int32_t p = pid;
+                int32_t p = g_state_pid;
                 if (__atomic_compare_exchange_n(&s->pid, &p, -1, 0, __ATOMIC_ACQ_REL,
                                                 __ATOMIC_RELAXED)) {
                     uint64_t u = __atomic_exchange_n(&s->used, 0, __ATOMIC_ACQ_REL);

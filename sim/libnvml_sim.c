@@ -64,6 +64,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDe
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length);
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory);
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
@@ -88,7 +89,7 @@ SIM_EXPORT nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int *cudaDriverVersion
     X(nvmlDeviceGetMemoryInfo_v2) X(nvmlDeviceGetComputeRunningProcesses_v3)                  \
     X(nvmlDeviceGetComputeRunningProcesses_v2) X(nvmlDeviceGetComputeRunningProcesses)        \
     X(nvmlErrorString) X(nvmlSystemGetDriverVersion) X(nvmlSystemGetCudaDriverVersion)        \
-    X(nvmlSystemGetCudaDriverVersion_v2)
+    X(nvmlSystemGetCudaDriverVersion_v2) X(nvmlDeviceGetUUID)
 /* clang-format on */
 
 enum {
@@ -256,6 +257,22 @@ nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int len
     if ((unsigned)n + 1 > length)
         return NVML_ERROR_INSUFFICIENT_SIZE;
     memcpy(name, buf, (size_t)n + 1);
+    return NVML_SUCCESS;
+}
+
+/* a UUID of NVML's form, one per simulated device: GPU-5ca1ab1e-0000-4000-8000-00000000000N */
+nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
+{
+    COUNT(nvmlDeviceGetUUID);
+    NEED_INIT();
+    int i = dev_index(device);
+    if (i < 0 || !uuid)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    char buf[96];
+    int n = snprintf(buf, sizeof(buf), "GPU-5ca1ab1e-0000-4000-8000-%012d", i);
+    if ((unsigned)n + 1 > length)
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    memcpy(uuid, buf, (size_t)n + 1);
     return NVML_SUCCESS;
 }
 

@@ -62,7 +62,6 @@ typedef struct {
 
 /* Functions the sim exports beyond hooks.def: X(symbol, base name, min cudaVersion, ptsz) */
 #define SIM_EXTRA(X)                                                                               \
-    X(cuInit, "cuInit", 2000, 0)                                                                   \
     X(cuDriverGetVersion, "cuDriverGetVersion", 2020, 0)                                           \
     X(cuDeviceGetCount, "cuDeviceGetCount", 2000, 0)                                               \
     X(cuDeviceGet, "cuDeviceGet", 2000, 0)                                                         \
@@ -107,11 +106,9 @@ typedef struct {
     X(cuMemAddressFree, "cuMemAddressFree", 10020, 0)                                              \
     X(cuMemSetAccess, "cuMemSetAccess", 10020, 0)                                                  \
     X(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", 10020, 0)                    \
-    X(cuMemPoolDestroy, "cuMemPoolDestroy", 11020, 0)                                              \
     X(cuGraphCreate, "cuGraphCreate", 10000, 0)                                                    \
     X(cuGraphDestroy, "cuGraphDestroy", 10000, 0)
 
-SIM_EXPORT CUresult cuInit(unsigned int Flags);
 SIM_EXPORT CUresult cuDriverGetVersion(int *driverVersion);
 SIM_EXPORT CUresult cuDeviceGetCount(int *count);
 SIM_EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal);
@@ -167,7 +164,6 @@ SIM_EXPORT CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size);
 SIM_EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const void *desc, size_t count);
 SIM_EXPORT CUresult cuMemGetAllocationGranularity(size_t *granularity,
                                                   const CUmemAllocationProp *prop, int option);
-SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool);
 SIM_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags);
 SIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph);
 

@@ -206,11 +206,38 @@ fail:
     abort();
 }
 
+/* CUDASIM_HOST_PROC=dir: the host's procfs mounted inside a container (-v /proc:dir:ro).
+ * Processes are then named by their host pids, as the real driver names them to NVML whatever
+ * pid namespace they run in, and judged alive there; every process sharing a state must see
+ * the same pids (processes on the host leave it unset). Unset: /proc and getpid(). */
+static inline const char *cudasim_proc_root(void)
+{
+    const char *p = getenv("CUDASIM_HOST_PROC");
+    return p && *p ? p : "/proc";
+}
+
+/* This process's pid as the state names it (its host pid under CUDASIM_HOST_PROC). */
+static inline int cudasim_pid(void)
+{
+    const char *root = cudasim_proc_root();
+    if (strcmp(root, "/proc") == 0)
+        return getpid();
+    char path[512], buf[32];
+    snprintf(path, sizeof(path), "%s/self", root);
+    ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+    if (n <= 0) {
+        fprintf(stderr, "cudasim: CUDASIM_HOST_PROC %s has no self link\n", root);
+        abort();
+    }
+    buf[n] = 0;
+    return atoi(buf);
+}
+
 /* Start time (clock ticks since boot) and state of a process; 0 if it does not exist. */
 static inline uint64_t cudasim_proc_start(int pid, char *state_out)
 {
-    char path[64], buf[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    char path[600], buf[1024];
+    snprintf(path, sizeof(path), "%s/%d/stat", cudasim_proc_root(), pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return 0;

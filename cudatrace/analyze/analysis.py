@@ -23,9 +23,11 @@ from .cu_errors import cu_error as cu_error  # the report names failures by it
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
+from .python_summary import python_summary
 from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
-from .sites import SFrame, Site, Stacks, group, make_symbolizer
+from .sites import SFrame, Site, Stacks, depth_note, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
+from .unseal import lost_chunks_json
 
 if TYPE_CHECKING:
     from ..symbols import Symbolizer
@@ -276,6 +278,7 @@ def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict[str, Any]:
         "sizes": s.size_summary(),
         "pids": sorted(s.pids),
         "devices": sorted(s.devices),
+        "device_labels": sorted(s.device_labels),
         "first_time": a.seconds(s.first_ts),
         "last_time": a.seconds(s.last_ts),
         "frames": _frames(s.frames),
@@ -305,6 +308,7 @@ def _versions(a: Analysis) -> dict[str, Any]:
         "shim": shim,
         "stack_depth": depth,
         "nvml_driver": (a.td.run.get("sampler") or {}).get("driver"),
+        "simulated": (a.td.run.get("simulated") or {}).get("device_bytes"),
     }
 
 
@@ -443,7 +447,7 @@ def build_report(
     sites = a.sites(live, by, depth)
     end_live = m.groups_at_end(device)
     end_sites = a.sites(end_live, "site", depth)
-    warnings: list[str] = []
+    warnings = depth_note(lambda d: a.sites(live, by, d), depth, len(sites)) if by == "site" else []
     processes, truncated = _processes_json(a, live, warnings)
     limits = a.budget_limits()
     devices = _devices_json(a, live, device, limits)
@@ -501,8 +505,9 @@ def build_report(
         "budget": budget,
         "counts": {**c, **sc},
         "truncated_files": truncated,
-        "python": python_summary(a),
+        "python": python_summary(a.traces, a.model.stack_totals(), a.stacks.view),
         "lost": lost,
+        "lost_chunks": lost_chunks_json(a.traces),
         "unreadable_files": list(a.td.errors),
         "warnings": warnings,
         "aggregate": agg["json"],
@@ -697,6 +702,7 @@ def _coverage_notes(
     m = a.model
     warnings: list[str] = []
     warnings.extend(unrecorded(a))
+    warnings.extend(n for t in a.traces for n in t.notes)  # sealed chunks lost, sidecar damage
     c = m.counts
     if c.get("unmatched_frees"):
         warnings.append(
@@ -761,6 +767,9 @@ def _budget_json(a: Analysis, limits: dict[int, int]) -> dict[str, Any] | None:
             # the processes' own (the first, sorted, when they differ), else run.json's
             "on_exceed": on[0] if on else a.td.run.get("on_exceed"),
             "group": a.td.run.get("group"),
+            "share": next(  # the share of the group they counted in (a Slurm job's): its label
+                (t.info["budget_share"] for t in a.traces if t.info.get("budget_share")), None
+            ),
             "aborted": bool(a.td.run.get("budget_aborted")),
             "spec": a.td.run.get("budget"),
             # CUDA contexts the budget counted beside the allocations (the shim's last
@@ -770,45 +779,6 @@ def _budget_json(a: Analysis, limits: dict[int, int]) -> dict[str, Any] | None:
             "beyond_traces": beyond_traces(a),
         }
     return budget
-
-
-def python_summary(a: Analysis) -> dict[str, Any] | None:
-    """Python in the traced processes: versions, status, and device allocations with Python frames
-    and without (by reason). None when no process ran Python."""
-    from ..symbols import python as pyframes
-
-    procs = [t for t in a.traces if "python.status" in t.info]
-    if not procs:
-        return None
-    with_frames = 0
-    without: dict[str, int] = {}
-    for (ti, leaf), (count, _nbytes) in a.model.stack_totals().items():
-        t = a.traces[ti]
-        if "python.status" not in t.info:
-            continue
-        link = t.py_link(leaf)
-        if link and link[0] == pyframes.LINK_FRAMES:
-            with_frames += count
-        else:
-            why = (
-                pyframes.WHY.get(link[1], f"reason {link[1]}")
-                if link
-                else "no stack recorded (stacks off or the stack table full)"
-            )
-            without[why] = without.get(why, 0) + count
-    return {
-        "view": a.stacks.view,
-        "processes": [
-            {
-                "pid": t.pid,
-                "version": t.info.get("python.version"),
-                "status": t.info.get("python.status"),
-            }
-            for t in procs
-        ],
-        "allocs_with_frames": with_frames,
-        "allocs_without_frames": without,
-    }
 
 
 def stack_counts(traces: Sequence[Trace]) -> dict[str, int]:

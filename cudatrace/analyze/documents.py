@@ -21,6 +21,7 @@ class _ReportVersionsRequired(TypedDict):
 
 class ReportVersions(_ReportVersionsRequired, total=False):
     nvml_driver: str | None
+    simulated: int | None
 
 
 class ReportAt(TypedDict):
@@ -57,7 +58,7 @@ class ReportFrame(TypedDict):
     python: bool
 
 
-class ReportSite(TypedDict):
+class _ReportSiteRequired(TypedDict):
     rank: int
     label: str
     key: str
@@ -76,6 +77,10 @@ class ReportSite(TypedDict):
     via: list[ReportFrame]
 
 
+class ReportSite(_ReportSiteRequired, total=False):
+    device_labels: list[str]
+
+
 class ReportNeverFreed(TypedDict):
     bytes: int
     count: int
@@ -90,7 +95,7 @@ class ReportFailedError(TypedDict):
     count: int
 
 
-class ReportFailed(TypedDict):
+class _ReportFailedRequired(TypedDict):
     rank: int
     label: str
     key: str
@@ -109,7 +114,11 @@ class ReportFailed(TypedDict):
     last_time: float | None
 
 
-class ReportDenied(TypedDict):
+class ReportFailed(_ReportFailedRequired, total=False):
+    device_labels: list[str]
+
+
+class _ReportDeniedRequired(TypedDict):
     rank: int
     label: str
     key: str
@@ -127,6 +136,10 @@ class ReportDenied(TypedDict):
     api_counts: dict[str, int]
     context: list[ReportFrame]
     last_time: float | None
+
+
+class ReportDenied(_ReportDeniedRequired, total=False):
+    device_labels: list[str]
 
 
 class _ReportProcessRequired(TypedDict):
@@ -275,6 +288,7 @@ class _ReportBudgetRequired(TypedDict):
 
 class ReportBudget(_ReportBudgetRequired, total=False):
     group: str | None
+    share: str | None
     aborted: bool
     spec: Any
     beyond_traces: ReportBudgetBeyondTraces | None
@@ -415,6 +429,12 @@ class ReportRanksSite(TypedDict):
     outliers: list[ReportRanksSiteOutlier]
 
 
+class ReportRanksMissing(TypedDict):
+    ranks: list[int]
+    world_size: int
+    variable: str | None
+
+
 class ReportRanks(TypedDict):
     split_devices: bool
     hosts: list[ReportRanksHost]
@@ -427,6 +447,7 @@ class ReportRanks(TypedDict):
     sites: list[ReportRanksSite]
     more_sites: int
     rule: str
+    missing: ReportRanksMissing | None
 
 
 class _ReportRequired(TypedDict):
@@ -470,12 +491,20 @@ class _ReportRequired(TypedDict):
     aggregate: ReportAggregate | None
 
 
+class ReportLostChunks(TypedDict):
+    file: str
+    pid: int
+    chunks: list[int]
+    bytes: int
+
+
 class Report(_ReportRequired, total=False):
     """The document `cudatrace report --json` prints (docs/report-json.md). Keys are only ever added within a version: objects may hold keys not listed here."""
 
     tree: ReportTree
     ranks: ReportRanks | None
     paths: list[str]
+    lost_chunks: list[ReportLostChunks]
 
 
 # ---- cudatrace.diff/1 (diff-1.json) -----------------------------------------------------

@@ -187,18 +187,29 @@ TRANSPARENT = re.compile(r"^(std::|__gnu_cxx::|__cxxabiv1::|__gnu_debug::)")
 
 class BFrame:
     """What the boundary rule reads of one frame: its module's basename, its short name (None
-    when not symbolized) and whether the module is the program's executable."""
+    when not symbolized), whether the module is the program's executable, the function a
+    lambda, block or local class is in (`enclosing`: the rule reads it as that function) and
+    the frameworks the frame belongs to (frameworks.py: by library, else by namespace)."""
 
-    __slots__ = ("module", "name", "exe", "family", "scope", "plain_c")
+    __slots__ = ("module", "name", "exe", "family", "scope", "plain_c", "rule_name", "fw")
 
-    def __init__(self, module: str, name: str | None, exe: bool = False):
+    def __init__(
+        self,
+        module: str,
+        name: str | None,
+        exe: bool = False,
+        enclosing: str | None = None,
+        fw: frozenset = frozenset(),
+    ):
         self.module = module
         self.name = name
         self.exe = exe
         self.family = module_family(module)
-        parts = split_qualified(name) if name else []
+        self.rule_name = enclosing or name
+        parts = split_qualified(self.rule_name) if self.rule_name else []
         self.scope = namespace_scope(parts)
         self.plain_c = len(parts) == 1
+        self.fw = fw
 
     @property
     def symbolized(self) -> bool:
@@ -212,7 +223,7 @@ class BFrame:
 
     def alloc_named(self) -> bool:
         """Its function or class says it allocates."""
-        parts = split_qualified(self.name) if self.name else []
+        parts = split_qualified(self.rule_name) if self.rule_name else []
         return any(ALLOC_WORDS.search(p) for p in parts[-2:])
 
 
@@ -317,29 +328,42 @@ def boundary_cut(frames: Sequence[BFrame], keep: Callable[[int], bool] | None = 
 
 def _boundary(frames: Sequence[BFrame], i: int, keep) -> int | None:
     """From the allocator's first named frame i outwards: the first frame past the boundary
-    (the code that asked), or None when the walk finds none."""
+    (the code that asked), or None when the walk finds none. A frame of the framework the run
+    is in (frameworks.py) always belongs to it, whatever its library or namespace; a run in a
+    framework that reaches the system's own code names the framework's entry (its outermost
+    frame: a Python binding, a thread it started)."""
     n = len(frames)
     run = frames[i]
     run_scopes, run_module, run_c, family = [run.scope], run.module, run.plain_c, run.family
+    run_fw = run.fw or (frames[0].fw if i else frozenset())
     # an allocator without symbols in a module of its own: its caller is the boundary
-    if i and run.module != frames[0].module:
+    if i and run.module != frames[0].module and not (run.fw & frames[0].fw):
         return i
+    last = i
     for k in range(i + 1, n):
         f = frames[k]
         if f.system():
-            return None
-        if (keep is not None and keep(k)) or (not f.symbolized and f.module != run_module):
+            return last if run_fw and last > i and not frames[last].transparent() else None
+        if keep is not None and keep(k):
+            return k
+        if run_fw and f.fw & run_fw:
+            if f.symbolized and not f.transparent():
+                last = k
+            continue
+        if not f.symbolized and f.module != run_module:
             return k
         if f.transparent() or not f.symbolized:
             continue
-        if f.family == family:
+        if f.family == family and not run_fw:
             if _continues(run_scopes, run_module, run_c, f):
                 if f.scope not in run_scopes:
                     run_scopes.append(f.scope)
                 run_module, run_c = f.module, f.plain_c
+                last = k
                 continue
-        elif not f.exe and f.alloc_named():
+        elif not f.exe and f.alloc_named() and (f.family != family or f.fw):
             run_scopes, run_module, run_c, family = [f.scope], f.module, f.plain_c, f.family
+            run_fw, last = f.fw, k
             continue
         return k
     return None

@@ -5,14 +5,19 @@ stands, attributed as `cudatrace report` attributes (Python lines first).
 block_sites(path, t0, t1, at) -> rows of the allocations made in [t0, t1]:
     at="peak": those live at the moment their sum was highest within the window
     at="end":  those still live at t1
+descendant_peaks(directory, pid, t0, t1) -> [(pid, peak)] of the processes started from pid
+    (their traces in the same directory) that allocated in [t0, t1]: each one's window peak
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from .. import procfs
 
 if TYPE_CHECKING:
     from ..symbols import Symbolizer
@@ -122,3 +127,74 @@ def block_sites(
         r["count"] += 1
     out = sorted(rows.values(), key=lambda r: (-r["bytes"], -r["count"], r["label"]))
     return out[: max(1, limit)]
+
+
+# trace file -> (pid, ppid) of its header, and whether it descends from the asking process
+_heads: dict[str, tuple[int, int]] = {}
+_descends: dict[tuple[str, int], bool] = {}
+
+
+def _head(path: str) -> tuple[int, int] | None:
+    """(pid, ppid) of a trace file's header; None when it is not (yet) a trace."""
+    if path in _heads:
+        return _heads[path]
+    from .trace import layout
+
+    st, names = layout("struct ct_file_header")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            raw = os.pread(fd, st.size, 0)
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    if len(raw) < st.size or not raw.startswith(b"CUDATRC"):
+        return None
+    h = dict(zip(names, st.unpack(raw)))
+    _heads[path] = (int(h["pid"]), int(h["ppid"]))
+    return _heads[path]
+
+
+def _descends_from(pid: int, ppid: int, me: int, parents: dict[int, int]) -> bool:
+    """Whether pid was started from me: its parents' chain, from the traces' headers and, for
+    a process without a trace (a fork server), from /proc while it runs."""
+    q, seen = ppid, {pid}
+    while q > 1 and q not in seen:
+        if q == me:
+            return True
+        seen.add(q)
+        nxt = parents.get(q)
+        q = nxt if nxt is not None else procfs.parent_of(q) or 0
+    return False
+
+
+def _window_peak(path: str, t0: int, t1: int) -> int:
+    from .analysis import Analysis, load
+
+    a = Analysis(path, td=load(path), symbolizer=_shared_symbolizer())
+    return sum(x.size for x in window_allocs(a.model.lifetimes(), t0, t1, "peak"))
+
+
+def descendant_peaks(directory: str | None, me: int, t0: int, t1: int) -> list[tuple[int, int]]:
+    """[(pid, bytes)] of the processes started from process `me` (children, and theirs), traced
+    into `directory`, that allocated device memory in [t0, t1]: the most each held at once of
+    what it allocated then. Their memory is not in `me`'s own counters. [] without a directory."""
+    if not directory or not os.path.isdir(directory):
+        return []
+    heads = {}
+    for p in sorted(Path(directory).glob("*.ctrace")):
+        h = _head(str(p))
+        if h is not None and h[0] != me:
+            heads[str(p)] = h
+    parents = {pid: ppid for pid, ppid in heads.values()}
+    out = []
+    for path, (pid, ppid) in heads.items():
+        key = (path, me)
+        if key not in _descends:
+            _descends[key] = _descends_from(pid, ppid, me, parents)
+        if _descends[key]:
+            peak = _window_peak(path, t0, t1)
+            if peak:
+                out.append((pid, peak))
+    return out

@@ -12,6 +12,16 @@ argument list, template arguments, return types, ABI tags and clone suffixes:
     vllm::v1::GPUModelRunner::initialize_kv_cache(vllm::KVCacheConfig const&) [clone .cold]
         -> vllm::v1::GPUModelRunner::initialize_kv_cache
 
+A lambda, a block or a local class is named by the function it is in, never by a bare
+`operator()`:
+
+    onnxruntime::BFCArena::Extend(unsigned long)::{lambda(unsigned long)#1}::operator()(...)
+        -> onnxruntime::BFCArena::Extend::{lambda}
+    invocation function for block in Foo::bar()  ->  Foo::bar::{block}
+
+and `enclosing` gives that function for the boundary rule (layers.py), which scopes the local
+entity by it.
+
 `--full-names` shows the demangled signature instead. C names pass through unchanged.
 """
 
@@ -123,14 +133,82 @@ def _last_top_token(s: str) -> str:
     return s[cut:]
 
 
+# a lambda's closure, as GCC (`{lambda(int)#2}`), LLVM (`'lambda'(int)`, `'lambda1'(int)`) and
+# clang's older spelling (`$_0`) write it, with its call operator or static invoker after it
+_LAMBDA = re.compile(
+    r"(?:\{lambda\((?:[^(){}]|\([^()]*\))*\)#(\d+)\}|'lambda(\d*)'\((?:[^()]|\([^()]*\))*\)|"
+    r"\$_(\d+))(?:::(?:operator\(\)|_FUN)(?=::|$))?"
+)
+_LOCAL_QUALS = re.compile(r"\s+(?:const|volatile|&&|&|noexcept)(?=::)")
+_CALL_OPERATOR = re.compile(r"(\{lambda(?:#\d+)?\})::(?:operator\(\)|_FUN)(?:<\.\.\.>)?(?=::|$)")
+_BLOCK = re.compile(r"^(?:invocation function for |)block in (.+)$")
+
+
+def _lambda_label(m: re.Match[str]) -> str:
+    gcc, llvm, clang = m.group(1), m.group(2), m.group(3)
+    n = int(gcc) if gcc else (int(llvm) + 1 if llvm else int(clang) + 1 if clang else 1)
+    return "{lambda}" if n == 1 else "{lambda#%d}" % n
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def enclosing(name: str | None) -> str | None:
+    """The short name of the function a lambda, block or local class is in (its scope for the
+    boundary rule); None for any other function."""
+    if not name:
+        return None
+    s = demangle(name) or name
+    b = _BLOCK.match(s)
+    if b:
+        return short_name(b.group(1))
+    if "::" not in s or "(" not in s:
+        return None
+    s = _CLONE.sub("", _ABI.sub("", s)).replace(ANON, "\x01")
+    depth = 0
+    for i, c in enumerate(s):
+        if c in "<[{":
+            depth += 1
+        elif c in ">]}" and depth:
+            depth -= 1
+        elif c == "(" and depth == 0:
+            if s.startswith("operator()", max(0, i - 8)) and s[i - 8 : i] == "operator":
+                continue  # operator()'s own name
+            close = _close_paren(s, i)
+            if close < 0:
+                return None
+            rest = s[close + 1 :]
+            rest = re.sub(r"^(\s*(const|volatile|&&|&|noexcept))*", "", rest)
+            if rest.startswith("::"):
+                return short_name(s[: close + 1].replace("\x01", ANON))
+            return None
+    return None
+
+
+def _close_paren(s: str, i: int) -> int:
+    depth = 0
+    for j in range(i, len(s)):
+        if s[j] == "(":
+            depth += 1
+        elif s[j] == ")":
+            depth -= 1
+            if depth == 0:
+                return j
+    return -1
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def short_name(name: str | None) -> str | None:
-    """The function name without arguments, template arguments or return type."""
+    """The function name without arguments, template arguments or return type; a lambda's
+    `{lambda(args)#1}::operator()` written `{lambda}` after its enclosing function."""
     if not name:
         return name
     s = demangle(name) or name
     s = _CLONE.sub("", s)
     s = _ABI.sub("", s)
+    b = _BLOCK.match(s)
+    if b:
+        return (short_name(b.group(1)) or b.group(1)) + "::{block}"
+    s = _LAMBDA.sub(_lambda_label, s)
+    s = _LOCAL_QUALS.sub("", s)  # `operator()() const::{lambda}`: a nested local entity
     if not any(c in s for c in "<( ") and ANON not in s:
         return _RUST_HASH.sub("", s)
     # protect what would read as brackets or spaces
@@ -150,6 +228,7 @@ def short_name(name: str | None) -> str | None:
     head = _last_top_token(head.strip())
     head = head.replace("\x01", ANON_SHORT).replace("\x02", "(anon)")
     head = re.sub(r"\x00(\d+)\x00", lambda m: keep[int(m.group(1))].strip(), head)
+    head = _CALL_OPERATOR.sub(r"\1", head)
     return _RUST_HASH.sub("", head) or name
 
 

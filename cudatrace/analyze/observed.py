@@ -19,6 +19,7 @@ from .trace import TraceDir
 # microseconds (an allocation is stamped after the driver returns, a free before it calls), more
 # when the thread is preempted: a reading is set beside this much more of the trace either side.
 SLACK_NS = 2_000_000
+NVML_NOT_SUPPORTED = 3  # what NVML's memory queries answer on an integrated device
 
 
 def _read_windows(samples: list[dict[str, Any]], ts: list[int]) -> tuple[list[int], list[int]]:
@@ -147,12 +148,13 @@ class Observed:
             },
             key=str,
         )
-        if errs:
+        if errs and all(e == NVML_NOT_SUPPORTED for _, e in errs):
             return (
-                "NVML could not report memory ({}; NVML_ERROR_NOT_SUPPORTED (3) is what an "
-                "integrated device answers)".format(
-                    ", ".join("device {}: NVML error {}".format(*e) for e in errs[:4])
-                )
+                "the device reports no memory use to NVML (integrated devices, as Jetson's, do not)"
+            )
+        if errs:
+            return "NVML could not read the device's memory ({})".format(
+                ", ".join("device {}: NVML error {}".format(*e) for e in errs[:4])
             )
         return "no NVML samples"
 

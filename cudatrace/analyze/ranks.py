@@ -536,7 +536,31 @@ def ranks_json(a: Analysis, depth: int = 1, top: int = 10) -> dict[Any, Any] | N
         "sites": sites,
         "more_sites": more,
         "rule": RULE,
+        "missing": missing_ranks(traces),
     }
+
+
+def missing_ranks(traces: list[Trace]) -> dict[str, Any] | None:
+    """The ranks a run's world size promises that no trace carries: {"ranks": [numbers],
+    "world_size": N, "variable": the world size's variable}. None when the processes name no
+    world size, disagree on it, or one rank number is carried in separate places (separate
+    launches, whose numbers repeat)."""
+    tags = [tag_of(t) for t in traces]
+    ranked = [(tg, t) for tg, t in zip(tags, traces) if tg.rank is not None]
+    sizes = {tg.world_size for tg, _ in ranked}
+    if not ranked or len(sizes) != 1 or None in sizes:
+        return None
+    places: dict[int, set[tuple[str, str]]] = defaultdict(set)
+    for tg, t in ranked:
+        places[tg.rank].add((tg.host, t.source))  # type: ignore[index]
+    if any(len(p) > 1 for p in places.values()):
+        return None
+    world = sizes.pop()
+    assert world is not None
+    source = ranked[0][0].source
+    var = next((wk for rk, _, wk in RANK_VARS if rk == source), None)
+    gone = sorted(set(range(world)) - set(places))
+    return {"ranks": gone, "world_size": world, "variable": var} if gone else None
 
 
 def _label_order(label: str) -> tuple[str, int]:

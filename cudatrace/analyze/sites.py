@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import settings
+from .. import frameworks, settings
 from ..choices import GROUPINGS
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
@@ -30,8 +30,8 @@ from .layers import (
     boundary_cut,
 )
 from .model import API, RT, Alloc, Groups, Model
-from .names import display_name
-from .ranks import rank_label_of
+from .names import display_name, enclosing
+from .ranks import device_label, rank_label_of
 from .trace import Module, Trace
 
 FOLD_MODULES = re.compile(
@@ -201,6 +201,17 @@ class Stacks:
         # (trace, leaf) -> (the call graph's stamp, via, rest)
         self._split: dict[tuple[int, int], tuple[tuple[int, int], list[SFrame], list[SFrame]]] = {}
         self.errors: list[str] = []
+        self._membership: frameworks.Membership | None = None
+
+    def membership(self) -> frameworks.Membership:
+        """Which frames belong to a framework (frameworks.py): the table in force, and the
+        libraries the binaries of these traces join to it."""
+        if self._membership is None:
+            table = frameworks.table()
+            exes = {t.exe for t in self.traces if t.exe}
+            paths = {m.path for t in self.traces for m in t.modules if m.path not in exes}
+            self._membership = frameworks.Membership(table, frameworks.joined_modules(paths, table))
+        return self._membership
 
     def prepare(self, keys: Iterable[tuple[int, int]]) -> None:
         """Symbolize every address the given (trace index, leaf) stacks need, module by module."""
@@ -356,12 +367,13 @@ class Stacks:
 
     def _boundary(self, ti: int, fr: list[SFrame]) -> int:
         """The boundary rule's fold (layers.boundary_cut) over native frames."""
-        bf = [
-            BFrame(
-                os.path.basename(f.module), display_name(f.function) if f.function else None, f.exe
-            )
-            for f in fr
-        ]
+        member = self.membership()
+        bf = []
+        for f in fr:
+            base = os.path.basename(f.module)
+            name = display_name(f.function) if f.function else None
+            encl = enclosing(f.function) if f.function else None
+            bf.append(BFrame(base, name, f.exe, encl, member.of(base, encl or name)))
         keep = (lambda i: self.kept(fr[i])) if self.patterns else None
         return boundary_cut(bf, keep)
 
@@ -451,6 +463,8 @@ class Site:
     pids: set[Any] = field(default_factory=set)
     traces: set[Any] = field(default_factory=set)
     devices: set[Any] = field(default_factory=set)
+    # the physical devices those ordinals name (CUDA_VISIBLE_DEVICES's entries; ranks.py)
+    device_labels: set[Any] = field(default_factory=set)
     results: Counter[Any] = field(default_factory=Counter)  # CUresult -> count (failures)
     context: list[SFrame] = field(default_factory=list)  # the heaviest stack of the group
     via: list[SFrame] = field(default_factory=list)  # its frames folded into layers
@@ -546,6 +560,7 @@ def group(
     sites: dict[tuple[Any, ...], Site] = {}
     api_names: dict[tuple[Any, ...], str] = {}
     rank_labels = None
+    dev_label = _device_labeler(model)
     for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
         t = model.traces[ti]
         name: str | None = None
@@ -580,6 +595,7 @@ def group(
         s.pids.add(t.pid)
         s.traces.add(ti)
         s.devices.add(dev)
+        s.device_labels.add(dev_label(ti, dev))
         if results:
             s.results.update(results)
         s.first_ts = first if s.first_ts is None else min(s.first_ts, first)
@@ -599,6 +615,19 @@ def group(
                     else stacks.frames(ti, leaf)[: max(context, depth) + len(s.via)]
                 )
     return out
+
+
+def _device_labeler(model: Model) -> Callable[[int, int], str]:
+    """(trace, ordinal) -> the physical device it names (ranks.device_label), memoized."""
+    memo: dict[tuple[int, int], str] = {}
+
+    def label(ti: int, dev: int) -> str:
+        v = memo.get((ti, dev))
+        if v is None:
+            v = memo[ti, dev] = device_label(model.traces[ti], dev)
+        return v
+
+    return label
 
 
 def _api_text(t: Trace, api: int, rt: int, cache: dict[Any, Any]) -> str:
@@ -624,3 +653,14 @@ def make_symbolizer(progress: bool | ProgressFactory = False) -> Symbolizer | No
             return Symbolizer(cache_dir=None, progress=progress)
         except Exception:
             return None
+
+
+def depth_note(sites_at: Callable[[int], list[Any]], depth: int, n: int) -> list[str]:
+    """The note of a --depth above 1 that splits no site (the n sites at `depth` are as many as
+    at depth 1, so the report is --depth 1's): [] otherwise. sites_at(d): the sites at depth d."""
+    if depth <= 1 or len(sites_at(1)) != n:
+        return []
+    return [
+        f"--depth {depth}: no call site splits at this depth here (each is reached through one "
+        "chain of callers), so the sites are those of --depth 1"
+    ]

@@ -19,7 +19,8 @@ from pathlib import Path
 from .. import native, tracedir
 from ..errors import CudatraceError
 from ..symbols import python as pyframes
-from ..units import lossless_data
+from ..units import lossless_data, shell_quote
+from . import unseal
 
 _TYPE_FMT = {
     "uint8_t": "B",
@@ -185,6 +186,11 @@ class Trace:
     stopped_errno: int = 0
     stopped_exit: int = -1  # exit status noted after stopping, -1: unknown
     source: str = ""  # the trace directory it was read from (a run of several: read_dirs)
+    # sealed chunks neither the trace nor its sidecar holds (damaged, deleted): their events
+    # are lost, and every report says so (unseal.py)
+    lost_chunks: list[int] = field(default_factory=list)
+    chunk_size: int = 0
+    notes: list[str] = field(default_factory=list)  # what reading it met (sidecar damage)
     clock_shift_ns: int = 0  # added to its times to put several hosts on one clock (read_dirs)
 
     @property
@@ -301,57 +307,28 @@ def read_trace(path: str | os.PathLike) -> Trace:
         size = st.st_size
         if size == 0:
             raise TraceError(f"{path} is empty (the process was killed before writing anything)")
-        # mapped in C: no file descriptor stays open (Python's mmap keeps one a mapping)
-        ptr = lib.ct_map_file(fd, size)
-        if ptr == ffi.NULL:
-            raise TraceError(f"{path}: cannot map {size} bytes")
+        # mapped in C: no file descriptor stays open (Python's mmap keeps one a mapping);
+        # holes never read, sealed chunks put back (unseal.py)
+        try:
+            view = unseal.open_view(path, fd, size)
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
     finally:
         os.close(fd)
-    # the destructor runs inside a garbage collection, which may come while cffi holds its own
-    # lock (parsing a type): it must not look a function up in lib then (that takes the lock)
-    unmap = lib.ct_unmap
-    mapping = ffi.gc(ffi.cast("uint8_t *", ptr), lambda p: unmap(p, size), size)
-    data = ffi.buffer(mapping, size)
+    data = ffi.buffer(view.ptr, size)
     try:
-        whole = _unseal(path, data)
-        if whole is None:
-            t = _parse(path, data, Source(mapping, size, None, True), ffi, lib)
-            if t.source_blocks is not None:  # read: out of memory until the replay reads it
-                lib.ct_drop_pages(mapping, size)
-            return t
-        return _parse(
-            path,
-            whole,
-            Source(ffi.from_buffer("uint8_t[]", whole), len(whole), None, False, whole),
-            ffi,
-            lib,
-        )
+        t = _parse(path, data, Source(view.ptr, size, None, True), ffi, lib)
     except (struct.error, ValueError, IndexError, OverflowError, MemoryError) as e:
         # a record that contradicts its own size: the file is corrupt (never a traceback)
         raise TraceError(f"{path} is corrupt: {e}") from None
-
-
-def _unseal(path: Path, data) -> bytearray | None:
-    """The trace with its compressed sealed chunks put back (tracedir.SEALED_*), or None when
-    it has none. The trace is read before the sidecar: a chunk punched out of it by then has
-    its entry written (and synced) already."""
-    side = path.with_name(path.name + tracedir.SEALED_SUFFIX)
-    if not side.is_file():
-        return None
-    whole = bytearray(data)
-    try:
-        blob = side.read_bytes()
-    except OSError as e:
-        raise TraceError(f"{side}: cannot read: {e.strerror or e}") from None
-    cs = int(C()["CT_CHUNK_SIZE"])
-    for chunk, raw in tracedir.sealed_entries(blob):
-        a = chunk * cs
-        b = min(a + len(raw), len(whole))
-        if chunk == 0 or len(raw) != cs or a >= b:
-            continue  # chunk 0 is never sealed; a chunk past the end: not this file's
-        if whole.count(0, a, b) == b - a:  # punched out of the trace: take the copy
-            whole[a:b] = raw[: b - a]
-    return whole
+    if view.suspects and (t.gaps or t.status != "complete"):  # zeros where records should be
+        unseal.check_zeros(view, data)
+    t.lost_chunks = view.lost
+    t.chunk_size = view.chunk_size
+    t.notes = view.notes + [x for x in [unseal.loss_note(view, path.name)] if x]
+    if t.source_blocks is not None:  # read: out of memory until the replay reads it
+        lib.ct_drop_pages(view.ptr, size)
+    return t
 
 
 def _parse(path: Path, data, src: Source, ffi, lib) -> Trace:
@@ -752,7 +729,27 @@ def run_dirs(path: str | os.PathLike) -> list[Path]:
     subs = sorted(
         d for d in p.iterdir() if d.is_dir() and not d.is_symlink() and any(d.glob("*.ctrace"))
     )
+    if subs and (p / SWEEP_JSON).is_file():
+        raise TraceError(_sweep_folder(p, subs))
     return subs or [p]
+
+
+SWEEP_JSON = "sweep.json"  # what `cudatrace sweep` writes beside its runs' trace directories
+
+
+def _sweep_folder(p: Path, subs: list[Path]) -> str:
+    """What to run on a sweep's folder, which holds separate runs (one per value), not the
+    ranks of one run."""
+    q = shell_quote
+    out = [
+        f"{p} is a sweep (`cudatrace sweep` wrote {SWEEP_JSON} there): its {len(subs)} trace "
+        "directories are separate runs of the command, one per value, not the ranks of one run.",
+        f"  the laws of the sweep:  cudatrace sweep --from {q([str(p)])}",
+        f"  one run:                cudatrace report {q([str(subs[0])])}",
+    ]
+    if len(subs) > 1:
+        out.append(f"  two runs compared:      cudatrace diff {q([str(subs[0]), str(subs[-1])])}")
+    return "\n".join(out)
 
 
 def read_dirs(paths) -> TraceDir:

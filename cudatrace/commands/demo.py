@@ -28,13 +28,15 @@ from .params import OutputPath
 )
 @click.option("--keep", is_flag=True, help="Keep the temporary folder with the traces.")
 def demo(mode: str | None, out_dir: Path | None, keep: bool) -> int:
-    """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget.
+    """Replay the KV-pool sizing defect cudatrace was built for: trace, report, diff, budget,
+    sweep.
 
     Builds the example server (examples/kv-pool) and traces it with --kv-cache-memory 1GiB
     (28 layers x 1 GiB), --num-blocks 64 and the 256-block fallback; reports the first run,
-    diffs it against the second, and stops the oversized pool with --budget 12GiB. Without a
-    GPU it runs on the test suite's simulated driver (a 122 GiB Jetson-like device), and every
-    line says [simulated].
+    diffs it against the second, stops the oversized pool with --budget 12GiB, and sweeps
+    --kv-cache-memory over three values to give the law of the KV cache (28 bytes per byte of
+    the flag, flagged by --expect 1). Without a GPU it runs on cudatrace's simulated driver (a
+    122 GiB Jetson-like device), and every line says [simulated].
     """
     from ..demo import run_demo
 

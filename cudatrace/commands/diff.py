@@ -59,6 +59,7 @@ def run_diff(
 
     out = out or sys.stdout
     progress = not outputs.as_json and stderr_is_tty()
+    on_stdout = outputs.printed_on_stdout()  # --html -: the page is the output
     try:
         a = Analysis(a_path, attribution, symbolizer=symbolizer, progress=progress)
         # one call graph for both runs: a site is attributed the same way on both sides
@@ -85,6 +86,8 @@ def run_diff(
             )
         except OSError as e:
             raise CudatraceError(f"cannot write {outputs.html}: {e.strerror or e}") from None
+    if on_stdout:
+        return
     if outputs.as_json:
         out.write(json.dumps(d, indent=2) + "\n")
     else:

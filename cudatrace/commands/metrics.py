@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import CudatraceError, OptionError
 from .params import ledger_dir_option
+
+if TYPE_CHECKING:
+    from ..present.metrics import Gpus
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 
@@ -47,7 +51,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     show_default=True,
     type=click.FloatRange(0),
     metavar="SECONDS",
-    help="Analyze a run again at most this often.",
+    help="Read a run's traces again at most this often (and analyze them only when "
+    "something was written since); a scrape waits for fresh figures 1 s at most.",
 )
 def metrics(listen: str, traces: tuple[Path, ...], top: int, trace_interval: float) -> int:
     """Serve budgets (every group's ledger) and, with --traces, the live sites of traced runs
@@ -60,14 +65,16 @@ def metrics(listen: str, traces: tuple[Path, ...], top: int, trace_interval: flo
             "metrics needs the Prometheus client: pip install 'cudatrace[metrics]'"
         ) from None
     from ..present.metrics import Collector, TraceCache, serve
-    from ..record.ledger import status_json
+    from ..record.fence import status_with_unfenced
 
     cache = TraceCache(traces, top, trace_interval) if traces else None
+    if cache is not None:
+        cache.start()
     try:
         serve(
             host,
             port,
-            Collector(status_json, cache),
+            Collector(status_with_unfenced, cache, _gpus()),
             lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
         )
     except OSError as e:
@@ -75,3 +82,20 @@ def metrics(listen: str, traces: tuple[Path, ...], top: int, trace_interval: flo
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _gpus() -> Gpus:
+    """The gpu/UUID labels of devices: NVML's UUIDs (none without NVML), through this
+    process's CUDA_VISIBLE_DEVICES."""
+    import os
+
+    from ..nvml import Nvml
+    from ..present.metrics import Gpus
+
+    nv = Nvml()
+    try:
+        uuids = nv.uuids() if nv.available else {}
+    finally:
+        if nv.available:
+            nv.shutdown()
+    return Gpus(uuids, os.environ.get("CUDA_VISIBLE_DEVICES"))

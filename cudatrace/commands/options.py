@@ -18,7 +18,8 @@ import click
 
 from .. import choices, settings
 from ..attribution import Attribution
-from .params import BudgetSpec, F, MomentSpec, OutputPath
+from ..errors import OptionError
+from .params import BudgetSpec, DeviceSize, F, MomentSpec, OutputPath
 
 # ---- the mechanism of a group -----------------------------------------------------------------
 
@@ -153,7 +154,7 @@ class Moment(NamedTuple):
                     type=int,
                     default=None,
                     metavar="N",
-                    help="Only device N (its own peak with --at peak).",
+                    help="Only device N (its own peak with --at peak; default: every device).",
                 ),
             ],
         )
@@ -163,11 +164,29 @@ class Moment(NamedTuple):
 
 
 class Outputs(NamedTuple):
-    """What a command prints (text, or JSON with --json) and the files it also writes."""
+    """What a command prints (text, or JSON with --json) and the files it also writes. A FILE
+    of `-` is standard output: it is then all the command prints (printed_on_stdout)."""
 
     as_json: bool = False
     html: Path | None = None
     svg: Path | None = None
+
+    def printed_on_stdout(self) -> str | None:
+        """The option whose FILE is `-`, when one is (then no text or JSON is printed); refuses
+        two things on standard output, where they would be one unreadable stream."""
+        dash = [f for f, v in (("--html", self.html), ("--svg", self.svg)) if str(v) == "-"]
+        if self.as_json:
+            dash.append("--json")
+        if len(dash) > 1 and dash != ["--json"]:
+            raise OptionError(
+                "{} {} write to standard output, where they would be one unreadable stream: "
+                "give {} a FILE".format(
+                    " and ".join(dash),
+                    "both" if len(dash) == 2 else "all",
+                    " or ".join(d for d in dash if d != "--json"),
+                )
+            )
+        return dash[0] if dash and dash[0] != "--json" else None
 
     @classmethod
     def options(
@@ -205,8 +224,17 @@ BUDGET_HELP = (
 )
 
 
+SIMULATED_HELP = (
+    "Run CMD on cudatrace's simulated CUDA driver instead of a GPU (none needed): a program "
+    "that uses the CUDA driver API through libcuda.so.1 (linked, dlopen'ed, or from Python "
+    "through ctypes) gets one simulated device. The simulator is built once with the C "
+    "compiler into ~/.cache/cudatrace ($CUDATRACE_CACHE)."
+)
+
+
 class RunSettings(NamedTuple):
-    """The settings of a traced run about stacks and budgets: `run` and every run of `sweep`."""
+    """The settings of a traced run about stacks, budgets and the simulated driver: `run` and
+    every run of `sweep`."""
 
     stack_depth: int = settings.default_int("STACK_DEPTH")
     budget: str | None = None
@@ -214,6 +242,7 @@ class RunSettings(NamedTuple):
     on_exceed: str = settings.default_text("ON_EXCEED")
     count_host: bool = False
     virtualize: bool = True
+    simulated: int | None = None  # --simulated: the simulated device's bytes
 
     @staticmethod
     def _build(
@@ -223,8 +252,19 @@ class RunSettings(NamedTuple):
         on_exceed: str,
         count_host: bool,
         no_virtualize: bool,
+        simulated: bool,
+        sim_memory: int | None,
     ) -> RunSettings:
-        return RunSettings(stack_depth, budget, group, on_exceed, count_host, not no_virtualize)
+        if sim_memory is not None and not simulated:
+            raise OptionError("--sim-memory sizes the simulated device: add --simulated")
+        memory: int | None = None
+        if simulated:
+            from ..simdriver import DEFAULT_MEMORY
+
+            memory = sim_memory or DEFAULT_MEMORY
+        return RunSettings(
+            stack_depth, budget, group, on_exceed, count_host, not no_virtualize, memory
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The keywords of record.launcher.RunOptions."""
@@ -271,6 +311,14 @@ class RunSettings(NamedTuple):
                     "--no-virtualize",
                     is_flag=True,
                     help="Do not make cuMemGetInfo/NVML report the budget as the device's memory.",
+                ),
+                click.option("--simulated", is_flag=True, help=SIMULATED_HELP),
+                click.option(
+                    "--sim-memory",
+                    type=DeviceSize(),
+                    default=None,
+                    metavar="SIZE",
+                    help="With --simulated: the simulated device's memory.  [default: 16GiB]",
                 ),
             ],
         )

@@ -1,5 +1,5 @@
 """The parameter types of the command line: a value with a syntax (a path to write, a size, a
-time, a moment, a budget spec) read once, at parsing, into what the command's body takes; a
+time, a moment, a budget spec, `--budget 12 GiB` as two words) read once, at parsing, into what the command's body takes; a
 value that does not parse raises OptionError (printed by cli.Main as every other error). And
 --ledger-dir, whose value acts as soon as it is parsed."""
 
@@ -66,6 +66,28 @@ class Duration(click.ParamType):
             raise OptionError(f"{_name(param)} {value}: {e}") from None
 
 
+class DeviceSize(click.ParamType):
+    """--sim-memory SIZE -> bytes: a size with its unit (16GiB, 512MiB); at least 1 MiB, so that
+    a unit left out ('16') is said rather than taken as 16 bytes."""
+
+    name = "size"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        from ..units import UnitError, parse_size
+
+        try:
+            n = parse_size(value)
+        except UnitError as e:
+            raise OptionError(f"{_name(param)} {value}: {e}") from None
+        if n < 1 << 20:
+            raise OptionError(
+                f"{_name(param)} {value}: {n} bytes is no device; give a unit (16GiB, 512MiB)"
+            )
+        return n
+
+
 class BudgetSpec(click.ParamType):
     """--budget SPEC, checked before anything runs; the launcher resolves the SPEC itself on
     this machine (a share of free memory is measured at start)."""
@@ -80,6 +102,37 @@ class BudgetSpec(click.ParamType):
         except BudgetError as e:
             raise OptionError(f"{_name(param)} {value}: {e}") from None
         return value
+
+
+# a size's units as a word of their own (`--budget 12 GiB`): units.SIZE_UNITS's, written out so
+# that the command line loads without units' regular expressions (tests/unit check they agree)
+SIZE_UNIT_WORDS = ("b", "k", "kib", "kb", "m", "mib", "mb", "g", "gib", "gb", "t", "tib", "tb")
+
+
+def split_unit(args: list[str]) -> list[str]:
+    """`--budget 12 GiB`: a bare number followed by a unit as a word of its own (which would
+    otherwise start the command) is read as one value, `12 GiB`. Before the command only."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a == "--":
+            break
+        if a == "--budget":
+            j, value = i + 1, out[i + 1] if i + 1 < len(out) else ""
+        elif a.startswith("--budget="):
+            j, value = i, a[len("--budget=") :]
+        else:
+            continue
+        if value.strip().isdigit() and j + 1 < len(out) and out[j + 1].lower() in SIZE_UNIT_WORDS:
+            out[j] += " " + out.pop(j + 1)
+        break
+    return out
+
+
+class SizeWordCommand(click.Command):
+    """A command whose --budget may be given as `12 GiB` (split_unit)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, split_unit(args))
 
 
 def _name(param: click.Parameter | None) -> str:

@@ -13,7 +13,7 @@ import click
 
 from ..attribution import Attribution
 from ..choices import GROUPINGS
-from ..errors import CudatraceError
+from ..errors import CudatraceError, OptionError
 from .options import Moment, Outputs, attribution_options, option_group
 
 if TYPE_CHECKING:
@@ -30,6 +30,7 @@ class Query(NamedTuple):
 
 
 HELP = {"help_option_names": ["-h", "--help"]}
+LOST_STATUS = 3  # the report was written, but part of a trace is lost (docs/reliability.md)
 
 
 @click.command("report", context_settings=HELP)
@@ -82,8 +83,7 @@ def report(
             )
         watch_report(where, query, moment, attribution)
         return 0
-    run_report(where, query, moment, attribution, outputs)
-    return 0
+    return run_report(where, query, moment, attribution, outputs)
 
 
 def run_report(
@@ -94,12 +94,16 @@ def run_report(
     outputs: Outputs = Outputs(),
     out: TextIO | None = None,
     symbolizer: Symbolizer | None = None,
-) -> None:
-    """The body of `cudatrace report` (also callable from Python): writes the chosen outputs.
+) -> int:
+    """The body of `cudatrace report` (also callable from Python): writes the chosen outputs;
+    the exit status: 0, or LOST_STATUS when part of a trace is lost (sealed chunks in neither
+    the trace nor its sidecar: the report lacks their events, and says so on stderr too).
     Raises CudatraceError (a trace that cannot be read, a file that cannot be written)."""
     from ..analyze.analysis import Analysis, build_report
     from ..progress import stderr_is_tty
 
+    if outputs.printed_on_stdout() and query.tree:
+        raise OptionError("--tree prints to standard output: give --html and --svg a FILE")
     try:
         a = Analysis(
             path,
@@ -125,6 +129,16 @@ def run_report(
         raise CudatraceError(str(e)) from None
     _write_files(a, r, moment, attribution, outputs)
     _print(r, outputs, query.tree, attribution.full_names, out or sys.stdout)
+    if r.get("lost_chunks"):
+        n = sum(len(x["chunks"]) for x in r["lost_chunks"])
+        click.echo(
+            f"cudatrace: {n} sealed chunk(s) of {len(r['lost_chunks'])} trace file(s) could not "
+            "be read back (the compressed sidecar is damaged or missing): the report lacks "
+            "their events",
+            err=True,
+        )
+        return LOST_STATUS
+    return 0
 
 
 def _write_files(
@@ -152,6 +166,8 @@ def _write_files(
 
 
 def _print(r: dict[str, Any], outputs: Outputs, tree: bool, full_names: bool, out: TextIO) -> None:
+    if outputs.printed_on_stdout():  # --html - (or --svg -): the page is the output
+        return
     if outputs.as_json:
         out.write(json.dumps(r, indent=2, sort_keys=False) + "\n")
     elif tree:
@@ -160,8 +176,9 @@ def _print(r: dict[str, Any], outputs: Outputs, tree: bool, full_names: bool, ou
         out.write(render_tree(r["tree"], full=full_names))
     else:
         from ..present.report import render_text
+        from ..present.text import use_colour
 
-        out.write(render_text(r))
+        out.write(render_text(r, colour=use_colour(out)))
         if outputs.svg:
             out.write(f"timeline written to {outputs.svg}\n")
         if outputs.html:
@@ -181,9 +198,11 @@ def watch_report(
     from ..analyze.analysis import Analysis, build_report
     from ..analyze.sites import make_symbolizer
     from ..present.report import render_text
+    from ..present.text import use_colour
     from ..present.watch import loop, run_ended
 
     sym = make_symbolizer()
+    colour = use_colour(out or sys.stdout)
 
     def render() -> str:
         try:
@@ -196,7 +215,7 @@ def watch_report(
                 top=query.top,
                 device=moment.device,
             )
-            return render_text(r)
+            return render_text(r, colour=colour)
         except CudatraceError as e:
             return f"cudatrace: {e}\n(waiting: the trace may not have been written yet)\n"
         except ValueError as e:

@@ -11,7 +11,7 @@ import click
 
 from ..errors import OptionError
 from .options import RunSettings, option_group
-from .params import OutputPath, ledger_dir_option
+from .params import OutputPath, SizeWordCommand, ledger_dir_option
 
 
 class Recording(NamedTuple):
@@ -31,7 +31,7 @@ class Recording(NamedTuple):
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=RUN_CONTEXT)
+@click.command(cls=SizeWordCommand, context_settings=RUN_CONTEXT)
 @click.option(
     "-o",
     "--output",
@@ -88,9 +88,12 @@ def run(
 
     The trace goes to one file per process in the output directory, written as events happen
     (a killed process leaves a readable file). When CMD ends, a summary is printed and
-    cudatrace exits with CMD's status (128+N if it died of signal N).
+    cudatrace exits with CMD's status (128+N if it died of signal N); its own errors exit 125,
+    and 126 or 127 when CMD cannot be executed or is not found (docs/exit-codes.md). Without a
+    GPU, --simulated runs CMD on cudatrace's simulated CUDA driver.
     """
     budgeted = settings.budget is not None or settings.group is not None
+    fenced = budgeted or _in_a_fence()  # an integration's fence (CUDATRACE_GROUP)
     if recording.no_trace and (recording.aggregate or not budgeted or out_dir is not None):
         raise OptionError(
             "--no-trace enforces a budget and writes nothing: it needs --budget or "
@@ -100,7 +103,7 @@ def run(
     from ..record.launcher import run as launch
 
     opts = RunOptions(
-        on_denials=_denial_printer() if budgeted else None,
+        on_denials=_denial_printer() if fenced else None,
         cmd=list(cmd),
         out_dir=out_dir,
         quiet=quiet,
@@ -113,6 +116,13 @@ def run(
     )
     status, _ = launch(opts)
     return status
+
+
+def _in_a_fence() -> bool:
+    """Whether an integration fenced this process already (its group in the environment)."""
+    from .. import settings
+
+    return settings.value("GROUP") is not None
 
 
 def _summarize(status: int, out: Path | None) -> None:

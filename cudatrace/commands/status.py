@@ -13,8 +13,7 @@ from .options import Outputs
 from .params import ledger_dir_option
 
 
-# a group may be named like an option (-x): an unknown option is taken as the GROUP
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command()
 @click.argument("group", required=False)
 @Outputs.options("")
 @click.option("--watch", is_flag=True, help="Re-render every second until Ctrl-C.")
@@ -29,7 +28,8 @@ def status(group: str | None, outputs: Outputs, watch: bool, reset: bool) -> int
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
-    --budget` trees). Reads the ledgers through the same C code the preload library uses.
+    --budget` trees), and the processes using a GPU that no ledger fences (NVML's list).
+    Reads the ledgers through the same C code the preload library uses.
     """
     if reset:
         if not group:
@@ -45,9 +45,9 @@ def status(group: str | None, outputs: Outputs, watch: bool, reset: bool) -> int
         return 0
     from ..present.status import render_status
     from ..record.denials import attach_last_denials
-    from ..record.ledger import status_json
+    from ..record.fence import status_with_unfenced
 
-    st = status_json(group)
+    st = status_with_unfenced(group)
     attach_last_denials(st)
     click.echo(json.dumps(st, indent=2) if outputs.as_json else render_status(st))
     return 0
@@ -56,10 +56,10 @@ def status(group: str | None, outputs: Outputs, watch: bool, reset: bool) -> int
 def status_text(group: str | None) -> str:
     """The text of `status` now, or the error that stands in its place."""
     from ..present.status import render_status
-    from ..record.ledger import status_json
+    from ..record.fence import status_with_unfenced
 
     try:
-        return render_status(status_json(group))
+        return render_status(status_with_unfenced(group))
     except CudatraceError as e:
         return f"cudatrace: {e}\n"
 

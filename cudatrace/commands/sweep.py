@@ -18,6 +18,7 @@ from ..errors import OptionError
 from ..outputs import OutputError, write_output
 from ..units import lossless_data
 from .options import Outputs, RunSettings, attribution_options
+from .params import SizeWordCommand
 from .sweep_options import Fit, Stop, Where
 
 if TYPE_CHECKING:
@@ -27,13 +28,13 @@ if TYPE_CHECKING:
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
 
-@click.command(context_settings=RUN_CONTEXT)
+@click.command(cls=SizeWordCommand, context_settings=RUN_CONTEXT)
 @click.option(
     "--values",
     multiple=True,
     metavar="V1,V2,..|NAME=V1,V2,..",
     help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
-    "times for a grid, with {NAME} in CMD.",
+    "times for a grid, with {NAME} in CMD.  [required, unless --from]",
 )
 @Stop.options()
 @Where.options()
@@ -43,8 +44,13 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 @RunSettings.options()
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
 def sweep(**kw: Any) -> int:
-    """Run CMD at each value of a knob ({} in CMD), traced; fit how the peak and each call site
-    grow with it. Run options (--budget ...) apply to every run, as in `cudatrace run`."""
+    """Run CMD at each value of a knob ({} in CMD), traced, and fit how the peak and each call
+    site grow with it.
+
+    Each run is a `cudatrace run` (--budget, --simulated and the other run options apply to
+    every run); the laws are printed, and written to sweep.json in the sweep's directory
+    (docs/sweep-json.md). `cudatrace sweep --from DIR` fits a recorded sweep again.
+    """
     return run_sweep(**kw)
 
 
@@ -64,6 +70,7 @@ def run_sweep(
     from ..sweep.stop import StopRule
 
     cmd = list(cmd)
+    outputs.printed_on_stdout()  # refused before anything runs: two outputs on one stdout
     if where.from_dir is not None:
         return _run_from(Path(where.from_dir), values, cmd, fit, outputs, attribution)
     knobs = parse_knobs(values)
@@ -178,8 +185,9 @@ def _show(doc: dict[str, Any], runs: list[dict[str, Any]], outputs: Outputs) -> 
     """Print the sweep (text or JSON), write --html; the exit status."""
     from ..present import sweep as text
 
-    sys.stdout.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
-    sys.stdout.flush()
+    if not outputs.printed_on_stdout():  # --html -: the page is the output
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
+        sys.stdout.flush()
     rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
     return _write_html(outputs.html, doc) or rc
 

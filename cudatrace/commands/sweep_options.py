@@ -44,12 +44,14 @@ class Stop(NamedTuple):
                     "--stop-after",
                     type=Duration(),
                     metavar="TIME",
-                    help="Stop each run after TIME (30s, 2m).",
+                    help="Stop each run after TIME (30s, 2m), as for a server that never ends "
+                    "(default: each run ends by itself).",
                 ),
                 click.option(
                     "--until-url",
                     metavar="URL",
-                    help="Stop each run once URL answers and the traced live memory has settled.",
+                    help="Stop each run once URL answers and the traced live memory has settled "
+                    "(a server that is ready).",
                 ),
                 click.option(
                     "--settle",
@@ -89,13 +91,22 @@ class Fit(NamedTuple):
                 click.option(
                     "--expect",
                     metavar="SLOPE",
-                    help="Bytes per unit of the knob it should grow (1 for a size flag); flag "
-                    "faster.",
+                    help="How many bytes each site should grow per unit of the knob (1 for a "
+                    "flag that is a size); the sites that grow faster are flagged.",
                 ),
                 click.option(
-                    "--predict", metavar="V", help="Predict the peak and top sites at V (a=4,b=8)."
+                    "--predict",
+                    metavar="V",
+                    help="Predict the peak and the top sites at the value V (a=4,b=8 on a grid), "
+                    "with the budget to give a run there.",
                 ),
-                click.option("--top", default=10, show_default=True, type=click.IntRange(1, None)),
+                click.option(
+                    "--top",
+                    default=10,
+                    show_default=True,
+                    type=click.IntRange(1, None),
+                    help="Sites whose laws are listed.",
+                ),
             ],
         )
 
@@ -118,7 +129,8 @@ class Where(NamedTuple):
                     "--output",
                     "out_dir",
                     type=OutputPath(),
-                    help="Directory of the sweep, one trace directory per run.",
+                    help="Directory of the sweep: sweep.json and one trace directory per run "
+                    "(default: ./cudatrace-sweep-CMD-DATE-TIME, created).",
                 ),
                 click.option(
                     "--force", is_flag=True, help="Replace an earlier sweep in the directory."

@@ -66,7 +66,7 @@ class DenialPrinter:
             g["limit"], g["in_use"] = x.event[AUX], x.event[AUX2]
             g["device"] = int(x.event[DEV])
             g["time"] = a.seconds(x.ts)
-        contexts = a.budget_contexts()
+        contexts = _denial_contexts(a)
         lines = []
         for g in groups.values():
             chain = (" via {}".format(" > ".join(reversed(g["via"])))) if g["via"] else ""
@@ -100,6 +100,22 @@ class DenialPrinter:
             stream.write("".join(printable(x[:-1]) + "\n" for x in lines))
             stream.flush()
         return list(groups.values())
+
+
+def _denial_contexts(a: Analysis) -> dict[int, int]:
+    """device -> the CUDA contexts the ledger held at the latest denial, as the shim's own line
+    said them (its "deny_contexts.<dev>": every member's, other runs' of a group too); the
+    run's own processes' contexts where no denial recorded it."""
+    out = a.budget_contexts()
+    latest: dict[int, tuple[int, int]] = {}
+    for t in a.traces:
+        for k, v in t.info.items():
+            if k.startswith("deny_contexts.") and k[14:].isdigit() and v.isdigit():
+                d = int(k[14:])
+                if (t.start_monotonic_ns, int(v)) > latest.get(d, (-1, 0)):
+                    latest[d] = (t.start_monotonic_ns, int(v))
+    out.update({d: v for d, (_, v) in latest.items()})
+    return out
 
 
 def in_use_parts(in_use: int, limit: int, context: int) -> str:

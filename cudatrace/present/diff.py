@@ -69,27 +69,7 @@ def render_text(d: dict) -> str:
             "  (a run over several directories: a site's bytes are summed over its ranks' "
             "devices; per rank below)"
         )
-    rows = [["status", "peak A", "peak B", "change", "count", "exit A", "exit B", "change", "site"]]
-    width = term_width()
-    for s in d["sites"]:
-        p, e = s["peak"], s["end"]
-        rows.append(
-            [
-                s["status"],
-                size_text(p["a_bytes"]),
-                size_text(p["b_bytes"]),
-                _signed(p["delta_bytes"]),
-                "%+d" % p["delta_count"] if p["delta_count"] else "0",
-                size_text(e["a_bytes"]),
-                size_text(e["b_bytes"]),
-                _signed(e["delta_bytes"]),
-                s["label"],
-            ]
-        )
-    if d["sites"]:
-        L.extend(table(rows, {1, 2, 3, 4, 5, 6, 7}, width=width))
-    else:
-        w("  (no device allocation in either run)")
+    L.extend(_site_rows(d))
     if d["more_sites"]:
         w("  ... and %d more (--top)" % d["more_sites"])
     if d.get("ranks"):
@@ -109,3 +89,39 @@ def render_text(d: dict) -> str:
         L.extend(table(rows, {2, 3, 4}))
     # whatever a trace held (argv, paths, names) reaches the terminal escaped
     return "\n".join(printable(x) for x in L) + "\n"
+
+
+SITE_COLUMNS = [
+    "status",
+    "peak A",
+    "peak B",
+    "peak change",
+    "allocs change",  # allocations live at the peak, B minus A
+    "exit A",
+    "exit B",
+    "exit change",
+    "site",
+]
+
+
+def _site_rows(d: dict) -> list[str]:
+    """The table of the sites' changes (one name per column), or the line saying there is none."""
+    if not d["sites"]:
+        return ["  (no device allocation in either run)"]
+    rows = [SITE_COLUMNS]
+    for s in d["sites"]:
+        p, e = s["peak"], s["end"]
+        rows.append(
+            [
+                s["status"],
+                size_text(p["a_bytes"]),
+                size_text(p["b_bytes"]),
+                _signed(p["delta_bytes"]),
+                "%+d" % p["delta_count"] if p["delta_count"] else "0",
+                size_text(e["a_bytes"]),
+                size_text(e["b_bytes"]),
+                _signed(e["delta_bytes"]),
+                s["label"],
+            ]
+        )
+    return table(rows, {1, 2, 3, 4, 5, 6, 7}, width=term_width())

@@ -31,7 +31,7 @@ def render_doctor(r: dict) -> str:
                 )
             )
     else:
-        L.append("CUDA driver   none ({})".format(_v(d["why"])))
+        L.append("CUDA driver   none: {}".format(_v(d["why"])))
     n = r["nvml"]
     if n["available"]:
         mem = (
@@ -52,7 +52,7 @@ def render_doctor(r: dict) -> str:
             )
         )
     else:
-        L.append("NVML          none ({})".format(_v(n["why"])))
+        L.append("NVML          none: {}".format(_v(n["why"])))
     led = r["ledger"]
     where = "from CUDATRACE_LEDGER_DIR" if led["env"] else "default"
     if not led["ok"]:

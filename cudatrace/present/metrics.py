@@ -1,38 +1,120 @@
 """`cudatrace metrics`: budgets and traced runs in Prometheus's exposition format, through the
 official client library (the optional extra `metrics`; docs/metrics.md has every metric).
 
-One custom Collector reads everything again at each scrape: the ledgers through the same C
-code `cudatrace status` uses (a read of the shared mapping: no lock any member waits on, no
-write), and, with --traces, the runs being traced there (their files as they are). Groups and
-runs that appear are picked up at the next scrape; those that end or become unreadable drop
-out of it (an unreadable ledger is counted in cudatrace_ledger_errors, never an error of the
-scrape).
+One custom Collector reads the ledgers again at each scrape, through the same C code
+`cudatrace status` uses (a read of the shared mapping: no lock any member waits on, no write).
+With --traces, the runs being traced there are read by a TraceCache outside the scrape: a scrape
+asks for figures no older than --trace-interval and waits for them a bounded time, else it is
+answered with the last ones (their age is a metric), so a big trace never makes a scrape slow.
 
-Label cardinality is bounded: one series per group and device; per member process (at most 256
-a group); per run and device the `top` largest sites by label and the rest summed as
-site="other".
+A scrape never fails because of one ledger, run or label: each source is read on its own (what
+cannot be read is counted in cudatrace_ledger_errors / cudatrace_trace_errors), every label
+value is text any client takes (a name's bytes that are not UTF-8 become \\xNN, control
+characters are escaped: units.printable),
+and no two series of a family share a label set (members are told apart by their ledger slot,
+runs by their path).
+
+Label cardinality is bounded: one series per group and device; per member process (its slot in
+the ledger); per run and device the `top` largest sites by label and the rest summed as
+site="other". Families with a device carry `gpu` (the NVML index) and `UUID`, as dcgm-exporter
+names them, for joins with its metrics.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from ..units import printable
 
 COMMAND_MAX = 32  # characters of a member's command label (its /proc comm is at most 15)
+WAIT_S = 1.0  # the most a scrape waits for fresh trace figures
+
+G, C = "gauge", "counter"
+DEV = ("device", "gpu", "UUID")
+MEMBER = ("group", *DEV, "pid", "slot", "command", "share")
+RUN = ("run", "path", "command")
+MEMBER_KEYS = ("m_in_use", "m_peak", "m_denials")
+# labels a member's series gain where the reader knows them (cudatrace node: Kubernetes names)
+WORKLOAD = ("namespace", "pod", "container")
+# key: (type, name, help, labels); the traced runs' keys start with "t_"
+FAMILIES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "limit": (G, "cudatrace_budget_limit_bytes", "Budget of the group on the device (0: none)", ("group", *DEV)),
+    "in_use": (G, "cudatrace_budget_in_use_bytes", "Bytes the group's live members hold on the device", ("group", *DEV)),
+    "peak": (G, "cudatrace_budget_peak_bytes", "Highest total the group reached on the device", ("group", *DEV)),
+    "contexts": (G, "cudatrace_budget_context_bytes", "Of in use: the members' CUDA contexts", ("group", *DEV)),
+    "denials": (C, "cudatrace_budget_denials", "Allocations the budget refused", ("group", *DEV)),
+    "members": (G, "cudatrace_budget_members", "Live member processes of the group", ("group",)),
+    "m_in_use": (G, "cudatrace_budget_member_in_use_bytes", "Bytes a member process holds", MEMBER),
+    "m_peak": (G, "cudatrace_budget_member_peak_bytes", "Highest a member process held", MEMBER),
+    "m_denials": (C, "cudatrace_budget_member_denials", "Allocations of a member the budget refused", MEMBER),
+    "s_limit": (G, "cudatrace_budget_share_limit_bytes", "Budget of a share (a job) of the group, on each device", ("group", "share")),
+    "s_in_use": (G, "cudatrace_budget_share_in_use_bytes", "Bytes a share's live members hold", ("group", *DEV, "share")),
+    "errors": (G, "cudatrace_ledger_errors", "Ledgers in the directory that could not be read at this scrape", ()),
+    "t_total": (G, "cudatrace_trace_run_live_bytes", "Bytes a traced run holds now on the device", (*RUN, *DEV)),
+    "t_live": (G, "cudatrace_trace_live_bytes", 'Bytes a traced run holds now, by site (the top N; the rest as site="other")', (*RUN, *DEV, "site")),
+    "t_age": (G, "cudatrace_trace_age_seconds", "How long ago the run's figures were read from its trace", RUN),
+    "t_errors": (G, "cudatrace_trace_errors", "Runs that could not be read at this scrape", ()),
+    "build": (G, "cudatrace_build_info", "The cudatrace serving these metrics (value 1)", ("version", "python", "trace_format")),
+    "u_procs": (G, "cudatrace_unfenced_processes", "Processes using the GPU that no budget ledger counts (NVML's list against the members)", ("gpu",)),
+    "u_bytes": (G, "cudatrace_unfenced_bytes", "Device memory NVML shows for the GPU's unfenced processes", ("gpu",)),
+}  # fmt: skip
+
+
+def _label(v: object) -> str:
+    """A label value any client takes and any screen shows as it is: text, bytes that are not
+    UTF-8 as \\xNN, control characters escaped (units.printable)."""
+    return printable(str(v))
+
+
+class Families:
+    """The samples of one scrape, by FAMILIES key; a label set seen before in a family is
+    not added twice (Prometheus would keep one of them). Every family is exported, with or
+    without samples, but the traced runs' without --traces (`traces` False). `workload`: the
+    member families carry WORKLOAD's labels too."""
+
+    def __init__(self, traces: bool = True, workload: bool = False) -> None:
+        self.samples: dict[str, dict[tuple[str, ...], float]] = {k: {} for k in FAMILIES}
+        self.traces = traces
+        self.workload = workload
+
+    def add(self, key: str, labels: tuple | list, value: float) -> None:
+        lv = tuple(_label(x) for x in labels)
+        self.samples[key].setdefault(lv, value)
+
+    def families(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        for key, (kind, name, text, labels) in FAMILIES.items():
+            rows = self.samples[key]
+            if key.startswith("t_") and not self.traces:
+                continue
+            if self.workload and key in MEMBER_KEYS:
+                labels = (*labels, *WORKLOAD)
+            fam = (GaugeMetricFamily if kind == G else CounterMetricFamily)(
+                name, text, labels=list(labels)
+            )
+            for lv, v in rows.items():
+                fam.add_metric(list(lv), v)
+            yield fam
 
 
 def _comm(pid: int, other_ns: bool) -> str:
     if other_ns:
         return ""
     try:
-        return Path(f"/proc/{pid}/comm").read_text().strip()[:COMMAND_MAX]
+        raw = Path(f"/proc/{pid}/comm").read_bytes().rstrip(b"\n")
     except OSError:
         return ""
+    return raw.decode(errors="surrogateescape")[:COMMAND_MAX]
 
 
 def _group_label(s: dict) -> str:
+    if s.get("label"):  # a reader that tells apart ledgers of one name (cudatrace node)
+        return s["label"]
     name = Path(s["path"]).name
     return name[: -len(".ledger")] if name.endswith(".ledger") else name
 
@@ -45,20 +127,99 @@ def _devices(rows: list[dict]) -> list[dict]:
     return used or rows[:1]
 
 
-class TraceCache:
-    """Top sites of the runs under some folders, each run analyzed again only when its files
-    changed and at most once per `interval` seconds (a big trace's analysis is not redone at
-    every scrape)."""
+_build: list[tuple[str, str, int]] = []
 
-    def __init__(self, paths, top: int, interval: float, symbolize: bool = True):
+
+def _build_info() -> tuple[str, str, int]:
+    """(cudatrace's version, Python's, the trace format it reads)."""
+    if not _build:
+        from .. import __version__
+        from ..native import defines, header_text
+
+        fmt = defines(header_text("trace_format.h")).get("CT_FORMAT_VERSION", 0)
+        _build.append((__version__, sys.version.split()[0], fmt))
+    return _build[0]
+
+
+class Gpus:
+    """The `gpu` (NVML index) and `UUID` labels of a device: a CUDA ordinal goes through
+    CUDA_VISIBLE_DEVICES (the exporter's own for the ledgers, whose ordinals its members share;
+    a traced process's own for its trace), whose entry is an index or a UUID; NVML's UUIDs
+    (`uuids`: index -> UUID) complete it. Unknown parts are ""."""
+
+    def __init__(self, uuids: dict[int, str] | None = None, visible: str | None = None):
+        self.uuids = dict(uuids or {})
+        self.index = {u: i for i, u in self.uuids.items()}
+        self.visible = visible
+
+    def of_ordinal(self, ordinal: int) -> tuple[str, str]:
+        entry = str(ordinal)
+        if self.visible is not None:
+            vis = [x.strip() for x in self.visible.split(",") if x.strip()]
+            entry = vis[ordinal] if 0 <= ordinal < len(vis) else ""
+        return self.of_entry(entry)
+
+    def of_entry(self, entry: str) -> tuple[str, str]:
+        if entry.isdigit():
+            return entry, self.uuids.get(int(entry), "")
+        if entry.startswith("GPU-"):
+            i = self.index.get(entry)
+            return ("" if i is None else str(i)), entry
+        return "", ""
+
+
+class TraceCache:
+    """The figures of the runs under some folders (analyze/live.py), read outside the scrape:
+    `runs()` asks for figures no older than `interval` seconds and waits for them at most
+    `wait` seconds, else answers the last ones. A run is analyzed again only when something was
+    written into its traces since (live.signature). `start()` runs the reads in a thread;
+    without it, `runs()` reads in the caller (tests)."""
+
+    def __init__(
+        self, paths, top: int, interval: float, symbolize: bool = True, wait: float = WAIT_S
+    ):
         self.paths = [Path(p) for p in paths]
         self.top = top
         self.interval = interval
+        self.wait = wait
         self.symbolize = symbolize
-        self._symbolizer = None
-        self._cache: dict[Path, tuple[tuple, float, dict]] = {}
-        self._lock = threading.Lock()  # one scrape at a time analyzes (this process only)
+        self._symbolizer: Any = None
+        self._figures: dict[Path, dict] = {}
+        self._sigs: dict[Path, tuple] = {}
         self.errors = 0
+        self._cond = threading.Condition()
+        self._asked = 0.0  # monotonic time of the latest request
+        self._began = 0.0  # monotonic time the pass under way (or the last one) began
+        self._done = -1.0  # ... the last finished pass began
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="cudatrace-traces", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while self._asked <= self._done:
+                    self._cond.wait()
+            self.refresh()
+
+    def runs(self) -> list[dict]:
+        """The runs' figures, each with its age (`age_s`)."""
+        now = time.monotonic()
+        if self._thread is None:
+            if now - self._done >= self.interval:
+                self.refresh()
+        else:
+            with self._cond:
+                if now - self._done >= self.interval:
+                    self._asked = now
+                    self._cond.notify_all()
+                    self._cond.wait_for(lambda: self._done >= now, self.wait)
+        with self._cond:
+            figs = list(self._figures.values())
+        t = time.monotonic()
+        return [dict(f, age_s=max(0.0, t - f["at"])) for f in figs]
 
     def _sym(self):
         if self._symbolizer is None and self.symbolize:
@@ -67,138 +228,149 @@ class TraceCache:
             self._symbolizer = make_symbolizer(progress=False)
         return self._symbolizer
 
-    def runs(self) -> list[dict]:
+    def refresh(self) -> None:
+        """One pass over the runs: each running one read again where it changed."""
         from ..analyze import live
 
-        out = []
-        with self._lock:
-            self.errors = 0
-            seen = set()
-            for p in live.run_dirs(self.paths):
-                seen.add(p)
+        began = time.monotonic()
+        with self._cond:
+            self._began = began
+        errors = 0
+        figures: dict[Path, dict] = {}
+        for p in live.run_dirs(self.paths):
+            try:
                 if not live.running(p):
                     continue
                 sig = live.signature(p)
-                now = time.monotonic()
-                hit = self._cache.get(p)
-                if hit and (hit[0] == sig or now - hit[1] < self.interval):
-                    out.append(hit[2])
+                old = self._figures.get(p)
+                if old is not None and self._sigs.get(p) == sig:
+                    figures[p] = dict(old, at=began)
                     continue
-                try:
-                    data = live.top_sites(p, self.top, self._sym())
-                except Exception:  # a run just starting, a file being replaced: next scrape
-                    self.errors += 1
-                    if hit:
-                        out.append(hit[2])
-                    continue
-                self._cache[p] = (sig, now, data)
-                out.append(data)
-            for p in list(self._cache):
-                if p not in seen:
-                    del self._cache[p]
-        return out
+                figures[p] = dict(live.figures(p, self.top, self._sym()), at=began)
+                self._sigs[p] = sig
+            except Exception:  # a run just starting, a file being replaced: next pass
+                errors += 1
+                if p in self._figures:
+                    figures[p] = self._figures[p]
+        with self._cond:
+            self._figures = figures
+            self._sigs = {p: s for p, s in self._sigs.items() if p in figures}
+            self.errors = errors
+            self._done = began
+            self._cond.notify_all()
 
 
 class Collector:
     """The prometheus_client Collector: `ledgers()` gives status_json's data (record/ledger.py),
-    `traces` (a TraceCache or None) the runs."""
+    `traces` (a TraceCache or None) the runs, `gpus` the gpu/UUID labels of a device,
+    `member_labels` (ledger, member) -> (namespace, pod, container) where the reader knows them."""
 
-    def __init__(self, ledgers: Callable[[], dict], traces: TraceCache | None = None):
+    def __init__(
+        self,
+        ledgers: Callable[[], dict],
+        traces: TraceCache | None = None,
+        gpus: Gpus | None = None,
+        member_labels: Callable[[dict, dict], tuple[str, str, str]] | None = None,
+    ):
         self.ledgers = ledgers
         self.traces = traces
+        self.gpus = gpus or Gpus()
+        self.member_labels = member_labels
 
     def describe(self):
         return []  # families vary with what is there: collected at each scrape only
 
     def collect(self):
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        f = Families(traces=self.traces is not None, workload=self.member_labels is not None)
+        self._budgets(f)
+        if self.traces is not None:
+            self._traces(f)
+        f.add("build", _build_info(), 1)
+        yield from f.families()
 
-        G, C = GaugeMetricFamily, CounterMetricFamily
-        gl = ["group", "device"]
-        ml = ["group", "device", "pid", "command", "share"]
-        fam = {
-            "limit": G("cudatrace_budget_limit_bytes", "Budget of the group on the device (0: none)", labels=gl),
-            "in_use": G("cudatrace_budget_in_use_bytes", "Bytes the group's live members hold on the device", labels=gl),
-            "peak": G("cudatrace_budget_peak_bytes", "Highest total the group reached on the device", labels=gl),
-            "contexts": G("cudatrace_budget_context_bytes", "Of in use: the members' CUDA contexts", labels=gl),
-            "denials": C("cudatrace_budget_denials", "Allocations the budget refused", labels=gl),
-            "members": G("cudatrace_budget_members", "Live member processes of the group", labels=["group"]),
-            "m_in_use": G("cudatrace_budget_member_in_use_bytes", "Bytes a member process holds", labels=ml),
-            "m_peak": G("cudatrace_budget_member_peak_bytes", "Highest a member process held", labels=ml),
-            "m_denials": C("cudatrace_budget_member_denials", "Allocations of a member the budget refused", labels=ml),
-            "s_limit": G("cudatrace_budget_share_limit_bytes", "Budget of a share (a job) of the group, on each device", labels=["group", "share"]),
-            "s_in_use": G("cudatrace_budget_share_in_use_bytes", "Bytes a share's live members hold", labels=["group", "device", "share"]),
-            "errors": G("cudatrace_ledger_errors", "Ledgers in the directory that could not be read at this scrape"),
-        }  # fmt: skip
+    def _budgets(self, f: Families) -> None:
         try:
             st = self.ledgers()
         except Exception:
             st = {"ledgers": [], "errors": [{"error": "no ledger directory"}]}
+        errors = len(st.get("errors", []))
         for s in st["ledgers"]:
-            self._ledger(s, fam)
-        fam["errors"].add_metric([], len(st.get("errors", [])))
-        yield from fam.values()
-        if self.traces is not None:
-            yield from self._traces()
+            one = Families(workload=f.workload)
+            try:
+                self._ledger(s, one)
+            except Exception:  # one malformed ledger costs its own series only
+                errors += 1
+                continue
+            for key, rows in one.samples.items():
+                for lv, v in rows.items():
+                    f.add(key, lv, v)
+        f.add("errors", (), errors)
+        _unfenced(st.get("unfenced"), f)
 
-    @staticmethod
-    def _ledger(s: dict, fam: dict) -> None:
+    def _ledger(self, s: dict, f: Families) -> None:
         g = _group_label(s)
         for r in _devices(s["devices"]):
-            lv = [g, str(r["device"])]
-            fam["limit"].add_metric(lv, r["limit"])
-            fam["in_use"].add_metric(lv, r["in_use"])
-            fam["peak"].add_metric(lv, r["peak"])
-            fam["contexts"].add_metric(lv, r.get("contexts", 0))
-            fam["denials"].add_metric(lv, r["denials"])
+            lv = (g, r["device"], *self.gpus.of_ordinal(int(r["device"])))
+            f.add("limit", lv, r["limit"])
+            f.add("in_use", lv, r["in_use"])
+            f.add("peak", lv, r["peak"])
+            f.add("contexts", lv, r.get("contexts", 0))
+            f.add("denials", lv, r["denials"])
         alive = [m for m in s["members"] if m["state"] != "dead"]
-        fam["members"].add_metric([g], len(alive))
+        f.add("members", (g,), len(alive))
         shares: dict[str, int] = {}
-        share_use: dict[tuple[str, str], int] = {}
+        share_use: dict[tuple[int, str], int] = {}
         for m in alive:
             cmd = _comm(m["pid"], m.get("other_pidns", False))
             share = m.get("share") or ""
             if share:
                 shares[share] = max(shares.get(share, 0), m.get("share_limit", 0))
+            extra = tuple(self.member_labels(s, m)) if self.member_labels else ()
             for d, r in m["devices"].items():
-                lv = [g, str(d), str(m["pid"]), cmd, share]
-                fam["m_in_use"].add_metric(lv, r["held"])
-                fam["m_peak"].add_metric(lv, r["peak"])
-                fam["m_denials"].add_metric(lv, r["denials"])
+                who = (g, d, *self.gpus.of_ordinal(int(d)), m["pid"], m.get("slot", ""), cmd, share)
+                who = (*who, *extra)
+                f.add("m_in_use", who, r["held"])
+                f.add("m_peak", who, r["peak"])
+                f.add("m_denials", who, r["denials"])
                 if share:
-                    k = (str(d), share)
+                    k = (int(d), share)
                     share_use[k] = share_use.get(k, 0) + r["held"]
         for share, lim in sorted(shares.items()):
-            fam["s_limit"].add_metric([g, share], lim)
+            f.add("s_limit", (g, share), lim)
         for (d, share), b in sorted(share_use.items()):
-            fam["s_in_use"].add_metric([g, d, share], b)
+            f.add("s_in_use", (g, d, *self.gpus.of_ordinal(d), share), b)
 
-    def _traces(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        live = GaugeMetricFamily(
-            "cudatrace_trace_live_bytes",
-            'Bytes a traced run holds now, by site (the top N; the rest as site="other")',
-            labels=["run", "command", "device", "site"],
-        )
-        total = GaugeMetricFamily(
-            "cudatrace_trace_run_live_bytes",
-            "Bytes a traced run holds now on the device",
-            labels=["run", "command", "device"],
-        )
-        runs = self.traces.runs()
+    def _traces(self, f: Families) -> None:
+        assert self.traces is not None
+        try:
+            runs = self.traces.runs()
+            errors = self.traces.errors
+        except Exception:
+            runs, errors = [], 1
         for r in runs:
-            for d, row in sorted(r["devices"].items()):
-                total.add_metric([r["run"], r["command"], str(d)], row["live"])
-                for site, b in row["sites"].items():
-                    live.add_metric([r["run"], r["command"], str(d), site], b)
-        errs = GaugeMetricFamily(
-            "cudatrace_trace_errors", "Runs that could not be read at this scrape"
-        )
-        errs.add_metric([], self.traces.errors)
-        yield total
-        yield live
-        yield errs
+            try:
+                run = (r["run"], r["path"], r["command"])
+                f.add("t_age", run, round(r["age_s"], 3))
+                for row in r["devices"]:
+                    lv = (*run, row["device"], *self.gpus.of_entry(str(row["gpu"])))
+                    f.add("t_total", lv, row["live"])
+                    for site, b in row["sites"].items():
+                        f.add("t_live", (*lv, site), b)
+            except Exception:
+                errors += 1
+        f.add("t_errors", (), errors)
+
+
+def _unfenced(u: dict | None, f: Families) -> None:
+    """cudatrace_unfenced_processes / _bytes per GPU (NVML's index): processes using the GPU
+    that no ledger of the directory counts (record/fence.py unfenced; docs/budgets.md). Every
+    GPU NVML lists has both series (0 when none), so `> 0` alerts; none where NVML cannot say."""
+    if not u or not u.get("known"):
+        return
+    for gpu in u["gpus"]:
+        mine = [p for p in u["processes"] if p["gpu"] == gpu]
+        f.add("u_procs", (gpu,), len(mine))
+        f.add("u_bytes", (gpu,), sum(p["bytes"] for p in mine))
 
 
 def serve(host: str, port: int, collector: Collector, ready: Callable[[str], None]) -> None:

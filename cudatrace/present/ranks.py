@@ -33,6 +33,18 @@ def site_line(s: dict) -> str:
     return "%s: %s" % (who, ", ".join(parts))
 
 
+def _rank_list(nums: list[int]) -> str:
+    """2, 5-7, 9: runs of numbers as ranges."""
+    out, i = [], 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        out.append(str(nums[i]) if i == j else "%d-%d" % (nums[i], nums[j]))
+        i = j + 1
+    return ", ".join(out)
+
+
 def render_ranks(rk: dict, width: int) -> list[str]:
     L: list[str] = []
     w = L.append
@@ -76,6 +88,14 @@ def render_ranks(rk: dict, width: int) -> list[str]:
             ]
         )
     L.extend(table(rows, {2, 5, 6, 7, 8, 9, 10}))
+    gone = rk.get("missing")
+    if gone:
+        nums = gone["ranks"]
+        which = "rank" if len(nums) == 1 else "ranks"
+        w(
+            "  missing: %s %s of %d (%s) left no trace: not started, or never reached CUDA under "
+            "cudatrace" % (which, _rank_list(nums), gone["world_size"], gone["variable"] or "?")
+        )
     for o in rk["outliers"]:
         w(
             "  %s stands out: peak %s, the ranks' median %s"

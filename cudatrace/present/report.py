@@ -10,7 +10,7 @@ from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.names import fit
 from ..analyze.sites import SFrame, folded
 from ..units import printable, shell_quote
-from .text import end_label, percent, plural, secs_text, size_text, table, term_width
+from .text import end_label, percent, plural, secs_text, size_text, styled, table, term_width
 
 CONTEXT_SITES = 5  # sites whose call stacks are listed
 
@@ -77,7 +77,7 @@ def _status_text(p: dict, r: dict) -> str:
     return "truncated (no clean exit record: killed, crashed or still running)"
 
 
-def _limits_text(limits: dict) -> str:
+def limits_text(limits: dict) -> str:
     """'12.0 GiB on each of devices 0-15', '8.00 GiB on device 0, 4.00 GiB on device 1'"""
     by: dict[int, list[int]] = {}
     for d, v in limits.items():
@@ -133,38 +133,69 @@ def _is_cuda(d: dict) -> bool:
     )
 
 
-def render_text(r: dict, top_context: int = CONTEXT_SITES, width: int | None = None) -> str:
-    """The text report from its dict (build_report), section by section."""
+def render_text(
+    r: dict, top_context: int = CONTEXT_SITES, width: int | None = None, colour: bool = False
+) -> str:
+    """The text report from its dict (build_report), section by section: the answer first
+    (the peak, the sites live then, failures, what was never freed, their call stacks), the
+    run's details after. colour: ANSI styles for a terminal (text.use_colour)."""
     o = _Lines(width or term_width(), bool((r.get("attribution") or {}).get("full_names")))
     o.top_context = top_context
     for section in SECTIONS:
         section(r, o)
-    L = o.L
-    while L and not L[-1]:
-        L.pop()
-    # whatever a trace held (argv, paths, names) reaches the terminal escaped
-    return "\n".join(printable(x) for x in L) + "\n"
+    while o.L and not o.L[-1]:
+        o.L.pop()
+    # whatever a trace held (argv, paths, names) reaches the terminal escaped, then styled
+    return (
+        "\n".join(styled(printable(x), o.styles.get(i), colour) for i, x in enumerate(o.L)) + "\n"
+    )
 
 
 class _Lines:
-    """The lines of a text report being written, and how: the width, full names or not."""
+    """The lines of a text report being written, and how: the width, full names or not, and
+    the style of the lines that carry the answer (shown on a terminal only)."""
 
     def __init__(self, width: int, full: bool):
         self.L: list[str] = []
         self.width = width
         self.full = full
         self.top_context = CONTEXT_SITES
+        self.styles: dict[int, str] = {}  # line index -> style (text.STYLES)
 
     def wf(self, line: str) -> None:  # a line that names code: cut to the terminal, never wrapped
         self.L.append(fit(line, self.width))
 
+    def mark(self, style: str) -> None:
+        """Style the last line written."""
+        self.styles[len(self.L) - 1] = style
 
-def _text_header(r: dict, o: _Lines) -> None:
-    """The run: command, processes, trace settings, budget, events, Python."""
+
+def _text_title(r: dict, o: _Lines) -> None:
+    """What was run, and how it was traced where that changes what the report can say."""
     w = o.L.append
     w("cudatrace report: {}".format(r["path"]))
+    o.mark("title")
     if r["command"]:
         w("  command     {}".format(shell_quote(r["command"])))
+    sim = (r.get("versions") or {}).get("simulated")
+    if sim:
+        w(
+            f"  driver      cudatrace's simulated CUDA driver (--simulated: one device of {size_text(sim)}): "
+            "no GPU was used"
+        )
+    if r.get("aggregate"):
+        w(
+            "  aggregate   an --aggregate trace: exact at each peak and at the end, without the "
+            "timeline between them (docs/aggregate.md)"
+        )
+    w("")
+
+
+def _text_run(r: dict, o: _Lines) -> None:
+    """The run: processes, trace settings, budget, events, Python."""
+    w = o.L.append
+    w("The run:")
+    o.mark("heading")
     procs = r["processes"]
     w(
         "  processes   %d traced%s"
@@ -195,19 +226,20 @@ def _text_header(r: dict, o: _Lines) -> None:
         spec = b.get("spec")
         if isinstance(spec, dict):  # run.json's budget record: its spec, if any
             spec = spec.get("spec")
-        lim = _limits_text(b["limits"]) or (f"spec {spec}" if spec else "no limit set")
+        lim = limits_text(b["limits"]) or (f"spec {spec}" if spec else "no limit set")
         w(
-            "  budget      {} (over budget: {}{}{})".format(
+            "  budget      {} (over budget: {}{}{}{})".format(
                 lim,
                 b.get("on_exceed") or "?",
                 "; group {}".format(b["group"]) if b.get("group") else "",
+                "; share of {}".format(b["share"]) if b.get("share") else "",
                 "; the run was aborted" if b.get("aborted") else "",
             )
         )
         if b.get("contexts"):
             w(
                 "  contexts    {} of CUDA context counted by the budget beside the allocations".format(
-                    _limits_text(b["contexts"])
+                    limits_text(b["contexts"])
                 )
             )
     else:
@@ -230,6 +262,7 @@ def _text_header(r: dict, o: _Lines) -> None:
 def _text_peak(r: dict, o: _Lines) -> None:
     """The peak, per device, and what was live at exit."""
     w = o.L.append
+    n = len(o.L)
     dev_note = " on device %d" % r["device"] if r["device"] is not None else ""
     beyond = (r.get("budget") or {}).get("beyond_traces") or {}
     if r["peak_time"] is None and any(p.get("stopped") for p in r["processes"]):
@@ -276,6 +309,7 @@ def _text_peak(r: dict, o: _Lines) -> None:
                 size_text(r["host_pinned"]["peak_bytes"]),
             )
         )
+    o.styles[n] = "title"
     w("")
 
 
@@ -291,7 +325,8 @@ def _text_ranks(r: dict, o: _Lines) -> None:
 def _text_observed(r: dict, o: _Lines) -> None:
     """Traced versus observed (NVML, MemAvailable, RSS)."""
     w = o.L.append
-    _render_observed(r, w)
+    o.styles[len(o.L)] = "heading"
+    render_observed(r, w)
     w("")
 
 
@@ -334,6 +369,7 @@ def _text_sites(r: dict, o: _Lines) -> None:
             when, by, size_text(r["total_live_bytes"]), plural(r["total_live_count"], "allocation")
         )
     )
+    o.mark("heading")
     if not r["sites"]:
         w("  (nothing live)")
     rows = [["bytes", "share", "count", "min / median / max", by]]
@@ -353,6 +389,8 @@ def _text_sites(r: dict, o: _Lines) -> None:
     if r["sites"]:
         for i, line in enumerate(table(rows, {0, 1, 2}, width=width)):
             L.append(line)
+            if i == 1:
+                o.mark("top")
             if i:
                 s = r["sites"][i - 1]
                 extra = ", ".join(s["api"][:3]) + (" ..." if len(s["api"]) > 3 else "")
@@ -363,8 +401,12 @@ def _text_sites(r: dict, o: _Lines) -> None:
                 if len(procs) > 1:
                     more.append("pid {}".format(",".join(str(p) for p in s["pids"])))
                 if len(r["devices"]) > 1 or (s["devices"] and s["devices"] != [0]):
-                    more.append("device {}".format(",".join(str(d) for d in s["devices"])))
+                    # the physical devices, as the ranks table names them (--by rank: each
+                    # rank's own GPU, not the ordinal 0 every rank sees)
+                    devs = s.get("device_labels") or [str(d) for d in s["devices"]]
+                    more.append("device {}".format(",".join(devs)))
                 wf("        via {}{}".format(extra, ("; " + "; ".join(more)) if more else ""))
+                o.mark("dim")
     if r["more_sites"]:
         w("  ... and %d more (--top)" % r["more_sites"])
     w("")
@@ -383,6 +425,7 @@ def _text_stacks(r: dict, o: _Lines) -> None:
             "Call stacks of the top sites (innermost first%s):"
             % ("; CUDA's own frames folded" if folded else "")
         )
+        o.mark("heading")
         for s in ctx:
             w(
                 "  #%d  %s in %s"
@@ -424,6 +467,7 @@ def _text_never_freed(r: dict, o: _Lines) -> None:
                 size_text(nf["bytes"]), plural(nf["count"], "allocation"), trunc
             )
         )
+        o.mark("warn")
         rows = [["bytes", "count", "site"]]
         for s in nf["sites"]:
             rows.append(
@@ -448,6 +492,7 @@ def _text_failures(r: dict, o: _Lines) -> None:
     full = o.full
     if r["failed"]:
         w("Failed allocations: %d" % sum(f["count"] for f in r["failed"]))
+        o.mark("alert")
         for f in r["failed"]:
             errs = ", ".join("%s x%d" % (e["name"], e["count"]) for e in f["errors"])
             w("  {}, first at {}: {}".format(_requests_text(f), secs_text(f["first_time"]), errs))
@@ -459,6 +504,7 @@ def _text_failures(r: dict, o: _Lines) -> None:
         w("")
     if r["denied"]:
         w("Budget denials: %d" % sum(d["count"] for d in r["denied"]))
+        o.mark("alert")
         for d in r["denied"]:
             w(
                 "  {}, first at {} (last: in use {} of a {} budget)".format(
@@ -484,6 +530,7 @@ def _text_processes(r: dict, o: _Lines) -> None:
     at = r["at"]
     if len(procs) > 1 or any(p["status"] != "complete" for p in procs):
         w("Processes:")
+        o.mark("heading")
         rows = [
             [
                 "pid",
@@ -526,6 +573,7 @@ def _text_queries(r: dict, o: _Lines) -> None:
             "Memory queries seen: %d (%s)"
             % (mq["count"], ", ".join("%s x%d" % kv for kv in mq["by_api"].items()))
         )
+        o.mark("heading")
         last = mq["last"]
         if last:
             s = "  last: {} at {} told free {} of {}".format(
@@ -557,38 +605,58 @@ def _text_trailer(r: dict, o: _Lines) -> None:
     w = o.L.append
     if r["truncated_files"]:
         w("Truncated trace files:")
+        o.mark("alert")
         for t in r["truncated_files"]:
             w("  %s (pid %d, %d events): %s" % (t["file"], t["pid"], t["events"], t["reason"]))
         w("")
     if r.get("lost"):
         w("Events lost (the trace could not be written; the program ran on untraced):")
+        o.mark("alert")
         for x in r["lost"]:
             w(
                 "  pid %d from %s on: %s  [%s]"
                 % (x["pid"], secs_text(x["from_time"]), x["why"], x["file"])
             )
         w("")
+    if r.get("lost_chunks"):
+        w("Trace data lost (sealed chunks in neither the trace nor its sidecar; in no figure):")
+        for x in r["lost_chunks"]:
+            w(
+                "  pid %d: %d chunk(s), %s (chunks %s)  [%s]"
+                % (
+                    x["pid"],
+                    len(x["chunks"]),
+                    size_text(x["bytes"]),
+                    ", ".join(map(str, x["chunks"])),
+                    x["file"],
+                )
+            )
+        w("")
     if r["unreadable_files"]:
         w("Unreadable files:")
+        o.mark("alert")
         for e in r["unreadable_files"]:
             w(f"  {e}")
         w("")
     if r["warnings"]:
         w("Notes:")
+        o.mark("heading")
         for x in r["warnings"]:
             w(f"  - {x}")
 
 
-# the report's sections in order (each pairs with a part of build_report's dict)
+# the report's sections in order (each pairs with a part of build_report's dict): the answer
+# (the peak, who held it, what failed, what stayed), then how it came about and the details
 SECTIONS = (
-    _text_header,
+    _text_title,
     _text_peak,
-    _text_ranks,
-    _text_observed,
     _text_sites,
-    _text_stacks,
-    _text_never_freed,
     _text_failures,
+    _text_never_freed,
+    _text_stacks,
+    _text_ranks,
+    _text_run,
+    _text_observed,
     _text_processes,
     _text_queries,
     _text_trailer,
@@ -605,7 +673,7 @@ def _render_python(py: dict | None, w) -> None:
         w(f"              {n:,} without: {why}")
 
 
-def _render_observed(r: dict, w) -> None:
+def render_observed(r: dict, w) -> None:
     o = r["observed"]
     traced_peak = o.get("traced_peak_bytes", r["peak_bytes"])
     if not o["samples"]:
@@ -621,10 +689,12 @@ def _render_observed(r: dict, w) -> None:
     source = (
         ("NVML" if o["per_process"] else "NVML device totals only")
         if o["nvml"]
-        else "no NVML: {}".format(o["nvml_why"])
+        else "the host's figures"
     )
     if not o["overlap"]:
         w(f"Traced versus observed ({source}; {n}):")
+        if not o["nvml"]:
+            w("  no device figures: {}".format(o["nvml_why"]))
         w(
             "  no sample fell while traced memory was live (the run's allocations came and went "
             f"between samples): nothing to compare. Traced peak {size_text(traced_peak)}."
@@ -709,11 +779,8 @@ def _observed_device_totals(o, w, n, note, near, mx, base, traced_peak) -> None:
 
 def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
     """No NVML: what the host shows (MemAvailable, MemFree, RSS, PSS)."""
-    w(
-        "Traced versus observed: no NVML ({}); what the host shows instead ({}):".format(
-            o["nvml_why"], n
-        )
-    )
+    w(f"Traced versus observed (the host's figures, {n}):")
+    w("  no device figures: {}".format(o["nvml_why"]))
     if note:
         w(note)
     w(

@@ -136,13 +136,40 @@ def _member_lines(m: dict) -> list[str]:
     return lines
 
 
+def render_unfenced(u: dict | None, budgets: bool = True) -> str:
+    """The processes using a GPU that no ledger fences (record/fence.py unfenced), or "". That
+    NVML cannot say is said only where budgets are in force."""
+    if not u:
+        return ""
+    if not u["known"]:
+        if not budgets:
+            return ""
+        return f"unfenced processes: unknown ({u['why']})"
+    if not u["processes"]:
+        return ""
+    rows = [
+        "  pid %-8d gpu %-3d %12s  %s"
+        % (p["pid"], p["gpu"], format_bytes(p["bytes"]), p["command"])
+        for p in u["processes"]
+    ]
+    head = "UNFENCED: %d process%s on the GPUs that no budget ledger here counts" % (
+        len(rows),
+        "" if len(rows) == 1 else "es",
+    )
+    return "\n".join([head, *rows])
+
+
 def render_status(st: dict) -> str:
-    """What `cudatrace status [GROUP]` prints, from record.ledger.status_json's data."""
+    """What `cudatrace status [GROUP]` prints, from record.ledger.status_json's data (with
+    record.fence's "unfenced")."""
     out = []
-    if not st["ledgers"] and not st["errors"]:
+    unfenced = render_unfenced(st.get("unfenced"), bool(st["ledgers"]))
+    if not st["ledgers"] and not st["errors"] and not unfenced:
         return f"no budgets in force (no ledgers in {st['dir']})"
     for s in st["ledgers"]:
         out.append(render_ledger(s))
     for e in st["errors"]:
         out.append(f"{e['path']}: unusable: {e['error']}")
+    if unfenced:
+        out.append(unfenced)
     return "\n\n".join(out)

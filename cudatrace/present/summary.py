@@ -97,6 +97,13 @@ def _processes(a: Analysis, w: Callable[[str], None]) -> None:
     )
     for e in td.errors:
         w(f"  unreadable: {e}\n")
+    for t in td.traces:  # fencing asked for and impossible (docs/budgets.md): never silent
+        verdict, _, why = (t.info.get("fence") or "").partition(": ")
+        if verdict:
+            w(
+                "  pid %d: %s: fencing could not be set up: %s\n"
+                % (t.pid, "CUDA refused" if verdict == "refused" else "ran UNFENCED", why)
+            )
     for t in td.traces:
         if t.stopped_ns:
             w(

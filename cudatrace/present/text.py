@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+from typing import IO
 
 from ..analyze.names import fit
 from ..units import format_bytes
@@ -56,3 +58,33 @@ def table(
         cells = [c.rjust(w[i]) if i in right else c.ljust(w[i]) for i, c in enumerate(r)]
         out.append((indent + "  ".join(cells)).rstrip())
     return out
+
+
+# ANSI styles of the lines that carry a report's answer (terminals only: use_colour)
+STYLES = {
+    "title": "\033[1m",  # bold: the report's title, the peak
+    "heading": "\033[1m",  # bold: a section's first line
+    "top": "\033[1;36m",  # bold cyan: the site that held the most
+    "dim": "\033[2m",  # faint: a site's route
+    "warn": "\033[33m",  # yellow: memory never freed
+    "alert": "\033[1;31m",  # bold red: failed or denied allocations, lost or truncated traces
+}
+RESET = "\033[0m"
+
+
+def use_colour(stream: IO[str]) -> bool:
+    """Colour for a terminal: only when `stream` is a tty, never when NO_COLOR is set (any
+    value but empty, no-color.org) or TERM is dumb."""
+    if os.environ.get("NO_COLOR") or os.environ.get("TERM") == "dumb":
+        return False
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
+
+
+def styled(line: str, style: str | None, colour: bool) -> str:
+    """line in STYLES[style] when colour is on; as it is otherwise (or for an empty line)."""
+    if not colour or not style or not line:
+        return line
+    return f"{STYLES[style]}{line}{RESET}"

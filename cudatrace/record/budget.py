@@ -4,11 +4,14 @@ A SPEC is a comma-separated list of items; each is an AMOUNT, or DEVICE=AMOUNT f
 A bare AMOUNT applies to every device; DEVICE=AMOUNT items override it for their device.
 
 AMOUNT is one of
-  a size        ``8GiB``, ``512MiB``, ``1.5GiB``, ``1024`` (bytes)
+  a size        ``8GiB``, ``512MiB``, ``1.5GiB``, ``8 GiB``, ``4096B`` (bytes)
                 binary units: B, KiB, MiB, GiB, TiB (powers of 1024)
                 decimal units: KB, MB, GB, TB (powers of 1000)
                 short units K, M, G, T mean the BINARY ones: ``8G`` = 8 GiB = 8*2**30 bytes,
                 while ``8GB`` = 8*10**9 bytes. Units are case-insensitive (``8g``, ``8gib``).
+                A number without a unit is bytes, refused below 1 MiB (``--budget 12`` meant
+                12 GiB; ``12B`` says bytes). Sizes are read by the ledger's C
+                (ct_ledger_parse_size), the grammar of CUDATRACE_BUDGET too: one grammar.
   ``60%``       a share of the device's total memory
   ``60%free``   a share of the memory free on the device when the run starts
 
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from .. import native, units
+from .. import native
 from ..errors import CudatraceError
 from ..nvml import Nvml
 from ..procfs import meminfo
@@ -34,8 +37,9 @@ NVML_ERROR_NOT_SUPPORTED = 3
 MAX_DEVICES = native.constants()["CT_LEDGER_MAX_DEVICES"]  # native/include/ledger.h
 
 FORMS_HELP = (
-    "accepted budget forms: a size (8GiB, 512MiB, 1.5GiB, 1024 bytes; units B KiB MiB GiB TiB, "
-    "KB MB GB TB = powers of 1000, K M G T = KiB MiB GiB TiB, so 8G = 8 GiB and 8GB = 8*10^9 bytes), "
+    "accepted budget forms: a size (8GiB, 512MiB, 1.5GiB, 4096B; units B KiB MiB GiB TiB, "
+    "KB MB GB TB = powers of 1000, K M G T = KiB MiB GiB TiB, so 8G = 8 GiB and 8GB = 8*10^9 bytes; "
+    "a number without a unit is bytes, 1048576 at least), "
     "a share of each device's total memory (60%), a share of its free memory at start (60%free), "
     "per device DEV=AMOUNT items (0=8GiB,1=4GiB), and a bare amount for every other device "
     "(4GiB,0=10GiB)"
@@ -59,13 +63,36 @@ def _number(text: str, what: str) -> Fraction:
         raise BudgetError(str(e)) from None
 
 
+BARE_MIN = 1 << 20  # CT_LEDGER_BARE_MIN: a number without a unit below this is refused
+
+
 def parse_size(text: str) -> int:
-    """Bytes of a size such as '8GiB', '1.5G', '512MB', '1024' (units.parse_size). Raises
-    BudgetError."""
-    try:
-        return units.parse_size(text)
-    except UnitError as e:
-        raise BudgetError(str(e)) from None
+    """Bytes of a budget amount such as '8GiB', '1.5G', '512MB', '4096B', '1073741824': read
+    by the ledger's C (ct_ledger_parse_size), the same grammar the preload library reads
+    CUDATRACE_BUDGET with. Raises BudgetError."""
+    if not isinstance(text, str) or "\0" in text:
+        raise BudgetError(f"{text!r} is not a size")
+    ffi, lib = native.tools()
+    out = ffi.new("uint64_t *")
+    err = ffi.new("char[]", 512)
+    if lib.ct_ledger_parse_size(text.encode(errors="surrogateescape"), out, err, 512) != 0:
+        raise BudgetError(ffi.string(err).decode(errors="replace"))
+    return int(out[0])
+
+
+def bytes_text(n: int) -> str:
+    """n bytes as the budget grammar reads them back exactly ('8589934592', '4096B')."""
+    return str(n) if n >= BARE_MIN else f"{n}B"
+
+
+def limits_spec(limits: dict[int, int]) -> str:
+    """The budget text of resolved limits (bytes per device; 0 or absent: none), as the
+    launcher hands it to the preload library (CUDATRACE_BUDGET): one amount when every device
+    the ledger counts has the same, else DEV=AMOUNT items."""
+    vals = {int(limits.get(d, 0)) for d in range(MAX_DEVICES)}
+    if len(vals) == 1 and 0 not in vals:
+        return bytes_text(vals.pop())
+    return ",".join(f"{d}={bytes_text(int(n))}" for d, n in sorted(limits.items()) if n)
 
 
 @dataclass(frozen=True)
@@ -94,7 +121,7 @@ class Amount:
     def __str__(self) -> str:
         if self.kind == "bytes":
             n = int(self.value)
-            forms = [str(n)] + [
+            forms = [bytes_text(n)] + [
                 f"{n // mult}{unit}"
                 for unit, mult in (
                     ("TiB", 1 << 40),

@@ -25,7 +25,11 @@ class Driver:
         try:
             lib = ctypes.CDLL(DRIVER_LIBRARY)
         except OSError as e:
-            self.why = f"no CUDA driver ({DRIVER_LIBRARY}: {e})"
+            self.why = (
+                f"{DRIVER_LIBRARY} not found (no NVIDIA driver installed)"
+                if "No such file" in str(e)
+                else f"{DRIVER_LIBRARY} does not load: {e}"
+            )
             return
         v = c_int(0)
         try:

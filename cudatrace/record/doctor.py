@@ -245,6 +245,11 @@ def advice(r: dict) -> list[str]:
             "(install the NVIDIA driver, or in a container pass the GPU: docker --gpus all, "
             "podman --device nvidia.com/gpu=all)."
         )
+        out.append(
+            "No GPU? `cudatrace run --simulated -- CMD` runs CMD on cudatrace's simulated CUDA "
+            "driver (a program using libcuda.so.1: C, or Python through ctypes), and "
+            "`cudatrace demo` shows a whole session on it."
+        )
     if drv.get("integrated") in ("integrated", "mixed"):
         out.append(
             "Integrated (unified-memory) device: NVML has no memory figures here; reports "
@@ -252,7 +257,7 @@ def advice(r: dict) -> list[str]:
             "memory counts against a budget, and --budget N% is a share of the device's "
             "total as the driver reports it."
         )
-    elif not nv["available"]:
+    elif not nv["available"] and drv["available"]:
         out.append(
             "No NVML: reports show no observed device figures and budgets cannot count "
             "CUDA contexts (%s)." % (nv["why"] or "unavailable")

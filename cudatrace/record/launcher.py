@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from .. import __version__, native, settings, tracedir
-from ..errors import CudatraceError
+from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
 from ..procfs import tree_pids
-from ..units import shell_quote
+from ..units import format_bytes, shell_quote
 from .denials import append_denials
 from .exits import ExitWatcher
 from .files import DirectoryBusy, lock_dir, release_dir, write_json
@@ -44,7 +44,10 @@ SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUS
 
 
 class LaunchError(CudatraceError):
-    """A command that cannot be traced, with the exit status to give back."""
+    """A command that cannot be traced, with the exit status to give back (errors.py: run's
+    own statuses, RUN_FAILED unless CMD itself cannot be found or executed)."""
+
+    status = RUN_FAILED
 
 
 @dataclass
@@ -76,22 +79,24 @@ class RunOptions:
     # called with (status, trace directory) once the command has ended, while the run still
     # holds the directory (the summary reads it then: no other run can have replaced it)
     on_end: Callable[[int, Path | None], None] | None = None
+    # --simulated: CMD runs on cudatrace's simulated driver, a device of this many bytes
+    simulated: int | None = None
 
 
 def resolve_command(argv0: str) -> str:
     if os.sep in argv0:
         path = argv0
         if not os.path.exists(path):
-            raise LaunchError(f"{argv0}: no such file", 127)
+            raise LaunchError(f"{argv0}: no such file", NOT_FOUND)
     else:
         found = shutil.which(argv0)
         if not found:
-            raise LaunchError(f"{argv0}: command not found", 127)
+            raise LaunchError(f"{argv0}: command not found", NOT_FOUND)
         path = found
     if os.path.isdir(path):
-        raise LaunchError(f"{argv0}: is a directory", 126)
+        raise LaunchError(f"{argv0}: is a directory", CANNOT_EXECUTE)
     if not os.access(path, os.X_OK):
-        raise LaunchError(f"{argv0}: permission denied (not executable)", 126)
+        raise LaunchError(f"{argv0}: permission denied (not executable)", CANNOT_EXECUTE)
     return path
 
 
@@ -113,7 +118,7 @@ def check_enterable(path: str) -> None:
         raise LaunchError(
             f"{path} is setuid/setgid: the dynamic loader ignores LD_PRELOAD for it, so "
             "nothing could be traced. Run a copy without the setuid bit.",
-            2,
+            RUN_FAILED,
         )
     try:
         with open(path, "rb") as f:
@@ -124,14 +129,14 @@ def check_enterable(path: str) -> None:
                     raise LaunchError(
                         f"{path} has no #! line, so it cannot be executed directly; add "
                         f"one (#!/bin/sh) or name its interpreter: cudatrace run -- sh {path}",
-                        126,
+                        CANNOT_EXECUTE,
                     )
                 return  # a script: its interpreter is what runs
             if len(head) < 64 or head[4] not in (1, 2) or head[5] not in (1, 2):
                 raise LaunchError(
                     "%s starts like an ELF file but is not a valid one "
                     "(%d bytes of header)" % (path, len(head)),
-                    126,
+                    CANNOT_EXECUTE,
                 )
             is64 = head[4] == 2
             little = head[5] == 1
@@ -145,12 +150,12 @@ def check_enterable(path: str) -> None:
             if not phentsize or not phnum:
                 raise LaunchError(
                     f"{path} is an ELF file with no program headers: not an executable",
-                    126,
+                    CANNOT_EXECUTE,
                 )
             f.seek(phoff)
             ph = f.read(phentsize * phnum)
     except OSError as exc:
-        raise LaunchError(f"cannot read {path}: {exc}", 126) from None
+        raise LaunchError(f"cannot read {path}: {exc}", CANNOT_EXECUTE) from None
     has_interp = any(
         struct.unpack_from(e + "I", ph, i * phentsize)[0] == 3  # PT_INTERP
         for i in range(phnum)
@@ -160,7 +165,7 @@ def check_enterable(path: str) -> None:
         raise LaunchError(
             f"{path} is statically linked: LD_PRELOAD cannot enter it, so no allocation "
             "could be traced (and a static binary cannot load the CUDA driver anyway).",
-            2,
+            RUN_FAILED,
         )
 
 
@@ -254,11 +259,13 @@ def run(opts: RunOptions) -> tuple[int, Path | None]:
         raise LaunchError(
             f"the preload library's path {str(shim)!r} holds a space or colon, which "
             "LD_PRELOAD cannot express; install cudatrace elsewhere",
-            2,
+            RUN_FAILED,
         )
     no_trace = opts.mode == "none"
     out, created, lock = (None, False, -1) if no_trace else prepare_out_dir(opts)
+    sim = None
     try:
+        sim = _simulate(opts)
         status, out = _run(opts, path, shim, out, created)
         if opts.on_end is not None:
             opts.on_end(status, out)
@@ -268,8 +275,23 @@ def run(opts: RunOptions) -> tuple[int, Path | None]:
             _remove_created(out, created)
         raise
     finally:
+        if sim is not None:
+            sim.close()
         if out is not None and lock >= 0:  # a lock is only taken on a directory
             release_dir(out, lock)
+
+
+def _simulate(opts: RunOptions):
+    """--simulated: the simulated driver built (once, into the cache) and a fresh device of
+    opts.simulated bytes set up for this run (simdriver.simulate); None without it."""
+    if opts.simulated is None:
+        return None
+    from ..simdriver import BuildError, simulate
+
+    try:
+        return simulate(opts.simulated)
+    except BuildError as e:
+        raise LaunchError(f"--simulated: {e}") from None
 
 
 # The preload library keeps the trace directory and the ledger path in fixed buffers (no malloc
@@ -283,7 +305,7 @@ def _check_shim_path(what: str, p: Path) -> None:
         raise LaunchError(
             "the %s %s... is %d bytes long; the preload library holds "
             "paths up to %d bytes: choose a shorter one" % (what, str(p)[:60], n, MAX_SHIM_PATH),
-            2,
+            RUN_FAILED,
         )
 
 
@@ -294,6 +316,7 @@ def _run(
         _check_shim_path("trace directory", out)
     env = _environment(opts, shim, out)
     ledger, budget_info = _join_budget(opts, env)
+    hints = _hints(opts, path, env, out)
     run_info = _write_run_info(opts, path, out, budget_info, ledger)
     _say_start(opts, out)
     aborted = []
@@ -347,7 +370,7 @@ def _run(
     watcher = None  # counts denials from before the start: the first may come at once
     # also under -q: quiet silences progress and summaries, never why the program failed
     if ledger is not None and opts.on_denials is not None and out is not None:
-        watcher = DenialWatcher(ledger, out, opts.on_denials, own=opts.group is None)
+        watcher = DenialWatcher(ledger, out, opts.on_denials, own=ledger.private)
     try:
         proc = subprocess.Popen(
             [path] + opts.cmd[1:],
@@ -362,7 +385,7 @@ def _run(
             signal.signal(s, h)
         if ledger is not None:
             ledger.finish()
-        raise LaunchError(f"cannot execute {path}: {e.strerror or e}", 126) from None
+        raise LaunchError(f"cannot execute {path}: {e.strerror or e}", CANNOT_EXECUTE) from None
     procs.append(proc)
     for signum in pending:
         on_signal(signum, None)
@@ -375,14 +398,14 @@ def _run(
             opts.on_start(proc, out)
         rc = _wait(proc)
     finally:
-        for helper in (sampler, sealer, watcher, exits):
+        for helper in (sampler, sealer, watcher, exits, hints):
             if helper is not None:
                 helper.stop()
         for s, h in old.items():
             signal.signal(s, h)
     status = exit_status(rc)
     if aborted and status == 0:
-        status = 3
+        status = ABORTED
     _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer, exits), ledger)
     return status, out
 
@@ -424,19 +447,21 @@ def _write_run_info(opts: RunOptions, path: str, out: Path | None, budget_info, 
         "dir": str(out),
         "stack_depth": opts.stack_depth,
         "budget": budget_info,
-        "group": opts.group,
+        "group": (budget_info or {}).get("group") or opts.group,
         "on_exceed": opts.on_exceed,
         "start_monotonic_ns": time.monotonic_ns(),
         "start_time": time.time(),
         "launcher_pid": os.getpid(),  # `report --watch` knows the run is over if it is gone
     }
+    if opts.simulated is not None:  # --simulated: on cudatrace's simulated driver
+        run_info["simulated"] = {"device_bytes": opts.simulated}
     if out is not None:
         try:
             write_json(out / tracedir.RUN, run_info)
         except OSError as e:
             if ledger is not None:
                 ledger.finish()
-            raise LaunchError(f"cannot write {out / tracedir.RUN}: {e.strerror or e}", 2) from None
+            raise LaunchError(f"cannot write {out / tracedir.RUN}: {e.strerror or e}") from None
     return run_info
 
 
@@ -451,6 +476,11 @@ def _say_start(opts: RunOptions, out: Path | None) -> None:
         )
     else:
         sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
+    if opts.simulated is not None:
+        sys.stderr.write(
+            f"cudatrace: on the simulated CUDA driver: one device of {format_bytes(opts.simulated)}"
+            ", no GPU used\n"
+        )
     sys.stderr.flush()
 
 
@@ -477,9 +507,29 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     return env
 
 
+def _hints(opts: RunOptions, path: str, env: dict, out: Path | None):
+    """A run that can be denied (a budget, a group) hands the shim what only reading the
+    binaries tells (record/hints.py: inline frames, a framework's libraries), named by
+    CUDATRACE_HINTS. None for a run that cannot be denied; else what stop() removes when
+    it is a temporary file (--no-trace)."""
+    if opts.budget is None and opts.group is None and not env.get(settings.name("GROUP")):
+        return None
+    from .hints import HintsFile
+
+    h = HintsFile(out, path, env)
+    if h.path is not None:
+        env.update(settings.environment(HINTS=h.path))
+    return h
+
+
 def _join_budget(opts: RunOptions, env: dict):
-    """(ledger, budget info) of a run with --budget or --group, its ledger named in env;
-    (None, None) without."""
+    """(ledger, budget info) of a run with --budget or --group, its ledger named in env; inside
+    an integration's fence (the environment names a group) the fence's; (None, None) without."""
+    from . import fence
+
+    outer = fence.env_fence(env)
+    if outer is not None:
+        return _nested_budget(opts, env, outer)
     if opts.budget is None and opts.group is None:
         return None, None
     # deferred for start-up time: only a run with a budget loads the ledger's C library
@@ -495,17 +545,51 @@ def _join_budget(opts: RunOptions, env: dict):
             notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
         )
     except (budget_mod.BudgetError, LedgerError) as e:
-        raise LaunchError(f"budget: {e}", 2) from None
+        raise LaunchError(f"budget: {e}") from None
     try:
         _check_shim_path("ledger path", ledger.path)
     except LaunchError:
         ledger.finish()
         raise
     env.update(settings.environment(LEDGER=ledger.path))
+    # the run's ledger is the fence: nothing else of an outer one applies
+    for name in (
+        settings.name("BUDGET"),
+        settings.name("SHARE"),
+        settings.name("SHARE_BUDGET"),
+        settings.name("SHARE_LABEL"),
+    ):
+        env.pop(name, None)
+    if opts.budget is not None:  # what the preload library checks the group's budget against
+        env.update(
+            settings.environment(
+                BUDGET=budget_mod.limits_spec({int(d): n for d, n in budget_info["limits"].items()})
+            )
+        )
     if budget_info.get("note"):
         # the one note that changes what the run may use: printed even with -q
         sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
     return ledger, budget_info
+
+
+def _nested_budget(opts: RunOptions, env: dict, outer: dict):
+    """Inside an integration's fence (a Slurm job's share): the command stays in the fence's
+    group, so the others sharing the GPU stay fenced from it; --budget lowers its share."""
+    from . import budget as budget_mod
+    from . import fence
+
+    info, note = dict(outer), None
+    try:
+        fence.check_group(outer, opts.group)
+        if opts.budget is not None:
+            limits = budget_mod.resolve_limits(budget_mod.parse_budget(opts.budget))
+            info, note = fence.nest(env, outer, limits, os.getpid())
+    except budget_mod.BudgetError as e:
+        raise LaunchError(f"budget: {e}", 2) from None
+    if note:
+        sys.stderr.write(f"cudatrace: note: {note}\n")
+    info.update(spec=opts.budget, on_exceed_run=opts.on_exceed)
+    return fence.outer_ledger(outer["group"]), info
 
 
 def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, helpers, ledger):

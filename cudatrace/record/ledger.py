@@ -61,7 +61,7 @@ def ledger_dir(create: bool = False) -> Path:
 
 
 def valid_group(name: str) -> bool:
-    """Group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' (hidden from status)."""
+    """Group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' (hidden from status) or '-' (an option)."""
     if not isinstance(name, str):
         return False
     ffi, lib = _tools()
@@ -77,7 +77,7 @@ def group_path(group: str, create_dir: bool = False) -> Path:
     if not valid_group(group):
         raise LedgerError(
             f"invalid budget group name {group!r}: use 1 to 64 of A-Z a-z 0-9 _ . -, not "
-            "starting with '.'"
+            "starting with '.' or '-'"
         )
     ffi, lib = _tools()
     buf = ffi.new("char[]", _PATHLEN)
@@ -130,11 +130,12 @@ def display_name(path: Path) -> str:
 
 # ---- a ledger ---------------------------------------------------------------------------------
 
-_MODES = {"deny": 0, "warn": 1}
+# the ledger's over-budget mode, named as --on-exceed names it ("deny" is accepted as before)
+_MODES = {"fail": 0, "deny": 0, "warn": 1}
 
 
 def _mode_name(v: int) -> str:
-    return {0: "deny", 1: "warn"}.get(int(v), "mode %d" % v)
+    return {0: "fail", 1: "warn"}.get(int(v), "mode %d" % v)
 
 
 def share_name(key: int) -> str | None:
@@ -173,7 +174,7 @@ class Ledger:
         cls,
         path,
         limits: dict[int, int] | None = None,
-        on_exceed: str = "deny",
+        on_exceed: str = "fail",
         count_host: bool = False,
         group: str = "",
     ) -> Ledger:
@@ -188,7 +189,7 @@ class Ledger:
                 raise LedgerError(f"device {dev}: bad limit {n!r}")
             cfg.limit[int(dev)] = int(n)
         if on_exceed not in _MODES:
-            raise LedgerError("on_exceed must be one of {}".format(", ".join(_MODES)))
+            raise LedgerError("on_exceed must be fail or warn")
         cfg.on_exceed = _MODES[on_exceed]
         cfg.flags = lib.CT_LEDGER_F_COUNT_HOST if count_host else 0
         g = (group or "").encode()[:63]
@@ -252,6 +253,25 @@ class Ledger:
         if rc != 0:
             raise LedgerError(f"invalid share name {name!r}: use 1 to 8 of A-Z a-z 0-9 _ . -")
 
+    def adopt(self, limits: dict[int, int] | None) -> str | None:
+        """The group rule (ct_ledger_adopt), as a member: the group's budget becomes `limits`
+        (bytes per device; None: whatever it has) or LedgerError says why not (another budget
+        with live members, none at all, another member deciding). Returns the note when this
+        replaced a memberless group's budget, else None."""
+        ffi, lib = _tools()
+        want = ffi.NULL
+        if limits is not None:
+            want = ffi.new("uint64_t[]", lib.CT_LEDGER_MAX_DEVICES)
+            for d, n in limits.items():
+                want[int(d)] = int(n)
+        replaced = ffi.new("int32_t *")
+        err = ffi.new("char[]", _ERRLEN)
+        rc = lib.ct_ledger_adopt(self.h, want, replaced, err, _ERRLEN)
+        text = ffi.string(err).decode(errors="replace")
+        if rc != 0:
+            raise LedgerError(text or ffi.string(lib.ct_ledger_strerror(rc)).decode())
+        return text if replaced[0] else None
+
     def force(self, dev: int, nbytes: int) -> bool:
         return _check(_tools()[1].ct_ledger_force(self.h, dev, nbytes), "force") == 1
 
@@ -285,7 +305,7 @@ class Ledger:
     @on_exceed.setter
     def on_exceed(self, mode: str) -> None:
         if mode not in _MODES:
-            raise LedgerError("on_exceed must be one of {}".format(", ".join(_MODES)))
+            raise LedgerError("on_exceed must be fail or warn")
         _check(_tools()[1].ct_ledger_set_on_exceed(self.h, _MODES[mode]), "set_on_exceed")
 
     @property
@@ -350,6 +370,7 @@ class Ledger:
                     "pid": int(m.pid),
                     "state": state,
                     "other_pidns": bool(m.other_pidns),
+                    "pidns": int(m.pidns),
                     "start_ticks": int(m.start_ticks),
                     "joined": _iso(m.joined_ns),
                     "share": share_name(int(m.share)),
@@ -595,36 +616,38 @@ def _group_ledger(
                 return None
             return led
         led = Ledger.create(path, limits, on_exceed, count_host, group)
-        if led.created:
+        if led.created or led.limits() == wanted:
             return led
-        cur = led.limits()
-        if cur == wanted:
-            return led
-        busy = _live_members(led) if cur else []
-        if busy:
-            pids = ", ".join(str(m["pid"]) for m in busy)
+        try:
+            note = _adopt(led, limits)
+        except LedgerError as e:
             led.close()
             raise LedgerError(
-                f"group {group} already has a budget of {_limits_text(cur)}, in use by pids {pids}; this run asked for {_limits_text(wanted)}. "
-                "Give the same --budget, or none to join the group under its budget (or wait "
-                "until its members end)"
-            )
-        if cur:
-            info["note"] = (
-                f"group {group} had a budget of {_limits_text(cur)} and no live member; this run sets {_limits_text(wanted)}"
-            )
-        ndev = _tools()[1].CT_LEDGER_MAX_DEVICES
-        for d in range(ndev):
-            led.set_limit(d, int(limits.get(d, 0)))
+                f"{e}. Give the same --budget, or none to join the group under its budget (or "
+                "wait until its members end)"
+            ) from None
+        if note:
+            info["note"] = note.replace("it is now", "this run sets")
         led.on_exceed = on_exceed
         led.count_host = count_host
         return led
 
 
+def _adopt(led: Ledger, limits: dict[int, int]) -> str | None:
+    """The group rule, decided by the C every member follows (ct_ledger_adopt): the launcher is
+    a member while it decides, so the preload library of a process that starts meanwhile sees
+    it, and gives up its slot when done."""
+    led.join()
+    try:
+        return led.adopt(limits)
+    finally:
+        led.leave()
+
+
 def open_run_ledger(
     limits: dict[int, int],
     group: str | None,
-    on_exceed: str = "deny",
+    on_exceed: str = "fail",
     count_host: bool = False,
     set_limits: bool = True,
     notify=None,

@@ -3,12 +3,16 @@
 The shim writes a trace through shared mappings in 2 MiB chunks and, once no thread can write
 a chunk again (it has unmapped it), raises `sealed_chunks` in the file header
 (native/include/trace_format.h). The launcher's sealer thread compresses each sealed chunk
-(zlib, the standard library) into the trace's sidecar `<name>.ctrace.z`, syncs it, and only
-then punches the chunk out of the trace (FALLOC_FL_PUNCH_HOLE: the file keeps its size, the
-blocks go back). So at every moment each chunk is whole in one of the two files: a SIGKILL of
-the target or of the launcher loses nothing sealed; the reader puts the chunks back
-(analyze/trace.py, tracedir.sealed_entries). At the end of the run, the files of processes that
-are gone are sealed whole (no mapping of them is left), except chunk 0, which holds the header.
+(zlib, the standard library) into the trace's sidecar `<name>.ctrace.z` (cudatrace/sidecar.py):
+every byte written, synced and read back, and only then punches the chunk out of the trace
+(FALLOC_FL_PUNCH_HOLE: the file keeps its size, the blocks go back). A write that fails (a full
+disk) cuts the sidecar back to its last whole entry and leaves the chunk in the trace; the next
+pass tries again. So at every moment each chunk is whole in one of the two files: a SIGKILL of
+the target or of the launcher, or a full disk, loses nothing sealed; the reader puts the chunks
+back (analyze/unseal.py). At the end of the run, the files of processes that are gone are
+sealed whole (no mapping of them is left) but for chunk 0, which holds the header: their header
+says so first (`sealed_chunks`, so a reader knows which chunks the sidecar must hold), and a
+file a killed process left at its chunks' size is cut to its last record.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import struct
 import threading
 from pathlib import Path
 
-from .. import native, tracedir
+from .. import native, sidecar
 
 _FALLOC_PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
@@ -30,15 +34,19 @@ def _field(name: str) -> int:
     return native.ffi().offsetof("struct ct_file_header", name)
 
 
-_chunk_size: list[int] = []
+_defines: dict[str, int] = {}
+
+
+def _define(name: str) -> int:
+    """A #define of trace_format.h (no cffi: a short run never parses the layouts,
+    tests/integration/test_startup.py)."""
+    if not _defines:
+        _defines.update(native.defines(native.header_text("trace_format.h")))
+    return _defines[name]
 
 
 def _min_chunk() -> int:
-    """CT_CHUNK_SIZE, read from the header's #defines (no cffi: a short run never parses the
-    layouts, tests/integration/test_startup.py)."""
-    if not _chunk_size:
-        _chunk_size.append(native.defines(native.header_text("trace_format.h"))["CT_CHUNK_SIZE"])
-    return _chunk_size[0]
+    return _define("CT_CHUNK_SIZE")
 
 
 def _punch(fd: int, off: int, length: int) -> bool:
@@ -46,6 +54,30 @@ def _punch(fd: int, off: int, length: int) -> bool:
     f = libc.fallocate
     f.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
     return f(fd, _FALLOC_PUNCH, off, length) == 0
+
+
+def _sync_dir(d: Path) -> None:
+    """fsync a directory: a file created in it is there after a crash."""
+    try:
+        dfd = os.open(d, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)
+
+
+def _writer_gone(fd: int, flags: int, pid: int, start_ticks: int) -> bool:
+    """No process writes the trace open as fd any more: its writer's lock is gone (a shim
+    that takes one, CT_FH_LIVE_LOCK: true in any pid namespace), else its pid and start time
+    name no process."""
+    if flags & _define("CT_FH_LIVE_LOCK"):
+        ffi, lib = native.tools()
+        return lib.ct_file_locked(fd) == 0
+    return _gone(pid, start_ticks)
 
 
 def _gone(pid: int, start_ticks: int) -> bool:
@@ -69,6 +101,8 @@ class Sealer:
         self.done: dict[Path, int] = {}  # trace -> chunks below this are in the sidecar
         self.off: set[Path] = set()  # traces this filesystem cannot punch: left alone
         self.created: set[Path] = set()  # sidecars this sealer created
+        self.side_len: dict[Path, int] = {}  # sidecar -> the end of its last whole entry
+        self.last_raw: dict[Path, tuple[int, bytes]] = {}  # the last chunk sealed, to cut at
         self.raw_bytes = 0
         self.stored_bytes = 0
         self.error = ""
@@ -101,10 +135,11 @@ class Sealer:
 
     def seal_file(self, p: Path, final: bool = False) -> int:
         """Compress the chunks of p sealed since the last pass; the number compressed."""
-        fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(p, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
         try:
-            if os.fstat(fd).st_size < 2 * _min_chunk():
-                return 0  # chunk 0 (the header) is never sealed: nothing to do yet
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size < _min_chunk():
+                return 0  # cut by the shim at its exit, within chunk 0: nothing to do
             head = os.pread(fd, 256, 0)
             if len(head) < 256 or head[:8] != b"CUDATRC\0":
                 return 0
@@ -115,44 +150,85 @@ class Sealer:
             sealed = u32("sealed_chunks")
             pid = struct.unpack_from("<i", head, _field("pid"))[0]
             ticks = struct.unpack_from("<Q", head, _field("process_start_ticks"))[0]
-            size = os.fstat(fd).st_size
-            if final and _gone(pid, ticks):
-                sealed = size // chunk  # no process maps it any more: every whole chunk
-            first = max(1, self.done.get(p, 1))
-            n = 0
-            side = p.with_name(p.name + tracedir.SEALED_SUFFIX)
-            for i in range(first, min(sealed, size // chunk)):
-                raw = os.pread(fd, chunk, i * chunk)
-                if len(raw) != chunk:
-                    break
-                if raw.count(0) == chunk:  # punched already (or empty): nothing to keep
-                    self.done[p] = i + 1
-                    continue
-                entry = tracedir.sealed_entry(i, raw)
-                sfd = self._open_side(side, os.fstat(fd).st_mode & 0o777)
-                try:
-                    os.write(sfd, entry)
-                    os.fsync(sfd)  # the copy is durable before the original goes
-                finally:
-                    os.close(sfd)
-                if not _punch(fd, i * chunk, chunk):
-                    self.off.add(p)  # e.g. a filesystem without hole punching: stop here
-                    return n
-                self.done[p] = i + 1
-                self.raw_bytes += chunk
-                self.stored_bytes += len(entry)
-                n += 1
+            size = st.st_size
+            total = -(-size // chunk)
+            gone = final and _writer_gone(fd, u32("flags"), pid, ticks)
+            if gone and sealed < total:
+                # no process maps it any more: every chunk, said in the header first
+                os.pwrite(fd, struct.pack("<I", total), _field("sealed_chunks"))
+                sealed = total
+            elif not gone:
+                total = size // chunk  # a chunk still being written is never compressed
+            n = self._seal_chunks(p, fd, chunk, min(sealed, total), size, st.st_mode & 0o777, gone)
+            if gone and p not in self.off and self.done.get(p, 1) >= total:
+                self._cut(p, fd, chunk, size)
             return n
         finally:
             os.close(fd)
 
+    def _seal_chunks(
+        self, p: Path, fd: int, chunk: int, upto: int, size: int, mode: int, final: bool
+    ) -> int:
+        """Chunks from where the last pass stopped up to `upto`, each compressed into the
+        sidecar (durable, read back) before it is punched; the number sealed. A chunk whose
+        entry cannot be written (a full disk) stays in the trace: the next pass tries it again,
+        or, in the final pass of a gone process's file (`final`), the next chunk is tried."""
+        n = 0
+        side = Path(sidecar.path_of(p))
+        for i in range(max(1, self.done.get(p, 1)), upto):
+            raw = sidecar.pread_exact(fd, min(chunk, size - i * chunk), i * chunk)
+            if not raw:
+                break
+            raw = raw.ljust(chunk, b"\0")  # the last chunk of a file cut to its records
+            if final and i == upto - 1:
+                self.last_raw[p] = (i, raw)  # where its records end: _cut
+            entry = sidecar.entry(i, raw)
+            sfd = self._open_side(side, mode)
+            try:
+                self.side_len[side] = sidecar.append(sfd, self.side_len.get(side, 0), entry)
+            except OSError as e:  # the chunk stays in the trace
+                self.error = f"{side.name}: {e.strerror or e}"
+                if not final:
+                    return n
+                self.done[p] = i + 1
+                continue
+            finally:
+                os.close(sfd)
+            if not _punch(fd, i * chunk, min(chunk, size - i * chunk)):
+                self.off.add(p)  # e.g. a filesystem without hole punching: stop here
+                return n
+            self.done[p] = i + 1
+            self.raw_bytes += chunk
+            self.stored_bytes += len(entry)
+            n += 1
+        return n
+
+    def _cut(self, p: Path, fd: int, chunk: int, size: int) -> None:
+        """A gone process's file cut to its last record (a killed process's file keeps its
+        chunks' size: the shim cuts it only at a clean exit). The records' end is found in the
+        last chunk as the final pass read it, or in the trace when that is chunk 0."""
+        last = (size - 1) // chunk
+        if last == 0:
+            raw, start = sidecar.pread_exact(fd, size, 0), 256
+        elif self.last_raw.get(p, (0, b""))[0] == last:
+            raw, start = self.last_raw.pop(p)[1], 0
+        else:
+            return
+        ffi, lib = native.tools()
+        used = last * chunk + int(lib.ct_scan_used(ffi.from_buffer(raw), len(raw), start))
+        if used < size:
+            os.ftruncate(fd, used)
+
     def _open_side(self, side: Path, mode: int) -> int:
-        """The sidecar for appending: created new (O_EXCL, never through a link, the trace's
-        mode) the first time; a file there that this sealer did not create is not ours."""
-        flags = os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        """The sidecar for writing: created new (O_EXCL, never through a link, the trace's
+        mode, its directory synced) the first time; a file there that this sealer did not
+        create is not ours."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
         if side not in self.created:
             sfd = os.open(side, flags | os.O_CREAT | os.O_EXCL, mode)
             self.created.add(side)
+            self.side_len[side] = 0
+            _sync_dir(side.parent)
             return sfd
         sfd = os.open(side, flags)
         if not stat.S_ISREG(os.fstat(sfd).st_mode):

@@ -11,16 +11,25 @@ One group per physical GPU of the node (`slurm-gpu<index>`), so every job on a G
 one ledger; its budget is the GPU's memory. Each job is a share of that group (its id, at most
 8 characters) whose budget is the job's part of the GPU: SLURM_SHARDS_ON_NODE of the GPU's
 configured shards times its memory, a whole GPU's memory for a job given the GPU itself, or what
-the job asked for explicitly (CUDATRACE_SLURM_BUDGET in its environment).
+the job asked for explicitly (CUDATRACE_SLURM_BUDGET in its environment) where that is less: a
+share is a reservation, so the shares of one GPU never add up to more than the GPU.
+
+The GPU's memory is the physical device's: cudatrace's own process never reads NVML through
+a preload library the job's environment carries (cli.py), so a step's TaskProlog inside a job
+reads the GPU, not the job's share. Whatever keeps a task that shares a GPU from its budget
+fences it anyway: the exports then name the reason (CUDATRACE_FENCE_ERROR) and the preload
+library refuses the task's CUDA (or runs it unfenced under --on-fence-error warn), with a line.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import CudatraceError
-from ..units import UnitError, parse_size
+from .budget import bytes_text
 
 REQUEST_VAR = "CUDATRACE_SLURM_BUDGET"  # a job's explicit request, e.g. 3GiB
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
@@ -84,6 +93,55 @@ def share_name(job_id: str) -> str:
     return s[-SHARE_MAX:]
 
 
+def _share(
+    env: dict[str, str], shards: int, shards_per_gpu: int, whole: int
+) -> tuple[int, str, list]:
+    """(the job's share in bytes, how it was reached, notes): its part of the GPU (its shards',
+    or the whole GPU's), lowered by an explicit CUDATRACE_SLURM_BUDGET, never raised by one; a
+    malformed one is said and changes nothing."""
+    from .budget import BudgetError, parse_size
+
+    held = int(Fraction(whole) * shards / shards_per_gpu) if shards else whole
+    how = f"{shards} of {shards_per_gpu} shards" if shards else "the whole GPU"
+    request = env.get(REQUEST_VAR, "").strip()
+    if not request:
+        return held, how, []
+    try:
+        asked = parse_size(request)
+    except BudgetError as e:
+        return held, how, [f"{REQUEST_VAR}={request} is not a size ({e}): the job's {how} apply"]
+    if asked > held:
+        return (
+            held,
+            how,
+            [
+                f"{REQUEST_VAR}={request} is more than the job holds ({how}, {held} bytes): a share "
+                "is a reservation, so the job gets what it holds"
+            ],
+        )
+    return asked, f"{REQUEST_VAR}={request}", []
+
+
+def _dir_problem(ledger_dir: str) -> str | None:
+    """Why the node's shared ledger directory cannot fence jobs (None: it can): the preload
+    library then refuses their CUDA, and the task's output says why beforehand."""
+    try:
+        st = os.stat(ledger_dir)
+    except FileNotFoundError:
+        return (
+            f"the ledger directory {ledger_dir} does not exist (it is made at boot: "
+            "docs/slurm.md, tmpfiles.d)"
+        )
+    except OSError as e:
+        return f"the ledger directory {ledger_dir} cannot be read: {e.strerror}"
+    if not stat.S_ISDIR(st.st_mode) or not st.st_mode & stat.S_ISVTX or not st.st_mode & 0o022:
+        return (
+            f"{ledger_dir} is not a shared ledger directory (mode {st.st_mode & 0o7777:04o}; "
+            "it must be sticky and writable by the jobs: install -d -m 1777 -o root -g root)"
+        )
+    return None
+
+
 def plan(
     env: dict[str, str],
     shim: str,
@@ -91,9 +149,11 @@ def plan(
     shards_per_gpu: int,
     gpu_memory: int,
     on_exceed: str = "fail",
+    on_fence_error: str = "refuse",
 ) -> Plan:
     """The exports for one task of a job, from its Slurm environment. A job given no GPU gets
-    nothing (no budget, no preload); errors raise SlurmError."""
+    nothing (no budget, no preload), nor one given whole GPUs (no other job shares them);
+    errors raise SlurmError."""
     if shards_per_gpu <= 0:
         raise SlurmError("--shards-per-gpu must be at least 1")
     if gpu_memory <= 0:
@@ -103,55 +163,54 @@ def plan(
         raise SlurmError("SLURM_JOB_ID is not set: not run by Slurm as a TaskProlog?")
     gpus = _gpu_indices(env)
     shards = _int_env(env, "SLURM_SHARDS_ON_NODE")
-    request = env.get(REQUEST_VAR, "").strip()
     if gpus is None and not shards:
         return Plan({}, [])  # a job without a GPU: nothing to fence
     if gpus is None:
         gpus = [0]  # shards configured by Count= alone: the node's one GPU
-    if len(gpus) != 1:
+    if len(gpus) != 1 and not shards:
         return Plan(
             {},
             [
-                f"job {job} has GPUs {','.join(map(str, gpus))}: a budget group is one GPU, so "
-                "this job runs without a cudatrace budget"
+                f"job {job} has GPUs {','.join(map(str, gpus))} to itself: no other job shares "
+                "them, so it runs without a cudatrace budget"
             ],
+        )
+    if len(gpus) != 1:
+        raise SlurmError(
+            f"job {job} holds shards of GPUs {','.join(map(str, gpus))}: a budget group is one "
+            "GPU, so this task cannot be fenced"
         )
     if shards > shards_per_gpu:
         raise SlurmError(
             f"SLURM_SHARDS_ON_NODE={shards} is more than the {shards_per_gpu} shards per GPU "
             "configured (--shards-per-gpu)"
         )
-    whole = gpu_memory
-    if request:
-        try:
-            share = parse_size(request)
-        except UnitError as e:
-            raise SlurmError(f"{REQUEST_VAR}={request}: {e}") from None
-        share = min(share, whole)
-        how = f"{REQUEST_VAR}={request}"
-    elif shards:
-        share = int(Fraction(whole) * shards / shards_per_gpu)
-        how = f"{shards} of {shards_per_gpu} shards"
-    else:
-        share = whole
-        how = "the whole GPU"
+    share, how, notes = _share(env, shards, shards_per_gpu, gpu_memory)
     if share <= 0:
         raise SlurmError(f"job {job}'s share of the GPU is 0 bytes ({how})")
-    name = share_name(job)
+    problem = _dir_problem(ledger_dir)
+    if problem:
+        notes.append(f"{problem}: CUDA will be refused in this task")
     user = env.get("SLURM_JOB_USER", "")
     label = f"slurm job {job}" + (f" ({user})" if user else "")
-    parts = env.get("LD_PRELOAD", "").split()
     exports = {
-        "LD_PRELOAD": " ".join(parts if shim in parts else [shim, *parts]),
+        "LD_PRELOAD": _preload(env, shim),
         "CUDATRACE_LEDGER_DIR": ledger_dir,
         "CUDATRACE_GROUP": f"slurm-gpu{gpus[0]}",
-        "CUDATRACE_BUDGET": str(whole),
-        "CUDATRACE_SHARE": name,
-        "CUDATRACE_SHARE_BUDGET": str(share),
+        "CUDATRACE_BUDGET": bytes_text(gpu_memory),
+        "CUDATRACE_SHARE": share_name(job),
+        "CUDATRACE_SHARE_BUDGET": bytes_text(share),
         "CUDATRACE_SHARE_LABEL": label,
         "CUDATRACE_ON_EXCEED": on_exceed,
+        "CUDATRACE_ON_FENCE_ERROR": on_fence_error,
     }
-    return Plan(exports, [])
+    return Plan(exports, notes)
+
+
+def _preload(env: dict[str, str], shim: str) -> str:
+    """LD_PRELOAD with the preload library first (once), the job's own after it."""
+    parts = env.get("LD_PRELOAD", "").split()
+    return " ".join(parts if shim in parts else [shim, *parts])
 
 
 def gpu_memory(index: int) -> int:
@@ -177,14 +236,25 @@ def taskprolog(
     shards_per_gpu: int,
     gpu_memory_bytes: int | None,
     on_exceed: str = "fail",
+    on_fence_error: str = "refuse",
 ) -> list[str]:
-    """The lines `cudatrace slurm-taskprolog` prints. Never fails the task: what prevents a
-    budget is printed to the task's output (`print` lines) and the task runs without one."""
+    """The lines `cudatrace slurm-taskprolog` prints. Never fails the task, and never lets a
+    task that shares a GPU run unfenced in silence: what prevents its budget is printed to the
+    task's output (`print` lines) and named to the preload library (CUDATRACE_FENCE_ERROR),
+    which refuses the task's CUDA (or, with --on-fence-error warn, runs it unfenced)."""
     try:
         mem = gpu_memory_bytes
         if mem is None:
             gpus = _gpu_indices(env) or [0]
             mem = gpu_memory(gpus[0]) if len(gpus) == 1 else 1
-        return plan(env, shim, ledger_dir, shards_per_gpu, mem, on_exceed).lines()
+        return plan(env, shim, ledger_dir, shards_per_gpu, mem, on_exceed, on_fence_error).lines()
     except SlurmError as e:
-        return [f"print cudatrace: no GPU memory budget for this task: {e}"]
+        verdict = "CUDA is refused in it" if on_fence_error != "warn" else "it runs unfenced"
+        return Plan(
+            {
+                "LD_PRELOAD": _preload(env, shim),
+                "CUDATRACE_FENCE_ERROR": f"the Slurm TaskProlog could not fence this task: {e}",
+                "CUDATRACE_ON_FENCE_ERROR": on_fence_error,
+            },
+            [f"no GPU memory budget for this task: {e}; {verdict}"],
+        ).lines()

@@ -314,9 +314,11 @@ def _budget(
             % ("two points, no uncertainty known" if n <= 2 else "no uncertainty known"),
         )
     # the budget counts each member's CUDA context (NVML's figure for the process beyond its
-    # allocations, docs/budgets.md): the advice holds the most any run was seen to need so
-    ctxs = [r["measured"].get("untraced_bytes") for r in included if r.get("measured")]
-    ctxs = [c for c in ctxs if c is not None]
+    # allocations, docs/budgets.md): the advice holds the most any run was seen to need so. The
+    # shim's own measurement is the budget's figure (CUDATRACE_RECORD_CONTEXTS); the launcher's
+    # samples stand in where it has none (a short run falls between two samples)
+    found = [_context_of(r["measured"]) for r in included if r.get("measured")]
+    ctxs = [c for c in found if c is not None]
     ctx = max(ctxs) if ctxs else None
     want = peak_b + margin + (ctx or 0)
     step = _round_step(want)
@@ -341,6 +343,12 @@ def _budget(
         "reason": f"the predicted traced peak {sentences.readable(peak_b)} + {sentences.readable(margin)} "
         f"({why}) + contexts, rounded up to a multiple of {sentences.readable(step)}; {ctx_text}",
     }
+
+
+def _context_of(measured: dict) -> int | None:
+    """A run's CUDA contexts as a budget counts them: the shim's figure, else NVML's samples'."""
+    c = measured.get("context_bytes")
+    return c if c is not None else measured.get("untraced_bytes")
 
 
 def _accepted(spec: str) -> bool:

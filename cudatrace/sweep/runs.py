@@ -93,9 +93,12 @@ def measure(
     a = Analysis(path, attribution, symbolizer=symbolizer)
     m = a.model
     # what NVML saw the tree hold beyond the traced allocations (CUDA contexts, module
-    # images): a budget counts it, so advice must include it (None: NVML listed no process)
+    # images): a budget counts it, so advice must include it (None: NVML listed no process).
+    # The launcher's samples miss a short run; the shim's own measurement (the figure a budget
+    # counts, recorded by each process: CUDATRACE_RECORD_CONTEXTS) does not
     obs = a.observed.compare(m.peak_ts, m.bytes_max, a.start_ns, ends=a.process_ends())
     untraced = (obs.get("max") or {}).get("untraced_max_bytes")
+    contexts = a.budget_contexts()
     sites = _peak_sites(a, attribution.depth)
     return {
         "peak_bytes": m.peak_bytes,
@@ -106,6 +109,7 @@ def measure(
         "failed": m.counts.get("failed", 0),
         "processes": len(a.traces),
         "untraced_bytes": max(0, untraced) if isinstance(untraced, int) else None,
+        "context_bytes": max(contexts.values()) if contexts else None,
         "sites": sites,
     }, a.symbolizer
 
@@ -199,14 +203,15 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
             w = holder["w"] = Watcher(proc, out, plan.rule, done)
             w.start()
 
-    # quiet launcher, but the shim's budget lines go to the run's log: they say why it failed
+    # quiet launcher, but the shim's budget lines go to the run's log: they say why it failed;
+    # each process records its CUDA contexts as a budget counts them (the advice adds them)
     opts = RunOptions(
         cmd=cmd,
         out_dir=d,
         quiet=True,
         force=True,
         on_start=on_start,
-        extra_env=settings.environment(QUIET=False),
+        extra_env=settings.environment(QUIET=False, RECORD_CONTEXTS=True),
         **plan.run_options,
     )
     t0 = time.monotonic()

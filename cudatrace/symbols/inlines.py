@@ -101,3 +101,43 @@ def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | 
         for t in ts:
             out[t] = (die, chains[t])
     return out
+
+
+# An inlined call's code: (low offset, high offset, depth (1: inlined into a concrete
+# function), the demangled name of the inlined function).
+InlineRange = tuple[int, int, int, str]
+
+
+def inline_ranges(dw: Dwarf, limit: int = 200_000) -> list[InlineRange]:
+    """Every inlined call of the module's code, its ranges and depth: what the preload library
+    cannot read (the launcher hands it over, record/hints.py). At most limit ranges."""
+    out: list[InlineRange] = []
+
+    def visit(ab: Abbrev, r: tuple[Any, ...], start: int, depth: int) -> int | None:
+        if len(out) >= limit:
+            return None
+        if ab.tag != TAG_INLINED_SUBROUTINE:
+            return depth  # a lexical block: look inside
+        rngs = dw.die_ranges(cu, ab, r)
+        name = dw.die_name(r[5], ab.forms.get(AT_ABSTRACT_ORIGIN)) if r[5] is not None else None
+        if name and rngs:
+            for lo, hi in rngs:
+                if dw.valid_range(lo, hi):
+                    out.append((lo, hi, depth + 1, name))
+        return depth + 1
+
+    d = dw.info
+    for cu_off in dw.cu_offsets():
+        if len(out) >= limit:
+            break
+        try:
+            cu = dw.cu_at(cu_off)
+            for die in subprograms(dw, cu)[2]:
+                code, p = uleb(d, die)
+                ab = reader(cu, code)
+                r = cast(Reader, ab.fn)(d, p, cu.off)
+                if ab.children:
+                    walk(d, cu, r[0], visit, SCOPE_TAGS, 0)
+        except DECODE_ERRORS:
+            continue
+    return out

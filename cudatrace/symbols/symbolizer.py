@@ -14,7 +14,7 @@ from . import cache, lines
 from .debugfiles import DebugFiles
 from .dwarf import Dwarf
 from .elf import Elf
-from .inlines import inline_info
+from .inlines import inline_info, inline_ranges
 from .progress import NoProgress, Progress, ProgressLike
 from .symtab import SymTab
 
@@ -157,6 +157,22 @@ class Symbolizer:
             o = a - bias
             out[a] = [Frame(path, fn, fl, ln, a, o, inl) for fn, fl, ln, inl in mod.results[o]]
         return out
+
+    def inline_ranges(
+        self, module: ModuleRef, limit: int = 200_000
+    ) -> list[tuple[int, int, int, str]] | None:
+        """Every inlined call in the module's code as (low, high, depth, name), offsets of the
+        file (inlines.inline_ranges); None when the module has no DWARF or cannot be read."""
+        try:
+            mod = self._module(module)
+            if mod.failed or mod.debug is None:
+                return None
+            self._ensure_loaded(mod)
+            dw = self._dwarf(mod, module.path)
+            return None if dw is None else inline_ranges(dw, limit)
+        except Exception as e:  # never raise on bad input files
+            self._warn(f"{module.path}: cannot read inline frames ({type(e).__name__}: {e})")
+            return None
 
     def _warn(self, msg: str) -> None:
         if msg not in self._warned:

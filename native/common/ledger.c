@@ -795,6 +795,23 @@ int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes)
     return CT_LEDGER_OK;
 }
 
+int32_t ct_ledger_set_member_context(ct_ledger *l, int32_t slot, int32_t pid, uint64_t start_ticks,
+                                     int32_t dev, uint64_t bytes)
+{
+    if (!valid(l) || slot < 0 || slot >= CT_LEDGER_MAX_MEMBERS)
+        return CT_LEDGER_EINVAL;
+    struct ct_ledger_member *m = &l->mem[slot];
+    uint64_t word = LD(&m->state);
+    if ((word & 0xff) != CT_LEDGER_ACTIVE || (int32_t)(word >> 32) != pid ||
+        LD(&m->start_ticks) != start_ticks)
+        return CT_LEDGER_ENOTMEMBER;
+    struct ct_ledger as = *l; /* that member, seen through this handle's mapping */
+    as.slot = slot;
+    as.word = word;
+    as.share = 0; /* a context is forced, never checked against a share */
+    return ct_ledger_set_context(&as, dev, bytes);
+}
+
 int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes)
 {
     int32_t rc;
@@ -903,6 +920,7 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
         v->share_limit = LD(&m->share_limit);
         uint64_t ns = LD(&m->pidns);
         v->other_pidns = ns && l->pidns && ns != l->pidns;
+        v->pidns = ns;
         v->alive =
             (uint32_t)((int32_t)i == l->slot ? CT_LEDGER_ALIVE
                                              : member_alive(l, fd, (int32_t)i, v->pid,
@@ -1086,6 +1104,9 @@ static void sleep_ms(long ms)
 
 /* Open and check an existing ledger. Returns the mapping, NULL with err set (*again = 1: it is
  * being created, try again shortly). */
+static void *map_fd(int fd, const char *path, int check_owner, int *again, char *err,
+                    uint64_t errlen);
+
 static void *map_existing(const char *path, int *again, int *fd_out, char *err, uint64_t errlen)
 {
     *again = 0;
@@ -1100,6 +1121,19 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
         errno = e;
         return NULL;
     }
+    void *p = map_fd(fd, path, 1, again, err, errlen);
+    if (p)
+        *fd_out = fd; /* kept open: the liveness locks live on it */
+    return p;
+}
+
+/* Check and map the ledger open on fd (closed on failure). check_owner: the file's owner and
+ * mode must be the caller's (or a shared ledger directory's); 0 for a description the caller
+ * took from a member's own mapping (ct_ledger_open_fd). */
+static void *map_fd(int fd, const char *path, int check_owner, int *again, char *err,
+                    uint64_t errlen)
+{
+    *again = 0;
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         set_err(err, errlen, "cannot stat budget ledger %s: %s", path, strerror(errno));
@@ -1109,9 +1143,11 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
     uid_t me = geteuid();
     const char *why = NULL;
     char whybuf[PATH_MAX + 200];
-    unsigned shared = path_shared_mode(path);
+    unsigned shared = check_owner ? path_shared_mode(path) : 0;
     if (!S_ISREG(sb.st_mode)) {
         why = "is not a regular file";
+    } else if (!check_owner) {
+        /* a member's own mapping: what it uses is the ledger, whoever owns it */
     } else if (shared && (sb.st_mode & 07777) != shared) {
         snprintf(whybuf, sizeof whybuf,
                  "is in a shared ledger directory with mode %04o, not %04o (owner uid %u)",
@@ -1127,6 +1163,9 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
         snprintf(whybuf, sizeof whybuf, "has group/other permissions (mode %04o; it must be 0600)",
                  (unsigned)(sb.st_mode & 07777));
         why = whybuf;
+    }
+    if (why) {
+        /* said below */
     } else if (sb.st_size == 0) {
         *again = 1; /* created in place a moment ago, not sized yet */
         why = "is empty (its creator may have died while making it)";
@@ -1182,9 +1221,10 @@ static void *map_existing(const char *path, int *again, int *fd_out, char *err, 
         errno = EINVAL;
         return NULL;
     }
-    *fd_out = fd; /* kept open: the liveness locks live on it */
     return p;
 }
+
+static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint64_t errlen);
 
 static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_ledger_config *cfg,
                               int32_t *created, char *err, uint64_t errlen)
@@ -1222,6 +1262,14 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
         errno = saved;
         return NULL;
     }
+    struct ct_ledger *l = make_handle(p, fd, path, err, errlen);
+    errno = saved;
+    return l;
+}
+
+/* The handle on a mapping p made through fd (both given back on failure). */
+static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint64_t errlen)
+{
     struct ct_ledger *l = calloc(1, sizeof *l);
     char *pathcopy = strdup(path);
     if (!l || !pathcopy) {
@@ -1230,7 +1278,6 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
         munmap(p, CT_LEDGER_FILE_SIZE);
         close(fd);
         set_err(err, errlen, "out of memory");
-        errno = saved;
         return NULL;
     }
     struct stat sb;
@@ -1249,13 +1296,34 @@ static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_
     l->mem = (struct ct_ledger_member *)((char *)p + CT_LEDGER_HEADER_SIZE);
     l->slot = -1;
     l->pidns = self_pidns();
-    errno = saved;
     return l;
 }
 
 ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen)
 {
     return open_ledger(path, create, NULL, NULL, err, errlen);
+}
+
+ct_ledger *ct_ledger_open_fd(int32_t fd, const char *name, char *err, uint64_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (fd < 0 || !name || !*name || strlen(name) >= PATH_MAX) {
+        set_err(err, errlen, "no budget ledger descriptor");
+        return NULL;
+    }
+    int saved = errno;
+    int own = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (own < 0) {
+        set_err(err, errlen, "cannot use budget ledger %s: %s", name, strerror(errno));
+        errno = saved;
+        return NULL;
+    }
+    int again = 0;
+    void *p = map_fd(own, name, 0, &again, err, errlen);
+    struct ct_ledger *l = p ? make_handle(p, own, name, err, errlen) : NULL;
+    errno = saved;
+    return l;
 }
 
 ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,
@@ -1284,8 +1352,9 @@ void ct_ledger_close(struct ct_ledger *l)
 
 int32_t ct_ledger_valid_group(const char *g)
 {
-    /* not starting with '.': such a ledger would be hidden from `cudatrace status` */
-    if (!g || g[0] == '.')
+    /* not starting with '.' (such a ledger would be hidden from `cudatrace status`) nor with
+     * '-' (it would read as an option on a command line) */
+    if (!g || g[0] == '.' || g[0] == '-')
         return 0;
     size_t n = 0;
     for (; g[n]; n++) {
@@ -1420,7 +1489,7 @@ int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t
     if (!ct_ledger_valid_group(group)) {
         set_err(err, errlen,
                 "invalid budget group name '%.80s': use 1 to %d of A-Z a-z 0-9 _ . -, not "
-                "starting with '.'",
+                "starting with '.' or '-'",
                 group ? group : "", CT_LEDGER_GROUP_MAX);
         return CT_LEDGER_EINVAL;
     }
@@ -1458,7 +1527,400 @@ const char *ct_ledger_strerror(int32_t code)
         return "refused (ownership or permissions)";
     case CT_LEDGER_ESYS:
         return "system error";
+    case CT_LEDGER_ECONFLICT:
+        return "the group has another budget, and live members";
+    case CT_LEDGER_ENOBUDGET:
+        return "the group has no budget";
+    case CT_LEDGER_EBUSY:
+        return "another member is deciding the group's budget";
     default:
         return "unknown error";
     }
+}
+
+/* ---- the group rule (ct_ledger_adopt) ------------------------------------------------------ */
+/* One member at a time decides a group's budget: it holds budget_token (its slot's state word
+ * with the slot number in the low byte). Deciding is a few loads and at most 16 stores; a token
+ * whose member has left or died is taken over, so no process waits on one that is gone, and a
+ * live holder is waited for at most ADOPT_WAIT_MS. */
+#define ADOPT_WAIT_MS 1000
+
+static uint64_t my_token(const struct ct_ledger *l)
+{
+    return (l->word & ~0xffull) | (uint64_t)(uint32_t)l->slot;
+}
+
+/* whether the member named by token t is gone (left, reclaimed or dead) */
+static int token_stale(struct ct_ledger *l, uint64_t t)
+{
+    uint32_t slot = (uint32_t)(t & 0xff);
+    uint64_t w = (t & ~0xffull) | CT_LEDGER_ACTIVE;
+    struct ct_ledger_member *m = &l->mem[slot];
+    if (slot >= CT_LEDGER_MAX_MEMBERS || LD(&m->state) != w)
+        return 1;
+    return member_alive(l, our_fd(l), (int32_t)slot, W_PID(w), LD(&m->start_ticks), LD(&m->pidns),
+                        LD(&m->liveness)) == CT_LEDGER_DEAD;
+}
+
+/* "8.00 GiB", "512.0 MiB", "17 B" (as cudatrace/units.py format_bytes writes sizes) */
+static void fmt_size(char *buf, size_t n, uint64_t v)
+{
+    static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (v < 1024) {
+        snprintf(buf, n, "%llu B", (unsigned long long)v);
+        return;
+    }
+    double x = (double)v / 1024.0;
+    int i = 0;
+    while (x >= 1024.0 && i < 5) {
+        x /= 1024.0;
+        i++;
+    }
+    snprintf(buf, n, x < 10 ? "%.2f %s" : "%.1f %s", x, units[i]);
+}
+
+/* "8.00 GiB on every device", "8.00 GiB on device 0, 4.00 GiB on device 1" or "none" */
+static void limits_text(const uint64_t *lim, char *buf, size_t n)
+{
+    int all = 1, any = 0;
+    char one[32];
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        all &= lim[d] == lim[0];
+        any |= lim[d] != 0;
+    }
+    snprintf(buf, n, "none");
+    if (any && all) {
+        fmt_size(one, sizeof one, lim[0]);
+        snprintf(buf, n, "%s on every device", one);
+    }
+    size_t o = 0;
+    for (int d = 0; any && !all && d < CT_LEDGER_MAX_DEVICES && o < n; d++)
+        if (lim[d]) {
+            fmt_size(one, sizeof one, lim[d]);
+            o += (size_t)snprintf(buf + o, n - o, "%s%s on device %d", o ? ", " : "", one, d);
+        }
+}
+
+/* the pids of live members other than ourselves, ", "-separated into buf; how many */
+static int other_live(struct ct_ledger *l, char *buf, size_t n)
+{
+    int fd = our_fd(l), count = 0;
+    size_t o = 0;
+    buf[0] = 0;
+    uint32_t h = hwm(l);
+    for (uint32_t i = 0; i < h; i++) {
+        struct ct_ledger_member *m = &l->mem[i];
+        uint64_t w = LD(&m->state);
+        if ((int32_t)i == l->slot || W_STATE(w) != CT_LEDGER_ACTIVE)
+            continue;
+        if (member_alive(l, fd, (int32_t)i, W_PID(w), LD(&m->start_ticks), LD(&m->pidns),
+                         LD(&m->liveness)) == CT_LEDGER_DEAD)
+            continue;
+        if (o < n)
+            o += (size_t)snprintf(buf + o, n - o, "%s%d", count ? ", " : "", W_PID(w));
+        count++;
+    }
+    return count;
+}
+
+/* the group rule's verdict for want on the group as it is: CT_LEDGER_OK, _ECONFLICT, _ENOBUDGET
+ * (err says why), or 1: want replaces the budget (no live member but this handle's) */
+static int32_t budget_verdict(struct ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen)
+{
+    uint64_t cur[CT_LEDGER_MAX_DEVICES];
+    int any = 0, same = 1;
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        cur[d] = LD(&l->hdr->limit[d]);
+        any |= cur[d] != 0;
+        same &= want && cur[d] == want[d];
+    }
+    const char *g = l->hdr->group;
+    char have[400], asked[400], pids[200];
+    limits_text(cur, have, sizeof have);
+    if (!want) {
+        if (any)
+            return CT_LEDGER_OK;
+        set_err(err, errlen, "group %s has no budget, and this process names none", g);
+        return CT_LEDGER_ENOBUDGET;
+    }
+    if (same)
+        return CT_LEDGER_OK;
+    limits_text(want, asked, sizeof asked);
+    if (other_live(l, pids, sizeof pids)) {
+        set_err(err, errlen,
+                "group %s has a budget of %s, in use by pids %s; this process asks for %s", g, have,
+                pids, asked);
+        return CT_LEDGER_ECONFLICT;
+    }
+    set_err(err, errlen, "group %s had a budget of %s and no live member; it is now %s", g, have,
+            asked);
+    return 1;
+}
+
+/* with the token held: the decision of ct_ledger_adopt */
+static int32_t adopt_decide(struct ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
+                            uint64_t errlen)
+{
+    int32_t rc = budget_verdict(l, want, err, errlen);
+    if (rc != 1)
+        return rc;
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+        ST(&l->hdr->limit[d], want[d]);
+    if (replaced)
+        *replaced = 1;
+    return CT_LEDGER_OK;
+}
+
+int32_t ct_ledger_check_budget(ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    int saved = errno;
+    int32_t rc = budget_verdict(l, want, err, errlen);
+    errno = saved;
+    return rc == 1 ? CT_LEDGER_OK : rc;
+}
+
+int32_t ct_ledger_adopt(ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
+                        uint64_t errlen)
+{
+    if (replaced)
+        *replaced = 0;
+    if (err && errlen)
+        err[0] = 0;
+    if (!valid(l))
+        return CT_LEDGER_EINVAL;
+    if (l->slot < 0 || l->slot >= CT_LEDGER_MAX_MEMBERS || LD(&l->mem[l->slot].state) != l->word)
+        return CT_LEDGER_ENOTMEMBER;
+    int saved = errno;
+    uint64_t mine = my_token(l);
+    int32_t rc = CT_LEDGER_EBUSY;
+    for (int waited = 0;; waited++) {
+        uint64_t t = 0;
+        if (CAS(&l->hdr->budget_token, &t, mine) || t == mine) {
+            reclaim_scan(l); /* dead members are not "live members" */
+            rc = adopt_decide(l, want, replaced, err, errlen);
+            CAS(&l->hdr->budget_token, &mine, 0);
+            break;
+        }
+        if (token_stale(l, t)) {
+            CAS(&l->hdr->budget_token, &t, 0);
+            continue;
+        }
+        if (waited >= ADOPT_WAIT_MS) {
+            set_err(err, errlen,
+                    "pid %d has been deciding group %s's budget for a second; try again", W_PID(t),
+                    l->hdr->group);
+            break;
+        }
+        sleep_ms(1);
+    }
+    errno = saved;
+    return rc;
+}
+
+/* ---- the budget grammar -------------------------------------------------------------------- */
+
+static const char *skip_blank(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* the multiplier of a unit (case-insensitive), 0 when none matches */
+static uint64_t unit_mult(const char *u, size_t n)
+{
+    static const struct {
+        const char *name;
+        uint64_t mult;
+    } units[] = {
+        {"b", 1},
+        {"k", 1ull << 10},
+        {"kib", 1ull << 10},
+        {"kb", 1000ull},
+        {"m", 1ull << 20},
+        {"mib", 1ull << 20},
+        {"mb", 1000000ull},
+        {"g", 1ull << 30},
+        {"gib", 1ull << 30},
+        {"gb", 1000000000ull},
+        {"t", 1ull << 40},
+        {"tib", 1ull << 40},
+        {"tb", 1000000000000ull},
+    };
+    char low[4];
+    if (n == 0 || n > 3)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        low[i] = (char)(u[i] >= 'A' && u[i] <= 'Z' ? u[i] + 32 : u[i]);
+    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+        if (strlen(units[i].name) == n && memcmp(units[i].name, low, n) == 0)
+            return units[i].mult;
+    return 0;
+}
+
+/* one amount in [s, end): 0 with *out, else CT_LEDGER_EINVAL with err */
+static int32_t parse_amount(const char *s, const char *end, uint64_t *out, char *err,
+                            uint64_t errlen)
+{
+    const char *p = skip_blank(s, end), *q = end;
+    while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
+        q--;
+    int len = (int)(q - p);
+    s = p;
+    if (p < q && *p == '-') {
+        set_err(err, errlen, "'%.*s': must be positive", len, s);
+        return CT_LEDGER_EINVAL;
+    }
+    if (p < q && *p == '+')
+        p++;
+    unsigned __int128 whole = 0, frac = 0, scale = 1;
+    int digits = 0, fdigits = 0;
+    for (; p < q && *p >= '0' && *p <= '9'; p++, digits++)
+        if ((whole = whole * 10 + (unsigned)(*p - '0')) > UINT64_MAX)
+            goto too_large;
+    if (p < q && *p == '.')
+        for (p++; p < q && *p >= '0' && *p <= '9'; p++, fdigits++)
+            if (fdigits < 18) {
+                frac = frac * 10 + (unsigned)(*p - '0');
+                scale *= 10;
+            }
+    if (!digits && !fdigits) {
+        set_err(err, errlen, "'%.*s' is not a size (write e.g. 8GiB, 512MiB, 1.5GiB)", len, s);
+        return CT_LEDGER_EINVAL;
+    }
+    const char *u = skip_blank(p, q);
+    uint64_t mult = u == q ? 1 : unit_mult(u, (size_t)(q - u));
+    for (const char *x = u; x < q && !mult; x++)
+        if (!((*x >= 'a' && *x <= 'z') || (*x >= 'A' && *x <= 'Z'))) {
+            set_err(err, errlen, "'%.*s' is not a size (write e.g. 8GiB, 512MiB, 1.5GiB)", len, s);
+            return CT_LEDGER_EINVAL;
+        }
+    if (!mult) {
+        set_err(err, errlen,
+                "'%.*s': unknown unit '%.*s' (units: B KiB MiB GiB TiB, K M G T alike, KB MB GB "
+                "TB = powers of 1000)",
+                len, s, (int)(q - u), u);
+        return CT_LEDGER_EINVAL;
+    }
+    if (mult == 1 && frac) {
+        set_err(err, errlen, "'%.*s': a number of bytes must be whole", len, s);
+        return CT_LEDGER_EINVAL;
+    }
+    unsigned __int128 v = whole * mult + frac * mult / scale;
+    if (v > UINT64_MAX)
+        goto too_large;
+    if (v == 0) {
+        set_err(err, errlen,
+                whole || frac ? "'%.*s' is less than a byte" : "'%.*s' must be more than zero", len,
+                s);
+        return CT_LEDGER_EINVAL;
+    }
+    if (u == q && v < CT_LEDGER_BARE_MIN) {
+        set_err(err, errlen,
+                "'%.*s' has no unit, so it means %llu bytes, which is surely not meant: write "
+                "%.*sGiB or %.*sMiB (or %.*sB for bytes)",
+                len, s, (unsigned long long)v, len, s, len, s, len, s);
+        return CT_LEDGER_EINVAL;
+    }
+    *out = (uint64_t)v;
+    return CT_LEDGER_OK;
+too_large:
+    set_err(err, errlen, "'%.*s' is too large", len, s);
+    return CT_LEDGER_EINVAL;
+}
+
+int32_t ct_ledger_parse_size(const char *text, uint64_t *out, char *err, uint64_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (!text || !out)
+        return CT_LEDGER_EINVAL;
+    const char *end = text + strlen(text);
+    if (skip_blank(text, end) == end) {
+        set_err(err, errlen, "empty size");
+        return CT_LEDGER_EINVAL;
+    }
+    return parse_amount(text, end, out, err, errlen);
+}
+
+/* one item "AMOUNT" or "DEV=AMOUNT" of a budget spec; 0 or CT_LEDGER_EINVAL */
+static int32_t parse_item(const char *p, const char *e, uint64_t *all, int *have_all, uint64_t *per,
+                          uint32_t *set, char *err, uint64_t errlen)
+{
+    const char *eq = memchr(p, '=', (size_t)(e - p));
+    if (skip_blank(p, e) == e) {
+        set_err(err, errlen, "empty item in the budget");
+        return CT_LEDGER_EINVAL;
+    }
+    if (memchr(p, '%', (size_t)(e - p))) {
+        set_err(err, errlen,
+                "'%.*s': a share of device memory (%%) is resolved by cudatrace run or the "
+                "integration into bytes; give bytes here",
+                (int)(e - p), p);
+        return CT_LEDGER_EINVAL;
+    }
+    if (!eq) {
+        if (*have_all) {
+            set_err(err, errlen, "more than one amount for every device in the budget");
+            return CT_LEDGER_EINVAL;
+        }
+        *have_all = 1;
+        return parse_amount(p, e, all, err, errlen);
+    }
+    const char *d = skip_blank(p, eq), *de = eq;
+    while (de > d && (de[-1] == ' ' || de[-1] == '\t'))
+        de--;
+    int dev = 0;
+    for (const char *x = d; x < de; x++) {
+        if (*x < '0' || *x > '9' || dev >= CT_LEDGER_MAX_DEVICES || d == de)
+            dev = -1;
+        else
+            dev = dev * 10 + (*x - '0');
+        if (dev < 0)
+            break;
+    }
+    if (d == de || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES) {
+        set_err(err, errlen, "'%.*s': the device must be an index below %d", (int)(e - p), p,
+                CT_LEDGER_MAX_DEVICES);
+        return CT_LEDGER_EINVAL;
+    }
+    if (*set & (1u << dev)) {
+        set_err(err, errlen, "device %d is given twice in the budget", dev);
+        return CT_LEDGER_EINVAL;
+    }
+    *set |= 1u << dev;
+    return parse_amount(eq + 1, e, &per[dev], err, errlen);
+}
+
+int32_t ct_ledger_parse_budget(const char *spec, uint64_t *limits, char *err, uint64_t errlen)
+{
+    if (err && errlen)
+        err[0] = 0;
+    if (!spec || !limits)
+        return CT_LEDGER_EINVAL;
+    uint64_t all = 0, per[CT_LEDGER_MAX_DEVICES] = {0};
+    uint32_t set = 0;
+    int have_all = 0;
+    const char *p = spec, *end = spec + strlen(spec);
+    if (skip_blank(p, end) == end) {
+        set_err(err, errlen, "empty budget");
+        return CT_LEDGER_EINVAL;
+    }
+    for (;;) {
+        const char *e = memchr(p, ',', (size_t)(end - p));
+        if (!e)
+            e = end;
+        if (parse_item(p, e, &all, &have_all, per, &set, err, errlen) != CT_LEDGER_OK)
+            return CT_LEDGER_EINVAL;
+        if (e == end)
+            break;
+        p = e + 1;
+    }
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+        limits[d] = (set & (1u << d)) ? per[d] : have_all ? all : 0;
+    return CT_LEDGER_OK;
 }

@@ -56,6 +56,13 @@
 #define CT_LEDGER_ENOENT -5
 #define CT_LEDGER_EACCESS -6
 #define CT_LEDGER_ESYS -7
+#define CT_LEDGER_ECONFLICT -8 /* adopt: the group has another budget, and live members */
+#define CT_LEDGER_ENOBUDGET -9 /* adopt: the group has no budget, and this process names none */
+#define CT_LEDGER_EBUSY -10    /* adopt: another member is deciding the budget (and stays at it) */
+
+/* The budget grammar (ct_ledger_parse_size): a number without a unit below this many bytes is
+ * refused as a typo (--budget 12 meant 12 GiB); 12B says bytes */
+#define CT_LEDGER_BARE_MIN 1048576
 
 /* ct_ledger_member.liveness. CT_LEDGER_LIVE_LOCK: the member holds an open file description
  * of the ledger with an OFD write lock (F_OFD_SETLK) on byte CT_LEDGER_LOCK_BASE + its slot. The
@@ -92,7 +99,8 @@ struct ct_ledger_header {
     uint64_t reclaimed;            /* atomic: dead members reclaimed so far */
     uint64_t last_deny_reclaim_ns; /* atomic: CLOCK_MONOTONIC of the last reclaim before a denial */
     char group[80];                /* NUL-terminated group name ("" for a private ledger) */
-    uint64_t reserved2[12];
+    uint64_t budget_token; /* atomic: the member deciding the group's budget (ct_ledger_adopt) */
+    uint64_t reserved2[11];
     uint64_t limit[CT_LEDGER_MAX_DEVICES];   /* atomic: bytes, 0 = no limit */
     uint64_t peak[CT_LEDGER_MAX_DEVICES];    /* atomic: highest total seen by a granted reserve */
     uint64_t denials[CT_LEDGER_MAX_DEVICES]; /* atomic: reservations denied */
@@ -130,6 +138,7 @@ struct ct_ledger_member_view {
     int32_t pid;
     uint32_t alive;       /* CT_LEDGER_ALIVE, _DEAD (not reclaimed yet), _UNKNOWN */
     uint32_t other_pidns; /* 1: it joined from another pid namespace than the reader's */
+    uint64_t pidns;       /* the inode of its pid namespace (0: unknown) */
     uint64_t start_ticks;
     uint64_t joined_ns;
     uint64_t held[CT_LEDGER_MAX_DEVICES];
@@ -169,6 +178,12 @@ typedef struct ct_ledger ct_ledger;
  * file of another uid or with group/other permission bits, a file that is not a ledger of this
  * version. create != 0: create it (0600, no limits) when it does not exist. */
 ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen);
+/* Open the ledger a descriptor names, for a reader outside the members' containers (the node
+ * agent: fd from /proc/<pid>/map_files of a member's mapping, which the kernel resolves, so no
+ * path inside a container is followed). The file must be a ledger of this version; its owner
+ * and mode are not checked (the member uses it, whoever owns it). fd stays the caller's; name
+ * is for messages. NULL on failure with a message in err. */
+ct_ledger *ct_ledger_open_fd(int32_t fd, const char *name, char *err, uint64_t errlen);
 /* Open, or create initialized from cfg (NULL: no limits) when it does not exist; *created (may
  * be NULL) says which. An existing ledger keeps its own settings (see ct_ledger_set_limit). */
 ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,
@@ -211,6 +226,12 @@ int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes);
  * apart (context_kib). bytes is the context's current size: the difference to what was
  * recorded is forced or released. CT_LEDGER_OK or < 0. */
 int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes);
+/* ct_ledger_set_context for the active member in slot, whose pid (in its own namespace) and
+ * start_ticks must still be these: a node agent counts the contexts NVML reports under host pids
+ * for members in other pid namespaces, which cannot find themselves in NVML's list.
+ * CT_LEDGER_OK, CT_LEDGER_ENOTMEMBER (the slot holds another process now), or < 0. */
+int32_t ct_ledger_set_member_context(ct_ledger *l, int32_t slot, int32_t pid, uint64_t start_ticks,
+                                     int32_t dev, uint64_t bytes);
 /* The launcher's claim on a private ledger: an OFD lock on CT_LEDGER_LOCK_OWNER, held until
  * the handle is closed. CT_LEDGER_OK, or CT_LEDGER_ESYS where the file system has no OFD locks. */
 int32_t ct_ledger_hold(ct_ledger *l);
@@ -241,11 +262,38 @@ uint64_t ct_ledger_proc_start_ticks(int32_t pid);
  * ledgers are mode 0666 (0660) and may be owned by any user (docs/budgets.md). CT_LEDGER_ENOENT (path still in buf) when it
  * does not exist and create == 0. */
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen);
-/* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}, not starting with '.'. Returns as ct_ledger_dir. */
+/* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' or '-'. Returns as ct_ledger_dir. */
 int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
                              char *err, uint64_t errlen);
 int32_t ct_ledger_valid_group(const char *group);
 const char *ct_ledger_strerror(int32_t code);
+
+/* The group rule (docs/budgets.md, "Groups"), one for the launcher and the preload library.
+ * Called as a member (after ct_ledger_join). want: the budget this process asks for, bytes per
+ * device (NULL: none; it joins whatever budget the group has). CT_LEDGER_OK: the group's budget
+ * is want (set now when the group had another one and no live member but this one), or the
+ * group has one and want is NULL. CT_LEDGER_ECONFLICT: another budget, with live members;
+ * CT_LEDGER_ENOBUDGET: the group has none and want is NULL; CT_LEDGER_EBUSY: another member
+ * did not finish deciding within a second. err says which, with the budgets and pids. *replaced
+ * (may be NULL): 1 when this call replaced a budget (err then says which). Lock-free for the
+ * members: one token (budget_token) names the member deciding; a token of a member that died
+ * is taken over, and nothing waits on a process that no longer runs. */
+int32_t ct_ledger_adopt(ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
+                        uint64_t errlen);
+/* The same rule's verdict now, deciding nothing and needing no membership (a process that
+ * will join later: its cuInit is refused early): CT_LEDGER_OK (also when want would replace
+ * the budget of a group without live members), _ECONFLICT or _ENOBUDGET with err. */
+int32_t ct_ledger_check_budget(ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen);
+
+/* The one grammar of budget amounts (Python's --budget reads its sizes through it too): a
+ * number (1.5) and a unit, binary B KiB MiB GiB TiB (K M G T alike), decimal KB MB GB TB; case
+ * and blanks between them do not matter. A number without a unit is bytes, refused below
+ * CT_LEDGER_BARE_MIN (12 is a typo for 12GiB: write 12B for bytes); no sign, no percentages.
+ * 0 with *out bytes; CT_LEDGER_EINVAL with the reason and the fix in err. */
+int32_t ct_ledger_parse_size(const char *text, uint64_t *out, char *err, uint64_t errlen);
+/* A budget: "AMOUNT" for every device, "DEV=AMOUNT,..." per device, or both (the per-device
+ * items win). limits[CT_LEDGER_MAX_DEVICES] gets bytes (0: no limit on that device). */
+int32_t ct_ledger_parse_budget(const char *spec, uint64_t *limits, char *err, uint64_t errlen);
 /* CFFI-END */
 
 #endif

@@ -8,25 +8,32 @@
  * a read of one field is whole; fields read one after the other may belong to slightly
  * different moments.
  *
- * Rows: dev[0 .. CT_LIVE_DEVICES-1] are devices (a higher device index counts in the last row;
- * an unknown device in row 0), dev[CT_LIVE_ALL] is every device together (its peak is the peak
- * of the sum, not the sum of the peaks), host is pinned host memory (cuMemHostAlloc ...).
- * Counted: successful allocations of the hooked allocation calls (an import maps memory another
- * process paid for: not counted), ended by their free; cuMemRelease ends a cuMemCreate handle
- * even while it is still mapped.
+ * Rows: dev[0 .. CT_LIVE_DEVICES-1] are devices 0 to 15 (an unknown device counts in row 0; a
+ * device of index 16 or more only in the all-devices row), dev[CT_LIVE_ALL] is every device
+ * together (its peak is the peak of the sum, not the sum of the peaks), host is pinned host
+ * memory (cuMemHostAlloc ...). Counted: successful allocations of the hooked allocation calls
+ * (an import maps memory another process paid for: not counted), ended by their free. A free
+ * leaves the counters just before its driver call (a failed one puts it back), an allocation
+ * enters them after its call: what is counted is always held by the device (and by the budget
+ * ledger), so no peak here exceeds the device's or the budget. cuMemRelease of a cuMemCreate
+ * handle that is still mapped ends it at its last cuMemUnmap, when the driver frees it (as the
+ * report and the budget do).
  *
  * Marks: a reader opens a mark (cudatrace_live_mark_open) and gets a slot whose peak[] follows
  * the highest live bytes of each row from that moment on, and whose base[] holds what was live
- * when it opened; closing it frees the slot. CT_LIVE_MARKS may be open at once (any threads).
- * An allocation in flight in another thread at the moment a mark opens or closes may count on
- * either side of it. Keep the CFFI part to plain structs of fixed-width integers and integer
- * #defines (cudatrace/native.py, CFFI_HEADERS). */
+ * when it opened; own[] holds the bytes of the allocations made since it opened that are still
+ * live (what was live before it opened and is freed meanwhile does not lower it), own_peak[]
+ * the highest own[] since it opened. Closing it frees the slot. CT_LIVE_MARKS may be open at
+ * once (any threads). An allocation in flight in another thread at the moment a mark opens or
+ * closes may count on either side of it; own[] is signed: read a value below 0 as 0. Keep the
+ * CFFI part to plain structs of fixed-width integers and integer #defines (cudatrace/native.py,
+ * CFFI_HEADERS). */
 #ifndef CUDATRACE_LIVE_FORMAT_H
 #define CUDATRACE_LIVE_FORMAT_H
 #include <stdint.h>
 
 /* CFFI-BEGIN */
-#define CT_LIVE_VERSION 1
+#define CT_LIVE_VERSION 2
 #define CT_LIVE_DEVICES 16
 /* CT_LIVE_ALL: the row of every device together; CT_LIVE_ROWS = CT_LIVE_DEVICES + 1 */
 #define CT_LIVE_ALL 16
@@ -41,9 +48,12 @@ struct ct_live_row {
     uint64_t denials;  /* allocations the budget refused */
 };
 struct ct_live_mark {
-    uint64_t opened_ns; /* CLOCK_MONOTONIC, as the trace's times */
-    uint64_t base[17];  /* live bytes of each row when the mark opened */
-    uint64_t peak[17];  /* the highest live bytes of each row since then */
+    uint64_t opened_ns;   /* CLOCK_MONOTONIC, as the trace's times */
+    uint64_t epoch;       /* allocations of this epoch or later are the mark's own (live.c) */
+    uint64_t base[17];    /* live bytes of each row when the mark opened */
+    uint64_t peak[17];    /* the highest live bytes of each row since then */
+    int64_t own[17];      /* bytes of the allocations made since then, still live */
+    int64_t own_peak[17]; /* the highest own since then */
 };
 struct ct_live_stats {
     uint32_t version;    /* CT_LIVE_VERSION */

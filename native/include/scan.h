@@ -54,6 +54,22 @@ void ct_scan_index_free(struct ct_scan_index *ix);
  * NULL on failure. ct_unmap releases it. */
 void *ct_map_file(int fd, uint64_t len);
 void ct_unmap(void *p, uint64_t len);
+/* One part of ct_map_parts: bytes [off, off + len) of the file fd, at the same offset. */
+struct ct_map_part {
+    uint64_t off; /* a multiple of the page size */
+    uint64_t len;
+    int32_t fd;
+    uint32_t reserved;
+};
+/* len bytes read-only: the parts mapped from their files, zeros elsewhere (anonymous: a hole of
+ * the file is never read); NULL on failure. ct_unmap(p, len) releases it all. */
+void *ct_map_parts(uint64_t len, const struct ct_map_part *parts, uint64_t n);
+/* 1: a process holds a lock on byte 0 of the open file fd (the shim's writer holds a read lock
+ * on its trace while it lives, CT_FH_LIVE_LOCK), 0: none, -1: cannot tell. */
+int ct_file_locked(int fd);
+/* The end of the last whole record at or after from in buf (len bytes, records from `from` on,
+ * holes skipped as the scan does): where a file's data ends. from if there is none. */
+uint64_t ct_scan_used(const uint8_t *buf, uint64_t len, uint64_t from);
 /* The distinct devices of a file's successful allocations of the kinds device_kinds (bit k:
  * CT_KIND k), decoded without holding the events: returns how many, writes the first max. */
 uint64_t ct_scan_alloc_devices(const uint8_t *buf, uint64_t len, uint64_t device_kinds,

@@ -110,6 +110,12 @@
 /* hooks.def only, never an event: a call that may end a context, whose handle the driver may
  * then give to a new context of another device (the shim forgets what it knew of contexts) */
 #define CT_OP_CTX_END 11
+/* hooks.def only, never an event: cuInit, refused when fencing was asked for and cannot be set
+ * up (budget.c, CUDATRACE_ON_FENCE_ERROR=refuse) */
+#define CT_OP_INIT 12
+/* hooks.def only, never an event: a call that ends a pool (the shim forgets where its
+ * allocations live before the call: the driver may give the handle to the next pool made) */
+#define CT_OP_POOL_END 13
 
 /* memory kinds (what an allocation is) */
 #define CT_KIND_NONE 0
@@ -172,8 +178,13 @@ struct ct_file_header {
     /* chunks below this one are sealed: unmapped by the writer, never written again (the
      * launcher may compress them: docs/format.md, "Sealed chunks"); updated in place */
     uint32_t sealed_chunks;
-    uint8_t reserved[100];
+    uint32_t flags; /* CT_FH_* */
+    uint8_t reserved[96];
 };
+/* ct_file_header.flags. CT_FH_LIVE_LOCK: the writer holds an OFD read lock on byte 0 of the
+ * file while it lives, so a reader tells a live writer by F_OFD_GETLK, in any pid namespace (a
+ * killed process's lock is gone with it). */
+#define CT_FH_LIVE_LOCK 1
 #define CT_SC_FULL 0
 #define CT_SC_HIT 1
 #define CT_SC_VERIFIED 2

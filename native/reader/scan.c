@@ -11,7 +11,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 #include "cevent.h"
 #include "scan.h"
 
@@ -335,6 +337,67 @@ void *ct_map_file(int fd, uint64_t len)
         return NULL;
     void *p = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     return p == MAP_FAILED ? NULL : p;
+}
+
+/* A trace's bytes as one read-only range that never touches a hole of the file: address
+ * space reserved as anonymous zeros (reading them costs no memory), with each part mapped over
+ * it from its file at its own offset. Reading a hole of a tmpfs file through a mapping would
+ * allocate its page (or raise SIGBUS on a full tmpfs); the parts name only the data. */
+void *ct_map_parts(uint64_t len, const struct ct_map_part *parts, uint64_t n)
+{
+    long pg = sysconf(_SC_PAGESIZE);
+    uint64_t page = pg > 0 ? (uint64_t)pg : 4096, total = (len + page - 1) / page * page;
+    if (!len || (!parts && n))
+        return NULL;
+    uint8_t *base =
+        mmap(NULL, total, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED)
+        return NULL;
+    for (uint64_t i = 0; i < n; i++) {
+        const struct ct_map_part *q = &parts[i];
+        if (q->off % page || q->off >= total || !q->len || q->fd < 0)
+            goto fail;
+        uint64_t l = (q->len + page - 1) / page * page;
+        if (l > total - q->off)
+            l = total - q->off;
+        if (mmap(base + q->off, l, PROT_READ, MAP_PRIVATE | MAP_FIXED, q->fd, (off_t)q->off) ==
+            MAP_FAILED)
+            goto fail;
+    }
+    return base;
+fail:
+    munmap(base, total);
+    return NULL;
+}
+
+int ct_file_locked(int fd)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 1;
+    if (fcntl(fd, F_OFD_GETLK, &fl) != 0)
+        return -1;
+    return fl.l_type != F_UNLCK;
+}
+
+uint64_t ct_scan_used(const uint8_t *buf, uint64_t len, uint64_t from)
+{
+    uint64_t off = from, used = from;
+    struct ct_rec_hdr h;
+    if (!buf)
+        return 0;
+    while (off + sizeof h <= len) {
+        if (valid_header(buf, len, off, &h)) {
+            off += h.size;
+            used = off;
+        } else {
+            off += 8;
+        }
+    }
+    return used;
 }
 
 void ct_unmap(void *p, uint64_t len)

@@ -21,242 +21,338 @@ int ct_budget_pending;
 /* ---- a budget from the environment alone (docs/budgets.md, "Budgets without the launcher") --
  * An integration that can only set a process's environment (a Slurm TaskProlog, a container
  * image, an orchestrator) names a group: CUDATRACE_GROUP, with CUDATRACE_LEDGER_DIR (the ledger
- * directory it manages), CUDATRACE_BUDGET (resolved bytes: "N" or "DEV=N,..." with binary
- * units, no percentages: the integration resolves those) and optionally CUDATRACE_SHARE,
- * CUDATRACE_SHARE_BUDGET and CUDATRACE_SHARE_LABEL. The shim creates or joins the group's
- * ledger by itself at the process's first CUDA call that needs the budget, so a shell or
- * helper that never uses CUDA takes no member slot. It never changes an existing group's
- * budget and takes no lock other processes could wait on (the launchers' group lock is theirs
- * alone). CUDATRACE_LEDGER (the launcher's) takes precedence. */
+ * directory it manages), CUDATRACE_BUDGET (resolved bytes: "N" or "DEV=N,..." in the grammar of
+ * ct_ledger_parse_budget, no percentages: the integration resolves those) and optionally
+ * CUDATRACE_SHARE, CUDATRACE_SHARE_BUDGET and CUDATRACE_SHARE_LABEL. The shim creates or joins
+ * the group's ledger by itself at the process's first CUDA call that needs the budget, so a
+ * shell or helper that never uses CUDA takes no member slot; the group rule (ct_ledger_adopt)
+ * is the launcher's too. It takes no lock other processes could wait on (the launchers' group
+ * lock is theirs alone). CUDATRACE_LEDGER (the launcher's) takes precedence. */
 static int env_mode;          /* the budget comes from CUDATRACE_GROUP */
 static ct_ledger *env_handle; /* opened, perhaps not joined in this process yet */
 static pthread_mutex_t ensure_mu = PTHREAD_MUTEX_INITIALIZER;
 static char share_label[96];
-static uint64_t share_limit; /* CUDATRACE_SHARE_BUDGET, bytes */
+static uint64_t share_limit;                        /* CUDATRACE_SHARE_BUDGET, bytes */
+static uint64_t want_limits[CT_LEDGER_MAX_DEVICES]; /* CUDATRACE_BUDGET, bytes */
+static int want_budget;                             /* CUDATRACE_BUDGET was given */
 
 const char *ct_budget_share_label(void) { return share_label; }
+uint64_t ct_budget_share_limit(void) { return share_limit; }
 
-/* "8GiB", "512M", "1000000", "8GB": bytes; 0 on a malformed amount (*bad set). */
-static uint64_t parse_amount(const char *s, const char *end, int *bad)
+static void (*join_report)(void);
+void ct_budget_set_join_report(void (*fn)(void)) { join_report = fn; }
+
+/* ---- when fencing cannot be set up (docs/budgets.md, the table) ----------------------------
+ * Fencing was asked for (a CUDATRACE_GROUP, _BUDGET, _SHARE* or _LEDGER) and cannot be set up:
+ * with CUDATRACE_ON_FENCE_ERROR=refuse (the default) the process's CUDA use that needs the
+ * budget is refused (cuInit and counted allocations answer CUDA_ERROR_NOT_PERMITTED); with warn
+ * it runs unfenced. Either way one line says why and how to fix it, at the first CUDA call that
+ * needs the budget (a shell never says it), and the trace records it (INFO "fence"). */
+static char fence_why[900];
+static int fence_refuse = 1, fence_said, exempt;
+static void (*fence_report)(const char *verdict, const char *why);
+
+void ct_budget_set_fence_report(void (*fn)(const char *, const char *)) { fence_report = fn; }
+
+/* note why fencing cannot be set up (the first reason wins): what, detail, how to fix it */
+static void fence_error(const char *what, const char *detail, const char *fix)
 {
-    uint64_t v = 0;
-    const char *p = s;
-    if (p >= end || *p < '0' || *p > '9') {
-        *bad = 1;
-        return 0;
+    if (fence_why[0])
+        return;
+    size_t l = ct_strlcpy(fence_why, what, sizeof fence_why);
+    if (detail && *detail)
+        l += ct_strlcpy(fence_why + l, detail, sizeof fence_why - l);
+    if (fix && *fix) {
+        l += ct_strlcpy(fence_why + l, "; ", sizeof fence_why - l);
+        ct_strlcpy(fence_why + l, fix, sizeof fence_why - l);
     }
-    while (p < end && *p >= '0' && *p <= '9') {
-        if (v > UINT64_MAX / 10) {
-            *bad = 1;
-            return 0;
-        }
-        v = v * 10 + (uint64_t)(*p++ - '0');
-    }
-    char u[4] = {0};
-    size_t n = (size_t)(end - p);
-    if (n > 3) {
-        *bad = 1;
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++)
-        u[i] = (char)(p[i] >= 'a' && p[i] <= 'z' ? p[i] - 32 : p[i]);
-    static const char *const units[] = {"K", "M", "G", "T"};
-    uint64_t mul = 1;
-    if (n == 0 || strcmp(u, "B") == 0) {
-        mul = 1;
-    } else {
-        int found = 0;
-        for (int i = 0; i < 4 && !found; i++) {
-            uint64_t bin = 1ull << (10 * (i + 1)), dec = 1;
-            for (int k = 0; k <= i; k++)
-                dec *= 1000;
-            if (u[0] != units[i][0])
-                continue;
-            if (u[1] == 0 || (u[1] == 'I' && u[2] == 'B' && n == 3))
-                mul = bin, found = 1;
-            else if (u[1] == 'B' && n == 2)
-                mul = dec, found = 1;
-        }
-        if (!found) {
-            *bad = 1;
-            return 0;
-        }
-    }
-    if (v && mul > UINT64_MAX / v) {
-        *bad = 1;
-        return 0;
-    }
-    return v * mul;
 }
 
-/* CUDATRACE_BUDGET: "N" for every device, "DEV=N,..." per device, or both. 0 ok, -1 malformed */
-static int parse_budget(const char *spec, uint64_t *limits)
+/* say it (once a process), record it, and refuse from now on or run unfenced */
+static void fence_say(void)
 {
-    uint64_t all = 0;
-    int have_all = 0, bad = 0;
-    uint64_t per[CT_LEDGER_MAX_DEVICES] = {0};
-    int set[CT_LEDGER_MAX_DEVICES] = {0};
-    const char *p = spec;
-    while (*p && !bad) {
-        const char *e = strchr(p, ',');
-        if (!e)
-            e = p + strlen(p);
-        const char *eq = memchr(p, '=', (size_t)(e - p));
-        if (eq) {
-            int dev = 0;
-            const char *q = p;
-            if (q == eq)
-                bad = 1;
-            for (; q < eq && !bad; q++) {
-                if (*q < '0' || *q > '9' || dev >= CT_LEDGER_MAX_DEVICES)
-                    bad = 1;
-                else
-                    dev = dev * 10 + (*q - '0');
-            }
-            if (!bad && dev >= CT_LEDGER_MAX_DEVICES)
-                bad = 1;
-            if (!bad) {
-                per[dev] = parse_amount(eq + 1, e, &bad);
-                set[dev] = 1;
-            }
-        } else {
-            all = parse_amount(p, e, &bad);
-            have_all = 1;
-        }
-        p = *e ? e + 1 : e;
+    if (!fence_said && !exempt) {
+        fence_said = 1;
+        ct_log("fencing cannot be set up: ", fence_why,
+               fence_refuse ? "; CUDA is refused in this process (CUDATRACE_ON_FENCE_ERROR=refuse;"
+                              " =warn runs it unfenced)"
+                            : "; this process runs UNFENCED (CUDATRACE_ON_FENCE_ERROR=warn)",
+               NULL);
+        if (fence_report)
+            fence_report(fence_refuse ? "refused" : "unfenced", fence_why);
     }
-    if (bad)
-        return -1;
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
-        limits[d] = set[d] ? per[d] : have_all ? all : 0;
-    return 0;
+    __atomic_store_n(&ct_budget_pending, fence_refuse && !exempt ? CT_BUDGET_REFUSING : 0,
+                     __ATOMIC_RELEASE);
+}
+
+int ct_budget_fence_failed(const char *what, const char *detail)
+{
+    pthread_mutex_lock(&ensure_mu);
+    fence_error(what, detail, NULL);
+    fence_say();
+    pthread_mutex_unlock(&ensure_mu);
+    return fence_refuse && !exempt;
+}
+
+/* what the environment alone shows to be wrong (before any ledger is opened) */
+static void env_check(void)
+{
+    static const int asked[] = {CT_SET_BUDGET, CT_SET_SHARE, CT_SET_SHARE_BUDGET,
+                                CT_SET_SHARE_LABEL};
+    const char *group = ct_setting(CT_SET_GROUP), *spec = ct_setting(CT_SET_BUDGET);
+    const char *share = ct_setting(CT_SET_SHARE), *sspec = ct_setting(CT_SET_SHARE_BUDGET);
+    const char *ledger = ct_setting(CT_SET_LEDGER);
+    int named = (group && *group) || (ledger && *ledger);
+    char err[300];
+    if (ct_setting(CT_SET_FENCE_ERROR)) /* the integration could not set it up: it says why */
+        fence_error(ct_setting(CT_SET_FENCE_ERROR), NULL, NULL);
+    for (size_t i = 0; i < sizeof asked / sizeof *asked && !named; i++)
+        if (ct_setting(asked[i]))
+            fence_error(ct_setting_name(asked[i]),
+                        " is set, but no CUDATRACE_GROUP names the group",
+                        "set CUDATRACE_GROUP (docs/budgets.md, \"Budgets without the launcher\")");
+    if (ledger && *ledger && !ct_cfg.ledger_path[0])
+        fence_error("CUDATRACE_LEDGER is longer than the preload library holds", NULL,
+                    "use a shorter ledger directory");
+    if (group && *group && !ledger && !ct_ledger_valid_group(group))
+        fence_error("CUDATRACE_GROUP is not a group name: ", group,
+                    "use 1 to 64 of A-Z a-z 0-9 _ . -, not starting with '.' or '-'");
+    want_budget = spec != NULL;
+    if (spec && ct_ledger_parse_budget(spec, want_limits, err, sizeof err) != CT_LEDGER_OK)
+        fence_error("CUDATRACE_BUDGET: ", err, NULL);
+    uint64_t slim[CT_LEDGER_MAX_DEVICES] = {0};
+    int one = 1;
+    if (sspec && ct_ledger_parse_budget(sspec, slim, err, sizeof err) != CT_LEDGER_OK)
+        fence_error("CUDATRACE_SHARE_BUDGET: ", err, NULL);
+    for (int d = 1; d < CT_LEDGER_MAX_DEVICES; d++)
+        one &= slim[d] == slim[0] && slim[0];
+    if ((share && !sspec) || (sspec && !share))
+        fence_error("CUDATRACE_SHARE and CUDATRACE_SHARE_BUDGET go together", NULL,
+                    "set both, or neither");
+    else if (sspec && !one)
+        fence_error("CUDATRACE_SHARE_BUDGET is not one amount for every device: ", sspec, NULL);
+    else if (share && (strlen(share) > 8 || !ct_ledger_valid_group(share)))
+        fence_error("CUDATRACE_SHARE is not a share name: ", share,
+                    "use 1 to 8 of A-Z a-z 0-9 _ . -");
+    share_limit = share ? slim[0] : 0;
+    const char *label = ct_setting(CT_SET_SHARE_LABEL);
+    if (share) /* "(share of slurm job 41)", or "(share of 41)" without a label */
+        ct_strlcpy(share_label, label ? label : share, sizeof share_label);
 }
 
 static void env_init(void)
 {
     const char *group = ct_setting(CT_SET_GROUP);
-    if (!group || !*group)
-        return;
-    env_mode = 1;
-    if (!ct_ledger_valid_group(group)) {
-        ct_log("CUDATRACE_GROUP is not a valid group name; budget NOT enforced: ", group, NULL,
-               NULL);
-        return;
-    }
-    const char *share = ct_setting(CT_SET_SHARE);
-    const char *label = ct_setting(CT_SET_SHARE_LABEL);
-    if (share && *share) /* "(share of slurm job 41)", or "(share of 41)" without a label */
-        ct_strlcpy(share_label, label && *label ? label : share, sizeof share_label);
-    __atomic_store_n(&ct_budget_pending, 1, __ATOMIC_RELEASE);
+    env_mode = group && *group;
+    if (env_mode || fence_why[0])
+        __atomic_store_n(&ct_budget_pending, CT_BUDGET_PENDING, __ATOMIC_RELEASE);
 }
 
-/* Open (or create) the environment's group ledger. NULL after saying why. */
+/* the group's ledger path: a directory the integration named (CUDATRACE_LEDGER_DIR) is made
+ * here only where the integration says its parent is the group's alone
+ * (CUDATRACE_LEDGER_DIR_MAKE=1: a pod's emptyDir); otherwise it is the integration's, made at
+ * boot: one made now would be this user's alone */
+static int env_path(const char *group, char *path, size_t n)
+{
+    char err[512];
+    const char *named = ct_setting(CT_SET_LEDGER_DIR);
+    int make = !named || ct_setting_long(CT_SET_LEDGER_DIR_MAKE, 0) == 1;
+    int32_t rc = ct_ledger_group_path(group, path, n, make, err, sizeof err);
+    if (rc == CT_LEDGER_ENOENT)
+        fence_error(err, NULL,
+                    "make it at boot (install -d -m 1777 -o root -g root DIR, or the tmpfiles.d "
+                    "line of docs/slurm.md)");
+    else if (rc != CT_LEDGER_OK)
+        fence_error(err, NULL, "fix the directory (cudatrace doctor says why)");
+    return rc == CT_LEDGER_OK;
+}
+
+/* Open (or create, with a budget) the environment's group ledger; NULL after fence_error. */
 static ct_ledger *env_open(void)
 {
-    const char *group = ct_setting(CT_SET_GROUP);
-    const char *spec = ct_setting(CT_SET_BUDGET);
-    const char *share = ct_setting(CT_SET_SHARE);
-    const char *sspec = ct_setting(CT_SET_SHARE_BUDGET);
+    const char *group = ct_setting(CT_SET_GROUP), *share = ct_setting(CT_SET_SHARE);
     struct ct_ledger_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    if (spec && *spec && parse_budget(spec, cfg.limit) != 0) {
-        ct_log("CUDATRACE_BUDGET must be bytes (N or DEV=N,..., units B KiB MiB GiB TiB, KB MB "
-               "GB TB; no percentages: resolve them first); budget NOT enforced: ",
-               spec, NULL, NULL);
-        return NULL;
-    }
-    uint64_t slim[CT_LEDGER_MAX_DEVICES] = {0};
-    if (share && *share && (!sspec || !*sspec || parse_budget(sspec, slim) != 0 || slim[0] == 0)) {
-        ct_log("CUDATRACE_SHARE needs CUDATRACE_SHARE_BUDGET in bytes; budget NOT enforced: ",
-               sspec ? sspec : "(unset)", NULL, NULL);
-        return NULL;
-    }
+    memcpy(cfg.limit, want_limits, sizeof cfg.limit);
     cfg.on_exceed = ct_cfg.on_exceed == CT_EXCEED_WARN ? CT_LEDGER_WARN : CT_LEDGER_DENY;
     cfg.flags = ct_cfg.count_host > 0 ? CT_LEDGER_F_COUNT_HOST : 0;
     ct_strlcpy(cfg.group, group, sizeof cfg.group);
     char path[1024], err[512];
-    int32_t rc = ct_ledger_group_path(group, path, sizeof path, 1, err, sizeof err);
-    if (rc != CT_LEDGER_OK) {
-        ct_log("budget NOT enforced: ", err, NULL, NULL);
+    if (!env_path(group, path, sizeof path))
         return NULL;
-    }
-    int32_t created = 0;
-    ct_ledger *l = ct_ledger_create(path, &cfg, &created, err, sizeof err);
-    if (!l) {
-        ct_log("budget ledger unusable, budget NOT enforced in this process: ", err, NULL, NULL);
-        return NULL;
-    }
-    share_limit = share && *share ? slim[0] : 0;
-    if (share && *share && ct_ledger_set_share(l, share, slim[0]) != CT_LEDGER_OK) {
-        ct_log("CUDATRACE_SHARE must be 1 to 8 of A-Z a-z 0-9 _ . -; budget NOT enforced: ", share,
-               NULL, NULL);
+    /* a process that names no budget never makes a group: it would have none */
+    ct_ledger *l = want_budget ? ct_ledger_create(path, &cfg, NULL, err, sizeof err)
+                               : ct_ledger_open(path, 0, err, sizeof err);
+    char what[200] = "group ";
+    ct_strlcpy(what + 6, group, sizeof what - 6);
+    if (!l && !want_budget && access(path, F_OK) != 0)
+        fence_error(
+            what, " does not exist, and this process names no budget",
+            "set CUDATRACE_BUDGET (bytes), or start the process that makes the group first");
+    else if (!l)
+        fence_error("the group's ledger is unusable: ", err, NULL);
+    if (l && share && ct_ledger_set_share(l, share, share_limit) != CT_LEDGER_OK) {
+        fence_error("CUDATRACE_SHARE is not a share name: ", share, NULL);
         ct_ledger_close(l);
-        return NULL;
+        l = NULL;
     }
-    if (!created && spec && *spec) {
-        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
-            if (ct_ledger_limit(l, d) != cfg.limit[d]) {
-                ct_log("group ", group,
-                       " keeps the budget it has; this process's CUDATRACE_BUDGET differs: ", spec);
-                break;
-            }
-    }
-    ct_strlcpy(ct_cfg.ledger_path, path, sizeof ct_cfg.ledger_path);
+    if (l)
+        ct_strlcpy(ct_cfg.ledger_path, path, sizeof ct_cfg.ledger_path);
     return l;
+}
+
+/* As a member of l: the group rule for this process's budget (ct_ledger_adopt). 1 when the
+ * group's budget is the one asked for (or any, when none is asked); else 0 after fence_error. */
+static int adopt(ct_ledger *l)
+{
+    char err[700];
+    int32_t replaced = 0;
+    int32_t rc = ct_ledger_adopt(l, want_budget ? want_limits : NULL, &replaced, err, sizeof err);
+    if (rc == CT_LEDGER_OK && replaced)
+        ct_log("note: ", err, NULL, NULL); /* it changes what the group may use: always said */
+    if (rc == CT_LEDGER_ECONFLICT)
+        fence_error(err, NULL,
+                    "give the group's budget (or none, with CUDATRACE_LEDGER), or wait until its "
+                    "members end");
+    else if (rc == CT_LEDGER_ENOBUDGET)
+        fence_error(err, NULL, "set CUDATRACE_BUDGET (bytes)");
+    else if (rc != CT_LEDGER_OK)
+        fence_error("the group's budget cannot be checked: ", err[0] ? err : ct_ledger_strerror(rc),
+                    NULL);
+    return rc == CT_LEDGER_OK;
+}
+
+/* cuInit: the group rule as the group is now (the join decides): a budget that differs from
+ * a live group's, or none for a group without one, refuses CUDA before a context is made */
+static void precheck(ct_ledger *l)
+{
+    char err[700];
+    int32_t rc = ct_ledger_check_budget(l, want_budget ? want_limits : NULL, err, sizeof err);
+    if (rc == CT_LEDGER_ECONFLICT)
+        fence_error(err, NULL,
+                    "give the group's budget (or none, with CUDATRACE_LEDGER), or wait until its "
+                    "members end");
+    else if (rc == CT_LEDGER_ENOBUDGET)
+        fence_error(err, NULL, "set CUDATRACE_BUDGET (bytes)");
+}
+
+/* join l (and check its budget); 0 after fence_error */
+static int join_checked(ct_ledger *l)
+{
+    if (ct_ledger_join(l, getpid(), 0) < 0) {
+        fence_error("cannot join the budget ledger ", ct_cfg.ledger_path,
+                    ": all its member slots are taken (256 processes); end some, or use "
+                    "another group");
+        return 0;
+    }
+    if (adopt(l))
+        return 1;
+    ct_ledger_leave(l);
+    return 0;
+}
+
+static ct_ledger *env_join(void)
+{
+    if (!env_handle)
+        env_handle = env_open();
+    return env_handle && join_checked(env_handle) ? env_handle : NULL;
 }
 
 ct_ledger *ct_budget_ensure(void)
 {
     ct_ledger *l = __atomic_load_n(&ct_budget_ledger, __ATOMIC_ACQUIRE);
-    if (l || !__atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE))
+    if (l || __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) != CT_BUDGET_PENDING)
         return l;
     pthread_mutex_lock(&ensure_mu); /* this process's threads only */
     l = ct_budget_ledger;
-    if (!l && ct_budget_pending) {
-        if (!env_handle)
-            env_handle = env_open();
-        if (env_handle) {
-            if (ct_ledger_join(env_handle, getpid(), 0) >= 0)
-                l = env_handle;
-            else
-                ct_log("cannot join the budget ledger (all member slots taken): budget not "
-                       "enforced in this process",
-                       NULL, NULL, NULL);
+    if (!l && ct_budget_pending == CT_BUDGET_PENDING) {
+        if (!fence_why[0] && env_mode)
+            l = env_join();
+        if (l) {
+            __atomic_store_n(&ct_budget_ledger, l, __ATOMIC_RELEASE);
+            __atomic_store_n(&ct_budget_pending, 0, __ATOMIC_RELEASE);
+            if (join_report)
+                join_report(); /* the trace says which budget (its preamble may be written) */
+        } else {
+            fence_say();
         }
-        __atomic_store_n(&ct_budget_ledger, l, __ATOMIC_RELEASE);
-        __atomic_store_n(&ct_budget_pending, 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&ensure_mu);
     return l;
 }
 
+int ct_budget_cuinit(void)
+{
+    if (__atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) == CT_BUDGET_PENDING) {
+        pthread_mutex_lock(&ensure_mu);
+        if (ct_budget_pending == CT_BUDGET_PENDING && !ct_budget_ledger) {
+            if (!fence_why[0] && env_mode && !env_handle)
+                env_handle = env_open(); /* joined at the first allocation */
+            if (!fence_why[0] && env_handle)
+                precheck(env_handle);
+            if (fence_why[0])
+                fence_say();
+        }
+        pthread_mutex_unlock(&ensure_mu);
+    }
+    return __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) != CT_BUDGET_REFUSING;
+}
+
 void ct_budget_join(void)
 {
-    if (ct_budget_ledger &&
-        ct_ledger_join(ct_budget_ledger, getpid(), 0) /* 0: it reads /proc itself */ < 0) {
-        ct_log(
-            "cannot join the budget ledger (all member slots taken): budget not enforced in pid ",
-            NULL, NULL, NULL);
+    if (ct_budget_ledger && ct_ledger_join(ct_budget_ledger, getpid(), 0) < 0) {
+        fence_error("cannot join the budget ledger ", ct_cfg.ledger_path,
+                    ": all its member slots are taken (256 processes); end some, or use "
+                    "another group");
+        ct_budget_ledger = NULL; /* the slot is the parent's */
+        ct_budget_pending = CT_BUDGET_PENDING;
     }
 }
 
 void ct_budget_init(void)
 {
-    if (!ct_cfg.ledger_path[0]) {
+    const char *fe = ct_setting(CT_SET_ON_FENCE_ERROR);
+    fence_refuse = !(fe && strcmp(fe, "warn") == 0);
+    env_check();
+    if (!ct_cfg.ledger_path[0] || fence_why[0]) {
         env_init();
         return;
     }
-    char err[256];
-    ct_budget_ledger = ct_ledger_open(ct_cfg.ledger_path, 0, err, sizeof err);
-    if (!ct_budget_ledger)
-        ct_log("budget ledger unusable, budget NOT enforced in this process: ", err, NULL, NULL);
-    ct_budget_join();
+    char err[512];
+    ct_ledger *l = ct_ledger_open(ct_cfg.ledger_path, 0, err, sizeof err);
+    const char *share = ct_setting(CT_SET_SHARE);
+    if (!l)
+        fence_error("the budget ledger is unusable: ", err, NULL);
+    else if (share && ct_ledger_set_share(l, share, share_limit) != CT_LEDGER_OK)
+        fence_error("CUDATRACE_SHARE is not a share name: ", share, NULL);
+    else if (join_checked(l))
+        ct_budget_ledger = l;
+    if (!ct_budget_ledger) {
+        if (l)
+            ct_ledger_close(l);
+        env_init(); /* says it at the first CUDA call that needs the budget */
+        ct_budget_pending = CT_BUDGET_PENDING;
+    }
 }
 
 void ct_budget_leave(void)
 {
     if (ct_budget_ledger)
         ct_ledger_leave(ct_budget_ledger);
+}
+
+/* cudatrace's own processes (the launcher, status, the TaskProlog) observe: a preload library
+ * loaded into them from the job's environment never makes them members, never answers their
+ * memory queries with the budget, never refuses them (cudatrace/cli.py calls it) */
+CT_EXPORT void cudatrace_exempt(void)
+{
+    pthread_mutex_lock(&ensure_mu);
+    exempt = 1;
+    if (ct_budget_ledger)
+        ct_ledger_leave(ct_budget_ledger); /* the handle stays: other threads may read it */
+    __atomic_store_n(&ct_budget_ledger, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&ct_budget_pending, 0, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&ensure_mu);
 }
 
 static int device_integrated(int dev)
@@ -473,12 +569,15 @@ void ct_budget_atfork_child(void)
         atab = NULL;
         atab_used = 0;
     }
+    if (exempt)
+        return;
     if (env_mode) {
         /* the child joins at its own first CUDA call, if it makes one (ct_budget_ensure) */
         if (ct_budget_ledger)
             env_handle = ct_budget_ledger;
         ct_budget_ledger = NULL;
-        ct_budget_pending = env_handle != NULL || ct_budget_pending;
+        if (ct_budget_pending != CT_BUDGET_REFUSING && (env_handle || ct_budget_pending))
+            ct_budget_pending = CT_BUDGET_PENDING;
         return;
     }
     ct_budget_join();
@@ -716,6 +815,44 @@ void ct_budget_context(int dev)
     if (ctx == mine || (!exact && ctx < mine))
         return;
     if (ct_ledger_set_context(ct_budget_ledger, dev, ctx) == CT_LEDGER_OK) {
+        __atomic_store_n(&ctx_counted[dev], ctx, __ATOMIC_RELAXED);
+        if (ctx_report)
+            ctx_report(dev, ctx);
+    }
+}
+
+#define CTX_RETRY_NS 10000000ull /* after a reading disturbed by other calls */
+
+void ct_budget_context_watch(int dev, uint64_t (*held)(int dev), uint64_t pending)
+{
+    if (ct_budget_ledger || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES ||
+        __atomic_load_n(&ctx_misses[dev], __ATOMIC_RELAXED) >= CTX_TRIES)
+        return;
+    uint64_t now = ct_now_ns(), due = __atomic_load_n(&ctx_next_ns[dev], __ATOMIC_RELAXED);
+    if (now < due || !__atomic_compare_exchange_n(&ctx_next_ns[dev], &due, now + CTX_PERIOD_NS, 0,
+                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        return; /* measured less than a second ago, or by another thread now */
+    pthread_once(&ctx_once, ctx_init);
+    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE)) {
+        ctx_missed(dev, 1); /* no NVML: nothing to record */
+        return;
+    }
+    uint32_t b0 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
+    uint64_t r0 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE), used = 0;
+    uint64_t h0 = held(dev) + pending;
+    int found = ctx_nvml_used(dev, &used);
+    uint64_t h1 = held(dev) + pending, r1 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE);
+    uint32_t b1 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
+    if (found != 1) {
+        ctx_missed(dev, found < 0);
+        return;
+    }
+    if (b0 || b1 || r0 != r1 || h0 != h1) { /* another call was under way: again soon */
+        __atomic_store_n(&ctx_next_ns[dev], now + CTX_RETRY_NS, __ATOMIC_RELAXED);
+        return;
+    }
+    uint64_t ctx = ((used > h0 ? used - h0 : 0) + 1023) & ~1023ull; /* in KiB, as the ledger */
+    if (ctx > __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED)) {
         __atomic_store_n(&ctx_counted[dev], ctx, __ATOMIC_RELAXED);
         if (ctx_report)
             ctx_report(dev, ctx);

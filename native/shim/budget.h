@@ -12,8 +12,13 @@
 
 /* the open ledger, NULL without a budget (set once at load; a child keeps its parent's) */
 extern CT_HIDDEN ct_ledger *ct_budget_ledger;
-/* 1: a budget from the environment (CUDATRACE_GROUP) this process has not joined yet */
+/* CT_BUDGET_PENDING: a budget from the environment (CUDATRACE_GROUP) this process has not
+ * joined yet, or a reason fencing cannot be set up not said yet, both at the first CUDA call
+ * that needs the budget; CT_BUDGET_REFUSING: fencing cannot be set up and
+ * CUDATRACE_ON_FENCE_ERROR=refuse: that call and every later one is refused */
 extern CT_HIDDEN int ct_budget_pending;
+#define CT_BUDGET_PENDING 1
+#define CT_BUDGET_REFUSING 2
 static inline int ct_budget_on(void)
 {
     return ct_budget_ledger != NULL || __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE);
@@ -25,9 +30,26 @@ ct_ledger *ct_budget_ensure(void);
 /* Open the ledger of ct_cfg.ledger_path (when set) and join it; or, with CUDATRACE_GROUP and no
  * launcher, note the group to join at the first CUDA call that needs it. */
 void ct_budget_init(void);
+/* cuInit: with a budget from the environment, open its group's ledger now (joined at the
+ * first allocation); 0: fencing cannot be set up and the process's CUDA is refused (said). */
+int ct_budget_cuinit(void);
+/* A counted call found that fencing broke (what, detail: why): say it once; 1 when the call
+ * is to be refused (CUDATRACE_ON_FENCE_ERROR=refuse), 0 when it runs unfenced. */
+int ct_budget_fence_failed(const char *what, const char *detail);
+static inline int ct_budget_refusing(void)
+{
+    return __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) == CT_BUDGET_REFUSING;
+}
+/* fn(verdict, why): told when fencing could not be set up ("refused" / "unfenced"; shim.c
+ * writes it into the trace) */
+void ct_budget_set_fence_report(void (*fn)(const char *verdict, const char *why));
 /* The share this process counts in ("" none) and how a denial names it (CUDATRACE_SHARE_LABEL,
  * e.g. "slurm job 42"). */
 const char *ct_budget_share_label(void);
+uint64_t ct_budget_share_limit(void); /* CUDATRACE_SHARE_BUDGET's bytes, 0 without a share */
+/* fn(): told when this process joins its environment's group (after its trace's preamble may
+ * have been written: shim.c writes the budget's INFO records) */
+void ct_budget_set_join_report(void (*fn)(void));
 void ct_budget_join(void); /* again in a child after fork */
 void ct_budget_leave(void);
 
@@ -70,6 +92,13 @@ static inline void ct_budget_call_ends(void)
 /* Count this process's CUDA context on dev (measured through NVML, at most once a second;
  * see budget.c). Called around counted allocations. */
 void ct_budget_context(int dev);
+/* Without a budget (ct_cfg.ctx_watch): the figure a budget would count for this process's
+ * context on dev, measured the same way after an allocation (held(dev) + pending: the bytes
+ * this process holds there, by its live counters, and the allocation's own not counted yet),
+ * only while no other call of the process is under way (the calls bracketed by
+ * ct_budget_call_begins(1) / ct_budget_call_ends), and told to the context report when it
+ * grew. */
+void ct_budget_context_watch(int dev, uint64_t (*held)(int dev), uint64_t pending);
 /* fn(dev, bytes): told each new figure (shim.c writes it into the trace) */
 void ct_budget_set_context_report(void (*fn)(int dev, uint64_t bytes));
 

@@ -6,29 +6,44 @@
  * allocator's while it lies in the same library family (libggml-cuda and libggml-base are one)
  * and in a namespace the walk has been in, or an enclosing one of the same module; a frame of
  * another library whose name says it allocates (`empty`, `alloc`) starts the allocator anew.
+ * A frame of a framework (frameworks.c: PyTorch's c10/at/torch over three libraries, ...)
+ * belongs to the allocator whatever its library or namespace while the walk is in that
+ * framework. A lambda, block or local class is read as the function it is in.
  * The first frame past that is the site; std:: frames and frames without a symbol are never
  * it. A walk that reaches the C library, or the end of the frames, found no boundary: the raw
- * path is printed, innermost first. Cold path: a few symbol lookups per denial line. */
+ * path is printed, innermost first. The launcher's hints add the frames the compiler inlined
+ * (the DWARF only it reads); without them, a site in a module with debug information says
+ * that code inlined into it is not known here. Cold path: a few symbol lookups per line. */
 #include "deny.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "frameworks.h"
+#include "graph.h"
 #include "modules.h"
 #include "util.h"
 
-#define DENY_FRAMES 16
-#define NAME_MAX_LEN 200
+#define DENY_FRAMES 64
+#define NAME_MAX_LEN CT_INLINE_NAME
 #define SCOPE_LEN 160
 #define MAX_SCOPES 8
 
 struct frame {
     char name[NAME_MAX_LEN]; /* short name; "" when the frame has no symbol */
+    size_t encl;             /* name[0..encl): the function a lambda is in (0: none) */
     const char *module;      /* basename; "" when unknown */
-    int exe;
+    uintptr_t ip, offset;    /* the address, its offset in the module */
+    int exe, inlined;
+    int hinted;            /* the hints cover this frame's module (its inline frames are known) */
+    unsigned fw;           /* the frameworks it belongs to (frameworks.h) */
     char scope[SCOPE_LEN]; /* "a::b": the namespaces of the name */
     int plain_c;           /* an unqualified name */
 };
+
+/* the name the rule reads: the function a lambda, block or local class is in, else its own */
+static size_t rule_len(const struct frame *f) { return f->encl ? f->encl : strlen(f->name); }
 
 /* the start of each top-level "::"-separated component of s, at most max */
 static int split(const char *s, const char **parts, size_t *lens, int max)
@@ -72,7 +87,11 @@ static void set_scope(struct frame *f)
 {
     const char *parts[24];
     size_t lens[24];
-    int n = split(f->name, parts, lens, 24);
+    char rule[NAME_MAX_LEN];
+    size_t rl = rule_len(f);
+    memcpy(rule, f->name, rl);
+    rule[rl] = 0;
+    int n = split(rule, parts, lens, 24);
     f->scope[0] = 0;
     f->plain_c = n == 1;
     if (n < 2)
@@ -139,7 +158,11 @@ static int alloc_named(const struct frame *f)
     static const char *const words[] = {"alloc", "empty", "zeros", "acquire", "obtain", "reserve"};
     const char *parts[24];
     size_t lens[24];
-    int n = split(f->name, parts, lens, 24);
+    char rule[NAME_MAX_LEN];
+    size_t rl = rule_len(f);
+    memcpy(rule, f->name, rl);
+    rule[rl] = 0;
+    int n = split(rule, parts, lens, 24);
     for (int k = n - 2 < 0 ? 0 : n - 2; k < n; k++)
         for (size_t w = 0; w < sizeof words / sizeof words[0]; w++) {
             size_t wl = strlen(words[w]);
@@ -194,7 +217,9 @@ static void add_scope(struct run *r, const struct frame *f)
         r->scopes[r->nscopes++] = f->scope;
 }
 
-/* the site's index by the boundary rule; 0 when the frames show no boundary */
+/* the site's index by the boundary rule; 0 when the frames show no boundary. A frame of the
+ * framework the run is in always belongs to it; a framework's run that reaches the system's
+ * own code names the framework's entry (its outermost frame) */
 static int boundary(struct frame *fr, int n)
 {
     int i = 0;
@@ -206,29 +231,42 @@ static int boundary(struct frame *fr, int n)
     if (i >= n)
         return 0;
     struct run r = {{fr[i].scope}, 1, &fr[i]};
-    int site = i && strcmp(fr[i].module, fr[0].module) ? i : -1;
+    unsigned run_fw = fr[i].fw ? fr[i].fw : i ? fr[0].fw : 0;
+    int site = i && strcmp(fr[i].module, fr[0].module) && !(fr[i].fw & fr[0].fw) ? i : -1;
+    int last = i;
     for (int k = i + 1; site < 0 && k < n; k++) {
         struct frame *f = &fr[k];
-        if (system_frame(f))
+        if (system_frame(f)) {
+            if (run_fw && last > i && !transparent(&fr[last]))
+                return last;
             return 0;
-        if (f->name[0] && transparent(f))
+        }
+        if (run_fw && (f->fw & run_fw)) {
+            if (f->name[0] && !transparent(f))
+                last = k;
             continue;
+        }
         if (!f->name[0]) {
             if (!strcmp(f->module, r.last->module))
                 continue;
             site = k;
             break;
         }
-        if (same_family(f, r.last)) {
+        if (transparent(f))
+            continue;
+        if (same_family(f, r.last) && !run_fw) {
             if (continues(&r, f)) {
                 add_scope(&r, f);
                 r.last = f;
+                last = k;
                 continue;
             }
-        } else if (!f->exe && alloc_named(f)) {
+        } else if (!f->exe && alloc_named(f) && (!same_family(f, r.last) || f->fw)) {
             r.nscopes = 1;
             r.scopes[0] = f->scope;
             r.last = f;
+            run_fw = f->fw;
+            last = k;
             continue;
         }
         site = k;
@@ -248,49 +286,127 @@ static size_t add(char *out, size_t o, size_t cap, const char *s)
 }
 
 /* a frame's short name, or module+offset when it has no symbol */
-static size_t add_name(char *out, size_t o, size_t cap, const struct frame *f, uintptr_t ip)
+static size_t add_name(char *out, size_t o, size_t cap, const struct frame *f)
 {
     char fn[NAME_MAX_LEN];
     if (f->name[0])
         return add(out, o, cap, f->name);
-    ct_describe_function(ip, fn, sizeof fn);
+    ct_describe_function(f->ip, fn, sizeof fn);
     return add(out, o, cap, fn);
+}
+
+/* the site: `name (module+0xoff)`, and when its module has debug information the hints did not
+ * read, that code inlined into it is not known here */
+static size_t add_site(char *out, size_t o, size_t cap, const struct frame *f)
+{
+    char hexs[24];
+    if (!f->module[0]) {
+        ct_fmt_hex(hexs, f->ip);
+        return add(out, o, cap, hexs);
+    }
+    if (f->name[0]) {
+        o = add(out, o, cap, f->name);
+        o = add(out, o, cap, " (");
+    }
+    o = add(out, o, cap, f->module);
+    o = add(out, o, cap, "+");
+    ct_fmt_hex(hexs, f->offset);
+    o = add(out, o, cap, hexs);
+    if (!f->hinted && !f->inlined && ct_module_has_debug_info(f->ip))
+        o = add(out, o, cap, ", or a function inlined into it");
+    return f->name[0] ? add(out, o, cap, ")") : o;
+}
+
+/* the frames of ips (innermost first, CUDA's own left out), each preceded by the frames the
+ * hints say were inlined at it; returns how many */
+static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
+{
+    int m = 0;
+    for (int k = 0; k < n && m < DENY_FRAMES; k++) { /* one symbol lookup a frame */
+        struct ct_frame_desc d;
+        int got = ct_frame_info(ips[k], &d);
+        if (got == 2 && k)
+            continue; /* CUDA's own (ips[0] is the first frame outside it already) */
+        char inl[4][CT_INLINE_NAME];
+        size_t encl[4];
+        int ni = got ? ct_fw_inlines(d.module, d.build_id, d.build_id_len,
+                                     d.offset ? d.offset - 1 : 0, inl, encl, 4)
+                     : -1;
+        for (int j = 0; j <= (ni > 0 ? ni : 0) && m < DENY_FRAMES; j++) {
+            struct frame *f = &fr[m++];
+            int real = j == (ni > 0 ? ni : 0);
+            ct_strlcpy(f->name, real ? d.name : inl[j], sizeof f->name);
+            f->encl = real ? d.encl : encl[j];
+            f->module = d.module;
+            f->ip = ips[k];
+            f->offset = d.offset;
+            f->exe = d.exe;
+            f->inlined = !real;
+            f->hinted = ni >= 0;
+            set_scope(f);
+            f->fw = got ? ct_fw_of(f->module, f->name, rule_len(f)) : 0;
+        }
+    }
+    return m;
+}
+
+/* the call graph's fold (graph.c) over the concrete frames, as an index of fr: the first frame
+ * (its inline frames first) of the function above the layers; 0 when nothing folds */
+static int graph_site(const struct frame *fr, int m)
+{
+    uint64_t ips[DENY_FRAMES], fn[DENY_FRAMES];
+    const char *mods[DENY_FRAMES];
+    int at[DENY_FRAMES + 1], nc = 0;
+    for (int k = 0; k < m; k++)
+        if (!fr[k].inlined) {
+            ips[nc] = fr[k].ip;
+            mods[nc] = fr[k].module;
+            at[nc++] = k;
+        }
+    ct_function_starts(ips, (size_t)nc, fn);
+    int kc = ct_graph_cut(fn, mods, nc);
+    if (!kc)
+        return 0;
+    if (kc >= nc)
+        return at[nc - 1]; /* everything is allocator: the outermost frame asked */
+    int site = at[kc];
+    while (site > at[kc - 1] + 1 && fr[site - 1].inlined)
+        site--;
+    return site;
 }
 
 void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
 {
-    struct frame fr[DENY_FRAMES];
-    uintptr_t at[DENY_FRAMES];
-    int m = 0;
+    struct frame *fr = malloc(DENY_FRAMES * sizeof *fr); /* cold path: large, not on the stack */
     out[0] = 0;
-    for (int k = 0; k < n && m < DENY_FRAMES; k++) { /* one symbol lookup a frame */
-        struct frame *f = &fr[m];
-        int got = ct_frame_info(ips[k], f->name, sizeof f->name, &f->module, &f->exe);
-        if (got == 2 && k)
-            continue; /* CUDA's own (ips[0] is the first frame outside it already) */
-        if (!got)
-            f->module = "";
-        set_scope(f);
-        at[m++] = ips[k];
-    }
-    if (!m)
+    int m = fr ? read_frames(ips, n, fr) : 0;
+    if (!m) {
+        free(fr);
         return;
-    int site = boundary(fr, m);
-    char desc[NAME_MAX_LEN + 80];
-    ct_describe_address(at[site], desc, sizeof desc);
-    size_t o = add(out, 0, cap, desc);
+    }
+    int site = boundary(fr, m), g = graph_site(fr, m);
+    if (g > site) { /* as the reports: the further of the two reaches, at a named frame */
+        int k = g;
+        while (k < m && (!fr[k].name[0] || transparent(&fr[k])))
+            k++;
+        site = k < m && !system_frame(&fr[k]) ? k : g;
+    }
+    size_t o = add_site(out, 0, cap, &fr[site]);
     if (site) {
         o = add(out, o, cap, " via ");
         for (int k = site - 1; k >= 0; k--) {
-            o = add_name(out, o, cap, &fr[k], at[k]);
-            if (k)
+            if (k < site - 1 && fr[k].name[0] && !strcmp(fr[k].name, fr[k + 1].name))
+                continue; /* a constructor's two symbols, one inlined into the other */
+            if (k < site - 1)
                 o = add(out, o, cap, " > ");
+            o = add_name(out, o, cap, &fr[k]);
         }
     }
     for (int k = site + 1; k < m; k++) {
         o = add(out, o, cap, k == site + 1 && site ? ", called from " : " <- ");
-        o = add_name(out, o, cap, &fr[k], at[k]);
+        o = add_name(out, o, cap, &fr[k]);
         if (!strcmp(fr[k].name, "main"))
             break;
     }
+    free(fr);
 }

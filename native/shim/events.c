@@ -62,13 +62,20 @@ static uint32_t take_number(uint32_t gen)
     return SMALL_NUMBERS + ct_writer_new_thread(); /* never given back */
 }
 
-/* the thread's next block (the last one is full); 0: no trace */
+/* the thread's next block (the last one is full); 0: no trace. A block in another chunk than
+ * the thread's last one starts its context anew (START): a reader that lost a chunk (a damaged
+ * copy of a sealed one) decodes the thread's events again from its next chunk on. */
 static int next_block(void)
 {
+    uint32_t last = ct_ev_tw.block.p ? ct_ev_tw.block.chunk : UINT32_MAX;
     ct_block_drop(&ct_ev_tw.block);
     uint32_t size = ct_ev_tw.next_size < BLOCK_FIRST ? BLOCK_FIRST : ct_ev_tw.next_size;
     if (!ct_block_take(&ct_ev_tw.block, size, ct_ev_tw.thread, ct_ev_tw.count))
         return 0;
+    if (last != UINT32_MAX && ct_ev_tw.block.chunk != last) {
+        memset(&ct_ev_tw.ctx, 0, sizeof ct_ev_tw.ctx);
+        ct_ev_tw.count = 0;
+    }
     ct_ev_tw.next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
     ct_ev_tw.used = 0;
     ct_ev_tw.room = ct_ev_tw.block.size - (uint32_t)CT_EV_BLOCK_HEAD;

@@ -16,6 +16,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -207,16 +208,112 @@ static size_t put(char *out, size_t o, size_t cap, const char *s, size_t n)
     return o;
 }
 
+/* the qualifiers a member function's parameter list may carry: " const", " &&" ... */
+static size_t skip_quals(const char *s)
+{
+    static const char *const quals[] = {" const", " volatile", " &&", " &", " noexcept"};
+    size_t i = 0;
+    for (int again = 1; again;) {
+        again = 0;
+        for (size_t q = 0; q < sizeof quals / sizeof quals[0]; q++) {
+            size_t l = strlen(quals[q]);
+            if (!strncmp(s + i, quals[q], l)) {
+                i += l;
+                again = 1;
+            }
+        }
+    }
+    return i;
+}
+
+/* a lambda's closure as cudatrace/analyze/names.py writes it: `{lambda#1}` and `$_0` ->
+ * `{lambda}`, `{lambda#2}` and `$_1` -> `{lambda#2}`, its `::operator()` (or static invoker
+ * `::_FUN`) dropped; rewritten from a copy into out (cap bytes) */
+static size_t tidy_lambdas(char *out, size_t cap)
+{
+    char in[512];
+    ct_strlcpy(in, out, sizeof in);
+    size_t r = 0, o = 0;
+    out[0] = 0;
+    while (in[r]) {
+        size_t l = 0;
+        unsigned long n = 0;
+        if (!strncmp(in + r, "{lambda#", 8)) {
+            l = 8;
+            while (in[r + l] >= '0' && in[r + l] <= '9')
+                n = n * 10 + (unsigned long)(in[r + l++] - '0');
+            l = in[r + l] == '}' ? l + 1 : 0;
+        } else if (in[r] == '$' && in[r + 1] == '_' && in[r + 2] >= '0' && in[r + 2] <= '9') {
+            l = 2;
+            while (in[r + l] >= '0' && in[r + l] <= '9')
+                n = n * 10 + (unsigned long)(in[r + l++] - '0');
+            n++;
+        }
+        if (!l) {
+            o = put(out, o, cap, in + r++, 1);
+            continue;
+        }
+        if (n > 1) {
+            char num[24];
+            ct_fmt_u64(num, n);
+            o = put(out, o, cap, "{lambda#", 8);
+            o = put(out, o, cap, num, strlen(num));
+            o = put(out, o, cap, "}", 1);
+        } else
+            o = put(out, o, cap, "{lambda}", 8);
+        r += l;
+        static const char *const calls[] = {"::operator()", "::_FUN"};
+        for (int c = 0; c < 2; c++) {
+            size_t cl = strlen(calls[c]);
+            if (!strncmp(in + r, calls[c], cl) && (!in[r + cl] || !strncmp(in + r + cl, "::", 2)))
+                r += cl;
+        }
+    }
+    return o;
+}
+
 /* A demangled C++ name shortened as reports show it (cudatrace/analyze/names.py): argument
  * lists and template arguments elided, the return type and ABI/clone tags dropped,
- * "(anonymous namespace)" as "(anon)". A C name is copied as it is. */
-static void shorten_name(const char *in, char *out, size_t cap)
+ * "(anonymous namespace)" as "(anon)", a lambda as `Enclosing::{lambda}`, a block as
+ * `Enclosing::{block}`. A C name is copied as it is. Returns the length of the prefix that
+ * names the function a lambda, block or local class is in (0 for any other function): the
+ * boundary rule scopes the local entity by it (deny.c). */
+/* out[0, o) without its trailing spaces and qualifiers (const, &&, noexcept ...): the new o */
+static size_t cut_trailing_quals(char *out, size_t o)
+{
+    static const char *const quals[] = {" const", " volatile", " &&", " &", " noexcept"};
+    for (;;) {
+        while (o && out[o - 1] == ' ')
+            out[--o] = 0;
+        int cut = 0;
+        for (size_t q = 0; q < sizeof quals / sizeof quals[0]; q++) {
+            size_t l = strlen(quals[q]);
+            if (o > l && strcmp(out + o - l, quals[q]) == 0) {
+                o -= l;
+                out[o] = 0;
+                cut = 1;
+            }
+        }
+        if (!cut)
+            return o;
+    }
+}
+
+size_t ct_shorten_name(const char *in, char *out, size_t cap)
 {
     static const char anon[] = "(anonymous namespace)";
+    static const char block[] = "invocation function for block in ";
     static const char opchars[] = "()[]<>=!+-*/%^&|~,";
-    size_t o = 0;
+    size_t o = 0, encl = 0;
     int angle = 0, paren = 0, square = 0;
     out[0] = 0;
+    if (!strncmp(in, block, sizeof block - 1)) {
+        ct_shorten_name(in + sizeof block - 1, out, cap);
+        size_t l = strlen(out);
+        if (l + 10 < cap)
+            ct_strlcpy(out + l, "::{block}", cap - l);
+        return l;
+    }
     for (size_t i = 0; in[i]; i++) {
         int top = !angle && !paren && !square;
         if (strncmp(in + i, anon, sizeof anon - 1) == 0) {
@@ -263,32 +360,32 @@ static void shorten_name(const char *in, char *out, size_t cap)
             continue;
         }
         if (c == ')' && paren) {
-            paren--;
+            if (--paren == 0 && !angle && !square) { /* a function's parameters end here */
+                size_t q = skip_quals(in + i + 1);
+                if (!strncmp(in + i + 1 + q, "::", 2)) { /* ... and a local entity follows */
+                    if (!encl)
+                        encl = o;
+                    i += q;
+                }
+            }
             continue;
         }
         if (top)
             o = put(out, o, cap, &c, 1);
     }
     /* trailing qualifiers, then the return type before the name */
-    for (;;) {
-        while (o && out[o - 1] == ' ')
-            out[--o] = 0;
-        static const char *const quals[] = {" const", " volatile", " &&", " &", " noexcept"};
-        int cut = 0;
-        for (size_t q = 0; q < sizeof quals / sizeof quals[0]; q++) {
-            size_t l = strlen(quals[q]);
-            if (o > l && strcmp(out + o - l, quals[q]) == 0) {
-                o -= l;
-                out[o] = 0;
-                cut = 1;
-            }
-        }
-        if (!cut)
-            break;
-    }
+    o = cut_trailing_quals(out, o);
+    if (strchr(out, '{') || strchr(out, '$'))
+        o = tidy_lambdas(out, cap);
+    /* the return type: the last top-level space before the name (none inside a lambda's
+     * label, whose parameters are gone) */
     char *sp = strrchr(out, ' ');
-    if (sp && sp[1])
+    if (sp && sp[1]) {
+        size_t cut = (size_t)(sp + 1 - out);
         memmove(out, sp + 1, strlen(sp + 1) + 1);
+        encl = encl > cut ? encl - cut : 0;
+    }
+    return encl;
 }
 
 /* __cxa_demangle from a libstdc++ that is not in the global scope (loaded RTLD_LOCAL, as a
@@ -408,13 +505,124 @@ static int is_runtime_symbol(const char *s)
     return s[0] == 'c' && s[1] == 'u' && s[2] >= 'A' && s[2] <= 'Z'; /* cuMemAlloc ... */
 }
 
+/* ---- cold path: the functions of many addresses at once (a denial's call graph) -------- */
+
+struct at_off {
+    uintptr_t off; /* ip - 1 - the module's bias */
+    size_t idx;
+};
+
+static int by_off(const void *a, const void *b)
+{
+    uintptr_t x = ((const struct at_off *)a)->off, y = ((const struct at_off *)b)->off;
+    return x < y ? -1 : x > y;
+}
+
+/* one module's addresses (sorted): their functions from one pass over its symbol table */
+static void module_starts(const struct mod *m, struct at_off *at, size_t n, uint64_t *starts)
+{
+    int f = open(m->path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (f < 0)
+        return;
+    uintptr_t *best = calloc(n, sizeof *best);
+    const char **names = calloc(n, sizeof *names);
+    uint8_t *map = MAP_FAILED;
+    size_t size = 0;
+    if (best && names && fstat(f, &st) == 0 && st.st_size > (off_t)sizeof(ElfW(Ehdr))) {
+        size = (size_t)st.st_size;
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, f, 0);
+    }
+    close(f);
+    if (map == MAP_FAILED) {
+        free(best);
+        free(names);
+        return;
+    }
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)map;
+    int ok = !memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_shoff &&
+             eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size;
+    const ElfW(Shdr) *sh = ok ? (const ElfW(Shdr) *)(map + eh->e_shoff) : NULL;
+    int found = 0;
+    for (int pass = 0; ok && pass < 2 && !found; pass++) {
+        uint32_t type = pass == 0 ? SHT_SYMTAB : SHT_DYNSYM;
+        for (int i = 0; i < eh->e_shnum; i++) {
+            if (sh[i].sh_type != type || sh[i].sh_link >= eh->e_shnum)
+                continue;
+            const ElfW(Shdr) *strs = &sh[sh[i].sh_link];
+            if (sh[i].sh_offset + sh[i].sh_size > size || strs->sh_offset + strs->sh_size > size)
+                continue;
+            found = 1;
+            const ElfW(Sym) *sym = (const ElfW(Sym) *)(map + sh[i].sh_offset);
+            for (size_t k = 0; k < sh[i].sh_size / sizeof(ElfW(Sym)); k++) {
+                uintptr_t v = sym[k].st_value, e = v + (sym[k].st_size ? sym[k].st_size : 1);
+                if (ELF64_ST_TYPE(sym[k].st_info) != STT_FUNC || !v ||
+                    sym[k].st_name >= strs->sh_size)
+                    continue;
+                size_t lo = 0, hi = n; /* the first address at or above v */
+                while (lo < hi) {
+                    size_t mid = (lo + hi) / 2;
+                    if (at[mid].off < v)
+                        lo = mid + 1;
+                    else
+                        hi = mid;
+                }
+                for (size_t a = lo; a < n && at[a].off < e; a++)
+                    if (v >= best[a]) {
+                        best[a] = v;
+                        names[a] = (const char *)map + strs->sh_offset + sym[k].st_name;
+                    }
+            }
+        }
+    }
+    for (size_t a = 0; a < n; a++)
+        if (names[a])
+            starts[at[a].idx] = is_runtime_symbol(names[a]) ? 1 : m->base + best[a];
+    munmap(map, size);
+    free(best);
+    free(names);
+}
+
+void ct_function_starts(const uint64_t *ips, size_t n, uint64_t *starts)
+{
+    uint32_t nm = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
+    uint32_t *which = malloc(n * sizeof *which);
+    struct at_off *at = malloc(n * sizeof *at);
+    for (size_t i = 0; i < n; i++)
+        starts[i] = 0;
+    for (size_t i = 0; which && at && i < n; i++) {
+        which[i] = nm;
+        for (uint32_t k = 0; k < nm; k++)
+            if (ips[i] >= mods[k].start && ips[i] < mods[k].end) {
+                which[i] = k;
+                break;
+            }
+    }
+    for (uint32_t k = 0; which && at && k < nm; k++) {
+        size_t c = 0;
+        for (size_t i = 0; i < n; i++)
+            if (which[i] == k) {
+                if (mods[k].flags & MF_CUDA)
+                    starts[i] = 1;
+                else
+                    at[c++] = (struct at_off){(uintptr_t)ips[i] - 1 - mods[k].base, i};
+            }
+        if (!c)
+            continue;
+        qsort(at, c, sizeof *at, by_off);
+        module_starts(&mods[k], at, c, starts);
+    }
+    free(which);
+    free(at);
+}
+
 void ct_describe_function(uintptr_t ip, char *out, size_t outlen)
 {
     const struct mod *m = find(ip);
     char name[512], hex[24];
     uintptr_t off = 0;
     if (m && lookup_symbol(m, ip, name, sizeof name, &off)) {
-        shorten_name(name, out, outlen);
+        ct_shorten_name(name, out, outlen);
         if (out[0])
             return;
     }
@@ -430,25 +638,66 @@ void ct_describe_function(uintptr_t ip, char *out, size_t outlen)
         ct_strlcpy(out + l, hex, outlen - l);
 }
 
-int ct_frame_info(uintptr_t ip, char *name, size_t cap, const char **module, int *exe)
+int ct_frame_info(uintptr_t ip, struct ct_frame_desc *d)
 {
     const struct mod *m = find(ip);
     char full[512];
     uintptr_t off;
-    name[0] = 0;
-    *exe = 0;
+    d->name[0] = 0;
+    d->encl = 0;
+    d->exe = 0;
+    d->module = "";
+    d->offset = ip;
+    d->build_id = NULL;
+    d->build_id_len = 0;
     if (!m)
         return 0;
-    *module = base_name(m->path);
-    *exe = (m->flags & MF_EXE) != 0;
+    d->module = base_name(m->path);
+    d->offset = ip - m->base;
+    d->exe = (m->flags & MF_EXE) != 0;
+    d->build_id = m->bid;
+    d->build_id_len = m->blen;
     if (m->flags & MF_CUDA)
         return 2;
     if (lookup_symbol(m, ip, full, sizeof full, &off)) {
         if (is_runtime_symbol(full))
             return 2;
-        shorten_name(full, name, cap);
+        d->encl = ct_shorten_name(full, d->name, sizeof d->name);
     }
     return 1;
+}
+
+int ct_module_has_debug_info(uintptr_t ip)
+{
+    const struct mod *m = find(ip);
+    if (!m)
+        return 0;
+    int f = open(m->path, O_RDONLY | O_CLOEXEC);
+    if (f < 0)
+        return 0;
+    struct stat st;
+    int found = 0;
+    if (fstat(f, &st) == 0 && st.st_size > (off_t)sizeof(ElfW(Ehdr))) {
+        uint8_t *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, f, 0);
+        if (map != MAP_FAILED) {
+            const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)map;
+            size_t size = (size_t)st.st_size;
+            if (!memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_shoff &&
+                eh->e_shstrndx < eh->e_shnum &&
+                eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size) {
+                const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(map + eh->e_shoff);
+                const ElfW(Shdr) *names = &sh[eh->e_shstrndx];
+                for (int i = 0; i < eh->e_shnum && !found; i++)
+                    if (names->sh_offset + sh[i].sh_name + 12 <= size &&
+                        sh[i].sh_name < names->sh_size)
+                        found = !strncmp((const char *)map + names->sh_offset + sh[i].sh_name,
+                                         ".debug_info", 12);
+            }
+            munmap(map, size);
+        }
+    }
+    close(f);
+    return found;
 }
 
 int ct_is_cuda_frame(uintptr_t ip)
@@ -475,7 +724,7 @@ void ct_describe_address(uintptr_t ip, char *out, size_t outlen)
     size_t l = 0;
     if (lookup_symbol(m, ip, name, sizeof name, &off)) {
         char shortn[512];
-        shorten_name(name, shortn, sizeof shortn);
+        ct_shorten_name(name, shortn, sizeof shortn);
         l += ct_strlcpy(out + l, shortn[0] ? shortn : name, outlen - l);
         if (l < outlen)
             l += ct_strlcpy(out + l, " (", outlen - l);

@@ -21,13 +21,33 @@ void ct_describe_address(uintptr_t ip, char *out, size_t outlen);
 void ct_describe_function(uintptr_t ip, char *out, size_t outlen);
 int ct_is_cuda_frame(uintptr_t ip); /* a CUDA library's frame, or the static runtime's */
 /* what the denial's rule reads of a frame (deny.c): its function's short name ("" without a
- * symbol), its module's basename (*module), whether that is the program itself (*exe);
- * 0 when ip lies in no known module, 2 for a CUDA library's frame (or the static runtime's):
+ * symbol) and how much of it names the function a lambda or local class is in (encl, 0: none),
+ * its module's basename, the offset of ip in it, whether that is the program itself, the
+ * module's GNU build-id */
+struct ct_frame_desc {
+    char name[200];
+    size_t encl;
+    const char *module; /* "" when unknown */
+    uintptr_t offset;   /* ip - the module's load bias */
+    int exe;
+    const uint8_t *build_id;
+    uint32_t build_id_len;
+};
+/* 0 when ip lies in no known module, 2 for a CUDA library's frame (or the static runtime's):
  * one symbol lookup */
-int ct_frame_info(uintptr_t ip, char *name, size_t cap, const char **module, int *exe);
+int ct_frame_info(uintptr_t ip, struct ct_frame_desc *d);
+/* a demangled name shortened as reports show it (names.py); returns the length of the prefix
+ * naming the function a lambda, block or local class is in (0: none) */
+size_t ct_shorten_name(const char *in, char *out, size_t cap);
+/* the module holding ip has DWARF (.debug_info): functions may be inlined into its frames */
+int ct_module_has_debug_info(uintptr_t ip);
 /* a symbol of a loaded object whose file name starts with prefix (loaded RTLD_LOCAL, so
  * RTLD_DEFAULT misses it); NULL when none is loaded */
 void *ct_sym_in_loaded(const char *prefix, const char *name);
 uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
+/* the start address of the function holding each return address ips[i], one pass over each
+ * module's symbol table (cold path: a denial's call graph); 0 where unknown, 1 for a CUDA
+ * library's frame or the static runtime's */
+void ct_function_starts(const uint64_t *ips, size_t n, uint64_t *starts);
 
 #endif

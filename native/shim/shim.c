@@ -192,7 +192,8 @@ static inline int stream_device(CUstream s)
  * pool, a location's) in a process-wide lock-free table: pool -> what its allocations are. A
  * handle the driver gives out again after cuMemPoolDestroy is noted again when it is made, so
  * the entry of a live pool is never another pool's. */
-#define POOL_SLOTS 1024 /* pools are few; a full table leaves new pools unknown */
+#define POOL_SLOTS 1024          /* pools alive at once: a destroyed pool's slot is taken again */
+#define POOL_GONE ((uintptr_t)1) /* a slot whose pool was destroyed */
 static struct {
     uintptr_t pool;
     uint32_t what; /* 0: not yet written; else (device + 2) << 8 | kind */
@@ -203,25 +204,58 @@ static unsigned pool_home(uintptr_t pool)
     return (unsigned)(((uint64_t)pool * 0x9E3779B97F4A7C15ull) >> 54) % POOL_SLOTS;
 }
 
-/* the pool's slot: found, or claimed for it when claim; NULL when absent (or the table full,
- * or no pool: 0 marks an empty slot) */
+/* the pool's slot index: found, or claimed for it when claim (an empty or a destroyed pool's
+ * slot); -1 when absent (or the table full, or no pool: 0 marks an empty slot) */
+static int pool_index(uintptr_t pool, int claim)
+{
+    if (pool <= POOL_GONE)
+        return -1;
+    unsigned k0 = pool_home(pool);
+    for (unsigned i = 0, k = k0; i < POOL_SLOTS; i++, k = (k + 1) % POOL_SLOTS) {
+        uintptr_t cur = __atomic_load_n(&pools[k].pool, __ATOMIC_ACQUIRE);
+        if (cur == pool)
+            return (int)k;
+        if (cur == 0)
+            break;
+    }
+    for (unsigned i = 0, k = k0; claim && i < POOL_SLOTS; i++, k = (k + 1) % POOL_SLOTS) {
+        uintptr_t cur = __atomic_load_n(&pools[k].pool, __ATOMIC_ACQUIRE);
+        if ((cur == 0 || cur == POOL_GONE) &&
+            __atomic_compare_exchange_n(&pools[k].pool, &cur, pool, 0, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return (int)k;
+        if (cur == pool) /* found, or claimed by another thread meanwhile */
+            return (int)k;
+    }
+    return -1;
+}
+
 static uint32_t *pool_slot(uintptr_t pool, int claim)
 {
-    if (!pool)
-        return NULL;
-    for (unsigned i = 0, k = pool_home(pool); i < POOL_SLOTS; i++, k = (k + 1) % POOL_SLOTS) {
-        uintptr_t cur = __atomic_load_n(&pools[k].pool, __ATOMIC_ACQUIRE);
-        if (cur == 0 && claim &&
-            (__atomic_compare_exchange_n(&pools[k].pool, &cur, pool, 0, __ATOMIC_ACQ_REL,
-                                         __ATOMIC_ACQUIRE) ||
-             cur == pool))
-            return &pools[k].what;
-        if (cur == pool)
-            return &pools[k].what;
-        if (cur == 0)
-            return NULL;
-    }
-    return NULL;
+    int k = pool_index(pool, claim);
+    return k < 0 ? NULL : &pools[k].what;
+}
+
+/* cuMemPoolDestroy, before the call: what the table knew of the pool (0: nothing), its slot
+ * freed (a handle the driver gives out again is noted again when it is made) */
+static uint32_t pool_forget(uintptr_t pool)
+{
+    int k = pool_index(pool, 0);
+    if (k < 0)
+        return 0;
+    uint32_t what = __atomic_exchange_n(&pools[k].what, 0, __ATOMIC_ACQ_REL);
+    uintptr_t cur = pool;
+    __atomic_compare_exchange_n(&pools[k].pool, &cur, POOL_GONE, 0, __ATOMIC_ACQ_REL,
+                                __ATOMIC_ACQUIRE);
+    return what;
+}
+
+/* the destroy failed: the pool lives on as it was */
+static void pool_restore(uintptr_t pool, uint32_t what)
+{
+    uint32_t *slot = pool_slot(pool, 1);
+    if (slot && what)
+        __atomic_store_n(slot, what, __ATOMIC_RELEASE);
 }
 
 static int location_is_host(int type)
@@ -239,7 +273,7 @@ static int location_dev(int type, int id)
  * memory (alloc_type). Device memory: its device; a host location (host, a host NUMA node):
  * pinned host memory (CT_KIND_HOST, counted as cuMemHostAlloc's is); managed: CT_KIND_MANAGED,
  * on the device it prefers if one */
-static void pool_note(uintptr_t pool, int loc_type, int loc_id, int alloc_type)
+static int pool_note(uintptr_t pool, int loc_type, int loc_id, int alloc_type)
 {
     int kind = alloc_type == CU_MEM_ALLOCATION_TYPE_MANAGED ? CT_KIND_MANAGED
                : location_is_host(loc_type)                 ? CT_KIND_HOST
@@ -248,6 +282,32 @@ static void pool_note(uintptr_t pool, int loc_type, int loc_id, int alloc_type)
     uint32_t *what = pool_slot(pool, 1);
     if (what)
         __atomic_store_n(what, (uint32_t)(dev + 2) << 8 | (uint32_t)kind, __ATOMIC_RELEASE);
+    return what != NULL;
+}
+
+/* A pool made or named while POOL_SLOTS pools live cannot be noted: under a budget its
+ * allocations would be charged to another device, so the call is refused (a pool made is
+ * destroyed again) with a line; without one, its allocations are recorded on their stream's
+ * device. Returns the call's result. */
+__attribute__((noinline)) static CUresult pool_unnoted(uint16_t api, uintptr_t pool)
+{
+    static int said;
+    int budget = ct_budget_on();
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        ct_log("more than 1024 memory pools are alive: ",
+               budget ? "a new one is refused (CUDA_ERROR_OUT_OF_MEMORY), as the budget could "
+                        "not tell its device"
+                      : "a new one's allocations are recorded on their stream's device",
+               NULL, NULL);
+    if (!budget)
+        return CUDA_SUCCESS;
+    if (api == CT_API_cuMemPoolCreate) {
+        CUresult (*destroy)(CUmemoryPool) =
+            (CUresult(*)(CUmemoryPool))ct_real(CT_SLOT_cuMemPoolDestroy);
+        if (destroy)
+            destroy((CUmemoryPool)pool);
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 /* ---- one hooked call ------------------------------------------------------------------ */
@@ -272,6 +332,7 @@ struct ct_call {
     struct ct_caller caller;   /* where the program's frames start (stacks.h) */
     uint8_t op, held, stacked; /* held: the budget holds c->reserve for this call */
     uint8_t inflight;          /* counted in ct_budget_inflight until post_budget */
+    struct ct_live_taken live; /* a free: what it took out of the live counters (live.h) */
 };
 _Static_assert(
     __builtin_offsetof(struct ct_call, dev) == __builtin_offsetof(struct ct_event, device) &&
@@ -352,7 +413,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     c->reserve = 0;
     c->caller.sp = 0;
     c->op = op;
-    c->held = c->stacked = c->inflight = 0;
+    c->held = c->stacked = c->inflight = c->live.state = 0;
     return 1;
 }
 
@@ -405,12 +466,14 @@ static int deny_rate(uintptr_t ip, uint64_t *n)
  * first. The launcher prints the attributed line as soon as it reads the DENY record
  * (docs/attribution.md). Printed under CUDATRACE_QUIET too: -q silences chatter, never the
  * reason a program failed (the rate limit applies). */
-#define DENY_PATH_FRAMES 16
+#define DENY_PATH_FRAMES 48 /* a framework (libtorch: ~25 frames) up to the program */
 
 static uint64_t ctx_bytes[CT_LEDGER_MAX_DEVICES]; /* this process's context, as counted */
 
 /* what the in-use figure is made of: "(allocations X, CUDA contexts Y of N processes)", and
  * when this process's context alone fills the budget, that every allocation will be denied */
+static void write_info(const char *key, const char *value);
+
 static size_t in_use_parts(char *out, size_t cap, int dev, uint64_t in_use, uint64_t limit)
 {
     struct ct_ledger_view *v = malloc(sizeof *v); /* cold path: large, not on the stack */
@@ -422,8 +485,13 @@ static size_t in_use_parts(char *out, size_t cap, int dev, uint64_t in_use, uint
                 procs++;
             }
     free(v);
-    char num[48];
+    char num[48], key[40] = "deny_contexts.";
     size_t l = 0;
+    /* what the group's contexts were at this denial: the launcher's attributed line says the
+     * same figure (present/denials.py), not only this run's own contexts */
+    ct_fmt_u64(key + 14, (uint64_t)dev);
+    ct_fmt_u64(num, ctx);
+    write_info(key, num);
     if (!ctx)
         return 0;
     if (ctx > in_use)
@@ -530,12 +598,31 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     (void)r;
 }
 
+/* fencing cannot be set up (budget.c): the call is refused */
+static int fence_refuse(struct ct_call *c)
+{
+    c->result = CUDA_ERROR_NOT_PERMITTED;
+    return 0;
+}
+
+/* a reservation that cannot be made (r < 0): 1 when the call is to be refused */
+__attribute__((noinline)) static int fence_broken(struct ct_call *c, int r)
+{
+    char num[24];
+    ct_fmt_u64(num, (uint64_t)(c->dev < 0 ? 0 : c->dev));
+    if (r == CT_LEDGER_ENODEV)
+        return ct_budget_fence_failed("the budget ledger counts devices 0 to 15, not device ", num);
+    return ct_budget_fence_failed("this process lost its place in the budget ledger and cannot "
+                                  "join again: ",
+                                  ct_ledger_strerror(CT_LEDGER_EFULL));
+}
+
 /* before the real call: reserve against the budget. 0: denied, c->result holds the answer */
 static int ct_pre(struct ct_call *c)
 {
     ct_ledger *ledger = c->reserve ? ct_budget_ensure() : NULL; /* joins an env group lazily */
     if (!ledger)
-        return 1;
+        return ct_budget_refusing() ? fence_refuse(c) : 1;
     if (c->dev < 0)
         c->dev = current_device();
     int dev = c->dev < 0 ? 0 : c->dev;
@@ -551,8 +638,8 @@ static int ct_pre(struct ct_call *c)
         ct_budget_call_begins(c->reserve);
         return 1;
     }
-    if (r < 0)
-        return 1; /* not a member (slots full) or a bad device: cannot enforce, pass */
+    if (r < 0) /* not a member any more (slots full), or a device the ledger cannot count */
+        return fence_broken(c, r) ? fence_refuse(c) : 1;
     ct_thr.deny_share = r == CT_LEDGER_DENIED_SHARE;
     c->stack = ct_stack_capture(&c->caller);
     c->stacked = 1;
@@ -592,10 +679,34 @@ static inline void call_settled(struct ct_call *c)
     }
 }
 
+/* what this process holds on dev, by its live counters (CT_LIVE_DEVICES rows) */
+static uint64_t live_held(int dev)
+{
+    return __atomic_load_n(&ct_live.dev[dev].live, __ATOMIC_ACQUIRE);
+}
+
+/* CUDATRACE_RECORD_CONTEXTS without a budget: the call is settled; after an allocation, the
+ * context is measured as a budget would count it (budget.c), into the trace (the allocation
+ * enters the live counters right after: its bytes are added) */
+__attribute__((noinline)) static void context_watch(struct ct_call *c)
+{
+    call_settled(c);
+    if (c->op != CT_OP_ALLOC || c->result != CUDA_SUCCESS || c->kind == CT_KIND_HOST)
+        return;
+    if (c->dev < 0)
+        c->dev = current_device();
+    if (c->dev >= 0 && c->dev < CT_LIVE_DEVICES)
+        ct_budget_context_watch(c->dev, live_held, c->size);
+}
+
 /* after the real call, with a budget: settle it (kept apart: the common path has none) */
 __attribute__((noinline)) static void post_budget(struct ct_call *c)
 {
     ct_ledger *ledger = ct_budget_ledger;
+    if (!ledger && !c->held) { /* no budget: a call bracketed for ct_cfg.ctx_watch */
+        context_watch(c);
+        return;
+    }
     if (c->op == CT_OP_ALLOC && c->held) {
         int dev = c->dev < 0 ? 0 : c->dev;
         if (c->result != CUDA_SUCCESS) {
@@ -627,16 +738,14 @@ __attribute__((noinline)) static void post_budget(struct ct_call *c)
 /* after the real call: settle the budget (with one), the live counters, then the event */
 static void ct_post(struct ct_call *c)
 {
-    if (__builtin_expect(c->held || ct_budget_ledger, 0))
+    if (__builtin_expect(c->held || c->inflight || ct_budget_ledger, 0))
         post_budget(c);
     if (c->op == CT_OP_ALLOC) { /* the live counters (live.c): what the program can read */
         if (c->dev < 0)
             c->dev = current_device();
         ct_live_alloc(c->kind, c->space, c->dev, c->addr, c->size, c->result);
-    } else if (c->op == CT_OP_FREE && c->result == CUDA_SUCCESS) {
-        int dev = ct_live_free(c->space, c->addr); /* the device it was allocated on */
-        if (c->dev < 0 && dev != CT_LIVE_UNKNOWN)
-            c->dev = dev;
+    } else if (c->op == CT_OP_MAP && c->result == CUDA_SUCCESS) {
+        ct_live_map(c->addr, c->size, c->aux);
     }
     if (ct_cfg.mode == CT_MODE_NONE) { /* --no-trace: the ledger was all there was to do */
         ct_leave();
@@ -691,25 +800,50 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             ct_leave();                                                                            \
             return c.result;                                                                       \
         }                                                                                          \
+        if ((OP) == CT_OP_INIT && ct_budget_on() && !ct_budget_cuinit()) {                         \
+            ct_leave(); /* fencing asked for and impossible: refused (budget.c) */                 \
+            return CUDA_ERROR_NOT_PERMITTED;                                                       \
+        }                                                                                          \
         if ((OP) == CT_OP_CTX_END) /* before the handle can come back as another context */        \
             __atomic_add_fetch(&ctx_epoch, 1, __ATOMIC_ACQ_REL);                                   \
+        uint32_t pool_was = (OP) == CT_OP_POOL_END ? pool_forget((uintptr_t)(ADDR)) : 0;           \
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
-            c.ts = ct_now_ns(); /* before memory returns: no later allocation sorts first */       \
+            c.ts = ct_now_ns();   /* before memory returns: no later allocation sorts first */     \
+        if ((OP) == CT_OP_FREE) { /* the same for the live counters (a failure puts it back) */    \
+            int live_dev = ct_live_freeing(SPACE, (uint64_t)(ADDR), &c.live);                      \
+            if (c.dev < 0 && live_dev != CT_LIVE_UNKNOWN)                                          \
+                c.dev = live_dev; /* the device it was allocated on */                             \
+        }                                                                                          \
+        if ((OP) == CT_OP_UNMAP)                                                                   \
+            ct_live_unmapping((uint64_t)(ADDR), (uint64_t)(SIZE));                                 \
         if ((OP) == CT_OP_FREE && ct_cfg.mode == CT_MODE_AGGREGATE)                                \
             ct_agg_freeing(SPACE, (uint64_t)(ADDR));  /* the same, for --aggregate's own peak */   \
         if ((OP) == CT_OP_FREE && ct_budget_ledger) { /* until the ledger gives the bytes back */  \
             c.inflight = 1;                                                                        \
             ct_budget_call_begins(0);                                                              \
         }                                                                                          \
+        if (((OP) == CT_OP_ALLOC || (OP) == CT_OP_FREE) &&                                         \
+            __builtin_expect(ct_cfg.ctx_watch, 0)) {                                               \
+            c.inflight = 1; /* a context measured meanwhile is not exact (context_watch) */        \
+            ct_budget_call_begins(1);                                                              \
+        }                                                                                          \
         c.result = real ARGS;                                                                      \
+        if ((OP) == CT_OP_FREE && __builtin_expect(c.result != CUDA_SUCCESS && c.live.state, 0))   \
+            ct_live_unfree(SPACE, (uint64_t)(ADDR), &c.live);                                      \
+        if ((OP) == CT_OP_UNMAP)                                                                   \
+            ct_live_unmapped((uint64_t)(ADDR), (uint64_t)(SIZE), c.result == CUDA_SUCCESS);        \
         c.size = (uint64_t)(SIZE);                                                                 \
         if (c.result == CUDA_SUCCESS)                                                              \
             c.addr = (uint64_t)(ADDR);                                                             \
         c.aux = (uint64_t)(AUX);                                                                   \
         c.aux2 = (uint64_t)(AUX2);                                                                 \
-        if ((OP) == CT_OP_POOL || (OP) == CT_OP_CTX_END) {      /* no memory, no event */          \
-            if ((OP) == CT_OP_POOL && c.result == CUDA_SUCCESS) /* where its allocations live */   \
-                pool_note((uintptr_t)c.addr, (int)c.aux, (int)c.aux2, (int)c.size);                \
+        if ((OP) == CT_OP_POOL || (OP) == CT_OP_CTX_END || (OP) == CT_OP_INIT ||                   \
+            (OP) == CT_OP_POOL_END) {                             /* no memory, no event */        \
+            if ((OP) == CT_OP_POOL && c.result == CUDA_SUCCESS && /* where its allocations live */ \
+                !pool_note((uintptr_t)c.addr, (int)c.aux, (int)c.aux2, (int)c.size))               \
+                c.result = pool_unnoted(c.api, (uintptr_t)c.addr);                                 \
+            if ((OP) == CT_OP_POOL_END && c.result != CUDA_SUCCESS && pool_was)                    \
+                pool_restore((uintptr_t)(ADDR), pool_was);                                         \
             ct_leave();                                                                            \
             return c.result;                                                                       \
         }                                                                                          \
@@ -819,6 +953,16 @@ static void report_context(int dev, uint64_t bytes)
     write_info(key, num);
 }
 
+/* fencing could not be set up (budget.c): "fence" = "refused: why" or "unfenced: why" */
+static void report_fence(const char *verdict, const char *why)
+{
+    char v[1000];
+    size_t l = ct_strlcpy(v, verdict, sizeof v);
+    l += ct_strlcpy(v + l, ": ", sizeof v - l);
+    ct_strlcpy(v + l, why, sizeof v - l);
+    write_info("fence", v);
+}
+
 /* the launchers' rank variables, CUDA_VISIBLE_DEVICES and the host name's override, as read
  * when the library loaded (settings.def), recorded as "env.NAME" INFO records (docs/ranks.md) */
 static const int rank_env[] = {
@@ -852,6 +996,32 @@ static void write_rank_env(void)
             write_info(key, v);
         }
     }
+}
+
+/* the budget this process counts against (at the preamble, or when it joins its environment's
+ * group later): "ledger", "on_exceed", "budget.<dev>" = the bytes it may use there (its share's
+ * when lower than the group's) and "budget_share" = the share's label */
+static void write_budget_info(void)
+{
+    char num[24];
+    write_info("ledger", ct_cfg.ledger_path);
+    write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"
+                            : ct_cfg.on_exceed == CT_EXCEED_ABORT ? "abort"
+                                                                  : "fail");
+    uint64_t share = ct_budget_share_limit();
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        uint64_t lim = ct_ledger_limit(ct_budget_ledger, d);
+        if (share && (!lim || share < lim))
+            lim = share;
+        if (lim) {
+            char key[32] = "budget.";
+            ct_fmt_u64(key + 7, (uint64_t)d);
+            ct_fmt_u64(num, lim);
+            write_info(key, num);
+        }
+    }
+    if (share)
+        write_info("budget_share", ct_budget_share_label());
 }
 
 static void write_preamble(void)
@@ -898,21 +1068,8 @@ static void write_preamble(void)
     write_info("shim_version", CT_SHIM_VERSION);
     write_info("dlsym_version", ct_real_dlsym_version());
     write_rank_env();
-    if (ct_budget_ledger) {
-        write_info("ledger", ct_cfg.ledger_path);
-        write_info("on_exceed", ct_cfg.on_exceed == CT_EXCEED_WARN    ? "warn"
-                                : ct_cfg.on_exceed == CT_EXCEED_ABORT ? "abort"
-                                                                      : "fail");
-        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-            uint64_t lim = ct_ledger_limit(ct_budget_ledger, d);
-            if (lim) {
-                char key[32] = "budget.";
-                ct_fmt_u64(key + 7, (uint64_t)d);
-                ct_fmt_u64(num, lim);
-                write_info(key, num);
-            }
-        }
-    }
+    if (ct_budget_ledger)
+        write_budget_info();
     CUresult (*ver)(int *) = (CUresult(*)(int *))ct_driver_sym("cuDriverGetVersion");
     int v = 0;
     if (ver && ver(&v) == CUDA_SUCCESS) {
@@ -967,6 +1124,8 @@ static void init_steps(void)
     if (!ct_config_load())
         return;
     ct_budget_init();
+    if (ct_budget_on())
+        ct_cfg.ctx_watch = 0; /* the budget measures contexts itself (ct_budget_context) */
     ct_modules_init();
     if (ct_cfg.stack_depth > 0) {
         void *warm[4];
@@ -977,6 +1136,8 @@ static void init_steps(void)
     }
     ct_writer_set_preamble(write_preamble);
     ct_budget_set_context_report(report_context);
+    ct_budget_set_fence_report(report_fence);
+    ct_budget_set_join_report(write_budget_info);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     ct_pid = getpid();
     ct_cfg.active = 1;

@@ -371,6 +371,34 @@ int ct_stack_user_frames(uintptr_t *out, int max)
     return n;
 }
 
+uint32_t ct_stacks_copy(uint64_t **ips, uint32_t **parents)
+{
+    *ips = NULL;
+    *parents = NULL;
+    pthread_mutex_lock(&mu);
+    uint32_t n = table ? nnodes : 0;
+    uint64_t *ip = n ? malloc(((size_t)n + 1) * sizeof *ip) : NULL;
+    uint32_t *par = n ? malloc(((size_t)n + 1) * sizeof *par) : NULL;
+    if (ip && par) {
+        memset(par, 0, ((size_t)n + 1) * sizeof *par);
+        memset(ip, 0, ((size_t)n + 1) * sizeof *ip);
+        for (uint32_t i = 0; i < TABLE_SIZE; i++)
+            if (table[i].id && table[i].id <= n) {
+                ip[table[i].id] = table[i].ip;
+                par[table[i].id] = table[i].parent;
+            }
+    }
+    pthread_mutex_unlock(&mu);
+    if (!ip || !par) {
+        free(ip);
+        free(par);
+        return 0;
+    }
+    *ips = ip;
+    *parents = par;
+    return n;
+}
+
 void ct_stacks_atfork_prepare(void) { pthread_mutex_lock(&mu); }
 void ct_stacks_atfork_parent(void) { pthread_mutex_unlock(&mu); }
 

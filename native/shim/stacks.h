@@ -62,5 +62,8 @@ void ct_stacks_reset(void); /* new file: forget every node (child after fork) */
 uintptr_t ct_stack_first_user_frame(void); /* of this thread's last captured stack */
 /* up to max frames of that stack from the first user frame outwards; the count */
 int ct_stack_user_frames(uintptr_t *out, int max);
+/* a copy of the stack tree so far (cold path: a denial's call graph, graph.c): (*ips)[id] and
+ * (*parents)[id] for ids 1..n, malloc'd, the caller frees both; 0 (nothing) when empty */
+uint32_t ct_stacks_copy(uint64_t **ips, uint32_t **parents);
 
 #endif

@@ -53,7 +53,7 @@ ct_dlclose_fn ct_real_dlclose(void)
 
 /* ---- settings: the environment, read once (settings.def) ------------------------------- */
 #define CT_SHIM 1
-#define CT_COMMON 0
+#define CT_COMMON 1 /* the ledger's C reads them itself; the shim asks whether they are set */
 #define CT_PYTHON 0
 static const struct {
     const char *name, *dflt;
@@ -128,19 +128,27 @@ int ct_config_load(void)
     ct_cfg.mode = strcmp(mode, "aggregate") == 0 ? CT_MODE_AGGREGATE
                   : strcmp(mode, "none") == 0    ? CT_MODE_NONE
                                                  : CT_MODE_FULL;
-    /* a budget from the environment alone (CUDATRACE_GROUP, no launcher, budget.c): without a
-     * trace directory it is all the shim does */
-    const char *grp = ct_setting(CT_SET_GROUP);
-    int env_budget = grp && *grp;
-    if (env_budget && (!dir || !*dir))
+    /* fencing asked for (budget.c: CUDATRACE_GROUP, _BUDGET, _SHARE*, _LEDGER) is never dropped
+     * because nothing is traced (no CUDATRACE_DIR, or one too long): the budget is all then */
+    static const int fence_vars[] = {CT_SET_GROUP,        CT_SET_BUDGET,      CT_SET_SHARE,
+                                     CT_SET_SHARE_BUDGET, CT_SET_SHARE_LABEL, CT_SET_LEDGER,
+                                     CT_SET_FENCE_ERROR};
+    int fence = 0;
+    for (size_t i = 0; i < sizeof fence_vars / sizeof *fence_vars; i++)
+        fence |= ct_setting(fence_vars[i]) != NULL;
+    int dir_ok = dir && *dir && strlen(dir) < sizeof ct_cfg.dir;
+    if (fence && !dir_ok) {
+        if (dir && *dir)
+            ct_log("CUDATRACE_DIR is too long: nothing is traced, the budget is kept", NULL, NULL,
+                   NULL);
         ct_cfg.mode = CT_MODE_NONE;
+    }
     if (ct_cfg.mode == CT_MODE_NONE) {
-        /* no file at all: the budget's ledger is all that is written */
-        if (!ct_setting(CT_SET_LEDGER) && !env_budget)
+        if (!fence) /* no file and no budget: nothing to do */
             return 0;
         ct_cfg.dir[0] = 0;
     } else {
-        if (!dir || !*dir || strlen(dir) >= sizeof ct_cfg.dir)
+        if (!dir_ok)
             return 0;
         ct_strlcpy(ct_cfg.dir, dir, sizeof ct_cfg.dir);
     }
@@ -156,6 +164,7 @@ int ct_config_load(void)
      * the shim entered it; other processes only once they use CUDA */
     ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();
     ct_cfg.count_host = (int)ct_setting_num(CT_SET_COUNT_HOST);
+    ct_cfg.ctx_watch = ct_setting_num(CT_SET_RECORD_CONTEXTS) == 1;
     ct_cfg.virtualize = (int)ct_setting_num(CT_SET_VIRTUALIZE);
     const char *oe = ct_setting(CT_SET_ON_EXCEED);
     ct_cfg.on_exceed = strcmp(oe, "warn") == 0    ? CT_EXCEED_WARN

@@ -39,6 +39,7 @@ struct ct_config {
     char dir[1024];
     char ledger_path[1024]; /* "" without a budget */
     int mode;               /* CT_MODE_*: CUDATRACE_MODE full | aggregate | none */
+    int ctx_watch; /* CUDATRACE_RECORD_CONTEXTS=1 and no budget: measure contexts (budget.c) */
 };
 #define CT_MODE_FULL 0
 #define CT_MODE_AGGREGATE 1
@@ -65,7 +66,7 @@ const char *ct_setting(int id);
 long ct_setting_num(int id);
 /* the declared default as a decimal number (0: none): the fallback of a value out of range */
 long ct_setting_default_num(int id);
-/* the variable's name */
+/* the variable's name (CUDATRACE_BUDGET) */
 const char *ct_setting_name(int id);
 /* the value as a decimal number; dflt when it is no number (budget.c) */
 long ct_setting_long(int id, long dflt);

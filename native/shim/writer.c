@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/falloc.h>
+#include <sched.h>
 #include <stddef.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -160,11 +161,41 @@ static void fill_header(struct ct_file_header *h)
     h->process_start_ticks = ct_ledger_proc_start_ticks(getpid());
 }
 
+/* CUDATRACE_DIR that does not exist yet: made, with the folders above it that are missing
+ * (mode 0700: traces hold argv and the working directory); one that exists is used as it is */
+static void make_dir(void)
+{
+    char p[sizeof ct_cfg.dir];
+    size_t n = ct_strlcpy(p, ct_cfg.dir, sizeof p);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != 0)
+            continue;
+        char c = p[i];
+        p[i] = 0;
+        if (mkdir(p, 0700) != 0 && errno != EEXIST)
+            return;
+        p[i] = c;
+    }
+}
+
+/* A read lock on byte 0 of the new file, held until the process is gone (the descriptor is
+ * never closed before; a fork child closes its copy, which leaves the lock): readers tell a
+ * live writer by it in any pid namespace. CT_FH_LIVE_LOCK when taken. */
+static uint32_t live_lock(void)
+{
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_RDLCK;
+    fl.l_whence = SEEK_SET;
+    fl.l_len = 1;
+    return fcntl(fd, F_OFD_SETLK, &fl) == 0 ? CT_FH_LIVE_LOCK : 0;
+}
+
 /* Called with mu held. Creates <dir>/<pid>.<n>.ctrace, the first n that does not exist. */
 static int open_file(void)
 {
     char path[1200], num[24];
-    int pid = getpid();
+    int pid = getpid(), made = 0;
     if (!ct_cfg.dir[0]) /* --no-trace */
         return -1;
     for (uint32_t n = 0; n < 1000; n++) {
@@ -181,6 +212,7 @@ static int open_file(void)
         fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                   (mode_t)ct_cfg.file_mode);
         if (fd >= 0) {
+            uint32_t flags = live_lock();
             if (grow(0) != 0) {
                 /* no room for a chunk: keep a header-only file that says so, if even that
                  * fits, so the process is listed with what it lost */
@@ -191,6 +223,7 @@ static int open_file(void)
                 h.stopped_ns = h.start_monotonic_ns;
                 h.stopped_errno = stop_errno;
                 h.stopped_exit = -1;
+                h.flags = flags;
                 if (ftruncate(fd, 0) != 0 ||
                     syscall(SYS_fallocate, fd, 0, 0L, (long)sizeof h) != 0 ||
                     pwrite(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
@@ -205,12 +238,18 @@ static int open_file(void)
             struct ct_file_header *h = (struct ct_file_header *)chunks[0];
             fill_header(h);
             h->exec_index = n;
+            h->flags = flags;
             ct_writer_stats_open();
             __atomic_store_n(&pos, CT_HEADER_SIZE, __ATOMIC_RELEASE);
             __atomic_store_n(&nthreads, 0, __ATOMIC_RELAXED);
             __atomic_store_n(&ct_writer_gen, ++gen_counter ? gen_counter : ++gen_counter,
                              __ATOMIC_RELEASE);
             return 0;
+        }
+        if (errno == ENOENT && !made++) {
+            make_dir();
+            n--; /* the same name again, in the folder made now */
+            continue;
         }
         if (errno != EEXIST)
             break;
@@ -252,7 +291,13 @@ static void publish(uint8_t *p, uint16_t type, uint32_t size)
  * rest of the chunk with a PAD record and tries again in the next chunk. */
 static uint8_t *reserve(uint32_t size, uint32_t *chunk)
 {
-    __atomic_add_fetch(&busy, 1, __ATOMIC_ACQ_REL);
+    __atomic_add_fetch(&busy, 1, __ATOMIC_SEQ_CST);
+    /* closed since the caller looked: a place past END could lie past the file's cut end
+     * (ct_writer_close: its store of the state, then its load of busy, pair with these two) */
+    if (__atomic_load_n(&ct_writer_state, __ATOMIC_SEQ_CST) < 0) {
+        __atomic_sub_fetch(&busy, 1, __ATOMIC_ACQ_REL);
+        return NULL;
+    }
     for (int tries = 0; tries < 4; tries++) {
         uint64_t p = __atomic_fetch_add(&pos, size, __ATOMIC_ACQ_REL);
         uint32_t idx = (uint32_t)(p / CT_CHUNK_SIZE), off = (uint32_t)(p % CT_CHUNK_SIZE);
@@ -371,6 +416,32 @@ void ct_writer_open_now(void)
         ct_rec_commit(&s, CT_REC_PAD);
 }
 
+/* The file cut to what was written: no larger at rest than its records. Only once no thread
+ * can write past the cut: the state is closed (a reservation made after it gives up, reserve),
+ * and no reservation is under way (busy; a thread that stopped inside one, a signal handler
+ * that exits, is waited for 10 ms at most). Otherwise the blocks after END are given back and
+ * the size stays, so a late writer can never fault. Called without mu (a reservation may be
+ * waiting for it to map a chunk: it then sees the state and gives up). */
+static void cut_at_end(off_t end, off_t stop)
+{
+    uint64_t t0 = ct_now_ns();
+    while (__atomic_load_n(&busy, __ATOMIC_SEQ_CST) != 0) {
+        if (ct_now_ns() - t0 > 10000000ull) {
+            if (stop > end)
+                fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, end, stop - end);
+            return;
+        }
+        sched_yield();
+    }
+    off_t used = (off_t)__atomic_load_n(&pos, __ATOMIC_ACQUIRE);
+    if (used > stop)
+        used = stop; /* reservations that found no chunk wrote nothing there */
+    if (used < end)
+        used = end;
+    if (used < stop && ftruncate(fd, used) != 0)
+        fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, end, stop - end);
+}
+
 void ct_writer_close(int exit_code)
 {
     pthread_mutex_lock(&mu);
@@ -388,20 +459,18 @@ void ct_writer_close(int exit_code)
     ct_slot s;
     ct_writer_stats_flush();
     struct ct_rec_end e = {ct_now_ns(), exit_code, 0, 0, 0};
+    off_t end = 0, stop = (off_t)nchunks * CT_CHUNK_SIZE;
     if (ct_rec_begin(&s, sizeof(struct ct_rec_hdr) + sizeof e)) {
         e.dropped = __atomic_load_n(&dropped, __ATOMIC_RELAXED);
         e.events = __atomic_load_n(&ct_events_written, __ATOMIC_RELAXED);
         memcpy(s.p + sizeof(struct ct_rec_hdr), &e, sizeof e);
         ct_rec_commit(&s, CT_REC_END);
-        /* Give back the disk blocks after END; the size stays, so a thread still writing a
-         * record it reserved before this point can never fault. */
-        off_t end = (off_t)(s.p - chunks[s.chunk]) + (off_t)s.chunk * CT_CHUNK_SIZE + s.size;
-        off_t stop = (off_t)nchunks * CT_CHUNK_SIZE;
-        if (stop > end)
-            fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, end, stop - end);
+        end = (off_t)(s.p - chunks[s.chunk]) + (off_t)s.chunk * CT_CHUNK_SIZE + s.size;
     }
-    __atomic_store_n(&ct_writer_state, -1, __ATOMIC_RELEASE);
+    __atomic_store_n(&ct_writer_state, -1, __ATOMIC_SEQ_CST);
     pthread_mutex_unlock(&mu);
+    if (end)
+        cut_at_end(end, stop);
 }
 
 void ct_writer_atfork_prepare(void) { pthread_mutex_lock(&mu); }

@@ -162,6 +162,88 @@ print(json.dumps({
     assert got["again"] == 0
 
 
+def test_block_figures_are_its_own_allocations(ct, tmp_path):
+    """A block's peak and left count only what it allocated: memory live before it and freed
+    during it (an earlier test's garbage collected meanwhile) hides none of its own leak; a
+    device past the counters' rows is refused by name, not answered with another's row."""
+    got, _ = run_prog(
+        ct,
+        tmp_path,
+        r"""
+garbage = alloc(8 << 20)                 # live before the block
+with cudatrace.track() as t:
+    free(garbage)                        # freed during it
+    mine = alloc(8 << 20)                # the block's own leak
+with cudatrace.track() as quiet:
+    free(mine)                           # frees only what was live before it
+try:
+    cudatrace.stats(99)
+    far = "answered"
+except ValueError as e:
+    far = str(e)
+print(json.dumps({
+    "t": [t.start_live, t.end_live, t.peak, t.left, t.devices.get(0)],
+    "quiet": [quiet.peak, quiet.left, quiet.devices],
+    "far": far,
+    "dev15": cudatrace.stats(15).allocs,
+}))
+""",
+    )
+    assert got["t"] == [8 * MiB, 8 * MiB, 8 * MiB, 8 * MiB, [8 * MiB, 8 * MiB]]
+    assert got["quiet"] == [0, 0, {}]
+    assert got["far"].startswith("the counters keep devices 0 to 15 apart; device 99 is counted")
+    assert got["dev15"] == 0
+
+
+VMM_PROG = r"""
+class Prop(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("handleTypes", ctypes.c_int), ("loctype", ctypes.c_int),
+                ("id", ctypes.c_int), ("meta", ctypes.c_void_p), ("flags", ctypes.c_ubyte * 8)]
+G = 2 << 20  # the simulated device's granularity
+h = ctypes.c_uint64()
+assert cuda.cuMemCreate(ctypes.byref(h), ctypes.c_size_t(2 * G), ctypes.byref(Prop(1, 0, 1, 0)),
+                        ctypes.c_ulonglong(0)) == 0
+va = ctypes.c_uint64()
+assert cuda.cuMemAddressReserve(ctypes.byref(va), ctypes.c_size_t(4 * G), ctypes.c_size_t(0),
+                                ctypes.c_uint64(0), ctypes.c_ulonglong(0)) == 0
+for i in range(2):  # the same handle mapped twice
+    assert cuda.cuMemMap(ctypes.c_uint64(va.value + 2 * i * G), ctypes.c_size_t(2 * G),
+                         ctypes.c_size_t(0), h, ctypes.c_ulonglong(0)) == 0
+live = lambda: cudatrace.stats().live
+seen = {"mapped": live()}
+with cudatrace.track() as t:
+    assert cuda.cuMemRelease(h) == 0          # released while mapped (the CUDA samples' way)
+    seen["released"] = live()
+    bad = cuda.cuMemUnmap(ctypes.c_uint64(va.value), ctypes.c_size_t(G))  # half a mapping
+    seen["bad_unmap"] = [bad, live()]
+    assert cuda.cuMemUnmap(ctypes.c_uint64(va.value), ctypes.c_size_t(2 * G)) == 0
+    seen["one_left"] = live()
+    assert cuda.cuMemUnmap(ctypes.c_uint64(va.value + 2 * G), ctypes.c_size_t(2 * G)) == 0
+    seen["unmapped"] = live()
+p = alloc(1 << 20)
+bad_free = cuda.cuMemFreeAsync(ctypes.c_uint64(p), ctypes.c_void_p(0xdead))  # no such stream
+seen["bad_free"] = [bad_free, live(), cudatrace.stats().frees]
+free(p)
+s = cudatrace.stats()
+seen["end"] = [s.live, s.allocs, s.frees, s.peak]
+seen["block"] = [t.peak, t.left]
+print(json.dumps(seen))
+"""
+
+
+def test_vmm_memory_released_while_mapped_lives_until_its_last_unmap(ct, tmp_path):
+    """cuMemRelease of a mapped handle frees nothing: the driver frees it at the last unmap, as
+    the report and the budget count it; a failed unmap or free puts back what it took."""
+    got, _ = run_prog(ct, tmp_path, VMM_PROG)
+    M = MiB
+    assert got["mapped"] == got["released"] == got["one_left"] == 4 * M
+    assert got["bad_unmap"] == [1, 4 * M]  # CUDA_ERROR_INVALID_VALUE: nothing unmapped
+    assert got["unmapped"] == 0
+    assert got["bad_free"] == [400, M, 1]  # CUDA_ERROR_INVALID_HANDLE: still live
+    assert got["end"] == [0, 2, 2, 4 * M]
+    assert got["block"] == [0, 0]  # the handle was made before the block: not its own
+
+
 def test_track_from_threads(ct, tmp_path):
     """Each thread's block has its own mark; every figure is process-wide, so the threads'
     blocks run one after the other here (a barrier between them) to give exact figures, while a

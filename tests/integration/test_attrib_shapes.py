@@ -55,10 +55,24 @@ SHAPES = {
         {"llamaish_model::load_tensors"},
     ),
     "torchapp": ("app::Model::init_kv", {"app::Model::load_weights"}),
+    # libtorch over libc10_cuda, libtorch_cpu and libtorch_cuda: torch::empty, .to(kCUDA),
+    # torch::zeros, at::empty_strided
+    "llm_server": (
+        "llm::KVCache::KVCache",
+        {"llm::Model::load_weights", "llm::Sampler::Sampler", "llm::RopeCache::RopeCache"},
+    ),
+    # ONNX Runtime's arena growing through a lambda, under onnxruntime-genai's KV cache
+    "ort_chat": (
+        "Generators::DefaultKeyValueCache::DefaultKeyValueCache",
+        {"Generators::Logits::Logits"},
+    ),
+    # TensorFlow: tsl's BFC arena over stream_executor, in two libraries
+    "tf_serving": ("serving::KVStore::KVStore", {"serving::Embedding::Embedding"}),
 }
 HELPERS = re.compile(
     r"AllocOnDevice|vt::Alloc|CudaBackend|allocateImpl|BaseAllocator|GenericBuffer|"
-    r"BufferManager|ggmlish_|alloc_tensor_range|mc10::|mat::"
+    r"BufferManager|ggmlish_|alloc_tensor_range|mc10::|mat::|^c10::|^at::|^torch::|"
+    r"operator\(\)|lambda|onnxruntime::|OrtApis|^Ort::|^tsl::|^tensorflow::|stream_executor"
 )
 
 _built: dict[tuple[str, bool], Path] = {}
@@ -197,10 +211,157 @@ def test_denial_without_the_launcher(env, shapes, tmp_path, monkeypatch):
     assert len(shim) == 1, ok(r)
     assert re.search(
         r"; at trt::batch_manager::kv_cache_manager::KVCacheManager::allocatePools "
-        r"\(trt_server\+0x[0-9a-f]+\) via trt::runtime::BufferManager::gpu > .*"
+        r"\(trt_server\+0x[0-9a-f]+, or a function inlined into it\) via "
+        r"trt::runtime::BufferManager::gpu > .*"
         r"trt::runtime::CudaAllocator::allocateImpl, called from main;",
         shim[0],
     ), shim[0]
+
+
+# ---- frameworks over several libraries, lambdas, inlined helpers: every headline ------------
+
+NEW_SHAPES = {
+    "llm_server": SHAPES["llm_server"][0],
+    "ort_chat": SHAPES["ort_chat"][0],
+    "tf_serving": SHAPES["tf_serving"][0],
+    "plain_c": "alloc_big_device",
+}
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["loud", "q"])
+@pytest.mark.parametrize("release", [False, True], ids=["O0", "O2"])
+@pytest.mark.parametrize("shape", sorted(NEW_SHAPES))
+def test_denial_lines_name_the_code(env, shapes, tmp_path, shape, release, quiet):
+    """Under the launcher both denial lines name the code that sized the memory, as the
+    report does: the shim's through the launcher's hints (a framework's libraries, the
+    functions -O2 inlined, which only the DWARF shows)."""
+    exe = shapes(shape, release)
+    kv = NEW_SHAPES[shape]
+    q = ["-q"] if quiet else []
+    r = cli(env, "run", *q, "-o", tmp_path / "t", "--budget", "200MiB", "--", exe)
+    assert r.returncode == 1, ok(r)
+    shim, named = denial_lines(r)
+    assert re.search(r"; at " + re.escape(kv) + r" \([^ )]+\+0x[0-9a-f]+\)[ ;]", shim), shim
+    assert "inlined into it" not in shim, shim
+    assert re.search(r"denied [\d.]+ MiB \(cuMemAlloc_v2\) at " + re.escape(kv) + r" \(", named), (
+        named
+    )
+    assert not HELPERS.search(shim.split("; at ", 1)[1].split(" (", 1)[0]), shim
+    assert (tmp_path / "t" / "hints.txt").is_file()
+    assert "operator()" not in shim and "operator()" not in named
+    if shape == "ort_chat" and not release:  # the arena's lambda (-O2: a tail call drops it)
+        assert "onnxruntime::BFCArena::Extend::{lambda}" in shim, shim
+    assert all(("cudatrace: tracing" in r.stderr) != quiet for _ in (0,)), ok(r)
+
+
+def _without_launcher(env, exe, tmp_path, monkeypatch, **extra) -> str:
+    """The shim's one line for a run under plain LD_PRELOAD with a budget's ledger."""
+    from cudatrace import native
+    from cudatrace.record import budget
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700, exist_ok=True)
+    monkeypatch.setenv("CUDATRACE_LEDGER_DIR", str(d))
+    ledger, _ = budget.setup_ledger("200MiB", None)
+    e = dict(env)
+    e.update(
+        LD_PRELOAD=str(native.shim_path()),
+        CUDATRACE_MODE="none",
+        CUDATRACE_LEDGER=str(ledger.path),
+        CUDATRACE_QUIET="1",
+        **extra,
+    )
+    try:
+        r = subprocess.run([str(exe)], env=e, capture_output=True, text=True, timeout=60)
+    finally:
+        ledger.finish()
+    assert r.returncode == 1, ok(r)
+    lines = [x for x in r.stderr.splitlines() if "budget exceeded" in x]
+    assert len(lines) == 1, ok(r)
+    return lines[0]
+
+
+@pytest.mark.parametrize("release", [False, True], ids=["O0", "O2"])
+@pytest.mark.parametrize("shape", sorted(NEW_SHAPES))
+def test_denial_without_the_launcher_names_or_says(
+    env, shapes, tmp_path, monkeypatch, shape, release
+):
+    """Without the launcher the shim knows the frameworks (the shipped table) and lambdas; it
+    cannot read DWARF: where the compiler inlined the responsible function, its line names the
+    function it was inlined into and says so, never another site."""
+    exe = shapes(shape, release)
+    kv = NEW_SHAPES[shape]
+    line = _without_launcher(env, exe, tmp_path, monkeypatch)
+    site = line.split("; at ", 1)[1]
+    name, where = site.split(" (", 1)
+    if name == kv:
+        return
+    # inlined: the function the compiler put it in, and the words that say so
+    assert release, line
+    assert re.match(r"[^ ]+\+0x[0-9a-f]+, or a function inlined into it\)", where), line
+    assert name in ("main", "OgaCreateGenerator"), (
+        line
+    )  # the functions the tests' code inlines into
+    # the same file the launcher writes, handed over by hand, names it
+    from cudatrace.record.hints import write_hints
+
+    hints = write_hints(tmp_path, str(exe), dict(env))
+    assert hints is not None
+    line = _without_launcher(env, exe, tmp_path, monkeypatch, CUDATRACE_HINTS=str(hints))
+    assert line.split("; at ", 1)[1].startswith(kv + " ("), line
+
+
+@pytest.mark.parametrize("shape", ["llm_server", "ort_chat", "tf_serving"])
+def test_tree_diff_and_sweep_name_the_code(env, shapes, tmp_path, shape):
+    """The caller tree marks the program's function as the site, diff matches it across a
+    -O0 and an -O2 build, and a sweep's law belongs to it."""
+    kv, others = SHAPES[shape]
+    a, b = shapes(shape, False), shapes(shape, True)
+    for exe, layers, d in ((a, "28", "a"), (b, "8", "b")):
+        r = cli(env, "run", "-q", "-o", tmp_path / d, "--", exe, "--layers", layers, "--serve")
+        assert r.returncode == 0, ok(r)
+    r = cli(env, "report", tmp_path / "a", "--tree", "--json")
+    assert r.returncode == 0, r.stderr
+    site_labels: list[str] = []
+
+    def walk(n):
+        if n["site"]:
+            site_labels.append(n["label"].rsplit(" (", 1)[0])
+        for c in n["children"]:
+            walk(c)
+
+    walk(json.loads(r.stdout)["tree"]["root"])
+    assert set(site_labels) == {kv} | others, site_labels
+    r = cli(env, "diff", tmp_path / "a", tmp_path / "b", "--json")
+    assert r.returncode == 0, r.stderr
+    got = {s["label"].rsplit(" (", 1)[0]: s["status"] for s in json.loads(r.stdout)["sites"]}
+    assert got == {kv: "shrunk", **{o: "same" for o in others}}, got
+    r = cli(
+        env, "sweep", "--values", "4,8", "-o", tmp_path / "sw", "--json", "--", b, "--layers", "{}"
+    )
+    assert r.returncode == 0, ok(r)
+    top = json.loads(r.stdout)["sites"][0]
+    assert top["label"].startswith(kv + " ("), top
+    assert top["fit"]["slope"] == 16 * MiB and top["fit"]["intercept"] == 0, top["fit"]
+
+
+def test_frameworks_file_turns_one_off(env, shapes, tmp_path):
+    """A user's file (CUDATRACE_FRAMEWORKS) overrides the shipped table: with PyTorch turned
+    off, libtorch's own boundary (another library family, another namespace) shows again,
+    in the report and in the shim's line."""
+    conf = tmp_path / "frameworks.conf"
+    conf.write_text("# not a framework here\npytorch off\n")
+    e = dict(env, CUDATRACE_FRAMEWORKS=str(conf))
+    exe = shapes("llm_server", False)
+    r = cli(e, "run", "-q", "-o", tmp_path / "t", "--budget", "200MiB", "--", exe)
+    assert r.returncode == 1, ok(r)
+    shim, named = denial_lines(r)
+    assert "; at llm::KVCache::KVCache (" not in shim, shim
+    assert "at llm::KVCache::KVCache (" not in named, named
+    assert sites(e, tmp_path / "t") != {"llm::KVCache::KVCache": (28, 28 * 16 * MiB)}
+    conf.write_text("pytorch modules=libc10,libtorch namespaces=c10,at,torch\nbad line\n")
+    bad = cli(e, "report", tmp_path / "t")
+    assert bad.returncode == 2 and "frameworks.conf:2" in bad.stderr, bad.stderr
 
 
 def test_denial_below_the_context(sim, shapes, tmp_path):

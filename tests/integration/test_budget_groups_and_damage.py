@@ -3,6 +3,8 @@ members."""
 
 from __future__ import annotations
 
+from cudatrace.errors import RUN_FAILED
+
 
 def test_dot_group_refused(ct, sim, tmp_path):
     d = tmp_path / "ledgers"
@@ -10,7 +12,7 @@ def test_dot_group_refused(ct, sim, tmp_path):
     env = ct.env()
     env["CUDATRACE_LEDGER_DIR"] = str(d)
     r = ct.run([sim.progs["route_link"]], "--group", ".hidden", "--budget", "1GiB", env=env)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == RUN_FAILED, r.stderr
     assert "invalid budget group name" in r.stderr and "'.'" in r.stderr
     assert not list(d.iterdir())
 
@@ -37,7 +39,7 @@ def test_ledger_with_garbage_fields_refused_before_any_write(ct, sim, tmp_path):
     p.write_bytes(bytes(b))
     before = p.read_bytes()
     r = ct.run([sim.progs["route_link"]], "--group", "g", "--budget", "2GiB", env=env)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == RUN_FAILED, r.stderr
     assert "damaged" in r.stderr and f"rm {p}" in r.stderr, r.stderr
     assert p.read_bytes() == before
 

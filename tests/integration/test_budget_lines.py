@@ -48,3 +48,30 @@ def test_quiet_keeps_denial_lines(ct, sim, env):
     assert any(x.startswith("cudatrace: denied ") for x in r.stderr.splitlines()), r.stderr
     # the chatter is gone: no progress line, no summary
     assert "cudatrace: tracing" not in r.stderr and "full report" not in r.stderr
+
+
+def test_the_attributed_line_counts_the_groups_contexts(ct, sim, env):
+    """Two runs in one group, each process's CUDA context 64 MiB: the second run's denial. The
+    shim's line says the contexts of both processes; so does the launcher's attributed line
+    (it said this run's own context alone: 64 MiB where the shim said 128 MiB of 2)."""
+    import subprocess
+    import sys
+
+    e = dict(env, **ct.sim.env(state=ct.sim.new_state(), ctx_bytes=64 << 20))
+    a = subprocess.Popen(
+        [sys.executable, "-m", "cudatrace", "run", "-q", "--no-trace", "--group", "g", "--budget",
+         "200MiB", "--", str(sim.progs["hold"]), "1", "8m"],
+        env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        while a.stdout.readline().strip() != "ready":
+            assert a.poll() is None, a.stderr.read()
+        r = ct.run([sim.progs["hold"], "--exit-after-ms", "1", "2", "64m"], "--group", "g", env=e)
+    finally:
+        a.terminate()
+        a.communicate(timeout=30)
+    assert r.returncode == 1, r.stderr
+    shim = [x for x in r.stderr.splitlines() if "budget exceeded" in x]
+    named = [x for x in r.stderr.splitlines() if x.startswith("cudatrace: denied ")]
+    assert "CUDA contexts 128.00 MiB of 2 processes" in shim[0], r.stderr
+    assert len(named) == 1 and "CUDA contexts 128.0 MiB)" in named[0], r.stderr

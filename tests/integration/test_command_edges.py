@@ -10,6 +10,8 @@ import time
 
 import pytest
 
+from cudatrace.errors import RUN_FAILED
+
 
 def test_summary_names_the_sample_interval_asked_for(ct, sim):
     # the memory lives between two samples: 0.3 s after the first, gone before the second
@@ -22,13 +24,12 @@ def test_summary_names_the_sample_interval_asked_for(ct, sim):
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:99999/", "http://[::1", "http:///x"])
 def test_until_url_that_cannot_answer_is_refused_at_once(ct, sim, tmp_path, url):
-    t0 = time.monotonic()
     r = ct.cli(
         "sweep", "--values", "1m,2m", "--until-url", url, "--url-timeout", "60s",
         "-o", tmp_path / "sw", "--", sim.progs["hold"], "1", "{}",
     )  # fmt: skip
     assert r.returncode == 2 and "--until-url" in r.stderr, r.stderr
-    assert time.monotonic() - t0 < 20
+    assert not (tmp_path / "sw").exists()  # refused before the first run: nothing was started
 
 
 def test_watch_ends_when_the_launcher_was_killed(ct, sim, tmp_path):
@@ -73,22 +74,21 @@ def test_watch_of_a_directory_that_never_appears_ends(tmp_path, monkeypatch):
         report_cmd.watch_report(tmp_path / "never", interval=0.05, out=out)
 
 
-def test_a_group_named_like_an_option_is_shown_and_reset_whole(ct, sim, tmp_path):
+def test_a_group_named_like_an_option_is_refused(ct, sim, tmp_path):
+    """A group named `-x` read as an option everywhere it was named (status took it only by
+    ignoring unknown options): refused, as a name starting with '.' is."""
     led = tmp_path / "ledgers"
     led.mkdir(mode=0o700)
     env = ct.env()
     env["CUDATRACE_LEDGER_DIR"] = str(led)
-    hold = sim.progs["hold"]
     r = ct.cli(
         "run", "-q", "-o", tmp_path / "t", "--group", "-x", "--budget", "4MiB", "--",
-        hold, "--exit-after-ms", "1", "1", "1m", env=env,
+        sim.progs["hold"], "--exit-after-ms", "1", "1", "1m", env=env,
     )  # fmt: skip
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == RUN_FAILED and "not starting with '.' or '-'" in r.stderr, r.stderr
+    assert not list(led.iterdir()), list(led.iterdir())
     s = ct.cli("status", "-x", env=env)
-    assert s.returncode == 0 and "-x" in s.stdout, s.stdout + s.stderr
-    s = ct.cli("status", "-x", "--reset", env=env)
-    assert s.returncode == 0, s.stderr
-    assert not list(led.iterdir()), list(led.iterdir())  # no ledger, no -x.lock left
+    assert s.returncode == 2 and "No such option" in s.stderr, s.stdout + s.stderr
 
 
 def test_a_denial_by_the_context_names_the_context(ct, sim, tmp_path):

@@ -15,6 +15,8 @@ import time
 
 import pytest
 
+from cudatrace.errors import RUN_FAILED
+
 GiB = 1 << 30
 TOTAL = 10 * GiB
 BUDGET = int(TOTAL * 0.6)
@@ -72,7 +74,7 @@ def test_budgetless_run_alone_is_refused_clearly(ct, sim, ledger_dir):
     env["CUDATRACE_LEDGER_DIR"] = str(ledger_dir)
     env["CUDATRACE_GROUP_WAIT"] = "1"
     r = ct.run([sim.progs["route_link"]], "--group", "lonely", env=env)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == RUN_FAILED, r.stderr
     assert "no budget" in r.stderr and "--budget" in r.stderr
 
 
@@ -106,7 +108,7 @@ def test_contradicting_budget_is_refused_while_the_group_is_in_use(ct, sim, ledg
             break
     try:
         r = ct.run([sim.progs["route_link"]], "--group", "g", "--budget", "2GiB", env=env)
-        assert r.returncode == 2, r.stderr
+        assert r.returncode == RUN_FAILED, r.stderr
         assert "6.00 GiB" in r.stderr and "2.00 GiB" in r.stderr, r.stderr
         same = ct.run([sim.progs["route_link"]], "--group", "g", "--budget", "6GiB", env=env)
         assert same.returncode == 0, same.stderr

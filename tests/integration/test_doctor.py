@@ -82,3 +82,14 @@ def test_setuid_to_the_callers_own_ids_is_entered(ct, sim, tmp_path):
     t = ct.run([mine, "--exit-after-ms", "1", "1", "1m"], "-q")
     assert t.returncode == 0, t.stderr
     assert "peak_bytes" in ct.cli("report", t.out, "--json").stdout
+
+
+def test_doctor_without_a_driver_points_to_the_simulator(ct, tmp_path):
+    env = {k: v for k, v in ct.env().items() if k != "LD_LIBRARY_PATH"}  # no driver to find
+    r = ct.cli("doctor", env=env)
+    assert r.returncode == 0, r.stderr
+    assert "CUDA driver   none: libcuda.so.1 not found (no NVIDIA driver installed)" in r.stdout
+    assert "No GPU? `cudatrace run --simulated -- CMD` runs CMD on cudatrace's simulated" in (
+        r.stdout
+    )
+    assert "cudatrace demo" in r.stdout

@@ -157,22 +157,6 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
             m.communicate(timeout=30)
 
 
-def test_env_budget_keeps_the_group_budget_and_refuses_percentages(ct, sim, shared):
-    sh = shared
-    base = {"LD_PRELOAD": str(native.shim_path()), "CUDATRACE_GROUP": "grp"}
-    env = _env(ct, sh, **base, CUDATRACE_BUDGET="60%")
-    r = sim.run("hold", "--exit-after-ms", "1", "1", "1g", env=env)
-    assert r.returncode == 0, r.stderr  # no budget enforced, and said so
-    assert "CUDATRACE_BUDGET must be bytes" in r.stderr and "NOT enforced" in r.stderr
-    env = _env(ct, sh, **base, CUDATRACE_BUDGET="2GiB")
-    r = sim.run("hold", "--exit-after-ms", "1", "3", "1g", env=env)
-    assert r.returncode == 1 and "budget 2.00 GiB" in r.stderr, r.stderr
-    env = _env(ct, sh, **base, CUDATRACE_BUDGET="0=5GiB")  # another budget: the group keeps its own
-    r = sim.run("hold", "--exit-after-ms", "1", "3", "1g", env=env)
-    assert r.returncode == 1 and "keeps the budget it has" in r.stderr, r.stderr
-    assert _status(ct, env)["devices"][0]["limit"] == 2 * GiB
-
-
 def test_shares_of_one_group(ct, sim, shared):
     """Two jobs in one group (one GPU), each with its share: the one over its share is denied and
     its line names it; the other gets its whole share."""

@@ -288,3 +288,43 @@ def test_a_context_handle_given_again_is_asked_again(ct, tmp_path):
     allocs = [e for t in read_dir(r.out).traces for e in iter_events(t)
               if e["op"] == K["CT_OP_ALLOC"]]  # fmt: skip
     assert [(e["size"] >> 20, e["device"]) for e in allocs] == [(1, 0), (11, 1)], allocs
+
+
+MANY_POOLS_PROG = r"""
+class Loc(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+class Props(ctypes.Structure):
+    _fields_ = [("allocType", ctypes.c_int), ("handleTypes", ctypes.c_int), ("location", Loc),
+                ("win32", ctypes.c_void_p), ("maxSize", ctypes.c_size_t),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 54)]
+
+def created(dev):
+    p, pool = Props(), ctypes.c_void_p()
+    p.allocType, p.location = 1, Loc(1, dev)
+    assert cu.cuMemPoolCreate(ctypes.byref(pool), ctypes.byref(p)) == 0
+    return pool
+
+assert cu.cuCtxSetCurrent(ctx[0]) == 0
+for _ in range(1100):  # more pools over the process's life than the shim's table holds at once
+    assert cu.cuMemPoolDestroy(created(0)) == 0
+pool, p = created(1), ctypes.c_uint64()
+r = cu.cuMemAllocFromPoolAsync(ctypes.byref(p), ctypes.c_size_t(8 << 20), pool, None)
+print("result", r)
+"""
+
+
+def test_a_new_pool_after_many_is_charged_where_it_lives(ct, tmp_path):
+    """After 1,100 pools made and destroyed, a new pool of device 1 still charges device 1 (its
+    4 MiB budget denies 8 MiB, device 0 current, the NULL stream): cuMemPoolDestroy frees the
+    pool's place in the shim's table. Before, the table filled at 1,024 and the new pool's
+    allocation went to the stream's device (device 0, allowed) and was recorded there."""
+    prog = tmp_path / "many_pools.py"
+    prog.write_text(CONTEXTS + MANY_POOLS_PROG)
+    r = ct.run([sys.executable, prog], "-q", "--budget", "0=1GiB,1=4MiB", sim_opts={"devices": 2})
+    assert "result 2" in r.stdout, r.stdout + r.stderr  # CUDA_ERROR_OUT_OF_MEMORY
+    assert "of 8.00 MiB on device 1" in r.stderr, r.stderr
+    K = C()
+    denied = [e for t in read_dir(r.out).traces for e in iter_events(t)
+              if e["op"] == K["CT_OP_DENY"]]  # fmt: skip
+    assert [e["device"] for e in denied] == [1], denied

@@ -362,6 +362,60 @@ def test_zoom_and_sort(pages, open_page):
     assert "allocate_kv_cache" in stack and "main" in stack
 
 
+def test_flame_and_icicle_views(pages, open_page):
+    pg = open_page(pages["big"])
+    page = pg.page
+
+    def top(sel: str) -> float:
+        return page.locator(sel).bounding_box()["y"]
+
+    root, kv = "#flame .fr.root", "#flame .fr[data-name^='allocate_layer_kv']"
+    assert top(root) < top(kv)  # an icicle: the root on top, the allocating frames below
+    assert "callers on top" in page.locator("#flame-sub").inner_text().lower()
+    page.locator("#flame-controls button[data-value='flame']").click()
+    assert top(root) > top(kv)  # a flame graph: the root at the bottom
+    assert "callers at the bottom" in page.locator("#flame-sub").inner_text().lower()
+    page.locator("#flame-controls button[data-value='icicle']").click()
+    assert top(root) < top(kv)
+
+
+def test_allocator_layers_open_below_a_site(pages, open_page):
+    for name in ("big", "diff"):
+        pg = open_page(pages[name])
+        page = pg.page
+        assert page.locator("#flame .fr.layer").count() == 0  # folded: the sites end the stacks
+        kv = page.locator("#flame .fr[data-name^='allocate_layer_kv']")
+        depth, box = int(kv.get_attribute("data-depth")), kv.bounding_box()
+        page.check("#layers")
+        layers = page.locator("#flame .fr.layer").evaluate_all(
+            "es => es.map(e => [e.dataset.name.split(' ')[0], +e.dataset.depth,"
+            " e.getBoundingClientRect().x + window.scrollX])"
+        )
+        # under the KV site, in its span: the three layers kvpool allocates through, outermost
+        # first
+        below = [
+            n
+            for n, d, x in sorted(layers, key=lambda x: x[1])
+            if d > depth and box["x"] - 1 <= x < box["x"] + box["width"] - 1
+        ]
+        assert below == ["tensor_make", "backend_acquire", "device_carve"], (name, layers, box)
+        page.uncheck("#layers")
+        assert page.locator("#flame .fr.layer").count() == 0
+
+
+def test_frames_are_keyed_alike_in_report_and_diff(pages, open_page):
+    """A function is one frame of the flame graph wherever it called from (main calls the
+    weights, the workspace and the KV cache from three lines), in a report as in a diff."""
+    names = {}
+    for name in ("big", "diff"):
+        pg = open_page(pages[name])
+        names[name] = pg.page.locator("#flame .fr").evaluate_all(
+            "es => es.map(e => e.dataset.name)"
+        )
+        assert sum(n.startswith("main ") for n in names[name]) == 1, names[name]
+    assert set(names["big"]) - {"all"} <= set(names["diff"]), names
+
+
 def test_budget_page_marks_the_denial(pages, open_page):
     pg = open_page(pages["budget"])
     page = pg.page

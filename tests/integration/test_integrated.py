@@ -81,7 +81,8 @@ def test_observed_columns_from_proc(ct, sim, tmp_path):
     rep = ct.cli("report", r.out, env=env)
     assert rep.returncode == 0, rep.stderr
     text = rep.stdout
-    assert "Traced versus observed: no NVML" in text, text
+    assert "Traced versus observed (the host's figures" in text, text
+    assert "no device figures: the device reports no memory use to NVML" in text, text
     for what in ("MemAvailable", "MemFree", "process tree RSS", "process tree PSS"):
         assert what in text, (what, text)
     js = json.loads(ct.cli("report", r.out, "--json", env=env).stdout)

@@ -220,6 +220,12 @@ def test_budget_stops_oversized_pool(sim, kvpool, tmp_path, on_exceed):
     line = next((l for l in r.stderr.splitlines() if "budget exceeded" in l), None)
     assert line is not None, _ok(r)
     assert "allocate_layer_kv" in line and "cuMemAlloc_v2" in line, line
+    # the shim names the report's site: the call graph of the stacks recorded so far
+    assert re.search(
+        r"; at allocate_layer_kv \(kvpool\+0x[0-9a-f]+[^)]*\) via "
+        r"tensor_make > backend_acquire > device_carve",
+        line,
+    ), line
     named = next((l for l in r.stderr.splitlines() if l.startswith("cudatrace: denied ")), None)
     assert named is not None and " at allocate_layer_kv (kvpool.c:" in named, _ok(r)
     assert "via tensor_make > backend_acquire > device_carve" in named

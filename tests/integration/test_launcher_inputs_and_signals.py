@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cudatrace.analyze.trace import read_dir
+from cudatrace.errors import RUN_FAILED
 
 
 def no_traceback(r):
@@ -48,7 +49,7 @@ def test_output_under_a_file(ct, sim, tmp_path):
     f.write_text("x")
     r = ct.run([sim.progs["route_link"]], out=f / "sub")
     no_traceback(r)
-    assert r.returncode == 2
+    assert r.returncode == RUN_FAILED
     assert "afile" in r.stderr
 
 
@@ -68,10 +69,10 @@ def readonly_dir(tmp_path):
 def test_unwritable_output_and_cwd(ct, sim, readonly_dir):
     r = ct.run([sim.progs["route_link"]], out=readonly_dir / "t")
     no_traceback(r)
-    assert r.returncode == 2
+    assert r.returncode == RUN_FAILED
     r = ct.cli("run", "--", sim.progs["route_link"], cwd=readonly_dir)
     no_traceback(r)
-    assert r.returncode == 2
+    assert r.returncode == RUN_FAILED
 
 
 def test_demo_output_is_a_file(ct, tmp_path):
@@ -230,7 +231,7 @@ def test_output_path_too_long_for_the_shim_is_refused(ct, sim, tmp_path):
         deep = deep / ("d" * 200)
     r = ct.run([sim.progs["route_link"]], out=deep)
     no_traceback(r)
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == RUN_FAILED, r.stderr
     assert "shorter" in r.stderr
 
 

@@ -71,7 +71,7 @@ def harness(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    "case", ["hammer", "kill", "reuse", "saturate", "security", "fork", "full"]
+    "case", ["hammer", "kill", "reuse", "saturate", "security", "fork", "full", "adopt"]
 )
 def test_c_harness(harness, tmp_path, case):
     d = tmp_path / "h"
@@ -209,11 +209,10 @@ def test_killed_member_gives_bytes_back(ldir, tools):
         assert [m["state"] for m in led.snapshot()["members"]] == ["alive"]
         p.send_signal(signal.SIGKILL)
         p.wait()
-        t0 = time.time()
-        while led.in_use(0) and time.time() - t0 < 3:
+        deadline = time.monotonic() + 30  # a guard against a hang, not a speed claim
+        while led.in_use(0) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert led.in_use(0) == 0
-        assert time.time() - t0 < 1.3
         assert led.snapshot()["members"] == []
     finally:
         p.kill()
@@ -347,7 +346,7 @@ def test_status(ldir):
     assert [s["group"] for s in js["ledgers"]] == ["train"]
     assert js["errors"] and "broken.ledger" in js["errors"][0]["path"]
     s = js["ledgers"][0]
-    assert s["on_exceed"] == "deny" and s["devices"][0]["in_use"] == 300 * MiB
+    assert s["on_exceed"] == "fail" and s["devices"][0]["in_use"] == 300 * MiB
     assert s["devices"][0]["denials"] == 1
     text = render_status(ledger.status_json("train"))
     assert "group train" in text and "pid %d" % os.getpid() in text
@@ -368,7 +367,7 @@ def test_status(ldir):
 def test_setup_ledger_private(ldir):
     run, info = budget.setup_ledger("0=1GiB,1=2GiB", None, "fail", False)
     assert run.private and run.path.parent == ldir and run.path.name.startswith("@run-")
-    assert info["limits"] == {"0": 1 << 30, "1": 2 << 30} and info["on_exceed"] == "deny"
+    assert info["limits"] == {"0": 1 << 30, "1": 2 << 30} and info["on_exceed"] == "fail"
     assert "run of pid %d" % os.getpid() in render_status(ledger.status_json())
     assert run.summary()["devices"][0]["limit"] == 1 << 30
     run.finish()
@@ -379,19 +378,28 @@ def test_setup_ledger_group(ldir):
     run, info = budget.setup_ledger("1GiB", "team", "warn", True)
     assert info["created"] and info["on_exceed"] == "warn" and info["count_host"]
     assert len(info["limits"]) == budget.MAX_DEVICES
-    member = Ledger.open(run.path)
-    member.join()
+    # a member: another process (the launcher is a member while it decides, as itself)
+    member = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from cudatrace.record.ledger import Ledger; "
+         "led = Ledger.open(sys.argv[1]); led.join(); print('ready', flush=True); sys.stdin.read()",
+         str(run.path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert member.stdout.readline().strip() == "ready"
     # in use: a different budget from a second run is refused, never silently replaced
     # or silently ignored (issue 11 #4)
-    with pytest.raises(ledger.LedgerError, match="already has a budget of 1.00 GiB"):
+    with pytest.raises(
+        ledger.LedgerError,
+        match=f"has a budget of 1.00 GiB on every device, in use by pids {member.pid}",
+    ):
         budget.setup_ledger("2GiB", "team", "fail", False)
     assert Ledger.open(run.path).limit(0) == 1 << 30
     run2, info2 = budget.setup_ledger("1GiB", "team", "warn", True)  # the same: joins
     assert not info2["created"] and run2.ledger.limit(0) == 1 << 30
     # idle: the new run's budget replaces it, and says so
-    member.leave()
+    member.communicate("", timeout=30)
     run3, info3 = budget.setup_ledger("0=3GiB", "team", "fail", False)
-    assert info3["limits"] == {"0": 3 << 30} and info3["on_exceed"] == "deny"
+    assert info3["limits"] == {"0": 3 << 30} and info3["on_exceed"] == "fail"
     assert "no live member" in info3["note"]
     # no budget given: join the group as it is
     run4, info4 = budget.setup_ledger(None, "team", "fail", False)

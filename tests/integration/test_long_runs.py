@@ -13,6 +13,7 @@ import sys
 import time
 
 from cudatrace.analyze.trace import read_dir
+from cudatrace.errors import RUN_FAILED
 
 MiB = 1 << 20
 ITERS = 150_000  # 4 events each: 600,000 events, plus the KV layers and the spike
@@ -179,7 +180,7 @@ def test_no_trace_enforces_and_writes_nothing(ct, sim, tmp_path, monkeypatch):
         text=True,
         timeout=60,
     )
-    assert bad.returncode == 2 and "--budget" in bad.stderr
+    assert bad.returncode == RUN_FAILED and "--budget" in bad.stderr
 
 
 def test_aggregate_keeps_denials_in_full(ct, sim, tmp_path):
@@ -363,4 +364,4 @@ def test_aggregate_sample_files_are_bounded_and_read(ct, sim, tmp_path):
     assert not any((full.out / n).exists() for n in tracedir.SAMPLE_FILES if n != tracedir.SAMPLES)
     # a malformed option is refused before anything runs
     bad = ct.run([sys.executable, "-c", "pass"], "--sample-ms", "0")
-    assert bad.returncode == 2 and "--sample-ms" in bad.stderr
+    assert bad.returncode == RUN_FAILED and "--sample-ms" in bad.stderr

@@ -1,8 +1,11 @@
-"""Issue 24 #1: `cudatrace metrics` scraped by a real Prometheus (Debian's `prometheus`, started
-here on 127.0.0.1 and always stopped) while two groups run on the simulated driver: queries
-through Prometheus's HTTP API return the limits, in-use bytes and denial counts `status --json`
-gives at that moment, and the live bytes of the traced runs' top site (a full trace and an
---aggregate one)."""
+"""`cudatrace metrics` scraped by a real Prometheus (Debian's `prometheus`, started here on
+127.0.0.1 and always stopped) while groups and traced runs go on, on the simulated driver:
+queries through Prometheus's HTTP API return the limits, in-use bytes and denial counts
+`status --json` gives at that moment, and the live bytes of the traced runs (a full trace and an
+--aggregate one) as `report` gives them, each within one scrape, also while a run's live bytes
+change in place (its trace files keep their size and time). And without Prometheus: a run traced
+through the environment whose process is killed drops out; a killed process's memory ends.
+"""
 
 from __future__ import annotations
 
@@ -95,21 +98,11 @@ def _prom_query(base: str, q: str) -> list[dict]:
     return r["data"]["result"]
 
 
-def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
+def _metrics_and_prometheus(procs, env, tmp_path) -> str:
+    """`cudatrace metrics --traces tmp_path/runs` and a Prometheus scraping it every 2 s; the
+    base URL of Prometheus's API, once it is ready."""
     if not shutil.which("prometheus"):
         pytest.fail("prometheus is not installed: .ci/run installs Debian's `prometheus`")
-    ledgers = tmp_path / "ledgers"
-    ledgers.mkdir(mode=0o700)
-    env = ct.env(state=sim.new_state(), total_bytes=10 * GiB)
-    env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
-    hold = sim.progs["hold"]
-    ta, tb = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
-    # group ga: 3 GiB; one traced member takes 3 x 1 GiB and is denied a 4th
-    run_a = _member(procs, env, hold, "-o", ta, "--group", "ga", "--budget", "3GiB", n=4)
-    # group gb: 2 GiB; an --aggregate member holds 1 GiB, another gets 1 GiB and is denied 1
-    _member(procs, env, hold, "--aggregate", "-o", tb, "--group", "gb", "--budget", "2GiB")
-    _member(procs, env, hold, "--no-trace", "--group", "gb", n=2)
-
     mport, pport = _free_port(), _free_port()
     procs.start(
         [sys.executable, "-m", "cudatrace", "metrics", "--listen", f"127.0.0.1:{mport}",
@@ -117,10 +110,10 @@ def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
         env, stderr=subprocess.PIPE,
     )  # fmt: skip
     page = _wait(lambda: _get(f"http://127.0.0.1:{mport}/metrics"), 30, "cudatrace metrics")
-    assert "cudatrace_budget_denials_total" in page
+    assert "cudatrace_budget_denials_total" in page and "cudatrace_build_info{" in page
     conf = tmp_path / "prometheus.yml"
     conf.write_text(
-        "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+        "global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n"
         "scrape_configs:\n  - job_name: cudatrace\n    static_configs:\n"
         f"      - targets: ['127.0.0.1:{mport}']\n"
     )
@@ -133,19 +126,44 @@ def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
     base = f"http://127.0.0.1:{pport}"
     try:
         _wait(lambda: "Ready" in _get(f"{base}/-/ready"), 60, "Prometheus to be ready")
-        r = ct.cli("status", "--json", env=env)
-        assert r.returncode == 0, r.stderr
-        status = json.loads(r.stdout)
-        after = time.time()
-
-        def scraped_after():  # a scrape that began after the status above
-            res = _prom_query(base, 'timestamp(up{job="cudatrace"}) and up{job="cudatrace"} == 1')
-            return res and float(res[0]["value"][1]) > after
-
-        _wait(scraped_after, 60, "a scrape after `status --json`")
     except AssertionError:
         print((tmp_path / "prometheus.log").read_text()[-4000:])
         raise
+    return base
+
+
+def _scraped_after(base: str, after: float, tmp_path) -> None:
+    """Until Prometheus holds a successful scrape that began after `after` (time.time())."""
+
+    def scraped():
+        res = _prom_query(base, 'timestamp(up{job="cudatrace"}) and up{job="cudatrace"} == 1')
+        return res and float(res[0]["value"][1]) > after
+
+    try:
+        _wait(scraped, 60, "a scrape after the figures were taken")
+    except AssertionError:
+        print((tmp_path / "prometheus.log").read_text()[-4000:])
+        raise
+
+
+def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir(mode=0o700)
+    env = ct.env(state=sim.new_state(), total_bytes=10 * GiB)
+    env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
+    hold = sim.progs["hold"]
+    ta, tb = tmp_path / "runs" / "a", tmp_path / "runs" / "b"
+    # group ga: 3 GiB; one traced member takes 3 x 1 GiB and is denied a 4th
+    run_a = _member(procs, env, hold, "-o", ta, "--group", "ga", "--budget", "3GiB", n=4)
+    # group gb: 2 GiB; an --aggregate member holds 1 GiB, another gets 1 GiB and is denied 1
+    _member(procs, env, hold, "--aggregate", "-o", tb, "--group", "gb", "--budget", "2GiB")
+    _member(procs, env, hold, "--no-trace", "--group", "gb", n=2)
+
+    base = _metrics_and_prometheus(procs, env, tmp_path)
+    r = ct.cli("status", "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    status = json.loads(r.stdout)
+    _scraped_after(base, time.time(), tmp_path)
 
     def one(q: str) -> float:
         res = _prom_query(base, q)
@@ -163,7 +181,7 @@ def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
         alive = [m for m in s["members"] if m["state"] == "alive"]
         assert one(f'cudatrace_budget_members{{group="{g}"}}') == len(alive)
         for m in alive:
-            msel = f'{{group="{g}",device="0",pid="{m["pid"]}",command="hold"}}'
+            msel = f'{{group="{g}",device="0",pid="{m["pid"]}",slot="{m["slot"]}",command="hold"}}'
             assert one(f"cudatrace_budget_member_in_use_bytes{msel}") == m["devices"]["0"]["held"]
     assert (
         groups["ga"]["devices"][0]["in_use"] == 3 * GiB
@@ -209,3 +227,80 @@ def test_prometheus_scrapes_budgets_and_traces(ct, sim, procs, tmp_path):
 
     _wait(caught_up, 60, "the new group, and run a gone")
     assert one('up{job="cudatrace"}') == 1
+
+
+SIM_UUID0 = "GPU-5ca1ab1e-0000-4000-8000-000000000000"  # the simulated NVML's device 0
+
+
+def test_prometheus_follows_a_run_as_it_is_written(ct, sim, procs, tmp_path):
+    # a traced run's live bytes change step by step; its trace files keep their size and time
+    # (chunks preallocated, written through a mapping): after each step, the first scrape that
+    # began after it holds what `status --json` and `report` say at that moment
+    ledgers = tmp_path / "ledgers"
+    ledgers.mkdir(mode=0o700)
+    env = ct.env(state=sim.new_state(), total_bytes=10 * GiB)
+    env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
+    run = tmp_path / "runs" / "s"
+    p = procs.start(
+        [sys.executable, "-m", "cudatrace", "run", "-q", "-o", run, "--group", "gs",
+         "--budget", "8GiB", "--", sim.progs["steps"]],
+        env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert p.stdout.readline().strip() == "ready"
+    base = _metrics_and_prometheus(procs, env, tmp_path)
+    trace, sizes = None, set()
+    for cmd in ("a 1g", "a 1g", "f", "a 512m", "f"):
+        p.stdin.write(cmd + "\n")
+        p.stdin.flush()
+        assert p.stdout.readline().strip() == "ok", cmd
+        trace = trace or next(run.glob("*.ctrace"))
+        st = json.loads(ct.cli("status", "--json", env=env).stdout)
+        rep = ct.cli("report", run, "--json", env=env)
+        assert rep.returncode == 0, rep.stderr
+        held = json.loads(rep.stdout)["end_bytes"]
+        in_use = next(g for g in st["ledgers"] if g["group"] == "gs")["devices"][0]["in_use"]
+        assert held == in_use, (cmd, held, in_use)
+        _scraped_after(base, time.time(), tmp_path)
+        sel = f'{{run="s",device="0",gpu="0",UUID="{SIM_UUID0}"}}'
+        res = _prom_query(base, f"cudatrace_trace_run_live_bytes{sel}")
+        assert [float(r["value"][1]) for r in res] == [held], (cmd, res)
+        res = _prom_query(
+            base, f'cudatrace_budget_in_use_bytes{{group="gs",gpu="0",UUID="{SIM_UUID0}"}}'
+        )
+        assert [float(r["value"][1]) for r in res] == [in_use], (cmd, res)
+        sizes.add(trace.stat().st_size)
+    assert len(sizes) == 1  # the trace never grew: its chunk is written in place
+
+
+def test_a_killed_environment_traced_run_drops_out(ct, sim, tmp_path):
+    from cudatrace import native
+    from cudatrace.present.metrics import TraceCache
+
+    d = tmp_path / "runs" / "envrun"
+    d.mkdir(parents=True)
+    env = ct.env()
+    env.update(LD_PRELOAD=str(native.shim_path()), CUDATRACE_DIR=str(d))
+    hold = str(sim.progs["hold"])
+    procs = []
+    try:
+        for size in ("1m", "2m"):
+            procs.append(subprocess.Popen([hold, "1", size], env=env, stdout=subprocess.PIPE))
+            for line in procs[-1].stdout:
+                if line.strip() == b"ready":
+                    break
+        cache = TraceCache([tmp_path / "runs"], 5, 0, symbolize=False)
+        (r,) = cache.runs()
+        assert r["command"] == "hold" and r["devices"][0]["live"] == 3 << 20, r
+        # one process killed (no exit record): its memory ends, the run goes on with the other
+        procs[0].kill()
+        procs[0].wait()
+        (r,) = cache.runs()
+        assert r["devices"][0]["live"] == 2 << 20, r
+        # both killed: the run is over, no longer exported
+        procs[1].kill()
+        procs[1].wait()
+        assert cache.runs() == []
+    finally:
+        for q in procs:
+            q.kill()
+            q.wait()

@@ -68,6 +68,38 @@ def test_a_device_and_a_fifo_are_written_through(traced, tmp_path):
     assert b"hold_alloc" in got[0]
 
 
+def test_a_fifo_nobody_reads_is_an_error_not_a_wait(tmp_path, monkeypatch):
+    # a FIFO is written through once a reader opens it, waiting FIFO_WAIT seconds for one:
+    # never forever (pytest --cudatrace-json FIFO hung at the end of the session)
+    from cudatrace import outputs
+
+    monkeypatch.setattr(outputs, "FIFO_WAIT", 0.3)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    done = []
+    writer = threading.Thread(target=lambda: done.append(_try_write(outputs, fifo)), daemon=True)
+    writer.start()
+    writer.join(10)
+    assert done == ["cannot write %s: no process opened the FIFO for reading within 0.3 s" % fifo]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert not [p for p in tmp_path.iterdir() if p.name != "fifo"]  # no temporary left
+    # a reader that comes a moment later still gets it all
+    got = []
+    late = threading.Timer(0.1, lambda: got.append(open(fifo, "rb").read()))
+    late.start()
+    assert _try_write(outputs, fifo) == "ok"
+    late.join(10)
+    assert got == [b"x" * 100000]
+
+
+def _try_write(outputs, path):
+    try:
+        outputs.write_output(path, b"x" * 100000)
+        return "ok"
+    except outputs.OutputError as e:
+        return str(e)
+
+
 def test_dash_is_standard_output(traced, tmp_path):
     ct, out = traced
     r = ct.cli("export", out, "--format", "folded", "-o", "-", cwd=tmp_path)

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cudatrace.analyze.trace import C, TraceError, iter_events, read_dir, read_trace
+from cudatrace.errors import RUN_FAILED
 
 
 def ops(t, name):
@@ -163,7 +164,7 @@ def test_static_binary_refused(ct, sim):
     if sim.progs.get("static_prog") is None:
         pytest.fail("static libc missing: cannot build the static test program")
     r = ct.run([sim.progs["static_prog"]])
-    assert r.returncode == 2
+    assert r.returncode == RUN_FAILED
     assert "statically linked" in r.stderr
     assert not list(r.out.glob("*.ctrace"))
 
@@ -177,7 +178,7 @@ def test_setuid_binary_refused(ct, sim, tmp_path):
     else:
         os.chmod(prog, 0o2755)  # setgid: the same for any user
     r = ct.run([prog, "0"])
-    assert r.returncode == 2 and "setuid" in r.stderr
+    assert r.returncode == RUN_FAILED and "setuid" in r.stderr
     assert not list(r.out.glob("*.ctrace"))
 
 
@@ -185,7 +186,7 @@ def test_refuses_to_overwrite_without_force(ct, sim):
     out = ct.new_dir()
     assert ct.run([sim.progs["exitcode"], "0"], out=out).returncode == 0
     r = ct.run([sim.progs["exitcode"], "0"], out=out)
-    assert r.returncode == 2 and "--force" in r.stderr
+    assert r.returncode == RUN_FAILED and "--force" in r.stderr
     r = ct.run([sim.progs["exitcode"], "0"], "--force", out=out)
     assert r.returncode == 0
 

@@ -1,7 +1,10 @@
 """The pytest plugin (cudatrace/pytest_plugin.py, docs/pytest.md) on the simulated driver, through
 pytester: limits and leaks fail with the test's own lines and exact bytes, warm-ups are
 forgiven, pytest is executed again under the shim when it is not loaded (and not when it is),
-pytest-xdist workers inherit it, bad markers are collection errors."""
+pytest-xdist workers inherit it, bad markers are collection errors; markers are read when the
+test runs (unittest methods, markers added later); the figures are the test's own allocations;
+processes a test starts are said; the output files follow cudatrace/outputs.py; a run without a
+CUDA driver says how to get one."""
 
 from __future__ import annotations
 
@@ -123,8 +126,8 @@ def check_suite_result(result, js):
     text = result.stdout.str()
     assert _outcomes(result) == {"passed": 4, "failed": 3}, text
     # the failures name the test's own allocating line, with exact bytes
-    assert "Test was limited to 2.00 MiB (2,097,152 B) of device memory but its peak was " in text
-    assert "4.00 MiB (4,194,304 B) above the" in text
+    assert "limited to 2.00 MiB (2,097,152 B) of device memory but its allocations " in text
+    assert "reached 4.00 MiB (4,194,304 B) at their peak" in text
     assert "3.00 MiB (3,145,728 B) in 1 allocation at " in text
     assert f"test_gpu.py:{line_of('over')} in test_over_limit" in text
     assert f"test_gpu.py:{line_of('over') - 1} in test_over_limit" in text
@@ -273,3 +276,170 @@ def test_in_process_pytest_cannot_be_reexecuted(pytester):
         "cudatrace: --cudatrace cannot load the shim into a pytest started from Python "
         "(pytest.main): run it as `cudatrace run -- python -m pytest --cudatrace ...`"
     ) in r.stderr.str()
+
+
+MORE_CONFTEST = (
+    CONFTEST
+    + r"""
+import pytest
+
+def pytest_collection_modifyitems(items):
+    for it in items:
+        if it.name == "test_marked_later":
+            it.add_marker(pytest.mark.limit_gpu_memory("1 MiB"))
+"""
+)
+
+MORE_SUITE = r"""
+import subprocess, sys, textwrap, unittest
+import pytest
+from conftest import device_alloc, device_free
+
+GARBAGE = []
+KEPT = []
+
+class TestUnit(unittest.TestCase):
+    @pytest.mark.limit_gpu_leaks("1 MiB")
+    def test_unittest_leak(self):
+        KEPT.append(device_alloc(3 << 20))  # LINE:unit
+
+def test_marked_later():
+    device_free(device_alloc(2 << 20))
+
+@pytest.mark.limit_gpu_leaks("0")
+def test_zero_leaks_allowed():
+    device_free(device_alloc(1 << 20))
+
+@pytest.mark.limit_gpu_leaks("0 B")
+def test_zero_leaks_caught():
+    KEPT.append(device_alloc(1 << 20))
+
+def test_makes_garbage():
+    GARBAGE.append(device_alloc(8 << 20))
+
+@pytest.mark.limit_gpu_leaks("1 MiB")
+def test_own_leak_while_garbage_goes():
+    device_free(GARBAGE.pop())  # an earlier test's memory, freed during this one
+    KEPT.append(device_alloc(8 << 20))  # LINE:own
+
+CHILD = textwrap.dedent('''
+    import ctypes
+    cuda = ctypes.CDLL("libcuda.so.1")
+    cuda.cuInit(0)
+    d = ctypes.c_int(); cuda.cuDeviceGet(ctypes.byref(d), 0)
+    c = ctypes.c_void_p(); cuda.cuCtxCreate_v2(ctypes.byref(c), 0, d)
+    p = ctypes.c_uint64()
+    assert cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(5 << 20)) == 0
+''')
+
+def test_worker_process_allocates():
+    subprocess.run([sys.executable, "-c", CHILD], check=True)
+"""
+
+
+def test_markers_when_run_own_figures_and_child_processes(pytester, sim, monkeypatch, tmp_path):
+    for k, v in sim.env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("LD_PRELOAD", raising=False)
+    monkeypatch.delenv("CUDATRACE_DIR", raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    monkeypatch.setenv("CUDATRACE_CACHE", str(pytester.path / "symcache"))
+    pytester.makeconftest(MORE_CONFTEST)
+    pytester.makepyfile(test_more=MORE_SUITE)
+    js = tmp_path / "gpu.json"
+    r = pytester.runpytest_subprocess(*plugin_args(), "--cudatrace", "--cudatrace-json", js)
+    text = r.stdout.str()
+    src = MORE_SUITE.lstrip("\n").splitlines()
+    line = {t: next(i for i, x in enumerate(src, 1) if f"# LINE:{t}" in x) for t in ("unit", "own")}
+    assert _outcomes(r) == {"passed": 3, "failed": 4}, text
+    fails = text.split("short test summary")[1]
+    for name in ("test_unittest_leak", "test_marked_later", "test_zero_leaks_caught",
+                 "test_own_leak_while_garbage_goes"):  # fmt: skip
+        assert name in fails, (name, text)
+    # a unittest.TestCase method's marker, and one added in pytest_collection_modifyitems
+    assert f"test_more.py:{line['unit']} in TestUnit.test_unittest_leak" in text
+    assert "limited to 1.00 MiB (1,048,576 B) of device memory but its allocations reached " in text
+    # the test's own 8 MiB, though 8 MiB of an earlier test was freed during it
+    own = text.split("_ test_own_leak_while_garbage_goes _")[1]
+    assert "left 8.00 MiB (8,388,608 B)" in own, own
+    assert f"test_more.py:{line['own']} in test_own_leak_while_garbage_goes" in own
+    tests = {t["nodeid"].split("::")[-1]: t for t in json.loads(js.read_text())["tests"]}
+    assert (tests["test_zero_leaks_allowed"]["left"], tests["test_zero_leaks_caught"]["left"]) == (
+        0, MiB)  # fmt: skip
+    assert tests["test_zero_leaks_allowed"]["limit_gpu_leaks"] == 0
+    g = tests["test_own_leak_while_garbage_goes"]
+    assert (g["peak"], g["left"]) == (8 * MiB, 8 * MiB) and g["start_live"] == g["end_live"], g
+    # a process the test started allocated: said, not counted in the test's figures
+    w = tests["test_worker_process_allocates"]
+    assert (w["peak"], w["left"]) == (0, 0)
+    assert [p["peak"] for p in w["processes"]] == [5 * MiB], w
+    assert "tests whose processes allocated device memory" in text
+    assert f"pid {w['processes'][0]['pid']} 5.00 MiB" in text
+    assert "no CUDA driver was loaded" not in text
+
+
+def test_without_a_driver_says_how_to_get_one(pytester, monkeypatch):
+    for k in ("LD_PRELOAD", "CUDATRACE_DIR", "LD_LIBRARY_PATH"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("PYTHONPATH", str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    pytester.makepyfile(test_plain="def test_a():\n    pass\n\ndef test_b():\n    pass\n")
+    r = pytester.runpytest_subprocess(*plugin_args(), "--cudatrace")
+    text = r.stdout.str()
+    assert _outcomes(r) == {"passed": 2}, text
+    hint = "no CUDA driver was loaded in the tests' processes"
+    assert text.count(hint) == 1, text
+    assert "simdriver.build" in text and "LD_LIBRARY_PATH=/tmp/sim/lib" in text
+
+
+def _plain_pytest(pytester, *args):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    env.pop("CUDATRACE_DIR", None)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            *plugin_args(),
+            "--cudatrace",
+            "-p",
+            "no:cacheprovider",
+            *map(str, args),
+        ],  # fmt: skip
+        cwd=pytester.path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_output_paths_are_refused_before_the_run_or_said_after_it(pytester, tmp_path):
+    pytester.makepyfile(test_x="def test_x():\n    print('RAN')\n")
+    link = tmp_path / "link.json"
+    link.symlink_to(tmp_path / "elsewhere.json")
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "123.0.ctrace").write_bytes(b"")
+    refused = {
+        "link": (["--cudatrace-json", link], "is a symbolic link"),
+        "missing": (["--cudatrace-json", tmp_path / "no" / "gpu.json"], "does not exist"),
+        "dir": (["--cudatrace-json", tmp_path], "is a directory"),
+        "devnull": (["--cudatrace-dir", "/dev/null"], "exists and is not a directory"),
+        "held": (["--cudatrace-dir", held], "already holds traces (123.0.ctrace)"),
+    }
+    for name, (args, why) in refused.items():
+        p = _plain_pytest(pytester, *args, "-s")
+        out = p.stdout + p.stderr
+        assert p.returncode == pytest.ExitCode.USAGE_ERROR, (name, out)
+        assert why in p.stderr and "Traceback" not in out and "INTERNALERROR" not in out, (
+            name, out)  # fmt: skip
+        assert "RAN" not in p.stdout, (name, out)  # refused before any test ran
+    assert not (tmp_path / "elsewhere.json").exists()  # never written through the link
+    assert [x.name for x in held.iterdir()] == ["123.0.ctrace"]  # nothing appended
+    p = _plain_pytest(pytester, "--cudatrace-json", "/dev/full", "-s")
+    out = p.stdout + p.stderr
+    assert "RAN" in p.stdout and "1 passed" in p.stdout, out
+    assert "cudatrace: --cudatrace-json: cannot write /dev/full: No space left on device" in out
+    assert p.returncode == pytest.ExitCode.USAGE_ERROR and "Traceback" not in out, out

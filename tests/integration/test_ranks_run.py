@@ -129,6 +129,14 @@ def test_by_rank_html_and_export(runs, tmp_path):
     sites = json.loads(j.stdout)["sites"]
     assert [(s["label"], s["bytes"]) for s in sites][0] == ("rank 5", 40 * MiB)
     assert sorted(s["label"] for s in sites) == ["rank %d" % i for i in range(8)]
+    # each rank's physical GPU, as the ranks table names it (not the ordinal 0 every rank sees)
+    labels = {s["label"]: s["device_labels"] for s in sites}
+    assert labels["rank 5"] == ["1"] and labels["rank 4"] == ["0"], labels
+    text = ct.cli("report", one, "--by", "rank", "--at", "end").stdout
+    row = text.splitlines()[
+        [i for i, ln in enumerate(text.splitlines()) if "#1 rank 5" in ln][0] + 1
+    ]
+    assert row.rstrip().endswith("device 1"), text
 
     page = tmp_path / "ranks.html"
     svg = tmp_path / "ranks.svg"
@@ -205,3 +213,53 @@ def test_html_page_in_the_browser_stacks_by_rank(runs, tmp_path):
     finally:
         b.close()
         p.stop()
+
+
+def test_html_peak_figures_each_say_their_scope(runs, tmp_path):
+    """One peak figure per scope, labelled: the most one device held (the report's peak), and
+    all devices together (the timeline's marker says the same figure, in the same words)."""
+    from playwright.sync_api import sync_playwright
+
+    spec = importlib.util.spec_from_file_location(
+        "screenshot_report", REPO / "tools" / "screenshot_report.py"
+    )
+    sr = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sr)
+    ct, one, _ = runs
+    page_file = tmp_path / "ranks.html"
+    assert ct.cli("report", one, "--html", page_file).returncode == 0
+    rep = json.loads(ct.cli("report", one, "--json").stdout)
+    p = sync_playwright().start()
+    b = sr.launch(p)
+    try:
+        pg = sr.Page(b, page_file)
+        page = pg.page
+        keys = page.locator(".stat .k").evaluate_all("es => es.map(e => e.textContent)")
+        values = page.locator(".stat .v").evaluate_all("es => es.map(e => e.textContent)")
+        cards = dict(zip(keys, values))
+        assert "peak" not in cards, cards  # no figure without its scope
+        assert cards["peak of one device"] == _size(rep["peak_bytes"]), cards
+        together = cards["peak, all devices together"]
+
+        def timeline_texts() -> list[str]:
+            return page.locator("#timeline text").evaluate_all("es => es.map(e => e.textContent)")
+
+        # the peak chosen at first: its moment says whose peak it is
+        assert any(
+            t.endswith(f"(the peak, all devices together): {together}") for t in timeline_texts()
+        ), [t for t in timeline_texts() if "peak" in t]
+        page.evaluate("window.cudatrace.pick(0)")  # another moment: the peak's marker shows
+        markers = [t for t in timeline_texts() if "peak" in t]
+        assert len(markers) == 1, " | ".join(timeline_texts())
+        assert markers[0].startswith(f"all devices together: peak {together} at "), markers
+        assert not pg.errors, pg.errors
+        pg.close()
+    finally:
+        b.close()
+        p.stop()
+
+
+def _size(n: int) -> str:
+    from cudatrace.units import format_bytes
+
+    return format_bytes(n)

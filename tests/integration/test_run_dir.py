@@ -9,6 +9,7 @@ import sys
 import time
 
 from cudatrace.analyze.trace import read_dir
+from cudatrace.errors import RUN_FAILED
 
 
 def test_a_running_trace_directory_is_never_taken_over(ct, sim, tmp_path):
@@ -27,7 +28,7 @@ def test_a_running_trace_directory_is_never_taken_over(ct, sim, tmp_path):
         time.sleep(0.05)
     assert list(out.glob("*.ctrace")), "A never started"
     b = ct.cli("run", "--force", "-o", out, "--", hold, "--exit-after-ms", "1", "1", "5m")
-    assert b.returncode == 2, b.stderr
+    assert b.returncode == RUN_FAILED, b.stderr
     assert "in use by another cudatrace run" in b.stderr, b.stderr
     _, err = a.communicate(timeout=60)
     assert a.returncode == 0, err
@@ -46,6 +47,6 @@ def test_empty_output_is_refused(ct, sim, tmp_path):
     r = ct.cli(
         "run", "-o", "", "--", sim.progs["hold"], "--exit-after-ms", "1", "1", "1m", cwd=tmp_path
     )
-    assert r.returncode == 2, r.stderr
+    assert r.returncode == RUN_FAILED, r.stderr
     assert "empty" in r.stderr, r.stderr
     assert not list(tmp_path.glob("*.ctrace")) and not (tmp_path / "run.json").exists()

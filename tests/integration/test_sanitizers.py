@@ -83,10 +83,11 @@ def _clean(r: subprocess.CompletedProcess) -> None:
     assert not marks, f"sanitizer report ({marks}):\n{text[-8000:]}"
 
 
-def _traced(ct, sim, san, argv, *opts, sim_opts=None):
+def _traced(ct, sim, san, argv, *opts, sim_opts=None, extra=None):
     """`cudatrace run` of argv with the sanitized shim (the sanitizers' runtimes first)."""
     env = ct.env(**(sim_opts or {}))
     env.update(san["env"])
+    env.update(extra or {})
     env["LD_PRELOAD"] = san["preload"]
     r = ct.run(argv, *opts, env=env, timeout=300)
     _clean(r)
@@ -124,6 +125,20 @@ def test_budget_under_sanitizers(ct, sim, san):
         "6MiB",
     )
     assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_fencing_under_sanitizers(ct, sim, san, tmp_path):
+    """The environment's group (joined and its budget decided by ct_ledger_adopt, threads racing
+    over it) and a fence that cannot be set up (refused, its line said and recorded)."""
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    group = {"CUDATRACE_LEDGER_DIR": str(d), "CUDATRACE_GROUP": "g", "CUDATRACE_BUDGET": "6MiB"}
+    r = _traced(ct, sim, san, [sim.progs["budget_hammer"], "8", "300", "1m"],
+                sim_opts={}, extra=group)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    r = _traced(ct, sim, san, [sim.progs["hold"], "--exit-after-ms", "1", "1", "1m"],
+                extra=dict(group, CUDATRACE_BUDGET="lots"))  # fmt: skip
+    assert r.returncode == 1 and "fencing cannot be set up" in r.stderr, r.stderr[-4000:]
 
 
 def test_aggregate_and_python_frames_under_sanitizers(ct, sim, san, tmp_path):

@@ -11,9 +11,18 @@ import subprocess
 import sys
 import time
 
-from cudatrace import native, tracedir
+from cudatrace import native, sidecar, tracedir
 from cudatrace.analyze.trace import read_dir, read_trace
 from cudatrace.record.seal import Sealer
+
+
+def _entries(side) -> list[tuple[int, bytes]]:
+    """(chunk, raw) of each intact entry of a sidecar."""
+    fd = os.open(side, os.O_RDONLY)
+    try:
+        return [(c, raw) for c, raw, _off in sidecar.Entries(fd, 2 << 20)]
+    finally:
+        os.close(fd)
 
 
 def _disk(p) -> int:
@@ -25,9 +34,9 @@ def test_sealed_chunks_compressed_and_read_back(ct, sim, tmp_path):
     r = ct.run([sim.progs["threads"], 2, 300000, 4096])
     assert r.returncode == 0, r.stderr
     trace = next(r.out.glob("*.ctrace"))
-    side = trace.with_name(trace.name + tracedir.SEALED_SUFFIX)
+    side = trace.with_name(trace.name + sidecar.SUFFIX)
     assert side.is_file()
-    entries = list(tracedir.sealed_entries(side.read_bytes()))
+    entries = list(_entries(side))
     assert len(entries) >= 2 and all(c >= 1 for c, _ in entries)
     # the trace gave its sealed chunks' blocks back; the sidecar is far smaller than they were
     assert _disk(trace) < trace.stat().st_size - 2 * 2**20
@@ -49,8 +58,8 @@ def test_sealed_chunks_compressed_and_read_back(ct, sim, tmp_path):
     torn = tmp_path / "torn.ctrace"
     torn.write_bytes(trace.read_bytes())
     blob = side.read_bytes()
-    last = blob.rindex(tracedir.SEALED_MAGIC)
-    (tmp_path / ("torn.ctrace" + tracedir.SEALED_SUFFIX)).write_bytes(blob + blob[last : last + 40])
+    last = blob.rindex(sidecar.MAGIC)
+    (tmp_path / ("torn.ctrace" + sidecar.SUFFIX)).write_bytes(blob + blob[last : last + 40])
     assert read_trace(torn).n_events == t.n_events
     # a sidecar planted as a link is never written through; the trace is then left as it is
     planted = tmp_path / "planted"
@@ -59,7 +68,7 @@ def test_sealed_chunks_compressed_and_read_back(ct, sim, tmp_path):
     victim.write_bytes(b"keep")
     copy = planted / trace.name
     copy.write_bytes(bytes(data))
-    (planted / (trace.name + tracedir.SEALED_SUFFIX)).symlink_to(victim)
+    (planted / (trace.name + sidecar.SUFFIX)).symlink_to(victim)
     s = Sealer(planted)
     s.pass_once(final=True)
     assert victim.read_bytes() == b"keep" and s.error
@@ -79,13 +88,13 @@ def test_sealed_while_running_and_sigkill_loses_nothing(ct, sim):
     deadline = time.monotonic() + 90
     try:
         while time.monotonic() < deadline and p.poll() is None:
-            found = list(out.glob("*.ctrace" + tracedir.SEALED_SUFFIX))
-            if found and list(tracedir.sealed_entries(found[0].read_bytes())):
+            found = list(out.glob("*.ctrace" + sidecar.SUFFIX))
+            if found and list(_entries(found[0])):
                 side = found[0]
                 break
             time.sleep(0.1)
         assert side is not None, "no chunk was compressed while the program ran"
-        trace = side.with_name(side.name[: -len(tracedir.SEALED_SUFFIX)])
+        trace = side.with_name(side.name[: -len(sidecar.SUFFIX)])
         off = native.ffi().offsetof("struct ct_file_header", "sealed_chunks")
         assert int.from_bytes(trace.read_bytes()[off : off + 4], "little") >= 1
         os.kill(int(trace.name.split(".")[0]), signal.SIGKILL)
@@ -96,8 +105,9 @@ def test_sealed_while_running_and_sigkill_loses_nothing(ct, sim):
     t = read_dir(out).traces[0]
     assert t.status == "truncated" and t.bad_events == 0 and t.gaps == 0
     assert t.n_events > 5 * 2 * 2**20 / 8  # > 5 chunks of events, all read back
-    # every chunk but the header's is in the sidecar now (the process is gone), but a last one
-    # the writer had mapped and not yet written (all zeros: nothing to keep)
-    chunks = {c for c, _ in tracedir.sealed_entries(side.read_bytes())}
-    n = trace.stat().st_size // (2 * 2**20)
-    assert set(range(1, n - 1)) <= chunks <= set(range(1, n))
+    # every chunk but the header's is in the sidecar now (the process is gone), the last one
+    # (cut to its records) included, and the header says so
+    chunks = {c for c, _ in _entries(side)}
+    n = -(-trace.stat().st_size // (2 * 2**20))
+    assert chunks == set(range(1, n))
+    assert int.from_bytes(trace.read_bytes()[off : off + 4], "little") == n

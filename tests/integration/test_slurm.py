@@ -1,17 +1,28 @@
-"""Issue 24 #2: Slurm. A single-node Slurm (munged, slurmctld and slurmd from Debian's packages,
-on 127.0.0.1, started here and always stopped) with one simulated GPU configured as a gres with
-8 shards (a dummy device node, AutoDetect=off), and `cudatrace slurm-taskprolog` as its
-TaskProlog. Two jobs share the GPU: the one that goes over its share (2 of 8 shards) gets an OOM
-and an attributed denial in its output naming the job; the other (6 shards) completes; `cudatrace
-status` shows both in the GPU's one group. Plus the TaskProlog's lines for the environments a job
-would have (no daemons)."""
+"""Slurm (docs/slurm.md): a single-node Slurm (munged, slurmctld and slurmd from Debian's packages,
+on 127.0.0.1, started here once for the module and always stopped) with one simulated 8 GiB GPU
+configured as a gres of 8 shards (a dummy device node, AutoDetect=off), and the shipped TaskProlog
+wrapper (contrib/slurm/taskprolog.sh, its settings filled in) calling cudatrace by absolute path
+from an install every job user can read, none of it on the jobs' PATH. Jobs run as two ordinary
+users made here. The GPU's memory is read through NVML (no --gpu-memory), so a step's TaskProlog
+inside a job, whose environment preloads the shim, must still read the physical device.
+
+- two users' jobs on the GPU: the one over its share (2 of 8 shards) gets the OOM and a line naming
+  its job, the other (6 shards) completes, `cudatrace status` shows both;
+- `sbatch -n2 --gres=shard:3` with `srun -n2` steps: the steps share the job's 3 GiB;
+- an explicit CUDATRACE_SLURM_BUDGET above the shards held is bounded by them: a 7 GiB request on
+  `shard:1` never denies a `shard:6` job its 6 GiB;
+- a TaskProlog that cannot run cudatrace, and a ledger directory that is missing: the task's
+  output says so and its CUDA is refused; never a silent run without a budget.
+Plus the TaskProlog's lines for the environments a job would have (no daemons)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,11 +31,14 @@ from pathlib import Path
 
 import pytest
 
+from cudatrace import native
 from cudatrace.record import slurm
+from support import simbuild
 
 GiB = 1 << 30
 REPO = Path(__file__).resolve().parents[2]
-DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol")
+DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "scontrol", "useradd", "setpriv", "su")
+USERS = ("ctjob-alice", "ctjob-bob")
 
 
 def _free_port() -> int:
@@ -43,10 +57,78 @@ def _wait(pred, timeout, what):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
+def _open_to_all(path: Path) -> None:
+    for p in [path, *path.rglob("*")]:
+        if p.is_symlink():
+            continue
+        mode = p.stat().st_mode
+        p.chmod(mode | stat.S_IROTH | stat.S_IRGRP | (0o055 if p.is_dir() or mode & 0o100 else 0))
+
+
+def _python_for(user: str) -> str:
+    """An interpreter of this Python version that the job user can run."""
+    exe = os.path.realpath(sys.executable)
+    for cand in (exe, f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}"):
+        r = subprocess.run(["su", "-s", "/bin/sh", user, "-c", f"{cand} -c 'print(1)'"],
+                           capture_output=True, text=True)  # fmt: skip
+        if r.returncode == 0:
+            return cand
+    pytest.fail(f"no Python {sys.version_info[:2]} that {user} may run (CI's is /usr/bin's)")
+
+
+def install(opt: Path, user: str) -> dict:
+    """cudatrace installed where every job user can read it (docs/slurm.md): its package with
+    the native libraries and the headers, click and cffi beside it, a `bin/cudatrace` that runs
+    it by absolute path, and a stable link to the preload library."""
+    import cffi
+    import click
+    import pycparser
+
+    lib = opt / "lib"
+    lib.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(REPO / "cudatrace", lib / "cudatrace", ignore=ignore)
+    shutil.copytree(REPO / "native", lib / "cudatrace" / "_native" / "native", ignore=ignore)
+    shim = native.shim_path()
+    shutil.copy2(shim, lib / "cudatrace" / "_native" / shim.name)  # newer than the copied sources
+    shutil.copy2(shim.with_name(native.TOOLS_LIB), lib / "cudatrace" / "_native" / native.TOOLS_LIB)
+    for mod in (click, cffi, pycparser):
+        shutil.copytree(Path(mod.__file__).parent, lib / mod.__name__, ignore=ignore)
+    import _cffi_backend
+
+    shutil.copy2(_cffi_backend.__file__, lib / Path(_cffi_backend.__file__).name)
+    (opt / "bin").mkdir()
+    py = _python_for(user)
+    (opt / "bin" / "cudatrace").write_text(
+        f'#!/bin/sh\nPYTHONPATH={lib} exec {py} -m cudatrace "$@"\n'
+    )
+    (opt / "bin" / "cudatrace").chmod(0o755)
+    (opt / "libcudatrace.so").symlink_to(lib / "cudatrace" / "_native" / shim.name)
+    _open_to_all(opt)
+    return {"cudatrace": opt / "bin" / "cudatrace", "shim": opt / "libcudatrace.so", "py": py}
+
+
+def wrapper(base: Path, name: str, cudatrace: Path, shim: Path, ledgers: Path) -> Path:
+    """contrib/slurm/taskprolog.sh with its four settings filled in, as an operator edits it."""
+    text = (REPO / "contrib/slurm/taskprolog.sh").read_text()
+    for key, value in (("CUDATRACE", cudatrace), ("SHIM", shim), ("SHARDS_PER_GPU", 8),
+                       ("LEDGER_DIR", ledgers)):  # fmt: skip
+        lines = text.splitlines()
+        hits = [i for i, ln in enumerate(lines) if ln.startswith(f"{key}=")]
+        assert len(hits) == 1, key
+        lines[hits[0]] = f"{key}={value}"
+        text = "\n".join(lines) + "\n"
+    path = base / name
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
 class Cluster:
     def __init__(self, base: Path, ledgers: Path, env: dict[str, str]):
         self.base, self.ledgers, self.env = base, ledgers, env
         self.procs: list[subprocess.Popen] = []
+        self.made_users: list[str] = []
 
     def start(self, name, *args):
         log = open(self.base / f"{name}.stdout", "w")
@@ -65,10 +147,29 @@ class Cluster:
                 p.kill()
                 p.wait(timeout=15)
 
-    def run(self, *args, **kw) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            list(map(str, args)), env=self.env, capture_output=True, text=True, timeout=30, **kw
-        )
+    def run(self, *args, user: str | None = None, env=None, **kw) -> subprocess.CompletedProcess:
+        pre = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}",
+                                       "--init-groups"]  # fmt: skip
+        return subprocess.run([*pre, *map(str, args)], env=env or self.env, capture_output=True,
+                              text=True, timeout=60, **kw)  # fmt: skip
+
+    def use_prolog(self, path: Path) -> None:
+        """The TaskProlog slurm.conf names is a link: pointed at another wrapper for a test."""
+        link = self.base / "taskprolog.sh"
+        tmp = self.base / "taskprolog.new"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(path)
+        os.replace(tmp, link)
+
+    def sbatch(self, user: str, script: str, *opts, env_add=None) -> str:
+        path = self.base / "jobs" / f"job-{time.monotonic_ns()}.sh"
+        path.write_text("#!/bin/sh\n" + script)
+        path.chmod(0o755)
+        env = dict(self.env, **(env_add or {}))
+        r = self.run("sbatch", "--parsable", "-o", f"{self.base}/out/%j.txt", *opts, path,
+                     user=user, env=env)  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip().split(";")[0]
 
     def job_state(self, job: str) -> str:
         r = self.run("scontrol", "show", "job", job)
@@ -77,40 +178,42 @@ class Cluster:
                 return tok.split("=", 1)[1]
         return ""
 
+    def finished(self, job: str, timeout: float = 90) -> str:
+        return _wait(
+            lambda: (s := self.job_state(job)) in ("COMPLETED", "FAILED", "CANCELLED") and s,
+            timeout,
+            f"job {job} to end",
+        )
+
+    def output(self, job: str) -> str:
+        return (self.base / "out" / f"{job}.txt").read_text()
+
+    def status(self) -> dict:
+        env = {k: v for k, v in self.env.items() if k != "LD_PRELOAD"}
+        r = subprocess.run([sys.executable, "-m", "cudatrace", "status", "slurm-gpu0", "--json"],
+                           env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+        return json.loads(r.stdout)["ledgers"][0] if r.returncode == 0 else {}
+
     def logs(self) -> str:
         out = []
-        for f in sorted(self.base.glob("*.log")) + sorted(self.base.glob("*.stdout")):
+        files = sorted(self.base.glob("*.log")) + sorted(self.base.glob("*.stdout"))
+        for f in files + sorted(self.base.glob("out/*.txt")):
             out.append(f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}")
         return "\n".join(out)
 
 
-@pytest.fixture
-def cluster(ct, sim):
-    missing = [d for d in DAEMONS if not shutil.which(d)]
-    if missing:
-        pytest.fail(f"Slurm/munge not installed ({', '.join(missing)}): .ci/run installs them")
-    if os.geteuid() != 0:
-        pytest.fail("slurmd runs as root here (it starts jobs as their users): run as root")
-    base = Path(tempfile.mkdtemp(prefix="ct-slurm-"))
-    base.chmod(0o755)
-    host = socket.gethostname().split(".")[0]
-    (base / "state").mkdir()
-    (base / "spool").mkdir()
-    munge = base / "munge"
-    munge.mkdir(mode=0o700)
-    (munge / "key").write_bytes(os.urandom(1024))
-    (munge / "key").chmod(0o600)
-    ledgers = base / "ledgers"
-    ledgers.mkdir()
-    ledgers.chmod(0o1777)  # the node's shared ledger directory (docs/slurm.md)
-    os.mknod(base / "nvidia0", 0o600 | 0o020000, os.makedev(195, 0))  # a dummy GPU device node
-    prolog = base / "taskprolog.sh"
-    prolog.write_text(
-        "#!/bin/sh\n"
-        f"PYTHONPATH={REPO} exec {sys.executable} -m cudatrace slurm-taskprolog "
-        f"--ledger-dir {ledgers} --shards-per-gpu 8 --gpu-memory 8GiB\n"
-    )
-    prolog.chmod(0o755)
+def _users(c: Cluster) -> None:
+    for u in USERS:
+        try:
+            pwd.getpwnam(u)
+        except KeyError:
+            r = subprocess.run(["useradd", "--no-create-home", "--shell", "/bin/sh", u],
+                               capture_output=True, text=True)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+            c.made_users.append(u)
+
+
+def _conf(base: Path, host: str, munge: Path) -> Path:
     conf = base / "slurm.conf"
     conf.write_text(
         f"""ClusterName=cudatrace
@@ -139,7 +242,7 @@ MpiDefault=none
 SwitchType=switch/none
 ReturnToService=2
 MinJobAge=600
-TaskProlog={prolog}
+TaskProlog={base}/taskprolog.sh
 NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1,shard:8 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=10 State=UP
 """
@@ -149,16 +252,66 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=10 State=UP
         f"NodeName={host} Name=gpu File={base}/nvidia0\n"
         f"NodeName={host} Name=shard Count=8 File={base}/nvidia0\n"
     )
-    env = ct.env(state=sim.new_state(), total_bytes=8 * GiB)
-    env["SLURM_CONF"] = str(conf)
+    return conf
+
+
+def _tree(sim) -> tuple[Path, dict]:
+    """The base folder: the shared ledger directory, the simulated driver, hold and the GPU's
+    state open to the job users, folders for job scripts and outputs."""
+    base = Path(tempfile.mkdtemp(prefix="ct-slurm-"))
+    base.chmod(0o755)
+    for d in ("state", "spool", "pub"):
+        (base / d).mkdir()
+    for d in ("jobs", "out"):
+        (base / d).mkdir(mode=0o1777)
+        (base / d).chmod(0o1777)
+    ledgers = base / "ledgers"
+    ledgers.mkdir()
+    ledgers.chmod(0o1777)  # the node's shared ledger directory (docs/slurm.md)
+    for f in sim.lib.iterdir():
+        shutil.copy2(f, base / "pub" / f.name, follow_symlinks=True)
+    shutil.copy2(sim.progs["hold"], base / "pub" / "hold")
+    _open_to_all(base / "pub")
+    os.mknod(base / "nvidia0", 0o600 | 0o020000, os.makedev(195, 0))  # a dummy GPU device node
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDATRACE_", "CUDASIM_"))}
+    env.pop("LD_PRELOAD", None)
+    env.update(simbuild.sim_env(base / "pub", state=base / "gpu", total_bytes=8 * GiB))
+    env["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # no cudatrace on it: the jobs' PATH
     env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
-    c = Cluster(base, ledgers, env)
+    env["PYTHONPATH"] = str(REPO)  # for the test's own `cudatrace status`
+    return base, env
+
+
+@pytest.fixture(scope="module")
+def cluster(sim):
+    missing = [d for d in DAEMONS if not shutil.which(d, path="/usr/sbin:/usr/bin:/sbin:/bin")]
+    if missing:
+        pytest.fail(f"Slurm/munge not installed ({', '.join(missing)}): .ci/run installs them")
+    if os.geteuid() != 0:
+        pytest.fail("slurmd runs as root here (it starts jobs as their users): run as root")
+    base, env = _tree(sim)
+    host = socket.gethostname().split(".")[0]
+    munge = base / "munge"
+    munge.mkdir(mode=0o700)
+    (munge / "key").write_bytes(os.urandom(1024))
+    (munge / "key").chmod(0o600)
+    conf = _conf(base, host, munge)
+    env["SLURM_CONF"] = str(conf)
+    c = Cluster(base, base / "ledgers", env)
     try:
+        _users(c)
+        sim.run("simstat", env=env, check=True)  # the GPU's state file, open to the job users
+        (base / "gpu").chmod(0o666)
+        c.installed = install(base / "opt", USERS[0])
+        c.good = wrapper(base, "prolog-good.sh", c.installed["cudatrace"], c.installed["shim"],
+                         c.ledgers)  # fmt: skip
+        c.use_prolog(c.good)
         c.start(
             "munged", "-F", "-f", f"--key-file={munge}/key", f"--socket={munge}/sock",
             f"--pid-file={munge}/pid", f"--log-file={munge}/log", f"--seed-file={munge}/seed",
         )  # fmt: skip
         _wait(lambda: (munge / "sock").exists(), 15, "munged's socket")
+        (munge).chmod(0o755)  # the users' commands reach munged's socket
         c.start("slurmctld", "-D", "-i", "-f", conf)
         c.start("slurmd", "-D", "-f", conf)
         _wait(lambda: "idle" in c.run("sinfo", "-h", "-o", "%t").stdout, 40, "the node to be idle")
@@ -168,91 +321,212 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=10 State=UP
         raise
     finally:
         c.stop()
+        for u in c.made_users:
+            subprocess.run(["userdel", u], capture_output=True)
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _sbatch(c: Cluster, shards: int, n_gib: int) -> str:
-    script = c.base / f"job-{shards}.sh"
-    hold = c.base / "hold"
-    script.write_text(
-        "#!/bin/sh\n"
-        'echo "job $SLURM_JOB_ID: group $CUDATRACE_GROUP, share $CUDATRACE_SHARE_BUDGET bytes"\n'
-        f"exec {hold} --exit-after-ms 4000 {n_gib} 1g\n"
-    )
-    script.chmod(0o755)
-    r = c.run("sbatch", "--parsable", f"--gres=shard:{shards}", "-o", f"{c.base}/out-%j.txt",
-              script)  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    return r.stdout.strip().split(";")[0]
+@pytest.fixture
+def cl(cluster):
+    """The cluster with the good TaskProlog, after the previous test's jobs have ended."""
+    cluster.use_prolog(cluster.good)
+    _wait(lambda: not cluster.run("squeue", "-h").stdout.strip(), 60, "the queue to empty")
+    return cluster
 
 
-def test_two_jobs_on_one_gpu(ct, sim, cluster):
-    c = cluster
-    shutil.copy2(sim.progs["hold"], c.base / "hold")
-    small = _sbatch(c, 2, 3)  # 2 of 8 shards of 8 GiB = 2 GiB; asks for 3 x 1 GiB
-    big = _sbatch(c, 6, 5)  # 6 GiB; takes 5 x 1 GiB and completes
+def _hold(c: Cluster) -> str:
+    return str(c.base / "pub" / "hold")
+
+
+def test_two_users_jobs_on_one_gpu(cl):
+    c = cl
+    small = c.sbatch(USERS[0],
+                     'command -v cudatrace || echo "cudatrace is not on the job\'s PATH"\n'
+                     f"exec {_hold(c)} --exit-after-ms 4000 3 1g\n", "--gres=shard:2")  # fmt: skip
+    big = c.sbatch(USERS[1], f"exec {_hold(c)} --exit-after-ms 4000 5 1g\n", "--gres=shard:6")
 
     def both_in_status():
-        r = ct.cli("status", "slurm-gpu0", "--json", env=c.env)
-        if r.returncode != 0:
-            return None
-        st = json.loads(r.stdout)["ledgers"][0]
-        shares = {m["share"] for m in st["members"] if m["state"] == "alive"}
+        st = c.status()
+        shares = {m["share"] for m in st.get("members", []) if m["state"] == "alive"}
         return st if {small, big} <= shares else None
 
     try:
-        st = _wait(both_in_status, 40, "both jobs in `cudatrace status`")
-        text = ct.cli("status", env=c.env).stdout
-        assert f"[share {small}: 2.00 GiB" in text and f"[share {big}: 6.00 GiB" in text, text
-        assert st["devices"][0]["limit"] == 8 * GiB
-        _wait(lambda: c.job_state(small) == "FAILED", 60, f"job {small} to fail")
-        _wait(lambda: c.job_state(big) == "COMPLETED", 60, f"job {big} to complete")
+        st = _wait(both_in_status, 60, "both jobs in `cudatrace status`")
+        assert st["devices"][0]["limit"] == 8 * GiB  # the GPU's memory, read through NVML
+        limits = {m["share"]: m["share_limit"] for m in st["members"]}
+        assert limits[small] == 2 * GiB and limits[big] == 6 * GiB, limits
+        assert c.finished(small) == "FAILED" and c.finished(big) == "COMPLETED"
     except AssertionError:
         print(c.logs())
         raise
-    out_small = (c.base / f"out-{small}.txt").read_text()
-    out_big = (c.base / f"out-{big}.txt").read_text()
+    out_small, out_big = c.output(small), c.output(big)
+    assert "cudatrace is not on the job's PATH" in out_small, out_small
     assert "cudatrace: budget exceeded: cuMemAlloc_v2 of 1.00 GiB on device 0" in out_small
-    assert f"budget 2.00 GiB (share of slurm job {small} (root)), in use 2.00 GiB" in out_small
-    assert "at hold_alloc" in out_small and "CUDA_ERROR_OUT_OF_MEMORY" in out_small, out_small
+    assert (
+        f"budget 2.00 GiB (share of slurm job {small} ({USERS[0]})), in use 2.00 GiB" in out_small
+    ), out_small
     allocs = [ln for ln in out_big.splitlines() if ln.startswith("alloc cuMemAlloc_v2 1073741824")]
     assert "budget exceeded" not in out_big and len(allocs) == 5, out_big
-    assert all(ln.endswith(" 0") for ln in allocs), out_big  # CUDA_SUCCESS, all five
-    st = json.loads(ct.cli("status", "slurm-gpu0", "--json", env=c.env).stdout)["ledgers"][0]
-    assert st["devices"][0]["denials"] == 1
+    assert all(ln.endswith(" 0") for ln in allocs), out_big
+
+
+def test_srun_steps_share_the_jobs_share(cl):
+    """Each step's TaskProlog runs in the job's environment (the shim preloaded): it still reads
+    the GPU's 8 GiB, so the steps get the job's 3 GiB (they got 1.12 GiB and a group budget that
+    "differs"), and together they hold 3 GiB: of 2 x 2 GiB asked, 1 GiB is denied."""
+    c = cl
+    job = c.sbatch(
+        USERS[0],
+        f"srun -n2 sh -c 'echo share $CUDATRACE_SHARE_BUDGET; "
+        f"exec {_hold(c)} --exit-after-ms 3000 2 1g'\n",
+        "-n2",
+        "--gres=shard:3",
+    )
+    c.finished(job)
+    out = c.output(job)
+    assert out.count(f"share {3 * GiB}") == 2, out
+    ok = [ln for ln in out.splitlines() if ln.startswith("alloc ") and ln.endswith(" 0")]
+    assert len(ok) == 3, out
+    assert f"budget 3.00 GiB (share of slurm job {job} ({USERS[0]})), in use 3.00 GiB" in out, out
+    assert "differs" not in out and "fencing cannot be set up" not in out, out
+
+
+def test_an_explicit_request_is_bounded_by_the_shards_held(cl):
+    """CUDATRACE_SLURM_BUDGET=7GiB on shard:1 gets its shard's 1 GiB, and says so; the shard:6
+    job beside it gets its 6 GiB (it was denied at its 2nd GiB)."""
+    c = cl
+    greedy = c.sbatch(USERS[1], f"exec {_hold(c)} --exit-after-ms 5000 7 1g\n", "--gres=shard:1",
+                      env_add={"CUDATRACE_SLURM_BUDGET": "7GiB"})  # fmt: skip
+    _wait(lambda: c.job_state(greedy) == "RUNNING", 60, "the greedy job to start")
+    time.sleep(1)
+    fair = c.sbatch(USERS[0], f"exec {_hold(c)} --exit-after-ms 1000 6 1g\n", "--gres=shard:6")
+    assert c.finished(fair) == "COMPLETED", c.output(fair)
+    c.finished(greedy)
+    out = c.output(greedy)
+    assert "is more than the job holds (1 of 8 shards" in out, out
+    assert f"budget 1.00 GiB (share of slurm job {greedy}" in out, out
+    assert "budget exceeded" not in c.output(fair)
+
+
+def test_a_malformed_request_keeps_the_share(cl):
+    c = cl
+    job = c.sbatch(USERS[1], f"exec {_hold(c)} --exit-after-ms 1 3 1g\n", "--gres=shard:2",
+                   env_add={"CUDATRACE_SLURM_BUDGET": "lots"})  # fmt: skip
+    c.finished(job)
+    out = c.output(job)
+    assert "CUDATRACE_SLURM_BUDGET=lots is not a size" in out, out
+    assert f"budget 2.00 GiB (share of slurm job {job}" in out, out
+
+
+def test_a_prolog_that_cannot_run_cudatrace_refuses_cuda(cl):
+    """The wrapper's cudatrace is gone (an upgrade half done): the task still runs, its output
+    says why, and its CUDA is refused by the preload library (it used to fail every job on the
+    node with status 127, or, had the hook been skipped, run it without a budget)."""
+    c = cl
+    bad = wrapper(c.base, "prolog-broken.sh", c.base / "opt" / "bin" / "gone",
+                  c.installed["shim"], c.ledgers)  # fmt: skip
+    c.use_prolog(bad)
+    job = c.sbatch(USERS[0], f"echo task ran\nexec {_hold(c)} --exit-after-ms 1 1 1g\n",
+                   "--gres=shard:2")  # fmt: skip
+    c.finished(job)
+    out = c.output(job)
+    assert "task ran" in out, out
+    assert "the TaskProlog could not run" in out and "CUDA is refused in this task" in out, out
+    assert "fencing cannot be set up: the Slurm TaskProlog could not run cudatrace" in out, out
+    assert "# cuInit 800" in out, out
+
+
+def test_a_missing_ledger_directory_refuses_cuda(cl):
+    """/run/cudatrace gone after a reboot: the task's output says so, and the preload library
+    refuses its CUDA (the first job used to make the directory its own, and every other user's
+    jobs then ran without a budget)."""
+    c = cl
+    missing = c.base / "run" / "cudatrace"
+    c.use_prolog(wrapper(c.base, "prolog-nodir.sh", c.installed["cudatrace"],
+                         c.installed["shim"], missing))  # fmt: skip
+    jobs = [c.sbatch(u, f"exec {_hold(c)} --exit-after-ms 1 1 1g\n", "--gres=shard:2")
+            for u in USERS]  # fmt: skip
+    for job in jobs:
+        c.finished(job)
+        out = c.output(job)
+        assert f"the ledger directory {missing} does not exist" in out, out
+        assert "CUDA will be refused in this task" in out, out
+        assert "fencing cannot be set up" in out and "# cuInit 800" in out, out
+    assert not missing.exists()
+
+
+def test_cudatrace_run_in_a_job_reports_the_share(cl):
+    c = cl
+    out_dir = c.base / "out" / "traced"
+    job = c.sbatch(USERS[1], f"exec {c.installed['cudatrace']} run -q -o {out_dir} -- "
+                   f"{_hold(c)} --exit-after-ms 1 3 1g\n", "--gres=shard:2")  # fmt: skip
+    c.finished(job)
+    env = {k: v for k, v in c.env.items() if k != "LD_PRELOAD"}
+    r = subprocess.run([sys.executable, "-m", "cudatrace", "report", str(out_dir), "--json"],
+                       env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, (r.stderr, c.output(job))
+    b = json.loads(r.stdout)["budget"]
+    assert b["limits"]["0"] == 2 * GiB and b["share"] == f"slurm job {job} ({USERS[1]})", b
 
 
 # ---- the TaskProlog alone: the environments a job would have ---------------------------------
 
 
-def _lines(**env):
-    return slurm.taskprolog(env, "/opt/ct/libcudatrace.so", "/run/cudatrace", 8, 80 * GiB)
+def _lines(tmp_path=None, **env):
+    d = tmp_path or Path(tempfile.mkdtemp())
+    (d / "ledgers").mkdir(exist_ok=True)
+    (d / "ledgers").chmod(0o1777)
+    return slurm.taskprolog(env, "/opt/ct/libcudatrace.so", str(d / "ledgers"), 8, 80 * GiB)
 
 
 def _exports(lines):
     return dict(ln[len("export ") :].split("=", 1) for ln in lines if ln.startswith("export "))
 
 
-def test_taskprolog_shards_request_and_refusals():
-    e = _exports(_lines(SLURM_JOB_ID="1234", SLURM_SHARDS_ON_NODE="2", CUDA_VISIBLE_DEVICES="0",
-                        SLURM_JOB_GPUS="3", SLURM_JOB_USER="alice"))  # fmt: skip
+def test_taskprolog_shards_request_and_refusals(tmp_path):
+    e = _exports(_lines(tmp_path, SLURM_JOB_ID="1234", SLURM_SHARDS_ON_NODE="2",
+                        CUDA_VISIBLE_DEVICES="0", SLURM_JOB_GPUS="3",
+                        SLURM_JOB_USER="alice"))  # fmt: skip
     assert e["CUDATRACE_GROUP"] == "slurm-gpu3"  # the node's GPU index, not the job's ordinal
     assert e["CUDATRACE_SHARE_BUDGET"] == str(20 * GiB) and e["CUDATRACE_BUDGET"] == str(80 * GiB)
     assert e["CUDATRACE_SHARE"] == "1234" and e["CUDATRACE_SHARE_LABEL"] == "slurm job 1234 (alice)"
     assert e["LD_PRELOAD"] == "/opt/ct/libcudatrace.so"
-    assert e["CUDATRACE_LEDGER_DIR"] == "/run/cudatrace"
-    # an explicit request; a whole GPU; LD_PRELOAD kept; a long job id
-    e = _exports(_lines(SLURM_JOB_ID="123456789012", SLURM_JOB_GPUS="0", LD_PRELOAD="/x.so",
-                        CUDATRACE_SLURM_BUDGET="3GiB"))  # fmt: skip
+    assert e["CUDATRACE_ON_FENCE_ERROR"] == "refuse"
+    # an explicit request below the job's part; a whole GPU; LD_PRELOAD kept; a long job id
+    e = _exports(_lines(tmp_path, SLURM_JOB_ID="123456789012", SLURM_JOB_GPUS="0",
+                        LD_PRELOAD="/x.so", CUDATRACE_SLURM_BUDGET="3GiB"))  # fmt: skip
     assert e["CUDATRACE_SHARE_BUDGET"] == str(3 * GiB) and e["CUDATRACE_SHARE"] == "56789012"
     assert e["LD_PRELOAD"] == "/opt/ct/libcudatrace.so /x.so"
-    e = _exports(_lines(SLURM_JOB_ID="7", SLURM_JOB_GPUS="1"))
+    e = _exports(_lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="1"))
     assert e["CUDATRACE_SHARE_BUDGET"] == str(80 * GiB)
-    assert _lines(SLURM_JOB_ID="7") == []  # no GPU: nothing
-    two = _lines(SLURM_JOB_ID="7", SLURM_JOB_GPUS="0,1")
-    assert not _exports(two) and "a budget group is one GPU" in two[0]
-    bad = _lines(SLURM_JOB_ID="7", SLURM_JOB_GPUS="0", CUDATRACE_SLURM_BUDGET="lots")
-    assert bad[0].startswith("print cudatrace: no GPU memory budget") and "lots" in bad[0]
-    over = _lines(SLURM_JOB_ID="7", SLURM_JOB_GPUS="0", SLURM_SHARDS_ON_NODE="9")
-    assert "more than the 8 shards" in over[0]
-    assert "SLURM_JOB_ID" in _lines(SLURM_JOB_GPUS="0")[0]
+    assert _lines(tmp_path, SLURM_JOB_ID="7") == []  # no GPU: nothing
+    two = _lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="0,1")  # whole GPUs: no one shares
+    assert not _exports(two) and "no other job shares them" in two[0]
+
+
+def test_taskprolog_never_raises_or_drops_a_share(tmp_path):
+    """A request above the shards held is bounded by them; a malformed one keeps the share (it
+    used to remove the budget); what prevents a budget fences the task anyway: the reason goes
+    to the preload library, which refuses its CUDA (the task used to run without a budget)."""
+    lines = _lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="0", SLURM_SHARDS_ON_NODE="1",
+                   CUDATRACE_SLURM_BUDGET="70GiB")  # fmt: skip
+    assert _exports(lines)["CUDATRACE_SHARE_BUDGET"] == str(10 * GiB)
+    assert "more than the job holds (1 of 8 shards" in lines[0]
+    lines = _lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="0", SLURM_SHARDS_ON_NODE="2",
+                   CUDATRACE_SLURM_BUDGET="lots")  # fmt: skip
+    assert _exports(lines)["CUDATRACE_SHARE_BUDGET"] == str(20 * GiB)
+    assert "CUDATRACE_SLURM_BUDGET=lots is not a size" in lines[0]
+    for env, why in (
+        ({"SLURM_SHARDS_ON_NODE": "9", "SLURM_JOB_GPUS": "0"}, "more than the 8 shards"),
+        ({"SLURM_SHARDS_ON_NODE": "2", "SLURM_JOB_GPUS": "0,1"}, "holds shards of GPUs 0,1"),
+        ({"SLURM_JOB_ID": "", "SLURM_JOB_GPUS": "0"}, "SLURM_JOB_ID"),
+    ):
+        lines = _lines(tmp_path, **{"SLURM_JOB_ID": "7", **env})
+        e = _exports(lines)
+        assert why in e["CUDATRACE_FENCE_ERROR"] and e["LD_PRELOAD"] == "/opt/ct/libcudatrace.so"
+        assert e["CUDATRACE_ON_FENCE_ERROR"] == "refuse" and "CUDATRACE_GROUP" not in e
+        assert lines[0].startswith("print cudatrace: no GPU memory budget") and why in lines[0]
+    lines = slurm.taskprolog({"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0"}, "/s.so",
+                             str(tmp_path / "none"), 8, 80 * GiB)  # fmt: skip
+    assert "does not exist" in lines[0] and "CUDA will be refused" in lines[0]
+    assert _exports(lines)["CUDATRACE_GROUP"] == "slurm-gpu0"

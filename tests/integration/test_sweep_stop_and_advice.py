@@ -9,7 +9,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from support.paths import REPO
@@ -48,7 +47,6 @@ def test_stop_reaches_children_that_ignore_sigint(sim, tmp_path):
     pids = tmp_path / "pids"
     child = f"sh -c 'trap \"\" INT; echo $$ >> {pids}; exec sleep 60' &"
     cmd = f"{child} exec {sim.progs['hold']} 1 {{}}"
-    t0 = time.monotonic()
     r = sweep(
         _env(sim, tmp_path),
         "--values", "1MiB,2MiB", "--stop-after", "1s", "--grace", "1s",
@@ -63,7 +61,6 @@ def test_stop_reaches_children_that_ignore_sigint(sim, tmp_path):
         for p in left:
             if not _gone(p):
                 os.kill(p, 9)
-    assert time.monotonic() - t0 < 40
     for run in json.loads(r.stdout)["runs"]:
         assert run["ended"]["signal"] in ("SIGTERM", "SIGKILL"), run["ended"]
 
@@ -93,6 +90,33 @@ def test_predicted_budget_counts_contexts_and_works(sim, tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     assert "budget exceeded" not in run.stderr
     assert sim.stats(state)[0]["hwm"] <= b["bytes"]
+
+
+def test_short_runs_predict_a_budget_with_their_contexts(sim, tmp_path):
+    # runs of a few milliseconds end between two of the launcher's NVML samples: the context
+    # comes from the shim's own measurement (each process records what a budget would count,
+    # INFO context.<dev>), and the advised budget holds the program at the predicted value
+    ctx = 48 * MiB
+    env = _env(sim, tmp_path, ctx_bytes=ctx)
+    hold = sim.progs["hold"]
+    r = sweep(
+        env, "--values", "2MiB,4MiB,6MiB", "--predict", "8MiB", "-o", tmp_path / "sw",
+        "--json", "--", hold, "--exit-after-ms", "1", "2", "{}",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert all(run["seconds"] < 5 for run in doc["runs"]), doc["runs"]
+    b = doc["prediction"]["budget"]
+    assert b["context_bytes"] == ctx, b
+    assert b["bytes"] >= 16 * MiB + ctx, b
+    state = sim.new_state()
+    env = _env(sim, tmp_path, ctx_bytes=ctx, state=state)
+    run = subprocess.run(
+        [sys.executable, "-m", "cudatrace", "run", "-q", "-o", tmp_path / "t"]
+        + ["--budget", b["spec"], "--", hold, "--exit-after-ms", "1", "2", "8MiB"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0 and "budget exceeded" not in run.stderr, run.stdout + run.stderr
 
 
 def test_numbers_too_large_are_refused_clearly(sim, tmp_path):

@@ -3,7 +3,7 @@
  *   cc -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE -pthread -Inative/include \
  *      tests/ledger/ledger_test.c native/common/ledger.c -o ledger_test
  *   ./ledger_test DIR hammer [PROCS THREADS ITERS]
- *   ./ledger_test DIR kill | reuse | saturate | security | fork | full | all
+ *   ./ledger_test DIR kill | reuse | saturate | security | fork | full | adopt | all
  *
  * Each case prints "ok <case> ..." and exits 0, or prints "FAIL ..." and exits 1.
  * tests/integration/test_ledger.py builds and runs it.
@@ -493,10 +493,81 @@ static int case_full(void)
     return 0;
 }
 
+/* ---- adopt: the group rule under a race. 16 rounds; in each, 16 processes (half asking 1 GiB,
+ * half 2 GiB) join a memberless group of 3 GiB at once, each adopts and stays. Every one told
+ * OK asks the budget the group ends with; every other was refused for a conflict (or a token
+ * held past a second: EBUSY); at least one is told OK. --------------------------------------- */
+
+static int case_adopt(void)
+{
+    enum { N = 16 };
+    for (int round = 0; round < 16; round++) {
+        ct_ledger *l = make("adopt", 3072 * MiB, 0);
+        uint64_t all = 3072 * MiB;
+        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+            ct_ledger_set_limit(l, d, all);
+        int fds[2], go[2];
+        CHECK(pipe(fds) == 0 && pipe(go) == 0, "pipe");
+        pid_t kids[N];
+        for (int i = 0; i < N; i++) {
+            pid_t k = fork();
+            CHECK(k >= 0, "fork");
+            if (k == 0) {
+                uint64_t want[CT_LEDGER_MAX_DEVICES];
+                for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+                    want[d] = (uint64_t)(1 + i % 2) * 1024 * MiB;
+                char c;
+                close(go[1]);
+                if (read(go[0], &c, 1) != 0) /* EOF: all start together */
+                    _exit(1);
+                int32_t joined = ct_ledger_join(l, getpid(), 0), rc = -99;
+                if (joined >= 0)
+                    rc = ct_ledger_adopt(l, want, NULL, errbuf, sizeof errbuf);
+                char r = rc == CT_LEDGER_OK ? (char)('1' + i % 2)
+                         : rc == CT_LEDGER_ECONFLICT || rc == CT_LEDGER_EBUSY ? 'x'
+                                                                               : '?';
+                if (rc != CT_LEDGER_OK && joined >= 0)
+                    ct_ledger_leave(l);
+                if (write(fds[1], &r, 1) != 1)
+                    _exit(1);
+                for (;;)
+                    pause();
+            }
+            kids[i] = k;
+        }
+        close(go[0]);
+        close(go[1]);
+        close(fds[1]);
+        int ok1 = 0, ok2 = 0;
+        for (int i = 0; i < N; i++) {
+            char c;
+            CHECK(read(fds[0], &c, 1) == 1, "read");
+            CHECK(c != '?', "round %d: an unexpected answer", round);
+            ok1 += c == '1';
+            ok2 += c == '2';
+        }
+        close(fds[0]);
+        uint64_t fin = ct_ledger_limit(l, 0);
+        CHECK(ok1 + ok2 > 0, "round %d: no one was told OK", round);
+        CHECK(!(ok1 && ok2), "round %d: %d told OK under 1 GiB, %d under 2 GiB", round, ok1, ok2);
+        CHECK(fin == (uint64_t)(ok1 ? 1 : 2) * 1024 * MiB, "round %d: final %llu", round,
+              (unsigned long long)fin);
+        for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
+            CHECK(ct_ledger_limit(l, d) == fin, "device %d differs", d);
+        for (int i = 0; i < N; i++)
+            kill(kids[i], SIGKILL);
+        for (int i = 0; i < N; i++)
+            waitpid(kids[i], NULL, 0);
+        ct_ledger_close(l);
+    }
+    printf("ok adopt\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s DIR hammer|kill|reuse|saturate|security|fork|full|all [...]\n", argv[0]);
+        fprintf(stderr, "usage: %s DIR hammer|kill|reuse|saturate|security|fork|full|adopt|all [...]\n", argv[0]);
         return 2;
     }
     dir = argv[1];
@@ -518,5 +589,7 @@ int main(int argc, char **argv)
         case_fork();
     if (all || strcmp(c, "full") == 0)
         case_full();
+    if (all || strcmp(c, "adopt") == 0)
+        case_adopt();
     return 0;
 }

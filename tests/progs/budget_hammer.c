@@ -7,12 +7,15 @@
  * otherwise picks at random (rand_r, seeded by the thread index: the same pattern every run).
  * At the end every thread frees what it holds. Prints:
  *     ok N oom M                     successful allocations, OUT_OF_MEMORY results
- * and "# errors E first R" when other results (a failed free included) occurred. Exit 0 when E
- * is 0, else 1.
+ * and "# errors E first R" when other results (a failed free included) occurred; under
+ * cudatrace's shim also "live peak P live L": the shim's live counters (live_format.h, every
+ * device together) at the end. Exit 0 when E is 0, else 1.
  */
+#include <dlfcn.h>
 #include <pthread.h>
 
 #include "cudasim_api.h"
+#include "live_format.h"
 
 #define HOLD_MAX 4
 
@@ -103,6 +106,11 @@ int main(int argc, char **argv)
     printf("ok %ld oom %ld\n", g_ok, g_oom);
     if (g_errors)
         printf("# errors %ld first %d\n", g_errors, g_first_error);
+    const struct ct_live_stats *(*live)(void) =
+        (const struct ct_live_stats *(*)(void))dlsym(RTLD_DEFAULT, "cudatrace_live");
+    if (live && live()->active)
+        printf("live peak %llu live %llu\n", (unsigned long long)live()->dev[CT_LIVE_ALL].peak,
+               (unsigned long long)live()->dev[CT_LIVE_ALL].live);
     free(t);
     return g_errors ? 1 : 0;
 }

@@ -38,7 +38,45 @@ SHAPES = {
         "g++",
         ["-lmat", "-lmc10"],
     ),
+    # libtorch's split: the caching allocator, the CUDA kernels, the dispatcher and generic code
+    "llm_server": (
+        [
+            ("libc10_cuda.so", ["c10_cuda.cpp"], "g++", ["-lcuda"]),
+            ("libtorch_cpu.so", ["torch_cpu.cpp"], "g++", []),
+            ("libtorch_cuda.so", ["torch_cuda.cpp"], "g++", ["-ltorch_cpu", "-lc10_cuda"]),
+        ],
+        ["llm_server.cpp"],
+        "g++",
+        ["-Wl,--no-as-needed", "-ltorch_cuda", "-ltorch_cpu", "-lc10_cuda"],
+    ),
+    # ONNX Runtime's split, with onnxruntime-genai over its C API
+    "ort_chat": (
+        [
+            ("libonnxruntime_providers_cuda.so", ["ort_providers_cuda.cpp"], "g++", ["-lcuda"]),
+            ("libonnxruntime.so", ["ort_runtime.cpp"], "g++", ["-lonnxruntime_providers_cuda"]),
+            ("libonnxruntime-genai.so", ["ort_genai.cpp"], "g++", ["-lonnxruntime"]),
+        ],
+        ["ort_chat.c"],
+        "cc",
+        ["-lonnxruntime-genai"],
+    ),
+    # TensorFlow's split: tsl/tensorflow in the framework library, stream_executor in the C++ one
+    "tf_serving": (
+        [
+            ("libtensorflow_framework.so.2", ["tf_framework.cpp"], "g++", []),
+            (
+                "libtensorflow_cc.so.2",
+                ["tf_cc.cpp"],
+                "g++",
+                ["-l:libtensorflow_framework.so.2", "-lcuda"],
+            ),
+        ],
+        ["tf_serving.cpp"],
+        "g++",
+        ["-l:libtensorflow_cc.so.2", "-l:libtensorflow_framework.so.2"],
+    ),
     "bigalloc": ([], ["bigalloc.c"], "cc", []),
+    "plain_c": ([], ["plain_c.c"], "cc", []),
     "kvgrow": ([], ["kvgrow.c"], "cc", []),
 }
 
@@ -57,7 +95,7 @@ def build(name: str, out: Path, libdir: Path, release: bool = False) -> Path:
     common = [f"-I{SRC}", f"-L{libdir}", f"-L{out}", "-Wl,-rpath,$ORIGIN"]
     for lib, lsrcs, lcc, llinks in libs:
         _cc(
-            [lcc, *flags, "-shared", "-fPIC", "-o", str(out / lib)]
+            [lcc, *flags, "-shared", "-fPIC", f"-Wl,-soname,{lib}", "-o", str(out / lib)]
             + [str(SRC / s) for s in lsrcs]
             + common
             + llinks

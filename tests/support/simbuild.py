@@ -67,6 +67,7 @@ PROGRAMS: dict[str, str] = {
     "closefds": "cuda",
     "churn": "cuda",
     "leakers": "cuda",
+    "steps": "cuda",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable
@@ -83,6 +84,7 @@ SIM_OPTIONS: dict[str, str] = {
     "strict_context": "CUDASIM_STRICT_CONTEXT",  # 1: no implicit context after cuInit
     "meminfo": "CUDASIM_MEMINFO",  # integrated: a /proc/meminfo-like file for cuMemGetInfo
     "backed": "CUDASIM_BACKED",  # 1: device memory is real touched memory (RSS, PSS)
+    "host_proc": "CUDASIM_HOST_PROC",  # the host's /proc in a container: host pids, as NVML's
 }
 
 

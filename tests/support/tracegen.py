@@ -951,7 +951,7 @@ def write_scenario(
         argv=["python3", "train.py"],
         samples=samples,
         nvml=nvml,
-        nvml_why="" if nvml else "NVML library not found (libnvidia-ml.so.1: cannot open)",
+        nvml_why="" if nvml else "no NVIDIA driver here (libnvidia-ml.so.1 not found)",
         budget={"spec": "6GiB", "limits": {"0": budget}} if budget else None,
         start_ns=t0 - 50 * MS,
     )

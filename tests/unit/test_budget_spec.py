@@ -1,4 +1,5 @@
-"""Budget SPEC parsing, resolution and byte formatting (cudatrace/record/budget.py). No GPU, no native code."""
+"""Budget SPEC parsing, resolution and byte formatting (cudatrace/record/budget.py; sizes through
+the ledger's C, the one grammar of budgets). No GPU."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from cudatrace.units import format_bytes
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
 
 SIZES = [
-    ("1024", 1024),
+    ("1048576", 1 << 20),  # a number without a unit is bytes, from 1 MiB up
+    ("4096B", 4096),
     ("17B", 17),
     ("17 b", 17),
     ("8GiB", 8 * GiB),
@@ -114,6 +116,9 @@ BAD = [
     ("60%used", "not a share"),
     ("8G%", "not a share"),
     ("99999999999999999999TiB", "too large"),
+    ("12", "no unit"),  # --budget 12 meant 12 GiB: refused, with the fix
+    ("1000", "no unit"),
+    ("1048575", "no unit"),
 ]
 
 
@@ -212,7 +217,81 @@ def test_spec_str_roundtrip_exact_units():
     assert str(parse_budget("8G")) == "8GiB"
     assert str(parse_budget("1=512M,4GiB")) == "4GiB,1=512MiB"
     assert str(parse_budget("8GB")) == "8GB"
-    assert str(parse_budget("1000")) == "1KB"
-    assert str(parse_budget("1001")) == "1001"
+    assert str(parse_budget("1000B")) == "1KB"
+    assert str(parse_budget("1001B")) == "1001B"
+    assert str(parse_budget("1048577")) == "1048577"
     assert str(parse_budget("12.5%free")) == "12.5%free"
     assert isinstance(parse_budget("8G"), BudgetSpec)
+
+
+# ---- one grammar: the preload library reads CUDATRACE_BUDGET as `run --budget` reads its SPEC --
+
+ONE_GRAMMAR = [
+    "8GiB", "8 GiB", "8gib", "1.5GiB", ".5GiB", "0.3MiB", "512MB", "8G", "2TB", "4096B", "17 b",
+    "1048576", "1073741824", "+1GiB", "0=8GiB,1=4GiB", " 0 = 8GiB , 1 = 1.5G ", "4GiB,0=10GiB",
+    "15=1G", "3=2048MiB,1GiB",
+    # refused by both
+    "", "  ", "12", "1000", "1048575", "1.5", "1.5B", "0", "0GiB", "-1GiB", "8XB", "8GiBs",
+    "8 gigabytes", "nan", "inf", "1e9", "GiB", "99999999999999999999TiB", "0=1GiB,0=2GiB",
+    "16=1GiB", "a=1GiB", "-1=1GiB", "=1GiB", "0=", "1GiB,2GiB", "8GiB,", ",8GiB", "60%",
+    "0=60%free", "0.0000001KiB",
+]  # fmt: skip
+
+
+def _c_budget(spec: str) -> dict[int, int] | None:
+    from cudatrace import native
+
+    ffi, lib = native.tools()
+    out = ffi.new("uint64_t[]", lib.CT_LEDGER_MAX_DEVICES)
+    err = ffi.new("char[]", 512)
+    if lib.ct_ledger_parse_budget(spec.encode(), out, err, 512) != 0:
+        assert ffi.string(err), spec  # a refusal always says why
+        return None
+    return {d: int(out[d]) for d in range(lib.CT_LEDGER_MAX_DEVICES) if out[d]}
+
+
+def _py_budget(spec: str) -> dict[int, int] | None:
+    try:
+        b = parse_budget(spec)
+    except BudgetError:
+        return None
+    if b.needs_device_memory():
+        return None  # a share of device memory: the launcher resolves it, the C refuses it
+    return resolve_limits(b)
+
+
+@pytest.mark.parametrize("spec", ONE_GRAMMAR)
+def test_one_grammar_for_c_and_python(spec):
+    assert _c_budget(spec) == _py_budget(spec), spec
+
+
+def test_one_grammar_constants():
+    from cudatrace import native
+    from cudatrace.record.budget import BARE_MIN, limits_spec
+
+    assert BARE_MIN == native.tools()[1].CT_LEDGER_BARE_MIN
+    # what the launcher hands the preload library reads back as the same limits
+    for limits in ({d: 8 * GiB for d in range(MAX_DEVICES)}, {0: 3 * GiB, 5: 4096}):
+        assert _c_budget(limits_spec(limits)) == limits
+
+
+def test_a_unit_as_a_word_of_its_own():
+    from cudatrace.commands.params import SIZE_UNIT_WORDS, split_unit
+    from cudatrace.units import SIZE_UNITS
+
+    assert set(SIZE_UNIT_WORDS) == set(SIZE_UNITS) - {""}
+    assert split_unit(["--budget", "12", "GiB", "--", "prog"]) == [
+        "--budget",
+        "12 GiB",
+        "--",
+        "prog",
+    ]
+    assert split_unit(["-q", "--budget=3", "g", "prog"]) == ["-q", "--budget=3 g", "prog"]
+    for same in (
+        ["--budget", "12GiB", "G", "x"],  # a unit already: G is the command
+        ["--budget", "60%", "GiB"],
+        ["--", "--budget", "12", "GiB"],  # the command's own arguments
+        ["--budget", "12"],
+        ["--budget", "12", "prog"],
+    ):
+        assert split_unit(same) == same

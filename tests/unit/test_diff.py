@@ -155,6 +155,11 @@ def test_diff_text(runs, sym):
     lines = text.splitlines()
     first = next(i for i, x in enumerate(lines) if x.strip().startswith("status"))
     assert "load_weights" in lines[first + 1]
+    # each column of the site table has a name of its own
+    heads = lines[first].split("  ")
+    heads = [h.strip() for h in heads if h.strip()]
+    assert len(heads) == len(set(heads)) == 9, heads
+    assert heads[3] == "peak change" and heads[7] == "exit change", heads
 
 
 # The schema is the file the package ships (cudatrace/schemas/diff-1.json).

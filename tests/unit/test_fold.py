@@ -187,7 +187,20 @@ def test_bad_fold_pattern():
         ),
         ("Foo::operator()(int) const", "Foo::operator()"),
         ("Foo::operator<<(int)", "Foo::operator<<"),
-        ("foo(int)::{lambda(int)#1}::operator()(int) const", "foo::{lambda(int)#1}::operator()"),
+        ("foo(int)::{lambda(int)#1}::operator()(int) const", "foo::{lambda}"),
+        (
+            "onnxruntime::BFCArena::Extend(unsigned long)::{lambda(unsigned long)#2}::"
+            "operator()(unsigned long) const",
+            "onnxruntime::BFCArena::Extend::{lambda#2}",
+        ),
+        (
+            "f()::{lambda()#1}::operator()() const::{lambda(int)#1}::_FUN(int)",
+            "f::{lambda}::{lambda}",
+        ),
+        ("foo()::'lambda'(int)::operator()(int) const", "foo::{lambda}"),
+        ("Foo::bar()::$_0::operator()() const", "Foo::bar::{lambda}"),
+        ("invocation function for block in Foo::bar(int)", "Foo::bar::{block}"),
+        ("app::Engine::run(int)::Local::step()", "app::Engine::run::Local::step"),
         (
             "std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::"
             "basic_string[abi:cxx11](char const*)",
@@ -207,6 +220,30 @@ def test_bad_fold_pattern():
 )
 def test_short_name(full, short):
     assert short_name(full) == short
+
+
+@pytest.mark.parametrize(
+    "full,encl",
+    [
+        (
+            "onnxruntime::BFCArena::Extend(unsigned long)::{lambda(unsigned long)#1}::"
+            "operator()(unsigned long) const",
+            "onnxruntime::BFCArena::Extend",
+        ),
+        ("app::Engine::run(int)::Local::step()", "app::Engine::run"),
+        ("invocation function for block in Foo::bar(int)", "Foo::bar"),
+        ("a::(anonymous namespace)::f(int)::{lambda()#1}::operator()() const", "a::(anon)::f"),
+        ("vt::cuda::(anonymous namespace)::AllocOnDevice(vt::Device, unsigned long)", None),
+        ("Foo::operator()(int) const", None),
+        ("main", None),
+    ],
+)
+def test_enclosing_function_of_local_entities(full, encl):
+    """A lambda, block or local class is scoped by the function it is in (the boundary rule
+    reads that function)."""
+    from cudatrace.analyze.names import enclosing
+
+    assert enclosing(full) == encl
 
 
 def test_fit():

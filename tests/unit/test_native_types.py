@@ -33,8 +33,9 @@ def header_functions(headers: tuple[str, ...]) -> dict[str, list[str]]:
 
 
 def protocol_methods(cls: type) -> dict[str, list[str]]:
+    """{method: parameter names}; a C name that is a Python keyword ends in _ there (from_)"""
     return {
-        name: list(inspect.signature(fn).parameters)[1:]
+        name: [p.removesuffix("_") for p in list(inspect.signature(fn).parameters)[1:]]
         for name, fn in vars(cls).items()
         if callable(fn) and not name.startswith("_")
     }

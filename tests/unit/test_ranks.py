@@ -246,3 +246,28 @@ def test_the_run_summary_names_ranks_and_devices(tmp_path):
         "ranks: 3, peaks 4.00 MiB .. 12.0 MiB; rank 2 stands out (12.0 MiB, median 4.00 MiB)"
         in text
     )
+
+
+def test_a_missing_rank_is_named(tmp_path):
+    # ranks 0, 1 and 3 of WORLD_SIZE=4 left traces; rank 2 never started (or never used CUDA)
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in (0, 1, 3):
+        w = TraceWriter(
+            d / ("%d.0.ctrace" % (100 + r)),
+            pid=100 + r,
+            info={"env.RANK": r, "env.LOCAL_RANK": r, "env.WORLD_SIZE": 4},
+        )
+        w.alloc(1_000_000_000_000 + r * MS, MiB, 0x7F0000000000 + r * (1 << 32))
+        w.close()
+    r = build_report(Analysis(d, symbolize=False))
+    validate(r)
+    assert r["ranks"]["missing"] == {"ranks": [2], "world_size": 4, "variable": "WORLD_SIZE"}
+    text = render_text(r)
+    assert "missing: rank 2 of 4 (WORLD_SIZE) left no trace" in text, text
+    # every rank there: nothing is missing
+    w = TraceWriter(d / "102.0.ctrace", pid=102, info={"env.RANK": 2, "env.WORLD_SIZE": 4})
+    w.alloc(1_000_000_000_000, MiB, 0x7E0000000000)
+    w.close()
+    r = build_report(Analysis(d, symbolize=False))
+    assert r["ranks"]["missing"] is None and "missing:" not in render_text(r)

@@ -2,7 +2,8 @@
 docs/settings.md (what users set, by group) and docs/DEVELOPING.md's table (every variable).
 Each holds a generated part between two markers; the test fails when it is stale.
 
-A change of settings.def: `pytest tests/unit/test_settings_docs.py --update-docs`, then read
+A change of settings.def: `pytest tests/unit/test_settings_docs.py --update-docs` (or
+CUDATRACE_UPDATE_DOCS=1), then read
 `git diff docs/` and commit it."""
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def test_page_is_generated_from_settings_def(page, request):
     text = path.read_text()
     start, end = generated_part(text)
     want = "\n" + PAGES[page]() + "\n"
-    if request.config.getoption("--update-docs"):
+    if request.config.getoption("--update-docs") or settings.value("UPDATE_DOCS"):
         path.write_text(text[:start] + want + text[end:])
         return
     assert text[start:end] == want, (

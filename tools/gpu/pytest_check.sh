@@ -42,7 +42,7 @@ T="$OUT/torch.txt"
 if grep -q "Test was limited to 64.0 MiB" "$T" &&
    grep -q "test_torch_limits.py:$(line test_torch_limits.py a) in test_torch_matmul_over_limit" "$T" &&
    grep -q "test_torch_limits.py:$(line test_torch_limits.py d) in test_torch_matmul_over_limit" "$T"; then
-  pass "torch: limit_gpu_memory failure names the test's lines (peak $(fig "$OUT/torch.json" over_limit peak) bytes above start)"
+  pass "torch: limit_gpu_memory failure names the test's lines (peak $(fig "$OUT/torch.json" over_limit peak) bytes of its own allocations)"
 else fail "torch: the failure does not name lines $(line test_torch_limits.py a) and $(line test_torch_limits.py d)"; fi
 grep -q "test_torch_limits.py:$(line test_torch_limits.py mm) in test_torch_matmul_over_limit" "$T" &&
   echo "note: the matmul's line (cuBLAS workspace, result) is among the sites"

@@ -1,4 +1,4 @@
-"""The data of the HTML page (present/html.py): the tables of frames, stacks and sites stored
+"""The data of the HTML page (html/page.py): the tables of frames, stacks and sites stored
 once, the live set at a bounded number of moments, the exact timeline, observed series and
 marked events, as plain JSON-able structures."""
 
@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..analyze.analysis import Analysis
-from ..analyze.model import NONE64, Groups
-from ..analyze.ranks import rank_label_of, tagged
-from ..analyze.sites import NO_STACK, SFrame, Site, key_text, site_of
-from ..units import format_bytes
+from ...analyze.analysis import Analysis
+from ...analyze.model import NONE64, Groups
+from ...analyze.ranks import rank_label_of, tagged
+from ...analyze.sites import NO_STACK, SFrame, Site, key_text, site_of
+from ...units import format_bytes
 
-ASSETS = Path(__file__).resolve().parent / "html_assets"
+ASSETS = Path(__file__).resolve().parent  # page.js and page.css
 MAX_MOMENTS = 200  # live-set snapshots kept per run
 MAX_EVENTS = 500  # denials / failed allocations marked on the timeline
 MAX_POINTS = 3000  # points of the exact timeline line, per view
@@ -30,15 +30,16 @@ OTHER = "(smaller stacks, aggregated)"
 class Tables:
     """Frames, stacks (root first) and sites, each stored once; ids are list indexes.
 
-    by_key: frames are the same when SFrame.key() is (names, not addresses: what diff matches
-    runs by); otherwise when module and label are."""
+    Frames are the same when SFrame.key() is (function, file and module names, not lines or
+    addresses: what diff matches runs by), in a report's page as in a diff's: `main` calling
+    from three lines is one frame of the flame graph."""
 
-    def __init__(self, depth: int = 1, by_key: bool = False):
+    def __init__(self, depth: int = 1):
         self.depth = depth
-        self.by_key = by_key
         self.frames: list[list] = []  # [label, module basename]
         self._frame_ids: dict = {}
-        self.stacks: list[list] = []  # [site id, [frame ids, root first]]
+        # [site id, [frame ids: root first down to the site, then its allocator layers], layers]
+        self.stacks: list[list] = []
         self._stack_ids: dict = {}
         self.sites: list[dict] = []
         self._site_ids: dict = {}
@@ -50,8 +51,7 @@ class Tables:
         if f is None:
             ident, row = ("", NO_STACK), [NO_STACK, ""]
         else:
-            ident = f.key() if self.by_key else (f.module, f.label())
-            row = [_key_label(f) if self.by_key else f.label(), os.path.basename(f.module)]
+            ident, row = f.key(), [key_label(f), os.path.basename(f.module)]
         i = self._frame_ids.get(ident)
         if i is None:
             i = self._frame_ids[ident] = len(self.frames)
@@ -91,15 +91,16 @@ class Tables:
         sid = self._by_leaf.get(k)
         if sid is not None:
             return sid
-        fr = a.stacks.site_frames(ti, leaf) if leaf else []  # allocator layers folded
+        via, fr = a.stacks.split(ti, leaf) if leaf else ([], [])  # layers, and the site up
         key, sfr = site_of(a.stacks, ti, leaf, self.depth)
         site = self.site(key, sfr)
-        shown = _trim(fr)
+        shown = trim_to_main(fr)
         ids = tuple(self.frame(f) for f in reversed(shown)) if shown else (self.frame(None),)
-        sid = self._stack_ids.get((site, ids))
+        ids += tuple(self.frame(f) for f in reversed(via))  # the page opens them on demand
+        sid = self._stack_ids.get((site, ids, len(via)))
         if sid is None:
-            sid = self._stack_ids[(site, ids)] = len(self.stacks)
-            self.stacks.append([site, list(ids)])
+            sid = self._stack_ids[(site, ids, len(via))] = len(self.stacks)
+            self.stacks.append([site, list(ids), len(via)])
             s = self.sites[site]
             if not s["stack"] and shown:
                 s["stack"] = [f.long_label() for f in shown]
@@ -107,14 +108,14 @@ class Tables:
         return sid
 
 
-def _key_label(f: SFrame) -> str:
+def key_label(f: SFrame) -> str:
     """A frame's label without its line: what frames matched by SFrame.key() have in common."""
     if f.function:
         return f"{f.function} ({os.path.basename(f.file)})" if f.file else f.function
     return f.label()
 
 
-def _trim(frames: list[SFrame]) -> list[SFrame]:
+def trim_to_main(frames: list[SFrame]) -> list[SFrame]:
     """Frames up to main, as the report lists them (beyond it: the C runtime starting it)."""
     for i, f in enumerate(frames):
         if f.function == "main":
@@ -122,7 +123,7 @@ def _trim(frames: list[SFrame]) -> list[SFrame]:
     return frames
 
 
-def _api(t, api: int, rt: int) -> str:
+def api_label(t, api: int, rt: int) -> str:
     s = t.api_name(api)
     return s + (f" ({t.api_name(rt)})" if rt else "")
 
@@ -184,7 +185,7 @@ def _highest_per_slice(pts: list, room: int) -> list:
     return [best[k] for k in sorted(best)]
 
 
-def _groups(a: Analysis, mo: dict) -> Groups:
+def groups_at(a: Analysis, mo: dict) -> Groups:
     m = a.model
     if mo["kind"] == "peak":
         return m.groups_at_peak()
@@ -206,7 +207,7 @@ def snapshot(a: Analysis, tables: Tables, groups: Groups) -> tuple[int, int, lis
             got = memo[(id(a), ti, leaf, api, rt)] = (
                 sid,
                 tables.sites[tables.stacks[sid][0]]["apis"],
-                _api(a.traces[ti], api, rt),
+                api_label(a.traces[ti], api, rt),
             )
         sid, apis, name = got
         apis[name] = apis.get(name, 0) + count
@@ -237,7 +238,7 @@ def snapshot(a: Analysis, tables: Tables, groups: Groups) -> tuple[int, int, lis
 # ---- series -------------------------------------------------------------------------------
 
 
-def _thin(points: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
+def thin(points: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     """At most about `limit` points: in each of limit/3 time slices the lowest, the highest
     and the last point, in time order (every extreme of the line is kept)."""
     if len(points) <= limit:
@@ -267,7 +268,7 @@ def _thin(points: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     return out
 
 
-def _flat(a: Analysis, points) -> list:
+def flat(a: Analysis, points) -> list:
     out: list = []
     for ts, v in points:
         out.append(a.seconds(ts))
@@ -275,26 +276,26 @@ def _flat(a: Analysis, points) -> list:
     return out
 
 
-def _observed(a: Analysis, device: int | None) -> dict:
+def observed_series(a: Analysis, device: int | None) -> dict:
     obs = a.observed.series(device)
     no_nvml = not a.observed.nvml_devices(device) and not obs["tree_device"]
     out = {}
     if obs["tree_device"]:
-        out["tree_device"] = _flat(a, _thin(obs["tree_device"], MAX_SAMPLES))
+        out["tree_device"] = flat(a, thin(obs["tree_device"], MAX_SAMPLES))
     if obs["device_used"] and not no_nvml:
-        out["device_used"] = _flat(a, _thin(obs["device_used"], MAX_SAMPLES))
+        out["device_used"] = flat(a, thin(obs["device_used"], MAX_SAMPLES))
     if obs["mem_available"]:
         base = obs["mem_available"][0][1]
         drop = [(t, max(0, base - v)) for t, v in obs["mem_available"]]
-        out["mem_available_drop"] = _flat(a, _thin(drop, MAX_SAMPLES))
+        out["mem_available_drop"] = flat(a, thin(drop, MAX_SAMPLES))
     if obs["tree_rss"] and no_nvml:
-        out["tree_rss"] = _flat(a, _thin(obs["tree_rss"], MAX_SAMPLES))
+        out["tree_rss"] = flat(a, thin(obs["tree_rss"], MAX_SAMPLES))
     return out
 
 
-def _events(a: Analysis, tables: Tables) -> list[list]:
+def events_json(a: Analysis, tables: Tables) -> list[list]:
     """[time, "denied" | "failed", device, bytes requested, bytes in use then, site label, note]"""
-    from ..analyze.analysis import cu_error
+    from ...analyze.analysis import cu_error
 
     m = a.model
     out = []
@@ -343,8 +344,8 @@ def run_data(
     used_limits = {d: v for d, v in limits.items() if d in m.device_peaks}
     views: dict[str, dict] = {
         "all": {
-            "line": _flat(a, _thin(m.timeline_points(None), MAX_POINTS)) if m.found else [],
-            "observed": _observed(a, None),
+            "line": flat(a, thin(m.timeline_points(None), MAX_POINTS)) if m.found else [],
+            "observed": observed_series(a, None),
             "budget": sum(used_limits.values()) if used_limits else None,
             "peak": [a.seconds(m.peak_ts), m.peak_bytes] if m.found else None,
         }
@@ -353,8 +354,8 @@ def run_data(
         for d in devices:
             b, ts = m.device_peaks[d]
             views[str(d)] = {
-                "line": _flat(a, _thin(m.timeline_points(d), MAX_POINTS)),
-                "observed": _observed(a, d),
+                "line": flat(a, thin(m.timeline_points(d), MAX_POINTS)),
+                "observed": observed_series(a, d),
                 "budget": limits.get(d),
                 "peak": [a.seconds(ts), b],
             }
@@ -362,7 +363,7 @@ def run_data(
     a.stacks.prepare([k for k in totals if k[1]])  # symbolize every stack in one pass
     snaps = []
     for mo in moments:
-        total, count, rows = snapshot(a, tables, _groups(a, mo))
+        total, count, rows = snapshot(a, tables, groups_at(a, mo))
         snaps.append(
             {
                 "t": a.seconds(mo["ts"]),
@@ -389,7 +390,7 @@ def run_data(
         "devices": devices,
         "views": views,
         "moments": snaps,
-        "events": _events(a, tables),
+        "events": events_json(a, tables),
         "procs": [[t.pid, os.path.basename(t.exe) or "?"] for t in a.traces],
         # each process's rank (docs/ranks.md): the timeline can be stacked by rank
         "ranks": rank_label_of(a.traces) if tagged(a.traces) else None,
@@ -398,7 +399,7 @@ def run_data(
     }
 
 
-def _tables_json(tables: Tables) -> dict:
+def tables_json(tables: Tables) -> dict:
     sites = []
     for s in tables.sites:
         apis = sorted(s["apis"].items(), key=lambda kv: -kv[1])
@@ -408,7 +409,7 @@ def _tables_json(tables: Tables) -> dict:
     return {"frames": tables.frames, "stacks": tables.stacks, "sites": sites}
 
 
-def _aggregation(runs: list[dict], tables: Tables) -> str:
+def aggregation_note(runs: list[dict], tables: Tables) -> str:
     parts = []
     for side, r in enumerate(runs):
         n = len(r["moments"])

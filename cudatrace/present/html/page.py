@@ -22,36 +22,20 @@ import json
 import os
 from pathlib import Path
 
-from ..analyze.analysis import Analysis, build_report
-from ..analyze.model import NONE64
-from ..units import format_bytes
-from .html_data import (  # noqa: F401  (MAX_*, OTHER: part of this module's interface)
+from ...analyze.analysis import Analysis, build_report
+from ...analyze.model import NONE64
+from ...units import format_bytes
+from ..report import render_text
+from .data import (
     ASSETS,
-    FAIL_MOMENTS,
-    MAX_EVENTS,
-    MAX_MOMENTS,
-    MAX_POINTS,
-    MAX_ROWS,
-    MAX_SAMPLES,
     MAX_SITE_CHANGES,
-    OTHER,
     Tables,
-    _aggregation,
-    _api,
-    _events,
-    _flat,
-    _groups,
-    _key_label,
-    _observed,
-    _tables_json,
-    _thin,
-    _trim,
+    aggregation_note,
     pick_moments,
     run_data,
-    snapshot,
+    tables_json,
 )
-from .html_ranks import ranks_card, ranks_diff_card
-from .report import render_text
+from .ranks import ranks_card, ranks_diff_card
 
 
 def _asset(name: str) -> str:
@@ -78,11 +62,11 @@ def page(title: str, data: dict, body: str) -> str:
             "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n",
             '<meta name="generator" content="cudatrace {}">\n'.format(e(data.get("version", ""))),
             "<title>{}</title>\n<style>\n{}</style>\n</head>\n<body>\n".format(
-                e(title), _asset("report.css")
+                e(title), _asset("page.css")
             ),
             body,
             f'\n<script type="application/json" id="ct-data">{_json_for_script(data)}</script>\n',
-            "<script>\n{}</script>\n</body>\n</html>\n".format(_asset("report.js")),
+            "<script>\n{}</script>\n</body>\n</html>\n".format(_asset("page.js")),
         ]
     )
 
@@ -101,7 +85,7 @@ def _fact(k: str, v: str, raw: bool = False) -> str:
 
 def _facts_html(r: dict) -> str:
     """The run's facts as static HTML (readable even where scripts are off)."""
-    from .report import _limits_text, driver_text
+    from ..report import driver_text, limits_text
 
     e = html.escape
     rows = [
@@ -125,7 +109,7 @@ def _facts_html(r: dict) -> str:
     rows.append(_fact("duration", _when(r.get("duration") or 0)))
     b = r.get("budget")
     if b:
-        lim = _limits_text(b["limits"]) or "spec {}".format(b.get("spec"))
+        lim = limits_text(b["limits"]) or "spec {}".format(b.get("spec"))
         rows.append(
             _fact(
                 "budget",
@@ -163,10 +147,10 @@ def _facts_html(r: dict) -> str:
     if v["shim"]:
         parts.append("shim {}".format(", ".join(v["shim"])))
     rows.append(_fact("recorded with", "; ".join(parts)))
-    from .report import _render_observed
+    from ..report import render_observed
 
     obs: list[str] = []
-    _render_observed(r, obs.append)
+    render_observed(r, obs.append)
     rows.append(
         _fact(
             "observed",
@@ -174,8 +158,18 @@ def _facts_html(r: dict) -> str:
             raw=True,
         )
     )
-    out = ['<table class="facts">{}</table>'.format("".join(rows))]
+    return "".join(
+        [
+            '<table class="facts">{}</table>'.format("".join(rows)),
+            _processes_html(r),
+            _notes_html(r),
+        ]
+    )
 
+
+def _processes_html(r: dict) -> str:
+    """The table of the run's processes."""
+    e = html.escape
     procs = [
         '<tr><th>pid</th><th>ppid</th><th>program</th><th class="n">allocations</th>'
         '<th class="n">peak</th><th class="n">at exit</th><th class="n">failed</th>'
@@ -210,11 +204,13 @@ def _facts_html(r: dict) -> str:
                 e(p["file"]),
             )
         )
-    out.append(
-        '<h3>Processes</h3><div class="facts-wrap"><table class="grid">{}</table></div>'.format(
-            "".join(procs)
-        )
+    return '<h3>Processes</h3><div class="facts-wrap"><table class="grid">{}</table></div>'.format(
+        "".join(procs)
     )
+
+
+def _notes_html(r: dict) -> str:
+    """Truncated and unreadable files, and the report's notes ('' when there are none)."""
     notes = []
     for t in r["truncated_files"]:
         notes.append(
@@ -224,13 +220,11 @@ def _facts_html(r: dict) -> str:
     for u in r["unreadable_files"]:
         notes.append(f"unreadable: {u}")
     notes.extend(r["warnings"])
-    if notes:
-        out.append(
-            '<h3>Notes</h3><ul class="notes">{}</ul>'.format(
-                "".join(f"<li>{e(n)}</li>" for n in notes)
-            )
-        )
-    return "".join(out)
+    if not notes:
+        return ""
+    return '<h3>Notes</h3><ul class="notes">{}</ul>'.format(
+        "".join(f"<li>{html.escape(n)}</li>" for n in notes)
+    )
 
 
 def _when(t: float) -> str:
@@ -247,20 +241,37 @@ def _stat(label: str, value: str, sub: str = "", cls: str = "") -> str:
     )
 
 
+def _peak_stats(a: Analysis, r: dict) -> list[str]:
+    """One peak figure per scope, each labelled with it (the timeline's markers say the same):
+    the run's on one device; with several devices, all of them together, and where the report's
+    peak is one device's (ranks: an ordinal names several devices), that one's as well."""
+    if r["peak_time"] is None:
+        return [_stat("peak", "none", "nothing allocated")]
+    m = a.model
+    if len(r["devices"]) <= 1:
+        return [_stat("peak", format_bytes(r["peak_bytes"]), "at " + _when(r["peak_time"]))]
+    together = _stat(
+        "peak, all devices together",
+        format_bytes(m.peak_bytes),
+        "their sum at its highest, at " + _when(a.seconds(m.peak_ts) or 0.0),
+    )
+    if r.get("peak_scope") != "device":
+        return [together]
+    top = max(r["devices"], key=lambda d: d["peak_bytes"])
+    name = f"{top['host']}:{top['label']}" if "host" in top else f"device {top['device']}"
+    one = _stat(
+        "peak of one device",
+        format_bytes(r["peak_bytes"]),
+        f"the most any one held: {name}, at {_when(r['peak_time'])}",
+    )
+    return [one, together]
+
+
 def _report_stats(a: Analysis, r: dict, at: dict) -> list[str]:
     """The figures at the head of a report's page: peak, never freed, allocations, the top
     site, the budget, failures and denials, truncated files."""
     stats = [
-        _stat(
-            "peak",
-            format_bytes(r["peak_bytes"]) if r["peak_time"] is not None else "none",
-            "{}at {}".format(
-                "the most one device held, " if r.get("peak_scope") == "device" else "",
-                _when(r["peak_time"]),
-            )
-            if r["peak_time"] is not None
-            else "nothing allocated",
-        ),
+        *_peak_stats(a, r),
         _stat(
             "live at exit",
             format_bytes(r["end_bytes"]),
@@ -343,8 +354,8 @@ def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progr
         "report": r,
         "run": run,
         "initial": initial,
-        "aggregation": _aggregation([run], tables),
-        **_tables_json(tables),
+        "aggregation": aggregation_note([run], tables),
+        **tables_json(tables),
     }
     e = html.escape
     cmd = _cmd(r["command"])
@@ -413,7 +424,7 @@ from the network.</p></footer>
 
 def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress=None) -> str:
     """The HTML page of a diff; d: the diff dict (cudatrace.diff/1) with every site."""
-    tables = Tables(depth=depth, by_key=True)
+    tables = Tables(depth=depth)
     runs = []
     for side, an in ((0, a), (1, b)):
         m = an.model
@@ -431,8 +442,8 @@ def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress
             more_sites=d.get("more_sites", 0) + max(0, len(d["sites"]) - MAX_SITE_CHANGES),
         ),
         "runs": runs,
-        "aggregation": _aggregation(runs, tables),
-        **_tables_json(tables),
+        "aggregation": aggregation_note(runs, tables),
+        **tables_json(tables),
     }
     e = html.escape
     A, B, T = d["a"], d["b"], d["totals"]
@@ -499,7 +510,7 @@ def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress
 
 
 def _version() -> str:
-    from .. import __version__
+    from ... import __version__
 
     return __version__
 
@@ -544,8 +555,8 @@ from the network.</p></footer>
 def write_html(path, text: str) -> Path:
     """The page, by the rules of outputs.py (its text lossless: no byte of a trace can make
     it unwritable)."""
-    from ..outputs import write_output
-    from ..units import lossless
+    from ...outputs import write_output
+    from ...units import lossless
 
     write_output(path, lossless(text))
     return Path(path)

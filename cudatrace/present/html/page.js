@@ -358,22 +358,31 @@ Chart.prototype.legend = function (o) {
 
 // ---- the flame graph (icicle: callers on top, the allocating frame at the bottom) ---------
 
+// A flame graph of stacks (report) or of two runs' stacks (diff). flip: false draws an icicle
+// (the root on top, the allocating frames at the bottom), true a flame graph (the root at the
+// bottom); layers: each site's allocator layers (the frames between it and the driver) below it.
 function Flame(box, status, diff) {
   this.box = box; this.status = status; this.diff = diff; this.zoom = []; this.search = "";
+  this.flip = false; this.layers = false;
 }
 // rows: [[stack id, process, device, bytes, count, side]]; returns the tree
 Flame.prototype.build = function (rows, byProcess, procNames) {
   var root = {key: "root", name: "all", mod: "", a: 0, b: 0, ca: 0, cb: 0, kids: new Map(), parent: null};
+  var withLayers = this.layers;
   rows.forEach(function (r) {
-    var path = STACKS[r[0]][1], node = root, side = r[5] || 0;
+    var st = STACKS[r[0]], path = st[1], site = path.length - (st[2] || 0), node = root, side = r[5] || 0;
+    var end = withLayers ? path.length : site;
     add(node, r, side);
-    if (byProcess) node = child(node, "p" + r[1], procNames[r[1]], "process", r, side);
-    for (var i = 0; i < path.length; i++) node = child(node, "f" + path[i], FRAMES[path[i]][0], FRAMES[path[i]][1], r, side);
+    if (byProcess) node = child(node, "p" + r[1], procNames[r[1]], "process", r, side, false);
+    for (var i = 0; i < end; i++) {
+      var layer = i >= site;   // below the site: one of the allocator layers it went through
+      node = child(node, (layer ? "l" : "f") + path[i], FRAMES[path[i]][0], FRAMES[path[i]][1], r, side, layer);
+    }
   });
   function add(n, r, side) { if (side) { n.b += r[3]; n.cb += r[4]; } else { n.a += r[3]; n.ca += r[4]; } }
-  function child(n, key, name, mod, r, side) {
+  function child(n, key, name, mod, r, side, layer) {
     var c = n.kids.get(key);
-    if (!c) { c = {key: key, name: name, mod: mod, a: 0, b: 0, ca: 0, cb: 0, kids: new Map(), parent: n}; n.kids.set(key, c); }
+    if (!c) { c = {key: key, name: name, mod: mod, layer: layer, a: 0, b: 0, ca: 0, cb: 0, kids: new Map(), parent: n}; n.kids.set(key, c); }
     add(c, r, side);
     return c;
   }
@@ -426,6 +435,7 @@ Flame.prototype.draw = function () {
     });
   })(z, path.length - 1, 0, W);
   box.style.height = ((maxDepth + 1) * RH + 2) + "px";
+  box.classList.toggle("flipped", this.flip);
   var matched = 0, nmatch = 0;
   function coveredByMatch(n) { for (var p = n.parent; p; p = p.parent) if (self.matches(p)) return true; return false; }
   nodes.forEach(function (it) {
@@ -435,9 +445,10 @@ Flame.prototype.draw = function () {
     var label = n === root ? (self.diff ? "all: " + fmtBytes(root.a) + " \u2192 " + fmtBytes(root.b)
                                         : "all: " + fmtBytes(root.a) + " live") : n.name;
     var div = el("div", {cls: "fr" + (anc ? " anc" : "") + (isMatch ? " match" : "") + (n === root ? " root" : "") +
-                         (n.mod === "process" ? " proc" : ""),
-                         "data-name": n.name, text: w > 28 ? label : ""});
-    div.style.left = x + "px"; div.style.top = d * RH + "px"; div.style.width = Math.max(w - 1, 0.5) + "px";
+                         (n.mod === "process" ? " proc" : "") + (n.layer ? " layer" : ""),
+                         "data-name": n.name, "data-depth": d, text: w > 28 ? label : ""});
+    div.style.left = x + "px"; div.style.top = (self.flip ? maxDepth - d : d) * RH + "px";
+    div.style.width = Math.max(w - 1, 0.5) + "px";
     div.style.background = self.color(n, isMatch);
     if (self.dark) div.style.color = "#fff";
     div.addEventListener("click", function () {
@@ -467,6 +478,7 @@ Flame.prototype.color = function (n, isMatch) {
   if (isMatch) return "#f5d90a";
   if (n.key === "root") return "#d9dde3";
   if (n.mod === "process") return "#cfd6e4";
+  if (n.layer && !this.diff) return "hsl(214," + (28 + hash(n.name) % 12) + "%,80%)";
   if (this.diff) {
     var d = n.b - n.a, m = Math.max(n.a, n.b) || 1, f = Math.min(1, Math.abs(d) / m);
     if (d === 0) return "#e4e1dc";
@@ -485,6 +497,7 @@ function mix(a, b, f) {
 Flame.prototype.tipFor = function (n, total) {
   var out = [el("b", {text: n.name})];
   if (n.mod && n.mod !== "process") out.push(el("div", {cls: "muted", text: n.mod}));
+  if (n.layer) out.push(el("div", {cls: "muted", text: "an allocator layer the site's memory went through"}));
   if (this.diff) {
     var d = n.b - n.a;
     out.push("A: " + fmtBytes(n.a) + " in " + fmtCount(n.ca) + " allocation" + (n.ca === 1 ? "" : "s"));
@@ -563,6 +576,22 @@ function stackDetail(site, onfind) {
 }
 function siteFn(label) { return label.replace(/ \(.*$/, ""); }
 
+// the flame graph's own controls, on both pages: its orientation and the allocator layers
+function flameControls(box, flame, redraw) {
+  box.append(segmented("view", [["icicle", "icicle"], ["flame", "flame"]], "icicle", function (v) {
+    flame.flip = v === "flame"; redraw(); }));
+  var cb = el("input", {type: "checkbox", id: "layers"});
+  cb.addEventListener("change", function () { flame.layers = cb.checked; flame.zoom = []; redraw(); });
+  box.append(el("label", {cls: "check", title: "the frames between each site and the driver call"},
+                [cb, " allocator layers"]));
+}
+function flameHow(flame) {
+  return (flame.flip ? "The callers at the bottom, the allocating frames on top"
+                     : "The callers on top, the allocating frames at the bottom") +
+    (flame.layers ? ", each site's allocator layers beyond it" : "") +
+    "; a frame's width is the device memory live under it. Frames are matched by function, file and module.";
+}
+
 // ---- the report page ----------------------------------------------------------------------
 
 function reportPage() {
@@ -591,7 +620,7 @@ function reportPage() {
     var s = 0; rowsOf(mo).forEach(function (r) { s += r[3]; }); return s;
   }
   function describe(mo) {
-    var k = mo.kind === "peak" ? "the peak" : mo.kind === "end" ? "the end" : mo.kind === "failed" ? "a failed allocation"
+    var k = mo.kind === "peak" ? "the peak" + (R.devices.length > 1 ? ", all devices together" : "") : mo.kind === "end" ? "the end" : mo.kind === "failed" ? "a failed allocation"
           : mo.kind === "denied" ? "a budget denial" : mo.kind === "device peak" ? "device " + mo.device + "'s peak" : "";
     return fmtTime(mo.t, full[1]) + (k ? " (" + k + ")" : "");
   }
@@ -622,6 +651,9 @@ function reportPage() {
     var totals = moments.map(function (mo, i) { var s = 0; layers.forEach(function (l) { s += l.values[i]; }); return s; });
     return {times: times, layers: layers, totals: totals, end: span[1]};
   }
+  function scope() {    // whose peak the marker is: the same words as the cards at the top
+    return S.view !== "all" ? "device " + S.view + ": " : R.devices.length > 1 ? "all devices together: " : "";
+  }
   function drawChart() {
     var v = run.views[S.view], o = v.observed, lines = [];
     lines.push({id: "traced", label: "traced live (every hooked allocation)", color: COL.traced, pts: v.line, step: true, end: span[1], width: 2});
@@ -634,7 +666,7 @@ function reportPage() {
     chart.draw({
       lines: lines, areas: ar, budget: v.budget,
       markers: run.events.filter(function (e) { return S.view === "all" || e[2] === +S.view; }),
-      peaks: v.peak ? [{t: v.peak[0], v: v.peak[1], color: COL.traced, label: "peak " + fmtBytes(v.peak[1]) + " at " + fmtTime(v.peak[0], full[1])}] : [],
+      peaks: v.peak ? [{t: v.peak[0], v: v.peak[1], color: COL.traced, label: scope() + "peak " + fmtBytes(v.peak[1]) + " at " + fmtTime(v.peak[0], full[1])}] : [],
       moments: moments.map(function (m) { return m.t; }), selected: S.moment,
       selectedLabel: mo ? describe(mo) + ": " + fmtBytes(momentTotal(mo)) : "",
       onpick: function (i) { pick(i); },
@@ -658,8 +690,7 @@ function reportPage() {
     title.textContent = "Live at " + describe(mo) + ": " + fmtBytes(tot) + " in " + fmtCount(cnt) + " allocation" + (cnt === 1 ? "" : "s");
     title.setAttribute("data-bytes", tot);
     title.setAttribute("data-moment", S.moment);
-    document.getElementById("flame-sub").textContent =
-      "Callers on top, the allocating frame at the bottom; a frame's width is the device memory live under it." +
+    document.getElementById("flame-sub").textContent = flameHow(flame) +
       (S.view !== "all" ? " Device " + S.view + " only." : "");
   }
   function drawSites() {
@@ -725,6 +756,7 @@ function reportPage() {
     momentSeg.querySelectorAll("button").forEach(function (b) { b.classList.remove("on"); });   // a jump, not a mode
   });
   fc.append(momentSeg);
+  flameControls(fc, flame, drawFlame);
   if (run.procs.length > 1) {
     var cb = el("input", {type: "checkbox", id: "byproc"});
     cb.addEventListener("change", function () { S.byProcess = cb.checked; flame.zoom = []; drawFlame(); });
@@ -789,7 +821,8 @@ function diffPage() {
     title.setAttribute("data-a", r.a); title.setAttribute("data-b", r.b);
     document.getElementById("flame-sub").replaceChildren(
       "Width: the larger of A and B; ", el("span", {cls: "grown", text: "red: grown in B"}), ", ",
-      el("span", {cls: "shrunk", text: "blue: shrunk"}), " (the deeper the colour, the larger the change); grey: the same. Frames are matched by function, file and module names.");
+      el("span", {cls: "shrunk", text: "blue: shrunk"}), " (the deeper the colour, the larger the change); grey: the same. " +
+      flameHow(flame));
   }
   function drawSites() {
     var rows = d.sites;
@@ -833,6 +866,7 @@ function diffPage() {
   fc.append(searchBox);
   fc.append(segmented("compare", [["peak", "at each peak"], ["end", "at exit"]], "peak", function (v) {
     S.which = v; flame.zoom = []; drawFlame(); }));
+  flameControls(fc, flame, drawFlame);
   var tcs = document.getElementById("timeline-controls");
   tcs.append(segmented("align", [["first", "first event"], ["start", "run start"]], "first",
     function (v) { S.align = v; chart.zoom = null; drawChart(); }));

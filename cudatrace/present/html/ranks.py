@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import html
 
-from ..analyze.analysis import Analysis
-from ..analyze.ranks import rank_series
-from ..units import format_bytes
-from .html_data import _thin
-from .ranks import site_line
-from .text import secs_text
+from ...analyze.analysis import Analysis
+from ...analyze.ranks import rank_series
+from ...units import format_bytes
+from ..ranks import site_line
+from ..text import secs_text
+from .data import thin
 
 W, H = 640, 34  # one rank's timeline, in SVG units
 POINTS = 600  # points kept per rank (each slice's extremes: the peak is always drawn)
@@ -23,7 +23,7 @@ def _line(a: Analysis, pts, t0: float, t1: float, top: int) -> str:
     span = max(t1 - t0, 1e-9)
     xy = ["0,%d" % H]
     prev = 0
-    for ts, v in _thin(pts, POINTS):
+    for ts, v in thin(pts, POINTS):
         x = ((a.seconds(ts) or 0.0) - t0) / span * W
         xy.append("%.1f,%.1f" % (x, H - prev / top * (H - 2)))  # a step: across, then up/down
         xy.append("%.1f,%.1f" % (x, H - v / top * (H - 2)))
@@ -100,7 +100,8 @@ def ranks_card(a: Analysis, r: dict) -> str:
   <div class="card-head"><h2>Ranks: %d on %d host%s</h2></div>
   <p class="hint">Each rank's live device memory over time, all on one time axis (%s to %s) and
   one byte scale (%s at the top). A rank's peak is its own processes' bytes at their highest; a
-  device's peak is what that one device held. No figure adds up different devices.</p>
+  device's peak is what that one device held. Only the timeline's "all devices together" adds
+  different devices up.</p>
   <table class="grid ranks"><tr><th>rank</th><th>host</th><th>devices</th><th>peak</th>
   <th>at</th><th>timeline</th><th></th></tr>%s</table>
   %s

@@ -1,0 +1,22 @@
+"""Containers and Kubernetes: budgets a container gets without running `cudatrace run` itself
+(docs/containers.md, docs/kubernetes.md).
+
+The floor of the deployment code, above record/ and present/: it hands containers the same
+environment contract the preload library already reads ("Budgets without the launcher",
+docs/budgets.md) and keeps a node's side of it.
+
+    plan       the budgets a node offers (sizes, named groups from a small config) and the
+               edits a fenced container gets: the preload library, its ledger directory, the
+               environment
+    install    the preload library installed where specs point: versioned, atomic
+    cdi        Container Device Interface specs whose devices are budgets (`cudatrace cdi`)
+    procscan   the processes of a node that map a ledger, seen from the host: host pid, pid in
+               their namespace, container, Kubernetes names
+    agent      `cudatrace node`: ledger directories, contexts of members in other pid
+               namespaces (NVML reports host pids), denials, metrics with container labels
+    kube       the Kubernetes API as the node agent uses it (Events), over HTTPS
+    webhook    the mutating admission webhook (`cudatrace webhook`): pod annotation -> JSONPatch
+    manifests  Kubernetes manifests, the systemd unit, the webhook's TLS material
+
+May import the ground, the leaves, record/ and present/; nothing below imports it.
+"""

@@ -1,0 +1,455 @@
+"""`cudatrace node`: the node agent, one process per GPU host (a systemd unit or a DaemonSet).
+
+At start, and again when the groups config changes, it does what `cudatrace cdi` does: installs
+the preload library (versioned, atomic), makes the named groups' ledger directories, writes
+the CDI specs. Then, every --interval seconds, one pass:
+
+- **ledgers**: every ledger some process on the node maps (procscan.py), wherever it lives (a
+  group's host directory, a container's tmpfs, a pod's emptyDir), opened through the member's
+  own mapping;
+- **contexts**: a member in another pid namespace cannot find itself in NVML's list (NVML names
+  host pids), so its CUDA context would count for nothing. The agent maps each such member to
+  its host pid (the pid in its namespace and its start time, among the processes that map that
+  ledger), reads NVML's figure for it and counts what is not allocations as its context
+  (ct_ledger_set_member_context). A reading can be high only if an allocation was made and freed
+  between the two reads of the ledger around it; the agent counts the smaller of its last two
+  readings, so such a moment is never counted;
+- **denials**: a member's denial counter that grew is said on stderr and, on Kubernetes, as an
+  Event of the pod (kube.py); a process given a budget that uses CUDA without the preload
+  library (it could not be loaded) likewise, once;
+- **groups gone**: the directory of a group no longer offered is removed once no member lives;
+- **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels,
+  served as of the last pass.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .. import native
+from ..record.ledger import Ledger, LedgerError
+from ..units import format_bytes
+from . import cdi, install, plan, procscan
+from .kube import Kube, KubeError, PodContainer, pod_event
+
+GC_EVERY = 30  # passes between two looks for installs nobody uses
+UNMAPPED_PASSES = 3  # a member's denials wait this many passes for its process to be seen
+EVENT_REASON_DENIED = "GPUMemoryBudgetExceeded"
+EVENT_REASON_UNFENCED = "GPUMemoryBudgetNotEnforced"
+
+
+@dataclass
+class Config:
+    """What `cudatrace node` was told (commands/node.py builds it)."""
+
+    budgets: tuple[str, ...] = ()
+    groups: Path | None = None
+    on_exceed: str = "fail"
+    root: Path = Path(plan.DEFAULT_ROOT)
+    state: Path = Path(plan.DEFAULT_STATE)
+    cdi_dir: Path | None = Path(plan.DEFAULT_CDI_DIR)
+    vendor: str = plan.VENDOR
+    preload: str = "file"
+    shim: Path | None = None
+    interval: float = 2.0
+    node: str = ""
+    kube: Kube | None = None
+    proc: Path = Path("/proc")
+
+
+@dataclass
+class Tracked:
+    """A ledger the agent has open, and what it remembers of its members."""
+
+    ledger: Ledger
+    mapping: procscan.Mapping
+    denials: dict[tuple, int] = field(default_factory=dict)
+    readings: dict[tuple, list[int]] = field(default_factory=dict)
+    unmapped: dict[tuple, int] = field(default_factory=dict)  # passes a member went unmapped
+
+
+def _member_key(m: dict) -> tuple:
+    return (m["slot"], m["pid"], m["start_ticks"])
+
+
+class Agent:
+    def __init__(self, cfg: Config, say: Callable[[str], None] | None = None, nvml: Any = None):
+        self.cfg = cfg
+        self.say = say or (lambda line: print(f"cudatrace node: {line}", file=sys.stderr))
+        self.nvml = nvml
+        self.tracked: dict[tuple[str, int], Tracked] = {}
+        self.offered: list[plan.Fence] = []
+        self.installed: install.Installed | None = None
+        self.groups_mtime: float | None = None
+        self.unfenced_seen: set[tuple[int, int]] = set()
+        self.unfenced: list[procscan.Proc] = []
+        self.open_errors: dict[tuple[str, int], tuple[str, str]] = {}  # key -> (path, why)
+        self.contexts_counted = 0
+        self.passes = 0
+        self._lock = threading.Lock()
+        self._published: dict = {"ledgers": [], "errors": []}
+
+    # ---- set-up ---------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Install, make the groups' directories, write the specs (start, config changed)."""
+        c = self.cfg
+        self.offered = plan.fences(c.budgets, c.groups, c.on_exceed, required=False)
+        self.installed, _, written = cdi.prepare(
+            self.offered, c.root, c.state, c.cdi_dir, c.vendor, c.preload, c.shim
+        )
+        self.groups_mtime = self._groups_mtime()
+        names = ", ".join(f"{c.vendor}/{f.kind}={f.name}" for f in self.offered) or "no device"
+        self.say(f"preload library {self.installed.lib}; offering {names}")
+        for p in written:
+            self.say(f"wrote {p}")
+
+    def _groups_mtime(self) -> float | None:
+        try:
+            return os.stat(self.cfg.groups).st_mtime if self.cfg.groups else None
+        except OSError:
+            return None
+
+    def _reload(self) -> None:
+        if self.cfg.groups is None or self._groups_mtime() == self.groups_mtime:
+            return
+        try:
+            self.prepare()
+        except Exception as e:  # a config being edited: keep what is offered, say why
+            self.groups_mtime = self._groups_mtime()
+            self.say(f"groups config not taken: {e}")
+
+    # ---- one pass ---------------------------------------------------------------------------
+
+    def cycle(self) -> None:
+        self._reload()
+        scan = procscan.scan(self.cfg.proc)
+        self._track(scan)
+        nv = self._nvml_processes()
+        out = []
+        errors = [{"path": p, "error": e} for p, e in self.open_errors.values()]
+        labels_used: set[str] = set()
+        for _key, t in sorted(self.tracked.items(), key=lambda kv: kv[0]):
+            try:
+                snap = t.ledger.snapshot()
+                if nv is not None and self._contexts(t, snap, nv):
+                    snap = t.ledger.snapshot()
+                self._denials(t, snap)
+            except LedgerError as e:
+                errors.append({"path": t.mapping.path, "error": str(e)})
+                continue
+            snap["label"] = self._label(snap, t, labels_used)
+            snap["member_labels"] = self._labels_of(t, snap)
+            out.append(snap)
+        self._report_unfenced(scan)
+        self._forget_groups()
+        self.passes += 1
+        if self.passes % GC_EVERY == 1:
+            self._gc_installs()
+        with self._lock:
+            self._published = {"ledgers": out, "errors": errors}
+
+    def _track(self, scan: procscan.Scan) -> None:
+        for key in list(self.tracked):
+            if key not in scan.ledgers:
+                self.tracked.pop(key).ledger.close()
+        for key in list(self.open_errors):
+            if key not in scan.ledgers:
+                del self.open_errors[key]
+        for key, m in scan.ledgers.items():
+            if key in self.tracked:
+                self.tracked[key].mapping = m
+                continue
+            led = self._open(m)
+            if led is not None:
+                self.tracked[key] = Tracked(led, m)
+                self.open_errors.pop(key, None)
+
+    def _open(self, m: procscan.Mapping) -> Ledger | None:
+        """The ledger through the first member link that opens; None (error kept) if none."""
+        ffi, lib = native.tools()
+        why = "no process maps it any more"
+        for _proc, link in m.links:
+            try:
+                fd = os.open(link, os.O_RDWR | os.O_CLOEXEC)
+            except OSError as e:
+                why = f"{link}: {e.strerror}"
+                continue
+            err = ffi.new("char[]", 512)
+            try:
+                h = lib.ct_ledger_open_fd(fd, m.path.encode(), err, 512)
+            finally:
+                os.close(fd)
+            if h != ffi.NULL:
+                return Ledger(h, Path(m.path))
+            why = ffi.string(err).decode()
+        if self.open_errors.get(m.key) != (m.path, why):
+            self.say(f"cannot read the ledger {m.path}: {why}")
+        self.open_errors[m.key] = (m.path, why)
+        return None
+
+    def _nvml_processes(self) -> dict[int, dict[int, int]] | None:
+        if self.nvml is None:
+            from ..nvml import Nvml
+
+            self.nvml = Nvml()
+            if not self.nvml.available:
+                self.say(f"no NVML ({self.nvml.why}): contexts in containers are not counted")
+        return self.nvml.processes() if self.nvml.available else None
+
+    # ---- contexts of members in other pid namespaces ----------------------------------------
+
+    @staticmethod
+    def _host_proc(t: Tracked, m: dict) -> procscan.Proc | None:
+        for p, _link in t.mapping.links:
+            if p.ns_pid == m["pid"] and p.start_ticks == m["start_ticks"]:
+                return p
+        return None
+
+    @staticmethod
+    def _ordinals(m: dict, listed: dict[int, int]) -> dict[int, int]:
+        """CUDA ordinal (the ledger's device) -> NVML's figure. One GPU listed: the member's one
+        device (0 before its first allocation); several: in NVML index order, which is CUDA's
+        with CUDA_DEVICE_ORDER=PCI_BUS_ID (docs/containers.md, multi-GPU limits)."""
+        held = sorted(int(d) for d in m["devices"])
+        if len(listed) == 1:
+            if len(held) > 1:
+                return {}
+            return {held[0] if held else 0: next(iter(listed.values()))}
+        return {k: listed[i] for k, i in enumerate(sorted(listed))}
+
+    def _contexts(self, t: Tracked, snap: dict, nv: dict[int, dict[int, int]]) -> bool:
+        """Count the contexts of this ledger's members in other pid namespaces; True when a
+        figure changed."""
+        _, lib = native.tools()
+        changed = False
+        after = None
+        for m in snap["members"]:
+            if m["state"] != "alive" or not m["other_pidns"]:
+                continue
+            p = self._host_proc(t, m)
+            if p is None:
+                continue
+            listed = {i: procs[p.pid] for i, procs in nv.items() if p.pid in procs}
+            for dev, used in self._ordinals(m, listed).items():
+                if after is None:
+                    after = {_member_key(x): x for x in t.ledger.snapshot()["members"]}
+                now = after.get(_member_key(m), m)
+                row0 = m["devices"].get(dev, {"held": 0, "context": 0})
+                row1 = now["devices"].get(dev, {"held": 0, "context": 0})
+                allocs = max(row0["held"] - row0["context"], row1["held"] - row1["context"])
+                ctx = (max(0, used - allocs) + 1023) & ~1023
+                hist = t.readings.setdefault((*_member_key(m), dev), [])
+                hist[:] = (hist + [ctx])[-2:]
+                count = min(hist) if len(hist) == 2 else None
+                if count is None or count == row1["context"]:
+                    continue
+                rc = lib.ct_ledger_set_member_context(
+                    t.ledger.h, m["slot"], m["pid"], m["start_ticks"], dev, count
+                )
+                if rc == 0:
+                    changed = True
+                    self.contexts_counted += 1
+        return changed
+
+    # ---- what is said: denials, unfenced processes --------------------------------------------
+
+    def _denials(self, t: Tracked, snap: dict) -> None:
+        limits = {r["device"]: r["limit"] for r in snap["devices"]}
+        in_use = {r["device"]: r["in_use"] for r in snap["devices"]}
+        alive: set[tuple] = set()
+        for m in snap["members"]:
+            p = self._host_proc(t, m)
+            waits = t.unmapped.get(_member_key(m), 0)
+            if p is None and waits < UNMAPPED_PASSES:
+                # joined after this pass's scan: said at the next, with its container's names
+                t.unmapped[_member_key(m)] = waits + 1
+                alive.update((*_member_key(m), d) for d in m["devices"])
+                continue
+            for dev, row in m["devices"].items():
+                k = (*_member_key(m), dev)
+                alive.add(k)
+                seen = t.denials.get(k, 0)
+                t.denials[k] = row["denials"]
+                if row["denials"] <= seen:
+                    continue
+                n = row["denials"] - seen
+                msg = (
+                    f"{n} GPU memory allocation{'s' if n > 1 else ''} denied on device {dev}: "
+                    f"budget {format_bytes(limits.get(dev, 0))}, in use "
+                    f"{format_bytes(in_use.get(dev, 0))} (group {snap['group']}; the "
+                    "container's log names the call site)"
+                )
+                self._tell(p, m["pid"], EVENT_REASON_DENIED, msg, n)
+        for k in list(t.denials):
+            if k not in alive:
+                del t.denials[k]
+        members = {_member_key(m) for m in snap["members"]}
+        t.unmapped = {k: v for k, v in t.unmapped.items() if k in members}
+
+    def _report_unfenced(self, scan: procscan.Scan) -> None:
+        self.unfenced = scan.unfenced
+        for p in scan.unfenced:
+            if (p.pid, p.start_ticks) in self.unfenced_seen:
+                continue
+            self.unfenced_seen.add((p.pid, p.start_ticks))
+            msg = (
+                f"a process given the budget group {p.env.get('CUDATRACE_GROUP')} uses CUDA "
+                "without the cudatrace preload library (it could not be loaded: see the "
+                "container's log for ld.so's line): its GPU memory is not fenced"
+            )
+            self._tell(p, p.ns_pid, EVENT_REASON_UNFENCED, msg, 1)
+        live = {(p.pid, p.start_ticks) for p in scan.unfenced}
+        self.unfenced_seen &= live
+
+    def _tell(self, p: procscan.Proc | None, pid: int, reason: str, msg: str, n: int) -> None:
+        ns, pod, container = p.labels() if p else ("", "", "")
+        who = f"pod {ns}/{pod} container {container}" if pod else f"container {container}"
+        if not container and not pod:
+            who = f"pid {pid}"
+        self.say(f"{who}: {msg}")
+        if self.cfg.kube is None or not pod or not ns:
+            return
+        uid = p.env.get("CUDATRACE_GROUP", "") if p else ""
+        ev = pod_event(PodContainer(ns, pod, container, uid), reason, msg, self.cfg.node, count=n)
+        try:
+            self.cfg.kube.post_event(ev)
+        except KubeError as e:
+            self.say(f"cannot post the event: {e}")
+
+    # ---- labels for the metrics ---------------------------------------------------------------
+
+    @staticmethod
+    def _label(snap: dict, t: Tracked, used: set[str]) -> str:
+        """The group label: the group's name; a container's own budget (every one of them is
+        named `container`) with its container's id; made unique within a pass."""
+        base = snap["group"] or Path(t.mapping.path).stem
+        if base == plan.CONTAINER_GROUP and t.mapping.links:
+            base = f"{base}@{t.mapping.links[0][0].labels()[2] or t.mapping.links[0][0].pid}"
+        label, n = base, 1
+        while label in used:
+            n += 1
+            label = f"{base}#{n}"
+        used.add(label)
+        return label
+
+    def _labels_of(self, t: Tracked, snap: dict) -> dict[int, tuple[str, str, str]]:
+        out = {}
+        for m in snap["members"]:
+            p = self._host_proc(t, m) if m["other_pidns"] else None
+            out[m["slot"]] = p.labels() if p else ("", "", "")
+        return out
+
+    def published(self) -> dict:
+        with self._lock:
+            return self._published
+
+    @staticmethod
+    def member_labels(s: dict, m: dict) -> tuple[str, str, str]:
+        return s.get("member_labels", {}).get(m["slot"], ("", "", ""))
+
+    # ---- housekeeping -----------------------------------------------------------------------
+
+    def _forget_groups(self) -> None:
+        """Remove the directories of groups no longer offered, once no member of theirs lives."""
+        names = {f.group for f in self.offered if f.group}
+        for d in cdi.stale_group_dirs(self.cfg.state, names):
+            led_path = d / f"{d.name}.ledger"
+            if led_path.exists():
+                try:
+                    with Ledger.open(led_path) as led:
+                        led.reclaim()
+                        if any(m["state"] != "dead" for m in led.snapshot()["members"]):
+                            continue
+                        if native.tools()[1].ct_ledger_in_use_by_anyone(led.h) == 1:
+                            continue
+                except LedgerError as e:
+                    self.say(f"group directory {d} kept: {e}")
+                    continue
+            try:
+                cdi.remove_group_dir(d)
+                self.say(f"group {d.name} is gone: removed {d}")
+            except OSError as e:
+                self.say(f"cannot remove {d}: {e.strerror}")
+
+    def _gc_installs(self) -> None:
+        keep = cdi.referenced_idents(self.cfg.root, cdi.CDI_DIRS + (str(self.cfg.cdi_dir),))
+        if self.installed is not None:
+            keep.add(self.installed.ident)
+        for ident in install.gc(self.cfg.root, keep, self.cfg.proc):
+            self.say(f"removed the unused preload library {ident}")
+
+    # ---- the loop ---------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            t0 = time.monotonic()
+            self.cycle()
+            stop.wait(max(0.0, self.cfg.interval - (time.monotonic() - t0)))
+        for t in self.tracked.values():
+            t.ledger.close()
+        self.tracked.clear()
+
+
+def node_collector(agent: Agent) -> Any:
+    """The agent's own series: the install it serves, the processes running unfenced."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    class NodeCollector:
+        def describe(self) -> list:
+            return []
+
+        def collect(self) -> Iterator[Any]:
+            info = GaugeMetricFamily(
+                "cudatrace_node_preload_info",
+                "The preload library the node's specs point at",
+                labels=["id"],
+            )
+            if agent.installed is not None:
+                info.add_metric([agent.installed.ident], 1)
+            unf = GaugeMetricFamily(
+                "cudatrace_node_unfenced_processes",
+                "Processes given a budget that use CUDA without the preload library",
+                labels=["namespace", "pod", "container"],
+            )
+            counts: dict[tuple[str, str, str], int] = {}
+            for p in agent.unfenced:
+                counts[p.labels()] = counts.get(p.labels(), 0) + 1
+            for lv, n in sorted(counts.items()):
+                unf.add_metric(list(lv), n)
+            ctx = GaugeMetricFamily(
+                "cudatrace_node_contexts_counted",
+                "Context figures the agent set for members in other pid namespaces",
+            )
+            ctx.add_metric([], agent.contexts_counted)
+            yield info
+            yield unf
+            yield ctx
+
+    return NodeCollector()
+
+
+def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> None:
+    """Serve the metrics on host:port and run the agent until interrupted."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    from ..present.metrics import Collector
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(Collector(agent.published, member_labels=agent.member_labels))
+    reg.register(node_collector(agent))
+    agent.cycle()  # the first pass before the first scrape
+    start_http_server(port, addr=host, registry=reg)
+    ready(f"http://{host if ':' not in host else '[' + host + ']'}:{port}/metrics")
+    stop = threading.Event()
+    try:
+        agent.run(stop)
+    finally:
+        stop.set()

@@ -1,0 +1,270 @@
+"""Container Device Interface specs whose devices are budgets (`cudatrace cdi`), and the host
+directories they mount.
+
+Two specs, one per kind: `<vendor>/budget` (a size: `podman run --device
+cudatrace.dev/budget=8GiB`, each container its own budget) and `<vendor>/group` (a named group
+of the config: containers given it share one budget). Every device carries all its edits (the
+preload library read-only, /etc/ld.so.preload or LD_PRELOAD, its ledger directory, the
+environment), so a container given two cudatrace devices fails to start on the duplicate
+mount instead of running with two budgets.
+
+Each spec says the lowest `cdiVersion` its features need (min_version: the rules of the CDI
+specification's versions), so runtimes that read older versions take it: Podman 4.3 reads up
+to 0.5.0 and passes over newer specs without a word. A size device's name begins with a digit
+and its tmpfs mount has a type: 0.5.0; a group spec needs only 0.3.0.
+
+The files are `<cdi dir>/<vendor>-budget.json` and `<vendor>-group.json`, each written whole
+(a temporary file renamed into place) and removed when it would have no device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from ..errors import CudatraceError
+from .install import SHIM_DIR, Installed
+from .plan import CONTAINER_LEDGER_DIR, LEDGER_TMPFS_SIZE, VENDOR, Fence, fence_env
+
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # where runtimes read specs (Podman 4.3: only these)
+EARLIEST = (0, 3, 0)  # the oldest version runtimes still take
+KINDS = ("budget", "group")
+GROUPS_DIR = "groups"  # <state>/groups/<name>: a named group's ledger directory
+
+
+class CdiError(CudatraceError):
+    """A spec that cannot be written; the message says why."""
+
+
+# ---- the lowest version a spec needs ------------------------------------------------------
+
+
+def _edits(spec: dict) -> list[dict]:
+    return [spec.get("containerEdits") or {}] + [
+        d.get("containerEdits") or {} for d in spec.get("devices", [])
+    ]
+
+
+def min_version(spec: dict) -> str:
+    """The lowest cdiVersion whose features cover spec: 0.4.0 a mount's type; 0.5.0 a device
+    name not beginning with a letter, a device node's hostPath; 0.6.0 annotations, a dot in the
+    kind's class; 0.7.0 additional GIDs, Intel RDT."""
+    need = EARLIEST
+    edits = _edits(spec)
+    if any(m.get("type") for e in edits for m in e.get("mounts", [])):
+        need = max(need, (0, 4, 0))
+    if any(not d["name"][:1].isalpha() for d in spec.get("devices", [])) or any(
+        n.get("hostPath") for e in edits for n in e.get("deviceNodes", [])
+    ):
+        need = max(need, (0, 5, 0))
+    cls = spec.get("kind", "").partition("/")[2]
+    if spec.get("annotations") or any(d.get("annotations") for d in spec.get("devices", [])):
+        need = max(need, (0, 6, 0))
+    if "." in cls:
+        need = max(need, (0, 6, 0))
+    if any(e.get("additionalGids") or e.get("intelRdt") for e in edits):
+        need = max(need, (0, 7, 0))
+    return "%d.%d.%d" % need
+
+
+# ---- the spec -------------------------------------------------------------------------------
+
+
+def group_dir(state: Path, name: str) -> Path:
+    return Path(state).absolute() / GROUPS_DIR / name
+
+
+def device_edits(fence: Fence, inst: Installed, preload: str, state: Path) -> dict:
+    """The containerEdits of one budget device."""
+    ro = ["ro", "nosuid", "nodev", "bind"]
+    mounts: list[dict] = [
+        {"hostPath": str(inst.dir), "containerPath": str(inst.dir), "options": ro}
+    ]
+    if preload == "file":
+        mounts.append(
+            {"hostPath": str(inst.preload), "containerPath": "/etc/ld.so.preload", "options": ro}
+        )
+    if fence.group:
+        mounts.append(
+            {
+                "hostPath": str(group_dir(state, fence.group)),
+                "containerPath": CONTAINER_LEDGER_DIR,
+                "options": ["rw", "nosuid", "nodev", "noexec", "bind"],
+            }
+        )
+    else:  # the container's own: a tmpfs of its own (root's, sticky: any uid inside may use it)
+        mounts.append(
+            {
+                "hostPath": "tmpfs",
+                "containerPath": CONTAINER_LEDGER_DIR,
+                "type": "tmpfs",
+                "options": ["nosuid", "nodev", "noexec", "mode=1777", f"size={LEDGER_TMPFS_SIZE}"],
+            }
+        )
+    env = fence_env(fence, str(inst.lib) if preload == "env" else None)
+    return {"env": [f"{k}={v}" for k, v in env], "mounts": mounts}
+
+
+def build_specs(
+    fences: list[Fence], inst: Installed, state: Path, preload: str = "file", vendor: str = VENDOR
+) -> dict[str, dict]:
+    """kind -> spec, for the kinds that have devices."""
+    out: dict[str, dict] = {}
+    for kind in KINDS:
+        devs = [f for f in fences if f.kind == kind]
+        names = [f.name for f in devs]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise CdiError(f"{kind} {dup[0]!r} is given twice")
+        if not devs:
+            continue
+        spec: dict = {
+            "cdiVersion": "",
+            "kind": f"{vendor}/{kind}",
+            "devices": [
+                {"name": f.name, "containerEdits": device_edits(f, inst, preload, state)}
+                for f in devs
+            ],
+        }
+        spec["cdiVersion"] = min_version(spec)
+        out[kind] = spec
+    return out
+
+
+# ---- files ----------------------------------------------------------------------------------
+
+
+def spec_path(cdi_dir: Path, vendor: str, kind: str) -> Path:
+    return Path(cdi_dir) / f"{vendor}-{kind}.json"
+
+
+def write_specs(specs: dict[str, dict], cdi_dir: Path, vendor: str = VENDOR) -> list[Path]:
+    """Write each kind's spec whole; remove the file of a kind without devices. Returns the
+    paths written."""
+    d = Path(cdi_dir)
+    try:
+        d.mkdir(mode=0o755, parents=True, exist_ok=True)
+    except OSError as e:
+        raise CdiError(f"cannot make the CDI directory {d}: {e.strerror or e}") from None
+    written = []
+    for kind in KINDS:
+        path = spec_path(d, vendor, kind)
+        if kind not in specs:
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise CdiError(f"cannot remove {path}: {e.strerror or e}") from None
+            continue
+        text = json.dumps(specs[kind], indent=2) + "\n"
+        try:
+            if path.is_file() and not path.is_symlink() and path.read_text() == text:
+                written.append(path)
+                continue
+            tmp = d / f".{path.name}.{os.getpid()}.tmp"  # not *.json: runtimes skip it
+            with open(tmp, "w") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except OSError as e:
+            raise CdiError(f"cannot write {path}: {e.strerror or e}") from None
+        written.append(path)
+    return written
+
+
+def referenced_idents(root: Path, cdi_dirs: Iterable[str] = CDI_DIRS) -> set[str]:
+    """The installs (install.py ids) that spec files in cdi_dirs point at."""
+    pre = str(Path(root).absolute() / SHIM_DIR) + "/"
+    out: set[str] = set()
+    for d in cdi_dirs:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for n in names:
+            if not n.endswith(".json"):
+                continue
+            try:
+                text = Path(d, n).read_text()
+            except OSError:
+                continue
+            at = text.find(pre)
+            while at >= 0:
+                out.add(text[at + len(pre) :].split("/", 1)[0].split('"', 1)[0])
+                at = text.find(pre, at + 1)
+    return out
+
+
+# ---- the ledger directories of named groups -------------------------------------------------
+
+
+def ensure_group_dirs(state: Path, fences: list[Fence]) -> list[Path]:
+    """Make <state>/groups/<name> for each named group: root's, mode 1777 (a shared ledger
+    directory: the containers' processes may run as any uid; docs/budgets.md). Returns those
+    made now."""
+    base = Path(state).absolute() / GROUPS_DIR
+    made = []
+    try:
+        base.mkdir(mode=0o755, parents=True, exist_ok=True)
+        for f in fences:
+            if not f.group:
+                continue
+            p = base / f.group
+            if p.is_symlink():
+                raise CdiError(f"{p} is a symbolic link; refusing to use it")
+            if not p.is_dir():
+                p.mkdir(mode=0o755)
+                made.append(p)
+            os.chmod(p, 0o1777)
+    except OSError as e:
+        raise CdiError(f"cannot make the group directories in {base}: {e.strerror or e}") from None
+    return made
+
+
+def stale_group_dirs(state: Path, names: set[str]) -> list[Path]:
+    """Group directories under state whose group is not in names."""
+    base = Path(state).absolute() / GROUPS_DIR
+    try:
+        return sorted(
+            base / n for n in os.listdir(base) if n not in names and not n.startswith(".")
+        )
+    except OSError:
+        return []
+
+
+def remove_group_dir(path: Path) -> None:
+    """Remove a group's directory (its ledger, lock, and anything else there): moved aside
+    first, so a container starting now fails on the missing mount rather than seeing half."""
+    aside = path.with_name(f".gone-{path.name}-{time.monotonic_ns()}")
+    os.rename(path, aside)
+    shutil.rmtree(aside, ignore_errors=True)
+
+
+# ---- a node's side, at once -------------------------------------------------------------------
+
+
+def prepare(
+    offered: list[Fence],
+    root: Path,
+    state: Path,
+    cdi_dir: Path | None,
+    vendor: str = VENDOR,
+    preload: str = "file",
+    shim: Path | None = None,
+) -> tuple[Installed, dict[str, dict], list[Path]]:
+    """Install the preload library, make the named groups' directories, write the specs (to
+    cdi_dir; None: only built). Returns (install, specs by kind, files written)."""
+    from .install import install
+
+    inst = install(root, shim)
+    ensure_group_dirs(state, offered)
+    specs = build_specs(offered, inst, state, preload, vendor)
+    written = write_specs(specs, cdi_dir, vendor) if cdi_dir is not None else []
+    return inst, specs, written

@@ -1,0 +1,289 @@
+"""The mutating admission webhook (`cudatrace webhook`): a pod annotated `cudatrace.dev/budget:
+8GiB` gets, in its GPU containers only, the edits a CDI device gives (plan.py), as a JSONPatch
+in an `admission.k8s.io/v1` AdmissionReview response, served over HTTPS.
+
+Which containers: those of `spec.containers` that request a GPU (a resource of --gpu-resource,
+default nvidia.com/gpu and nvidia.com/mig-*, or a DRA claim), or exactly those the annotation
+`cudatrace.dev/containers: a,b` names. Init containers and sidecars (init containers that
+keep running) are never touched, nor containers that ask for no GPU.
+
+What each gets:
+- the preload library: the node's install (`<root>/shim/<id>`, made by `cudatrace node`)
+  mounted read-only, and its `ld.so.preload` file over /etc/ld.so.preload (hostPath volumes of
+  type Directory and File: a node without that install fails the pod's start, visibly, rather
+  than running it unfenced);
+- the group's ledger directory: an emptyDir of the pod in memory, mounted into its GPU
+  containers alone, gone with the pod; the ledgers go in a directory below it that the first
+  member makes (the emptyDir itself is mode 0777, which the ledger refuses);
+- the environment: the group is the pod (its uid, through the downward API: always a valid
+  group name, whatever the pod's name), the budget in bytes, on-exceed, refuse on fence errors,
+  and the names the node agent labels metrics and Events with (namespace, pod, container).
+  Environment variables of the container named CUDATRACE_* are replaced.
+
+The pod is marked `cudatrace.dev/patched: <id>`; a marked pod is left as it is (reinvocation).
+A budget that cannot be read, a container name that does not exist, a volume or mount in the
+way: the pod is refused with the reason, never admitted unfenced.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import ssl
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Callable
+
+from ..errors import CudatraceError
+from .install import PRELOAD_NAME, SHIM_DIR
+from .plan import CONTAINER_LEDGER_DIR, VENDOR, Fence, PlanError, budget_bytes, check_on_exceed
+
+ANN_BUDGET = f"{VENDOR}/budget"
+ANN_CONTAINERS = f"{VENDOR}/containers"
+ANN_ON_EXCEED = f"{VENDOR}/on-exceed"
+ANN_PATCHED = f"{VENDOR}/patched"
+GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
+VOL_LIB, VOL_PRELOAD, VOL_LEDGER = "cudatrace-lib", "cudatrace-preload", "cudatrace-ledger"
+LEDGER_SUBDIR = "pod"
+MAX_BODY = 8 << 20
+
+
+class Refused(CudatraceError):
+    """A pod the webhook refuses; the message says why (shown to whoever created it)."""
+
+
+@dataclass(frozen=True)
+class WebhookConfig:
+    root: str  # the nodes' install root (cudatrace node --root)
+    ident: str  # the install's id (install.shim_ident): the same build the nodes install
+    gpu_resources: tuple[str, ...] = GPU_RESOURCES
+    on_exceed: str = "fail"
+    preload: str = "file"
+
+    @property
+    def shim_dir(self) -> str:
+        return f"{self.root.rstrip('/')}/{SHIM_DIR}/{self.ident}"
+
+
+def _pointer(*parts: object) -> str:
+    return "/" + "/".join(str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _is_gpu(resource: str, names: tuple[str, ...]) -> bool:
+    return any(resource == n or (n.endswith("*") and resource.startswith(n[:-1])) for n in names)
+
+
+def gpu_containers(pod: dict, cfg: WebhookConfig) -> list[int]:
+    """Indexes in spec.containers of the containers to fence."""
+    containers = pod.get("spec", {}).get("containers") or []
+    named = (pod.get("metadata", {}).get("annotations") or {}).get(ANN_CONTAINERS)
+    if named is not None:
+        want = [n.strip() for n in named.split(",") if n.strip()]
+        names = [c.get("name") for c in containers]
+        missing = [n for n in want if n not in names]
+        if missing or not want:
+            raise Refused(
+                f"{ANN_CONTAINERS}: no container named {', '.join(missing) or '(none given)'} "
+                f"in spec.containers ({', '.join(map(str, names))})"
+            )
+        return [i for i, c in enumerate(containers) if c.get("name") in want]
+    out = []
+    for i, c in enumerate(containers):
+        res = c.get("resources") or {}
+        asked = list(res.get("limits") or {}) + list(res.get("requests") or {})
+        if res.get("claims") or any(_is_gpu(r, cfg.gpu_resources) for r in asked):
+            out.append(i)
+    return out
+
+
+def _fence(pod: dict, cfg: WebhookConfig) -> Fence:
+    ann = pod.get("metadata", {}).get("annotations") or {}
+    try:
+        budget = budget_bytes(ann[ANN_BUDGET], ANN_BUDGET)
+        on_exceed = check_on_exceed(ann.get(ANN_ON_EXCEED, cfg.on_exceed), ANN_ON_EXCEED)
+    except PlanError as e:
+        raise Refused(str(e)) from None
+    return Fence("pod", "pod", budget, on_exceed)
+
+
+def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> list[dict]:
+    """The container's environment: its own (less CUDATRACE_*), then the fence's."""
+    own = [e for e in c.get("env") or [] if not str(e.get("name", "")).startswith("CUDATRACE_")]
+    env = own + [
+        {"name": "CUDATRACE_K8S_NAMESPACE", "value": namespace},
+        {"name": "CUDATRACE_K8S_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "CUDATRACE_K8S_CONTAINER", "value": c["name"]},
+        {"name": "CUDATRACE_GROUP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": "CUDATRACE_BUDGET", "value": fence.budget},
+        {"name": "CUDATRACE_LEDGER_DIR", "value": f"{CONTAINER_LEDGER_DIR}/{LEDGER_SUBDIR}"},
+        # the emptyDir is the pod's alone (mode 0777, which a ledger directory may not be): its
+        # first member makes the directory below it
+        {"name": "CUDATRACE_LEDGER_DIR_MAKE", "value": "1"},
+        {"name": "CUDATRACE_ON_EXCEED", "value": fence.on_exceed},
+        {"name": "CUDATRACE_ON_FENCE_ERROR", "value": "refuse"},
+    ]
+    if cfg.preload == "env":  # after the application's own preloads, as /etc/ld.so.preload is
+        lib = f"{cfg.shim_dir}/libcudatrace.so"
+        theirs = [e for e in env if e.get("name") == "LD_PRELOAD"]
+        env = [e for e in env if e.get("name") != "LD_PRELOAD"]
+        mine = " ".join([theirs[-1].get("value", ""), lib]).strip() if theirs else lib
+        env.append({"name": "LD_PRELOAD", "value": mine})
+    return env
+
+
+def _mounts(cfg: WebhookConfig) -> list[dict]:
+    m = [{"name": VOL_LIB, "mountPath": cfg.shim_dir, "readOnly": True}]
+    if cfg.preload == "file":
+        m.append({"name": VOL_PRELOAD, "mountPath": "/etc/ld.so.preload", "readOnly": True})
+    m.append({"name": VOL_LEDGER, "mountPath": CONTAINER_LEDGER_DIR})
+    return m
+
+
+def _volumes(cfg: WebhookConfig) -> list[dict]:
+    v = [{"name": VOL_LIB, "hostPath": {"path": cfg.shim_dir, "type": "Directory"}}]
+    if cfg.preload == "file":
+        v.append(
+            {
+                "name": VOL_PRELOAD,
+                "hostPath": {"path": f"{cfg.shim_dir}/{PRELOAD_NAME}", "type": "File"},
+            }
+        )
+    v.append({"name": VOL_LEDGER, "emptyDir": {"medium": "Memory", "sizeLimit": "4Mi"}})
+    return v
+
+
+def _check_room(pod: dict, idx: list[int], cfg: WebhookConfig) -> None:
+    spec = pod["spec"]
+    ours = {v["name"] for v in _volumes(cfg)}
+    taken = ours & {v.get("name") for v in spec.get("volumes") or []}
+    if taken:
+        raise Refused(f"the pod already has a volume named {sorted(taken)[0]}")
+    paths = {m["mountPath"] for m in _mounts(cfg)}
+    for i in idx:
+        c = spec["containers"][i]
+        clash = paths & {m.get("mountPath") for m in c.get("volumeMounts") or []}
+        if clash:
+            raise Refused(f"container {c['name']} already mounts {sorted(clash)[0]}")
+
+
+def patch_for(pod: dict, namespace: str, cfg: WebhookConfig) -> tuple[list[dict], list[str]]:
+    """(JSONPatch operations, warnings) for a pod; ([], ...) when it is left alone."""
+    meta = pod.get("metadata") or {}
+    ann = meta.get("annotations") or {}
+    if ANN_BUDGET not in ann or ANN_PATCHED in ann:
+        return [], []
+    fence = _fence(pod, cfg)
+    idx = gpu_containers(pod, cfg)
+    if not idx:
+        return [], [
+            f"cudatrace: {ANN_BUDGET} is set but no container asks for a GPU "
+            f"({', '.join(cfg.gpu_resources)}); name them in {ANN_CONTAINERS}"
+        ]
+    _check_room(pod, idx, cfg)
+    spec = pod["spec"]
+    ops: list[dict] = []
+    if spec.get("volumes") is None:
+        ops.append({"op": "add", "path": "/spec/volumes", "value": _volumes(cfg)})
+    else:
+        ops += [{"op": "add", "path": "/spec/volumes/-", "value": v} for v in _volumes(cfg)]
+    for i in idx:
+        c = spec["containers"][i]
+        env = container_env(c, fence, namespace, cfg)
+        ops.append(
+            {
+                "op": "replace" if c.get("env") is not None else "add",
+                "path": _pointer("spec", "containers", i, "env"),
+                "value": env,
+            }
+        )
+        if c.get("volumeMounts") is None:
+            ops.append(
+                {
+                    "op": "add",
+                    "path": _pointer("spec", "containers", i, "volumeMounts"),
+                    "value": _mounts(cfg),
+                }  # fmt: skip
+            )
+        else:
+            ops += [
+                {
+                    "op": "add",
+                    "path": _pointer("spec", "containers", i, "volumeMounts", "-"),
+                    "value": m,
+                }  # fmt: skip
+                for m in _mounts(cfg)
+            ]
+    ops.append({"op": "add", "path": _pointer("metadata", "annotations", ANN_PATCHED),
+                "value": cfg.ident})  # fmt: skip
+    return ops, []
+
+
+def review(body: dict, cfg: WebhookConfig) -> dict:
+    """The AdmissionReview response to an AdmissionReview request."""
+    req = body.get("request") or {}
+    resp: dict = {"uid": req.get("uid", ""), "allowed": True}
+    kind = (req.get("kind") or {}).get("kind")
+    obj = req.get("object") or {}
+    if kind == "Pod" and req.get("operation", "CREATE") == "CREATE" and isinstance(obj, dict):
+        try:
+            ns = req.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default"
+            ops, warnings = patch_for(obj, ns, cfg)
+        except Refused as e:
+            resp = {
+                "uid": resp["uid"],
+                "allowed": False,
+                "status": {"code": 400, "message": f"cudatrace: {e}"},
+            }
+            ops, warnings = [], []
+        if ops:
+            resp["patchType"] = "JSONPatch"
+            resp["patch"] = base64.b64encode(json.dumps(ops).encode()).decode()
+        if warnings:
+            resp["warnings"] = warnings
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
+
+
+def make_server(
+    host: str, port: int, cert: str, key: str, cfg: WebhookConfig, log: Callable[[str], None]
+) -> ThreadingHTTPServer:
+    """The HTTPS server: POST /mutate (AdmissionReview), GET /healthz."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _send(self, code: int, data: bytes, ctype: str = "application/json") -> None:
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/healthz":
+                self._send(200, b"ok\n", "text/plain")
+            else:
+                self._send(404, b"not found\n", "text/plain")
+
+        def do_POST(self) -> None:
+            n = int(self.headers.get("Content-Length") or 0)
+            if self.path.split("?")[0] != "/mutate" or not 0 < n <= MAX_BODY:
+                self._send(400 if self.path.startswith("/mutate") else 404, b"{}")
+                return
+            try:
+                body = json.loads(self.rfile.read(n))
+                out = review(body, cfg)
+            except (ValueError, AttributeError, TypeError) as e:
+                self._send(400, json.dumps({"error": str(e)}).encode())
+                return
+            r = out["response"]
+            if not r["allowed"] or "patch" in r:
+                log(f"{r['uid']}: {'patched' if r['allowed'] else r['status']['message']}")
+            self._send(200, json.dumps(out).encode())
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    ctx.load_cert_chain(cert, key)
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    return httpd

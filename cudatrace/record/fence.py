@@ -1,0 +1,165 @@
+"""Fences set up outside the launcher, and the processes outside every fence.
+
+- A run inside an integration's fence (the environment names a CUDATRACE_GROUP: a Slurm job's
+  share of its GPU, a container's group; docs/budgets.md): the run reports that budget, and
+  `cudatrace run --budget` lowers it for its command without leaving it, so the other jobs on
+  the GPU stay fenced from the command (docs/slurm.md).
+- Unfenced processes: the processes NVML lists on the GPUs that are live members of no ledger
+  of the directory, whatever the reason (fencing could not be set up and
+  CUDATRACE_ON_FENCE_ERROR=warn; a process that holds a context its fencing refused later; a
+  process started without the preload library). `cudatrace status` and `cudatrace metrics`
+  both call `unfenced`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import ledger as ledger_mod
+from .budget import BudgetError, bytes_text, parse_size
+
+SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
+
+
+def env_fence(env: dict[str, str]) -> dict | None:
+    """The fence the environment puts a run's command in: {"group", "share", "share_limit",
+    "label"}, or None when it names no group (or the launcher's own ledger names one)."""
+    group = env.get("CUDATRACE_GROUP", "")
+    if not group or env.get("CUDATRACE_LEDGER"):
+        return None
+    share = env.get("CUDATRACE_SHARE") or None
+    limit = 0
+    if share and env.get("CUDATRACE_SHARE_BUDGET"):
+        try:
+            limit = parse_size(env["CUDATRACE_SHARE_BUDGET"])
+        except BudgetError:
+            limit = 0  # the preload library refuses it (and says why) in the command
+    return {
+        "group": group,
+        "share": share,
+        "share_limit": limit,
+        "label": env.get("CUDATRACE_SHARE_LABEL") or share,
+        "source": "environment",
+    }
+
+
+def check_group(outer: dict, group: str | None) -> None:
+    """A --group other than the fence's is refused: the command would leave the fence."""
+    if group is not None and group != outer["group"]:
+        raise BudgetError(
+            f"this run is inside the fence of group {outer['group']} (CUDATRACE_GROUP, set by "
+            f"an integration such as a Slurm job): --group {group} would take the command out "
+            "of it; give --budget alone to lower the fence for this command",
+            forms=False,
+        )
+
+
+def nest(
+    env: dict[str, str], outer: dict, limits: dict[int, int], pid: int
+) -> tuple[dict, str | None]:
+    """`cudatrace run --budget` inside a fence: the command stays a member of the fence's group
+    and counts in a share bounded by the run's budget and the fence's share, whichever is lower
+    (env is changed to say so). Returns (the budget info for run.json, a note or None)."""
+    asked = min((n for n in limits.values() if n), default=0)
+    bound = outer["share_limit"]
+    share = min(asked, bound) if bound else asked
+    note = None
+    if bound and asked > bound:
+        note = (
+            f"this run's --budget ({bytes_text(asked)} bytes) is above its fence's share "
+            f"({outer['label']}: {bytes_text(bound)} bytes): the share bounds it"
+        )
+    name = outer["share"] or f"run{pid}"[-SHARE_MAX:]
+    env["CUDATRACE_SHARE"] = name
+    env["CUDATRACE_SHARE_BUDGET"] = bytes_text(share)
+    env["CUDATRACE_SHARE_LABEL"] = outer["label"] or f"cudatrace run {pid}"
+    info = dict(outer, share=name, share_limit=share, limits={str(d): share for d in limits})
+    return info, note
+
+
+def outer_ledger(group: str) -> ledger_mod.RunLedger | None:
+    """The fence's group ledger as it is now (None when no process has made it yet), for the
+    run's denial lines and its last figures."""
+    try:
+        path = ledger_mod.group_path(group, create_dir=False)
+        if not path.exists():
+            return None
+        return ledger_mod.RunLedger(ledger_mod.Ledger.open(path), private=False)
+    except ledger_mod.LedgerError:
+        return None
+
+
+# ---- unfenced processes ------------------------------------------------------------------------
+
+
+def _pidns(pid: int | str) -> int:
+    """The inode of a process's pid namespace (0: unknown)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def _nspid(pid: int) -> int | None:
+    """The process's pid in its own (innermost) pid namespace, None when /proc cannot say."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def unfenced(ledgers: list[dict]) -> dict:
+    """The processes NVML lists on the GPUs that are live members of none of `ledgers` (status
+    snapshots: record/ledger.py status_json). {"known": NVML could say, "why": why not, "gpus":
+    the NVML indices seen, "processes": [{"gpu", "pid", "bytes", "command"}], "not_visible":
+    processes this pid namespace cannot see (not judged)}. A member of another pid namespace
+    is matched through /proc/PID/status's NSpid and /proc/PID/ns/pid."""
+    from ..nvml import Nvml
+
+    nv = Nvml()
+    if not nv.available:
+        return {"known": False, "why": nv.why, "gpus": [], "processes": [], "not_visible": 0}
+    try:
+        per_gpu = nv.processes()
+        gpus = [i for i, _ in nv.handles]
+    finally:
+        nv.shutdown()
+    mine = _pidns("self")
+    members = {
+        (m.get("pidns") or mine, m["pid"])
+        for s in ledgers
+        for m in s.get("members", [])
+        if m.get("state") != "dead"
+    }
+    out, hidden = [], 0
+    for gpu, procs in sorted(per_gpu.items()):
+        for pid, used in sorted(procs.items()):
+            if (mine, pid) in members:
+                continue
+            ns, inner = _pidns(pid), _nspid(pid)
+            if not ns:
+                hidden += 1  # not in this pid namespace: cannot be judged from here
+                continue
+            if inner is not None and (ns, inner) in members:
+                continue
+            out.append({"gpu": gpu, "pid": pid, "bytes": int(used), "command": _comm(pid)})
+    return {"known": True, "why": None, "gpus": gpus, "processes": out, "not_visible": hidden}
+
+
+def status_with_unfenced(group: str | None = None) -> dict:
+    """status_json's data with "unfenced" (of the whole directory): what `cudatrace metrics`
+    serves."""
+    st = ledger_mod.status_json(group)
+    st["unfenced"] = unfenced(st["ledgers"]) if group is None else None
+    return st

@@ -1,0 +1,172 @@
+/* graph.c - the call graph's fold at a denial, from this process's own stacks (graph.h).
+ *
+ * The reports fold allocator layers by the whole run's call graph (docs/attribution.md): a
+ * function g is a layer when at least two of its callers reach allocation only through it (a
+ * caller c is a client of g when every stack holding c has g below c). At the moment of a
+ * denial the shim has the stacks recorded so far (stacks.c's tree, written as the trace's
+ * STACK records); the same rule over them folds what the run has shown to be a layer, so the
+ * shim's line names the caller the report names (`allocate_layer_kv`, not `device_carve`).
+ * Functions are told apart by their start address (one pass over each module's symbols);
+ * CUDA's own frames are left out, as the reports do. A stack of a free or of another event
+ * counts too: it can only take a client away, never make a layer. Cold path: a few passes over
+ * the tree at a denial line; without a trace (nothing recorded) nothing folds. */
+#include "graph.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "modules.h"
+#include "stacks.h"
+
+#define MAX_CALLERS 64
+#define MAX_WORK (1u << 24) /* frames read: past this, the graph says nothing */
+
+struct cand {
+    uint64_t fn;
+    uint64_t callers[MAX_CALLERS];
+    int ncallers, more; /* more: callers past MAX_CALLERS */
+    int clients;
+};
+
+struct paths {
+    uint64_t *fn;    /* all paths' functions, innermost first, CUDA's left out */
+    uint32_t *start; /* path p is fn[start[p] .. start[p + 1]) */
+    uint32_t npaths;
+};
+
+/* every leaf of the tree as a path of functions; 0 when there is none or it is too large */
+static int read_paths(struct paths *ps)
+{
+    uint64_t *ips, *starts = NULL;
+    uint32_t *parents;
+    uint32_t n = ct_stacks_copy(&ips, &parents);
+    uint8_t *inner = n ? calloc((size_t)n + 1, 1) : NULL; /* has a child */
+    size_t total = 0;
+    memset(ps, 0, sizeof *ps);
+    if (inner && (starts = malloc(((size_t)n + 1) * sizeof *starts))) {
+        ct_function_starts(ips + 1, n, starts + 1);
+        for (uint32_t id = 1; id <= n; id++)
+            if (parents[id] <= n)
+                inner[parents[id]] = 1;
+        for (uint32_t id = 1; id <= n; id++)
+            if (!inner[id]) {
+                ps->npaths++;
+                for (uint32_t k = id, d = 0; k && k <= n && d < 1024; k = parents[k], d++)
+                    total++;
+            }
+    }
+    if (total && total < MAX_WORK && (ps->fn = malloc(total * sizeof *ps->fn)) &&
+        (ps->start = malloc(((size_t)ps->npaths + 1) * sizeof *ps->start))) {
+        uint32_t p = 0, o = 0;
+        for (uint32_t id = 1; id <= n; id++) {
+            if (inner[id])
+                continue;
+            ps->start[p++] = o;
+            for (uint32_t k = id, d = 0; k && k <= n && d < 1024; k = parents[k], d++)
+                if (starts[k] > 1) /* 0: unknown, 1: CUDA's own */
+                    ps->fn[o++] = starts[k];
+        }
+        ps->start[p] = o;
+    } else {
+        free(ps->fn);
+        ps->fn = NULL;
+    }
+    free(ips);
+    free(parents);
+    free(inner);
+    free(starts);
+    return ps->fn != NULL;
+}
+
+static int first_at(const uint64_t *s, uint32_t len, uint64_t f)
+{
+    for (uint32_t i = 0; i < len; i++)
+        if (s[i] == f)
+            return (int)i;
+    return -1;
+}
+
+/* the callers of each candidate over all paths (recursion is no caller) */
+static void find_callers(const struct paths *ps, struct cand *c, int nc)
+{
+    for (uint32_t p = 0; p < ps->npaths; p++) {
+        const uint64_t *s = ps->fn + ps->start[p];
+        uint32_t len = ps->start[p + 1] - ps->start[p];
+        for (uint32_t i = 0; i + 1 < len; i++)
+            for (int k = 0; k < nc; k++) {
+                if (s[i] != c[k].fn || s[i + 1] == s[i])
+                    continue;
+                int seen = 0;
+                for (int j = 0; j < c[k].ncallers && !seen; j++)
+                    seen = c[k].callers[j] == s[i + 1];
+                if (!seen && c[k].ncallers < MAX_CALLERS)
+                    c[k].callers[c[k].ncallers++] = s[i + 1];
+                else if (!seen)
+                    c[k].more = 1;
+            }
+    }
+}
+
+/* a caller cl of g is a client when every path holding cl has g below cl's first place */
+static int is_client(const struct paths *ps, uint64_t g, uint64_t cl)
+{
+    for (uint32_t p = 0; p < ps->npaths; p++) {
+        const uint64_t *s = ps->fn + ps->start[p];
+        uint32_t len = ps->start[p + 1] - ps->start[p];
+        int ic = first_at(s, len, cl);
+        if (ic >= 0 && first_at(s, (uint32_t)ic, g) < 0)
+            return 0;
+    }
+    return 1;
+}
+
+static int private_to(const struct cand *c, uint64_t caller)
+{
+    return !c->ncallers || (c->ncallers == 1 && !c->more && c->callers[0] == caller);
+}
+
+int ct_graph_cut(const uint64_t *fn, const char *const *module, int n)
+{
+    struct paths ps;
+    if (n < 2 || !read_paths(&ps))
+        return 0;
+    struct cand *c = calloc((size_t)n, sizeof *c);
+    int top = -1;
+    if (c) {
+        for (int k = 0; k < n; k++)
+            c[k].fn = fn[k];
+        find_callers(&ps, c, n);
+        for (int k = 0; k < n; k++)
+            for (int j = 0; j < c[k].ncallers && c[k].clients < 2; j++)
+                if (fn[k] > 1 && is_client(&ps, fn[k], c[k].callers[j]))
+                    c[k].clients++;
+        /* layers.py CallGraph.cut: the first layer, then up through layers, and through
+         * private frames of one module to a layer above them */
+        int i = 0;
+        while (i < n && c[i].clients < 2)
+            i++;
+        top = i < n ? i : -1;
+        for (i = top + 1; top >= 0 && i < n;) {
+            if (c[i].clients >= 2) {
+                top = i++;
+                continue;
+            }
+            int j = i;
+            while (j + 1 < n && c[j].clients < 2 && private_to(&c[j], fn[j + 1]))
+                j++;
+            int one = 1;
+            for (int k = i - 1; k <= j && k < n; k++)
+                one &= !strcmp(module[k], module[i - 1]);
+            if (j < n && j > i && c[j].clients >= 2 && one) {
+                top = j;
+                i = j + 1;
+                continue;
+            }
+            break;
+        }
+    }
+    free(c);
+    free(ps.fn);
+    free(ps.start);
+    return top + 1;
+}

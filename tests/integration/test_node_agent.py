@@ -1,0 +1,202 @@
+"""`cudatrace node` with real Podman containers (tests/support/podman.py): the agent counts the
+CUDA contexts of members in other pid namespaces (the simulated NVML names host pids, as the
+real one does: CUDASIM_HOST_PROC), serves the budgets' metrics with namespace/pod/container
+labels, and posts a denial as a Pod Event. No API server can run here: the Events go to a tiny
+fake one over HTTPS (tests/support/kube.py), which checks the token and records them; the
+Event is then validated against Kubernetes' schema.
+
+Needs root (rootful Podman); with CI=true a missing piece fails, elsewhere it skips."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from support.cli import checkout_env
+from support.kube import FakeApiServer, validate
+from support.podman import podman  # noqa: F401  (fixture)
+
+MiB = 1 << 20
+CDI_DIR = Path("/var/run/cdi")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(url, timeout=10).read().decode()
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def series(metrics, name: str, **labels) -> list[float]:
+    want = set(labels.items())
+    return [v for (n, ls), v in metrics.items() if n == name and want <= set(ls)]
+
+
+def wait_for(fn, timeout: float, what: str, log=()):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = fn()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}; the agent said:\n{''.join(log)}")
+
+
+def ready(p: subprocess.Popen) -> str:
+    lines = []
+    for line in p.stdout:
+        lines.append(line)
+        if line.strip() == "ready":
+            return "".join(lines)
+    raise AssertionError(f"no ready: {lines} {p.stderr.read()}")
+
+
+@pytest.fixture
+def agent(podman, sim, tmp_path):  # noqa: F811
+    base = tmp_path / "node"
+    base.mkdir()
+    base.chmod(0o755)
+    vendor = f"a{os.getpid()}-{os.urandom(3).hex()}.cudatrace.dev"
+    groups = base / "groups.conf"
+    groups.write_text("[train]\nbudget = 1GiB\n")
+    api = FakeApiServer(tmp_path)
+    state = sim.new_state()
+    state.touch(mode=0o666)
+    port = free_port()
+    env = checkout_env(sim.env(state=state, ctx_bytes=300 * MiB))
+    cmd = [sys.executable, "-m", "cudatrace", "node", "--root", base / "root", "--state",
+           base / "state", "--cdi-dir", CDI_DIR, "--vendor", vendor, "--groups", groups, "--budget", "1GiB",
+           "--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--kube-api", api.url,
+           "--kube-token", api.token_file, "--kube-ca", api.ca_file, "--node-name", "gpu-node-1"]  # fmt: skip
+    proc = subprocess.Popen(
+        [str(c) for c in cmd], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
+    )
+    log = []
+    for line in proc.stderr:
+        log.append(line)
+        if "serving metrics" in line:
+            break
+    else:
+        raise AssertionError("".join(log))
+    lines: list[str] = []
+    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+    yield {
+        "url": f"http://127.0.0.1:{port}/metrics",
+        "vendor": vendor,
+        "state": state,
+        "api": api,
+        "log": lines,
+        "base": base,
+    }
+    proc.terminate()
+    proc.wait(timeout=30)
+    api.close()
+    for kind in ("budget", "group"):
+        (CDI_DIR / f"{vendor}-{kind}.json").unlink(missing_ok=True)
+
+
+def pod_env(ns: str, pod: str, container: str) -> list[str]:
+    return ["-e", f"CUDATRACE_K8S_NAMESPACE={ns}", "-e", f"CUDATRACE_K8S_POD={pod}",
+            "-e", f"CUDATRACE_K8S_CONTAINER={container}"]  # fmt: skip
+
+
+def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
+    podman,  # noqa: F811
+    agent,
+):
+    dev = f"{agent['vendor']}/group=train"
+    sim_args = podman.sim_args(agent["state"], ctx_bytes=300 * MiB)
+    a_name, b_name = podman.name(), podman.name()
+    a = podman.popen("--device", dev, *sim_args, *pod_env("team", "trainer-0", "main"),
+                     podman.image, "hold", "1", "300m", name=a_name)  # fmt: skip
+    b = None
+    try:
+        ready(a)
+        # the agent finds A's host pid and counts its 300 MiB context in the group's ledger
+        m = wait_for(
+            lambda: (
+                lambda ms: (
+                    ms
+                    if series(ms, "cudatrace_budget_context_bytes", group="train") == [300 * MiB]
+                    else None
+                )
+            )(scrape(agent["url"])),
+            60,
+            "the context of the container's member to be counted",
+            agent["log"],
+        )
+        assert series(m, "cudatrace_budget_in_use_bytes", group="train") == [600 * MiB]
+        held = series(m, "cudatrace_budget_member_in_use_bytes", group="train",
+                      namespace="team", pod="trainer-0", container="main")  # fmt: skip
+        assert held == [600 * MiB], m
+        # B, another pod on the node: 500 MiB fit beside A's 300 MiB of allocations, not beside
+        # its context too
+        b = podman.popen("--device", dev, *sim_args, *pod_env("team", "trainer-1", "main"),
+                         podman.image, "hold", "1", "500m", name=b_name)  # fmt: skip
+        out = ready(b)
+        assert "alloc cuMemAlloc_v2 524288000 0x0 2" in out, out
+        events = wait_for(lambda: agent["api"].events(), 60, "the denial's Pod Event", agent["log"])
+        (ev,) = events
+        assert ev["reason"] == "GPUMemoryBudgetExceeded" and ev["type"] == "Warning"
+        assert ev["involvedObject"]["name"] == "trainer-1"
+        assert ev["involvedObject"]["namespace"] == "team"
+        assert ev["involvedObject"]["fieldPath"] == "spec.containers{main}"
+        assert "denied on device 0: budget 1.00 GiB, in use " in ev["message"], ev["message"]
+        assert ev["source"]["host"] == "gpu-node-1"
+        validate(ev)
+        assert any("trainer-1" in l and "denied" in l for l in agent["log"]), agent["log"]
+        m = scrape(agent["url"])
+        assert series(m, "cudatrace_budget_member_denials_total", group="train",
+                      pod="trainer-1", container="main") == [1.0], m  # fmt: skip
+        assert series(m, "cudatrace_budget_members", group="train") == [2.0]
+    finally:
+        podman.remove(a_name)
+        podman.remove(b_name)
+        a.communicate(timeout=60)
+        if b is not None:
+            _, err = b.communicate(timeout=60)
+            want = (
+                "in use 600.00 MiB (allocations 300.00 MiB, CUDA contexts 300.00 MiB of 1 process)"
+            )
+            assert want in err and "at hold_alloc" in err, err
+
+
+def test_agent_labels_a_container_budget_by_its_container(podman, agent):  # noqa: F811
+    """A container's own budget (budget=1GiB: a ledger in its own tmpfs, which the agent reads
+    through the member's mapping): its group label and member labels name the container."""
+    name = podman.name()
+    p = podman.popen("--device", f"{agent['vendor']}/budget=1GiB", *podman.sim_args(agent["state"]),
+                     podman.image, "hold", "1", "100m", name=name)  # fmt: skip
+    try:
+        ready(p)
+        cid = podman.podman("inspect", "--format", "{{.Id}}", name).stdout.strip()[:12]
+
+        def seen():
+            ms = scrape(agent["url"])
+            return ms if series(ms, "cudatrace_budget_member_in_use_bytes", container=cid) else None
+
+        m = wait_for(seen, 60, "the container's member in the metrics", agent["log"])
+        assert series(m, "cudatrace_budget_member_in_use_bytes", container=cid,
+                      group=f"container@{cid}") == [100 * MiB], m  # fmt: skip
+        assert series(m, "cudatrace_budget_limit_bytes", group=f"container@{cid}") == [1 << 30]
+    finally:
+        podman.remove(name)
+        p.communicate(timeout=60)

@@ -1,0 +1,174 @@
+"""The admission webhook for real, without a control plane: `cudatrace webhook` serves HTTPS
+(a CA of the test's own), answers AdmissionReview requests for a GPU pod and for others; the
+patched pod passes kubernetes-validate and then runs with `podman kube play --network=none`
+(tests/support/podman.py), where its GPU container is fenced (denied over the pod's budget,
+with the attributed line) and its other container is untouched.
+
+Needs root (rootful Podman); with CI=true a missing piece fails, elsewhere it skips."""
+
+from __future__ import annotations
+
+import base64
+import json
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from cudatrace.deploy import install
+from cudatrace.deploy.tls import make_tls
+from support import jsonpatch
+from support.cli import checkout_env
+from support.kube import validate
+from support.podman import HOST_PROC, STATE, podman  # noqa: F401  (fixture)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def webhook(podman, tmp_path):  # noqa: F811
+    tls = make_tls(tmp_path / "tls", ["localhost"], ("127.0.0.1",))
+    root = tmp_path / "root"
+    inst = install.install(root)
+    port = free_port()
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cudatrace",
+            "webhook",
+            "--cert",
+            str(tls["tls.crt"]),
+            "--key",
+            str(tls["tls.key"]),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--root",
+            str(root),
+        ],  # fmt: skip
+        env=checkout_env(),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    line = p.stderr.readline()
+    assert "serving https://" in line and str(inst.dir) in line, line
+    ctx = ssl.create_default_context(cafile=str(tls["ca.crt"]))
+    yield {"url": f"https://127.0.0.1:{port}", "ctx": ctx, "inst": inst}
+    p.terminate()
+    p.wait(timeout=30)
+
+
+def post_review(webhook, obj: dict) -> dict:
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "b0e8d9a6-4f4e-4bd8-9a55-0c0f5a1e7e01",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "team",
+            "operation": "CREATE",
+            "object": obj,
+        },
+    }
+    req = urllib.request.Request(
+        webhook["url"] + "/mutate",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, context=webhook["ctx"], timeout=30) as r:
+        return json.loads(r.read())["response"]
+
+
+def gpu_pod(podman, state, name: str) -> dict:  # noqa: F811
+    """A pod as its author writes it (the simulated GPU wired in as a GPU would be)."""
+    sim_env = [{"name": "CUDASIM_STATE", "value": STATE},
+               {"name": "CUDASIM_HOST_PROC", "value": HOST_PROC}]  # fmt: skip
+    sim_mounts = [{"name": "sim", "mountPath": STATE},
+                  {"name": "hostproc", "mountPath": HOST_PROC, "readOnly": True}]  # fmt: skip
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team",
+            "annotations": {"cudatrace.dev/budget": "1GiB"},
+        },
+        "spec": {
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": podman.image,
+                    "command": ["hold", "--exit-after-ms", "10", "--free", "3", "400m"],
+                    "env": sim_env,
+                    "resources": {"limits": {"nvidia.com/gpu": 1}},
+                    "volumeMounts": sim_mounts,
+                },
+                {
+                    "name": "proxy",
+                    "image": podman.image,
+                    "command": [
+                        "sh",
+                        "-c",
+                        "env; echo preload:; cat /etc/ld.so.preload; "
+                        "hold --exit-after-ms 10 --free 3 400m",
+                    ],  # fmt: skip
+                    "env": sim_env,
+                    "volumeMounts": sim_mounts,
+                },
+            ],
+            "volumes": [
+                {"name": "sim", "hostPath": {"path": str(state), "type": "File"}},
+                {"name": "hostproc", "hostPath": {"path": "/proc", "type": "Directory"}},
+            ],
+        },
+    }
+    return json.loads(json.dumps(pod))  # as the API server has it: no list shared by two
+
+
+def test_patched_gpu_pod_validates_and_runs_fenced(podman, webhook, sim, tmp_path):  # noqa: F811
+    state = sim.new_state()
+    state.touch(mode=0o666)
+    name = f"trainer{time.monotonic_ns() % 10**8}"
+    pod = gpu_pod(podman, state, name)
+    other = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "team"},
+             "spec": {"containers": [{"name": "web", "image": podman.image}]}}  # fmt: skip
+    resp = post_review(webhook, other)
+    assert resp["allowed"] and "patch" not in resp
+    resp = post_review(webhook, pod)
+    assert resp["allowed"] and resp["patchType"] == "JSONPatch"
+    patched = jsonpatch.apply(pod, json.loads(base64.b64decode(resp["patch"])))
+    validate(patched)
+    assert patched["spec"]["containers"][1] == pod["spec"]["containers"][1]
+    f = tmp_path / "pod.yaml"
+    f.write_text(json.dumps(patched))
+    try:
+        r = podman.podman("kube", "play", "--network=none", f, timeout=120)
+        for c in ("main", "proxy"):
+            podman.podman("wait", f"{name}-{c}", timeout=120)
+        main = podman.podman("logs", f"{name}-main")
+        proxy = podman.podman("logs", f"{name}-proxy")
+    finally:
+        podman.podman("kube", "down", f, check=False)
+    allocs = [l.split()[4] for l in main.stdout.splitlines() if l.startswith("alloc ")]
+    assert allocs == ["0", "0", "2"], (main.stdout, main.stderr, r.stderr)
+    line = [l for l in main.stderr.splitlines() if "budget exceeded" in l]
+    assert len(line) == 1 and "budget 1.00 GiB, in use 800.00 MiB" in line[0], main.stderr
+    assert "at hold_alloc" in line[0], line
+    assert "CUDATRACE_" not in proxy.stdout, proxy.stdout
+    assert str(webhook["inst"].dir) not in proxy.stdout + proxy.stderr
+    assert [l.split()[4] for l in proxy.stdout.splitlines() if l.startswith("alloc ")] == [
+        "0",
+        "0",
+        "0",
+    ], proxy.stdout

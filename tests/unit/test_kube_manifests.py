@@ -1,0 +1,86 @@
+"""`cudatrace manifests kubernetes|systemd` (cudatrace/deploy/manifests.py): every Kubernetes
+object is valid for Kubernetes' schema (kubernetes-validate, strict, the pinned version), and
+the systemd unit is one systemd reads."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from support.cli import checkout_env, cudatrace
+from support.kube import validate
+
+
+def documents(text: str) -> list[dict]:
+    assert text.startswith("---\n")
+    return [json.loads(part) for part in text.split("---\n")[1:]]
+
+
+@pytest.fixture(scope="module")
+def tls_dir(tmp_path_factory):
+    if not shutil.which("openssl"):
+        pytest.fail("openssl is needed (apt-get install openssl)")
+    return tmp_path_factory.mktemp("tls")
+
+
+def test_kubernetes_manifests_validate(tmp_path, tls_dir):
+    groups = tmp_path / "groups.conf"
+    groups.write_text("[team-a]\nbudget = 40GiB\n")
+    r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "registry.example/cudatrace:1",
+                  "--tls-dir", tls_dir, "--groups", groups, "--budget", "8GiB")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    docs = documents(r.stdout)
+    kinds = [d["kind"] for d in docs]
+    assert kinds == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
+                     "ServiceAccount", "ConfigMap", "DaemonSet", "Secret", "Deployment", "Service",
+                     "MutatingWebhookConfiguration"]  # fmt: skip
+    for d in docs:
+        validate(d)
+    by = {d["kind"]: d for d in docs}
+    ds = by["DaemonSet"]["spec"]["template"]["spec"]
+    assert ds["hostPID"] and ds["containers"][0]["securityContext"]["privileged"]
+    assert ds["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert ds["runtimeClassName"] == "nvidia"
+    args = ds["containers"][0]["args"]
+    assert args[:1] == ["node"] and "--budget" in args and "/etc/cudatrace/groups.conf" in args
+    assert by["ConfigMap"]["data"]["groups.conf"] == groups.read_text()
+    (wh,) = by["MutatingWebhookConfiguration"]["webhooks"]
+    ca = base64.b64decode(wh["clientConfig"]["caBundle"])
+    assert ca == (tls_dir / "ca.crt").read_bytes()
+    assert wh["failurePolicy"] == "Fail" and wh["admissionReviewVersions"] == ["v1"]
+    assert (
+        "'cudatrace.dev/budget' in object.metadata.annotations"
+        in wh["matchConditions"][0]["expression"]
+    )
+    assert wh["rules"][0]["resources"] == ["pods"] and wh["rules"][0]["operations"] == ["CREATE"]
+    dep = by["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert dep["securityContext"]["runAsNonRoot"] and dep["args"][0] == "webhook"
+    # the server certificate names the Service the configuration calls
+    out = subprocess.run(["openssl", "x509", "-in", tls_dir / "tls.crt", "-noout", "-ext",
+                          "subjectAltName"], capture_output=True, text=True).stdout  # fmt: skip
+    assert "DNS:cudatrace-webhook.cudatrace.svc" in out, out
+
+
+def test_kubernetes_manifests_refuse_what_nodes_cannot_offer(tmp_path, tls_dir):
+    r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x", "--tls-dir",
+                  tls_dir, "--budget", "60%")  # fmt: skip
+    assert r.returncode == 2 and "give a size" in r.stderr, r.stderr
+
+
+def test_systemd_unit(tmp_path):
+    r = cudatrace(checkout_env(), "manifests", "systemd", "--budget", "8GiB", "--cdi-dir",
+                  "/etc/cdi", "--listen", "127.0.0.1:9478")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    (start,) = [l for l in lines if l.startswith("ExecStart=")]
+    assert " node " in start and "--budget 8GiB" in start and "--cdi-dir /etc/cdi" in start
+    assert "[Install]" in lines and "WantedBy=multi-user.target" in lines
+    unit = tmp_path / "cudatrace-node.service"
+    unit.write_text(r.stdout)
+    if shutil.which("systemd-analyze"):
+        v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+        assert v.returncode == 0 and not v.stderr.strip(), v.stderr

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# budget_trust.sh OUTDIR - budgets an operator can trust, on a real GPU (the real driver and NVML,
+# no simulator): fencing that cannot be set up fails closed, the group rule holds on both paths,
+# and a run inside a job's fence reports it. Processes get only the environment an integration
+# sets (LD_PRELOAD, CUDATRACE_GROUP, CUDATRACE_BUDGET, CUDATRACE_LEDGER_DIR ...):
+#   refuse: a missing ledger directory (never made), a budget without a group, a malformed
+#     budget: cuInit answers CUDA_ERROR_NOT_PERMITTED (800), one line says why;
+#   warn: the process runs, and `cudatrace status --json` lists it unfenced with NVML's bytes;
+#   the group rule: a budget-less process cannot make a group; B asking 4 GiB beside a live A
+#     of 6 GiB is refused, B asking none joins A's 6 GiB and PyTorch's OOM comes past it; with A
+#     gone, C's 4 GiB replaces the group's budget (a note says so);
+#   one grammar: CUDATRACE_BUDGET=1.5GiB is taken (mem_get_info's total is 1.5 GiB);
+#   a job's fence: `cudatrace run` in a share of 2 GiB reports "share of ...", the device's real
+#     size, and is no member itself.
+# Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 2 minutes.
+set -u
+OUT=${1:?usage: budget_trust.sh OUTDIR}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+cd "$REPO"
+make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+SHIM="$REPO/cudatrace/_native/libcudatrace.so"
+LEDGERS="$OUT/ledgers"
+rm -rf "$LEDGERS" "$OUT/missing"
+mkdir -m 700 "$LEDGERS"
+fails=0
+pass() { echo "PASS $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+cat >"$OUT/init.py" <<'PY'
+import ctypes
+print("cuInit", ctypes.CDLL("libcuda.so.1").cuInit(0), flush=True)
+PY
+cat >"$OUT/take.py" <<'PY'
+import sys, time, torch
+gib = float(sys.argv[1])
+try:
+    free, total = torch.cuda.mem_get_info()
+    print(f"mem_get_info total {total} free {free}", flush=True)
+    x = torch.empty(int(gib * (1 << 30)), dtype=torch.uint8, device="cuda")
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]) if len(sys.argv) > 2 else 0)
+except torch.cuda.OutOfMemoryError as e:
+    print("OOM", str(e).splitlines()[0], flush=True)
+    sys.exit(3)
+except RuntimeError as e:
+    print("REFUSED", str(e).splitlines()[0], flush=True)
+    sys.exit(4)
+PY
+E=(env LD_PRELOAD="$SHIM" CUDATRACE_LEDGER_DIR="$LEDGERS")
+wait_held() {  # wait_held FILE PID
+    for _ in $(seq 240); do grep -q '^held' "$1" 2>/dev/null && return 0; kill -0 "$2" 2>/dev/null || return 1; sleep 0.25; done
+    return 1
+}
+
+# ---- fencing that cannot be set up: refused, one line, nothing made ----------------------------
+refused() {  # refused NAME WORD ENV...
+    local name=$1 word=$2; shift 2
+    "$@" python3 "$OUT/init.py" >"$OUT/$name.out" 2>"$OUT/$name.err"
+    local lines
+    lines=$(grep -c 'fencing cannot be set up' "$OUT/$name.err")
+    if grep -q '^cuInit 800$' "$OUT/$name.out" && [ "$lines" = 1 ] && grep -q "$word" "$OUT/$name.err"; then
+        pass "$name: cuInit refused (800): $(head -c 200 "$OUT/$name.err")"
+    else
+        fail "$name: $(cat "$OUT/$name.out") $(head -c 400 "$OUT/$name.err")"
+    fi
+}
+refused "missing ledger dir" "does not exist" env LD_PRELOAD="$SHIM" \
+    CUDATRACE_LEDGER_DIR="$OUT/missing" CUDATRACE_GROUP=g CUDATRACE_BUDGET=4GiB
+[ ! -e "$OUT/missing" ] && pass "the missing ledger directory was not made" || fail "$OUT/missing was made"
+refused "budget without group" "no CUDATRACE_GROUP" "${E[@]}" CUDATRACE_BUDGET=4GiB
+refused "malformed budget" "has no unit" "${E[@]}" CUDATRACE_GROUP=g CUDATRACE_BUDGET=12
+refused "group without budget" "names no budget" "${E[@]}" CUDATRACE_GROUP=g
+"${E[@]}" CUDATRACE_GROUP=g python3 "$OUT/take.py" 1 >"$OUT/torch-refused.out" 2>"$OUT/torch-refused.err"
+rc=$?
+[ $rc != 0 ] && ! grep -q '^held' "$OUT/torch-refused.out" && pass "PyTorch refused (exit $rc): $(tail -1 "$OUT/torch-refused.out")" ||
+    fail "PyTorch ran without its fence: $(tail -2 "$OUT/torch-refused.out")"
+
+# ---- warn: unfenced, and visible ---------------------------------------------------------------
+env LD_PRELOAD="$SHIM" CUDATRACE_LEDGER_DIR="$OUT/missing" CUDATRACE_GROUP=g CUDATRACE_BUDGET=4GiB \
+    CUDATRACE_ON_FENCE_ERROR=warn python3 "$OUT/take.py" 1 20 >"$OUT/warn.out" 2>"$OUT/warn.err" &
+W=$!
+if wait_held "$OUT/warn.out" $W; then
+    pass "warn: runs unfenced: $(grep -m1 fencing "$OUT/warn.err" | head -c 160)"
+    sleep 1
+    python3 -m cudatrace status --json --ledger-dir "$LEDGERS" >"$OUT/warn-status.json" 2>&1
+    python3 - "$OUT/warn-status.json" $W <<'PY' && pass "status lists it unfenced" || fail "status: $(head -c 600 "$OUT/warn-status.json")"
+import json, sys
+u = json.load(open(sys.argv[1]))["unfenced"]
+mine = [p for p in u["processes"] if p["pid"] == int(sys.argv[2])]
+print("   unfenced:", mine)
+sys.exit(0 if u["known"] and mine and mine[0]["bytes"] >= 1 << 30 else 1)
+PY
+else
+    fail "warn: $(tail -3 "$OUT/warn.out" "$OUT/warn.err")"
+fi
+kill $W 2>/dev/null; wait $W 2>/dev/null
+
+# ---- the group rule ------------------------------------------------------------------------------
+"${E[@]}" CUDATRACE_GROUP=grp CUDATRACE_BUDGET=6GiB python3 "$OUT/take.py" 3 30 >"$OUT/a.out" 2>"$OUT/a.err" &
+A=$!
+wait_held "$OUT/a.out" $A && pass "A holds 3 GiB of its group's 6 GiB" || fail "A: $(tail -3 "$OUT/a.out" "$OUT/a.err")"
+refused "another budget beside a live member" "has a budget of 6.00 GiB" "${E[@]}" CUDATRACE_GROUP=grp CUDATRACE_BUDGET=4GiB
+"${E[@]}" CUDATRACE_GROUP=grp python3 "$OUT/take.py" 4 >"$OUT/b.out" 2>"$OUT/b.err"
+rc=$?
+[ $rc = 3 ] && grep -q 'budget exceeded' "$OUT/b.err" && pass "B (no budget) joins A's 6 GiB and is denied 4 GiB more" ||
+    fail "B exit $rc: $(tail -2 "$OUT/b.out" "$OUT/b.err")"
+kill $A 2>/dev/null; wait $A 2>/dev/null
+sleep 1
+"${E[@]}" CUDATRACE_GROUP=grp CUDATRACE_BUDGET=4GiB python3 "$OUT/take.py" 1 >"$OUT/c.out" 2>"$OUT/c.err"
+grep -q '^held' "$OUT/c.out" && grep -q 'no live member; it is now 4.00 GiB' "$OUT/c.err" &&
+    pass "C replaces the idle group's budget: $(grep -m1 note "$OUT/c.err")" || fail "C: $(tail -3 "$OUT/c.out" "$OUT/c.err")"
+
+# ---- one grammar ---------------------------------------------------------------------------------
+"${E[@]}" CUDATRACE_GROUP=half CUDATRACE_BUDGET=1.5GiB python3 "$OUT/take.py" 0.25 >"$OUT/g.out" 2>"$OUT/g.err"
+grep -q "mem_get_info total 1610612736 " "$OUT/g.out" && pass "CUDATRACE_BUDGET=1.5GiB: $(head -1 "$OUT/g.out")" ||
+    fail "1.5GiB: $(cat "$OUT/g.out" "$OUT/g.err" | head -3)"
+
+# ---- a job's fence -------------------------------------------------------------------------------
+JOB=(env LD_PRELOAD="$SHIM" CUDATRACE_LEDGER_DIR="$LEDGERS" CUDATRACE_GROUP=slurm-gpu0
+     CUDATRACE_BUDGET=$((64 << 30)) CUDATRACE_SHARE=41 CUDATRACE_SHARE_BUDGET=2GiB
+     CUDATRACE_SHARE_LABEL="slurm job 41" CUDATRACE_ON_FENCE_ERROR=refuse)
+"${JOB[@]}" python3 -m cudatrace run -q --force -o "$OUT/job-trace" -- python3 "$OUT/take.py" 1 6 \
+    >"$OUT/job.out" 2>"$OUT/job.err" &
+J=$!
+for _ in $(seq 240); do grep -q '^held' "$OUT/job.out" 2>/dev/null && break; kill -0 $J 2>/dev/null || break; sleep 0.25; done
+python3 -m cudatrace status slurm-gpu0 --json --ledger-dir "$LEDGERS" >"$OUT/job-status.json" 2>&1
+python3 - "$OUT/job-status.json" $J <<'PY' && pass "the launcher is no member of the job's share" || fail "members: $(head -c 600 "$OUT/job-status.json")"
+import json, sys
+ms = [m for m in json.load(open(sys.argv[1]))["ledgers"][0]["members"] if m["state"] == "alive"]
+print("   members:", [(m["pid"], m["share"]) for m in ms])
+sys.exit(0 if ms and int(sys.argv[2]) not in [m["pid"] for m in ms] else 1)
+PY
+wait $J
+python3 -m cudatrace report "$OUT/job-trace" >"$OUT/job-report.txt" 2>&1
+grep -q "share of slurm job 41" "$OUT/job-report.txt" && pass "the run's report: $(grep -m1 '  budget ' "$OUT/job-report.txt")" ||
+    fail "report: $(grep -m1 budget "$OUT/job-report.txt")"
+grep -m1 "device used by everyone" "$OUT/job-report.txt" | grep -vq " of 2.00 GiB" &&
+    pass "the device's real size: $(grep -m1 'device used by everyone' "$OUT/job-report.txt")" ||
+    fail "device size: $(grep -m1 'device used' "$OUT/job-report.txt")"
+grep -q "mem_get_info total 2147483648 " "$OUT/job.out" && pass "the job's program sees its share: $(head -1 "$OUT/job.out")" ||
+    fail "the program's mem_get_info: $(head -1 "$OUT/job.out")"
+
+echo "== $fails failed"
+[ $fails = 0 ]
