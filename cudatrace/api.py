@@ -25,6 +25,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from . import settings
 from .errors import CudatraceError
 
 __all__ = [
@@ -331,7 +332,7 @@ class Tracker:
         from .analyze import live_sites
 
         return live_sites.descendant_peaks(
-            os.environ.get("CUDATRACE_DIR"), os.getpid(), self.start_ns, self.end_ns
+            settings.value("DIR"), os.getpid(), self.start_ns, self.end_ns
         )
 
 
@@ -343,7 +344,7 @@ def track(anchor: tuple | None = None) -> Tracker:
 
 def _own_trace() -> str | None:
     """This process's trace file: <CUDATRACE_DIR>/<pid>.<n>.ctrace, the newest image's."""
-    d = os.environ.get("CUDATRACE_DIR")
+    d = settings.value("DIR")
     if not d:
         return None
     files = glob.glob(os.path.join(glob.escape(d), "%d.*.ctrace" % os.getpid()))

@@ -27,13 +27,13 @@ from dataclasses import dataclass
 
 import pytest
 
-from . import procfs, tracedir
+from . import procfs, settings, tracedir
 from .outputs import OutputError, check_output, write_output
 from .units import SIZE_UNITS, UnitError, format_bytes, parse_size
 
-REEXEC_ENV = "CUDATRACE_PYTEST_REEXEC"  # set in the environment of the pytest we execute
-TMPDIR_ENV = "CUDATRACE_PYTEST_TMPDIR"  # a trace directory the plugin made (removed at the end)
-OWNER_ENV = "CUDATRACE_PYTEST_OWNER"  # the pid that removes it (the main pytest process)
+# the environment of the pytest executed again under the shim (settings.def): PYTEST_REEXEC
+# set there; PYTEST_TMPDIR a trace directory the plugin made (removed at the end), PYTEST_OWNER
+# the pid that removes it (the main pytest process)
 PROPERTY = "cudatrace"  # the user property each measured test's report carries
 DRIVER_PROPERTY = "cudatrace-driver"  # whether a CUDA driver was loaded where the test ran
 
@@ -171,7 +171,7 @@ def _command(config) -> list[str]:
 
 
 def reexec(config) -> None:
-    if os.environ.get(REEXEC_ENV):
+    if settings.value("PYTEST_REEXEC"):
         raise pytest.UsageError(
             "cudatrace: pytest was executed again under the shim, but the shim is not loaded "
             "(LD_PRELOAD was dropped on the way: a setuid interpreter, or a wrapper that clears "
@@ -190,13 +190,11 @@ def reexec(config) -> None:
         out = _trace_dir(out)
     else:
         out = tempfile.mkdtemp(prefix="cudatrace-pytest-")
-        env[TMPDIR_ENV] = out
-        env[OWNER_ENV] = str(os.getpid())
+        env.update(settings.environment(PYTEST_TMPDIR=out, PYTEST_OWNER=os.getpid()))
     # the launcher's variables (record/launcher.py): the shim first in LD_PRELOAD
     env["LD_PRELOAD"] = shim + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
-    env["CUDATRACE_DIR"] = out
-    env.setdefault("CUDATRACE_MODE", "full")
-    env[REEXEC_ENV] = "1"
+    env.update(settings.environment(DIR=out, PYTEST_REEXEC=True))
+    env.setdefault(settings.name("MODE"), settings.default_text("MODE"))
     capman = config.pluginmanager.getplugin("capturemanager")
     if capman is not None:  # give the terminal back before the process image is replaced
         capman.stop_global_capturing()
@@ -435,7 +433,7 @@ class Plugin:
         if self.results and not self.driver:
             for line in no_driver_hint():
                 tr.write_line(line)
-        kept = None if os.environ.get(TMPDIR_ENV) else os.environ.get("CUDATRACE_DIR")
+        kept = None if settings.value("PYTEST_TMPDIR") else settings.value("DIR")
         if kept:
             tr.write_line(f"cudatrace: traces in {kept} (cudatrace report {kept})")
         if self.json_error:
@@ -448,7 +446,7 @@ class Plugin:
         doc = {
             "version": 1,
             "tests": sorted(self.results, key=lambda r: r["nodeid"]),
-            "trace_dir": os.environ.get("CUDATRACE_DIR"),
+            "trace_dir": settings.value("DIR"),
         }
         try:
             write_output(path, json.dumps(doc, indent=1) + "\n")
@@ -458,8 +456,8 @@ class Plugin:
                 session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_unconfigure(self, config):
-        d = os.environ.get(TMPDIR_ENV)
-        if d and os.environ.get(OWNER_ENV) == str(os.getpid()) and not self.worker:
+        d = settings.value("PYTEST_TMPDIR")
+        if d and settings.value("PYTEST_OWNER") == str(os.getpid()) and not self.worker:
             shutil.rmtree(d, ignore_errors=True)
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import native
+from .. import native, settings
 from ..record.ledger import Ledger, LedgerError
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
@@ -301,7 +301,7 @@ class Agent:
                 continue
             self.unfenced_seen.add((p.pid, p.start_ticks))
             msg = (
-                f"a process given the budget group {p.env.get('CUDATRACE_GROUP')} uses CUDA "
+                f"a process given the budget group {p.env.get(settings.name('GROUP'))} uses CUDA "
                 "without the cudatrace preload library (it could not be loaded: see the "
                 "container's log for ld.so's line): its GPU memory is not fenced"
             )
@@ -317,7 +317,7 @@ class Agent:
         self.say(f"{who}: {msg}")
         if self.cfg.kube is None or not pod or not ns:
             return
-        uid = p.env.get("CUDATRACE_GROUP", "") if p else ""
+        uid = p.env.get(settings.name("GROUP"), "") if p else ""
         ev = pod_event(PodContainer(ns, pod, container, uid), reason, msg, self.cfg.node, count=n)
         try:
             self.cfg.kube.post_event(ev)

@@ -29,7 +29,7 @@ def append_denials(trace_dir: Path, denials: list[dict] | None) -> None:
 
 
 def trace_dir_of(pid: int) -> Path | None:
-    """CUDATRACE_DIR of a running process of this user, or None."""
+    """The trace directory (settings.def DIR) of a running process of this user, or None."""
     try:
         env = Path("/proc/%d/environ" % pid).read_bytes()
     except OSError:

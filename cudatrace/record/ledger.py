@@ -14,7 +14,7 @@ import re
 import time
 from pathlib import Path
 
-from .. import native
+from .. import native, settings
 from ..errors import CudatraceError
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
@@ -658,14 +658,12 @@ def open_run_ledger(
     A group's budget is never absent or silently different from what a run asked for: the first
     run that names a budget sets it (under a lock, so runs started at once agree); a run naming
     the same budget joins; a run naming another is refused while the group has live members; a
-    run naming none joins a group that has one, and otherwise waits up to CUDATRACE_GROUP_WAIT
-    seconds (default 30) for a run that sets it, then is refused."""
+    run naming none joins a group that has one, and otherwise waits up to GROUP_WAIT seconds
+    (settings.def: CUDATRACE_GROUP_WAIT, and its default) for a run that sets it, then is
+    refused."""
     info: dict = {"group": group}
     if group is not None:
-        try:
-            wait = float(os.environ.get("CUDATRACE_GROUP_WAIT", "30"))
-        except ValueError:
-            wait = 30.0
+        wait = settings.number("GROUP_WAIT")
         deadline = time.monotonic() + wait
         told = False
         while True:
