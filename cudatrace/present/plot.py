@@ -10,8 +10,12 @@ from __future__ import annotations
 import math
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..units import format_bytes
+
+if TYPE_CHECKING:
+    from ..analyze.documents import Report
 
 W, H = 1000, 460
 ML, MR, MT, MB = 84, 24, 58, 80  # margins: room for axis labels, title, legend
@@ -59,7 +63,7 @@ def _fmt(v: float) -> str:
 
 
 def render_svg(
-    a, device: int | None = None, report: dict | None = None, width: int = W, height: int = H
+    a, device: int | None = None, report: Report | None = None, width: int = W, height: int = H
 ) -> str:
     """The timeline of Analysis a as SVG text."""
     c = _Chart(a, device, width, height)
@@ -138,7 +142,7 @@ class _Chart:
         return (ts - self.start) / 1e9
 
     # ---- sections ----
-    def heading(self, o: list, report: dict | None) -> None:
+    def heading(self, o: list, report: Report | None) -> None:
         a, m, width, height = self.a, self.m, self.width, self.height
         o.append(
             '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
@@ -374,7 +378,7 @@ def _polyline(series, X, Y, color, dash=None, width=1.5) -> str:
     return out
 
 
-def write_svg(a, path, device: int | None = None, report: dict | None = None) -> Path:
+def write_svg(a, path, device: int | None = None, report: Report | None = None) -> Path:
     from ..outputs import write_output
     from ..units import lossless
 

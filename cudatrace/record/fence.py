@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from .. import settings
+from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess
 from . import ledger as ledger_mod
 from .budget import BudgetError, bytes_text, parse_size
 
@@ -125,7 +126,7 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def unfenced(ledgers: list[dict]) -> dict:
+def unfenced(ledgers: list[LedgerSnapshot]) -> Unfenced:
     """The processes NVML lists on the GPUs that are live members of none of `ledgers` (status
     snapshots: record/ledger.py status_json). {"known": NVML could say, "why": why not, "gpus":
     the NVML indices seen, "processes": [{"gpu", "pid", "bytes", "command"}], "not_visible":
@@ -148,7 +149,8 @@ def unfenced(ledgers: list[dict]) -> dict:
         for m in s.get("members", [])
         if m.get("state") != "dead"
     }
-    out, hidden = [], 0
+    out: list[UnfencedProcess] = []
+    hidden = 0
     for gpu, procs in sorted(per_gpu.items()):
         for pid, used in sorted(procs.items()):
             if (mine, pid) in members:
@@ -163,7 +165,7 @@ def unfenced(ledgers: list[dict]) -> dict:
     return {"known": True, "why": None, "gpus": gpus, "processes": out, "not_visible": hidden}
 
 
-def status_with_unfenced(group: str | None = None) -> dict:
+def status_with_unfenced(group: str | None = None) -> Status:
     """status_json's data with "unfenced" (of the whole directory): what `cudatrace metrics`
     serves."""
     st = ledger_mod.status_json(group)

@@ -13,9 +13,11 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import cast
 
 from .. import native, settings
 from ..errors import CudatraceError
+from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
 _PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
@@ -320,7 +322,7 @@ class Ledger:
         f = (f | lib.CT_LEDGER_F_COUNT_HOST) if on else (f & ~lib.CT_LEDGER_F_COUNT_HOST)
         _check(lib.ct_ledger_set_flags(self.h, f), "set_flags")
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> LedgerSnapshot:
         """Everything `cudatrace status` shows, as plain JSON-able data."""
         ffi, lib = _tools()
         v = ffi.new("struct ct_ledger_view *")
@@ -381,7 +383,7 @@ class Ledger:
         for row in devices:
             row["contexts"] = contexts.get(row["device"], 0)
             row["allocations"] = max(0, row["in_use"] - row["contexts"])
-        return {
+        snap = {
             "path": str(self.path),
             "name": display_name(self.path),
             "group": ffi.string(v.group).decode(errors="replace"),
@@ -395,6 +397,7 @@ class Ledger:
             "devices": devices,
             "members": members,
         }
+        return cast(LedgerSnapshot, snap)  # tests/unit/test_record_types.py holds it
 
 
 # ---- `cudatrace status` ------------------------------------------------------------------------
@@ -419,12 +422,12 @@ def _target(group: str | None, path) -> list[Path]:
     return [p]
 
 
-def status_json(group: str | None = None, path=None) -> dict:
+def status_json(group: str | None = None, path: str | Path | None = None) -> Status:
     """{"dir": ..., "ledgers": [snapshot, ...], "errors": [{"path", "error"}]}: every ledger in
     the directory, or just the named group (LedgerError if there is no such group), or path."""
     d = ledger_dir(create=False) if path is None else Path(path).parent
-    ledgers: list[dict] = []
-    errors: list[dict] = []
+    ledgers: list[LedgerSnapshot] = []
+    errors: list[UnusableLedger] = []
     for p in _target(group, path):
         try:
             with Ledger.open(p) as led:
@@ -469,7 +472,7 @@ class RunLedger:
         self.path = ledger.path
         self.private = private
 
-    def summary(self) -> dict:
+    def summary(self) -> LedgerSnapshot | UnusableLedger:
         try:
             return self.ledger.snapshot()
         except LedgerError as e:
@@ -588,7 +591,7 @@ class _GroupLock:
         os.close(self.fd)
 
 
-def _live_members(led: Ledger) -> list[dict]:
+def _live_members(led: Ledger) -> list[LedgerMember]:
     led.reclaim()
     return [m for m in led.snapshot()["members"] if m["state"] != "dead"]
 

@@ -23,6 +23,7 @@ largest allocations) are drawn, and the trace says when some were left out.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from pathlib import Path
 
 from ... import __version__
@@ -183,7 +184,7 @@ def build(view):
     return out.builder.trace
 
 
-def _counter(out, track: int, deltas: dict[int, int], t_end: int) -> None:
+def _counter(out, track: int, deltas: Mapping[int, int], t_end: int) -> None:
     """A counter track from its deltas, carried to the trace's end."""
     cur = 0
     for ts in sorted(deltas):
