@@ -25,12 +25,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, Unfenced
 from ..units import printable
+
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
 
 COMMAND_MAX = 32  # characters of a member's command label (its /proc comm is at most 15)
 WAIT_S = 1.0  # the most a scrape waits for fresh trace figures
@@ -87,7 +90,7 @@ class Families:
         lv = tuple(_label(x) for x in labels)
         self.samples[key].setdefault(lv, value)
 
-    def families(self):
+    def families(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         for key, (kind, name, text, labels) in FAMILIES.items():
@@ -178,8 +181,13 @@ class TraceCache:
     without it, `runs()` reads in the caller (tests)."""
 
     def __init__(
-        self, paths, top: int, interval: float, symbolize: bool = True, wait: float = WAIT_S
-    ):
+        self,
+        paths: Iterable[str | Path],
+        top: int,
+        interval: float,
+        symbolize: bool = True,
+        wait: float = WAIT_S,
+    ) -> None:
         self.paths = [Path(p) for p in paths]
         self.top = top
         self.interval = interval
@@ -223,7 +231,7 @@ class TraceCache:
         t = time.monotonic()
         return [dict(f, age_s=max(0.0, t - f["at"])) for f in figs]
 
-    def _sym(self):
+    def _sym(self) -> Symbolizer | None:
         if self._symbolizer is None and self.symbolize:
             from ..analyze.sites import make_symbolizer
 
@@ -279,10 +287,10 @@ class Collector:
         self.gpus = gpus or Gpus()
         self.member_labels = member_labels
 
-    def describe(self):
+    def describe(self) -> list[Any]:
         return []  # families vary with what is there: collected at each scrape only
 
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         f = Families(traces=self.traces is not None, workload=self.member_labels is not None)
         self._budgets(f)
         if self.traces is not None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
 
 from ..analyze.analysis import CONTEXT_FRAMES
 from ..analyze.documents import (
@@ -14,6 +13,10 @@ from ..analyze.documents import (
     ReportDenied,
     ReportFailed,
     ReportFrame,
+    ReportMax,
+    ReportNear,
+    ReportObserved,
+    ReportObservedBaseline,
     ReportProcess,
     ReportPython,
     ReportSite,
@@ -697,15 +700,13 @@ def render_observed(r: Report, w: Callable[[str], object]) -> None:
         "" if o["samples"] == 1 else "s",
         " every ~%d ms" % round(iv) if iv else "",
     )
-    near = o["near_peak"]
-    mx: Mapping[str, Any] = o["max"] or {}
-    base: Mapping[str, Any] = o["baseline"] or {}
+    near, mx, base = o["near_peak"], o["max"], o["baseline"]
     source = (
         ("NVML" if o["per_process"] else "NVML device totals only")
         if o["nvml"]
         else "the host's figures"
     )
-    if not o["overlap"]:
+    if not o["overlap"] or near is None:
         w(f"Traced versus observed ({source}; {n}):")
         if not o["nvml"]:
             w("  no device figures: {}".format(o["nvml_why"]))
@@ -714,7 +715,7 @@ def render_observed(r: Report, w: Callable[[str], object]) -> None:
             f"between samples): nothing to compare. Traced peak {size_text(traced_peak)}."
         )
         return
-    note = ("  ({})".format(near["note"])) if near and near.get("note") else None
+    note = ("  ({})".format(near["note"])) if near.get("note") else None
     args = (o, w, n, note, near, mx, base, traced_peak)
     if o["nvml"] and o["per_process"]:
         _observed_per_process(*args)
@@ -724,7 +725,16 @@ def render_observed(r: Report, w: Callable[[str], object]) -> None:
         _observed_host(*args)
 
 
-def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
+def _observed_per_process(
+    o: ReportObserved,
+    w: Callable[[str], object],
+    n: str,
+    note: str | None,
+    near: ReportNear,
+    mx: ReportMax | None,
+    base: ReportObservedBaseline | None,
+    traced_peak: int,
+) -> None:
     """NVML per process: the tree's device memory beside the trace; the untraced rest."""
     w(f"Traced versus observed (NVML, {n}):")
     if note:
@@ -738,7 +748,7 @@ def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
             size_text(near["untraced_bytes"]),
         ]
     )
-    if mx.get("tree_device_bytes") is not None:
+    if mx and mx["tree_device_bytes"] is not None:
         rows.append(
             [
                 "NVML's highest (at {})".format(secs_text(mx["tree_device_time"])),
@@ -753,11 +763,14 @@ def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
         "  traced peak {}. untraced = what NVML counts for the tree that no hook saw: CUDA "
         "contexts, module images, allocator paths not hooked; at most {} (at {}).".format(
             size_text(traced_peak),
-            size_text(mx.get("untraced_max_bytes")),
-            secs_text(mx.get("untraced_max_time")),
+            size_text(mx["untraced_max_bytes"] if mx else None),
+            secs_text(mx["untraced_max_time"] if mx else None),
         )
     )
-    if any(x is not None and x < 0 for x in (near["untraced_bytes"], mx.get("untraced_bytes"))):
+    if any(
+        x is not None and x < 0
+        for x in (near["untraced_bytes"], (mx["untraced_bytes"] if mx else None))
+    ):
         w(
             "  negative: the trace holds more than NVML showed for the tree (managed memory not "
             "resident yet, NVML's per-process figures lagging or missing a process)."
@@ -767,12 +780,21 @@ def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
             "  device used by everyone: {} of {} near the peak; highest {}".format(
                 size_text(near["device_used"]),
                 size_text(near["device_total"]),
-                size_text(mx.get("device_used")),
+                size_text(mx["device_used"] if mx else None),
             )
         )
 
 
-def _observed_device_totals(o, w, n, note, near, mx, base, traced_peak) -> None:
+def _observed_device_totals(
+    o: ReportObserved,
+    w: Callable[[str], object],
+    n: str,
+    note: str | None,
+    near: ReportNear,
+    mx: ReportMax | None,
+    base: ReportObservedBaseline | None,
+    traced_peak: int,
+) -> None:
     """NVML without per-process figures: the device's total use, other processes included."""
     w(f"Traced versus observed (NVML device totals only, {n}):")
     if note:
@@ -786,12 +808,21 @@ def _observed_device_totals(o, w, n, note, near, mx, base, traced_peak) -> None:
             size_text(near["device_used"]),
             size_text(near["device_total"]),
             size_text(near["device_used_rise"]),
-            size_text(mx.get("device_used")),
+            size_text(mx["device_used"] if mx else None),
         )
     )
 
 
-def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
+def _observed_host(
+    o: ReportObserved,
+    w: Callable[[str], object],
+    n: str,
+    note: str | None,
+    near: ReportNear,
+    mx: ReportMax | None,
+    base: ReportObservedBaseline | None,
+    traced_peak: int,
+) -> None:
     """No NVML: what the host shows (MemAvailable, MemFree, RSS, PSS)."""
     w(f"Traced versus observed (the host's figures, {n}):")
     w("  no device figures: {}".format(o["nvml_why"]))
@@ -806,9 +837,9 @@ def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
         w(
             "  MemAvailable {} there, {} at the first sample: a drop of {} (largest drop {})".format(
                 size_text(near["mem_available"]),
-                size_text(base.get("mem_available")),
+                size_text(base.get("mem_available") if base else None),
                 size_text(near["mem_available_drop"]),
-                size_text(mx.get("mem_available_drop")),
+                size_text(mx["mem_available_drop"] if mx else None),
             )
         )
     if near.get("mem_free") is not None:
@@ -819,13 +850,13 @@ def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
     if near["tree_rss"] is not None:
         w(
             "  process tree RSS {} there; highest {}".format(
-                size_text(near["tree_rss"]), size_text(mx.get("tree_rss"))
+                size_text(near["tree_rss"]), size_text(mx["tree_rss"] if mx else None)
             )
         )
     if near.get("tree_pss") is not None:
         w(
             "  process tree PSS {} there; highest {}".format(
-                size_text(near["tree_pss"]), size_text(mx.get("tree_pss"))
+                size_text(near["tree_pss"]), size_text(mx["tree_pss"] if mx else None)
             )
         )
     w("  on a unified-memory device (Jetson) device allocations come out of this RAM")

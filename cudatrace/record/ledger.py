@@ -12,11 +12,15 @@ import datetime as _dt
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import native, settings
 from ..errors import CudatraceError
+
+if TYPE_CHECKING:
+    from ..native_types import ToolsLib
 from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
@@ -30,7 +34,7 @@ class LedgerError(CudatraceError, RuntimeError):
     """A ledger that cannot be opened or used; the message says why."""
 
 
-def _tools():
+def _tools() -> tuple[Any, ToolsLib]:
     return native.tools()
 
 
@@ -102,7 +106,7 @@ def private_path(pid: int | None = None, create_dir: bool = True) -> Path:
     )
 
 
-def shared_dir(path) -> bool:
+def shared_dir(path: str | Path) -> bool:
     """Whether the directory holding path is a shared ledger directory (sticky, root's: the
     ledgers of several users' jobs, docs/budgets.md)."""
     return bool(_tools()[1].ct_ledger_shared_dir(os.fsencode(str(path))))
@@ -156,14 +160,14 @@ def _iso(ns: int) -> str | None:
 class Ledger:
     """An open ledger (a process-local handle on the shared file)."""
 
-    def __init__(self, handle, path: Path, created: bool = False):
+    def __init__(self, handle: Any, path: Path, created: bool = False) -> None:
         self._h = handle
         self.path = Path(path)
         self.created = created
 
     # -- opening
     @classmethod
-    def open(cls, path, create: bool = False) -> Ledger:
+    def open(cls, path: str | Path, create: bool = False) -> Ledger:
         ffi, lib = _tools()
         err = ffi.new("char[]", _ERRLEN)
         h = lib.ct_ledger_open(os.fsencode(str(path)), 1 if create else 0, err, _ERRLEN)
@@ -174,7 +178,7 @@ class Ledger:
     @classmethod
     def create(
         cls,
-        path,
+        path: str | Path,
         limits: dict[int, int] | None = None,
         on_exceed: str = "fail",
         count_host: bool = False,
@@ -208,20 +212,20 @@ class Ledger:
         if h is not None:
             _tools()[1].ct_ledger_close(h)
 
-    def __enter__(self):
+    def __enter__(self) -> Ledger:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
     @property
-    def h(self):
+    def h(self) -> Any:  # the struct ct_ledger * of cffi
         if self._h is None:
             raise LedgerError(f"ledger {self.path} is closed")
         return self._h
@@ -403,7 +407,7 @@ class Ledger:
 # ---- `cudatrace status` ------------------------------------------------------------------------
 
 
-def _target(group: str | None, path) -> list[Path]:
+def _target(group: str | None, path: str | Path | None) -> list[Path]:
     if path is not None:
         return [Path(path)]
     if group is None:
@@ -546,7 +550,7 @@ class _GroupLock:
     def __init__(self, ledger_path: Path):
         self.path = ledger_path.with_name(ledger_path.name[: -len(SUFFIX)] + ".lock")
 
-    def __enter__(self):
+    def __enter__(self) -> _GroupLock:
         import fcntl
 
         while True:
@@ -587,7 +591,7 @@ class _GroupLock:
             return fd
         raise LedgerError(f"cannot open {self.path}")
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
 
 
@@ -653,8 +657,8 @@ def open_run_ledger(
     on_exceed: str = "fail",
     count_host: bool = False,
     set_limits: bool = True,
-    notify=None,
-) -> tuple[RunLedger, dict]:
+    notify: Callable[[str], object] | None = None,
+) -> tuple[RunLedger, dict[str, Any]]:
     """The ledger for one run: the group's, or a private one. Returns (RunLedger, info for
     run.json).
 

@@ -5,6 +5,7 @@ marked events, as plain JSON-able structures."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -13,6 +14,7 @@ from ...analyze.documents import ReportAt
 from ...analyze.model import NONE64, Groups
 from ...analyze.ranks import rank_label_of, tagged
 from ...analyze.sites import NO_STACK, SFrame, Site, key_text, site_of
+from ...analyze.trace import Trace
 from ...symbols.progress import ProgressLike
 from ...units import format_bytes
 
@@ -166,7 +168,7 @@ def trim_to_main(frames: list[SFrame]) -> list[SFrame]:
     return frames
 
 
-def api_label(t, api: int, rt: int) -> str:
+def api_label(t: Trace, api: int, rt: int) -> str:
     s = t.api_name(api)
     return s + (f" ({t.api_name(rt)})" if rt else "")
 
@@ -313,8 +315,8 @@ def thin(points: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     return out
 
 
-def flat(a: Analysis, points) -> list:
-    out: list = []
+def flat(a: Analysis, points: Iterable[tuple[int, int]]) -> list[float | int | None]:
+    out: list[float | int | None] = []
     for ts, v in points:
         out.append(a.seconds(ts))
         out.append(int(v))

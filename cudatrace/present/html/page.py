@@ -20,7 +20,7 @@ import datetime as _dt
 import html
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...analyze.analysis import Analysis, build_report
@@ -47,7 +47,7 @@ def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
-def _json_for_script(doc) -> str:
+def _json_for_script(doc: object) -> str:
     """JSON safe inside <script>: no '<' at all (so no '</script>' or '<!--')."""
     return (
         json.dumps(doc, separators=(",", ":"), allow_nan=False)
@@ -82,7 +82,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _cmd(argv) -> str:
+def _cmd(argv: Sequence[str] | None) -> str:
     return " ".join(argv) if argv else "?"
 
 
@@ -469,7 +469,7 @@ def render_diff_html(
         os.path.basename(B["path"].rstrip("/")) or B["path"],
     )
 
-    def delta(x, pct_of=None):
+    def delta(x: int, pct_of: int | None = None) -> str:
         s = ("+" if x > 0 else "-" if x < 0 else "") + format_bytes(abs(x)) if x else "no change"
         if pct_of:
             s += " (%+.1f%%)" % (100.0 * x / pct_of)
@@ -569,7 +569,7 @@ from the network.</p></footer>
 # ---- writing ------------------------------------------------------------------------------
 
 
-def write_html(path, text: str) -> Path:
+def write_html(path: str | Path, text: str) -> Path:
     """The page, by the rules of outputs.py (its text lossless: no byte of a trace can make
     it unwritable)."""
     from ...outputs import write_output

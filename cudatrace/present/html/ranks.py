@@ -20,7 +20,7 @@ W, H = 640, 34  # one rank's timeline, in SVG units
 POINTS = 600  # points kept per rank (each slice's extremes: the peak is always drawn)
 
 
-def _line(a: Analysis, pts, t0: float, t1: float, top: int) -> str:
+def _line(a: Analysis, pts: list[tuple[int, int]], t0: float, t1: float, top: int) -> str:
     span = max(t1 - t0, 1e-9)
     xy = ["0,%d" % H]
     prev = 0
@@ -135,7 +135,7 @@ def ranks_diff_card(d: Diff) -> str:
         return ""
     e = html.escape
 
-    def size(v) -> str:
+    def size(v: int | None) -> str:
         return "-" if v is None else format_bytes(v)
 
     body = "".join(
