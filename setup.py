@@ -5,6 +5,7 @@ The wheel also carries, under cudatrace/_native/:
     native/   the C sources (include/ is what the cffi reader parses; the rest rebuilds the libraries)
     sim/      the simulated driver's sources (cudatrace.simdriver builds it for `cudatrace demo`)
     demo/     the demo's example program (examples/kv-pool)
+    ffi_view_<hash>.py  the cffi view of native/include, parsed at build (native.py: build_view)
 Nothing of tests/ is shipped.
 """
 
@@ -74,6 +75,19 @@ class BuildShim(build_py):
         demo.mkdir(exist_ok=True)
         for rel in DEMO_FILES:
             shutil.copy2(ROOT / rel, demo / Path(rel).name)
+        _write_view(out)
+
+
+def _write_view(out: Path) -> None:
+    """The cffi view, parsed once now (cudatrace/native.py: build_view) so that a command does
+    not parse the headers each time it starts."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from cudatrace import native
+
+        native.build_view(out)
+    finally:
+        sys.path.remove(str(ROOT))
 
 
 class BinaryDistribution(Distribution):

@@ -10,7 +10,7 @@ __version__ = "0.1.0"
 _API = ("active", "stats", "snapshot", "mark", "track", "NotTracedError", "Tracker", "Mark")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> object:
     if name in _API:
         # loaded by name on first use: the API's own imports (analyze/, which reads
         # __version__ from here) never run at `import cudatrace`
@@ -20,5 +20,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'cudatrace' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(list(globals()) + list(_API))

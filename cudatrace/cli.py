@@ -16,6 +16,7 @@ import errno
 import importlib
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -45,27 +46,29 @@ COMMANDS = {
 class Main(click.Group):
     """The `cudatrace` group: commands loaded when used; one place where errors are said."""
 
-    def list_commands(self, ctx):
+    def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
-    def get_command(self, ctx, name):
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in COMMANDS:
             return None
         module = importlib.import_module(f".commands.{COMMANDS[name][0]}", __package__)
-        return getattr(module, name.replace("-", "_"))
+        command: click.Command = getattr(module, name.replace("-", "_"))
+        return command
 
-    def format_commands(self, ctx, formatter):
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands, once each, in whole sentences (click would cut their docstrings)."""
         with formatter.section("Commands"):
             formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
 
-    def invoke(self, ctx):
+    def invoke(self, ctx: click.Context) -> Any:
         _observer()
         try:
             status = super().invoke(ctx)
             sys.stdout.flush()  # a full disk or a closed pipe on stdout is said here, once
         except click.ClickException as e:  # click's own: a bad option value, a missing argument
-            e.exit_code = _own_status(ctx, e.exit_code)
+            # click declares exit_code on the class; the instance's own is what it exits with
+            e.exit_code = _own_status(ctx, e.exit_code)  # type: ignore[misc]
             raise
         except CudatraceError as e:
             click.echo(f"cudatrace: {e}", err=True)
@@ -129,7 +132,7 @@ Shell completion (bash; zsh and fish alike, README.md):
 """,
 )
 @click.version_option(__version__, prog_name="cudatrace")
-def main():
+def main() -> None:
     """See, explain and bound GPU memory in programs you did not write.
 
     `cudatrace run -- CMD` traces every device allocation of CMD and its children, with its

@@ -10,16 +10,21 @@ package carries them in cudatrace/_native/; in a source checkout they are built 
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import os
 import re
 import subprocess
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-import cffi
-
+from . import settings
 from .errors import CudatraceError
+from .native_types import ToolsLib
+
+if TYPE_CHECKING:
+    import cffi  # loaded only to parse the headers, when no view was written (_view)
 
 PKG_DIR = Path(__file__).resolve().parent
 NATIVE_DIR = PKG_DIR / "_native"
@@ -38,7 +43,7 @@ class NativeError(CudatraceError, RuntimeError):
 def source_dir() -> Path | None:
     """The native/ sources (include/, shim/, reader/, common/, Makefile): beside the package in
     a checkout, or shipped inside it (cudatrace/_native/native)."""
-    for cand in (PKG_DIR.parent / "native", NATIVE_DIR / "native"):
+    for cand in settings.NATIVE_SOURCES:
         if (cand / "include" / "trace_format.h").is_file():
             return cand
     return None
@@ -54,25 +59,26 @@ def sim_source_dir() -> Path | None:
 
 
 def _stale(lib: Path, src: Path) -> bool:
+    """lib is missing or older than a source: native/'s C, headers, .def files and Makefile,
+    and cudatrace/__init__.py (the version the Makefile stamps into the shim)."""
     if not lib.exists():
         return True
     mtime = lib.stat().st_mtime
-    return any(
-        p.stat().st_mtime > mtime
-        for p in src.rglob("*")
-        if p.suffix in (".c", ".h", ".def") or p.name == "Makefile"
-    )
+    sources = [
+        p for p in src.rglob("*") if p.suffix in (".c", ".h", ".def") or p.name == "Makefile"
+    ]
+    return any(p.stat().st_mtime > mtime for p in [*sources, PKG_DIR / "__init__.py"])
 
 
 def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
     """Return the directory holding the libraries, building them from a checkout if needed.
     $CUDATRACE_NATIVE_DIR names another build to use as it is (the sanitizers' build of the
     tests: `make -C native sanitize OUT=DIR`)."""
-    other = os.environ.get("CUDATRACE_NATIVE_DIR")
+    other = settings.value("NATIVE_DIR")
     if other:
         missing = [name for name in which if not (Path(other) / name).is_file()]
         if missing:
-            raise RuntimeError(f"CUDATRACE_NATIVE_DIR={other} lacks {', '.join(missing)}")
+            raise RuntimeError(f"{settings.name('NATIVE_DIR')}={other} lacks {', '.join(missing)}")
         return Path(other)
     with _lock:
         src = source_dir()
@@ -139,13 +145,99 @@ def ffi() -> cffi.FFI:
     global _ffi
     with _lock:
         if _ffi is None:
-            f = cffi.FFI()
-            f.cdef(cffi_source(), packed=False)
-            _ffi = f
+            _ffi = _view()
         return _ffi
 
 
-def tools() -> tuple[cffi.FFI, Any]:
+# The view parsed once: cffi's out-of-line ABI module of the CFFI sections (pure Python, no
+# compiler), written beside the libraries under a name carrying the sections' hash. A process
+# loads it in a millisecond instead of parsing the headers (pycparser: tens of milliseconds a
+# command). A checkout writes it on first use, a wheel at build (setup.py: write_view).
+VIEW_MODULE = "_cudatrace_ffi_view"
+
+
+def view_path(src: str, folder: Path = NATIVE_DIR) -> Path:
+    digest = hashlib.sha256(src.encode()).hexdigest()[:16]
+    return folder / f"ffi_view_{digest}.py"
+
+
+def build_view(folder: Path) -> Path:
+    """Write the view of this checkout's headers into folder (setup.py: the wheel's)."""
+    import cffi
+
+    src = cffi_source()
+    f = cffi.FFI()
+    f.cdef(src, packed=False)
+    path = view_path(src, folder)
+    write_view(f, path)
+    return path
+
+
+def write_view(f: cffi.FFI, path: Path) -> None:
+    """The out-of-line module of f at path (written whole: a temporary file renamed)."""
+    from cffi import recompiler
+
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    recompiler.make_py_source(f, VIEW_MODULE, str(tmp))
+    os.replace(tmp, path)
+    for old in path.parent.glob("ffi_view_*.py"):  # of headers that changed since
+        if old != path:
+            old.unlink(missing_ok=True)
+
+
+class _InlineLike:
+    """The out-of-line view as the in-line one behaves: its own attributes (new, cast, buffer,
+    typeof, NULL ...) as they are, and libraries whose missing symbol is an AttributeError
+    (the out-of-line one raises ffi.error), which callers test for."""
+
+    def __init__(self, f: Any) -> None:
+        for name in dir(f):
+            if not name.startswith("__") and name != "dlopen":
+                setattr(self, name, getattr(f, name))
+        self._f = f
+
+    def dlopen(self, name: str | None, flags: int = 0) -> Any:
+        return _Lib(self._f.dlopen(name, flags), self._f.error)
+
+
+class _Lib:
+    def __init__(self, lib: Any, error: type[Exception]) -> None:
+        self._lib, self._error = lib, error
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            value = getattr(self._lib, name)
+        except self._error as e:
+            raise AttributeError(str(e)) from None
+        setattr(self, name, value)  # found once: a plain attribute from then on
+        return value
+
+
+def _view() -> cffi.FFI:
+    src = cffi_source()
+    path = view_path(src)
+    if path.is_file():
+        try:
+            spec = importlib.util.spec_from_file_location(VIEW_MODULE, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            view: cffi.FFI = _InlineLike(module.ffi)
+            return view
+        except Exception:  # a damaged file: parse, and write it again
+            pass
+    import cffi
+
+    f = cffi.FFI()
+    f.cdef(src, packed=False)
+    try:
+        write_view(f, path)
+    except OSError:  # an installed package's folder may be read-only: parse each time
+        pass
+    return f
+
+
+def tools() -> tuple[cffi.FFI, ToolsLib]:
     """The tools library (ledger, trace scanner, replay) loaded through cffi: (ffi, lib)."""
     global _tools
     f = ffi()
@@ -154,7 +246,7 @@ def tools() -> tuple[cffi.FFI, Any]:
         with _lock:
             if _tools is None:
                 _tools = f.dlopen(str(path))
-    return f, _tools
+    return f, cast(ToolsLib, _tools)
 
 
 def constants() -> dict[str, int]:

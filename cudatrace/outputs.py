@@ -72,7 +72,7 @@ def _kind(path: Path) -> str:
 
 
 @contextmanager
-def output_path(path) -> Iterator[Path]:
+def output_path(path: str | Path) -> Iterator[Path]:
     """A path to write the whole output to (by a writer that opens it by name); on leaving
     without an error the output lands at `path` by the rules above. OSError while writing
     becomes OutputError; the temporary file is removed whatever happens."""
@@ -108,7 +108,7 @@ def output_path(path) -> Iterator[Path]:
             pass
 
 
-def write_output(path, data: str | bytes) -> None:
+def write_output(path: str | Path, data: str | bytes) -> None:
     """Write all of data (text as UTF-8) to path by the rules above."""
     raw = data.encode("utf-8") if isinstance(data, str) else data
     with output_path(path) as tmp:
@@ -116,7 +116,7 @@ def write_output(path, data: str | bytes) -> None:
             f.write(raw)
 
 
-def check_output(path) -> None:
+def check_output(path: str | Path) -> None:
     """Raise OutputError now for a path the rules above will refuse (a link, a directory, a
     block device or a socket), or a new file whose directory is missing or not writable: for an
     output written only at the end of a long run (pytest's --cudatrace-json)."""
@@ -132,7 +132,7 @@ def check_output(path) -> None:
         raise OutputError(f"cannot write {target}: the directory {parent} is not writable")
 
 
-def describe(path) -> str:
+def describe(path: str | Path) -> str:
     """How a message names an output: 'standard output' for -, else the path."""
     return "standard output" if str(path) == STDOUT else str(path)
 

@@ -7,6 +7,8 @@ figure's extreme). The reader merges whichever are there, by time, each sample o
 The compressed copies of sealed chunks (`<trace>.ctrace.z`) are sidecar.py's.
 """
 
+from __future__ import annotations
+
 RUN = "run.json"
 DENIALS = "denials.jsonl"
 SAMPLES = "samples.jsonl"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from fractions import Fraction
+from typing import Any
 
 from .errors import CudatraceError
 
@@ -141,7 +142,7 @@ def lossless(text: str) -> str:
     return "".join(out)
 
 
-def lossless_data(obj):
+def lossless_data(obj: Any) -> Any:
     """lossless() over every string of JSON-able data (keys too)."""
     if isinstance(obj, str):
         return lossless(obj)

@@ -23,8 +23,10 @@ def pytest_addoption(parser):
     parser.addoption(
         "--update-docs",
         action="store_true",
-        help="Write the outputs of the docs' runnable examples into the pages instead of "
-        "comparing (also CUDATRACE_UPDATE_DOCS=1; support/docs_examples.py).",
+        help="Write the parts of docs/ generated from native/include/settings.def and the "
+        "outputs of the docs' runnable examples into the pages instead of comparing them "
+        "(also CUDATRACE_UPDATE_DOCS=1; tests/unit/test_settings_docs.py, "
+        "support/docs_examples.py).",
     )
 
 

@@ -26,9 +26,9 @@ SYNTH_BASE = 0x5A5A00000000  # addresses of synthetic allocations (never compare
 
 @dataclass
 class Snapshot:
-    head: dict
-    groups: list[dict]
-    keys: list[dict]
+    head: dict[str, Any]
+    groups: list[dict[str, Any]]
+    keys: list[dict[str, Any]]
     slots: int = 0  # SNAPSLOT records in the file
     valid: int = 0  # of them holding a complete snapshot
     moments: list[tuple[str, int]] = field(default_factory=list)  # (what, ts) synthesized
@@ -77,7 +77,7 @@ def read_snapshot(records: list[bytes]) -> Snapshot | None:
     return Snapshot(head, groups, keys, nslots, nvalid)
 
 
-def _allocs(k: dict, count: int, nbytes: int) -> list[int]:
+def _allocs(k: dict[str, Any], count: int, nbytes: int) -> list[int]:
     """(size) of each of count allocations of key k holding nbytes together."""
     if not count:
         return []
@@ -87,7 +87,7 @@ def _allocs(k: dict, count: int, nbytes: int) -> list[int]:
     return [each] * (count - 1) + [nbytes - each * (count - 1)]
 
 
-def synthesize(snap: Snapshot) -> list[tuple]:
+def synthesize(snap: Snapshot) -> list[tuple[Any, ...]]:
     """Events (tuples in event_fields() order) that replay into the snapshot's moments."""
     K = C()
     h = snap.head
@@ -130,8 +130,8 @@ def synthesize(snap: Snapshot) -> list[tuple]:
     moments.sort(key=lambda m: (m[0], m[1]))
     alloc, free = K["CT_OP_ALLOC"], K["CT_OP_FREE"]
     rt_known = K["CT_EF_RUNTIME_KNOWN"]
-    out: list[tuple] = []
-    live: list[tuple[int, int, dict]] = []
+    out: list[tuple[Any, ...]] = []
+    live: list[tuple[int, int, dict[str, Any]]] = []
     addr = SYNTH_BASE
     for ts, _order, what, state in moments:
         for size, a, k in live:
@@ -222,7 +222,7 @@ def adjust_model(m: Any) -> None:  # m: a model.Model (which imports this module
                 m.device_allocs[g["device"]] = g["allocs"]
 
 
-def notes(a: Any) -> dict:  # a: an analysis.Analysis (which imports this module)
+def notes(a: Any) -> dict[str, Any]:  # a: an analysis.Analysis (which imports this module)
     """What the report says of aggregate (and damaged) traces: {"warnings": [...], "json":
     {...} or None when no trace of the run is an aggregate one}."""
     damaged = [

@@ -10,12 +10,16 @@ the two never disagree. diff and the summary of `cudatrace run` stand on the sam
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
 
 from .. import __version__, tracedir
+from ..attribution import Attribution
 from ..errors import CudatraceError
 from ..units import parse_moment
 from .aggregate import notes as aggregate_notes
+from .cu_errors import cu_error as cu_error  # the report names failures by it
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
@@ -25,50 +29,13 @@ from .sites import SFrame, Site, Stacks, depth_note, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 from .unseal import lost_chunks_json
 
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
+    from .layers import CallGraph
+    from .trace import Trace
+
 SCHEMA = "cudatrace.report/1"
 CONTEXT_FRAMES = 6  # frames listed per stack
-
-CU_ERRORS = {
-    0: "CUDA_SUCCESS",
-    1: "CUDA_ERROR_INVALID_VALUE",
-    2: "CUDA_ERROR_OUT_OF_MEMORY",
-    3: "CUDA_ERROR_NOT_INITIALIZED",
-    4: "CUDA_ERROR_DEINITIALIZED",
-    5: "CUDA_ERROR_PROFILER_DISABLED",
-    34: "CUDA_ERROR_STUB_LIBRARY",
-    46: "CUDA_ERROR_DEVICES_UNAVAILABLE",
-    100: "CUDA_ERROR_NO_DEVICE",
-    101: "CUDA_ERROR_INVALID_DEVICE",
-    102: "CUDA_ERROR_DEVICE_NOT_LICENSED",
-    200: "CUDA_ERROR_INVALID_IMAGE",
-    201: "CUDA_ERROR_INVALID_CONTEXT",
-    205: "CUDA_ERROR_MAP_FAILED",
-    206: "CUDA_ERROR_UNMAP_FAILED",
-    208: "CUDA_ERROR_ALREADY_MAPPED",
-    214: "CUDA_ERROR_ECC_UNCORRECTABLE",
-    216: "CUDA_ERROR_CONTEXT_ALREADY_IN_USE",
-    304: "CUDA_ERROR_OPERATING_SYSTEM",
-    400: "CUDA_ERROR_INVALID_HANDLE",
-    401: "CUDA_ERROR_ILLEGAL_STATE",
-    500: "CUDA_ERROR_NOT_FOUND",
-    600: "CUDA_ERROR_NOT_READY",
-    700: "CUDA_ERROR_ILLEGAL_ADDRESS",
-    702: "CUDA_ERROR_LAUNCH_TIMEOUT",
-    709: "CUDA_ERROR_CONTEXT_IS_DESTROYED",
-    712: "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED",
-    719: "CUDA_ERROR_LAUNCH_FAILED",
-    800: "CUDA_ERROR_NOT_PERMITTED",
-    801: "CUDA_ERROR_NOT_SUPPORTED",
-    802: "CUDA_ERROR_SYSTEM_NOT_READY",
-    803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-    804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
-    900: "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
-    999: "CUDA_ERROR_UNKNOWN",
-}
-
-
-def cu_error(code: int) -> str:
-    return CU_ERRORS.get(code, "CUresult %d" % code)
 
 
 class ReportError(CudatraceError):
@@ -78,7 +45,7 @@ class ReportError(CudatraceError):
 # ---- the shared base ----------------------------------------------------------------------
 
 
-def load(path) -> TraceDir:
+def load(path: PathArg) -> TraceDir:
     """Read a trace directory or one .ctrace file, or raise ReportError naming what is wrong.
     Several paths (a list), or a directory of trace directories, are one run of many ranks
     (docs/ranks.md)."""
@@ -124,15 +91,20 @@ def _load_many(paths: list[Path]) -> TraceDir:
     return td
 
 
-def _sibling_run(file: Path) -> dict:
+def _sibling_run(file: Path) -> dict[str, Any]:
     """run.json beside a single .ctrace file, if it is there."""
     rp = file.parent / tracedir.RUN
     if rp.is_file():
         try:
-            return json.loads(rp.read_text())
+            result: dict[str, Any] = json.loads(rp.read_text())
+            return result
         except ValueError:
             return {}
     return {}
+
+
+# a trace directory or .ctrace file, or several (one run of many ranks)
+PathArg = Union[str, Path, "list[Path]", "list[str]", "tuple[Path, ...]"]
 
 
 class Analysis:
@@ -140,18 +112,14 @@ class Analysis:
 
     def __init__(
         self,
-        path,
+        path: PathArg,
+        attribution: Attribution = Attribution(),
         symbolize: bool = True,
-        show_cuda_frames: bool = False,
         progress: bool = False,
         td: TraceDir | None = None,
-        symbolizer=None,
-        view: str = "hybrid",
-        fold_layers: bool = True,
-        fold_patterns=(),
-        full_names: bool = False,
-        graph=None,
-    ):
+        symbolizer: Symbolizer | None = None,
+        graph: CallGraph | None = None,
+    ) -> None:
         self.paths = [Path(x) for x in path] if isinstance(path, (list, tuple)) else [Path(path)]
         self.path = self.paths[0]
         self.td = td if td is not None else load(path)
@@ -162,15 +130,17 @@ class Analysis:
 
             symbolizer = make_symbolizer(progress=bar if progress else False)
         self.symbolizer = symbolizer
-        self.full_names = full_names
+        self.attribution = attribution
+        self.full_names = attribution.full_names
+        cuda = attribution.show_cuda_frames
         self.stacks = Stacks(
             self.traces,
             symbolizer,
-            fold=not show_cuda_frames,
-            layers=fold_layers and not show_cuda_frames,  # the raw stacks, as recorded
-            patterns=compile_patterns(fold_patterns),
+            fold=not cuda,
+            layers=attribution.fold and not cuda,  # the raw stacks, as recorded
+            patterns=compile_patterns(attribution.fold_patterns),
             graph=graph,
-            view=view,
+            view=attribution.view,
         )
         self.stacks.set_source(self.allocation_stacks)
         self.observed = Observed(self.td)
@@ -200,10 +170,12 @@ class Analysis:
             return None
         return round((ts - self.start_ns) / 1e9, 6)
 
-    def sites(self, allocs, by: str = "site", depth: int = 1) -> list[Site]:
+    def sites(
+        self, allocs: Groups | Iterable[Alloc], by: str = "site", depth: int = 1
+    ) -> list[Site]:
         return group(self.model, allocs, self.stacks, by, depth, context=max(CONTEXT_FRAMES, depth))
 
-    def moment(self, spec: str = "peak", device: int | None = None) -> dict:
+    def moment(self, spec: str = "peak", device: int | None = None) -> dict[str, Any]:
         """What --at names: {"spec", "kind", "ts_ns", "seq", "device"}."""
         m = self.model
         s = (spec or "peak").strip().lower()
@@ -242,7 +214,7 @@ class Analysis:
             "device": device,
         }
 
-    def live(self, moment: dict) -> Groups:
+    def live(self, moment: dict[str, Any]) -> Groups:
         """What is live at the moment, grouped (sites.group takes it as is)."""
         m, dev = self.model, moment["device"]
         if moment["kind"] == "peak":
@@ -289,11 +261,11 @@ class Analysis:
 # ---- the report as data --------------------------------------------------------------------
 
 
-def _frames(frames: list[SFrame]) -> list[dict]:
+def _frames(frames: list[SFrame]) -> list[dict[str, Any]]:
     return [f.as_json() for f in frames]
 
 
-def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict:
+def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict[str, Any]:
     return {
         "rank": rank,
         "label": s.label(a.full_names),
@@ -315,7 +287,7 @@ def site_json(a: Analysis, s: Site, total: int, rank: int) -> dict:
     }
 
 
-def attribution_json(a: Analysis) -> dict:
+def attribution_json(a: Analysis) -> dict[str, Any]:
     """How sites were attributed (docs/attribution.md): layers folded or not, the --fold
     patterns, the functions recognized as allocator layers, full names or short."""
     st = a.stacks
@@ -327,7 +299,7 @@ def attribution_json(a: Analysis) -> dict:
     }
 
 
-def _versions(a: Analysis) -> dict:
+def _versions(a: Analysis) -> dict[str, Any]:
     drv = sorted({t.info["driver_version"] for t in a.traces if t.info.get("driver_version")})
     shim = sorted({t.info.get("shim_version") or t.shim_version for t in a.traces} - {""})
     depth = sorted({t.stack_depth for t in a.traces})
@@ -343,7 +315,7 @@ def _versions(a: Analysis) -> dict:
 PLAUSIBLE_MAX = 1 << 50  # 1 PiB: no device holds more; a figure past it is a corrupt field
 
 
-def beyond_traces(a: Analysis) -> dict | None:
+def beyond_traces(a: Analysis) -> dict[str, Any] | None:
     """What the budget ledger saw that the traces lack (a process could not record: its trace
     file could not be created or grow): {"denials": denials no trace holds, "peak_bytes": the
     ledger's peak (contexts included) when no allocation was traced, else 0}; None when the
@@ -426,7 +398,7 @@ def implausible(a: Analysis) -> list[str]:
     return out
 
 
-def lost_json(a: Analysis) -> list[dict]:
+def lost_json(a: Analysis) -> list[dict[str, Any]]:
     """Processes whose shim stopped writing (a full disk): from when, and why. What they did
     after that moment is not in the trace."""
     out = []
@@ -452,7 +424,7 @@ def build_report(
     depth: int = 1,
     top: int = 10,
     device: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """The report as a dict: the --json output (docs/report-json.md). Each part is made by
     its own function below (and read by its own section of present/report.py)."""
     m = a.model
@@ -546,7 +518,7 @@ def build_report(
     return r
 
 
-def _peak_json(a: Analysis, device: int | None) -> dict:
+def _peak_json(a: Analysis, device: int | None) -> dict[str, Any]:
     """The peak (of the run, or of one device) and what was live at the end."""
     m = a.model
     if device is not None:
@@ -565,7 +537,9 @@ def _peak_json(a: Analysis, device: int | None) -> dict:
     }
 
 
-def _never_freed_json(a: Analysis, end_live: Groups, end_sites: list, top: int) -> dict:
+def _never_freed_json(
+    a: Analysis, end_live: Groups, end_sites: list[Any], top: int
+) -> dict[str, Any]:
     """What was live at the end, by site; how much of it in truncated traces."""
     trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
     return {
@@ -577,13 +551,13 @@ def _never_freed_json(a: Analysis, end_live: Groups, end_sites: list, top: int) 
     }
 
 
-def _ended_seen(t) -> bool:
+def _ended_seen(t: Trace) -> bool:
     """A trace with no exit record of a process the launcher saw end (not an image exec
     replaced, not one whose trace stopped early)."""
     return bool(not t.complete and t.exit_seen_ns and t.status != "exec" and not t.stopped_ns)
 
 
-def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, list]:
+def _processes_json(a: Analysis, live: Groups, warnings: list[Any]) -> tuple[list[Any], list[Any]]:
     """(processes, truncated files): one entry per trace file; lost events and gaps noted."""
     m = a.model
     moment_by_trace = live.by_trace()
@@ -653,7 +627,9 @@ def _processes_json(a: Analysis, live: Groups, warnings: list) -> tuple[list, li
     return processes, truncated
 
 
-def _devices_json(a: Analysis, live: Groups, device: int | None, limits: dict) -> list:
+def _devices_json(
+    a: Analysis, live: Groups, device: int | None, limits: dict[int, int]
+) -> list[Any]:
     """One entry per device: its peak, end, allocations, bytes at the moment, budget."""
     m = a.model
     moment_by_dev = live.by_device()
@@ -676,7 +652,7 @@ def _devices_json(a: Analysis, live: Groups, device: int | None, limits: dict) -
     return devices
 
 
-def _failures_json(a: Analysis, device: int | None, depth: int) -> tuple[list, list]:
+def _failures_json(a: Analysis, device: int | None, depth: int) -> tuple[list[Any], list[Any]]:
     """(failed, denied): failed allocations and budget denials grouped by site."""
     m = a.model
     failed_allocs = [x for x in m.failed if device is None or x.device == device]
@@ -701,7 +677,7 @@ def _failures_json(a: Analysis, device: int | None, depth: int) -> tuple[list, l
     return failed, denied
 
 
-def _observed_json(a: Analysis, mom: dict, device: int | None) -> dict:
+def _observed_json(a: Analysis, mom: dict[str, Any], device: int | None) -> dict[str, Any]:
     """Traced versus observed near the peak (or the moment) and over the run."""
     m = a.model
     obs = a.observed.compare(
@@ -719,7 +695,9 @@ def _observed_json(a: Analysis, mom: dict, device: int | None) -> dict:
     return obs
 
 
-def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: list) -> list:
+def _coverage_notes(
+    a: Analysis, mom: dict[str, Any], truncated: list[Any], sc: dict[str, Any], lost: list[Any]
+) -> list[Any]:
     """What the report cannot see, or sees with a caveat: the notes under it."""
     m = a.model
     warnings: list[str] = []
@@ -779,7 +757,7 @@ def _coverage_notes(a: Analysis, mom: dict, truncated: list, sc: dict, lost: lis
     return warnings
 
 
-def _budget_json(a: Analysis, limits: dict) -> dict | None:
+def _budget_json(a: Analysis, limits: dict[int, int]) -> dict[str, Any] | None:
     """The budget the run ran under (None without one)."""
     budget = None
     if limits or a.td.run.get("budget") or a.td.run.get("group"):
@@ -803,7 +781,7 @@ def _budget_json(a: Analysis, limits: dict) -> dict | None:
     return budget
 
 
-def stack_counts(traces) -> dict:
+def stack_counts(traces: Sequence[Trace]) -> dict[str, int]:
     """How the shim took the events' stacks, summed over the trace files (header counters)."""
     return {
         "stack_unwinds_full": sum(getattr(t, "stack_unwinds_full", 0) for t in traces),
@@ -811,7 +789,9 @@ def stack_counts(traces) -> dict:
     }
 
 
-def stack_cache_note(sc: dict, min_events: int = 200, min_rate: float = 0.9) -> str | None:
+def stack_cache_note(
+    sc: dict[str, Any], min_events: int = 200, min_rate: float = 0.9
+) -> str | None:
     full, hits = sc["stack_unwinds_full"], sc["stack_cache_hits"]
     if full + hits < min_events or hits >= min_rate * (full + hits):
         return None
@@ -827,7 +807,7 @@ def _same_site(a: Analysis, x: Alloc, s: Site, depth: int) -> bool:
     return tuple(f.key() for f in fr) == s.key
 
 
-def _memory_queries(a: Analysis, device: int | None) -> dict:
+def _memory_queries(a: Analysis, device: int | None) -> dict[str, Any]:
     K = C()
     virt = K["CT_EF_VIRTUALIZED"]
     qs = [q for q in a.model.meminfo if device is None or q.device == device]

@@ -10,9 +10,12 @@ grown, shrunk or same (by bytes at the peak, then at the end). Largest absolute 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from .analysis import Analysis
 from .ranks import ranks_diff, split_devices, tables
-from .sites import Site, key_text, site_of
+from .sites import SFrame, Site, key_text, site_of
 
 SCHEMA = "cudatrace.diff/1"
 
@@ -28,7 +31,7 @@ def share_graph(a: Analysis, b: Analysis) -> None:
     b.stacks.set_source(None)
 
 
-def _side(a: Analysis) -> dict:
+def _side(a: Analysis) -> dict[Any, Any]:
     m = a.model
     peak, peak_ts = (m.peak_bytes, m.peak_ts if m.found else None)
     if split_devices(a):  # one ordinal, several devices: the most one held (ranks.md)
@@ -48,15 +51,15 @@ def _side(a: Analysis) -> dict:
     }
 
 
-def _pair(x: int, y: int) -> dict:
+def _pair(x: int, y: int) -> dict[Any, Any]:
     return {"a": x, "b": y, "delta": y - x}
 
 
-def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> dict:
+def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> dict[Any, Any]:
     """The comparison as a dict: the --json output (docs/report-json.md, cudatrace.diff/1)."""
     if a.stacks.graph is not b.stacks.graph:
         share_graph(a, b)
-    rows: dict[tuple, dict] = {}
+    rows: dict[tuple[Any, ...], dict[Any, Any]] = {}
     for side, an in ((0, a), (1, b)):
         _collect(rows, side, an, depth)
     sites = sorted((_site(r) for r in rows.values()), key=_order)
@@ -85,7 +88,13 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
     }
 
 
-def _slot(rows: dict, key, frames, label, via=()) -> dict:
+def _slot(
+    rows: dict[Any, dict[Any, Any]],
+    key: Any,
+    frames: list[SFrame],
+    label: str,
+    via: Sequence[SFrame] = (),
+) -> dict[Any, Any]:
     """The row of site `key`, made on first sight; both sides add to it."""
     r = rows.get(key)
     if r is None:
@@ -106,7 +115,7 @@ def _slot(rows: dict, key, frames, label, via=()) -> dict:
     return r
 
 
-def _collect(rows: dict, side: int, an: Analysis, depth: int) -> None:
+def _collect(rows: dict[Any, Any], side: int, an: Analysis, depth: int) -> None:
     """Add one run's sites: live at its peak and at its end, and everything it allocated."""
     m = an.model
     for what, allocs in (("peak", m.groups_at_peak()), ("end", m.groups_at_end())):
@@ -124,7 +133,7 @@ def _collect(rows: dict, side: int, an: Analysis, depth: int) -> None:
         r["run_count"][side] += cnt
 
 
-def _status(r: dict) -> str:
+def _status(r: dict[Any, Any]) -> str:
     pa, pb = r["peak_bytes"]
     ea, eb = r["end_bytes"]
     ra, rb = r["run_count"]
@@ -139,7 +148,7 @@ def _status(r: dict) -> str:
     return "same"
 
 
-def _moment(r: dict, what: str) -> dict:
+def _moment(r: dict[Any, Any], what: str) -> dict[Any, Any]:
     (xa, xb), (ca, cb) = r[what + "_bytes"], r[what + "_count"]
     return {
         "a_bytes": xa,
@@ -151,7 +160,7 @@ def _moment(r: dict, what: str) -> dict:
     }
 
 
-def _site(r: dict) -> dict:
+def _site(r: dict[Any, Any]) -> dict[Any, Any]:
     """One site of the JSON from its row."""
     ra, rb = r["run_count"]
     return {
@@ -172,7 +181,7 @@ def _site(r: dict) -> dict:
     }
 
 
-def _order(s: dict) -> tuple:
+def _order(s: dict[Any, Any]) -> tuple[Any, ...]:
     """Largest absolute change first (bytes, then counts), then by label."""
     return (
         -max(abs(s["peak"]["delta_bytes"]), abs(s["end"]["delta_bytes"])),

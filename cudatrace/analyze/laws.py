@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import combinations
-from typing import Union
+from typing import Any, Union
 
 REL_TOL = 0.01  # "flat" and "affine within": residuals up to 1% of the largest value
 
@@ -184,7 +184,7 @@ class Affine:
     def predict(self, x: Num) -> tuple[float, float | None]:
         return self.lsq.predict([1, x])
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "slope": _num(self.lsq.coef[1]),
             "intercept": _num(self.lsq.coef[0]),
@@ -217,7 +217,8 @@ class Power:
     r2: float
 
     def predict(self, x: Num) -> float:
-        return self.coef * float(x) ** self.exponent
+        result: float = self.coef * float(x) ** self.exponent
+        return result
 
 
 def fit_power(xs: Sequence[Num], ys: Sequence[Num]) -> Power | None:
@@ -258,7 +259,7 @@ class Law:
     """
 
     kind: str
-    points: list[tuple]
+    points: list[tuple[Any, ...]]
     affine: Affine | None = None
     power: Power | None = None
     tested: bool = True
@@ -377,12 +378,12 @@ class GridLaw:
     terms: tuples of knob indexes (() is the intercept); coef: one per term."""
 
     names: list[str]
-    terms: list[tuple]
+    terms: list[tuple[Any, ...]]
     lsq: LSQ
-    points: list[tuple]
+    points: list[tuple[Any, ...]]
     model: str  # "multilinear" or "additive"
 
-    def coefficient(self, term: tuple) -> float:
+    def coefficient(self, term: tuple[Any, ...]) -> float:
         return float(self.lsq.coef[self.terms.index(term)]) if term in self.terms else 0.0
 
     @property
@@ -409,7 +410,7 @@ class GridLaw:
                 s += c * math.prod((v[i] for i in t if i != knob), start=Fraction(1))
         return float(s)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "slope": {
@@ -455,7 +456,7 @@ def fit_grid(
 
 
 def _grid_fit(
-    points: Sequence[Sequence[Num]], ys: Sequence[Num], terms: Sequence[tuple]
+    points: Sequence[Sequence[Num]], ys: Sequence[Num], terms: Sequence[tuple[Any, ...]]
 ) -> LSQ | None:
     rows = [[math.prod((_frac(p[i]) for i in t), start=Fraction(1)) for t in terms] for p in points]
     return fit(rows, ys)

@@ -22,17 +22,22 @@ import os
 import struct
 import time
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import native, sidecar, tracedir
 from ..units import lossless
 from .trace import C, TraceDir, read_dir, trace_files
 
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
+
 LABEL_MAX = 120  # characters of a site label (longer ones are cut, with "...")
 OTHER = "other"
 
 
-def run_dirs(paths) -> list[Path]:
+def run_dirs(paths: Iterable[str | Path]) -> list[Path]:
     """Every trace directory named by or directly under paths, in name order, each once (two
     spellings of one directory are one)."""
     out: dict[Path, Path] = {}
@@ -59,7 +64,7 @@ def _is_run(p: Path) -> bool:
         return False
 
 
-def run_info(p: Path) -> dict:
+def run_info(p: Path) -> dict[str, Any]:
     """run.json (or {} while it is missing or being written)."""
     try:
         info = json.loads((p / tracedir.RUN).read_text(errors="surrogateescape"))
@@ -68,12 +73,13 @@ def run_info(p: Path) -> dict:
     return info if isinstance(info, dict) else {}
 
 
-def _header(fd: int) -> dict:
+def _header(fd: int) -> dict[str, int]:
     ffi = native.ffi()
     head = os.pread(fd, 256, 0)
 
     def u(name: str, fmt: str = "<I") -> int:
-        return struct.unpack_from(fmt, head, ffi.offsetof("struct ct_file_header", name))[0]
+        v: int = struct.unpack_from(fmt, head, ffi.offsetof("struct ct_file_header", name))[0]
+        return v
 
     if len(head) < 256 or head[:8] != b"CUDATRC\0" or u("version") < 3:
         return {}
@@ -131,7 +137,7 @@ def _launcher_alive(p: Path) -> bool | None:
     return False
 
 
-def running(p: Path, info: dict | None = None) -> bool:
+def running(p: Path, info: dict[str, Any] | None = None) -> bool:
     """Whether the run writing into p is still going."""
     info = run_info(p) if info is None else info
     if "exit_status" in info or "end_monotonic_ns" in info:
@@ -141,7 +147,7 @@ def running(p: Path, info: dict | None = None) -> bool:
     return any(writer_alive(f) for f in trace_files(p))
 
 
-def signature(p: Path) -> tuple:
+def signature(p: Path) -> tuple[Any, ...]:
     """Changes whenever anything is written into the run's traces: per file, its size, its
     sidecar's size, its sealed mark and a checksum of what lies above the mark (the chunks the
     writer may still write; read with pread, holes skipped)."""
@@ -186,7 +192,7 @@ def _cut(label: str) -> str:
     return label if len(label) <= LABEL_MAX else label[: LABEL_MAX - 3] + "..."
 
 
-def command_of(info: dict, td: TraceDir) -> str:
+def command_of(info: dict[str, Any], td: TraceDir) -> str:
     """The run's program: run.json's argv, else the first traced process's."""
     argv = info.get("argv") or []
     if not argv and td.traces:
@@ -194,14 +200,16 @@ def command_of(info: dict, td: TraceDir) -> str:
     return lossless(Path(str(argv[0])).name) if argv and argv[0] else ""
 
 
-def figures(p: Path, top: int, symbolizer=None) -> dict:
+def figures(p: Path, top: int, symbolizer: Symbolizer | None = None) -> dict[str, Any]:
     """top_sites of the run as it is now, its processes that are gone ended."""
     td = read_dir(p)
     end_the_gone(td)
     return top_sites(p, top, symbolizer, td)
 
 
-def top_sites(p: Path, top: int, symbolizer=None, td: TraceDir | None = None) -> dict:
+def top_sites(
+    p: Path, top: int, symbolizer: Symbolizer | None = None, td: TraceDir | None = None
+) -> dict[str, Any]:
     """{"run", "path", "command", "devices": [{"device", "gpu", "live", "sites"}]}: what the
     run holds now, per device (CUDA ordinal, and the physical device `gpu` it names in the
     processes that hold the memory: CUDA_VISIBLE_DEVICES's entry, an index or a UUID), its

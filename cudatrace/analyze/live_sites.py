@@ -13,15 +13,22 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from .. import procfs
+
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
+    from .model import Alloc
+    from .sites import SFrame
 
 _lock = threading.Lock()
 _symbolizer = None  # kept between calls: a test suite asks many times of the same libraries
 
 
-def _shared_symbolizer():
+def _shared_symbolizer() -> Symbolizer | None:
     global _symbolizer
     with _lock:
         if _symbolizer is None:
@@ -31,7 +38,7 @@ def _shared_symbolizer():
         return _symbolizer
 
 
-def window_allocs(lifetimes, t0: int, t1: int, at: str) -> list:
+def window_allocs(lifetimes: Iterable[Alloc], t0: int, t1: int, at: str) -> list[Alloc]:
     """The allocations (model.Alloc) made in [t0, t1] that were live at the window's own peak
     (at="peak") or at t1 (at="end")."""
     mine = [a for a in lifetimes if t0 <= a.ts <= t1]
@@ -53,7 +60,7 @@ def window_allocs(lifetimes, t0: int, t1: int, at: str) -> list:
     return [a for a in mine if a.ts <= best_ts and (a.end_ts is None or a.end_ts > best_ts)]
 
 
-def _anchor(frames, anchor: tuple | None):
+def _anchor(frames: list[SFrame], anchor: tuple[str, ...] | None) -> SFrame | None:
     """The innermost Python frame of the anchor (file, function name): the block's own code."""
     if not anchor:
         return None
@@ -70,8 +77,13 @@ def _anchor(frames, anchor: tuple | None):
 
 
 def block_sites(
-    path, t0: int, t1: int, at: str = "peak", limit: int = 10, anchor: tuple | None = None
-) -> list[dict]:
+    path: str | Path | None,
+    t0: int,
+    t1: int,
+    at: str = "peak",
+    limit: int = 10,
+    anchor: tuple[Any, ...] | None = None,
+) -> list[dict[str, Any]]:
     """Rows {label, file, line, function, bytes, count, python, via, stack} of the window's
     allocations (see window_allocs), grouped by site and, when anchor (file, function) is given,
     by the line of that function they came through (a helper that several lines of a test call
@@ -86,7 +98,7 @@ def block_sites(
         return []
     a.sites(chosen)  # prepares the stacks and the allocator layers as a report does
     st = a.stacks
-    rows: dict[tuple, dict] = {}
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
     for x in chosen:
         leaf = x.stack
         site = st.site_frames(x.trace, leaf)[:1] if leaf else []
@@ -164,7 +176,7 @@ def _window_peak(path: str, t0: int, t1: int) -> int:
     return sum(x.size for x in window_allocs(a.model.lifetimes(), t0, t1, "peak"))
 
 
-def descendant_peaks(directory, me: int, t0: int, t1: int) -> list[tuple[int, int]]:
+def descendant_peaks(directory: str | None, me: int, t0: int, t1: int) -> list[tuple[int, int]]:
     """[(pid, bytes)] of the processes started from process `me` (children, and theirs), traced
     into `directory`, that allocated device memory in [t0, t1]: the most each held at once of
     what it allocated then. Their memory is not in `me`'s own counters. [] without a directory."""

@@ -28,11 +28,15 @@ from __future__ import annotations
 import struct
 import threading
 from collections import Counter
+from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from .. import native
+from ..native_types import ToolsLib
 from .trace import C, Trace, TraceDir, event_fields, layout
+
+T = TypeVar("T")
 
 _F = {name: i for i, name in enumerate(event_fields())}
 TS, SIZE, ADDR, AUX, AUX2, TID, DEV, RES, STACK, API, RT, OP, KIND, SPACE, FLAGS = (
@@ -114,7 +118,7 @@ class Alloc:
     def __init__(
         self,
         trace: int,
-        event: tuple,
+        event: tuple[Any, ...],
         size: int,
         ts: int,
         device: int,
@@ -135,27 +139,33 @@ class Alloc:
 
     @property
     def api(self) -> int:
-        return self.event[API]
+        result: int = self.event[API]
+        return result
 
     @property
     def rt_api(self) -> int:
-        return self.event[RT]
+        result: int = self.event[RT]
+        return result
 
     @property
     def stack(self) -> int:
-        return self.event[STACK]
+        result: int = self.event[STACK]
+        return result
 
     @property
     def result(self) -> int:
-        return self.event[RES]
+        result: int = self.event[RES]
+        return result
 
     @property
     def kind(self) -> int:
-        return self.event[KIND]
+        result: int = self.event[KIND]
+        return result
 
     @property
     def flags(self) -> int:
-        return self.event[FLAGS]
+        result: int = self.event[FLAGS]
+        return result
 
     def __repr__(self) -> str:
         return "Alloc(trace=%d, size=%d, ts=%d, device=%d, addr=0x%x)" % (
@@ -175,16 +185,16 @@ class Groups:
 
     __slots__ = ("rows", "bytes", "count", "keep")
 
-    def __init__(self, rows: list[tuple], keep=None):
+    def __init__(self, rows: list[tuple[Any, ...]], keep: object = None) -> None:
         self.rows = rows
         self.bytes = sum(r[6] for r in rows)
         self.count = sum(r[5] for r in rows)
         self.keep = keep  # what the memoryviews look into
 
     @classmethod
-    def of(cls, allocs: list[Alloc], results: bool = False) -> Groups:
+    def of(cls, allocs: Iterable[Alloc], results: bool = False) -> Groups:
         """results: add an 11th column, a Counter of non-zero CUresults (failed allocations)."""
-        g: dict[tuple, list] = {}
+        g: dict[tuple[Any, ...], list[Any]] = {}
         for a in allocs:
             e = a.event
             k = (a.trace, e[STACK], e[API], e[RT], e[DEV])
@@ -204,7 +214,7 @@ class Groups:
         extra = (lambda x: (x[5],)) if results else (lambda x: ())
         return cls([k + (x[0], x[1], x[2], x[3], sorted(x[4])) + extra(x) for k, x in order])
 
-    def plain(self) -> list[tuple]:
+    def plain(self) -> list[tuple[Any, ...]]:
         """rows with the sizes as lists (to compare, to print)."""
         return [r[:9] + (list(r[9]),) for r in self.rows]
 
@@ -220,7 +230,7 @@ class Groups:
             out[r[4]] = out.get(r[4], 0) + r[6]
         return out
 
-    def only(self, traces=None, device=None) -> Groups:
+    def only(self, traces: Container[int] | None = None, device: int | None = None) -> Groups:
         return Groups(
             [
                 r
@@ -231,16 +241,17 @@ class Groups:
         )
 
     def __len__(self) -> int:
-        return self.count
+        result: int = self.count
+        return result
 
 
 # ---- the C replay ------------------------------------------------------------------------
 
 _lock = threading.Lock()
-_c = None  # (ffi, lib, consts) or False when unavailable
+_c: tuple[Any, ToolsLib, dict[str, int]] | bool | None = None  # False when unavailable
 
 
-def _c_backend():
+def _c_backend() -> tuple[Any, ToolsLib, dict[str, int]] | None:
     """(ffi, lib, constants) of the C replay, or None (no library, or built without it)."""
     global _c
     with _lock:
@@ -254,7 +265,7 @@ def _c_backend():
             except (RuntimeError, OSError, AttributeError, ImportError) as e:  # pragma: no cover
                 _c = False
                 _c_error[0] = str(e)
-        return _c or None
+        return _c if isinstance(_c, tuple) else None
 
 
 _c_error = [""]
@@ -264,7 +275,7 @@ def process_ends(traces: list[Trace]) -> list[int]:
     """When each trace's process (image) ended, 0 when unknown: its exit record, or for an image
     that exec replaced, the start of the next image of the same process (pid and start time),
     or else when the launcher saw the process exit (a kill leaves no exit record)."""
-    starts: dict[tuple, list[tuple[int, int]]] = {}
+    starts: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for t in traces:
         key = (t.pid, getattr(t, "start_ticks", 0))
         starts.setdefault(key, []).append((t.exec_index, t.start_monotonic_ns))
@@ -299,10 +310,10 @@ class Replay(Protocol):
     def all(self) -> list[Alloc]: ...
     def stack_totals(self) -> dict[tuple[int, int], tuple[int, int]]: ...
     def listed(self, which: str) -> list[Alloc]: ...
-    def timeline(self, device: int | None = None) -> list[tuple]: ...
+    def timeline(self, device: int | None = None) -> list[tuple[Any, ...]]: ...
 
 
-def _mask(kinds) -> int:
+def _mask(kinds: Iterable[int]) -> int:
     m = 0
     for k in kinds:
         m |= 1 << min(k, 63)
@@ -313,7 +324,10 @@ class _CReplay:
     name = "c"
 
     def __init__(self, traces: list[Trace], buckets: int):
-        ffi, lib, K = _c_backend()
+        backend = _c_backend()
+        if backend is None:
+            raise RuntimeError(f"the C replay is not available: {_c_error[0]}")
+        ffi, lib, K = backend
         self.ffi, self.lib, self.K = ffi, lib, K
         self.keep = []
         arr = ffi.new("struct ct_replay_trace[]", max(len(traces), 1))
@@ -392,7 +406,7 @@ class _CReplay:
         self._live = struct.Struct("<" + lf)
         assert self._live.size == ffi.sizeof("struct ct_live"), "struct ct_live layout"
 
-    def _allocs(self, buf, n) -> list[Alloc]:
+    def _allocs(self, buf: Any, n: int) -> list[Alloc]:
         out: list[Alloc] = []
         if not n:
             return out
@@ -415,15 +429,15 @@ class _CReplay:
             )
         return out
 
-    def _dev(self, device):
+    def _dev(self, device: int | None) -> int:
         return self.K["CT_REPLAY_ANY_DEVICE"] if device is None else int(device)
 
-    def _by(self, by_ts) -> int:
+    def _by(self, by_ts: bool | object) -> int:
         if by_ts == NEVER_FREED:
             return self.K["CT_REPLAY_NEVER_FREED"]
         return self.K["CT_REPLAY_BY_TS"] if by_ts else self.K["CT_REPLAY_BY_SEQ"]
 
-    def select(self, by_ts: bool, value: int, device=None) -> list[Alloc]:
+    def select(self, by_ts: bool, value: int, device: int | None = None) -> list[Alloc]:
         by = self._by(by_ts)
         value = max(0, min(int(value), NONE64))
         n = self.lib.ct_replay_select(self.h, by, value, self._dev(device), self.ffi.NULL, 0)
@@ -431,7 +445,7 @@ class _CReplay:
         self.lib.ct_replay_select(self.h, by, value, self._dev(device), buf, n)
         return self._allocs(buf, n)
 
-    def groups(self, by_ts: bool, value: int, device=None) -> Groups:
+    def groups(self, by_ts: bool, value: int, device: int | None = None) -> Groups:
         by = self._by(by_ts)
         value = max(0, min(int(value), NONE64))
         _, n = self.live_bytes(by_ts, value, device)
@@ -461,7 +475,7 @@ class _CReplay:
             )
         return Groups(rows, keep=sizes)
 
-    def live_bytes(self, by_ts: bool, value: int, device=None) -> tuple[int, int]:
+    def live_bytes(self, by_ts: bool, value: int, device: int | None = None) -> tuple[int, int]:
         by = self._by(by_ts)
         cnt = self.ffi.new("uint64_t *")
         b = self.lib.ct_replay_live_bytes(
@@ -469,7 +483,7 @@ class _CReplay:
         )
         return int(b), int(cnt[0])
 
-    def bytes_at(self, times: list[int], device=None) -> list[int]:
+    def bytes_at(self, times: list[int], device: int | None = None) -> list[int]:
         n = len(times)
         if not n:
             return []
@@ -478,7 +492,7 @@ class _CReplay:
         self.lib.ct_replay_bytes_at(self.h, ts, n, self._dev(device), out)
         return list(self.ffi.unpack(out, n))
 
-    def bytes_max(self, lo: list[int], hi: list[int], device=None) -> list[int]:
+    def bytes_max(self, lo: list[int], hi: list[int], device: int | None = None) -> list[int]:
         n = len(lo)
         if not n:
             return []
@@ -511,7 +525,7 @@ class _CReplay:
         self.lib.ct_replay_list(self.h, w, buf, n)
         return self._allocs(buf, n)
 
-    def timeline(self, device=None) -> list[tuple]:
+    def timeline(self, device: int | None = None) -> list[tuple[int, ...]]:
         if not self.buckets:
             return []
         buf = self.ffi.new("struct ct_replay_bucket[]", self.buckets)
@@ -543,10 +557,10 @@ class Model:
     host_peak_ts: int = 0
     host_end: int = 0
     counts: dict[str, int] = field(default_factory=dict)
-    procs: list[dict] = field(default_factory=list)  # per trace: allocs, peak_bytes, ...
+    procs: list[dict[Any, Any]] = field(default_factory=list)  # per trace: allocs, peak_bytes, ...
     t0: int = 0
     t_end: int = 0
-    _cache: dict = field(default_factory=dict, repr=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     @property
     def peak_index(self) -> int:
@@ -561,10 +575,10 @@ class Model:
     def n_events(self) -> int:
         return self.counts.get("events", 0)
 
-    def _cached(self, key, fn):
+    def _cached(self, key: object, fn: Callable[[], T]) -> T:
         if key not in self._cache:
             self._cache[key] = fn()
-        return self._cache[key]
+        return cast(T, self._cache[key])
 
     @property
     def live_at_peak(self) -> list[Alloc]:
@@ -649,7 +663,7 @@ class Model:
         event[AUX] / event[AUX2]: the device's own free / total)."""
         return self._cached(("meminfo", None), lambda: self.backend.listed("meminfo"))
 
-    def timeline_buckets(self, device: int | None = None) -> list[tuple]:
+    def timeline_buckets(self, device: int | None = None) -> list[tuple[Any, ...]]:
         """(changes, min, min_ts, max, max_ts, last, last_ts) of each time slice with changes."""
         return self._cached(("tlb", device), lambda: self.backend.timeline(device))
 
@@ -657,7 +671,7 @@ class Model:
         """(ts, live bytes) steps: each slice's lowest, highest and last value, in time order;
         exact at every slice's extremes (the peak included)."""
 
-        def make():
+        def make() -> list[tuple[int, int]]:
             pts = [(self.t0, 0)]
             for _n, lo, lo_ts, hi, hi_ts, last, last_ts in self.timeline_buckets(device):
                 for p in sorted(
@@ -693,7 +707,7 @@ def build(td: TraceDir | list[Trace], timeline_buckets: int = TIMELINE_BUCKETS) 
     return m
 
 
-def from_replay(traces: list[Trace], r) -> Model:
+def from_replay(traces: list[Trace], r: Any) -> Model:
     """The Model over a finished replay r (the C one, or the tests' Python oracle)."""
     s = r.summary
     m = Model(

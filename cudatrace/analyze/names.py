@@ -30,7 +30,7 @@ from __future__ import annotations
 import functools
 import re
 import sys
-from typing import overload
+from typing import TextIO, overload
 
 ANON = "(anonymous namespace)"
 ANON_SHORT = "(anon)"
@@ -144,7 +144,7 @@ _CALL_OPERATOR = re.compile(r"(\{lambda(?:#\d+)?\})::(?:operator\(\)|_FUN)(?:<\.
 _BLOCK = re.compile(r"^(?:invocation function for |)block in (.+)$")
 
 
-def _lambda_label(m: re.Match) -> str:
+def _lambda_label(m: re.Match[str]) -> str:
     gcc, llvm, clang = m.group(1), m.group(2), m.group(3)
     n = int(gcc) if gcc else (int(llvm) + 1 if llvm else int(clang) + 1 if clang else 1)
     return "{lambda}" if n == 1 else "{lambda#%d}" % n
@@ -214,7 +214,7 @@ def short_name(name: str | None) -> str | None:
     # protect what would read as brackets or spaces
     keep: list[str] = []
 
-    def hold(m) -> str:
+    def hold(m: re.Match[str]) -> str:
         keep.append(m.group(0))
         return "\x00%d\x00" % (len(keep) - 1)
 
@@ -244,7 +244,7 @@ def display_name(name: str | None, full: bool = False) -> str | None:
     return (demangle(name) or name) if full else short_name(name)
 
 
-def on_terminal(stream=None) -> bool:
+def on_terminal(stream: TextIO | None = None) -> bool:
     """Whether text written to stream (stdout by default) reaches a terminal: only there are
     lines fitted to a width. In files and pipes a label is never cut."""
     stream = sys.stdout if stream is None else stream

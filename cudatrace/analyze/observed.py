@@ -11,7 +11,7 @@ is absent (None), and the reason is given.
 from __future__ import annotations
 
 import bisect
-from typing import Callable
+from typing import Any, Callable
 
 from .trace import TraceDir
 
@@ -22,7 +22,7 @@ SLACK_NS = 2_000_000
 NVML_NOT_SUPPORTED = 3  # what NVML's memory queries answer on an integrated device
 
 
-def _read_windows(samples: list[dict], ts: list[int]) -> tuple[list[int], list[int]]:
+def _read_windows(samples: list[dict[str, Any]], ts: list[int]) -> tuple[list[int], list[int]]:
     """Per sample, the span within which NVML was read: its "nvml_t" pair widened by SLACK_NS,
     or the sample's time alone (samplers before round 3 did not record one). Starts and ends
     each ascend (an end never earlier than the one before: a window only widens)."""
@@ -56,7 +56,7 @@ class Observed:
         self.several_dirs = len(td.dirs) > 1  # a run of many ranks (docs/ranks.md)
 
     # ---- one sample ----
-    def near(self, ts: int) -> dict | None:
+    def near(self, ts: int) -> dict[str, Any] | None:
         """The sample closest to monotonic time ts (None if there are none)."""
         if not self.samples:
             return None
@@ -82,7 +82,7 @@ class Observed:
         return sum(keep) if by_pid and (device is None or str(device) in by_pid) else None
 
     @staticmethod
-    def tree_device_bytes(s: dict, device: int | None = None) -> int | None:
+    def tree_device_bytes(s: dict[str, Any], device: int | None = None) -> int | None:
         d = s.get("tree_device_bytes")
         if d is None:
             return None
@@ -92,14 +92,14 @@ class Observed:
         return sum(int(v) for v in d.values())
 
     @staticmethod
-    def _device_rows(s: dict, device: int | None = None) -> list[dict]:
+    def _device_rows(s: dict[str, Any], device: int | None = None) -> list[dict[str, Any]]:
         return [
             d
             for d in s.get("devices") or []
             if "used" in d and (device is None or d.get("index") == device)
         ]
 
-    def device_used(self, s: dict, device: int | None = None) -> tuple[int, int] | None:
+    def device_used(self, s: dict[str, Any], device: int | None = None) -> tuple[int, int] | None:
         """(used, total) over the devices NVML answered for (or one)."""
         devs = self._device_rows(s, device)
         if not devs:
@@ -137,7 +137,8 @@ class Observed:
         if not self.samples:
             return "no samples were recorded (samples.jsonl missing or empty)"
         if self.sampler.get("nvml_why"):
-            return self.sampler["nvml_why"]
+            result: str = self.sampler["nvml_why"]
+            return result
         errs = sorted(
             {
                 (d.get("index"), d.get("error"))
@@ -169,7 +170,8 @@ class Observed:
         if len(self.ts) < 2:
             return None
         d = sorted(b - a for a, b in zip(self.ts, self.ts[1:]))
-        return d[len(d) // 2] / 1e6
+        result: float | None = d[len(d) // 2] / 1e6
+        return result
 
     # ---- the comparison ----
     def compare(
@@ -179,7 +181,7 @@ class Observed:
         start_ns: int,
         device: int | None = None,
         ends: dict[int, int] | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Traced versus observed near the peak and over the run.
 
         traced_max(lo, hi) gives the most traced live bytes at any one moment of each window
@@ -190,12 +192,12 @@ class Observed:
         that is left out of the tree's (the driver gives an exiting process's memory back
         after its exit record; counted, it would read as untraced memory)."""
 
-        def sec(ts):
+        def sec(ts: int) -> float:
             return round((ts - start_ns) / 1e9, 6)
 
         per_process = self.per_process_for(device)
         nvml = self.nvml_devices(device) or per_process
-        out: dict = {
+        out: dict[str, Any] = {
             "samples": len(self.samples),
             "nvml": nvml,
             "nvml_why": None if nvml else self.why_no_nvml(),
@@ -218,7 +220,7 @@ class Observed:
         out["max"] = self._maxima(traced, base, device, per_process, sec)
         return out
 
-    def _baseline(self, device, sec) -> dict:
+    def _baseline(self, device: int | None, sec: Callable[[int], float]) -> dict[str, Any]:
         """The first sample: what the machine held before the run allocated."""
         first = self.samples[0]
         base = {
@@ -233,7 +235,16 @@ class Observed:
         base["mem_free"] = first.get("mem_free")
         return base
 
-    def _near_peak(self, peak_ts, traced, live, base, device, per_process, sec) -> dict:
+    def _near_peak(
+        self,
+        peak_ts: int,
+        traced: list[int],
+        live: list[int],
+        base: dict[str, Any],
+        device: int | None,
+        per_process: bool,
+        sec: Callable[[int], float],
+    ) -> dict[str, Any]:
         """The sample nearest the traced peak (that saw something traced live), beside it."""
         k = min(range(len(self.ts)), key=lambda j: (abs(self.ts[j] - peak_ts), j))
         note = None
@@ -276,9 +287,16 @@ class Observed:
                 near[key + "_drop"] = base[key] - near[key]
         return near
 
-    def _maxima(self, traced, base, device, per_process, sec) -> dict:
+    def _maxima(
+        self,
+        traced: list[int],
+        base: dict[str, Any],
+        device: int | None,
+        per_process: bool,
+        sec: Callable[[int], float],
+    ) -> dict[str, Any]:
         """The largest figure of each kind over the run, and when."""
-        mx: dict = {
+        mx: dict[str, Any] = {
             "tree_device_bytes": None,
             "tree_device_time": None,
             "traced_bytes_then": None,
@@ -315,11 +333,12 @@ class Observed:
                 mx["mem_available_drop"] = base["mem_available"] - v
         return mx
 
-    def _tree_maxima(self, mx: dict, traced, device, sec) -> None:
+    def _tree_maxima(
+        self, mx: dict[str, Any], traced: list[int], device: int | None, sec: Callable[[int], float]
+    ) -> None:
         """The process tree's largest device use (per-process NVML) and its largest excess
         over the trace."""
-        vals = [(self._tree[j], j) for j in range(len(self.samples))]
-        vals = [v for v in vals if v[0] is not None]
+        vals = [(v, j) for j in range(len(self.samples)) if (v := self._tree[j]) is not None]
         if not vals:
             return
         v, j = max(vals, key=lambda x: (x[0], -x[1]))
@@ -336,7 +355,7 @@ class Observed:
     def series(self, device: int | None = None) -> dict[str, list[tuple[int, int]]]:
         """(ts, bytes) series: tree_device (NVML, process tree; only where NVML gave per-process
         figures), device_used (NVML, everyone), tree_rss, mem_available."""
-        out: dict[str, list] = {
+        out: dict[str, list[Any]] = {
             "tree_device": [],
             "device_used": [],
             "tree_rss": [],

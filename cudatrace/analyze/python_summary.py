@@ -9,7 +9,7 @@ from .trace import Trace
 
 def python_summary(
     traces: list[Trace], stack_totals: dict[tuple[int, int], Any], view: str
-) -> dict | None:
+) -> dict[str, Any] | None:
     """Python in the traced processes: versions, status, and device allocations with Python frames
     and without (by reason), from the model's totals per (trace, stack); `view` the stacks' view.
     None when no process ran Python."""

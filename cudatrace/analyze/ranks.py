@@ -13,13 +13,20 @@ from __future__ import annotations
 import os
 from array import array
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from .. import native
 from .aggregate import apply_snapshots
 from .model import END_EXITED, device_kinds
 from .trace import C, Trace, host_of, layout
+
+if TYPE_CHECKING:
+    from .analysis import Analysis
+    from .model import Alloc
+
+T = TypeVar("T")
 
 # (rank, local rank, world size) of each launcher, the innermost first: torchrun's workers under
 # srun see RANK (theirs) and SLURM_PROCID (the srun task that started torchrun)
@@ -105,7 +112,7 @@ class RankGroup:
     """One rank: the processes that carry its number (children inherit it), or, untagged, one
     process."""
 
-    key: tuple
+    key: tuple[Any, ...]
     label: str
     host: str
     rank: int | None
@@ -120,18 +127,18 @@ def rank_groups(traces: list[Trace]) -> list[RankGroup]:
     its own: `HOST rank N` when the places are different hosts, else `DIR rank N` (the trace
     directory's name)."""
     tags = [tag_of(t) for t in traces]
-    places: dict[int, set] = defaultdict(set)  # rank -> {(host, trace directory)}
+    places: dict[int, set[Any]] = defaultdict(set)  # rank -> {(host, trace directory)}
     for t, tg in zip(traces, tags):
         if tg.rank is not None:
             places[tg.rank].add((tg.host, t.source))
     clash = any(len(p) > 1 for p in places.values())
     by_host = all(len({h for h, _ in p}) == len(p) for p in places.values())
-    groups: dict[tuple, RankGroup] = {}
+    groups: dict[tuple[Any, ...], RankGroup] = {}
     for i, (t, tg) in enumerate(zip(traces, tags)):
         if tg.rank is None and not t.n_events:
             continue  # a launcher's shell: no rank, no CUDA
         if tg.rank is None:
-            key: tuple = (1, tg.host, t.pid, i)
+            key: tuple[Any, ...] = (1, tg.host, t.pid, i)
             label = "%s pid %d" % (tg.host, t.pid)
         elif not clash:
             key = (0, "", tg.rank)
@@ -156,10 +163,12 @@ def rank_label_of(traces: list[Trace]) -> list[str]:
     return out
 
 
-def peaks(allocs, key) -> dict:
+def peaks(
+    allocs: Iterable[Alloc], key: Callable[[Alloc], Hashable | None]
+) -> dict[Any, tuple[int, int | None]]:
     """key(alloc) -> (peak bytes, time of the peak) over allocation lifetimes; at one time frees
     count before allocations, so a peak is never higher than the replay's."""
-    steps: dict = defaultdict(list)
+    steps: dict[Any, Any] = defaultdict(list)
     for a in allocs:
         k = key(a)
         if k is None:
@@ -185,7 +194,7 @@ def _median(vals: list[int]) -> float:
     return float(v[n // 2]) if n % 2 else (v[n // 2 - 1] + v[n // 2]) / 2.0
 
 
-def outliers(values: dict) -> tuple[float | None, list]:
+def outliers(values: dict[Any, Any]) -> tuple[float | None, list[Any]]:
     """(median, keys whose value stands out) by the rule above; (None, []) under MIN_RANKS."""
     if len(values) < MIN_RANKS:
         return None, []
@@ -195,19 +204,23 @@ def outliers(values: dict) -> tuple[float | None, list]:
     return med, [k for k, v in values.items() if abs(v - med) > bound]
 
 
-def _cached(a, key, make):
+def _cached(a: Analysis, key: Hashable, make: Callable[[], T]) -> T:
     """One computation per Analysis (report, HTML and diff ask for the same figures)."""
     cache = a.__dict__.setdefault("_ranks_cache", {})
     if key not in cache:
         cache[key] = make()
-    return cache[key]
+    return cast(T, cache[key])
 
 
-def _rank_peaks(a):
+def _rank_peaks(
+    a: Analysis,
+) -> tuple[list[RankGroup], dict[int, RankGroup], list[Alloc], dict[Any, tuple[int, int | None]]]:
     """(groups, trace -> group, lifetimes of the ranks' allocations, group key -> peak): the
     plain computation over every allocation (tables() takes a shorter way when it can)."""
 
-    def make():
+    def make() -> tuple[
+        list[RankGroup], dict[int, RankGroup], list[Alloc], dict[Any, tuple[int, int | None]]
+    ]:
         groups = rank_groups(a.traces)
         of_trace = {i: g for g in groups for i in g.traces}
         lives = [x for x in a.model.lifetimes() if x.trace in of_trace]
@@ -222,7 +235,8 @@ def alloc_ordinals(t: Trace) -> set[int] | None:
     made from an --aggregate snapshot)."""
     src = getattr(t, "source_blocks", None)
     if src is not None and t._raw is None and t._events is None:  # decoded, never held
-        return src.alloc_devices(device_kinds())
+        result: set[int] | None = src.alloc_devices(device_kinds())
+        return result
     if t.raw_events is None or t._events is not None:
         return None
     n = t.n_events
@@ -232,7 +246,7 @@ def alloc_ordinals(t: Trace) -> set[int] | None:
     ffi = native.ffi()
     raw = memoryview(ffi.buffer(t.raw_events, es.size * n)).cast("B")
 
-    def column(name: str, fmt: Literal["B", "i"]) -> list:
+    def column(name: str, fmt: Literal["B", "i"]) -> list[Any]:
         off = ffi.offsetof("struct ct_event", name)
         width = ffi.sizeof(ffi.typeof("struct ct_event").fields[_field(name)][1].type)
         assert off % width == 0 and es.size % width == 0
@@ -252,7 +266,7 @@ def _field(name: str) -> int:
     return [f for f, _ in native.ffi().typeof("struct ct_event").fields].index(name)
 
 
-def tables(a, fast: bool = True) -> dict:
+def tables(a: Analysis, fast: bool = True) -> dict[Any, Any]:
     """What the ranks section is made of: groups, of_trace, rank_peaks (key -> (bytes, ts)),
     dev_peaks ((host, device) -> (bytes, ts)), dev_end, dev_allocs, dev_ranks (labels),
     rank_devs (key -> physical devices). When every process allocated on one device, a rank of
@@ -262,14 +276,14 @@ def tables(a, fast: bool = True) -> dict:
     return _cached(a, ("tables", fast), lambda: _tables(a, fast))
 
 
-def _tables(a, fast: bool) -> dict:
+def _tables(a: Analysis, fast: bool) -> dict[Any, Any]:
     traces, m = a.traces, a.model
     groups = rank_groups(traces)
     of_trace = {i: g for g in groups for i in g.traces}
     procs = [m.procs[i] if i < len(m.procs) else {} for i in range(len(traces))]
     ords = [alloc_ordinals(t) if fast else None for t in traces]
     one = fast and all(o is not None and len(o) <= 1 for o in ords)
-    out: dict = {
+    out: dict[Any, Any] = {
         "groups": groups,
         "of_trace": of_trace,
         "dev_end": defaultdict(int),
@@ -294,7 +308,7 @@ def _tables(a, fast: bool) -> dict:
         for i, o in enumerate(ords)
         if o
     }
-    users: dict = defaultdict(list)
+    users: dict[Any, Any] = defaultdict(list)
     for i, dk in dk_of.items():
         users[dk].append(i)
         if i in of_trace:
@@ -332,10 +346,10 @@ def _tables(a, fast: bool) -> dict:
     return out
 
 
-def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
+def rank_series(a: Analysis) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
     """Each rank's live device bytes over time: (group, [(ts, bytes) after each change])."""
     groups, of_trace, lives, _ = _rank_peaks(a)
-    steps: dict = defaultdict(list)
+    steps: dict[Any, Any] = defaultdict(list)
     for x in lives:
         k = of_trace[x.trace].key
         steps[k].append((x.ts, 1, x.size))
@@ -354,14 +368,14 @@ def rank_series(a) -> list[tuple[RankGroup, list[tuple[int, int]]]]:
     return out
 
 
-def device_key(a):
+def device_key(a: Analysis) -> Callable[[Alloc], tuple[str, str]]:
     """alloc -> (host, physical device), memoized per (trace, ordinal)."""
 
-    def make():
+    def make() -> Callable[[Alloc], tuple[str, str]]:
         memo: dict[tuple[int, int], tuple[str, str]] = {}
         traces = a.traces
 
-        def key(x) -> tuple[str, str]:
+        def key(x: Alloc) -> tuple[str, str]:
             k = (x.trace, x.device)
             v = memo.get(k)
             if v is None:
@@ -374,19 +388,19 @@ def device_key(a):
     return _cached(a, "device_key", make)
 
 
-def device_peaks(a) -> dict:
+def device_peaks(a: Analysis) -> dict[Any, tuple[int, int | None]]:
     """(host, physical device) -> (peak bytes, time): what each device held of the run."""
     return _cached(a, "devices", lambda: peaks(a.model.lifetimes(), device_key(a)))
 
 
-def split_devices(a) -> bool:
+def split_devices(a: Analysis) -> bool:
     """Whether a device ordinal names more than one device in this run: several hosts, or
     processes of one host whose CUDA_VISIBLE_DEVICES map the same ordinal to different GPUs.
     Then figures per ordinal (the model's) would add up different devices, and the report's
     peaks and devices are per physical device instead (honest_peak)."""
     if len(hosts_of(a.traces)) > 1:
         return True
-    seen: dict = {}
+    seen: dict[Any, Any] = {}
     ords = [alloc_ordinals(t) for t in a.traces]
     if all(o is not None for o in ords):
         pairs = {(i, d) for i, o in enumerate(ords) for d in o or ()}
@@ -400,7 +414,7 @@ def split_devices(a) -> bool:
     return False
 
 
-def ranks_diff(a, b) -> list[dict] | None:
+def ranks_diff(a: Analysis, b: Analysis) -> list[dict[Any, Any]] | None:
     """Two runs' ranks side by side, matched by label (rank 3 with rank 3): each one's peak in
     A and B. None when neither run has ranks."""
     if not (tagged(a.traces) or tagged(b.traces)):
@@ -427,7 +441,7 @@ def ranks_diff(a, b) -> list[dict] | None:
     return out
 
 
-def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
+def ranks_json(a: Analysis, depth: int = 1, top: int = 10) -> dict[Any, Any] | None:
     """The report's `ranks` section (docs/report-json.md), None for a run without ranks."""
     traces = a.traces
     if not traces or not tagged(traces):
@@ -480,7 +494,7 @@ def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
         for (h, d), (pb, pts) in sorted(dev_peaks.items())
     ]
     top_dev = max(devices, key=lambda d: d["peak_bytes"], default=None)
-    hosts: dict[str, dict] = {}
+    hosts: dict[str, dict[Any, Any]] = {}
     for g in groups:
         for i in g.traces:
             t = traces[i]
@@ -526,7 +540,7 @@ def ranks_json(a, depth: int = 1, top: int = 10) -> dict | None:
     }
 
 
-def missing_ranks(traces: list[Trace]) -> dict | None:
+def missing_ranks(traces: list[Trace]) -> dict[str, Any] | None:
     """The ranks a run's world size promises that no trace carries: {"ranks": [numbers],
     "world_size": N, "variable": the world size's variable}. None when the processes name no
     world size, disagree on it, or one rank number is carried in separate places (separate
@@ -536,7 +550,7 @@ def missing_ranks(traces: list[Trace]) -> dict | None:
     sizes = {tg.world_size for tg, _ in ranked}
     if not ranked or len(sizes) != 1 or None in sizes:
         return None
-    places: dict[int, set] = defaultdict(set)
+    places: dict[int, set[tuple[str, str]]] = defaultdict(set)
     for tg, t in ranked:
         places[tg.rank].add((tg.host, t.source))  # type: ignore[index]
     if any(len(p) > 1 for p in places.values()):
@@ -549,17 +563,23 @@ def missing_ranks(traces: list[Trace]) -> dict | None:
     return {"ranks": gone, "world_size": world, "variable": var} if gone else None
 
 
-def _label_order(label: str):
+def _label_order(label: str) -> tuple[str, int]:
     parts = label.rsplit(" ", 1)
     return (parts[0], int(parts[1])) if len(parts) == 2 and parts[1].isdigit() else (label, 0)
 
 
-def merged_sites(a, groups: list[RankGroup], rank_peaks: dict, depth: int, top: int):
+def merged_sites(
+    a: Analysis,
+    groups: list[RankGroup],
+    rank_peaks: dict[Any, tuple[int, int | None]],
+    depth: int,
+    top: int,
+) -> tuple[list[dict[Any, Any]], int]:
     """Sites across ranks, each rank at its own peak: per site the bytes each rank held then,
     how many ranks held it, and the ranks that stand out (the rule above, over every rank: a
     site only some ranks hold stands out on them when the others hold none)."""
     m = a.model
-    per_site: dict[tuple, dict] = {}
+    per_site: dict[tuple[Any, ...], dict[Any, Any]] = {}
     for g in groups:
         pb, pts = rank_peaks.get(g.key, (0, None))
         if not pb or pts is None:
@@ -598,7 +618,7 @@ def merged_sites(a, groups: list[RankGroup], rank_peaks: dict, depth: int, top: 
     return out, max(0, len(rows) - top)
 
 
-def honest_peak(r: dict) -> None:
+def honest_peak(r: dict[Any, Any]) -> None:
     """A run whose ordinals name several devices (split_devices): the report's peak is the
     highest one device saw (ranks.peak), and its devices are the hosts' physical devices, never
     one ordinal summed over hosts or over CUDA_VISIBLE_DEVICES."""
@@ -618,7 +638,7 @@ def honest_peak(r: dict) -> None:
     ]
 
 
-def align_clocks(traces: list[Trace], run: dict) -> None:
+def align_clocks(traces: list[Trace], run: dict[Any, Any]) -> None:
     """Monotonic clocks are per boot: processes of one host share one, another host's differs.
     With several hosts, each host's times are moved onto the clock of the host that booted
     first, through the wall time each file noted at its start

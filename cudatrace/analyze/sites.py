@@ -12,10 +12,12 @@ import os
 import re
 from bisect import bisect_right
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from .. import frameworks
+from .. import frameworks, settings
+from ..choices import GROUPINGS
 from ..symbols import ModuleRef, Symbolizer
 from ..symbols import python as pyframes
 from ..symbols.symbolizer import ProgressFactory
@@ -41,7 +43,6 @@ FOLD_FUNCTIONS = re.compile(
     r"libcudart_static|cudaApi)"
 )
 
-GROUPINGS = ("site", "api", "library", "process", "rank")
 EXE = "(exe)"  # the module token of a program's own executable (SFrame.module_token)
 VIEWS = ("hybrid", "python", "native")
 # Python's own call machinery between a Python line and the native code it called: folded when
@@ -97,7 +98,7 @@ class SFrame:
         own executable, so `server-b1234` and `server-b1300` (two builds) compare."""
         return EXE if self.exe else os.path.basename(self.module)
 
-    def identity(self) -> tuple:
+    def identity(self) -> tuple[Any, ...]:
         """The function this frame is in, for the call graph (docs/attribution.md)."""
         if self.python:  # a package's path: two packages' `utils.py` are not one module
             return (pyframes.origin(self.file).where, self.function)
@@ -105,7 +106,7 @@ class SFrame:
             return (self.module_token(), self.function)
         return (self.module_token(), self.offset)
 
-    def key(self) -> tuple:
+    def key(self) -> tuple[Any, ...]:
         """What makes two frames the same across runs and builds: names, not addresses."""
         if self.python:
             w = pyframes.origin(self.file).where
@@ -118,7 +119,7 @@ class SFrame:
             )
         return (self.module_token(), self.offset)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[Any, Any]:
         return {
             "module": self.module,
             "function": self.function,
@@ -131,7 +132,7 @@ class SFrame:
         }
 
 
-def kth_smallest(parts, k: int, lo: int, hi: int) -> int:
+def kth_smallest(parts: Sequence[Sequence[int]], k: int, lo: int, hi: int) -> int:
     """The k-th smallest value (from 0) of the union of sorted sequences: a binary search on
     the value, counting with bisect in each part."""
     if len(parts) == 1:
@@ -151,7 +152,7 @@ def folded(f: SFrame) -> bool:
     return bool(f.function and FOLD_FUNCTIONS.match(f.function))
 
 
-def key_text(key: tuple) -> str:
+def key_text(key: tuple[Any, ...]) -> str:
     """A site key as one line of text (stable: names, not addresses)."""
     parts = []
     for k in key:
@@ -173,13 +174,13 @@ class Stacks:
     def __init__(
         self,
         traces: list[Trace],
-        symbolizer=None,
+        symbolizer: Symbolizer | None = None,
         fold: bool = True,
         layers: bool = True,
-        patterns=(),
+        patterns: Sequence[Any] = (),
         graph: CallGraph | None = None,
         view: str = "hybrid",
-    ):
+    ) -> None:
         """view: "hybrid" (native frames with the eval loop's replaced by the Python frames it ran),
         "python" (Python frames only; an event without any keeps its native ones) or "native"."""
         if view not in VIEWS:
@@ -192,7 +193,8 @@ class Stacks:
         self.layers = layers  # fold allocator layers (--no-fold: off)
         self.patterns = list(patterns)  # --fold REGEX, compiled
         self.graph = graph if graph is not None else CallGraph()
-        self._source = None  # () -> every (trace, leaf) that allocated
+        # () -> every (trace, leaf) that allocated
+        self._source: Callable[[], Iterable[tuple[int, int]]] | None = None
         self._learned = False
         self._frames: dict[tuple[int, int], list[SFrame]] = {}
         self._kept: dict[tuple[int, int], list[SFrame]] = {}
@@ -211,12 +213,12 @@ class Stacks:
             self._membership = frameworks.Membership(table, frameworks.joined_modules(paths, table))
         return self._membership
 
-    def prepare(self, keys) -> None:
+    def prepare(self, keys: Iterable[tuple[int, int]]) -> None:
         """Symbolize every address the given (trace index, leaf) stacks need, module by module."""
         todo = [k for k in set(keys) if k not in self._frames]
         if not todo:
             return
-        by_module: dict[tuple, set[int]] = {}
+        by_module: dict[tuple[Any, ...], set[int]] = {}
         raw: dict[tuple[int, int], list[tuple[int, Module | None]]] = {}
         for ti, leaf in todo:
             t = self.traces[ti]
@@ -227,7 +229,7 @@ class Stacks:
                 if m is not None:
                     by_module.setdefault((m.path, m.build_id, m.base), set()).add(ip - 1)
             raw[(ti, leaf)] = lst
-        resolved: dict[tuple, dict[int, list]] = {}
+        resolved: dict[tuple[Any, ...], dict[int, list[Any]]] = {}
         if self.sym is not None:
             for (path, bid, base), addrs in by_module.items():
                 try:
@@ -308,7 +310,7 @@ class Stacks:
             self._kept[key] = got
         return got
 
-    def _glue(self, ti: int):
+    def _glue(self, ti: int) -> Callable[[SFrame], bool]:
         """Frames of Python's own call machinery (interpreter, ctypes, libffi) in trace ti."""
         t = self.traces[ti]
         rng = pyframes.parse_range(t.info.get("python.eval_range"))
@@ -322,19 +324,19 @@ class Stacks:
 
     # ---- allocator layers (docs/attribution.md) ----
 
-    def set_source(self, keys_fn) -> None:
+    def set_source(self, keys_fn: Callable[[], Iterable[tuple[int, int]]] | None) -> None:
         """Where the call graph comes from: a function returning every (trace, leaf) stack of
         the run's allocations; read on the first attribution."""
         self._source = keys_fn
         self._learned = False
 
-    def learn(self, keys) -> None:
+    def learn(self, keys: Iterable[tuple[int, int]]) -> None:
         """Add these (trace, leaf) stacks to the call graph."""
         keys = [k for k in set(keys) if k[1]]
         self.prepare(keys)
         self.graph.add(tuple(f.identity() for f in self.frames(*k)) for k in keys)
 
-    def learn_if_alone(self, keys) -> None:
+    def learn_if_alone(self, keys: Iterable[tuple[int, int]]) -> None:
         """Stacks used without a source (no Analysis around them) learn the call graph from
         the stacks they are asked to group."""
         if self._source is None and self.layers:
@@ -450,25 +452,25 @@ class Stacks:
 
 @dataclass
 class Site:
-    key: tuple
+    key: tuple[Any, ...]
     frames: list[SFrame]
     by: str = "site"
     name: str | None = None  # label for api / library / process groups
     bytes: int = 0
     count: int = 0
-    apis: Counter = field(default_factory=Counter)
-    size_parts: list = field(default_factory=list)  # sorted sequences of sizes
-    pids: set = field(default_factory=set)
-    traces: set = field(default_factory=set)
-    devices: set = field(default_factory=set)
+    apis: Counter[Any] = field(default_factory=Counter)
+    size_parts: list[Any] = field(default_factory=list)  # sorted sequences of sizes
+    pids: set[Any] = field(default_factory=set)
+    traces: set[Any] = field(default_factory=set)
+    devices: set[Any] = field(default_factory=set)
     # the physical devices those ordinals name (CUDA_VISIBLE_DEVICES's entries; ranks.py)
-    device_labels: set = field(default_factory=set)
-    results: Counter = field(default_factory=Counter)  # CUresult -> count (failures)
+    device_labels: set[Any] = field(default_factory=set)
+    results: Counter[Any] = field(default_factory=Counter)  # CUresult -> count (failures)
     context: list[SFrame] = field(default_factory=list)  # the heaviest stack of the group
     via: list[SFrame] = field(default_factory=list)  # its frames folded into layers
     first_ts: int | None = None
     last_ts: int | None = None
-    _best: tuple = (0, -1, 0)
+    _best: tuple[Any, ...] = (0, -1, 0)
 
     def label(self, full: bool = False) -> str:
         if self.name is not None:
@@ -492,7 +494,7 @@ class Site:
             out.extend(p)
         return out
 
-    def size_summary(self) -> dict:
+    def size_summary(self) -> dict[Any, Any]:
         """min, median (the lower one for an even count) and max: exact, without merging the
         parts (a site of millions of allocations costs a few bisections)."""
         parts = [p for p in self.size_parts if len(p)]
@@ -506,7 +508,9 @@ class Site:
         return [a for a, _ in self.apis.most_common()]
 
 
-def site_of(stacks: Stacks, ti: int, leaf: int, depth: int = 1) -> tuple[tuple, list[SFrame]]:
+def site_of(
+    stacks: Stacks, ti: int, leaf: int, depth: int = 1
+) -> tuple[tuple[Any, ...], list[SFrame]]:
     """(key, frames) of the site a (trace, leaf) stack belongs to, as group(by="site") makes it."""
     fr = stacks.site_frames(ti, leaf)[: max(1, depth)] if leaf else []
     return tuple(f.key() for f in fr), fr
@@ -525,7 +529,7 @@ def process_label(t: Trace) -> str:
     return "pid %d (%s)" % (t.pid, os.path.basename(t.exe) or "?")
 
 
-def _rows(allocs) -> list[tuple]:
+def _rows(allocs: Groups | Iterable[Alloc]) -> list[tuple[Any, ...]]:
     """(trace, leaf, api, rt_api, device, count, bytes, first_ts, last_ts, sizes, results)"""
     if isinstance(allocs, Groups):
         return [r + (None,) for r in allocs.rows]
@@ -533,7 +537,12 @@ def _rows(allocs) -> list[tuple]:
 
 
 def group(
-    model: Model, allocs, stacks: Stacks, by: str = "site", depth: int = 1, context: int = 8
+    model: Model,
+    allocs: Groups | Iterable[Alloc],
+    stacks: Stacks,
+    by: str = "site",
+    depth: int = 1,
+    context: int = 8,
 ) -> list[Site]:
     """Group allocations (a list of Alloc, or Groups from the model); sites sorted by bytes,
     largest first.
@@ -548,14 +557,14 @@ def group(
     if by in ("site", "library"):
         stacks.prepare({(r[0], r[1]) for r in rows if r[1]})
         stacks.learn_if_alone({(r[0], r[1]) for r in rows if r[1]})
-    sites: dict[tuple, Site] = {}
-    api_names: dict[tuple, str] = {}
+    sites: dict[tuple[Any, ...], Site] = {}
+    api_names: dict[tuple[Any, ...], str] = {}
     rank_labels = None
     dev_label = _device_labeler(model)
     for ti, leaf, api, rt, dev, count, nbytes, first, last, sizes, results in rows:
         t = model.traces[ti]
         name: str | None = None
-        key: tuple
+        key: tuple[Any, ...]
         fr: list[SFrame] = []
         if by == "site":
             fr = stacks.site_frames(ti, leaf)[:depth] if leaf else []
@@ -608,7 +617,7 @@ def group(
     return out
 
 
-def _device_labeler(model: Model):
+def _device_labeler(model: Model) -> Callable[[int, int], str]:
     """(trace, ordinal) -> the physical device it names (ranks.device_label), memoized."""
     memo: dict[tuple[int, int], str] = {}
 
@@ -621,7 +630,7 @@ def _device_labeler(model: Model):
     return label
 
 
-def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
+def _api_text(t: Trace, api: int, rt: int, cache: dict[Any, Any]) -> str:
     k = (id(t), api, rt)
     s = cache.get(k)
     if s is None:
@@ -632,9 +641,9 @@ def _api_text(t: Trace, api: int, rt: int, cache: dict) -> str:
     return s
 
 
-def make_symbolizer(progress: bool | ProgressFactory = False):
+def make_symbolizer(progress: bool | ProgressFactory = False) -> Symbolizer | None:
     """The offline symbolizer, with its on-disk cache; None if it cannot be had."""
-    cache = os.environ.get("CUDATRACE_CACHE") or os.path.join(
+    cache = settings.value("CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace", "symbols"
     )
     try:
@@ -646,7 +655,7 @@ def make_symbolizer(progress: bool | ProgressFactory = False):
             return None
 
 
-def depth_note(sites_at: Callable[[int], list], depth: int, n: int) -> list[str]:
+def depth_note(sites_at: Callable[[int], list[Any]], depth: int, n: int) -> list[str]:
     """The note of a --depth above 1 that splits no site (the n sites at `depth` are as many as
     at depth 1, so the report is --depth 1's): [] otherwise. sites_at(d): the sites at depth d."""
     if depth <= 1 or len(sites_at(1)) != n:

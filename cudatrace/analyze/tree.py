@@ -8,6 +8,8 @@ program. CUDA's own frames are folded as everywhere; the layers are not, they ar
 
 from __future__ import annotations
 
+from typing import Any
+
 from .analysis import Analysis
 
 MIN_SHARE = 0.001  # children below this share of the total are gathered into one line
@@ -16,14 +18,14 @@ MIN_SHARE = 0.001  # children below this share of the total are gathered into on
 class _Node:
     __slots__ = ("frame", "bytes", "count", "self_bytes", "self_count", "children", "site")
 
-    def __init__(self, frame):
+    def __init__(self, frame: Any) -> None:
         self.frame = frame
         self.bytes = self.count = self.self_bytes = self.self_count = 0
-        self.children: dict = {}
+        self.children: dict[str, Any] = {}
         self.site = False
 
 
-def _entry(frames: list) -> list:
+def _entry(frames: list[Any]) -> list[Any]:
     """Outermost first, from main when it is there (what lies beyond is the C runtime)."""
     out = list(reversed(frames))
     for i, f in enumerate(out):
@@ -34,7 +36,7 @@ def _entry(frames: list) -> list:
 
 def build_tree(
     a: Analysis, at: str = "peak", device: int | None = None, min_share: float = MIN_SHARE
-) -> dict:
+) -> dict[str, Any]:
     """The tree as a JSON-able dict: {"at", "total_bytes", "total_count", "root"}; a node is
     {"label", "function", "file", "line", "module", "bytes", "count", "self_bytes",
     "self_count", "layer", "site", "children", "more"}."""
@@ -73,7 +75,7 @@ def build_tree(
 
     total = root.bytes
 
-    def emit(n: _Node) -> dict:
+    def emit(n: _Node) -> dict[str, Any]:
         f = n.frame
         kids = sorted(n.children.values(), key=lambda c: (-c.bytes, -c.count))
         keep = [c for c in kids if total and c.bytes >= min_share * total] or kids[:1]

@@ -27,9 +27,12 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import native, sidecar, tracedir
+
+if TYPE_CHECKING:
+    from .trace import Trace
 
 PAGE = mmap.PAGESIZE
 _MAX_PARTS = 16384  # mappings per view (the kernel's map count is ~65530 a process)
@@ -292,7 +295,7 @@ def open_view(path: Path, fd: int, size: int) -> View:
     return View(mapping, size, b.cs, lost, list(b.notes), suspects)
 
 
-def trace_bytes(path: str | os.PathLike) -> bytes:
+def trace_bytes(path: str | os.PathLike[str]) -> bytes:
     """A trace file's whole bytes, sealed chunks put back (for tests and tools: a copy)."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
@@ -328,7 +331,7 @@ def _chunk_list(chunks: list[int]) -> str:
     return "chunk " + text + (" and %d more" % (len(chunks) - 8) if len(chunks) > 8 else "")
 
 
-def lost_chunks_json(traces: list) -> list[dict]:
+def lost_chunks_json(traces: list[Trace]) -> list[dict[str, Any]]:
     """The report's `lost_chunks`: per trace file, the sealed chunks neither the trace nor its
     sidecar holds (their events are missing from every figure)."""
     return [

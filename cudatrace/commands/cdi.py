@@ -7,7 +7,7 @@ import json
 
 import click
 
-from .options import NodeSetup
+from .node_options import NodeSetup
 
 
 @click.command()
@@ -15,7 +15,7 @@ from .options import NodeSetup
 @click.option(
     "--print", "show", is_flag=True, help="Print the specs (JSON, by kind) instead of writing them."
 )
-def cdi(setup, show):
+def cdi(setup: NodeSetup, show: bool) -> None:
     """Write CDI specs whose devices are GPU memory budgets, after installing the preload
     library they point at and making the named groups' ledger directories.
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
+from ..attribution import Attribution
 from ..errors import CudatraceError
-from .options import Attribution, Outputs
+from .options import Outputs, attribution_options
+
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
 
 HELP = {"help_option_names": ["-h", "--help"]}
 
@@ -20,12 +25,12 @@ HELP = {"help_option_names": ["-h", "--help"]}
 @click.option(
     "--top", default=20, show_default=True, type=click.IntRange(1, None), help="Sites listed."
 )
-@Attribution.options()
+@attribution_options()
 @Outputs.options(
     "cudatrace.diff/1",
     html="Also write one self-contained HTML page (differential flame graph, site changes).",
 )
-def diff(a, b, top, attribution, outputs):
+def diff(a: Path, b: Path, top: int, attribution: Attribution, outputs: Outputs) -> int:
     """What changed between two traces A and B: sites grown, shrunk, new and gone.
 
     A and B are trace directories (or .ctrace files), or folders of trace directories (a run
@@ -37,13 +42,13 @@ def diff(a, b, top, attribution, outputs):
 
 
 def run_diff(
-    a_path,
-    b_path,
+    a_path: Path,
+    b_path: Path,
     top: int = 20,
     attribution: Attribution = Attribution(),
     outputs: Outputs = Outputs(),
-    out=None,
-    symbolizer=None,
+    out: TextIO | None = None,
+    symbolizer: Symbolizer | None = None,
 ) -> None:
     """The body of `cudatrace diff` (also callable from Python). Raises CudatraceError."""
     from ..analyze.analysis import Analysis
@@ -53,17 +58,17 @@ def run_diff(
     from ..progress import stderr_is_tty
 
     out = out or sys.stdout
+    progress = not outputs.as_json and stderr_is_tty()
     on_stdout = outputs.printed_on_stdout()  # --html -: the page is the output
-    opts = attribution.analysis_options()
     try:
-        opts["progress"] = not outputs.as_json and stderr_is_tty()
-        a = Analysis(a_path, symbolizer=symbolizer, **opts)
+        a = Analysis(a_path, attribution, symbolizer=symbolizer, progress=progress)
         # one call graph for both runs: a site is attributed the same way on both sides
         b = Analysis(
             b_path,
+            attribution,
             symbolizer=symbolizer if symbolizer is not None else a.symbolizer,
+            progress=progress,
             graph=a.stacks.graph,
-            **opts,
         )
         share_graph(a, b)
     except CudatraceError:

@@ -6,14 +6,15 @@ import json
 
 import click
 
-from .options import Outputs, ledger_dir_option
+from .options import Outputs
+from .params import ledger_dir_option
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
 @Outputs.options("")
 @ledger_dir_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def doctor(outputs, cmd):
+def doctor(outputs: Outputs, cmd: tuple[str, ...]) -> int:
     """What a run would see here: CUDA driver and NVML, integrated or discrete devices, the
     ledger directory, the container / PID namespace, and whether CMD can be entered."""
     from ..present.doctor import render_doctor

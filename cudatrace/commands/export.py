@@ -4,12 +4,20 @@ as `report` attributes it (present/export/ holds one module per format)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..attribution import Attribution
 from ..errors import CudatraceError
 from ..outputs import describe
-from .options import Attribution, Moment, OutputPath
+from .options import Moment, attribution_options
+from .params import OutputPath
+
+if TYPE_CHECKING:
+    from ..present.export import Exporter
+    from ..present.export.view import View
+    from ..symbols import Symbolizer
 
 
 @click.command()
@@ -29,8 +37,10 @@ from .options import Attribution, Moment, OutputPath
     help="The file to write.",
 )
 @Moment.options()
-@Attribution.options(depth=False)
-def export(path, fmt, output, moment, attribution):
+@attribution_options(depth=False)
+def export(
+    path: tuple[Path, ...], fmt: str, output: Path, moment: Moment, attribution: Attribution
+) -> int:
     """Write the trace in PATH in a format other tools open (pprof, flame graphs, PyTorch's
     memory viewer, Perfetto), attributed as `report` attributes it. Several PATHs are one run
     of many ranks, as for report."""
@@ -39,12 +49,12 @@ def export(path, fmt, output, moment, attribution):
 
 
 def run_export(
-    path,
+    path: Path | list[Path],
     fmt: str,
-    output,
+    output: str | Path,
     moment: Moment = Moment(),
     attribution: Attribution = Attribution(),
-    symbolizer=None,
+    symbolizer: Symbolizer | None = None,
     quiet: bool = False,
 ) -> None:
     """Write the trace at PATH as FORMAT to OUTPUT (also callable from Python). The file
@@ -59,9 +69,9 @@ def run_export(
     try:
         a = Analysis(
             path,
+            attribution,
             symbolizer=symbolizer,
             progress=not quiet and stderr_is_tty(),
-            **attribution.analysis_options(),
         )
     except CudatraceError:
         raise
@@ -80,7 +90,7 @@ def run_export(
         )
 
 
-def _write(exporter, view, out: Path) -> dict:
+def _write(exporter: Exporter, view: View, out: Path) -> dict[str, Any]:
     """Write OUTPUT by the rules of outputs.py: whole or not at all, written through (never
     replaced) when it is a device or a FIFO, standard output for -."""
     from ..outputs import output_path
@@ -89,7 +99,7 @@ def _write(exporter, view, out: Path) -> dict:
         return exporter.write(view, tmp)
 
 
-def _details(summary: dict) -> str:
+def _details(summary: dict[str, Any]) -> str:
     parts = [
         "{} {}".format(f"{v:,}", _one(k) if v == 1 else k)
         for k, v in summary.items()

@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 
 from ..errors import OptionError
-from .options import NodeSetup
+from .node_options import NodeSetup
 
 
 @click.group()
-def manifests():
+def manifests() -> None:
     """Print the Kubernetes manifests or the systemd unit of cudatrace's container pieces."""
 
 
@@ -52,7 +52,16 @@ def manifests():
     show_default=True,
     help="The nodes the agent runs on (the GPU operator's label); '' for every node.",
 )
-def kubernetes(image, namespace, tls_dir, budgets, groups, runtime_class, replicas, node_selector):
+def kubernetes(
+    image: str,
+    namespace: str,
+    tls_dir: Path,
+    budgets: tuple[str, ...],
+    groups: Path | None,
+    runtime_class: str,
+    replicas: int,
+    node_selector: str,
+) -> None:
     """The node agent (DaemonSet), the webhook (Deployment, Service, Secret), RBAC and the
     MutatingWebhookConfiguration, as one YAML stream for `kubectl apply -f -`."""
     from ..deploy import manifests as m
@@ -92,7 +101,7 @@ def kubernetes(image, namespace, tls_dir, budgets, groups, runtime_class, replic
     metavar="PATH",
     help="The cudatrace command the unit runs (default: this one's, as `python -m cudatrace`).",
 )
-def systemd(setup, listen, exe):
+def systemd(setup: NodeSetup, listen: str, exe: str | None) -> None:
     """A systemd unit running `cudatrace node` with these settings (write it to
     /etc/systemd/system/cudatrace-node.service)."""
     from ..deploy import manifests as m

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import CudatraceError, OptionError
-from .options import ledger_dir_option
+from .params import ledger_dir_option
+
+if TYPE_CHECKING:
+    from ..present.metrics import Gpus
 
 DEFAULT_LISTEN = "127.0.0.1:9478"
 
@@ -50,7 +54,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     help="Read a run's traces again at most this often (and analyze them only when "
     "something was written since); a scrape waits for fresh figures 1 s at most.",
 )
-def metrics(listen, traces, top, trace_interval):
+def metrics(listen: str, traces: tuple[Path, ...], top: int, trace_interval: float) -> int:
     """Serve budgets (every group's ledger) and, with --traces, the live sites of traced runs
     to Prometheus (docs/metrics.md). Needs the `metrics` extra (prometheus_client)."""
     host, port = parse_listen(listen)
@@ -80,7 +84,7 @@ def metrics(listen, traces, top, trace_interval):
     return 0
 
 
-def _gpus():
+def _gpus() -> Gpus:
     """The gpu/UUID labels of devices: NVML's UUIDs (none without NVML), through this
     process's CUDA_VISIBLE_DEVICES."""
     import os

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..errors import CudatraceError, OptionError
-from .options import NodeSetup
+from .node_options import NodeSetup
 
 
 @click.command()
@@ -53,7 +53,16 @@ from .options import NodeSetup
 @click.option(
     "--node-name", metavar="NAME", help="This node's name (default $NODE_NAME, else the host name)."
 )
-def node(setup, listen, interval, kubernetes, kube_api, kube_token, kube_ca, node_name):
+def node(
+    setup: NodeSetup,
+    listen: str,
+    interval: float,
+    kubernetes: str,
+    kube_api: str | None,
+    kube_token: Path | None,
+    kube_ca: Path | None,
+    node_name: str | None,
+) -> int:
     """The node agent: install the preload library, keep the groups' ledger directories and
     the CDI specs, count the CUDA contexts of members in other pid namespaces, report denials
     (Pod Events on Kubernetes) and serve the metrics with container labels.

@@ -7,11 +7,27 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
 
 import click
 
+from ..attribution import Attribution
+from ..choices import GROUPINGS
 from ..errors import CudatraceError, OptionError
-from .options import GROUPINGS, Attribution, Moment, Outputs
+from .options import Moment, Outputs, attribution_options, option_group
+
+if TYPE_CHECKING:
+    from ..analyze.analysis import Analysis
+    from ..symbols import Symbolizer
+
+
+class Query(NamedTuple):
+    """What the report lists: the top sites, grouped by, or the caller tree (--tree)."""
+
+    top: int = 10
+    by: str = "site"
+    tree: bool = False
+
 
 HELP = {"help_option_names": ["-h", "--help"]}
 LOST_STATUS = 3  # the report was written, but part of a trace is lost (docs/reliability.md)
@@ -30,7 +46,7 @@ LOST_STATUS = 3  # the report was written, but part of a trace is lost (docs/rel
     help="Group allocations by call site, API, library, process or rank.",
 )
 @Moment.options()
-@Attribution.options()
+@attribution_options()
 @Outputs.options(
     "cudatrace.report/1",
     svg="Also write a timeline picture (SVG) to FILE.",
@@ -42,36 +58,42 @@ LOST_STATUS = 3  # the report was written, but part of a trace is lost (docs/rel
     is_flag=True,
     help="Re-render the text report every second while the run is being traced.",
 )
-def report(path, top, by, moment, attribution, outputs, tree, watch):
+@option_group("query", Query, [])
+def report(
+    path: tuple[Path, ...],
+    query: Query,
+    moment: Moment,
+    attribution: Attribution,
+    outputs: Outputs,
+    watch: bool,
+) -> int:
     """Who held the device memory at the peak (or another moment), by call site.
 
     PATH is a trace directory written by `cudatrace run`, or one .ctrace file of it. Several
     PATHs (one per host or launch), or a folder of trace directories, are one run of many
     ranks (docs/ranks.md).
     """
-    path = path[0] if len(path) == 1 else list(path)
+    where: Path | list[Path] = path[0] if len(path) == 1 else list(path)
     if watch:
-        if isinstance(path, list):
+        if isinstance(where, list):
             raise click.UsageError("--watch follows one trace directory")
         if outputs.as_json or outputs.svg or outputs.html:
             raise click.UsageError(
                 "--watch shows the text report; leave out --json, --svg and --html"
             )
-        watch_report(path, top, by, moment, attribution)
+        watch_report(where, query, moment, attribution)
         return 0
-    return run_report(path, top, by, moment, attribution, outputs, tree)
+    return run_report(where, query, moment, attribution, outputs)
 
 
 def run_report(
-    path,
-    top: int = 10,
-    by: str = "site",
+    path: Path | list[Path],
+    query: Query = Query(),
     moment: Moment = Moment(),
     attribution: Attribution = Attribution(),
     outputs: Outputs = Outputs(),
-    tree: bool = False,
-    out=None,
-    symbolizer=None,
+    out: TextIO | None = None,
+    symbolizer: Symbolizer | None = None,
 ) -> int:
     """The body of `cudatrace report` (also callable from Python): writes the chosen outputs;
     the exit status: 0, or LOST_STATUS when part of a trace is lost (sealed chunks in neither
@@ -80,20 +102,24 @@ def run_report(
     from ..analyze.analysis import Analysis, build_report
     from ..progress import stderr_is_tty
 
-    out = out or sys.stdout
-    if outputs.printed_on_stdout() and tree:
+    if outputs.printed_on_stdout() and query.tree:
         raise OptionError("--tree prints to standard output: give --html and --svg a FILE")
     try:
         a = Analysis(
             path,
+            attribution,
             symbolizer=symbolizer,
             progress=not outputs.as_json and stderr_is_tty(),
-            **attribution.analysis_options(),
         )
         r = build_report(
-            a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
+            a,
+            at=moment.at,
+            by=query.by,
+            depth=attribution.depth,
+            top=query.top,
+            device=moment.device,
         )
-        if tree:
+        if query.tree:
             from ..analyze.tree import build_tree
 
             r["tree"] = build_tree(a, at=moment.at, device=moment.device)
@@ -102,20 +128,22 @@ def run_report(
     except ValueError as e:  # e.g. a bad --fold pattern
         raise CudatraceError(str(e)) from None
     _write_files(a, r, moment, attribution, outputs)
-    _print(r, outputs, tree, attribution.full_names, out)
+    _print(r, outputs, query.tree, attribution.full_names, out or sys.stdout)
     if r.get("lost_chunks"):
         n = sum(len(x["chunks"]) for x in r["lost_chunks"])
         click.echo(
-            "cudatrace: %d sealed chunk(s) of %d trace file(s) could not be read back (the "
-            "compressed sidecar is damaged or missing): the report lacks their events"
-            % (n, len(r["lost_chunks"])),
+            f"cudatrace: {n} sealed chunk(s) of {len(r['lost_chunks'])} trace file(s) could not "
+            "be read back (the compressed sidecar is damaged or missing): the report lacks "
+            "their events",
             err=True,
         )
         return LOST_STATUS
     return 0
 
 
-def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: Outputs) -> None:
+def _write_files(
+    a: Analysis, r: dict[str, Any], moment: Moment, attribution: Attribution, outputs: Outputs
+) -> None:
     """--svg and --html: written before the text, so that a failure is said first."""
     if outputs.svg:
         from ..present.plot import write_svg
@@ -137,7 +165,7 @@ def _write_files(a, r: dict, moment: Moment, attribution: Attribution, outputs: 
             raise CudatraceError(f"cannot write {outputs.html}: {e.strerror or e}") from None
 
 
-def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None:
+def _print(r: dict[str, Any], outputs: Outputs, tree: bool, full_names: bool, out: TextIO) -> None:
     if outputs.printed_on_stdout():  # --html - (or --svg -): the page is the output
         return
     if outputs.as_json:
@@ -158,13 +186,12 @@ def _print(r: dict, outputs: Outputs, tree: bool, full_names: bool, out) -> None
 
 
 def watch_report(
-    path,
-    top: int = 10,
-    by: str = "site",
+    path: Path,
+    query: Query = Query(),
     moment: Moment = Moment(),
     attribution: Attribution = Attribution(),
     interval: float = 1.0,
-    out=None,
+    out: TextIO | None = None,
 ) -> int:
     """The body of `cudatrace report --watch` (returns the number of renders): the text report every `interval` seconds until
     Ctrl-C or the run's end (present/watch.py)."""
@@ -179,9 +206,14 @@ def watch_report(
 
     def render() -> str:
         try:
-            a = Analysis(path, symbolizer=sym, **attribution.analysis_options())
+            a = Analysis(path, attribution, symbolizer=sym)
             r = build_report(
-                a, at=moment.at, by=by, depth=attribution.depth, top=top, device=moment.device
+                a,
+                at=moment.at,
+                by=query.by,
+                depth=attribution.depth,
+                top=query.top,
+                device=moment.device,
             )
             return render_text(r, colour=colour)
         except CudatraceError as e:

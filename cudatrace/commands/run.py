@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import NamedTuple
 
 import click
 
 from ..errors import OptionError
-from .options import OutputPath, RunSettings, SizeWordCommand, ledger_dir_option
+from .options import RunSettings, option_group
+from .params import OutputPath, SizeWordCommand, ledger_dir_option
+
+
+class Recording(NamedTuple):
+    """What a run records: every event (the default), bounded totals (--aggregate) or nothing
+    (--no-trace: the budget alone), and how often the observed figures are sampled."""
+
+    aggregate: bool = False
+    no_trace: bool = False
+    sample_ms: int = 100
+
+    @property
+    def mode(self) -> str:
+        """The launcher's (and the shim's CUDATRACE_MODE) word for it."""
+        return "none" if self.no_trace else "aggregate" if self.aggregate else "full"
+
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -55,7 +74,16 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     help="How often the observed figures (NVML, MemAvailable, the tree's RSS) are sampled.",
 )
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, sample_ms, cmd):
+@option_group("recording", Recording, [])
+def run(
+    out_dir: Path | None,
+    quiet: bool,
+    force: bool,
+    settings: RunSettings,
+    recording: Recording,
+    outlive_launcher: bool,
+    cmd: tuple[str, ...],
+) -> int:
     """Run CMD with every device-memory allocation and free traced.
 
     The trace goes to one file per process in the output directory, written as events happen
@@ -65,10 +93,8 @@ def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, 
     GPU, --simulated runs CMD on cudatrace's simulated CUDA driver.
     """
     budgeted = settings.budget is not None or settings.group is not None
-    import os
-
-    fenced = budgeted or bool(os.environ.get("CUDATRACE_GROUP"))  # an integration's fence
-    if no_trace and (aggregate or not budgeted or out_dir is not None):
+    fenced = budgeted or _in_a_fence()  # an integration's fence (CUDATRACE_GROUP)
+    if recording.no_trace and (recording.aggregate or not budgeted or out_dir is not None):
         raise OptionError(
             "--no-trace enforces a budget and writes nothing: it needs --budget or "
             "--group, and takes neither --aggregate nor -o"
@@ -82,9 +108,9 @@ def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, 
         out_dir=out_dir,
         quiet=quiet,
         force=force,
-        mode="none" if no_trace else "aggregate" if aggregate else "full",
+        mode=recording.mode,
         outlive_launcher=outlive_launcher,
-        sample_ms=sample_ms,
+        sample_ms=recording.sample_ms,
         on_end=None if quiet else _summarize,
         **settings.as_dict(),
     )
@@ -92,7 +118,14 @@ def run(out_dir, quiet, force, settings, aggregate, no_trace, outlive_launcher, 
     return status
 
 
-def _summarize(status: int, out) -> None:
+def _in_a_fence() -> bool:
+    """Whether an integration fenced this process already (its group in the environment)."""
+    from .. import settings
+
+    return settings.value("GROUP") is not None
+
+
+def _summarize(status: int, out: Path | None) -> None:
     """What `run` prints at the end, while the run still holds its trace directory (no other
     run can have replaced it); it never hides the command's status."""
     if out is None:
@@ -106,11 +139,11 @@ def _summarize(status: int, out) -> None:
         sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
 
 
-def _denial_printer():
+def _denial_printer() -> Callable[[Path, int | None], object]:
     """The launcher's callback after a budget denial: loads the analysis only then."""
-    held = []
+    held: list[Callable[[Path, int | None], object]] = []
 
-    def call(out_dir, ledger_denials=None):
+    def call(out_dir: Path, ledger_denials: int | None = None) -> object:
         if not held:
             from ..present.denials import DenialPrinter
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import click
 
+from .. import choices, settings
 from ..errors import OptionError
 
 
@@ -26,22 +27,28 @@ from ..errors import OptionError
 )
 @click.option(
     "--on-exceed",
-    type=click.Choice(["fail", "warn", "abort"]),
-    default="fail",
+    type=click.Choice(choices.ON_EXCEED),
+    default=settings.default_text("ON_EXCEED"),
     show_default=True,
     help="Over the job's share: fail the allocation with out-of-memory; warn and allow it; or "
     "abort: end the process that was denied.",
 )
 @click.option(
     "--on-fence-error",
-    type=click.Choice(["refuse", "warn"]),
-    default="refuse",
+    type=click.Choice(choices.ON_FENCE_ERROR),
+    default=settings.default_text("ON_FENCE_ERROR"),
     show_default=True,
     help="When a task that shares a GPU cannot be fenced (no ledger directory, a malformed "
     "setting): refuse its CUDA, or warn and run it unfenced; a line says why either way "
     "(docs/budgets.md).",
 )
-def slurm_taskprolog(ledger_dir, shards_per_gpu, gpu_memory, on_exceed, on_fence_error):
+def slurm_taskprolog(
+    ledger_dir: str,
+    shards_per_gpu: int,
+    gpu_memory: str | None,
+    on_exceed: str,
+    on_fence_error: str,
+) -> int:
     """Slurm's TaskProlog: print the environment that gives this task's job its share of the
     GPU's memory (`export NAME=value` lines; docs/slurm.md)."""
     import os

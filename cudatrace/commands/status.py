@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TextIO
 
 import click
 
 from ..errors import CudatraceError, OptionError
-from .options import Outputs, ledger_dir_option
+from .options import Outputs
+from .params import ledger_dir_option
 
 
 @click.command()
@@ -22,7 +24,7 @@ from .options import Outputs, ledger_dir_option
     help="Remove GROUP's ledger (budget, peaks, denials) so its next run starts afresh; "
     "refused while a member is alive.",
 )
-def status(group, outputs, watch, reset):
+def status(group: str | None, outputs: Outputs, watch: bool, reset: bool) -> int:
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
@@ -51,7 +53,7 @@ def status(group, outputs, watch, reset):
     return 0
 
 
-def status_text(group) -> str:
+def status_text(group: str | None) -> str:
     """The text of `status` now, or the error that stands in its place."""
     from ..present.status import render_status
     from ..record.fence import status_with_unfenced
@@ -62,7 +64,7 @@ def status_text(group) -> str:
         return f"cudatrace: {e}\n"
 
 
-def watch_status(group=None, interval: float = 1.0, out=None) -> int:
+def watch_status(group: str | None = None, interval: float = 1.0, out: TextIO | None = None) -> int:
     """The body of `cudatrace status --watch`: the status every `interval` seconds until
     Ctrl-C (present/watch.py); returns the number of renders."""
     from ..present.watch import loop

@@ -7,21 +7,23 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from ..attribution import Attribution
 from ..errors import OptionError
 from ..outputs import OutputError, write_output
 from ..units import lossless_data
-from .options import (
-    Attribution,
-    Duration,
-    OutputPath,
-    Outputs,
-    RunSettings,
-    SizeWordCommand,
-)
+from .options import Outputs, RunSettings, attribution_options
+from .params import SizeWordCommand
+from .sweep_options import Fit, Stop, Where
+
+if TYPE_CHECKING:
+    from ..sweep.knobs import Knob
+    from ..sweep.runs import Plan
 
 RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
 
@@ -34,83 +36,14 @@ RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
     help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
     "times for a grid, with {NAME} in CMD.  [required, unless --from]",
 )
-@click.option(
-    "--stop-after",
-    type=Duration(),
-    metavar="TIME",
-    help="Stop each run after TIME (30s, 2m), as for a server that never ends (default: each "
-    "run ends by itself).",
-)
-@click.option(
-    "--until-url",
-    metavar="URL",
-    help="Stop each run once URL answers and the traced live memory has settled (a server "
-    "that is ready).",
-)
-@click.option(
-    "--settle",
-    default="2s",
-    show_default=True,
-    type=Duration(),
-    metavar="TIME",
-    help="With --until-url: no change of live memory for this long.",
-)
-@click.option(
-    "--grace",
-    default="10s",
-    show_default=True,
-    type=Duration(),
-    metavar="TIME",
-    help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.",
-)
-@click.option(
-    "--url-timeout",
-    default="300s",
-    show_default=True,
-    type=Duration(),
-    metavar="TIME",
-    help="With --until-url: give up on a run whose URL never answers.",
-)
-@click.option(
-    "-o",
-    "--output",
-    "out_dir",
-    type=OutputPath(),
-    help="Directory of the sweep: sweep.json and one trace directory per run (default: "
-    "./cudatrace-sweep-CMD-DATE-TIME, created).",
-)
-@click.option("--force", is_flag=True, help="Replace an earlier sweep in the directory.")
+@Stop.options()
+@Where.options()
 @Outputs.options("cudatrace.sweep/1", html="Also write a self-contained page of the laws' charts.")
-@click.option(
-    "--expect",
-    metavar="SLOPE",
-    help="How many bytes each site should grow per unit of the knob (1 for a flag that is a "
-    "size); the sites that grow faster are flagged.",
-)
-@click.option(
-    "--predict",
-    metavar="V",
-    help="Predict the peak and the top sites at the value V (a=4,b=8 on a grid), with the "
-    "budget to give a run there.",
-)
-@click.option(
-    "--from",
-    "from_dir",
-    type=click.Path(path_type=Path),
-    metavar="DIR",
-    help="Fit a recorded sweep again (other --expect, --predict, --depth); run nothing.",
-)
-@click.option(
-    "--top",
-    default=10,
-    show_default=True,
-    type=click.IntRange(1, None),
-    help="Sites whose laws are listed.",
-)
-@Attribution.options()
+@Fit.options()
+@attribution_options()
 @RunSettings.options()
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)
-def sweep(**kw):
+def sweep(**kw: Any) -> int:
     """Run CMD at each value of a knob ({} in CMD), traced, and fit how the peak and each call
     site grow with it.
 
@@ -122,96 +55,81 @@ def sweep(**kw):
 
 
 def run_sweep(
-    values,
-    cmd,
-    out_dir=None,
-    force=False,
+    values: Sequence[str],
+    cmd: Sequence[str],
+    where: Where = Where(),
+    stop: Stop = Stop(),
+    fit: Fit = Fit(),
     outputs: Outputs = Outputs(),
-    stop_after: float | None = None,
-    until_url=None,
-    settle: float = 2.0,
-    grace: float = 10.0,
-    url_timeout: float = 300.0,
-    expect=None,
-    predict=None,
-    top=10,
     attribution: Attribution = Attribution(),
     settings: RunSettings = RunSettings(),
-    from_dir=None,
-    out=None,
-    err=None,
 ) -> int:
     """The body of `cudatrace sweep`; returns the exit status: 0, 1 when fewer than two runs
     could be fitted. Bad input (nothing run) raises CudatraceError (status 2)."""
-    from ..present import sweep as text
     from ..sweep import Plan, bind_command, execute, parse_knobs, sweep_json
-    from ..sweep.knobs import _text_of
     from ..sweep.stop import StopRule
 
-    out = out or sys.stdout
-    err = err or sys.stderr
     cmd = list(cmd)
     outputs.printed_on_stdout()  # refused before anything runs: two outputs on one stdout
-    if from_dir is not None:
-        return _run_from(
-            Path(from_dir), values, cmd, outputs, expect, predict, top, attribution, out, err
-        )
+    if where.from_dir is not None:
+        return _run_from(Path(where.from_dir), values, cmd, fit, outputs, attribution)
     knobs = parse_knobs(values)
     bind_command(knobs, cmd)
-    if stop_after is not None and until_url is not None:
+    if stop.after is not None and stop.url is not None:
         raise OptionError("--stop-after and --until-url: give one")
-    rule = StopRule(stop_after, until_url, settle, grace, url_timeout)
-    if until_url is not None:
-        _check_url(until_url)
-    exp = _expect(expect, knobs)
-    point = _point(predict, knobs)
+    if stop.url is not None:
+        _check_url(stop.url)
+    exp = _expect(fit.expect, knobs)
+    point = _point(fit.predict, knobs)
+    out = (
+        Path(where.out_dir)
+        if where.out_dir
+        else default_out(cmd[0].replace("{", "").replace("}", ""))
+    )
     plan = Plan(
         knobs,
         cmd,
-        (
-            Path(out_dir) if out_dir else default_out(cmd[0].replace("{", "").replace("}", ""))
-        ).resolve(),
-        rule,
+        out.resolve(),
+        StopRule(*stop),
         settings.as_dict(),
-        force,
-        attribution.depth,
-        attribution.analysis_options(),
+        where.force,
+        attribution,
     )
     _check_plan(plan, outputs.html)
-
     total = len(plan.runs())
-    err.write(
-        "cudatrace sweep: %d run%s of %s -> %s\n"
-        % (total, "" if total == 1 else "s", " ".join(cmd), plan.out)
+    sys.stderr.write(
+        f"cudatrace sweep: {total} run{'' if total == 1 else 's'} of {' '.join(cmd)} -> {plan.out}\n"
     )
-    err.flush()
-
-    def progress(n, total, rec):
-        m = rec["measured"]
-        err.write(
-            "  %d/%d  %s: %s%s%s\n"
-            % (
-                n,
-                total,
-                _text_of(knobs, rec["combo"]),
-                text.ended_text(rec["ended"]),
-                ", peak {}".format(text.readable(m["peak_bytes"])) if m and rec["included"] else "",
-                "" if rec["included"] else " (left out of the laws)",
-            )
-        )
-        err.flush()
-
+    sys.stderr.flush()
     try:
-        runs = execute(plan, progress)
+        runs = execute(plan, _progress(plan))
     except KeyboardInterrupt:
-        err.write("cudatrace sweep: interrupted\n")
+        sys.stderr.write("cudatrace sweep: interrupted\n")
         return 130
-    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
+    doc = lossless_data(sweep_json(plan, runs, exp, point, fit.predict, fit.top, fit.expect))
     try:
         write_output(plan.out / "sweep.json", json.dumps(doc, indent=2) + "\n")
     except OutputError as e:
-        err.write("cudatrace sweep: could not write {}: {}\n".format(plan.out / "sweep.json", e))
-    return _show(doc, runs, outputs, out, err)
+        sys.stderr.write(f"cudatrace sweep: could not write {plan.out / 'sweep.json'}: {e}\n")
+    return _show(doc, runs, outputs)
+
+
+def _progress(plan: Plan) -> Callable[[int, int, dict[str, Any]], None]:
+    """The line said as each run ends: its value, how it ended, its peak."""
+    from ..analyze import sweep_sentences as sentences
+    from ..sweep.knobs import text_of
+
+    def progress(n: int, total: int, rec: dict[str, Any]) -> None:
+        m = rec["measured"]
+        peak = f", peak {sentences.readable(m['peak_bytes'])}" if m and rec["included"] else ""
+        left_out = "" if rec["included"] else " (left out of the laws)"
+        sys.stderr.write(
+            f"  {n}/{total}  {text_of(plan.knobs, rec['combo'])}: "
+            f"{sentences.ended_text(rec['ended'])}{peak}{left_out}\n"
+        )
+        sys.stderr.flush()
+
+    return progress
 
 
 def _check_url(url: str) -> None:
@@ -232,7 +150,7 @@ def _check_url(url: str) -> None:
         raise OptionError(f"--until-url {url}: port 0 is no port to connect to")
 
 
-def _expect(expect, knobs):
+def _expect(expect: str | None, knobs: list[Knob]) -> float | dict[str, float] | None:
     """--expect SLOPE read against the knobs (None without it)."""
     if expect is None:
         return None
@@ -244,13 +162,13 @@ def _expect(expect, knobs):
         raise OptionError(f"--expect {expect}: {e}") from None
 
 
-def _point(predict, knobs):
+def _point(predict: str | None, knobs: list[Knob]) -> tuple[float, ...] | None:
     from ..sweep import parse_point
 
     return parse_point(knobs, predict) if predict is not None else None
 
 
-def _check_plan(plan, html) -> None:
+def _check_plan(plan: Plan, html: Path | None) -> None:
     """Refuse before running anything: an output in the way, an --html FILE that cannot be
     written, a command that cannot be entered."""
     from ..sweep import check_output
@@ -263,15 +181,15 @@ def _check_plan(plan, html) -> None:
         check_enterable(resolve_command(plan.cmd[0]))
 
 
-def _show(doc: dict, runs: list, outputs: Outputs, out, err) -> int:
+def _show(doc: dict[str, Any], runs: list[dict[str, Any]], outputs: Outputs) -> int:
     """Print the sweep (text or JSON), write --html; the exit status."""
     from ..present import sweep as text
 
     if not outputs.printed_on_stdout():  # --html -: the page is the output
-        out.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
-        out.flush()
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n" if outputs.as_json else text.render(doc))
+        sys.stdout.flush()
     rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
-    return _write_html(outputs.html, doc, err) or rc
+    return _write_html(outputs.html, doc) or rc
 
 
 def default_out(cmd0: str) -> Path:
@@ -284,13 +202,13 @@ def default_out(cmd0: str) -> Path:
     return p
 
 
-def _check_html(html) -> None:
+def _check_html(html: Path | None) -> None:
     """--html FILE: refuse before running anything when FILE cannot be written there."""
     if html is not None and not Path(html).resolve().parent.is_dir():
         raise OptionError(f"--html {html}: no such directory")
 
 
-def _write_html(html, doc: dict, err) -> int:
+def _write_html(html: Path | None, doc: dict[str, Any]) -> int:
     """Write the page of --html (present/sweep_html.py); 1 with the reason when it cannot be."""
     if html is None:
         return 0
@@ -299,21 +217,28 @@ def _write_html(html, doc: dict, err) -> int:
     try:
         write_output(html, sweep_html.render(doc))
     except OutputError as e:
-        err.write(f"cudatrace sweep: could not write {html}: {e}\n")
+        sys.stderr.write(f"cudatrace sweep: could not write {html}: {e}\n")
         return 1
-    err.write(f"cudatrace sweep: charts in {html}\n")
+    sys.stderr.write(f"cudatrace sweep: charts in {html}\n")
     return 0
 
 
-def _run_from(path: Path, values, cmd, outputs, expect, predict, top, attribution, out, err):
+def _run_from(
+    path: Path,
+    values: Sequence[str],
+    cmd: list[str],
+    fit: Fit,
+    outputs: Outputs,
+    attribution: Attribution,
+) -> int:
     """`cudatrace sweep --from DIR`: the recorded sweep's laws again, nothing run."""
     from ..sweep import load_recorded, sweep_json
 
     if values or cmd:
         raise OptionError("--from replays a recorded sweep: give no --values and no command")
-    plan, runs = load_recorded(path, attribution.depth, attribution.analysis_options())
-    exp = _expect(expect, plan.knobs)
-    point = _point(predict, plan.knobs)
+    plan, runs = load_recorded(path, attribution)
+    exp = _expect(fit.expect, plan.knobs)
+    point = _point(fit.predict, plan.knobs)
     _check_html(outputs.html)
-    doc = lossless_data(sweep_json(plan, runs, exp, point, predict, top, expect))
-    return _show(doc, runs, outputs, out, err)
+    doc = lossless_data(sweep_json(plan, runs, exp, point, fit.predict, fit.top, fit.expect))
+    return _show(doc, runs, outputs)

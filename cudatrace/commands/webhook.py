@@ -66,7 +66,16 @@ from ..errors import CudatraceError
     help="file: /etc/ld.so.preload; env: LD_PRELOAD (sandboxed runtimes), after the "
     "container's own.",
 )
-def webhook(cert, key, listen, root, shim_id, gpu_resources, on_exceed, preload):
+def webhook(
+    cert: Path,
+    key: Path,
+    listen: str,
+    root: str,
+    shim_id: str | None,
+    gpu_resources: tuple[str, ...],
+    on_exceed: str,
+    preload: str,
+) -> int:
     """Serve the mutating admission webhook over HTTPS: POST /mutate takes an AdmissionReview
     (admission.k8s.io/v1) and answers with a JSONPatch that fences the GPU containers of pods
     annotated cudatrace.dev/budget: SIZE; GET /healthz."""

@@ -37,7 +37,7 @@ from .. import native
 from ..record.ledger import Ledger, LedgerError
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
-from .kube import Kube, KubeError, pod_event
+from .kube import Kube, KubeError, PodContainer, pod_event
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
 UNMAPPED_PASSES = 3  # a member's denials wait this many passes for its process to be seen
@@ -318,7 +318,7 @@ class Agent:
         if self.cfg.kube is None or not pod or not ns:
             return
         uid = p.env.get("CUDATRACE_GROUP", "") if p else ""
-        ev = pod_event(ns, pod, container, reason, msg, self.cfg.node, uid=uid, count=n)
+        ev = pod_event(PodContainer(ns, pod, container, uid), reason, msg, self.cfg.node, count=n)
         try:
             self.cfg.kube.post_event(ev)
         except KubeError as e:

@@ -83,23 +83,31 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True)
+class PodContainer:
+    """A container of a pod, as an Event names it; uid: the pod's, when known (a UUID)."""
+
+    namespace: str
+    pod: str
+    container: str
+    uid: str = ""
+
+
 def pod_event(
-    namespace: str,
-    pod: str,
-    container: str,
+    who: PodContainer,
     reason: str,
     message: str,
     node: str,
-    uid: str = "",
     count: int = 1,
     warning: bool = True,
 ) -> dict:
-    """A core/v1 Event about a pod's container. uid: the pod's, when known (a UUID)."""
+    """A core/v1 Event about a pod's container."""
+    namespace, pod = who.namespace, who.pod
     involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod}
-    if _UID_RE.fullmatch(uid or ""):
-        involved["uid"] = uid
-    if container:
-        involved["fieldPath"] = f"spec.containers{{{container}}}"
+    if _UID_RE.fullmatch(who.uid or ""):
+        involved["uid"] = who.uid
+    if who.container:
+        involved["fieldPath"] = f"spec.containers{{{who.container}}}"
     now = _now()
     return {
         "apiVersion": "v1",

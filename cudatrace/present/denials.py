@@ -14,29 +14,32 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from ..analyze.analysis import Analysis
 from ..analyze.model import AUX, AUX2, DEV
 from ..analyze.sites import NO_STACK, api_label, make_symbolizer
+from ..symbols import Symbolizer
 from ..units import format_bytes, printable
 
 
 class DenialPrinter:
     """Call with the trace directory; prints what was denied since the last call."""
 
-    def __init__(self, stream=None):
+    def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
         self.seen: set[tuple] = set()
-        self.symbolizer = None
+        self.symbolizer: Symbolizer | None = None
+        self.symbolizer_tried = False  # none could be had: not asked again
         self.untraced_said = 0
 
     def __call__(self, out_dir: Path, ledger_denials: int | None = None) -> list[dict]:
         """ledger_denials: at the end of a run, the denials its own ledger counted; those no
         trace holds (a process could not record) are said in one line."""
         stream = self.stream or sys.stderr
-        if self.symbolizer is None:
-            self.symbolizer = make_symbolizer() or False
-        a = Analysis(out_dir, symbolizer=self.symbolizer or None)
+        if not self.symbolizer_tried:
+            self.symbolizer, self.symbolizer_tried = make_symbolizer(), True
+        a = Analysis(out_dir, symbolizer=self.symbolizer)
         new = []
         for x in a.model.denied:
             t = a.traces[x.trace]

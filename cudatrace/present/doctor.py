@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..units import format_bytes, printable
 
 
-def _v(x) -> str:
+def _v(x: object) -> str:
     """A probe's figure as text: what could not be read reads "unknown", never Python's None."""
     return "unknown" if x is None or x == "" else str(x)
 

@@ -7,7 +7,7 @@ from ..analyze.names import fit
 from .text import plural, secs_text, size_text, table
 
 
-def _opt(v) -> str:
+def _opt(v: object) -> str:
     return "-" if v is None else str(v)
 
 

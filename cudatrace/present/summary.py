@@ -4,8 +4,9 @@ the same base (analyze.analysis.Analysis), so its numbers are the report's."""
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..analyze.analysis import Analysis, implausible, unrecorded
 from ..analyze.model import AUX2
@@ -13,6 +14,9 @@ from ..analyze.names import fit, on_terminal
 from ..analyze.ranks import outliers, split_devices, tables, tagged
 from ..units import format_bytes, printable
 from .text import end_label, term_width
+
+if TYPE_CHECKING:
+    from ..analyze.analysis import Analysis
 
 
 def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> None:
@@ -78,7 +82,7 @@ def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> N
     w(f"  full report: cudatrace report {_rel(out_dir)}\n")
 
 
-def _processes(a, w) -> None:
+def _processes(a: Analysis, w: Callable[[str], None]) -> None:
     """How many processes were traced, which files could not be read or stopped early."""
     td, m = a.td, a.model
     active = [i for i, p in enumerate(m.procs) if p.get("events")]
@@ -109,7 +113,7 @@ def _processes(a, w) -> None:
             )
 
 
-def _peak(a, w) -> None:
+def _peak(a: Analysis, w: Callable[[str], None]) -> None:
     """The peak (per device when there are several) and what was never freed."""
     m = a.model
     split = split_devices(a)  # one ordinal, several GPUs: per physical device (ranks.md)
@@ -144,7 +148,7 @@ def _peak(a, w) -> None:
     _ranks_line(a, w)
 
 
-def _observed(a, w) -> None:
+def _observed(a: Analysis, w: Callable[[str], None]) -> None:
     """What NVML saw of the process tree near the peak, beside the trace."""
     m = a.model
     obs = a.observed.compare(m.peak_ts, m.bytes_max, a.start_ns, ends=a.process_ends())
@@ -171,7 +175,7 @@ def _observed(a, w) -> None:
         )
 
 
-def _sites(a, w, top: int, cut: bool) -> None:
+def _sites(a: Analysis, w: Callable[[str], None], top: int, cut: bool) -> None:
     """The top call sites by bytes live at the peak."""
     m = a.model
     sites = a.sites(m.groups_at_peak(), "site", 1)
@@ -191,7 +195,7 @@ def _sites(a, w, top: int, cut: bool) -> None:
         w(fit(line, width, cut) + "\n")  # cut on a terminal only
 
 
-def _ranks_line(a, w) -> None:
+def _ranks_line(a: Analysis, w: Callable[[str], None]) -> None:
     """One line on the ranks (docs/ranks.md): how many, their peaks, the ones that stand out."""
     if not tagged(a.traces):
         return

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TextIO
 
 from .. import tracedir
 
 CLEAR = "\033[2J\033[1;1H"  # the screen cleared, the cursor home (as click.clear)
 
 
-def run_ended(path) -> tuple[bool, str]:
+def run_ended(path: str | Path) -> tuple[bool, str]:
     """(ended, why): whether the run that writes into `path` is over."""
     p = Path(path)
     run_json = (p.parent if p.is_file() else p) / tracedir.RUN
@@ -70,14 +72,14 @@ def _launcher_alive(run: dict) -> bool:
     return started_ns <= start + 1_000_000_000
 
 
-def _is_tty(stream) -> bool:
+def _is_tty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
     except Exception:
         return False
 
 
-def _show(text: str, head: str, out, tty: bool) -> None:
+def _show(text: str, head: str, out: TextIO, tty: bool) -> None:
     if tty:
         out.write(CLEAR + head + "\n\n" + text)
     else:
@@ -88,11 +90,11 @@ def _show(text: str, head: str, out, tty: bool) -> None:
 
 
 def loop(
-    render,
-    head,
-    ended=lambda: (False, ""),
+    render: Callable[[], str],
+    head: Callable[[bool, str], str],
+    ended: Callable[[], tuple[bool, str]] = lambda: (False, ""),
     interval: float = 1.0,
-    out=None,
+    out: TextIO | None = None,
     max_renders: int | None = None,
 ) -> int:
     """Render until Ctrl-C, or until ended() says so (then one last render). render() gives

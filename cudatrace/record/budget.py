@@ -34,7 +34,7 @@ from ..units import NUMBER, UnitError, positive_number
 from . import ledger as ledger_mod
 
 NVML_ERROR_NOT_SUPPORTED = 3
-MAX_DEVICES = 16  # CT_LEDGER_MAX_DEVICES in native/include/ledger.h (tests check they agree)
+MAX_DEVICES = native.constants()["CT_LEDGER_MAX_DEVICES"]  # native/include/ledger.h
 
 FORMS_HELP = (
     "accepted budget forms: a size (8GiB, 512MiB, 1.5GiB, 4096B; units B KiB MiB GiB TiB, "

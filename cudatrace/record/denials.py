@@ -11,7 +11,7 @@ import json
 import time
 from pathlib import Path
 
-from .. import tracedir
+from .. import settings, tracedir
 
 DENIALS_FILE = tracedir.DENIALS
 
@@ -34,9 +34,10 @@ def trace_dir_of(pid: int) -> Path | None:
         env = Path("/proc/%d/environ" % pid).read_bytes()
     except OSError:
         return None
+    key = settings.name("DIR").encode() + b"="
     for item in env.split(b"\0"):
-        if item.startswith(b"CUDATRACE_DIR="):
-            return Path(item[len(b"CUDATRACE_DIR=") :].decode(errors="replace"))
+        if item.startswith(key):
+            return Path(item[len(key) :].decode(errors="replace"))
     return None
 
 

@@ -11,7 +11,9 @@ import os
 import shutil
 import stat
 from pathlib import Path
+from typing import Any
 
+from .. import settings
 from .launcher import preload_ignored
 
 INIT_PID_NS = 0xEFFFFFFC  # the kernel's initial pid namespace (PROC_PID_INIT_INO)
@@ -62,7 +64,7 @@ def probe_nvml() -> dict:
 def probe_ledger() -> dict:
     from .ledger import LedgerError, ledger_dir
 
-    env = os.environ.get("CUDATRACE_LEDGER_DIR")
+    env = os.environ.get(settings.name("LEDGER_DIR"))
     out: dict = {"env": env, "path": None, "exists": False, "ok": False, "error": None}
     try:
         p = ledger_dir(create=False)
@@ -111,14 +113,14 @@ def _fs_type(path: str) -> str | None:
 
 
 def probe_namespace() -> dict:
-    def ns(pid):
+    def ns(pid: int | str) -> int | None:
         try:
             return os.stat(f"/proc/{pid}/ns/pid").st_ino
         except OSError:
             return None
 
     me, init = ns("self"), ns(1)
-    out = {
+    out: dict[str, Any] = {
         "pidns": me,
         "pidns_of_pid1": init,
         "initial_pidns": me == INIT_PID_NS if me else None,

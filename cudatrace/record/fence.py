@@ -55,7 +55,9 @@ def check_group(outer: dict, group: str | None) -> None:
         )
 
 
-def nest(env: dict[str, str], outer: dict, limits: dict[int, int], pid: int):
+def nest(
+    env: dict[str, str], outer: dict, limits: dict[int, int], pid: int
+) -> tuple[dict, str | None]:
     """`cudatrace run --budget` inside a fence: the command stays a member of the fence's group
     and counts in a share bounded by the run's budget and the fence's share, whichever is lower
     (env is changed to say so). Returns (the budget info for run.json, a note or None)."""

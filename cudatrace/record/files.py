@@ -12,7 +12,9 @@ import fcntl
 import json
 import os
 from pathlib import Path
+from typing import TextIO
 
+from .. import settings
 from ..errors import CudatraceError
 from ..tracedir import LOCK
 from ..units import lossless_data
@@ -21,29 +23,31 @@ _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def file_mode() -> int:
-    v = os.environ.get("CUDATRACE_FILE_MODE", "")
+    """The mode of the files a run writes: CUDATRACE_FILE_MODE, octal, read as the shim reads it."""
     try:
-        m = int(v, 8) if v else 0o600
+        m = int(settings.value("FILE_MODE") or "", 8)
     except ValueError:
-        m = 0o600
+        m = -1
+    if m < 0:
+        m = settings.default_int("FILE_MODE", 8)
     return m & 0o666
 
 
-def create(path: Path):
+def create(path: Path) -> TextIO:
     """A new file opened for appending text; FileExistsError if anything (a link included) is
     there already."""
     fd = os.open(path, _FLAGS | os.O_APPEND, file_mode())
     return os.fdopen(fd, "a")
 
 
-def write_json(path: Path, obj) -> None:
+def write_json(path: Path, obj: object) -> None:
     """Write obj to path atomically, its strings lossless (units.lossless: no lone surrogate a
     strict JSON reader refuses) (replace_lines: a fresh file beside it, renamed over it;
     rename replaces a planted link itself, never what it points to)."""
     replace_lines(path, [json.dumps(lossless_data(obj), indent=2)]).close()
 
 
-def replace_lines(path: Path, lines: list[str]):
+def replace_lines(path: Path, lines: list[str]) -> TextIO:
     """Replace path with these lines atomically (a fresh file beside it, renamed over it) and
     return that file open for appending: no second open by name that a planted link could
     redirect."""

@@ -21,6 +21,10 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
 
 MAX_MODULES = 64
 MAX_DEBUG_BYTES = 256 << 20  # a module's file (or debug file) larger than this: not read
@@ -76,7 +80,7 @@ def linked_modules(exe: str, env: dict) -> list[str]:
     return out
 
 
-def _inline_lines(sym, path: str) -> list[str] | None:
+def _inline_lines(sym: Symbolizer, path: str) -> list[str] | None:
     from ..symbols import ModuleRef
 
     try:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from .. import __version__, native, tracedir
+from .. import __version__, native, settings, tracedir
 from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
 from ..procfs import tree_pids
 from ..units import format_bytes, shell_quote
@@ -54,12 +54,12 @@ class LaunchError(CudatraceError):
 class RunOptions:
     cmd: list[str]
     out_dir: Path | None = None
-    stack_depth: int = 64
+    stack_depth: int = settings.default_int("STACK_DEPTH")
     quiet: bool = False
     force: bool = False
     budget: str | None = None
     group: str | None = None
-    on_exceed: str = "fail"
+    on_exceed: str = settings.default_text("ON_EXCEED")
     count_host: bool = False
     virtualize: bool = True
     outlive_launcher: bool = False  # CMD goes on if the launcher is killed
@@ -489,20 +489,21 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     env = dict(os.environ)
     env.update(opts.extra_env)
     env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
-    if out is None:
-        env.pop("CUDATRACE_DIR", None)
-    else:
-        env["CUDATRACE_DIR"] = str(out)
-    env["CUDATRACE_MODE"] = opts.mode
-    env["CUDATRACE_STACK_DEPTH"] = str(opts.stack_depth)
-    env["CUDATRACE_LAUNCHER_PID"] = str(os.getpid())
-    env["CUDATRACE_ON_EXCEED"] = opts.on_exceed
-    env["CUDATRACE_COUNT_HOST"] = "1" if opts.count_host else "0"
-    env["CUDATRACE_VIRTUALIZE"] = "1" if opts.virtualize else "0"
-    if (
-        opts.quiet and "CUDATRACE_QUIET" not in opts.extra_env
-    ):  # extra_env may keep the shim's lines
-        env["CUDATRACE_QUIET"] = "1"
+    env.pop(settings.name("DIR"), None)
+    if out is not None:
+        env.update(settings.environment(DIR=out))
+    env.update(
+        settings.environment(
+            MODE=opts.mode,
+            STACK_DEPTH=opts.stack_depth,
+            LAUNCHER_PID=os.getpid(),
+            ON_EXCEED=opts.on_exceed,
+            COUNT_HOST=opts.count_host,
+            VIRTUALIZE=opts.virtualize,
+        )
+    )
+    if opts.quiet and settings.name("QUIET") not in opts.extra_env:
+        env.update(settings.environment(QUIET=True))  # extra_env may keep the shim's lines
     return env
 
 
@@ -511,13 +512,13 @@ def _hints(opts: RunOptions, path: str, env: dict, out: Path | None):
     binaries tells (record/hints.py: inline frames, a framework's libraries), named by
     CUDATRACE_HINTS. None for a run that cannot be denied; else what stop() removes when
     it is a temporary file (--no-trace)."""
-    if opts.budget is None and opts.group is None and not env.get("CUDATRACE_GROUP"):
+    if opts.budget is None and opts.group is None and not env.get(settings.name("GROUP")):
         return None
     from .hints import HintsFile
 
     h = HintsFile(out, path, env)
     if h.path is not None:
-        env["CUDATRACE_HINTS"] = str(h.path)
+        env.update(settings.environment(HINTS=h.path))
     return h
 
 
@@ -550,17 +551,20 @@ def _join_budget(opts: RunOptions, env: dict):
     except LaunchError:
         ledger.finish()
         raise
-    env["CUDATRACE_LEDGER"] = str(ledger.path)
-    for k in (
-        "CUDATRACE_BUDGET",
-        "CUDATRACE_SHARE",
-        "CUDATRACE_SHARE_BUDGET",
-        "CUDATRACE_SHARE_LABEL",
+    env.update(settings.environment(LEDGER=ledger.path))
+    # the run's ledger is the fence: nothing else of an outer one applies
+    for name in (
+        settings.name("BUDGET"),
+        settings.name("SHARE"),
+        settings.name("SHARE_BUDGET"),
+        settings.name("SHARE_LABEL"),
     ):
-        env.pop(k, None)  # the run's ledger is the fence: nothing else of an outer one applies
+        env.pop(name, None)
     if opts.budget is not None:  # what the preload library checks the group's budget against
-        env["CUDATRACE_BUDGET"] = budget_mod.limits_spec(
-            {int(d): n for d, n in budget_info["limits"].items()}
+        env.update(
+            settings.environment(
+                BUDGET=budget_mod.limits_spec({int(d): n for d, n in budget_info["limits"].items()})
+            )
         )
     if budget_info.get("note"):
         # the one note that changes what the run may use: printed even with -q

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..attribution import Attribution
 from .fits import sweep_json
 from .knobs import (
     SCHEMA,
@@ -52,11 +53,15 @@ __all__ = [
 
 
 def sweep_dict(
-    path, depth: int = 1, expect: str | None = None, predict: str | None = None, top: int = 10
+    path: str | Path,
+    depth: int = 1,
+    expect: str | None = None,
+    predict: str | None = None,
+    top: int = 10,
 ) -> dict:
     """The cudatrace.sweep/1 dict of a recorded sweep directory, fitted again from its traces
     (for reports that chart the laws). Raises SweepError on a directory that is not a sweep."""
-    plan, runs = load_recorded(Path(path), depth)
+    plan, runs = load_recorded(Path(path), Attribution(depth=depth))
     exp = parse_expect(expect, plan.knobs) if expect is not None else None
     point = parse_point(plan.knobs, predict) if predict is not None else None
     return sweep_json(plan, runs, exp, point, predict, top, expect)

@@ -5,24 +5,32 @@ cudatrace.sweep/1 dict (docs/sweep-json.md)."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..analyze import laws
+from ..analyze import sweep_sentences as sentences
 from .knobs import (
     EXPECT_TOLERANCE,
     MARGIN,
     SCHEMA,
     Knob,
-    _text_of,
-    _value_of,
     combos,
+    text_of,
+    value_of,
 )
 from .runs import Plan
 
 
-def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, counts=None):
+def _series(
+    knobs: list[Knob],
+    runs: list[dict[str, Any]],
+    ys_by_run: list[int | None],
+    label: str,
+    key: str | None,
+    expect: float | dict[str, float] | None,
+    counts: list[int | None] | None = None,
+) -> dict[str, Any]:
     """One law: the peak or a site. ys_by_run: bytes per run (None: run left out)."""
-    from ..present import sweep as text
-
     inc = [(r, y) for r, y in zip(runs, ys_by_run) if y is not None]
     d: dict = {"label": label, "key": key, "bytes": ys_by_run}
     # (knob, its slope, where on the grid: "other=value,..." or None)
@@ -45,7 +53,7 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
                 "exponent": law.power.exponent,
                 "r2": law.power.r2,
             }
-        d["law"]["text"] = text.law_text(d, k.as_json())
+        d["law"]["text"] = sentences.law_text(d, k.as_json())
         slope = law.affine.slope if law.affine is not None and law.kind != "flat" else 0.0
         d["_law"] = law
         growth = [(k, slope, None)]
@@ -66,7 +74,7 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
             "tested": bool(g and g.lsq.dof > 0),
             "points": [list(p) + [y] for p, (_, y) in zip(pts, inc)],
         }
-        d["law"]["text"] = text.grid_law_text(d, [k.as_json() for k in knobs])
+        d["law"]["text"] = sentences.grid_law_text(d, [k.as_json() for k in knobs])
         d["_law"] = g
         growth = []
         if g is not None and not flat:
@@ -89,11 +97,11 @@ def _series(knobs, runs, ys_by_run: list, label: str, key: str | None, expect, c
     if worst is not None:
         _, k, s, e, where = worst
         d["contradicts_expectation"] = True
-        d["expectation"] = text.expectation_sentence(label, s, e, k.as_json(), where)
+        d["expectation"] = sentences.expectation_sentence(label, s, e, k.as_json(), where)
     return d
 
 
-def _show(k: Knob, v) -> str:
+def _show(k: Knob, v: float) -> str:
     """A knob's value as the user wrote it, when it is one of the values run."""
     return k.texts[k.numbers.index(v)] if v in k.numbers else f"{v:g}"
 
@@ -108,8 +116,6 @@ def sweep_json(
     expect_text: str | None = None,
 ) -> dict:
     """The sweep as a dict: the --json output (docs/sweep-json.md, cudatrace.sweep/1)."""
-    from ..present import sweep as text
-
     knobs = plan.knobs
     included = [r for r in runs if r["included"]]
     peaks = [r["measured"]["peak_bytes"] if r["included"] else None for r in runs]
@@ -138,15 +144,15 @@ def sweep_json(
         "command": list(plan.cmd),
         "directory": str(plan.out),
         "knobs": [k.as_json() for k in knobs],
-        "values": [_value_of(knobs, r["combo"]) for r in runs],
+        "values": [value_of(knobs, r["combo"]) for r in runs],
         "runs": [
             {
-                "value": _value_of(knobs, r["combo"]),
-                "text": _text_of(knobs, r["combo"]),
+                "value": value_of(knobs, r["combo"]),
+                "text": text_of(knobs, r["combo"]),
                 "command": r["command"],
                 "directory": r["directory"],
                 "output": r["output"],
-                "ended": dict(r["ended"], text=text.ended_text(r["ended"])),
+                "ended": dict(r["ended"], text=sentences.ended_text(r["ended"])),
                 "included": r["included"],
                 "seconds": r.get("seconds"),
                 "peak_bytes": r["measured"]["peak_bytes"] if r["measured"] else None,
@@ -186,7 +192,14 @@ def sweep_json(
     return doc
 
 
-def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
+def _prediction(
+    knobs: list[Knob],
+    included: list[dict[str, Any]],
+    peak: dict[str, Any],
+    sites: list[dict[str, Any]],
+    point: tuple[float, ...],
+    point_text: str | None,
+) -> dict[str, Any]:
     """--predict: the peak and the top sites at `point`, and a budget with room for it."""
     notes = []
     outside = _outside(knobs, included, point)
@@ -238,7 +251,7 @@ def _prediction(knobs, included, peak, sites, point, point_text) -> dict:
     }
 
 
-def _outside(knobs, included, point) -> bool:
+def _outside(knobs: list[Knob], included: list[dict[str, Any]], point: tuple[float, ...]) -> bool:
     """Whether the point lies beyond the values run (an extrapolation)."""
     if len(knobs) == 1:
         xs = [knobs[0].numbers[r["combo"][0]] for r in included]
@@ -246,7 +259,9 @@ def _outside(knobs, included, point) -> bool:
     return any(not (min(k.numbers) <= v <= max(k.numbers)) for k, v in zip(knobs, point))
 
 
-def _guess(knobs, s: dict, point) -> tuple:
+def _guess(
+    knobs: list[Knob], s: dict[str, Any], point: tuple[float, ...]
+) -> tuple[float | None, float | None, str]:
     """(bytes, standard error or None, how) of one series at the point, from its law."""
     law = s.get("_law")
     if law is None:
@@ -264,29 +279,30 @@ def _guess(knobs, s: dict, point) -> tuple:
     return y, se, f"{law.model} fit"
 
 
-def _peak_guess(knobs, peak: dict, sites: list, point) -> tuple:
+def _peak_guess(
+    knobs: list[Knob], peak: dict[str, Any], sites: list[dict[str, Any]], point: tuple[float, ...]
+) -> tuple[float | None, float | None, str]:
     """The peak at the point: its own law, or, when it has no simple one, the sum of the
     sites' laws (the sites partition the peak)."""
     py, pse, phow = _guess(knobs, peak, point)
     law = peak.get("_law")
     if len(knobs) == 1 and law is not None and not law.is_affine and sites:
         got = [_guess(knobs, s, point) for s in sites]
-        if all(y is not None for y, _, _ in got):
-            py = sum(max(0.0, y) for y, _, _ in got)
-            ses = [se for _, se, _ in got]
-            pse = (
-                math.sqrt(sum(se * se for se in ses)) if all(se is not None for se in ses) else None
-            )
+        ys = [y for y, _, _ in got if y is not None]
+        if len(ys) == len(got):
+            py = sum(max(0.0, y) for y in ys)
+            ses = [se for _, se, _ in got if se is not None]
+            pse = math.sqrt(sum(se * se for se in ses)) if len(ses) == len(got) else None
             phow = "the sum of the sites' laws"
     return py, pse, phow
 
 
-def _budget(peak_b: int, pse, n: int, included: list) -> dict | None:
+def _budget(
+    peak_b: int, pse: float | None, n: int, included: list[dict[str, Any]]
+) -> dict[str, Any] | None:
     """A --budget for the predicted peak: 10% headroom, or 3 standard errors when more, or
     25% without an uncertainty, plus the CUDA contexts the runs held (the budget counts them);
     rounded up to a round step. None when no budget cudatrace takes would hold it."""
-    from ..present import sweep as text
-
     margin = MARGIN * peak_b
     why = "%d%% headroom" % round(100 * MARGIN)
     if pse is not None and 3 * pse > margin:
@@ -307,7 +323,7 @@ def _budget(peak_b: int, pse, n: int, included: list) -> dict | None:
     want = peak_b + margin + (ctx or 0)
     step = _round_step(want)
     budget = max(step, int(math.ceil(want / step) * step))
-    spec = text.size_spec(budget)
+    spec = sentences.size_spec(budget)
     if not _accepted(spec):
         return None
     if ctx is None:
@@ -317,15 +333,15 @@ def _budget(peak_b: int, pse, n: int, included: list) -> dict | None:
         )
     else:
         ctx_text = (
-            f"it includes {text.readable(ctx)} of CUDA context and module images the runs held "
+            f"it includes {sentences.readable(ctx)} of CUDA context and module images the runs held "
             "beyond their allocations (NVML), which the budget counts"
         )
     return {
         "bytes": budget,
         "spec": spec,
         "context_bytes": ctx,
-        "reason": f"the predicted traced peak {text.readable(peak_b)} + {text.readable(margin)} "
-        f"({why}) + contexts, rounded up to a multiple of {text.readable(step)}; {ctx_text}",
+        "reason": f"the predicted traced peak {sentences.readable(peak_b)} + {sentences.readable(margin)} "
+        f"({why}) + contexts, rounded up to a multiple of {sentences.readable(step)}; {ctx_text}",
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import CudatraceError
@@ -87,7 +88,7 @@ class Knob:
         }
 
 
-def parse_value(text: str):
+def parse_value(text: str) -> tuple[float, bool]:
     """(number, is_size): '64' -> (64, False), '1.5' -> (1.5, False), '512MiB' -> (bytes, True)."""
     t = text.strip()
     if _NUM_RE.match(t):
@@ -101,7 +102,7 @@ def parse_value(text: str):
         raise SweepError(f"{t!r} is not a number or a size (512MiB, 1.5GiB): {e.why}") from None
 
 
-def parse_knobs(specs) -> list[Knob]:
+def parse_knobs(specs: Sequence[str]) -> list[Knob]:
     """--values V1,V2,... (one unnamed list, placeholder {}) or NAME=V1,V2 (several: a grid)."""
     if not specs:
         raise SweepError(
@@ -222,19 +223,19 @@ def run_name(knobs: list[Knob], combo: tuple) -> str:
 # ---- stopping servers ------------------------------------------------------------------------
 
 
-def _value_of(knobs: list[Knob], combo: tuple):
+def value_of(knobs: list[Knob], combo: tuple[int, ...]) -> float | dict[str, float]:
     if len(knobs) == 1:
         return knobs[0].numbers[combo[0]]
     return {k.key: k.numbers[i] for k, i in zip(knobs, combo)}
 
 
-def _text_of(knobs: list[Knob], combo: tuple) -> str:
+def text_of(knobs: list[Knob], combo: tuple) -> str:
     if len(knobs) == 1:
         return knobs[0].texts[combo[0]]
     return ",".join(f"{k.key}={k.texts[i]}" for k, i in zip(knobs, combo))
 
 
-def parse_point(knobs: list[Knob], text: str) -> tuple:
+def parse_point(knobs: list[Knob], text: str) -> tuple[float, ...]:
     """--predict V (one knob) or NAME=V,NAME=V (a grid) -> one number per knob."""
     if len(knobs) == 1:
         k = knobs[0]
@@ -272,7 +273,7 @@ def parse_point(knobs: list[Knob], text: str) -> tuple:
     return tuple(out)
 
 
-def parse_expect(text: str, knobs: list[Knob] | None = None):
+def parse_expect(text: str, knobs: list[Knob] | None = None) -> float | dict[str, float]:
     """--expect SLOPE: bytes per unit of the knob: '1', '0.5', '1MiB' -> a float. On a grid
     NAME=SLOPE,... (only those knobs) or one SLOPE for every knob -> {NAME: float}."""
     if not knobs or len(knobs) == 1:

@@ -6,13 +6,18 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from .. import tracedir
+from .. import settings, tracedir
 from ..analyze.analysis import Analysis, ReportError
+from ..attribution import Attribution
+from ..symbols import Symbolizer
 from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute
 from .stop import StopRule, Watcher
 
@@ -25,8 +30,7 @@ class Plan:
     rule: StopRule = field(default_factory=StopRule)
     run_options: dict = field(default_factory=dict)
     force: bool = False
-    depth: int = 1
-    attribution: dict = field(default_factory=dict)  # Analysis keywords (fold, view ...)
+    attribution: Attribution = Attribution()  # of every run's sites (its depth included)
 
     def runs(self) -> list[tuple]:
         return combos(self.knobs)
@@ -81,11 +85,12 @@ def _last_line(log: Path) -> str | None:
         return None
 
 
-def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = None):
+def measure(
+    path: Path, attribution: Attribution = Attribution(), symbolizer: Symbolizer | None = None
+) -> tuple[dict[str, Any], Symbolizer | None]:
     """(measurement, symbolizer) of one traced run: the peak and the sites live at it, as
-    `report` attributes them (sites keyed as `diff` matches them); `attribution`: keywords
-    of Analysis (fold, view, ...)."""
-    a = Analysis(path, symbolizer=symbolizer, **(attribution or {}))
+    `report` attributes them (sites keyed as `diff` matches them)."""
+    a = Analysis(path, attribution, symbolizer=symbolizer)
     m = a.model
     # what NVML saw the tree hold beyond the traced allocations (CUDA contexts, module
     # images): a budget counts it, so advice must include it (None: NVML listed no process).
@@ -94,7 +99,7 @@ def measure(path: Path, depth: int, symbolizer=None, attribution: dict | None = 
     obs = a.observed.compare(m.peak_ts, m.bytes_max, a.start_ns, ends=a.process_ends())
     untraced = (obs.get("max") or {}).get("untraced_max_bytes")
     contexts = a.budget_contexts()
-    sites = _peak_sites(a, depth)
+    sites = _peak_sites(a, attribution.depth)
     return {
         "peak_bytes": m.peak_bytes,
         "peak_time": a.seconds(m.peak_ts) if m.found else None,
@@ -122,7 +127,7 @@ def _peak_sites(a: Analysis, depth: int) -> dict:
     }
 
 
-def attribute_together(runs: list[dict], depth: int, attribution: dict | None = None) -> None:
+def attribute_together(runs: list[dict], attribution: Attribution) -> None:
     """One attribution across the sweep's runs, as `diff` builds one call graph from both of
     its runs: the allocator layers are recognized from every measured run's stacks together,
     then each run's sites are measured again with them, so a law is named by the responsible
@@ -130,24 +135,25 @@ def attribute_together(runs: list[dict], depth: int, attribution: dict | None = 
     from ..analyze.layers import CallGraph
 
     measured = [r for r in runs if r.get("measured")]
-    opts = dict(attribution or {})
-    if len(measured) < 2 or opts.get("fold_layers") is False:
+    if len(measured) < 2 or not attribution.fold:
         return
     graph, sym = CallGraph(), None
     try:
         for r in measured:  # one run at a time: the graph keeps names, not the runs
-            a = Analysis(Path(r["directory"]), symbolizer=sym, graph=graph, **opts)
+            a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)
             a.stacks.learn(a.allocation_stacks())
             sym = a.symbolizer
         for r in measured:
-            a = Analysis(Path(r["directory"]), symbolizer=sym, graph=graph, **opts)
+            a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)
             a.stacks.set_source(None)
-            r["measured"]["sites"] = _peak_sites(a, depth)
+            r["measured"]["sites"] = _peak_sites(a, attribution.depth)
     except ReportError:
         return  # a run that cannot be read again keeps its own attribution
 
 
-def execute(plan: Plan, progress=None) -> list[dict]:
+def execute(
+    plan: Plan, progress: Callable[[int, int, dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
     """Run every value (the product of a grid), each traced into its directory; how each ended
     and what it measured. progress(index, total, run) is called after each run."""
     plan.out.mkdir(parents=True, exist_ok=True)
@@ -164,7 +170,7 @@ def execute(plan: Plan, progress=None) -> list[dict]:
             progress(n, len(todo), rec)
         if interrupted:
             break
-    attribute_together(runs, plan.depth, plan.attribution)
+    attribute_together(runs, plan.attribution)
     return runs
 
 
@@ -192,8 +198,8 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
     done = threading.Event()
     holder: dict = {}
 
-    def on_start(proc, out):
-        if plan.rule.active:
+    def on_start(proc: subprocess.Popen[bytes], out: Path | None) -> None:
+        if plan.rule.active and out is not None:
             w = holder["w"] = Watcher(proc, out, plan.rule, done)
             w.start()
 
@@ -205,7 +211,7 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
         quiet=True,
         force=True,
         on_start=on_start,
-        extra_env={"CUDATRACE_QUIET": "0", "CUDATRACE_RECORD_CONTEXTS": "1"},
+        extra_env=settings.environment(QUIET=False, RECORD_CONTEXTS=True),
         **plan.run_options,
     )
     t0 = time.monotonic()
@@ -234,17 +240,19 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
     return rec, started, status, interrupted
 
 
-def _measure_into(rec: dict, plan: Plan, status, held: dict) -> None:
+def _measure_into(
+    rec: dict[str, Any], plan: Plan, status: int | None, held: dict[str, Any]
+) -> None:
     """The run's measurement, or why there is none (no readable trace)."""
     try:
         rec["measured"], held["symbolizer"] = measure(
-            Path(rec["directory"]), plan.depth, held["symbolizer"], plan.attribution
+            Path(rec["directory"]), plan.attribution, held["symbolizer"]
         )
     except ReportError as e:
         rec["ended"] = {"how": "no_trace", "status": status, "why": str(e)}
 
 
-def _judge(rec: dict, status) -> None:
+def _judge(rec: dict[str, Any], status: int | None) -> None:
     """Whether the run enters the laws; a run failed under its budget says so with the shim's
     line, any other left-out run with the last line of its output."""
     d, log = Path(rec["directory"]), Path(rec["output"])
@@ -274,7 +282,12 @@ def _aborted(d: Path) -> bool:
     return bool(_run_info(d).get("budget_aborted"))
 
 
-def _ended(status: int, stopped: dict | None, interrupted: list, returncode=None) -> dict:
+def _ended(
+    status: int,
+    stopped: dict[str, Any] | None,
+    interrupted: list[Any],
+    returncode: int | None = None,
+) -> dict[str, Any]:
     if interrupted:
         return {
             "how": "interrupted",
@@ -290,9 +303,7 @@ def _ended(status: int, stopped: dict | None, interrupted: list, returncode=None
     return {"how": "exited", "status": status}
 
 
-def load_recorded(
-    path: Path, depth: int = 1, attribution: dict | None = None
-) -> tuple[Plan, list[dict]]:
+def load_recorded(path: Path, attribution: Attribution = Attribution()) -> tuple[Plan, list[dict]]:
     """A recorded sweep (DIR or DIR/sweep.json) measured again from its traces: the same runs
     and how they ended, with this version's attribution (and --depth) and laws."""
     f = path / "sweep.json" if path.is_dir() else path
@@ -314,8 +325,7 @@ def load_recorded(
         list(doc["command"]),
         f.parent.resolve(),
         StopRule(st.get("after"), st.get("url"), st.get("settle") or 2.0, st.get("grace") or 10.0),
-        depth=depth,
-        attribution=dict(attribution or {}),
+        attribution=attribution,
     )
     runs, sym = [], None
     for i, r in enumerate(doc["runs"]):
@@ -350,7 +360,7 @@ def load_recorded(
             rec["included"] = False
         elif r.get("peak_bytes") is not None:
             try:
-                rec["measured"], sym = measure(d, depth, sym, attribution)
+                rec["measured"], sym = measure(d, attribution, sym)
             except ReportError as e:
                 rec["ended"] = {
                     "how": "no_trace",
@@ -359,5 +369,5 @@ def load_recorded(
                 }
                 rec["included"] = False
         runs.append(rec)
-    attribute_together(runs, depth, attribution)
+    attribute_together(runs, attribution)
     return plan, runs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import threading
 import time
 import urllib.error
@@ -38,7 +39,7 @@ def url_answers(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def live_bytes(out: Path):
+def live_bytes(out: Path) -> int | None:
     """Traced bytes live now in a running trace directory (None if it cannot be read yet)."""
     from ..analyze.model import build
     from ..analyze.trace import read_dir
@@ -74,7 +75,9 @@ def _start_ticks(pid: int) -> int | None:
 class Watcher(threading.Thread):
     """Stops one run by the rule; `info` says how (None: the command ended by itself)."""
 
-    def __init__(self, proc, out: Path, rule: StopRule, done: threading.Event):
+    def __init__(
+        self, proc: subprocess.Popen[bytes], out: Path, rule: StopRule, done: threading.Event
+    ) -> None:
         super().__init__(daemon=True, name="cudatrace-sweep-watcher")
         self.proc, self.out, self.rule, self.done = proc, out, rule, done
         self.info: dict | None = None
@@ -145,7 +148,7 @@ class Watcher(threading.Thread):
         """The processes of the tree still running (each the same process as when seen)."""
         return [pid for pid, t in self.seen.items() if _start_ticks(pid) == t]
 
-    def _send(self, sig) -> None:
+    def _send(self, sig: signal.Signals) -> None:
         self._remember()
         for pid in self._alive():
             try:

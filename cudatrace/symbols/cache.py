@@ -7,13 +7,14 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 # Bumped whenever the meaning of cached entries changes.
 CACHE_FORMAT = 1
 
 # One frame as cached: (function or None, file or None, line or None, inlined). A plain alias
 # (no unions evaluated at run time: Python 3.9 is supported).
-CachedFrame = tuple
+CachedFrame = tuple[Any, ...]
 
 
 def cache_path(cache_dir: Path, build_id: bytes | None, path: str) -> Path:
@@ -27,7 +28,7 @@ def cache_path(cache_dir: Path, build_id: bytes | None, path: str) -> Path:
     return cache_dir / (name + ".json")
 
 
-def load(path: Path, sig: list) -> dict[int, list[CachedFrame]]:
+def load(path: Path, sig: list[Any]) -> dict[int, list[CachedFrame]]:
     """The cached frames by offset; empty when the file is missing, corrupt or made by
     something else (another signature)."""
     if not path.is_file():
@@ -45,7 +46,7 @@ def load(path: Path, sig: list) -> dict[int, list[CachedFrame]]:
         return {}
 
 
-def save(path: Path, sig: list, results: dict[int, list[CachedFrame]]) -> None:
+def save(path: Path, sig: list[Any], results: dict[int, list[CachedFrame]]) -> None:
     """Write atomically (temp file + rename); raises OSError and the like."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {

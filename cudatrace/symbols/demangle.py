@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
-_demangler: tuple | bool | None = (
+_demangler: tuple[Any, ...] | bool | None = (
     None  # None: not tried yet; False: unavailable; else (ffi, cxa_demangle, free)
 )
 
 
-def _load_demangler() -> tuple | bool | None:
+def _load_demangler() -> tuple[Any, ...] | bool | None:
     global _demangler
     if _demangler is None:
         try:
@@ -52,6 +53,7 @@ def demangle(name: str) -> str:
     try:
         if status[0] != 0:
             return name
-        return ffi.string(res).decode("utf-8", "replace")
+        result: str = ffi.string(res).decode("utf-8", "replace")
+        return result
     finally:
         free(res)

@@ -81,7 +81,7 @@ NSLOTS = 8
 # (compiling costs about as much as interpreting 50 DIEs).
 COMPILE_AFTER = 50
 
-Reader = Callable[[bytes, int, int], tuple]
+Reader = Callable[[bytes, int, int], tuple[Any, ...]]
 Emit = Callable[[str], None]  # adds a line to the generated reader
 
 
@@ -98,7 +98,7 @@ class Abbrev:
         "skip_walk",
     )
 
-    def __init__(self, code: int, tag: int, children: bool, specs: tuple, ctx: Ctx):
+    def __init__(self, code: int, tag: int, children: bool, specs: tuple[Any, ...], ctx: Ctx):
         self.code = code
         self.tag = tag
         self.children = children
@@ -138,10 +138,10 @@ ABBREV_ENTRY_RX = re.compile(
 )
 
 
-class AbbrevTable(dict):
+class AbbrevTable(dict[int, Any]):
     """Abbreviation code -> Abbrev, decoded lazily from the declaration positions."""
 
-    def __init__(self, data: bytes, ctx: Ctx, positions: dict, shared: dict):
+    def __init__(self, data: bytes, ctx: Ctx, positions: dict[Any, Any], shared: dict[Any, Any]):
         super().__init__()
         self.data = data
         self.ctx = ctx
@@ -171,7 +171,8 @@ class AbbrevTable(dict):
         ab = self.shared.get(key)
         if ab is not None:
             self[code] = ab
-            return ab
+            result: Abbrev = ab
+            return result
         p = start
         tag, p = uleb(d, p)
         children = d[p]
@@ -209,7 +210,7 @@ class Unit(Protocol):
     ctx: Ctx
 
 
-_COMPILED: dict[tuple, Reader] = {}
+_COMPILED: dict[tuple[Any, ...], Reader] = {}
 
 
 _UFMT = {1: "d[p]", 2: "U16(d, p)[0]", 4: "U32(d, p)[0]", 8: "U64(d, p)[0]"}
@@ -246,14 +247,15 @@ def compile_reader(ab: Abbrev, ctx: Ctx) -> Reader:
                 out[slot] = var
     out[0] = "p"
     emit(f"return ({', '.join(out)})")
-    ns: dict[str, Any] = {  # the generated code's globals; exec adds its reader
+    ns: dict[Any, Any] = {  # the generated code's globals; exec adds its reader
         "U16": struct.Struct(E + "H").unpack_from,
         "U32": struct.Struct(E + "I").unpack_from,
         "U64": struct.Struct(E + "Q").unpack_from,
         "SLEB": sleb,
     }
     exec(compile("\n".join(code), f"<dwarf-abbrev-{ab.code}>", "exec"), ns)
-    return ns["reader"]
+    result: Callable[[bytes, int, int], tuple[Any, ...]] = ns["reader"]
+    return result
 
 
 def _emit_fixed(emit: Emit, var: str | None, enc: int | str, ic: int, E: str) -> None:
@@ -318,12 +320,12 @@ def _emit_variable(emit: Emit, var: str | None, enc: int | str) -> None:
         emit("p += ln")
 
 
-def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
+def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple[Any, ...]) -> Reader:
     specs = ab.specs
     slots = [SLOTS.get(attr) for attr, _f, _i in specs]
     calls = 0
 
-    def reader(d: bytes, p: int, cuoff: int) -> tuple:
+    def reader(d: bytes, p: int, cuoff: int) -> tuple[Any, ...]:
         nonlocal calls
         calls += 1
         if calls > COMPILE_AFTER:
@@ -332,7 +334,7 @@ def _interpreting_reader(ab: Abbrev, ctx: Ctx, key: tuple) -> Reader:
                 fn = _COMPILED[key] = compile_reader(ab, ctx)
             ab.fn = fn
             return fn(d, p, cuoff)
-        out: list = [None] * NSLOTS
+        out: list[Any] = [None] * NSLOTS
         for (_attr, form, ic), slot in zip(specs, slots):
             v, p = read_form(form, d, p, ic, ctx)
             if slot is not None and out[slot] is None:
@@ -355,7 +357,8 @@ def reader(cu: Unit, code: int) -> Abbrev:
         if fn is None:
             fn = _interpreting_reader(ab, cu.ctx, key)
         ab.fn = fn
-    return ab
+    result: Abbrev = ab
+    return result
 
 
 def _reader_fn(cu: Unit, code: int) -> Reader:
@@ -366,7 +369,7 @@ def _reader_fn(cu: Unit, code: int) -> Reader:
 
 
 # the context (last argument, and what a visit returns) is the visit's own: walk only passes it on
-Visit = Callable[[Abbrev, tuple, int, Any], object]
+Visit = Callable[[Abbrev, tuple[Any, ...], int, Any], object]
 
 
 def walk(
@@ -374,7 +377,7 @@ def walk(
     cu: Unit,
     p: int,
     visit: Visit | None = None,
-    tags: frozenset = frozenset(),
+    tags: frozenset[Any] = frozenset(),
     ctx: object = None,
 ) -> int:
     """Walk the DIEs from p up to the 0 that closes their scope and return the position after

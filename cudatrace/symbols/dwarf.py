@@ -114,7 +114,7 @@ class CU:
     tag: int
 
 
-def find_range(index: tuple, t: int) -> int | None:
+def find_range(index: tuple[Any, ...], t: int) -> int | None:
     """The value of a range holding t in (starts, ends, values, ...) sorted by start, looking back
     over at most 8 ranges starting at or below t."""
     starts, ends, vals = index[0], index[1], index[2]
@@ -122,7 +122,8 @@ def find_range(index: tuple, t: int) -> int | None:
     k = 0
     while i >= 0 and k < 8:
         if starts[i] <= t < ends[i]:
-            return vals[i]
+            result: int | None = vals[i]
+            return result
         i -= 1
         k += 1
     return None
@@ -140,8 +141,8 @@ class Dwarf:
         self._lazy: dict[str, bytes] = {}
         self.cus: dict[int, CU] = {}
         self._cu_offsets: list[int] | None = None
-        self._abbrev_cache: dict[tuple, AbbrevTable] = {}
-        self._abbrev_objs: dict[tuple, Abbrev] = {}  # (declaration bytes, ctx) -> Abbrev
+        self._abbrev_cache: dict[tuple[Any, ...], AbbrevTable] = {}
+        self._abbrev_objs: dict[tuple[Any, ...], Abbrev] = {}  # (declaration bytes, ctx) -> Abbrev
         self._name_cache: dict[int, str | None] = {}
         self._aranges: Aranges | None = None
         self._cu_range_index: RangeIndex | None = None
@@ -394,7 +395,7 @@ class Dwarf:
                 out.append((base + a, base + b))
         return out
 
-    def die_ranges(self, cu: CU, ab: Abbrev, r: tuple) -> list[tuple[int, int]] | None:
+    def die_ranges(self, cu: CU, ab: Abbrev, r: tuple[Any, ...]) -> list[tuple[int, int]] | None:
         """Address ranges of a DIE from its reader record; None when it has no low_pc/ranges."""
         if r[4] is not None:
             return self.rangelist(cu, r[4], ab.forms[AT_RANGES])
@@ -444,7 +445,9 @@ class Dwarf:
             )
         return self._aranges
 
-    def _arange_set(self, d: bytes, unit: int, q: int, end: int, cu_off: int, items: list) -> None:
+    def _arange_set(
+        self, d: bytes, unit: int, q: int, end: int, cu_off: int, items: list[Any]
+    ) -> None:
         asz = d[q]
         seg = d[q + 1]
         q += 2

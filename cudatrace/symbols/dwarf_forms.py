@@ -216,7 +216,8 @@ def uint(d: bytes, p: int, size: int, endian: str) -> int:
         return d[p]
     unpack = _UNPACK.get((endian, size))
     if unpack is not None:
-        return unpack(d, p)[0]
+        result: int = unpack(d, p)[0]
+        return result
     return int.from_bytes(d[p : p + size], "little" if endian == "<" else "big")
 
 

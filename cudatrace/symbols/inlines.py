@@ -3,7 +3,7 @@ concrete subprograms, then a walk of only the scopes that hold wanted addresses.
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 from .dies import (
     AT_ABSTRACT_ORIGIN,
@@ -23,7 +23,7 @@ from .dwarf_forms import uleb
 _INDEX_TAGS = frozenset((TAG_SUBPROGRAM, TAG_NAMESPACE, TAG_MODULE))
 
 # An inlined call: (abstract_origin reference, its form, call_file, call_line), each may be None.
-Inlined = tuple
+Inlined = tuple[Any, ...]
 
 
 def subprograms(dw: Dwarf, cu: CU) -> RangeIndex:
@@ -33,7 +33,7 @@ def subprograms(dw: Dwarf, cu: CU) -> RangeIndex:
         return cu.subprogs
     items = []
 
-    def visit(ab: Abbrev, r: tuple, start: int, ctx: object) -> object:
+    def visit(ab: Abbrev, r: tuple[Any, ...], start: int, ctx: object) -> object:
         if ab.tag != TAG_SUBPROGRAM:
             return ctx  # a namespace: look inside
         if r[2] is not None or r[4] is not None:
@@ -54,11 +54,11 @@ def subprograms(dw: Dwarf, cu: CU) -> RangeIndex:
     return cu.subprogs
 
 
-def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | None, list]]:
+def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | None, list[Any]]]:
     """For each target: (subprogram DIE offset or None, [Inlined records, outermost first])."""
     sp = subprograms(dw, cu)
     by_sp: dict[int, list[int]] = {}
-    out: dict[int, tuple[int | None, list]] = {}
+    out: dict[int, tuple[int | None, list[Any]]] = {}
     for t in targets:
         die = find_range(sp, t) if sp[0] else None
         if die is None:
@@ -67,7 +67,7 @@ def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | 
             by_sp.setdefault(die, []).append(t)
     chains: dict[int, list[Inlined]] = {}
 
-    def visit(ab: Abbrev, r: tuple, start: int, inner: list[int]) -> list[int] | None:
+    def visit(ab: Abbrev, r: tuple[Any, ...], start: int, inner: list[int]) -> list[int] | None:
         # inner: the targets inside the enclosing scope
         rngs = dw.die_ranges(cu, ab, r)
         tag = ab.tag
@@ -105,7 +105,7 @@ def inline_info(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int | 
 
 # An inlined call's code: (low offset, high offset, depth (1: inlined into a concrete
 # function), the demangled name of the inlined function).
-InlineRange = tuple
+InlineRange = tuple[int, int, int, str]
 
 
 def inline_ranges(dw: Dwarf, limit: int = 200_000) -> list[InlineRange]:
@@ -113,7 +113,7 @@ def inline_ranges(dw: Dwarf, limit: int = 200_000) -> list[InlineRange]:
     cannot read (the launcher hands it over, record/hints.py). At most limit ranges."""
     out: list[InlineRange] = []
 
-    def visit(ab: Abbrev, r: tuple, start: int, depth: int) -> int | None:
+    def visit(ab: Abbrev, r: tuple[Any, ...], start: int, depth: int) -> int | None:
         if len(out) >= limit:
             return None
         if ab.tag != TAG_INLINED_SUBROUTINE:

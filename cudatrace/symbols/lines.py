@@ -48,8 +48,8 @@ class LineHeader:
     line_range: int
     opcode_base: int
     std_lens: list[int]
-    dirs_raw: list[dict]
-    files_raw: list[dict]
+    dirs_raw: list[dict[Any, Any]]
+    files_raw: list[dict[Any, Any]]
 
 
 def line_header(dw: Dwarf, cu: CU) -> LineHeader:
@@ -102,7 +102,7 @@ def line_header(dw: Dwarf, cu: CU) -> LineHeader:
     return h
 
 
-def _lnct_entries(cu: CU, d: bytes, p: int) -> tuple[list[dict], int]:
+def _lnct_entries(cu: CU, d: bytes, p: int) -> tuple[list[dict[Any, Any]], int]:
     """DWARF 5 directory or file entries: [{content type: (form, value)}]."""
     nfmt = d[p]
     p += 1
@@ -234,8 +234,8 @@ def lines_for(dw: Dwarf, cu: CU, targets: list[int]) -> dict[int, tuple[int, int
     return res
 
 
-_SKIP_RX_CACHE: dict[tuple, re.Pattern] = {}
-_LINE_TABLES: dict[tuple, tuple] = {}
+_SKIP_RX_CACHE: dict[tuple[Any, ...], re.Pattern[bytes]] = {}
+_LINE_TABLES: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
 
 def _skip_regex(ob: int, std_lens: Sequence[int], extended: bool = True) -> re.Pattern[bytes]:
@@ -248,7 +248,7 @@ def _skip_regex(ob: int, std_lens: Sequence[int], extended: bool = True) -> re.P
     if rx is None:
         uleb_rx = rb"[\x80-\xff]*[\x00-\x7f]"
         single = [bytes([op]) for op in range(ob, 256)]
-        by_nargs: dict[int, list] = {}
+        by_nargs: dict[int, list[Any]] = {}
         fixed = []
         for op in range(1, ob):
             nargs = std_lens[op - 1] if op - 1 < len(std_lens) else 0
@@ -279,7 +279,7 @@ def _skip_regex(ob: int, std_lens: Sequence[int], extended: bool = True) -> re.P
     return rx
 
 
-_SEQ_RX_CACHE: dict[tuple, re.Pattern] = {}
+_SEQ_RX_CACHE: dict[tuple[Any, ...], re.Pattern[bytes]] = {}
 # The tokenization never needs backtracking; Python 3.11+ can be told so (twice as fast).
 _POSSESSIVE_STAR = b"*+" if sys.version_info >= (3, 11) else b"*"
 
@@ -368,7 +368,9 @@ def _scan_sequences(
     return seqs, files
 
 
-def _special_tables(ob: int, line_base: int, line_range: int, min_inst: int) -> tuple[list, list]:
+def _special_tables(
+    ob: int, line_base: int, line_range: int, min_inst: int
+) -> tuple[list[Any], list[Any]]:
     """(address advance, line advance) of each special opcode, cached per header shape."""
     tkey = (ob, line_base, line_range, min_inst)
     tables = _LINE_TABLES.get(tkey)
@@ -402,7 +404,7 @@ def _decode_rows(
     ob: int,
     std_lens: Sequence[int],
     targets: Sequence[int],
-    res: dict,
+    res: dict[Any, Any],
     zero_invalid: bool,
     E: str,
     bend: float = _INF,

@@ -58,7 +58,7 @@ class PyCode:
     firstlineno: int
     code_units: int
     linetable: bytes
-    _lines: list | None = field(default=None, repr=False)
+    _lines: list[Any] | None = field(default=None, repr=False)
 
     def line_of(self, lasti: int) -> int | None:
         """The line of the instruction at index lasti (2-byte code units)."""
@@ -206,17 +206,17 @@ def parse_range(text: str | None) -> tuple[int, int] | None:
 
 
 def merge(
-    native: list,
+    native: list[Any],
     is_eval: Callable[[Any], bool],
     pyframes: list[PyFrame],
     make: Callable[[PyFrame], Any],
-) -> list:
+) -> list[Any]:
     """The hybrid stack, innermost first: native frames, each eval-loop frame (is_eval(frame))
     replaced by the run of Python frames it executed (make(PyFrame) builds one frame). Runs left
     over (the native stack was cut at its depth) go outermost; native eval frames left over
     (nothing to replace them with) stay."""
     runs = groups(pyframes)
-    out: list = []
+    out: list[Any] = []
     k = 0
     for f in native:
         if k < len(runs) and is_eval(f):
@@ -293,7 +293,7 @@ def one_framework(a: str, b: str) -> bool:
     return bool(short) and long_.startswith(short) and (rest == "lib" or rest.startswith("_"))
 
 
-def framework_end(frames: list, start: int) -> int:
+def framework_end(frames: list[Any], start: int) -> int:
     """Frames (innermost first; `.python` and `.file` attributes) from `start`, the innermost
     Python frame: the index of the first Python frame outside the framework that allocated, or
     `start` when that frame is the program's or when no frame lies outside.

@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import cache, lines
 from .debugfiles import DebugFiles
@@ -45,7 +46,7 @@ class _Module:
         self.sym_kind: str | None = None
         self.failed = False
         self.cache_path: Path | None = None
-        self.sig: list | None = None
+        self.sig: list[Any] | None = None
         self.results: dict[int, list[cache.CachedFrame]] = {}
         self.dirty = False
         self.symtab: SymTab | None = None
@@ -117,7 +118,7 @@ class Symbolizer:
             self._progress = progress
         else:
             self._progress = Progress if progress else NoProgress
-        self._modules: dict[tuple, _Module] = {}
+        self._modules: dict[tuple[Any, ...], _Module] = {}
         self._loaded: list[_Module] = []
 
     def warnings(self) -> list[str]:
@@ -157,7 +158,9 @@ class Symbolizer:
             out[a] = [Frame(path, fn, fl, ln, a, o, inl) for fn, fl, ln, inl in mod.results[o]]
         return out
 
-    def inline_ranges(self, module: ModuleRef, limit: int = 200_000) -> list | None:
+    def inline_ranges(
+        self, module: ModuleRef, limit: int = 200_000
+    ) -> list[tuple[int, int, int, str]] | None:
         """Every inlined call in the module's code as (low, high, depth, name), offsets of the
         file (inlines.inline_ranges); None when the module has no DWARF or cannot be read."""
         try:
@@ -264,8 +267,8 @@ class Symbolizer:
             symtab = mod.symtab
             names = {o: symtab.lookup(o) for o in offsets}
             prog.step()
-            found_lines: dict[int, tuple] = {}
-            inl: dict[int, tuple] = {}
+            found_lines: dict[int, tuple[Any, ...]] = {}
+            inl: dict[int, tuple[Any, ...]] = {}
             dw = self._dwarf(mod, path)
             if dw is not None:
                 self._read_dwarf(dw, path, offsets, found_lines, inl, prog)
@@ -282,8 +285,8 @@ class Symbolizer:
         dw: Dwarf,
         path: str,
         offsets: list[int],
-        found_lines: dict,
-        inl: dict,
+        found_lines: dict[Any, Any],
+        inl: dict[Any, Any],
         prog: ProgressLike,
     ) -> None:
         """Line-table locations and inline chains of the offsets, CU by CU."""
@@ -327,7 +330,9 @@ class Symbolizer:
             self._warn(f"cannot write symbol cache {mod.cache_path} ({e})")
 
 
-def _frames(dw: Dwarf | None, func: str | None, loc: tuple, entry: tuple | None) -> list:
+def _frames(
+    dw: Dwarf | None, func: str | None, loc: tuple[Any, ...], entry: tuple[Any, ...] | None
+) -> list[Any]:
     """Cached frames of one offset: the inlined calls innermost first, each at its line-table
     location or at its callee's call site, the real function last."""
     fname, ln = loc

@@ -29,9 +29,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "cevent.h"
-#include "replay.h"
+#include "replay_model.h"
 
-#define NONE64 UINT64_MAX
 #define ST_DEV 1
 #define ST_HOST 2
 #define ST_MAP 3
@@ -61,65 +60,10 @@ struct table {
     size_t bytes; /* of the mapping */
 };
 
-/* One device allocation: 56 bytes, for millions of them. The fields of its event other than
- * the time, size and address (trace, stack, API, device, thread...) repeat: they are kept once,
- * in the table of "rests" (struct rest), and the life holds their number. What ended it
- * (CT_END_*) is in the parallel array hows; a VMM handle's mappings in vmm (when there are). */
-struct life {
-    uint64_t seq, end_seq, ts, end_ts, size, addr;
-    uint32_t idx, rest;
-};
-
-/* an event without its time, size and address (the words of a struct ct_event, those zero),
- * and its trace */
-struct rest {
-    union {
-        struct ct_event ev;
-        uint64_t key[9];
-    };
-    uint32_t trace, pad;
-};
 #define VMM_RELEASED 0x80000000u /* cuMemRelease seen while mapped */
-
-/* a listed event (failed, denied, memory query), whole */
-struct listed {
-    uint64_t seq;
-    uint32_t trace, idx;
-    struct ct_event ev;
-};
 
 struct mapping {
     uint64_t handle, size;
-};
-
-struct vec {
-    void *p;
-    uint64_t n, cap;
-    size_t elem;
-    int mapped; /* p is a mapping (vec_map): grown in place, never copied */
-};
-
-struct ct_replay {
-    uint32_t ntraces;
-    const struct ct_event **ev; /* per trace (an array source; the replay's time only) */
-    uint64_t *nev;
-    uint32_t **order; /* per trace: NULL (in time order) or a sorted permutation */
-    struct vec lives, failed, denied, meminfo;
-    struct vec hows; /* uint8_t per life: CT_END_* */
-    uint32_t *vmm;   /* per life: mappings | VMM_RELEASED; NULL until a VMM handle is seen */
-    uint64_t vmm_cap;
-    struct vec rests; /* struct rest */
-    uint32_t *rhash;  /* rests by their fields: index + 1, 0 empty */
-    uint64_t rhash_cap;
-    struct ct_replay_device dev[CT_REPLAY_DEV_SLOTS];
-    uint64_t dev_cur[CT_REPLAY_DEV_SLOTS];
-    struct ct_replay_proc *proc;
-    uint32_t buckets;
-    uint64_t t0, span;
-    uint64_t sl_i, sl_lo, sl_hi; /* changed(): the slice of times [sl_lo, sl_hi) */
-    struct ct_replay_bucket *tl_all;
-    struct ct_replay_bucket *tl_dev[CT_REPLAY_DEV_SLOTS];
-    int oom;
 };
 
 /* Room for cap elements, reserved as address space only: pages are taken as they are written,
@@ -171,17 +115,6 @@ static int vec_push(struct vec *v, const void *x)
     memcpy((char *)v->p + v->n * v->elem, x, v->elem);
     v->n++;
     return 0;
-}
-
-static inline uint64_t mix(uint32_t key, uint64_t addr)
-{
-    uint64_t h = addr ^ ((uint64_t)key * 0x9E3779B97F4A7C15ull);
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdull;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ull;
-    h ^= h >> 33;
-    return h;
 }
 
 /* index of the key's slot, or of the empty slot where it would go */
@@ -358,15 +291,6 @@ static void sift_down(struct cursor *h, uint32_t n, uint32_t i)
     }
 }
 
-static inline uint32_t dev_slot(int32_t d)
-{
-    if (d < -1)
-        return 0;
-    if (d >= CT_REPLAY_DEV_SLOTS - 1)
-        return CT_REPLAY_DEV_SLOTS - 1;
-    return (uint32_t)(d + 1);
-}
-
 static inline void tl_note(struct ct_replay_bucket *b, uint64_t v, uint64_t ts)
 {
     if (!b->changes || v < b->min) {
@@ -447,26 +371,6 @@ static void changed(struct state *st, uint32_t slot, uint64_t ts)
         }
     }
     tl_note(&r->tl_dev[slot][i], r->dev_cur[slot], ts);
-}
-
-static inline struct life *life_at(const ct_replay *r, uint64_t li)
-{
-    return &((struct life *)r->lives.p)[li];
-}
-
-static inline const struct rest *rest_at(const ct_replay *r, uint32_t ri)
-{
-    return &((const struct rest *)r->rests.p)[ri];
-}
-
-static inline int32_t life_dev(const ct_replay *r, const struct life *L)
-{
-    return rest_at(r, L->rest)->ev.device;
-}
-
-static inline uint8_t *how_at(const ct_replay *r, uint64_t li)
-{
-    return &((uint8_t *)r->hows.p)[li];
 }
 
 /* the key of an event's rest: its words past ts, size and addr, padding zeroed */
@@ -602,247 +506,316 @@ static inline struct mapping *mapping_at(const struct state *st, uint32_t ref)
     return &((struct mapping *)st->maps.p)[ref];
 }
 
-static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_event *e,
-                 uint64_t seq, const struct ct_replay_config *cfg)
+/* ---- the rules: one function per kind of event (the header's list) ---- */
+
+/* a listed event (failed, denied, memory query): kept whole */
+static void list_event(struct state *st, struct vec *v, const struct listed *ref)
+{
+    if (vec_push(v, ref))
+        st->r->oom = 1;
+}
+
+/* an allocation at a key still live: the old one is gone (the caller starts the new one) */
+static void end_reused(struct state *st, uint32_t ti, struct slot *sl, uint64_t seq, uint64_t ts)
+{
+    st->s->c.reused++;
+    if (TAG_STATE(sl->tag) == ST_DEV)
+        end_life(st, sl, seq, ts, CT_END_REUSED);
+    else if (TAG_STATE(sl->tag) == ST_HOST) {
+        st->host_cur -= host_size(st, sl->ref);
+        st->proc_host[ti] -= host_size(st, sl->ref);
+    }
+    tdel(&st->tab, sl);
+}
+
+/* the run's, the device's and the process's peaks after an allocation raised their bytes */
+static void note_peaks(struct state *st, uint32_t ti, uint32_t ds, uint64_t seq, uint64_t ts)
 {
     ct_replay *r = st->r;
     struct ct_replay_summary *s = st->s;
+    struct ct_replay_device *d = &r->dev[ds];
     struct ct_replay_proc *p = &r->proc[ti];
-    uint64_t ts = e->ts_ns;
-    struct listed ref = {seq, ti, idx, *e};
-    p->events++;
-    if (!p->first_ts || ts < p->first_ts)
-        p->first_ts = ts;
-    if (ts > p->last_ts)
-        p->last_ts = ts;
-    switch (e->op) {
-    case CT_OP_ALLOC: {
-        if (e->result != 0) {
-            s->c.failed++;
-            p->failed++;
-            if (vec_push(&r->failed, &ref))
-                r->oom = 1;
-            return;
-        }
-        int kind = e->kind < 64 ? e->kind : 63;
-        int is_dev = (cfg->device_kinds >> kind) & 1, is_host = (cfg->host_kinds >> kind) & 1;
-        if (!is_dev && !is_host) {
-            s->c.other++;
-            return;
-        }
-        uint32_t key = TAG(ti, 0, e->space);
-        struct slot *sl = tget(&st->tab, key, e->addr);
-        if (sl) { /* reused while live: the old one is gone */
-            s->c.reused++;
-            if (TAG_STATE(sl->tag) == ST_DEV)
-                end_life(st, sl, seq, ts, CT_END_REUSED);
-            else if (TAG_STATE(sl->tag) == ST_HOST) {
-                st->host_cur -= host_size(st, sl->ref);
-                st->proc_host[ti] -= host_size(st, sl->ref);
-            }
-            tdel(&st->tab, sl);
-        }
-        sl = tput(&st->tab, key, e->addr);
-        if (!sl) {
-            r->oom = 1;
-            return;
-        }
-        if (is_dev) {
-            uint32_t ri = rest_id(r, ti, e);
-            struct life L = {seq, NONE64, ts, NONE64, e->size, e->addr, idx, ri};
-            uint8_t how = CT_END_LIVE;
-            sl->tag = TAG(ti, ST_DEV, e->space);
-            sl->ref = (uint32_t)r->lives.n;
-            if (ri == UINT32_MAX || r->lives.n >= UINT32_MAX || vec_push(&r->lives, &L) ||
-                vec_push(&r->hows, &how)) {
-                r->oom = 1;
-                return;
-            }
-            uint32_t ds = dev_slot(e->device);
-            struct ct_replay_device *d = &r->dev[ds];
-            s->c.allocs++;
-            p->allocs++;
-            d->seen = 1;
-            d->allocs++;
-            st->cur += e->size;
-            r->dev_cur[ds] += e->size;
-            st->proc_cur[ti] += e->size;
-            if (st->cur > s->peak_bytes || !s->found) {
-                s->peak_bytes = st->cur;
-                s->peak_ts = ts;
-                s->peak_seq = seq;
-                s->found = 1;
-            }
-            if (r->dev_cur[ds] > d->peak_bytes || d->allocs == 1) {
-                d->peak_bytes = r->dev_cur[ds];
-                d->peak_ts = ts;
-                d->peak_seq = seq;
-            }
-            if (st->proc_cur[ti] > p->peak_bytes) {
-                p->peak_bytes = st->proc_cur[ti];
-                p->peak_ts = ts;
-            }
-            changed(st, ds, ts);
-        } else {
-            uint64_t size = e->size;
-            sl->tag = TAG(ti, ST_HOST, e->space);
-            sl->ref = (uint32_t)st->hosts.n;
-            if (vec_push(&st->hosts, &size)) {
-                r->oom = 1;
-                return;
-            }
-            s->c.host_allocs++;
-            p->host_allocs++;
-            st->host_cur += size;
-            st->proc_host[ti] += size;
-            if (st->host_cur > s->host_peak) {
-                s->host_peak = st->host_cur;
-                s->host_peak_ts = ts;
-            }
-        }
+    if (st->cur > s->peak_bytes || !s->found) {
+        s->peak_bytes = st->cur;
+        s->peak_ts = ts;
+        s->peak_seq = seq;
+        s->found = 1;
+    }
+    if (r->dev_cur[ds] > d->peak_bytes || d->allocs == 1) {
+        d->peak_bytes = r->dev_cur[ds];
+        d->peak_ts = ts;
+        d->peak_seq = seq;
+    }
+    if (st->proc_cur[ti] > p->peak_bytes) {
+        p->peak_bytes = st->proc_cur[ti];
+        p->peak_ts = ts;
+    }
+}
+
+/* a device allocation begins: its life, its slot sl, the counts, the peaks, the timeline */
+static void start_life(struct state *st, uint32_t ti, uint32_t idx, const struct ct_event *e,
+                       uint64_t seq, struct slot *sl)
+{
+    ct_replay *r = st->r;
+    uint32_t ri = rest_id(r, ti, e);
+    struct life L = {seq, NONE64, e->ts_ns, NONE64, e->size, e->addr, idx, ri};
+    uint8_t how = CT_END_LIVE;
+    sl->tag = TAG(ti, ST_DEV, e->space);
+    sl->ref = (uint32_t)r->lives.n;
+    if (ri == UINT32_MAX || r->lives.n >= UINT32_MAX || vec_push(&r->lives, &L) ||
+        vec_push(&r->hows, &how)) {
+        r->oom = 1;
         return;
     }
-    case CT_OP_FREE: {
-        if (e->result != 0) {
-            s->c.failed_frees++;
-            return;
-        }
-        if (e->addr == 0) {
-            s->c.null_frees++;
-            return;
-        }
-        struct slot *sl = tget(&st->tab, TAG(ti, 0, e->space), e->addr);
-        if (!sl && e->space == CT_SPACE_VMM) {
-            /* cuMemRelease of an imported handle: someone else's memory, never counted */
-            struct slot *im = tget(&st->tab, TAG(ti, 0, IMPORT_SPACE), e->addr);
-            if (im) {
-                tdel(&st->tab, im);
-                s->c.unimports++;
-                return;
-            }
-        }
-        if (!sl) {
-            s->c.unmatched_frees++;
-            return;
-        }
-        if (TAG_STATE(sl->tag) == ST_HOST) {
-            st->host_cur -= host_size(st, sl->ref);
-            st->proc_host[ti] -= host_size(st, sl->ref);
-            s->c.host_frees++;
-            tdel(&st->tab, sl);
-            return;
-        }
-        s->c.frees++;
-        p->frees++;
-        uint32_t v = vmm_get(r, sl->ref);
-        if (e->space == CT_SPACE_VMM && (v & ~VMM_RELEASED) > 0) {
-            if (vmm_set(r, sl->ref, v | VMM_RELEASED)) /* the driver frees it at the last unmap */
-                r->oom = 1;
-            s->c.deferred_releases++;
-            return;
-        }
-        end_life(st, sl, seq, ts, CT_END_FREE);
+    uint32_t ds = dev_slot(e->device);
+    st->s->c.allocs++;
+    r->proc[ti].allocs++;
+    r->dev[ds].seen = 1;
+    r->dev[ds].allocs++;
+    st->cur += e->size;
+    r->dev_cur[ds] += e->size;
+    st->proc_cur[ti] += e->size;
+    note_peaks(st, ti, ds, seq, e->ts_ns);
+    changed(st, ds, e->ts_ns);
+}
+
+/* a pinned host allocation begins (counted apart from device memory) */
+static void start_host(struct state *st, uint32_t ti, const struct ct_event *e, struct slot *sl)
+{
+    struct ct_replay_summary *s = st->s;
+    uint64_t size = e->size;
+    sl->tag = TAG(ti, ST_HOST, e->space);
+    sl->ref = (uint32_t)st->hosts.n;
+    if (vec_push(&st->hosts, &size)) {
+        st->r->oom = 1;
+        return;
+    }
+    s->c.host_allocs++;
+    st->r->proc[ti].host_allocs++;
+    st->host_cur += size;
+    st->proc_host[ti] += size;
+    if (st->host_cur > s->host_peak) {
+        s->host_peak = st->host_cur;
+        s->host_peak_ts = e->ts_ns;
+    }
+}
+
+/* ALLOC: a failure is listed; a device or pinned host allocation begins at its key */
+static void on_alloc(struct state *st, uint32_t ti, const struct listed *ref,
+                     const struct ct_replay_config *cfg)
+{
+    const struct ct_event *e = &ref->ev;
+    if (e->result != 0) {
+        st->s->c.failed++;
+        st->r->proc[ti].failed++;
+        list_event(st, &st->r->failed, ref);
+        return;
+    }
+    int kind = e->kind < 64 ? e->kind : 63;
+    int is_dev = (cfg->device_kinds >> kind) & 1, is_host = (cfg->host_kinds >> kind) & 1;
+    if (!is_dev && !is_host) {
+        st->s->c.other++;
+        return;
+    }
+    uint32_t key = TAG(ti, 0, e->space);
+    struct slot *sl = tget(&st->tab, key, e->addr);
+    if (sl)
+        end_reused(st, ti, sl, ref->seq, e->ts_ns);
+    sl = tput(&st->tab, key, e->addr);
+    if (!sl)
+        st->r->oom = 1;
+    else if (is_dev)
+        start_life(st, ti, ref->idx, e, ref->seq, sl);
+    else
+        start_host(st, ti, e, sl);
+}
+
+/* cuMemRelease of a handle imported from another process: someone else's memory, never
+ * counted. 1 when it was one */
+static int released_import(struct state *st, uint32_t ti, const struct ct_event *e)
+{
+    struct slot *im = tget(&st->tab, TAG(ti, 0, IMPORT_SPACE), e->addr);
+    if (!im)
+        return 0;
+    tdel(&st->tab, im);
+    st->s->c.unimports++;
+    return 1;
+}
+
+/* FREE: the allocation of its key ends (a released VMM handle still mapped: at its last unmap) */
+static void on_free(struct state *st, uint32_t ti, const struct ct_event *e, uint64_t seq)
+{
+    struct ct_replay_summary *s = st->s;
+    if (e->result != 0) {
+        s->c.failed_frees++;
+        return;
+    }
+    if (e->addr == 0) {
+        s->c.null_frees++;
+        return;
+    }
+    struct slot *sl = tget(&st->tab, TAG(ti, 0, e->space), e->addr);
+    if (!sl && e->space == CT_SPACE_VMM && released_import(st, ti, e))
+        return;
+    if (!sl) {
+        s->c.unmatched_frees++;
+        return;
+    }
+    if (TAG_STATE(sl->tag) == ST_HOST) {
+        st->host_cur -= host_size(st, sl->ref);
+        st->proc_host[ti] -= host_size(st, sl->ref);
+        s->c.host_frees++;
         tdel(&st->tab, sl);
         return;
     }
-    case CT_OP_MAP: {
-        if (e->result != 0) {
-            s->c.other++;
-            return;
-        }
-        s->c.maps++;
-        uint32_t mkey = TAG(ti, 0, MAP_SPACE);
-        struct slot *m = tget(&st->tab, mkey, e->addr);
-        if (m) { /* a mapping we missed the end of: drop it */
-            uint64_t hv = mapping_at(st, m->ref)->handle;
-            tdel(&st->tab, m);
-            unmapped(st, ti, hv, seq, ts);
-        }
-        m = tput(&st->tab, mkey, e->addr);
-        struct mapping mp = {e->aux, e->size};
-        if (!m || vec_push(&st->maps, &mp)) {
-            r->oom = 1;
-            return;
-        }
-        m->tag = TAG(ti, ST_MAP, MAP_SPACE);
-        m->ref = (uint32_t)(st->maps.n - 1);
-        struct slot *h = tget(&st->tab, TAG(ti, 0, CT_SPACE_VMM), e->aux);
-        if (h && TAG_STATE(h->tag) == ST_DEV && vmm_set(r, h->ref, vmm_get(r, h->ref) + 1))
-            r->oom = 1;
+    s->c.frees++;
+    st->r->proc[ti].frees++;
+    uint32_t v = vmm_get(st->r, sl->ref);
+    if (e->space == CT_SPACE_VMM && (v & ~VMM_RELEASED) > 0) {
+        if (vmm_set(st->r, sl->ref, v | VMM_RELEASED)) /* the driver frees it at the last unmap */
+            st->r->oom = 1;
+        s->c.deferred_releases++;
         return;
     }
-    case CT_OP_UNMAP: {
-        if (e->result != 0) {
-            s->c.other++;
-            return;
-        }
-        s->c.unmaps++;
-        uint32_t mkey = TAG(ti, 0, MAP_SPACE);
-        struct slot *m = tget(&st->tab, mkey, e->addr);
-        if (m && mapping_at(st, m->ref)->size >= e->size) { /* one mapping, unmapped whole */
-            uint64_t hv = mapping_at(st, m->ref)->handle;
-            tdel(&st->tab, m);
-            unmapped(st, ti, hv, seq, ts);
-            return;
-        }
-        /* a range over several mappings, or none starting there: unmap every mapping of this
-         * trace that starts inside the range (rare: collect them first, deleting moves slots),
-         * in address order (as model.py does) */
-        uint64_t n = 0, cap = 0, *found = NULL;
-        for (uint64_t i = 0; i < st->tab.cap; i++) {
-            struct slot *x = &st->tab.s[i];
-            if (x->tag && TAG_STATE(x->tag) == ST_MAP && TAG_TRACE(x->tag) == ti &&
-                x->addr >= e->addr && x->addr - e->addr < e->size) {
-                if (n == cap) {
-                    cap = cap ? cap * 2 : 16;
-                    uint64_t *f = realloc(found, cap * sizeof *f);
-                    if (!f) {
-                        free(found);
-                        r->oom = 1;
-                        return;
-                    }
-                    found = f;
-                }
-                found[n++] = x->addr;
+    end_life(st, sl, seq, e->ts_ns, CT_END_FREE);
+    tdel(&st->tab, sl);
+}
+
+/* the mapping at slot m goes away (the caller found it) */
+static void drop_mapping(struct state *st, uint32_t ti, struct slot *m, uint64_t seq, uint64_t ts)
+{
+    uint64_t hv = mapping_at(st, m->ref)->handle;
+    tdel(&st->tab, m);
+    unmapped(st, ti, hv, seq, ts);
+}
+
+/* MAP (cuMemMap): a mapping of a handle; the handle counts its mappings */
+static void on_map(struct state *st, uint32_t ti, const struct ct_event *e, uint64_t seq)
+{
+    ct_replay *r = st->r;
+    if (e->result != 0) {
+        st->s->c.other++;
+        return;
+    }
+    st->s->c.maps++;
+    uint32_t mkey = TAG(ti, 0, MAP_SPACE);
+    struct slot *m = tget(&st->tab, mkey, e->addr);
+    if (m) /* a mapping we missed the end of: drop it */
+        drop_mapping(st, ti, m, seq, e->ts_ns);
+    m = tput(&st->tab, mkey, e->addr);
+    struct mapping mp = {e->aux, e->size};
+    if (!m || vec_push(&st->maps, &mp)) {
+        r->oom = 1;
+        return;
+    }
+    m->tag = TAG(ti, ST_MAP, MAP_SPACE);
+    m->ref = (uint32_t)(st->maps.n - 1);
+    struct slot *h = tget(&st->tab, TAG(ti, 0, CT_SPACE_VMM), e->aux);
+    if (h && TAG_STATE(h->tag) == ST_DEV && vmm_set(r, h->ref, vmm_get(r, h->ref) + 1))
+        r->oom = 1;
+}
+
+/* an unmap of a range over several mappings, or none starting there: every mapping of this
+ * trace that starts inside the range goes (rare: collected first, deleting moves slots), in
+ * address order (as model.py does) */
+static void unmap_range(struct state *st, uint32_t ti, const struct ct_event *e, uint64_t seq)
+{
+    uint64_t n = 0, cap = 0, *found = NULL;
+    for (uint64_t i = 0; i < st->tab.cap; i++) {
+        struct slot *x = &st->tab.s[i];
+        if (!(x->tag && TAG_STATE(x->tag) == ST_MAP && TAG_TRACE(x->tag) == ti &&
+              x->addr >= e->addr && x->addr - e->addr < e->size))
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            uint64_t *f = realloc(found, cap * sizeof *f);
+            if (!f) {
+                free(found);
+                st->r->oom = 1;
+                return;
             }
+            found = f;
         }
-        if (!n)
-            s->c.unmatched_unmaps++;
-        qsort(found, n, sizeof *found, u64_cmp);
-        for (uint64_t k = 0; k < n; k++) {
-            struct slot *x = tget(&st->tab, mkey, found[k]);
-            if (!x)
-                continue;
-            uint64_t hv = mapping_at(st, x->ref)->handle;
-            tdel(&st->tab, x);
-            unmapped(st, ti, hv, seq, ts);
-        }
-        free(found);
+        found[n++] = x->addr;
+    }
+    if (!n)
+        st->s->c.unmatched_unmaps++;
+    qsort(found, n, sizeof *found, u64_cmp);
+    for (uint64_t k = 0; k < n; k++) {
+        struct slot *x = tget(&st->tab, TAG(ti, 0, MAP_SPACE), found[k]);
+        if (x)
+            drop_mapping(st, ti, x, seq, e->ts_ns);
+    }
+    free(found);
+}
+
+/* UNMAP (cuMemUnmap): its mappings go; a released handle's last one frees its memory */
+static void on_unmap(struct state *st, uint32_t ti, const struct ct_event *e, uint64_t seq)
+{
+    if (e->result != 0) {
+        st->s->c.other++;
         return;
     }
+    st->s->c.unmaps++;
+    struct slot *m = tget(&st->tab, TAG(ti, 0, MAP_SPACE), e->addr);
+    if (m && mapping_at(st, m->ref)->size >= e->size) /* one mapping, unmapped whole */
+        drop_mapping(st, ti, m, seq, e->ts_ns);
+    else
+        unmap_range(st, ti, e, seq);
+}
+
+/* IMPORT (cuMemImportFromShareableHandle): the handle is noted, never counted */
+static void on_import(struct state *st, uint32_t ti, const struct ct_event *e)
+{
+    st->s->c.imports++;
+    if (e->result != 0 || !e->addr || e->space != CT_SPACE_VMM)
+        return;
+    struct slot *im = tput(&st->tab, TAG(ti, 0, IMPORT_SPACE), e->addr);
+    if (!im) {
+        st->r->oom = 1;
+        return;
+    }
+    im->tag = TAG(ti, ST_HOST, IMPORT_SPACE);
+    im->ref = 0;
+}
+
+/* one event of trace ti, the seq-th of the merged run: its process's counts, then its rule */
+static void step(struct state *st, uint32_t ti, uint32_t idx, const struct ct_event *e,
+                 uint64_t seq, const struct ct_replay_config *cfg)
+{
+    struct ct_replay_summary *s = st->s;
+    struct ct_replay_proc *p = &st->r->proc[ti];
+    struct listed ref = {seq, ti, idx, *e};
+    p->events++;
+    if (!p->first_ts || e->ts_ns < p->first_ts)
+        p->first_ts = e->ts_ns;
+    if (e->ts_ns > p->last_ts)
+        p->last_ts = e->ts_ns;
+    switch (e->op) {
+    case CT_OP_ALLOC:
+        on_alloc(st, ti, &ref, cfg);
+        return;
+    case CT_OP_FREE:
+        on_free(st, ti, e, seq);
+        return;
+    case CT_OP_MAP:
+        on_map(st, ti, e, seq);
+        return;
+    case CT_OP_UNMAP:
+        on_unmap(st, ti, e, seq);
+        return;
     case CT_OP_DENY:
         s->c.denied++;
         p->denied++;
-        if (vec_push(&r->denied, &ref))
-            r->oom = 1;
+        list_event(st, &st->r->denied, &ref);
         return;
     case CT_OP_MEMINFO:
         s->c.meminfo++;
         p->meminfo++;
-        if (vec_push(&r->meminfo, &ref))
-            r->oom = 1;
+        list_event(st, &st->r->meminfo, &ref);
         return;
     case CT_OP_IMPORT:
-        s->c.imports++;
-        if (e->result == 0 && e->addr && e->space == CT_SPACE_VMM) {
-            struct slot *im = tput(&st->tab, TAG(ti, 0, IMPORT_SPACE), e->addr);
-            if (!im) {
-                r->oom = 1;
-                return;
-            }
-            im->tag = TAG(ti, ST_HOST, IMPORT_SPACE);
-            im->ref = 0;
-        }
+        on_import(st, ti, e);
         return;
     case CT_OP_UNIMPORT:
         s->c.unimports++;
@@ -857,8 +830,6 @@ struct ending {
     uint64_t addr;
     uint32_t key, pad;
 };
-
-static void radix_u64(uint64_t *a, uint64_t *tmp, uint64_t n);
 
 /* append x to *v (n of cap elements of size elem); -1: out of memory */
 static int grow_push(void **v, uint64_t *n, uint64_t *cap, size_t elem, const void *x)
@@ -900,7 +871,7 @@ static void process_end(struct state *st, uint32_t ti, uint64_t seq, uint64_t ts
     tmp = malloc((nd ? nd : 1) * sizeof *tmp);
     if (!tmp)
         goto oom;
-    radix_u64(devs, tmp, nd);
+    ct_replay_radix_u64(devs, tmp, nd);
     for (uint64_t k = 0; k < nd; k++) {
         const struct life *L = life_at(r, devs[k]);
         const struct rest *rs = rest_at(r, L->rest);
@@ -1081,13 +1052,17 @@ static uint32_t *first_blocks(const struct ct_replay_trace *t, uint32_t *nfirst)
     return f;
 }
 
-ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
-                         const struct ct_replay_config *cfg, struct ct_replay_summary *out)
+/* the merge: every stream's next event in a heap of cursors */
+struct merge {
+    struct stream *streams;
+    struct cursor *heap;
+    uint32_t nstreams, nh;
+    uint64_t read; /* bytes of mapped files read since their pages were last dropped */
+};
+
+/* a replay with nothing in it yet, for ntraces traces; NULL when out of memory */
+static ct_replay *replay_new(uint32_t ntraces)
 {
-    if (!out || !cfg || (ntraces && !traces) || ntraces >= MAX_TRACES)
-        return NULL;
-    memset(out, 0, sizeof *out);
-    out->ntraces = ntraces;
     ct_replay *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
@@ -1101,23 +1076,52 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
     r->nev = calloc(nt, sizeof *r->nev);
     r->order = calloc(nt, sizeof *r->order);
     r->proc = calloc(nt, sizeof *r->proc);
-    uint64_t *proc_cur = calloc(nt, sizeof *proc_cur), *proc_host = calloc(nt, sizeof *proc_host);
-    uint64_t *ends = calloc(nt, sizeof *ends);
-    struct source *src = calloc(nt, sizeof *src);
-    struct stream *streams = NULL;
-    struct cursor *heap = NULL;
-    uint32_t nstreams = 0;
-    if (!r->ev || !r->nev || !r->order || !r->proc || !proc_cur || !proc_host || !ends || !src)
-        goto fail;
+    if (!r->ev || !r->nev || !r->order || !r->proc) {
+        ct_replay_free(r);
+        return NULL;
+    }
     for (int i = 0; i < CT_REPLAY_DEV_SLOTS; i++)
         r->dev[i].device = i - 1;
+    return r;
+}
 
-    /* the streams: one per array, one per thread of a trace read from its blocks */
-    uint64_t t0 = NONE64, t1 = 0, total = 0, want = 0;
+/* the pass's own state for r (its tables start empty); -1 when out of memory */
+static int state_open(struct state *st, ct_replay *r, uint32_t ntraces,
+                      struct ct_replay_summary *out)
+{
+    uint32_t nt = ntraces ? ntraces : 1;
+    memset(st, 0, sizeof *st);
+    st->r = r;
+    st->s = out;
+    st->hosts.elem = sizeof(uint64_t);
+    st->maps.elem = sizeof(struct mapping);
+    st->proc_cur = calloc(nt, sizeof *st->proc_cur);
+    st->proc_host = calloc(nt, sizeof *st->proc_host);
+    st->src = calloc(nt, sizeof *st->src);
+    return st->proc_cur && st->proc_host && st->src ? 0 : -1;
+}
+
+static void state_close(struct state *st)
+{
+    tfree(&st->tab);
+    free(st->hosts.p);
+    free(st->maps.p);
+    free(st->proc_cur);
+    free(st->proc_host);
+    free(st->src);
+}
+
+/* each trace's source and events; room for as many lives as events (a device allocation is an
+ * event), as address space. The number of streams: one per array, one per thread of a trace
+ * read from its blocks (each thread's first block) */
+static uint64_t count_streams(struct state *st, const struct ct_replay_trace *traces,
+                              uint32_t ntraces)
+{
+    ct_replay *r = st->r;
+    uint64_t want = 0, events = 0;
     for (uint32_t i = 0; i < ntraces; i++) {
         const struct ct_replay_trace *t = &traces[i];
-        src[i].t = t;
-        ends[i] = t->end_ts;
+        st->src[i].t = t;
         if (t->events) {
             r->ev[i] = t->events;
             r->nev[i] = t->n;
@@ -1126,717 +1130,210 @@ ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
             r->nev[i] = t->n;
             want += t->n_segs;
         }
-    }
-    /* a device allocation is an event: room for as many lives as events, as address space */
-    uint64_t events = 0;
-    for (uint32_t i = 0; i < ntraces; i++)
         events += r->nev[i];
+    }
     if (vec_map(&r->lives, events) == 0) /* else the vectors grow by realloc */
         vec_map(&r->hows, events);
-    streams = calloc(want ? want : 1, sizeof *streams);
-    heap = calloc((want ? want : 1), sizeof *heap);
-    if (!streams || !heap)
-        goto fail;
-    struct state st = {r,
-                       {NULL, 0, 0, 0},
-                       {NULL, 0, 0, sizeof(uint64_t), 0},
-                       {NULL, 0, 0, sizeof(struct mapping), 0},
-                       out,
-                       0,
-                       0,
-                       proc_cur,
-                       proc_host,
-                       0,
-                       0,
-                       {0},
-                       src};
-    uint64_t read = 0;
-    uint32_t nh = 0;
+    return want;
+}
+
+/* the streams of an array of events (sorted by time when it is not); -1: out of memory */
+static int open_array(struct state *st, struct merge *mg, uint32_t i, uint64_t *t0, uint64_t *t1)
+{
+    ct_replay *r = st->r;
+    const struct ct_event *ev = r->ev[i];
+    uint64_t n = r->nev[i];
+    if (!sorted_by_ts(ev, n)) {
+        st->s->c.unsorted_traces++;
+        r->order[i] = sort_order(ev, n);
+        if (!r->order[i])
+            return -1;
+    }
+    const uint32_t *o = r->order[i];
+    uint64_t first = ev[o ? o[0] : 0].ts_ns, last = ev[o ? o[n - 1] : n - 1].ts_ns;
+    *t0 = first < *t0 ? first : *t0;
+    *t1 = last > *t1 ? last : *t1;
+    mg->streams[mg->nstreams++] = (struct stream){.trace = i};
+    return 0;
+}
+
+/* the streams of a trace read from its blocks, one per thread; -1: out of memory */
+static int open_blocks(struct state *st, struct merge *mg, uint32_t i, uint64_t *t0, uint64_t *t1)
+{
+    const struct ct_replay_trace *t = st->src[i].t;
+    uint32_t nf = 0, *f = first_blocks(t, &nf);
+    if (!f)
+        return -1;
+    for (uint32_t k = 0; k < nf; k++) {
+        struct stream *m = &mg->streams[mg->nstreams++];
+        m->trace = i;
+        enter(m, t, f[k]);
+    }
+    free(f);
+    *t0 = t->min_ts < *t0 ? t->min_ts : *t0;
+    *t1 = t->max_ts > *t1 ? t->max_ts : *t1;
+    return 0;
+}
+
+/* every trace's streams, and the run's first and last times; -1: out of memory */
+static int open_streams(struct state *st, struct merge *mg, uint32_t ntraces)
+{
+    ct_replay *r = st->r;
+    uint64_t t0 = NONE64, t1 = 0, total = 0;
     for (uint32_t i = 0; i < ntraces; i++) {
-        const struct ct_replay_trace *t = &traces[i];
-        uint64_t n = r->nev[i];
-        if (!n)
+        if (!r->nev[i])
             continue;
-        if (t->events) {
-            if (!sorted_by_ts(t->events, n)) {
-                out->c.unsorted_traces++;
-                r->order[i] = sort_order(t->events, n);
-                if (!r->order[i])
-                    goto fail;
-            }
-            const uint32_t *o = r->order[i];
-            uint64_t first = t->events[o ? o[0] : 0].ts_ns,
-                     last = t->events[o ? o[n - 1] : n - 1].ts_ns;
-            t0 = first < t0 ? first : t0;
-            t1 = last > t1 ? last : t1;
-            streams[nstreams++] = (struct stream){.trace = i};
-        } else {
-            uint32_t nf = 0, *f = first_blocks(t, &nf);
-            if (!f)
-                goto fail;
-            for (uint32_t k = 0; k < nf; k++) {
-                struct stream *m = &streams[nstreams++];
-                m->trace = i;
-                enter(m, t, f[k]);
-            }
-            free(f);
-            t0 = t->min_ts < t0 ? t->min_ts : t0;
-            t1 = t->max_ts > t1 ? t->max_ts : t1;
-        }
-        total += n;
+        if ((r->ev[i] ? open_array(st, mg, i, &t0, &t1) : open_blocks(st, mg, i, &t0, &t1)) != 0)
+            return -1;
+        total += r->nev[i];
     }
     if (!total)
         t0 = 0;
-    out->t0 = t0;
-    out->t_end = t1;
-    r->t0 = t0;
+    st->s->t0 = r->t0 = t0;
+    st->s->t_end = t1;
     r->span = t1 - t0;
-    r->buckets = cfg->buckets;
-    if (r->buckets) {
-        r->tl_all = calloc(r->buckets, sizeof *r->tl_all);
-        if (!r->tl_all)
-            goto fail;
-    }
-    for (uint32_t k = 0; k < nstreams; k++) {
-        struct stream *m = &streams[k];
-        if (!refill(&st, m, &read))
-            continue;
-        src[m->trace].active++;
-        heap[nh++] = (struct cursor){m->ev[0].ts_ns, m->idx[0], m->trace, 0, k, 0};
-    }
-    for (uint32_t i = nh; i-- > 0;)
-        sift_down(heap, nh, i);
+    return 0;
+}
 
+/* every stream's first events decoded, its cursor in the heap */
+static void heap_fill(struct state *st, struct merge *mg)
+{
+    for (uint32_t k = 0; k < mg->nstreams; k++) {
+        struct stream *m = &mg->streams[k];
+        if (!refill(st, m, &mg->read))
+            continue;
+        st->src[m->trace].active++;
+        mg->heap[mg->nh++] = (struct cursor){m->ev[0].ts_ns, m->idx[0], m->trace, 0, k, 0};
+    }
+    for (uint32_t i = mg->nh; i-- > 0;)
+        sift_down(mg->heap, mg->nh, i);
+}
+
+/* the free two events ahead will write its life, far back in memory: its slot was asked for
+ * when it was decoded, so ask for the life now */
+static inline void prefetch_life(const struct state *st, const struct stream *m, uint32_t ti)
+{
+    if (m->head + 2 >= m->n || !st->tab.cap)
+        return;
+    const struct ct_event *f = &m->ev[m->head + 2];
+    if (f->op == CT_OP_FREE) {
+        const struct slot *x = tget(&st->tab, TAG(ti, 0, f->space), f->addr);
+        if (x && TAG_STATE(x->tag) == ST_DEV)
+            __builtin_prefetch(life_at(st->r, x->ref), 1);
+    }
+}
+
+/* after the head cursor's event: its stream's next, else its process's end, else it goes */
+static inline void advance(struct state *st, struct merge *mg, struct cursor *c, struct stream *m)
+{
+    struct source *so = &st->src[c->trace];
+    if (m->idx[m->head] < so->next_idx && !so->unsorted && !so->t->events) {
+        so->unsorted = 1; /* as an array's sort would count it */
+        st->s->c.unsorted_traces++;
+    }
+    so->next_idx = m->idx[m->head] + 1;
+    /* the common case (one stream, or the same one again) stays cheap */
+    if (++m->head < m->n || refill(st, m, &mg->read)) {
+        c->ts = m->ev[m->head].ts_ns;
+        c->idx = m->idx[m->head];
+    } else if (--so->active == 0 && so->t->end_ts) {
+        c->exit = 1; /* the trace is done: its process's end comes next */
+        c->ts = so->t->end_ts > so->last_ts ? so->t->end_ts : so->last_ts;
+    } else {
+        mg->heap[0] = mg->heap[--mg->nh];
+    }
+}
+
+/* the pass: the events of every stream in the merged order, each by its rule; a process's
+ * end when its trace is done. The number of events replayed */
+static uint64_t merge_all(struct state *st, struct merge *mg, uint32_t ntraces,
+                          const struct ct_replay_config *cfg)
+{
     uint64_t seq = 0;
-    while (nh) {
-        struct cursor *c = &heap[0];
+    while (mg->nh) {
+        struct cursor *c = &mg->heap[0];
         uint32_t ti = c->trace;
         if (c->exit) {
-            process_end(&st, ti, seq, c->ts);
-            if (r->oom)
+            process_end(st, ti, seq, c->ts);
+            if (st->r->oom)
                 break;
-            heap[0] = heap[--nh];
-            if (nh > 1)
-                sift_down(heap, nh, 0);
-            continue;
-        }
-        struct stream *m = &streams[c->stream];
-        const struct ct_event *e = &m->ev[m->head];
-        /* the free after this one will write its life, far back in memory: its slot was
-         * asked for when it was decoded, so ask for the life now */
-        if (m->head + 2 < m->n && st.tab.cap) {
-            const struct ct_event *f = &m->ev[m->head + 2];
-            if (f->op == CT_OP_FREE) {
-                const struct slot *x = tget(&st.tab, TAG(ti, 0, f->space), f->addr);
-                if (x && TAG_STATE(x->tag) == ST_DEV)
-                    __builtin_prefetch(life_at(r, x->ref), 1);
-            }
-        }
-        step(&st, ti, (uint32_t)m->idx[m->head], e, seq, cfg);
-        if (r->oom)
-            break;
-        seq++;
-        src[ti].last_ts = e->ts_ns;
-        if (m->idx[m->head] < src[ti].next_idx && !src[ti].unsorted && !src[ti].t->events) {
-            src[ti].unsorted = 1; /* as an array's sort would count it */
-            out->c.unsorted_traces++;
-        }
-        src[ti].next_idx = m->idx[m->head] + 1;
-        /* advance this cursor: the common case (one stream, or the same one again) stays cheap */
-        if (++m->head < m->n || refill(&st, m, &read)) {
-            c->ts = m->ev[m->head].ts_ns;
-            c->idx = m->idx[m->head];
-        } else if (--src[ti].active == 0 && ends[ti]) {
-            c->exit = 1; /* the trace is done: its process's end comes next */
-            c->ts = ends[ti] > src[ti].last_ts ? ends[ti] : src[ti].last_ts;
+            mg->heap[0] = mg->heap[--mg->nh];
         } else {
-            heap[0] = heap[--nh];
+            struct stream *m = &mg->streams[c->stream];
+            prefetch_life(st, m, ti);
+            step(st, ti, (uint32_t)m->idx[m->head], &m->ev[m->head], seq, cfg);
+            if (st->r->oom)
+                break;
+            seq++;
+            st->src[ti].last_ts = m->ev[m->head].ts_ns;
+            advance(st, mg, c, m);
         }
-        if (nh > 1)
-            sift_down(heap, nh, 0);
-        if (read >= DROP_BYTES) {
-            drop_pages(&st, ntraces);
-            read = 0;
+        if (mg->nh > 1)
+            sift_down(mg->heap, mg->nh, 0);
+        if (mg->read >= DROP_BYTES) {
+            drop_pages(st, ntraces);
+            mg->read = 0;
         }
     }
-    drop_pages(&st, ntraces);
-    tfree(&st.tab);
-    free(st.hosts.p);
-    free(st.maps.p);
-    if (r->oom)
-        goto fail;
+    drop_pages(st, ntraces);
+    return seq;
+}
+
+/* the summary's totals; the events are let go (the queries read the lives) */
+static void finish(struct state *st, uint64_t seq, uint32_t ntraces)
+{
+    ct_replay *r = st->r;
+    struct ct_replay_summary *out = st->s;
     out->c.events = seq;
-    out->end_bytes = st.cur + st.exited;
-    out->host_end = st.host_cur + st.host_exited;
+    out->end_bytes = st->cur + st->exited;
+    out->host_end = st->host_cur + st->host_exited;
     out->lives = r->lives.n;
     for (int i = 0; i < CT_REPLAY_DEV_SLOTS; i++)
-        r->dev[i].end_bytes = r->dev_cur[i] + st.dev_exited[i];
-    for (uint32_t i = 0; i < ntraces; i++)
-        if (!ends[i] || !r->nev[i])
-            r->proc[i].end_bytes = proc_cur[i];
-    /* the events are not needed any more: the queries read the lives */
+        r->dev[i].end_bytes = r->dev_cur[i] + st->dev_exited[i];
     for (uint32_t i = 0; i < ntraces; i++) {
+        if (!st->src[i].t->end_ts || !r->nev[i])
+            r->proc[i].end_bytes = st->proc_cur[i];
         free(r->order[i]);
         r->order[i] = NULL;
         r->ev[i] = NULL;
     }
-    free(proc_cur);
-    free(proc_host);
-    free(ends);
-    free(src);
-    free(streams);
-    free(heap);
+}
+
+ct_replay *ct_replay_run(const struct ct_replay_trace *traces, uint32_t ntraces,
+                         const struct ct_replay_config *cfg, struct ct_replay_summary *out)
+{
+    if (!out || !cfg || (ntraces && !traces) || ntraces >= MAX_TRACES)
+        return NULL;
+    memset(out, 0, sizeof *out);
+    out->ntraces = ntraces;
+    ct_replay *r = replay_new(ntraces);
+    if (!r)
+        return NULL;
+    struct state st;
+    struct merge mg = {NULL, NULL, 0, 0, 0};
+    int ok = state_open(&st, r, ntraces, out) == 0;
+    if (ok) {
+        uint64_t want = count_streams(&st, traces, ntraces);
+        mg.streams = calloc(want ? want : 1, sizeof *mg.streams);
+        mg.heap = calloc(want ? want : 1, sizeof *mg.heap);
+        ok = mg.streams && mg.heap && open_streams(&st, &mg, ntraces) == 0;
+    }
+    r->buckets = cfg->buckets;
+    if (ok && r->buckets)
+        ok = (r->tl_all = calloc(r->buckets, sizeof *r->tl_all)) != NULL;
+    if (ok) {
+        heap_fill(&st, &mg);
+        uint64_t seq = merge_all(&st, &mg, ntraces, cfg);
+        ok = !r->oom;
+        if (ok)
+            finish(&st, seq, ntraces);
+    }
+    state_close(&st);
+    free(mg.streams);
+    free(mg.heap);
+    if (!ok) {
+        ct_replay_free(r);
+        return NULL;
+    }
     return r;
-fail:
-    free(proc_cur);
-    free(proc_host);
-    free(ends);
-    free(src);
-    free(streams);
-    free(heap);
-    ct_replay_free(r);
-    return NULL;
-}
-
-int32_t ct_replay_device(const ct_replay *r, uint32_t slot, struct ct_replay_device *out)
-{
-    if (!r || slot >= CT_REPLAY_DEV_SLOTS || !out)
-        return 0;
-    *out = r->dev[slot];
-    return (int32_t)r->dev[slot].seen;
-}
-
-int32_t ct_replay_proc(const ct_replay *r, uint32_t trace, struct ct_replay_proc *out)
-{
-    if (!r || trace >= r->ntraces || !out)
-        return 0;
-    *out = r->proc[trace];
-    return 1;
-}
-
-uint32_t ct_replay_timeline(const ct_replay *r, int32_t device, struct ct_replay_bucket *out,
-                            uint32_t max)
-{
-    if (!r || !r->buckets)
-        return 0;
-    const struct ct_replay_bucket *b =
-        device == CT_REPLAY_ANY_DEVICE ? r->tl_all : r->tl_dev[dev_slot(device)];
-    uint32_t n = r->buckets < max ? r->buckets : max;
-    if (!b) {
-        if (out)
-            memset(out, 0, n * sizeof *out);
-        return n;
-    }
-    if (out)
-        memcpy(out, b, n * sizeof *out);
-    return n;
-}
-
-static inline int live_at(const ct_replay *r, const struct life *L, uint32_t by, uint64_t v)
-{
-    if (by == CT_REPLAY_NEVER_FREED) {
-        uint8_t how = *how_at(r, (uint64_t)(L - (const struct life *)r->lives.p));
-        return how == CT_END_LIVE || how == CT_END_EXITED;
-    }
-    if (by == CT_REPLAY_BY_SEQ)
-        return L->seq <= v && v < L->end_seq;
-    return L->ts <= v && v < L->end_ts;
-}
-
-static inline int on_device(const ct_replay *r, const struct life *L, int32_t device)
-{
-    return device == CT_REPLAY_ANY_DEVICE || life_dev(r, L) == device;
-}
-
-static void fill(const ct_replay *r, const struct life *L, struct ct_live *o)
-{
-    const struct rest *x = rest_at(r, L->rest);
-    o->ev = x->ev;
-    o->ev.ts_ns = L->ts;
-    o->ev.size = L->size;
-    o->ev.addr = L->addr;
-    o->trace = x->trace;
-    o->index = L->idx;
-    o->seq = L->seq;
-    o->end_seq = L->end_seq;
-    o->end_ts = L->end_ts;
-    o->how = *how_at(r, (uint64_t)(L - (const struct life *)r->lives.p));
-    o->reserved = 0;
-}
-
-uint64_t ct_replay_select(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
-                          struct ct_live *out, uint64_t max)
-{
-    if (!r)
-        return 0;
-    const struct life *lv = r->lives.p;
-    uint64_t n = 0;
-    for (uint64_t i = 0; i < r->lives.n; i++) {
-        const struct life *L = &lv[i];
-        if (!live_at(r, L, by, value) || !on_device(r, L, device))
-            continue;
-        if (out && n < max)
-            fill(r, L, &out[n]);
-        n++;
-    }
-    return n;
-}
-
-uint64_t ct_replay_live_bytes(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
-                              uint64_t *count)
-{
-    uint64_t bytes = 0, n = 0;
-    if (r) {
-        const struct life *lv = r->lives.p;
-        for (uint64_t i = 0; i < r->lives.n; i++) {
-            const struct life *L = &lv[i];
-            if (!live_at(r, L, by, value) || !on_device(r, L, device))
-                continue;
-            bytes += L->size;
-            n++;
-        }
-    }
-    if (count)
-        *count = n;
-    return bytes;
-}
-
-uint64_t ct_replay_all(const ct_replay *r, struct ct_live *out, uint64_t max)
-{
-    if (!r)
-        return 0;
-    const struct life *lv = r->lives.p;
-    for (uint64_t i = 0; out && i < r->lives.n && i < max; i++)
-        fill(r, &lv[i], &out[i]);
-    return r->lives.n;
-}
-
-uint64_t ct_replay_list(const ct_replay *r, uint32_t which, struct ct_live *out, uint64_t max)
-{
-    if (!r)
-        return 0;
-    const struct vec *v = which == CT_REPLAY_LIST_FAILED    ? &r->failed
-                          : which == CT_REPLAY_LIST_DENIED  ? &r->denied
-                          : which == CT_REPLAY_LIST_MEMINFO ? &r->meminfo
-                                                            : NULL;
-    if (!v)
-        return 0;
-    const struct listed *rf = v->p;
-    for (uint64_t i = 0; out && i < v->n && i < max; i++) {
-        memset(&out[i], 0, sizeof out[i]);
-        out[i].ev = rf[i].ev;
-        out[i].trace = rf[i].trace;
-        out[i].index = rf[i].idx;
-        out[i].seq = rf[i].seq;
-        out[i].end_seq = NONE64;
-        out[i].end_ts = NONE64;
-    }
-    return v->n;
-}
-
-uint64_t ct_replay_stack_totals(const ct_replay *r, struct ct_stack_total *out, uint64_t max)
-{
-    if (!r)
-        return 0;
-    /* a small open-addressing map (trace, stack) -> index into a growing array of totals */
-    uint64_t cap = 1024, n = 0, tcap = 256;
-    uint64_t *map = malloc(cap * sizeof *map);
-    struct ct_stack_total *tot = malloc(tcap * sizeof *tot);
-    if (!map || !tot) {
-        free(map);
-        free(tot);
-        return 0;
-    }
-    memset(map, 0xff, cap * sizeof *map);
-    const struct life *lv = r->lives.p;
-    for (uint64_t i = 0; i < r->lives.n; i++) {
-        const struct rest *x = rest_at(r, lv[i].rest);
-        uint32_t tr = x->trace, st = x->ev.stack;
-        if ((n + 1) * 2 > cap) {
-            uint64_t nc = cap * 2;
-            uint64_t *nm = malloc(nc * sizeof *nm);
-            if (!nm)
-                goto out;
-            memset(nm, 0xff, nc * sizeof *nm);
-            for (uint64_t k = 0; k < n; k++) {
-                uint64_t j = mix(tot[k].trace, tot[k].stack) & (nc - 1);
-                while (nm[j] != NONE64)
-                    j = (j + 1) & (nc - 1);
-                nm[j] = k;
-            }
-            free(map);
-            map = nm;
-            cap = nc;
-        }
-        uint64_t j = mix(tr, st) & (cap - 1);
-        while (map[j] != NONE64 && !(tot[map[j]].trace == tr && tot[map[j]].stack == st))
-            j = (j + 1) & (cap - 1);
-        if (map[j] == NONE64) {
-            if (n == tcap) {
-                struct ct_stack_total *nt = realloc(tot, tcap * 2 * sizeof *tot);
-                if (!nt)
-                    goto out;
-                tot = nt;
-                tcap *= 2;
-            }
-            tot[n] = (struct ct_stack_total){tr, st, 0, 0};
-            map[j] = n++;
-        }
-        tot[map[j]].count++;
-        tot[map[j]].bytes += lv[i].size;
-    }
-out:
-    if (out)
-        memcpy(out, tot, (n < max ? n : max) * sizeof *tot);
-    free(map);
-    free(tot);
-    return n;
-}
-
-/* LSD radix sort of n sizes (tmp: room for n), skipping the byte positions where all agree */
-static void radix_u64(uint64_t *a, uint64_t *tmp, uint64_t n)
-{
-    if (n < 64) {
-        for (uint64_t i = 1; i < n; i++) {
-            uint64_t x = a[i], j = i;
-            while (j > 0 && a[j - 1] > x) {
-                a[j] = a[j - 1];
-                j--;
-            }
-            a[j] = x;
-        }
-        return;
-    }
-    uint64_t or_all = 0, and_all = NONE64;
-    for (uint64_t i = 0; i < n; i++) {
-        or_all |= a[i];
-        and_all &= a[i];
-    }
-    uint64_t *src = a, *dst = tmp;
-    for (int shift = 0; shift < 64; shift += 8) {
-        if ((((or_all ^ and_all) >> shift) & 0xff) == 0)
-            continue; /* this byte is the same everywhere */
-        uint64_t cnt[256] = {0};
-        for (uint64_t i = 0; i < n; i++)
-            cnt[(src[i] >> shift) & 0xff]++;
-        uint64_t sum = 0;
-        for (int b = 0; b < 256; b++) {
-            uint64_t c = cnt[b];
-            cnt[b] = sum;
-            sum += c;
-        }
-        for (uint64_t i = 0; i < n; i++)
-            dst[cnt[(src[i] >> shift) & 0xff]++] = src[i];
-        uint64_t *t = src;
-        src = dst;
-        dst = t;
-    }
-    if (src != a)
-        memcpy(a, src, n * sizeof *a);
-}
-
-struct gacc {
-    uint64_t k1; /* trace << 32 | stack */
-    uint64_t k2; /* api << 48 | rt_api << 32 | (uint32_t)device */
-    uint64_t count, bytes, first_ts, last_ts, off, fill;
-};
-
-static int gacc_cmp(const void *a, const void *b)
-{
-    const struct gacc *x = a, *y = b;
-    if (x->k1 != y->k1)
-        return x->k1 < y->k1 ? -1 : 1;
-    if (x->k2 != y->k2)
-        return x->k2 < y->k2 ? -1 : 1;
-    return 0;
-}
-
-uint64_t ct_replay_groups(const ct_replay *r, uint32_t by, uint64_t value, int32_t device,
-                          struct ct_group *out, uint64_t max, uint64_t *sizes, uint64_t max_sizes)
-{
-    if (!r)
-        return 0;
-    /* pass 1: the groups, through a small hash of their keys; each live allocation's group is
-     * remembered so pass 2 need not hash again */
-    uint64_t gcap = 256, ng = 0, hcap = 1024, nsel = 0;
-    struct gacc *g = malloc(gcap * sizeof *g);
-    uint64_t *h = malloc(hcap * sizeof *h);
-    uint32_t *gi = malloc((r->lives.n ? r->lives.n : 1) * sizeof *gi);
-    uint64_t *tmp = NULL;
-    uint64_t result = NONE64;
-    if (!g || !h || !gi)
-        goto out;
-    memset(h, 0xff, hcap * sizeof *h);
-    const struct life *lv = r->lives.p;
-    for (uint64_t i = 0; i < r->lives.n; i++) {
-        const struct life *L = &lv[i];
-        gi[i] = UINT32_MAX;
-        if (!live_at(r, L, by, value) || !on_device(r, L, device))
-            continue;
-        const struct ct_event *e = &rest_at(r, L->rest)->ev;
-        uint64_t k1 = (uint64_t)rest_at(r, L->rest)->trace << 32 | e->stack;
-        uint64_t k2 = (uint64_t)e->api << 48 | (uint64_t)e->rt_api << 32 | (uint32_t)e->device;
-        uint64_t j = mix((uint32_t)(k2 >> 32) ^ (uint32_t)k2, k1) & (hcap - 1);
-        while (h[j] != NONE64 && !(g[h[j]].k1 == k1 && g[h[j]].k2 == k2))
-            j = (j + 1) & (hcap - 1);
-        if (h[j] == NONE64) {
-            if (ng == gcap) {
-                struct gacc *ng2 = realloc(g, gcap * 2 * sizeof *g);
-                if (!ng2)
-                    goto out;
-                g = ng2;
-                gcap *= 2;
-            }
-            g[ng] = (struct gacc){k1, k2, 0, 0, L->ts, L->ts, 0, 0};
-            h[j] = ng++;
-            if (ng * 2 > hcap) { /* rehash */
-                uint64_t nc = hcap * 2, *nh = malloc(nc * sizeof *nh);
-                if (!nh)
-                    goto out;
-                memset(nh, 0xff, nc * sizeof *nh);
-                for (uint64_t k = 0; k < ng; k++) {
-                    uint64_t q =
-                        mix((uint32_t)(g[k].k2 >> 32) ^ (uint32_t)g[k].k2, g[k].k1) & (nc - 1);
-                    while (nh[q] != NONE64)
-                        q = (q + 1) & (nc - 1);
-                    nh[q] = k;
-                }
-                free(h);
-                h = nh;
-                hcap = nc;
-                j = NONE64; /* found again below */
-            }
-            if (j == NONE64) {
-                j = mix((uint32_t)(k2 >> 32) ^ (uint32_t)k2, k1) & (hcap - 1);
-                while (!(g[h[j]].k1 == k1 && g[h[j]].k2 == k2))
-                    j = (j + 1) & (hcap - 1);
-            }
-        }
-        struct gacc *a = &g[h[j]];
-        a->count++;
-        a->bytes += L->size;
-        if (L->ts < a->first_ts)
-            a->first_ts = L->ts;
-        if (L->ts > a->last_ts)
-            a->last_ts = L->ts;
-        gi[i] = (uint32_t)h[j];
-        nsel++;
-    }
-    /* groups in key order; then each group's sizes, contiguous, ascending */
-    uint32_t *rank = malloc((ng ? ng : 1) * sizeof *rank);
-    if (!rank)
-        goto out;
-    for (uint64_t k = 0; k < ng; k++)
-        g[k].fill = k; /* remember the unsorted index */
-    qsort(g, ng, sizeof *g, gacc_cmp);
-    uint64_t off = 0;
-    for (uint64_t k = 0; k < ng; k++) {
-        rank[g[k].fill] = (uint32_t)k;
-        g[k].off = off;
-        off += g[k].count;
-        g[k].fill = g[k].off;
-    }
-    if (sizes && max_sizes >= nsel) {
-        for (uint64_t i = 0; i < r->lives.n; i++)
-            if (gi[i] != UINT32_MAX)
-                sizes[g[rank[gi[i]]].fill++] = lv[i].size;
-        uint64_t biggest = 0;
-        for (uint64_t k = 0; k < ng; k++)
-            if (g[k].count > biggest)
-                biggest = g[k].count;
-        tmp = malloc((biggest ? biggest : 1) * sizeof *tmp);
-        if (!tmp) {
-            free(rank);
-            goto out;
-        }
-        for (uint64_t k = 0; k < ng; k++)
-            radix_u64(sizes + g[k].off, tmp, g[k].count);
-    }
-    for (uint64_t k = 0; out && k < ng && k < max; k++) {
-        struct ct_group *o = &out[k];
-        o->trace = (uint32_t)(g[k].k1 >> 32);
-        o->stack = (uint32_t)g[k].k1;
-        o->api = (uint16_t)(g[k].k2 >> 48);
-        o->rt_api = (uint16_t)(g[k].k2 >> 32);
-        o->device = (int32_t)(uint32_t)g[k].k2;
-        o->count = g[k].count;
-        o->bytes = g[k].bytes;
-        o->first_ts = g[k].first_ts;
-        o->last_ts = g[k].last_ts;
-        o->sizes = g[k].off;
-    }
-    free(rank);
-    result = ng;
-out:
-    free(g);
-    free(h);
-    free(gi);
-    free(tmp);
-    return result;
-}
-
-static uint64_t lower_bound(const uint64_t *a, uint64_t n, uint64_t v)
-{
-    uint64_t lo = 0, hi = n;
-    while (lo < hi) {
-        uint64_t mid = lo + (hi - lo) / 2;
-        if (a[mid] < v)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-/* lower_bound over ts[0..n) through a table of where each of nb equal slices of [lo, hi]
- * begins (tab[nb + 1]) */
-struct finder {
-    const uint64_t *ts;
-    uint64_t n, lo, width, nb;
-    uint64_t *tab;
-};
-
-static uint64_t find(const struct finder *f, uint64_t v)
-{
-    if (!f->tab || v <= f->lo)
-        return lower_bound(f->ts, f->n, v);
-    uint64_t b = (v - f->lo) / f->width;
-    if (b >= f->nb)
-        return lower_bound(f->ts, f->n, v);
-    uint64_t a = f->tab[b], e = f->tab[b + 1];
-    return a + lower_bound(f->ts + a, e - a, v);
-}
-
-void ct_replay_bytes_at(const ct_replay *r, const uint64_t *ts, uint64_t n, int32_t device,
-                        uint64_t *out)
-{
-    if (!out)
-        return;
-    memset(out, 0, n * sizeof *out);
-    if (!r || !n || !ts)
-        return;
-    /* a difference array: +size where a lifetime starts covering samples, -size where it stops */
-    int64_t *d = calloc(n + 1, sizeof *d);
-    if (!d)
-        return;
-    struct finder f = {ts, n, ts[0], 1, 4096, NULL};
-    if (ts[n - 1] > ts[0] && (f.tab = malloc((f.nb + 1) * sizeof *f.tab)) != NULL) {
-        f.width = (ts[n - 1] - ts[0]) / f.nb + 1;
-        for (uint64_t k = 0; k <= f.nb; k++)
-            f.tab[k] = lower_bound(ts, n, k < f.nb ? ts[0] + k * f.width : NONE64);
-    }
-    const struct life *lv = r->lives.p;
-    uint64_t a = 0, prev = 0;
-    for (uint64_t i = 0; i < r->lives.n; i++) {
-        const struct life *L = &lv[i];
-        if (!on_device(r, L, device))
-            continue;
-        if (L->ts < prev) /* lives are in replay order, so in time order: never, but be sure */
-            a = 0;
-        prev = L->ts;
-        while (a < n && ts[a] < L->ts) /* the samples before it: a walk, not a search */
-            a++;
-        uint64_t b = L->end_ts == NONE64 ? n : find(&f, L->end_ts);
-        if (a < b) {
-            d[a] += (int64_t)L->size;
-            d[b] -= (int64_t)L->size;
-        }
-    }
-    free(f.tab);
-    int64_t run = 0;
-    for (uint64_t k = 0; k < n; k++) {
-        run += d[k];
-        out[k] = (uint64_t)run;
-    }
-    free(d);
-}
-
-/* a change of the traced bytes: +size at an allocation's time, -size at its end */
-struct step {
-    uint64_t ts;
-    int64_t d;
-};
-
-static int step_cmp(const void *a, const void *b)
-{
-    const struct step *x = a, *y = b;
-    if (x->ts != y->ts)
-        return x->ts < y->ts ? -1 : 1;
-    return (x->d > 0) - (y->d > 0); /* at one time, the ends first: never a false maximum */
-}
-
-/* whether t falls in some window (lo[k], hi[k]] (lo and hi ascending) */
-static int in_window(const uint64_t *lo, const uint64_t *hi, uint64_t n, uint64_t t)
-{
-    uint64_t k = lower_bound(hi, n, t);
-    return k < n && lo[k] < t;
-}
-
-struct steps {
-    struct step *p;
-    uint64_t n, cap;
-};
-
-static int steps_add(struct steps *s, uint64_t ts, int64_t d)
-{
-    if (s->n == s->cap) {
-        uint64_t cap = s->cap ? 2 * s->cap : 256;
-        struct step *p = realloc(s->p, cap * sizeof *p);
-        if (!p)
-            return 0;
-        s->p = p;
-        s->cap = cap;
-    }
-    s->p[s->n++] = (struct step){ts, d};
-    return 1;
-}
-
-/* the changes that fall inside some window, in time order */
-static int window_steps(const ct_replay *r, const uint64_t *lo, const uint64_t *hi, uint64_t n,
-                        int32_t device, struct steps *s)
-{
-    const struct life *lv = r->lives.p;
-    for (uint64_t i = 0; i < r->lives.n; i++) {
-        const struct life *L = &lv[i];
-        if (!on_device(r, L, device))
-            continue;
-        if (in_window(lo, hi, n, L->ts) && !steps_add(s, L->ts, (int64_t)L->size))
-            return 0;
-        if (L->end_ts != NONE64 && in_window(lo, hi, n, L->end_ts) &&
-            !steps_add(s, L->end_ts, -(int64_t)L->size))
-            return 0;
-    }
-    if (s->n)
-        qsort(s->p, s->n, sizeof *s->p, step_cmp);
-    return 1;
-}
-
-int32_t ct_replay_bytes_max(const ct_replay *r, const uint64_t *lo, const uint64_t *hi, uint64_t n,
-                            int32_t device, uint64_t *out)
-{
-    if (!out)
-        return 0;
-    ct_replay_bytes_at(r, lo, n, device, out); /* each window's first moment */
-    if (!r || !n || !lo || !hi)
-        return 0;
-    struct steps s = {NULL, 0, 0};
-    if (!window_steps(r, lo, hi, n, device, &s)) {
-        free(s.p);
-        memset(out, 0, n * sizeof *out);
-        return -1;
-    }
-    uint64_t j = 0;
-    for (uint64_t k = 0; k < n; k++) {
-        while (j < s.n && s.p[j].ts <= lo[k])
-            j++;
-        int64_t v = (int64_t)out[k], best = v;
-        for (uint64_t i = j; i < s.n && s.p[i].ts <= hi[k]; i++) {
-            v += s.p[i].d;
-            if ((i + 1 == s.n || s.p[i + 1].ts != s.p[i].ts) && v > best)
-                best = v;
-        }
-        out[k] = (uint64_t)best;
-    }
-    free(s.p);
-    return 0;
 }

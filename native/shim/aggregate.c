@@ -129,8 +129,10 @@ static int setup(void)
         broken = 1;
         return 0;
     }
-    long secs = ct_setting_long(CT_SET_AGG_INTERVAL, 60);
-    interval_ns = (uint64_t)(secs > 0 ? secs : 60) * 1000000000ull;
+    long secs = ct_setting_num(CT_SET_AGG_INTERVAL);
+    if (secs <= 0)
+        secs = ct_setting_default_num(CT_SET_AGG_INTERVAL);
+    interval_ns = (uint64_t)secs * 1000000000ull;
     for (uint32_t g = 0; g < CT_SNAP_GROUPS; g++)
         grp[g].epoch = 1;
     proc.epoch = 1;

@@ -278,6 +278,27 @@ static size_t tidy_lambdas(char *out, size_t cap)
  * `Enclosing::{block}`. A C name is copied as it is. Returns the length of the prefix that
  * names the function a lambda, block or local class is in (0 for any other function): the
  * boundary rule scopes the local entity by it (deny.c). */
+/* out[0, o) without its trailing spaces and qualifiers (const, &&, noexcept ...): the new o */
+static size_t cut_trailing_quals(char *out, size_t o)
+{
+    static const char *const quals[] = {" const", " volatile", " &&", " &", " noexcept"};
+    for (;;) {
+        while (o && out[o - 1] == ' ')
+            out[--o] = 0;
+        int cut = 0;
+        for (size_t q = 0; q < sizeof quals / sizeof quals[0]; q++) {
+            size_t l = strlen(quals[q]);
+            if (o > l && strcmp(out + o - l, quals[q]) == 0) {
+                o -= l;
+                out[o] = 0;
+                cut = 1;
+            }
+        }
+        if (!cut)
+            return o;
+    }
+}
+
 size_t ct_shorten_name(const char *in, char *out, size_t cap)
 {
     static const char anon[] = "(anonymous namespace)";
@@ -353,22 +374,7 @@ size_t ct_shorten_name(const char *in, char *out, size_t cap)
             o = put(out, o, cap, &c, 1);
     }
     /* trailing qualifiers, then the return type before the name */
-    for (;;) {
-        while (o && out[o - 1] == ' ')
-            out[--o] = 0;
-        static const char *const quals[] = {" const", " volatile", " &&", " &", " noexcept"};
-        int cut = 0;
-        for (size_t q = 0; q < sizeof quals / sizeof quals[0]; q++) {
-            size_t l = strlen(quals[q]);
-            if (o > l && strcmp(out + o - l, quals[q]) == 0) {
-                o -= l;
-                out[o] = 0;
-                cut = 1;
-            }
-        }
-        if (!cut)
-            break;
-    }
+    o = cut_trailing_quals(out, o);
     if (strchr(out, '{') || strchr(out, '$'))
         o = tidy_lambdas(out, cap);
     /* the return type: the last top-level space before the name (none inside a lambda's

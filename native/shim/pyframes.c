@@ -271,7 +271,7 @@ static struct pyrt *find_python(void)
 void ct_py_detect(void)
 {
     if (disabled < 0)
-        disabled = ct_setting_long(CT_SET_PYTHON, 1) == 0;
+        disabled = ct_setting_num(CT_SET_PYTHON) == 0;
     if (!disabled)
         (void)find_python();
 }
@@ -466,7 +466,7 @@ uint64_t ct_py_capture_now(void)
         if (!__atomic_load_n(&ct_py_modules_dirty, __ATOMIC_RELAXED))
             return 0;
         if (disabled < 0) /* CUDATRACE_PYTHON=0: native stacks only */
-            disabled = ct_setting_long(CT_SET_PYTHON, 1) == 0;
+            disabled = ct_setting_num(CT_SET_PYTHON) == 0;
         if (disabled || !(p = find_python()))
             return 0;
     }

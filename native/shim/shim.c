@@ -84,23 +84,30 @@ static inline void ctx_answers_check(void)
         ct_thr.ctx_epoch = now;
     }
 }
+/* looked up by the first threads to need them, perhaps several at once: atomics, relaxed for
+ * get_ctx (get_dev's release store publishes it) */
 static void device_syms(void)
 {
-    get_ctx = (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent");
+    __atomic_store_n(&get_ctx, (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent"),
+                     __ATOMIC_RELAXED);
     __atomic_store_n(&get_dev, (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice"),
                      __ATOMIC_RELEASE);
 }
 
 static int current_device(void)
 {
-    if (__builtin_expect(!__atomic_load_n(&get_dev, __ATOMIC_ACQUIRE), 0))
+    CUresult (*gd)(CUdevice *) = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(!gd, 0)) {
         device_syms();
+        gd = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
+    }
     ctx_answers_check();
     CUcontext ctx = NULL;
-    if (get_ctx && get_ctx(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
+    CUresult (*gc)(CUcontext *) = __atomic_load_n(&get_ctx, __ATOMIC_RELAXED);
+    if (gc && gc(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
         return ct_thr.dev;
     CUdevice d = -1;
-    if (!get_dev || get_dev(&d) != CUDA_SUCCESS)
+    if (!gd || gd(&d) != CUDA_SUCCESS)
         return -1;
     ct_thr.dev_ctx = (uintptr_t)ctx;
     ct_thr.dev = d;
@@ -114,21 +121,29 @@ static int context_device(CUcontext ctx)
 {
     static CUresult (*get_dev2)(CUdevice *, CUcontext);
     static CUresult (*push)(CUcontext), (*pop)(CUcontext *);
-    static int looked;
+    static int looked; /* several threads may look them up at once: atomics, relaxed */
     if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        get_dev2 = (CUresult(*)(CUdevice *, CUcontext))ct_driver_sym("cuCtxGetDevice_v2");
-        push = (CUresult(*)(CUcontext))ct_driver_sym("cuCtxPushCurrent_v2");
-        pop = (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxPopCurrent_v2");
+        __atomic_store_n(&get_dev2,
+                         (CUresult(*)(CUdevice *, CUcontext))ct_driver_sym("cuCtxGetDevice_v2"),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&push, (CUresult(*)(CUcontext))ct_driver_sym("cuCtxPushCurrent_v2"),
+                         __ATOMIC_RELAXED);
+        __atomic_store_n(&pop, (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxPopCurrent_v2"),
+                         __ATOMIC_RELAXED);
         __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
     }
+    CUresult (*gd2)(CUdevice *, CUcontext) = __atomic_load_n(&get_dev2, __ATOMIC_RELAXED);
+    CUresult (*gd)(CUdevice *) = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
+    CUresult (*pu)(CUcontext) = __atomic_load_n(&push, __ATOMIC_RELAXED);
+    CUresult (*po)(CUcontext *) = __atomic_load_n(&pop, __ATOMIC_RELAXED);
     CUdevice d = -1;
-    if (get_dev2)
-        return get_dev2(&d, ctx) == CUDA_SUCCESS ? d : -1;
-    if (!get_dev || !push || !pop || push(ctx) != CUDA_SUCCESS)
+    if (gd2)
+        return gd2(&d, ctx) == CUDA_SUCCESS ? d : -1;
+    if (!gd || !pu || !po || pu(ctx) != CUDA_SUCCESS)
         return -1;
-    CUresult r = get_dev(&d);
+    CUresult r = gd(&d);
     CUcontext back;
-    pop(&back);
+    po(&back);
     return r == CUDA_SUCCESS ? d : -1;
 }
 
@@ -144,12 +159,15 @@ static int stream_device_of(CUstream s)
     if (__builtin_expect(!__atomic_load_n(&looked, __ATOMIC_ACQUIRE), 0)) {
         if (!__atomic_load_n(&get_dev, __ATOMIC_ACQUIRE))
             device_syms();
-        get_sctx = (CUresult(*)(CUstream, CUcontext *))ct_driver_sym("cuStreamGetCtx");
+        __atomic_store_n(&get_sctx,
+                         (CUresult(*)(CUstream, CUcontext *))ct_driver_sym("cuStreamGetCtx"),
+                         __ATOMIC_RELAXED);
         __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
     }
     ctx_answers_check();
     CUcontext ctx = NULL;
-    if (!get_sctx || get_sctx(s, &ctx) != CUDA_SUCCESS || !ctx)
+    CUresult (*gs)(CUstream, CUcontext *) = __atomic_load_n(&get_sctx, __ATOMIC_RELAXED);
+    if (!gs || gs(s, &ctx) != CUDA_SUCCESS || !ctx)
         return -1;
     if ((uintptr_t)ctx == ct_thr.dev_ctx)
         return ct_thr.dev;
@@ -947,37 +965,34 @@ static void report_fence(const char *verdict, const char *why)
 
 /* the launchers' rank variables, CUDA_VISIBLE_DEVICES and the host name's override, as read
  * when the library loaded (settings.def), recorded as "env.NAME" INFO records (docs/ranks.md) */
-static const struct {
-    int id;
-    const char *name;
-} rank_env[] = {
-    {CT_SET_RANK, "RANK"},
-    {CT_SET_LOCAL_RANK, "LOCAL_RANK"},
-    {CT_SET_WORLD_SIZE, "WORLD_SIZE"},
-    {CT_SET_LOCAL_WORLD_SIZE, "LOCAL_WORLD_SIZE"},
-    {CT_SET_GROUP_RANK, "GROUP_RANK"},
-    {CT_SET_SLURM_PROCID, "SLURM_PROCID"},
-    {CT_SET_SLURM_LOCALID, "SLURM_LOCALID"},
-    {CT_SET_SLURM_NTASKS, "SLURM_NTASKS"},
-    {CT_SET_SLURM_NODEID, "SLURM_NODEID"},
-    {CT_SET_SLURM_JOB_ID, "SLURM_JOB_ID"},
-    {CT_SET_SLURM_STEP_ID, "SLURM_STEP_ID"},
-    {CT_SET_OMPI_COMM_WORLD_RANK, "OMPI_COMM_WORLD_RANK"},
-    {CT_SET_OMPI_COMM_WORLD_LOCAL_RANK, "OMPI_COMM_WORLD_LOCAL_RANK"},
-    {CT_SET_OMPI_COMM_WORLD_SIZE, "OMPI_COMM_WORLD_SIZE"},
-    {CT_SET_PMI_RANK, "PMI_RANK"},
-    {CT_SET_PMI_SIZE, "PMI_SIZE"},
-    {CT_SET_CUDA_VISIBLE_DEVICES, "CUDA_VISIBLE_DEVICES"},
-    {CT_SET_HOST, "CUDATRACE_HOST"},
+static const int rank_env[] = {
+    CT_SET_RANK,
+    CT_SET_LOCAL_RANK,
+    CT_SET_WORLD_SIZE,
+    CT_SET_LOCAL_WORLD_SIZE,
+    CT_SET_GROUP_RANK,
+    CT_SET_SLURM_PROCID,
+    CT_SET_SLURM_LOCALID,
+    CT_SET_SLURM_NTASKS,
+    CT_SET_SLURM_NODEID,
+    CT_SET_SLURM_JOB_ID,
+    CT_SET_SLURM_STEP_ID,
+    CT_SET_OMPI_COMM_WORLD_RANK,
+    CT_SET_OMPI_COMM_WORLD_LOCAL_RANK,
+    CT_SET_OMPI_COMM_WORLD_SIZE,
+    CT_SET_PMI_RANK,
+    CT_SET_PMI_SIZE,
+    CT_SET_CUDA_VISIBLE_DEVICES,
+    CT_SET_HOST,
 };
 
 static void write_rank_env(void)
 {
     char key[48] = "env.";
     for (size_t i = 0; i < sizeof rank_env / sizeof *rank_env; i++) {
-        const char *v = ct_setting(rank_env[i].id);
+        const char *v = ct_setting(rank_env[i]);
         if (v && *v) {
-            ct_strlcpy(key + 4, rank_env[i].name, sizeof key - 4);
+            ct_strlcpy(key + 4, ct_setting_name(rank_env[i]), sizeof key - 4);
             write_info(key, v);
         }
     }

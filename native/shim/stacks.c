@@ -133,7 +133,7 @@ void ct_stacks_init(void)
     }
     if (!p_Unwind_Backtrace || !p_Unwind_GetIP || !p_Unwind_GetCFA)
         p_Unwind_Backtrace = NULL;
-    verify_stacks = ct_setting_long(CT_SET_STACK_VERIFY, 0) == 1;
+    verify_stacks = ct_setting_num(CT_SET_STACK_VERIFY) == 1;
     ct_stack_recall_depth = verify_stacks ? 0 : ct_cfg.stack_depth; /* clamped by util.c */
     if (!tcache_key_ok && pthread_key_create(&tcache_key, tcache_free) == 0)
         tcache_key_ok = 1;

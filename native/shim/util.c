@@ -88,14 +88,37 @@ const char *ct_setting_name(int id)
     return id >= 0 && id < CT_NSETTINGS ? settings[id].name : "";
 }
 
+/* s as a number of that base into *out; 0 when s is none, empty or not a number */
+static int parse_num(const char *s, int base, long *out)
+{
+    if (!s || !*s)
+        return 0;
+    char *end;
+    long v = strtol(s, &end, base);
+    if (*end)
+        return 0;
+    *out = v;
+    return 1;
+}
+
+long ct_setting_default_num(int id)
+{
+    long v = 0;
+    if (id >= 0 && id < CT_NSETTINGS)
+        (void)parse_num(settings[id].dflt, 10, &v);
+    return v;
+}
+
+long ct_setting_num(int id)
+{
+    long v;
+    return parse_num(ct_setting(id), 10, &v) ? v : ct_setting_default_num(id);
+}
+
 long ct_setting_long(int id, long dflt)
 {
-    const char *s = ct_setting(id);
-    if (!s || !*s)
-        return dflt;
-    char *end;
-    long v = strtol(s, &end, 10);
-    return *end ? dflt : v;
+    long v;
+    return parse_num(ct_setting(id), 10, &v) ? v : dflt;
 }
 
 int ct_config_load(void)
@@ -129,20 +152,20 @@ int ct_config_load(void)
             return 0;
         ct_strlcpy(ct_cfg.dir, dir, sizeof ct_cfg.dir);
     }
-    long depth = ct_setting_long(CT_SET_STACK_DEPTH, 64);
+    long depth = ct_setting_num(CT_SET_STACK_DEPTH);
     ct_cfg.stack_depth = depth < 0 ? 0 : depth > CT_MAX_DEPTH ? CT_MAX_DEPTH : (int)depth;
-    ct_cfg.launcher_pid = (int)ct_setting_long(CT_SET_LAUNCHER_PID, 0);
-    ct_cfg.quiet = (int)ct_setting_long(CT_SET_QUIET, 0);
-    const char *fm = ct_setting(CT_SET_FILE_MODE);
-    char *fm_end = NULL;
-    long fmode = fm && *fm ? strtol(fm, &fm_end, 8) : -1;
-    ct_cfg.file_mode = (fmode >= 0 && fm_end && !*fm_end) ? (int)(fmode & 0666) : 0600;
+    ct_cfg.launcher_pid = (int)ct_setting_num(CT_SET_LAUNCHER_PID);
+    ct_cfg.quiet = (int)ct_setting_num(CT_SET_QUIET);
+    long fmode = -1; /* octal: a value that is no octal number or negative reads as the default */
+    if (!parse_num(ct_setting(CT_SET_FILE_MODE), 8, &fmode) || fmode < 0)
+        (void)parse_num(settings[CT_SET_FILE_MODE].dflt, 8, &fmode);
+    ct_cfg.file_mode = (int)(fmode & 0666);
     /* the command the launcher started writes its file at once, so a run always shows whether
      * the shim entered it; other processes only once they use CUDA */
     ct_cfg.eager = ct_cfg.launcher_pid > 0 && ct_cfg.launcher_pid == (int)getppid();
-    ct_cfg.count_host = (int)ct_setting_long(CT_SET_COUNT_HOST, 0);
-    ct_cfg.ctx_watch = ct_setting_long(CT_SET_RECORD_CONTEXTS, 0) == 1;
-    ct_cfg.virtualize = (int)ct_setting_long(CT_SET_VIRTUALIZE, 1);
+    ct_cfg.count_host = (int)ct_setting_num(CT_SET_COUNT_HOST);
+    ct_cfg.ctx_watch = ct_setting_num(CT_SET_RECORD_CONTEXTS) == 1;
+    ct_cfg.virtualize = (int)ct_setting_num(CT_SET_VIRTUALIZE);
     const char *oe = ct_setting(CT_SET_ON_EXCEED);
     ct_cfg.on_exceed = strcmp(oe, "warn") == 0    ? CT_EXCEED_WARN
                        : strcmp(oe, "abort") == 0 ? CT_EXCEED_ABORT

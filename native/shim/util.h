@@ -17,9 +17,12 @@
 #define CT_TLS __thread __attribute__((tls_model("initial-exec")))
 /* on what may run before a sanitizer's runtime is set up (its own start-up looks functions up
  * through dlsym(RTLD_NEXT, ...), reaching the shim's dlsym): never instrumented, so the
- * sanitizers' build (native/Makefile: sanitize) loads; no effect on a normal build */
-#define CT_NO_SANITIZE __attribute__((no_sanitize("address", "undefined")))
-#define CT_SHIM_VERSION "0.1.0"
+ * sanitizers' builds (native/Makefile: sanitize, tsan) load; no effect on a normal build */
+#define CT_NO_SANITIZE __attribute__((no_sanitize("address", "undefined", "thread")))
+/* the package's version (cudatrace.__version__), stamped by native/Makefile */
+#ifndef CT_SHIM_VERSION
+#error "CT_SHIM_VERSION: build with native/Makefile, which stamps cudatrace.__version__"
+#endif
 #define CT_MAX_DEPTH 256
 
 /* ---- process-wide settings, read once from the environment at load -------------------- */
@@ -59,10 +62,14 @@ enum {
 };
 /* the value (its default when unset or empty; NULL when it has none) */
 const char *ct_setting(int id);
-/* the value as a decimal number; dflt when it is no number */
-long ct_setting_long(int id, long dflt);
+/* the value as a decimal number; the declared default when unset, empty or no number */
+long ct_setting_num(int id);
+/* the declared default as a decimal number (0: none): the fallback of a value out of range */
+long ct_setting_default_num(int id);
 /* the variable's name (CUDATRACE_BUDGET) */
 const char *ct_setting_name(int id);
+/* the value as a decimal number; dflt when it is no number (budget.c) */
+long ct_setting_long(int id, long dflt);
 
 /* the clock and the thread id: inline, both are on every event's path */
 static inline uint64_t ct_now_ns(void)

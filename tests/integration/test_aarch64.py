@@ -9,7 +9,6 @@ in CI (CI=true), where a missing tool fails the suite.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -19,10 +18,10 @@ import pytest
 from test_routes import expected_ops, traced_ops
 
 from cudatrace.analyze.trace import C, read_dir
-from support import calltree, simbuild
+from support import calltree, cross
 from support.paths import REPO, TESTS  # noqa: F401
 
-CC = "aarch64-linux-gnu-gcc"
+CC = cross.CC
 QEMU = "qemu-aarch64"
 SYSROOT = Path("/usr/aarch64-linux-gnu")
 GiB = 1 << 30
@@ -44,23 +43,8 @@ def require_tools():
 def a64(tmp_path_factory):
     require_tools()
     work = tmp_path_factory.mktemp("aarch64")
-    r = subprocess.run(
-        [str(REPO / "tools" / "cross-build-shim"), CC, str(work / "shim")],
-        capture_output=True,
-        text=True,
-    )
-    assert r.returncode == 0, r.stderr
-    shim = Path(r.stdout.strip())
+    shim, paths = cross.aarch64(tmp_path_factory)  # built once for the session's workers
     assert shim.is_file() and shim.name == "libcudatrace.so"
-    old = os.environ.get("CC")
-    os.environ["CC"] = CC
-    try:
-        paths = simbuild.build_all(work / "sim")
-    finally:
-        if old is None:
-            del os.environ["CC"]
-        else:
-            os.environ["CC"] = old
     return SimpleNamespace(work=work, shim=shim, paths=paths, n=0)
 
 

@@ -67,13 +67,16 @@ def test_non_utf8_argv_reaches_every_output(ct, sim, tmp_path):
     assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob("*.tmp"))
 
 
-def test_symbol_names_never_drive_the_terminal(ct, sim, evil_hold):
+def test_symbol_names_never_drive_the_terminal(ct, sim, evil_hold, tmp_path):
+    # hold-evil keeps hold's build-id, the symbol cache's key: a cache of its own
+    env = ct.env()
+    env["CUDATRACE_CACHE"] = str(tmp_path / "symcache")
     # a denial names the function: the shim's line, the launcher's attributed line, --tree
-    r = ct.run([evil_hold, "--exit-after-ms", "1", "2", "1m"], "--budget", "1536KiB")
+    r = ct.run([evil_hold, "--exit-after-ms", "1", "2", "1m"], "--budget", "1536KiB", env=env)
     assert "budget exceeded" in r.stderr and "denied" in r.stderr, r.stderr
     assert ESC not in r.stderr, r.stderr
     assert "\\x1b[31malloc" in r.stderr, r.stderr
     for args in (["report", r.out, "--tree"], ["report", r.out]):
-        x = ct.cli(*args)
+        x = ct.cli(*args, env=env)
         assert x.returncode == 0, x.stderr
         assert ESC not in x.stdout and "\\x1b[31malloc" in x.stdout, x.stdout

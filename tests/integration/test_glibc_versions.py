@@ -23,7 +23,9 @@ from pathlib import Path
 import pytest
 from test_routes import traced_ops
 
+from support import cross
 from support.paths import REPO, TESTS  # noqa: F401
+from support.shared_build import shared_build
 
 TARGETS = [("aarch64", "2.17"), ("aarch64", "2.35"), ("aarch64", "2.39"), ("x86_64", "2.17")]
 MACHINE = {"aarch64": "AArch64", "x86_64": "X86-64"}
@@ -47,7 +49,14 @@ def builds(tmp_path_factory):
     if not _zig_ok() or not shutil.which("readelf"):
         msg = "zig (pip install ziglang) or readelf missing: cannot build against other glibc versions"
         pytest.fail(msg + " (.ci/run installs them)")
-    work = tmp_path_factory.mktemp("glibc")
+    return {
+        (arch, ver): Path(p)
+        for (arch, ver), p in zip(TARGETS, shared_build(tmp_path_factory, "glibc", _build_targets))
+    }
+
+
+def _build_targets(work: Path) -> list[str]:
+    """libcudatrace.so for each of TARGETS (zig, two at a time), as text, in TARGETS' order."""
 
     def one(t):
         arch, ver = t
@@ -62,7 +71,7 @@ def builds(tmp_path_factory):
         return t, Path(r.stdout.strip())
 
     with ThreadPoolExecutor(2) as ex:
-        return dict(ex.map(one, TARGETS))
+        return [str(p) for _, p in ex.map(one, TARGETS)]
 
 
 def _version_key(v: str):
@@ -88,7 +97,7 @@ def test_build_needs_nothing_newer_than_its_glibc(builds, arch, ver):
     assert re.search(r"\bFUNC +GLOBAL +DEFAULT +\d+ dlsym$", syms, re.M)  # the unversioned export
 
 
-def test_2_17_builds_run_and_find_the_real_dlsym(builds, sim, tmp_path):
+def test_2_17_builds_run_and_find_the_real_dlsym(builds, sim, tmp_path, tmp_path_factory):
     """x86-64 natively, aarch64 under qemu when it is installed (test_aarch64 requires it)."""
     runs = [("x86_64", [])] if os.uname().machine == "x86_64" else []
     qemu = shutil.which("qemu-aarch64")
@@ -110,17 +119,7 @@ def test_2_17_builds_run_and_find_the_real_dlsym(builds, sim, tmp_path):
             cmd = [str(prog)]
             full_env = dict(os.environ, **env)
         else:
-            from support import simbuild
-
-            old = os.environ.get("CC")
-            os.environ["CC"] = "aarch64-linux-gnu-gcc"
-            try:
-                paths = simbuild.build_all(tmp_path / "sim-a64")
-            finally:
-                if old is None:
-                    del os.environ["CC"]
-                else:
-                    os.environ["CC"] = old
+            _, paths = cross.aarch64(tmp_path_factory)  # the aarch64 suite's, built once
             env["LD_LIBRARY_PATH"] = str(paths["libdir"])
             cmd = (
                 prefix

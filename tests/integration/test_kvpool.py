@@ -273,7 +273,7 @@ def test_demo_end_to_end_simulated(tmp_path):
 
 
 def test_demo_gpu_refused_without_gpu(tmp_path):
-    from cudatrace.commands.demo import gpu_present
+    from cudatrace.demo import gpu_present
 
     if gpu_present():
         pytest.skip("this machine has a GPU")

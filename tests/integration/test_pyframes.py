@@ -15,6 +15,7 @@ import pytest
 
 from cudatrace.analyze.analysis import Analysis, build_report
 from cudatrace.analyze.trace import C, iter_events, read_dir
+from cudatrace.attribution import Attribution
 from cudatrace.symbols import python as pyframes
 from support.paths import REPO
 
@@ -224,11 +225,11 @@ def test_sites_name_the_python_lines(ct, exe, tmp_path):
     assert any(n and ("ffi_call" in n or "PyCFuncPtr_call" in n) for n in names[:i])
     assert any(n and "main" in n.lower() for n in names[i:])  # the interpreter's own start
     # the views
-    py_only = build_report(Analysis(r.out, view="python"), depth=1)
+    py_only = build_report(Analysis(r.out, Attribution(view="python")), depth=1)
     assert {x["label"].split(" ")[0] for x in py_only["sites"]} == {"kv_cache", "load_weights"}
     assert all(x["via"][-1]["function"] == "device_alloc" for x in py_only["sites"])
     assert all(f["python"] for s in py_only["sites"] for f in s["context"])
-    native = build_report(Analysis(r.out, view="native"), depth=1)
+    native = build_report(Analysis(r.out, Attribution(view="native")), depth=1)
     assert not any(f["python"] for s in native["sites"] for f in s["context"])
     # text
     text = ct.cli("report", r.out, "--depth", "2").stdout
@@ -606,7 +607,7 @@ def test_merge_views_and_reasons_from_a_written_trace(tmp_path):
     rep = build_report(a, depth=1)
     assert rep["python"]["allocs_with_frames"] == 2
     assert rep["python"]["allocs_without_frames"] == {pyframes.WHY[1]: 1}
-    py = Analysis(d, symbolize=False, view="python")
+    py = Analysis(d, Attribution(view="python"), symbolize=False)
     assert [f.function for f in py.stacks.frames(0, with_py)] == [
         "device_alloc",
         "kv_cache",
@@ -617,7 +618,7 @@ def test_merge_views_and_reasons_from_a_written_trace(tmp_path):
         ("/app/alloc.py", 12),
         ("/app/model.py", 21),
     ]
-    nat = Analysis(d, symbolize=False, view="native")
+    nat = Analysis(d, Attribution(view="native"), symbolize=False)
     assert [f.address for f in nat.stacks.all_frames(0, with_py)] == native
 
 
@@ -753,7 +754,7 @@ def test_framework_api_frames_fold_under_the_program_line(ct, tmp_path):
     assert via[:2] == ["device_alloc", "malloc"] and via[-1] == "empty"
     assert "JSONDecoder.decode" in via
     # the native-only view is untouched by the rule; --python-only names the same line
-    py = build_report(Analysis(r.out, view="python"))["sites"][0]["frames"][0]
+    py = build_report(Analysis(r.out, Attribution(view="python")))["sites"][0]["frames"][0]
     assert (py["function"], py["line"]) == ("kv_cache", head["line"])
 
     # an installed application (python -m) calling the framework: the application's frame

@@ -19,8 +19,11 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
+
+from cudatrace import __version__
 
 from . import tracegen as tg
 from .cli import checkout_env, cudatrace
@@ -30,6 +33,7 @@ from .synthelf import write_elf
 GOLDEN = TESTS / "golden"
 UPDATE_ENV = "CUDATRACE_UPDATE_GOLDENS"
 PLACEHOLDER = "<DIR>"
+VERSION = "<VERSION>"  # cudatrace.__version__, written once (cudatrace/__init__.py)
 
 MS, MiB = tg.MS, tg.MiB
 FUNCTIONS = [
@@ -155,7 +159,7 @@ def _write_sweep(d: Path, fr: tg.Frames) -> Path:
         (rd / "output.log").write_text("")
     doc = {
         "schema": "cudatrace.sweep/1",
-        "cudatrace_version": "0.1.0",
+        "cudatrace_version": __version__,
         "command": ["trainer", "--num-blocks", "{}"],
         "directory": str(d),
         "knobs": [
@@ -195,10 +199,12 @@ def cli(base: Path, *args) -> subprocess.CompletedProcess:
 
 def normalize(text: str, base: Path) -> str:
     """The output with the temporary directory written <DIR> (its real path and the resolved
-    one)."""
+    one) and the package's version <VERSION> (where a version is printed: after "shim " and as
+    a JSON string)."""
     for p in sorted({str(base.resolve()), str(base)}, key=len, reverse=True):
         text = text.replace(p, PLACEHOLDER)
-    return text
+    v = re.escape(__version__)
+    return re.sub(rf'(?<=shim ){v}\b|(?<="){v}(?=")', VERSION, text)
 
 
 def updating(config) -> bool:

@@ -2,7 +2,8 @@
 
     pytest_plugins = ["support.sim_fixtures"]
 
-`sim` (session scope) builds everything once (simbuild.build_all) into a tmp_path_factory folder,
+`sim` (session scope) builds everything once (simbuild.build_all) into a folder every xdist
+worker of the session shares (support/shared_build.py),
 or into $CUDATRACE_SIM_BUILDDIR when that is set (kept between sessions: rebuilt only when sources
 change), and returns a Sim:
 
@@ -11,7 +12,8 @@ change), and returns a Sim:
     sim.paths          everything build_all returned (libdir, libcuda, libnvml, libnext, ...)
     sim.libnext        Path of preload/libnext.so;  sim.libinterpose likewise
     sim.env(**opts)    a complete environment for subprocess: os.environ without any CUDASIM_*
-                       or LD_PRELOAD, LD_LIBRARY_PATH starting with sim.lib, and the simulator
+                       or LD_PRELOAD, LD_LIBRARY_PATH starting with sim.lib, CUDATRACE_CACHE
+                       the session's symbol cache (sim.symcache), and the simulator
                        options (simbuild.SIM_OPTIONS: state=, devices=, total_bytes=,
                        driver_version=, integrated=, fail_nth=, calls=, ctx_bytes=)
     sim.new_state()    a fresh path (not yet existing) for env(state=...): one simulated GPU
@@ -33,11 +35,13 @@ from pathlib import Path
 import pytest
 
 from . import simbuild
+from .shared_build import session_root, shared_build
 
 
 class Sim:
-    def __init__(self, paths: dict[str, Path | None], scratch: Path):
+    def __init__(self, paths: dict[str, Path | None], scratch: Path, symcache: Path):
         self.paths = paths
+        self.symcache = symcache  # the symbolizer's cache of every command the tests run
         self.lib: Path = paths["libdir"]
         self.progs: dict[str, Path | None] = {name: paths.get(name) for name in simbuild.PROGRAMS}
         self.libnext: Path = paths["libnext"]
@@ -56,6 +60,8 @@ class Sim:
         if old:
             add["LD_LIBRARY_PATH"] = f"{add['LD_LIBRARY_PATH']}:{old}"
         env.update(add)
+        # one symbol cache for the session: each library is symbolized once, not once a test
+        env.setdefault("CUDATRACE_CACHE", str(self.symcache))
         return env
 
     def new_state(self) -> Path:
@@ -102,7 +108,15 @@ def sim(tmp_path_factory) -> Sim:
     global _built
     if _built is None:
         fixed = os.environ.get("CUDATRACE_SIM_BUILDDIR")
-        outdir = Path(fixed) if fixed else tmp_path_factory.mktemp("simbuild")
-        paths = simbuild.build_all(outdir)
-        _built = Sim(paths, tmp_path_factory.mktemp("simstate"))
+        if fixed:
+            paths = simbuild.build_all(Path(fixed))
+        else:  # once for every worker of the session
+            built = shared_build(
+                tmp_path_factory,
+                "simbuild",
+                lambda d: {k: str(v) if v else None for k, v in simbuild.build_all(d).items()},
+            )
+            paths = {k: Path(v) if v else None for k, v in built.items()}
+        symcache = session_root(tmp_path_factory) / "symcache"
+        _built = Sim(paths, tmp_path_factory.mktemp("simstate"), symcache)
     return _built

@@ -24,7 +24,7 @@ import struct
 from collections import namedtuple
 from pathlib import Path
 
-from cudatrace import native
+from cudatrace import __version__, native, settings
 from cudatrace.analyze.trace import C, event_fields, layout
 
 BASE_TS = 1_000_000_000_000  # monotonic ns of a trace's start unless told otherwise
@@ -76,7 +76,7 @@ class TraceWriter:
         host: str = "testhost",
         cwd: str = "/tmp",
         start_ns: int = BASE_TS,
-        stack_depth: int = 64,
+        stack_depth: int = settings.default_int("STACK_DEPTH"),
         exec_index: int = 0,
         realtime_ns: int = 1_700_000_000 * SEC,
         driver_version: int | None = 12040,
@@ -111,7 +111,7 @@ class TraceWriter:
             "start_realtime_ns": realtime_ns,
             "process_start_ticks": 12345,
             "arch": arch.encode(),
-            "shim_version": b"0.1.0",
+            "shim_version": __version__.encode(),
             "reserved": b"",
             "stopped_ns": 0,
             "stopped_errno": 0,
@@ -144,7 +144,7 @@ class TraceWriter:
                 api_s.pack(aid, layer, op, kind, space, len(name)) + name.encode() + b"\0",
             )
         self.info("stack_depth", str(stack_depth))
-        self.info("shim_version", "0.1.0")
+        self.info("shim_version", __version__)
         for k, v in (info or {}).items():
             self.info(k, str(v))
         if driver_version is not None:
@@ -655,12 +655,12 @@ def write_run(
     """run.json (as the launcher writes it) and samples.jsonl."""
     d = Path(d)
     run = {
-        "cudatrace_version": "0.1.0",
+        "cudatrace_version": __version__,
         "argv": argv or ["app"],
         "executable": "/usr/bin/app",
         "cwd": "/tmp",
         "dir": str(d),
-        "stack_depth": 64,
+        "stack_depth": settings.default_int("STACK_DEPTH"),
         "budget": budget,
         "group": None,
         "on_exceed": "fail",

@@ -276,7 +276,7 @@ def test_one_grammar_constants():
 
 
 def test_a_unit_as_a_word_of_its_own():
-    from cudatrace.commands.options import SIZE_UNIT_WORDS, split_unit
+    from cudatrace.commands.params import SIZE_UNIT_WORDS, split_unit
     from cudatrace.units import SIZE_UNITS
 
     assert set(SIZE_UNIT_WORDS) == set(SIZE_UNITS) - {""}

@@ -8,9 +8,10 @@ import pytest
 from click.testing import CliRunner
 from test_fold import ALLOC, NameSymbolizer, write_engine
 
+from cudatrace.attribution import Attribution
 from cudatrace.cli import main
 from cudatrace.commands.export import run_export
-from cudatrace.commands.options import Attribution, Moment
+from cudatrace.commands.options import Moment, _attribution
 from cudatrace.errors import RUN_FAILED, CudatraceError
 from support import tracegen as tg
 
@@ -62,7 +63,7 @@ def test_every_reporting_command_takes_the_attribution_options():
 
 
 def test_option_groups_build_one_value():
-    assert Attribution._build(2, ("x",), True, True, "python", True) == Attribution(
+    assert _attribution(2, ("x",), True, True, "python", True) == Attribution(
         depth=2,
         fold=False,
         fold_patterns=("x",),
@@ -70,13 +71,7 @@ def test_option_groups_build_one_value():
         view="python",
         show_cuda_frames=True,
     )
-    assert Attribution().analysis_options() == {
-        "show_cuda_frames": False,
-        "view": "hybrid",
-        "fold_layers": True,
-        "fold_patterns": (),
-        "full_names": False,
-    }
+    assert _attribution() == Attribution()
 
 
 def folded(d, out, sym, **attribution) -> dict[tuple, int]:

@@ -329,8 +329,8 @@ def write_engine(d, layers: int = 28, inline=None, extra=()):
     return fr
 
 
-def rep(d, sym, **kw):
-    a = Analysis(d, symbolizer=sym, **kw)
+def rep(d, sym):
+    a = Analysis(d, symbolizer=sym)
     return json.loads(json.dumps(build_report(a)))
 
 

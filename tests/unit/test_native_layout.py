@@ -3,7 +3,7 @@ includes only what it may:
 
     native/include/   the shared headers: include nothing of the other floors
     native/shim/      runs in the target: its own headers and native/include
-    native/reader/    runs in the Python process: native/include only (never the shim's headers)
+    native/reader/    runs in the Python process: its own headers and native/include (never the shim's)
     native/common/    linked into both libraries: native/include only
     sim/              the simulated driver: native/include and its own headers
 
@@ -20,6 +20,7 @@ export, not the real one (the shim's lookups go through ct_real_dlsym(), ct_real
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -35,7 +36,7 @@ NATIVE = REPO / "native"
 FLOORS = {
     "include": {"include"},
     "shim": {"shim", "include"},
-    "reader": {"include"},
+    "reader": {"reader", "include"},
     "common": {"include"},
 }
 READER_HEADERS = {"scan.h", "replay.h"}
@@ -141,7 +142,15 @@ def test_each_shim_module_has_its_header_first():
 
 
 # ---- the modules of the shim: a graph of what each object file defines and needs ------------
-SHIM_FLAGS = ["-std=gnu11", "-fPIC", "-fvisibility=hidden", "-D_GNU_SOURCE", "-pthread", "-O0"]
+SHIM_FLAGS = [
+    "-std=gnu11",
+    "-fPIC",
+    "-fvisibility=hidden",
+    "-D_GNU_SOURCE",
+    "-pthread",
+    "-O0",
+    '-DCT_SHIM_VERSION="layout"',  # native/Makefile stamps the real one
+]
 
 
 def object_symbols(shim_dir: Path, include_dir: Path, out: Path) -> dict[str, tuple[set, set]]:
@@ -336,6 +345,41 @@ def test_every_setting_is_declared_once():
     assert not undeclared, f"CUDATRACE_* variables not in settings.def: {undeclared}"
 
 
+SETTINGS_CALLS = {"name", "value", "default", "default_text", "default_int", "number", "setting"}
+
+
+def settings_ids_asked(path: Path) -> set[str]:
+    """The IDs a module asks cudatrace.settings for: settings.name("DIR"), ...,
+    settings.environment(DIR=...)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "settings"
+        ):
+            continue
+        if node.func.attr == "environment":
+            out |= {k.arg for k in node.keywords if k.arg}
+        elif node.func.attr in SETTINGS_CALLS and node.args:
+            arg = node.args[0]
+            assert isinstance(arg, ast.Constant), f"{path}: settings.{node.func.attr} of a variable"
+            out.add(arg.value)
+    return out
+
+
+def test_python_asks_for_declared_settings_only():
+    ids = {ident for ident, _ in declared_settings().values()}
+    asked = {}
+    for p in [*(REPO / "cudatrace").rglob("*.py"), *(REPO / "tests" / "support").rglob("*.py")]:
+        for ident in settings_ids_asked(p):
+            asked.setdefault(ident, []).append(p.name)
+    assert {"DIR", "STACK_DEPTH", "NATIVE_DIR"} <= set(asked), asked
+    undeclared = {i: fs for i, fs in asked.items() if i not in ids}
+    assert not undeclared, f"settings IDs not declared in settings.def: {undeclared}"
+
+
 def test_the_shim_reads_the_environment_in_util_c_only():
     bad = []
     for f in _sources(NATIVE / "shim"):
@@ -352,7 +396,10 @@ def test_the_shim_reads_the_environment_in_util_c_only():
     assert not unused, f"settings declared for the shim that it never reads: {unused}"
 
 
-def test_the_settings_checks_catch_breaches():
+def test_the_settings_checks_catch_breaches(tmp_path):
+    src = tmp_path / "m.py"
+    src.write_text('settings.value("NEW_KNOB")\nsettings.environment(DIR=1, OTHER=2)\n')
+    assert settings_ids_asked(src) == {"NEW_KNOB", "DIR", "OTHER"}
     assert ENV_NAME_RE.findall('getenv("CUDATRACE_NEW_KNOB") CUDATRACE_UTIL_H') == [
         "CUDATRACE_NEW_KNOB",
         "CUDATRACE_UTIL_H",

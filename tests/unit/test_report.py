@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from cudatrace.analyze.analysis import SCHEMA, Analysis, build_report
+from cudatrace.attribution import Attribution
 from cudatrace.cli import main
 from cudatrace.commands.options import Outputs
 from cudatrace.commands.report import run_report
@@ -45,7 +46,7 @@ def report_json(path, sym, **kw) -> dict:
 
 
 def report_json_nofold(path, sym, **kw) -> dict:
-    a = Analysis(path, symbolizer=sym, fold_layers=False)
+    a = Analysis(path, Attribution(fold=False), symbolizer=sym)
     return json.loads(json.dumps(build_report(a, **kw)))
 
 
@@ -332,7 +333,7 @@ def test_depth_splits_sites_by_caller(tmp_path, fake_sym, elf):
 
 def test_cuda_frames_folded_unless_asked(scen, fake_sym):
     d, _ = scen
-    a = Analysis(d, symbolizer=fake_sym, show_cuda_frames=True)
+    a = Analysis(d, Attribution(show_cuda_frames=True), symbolizer=fake_sym)
     r = build_report(a)
     assert os.path.basename(r["sites"][0]["frames"][0]["module"]) == "libcudatrace.so"
     assert [os.path.basename(x["module"]) for x in r["sites"][0]["context"][:3]] == [

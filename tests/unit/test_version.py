@@ -1,6 +1,6 @@
 """The version is written once, in cudatrace/__init__.py: the package metadata reads it from there
-(pyproject's dynamic version), `cudatrace --version` prints it, and the shim's own copy (a C
-constant the trace header carries) agrees."""
+(pyproject's dynamic version), `cudatrace --version` prints it, and native/Makefile stamps it
+into the shim (the trace header carries it)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import cudatrace
+from cudatrace import native
 from support.paths import REPO
 
 
@@ -42,11 +43,32 @@ def test_cli_version_is_the_installed_metadata():
     assert printed == cudatrace.__version__ == importlib.metadata.version("cudatrace")
 
 
-def test_shim_version_matches_the_package():
-    util_h = (REPO / "native" / "shim" / "util.h").read_text()
-    m = re.search(r'#define\s+CT_SHIM_VERSION\s+"([^"]+)"', util_h)
-    assert m, "CT_SHIM_VERSION not found in native/shim/util.h"
-    assert m.group(1) == cudatrace.__version__
+def _stamped(lib) -> bool:
+    return b"\0" + cudatrace.__version__.encode() + b"\0" in lib.read_bytes()
+
+
+def test_the_build_stamps_the_shim_with_the_package_version(tmp_path):
+    """native/Makefile reads __version__ (nothing else writes it) and the shim carries it into
+    every trace header; CT_VERSION= overrides it (a build outside a checkout)."""
+    assert _stamped(native.ensure_built() / native.SHIM_LIB)
+    out = tmp_path / "other"
+    r = subprocess.run(
+        [
+            "make",
+            "-s",
+            "-C",
+            str(REPO / "native"),
+            f"OUT={out}",
+            "CT_VERSION=7.7.7-test",
+            f"{out}/{native.SHIM_LIB}",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+    data = (out / native.SHIM_LIB).read_bytes()
+    assert b"\x007.7.7-test\x00" in data and not _stamped(out / native.SHIM_LIB)
+    assert not re.search(r"CT_SHIM_VERSION\s+\"", (REPO / "native/shim/util.h").read_text())
 
 
 def test_changelog_has_the_version():

@@ -26,7 +26,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ... import __version__
-from ...analyze.analysis import cu_error
+from ...analyze.cu_errors import cu_error
 from ...analyze.model import ADDR, AUX, AUX2, RES
 from ...analyze.sites import NO_STACK, api_label
 from ...units import format_bytes

@@ -102,7 +102,7 @@ class View:
             return "%s: %s" % (self.rank_labels[ti], process_label(self.traces[ti]))
         return process_label(self.traces[ti])
 
-    def device_key(self, x: Alloc):
+    def device_key(self, x: Alloc) -> int | tuple[str, str]:
         """What one device is: its ordinal, or (host, physical device) over several hosts."""
         if not self.split_devices:
             return x.device
@@ -110,7 +110,7 @@ class View:
         return (host_of(t), device_label(t, x.device))
 
     @staticmethod
-    def device_name(key) -> str:
+    def device_name(key: int | tuple[str, str]) -> str:
         if isinstance(key, tuple):
             return "%s:%s" % key
         return str(key) if key >= 0 else "?"
