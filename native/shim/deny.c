@@ -344,7 +344,7 @@ static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
             f->inlined = !real;
             f->hinted = ni >= 0;
             set_scope(f);
-            f->fw = got ? ct_fw_of(f->module, f->name, rule_len(f)) : 0;
+            f->fw = got ? ct_fw_of(f->module, f->exe, f->name, rule_len(f)) : 0;
         }
     }
     return m;
