@@ -23,6 +23,7 @@
 #include "frameworks.h"
 #include "graph.h"
 #include "modules.h"
+#include "pydeny.h"
 #include "util.h"
 
 #define DENY_FRAMES 64
@@ -377,8 +378,10 @@ static int graph_site(const struct frame *fr, int m)
 
 void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
 {
-    struct frame *fr = malloc(DENY_FRAMES * sizeof *fr); /* cold path: large, not on the stack */
     out[0] = 0;
+    if (ct_pydeny_describe(ips, n, out, cap))
+        return; /* Python code made the call: its line, or that it could not be read */
+    struct frame *fr = malloc(DENY_FRAMES * sizeof *fr); /* cold path: large, not on the stack */
     int m = fr ? read_frames(ips, n, fr) : 0;
     if (!m) {
         free(fr);
