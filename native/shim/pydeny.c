@@ -173,11 +173,12 @@ static void python_line(const struct ct_pyd_frame *py, int pn, const struct nat 
     int below = 0; /* the native frames of the call, up to the eval loop, glue left out */
     while (below < nn && !nf[below].eval)
         below++;
-    for (int k = site - 1; k >= -below; k--) {
-        if (k < 0 && nf[-k - 1].glue)
+    for (int k = site - 1; k >= -below; k--) { /* outermost first: Python's, then native */
+        const struct nat *f = k < 0 ? &nf[below + k] : NULL;
+        if (f && f->glue)
             continue;
         o = add(out, o, cap, first ? " via " : " > ");
-        o = k >= 0 ? add_py(out, o, cap, &py[k], 0) : add_native(out, o, cap, &nf[-k - 1], 0);
+        o = f ? add_native(out, o, cap, f, 0) : add_py(out, o, cap, &py[k], 0);
         first = 0;
     }
     for (int k = site + 1; k < pn; k++) {
