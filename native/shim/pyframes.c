@@ -830,7 +830,7 @@ uint64_t ct_py_stack_key(void)
     uint32_t flags[MAX_PY_DEPTH];
     int n = frames_now(&p, code, instr, flags, &why);
     uint64_t h = 0;
-    for (int k = 0; k < n; k++)
+    for (int k = 0; k < n && k < 8; k++) /* the innermost frames: where the site is */
         h = (h ^ code[k] ^ (instr[k] << 17)) * 0x9E3779B97F4A7C15ull;
     return h;
 }

@@ -55,7 +55,7 @@ struct ct_pyd_frame {
  * frame on this thread); -1 when the process has no interpreter known (*why NULL, or why
  * none is read) */
 int ct_py_deny_frames(struct ct_pyd_frame *out, int max, const char **why);
-/* a hash of the calling thread's Python stack (0: none): a denial's rate-limit key */
+/* a hash of the calling thread's innermost Python frames (0: none): a denial's rate-limit key */
 uint64_t ct_py_stack_key(void);
 /* the eval loop's first address (0: unknown) */
 uintptr_t ct_py_eval_start(void);

@@ -189,6 +189,39 @@ def test_framework_api_folds_under_the_program_line(ct, exe, tmp_path):
     assert "JSONDecoder.decode" in via, line
 
 
+TWO_SITES = (
+    PRELUDE
+    + r"""
+def grow_kv():
+    p = ctypes.c_uint64()
+    for _ in range(5):
+        cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(1 << 30))  # LINE:kv
+
+def scratch():
+    p = ctypes.c_uint64()
+    for _ in range(2):
+        cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(1 << 30))  # LINE:scratch
+
+grow_kv()
+scratch()
+"""
+)
+
+
+def test_lines_are_rate_limited_per_python_site(ct, tmp_path):
+    """Every ctypes call goes through one native call site: the rate limit counts each Python
+    site apart (the first three lines of each, then its 10th ...)."""
+    prog = write(tmp_path, TWO_SITES)
+    L = lines_of(TWO_SITES)
+    r = ct.run([sys.executable, prog], "-q", "--budget", BUDGET)
+    assert r.returncode == 0, r.stderr
+    lines = [x for x in r.stderr.splitlines() if "cudatrace: budget exceeded" in x]
+    sites = [m.group(1) for m in map(SITE.search, lines) if m]
+    kv, scratch = "grow_kv (prog.py:%d)" % L["kv"], "scratch (prog.py:%d)" % L["scratch"]
+    assert sites == [kv, kv, kv, scratch, scratch], r.stderr
+    assert "[3 at this site; further lines only at its 10th, 100th, ...]" in lines[2]
+
+
 ENGINE_C = r"""
 typedef unsigned long long CUdeviceptr;
 int cuMemAlloc_v2(CUdeviceptr *, unsigned long);
