@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from elftools.elf.elffile import ELFFile
 
+from cudatrace import __version__
 from cudatrace.symbols import ModuleRef, Symbolizer
 from support.paths import PROGS, REPO
 
@@ -34,6 +35,7 @@ def reader(tmp_path_factory):
     r = subprocess.run(
         [cc, "-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
         + ["-D_GNU_SOURCE", "-pthread", f"-I{SHIM}", f"-I{REPO / 'native' / 'include'}"]
+        + [f'-DCT_SHIM_VERSION="{__version__}"']
         + ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-o", str(exe)]
         + [str(PROGS / "dwarf_inlines_cli.c"), str(SHIM / "dwarf.c"), str(SHIM / "util.c")]
         + ["-ldl"],
