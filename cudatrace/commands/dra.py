@@ -106,7 +106,7 @@ def dra_plugin(setup: NodeSetup, access: KubeAccess, dra: DraSettings, show: boo
         preload=setup.preload,
         on_exceed=setup.on_exceed,
         shim=setup.shim,
-        gpu_cdi=_gpu_cdi(dra.gpu_cdi),
+        gpu_cdi=check_gpu_cdi(dra.gpu_cdi),
         reserve=int(dra.reserve or 0),
         kubelet_dir=dra.kubelet_dir.absolute(),
     )
@@ -121,7 +121,8 @@ def dra_plugin(setup: NodeSetup, access: KubeAccess, dra: DraSettings, show: boo
     return run_plugin(cfg, gpus, access, dra.resync)
 
 
-def _gpu_cdi(template: str) -> str:
+def check_gpu_cdi(template: str) -> str:
+    """--gpu-cdi: '' or VENDOR/CLASS=NAME where NAME may say {index} and {uuid}."""
     if not template:
         return ""
     kind, eq, name = template.partition("=")
