@@ -254,6 +254,16 @@ def test_claims_prepared_fence_their_containers_and_are_cleaned_up(node, podman,
     finally:
         podman.remove(first)
         a.communicate(timeout=60)
+    # a container given two claims (docs: one per container): Podman keeps one claim's edits,
+    # consistently (its group, budget and ledger directory), so it is fenced by that claim
+    both = run_claimed(podman, ids["train"] + ids["serve"][1:], "sh", "-c",
+                       "env; ls /run/cudatrace/ledger; exec hold --exit-after-ms 10 --free 4 400m")  # fmt: skip
+    group = [
+        l.split("=", 1)[1] for l in both.stdout.splitlines() if l.startswith("CUDATRACE_GROUP=")
+    ]
+    assert len(group) == 1 and group[0] in {r.uid for r in refs.values()}, both.stdout
+    assert f"{group[0]}.ledger" in both.stdout.split(), both.stdout
+    assert "budget exceeded" in both.stderr and allocs(both.stdout)[-1] == "2", both.stderr
     ledger = node.base / "state" / "claims" / refs["train"].uid
     assert (ledger / f"{refs['train'].uid}.ledger").is_file()
     # the device held what was granted, never more

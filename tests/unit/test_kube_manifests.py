@@ -122,6 +122,30 @@ def test_dra_manifests_validate(tls_dir):
     assert "DeviceClass" in kinds and "MutatingWebhookConfiguration" in kinds
 
 
+def test_the_dra_examples_of_the_docs_are_valid_objects():
+    """Every YAML example of docs/kubernetes.md's DRA section (claims, templates, pods) is a
+    valid object where consumable capacity is beta."""
+    import re
+
+    import yaml
+
+    from support.paths import REPO
+
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    section = text.split("## Dynamic Resource Allocation", 1)[1]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    docs = [d for b in blocks for d in yaml.safe_load_all(b) if d]
+    assert {d["kind"] for d in docs} == {"ResourceClaimTemplate", "Pod", "ResourceClaim"}
+    for d in docs:
+        validate(d, DRA_VERSION)
+    claims = [d for d in docs if d["kind"] in ("ResourceClaim", "ResourceClaimTemplate")]
+    for c in claims:
+        spec = c["spec"]["spec"] if c["kind"] == "ResourceClaimTemplate" else c["spec"]
+        for r in spec["devices"]["requests"]:
+            assert r["exactly"]["deviceClassName"] == "gpu-memory.cudatrace.dev"
+            assert "memory" in r["exactly"]["capacity"]["requests"]
+
+
 def test_manifests_refuse_a_stream_that_fences_nothing(tls_dir):
     r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x", "--no-webhook")
     assert r.returncode == 2 and "give --dra" in r.stderr, r.stderr
