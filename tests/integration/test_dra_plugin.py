@@ -276,3 +276,24 @@ def test_claims_prepared_fence_their_containers_and_are_cleaned_up(node, podman,
         assert not (CDI_DIR / f"{node.vendor}-claim-{ref.uid}.json").exists()
         assert not (node.base / "state" / "claims" / ref.uid).exists()
     dra.close()
+
+
+def test_print_shows_the_slice_of_the_nodes_gpus(sim):
+    """--print: the ResourceSlice of the node's GPUs from NVML (the simulated one, two GPUs of
+    3 GiB and 5 GiB), less --reserve, without serving anything."""
+    from support.cli import cudatrace
+
+    env = checkout_env(sim.env(state=sim.new_state(), devices=2, total_bytes=[3 * GiB, 5 * GiB]))
+    r = cudatrace(env, "dra-plugin", "--print", "--node-name", NODE, "--reserve", "512MiB")
+    assert r.returncode == 0, r.stderr
+    s = json.loads(r.stdout)
+    validate(s, DRA_VERSION)
+    assert [(d["name"], d["capacity"]["memory"]["value"]) for d in s["spec"]["devices"]] == [
+        ("gpu-0", str(3 * GiB - 512 * MiB)),
+        ("gpu-1", str(5 * GiB - 512 * MiB)),
+    ]
+    assert s["spec"]["devices"][1]["attributes"]["uuid"] == {
+        "string": "GPU-5ca1ab1e-0000-4000-8000-000000000001"
+    }
+    r = cudatrace(env, "dra-plugin", "--print", "--reserve", "3GiB")
+    assert r.returncode == 2 and "nothing left past --reserve" in r.stderr, r.stderr
