@@ -39,6 +39,7 @@ COMMANDS = {
     "cdi": ("cdi", "Write CDI specs whose devices are budgets, for containers."),
     "node": ("node", "Run the node agent for containers and Kubernetes."),
     "webhook": ("webhook", "Serve the admission webhook that fences annotated pods."),
+    "dra-plugin": ("dra", "Serve the DRA plugin: claims of GPU memory become budgets."),
     "manifests": ("manifests", "Write Kubernetes manifests or a systemd unit for these."),
 }
 

@@ -176,7 +176,9 @@ def table(path: str | None = None) -> list[Framework]:
 class Membership:
     """Which framework a frame belongs to: by its library (the table's prefixes, or a library
     that joined by the binaries' evidence), else by its name's first qualifier; a name a
-    framework keeps belongs to none."""
+    framework keeps belongs to none. The program's own executable is no framework's library,
+    whatever its file is named (a program called `libtorch_kv`): its frames belong by their
+    names only (the framework's header code compiled into it, `torch::empty`)."""
 
     def __init__(self, frameworks: Iterable[Framework], joined: dict[str, str] | None = None):
         self.frameworks = list(frameworks)
@@ -192,9 +194,10 @@ class Membership:
             got = self._by_module[basename] = frozenset(names)
         return got
 
-    def of(self, basename: str, name: str | None) -> frozenset[str]:
-        """The frameworks of a frame (module basename, short name or None)."""
-        fws = self.of_module(basename)
+    def of(self, basename: str, name: str | None, exe: bool = False) -> frozenset[str]:
+        """The frameworks of a frame (module basename, short name or None; exe: the module is
+        the program's own executable)."""
+        fws = frozenset() if exe else self.of_module(basename)
         if not fws and name:
             fws = frozenset(f.name for f in self.frameworks if f.has_name(name))
         if name and fws:

@@ -41,6 +41,7 @@ _SIGNATURES = {
     "nvmlDeviceGetComputeRunningProcesses_v3": [c_void_p, POINTER(c_uint), POINTER(_ProcessInfo)],
     "nvmlSystemGetDriverVersion": [c_char_p, c_uint],
     "nvmlDeviceGetUUID": [c_void_p, c_char_p, c_uint],
+    "nvmlDeviceGetName": [c_void_p, c_char_p, c_uint],
 }
 
 
@@ -115,11 +116,19 @@ class Nvml:
 
     def uuids(self) -> dict[int, str]:
         """device index -> its UUID ("GPU-..."); devices whose query fails are left out."""
+        return self._strings("nvmlDeviceGetUUID")
+
+    def names(self) -> dict[int, str]:
+        """device index -> its product name ("NVIDIA H200"); devices whose query fails are
+        left out."""
+        return self._strings("nvmlDeviceGetName")
+
+    def _strings(self, fn: str) -> dict[int, str]:
         out: dict[int, str] = {}
         buf = ctypes.create_string_buffer(96)
         for i, h in self.handles:
             try:
-                if self.lib.nvmlDeviceGetUUID(h, buf, 96) == 0:
+                if getattr(self.lib, fn)(h, buf, 96) == 0:
                     out[i] = buf.value.decode(errors="replace")
             except AttributeError:
                 break

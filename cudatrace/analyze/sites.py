@@ -373,7 +373,7 @@ class Stacks:
             base = os.path.basename(f.module)
             name = display_name(f.function) if f.function else None
             encl = enclosing(f.function) if f.function else None
-            bf.append(BFrame(base, name, f.exe, encl, member.of(base, encl or name)))
+            bf.append(BFrame(base, name, f.exe, encl, member.of(base, encl or name, f.exe)))
         keep = (lambda i: self.kept(fr[i])) if self.patterns else None
         return boundary_cut(bf, keep)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 
 import click
 
-from ..errors import CudatraceError, OptionError
-from .node_options import NodeSetup
+from ..errors import CudatraceError
+from .node_options import KubeAccess, NodeSetup
 
 
 @click.command()
@@ -30,26 +29,7 @@ from .node_options import NodeSetup
     metavar="SECONDS",
     help="Seconds between two passes over the node's ledgers.",
 )
-@click.option(
-    "--kubernetes",
-    type=click.Choice(["auto", "on", "off"]),
-    default="auto",
-    show_default=True,
-    help="Post denials as Pod Events: auto when run in a pod with a service account.",
-)
-@click.option("--kube-api", metavar="URL", help="The API server (default: the pod's).")
-@click.option(
-    "--kube-token",
-    metavar="FILE",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Its bearer token's file (default: the service account's).",
-)
-@click.option(
-    "--kube-ca",
-    metavar="FILE",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The CA of its certificate (default: the service account's).",
-)
+@KubeAccess.options("Post denials as Pod Events")
 @click.option(
     "--node-name", metavar="NAME", help="This node's name (default $NODE_NAME, else the host name)."
 )
@@ -57,10 +37,7 @@ def node(
     setup: NodeSetup,
     listen: str,
     interval: float,
-    kubernetes: str,
-    kube_api: str | None,
-    kube_token: Path | None,
-    kube_ca: Path | None,
+    access: KubeAccess,
     node_name: str | None,
 ) -> int:
     """The node agent: install the preload library, keep the groups' ledger directories and
@@ -80,23 +57,8 @@ def node(
             "node needs the Prometheus client: pip install 'cudatrace[metrics]'"
         ) from None
     from ..deploy.agent import Agent, Config, serve
-    from ..deploy.kube import Kube
 
-    kube = None
-    if kube_api or kubernetes == "on":
-        kube = (
-            Kube(kube_api, kube_token or Path("/dev/null"), kube_ca)
-            if kube_api
-            else Kube.in_cluster()
-        )
-        if kube is None:
-            raise OptionError(
-                "--kubernetes on: not in a pod with a service account; give --kube-api"
-            )
-    elif kubernetes == "auto":
-        kube = Kube.in_cluster()
-    if kube_api and not kube_token:
-        raise OptionError("--kube-api needs --kube-token")
+    kube = access.resolve()
     cfg = Config(
         budgets=setup.budgets,
         groups=setup.groups,

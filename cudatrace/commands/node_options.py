@@ -1,11 +1,12 @@
-"""The option group of the commands that set up a node for containers (`cdi`, `node`,
-`manifests systemd`): the budgets a node offers and where their pieces live."""
+"""The option groups of the commands that set up a node for containers (`cdi`, `node`,
+`dra-plugin`, `manifests systemd`): the budgets a node offers and where their pieces live
+(`NodeSetup`); how the node's pieces reach the Kubernetes API server (`KubeAccess`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import click
 
@@ -30,27 +31,34 @@ class NodeSetup(NamedTuple):
     shim: Path | None = None
 
     @classmethod
-    def options(cls, cdi_dir_default: str | None = "/etc/cdi") -> Callable[[F], F]:
+    def options(
+        cls, cdi_dir_default: str | None = "/etc/cdi", offers: bool = True
+    ) -> Callable[[F], F]:
+        """The options; offers False leaves out --budget and --groups (the DRA plugin's
+        budgets are its claims')."""
         path = click.Path(path_type=Path)
+        offered = [
+            click.option(
+                "--budget",
+                "budgets",
+                metavar="SIZE",
+                multiple=True,
+                help="Offer the device <vendor>/budget=SIZE: each container given it has "
+                "its own budget of SIZE (8GiB). Repeatable.",
+            ),
+            click.option(
+                "--groups",
+                metavar="FILE",
+                type=click.Path(dir_okay=False, path_type=Path),
+                help="Offer the named groups of FILE as <vendor>/group=NAME: the containers "
+                "given a group share its budget (INI: [NAME] budget = 40GiB).",
+            ),
+        ]
         return option_group(
             "setup",
             cls,
-            [
-                click.option(
-                    "--budget",
-                    "budgets",
-                    metavar="SIZE",
-                    multiple=True,
-                    help="Offer the device <vendor>/budget=SIZE: each container given it has "
-                    "its own budget of SIZE (8GiB). Repeatable.",
-                ),
-                click.option(
-                    "--groups",
-                    metavar="FILE",
-                    type=click.Path(dir_okay=False, path_type=Path),
-                    help="Offer the named groups of FILE as <vendor>/group=NAME: the containers "
-                    "given a group share its budget (INI: [NAME] budget = 40GiB).",
-                ),
+            (offered if offers else [])
+            + [
                 click.option(
                     "--root",
                     metavar="DIR",
@@ -65,7 +73,8 @@ class NodeSetup(NamedTuple):
                     type=path,
                     default="/run/cudatrace",
                     show_default=True,
-                    help="Where named groups' ledger directories live (a tmpfs: made at boot).",
+                    help="Where groups' and DRA claims' ledger directories live (a tmpfs: made at "
+                    "boot).",
                 ),
                 click.option(
                     "--cdi-dir",
@@ -80,7 +89,8 @@ class NodeSetup(NamedTuple):
                     "--vendor",
                     default="cudatrace.dev",
                     show_default=True,
-                    help="The CDI vendor: devices are VENDOR/budget=SIZE and VENDOR/group=NAME.",
+                    help="The CDI vendor: devices are VENDOR/budget=SIZE, VENDOR/group=NAME (and "
+                    "VENDOR/claim=UID-gpu-N for DRA claims).",
                 ),
                 click.option(
                     "--preload",
@@ -109,3 +119,64 @@ class NodeSetup(NamedTuple):
                 ),
             ],
         )
+
+
+class KubeAccess(NamedTuple):
+    """How `node` and `dra-plugin` reach the Kubernetes API server: the pod's service account
+    (auto, when there is one), or a URL with a token (and CA) given here."""
+
+    kubernetes: str = "auto"
+    kube_api: str | None = None
+    kube_token: Path | None = None
+    kube_ca: Path | None = None
+
+    @classmethod
+    def options(cls, what: str) -> Callable[[F], F]:
+        """what: what the command does with the API server (the --kubernetes help)."""
+        file = click.Path(dir_okay=False, path_type=Path)
+        return option_group(
+            "access",
+            cls,
+            [
+                click.option(
+                    "--kubernetes",
+                    type=click.Choice(["auto", "on", "off"]),
+                    default="auto",
+                    show_default=True,
+                    help=f"{what}: auto when run in a pod with a service account.",
+                ),
+                click.option(
+                    "--kube-api", metavar="URL", help="The API server (default: the pod's)."
+                ),
+                click.option(
+                    "--kube-token",
+                    metavar="FILE",
+                    type=file,
+                    help="Its bearer token's file (default: the service account's).",
+                ),
+                click.option(
+                    "--kube-ca",
+                    metavar="FILE",
+                    type=file,
+                    help="The CA of its certificate (default: the service account's).",
+                ),
+            ],
+        )
+
+    def resolve(self) -> Any:
+        """The API server (a deploy.kube.Kube), or None where there is none to use."""
+        from ..deploy.kube import Kube
+        from ..errors import OptionError
+
+        if self.kube_api and not self.kube_token:
+            raise OptionError("--kube-api needs --kube-token")
+        if self.kube_api:
+            return Kube(self.kube_api, self.kube_token or Path("/dev/null"), self.kube_ca)
+        if self.kubernetes == "off":
+            return None
+        kube = Kube.in_cluster()
+        if kube is None and self.kubernetes == "on":
+            raise OptionError(
+                "--kubernetes on: not in a pod with a service account; give --kube-api"
+            )
+        return kube

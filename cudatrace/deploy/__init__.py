@@ -14,9 +14,16 @@ docs/budgets.md) and keeps a node's side of it.
                their namespace, container, Kubernetes names
     agent      `cudatrace node`: ledger directories, contexts of members in other pid
                namespaces (NVML reports host pids), denials, metrics with container labels
-    kube       the Kubernetes API as the node agent uses it (Events), over HTTPS
+    kube       the Kubernetes API as the node agent and the DRA plugin use it (Events,
+               ResourceClaims, ResourceSlices), over HTTPS
     webhook    the mutating admission webhook (`cudatrace webhook`): pod annotation -> JSONPatch
-    manifests  Kubernetes manifests, the systemd unit, the webhook's TLS material
+    dra        the DRA kubelet plugin (`cudatrace dra-plugin`): the node's GPUs as a
+               ResourceSlice, a claim's consumed memory as its containers' budget (a CDI spec
+               per claim)
+    dra_grpc   its gRPC services on unix sockets (the kubelet's DRA and plugin registration
+               APIs: dra.proto, pluginregistration.proto) and their client
+    manifests  Kubernetes manifests (the DRA driver's too), the systemd unit
+    tls        the webhook's TLS material
 
 May import the ground, the leaves, record/ and present/; nothing below imports it.
 """

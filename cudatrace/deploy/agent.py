@@ -320,8 +320,12 @@ class Agent:
         self.say(f"{who}: {msg}")
         if self.cfg.kube is None or not pod or not ns:
             return
-        uid = p.env.get(settings.name("GROUP"), "") if p else ""
-        ev = pod_event(PodContainer(ns, pod, container, uid), reason, msg, self.cfg.node, count=n)
+        # the pod's uid: a DRA claim's container is told it (its group is the claim's uid), a
+        # patched pod's group is its uid; the container's name only where the webhook gave it
+        env = p.env if p else {}
+        uid = env.get(settings.name("K8S_POD_UID")) or env.get(settings.name("GROUP"), "")
+        named = env.get(settings.name("K8S_CONTAINER"), "")
+        ev = pod_event(PodContainer(ns, pod, named, uid), reason, msg, self.cfg.node, count=n)
         try:
             self.cfg.kube.post_event(ev)
         except KubeError as e:
@@ -364,18 +368,12 @@ class Agent:
         """Remove the directories of groups no longer offered, once no member of theirs lives."""
         names = {f.group for f in self.offered if f.group}
         for d in cdi.stale_group_dirs(self.cfg.state, names):
-            led_path = d / f"{d.name}.ledger"
-            if led_path.exists():
-                try:
-                    with Ledger.open(led_path) as led:
-                        led.reclaim()
-                        if any(m["state"] != "dead" for m in led.snapshot()["members"]):
-                            continue
-                        if native.tools()[1].ct_ledger_in_use_by_anyone(led.h) == 1:
-                            continue
-                except LedgerError as e:
-                    self.say(f"group directory {d} kept: {e}")
+            try:
+                if not cdi.ledger_dir_idle(d):
                     continue
+            except LedgerError as e:
+                self.say(f"group directory {d} kept: {e}")
+                continue
             try:
                 cdi.remove_group_dir(d)
                 self.say(f"group {d.name} is gone: removed {d}")

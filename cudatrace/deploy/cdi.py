@@ -78,8 +78,11 @@ def group_dir(state: Path, name: str) -> Path:
     return Path(state).absolute() / GROUPS_DIR / name
 
 
-def device_edits(fence: Fence, inst: Installed, preload: str, state: Path) -> dict:
-    """The containerEdits of one budget device."""
+def device_edits(
+    fence: Fence, inst: Installed, preload: str, state: Path, ledger_host: Path | None = None
+) -> dict:
+    """The containerEdits of one budget device. A group's ledger directory is its directory
+    under state, or ledger_host when given (a DRA claim's: dra.py)."""
     ro = ["ro", "nosuid", "nodev", "bind"]
     mounts: list[dict] = [
         {"hostPath": str(inst.dir), "containerPath": str(inst.dir), "options": ro}
@@ -91,7 +94,7 @@ def device_edits(fence: Fence, inst: Installed, preload: str, state: Path) -> di
     if fence.group:
         mounts.append(
             {
-                "hostPath": str(group_dir(state, fence.group)),
+                "hostPath": str(ledger_host or group_dir(state, fence.group)),
                 "containerPath": CONTAINER_LEDGER_DIR,
                 "options": ["rw", "nosuid", "nodev", "noexec", "bind"],
             }
@@ -161,22 +164,27 @@ def write_specs(specs: dict[str, dict], cdi_dir: Path, vendor: str = VENDOR) -> 
             except OSError as e:
                 raise CdiError(f"cannot remove {path}: {e.strerror or e}") from None
             continue
-        text = json.dumps(specs[kind], indent=2) + "\n"
-        try:
-            if path.is_file() and not path.is_symlink() and path.read_text() == text:
-                written.append(path)
-                continue
-            tmp = d / f".{path.name}.{os.getpid()}.tmp"  # not *.json: runtimes skip it
-            with open(tmp, "w") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except OSError as e:
-            raise CdiError(f"cannot write {path}: {e.strerror or e}") from None
+        write_spec(path, specs[kind])
         written.append(path)
     return written
+
+
+def write_spec(path: Path, spec: dict) -> None:
+    """Write one spec file whole (a temporary file renamed into place; left as it is when it
+    already says the same)."""
+    text = json.dumps(spec, indent=2) + "\n"
+    try:
+        if path.is_file() and not path.is_symlink() and path.read_text() == text:
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not *.json: runtimes skip it
+        with open(tmp, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise CdiError(f"cannot write {path}: {e.strerror or e}") from None
 
 
 def referenced_idents(root: Path, cdi_dirs: Iterable[str] = CDI_DIRS) -> set[str]:
@@ -237,6 +245,22 @@ def stale_group_dirs(state: Path, names: set[str]) -> list[Path]:
         )
     except OSError:
         return []
+
+
+def ledger_dir_idle(path: Path) -> bool:
+    """Whether a group's ledger directory can go: no ledger there, or one whose members are
+    all dead and that no process maps. Raises record.ledger.LedgerError when it cannot tell."""
+    from .. import native
+    from ..record.ledger import Ledger
+
+    led_path = path / f"{path.name}.ledger"
+    if not led_path.exists():
+        return True
+    with Ledger.open(led_path) as led:
+        led.reclaim()
+        if any(m["state"] != "dead" for m in led.snapshot()["members"]):
+            return False
+        return bool(native.tools()[1].ct_ledger_in_use_by_anyone(led.h) != 1)
 
 
 def remove_group_dir(path: Path) -> None:

@@ -1,6 +1,7 @@
-"""The Kubernetes API as the node agent uses it: Events about pods, posted over HTTPS with the
-pod's service account (or a token and CA given on the command line). The standard library's
-HTTP client, nothing else: the agent runs without the Kubernetes client library.
+"""The Kubernetes API as the node agent and the DRA plugin use it: Events about pods, posted
+over HTTPS with the pod's service account (or a token and CA given on the command line);
+ResourceClaims read and ResourceSlices written (dra.py). The standard library's HTTP client,
+nothing else: neither runs with the Kubernetes client library.
 
 An Event says what happened to a pod's container (`involvedObject` the Pod, `fieldPath`
 `spec.containers{NAME}`): `kubectl describe pod` and `kubectl get events` show it.
@@ -26,7 +27,12 @@ _UID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{
 
 
 class KubeError(CudatraceError):
-    """The API server cannot be reached or refused a request; the message says why."""
+    """The API server cannot be reached or refused a request; the message says why, `code`
+    the HTTP status when it answered (404: no such object), else 0."""
+
+    def __init__(self, message: str = "", code: int = 0):
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -69,7 +75,7 @@ class Kube:
             with urllib.request.urlopen(req, timeout=self.timeout, context=self._context()) as r:
                 text = r.read().decode()
         except urllib.error.HTTPError as e:
-            raise KubeError(f"{method} {path}: HTTP {e.code} {e.read()[:300]!r}") from None
+            raise KubeError(f"{method} {path}: HTTP {e.code} {e.read()[:300]!r}", e.code) from None
         except (urllib.error.URLError, OSError) as e:
             raise KubeError(f"{method} {path}: {getattr(e, 'reason', e)}") from None
         return json.loads(text) if text else {}

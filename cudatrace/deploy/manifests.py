@@ -4,15 +4,24 @@
 Kubernetes (a YAML stream; each document is JSON, which YAML reads as it is):
   Namespace            labelled for the privileged Pod Security level (the node agent is)
   ServiceAccount, ClusterRole, ClusterRoleBinding   the node agent may create Events, no more
-  ServiceAccount       the webhook's, without a token (it calls no API)
   ConfigMap            the groups config, when one is given
   DaemonSet            `cudatrace node` on each GPU node: host pid namespace (it maps members
                        in containers to host pids and reads their mappings), privileged
                        (/proc/<pid>/map_files), the install root, state and CDI directories
                        from the host, NVML through the NVIDIA runtime class
+  ServiceAccount       the webhook's, without a token (it calls no API; --no-webhook: none
+                       of the webhook's objects)
   Secret, Deployment, Service   `cudatrace webhook` over HTTPS, non-root, read-only
   MutatingWebhookConfiguration  pods on CREATE, only those annotated cudatrace.dev/budget
                        (matchConditions), failurePolicy Fail: such a pod is fenced or refused
+
+  DRA (--dra, before the webhook's; Kubernetes 1.34 or later, consumable capacity beta in 1.36):
+  DeviceClass          gpu-memory.cudatrace.dev: the devices of the driver gpu.cudatrace.dev
+  ServiceAccount, ClusterRole, ClusterRoleBinding   the plugin may read ResourceClaims and
+                       Nodes and write ResourceSlices, no more
+  DaemonSet            `cudatrace dra-plugin` on each GPU node: its sockets in the kubelet's
+                       plugins_registry and plugins/<driver> directories, the install root,
+                       state and CDI directories from the host, NVML through the runtime class
 
 systemd: a unit that runs `cudatrace node` on a host with Podman, Docker or containerd.
 """
@@ -22,8 +31,11 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from . import dra as dra_api
 from .plan import DEFAULT_ROOT, DEFAULT_STATE
 from .webhook import ANN_BUDGET
 
@@ -71,12 +83,6 @@ def _rbac(ns: str) -> list[dict]:
                 "name": f"{APP}-node",
             },
             "subjects": [{"kind": "ServiceAccount", "name": f"{APP}-node", "namespace": ns}],
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(f"{APP}-webhook", ns),
-            "automountServiceAccountToken": False,
         },
     ]
 
@@ -203,6 +209,12 @@ def _webhook_objects(ns: str, image: str, tls: dict[str, Path], replicas: int) -
     return [
         {
             "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(name, ns),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "v1",
             "kind": "Secret",
             "metadata": _meta(f"{name}-tls", ns),
             "type": "kubernetes.io/tls",
@@ -288,43 +300,156 @@ def _webhook_configuration(ns: str, name: str, tls: dict[str, Path]) -> dict:
     }
 
 
-def kubernetes(
-    image: str,
-    tls: dict[str, Path],
-    namespace: str = APP,
-    budgets: tuple[str, ...] = (),
-    groups_text: str | None = None,
-    runtime_class: str = "nvidia",
-    replicas: int = 2,
-    node_selector: dict[str, str] | None = None,
-) -> list[dict]:
+@dataclass(frozen=True)
+class Cluster:
+    """What `manifests kubernetes` was told. tls: the webhook's ca.crt, tls.crt, tls.key
+    (None: no webhook); dra: the DRA driver's objects too."""
+
+    image: str
+    tls: dict[str, Path] | None
+    namespace: str = APP
+    budgets: tuple[str, ...] = ()
+    groups_text: str | None = None
+    runtime_class: str = "nvidia"
+    replicas: int = 2
+    node_selector: dict[str, str] = field(default_factory=dict)
+    dra: bool = False
+    kubelet_dir: str = dra_api.KUBELET_DIR
+    gpu_cdi: str = dra_api.GPU_CDI
+
+
+def kubernetes(c: Cluster) -> list[dict]:
     """Every object, in the order `kubectl apply` wants them."""
     docs: list[dict] = [
         {
             "apiVersion": "v1",
             "kind": "Namespace",
             "metadata": _meta(
-                namespace, None, **{"pod-security.kubernetes.io/enforce": "privileged"}
+                c.namespace, None, **{"pod-security.kubernetes.io/enforce": "privileged"}
             ),
         }
     ]
-    docs += _rbac(namespace)
-    if groups_text is not None:
+    docs += _rbac(c.namespace)
+    if c.groups_text is not None:
         docs.append(
             {
                 "apiVersion": "v1",
                 "kind": "ConfigMap",
-                "metadata": _meta(f"{APP}-groups", namespace),
-                "data": {"groups.conf": groups_text},
+                "metadata": _meta(f"{APP}-groups", c.namespace),
+                "data": {"groups.conf": c.groups_text},
             }
         )
     docs.append(
         daemonset(
-            namespace, image, budgets, groups_text is not None, runtime_class, node_selector or {}
+            c.namespace,
+            c.image,
+            c.budgets,
+            c.groups_text is not None,
+            c.runtime_class,
+            c.node_selector,
         )
     )
-    docs += _webhook_objects(namespace, image, tls, replicas)
+    if c.dra:
+        docs += dra_objects(c)
+    if c.tls is not None:
+        docs += _webhook_objects(c.namespace, c.image, c.tls, c.replicas)
     return docs
+
+
+# ---- the DRA driver ---------------------------------------------------------------------------
+
+
+def _dra_rbac(ns: str) -> list[dict[str, Any]]:
+    name = f"{APP}-dra-plugin"
+    resource = "resource.k8s.io"
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(name, ns)},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": _meta(name, None),
+            "rules": [
+                {"apiGroups": [resource], "resources": ["resourceclaims"], "verbs": ["get"]},
+                {
+                    "apiGroups": [resource],
+                    "resources": ["resourceslices"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"],
+                },
+                {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]},
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": _meta(name, None),
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+        },  # fmt: skip
+    ]
+
+
+def dra_daemonset(c: Cluster) -> dict[str, Any]:
+    """`cudatrace dra-plugin` on each GPU node, its sockets where the kubelet looks."""
+    kd = c.kubelet_dir.rstrip("/")
+    plugin_dir, registry = f"{kd}/plugins/{dra_api.DRIVER}", f"{kd}/plugins_registry"
+    args = ["dra-plugin", "--root", DEFAULT_ROOT, "--state", DEFAULT_STATE, "--cdi-dir",
+            CDI_DIR, "--kubelet-dir", kd, "--gpu-cdi", c.gpu_cdi]  # fmt: skip
+    paths = {"root": DEFAULT_ROOT, "state": DEFAULT_STATE, "cdi": CDI_DIR, "plugin": plugin_dir}
+    volumes = [_host_dir(n, p) for n, p in paths.items()]
+    volumes.append({"name": "registry", "hostPath": {"path": registry, "type": "Directory"}})
+    mounts = [{"name": n, "mountPath": p} for n, p in {**paths, "registry": registry}.items()]
+    labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "dra-plugin"}
+    pod: dict[str, Any] = {
+        "serviceAccountName": f"{APP}-dra-plugin",
+        "tolerations": [{"operator": "Exists"}],
+        "containers": [
+            {
+                "name": "plugin",
+                "image": c.image,
+                "command": ["cudatrace"],
+                "args": args,
+                "env": [
+                    {
+                        "name": "NODE_NAME",
+                        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
+                    },
+                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+                ],  # fmt: skip
+                "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False},
+                "resources": {
+                    "requests": {"cpu": "20m", "memory": "64Mi"},
+                    "limits": {"memory": "256Mi"},
+                },  # fmt: skip
+                "volumeMounts": mounts,
+            }
+        ],
+        "volumes": volumes,
+    }
+    if c.runtime_class:
+        pod["runtimeClassName"] = c.runtime_class
+    if c.node_selector:
+        pod["nodeSelector"] = c.node_selector
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": _meta(f"{APP}-dra-plugin", c.namespace,
+                          **{"app.kubernetes.io/component": "dra-plugin"}),
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "updateStrategy": {"type": "RollingUpdate"},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }  # fmt: skip
+
+
+def dra_objects(c: Cluster) -> list[dict[str, Any]]:
+    """The DeviceClass, the plugin's RBAC and its DaemonSet."""
+    return [dra_api.device_class(), *_dra_rbac(c.namespace), dra_daemonset(c)]
 
 
 def yaml_stream(docs: list[dict]) -> str:

@@ -31,6 +31,7 @@ ENV_KEEP = (
     settings.name("K8S_NAMESPACE"),
     settings.name("K8S_POD"),
     settings.name("K8S_CONTAINER"),
+    settings.name("K8S_POD_UID"),
     settings.name("CUDA_VISIBLE_DEVICES"),
     "NVIDIA_VISIBLE_DEVICES",
 )

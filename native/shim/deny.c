@@ -20,9 +20,11 @@
 #include <string.h>
 #include <strings.h>
 
+#include "dwarf.h"
 #include "frameworks.h"
 #include "graph.h"
 #include "modules.h"
+#include "pydeny.h"
 #include "util.h"
 
 #define DENY_FRAMES 64
@@ -40,6 +42,8 @@ struct frame {
     unsigned fw;           /* the frameworks it belongs to (frameworks.h) */
     char scope[SCOPE_LEN]; /* "a::b": the namespaces of the name */
     int plain_c;           /* an unqualified name */
+    const uint8_t *bid;    /* its module's GNU build-id */
+    uint32_t blen;
 };
 
 /* the name the rule reads: the function a lambda, block or local class is in, else its own */
@@ -295,8 +299,33 @@ static size_t add_name(char *out, size_t o, size_t cap, const struct frame *f)
     return add(out, o, cap, fn);
 }
 
-/* the site: `name (module+0xoff)`, and when its module has debug information the hints did not
- * read, that code inlined into it is not known here */
+/* the program's own code: its executable, a library outside the system's directories (the
+ * ones the launcher's hints read, record/hints.py SYSTEM_DIRS) */
+static int own_code(const struct frame *f)
+{
+    static const char *const dirs[] = {"/lib/", "/lib64/", "/usr/lib/", "/usr/lib64/",
+                                       "/usr/local/cuda"};
+    const char *path = ct_module_path(f->ip);
+    if (f->exe)
+        return 1;
+    for (size_t i = 0; path && i < sizeof dirs / sizeof dirs[0]; i++)
+        if (!strncmp(path, dirs[i], strlen(dirs[i])))
+            return 0;
+    return path != NULL;
+}
+
+/* code the compiler inlined may be what the reports name at this frame: its DWARF shows an
+ * inlined subroutine there (dwarf.c); where that cannot be told, only in the program's own code */
+static int maybe_inlined(const struct frame *f)
+{
+    if (f->hinted || f->inlined || !f->offset)
+        return 0;
+    int r = ct_dwarf_inlined_at(ct_module_path(f->ip), f->bid, f->blen, f->offset - 1);
+    return r > 0 || (r < 0 && own_code(f));
+}
+
+/* the site: `name (module+0xoff)`, and when the compiler inlined code at that address and the
+ * hints did not say which, that code inlined into it is not known here */
 static size_t add_site(char *out, size_t o, size_t cap, const struct frame *f)
 {
     char hexs[24];
@@ -312,7 +341,7 @@ static size_t add_site(char *out, size_t o, size_t cap, const struct frame *f)
     o = add(out, o, cap, "+");
     ct_fmt_hex(hexs, f->offset);
     o = add(out, o, cap, hexs);
-    if (!f->hinted && !f->inlined && ct_module_has_debug_info(f->ip))
+    if (maybe_inlined(f))
         o = add(out, o, cap, ", or a function inlined into it");
     return f->name[0] ? add(out, o, cap, ")") : o;
 }
@@ -343,8 +372,10 @@ static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
             f->exe = d.exe;
             f->inlined = !real;
             f->hinted = ni >= 0;
+            f->bid = got ? d.build_id : NULL;
+            f->blen = got ? d.build_id_len : 0;
             set_scope(f);
-            f->fw = got ? ct_fw_of(f->module, f->name, rule_len(f)) : 0;
+            f->fw = got ? ct_fw_of(f->module, f->exe, f->name, rule_len(f)) : 0;
         }
     }
     return m;
@@ -377,8 +408,10 @@ static int graph_site(const struct frame *fr, int m)
 
 void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
 {
-    struct frame *fr = malloc(DENY_FRAMES * sizeof *fr); /* cold path: large, not on the stack */
     out[0] = 0;
+    if (ct_pydeny_describe(ips, n, out, cap))
+        return; /* Python code made the call: its line, or that it could not be read */
+    struct frame *fr = malloc(DENY_FRAMES * sizeof *fr); /* cold path: large, not on the stack */
     int m = fr ? read_frames(ips, n, fr) : 0;
     if (!m) {
         free(fr);

@@ -270,18 +270,18 @@ static int kept(const struct fw *f, const char *rule, size_t len)
     return 0;
 }
 
-unsigned ct_fw_of(const char *module, const char *rule, size_t len)
+unsigned ct_fw_of(const char *module, int exe, const char *rule, size_t len)
 {
     pthread_once(&loaded, load);
     unsigned mask = 0;
-    for (int i = 0; i < nfw; i++) {
+    for (int i = 0; !exe && i < nfw; i++) {
         if (!fws[i].name)
             continue;
         for (int k = 0; k < fws[i].nmods && !(mask & (1u << i)); k++)
             if (module_match(module, fws[i].mods[k]))
                 mask |= 1u << i;
     }
-    for (int j = 0; j < njoin; j++)
+    for (int j = 0; !exe && j < njoin; j++)
         if (!strcmp(joins[j].module, module) && fws[joins[j].fw].name)
             mask |= 1u << joins[j].fw;
     for (int i = 0; !mask && len && i < nfw; i++)

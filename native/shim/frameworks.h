@@ -13,8 +13,9 @@
 /* the frameworks a frame belongs to, one bit each (0: none): by its library's file name (the
  * table's prefixes, or a library the hints join), else by the first qualifier of its rule
  * name (rule: the name, or the function a lambda is in: len bytes of it); never a name the
- * framework keeps */
-unsigned ct_fw_of(const char *module, const char *rule, size_t len);
+ * framework keeps. exe: the module is the program's own executable, no framework's library
+ * whatever its file is named (a program called libtorch_kv): its frames go by name only */
+unsigned ct_fw_of(const char *module, int exe, const char *rule, size_t len);
 
 /* the frames inlined at offset off of module (basename, build-id), innermost first: their
  * short names (and the length of their enclosing-function prefix) into names[]/encl[], at most

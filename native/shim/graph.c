@@ -9,14 +9,19 @@
  * Functions are told apart by their start address (one pass over each module's symbols);
  * CUDA's own frames are left out, as the reports do. A stack of a free or of another event
  * counts too: it can only take a client away, never make a layer. Cold path: a few passes over
- * the tree at a denial line; without a trace (nothing recorded) nothing folds. */
+ * the tree at a denial line; without a trace (nothing recorded) nothing folds.
+ * The same rule over Python functions (a helper two Python callers allocate through): each
+ * stack's link node names its Python stack (pyframes.c's tree), a function is its identity
+ * (ct_py_ident: file and qualified name, as the reports tell Python functions apart). */
 #include "graph.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "modules.h"
+#include "pyframes.h"
 #include "stacks.h"
+#include "trace_format.h"
 
 #define MAX_CALLERS 64
 #define MAX_WORK (1u << 24) /* frames read: past this, the graph says nothing */
@@ -125,20 +130,18 @@ static int private_to(const struct cand *c, uint64_t caller)
     return !c->ncallers || (c->ncallers == 1 && !c->more && c->callers[0] == caller);
 }
 
-int ct_graph_cut(const uint64_t *fn, const char *const *module, int n)
+/* layers.py CallGraph.cut over the paths: how many of fn[0..n) fold */
+static int cut(const struct paths *ps, const uint64_t *fn, const char *const *module, int n)
 {
-    struct paths ps;
-    if (n < 2 || !read_paths(&ps))
-        return 0;
     struct cand *c = calloc((size_t)n, sizeof *c);
     int top = -1;
     if (c) {
         for (int k = 0; k < n; k++)
             c[k].fn = fn[k];
-        find_callers(&ps, c, n);
+        find_callers(ps, c, n);
         for (int k = 0; k < n; k++)
             for (int j = 0; j < c[k].ncallers && c[k].clients < 2; j++)
-                if (fn[k] > 1 && is_client(&ps, fn[k], c[k].callers[j]))
+                if (fn[k] > 1 && is_client(ps, fn[k], c[k].callers[j]))
                     c[k].clients++;
         /* layers.py CallGraph.cut: the first layer, then up through layers, and through
          * private frames of one module to a layer above them */
@@ -166,7 +169,74 @@ int ct_graph_cut(const uint64_t *fn, const char *const *module, int n)
         }
     }
     free(c);
+    return top + 1;
+}
+
+int ct_graph_cut(const uint64_t *fn, const char *const *module, int n)
+{
+    struct paths ps;
+    if (n < 2 || !read_paths(&ps))
+        return 0;
+    int k = cut(&ps, fn, module, n);
     free(ps.fn);
     free(ps.start);
-    return top + 1;
+    return k;
+}
+
+/* the Python stacks the recorded stacks link to, each a path of function identities */
+static int read_py_paths(struct paths *ps)
+{
+    uint64_t *ips, *ident;
+    uint32_t *parents, *pypar;
+    uint32_t n = ct_stacks_copy(&ips, &parents);
+    uint32_t np = n ? ct_py_nodes_copy(&pypar, &ident) : 0;
+    uint8_t *leaf = np ? calloc((size_t)np + 1, 1) : NULL; /* named by a link node */
+    size_t total = 0;
+    memset(ps, 0, sizeof *ps);
+    for (uint32_t id = 1; leaf && id <= n; id++) {
+        uint64_t ip = ips[id];
+        uint32_t v = (uint32_t)ip;
+        if ((ip & CT_PYLINK_MASK) == CT_PYLINK_TAG && ((ip >> 32) & 0xffff) == CT_PYLINK_FRAMES &&
+            v && v <= np && !leaf[v]) {
+            leaf[v] = 1;
+            ps->npaths++;
+            for (uint32_t k = v, d = 0; k && k <= np && d < 1024; k = pypar[k], d++)
+                total++;
+        }
+    }
+    if (total && total < MAX_WORK && (ps->fn = malloc(total * sizeof *ps->fn)) &&
+        (ps->start = malloc(((size_t)ps->npaths + 1) * sizeof *ps->start))) {
+        uint32_t p = 0, o = 0;
+        for (uint32_t v = 1; v <= np; v++) {
+            if (!leaf[v])
+                continue;
+            ps->start[p++] = o;
+            for (uint32_t k = v, d = 0; k && k <= np && d < 1024; k = pypar[k], d++)
+                if (ident[k])
+                    ps->fn[o++] = ident[k];
+        }
+        ps->start[p] = o;
+    } else {
+        free(ps->fn);
+        ps->fn = NULL;
+    }
+    free(ips);
+    free(parents);
+    if (np) {
+        free(pypar);
+        free(ident);
+    }
+    free(leaf);
+    return ps->fn != NULL;
+}
+
+int ct_graph_py_cut(const uint64_t *ident, const char *const *where, int n)
+{
+    struct paths ps;
+    if (n < 2 || !read_py_paths(&ps))
+        return 0;
+    int k = cut(&ps, ident, where, n);
+    free(ps.fn);
+    free(ps.start);
+    return k;
 }

@@ -667,37 +667,10 @@ int ct_frame_info(uintptr_t ip, struct ct_frame_desc *d)
     return 1;
 }
 
-int ct_module_has_debug_info(uintptr_t ip)
+const char *ct_module_path(uintptr_t ip)
 {
     const struct mod *m = find(ip);
-    if (!m)
-        return 0;
-    int f = open(m->path, O_RDONLY | O_CLOEXEC);
-    if (f < 0)
-        return 0;
-    struct stat st;
-    int found = 0;
-    if (fstat(f, &st) == 0 && st.st_size > (off_t)sizeof(ElfW(Ehdr))) {
-        uint8_t *map = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, f, 0);
-        if (map != MAP_FAILED) {
-            const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)map;
-            size_t size = (size_t)st.st_size;
-            if (!memcmp(eh->e_ident, ELFMAG, SELFMAG) && eh->e_shoff &&
-                eh->e_shstrndx < eh->e_shnum &&
-                eh->e_shoff + (size_t)eh->e_shnum * sizeof(ElfW(Shdr)) <= size) {
-                const ElfW(Shdr) *sh = (const ElfW(Shdr) *)(map + eh->e_shoff);
-                const ElfW(Shdr) *names = &sh[eh->e_shstrndx];
-                for (int i = 0; i < eh->e_shnum && !found; i++)
-                    if (names->sh_offset + sh[i].sh_name + 12 <= size &&
-                        sh[i].sh_name < names->sh_size)
-                        found = !strncmp((const char *)map + names->sh_offset + sh[i].sh_name,
-                                         ".debug_info", 12);
-            }
-            munmap(map, size);
-        }
-    }
-    close(f);
-    return found;
+    return m ? m->path : NULL;
 }
 
 int ct_is_cuda_frame(uintptr_t ip)

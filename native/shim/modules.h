@@ -39,8 +39,8 @@ int ct_frame_info(uintptr_t ip, struct ct_frame_desc *d);
 /* a demangled name shortened as reports show it (names.py); returns the length of the prefix
  * naming the function a lambda, block or local class is in (0: none) */
 size_t ct_shorten_name(const char *in, char *out, size_t cap);
-/* the module holding ip has DWARF (.debug_info): functions may be inlined into its frames */
-int ct_module_has_debug_info(uintptr_t ip);
+/* the file of the module holding ip, as the loader names it; NULL when unknown */
+const char *ct_module_path(uintptr_t ip);
 /* a symbol of a loaded object whose file name starts with prefix (loaded RTLD_LOCAL, so
  * RTLD_DEFAULT misses it); NULL when none is loaded */
 void *ct_sym_in_loaded(const char *prefix, const char *name);

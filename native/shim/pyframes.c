@@ -58,6 +58,7 @@ struct codeent {
     uintptr_t addr, filename, qualname;
     int32_t firstlineno;
     uint32_t id;
+    uint64_t ident; /* the function's identity (ct_py_ident): a denial's call graph */
 };
 /* Python stack tree nodes: (parent, code, lasti|flags) -> id */
 struct pynode {
@@ -282,6 +283,107 @@ void ct_py_modules_changed(void)
         __atomic_store_n(&ct_py_modules_dirty, 1, __ATOMIC_RELEASE);
 }
 
+/* ---- whose code a Python file is, and a function's identity ------------------------------ */
+static int ends_with(const char *s, size_t l, const char *suf)
+{
+    size_t k = strlen(suf);
+    return l >= k && !memcmp(s + l - k, suf, k);
+}
+
+/* the last "/site-packages/" or "/dist-packages/" of path: what follows it; NULL when none */
+static const char *installed_rel(const char *path)
+{
+    const char *rel = NULL;
+    for (const char *c = strchr(path, '/'); c; c = strchr(c + 1, '/'))
+        if (!strncmp(c + 1, "site-packages/", 14) || !strncmp(c + 1, "dist-packages/", 14))
+            rel = c + 15;
+    return rel;
+}
+
+/* the last "/lib/python3.N/" (lib64, a t after N): what follows it; NULL when none */
+static const char *stdlib_rel(const char *path)
+{
+    const char *rel = NULL;
+    for (const char *c = strchr(path, '/'); c; c = strchr(c + 1, '/')) {
+        const char *q = c + 1;
+        if (strncmp(q, "lib", 3))
+            continue;
+        q += 3;
+        if (!strncmp(q, "64", 2))
+            q += 2;
+        if (strncmp(q, "/python3.", 9))
+            continue;
+        q += 9;
+        if (*q < '0' || *q > '9')
+            continue;
+        while (*q >= '0' && *q <= '9')
+            q++;
+        if (*q == 't')
+            q++;
+        if (*q == '/')
+            rel = q + 1;
+    }
+    return rel;
+}
+
+void ct_py_origin(const char *path, struct ct_py_origin *o)
+{
+    static const char *const sufs[] = {".py", ".pyc", ".so", ".pyd", ".egg", ".zip", ".whl"};
+    o->kind = CT_PYO_PROGRAM;
+    o->pkg = NULL;
+    o->pkg_len = 0;
+    if (!strncmp(path, "<frozen ", 8)) {
+        o->kind = CT_PYO_STDLIB;
+        o->where = path;
+        return;
+    }
+    const char *rel = installed_rel(path);
+    if (rel) {
+        for (;;) { /* an egg or zip holds the package one level down */
+            while (*rel == '/')
+                rel++;
+            const char *slash = strchr(rel, '/');
+            size_t l = slash ? (size_t)(slash - rel) : 0;
+            if (!slash || !(ends_with(rel, l, ".egg") || ends_with(rel, l, ".zip") ||
+                            ends_with(rel, l, ".whl")))
+                break;
+            rel = slash + 1;
+        }
+        size_t top = strcspn(rel, "/");
+        for (size_t i = 0; i < sizeof sufs / sizeof sufs[0]; i++)
+            if (ends_with(rel, top, sufs[i])) {
+                top = strcspn(rel, "."); /* the name up to its first dot */
+                break;
+            }
+        o->kind = CT_PYO_LIBRARY;
+        o->pkg = rel;
+        o->pkg_len = top;
+        o->where = rel;
+        return;
+    }
+    rel = stdlib_rel(path);
+    if (rel) {
+        o->kind = CT_PYO_STDLIB;
+        o->where = rel;
+        return;
+    }
+    const char *base = strrchr(path, '/');
+    o->where = base && base[1] ? base + 1 : path;
+}
+
+uint64_t ct_py_ident(const char *filename, const char *qualname)
+{
+    struct ct_py_origin o;
+    ct_py_origin(filename, &o);
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over where, a separator, the qualified name */
+    for (const char *c = o.where; *c; c++)
+        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    h = (h ^ 0xff) * 0x100000001b3ull;
+    for (const char *c = qualname; *c; c++)
+        h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+    return h | (1ull << 63); /* never 0 or 1: the call graph's "unknown" and "CUDA" */
+}
+
 /* ---- code objects and the Python stack tree --------------------------------------------- */
 static int ensure_tables(void)
 {
@@ -380,7 +482,8 @@ static uint32_t code_id(const struct pyrt *p, uintptr_t code, uintptr_t filename
                       ltlen ? (const void *)(lt + CT_PY_BYTES_SVAL) : NULL, ltlen))
         return 0;
     ncodes++;
-    codes[i] = (struct codeent){code, filename, qualname, first, ncodes};
+    codes[i] =
+        (struct codeent){code, filename, qualname, first, ncodes, ct_py_ident(buf, buf + fl + 1)};
     return ncodes;
 }
 
@@ -458,6 +561,46 @@ static inline __attribute__((always_inline)) int walk(uintptr_t fr, uintptr_t co
     return n;
 }
 
+/* The calling thread's innermost frame (into *fr), or why there is none (CT_PYWHY_*). */
+static inline __attribute__((always_inline)) int current_frame(const struct pyrt *p, uintptr_t *fr)
+{
+    const struct ct_pylayout *L = &p->L;
+    uintptr_t rt = p->runtime;
+    /* the gilstate key: this thread's own PyThreadState, GIL held or not */
+    if (!rd32(rt + L->rt_tss) || !rd(rt + L->rt_interp_main))
+        return CT_PYWHY_NOT_INITIALIZED;
+    pthread_key_t key = (pthread_key_t) * (const volatile uint32_t *)(rt + L->rt_tss + 4);
+    uintptr_t ts = (uintptr_t)pthread_getspecific(key);
+    if (!ts)
+        return CT_PYWHY_NO_TSTATE;
+    uintptr_t fin = rd(rt + L->rt_finalizing);
+    if (fin && fin != ts) /* finalization deletes other threads' states */
+        return CT_PYWHY_FINALIZING;
+    if ((uintptr_t)rd(ts + L->ts_thread_id) != (uintptr_t)pthread_self() || !rd(ts + L->ts_interp))
+        return CT_PYWHY_INCONSISTENT;
+    if (L->ts_current_frame != CT_PY_NONE) {
+        *fr = rd(ts + L->ts_current_frame);
+    } else {
+        uintptr_t cf = rd(ts + L->ts_cframe);
+        *fr = cf ? rd(cf + L->cf_current_frame) : 0;
+    }
+    return 0;
+}
+
+/* innermost first; one copy of the walk per version, its offsets constants */
+static inline __attribute__((always_inline)) int
+walk_any(const struct pyrt *p, uintptr_t fr, uintptr_t *code, uintptr_t *instr, uint32_t *flags)
+{
+    switch (p->L.minor) {
+    case 11:
+        return walk(fr, p->code_type, &ct_pylayout_311, code, instr, flags);
+    case 12:
+        return walk(fr, p->code_type, &ct_pylayout_312, code, instr, flags);
+    default:
+        return walk(fr, p->code_type, &ct_pylayout_313, code, instr, flags);
+    }
+}
+
 /* The link ip for this event: 0 without Python, else frames or the reason there are none. */
 uint64_t ct_py_capture_now(void)
 {
@@ -476,41 +619,13 @@ uint64_t ct_py_capture_now(void)
     if (p->why)
         return link_why(p->why);
     const struct ct_pylayout *L = &p->L;
-    uintptr_t rt = p->runtime;
-    /* the gilstate key: this thread's own PyThreadState, GIL held or not */
-    if (!rd32(rt + L->rt_tss) || !rd(rt + L->rt_interp_main))
-        return link_why(CT_PYWHY_NOT_INITIALIZED);
-    pthread_key_t key = (pthread_key_t) * (const volatile uint32_t *)(rt + L->rt_tss + 4);
-    uintptr_t ts = (uintptr_t)pthread_getspecific(key);
-    if (!ts)
-        return link_why(CT_PYWHY_NO_TSTATE);
-    uintptr_t fin = rd(rt + L->rt_finalizing);
-    if (fin && fin != ts) /* finalization deletes other threads' states */
-        return link_why(CT_PYWHY_FINALIZING);
-    if ((uintptr_t)rd(ts + L->ts_thread_id) != (uintptr_t)pthread_self() || !rd(ts + L->ts_interp))
-        return link_why(CT_PYWHY_INCONSISTENT);
-    uintptr_t fr;
-    if (L->ts_current_frame != CT_PY_NONE) {
-        fr = rd(ts + L->ts_current_frame);
-    } else {
-        uintptr_t cf = rd(ts + L->ts_cframe);
-        fr = cf ? rd(cf + L->cf_current_frame) : 0;
-    }
-    /* innermost first; one copy of the walk per version, its offsets constants */
+    uintptr_t fr = 0;
+    int why = current_frame(p, &fr);
+    if (why)
+        return link_why(why);
     uintptr_t code[MAX_PY_DEPTH], instr[MAX_PY_DEPTH];
     uint32_t flags[MAX_PY_DEPTH];
-    int n;
-    switch (L->minor) {
-    case 11:
-        n = walk(fr, p->code_type, &ct_pylayout_311, code, instr, flags);
-        break;
-    case 12:
-        n = walk(fr, p->code_type, &ct_pylayout_312, code, instr, flags);
-        break;
-    default:
-        n = walk(fr, p->code_type, &ct_pylayout_313, code, instr, flags);
-        break;
-    }
+    int n = walk_any(p, fr, code, instr, flags);
     if (n == 0)
         return link_why(CT_PYWHY_IDLE);
     if (!tc) {
@@ -582,6 +697,182 @@ uint64_t ct_py_capture_now(void)
     if (k < n)
         return leaf ? (CT_PYLINK_TAG | ((uint64_t)CT_PYLINK_FRAMES << 32) | leaf) : 0;
     return CT_PYLINK_TAG | ((uint64_t)CT_PYLINK_FRAMES << 32) | leaf;
+}
+
+/* ---- at a denial (cold path) ------------------------------------------------------------ */
+static const char *why_text(int why)
+{
+    switch (why) {
+    case CT_PYWHY_NO_TSTATE:
+        return "the thread has no Python thread state";
+    case CT_PYWHY_FINALIZING:
+        return "the interpreter is finalizing";
+    case CT_PYWHY_NOT_INITIALIZED:
+        return "Python is not initialized";
+    case CT_PYWHY_IDLE:
+        return "the thread runs no Python frame";
+    default:
+        return "the thread state is not this thread's";
+    }
+}
+
+/* the line of the instruction at code unit lasti (the 3.11+ location table, as
+ * cudatrace/symbols/python.py line_ranges reads it); -1 when unknown */
+static int line_of(const struct ct_pylayout *L, uintptr_t co, uint32_t lasti)
+{
+    uintptr_t lt = rd(co + L->co_linetable);
+    uint64_t len = lt ? (uint64_t)rd(lt + CT_PY_OB_SIZE) : 0;
+    if (!len || len > MAX_LINETABLE)
+        return -1;
+    const uint8_t *b = (const uint8_t *)(lt + CT_PY_BYTES_SVAL);
+    int64_t line = rd32(co + L->co_firstlineno);
+    uint64_t addr = 0, off = (uint64_t)lasti * 2, i = 0;
+    while (i < len && (b[i] & 0x80)) {
+        unsigned code = (b[i] >> 3) & 15;
+        uint64_t length = (uint64_t)((b[i] & 7) + 1) * 2;
+        int known = code != 15, varints = code == 14 ? 4 : code == 13 ? 1 : 0;
+        i++;
+        for (int v = 0; v < varints; v++) { /* the first is the line's delta, signed */
+            uint64_t val = 0;
+            unsigned shift = 0;
+            do {
+                if (i >= len || shift > 60)
+                    return -1;
+                val |= (uint64_t)(b[i] & 63) << shift;
+                shift += 6;
+            } while (b[i++] & 64);
+            if (!v)
+                line += (val & 1) ? -(int64_t)(val >> 1) : (int64_t)(val >> 1);
+        }
+        if (code >= 10 && code <= 12) {
+            line += code - 10;
+            i += 2;
+        } else if (code < 10)
+            i += 1;
+        if (off >= addr && off < addr + length)
+            return known && line > 0 && line < (1 << 30) ? (int)line : -1;
+        addr += length;
+    }
+    return -1;
+}
+
+/* the calling thread's frames now, innermost first (code objects and instructions); 0 with
+ * *why set when there are none to read, -1 when the process has no interpreter known */
+static int frames_now(struct pyrt **pp, uintptr_t *code, uintptr_t *instr, uint32_t *flags,
+                      const char **why)
+{
+    *why = NULL;
+    if (disabled < 0)
+        disabled = ct_setting_num(CT_SET_PYTHON) == 0;
+    if (disabled) {
+        *why = "Python frames are off: CUDATRACE_PYTHON=0";
+        return -1;
+    }
+    struct pyrt *p = find_python();
+    *pp = p;
+    if (!p)
+        return -1;
+    if (p->why) {
+        *why = p->note;
+        return 0;
+    }
+    uintptr_t fr = 0;
+    int w = current_frame(p, &fr);
+    int n = w ? 0 : walk_any(p, fr, code, instr, flags);
+    if (!n)
+        *why = why_text(w ? w : CT_PYWHY_IDLE);
+    return n;
+}
+
+int ct_py_deny_frames(struct ct_pyd_frame *out, int max, const char **why)
+{
+    struct pyrt *p = NULL;
+    uintptr_t code[MAX_PY_DEPTH], instr[MAX_PY_DEPTH];
+    uint32_t flags[MAX_PY_DEPTH];
+    int n = frames_now(&p, code, instr, flags, why);
+    if (n <= 0)
+        return n;
+    const struct ct_pylayout *L = &p->L;
+    char *file = malloc(4200), *name = malloc(4200);
+    int m = 0;
+    for (int k = 0; file && name && k < n && m < max; k++) {
+        struct ct_pyd_frame *f = &out[m++];
+        read_str(L, rd(code[k] + L->co_filename), file, 4200);
+        read_str(L, rd(code[k] + L->co_qualname), name, 4200);
+        f->ident = ct_py_ident(file, name);
+        struct ct_py_origin o;
+        ct_py_origin(file, &o);
+        f->kind = o.kind;
+        ct_strlcpy(f->where, o.where, sizeof f->where);
+        size_t pl = o.pkg_len < sizeof f->pkg - 1 ? o.pkg_len : sizeof f->pkg - 1;
+        memcpy(f->pkg, o.pkg ? o.pkg : "", o.pkg ? pl : 0);
+        f->pkg[o.pkg ? pl : 0] = 0;
+        const char *base = strrchr(file, '/');
+        ct_strlcpy(f->base, base && base[1] ? base + 1 : file, sizeof f->base);
+        ct_strlcpy(f->name, name[0] ? name : "?", sizeof f->name);
+        uintptr_t start = code[k] + L->co_code_adaptive;
+        f->line = (flags[k] & CT_PYF_NO_OFFSET)
+                      ? -1
+                      : line_of(L, code[k], (uint32_t)((instr[k] - start) / 2));
+    }
+    free(file);
+    free(name);
+    if (!m)
+        *why = "its frames could not be read (out of memory)";
+    return m;
+}
+
+uint64_t ct_py_stack_key(void)
+{
+    struct pyrt *p = NULL;
+    const char *why;
+    uintptr_t code[MAX_PY_DEPTH], instr[MAX_PY_DEPTH];
+    uint32_t flags[MAX_PY_DEPTH];
+    int n = frames_now(&p, code, instr, flags, &why);
+    uint64_t h = 0;
+    for (int k = 0; k < n && k < 8; k++) /* the innermost frames: where the site is */
+        h = (h ^ code[k] ^ (instr[k] << 17)) * 0x9E3779B97F4A7C15ull;
+    return h;
+}
+
+uintptr_t ct_py_eval_start(void)
+{
+    struct pyrt *p = __atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE);
+    return p && !p->why ? p->eval_start : 0;
+}
+
+uint32_t ct_py_nodes_copy(uint32_t **parent, uint64_t **ident)
+{
+    *parent = NULL;
+    *ident = NULL;
+    pthread_mutex_lock(&mu);
+    uint32_t n = nodes && codes ? nnodes : 0, nc = ncodes;
+    uint32_t *par = n ? calloc((size_t)n + 1, sizeof *par) : NULL;
+    uint64_t *id = n ? calloc((size_t)n + 1, sizeof *id) : NULL;
+    uint64_t *cid = n ? calloc((size_t)nc + 1, sizeof *cid) : NULL;
+    if (par && id && cid) {
+        for (uint32_t i = 0; i < CODE_SIZE; i++)
+            if (codes[i].id && codes[i].id <= nc)
+                cid[codes[i].id] = codes[i].ident;
+        for (uint32_t i = 0; i < PYNODE_SIZE; i++) {
+            const struct pynode *e = &nodes[i];
+            if (e->id && e->id <= n) {
+                par[e->id] = e->parent <= n ? e->parent : 0;
+                id[e->id] = e->code <= nc ? cid[e->code] : 0;
+            }
+        }
+    } else
+        n = 0;
+    pthread_mutex_unlock(&mu);
+    free(cid);
+    if (!n) {
+        free(par);
+        free(id);
+        return 0;
+    }
+    *parent = par;
+    *ident = id;
+    return n;
 }
 
 /* ---- fork ------------------------------------------------------------------------------- */

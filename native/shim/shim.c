@@ -525,7 +525,8 @@ static void deny_message(struct ct_call *c, uint64_t in_use, uint64_t limit, con
     uintptr_t ips[DENY_PATH_FRAMES];
     int n = ct_stack_user_frames(ips, DENY_PATH_FRAMES);
     uint64_t count = 0;
-    int how = deny_rate(n > 0 ? ips[0] : 0, &count);
+    /* a site is its native call and, from Python, its Python stack (one ctypes call serves all) */
+    int how = deny_rate((n > 0 ? ips[0] : 0) ^ (uintptr_t)ct_py_stack_key(), &count);
     if (how == 0 && ct_cfg.on_exceed != CT_EXCEED_ABORT)
         return;
     if (n > 0)

@@ -13,6 +13,8 @@ by tests/support/attrib_shapes.py:
                    engine's library (libllamaish: llamaish_kv_cache)
   torchapp         a caching allocator (libmc10) under an `empty` family (libmat), called from
                    the application's own classes (app::Model::init_kv)
+  llm_server       libtorch's split (libc10_cuda, libtorch_cpu, libtorch_cuda) under a server
+  libtorch_kv      the same under a program named like one of libtorch's libraries
   bigalloc         plain C: alloc_big_device() called once from main IS the site
 
 At start-up only the KV cache allocates (the helper has one client); `--serve` adds weights
@@ -61,6 +63,9 @@ SHAPES = {
         "llm::KVCache::KVCache",
         {"llm::Model::load_weights", "llm::Sampler::Sampler", "llm::RopeCache::RopeCache"},
     ),
+    # the same libraries under a program whose file name starts like libtorch's own
+    # (tools/gpu/libtorch_kv.cpp): torch::empty in a constructor's loop, .to(kCUDA) in a function
+    "libtorch_kv": ("llm::KVCache::KVCache", {"llm::load_weights"}),
     # ONNX Runtime's arena growing through a lambda, under onnxruntime-genai's KV cache
     "ort_chat": (
         "Generators::DefaultKeyValueCache::DefaultKeyValueCache",
@@ -185,7 +190,8 @@ def test_denial_names_the_kv_code_static_runtime(env, shapes, tmp_path, release,
 
 def test_denial_without_the_launcher(env, shapes, tmp_path, monkeypatch):
     """Plain LD_PRELOAD with a budget's ledger, no launcher (and quiet): the shim's line alone
-    names the KV code, through the same rule in its cheap form (native/shim/deny.c)."""
+    names the KV code, through the same rule in its cheap form (native/shim/deny.c). Built at
+    -O0 nothing was inlined there (its DWARF says so): no "inlined into it"."""
     from cudatrace import native
     from cudatrace.record import budget
 
@@ -211,7 +217,7 @@ def test_denial_without_the_launcher(env, shapes, tmp_path, monkeypatch):
     assert len(shim) == 1, ok(r)
     assert re.search(
         r"; at trt::batch_manager::kv_cache_manager::KVCacheManager::allocatePools "
-        r"\(trt_server\+0x[0-9a-f]+, or a function inlined into it\) via "
+        r"\(trt_server\+0x[0-9a-f]+\) via "
         r"trt::runtime::BufferManager::gpu > .*"
         r"trt::runtime::CudaAllocator::allocateImpl, called from main;",
         shim[0],
@@ -222,6 +228,7 @@ def test_denial_without_the_launcher(env, shapes, tmp_path, monkeypatch):
 
 NEW_SHAPES = {
     "llm_server": SHAPES["llm_server"][0],
+    "libtorch_kv": SHAPES["libtorch_kv"][0],
     "ort_chat": SHAPES["ort_chat"][0],
     "tf_serving": SHAPES["tf_serving"][0],
     "plain_c": "alloc_big_device",
@@ -294,11 +301,14 @@ def test_denial_without_the_launcher_names_or_says(
     line = _without_launcher(env, exe, tmp_path, monkeypatch)
     site = line.split("; at ", 1)[1]
     name, where = site.split(" (", 1)
+    assert release or "inlined into it" not in line, line  # -O0: the DWARF shows none
     if name == kv:
         return
     # inlined: the function the compiler put it in, and the words that say so
     assert release, line
     assert re.match(r"[^ ]+\+0x[0-9a-f]+, or a function inlined into it\)", where), line
+    # ... and only when the responsible function has no frame of its own below it
+    assert kv not in line.split(", called from ", 1)[0], line
     assert name in ("main", "OgaCreateGenerator"), (
         line
     )  # the functions the tests' code inlines into
@@ -311,7 +321,7 @@ def test_denial_without_the_launcher_names_or_says(
     assert line.split("; at ", 1)[1].startswith(kv + " ("), line
 
 
-@pytest.mark.parametrize("shape", ["llm_server", "ort_chat", "tf_serving"])
+@pytest.mark.parametrize("shape", ["llm_server", "libtorch_kv", "ort_chat", "tf_serving"])
 def test_tree_diff_and_sweep_name_the_code(env, shapes, tmp_path, shape):
     """The caller tree marks the program's function as the site, diff matches it across a
     -O0 and an -O2 build, and a sweep's law belongs to it."""

@@ -339,7 +339,7 @@ def test_pprof_descriptors_match_protoc(tmp_path):
     from grpc_tools import protoc
 
     from cudatrace.present.export import pprof
-    from cudatrace.present.export.protodesc import parse
+    from cudatrace.protodesc import parse
 
     out = tmp_path / "set.pb"
     rc = protoc.main(
@@ -366,10 +366,14 @@ def test_pprof_descriptors_match_protoc(tmp_path):
 
 
 def test_protodesc_refuses_what_it_cannot_read():
-    from cudatrace.present.export.protodesc import ProtoError, parse
+    from cudatrace.protodesc import ProtoError, parse
 
     with pytest.raises(ProtoError):
-        parse('syntax = "proto3"; message A { map<string, int64> m = 1; }')
+        parse('syntax = "proto3"; message A { oneof x { int64 a = 1; } }')
+    with pytest.raises(ProtoError):
+        parse('syntax = "proto3"; message A { map<double, int64> m = 1; }')
+    with pytest.raises(ProtoError):
+        parse('syntax = "proto3"; service S { rpc M (stream A) returns (A) {} }')
     with pytest.raises(ProtoError):
         parse('syntax = "proto2"; message A { optional int64 x = 1; }')
     with pytest.raises(ProtoError):

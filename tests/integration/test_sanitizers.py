@@ -162,6 +162,18 @@ def test_aggregate_and_python_frames_under_sanitizers(ct, sim, san, tmp_path):
         assert r.returncode == 0, r.stderr[-4000:]
 
 
+def test_python_denial_under_sanitizers(ct, sim, san):
+    """A denial's line read from the interpreter's frames (names, files, line tables) and the
+    recorded Python stacks' call graph; with Python frames off, the native frames said raw."""
+    train = REPO / "examples" / "tiny-train" / "train.py"
+    for extra, want in (
+        ({}, "; at forward (train.py:55) via device_alloc, called from main (train.py:"),
+        ({"CUDATRACE_PYTHON": "0"}, "; at Python code whose frames the shim could not read"),
+    ):
+        r = _traced(ct, sim, san, [sys.executable, str(train)], "--budget", "300MiB", extra=extra)
+        assert r.returncode == 1 and want in r.stderr, r.stderr[-4000:]
+
+
 def test_ledger_harness_under_sanitizers(san, tmp_path):
     cc = os.environ.get("CC", "cc")
     exe = tmp_path / "ledger_test"

@@ -49,6 +49,18 @@ SHAPES = {
         "g++",
         ["-Wl,--no-as-needed", "-ltorch_cuda", "-ltorch_cpu", "-lc10_cuda"],
     ),
+    # the same libraries under tools/gpu/libtorch_kv.cpp's program, whose file name starts
+    # like one of libtorch's (libtorch_kv): the program's code, not the framework's
+    "libtorch_kv": (
+        [
+            ("libc10_cuda.so", ["c10_cuda.cpp"], "g++", ["-lcuda"]),
+            ("libtorch_cpu.so", ["torch_cpu.cpp"], "g++", []),
+            ("libtorch_cuda.so", ["torch_cuda.cpp"], "g++", ["-ltorch_cpu", "-lc10_cuda"]),
+        ],
+        ["libtorch_kv.cpp"],
+        "g++",
+        ["-Wl,--no-as-needed", "-ltorch_cuda", "-ltorch_cpu", "-lc10_cuda"],
+    ),
     # ONNX Runtime's split, with onnxruntime-genai over its C API
     "ort_chat": (
         [

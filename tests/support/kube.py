@@ -1,10 +1,14 @@
 """Kubernetes without a control plane, for the tests: no kube-apiserver can run here, so what the
-node agent posts goes to a tiny fake API server, over HTTPS with a CA of its own and a bearer
-token, that records every request and answers 201 with the object (what a real one does for
-a create). Nothing else of the API is imitated.
+node agent and the DRA plugin ask goes to a tiny fake API server, over HTTPS with a CA of its
+own and a bearer token, that records every request and keeps objects by path: a test puts
+what the API would hold (a ResourceClaim, a Node); GET answers an object or 404, POST to a
+collection creates (201; 409 when the name is taken; an Event, named by generateName, is only
+answered), PUT replaces one whose resourceVersion matches (409 else). Nothing else of the API
+(lists, watches, patches, defaults, validation) is imitated.
 
-    validate(obj)         kubernetes-validate against K8S_VERSION's schemas, strict
-    FakeApiServer(dir)    .url, .token_file, .ca_file, .requests [(method, path, headers, body)]
+    validate(obj, version) kubernetes-validate against a version's schemas (K8S_VERSION), strict
+    FakeApiServer(dir)     .url, .token_file, .ca_file, .requests [(method, path, headers, body)],
+                           .objects {path: object}, .put(path, object)
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ from pathlib import Path
 K8S_VERSION = "1.34.0"  # the oldest Kubernetes the manifests and patched pods must be valid for
 
 
-def validate(obj: dict) -> None:
+DRA_VERSION = "1.36.0"  # consumable capacity (a claim's capacity.requests.memory) is beta
+
+
+def validate(obj: dict, version: str = K8S_VERSION) -> None:
     """Raise kubernetes_validate.ValidationError when obj is not a valid object of its kind."""
     import kubernetes_validate
 
-    kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    kubernetes_validate.validate(obj, version, strict=True)
 
 
 class FakeApiServer:
@@ -36,23 +43,74 @@ class FakeApiServer:
         self.token_file = work / "token"
         self.token_file.write_text(self.TOKEN + "\n")
         self.requests: list[tuple[str, str, dict, dict]] = []
+        self.objects: dict[str, dict] = {}
+        self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
+            def _body(self) -> dict:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(n) or b"{}")
                 server.requests.append((self.command, self.path, dict(self.headers), body))
-                if self.headers.get("Authorization") != f"Bearer {FakeApiServer.TOKEN}":
-                    self.send_response(401)
-                    self.end_headers()
-                    return
-                data = json.dumps(body).encode()
-                self.send_response(201)
+                return body
+
+            def _answer(self, code: int, obj: dict) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(code)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _status(self, code: int, reason: str) -> None:
+                self._answer(code, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                    "reason": reason, "code": code})  # fmt: skip
+
+            def _authorized(self) -> bool:
+                if self.headers.get("Authorization") == f"Bearer {FakeApiServer.TOKEN}":
+                    return True
+                self._status(401, "Unauthorized")
+                return False
+
+            def do_GET(self):
+                self._body()
+                if self._authorized():
+                    obj = server.objects.get(self.path)
+                    self._answer(200, obj) if obj else self._status(404, "NotFound")
+
+            def do_POST(self):
+                body = self._body()
+                if not self._authorized():
+                    return
+                name = (body.get("metadata") or {}).get("name")
+                if not name:  # generateName (an Event): answered, not kept
+                    self._answer(201, body)
+                    return
+                with server._lock:
+                    path = f"{self.path}/{name}"
+                    if path in server.objects:
+                        self._status(409, "AlreadyExists")
+                        return
+                    body["metadata"]["resourceVersion"] = "1"
+                    server.objects[path] = body
+                self._answer(201, body)
+
+            def do_PUT(self):
+                body = self._body()
+                if not self._authorized():
+                    return
+                with server._lock:
+                    cur = server.objects.get(self.path)
+                    if cur is None:
+                        self._status(404, "NotFound")
+                        return
+                    rv = cur["metadata"]["resourceVersion"]
+                    if body.get("metadata", {}).get("resourceVersion") != rv:
+                        self._status(409, "Conflict")
+                        return
+                    body["metadata"]["resourceVersion"] = str(int(rv) + 1)
+                    server.objects[self.path] = body
+                self._answer(200, body)
 
             def log_message(self, *args):
                 pass
@@ -64,6 +122,11 @@ class FakeApiServer:
         self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
+
+    def put(self, path: str, obj: dict) -> None:
+        """Hold obj at path, as if the API server had it."""
+        obj.setdefault("metadata", {}).setdefault("resourceVersion", "1")
+        self.objects[path] = obj
 
     def events(self) -> list[dict]:
         return [b for m, p, _h, b in self.requests if m == "POST" and p.endswith("/events")]

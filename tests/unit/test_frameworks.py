@@ -89,9 +89,9 @@ def test_a_library_the_framework_links_from_its_directory_joins_it(tmp_path):
     assert got == {"libgomp-a34b3233.so.1": "pytorch"}
 
 
-def cut(*spec, table=None) -> str | None:
+def cut(*spec, table=None, exe=EXE) -> str | None:
     m = frameworks.Membership(frameworks.shipped() if table is None else table)
-    fr = [BFrame(mod, n, mod == EXE, None, m.of(mod, n)) for mod, n in spec]
+    fr = [BFrame(mod, n, mod == exe, None, m.of(mod, n, mod == exe)) for mod, n in spec]
     k = boundary_cut(fr)
     return fr[k].name if k else None
 
@@ -151,6 +151,43 @@ def test_libtorch_over_three_libraries():
     assert cut(*py) == "torch::autograd::THPVariable_empty"
     # without the table (turned off): ATen's own namespace change stops it, as before
     assert cut(*stack, table=[]) == "at::native::empty_cuda"
+
+
+def test_program_named_like_a_framework_library():
+    """A program whose file is named like one of the framework's libraries (`libtorch_kv`, as
+    `libtorch_cuda.so`) is the program: its own functions are no framework's code, only the
+    framework's header code compiled into it is. The stack as libtorch 2.11 records it (-O2,
+    the dispatcher's kernel wrappers, an inlined overload of empty_cuda)."""
+    exe = "libtorch_kv"
+    wrap = "c10::impl::wrap_kernel_functor_unboxed_<...>::call"
+    caching = "c10::cuda::CUDACachingAllocator::Native::"
+    stack = [
+        ("libc10_cuda.so", caching + "DeviceCachingAllocator::alloc_block"),
+        ("libc10_cuda.so", caching + "DeviceCachingAllocator::malloc"),
+        ("libc10_cuda.so", caching + "NativeCachingAllocator::malloc"),
+        ("libc10_cuda.so", caching + "NativeCachingAllocator::allocate"),
+        ("libtorch_cpu.so", "at::detail::empty_generic"),
+        ("libtorch_cuda.so", "at::detail::empty_cuda"),
+        ("libtorch_cuda.so", "at::detail::empty_cuda"),
+        ("libtorch_cuda.so", "at::native::empty_cuda"),
+        ("libtorch_cuda.so", "at::(anon)::(anon)::wrapper_CUDA_memory_format_empty"),
+        ("libtorch_cuda.so", wrap),
+        ("libtorch_cpu.so", "at::_ops::empty_memory_format::redispatch"),
+        ("libtorch_cpu.so", wrap),
+        ("libtorch_cpu.so", "at::_ops::empty_memory_format::call"),
+        (exe, "at::empty"),
+        (exe, "torch::empty"),
+        (exe, "llm::KVCache::KVCache"),
+        (exe, "main"),
+        LIBC,
+    ]
+    assert cut(*stack, exe=exe) == "llm::KVCache::KVCache"
+    m = frameworks.Membership(frameworks.shipped())
+    assert m.of(exe, "main", exe=True) == frozenset()
+    assert m.of(exe, "llm::KVCache::KVCache", exe=True) == frozenset()
+    assert m.of(exe, "torch::empty", exe=True) == {"pytorch"}
+    # a library of that name is libtorch's, as its file name says
+    assert m.of("libtorch_kv.so", "llm::KVCache::KVCache") == {"pytorch"}
 
 
 def test_tensorflow_over_two_libraries():

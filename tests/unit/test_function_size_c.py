@@ -21,9 +21,8 @@ MAX_LONG = 3
 # line; never add one beyond MAX_LONG.
 EXCEPTIONS = {
     # the stack walk's hot loops (an event's stack; instructions counted by
-    # tools/bench_callgrind.sh): one CFA rule's evaluation, one Python frame walk
+    # tools/bench_callgrind.sh): one CFA rule's evaluation
     "native/shim/unwind.c:run_cfa": 146,
-    "native/shim/pyframes.c:ct_py_capture_now": 124,
 }
 
 CALL = re.compile(r"(\w+)\(")  # clang-format writes a function's name against its "("

@@ -12,7 +12,7 @@ import subprocess
 import pytest
 
 from support.cli import checkout_env, cudatrace
-from support.kube import validate
+from support.kube import DRA_VERSION, K8S_VERSION, validate
 
 
 def documents(text: str) -> list[dict]:
@@ -36,7 +36,7 @@ def test_kubernetes_manifests_validate(tmp_path, tls_dir):
     docs = documents(r.stdout)
     kinds = [d["kind"] for d in docs]
     assert kinds == ["Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-                     "ServiceAccount", "ConfigMap", "DaemonSet", "Secret", "Deployment", "Service",
+                     "ConfigMap", "DaemonSet", "ServiceAccount", "Secret", "Deployment", "Service",
                      "MutatingWebhookConfiguration"]  # fmt: skip
     for d in docs:
         validate(d)
@@ -69,6 +69,91 @@ def test_kubernetes_manifests_refuse_what_nodes_cannot_offer(tmp_path, tls_dir):
     r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x", "--tls-dir",
                   tls_dir, "--budget", "60%")  # fmt: skip
     assert r.returncode == 2 and "give a size" in r.stderr, r.stderr
+
+
+def test_dra_manifests_validate(tls_dir):
+    """--dra: the DeviceClass, the plugin's RBAC and DaemonSet, valid from the oldest version
+    the manifests serve to the one where consumable capacity is beta; with the webhook or not."""
+    r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "registry.example/cudatrace:1",
+                  "--dra", "--no-webhook", "--kubelet-dir", "/var/lib/k0s/kubelet")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    docs = documents(r.stdout)
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("Namespace", "cudatrace"), ("ServiceAccount", "cudatrace-node"),
+        ("ClusterRole", "cudatrace-node"), ("ClusterRoleBinding", "cudatrace-node"),
+        ("DaemonSet", "cudatrace-node"), ("DeviceClass", "gpu-memory.cudatrace.dev"),
+        ("ServiceAccount", "cudatrace-dra-plugin"), ("ClusterRole", "cudatrace-dra-plugin"),
+        ("ClusterRoleBinding", "cudatrace-dra-plugin"), ("DaemonSet", "cudatrace-dra-plugin"),
+    ]  # fmt: skip
+    for d in docs:
+        validate(d, K8S_VERSION)
+        validate(d, DRA_VERSION)
+    cls, role, ds = docs[5], docs[7], docs[9]
+    assert cls["spec"]["selectors"] == [
+        {"cel": {"expression": "device.driver == 'gpu.cudatrace.dev'"}}
+    ]
+    rules = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"]
+             for r in rule["resources"]}  # fmt: skip
+    assert rules == {
+        ("resource.k8s.io", "resourceclaims"): {"get"},
+        ("resource.k8s.io", "resourceslices"): {"get", "list", "watch", "create", "update",
+                                                "patch", "delete"},
+        ("", "nodes"): {"get"},
+    }  # fmt: skip
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["args"][:1] == ["dra-plugin"] and "--kubelet-dir" in c["args"]
+    assert c["args"][c["args"].index("--kubelet-dir") + 1] == "/var/lib/k0s/kubelet"
+    assert c["args"][c["args"].index("--gpu-cdi") + 1] == "nvidia.com/gpu={index}"
+    vols = {v["name"]: v["hostPath"] for v in pod["volumes"]}
+    assert vols["registry"] == {
+        "path": "/var/lib/k0s/kubelet/plugins_registry",
+        "type": "Directory",
+    }
+    assert vols["plugin"]["path"] == "/var/lib/k0s/kubelet/plugins/gpu.cudatrace.dev"
+    mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
+    assert all(mounts[n] == vols[n]["path"] for n in vols)  # the same paths inside: the kubelet's
+    assert pod["serviceAccountName"] == "cudatrace-dra-plugin" and "hostPID" not in pod
+    # both routes
+    r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x", "--dra",
+                  "--tls-dir", tls_dir)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    kinds = [d["kind"] for d in documents(r.stdout)]
+    assert "DeviceClass" in kinds and "MutatingWebhookConfiguration" in kinds
+
+
+def test_the_dra_examples_of_the_docs_are_valid_objects():
+    """Every YAML example of docs/kubernetes.md's DRA section (claims, templates, pods) is a
+    valid object where consumable capacity is beta."""
+    import re
+
+    import yaml
+
+    from support.paths import REPO
+
+    text = (REPO / "docs" / "kubernetes.md").read_text()
+    section = text.split("## Dynamic Resource Allocation", 1)[1]
+    blocks = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    docs = [d for b in blocks for d in yaml.safe_load_all(b) if d]
+    assert {d["kind"] for d in docs} == {"ResourceClaimTemplate", "Pod", "ResourceClaim"}
+    for d in docs:
+        validate(d, DRA_VERSION)
+    claims = [d for d in docs if d["kind"] in ("ResourceClaim", "ResourceClaimTemplate")]
+    for c in claims:
+        spec = c["spec"]["spec"] if c["kind"] == "ResourceClaimTemplate" else c["spec"]
+        for r in spec["devices"]["requests"]:
+            assert r["exactly"]["deviceClassName"] == "gpu-memory.cudatrace.dev"
+            assert "memory" in r["exactly"]["capacity"]["requests"]
+
+
+def test_manifests_refuse_a_stream_that_fences_nothing(tls_dir):
+    r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x", "--no-webhook")
+    assert r.returncode == 2 and "give --dra" in r.stderr, r.stderr
+    r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x")
+    assert r.returncode == 2 and "--tls-dir" in r.stderr, r.stderr
+    r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x", "--dra",
+                  "--no-webhook", "--gpu-cdi", "gpu0")  # fmt: skip
+    assert r.returncode == 2 and "VENDOR/CLASS=NAME" in r.stderr, r.stderr
 
 
 def test_systemd_unit(tmp_path):

@@ -20,6 +20,8 @@
 #   sweep      tools/gpu/sweep_torch.sh (SWEEPS="1 2 5" by default)
 #   aggregate  an --aggregate run of a loop of stream-ordered allocations (AGG_SECONDS, 120)
 #   demo       cudatrace demo on the GPU (trace, report, diff, budget, sweep)
+#   dra        tools/gpu/dra_claim.py: the DRA plugin's slice on the real NVML, a claim's
+#              memory as a process's budget through the claim's CDI edits (root)
 set -u
 OUT=${1:?usage: checks.sh OUTDIR STEP...}
 shift
@@ -61,6 +63,7 @@ for what in "$@"; do
                 "$OUT/aggregate" "${AGG_SECONDS:-120}" "${AGG_PERIOD:-20}" ;;
         demo) rm -rf /tmp/ct-demo
             step demo 240 python3 -m cudatrace demo -o /tmp/ct-demo ;;
+        dra) step dra 180 python3 tools/gpu/dra_claim.py "$OUT/dra" ;;
         *) echo "checks.sh: unknown step $what" ;;
     esac
 done

@@ -11,7 +11,7 @@ named as report names them (module+offset). With several processes, each stack s
 frame naming its process, and every sample carries pid and exe labels.
 
 The messages are built with the protobuf library, from cudatrace's profile.proto
-(protodesc.py says why at run time rather than generated code).
+(cudatrace/protodesc.py says why at run time rather than generated code).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ... import __version__
 from ...analyze.sites import NO_STACK
-from .protodesc import message_classes
+from ...protodesc import message_classes
 
 if TYPE_CHECKING:
     from .view import View

@@ -52,13 +52,20 @@ Tensor _to_copy(const Tensor &self, c10::DeviceType d)
 Tensor to(const Tensor &self, c10::DeviceType d) { return self.device == d ? self : _to_copy(self, d); }
 } // namespace native
 
+namespace {
+// BackendSelect's kernel for a factory: picks the backend, then redispatches
+Tensor empty_memory_format_backend_select(size_t n) { return _ops::empty_memory_format::redispatch(n); }
+} // namespace
+
 namespace _ops {
 Tensor empty_memory_format::call(size_t n, c10::DeviceType d)
 {
     if (d == c10::DeviceType::CUDA)
-        return cuda_kernels->empty(n);
+        return c10::impl::wrap_kernel_functor_unboxed_<Tensor(size_t),
+                                                       empty_memory_format_backend_select>::call(n);
     return detail::empty_generic(n, c10::GetCPUAllocator(), d);
 }
+Tensor empty_memory_format::redispatch(size_t n) { return cuda_kernels->empty(n); }
 Tensor empty_strided::call(size_t n, size_t stride, c10::DeviceType d)
 {
     if (d == c10::DeviceType::CUDA)

@@ -25,7 +25,9 @@ Tensor wrapper_CUDA_empty_strided(size_t n, size_t stride)
 {
     return native::empty_strided_cuda(n, stride);
 }
-const Kernels kernels = {wrapper_CUDA_memory_format_empty, wrapper_CUDA_empty_strided};
+const Kernels kernels = {
+    c10::impl::wrap_kernel_functor_unboxed_<Tensor(size_t), wrapper_CUDA_memory_format_empty>::call,
+    wrapper_CUDA_empty_strided};
 struct Register {
     Register() { register_cuda_kernels(&kernels); }
 } registered;

@@ -3,6 +3,8 @@
 // at::_ops::*::call, at::detail::empty_generic, at::native::zeros and _to_copy), libtorch_cuda.so
 // (at::native::empty_cuda, empty_strided_cuda behind the dispatcher's CUDA kernels); the
 // functions of its headers (torch::empty, at::empty, at::Tensor::to) compile into the caller.
+// torch::empty's way down is libtorch 2.11's: empty_memory_format::call, the backend selection's
+// c10::impl::wrap_kernel_functor_unboxed_<...>::call, ::redispatch, the CUDA kernel's wrapper.
 #ifndef ATTRIB_TORCHLIKE_H
 #define ATTRIB_TORCHLIKE_H
 #include <stddef.h>
@@ -34,6 +36,7 @@ Tensor empty_strided_generic(size_t n, size_t stride, c10::Allocator *a, c10::De
 namespace _ops {
 struct empty_memory_format {
     static Tensor call(size_t n, c10::DeviceType d);
+    static Tensor redispatch(size_t n); // past the backend's selection: the CUDA kernel
 };
 struct empty_strided {
     static Tensor call(size_t n, size_t stride, c10::DeviceType d);
@@ -51,6 +54,20 @@ struct Kernels {
     Tensor (*empty_strided)(size_t n, size_t stride);
 };
 void register_cuda_kernels(const Kernels *k);
+} // namespace at
+
+namespace c10 {
+namespace impl {
+// the dispatcher's unboxed wrapper around a kernel function, instantiated in the library that
+// registers the kernel (libtorch_cpu's backend selection, libtorch_cuda's CUDA kernels)
+template <class Sig, Sig *F> struct wrap_kernel_functor_unboxed_;
+template <class R, class... A, R (*F)(A...)> struct wrap_kernel_functor_unboxed_<R(A...), F> {
+    static R call(A... a) { return F(a...); }
+};
+} // namespace impl
+} // namespace c10
+
+namespace at {
 
 inline Tensor empty(size_t n, c10::DeviceType d) { return _ops::empty_memory_format::call(n, d); }
 inline Tensor empty_strided(size_t n, size_t stride, c10::DeviceType d)

@@ -1,0 +1,161 @@
+"""The shim's DWARF reader (native/shim/dwarf.c): where a denial's line says "or a function
+inlined into it" (docs/attribution.md), it must say so exactly where the offline symbolizer
+(the reports) finds inlined code, and nowhere else: at -O0 never.
+
+tests/progs/dwarf_inlines_cli.c answers for addresses of one ELF file; each answer is held to
+the symbolizer's frames at that address, over addresses spread through .text of a C++ program
+built by GCC (DWARF 4 and 5, -O0 and -O2) and by clang (zig c++: DWARF 5's address and range
+list indices). Compressed debug sections and a debug file elsewhere are "cannot tell"."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from elftools.elf.elffile import ELFFile
+
+from cudatrace import __version__
+from cudatrace.symbols import ModuleRef, Symbolizer
+from support.paths import PROGS, REPO
+
+SHIM = REPO / "native" / "shim"
+SOURCE = PROGS / "attrib" / "trt_server.cpp"  # templates, CRTP, small helpers: much to inline
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.fail("no C compiler: the suite needs one")
+    exe = tmp_path_factory.mktemp("dwarf") / "dwarf_inlines_cli"
+    r = subprocess.run(
+        [cc, "-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
+        + ["-D_GNU_SOURCE", "-pthread", f"-I{SHIM}", f"-I{REPO / 'native' / 'include'}"]
+        + [f'-DCT_SHIM_VERSION="{__version__}"']
+        + ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-o", str(exe)]
+        + [str(PROGS / "dwarf_inlines_cli.c"), str(SHIM / "dwarf.c"), str(SHIM / "util.c")]
+        + ["-ldl"],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stderr
+
+    def run(path: Path, addrs: list[int]) -> dict[int, int]:
+        out = subprocess.run(
+            [str(exe), str(path)],
+            input="".join("%x\n" % a for a in addrs),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        return {int(out[i], 16): int(out[i + 1]) for i in range(0, len(out), 2)}
+
+    return run
+
+
+def build(out: Path, compiler: list[str], *flags: str) -> Path:
+    include = REPO / "native" / "include"
+    r = subprocess.run(
+        [*compiler, "-fPIC", "-shared", *flags, f"-I{include}", "-o", str(out), str(SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+def text_addresses(path: Path, n: int = 300) -> list[int]:
+    with open(path, "rb") as f:
+        t = ELFFile(f).get_section_by_name(".text")
+        lo, hi = t["sh_addr"], t["sh_addr"] + t["sh_size"]
+    rnd = random.Random(path.name)
+    return sorted({rnd.randrange(lo, hi) for _ in range(n)})
+
+
+def symbolizer_inlined(path: Path, addrs: list[int]) -> dict[int, bool]:
+    got = Symbolizer(cache_dir=None).symbolize(ModuleRef(str(path), None, 0), addrs) or {}
+    return {a: len(got.get(a) or []) > 1 for a in addrs}
+
+
+def zig() -> list[str]:
+    r = subprocess.run([sys.executable, "-m", "ziglang", "version"], capture_output=True)
+    if r.returncode != 0:
+        pytest.fail("zig (pip install ziglang, in the test extra) is missing")
+    return [sys.executable, "-m", "ziglang", "c++"]
+
+
+BUILDS = {
+    "gcc-O0-dwarf5": (["g++"], "-O0", "-gdwarf-5"),
+    "gcc-O2-dwarf5": (["g++"], "-O2", "-gdwarf-5"),
+    "gcc-O0-dwarf4": (["g++"], "-O0", "-gdwarf-4"),
+    "gcc-O2-dwarf4": (["g++"], "-O2", "-gdwarf-4"),
+    "clang-O2-dwarf5": (None, "-O2", "-gdwarf-5"),
+    "clang-O2-dwarf4": (None, "-O2", "-gdwarf-4"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_inlined_exactly_where_the_symbolizer_says(reader, tmp_path, name):
+    compiler, opt, dwarf = BUILDS[name]
+    lib = build(tmp_path / f"lib{name}.so", compiler or zig(), opt, dwarf)
+    addrs = text_addresses(lib)
+    mine = reader(lib, addrs)
+    want = symbolizer_inlined(lib, addrs)
+    wrong = [(hex(a), mine[a], want[a]) for a in addrs if mine[a] != int(want[a])]
+    assert not wrong, wrong[:10]
+    inlined = sum(want.values())
+    assert (inlined == 0) == (opt == "-O0"), inlined
+
+
+def test_what_cannot_be_told_is_said(reader, tmp_path):
+    # compressed debug sections: the shim has no zlib
+    z = build(tmp_path / "libz.so", ["g++"], "-O2", "-g", "-gz")
+    assert set(reader(z, text_addresses(z, 20)).values()) == {-1}
+    # the DWARF moved to a debug file the shim does not look for (a .gnu_debuglink)
+    lib = build(tmp_path / "liblinked.so", ["g++"], "-O2", "-g")
+    dbg = tmp_path / "liblinked.debug"
+    for cmd in (
+        ["objcopy", "--only-keep-debug", str(lib), str(dbg)],
+        ["objcopy", "--strip-debug", f"--add-gnu-debuglink={dbg}", str(lib)],
+    ):
+        subprocess.run(cmd, check=True, capture_output=True)
+    assert set(reader(lib, text_addresses(lib, 20)).values()) == {-1}
+    # no DWARF at all: nothing is known to be inlined
+    bare = build(tmp_path / "libbare.so", ["g++"], "-O2")
+    assert set(reader(bare, text_addresses(bare, 20)).values()) == {0}
+    # not a file, not an ELF file
+    assert set(reader(tmp_path / "missing.so", [0x1000]).values()) == {0}
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"\x7fELF" + bytes(range(256)) * 8)
+    assert set(reader(junk, [0x1000]).values()) == {0}
+
+
+def test_damaged_dwarf_is_read_safely(reader, tmp_path):
+    """Damaged debug sections (bytes overwritten, cut short) never crash the reader (built
+    under ASan and UBSan) and give an answer of the three."""
+    lib = build(tmp_path / "libok.so", ["g++"], "-O2", "-gdwarf-5")
+    data = bytearray(lib.read_bytes())
+    with open(lib, "rb") as f:
+        elf = ELFFile(f)
+        spans = [
+            (s["sh_offset"], s["sh_size"])
+            for s in elf.iter_sections()
+            if s.name in (".debug_info", ".debug_abbrev", ".debug_rnglists", ".debug_addr")
+        ]
+    addrs = text_addresses(lib, 40)
+    rnd = random.Random(7)
+    for i in range(40):
+        bad = bytearray(data)
+        off, size = spans[i % len(spans)]
+        for _ in range(1 + i % 5):
+            bad[off + rnd.randrange(size)] = rnd.randrange(256)
+        if i % 8 == 7:  # the file ends inside the section
+            bad = bad[: off + size // 2]
+        p = tmp_path / f"lib{i}.so"
+        p.write_bytes(bad)
+        assert set(reader(p, addrs).values()) <= {-1, 0, 1}
