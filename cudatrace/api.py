@@ -24,7 +24,9 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
+from . import settings
 from .errors import CudatraceError
 
 __all__ = [
@@ -55,12 +57,14 @@ class NotTracedError(CudatraceError, RuntimeError):
 
 
 _lock = threading.Lock()
-_view: tuple | None = None  # (ffi, lib, live pointer, constants) once found
+# (ffi, lib, live pointer, constants) once found: cffi's objects have no Python types
+_View = tuple[Any, Any, Any, dict[str, int]]
+_view: _View | None = None
 _looked = False
 _mismatch: list[str] = []  # why a loaded shim cannot be read, when it cannot
 
 
-def _load():
+def _load() -> _View | None:
     """(ffi, lib, struct ct_live *, rows) of the preloaded shim, or None when it is absent."""
     global _view, _looked
     if _looked:
@@ -95,7 +99,7 @@ def active() -> bool:
     return v is not None and bool(v[2].active)
 
 
-def _need():
+def _need() -> _View:
     v = _load()
     if v is None:
         raise NotTracedError(*_mismatch[:1])
@@ -118,7 +122,7 @@ class Row:
     denials: int  # allocations a budget refused
 
 
-def _row(r) -> Row:
+def _row(r: Any) -> Row:  # a struct ct_live_row
     return Row(
         int(r.live), int(r.peak), int(r.allocs), int(r.frees), int(r.failures), int(r.denials)
     )
@@ -126,7 +130,7 @@ def _row(r) -> Row:
 
 @dataclass(frozen=True)
 class Snapshot:
-    devices: dict  # device index -> Row, for devices that ever allocated
+    devices: dict[int, Row]  # device index -> Row, for devices that ever allocated
     all: Row  # every device together (its peak is the peak of the sum)
     host: Row  # pinned host memory
     untracked: int  # allocations the shim could not count (its table was full)
@@ -171,7 +175,7 @@ class Mark:
     own_peak() the highest own() since then. Close it (or use `with`) to free its slot; 64 may
     be open at once, from any threads."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         _, lib, p, c = _need()
         slot = lib.cudatrace_live_mark_open()
         if slot < 0:
@@ -219,10 +223,10 @@ class Mark:
     def __enter__(self) -> Mark:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
@@ -290,7 +294,7 @@ class Tracker:
         self.start_live = self._mark.base()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         m = self._mark
         if m is None:
             raise RuntimeError("the track() block was never entered")
@@ -331,7 +335,7 @@ class Tracker:
         from .analyze import live_sites
 
         return live_sites.descendant_peaks(
-            os.environ.get("CUDATRACE_DIR"), os.getpid(), self.start_ns, self.end_ns
+            settings.value("DIR"), os.getpid(), self.start_ns, self.end_ns
         )
 
 
@@ -343,7 +347,7 @@ def track(anchor: tuple | None = None) -> Tracker:
 
 def _own_trace() -> str | None:
     """This process's trace file: <CUDATRACE_DIR>/<pid>.<n>.ctrace, the newest image's."""
-    d = os.environ.get("CUDATRACE_DIR")
+    d = settings.value("DIR")
     if not d:
         return None
     files = glob.glob(os.path.join(glob.escape(d), "%d.*.ctrace" % os.getpid()))

@@ -27,9 +27,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from . import settings
 from .errors import CudatraceError
 
-ENV = "CUDATRACE_FRAMEWORKS"
 _DEF = re.compile(r'CT_FRAMEWORK\(\s*((?:"[^"]*"\s*,?\s*)+)\)', re.S)
 _STR = re.compile(r'"([^"]*)"')
 _NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
@@ -158,7 +158,7 @@ def _user_file(path: str) -> tuple[tuple[Framework, ...], frozenset[str]]:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
     except OSError as e:
-        raise FrameworkError(f"{ENV}={path}: {e.strerror or e}") from None
+        raise FrameworkError(f"{settings.name('FRAMEWORKS')}={path}: {e.strerror or e}") from None
     entries, off = parse_user(text, path)
     return tuple(entries), frozenset(off)
 
@@ -166,7 +166,7 @@ def _user_file(path: str) -> tuple[tuple[Framework, ...], frozenset[str]]:
 def table(path: str | None = None) -> list[Framework]:
     """The frameworks in force: the shipped table with the user's file (CUDATRACE_FRAMEWORKS,
     or path) applied."""
-    path = path if path is not None else os.environ.get(ENV) or None
+    path = path if path is not None else settings.value("FRAMEWORKS")
     if not path:
         return list(shipped())
     entries, off = _user_file(path)

@@ -23,17 +23,22 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from . import procfs, tracedir
+from . import procfs, settings, tracedir
 from .outputs import OutputError, check_output, write_output
 from .units import SIZE_UNITS, UnitError, format_bytes, parse_size
 
-REEXEC_ENV = "CUDATRACE_PYTEST_REEXEC"  # set in the environment of the pytest we execute
-TMPDIR_ENV = "CUDATRACE_PYTEST_TMPDIR"  # a trace directory the plugin made (removed at the end)
-OWNER_ENV = "CUDATRACE_PYTEST_OWNER"  # the pid that removes it (the main pytest process)
+if TYPE_CHECKING:
+    from .api import SiteUse, Tracker
+
+# the environment of the pytest executed again under the shim (settings.def): PYTEST_REEXEC
+# set there; PYTEST_TMPDIR a trace directory the plugin made (removed at the end), PYTEST_OWNER
+# the pid that removes it (the main pytest process)
 PROPERTY = "cudatrace"  # the user property each measured test's report carries
 DRIVER_PROPERTY = "cudatrace-driver"  # whether a CUDA driver was loaded where the test ran
 
@@ -58,7 +63,7 @@ def no_driver_hint() -> list[str]:
     ]
 
 
-def pytest_addoption(parser):
+def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("cudatrace", "device memory per test (cudatrace)")
     g.addoption(
         "--cudatrace",
@@ -86,13 +91,13 @@ def pytest_addoption(parser):
     parser.addini("cudatrace", type="bool", default=False, help="enable --cudatrace")
 
 
-def enabled(config) -> bool:
+def enabled(config: pytest.Config) -> bool:
     opt = config.getoption("cudatrace")
     return bool(opt) if opt is not None else bool(config.getini("cudatrace"))
 
 
 @pytest.hookimpl(tryfirst=True)
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     for m in MARKERS:
         config.addinivalue_line("markers", m)
     if not enabled(config):
@@ -106,7 +111,7 @@ def pytest_configure(config):
     config.pluginmanager.register(Plugin(config), "cudatrace-measure")
 
 
-def _check_json(config) -> None:
+def _check_json(config: pytest.Config) -> None:
     """--cudatrace-json is written at the end: what cannot be written is said before any test
     runs (a link, a directory, a missing directory); the path is kept absolute, as tests may
     change the working directory."""
@@ -152,7 +157,7 @@ def _trace_dir(path: str) -> str:
 
 
 # ---- executing pytest again under the shim -------------------------------------------------
-def _command(config) -> list[str]:
+def _command(config: pytest.Config) -> list[str]:
     """The interpreter's own argv (options, -m pytest or the script), then pytest's arguments;
     raises UsageError where this pytest was not started from a command line."""
     args = list(config.invocation_params.args)
@@ -170,8 +175,8 @@ def _command(config) -> list[str]:
     return [sys.executable, argv0] + args
 
 
-def reexec(config) -> None:
-    if os.environ.get(REEXEC_ENV):
+def reexec(config: pytest.Config) -> None:
+    if settings.value("PYTEST_REEXEC"):
         raise pytest.UsageError(
             "cudatrace: pytest was executed again under the shim, but the shim is not loaded "
             "(LD_PRELOAD was dropped on the way: a setuid interpreter, or a wrapper that clears "
@@ -190,13 +195,11 @@ def reexec(config) -> None:
         out = _trace_dir(out)
     else:
         out = tempfile.mkdtemp(prefix="cudatrace-pytest-")
-        env[TMPDIR_ENV] = out
-        env[OWNER_ENV] = str(os.getpid())
+        env.update(settings.environment(PYTEST_TMPDIR=out, PYTEST_OWNER=os.getpid()))
     # the launcher's variables (record/launcher.py): the shim first in LD_PRELOAD
     env["LD_PRELOAD"] = shim + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
-    env["CUDATRACE_DIR"] = out
-    env.setdefault("CUDATRACE_MODE", "full")
-    env[REEXEC_ENV] = "1"
+    env.update(settings.environment(DIR=out, PYTEST_REEXEC=True))
+    env.setdefault(settings.name("MODE"), settings.default_text("MODE"))
     capman = config.pluginmanager.getplugin("capturemanager")
     if capman is not None:  # give the terminal back before the process image is replaced
         capman.stop_global_capturing()
@@ -220,7 +223,7 @@ class Limits:
 _ZERO = re.compile(r"^\s*0+(?:\.0*)?\s*([A-Za-z]*)\s*$")
 
 
-def _size_arg(mark, name: str) -> int:
+def _size_arg(mark: pytest.Mark, name: str) -> int:
     if len(mark.args) != 1 or not isinstance(mark.args[0], str):
         raise ValueError(f"{name} takes one size, as a string such as '2 GiB' (got {mark.args!r})")
     text = mark.args[0]
@@ -236,7 +239,7 @@ def _size_arg(mark, name: str) -> int:
         raise ValueError(f"{name}: {e}") from None
 
 
-def limits_of(item) -> Limits:
+def limits_of(item: pytest.Item) -> Limits:
     """The item's limit_gpu_* markers, read; ValueError saying what is wrong."""
     lim = Limits()
     m = item.get_closest_marker("limit_gpu_memory")
@@ -260,7 +263,7 @@ def limits_of(item) -> Limits:
 
 
 # ---- measuring ------------------------------------------------------------------------------
-def _anchor(item) -> tuple | None:
+def _anchor(item: pytest.Item) -> tuple[str, str] | None:
     fn = getattr(item, "function", None) or getattr(item, "obj", None)
     code = getattr(fn, "__code__", None)
     return (code.co_filename, code.co_name) if code is not None else None
@@ -270,7 +273,7 @@ def _bytes(n: int) -> str:
     return f"{format_bytes(n)} ({n:,} B)" if n >= 1024 else format_bytes(n)
 
 
-def _site_lines(sites, root: str, anchor: tuple | None) -> list[str]:
+def _site_lines(sites: Sequence[SiteUse], root: str, anchor: tuple[str, str] | None) -> list[str]:
     """memray's shape: one line per site with its bytes and count, then its Python stack down
     to the test function (pytest's own frames below it say nothing)."""
     out = []
@@ -293,7 +296,7 @@ def _site_lines(sites, root: str, anchor: tuple | None) -> list[str]:
 class Plugin:
     """Registered when --cudatrace is on and the shim is loaded (here or in a worker)."""
 
-    def __init__(self, config):
+    def __init__(self, config: pytest.Config) -> None:
         self.config = config
         self.results: list[dict] = []
         self.worker = hasattr(config, "workerinput")
@@ -301,7 +304,9 @@ class Plugin:
         self.json_error: str | None = None
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_pycollect_makeitem(self, collector, name, obj):
+    def pytest_pycollect_makeitem(
+        self, collector: pytest.Collector, name: str, obj: object
+    ) -> Generator[None, Any, None]:
         """A marker written on the test that cannot be read is a collection error."""
         outcome = yield
         res = outcome.get_result()
@@ -316,7 +321,7 @@ class Plugin:
                 return
 
     @pytest.hookimpl(tryfirst=True)
-    def pytest_runtest_setup(self, item):
+    def pytest_runtest_setup(self, item: pytest.Item) -> None:
         """The markers as they are when the test runs: unittest.TestCase methods', and those
         added after collection (add_marker, pytest_collection_modifyitems) included."""
         try:
@@ -325,7 +330,7 @@ class Plugin:
             pytest.fail(f"{item.name}: {e}", pytrace=False)
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(self, item):
+    def pytest_runtest_call(self, item: pytest.Item) -> Generator[None, Any, None]:
         from . import api
 
         lim = item.stash.get(LIMITS, None) or Limits()
@@ -356,7 +361,9 @@ class Plugin:
         item.stash[FIGURES] = fig
 
     @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_makereport(self, item, call):
+    def pytest_runtest_makereport(
+        self, item: pytest.Item, call: pytest.CallInfo[None]
+    ) -> Generator[None, Any, None]:
         outcome = yield
         rep = outcome.get_result()
         if rep.when != "call" or FIGURES not in item.stash:
@@ -373,7 +380,7 @@ class Plugin:
             self.driver = fig["peak"] > 0 or procfs.maps_name("libcuda.so")
         rep.user_properties.append((DRIVER_PROPERTY, self.driver))
 
-    def _verdict(self, item, fig: dict) -> str | None:
+    def _verdict(self, item: pytest.Item, fig: dict[str, Any]) -> str | None:
         t = item.stash[TRACKER]
         root = str(self.config.rootpath)
         parts = []
@@ -403,16 +410,16 @@ class Plugin:
             parts.append(_processes_line(fig["processes"]))
         return "\n".join(parts) if parts else None
 
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if report.when != "call":
             return
         for k, v in report.user_properties:
-            if k == PROPERTY:
+            if k == PROPERTY and isinstance(v, dict):
                 self.results.append(dict(v, nodeid=report.nodeid))
             elif k == DRIVER_PROPERTY:
                 self.driver = self.driver or bool(v)
 
-    def pytest_terminal_summary(self, terminalreporter):
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
         if self.worker:
             return
         tr = terminalreporter
@@ -435,20 +442,20 @@ class Plugin:
         if self.results and not self.driver:
             for line in no_driver_hint():
                 tr.write_line(line)
-        kept = None if os.environ.get(TMPDIR_ENV) else os.environ.get("CUDATRACE_DIR")
+        kept = None if settings.value("PYTEST_TMPDIR") else settings.value("DIR")
         if kept:
             tr.write_line(f"cudatrace: traces in {kept} (cudatrace report {kept})")
         if self.json_error:
             tr.write_line(f"cudatrace: --cudatrace-json: {self.json_error}", red=True)
 
-    def pytest_sessionfinish(self, session):
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         path = self.config.getoption("cudatrace_json")
         if not path or self.worker:
             return
         doc = {
             "version": 1,
             "tests": sorted(self.results, key=lambda r: r["nodeid"]),
-            "trace_dir": os.environ.get("CUDATRACE_DIR"),
+            "trace_dir": settings.value("DIR"),
         }
         try:
             write_output(path, json.dumps(doc, indent=1) + "\n")
@@ -457,9 +464,9 @@ class Plugin:
             if session.exitstatus == pytest.ExitCode.OK:
                 session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
-    def pytest_unconfigure(self, config):
-        d = os.environ.get(TMPDIR_ENV)
-        if d and os.environ.get(OWNER_ENV) == str(os.getpid()) and not self.worker:
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        d = settings.value("PYTEST_TMPDIR")
+        if d and settings.value("PYTEST_OWNER") == str(os.getpid()) and not self.worker:
             shutil.rmtree(d, ignore_errors=True)
 
 
@@ -473,5 +480,5 @@ def _processes_line(procs: list[dict]) -> str:
 
 
 LIMITS = pytest.StashKey[Limits]()
-TRACKER = pytest.StashKey[object]()
-FIGURES = pytest.StashKey[dict]()
+TRACKER: pytest.StashKey[Tracker] = pytest.StashKey()
+FIGURES = pytest.StashKey[dict[str, Any]]()

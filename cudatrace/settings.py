@@ -27,6 +27,8 @@ PKG_DIR = Path(__file__).resolve().parent
 # native/ (its include/, shim/, reader/, common/ and Makefile): in a checkout, then in a wheel
 NATIVE_SOURCES = (PKG_DIR.parent / "native", PKG_DIR / "_native" / "native")
 
+PREFIX = "CUDATRACE_"  # the names of cudatrace's own variables begin so
+
 # who sets the variables of a group (CT_GROUP's SETTER)
 SETTERS = {
     "CT_BY_USER": "user",  # people: docs/settings.md

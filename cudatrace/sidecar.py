@@ -30,7 +30,7 @@ HEAD = struct.Struct("<4sIII")  # magic, chunk, compressed length, crc32 of the 
 _WINDOW = 1 << 20  # bytes read at a time while looking for the next entry after damage
 
 
-def path_of(trace: os.PathLike | str) -> str:
+def path_of(trace: os.PathLike[str] | str) -> str:
     """The sidecar of a trace file."""
     return os.fspath(trace) + SUFFIX
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import native
+from . import native, settings
 from .errors import CudatraceError
 
 CFLAGS = [
@@ -168,7 +168,7 @@ DEFAULT_MEMORY = 16 << 30  # the simulated device's memory unless --sim-memory s
 def cache_libdir() -> Path:
     """Where `run --simulated` builds the simulator once: $CUDATRACE_CACHE (else
     ~/.cache/cudatrace), a folder per source tree (two checkouts do not rebuild each other's)."""
-    base = os.environ.get("CUDATRACE_CACHE") or os.path.join(
+    base = settings.value("CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cudatrace"
     )
     sim, _ = sources()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Union, cast
 
 from .. import __version__, tracedir
 from ..attribution import Attribution
@@ -20,6 +20,7 @@ from ..errors import CudatraceError
 from ..units import parse_moment
 from .aggregate import notes as aggregate_notes
 from .cu_errors import cu_error as cu_error  # the report names failures by it
+from .documents import Report
 from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
@@ -424,9 +425,10 @@ def build_report(
     depth: int = 1,
     top: int = 10,
     device: int | None = None,
-) -> dict[str, Any]:
-    """The report as a dict: the --json output (docs/report-json.md). Each part is made by
-    its own function below (and read by its own section of present/report.py)."""
+) -> Report:
+    """The report: the --json output (docs/report-json.md). Each part is made by its own
+    function below (and read by its own section of present/report.py). Its type is the
+    schema's (documents.py; tests/unit/test_schemas.py validates what this builds)."""
     m = a.model
     if device is not None and split_devices(a):
         raise ReportError(
@@ -515,7 +517,7 @@ def build_report(
         "ranks": ranks_json(a, depth=depth, top=top),
     }
     honest_peak(r)
-    return r
+    return cast(Report, r)
 
 
 def _peak_json(a: Analysis, device: int | None) -> dict[str, Any]:

@@ -11,13 +11,14 @@ grown, shrunk or same (by bytes at the peak, then at the end). Largest absolute 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal, Optional, cast
 
 from .analysis import Analysis
+from .documents import Diff, DiffPair, DiffRanks, DiffSide, DiffSite
 from .ranks import ranks_diff, split_devices, tables
 from .sites import SFrame, Site, key_text, site_of
 
-SCHEMA = "cudatrace.diff/1"
+SCHEMA: Literal["cudatrace.diff/1"] = "cudatrace.diff/1"
 
 
 def share_graph(a: Analysis, b: Analysis) -> None:
@@ -31,7 +32,7 @@ def share_graph(a: Analysis, b: Analysis) -> None:
     b.stacks.set_source(None)
 
 
-def _side(a: Analysis) -> dict[Any, Any]:
+def _side(a: Analysis) -> DiffSide:
     m = a.model
     peak, peak_ts = (m.peak_bytes, m.peak_ts if m.found else None)
     if split_devices(a):  # one ordinal, several devices: the most one held (ranks.md)
@@ -51,11 +52,11 @@ def _side(a: Analysis) -> dict[Any, Any]:
     }
 
 
-def _pair(x: int, y: int) -> dict[Any, Any]:
+def _pair(x: int, y: int) -> DiffPair:
     return {"a": x, "b": y, "delta": y - x}
 
 
-def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> dict[Any, Any]:
+def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> Diff:
     """The comparison as a dict: the --json output (docs/report-json.md, cudatrace.diff/1)."""
     if a.stacks.graph is not b.stacks.graph:
         share_graph(a, b)
@@ -82,9 +83,10 @@ def diff(a: Analysis, b: Analysis, depth: int = 1, top: int | None = None) -> di
             "denied": _pair(A["denied"], B["denied"]),
         },
         "status_counts": counts,
-        "sites": shown,
+        # the sites and ranks as the schema has them (tests/unit/test_schemas.py validates)
+        "sites": cast(list[DiffSite], shown),
         "more_sites": len(sites) - len(shown),
-        "ranks": ranks_diff(a, b),
+        "ranks": cast(Optional[list[DiffRanks]], ranks_diff(a, b)),
     }
 
 

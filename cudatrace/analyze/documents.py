@@ -183,6 +183,9 @@ class _ReportDeviceRequired(TypedDict):
 class ReportDevice(_ReportDeviceRequired, total=False):
     at_bytes: int
     budget: int | None
+    host: str
+    label: str
+    ranks: list[str]
 
 
 class ReportHostPinned(TypedDict):
@@ -291,6 +294,7 @@ class ReportBudget(_ReportBudgetRequired, total=False):
     share: str | None
     aborted: bool
     spec: Any
+    contexts: dict[str, int]
     beyond_traces: ReportBudgetBeyondTraces | None
 
 
@@ -501,6 +505,7 @@ class ReportLostChunks(TypedDict):
 class Report(_ReportRequired, total=False):
     """The document `cudatrace report --json` prints (docs/report-json.md). Keys are only ever added within a version: objects may hold keys not listed here."""
 
+    peak_scope: Literal["device"]
     tree: ReportTree
     ranks: ReportRanks | None
     paths: list[str]
@@ -510,7 +515,7 @@ class Report(_ReportRequired, total=False):
 # ---- cudatrace.diff/1 (diff-1.json) -----------------------------------------------------
 
 
-class DiffSide(TypedDict):
+class _DiffSideRequired(TypedDict):
     path: str
     command: list[str]
     peak_bytes: int
@@ -521,6 +526,10 @@ class DiffSide(TypedDict):
     denied: int
     processes: int
     truncated_files: list[str]
+
+
+class DiffSide(_DiffSideRequired, total=False):
+    paths: list[str]
 
 
 class DiffPair(TypedDict):
@@ -587,9 +596,15 @@ class DiffSite(TypedDict):
     run: DiffSiteRun
 
 
-class Diff(TypedDict):
-    """The document `cudatrace diff --json` prints (docs/report-json.md). Keys are only ever added within a version: objects may hold keys not listed here."""
+class DiffRanks(TypedDict):
+    label: str
+    host: str
+    a_peak_bytes: int | None
+    b_peak_bytes: int | None
+    delta_bytes: int
 
+
+class _DiffRequired(TypedDict):
     schema: Literal["cudatrace.diff/1"]
     depth: int
     a: DiffSide
@@ -598,6 +613,12 @@ class Diff(TypedDict):
     status_counts: dict[str, int]
     sites: list[DiffSite]
     more_sites: int
+
+
+class Diff(_DiffRequired, total=False):
+    """The document `cudatrace diff --json` prints (docs/report-json.md). Keys are only ever added within a version: objects may hold keys not listed here."""
+
+    ranks: list[DiffRanks] | None
 
 
 # ---- cudatrace.sweep/1 (sweep-1.json) ---------------------------------------------------
@@ -613,7 +634,7 @@ class SweepKnob(TypedDict):
     numbers: list[int | float]
 
 
-class SweepRunEnded(TypedDict):
+class _SweepRunEndedRequired(TypedDict):
     how: Literal[
         "exited",
         "signaled",
@@ -627,6 +648,10 @@ class SweepRunEnded(TypedDict):
     ]
     text: str
     status: int | None
+
+
+class SweepRunEnded(_SweepRunEndedRequired, total=False):
+    message: str
 
 
 class SweepRun(TypedDict):

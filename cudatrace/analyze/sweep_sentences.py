@@ -5,7 +5,7 @@ JSON never disagree."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 KiB, MiB, GiB, TiB = 1 << 10, 1 << 20, 1 << 30, 1 << 40
@@ -40,7 +40,7 @@ def ratio_text(x: float) -> str:
     return (f"{x:.3g}").rstrip(".")
 
 
-def _knob_unit(knob: dict[str, Any]) -> tuple[str, int]:
+def _knob_unit(knob: Mapping[str, Any]) -> tuple[str, int]:
     """For a knob in bytes: the unit its values are written in (MiB for 256MiB..1GiB)."""
     pos = [v for v in knob["numbers"] if v > 0]
     low = min(pos) if pos else 1
@@ -50,7 +50,7 @@ def _knob_unit(knob: dict[str, Any]) -> tuple[str, int]:
     return "B", 1
 
 
-def per_text(knob: dict[str, Any]) -> str:
+def per_text(knob: Mapping[str, Any]) -> str:
     """'per MiB of --kv-cache-memory', 'per block', 'per 1 of --layer-mib'."""
     label = knob["flag"] or (knob["placeholder"] if knob["placeholder"] != "{}" else "the value")
     if knob["unit"] == "bytes":
@@ -60,7 +60,7 @@ def per_text(knob: dict[str, Any]) -> str:
     return f"per 1 of {label}"
 
 
-def slope_text(slope: float, knob: dict[str, Any], ratio: bool = True) -> str:
+def slope_text(slope: float, knob: Mapping[str, Any], ratio: bool = True) -> str:
     """'28.0 MiB per MiB of --kv-cache-memory (28x)', '1.75 MiB per block'."""
     if knob["unit"] == "bytes":
         _, size = _knob_unit(knob)
@@ -76,7 +76,7 @@ def _intercept(v: float) -> str:
     return (f"- {readable(-v)}") if v < 0 else (f"+ {readable(v)}")
 
 
-def _points(points: Sequence[Sequence[float]], knob: dict[str, Any] | None) -> str:
+def _points(points: Sequence[Sequence[float]], knob: Mapping[str, Any] | None) -> str:
     def val(x: float) -> str:
         if knob is not None and knob["unit"] == "bytes":
             return size_spec(int(x)) if x else "0"
@@ -85,7 +85,7 @@ def _points(points: Sequence[Sequence[float]], knob: dict[str, Any] | None) -> s
     return ", ".join(f"{val(x)}: {readable(y)}" for x, y in points)
 
 
-def law_text(d: dict[str, Any], knob: dict[str, Any]) -> str:
+def law_text(d: dict[str, Any], knob: Mapping[str, Any]) -> str:
     """One line for a series along one knob."""
     law, fit = d["law"], d["fit"]
     kind = law["kind"]
@@ -112,7 +112,7 @@ def law_text(d: dict[str, Any], knob: dict[str, Any]) -> str:
     )
 
 
-def _term_text(coef: float, knobs: list[dict[str, Any]]) -> str:
+def _term_text(coef: float, knobs: Sequence[Mapping[str, Any]]) -> str:
     labels = [k["flag"] or k["placeholder"] for k in knobs]
     if not knobs:
         return readable(coef)
@@ -121,7 +121,7 @@ def _term_text(coef: float, knobs: list[dict[str, Any]]) -> str:
     return "{} x {}".format(readable(coef), " x ".join(labels))
 
 
-def grid_law_text(d: dict[str, Any], knobs: list[dict[str, Any]]) -> str:
+def grid_law_text(d: dict[str, Any], knobs: Sequence[Mapping[str, Any]]) -> str:
     fit, law = d["fit"], d["law"]
     if fit is None:
         return "no law: too few runs finished well to determine it"
@@ -144,7 +144,7 @@ def grid_law_text(d: dict[str, Any], knobs: list[dict[str, Any]]) -> str:
 
 
 def expectation_sentence(
-    label: str, slope: float, expect: float, knob: dict[str, Any], where: str | None = None
+    label: str, slope: float, expect: float, knob: Mapping[str, Any], where: str | None = None
 ) -> str:
     """'allocate_layer_kv grows 28x the flag (28.0 MiB per MiB of --kv-cache-memory): sized per
     layer, or once for each of 28 things?' (where: the other knobs' values, on a grid)"""

@@ -12,12 +12,14 @@ import json
 import os
 import stat
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .. import native, tracedir
 from ..errors import CudatraceError
+from ..native_types import CData, ToolsLib
 from ..symbols import python as pyframes
 from ..units import lossless_data, shell_quote
 from . import unseal
@@ -111,7 +113,9 @@ class Source:
 
     __slots__ = ("buf", "size", "index", "droppable", "_keep")
 
-    def __init__(self, buf, size: int, index, droppable: bool, keep=None):
+    def __init__(
+        self, buf: CData, size: int, index: CData, droppable: bool, keep: object = None
+    ) -> None:
         self.buf = buf  # uint8_t * (cffi)
         self.size = size
         self.index = index  # struct ct_scan_index * (cffi, freed with it)
@@ -129,7 +133,7 @@ class Source:
         n = lib.ct_scan_alloc_devices(self.buf, self.size, mask, out, n)
         return set(ffi.unpack(out, n))
 
-    def decode_all(self, n: int):
+    def decode_all(self, n: int) -> CData:
         """Every event, decoded by the scanner into a `struct ct_event[]`."""
         ffi, lib = native.tools()
         evs = ffi.new("struct ct_event[]", max(n, 1))
@@ -173,14 +177,14 @@ class Trace:
     _raw: object = field(default=None, repr=False)
     source_blocks: Source | None = field(default=None, repr=False)
     n_events: int = 0
-    _events: list | None = field(default=None, repr=False)
+    _events: list[tuple[Any, ...]] | None = field(default=None, repr=False)
     end: End | None = None
     status: str = "truncated"  # "complete" | "truncated"
     gaps: int = 0
     bad_events: int = 0  # compact events that could not be decoded (file damaged)
     threads: int = 0  # compact events: thread numbers in use (contexts kept)
     aggregate: object = field(default=None, repr=False)  # --aggregate: aggregate.Snapshot
-    snap_slots: list = field(default_factory=list, repr=False)  # SNAPSLOT records, as bytes
+    snap_slots: list[bytes] = field(default_factory=list, repr=False)  # SNAPSLOT records, as bytes
     size_bytes: int = 0
     stopped_ns: int = 0  # the shim stopped writing then (a full disk): later events lost
     stopped_errno: int = 0
@@ -204,7 +208,7 @@ class Trace:
             return "error %d" % self.stopped_errno
 
     @property
-    def raw_events(self):
+    def raw_events(self) -> CData:
         """The events as a cffi `struct ct_event[]` (decoded from the blocks on first use), or
         None when they were given as tuples."""
         if self._raw is None and self.source_blocks is not None and self._events is None:
@@ -212,11 +216,11 @@ class Trace:
         return self._raw
 
     @raw_events.setter
-    def raw_events(self, value) -> None:
+    def raw_events(self, value: CData) -> None:
         self._raw = value
 
     @property
-    def events(self) -> list[tuple]:
+    def events(self) -> list[tuple[Any, ...]]:
         """Events as tuples in event_fields() order (unpacked from raw_events on first use)."""
         if self._events is None:
             if self.raw_events is not None and self.n_events:
@@ -230,7 +234,7 @@ class Trace:
         return self._events
 
     @events.setter
-    def events(self, value) -> None:
+    def events(self, value: Iterable[tuple[Any, ...]]) -> None:
         self._events = list(value)
         self._raw = None
         self.source_blocks = None
@@ -262,7 +266,7 @@ class Trace:
             return pyframes.link_parts(self.ips[leaf])
         return None
 
-    def py_stack(self, leaf: int) -> list:
+    def py_stack(self, leaf: int) -> list[pyframes.PyFrame]:
         """The Python frames of a stack (pyframes.PyFrame), innermost first."""
         link = self.py_link(leaf)
         if not link or link[0] != pyframes.LINK_FRAMES or self.py is None:
@@ -291,7 +295,7 @@ def event_fields() -> tuple[str, ...]:
     return layout("struct ct_event")[1]
 
 
-def read_trace(path: str | os.PathLike) -> Trace:
+def read_trace(path: str | os.PathLike[str]) -> Trace:
     """Read one trace file as far as it goes. Raises TraceError if it is not a trace at all."""
     path = Path(path)
     ffi, lib = native.tools()
@@ -331,7 +335,7 @@ def read_trace(path: str | os.PathLike) -> Trace:
     return t
 
 
-def _parse(path: Path, data, src: Source, ffi, lib) -> Trace:
+def _parse(path: Path, data: CData, src: Source, ffi: Any, lib: ToolsLib) -> Trace:
     size = src.size
     hs, hn = layout("struct ct_file_header")
     if size < hs.size:
@@ -391,7 +395,7 @@ def _text(b: bytes) -> str:
     return b.split(b"\0", 1)[0].decode(errors="replace")
 
 
-def _decode_others(t: Trace, data, offsets: list[int]) -> None:
+def _decode_others(t: Trace, data: CData, offsets: list[int]) -> None:
     """Decode the non-event records. Every length and id is checked against the record's own
     size and the number of records, so a corrupt field costs no more than the file's size."""
     K = C()
@@ -446,7 +450,7 @@ def _decode_others(t: Trace, data, offsets: list[int]) -> None:
                 fn(t, data, off, body, off + rsize)
 
 
-def _rec_module(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_module(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     mod_s, _ = layout("struct ct_rec_module")
     ts, base, start, end, blen, plen = mod_s.unpack_from(data, body)
     p = body + mod_s.size
@@ -457,7 +461,7 @@ def _rec_module(t: Trace, data, off: int, body: int, rec_end: int) -> None:
     t.modules.append(Module(path, base, start, end, bid, ts))
 
 
-def _rec_api(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_api(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     api_s, _ = layout("struct ct_rec_api")
     aid, layer, op, kind, space, nlen = api_s.unpack_from(data, body)
     name = bytes(data[body + api_s.size : min(body + api_s.size + nlen, rec_end)]).decode(
@@ -466,7 +470,7 @@ def _rec_api(t: Trace, data, off: int, body: int, rec_end: int) -> None:
     t.apis[aid] = Api(aid, name, layer, op, kind, space)
 
 
-def _rec_process(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_process(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     ps, _ = layout("struct ct_rec_process")
     _pid, _ppid, nstr, argc = ps.unpack_from(data, body)
     raw = bytes(data[body + ps.size : rec_end])
@@ -484,7 +488,7 @@ def _rec_process(t: Trace, data, off: int, body: int, rec_end: int) -> None:
     t.argv = strs[3 : 3 + argc]
 
 
-def _rec_info(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_info(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     inf_s, _ = layout("struct ct_rec_info")
     klen, vlen, _ = inf_s.unpack_from(data, body)
     p = body + inf_s.size
@@ -495,7 +499,7 @@ def _rec_info(t: Trace, data, off: int, body: int, rec_end: int) -> None:
     t.info[key] = val
 
 
-def _rec_pyframe(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_pyframe(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     if t.py is None:
         t.py = pyframes.PyTables()
     pyf_s, _ = layout("struct ct_rec_pyframe")
@@ -503,7 +507,7 @@ def _rec_pyframe(t: Trace, data, off: int, body: int, rec_end: int) -> None:
     t.py.add_node(nid, parent, code, lasti, flags)
 
 
-def _rec_pycode(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_pycode(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     if t.py is None:
         t.py = pyframes.PyTables()
     pyc_s, _ = layout("struct ct_rec_pycode")
@@ -517,11 +521,11 @@ def _rec_pycode(t: Trace, data, off: int, body: int, rec_end: int) -> None:
     )
 
 
-def _rec_snapslot(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_snapslot(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     t.snap_slots.append(bytes(data[off:rec_end]))  # --aggregate (analyze/aggregate.py reads it)
 
 
-def _rec_end(t: Trace, data, off: int, body: int, rec_end: int) -> None:
+def _rec_end(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
     end_s, _ = layout("struct ct_rec_end")
     ts, code, dropped, _nodes, events = end_s.unpack_from(data, body)
     t.end = End(ts, code, dropped, events)
@@ -544,20 +548,20 @@ _RECORD_DECODERS = {
 class TraceDir:
     path: Path
     traces: list[Trace]
-    run: dict
+    run: dict[str, Any]
     errors: list[str]
 
     bad_samples: int = 0
     # a run of several trace directories (read_dirs): each directory and its run.json
     dirs: list[Path] = field(default_factory=list)
-    runs: list[dict] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
-    def samples(self) -> list[dict]:
+    def samples(self) -> list[dict[str, Any]]:
         """The sampler's lines that are well formed, from every sample file there (an
         --aggregate run's bounded set: tracedir.py), in time order, each sample once; others
         are skipped and counted (bad_samples): a line cut by a crash, or a file edited by
         hand."""
-        seen: dict[int, dict] = {}
+        seen: dict[int, dict[str, Any]] = {}
         self.bad_samples = 0
         if len(self.dirs) > 1:  # each host sampled its own devices, on its own clock
             return []
@@ -579,11 +583,11 @@ class TraceDir:
         return [seen[t] for t in sorted(seen)]
 
 
-def _int(v) -> bool:
+def _int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _valid_sample(s) -> bool:
+def _valid_sample(s: object) -> bool:
     if not isinstance(s, dict) or not _int(s.get("t")):
         return False
     if not isinstance(s.get("pids", []), list) or not all(_int(x) for x in s.get("pids", [])):
@@ -633,7 +637,7 @@ _RUN_TYPES: dict[str, type | tuple[type, ...]] = {
 }
 
 
-def _valid_run(obj) -> tuple[dict, list[str]]:
+def _valid_run(obj: object) -> tuple[dict[str, Any], list[str]]:
     """run.json checked like a trace: a JSON object whose known keys have their types; what
     does not fit is dropped and said."""
     if not isinstance(obj, dict):
@@ -660,7 +664,7 @@ def trace_files(path: Path) -> list[Path]:
     )
 
 
-def read_dir(path: str | os.PathLike) -> TraceDir:
+def read_dir(path: str | os.PathLike[str]) -> TraceDir:
     """Read a trace directory (or a single .ctrace file). Unreadable files are reported in errors."""
     path = Path(path)
     if path.is_file():
@@ -673,7 +677,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
             traces.append(read_trace(p))
         except TraceError as e:
             errors.append(str(e))
-    run: dict = {}
+    run: dict[str, Any] = {}
     rp = path / tracedir.RUN
     if rp.exists():
         try:
@@ -695,7 +699,7 @@ def read_dir(path: str | os.PathLike) -> TraceDir:
     return TraceDir(path, traces, run, errors)
 
 
-def _exits_seen(traces: list[Trace], exits: list) -> None:
+def _exits_seen(traces: list[Trace], exits: list[Any]) -> None:
     """The launcher's record of when processes exited (record/exits.py), on their traces,
     matched by pid and start time."""
     seen = {}
@@ -709,7 +713,7 @@ def _exits_seen(traces: list[Trace], exits: list) -> None:
 _EXIT_KEYS = ("pid", "start_ticks", "exit_monotonic_ns")
 
 
-def iter_events(t: Trace) -> Iterator[dict]:
+def iter_events(t: Trace) -> Iterator[dict[str, Any]]:
     """Events as dicts (for tests and small traces)."""
     names = event_fields()
     for e in t.events:
@@ -719,7 +723,7 @@ def iter_events(t: Trace) -> Iterator[dict]:
 # ---- a run of several trace directories (docs/ranks.md) ------------------------------------
 
 
-def run_dirs(path: str | os.PathLike) -> list[Path]:
+def run_dirs(path: str | os.PathLike[str]) -> list[Path]:
     """The trace directories a path names: itself (a trace directory or a .ctrace file), or,
     for a directory that holds no trace file but trace directories (one per host: `-o
     run/$(hostname)`), each of those, sorted by name."""
@@ -752,7 +756,7 @@ def _sweep_folder(p: Path, subs: list[Path]) -> str:
     return "\n".join(out)
 
 
-def read_dirs(paths) -> TraceDir:
+def read_dirs(paths: Iterable[str | os.PathLike[str]]) -> TraceDir:
     """Several trace directories read as one run: the traces of all, in the order given, each
     noting its directory (Trace.source); every error named with its directory. Processes on
     different hosts are put on one clock by ranks.align_clocks, which the analysis calls."""
@@ -763,7 +767,7 @@ def read_dirs(paths) -> TraceDir:
         raise TraceError("the same trace directory is named twice")
     traces: list[Trace] = []
     errors: list[str] = []
-    runs: list[dict] = []
+    runs: list[dict[str, Any]] = []
     for d in dirs:
         if not d.exists():
             raise TraceError(f"{d}: no such trace directory or file")

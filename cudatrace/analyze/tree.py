@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis import Analysis
+from .documents import ReportTree, ReportTreeNode
 
 MIN_SHARE = 0.001  # children below this share of the total are gathered into one line
 
@@ -36,7 +37,7 @@ def _entry(frames: list[Any]) -> list[Any]:
 
 def build_tree(
     a: Analysis, at: str = "peak", device: int | None = None, min_share: float = MIN_SHARE
-) -> dict[str, Any]:
+) -> ReportTree:
     """The tree as a JSON-able dict: {"at", "total_bytes", "total_count", "root"}; a node is
     {"label", "function", "file", "line", "module", "bytes", "count", "self_bytes",
     "self_count", "layer", "site", "children", "more"}."""
@@ -75,7 +76,7 @@ def build_tree(
 
     total = root.bytes
 
-    def emit(n: _Node) -> dict[str, Any]:
+    def emit(n: _Node) -> ReportTreeNode:
         f = n.frame
         kids = sorted(n.children.values(), key=lambda c: (-c.bytes, -c.count))
         keep = [c for c in kids if total and c.bytes >= min_share * total] or kids[:1]

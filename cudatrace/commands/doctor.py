@@ -22,4 +22,5 @@ def doctor(outputs: Outputs, cmd: tuple[str, ...]) -> int:
 
     r = diagnose(list(cmd) or None)
     click.echo(json.dumps(r, indent=2) if outputs.as_json else render_doctor(r))
-    return 0 if not cmd or r["command"]["ok"] else 1
+    command = r["command"]
+    return 0 if command is None or command["ok"] else 1

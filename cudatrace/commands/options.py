@@ -289,9 +289,9 @@ class RunSettings(NamedTuple):
                     metavar="NAME",
                     help="Share the budget with other 'cudatrace run --group NAME' of this user "
                     "(co-tenants). The first run naming a --budget sets the group's; a run "
-                    "without one joins under it (waiting up to $CUDATRACE_GROUP_WAIT s, default "
-                    "30, for it to be set); a different budget is refused while the group is in "
-                    "use.",
+                    f"without one joins under it (waiting up to ${settings.name('GROUP_WAIT')} s, "
+                    f"default {settings.default_text('GROUP_WAIT')}, for it to be set); a "
+                    "different budget is refused while the group is in use.",
                 ),
                 click.option(
                     "--on-exceed",

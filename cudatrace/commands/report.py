@@ -7,7 +7,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TextIO
+from typing import TYPE_CHECKING, NamedTuple, TextIO
 
 import click
 
@@ -18,6 +18,7 @@ from .options import Moment, Outputs, attribution_options, option_group
 
 if TYPE_CHECKING:
     from ..analyze.analysis import Analysis
+    from ..analyze.documents import Report
     from ..symbols import Symbolizer
 
 
@@ -142,7 +143,7 @@ def run_report(
 
 
 def _write_files(
-    a: Analysis, r: dict[str, Any], moment: Moment, attribution: Attribution, outputs: Outputs
+    a: Analysis, r: Report, moment: Moment, attribution: Attribution, outputs: Outputs
 ) -> None:
     """--svg and --html: written before the text, so that a failure is said first."""
     if outputs.svg:
@@ -165,7 +166,7 @@ def _write_files(
             raise CudatraceError(f"cannot write {outputs.html}: {e.strerror or e}") from None
 
 
-def _print(r: dict[str, Any], outputs: Outputs, tree: bool, full_names: bool, out: TextIO) -> None:
+def _print(r: Report, outputs: Outputs, tree: bool, full_names: bool, out: TextIO) -> None:
     if outputs.printed_on_stdout():  # --html - (or --svg -): the page is the output
         return
     if outputs.as_json:

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
 from ..errors import OptionError
 from .options import RunSettings, option_group
 from .params import OutputPath, SizeWordCommand, ledger_dir_option
+
+if TYPE_CHECKING:
+    from ..present.denials import DenialPrinter
+    from ..record.launcher import DenialCallback
+    from ..record_types import DeniedGroup
 
 
 class Recording(NamedTuple):
@@ -139,11 +143,11 @@ def _summarize(status: int, out: Path | None) -> None:
         sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
 
 
-def _denial_printer() -> Callable[[Path, int | None], object]:
+def _denial_printer() -> DenialCallback:
     """The launcher's callback after a budget denial: loads the analysis only then."""
-    held: list[Callable[[Path, int | None], object]] = []
+    held: list[DenialPrinter] = []
 
-    def call(out_dir: Path, ledger_denials: int | None = None) -> object:
+    def call(out_dir: Path, ledger_denials: int | None = None) -> list[DeniedGroup]:
         if not held:
             from ..present.denials import DenialPrinter
 

@@ -22,6 +22,7 @@ from .params import SizeWordCommand
 from .sweep_options import Fit, Stop, Where
 
 if TYPE_CHECKING:
+    from ..analyze.documents import Sweep
     from ..sweep.knobs import Knob
     from ..sweep.runs import Plan
 
@@ -181,7 +182,7 @@ def _check_plan(plan: Plan, html: Path | None) -> None:
         check_enterable(resolve_command(plan.cmd[0]))
 
 
-def _show(doc: dict[str, Any], runs: list[dict[str, Any]], outputs: Outputs) -> int:
+def _show(doc: Sweep, runs: list[dict[str, Any]], outputs: Outputs) -> int:
     """Print the sweep (text or JSON), write --html; the exit status."""
     from ..present import sweep as text
 
@@ -208,7 +209,7 @@ def _check_html(html: Path | None) -> None:
         raise OptionError(f"--html {html}: no such directory")
 
 
-def _write_html(html: Path | None, doc: dict[str, Any]) -> int:
+def _write_html(html: Path | None, doc: Sweep) -> int:
     """Write the page of --html (present/sweep_html.py); 1 with the reason when it cannot be."""
     if html is None:
         return 0

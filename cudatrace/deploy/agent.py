@@ -35,6 +35,7 @@ from typing import Any, Callable
 
 from .. import native, settings
 from ..record.ledger import Ledger, LedgerError
+from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
 from .kube import Kube, KubeError, PodContainer, pod_event
@@ -75,7 +76,7 @@ class Tracked:
     unmapped: dict[tuple, int] = field(default_factory=dict)  # passes a member went unmapped
 
 
-def _member_key(m: dict) -> tuple:
+def _member_key(m: LedgerMember) -> tuple[int, int, int]:
     return (m["slot"], m["pid"], m["start_ticks"])
 
 
@@ -94,7 +95,7 @@ class Agent:
         self.contexts_counted = 0
         self.passes = 0
         self._lock = threading.Lock()
-        self._published: dict = {"ledgers": [], "errors": []}
+        self._published: Status = {"ledgers": [], "errors": []}
 
     # ---- set-up ---------------------------------------------------------------------------
 
@@ -133,8 +134,10 @@ class Agent:
         scan = procscan.scan(self.cfg.proc)
         self._track(scan)
         nv = self._nvml_processes()
-        out = []
-        errors = [{"path": p, "error": e} for p, e in self.open_errors.values()]
+        out: list[LedgerSnapshot] = []
+        errors: list[UnusableLedger] = [
+            {"path": p, "error": e} for p, e in self.open_errors.values()
+        ]
         labels_used: set[str] = set()
         for _key, t in sorted(self.tracked.items(), key=lambda kv: kv[0]):
             try:
@@ -207,14 +210,14 @@ class Agent:
     # ---- contexts of members in other pid namespaces ----------------------------------------
 
     @staticmethod
-    def _host_proc(t: Tracked, m: dict) -> procscan.Proc | None:
+    def _host_proc(t: Tracked, m: LedgerMember) -> procscan.Proc | None:
         for p, _link in t.mapping.links:
             if p.ns_pid == m["pid"] and p.start_ticks == m["start_ticks"]:
                 return p
         return None
 
     @staticmethod
-    def _ordinals(m: dict, listed: dict[int, int]) -> dict[int, int]:
+    def _ordinals(m: LedgerMember, listed: dict[int, int]) -> dict[int, int]:
         """CUDA ordinal (the ledger's device) -> NVML's figure. One GPU listed: the member's one
         device (0 before its first allocation); several: in NVML index order, which is CUDA's
         with CUDA_DEVICE_ORDER=PCI_BUS_ID (docs/containers.md, multi-GPU limits)."""
@@ -225,7 +228,7 @@ class Agent:
             return {held[0] if held else 0: next(iter(listed.values()))}
         return {k: listed[i] for k, i in enumerate(sorted(listed))}
 
-    def _contexts(self, t: Tracked, snap: dict, nv: dict[int, dict[int, int]]) -> bool:
+    def _contexts(self, t: Tracked, snap: LedgerSnapshot, nv: dict[int, dict[int, int]]) -> bool:
         """Count the contexts of this ledger's members in other pid namespaces; True when a
         figure changed."""
         _, lib = native.tools()
@@ -261,7 +264,7 @@ class Agent:
 
     # ---- what is said: denials, unfenced processes --------------------------------------------
 
-    def _denials(self, t: Tracked, snap: dict) -> None:
+    def _denials(self, t: Tracked, snap: LedgerSnapshot) -> None:
         limits = {r["device"]: r["limit"] for r in snap["devices"]}
         in_use = {r["device"]: r["in_use"] for r in snap["devices"]}
         alive: set[tuple] = set()
@@ -301,7 +304,7 @@ class Agent:
                 continue
             self.unfenced_seen.add((p.pid, p.start_ticks))
             msg = (
-                f"a process given the budget group {p.env.get('CUDATRACE_GROUP')} uses CUDA "
+                f"a process given the budget group {p.env.get(settings.name('GROUP'))} uses CUDA "
                 "without the cudatrace preload library (it could not be loaded: see the "
                 "container's log for ld.so's line): its GPU memory is not fenced"
             )
@@ -320,8 +323,8 @@ class Agent:
         # the pod's uid: a DRA claim's container is told it (its group is the claim's uid), a
         # patched pod's group is its uid; the container's name only where the webhook gave it
         env = p.env if p else {}
-        uid = env.get(settings.name("K8S_POD_UID")) or env.get("CUDATRACE_GROUP", "")
-        named = env.get("CUDATRACE_K8S_CONTAINER", "")
+        uid = env.get(settings.name("K8S_POD_UID")) or env.get(settings.name("GROUP"), "")
+        named = env.get(settings.name("K8S_CONTAINER"), "")
         ev = pod_event(PodContainer(ns, pod, named, uid), reason, msg, self.cfg.node, count=n)
         try:
             self.cfg.kube.post_event(ev)
@@ -331,7 +334,7 @@ class Agent:
     # ---- labels for the metrics ---------------------------------------------------------------
 
     @staticmethod
-    def _label(snap: dict, t: Tracked, used: set[str]) -> str:
+    def _label(snap: LedgerSnapshot, t: Tracked, used: set[str]) -> str:
         """The group label: the group's name; a container's own budget (every one of them is
         named `container`) with its container's id; made unique within a pass."""
         base = snap["group"] or Path(t.mapping.path).stem
@@ -344,19 +347,19 @@ class Agent:
         used.add(label)
         return label
 
-    def _labels_of(self, t: Tracked, snap: dict) -> dict[int, tuple[str, str, str]]:
+    def _labels_of(self, t: Tracked, snap: LedgerSnapshot) -> dict[int, tuple[str, str, str]]:
         out = {}
         for m in snap["members"]:
             p = self._host_proc(t, m) if m["other_pidns"] else None
             out[m["slot"]] = p.labels() if p else ("", "", "")
         return out
 
-    def published(self) -> dict:
+    def published(self) -> Status:
         with self._lock:
             return self._published
 
     @staticmethod
-    def member_labels(s: dict, m: dict) -> tuple[str, str, str]:
+    def member_labels(s: LedgerSnapshot, m: LedgerMember) -> tuple[str, str, str]:
         return s.get("member_labels", {}).get(m["slot"], ("", "", ""))
 
     # ---- housekeeping -----------------------------------------------------------------------

@@ -148,8 +148,9 @@ class ClaimPlan:
         return dict(sorted(out.items()))
 
     def budget(self) -> str:
-        """CUDATRACE_BUDGET: one size when every GPU of the claim has the same (exact for any
-        of them a container sees), else one per CUDA ordinal in NVML's order."""
+        """The budget variable's value (settings.def BUDGET): one size when every GPU of the
+        claim has the same (exact for any of them a container sees), else one per CUDA ordinal
+        in NVML's order."""
         sizes = list(self.per_gpu().values())
         if len(set(sizes)) == 1:
             return str(sizes[0])

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import settings
 from ..errors import CudatraceError
 from ..record.budget import BudgetError, parse_budget
 
@@ -84,7 +85,7 @@ def check_vendor(vendor: str) -> str:
 
 
 def budget_bytes(text: str, what: str) -> str:
-    """CUDATRACE_BUDGET for a budget SPEC: sizes only (`8GiB`, `0=8GiB,1=4GiB`), in bytes.
+    """The budget variable's value (settings.def BUDGET) for a budget SPEC: sizes only (`8GiB`, `0=8GiB,1=4GiB`), in bytes.
     A share (60%) is refused: a spec written once serves containers on any GPU."""
     try:
         spec = parse_budget(text)
@@ -165,11 +166,11 @@ def fence_env(
     """The environment of a fenced container, in order. shim: the preload library's path in
     the container when it is preloaded through LD_PRELOAD (sandboxes), else None."""
     env = [
-        ("CUDATRACE_GROUP", fence.ledger_group),
-        ("CUDATRACE_BUDGET", fence.budget),
-        ("CUDATRACE_LEDGER_DIR", ledger_dir),
-        ("CUDATRACE_ON_EXCEED", fence.on_exceed),
-        ("CUDATRACE_ON_FENCE_ERROR", "refuse"),
+        (settings.name("GROUP"), fence.ledger_group),
+        (settings.name("BUDGET"), fence.budget),
+        (settings.name("LEDGER_DIR"), ledger_dir),
+        (settings.name("ON_EXCEED"), fence.on_exceed),
+        (settings.name("ON_FENCE_ERROR"), "refuse"),
     ]
     if shim:
         env.append(("LD_PRELOAD", shim))

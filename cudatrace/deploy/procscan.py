@@ -23,14 +23,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import settings
+
 _CONTAINER_RE = re.compile(r"([0-9a-f]{64})")
 ENV_KEEP = (
-    "CUDATRACE_GROUP",
-    "CUDATRACE_K8S_NAMESPACE",
-    "CUDATRACE_K8S_POD",
-    "CUDATRACE_K8S_CONTAINER",
-    "CUDATRACE_K8S_POD_UID",
-    "CUDA_VISIBLE_DEVICES",
+    settings.name("GROUP"),
+    settings.name("K8S_NAMESPACE"),
+    settings.name("K8S_POD"),
+    settings.name("K8S_CONTAINER"),
+    settings.name("K8S_POD_UID"),
+    settings.name("CUDA_VISIBLE_DEVICES"),
     "NVIDIA_VISIBLE_DEVICES",
 )
 
@@ -52,12 +54,9 @@ class Proc:
         """(namespace, pod, container) for metrics and events: the webhook's names for a pod's
         container, else the container's short id (podman, docker, CDI), else nothing."""
         e = self.env
-        if e.get("CUDATRACE_K8S_POD") or e.get("CUDATRACE_K8S_NAMESPACE"):
-            return (
-                e.get("CUDATRACE_K8S_NAMESPACE", ""),
-                e.get("CUDATRACE_K8S_POD", ""),
-                e.get("CUDATRACE_K8S_CONTAINER", "") or self.container[:12],
-            )
+        ns, pod = e.get(settings.name("K8S_NAMESPACE"), ""), e.get(settings.name("K8S_POD"), "")
+        if pod or ns:
+            return (ns, pod, e.get(settings.name("K8S_CONTAINER"), "") or self.container[:12])
         return ("", "", self.container[:12])
 
 
@@ -178,7 +177,7 @@ def scan(proc: Path = Path("/proc")) -> Scan:
         p = _proc(proc, pid, shim, cuda)
         if p is None:
             continue
-        if cuda and not shim and p.env.get("CUDATRACE_GROUP"):
+        if cuda and not shim and p.env.get(settings.name("GROUP")):
             out.unfenced.append(p)
         if not ledgers:
             continue

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Callable
 
+from .. import settings
 from ..errors import CudatraceError
 from .install import PRELOAD_NAME, SHIM_DIR
 from .plan import CONTAINER_LEDGER_DIR, VENDOR, Fence, PlanError, budget_bytes, check_on_exceed
@@ -106,21 +107,26 @@ def _fence(pod: dict, cfg: WebhookConfig) -> Fence:
     return Fence("pod", "pod", budget, on_exceed)
 
 
+def _field(path: str) -> dict:
+    """A value from the downward API: the pod's own field at `path`."""
+    return {"fieldRef": {"fieldPath": path}}
+
+
 def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> list[dict]:
     """The container's environment: its own (less CUDATRACE_*), then the fence's."""
-    own = [e for e in c.get("env") or [] if not str(e.get("name", "")).startswith("CUDATRACE_")]
+    own = [e for e in c.get("env") or [] if not str(e.get("name", "")).startswith(settings.PREFIX)]
     env = own + [
-        {"name": "CUDATRACE_K8S_NAMESPACE", "value": namespace},
-        {"name": "CUDATRACE_K8S_POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-        {"name": "CUDATRACE_K8S_CONTAINER", "value": c["name"]},
-        {"name": "CUDATRACE_GROUP", "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
-        {"name": "CUDATRACE_BUDGET", "value": fence.budget},
-        {"name": "CUDATRACE_LEDGER_DIR", "value": f"{CONTAINER_LEDGER_DIR}/{LEDGER_SUBDIR}"},
+        {"name": settings.name("K8S_NAMESPACE"), "value": namespace},
+        {"name": settings.name("K8S_POD"), "valueFrom": _field("metadata.name")},
+        {"name": settings.name("K8S_CONTAINER"), "value": c["name"]},
+        {"name": settings.name("GROUP"), "valueFrom": _field("metadata.uid")},
+        {"name": settings.name("BUDGET"), "value": fence.budget},
+        {"name": settings.name("LEDGER_DIR"), "value": f"{CONTAINER_LEDGER_DIR}/{LEDGER_SUBDIR}"},
         # the emptyDir is the pod's alone (mode 0777, which a ledger directory may not be): its
         # first member makes the directory below it
-        {"name": "CUDATRACE_LEDGER_DIR_MAKE", "value": "1"},
-        {"name": "CUDATRACE_ON_EXCEED", "value": fence.on_exceed},
-        {"name": "CUDATRACE_ON_FENCE_ERROR", "value": "refuse"},
+        {"name": settings.name("LEDGER_DIR_MAKE"), "value": "1"},
+        {"name": settings.name("ON_EXCEED"), "value": fence.on_exceed},
+        {"name": settings.name("ON_FENCE_ERROR"), "value": "refuse"},
     ]
     if cfg.preload == "env":  # after the application's own preloads, as /etc/ld.so.preload is
         lib = f"{cfg.shim_dir}/libcudatrace.so"

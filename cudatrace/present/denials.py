@@ -19,6 +19,7 @@ from typing import TextIO
 from ..analyze.analysis import Analysis
 from ..analyze.model import AUX, AUX2, DEV
 from ..analyze.sites import NO_STACK, api_label, make_symbolizer
+from ..record_types import DeniedGroup
 from ..symbols import Symbolizer
 from ..units import format_bytes, printable
 
@@ -33,7 +34,7 @@ class DenialPrinter:
         self.symbolizer_tried = False  # none could be had: not asked again
         self.untraced_said = 0
 
-    def __call__(self, out_dir: Path, ledger_denials: int | None = None) -> list[dict]:
+    def __call__(self, out_dir: Path, ledger_denials: int | None = None) -> list[DeniedGroup]:
         """ledger_denials: at the end of a run, the denials its own ledger counted; those no
         trace holds (a process could not record) are said in one line."""
         stream = self.stream or sys.stderr
@@ -47,7 +48,7 @@ class DenialPrinter:
             if k not in self.seen:
                 self.seen.add(k)
                 new.append(x)
-        groups: dict[str, dict] = {}
+        groups: dict[str, DeniedGroup] = {}
         for x in new:
             via, rest = a.stacks.split(x.trace, x.stack) if x.stack else ([], [])
             label = rest[0].label() if rest else NO_STACK

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..analyze.documents import Diff
 from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width
 
@@ -18,7 +19,7 @@ def _pct(a: int, b: int) -> str:
     return " (%+.1f%%)" % (100.0 * (b - a) / a)
 
 
-def render_text(d: dict) -> str:
+def render_text(d: Diff) -> str:
     L: list[str] = []
     w = L.append
     A, B, T = d["a"], d["b"], d["totals"]
@@ -72,11 +73,12 @@ def render_text(d: dict) -> str:
     L.extend(_site_rows(d))
     if d["more_sites"]:
         w("  ... and %d more (--top)" % d["more_sites"])
-    if d.get("ranks"):
+    ranks = d.get("ranks")
+    if ranks:
         w("")
         w("Ranks (each one's own peak):")
         rows = [["rank", "host", "peak A", "peak B", "change"]]
-        for x in d["ranks"]:
+        for x in ranks:
             rows.append(
                 [
                     x["label"],
@@ -104,7 +106,7 @@ SITE_COLUMNS = [
 ]
 
 
-def _site_rows(d: dict) -> list[str]:
+def _site_rows(d: Diff) -> list[str]:
     """The table of the sites' changes (one name per column), or the line saying there is none."""
     if not d["sites"]:
         return ["  (no device allocation in either run)"]

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from ..record_types import Doctor, DoctorCommand
 from ..units import format_bytes, printable
+
+# a device's kind and a pid namespace's, as the probes give them (True, False or unknown)
+INTEGRATED: dict[object, str] = {True: "integrated (unified memory)", False: "discrete"}
+HOST_PIDNS: dict[object, str] = {True: "the host's", False: "not the host's"}
 
 
 def _v(x: object) -> str:
@@ -10,7 +15,7 @@ def _v(x: object) -> str:
     return "unknown" if x is None or x == "" else str(x)
 
 
-def render_doctor(r: dict) -> str:
+def render_doctor(r: Doctor) -> str:
     L = []
     d = r["driver"]
     if d["available"]:
@@ -25,9 +30,7 @@ def render_doctor(r: dict) -> str:
                     x["ordinal"],
                     x.get("name", "?"),
                     format_bytes(x["total"]) if "total" in x else "total unknown",
-                    {True: "integrated (unified memory)", False: "discrete"}.get(
-                        x.get("integrated"), "integrated: unknown"
-                    ),
+                    INTEGRATED.get(x.get("integrated"), "integrated: unknown"),
                 )
             )
     else:
@@ -77,7 +80,7 @@ def render_doctor(r: dict) -> str:
         "namespace     pid namespace %s (%s; pid 1's: %s), uid %d, container: %s"
         % (
             _v(ns["pidns"]),
-            {True: "the host's", False: "not the host's"}.get(ns["initial_pidns"], "unknown"),
+            HOST_PIDNS.get(ns["initial_pidns"], "unknown"),
             _v(ns["pidns_of_pid1"]),
             ns["uid"],
             ns["container"] or "none seen",
@@ -99,7 +102,7 @@ def render_doctor(r: dict) -> str:
     return "\n".join(L)
 
 
-def _command_lines(c: dict, ind: str) -> list[str]:
+def _command_lines(c: DoctorCommand, ind: str) -> list[str]:
     out = []
     if c.get("kind") == "elf":
         out.append(

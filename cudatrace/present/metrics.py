@@ -25,10 +25,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, Unfenced
 from ..units import printable
+
+if TYPE_CHECKING:
+    from ..symbols import Symbolizer
 
 COMMAND_MAX = 32  # characters of a member's command label (its /proc comm is at most 15)
 WAIT_S = 1.0  # the most a scrape waits for fresh trace figures
@@ -85,7 +90,7 @@ class Families:
         lv = tuple(_label(x) for x in labels)
         self.samples[key].setdefault(lv, value)
 
-    def families(self):
+    def families(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         for key, (kind, name, text, labels) in FAMILIES.items():
@@ -112,14 +117,14 @@ def _comm(pid: int, other_ns: bool) -> str:
     return raw.decode(errors="surrogateescape")[:COMMAND_MAX]
 
 
-def _group_label(s: dict) -> str:
+def _group_label(s: LedgerSnapshot) -> str:
     if s.get("label"):  # a reader that tells apart ledgers of one name (cudatrace node)
         return s["label"]
     name = Path(s["path"]).name
     return name[: -len(".ledger")] if name.endswith(".ledger") else name
 
 
-def _devices(rows: list[dict]) -> list[dict]:
+def _devices(rows: list[LedgerDevice]) -> list[LedgerDevice]:
     """The devices a group has used (anything held, a peak, a denial); a group that has used
     none yet shows its first device with a limit. A bare budget sets a limit on all 16
     devices the ledger counts: 16 idle series a group would be noise."""
@@ -147,7 +152,7 @@ class Gpus:
     a traced process's own for its trace), whose entry is an index or a UUID; NVML's UUIDs
     (`uuids`: index -> UUID) complete it. Unknown parts are ""."""
 
-    def __init__(self, uuids: dict[int, str] | None = None, visible: str | None = None):
+    def __init__(self, uuids: Mapping[int, str] | None = None, visible: str | None = None):
         self.uuids = dict(uuids or {})
         self.index = {u: i for i, u in self.uuids.items()}
         self.visible = visible
@@ -176,8 +181,13 @@ class TraceCache:
     without it, `runs()` reads in the caller (tests)."""
 
     def __init__(
-        self, paths, top: int, interval: float, symbolize: bool = True, wait: float = WAIT_S
-    ):
+        self,
+        paths: Iterable[str | Path],
+        top: int,
+        interval: float,
+        symbolize: bool = True,
+        wait: float = WAIT_S,
+    ) -> None:
         self.paths = [Path(p) for p in paths]
         self.top = top
         self.interval = interval
@@ -221,7 +231,7 @@ class TraceCache:
         t = time.monotonic()
         return [dict(f, age_s=max(0.0, t - f["at"])) for f in figs]
 
-    def _sym(self):
+    def _sym(self) -> Symbolizer | None:
         if self._symbolizer is None and self.symbolize:
             from ..analyze.sites import make_symbolizer
 
@@ -267,20 +277,20 @@ class Collector:
 
     def __init__(
         self,
-        ledgers: Callable[[], dict],
+        ledgers: Callable[[], Status],
         traces: TraceCache | None = None,
         gpus: Gpus | None = None,
-        member_labels: Callable[[dict, dict], tuple[str, str, str]] | None = None,
+        member_labels: Callable[[LedgerSnapshot, LedgerMember], tuple[str, str, str]] | None = None,
     ):
         self.ledgers = ledgers
         self.traces = traces
         self.gpus = gpus or Gpus()
         self.member_labels = member_labels
 
-    def describe(self):
+    def describe(self) -> list[Any]:
         return []  # families vary with what is there: collected at each scrape only
 
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         f = Families(traces=self.traces is not None, workload=self.member_labels is not None)
         self._budgets(f)
         if self.traces is not None:
@@ -292,7 +302,7 @@ class Collector:
         try:
             st = self.ledgers()
         except Exception:
-            st = {"ledgers": [], "errors": [{"error": "no ledger directory"}]}
+            st = {"ledgers": [], "errors": [{"path": "", "error": "no ledger directory"}]}
         errors = len(st.get("errors", []))
         for s in st["ledgers"]:
             one = Families(workload=f.workload)
@@ -307,7 +317,7 @@ class Collector:
         f.add("errors", (), errors)
         _unfenced(st.get("unfenced"), f)
 
-    def _ledger(self, s: dict, f: Families) -> None:
+    def _ledger(self, s: LedgerSnapshot, f: Families) -> None:
         g = _group_label(s)
         for r in _devices(s["devices"]):
             lv = (g, r["device"], *self.gpus.of_ordinal(int(r["device"])))
@@ -326,15 +336,15 @@ class Collector:
             if share:
                 shares[share] = max(shares.get(share, 0), m.get("share_limit", 0))
             extra = tuple(self.member_labels(s, m)) if self.member_labels else ()
-            for d, r in m["devices"].items():
-                who = (g, d, *self.gpus.of_ordinal(int(d)), m["pid"], m.get("slot", ""), cmd, share)
-                who = (*who, *extra)
-                f.add("m_in_use", who, r["held"])
-                f.add("m_peak", who, r["peak"])
-                f.add("m_denials", who, r["denials"])
+            for d, md in m["devices"].items():
+                who: tuple[object, ...] = (g, d, *self.gpus.of_ordinal(int(d)), m["pid"])
+                who = (*who, m.get("slot", ""), cmd, share, *extra)
+                f.add("m_in_use", who, md["held"])
+                f.add("m_peak", who, md["peak"])
+                f.add("m_denials", who, md["denials"])
                 if share:
                     k = (int(d), share)
-                    share_use[k] = share_use.get(k, 0) + r["held"]
+                    share_use[k] = share_use.get(k, 0) + md["held"]
         for share, lim in sorted(shares.items()):
             f.add("s_limit", (g, share), lim)
         for (d, share), b in sorted(share_use.items()):
@@ -361,7 +371,7 @@ class Collector:
         f.add("t_errors", (), errors)
 
 
-def _unfenced(u: dict | None, f: Families) -> None:
+def _unfenced(u: Unfenced | None, f: Families) -> None:
     """cudatrace_unfenced_processes / _bytes per GPU (NVML's index): processes using the GPU
     that no ledger of the directory counts (record/fence.py unfenced; docs/budgets.md). Every
     GPU NVML lists has both series (0 when none), so `> 0` alerts; none where NVML cannot say."""

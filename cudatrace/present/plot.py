@@ -8,10 +8,16 @@ tree's RSS), the peak marked, the budget as a line, denials and failed allocatio
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..units import format_bytes
+
+if TYPE_CHECKING:
+    from ..analyze.analysis import Analysis
+    from ..analyze.documents import Report
 
 W, H = 1000, 460
 ML, MR, MT, MB = 84, 24, 58, 80  # margins: room for axis labels, title, legend
@@ -59,7 +65,11 @@ def _fmt(v: float) -> str:
 
 
 def render_svg(
-    a, device: int | None = None, report: dict | None = None, width: int = W, height: int = H
+    a: Analysis,
+    device: int | None = None,
+    report: Report | None = None,
+    width: int = W,
+    height: int = H,
 ) -> str:
     """The timeline of Analysis a as SVG text."""
     c = _Chart(a, device, width, height)
@@ -77,7 +87,7 @@ class _Chart:
     """One timeline: its data (traced, observed, budget, denials, failures, peak) and its scale,
     drawn section by section into a list of SVG lines."""
 
-    def __init__(self, a, device: int | None, width: int, height: int):
+    def __init__(self, a: Analysis, device: int | None, width: int, height: int) -> None:
         self.a, self.device, self.width, self.height = a, device, width, height
         self.summed = ""  # set by heading() when the run's line adds several devices up
         self.m = m = a.model
@@ -99,7 +109,7 @@ class _Chart:
         )
         self._scale()
 
-    def _observed(self, a, device) -> None:
+    def _observed(self, a: Analysis, device: int | None) -> None:
         obs = a.observed.series(device)
         self.nvml_tree = obs["tree_device"]
         self.used = obs["device_used"]
@@ -128,17 +138,17 @@ class _Chart:
         self.x_top = x_max * 1.02  # the data fills the width; ticks where they fall
         self.pw, self.ph = self.width - ML - MR, self.height - MT - MB
 
-    def X(self, ts):
+    def X(self, ts: float) -> float:
         return ML + (ts - self.start) / 1e9 / self.x_top * self.pw
 
-    def Y(self, v):
+    def Y(self, v: float) -> float:
         return MT + self.ph - (v / self.unit) / self.y_top * self.ph
 
-    def secs(self, ts) -> float:
+    def secs(self, ts: float) -> float:
         return (ts - self.start) / 1e9
 
     # ---- sections ----
-    def heading(self, o: list, report: dict | None) -> None:
+    def heading(self, o: list, report: Report | None) -> None:
         a, m, width, height = self.a, self.m, self.width, self.height
         o.append(
             '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
@@ -341,7 +351,12 @@ class _Chart:
             )
 
 
-def _step_path(pts, X, Y, x_end) -> str:
+def _step_path(
+    pts: Sequence[tuple[int, int]],
+    X: Callable[[float], float],
+    Y: Callable[[float], float],
+    x_end: float,
+) -> str:
     out = []
     last_x = last_y = None
     for i, (t, v) in enumerate(pts):
@@ -359,7 +374,14 @@ def _step_path(pts, X, Y, x_end) -> str:
     return " ".join(out)
 
 
-def _polyline(series, X, Y, color, dash=None, width=1.5) -> str:
+def _polyline(
+    series: Sequence[tuple[int, int]],
+    X: Callable[[float], float],
+    Y: Callable[[float], float],
+    color: str,
+    dash: str | None = None,
+    width: float = 1.5,
+) -> str:
     coords = " ".join(f"{X(t):.1f},{Y(v):.1f}" for t, v in series)
     out = '<polyline points="{}" fill="none" stroke="{}" stroke-width="{:.1f}"{}/>'.format(
         coords,
@@ -374,7 +396,9 @@ def _polyline(series, X, Y, color, dash=None, width=1.5) -> str:
     return out
 
 
-def write_svg(a, path, device: int | None = None, report: dict | None = None) -> Path:
+def write_svg(
+    a: Analysis, path: str | Path, device: int | None = None, report: Report | None = None
+) -> Path:
     from ..outputs import write_output
     from ..units import lossless
 

@@ -3,6 +3,7 @@ merged across ranks. Rendered from the report's `ranks` section, like the rest o
 
 from __future__ import annotations
 
+from ..analyze.documents import ReportRanks, ReportRanksSite
 from ..analyze.names import fit
 from .text import plural, secs_text, size_text, table
 
@@ -11,7 +12,7 @@ def _opt(v: object) -> str:
     return "-" if v is None else str(v)
 
 
-def site_line(s: dict) -> str:
+def site_line(s: ReportRanksSite) -> str:
     """'8 ranks x 12.0 GiB', '7 ranks x 12.0 GiB, rank 5: 20.0 GiB (stands out; ...)',
     '1 of 8 ranks x 2.00 GiB'."""
     odd = {o["label"]: o for o in s["outliers"]}
@@ -45,7 +46,7 @@ def _rank_list(nums: list[int]) -> str:
     return ", ".join(out)
 
 
-def render_ranks(rk: dict, width: int) -> list[str]:
+def render_ranks(rk: ReportRanks, width: int) -> list[str]:
     L: list[str] = []
     w = L.append
     ranks = rk["ranks"]

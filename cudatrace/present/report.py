@@ -5,8 +5,22 @@ build_report, the JSON of --json), so text and JSON never disagree.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 
 from ..analyze.analysis import CONTEXT_FRAMES
+from ..analyze.documents import (
+    Report,
+    ReportDenied,
+    ReportFailed,
+    ReportFrame,
+    ReportMax,
+    ReportNear,
+    ReportObserved,
+    ReportObservedBaseline,
+    ReportProcess,
+    ReportPython,
+    ReportSite,
+)
 from ..analyze.names import fit
 from ..analyze.sites import SFrame, folded
 from ..units import printable, shell_quote
@@ -18,13 +32,13 @@ CONTEXT_SITES = 5  # sites whose call stacks are listed
 # ---- text ----------------------------------------------------------------------------------
 
 
-def driver_text(v) -> str:
+def driver_text(v: object) -> str:
     if isinstance(v, int) and v >= 1000:
         return "CUDA %d.%d (%d)" % (v // 1000, (v % 1000) // 10, v)
     return str(v)
 
 
-def _sframe(d: dict) -> SFrame:
+def _sframe(d: ReportFrame) -> SFrame:
     return SFrame(
         d["module"],
         d["function"],
@@ -36,19 +50,19 @@ def _sframe(d: dict) -> SFrame:
     )
 
 
-def _frame_label(d: dict, with_module: bool = True, full: bool = False) -> str:
+def _frame_label(d: ReportFrame, with_module: bool = True, full: bool = False) -> str:
     f = _sframe(d)
     lab = f.long_label(full) if with_module else f.label(full)
     return lab + ("  (inlined)" if f.inlined else "")
 
 
-def via_text(site: dict, full: bool = False) -> str:
+def via_text(site: ReportSite | ReportFailed | ReportDenied, full: bool = False) -> str:
     """The folded layers, outermost first, then the API: `tensor_new > backend > cuMemAlloc_v2`."""
     chain = [_sframe(f).name(full) for f in reversed(site.get("via") or [])]
     return " > ".join(chain)
 
 
-def _status_text(p: dict, r: dict) -> str:
+def _status_text(p: ReportProcess, r: Report) -> str:
     """How a process's trace ended, in words that never contradict each other."""
     st, code = p["status"], p["exit_code"]
     if st == "exec":
@@ -77,7 +91,7 @@ def _status_text(p: dict, r: dict) -> str:
     return "truncated (no clean exit record: killed, crashed or still running)"
 
 
-def limits_text(limits: dict) -> str:
+def limits_text(limits: Mapping[str, int]) -> str:
     """'12.0 GiB on each of devices 0-15', '8.00 GiB on device 0, 4.00 GiB on device 1'"""
     by: dict[int, list[int]] = {}
     for d, v in limits.items():
@@ -96,7 +110,7 @@ def limits_text(limits: dict) -> str:
     return ", ".join(parts)
 
 
-def _requests_text(f: dict) -> str:
+def _requests_text(f: ReportFailed | ReportDenied) -> str:
     """'2 x 40.00 MiB requested', or '3 requested (1.00 MiB .. 4.00 MiB, 6.00 MiB in all)':
     bytes is the site's total, never one request's size."""
     z = f.get("sizes") or {}
@@ -111,7 +125,7 @@ def _requests_text(f: dict) -> str:
     )
 
 
-def _trim_context(frames: list[dict]) -> list[dict]:
+def _trim_context(frames: list[ReportFrame]) -> list[ReportFrame]:
     """Frames up to main (what lies beyond it is the C runtime starting the program)."""
     for i, f in enumerate(frames):
         if f.get("function") == "main":
@@ -119,7 +133,7 @@ def _trim_context(frames: list[dict]) -> list[dict]:
     return frames
 
 
-def _is_cuda(d: dict) -> bool:
+def _is_cuda(d: ReportFrame) -> bool:
     return folded(
         SFrame(
             d["module"],
@@ -134,7 +148,7 @@ def _is_cuda(d: dict) -> bool:
 
 
 def render_text(
-    r: dict, top_context: int = CONTEXT_SITES, width: int | None = None, colour: bool = False
+    r: Report, top_context: int = CONTEXT_SITES, width: int | None = None, colour: bool = False
 ) -> str:
     """The text report from its dict (build_report), section by section: the answer first
     (the peak, the sites live then, failures, what was never freed, their call stacks), the
@@ -170,7 +184,7 @@ class _Lines:
         self.styles[len(self.L) - 1] = style
 
 
-def _text_title(r: dict, o: _Lines) -> None:
+def _text_title(r: Report, o: _Lines) -> None:
     """What was run, and how it was traced where that changes what the report can say."""
     w = o.L.append
     w("cudatrace report: {}".format(r["path"]))
@@ -191,7 +205,7 @@ def _text_title(r: dict, o: _Lines) -> None:
     w("")
 
 
-def _text_run(r: dict, o: _Lines) -> None:
+def _text_run(r: Report, o: _Lines) -> None:
     """The run: processes, trace settings, budget, events, Python."""
     w = o.L.append
     w("The run:")
@@ -259,20 +273,20 @@ def _text_run(r: dict, o: _Lines) -> None:
     w("")
 
 
-def _text_peak(r: dict, o: _Lines) -> None:
+def _text_peak(r: Report, o: _Lines) -> None:
     """The peak, per device, and what was live at exit."""
     w = o.L.append
     n = len(o.L)
     dev_note = " on device %d" % r["device"] if r["device"] is not None else ""
-    beyond = (r.get("budget") or {}).get("beyond_traces") or {}
+    budget = r.get("budget")
+    beyond = budget.get("beyond_traces") if budget else None
+    beyond_peak = beyond["peak_bytes"] if beyond else 0
     if r["peak_time"] is None and any(p.get("stopped") for p in r["processes"]):
         w(f"No device memory allocation was recorded{dev_note}: a trace stopped (see below).")
-    elif r["peak_time"] is None and beyond.get("peak_bytes"):
+    elif r["peak_time"] is None and beyond_peak:
         w(
-            "No device memory allocation was recorded{}: a process could not record its trace, "
-            "and the budget ledger saw {} in use at its peak (see the notes).".format(
-                dev_note, size_text(beyond["peak_bytes"])
-            )
+            f"No device memory allocation was recorded{dev_note}: a process could not record its trace, "
+            f"and the budget ledger saw {size_text(beyond_peak)} in use at its peak (see the notes)."
         )
     elif r["peak_time"] is None:
         w(f"No device memory was allocated through the hooked driver API{dev_note}.")
@@ -313,16 +327,17 @@ def _text_peak(r: dict, o: _Lines) -> None:
     w("")
 
 
-def _text_ranks(r: dict, o: _Lines) -> None:
+def _text_ranks(r: Report, o: _Lines) -> None:
     """Many ranks (docs/ranks.md): per-rank peaks, the rank that stands out, sites across ranks."""
-    if r.get("ranks"):
+    ranks = r.get("ranks")
+    if ranks:
         from .ranks import render_ranks
 
-        o.L.extend(render_ranks(r["ranks"], o.width))
+        o.L.extend(render_ranks(ranks, o.width))
         o.L.append("")
 
 
-def _text_observed(r: dict, o: _Lines) -> None:
+def _text_observed(r: Report, o: _Lines) -> None:
     """Traced versus observed (NVML, MemAvailable, RSS)."""
     w = o.L.append
     o.styles[len(o.L)] = "heading"
@@ -330,7 +345,7 @@ def _text_observed(r: dict, o: _Lines) -> None:
     w("")
 
 
-def _text_sites(r: dict, o: _Lines) -> None:
+def _text_sites(r: Report, o: _Lines) -> None:
     """The sites (or APIs, libraries, processes) live at the moment, with their routes."""
     w = o.L.append
     wf = o.wf
@@ -412,7 +427,7 @@ def _text_sites(r: dict, o: _Lines) -> None:
     w("")
 
 
-def _text_stacks(r: dict, o: _Lines) -> None:
+def _text_stacks(r: Report, o: _Lines) -> None:
     """The call stacks of the top sites."""
     w = o.L.append
     wf = o.wf
@@ -446,7 +461,7 @@ def _text_stacks(r: dict, o: _Lines) -> None:
         w("")
 
 
-def _text_never_freed(r: dict, o: _Lines) -> None:
+def _text_never_freed(r: Report, o: _Lines) -> None:
     """What was never freed by exit."""
     w = o.L.append
     L = o.L
@@ -485,7 +500,7 @@ def _text_never_freed(r: dict, o: _Lines) -> None:
     w("")
 
 
-def _text_failures(r: dict, o: _Lines) -> None:
+def _text_failures(r: Report, o: _Lines) -> None:
     """Failed allocations and budget denials, each at its site."""
     w = o.L.append
     wf = o.wf
@@ -522,7 +537,7 @@ def _text_failures(r: dict, o: _Lines) -> None:
         w("")
 
 
-def _text_processes(r: dict, o: _Lines) -> None:
+def _text_processes(r: Report, o: _Lines) -> None:
     """One row per process when there are several or one did not end cleanly."""
     w = o.L.append
     L = o.L
@@ -564,7 +579,7 @@ def _text_processes(r: dict, o: _Lines) -> None:
         w("")
 
 
-def _text_queries(r: dict, o: _Lines) -> None:
+def _text_queries(r: Report, o: _Lines) -> None:
     """The memory queries (cuMemGetInfo, NVML) and whether the budget answered them."""
     w = o.L.append
     mq = r["memory_queries"]
@@ -600,7 +615,7 @@ def _text_queries(r: dict, o: _Lines) -> None:
     w("")
 
 
-def _text_trailer(r: dict, o: _Lines) -> None:
+def _text_trailer(r: Report, o: _Lines) -> None:
     """Truncated, lost and unreadable files; notes."""
     w = o.L.append
     if r["truncated_files"]:
@@ -620,15 +635,15 @@ def _text_trailer(r: dict, o: _Lines) -> None:
         w("")
     if r.get("lost_chunks"):
         w("Trace data lost (sealed chunks in neither the trace nor its sidecar; in no figure):")
-        for x in r["lost_chunks"]:
+        for lc in r["lost_chunks"]:
             w(
                 "  pid %d: %d chunk(s), %s (chunks %s)  [%s]"
                 % (
-                    x["pid"],
-                    len(x["chunks"]),
-                    size_text(x["bytes"]),
-                    ", ".join(map(str, x["chunks"])),
-                    x["file"],
+                    lc["pid"],
+                    len(lc["chunks"]),
+                    size_text(lc["bytes"]),
+                    ", ".join(map(str, lc["chunks"])),
+                    lc["file"],
                 )
             )
         w("")
@@ -641,8 +656,8 @@ def _text_trailer(r: dict, o: _Lines) -> None:
     if r["warnings"]:
         w("Notes:")
         o.mark("heading")
-        for x in r["warnings"]:
-            w(f"  - {x}")
+        for note in r["warnings"]:
+            w(f"  - {note}")
 
 
 # the report's sections in order (each pairs with a part of build_report's dict): the answer
@@ -663,7 +678,7 @@ SECTIONS = (
 )
 
 
-def _render_python(py: dict | None, w) -> None:
+def _render_python(py: ReportPython | None, w: Callable[[str], object]) -> None:
     if not py:
         return
     vers = sorted({"{} ({})".format(p["version"], p["status"]) for p in py["processes"]})
@@ -673,7 +688,7 @@ def _render_python(py: dict | None, w) -> None:
         w(f"              {n:,} without: {why}")
 
 
-def render_observed(r: dict, w) -> None:
+def render_observed(r: Report, w: Callable[[str], object]) -> None:
     o = r["observed"]
     traced_peak = o.get("traced_peak_bytes", r["peak_bytes"])
     if not o["samples"]:
@@ -685,13 +700,13 @@ def render_observed(r: dict, w) -> None:
         "" if o["samples"] == 1 else "s",
         " every ~%d ms" % round(iv) if iv else "",
     )
-    near, mx, base = o["near_peak"], o["max"] or {}, o["baseline"] or {}
+    near, mx, base = o["near_peak"], o["max"], o["baseline"]
     source = (
         ("NVML" if o["per_process"] else "NVML device totals only")
         if o["nvml"]
         else "the host's figures"
     )
-    if not o["overlap"]:
+    if not o["overlap"] or near is None:
         w(f"Traced versus observed ({source}; {n}):")
         if not o["nvml"]:
             w("  no device figures: {}".format(o["nvml_why"]))
@@ -710,7 +725,16 @@ def render_observed(r: dict, w) -> None:
         _observed_host(*args)
 
 
-def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
+def _observed_per_process(
+    o: ReportObserved,
+    w: Callable[[str], object],
+    n: str,
+    note: str | None,
+    near: ReportNear,
+    mx: ReportMax | None,
+    base: ReportObservedBaseline | None,
+    traced_peak: int,
+) -> None:
     """NVML per process: the tree's device memory beside the trace; the untraced rest."""
     w(f"Traced versus observed (NVML, {n}):")
     if note:
@@ -724,7 +748,7 @@ def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
             size_text(near["untraced_bytes"]),
         ]
     )
-    if mx.get("tree_device_bytes") is not None:
+    if mx and mx["tree_device_bytes"] is not None:
         rows.append(
             [
                 "NVML's highest (at {})".format(secs_text(mx["tree_device_time"])),
@@ -739,11 +763,14 @@ def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
         "  traced peak {}. untraced = what NVML counts for the tree that no hook saw: CUDA "
         "contexts, module images, allocator paths not hooked; at most {} (at {}).".format(
             size_text(traced_peak),
-            size_text(mx.get("untraced_max_bytes")),
-            secs_text(mx.get("untraced_max_time")),
+            size_text(mx["untraced_max_bytes"] if mx else None),
+            secs_text(mx["untraced_max_time"] if mx else None),
         )
     )
-    if any(x is not None and x < 0 for x in (near["untraced_bytes"], mx.get("untraced_bytes"))):
+    if any(
+        x is not None and x < 0
+        for x in (near["untraced_bytes"], (mx["untraced_bytes"] if mx else None))
+    ):
         w(
             "  negative: the trace holds more than NVML showed for the tree (managed memory not "
             "resident yet, NVML's per-process figures lagging or missing a process)."
@@ -753,12 +780,21 @@ def _observed_per_process(o, w, n, note, near, mx, base, traced_peak) -> None:
             "  device used by everyone: {} of {} near the peak; highest {}".format(
                 size_text(near["device_used"]),
                 size_text(near["device_total"]),
-                size_text(mx.get("device_used")),
+                size_text(mx["device_used"] if mx else None),
             )
         )
 
 
-def _observed_device_totals(o, w, n, note, near, mx, base, traced_peak) -> None:
+def _observed_device_totals(
+    o: ReportObserved,
+    w: Callable[[str], object],
+    n: str,
+    note: str | None,
+    near: ReportNear,
+    mx: ReportMax | None,
+    base: ReportObservedBaseline | None,
+    traced_peak: int,
+) -> None:
     """NVML without per-process figures: the device's total use, other processes included."""
     w(f"Traced versus observed (NVML device totals only, {n}):")
     if note:
@@ -772,12 +808,21 @@ def _observed_device_totals(o, w, n, note, near, mx, base, traced_peak) -> None:
             size_text(near["device_used"]),
             size_text(near["device_total"]),
             size_text(near["device_used_rise"]),
-            size_text(mx.get("device_used")),
+            size_text(mx["device_used"] if mx else None),
         )
     )
 
 
-def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
+def _observed_host(
+    o: ReportObserved,
+    w: Callable[[str], object],
+    n: str,
+    note: str | None,
+    near: ReportNear,
+    mx: ReportMax | None,
+    base: ReportObservedBaseline | None,
+    traced_peak: int,
+) -> None:
     """No NVML: what the host shows (MemAvailable, MemFree, RSS, PSS)."""
     w(f"Traced versus observed (the host's figures, {n}):")
     w("  no device figures: {}".format(o["nvml_why"]))
@@ -792,9 +837,9 @@ def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
         w(
             "  MemAvailable {} there, {} at the first sample: a drop of {} (largest drop {})".format(
                 size_text(near["mem_available"]),
-                size_text(base.get("mem_available")),
+                size_text(base.get("mem_available") if base else None),
                 size_text(near["mem_available_drop"]),
-                size_text(mx.get("mem_available_drop")),
+                size_text(mx["mem_available_drop"] if mx else None),
             )
         )
     if near.get("mem_free") is not None:
@@ -805,13 +850,13 @@ def _observed_host(o, w, n, note, near, mx, base, traced_peak) -> None:
     if near["tree_rss"] is not None:
         w(
             "  process tree RSS {} there; highest {}".format(
-                size_text(near["tree_rss"]), size_text(mx.get("tree_rss"))
+                size_text(near["tree_rss"]), size_text(mx["tree_rss"] if mx else None)
             )
         )
     if near.get("tree_pss") is not None:
         w(
             "  process tree PSS {} there; highest {}".format(
-                size_text(near["tree_pss"]), size_text(mx.get("tree_pss"))
+                size_text(near["tree_pss"]), size_text(mx["tree_pss"] if mx else None)
             )
         )
     w("  on a unified-memory device (Jetson) device allocations come out of this RAM")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, Unfenced
 from ..units import format_bytes
 
 
@@ -23,7 +24,7 @@ def _fmt_limit(n: int) -> str:
     return format_bytes(n) if n else "none"
 
 
-def render_ledger(s: dict) -> str:
+def render_ledger(s: LedgerSnapshot) -> str:
     """The text of one ledger snapshot."""
     lines = [_ledger_head(s), f"  ledger {s['path']}"]
     busy = [
@@ -47,7 +48,7 @@ def render_ledger(s: dict) -> str:
     return "\n".join(lines)
 
 
-def _ledger_head(s: dict) -> str:
+def _ledger_head(s: LedgerSnapshot) -> str:
     alive = [m for m in s["members"] if m["state"] != "dead"]
     dead = [m for m in s["members"] if m["state"] == "dead"]
     head = "%s: over budget: %s%s; %d process%s" % (
@@ -64,7 +65,7 @@ def _ledger_head(s: dict) -> str:
     return head
 
 
-def _device_rows(s: dict, busy: list) -> list[str]:
+def _device_rows(s: LedgerSnapshot, busy: list[LedgerDevice]) -> list[str]:
     """The table of the devices in use: limit, use, peak, denials (contexts, over)."""
     warn = any(r["over"] for r in busy) or s["on_exceed"] == "warn"
     ctx = any(r.get("contexts") for r in busy)
@@ -101,7 +102,7 @@ def _device_rows(s: dict, busy: list) -> list[str]:
     return lines
 
 
-def _member_lines(m: dict) -> list[str]:
+def _member_lines(m: LedgerMember) -> list[str]:
     """One member process: what it holds per device, and its last denial."""
     parts = []
     for d, r in sorted(m["devices"].items()):
@@ -136,7 +137,7 @@ def _member_lines(m: dict) -> list[str]:
     return lines
 
 
-def render_unfenced(u: dict | None, budgets: bool = True) -> str:
+def render_unfenced(u: Unfenced | None, budgets: bool = True) -> str:
     """The processes using a GPU that no ledger fences (record/fence.py unfenced), or "". That
     NVML cannot say is said only where budgets are in force."""
     if not u:
@@ -159,7 +160,7 @@ def render_unfenced(u: dict | None, budgets: bool = True) -> str:
     return "\n".join([head, *rows])
 
 
-def render_status(st: dict) -> str:
+def render_status(st: Status) -> str:
     """What `cudatrace status [GROUP]` prints, from record.ledger.status_json's data (with
     record.fence's "unfenced")."""
     out = []

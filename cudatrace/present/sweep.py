@@ -3,6 +3,7 @@ two never disagree (the phrases both carry: analyze/sweep_sentences.py)."""
 
 from __future__ import annotations
 
+from ..analyze.documents import Sweep
 from ..analyze.names import fit, on_terminal
 from ..analyze.sweep_sentences import ratio_text, readable, slope_text
 
@@ -16,7 +17,7 @@ def _table(rows: list[list[str]], right: set[int]) -> list[str]:
     return out
 
 
-def render(d: dict) -> str:
+def render(d: Sweep) -> str:
     """The text of a sweep from its cudatrace.sweep/1 dict, section by section."""
     L: list[str] = []
     _head(d, L)
@@ -31,7 +32,7 @@ def render(d: dict) -> str:
     return "\n".join(L) + "\n"
 
 
-def _head(d: dict, L: list) -> None:
+def _head(d: Sweep, L: list[str]) -> None:
     """The command, its knobs, how each run was stopped, where the traces are."""
     w = L.append
     w("cudatrace sweep: {}".format(" ".join(d["command"])))
@@ -53,14 +54,14 @@ def _head(d: dict, L: list) -> None:
     elif st["url"] is not None:
         w(
             "  each run stopped once {} answers and traced memory stays the same for {:g}s".format(
-                st["url"], st["settle"]
+                st["url"], st["settle"] or 0.0
             )
         )
     w("  traces in {}".format(d["directory"]))
     w("")
 
 
-def _runs(d: dict, L: list) -> None:
+def _runs(d: Sweep, L: list[str]) -> None:
     """One row per run: its value, how it ended, its peak, its trace; why a run was left out."""
     rows = [["value", "how it ended", "peak", "trace"]]
     for r in d["runs"]:
@@ -70,12 +71,13 @@ def _runs(d: dict, L: list) -> None:
         rows.append([r["text"], r["ended"]["text"], peak, _rel(r["directory"], d["directory"])])
     L.extend(_table(rows, {2}))
     for r in d["runs"]:
-        if not r["included"] and r["ended"].get("message"):
-            L.append("  {}: {}".format(r["text"], r["ended"]["message"]))
+        message = r["ended"].get("message")
+        if not r["included"] and message:
+            L.append("  {}: {}".format(r["text"], message))
     L.append("")
 
 
-def _laws(d: dict, L: list) -> int:
+def _laws(d: Sweep, L: list[str]) -> int:
     """The law of the peak and of each site; returns the width of the label column."""
     w = L.append
     knobs = d["knobs"]
@@ -108,7 +110,7 @@ def _laws(d: dict, L: list) -> int:
     return width
 
 
-def _bytes_table(d: dict, L: list, width: int) -> None:
+def _bytes_table(d: Sweep, L: list[str], width: int) -> None:
     """The bytes of each series at each included run, when there are 8 runs or fewer."""
     inc = [i for i, r in enumerate(d["runs"]) if r["included"]]
     if not inc or len(inc) > 8:
@@ -117,31 +119,33 @@ def _bytes_table(d: dict, L: list, width: int) -> None:
     L.append("Bytes live at each run's peak:")
     rows = [["", *[d["runs"][i]["text"] for i in inc]]]
     for s in [d["peak"]] + d["sites"]:
-        rows.append([fit(s["label"], width), *[readable(s["bytes"][i]) for i in inc]])
+        cells = ["-" if s["bytes"][i] is None else readable(s["bytes"][i] or 0) for i in inc]
+        rows.append([fit(s["label"], width), *cells])
     L.extend(_table(rows, set(range(1, len(inc) + 1))))
 
 
-def _expectation(d: dict, L: list) -> None:
+def _expectation(d: Sweep, L: list[str]) -> None:
     """--expect: what grows faster than expected."""
-    if d["expect"] is None:
+    expect = d["expect"]
+    if expect is None:
         return
     w = L.append
     knobs = d["knobs"]
     w("")
-    flagged = [s for s in [d["peak"]] + d["sites"] if s["contradicts_expectation"]]
-    if len(knobs) > 1:
+    flagged = [s for s in [d["peak"], *d["sites"]] if s["contradicts_expectation"]]
+    if isinstance(expect, dict):  # a grid's: per knob
         what = ", ".join(
-            "{} per unit of {}".format(
-                readable(d["expect"][x["name"]]), x["flag"] or x["placeholder"]
-            )
+            "{} per unit of {}".format(readable(expect[x["name"]]), x["flag"] or x["placeholder"])
             for x in knobs
-            if x["name"] in d["expect"]
+            if x["name"] in expect
         )
+        text = d.get("expect_text") or str(expect)
     else:
-        what = slope_text(d["expect"], knobs[0], ratio=False)
-    w("Against --expect {} ({}):".format(d.get("expect_text") or ratio_text(d["expect"]), what))
+        what = slope_text(expect, knobs[0], ratio=False)
+        text = d.get("expect_text") or ratio_text(expect)
+    w(f"Against --expect {text} ({what}):")
     for s in flagged:
-        w("  ! " + s["expectation"])
+        w("  ! " + (s["expectation"] or ""))
     if not flagged:
         w("  nothing grows more than 10% faster than expected")
 
@@ -150,7 +154,7 @@ def _pm(x: float | None) -> str:
     return "" if x is None else f" +- {readable(x)}"
 
 
-def _prediction(d: dict, L: list) -> None:
+def _prediction(d: Sweep, L: list[str]) -> None:
     """--predict: the peak and the top sites at a value, and a budget for it."""
     p = d.get("prediction")
     if p is None:

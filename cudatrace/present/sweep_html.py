@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
+from ..analyze.documents import Sweep, SweepKnob, SweepSeries
 from ..units import format_bytes
 
 W, H = 520, 240  # the chart
@@ -38,11 +39,11 @@ ul.left li{margin:2px 0}
 """
 
 
-def _label(k: dict) -> str:
+def _label(k: SweepKnob) -> str:
     return k["flag"] or k["placeholder"]
 
 
-def _xtext(k: dict, x: float) -> str:
+def _xtext(k: SweepKnob, x: float) -> str:
     """A knob value as the user wrote it, else in readable units."""
     if x in k["numbers"]:
         return k["values"][k["numbers"].index(x)]
@@ -68,7 +69,7 @@ def _ticks(hi: float) -> list[float]:
     return [step * i for i in range(n + 1)]
 
 
-def _series_points(doc: dict, s: dict) -> list[tuple]:
+def _series_points(doc: Sweep, s: SweepSeries) -> list[tuple]:
     """[(group, x, bytes, run index)] of the included runs; group: the other knobs' values."""
     knobs = doc["knobs"]
     out = []
@@ -77,7 +78,7 @@ def _series_points(doc: dict, s: dict) -> list[tuple]:
         if y is None or not r["included"]:
             continue
         v = r["value"]
-        if len(knobs) == 1:
+        if len(knobs) == 1 or not isinstance(v, dict):
             out.append(("", v, y, i))
         else:
             other = ", ".join(
@@ -87,7 +88,7 @@ def _series_points(doc: dict, s: dict) -> list[tuple]:
     return out
 
 
-def chart(doc: dict, s: dict) -> str:
+def chart(doc: Sweep, s: SweepSeries) -> str:
     """The SVG of one series (the peak or a site)."""
     k = doc["knobs"][0]
     pts = _series_points(doc, s)
@@ -96,7 +97,7 @@ def chart(doc: dict, s: dict) -> str:
     fit = s["fit"]
     affine = len(doc["knobs"]) == 1 and fit is not None and s["law"]["kind"] in ("affine", "flat")
     line = None
-    if affine:
+    if affine and fit is not None:
         line = [(x, fit["intercept"] + fit["slope"] * x) for x in (x0, x1)]
     ys = [y for _, _, y, _ in pts] + ([y for _, y in line] if line else [])
     yt = _ticks(max(ys) if ys else 0)
@@ -162,7 +163,7 @@ def chart(doc: dict, s: dict) -> str:
     return "".join(o)
 
 
-def _how_drawn(doc: dict, s: dict) -> str:
+def _how_drawn(doc: Sweep, s: SweepSeries) -> str:
     kind = s["law"]["kind"]
     if len(doc["knobs"]) > 1:
         return "points of each value of the other knobs joined; the law is fitted over the grid"
@@ -173,7 +174,7 @@ def _how_drawn(doc: dict, s: dict) -> str:
     return "points joined, not a fitted line: the law is {}".format(kind.replace("_", " "))
 
 
-def _table(doc: dict, s: dict) -> str:
+def _table(doc: Sweep, s: SweepSeries) -> str:
     rows = ["<table><tr><th>value</th><th>bytes live at the peak</th></tr>"]
     for i, r in enumerate(doc["runs"]):
         y = s["bytes"][i]
@@ -187,7 +188,7 @@ def _table(doc: dict, s: dict) -> str:
     return "".join(rows)
 
 
-def _section(doc: dict, s: dict) -> str:
+def _section(doc: Sweep, s: SweepSeries) -> str:
     bad = s["contradicts_expectation"]
     name = "the peak (all sites)" if s["label"] == "peak" and s["key"] is None else s["label"]
     o = [f'<section class="series{" flagged" if bad else ""}">']
@@ -195,14 +196,14 @@ def _section(doc: dict, s: dict) -> str:
     o.append(f'<p class="law mono">{escape(s["law"]["text"])}</p>')
     o.append(f'<p class="how">{escape(_how_drawn(doc, s))}</p>')
     if bad:
-        o.append(f'<p class="verdict bad">! {escape(s["expectation"])}</p>')
+        o.append(f'<p class="verdict bad">! {escape(s["expectation"] or "")}</p>')
     elif doc["expect"] is not None:
         o.append('<p class="verdict good">within --expect</p>')
     o.append(f'<div class="row">{chart(doc, s)}{_table(doc, s)}</div></section>')
     return "".join(o)
 
 
-def render(doc: dict) -> str:
+def render(doc: Sweep) -> str:
     """The whole page, one string."""
     knobs = doc["knobs"]
     o = [
@@ -251,7 +252,7 @@ def render(doc: dict) -> str:
         )
         if flagged:
             o.append("<ul>")
-            o.extend(f'<li class="bad">! {escape(s["expectation"])}</li>' for s in flagged)
+            o.extend(f'<li class="bad">! {escape(s["expectation"] or "")}</li>' for s in flagged)
             o.append("</ul>")
         else:
             o.append("<p>nothing grows more than 10% faster than expected</p>")

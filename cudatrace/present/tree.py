@@ -5,12 +5,13 @@ its own under the chain that leads to it."""
 
 from __future__ import annotations
 
+from ..analyze.documents import ReportTree, ReportTreeNode
 from ..analyze.names import fit
 from ..units import printable
 from .text import percent, plural, secs_text, size_text, term_width
 
 
-def _chain(n: dict) -> tuple[list[dict], dict]:
+def _chain(n: ReportTreeNode) -> tuple[list[ReportTreeNode], ReportTreeNode]:
     """The node and its single-child descendants (that hold nothing themselves), and the last."""
     out = [n]
     while len(n["children"]) == 1 and not n["more"]["nodes"] and not n["self_count"]:
@@ -19,13 +20,13 @@ def _chain(n: dict) -> tuple[list[dict], dict]:
     return out, n
 
 
-def _bare(n: dict) -> str:
+def _bare(n: ReportTreeNode) -> str:
     """The function's name without file:line."""
     lab = n["label"]
     return lab[: lab.rindex(" (")] if n["file"] and " (" in lab else lab
 
 
-def _chain_text(nodes: list[dict]) -> str:
+def _chain_text(nodes: list[ReportTreeNode]) -> str:
     """`a > b (f.c:12) <- site via layer1 > layer2`: file:line on the site (or the last node
     when no site is in the chain), names alone elsewhere; the layers below a site after via."""
     site = next((k for k, x in enumerate(nodes) if x["site"]), None)
@@ -44,7 +45,7 @@ def _chain_text(nodes: list[dict]) -> str:
     return text
 
 
-def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
+def render_tree(t: ReportTree, full: bool = False, width: int | None = None) -> str:
     width = width or term_width()
     at = t["at"]
     when = {"peak": "at the peak", "end": "at the end", "time": "at"}[at["kind"]]
@@ -62,7 +63,7 @@ def render_tree(t: dict, full: bool = False, width: int | None = None) -> str:
         L.append("  (nothing live%s)" % ("" if not t["total_count"] else ": no stacks recorded"))
         return "\n".join(printable(x) for x in L) + "\n"
 
-    def line(n: dict, depth: int) -> None:
+    def line(n: ReportTreeNode, depth: int) -> None:
         nodes, last = _chain(n)
         share = percent(n["bytes"] / total) if total else "    -"
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -47,7 +47,7 @@ def run_ended(path: str | Path) -> tuple[bool, str]:
     return False, "no run.json; some traced process has not exited"
 
 
-def _launcher_alive(run: dict) -> bool:
+def _launcher_alive(run: Mapping[str, object]) -> bool:
     """Whether the launcher that writes this run.json still runs (True when unknown: an older
     run.json, or one written in another pid namespace that this /proc cannot judge)."""
     import os

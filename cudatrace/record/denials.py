@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 from .. import settings, tracedir
+from ..record_types import DeniedGroup, Status
 
 DENIALS_FILE = tracedir.DENIALS
 
 
-def append_denials(trace_dir: Path, denials: list[dict] | None) -> None:
-    """Keep what the launcher printed about denials (a list of dicts) in denials.jsonl."""
+def append_denials(trace_dir: Path, denials: list[DeniedGroup] | None) -> None:
+    """Keep what the launcher printed about denials in denials.jsonl."""
     if not denials:
         return
     try:
@@ -29,7 +30,7 @@ def append_denials(trace_dir: Path, denials: list[dict] | None) -> None:
 
 
 def trace_dir_of(pid: int) -> Path | None:
-    """CUDATRACE_DIR of a running process of this user, or None."""
+    """The trace directory (settings.def DIR) of a running process of this user, or None."""
     try:
         env = Path("/proc/%d/environ" % pid).read_bytes()
     except OSError:
@@ -41,13 +42,13 @@ def trace_dir_of(pid: int) -> Path | None:
     return None
 
 
-def last_denial(trace_dir: Path, pid: int | None = None) -> dict | None:
+def last_denial(trace_dir: Path, pid: int | None = None) -> DeniedGroup | None:
     """The last line of denials.jsonl (of pid when it has one), or None."""
     try:
         lines = (trace_dir / DENIALS_FILE).read_text().splitlines()
     except OSError:
         return None
-    found = None
+    found: DeniedGroup | None = None
     for line in lines:
         try:
             d = json.loads(line)
@@ -58,7 +59,7 @@ def last_denial(trace_dir: Path, pid: int | None = None) -> dict | None:
     return found
 
 
-def attach_last_denials(st: dict) -> dict:
+def attach_last_denials(st: Status) -> Status:
     """Add "last_denial" to every member of status_json's ledgers that was denied something
     and still runs (null when unknown)."""
     for s in st.get("ledgers", ()):

@@ -11,45 +11,53 @@ import os
 import shutil
 import stat
 from pathlib import Path
-from typing import Any
 
 from .. import settings
+from ..record_types import (
+    Doctor,
+    DoctorCommand,
+    DoctorDriver,
+    DoctorElf,
+    DoctorLedger,
+    DoctorNamespace,
+    DoctorNvml,
+)
 from .launcher import preload_ignored
 
 INIT_PID_NS = 0xEFFFFFFC  # the kernel's initial pid namespace (PROC_PID_INIT_INO)
 
 
-def probe_driver() -> dict:
+def probe_driver() -> DoctorDriver:
     from .cudadrv import Driver, version_text
 
     d = Driver()
-    out = {
+    integ = [x.get("integrated") for x in d.devices if "integrated" in x]
+    return {
         "available": d.available,
         "why": d.why or None,
         "version": d.version,
         "version_text": version_text(d.version),
         "devices": d.devices,
+        "integrated": (
+            "integrated"
+            if integ and all(integ)
+            else ("mixed" if any(integ) else ("discrete" if integ else None))
+        ),
     }
-    integ = [x.get("integrated") for x in d.devices if "integrated" in x]
-    out["integrated"] = (
-        (all(integ) and "integrated")
-        if integ and all(integ)
-        else ("mixed" if any(integ) else ("discrete" if integ else None))
-    )
-    return out
 
 
-def probe_nvml() -> dict:
+def probe_nvml() -> DoctorNvml:
     from ..nvml import Nvml
 
     nv = Nvml()
-    out: dict = {
+    out: DoctorNvml = {
         "available": nv.available,
         "why": nv.why or None,
         "driver": nv.driver,
         "devices": len(nv.handles),
         "memory": [],
         "per_process": None,
+        "memory_supported": None,
     }
     if nv.available:
         try:
@@ -61,11 +69,11 @@ def probe_nvml() -> dict:
     return out
 
 
-def probe_ledger() -> dict:
+def probe_ledger() -> DoctorLedger:
     from .ledger import LedgerError, ledger_dir
 
     env = os.environ.get(settings.name("LEDGER_DIR"))
-    out: dict = {"env": env, "path": None, "exists": False, "ok": False, "error": None}
+    out: DoctorLedger = {"env": env, "path": None, "exists": False, "ok": False, "error": None}
     try:
         p = ledger_dir(create=False)
         out["path"] = str(p)
@@ -78,15 +86,11 @@ def probe_ledger() -> dict:
         out["ok"] = True  # made (0700) by the first run with a budget
         out["note"] = "does not exist yet: the first run with a budget makes it (mode 0700)"
         return out
-    out.update(
-        {
-            "exists": True,
-            "uid": st.st_uid,
-            "mode": "%04o" % (st.st_mode & 0o7777),
-            "ok": True,
-            "fs": _fs_type(str(p)),
-        }
-    )
+    out["exists"] = True
+    out["uid"] = st.st_uid
+    out["mode"] = "%04o" % (st.st_mode & 0o7777)
+    out["ok"] = True
+    out["fs"] = _fs_type(str(p))
     try:
         out["ledgers"] = sorted(n for n in os.listdir(p) if n.endswith(".ledger"))
     except OSError as e:
@@ -112,7 +116,7 @@ def _fs_type(path: str) -> str | None:
     return kind
 
 
-def probe_namespace() -> dict:
+def probe_namespace() -> DoctorNamespace:
     def ns(pid: int | str) -> int | None:
         try:
             return os.stat(f"/proc/{pid}/ns/pid").st_ino
@@ -120,7 +124,7 @@ def probe_namespace() -> dict:
             return None
 
     me, init = ns("self"), ns(1)
-    out: dict[str, Any] = {
+    out: DoctorNamespace = {
         "pidns": me,
         "pidns_of_pid1": init,
         "initial_pidns": me == INIT_PID_NS if me else None,
@@ -150,8 +154,8 @@ def probe_namespace() -> dict:
 # ---- can CMD be entered ----------------------------------------------------------------------
 
 
-def probe_command(argv0: str, depth: int = 0) -> dict:
-    out: dict = {"argv0": argv0, "path": None, "ok": False, "problems": [], "kind": None}
+def probe_command(argv0: str, depth: int = 0) -> DoctorCommand:
+    out: DoctorCommand = {"argv0": argv0, "path": None, "ok": False, "problems": [], "kind": None}
     path = argv0 if os.sep in argv0 else shutil.which(argv0)
     if not path or not os.path.exists(path):
         out["problems"].append("not found")
@@ -191,12 +195,12 @@ def probe_command(argv0: str, depth: int = 0) -> dict:
     return out
 
 
-def _elf(path: str) -> dict:
+def _elf(path: str) -> DoctorElf:
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
     from elftools.elf.sections import SymbolTableSection
 
-    out: dict = {"kind": "elf", "static": False, "needed": [], "cudart": None, "driver": None}
+    out: DoctorElf = {"kind": "elf", "static": False, "needed": [], "cudart": None, "driver": None}
     with open(path, "rb") as f:
         elf = ELFFile(f)
         out["machine"] = elf["e_machine"]
@@ -236,7 +240,7 @@ def _elf(path: str) -> dict:
 # ---- what to do ------------------------------------------------------------------------------
 
 
-def advice(r: dict) -> list[str]:
+def advice(r: Doctor) -> list[str]:
     out = []
     drv, nv, led, ns = r["driver"], r["nvml"], r["ledger"], r["namespace"]
     if not drv["available"]:
@@ -281,7 +285,8 @@ def advice(r: dict) -> list[str]:
     cmd = r.get("command")
     if cmd:
         if cmd["ok"]:
-            rt = cmd.get("cudart") or (cmd.get("interpreter") or {}).get("cudart")
+            interp = cmd.get("interpreter")
+            rt = cmd.get("cudart") or (interp.get("cudart") if interp else None)
             out.append(
                 "{} can be entered{}.".format(cmd["argv0"], "; CUDA runtime " + rt if rt else "")
             )
@@ -299,13 +304,14 @@ def advice(r: dict) -> list[str]:
     return out
 
 
-def diagnose(cmd: list[str] | None = None) -> dict:
-    r: dict = {
+def diagnose(cmd: list[str] | None = None) -> Doctor:
+    r: Doctor = {
         "driver": probe_driver(),
         "nvml": probe_nvml(),
         "ledger": probe_ledger(),
         "namespace": probe_namespace(),
         "command": probe_command(cmd[0]) if cmd else None,
+        "advice": [],
     }
     r["advice"] = advice(r)
     return r

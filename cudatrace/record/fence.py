@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .. import settings
+from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess
 from . import ledger as ledger_mod
 from .budget import BudgetError, bytes_text, parse_size
 
@@ -25,21 +27,22 @@ SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 def env_fence(env: dict[str, str]) -> dict | None:
     """The fence the environment puts a run's command in: {"group", "share", "share_limit",
     "label"}, or None when it names no group (or the launcher's own ledger names one)."""
-    group = env.get("CUDATRACE_GROUP", "")
-    if not group or env.get("CUDATRACE_LEDGER"):
+    group = settings.value("GROUP", env)
+    if not group or settings.value("LEDGER", env):
         return None
-    share = env.get("CUDATRACE_SHARE") or None
+    share = settings.value("SHARE", env)
+    share_budget = settings.value("SHARE_BUDGET", env)
     limit = 0
-    if share and env.get("CUDATRACE_SHARE_BUDGET"):
+    if share and share_budget:
         try:
-            limit = parse_size(env["CUDATRACE_SHARE_BUDGET"])
+            limit = parse_size(share_budget)
         except BudgetError:
             limit = 0  # the preload library refuses it (and says why) in the command
     return {
         "group": group,
         "share": share,
         "share_limit": limit,
-        "label": env.get("CUDATRACE_SHARE_LABEL") or share,
+        "label": settings.value("SHARE_LABEL", env) or share,
         "source": "environment",
     }
 
@@ -71,9 +74,13 @@ def nest(
             f"({outer['label']}: {bytes_text(bound)} bytes): the share bounds it"
         )
     name = outer["share"] or f"run{pid}"[-SHARE_MAX:]
-    env["CUDATRACE_SHARE"] = name
-    env["CUDATRACE_SHARE_BUDGET"] = bytes_text(share)
-    env["CUDATRACE_SHARE_LABEL"] = outer["label"] or f"cudatrace run {pid}"
+    env.update(
+        settings.environment(
+            SHARE=name,
+            SHARE_BUDGET=bytes_text(share),
+            SHARE_LABEL=outer["label"] or f"cudatrace run {pid}",
+        )
+    )
     info = dict(outer, share=name, share_limit=share, limits={str(d): share for d in limits})
     return info, note
 
@@ -119,7 +126,7 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def unfenced(ledgers: list[dict]) -> dict:
+def unfenced(ledgers: list[LedgerSnapshot]) -> Unfenced:
     """The processes NVML lists on the GPUs that are live members of none of `ledgers` (status
     snapshots: record/ledger.py status_json). {"known": NVML could say, "why": why not, "gpus":
     the NVML indices seen, "processes": [{"gpu", "pid", "bytes", "command"}], "not_visible":
@@ -142,7 +149,8 @@ def unfenced(ledgers: list[dict]) -> dict:
         for m in s.get("members", [])
         if m.get("state") != "dead"
     }
-    out, hidden = [], 0
+    out: list[UnfencedProcess] = []
+    hidden = 0
     for gpu, procs in sorted(per_gpu.items()):
         for pid, used in sorted(procs.items()):
             if (mine, pid) in members:
@@ -157,7 +165,7 @@ def unfenced(ledgers: list[dict]) -> dict:
     return {"known": True, "why": None, "gpus": gpus, "processes": out, "not_visible": hidden}
 
 
-def status_with_unfenced(group: str | None = None) -> dict:
+def status_with_unfenced(group: str | None = None) -> Status:
     """status_json's data with "unfenced" (of the whole directory): what `cudatrace metrics`
     serves."""
     st = ledger_mod.status_json(group)

@@ -112,14 +112,14 @@ def _build_id(path: str) -> str:
 def write_hints(out_dir: Path, exe: str, env: dict) -> Path | None:
     """Write the hints file into out_dir for the program exe; its path, or None when nothing
     could be written (the shim then goes without: its line says what it cannot know)."""
-    from .. import frameworks, tracedir
+    from .. import frameworks, settings, tracedir
     from ..symbols import Symbolizer
 
     start = time.monotonic()
     mods = linked_modules(os.path.realpath(exe), env)
     lines = ["cudatrace-hints 1"]
     try:
-        table = frameworks.table(env.get(frameworks.ENV) or None)
+        table = frameworks.table(settings.value("FRAMEWORKS", env))
     except frameworks.FrameworkError:
         table = list(frameworks.shipped())
     for base, fw in sorted(frameworks.joined_modules(mods[1:], table).items()):

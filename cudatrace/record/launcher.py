@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, Optional, cast
 
 from .. import __version__, native, settings, tracedir
 from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
@@ -40,6 +40,12 @@ from .files import DirectoryBusy, lock_dir, release_dir, write_json
 from .sampler import Sampler
 from .seal import Sealer
 
+if TYPE_CHECKING:
+    from ..record_types import DeniedGroup, LedgerDevice, LedgerSnapshot, UnusableLedger
+    from ..simdriver import Simulated
+    from .hints import HintsFile
+    from .ledger import RunLedger
+
 SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
 
 
@@ -48,6 +54,11 @@ class LaunchError(CudatraceError):
     own statuses, RUN_FAILED unless CMD itself cannot be found or executed)."""
 
     status = RUN_FAILED
+
+
+# after a budget denial: (trace directory, denials the run's own ledger counted at its end)
+# -> the denials named, kept in denials.jsonl (present/denials.py DenialPrinter)
+DenialCallback = Callable[[Path, Optional[int]], Optional[list["DeniedGroup"]]]
 
 
 @dataclass
@@ -74,7 +85,7 @@ class RunOptions:
     # the command line hands in present/denials.py, which names the responsible code; the
     # second argument, at the end of a run whose ledger is its own (no --group), is how many
     # denials the ledger counted (else None), so denials no trace holds are said too
-    on_denials: Callable[[Path, int | None], object] | None = None
+    on_denials: DenialCallback | None = None
     mode: str = "full"  # "full" | "aggregate" | "none" (--no-trace: nothing written)
     # called with (status, trace directory) once the command has ended, while the run still
     # holds the directory (the summary reads it then: no other run can have replaced it)
@@ -281,7 +292,7 @@ def run(opts: RunOptions) -> tuple[int, Path | None]:
             release_dir(out, lock)
 
 
-def _simulate(opts: RunOptions):
+def _simulate(opts: RunOptions) -> Simulated | None:
     """--simulated: the simulated driver built (once, into the cache) and a fresh device of
     opts.simulated bytes set up for this run (simdriver.simulate); None without it."""
     if opts.simulated is None:
@@ -293,6 +304,9 @@ def _simulate(opts: RunOptions):
     except BuildError as e:
         raise LaunchError(f"--simulated: {e}") from None
 
+
+# the launcher's threads beside CMD (_start_helpers): sampler, sealer, exit watcher (or None)
+Helpers = tuple[Optional[Sampler], Optional[Sealer], Optional[ExitWatcher]]
 
 # The preload library keeps the trace directory and the ledger path in fixed buffers (no malloc
 # inside the target): util.h ct_config.dir[1024], writer.c's path[1200] with "/<pid>.<n>.ctrace".
@@ -329,7 +343,7 @@ def _run(
     procs: list = []  # the child, once started
     pending: list = []  # signals that came before it was: delivered right after
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: object) -> None:
         opts.signals.append(signum)
         if not procs:
             pending.append(signum)
@@ -354,7 +368,7 @@ def _run(
     launcher = os.getpid()
     prctl = None if opts.outlive_launcher else _prctl()
 
-    def in_child():  # after fork, before exec: nothing that allocates much
+    def in_child() -> None:  # after fork, before exec: nothing that allocates much
         if own_group:
             os.setpgid(0, 0)
         if prctl is not None:
@@ -410,7 +424,7 @@ def _run(
     return status, out
 
 
-def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> tuple:
+def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> Helpers:
     """The launcher's threads beside CMD: the sampler (NVML, /proc) and, for a full trace, the
     sealer (sealed chunks compressed, seal.py) and the exit watcher (when processes that leave no
     exit record ended, exits.py). None for each that does not run."""
@@ -427,7 +441,7 @@ def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> tuple:
     return sampler, sealer, exits
 
 
-def _wait(proc) -> int:
+def _wait(proc: subprocess.Popen[bytes]) -> int:
     """CMD's return code, waiting through signals handled meanwhile."""
     while True:
         try:
@@ -436,7 +450,13 @@ def _wait(proc) -> int:
             continue
 
 
-def _write_run_info(opts: RunOptions, path: str, out: Path | None, budget_info, ledger) -> dict:
+def _write_run_info(
+    opts: RunOptions,
+    path: str,
+    out: Path | None,
+    budget_info: dict[str, Any] | None,
+    ledger: RunLedger | None,
+) -> dict[str, Any]:
     """run.json: what was started, how and when (the reader's facts of the run); returned to
     be completed (pid, exit) as the run goes on."""
     run_info = {
@@ -507,7 +527,7 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     return env
 
 
-def _hints(opts: RunOptions, path: str, env: dict, out: Path | None):
+def _hints(opts: RunOptions, path: str, env: dict[str, str], out: Path | None) -> HintsFile | None:
     """A run that can be denied (a budget, a group) hands the shim what only reading the
     binaries tells (record/hints.py: inline frames, a framework's libraries), named by
     CUDATRACE_HINTS. None for a run that cannot be denied; else what stop() removes when
@@ -522,7 +542,9 @@ def _hints(opts: RunOptions, path: str, env: dict, out: Path | None):
     return h
 
 
-def _join_budget(opts: RunOptions, env: dict):
+def _join_budget(
+    opts: RunOptions, env: dict[str, str]
+) -> tuple[RunLedger | None, dict[str, Any] | None]:
     """(ledger, budget info) of a run with --budget or --group, its ledger named in env; inside
     an integration's fence (the environment names a group) the fence's; (None, None) without."""
     from . import fence
@@ -572,7 +594,9 @@ def _join_budget(opts: RunOptions, env: dict):
     return ledger, budget_info
 
 
-def _nested_budget(opts: RunOptions, env: dict, outer: dict):
+def _nested_budget(
+    opts: RunOptions, env: dict[str, str], outer: dict[str, Any]
+) -> tuple[RunLedger | None, dict[str, Any]]:
     """Inside an integration's fence (a Slurm job's share): the command stays in the fence's
     group, so the others sharing the GPU stay fenced from it; --budget lowers its share."""
     from . import budget as budget_mod
@@ -592,7 +616,16 @@ def _nested_budget(opts: RunOptions, env: dict, outer: dict):
     return fence.outer_ledger(outer["group"]), info
 
 
-def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, helpers, ledger):
+def _finish(
+    opts: RunOptions,
+    out: Path | None,
+    run_info: dict[str, Any],
+    rc: int,
+    status: int,
+    aborted: bool,
+    helpers: Helpers,
+    ledger: RunLedger | None,
+) -> None:
     """After CMD: run.json completed (status, end, sampler and sealer as helpers, the ledger's
     last figures)."""
     sampler, sealer, exits = helpers
@@ -621,7 +654,7 @@ def _finish(opts, out, run_info: dict, rc: int, status: int, aborted: bool, help
         sys.stderr.write(f"cudatrace: samples stopped: {sampler.error}\n")
 
 
-def _budget_abort(opts: RunOptions, ledger) -> bool:
+def _budget_abort(opts: RunOptions, ledger: RunLedger | None) -> bool:
     """SIGUSR2 is the shim's --on-exceed abort only when this run asked for it and the ledger
     has seen a denial; any other SIGUSR2 is the user's, and is forwarded."""
     if opts.on_exceed != "abort" or ledger is None:
@@ -630,10 +663,10 @@ def _budget_abort(opts: RunOptions, ledger) -> bool:
         snap = ledger.summary()
     except Exception:
         return True
-    return any(d.get("denials") for d in snap.get("devices", []))
+    return any(d["denials"] for d in _devices_of(snap))
 
 
-def _prctl():
+def _prctl() -> Callable[..., int] | None:
     """libc's prctl, looked up before fork (the child only calls it)."""
     import ctypes
 
@@ -643,9 +676,13 @@ def _prctl():
         return None
 
 
-def _denials(ledger) -> int:
-    snap = ledger.summary()
-    return sum(d.get("denials", 0) for d in snap.get("devices", ()))
+def _devices_of(snap: LedgerSnapshot | UnusableLedger) -> list[LedgerDevice]:
+    """A ledger's devices, none when it could not be read."""
+    return cast("LedgerSnapshot", snap)["devices"] if "devices" in snap else []
+
+
+def _denials(ledger: RunLedger) -> int:
+    return sum(d["denials"] for d in _devices_of(ledger.summary()))
 
 
 class DenialWatcher:
@@ -656,9 +693,9 @@ class DenialWatcher:
 
     def __init__(
         self,
-        ledger,
+        ledger: RunLedger,
         out: Path,
-        callback,
+        callback: DenialCallback,
         interval: float = 0.1,
         spacing: float = 1.0,
         own: bool = False,

@@ -12,10 +12,16 @@ import datetime as _dt
 import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
-from .. import native
+from .. import native, settings
 from ..errors import CudatraceError
+
+if TYPE_CHECKING:
+    from ..native_types import ToolsLib
+from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
 _PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
@@ -28,7 +34,7 @@ class LedgerError(CudatraceError, RuntimeError):
     """A ledger that cannot be opened or used; the message says why."""
 
 
-def _tools():
+def _tools() -> tuple[Any, ToolsLib]:
     return native.tools()
 
 
@@ -100,7 +106,7 @@ def private_path(pid: int | None = None, create_dir: bool = True) -> Path:
     )
 
 
-def shared_dir(path) -> bool:
+def shared_dir(path: str | Path) -> bool:
     """Whether the directory holding path is a shared ledger directory (sticky, root's: the
     ledgers of several users' jobs, docs/budgets.md)."""
     return bool(_tools()[1].ct_ledger_shared_dir(os.fsencode(str(path))))
@@ -154,14 +160,14 @@ def _iso(ns: int) -> str | None:
 class Ledger:
     """An open ledger (a process-local handle on the shared file)."""
 
-    def __init__(self, handle, path: Path, created: bool = False):
+    def __init__(self, handle: Any, path: Path, created: bool = False) -> None:
         self._h = handle
         self.path = Path(path)
         self.created = created
 
     # -- opening
     @classmethod
-    def open(cls, path, create: bool = False) -> Ledger:
+    def open(cls, path: str | Path, create: bool = False) -> Ledger:
         ffi, lib = _tools()
         err = ffi.new("char[]", _ERRLEN)
         h = lib.ct_ledger_open(os.fsencode(str(path)), 1 if create else 0, err, _ERRLEN)
@@ -172,7 +178,7 @@ class Ledger:
     @classmethod
     def create(
         cls,
-        path,
+        path: str | Path,
         limits: dict[int, int] | None = None,
         on_exceed: str = "fail",
         count_host: bool = False,
@@ -206,20 +212,20 @@ class Ledger:
         if h is not None:
             _tools()[1].ct_ledger_close(h)
 
-    def __enter__(self):
+    def __enter__(self) -> Ledger:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         try:
             self.close()
         except Exception:
             pass
 
     @property
-    def h(self):
+    def h(self) -> Any:  # the struct ct_ledger * of cffi
         if self._h is None:
             raise LedgerError(f"ledger {self.path} is closed")
         return self._h
@@ -320,7 +326,7 @@ class Ledger:
         f = (f | lib.CT_LEDGER_F_COUNT_HOST) if on else (f & ~lib.CT_LEDGER_F_COUNT_HOST)
         _check(lib.ct_ledger_set_flags(self.h, f), "set_flags")
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> LedgerSnapshot:
         """Everything `cudatrace status` shows, as plain JSON-able data."""
         ffi, lib = _tools()
         v = ffi.new("struct ct_ledger_view *")
@@ -381,7 +387,7 @@ class Ledger:
         for row in devices:
             row["contexts"] = contexts.get(row["device"], 0)
             row["allocations"] = max(0, row["in_use"] - row["contexts"])
-        return {
+        snap = {
             "path": str(self.path),
             "name": display_name(self.path),
             "group": ffi.string(v.group).decode(errors="replace"),
@@ -395,12 +401,13 @@ class Ledger:
             "devices": devices,
             "members": members,
         }
+        return cast(LedgerSnapshot, snap)  # tests/unit/test_record_types.py holds it
 
 
 # ---- `cudatrace status` ------------------------------------------------------------------------
 
 
-def _target(group: str | None, path) -> list[Path]:
+def _target(group: str | None, path: str | Path | None) -> list[Path]:
     if path is not None:
         return [Path(path)]
     if group is None:
@@ -419,12 +426,12 @@ def _target(group: str | None, path) -> list[Path]:
     return [p]
 
 
-def status_json(group: str | None = None, path=None) -> dict:
+def status_json(group: str | None = None, path: str | Path | None = None) -> Status:
     """{"dir": ..., "ledgers": [snapshot, ...], "errors": [{"path", "error"}]}: every ledger in
     the directory, or just the named group (LedgerError if there is no such group), or path."""
     d = ledger_dir(create=False) if path is None else Path(path).parent
-    ledgers: list[dict] = []
-    errors: list[dict] = []
+    ledgers: list[LedgerSnapshot] = []
+    errors: list[UnusableLedger] = []
     for p in _target(group, path):
         try:
             with Ledger.open(p) as led:
@@ -469,7 +476,7 @@ class RunLedger:
         self.path = ledger.path
         self.private = private
 
-    def summary(self) -> dict:
+    def summary(self) -> LedgerSnapshot | UnusableLedger:
         try:
             return self.ledger.snapshot()
         except LedgerError as e:
@@ -543,7 +550,7 @@ class _GroupLock:
     def __init__(self, ledger_path: Path):
         self.path = ledger_path.with_name(ledger_path.name[: -len(SUFFIX)] + ".lock")
 
-    def __enter__(self):
+    def __enter__(self) -> _GroupLock:
         import fcntl
 
         while True:
@@ -584,11 +591,11 @@ class _GroupLock:
             return fd
         raise LedgerError(f"cannot open {self.path}")
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
 
 
-def _live_members(led: Ledger) -> list[dict]:
+def _live_members(led: Ledger) -> list[LedgerMember]:
     led.reclaim()
     return [m for m in led.snapshot()["members"] if m["state"] != "dead"]
 
@@ -650,22 +657,20 @@ def open_run_ledger(
     on_exceed: str = "fail",
     count_host: bool = False,
     set_limits: bool = True,
-    notify=None,
-) -> tuple[RunLedger, dict]:
+    notify: Callable[[str], object] | None = None,
+) -> tuple[RunLedger, dict[str, Any]]:
     """The ledger for one run: the group's, or a private one. Returns (RunLedger, info for
     run.json).
 
     A group's budget is never absent or silently different from what a run asked for: the first
     run that names a budget sets it (under a lock, so runs started at once agree); a run naming
     the same budget joins; a run naming another is refused while the group has live members; a
-    run naming none joins a group that has one, and otherwise waits up to CUDATRACE_GROUP_WAIT
-    seconds (default 30) for a run that sets it, then is refused."""
+    run naming none joins a group that has one, and otherwise waits up to GROUP_WAIT seconds
+    (settings.def: CUDATRACE_GROUP_WAIT, and its default) for a run that sets it, then is
+    refused."""
     info: dict = {"group": group}
     if group is not None:
-        try:
-            wait = float(os.environ.get("CUDATRACE_GROUP_WAIT", "30"))
-        except ValueError:
-            wait = 30.0
+        wait = settings.number("GROUP_WAIT")
         deadline = time.monotonic() + wait
         told = False
         while True:

@@ -28,10 +28,10 @@ import stat
 from dataclasses import dataclass
 from fractions import Fraction
 
+from .. import settings
 from ..errors import CudatraceError
 from .budget import bytes_text
 
-REQUEST_VAR = "CUDATRACE_SLURM_BUDGET"  # a job's explicit request, e.g. 3GiB
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
 
@@ -103,23 +103,24 @@ def _share(
 
     held = int(Fraction(whole) * shards / shards_per_gpu) if shards else whole
     how = f"{shards} of {shards_per_gpu} shards" if shards else "the whole GPU"
-    request = env.get(REQUEST_VAR, "").strip()
+    var = settings.name("SLURM_BUDGET")  # a job's explicit request, e.g. 3GiB
+    request = env.get(var, "").strip()
     if not request:
         return held, how, []
     try:
         asked = parse_size(request)
     except BudgetError as e:
-        return held, how, [f"{REQUEST_VAR}={request} is not a size ({e}): the job's {how} apply"]
+        return held, how, [f"{var}={request} is not a size ({e}): the job's {how} apply"]
     if asked > held:
         return (
             held,
             how,
             [
-                f"{REQUEST_VAR}={request} is more than the job holds ({how}, {held} bytes): a share "
+                f"{var}={request} is more than the job holds ({how}, {held} bytes): a share "
                 "is a reservation, so the job gets what it holds"
             ],
         )
-    return asked, f"{REQUEST_VAR}={request}", []
+    return asked, f"{var}={request}", []
 
 
 def _dir_problem(ledger_dir: str) -> str | None:
@@ -195,14 +196,16 @@ def plan(
     label = f"slurm job {job}" + (f" ({user})" if user else "")
     exports = {
         "LD_PRELOAD": _preload(env, shim),
-        "CUDATRACE_LEDGER_DIR": ledger_dir,
-        "CUDATRACE_GROUP": f"slurm-gpu{gpus[0]}",
-        "CUDATRACE_BUDGET": bytes_text(gpu_memory),
-        "CUDATRACE_SHARE": share_name(job),
-        "CUDATRACE_SHARE_BUDGET": bytes_text(share),
-        "CUDATRACE_SHARE_LABEL": label,
-        "CUDATRACE_ON_EXCEED": on_exceed,
-        "CUDATRACE_ON_FENCE_ERROR": on_fence_error,
+        **settings.environment(
+            LEDGER_DIR=ledger_dir,
+            GROUP=f"slurm-gpu{gpus[0]}",
+            BUDGET=bytes_text(gpu_memory),
+            SHARE=share_name(job),
+            SHARE_BUDGET=bytes_text(share),
+            SHARE_LABEL=label,
+            ON_EXCEED=on_exceed,
+            ON_FENCE_ERROR=on_fence_error,
+        ),
     }
     return Plan(exports, notes)
 
@@ -253,8 +256,10 @@ def taskprolog(
         return Plan(
             {
                 "LD_PRELOAD": _preload(env, shim),
-                "CUDATRACE_FENCE_ERROR": f"the Slurm TaskProlog could not fence this task: {e}",
-                "CUDATRACE_ON_FENCE_ERROR": on_fence_error,
+                **settings.environment(
+                    FENCE_ERROR=f"the Slurm TaskProlog could not fence this task: {e}",
+                    ON_FENCE_ERROR=on_fence_error,
+                ),
             },
             [f"no GPU memory budget for this task: {e}; {verdict}"],
         ).lines()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..analyze.documents import Sweep
 from ..attribution import Attribution
 from .fits import sweep_json
 from .knobs import (
@@ -58,7 +59,7 @@ def sweep_dict(
     expect: str | None = None,
     predict: str | None = None,
     top: int = 10,
-) -> dict:
+) -> Sweep:
     """The cudatrace.sweep/1 dict of a recorded sweep directory, fitted again from its traces
     (for reports that chart the laws). Raises SweepError on a directory that is not a sweep."""
     plan, runs = load_recorded(Path(path), Attribution(depth=depth))

@@ -5,10 +5,11 @@ cudatrace.sweep/1 dict (docs/sweep-json.md)."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from ..analyze import laws
 from ..analyze import sweep_sentences as sentences
+from ..analyze.documents import Sweep
 from .knobs import (
     EXPECT_TOLERANCE,
     MARGIN,
@@ -114,8 +115,9 @@ def sweep_json(
     predict_text: str | None = None,
     top: int = 10,
     expect_text: str | None = None,
-) -> dict:
-    """The sweep as a dict: the --json output (docs/sweep-json.md, cudatrace.sweep/1)."""
+) -> Sweep:
+    """The sweep: the --json output (docs/sweep-json.md, cudatrace.sweep/1); its type is the
+    schema's (analyze/documents.py; tests/unit/test_schemas.py validates what this builds)."""
     knobs = plan.knobs
     included = [r for r in runs if r["included"]]
     peaks = [r["measured"]["peak_bytes"] if r["included"] else None for r in runs]
@@ -189,7 +191,7 @@ def sweep_json(
         doc["prediction"] = _prediction(knobs, included, peak, sites, predict, predict_text)
     for s in [peak] + sites:
         s.pop("_law", None)
-    return doc
+    return cast(Sweep, doc)
 
 
 def _prediction(

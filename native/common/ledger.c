@@ -27,7 +27,8 @@
  *
  * Dead: kill(pid, 0) fails with ESRCH, /proc/<pid>/stat says zombie, or its start time differs
  * from the one recorded at join (the pid was reused). Members of another pid namespace (their
- * /proc/self/ns/pid inode differs) are never judged: they are counted as alive.
+ * /proc/self/ns/pid inode differs) are never judged: they are counted as alive. What /proc
+ * says is read by procstat.c.
  *
  * Atomics are the GCC/Clang __atomic builtins on the plain fixed-width fields of ledger.h (the
  * operations <stdatomic.h> is built on), since the layout is shared with cffi and cannot use
@@ -37,6 +38,8 @@
 #define _GNU_SOURCE
 #endif
 #include "ledger.h"
+
+#include "procstat.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -150,95 +153,7 @@ static void store_max(uint64_t *p, uint64_t v)
         ;
 }
 
-/* "/proc/<pid>/<leaf>" into buf (>= 64 bytes) without stdio. */
-static void proc_path(char *buf, int32_t pid, const char *leaf)
-{
-    char digits[16];
-    int n = 0;
-    uint32_t v = (uint32_t)pid;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v && n < 15);
-    char *o = buf;
-    memcpy(o, "/proc/", 6);
-    o += 6;
-    while (n)
-        *o++ = digits[--n];
-    *o++ = '/';
-    size_t ll = strlen(leaf);
-    memcpy(o, leaf, ll);
-    o[ll] = 0;
-}
-
-/* Reads /proc/<pid>/stat: 1 and the state letter and start ticks (field 22); 0 when the process
- * does not exist (ENOENT/ESRCH); -1 when it cannot be told. */
-static int proc_stat(int32_t pid, char *state, uint64_t *ticks)
-{
-    char path[64], buf[1024];
-    proc_path(path, pid, "stat");
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return (errno == ENOENT || errno == ESRCH) ? 0 : -1;
-    ssize_t n;
-    do {
-        n = read(fd, buf, sizeof buf - 1);
-    } while (n < 0 && errno == EINTR);
-    int e = errno;
-    close(fd);
-    if (n <= 0)
-        return (n < 0 && e == ESRCH) ? 0 : -1;
-    buf[n] = 0;
-    char *p = memrchr(buf, ')', (size_t)n); /* comm may hold spaces and parentheses */
-    if (!p)
-        return -1;
-    p++;
-    /* after ")": " S ppid pgrp ..." -- field 3 is the state, field 22 the start time */
-    int field = 2;
-    uint64_t val = 0;
-    char st = 0;
-    while (*p) {
-        while (*p == ' ')
-            p++;
-        if (!*p)
-            break;
-        field++;
-        if (field == 3)
-            st = *p;
-        if (field == 22) {
-            val = 0;
-            while (*p >= '0' && *p <= '9')
-                val = val * 10 + (uint64_t)(*p++ - '0');
-            *state = st;
-            *ticks = val;
-            return 1;
-        }
-        while (*p && *p != ' ')
-            p++;
-    }
-    return -1;
-}
-
-uint64_t ct_ledger_proc_start_ticks(int32_t pid)
-{
-    if (pid <= 0)
-        return 0;
-    int saved = errno;
-    char st;
-    uint64_t t = 0;
-    if (proc_stat(pid, &st, &t) != 1)
-        t = 0;
-    errno = saved;
-    return t;
-}
-
-static uint64_t self_pidns(void)
-{
-    struct stat sb;
-    if (stat("/proc/self/ns/pid", &sb) != 0)
-        return 0;
-    return (uint64_t)sb.st_ino;
-}
+uint64_t ct_ledger_proc_start_ticks(int32_t pid) { return ct_procstat_start_ticks(pid); }
 
 /* ---- liveness locks (ledger.h, CT_LEDGER_LIVE_LOCK) ------------------------------------------ */
 
@@ -309,18 +224,7 @@ static void own_fd(struct ct_ledger *l)
     int nfd = -1;
     if (cur >= 0) {
         char p[64];
-        memcpy(p, "/proc/self/fd/", 14);
-        int n = 0;
-        char d[12];
-        unsigned v = (unsigned)l->fd;
-        do {
-            d[n++] = (char)('0' + v % 10);
-            v /= 10;
-        } while (v && n < 11);
-        char *o = p + 14;
-        while (n)
-            *o++ = d[--n];
-        *o = 0;
+        ct_procstat_fd_path(p, l->fd);
         nfd = open(p, O_RDWR | O_CLOEXEC | O_NONBLOCK);
     }
     if (nfd < 0 && l->path) {
@@ -367,7 +271,7 @@ static int member_alive(const struct ct_ledger *l, int fd, int32_t slot, int32_t
         return CT_LEDGER_DEAD;
     char st = 0;
     uint64_t t = 0;
-    int r = proc_stat(pid, &st, &t);
+    int r = ct_procstat_read(pid, &st, &t);
     if (r == 1) {
         if (st == 'Z' || st == 'X' || st == 'x')
             return CT_LEDGER_DEAD; /* exited: its memory is gone, only the reaping is left */
@@ -518,7 +422,7 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
         return CT_LEDGER_EINVAL;
     int saved = errno;
     int32_t self = getpid();
-    l->pidns = self_pidns();
+    l->pidns = ct_procstat_self_pidns();
     uint64_t own_ticks = ct_ledger_proc_start_ticks(self);
     if (!start_ticks)
         start_ticks = pid == self ? own_ticks : ct_ledger_proc_start_ticks(pid);
@@ -1295,7 +1199,7 @@ static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint
     l->hdr = p;
     l->mem = (struct ct_ledger_member *)((char *)p + CT_LEDGER_HEADER_SIZE);
     l->slot = -1;
-    l->pidns = self_pidns();
+    l->pidns = ct_procstat_self_pidns();
     return l;
 }
 

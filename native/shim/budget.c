@@ -156,7 +156,7 @@ static int env_path(const char *group, char *path, size_t n)
 {
     char err[512];
     const char *named = ct_setting(CT_SET_LEDGER_DIR);
-    int make = !named || ct_setting_long(CT_SET_LEDGER_DIR_MAKE, 0) == 1;
+    int make = !named || ct_setting_num(CT_SET_LEDGER_DIR_MAKE) == 1;
     int32_t rc = ct_ledger_group_path(group, path, n, make, err, sizeof err);
     if (rc == CT_LEDGER_ENOENT)
         fence_error(err, NULL,
@@ -678,7 +678,7 @@ static void ctx_init(void)
         if (!*v)
             ctx_nvml_index[0] = -1;
     }
-    if (ct_setting_long(CT_SET_COUNT_CONTEXTS, 1) == 0)
+    if (ct_setting_num(CT_SET_COUNT_CONTEXTS) == 0)
         return;
     ct_dlsym_fn ds = ct_real_dlsym();
     void *h = ds ? dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;

@@ -10,7 +10,10 @@
 #include "ledger.h"
 #include "util.h"
 
-/* the open ledger, NULL without a budget (set once at load; a child keeps its parent's) */
+/* the open ledger, NULL without a budget (set at load, or published by the first thread that
+ * joins an environment's group: ct_budget_ensure; a child keeps its parent's). Another thread
+ * may be publishing it: read through ct_budget_current() (or an acquire load before reading
+ * through it); shim.c's ct_post and free wrappers gate on a plain load (said there). */
 extern CT_HIDDEN ct_ledger *ct_budget_ledger;
 /* CT_BUDGET_PENDING: a budget from the environment (CUDATRACE_GROUP) this process has not
  * joined yet, or a reason fencing cannot be set up not said yet, both at the first CUDA call
@@ -19,9 +22,15 @@ extern CT_HIDDEN ct_ledger *ct_budget_ledger;
 extern CT_HIDDEN int ct_budget_pending;
 #define CT_BUDGET_PENDING 1
 #define CT_BUDGET_REFUSING 2
+/* the ledger as this thread sees it now: a relaxed atomic load (a plain load's instruction,
+ * without the data race); what the ledger holds is published by ct_budget_ensure's release */
+static inline ct_ledger *ct_budget_current(void)
+{
+    return __atomic_load_n(&ct_budget_ledger, __ATOMIC_RELAXED);
+}
 static inline int ct_budget_on(void)
 {
-    return ct_budget_ledger != NULL || __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE);
+    return ct_budget_current() != NULL || __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE);
 }
 /* The ledger to count against, joining the environment's group first when that is pending (the
  * process's first CUDA call that needs the budget). NULL: no budget. */

@@ -763,7 +763,7 @@ static int frames_now(struct pyrt **pp, uintptr_t *code, uintptr_t *instr, uint3
 {
     *why = NULL;
     if (disabled < 0)
-        disabled = ct_setting_long(CT_SET_PYTHON, 1) == 0;
+        disabled = ct_setting_num(CT_SET_PYTHON) == 0;
     if (disabled) {
         *why = "Python frames are off: CUDATRACE_PYTHON=0";
         return -1;

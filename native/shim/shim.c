@@ -703,7 +703,8 @@ __attribute__((noinline)) static void context_watch(struct ct_call *c)
 /* after the real call, with a budget: settle it (kept apart: the common path has none) */
 __attribute__((noinline)) static void post_budget(struct ct_call *c)
 {
-    ct_ledger *ledger = ct_budget_ledger;
+    /* acquire: the ledger is read through, and another thread may have just published it */
+    ct_ledger *ledger = __atomic_load_n(&ct_budget_ledger, __ATOMIC_ACQUIRE);
     if (!ledger && !c->held) { /* no budget: a call bracketed for ct_cfg.ctx_watch */
         context_watch(c);
         return;
@@ -739,6 +740,9 @@ __attribute__((noinline)) static void post_budget(struct ct_call *c)
 /* after the real call: settle the budget (with one), the live counters, then the event */
 static void ct_post(struct ct_call *c)
 {
+    /* a plain load of the ledger, as the free's below: it only gates post_budget, which loads
+     * it again with acquire (a relaxed atomic load costs an instruction on every call here:
+     * GCC does not fold it into the compare; tools/bench_callgrind.sh) */
     if (__builtin_expect(c->held || c->inflight || ct_budget_ledger, 0))
         post_budget(c);
     if (c->op == CT_OP_ALLOC) { /* the live counters (live.c): what the program can read */

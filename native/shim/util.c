@@ -115,12 +115,6 @@ long ct_setting_num(int id)
     return parse_num(ct_setting(id), 10, &v) ? v : ct_setting_default_num(id);
 }
 
-long ct_setting_long(int id, long dflt)
-{
-    long v;
-    return parse_num(ct_setting(id), 10, &v) ? v : dflt;
-}
-
 int ct_config_load(void)
 {
     settings_read();

@@ -68,8 +68,6 @@ long ct_setting_num(int id);
 long ct_setting_default_num(int id);
 /* the variable's name (CUDATRACE_BUDGET) */
 const char *ct_setting_name(int id);
-/* the value as a decimal number; dflt when it is no number (budget.c) */
-long ct_setting_long(int id, long dflt);
 
 /* the clock and the thread id: inline, both are on every event's path */
 static inline uint64_t ct_now_ns(void)

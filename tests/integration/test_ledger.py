@@ -62,6 +62,7 @@ def harness(tmp_path_factory):
         str(REPO / "native/include"),
         str(REPO / "tests/ledger/ledger_test.c"),
         str(REPO / "native/common/ledger.c"),
+        str(REPO / "native/common/procstat.c"),
         "-o",
         str(exe),
     ]
@@ -81,7 +82,8 @@ def test_c_harness(harness, tmp_path, case):
     assert ("ok " + case) in r.stdout, r.stdout + r.stderr
 
 
-def test_ledger_c_compiles_cleanly(tmp_path):
+@pytest.mark.parametrize("source", ["ledger.c", "procstat.c"])
+def test_ledger_c_compiles_cleanly(tmp_path, source):
     """The flags of native/Makefile, warnings as errors, with and without -D_GNU_SOURCE."""
     cc = os.environ.get("CC", "cc")
     assert shutil.which(cc), f"no C compiler ({cc}): the suite needs one"
@@ -99,7 +101,7 @@ def test_ledger_c_compiles_cleanly(tmp_path):
                 "-I",
                 str(REPO / "native/include"),
                 "-c",
-                str(REPO / "native/common/ledger.c"),
+                str(REPO / "native/common" / source),
                 "-o",
                 str(tmp_path / "l.o"),
             ],

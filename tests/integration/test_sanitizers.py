@@ -191,6 +191,7 @@ def test_ledger_harness_under_sanitizers(san, tmp_path):
         str(REPO / "native/include"),
         str(REPO / "tests/ledger/ledger_test.c"),
         str(REPO / "native/common/ledger.c"),
+        str(REPO / "native/common/procstat.c"),
         "-o",
         str(exe),
     ]
@@ -304,6 +305,7 @@ def test_ledger_harness_under_tsan(tmp_path):
         "ledger_test",
         REPO / "tests/ledger/ledger_test.c",
         REPO / "native/common/ledger.c",
+        REPO / "native/common/procstat.c",
     )
     env = dict(os.environ, **TSAN_OPTIONS)
     for case in ("hammer", "kill", "saturate", "fork"):

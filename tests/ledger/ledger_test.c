@@ -1,7 +1,7 @@
 /* ledger_test.c - a harness that drives native/common/ledger.c directly (no Python, no CUDA).
  *
  *   cc -std=gnu11 -O2 -Wall -Wextra -D_GNU_SOURCE -pthread -Inative/include \
- *      tests/ledger/ledger_test.c native/common/ledger.c -o ledger_test
+ *      tests/ledger/ledger_test.c native/common/ledger.c native/common/procstat.c -o ledger_test
  *   ./ledger_test DIR hammer [PROCS THREADS ITERS]
  *   ./ledger_test DIR kill | reuse | saturate | security | fork | full | adopt | all
  *

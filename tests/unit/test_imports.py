@@ -38,6 +38,7 @@ LEAVES = {
     "settings",
     "choices",
     "native_types",
+    "record_types",
     "frameworks",
 }
 MAX_LINES = 900

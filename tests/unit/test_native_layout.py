@@ -4,7 +4,7 @@ includes only what it may:
     native/include/   the shared headers: include nothing of the other floors
     native/shim/      runs in the target: its own headers and native/include
     native/reader/    runs in the Python process: its own headers and native/include (never the shim's)
-    native/common/    linked into both libraries: native/include only
+    native/common/    linked into both libraries: its own headers and native/include
     sim/              the simulated driver: native/include and its own headers
 
 The reader's APIs (scan.h, replay.h) live in native/include for cffi, but only native/reader
@@ -37,7 +37,7 @@ FLOORS = {
     "include": {"include"},
     "shim": {"shim", "include"},
     "reader": {"reader", "include"},
-    "common": {"include"},
+    "common": {"common", "include"},
 }
 READER_HEADERS = {"scan.h", "replay.h"}
 INCLUDE_RE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
@@ -129,6 +129,14 @@ def test_sim_includes_only_native_include():
     for f, deps in include_graph(_sources(REPO / "sim")).items():
         for d in deps:
             assert d.parent in allowed, f"{f} includes {d}"
+
+
+def test_the_ledger_reads_proc_through_procstat():
+    """What the ledger reads of /proc is procstat.c's: ledger.c names no /proc path."""
+    code = re.sub(r"/\*.*?\*/", "", (NATIVE / "common" / "ledger.c").read_text(), flags=re.S)
+    assert "/proc" not in code
+    assert "/proc/" in (NATIVE / "common" / "procstat.c").read_text()
+    assert INCLUDE_RE.findall((NATIVE / "common" / "procstat.c").read_text())[0] == "procstat.h"
 
 
 def test_each_shim_module_has_its_header_first():

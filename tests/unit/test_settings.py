@@ -4,6 +4,9 @@ default)."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from cudatrace import settings
@@ -71,3 +74,33 @@ def test_environment_names_the_variables_and_writes_flags_as_1_or_0(tmp_path):
     }
     with pytest.raises(KeyError):
         settings.environment(NOT_DECLARED=1)
+
+
+def written_names(text: str) -> list[str]:
+    """The variables a module writes out as string literals ("CUDATRACE_...")."""
+    return re.findall(r"[\"']CUDATRACE_\w+", text)
+
+
+def test_only_the_settings_module_writes_a_variable_out():
+    """Every other module names a variable by its ID (settings.name("DIR"), ...)."""
+    pkg = Path(settings.__file__).parent
+    found = {
+        str(p.relative_to(pkg)): names
+        for p in sorted(pkg.rglob("*.py"))
+        if p.name != "settings.py" and "_native" not in p.parts
+        for names in [written_names(p.read_text())]
+        if names
+    }
+    assert not found, f"name these by ID through cudatrace.settings: {found}"
+    assert written_names('env["CUDATRACE_DIR"] = d; x = "CUDATRACE_"') == ['"CUDATRACE_DIR']
+
+
+def test_the_group_wait_default_is_declared_once():
+    """--group's help says the declared default, whatever it is."""
+    from click.testing import CliRunner
+
+    from cudatrace.cli import main
+
+    out = CliRunner().invoke(main, ["run", "--help"], terminal_width=400).output
+    wait = settings.default_text("GROUP_WAIT")
+    assert f"${settings.name('GROUP_WAIT')} s, default {wait}," in " ".join(out.split())

@@ -26,17 +26,37 @@ from __future__ import annotations
 
 import os
 import pickle
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ... import __version__
-from ...analyze.model import ADDR, AUX, AUX2
+from ...analyze.model import ADDR, AUX, AUX2, Alloc
 from ...analyze.sites import NO_STACK
+
+if TYPE_CHECKING:
+    from .view import View
 
 PROTOCOL = 4
 SHIFT = 48
 
 
-def build(view) -> dict:
+class VizFrame(TypedDict):
+    """A frame as PyTorch's memory viewer reads it."""
+
+    filename: str
+    line: int
+    name: str
+
+
+K = TypeVar("K", bound=Hashable)  # how allocations are told apart by device
+# an entry of a device's trace, sorted by its key: (sort key, device slot, [entries])
+Event = tuple[tuple[int, ...], int, list[dict[str, Any]]]
+# an allocation live at the moment: (it, its address in the viewer, its frames)
+Live = tuple[Alloc, int, list[VizFrame]]
+
+
+def build(view: View) -> dict[str, Any]:
     m = view.model
     live_ids = {(x.trace, x.index) for x in view.live_allocations()}
     allocs = sorted((x for x in m.lifetimes() if view.included(x)), key=lambda x: x.seq)
@@ -56,7 +76,7 @@ def build(view) -> dict:
     shift = _shifts(allocs, slot, view.device_key)
     frames = _Frames(view)
 
-    def slot_of(x) -> int:  # the viewer's device list of an allocation
+    def slot_of(x: Alloc) -> int:  # the viewer's device list of an allocation
         return slot[view.device_key(x)]
 
     events, remaining = _alloc_events(allocs, live_ids, slot_of, shift, frames)
@@ -84,11 +104,11 @@ def build(view) -> dict:
 class _Frames:
     """The frames of a (trace, leaf) stack as PyTorch's viewer reads them, made once each."""
 
-    def __init__(self, view):
+    def __init__(self, view: View) -> None:
         self.view = view
-        self.cache: dict[tuple[int, int], list[dict]] = {}
+        self.cache: dict[tuple[int, int], list[VizFrame]] = {}
 
-    def __call__(self, ti: int, leaf: int) -> list[dict]:
+    def __call__(self, ti: int, leaf: int) -> list[VizFrame]:
         k = (ti, leaf)
         got = self.cache.get(k)
         if got is None:
@@ -111,11 +131,17 @@ class _Frames:
         return got
 
 
-def _alloc_events(allocs, live_ids, slot_of, shift, frames) -> tuple[list, list]:
+def _alloc_events(
+    allocs: list[Alloc],
+    live_ids: set[tuple[int, int]],
+    slot_of: Callable[[Alloc], int],
+    shift: Mapping[tuple[int, int], int],
+    frames: _Frames,
+) -> tuple[list[Event], list[Live]]:
     """(events, remaining): each allocation's alloc and, unless live at the moment, free
     entries as (sort key, slot, [entries]); the allocations live at the moment."""
-    events = []
-    remaining = []
+    events: list[Event] = []
+    remaining: list[Live] = []
     for x in allocs:
         addr = _addr(x) + shift.get((slot_of(x), x.trace), 0)
         fr = frames(x.trace, x.stack)
@@ -149,9 +175,11 @@ def _alloc_events(allocs, live_ids, slot_of, shift, frames) -> tuple[list, list]
     return events, remaining
 
 
-def _oom_events(denied, slot_of, frames) -> list:
+def _oom_events(
+    denied: list[Alloc], slot_of: Callable[[Alloc], int], frames: _Frames
+) -> list[Event]:
     """A budget denial as the viewer's out-of-memory entry (free = limit - in use)."""
-    events = []
+    events: list[Event] = []
     for x in denied:
         limit, in_use = x.event[AUX], x.event[AUX2]
         events.append(
@@ -174,7 +202,7 @@ def _oom_events(denied, slot_of, frames) -> list:
     return events
 
 
-def _segments(remaining, slot_of) -> list[dict]:
+def _segments(remaining: list[Live], slot_of: Callable[[Alloc], int]) -> list[dict[str, Any]]:
     """The snapshot's segments: one per allocation live at the moment, one block each."""
     segments = []
     for x, addr, fr in sorted(remaining, key=lambda r: (slot_of(r[0]), r[1])):
@@ -204,11 +232,13 @@ def _segments(remaining, slot_of) -> list[dict]:
     return segments
 
 
-def _addr(x) -> int:
+def _addr(x: Alloc) -> int:
     return x.event[ADDR]
 
 
-def _shifts(allocs, slot, key) -> dict[tuple[int, int], int]:
+def _shifts(
+    allocs: list[Alloc], slot: Mapping[K, int], key: Callable[[Alloc], K]
+) -> dict[tuple[int, int], int]:
     """(device slot, trace) -> what to add to its addresses so that processes sharing a device
     never share an address range in the viewer (0 for the first process of each device and
     wherever no ranges overlap)."""
@@ -229,7 +259,7 @@ def _shifts(allocs, slot, key) -> dict[tuple[int, int], int]:
     return out
 
 
-def write(view, path: Path) -> dict:
+def write(view: View, path: Path) -> dict[str, int]:
     snap = build(view)
     with open(path, "wb") as f:
         pickle.dump(snap, f, protocol=PROTOCOL)

@@ -23,25 +23,34 @@ largest allocations) are drawn, and the trace says when some were left out.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ... import __version__
 from ...analyze.cu_errors import cu_error
-from ...analyze.model import ADDR, AUX, AUX2, RES
+from ...analyze.model import ADDR, AUX, AUX2, RES, Alloc
 from ...analyze.sites import NO_STACK, api_label
 from ...units import format_bytes
+
+if TYPE_CHECKING:
+    from .view import View
 
 MiB = 1 << 20
 MAX_SLICES = 20000
 SEQ = 1
 
 
-def threshold(view) -> int:
+def threshold(view: View) -> int:
     return max(MiB, view.model.peak_bytes // 1000)
 
 
+# what a debug annotation of an event holds: (name, value)
+Args = Sequence[tuple[str, object]]
+
+
 class _Out:
-    def __init__(self):
+    def __init__(self) -> None:
         from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
         from perfetto.trace_builder.proto_builder import TraceProtoBuilder
 
@@ -49,9 +58,9 @@ class _Out:
         self.builder = TraceProtoBuilder()
         self.next_uuid = 1
         self.first = True
-        self.pending: list[tuple] = []
+        self.pending: list[tuple[int, int, Callable[..., None], tuple[Any, ...]]] = []
 
-    def packet(self, ts: int | None = None):
+    def packet(self, ts: int | None = None) -> Any:  # a TracePacket
         p = self.builder.add_packet()
         p.trusted_packet_sequence_id = SEQ
         if self.first:
@@ -89,7 +98,9 @@ class _Out:
     def counter(self, track: int, ts: int, value: int) -> None:
         self.pending.append((ts, len(self.pending), self._counter, (track, ts, value)))
 
-    def event(self, track: int, ts: int, kind: str, name: str | None = None, args=()) -> None:
+    def event(
+        self, track: int, ts: int, kind: str, name: str | None = None, args: Args = ()
+    ) -> None:
         self.pending.append((ts, len(self.pending), self._event, (track, ts, kind, name, args)))
 
     def flush(self) -> None:
@@ -104,7 +115,7 @@ class _Out:
         e.track_uuid = track
         e.counter_value = int(value)
 
-    def _event(self, track: int, ts: int, kind: str, name: str | None, args) -> None:
+    def _event(self, track: int, ts: int, kind: str, name: str | None, args: Args) -> None:
         e = self.packet(ts).track_event
         e.type = {
             "begin": self.pb.TrackEvent.TYPE_SLICE_BEGIN,
@@ -125,14 +136,14 @@ class _Out:
                 a.string_value = str(v)
 
 
-def build(view):
+def build(view: View) -> Any:
     """The Trace message (perfetto's protos)."""
     out = _Out()
     m = view.model
     lives = [x for x in m.lifetimes() if view.device is None or x.device == view.device]
 
     # counters: deltas per device and per (process, device), one point per timestamp
-    dev_delta: dict[int, dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    dev_delta: dict[int | tuple[str, str], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     proc_delta: dict[tuple[int, int], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     for x in lives:
         for ts, d in ((x.ts, x.size), (x.end_ts, -x.size)):
@@ -183,7 +194,7 @@ def build(view):
     return out.builder.trace
 
 
-def _counter(out, track: int, deltas: dict[int, int], t_end: int) -> None:
+def _counter(out: _Out, track: int, deltas: Mapping[int, int], t_end: int) -> None:
     """A counter track from its deltas, carried to the trace's end."""
     cur = 0
     for ts in sorted(deltas):
@@ -193,7 +204,7 @@ def _counter(out, track: int, deltas: dict[int, int], t_end: int) -> None:
         out.counter(track, t_end, cur)
 
 
-def _slices(out, view, ptrack: int, mine: list, limit: int) -> None:
+def _slices(out: _Out, view: View, ptrack: int, mine: list[Alloc], limit: int) -> None:
     """A process's large allocations as slices, on as many lanes as overlap."""
     m, t_end = view.model, view.model.t_end
     lanes: list[int] = []  # end time of each lane's last slice
@@ -232,7 +243,7 @@ def _slices(out, view, ptrack: int, mine: list, limit: int) -> None:
         out.event(lane_tracks[k], max(end, x.ts), "end")
 
 
-def _instants(out, view, ptrack: int, xs: list, what: str) -> None:
+def _instants(out: _Out, view: View, ptrack: int, xs: list[Alloc], what: str) -> None:
     """A process's budget denials or failed allocations as instant events on their track."""
     if not xs:
         return
@@ -253,17 +264,17 @@ def _dev(d: int) -> str:
     return str(d) if d >= 0 else "?"
 
 
-def _site(view, x) -> str:
+def _site(view: View, x: Alloc) -> str:
     fr = view.frames(x.trace, x.stack)
     return fr[0].label() if fr else NO_STACK
 
 
-def _stack(view, x) -> str:
+def _stack(view: View, x: Alloc) -> str:
     fr = view.frames(x.trace, x.stack)
     return "\n".join(f.long_label() for f in fr) if fr else NO_STACK
 
 
-def write(view, path: Path) -> dict:
+def write(view: View, path: Path) -> dict[str, int]:
     trace = build(view)
     Path(path).write_bytes(trace.SerializeToString())
     return {"packets": len(trace.packet)}

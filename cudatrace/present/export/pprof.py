@@ -19,10 +19,14 @@ from __future__ import annotations
 import gzip
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ... import __version__
 from ...analyze.sites import NO_STACK
 from ...protodesc import message_classes
+
+if TYPE_CHECKING:
+    from .view import View
 
 PROTO = Path(__file__).with_name("profile.proto")
 _classes: dict = {}
@@ -36,7 +40,7 @@ def classes() -> dict:
 
 
 class _Strings:
-    def __init__(self, table):
+    def __init__(self, table: Any) -> None:  # a Profile's string_table
         self.table = table
         self.index: dict[str, int] = {}
         self("")
@@ -50,7 +54,7 @@ class _Strings:
         return i
 
 
-def build(view):
+def build(view: View) -> Any:
     """The Profile message of the view."""
     Profile = classes()["Profile"]
     b = _Builder(Profile(), view)
@@ -71,7 +75,7 @@ class _Builder:
     """A Profile being filled: its string table, and its functions, mappings and locations,
     each added once."""
 
-    def __init__(self, p, view):
+    def __init__(self, p: Any, view: View) -> None:  # p: a Profile message
         self.p, self.view = p, view
         self.S = _Strings(p.string_table)
         self.mappings: dict[tuple[int, int], object] = {}
@@ -119,7 +123,7 @@ class _Builder:
             )
         return fid
 
-    def mapping(self, ti: int, address: int):
+    def mapping(self, ti: int, address: int) -> Any:
         t = self.view.traces[ti]
         mod = t.module_for(address)
         if mod is None:
@@ -189,7 +193,7 @@ class _Builder:
         s.label.add(key=S("exe"), str=S(os.path.basename(t.exe) or "?"))
 
 
-def write(view, path: Path) -> dict:
+def write(view: View, path: Path) -> dict[str, int]:
     p = build(view)
     data = gzip.compress(p.SerializeToString(), mtime=0)
     Path(path).write_bytes(data)

@@ -5,12 +5,17 @@ marked events, as plain JSON-able structures."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any, TypedDict
 
 from ...analyze.analysis import Analysis
+from ...analyze.documents import ReportAt
 from ...analyze.model import NONE64, Groups
 from ...analyze.ranks import rank_label_of, tagged
 from ...analyze.sites import NO_STACK, SFrame, Site, key_text, site_of
+from ...analyze.trace import Trace
+from ...symbols.progress import ProgressLike
 from ...units import format_bytes
 
 ASSETS = Path(__file__).resolve().parent  # page.js and page.css
@@ -22,6 +27,46 @@ MAX_SITE_CHANGES = 500  # rows of a diff's site table
 FAIL_MOMENTS = 20  # failures and denials that get their own snapshot
 MAX_ROWS = 300  # stacks kept per moment; the smaller rest is one row per process
 OTHER = "(smaller stacks, aggregated)"
+
+
+# ---- what the page's data is made of -----------------------------------------------------
+
+
+class _MomentRequired(TypedDict):
+    kind: str  # peak, end, device peak, time, failed, denied
+    ts: int
+    seq: int | None  # the model's event sequence number, when the moment is one event's
+
+
+class Moment(_MomentRequired, total=False):
+    """A moment whose live set is kept."""
+
+    device: int  # a device peak's
+
+
+class Snapshot(TypedDict):
+    """The live set at a moment: rows flattened as stack, process, device, bytes, count."""
+
+    t: float | None
+    kind: str
+    device: int | None
+    bytes: int
+    count: int
+    rows: list[int]
+
+
+class RunData(TypedDict):
+    """A run's part of the page's data (run_data)."""
+
+    path: str
+    devices: list[int]
+    views: dict[str, dict[str, Any]]  # the page's JSON views: "all", and each device's
+    moments: list[Snapshot]
+    events: list[list[Any]]
+    procs: list[list[Any]]
+    ranks: Any
+    span: list[float]
+    changes: int
 
 
 # ---- tables shared by the moments: frames, stacks, sites ----------------------------------
@@ -123,7 +168,7 @@ def trim_to_main(frames: list[SFrame]) -> list[SFrame]:
     return frames
 
 
-def api_label(t, api: int, rt: int) -> str:
+def api_label(t: Trace, api: int, rt: int) -> str:
     s = t.api_name(api)
     return s + (f" ({t.api_name(rt)})" if rt else "")
 
@@ -131,13 +176,13 @@ def api_label(t, api: int, rt: int) -> str:
 # ---- moments ------------------------------------------------------------------------------
 
 
-def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: dict | None = None) -> list[dict]:
+def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: ReportAt | None = None) -> list[Moment]:
     """The moments whose live set is kept: the peak, the end, each device's own peak, the
     report's --at moment, the first failures and denials, then, in as many equal slices of the
     run as room is left, the highest point of the live total in each (so a run of fewer changes
     than the limit keeps every change)."""
     m = a.model
-    out: list[dict] = []
+    out: list[Moment] = []
     if not m.n_events:
         return out
     if m.found:
@@ -148,8 +193,9 @@ def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: dict | None = None) 
             out.append(
                 {"kind": "device peak", "ts": ts, "seq": m.device_peak_seq[dev], "device": dev}
             )
-    if at and at.get("kind") == "time" and at.get("ts_ns") is not None:
-        out.append({"kind": "time", "ts": min(at["ts_ns"], m.t_end), "seq": None})
+    at_ts = at.get("ts_ns") if at and at.get("kind") == "time" else None
+    if at_ts is not None:
+        out.append({"kind": "time", "ts": min(at_ts, m.t_end), "seq": None})
     seen_ts: set[int] = set()
     for kind, lst in (("failed", m.failed), ("denied", m.denied)):
         for x in lst:
@@ -185,14 +231,15 @@ def _highest_per_slice(pts: list, room: int) -> list:
     return [best[k] for k in sorted(best)]
 
 
-def groups_at(a: Analysis, mo: dict) -> Groups:
+def groups_at(a: Analysis, mo: Moment) -> Groups:
     m = a.model
     if mo["kind"] == "peak":
         return m.groups_at_peak()
     if mo["kind"] == "end":
         return m.groups_at_end()
-    if mo.get("seq") is not None:
-        return m.backend.groups(False, mo["seq"])
+    seq = mo.get("seq")
+    if seq is not None:
+        return m.backend.groups(False, seq)
     return m.groups_at(mo["ts"])
 
 
@@ -268,8 +315,8 @@ def thin(points: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     return out
 
 
-def flat(a: Analysis, points) -> list:
-    out: list = []
+def flat(a: Analysis, points: Iterable[tuple[int, int]]) -> list[float | int | None]:
+    out: list[float | int | None] = []
     for ts, v in points:
         out.append(a.seconds(ts))
         out.append(int(v))
@@ -335,8 +382,12 @@ def events_json(a: Analysis, tables: Tables) -> list[list]:
 
 
 def run_data(
-    a: Analysis, tables: Tables, moments: list[dict], side: int = 0, progress=None
-) -> dict:
+    a: Analysis,
+    tables: Tables,
+    moments: list[Moment],
+    side: int = 0,
+    progress: ProgressLike | None = None,
+) -> RunData:
     """A run's timeline, observations, budget, events and live-set snapshots."""
     m = a.model
     devices = sorted(m.device_peaks)
@@ -361,7 +412,7 @@ def run_data(
             }
     totals = m.stack_totals()
     a.stacks.prepare([k for k in totals if k[1]])  # symbolize every stack in one pass
-    snaps = []
+    snaps: list[Snapshot] = []
     for mo in moments:
         total, count, rows = snapshot(a, tables, groups_at(a, mo))
         snaps.append(
@@ -380,8 +431,8 @@ def run_data(
         s = tables.sites[tables.stacks[tables.stack(a, ti, leaf)][0]]
         s["run_count"][side] += cnt
         s["run_bytes"][side] += nbytes
-    t_first = a.seconds(m.t0) if m.n_events else 0.0
-    t_last = a.seconds(m.t_end) if m.n_events else 0.0
+    t_first = (a.seconds(m.t0) or 0.0) if m.n_events else 0.0
+    t_last = (a.seconds(m.t_end) or 0.0) if m.n_events else 0.0
     obs_end = max(
         [0.0] + [v[-2] for view in views.values() for v in view["observed"].values() if v]
     )
@@ -409,7 +460,7 @@ def tables_json(tables: Tables) -> dict:
     return {"frames": tables.frames, "stacks": tables.stacks, "sites": sites}
 
 
-def aggregation_note(runs: list[dict], tables: Tables) -> str:
+def aggregation_note(runs: list[RunData], tables: Tables) -> str:
     parts = []
     for side, r in enumerate(runs):
         n = len(r["moments"])

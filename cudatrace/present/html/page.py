@@ -20,15 +20,20 @@ import datetime as _dt
 import html
 import json
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...analyze.analysis import Analysis, build_report
+from ...analyze.documents import Diff, Report, ReportAt
 from ...analyze.model import NONE64
+from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes
 from ..report import render_text
 from .data import (
     ASSETS,
     MAX_SITE_CHANGES,
+    Moment,
+    RunData,
     Tables,
     aggregation_note,
     pick_moments,
@@ -42,7 +47,7 @@ def _asset(name: str) -> str:
     return (ASSETS / name).read_text(encoding="utf-8")
 
 
-def _json_for_script(doc) -> str:
+def _json_for_script(doc: object) -> str:
     """JSON safe inside <script>: no '<' at all (so no '</script>' or '<!--')."""
     return (
         json.dumps(doc, separators=(",", ":"), allow_nan=False)
@@ -52,7 +57,7 @@ def _json_for_script(doc) -> str:
     )
 
 
-def page(title: str, data: dict, body: str) -> str:
+def page(title: str, data: Mapping[str, object], body: str) -> str:
     e = html.escape
     return "".join(
         [
@@ -60,7 +65,9 @@ def page(title: str, data: dict, body: str) -> str:
             '<meta name="viewport" content="width=device-width, initial-scale=1">\n',
             '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
             "script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\n",
-            '<meta name="generator" content="cudatrace {}">\n'.format(e(data.get("version", ""))),
+            '<meta name="generator" content="cudatrace {}">\n'.format(
+                e(str(data.get("version", "")))
+            ),
             "<title>{}</title>\n<style>\n{}</style>\n</head>\n<body>\n".format(
                 e(title), _asset("page.css")
             ),
@@ -75,7 +82,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _cmd(argv) -> str:
+def _cmd(argv: Sequence[str] | None) -> str:
     return " ".join(argv) if argv else "?"
 
 
@@ -83,7 +90,7 @@ def _fact(k: str, v: str, raw: bool = False) -> str:
     return f"<tr><th>{html.escape(k)}</th><td>{v if raw else html.escape(v)}</td></tr>"
 
 
-def _facts_html(r: dict) -> str:
+def _facts_html(r: Report) -> str:
     """The run's facts as static HTML (readable even where scripts are off)."""
     from ..report import driver_text, limits_text
 
@@ -92,11 +99,12 @@ def _facts_html(r: dict) -> str:
         _fact("command", "<code>{}</code>".format(e(_cmd(r["command"]))), raw=True),
         _fact("trace", r["path"]),
     ]
-    if r.get("start_time"):
+    started = r.get("start_time")
+    if started:
         rows.append(
             _fact(
                 "started",
-                _dt.datetime.fromtimestamp(r["start_time"], _dt.timezone.utc).strftime(
+                _dt.datetime.fromtimestamp(started, _dt.timezone.utc).strftime(
                     "%Y-%m-%d %H:%M:%S UTC"
                 ),
             )
@@ -167,7 +175,7 @@ def _facts_html(r: dict) -> str:
     )
 
 
-def _processes_html(r: dict) -> str:
+def _processes_html(r: Report) -> str:
     """The table of the run's processes."""
     e = html.escape
     procs = [
@@ -176,7 +184,7 @@ def _processes_html(r: dict) -> str:
         '<th class="n">denied</th><th>status</th><th>file</th></tr>'
     ]
     for p in r["processes"]:
-        st = p["status"]
+        st: str = p["status"]
         if st == "complete":
             st = (
                 "exit {}".format(p["exit_code"]) if p["exit_code"] not in (None, -1) else "complete"
@@ -209,7 +217,7 @@ def _processes_html(r: dict) -> str:
     )
 
 
-def _notes_html(r: dict) -> str:
+def _notes_html(r: Report) -> str:
     """Truncated and unreadable files, and the report's notes ('' when there are none)."""
     notes = []
     for t in r["truncated_files"]:
@@ -241,7 +249,7 @@ def _stat(label: str, value: str, sub: str = "", cls: str = "") -> str:
     )
 
 
-def _peak_stats(a: Analysis, r: dict) -> list[str]:
+def _peak_stats(a: Analysis, r: Report) -> list[str]:
     """One peak figure per scope, each labelled with it (the timeline's markers say the same):
     the run's on one device; with several devices, all of them together, and where the report's
     peak is one device's (ranks: an ordinal names several devices), that one's as well."""
@@ -267,7 +275,7 @@ def _peak_stats(a: Analysis, r: dict) -> list[str]:
     return [one, together]
 
 
-def _report_stats(a: Analysis, r: dict, at: dict) -> list[str]:
+def _report_stats(a: Analysis, r: Report, at: ReportAt) -> list[str]:
     """The figures at the head of a report's page: peak, never freed, allocations, the top
     site, the budget, failures and denials, truncated files."""
     stats = [
@@ -302,13 +310,14 @@ def _report_stats(a: Analysis, r: dict, at: dict) -> list[str]:
                 "wide",
             )
         )
-    if r.get("budget"):
-        lim = [v for d, v in r["budget"]["limits"].items() if int(d) in a.model.device_peaks]
+    budget = r.get("budget")
+    if budget:
+        lim = [v for d, v in budget["limits"].items() if int(d) in a.model.device_peaks]
         stats.append(
             _stat(
                 "budget",
                 format_bytes(sum(lim)) if lim else "set",
-                "on_exceed {}".format(r["budget"].get("on_exceed")),
+                "on_exceed {}".format(budget.get("on_exceed")),
             )
         )
     bad = c.get("failed", 0) + c.get("denied", 0)
@@ -325,23 +334,27 @@ def _report_stats(a: Analysis, r: dict, at: dict) -> list[str]:
     return stats
 
 
-def render_report_html(a: Analysis, r: dict | None = None, depth: int = 1, progress=None) -> str:
+def render_report_html(
+    a: Analysis, r: Report | None = None, depth: int = 1, progress: ProgressFactory | None = None
+) -> str:
     """The HTML page of one run; r: the report dict (built here at the peak when not given)."""
     if r is None:
         r = build_report(a, depth=depth)
     tables = Tables(depth=r.get("depth", depth))
-    moments = pick_moments(a, at=r.get("at"))
+    at = r["at"]
+    moments = pick_moments(a, at=at)
     bar = progress("building the HTML report", len(moments)) if progress else None
     try:
         run = run_data(a, tables, moments, progress=bar)
     finally:
         if bar is not None:
             bar.close()
-    at = r.get("at") or {}
     initial = 0
+    at_time = at["time"]
     for i, mo in enumerate(run["moments"]):
         if mo["kind"] == at.get("kind", "peak") and (
-            at.get("kind") != "time" or mo["t"] == round(min(at["time"], run["span"][1]), 6)
+            at.get("kind") != "time"
+            or (at_time is not None and mo["t"] == round(min(at_time, run["span"][1]), 6))
         ):
             initial = i
             break
@@ -422,19 +435,23 @@ from the network.</p></footer>
 # ---- a diff -------------------------------------------------------------------------------
 
 
-def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress=None) -> str:
+def render_diff_html(
+    a: Analysis, b: Analysis, d: Diff, depth: int = 1, progress: ProgressFactory | None = None
+) -> str:
     """The HTML page of a diff; d: the diff dict (cudatrace.diff/1) with every site."""
     tables = Tables(depth=depth)
-    runs = []
+    runs: list[RunData] = []
     for side, an in ((0, a), (1, b)):
         m = an.model
-        moments = ([{"kind": "peak", "ts": m.peak_ts, "seq": m.peak_seq}] if m.found else []) + (
-            [{"kind": "end", "ts": m.t_end, "seq": NONE64 - 1}] if m.n_events else []
-        )
+        moments: list[Moment] = []
+        if m.found:
+            moments.append({"kind": "peak", "ts": m.peak_ts, "seq": m.peak_seq})
+        if m.n_events:
+            moments.append({"kind": "end", "ts": m.t_end, "seq": NONE64 - 1})
         runs.append(run_data(an, tables, moments, side=side))
     data = {
         "kind": "diff",
-        "version": d.get("cudatrace_version") or _version(),
+        "version": _version(),
         "generated": _now(),
         "diff": dict(
             d,
@@ -452,7 +469,7 @@ def render_diff_html(a: Analysis, b: Analysis, d: dict, depth: int = 1, progress
         os.path.basename(B["path"].rstrip("/")) or B["path"],
     )
 
-    def delta(x, pct_of=None):
+    def delta(x: int, pct_of: int | None = None) -> str:
         s = ("+" if x > 0 else "-" if x < 0 else "") + format_bytes(abs(x)) if x else "no change"
         if pct_of:
             s += " (%+.1f%%)" % (100.0 * x / pct_of)
@@ -552,7 +569,7 @@ from the network.</p></footer>
 # ---- writing ------------------------------------------------------------------------------
 
 
-def write_html(path, text: str) -> Path:
+def write_html(path: str | Path, text: str) -> Path:
     """The page, by the rules of outputs.py (its text lossless: no byte of a trace can make
     it unwritable)."""
     from ...outputs import write_output

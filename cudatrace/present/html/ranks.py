@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 
 from ...analyze.analysis import Analysis
+from ...analyze.documents import Diff, Report
 from ...analyze.ranks import rank_series
 from ...units import format_bytes
 from ..ranks import site_line
@@ -19,7 +20,7 @@ W, H = 640, 34  # one rank's timeline, in SVG units
 POINTS = 600  # points kept per rank (each slice's extremes: the peak is always drawn)
 
 
-def _line(a: Analysis, pts, t0: float, t1: float, top: int) -> str:
+def _line(a: Analysis, pts: list[tuple[int, int]], t0: float, t1: float, top: int) -> str:
     span = max(t1 - t0, 1e-9)
     xy = ["0,%d" % H]
     prev = 0
@@ -32,7 +33,7 @@ def _line(a: Analysis, pts, t0: float, t1: float, top: int) -> str:
     return " ".join(xy)
 
 
-def ranks_card(a: Analysis, r: dict) -> str:
+def ranks_card(a: Analysis, r: Report) -> str:
     """The card's HTML, or '' when the run has no ranks section."""
     rk = r.get("ranks")
     if not rk:
@@ -46,8 +47,8 @@ def ranks_card(a: Analysis, r: dict) -> str:
     info = {x["label"]: x for x in rk["ranks"]}
     rows = []
     for g, pts in series:
-        x = info.get(g.label, {})
-        odd = bool(x.get("outlier"))
+        x = info.get(g.label)
+        odd = bool(x and x["outlier"])
         svg = (
             '<svg class="rank-line" data-rank="%s" viewBox="0 0 %d %d" width="%d" height="%d" '
             'preserveAspectRatio="none" role="img" aria-label="%s over time">'
@@ -70,9 +71,9 @@ def ranks_card(a: Analysis, r: dict) -> str:
                 ' class="alert"' if odd else "",
                 e(g.label),
                 e(g.host),
-                e(",".join(x.get("devices") or []) or "-"),
-                e(format_bytes(x.get("peak_bytes", 0))),
-                e(secs_text(x.get("peak_time"))),
+                e(",".join(x["devices"] if x else []) or "-"),
+                e(format_bytes(x["peak_bytes"] if x else 0)),
+                e(secs_text(x["peak_time"] if x else None)),
                 svg,
                 "stands out" if odd else "",
             )
@@ -127,14 +128,14 @@ def ranks_card(a: Analysis, r: dict) -> str:
     )
 
 
-def ranks_diff_card(d: dict) -> str:
+def ranks_diff_card(d: Diff) -> str:
     """The diff page's card of each rank's peak in A and B ('' when neither run has ranks)."""
     rows = d.get("ranks")
     if not rows:
         return ""
     e = html.escape
 
-    def size(v) -> str:
+    def size(v: int | None) -> str:
         return "-" if v is None else format_bytes(v)
 
     body = "".join(
