@@ -262,6 +262,7 @@ class ReportObservedBaseline(TypedDict, total=False):
     time: float | None
     mem_available: int | None
     device_used: int | None
+    device_total: int | None
     tree_rss: int | None
 
 

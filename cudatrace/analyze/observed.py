@@ -227,11 +227,12 @@ class Observed:
             "time": sec(first["t"]),
             "mem_available": first.get("mem_available"),
             "device_used": None,
+            "device_total": None,
             "tree_rss": first.get("tree_rss"),
         }
         du = self.device_used(first, device)
         if du:
-            base["device_used"] = du[0]
+            base["device_used"], base["device_total"] = du[0], du[1] or None
         base["mem_free"] = first.get("mem_free")
         return base
 

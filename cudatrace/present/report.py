@@ -714,6 +714,12 @@ def render_observed(r: Report, w: Callable[[str], object]) -> None:
             "  no sample fell while traced memory was live (the run's allocations came and went "
             f"between samples): nothing to compare. Traced peak {size_text(traced_peak)}."
         )
+        if base and base.get("device_total"):
+            w(
+                "  device used by everyone before the run: {} of {}".format(
+                    size_text(base.get("device_used")), size_text(base["device_total"])
+                )
+            )
         return
     note = ("  ({})".format(near["note"])) if near.get("note") else None
     args = (o, w, n, note, near, mx, base, traced_peak)
