@@ -5,8 +5,8 @@ Two specs, one per kind: `<vendor>/budget` (a size: `podman run --device
 cudatrace.dev/budget=8GiB`, each container its own budget) and `<vendor>/group` (a named group
 of the config: containers given it share one budget). Every device carries all its edits (the
 preload library read-only, /etc/ld.so.preload or LD_PRELOAD, its ledger directory, the
-environment), so a container given two cudatrace devices fails to start on the duplicate
-mount instead of running with two budgets.
+environment): a container takes one cudatrace device (given two, Podman 4.3 applies the last
+one's edits).
 
 Each spec says the lowest `cdiVersion` its features need (min_version: the rules of the CDI
 specification's versions), so runtimes that read older versions take it: Podman 4.3 reads up
