@@ -67,7 +67,7 @@ if [[ "$(id -u)" != 0 ]]; then
 fi
 
 mapfile -t pkgs < <(names)
-log="$(mktemp -t cudatrace-apt.XXXXXX)"
+log="$(mktemp)"
 export DEBIAN_FRONTEND=noninteractive
 if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; } \
         >"$log" 2>&1; then

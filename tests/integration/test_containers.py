@@ -2,8 +2,8 @@
 (`unshare --pid --fork --mount-proc`, as a container runtime makes them) share one group through
 --ledger-dir, and launchers with the same pid in two namespaces keep their private ledgers apart.
 
-Making a PID namespace needs root (CI runs as root). Under CI=true a non-root run FAILS: the
-test must not pass by skipping there; elsewhere it skips with the reason.
+Making a PID namespace needs root (the suite runs as root: README, .ci/run); without it these
+tests fail, saying why (they never pass by skipping).
 """
 
 from __future__ import annotations
