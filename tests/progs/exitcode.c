@@ -44,13 +44,16 @@ int main(int argc, char **argv)
                 continue;
             sigaction(s, &sa, NULL);
         }
-        sigset_t none;
+        /* every caught signal blocked until the wait: one that comes between the test of g_sig
+         * and the wait ends sigsuspend instead of being lost (pause() would sleep for ever) */
+        sigset_t all, none;
+        sigfillset(&all);
         sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
+        sigprocmask(SIG_SETMASK, &all, NULL);
         printf("ready\n");
         fflush(stdout);
         while (!g_sig)
-            pause();
+            sigsuspend(&none);
         printf("got signal %d\n", (int)g_sig);
         fflush(stdout);
         return 0x40 + g_sig;

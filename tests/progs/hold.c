@@ -68,17 +68,26 @@ int main(int argc, char **argv)
     }
     if (g_failures)
         printf("# failed %d\n", g_failures);
+    /* blocked until the wait: a signal that comes between the test of g_stop and the wait
+     * is held and ends sigsuspend, never lost (pause() there would sleep for ever) */
+    sigset_t stops, before;
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGINT);
+    sigprocmask(SIG_BLOCK, &stops, &before);
     signal(SIGTERM, on_signal);
     signal(SIGINT, on_signal);
     printf("ready\n");
     fflush(stdout);
     if (exit_after_ms >= 0) {
+        sigprocmask(SIG_SETMASK, &before, NULL); /* a pending stop runs its handler here */
         struct timespec ts = {exit_after_ms / 1000, (exit_after_ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) < 0 && !g_stop)
+        while (!g_stop && nanosleep(&ts, &ts) < 0 && !g_stop)
             ;
     } else {
         while (!g_stop)
-            pause();
+            sigsuspend(&before);
+        sigprocmask(SIG_SETMASK, &before, NULL);
     }
     if (do_free)
         for (int k = 0; k < n; k++)
