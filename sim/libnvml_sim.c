@@ -7,6 +7,9 @@
  *   CUDASIM_INTEGRATED=1   memory queries answer NVML_ERROR_NOT_SUPPORTED (as on Jetson/Tegra)
  *   CUDASIM_DRIVER_VERSION nvmlSystemGetCudaDriverVersion (default 13000)
  *   CUDASIM_CALLS=path     at exit, append "pid symbol count" lines, as libcuda_sim does
+ *   CUDASIM_NVML_PROCS_MS=n the first list of processes a process asks for takes n ms (a real
+ *                          NVML's first answers take long without persistence mode, or on a
+ *                          loaded machine)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -16,6 +19,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_abi.h"
 #include "sim_state.h"
@@ -339,6 +343,13 @@ static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *in
     int i = dev_index(device);
     if (i < 0 || !infoCount)
         return NVML_ERROR_INVALID_ARGUMENT;
+    static int listed;
+    unsigned long long ms = cudasim_env_ull("CUDASIM_NVML_PROCS_MS", 0);
+    if (ms && !__atomic_exchange_n(&listed, 1, __ATOMIC_ACQ_REL)) {
+        struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
+    }
     cudasim_reclaim_dead(g_st, i);
     struct cudasim_device *d = &g_st->dev[i];
     unsigned pids[CUDASIM_MAX_PIDS];

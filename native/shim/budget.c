@@ -634,13 +634,19 @@ int ct_budget_rejoin(void)
  * when it returns. So the budget starts from the context, not the context less the allocations
  * then in flight, nor from nothing while allocations fill it (as while NVML starts, which takes
  * a while): a correction upward with the allocations at the limit puts the ledger above the
- * budget (seen on an H200: 1.19 and 1.4-1.5 GiB under 1 GiB). Where NVML lists no figure for
+ * budget (seen on an H200: 1.19 and 1.4-1.5 GiB under 1 GiB). The hold lasts as long as the
+ * first measurement does (NVML's start-up, the calls under way: 10 s at most, for an NVML that
+ * hangs), then 1 s more while the allocation that may make the context is made; the waiting
+ * threads sleep, so that on a loaded machine the measuring thread and the calls it waits for
+ * get the CPU (a 1 s hold spent yielding let a budget of 40 MiB reach 48 with 64 threads on
+ * 2 busy CPUs). Where NVML lists no figure for
  * this pid (integrated devices, a container that does not share the host's pid namespace),
  * nothing is counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns
  * it off. */
 #define CTX_PERIOD_NS 1000000000ull
 #define CTX_TRIES 4
-#define CTX_HOLD_NS 1000000000ull /* until the first figure, allocations wait this long at most */
+#define CTX_HOLD_NS 1000000000ull     /* after a first measurement that found no figure yet */
+#define CTX_MEASURE_NS 10000000000ull /* while the first measurement runs, at most */
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 static uint64_t ctx_next_ns[CT_LEDGER_MAX_DEVICES];    /* when the next measurement is due */
 static uint32_t ctx_misses[CT_LEDGER_MAX_DEVICES];     /* measurements that found no figure */
@@ -755,20 +761,34 @@ static inline int ctx_unknown(int dev)
            __atomic_load_n(&ctx_misses[dev], __ATOMIC_RELAXED) < CTX_TRIES;
 }
 
-/* before dev's first figure: an allocation waits (yielding) for it, until ctx_hold_until */
+/* one wait of a thread held for the first figure: a few yields, then sleeps of 100 us, which
+ * leave the CPU to the thread that measures and to the calls it waits for */
+static void ctx_pause(unsigned *waits)
+{
+    if ((*waits)++ < 16) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+}
+
+/* before dev's first figure: an allocation waits for it, until ctx_hold_until */
 static void ctx_hold(int dev)
 {
+    unsigned waits = 0;
     while (ctx_unknown(dev) &&
            ct_now_ns() < __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE))
-        sched_yield();
+        ctx_pause(&waits);
 }
 
 /* the measuring thread, the first time: let the budgeted calls under way end */
 static void ctx_quiet(int dev)
 {
+    unsigned waits = 0;
     while (__atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE) &&
            ct_now_ns() < __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE))
-        sched_yield();
+        ctx_pause(&waits);
 }
 
 /* a measurement found no figure: when the process is not listed yet, again at the next
@@ -778,9 +798,10 @@ static void ctx_missed(int dev, int never)
 {
     if (never)
         __atomic_store_n(&ctx_misses[dev], CTX_TRIES, __ATOMIC_RELAXED);
-    if (__atomic_add_fetch(&ctx_misses[dev], 1, __ATOMIC_RELAXED) < CTX_TRIES)
+    if (__atomic_add_fetch(&ctx_misses[dev], 1, __ATOMIC_RELAXED) < CTX_TRIES) {
         __atomic_store_n(&ctx_next_ns[dev], 0, __ATOMIC_RELAXED);
-    else
+        __atomic_store_n(&ctx_hold_until[dev], ct_now_ns() + CTX_HOLD_NS, __ATOMIC_RELEASE);
+    } else
         __atomic_store_n(&ctx_hold_until[dev], 0, __ATOMIC_RELEASE);
 }
 
@@ -795,8 +816,8 @@ void ct_budget_context(int dev)
         return;
     }
     int first = ctx_unknown(dev), exact = 0;
-    if (first) /* hold new allocations back (NVML's start-up included) */
-        __atomic_store_n(&ctx_hold_until[dev], now + CTX_HOLD_NS, __ATOMIC_RELEASE);
+    if (first) /* hold new allocations back while it measures (NVML's start-up included) */
+        __atomic_store_n(&ctx_hold_until[dev], now + CTX_MEASURE_NS, __ATOMIC_RELEASE);
     pthread_once(&ctx_once, ctx_init);
     if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE)) { /* no NVML: nothing to count */
         ctx_missed(dev, 1);

@@ -5,6 +5,7 @@ processes one after another, fork children, exec'd images, threads under a budge
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -185,6 +186,23 @@ def test_threads_under_a_budget_count_the_context_once(ct, sim, mode):
     r, hwm = _run(
         ct, sim, cmd, "-q", "--budget", "40MiB", *agg, ctx_bytes=8 * MiB, call_delay_us=300
     )
+    led = json.loads((r.out / "run.json").read_text())["ledger_final"]["devices"]
+    assert hwm <= 40 * MiB, hwm
+    assert max(d["peak"] for d in led) <= 40 * MiB, led
+
+
+def test_a_slow_nvml_start_holds_allocations_until_the_context_counts(ct, sim):
+    # NVML's first answers take seconds on a machine without persistence mode (and the thread
+    # that measures gets little CPU on a loaded one). Allocations wait for the first figure as long
+    # as it is being read: a fixed hold of 1 s let 16 threads fill the 40 MiB budget before the
+    # 8 MiB context counted, and the device held 48 MiB.
+    hammer = [sim.progs["budget_hammer"], "16", "400", "4m"]
+    r, hwm = _run(
+        ct, sim, hammer, "-q", "--budget", "40MiB", ctx_bytes=8 * MiB, nvml_procs_ms=2500,
+        call_delay_us=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert int(re.search(r"oom (\d+)", r.stdout).group(1)) > 0, r.stdout  # the budget was met
     led = json.loads((r.out / "run.json").read_text())["ledger_final"]["devices"]
     assert hwm <= 40 * MiB, hwm
     assert max(d["peak"] for d in led) <= 40 * MiB, led
