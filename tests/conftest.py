@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,26 @@ def pytest_addoption(parser):
         "(also CUDATRACE_UPDATE_DOCS=1; tests/unit/test_settings_docs.py, "
         "support/docs_examples.py).",
     )
+
+
+_PYCACHE: Path | None = None  # the folder this run's bytecode went to, made here (the controller)
+
+
+def pytest_configure(config):
+    # With PYTHONDONTWRITEBYTECODE set (as on many CI images, this one's included) every Python
+    # the tests start compiled cudatrace again: ~0.1 s of CPU for each of ~900 starts. The run's
+    # processes (xdist's workers, every `python -m cudatrace`) keep their bytecode in one folder
+    # of this run instead, never in the tree; the folder goes with the run.
+    global _PYCACHE
+    if os.environ.get("PYTHONDONTWRITEBYTECODE") and not os.environ.get("PYTHONPYCACHEPREFIX"):
+        _PYCACHE = Path(tempfile.mkdtemp(prefix="cudatrace-tests-pycache-"))
+        del os.environ["PYTHONDONTWRITEBYTECODE"]
+        os.environ["PYTHONPYCACHEPREFIX"] = str(_PYCACHE)
+
+
+def pytest_unconfigure(config):
+    if _PYCACHE is not None:
+        shutil.rmtree(_PYCACHE, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
