@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 # Bumped whenever the meaning of cached entries changes.
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: names of functions without a linkage name carry their scopes
 
 # One frame as cached: (function or None, file or None, line or None, inlined). A plain alias
 # (no unions evaluated at run time: Python 3.9 is supported).

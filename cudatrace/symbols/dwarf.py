@@ -25,9 +25,16 @@ from .dies import (
     AT_SPECIFICATION,
     AT_STMT_LIST,
     AT_STR_OFFSETS_BASE,
+    TAG_CLASS_TYPE,
+    TAG_NAMESPACE,
     TAG_PARTIAL_UNIT,
+    TAG_STRUCTURE_TYPE,
+    TAG_SUBPROGRAM,
+    TAG_UNION_TYPE,
     Abbrev,
     AbbrevTable,
+    reader,
+    walk,
 )
 from .dwarf_forms import (
     ADDRX_FORMS,
@@ -55,6 +62,11 @@ from .dwarf_forms import (
 )
 from .elf import Elf
 
+# what a function's name is qualified by (Dwarf.scope_prefix), and the functions
+_SCOPE_TAGS = frozenset(
+    (TAG_NAMESPACE, TAG_CLASS_TYPE, TAG_STRUCTURE_TYPE, TAG_UNION_TYPE, TAG_SUBPROGRAM)
+)
+
 # What a damaged unit raises while being decoded.
 DECODE_ERRORS = (IndexError, KeyError, struct.error, ValueError, DwarfError)
 
@@ -66,7 +78,7 @@ Aranges = tuple[list[int], list[int], list[int], set[int]]
 class CU:
     """One compilation unit: its header, its top DIE's attributes, and what is decoded lazily
     (files: lines.FileTable, subprogs: inlines' sorted arrays, top_ranges: pairs or a pending
-    ("ranges", form, value) reference)."""
+    ("ranges", form, value) reference, scopes: Dwarf.scope_prefix's map)."""
 
     __slots__ = (
         "off",
@@ -89,6 +101,7 @@ class CU:
         "files",
         "subprogs",
         "top_ranges",
+        "scopes",
         "tag",
     )
     off: int
@@ -111,6 +124,7 @@ class CU:
     files: Any
     subprogs: tuple[list[int], list[int], list[int]] | None
     top_ranges: list[tuple[int, int]] | tuple[Any, ...] | None
+    scopes: dict[int, str] | None
     tag: int
 
 
@@ -214,6 +228,7 @@ class Dwarf:
         cu.files = None
         cu.subprogs = None
         cu.top_ranges = None
+        cu.scopes = None
         cu.low = 0
         cu.comp_dir = None
         cu.name = None
@@ -550,5 +565,39 @@ class Dwarf:
                     if name:
                         return name
         if name is None and AT_NAME in attrs:
-            return self.attr_str(cu, *attrs[AT_NAME])
+            bare = self.attr_str(cu, *attrs[AT_NAME])
+            return self.scope_prefix(cu, ref) + bare if bare else bare
         return name
+
+    def scope_prefix(self, cu: CU, ref: int) -> str:
+        """ "a::(anonymous namespace)::C::" for a function declared inside namespaces and classes
+        of cu, "" at the top: a name without a linkage name (a function of internal linkage
+        that GCC inlined everywhere) is then written as the demangler writes the others."""
+        if cu.scopes is None:
+            cu.scopes = {}
+            self._find_scopes(cu, cu.scopes)
+        return cu.scopes.get(ref, "")
+
+    def _find_scopes(self, cu: CU, out: dict[int, str]) -> None:
+        d = self.info
+
+        def visit(ab: Abbrev, r: tuple[Any, ...], start: int, ctx: str) -> str | None:
+            if ab.tag == TAG_SUBPROGRAM:
+                if ctx:
+                    out[start] = ctx
+                return None  # what a function declares inside it is not looked for
+            _code, p = uleb(d, start)
+            attrs, _ = self.read_attrs(cu, ab, p)
+            name = self.attr_str(cu, *attrs[AT_NAME]) if AT_NAME in attrs else None
+            if not name:
+                return ctx + "(anonymous namespace)::" if ab.tag == TAG_NAMESPACE else ctx
+            return ctx + name + "::"
+
+        code, p = uleb(d, cu.die_off)
+        if not code:
+            return
+        ab = reader(cu, code)
+        assert ab.fn is not None  # reader() sets it
+        r = ab.fn(d, p, cu.off)
+        if ab.children:
+            walk(d, cu, r[0], visit, _SCOPE_TAGS, "")

@@ -712,3 +712,36 @@ def test_system_libc_lines_and_inlining_match_addr2line():
         assert ours == theirs[o], hex(o)
         resolved += ours[0] is not None
     assert resolved > len(offsets) // 2
+
+
+SCOPED_PROG = r"""
+#include <cstdlib>
+namespace outer {
+namespace {
+__attribute__((noinline)) void *sink(size_t n) { return malloc(n); }
+inline void *grow(size_t n) { return sink(n * 2); }
+}  // namespace
+struct Pool {
+    static void *take(size_t n) { return grow(n + 1); }
+};
+}  // namespace outer
+static void *local_helper(size_t n) { return outer::Pool::take(n); }
+int main(int argc, char **) { return local_helper((size_t)argc) != nullptr; }
+"""
+
+
+def test_inlined_function_without_linkage_name_keeps_its_scopes(tmp_path):
+    # GCC gives a function of internal linkage that it inlined everywhere no linkage name: its
+    # name is qualified from the namespaces around its DIE, as the demangler writes the others
+    assert shutil.which("g++"), "g++ is needed for the C++ test"
+    _src, exe = build(tmp_path, "scoped", SCOPED_PROG, compiler="g++", flags=["-O2", "-g"],
+                      suffix=".cc")  # fmt: skip
+    text = subprocess.run(["nm", "-C", str(exe)], capture_output=True, text=True).stdout
+    main = next(int(ln.split()[0], 16) for ln in text.splitlines() if ln.endswith(" main"))
+    sym = Symbolizer(cache_dir=None, debug_dirs=())
+    got = sym.symbolize(ModuleRef(str(exe), build_id(exe), 0), list(range(main, main + 64)))
+    chains = {tuple(f.function for f in frames) for frames in got.values() if frames}
+    want = ("outer::(anonymous namespace)::grow", "outer::Pool::take(unsigned long)",
+            "local_helper", "main")  # fmt: skip
+    assert want in chains, chains
+    assert not any("grow" in chain for chain in chains), chains  # never the bare name
