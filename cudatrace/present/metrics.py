@@ -389,7 +389,17 @@ def serve(host: str, port: int, collector: Collector, ready: Callable[[str], Non
 
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
-    start_http_server(port, addr=host, registry=reg)
-    ready(f"http://{host if ':' not in host else '[' + host + ']'}:{port}/metrics")
-    while True:
-        time.sleep(3600)
+    started = start_http_server(port, addr=host, registry=reg)  # (server, thread) from 0.17
+    try:
+        ready(f"http://{host if ':' not in host else '[' + host + ']'}:{port}/metrics")
+        while True:
+            time.sleep(3600)
+    finally:
+        # the server stops before the interpreter ends: a scrape's thread left running through
+        # the interpreter's finalization can hold the exit up
+        if isinstance(started, tuple):
+            server, thread = started
+            if thread.is_alive():
+                server.shutdown()
+            server.server_close()
+            thread.join(5)
