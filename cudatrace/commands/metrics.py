@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CudatraceError, OptionError
+from ..stopping import stop_on_signals
 from .params import ledger_dir_option
 
 if TYPE_CHECKING:
@@ -71,12 +72,13 @@ def metrics(listen: str, traces: tuple[Path, ...], top: int, trace_interval: flo
     if cache is not None:
         cache.start()
     try:
-        serve(
-            host,
-            port,
-            Collector(status_with_unfenced, cache, _gpus()),
-            lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
-        )
+        with stop_on_signals():
+            serve(
+                host,
+                port,
+                Collector(status_with_unfenced, cache, _gpus()),
+                lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
+            )
     except OSError as e:
         raise CudatraceError(f"cannot listen on {listen}: {e.strerror or e}") from None
     except KeyboardInterrupt:

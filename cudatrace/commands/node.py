@@ -9,6 +9,7 @@ import socket
 import click
 
 from ..errors import CudatraceError
+from ..stopping import stop_on_signals
 from .node_options import KubeAccess, NodeSetup
 
 
@@ -76,12 +77,13 @@ def node(
     agent = Agent(cfg)
     agent.prepare()
     try:
-        serve(
-            agent,
-            host,
-            port,
-            lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
-        )
+        with stop_on_signals():
+            serve(
+                agent,
+                host,
+                port,
+                lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
+            )
     except OSError as e:
         raise CudatraceError(f"cannot listen on {listen}: {e.strerror or e}") from None
     except KeyboardInterrupt:

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import CudatraceError
+from ..stopping import stop_on_signals
 
 
 @click.command()
@@ -98,7 +99,8 @@ def webhook(
         raise CudatraceError(f"cannot serve on {listen}: {e.strerror or e}") from None
     say(f"serving https://{listen}/mutate; pods mount {cfg.shim_dir}")
     try:
-        httpd.serve_forever()
+        with stop_on_signals():
+            httpd.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:

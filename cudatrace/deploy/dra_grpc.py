@@ -219,6 +219,7 @@ def serve(plugin: Plugin, resync: float, ready: Callable[[str], None]) -> None:
     server = Server(plugin, plugin.say)
     stop = threading.Event()
     old = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited ignored
     try:
         server.start()
         ready(f"serving {plugin.cfg.driver} on {plugin.cfg.socket}")
@@ -234,6 +235,7 @@ def serve(plugin: Plugin, resync: float, ready: Callable[[str], None]) -> None:
     finally:
         server.stop()
         signal.signal(signal.SIGTERM, old)
+        signal.signal(signal.SIGINT, old_int)
 
 
 class Client:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -304,3 +305,22 @@ def test_a_killed_environment_traced_run_drops_out(ct, sim, tmp_path):
         for q in procs:
             q.kill()
             q.wait()
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_the_server_stops_on_a_signal_it_inherited_ignored(ct, sim, procs, sig):
+    # a shell starts a background job with SIGINT ignored, and that is inherited: the server
+    # takes both signals itself, stops and exits 0
+    port = _free_port()
+
+    def ignore():
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+
+    env = ct.env()
+    p = procs.start([sys.executable, "-m", "cudatrace", "metrics", "--listen", f"127.0.0.1:{port}"],
+                    env, preexec_fn=ignore, stderr=subprocess.PIPE)  # fmt: skip
+    _wait(lambda: _get(f"http://127.0.0.1:{port}/metrics"), 30, "the metrics server")
+    p.send_signal(getattr(signal, sig))
+    _, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
