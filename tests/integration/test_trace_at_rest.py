@@ -119,6 +119,7 @@ def test_threads_writing_while_the_program_exits(ct, sim, tmp_path):
         ["cc", "-O2", "-pthread", "-o", str(exe), str(src), f"-L{sim.lib}", "-lcuda"], check=True
     )
     env = ct.env()
+    cut = 0
     for i in range(12):
         d = tmp_path / f"run{i}"
         d.mkdir()
@@ -129,4 +130,21 @@ def test_threads_writing_while_the_program_exits(ct, sim, tmp_path):
         assert time.monotonic() - t0 < 30
         t = read_trace(_one(d))
         assert t.status == "complete" and t.bad_events == 0, (i, t.describe())
-        assert t.size_bytes % CHUNK != 0 or t.size_bytes < CHUNK
+        if t.size_bytes % CHUNK != 0 or t.size_bytes < CHUNK:
+            cut += 1
+        else:  # a writer stopped inside a reservation (a loaded machine): the file keeps its
+            # size and what follows END is given back (writer.c cut_at_end): the tail is a hole
+            assert _data_end(_one(d)) < t.size_bytes, (i, t.size_bytes)
+    assert cut >= 9, cut  # most runs have no writer stopped inside a reservation at the end
+
+
+def _data_end(path) -> int:
+    """Where the file's last data ends (holes are not data)."""
+    with open(path, "rb") as f:
+        fd, end, p = f.fileno(), 0, 0
+        while True:
+            try:
+                p = os.lseek(fd, p, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data after p
+                return end
+            p = end = os.lseek(fd, p, os.SEEK_HOLE)
