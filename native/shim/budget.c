@@ -806,6 +806,8 @@ static void ctx_missed(int dev, int never)
         __atomic_store_n(&ctx_hold_until[dev], 0, __ATOMIC_RELEASE);
 }
 
+static void ctx_take(int dev, int first);
+
 void ct_budget_context(int dev)
 {
     if (!ct_budget_ledger || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
@@ -816,9 +818,36 @@ void ct_budget_context(int dev)
         ctx_hold(dev); /* another thread measures (or has): the first time, wait for it */
         return;
     }
-    int first = ctx_unknown(dev), exact = 0;
-    if (first) /* hold new allocations back while it measures (NVML's start-up included) */
-        __atomic_store_n(&ctx_hold_until[dev], now + CTX_MEASURE_NS, __ATOMIC_RELEASE);
+    int first = ctx_unknown(dev);
+    if (!first) {
+        ctx_take(dev, 0);
+        return;
+    }
+    /* hold new allocations back while it measures (NVML's start-up included), and frees */
+    __atomic_store_n(&ctx_hold_until[dev], now + CTX_MEASURE_NS, __ATOMIC_RELEASE);
+    __atomic_add_fetch(&ct_budget_ctx_first, 1, __ATOMIC_ACQ_REL);
+    ctx_take(dev, 1);
+    __atomic_sub_fetch(&ct_budget_ctx_first, 1, __ATOMIC_ACQ_REL);
+}
+
+/* Frees wait while a device's first figure is read: a free the device has taken back and the
+ * ledger not yet makes the reading low, and threads that free without pause (not held, as
+ * allocations are) kept every reading of a loaded machine inexact: the first figure came out
+ * 0 or 1 MiB of an 8 MiB context, and 40 MiB budgets reached 47-48 MiB. */
+uint32_t ct_budget_ctx_first;
+
+void ct_budget_free_wait(void)
+{
+    unsigned waits = 0;
+    uint64_t until = ct_now_ns() + CTX_MEASURE_NS;
+    while (__atomic_load_n(&ct_budget_ctx_first, __ATOMIC_ACQUIRE) && ct_now_ns() < until)
+        ctx_pause(&waits);
+}
+
+/* a measurement of dev's context (first: the one the budget starts from) */
+static void ctx_take(int dev, int first)
+{
+    int exact = 0;
     pthread_once(&ctx_once, ctx_init);
     if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE)) { /* no NVML: nothing to count */
         ctx_missed(dev, 1);
@@ -901,6 +930,7 @@ static void ctx_forget(void)
 /* a child has no context of its own yet */
 static void ctx_atfork_child(void)
 {
+    ct_budget_ctx_first = 0;
     ct_budget_inflight = 0; /* the parent's other threads' calls are not the child's */
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
         ctx_known[d] = 0;

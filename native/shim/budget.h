@@ -93,6 +93,9 @@ static inline void ct_budget_call_begins(uint64_t reserved)
     __atomic_add_fetch(&ct_budget_reserved, reserved, __ATOMIC_ACQ_REL);
     __atomic_add_fetch(&ct_budget_inflight, 1, __ATOMIC_ACQ_REL);
 }
+/* nonzero while a device's first context figure is read: frees wait for it (budget.c) */
+extern CT_HIDDEN uint32_t ct_budget_ctx_first;
+void ct_budget_free_wait(void);
 static inline void ct_budget_call_ends(void)
 {
     __atomic_sub_fetch(&ct_budget_inflight, 1, __ATOMIC_ACQ_REL);

@@ -824,6 +824,8 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         if ((OP) == CT_OP_FREE && ct_cfg.mode == CT_MODE_AGGREGATE)                                \
             ct_agg_freeing(SPACE, (uint64_t)(ADDR));  /* the same, for --aggregate's own peak */   \
         if ((OP) == CT_OP_FREE && ct_budget_ledger) { /* until the ledger gives the bytes back */  \
+            if (__builtin_expect(__atomic_load_n(&ct_budget_ctx_first, __ATOMIC_ACQUIRE), 0))      \
+                ct_budget_free_wait();                                                             \
             c.inflight = 1;                                                                        \
             ct_budget_call_begins(0);                                                              \
         }                                                                                          \
