@@ -774,13 +774,19 @@ static void ctx_pause(unsigned *waits)
     nanosleep(&ts, NULL);
 }
 
-/* before dev's first figure: an allocation waits for it, until ctx_hold_until */
+/* before dev's first figure: an allocation waits for it, until ctx_hold_until. Until 0 while
+ * the figure is unknown: the thread that claimed the measurement has not set it yet (a thread
+ * preempted there let 16 others allocate past the hold, and 40 MiB reach 48) */
 static void ctx_hold(int dev)
 {
     unsigned waits = 0;
-    while (ctx_unknown(dev) &&
-           ct_now_ns() < __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE))
+    uint64_t limit = ct_now_ns() + CTX_MEASURE_NS;
+    while (ctx_unknown(dev)) {
+        uint64_t until = __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE), now = ct_now_ns();
+        if ((until && now >= until) || now >= limit)
+            return;
         ctx_pause(&waits);
+    }
 }
 
 /* the measuring thread, the first time: let the budgeted calls under way end */
