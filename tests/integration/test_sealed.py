@@ -107,7 +107,10 @@ def test_sealed_while_running_and_sigkill_loses_nothing(ct, sim):
     assert t.n_events > 5 * 2 * 2**20 / 8  # > 5 chunks of events, all read back
     # every chunk but the header's is in the sidecar now (the process is gone), the last one
     # (cut to its records) included, and the header says so
+    # (killed just after it began a chunk, before a record there, the writer leaves that chunk
+    # empty: it is sealed too, and the file cut to its records ends before it)
     chunks = {c for c, _ in _entries(side)}
     n = -(-trace.stat().st_size // (2 * 2**20))
-    assert chunks == set(range(1, n))
-    assert int.from_bytes(trace.read_bytes()[off : off + 4], "little") == n
+    empty = chunks - set(range(1, n))
+    assert set(range(1, n)) <= chunks and empty <= {n}, (chunks, n)
+    assert int.from_bytes(trace.read_bytes()[off : off + 4], "little") == n + len(empty)
