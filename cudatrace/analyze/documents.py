@@ -58,13 +58,14 @@ class ReportFrame(TypedDict):
     python: bool
 
 
-class _ReportSiteRequired(TypedDict):
+class _SiteCore(TypedDict):
+    """What every kind of site (live, failed, denied) says of itself."""
+
     rank: int
     label: str
     key: str
     bytes: int
     count: int
-    share: float
     api: list[str]
     api_counts: dict[str, int]
     sizes: ReportSizes
@@ -75,6 +76,10 @@ class _ReportSiteRequired(TypedDict):
     frames: list[ReportFrame]
     context: list[ReportFrame]
     via: list[ReportFrame]
+
+
+class _ReportSiteRequired(_SiteCore):
+    share: float
 
 
 class ReportSite(_ReportSiteRequired, total=False):
@@ -95,47 +100,17 @@ class ReportFailedError(TypedDict):
     count: int
 
 
-class _ReportFailedRequired(TypedDict):
-    rank: int
-    label: str
-    key: str
-    bytes: int
-    count: int
-    api: list[str]
-    sizes: ReportSizes
-    pids: list[int]
-    devices: list[int]
-    first_time: float | None
-    frames: list[ReportFrame]
-    via: list[ReportFrame]
+class _ReportFailedRequired(_SiteCore):
     errors: list[ReportFailedError]
-    api_counts: dict[str, int]
-    context: list[ReportFrame]
-    last_time: float | None
 
 
 class ReportFailed(_ReportFailedRequired, total=False):
     device_labels: list[str]
 
 
-class _ReportDeniedRequired(TypedDict):
-    rank: int
-    label: str
-    key: str
-    bytes: int
-    count: int
-    api: list[str]
-    sizes: ReportSizes
-    pids: list[int]
-    devices: list[int]
-    first_time: float | None
-    frames: list[ReportFrame]
-    via: list[ReportFrame]
+class _ReportDeniedRequired(_SiteCore):
     limit: int | None
     in_use: int | None
-    api_counts: dict[str, int]
-    context: list[ReportFrame]
-    last_time: float | None
 
 
 class ReportDenied(_ReportDeniedRequired, total=False):
