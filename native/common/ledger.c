@@ -1329,6 +1329,12 @@ static int32_t check_dir(const char *dir, int32_t create, int shared_ok, int *so
 
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen)
 {
+    return ct_ledger_dir_at(getenv("CUDATRACE_LEDGER_DIR"), buf, len, create, err, errlen);
+}
+
+int32_t ct_ledger_dir_at(const char *env, char *buf, uint64_t len, int32_t create, char *err,
+                         uint64_t errlen)
+{
     if (!buf || len == 0)
         return CT_LEDGER_EINVAL;
     buf[0] = 0;
@@ -1338,8 +1344,11 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
     unsigned uid = (unsigned)geteuid();
     char cand[3][PATH_MAX];
     int ncand = 0;
-    const char *env = getenv("CUDATRACE_LEDGER_DIR");
     int chosen = env && *env; /* a directory named by the user is never replaced */
+    if (chosen && strlen(env) >= PATH_MAX) {
+        set_err(err, errlen, "ledger directory %.60s... is longer than a path may be", env);
+        return CT_LEDGER_EINVAL;
+    }
     if (chosen) {
         snprintf(cand[ncand++], PATH_MAX, "%s", env);
     } else {

@@ -262,6 +262,10 @@ uint64_t ct_ledger_proc_start_ticks(int32_t pid);
  * ledgers are mode 0666 (0660) and may be owned by any user (docs/budgets.md). CT_LEDGER_ENOENT (path still in buf) when it
  * does not exist and create == 0. */
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen);
+/* The same with the named directory given (NULL: the defaults), not read from the environment:
+ * the preload library's, whose directory a sealed fence record may name (docs/budgets.md). */
+int32_t ct_ledger_dir_at(const char *named, char *buf, uint64_t len, int32_t create, char *err,
+                         uint64_t errlen);
 /* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' or '-'. Returns as ct_ledger_dir. */
 int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
                              char *err, uint64_t errlen);

@@ -40,6 +40,7 @@ LEAVES = {
     "native_types",
     "record_types",
     "frameworks",
+    "fence_record",
 }
 MAX_LINES = 900
 
