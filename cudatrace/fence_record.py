@@ -17,6 +17,7 @@ library's rules.
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
@@ -99,6 +100,17 @@ def jobs_dir() -> str:
 def shared_mark() -> str:
     """The file root puts in a shared ledger directory it made (CT_FENCE_SHARED_MARK)."""
     return str(constant("CT_FENCE_SHARED_MARK"))
+
+
+def markdown_table() -> str:
+    """The record's fields (docs/budgets.md, "The sealed fence"): key, the environment
+    contract's variable naming the same thing, meaning."""
+    rows = ["| key | in the environment contract | meaning |", "|---|---|---|"]
+    for f in declared().values():
+        var = f"`{settings.declared()[f.setting].name}`" if f.setting else "(the record's alone)"
+        meaning = f.meaning.replace("|", "\\|")
+        rows.append(f"| `{f.key}` | {var} | {meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 # ---- the record ------------------------------------------------------------------------------
@@ -339,6 +351,30 @@ def limit(rec: FenceRecord) -> int:
     return min((int(x) for x in lim if x), default=0)
 
 
+def shared_dir_problem(directory: str) -> str | None:
+    """Why a ledger directory cannot be used under the environment contract (the preload
+    library's rule, native/shim/budget.c): a shared one (sticky, writable by others) that root
+    did not make for ledgers (no root's shared_mark() in it). None: it can."""
+    try:
+        st = os.lstat(directory)
+    except OSError:
+        return None  # the ledger says what is wrong with a missing one
+    if not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX and st.st_mode & 0o022):
+        return None
+    try:
+        mark = os.lstat(os.path.join(directory, shared_mark()))
+        if stat.S_ISREG(mark.st_mode) and mark.st_uid == 0:
+            return None
+    except OSError:
+        pass
+    return (
+        f"ledger directory {directory} is a shared one (sticky, writable by others) that root "
+        f"did not make for ledgers (no root's {shared_mark()} in it); use a directory of your "
+        f'own (mode 0700), or, as root, touch DIR/{shared_mark()} (docs/budgets.md, "Shared '
+        'ledger directories")'
+    )
+
+
 # ---- the record of this process: where the preload library looks (native/shim/fence.c) ------
 
 
@@ -401,12 +437,16 @@ def read(p: str) -> Found | None:
     except NotADirectoryError:
         return None
     except OSError as e:
-        why = "is reached through a symbolic link" if e.errno == 40 else f"cannot be read: {e}"
-        return Found(p, None, f"the fence record {p} {why}")
+        said = (
+            "is reached through a symbolic link"
+            if e.errno == errno.ELOOP
+            else f"cannot be read: {e}"
+        )
+        return Found(p, None, f"the fence record {p} {said}")
     try:
         st = os.fstat(fd)
         ro = bool(os.fstatvfs(fd).f_flag & os.ST_RDONLY)
-        why = None
+        why: str | None = None
         if not stat.S_ISREG(st.st_mode):
             why = "is not a regular file"
         elif not _roots(st) or st.st_mode & 0o022:

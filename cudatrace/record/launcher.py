@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Optional, cast
 
-from .. import __version__, native, settings, tracedir
+from .. import __version__, fence_record, native, settings, tracedir
 from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
 from ..procfs import tree_pids
 from ..units import format_bytes, shell_quote
@@ -508,7 +508,7 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     """CMD's environment: the preload library and the settings it reads (CUDATRACE_*)."""
     env = dict(os.environ)
     env.update(opts.extra_env)
-    env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
+    env["LD_PRELOAD"] = fence_record.preload(str(shim), env.get("LD_PRELOAD", ""))
     env.pop(settings.name("DIR"), None)
     if out is not None:
         env.update(settings.environment(DIR=out))
@@ -549,7 +549,7 @@ def _join_budget(
     an integration's fence (the environment names a group) the fence's; (None, None) without."""
     from . import fence
 
-    outer = fence.env_fence(env)
+    outer = fence.outer_fence(env)
     if outer is not None:
         return _nested_budget(opts, env, outer)
     if opts.budget is None and opts.group is None:
@@ -558,6 +558,9 @@ def _join_budget(
     from . import budget as budget_mod
     from .ledger import LedgerError
 
+    problem = fence_record.shared_dir_problem(settings.value("LEDGER_DIR", env) or "")
+    if problem:
+        raise LaunchError(f"budget: {problem}")
     try:
         ledger, budget_info = budget_mod.setup_ledger(
             opts.budget,
@@ -602,18 +605,22 @@ def _nested_budget(
     from . import budget as budget_mod
     from . import fence
 
-    info, note = dict(outer), None
+    info, note = {k: v for k, v in outer.items() if k != "record"}, None
+    if outer["source"] == "sealed":
+        fence.sealed_env(env, outer, opts.on_exceed, opts.count_host)
+    if outer["group"] is None:  # a sealed record that cannot be used: the command is refused
+        return None, {**info, "spec": opts.budget, "on_exceed_run": opts.on_exceed}
     try:
         fence.check_group(outer, opts.group)
         if opts.budget is not None:
             limits = budget_mod.resolve_limits(budget_mod.parse_budget(opts.budget))
-            info, note = fence.nest(env, outer, limits, os.getpid())
+            info, note = fence.nest(env, info, limits, os.getpid())
     except budget_mod.BudgetError as e:
         raise LaunchError(f"budget: {e}", 2) from None
     if note:
         sys.stderr.write(f"cudatrace: note: {note}\n")
     info.update(spec=opts.budget, on_exceed_run=opts.on_exceed)
-    return fence.outer_ledger(outer["group"]), info
+    return fence.outer_ledger(outer["group"], outer.get("ledger_dir")), info
 
 
 def _finish(

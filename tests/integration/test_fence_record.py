@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -360,3 +361,31 @@ def test_the_job_of_the_cgroup_wins_over_the_environment(box, jobs):
             if d == top:
                 break
             d.rmdir()
+
+
+# ---- cudatrace run inside a sealed fence --------------------------------------------------------
+
+
+def test_cudatrace_run_inside_a_sealed_fence_keeps_it_and_may_only_lower_it(box):
+    """`cudatrace run` by a user keeps the environment contract; inside a sealed fence the record
+    wins: its command counts in the fence's group (no ledger of the run's own), --budget lowers
+    it, a larger one is bounded by the fence, --group is refused; nothing is ignored."""
+    repo = Path(__file__).resolve().parents[2]
+    fence = box["record"](team(box))
+    run = [sys.executable, "-m", "cudatrace", "run", "-q", "--no-trace"]
+    # the launcher preloads the checkout's library: the same one (two copies would both fence)
+    env = {"PYTHONPATH": str(repo), "LD_PRELOAD": str(native.shim_path())}
+    r = box["run"]([*run, "--budget", "500MiB", "--", *hold(box, 3, "400m")], fence=fence,
+                   user=None, env_add=env)  # fmt: skip
+    assert allocs(r.stdout) == ["0", "2", "2"], (r.stdout, r.stderr)
+    assert "budget 500.00 MiB (share of cudatrace run" in r.stderr, r.stderr
+    assert not sealed_lines(r.stderr), r.stderr
+    r = box["run"]([*run, "--budget", "8GiB", "--", *hold(box, 3, "400m")], fence=fence,
+                   user=None, env_add=env)  # fmt: skip
+    assert allocs(r.stdout) == ["0", "0", "2"], (r.stdout, r.stderr)
+    assert "is above its fence's share" in r.stderr and not sealed_lines(r.stderr), r.stderr
+    assert not list(box["ledgers"].glob("@run-*"))  # the run made no ledger of its own
+    r = box["run"]([*run, "--group", "mine", "--budget", "8GiB", "--", *hold(box, 1, "1m")],
+                   fence=fence, user=None, env_add=env)  # fmt: skip
+    assert r.returncode != 0 and "inside the fence of group team-a" in r.stderr, r.stderr
+    assert "the sealed fence record /etc/cudatrace/fence" in r.stderr, r.stderr

@@ -13,6 +13,31 @@ import pytest
 from cudatrace import fence_record, settings
 from cudatrace.fence_record import FenceRecord, FenceRecordError
 from support.fence_cases import MALFORMED
+from support.paths import REPO
+
+BEGIN = (
+    "<!-- BEGIN generated from native/include/fence.def: "
+    "pytest tests/unit/test_fence_render.py --update-docs -->"
+)
+END = "<!-- END generated -->"
+
+
+def test_budgets_page_lists_the_records_fields(request):
+    """docs/budgets.md's table of the record's fields is written from fence.def."""
+    path = REPO / "docs" / "budgets.md"
+    text = path.read_text()
+    start = text.find(BEGIN)
+    end = text.find(END, start)
+    assert start >= 0 and end > start, "the markers of the fields' table are missing"
+    start += len(BEGIN) + 1
+    want = "\n" + fence_record.markdown_table() + "\n"
+    if request.config.getoption("--update-docs") or settings.value("UPDATE_DOCS"):
+        path.write_text(text[:start] + want + text[end:])
+        return
+    assert text[start:end] == want, (
+        "docs/budgets.md is stale against native/include/fence.def: "
+        "pytest tests/unit/test_fence_render.py --update-docs"
+    )
 
 GiB = 1 << 30
 
