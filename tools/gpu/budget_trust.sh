@@ -12,6 +12,12 @@
 #   one grammar: CUDATRACE_BUDGET=1.5GiB is taken (mem_get_info's total is 1.5 GiB);
 #   a job's fence: `cudatrace run` in a share of 2 GiB reports "share of ...", the device's real
 #     size, and is no member itself.
+#   the sealed fence (as root; docs/budgets.md, "The sealed fence"), in a private mount
+#     namespace where /etc and /run are overlays: a container's record at /etc/cudatrace/fence
+#     (mounted read-only) holds a process to 2 GiB whatever CUDATRACE_BUDGET=64GiB it sets
+#     (mem_get_info's total is 2 GiB, 3 GiB is an OOM, one line names what was ignored); a
+#     Slurm job's record /run/cudatrace/jobs/41 (its uid's) holds `export
+#     CUDATRACE_SHARE_BUDGET=64GiB` to the job's 2 GiB share; a damaged record refuses cuInit.
 # Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 2 minutes.
 set -u
 OUT=${1:?usage: budget_trust.sh OUTDIR}
@@ -142,6 +148,66 @@ grep -m1 "device used by everyone" "$OUT/job-report.txt" | grep -vq " of 2.00 Gi
     fail "device size: $(grep -m1 'device used' "$OUT/job-report.txt")"
 grep -q "mem_get_info total 2147483648 " "$OUT/job.out" && pass "the job's program sees its share: $(head -1 "$OUT/job.out")" ||
     fail "the program's mem_get_info: $(head -1 "$OUT/job.out")"
+
+# ---- the sealed fence: a record the process cannot write, the environment only lowers -----------
+if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null; then
+    fail "the sealed fence checks need root and unshare (private mount namespaces)"
+else
+    export SEALED="$OUT/sealed"
+    rm -rf "$SEALED"
+    mkdir -p "$SEALED/ns" "$SEALED/jobs" "$SEALED/ledgers"
+    chmod 1777 "$SEALED/ledgers"
+    rec() {  # rec FILE GROUP [KEY=VALUE...]: a record as cudatrace/fence_record.py renders it
+        python3 - "$@" <<'PY'
+import sys
+from cudatrace import fence_record as f
+import os
+path, group, *kv = sys.argv[1:]
+args = {"group": group, "ledger_dir": os.environ["SEALED"] + "/ledgers",
+        "budget": str(64 << 30), "on_fence_error": "refuse"}
+for item in kv:
+    k, v = item.split("=", 1)
+    args[k] = int(v) if k in ("share_budget", "uid") else v
+open(path, "w").write(f.render(f.FenceRecord(**args)).text)
+PY
+        chmod 644 "$1"
+    }
+    in_ns() {  # in_ns FENCE_FILE_OR_- JOBS_DIR_OR_- CMD...: /etc and /run private, the record bound
+        unshare --mount --propagation private sh -c '
+            set -e
+            w=$1; fence=$2; jobs=$3; shift 3
+            mount -t tmpfs -o mode=755 tmpfs "$w"
+            for d in etc run; do
+                mkdir -p "$w/$d/up" "$w/$d/work"
+                mount -t overlay overlay -o "lowerdir=/$d,upperdir=$w/$d/up,workdir=$w/$d/work" "/$d"
+            done
+            mkdir -p -m 755 /etc/cudatrace /run/cudatrace
+            if [ "$fence" != - ]; then
+                : >/etc/cudatrace/fence
+                mount --bind "$fence" /etc/cudatrace/fence
+                mount -o remount,bind,ro /etc/cudatrace/fence
+            fi
+            if [ "$jobs" != - ]; then mkdir -p /run/cudatrace/jobs; mount --bind "$jobs" /run/cudatrace/jobs; fi
+            exec "$@"' in_ns "$SEALED/ns" "$@"
+    }
+    rec "$SEALED/container" team budget=2147483648
+    in_ns "$SEALED/container" - env LD_PRELOAD="$SHIM" CUDATRACE_BUDGET=64GiB CUDATRACE_GROUP=mine \
+        CUDATRACE_LEDGER_DIR=/tmp python3 "$OUT/take.py" 3 >"$OUT/sealed-c.out" 2>"$OUT/sealed-c.err"
+    grep -q "mem_get_info total 2147483648 " "$OUT/sealed-c.out" && grep -q '^OOM' "$OUT/sealed-c.out" &&
+        grep -q "the sealed fence (/etc/cudatrace/fence) holds" "$OUT/sealed-c.err" &&
+        pass "a container's record holds CUDATRACE_BUDGET=64GiB to 2 GiB: $(grep -m1 'sealed fence' "$OUT/sealed-c.err" | head -c 300)" ||
+        fail "container record: $(cat "$OUT/sealed-c.out" "$OUT/sealed-c.err" | head -c 600)"
+    rec "$SEALED/jobs/41" slurm-gpu0 share=41 share_budget=2147483648 "share_label=slurm job 41" uid="$(id -u)"
+    in_ns - "$SEALED/jobs" env LD_PRELOAD="$SHIM" SLURM_JOB_ID=41 CUDATRACE_SHARE_BUDGET=64GiB \
+        python3 "$OUT/take.py" 3 >"$OUT/sealed-j.out" 2>"$OUT/sealed-j.err"
+    grep -q "mem_get_info total 2147483648 " "$OUT/sealed-j.out" && grep -q '^OOM' "$OUT/sealed-j.out" &&
+        grep -q "CUDATRACE_SHARE_BUDGET='64GiB' (not below the fence)" "$OUT/sealed-j.err" &&
+        pass "a Slurm job's record holds CUDATRACE_SHARE_BUDGET=64GiB to its 2 GiB share: $(grep -m1 'budget exceeded' "$OUT/sealed-j.err" | head -c 240)" ||
+        fail "job record: $(cat "$OUT/sealed-j.out" "$OUT/sealed-j.err" | head -c 600)"
+    printf 'cudatrace-fence 1\ngroup=team\nbudget=lots\nledger-dir=/x\n' >"$SEALED/damaged"
+    refused "damaged record" "budget='lots' is not a budget" in_ns "$SEALED/damaged" - \
+        env LD_PRELOAD="$SHIM" CUDATRACE_ON_FENCE_ERROR=warn
+fi
 
 echo "== $fails failed"
 [ $fails = 0 ]
