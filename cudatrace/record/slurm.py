@@ -211,16 +211,18 @@ def gpu_memory(index: int) -> int:
 
 
 def _root_dir(path: Path, mode: int) -> None:
-    """A directory of root's with this mode, its missing parents root's 0755; one that is a
-    link or another's is refused (it would let its owner replace what is written there)."""
-    for p in [*reversed(path.parents), path]:
+    """A directory of root's with this mode, its missing parents root's 0755. The directory
+    itself, when it is a link or another uid's (made by a user in a sticky /run/cudatrace
+    before any Prolog ran), is moved aside and made anew: its owner could replace what is
+    written there; a parent that is one is refused."""
+    for p in reversed(path.parents):
         if p.is_symlink():
             raise SlurmError(f"{p} is a symbolic link; refusing it")
         if not p.exists():
             p.mkdir(mode=0o755)
-    st = path.stat()
-    if st.st_uid != 0 and os.geteuid() == 0:
-        raise SlurmError(f"{path} is uid {st.st_uid}'s, not root's; remove it")
+    if path.is_symlink() or (path.exists() and path.stat().st_uid != os.geteuid()):
+        os.rename(path, path.with_name(f".gone-{path.name}-{os.getpid()}"))
+    path.mkdir(mode=0o755, exist_ok=True)
     os.chmod(path, mode)
 
 

@@ -635,3 +635,26 @@ def test_taskprolog_lines(monkeypatch):
     assert e["LD_PRELOAD"] == shim and "no fence record for job 7" in e["CUDATRACE_FENCE_ERROR"]
     assert lines[0].startswith("print cudatrace: no fence record for job 7")
     assert slurm.taskprolog({"SLURM_JOB_ID": "7"}, shim) == []
+
+
+def test_the_prologs_directories_are_roots(tmp_path):
+    """A directory a user made first (in a sticky /run/cudatrace, before any Prolog ran) is moved
+    aside and made anew, root's: its owner could have replaced the records written there. The
+    shared ledger directory is marked as made for ledgers."""
+    if os.geteuid() != 0:
+        pytest.fail("the Prolog runs as root: run as root (CI does)")
+    run = tmp_path / "run"
+    run.mkdir(mode=0o1777)
+    run.chmod(0o1777)
+    planted = run / "jobs"
+    planted.mkdir()
+    (planted / "41").write_text("a user's own record")
+    os.chown(planted, 65534, 65534)
+    slurm._root_dir(planted, 0o755)
+    st = planted.stat()
+    assert st.st_uid == 0 and st.st_mode & 0o7777 == 0o755 and not (planted / "41").exists()
+    assert [p.name for p in run.iterdir() if p.name.startswith(".gone-jobs-")]
+    slurm.ledger_dir_ready(str(run / "slurm"))
+    assert (run / "slurm").stat().st_mode & 0o7777 == 0o1777
+    mark = run / "slurm" / fence_record.shared_mark()
+    assert mark.is_file() and mark.stat().st_uid == 0
