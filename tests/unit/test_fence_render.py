@@ -39,6 +39,7 @@ def test_budgets_page_lists_the_records_fields(request):
         "pytest tests/unit/test_fence_render.py --update-docs"
     )
 
+
 GiB = 1 << 30
 
 
