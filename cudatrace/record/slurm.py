@@ -107,20 +107,20 @@ def _job_id(env: dict[str, str]) -> str:
 
 
 def job_gres(job: str) -> tuple[int, list[int] | None]:
-    """(shards, GPU indices) of a job on this node from `scontrol show job -d`, for a Prolog
-    whose environment does not say them (Slurm 22.05 gives a Prolog SLURM_JOB_GPUS only for
-    whole GPUs): `GRES=shard:2(0)` / `GRES=gpu:1(IDX:0)` per node, else TresPerNode."""
+    """(shards, GPU indices) of a job on this node from `scontrol show job -d`, for a Prolog:
+    Slurm 22.05 gives a Prolog SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES but no
+    SLURM_SHARDS_ON_NODE, and scontrol says `JOB_GRES=shard:2` and, per node,
+    `GRES=shard:2(IDX:0)` (a typed shard: `shard:TYPE:2`). The per-node item wins."""
     try:
         out = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True,
                              text=True, timeout=30).stdout  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return 0, None
-    m = re.search(r"\bGRES=[^\s]*?shard(?::\w+)?:(\d+)\(([^)]*)\)", out)
-    if m:
-        idx = re.findall(r"\d+", m.group(2).replace("IDX:", ""))
+    found = list(re.finditer(r"\bshard(?::[A-Za-z][\w.-]*)?[:=](\d+)(\(([^)]*)\))?", out))
+    for m in sorted(found, key=lambda m: m.group(2) is None):
+        idx = re.findall(r"\d+", (m.group(3) or "").replace("IDX:", ""))
         return int(m.group(1)), [int(idx[0])] if idx else None
-    m = re.search(r"TresPerNode=\S*?gres[:/]shard(?::\w+)?:(\d+)", out)
-    return (int(m.group(1)), None) if m else (0, None)
+    return 0, None
 
 
 def _uid(env: dict[str, str]) -> int:
@@ -135,7 +135,7 @@ def _uid(env: dict[str, str]) -> int:
 def _gpus_and_shards(env: dict[str, str], job: str) -> tuple[list[int] | None, int]:
     gpus = _gpu_indices(env)
     shards = _int_env(env, "SLURM_SHARDS_ON_NODE")
-    if not shards and not gpus:
+    if not shards:  # a Prolog's environment: the shards from Slurm itself
         shards, from_scontrol = job_gres(job)
         gpus = gpus or from_scontrol
     return gpus, shards

@@ -311,6 +311,7 @@ def test_a_claims_containers_cannot_raise_its_budget(node, podman, sim):  # noqa
     dra = client(node.kubelet / "plugins" / "gpu.cudatrace.dev" / "dra.sock")
     resp = dra.prepare([ClaimRef("ml", uid, name)])
     ids = list(resp.claims[uid].devices[0].cdi_device_ids)
+    node.state.chmod(0o666)  # the simulated GPU, for any uid in the container
     for user in ("65534:65534", "1000:1000"):
         devices = [a for i in ids for a in ("--device", i)]
         r = podman.run(*devices, "--user", user, podman.image, "sh", "-c",

@@ -145,19 +145,20 @@ def test_a_larger_budget_in_the_environment_is_ignored_with_a_line(box, user):
 def test_another_group_and_ledger_dir_are_ignored(box):
     """The group attack: CUDATRACE_GROUP=mine CUDATRACE_LEDGER_DIR=/tmp took 4 GiB of team-a's
     1 GiB (any sticky root's directory was a ledger directory)."""
+    mine = f"mine-{os.urandom(4).hex()}"
     r = box["run"](hold(box, 4, "1g"), fence=box["record"](team(box)),
-                   env_add={"CUDATRACE_GROUP": "mine", "CUDATRACE_LEDGER_DIR": "/tmp",
+                   env_add={"CUDATRACE_GROUP": mine, "CUDATRACE_LEDGER_DIR": "/tmp",
                             "CUDATRACE_BUDGET": "8GiB"})  # fmt: skip
     assert allocs(r.stdout) == ["0", "2", "2", "2"], (r.stdout, r.stderr)
     (line,) = sealed_lines(r.stderr)
     for said in (
-        "CUDATRACE_GROUP='mine'",
+        f"CUDATRACE_GROUP='{mine}'",
         "CUDATRACE_LEDGER_DIR='/tmp'",
         "CUDATRACE_BUDGET='8GiB'",
     ):
         assert said in line, line
     clean(line)
-    assert not Path("/tmp/mine.ledger").exists()
+    assert not Path(f"/tmp/{mine}.ledger").exists()
     assert (box["ledgers"] / "team-a.ledger").is_file()
 
 

@@ -117,8 +117,14 @@ def install(opt: Path, user: str) -> dict:
 
 def wrapper(base: Path, name: str, cudatrace: Path, shim: Path, ledgers: Path,
             which: str = "taskprolog") -> Path:  # fmt: skip
-    """contrib/slurm/<which>.sh with its settings filled in, as an operator edits it."""
+    """contrib/slurm/<which>.sh with its settings filled in, as an operator edits it. The
+    Prolog's also says where the simulated driver is: slurmd gives a Prolog an environment of
+    its own (NVML is in the system's library path on a real node)."""
     text = (REPO / f"contrib/slurm/{which}.sh").read_text()
+    if which == "prolog":
+        sim = simbuild.sim_env(base / "pub", state=base / "gpu", total_bytes=8 * GiB)
+        exports = "".join(f"export {k}={v}\n" for k, v in sim.items())
+        text = text.replace("\nCUDATRACE=", f"\n{exports}CUDATRACE=", 1)
     for key, value in (("CUDATRACE", cudatrace), ("SHIM", shim), ("SHARDS_PER_GPU", 8),
                        ("LEDGER_DIR", ledgers)):  # fmt: skip
         if f"\n{key}=" not in text:
@@ -493,6 +499,8 @@ def test_a_jobs_script_cannot_raise_its_share(cl):
     c = cl
     greedy = c.sbatch(USERS[0], "export CUDATRACE_SHARE_BUDGET=8589934592\n"
                       "export CUDATRACE_BUDGET=8589934592 CUDATRACE_ON_EXCEED=warn\n"
+                      # one long setting pushed the fence's out of the library's settings
+                      "export CUDATRACE_HINTS=/$(printf '%08189d' 0)\n"
                       f"exec {_hold(c)} --exit-after-ms 5000 4 1g\n", "--gres=shard:2")  # fmt: skip
     _wait(lambda: c.job_state(greedy) == "RUNNING", 60, "the greedy job to start")
     time.sleep(1.5)
@@ -514,7 +522,8 @@ def test_an_srun_step_cannot_move_its_group_or_clear_its_job(cl):
     """`srun` steps whose command names another group in /tmp, or clears SLURM_JOB_ID and every
     CUDATRACE_ variable: still the job's 2 GiB (the job's record is found without them)."""
     c = cl
-    job = c.sbatch(USERS[1], f"srun -n1 env CUDATRACE_GROUP=mine CUDATRACE_LEDGER_DIR=/tmp "
+    mine = f"mine-{os.urandom(4).hex()}"
+    job = c.sbatch(USERS[1], f"srun -n1 env CUDATRACE_GROUP={mine} CUDATRACE_LEDGER_DIR=/tmp "
                    f"{_hold(c)} --exit-after-ms 1 3 1g\n"
                    f"srun -n1 env -i LD_PRELOAD=$LD_PRELOAD LD_LIBRARY_PATH=$LD_LIBRARY_PATH "
                    f"CUDASIM_STATE=$CUDASIM_STATE {_hold(c)} --exit-after-ms 1 3 1g\n",
@@ -523,8 +532,8 @@ def test_an_srun_step_cannot_move_its_group_or_clear_its_job(cl):
     out = c.output(job)
     assert _results(out) == ["0", "0", "2"] * 2, out
     assert out.count(f"budget 2.00 GiB (share of slurm job {job}") == 2, out
-    assert "CUDATRACE_GROUP='mine', CUDATRACE_LEDGER_DIR='/tmp'" in out, out
-    assert not Path("/tmp/mine.ledger").exists()
+    assert f"CUDATRACE_GROUP='{mine}', CUDATRACE_LEDGER_DIR='/tmp'" in out, out
+    assert not Path(f"/tmp/{mine}.ledger").exists()
 
 
 def test_another_users_job_id_is_refused(cl):
@@ -593,8 +602,10 @@ def test_a_jobs_record(monkeypatch):
 
 def test_the_shards_of_a_prolog_without_them_in_its_environment(monkeypatch):
     """Slurm gives a Prolog no SLURM_SHARDS_ON_NODE: `scontrol show job -d` says them."""
-    shown = ("JobId=41 JobName=x\n   TresPerNode=gres:shard:2\n"
-             "     Nodes=gpu01 CPU_IDs=0 Mem=0 GRES=shard:2(0)\n")  # fmt: skip
+    shown = (
+        "JobId=41 JobName=x\n   JOB_GRES=shard:2\n"
+        "     Nodes=gpu01 CPU_IDs=0 Mem=0 GRES=shard:2(IDX:0)\n"
+    )  # as Slurm 22.05 says it
 
     class Done:
         stdout = shown

@@ -146,7 +146,8 @@ def as_kubelet_would(pod: dict, tmp_path) -> dict:
     """The patched pod as Podman can play it: the kubelet writes a downward API volume's files
     (the fence record: the pod's annotation) and mounts the subPath's file read-only; Podman
     4.3 has no downward API volumes, so the file is written here, root's 0644, and mounted as a
-    hostPath file, read-only, at the same place."""
+    hostPath file, read-only, at the same place (and the annotation goes: Podman refuses
+    annotation values over 63 bytes, which Kubernetes takes)."""
     pod = json.loads(json.dumps(pod))
     for v in pod["spec"]["volumes"]:
         api = v.pop("downwardAPI", None)
@@ -155,7 +156,7 @@ def as_kubelet_would(pod: dict, tmp_path) -> dict:
         (item,) = api["items"]
         key = item["fieldRef"]["fieldPath"].split("'")[1]
         f = tmp_path / f"downward-{v['name']}"
-        f.write_text(pod["metadata"]["annotations"][key])
+        f.write_text(pod["metadata"]["annotations"].pop(key))
         f.chmod(0o644)
         v["hostPath"] = {"path": str(f), "type": "File"}
         for c in pod["spec"]["containers"]:
