@@ -538,3 +538,18 @@ def test_short_name_keeps_template_arguments_when_asked():
     assert (
         short_name(name, templates=True) == "eng::mem::DeviceBuffer<unsigned short>::DeviceBuffer"
     )
+
+
+def test_two_entry_points_of_one_api_read_as_a_fan_out(tmp_path):
+    """The documented limit of the fan-out (docs/attribution.md): one site reaching the
+    allocator through two functions of its API in an enclosing namespace names the two;
+    --fold names them layers."""
+    stacks = [
+        ("vt::cuda::(anon)::AllocOnDevice(unsigned long)", "vt::Alloc(unsigned long)"),
+        ("vt::cuda::(anon)::AllocOnDevice(unsigned long)", "vt::AllocZeroed(unsigned long)"),
+    ]
+    stacks = [s + ("vllm::CacheBuffer::CacheBuffer()", "main") for s in stacks]
+    fr = write_stacks(tmp_path / "t", stacks)
+    assert site_names(tmp_path / "t", fr) == ["vt::Alloc", "vt::AllocZeroed"]
+    folded = site_names(tmp_path / "t", fr, fold_patterns=("^vt::Alloc",))
+    assert folded == ["vllm::CacheBuffer::CacheBuffer"]
