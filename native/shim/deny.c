@@ -501,24 +501,13 @@ static void fill(struct frame *f, const struct ct_frame_desc *d, uintptr_t ip, i
     f->fw = got ? ct_fw_of(f->module, f->exe, f->name, rule_len(f)) : 0;
 }
 
-/* text a binary's debug information gives, made printable: a control byte (a damaged or hostile
- * string section) never reaches the terminal */
-static void printable(char *s)
-{
-    for (; *s; s++)
-        if ((unsigned char)*s < 0x20 || *s == 0x7f)
-            *s = '?';
-}
-
 /* a name the DWARF gives (a linkage name, or a qualified one) as the reports shorten it */
 static size_t dwarf_name(const char *raw, char *out, size_t cap)
 {
     char full[1024];
     if (ct_demangle_any(raw, full, sizeof full))
         raw = full;
-    size_t e = ct_shorten_name(raw, out, cap);
-    printable(out);
-    return e;
+    return ct_shorten_name(raw, out, cap); /* control bytes: shim.c escapes the whole line */
 }
 
 /* the module's own DWARF at a frame of the program's code the hints do not cover: the calls
@@ -562,7 +551,6 @@ static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
             fill(&fr[m], &d, ips[k], got, name, e, 0);
             fr[m].hinted = 0;
             ct_strlcpy(fr[m].file, df[j].file, sizeof fr[m].file);
-            printable(fr[m].file);
             fr[m++].line = df[j].line;
         }
         if (m >= DENY_FRAMES)
@@ -573,7 +561,6 @@ static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
         f->dwarf = nd;
         if (nd > 0) {
             ct_strlcpy(f->file, df[nd - 1].file, sizeof f->file);
-            printable(f->file);
             f->line = df[nd - 1].line;
         }
     }
@@ -601,7 +588,6 @@ static void site_line(struct frame *f)
     }
     if (at >= 0) {
         ct_strlcpy(f->file, df[at].file, sizeof f->file);
-        printable(f->file);
         f->line = df[at].line;
     }
     free(df);
