@@ -24,9 +24,8 @@ int ct_budget_pending;
  * fence", "Budgets without the launcher") --------------------------------------------------
  * A sealed fence record (fence.c) names the group, its ledger directory and budget, the share;
  * the environment may then only make it stricter (ct_fence_value says what holds). Without
- * one: 
- * An integration that can only set a process's environment (a Slurm TaskProlog, a container
- * image, an orchestrator) names a group: CUDATRACE_GROUP, with CUDATRACE_LEDGER_DIR (the ledger
+ * one, whoever sets a process's environment (a user's own script, an image's entry point)
+ * names a group: CUDATRACE_GROUP, with CUDATRACE_LEDGER_DIR (the ledger
  * directory it manages), CUDATRACE_BUDGET (resolved bytes: "N" or "DEV=N,..." in the grammar of
  * ct_ledger_parse_budget, no percentages: the integration resolves those) and optionally
  * CUDATRACE_SHARE, CUDATRACE_SHARE_BUDGET and CUDATRACE_SHARE_LABEL. The shim creates or joins
@@ -98,6 +97,7 @@ static void sealed_say(void)
                sizeof head - l);
     ct_log(head, ct_fence_ignored(), NULL, NULL);
 }
+
 /* say it (once a process), record it, and refuse from now on or run unfenced */
 static void fence_say(void)
 {
