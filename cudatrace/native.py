@@ -106,11 +106,24 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
 def _build_lock() -> Iterator[None]:
     """One build at a time across processes (pytest-xdist's workers, two commands started at
     once): make relinks a library by removing it first, so a second process's make, or its check
-    that the library exists, could see it missing meanwhile."""
-    NATIVE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(NATIVE_DIR / ".build.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    that the library exists, could see it missing meanwhile. A user who may not write the
+    checkout (a job's user running a root's checkout) locks the file read-only, or not at all
+    where it does not exist yet: such a user cannot build there either."""
+    path = NATIVE_DIR / ".build.lock"
+    try:
+        NATIVE_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            yield
+            return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def _make(src: Path, libs: list[Path]) -> None:
