@@ -21,7 +21,7 @@ from cudatrace import native
 from cudatrace.present.status import render_status
 from cudatrace.record import budget, ledger
 from cudatrace.record.ledger import Ledger, LedgerError
-from support.paths import REPO
+from support.paths import LEDGER_SOURCES, REPO
 
 MiB = 1 << 20
 
@@ -61,8 +61,7 @@ def harness(tmp_path_factory):
         "-I",
         str(REPO / "native/include"),
         str(REPO / "tests/ledger/ledger_test.c"),
-        str(REPO / "native/common/ledger.c"),
-        str(REPO / "native/common/procstat.c"),
+        *map(str, LEDGER_SOURCES),
         "-o",
         str(exe),
     ]
@@ -82,7 +81,7 @@ def test_c_harness(harness, tmp_path, case):
     assert ("ok " + case) in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("source", ["ledger.c", "procstat.c"])
+@pytest.mark.parametrize("source", [p.name for p in LEDGER_SOURCES])
 def test_ledger_c_compiles_cleanly(tmp_path, source):
     """The flags of native/Makefile, warnings as errors, with and without -D_GNU_SOURCE."""
     cc = os.environ.get("CC", "cc")
