@@ -71,6 +71,7 @@ class _LedgerMemberRequired(TypedDict):
 
 class LedgerMember(_LedgerMemberRequired, total=False):
     last_denial: DeniedGroup | None  # record/denials.py attach_last_denials
+    uid: int  # the owner of the file it is a member of (a user's part, in a shared directory)
 
 
 class _LedgerSnapshotRequired(TypedDict):
@@ -88,11 +89,20 @@ class _LedgerSnapshotRequired(TypedDict):
     members: list[LedgerMember]
 
 
+class LedgerPart(TypedDict):
+    """One user's part of a group in a shared directory (record/ledger.py merge_parts)."""
+
+    path: str
+    uid: int
+
+
 class LedgerSnapshot(_LedgerSnapshotRequired, total=False):
     # the node agent's (deploy/agent.py): its name for ledgers of one name in several
     # containers, and each member's (namespace, pod, container) by slot
     label: str
     member_labels: dict[int, tuple[str, str, str]]
+    owner: int  # the file's owner (uid is its creator's)
+    parts: list[LedgerPart]  # a group of several users' parts, shown as one (merge_parts)
 
 
 class UnfencedProcess(TypedDict):

@@ -120,6 +120,8 @@ def _comm(pid: int, other_ns: bool) -> str:
 def _group_label(s: LedgerSnapshot) -> str:
     if s.get("label"):  # a reader that tells apart ledgers of one name (cudatrace node)
         return s["label"]
+    if s.get("parts") or (s["group"] and "@" in Path(s["path"]).name and not s["private"]):
+        return s["group"]  # a group of users' parts (<group>@<uid>.ledger)
     name = Path(s["path"]).name
     return name[: -len(".ledger")] if name.endswith(".ledger") else name
 

@@ -87,12 +87,13 @@ def nest(
 
 def outer_ledger(group: str) -> ledger_mod.RunLedger | None:
     """The fence's group ledger as it is now (None when no process has made it yet), for the
-    run's denial lines and its last figures."""
+    run's denial lines and its last figures: read (this user's part in a shared directory),
+    never mapped."""
     try:
         path = ledger_mod.group_path(group, create_dir=False)
         if not path.exists():
             return None
-        return ledger_mod.RunLedger(ledger_mod.Ledger.open(path), private=False)
+        return ledger_mod.RunLedger(ledger_mod.Ledger.read(path), private=False)
     except ledger_mod.LedgerError:
         return None
 

@@ -3,7 +3,11 @@ data `cudatrace status` shows (present/status.py renders it).
 
 Python never reads the ledger file itself: every read and write goes through the same C
 functions the shim runs inside traced processes (libcudatrace_tools.so), so the two cannot
-disagree about the layout or the rules.
+disagree about the layout or the rules. What only reads (`status`, `metrics`, the node agent,
+the checks of a directory) opens a ledger with `Ledger.read`: a pread copy, never a mapping, so
+a file a tenant truncates, grows, garbles or replaces is refused with the reason, never a
+SIGBUS. A group in a shared directory is one part per user (<group>@<uid>.ledger): `status`
+shows them as one group (merge_parts).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +26,13 @@ from ..errors import CudatraceError
 
 if TYPE_CHECKING:
     from ..native_types import ToolsLib
-from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
+from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, UnusableLedger
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
 _PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
+_PART_RE = re.compile(r"([A-Za-z0-9_.-]+)@(\d{1,10})")  # a user's part: <group>@<uid>.ledger
 SUFFIX = ".ledger"
+LOCK_WAIT_S = 30.0  # a launcher waits this long for its group's lock, then says who holds it
 _ERRLEN = 512
 _PATHLEN = 4096
 
@@ -124,12 +131,31 @@ def list_ledgers(directory: Path | None = None) -> list[Path]:
     return [d / n for n in names if n.endswith(SUFFIX) and not n.startswith(".")]
 
 
+def part_of(path: Path) -> tuple[str, int | None]:
+    """(the group or private ledger's name, the uid of a user's part or None) of a ledger file:
+    <group>@<uid>.ledger is uid's part of group, anything else its own name."""
+    n = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
+    m = _PART_RE.fullmatch(n)
+    if m and valid_group(m.group(1)):
+        return m.group(1), int(m.group(2))
+    return n, None
+
+
+def group_files(paths: list[Path]) -> list[list[Path]]:
+    """Ledger files by group (a group's parts together), in the order of their first file."""
+    out: dict[str, list[Path]] = {}
+    for p in paths:
+        out.setdefault(part_of(p)[0], []).append(p)
+    return list(out.values())
+
+
 def list_groups() -> list[str]:
-    return [p.name[: -len(SUFFIX)] for p in list_ledgers() if not p.name.startswith(PRIVATE_PREFIX)]
+    names = (part_of(p)[0] for p in list_ledgers())
+    return list(dict.fromkeys(n for n in names if not n.startswith(PRIVATE_PREFIX)))
 
 
 def display_name(path: Path) -> str:
-    n = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
+    n = part_of(path)[0]
     m = _PRIVATE_RE.fullmatch(n)
     return f"run of pid {m.group(1)} (no group)" if m else f"group {n}"
 
@@ -168,11 +194,23 @@ class Ledger:
     # -- opening
     @classmethod
     def open(cls, path: str | Path, create: bool = False) -> Ledger:
+        """As a member: mapped, and only a ledger of this uid's own (ct_ledger_open)."""
         ffi, lib = _tools()
         err = ffi.new("char[]", _ERRLEN)
         h = lib.ct_ledger_open(os.fsencode(str(path)), 1 if create else 0, err, _ERRLEN)
         if h == ffi.NULL:
             raise LedgerError(ffi.string(err).decode() or f"cannot open {path}")
+        return cls(h, Path(path))
+
+    @classmethod
+    def read(cls, path: str | Path) -> Ledger:
+        """To read it (anyone's): each snapshot a checked pread copy, never a mapping
+        (ct_ledger_open_reader). Members' calls are refused on it."""
+        ffi, lib = _tools()
+        err = ffi.new("char[]", _ERRLEN)
+        h = lib.ct_ledger_open_reader(os.fsencode(str(path)), err, _ERRLEN)
+        if h == ffi.NULL:
+            raise LedgerError(ffi.string(err).decode(errors="replace") or f"cannot read {path}")
         return cls(h, Path(path))
 
     @classmethod
@@ -287,6 +325,10 @@ class Ledger:
     def reclaim(self) -> int:
         return _check(_tools()[1].ct_ledger_reclaim(self.h), "reclaim")
 
+    def other_parts(self) -> int:
+        """The other users' parts of this member's group (a shared directory), 0 elsewhere."""
+        return int(_tools()[1].ct_ledger_other_parts(self.h))
+
     # -- settings and queries
     def limit(self, dev: int) -> int:
         return int(_tools()[1].ct_ledger_limit(self.h, dev))
@@ -330,7 +372,12 @@ class Ledger:
         """Everything `cudatrace status` shows, as plain JSON-able data."""
         ffi, lib = _tools()
         v = ffi.new("struct ct_ledger_view *")
-        _check(lib.ct_ledger_snapshot(self.h, v), "snapshot")
+        rc = lib.ct_ledger_snapshot(self.h, v)
+        if rc < 0:
+            why = ffi.string(lib.ct_ledger_damage(self.h)).decode(errors="replace")
+            raise LedgerError(
+                why or f"snapshot of {self.path}: {ffi.string(lib.ct_ledger_strerror(rc)).decode()}"
+            )
         ndev = lib.CT_LEDGER_MAX_DEVICES
         alive_names = {
             lib.CT_LEDGER_ALIVE: "alive",
@@ -382,6 +429,7 @@ class Ledger:
                     "share": share_name(int(m.share)),
                     "share_limit": int(m.share_limit),
                     "devices": per,
+                    "uid": int(v.owner),
                 }
             )
         for row in devices:
@@ -394,6 +442,7 @@ class Ledger:
             "private": self.path.name.startswith(PRIVATE_PREFIX),
             "version": int(v.version),
             "uid": int(v.uid),
+            "owner": int(v.owner),
             "created": _iso(v.created_ns),
             "on_exceed": _mode_name(v.on_exceed),
             "count_host": bool(v.flags & lib.CT_LEDGER_F_COUNT_HOST),
@@ -407,62 +456,199 @@ class Ledger:
 # ---- `cudatrace status` ------------------------------------------------------------------------
 
 
-def _target(group: str | None, path: str | Path | None) -> list[Path]:
+def _target(group: str | None, path: str | Path | None) -> list[list[Path]]:
+    """The ledger files to show, by group (a group's parts together)."""
     if path is not None:
-        return [Path(path)]
+        return [[Path(path)]]
     if group is None:
-        return list_ledgers()
+        return group_files(list_ledgers())
+    d = ledger_dir(create=False)
     if _PRIVATE_RE.fullmatch(group):
-        p = ledger_dir(create=False) / (group + SUFFIX)
+        found = [d / (group + SUFFIX)]
     else:
-        p = group_path(group, create_dir=False)
-    if not p.exists() and not p.is_symlink():
+        group_path(group, create_dir=False)  # the name's check
+        found = [p for p in list_ledgers(d) if part_of(p)[0] == group]
+    found = [p for p in found if p.exists() or p.is_symlink()]
+    if not found:
         known = list_groups()
         raise LedgerError(
             "no budget group {!r} (in {}){}".format(
-                group, p.parent, "; known groups: " + ", ".join(known) if known else ""
+                group, d, "; known groups: " + ", ".join(known) if known else ""
             )
         )
-    return [p]
+    return [found]
+
+
+def read_snapshot(path: Path) -> LedgerSnapshot:
+    """A ledger's snapshot as a reader takes it (a pread copy, checked: LedgerError says why a
+    file that is damaged, cut short, grown or not a file at all is not read)."""
+    with Ledger.read(path) as led:
+        return led.snapshot()
+
+
+def _majority(values: list[int]) -> int:
+    """The value most parts agree on (ties: the smallest)."""
+    counts: dict[int, int] = {}
+    for v in values:
+        counts[v] = counts.get(v, 0) + 1
+    return min(counts, key=lambda v: (-counts[v], v))
+
+
+def merge_parts(
+    snaps: list[LedgerSnapshot], labels: list[dict[int, tuple[str, str, str]]] | None = None
+) -> LedgerSnapshot:
+    """One snapshot of a group from the snapshots of its users' parts (one per uid in a shared
+    directory, docs/budgets.md): use summed (each part holds its own uid's members), the budget
+    as most parts say it, peaks as the highest any part saw of the group, members together with
+    their uid, and slots made distinct (part i's slot s is i * 256 + s; labels, the node agent's
+    member labels per part, follow them). A single part is returned as it is."""
+    if len(snaps) == 1:
+        if labels:
+            snaps[0]["member_labels"] = labels[0]
+        return snaps[0]
+    n = int(_tools()[1].CT_LEDGER_MAX_MEMBERS)
+    first = snaps[0]
+    out = cast(LedgerSnapshot, dict(first))
+    out["name"] = f"group {first['group']}"
+    out["parts"] = [{"path": s["path"], "uid": s.get("owner", s["uid"])} for s in snaps]
+    out["reclaimed"] = sum(s["reclaimed"] for s in snaps)
+    out["created"] = min((s["created"] for s in snaps if s["created"]), default=None)
+    members: list[LedgerMember] = []
+    merged_labels: dict[int, tuple[str, str, str]] = {}
+    for i, s in enumerate(snaps):
+        for m in s["members"]:
+            mm = cast(LedgerMember, dict(m))
+            mm["slot"] = i * n + m["slot"]
+            members.append(mm)
+            if labels and m["slot"] in labels[i]:
+                merged_labels[mm["slot"]] = labels[i][m["slot"]]
+    out["members"] = members
+    if labels:
+        out["member_labels"] = merged_labels
+    rows: dict[int, list[LedgerDevice]] = {}
+    for s in snaps:
+        for r in s["devices"]:
+            rows.setdefault(r["device"], []).append(r)
+    devices: list[LedgerDevice] = []
+    for dev, rs in sorted(rows.items()):
+        row = cast(LedgerDevice, {"device": dev})
+        row["limit"] = _majority([r["limit"] for r in rs])
+        for k in ("in_use", "dead_held", "denials", "over", "contexts", "allocations"):
+            row[k] = sum(r[k] for r in rs)
+        row["peak"] = max(r["peak"] for r in rs)
+        devices.append(row)
+    out["devices"] = devices
+    return out
 
 
 def status_json(group: str | None = None, path: str | Path | None = None) -> Status:
     """{"dir": ..., "ledgers": [snapshot, ...], "errors": [{"path", "error"}]}: every ledger in
-    the directory, or just the named group (LedgerError if there is no such group), or path."""
+    the directory (a group's parts as one), or just the named group (LedgerError if there is no
+    such group, or none of its parts can be read), or path. Ledgers are read (pread copies),
+    never mapped: one that cannot be read is listed in errors and the others are shown."""
     d = ledger_dir(create=False) if path is None else Path(path).parent
     ledgers: list[LedgerSnapshot] = []
     errors: list[UnusableLedger] = []
-    for p in _target(group, path):
-        try:
-            with Ledger.open(p) as led:
-                ledgers.append(led.snapshot())
-        except LedgerError as e:
-            if group is not None or path is not None:
-                raise
-            errors.append({"path": str(p), "error": str(e)})
+    for files in _target(group, path):
+        snaps: list[LedgerSnapshot] = []
+        errs: list[UnusableLedger] = []
+        for p in files:
+            try:
+                snaps.append(read_snapshot(p))
+            except LedgerError as e:
+                errs.append({"path": str(p), "error": str(e)})
+        if snaps:
+            ledgers.append(merge_parts(snaps))
+        elif errs and (group is not None or path is not None):
+            raise LedgerError(errs[0]["error"])
+        errors += errs
     return {"dir": str(d), "ledgers": ledgers, "errors": errors}
 
 
 def reset_group(group: str) -> Path:
     """`cudatrace status --reset GROUP`: remove a group's ledger (its budget, peaks and denial
-    counts) so the next run starts it afresh. Refused while a member process is alive: the
-    ledger is what holds them to the budget. Returns the path removed."""
-    p = _target(group, None)[0]
-    with _GroupLock(p) as lock:
-        with Ledger.open(p) as led:
-            busy = _live_members(led)
+    counts) so the next run starts it afresh: every part this user may remove (its own in a
+    shared directory; root: all). Refused while a member process of any part is alive: the
+    ledger is what holds them to the budget. Returns the path removed (this user's part)."""
+    files = _target(group, None)[0]
+    mine = group_path(group, create_dir=False)
+    with _GroupLock(mine) as lock:
+        busy: list[LedgerMember] = []
+        for p in files:
+            try:
+                busy += [m for m in read_snapshot(p)["members"] if m["state"] != "dead"]
+            except LedgerError:
+                continue  # not a ledger any more: nothing of it to keep
         if busy:
             raise LedgerError(
                 "{} is in use by pids {}; not reset (end them first)".format(
-                    display_name(p), ", ".join(str(m["pid"]) for m in busy)
+                    display_name(mine), ", ".join(str(m["pid"]) for m in busy)
                 )
             )
-        try:
-            os.unlink(p)
-        except OSError as e:
-            raise LedgerError(f"cannot remove {p}: {e.strerror}") from None
+        removed = None
+        for p in files:
+            if os.geteuid() != 0 and p.lstat().st_uid != os.geteuid():
+                continue  # another user's part: theirs to remove
+            try:
+                os.unlink(p)
+            except OSError as e:
+                raise LedgerError(f"cannot remove {p}: {e.strerror}") from None
+            removed = removed or p
         lock.remove()  # the group is gone: so is its lock file (removed while held)
-    return p
+    return removed or mine
+
+
+def dir_idle(path: Path) -> bool:
+    """Whether no process uses a ledger of the directory: none holds a liveness lock of any
+    ledger file there, nor is a member alive in one (read, never mapped). A file there that is
+    not a ledger (damaged, replaced) has no member this can see, but its locks still count.
+    Raises LedgerError when it cannot tell (no OFD locks and a ledger it cannot read)."""
+    for p in list_ledgers(path):
+        try:
+            led = Ledger.read(p)
+        except LedgerError:
+            if _locked(p):
+                return False
+            continue
+        with led:
+            held = _tools()[1].ct_ledger_in_use_by_anyone(led.h)
+            if held == 1:
+                return False
+            try:
+                members = led.snapshot()["members"]
+            except LedgerError:
+                members = []
+            if any(m["state"] != "dead" for m in members):
+                return False
+            if held < 0 and members:
+                raise LedgerError(f"cannot tell whether {p} is in use (no OFD locks)")
+    return True
+
+
+def _locked(p: Path) -> bool:
+    """Whether any process holds an OFD lock on a ledger file that cannot be read as one."""
+    import fcntl
+    import struct
+
+    try:
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        base = int(_tools()[1].CT_LEDGER_LOCK_BASE)
+        n = int(_tools()[1].CT_LEDGER_MAX_MEMBERS) + 1
+        fl = struct.pack("hhqqii", fcntl.F_WRLCK, os.SEEK_SET, base, n, 0, 0)
+        got = fcntl.fcntl(fd, _F_OFD_GETLK, fl)
+        return struct.unpack("hhqqii", got)[0] != fcntl.F_UNLCK
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+_F_OFD_GETLK = 36  # fcntl.h (Linux); Python's fcntl module names it from 3.12
 
 
 # ---- `cudatrace run`: the ledger of a run ------------------------------------------------------
@@ -507,23 +693,25 @@ def remove_stale_private(directory: Path | None = None) -> list[Path]:
     lock on the file (ct_ledger_hold) and so does every member; the kernel drops them when the
     process dies, in whatever pid namespace it ran, so a ledger of a run in another container
     that shares the directory is never taken for a stale one. Where the file system has no such
-    locks, only an old-style "@run-<pid>" ledger of a dead pid of this namespace is removed."""
+    locks, only an old-style "@run-<pid>" ledger of a dead pid of this namespace is removed.
+    Read, never mapped; only this user's own files."""
     removed = []
     for p in list_ledgers(directory):
         m = _PRIVATE_RE.fullmatch(p.name[: -len(SUFFIX)])
         if not m:
             continue
         try:
-            with Ledger.open(p) as led:
+            if p.lstat().st_uid != os.geteuid():
+                continue
+            with Ledger.read(p) as led:
                 held = _tools()[1].ct_ledger_in_use_by_anyone(led.h)
                 if held == 1:
                     continue
                 if held < 0 and (m.group(2) or _pid_alive(int(m.group(1)))):
                     continue
-                led.reclaim()
                 if any(x["state"] != "dead" for x in led.snapshot()["members"]):
                     continue
-        except LedgerError:
+        except (LedgerError, OSError):
             continue
         try:
             os.unlink(p)
@@ -543,9 +731,11 @@ def _limits_text(limits: dict[int, int]) -> str:
 
 
 class _GroupLock:
-    """flock on <dir>/<group>.lock while a launcher reads and sets a group's budget: two runs
-    starting at once cannot both find it unset. Only launchers take it, for milliseconds; the
-    shim in the target never does."""
+    """flock on <dir>/<group>.lock (in a shared directory <group>@<uid>.lock: each user's own)
+    while a launcher reads and sets a group's budget: two runs starting at once cannot both find
+    it unset. Only launchers take it, for milliseconds; the shim in the target never does. A
+    lock file of another user, or one held longer than LOCK_WAIT_S, is refused with the reason,
+    never waited on for ever."""
 
     def __init__(self, ledger_path: Path):
         self.path = ledger_path.with_name(ledger_path.name[: -len(SUFFIX)] + ".lock")
@@ -553,9 +743,21 @@ class _GroupLock:
     def __enter__(self) -> _GroupLock:
         import fcntl
 
+        deadline = time.monotonic() + LOCK_WAIT_S
         while True:
             fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        os.close(fd)
+                        raise LedgerError(
+                            f"{self.path} has been locked for {LOCK_WAIT_S:g} s by another "
+                            "launcher; try again, or remove it if no cudatrace run is starting"
+                        ) from None
+                    time.sleep(0.01)
             try:  # a reset may have removed the file while we waited: lock the one there now
                 same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -572,32 +774,32 @@ class _GroupLock:
             pass
 
     def _open(self) -> int:
-        """Open the lock file, making it when missing. In a shared ledger directory (sticky,
-        several users' jobs) it may be another user's: opened without O_CREAT (the kernel's
-        protected_regular refuses O_CREAT on another's file there) and made 0666 by its
-        creator."""
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        """Open the lock file, making it (0600) when missing; never through a link, never one of
+        another user (in a shared directory each user has its own: a file of that name that is
+        another's was put there to block this one)."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         for _ in range(8):
             try:
-                return os.open(self.path, flags)
+                fd = os.open(self.path, flags)
             except FileNotFoundError:
-                pass
-            try:
-                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                continue
-            if shared_dir(self.path):
-                os.fchmod(fd, 0o666)
-            return fd
+                try:
+                    fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+                except FileExistsError:
+                    continue
+            except OSError as e:
+                raise LedgerError(f"cannot open {self.path}: {e.strerror}") from None
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                return fd
+            os.close(fd)
+            raise LedgerError(
+                f"{self.path} is not a lock file of yours (uid {st.st_uid}, mode "
+                f"{st.st_mode & 0o7777:04o}); remove it (as its owner or root)"
+            )
         raise LedgerError(f"cannot open {self.path}")
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
-
-
-def _live_members(led: Ledger) -> list[LedgerMember]:
-    led.reclaim()
-    return [m for m in led.snapshot()["members"] if m["state"] != "dead"]
 
 
 def _group_ledger(
@@ -623,7 +825,7 @@ def _group_ledger(
                 return None
             return led
         led = Ledger.create(path, limits, on_exceed, count_host, group)
-        if led.created or led.limits() == wanted:
+        if (led.created or led.limits() == wanted) and not led.other_parts():
             return led
         try:
             note = _adopt(led, limits)
