@@ -1,5 +1,5 @@
 """The data the record floor gathers for the commands to print, as types: what `cudatrace
-status` shows of the budget ledgers (record/ledger.py status_json, record/fence.py's unfenced
+status` shows of the budget ledgers (record/ledger_status.py status_json, record/fence.py's unfenced
 processes, record/denials.py's last denials), the denials a run names while it runs
 (present/denials.py, kept by record/denials.py) and what `cudatrace doctor` probes
 (record/doctor.py). present/ renders them (status.py, metrics.py, doctor.py); `--json` prints
@@ -90,7 +90,7 @@ class _LedgerSnapshotRequired(TypedDict):
 
 
 class LedgerPart(TypedDict):
-    """One user's part of a group in a shared directory (record/ledger.py merge_parts)."""
+    """One user's part of a group in a shared directory (record/ledger_status.py merge_parts)."""
 
     path: str
     uid: int
@@ -133,7 +133,7 @@ class _StatusRequired(TypedDict):
 
 
 class Status(_StatusRequired, total=False):
-    """What `cudatrace status` shows (record/ledger.py status_json), and the node agent's
+    """What `cudatrace status` shows (record/ledger_status.py status_json), and the node agent's
     ledgers (deploy/agent.py: of every container, without a directory of their own)."""
 
     dir: str  # the ledger directory read

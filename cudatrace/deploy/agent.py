@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import native, settings
-from ..record.ledger import Ledger, LedgerError, merge_parts, part_of
+from ..record.ledger import Ledger, LedgerError, part_of
+from ..record.ledger_status import merge_parts
 from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 from ..units import format_bytes
 from . import cdi, install, plan, procscan

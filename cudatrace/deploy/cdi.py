@@ -249,9 +249,9 @@ def stale_group_dirs(state: Path, names: set[str]) -> list[Path]:
 
 def ledger_dir_idle(path: Path) -> bool:
     """Whether a group's ledger directory can go: no process uses a ledger there (each user's
-    part of the group read, never mapped: record/ledger.py dir_idle). Raises
+    part of the group read, never mapped: record/ledger_status.py dir_idle). Raises
     record.ledger.LedgerError when it cannot tell."""
-    from ..record.ledger import dir_idle
+    from ..record.ledger_status import dir_idle
 
     return dir_idle(path)
 

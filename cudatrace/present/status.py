@@ -1,5 +1,5 @@
 """`cudatrace status` as text: the budgets in force, from the ledgers' snapshots
-(record/ledger.py status_json gathers them; --json prints that data as is)."""
+(record/ledger_status.py status_json gathers them; --json prints that data as is)."""
 
 from __future__ import annotations
 
@@ -167,7 +167,7 @@ def render_unfenced(u: Unfenced | None, budgets: bool = True) -> str:
 
 
 def render_status(st: Status) -> str:
-    """What `cudatrace status [GROUP]` prints, from record.ledger.status_json's data (with
+    """What `cudatrace status [GROUP]` prints, from record.ledger_status.status_json's data (with
     record.fence's "unfenced")."""
     out = []
     unfenced = render_unfenced(st.get("unfenced"), bool(st["ledgers"]))

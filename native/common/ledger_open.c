@@ -160,7 +160,9 @@ static const char *check_file(const struct stat *sb, unsigned sh, int member, in
         return "is empty (its creator may have died while making it)";
     }
     if (sb->st_size != CT_LEDGER_FILE_SIZE) {
-        snprintf(buf, n, "has %lld bytes, not %d: not a ledger of this cudatrace version",
+        snprintf(buf, n,
+                 "has %lld bytes, not %d: not a ledger of this cudatrace version, or one cut "
+                 "short or grown (remove it once no run uses it)",
                  (long long)sb->st_size, CT_LEDGER_FILE_SIZE);
         return buf;
     }

@@ -397,3 +397,67 @@ def test_the_pytest_plugin_survives_another_users_damage(sim, tmp_path):
             run.kill()
             alice.kill()
             alice.communicate(timeout=30)
+
+
+def test_another_budget_beside_another_users_live_members_is_refused(sim):
+    """The group rule across parts: Bob asking 2 GiB of a group whose Alice lives under 1 GiB
+    is refused, naming her process and uid; asking her budget, he joins."""
+    with tenants(sim) as t:
+        alice = t.popen(ALICE, [t.prog("hold"), "1", "100m"], t.env(budget="1GiB"))
+        try:
+            wait_line(alice, "ready")
+            bob = t.popen(BOB, [t.prog("hold"), "--exit-after-ms", "1", "1", "1m"],
+                          t.env(budget="2GiB"))  # fmt: skip
+            out, err = bob.communicate(timeout=30)
+            assert "has a budget of 1.00 GiB on every device in other users' parts" in err, err
+            assert f"(uid {ALICE}); this process asks for 2.00 GiB" in err, err
+            assert "fencing cannot be set up" in err and bob.returncode != 0, err
+            bob = t.popen(BOB, [t.prog("hold"), "--exit-after-ms", "1", "1", "1m"], t.env())
+            out, err = bob.communicate(timeout=30)
+            assert bob.returncode == 0, err
+        finally:
+            alice.kill()
+            alice.communicate(timeout=30)
+
+
+def test_a_launcher_never_waits_for_ever_on_a_lock(tmp_path, monkeypatch):
+    """The launchers' group lock in a shared directory is each user's own: a file another user
+    put at its name is refused, and one held longer than LOCK_WAIT_S is an error, not a wait
+    for ever (it was 0666 and anyone's: holding it stopped every launcher of the group)."""
+    import fcntl
+
+    from cudatrace.record import ledger
+
+    need_root()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    monkeypatch.setenv("CUDATRACE_LEDGER_DIR", str(shared))
+    path = ledger.group_path("g")
+    lock = path.with_name(f"g@{os.geteuid()}.lock")
+    lock.write_text("")
+    os.chown(lock, ALICE, ALICE)
+    with pytest.raises(ledger.LedgerError, match=f"not a lock file of yours \\(uid {ALICE}"):
+        with ledger._GroupLock(path):
+            pass
+    lock.unlink()
+    monkeypatch.setattr(ledger, "LOCK_WAIT_S", 0.3)
+    with ledger._GroupLock(path):
+        fd = os.open(lock, os.O_RDWR)  # another launcher, holding it
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            pytest.fail("the lock was not held")
+        except BlockingIOError:
+            pass
+        finally:
+            os.close(fd)
+    fd = os.open(lock, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(ledger.LedgerError, match="has been locked for 0.3 s"):
+            with ledger._GroupLock(path):
+                pass
+        assert time.monotonic() - t0 < 5
+    finally:
+        os.close(fd)
