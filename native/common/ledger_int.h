@@ -36,10 +36,11 @@
  * (ct_ledger_parts.n) and never freed while the handle lives: a reserving thread reads them
  * without a lock. */
 struct ctl_part {
-    int fd;        /* O_RDONLY, our own; never mapped */
-    uint32_t gone; /* atomic: not in the directory at the last look (skipped) */
-    uint32_t said; /* atomic: that it cannot be read was said */
-    uint32_t uid;  /* its owner: the uid its name says */
+    int fd;              /* O_RDONLY, our own; never mapped */
+    uint32_t gone;       /* atomic: not in the directory at the last look (skipped) */
+    uint32_t said;       /* atomic: that it cannot be read was said */
+    uint32_t uid;        /* its owner: the uid its name says */
+    uint64_t created_ns; /* its header's, when it was found (0: unreadable then) */
     uint64_t dev, ino;
     uint64_t last[CT_LEDGER_MAX_DEVICES]; /* atomic: its last good total + ext_total */
 };

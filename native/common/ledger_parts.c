@@ -79,7 +79,16 @@ static int read_head(const struct ct_ledger *l, const struct ctl_part *pt,
         snprintf(why, n, "is cut short (%ld bytes)", got);
         return -1;
     }
-    return ctl_check_header(h, l->hdr->group, why, n, &again);
+    if (ctl_check_header(h, l->hdr->group, why, n, &again) != 0)
+        return -1;
+    uint64_t made = LD(&pt->created_ns);
+    if (made && LD(&h->created_ns) != made) { /* another file on its descriptor now */
+        snprintf(why, n,
+                 "is read through a descriptor that names another file now (closed "
+                 "under the preload library and reused)");
+        return -1;
+    }
+    return 0;
 }
 
 static void remember(struct ctl_part *pt, const struct ct_ledger_header *h)
@@ -130,13 +139,16 @@ static int add_part(struct ct_ledger *l, int dirfd, const char *name, uint32_t u
     pt->dev = (uint64_t)sb.st_dev;
     pt->ino = (uint64_t)sb.st_ino;
     ST(&pt->said, 0);
+    ST(&pt->created_ns, 0);
     struct ct_ledger_header h;
     char why[200];
-    if (read_head(l, pt, &h, why, sizeof why) == 0)
+    if (read_head(l, pt, &h, why, sizeof why) == 0) {
         remember(pt, &h);
-    else
+        ST(&pt->created_ns, LD(&h.created_ns));
+    } else {
         for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
             ST(&pt->last[d], 0);
+    }
     ST(&pt->gone, 0); /* counted from now on (the scan marks those it did not see) */
     if (reuse < 0)
         ST(&p->n, n + 1);
@@ -351,6 +363,11 @@ uint64_t ctl_parts_sum(struct ct_ledger *l, int32_t dev, int precise)
         char why[200];
         uint64_t v;
         if (read_head(l, pt, &h, why, sizeof why) != 0) {
+            struct stat sb;
+            if (fstat(part_fd(pt), &sb) != 0 || (uint64_t)sb.st_ino != pt->ino ||
+                (uint64_t)sb.st_dev != pt->dev)
+                ST(&p->settled,
+                   0); /* its descriptor was closed under us: reopened at the next look */
             say_part(l, pt, why, dev);
             v = LD(&pt->last[dev]);
         } else {

@@ -461,3 +461,28 @@ def test_a_launcher_never_waits_for_ever_on_a_lock(tmp_path, monkeypatch):
         assert time.monotonic() - t0 < 5
     finally:
         os.close(fd)
+
+
+def test_a_program_that_closes_every_descriptor_still_reads_the_other_parts(sim):
+    """closefds closes the preload library's descriptors of the shared directory and of Alice's
+    part: the next reservation opens them again (Alice, gone meanwhile, no longer counts; her
+    part's last figure would have refused the 300 MiB)."""
+    with tenants(sim) as t:
+        shutil.copy2(sim.progs["closefds"], t.pub / "closefds")
+        (t.pub / "closefds").chmod(0o755)
+        alice = t.popen(ALICE, [t.prog("hold"), "1", "600m"], t.env(budget="1GiB"))
+        wait_line(alice, "ready")
+        bob = t.popen(BOB, [t.prog("closefds"), "300m"], t.env(budget="1GiB"))
+        try:
+            wait_line(bob, "closed")
+            alice.kill()
+            alice.communicate(timeout=30)
+            assert bob.stdin
+            bob.stdin.write("go\n")
+            bob.stdin.flush()
+            out, err = bob.communicate(timeout=60)
+            allocs = [line for line in out.splitlines() if line.startswith("alloc ")]
+            assert len(allocs) == 1 and allocs[0].endswith(" 0"), (out, err)
+        finally:
+            alice.kill()
+            bob.kill()
