@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 from ..record_types import LedgerSnapshot, UnusableLedger
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
-_PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
+PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
 _PART_RE = re.compile(r"([A-Za-z0-9_.-]+)@(\d{1,10})")  # a user's part: <group>@<uid>.ledger
 SUFFIX = ".ledger"
 LOCK_WAIT_S = 30.0  # a launcher waits this long for its group's lock, then says who holds it
@@ -156,7 +156,7 @@ def list_groups() -> list[str]:
 
 def display_name(path: Path) -> str:
     n = part_of(path)[0]
-    m = _PRIVATE_RE.fullmatch(n)
+    m = PRIVATE_RE.fullmatch(n)
     return f"run of pid {m.group(1)} (no group)" if m else f"group {n}"
 
 
@@ -499,7 +499,7 @@ def remove_stale_private(directory: Path | None = None) -> list[Path]:
     Read, never mapped; only this user's own files."""
     removed = []
     for p in list_ledgers(directory):
-        m = _PRIVATE_RE.fullmatch(p.name[: -len(SUFFIX)])
+        m = PRIVATE_RE.fullmatch(p.name[: -len(SUFFIX)])
         if not m:
             continue
         try:
@@ -532,7 +532,7 @@ def _limits_text(limits: dict[int, int]) -> str:
     return ", ".join("%s on device %d" % (format_bytes(v), d) for d, v in sorted(limits.items()))
 
 
-class _GroupLock:
+class GroupLock:
     """flock on <dir>/<group>.lock (in a shared directory <group>@<uid>.lock: each user's own)
     while a launcher reads and sets a group's budget: two runs starting at once cannot both find
     it unset. Only launchers take it, for milliseconds; the shim in the target never does. A
@@ -542,7 +542,7 @@ class _GroupLock:
     def __init__(self, ledger_path: Path):
         self.path = ledger_path.with_name(ledger_path.name[: -len(SUFFIX)] + ".lock")
 
-    def __enter__(self) -> _GroupLock:
+    def __enter__(self) -> GroupLock:
         import fcntl
 
         deadline = time.monotonic() + LOCK_WAIT_S
@@ -616,7 +616,7 @@ def _group_ledger(
     names none)."""
     path = group_path(group, create_dir=True)
     wanted = {d: n for d, n in limits.items() if n}
-    with _GroupLock(path):
+    with GroupLock(path):
         exists = path.exists() or path.is_symlink()
         if not set_limits:
             if not exists:

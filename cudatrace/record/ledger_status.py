@@ -11,14 +11,14 @@ import stat
 from pathlib import Path
 from typing import cast
 
+from .. import native
 from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, UnusableLedger
 from .ledger import (
-    _PRIVATE_RE,
+    PRIVATE_RE,
     SUFFIX,
+    GroupLock,
     Ledger,
     LedgerError,
-    _GroupLock,
-    _tools,
     display_name,
     group_files,
     group_path,
@@ -36,7 +36,7 @@ def _target(group: str | None, path: str | Path | None) -> list[list[Path]]:
     if group is None:
         return group_files(list_ledgers())
     d = ledger_dir(create=False)
-    if _PRIVATE_RE.fullmatch(group):
+    if PRIVATE_RE.fullmatch(group):
         found = [d / (group + SUFFIX)]
     else:
         group_path(group, create_dir=False)  # the name's check
@@ -79,7 +79,7 @@ def merge_parts(
         if labels:
             snaps[0]["member_labels"] = labels[0]
         return snaps[0]
-    n = int(_tools()[1].CT_LEDGER_MAX_MEMBERS)
+    n = int(native.tools()[1].CT_LEDGER_MAX_MEMBERS)
     first = snaps[0]
     out = cast(LedgerSnapshot, dict(first))
     out["name"] = f"group {first['group']}"
@@ -145,7 +145,7 @@ def reset_group(group: str) -> Path:
     ledger is what holds them to the budget. Returns the path removed (this user's part)."""
     files = _target(group, None)[0]
     mine = group_path(group, create_dir=False)
-    with _GroupLock(mine) as lock:
+    with GroupLock(mine) as lock:
         busy: list[LedgerMember] = []
         for p in files:
             try:
@@ -184,7 +184,7 @@ def dir_idle(path: Path) -> bool:
                 return False
             continue
         with led:
-            held = _tools()[1].ct_ledger_in_use_by_anyone(led.h)
+            held = native.tools()[1].ct_ledger_in_use_by_anyone(led.h)
             if held == 1:
                 return False
             try:
@@ -210,8 +210,8 @@ def _locked(p: Path) -> bool:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
-        base = int(_tools()[1].CT_LEDGER_LOCK_BASE)
-        n = int(_tools()[1].CT_LEDGER_MAX_MEMBERS) + 1
+        base = int(native.tools()[1].CT_LEDGER_LOCK_BASE)
+        n = int(native.tools()[1].CT_LEDGER_MAX_MEMBERS) + 1
         fl = struct.pack("hhqqii", fcntl.F_WRLCK, os.SEEK_SET, base, n, 0, 0)
         got = fcntl.fcntl(fd, _F_OFD_GETLK, fl)
         return struct.unpack("hhqqii", got)[0] != fcntl.F_UNLCK
