@@ -133,6 +133,13 @@ static int add_part(struct ct_ledger *l, int dirfd, const char *name, uint32_t u
      * by how often users replace their parts; a new entry otherwise */
     int i = reuse >= 0 ? reuse : (int)n;
     struct ctl_part *pt = &p->part[i];
+    if (reuse >= 0 && pt->dev == (uint64_t)sb.st_dev && pt->ino == (uint64_t)sb.st_ino) {
+        /* a part we count, on a new descriptor: it stays counted while the old one is swapped
+         * (a reader then reads either, and an unreadable one counts as its last figure) */
+        __atomic_store_n(&pt->fd, fd, __ATOMIC_RELEASE);
+        ST(&pt->said, 0);
+        return i;
+    }
     ST(&pt->gone, 1);
     __atomic_store_n(&pt->fd, fd, __ATOMIC_RELEASE);
     pt->uid = uid;
