@@ -180,14 +180,22 @@ static int scan(struct ct_ledger *l)
     uint8_t seen[CT_LEDGER_MAX_PARTS] = {0};
     char buf[4096] __attribute__((aligned(8)));
     int too_many = 0;
-    if (fstat(dirfd, &dsb) != 0 || !S_ISDIR(dsb.st_mode) || lseek(dirfd, 0, SEEK_SET) < 0)
+    if (fstat(dirfd, &dsb) != 0 || !S_ISDIR(dsb.st_mode))
+        return -1;
+    /* read through a description of its own: dirfd's offset is shared with a forked child */
+    int rd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rd < 0)
         return -1;
     for (;;) {
-        long got = syscall(SYS_getdents64, dirfd, buf, sizeof buf);
+        long got = syscall(SYS_getdents64, rd, buf, sizeof buf);
         if (got < 0 && errno == EINTR)
             continue;
-        if (got < 0)
+        if (got < 0) {
+            int e = errno;
+            close(rd);
+            errno = e;
             return -1;
+        }
         if (got == 0)
             break;
         for (long off = 0; off < got;) {
@@ -202,6 +210,7 @@ static int scan(struct ct_ledger *l)
             too_many |= i == -2;
         }
     }
+    close(rd);
     uint32_t n = LD(&p->n);
     for (uint32_t i = 0; i < n; i++)
         ST(&p->part[i].gone, (uint32_t)!seen[i]);

@@ -250,7 +250,7 @@ def test_parts_harness_under_sanitizers(san):
         r = subprocess.run(cmd, capture_output=True, text=True)
         assert r.returncode == 0, r.stderr
         env = dict(os.environ, **SAN_OPTIONS)
-        for case in ("hammer", "late", "damage", "agent"):
+        for case in ("hammer", "late", "forked", "damage", "agent"):
             w = d / case
             w.mkdir(mode=0o755)
             r = subprocess.run(

@@ -7,6 +7,8 @@
  *   ./parts_test DIR hammer [USERS PROCS THREADS ITERS [late]]   the group's limit holds across
  *                               users (late: they arrive while the others reserve)
  *   ./parts_test DIR late       hammer 4 2 4 3000 late
+ *   ./parts_test DIR forked     late users, each a process whose two forked children share its
+ *                               handle (the directory's description with it)
  *   ./parts_test DIR damage     one user truncates, grows, garbles, replaces its own part and
  *                               tries another's: the other user's member runs on, counted
  *   ./parts_test DIR agent      the node agent's figures, written with pwrite, count
@@ -166,10 +168,11 @@ static void *hammer_thread(void *arg)
     return NULL;
 }
 
-static void hammer_child(unsigned uid, int threads, int users)
+static int h_forked; /* the users' processes inherit their handle over fork (as the shim's) */
+
+/* this process's threads hammer its handle; then it checks what it saw, leaves, exits */
+static void hammer_threads(unsigned uid, int threads, int users)
 {
-    become(uid);
-    hl = member_of("hammer", hlimit[0], hlimit[1]);
     pthread_t t[64];
     for (int i = 0; i < threads; i++)
         pthread_create(&t[i], NULL, hammer_thread, (void *)(uintptr_t)(uid * 1000 + i + 1));
@@ -181,12 +184,34 @@ static void hammer_child(unsigned uid, int threads, int users)
     _exit(0);
 }
 
+static void hammer_child(unsigned uid, int threads, int users)
+{
+    become(uid);
+    hl = member_of("hammer", hlimit[0], hlimit[1]);
+    if (!h_forked)
+        hammer_threads(uid, threads, users);
+    /* two children on this process's handle: its directory's description with it */
+    ct_ledger_leave(hl);
+    pid_t k[2];
+    for (int i = 0; i < 2; i++)
+        if ((k[i] = fork()) == 0) {
+            CHECK(ct_ledger_join(hl, getpid(), 0) >= 0, "join in the child");
+            hammer_threads(uid, threads, users);
+        }
+    for (int i = 0; i < 2; i++) {
+        int st;
+        waitpid(k[i], &st, 0);
+        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "forked child status %d", st);
+    }
+    _exit(0);
+}
+
 static int case_hammer(int users, int procs, int threads, int iters, int late)
 {
     h_late = late;
     make_shared_dir();
     hs = shared_mem(sizeof *hs);
-    h_total = users * procs * threads;
+    h_total = users * procs * threads * (h_forked ? 2 : 1);
     h_iters = iters;
     double t0 = now_s();
     pid_t kids[256];
@@ -546,7 +571,7 @@ static int case_bench(int n)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s DIR hammer|late|damage|agent|bench [...]\n", argv[0]);
+        fprintf(stderr, "usage: %s DIR hammer|late|forked|damage|agent|bench [...]\n", argv[0]);
         return 2;
     }
     dir = argv[1];
@@ -558,6 +583,10 @@ int main(int argc, char **argv)
                            argc > 7 && strcmp(argv[7], "late") == 0);
     if (strcmp(c, "late") == 0) /* users that arrive while the others reserve */
         return case_hammer(4, 2, 4, 3000, 1);
+    if (strcmp(c, "forked") == 0) { /* late users whose processes share a handle over fork */
+        h_forked = 1;
+        return case_hammer(3, 1, 3, 3000, 1);
+    }
     if (strcmp(c, "damage") == 0)
         return case_damage();
     if (strcmp(c, "agent") == 0)
