@@ -240,10 +240,12 @@ static int case_hammer(int users, int procs, int threads, int iters, int late)
           (unsigned long long)hs->grants, (unsigned long long)hs->denials);
     printf("ok %s users=%d procs=%d threads=%d iters=%d grants=%llu denials=%llu "
            "max0=%.2f/%.0f MiB max1=%.2f/%.0f MiB %.2fs\n",
-           late ? "late (users arrive while others reserve)" : "hammer", users, procs, threads,
-           iters, (unsigned long long)hs->grants, (unsigned long long)hs->denials,
-           hs->max[0] / (double)MiB, hlimit[0] / (double)MiB, hs->max[1] / (double)MiB,
-           hlimit[1] / (double)MiB, now_s() - t0);
+           h_forked ? "forked (children on their parent's handle)"
+           : late   ? "late (users arrive while others reserve)"
+                    : "hammer",
+           users, procs, threads, iters, (unsigned long long)hs->grants,
+           (unsigned long long)hs->denials, hs->max[0] / (double)MiB, hlimit[0] / (double)MiB,
+           hs->max[1] / (double)MiB, hlimit[1] / (double)MiB, now_s() - t0);
     return 0;
 }
 
