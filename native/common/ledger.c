@@ -445,8 +445,8 @@ static void throttled_reclaim(struct ct_ledger *l, uint64_t *stamp, uint64_t now
 
 /* The periodic reclaim, from every operation: at most once a second per ledger. And this
  * process's look at its own file, once a second (per process: a member whose file was damaged
- * under it stops within a second, whoever else uses it). */
-static void maybe_reclaim(struct ct_ledger *l)
+ * under it stops within a second, whoever else uses it): -1 when it was found damaged. */
+static int maybe_reclaim(struct ct_ledger *l)
 {
     uint64_t now = ctl_mono_ns();
     uint64_t next = __atomic_load_n(&l->next_check_ns, __ATOMIC_RELAXED);
@@ -454,8 +454,9 @@ static void maybe_reclaim(struct ct_ledger *l)
         __atomic_compare_exchange_n(&l->next_check_ns, &next, now + CHECK_PERIOD_NS, 0,
                                     __ATOMIC_RELAXED, __ATOMIC_RELAXED) &&
         ctl_check_own(l) != 0)
-        return; /* damaged: touch nothing more of it */
+        return -1; /* damaged: touch nothing more of it */
     throttled_reclaim(l, &l->hdr->last_reclaim_ns, now, RECLAIM_PERIOD_NS);
+    return 0;
 }
 
 /* Before a denial: at most once per DENY_RECLAIM_PERIOD_NS, so that a crowd of reservers held
@@ -751,8 +752,7 @@ int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *i
             *limit_out = LD(&l->hdr->limit[dev]);
         return CT_LEDGER_GRANTED;
     }
-    maybe_reclaim(l);
-    if (__atomic_load_n(&l->damaged, __ATOMIC_RELAXED))
+    if (maybe_reclaim(l) != 0)
         return damaged_now(l);
     uint64_t limit = 0, others = 0;
     uint64_t share = l->share, slimit = share ? l->share_limit : 0;
@@ -805,8 +805,7 @@ int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes)
     struct ct_ledger_member *m = member(l, dev, &rc);
     if (!m)
         return rc;
-    maybe_reclaim(l);
-    if (__atomic_load_n(&l->damaged, __ATOMIC_RELAXED))
+    if (maybe_reclaim(l) != 0)
         return damaged_now(l);
     uint64_t held = hold(l, m, dev, bytes);
     uint64_t limit = LD(&l->hdr->limit[dev]);
