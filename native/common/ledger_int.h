@@ -78,6 +78,7 @@ struct ct_ledger {
     uint32_t damage_said;    /* atomic: reported (ct_ledger_set_report) */
     uint64_t next_check_ns;  /* atomic: when a member checks its own file again */
     unsigned shared_mode;    /* the file's mode in a shared directory, 0 elsewhere */
+    uint32_t owner;          /* the file's owner when opened (a member's: its uid then) */
     struct ctl_parts *parts; /* a group in a shared directory: the other users' parts */
     char why[400];           /* ct_ledger_damage */
 };

@@ -131,24 +131,25 @@ int ctl_check_header(const struct ct_ledger_header *h, const char *group, char *
     return -1;
 }
 
-/* Whether the file open on fd may be a member's (its own uid's, no other uid may write it: in
- * a private directory no group/other bit at all; in a shared one, sh, no group/other write),
- * and of a ledger's size: NULL, or why not (in buf). again: it is being made (empty). */
+/* Whether the file open on fd may be a member's (member: -1, the caller's uid's; >= 0, that
+ * uid's; no other uid may write it: in a private directory no group/other bit at all; in a
+ * shared one, sh, no group/other write; INT32_MIN, a reader's: any owner and mode), and of a
+ * ledger's size: NULL, or why not (in buf). again: it is being made (empty). */
 static const char *check_file(const struct stat *sb, unsigned sh, int member, int *again, char *buf,
                               size_t n)
 {
-    uid_t me = geteuid();
+    uid_t me = member < 0 ? geteuid() : (uid_t)member; /* member: -1, or the uid it opened as */
     *again = 0;
     if (!S_ISREG(sb->st_mode))
         return "is not a regular file";
-    if (member && sb->st_uid != me) {
+    if (member != INT32_MIN && sb->st_uid != me) {
         snprintf(buf, n,
                  "is owned by uid %u, not by you (uid %u); a member maps only a ledger of its own "
                  "uid",
                  (unsigned)sb->st_uid, (unsigned)me);
         return buf;
     }
-    if (member && (sb->st_mode & (sh ? 022u : 077u))) {
+    if (member != INT32_MIN && (sb->st_mode & (sh ? 022u : 077u))) {
         snprintf(buf, n,
                  sh ? "is writable by other users (mode %04o; a part is 0644, its owner's alone)"
                     : "has group/other permissions (mode %04o; it must be 0600)",
@@ -177,7 +178,8 @@ int ctl_check_own(struct ct_ledger *l)
         return 0; /* the program closed our descriptor: nothing to tell from here */
     char buf[300], why[300], msg[PATH_MAX + 400];
     int again = 0;
-    const char *bad = check_file(&sb, l->shared_mode, 1, &again, buf, sizeof buf);
+    /* its owner is the uid it was opened as (a process that changed its uid since keeps it) */
+    const char *bad = check_file(&sb, l->shared_mode, (int)l->owner, &again, buf, sizeof buf);
     if (!bad && ctl_check_header(l->hdr, NULL, why, sizeof why, &again) != 0)
         bad = why;
     if (!bad)
@@ -312,7 +314,7 @@ static void *map_fd(int fd, const char *path, unsigned sh, int *again, char *err
         close(fd);
         return NULL;
     }
-    bad = check_file(&sb, sh, 1, again, buf, sizeof buf);
+    bad = check_file(&sb, sh, -1, again, buf, sizeof buf);
     if (bad) {
         ctl_set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, bad);
         close(fd);
@@ -363,6 +365,7 @@ static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint
     if (fstat(fd, &sb) == 0) {
         l->ino = (uint64_t)sb.st_ino;
         l->dev = (uint64_t)sb.st_dev;
+        l->owner = (uint32_t)sb.st_uid;
     }
     l->path = pathcopy;
     l->slot = -1;
@@ -508,7 +511,7 @@ static ct_ledger *reader_on(int fd, const char *name, char *err, uint64_t errlen
         close(fd);
         return NULL;
     }
-    bad = check_file(&sb, 0, 0, &again, buf, sizeof buf);
+    bad = check_file(&sb, 0, INT32_MIN, &again, buf, sizeof buf);
     if (!bad && ctl_pread_full(fd, &h, sizeof h, 0) != (long)sizeof h)
         bad = "cannot be read whole (cut short under its reader?)";
     if (!bad && ctl_check_header(&h, NULL, why, sizeof why, &again) != 0)

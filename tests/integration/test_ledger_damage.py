@@ -49,7 +49,7 @@ def parts_harness(tmp_path_factory):
     return exe
 
 
-@pytest.mark.parametrize("case", ["hammer", "late", "forked", "damage", "agent"])
+@pytest.mark.parametrize("case", ["hammer", "late", "forked", "damage", "agent", "setuid"])
 def test_parts_harness(parts_harness, case):
     need_root()
     d = Path(tempfile.mkdtemp(prefix="ct-parts-"))  # reachable by the users' children

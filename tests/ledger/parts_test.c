@@ -12,6 +12,8 @@
  *   ./parts_test DIR damage     one user truncates, grows, garbles, replaces its own part and
  *                               tries another's: the other user's member runs on, counted
  *   ./parts_test DIR agent      the node agent's figures, written with pwrite, count
+ *   ./parts_test DIR setuid     a member that joined as root and runs as another uid since
+ *                               keeps its part (its file is still the one it opened)
  *   ./parts_test DIR bench      ns per reserve+release pair: a private directory, a shared one
  *                               alone, beside 1 and 4 other users' parts
  *
@@ -455,6 +457,29 @@ static int case_damage(void)
     return 0;
 }
 
+/* ---- setuid: a member that drops its privileges keeps its part --------------------------- */
+
+static int case_setuid(void)
+{
+    make_shared_dir();
+    pid_t k = fork();
+    CHECK(k >= 0, "fork");
+    if (k == 0) { /* joins as root, then runs as another uid (a daemon dropping privileges) */
+        ct_ledger *l = member_of("s", 100 * MiB, 0);
+        CHECK(ct_ledger_reserve(l, 0, MiB, NULL, NULL) == CT_LEDGER_GRANTED, "as root");
+        become(UID0);
+        usleep(1200000); /* past the member's look at its own file */
+        int r = ct_ledger_reserve(l, 0, MiB, NULL, NULL);
+        CHECK(r == CT_LEDGER_GRANTED, "after setuid: %d (%s)", r, ct_ledger_damage(l));
+        _exit(0);
+    }
+    int st;
+    waitpid(k, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status %d", st);
+    printf("ok setuid\n");
+    return 0;
+}
+
 /* ---- agent: the node agent's figures, with pwrite, count for everyone ---------------------- */
 
 static int case_agent(void)
@@ -573,7 +598,8 @@ static int case_bench(int n)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: %s DIR hammer|late|forked|damage|agent|bench [...]\n", argv[0]);
+        fprintf(stderr, "usage: %s DIR hammer|late|forked|damage|agent|setuid|bench [...]\n",
+                argv[0]);
         return 2;
     }
     dir = argv[1];
@@ -593,6 +619,8 @@ int main(int argc, char **argv)
         return case_damage();
     if (strcmp(c, "agent") == 0)
         return case_agent();
+    if (strcmp(c, "setuid") == 0)
+        return case_setuid();
     if (strcmp(c, "bench") == 0)
         return case_bench(argc > 3 ? atoi(argv[3]) : 200000);
     fprintf(stderr, "unknown case %s\n", c);
