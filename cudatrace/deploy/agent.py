@@ -6,7 +6,9 @@ the CDI specs. Then, every --interval seconds, one pass:
 
 - **ledgers**: every ledger some process on the node maps (procscan.py), wherever it lives (a
   group's host directory, a container's tmpfs, a pod's emptyDir), opened through the member's
-  own mapping;
+  own mapping and read with pread, never mapped (a ledger a tenant truncates, grows, garbles or
+  replaces is skipped, said once, and listed in what the metrics count as errors); the parts of
+  one group (one file per user in a shared directory) are published as one group;
 - **contexts**: a member in another pid namespace cannot find itself in NVML's list (NVML names
   host pids), so its CUDA context would count for nothing. The agent maps each such member to
   its host pid (the pid in its namespace and its start time, among the processes that map that
@@ -34,7 +36,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import native, settings
-from ..record.ledger import Ledger, LedgerError
+from ..record.ledger import Ledger, LedgerError, part_of
+from ..record.ledger_status import merge_parts
 from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
@@ -74,6 +77,7 @@ class Tracked:
     denials: dict[tuple, int] = field(default_factory=dict)
     readings: dict[tuple, list[int]] = field(default_factory=dict)
     unmapped: dict[tuple, int] = field(default_factory=dict)  # passes a member went unmapped
+    unreadable: str | None = None  # why it could not be read at the last pass (said once)
 
 
 def _member_key(m: LedgerMember) -> tuple[int, int, int]:
@@ -139,6 +143,7 @@ class Agent:
             {"path": p, "error": e} for p, e in self.open_errors.values()
         ]
         labels_used: set[str] = set()
+        groups: dict[tuple, list[tuple[Tracked, LedgerSnapshot]]] = {}
         for _key, t in sorted(self.tracked.items(), key=lambda kv: kv[0]):
             try:
                 snap = t.ledger.snapshot()
@@ -146,10 +151,17 @@ class Agent:
                     snap = t.ledger.snapshot()
                 self._denials(t, snap)
             except LedgerError as e:
+                self._unreadable(t, str(e))
                 errors.append({"path": t.mapping.path, "error": str(e)})
                 continue
-            snap["label"] = self._label(snap, t, labels_used)
-            snap["member_labels"] = self._labels_of(t, snap)
+            if t.unreadable is not None:
+                self.say(f"the ledger {t.mapping.path} reads again")
+                t.unreadable = None
+            groups.setdefault(self._group_key(t, snap), []).append((t, snap))
+        for parts in groups.values():
+            labels = [self._labels_of(t, s) for t, s in parts]
+            snap = merge_parts([s for _, s in parts], labels)
+            snap["label"] = self._label(snap, parts[0][0], labels_used)
             out.append(snap)
         self._report_unfenced(scan)
         self._forget_groups()
@@ -158,6 +170,22 @@ class Agent:
             self._gc_installs()
         with self._lock:
             self._published = {"ledgers": out, "errors": errors}
+
+    def _unreadable(self, t: Tracked, why: str) -> None:
+        """A ledger that cannot be read now (a tenant truncated, grew, garbled or replaced it):
+        skipped this pass, said once."""
+        if t.unreadable != why:
+            self.say(f"skipping the ledger {t.mapping.path}: {why}")
+        t.unreadable = why
+
+    @staticmethod
+    def _group_key(t: Tracked, snap: LedgerSnapshot) -> tuple:
+        """The parts of one group (a user's part, <group>@<uid>.ledger, in one directory of one
+        file system) share a key; any other ledger is its own."""
+        group, uid = part_of(Path(t.mapping.path))
+        if uid is None or group != snap["group"]:
+            return ("file", *t.mapping.key)
+        return ("group", t.mapping.key[0], os.path.dirname(t.mapping.path), group)
 
     def _track(self, scan: procscan.Scan) -> None:
         for key in list(self.tracked):
@@ -180,8 +208,8 @@ class Agent:
         ffi, lib = native.tools()
         why = "no process maps it any more"
         for _proc, link in m.links:
-            try:
-                fd = os.open(link, os.O_RDWR | os.O_CLOEXEC)
+            try:  # O_NONBLOCK: whatever the member mapped, opening it never waits
+                fd = os.open(link, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
             except OSError as e:
                 why = f"{link}: {e.strerror}"
                 continue

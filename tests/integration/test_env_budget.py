@@ -116,7 +116,8 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
         assert len([m for m in st["members"] if m["state"] == "alive"]) == 2
         ledger = Path(st["path"])
         assert ledger.parent == sh["ledgers"]
-        assert ledger.stat().st_mode & 0o777 == 0o666  # a shared directory's ledger
+        assert ledger.name == "grp@0.ledger"  # root's part of the group, its own
+        assert ledger.stat().st_mode & 0o777 == 0o644  # the others read it, only root writes it
         assert sh["ledgers"].stat().st_uid == 0 != NOBODY  # owned by another uid than the job's
 
         only_env = {
@@ -143,6 +144,9 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
         st = _status(ct, envo)
         alive = [m for m in st["members"] if m["state"] == "alive"]
         assert len(alive) == 3, st["members"]
+        # one group of two users' parts: root's (the launchers') and nobody's (its own)
+        assert {p["uid"] for p in st["parts"]} == {0, NOBODY}
+        assert (sh["ledgers"] / f"grp@{NOBODY}.ledger").stat().st_uid == NOBODY
         dev0 = st["devices"][0]
         assert dev0["limit"] == 3 * GiB and dev0["in_use"] == 3 * GiB and dev0["denials"] == 1
         out, err = p.communicate(timeout=30)
