@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import RUN_FAILED, RUN_STATUSES, CudatraceError
+from .errors import INTERRUPTED, RUN_FAILED, RUN_STATUSES, CudatraceError
 
 # name -> (module of commands/ (the click function has the command's name), what it does: the
 # one line `cudatrace --help` lists it with, whole, without loading the module)
@@ -74,6 +74,9 @@ class Main(click.Group):
         except CudatraceError as e:
             click.echo(f"cudatrace: {e}", err=True)
             ctx.exit(_own_status(ctx, e.status))
+        except KeyboardInterrupt:  # Ctrl-C, or SIGINT: a shell's status for it, not click's 1
+            click.echo("\ncudatrace: interrupted", err=True)
+            ctx.exit(INTERRUPTED)
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EIO, errno.EFBIG):
                 raise

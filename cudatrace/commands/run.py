@@ -139,6 +139,8 @@ def _summarize(status: int, out: Path | None) -> None:
 
     try:
         print_summary(out, status, sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C or SIGINT after CMD ended: the summary alone is cut
+        sys.stderr.write(f"\ncudatrace: summary interrupted; trace in {out}\n")
     except Exception as exc:
         sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
 
