@@ -53,6 +53,31 @@ def test_errors_are_said_once_with_their_status(tmp_path, args, said):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "args, status, meant",
+    [
+        (["run", "--simulatd", "--", "true"], RUN_FAILED, "--simulated"),
+        (["run", "--budjet", "3GiB", "true"], RUN_FAILED, "--budget"),
+        (["run", "-x", "--", "true"], RUN_FAILED, None),
+        (["sweep", "--valuse", "1,2", "--", "echo", "{}"], 2, "--values"),
+        (["doctor", "--jsn", "true"], 2, "--json"),
+    ],
+)
+def test_an_unknown_option_before_the_command_is_a_typo_not_the_command(args, status, meant):
+    # it was run as the command: "cudatrace: --simulatd: command not found", exit 127
+    r = cli(*args)
+    assert r.exit_code == status, r.output
+    assert f"No such option '{args[1]}'" in r.output, r.output
+    if meant:
+        assert f"'{meant}'" in r.output.split("Did you mean", 1)[1], r.output
+    assert "command not found" not in r.output
+
+
+def test_what_follows_the_command_is_the_commands_own(tmp_path):
+    r = cli("run", "-q", "-o", tmp_path / "t", "sh", "-c", "exit 3", "--budjet")
+    assert r.exit_code == 3, r.output
+
+
 def test_every_reporting_command_takes_the_attribution_options():
     flags = {"--fold", "--no-fold", "--full-names", "--python-only", "--native-only"}
     for name in ("report", "diff", "export", "sweep"):
