@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import procs
+from support import children
 from support.cli import checkout_env, cudatrace
 
 pytest_plugins = ["support.sim_fixtures"]  # `sim`: the session-scoped simulated driver
@@ -55,10 +55,10 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(autouse=True)
 def no_process_left():
-    """What a test started through support/procs.py and left running (a timeout, a failed
+    """What a test started through support/children.py and left running (a timeout, a failed
     assertion before its stop) is killed when it ends, with its descendants."""
     yield
-    procs.leftovers()
+    children.leftovers()
 
 
 @pytest.fixture(scope="session", autouse=True)

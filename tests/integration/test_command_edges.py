@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 
 def test_summary_names_the_sample_interval_asked_for(ct, sim):
@@ -34,7 +35,7 @@ def test_until_url_that_cannot_answer_is_refused_at_once(ct, sim, tmp_path, url)
 
 def test_watch_ends_when_the_launcher_was_killed(ct, sim, tmp_path):
     out = tmp_path / "t"
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import cudatrace as cli
 from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
     LAYERS,
@@ -465,7 +466,7 @@ def test_watch_renders_until_the_run_ends(sim, kvpool, tmp_path):
     one last render once run.json says the run ended, and exits 0."""
     env = thor_env(sim, tmp_path)
     out = tmp_path / "live"
-    run = subprocess.Popen(
+    run = children.popen(
         [
             sys.executable,
             "-m",

@@ -17,7 +17,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from support import procs
+from support import children
 
 # SigBlk of /proc/PID/task/TID/status: bit N-1 is signal N
 CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1)
@@ -26,13 +26,13 @@ CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.S
 def _start(ct, sim, tmp_path, *opts, prog=("1", "1m")):
     ready = tmp_path / "ready"
     out = tmp_path / "t"
-    p = procs.popen(
+    p = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-q", "-o", out, *opts, "--",
          "/bin/sh", "-c", f'echo > "{ready}"; exec "$0" "$@"', sim.progs["hold"], *prog],
         env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    procs.wait_until(ready.exists, 60, "the command's start")
+    children.wait_until(ready.exists, 60, "the command's start")
     return p
 
 
@@ -47,7 +47,7 @@ def _blocked(pid: int, tid: str) -> int:
 def test_helper_threads_leave_the_signals_to_the_main_thread(ct, sim, tmp_path):
     # a run with every helper: sampler, sealer, exit watcher, denial watcher (a budget)
     p = _start(ct, sim, tmp_path, "--budget", "1GiB")
-    tids = procs.wait_until(
+    tids = children.wait_until(
         lambda: (
             [t for t in os.listdir(f"/proc/{p.pid}/task") if t != str(p.pid)]
             if len(os.listdir(f"/proc/{p.pid}/task")) >= 5
@@ -58,7 +58,7 @@ def test_helper_threads_leave_the_signals_to_the_main_thread(ct, sim, tmp_path):
     )
     masks = {tid: _blocked(p.pid, tid) for tid in tids}
     main = _blocked(p.pid, str(p.pid))
-    procs.stop(p)
+    children.stop(p)
     for sig in CAUGHT + (signal.SIGUSR2,):
         bit = 1 << (sig - 1)
         assert not main & bit, (sig, hex(main))
@@ -91,11 +91,11 @@ WAKE = textwrap.dedent(
 
 
 def test_a_signal_taken_by_another_thread_wakes_the_wait(ct, tmp_path):
-    p = procs.popen(
+    p = children.popen(
         [sys.executable, "-c", WAKE],
         env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    out, err = procs.communicate(p, 60)
+    out, err = children.communicate(p, 60)
     status, took = out.split("status ")[1].split(" after ")
     # forwarded at once: the child dies of it (143) well before its 20 s
     assert int(status) == 128 + signal.SIGTERM, (out, err)
@@ -122,7 +122,7 @@ def _launch(ct, sim, tmp_path: Path, i: int, token: str) -> tuple[subprocess.Pop
     env = dict(ct.env(), CUDATRACE_STRESS_TOKEN=token)
     quiet = ["-q"] if rnd.random() < 0.5 else []
     with open(tmp_path / f"r{i}.err", "wb") as err:
-        p = procs.popen(
+        p = children.popen(
             [sys.executable, "-m", "cudatrace", "run", *quiet, "-o", tmp_path / f"r{i}", "--",
              *hold],
             env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
@@ -162,7 +162,7 @@ def _describe(p: subprocess.Popen) -> str:
     """What a hung launcher and its command were doing: each thread's state, wait channel and
     signals (pending, blocked, caught), and what the launcher said."""
     lines = []
-    for pid in [p.pid, *procs.descendants(p.pid)]:
+    for pid in [p.pid, *children.descendants(p.pid)]:
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")[:120]
             lines.append(f"pid {pid}: {cmd.decode(errors='replace')}")
@@ -178,7 +178,7 @@ def _describe(p: subprocess.Popen) -> str:
 
 
 def _load(n: int) -> list[subprocess.Popen]:
-    return [procs.popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+    return [children.popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
 def _drive(running: list, now: float) -> None:
@@ -214,12 +214,12 @@ def test_every_launcher_stops_on_signals_at_random_moments(ct, sim, tmp_path):
                     if p.returncode not in STATUSES and not _in_python_start(p.returncode, err):
                         odd.append((i, p.returncode, err[-600:]))
                 elif plan["sent"] and now - plan["at"] > 60:  # a minute after its signal
-                    hung.append((i, _describe(p), procs.kill_tree(p)))
+                    hung.append((i, _describe(p), children.kill_tree(p)))
                     running.remove((p, plan, i))
             time.sleep(0.005)
     finally:
         for p in load:
-            procs.kill_tree(p)
+            children.kill_tree(p)
     took = time.monotonic() - t0
     # a killed launcher's command gets SIGTERM from the kernel (PDEATHSIG): give it a moment
     deadline = time.monotonic() + 10

@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from cudatrace.analyze import laws
+from support import children
 from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
     LAYERS,
     PAGE,
@@ -692,7 +693,7 @@ def test_interrupted_sweep_reports_what_it_has(sim, tmp_path):
 
     env = thor_env(sim, tmp_path)
     out = tmp_path / "sw"
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",

@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import procs
+from . import children
 from .paths import REPO
 
 
@@ -25,8 +25,8 @@ def checkout_env(env: dict | None = None, cache: Path | None = None) -> dict:
 
 def cudatrace(env: dict, *args, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
     """Run `python -m cudatrace ARGS` (text, output captured) and return its result; past the
-    timeout it is killed with what it started (procs.run)."""
-    return procs.run(
+    timeout it is killed with what it started (children.run)."""
+    return children.run(
         [sys.executable, "-m", "cudatrace", *map(str, args)],
         env=env,
         capture_output=True,

@@ -18,7 +18,9 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 _started: list[subprocess.Popen] = []  # this test's processes (cleared by leftovers())
@@ -116,6 +118,39 @@ def wait(p: subprocess.Popen, timeout: float, what: str = "") -> int:
         raise AssertionError(
             f"{what or _name(p)} did not end within {timeout:g} s; killed with its descendants"
         ) from None
+
+
+def readline(p: subprocess.Popen, stream: Any = None, timeout: float = 60, what: str = "") -> Any:
+    """One line of p's stdout (or of stream, one of p's pipes), as stream.readline() gives it;
+    a program that prints none within timeout seconds is killed with its tree (which ends the
+    read) and the test fails saying so."""
+    stream = p.stdout if stream is None else stream
+    box: list[Any] = []
+    reader = threading.Thread(target=lambda: box.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if reader.is_alive():
+        kill_tree(p)
+        reader.join(10)
+        raise AssertionError(
+            f"{what or _name(p)} printed no line within {timeout:g} s; killed with its descendants"
+        )
+    return box[0]
+
+
+def lines(p: subprocess.Popen, stream: Any = None, timeout: float = 60) -> Iterator[Any]:
+    """`for line in p.stdout`, each line within timeout seconds (readline): ends at the end of
+    the stream."""
+    while line := readline(p, stream, timeout):
+        yield line
+
+
+def said(p: subprocess.Popen) -> Any:
+    """What p wrote to its stderr pipe, for a failure's message: read to its end once p is over
+    (a running p is killed with its tree first; a read would wait for it for ever)."""
+    if p.poll() is None:
+        kill_tree(p)
+    return p.stderr.read() if p.stderr is not None else ""
 
 
 def run(args: Any, timeout: float, **kw: Any) -> subprocess.CompletedProcess:
