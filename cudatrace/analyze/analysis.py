@@ -225,12 +225,12 @@ class Analysis:
         return m.groups_at(moment["ts_ns"], dev)
 
     def process_ends(self) -> dict[int, int]:
-        """pid -> when its traced memory ended (its last image's exit record, or when the
-        launcher saw it die), for the processes that ended; one still running or lost is not
-        there."""
+        """pid -> when its traced memory ended (when the launcher saw it die, else its last
+        image's exit record: model.process_ends), for the processes that ended; one still
+        running or lost is not there."""
         ends: dict[int, int | None] = {}
         for t in self.traces:
-            e = t.end.ts_ns if t.end else (t.exit_seen_ns or None)
+            e = max(t.end.ts_ns, t.exit_seen_ns) if t.end else (t.exit_seen_ns or None)
             prev = ends.get(t.pid, 0)
             ends[t.pid] = None if e is None or prev is None else max(prev, e)
         return {pid: e for pid, e in ends.items() if e}

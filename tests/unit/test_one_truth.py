@@ -1,0 +1,58 @@
+"""One truth across outputs (issue 44): the report's figures agree with what the budget's ledger
+and the launcher saw, and its words say what happened."""
+
+from __future__ import annotations
+
+import json
+
+from cudatrace.analyze.analysis import Analysis, build_report
+from support import tracegen as tg
+from support.fixture_elf import elf, fake_sym  # noqa: F401  (fixtures)
+
+GiB, MiB, MS = tg.GiB, tg.MiB, tg.MS
+
+
+def at(ms: float) -> int:
+    return tg.BASE_TS + int(ms * MS)
+
+
+def report_json(path, sym, **kw) -> dict:
+    return json.loads(json.dumps(build_report(Analysis(path, symbolizer=sym), **kw)))
+
+
+# ---- a process that exits holds its memory until the launcher saw it end ---------------------
+
+
+def _two_servers(d, seen_ms: float | None) -> None:
+    """Server A takes 1.5 GiB and exits holding it (exit record at 100 ms); server B takes 1.5
+    GiB at 150 ms, while A is still being torn down: the launcher saw A end at seen_ms."""
+    a = tg.TraceWriter(d / "11.0.ctrace", pid=11, argv=["server-a"])
+    a.alloc(at(10), 1536 * MiB, 0x1000)
+    a.close(end_ts=at(100))
+    b = tg.TraceWriter(d / "12.0.ctrace", pid=12, argv=["server-b"])
+    b.alloc(at(150), 1536 * MiB, 0x2000)
+    b.close(end_ts=at(300))
+    exits = (
+        []
+        if seen_ms is None
+        else [{"pid": 11, "start_ticks": 12345, "exit_monotonic_ns": at(seen_ms)}]
+    )
+    tg.write_run(d, start_ns=tg.BASE_TS, extra={"exits": exits})
+
+
+def test_an_exiting_process_holds_its_memory_until_the_launcher_saw_it_end(tmp_path, fake_sym):
+    # the ledger counted A's 1.5 GiB until A was gone (200 ms), so B's allocation at 150 ms met
+    # "in use 3.00 GiB"; the report dropped A's memory at its exit record: peak 1.50 GiB
+    _two_servers(tmp_path, seen_ms=200)
+    r = report_json(tmp_path, fake_sym)
+    assert r["peak_bytes"] == 3 * GiB and r["peak_time"] == 0.15, (r["peak_bytes"], r["peak_time"])
+    assert {s["label"] for s in r["sites"]} and r["total_live_bytes"] == 3 * GiB
+    # A's memory ends when the launcher saw A end, not later
+    late = report_json(tmp_path, fake_sym, at="0.25")
+    assert late["total_live_bytes"] == 1536 * MiB, late["total_live_bytes"]
+
+
+def test_without_the_launchers_sight_the_exit_record_ends_it(tmp_path, fake_sym):
+    _two_servers(tmp_path, seen_ms=None)
+    r = report_json(tmp_path, fake_sym)
+    assert r["peak_bytes"] == 1536 * MiB
