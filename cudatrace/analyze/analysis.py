@@ -207,6 +207,7 @@ class Analysis:
             }
         secs = parse_moment(spec)
         assert not isinstance(secs, str)  # "peak" and "end" were answered above
+        self._within_run(spec, secs)
         return {
             "spec": spec,
             "kind": "time",
@@ -214,6 +215,35 @@ class Analysis:
             "seq": None,
             "device": device,
         }
+
+    def run_seconds(self) -> float:
+        """How long the run lasted, from its start: to its last event or the last end of a
+        process (its exit record, or when the launcher saw it go), or to the launcher's own end
+        when run.json says it ended later."""
+        ends = [self.model.t_end] if self.model.n_events else []
+        ends += self.process_ends().values()
+        last = max(0.0, self.seconds(max(ends)) or 0.0) if ends else 0.0
+        run = self.td.run
+        t0, t1 = run.get("start_time"), run.get("end_time")
+        if isinstance(t0, (int, float)) and isinstance(t1, (int, float)) and t1 >= t0:
+            launched = (t1 - t0) - (self.start_ns - self._run_start_ns()) / 1e9
+            return max(last, round(launched, 6))
+        return last
+
+    def _run_start_ns(self) -> int:
+        r = self.td.run.get("start_monotonic_ns")
+        return r if isinstance(r, int) and r > 0 else self.start_ns
+
+    def _within_run(self, spec: str, secs: float) -> None:
+        """--at TIME names a moment of the run, or is refused: a moment after it ended would
+        show nothing live (each process's memory ended with it), which reads as a fact of the
+        run when it is none."""
+        end = self.run_seconds()
+        if secs < 0 or secs > end + 1e-6:
+            raise ReportError(
+                f"--at {spec}: the run lasted {end:.3f} s (from its start to its end); give a "
+                f"time within it, or --at end (what was live when it ended) or --at peak"
+            )
 
     def live(self, moment: dict[str, Any]) -> Groups:
         """What is live at the moment, grouped (sites.group takes it as is)."""
@@ -473,6 +503,7 @@ def build_report(
         "start_ns": a.start_ns,
         "start_time": a.td.run.get("start_time"),
         "duration": a.seconds(m.t_end) if m.n_events else 0.0,
+        "run_seconds": a.run_seconds(),
         "exit_status": a.td.run.get("exit_status"),
         "versions": _versions(a),
         "at": {

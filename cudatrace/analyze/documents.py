@@ -482,6 +482,7 @@ class Report(_ReportRequired, total=False):
     """The document `cudatrace report --json` prints (docs/report-json.md). Keys are only ever added within a version: objects may hold keys not listed here."""
 
     peak_scope: Literal["device"]
+    run_seconds: float
     tree: ReportTree
     ranks: ReportRanks | None
     paths: list[str]

@@ -24,7 +24,17 @@ from ..analyze.documents import (
 from ..analyze.names import fit
 from ..analyze.sites import SFrame, folded
 from ..units import printable, shell_quote
-from .text import end_label, percent, plural, secs_text, size_text, styled, table, term_width
+from .text import (
+    end_label,
+    no_sample_while_live,
+    percent,
+    plural,
+    secs_text,
+    size_text,
+    styled,
+    table,
+    term_width,
+)
 
 CONTEXT_SITES = 5  # sites whose call stacks are listed
 
@@ -710,10 +720,8 @@ def render_observed(r: Report, w: Callable[[str], object]) -> None:
         w(f"Traced versus observed ({source}; {n}):")
         if not o["nvml"]:
             w("  no device figures: {}".format(o["nvml_why"]))
-        w(
-            "  no sample fell while traced memory was live (the run's allocations came and went "
-            f"between samples): nothing to compare. Traced peak {size_text(traced_peak)}."
-        )
+        why = no_sample_while_live(r.get("run_seconds", r["duration"]), iv, traced_peak)
+        w(f"  {why}: nothing to compare. Traced peak {size_text(traced_peak)}.")
         if base and base.get("device_total"):
             w(
                 "  device used by everyone before the run: {} of {}".format(

@@ -13,7 +13,7 @@ from ..analyze.model import AUX2
 from ..analyze.names import fit, on_terminal
 from ..analyze.ranks import outliers, split_devices, tables, tagged
 from ..units import format_bytes, printable
-from .text import end_label, term_width
+from .text import end_label, no_sample_while_live, term_width
 
 if TYPE_CHECKING:
     from ..analyze.analysis import Analysis
@@ -155,10 +155,7 @@ def _observed(a: Analysis, w: Callable[[str], None]) -> None:
     near = obs.get("near_peak") or {}
     if obs["samples"] and not obs["overlap"]:
         every = (a.td.run.get("sampler") or {}).get("interval_ms") or obs.get("interval_ms")
-        w(
-            "  observed: no sample fell while traced memory was live (samples every "
-            "%s)\n" % ("%g ms" % every if every else "--sample-ms")
-        )
+        w(f"  observed: {no_sample_while_live(a.run_seconds(), every, m.peak_bytes)}\n")
     elif near.get("tree_device_bytes") is not None:
         w(
             "  observed by NVML for the process tree near the peak: {} (traced then {}; untraced "

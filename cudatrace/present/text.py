@@ -25,6 +25,24 @@ def end_label(processes: int) -> str:
     return "live at exit" if processes <= 1 else "never freed (each process's, at its end)"
 
 
+def no_sample_while_live(run_seconds: float | None, interval_ms: float | None, peak: int) -> str:
+    """Why no sample of the observed figures fell while traced memory was live, as it was: no
+    traced memory at all, a run shorter than one sample interval, or allocations that came and
+    went between samples."""
+    if not peak:
+        return "no traced device memory was live at any moment"
+    if interval_ms and run_seconds is not None and run_seconds * 1000 < interval_ms:
+        return (
+            f"the run lasted {run_seconds * 1000:.0f} ms, less than one sample interval "
+            f"({interval_ms:g} ms): no sample fell while its memory was live"
+        )
+    every = f", every {interval_ms:g} ms" if interval_ms else ""
+    return (
+        "no sample fell while traced memory was live (its allocations came and went between "
+        f"samples{every})"
+    )
+
+
 def plural(n: int, what: str) -> str:
     """'1 allocation', '1,024 allocations'."""
     return f"{n:,} {what}{'' if n == 1 else 's'}"

@@ -4,8 +4,14 @@ and the launcher saw, and its words say what happened."""
 from __future__ import annotations
 
 import json
+import sys
+
+from click.testing import CliRunner
 
 from cudatrace.analyze.analysis import Analysis, build_report
+from cudatrace.cli import main
+from cudatrace.present.report import render_text
+from cudatrace.present.summary import print_summary
 from support import tracegen as tg
 from support.fixture_elf import elf, fake_sym  # noqa: F401  (fixtures)
 
@@ -56,3 +62,51 @@ def test_without_the_launchers_sight_the_exit_record_ends_it(tmp_path, fake_sym)
     _two_servers(tmp_path, seen_ms=None)
     r = report_json(tmp_path, fake_sym)
     assert r["peak_bytes"] == 1536 * MiB
+
+
+# ---- --at names a moment of the run ----------------------------------------------------------
+
+
+def _short_run(d, with_run_json: bool = True) -> None:
+    """A 46 ms run that exits holding 2.5 GiB."""
+    w = tg.TraceWriter(d / "21.0.ctrace", pid=21)
+    w.alloc(at(10), 2560 * MiB, 0x1000)
+    w.close(end_ts=at(46))
+    if with_run_json:
+        tg.write_run(d, start_ns=tg.BASE_TS, extra={"end_time": 1_700_000_000.046})
+
+
+def test_at_after_the_run_is_an_error_not_nothing_live(tmp_path, fake_sym):
+    _short_run(tmp_path)
+    r = CliRunner().invoke(main, ["report", str(tmp_path), "--at", "99s"])
+    assert r.exit_code == 2, r.output
+    assert "--at 99s: the run lasted 0.046 s" in r.output and "--at end" in r.output, r.output
+    assert "0 B" not in r.output
+    # within the run, and at its very end, it answers
+    assert report_json(tmp_path, fake_sym, at="0.02")["total_live_bytes"] == 2560 * MiB
+    assert report_json(tmp_path, fake_sym, at="0.046")["total_live_bytes"] == 0
+    # without run.json the run ends with its last event
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    _short_run(bare, with_run_json=False)
+    r = CliRunner().invoke(main, ["report", str(bare), "--at", "1s"])
+    assert r.exit_code == 2 and "the run lasted 0.046 s" in r.output, r.output
+
+
+def test_a_run_shorter_than_one_sample_is_said_so(tmp_path, fake_sym, capsys):
+    # it said "the run's allocations came and went between samples" of a 46 ms run sampled
+    # every 100 ms: the one sample came after the run
+    w = tg.TraceWriter(tmp_path / "21.0.ctrace", pid=21)
+    w.alloc(at(10), 2560 * MiB, 0x1000)
+    w.close(end_ts=at(46))
+    extra = {
+        "end_time": 1_700_000_000.046,
+        "sampler": {"samples": 1, "interval_ms": 100.0, "nvml": False, "nvml_why": "none here"},
+    }
+    tg.write_run(tmp_path, start_ns=tg.BASE_TS, samples=[tg.sample(at(120))], extra=extra)
+    text = render_text(build_report(Analysis(tmp_path, symbolizer=fake_sym)))
+    said = "the run lasted 46 ms, less than one sample interval (100 ms): no sample fell while its memory was live"
+    assert said in text, text
+    assert "came and went" not in text
+    print_summary(tmp_path, 0, sys.stdout)
+    assert f"observed: {said}" in capsys.readouterr().out
