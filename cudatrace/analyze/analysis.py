@@ -494,7 +494,10 @@ def build_report(
     budget = _budget_json(a, limits)
     c = m.counts
     argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
-    never = _never_freed_json(a, end_live, end_sites, top)
+    # one numbering of sites in every table: a site never freed keeps its number of the table
+    # of the moment; one not in it is numbered after that table's sites
+    numbers = {x.key: i for i, x in enumerate(sites, 1)} if by == "site" else {}
+    never = _never_freed_json(a, end_live, end_sites, top, numbers)
     r = {
         "schema": SCHEMA,
         "cudatrace_version": __version__,
@@ -571,15 +574,23 @@ def _peak_json(a: Analysis, device: int | None) -> dict[str, Any]:
 
 
 def _never_freed_json(
-    a: Analysis, end_live: Groups, end_sites: list[Any], top: int
+    a: Analysis, end_live: Groups, end_sites: list[Any], top: int, numbers: dict[Any, int]
 ) -> dict[str, Any]:
-    """What was live at the end, by site; how much of it in truncated traces."""
+    """What was live at the end, by site, each with its number of the report's sites (numbers:
+    key -> number; the others numbered after them); how much of it in truncated traces."""
     trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
+    listed, after = [], len(numbers)
+    for s in end_sites[:top]:
+        n = numbers.get(s.key)
+        if n is None:
+            after += 1
+            n = after
+        listed.append(site_json(a, s, end_live.bytes, n))
     return {
         "bytes": end_live.bytes,
         "count": end_live.count,
         "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
-        "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
+        "sites": listed,
         "more_sites": max(0, len(end_sites) - top),
     }
 

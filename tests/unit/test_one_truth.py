@@ -110,3 +110,34 @@ def test_a_run_shorter_than_one_sample_is_said_so(tmp_path, fake_sym, capsys):
     assert "came and went" not in text
     print_summary(tmp_path, 0, sys.stdout)
     assert f"observed: {said}" in capsys.readouterr().out
+
+
+# ---- one numbering of sites in every table ---------------------------------------------------
+
+
+def test_the_never_freed_table_keeps_the_numbers_of_the_sites_table(tmp_path, elf, fake_sym):
+    # at the peak: load_weights 4 GiB (#1), alloc_activations 2 GiB (#2), grow_cache 1 GiB
+    # (#3, never freed); after the peak make_workspace takes 64 MiB and keeps it. The table
+    # "Never freed by exit" numbered grow_cache #1 and make_workspace #2.
+    fr = tg.Frames(elf)
+    w = tg.TraceWriter(tmp_path / "31.0.ctrace", pid=31, exe=str(elf))
+    fr.write_modules(w)
+    stack = {
+        f: w.stack(fr.stack(f, "main"))
+        for f in ("load_weights", "alloc_activations", "grow_cache", "make_workspace")
+    }
+    w.alloc(at(10), 4 * GiB, 0x1000, stack=stack["load_weights"])
+    w.alloc(at(20), 2 * GiB, 0x2000, stack=stack["alloc_activations"])
+    w.alloc(at(30), GiB, 0x3000, stack=stack["grow_cache"])
+    w.free(at(40), 0x1000)
+    w.free(at(50), 0x2000)
+    w.alloc(at(60), 64 * MiB, 0x4000, stack=stack["make_workspace"])
+    w.close(end_ts=at(70))
+    r = build_report(Analysis(tmp_path, symbolizer=fake_sym))
+    number = {s["label"].split()[0]: s["rank"] for s in r["sites"]}
+    assert number == {"load_weights": 1, "alloc_activations": 2, "grow_cache": 3}, number
+    never = {s["label"].split()[0]: s["rank"] for s in r["never_freed"]["sites"]}
+    assert never == {"grow_cache": 3, "make_workspace": 4}, never
+    text = render_text(r)
+    assert "#3 grow_cache" in text.split("Never freed by exit")[1], text
+    assert "#4 make_workspace" in text.split("Never freed by exit")[1], text
