@@ -601,6 +601,20 @@ def _ended_seen(t: Trace) -> bool:
     return bool(not t.complete and t.exit_seen_ns and t.status != "exec" and not t.stopped_ns)
 
 
+def _launcher_saw_signal(a: Analysis, t: Trace) -> int | None:
+    """The signal that killed CMD (the launcher's own child), as the launcher's wait saw it,
+    for CMD's last image when it left no exit record; None for any other process."""
+    run = a.td.run
+    rc, pid = run.get("returncode"), run.get("pid")
+    if not isinstance(rc, int) or rc >= 0 or t.pid != pid or t.complete or t.stopped_ns:
+        return None
+    if len(a.td.dirs) > 1 and t.source != str(a.td.dirs[0]):
+        return None  # run.json is the first directory's: its CMD is there
+    if any(u.pid == pid and u.exec_index > t.exec_index for u in a.traces):
+        return None  # an image that exec replaced: the signal came to a later one
+    return -rc
+
+
 def _processes_json(a: Analysis, live: Groups, warnings: list[Any]) -> tuple[list[Any], list[Any]]:
     """(processes, truncated files): one entry per trace file; lost events and gaps noted."""
     m = a.model
@@ -658,6 +672,9 @@ def _processes_json(a: Analysis, live: Groups, warnings: list[Any]) -> tuple[lis
         )
         if _ended_seen(t):  # killed or crashed: when the launcher saw it end (record/exits.py)
             processes[-1]["ended_time"] = a.seconds(t.exit_seen_ns)
+        sig = _launcher_saw_signal(a, t)
+        if sig:
+            processes[-1]["signal"] = sig
         if t.end and t.end.dropped:
             warnings.append(
                 "%s: %d events were lost (the trace file could not grow)"

@@ -144,6 +144,7 @@ class _ReportProcessRequired(TypedDict):
 class ReportProcess(_ReportProcessRequired, total=False):
     stopped: Any
     ended_time: float
+    signal: int
 
 
 class _ReportDeviceRequired(TypedDict):

@@ -72,8 +72,9 @@ def via_text(site: ReportSite | ReportFailed | ReportDenied, full: bool = False)
     return " > ".join(chain)
 
 
-def _status_text(p: ReportProcess, r: Report) -> str:
-    """How a process's trace ended, in words that never contradict each other."""
+def status_text(p: ReportProcess, r: Report) -> str:
+    """How a process's trace ended, in words that never contradict each other (the text report
+    and the HTML page say it alike)."""
     st, code = p["status"], p["exit_code"]
     if st == "exec":
         return "replaced by exec (complete up to it)"
@@ -94,11 +95,28 @@ def _status_text(p: ReportProcess, r: Report) -> str:
                 p["stopped"], code
             )
         return "trace stopped ({}); no exit record".format(p["stopped"])
+    sig = p.get("signal")
+    if sig:
+        name = _signal_name(sig)
+        when = (
+            " at {}".format(secs_text(p["ended_time"])) if p.get("ended_time") is not None else ""
+        )
+        return f"killed by signal {sig}{name}{when}, as the launcher saw it (no exit record)"
     if p.get("ended_time") is not None:
         return "killed or crashed (no exit record); ended at {} as the launcher saw it".format(
             secs_text(p["ended_time"])
         )
     return "truncated (no clean exit record: killed, crashed or still running)"
+
+
+def _signal_name(sig: int) -> str:
+    """' (SIGKILL)', or nothing for a number Python does not name."""
+    import signal
+
+    try:
+        return f" ({signal.Signals(sig).name})"
+    except ValueError:
+        return ""
 
 
 def limits_text(limits: Mapping[str, int]) -> str:
@@ -232,7 +250,7 @@ def _text_run(r: Report, o: _Lines) -> None:
                 p["pid"],
                 p["ppid"],
                 printable(os.path.basename(p["exe"])) or "?",
-                _status_text(p, r),
+                status_text(p, r),
                 p["file"],
             )
         )

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from cudatrace.analyze.analysis import Analysis, build_report
 from cudatrace.cli import main
+from cudatrace.present.html.page import _processes_html
 from cudatrace.present.report import render_text
 from cudatrace.present.summary import print_summary
 from support import tracegen as tg
@@ -141,3 +142,34 @@ def test_the_never_freed_table_keeps_the_numbers_of_the_sites_table(tmp_path, el
     text = render_text(r)
     assert "#3 grow_cache" in text.split("Never freed by exit")[1], text
     assert "#4 make_workspace" in text.split("Never freed by exit")[1], text
+
+
+# ---- how a process ended, as the launcher saw it ---------------------------------------------
+
+
+def test_a_command_killed_by_sigkill_is_said_so(tmp_path, fake_sym):
+    # it read "truncated (no clean exit record: killed, crashed or still running)" though the
+    # launcher's wait saw signal 9
+    w = tg.TraceWriter(tmp_path / "41.0.ctrace", pid=41, ppid=40)
+    w.alloc(at(10), GiB, 0x1000)
+    w.close(clean=False)
+    child = tg.TraceWriter(tmp_path / "42.0.ctrace", pid=42, ppid=41)
+    child.alloc(at(12), MiB, 0x2000)
+    child.close(clean=False)
+    exits = [{"pid": 41, "start_ticks": 12345, "exit_monotonic_ns": at(30)}]
+    tg.write_run(
+        tmp_path,
+        start_ns=tg.BASE_TS,
+        extra={"pid": 41, "returncode": -9, "exit_status": 137, "exits": exits},
+    )
+    r = build_report(Analysis(tmp_path, symbolizer=fake_sym))
+    procs = {p["pid"]: p for p in r["processes"]}
+    assert procs[41]["signal"] == 9 and "signal" not in procs[42]
+    text = render_text(r)
+    assert (
+        "killed by signal 9 (SIGKILL) at 0.030 s, as the launcher saw it (no exit record)" in text
+    ), text
+    # its child's end was not seen: no guess
+    assert "truncated (no clean exit record: killed, crashed or still running)" in text
+    # the HTML page says it in the same words
+    assert "killed by signal 9 (SIGKILL) at 0.030 s, as the launcher saw it" in _processes_html(r)

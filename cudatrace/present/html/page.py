@@ -28,7 +28,7 @@ from ...analyze.documents import Diff, Report, ReportAt
 from ...analyze.model import NONE64
 from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes
-from ..report import render_text
+from ..report import render_text, status_text
 from .data import (
     ASSETS,
     MAX_SITE_CHANGES,
@@ -191,7 +191,7 @@ def _processes_html(r: Report) -> str:
             )
             cls = ""
         else:
-            st = "truncated (killed, crashed or still running)"
+            st = status_text(p, r)  # the text report's words
             cls = ' class="warn"'
         procs.append(
             '<tr%s><td>%d</td><td>%d</td><td title="%s">%s</td><td class="n">%s</td>'
