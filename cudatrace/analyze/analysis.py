@@ -25,7 +25,14 @@ from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
 from .python_summary import python_summary
-from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
+from .ranks import (
+    align_clocks,
+    honest_peak,
+    hosts_of,
+    ranks_json,
+    separate_runs,
+    split_devices,
+)
 from .sites import SFrame, Site, Stacks, depth_note, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 from .unseal import lost_chunks_json
@@ -88,6 +95,9 @@ def _load_many(paths: list[Path]) -> TraceDir:
     if not td.traces:
         errors = "\n  ".join(td.errors)
         raise ReportError(f"no readable trace file in {len(td.dirs)} directories:\n  {errors}")
+    separate = separate_runs(td, paths[0] if len(paths) == 1 else None)
+    if separate:
+        raise ReportError(separate)
     align_clocks(td.traces, td.run)
     return td
 

@@ -173,3 +173,74 @@ def test_a_command_killed_by_sigkill_is_said_so(tmp_path, fake_sym):
     assert "truncated (no clean exit record: killed, crashed or still running)" in text
     # the HTML page says it in the same words
     assert "killed by signal 9 (SIGKILL) at 0.030 s, as the launcher saw it" in _processes_html(r)
+
+
+# ---- a folder of separate runs is not one run of many ranks ----------------------------------
+
+
+def _one_run(d, pid: int, argv: list[str], start_s: float, took_s: float, env=None) -> None:
+    """A run of argv launched start_s seconds after the first, lasting took_s, holding 1 GiB."""
+    d.mkdir(parents=True)
+    info = {f"env.{k}": v for k, v in (env or {}).items()}
+    w = tg.TraceWriter(
+        d / f"{pid}.0.ctrace",
+        pid=pid,
+        argv=argv,
+        info=info,
+        realtime_ns=(1_700_000_000 + int(start_s)) * tg.SEC,
+    )
+    w.alloc(at(10), GiB, 0x1000 + pid)
+    w.close(end_ts=at(took_s * 1000))
+    t0 = 1_700_000_000.0 + start_s
+    tg.write_run(
+        d, argv=argv, start_ns=tg.BASE_TS, extra={"start_time": t0, "end_time": t0 + took_s}
+    )
+
+
+def test_a_folder_of_separate_runs_is_refused_with_each_listed(tmp_path, fake_sym):
+    # six runs of different commands, minutes apart, no rank variable: read as "one run of 5
+    # ranks" with a peak no run had
+    runs = tmp_path / "runs"
+    cmds = [["python3", "train.py", f"--batch={b}"] for b in (8, 16, 32)] + [
+        ["./server", "--port", "80"],
+        ["./bench"],
+        ["./server", "--kv", "1GiB"],
+    ]
+    for i, argv in enumerate(cmds):
+        _one_run(runs / f"run{i}", 100 + i, argv, start_s=120.0 * i, took_s=3.0)
+    r = CliRunner().invoke(main, ["report", str(runs)])
+    assert r.exit_code == 2, r.output
+    assert (
+        f"{runs} holds 6 trace directories of separate runs, not the ranks of one run" in r.output
+    ), r.output
+    for i, argv in enumerate(cmds):
+        line = next(x for x in r.output.splitlines() if x.strip().startswith(str(runs / f"run{i}")))
+        assert " ".join(argv) in line and ", 3.0 s" in line, line
+    assert f"cudatrace report {runs / 'run0'}" in r.output
+    assert f"cudatrace diff {runs / 'run0'} {runs / 'run1'}" in r.output
+    assert "cudatrace sweep --from" in r.output
+    # named one by one, the same
+    r = CliRunner().invoke(main, ["report", str(runs / "run0"), str(runs / "run3")])
+    assert r.exit_code == 2 and "these 2 trace directories of separate runs" in r.output, r.output
+    # each run alone reads as it is
+    assert report_json(runs / "run3", fake_sym)["peak_bytes"] == GiB
+
+
+def test_runs_at_one_time_or_with_ranks_are_one_run(tmp_path, fake_sym):
+    # two services traced at the same time (co-tenants of one GPU): one picture of both
+    both = tmp_path / "cotenants"
+    _one_run(both / "a", 201, ["./service-a"], start_s=0.0, took_s=5.0)
+    _one_run(both / "b", 202, ["./service-b"], start_s=1.0, took_s=5.0)
+    assert report_json(both, fake_sym)["peak_bytes"] == 2 * GiB
+    # ranks launched one after the other still carry their rank: read as one run
+    ranked = tmp_path / "ranked"
+    for r in range(2):
+        _one_run(
+            ranked / f"r{r}",
+            300 + r,
+            ["train.py"],
+            start_s=60.0 * r,
+            took_s=2.0,
+            env={"RANK": str(r), "WORLD_SIZE": "2"},
+        )
+    assert len(report_json(ranked, fake_sym)["ranks"]["ranks"]) == 2
