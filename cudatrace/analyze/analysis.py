@@ -376,6 +376,40 @@ def beyond_traces(a: Analysis) -> dict[str, Any] | None:
     return {"denials": untraced, "peak_bytes": peak}
 
 
+def driver_used(traces: Sequence[Trace]) -> bool:
+    """Whether a process of the run used the CUDA driver: a hooked call recorded (or an
+    --aggregate snapshot), the driver's version read when its trace opened, or libcuda among
+    the modules it mapped."""
+    return any(
+        t.n_events
+        or t.snap_slots
+        or t.info.get("driver_version")
+        or any(m.path.rsplit("/", 1)[-1].startswith("libcuda.so") for m in t.modules)
+        for t in traces
+    )
+
+
+def no_driver_sentence(found: str | None, simulated: bool, who: str, simulate: str) -> str:
+    """What to say of a run (or a sweep) no process of which used the CUDA driver: found is
+    where libcuda.so.1 is on this machine (None: nowhere), simulate how to run on cudatrace's
+    simulated driver instead (`cudatrace run --simulated -- CMD`), said where there is none."""
+    if simulated:
+        return (
+            f"{who} used the CUDA driver (cudatrace's simulated libcuda.so.1): the command never "
+            "loaded it, or never asked it for memory"
+        )
+    if found is None:
+        return (
+            f"{who} used the CUDA driver: libcuda.so.1 is not on this machine (no NVIDIA "
+            "driver), so nothing could load it. Without a GPU, run on cudatrace's simulated "
+            f"driver: {simulate}"
+        )
+    return (
+        f"{who} used the CUDA driver ({found}): the command never loaded it, or never asked it "
+        "for memory"
+    )
+
+
 def unrecorded(a: Analysis) -> list[str]:
     """What the run did that its traces do not hold: processes whose trace stopped (a full disk,
     no descriptor left), and what the budget ledger saw beyond the traces (denials, a peak) when

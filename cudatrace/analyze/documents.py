@@ -734,6 +734,7 @@ class Sweep(TypedDict):
     stop: SweepStop
     expect: float | dict[str, Any] | None
     expect_text: str | None
+    expect_checked: bool | None
     peak: SweepSeries
     sites: list[SweepSite]
     more_sites: int

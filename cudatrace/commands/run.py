@@ -139,9 +139,10 @@ def _summarize(status: int, out: Path | None) -> None:
         click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
         return
     from ..present.summary import print_summary  # after the command has ended
+    from ..record.cudadrv import driver_library
 
     try:
-        print_summary(out, status, sys.stderr)
+        print_summary(out, status, sys.stderr, driver=driver_library)
     except KeyboardInterrupt:  # Ctrl-C or SIGINT after CMD ended: the summary alone is cut
         sys.stderr.write(f"\ncudatrace: summary interrupted; trace in {out}\n")
     except Exception as exc:

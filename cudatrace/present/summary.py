@@ -8,18 +8,32 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..analyze.analysis import Analysis, implausible, unrecorded
+from ..analyze.analysis import (
+    Analysis,
+    driver_used,
+    implausible,
+    no_driver_sentence,
+    unrecorded,
+)
 from ..analyze.model import AUX2
 from ..analyze.names import fit, on_terminal
 from ..analyze.ranks import outliers, split_devices, tables, tagged
-from ..units import format_bytes, printable
+from ..units import format_bytes, printable, shell_quote
 from .text import end_label, no_sample_while_live, term_width
 
 if TYPE_CHECKING:
     from ..analyze.analysis import Analysis
 
 
-def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> None:
+def print_summary(
+    out_dir: Path,
+    status: int,
+    stream: TextIO,
+    top: int = 5,
+    driver: Callable[[], str | None] | None = None,
+) -> None:
+    """driver: where libcuda.so.1 is on this machine (record/cudadrv.driver_library), asked
+    only when no process of the run used the CUDA driver."""
     a = Analysis(out_dir)
     td, m = a.td, a.model
 
@@ -42,7 +56,14 @@ def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> N
     missing = unrecorded(a)
     for x in missing:
         w(f"  {x}\n")
-    if not m.found:
+    if not m.found and not missing and driver is not None and not driver_used(td.traces):
+        simulated = bool(td.run.get("simulated"))
+        found = None if simulated else driver()
+        argv = shell_quote(td.run.get("argv") or ["CMD"])
+        w(
+            f"  {no_driver_sentence(found, simulated, 'no process', f'cudatrace run --simulated -- {argv}')}\n"
+        )
+    elif not m.found:
         w(
             "  no device memory allocation was recorded (see above: not everything could be)\n"
             if missing

@@ -144,6 +144,11 @@ def _expectation(d: Sweep, L: list[str]) -> None:
         what = slope_text(expect, knobs[0], ratio=False)
         text = d.get("expect_text") or ratio_text(expect)
     w(f"Against --expect {text} ({what}):")
+    if d.get("expect_checked") is False:
+        w(
+            "  no verdict: fewer than two runs went into the laws, so there is no law to hold it against"
+        )
+        return
     for s in flagged:
         w("  ! " + (s["expectation"] or ""))
     if not flagged:
