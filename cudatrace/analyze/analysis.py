@@ -33,6 +33,7 @@ from .ranks import (
     separate_runs,
     split_devices,
 )
+from .runfacts import launcher_saw_signal, run_seconds
 from .sites import SFrame, Site, Stacks, depth_note, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 from .unseal import lost_chunks_json
@@ -227,22 +228,9 @@ class Analysis:
         }
 
     def run_seconds(self) -> float:
-        """How long the run lasted, from its start: to its last event or the last end of a
-        process (its exit record, or when the launcher saw it go), or to the launcher's own end
-        when run.json says it ended later."""
+        """How long the run lasted, from its start (runfacts.run_seconds)."""
         ends = [self.model.t_end] if self.model.n_events else []
-        ends += self.process_ends().values()
-        last = max(0.0, self.seconds(max(ends)) or 0.0) if ends else 0.0
-        run = self.td.run
-        t0, t1 = run.get("start_time"), run.get("end_time")
-        if isinstance(t0, (int, float)) and isinstance(t1, (int, float)) and t1 >= t0:
-            launched = (t1 - t0) - (self.start_ns - self._run_start_ns()) / 1e9
-            return max(last, round(launched, 6))
-        return last
-
-    def _run_start_ns(self) -> int:
-        r = self.td.run.get("start_monotonic_ns")
-        return r if isinstance(r, int) and r > 0 else self.start_ns
+        return run_seconds(self.td, [*ends, *self.process_ends().values()], self.start_ns)
 
     def _within_run(self, spec: str, secs: float) -> None:
         """--at TIME names a moment of the run, or is refused: a moment after it ended would
@@ -376,40 +364,6 @@ def beyond_traces(a: Analysis) -> dict[str, Any] | None:
     return {"denials": untraced, "peak_bytes": peak}
 
 
-def driver_used(traces: Sequence[Trace]) -> bool:
-    """Whether a process of the run used the CUDA driver: a hooked call recorded (or an
-    --aggregate snapshot), the driver's version read when its trace opened, or libcuda among
-    the modules it mapped."""
-    return any(
-        t.n_events
-        or t.snap_slots
-        or t.info.get("driver_version")
-        or any(m.path.rsplit("/", 1)[-1].startswith("libcuda.so") for m in t.modules)
-        for t in traces
-    )
-
-
-def no_driver_sentence(found: str | None, simulated: bool, who: str, simulate: str) -> str:
-    """What to say of a run (or a sweep) no process of which used the CUDA driver: found is
-    where libcuda.so.1 is on this machine (None: nowhere), simulate how to run on cudatrace's
-    simulated driver instead (`cudatrace run --simulated -- CMD`), said where there is none."""
-    if simulated:
-        return (
-            f"{who} used the CUDA driver (cudatrace's simulated libcuda.so.1): the command never "
-            "loaded it, or never asked it for memory"
-        )
-    if found is None:
-        return (
-            f"{who} used the CUDA driver: libcuda.so.1 is not on this machine (no NVIDIA "
-            "driver), so nothing could load it. Without a GPU, run on cudatrace's simulated "
-            f"driver: {simulate}"
-        )
-    return (
-        f"{who} used the CUDA driver ({found}): the command never loaded it, or never asked it "
-        "for memory"
-    )
-
-
 def unrecorded(a: Analysis) -> list[str]:
     """What the run did that its traces do not hold: processes whose trace stopped (a full disk,
     no descriptor left), and what the budget ledger saw beyond the traces (denials, a peak) when
@@ -504,19 +458,7 @@ def build_report(
     function below (and read by its own section of present/report.py). Its type is the
     schema's (documents.py; tests/unit/test_schemas.py validates what this builds)."""
     m = a.model
-    if device is not None and split_devices(a):
-        raise ReportError(
-            "--device picks a device ordinal, and in this run one ordinal names "
-            "several devices (%d hosts, or CUDA_VISIBLE_DEVICES differing between processes): "
-            "report one process's or host's trace with --device, or see each device's peak in "
-            "the run's report (docs/ranks.md)" % len(hosts_of(a.traces))
-        )
-    if device is not None and device not in m.device_peaks:
-        seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
-        raise ReportError(
-            "no device memory was traced on device %d (devices with "
-            "allocations: %s)" % (device, seen)
-        )
+    _check_device(a, device)
     mom = a.moment(at, device)
     live = a.live(mom)
     total = live.bytes
@@ -598,6 +540,24 @@ def build_report(
     return cast(Report, r)
 
 
+def _check_device(a: Analysis, device: int | None) -> None:
+    """--device names one device this run used, and one only."""
+    m = a.model
+    if device is not None and split_devices(a):
+        raise ReportError(
+            "--device picks a device ordinal, and in this run one ordinal names "
+            "several devices (%d hosts, or CUDA_VISIBLE_DEVICES differing between processes): "
+            "report one process's or host's trace with --device, or see each device's peak in "
+            "the run's report (docs/ranks.md)" % len(hosts_of(a.traces))
+        )
+    if device is not None and device not in m.device_peaks:
+        seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
+        raise ReportError(
+            "no device memory was traced on device %d (devices with "
+            "allocations: %s)" % (device, seen)
+        )
+
+
 def _peak_json(a: Analysis, device: int | None) -> dict[str, Any]:
     """The peak (of the run, or of one device) and what was live at the end."""
     m = a.model
@@ -643,20 +603,6 @@ def _ended_seen(t: Trace) -> bool:
     """A trace with no exit record of a process the launcher saw end (not an image exec
     replaced, not one whose trace stopped early)."""
     return bool(not t.complete and t.exit_seen_ns and t.status != "exec" and not t.stopped_ns)
-
-
-def _launcher_saw_signal(a: Analysis, t: Trace) -> int | None:
-    """The signal that killed CMD (the launcher's own child), as the launcher's wait saw it,
-    for CMD's last image when it left no exit record; None for any other process."""
-    run = a.td.run
-    rc, pid = run.get("returncode"), run.get("pid")
-    if not isinstance(rc, int) or rc >= 0 or t.pid != pid or t.complete or t.stopped_ns:
-        return None
-    if len(a.td.dirs) > 1 and t.source != str(a.td.dirs[0]):
-        return None  # run.json is the first directory's: its CMD is there
-    if any(u.pid == pid and u.exec_index > t.exec_index for u in a.traces):
-        return None  # an image that exec replaced: the signal came to a later one
-    return -rc
 
 
 def _processes_json(a: Analysis, live: Groups, warnings: list[Any]) -> tuple[list[Any], list[Any]]:
@@ -716,7 +662,7 @@ def _processes_json(a: Analysis, live: Groups, warnings: list[Any]) -> tuple[lis
         )
         if _ended_seen(t):  # killed or crashed: when the launcher saw it end (record/exits.py)
             processes[-1]["ended_time"] = a.seconds(t.exit_seen_ns)
-        sig = _launcher_saw_signal(a, t)
+        sig = launcher_saw_signal(a.td, t)
         if sig:
             processes[-1]["signal"] = sig
         if t.end and t.end.dropped:

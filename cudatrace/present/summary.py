@@ -8,18 +8,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..analyze.analysis import (
-    Analysis,
-    driver_used,
-    implausible,
-    no_driver_sentence,
-    unrecorded,
-)
+from ..analyze.analysis import Analysis, implausible, unrecorded
 from ..analyze.model import AUX2
 from ..analyze.names import fit, on_terminal
 from ..analyze.ranks import outliers, split_devices, tables, tagged
+from ..analyze.runfacts import driver_used, no_driver_sentence
 from ..units import format_bytes, printable, shell_quote
-from .text import end_label, no_sample_while_live, term_width
+from .text import end_label, no_sample_while_live, term_width, wrap_prose
 
 if TYPE_CHECKING:
     from ..analyze.analysis import Analysis
@@ -37,8 +32,10 @@ def print_summary(
     a = Analysis(out_dir)
     td, m = a.td, a.model
 
-    def w(text: str) -> None:  # a trace's names reach the terminal escaped
-        stream.write("\n".join(printable(x) for x in text.split("\n")))
+    wrap = on_terminal(stream)
+
+    def w(text: str) -> None:  # a trace's names reach the terminal escaped; prose is wrapped
+        stream.write(wrap_prose("\n".join(printable(x) for x in text.split("\n")), terminal=wrap))
 
     w("cudatrace: command exited with status %d; trace in %s\n" % (status, out_dir))
     _processes(a, w)

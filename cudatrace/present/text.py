@@ -6,8 +6,8 @@ import os
 import shutil
 from typing import IO
 
-from ..analyze.names import fit
-from ..units import format_bytes
+from ..analyze.names import fit, on_terminal
+from ..units import format_bytes, wrap_line
 
 
 def size_text(n: int | None) -> str:
@@ -56,6 +56,20 @@ def percent(x: float) -> str:
 def term_width() -> int:
     """Columns of the terminal ($COLUMNS, else the tty's, else 120); at least 60."""
     return max(60, shutil.get_terminal_size((120, 24)).columns)
+
+
+def wrap_prose(text: str, width: int | None = None, terminal: bool | None = None) -> str:
+    """text with its prose wrapped at the terminal's width (each line longer than width), on a
+    terminal only (terminal None: whether stdout is one; in files and pipes a line stays
+    whole, as labels do). A line is prose when, past its indentation, at most one gap of two
+    spaces or more cuts it ("label   value": the value's lines go on under the value); a table's
+    row (several gaps) is not wrapped: tables fit themselves (table). Words are never broken."""
+    if terminal is None:
+        terminal = on_terminal()
+    if not terminal:
+        return text
+    width = width or term_width()
+    return "\n".join(x for line in text.split("\n") for x in wrap_line(line, width))
 
 
 def table(

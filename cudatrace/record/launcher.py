@@ -33,7 +33,7 @@ from typing import IO, TYPE_CHECKING, Any, Optional, cast
 from .. import __version__, native, settings, tracedir
 from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
 from ..procfs import tree_pids
-from ..units import format_bytes, shell_quote
+from ..units import format_bytes, shell_quote, wrap_line
 from . import signals
 from .denials import append_denials
 from .exits import ExitWatcher
@@ -510,18 +510,28 @@ def _say_start(opts: RunOptions, out: Path | None) -> None:
     if opts.quiet:
         return
     if out is None:
-        sys.stderr.write(
+        _say(
             f"cudatrace: running {shell_quote(opts.cmd)} under the budget, nothing traced "
-            "(--no-trace)\n"
+            "(--no-trace)"
         )
     else:
-        sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
+        _say(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}")
     if opts.simulated is not None:
-        sys.stderr.write(
+        _say(
             f"cudatrace: on the simulated CUDA driver: one device of {format_bytes(opts.simulated)}"
-            ", no GPU used\n"
+            ", no GPU used"
         )
     sys.stderr.flush()
+
+
+def _say(line: str) -> None:
+    """A line of the launcher's own on stderr, wrapped at the width of a terminal there."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    width = shutil.get_terminal_size((120, 24)).columns
+    sys.stderr.write("\n".join(wrap_line(line, max(60, width)) if tty else [line]) + "\n")
 
 
 def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:

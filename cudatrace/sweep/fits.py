@@ -9,8 +9,8 @@ from typing import Any, cast
 
 from ..analyze import laws
 from ..analyze import sweep_sentences as sentences
-from ..analyze.analysis import no_driver_sentence
 from ..analyze.documents import Sweep
+from ..analyze.runfacts import no_driver_sentence
 from .knobs import (
     EXPECT_TOLERANCE,
     MARGIN,

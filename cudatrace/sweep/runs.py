@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings, tracedir
-from ..analyze.analysis import Analysis, ReportError, driver_used
+from ..analyze.analysis import Analysis, ReportError
+from ..analyze.runfacts import driver_used
 from ..attribution import Attribution
 from ..symbols import Symbolizer
 from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute

@@ -155,7 +155,7 @@ def _facts_html(r: Report) -> str:
     if v["shim"]:
         parts.append("shim {}".format(", ".join(v["shim"])))
     rows.append(_fact("recorded with", "; ".join(parts)))
-    from ..report import render_observed
+    from ..observed import render_observed
 
     obs: list[str] = []
     render_observed(r, obs.append)
