@@ -423,7 +423,13 @@ def test_budget_page_marks_the_denial(pages, open_page):
     assert page.locator("#timeline path.marker.deny").count() == 1
     assert page.locator("#timeline line.budget").count() == 1
     assert "budget 12.0 GiB" in page.locator("#timeline").inner_text()
-    assert "0 / 1" in page.locator(".stat.alert").inner_text()
+    assert "0 / 1" in page.locator(".stat.alert").first.inner_text()
+    # the denied site is named, on the page and beside its marker (it was a small triangle)
+    stat = page.locator(".stat.alert", has_text="denied by the budget at").inner_text()
+    assert "allocate_layer_kv (kvpool.c:318)" in stat, stat
+    assert "1 x 1.00 GiB requested via tensor_make" in stat and "budget 12.0 GiB" in stat, stat
+    label = page.locator("#timeline text.deny-site").text_content()
+    assert label == "denied: allocate_layer_kv (kvpool.c:318)", label
 
 
 def test_diff_loads_and_shows_grown_and_shrunk(pages, open_page, tmp_path):

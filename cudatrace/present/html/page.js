@@ -223,10 +223,17 @@ Chart.prototype.draw = function (o) {
     sv("text", {x: ml + pw - 6, y: Y(o.budget) - 6, "text-anchor": "end", fill: COL.budget,
                 cls: "label", text: "budget " + fmtBytes(o.budget)}, svg);
   }
-  // denials and failures
+  // denials and failures; the first denial in view names its site beside its marker
+  var named = false;
   (o.markers || []).forEach(function (e) {
     if (e[0] < x0 || e[0] > x1) return;
     var cx = X(e[0]), cy = Y(Math.min(e[4] == null ? 0 : e[4], ytop * 0.98));
+    if (e[1] === "denied" && !named && e[5]) {
+      named = true;
+      var left = cx > ml + pw * 0.6;
+      sv("text", {x: cx + (left ? -9 : 9), y: Math.max(cy - 12, mt + 10), "text-anchor": left ? "end" : "start",
+                  fill: COL.deny, cls: "label strong deny-site", text: "denied: " + e[5]}, svg);
+    }
     var what = (e[1] === "denied" ? "denied by the budget: " : "failed: ") + fmtBytes(e[3]) +
                " at " + fmtTime(e[0], x1, xs / 1000);
     var mk = e[1] === "denied"
