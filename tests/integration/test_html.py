@@ -432,6 +432,41 @@ def test_budget_page_marks_the_denial(pages, open_page):
     assert label == "denied: allocate_layer_kv (kvpool.c:318)", label
 
 
+def _same_work(d: Path, before_ms: int) -> None:
+    """A run that queries the driver at its start and makes its first allocation before_ms
+    later; from there, the same allocations at the same distances."""
+    from support import tracegen as tg
+
+    d.mkdir()
+    w = tg.TraceWriter(d / "5.0.ctrace", pid=5)
+    t = tg.BASE_TS
+    w.meminfo(t, free=15 << 30, total=16 << 30)
+    t += before_ms * tg.MS
+    for i, size in enumerate((GiB, 2 * GiB, GiB)):
+        w.alloc(t + i * 20 * tg.MS, size, 0x1000 * (i + 1))
+    w.free(t + 80 * tg.MS, 0x2000)
+    w.close(end_ts=t + 100 * tg.MS)
+    tg.write_run(d, start_ns=tg.BASE_TS)
+
+
+def test_diff_curves_start_together_at_the_first_allocation(pages, open_page, tmp_path):
+    # A spends 500 ms on the driver before its first allocation, B 10 ms: aligned on their first
+    # events the same curve was drawn twice, 490 ms apart, and never overlaid
+    _same_work(tmp_path / "a", 500)
+    _same_work(tmp_path / "b", 10)
+    page_path = tmp_path / "diff.html"
+    r = cli(pages["env"], "diff", tmp_path / "a", tmp_path / "b", "--html", page_path)
+    assert r.returncode == 0, r.stderr
+    runs = embedded(page_path)["runs"]
+    assert [x["first_alloc"] for x in runs] == [0.5, 0.01], [x["first_alloc"] for x in runs]
+    page = open_page(page_path).page
+    a = page.locator("#timeline path.line-a").get_attribute("d")
+    b = page.locator("#timeline path.line-b").get_attribute("d")
+    # one curve: the same steps at the same places (A's line begins earlier, at 0 bytes)
+    assert a and a.split("H", 1)[1] == b.split("H", 1)[1], (a, b)
+    assert "first allocation" in page.locator("#timeline").text_content()
+
+
 def test_diff_loads_and_shows_grown_and_shrunk(pages, open_page, tmp_path):
     pg = open_page(pages["diff"])
     page = pg.page

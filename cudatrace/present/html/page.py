@@ -36,6 +36,7 @@ from .data import (
     RunData,
     Tables,
     aggregation_note,
+    first_allocation,
     pick_moments,
     run_data,
     tables_json,
@@ -463,6 +464,7 @@ def render_diff_html(
         if m.n_events:
             moments.append({"kind": "end", "ts": m.t_end, "seq": NONE64 - 1})
         runs.append(run_data(an, tables, moments, side=side))
+        runs[-1]["first_alloc"] = first_allocation(an)
     data = {
         "kind": "diff",
         "version": _version(),
