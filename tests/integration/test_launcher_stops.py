@@ -24,15 +24,16 @@ CAUGHT = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.S
 
 
 def _start(ct, sim, tmp_path, *opts, prog=("1", "1m")):
-    ready = tmp_path / "ready"
-    out = tmp_path / "t"
+    """cudatrace run of hold, once hold waits for its signal (it printed ready)."""
     p = children.popen(
-        [sys.executable, "-m", "cudatrace", "run", "-q", "-o", out, *opts, "--",
-         "/bin/sh", "-c", f'echo > "{ready}"; exec "$0" "$@"', sim.progs["hold"], *prog],
+        [sys.executable, "-m", "cudatrace", "run", "-q", "-o", tmp_path / "t", *opts, "--",
+         sim.progs["hold"], *prog],
         env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
-    children.wait_until(ready.exists, 60, "the command's start")
+    while (line := children.readline(p)) and line.strip() != "ready":
+        pass
+    assert line, children.said(p)
     return p
 
 
