@@ -1,5 +1,5 @@
-"""What the command line says a newcomer cannot do or did not get (issue 44, item 3): the
-README's limits, and text that fits the terminal."""
+"""The README says what cudatrace cannot do (issue 44, item 3): attach to a running process,
+enter a static or setuid program."""
 
 from __future__ import annotations
 
