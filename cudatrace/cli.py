@@ -62,6 +62,34 @@ class Main(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
 
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        """click's standalone main, except that Ctrl-C (SIGINT) at any moment, while the
+        command line is read or after the command's work, exits 130 as a shell says it, never
+        click's "Aborted!" and 1 (which `run` would pass off as CMD's status)."""
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except (click.Abort, KeyboardInterrupt, EOFError):
+            click.echo("\ncudatrace: interrupted", err=True)
+            sys.exit(INTERRUPTED)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except OSError as e:
+            if e.errno != errno.EPIPE:
+                raise
+            _drop_stdout()
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
     def invoke(self, ctx: click.Context) -> Any:
         _observer()
         try:

@@ -128,11 +128,16 @@ def _launch(ct, sim, tmp_path: Path, i: int, token: str) -> tuple[subprocess.Pop
              *hold],
             env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True,
         )  # fmt: skip
+    # two runs in three get their signal while CMD runs (a moment after the launcher started
+    # it: the case of the hang); the others at any moment from the launcher's own start
+    while_cmd = rnd.random() < 2 / 3
     plan = {
-        "at": time.monotonic() + rnd.uniform(0, 1.5),
+        "at": None if while_cmd else time.monotonic() + rnd.uniform(0, 1.5),
+        "after": rnd.uniform(0, 0.3),  # after CMD was seen
         "sig": rnd.choice((signal.SIGTERM, signal.SIGINT)),
         "again": rnd.random() < 0.25,  # a second signal soon after: the main thread has one pending
         "sent": 0,
+        "started": time.monotonic(),
     }
     return p, plan
 
@@ -187,6 +192,10 @@ def _drive(running: list, now: float) -> None:
     for p, plan in running:
         if p.poll() is not None:
             continue
+        if plan["at"] is None:
+            if not children.descendants(p.pid):
+                continue
+            plan["at"] = now + plan["after"]  # CMD runs
         if plan["sent"] == 0 and now >= plan["at"]:
             os.kill(p.pid, plan["sig"])
             plan["sent"], plan["at"] = 1, now + random.uniform(0, 0.05)
@@ -214,8 +223,10 @@ def test_every_launcher_stops_on_signals_at_random_moments(ct, sim, tmp_path):
                     err = (tmp_path / f"r{i}.err").read_text()
                     if p.returncode not in STATUSES and not _in_python_start(p.returncode, err):
                         odd.append((i, p.returncode, err[-600:]))
-                elif plan["sent"] and now - plan["at"] > 60:  # a minute after its signal
-                    hung.append((i, _describe(p), children.kill_tree(p)))
+                elif now - plan["started"] > 120 or (plan["sent"] and now - plan["at"] > 60):
+                    hung.append(
+                        (i, _describe(p), children.kill_tree(p))
+                    )  # a minute after its signal
                     running.remove((p, plan, i))
             time.sleep(0.005)
     finally:

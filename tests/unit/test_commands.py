@@ -122,3 +122,18 @@ def test_export_is_attributed_as_report_is(tmp_path):
     with pytest.raises(CudatraceError) as e:
         run_export(d, "folded", tmp_path / "x", Moment(), Attribution(fold_patterns=("(",)))
     assert e.value.status == 2 and "--fold" in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["make_context", "invoke"])
+def test_ctrl_c_at_any_moment_exits_130(monkeypatch, where):
+    # a SIGINT while the command line was read, or once run's command had ended, gave click's
+    # "Aborted!" and status 1: for `run`, a status CMD never had
+    from cudatrace.cli import Main
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Main, where, interrupted)
+    r = CliRunner().invoke(main, ["report", "."])
+    assert r.exit_code == 130, r.output
+    assert "cudatrace: interrupted" in r.output and "Aborted!" not in r.output
