@@ -124,16 +124,21 @@ def test_export_is_attributed_as_report_is(tmp_path):
     assert e.value.status == 2 and "--fold" in str(e.value)
 
 
-@pytest.mark.parametrize("where", ["make_context", "invoke"])
-def test_ctrl_c_at_any_moment_exits_130(monkeypatch, where):
-    # a SIGINT while the command line was read, or once run's command had ended, gave click's
-    # "Aborted!" and status 1: for `run`, a status CMD never had
-    from cudatrace.cli import Main
+@pytest.mark.parametrize("where", ["click.Group.make_context", "the command's body"])
+def test_ctrl_c_exits_130(monkeypatch, where):
+    # a SIGINT while the command line was read gave click's "Aborted!" and status 1: for `run`,
+    # a status CMD never had
+    import click
+
+    from cudatrace.commands import report
 
     def interrupted(*a, **kw):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(Main, where, interrupted)
+    if where.startswith("click"):
+        monkeypatch.setattr(click.Group, "make_context", interrupted)
+    else:
+        monkeypatch.setattr(report, "run_report", interrupted)
     r = CliRunner().invoke(main, ["report", "."])
     assert r.exit_code == 130, r.output
     assert "cudatrace: interrupted" in r.output and "Aborted!" not in r.output
