@@ -286,3 +286,16 @@ def tools() -> tuple[cffi.FFI, ToolsLib]:
 def constants() -> dict[str, int]:
     """All integer #defines of the cffi view (CT_OP_ALLOC, CT_LEDGER_*, CT_REPLAY_* ...)."""
     return defines(cffi_source())
+
+
+def exempt_this_process() -> None:
+    """cudatrace observes and launches; it is never a member of a budget: where the job's
+    environment preloaded the shim into this process too (a Slurm job's TaskProlog, a
+    container's preload), tell it so, before anything reads NVML or the driver through it (it
+    would answer with the job's share, and count this process in it). cli.Main calls it."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).cudatrace_exempt()
+    except (AttributeError, OSError):
+        pass  # not loaded here (the loader refused it), or another version's without it

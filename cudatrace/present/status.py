@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, Unfenced
 from ..units import format_bytes
+from .text import wrap_prose
 
 
 def _ranges(ns: list[int]) -> str:
@@ -179,4 +180,4 @@ def render_status(st: Status) -> str:
         out.append(f"{e['path']}: unusable: {e['error']}")
     if unfenced:
         out.append(unfenced)
-    return "\n\n".join(out)
+    return wrap_prose("\n\n".join(out))

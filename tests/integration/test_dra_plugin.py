@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env
 from support.kube import DRA_VERSION, FakeApiServer, validate
 from support.podman import podman  # noqa: F401  (fixture)
@@ -128,7 +129,7 @@ def node(podman, sim, tmp_path):  # noqa: F811
            "--vendor", vendor, "--gpu-cdi", f"{gpu_vendor}/gpu={{index}}",
            "--kubelet-dir", base / "kubelet", "--resync", "0.3", "--kube-api", api.url,
            "--kube-token", api.token_file, "--kube-ca", api.ca_file]  # fmt: skip
-    proc = subprocess.Popen(
+    proc = children.popen(
         [str(c) for c in cmd], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
     n = Node(base, api, state, proc)

@@ -21,6 +21,7 @@ from cudatrace import native
 from cudatrace.present.status import render_status
 from cudatrace.record import budget, ledger, ledger_status
 from cudatrace.record.ledger import Ledger, LedgerError
+from support import children
 from support.paths import LEDGER_SOURCES, REPO
 
 MiB = 1 << 20
@@ -198,7 +199,7 @@ def test_reused_pid_does_not_inherit(ldir, tools):
 
 def test_killed_member_gives_bytes_back(ldir, tools):
     led = make(ldir)
-    p = subprocess.Popen(["sleep", "30"])
+    p = children.popen(["sleep", "30"])
     try:
         deadline = time.time() + 5
         while tools[1].ct_ledger_proc_start_ticks(p.pid) == 0 and time.time() < deadline:
@@ -380,13 +381,13 @@ def test_setup_ledger_group(ldir):
     assert info["created"] and info["on_exceed"] == "warn" and info["count_host"]
     assert len(info["limits"]) == budget.MAX_DEVICES
     # a member: another process (the launcher is a member while it decides, as itself)
-    member = subprocess.Popen(
+    member = children.popen(
         [sys.executable, "-c", "import sys; from cudatrace.record.ledger import Ledger; "
          "led = Ledger.open(sys.argv[1]); led.join(); print('ready', flush=True); sys.stdin.read()",
          str(run.path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert member.stdout.readline().strip() == "ready"
+    assert children.readline(member).strip() == "ready"
     # in use: a different budget from a second run is refused, never silently replaced
     # or silently ignored (issue 11 #4)
     with pytest.raises(
@@ -411,7 +412,7 @@ def test_setup_ledger_group(ldir):
 
 
 def test_stale_private_ledgers_removed(ldir):
-    p = subprocess.Popen(["true"])
+    p = children.popen(["true"])
     p.wait()
     stale = ledger.private_path(pid=p.pid)
     Ledger.create(stale, {0: 1}).close()
@@ -430,7 +431,7 @@ def test_concurrent_create(ldir):
     path = ldir / "race.ledger"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [
-        subprocess.Popen(
+        children.popen(
             [sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env
         )
         for _ in range(6)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env
 from support.kube import FakeApiServer, validate
 from support.podman import podman  # noqa: F401  (fixture)
@@ -62,11 +63,11 @@ def wait_for(fn, timeout: float, what: str, log=()):
 
 def ready(p: subprocess.Popen) -> str:
     lines = []
-    for line in p.stdout:
+    for line in children.lines(p):
         lines.append(line)
         if line.strip() == "ready":
             return "".join(lines)
-    raise AssertionError(f"no ready: {lines} {p.stderr.read()}")
+    raise AssertionError(f"no ready: {lines} {children.said(p)}")
 
 
 @pytest.fixture
@@ -86,11 +87,11 @@ def agent(podman, sim, tmp_path):  # noqa: F811
            base / "state", "--cdi-dir", CDI_DIR, "--vendor", vendor, "--groups", groups, "--budget", "1GiB",
            "--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--kube-api", api.url,
            "--kube-token", api.token_file, "--kube-ca", api.ca_file, "--node-name", "gpu-node-1"]  # fmt: skip
-    proc = subprocess.Popen(
+    proc = children.popen(
         [str(c) for c in cmd], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
     log = []
-    for line in proc.stderr:
+    for line in children.lines(proc, proc.stderr):
         log.append(line)
         if "serving metrics" in line:
             break
