@@ -21,6 +21,37 @@ The kubelet plugin of the DRA driver `gpu.cudatrace.dev` (dra_grpc.py serves it)
   way);
 - NodeUnprepareResources: it removes the spec, and the claim's ledger directory once no member
   lives (sweep(), every --resync seconds, removes those kept for a member still alive).
+
+What it keeps on disk, which is all a restarted plugin reads back (docs/kubernetes.md, "What
+the plugin keeps on disk"):
+
+    <root>/shim/<id>/                    the preload library and its ld.so.preload, installed
+                                         versioned and atomically at start (install.py); the
+                                         specs point here; never removed by the plugin (the
+                                         node agent removes installs nobody uses)
+    <cdi dir>/<vendor>-claim-<uid>.json  a prepared claim's CDI spec (0644, written whole, by
+                                         rename); it is the plugin's record of which claims are
+                                         prepared: sweep() keeps a claim's directory while its
+                                         spec is there. /var/run/cdi is a tmpfs: gone with a
+                                         reboot, as the kubelet's preparation is
+    <state>/claims/<uid>/                a claim's ledger directory (1777: members of any uid),
+                                         mounted into the claim's containers; the members write
+                                         <uid>.ledger in it, the plugin reads nothing of it but
+                                         whether a member lives (the ledger's locks)
+    <kubelet dir>/plugins_registry/<driver>-reg.sock, <kubelet dir>/plugins/<driver>/dra.sock
+                                         the sockets (0600), made at start over a stale socket
+                                         (never over anything else), the registration's removed
+                                         first at a stop
+
+There is no checkpoint of prepared claims beside the specs: a NodePrepareResources asked again
+(after a restart, or by the kubelet's retry) reads the claim from the API server and writes the
+same spec; a NodeUnprepareResources needs the claim's uid alone. The ResourceSlice lives in the
+API server, its pool's generation one past the one there at each start.
+
+The API server's answers are read as anything (kube.need, check_claim): a claim answered without
+the fields read is tried again within the kubelet's call (3 tries, about a second), then refused
+with the field named; the slice is published again after growing pauses (1 s to 60 s) while it
+cannot be. The plugin never exits on an answer.
 """
 
 from __future__ import annotations
