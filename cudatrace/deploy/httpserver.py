@@ -197,6 +197,7 @@ class _Conn(asyncio.Protocol):
         self.timer: asyncio.TimerHandle | None = None
         self.closed = False  # forgotten by the server: nothing more is read or answered
         self.lost = False  # asyncio says the connection is gone
+        self.peer_done = False  # the peer sent its end: closed once answered
         self.requests = 0
 
     # ---- asyncio's side -------------------------------------------------------------------
@@ -219,6 +220,7 @@ class _Conn(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         # a plain connection half-closed while its request is at work: kept for the answer
+        self.peer_done = True
         tls = self.transport.get_extra_info("sslcontext") is not None
         return self.phase == "working" and not tls
 
@@ -304,6 +306,7 @@ class _Conn(asyncio.Protocol):
     def respond(self, resp: Response, close: bool) -> None:
         if self.closed:
             return
+        close = close or self.peer_done
         self.transport.write(encode(resp, close))
         if self.transport.get_write_buffer_size():
             self.server.loop.call_later(self.server.limits.write, self._write_check, close)
