@@ -21,7 +21,12 @@ the CDI specs. Then, every --interval seconds, one pass:
   library (it could not be loaded) likewise, once;
 - **groups gone**: the directory of a group no longer offered is removed once no member lives;
 - **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels,
-  served as of the last pass.
+  served as of the last pass (httpserver.py: over HTTPS with --metrics-cert, to whom the API
+  server authorizes with --metrics-auth kubernetes), beside /healthz (a pass finished lately:
+  liveness) and /readyz (the first pass is done: readiness).
+
+Events wait in a queue while the API server cannot take them (kube.EventQueue): tried again at
+later passes, after growing pauses.
 """
 
 from __future__ import annotations
@@ -41,7 +46,8 @@ from ..record.ledger_status import merge_parts
 from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
-from .kube import Kube, KubeError, PodContainer, pod_event
+from .httpserver import Limits, Request, Response, Route, Server, text
+from .kube import EventQueue, Kube, PodContainer, pod_event
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
 UNMAPPED_PASSES = 3  # a member's denials wait this many passes for its process to be seen
@@ -98,6 +104,8 @@ class Agent:
         self.open_errors: dict[tuple[str, int], tuple[str, str]] = {}  # key -> (path, why)
         self.contexts_counted = 0
         self.passes = 0
+        self.pass_ended: float | None = None  # time.monotonic() at the end of the last pass
+        self.events = EventQueue(cfg.kube, self.say) if cfg.kube is not None else None
         self._lock = threading.Lock()
         self._published: Status = {"ledgers": [], "errors": []}
 
@@ -134,6 +142,8 @@ class Agent:
     # ---- one pass ---------------------------------------------------------------------------
 
     def cycle(self) -> None:
+        if self.events is not None:
+            self.events.flush()
         self._reload()
         scan = procscan.scan(self.cfg.proc)
         self._track(scan)
@@ -170,6 +180,7 @@ class Agent:
             self._gc_installs()
         with self._lock:
             self._published = {"ledgers": out, "errors": errors}
+        self.pass_ended = time.monotonic()
 
     def _unreadable(self, t: Tracked, why: str) -> None:
         """A ledger that cannot be read now (a tenant truncated, grew, garbled or replaced it):
@@ -346,7 +357,7 @@ class Agent:
         if not container and not pod:
             who = f"pid {pid}"
         self.say(f"{who}: {msg}")
-        if self.cfg.kube is None or not pod or not ns:
+        if self.events is None or not pod or not ns:
             return
         # the pod's uid: a DRA claim's container is told it (its group is the claim's uid), a
         # patched pod's group is its uid; the container's name only where the webhook gave it
@@ -354,10 +365,7 @@ class Agent:
         uid = env.get(settings.name("K8S_POD_UID")) or env.get(settings.name("GROUP"), "")
         named = env.get(settings.name("K8S_CONTAINER"), "")
         ev = pod_event(PodContainer(ns, pod, named, uid), reason, msg, self.cfg.node, count=n)
-        try:
-            self.cfg.kube.post_event(ev)
-        except KubeError as e:
-            self.say(f"cannot post the event: {e}")
+        self.events.post(ev)
 
     # ---- labels for the metrics ---------------------------------------------------------------
 
@@ -465,9 +473,57 @@ def node_collector(agent: Agent) -> Any:
     return NodeCollector()
 
 
-def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> None:
-    """Serve the metrics on host:port and run the agent until interrupted."""
-    from prometheus_client import CollectorRegistry, start_http_server
+def health(agent: Agent) -> tuple[int, str]:
+    """/healthz: a pass finished within three intervals (30 s at least): else the agent is
+    stuck (a liveness probe restarts it)."""
+    if agent.pass_ended is None:
+        return 503, "no pass has finished yet"
+    late = time.monotonic() - agent.pass_ended
+    most = max(3 * agent.cfg.interval, 30.0)
+    if late > most:
+        return 503, f"no pass finished for {late:.0f} s (at most {most:.0f})"
+    return 200, "ok"
+
+
+def routes(agent: Agent, registry: Any, authorizer: Any = None) -> dict[str, Route]:
+    """/metrics (to whom authorizer allows, when one is given), /healthz, /readyz."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    def metrics(req: Request) -> Response:
+        if authorizer is not None:
+            code, why = authorizer.check(req.headers.get("authorization", ""), req.path)
+            if code != 200:
+                agent.say(f"a scrape from {req.peer} refused: {why}")
+                extra = (("WWW-Authenticate", 'Bearer realm="cudatrace"'),) if code == 401 else ()
+                return Response(code, (why + "\n").encode(), headers=extra)
+        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+
+    def healthz(req: Request) -> Response:
+        return text(*health(agent))
+
+    def readyz(req: Request) -> Response:
+        if agent.pass_ended is None or agent.installed is None:
+            return text(503, "the first pass has not finished")
+        return text(200, "ok")
+
+    return {
+        "/metrics": Route(metrics),
+        "/healthz": Route(healthz, inline=True),
+        "/readyz": Route(readyz, inline=True),
+    }
+
+
+def serve(
+    agent: Agent,
+    host: str,
+    port: int,
+    ready: Callable[[str], None],
+    tls: Any = None,
+    authorizer: Any = None,
+) -> None:
+    """Serve the metrics on host:port and run the agent until interrupted. tls: a
+    tls.ServingCert (HTTPS); authorizer: a kube.Authorizer (who may read /metrics)."""
+    from prometheus_client import CollectorRegistry
 
     from ..present.metrics import Collector
 
@@ -475,10 +531,15 @@ def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> N
     reg.register(Collector(agent.published, member_labels=agent.member_labels))
     reg.register(node_collector(agent))
     agent.cycle()  # the first pass before the first scrape
-    start_http_server(port, addr=host, registry=reg)
-    ready(f"http://{host if ':' not in host else '[' + host + ']'}:{port}/metrics")
+    limits = Limits(connections=128, idle=120.0, workers=2)
+    server = Server(host, port, routes(agent, reg, authorizer), limits, tls=tls, log=agent.say,
+                    name="node-metrics")  # fmt: skip
+    server.start()
+    scheme = "https" if tls is not None else "http"
+    ready(f"{scheme}://{host if ':' not in host else '[' + host + ']'}:{server.address[1]}/metrics")
     stop = threading.Event()
     try:
         agent.run(stop)
     finally:
         stop.set()
+        server.stop()
