@@ -89,32 +89,14 @@ if [[ "$(id -u)" != 0 ]]; then
     exit 1
 fi
 
-mapfile -t pkgs < <(names)
-log="$(mktemp)"
-export DEBIAN_FRONTEND=noninteractive
-if ! { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${pkgs[@]}"; } \
-        >"$log" 2>&1; then
-    cat "$log" >&2
-    echo "install-test-deps: apt-get install ${pkgs[*]} failed (the log is above)" >&2
-    exit 1
-fi
-test -x /usr/bin/chromium || { echo "install-test-deps: /usr/bin/chromium missing after install" >&2; exit 1; }
-
-# The mirror this machine's apt takes Debian from (a Debian release's archive serves the others).
-mirror="$(apt-get indextargets --format '$(REPO_URI)' 'Identifier: Packages' 'Origin: Debian' \
-    'Label: Debian' | head -n 1)"
-machine_libc="$(dpkg-query -W -f '${Version}' libc6)"
-
-# install_python VERSION RELEASE: CPython VERSION of Debian's RELEASE under $PYTHONS_DIR/VERSION,
-# its launcher $PYTHONS_DIR/bin/pythonVERSION
-install_python() {
-    local v="$1" release="$2" top="$PYTHONS_DIR/$1" work deb run libs="" d
-    work="$(mktemp -d)"
+# fetch_python VERSION RELEASE WORK: CPython VERSION of Debian's RELEASE and what it needs (the
+# whole closure: apt of its own, with that release's lists and an empty status), into WORK
+fetch_python() {
+    local v="$1" release="$2" work="$3"
     mkdir -p "$work/lists/partial" "$work/archives/partial"
     : >"$work/status"
     printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' \
         "$mirror" "$release" >"$work/sources.list"
-    # apt of its own: that release's lists, an empty status (so the whole closure is fetched)
     local apt=(apt-get -q -y -o Dir::Etc::SourceList="$work/sources.list"
         -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists="$work/lists"
         -o Dir::State::status="$work/status" -o Dir::Cache::archives="$work/archives"
@@ -122,13 +104,13 @@ install_python() {
     local want=("python$v-minimal" "libpython$v-stdlib")
     # the headers, where the suite checks the shim's layout tables against them (3.11 on)
     dpkg --compare-versions "$v" lt 3.11 || want+=("libpython$v-dev")
-    "${apt[@]}" update >"$log" 2>&1 &&
-        "${apt[@]}" install --download-only --no-install-recommends "${want[@]}" >>"$log" 2>&1 || {
-        cat "$log" >&2
-        echo "install-test-deps: CPython $v of Debian $release could not be fetched" >&2
-        return 1
-    }
-    local own_libc=0
+    "${apt[@]}" update && "${apt[@]}" install --download-only --no-install-recommends "${want[@]}"
+}
+
+# install_python VERSION RELEASE WORK: what fetch_python fetched, unpacked under
+# $PYTHONS_DIR/VERSION and run as $PYTHONS_DIR/bin/pythonVERSION
+install_python() {
+    local v="$1" release="$2" work="$3" top="$PYTHONS_DIR/$1" deb libs="" d own_libc=0
     deb=("$work"/archives/libc6_*.deb)
     if dpkg --compare-versions "$(dpkg-deb -f "${deb[0]}" Version)" gt "$machine_libc"; then
         own_libc=1
@@ -140,7 +122,6 @@ install_python() {
         [[ $own_libc == 0 && "$(dpkg-deb -f "$deb" Package)" == libc6 ]] && continue
         dpkg-deb -x "$deb" "$top"
     done
-    rm -rf "$work"
     for d in "$top"/lib/*-linux-gnu "$top"/usr/lib/*-linux-gnu; do
         [[ -d "$d" ]] && libs="$libs${libs:+:}$d"
     done
@@ -152,24 +133,51 @@ install_python() {
         loader="$(find "$top" -name 'ld-linux*.so.[0-9]' \( -type f -o -type l \) | head -n 1)"
         patchelf --set-interpreter "$loader" "$py"
     fi
-    run="$PYTHONS_DIR/bin/python$v"
-    ln -sfn "$py" "$run"
-    "$run" -c 'import ctypes, json' || {
-        echo "install-test-deps: $run does not run" >&2
+    ln -sfn "$py" "$PYTHONS_DIR/bin/python$v"
+    "$PYTHONS_DIR/bin/python$v" -c 'import ctypes, json' || {
+        echo "install-test-deps: $PYTHONS_DIR/bin/python$v does not run" >&2
         return 1
     }
 }
 
+mapfile -t pkgs < <(names)
+log="$(mktemp)"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq >"$log" 2>&1 || { cat "$log" >&2; echo "install-test-deps: apt-get update failed" >&2; exit 1; }
+# The mirror this machine's apt takes Debian from (a Debian release's archive serves the others).
+mirror="$(apt-get indextargets --format '$(REPO_URI)' 'Identifier: Packages' 'Origin: Debian' \
+    'Label: Debian' | head -n 1)"
+machine_libc="$(dpkg-query -W -f '${Version}' libc6)"
+# the CPythons download while apt installs the packages
+declare -A fetching releases
+if [[ -n "$mirror" ]]; then
+    for p in "${PYTHONS[@]}"; do
+        v="${p%% *}" release="${p#* }"
+        releases[$v]="${release%%:*}"
+        fetch_python "$v" "${releases[$v]}" "$log.$v" >"$log.$v.log" 2>&1 &
+        fetching[$v]=$!
+    done
+fi
+if ! apt-get install -y -qq --no-install-recommends "${pkgs[@]}" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install-test-deps: apt-get install ${pkgs[*]} failed (the log is above)" >&2
+    exit 1
+fi
+test -x /usr/bin/chromium || { echo "install-test-deps: /usr/bin/chromium missing after install" >&2; exit 1; }
+
 if [[ -z "$mirror" ]]; then
     echo "install-test-deps: no Debian archive in this machine's apt sources: CPython" \
         "${PYTHONS[@]%% *} not added (their tests skip saying so; under CI=true they fail)" >&2
-else
-    for p in "${PYTHONS[@]}"; do
-        v="${p%% *}"
-        release="${p#* }"
-        install_python "$v" "${release%%:*}"
-    done
 fi
+for v in "${!fetching[@]}"; do
+    if ! wait "${fetching[$v]}"; then
+        cat "$log.$v.log" >&2
+        echo "install-test-deps: CPython $v of Debian ${releases[$v]} could not be fetched" >&2
+        exit 1
+    fi
+    install_python "$v" "${releases[$v]}" "$log.$v"
+    rm -rf "$log.$v" "$log.$v.log"
+done
 rm -f "$log"
 echo "install-test-deps: the ${#pkgs[@]} packages the tests use are installed, and CPython" \
-    "$(printf '%s ' "${PYTHONS[@]%% *}")in $PYTHONS_DIR"
+    "$(printf '%s ' "${PYTHONS[@]%% *}")in $PYTHONS_DIR ($SECONDS s)"
