@@ -274,24 +274,21 @@ static int env_path(const char *group, char *path, size_t n)
     const char *named = ct_fence_value(CT_SET_LEDGER_DIR);
     const char *mk = ct_fence_value(CT_SET_LEDGER_DIR_MAKE);
     int make = !named || (mk && strcmp(mk, "1") == 0);
-    int32_t rc = ct_ledger_dir_at(named, dir, sizeof dir, make, err, sizeof err);
+    /* the ledger's own rule for the path: in a shared directory, this uid's part of the group */
+    int32_t rc = ct_ledger_group_path_at(named, group, path, n, make, err, sizeof err);
     if (rc == CT_LEDGER_ENOENT)
         fence_error(err, NULL,
                     "make it at boot (install -d -m 1777 -o root -g root DIR, or the tmpfiles.d "
                     "line of docs/slurm.md)");
     else if (rc != CT_LEDGER_OK)
         fence_error(err, NULL, "fix the directory (cudatrace doctor says why)");
-    if (rc != CT_LEDGER_OK || !shared_dir_marked(dir))
+    if (rc != CT_LEDGER_OK)
         return 0;
-    if (strlen(dir) + strlen(group) + 9 > n) {
-        fence_error3("the ledger path in ", dir, " is longer than the preload library holds", NULL);
-        return 0;
-    }
-    size_t l = ct_strlcpy(path, dir, n);
-    l += ct_strlcpy(path + l, "/", n - l);
-    l += ct_strlcpy(path + l, group, n - l);
-    ct_strlcpy(path + l, ".ledger", n - l);
-    return 1;
+    ct_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = 0;
+    return shared_dir_marked(dir);
 }
 
 /* Open (or create, with a budget) the environment's group ledger; NULL after fence_error. */
@@ -366,7 +363,12 @@ static void precheck(ct_ledger *l)
 /* join l (and check its budget); 0 after fence_error */
 static int join_checked(ct_ledger *l)
 {
-    if (ct_ledger_join(l, getpid(), 0) < 0) {
+    int32_t slot = ct_ledger_join(l, getpid(), 0);
+    if (slot == CT_LEDGER_EDAMAGED) {
+        fence_error(ct_ledger_damage(l), NULL, NULL);
+        return 0;
+    }
+    if (slot < 0) {
         fence_error3("cannot join the budget ledger ", ct_cfg.ledger_path,
                      ": all its member slots are taken (256 processes)",
                      "end some, or use another group");
@@ -483,8 +485,20 @@ static int ledger_dir_marked(const char *path)
     return shared_dir_marked(dir);
 }
 
+/* what the ledger says while the process runs (ledger.h ct_ledger_set_report): its own file
+ * damaged under it refuses its CUDA as a fence error does (one line); a note about another
+ * user's part of its group (unreadable: counted as its last figure) is said once */
+static void ledger_report(int32_t fatal, const char *msg)
+{
+    if (fatal)
+        ct_budget_fence_failed(msg, NULL);
+    else
+        ct_log(msg, NULL, NULL, NULL);
+}
+
 void ct_budget_init(void)
 {
+    ct_ledger_set_report(ledger_report);
     if (ct_fence_sealed())
         sealed_config();
     const char *fe = ct_fence_value(CT_SET_ON_FENCE_ERROR);
