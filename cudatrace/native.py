@@ -15,6 +15,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -59,13 +60,16 @@ def sim_source_dir() -> Path | None:
 
 
 def _stale(lib: Path, src: Path) -> bool:
-    """lib is missing or older than a source: native/'s C, headers, .def files and Makefile,
-    and cudatrace/__init__.py (the version the Makefile stamps into the shim)."""
+    """lib is missing or older than a source: native/'s C, headers, .def files, Makefile and
+    the glibc floor's script, and cudatrace/__init__.py (the version the Makefile stamps into
+    the shim)."""
     if not lib.exists():
         return True
     mtime = lib.stat().st_mtime
     sources = [
-        p for p in src.rglob("*") if p.suffix in (".c", ".h", ".def") or p.name == "Makefile"
+        p
+        for p in src.rglob("*")
+        if p.suffix in (".c", ".h", ".def", ".py") or p.name == "Makefile"
     ]
     return any(p.stat().st_mtime > mtime for p in [*sources, PKG_DIR / "__init__.py"])
 
@@ -86,7 +90,8 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
         in_checkout = src is not None and src == PKG_DIR.parent / "native"
         if src is not None and in_checkout and any(_stale(lib, src) for lib in libs):
             res = subprocess.run(
-                ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] + [str(lib) for lib in libs],
+                ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}", f"PYTHON={sys.executable}"]
+                + [str(lib) for lib in libs],
                 capture_output=True,
                 text=True,
             )
