@@ -67,9 +67,7 @@ def _stale(lib: Path, src: Path) -> bool:
         return True
     mtime = lib.stat().st_mtime
     sources = [
-        p
-        for p in src.rglob("*")
-        if p.suffix in (".c", ".h", ".def", ".py") or p.name == "Makefile"
+        p for p in src.rglob("*") if p.suffix in (".c", ".h", ".def", ".py") or p.name == "Makefile"
     ]
     return any(p.stat().st_mtime > mtime for p in [*sources, PKG_DIR / "__init__.py"])
 

@@ -206,9 +206,8 @@ def link_libs(cc: str, readelf_cmd: str, floor: tuple[int, ...]) -> str:
     names = [n for n in MERGED if find_lib(cc, n) is not None]
     if not names:
         return ""
-    return "-Wl,--push-state,--no-as-needed " + " ".join(f"-l:{n}" for n in names) + (
-        " -Wl,--pop-state"
-    )
+    names_ = " ".join(f"-l:{n}" for n in names)
+    return f"-Wl,--push-state,--no-as-needed {names_} -Wl,--pop-state"
 
 
 def check(readelf_cmd: str, floor: tuple[int, ...], lib: str) -> list[str]:
@@ -240,7 +239,9 @@ def main(argv: list[str]) -> int:
     lb = sub.add_parser("libs")
     lb.add_argument("--cc", required=True)
     c = sub.add_parser("check")
-    c.add_argument("--cc", default="", help="the compiler: a glibc version in its target is the floor")
+    c.add_argument(
+        "--cc", default="", help="the compiler: a glibc version in its target is the floor"
+    )
     c.add_argument("library")
     a = p.parse_args(argv)
     floor = version(a.floor) if a.floor.strip() else ()
