@@ -224,13 +224,17 @@ def test_the_aarch64_cross_build_is_the_floor_build(tmp_path_factory):
 
 
 def test_built_on_a_newer_glibc_the_library_keeps_the_floor(tmp_path_factory, tmp_path):
-    """Against Debian 13's glibc 2.41 (gcc --sysroot: what `pip install` does on a newer
-    machine than this one), the library still needs nothing newer than 2.17; 2.41's headers
-    would have bound strtol to __isoc23_strtol (2.38) but for the floor's header."""
+    """Against Debian 13's glibc 2.41 (its headers, start files and libc: what `pip install`
+    does on a newer machine than this one), the library still needs nothing newer than 2.17;
+    2.41's headers would have bound strtol to __isoc23_strtol (2.38) but for the floor's
+    header."""
     from support import debian_roots
 
     root = Path(debian_roots.trixie(tmp_path_factory)["root"])
-    cc = f"gcc --sysroot={root}"
+    cc = debian_roots.sysroot_cc(root)
+    libc = subprocess.run([*cc.split(), "-print-file-name=libc.so.6"], capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    assert libc.startswith(str(root)) and Path(libc).resolve().is_file(), libc
     r = subprocess.run(
         [str(REPO / "tools" / "cross-build-shim"), cc, str(tmp_path / "shim")],
         capture_output=True, text=True, timeout=900,

@@ -7,15 +7,15 @@
   allocation over the budget refused with the shim's line, the real dlsym found in libdl (the
   pre-2.34 route), through /etc/ld.so.preload and through LD_PRELOAD alike. A library built
   here without the floor stops every program of that image: what this used to do.
-- musl (Alpine's C library): a static program, and a dynamic one under musl's own loader, both
-  start, unfenced: musl never reads /etc/ld.so.preload, and LD_PRELOAD names the library through
-  glibc's $PLATFORM, which musl leaves as it is (the plain path stops every dynamic musl
-  program: musl cannot link a glibc library).
+- musl (Alpine's C library): a static program and a dynamic one under musl's own loader (both
+  built with musl-gcc) start, unfenced: musl never reads /etc/ld.so.preload, and LD_PRELOAD
+  names the library through glibc's $PLATFORM, which musl leaves as it is (the plain path stops
+  every dynamic musl program: musl cannot link a glibc library).
 - aarch64: the cross-built library (aarch64-linux-gnu-gcc against Debian 12's glibc 2.36) in
   Debian 11's arm64 root under qemu: fenced, its dlsym found in libdl under GLIBC_2.17.
 
-Needs root, podman, runc, mmdebstrap and the network to deb.debian.org (.ci/run: CI=true makes
-a missing one a failure). Run it under the servers lock (docs/DEVELOPING.md): the specs go to
+Needs root, podman, runc, mmdebstrap, musl-tools, qemu-user, zig and the network to
+deb.debian.org (a missing one fails the test, as everywhere in the suite). Run it under the servers lock (docs/DEVELOPING.md): the specs go to
 /var/run/cdi under a vendor of this session's own, removed at the end.
 """
 
@@ -55,15 +55,14 @@ def _import(pm: Podman, tar: Path, repo: str) -> str:
 
 
 def _musl_programs(work: Path) -> dict[str, str]:
-    """preload_probe for musl, static and dynamic (zig), and the image's tarball with musl's
-    loader (Debian's musl package) beside them."""
+    """preload_probe for musl, static and dynamic (musl-gcc: Debian's musl-tools), and the
+    image's tarball with musl's loader beside them."""
     out = {}
-    for kind in ("static", "dynamic"):
+    for kind, flags in (("static", ["-static"]), ("dynamic", [])):
         exe = work / f"probe-{kind}"
         r = subprocess.run(
-            [*debian_roots.zig_cc("x86_64-linux-musl").split(), f"-{kind}", "-O1",
-             "-o", str(exe), str(PROGS / "preload_probe.c")],
-            capture_output=True, text=True, timeout=600,
+            ["musl-gcc", *flags, "-O1", "-o", str(exe), str(PROGS / "preload_probe.c")],
+            capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert r.returncode == 0, r.stderr
         out[kind] = str(exe)
@@ -101,8 +100,8 @@ def _unfloored(work: Path) -> str:
 @pytest.fixture(scope="module")
 def images(tmp_path_factory):
     need_podman()
-    if not MUSL_LOADER.exists():
-        pytest.fail(f"no {MUSL_LOADER} (apt-get install musl: tools/install-test-deps.sh)")
+    if not MUSL_LOADER.exists() or not shutil.which("musl-gcc"):
+        pytest.fail("no musl-gcc or musl's loader (apt-get install musl-tools: install-test-deps)")
     root = debian_roots.bullseye(tmp_path_factory)
     work = tmp_path_factory.mktemp("old-images")
     work.chmod(0o755)

@@ -8,7 +8,7 @@ test programs and simulated driver built for an old glibc with zig.
                                  amd64 and arm64, coreutils of amd64: the amd64 half is the
                                  image Podman imports, the arm64 half the folder qemu-aarch64 -L
                                  runs the aarch64 build in.
-    trixie(tmp_path_factory)     Debian 13, glibc 2.41: libc6-dev, a sysroot (gcc --sysroot) to
+    trixie(tmp_path_factory)     Debian 13, glibc 2.41: libc6-dev, a sysroot (sysroot_cc) to
                                  build the library on a glibc newer than this machine's.
     old_sim(tmp_path_factory, arch)
                                  the simulated driver and PROGRAMS built for glibc 2.17 (zig),
@@ -82,7 +82,18 @@ def bullseye(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 def _trixie(work: Path) -> dict[str, object]:
     root = work / "root"
     seconds = mmdebstrap("trixie", root, ["libc6-dev"])
+    for link in ("lib", "lib64"):  # merged /usr: base-files makes these, extract does not
+        if not (root / link).exists():
+            (root / link).symlink_to(f"usr/{link}")
     return {"root": str(root), "seconds": round(seconds, 1)}
+
+
+def sysroot_cc(root: Path, cc: str = "gcc") -> str:
+    """cc building against root's glibc: headers (--sysroot), start files (-B) and libraries
+    (-L; libc.so's absolute paths are read inside the sysroot). Debian's gcc otherwise takes
+    the start files and libraries beside itself, the host's."""
+    lib = root / "usr/lib/x86_64-linux-gnu"
+    return f"{cc} --sysroot={root} -B{lib}/ -L{lib}"
 
 
 def trixie(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
