@@ -231,7 +231,7 @@ def test_built_on_a_newer_glibc_the_library_keeps_the_floor(tmp_path_factory, tm
     from support import debian_roots
 
     root = Path(debian_roots.trixie(tmp_path_factory)["root"])
-    cc = debian_roots.sysroot_cc(root)
+    cc = debian_roots.sysroot_cc(root, "x86_64")
     libc = subprocess.run([*cc.split(), "-print-file-name=libc.so.6"], capture_output=True,
                           text=True).stdout.strip()  # fmt: skip
     assert libc.startswith(str(root)) and Path(libc).resolve().is_file(), libc

@@ -2,8 +2,8 @@
 
 - Debian 11 (glibc 2.31, as Ubuntu 20.04 and the CUDA base images built on them), made with
   mmdebstrap from Debian's archive (tests/support/debian_roots.py) and imported as it is: its
-  own programs start with the preload library mapped, and the test programs (built for glibc
-  2.17 with zig, the simulated driver with them, mounted from the host) run fenced: an
+  own programs start with the preload library mapped, and the test programs (built against its
+  glibc, the simulated driver with them, mounted from the host) run fenced: an
   allocation over the budget refused with the shim's line, the real dlsym found in libdl (the
   pre-2.34 route), through /etc/ld.so.preload and through LD_PRELOAD alike. A library built
   here without the floor stops every program of that image: what this used to do.
@@ -14,9 +14,10 @@
 - aarch64: the cross-built library (aarch64-linux-gnu-gcc against Debian 12's glibc 2.36) in
   Debian 11's arm64 root under qemu: fenced, its dlsym found in libdl under GLIBC_2.17.
 
-Needs root, podman, runc, mmdebstrap, musl-tools, qemu-user, zig and the network to
-deb.debian.org (a missing one fails the test, as everywhere in the suite). Run it under the servers lock (docs/DEVELOPING.md): the specs go to
-/var/run/cdi under a vendor of this session's own, removed at the end.
+Needs root, podman, runc, mmdebstrap, musl-tools, qemu-user, the aarch64 cross compiler and the
+network to deb.debian.org (a missing one fails the test, as everywhere in the suite). Run it
+under the servers lock (docs/DEVELOPING.md): the specs go to /var/run/cdi under a vendor of
+this session's own, removed at the end.
 """
 
 from __future__ import annotations
