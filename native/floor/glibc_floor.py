@@ -48,20 +48,22 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Optional
 
 LIBS = ("libc.so.6", "libdl.so.2", "libpthread.so.0")
 MERGED = ("libdl.so.2", "libpthread.so.0")  # moved into libc by glibc 2.32 and 2.34
 MERGED_AT = (2, 34)
 MOVES = {(2, 32), (2, 34)}  # the releases that moved them: a default of these is a move
-# moved in 2.34 too, from the libraries the link does not name (librt, libutil, libanl)
+# moved in 2.34 too, from the libraries the link does not name (librt, libutil, libanl,
+# libresolv)
 OTHER_HOMES = re.compile(
     r"^(__mq_open_2|aio_\w+|lio_\w+|mq_\w+|shm_\w+|timer_\w+|forkpty|openpty|login(_tty)?|"
-    r"logout|logwtmp|gai_\w+|getaddrinfo_a)$"
+    r"logout|logwtmp|gai_\w+|getaddrinfo_a|ns_\w+|res_\w+|__res_\w+|dn_\w+)$"
 )
 # "  42: 000...  21 FUNC GLOBAL DEFAULT  16 pthread_once@@GLIBC_2.34" (older binutils may
 # add " (3)" after the version)
 DYNSYM = re.compile(
-    r"^\s*\d+:\s+[0-9a-fA-F]+\s+\d+\s+(FUNC|IFUNC|OBJECT|TLS)\s+(GLOBAL|WEAK)\s+\S+\s+(\S+)\s+"
+    r"^\s*\d+:\s+([0-9a-fA-F]+)\s+\d+\s+(?:FUNC|IFUNC|OBJECT|TLS)\s+(?:GLOBAL|WEAK)\s+\S+\s+(\S+)\s+"
     r"([A-Za-z_][\w.$]*)@(@?)(GLIBC_[0-9][0-9.]*)"
 )
 NEEDS = re.compile(r"Name:\s+(GLIBC_[0-9][0-9.]*)")
@@ -118,27 +120,28 @@ def readelf(readelf_cmd: str, *args: str) -> str:
     return r.stdout
 
 
-def symbol_versions(dynsyms: str) -> dict[str, tuple[str | None, set[str]]]:
-    """{name: (default version or None, every version)} of a library's defined symbols, from
-    `readelf -W --dyn-syms`."""
-    out: dict[str, tuple[str | None, set[str]]] = {}
+Versions = dict[str, tuple[Optional[str], dict[str, str]]]
+
+
+def symbol_versions(dynsyms: str) -> Versions:
+    """{name: (default version or None, {version: address})} of a library's defined symbols,
+    from `readelf -W --dyn-syms`."""
+    out: Versions = {}
     for line in dynsyms.splitlines():
         m = DYNSYM.match(line)
-        if not m or m.group(3) == "UND":
+        if not m or m.group(2) == "UND":
             continue
-        name, default, ver = m.group(4), m.group(5) == "@", m.group(6)
-        old_default, versions = out.get(name, (None, set()))
-        versions.add(ver)
+        addr, name, default, ver = m.group(1), m.group(3), m.group(4) == "@", m.group(5)
+        old_default, versions = out.get(name, (None, {}))
+        versions[ver] = addr
         out[name] = (ver if default else old_default, versions)
     return out
 
 
-def bindings(
-    libs: dict[str, tuple[str | None, set[str]]], floor: tuple[int, ...], own: set[str]
-) -> dict[str, tuple[str, str]]:
+def bindings(libs: Versions, floor: tuple[int, ...], own: set[str]) -> dict[str, tuple[str, str]]:
     """{name: (the version to bind, its default)} for each symbol moved into libc from libpthread
-    or libdl (its default version a move's) that has a version at or below the floor, but those
-    in own (the sources' own definitions)."""
+    or libdl (its default version a move's) whose newest version at or below the floor is the
+    same function (the same address), but those in own (the sources' own definitions)."""
     out = {}
     for name, (default, versions) in sorted(libs.items()):
         if default is None or version(default) <= floor or version(default) not in MOVES:
@@ -146,7 +149,7 @@ def bindings(
         if name in own or OTHER_HOMES.match(name):
             continue
         below = [v for v in versions if version(v) <= floor]
-        if below:
+        if below and versions[max(below, key=version)] == versions[default]:
             out[name] = (max(below, key=version), default)
     return out
 
@@ -160,7 +163,7 @@ def defined_names(sources: list[str]) -> set[str]:
     return names
 
 
-def read_libs(cc: str, readelf_cmd: str) -> dict[str, dict[str, tuple[str | None, set[str]]]]:
+def read_libs(cc: str, readelf_cmd: str) -> dict[str, Versions]:
     found = {name: find_lib(cc, name) for name in LIBS}
     return {
         name: symbol_versions(readelf(readelf_cmd, "-W", "--dyn-syms", str(path)))
@@ -181,11 +184,11 @@ def header(cc: str, readelf_cmd: str, floor: tuple[int, ...], sources: list[str]
     if "libc.so.6" not in libs:
         lines.append(f"/* {cc}: no libc.so.6 found; versions are the compiler's own */")
         return "\n".join(lines) + "\n"
-    merged: dict[str, tuple[str | None, set[str]]] = {}
-    for syms in libs.values():
+    merged: Versions = {}
+    for syms in libs.values():  # libc's own first: a name's versions are those of one library
         for name, (default, versions) in syms.items():
-            old_default, old_versions = merged.get(name, (None, set()))
-            merged[name] = (default or old_default, old_versions | versions)
+            if name not in merged:
+                merged[name] = (default, versions)
     own = defined_names(sources)
     for name, (ver, default) in bindings(merged, floor, own).items():
         lines.append(f'__asm__(".symver {name}, {name}@{ver}"); /* default {default} */')
