@@ -2,7 +2,8 @@
  * (native/floor/glibc_floor.py), defined here through raw system calls, hidden: the library's
  * own calls reach these, never the C library's, and nothing of the program's changes.
  *
- *   stat, fstat, lstat   glibc 2.33 (before: inline wrappers of __xstat in the headers)
+ *   stat, fstat, lstat, fstatat   glibc 2.33 (before: inline wrappers of __xstat and
+ *                                 __fxstatat in the headers)
  *
  * Built with headers older than the function (a glibc before 2.33 here), the headers' own
  * wrappers are used and nothing is defined. Linked into the preload library only (the tools
@@ -27,4 +28,9 @@ CT_COMPAT int lstat(const char *restrict path, struct stat *restrict buf)
 }
 
 CT_COMPAT int fstat(int fd, struct stat *buf) { return (int)syscall(SYS_fstat, fd, buf); }
+
+CT_COMPAT int fstatat(int dirfd, const char *restrict path, struct stat *restrict buf, int flags)
+{
+    return (int)syscall(SYS_newfstatat, dirfd, path, buf, flags);
+}
 #endif
