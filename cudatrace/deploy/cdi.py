@@ -123,7 +123,7 @@ def device_edits(
                 "options": ["nosuid", "nodev", "noexec", "mode=1777", f"size={LEDGER_TMPFS_SIZE}"],
             }
         )
-    env = fence_record.render(record(fence), str(inst.lib) if preload == "env" else None).env
+    env = fence_record.render(record(fence), inst.env_preload if preload == "env" else None).env
     return {"env": [f"{k}={v}" for k, v in env], "mounts": mounts}
 
 

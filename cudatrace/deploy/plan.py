@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import fence_record
 from ..errors import CudatraceError
 from ..fence_record import FenceRecord
 from ..record.budget import BudgetError, parse_budget
@@ -178,15 +177,6 @@ def record(
         on_fence_error="refuse",
         owner=owner or f"cudatrace.dev/{fence.kind}={fence.name}",
     )
-
-
-def fence_env(
-    fence: Fence, shim: str | None, ledger_dir: str = CONTAINER_LEDGER_DIR
-) -> list[tuple[str, str]]:
-    """The environment of a fenced container, in order (fence_record.render's). shim: the
-    preload library's path in the container when it is preloaded through LD_PRELOAD
-    (sandboxes), else None."""
-    return fence_record.render(record(fence, ledger_dir), shim).env
 
 
 def fences(

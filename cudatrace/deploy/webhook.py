@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 from .. import fence_record, settings
 from ..errors import CudatraceError
-from .install import PRELOAD_NAME, SHIM_DIR
+from .install import PRELOAD_NAME, SHIM_DIR, preload_path
 from .plan import (
     CONTAINER_LEDGER_DIR,
     VENDOR,
@@ -138,7 +138,7 @@ def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> 
     under --preload env, the application's own after it)."""
     own = [e for e in c.get("env") or [] if not str(e.get("name", "")).startswith(settings.PREFIX)]
     theirs = [e.get("value", "") for e in own if e.get("name") == "LD_PRELOAD"]
-    shim = f"{cfg.shim_dir}/libcudatrace.so" if cfg.preload == "env" else None
+    shim = preload_path(cfg.shim_dir) if cfg.preload == "env" else None  # musl passes it by
     rendered = fence_record.render(pod_record(fence, namespace), shim, (theirs or [""])[-1])
     if shim:
         own = [e for e in own if e.get("name") != "LD_PRELOAD"]
