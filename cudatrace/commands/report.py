@@ -17,8 +17,8 @@ from ..errors import CudatraceError, OptionError
 from .options import Moment, Outputs, attribution_options, option_group
 
 if TYPE_CHECKING:
-    from ..analyze.analysis import Analysis
-    from ..analyze.documents import Report
+    from ..analyze.documents.analysis import Analysis
+    from ..analyze.documents.report_types import Report
     from ..symbols import Symbolizer
 
 
@@ -100,7 +100,7 @@ def run_report(
     the exit status: 0, or LOST_STATUS when part of a trace is lost (sealed chunks in neither
     the trace nor its sidecar: the report lacks their events, and says so on stderr too).
     Raises CudatraceError (a trace that cannot be read, a file that cannot be written)."""
-    from ..analyze.analysis import Analysis, build_report
+    from ..analyze.documents.analysis import Analysis, build_report
     from ..progress import stderr_is_tty
 
     if outputs.printed_on_stdout() and query.tree:
@@ -121,7 +121,7 @@ def run_report(
             device=moment.device,
         )
         if query.tree:
-            from ..analyze.tree import build_tree
+            from ..analyze.documents.tree import build_tree
 
             r["tree"] = build_tree(a, at=moment.at, device=moment.device)
     except CudatraceError:
@@ -196,8 +196,8 @@ def watch_report(
 ) -> int:
     """The body of `cudatrace report --watch` (returns the number of renders): the text report every `interval` seconds until
     Ctrl-C or the run's end (present/watch.py)."""
-    from ..analyze.analysis import Analysis, build_report
-    from ..analyze.sites import make_symbolizer
+    from ..analyze.documents.analysis import Analysis, build_report
+    from ..analyze.sites.stacks import make_symbolizer
     from ..present.report import render_text
     from ..present.text import use_colour
     from ..present.watch import loop, run_ended

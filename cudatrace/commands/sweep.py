@@ -22,7 +22,7 @@ from .params import SizeWordCommand
 from .sweep_options import Fit, Stop, Where
 
 if TYPE_CHECKING:
-    from ..analyze.documents import Sweep
+    from ..analyze.documents.report_types import Sweep
     from ..sweep.knobs import Knob
     from ..sweep.runs import Plan
 
@@ -120,7 +120,7 @@ def run_sweep(
 
 def _progress(plan: Plan) -> Callable[[int, int, dict[str, Any]], None]:
     """The line said as each run ends: its value, how it ended, its peak."""
-    from ..analyze import sweep_sentences as sentences
+    from ..analyze.documents import sweep_sentences as sentences
     from ..sweep.knobs import text_of
 
     def progress(n: int, total: int, rec: dict[str, Any]) -> None:

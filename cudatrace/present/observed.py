@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..analyze.documents import (
+from ..analyze.documents.report_types import (
     Report,
     ReportMax,
     ReportNear,

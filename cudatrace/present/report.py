@@ -1,4 +1,4 @@
-"""`cudatrace report` as text: rendered from the report's data (analyze/analysis.py
+"""`cudatrace report` as text: rendered from the report's data (analyze/documents/analysis.py
 build_report, the JSON of --json), so text and JSON never disagree.
 """
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping
 
-from ..analyze.analysis import CONTEXT_FRAMES
-from ..analyze.documents import (
+from ..analyze.documents.analysis import CONTEXT_FRAMES
+from ..analyze.documents.report_types import (
     Report,
     ReportDenied,
     ReportFailed,
@@ -17,8 +17,8 @@ from ..analyze.documents import (
     ReportPython,
     ReportSite,
 )
-from ..analyze.names import fit, on_terminal
-from ..analyze.sites import SFrame, folded
+from ..analyze.sites.names import fit, on_terminal
+from ..analyze.sites.stacks import SFrame, folded
 from ..units import printable, shell_quote, wrap_line
 from .observed import render_observed
 from .text import (

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
-from ..analyze import laws
-from ..analyze import sweep_sentences as sentences
-from ..analyze.documents import Sweep
-from ..analyze.runfacts import no_driver_sentence
+from ..analyze.documents import laws
+from ..analyze.documents import sweep_sentences as sentences
+from ..analyze.documents.report_types import Sweep
+from ..analyze.read.runfacts import no_driver_sentence
 from .knobs import (
     EXPECT_TOLERANCE,
     MARGIN,
@@ -118,7 +118,7 @@ def sweep_json(
     expect_text: str | None = None,
 ) -> Sweep:
     """The sweep: the --json output (docs/sweep-json.md, cudatrace.sweep/1); its type is the
-    schema's (analyze/documents.py; tests/unit/test_schemas.py validates what this builds)."""
+    schema's (analyze/documents/report_types.py; tests/unit/test_schemas.py validates what this builds)."""
     knobs = plan.knobs
     included = [r for r in runs if r["included"]]
     peaks = [r["measured"]["peak_bytes"] if r["included"] else None for r in runs]

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings, tracedir
-from ..analyze.analysis import Analysis, ReportError
-from ..analyze.runfacts import driver_used
+from ..analyze.documents.analysis import Analysis, ReportError
+from ..analyze.read.runfacts import driver_used
 from ..attribution import Attribution
 from ..symbols import Symbolizer
 from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute
@@ -135,7 +135,7 @@ def attribute_together(runs: list[dict], attribution: Attribution) -> None:
     its runs: the allocator layers are recognized from every measured run's stacks together,
     then each run's sites are measured again with them, so a law is named by the responsible
     code even where one run alone would not decide it (docs/attribution.md)."""
-    from ..analyze.layers import CallGraph
+    from ..analyze.sites.layers import CallGraph
 
     measured = [r for r in runs if r.get("measured")]
     if len(measured) < 2 or not attribution.fold:

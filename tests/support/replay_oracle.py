@@ -1,5 +1,5 @@
 """The replay's rules written again in Python: the oracle the tests hold the C replay
-(native/reader/replay.c, cudatrace.analyze.model) to. The product never runs it.
+(native/reader/replay.c, cudatrace.analyze.replay.model) to. The product never runs it.
 
     build_with(td, backend, timeline_buckets) -> Model     backend: "c" or "python"
 """
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import heapq
 
-from cudatrace.analyze.model import (
+from cudatrace.analyze.read.trace import C, Trace, TraceDir
+from cudatrace.analyze.replay.model import (
     ADDR,
     AUX,
     DEV,
@@ -36,7 +37,6 @@ from cudatrace.analyze.model import (
     host_kinds,
     process_ends,
 )
-from cudatrace.analyze.trace import C, Trace, TraceDir
 
 BACKENDS = ("c", "python")
 

@@ -1,4 +1,4 @@
-"""cudatrace/analyze/documents.py holds the `--json` documents as TypedDicts: each class is held
+"""cudatrace/analyze/documents/report_types.py holds the `--json` documents as TypedDicts: each class is held
 against its JSON Schema (cudatrace/schemas/*.json) key by key and type by type, so that the
 types present/ and the commands read and the schemas users validate against are one shape."""
 
@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, Union
 import pytest
 
 from cudatrace import schemas
-from cudatrace.analyze import documents
+from cudatrace.analyze.documents import report_types as documents
 
 TOP = {
     "cudatrace.report/1": documents.Report,

@@ -225,15 +225,21 @@ def test_the_checks_catch_breaches():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     fake = {
-        "cudatrace.record.launcher": [(3, "cudatrace.analyze.model"), (4, "cudatrace.units")],
+        "cudatrace.record.launcher": [
+            (3, "cudatrace.analyze.replay.model"),
+            (4, "cudatrace.units"),
+        ],
         "cudatrace.units": [(5, "cudatrace.record.budget")],
         "cudatrace.symbols": [(6, "cudatrace.native")],
         "cudatrace.present.report": [
             (7, "cudatrace.record.ledger"),
             (8, "cudatrace.cli"),
-            (9, "cudatrace.analyze.sites"),
+            (9, "cudatrace.analyze.sites.stacks"),
         ],
-        "cudatrace.analyze.model": [(10, "cudatrace.present.text"), (11, "cudatrace.symbols")],
+        "cudatrace.analyze.replay.model": [
+            (10, "cudatrace.present.text"),
+            (11, "cudatrace.symbols"),
+        ],
         "cudatrace.__main__": [(12, "cudatrace.cli")],
         "cudatrace.errors": [(13, "cudatrace.units")],
         "cudatrace.sweep": [(14, "cudatrace.commands.options"), (15, "cudatrace.errors")],

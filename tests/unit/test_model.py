@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from cudatrace.analyze import model as model_mod
-from cudatrace.analyze.model import Groups, build
-from cudatrace.analyze.ranks import alloc_ordinals
-from cudatrace.analyze.trace import C, read_dir
+from cudatrace.analyze.documents.ranks import alloc_ordinals
+from cudatrace.analyze.read.trace import C, read_dir
+from cudatrace.analyze.replay import model as model_mod
+from cudatrace.analyze.replay.model import Groups, build
 from support import tracegen as tg
 from support.replay_oracle import BACKENDS, build_with
 

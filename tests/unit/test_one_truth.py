@@ -8,7 +8,7 @@ import sys
 
 from click.testing import CliRunner
 
-from cudatrace.analyze.analysis import Analysis, build_report
+from cudatrace.analyze.documents.analysis import Analysis, build_report
 from cudatrace.cli import main
 from cudatrace.present.html.page import _processes_html
 from cudatrace.present.report import render_text

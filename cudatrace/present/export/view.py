@@ -13,11 +13,11 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ...analyze.analysis import Analysis
-from ...analyze.model import Alloc
-from ...analyze.ranks import device_label, rank_label_of, split_devices, tagged
-from ...analyze.sites import NO_STACK, SFrame, process_label
-from ...analyze.trace import host_of
+from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.ranks import device_label, rank_label_of, split_devices, tagged
+from ...analyze.read.trace import host_of
+from ...analyze.replay.model import Alloc
+from ...analyze.sites.stacks import NO_STACK, SFrame, process_label
 from . import ExportError
 
 

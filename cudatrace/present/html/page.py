@@ -23,9 +23,9 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ...analyze.analysis import Analysis, build_report
-from ...analyze.documents import Diff, Report, ReportAt, ReportDenied
-from ...analyze.model import NONE64
+from ...analyze.documents.analysis import Analysis, build_report
+from ...analyze.documents.report_types import Diff, Report, ReportAt, ReportDenied
+from ...analyze.replay.model import NONE64
 from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes
 from ..report import render_text, status_text, via_text

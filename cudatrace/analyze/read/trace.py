@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import native, tracedir
-from ..errors import CudatraceError
-from ..native_types import CData, ToolsLib
-from ..symbols import python as pyframes
-from ..units import lossless_data, shell_quote
+from ... import native, tracedir
+from ...errors import CudatraceError
+from ...native_types import CData, ToolsLib
+from ...symbols import python as pyframes
+from ...units import lossless_data, shell_quote
 from . import unseal
 
 _TYPE_FMT = {
@@ -522,7 +522,9 @@ def _rec_pycode(t: Trace, data: CData, off: int, body: int, rec_end: int) -> Non
 
 
 def _rec_snapslot(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
-    t.snap_slots.append(bytes(data[off:rec_end]))  # --aggregate (analyze/aggregate.py reads it)
+    t.snap_slots.append(
+        bytes(data[off:rec_end])
+    )  # --aggregate (analyze/read/aggregate.py reads it)
 
 
 def _rec_end(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:

@@ -14,16 +14,19 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union, cast
 
-from .. import __version__, tracedir
-from ..attribution import Attribution
-from ..errors import CudatraceError
-from ..units import parse_moment
-from .aggregate import notes as aggregate_notes
+from ... import __version__, tracedir
+from ...attribution import Attribution
+from ...errors import CudatraceError
+from ...units import parse_moment
+from ..read.aggregate import notes as aggregate_notes
+from ..read.runfacts import launcher_saw_signal, run_seconds
+from ..read.trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
+from ..read.unseal import lost_chunks_json
+from ..replay.model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
+from ..replay.observed import Observed
+from ..sites.layers import compile_patterns
+from ..sites.stacks import SFrame, Site, Stacks, depth_note, group, make_symbolizer
 from .cu_errors import cu_error as cu_error  # the report names failures by it
-from .documents import Report
-from .layers import compile_patterns
-from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
-from .observed import Observed
 from .python_summary import python_summary
 from .ranks import (
     align_clocks,
@@ -33,15 +36,12 @@ from .ranks import (
     separate_runs,
     split_devices,
 )
-from .runfacts import launcher_saw_signal, run_seconds
-from .sites import SFrame, Site, Stacks, depth_note, group, make_symbolizer
-from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
-from .unseal import lost_chunks_json
+from .report_types import Report
 
 if TYPE_CHECKING:
-    from ..symbols import Symbolizer
-    from .layers import CallGraph
-    from .trace import Trace
+    from ...symbols import Symbolizer
+    from ..read.trace import Trace
+    from ..sites.layers import CallGraph
 
 SCHEMA = "cudatrace.report/1"
 CONTEXT_FRAMES = 6  # frames listed per stack
@@ -138,7 +138,7 @@ class Analysis:
         self.traces = self.td.traces
         self.model: Model = build(self.td)
         if symbolizer is None and symbolize:
-            from ..progress import bar
+            from ...progress import bar
 
             symbolizer = make_symbolizer(progress=bar if progress else False)
         self.symbolizer = symbolizer
@@ -170,7 +170,7 @@ class Analysis:
 
     def allocation_stacks(self) -> list[tuple[int, int]]:
         """Every (trace, leaf) stack that allocated, failed or was denied: the call graph the
-        allocator layers are recognized from (analyze/layers.py)."""
+        allocator layers are recognized from (analyze/sites/layers.py)."""
         m = self.model
         keys = set(m.stack_totals())
         keys.update((x.trace, x.stack) for x in m.failed if x.stack)
@@ -368,7 +368,7 @@ def unrecorded(a: Analysis) -> list[str]:
     """What the run did that its traces do not hold: processes whose trace stopped (a full disk,
     no descriptor left), and what the budget ledger saw beyond the traces (denials, a peak) when
     a process could not record at all."""
-    from ..units import format_bytes
+    from ...units import format_bytes
 
     out = []
     stopped = [t for t in a.traces if t.stopped_ns]
@@ -396,7 +396,7 @@ def implausible(a: Analysis) -> list[str]:
     """Warnings for peaks no device could hold: beyond the device's total (from the traced
     memory queries or the sampler's NVML figures), or beyond PLAUSIBLE_MAX when no total is
     known. A flipped bit in an event's size reads as a plausible-looking wrong number."""
-    from ..units import format_bytes
+    from ...units import format_bytes
 
     totals: dict[int, int] = {}
     for q in a.model.meminfo:

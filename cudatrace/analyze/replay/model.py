@@ -33,9 +33,9 @@ from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
-from .. import native
-from ..native_types import ToolsLib
-from .trace import C, Trace, TraceDir, event_fields, layout
+from ... import native
+from ...native_types import ToolsLib
+from ..read.trace import C, Trace, TraceDir, event_fields, layout
 
 T = TypeVar("T")
 
@@ -699,13 +699,13 @@ def build(td: TraceDir | list[Trace], timeline_buckets: int = TIMELINE_BUCKETS) 
     if not _c_backend():
         raise RuntimeError(f"the C replay is not available: {_c_error[0]}")
     if any(getattr(t, "snap_slots", None) for t in traces):
-        from .aggregate import apply_snapshots  # --aggregate: events from the last snapshot
+        from ..read.aggregate import apply_snapshots  # --aggregate: events from the last snapshot
 
         for t in traces:
             apply_snapshots(t)
     m = from_replay(traces, _CReplay(traces, timeline_buckets))
     if any(getattr(t, "aggregate", None) is not None for t in traces):
-        from .aggregate import adjust_model  # counts of the run, not of the synthetic events
+        from ..read.aggregate import adjust_model  # counts of the run, not of the synthetic events
 
         adjust_model(m)
     return m

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .. import native, sidecar, tracedir
+from ... import native, sidecar, tracedir
 
 if TYPE_CHECKING:
     from .trace import Trace

@@ -17,12 +17,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import procfs
+from ... import procfs
 
 if TYPE_CHECKING:
-    from ..symbols import Symbolizer
-    from .model import Alloc
-    from .sites import SFrame
+    from ...symbols import Symbolizer
+    from ..replay.model import Alloc
+    from ..sites.stacks import SFrame
 
 _lock = threading.Lock()
 _symbolizer = None  # kept between calls: a test suite asks many times of the same libraries
@@ -32,7 +32,7 @@ def _shared_symbolizer() -> Symbolizer | None:
     global _symbolizer
     with _lock:
         if _symbolizer is None:
-            from .sites import make_symbolizer
+            from ..sites.stacks import make_symbolizer
 
             _symbolizer = make_symbolizer(progress=False)
         return _symbolizer
@@ -138,7 +138,7 @@ def _head(path: str) -> tuple[int, int] | None:
     """(pid, ppid) of a trace file's header; None when it is not (yet) a trace."""
     if path in _heads:
         return _heads[path]
-    from .trace import layout
+    from ..read.trace import layout
 
     st, names = layout("struct ct_file_header")
     try:

@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Optional, cast
 
+from ..sites.stacks import SFrame, Site, key_text, site_of
 from .analysis import Analysis
-from .documents import Diff, DiffPair, DiffRanks, DiffSide, DiffSite
 from .ranks import ranks_diff, split_devices, tables
-from .sites import SFrame, Site, key_text, site_of
+from .report_types import Diff, DiffPair, DiffRanks, DiffSide, DiffSite
 
 SCHEMA: Literal["cudatrace.diff/1"] = "cudatrace.diff/1"
 

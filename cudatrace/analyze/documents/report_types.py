@@ -1,7 +1,7 @@
 """The `--json` documents as types: cudatrace.report/1, cudatrace.diff/1 and cudatrace.sweep/1,
 one TypedDict per object of their schemas (cudatrace/schemas/*.json), named after where it
 sits (Report, ReportSite, ReportSiteFrame ...; a key the schema does not require is in the
-class's total=False part). The analysis builds them (analyze/analysis.py, analyze/diff.py,
+class's total=False part). The analysis builds them (analyze/documents/analysis.py, analyze/documents/diff.py,
 sweep/fits.py), present/ renders them. tests/unit/test_documents.py holds every class against
 its schema: the same keys, the same required ones, the same types; a key added to a schema is
 added here in the same change."""

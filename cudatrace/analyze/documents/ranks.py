@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from .. import native
-from .aggregate import apply_snapshots
-from .model import END_EXITED, device_kinds
-from .trace import C, Trace, TraceDir, host_of, layout
+from ... import native
+from ..read.aggregate import apply_snapshots
+from ..read.trace import C, Trace, TraceDir, host_of, layout
+from ..replay.model import END_EXITED, device_kinds
 
 if TYPE_CHECKING:
+    from ..replay.model import Alloc
     from .analysis import Analysis
-    from .model import Alloc
 
 T = TypeVar("T")
 
@@ -664,7 +664,7 @@ def _separate_message(
     """The refusal: each run with its command and when it ran, and how to read them."""
     import time
 
-    from ..units import shell_quote
+    from ...units import shell_quote
 
     names = [str(d) for d in td.dirs]
     width = min(40, max(len(n) for n in names))

@@ -16,11 +16,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import frameworks, settings
-from ..choices import GROUPINGS
-from ..symbols import ModuleRef, Symbolizer
-from ..symbols import python as pyframes
-from ..symbols.symbolizer import ProgressFactory
+from ... import frameworks, settings
+from ...choices import GROUPINGS
+from ...symbols import ModuleRef, Symbolizer
+from ...symbols import python as pyframes
+from ...symbols.symbolizer import ProgressFactory
+from ..documents.ranks import device_label, rank_label_of
+from ..read.trace import Module, Trace
+from ..replay.model import API, RT, Alloc, Groups, Model
 from .layers import (
     SYSTEM_FUNCTIONS,
     SYSTEM_MODULES,
@@ -29,10 +32,7 @@ from .layers import (
     CallGraph,
     boundary_split,
 )
-from .model import API, RT, Alloc, Groups, Model
 from .names import comprehension_owner, display_name, enclosing, short_name
-from .ranks import device_label, rank_label_of
-from .trace import Module, Trace
 
 FOLD_MODULES = re.compile(
     r"^(libcuda\.so|libcudart\.so|libcudatrace|libnvidia-ml\.so|"
@@ -636,7 +636,7 @@ def group(
 
     by: "site" (the first `depth` frames outside CUDA's libraries), "api" (driver API and the
     runtime call it ran under), "library" (module of the first such frame), "process", "rank"
-    (the process's rank and host, analyze/ranks.py)."""
+    (the process's rank and host, analyze/documents/ranks.py)."""
     if by not in GROUPINGS:
         raise ValueError(f"unknown grouping {by!r}")
     depth = max(1, depth)
