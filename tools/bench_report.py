@@ -310,7 +310,8 @@ def main() -> int:
         argv = [a for a in sys.argv[1:] if a not in ("--regen", "--json")]
         subprocess.run([sys.executable, __file__, *argv, "--generate-only"], check=True)
 
-    from cudatrace.analyze.documents.analysis import Analysis, build_report
+    from cudatrace.analyze.documents.analysis import Analysis
+    from cudatrace.analyze.documents.report import build_report
     from cudatrace.analyze.read.trace import read_dir
     from cudatrace.present.plot import render_svg
     from cudatrace.present.report import render_text

@@ -100,7 +100,8 @@ def run_report(
     the exit status: 0, or LOST_STATUS when part of a trace is lost (sealed chunks in neither
     the trace nor its sidecar: the report lacks their events, and says so on stderr too).
     Raises CudatraceError (a trace that cannot be read, a file that cannot be written)."""
-    from ..analyze.documents.analysis import Analysis, build_report
+    from ..analyze.documents.analysis import Analysis
+    from ..analyze.documents.report import build_report
     from ..progress import stderr_is_tty
 
     if outputs.printed_on_stdout() and query.tree:
@@ -196,7 +197,8 @@ def watch_report(
 ) -> int:
     """The body of `cudatrace report --watch` (returns the number of renders): the text report every `interval` seconds until
     Ctrl-C or the run's end (present/watch.py)."""
-    from ..analyze.documents.analysis import Analysis, build_report
+    from ..analyze.documents.analysis import Analysis
+    from ..analyze.documents.report import build_report
     from ..analyze.sites.stacks import make_symbolizer
     from ..present.report import render_text
     from ..present.text import use_colour

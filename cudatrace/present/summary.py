@@ -8,9 +8,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..analyze.documents.analysis import Analysis, implausible, unrecorded
-from ..analyze.documents.ranks import outliers, split_devices, tables, tagged
+from ..analyze.documents.analysis import Analysis
+from ..analyze.documents.ranks import outliers, split_devices, tables
+from ..analyze.documents.report.notes import implausible, unrecorded
 from ..analyze.read.runfacts import driver_used, no_driver_sentence
+from ..analyze.read.tags import tagged
 from ..analyze.replay.model import AUX2
 from ..analyze.sites.names import fit, on_terminal
 from ..units import format_bytes, printable, shell_quote

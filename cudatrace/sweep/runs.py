@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings, tracedir
-from ..analyze.documents.analysis import Analysis, ReportError
+from ..analyze.documents.analysis import Analysis
+from ..analyze.read.load import ReportError
 from ..analyze.read.runfacts import driver_used
 from ..attribution import Attribution
 from ..symbols import Symbolizer
@@ -144,7 +145,7 @@ def attribute_together(runs: list[dict], attribution: Attribution) -> None:
     try:
         for r in measured:  # one run at a time: the graph keeps names, not the runs
             a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)
-            a.stacks.learn(a.allocation_stacks())
+            a.stacks.learn(a.model.allocation_stacks())
             sym = a.symbolizer
         for r in measured:
             a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from cudatrace.analyze.documents.analysis import Analysis, build_report
+from cudatrace.analyze.documents.analysis import Analysis
 from cudatrace.analyze.documents.diff import diff
+from cudatrace.analyze.documents.report import build_report
 from cudatrace.analyze.sites.layers import CallGraph, compile_patterns
 from cudatrace.analyze.sites.names import fit, short_name
 from support import tracegen as tg

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from cudatrace.analyze.documents.analysis import Analysis, ReportError, build_report
-from cudatrace.analyze.documents.ranks import alloc_ordinals, outliers, tag_of
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.ranks import alloc_ordinals, outliers
+from cudatrace.analyze.documents.report import build_report
+from cudatrace.analyze.read.load import ReportError
+from cudatrace.analyze.read.tags import tag_of
 from cudatrace.analyze.read.trace import read_trace
 from cudatrace.present.report import render_text
 from support.schemas import validate

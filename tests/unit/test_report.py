@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from click.testing import CliRunner
 
-from cudatrace.analyze.documents.analysis import SCHEMA, Analysis, build_report
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.report import SCHEMA, build_report
 from cudatrace.attribution import Attribution
 from cudatrace.cli import main
 from cudatrace.commands.options import Outputs

@@ -26,8 +26,8 @@ def share_graph(a: Analysis, b: Analysis) -> None:
     addresses: function identities compare across runs), so both sides fold alike."""
     if a.stacks.graph is not b.stacks.graph:
         b.stacks.graph = a.stacks.graph
-    a.stacks.learn(a.allocation_stacks())
-    b.stacks.learn(b.allocation_stacks())
+    a.stacks.learn(a.model.allocation_stacks())
+    b.stacks.learn(b.model.allocation_stacks())
     a.stacks.set_source(None)
     b.stacks.set_source(None)
 

@@ -216,8 +216,8 @@ def top_sites(
     `top` largest sites by label and the rest summed under "other". Sites whose labels are
     equal (two stacks ending in one function) are summed, so every label appears once per
     device."""
+    from ..read.tags import device_label
     from .analysis import Analysis
-    from .ranks import device_label
 
     info = run_info(p)
     if td is None:

@@ -90,7 +90,8 @@ def block_sites(
     is one site, each line its own row); largest first. [] without a trace."""
     if not path:
         return []
-    from .analysis import Analysis, load
+    from ..read.load import load
+    from .analysis import Analysis
 
     a = Analysis(path, td=load(path), symbolizer=_shared_symbolizer())
     chosen = window_allocs(a.model.lifetimes(), t0, t1, at)
@@ -170,7 +171,8 @@ def _descends_from(pid: int, ppid: int, me: int, parents: dict[int, int]) -> boo
 
 
 def _window_peak(path: str, t0: int, t1: int) -> int:
-    from .analysis import Analysis, load
+    from ..read.load import load
+    from .analysis import Analysis
 
     a = Analysis(path, td=load(path), symbolizer=_shared_symbolizer())
     return sum(x.size for x in window_allocs(a.model.lifetimes(), t0, t1, "peak"))

@@ -761,7 +761,7 @@ def _sweep_folder(p: Path, subs: list[Path]) -> str:
 def read_dirs(paths: Iterable[str | os.PathLike[str]]) -> TraceDir:
     """Several trace directories read as one run: the traces of all, in the order given, each
     noting its directory (Trace.source); every error named with its directory. Processes on
-    different hosts are put on one clock by ranks.align_clocks, which the analysis calls."""
+    different hosts are put on one clock by load.align_clocks, which load() calls."""
     dirs = [d for p in paths for d in run_dirs(p)]
     if len(dirs) == 1:
         return read_dir(dirs[0])

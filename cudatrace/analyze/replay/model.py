@@ -653,6 +653,14 @@ class Model:
         """(trace, leaf stack) -> (count, bytes) of every device allocation of the run."""
         return self._cached(("stacktotals", None), self.backend.stack_totals)
 
+    def allocation_stacks(self) -> list[tuple[int, int]]:
+        """Every (trace, leaf) stack that allocated, failed or was denied: the call graph the
+        allocator layers are recognized from (analyze/sites/layers.py)."""
+        keys = set(self.stack_totals())
+        keys.update((x.trace, x.stack) for x in self.failed if x.stack)
+        keys.update((x.trace, x.stack) for x in self.denied if x.stack)
+        return sorted(keys)
+
     @property
     def failed(self) -> list[Alloc]:
         return self._cached(("failed", None), lambda: self.backend.listed("failed"))

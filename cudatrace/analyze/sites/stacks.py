@@ -21,7 +21,7 @@ from ...choices import GROUPINGS
 from ...symbols import ModuleRef, Symbolizer
 from ...symbols import python as pyframes
 from ...symbols.symbolizer import ProgressFactory
-from ..documents.ranks import device_label, rank_label_of
+from ..read.tags import device_label, rank_label_of
 from ..read.trace import Module, Trace
 from ..replay.model import API, RT, Alloc, Groups, Model
 from .layers import (
@@ -550,7 +550,7 @@ class Site:
     pids: set[Any] = field(default_factory=set)
     traces: set[Any] = field(default_factory=set)
     devices: set[Any] = field(default_factory=set)
-    # the physical devices those ordinals name (CUDA_VISIBLE_DEVICES's entries; ranks.py)
+    # the physical devices those ordinals name (CUDA_VISIBLE_DEVICES's entries; read/tags.py)
     device_labels: set[Any] = field(default_factory=set)
     results: Counter[Any] = field(default_factory=Counter)  # CUresult -> count (failures)
     context: list[SFrame] = field(default_factory=list)  # the heaviest stack of the group
@@ -636,7 +636,7 @@ def group(
 
     by: "site" (the first `depth` frames outside CUDA's libraries), "api" (driver API and the
     runtime call it ran under), "library" (module of the first such frame), "process", "rank"
-    (the process's rank and host, analyze/documents/ranks.py)."""
+    (the process's rank and host, analyze/read/tags.py)."""
     if by not in GROUPINGS:
         raise ValueError(f"unknown grouping {by!r}")
     depth = max(1, depth)
@@ -705,7 +705,7 @@ def group(
 
 
 def _device_labeler(model: Model) -> Callable[[int, int], str]:
-    """(trace, ordinal) -> the physical device it names (ranks.device_label), memoized."""
+    """(trace, ordinal) -> the physical device it names (tags.device_label), memoized."""
     memo: dict[tuple[int, int], str] = {}
 
     def label(ti: int, dev: int) -> str:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from ...analyze.documents.analysis import Analysis
-from ...analyze.documents.ranks import rank_label_of, tagged
 from ...analyze.documents.report_types import ReportAt
+from ...analyze.read.tags import rank_label_of, tagged
 from ...analyze.read.trace import Trace
 from ...analyze.replay.model import NONE64, Groups
 from ...analyze.sites.stacks import NO_STACK, SFrame, Site, key_text, site_of
@@ -351,7 +351,7 @@ def observed_series(a: Analysis, device: int | None) -> dict:
 
 def events_json(a: Analysis, tables: Tables) -> list[list]:
     """[time, "denied" | "failed", device, bytes requested, bytes in use then, site label, note]"""
-    from ...analyze.documents.analysis import cu_error
+    from ...analyze.documents.cu_errors import cu_error
 
     m = a.model
     out = []

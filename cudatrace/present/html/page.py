@@ -23,7 +23,8 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ...analyze.documents.analysis import Analysis, build_report
+from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.report import build_report
 from ...analyze.documents.report_types import Diff, Report, ReportAt, ReportDenied
 from ...analyze.replay.model import NONE64
 from ...symbols.symbolizer import ProgressFactory
