@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TextIO
 
 from ..analyze.documents.analysis import Analysis
-from ..analyze.replay.model import AUX, AUX2, DEV
+from ..analyze.replay.lives import AUX, AUX2, DEV
 from ..analyze.sites.names import on_terminal
 from ..analyze.sites.stacks import NO_STACK, api_label, make_symbolizer
 from ..record_types import DeniedGroup

@@ -13,7 +13,7 @@ from ..analyze.documents.ranks import outliers, split_devices, tables
 from ..analyze.documents.report.notes import implausible, unrecorded
 from ..analyze.read.runfacts import driver_used, no_driver_sentence
 from ..analyze.read.tags import tagged
-from ..analyze.replay.model import AUX2
+from ..analyze.replay.lives import AUX2
 from ..analyze.sites.names import fit, on_terminal
 from ..units import format_bytes, printable, shell_quote
 from .text import end_label, no_sample_while_live, term_width, wrap_prose

@@ -9,7 +9,8 @@ from __future__ import annotations
 import heapq
 
 from cudatrace.analyze.read.trace import C, Trace, TraceDir
-from cudatrace.analyze.replay.model import (
+from cudatrace.analyze.replay.backend import process_ends
+from cudatrace.analyze.replay.lives import (
     ADDR,
     AUX,
     DEV,
@@ -26,17 +27,13 @@ from cudatrace.analyze.replay.model import (
     SIZE,
     SPACE,
     STACK,
-    TIMELINE_BUCKETS,
     TS,
     Alloc,
     Groups,
-    Model,
-    build,
     device_kinds,
-    from_replay,
     host_kinds,
-    process_ends,
 )
+from cudatrace.analyze.replay.model import TIMELINE_BUCKETS, Model, build, from_replay
 
 BACKENDS = ("c", "python")
 

@@ -16,7 +16,8 @@ from ...units import parse_moment
 from ..read.load import PathArg, ReportError, load
 from ..read.runfacts import run_seconds
 from ..read.trace import TraceDir
-from ..replay.model import NONE64, Alloc, Groups, Model, build
+from ..replay.lives import NONE64, Alloc, Groups
+from ..replay.model import Model, build
 from ..replay.observed import Observed
 from ..sites.layers import compile_patterns
 from ..sites.stacks import Site, Stacks, group, make_symbolizer

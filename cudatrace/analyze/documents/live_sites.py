@@ -21,7 +21,7 @@ from ... import procfs
 
 if TYPE_CHECKING:
     from ...symbols import Symbolizer
-    from ..replay.model import Alloc
+    from ..replay.lives import Alloc
     from ..sites.stacks import SFrame
 
 _lock = threading.Lock()

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from ... import native
 from ..read.tags import RANK_VARS, RankGroup, device_label, hosts_of, rank_groups, tag_of, tagged
 from ..read.trace import C, Trace, host_of, layout
-from ..replay.model import END_EXITED, device_kinds
+from ..replay.lives import END_EXITED, device_kinds
 
 if TYPE_CHECKING:
-    from ..replay.model import Alloc
+    from ..replay.lives import Alloc
     from .analysis import Analysis
 
 T = TypeVar("T")
@@ -178,7 +178,7 @@ def _tables(a: Analysis, fast: bool) -> dict[Any, Any]:
             out["dev_ranks"][dk].add(of_trace[x.trace].label)
             out["rank_devs"][of_trace[x.trace].key].add(dk[1])
             out["dev_allocs"][dk] += 1
-            if x.end_ts is None or x.how == END_EXITED:  # never freed (model.py)
+            if x.end_ts is None or x.how == END_EXITED:  # never freed (replay/lives.py)
                 out["dev_end"][dk] += x.size
         return out
     dk_of = {

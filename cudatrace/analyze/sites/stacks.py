@@ -23,7 +23,8 @@ from ...symbols import python as pyframes
 from ...symbols.symbolizer import ProgressFactory
 from ..read.tags import device_label, rank_label_of
 from ..read.trace import Module, Trace
-from ..replay.model import API, RT, Alloc, Groups, Model
+from ..replay.lives import API, RT, Alloc, Groups
+from ..replay.model import Model
 from .layers import (
     SYSTEM_FUNCTIONS,
     SYSTEM_MODULES,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ... import __version__
-from ...analyze.replay.model import ADDR, AUX, AUX2, Alloc
+from ...analyze.replay.lives import ADDR, AUX, AUX2, Alloc
 from ...analyze.sites.stacks import NO_STACK
 
 if TYPE_CHECKING:

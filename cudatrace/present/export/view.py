@@ -17,7 +17,7 @@ from ...analyze.documents.analysis import Analysis
 from ...analyze.documents.ranks import split_devices
 from ...analyze.read.tags import device_label, rank_label_of, tagged
 from ...analyze.read.trace import host_of
-from ...analyze.replay.model import Alloc
+from ...analyze.replay.lives import Alloc
 from ...analyze.sites.stacks import NO_STACK, SFrame, process_label
 from . import ExportError
 

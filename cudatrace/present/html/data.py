@@ -13,7 +13,7 @@ from ...analyze.documents.analysis import Analysis
 from ...analyze.documents.report_types import ReportAt
 from ...analyze.read.tags import rank_label_of, tagged
 from ...analyze.read.trace import Trace
-from ...analyze.replay.model import NONE64, Groups
+from ...analyze.replay.lives import NONE64, Groups
 from ...analyze.sites.stacks import NO_STACK, SFrame, Site, key_text, site_of
 from ...symbols.progress import ProgressLike
 from ...units import format_bytes

@@ -26,7 +26,7 @@ from pathlib import Path
 from ...analyze.documents.analysis import Analysis
 from ...analyze.documents.report import build_report
 from ...analyze.documents.report_types import Diff, Report, ReportAt, ReportDenied
-from ...analyze.replay.model import NONE64
+from ...analyze.replay.lives import NONE64
 from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes
 from ..report import render_text, status_text, via_text

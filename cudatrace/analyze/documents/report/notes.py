@@ -8,7 +8,7 @@ from typing import Any
 
 from ....units import format_bytes
 from ...read.trace import Trace
-from ...replay.model import AUX2
+from ...replay.lives import AUX2
 from ..analysis import Analysis
 
 PLAUSIBLE_MAX = 1 << 50  # 1 PiB: no device holds more; a figure past it is a corrupt field

@@ -9,7 +9,7 @@ from typing import Any
 
 from ...read.runfacts import launcher_saw_signal
 from ...read.trace import C, Trace
-from ...replay.model import ADDR, AUX, AUX2, Groups
+from ...replay.lives import ADDR, AUX, AUX2, Groups
 from ..analysis import Analysis
 from .notes import beyond_traces
 

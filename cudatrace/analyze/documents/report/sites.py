@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...replay.model import AUX, AUX2, Alloc, Groups
+from ...replay.lives import AUX, AUX2, Alloc, Groups
 from ...sites.stacks import SFrame, Site
 from ..analysis import Analysis
 from ..cu_errors import cu_error
