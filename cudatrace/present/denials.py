@@ -18,8 +18,9 @@ from typing import TextIO
 
 from ..analyze.documents.analysis import Analysis
 from ..analyze.replay.lives import AUX, AUX2, DEV
+from ..analyze.sites.group import NO_STACK, api_label
 from ..analyze.sites.names import on_terminal
-from ..analyze.sites.stacks import NO_STACK, api_label, make_symbolizer
+from ..analyze.sites.stacks import make_symbolizer
 from ..record_types import DeniedGroup
 from ..symbols import Symbolizer
 from ..units import format_bytes, printable

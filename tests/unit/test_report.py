@@ -577,7 +577,7 @@ def test_real_symbolizer(scen, tmp_path, monkeypatch):
 def test_median_over_several_parts():
     import random
 
-    from cudatrace.analyze.sites.stacks import kth_smallest
+    from cudatrace.analyze.sites.group import kth_smallest
 
     rnd = random.Random(7)
     for _ in range(200):

@@ -19,8 +19,9 @@ from ..read.trace import TraceDir
 from ..replay.lives import NONE64, Alloc, Groups
 from ..replay.model import Model, build
 from ..replay.observed import Observed
+from ..sites.group import Site, group
 from ..sites.layers import compile_patterns
-from ..sites.stacks import Site, Stacks, group, make_symbolizer
+from ..sites.stacks import Stacks, make_symbolizer
 
 if TYPE_CHECKING:
     from ...symbols import Symbolizer

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Optional, cast
 
-from ..sites.stacks import SFrame, Site, key_text, site_of
+from ..sites.group import Site, key_text, site_of
+from ..sites.stacks import SFrame
 from .analysis import Analysis
 from .ranks import ranks_diff, split_devices, tables
 from .report_types import Diff, DiffPair, DiffRanks, DiffSide, DiffSite

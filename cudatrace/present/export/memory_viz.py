@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ... import __version__
 from ...analyze.replay.lives import ADDR, AUX, AUX2, Alloc
-from ...analyze.sites.stacks import NO_STACK
+from ...analyze.sites.group import NO_STACK
 
 if TYPE_CHECKING:
     from .view import View

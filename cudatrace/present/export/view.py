@@ -18,7 +18,8 @@ from ...analyze.documents.ranks import split_devices
 from ...analyze.read.tags import device_label, rank_label_of, tagged
 from ...analyze.read.trace import host_of
 from ...analyze.replay.lives import Alloc
-from ...analyze.sites.stacks import NO_STACK, SFrame, process_label
+from ...analyze.sites.group import NO_STACK, process_label
+from ...analyze.sites.stacks import SFrame
 from . import ExportError
 
 

@@ -14,7 +14,8 @@ from ...analyze.documents.report_types import ReportAt
 from ...analyze.read.tags import rank_label_of, tagged
 from ...analyze.read.trace import Trace
 from ...analyze.replay.lives import NONE64, Groups
-from ...analyze.sites.stacks import NO_STACK, SFrame, Site, key_text, site_of
+from ...analyze.sites.group import NO_STACK, Site, key_text, site_of
+from ...analyze.sites.stacks import SFrame
 from ...symbols.progress import ProgressLike
 from ...units import format_bytes
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 from .... import __version__
 from ...read.load import ReportError
 from ...read.tags import hosts_of
-from ...sites.stacks import depth_note
+from ...sites.group import depth_note
 from ..analysis import Analysis
 from ..python_summary import python_summary
 from ..ranks import honest_peak, ranks_json, split_devices

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from ...replay.lives import AUX, AUX2, Alloc, Groups
-from ...sites.stacks import SFrame, Site
+from ...sites.group import Site
+from ...sites.stacks import SFrame
 from ..analysis import Analysis
 from ..cu_errors import cu_error
 
