@@ -22,7 +22,7 @@ from .params import SizeWordCommand
 from .sweep_options import Fit, Stop, Where
 
 if TYPE_CHECKING:
-    from ..analyze.documents.report_types import Sweep
+    from ..analyze.documents.sweep_types import Sweep
     from ..sweep.knobs import Knob
     from ..sweep.runs import Plan
 

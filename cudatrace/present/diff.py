@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analyze.documents.report_types import Diff
+from ..analyze.documents.diff_types import Diff
 from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width, wrap_prose
 

@@ -3,8 +3,8 @@ two never disagree (the phrases both carry: analyze/documents/sweep_sentences.py
 
 from __future__ import annotations
 
-from ..analyze.documents.report_types import Sweep
 from ..analyze.documents.sweep_sentences import ratio_text, readable, slope_text
+from ..analyze.documents.sweep_types import Sweep
 from ..analyze.sites.names import fit, on_terminal
 from .text import wrap_prose
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analyze.documents.report_types import Sweep
+from ..analyze.documents.sweep_types import Sweep
 from ..attribution import Attribution
 from .fits import sweep_json
 from .knobs import (

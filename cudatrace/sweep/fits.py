@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from ..analyze.documents import laws
 from ..analyze.documents import sweep_sentences as sentences
-from ..analyze.documents.report_types import Sweep
+from ..analyze.documents.sweep_types import Sweep
 from ..analyze.read.runfacts import no_driver_sentence
 from .knobs import (
     EXPECT_TOLERANCE,

@@ -16,8 +16,8 @@ from typing import Any, Literal, Optional, cast
 from ..sites.group import Site, key_text, site_of
 from ..sites.stacks import SFrame
 from .analysis import Analysis
+from .diff_types import Diff, DiffPair, DiffRanks, DiffSide, DiffSite
 from .ranks import ranks_diff, split_devices, tables
-from .report_types import Diff, DiffPair, DiffRanks, DiffSide, DiffSite
 
 SCHEMA: Literal["cudatrace.diff/1"] = "cudatrace.diff/1"
 

@@ -24,8 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.diff_types import Diff
 from ...analyze.documents.report import build_report
-from ...analyze.documents.report_types import Diff, Report, ReportAt, ReportDenied
+from ...analyze.documents.report_types import Report, ReportAt, ReportDenied
 from ...analyze.replay.lives import NONE64
 from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes

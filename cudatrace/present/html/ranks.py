@@ -9,8 +9,9 @@ from __future__ import annotations
 import html
 
 from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.diff_types import Diff
 from ...analyze.documents.ranks import rank_series
-from ...analyze.documents.report_types import Diff, Report
+from ...analyze.documents.report_types import Report
 from ...units import format_bytes
 from ..ranks import site_line
 from ..text import secs_text
