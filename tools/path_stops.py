@@ -6,7 +6,9 @@ the goldens, with a byte-written ELF for symbols) under a profiler, and lists th
 functions in the order they are first entered. A *stop* is a run of consecutive functions of
 one module in that list (a reader opens the module once for them); a *return* is a stop in a
 module already left before. One function is read once: calling it again later costs a reader
-nothing, so only first entries count.
+nothing, so only first entries count. The same list by analyze/'s stages (read, replay, sites,
+documents; the old flat modules counted in the stage each went to), and the calls met that go
+against the stages' order (a function of an earlier stage calling one of a later stage).
 
     python3 tools/path_stops.py            # stops, modules, returns, and the modules' order
     python3 tools/path_stops.py --list     # every stop, with the functions read there
@@ -46,34 +48,65 @@ def _module(names: tuple[str, ...]):
     raise ImportError(" or ".join(names))
 
 
-def first_entries(fn) -> list[tuple[str, str]]:
+# analyze/'s stages in order; before they were packages, the module each flat module became
+STAGES = ("read", "replay", "sites", "documents")
+FLAT = {"trace.py": "read", "unseal.py": "read", "aggregate.py": "read", "runfacts.py": "read"}
+FLAT.update({"model.py": "replay", "observed.py": "replay"})
+FLAT.update({"sites.py": "sites", "layers.py": "sites", "names.py": "sites"})
+
+
+def stage_of(mod: str) -> str | None:
+    """The stage of a module of analyze/ (a flat module of the old layout: the stage it went
+    to, documents for the rest: analysis, ranks, live ...); None outside analyze/."""
+    parts = mod.split("/")
+    if parts[0] != "analyze" or len(parts) < 2:
+        return None
+    if parts[1] in STAGES:
+        return parts[1]
+    return FLAT.get(parts[1], "documents")
+
+
+def _where(code) -> tuple[str, str] | None:
+    """(module path under cudatrace/, qualified name) of a function of the package."""
+    try:
+        rel = Path(code.co_filename).resolve().relative_to(PKG).as_posix()
+    except ValueError:
+        return None
+    # a function's body only: a module's or a class's runs once, at import
+    if not code.co_flags & inspect.CO_OPTIMIZED or code.co_name.startswith("<"):
+        return None
+    return rel, getattr(code, "co_qualname", code.co_name)
+
+
+def first_entries(fn) -> tuple[list[tuple[str, str]], set[tuple[tuple[str, str], ...]]]:
     """(module path under cudatrace/, function) of each function of the package, in the order
-    of its first call while fn() runs."""
+    of its first call while fn() runs; and every (caller, callee) pair of the package's
+    functions met."""
     seen: set[object] = set()
     order: list[tuple[str, str]] = []
+    calls: set[tuple[tuple[str, str], ...]] = set()
 
     def prof(frame, event, _arg):
         if event != "call":
             return
         code = frame.f_code
-        if code in seen:
+        here = _where(code)
+        if here is None:
             return
-        seen.add(code)
-        try:
-            rel = Path(code.co_filename).resolve().relative_to(PKG).as_posix()
-        except ValueError:
-            return
-        # a function's body only: a module's or a class's runs once, at import
-        if not code.co_flags & inspect.CO_OPTIMIZED or code.co_name.startswith("<"):
-            return
-        order.append((rel, code.co_qualname if hasattr(code, "co_qualname") else code.co_name))
+        back = frame.f_back
+        caller = _where(back.f_code) if back is not None else None
+        if caller is not None:
+            calls.add((caller, here))
+        if code not in seen:
+            seen.add(code)
+            order.append(here)
 
     sys.setprofile(prof)
     try:
         fn()
     finally:
         sys.setprofile(None)
-    return order
+    return order, calls
 
 
 def stops(entries: list[tuple[str, str]], within: str = "") -> list[tuple[str, list[str]]]:
@@ -120,7 +153,8 @@ def main() -> None:
         sym = _module(SYMBOLIZER).make_symbolizer(progress=False)
         if not args.cold:  # the symbol cache written, the libraries loaded: a scrape again
             live.top_sites(d, 5, sym)
-        run = stops(first_entries(lambda: live.top_sites(d, 5, sym)), args.within)
+        entries, calls = first_entries(lambda: live.top_sites(d, 5, sym))
+        run = stops(entries, args.within)
     mods: list[str] = []
     for mod, _ in run:
         if mod not in mods:
@@ -130,6 +164,26 @@ def main() -> None:
             print(f"{i:3d} {mod}: {', '.join(names)}")
     print(f"{len(run)} stops in {len(mods)} modules, {len(run) - len(mods)} of them returns")
     print("modules in order of first stop: " + " -> ".join(mods))
+    # the same path by analyze/'s stages: a stop is a run of one stage's functions
+    st: list[str] = []
+    for mod, _ in entries:
+        s_ = stage_of(mod)
+        if s_ is not None and (not st or st[-1] != s_):
+            st.append(s_)
+    print(
+        f"analyze/ by stage: {len(st)} stops, {len(st) - len(set(st))} of them returns: "
+        + " > ".join(st)
+    )
+    against = sorted(
+        (a, b)
+        for a, b in calls
+        if stage_of(a[0])
+        and stage_of(b[0])
+        and STAGES.index(stage_of(b[0])) > STAGES.index(stage_of(a[0]))
+    )
+    print(f"calls against the stages' order: {len(against)}")
+    for a, b in against:
+        print(f"  {a[0]}:{a[1]} -> {b[0]}:{b[1]}")
 
 
 if __name__ == "__main__":
