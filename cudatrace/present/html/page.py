@@ -30,7 +30,8 @@ from ...analyze.documents.report_types import Report, ReportAt, ReportDenied
 from ...analyze.replay.lives import NONE64
 from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes
-from ..report import render_text, status_text, via_text
+from ..report import render_text
+from ..report.words import status_text, via_text
 from .data import (
     ASSETS,
     MAX_SITE_CHANGES,
@@ -95,7 +96,7 @@ def _fact(k: str, v: str, raw: bool = False) -> str:
 
 def _facts_html(r: Report) -> str:
     """The run's facts as static HTML (readable even where scripts are off)."""
-    from ..report import driver_text, limits_text
+    from ..report.words import driver_text, limits_text
 
     e = html.escape
     rows = [
