@@ -2,7 +2,8 @@
 
 Every import in cudatrace/ (at module level and inside functions) is read with `ast` and
 resolved to the module it loads. The test fails on any import that loads nothing of the package
-(a stale path), on any cycle (typing-only imports included), and on any import that breaks the rules:
+(a stale path), on any cycle (typing-only imports included), on a module over MAX_LINES, and
+on any import that breaks the rules:
 
     errors (the ground)                            nothing of cudatrace
     leaves (units, procfs, nvml, native, progress)  errors only
@@ -44,7 +45,13 @@ LEAVES = {
     "record_types",
     "frameworks",
 }
-MAX_LINES = 900
+MAX_LINES = 700
+# modules over MAX_LINES while another stream still edits them, each held to the old cap until
+# it is split along its sections (the list only shrinks: a module under the cap leaves it)
+LONG_MODULES = {
+    "cudatrace.analyze.read.trace": 900,  # the trace format's readers (issue 42's stream)
+    "cudatrace.record.launcher": 900,  # the fence environment and the signals (issue 40, 44)
+}
 
 # floor -> floors it must never import
 UPPER = {"record", "analyze", "present", "symbols", "cli", "commands", "sweep", "demo", "deploy"}
@@ -305,7 +312,14 @@ def test_the_checks_catch_breaches():
 @pytest.mark.parametrize("mod", sorted(MODULES))
 def test_module_size(mod):
     n = len(MODULES[mod].read_text().splitlines())
-    assert n <= MAX_LINES, f"{mod}: {n} lines (at most {MAX_LINES}: split it by job)"
+    cap = LONG_MODULES.get(mod, MAX_LINES)
+    assert n <= cap, f"{mod}: {n} lines (at most {cap}: split it by job)"
+    if mod in LONG_MODULES:
+        assert n > MAX_LINES, f"{mod}: {n} lines, no longer over {MAX_LINES}: off LONG_MODULES"
+
+
+def test_the_long_modules_exist():
+    assert set(LONG_MODULES) <= set(MODULES)
 
 
 def test_present_never_imports_click():

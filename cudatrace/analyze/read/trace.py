@@ -522,9 +522,7 @@ def _rec_pycode(t: Trace, data: CData, off: int, body: int, rec_end: int) -> Non
 
 
 def _rec_snapslot(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
-    t.snap_slots.append(
-        bytes(data[off:rec_end])
-    )  # --aggregate (analyze/read/aggregate.py reads it)
+    t.snap_slots.append(bytes(data[off:rec_end]))  # --aggregate (read/aggregate.py reads it)
 
 
 def _rec_end(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
