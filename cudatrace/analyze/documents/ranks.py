@@ -320,58 +320,88 @@ def ranks_diff(a: Analysis, b: Analysis) -> list[dict[Any, Any]] | None:
 
 
 def ranks_json(a: Analysis, depth: int = 1, top: int = 10) -> dict[Any, Any] | None:
-    """The report's `ranks` section (docs/report-json.md), None for a run without ranks."""
+    """The report's `ranks` section (docs/report-json.md), None for a run without ranks: each
+    rank's figures, each physical device's, the hosts, the outliers, the sites across ranks."""
     traces = a.traces
     if not traces or not tagged(traces):
         return None
-    m = a.model
     tb = tables(a)
-    groups, rank_peaks, dev_peaks = tb["groups"], tb["rank_peaks"], tb["dev_peaks"]
-    dev_ranks, rank_devs, dev_end, dev_allocs = (
-        tb["dev_ranks"],
-        tb["rank_devs"],
-        tb["dev_end"],
-        tb["dev_allocs"],
-    )
+    groups, rank_peaks = tb["groups"], tb["rank_peaks"]
     med, out_keys = outliers({g.key: rank_peaks.get(g.key, (0, None))[0] for g in groups})
-    ranks = []
-    for g in groups:
-        pb, pts = rank_peaks.get(g.key, (0, None))
-        procs = [m.procs[i] if i < len(m.procs) else {} for i in g.traces]
-        ranks.append(
+    ranks = [_rank_json(a, g, tb, g.key in out_keys) for g in groups]
+    devices = _devices_json(a, tb)
+    hosts = _hosts_json(traces, groups)
+    sites, more = merged_sites(a, groups, rank_peaks, depth, top)
+    by_label = {g.key: g.label for g in groups}
+    return {
+        "split_devices": split_devices(a),
+        "hosts": hosts,
+        "sources": sorted({tag_of(t).source for t in traces if tag_of(t).source}),
+        "ranks": ranks,
+        "devices": devices,
+        "peak": max(devices, key=lambda d: d["peak_bytes"], default=None),
+        "median_peak_bytes": med,
+        "outliers": [
             {
-                "label": g.label,
-                "rank": g.rank,
-                "host": g.host,
-                "local_rank": g.local_rank,
-                "world_size": g.world_size,
-                "pids": sorted({traces[i].pid for i in g.traces}),
-                "files": [traces[i].path.name for i in g.traces],
-                "dirs": sorted({traces[i].source for i in g.traces if traces[i].source}),
-                "devices": sorted(rank_devs.get(g.key, ())),
-                "peak_bytes": pb,
-                "peak_time": a.seconds(pts),
-                "end_bytes": sum(p.get("end_bytes", 0) for p in procs),
-                "allocs": sum(p.get("allocs", 0) for p in procs),
-                "failed": sum(p.get("failed", 0) for p in procs),
-                "denied": sum(p.get("denied", 0) for p in procs),
-                "outlier": g.key in out_keys,
+                "label": by_label[k],
+                "what": "peak",
+                "bytes": rank_peaks.get(k, (0, None))[0],
+                "median_bytes": med,
             }
-        )
-    devices = [
+            for k in out_keys
+        ],
+        "sites": sites,
+        "more_sites": more,
+        "rule": RULE,
+        "missing": missing_ranks(traces),
+    }
+
+
+def _rank_json(a: Analysis, g: RankGroup, tb: dict[Any, Any], outlier: bool) -> dict[Any, Any]:
+    """One rank: its processes, files, devices, peak and counts."""
+    traces, m = a.traces, a.model
+    pb, pts = tb["rank_peaks"].get(g.key, (0, None))
+    procs = [m.procs[i] if i < len(m.procs) else {} for i in g.traces]
+    return {
+        "label": g.label,
+        "rank": g.rank,
+        "host": g.host,
+        "local_rank": g.local_rank,
+        "world_size": g.world_size,
+        "pids": sorted({traces[i].pid for i in g.traces}),
+        "files": [traces[i].path.name for i in g.traces],
+        "dirs": sorted({traces[i].source for i in g.traces if traces[i].source}),
+        "devices": sorted(tb["rank_devs"].get(g.key, ())),
+        "peak_bytes": pb,
+        "peak_time": a.seconds(pts),
+        "end_bytes": sum(p.get("end_bytes", 0) for p in procs),
+        "allocs": sum(p.get("allocs", 0) for p in procs),
+        "failed": sum(p.get("failed", 0) for p in procs),
+        "denied": sum(p.get("denied", 0) for p in procs),
+        "outlier": outlier,
+    }
+
+
+def _devices_json(a: Analysis, tb: dict[Any, Any]) -> list[dict[Any, Any]]:
+    """Each physical device (host, the GPU an ordinal names there): its peak, end, allocations
+    and the ranks that used it."""
+    return [
         {
             "host": h,
             "device": d,
             "peak_bytes": pb,
             "peak_time": a.seconds(pts),
             "peak_ts_ns": pts,
-            "end_bytes": dev_end[(h, d)],
-            "allocs": dev_allocs[(h, d)],
-            "ranks": sorted(dev_ranks[(h, d)], key=_label_order),
+            "end_bytes": tb["dev_end"][(h, d)],
+            "allocs": tb["dev_allocs"][(h, d)],
+            "ranks": sorted(tb["dev_ranks"][(h, d)], key=_label_order),
         }
-        for (h, d), (pb, pts) in sorted(dev_peaks.items())
+        for (h, d), (pb, pts) in sorted(tb["dev_peaks"].items())
     ]
-    top_dev = max(devices, key=lambda d: d["peak_bytes"], default=None)
+
+
+def _hosts_json(traces: list[Trace], groups: list[RankGroup]) -> list[dict[Any, Any]]:
+    """Each host: its trace directories, ranks, processes and how far its clock was moved."""
     hosts: dict[str, dict[Any, Any]] = {}
     for g in groups:
         for i in g.traces:
@@ -392,30 +422,7 @@ def ranks_json(a: Analysis, depth: int = 1, top: int = 10) -> dict[Any, Any] | N
             h["clock_shift_ns"] = t.clock_shift_ns
             if g.label not in h["ranks"]:
                 h["ranks"].append(g.label)
-    sites, more = merged_sites(a, groups, rank_peaks, depth, top)
-    by_label = {g.key: g.label for g in groups}
-    return {
-        "split_devices": split_devices(a),
-        "hosts": [dict(h, dirs=sorted(h["dirs"])) for h in hosts.values()],
-        "sources": sorted({tag_of(t).source for t in traces if tag_of(t).source}),
-        "ranks": ranks,
-        "devices": devices,
-        "peak": top_dev,
-        "median_peak_bytes": med,
-        "outliers": [
-            {
-                "label": by_label[k],
-                "what": "peak",
-                "bytes": rank_peaks.get(k, (0, None))[0],
-                "median_bytes": med,
-            }
-            for k in out_keys
-        ],
-        "sites": sites,
-        "more_sites": more,
-        "rule": RULE,
-        "missing": missing_ranks(traces),
-    }
+    return [dict(h, dirs=sorted(h["dirs"])) for h in hosts.values()]
 
 
 def missing_ranks(traces: list[Trace]) -> dict[str, Any] | None:

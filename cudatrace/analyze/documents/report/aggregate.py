@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...read.trace import C
+from ...read.aggregate import Snapshot
+from ...read.trace import C, Trace
 from ..analysis import Analysis
 
 
@@ -19,7 +20,7 @@ def aggregate_notes(a: Analysis) -> dict[str, Any]:
         for t in a.traces
         if t.bad_events
     ]
-    aggs = [(t, s) for t in a.traces if (s := getattr(t, "aggregate", None)) is not None]
+    aggs = [(t, s) for t in a.traces if isinstance(s := t.aggregate, Snapshot)]
     if not aggs:
         return {"warnings": damaged, "json": None}
     warnings = damaged + [
@@ -37,66 +38,73 @@ def aggregate_notes(a: Analysis) -> dict[str, Any]:
             "each process at its last moment until its next" % (max(peaks), sum(peaks))
         )
     files = []
-    for t, s in aggs:
-        h = s.head
-        if not h:
-            warnings.append(
-                f"{t.path.name}: no complete snapshot (killed before the first one was written)"
-            )
-            files.append({"file": t.path.name, "pid": t.pid, "snapshot": None, "slots": s.slots})
-            continue
-        if h["events_not_written"]:
-            warnings.append(
-                f"{t.path.name}: {h['events_not_written']} failure/denial/query "
-                "events over the aggregate caps were counted, not kept"
-            )
-        if any(k["flags"] & C()["CT_SNAP_KEY_MIXED"] for k in s.keys):
-            warnings.append(
-                f"{t.path.name}: too many distinct sites and sizes: some sizes are averaged"
-            )
-        if not t.complete:
-            warnings.append(
-                f"{t.path.name}: the process did not exit cleanly: its last "
-                f"snapshot is {a.seconds(h['ts_ns'])} s into the run; what came "
-                "after it is not known"
-            )
-        tops = sorted(s.keys, key=lambda k: -k["alloc_bytes"])[:20]
-        files.append(
-            {
-                "file": t.path.name,
-                "pid": t.pid,
-                "snapshot": h["seq"],
-                "snapshot_time": a.seconds(h["ts_ns"]),
-                "reason": {1: "exit", 2: "peak", 3: "interval"}.get(h["reason"], "?"),
-                "snapshots_written": h["snapshots"],
-                "slots": s.slots,
-                "allocs": h["allocs"],
-                "frees": h["frees"],
-                "failed": h["failed"],
-                "denied": h["denied"],
-                "memory_queries": h["meminfo"],
-                "unmatched_frees": h["unmatched_frees"],
-                "not_written": h["events_not_written"],
-                "moments": [{"what": w, "time": a.seconds(ts)} for w, ts in s.moments],
-                "totals": [
-                    {
-                        "frames": [
-                            f.as_json() for f in a.stacks.frames(a.traces.index(t), k["stack"])[:3]
-                        ]
-                        if k["stack"]
-                        else [],
-                        "api": t.api_name(k["api"]),
-                        "device": k["device"],
-                        "size": k["size"],
-                        "mixed_sizes": bool(k["flags"] & C()["CT_SNAP_KEY_MIXED"]),
-                        "allocs": k["allocs"],
-                        "alloc_bytes": k["alloc_bytes"],
-                        "frees": k["frees"],
-                        "freed_bytes": k["freed_bytes"],
-                        "live_bytes": k["cur_bytes"],
-                    }
-                    for k in tops
-                ],
-            }
-        )
+    for t, snap in aggs:
+        warnings += _file_notes(a, t, snap)
+        files.append(_file_json(a, t, snap))
     return {"warnings": warnings, "json": {"files": files}}
+
+
+def _file_notes(a: Analysis, t: Trace, s: Snapshot) -> list[str]:
+    """What one aggregate file's snapshot lacks."""
+    h = s.head
+    if not h:
+        return [f"{t.path.name}: no complete snapshot (killed before the first one was written)"]
+    out = []
+    if h["events_not_written"]:
+        out.append(
+            f"{t.path.name}: {h['events_not_written']} failure/denial/query "
+            "events over the aggregate caps were counted, not kept"
+        )
+    if any(k["flags"] & C()["CT_SNAP_KEY_MIXED"] for k in s.keys):
+        out.append(f"{t.path.name}: too many distinct sites and sizes: some sizes are averaged")
+    if not t.complete:
+        out.append(
+            f"{t.path.name}: the process did not exit cleanly: its last "
+            f"snapshot is {a.seconds(h['ts_ns'])} s into the run; what came "
+            "after it is not known"
+        )
+    return out
+
+
+def _file_json(a: Analysis, t: Trace, s: Snapshot) -> dict[str, Any]:
+    """One aggregate file: its snapshot's counts and moments, its 20 largest keys' totals."""
+    h = s.head
+    if not h:
+        return {"file": t.path.name, "pid": t.pid, "snapshot": None, "slots": s.slots}
+    return {
+        "file": t.path.name,
+        "pid": t.pid,
+        "snapshot": h["seq"],
+        "snapshot_time": a.seconds(h["ts_ns"]),
+        "reason": {1: "exit", 2: "peak", 3: "interval"}.get(h["reason"], "?"),
+        "snapshots_written": h["snapshots"],
+        "slots": s.slots,
+        "allocs": h["allocs"],
+        "frees": h["frees"],
+        "failed": h["failed"],
+        "denied": h["denied"],
+        "memory_queries": h["meminfo"],
+        "unmatched_frees": h["unmatched_frees"],
+        "not_written": h["events_not_written"],
+        "moments": [{"what": w, "time": a.seconds(ts)} for w, ts in s.moments],
+        "totals": [
+            _key_json(a, t, k) for k in sorted(s.keys, key=lambda k: -k["alloc_bytes"])[:20]
+        ],
+    }
+
+
+def _key_json(a: Analysis, t: Trace, k: dict[str, Any]) -> dict[str, Any]:
+    """One key of a snapshot (a site and size): its frames, API, device and the run's totals."""
+    ti = a.traces.index(t)
+    return {
+        "frames": [f.as_json() for f in a.stacks.frames(ti, k["stack"])[:3]] if k["stack"] else [],
+        "api": t.api_name(k["api"]),
+        "device": k["device"],
+        "size": k["size"],
+        "mixed_sizes": bool(k["flags"] & C()["CT_SNAP_KEY_MIXED"]),
+        "allocs": k["allocs"],
+        "alloc_bytes": k["alloc_bytes"],
+        "frees": k["frees"],
+        "freed_bytes": k["freed_bytes"],
+        "live_bytes": k["cur_bytes"],
+    }
