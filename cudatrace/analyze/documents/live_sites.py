@@ -44,17 +44,9 @@ def window_allocs(lifetimes: Iterable[Alloc], t0: int, t1: int, at: str) -> list
     mine = [a for a in lifetimes if t0 <= a.ts <= t1]
     if at == "end":
         return [a for a in mine if a.end_ts is None or a.end_ts > t1]
-    steps = []
-    for a in mine:
-        steps.append((a.ts, 1, a.size))
-        if a.end_ts is not None and a.end_ts <= t1:
-            steps.append((a.end_ts, 0, -a.size))  # a free before an allocation of the same ns
-    steps.sort()
-    cur, best, best_ts = 0, 0, None
-    for ts, _, d in steps:
-        cur += d
-        if cur > best:
-            best, best_ts = cur, ts
+    from ..replay.lives import peak
+
+    _, best_ts = peak(mine, until=t1)
     if best_ts is None:
         return []
     return [a for a in mine if a.ts <= best_ts and (a.end_ts is None or a.end_ts > best_ts)]

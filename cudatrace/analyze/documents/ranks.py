@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from ... import native
 from ..read.tags import RANK_VARS, RankGroup, device_label, hosts_of, rank_groups, tag_of, tagged
 from ..read.trace import C, Trace, host_of, layout
-from ..replay.lives import END_EXITED, device_kinds
+from ..replay.lives import END_EXITED, device_kinds, peak
 
 if TYPE_CHECKING:
     from ..replay.lives import Alloc
@@ -44,26 +44,13 @@ RULE = (
 def peaks(
     allocs: Iterable[Alloc], key: Callable[[Alloc], Hashable | None]
 ) -> dict[Any, tuple[int, int | None]]:
-    """key(alloc) -> (peak bytes, time of the peak) over allocation lifetimes; at one time frees
-    count before allocations, so a peak is never higher than the replay's."""
-    steps: dict[Any, Any] = defaultdict(list)
+    """key(alloc) -> (peak bytes, time of the peak) over allocation lifetimes (lives.peak)."""
+    by: dict[Any, list[Alloc]] = defaultdict(list)
     for a in allocs:
         k = key(a)
-        if k is None:
-            continue
-        steps[k].append((a.ts, 1, a.size))
-        if a.end_ts is not None:
-            steps[k].append((a.end_ts, 0, -a.size))
-    out = {}
-    for k, lst in steps.items():
-        lst.sort()
-        cur, best, when = 0, 0, None
-        for ts, _, d in lst:
-            cur += d
-            if cur > best:
-                best, when = cur, ts
-        out[k] = (best, when)
-    return out
+        if k is not None:
+            by[k].append(a)
+    return {k: peak(lst) for k, lst in by.items()}
 
 
 def _median(vals: list[int]) -> float:

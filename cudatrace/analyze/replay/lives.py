@@ -89,6 +89,19 @@ def host_kinds() -> set[int]:
 END_LIVE, END_FREE, END_REUSED, END_UNMAPPED, END_EXITED = 0, 1, 2, 3, 4
 
 
+class _Field:
+    """One field of an Alloc's event (an integer), read by name: `a.api` is `a.event[API]`."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, obj: Alloc, owner: type[Alloc] | None = None) -> int:
+        v: int = obj.event[self.index]
+        return v
+
+
 class Alloc:
     """One event of the replay (an allocation, a failure, a denial, a memory query) and, for a
     device allocation, when it ended (end_ts None: still live when its trace ended)."""
@@ -117,35 +130,13 @@ class Alloc:
         self.end_ts = end_ts
         self.how = how
 
-    @property
-    def api(self) -> int:
-        result: int = self.event[API]
-        return result
-
-    @property
-    def rt_api(self) -> int:
-        result: int = self.event[RT]
-        return result
-
-    @property
-    def stack(self) -> int:
-        result: int = self.event[STACK]
-        return result
-
-    @property
-    def result(self) -> int:
-        result: int = self.event[RES]
-        return result
-
-    @property
-    def kind(self) -> int:
-        result: int = self.event[KIND]
-        return result
-
-    @property
-    def flags(self) -> int:
-        result: int = self.event[FLAGS]
-        return result
+    # the event's fields a reader asks an allocation for, by name
+    api = _Field(API)
+    rt_api = _Field(RT)
+    stack = _Field(STACK)
+    result = _Field(RES)
+    kind = _Field(KIND)
+    flags = _Field(FLAGS)
 
     def __repr__(self) -> str:
         return "Alloc(trace=%d, size=%d, ts=%d, device=%d, addr=0x%x)" % (
@@ -223,3 +214,21 @@ class Groups:
     def __len__(self) -> int:
         result: int = self.count
         return result
+
+
+def peak(lives: Iterable[Alloc], until: int | None = None) -> tuple[int, int | None]:
+    """(the most bytes live at once, when: None if nothing was) over allocation lifetimes; at
+    one time frees count before allocations, so a peak is never higher than the replay's.
+    until: frees after it are not counted (the lives are seen up to that time)."""
+    steps = []
+    for a in lives:
+        steps.append((a.ts, 1, a.size))
+        if a.end_ts is not None and (until is None or a.end_ts <= until):
+            steps.append((a.end_ts, 0, -a.size))
+    steps.sort()
+    cur, best, when = 0, 0, None
+    for ts, _, d in steps:
+        cur += d
+        if cur > best:
+            best, when = cur, ts
+    return best, when
