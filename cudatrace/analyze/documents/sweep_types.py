@@ -85,14 +85,9 @@ class SweepSeries(TypedDict):
     expectation: str | None
 
 
-class SweepSite(TypedDict):
-    label: str
-    key: str | None
-    bytes: list[int | None]
-    fit: SweepFit | None
-    law: SweepLaw
-    contradicts_expectation: bool
-    expectation: str | None
+class SweepSite(SweepSeries):
+    """A site's series: the peak's, and its count of allocations in each run."""
+
     count: list[int | None]
 
 

@@ -97,7 +97,7 @@ def _fact(k: str, v: str, raw: bool = False) -> str:
 
 def _facts_html(r: Report) -> str:
     """The run's facts as static HTML (readable even where scripts are off)."""
-    from ..report.words import driver_text, limits_text
+    from ..report.words import limits_text, versions_text
 
     e = html.escape
     rows = [
@@ -151,15 +151,7 @@ def _facts_html(r: Report) -> str:
             ),
         )
     )
-    v = r["versions"]
-    parts = ["{} frames per event".format("/".join(str(d) for d in v["stack_depth"]))]
-    if v["driver"]:
-        parts.append("driver {}".format(", ".join(driver_text(d) for d in v["driver"])))
-    if v.get("nvml_driver"):
-        parts.append("NVML driver {}".format(v["nvml_driver"]))
-    if v["shim"]:
-        parts.append("shim {}".format(", ".join(v["shim"])))
-    rows.append(_fact("recorded with", "; ".join(parts)))
+    rows.append(_fact("recorded with", versions_text(r["versions"])))
     from ..observed import render_observed
 
     obs: list[str] = []

@@ -9,45 +9,53 @@ from .lines import Lines
 
 
 def text_trailer(r: Report, o: Lines) -> None:
-    """Truncated, lost and unreadable files; notes."""
-    w = o.L.append
-    if r["truncated_files"]:
-        w("Truncated trace files:")
-        o.mark("alert")
-        for t in r["truncated_files"]:
-            w("  %s (pid %d, %d events): %s" % (t["file"], t["pid"], t["events"], t["reason"]))
-        w("")
-    if r.get("lost"):
-        w("Events lost (the trace could not be written; the program ran on untraced):")
-        o.mark("alert")
-        for x in r["lost"]:
-            w(
-                "  pid %d from %s on: %s  [%s]"
-                % (x["pid"], secs_text(x["from_time"]), x["why"], x["file"])
+    """Truncated, lost and unreadable files; notes. Each a heading and its lines, when there
+    is anything to list."""
+    _listed(
+        o,
+        "Truncated trace files:",
+        "alert",
+        [
+            "  %s (pid %d, %d events): %s" % (t["file"], t["pid"], t["events"], t["reason"])
+            for t in r["truncated_files"]
+        ],
+    )
+    _listed(
+        o,
+        "Events lost (the trace could not be written; the program ran on untraced):",
+        "alert",
+        [
+            "  pid %d from %s on: %s  [%s]"
+            % (x["pid"], secs_text(x["from_time"]), x["why"], x["file"])
+            for x in r.get("lost") or []
+        ],
+    )
+    _listed(
+        o,
+        "Trace data lost (sealed chunks in neither the trace nor its sidecar; in no figure):",
+        None,
+        [
+            "  pid %d: %d chunk(s), %s (chunks %s)  [%s]"
+            % (
+                lc["pid"],
+                len(lc["chunks"]),
+                size_text(lc["bytes"]),
+                ", ".join(map(str, lc["chunks"])),
+                lc["file"],
             )
-        w("")
-    if r.get("lost_chunks"):
-        w("Trace data lost (sealed chunks in neither the trace nor its sidecar; in no figure):")
-        for lc in r["lost_chunks"]:
-            w(
-                "  pid %d: %d chunk(s), %s (chunks %s)  [%s]"
-                % (
-                    lc["pid"],
-                    len(lc["chunks"]),
-                    size_text(lc["bytes"]),
-                    ", ".join(map(str, lc["chunks"])),
-                    lc["file"],
-                )
-            )
-        w("")
-    if r["unreadable_files"]:
-        w("Unreadable files:")
-        o.mark("alert")
-        for e in r["unreadable_files"]:
-            w(f"  {e}")
-        w("")
-    if r["warnings"]:
-        w("Notes:")
-        o.mark("heading")
-        for note in r["warnings"]:
-            w(f"  - {note}")
+            for lc in r.get("lost_chunks") or []
+        ],
+    )
+    _listed(o, "Unreadable files:", "alert", [f"  {e}" for e in r["unreadable_files"]])
+    _listed(o, "Notes:", "heading", [f"  - {note}" for note in r["warnings"]])
+
+
+def _listed(o: Lines, heading: str, style: str | None, lines: list[str]) -> None:
+    """A heading (styled), its lines and a blank line; nothing when there are no lines."""
+    if not lines:
+        return
+    o.L.append(heading)
+    if style:
+        o.mark(style)
+    o.L.extend(lines)
+    o.L.append("")

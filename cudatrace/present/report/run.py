@@ -12,7 +12,7 @@ from ...units import printable, shell_quote
 from ..observed import render_observed
 from ..text import end_label, plural, secs_text, size_text, table
 from .lines import Lines
-from .words import driver_text, limits_text, status_text
+from .words import limits_text, status_text, versions_text
 
 
 def text_title(r: Report, o: Lines) -> None:
@@ -57,15 +57,7 @@ def text_run(r: Report, o: Lines) -> None:
                 p["file"],
             )
         )
-    v = r["versions"]
-    parts = ["{} frames per event".format("/".join(str(d) for d in v["stack_depth"]))]
-    if v["driver"]:
-        parts.append("driver {}".format(", ".join(driver_text(d) for d in v["driver"])))
-    if v.get("nvml_driver"):
-        parts.append("NVML driver {}".format(v["nvml_driver"]))
-    if v["shim"]:
-        parts.append("shim {}".format(", ".join(v["shim"])))
-    w("  trace       {}".format("; ".join(parts)))
+    w("  trace       {}".format(versions_text(r["versions"])))
     b = r["budget"]
     if b:
         spec = b.get("spec")

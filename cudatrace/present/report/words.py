@@ -13,6 +13,7 @@ from ...analyze.documents.report_types import (
     ReportFrame,
     ReportProcess,
     ReportSite,
+    ReportVersions,
 )
 from ...analyze.sites.stacks import SFrame, folded
 from ..text import secs_text, size_text
@@ -22,6 +23,19 @@ def driver_text(v: object) -> str:
     if isinstance(v, int) and v >= 1000:
         return "CUDA %d.%d (%d)" % (v // 1000, (v % 1000) // 10, v)
     return str(v)
+
+
+def versions_text(v: ReportVersions) -> str:
+    """How the run was recorded: frames per event, the driver's, NVML's and the shim's
+    versions."""
+    parts = ["{} frames per event".format("/".join(str(d) for d in v["stack_depth"]))]
+    if v["driver"]:
+        parts.append("driver {}".format(", ".join(driver_text(d) for d in v["driver"])))
+    if v.get("nvml_driver"):
+        parts.append("NVML driver {}".format(v["nvml_driver"]))
+    if v["shim"]:
+        parts.append("shim {}".format(", ".join(v["shim"])))
+    return "; ".join(parts)
 
 
 def sframe(d: ReportFrame) -> SFrame:
@@ -138,14 +152,4 @@ def trim_context(frames: list[ReportFrame]) -> list[ReportFrame]:
 
 
 def is_cuda(d: ReportFrame) -> bool:
-    return folded(
-        SFrame(
-            d["module"],
-            d["function"],
-            d["file"],
-            d["line"],
-            d["address"],
-            d.get("offset", 0),
-            d.get("inlined", False),
-        )
-    )
+    return folded(sframe(d))
