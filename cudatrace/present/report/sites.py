@@ -130,8 +130,6 @@ def text_stacks(r: Report, o: Lines) -> None:
 def text_never_freed(r: Report, o: Lines) -> None:
     """What was never freed by exit."""
     w = o.L.append
-    L = o.L
-    width = o.width
     nf = r["never_freed"]
     if nf["count"]:
         trunc = (
@@ -158,7 +156,7 @@ def text_never_freed(r: Report, o: Lines) -> None:
                     "#%d %s" % (s["rank"], s["label"]),
                 ]
             )
-        L.extend(table(rows, {0, 1}, width=width))
+        o.L.extend(table(rows, {0, 1}, width=o.width))
         if nf["more_sites"]:
             w("  ... and %d more sites" % nf["more_sites"])
     else:
