@@ -32,17 +32,11 @@ from cudatrace.analyze.replay.lives import (
     Groups,
     device_kinds,
     host_kinds,
+    kinds_mask,
 )
 from cudatrace.analyze.replay.model import TIMELINE_BUCKETS, Model, build, from_replay
 
 BACKENDS = ("c", "python")
-
-
-def _mask(kinds) -> int:
-    m = 0
-    for k in kinds:
-        m |= 1 << min(k, 63)
-    return m
 
 
 def build_with(
@@ -79,7 +73,7 @@ class PyReplay:
             K["CT_OP_UNIMPORT"],
         )
         VMM = K["CT_SPACE_VMM"]
-        dmask, hmask = _mask(device_kinds()), _mask(host_kinds())
+        dmask, hmask = kinds_mask(device_kinds()), kinds_mask(host_kinds())
         self.traces = traces
         self.buckets = buckets
         counts = dict.fromkeys(

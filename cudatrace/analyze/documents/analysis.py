@@ -49,6 +49,7 @@ class Analysis:
         self.traces = self.td.traces
         self.model: Model = build(self.td)
         self.observed = Observed(self.td)
+        self.start_ns = self._start()  # time zero: of the run read and replayed
         if symbolizer is None and symbolize:
             from ...progress import bar
 
@@ -67,7 +68,6 @@ class Analysis:
             view=attribution.view,
         )
         self.stacks.set_source(self.model.allocation_stacks)
-        self.start_ns = self._start()
 
     def _start(self) -> int:
         """Time zero of "seconds since start": the launcher's start when run.json has it (the

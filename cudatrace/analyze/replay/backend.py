@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Iterable
 from typing import Any, Protocol
 
 from ... import native
@@ -25,6 +24,7 @@ from .lives import (
     Groups,
     device_kinds,
     host_kinds,
+    kinds_mask,
 )
 
 _lock = threading.Lock()
@@ -98,13 +98,6 @@ class Replay(Protocol):
     def timeline(self, device: int | None = None) -> list[tuple[Any, ...]]: ...
 
 
-def _mask(kinds: Iterable[int]) -> int:
-    m = 0
-    for k in kinds:
-        m |= 1 << min(k, 63)
-    return m
-
-
 class CReplay:
     name = "c"
 
@@ -147,8 +140,8 @@ class CReplay:
             arr[i].n = n
         self.keep.append(arr)
         cfg = ffi.new("struct ct_replay_config *")
-        cfg.device_kinds = _mask(device_kinds())
-        cfg.host_kinds = _mask(host_kinds())
+        cfg.device_kinds = kinds_mask(device_kinds())
+        cfg.host_kinds = kinds_mask(host_kinds())
         cfg.buckets = buckets
         s = ffi.new("struct ct_replay_summary *")
         h = lib.ct_replay_run(arr, len(traces), cfg, s)

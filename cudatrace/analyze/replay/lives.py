@@ -81,6 +81,14 @@ def device_kinds() -> set[int]:
     }
 
 
+def kinds_mask(kinds: Iterable[int]) -> int:
+    """A set of kinds (CT_KIND_*) as the replay's bit mask (kinds past 63 share the last bit)."""
+    m = 0
+    for k in kinds:
+        m |= 1 << min(k, 63)
+    return m
+
+
 def host_kinds() -> set[int]:
     return {C()["CT_KIND_HOST"]}
 
