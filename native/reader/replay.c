@@ -1,4 +1,4 @@
-/* replay.c - the model's hot loop (cudatrace/analyze/model.py calls it through cffi; built into
+/* replay.c - the model's hot loop (cudatrace/analyze/replay/model.py calls it through cffi; built into
  * libcudatrace_tools.so with the trace scanner).
  *
  * Replays the events of every trace of a run, merged by timestamp (ties: trace order), into
