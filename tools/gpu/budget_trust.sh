@@ -22,7 +22,12 @@
 #     (mounted read-only) holds a process to 2 GiB whatever CUDATRACE_BUDGET=64GiB it sets
 #     (mem_get_info's total is 2 GiB, 3 GiB is an OOM, one line names what was ignored); a
 #     Slurm job's record /run/cudatrace/jobs/41 (its uid's) holds `export
-#     CUDATRACE_SHARE_BUDGET=64GiB` to the job's 2 GiB share; a damaged record refuses cuInit.
+#     CUDATRACE_SHARE_BUDGET=64GiB` to the job's 2 GiB share; a damaged record refuses cuInit;
+#     an 8,190-byte CUDATRACE_HINTS beside a record changes nothing; another user's job's record
+#     (SLURM_JOB_ID=42, uid 61011) refuses cuInit;
+#   long and malformed settings: an 8,190-byte CUDATRACE_HINTS before CUDATRACE_GROUP and
+#     _BUDGET drops neither (the process sees and is held to its 2 GiB), CUDATRACE_ON_EXCEED=bogus
+#     and an 8,190-byte group name refuse cuInit with one line.
 # Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 2 minutes.
 set -u
 OUT=${1:?usage: budget_trust.sh OUTDIR}
@@ -124,6 +129,21 @@ sleep 1
 grep -q '^held' "$OUT/c.out" && grep -q 'no live member; it is now 4.00 GiB' "$OUT/c.err" &&
     pass "C replaces the idle group's budget: $(grep -m1 note "$OUT/c.err")" || fail "C: $(tail -3 "$OUT/c.out" "$OUT/c.err")"
 
+# ---- long and malformed settings: fence errors, never dropped ----------------------------------
+# One 8,190-byte CUDATRACE_HINTS filled the preload library's settings pool, and the group and
+# budget read after it were dropped as if unset: the process ran unfenced, in silence.
+LONG=/$(head -c 8189 /dev/zero | tr '\0' h)
+"${E[@]}" CUDATRACE_HINTS="$LONG" CUDATRACE_GROUP=long CUDATRACE_BUDGET=2GiB python3 "$OUT/take.py" 3 \
+    >"$OUT/long.out" 2>"$OUT/long.err"
+rc=$?
+[ $rc = 3 ] && grep -q "mem_get_info total 2147483648 " "$OUT/long.out" && grep -q 'budget exceeded' "$OUT/long.err" &&
+    pass "an 8,190-byte CUDATRACE_HINTS drops no fence setting: $(head -1 "$OUT/long.out"), 3 GiB denied" ||
+    fail "long CUDATRACE_HINTS (exit $rc): $(cat "$OUT/long.out" "$OUT/long.err" | head -c 600)"
+refused "on-exceed bogus" "CUDATRACE_ON_EXCEED='bogus' is not fail, warn or abort" "${E[@]}" \
+    CUDATRACE_GROUP=bogus CUDATRACE_BUDGET=2GiB CUDATRACE_ON_EXCEED=bogus
+refused "long group" "(8190 bytes) is not a group name" "${E[@]}" \
+    CUDATRACE_GROUP="${LONG#/}g" CUDATRACE_BUDGET=2GiB
+
 # ---- one grammar ---------------------------------------------------------------------------------
 "${E[@]}" CUDATRACE_GROUP=half CUDATRACE_BUDGET=1.5GiB python3 "$OUT/take.py" 0.25 >"$OUT/g.out" 2>"$OUT/g.err"
 grep -q "mem_get_info total 1610612736 " "$OUT/g.out" && pass "CUDATRACE_BUDGET=1.5GiB: $(head -1 "$OUT/g.out")" ||
@@ -212,6 +232,17 @@ PY
     printf 'cudatrace-fence 1\ngroup=team\nbudget=lots\nledger-dir=/x\n' >"$SEALED/damaged"
     refused "damaged record" "budget='lots' is not a budget" in_ns "$SEALED/damaged" - \
         env LD_PRELOAD="$SHIM" CUDATRACE_ON_FENCE_ERROR=warn
+    # a long setting beside the record: the fence holds, and the environment is still weighed
+    in_ns "$SEALED/container" - env LD_PRELOAD="$SHIM" CUDATRACE_HINTS="$LONG" CUDATRACE_BUDGET=64GiB \
+        python3 "$OUT/take.py" 3 >"$OUT/sealed-l.out" 2>"$OUT/sealed-l.err"
+    grep -q "mem_get_info total 2147483648 " "$OUT/sealed-l.out" && grep -q '^OOM' "$OUT/sealed-l.out" &&
+        grep -q "CUDATRACE_BUDGET='64GiB'" "$OUT/sealed-l.err" &&
+        pass "an 8,190-byte CUDATRACE_HINTS beside the record: still 2 GiB, CUDATRACE_BUDGET=64GiB ignored" ||
+        fail "long setting beside the record: $(cat "$OUT/sealed-l.out" "$OUT/sealed-l.err" | head -c 600)"
+    # another user's job: its record names its uid, this process (root) names the job
+    rec "$SEALED/jobs/42" slurm-gpu0 share=42 share_budget=2147483648 "share_label=slurm job 42" uid=61011
+    refused "another user's job record" "is another user's job's" in_ns - "$SEALED/jobs" \
+        env LD_PRELOAD="$SHIM" SLURM_JOB_ID=42 CUDATRACE_ON_FENCE_ERROR=warn
 fi
 
 # ---- a truncated ledger survived (two users of the node, the real driver) -----------------------
@@ -223,6 +254,7 @@ if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
     fail "truncated ledger: needs root and setpriv (util-linux) to run two users"
 else
     rm -rf "$SH" "$PUB"; mkdir -p "$SH" "$PUB"; chmod 1777 "$SH"; chmod 755 "$OUT" "$PUB"
+    touch "$SH/.cudatrace-shared"  # root made it for ledgers (an unmarked sticky one is refused)
     cp "$SHIM" "$PUB/libcudatrace.so"
     cat >"$PUB/alloc.py" <<'PY'
 import ctypes, os, sys, time
