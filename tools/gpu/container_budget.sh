@@ -23,7 +23,8 @@
 # read-only at /etc/cudatrace/fence; a second process in a container given the device sets
 # CUDATRACE_BUDGET to 8 times the budget (and another group, in /tmp) and takes 256 MiB at a time
 # up to twice the budget: it holds no more than the budget, and one line says what the fence
-# ignored; root in the container cannot write the record.
+# ignored; root in the container cannot write the record; an 8,190-byte CUDATRACE_HINTS beside
+# the raise changes nothing.
 # Needs root. About a minute.
 #
 # A dry run without a GPU, on the simulated driver of the tests (ENGINE=unshare WORKLOAD=driver
@@ -216,6 +217,15 @@ line=$(grep -m1 'the sealed fence' "$OUT/raise.err")
 [ -n "$line" ] && pass "one line: $line" || fail "no line of what the fence ignored: $(tail -n 5 "$OUT/raise.err")"
 grep -q WROTE "$OUT/raise.out" && fail "root in the container wrote the record" ||
     pass "root in the container cannot write /etc/cudatrace/fence (read-only)"
+# an 8,190-byte setting (it filled the preload library's settings pool, and the fence settings
+# after it were dropped as if unset) changes nothing either
+LONG=/$(head -c 8189 /dev/zero | tr '\0' h)
+"${RUN[@]}" env CUDATRACE_HINTS="$LONG" CUDATRACE_BUDGET=$((budget_bytes * 8)) "${RAISE[@]}" \
+    >"$OUT/long.out" 2>"$OUT/long.err"
+held=$(awk '/^held /{print $2}' "$OUT/long.out")
+[ -n "$held" ] && [ "$held" -le "$budget_bytes" ] && grep -q 'the sealed fence' "$OUT/long.err" &&
+    pass "an 8,190-byte CUDATRACE_HINTS beside CUDATRACE_BUDGET=8x raised nothing: $(cat "$OUT/long.out")" ||
+    fail "the long setting: $(tail -n 5 "$OUT/long.out" "$OUT/long.err")"
 
 echo "container_budget: $fails failure(s); outputs in $OUT"
 [ $fails = 0 ]
