@@ -51,7 +51,6 @@ MAX_LINES = 700
 # it is split along its sections (the list only shrinks: a module under the cap leaves it)
 LONG_MODULES = {
     "cudatrace.analyze.read.trace": 900,  # the trace format's readers (issue 42's stream)
-    "cudatrace.record.launcher": 900,  # the fence environment and the signals (issue 40, 44)
 }
 
 # floor -> floors it must never import
