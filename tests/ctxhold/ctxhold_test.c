@@ -53,12 +53,15 @@
  *   periodic a counted context is read again a second later (grown: raised), and a reading
  *            that a call under way disturbed never lowers it;
  *   shuffle  [SEEDS] random lock-step schedules of 4 threads allocating and freeing, the
- *            context made before or by the first allocation: every invariant at every step.
+ *            context made before or by the first allocation: every invariant at every step;
+ *   concurrent  the threads run freely, nothing stopped, for ThreadSanitizer (in lock-step the
+ *            harness's own lock orders every access): 8 threads, 20 first figures.
  */
 #include "ctxhold.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +80,8 @@
 
 static const char *case_name = "?";
 static char seed_text[24]; /* shuffle: " seed N" */
+static int lockstep = 1;   /* 0: the case "concurrent": the threads run freely, nothing stops */
+static int gate_open;      /* the concurrent case's threads start together */
 static int violations;
 
 #define FAIL(...)                                                                                  \
@@ -139,8 +144,8 @@ static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
 static void stop(const char *at)
 {
     struct worker *w = self;
-    if (!w)
-        return; /* the main thread (ct_ctxhold_forget) */
+    if (!w || !lockstep)
+        return; /* the main thread (ct_ctxhold_forget), or the threads run freely */
     pthread_mutex_lock(&mu);
     w->at = at;
     w->parked = 1;
@@ -163,9 +168,9 @@ static int h_nvml_used(int dev, uint64_t *used)
     stop("nvml"); /* the reading: what happens now happens while it is made */
     if (nvml_state < 0)
         return -1;
-    if (!ctx_made || !nvml_lists)
+    if (!__atomic_load_n(&ctx_made, __ATOMIC_RELAXED) || !nvml_lists)
         return 0;
-    *used = ctx_true + dev_alloc;
+    *used = ctx_true + __atomic_load_n(&dev_alloc, __ATOMIC_RELAXED);
     return 1;
 }
 static uint32_t h_calls(uint64_t *reserved)
@@ -179,25 +184,29 @@ static void h_yield(void)
     if (self && ++self->yields_in_a_row > YIELDS)
         violation("sleep", "%s yielded %u times in a row without sleeping", self->name,
                   self->yields_in_a_row);
+    if (!lockstep)
+        sched_yield(); /* the threads run freely: the measuring one gets the CPU */
     stop("yield");
 }
 static void h_nap(void)
 {
     if (self)
         self->yields_in_a_row = 0;
+    if (!lockstep)
+        sched_yield();
     stop("nap");
 }
 static void h_moved(int dev, int to)
 {
     if (dev != 0)
         return;
-    state = to;
-    state_at = clock_ns;
-    state_by = self;
+    static const char *const names[] = {"moved:unset", "moved:measuring", "moved:unlisted",
+                                        "moved:measured", "moved:given-up"};
+    __atomic_store_n(&state, to, __ATOMIC_RELAXED);
+    __atomic_store_n(&state_at, clock_ns, __ATOMIC_RELAXED);
+    __atomic_store_n(&state_by, self, __ATOMIC_RELAXED);
     if (self && to == CT_CTX_UNLISTED)
         self->unlisted = 1;
-    static char names[5][24];
-    snprintf(names[to], sizeof names[to], "moved:%s", state_names[to]);
     stop(names[to]);
 }
 static const struct ct_ctx_ops harness_ops = {h_now,   h_nvml_start, h_nvml_used, h_calls,
@@ -206,7 +215,7 @@ static const struct ct_ctx_ops harness_ops = {h_now,   h_nvml_start, h_nvml_used
 static void on_report(int dev, uint64_t bytes)
 {
     if (dev == 0)
-        reported = bytes;
+        __atomic_store_n(&reported, bytes, __ATOMIC_RELAXED);
 }
 
 /* ---- the call protocol of shim.c ----------------------------------------------------------- */
@@ -229,12 +238,12 @@ static void do_alloc(struct worker *w, uint64_t size)
         stop("denied");
         return;
     }
-    granted += size;
+    __atomic_add_fetch(&granted, size, __ATOMIC_RELAXED);
     ct_budget_call_begins(size);
     stop("reserved");
-    granted -= size;
-    dev_alloc += size;
-    ctx_made = 1;
+    __atomic_sub_fetch(&granted, size, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&dev_alloc, size, __ATOMIC_RELAXED);
+    __atomic_store_n(&ctx_made, 1, __ATOMIC_RELAXED);
     w->live[w->nlive++] = size;
     stop("made");
     ct_budget_call_ends();
@@ -256,7 +265,7 @@ static void do_free(struct worker *w)
         ct_budget_free_wait();
     ct_budget_call_begins(0);
     stop("free-begun");
-    dev_alloc -= size;
+    __atomic_sub_fetch(&dev_alloc, size, __ATOMIC_RELAXED);
     stop("freed");
     ct_ledger_release(ledger, 0, size);
     ct_budget_call_ends();
@@ -268,6 +277,10 @@ static void *worker_main(void *arg)
     struct worker *w = arg;
     self = w;
     stop("start");
+    pthread_mutex_lock(&mu);
+    while (!lockstep && !gate_open)
+        pthread_cond_wait(&cv, &mu);
+    pthread_mutex_unlock(&mu);
     for (int i = 0; i < w->nops; i++) {
         if (w->ops[i].kind == OP_ALLOC)
             do_alloc(w, w->ops[i].size);
@@ -291,6 +304,7 @@ static void violation(const char *rule, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
+    pthread_mutex_lock(&mu); /* the concurrent case's threads may say one at once */
     int r = 0;
     while (r < 4 && strcmp(rules[r], rule))
         r++;
@@ -301,6 +315,7 @@ static void violation(const char *rule, const char *fmt, ...)
         printf("\n");
         fflush(stdout);
     }
+    pthread_mutex_unlock(&mu);
     va_end(ap);
 }
 
@@ -333,7 +348,7 @@ static struct worker *spawn(const char *name, const char *prog)
     if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
         FAIL("pthread_create");
     pthread_mutex_lock(&mu);
-    while (!w->parked)
+    while (lockstep && !w->parked)
         pthread_cond_wait(&cv, &mu);
     pthread_mutex_unlock(&mu);
     return w;
@@ -702,6 +717,43 @@ static int case_periodic(const char *dir)
     return finish(1);
 }
 
+/* concurrent: the threads run freely, nothing stopped, for ThreadSanitizer to see ctxhold.c's
+ * shared state touched at once: 8 threads allocate and free under a budget of 32 MiB while the
+ * first figure is read, 20 times over (each after a rejoin). The context is made before and
+ * the clock stands still, so every allocation waits for the figure: each time it is the
+ * context, and the ledger never counts more than the budget. */
+static int case_concurrent(const char *dir)
+{
+    world(1, 8, 32, dir);
+    lockstep = 0;
+    for (int round = 0; round < 20; round++) {
+        rejoin();
+        nworkers = 0;
+        gate_open = 0;
+        for (int k = 0; k < 8; k++) {
+            char name[16];
+            snprintf(name, sizeof name, "t%d", k);
+            spawn(name, "a1 a2 f a3 f a1 a1 f f a2 a1 f f f");
+        }
+        pthread_mutex_lock(&mu);
+        gate_open = 1;
+        pthread_cond_broadcast(&cv);
+        pthread_mutex_unlock(&mu);
+        for (int k = 0; k < nworkers; k++) {
+            pthread_join(workers[k].thread, NULL);
+            workers[k].joined = 1;
+        }
+        if (reported != ctx_true || dev_alloc)
+            violation("figure", "round %d: the context is counted as %llu KiB, %llu KiB left",
+                      round, (unsigned long long)(reported >> 10),
+                      (unsigned long long)(dev_alloc >> 10));
+    }
+    static struct ct_ledger_view v;
+    if (ct_ledger_snapshot(ledger, &v) != CT_LEDGER_OK || v.peak[0] > limit)
+        violation("budget", "the ledger's peak is %llu KiB", (unsigned long long)(v.peak[0] >> 10));
+    return finish(0);
+}
+
 static uint64_t rng;
 static unsigned rnd(unsigned n)
 {
@@ -761,7 +813,7 @@ static const struct {
 } cases[] = {
     {"order", case_order},   {"slow", case_slow},         {"reread", case_reread},
     {"frees", case_frees},   {"hang", case_hang},         {"unlisted", case_unlisted},
-    {"nonvml", case_nonvml}, {"periodic", case_periodic},
+    {"nonvml", case_nonvml}, {"periodic", case_periodic}, {"concurrent", case_concurrent},
 };
 
 int main(int argc, char **argv)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from support.paths import CTXHOLD_C, CTXHOLD_SOURCES, REPO
 
-# every case of the harness but shuffle (its random schedules: `shuffle [SEEDS]`)
+# every case of the harness but shuffle (its random schedules: `shuffle [SEEDS]`); concurrent
+# runs the threads freely, for TSan
 CASES = [
     "order",
     "slow",
@@ -20,6 +21,7 @@ CASES = [
     "unlisted",
     "nonvml",
     "periodic",
+    "concurrent",
 ]
 # the flags of the plain build (native/Makefile's warnings, every one an error)
 PLAIN = ["-O2", "-g", "-Wall", "-Wextra", "-Wno-unused-parameter", "-Werror"]
