@@ -29,6 +29,7 @@
  * - the measuring thread lets the calls under way end first, and reads again a reading that
  *   calls disturbed (threads that passed the hold before it was set reserve during it), 16
  *   times at most;
+ * - the figure is in the ledger before the waiting allocations go;
  * - when NVML does not list the process yet (the context is made by the allocation about to be
  *   made), that allocation measures again when it returns, and the others wait 1 s more; after
  *   CTX_TRIES such readings nothing is held.
@@ -195,12 +196,10 @@ static int claim_first(int dev, struct ctx_dev *d, uint32_t from, uint64_t now)
     return 1;
 }
 
-/* -> MEASURED: a figure was read, and counted when it says more than is counted now. 1 when it
- * is a new figure to report. */
+/* -> MEASURED: a figure was read (put in the ledger first: the allocations it lets go must fit
+ * beside it). 1 when it is a new figure to report. */
 static int measured(ct_ledger *l, int dev, struct ctx_dev *d, uint64_t ctx, int exact)
 {
-    if (__atomic_load_n(&d->state, __ATOMIC_ACQUIRE) != CT_CTX_MEASURED)
-        move(dev, d, CT_CTX_MEASURED);
     uint64_t mine = __atomic_load_n(&d->counted, __ATOMIC_RELAXED);
     /* a low reading while calls were under way says only that the context is at least that */
     int take = ctx != mine && (exact || ctx > mine);
@@ -208,6 +207,8 @@ static int measured(ct_ledger *l, int dev, struct ctx_dev *d, uint64_t ctx, int 
         take = 0;
     if (take)
         __atomic_store_n(&d->counted, ctx, __ATOMIC_RELAXED);
+    if (__atomic_load_n(&d->state, __ATOMIC_ACQUIRE) != CT_CTX_MEASURED)
+        move(dev, d, CT_CTX_MEASURED);
     return take;
 }
 

@@ -34,7 +34,8 @@
  *           one).
  * A case ends "ok CASE" (exit 0), or prints each violation and "FAIL CASE" (exit 1).
  *
- * The cases. Each of the four race fixes of round 4 has one that fails without it;
+ * The cases. Each of the four race fixes of round 4 has one that fails without it, and so has
+ * each race this harness found since;
  * tests/integration/test_ctxhold.py takes each fix's logic back out of a copy of ctxhold.c
  * (REVERTS there) and checks that its case then fails:
  *   order    (f339e62) an allocation that comes while the thread that claimed the first
@@ -45,6 +46,8 @@
  *            read again once the call ended;
  *   frees    (ffaaebb) frees wait while the first figure is read (else a free under way in
  *            every one of the 17 readings leaves the figure low);
+ *   publish  the figure is in the ledger before the allocations held for it go (a waiting
+ *            allocation granted in between put the device over the budget);
  * and the hold's other promises:
  *   hang     an NVML that hangs holds allocations and frees 10 s, no more;
  *   unlisted a process NVML never lists: those held wait 1 s, and after 4 readings nothing is
@@ -619,6 +622,20 @@ static int case_frees(const char *dir)
     return finish(1);
 }
 
+/* publish: the figure is in the ledger before the allocations held for it go. With the state
+ * published first, an allocation of 36 MiB granted in between sat beside the 8 MiB context under
+ * a budget of 40. */
+static int case_publish(const char *dir)
+{
+    world(1, 8, 40, dir);
+    struct worker *m = spawn("measurer", "a1"), *a = spawn("allocator", "a36");
+    run_to(m, "moved:measured"); /* read and published */
+    run_until(a, "denied reserved");
+    drain();
+    fill(1);
+    return finish(1);
+}
+
 /* hang: NVML's start-up never ends. Allocations and frees wait 10 s, not a moment less or more;
  * then NVML answers, and the figure counts. */
 static int case_hang(const char *dir)
@@ -811,9 +828,10 @@ static const struct {
     const char *name;
     int (*run)(const char *dir);
 } cases[] = {
-    {"order", case_order},   {"slow", case_slow},         {"reread", case_reread},
-    {"frees", case_frees},   {"hang", case_hang},         {"unlisted", case_unlisted},
-    {"nonvml", case_nonvml}, {"periodic", case_periodic}, {"concurrent", case_concurrent},
+    {"order", case_order},           {"slow", case_slow},       {"reread", case_reread},
+    {"frees", case_frees},           {"publish", case_publish}, {"hang", case_hang},
+    {"unlisted", case_unlisted},     {"nonvml", case_nonvml},   {"periodic", case_periodic},
+    {"concurrent", case_concurrent},
 };
 
 int main(int argc, char **argv)

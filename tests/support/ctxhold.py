@@ -17,6 +17,7 @@ CASES = [
     "slow",
     "reread",
     "frees",
+    "publish",
     "hang",
     "unlisted",
     "nonvml",
