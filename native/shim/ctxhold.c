@@ -31,7 +31,8 @@
  *   times at most;
  * - the figure is in the ledger before the waiting allocations go;
  * - when NVML does not list the process yet (the context is made by the allocation about to be
- *   made), that allocation measures again when it returns, and the others wait 1 s more; after
+ *   made), that allocation measures again when it returns, and the others wait 1 s more (the
+ *   next reading, claimed, holds them by a deadline of its own, not that expired second); after
  *   CTX_TRIES such readings nothing is held.
  * Where NVML lists no figure for this pid (integrated devices, a container that does not share
  * the host's pid namespace), nothing is counted and `cudatrace status` shows no context.
@@ -60,11 +61,12 @@ uint32_t ct_budget_ctx_first;
 
 /* one device's context */
 struct ctx_dev {
-    uint32_t state;      /* enum ct_ctx_state */
-    uint32_t misses;     /* readings that found no figure */
-    uint64_t next_ns;    /* when the next reading is due (MEASURED, GIVEN_UP, and the watch) */
-    uint64_t hold_until; /* MEASURING, UNLISTED: allocations wait until then; 0 not set yet */
-    uint64_t counted;    /* what this process counts now */
+    uint32_t state;          /* enum ct_ctx_state */
+    uint32_t misses;         /* readings that found no figure */
+    uint64_t next_ns;        /* when the next reading is due (MEASURED, GIVEN_UP, and the watch) */
+    uint64_t measure_until;  /* MEASURING: allocations wait until then; 0 not set yet */
+    uint64_t unlisted_until; /* UNLISTED: those held wait until then */
+    uint64_t counted;        /* what this process counts now */
 };
 static struct ctx_dev ctx_devs[CT_LEDGER_MAX_DEVICES];
 static void (*ctx_report)(int dev, uint64_t bytes);
@@ -181,8 +183,8 @@ static void move(int dev, struct ctx_dev *d, uint32_t state)
 }
 
 /* UNSET or UNLISTED -> MEASURING: this thread reads the first figure (the others wait); 0 when
- * another thread claimed it first. Until the hold's deadline is set here, a thread that comes
- * waits all the same (hold). */
+ * another thread claimed it first. Until the deadline is set here, a thread that comes waits
+ * all the same (hold). */
 static int claim_first(int dev, struct ctx_dev *d, uint32_t from, uint64_t now)
 {
     if (!__atomic_compare_exchange_n(&d->state, &from, CT_CTX_MEASURING, 0, __ATOMIC_ACQ_REL,
@@ -191,7 +193,7 @@ static int claim_first(int dev, struct ctx_dev *d, uint32_t from, uint64_t now)
     ops->moved(dev, CT_CTX_MEASURING);
     __atomic_store_n(&d->next_ns, now + CTX_PERIOD_NS, __ATOMIC_RELAXED);
     /* allocations wait as long as it measures (NVML's start-up included), 10 s at most */
-    __atomic_store_n(&d->hold_until, now + CTX_MEASURE_NS, __ATOMIC_RELEASE);
+    __atomic_store_n(&d->measure_until, now + CTX_MEASURE_NS, __ATOMIC_RELEASE);
     __atomic_add_fetch(&ct_budget_ctx_first, 1, __ATOMIC_ACQ_REL); /* and frees */
     return 1;
 }
@@ -226,7 +228,10 @@ static void missed(int dev, struct ctx_dev *d, int never)
     uint32_t s = __atomic_load_n(&d->state, __ATOMIC_ACQUIRE);
     if (s == CT_CTX_MEASURED || s == CT_CTX_GIVEN_UP)
         return;
-    __atomic_store_n(&d->hold_until, more ? ops->now() + CTX_HOLD_NS : 0, __ATOMIC_RELEASE);
+    /* the next claim's deadline is its own: 0 until it sets it */
+    __atomic_store_n(&d->measure_until, 0, __ATOMIC_RELEASE);
+    if (more)
+        __atomic_store_n(&d->unlisted_until, ops->now() + CTX_HOLD_NS, __ATOMIC_RELEASE);
     move(dev, d, more ? CT_CTX_UNLISTED : CT_CTX_GIVEN_UP);
 }
 
@@ -270,7 +275,7 @@ static void quiet(struct ctx_dev *d)
 {
     unsigned waits = 0;
     uint64_t r;
-    while (ops->calls(&r) && ops->now() < __atomic_load_n(&d->hold_until, __ATOMIC_ACQUIRE))
+    while (ops->calls(&r) && ops->now() < __atomic_load_n(&d->measure_until, __ATOMIC_ACQUIRE))
         ctx_pause(&waits);
 }
 
@@ -312,15 +317,18 @@ static void measure_again(ct_ledger *l, int dev, struct ctx_dev *d)
         ctx_report(dev, ctx);
 }
 
-/* before dev's first figure: an allocation waits for it, until the hold's deadline; while the
- * deadline is not set (the thread that claimed the measurement has not set it yet), 10 s at
- * most */
+/* before dev's first figure: an allocation waits for it, until the deadline of the state it is
+ * in; while the deadline is not set (the thread that claimed the measurement has not set it
+ * yet), 10 s at most */
 static void hold(struct ctx_dev *d)
 {
     unsigned waits = 0;
     uint64_t limit = ops->now() + CTX_MEASURE_NS;
-    while (__atomic_load_n(&d->state, __ATOMIC_ACQUIRE) < CT_CTX_MEASURED) {
-        uint64_t until = __atomic_load_n(&d->hold_until, __ATOMIC_ACQUIRE), now = ops->now();
+    uint32_t s;
+    while ((s = __atomic_load_n(&d->state, __ATOMIC_ACQUIRE)) < CT_CTX_MEASURED) {
+        uint64_t until = __atomic_load_n(
+            s == CT_CTX_UNLISTED ? &d->unlisted_until : &d->measure_until, __ATOMIC_ACQUIRE);
+        uint64_t now = ops->now();
         if ((until && now >= until) || now >= limit)
             return;
         ctx_pause(&waits);
@@ -401,7 +409,8 @@ static void ctx_reset(void)
         __atomic_store_n(&d->counted, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&d->misses, 0, __ATOMIC_RELAXED);
         __atomic_store_n(&d->next_ns, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&d->hold_until, 0, __ATOMIC_RELEASE); /* a stale one ends no hold */
+        __atomic_store_n(&d->measure_until, 0, __ATOMIC_RELEASE); /* a stale one ends no hold */
+        __atomic_store_n(&d->unlisted_until, 0, __ATOMIC_RELEASE);
         move(dev, d, CT_CTX_UNSET);
     }
 }

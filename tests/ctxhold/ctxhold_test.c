@@ -48,6 +48,8 @@
  *            every one of the 17 readings leaves the figure low);
  *   publish  the figure is in the ledger before the allocations held for it go (a waiting
  *            allocation granted in between put the device over the budget);
+ *   reclaim  a reading that claims a device after one found no context does not inherit its
+ *            expired 1 s deadline (an allocation that came in between passed);
  * and the hold's other promises:
  *   hang     an NVML that hangs holds allocations and frees 10 s, no more;
  *   unlisted a process NVML never lists: those held wait 1 s, and after 4 readings nothing is
@@ -636,6 +638,24 @@ static int case_publish(const char *dir)
     return finish(1);
 }
 
+/* reclaim: the first reading found no context (unlisted), and the allocation making it takes
+ * more than 1 s; the next reading is claimed, its deadline not set yet. An allocation that comes
+ * then waits: the unlisted state's expired deadline is not the new reading's (it passed with
+ * one deadline for both: 36 MiB beside 8 under 40). */
+static int case_reclaim(const char *dir)
+{
+    world(0, 8, 40, dir);
+    struct worker *m = spawn("maker", "a1"), *n = spawn("second", "a1");
+    struct worker *a = spawn("allocator", "a36");
+    run_to(m, "reserved"); /* no context yet: m goes, to make it; its call is slow */
+    clock_ns += HOLD_NS + SEC / 2;
+    run_to(n, "moved:measuring"); /* n claims the next reading */
+    run_until(a, "wait passed");  /* held (check: "hold") */
+    drain();
+    fill(1);
+    return finish(1);
+}
+
 /* hang: NVML's start-up never ends. Allocations and frees wait 10 s, not a moment less or more;
  * then NVML answers, and the figure counts. */
 static int case_hang(const char *dir)
@@ -828,9 +848,16 @@ static const struct {
     const char *name;
     int (*run)(const char *dir);
 } cases[] = {
-    {"order", case_order},           {"slow", case_slow},       {"reread", case_reread},
-    {"frees", case_frees},           {"publish", case_publish}, {"hang", case_hang},
-    {"unlisted", case_unlisted},     {"nonvml", case_nonvml},   {"periodic", case_periodic},
+    {"order", case_order},
+    {"slow", case_slow},
+    {"reread", case_reread},
+    {"frees", case_frees},
+    {"publish", case_publish},
+    {"reclaim", case_reclaim},
+    {"hang", case_hang},
+    {"unlisted", case_unlisted},
+    {"nonvml", case_nonvml},
+    {"periodic", case_periodic},
     {"concurrent", case_concurrent},
 };
 

@@ -65,8 +65,8 @@ REVERTS = {
         "09cf58a",
         [
             (
-                "__atomic_store_n(&d->hold_until, now + CTX_MEASURE_NS, __ATOMIC_RELEASE);",
-                "__atomic_store_n(&d->hold_until, now + CTX_HOLD_NS, __ATOMIC_RELEASE);",
+                "__atomic_store_n(&d->measure_until, now + CTX_MEASURE_NS, __ATOMIC_RELEASE);",
+                "__atomic_store_n(&d->measure_until, now + CTX_HOLD_NS, __ATOMIC_RELEASE);",
             ),
             ("if ((*waits)++ < CTX_YIELDS)", "if ((*waits)++ || 1)"),
         ],
@@ -108,6 +108,19 @@ REVERTS = {
             )
         ],
         ["budget"],
+    ),
+    # a reading claimed after one that found no context has a deadline of its own: before (one
+    # deadline for both), the claim's moment showed the expired 1 s of the unlisted state
+    "reclaim": (
+        "a deadline per state",
+        [
+            (
+                "s == CT_CTX_UNLISTED ? &d->unlisted_until : &d->measure_until",
+                "__atomic_load_n(&d->measure_until, __ATOMIC_ACQUIRE) ? &d->measure_until"
+                " : &d->unlisted_until",
+            )
+        ],
+        ["hold", "budget"],
     ),
 }
 

@@ -18,6 +18,7 @@ CASES = [
     "reread",
     "frees",
     "publish",
+    "reclaim",
     "hang",
     "unlisted",
     "nonvml",
