@@ -13,7 +13,8 @@ import pytest
 from support import children
 from support.cli import checkout_env, cudatrace
 
-pytest_plugins = ["support.sim_fixtures"]  # `sim`: the session-scoped simulated driver
+# `sim`: the session-scoped simulated driver; the CPythons here (a missing one skipped or failed)
+pytest_plugins = ["support.sim_fixtures", "support.pyprogs"]
 
 
 def pytest_addoption(parser):

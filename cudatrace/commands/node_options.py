@@ -114,8 +114,9 @@ class NodeSetup(NamedTuple):
                     "--shim",
                     metavar="FILE",
                     type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                    help="Install this build of the preload library (e.g. one built for an "
-                    "older glibc: tools/cross-build-shim) instead of the package's.",
+                    help="Install this build of the preload library instead of the "
+                    "package's (e.g. one with other CFLAGS: tools/cross-build-shim); refused if "
+                    "it needs a glibc newer than the package's floor (2.17).",
                 ),
             ],
         )

@@ -188,8 +188,11 @@ def test_two_containers_of_one_group_share_its_budget(podman, node, sim):  # noq
         )
         assert b.returncode == 1 and allocs(b.stdout) == ["2"], (b.stdout, b.stderr)
         assert "in use 700.00 MiB" in b.stderr, b.stderr
-        # the group's ledger is in the host directory made for it, and nowhere else
-        assert (node.state / "groups" / "share" / "share.ledger").is_file()
+        # the group's ledger is in the host directory made for it, and nowhere else: one file
+        # for the containers' user (root in both)
+        assert [p.name for p in (node.state / "groups" / "share").glob("*.ledger")] == [
+            "share@0.ledger"
+        ]
     finally:
         podman.remove(a_name)
         a.communicate(timeout=60)

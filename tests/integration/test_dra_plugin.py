@@ -263,10 +263,10 @@ def test_claims_prepared_fence_their_containers_and_are_cleaned_up(node, podman,
         l.split("=", 1)[1] for l in both.stdout.splitlines() if l.startswith("CUDATRACE_GROUP=")
     ]
     assert len(group) == 1 and group[0] in {r.uid for r in refs.values()}, both.stdout
-    assert f"{group[0]}.ledger" in both.stdout.split(), both.stdout
+    assert f"{group[0]}@0.ledger" in both.stdout.split(), both.stdout  # the containers' user
     assert "budget exceeded" in both.stderr and allocs(both.stdout)[-1] == "2", both.stderr
     ledger = node.base / "state" / "claims" / refs["train"].uid
-    assert (ledger / f"{refs['train'].uid}.ledger").is_file()
+    assert (ledger / f"{refs['train'].uid}@0.ledger").is_file()
     # the device held what was granted, never more
     assert sim.stats(node.state)[0]["hwm"] <= 1200 * MiB
 
