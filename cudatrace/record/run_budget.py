@@ -79,8 +79,13 @@ def join(
         raise
     env.update(settings.environment(LEDGER=ledger.path))
     # the run's ledger is the fence: nothing else of an outer one applies
-    for name in ("BUDGET", "SHARE", "SHARE_BUDGET", "SHARE_LABEL"):
-        env.pop(settings.name(name), None)
+    for name in (
+        settings.name("BUDGET"),
+        settings.name("SHARE"),
+        settings.name("SHARE_BUDGET"),
+        settings.name("SHARE_LABEL"),
+    ):
+        env.pop(name, None)
     if budget is not None:  # what the preload library checks the group's budget against
         limits = {int(d): n for d, n in budget_info["limits"].items()}
         env.update(settings.environment(BUDGET=budget_mod.limits_spec(limits)))

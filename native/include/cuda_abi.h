@@ -136,7 +136,7 @@ typedef struct {
     unsigned long long free;
     unsigned long long used;
 } nvmlMemory_v2_t;
-/* nvmlProcessInfo_v2_t: what nvmlDeviceGetComputeRunningProcesses_v3 fills (budget.c reads a
+/* nvmlProcessInfo_v2_t: what nvmlDeviceGetComputeRunningProcesses_v3 fills (ctxhold.c reads a
  * process's own figure to measure its CUDA context) */
 typedef struct {
     unsigned int pid;

@@ -1,11 +1,10 @@
 /* budget.c - the budget inside the target (budget.h). The ledger itself (native/common/ledger.c)
  * is shared with the Python side; this file holds what only the shim needs: joining it, the
- * table that gives bytes back on free, and the virtualized memory figures. */
+ * table that gives bytes back on free, and the virtualized memory figures. The CUDA contexts
+ * counted against it, and the hold around their first figure, are ctxhold.c's. */
 #include "budget.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -501,6 +500,8 @@ void ct_budget_init(void)
     ct_ledger_set_report(ledger_report);
     if (ct_fence_sealed())
         sealed_config();
+    const char *cc = ct_fence_value(CT_SET_COUNT_CONTEXTS); /* the record's, or stricter */
+    ct_ctxhold_set_counting(!(cc && strcmp(cc, "0") == 0));
     const char *fe = ct_fence_value(CT_SET_ON_FENCE_ERROR);
     fence_refuse = !(fe && strcmp(fe, "warn") == 0);
     env_check();
@@ -750,11 +751,9 @@ void ct_budget_atfork_parent(void)
     pthread_mutex_unlock(&ensure_mu);
 }
 
-static void ctx_atfork_child(void);
-
 void ct_budget_atfork_child(void)
 {
-    ctx_atfork_child();
+    ct_ctxhold_atfork_child();
     pthread_mutex_init(&atab_mu, NULL);
     pthread_mutex_init(&ensure_mu, NULL);
     if (atab) {
@@ -781,7 +780,6 @@ void ct_budget_atfork_child(void)
  * again and count anew what this process still holds (its table of live allocations; the
  * context is measured again), so nothing it holds goes uncounted. 1 if a member again. */
 static pthread_mutex_t rejoin_mu = PTHREAD_MUTEX_INITIALIZER;
-static void ctx_forget(void);
 
 int ct_budget_rejoin(void)
 {
@@ -801,7 +799,7 @@ int ct_budget_rejoin(void)
         for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
             if (per[d])
                 ct_ledger_force(l, d, per[d]);
-        ctx_forget();
+        ct_ctxhold_forget();
         ct_log("budget membership was lost (the program closed cudatrace's ledger descriptor?); "
                "joined again and counted what this process holds",
                NULL, NULL, NULL);
@@ -809,334 +807,4 @@ int ct_budget_rejoin(void)
     }
     pthread_mutex_unlock(&rejoin_mu);
     return ok;
-}
-
-/* ---- CUDA contexts -------------------------------------------------------------------------
- * A context and the modules loaded into it hold device memory that no hooked call allocates
- * (~0.5 GiB a process on an H200). With a budget the shim counts it: at the first counted
- * allocation on a device (before and after it, as the context may be made by that very call)
- * and then at most once a second at allocations, it reads NVML's figure for this process
- * (nvmlDeviceGetComputeRunningProcesses_v3) and counts what of it is not counted allocations
- * as the member's context (ct_ledger_set_context: held, never denied, shown apart). No lock is
- * taken: one CAS picks the thread that measures. A reading is exact only when no budgeted call
- * of the process is between its ledger change and its driver call's end (ct_budget_inflight);
- * else it can only read low, and a low reading never lowers the figure. Until a device's first
- * figure, the process's other allocations wait (1 s at most, NVML's start-up included): the
- * measuring thread lets the calls under way end first, and when NVML does not list the process
- * yet (the context is made by the allocation about to be made) that allocation measures again
- * when it returns. So the budget starts from the context, not the context less the allocations
- * then in flight, nor from nothing while allocations fill it (as while NVML starts, which takes
- * a while): a correction upward with the allocations at the limit puts the ledger above the
- * budget (seen on an H200: 1.19 and 1.4-1.5 GiB under 1 GiB). The hold lasts as long as the
- * first measurement does (NVML's start-up, the calls under way: 10 s at most, for an NVML that
- * hangs), then 1 s more while the allocation that may make the context is made; the waiting
- * threads sleep, so that on a loaded machine the measuring thread and the calls it waits for
- * get the CPU (a 1 s hold spent yielding let a budget of 40 MiB reach 48 with 64 threads on
- * 2 busy CPUs). Where NVML lists no figure for
- * this pid (integrated devices, a container that does not share the host's pid namespace),
- * nothing is counted and `cudatrace status` shows no context. CUDATRACE_COUNT_CONTEXTS=0 turns
- * it off. */
-#define CTX_PERIOD_NS 1000000000ull
-#define CTX_TRIES 4
-#define CTX_HOLD_NS 1000000000ull     /* after a first measurement that found no figure yet */
-#define CTX_MEASURE_NS 10000000000ull /* while the first measurement runs, at most */
-#define CTX_FIRST_TRIES 16 /* more readings of the first figure, while calls disturb it */
-#define NVML_ERROR_INSUFFICIENT_SIZE 7
-static uint64_t ctx_next_ns[CT_LEDGER_MAX_DEVICES];    /* when the next measurement is due */
-static uint32_t ctx_misses[CT_LEDGER_MAX_DEVICES];     /* measurements that found no figure */
-static uint64_t ctx_counted[CT_LEDGER_MAX_DEVICES];    /* what this process counts now */
-static uint32_t ctx_known[CT_LEDGER_MAX_DEVICES];      /* 1: measured once (atomic) */
-static uint64_t ctx_hold_until[CT_LEDGER_MAX_DEVICES]; /* before the first figure: held to */
-static int ctx_nvml_index[CT_LEDGER_MAX_DEVICES];      /* CUDA ordinal -> NVML index, -1 none */
-static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
-static nvmlReturn_t (*ctx_get_handle)(unsigned, nvmlDevice_t *);
-static nvmlReturn_t (*ctx_procs)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v2_t *);
-static void (*ctx_report)(int dev, uint64_t bytes);
-
-void ct_budget_set_context_report(void (*fn)(int dev, uint64_t bytes)) { ctx_report = fn; }
-
-static void ctx_init(void)
-{
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
-        ctx_nvml_index[d] = d;
-    const char *v = ct_setting(CT_SET_CUDA_VISIBLE_DEVICES); /* ordinals name NVML indices */
-    if (v) {
-        int d = 0;
-        for (const char *p = v; d < CT_LEDGER_MAX_DEVICES; d++) {
-            if (*p < '0' || *p > '9')
-                break; /* a UUID or MIG name, or the end: no mapping from here on */
-            int idx = 0;
-            while (*p >= '0' && *p <= '9')
-                idx = idx * 10 + (*p++ - '0');
-            ctx_nvml_index[d] = idx;
-            if (*p != ',')
-                break;
-            p++;
-        }
-        for (int k = d + 1; k < CT_LEDGER_MAX_DEVICES; k++)
-            ctx_nvml_index[k] = -1;
-        if (!*v)
-            ctx_nvml_index[0] = -1;
-    }
-    const char *cc = ct_fence_value(CT_SET_COUNT_CONTEXTS);
-    if (cc && strcmp(cc, "0") == 0)
-        return;
-    ct_dlsym_fn ds = ct_real_dlsym();
-    void *h = ds ? dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;
-    if (!h)
-        return;
-    nvmlReturn_t (*init)(void) = (nvmlReturn_t(*)(void))ds(h, "nvmlInit_v2");
-    ctx_get_handle =
-        (nvmlReturn_t(*)(unsigned, nvmlDevice_t *))ds(h, "nvmlDeviceGetHandleByIndex_v2");
-    nvmlReturn_t (*procs)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v2_t *) =
-        (nvmlReturn_t(*)(nvmlDevice_t, unsigned *, nvmlProcessInfo_v2_t *))ds(
-            h, "nvmlDeviceGetComputeRunningProcesses_v3");
-    if (init && ctx_get_handle && procs && init() == NVML_SUCCESS)
-        __atomic_store_n(&ctx_procs, procs, __ATOMIC_RELEASE);
-}
-
-/* NVML's figure for this process on dev: 1 found; 0 not listed (no context there yet); -1 NVML
- * cannot say (an error: integrated devices answer NOT_SUPPORTED; or the figure is N/A, as in
- * some containers) */
-static int ctx_nvml_used(int dev, uint64_t *used)
-{
-    int idx = ctx_nvml_index[dev];
-    nvmlDevice_t h;
-    if (idx < 0 || ctx_get_handle((unsigned)idx, &h) != NVML_SUCCESS)
-        return -1;
-    nvmlProcessInfo_v2_t info[128];
-    unsigned n = 128;
-    if (ctx_procs(h, &n, info) != NVML_SUCCESS)
-        return -1;
-    unsigned me = (unsigned)getpid();
-    for (unsigned i = 0; i < n && i < 128; i++)
-        if (info[i].pid == me) {
-            if (info[i].usedGpuMemory == ~0ull)
-                return -1;
-            *used = info[i].usedGpuMemory;
-            return 1;
-        }
-    return 0;
-}
-
-/* Budgeted calls between their ledger change and the end of their driver call: an allocation
- * reserved but not made yet, a free the device may have taken back that the ledger still holds;
- * and the bytes allocations have reserved so far (budget.h) */
-uint32_t ct_budget_inflight;
-uint64_t ct_budget_reserved;
-
-/* NVML's figure for this process on dev less the allocations the ledger holds (mine: the
- * context counted now, part of what the ledger holds): 1 with *ctx, else ctx_nvml_used's 0 or
- * -1. *exact when no budgeted call was under way or begun across the reading. Else *ctx is a
- * lower bound: calls under way only make it read low (an allocation reserved and not made, a
- * free made and not given back), and what allocations reserved during the reading is taken
- * off (one made and freed again within it is in NVML's figure and in neither ledger read). */
-static int ctx_measure(int dev, uint64_t mine, uint64_t *ctx, int *exact)
-{
-    uint32_t b0 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
-    uint64_t r0 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE);
-    uint64_t h0 = ct_ledger_held(ct_budget_ledger, dev), used = 0;
-    int found = ctx_nvml_used(dev, &used);
-    if (found != 1)
-        return found;
-    uint64_t h1 = ct_ledger_held(ct_budget_ledger, dev);
-    uint64_t r1 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE);
-    uint32_t b1 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
-    uint64_t held = h0 > h1 ? h0 : h1;
-    uint64_t allocs = (held > mine ? held - mine : 0) + (r1 - r0);
-    *ctx = ((used > allocs ? used - allocs : 0) + 1023) & ~1023ull; /* the ledger keeps KiB */
-    *exact = !b0 && !b1 && r0 == r1 && h0 == h1;
-    return 1;
-}
-
-/* no figure yet for dev, and NVML may still give one (it has not failed CTX_TRIES times) */
-static inline int ctx_unknown(int dev)
-{
-    return !__atomic_load_n(&ctx_known[dev], __ATOMIC_ACQUIRE) &&
-           __atomic_load_n(&ctx_misses[dev], __ATOMIC_RELAXED) < CTX_TRIES;
-}
-
-/* one wait of a thread held for the first figure: a few yields, then sleeps of 100 us, which
- * leave the CPU to the thread that measures and to the calls it waits for */
-static void ctx_pause(unsigned *waits)
-{
-    if ((*waits)++ < 16) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, 100000};
-    nanosleep(&ts, NULL);
-}
-
-/* before dev's first figure: an allocation waits for it, until ctx_hold_until. Until 0 while
- * the figure is unknown: the thread that claimed the measurement has not set it yet (a thread
- * preempted there let 16 others allocate past the hold, and 40 MiB reach 48) */
-static void ctx_hold(int dev)
-{
-    unsigned waits = 0;
-    uint64_t limit = ct_now_ns() + CTX_MEASURE_NS;
-    while (ctx_unknown(dev)) {
-        uint64_t until = __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE), now = ct_now_ns();
-        if ((until && now >= until) || now >= limit)
-            return;
-        ctx_pause(&waits);
-    }
-}
-
-/* the measuring thread, the first time: let the budgeted calls under way end */
-static void ctx_quiet(int dev)
-{
-    unsigned waits = 0;
-    while (__atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE) &&
-           ct_now_ns() < __atomic_load_n(&ctx_hold_until[dev], __ATOMIC_ACQUIRE))
-        ctx_pause(&waits);
-}
-
-/* a measurement found no figure: when the process is not listed yet, again at the next
- * allocation (which may be the one that makes the context), until CTX_TRIES; when NVML cannot
- * say (never: nothing is counted), and after CTX_TRIES, no more holding */
-static void ctx_missed(int dev, int never)
-{
-    if (never)
-        __atomic_store_n(&ctx_misses[dev], CTX_TRIES, __ATOMIC_RELAXED);
-    if (__atomic_add_fetch(&ctx_misses[dev], 1, __ATOMIC_RELAXED) < CTX_TRIES) {
-        __atomic_store_n(&ctx_next_ns[dev], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&ctx_hold_until[dev], ct_now_ns() + CTX_HOLD_NS, __ATOMIC_RELEASE);
-    } else
-        __atomic_store_n(&ctx_hold_until[dev], 0, __ATOMIC_RELEASE);
-}
-
-static void ctx_take(int dev, int first);
-
-void ct_budget_context(int dev)
-{
-    if (!ct_budget_ledger || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
-        return;
-    uint64_t now = ct_now_ns(), due = __atomic_load_n(&ctx_next_ns[dev], __ATOMIC_RELAXED);
-    if (now < due || !__atomic_compare_exchange_n(&ctx_next_ns[dev], &due, now + CTX_PERIOD_NS, 0,
-                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-        ctx_hold(dev); /* another thread measures (or has): the first time, wait for it */
-        return;
-    }
-    int first = ctx_unknown(dev);
-    if (!first) {
-        ctx_take(dev, 0);
-        return;
-    }
-    /* hold new allocations back while it measures (NVML's start-up included), and frees */
-    __atomic_store_n(&ctx_hold_until[dev], now + CTX_MEASURE_NS, __ATOMIC_RELEASE);
-    __atomic_add_fetch(&ct_budget_ctx_first, 1, __ATOMIC_ACQ_REL);
-    ctx_take(dev, 1);
-    __atomic_sub_fetch(&ct_budget_ctx_first, 1, __ATOMIC_ACQ_REL);
-}
-
-/* Frees wait while a device's first figure is read: a free the device has taken back and the
- * ledger not yet makes the reading low, and threads that free without pause (not held, as
- * allocations are) kept every reading of a loaded machine inexact: the first figure came out
- * 0 or 1 MiB of an 8 MiB context, and 40 MiB budgets reached 47-48 MiB. */
-uint32_t ct_budget_ctx_first;
-
-void ct_budget_free_wait(void)
-{
-    unsigned waits = 0;
-    uint64_t until = ct_now_ns() + CTX_MEASURE_NS;
-    while (__atomic_load_n(&ct_budget_ctx_first, __ATOMIC_ACQUIRE) && ct_now_ns() < until)
-        ctx_pause(&waits);
-}
-
-/* a measurement of dev's context (first: the one the budget starts from) */
-static void ctx_take(int dev, int first)
-{
-    int exact = 0;
-    pthread_once(&ctx_once, ctx_init);
-    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE)) { /* no NVML: nothing to count */
-        ctx_missed(dev, 1);
-        return;
-    }
-    if (first)
-        ctx_quiet(dev); /* let those under way end: an exact first reading */
-    uint64_t mine = __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED), ctx = 0;
-    int found = ctx_measure(dev, mine, &ctx, &exact);
-    /* the first figure is what the budget starts from: a reading that calls disturbed (threads
-     * that passed before the hold was set reserve during it, and read low) is made again once
-     * they ended, a few times within the hold */
-    for (int again = 0; first && found == 1 && !exact && again < CTX_FIRST_TRIES; again++) {
-        ctx_quiet(dev);
-        found = ctx_measure(dev, mine, &ctx, &exact);
-    }
-    if (found != 1) {
-        ctx_missed(dev, found < 0);
-        return;
-    }
-    __atomic_store_n(&ctx_known[dev], 1, __ATOMIC_RELEASE);
-    /* a low reading while calls were under way says only that the context is at least that */
-    if (ctx == mine || (!exact && ctx < mine))
-        return;
-    if (ct_ledger_set_context(ct_budget_ledger, dev, ctx) == CT_LEDGER_OK) {
-        __atomic_store_n(&ctx_counted[dev], ctx, __ATOMIC_RELAXED);
-        if (ctx_report)
-            ctx_report(dev, ctx);
-    }
-}
-
-#define CTX_RETRY_NS 10000000ull /* after a reading disturbed by other calls */
-
-void ct_budget_context_watch(int dev, uint64_t (*held)(int dev), uint64_t pending)
-{
-    if (ct_budget_ledger || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES ||
-        __atomic_load_n(&ctx_misses[dev], __ATOMIC_RELAXED) >= CTX_TRIES)
-        return;
-    uint64_t now = ct_now_ns(), due = __atomic_load_n(&ctx_next_ns[dev], __ATOMIC_RELAXED);
-    if (now < due || !__atomic_compare_exchange_n(&ctx_next_ns[dev], &due, now + CTX_PERIOD_NS, 0,
-                                                  __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-        return; /* measured less than a second ago, or by another thread now */
-    pthread_once(&ctx_once, ctx_init);
-    if (!__atomic_load_n(&ctx_procs, __ATOMIC_ACQUIRE)) {
-        ctx_missed(dev, 1); /* no NVML: nothing to record */
-        return;
-    }
-    uint32_t b0 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
-    uint64_t r0 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE), used = 0;
-    uint64_t h0 = held(dev) + pending;
-    int found = ctx_nvml_used(dev, &used);
-    uint64_t h1 = held(dev) + pending, r1 = __atomic_load_n(&ct_budget_reserved, __ATOMIC_ACQUIRE);
-    uint32_t b1 = __atomic_load_n(&ct_budget_inflight, __ATOMIC_ACQUIRE);
-    if (found != 1) {
-        ctx_missed(dev, found < 0);
-        return;
-    }
-    if (b0 || b1 || r0 != r1 || h0 != h1) { /* another call was under way: again soon */
-        __atomic_store_n(&ctx_next_ns[dev], now + CTX_RETRY_NS, __ATOMIC_RELAXED);
-        return;
-    }
-    uint64_t ctx = ((used > h0 ? used - h0 : 0) + 1023) & ~1023ull; /* in KiB, as the ledger */
-    if (ctx > __atomic_load_n(&ctx_counted[dev], __ATOMIC_RELAXED)) {
-        __atomic_store_n(&ctx_counted[dev], ctx, __ATOMIC_RELAXED);
-        if (ctx_report)
-            ctx_report(dev, ctx);
-    }
-}
-
-static void ctx_forget(void)
-{
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-        __atomic_store_n(&ctx_known[d], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&ctx_counted[d], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&ctx_misses[d], 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&ctx_next_ns[d], 0, __ATOMIC_RELAXED);
-    }
-}
-
-/* a child has no context of its own yet */
-static void ctx_atfork_child(void)
-{
-    ct_budget_ctx_first = 0;
-    ct_budget_inflight = 0; /* the parent's other threads' calls are not the child's */
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-        ctx_known[d] = 0;
-        ctx_hold_until[d] = 0;
-        ctx_next_ns[d] = 0;
-        ctx_misses[d] = 0;
-        ctx_counted[d] = 0;
-    }
 }

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "ctxhold.h"
 #include "ledger.h"
 #include "util.h"
 
@@ -84,38 +85,19 @@ void ct_budget_unmap(uint64_t ptr, uint64_t size); /* gives back what the unmap 
  * limit on dev, and virtualization on). */
 int ct_budget_virtualize(int dev, uint64_t *total, uint64_t *free_, int clamp);
 
-/* Budgeted calls of this process between their ledger change and their driver call's end (an
- * allocation reserved, a free not given back yet), and the bytes allocations have reserved so
- * far (only grows): a context is measured from NVML and the ledger only with both in view
- * (budget.c). The call protocol (shim.c) brackets each call; reserved: what an allocation
- * reserves, 0 for a free. */
-extern CT_HIDDEN uint32_t ct_budget_inflight;
-extern CT_HIDDEN uint64_t ct_budget_reserved;
-static inline void ct_budget_call_begins(uint64_t reserved)
-{
-    __atomic_add_fetch(&ct_budget_reserved, reserved, __ATOMIC_ACQ_REL);
-    __atomic_add_fetch(&ct_budget_inflight, 1, __ATOMIC_ACQ_REL);
-}
-/* nonzero while a device's first context figure is read: frees wait for it (budget.c) */
-extern CT_HIDDEN uint32_t ct_budget_ctx_first;
-void ct_budget_free_wait(void);
-static inline void ct_budget_call_ends(void)
-{
-    __atomic_sub_fetch(&ct_budget_inflight, 1, __ATOMIC_ACQ_REL);
-}
-
 /* Count this process's CUDA context on dev (measured through NVML, at most once a second;
- * see budget.c). Called around counted allocations. */
-void ct_budget_context(int dev);
+ * before its first figure, allocations wait for it: ctxhold.c). Called around counted
+ * allocations. */
+static inline void ct_budget_context(int dev) { ct_ctxhold_count(ct_budget_current(), dev); }
 /* Without a budget (ct_cfg.ctx_watch): the figure a budget would count for this process's
- * context on dev, measured the same way after an allocation (held(dev) + pending: the bytes
- * this process holds there, by its live counters, and the allocation's own not counted yet),
- * only while no other call of the process is under way (the calls bracketed by
- * ct_budget_call_begins(1) / ct_budget_call_ends), and told to the context report when it
- * grew. */
-void ct_budget_context_watch(int dev, uint64_t (*held)(int dev), uint64_t pending);
-/* fn(dev, bytes): told each new figure (shim.c writes it into the trace) */
-void ct_budget_set_context_report(void (*fn)(int dev, uint64_t bytes));
+ * context on dev, recorded when it grew (ctxhold.h ct_ctxhold_watch). */
+static inline void ct_budget_context_watch(int dev, uint64_t (*held)(int dev), uint64_t pending)
+{
+    if (!ct_budget_current())
+        ct_ctxhold_watch(dev, held, pending);
+}
+/* The calls under way (ct_budget_call_begins / _ends), the frees' wait (ct_budget_free_wait)
+ * and the context report (ct_budget_set_context_report) are ctxhold.h's. */
 
 void ct_budget_atfork_prepare(void);
 void ct_budget_atfork_parent(void);

@@ -39,7 +39,7 @@ struct ct_config {
     char dir[1024];
     char ledger_path[1024]; /* "" without a budget */
     int mode;               /* CT_MODE_*: CUDATRACE_MODE full | aggregate | none */
-    int ctx_watch; /* CUDATRACE_RECORD_CONTEXTS=1 and no budget: measure contexts (budget.c) */
+    int ctx_watch; /* CUDATRACE_RECORD_CONTEXTS=1 and no budget: measure contexts (ctxhold.c) */
 };
 #define CT_MODE_FULL 0
 #define CT_MODE_AGGREGATE 1

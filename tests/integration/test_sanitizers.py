@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from cudatrace import settings
-from support.paths import LEDGER_SOURCES, REPO
+from support import ctxhold
+from support.paths import CTXHOLD_C, LEDGER_SOURCES, REPO
 from support.shared_build import shared_build
 
 SAN_MARKS = (
@@ -257,6 +258,22 @@ def test_ledger_harness_under_sanitizers(san, tmp_path):
         assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
 
 
+def _ctxhold_harness(tmp_path: Path, flags: list[str], env: dict[str, str]) -> None:
+    """The context hold's harness (tests/ctxhold/ctxhold_test.c, with the shim's ctxhold.c): every
+    case, each in a process of its own, then random schedules; no report, every case ok."""
+    exe = ctxhold.build(tmp_path / "ctxhold_test", flags)
+    for args in (["all"], ["shuffle", "200"]):
+        r = ctxhold.run(exe, tmp_path, *args, env=env)
+        _clean(r)
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.strip() == "ok shuffle", r.stdout
+
+
+def test_ctxhold_harness_under_sanitizers(tmp_path):
+    """The context hold stepped through every case under ASan + UBSan."""
+    _ctxhold_harness(tmp_path, ctxhold.ASAN, dict(os.environ, **SAN_OPTIONS))
+
+
 def _users_dir() -> Path:
     """A folder the parts harness's users (uids of their own) can reach."""
     d = Path(tempfile.mkdtemp(prefix="ct-parts-"))
@@ -417,6 +434,26 @@ def test_parts_harness_under_tsan(tmp_path):
         assert r.returncode == 0, r.stdout + r.stderr
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_ctxhold_harness_under_tsan(tmp_path):
+    """The context hold's threads (the measuring one, those it holds, frees) under TSan: each
+    case's interleaving and the random ones, and the case "concurrent", whose threads run freely
+    (in lock-step, the harness's own lock orders every access for TSan)."""
+    _ctxhold_harness(tmp_path, ctxhold.TSAN, dict(os.environ, **TSAN_OPTIONS))
+
+
+def test_ctxhold_race_planted_is_caught_under_tsan(tmp_path):
+    """A plain store planted in ctxhold.c (a device's state, which held threads read): the case
+    "concurrent" under TSan reports it (the test above can fail)."""
+    text = CTXHOLD_C.read_text()
+    store = "    __atomic_store_n(&d->state, state, __ATOMIC_RELEASE);\n"
+    assert text.count(store) == 1, "the planted race no longer applies to ctxhold.c: plant another"
+    planted = tmp_path / "ctxhold.c"
+    planted.write_text(text.replace(store, "    d->state = state;\n"))
+    exe = ctxhold.build(tmp_path / "ctxhold_test", ctxhold.TSAN, planted)
+    r = ctxhold.run(exe, tmp_path, "concurrent", env=dict(os.environ, **TSAN_OPTIONS))
+    assert r.returncode == 97 and "WARNING: ThreadSanitizer: data race" in r.stderr, r.stderr
 
 
 def test_tsan_reports_are_caught(tmp_path):

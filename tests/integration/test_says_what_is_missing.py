@@ -104,9 +104,7 @@ def _prose_too_wide(text: str, columns: int) -> list[str]:
     return [
         x
         for x in text.splitlines()
-        if len(x) > columns
-        and len(x.split()) > 1
-        and len(re.findall(r"\S {2,}\S", x.lstrip())) < 2
+        if len(x) > columns and len(x.split()) > 1 and len(re.findall(r"\S {2,}\S", x.lstrip())) < 2
     ]
 
 

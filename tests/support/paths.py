@@ -13,5 +13,13 @@ LEDGER_C = TESTS / "ledger"  # the ledger's C test driver
 # the ledger's C (ledger.c, ledger_open.c, ledger_parts.c, ledger_group.c) and procstat.c: what a
 # test that links the ledger's own source compiles
 LEDGER_SOURCES = sorted((REPO / "native" / "common").glob("*.c"))
+# the context hold's harness and the shim's own C it links: ctxhold.c, util.c (its settings and
+# the real dlsym) and the ledger's (tests/support/ctxhold.py builds it)
+CTXHOLD_C = REPO / "native" / "shim" / "ctxhold.c"
+CTXHOLD_SOURCES = [
+    TESTS / "ctxhold" / "ctxhold_test.c",
+    REPO / "native" / "shim" / "util.c",
+    *LEDGER_SOURCES,
+]
 EXAMPLES = REPO / "examples"
 GPU_TOOLS = REPO / "tools" / "gpu"  # the GPU suite's programs and workloads

@@ -222,6 +222,14 @@ def test_no_module_cycle_in_the_shim(shim_objects):
     assert users == {"shim": ["entry"], "entry": []}, users
 
 
+def test_the_context_hold_needs_util_alone(shim_objects):
+    """tests/ctxhold/ctxhold_test.c links ctxhold.c with util.c and the ledger's C alone: the
+    context hold uses no other module of the shim, and the budget uses it (below budget)."""
+    graph = module_graph(shim_objects)
+    assert set(graph["ctxhold"]) <= {"util"}, graph["ctxhold"]
+    assert "ctxhold" in graph["budget"] and "budget" not in graph["ctxhold"], graph["budget"]
+
+
 def test_a_planted_module_cycle_is_found(tmp_path):
     """The real tree with one upward call planted (util -> writer, writer -> util)."""
     shim = tmp_path / "shim"
