@@ -372,7 +372,8 @@ def _parse(path: Path, data: CData, src: Source, ffi: Any, lib: ToolsLib) -> Tra
         shim_version=_text(h["shim_version"]),
         size_bytes=size,
         stack_unwinds_full=h.get("stack_unwinds_full", 0),
-        stack_cache_hits=h.get("stack_cache_hits", 0),
+        # version 4: each event says it (CT_EV_STACK_CACHED); the header counts --aggregate's
+        stack_cache_hits=h.get("stack_cache_hits", 0) + res.stack_cached,
         stack_verified=h.get("stack_verified", 0),
         stack_mismatches=h.get("stack_mismatches", 0),
     )

@@ -20,11 +20,12 @@ struct ct_scan_result {
     uint32_t status;      /* CT_SCAN_* */
     uint32_t gaps;        /* unpublished holes skipped */
     uint64_t gap_bytes;
-    uint64_t bad_events; /* compact events that did not decode (skipped) */
-    uint64_t threads;    /* compact events: highest thread number + 1 (contexts kept) */
+    uint64_t bad_events;   /* compact or raw events that did not decode (skipped) */
+    uint64_t threads;      /* compact or raw events: highest thread number + 1 (contexts kept) */
+    uint64_t stack_cached; /* events whose stack came from the unwinder's cache (version 4) */
 };
-/* One block of one thread's compact events (CEBLOCK), as the scan found it: what the replay
- * needs to decode the thread's events again, in the same way, without holding them. */
+/* One block of one thread's events (CEBLOCK, compact; RAWBLOCK, raw), as the scan found it: what
+ * the replay needs to decode the thread's events again, in the same way, without holding them. */
 struct ct_seg {
     uint64_t off;   /* file offset of its first event */
     uint64_t first; /* index of its first event in the trace (file order) */
@@ -34,6 +35,8 @@ struct ct_seg {
     uint32_t count; /* events decoded from it */
     uint32_t next;  /* the thread's next block (index in the array), all ones: none */
     uint32_t bad;   /* 1: decoding stopped at a malformed event after count */
+    uint32_t raw;   /* 1: a RAWBLOCK (rawevent.h), 0: a CEBLOCK (cevent.h) */
+    uint32_t flags; /* a RAWBLOCK's flags (CT_RAWB_*) */
 };
 /* The scan of a file, with its blocks (ct_scan_index): every array allocated by it. */
 struct ct_scan_index {

@@ -94,7 +94,7 @@ static void device_syms(void)
                      __ATOMIC_RELEASE);
 }
 
-static int current_device(void)
+__attribute__((noinline)) static int current_device_slow(void)
 {
     CUresult (*gd)(CUdevice *) = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
     if (__builtin_expect(!gd, 0)) {
@@ -112,6 +112,19 @@ static int current_device(void)
     ct_thr.dev_ctx = (uintptr_t)ctx;
     ct_thr.dev = d;
     return d;
+}
+
+/* the common case inline: the thread's context is the one it last asked about (one driver
+ * call, a thread-local read in the driver) */
+static inline int current_device(void)
+{
+    CUresult (*gc)(CUcontext *) = __atomic_load_n(&get_ctx, __ATOMIC_RELAXED);
+    CUcontext ctx = NULL;
+    if (__builtin_expect(gc && ct_thr.ctx_epoch == __atomic_load_n(&ctx_epoch, __ATOMIC_ACQUIRE),
+                         1) &&
+        gc(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
+        return ct_thr.dev;
+    return current_device_slow();
 }
 
 /* The device of context ctx, which need not be current: cuCtxGetDevice_v2 where the driver has
@@ -332,6 +345,7 @@ struct ct_call {
     struct ct_caller caller;   /* where the program's frames start (stacks.h) */
     uint8_t op, held, stacked; /* held: the budget holds c->reserve for this call */
     uint8_t inflight;          /* counted in ct_budget_inflight until post_budget */
+    int cached;                /* the stack came from the unwinder's cache (stacks.h) */
     struct ct_live_taken live; /* a free: what it took out of the live counters (live.h) */
 };
 _Static_assert(
@@ -377,13 +391,30 @@ static inline __attribute__((always_inline)) void emit(struct ct_call *c, uint8_
     e->rt_api = ct_thr.rt_api;
     e->op = op;
     e->flags |= ct_thr.rt_api ? CT_EF_RUNTIME_KNOWN : 0;
-    if (ct_cfg.mode == CT_MODE_AGGREGATE ? ct_agg_event(e) : ct_event_write(e))
-        __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
+    if (ct_cfg.mode == CT_MODE_AGGREGATE) {
+        if (c->cached) /* no event to say it: the header counts it */
+            ct_writer_stack_count(CT_SC_HIT);
+        if (ct_agg_event(e))
+            __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    e->reserved = c->cached ? CT_EV_STACK_CACHED : 0;
+    ct_event_write(e);
 }
 
 static void init_once(void);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int init_done; /* init_once has run (the hot path tests it before pthread_once) */
+
+/* The fast path of an allocation or a free (below, CT_FAST_*) serves every call while this is
+ * set: the shim is loaded and traces every event to a file (CUDATRACE_MODE full), no budget can
+ * ever count this process (none was set or pending when it loaded: a budget never comes later),
+ * no context is measured, and the exit handler is in place. FAST_STACKS: stacks are kept. Set
+ * once, by the first call that found it so (ct_enter); a forked child keeps it. */
+#define FAST_ON 1
+#define FAST_STACKS 2
+static int fast_ok; /* what the settings allow, from init_steps */
+static int ct_fast; /* FAST_ON | FAST_STACKS, or 0: every call takes the general path */
 
 /* exit(status) runs on_exit handlers, then the loader's destructors (ours among them) — but
  * only handlers registered after the loader's own, i.e. once main() runs. So the handler is
@@ -405,8 +436,10 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     if (!ct_cfg.active || ct_thr.depth)
         return 0;
     if (__builtin_expect(!__atomic_load_n(&exit_hooked, __ATOMIC_RELAXED), 0) &&
-        !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
+        !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL)) {
         on_exit(on_exit_handler, NULL);
+        __atomic_store_n(&ct_fast, fast_ok, __ATOMIC_RELEASE);
+    }
     ct_thr.depth++;
     c->ev =
         (struct ct_event){.device = -1, .api = api, .kind = kind, .space = space, .flags = flags};
@@ -414,6 +447,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     c->caller.sp = 0;
     c->op = op;
     c->held = c->stacked = c->inflight = c->live.state = 0;
+    c->cached = 0;
     return 1;
 }
 
@@ -642,7 +676,7 @@ static int ct_pre(struct ct_call *c)
     if (r < 0) /* not a member any more (slots full), or a device the ledger cannot count */
         return fence_broken(c, r) ? fence_refuse(c) : 1;
     ct_thr.deny_share = r == CT_LEDGER_DENIED_SHARE;
-    c->stack = ct_stack_capture(&c->caller);
+    c->stack = ct_stack_capture(&c->caller, &c->cached);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
         ct_ledger_force(ledger, dev, c->reserve);
@@ -759,7 +793,7 @@ static void ct_post(struct ct_call *c)
     if (c->dev < 0)
         c->dev = current_device();
     if (!c->stacked && (ct_cfg.stack_depth > 0 || !ct_writer_generation()))
-        c->stack = ct_stack_capture(&c->caller);
+        c->stack = ct_stack_capture(&c->caller, &c->cached);
     emit(c, c->op);
     ct_leave();
 }
@@ -787,6 +821,68 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
     return rt;
 }
 
+/* ---- the fast path ----------------------------------------------------------------------
+ * An allocation or a free while ct_fast is on (no budget, a full trace, not nested): the real
+ * call, the live counters, the clock, the stack (stacks.h: the unwinder's memo of the site) and
+ * one raw record appended to the thread's block (events.h). Anything else (a budget, another
+ * mode, a map, a query, a nested call) takes the general path below it. */
+static inline __attribute__((always_inline)) void
+fast_event(const struct ct_caller *caller, int fast, uint64_t ts, uint64_t meta, int dev,
+           int result, uint64_t size, uint64_t addr, uint64_t aux, uint64_t aux2)
+{
+    int cached = 0;
+    uint32_t stack = (fast & FAST_STACKS) ? ct_stack_capture(caller, &cached) : 0;
+    uint16_t rt = ct_thr.rt_api;
+    if (rt) /* the runtime API in progress (a CT_RUNTIME wrapper) */
+        meta |= (uint64_t)rt << 16 | (uint64_t)CT_EF_RUNTIME_KNOWN << 56;
+    ct_event_put(ts, size, addr, stack, cached ? CT_RAW_CACHED : 0, meta, aux, aux2,
+                 ct_raw_dr(dev, result));
+}
+
+#define CT_FAST_ALLOC(ID, FLAGS, KIND, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                    \
+    {                                                                                              \
+        ct_thr.depth = 1;                                                                          \
+        struct ct_caller caller_;                                                                  \
+        CT_CALLER(caller_);                                                                        \
+        c.kind = (KIND);                                                                           \
+        c.dev = (DEV);                                                                             \
+        c.result = real ARGS;                                                                      \
+        uint64_t size_ = (uint64_t)(SIZE), addr_ = 0;                                              \
+        if (c.result == CUDA_SUCCESS)                                                              \
+            addr_ = (uint64_t)(ADDR);                                                              \
+        int dev_ = c.dev < 0 ? current_device() : c.dev;                                           \
+        ct_live_alloc(c.kind, SPACE, dev_, addr_, size_, c.result);                                \
+        fast_event(&caller_, fast_, ct_now_ns(),                                                   \
+                   ct_raw_meta(CT_API_##ID, 0, CT_OP_ALLOC, c.kind, SPACE, FLAGS), dev_, c.result, \
+                   size_, addr_, (uint64_t)(AUX), (uint64_t)(AUX2));                               \
+        ct_thr.depth = 0;                                                                          \
+        return c.result;                                                                           \
+    }
+
+/* a free: stamped, and out of the live counters, before its driver call (docs/reliability.md) */
+#define CT_FAST_FREE(ID, FLAGS, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                           \
+    {                                                                                              \
+        ct_thr.depth = 1;                                                                          \
+        struct ct_caller caller_;                                                                  \
+        CT_CALLER(caller_);                                                                        \
+        c.dev = (DEV);                                                                             \
+        uint64_t ts_ = ct_now_ns();                                                                \
+        c.live.state = 0;                                                                          \
+        int live_dev_ = ct_live_freeing(SPACE, (uint64_t)(ADDR), &c.live);                         \
+        if (c.dev < 0 && live_dev_ != CT_LIVE_UNKNOWN)                                             \
+            c.dev = live_dev_; /* the device it was allocated on */                                \
+        c.result = real ARGS;                                                                      \
+        if (__builtin_expect(c.result != CUDA_SUCCESS && c.live.state, 0))                         \
+            ct_live_unfree(SPACE, (uint64_t)(ADDR), &c.live);                                      \
+        uint64_t addr_ = c.result == CUDA_SUCCESS ? (uint64_t)(ADDR) : 0;                          \
+        int dev_ = c.dev < 0 ? current_device() : c.dev;                                           \
+        fast_event(&caller_, fast_, ts_,                                                           \
+                   ct_raw_meta(CT_API_##ID, 0, CT_OP_FREE, CT_KIND_NONE, SPACE, FLAGS), dev_,      \
+                   c.result, (uint64_t)(SIZE), addr_, (uint64_t)(AUX), (uint64_t)(AUX2));          \
+        ct_thr.depth = 0;                                                                          \
+        return c.result;                                                                           \
+    }
+
 /* ---- the generated wrappers ------------------------------------------------------------ */
 #define CT_WRAPPER_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,   \
                         AUX2, DEV)                                                                 \
@@ -796,6 +892,14 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
         if (!real)                                                                                 \
             return CUDA_ERROR_NOT_INITIALIZED;                                                     \
         struct ct_call c;                                                                          \
+        int fast_ = __atomic_load_n(&ct_fast, __ATOMIC_RELAXED);                                   \
+        if (((OP) == CT_OP_ALLOC || (OP) == CT_OP_FREE) && __builtin_expect(fast_, 1) &&           \
+            __builtin_expect(!ct_thr.depth, 1)) {                                                  \
+            if ((OP) == CT_OP_ALLOC)                                                               \
+                CT_FAST_ALLOC(ID, FLAGS, KIND, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)            \
+            else                                                                                   \
+                CT_FAST_FREE(ID, FLAGS, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                   \
+        }                                                                                          \
         if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                    \
             return real ARGS;                                                                      \
         CT_CALLER(c.caller);                                                                       \
@@ -1115,6 +1219,7 @@ static void atfork_child(void)
     ct_thr.dev_ctx = 0;                       /* a forked child has no context of its parent's */
     memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
+    ct_events_atfork_child();
     ct_agg_atfork_child();
     ct_live_atfork_child();
     ct_stacks_reset();
@@ -1146,8 +1251,11 @@ static void init_steps(void)
     ct_budget_set_fence_report(report_fence);
     ct_budget_set_join_report(write_budget_info);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    ct_writer_set_counter(ct_events_total);
     ct_pid = getpid();
     ct_cfg.active = 1;
+    if (!ct_budget_on() && !ct_cfg.ctx_watch && ct_cfg.mode == CT_MODE_FULL)
+        fast_ok = FAST_ON | (ct_cfg.stack_depth > 0 ? FAST_STACKS : 0);
     ct_live_start();
     if (ct_cfg.eager && ct_cfg.mode != CT_MODE_NONE)
         ct_writer_open_now();
