@@ -77,6 +77,48 @@ static inline void ct_raw_put_full(uint8_t *p, const struct ct_event *e)
     memcpy(p + 8, e, sizeof *e);
 }
 
+/* A writer's state for one thread: its last time and its references. */
+struct ct_raw_wctx {
+    uint64_t last_ts;
+    struct ct_raw_ref ref[CT_RAW_REFS];
+};
+
+/* e (an event of the thread whose tid is self) as a short record when it matches its
+ * reference, else a full one that becomes the reference; written at p (CT_RAW_MAX bytes of
+ * room), the state moved on. Returns the bytes written. The shim's inline path
+ * (native/shim/events.h) is this function's short case, specialized. */
+static inline uint32_t ct_raw_encode(struct ct_raw_wctx *w, const struct ct_event *e, uint32_t self,
+                                     uint8_t *p)
+{
+    uint64_t meta = ct_raw_meta(e->api, e->rt_api, e->op, e->kind, e->space, e->flags);
+    uint64_t dr = ct_raw_dr(e->device, e->result), dt = e->ts_ns - w->last_ts;
+    struct ct_raw_ref *r = &w->ref[e->api % CT_RAW_REFS];
+    /* a short record takes its reference's tid and no reserved bit but one: only such a full
+     * record may be a reference */
+    int can_ref =
+        e->api && e->api < 256 && e->tid == self && !(e->reserved & ~(uint32_t)CT_EV_STACK_CACHED);
+    uint32_t n;
+    if (can_ref && !(dt >> 32) && !(e->size >> 48) && r->meta == meta && r->aux == e->aux &&
+        r->aux2 == e->aux2 && r->dr == dr) {
+        uint64_t x[3] = {e->size | (uint64_t)e->api << 48 | (uint64_t)CT_RAW_SHORT << 56 |
+                             ((e->reserved & CT_EV_STACK_CACHED) ? CT_RAW_CACHED : 0),
+                         dt | (uint64_t)e->stack << 32, e->addr};
+        memcpy(p, x, sizeof x);
+        n = CT_RAW_SHORT_SIZE;
+    } else {
+        ct_raw_put_full(p, e);
+        n = CT_RAW_FULL_SIZE;
+        if (can_ref) {
+            struct ct_raw_ref nr = {meta, e->aux, e->aux2, dr};
+            *r = nr;
+        } else {
+            memset(r, 0, sizeof *r);
+        }
+    }
+    w->last_ts = e->ts_ns;
+    return n;
+}
+
 /* ---- the reader's side ------------------------------------------------------------------ */
 /* A thread's context: its time, its events since its start, its references (api 0: none). */
 struct ct_raw_ctx {
@@ -131,9 +173,7 @@ static inline int ct_raw_decode(struct ct_raw_ctx *c, const uint8_t **pp, const 
         if (end - p < (long)CT_RAW_FULL_SIZE)
             return 0;
         memcpy(out, p + 8, sizeof *out);
-        if (!out->api)
-            return 0;
-        c->ref[out->api % CT_RAW_REFS] = *out;
+        c->ref[out->api % CT_RAW_REFS] = *out; /* (api 0: never a short record's) */
         *pp = p + CT_RAW_FULL_SIZE;
     } else {
         return 0;

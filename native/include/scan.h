@@ -98,6 +98,18 @@ uint64_t ct_ceblock_state_size(uint32_t nthreads);
 uint64_t ct_ceblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
                          uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
                          uint64_t cap);
+/* The same as raw blocks (CT_REC_RAWBLOCK, format version 4) as the shim's writer lays them out,
+ * encoded by its encoder (rawevent.h); state: ct_rawblock_state_size(nthreads) bytes, zeroed
+ * once. */
+uint64_t ct_rawblock_state_size(uint32_t nthreads);
+uint64_t ct_rawblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
+                          uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
+                          uint64_t cap);
+/* A sealed chunk (len bytes at in, a chunk of a version 4 trace other than the first) with its
+ * raw events rewritten as compact ones into out (len bytes): the same records in the same order,
+ * each RAWBLOCK a CEBLOCK of the same events, zeros after them (native/reader/transcode.c).
+ * Returns where out's records end, 0 when the chunk is to be kept as it is. */
+uint64_t ct_chunk_compact(const uint8_t *in, uint64_t len, uint8_t *out);
 /* CFFI-END */
 
 #endif

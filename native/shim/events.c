@@ -117,8 +117,7 @@ static int next_block(void)
     if (!ct_block_take(&tw->block, size, tw->thread, tw->count, last))
         return 0;
     if (tw->block.start) {
-        memset(tw->ref, 0, sizeof tw->ref);
-        tw->last_ts = 0;
+        memset(&tw->w, 0, sizeof tw->w);
         tw->count = 0;
     }
     tw->next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
@@ -158,33 +157,12 @@ int ct_event_write_slow(const struct ct_event *e)
     if (tw->room - tw->used < CT_RAW_MAX && !next_block())
         return 0;
     uint8_t *at = tw->block.p + CT_EV_BLOCK_HEAD + tw->used;
-    uint64_t meta = ct_raw_meta(e->api, e->rt_api, e->op, e->kind, e->space, e->flags);
-    uint64_t dr = ct_raw_dr(e->device, e->result), dt = e->ts_ns - tw->last_ts;
-    struct ct_raw_ref *r = &tw->ref[e->api % CT_RAW_REFS];
-    uint32_t n;
-    if (!(dt >> 32) && !(e->size >> 48) && e->api < 256 && e->tid == ct_gettid() &&
-        !(e->reserved & ~(uint32_t)CT_EV_STACK_CACHED) && r->meta == meta && r->aux == e->aux &&
-        r->aux2 == e->aux2 && r->dr == dr) {
-        uint64_t w[3] = {e->size | (uint64_t)e->api << 48 | (uint64_t)CT_RAW_SHORT << 56 |
-                             ((e->reserved & CT_EV_STACK_CACHED) ? CT_RAW_CACHED : 0),
-                         dt | (uint64_t)e->stack << 32, e->addr};
-        memcpy(at, w, sizeof w);
-        n = CT_RAW_SHORT_SIZE;
-    } else {
-        ct_raw_put_full(at, e);
-        n = CT_RAW_FULL_SIZE;
-        /* a short record takes its reference's tid: only the thread's own may be one */
-        if (e->api < 256 && e->tid == ct_gettid() && !(e->reserved & ~(uint32_t)CT_EV_STACK_CACHED))
-            *r = (struct ct_raw_ref){meta, e->aux, e->aux2, dr};
-        else
-            memset(r, 0, sizeof *r);
-    }
+    uint32_t n = ct_raw_encode(&tw->w, e, ct_gettid(), at);
     /* the state moves on before the store that publishes the record: it is this thread's
      * alone, and the block has room, so the record is published */
     tw->used += n;
     __atomic_store_n((uint32_t *)(void *)(tw->block.p + sizeof(struct ct_rec_hdr)), tw->used,
                      __ATOMIC_RELEASE);
-    tw->last_ts = e->ts_ns;
     tw->count++;
     __atomic_store_n(&tw->total, tw->total + 1, __ATOMIC_RELAXED);
     return 1;

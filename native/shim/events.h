@@ -17,16 +17,15 @@
  * inline path below */
 #define CT_EV_BLOCK_HEAD (sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_rawblock))
 struct ct_ev_thread {
-    uint64_t last_ts;                   /* the time of the thread's last event since its START */
-    uint32_t used, room;                /* bytes of records in its block, and the block's room */
-    uint32_t count;                     /* events since its START (the next block's seq) */
-    uint32_t thread;                    /* the thread's number in the file */
-    uint32_t gen;                       /* writer generation the state belongs to (0: none) */
-    uint32_t next_size;                 /* of its next block */
-    uint64_t total;                     /* events written to this file (the END record's count) */
-    ct_block block;                     /* its block (NULL: none) */
-    struct ct_ev_thread *next;          /* the threads that write (events.c: their totals) */
-    struct ct_raw_ref ref[CT_RAW_REFS]; /* what a short record of each API must match */
+    struct ct_raw_wctx w;      /* its last time and references, since its START */
+    uint32_t used, room;       /* bytes of records in its block, and the block's room */
+    uint32_t count;            /* events since its START (the next block's seq) */
+    uint32_t thread;           /* the thread's number in the file */
+    uint32_t gen;              /* writer generation the state belongs to (0: none) */
+    uint32_t next_size;        /* of its next block */
+    uint64_t total;            /* events written to this file (the END record's count) */
+    ct_block block;            /* its block (NULL: none) */
+    struct ct_ev_thread *next; /* the threads that write (events.c: their totals) */
 };
 extern CT_HIDDEN CT_TLS struct ct_ev_thread ct_ev_tw;
 
@@ -41,8 +40,8 @@ ct_event_put(uint64_t ts, uint64_t size, uint64_t addr, uint32_t stack, uint64_t
              uint64_t meta, uint64_t aux, uint64_t aux2, uint64_t dr)
 {
     struct ct_ev_thread *tw = &ct_ev_tw;
-    uint64_t dt = ts - tw->last_ts;
-    const struct ct_raw_ref *r = &tw->ref[(uint16_t)meta % CT_RAW_REFS];
+    uint64_t dt = ts - tw->w.last_ts;
+    const struct ct_raw_ref *r = &tw->w.ref[(uint16_t)meta % CT_RAW_REFS];
     if (__builtin_expect(tw->room - tw->used >= CT_RAW_SHORT_SIZE && !(dt >> 32) && !(size >> 48) &&
                              r->meta == meta && r->aux == aux && r->aux2 == aux2 && r->dr == dr,
                          1)) {
@@ -55,7 +54,7 @@ ct_event_put(uint64_t ts, uint64_t size, uint64_t addr, uint32_t stack, uint64_t
         tw->used = used;
         __atomic_store_n((uint32_t *)(void *)(blk + sizeof(struct ct_rec_hdr)), used,
                          __ATOMIC_RELEASE);
-        tw->last_ts = ts;
+        tw->w.last_ts = ts;
         tw->count++;
         __atomic_store_n(&tw->total, tw->total + 1, __ATOMIC_RELAXED);
         return 1;

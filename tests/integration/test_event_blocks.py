@@ -88,7 +88,10 @@ def test_held_block_survives_chunks_moving_on(ct, sim, tmp_path):
     assert sizes == [1000] + [1001 + i for i in range(50)]
     # the trace moved well past the holder's first block (several chunks)
     assert t.size_bytes > 5 * 2 * 1024 * 1024
-    # a raw record an event (24 bytes: issue 42 allows 32 without the launcher's sealing)
+    # a raw record an event (24 bytes: issue 42 allows 32 without the launcher's sealing), and
+    # once sealed by the launcher (compact, compressed) a few bytes an event on disk
     data = trace_bytes(t.path)  # sealed chunks put back
     end = data.rindex(b"\xa3\xc7\x08\x00")
     assert end / n < 25
+    disk = sum(p.stat().st_blocks * 512 for p in r.out.glob("*.ctrace*"))
+    assert disk / n < 4, disk / n
