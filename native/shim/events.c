@@ -47,7 +47,7 @@ static void unlist(struct ct_ev_thread *tw)
     for (struct ct_ev_thread **p = &writers; *p; p = &(*p)->next)
         if (*p == tw) {
             *p = tw->next;
-            retired += __atomic_load_n(&tw->total, __ATOMIC_RELAXED);
+            retired += tw->before + __atomic_load_n(&tw->count, __ATOMIC_RELAXED);
             break;
         }
     tw->next = NULL;
@@ -90,7 +90,8 @@ uint64_t ct_events_total(void)
     pthread_mutex_lock(&list_mu);
     uint64_t n = retired;
     for (struct ct_ev_thread *t = writers; t; t = t->next)
-        n += __atomic_load_n(&t->total, __ATOMIC_RELAXED);
+        n += __atomic_load_n(&t->before, __ATOMIC_RELAXED) +
+             __atomic_load_n(&t->count, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&list_mu);
     return n;
 }
@@ -118,7 +119,8 @@ static int next_block(void)
         return 0;
     if (tw->block.start) {
         memset(&tw->w, 0, sizeof tw->w);
-        tw->count = 0;
+        __atomic_store_n(&tw->before, tw->before + tw->count, __ATOMIC_RELAXED);
+        __atomic_store_n(&tw->count, 0, __ATOMIC_RELAXED);
     }
     tw->next_size = size < BLOCK_MAX ? size * 2 : BLOCK_MAX;
     tw->room = tw->block.size - (uint32_t)CT_EV_BLOCK_HEAD;
@@ -133,7 +135,7 @@ static void join_file(uint32_t gen)
         unlist(tw); /* (never: a thread's file changes only in a forked child) */
     tw->block.p = NULL;
     tw->used = tw->room = tw->next_size = tw->count = 0;
-    tw->total = 0;
+    tw->before = 0;
     tw->thread = take_number(gen);
     tw->gen = gen;
     pthread_mutex_lock(&list_mu);
@@ -163,7 +165,6 @@ int ct_event_write_slow(const struct ct_event *e)
     tw->used += n;
     __atomic_store_n((uint32_t *)(void *)(tw->block.p + sizeof(struct ct_rec_hdr)), tw->used,
                      __ATOMIC_RELEASE);
-    tw->count++;
-    __atomic_store_n(&tw->total, tw->total + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&tw->count, tw->count + 1, __ATOMIC_RELAXED);
     return 1;
 }

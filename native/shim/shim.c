@@ -676,7 +676,7 @@ static int ct_pre(struct ct_call *c)
     if (r < 0) /* not a member any more (slots full), or a device the ledger cannot count */
         return fence_broken(c, r) ? fence_refuse(c) : 1;
     ct_thr.deny_share = r == CT_LEDGER_DENIED_SHARE;
-    c->stack = ct_stack_capture(&c->caller, &c->cached);
+    c->stack = ct_stack_capture(&c->caller, &c->cached, 1);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
         ct_ledger_force(ledger, dev, c->reserve);
@@ -715,10 +715,7 @@ static inline void call_settled(struct ct_call *c)
 }
 
 /* what this process holds on dev, by its live counters (CT_LIVE_DEVICES rows) */
-static uint64_t live_held(int dev)
-{
-    return __atomic_load_n(&ct_live.dev[dev].live, __ATOMIC_ACQUIRE);
-}
+static uint64_t live_held(int dev) { return ct_live_held(dev); }
 
 /* CUDATRACE_RECORD_CONTEXTS without a budget: the call is settled; after an allocation, the
  * context is measured as a budget would count it (budget.c), into the trace (the allocation
@@ -793,7 +790,7 @@ static void ct_post(struct ct_call *c)
     if (c->dev < 0)
         c->dev = current_device();
     if (!c->stacked && (ct_cfg.stack_depth > 0 || !ct_writer_generation()))
-        c->stack = ct_stack_capture(&c->caller, &c->cached);
+        c->stack = ct_stack_capture(&c->caller, &c->cached, 1);
     emit(c, c->op);
     ct_leave();
 }
@@ -826,12 +823,18 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
  * call, the live counters, the clock, the stack (stacks.h: the unwinder's memo of the site) and
  * one raw record appended to the thread's block (events.h). Anything else (a budget, another
  * mode, a map, a query, a nested call) takes the general path below it. */
-static inline __attribute__((always_inline)) void
-fast_event(const struct ct_caller *caller, int fast, uint64_t ts, uint64_t meta, int dev,
-           int result, uint64_t size, uint64_t addr, uint64_t aux, uint64_t aux2)
+static inline __attribute__((always_inline)) void fast_event(int fast, uint64_t ts, uint64_t meta,
+                                                             int dev, int result, uint64_t size,
+                                                             uint64_t addr, uint64_t aux,
+                                                             uint64_t aux2)
 {
     int cached = 0;
-    uint32_t stack = (fast & FAST_STACKS) ? ct_stack_capture(caller, &cached) : 0;
+    uint32_t stack = 0;
+    if (fast & FAST_STACKS) {
+        struct ct_caller caller; /* the wrapper's frame: this is inlined into it */
+        CT_CALLER(caller);
+        stack = ct_stack_capture(&caller, &cached, 0);
+    }
     uint16_t rt = ct_thr.rt_api;
     if (rt) /* the runtime API in progress (a CT_RUNTIME wrapper) */
         meta |= (uint64_t)rt << 16 | (uint64_t)CT_EF_RUNTIME_KNOWN << 56;
@@ -842,8 +845,6 @@ fast_event(const struct ct_caller *caller, int fast, uint64_t ts, uint64_t meta,
 #define CT_FAST_ALLOC(ID, FLAGS, KIND, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                    \
     {                                                                                              \
         ct_thr.depth = 1;                                                                          \
-        struct ct_caller caller_;                                                                  \
-        CT_CALLER(caller_);                                                                        \
         c.kind = (KIND);                                                                           \
         c.dev = (DEV);                                                                             \
         c.result = real ARGS;                                                                      \
@@ -852,7 +853,7 @@ fast_event(const struct ct_caller *caller, int fast, uint64_t ts, uint64_t meta,
             addr_ = (uint64_t)(ADDR);                                                              \
         int dev_ = c.dev < 0 ? current_device() : c.dev;                                           \
         ct_live_alloc(c.kind, SPACE, dev_, addr_, size_, c.result);                                \
-        fast_event(&caller_, fast_, ct_now_ns(),                                                   \
+        fast_event(fast_, ct_now_ns(),                                                             \
                    ct_raw_meta(CT_API_##ID, 0, CT_OP_ALLOC, c.kind, SPACE, FLAGS), dev_, c.result, \
                    size_, addr_, (uint64_t)(AUX), (uint64_t)(AUX2));                               \
         ct_thr.depth = 0;                                                                          \
@@ -863,20 +864,19 @@ fast_event(const struct ct_caller *caller, int fast, uint64_t ts, uint64_t meta,
 #define CT_FAST_FREE(ID, FLAGS, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                           \
     {                                                                                              \
         ct_thr.depth = 1;                                                                          \
-        struct ct_caller caller_;                                                                  \
-        CT_CALLER(caller_);                                                                        \
         c.dev = (DEV);                                                                             \
         uint64_t ts_ = ct_now_ns();                                                                \
-        c.live.state = 0;                                                                          \
-        int live_dev_ = ct_live_freeing(SPACE, (uint64_t)(ADDR), &c.live);                         \
+        struct ct_live_taken tk_;                                                                  \
+        tk_.state = 0;                                                                             \
+        int live_dev_ = ct_live_freeing(SPACE, (uint64_t)(ADDR), &tk_);                            \
         if (c.dev < 0 && live_dev_ != CT_LIVE_UNKNOWN)                                             \
             c.dev = live_dev_; /* the device it was allocated on */                                \
         c.result = real ARGS;                                                                      \
-        if (__builtin_expect(c.result != CUDA_SUCCESS && c.live.state, 0))                         \
-            ct_live_unfree(SPACE, (uint64_t)(ADDR), &c.live);                                      \
+        if (__builtin_expect(c.result != CUDA_SUCCESS && tk_.state, 0))                            \
+            ct_live_unfree(SPACE, (uint64_t)(ADDR), &tk_);                                         \
         uint64_t addr_ = c.result == CUDA_SUCCESS ? (uint64_t)(ADDR) : 0;                          \
         int dev_ = c.dev < 0 ? current_device() : c.dev;                                           \
-        fast_event(&caller_, fast_, ts_,                                                           \
+        fast_event(fast_, ts_,                                                                     \
                    ct_raw_meta(CT_API_##ID, 0, CT_OP_FREE, CT_KIND_NONE, SPACE, FLAGS), dev_,      \
                    c.result, (uint64_t)(SIZE), addr_, (uint64_t)(AUX), (uint64_t)(AUX2));          \
         ct_thr.depth = 0;                                                                          \
@@ -884,25 +884,44 @@ fast_event(const struct ct_caller *caller, int fast, uint64_t ts, uint64_t meta,
     }
 
 /* ---- the generated wrappers ------------------------------------------------------------ */
-#define CT_WRAPPER_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,   \
-                        AUX2, DEV)                                                                 \
+/* The exported wrapper: the fast path, else the general one (CT_GENERAL_BODY, a function of its
+ * own, so the fast path keeps its registers), told where the program's frames start */
+#define CT_WRAPPER_BODY(ID, GEN, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, SIZE, ADDR, AUX, AUX2, \
+                        DEV)                                                                       \
     {                                                                                              \
         typedef CUresult(*fn_t) PROTO;                                                             \
         fn_t real = (fn_t)ct_real(SLOT);                                                           \
         if (!real)                                                                                 \
             return CUDA_ERROR_NOT_INITIALIZED;                                                     \
-        struct ct_call c;                                                                          \
         int fast_ = __atomic_load_n(&ct_fast, __ATOMIC_RELAXED);                                   \
         if (((OP) == CT_OP_ALLOC || (OP) == CT_OP_FREE) && __builtin_expect(fast_, 1) &&           \
             __builtin_expect(!ct_thr.depth, 1)) {                                                  \
+            struct ct_call c;                                                                      \
             if ((OP) == CT_OP_ALLOC)                                                               \
                 CT_FAST_ALLOC(ID, FLAGS, KIND, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)            \
             else                                                                                   \
                 CT_FAST_FREE(ID, FLAGS, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                   \
         }                                                                                          \
+        struct ct_caller caller_;                                                                  \
+        CT_CALLER(caller_);                                                                        \
+        ct_thr.caller[0] = caller_.ra;                                                             \
+        ct_thr.caller[1] = caller_.sp;                                                             \
+        ct_thr.caller[2] = caller_.fp;                                                             \
+        return GEN ARGS;                                                                           \
+    }
+
+/* one call's protocol: enter, budget, the real call, the live counters, the event, leave */
+#define CT_GENERAL_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,   \
+                        AUX2, DEV)                                                                 \
+    {                                                                                              \
+        typedef CUresult(*fn_t) PROTO;                                                             \
+        fn_t real = (fn_t)ct_real(SLOT);                                                           \
+        struct ct_call c;                                                                          \
         if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                    \
             return real ARGS;                                                                      \
-        CT_CALLER(c.caller);                                                                       \
+        c.caller.ra = ct_thr.caller[0];                                                            \
+        c.caller.sp = ct_thr.caller[1];                                                            \
+        c.caller.fp = ct_thr.caller[2];                                                            \
         c.reserve = (uint64_t)(RESERVE);                                                           \
         c.dev = (DEV);                                                                             \
         if (c.reserve && ct_budget_on() && !ct_pre(&c)) {                                          \
@@ -969,11 +988,16 @@ fast_event(const struct ct_caller *caller, int fast, uint64_t ts, uint64_t meta,
 
 #define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,  \
                   AUX2, DEV)                                                                       \
-    CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS, \
-                                                RESERVE, SIZE, ADDR, AUX, AUX2, DEV)               \
-    CUresult ct_ptsz_##ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND,     \
-                                                SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,      \
-                                                AUX2, DEV) CT_PTSZ_EXPORT_##PTSZ(ID)
+    __attribute__((noinline)) static CUresult ct_gen_##ID PROTO CT_GENERAL_BODY(                   \
+        ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX, AUX2, DEV)    \
+        __attribute__((noinline)) static CUresult ct_gen_ptsz_##ID PROTO                           \
+        CT_GENERAL_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND, SPACE, PROTO, ARGS,         \
+                        RESERVE, SIZE, ADDR, AUX, AUX2, DEV)                                       \
+    CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, ct_gen_##ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, \
+                                                PROTO, ARGS, SIZE, ADDR, AUX, AUX2, DEV)           \
+    CUresult ct_ptsz_##ID PROTO CT_WRAPPER_BODY(ID, ct_gen_ptsz_##ID, CT_SLOT_##ID##_ptsz,         \
+                                                CT_EF_PTSZ, OP, KIND, SPACE, PROTO, ARGS, SIZE,    \
+                                                ADDR, AUX, AUX2, DEV) CT_PTSZ_EXPORT_##PTSZ(ID)
 #define CT_RUNTIME(ID, PROTO, ARGS)                                                                \
     CT_EXPORT int ID PROTO                                                                         \
     {                                                                                              \

@@ -29,16 +29,19 @@ extern CT_HIDDEN uint32_t ct_stack_generation; /* bumped on reset: tags of older
 extern CT_HIDDEN int ct_stack_recall_depth;
 extern CT_HIDDEN CT_TLS const uintptr_t *ct_stack_last; /* the last stack's return addresses */
 extern CT_HIDDEN CT_TLS int ct_stack_last_n;
+/* keep: remember the stack as this thread's last (the denial's line reads it: ct_pre) */
 static inline __attribute__((always_inline)) uint32_t ct_stack_capture(const struct ct_caller *from,
-                                                                       int *cached)
+                                                                       int *cached, int keep)
 {
     int depth = ct_stack_recall_depth;
     if (__builtin_expect(depth && from->sp && !ct_py_maybe(), 1)) {
         const struct ct_uw_memo *m = ct_uw_recall(from->ra, from->sp, from->fp, depth);
-        if (m && m->n > 0 &&
-            m->tag >> 32 == __atomic_load_n(&ct_stack_generation, __ATOMIC_RELAXED)) {
-            ct_stack_last = m->ips;
-            ct_stack_last_n = m->n;
+        /* (a memo of no frames has no tag: a tag is a leaf's) */
+        if (m && m->tag >> 32 == __atomic_load_n(&ct_stack_generation, __ATOMIC_RELAXED)) {
+            if (keep) {
+                ct_stack_last = m->ips;
+                ct_stack_last_n = m->n;
+            }
             *cached = 1;
             return (uint32_t)m->tag;
         }

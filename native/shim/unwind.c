@@ -108,6 +108,7 @@ struct uw_thread {
 };
 
 CT_TLS struct ct_uw_memos *ct_uw_thread;
+static const uintptr_t ct_uw_never; /* 0: a memo's last read, which expects 1 */
 uint32_t ct_uw_generation = 1;
 
 static pthread_key_t uw_key;
@@ -720,7 +721,9 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
         *tag = (uint64_t *)&hit->tag;
         return hit->n;
     }
-    struct ct_uw_memo *m = &t->m.memo[t->m.next++ % CT_UW_MEMO_WAYS];
+    unsigned way = t->m.next++ % CT_UW_MEMO_WAYS;
+    struct ct_uw_memo *m = &t->m.memo[way];
+    t->m.hint[ct_uw_hint_of(ra)] = (uint8_t)way; /* tried first the next time */
     m->n = -1;
     m->ra0 = ra;
     m->sp0 = sp;
@@ -786,6 +789,8 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
         ra = (f & RF_RA_SIGNED) ? ct_uw_strip_pac(raw) : raw;
         sp = cfa;
     }
+    m->rd[m->nreads].addr = (uintptr_t)&ct_uw_never; /* the end of the reads */
+    m->rd[m->nreads].val = 1;
     memcpy(m->ips, ips, sizeof(uintptr_t) * (size_t)n);
     m->n = n;
     *out = m->ips;
