@@ -849,10 +849,13 @@ static inline __attribute__((always_inline)) void fast_event(int fast, uint64_t 
         c.dev = (DEV);                                                                             \
         c.result = real ARGS;                                                                      \
         uint64_t size_ = (uint64_t)(SIZE), addr_ = 0;                                              \
-        if (c.result == CUDA_SUCCESS)                                                              \
-            addr_ = (uint64_t)(ADDR);                                                              \
         int dev_ = c.dev < 0 ? current_device() : c.dev;                                           \
-        ct_live_alloc(c.kind, SPACE, dev_, addr_, size_, c.result);                                \
+        if (__builtin_expect(c.result == CUDA_SUCCESS, 1)) {                                       \
+            addr_ = (uint64_t)(ADDR);                                                              \
+            ct_live_alloc(c.kind, SPACE, dev_, addr_, size_, CUDA_SUCCESS);                        \
+        } else {                                                                                   \
+            ct_live_alloc_slow(c.kind, SPACE, dev_, 0, size_, c.result);                           \
+        }                                                                                          \
         fast_event(fast_, ct_now_ns(),                                                             \
                    ct_raw_meta(CT_API_##ID, 0, CT_OP_ALLOC, c.kind, SPACE, FLAGS), dev_, c.result, \
                    size_, addr_, (uint64_t)(AUX), (uint64_t)(AUX2));                               \

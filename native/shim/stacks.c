@@ -414,5 +414,6 @@ void ct_stacks_reset(void)
     table = NULL;
     nnodes = 0;
     __atomic_add_fetch(&ct_stack_generation, 1, __ATOMIC_RELEASE);
+    ct_uw_invalidate(); /* the memos' tags name nodes of the old tree (stacks.h) */
     ct_stack_last_n = -1;
 }

@@ -36,8 +36,9 @@ static inline __attribute__((always_inline)) uint32_t ct_stack_capture(const str
     int depth = ct_stack_recall_depth;
     if (__builtin_expect(depth && from->sp && !ct_py_maybe(), 1)) {
         const struct ct_uw_memo *m = ct_uw_recall(from->ra, from->sp, from->fp, depth);
-        /* (a memo of no frames has no tag: a tag is a leaf's) */
-        if (m && m->tag >> 32 == __atomic_load_n(&ct_stack_generation, __ATOMIC_RELAXED)) {
+        /* a tag is a leaf's (a memo of no frames has none); a memo of an older tree of stacks
+         * (before fork) is never found: the reset empties the memos (ct_stacks_reset) */
+        if (m && m->tag) {
             if (keep) {
                 ct_stack_last = m->ips;
                 ct_stack_last_n = m->n;

@@ -40,6 +40,8 @@ struct ct_uw_memo {
     uint32_t gen;
     int max, n, nreads; /* n < 0: empty */
     int fp0_used;       /* the starting FP was a CFA base before any saved FP replaced it */
+    int key;            /* a finished walk's 2 * max + fp0_used; -1: empty or being made */
+    const void *rd_end; /* &rd[nreads] */
     struct {
         uintptr_t addr, val;
     } rd[2 * CT_UW_MEMO_FRAMES + 1]; /* then a read that never matches (ct_uw_memo_hit) */
@@ -50,7 +52,7 @@ struct ct_uw_memo {
 struct ct_uw_memos {
     uint32_t gen; /* ct_uw_generation the table was made in */
     unsigned next;
-    uint8_t hint[CT_UW_HINTS]; /* by the start's return address: the memo it met last */
+    struct ct_uw_memo *hint[CT_UW_HINTS]; /* by the start's return address: the memo it met last */
     struct ct_uw_memo memo[CT_UW_MEMO_WAYS];
 };
 extern CT_HIDDEN CT_TLS struct ct_uw_memos *ct_uw_thread; /* NULL until the thread's first walk */
@@ -79,15 +81,15 @@ static inline __attribute__((always_inline)) int ct_uw_memo_hit(const struct ct_
     const __typeof__(m->rd[0]) *r = m->rd;
     while (*(const uintptr_t *)r->addr == r->val)
         r++;
-    return r == m->rd + m->nreads;
+    return (const void *)r == m->rd_end;
 }
 
 /* m is the memo of an identical earlier walk from (ra, sp, fp) of max frames */
 static inline __attribute__((always_inline)) int
 ct_uw_memo_is(const struct ct_uw_memo *m, uintptr_t ra, uintptr_t sp, uintptr_t fp, int max)
 {
-    return m->ra0 == ra && m->sp0 == sp && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
-           m->max == max && ct_uw_memo_hit(m);
+    return m->ra0 == ra && m->sp0 == sp &&
+           (m->key == 2 * max || (m->key == 2 * max + 1 && m->fp0 == fp)) && ct_uw_memo_hit(m);
 }
 
 static inline unsigned ct_uw_hint_of(uintptr_t ra)
@@ -102,12 +104,13 @@ static inline unsigned ct_uw_hint_of(uintptr_t ra)
 static inline __attribute__((always_inline)) const struct ct_uw_memo *
 ct_uw_memo_find(struct ct_uw_memos *t, uintptr_t ra, uintptr_t sp, uintptr_t fp, int max)
 {
-    unsigned h = ct_uw_hint_of(ra), first = t->hint[h] % CT_UW_MEMO_WAYS;
-    if (ct_uw_memo_is(&t->memo[first], ra, sp, fp, max))
-        return &t->memo[first];
+    unsigned h = ct_uw_hint_of(ra);
+    const struct ct_uw_memo *first = t->hint[h];
+    if (first && ct_uw_memo_is(first, ra, sp, fp, max))
+        return first;
     for (unsigned w = 0; w < CT_UW_MEMO_WAYS; w++) {
-        if (w != first && ct_uw_memo_is(&t->memo[w], ra, sp, fp, max)) {
-            t->hint[h] = (uint8_t)w;
+        if (&t->memo[w] != first && ct_uw_memo_is(&t->memo[w], ra, sp, fp, max)) {
+            t->hint[h] = &t->memo[w];
             return &t->memo[w];
         }
     }
