@@ -77,7 +77,9 @@ def main() -> int:
             a.append(_read_cpu(plain / p.name))
             b.append(_read_cpu(holed / p.name))
     ma, mb = statistics.median(a), statistics.median(b)
-    print(f"read_trace, sidecar as written:          {ma * 1e3:8.1f} ms CPU (median of {args.rounds})")
+    print(
+        f"read_trace, sidecar as written:          {ma * 1e3:8.1f} ms CPU (median of {args.rounds})"
+    )
     print(f"read_trace, sidecar + {args.gib} GiB of holes: {mb * 1e3:8.1f} ms CPU")
     print(f"added per GiB of holes:                  {(mb - ma) / args.gib * 1e3:8.2f} ms")
     return 0
