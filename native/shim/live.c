@@ -33,7 +33,12 @@
 #include "util.h"
 
 #define TAB_SIZE (1u << CT_LIVE_TAB_BITS)
-#define TAB_PROBES 4096
+#define TAB_PROBES                                                                                 \
+    64 /* then the spill table (a slot of a chain never becomes empty again: an
+                         entry is in it only when the chain's first slots were all live) */
+#define TAB2_BITS 20
+#define TAB2_SIZE (1u << TAB2_BITS)
+#define TAB2_PROBES 4096
 #define EMPTY CT_LIVE_EMPTY
 #define TOMB CT_LIVE_TOMB
 #define OWNER_HOST CT_LIVE_HOST
@@ -47,6 +52,7 @@
 
 struct ct_live_stats ct_live = {.version = CT_LIVE_VERSION}; /* what cudatrace_live hands out */
 struct ct_live_slot *ct_live_tab;
+static struct ct_live_slot *tab2; /* the spill table (mapped when the first chain is full) */
 uint64_t ct_live_epoch;
 uint64_t ct_live_marks;
 uint32_t ct_live_gate;
@@ -216,38 +222,41 @@ static struct ct_live_thr *me(void)
     return t;
 }
 
-static struct ct_live_slot *table(void)
+/* *where, mapped by the first thread that needs it (n slots) */
+static struct ct_live_slot *mapped(struct ct_live_slot **where, size_t n)
 {
-    struct ct_live_slot *t = __atomic_load_n(&ct_live_tab, __ATOMIC_ACQUIRE);
+    struct ct_live_slot *t = __atomic_load_n(where, __ATOMIC_ACQUIRE);
     if (t)
         return t;
-    void *m = mmap(NULL, sizeof(struct ct_live_slot) * TAB_SIZE, PROT_READ | PROT_WRITE,
+    void *m = mmap(NULL, sizeof(struct ct_live_slot) * n, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED)
         return NULL;
     struct ct_live_slot *expect = NULL;
-    if (!__atomic_compare_exchange_n(&ct_live_tab, &expect, (struct ct_live_slot *)m, 0,
-                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        munmap(m, sizeof(struct ct_live_slot) * TAB_SIZE); /* another thread mapped it first */
+    if (!__atomic_compare_exchange_n(where, &expect, (struct ct_live_slot *)m, 0, __ATOMIC_ACQ_REL,
+                                     __ATOMIC_ACQUIRE)) {
+        munmap(m, sizeof(struct ct_live_slot) * n); /* another thread mapped it first */
         return expect;
     }
     return (struct ct_live_slot *)m;
 }
 
-/* (addr, space) enters the table with epoch e; 0 when the table is full or unmapped */
-static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t who, uint64_t e)
+static inline uint32_t hash2(uint64_t addr)
 {
-    struct ct_live_slot *t = table();
-    if (!t)
-        return 0;
-    uint32_t i = ct_live_hash(addr);
-    for (int n = 0; n < TAB_PROBES; n++, i = (i + 1) & (TAB_SIZE - 1)) {
+    return (uint32_t)((addr * 0x9E3779B97F4A7C15ull) >> (64 - TAB2_BITS));
+}
+
+/* (addr, space) enters table t (a chain of probes from home) with epoch e; 0: no free slot */
+static int put(struct ct_live_slot *t, uint32_t mask, uint32_t i, int probes, uint64_t addr,
+               uint64_t meta, uint64_t e)
+{
+    for (int n = 0; n < probes; n++, i = (i + 1) & mask) {
         uint64_t cur = __atomic_load_n(&t[i].addr, __ATOMIC_RELAXED);
         while (cur <= TOMB) {
             if (__atomic_compare_exchange_n(&t[i].addr, &cur, addr, 0, __ATOMIC_ACQ_REL,
                                             __ATOMIC_RELAXED)) {
                 __atomic_store_n(&t[i].epoch, e, __ATOMIC_RELAXED);
-                __atomic_store_n(&t[i].meta, CT_LIVE_META(size, who, space), __ATOMIC_RELEASE);
+                __atomic_store_n(&t[i].meta, meta, __ATOMIC_RELEASE);
                 return 1;
             }
         }
@@ -255,14 +264,26 @@ static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t who, ui
     return 0;
 }
 
-/* the slot of (addr, space), or NULL */
-static struct ct_live_slot *find(uint64_t addr, uint32_t space, uint64_t *meta)
+/* (addr, space) enters the table, or the spill table past it, with epoch e; 0 when both are
+ * full (or cannot be mapped) */
+static int insert(uint64_t addr, uint32_t space, uint64_t size, uint32_t who, uint64_t e)
 {
-    struct ct_live_slot *t = __atomic_load_n(&ct_live_tab, __ATOMIC_ACQUIRE);
-    if (!t || addr <= TOMB)
-        return NULL;
-    uint32_t i = ct_live_hash(addr);
-    for (int n = 0; n < TAB_PROBES; n++, i = (i + 1) & (TAB_SIZE - 1)) {
+    struct ct_live_slot *t = mapped(&ct_live_tab, TAB_SIZE), *t2;
+    uint64_t meta = CT_LIVE_META(size, who, space);
+    if (!t)
+        return 0;
+    if (put(t, TAB_SIZE - 1, ct_live_hash(addr), TAB_PROBES, addr, meta, e))
+        return 1;
+    t2 = mapped(&tab2, TAB2_SIZE);
+    return t2 && put(t2, TAB2_SIZE - 1, hash2(addr), TAB2_PROBES, addr, meta, e);
+}
+
+/* the slot of (addr, space) in table t, or NULL; *past: the chain was full, look further */
+static struct ct_live_slot *seek(struct ct_live_slot *t, uint32_t mask, uint32_t i, int probes,
+                                 uint64_t addr, uint32_t space, uint64_t *meta, int *past)
+{
+    *past = 0;
+    for (int n = 0; n < probes; n++, i = (i + 1) & mask) {
         uint64_t cur = __atomic_load_n(&t[i].addr, __ATOMIC_ACQUIRE);
         if (cur == EMPTY)
             return NULL;
@@ -274,7 +295,21 @@ static struct ct_live_slot *find(uint64_t addr, uint32_t space, uint64_t *meta)
         *meta = m;
         return &t[i];
     }
+    *past = 1;
     return NULL;
+}
+
+/* the slot of (addr, space), or NULL */
+static struct ct_live_slot *find(uint64_t addr, uint32_t space, uint64_t *meta)
+{
+    struct ct_live_slot *t = __atomic_load_n(&ct_live_tab, __ATOMIC_ACQUIRE), *s, *t2;
+    int past;
+    if (!t || addr <= TOMB)
+        return NULL;
+    s = seek(t, TAB_SIZE - 1, ct_live_hash(addr), TAB_PROBES, addr, space, meta, &past);
+    if (s || !past || !(t2 = __atomic_load_n(&tab2, __ATOMIC_ACQUIRE)))
+        return s;
+    return seek(t2, TAB2_SIZE - 1, hash2(addr), TAB2_PROBES, addr, space, meta, &past);
 }
 
 /* (addr, space) leaves the table: 1 with what it was */
@@ -705,6 +740,9 @@ void ct_live_atfork_child(void)
     ct_live_tab = NULL;
     if (t)
         munmap(t, sizeof(struct ct_live_slot) * TAB_SIZE);
+    if (tab2)
+        munmap(tab2, sizeof(struct ct_live_slot) * TAB2_SIZE);
+    tab2 = NULL;
     if (vtab)
         munmap(vtab, sizeof(struct vent) * VTAB_SIZE);
     vtab = NULL;

@@ -30,7 +30,10 @@ struct ct_live_slot {
     uint64_t epoch;
     uint64_t unused; /* 32 bytes: a slot never straddles a cache line */
 };
-#define CT_LIVE_TAB_BITS 20 /* 1M slots of 32 bytes: 32 MiB reserved, pages touched as used */
+/* 32K slots of 32 bytes (1 MiB, pages touched as used): small enough to stay in a cache when a
+ * program's addresses never repeat (a bump allocator); live.c spills past it into a table of
+ * 1M slots, mapped when needed */
+#define CT_LIVE_TAB_BITS 15
 #define CT_LIVE_EMPTY 0
 #define CT_LIVE_TOMB 1
 #define CT_LIVE_HOST 255u
