@@ -10,12 +10,15 @@ package carries them in cudatrace/_native/; in a source checkout they are built 
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
 import re
 import subprocess
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -85,15 +88,10 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
         libs = [NATIVE_DIR / name for name in which]
         in_checkout = src is not None and src == PKG_DIR.parent / "native"
         if src is not None and in_checkout and any(_stale(lib, src) for lib in libs):
-            res = subprocess.run(
-                ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] + [str(lib) for lib in libs],
-                capture_output=True,
-                text=True,
-            )
-            if res.returncode != 0:
-                raise NativeError(
-                    "building cudatrace's native libraries failed:\n" + res.stdout + res.stderr
-                )
+            with _build_lock():
+                # another process may have built them while this one waited
+                if any(_stale(lib, src) for lib in libs):
+                    _make(src, libs)
         missing = [str(lib) for lib in libs if not lib.exists()]
         if missing:
             raise NativeError(
@@ -102,6 +100,29 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
                 )
             )
         return NATIVE_DIR
+
+
+@contextlib.contextmanager
+def _build_lock() -> Iterator[None]:
+    """One build at a time across processes (pytest-xdist's workers, two commands started at
+    once): make relinks a library by removing it first, so a second process's make, or its check
+    that the library exists, could see it missing meanwhile."""
+    NATIVE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(NATIVE_DIR / ".build.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        yield
+
+
+def _make(src: Path, libs: list[Path]) -> None:
+    res = subprocess.run(
+        ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] + [str(lib) for lib in libs],
+        capture_output=True,
+        text=True,
+    )
+    if res.returncode != 0:
+        raise NativeError(
+            "building cudatrace's native libraries failed:\n" + res.stdout + res.stderr
+        )
 
 
 def shim_path() -> Path:

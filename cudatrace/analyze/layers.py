@@ -35,6 +35,7 @@ class CallGraph:
         self._stacks: set[tuple] = set()
         self._layers: set | None = None
         self._callers: dict[Hashable, set] = {}
+        self._fan: dict[Hashable, set] = {}  # site -> the allocator's callers folded into it
         self.version = 0
 
     def add(self, stacks: Iterable[Sequence[Hashable]]) -> None:
@@ -71,6 +72,21 @@ class CallGraph:
         self._callers = callers
         self._layers = layers
         return layers
+
+    def add_fan(self, site: Hashable, caller: Hashable) -> None:
+        """The boundary rule folded the allocator's caller `caller` into `site` in one stack
+        (layers.boundary_split)."""
+        got = self._fan.setdefault(site, set())
+        if caller not in got:
+            got.add(caller)
+            if len(got) == 2:  # the answers change once the fold fans out
+                self.version += 1
+
+    def fans_out(self, site: Hashable) -> bool:
+        """The boundary rule folds several callers of the allocator into `site`: each is its
+        stack's site (`eng::Attention::reserve` and `eng::Model::load`, never the function
+        that called both)."""
+        return len(self._fan.get(site, ())) >= 2
 
     @property
     def layers(self) -> set:
@@ -181,8 +197,12 @@ SYSTEM_FUNCTIONS = frozenset(
     )
 )
 # the standard library's templates, inlined into whoever uses them: never a site, never a
-# boundary (std::function's invoker between a function table and its target, make_unique)
-TRANSPARENT = re.compile(r"^(std::|__gnu_cxx::|__cxxabiv1::|__gnu_debug::)")
+# boundary (std::function's invoker between a function table and its target, make_unique);
+# also still mangled, where the demangler at hand does not read a newer library's names
+# (libc++'s `_ZNSt3__111make_uniqueB9nin220108...TnNS_9enable_if...`)
+TRANSPARENT = re.compile(
+    r"^(std::|__gnu_cxx::|__cxxabiv1::|__gnu_debug::|_ZN?[rVKRO]*(St|9__gnu_cxx|10__cxxabiv1))"
+)
 
 
 class BFrame:
@@ -311,62 +331,153 @@ def boundary_cut(frames: Sequence[BFrame], keep: Callable[[int], bool] | None = 
     starts the allocator anew (an `empty` family over a caching allocator). std:: frames and
     frames without a symbol are never the site: the nearest named frame above them is.
     A walk that reaches the C library (plain C, one namespace throughout) finds no boundary.
+    The entry point (main, a thread's start routine) is never the site while a frame of the
+    program's own stands between it and the allocator (boundary_split).
     keep(i): frame i is not an allocator (`--fold '!REGEX'`): the fold stops below it."""
+    return boundary_split(frames, keep)[0]
+
+
+def boundary_split(
+    frames: Sequence[BFrame], keep: Callable[[int], bool] | None = None
+) -> tuple[int, int]:
+    """(cut, caller): boundary_cut's answer, and the first frame below the site that joined the
+    allocator only through an enclosing namespace of the same module (0: none): the caller of
+    the allocator proper. Where the rule folds several such callers into one site (sites.py:
+    the call graph's fan-out), each stack's caller is its site; where the walk ends at the
+    program's entry point (main, a thread's start routine, or the C library past the program's
+    own code) it is the site at once: `eng::Attention::reserve` over `eng::mem::DeviceBuffer<T>`,
+    not main."""
     n = len(frames)
     if n < 2 or (keep is not None and keep(0)):
-        return 0
+        return 0, 0
     i = 0
     while i < n and (frames[i].transparent() or not frames[i].symbolized):
         i += 1
         if i < n and frames[i].module != frames[0].module:
             break
     if i >= n:
-        return 0
-    site = _boundary(frames, i, keep)
-    return 0 if site is None else _named_site(frames, site, keep)
+        return 0, 0
+    walk = _Walk(frames, i, keep)
+    site = walk.run()
+    if site is None:  # the C library, a thread's start: no boundary, unless the run widened
+        return (walk.widened, 0) if walk.widened else (0, 0)
+    site = _named_site(frames, site, keep)
+    if site and _entry(frames, site) and walk.owned(site):
+        # main is never the code that asked while the program's own code stands between
+        w = walk.widened
+        return (w if w and frames[w].module == frames[site].module else 0), 0
+    return site, (walk.widened if site and walk.widened and walk.widened < site else 0)
 
 
-def _boundary(frames: Sequence[BFrame], i: int, keep) -> int | None:
-    """From the allocator's first named frame i outwards: the first frame past the boundary
-    (the code that asked), or None when the walk finds none. A frame of the framework the run
-    is in (frameworks.py) always belongs to it, whatever its library or namespace; a run in a
-    framework that reaches the system's own code names the framework's entry (its outermost
-    frame: a Python binding, a thread it started)."""
-    n = len(frames)
-    run = frames[i]
-    run_scopes, run_module, run_c, family = [run.scope], run.module, run.plain_c, run.family
-    run_fw = run.fw or (frames[0].fw if i else frozenset())
-    # an allocator without symbols in a module of its own: its caller is the boundary
-    if i and run.module != frames[0].module and not (run.fw & frames[0].fw):
-        return i
-    last = i
-    for k in range(i + 1, n):
-        f = frames[k]
-        if f.system():
-            return last if run_fw and last > i and not frames[last].transparent() else None
-        if keep is not None and keep(k):
-            return k
-        if run_fw and f.fw & run_fw:
-            if f.symbolized and not f.transparent():
-                last = k
-            continue
-        if not f.symbolized and f.module != run_module:
-            return k
-        if f.transparent() or not f.symbolized:
-            continue
-        if f.family == family and not run_fw:
-            if _continues(run_scopes, run_module, run_c, f):
-                if f.scope not in run_scopes:
-                    run_scopes.append(f.scope)
-                run_module, run_c = f.module, f.plain_c
-                last = k
+def _entry(frames: Sequence[BFrame], k: int) -> bool:
+    """Frame k is the program's entry point: main, or the outermost frame of the program's
+    code below the C library (a thread's start routine); std:: and unnamed frames aside."""
+    if frames[k].name == "main":
+        return True
+    rest = [f for f in frames[k + 1 :] if f.symbolized and not f.transparent()]
+    return bool(rest) and rest[0].system()
+
+
+class _Walk:
+    """The boundary rule's walk outwards from the allocator's first named frame i (see
+    boundary_split). run() -> the first frame past the boundary (the code that asked), or None
+    when the walk finds none. A frame of the framework the run is in (frameworks.py) always
+    belongs to it, whatever its library or namespace; a run in a framework that reaches the
+    system's own code names the framework's entry (its outermost frame: a Python binding, a
+    thread it started). A frame of the program just above the framework that only forwards to
+    its API (its name is the API's: `CreateTensor` over `OrtApis::CreateTensorAsOrtValue`) is
+    a layer. widened: the first frame that joined the run through an enclosing namespace."""
+
+    def __init__(self, frames: Sequence[BFrame], i: int, keep: Callable[[int], bool] | None):
+        self.frames, self.i, self.keep = frames, i, keep
+        self.widened = 0
+        self.forwarders: set[int] = set()  # the program's helpers that only forwarded
+
+    def owned(self, k: int) -> bool:
+        """A frame of the program's own (named, of frame k's module, no framework's) lies
+        between frame k and the allocator's call."""
+        m = self.frames[k].module
+        return any(
+            f.module == m and f.symbolized and not f.transparent() and not f.fw
+            for j, f in enumerate(self.frames[:k])
+            if j not in self.forwarders
+        )
+
+    def run(self) -> int | None:
+        frames, i, keep = self.frames, self.i, self.keep
+        n = len(frames)
+        run = frames[i]
+        run_scopes, run_module, run_c, family = [run.scope], run.module, run.plain_c, run.family
+        run_fw = run.fw or (frames[0].fw if i else frozenset())
+        # an allocator without symbols in a module of its own: its caller is the boundary
+        if i and run.module != frames[0].module and not (run.fw & frames[0].fw):
+            return i
+        last = i
+        for k in range(i + 1, n):
+            f = frames[k]
+            if f.system():
+                return last if run_fw and last > i and not frames[last].transparent() else None
+            if keep is not None and keep(k):
+                return k
+            if run_fw and f.fw & run_fw:
+                if f.symbolized and not f.transparent():
+                    last = k
                 continue
-        elif not f.exe and f.alloc_named() and (f.family != family or f.fw):
-            run_scopes, run_module, run_c, family = [f.scope], f.module, f.plain_c, f.family
-            run_fw, last = f.fw, k
-            continue
-        return k
-    return None
+            if not f.symbolized and f.module != run_module:
+                return k
+            if f.transparent() or not f.symbolized:
+                continue
+            if run_fw and forwards(f, frames[last]):
+                self.forwarders.add(k)  # the program's helper that only forwards to its API
+                continue
+            if f.family == family and not run_fw:
+                if _continues(run_scopes, run_module, run_c, f):
+                    if f.scope not in run_scopes:
+                        run_scopes.append(f.scope)
+                        self.widened = self.widened or k
+                    run_module, run_c = f.module, f.plain_c
+                    last = k
+                    continue
+            elif not f.exe and f.alloc_named() and (f.family != family or f.fw):
+                run_scopes, run_module, run_c, family = [f.scope], f.module, f.plain_c, f.family
+                run_fw, last = f.fw, k
+                self.widened = 0
+                continue
+            return k
+        return None
+
+
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
+
+
+def name_words(name: str | None) -> list[str]:
+    """The words of a function's own name (its last component, template arguments aside),
+    lower-case: `CreateTensorAsOrtValue` -> [create, tensor, as, ort, value],
+    `ggml_backend_alloc_buffer` -> [ggml, backend, alloc, buffer]."""
+    if not name:
+        return []
+    last = split_qualified(name)[-1]
+    depth, plain = 0, []
+    for c in last:
+        if c == "<":
+            depth += 1
+        elif c == ">" and depth:
+            depth -= 1
+        elif not depth:
+            plain.append(c)
+    return [w.lower() for w in _WORD.findall("".join(plain))]
+
+
+def forwards(helper: BFrame, api: BFrame) -> bool:
+    """helper, outside a framework and called just above its frame api, only forwards to it:
+    its name is the API's, or the API's is the start of its own (`CreateTensor` over
+    `CreateTensorAsOrtValue`, `Value::CreateTensor`; `empty_buffer` over `torch::empty`)."""
+    if helper.system() or helper.fw:
+        return False
+    h, a = name_words(helper.rule_name), name_words(api.rule_name)
+    if not h or not a:
+        return False
+    return a[: len(h)] == h or h[: len(a)] == a
 
 
 def _named_site(frames: Sequence[BFrame], site: int, keep) -> int:

@@ -196,9 +196,11 @@ def _close_paren(s: str, i: int) -> int:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def short_name(name: str | None) -> str | None:
+def short_name(name: str | None, templates: bool = False) -> str | None:
     """The function name without arguments, template arguments or return type; a lambda's
-    `{lambda(args)#1}::operator()` written `{lambda}` after its enclosing function."""
+    `{lambda(args)#1}::operator()` written `{lambda}` after its enclosing function.
+    templates: keep the template arguments (`DeviceBuffer<float>::DeviceBuffer`), for the
+    sites they alone tell apart."""
     if not name:
         return name
     s = demangle(name) or name
@@ -224,7 +226,8 @@ def short_name(name: str | None) -> str | None:
     s = re.sub(r"(\x00\d+\x00) <", r"\1<", s)
     s = s.replace("(anonymous)", "\x02")
     head, _rest = _split_top(s)
-    head = _elide_templates(head)
+    if not templates:
+        head = _elide_templates(head)
     head = _last_top_token(head.strip())
     head = head.replace("\x01", ANON_SHORT).replace("\x02", "(anon)")
     head = re.sub(r"\x00(\d+)\x00", lambda m: keep[int(m.group(1))].strip(), head)
@@ -232,8 +235,27 @@ def short_name(name: str | None) -> str | None:
     return _RUST_HASH.sub("", head) or name
 
 
+# a comprehension's or generator expression's code object: CPython before 3.12 runs list, set
+# and dict comprehensions in a function of their own; 3.12 inlines them (PEP 709)
+_COMPREHENSION = re.compile(r"(?:^|\.)(?:<locals>\.)?<(?:listcomp|setcomp|dictcomp|genexpr)>$")
+
+
+def comprehension_owner(qualname: str | None) -> str | None:
+    """The function a comprehension or generator expression is written in, named by its
+    qualified name (`load.<locals>.<listcomp>` -> `load`, `<genexpr>` at module level ->
+    `<module>`); None for any other code."""
+    if not qualname:
+        return None
+    m = _COMPREHENSION.search(qualname)
+    if m is None:
+        return None
+    return qualname[: m.start()] or "<module>"
+
+
 @overload
 def display_name(name: str, full: bool = False) -> str: ...
+
+
 @overload
 def display_name(name: str | None, full: bool = False) -> str | None: ...
 def display_name(name: str | None, full: bool = False) -> str | None:

@@ -13,7 +13,7 @@ import re
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .. import frameworks, settings
@@ -27,10 +27,10 @@ from .layers import (
     TRANSPARENT,
     BFrame,
     CallGraph,
-    boundary_cut,
+    boundary_split,
 )
 from .model import API, RT, Alloc, Groups, Model
-from .names import display_name, enclosing
+from .names import comprehension_owner, display_name, enclosing, short_name
 from .ranks import device_label, rank_label_of
 from .trace import Module, Trace
 
@@ -65,6 +65,8 @@ class SFrame:
     inlined: bool = False
     python: bool = False  # a Python frame: module = the .py file, offset = instruction
     exe: bool = False  # in the program's own executable (whatever its file is named)
+    # its label keeps template arguments: they alone tell its site from another (group)
+    templates: bool = False
 
     @classmethod
     def of_python(cls, f: pyframes.PyFrame) -> SFrame:
@@ -78,12 +80,14 @@ class SFrame:
         if self.file:
             where = " ({}:{})".format(os.path.basename(self.file), self.line if self.line else "?")
         if self.function:
-            return display_name(self.function, full) + where
+            return self.name(full) + where
         return f"{os.path.basename(self.module)}+0x{self.offset:x}{where}"
 
     def name(self, full: bool = False) -> str:
         """The function's display name alone (module+0xoffset when unknown)."""
         if self.function:
+            if self.templates and not full and not self.python:
+                return short_name(self.function, templates=True) or self.function
             return display_name(self.function, full)
         return f"{os.path.basename(self.module)}+0x{self.offset:x}"
 
@@ -99,11 +103,13 @@ class SFrame:
         return EXE if self.exe else os.path.basename(self.module)
 
     def identity(self) -> tuple[Any, ...]:
-        """The function this frame is in, for the call graph (docs/attribution.md)."""
+        """The function this frame is in, for the call graph (docs/attribution.md): by its
+        short name, so a template's instantiations (`DeviceBuffer<float>` and `<int>`) and a
+        function's overloads are one function."""
         if self.python:  # a package's path: two packages' `utils.py` are not one module
             return (pyframes.origin(self.file).where, self.function)
         if self.function:
-            return (self.module_token(), self.function)
+            return (self.module_token(), display_name(self.function))
         return (self.module_token(), self.offset)
 
     def key(self) -> tuple[Any, ...]:
@@ -130,6 +136,29 @@ class SFrame:
             "inlined": self.inlined,
             "python": self.python,
         }
+
+
+def _comprehensions(frames: list[SFrame]) -> list[SFrame]:
+    """A comprehension's or generator expression's frame named by the function it is written
+    in, and that function's own frame just above it dropped (CPython before 3.12 calls a
+    comprehension as a function; 3.12 inlines it): a stack reads alike in every version, its
+    line the comprehension's."""
+    out: list[SFrame] = []
+    owner: tuple[str | None, str] | None = None  # pending: the owner's frame to drop
+    for f in frames:
+        if not f.python:  # the interpreter's own frames between (a builtin ran a generator)
+            out.append(f)
+            continue
+        if owner is not None and (f.file, f.function) == owner:
+            owner = None
+            continue
+        owner = None
+        name = comprehension_owner(f.function)
+        if name is not None:
+            f = replace(f, function=name)
+            owner = (f.file, name)
+        out.append(f)
+    return out
 
 
 def kth_smallest(parts: Sequence[Sequence[int]], k: int, lo: int, hi: int) -> int:
@@ -202,6 +231,9 @@ class Stacks:
         self._split: dict[tuple[int, int], tuple[tuple[int, int], list[SFrame], list[SFrame]]] = {}
         self.errors: list[str] = []
         self._membership: frameworks.Membership | None = None
+        self._keys: set[tuple[int, int]] = set()  # stacks grouped without a source
+        self._full: dict[tuple[Any, ...], str] = {}  # identity -> a whole name it stands for
+        self._heads: tuple[tuple[Any, ...], set[tuple[Any, ...]]] | None = None
 
     def membership(self) -> frameworks.Membership:
         """Which frames belong to a framework (frameworks.py): the table in force, and the
@@ -273,7 +305,7 @@ class Stacks:
             return native
         self._has_py.add(key)
         if self.view == "python":
-            return [SFrame.of_python(f) for f in py]
+            return _comprehensions([SFrame.of_python(f) for f in py])
         rng = pyframes.parse_range(t.info.get("python.eval_range"))
 
         def is_eval(f: SFrame) -> bool:
@@ -281,7 +313,7 @@ class Stacks:
                 return True
             return bool(f.function and pyframes.EVAL_FUNCTIONS.match(f.function))
 
-        return pyframes.merge(native, is_eval, py, SFrame.of_python)
+        return _comprehensions(pyframes.merge(native, is_eval, py, SFrame.of_python))
 
     def has_python(self, ti: int, leaf: int) -> bool:
         self.all_frames(ti, leaf)
@@ -334,13 +366,21 @@ class Stacks:
         """Add these (trace, leaf) stacks to the call graph."""
         keys = [k for k in set(keys) if k[1]]
         self.prepare(keys)
+        for k in keys:  # a function's whole name, for the layers' list with --full-names
+            for f in self.frames(*k):
+                if f.function and not f.python:
+                    self._full.setdefault(f.identity(), f.function)
         self.graph.add(tuple(f.identity() for f in self.frames(*k)) for k in keys)
+        if self.layers:
+            self._learn_fan(keys)
 
     def learn_if_alone(self, keys: Iterable[tuple[int, int]]) -> None:
         """Stacks used without a source (no Analysis around them) learn the call graph from
-        the stacks they are asked to group."""
-        if self._source is None and self.layers:
-            self.learn(keys)
+        the stacks they are asked to group (and tell their sites apart among them)."""
+        if self._source is None:
+            self._keys.update(k for k in keys if k[1])
+            if self.layers:
+                self.learn(keys)
 
     def _ensure_graph(self) -> None:
         if not self._learned:
@@ -365,8 +405,9 @@ class Stacks:
         """--fold '!REGEX': the frame's function is not an allocator."""
         return self._matches(f, True)
 
-    def _boundary(self, ti: int, fr: list[SFrame]) -> int:
-        """The boundary rule's fold (layers.boundary_cut) over native frames."""
+    def _boundary(self, ti: int, fr: list[SFrame]) -> tuple[int, int]:
+        """The boundary rule's fold over native frames (layers.boundary_split): (cut, the
+        allocator's caller below the site, 0 when none)."""
         member = self.membership()
         bf = []
         for f in fr:
@@ -375,11 +416,52 @@ class Stacks:
             encl = enclosing(f.function) if f.function else None
             bf.append(BFrame(base, name, f.exe, encl, member.of(base, encl or name, f.exe)))
         keep = (lambda i: self.kept(fr[i])) if self.patterns else None
-        return boundary_cut(bf, keep)
+        return boundary_split(bf, keep)
+
+    def _learn_fan(self, keys: Iterable[tuple[int, int]]) -> None:
+        """What the boundary rule folds into each site: the callers of the allocator below
+        it (the call graph's fan-out, CallGraph.add_fan)."""
+        for ti, leaf in keys:
+            fr = self.frames(ti, leaf)
+            if not fr or any(f.python for f in fr):  # the rule reads native stacks (split)
+                continue
+            cut, caller = self._boundary(ti, fr)
+            if caller:
+                self.graph.add_fan(fr[cut].identity(), fr[caller].identity())
 
     def split(self, ti: int, leaf: int) -> tuple[list[SFrame], list[SFrame]]:
         """(via, rest): the frames folded into allocator layers (innermost first) and the
-        stack from the responsible frame up. Without layers (or --no-fold): ([], frames)."""
+        stack from the responsible frame up. Without layers (or --no-fold): ([], frames).
+        The responsible frame keeps its template arguments where they alone tell its site from
+        another (`DeviceBuffer<float>::DeviceBuffer`, `DeviceBuffer<int>::...`)."""
+        via, rest = self._split_raw(ti, leaf)
+        if rest and rest[0].function and not rest[0].python:
+            if rest[0].identity() in self._template_heads():
+                rest = [replace(rest[0], templates=True), *rest[1:]]
+        return via, rest
+
+    def _template_heads(self) -> set[tuple[Any, ...]]:
+        """The functions (identities) that head several sites told apart by their template
+        arguments alone, among every stack of the run."""
+        stamp = (id(self.graph), self.graph.version, len(self._keys), self._source is not None)
+        if self._heads is not None and self._heads[0] == stamp:
+            return self._heads[1]
+        names: dict[tuple[Any, ...], set[str | None]] = {}
+        keys = set(self._keys)
+        if self._source is not None:
+            keys.update(self._source())
+        self.prepare([k for k in keys if k[1]])
+        for ti, leaf in keys:
+            rest = self._split_raw(ti, leaf)[1] if leaf else []
+            if rest and rest[0].function and not rest[0].python:
+                names.setdefault(rest[0].identity(), set()).add(
+                    short_name(rest[0].function, templates=True)
+                )
+        heads = {ident for ident, ns in names.items() if len(ns) > 1}
+        self._heads = (stamp, heads)
+        return heads
+
+    def _split_raw(self, ti: int, leaf: int) -> tuple[list[SFrame], list[SFrame]]:
         key = (ti, leaf)
         fr = self.frames(ti, leaf) if leaf else []
         if not self.layers or not fr:
@@ -401,8 +483,12 @@ class Stacks:
         forced = (lambda i: self.forced(fr[i + p])) if self.patterns else None
         k = p + self.graph.cut(ids[p:], forced)
         if p == 0 and not fr[0].python:
-            # one client is enough when the stack shows where the allocator's code ends
-            k = max(k, self._boundary(ti, fr))
+            # one client is enough when the stack shows where the allocator's code ends; where
+            # what it folds fans out into several callers of the allocator, they are the sites
+            b, caller = self._boundary(ti, fr)
+            if caller and self.graph.fans_out(fr[b].identity()):
+                b = caller
+            k = max(k, b)
         if self.patterns:  # '!REGEX': the fold stops below a function that is not an allocator
             k = next((i for i in range(k) if self.kept(fr[i])), k)
         if k >= len(fr):  # everything is allocator: the outermost frame asked
@@ -445,8 +531,9 @@ class Stacks:
         exe = next((os.path.basename(t.exe) for t in self.traces if t.exe), EXE)
         out: set[str] = set()
         for mod, fn in self.graph.layers:
+            whole = self._full.get((mod, fn), fn)
             mod = exe if mod == EXE else mod  # the program's own file, as this run names it
-            out.add(display_name(fn, full) if isinstance(fn, str) else f"{mod}+0x{fn:x}")
+            out.add(display_name(whole, full) if isinstance(fn, str) else f"{mod}+0x{fn:x}")
         return sorted(out)
 
 

@@ -62,7 +62,7 @@ def build_tree(
             site_depth = len(path) - len(via) - 1 if via else -1
         node = root
         for i, f in enumerate(path):
-            k = f.identity() + ((f.file,) if f.function else ())
+            k = f.key()  # whole names: two instantiations of a template are two nodes
             child = node.children.get(k)
             if child is None:
                 child = node.children[k] = _Node(f)

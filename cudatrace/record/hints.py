@@ -1,10 +1,11 @@
 """What the launcher reads of the binaries before exec, for the shim's denial line.
 
 The preload library names the code a denial belongs to at the moment it happens
-(native/shim/deny.c), from symbols alone: it cannot read DWARF, so a helper the compiler inlined
-into its caller is invisible to it, and it cannot open the libraries to see which of them a
-framework installed with itself. The launcher can, before exec: it writes them to a small text
-file in the trace directory (named by CUDATRACE_HINTS; the format is native/shim/frameworks.c's):
+(native/shim/deny.c). It reads the functions the compiler inlined from the module's DWARF at the
+denial (native/shim/dwarf.c), which costs time at that moment and cannot read compressed or
+separate debug files, and it cannot open the libraries to see which of them a framework
+installed with itself. The launcher can, before exec: it writes them to a small text file in
+the trace directory (named by CUDATRACE_HINTS; the format is native/shim/frameworks.c's):
 
     cudatrace-hints 1
     join BASENAME FRAMEWORK        a library a framework links from its own directory

@@ -132,7 +132,7 @@ def inline_ranges(dw: Dwarf, limit: int = 200_000) -> list[InlineRange]:
             break
         try:
             cu = dw.cu_at(cu_off)
-            for die in subprograms(dw, cu)[2]:
+            for die in dict.fromkeys(subprograms(dw, cu)[2]):  # once, whatever its ranges
                 code, p = uleb(d, die)
                 ab = reader(cu, code)
                 r = cast(Reader, ab.fn)(d, p, cu.off)

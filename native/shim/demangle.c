@@ -199,13 +199,13 @@ static int unqualified_name(struct dm *d, struct buf *b, struct buf *last, int *
     if (*p >= '0' && *p <= '9') {
         if (!source_name(d, b, last))
             return 0;
-    } else if (p[0] == 'C' && (p[1] == '1' || p[1] == '2' || p[1] == '3')) {
+    } else if (p[0] == 'C' && p[1] >= '1' && p[1] <= '5') { /* C4: GCC's unified ctor */
         if (!last || !last->n)
             return 0;
         bput(b, last->s, last->n);
         d->p += 2;
         *kind = 1;
-    } else if (p[0] == 'D' && (p[1] == '0' || p[1] == '1' || p[1] == '2')) {
+    } else if (p[0] == 'D' && p[1] >= '0' && p[1] <= '5' && p[1] != '3') {
         if (!last || !last->n)
             return 0;
         bputs(b, "~");

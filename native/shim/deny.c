@@ -28,6 +28,8 @@
 #include "util.h"
 
 #define DENY_FRAMES 64
+#define DWARF_READS 24 /* physical frames whose DWARF a denial reads */
+#define DWARF_CHAIN 16 /* inlined calls at one address (the innermost kept past it) */
 #define NAME_MAX_LEN CT_INLINE_NAME
 #define SCOPE_LEN 160
 #define MAX_SCOPES 8
@@ -44,6 +46,9 @@ struct frame {
     int plain_c;           /* an unqualified name */
     const uint8_t *bid;    /* its module's GNU build-id */
     uint32_t blen;
+    int dwarf;                /* its DWARF: -2 not read, -1 cannot tell, else read */
+    char file[CT_DWARF_FILE]; /* its source file and line, "" and 0 when unknown */
+    uint32_t line;
 };
 
 /* the name the rule reads: the function a lambda, block or local class is in, else its own */
@@ -141,6 +146,14 @@ static int same_family(const struct frame *a, const struct frame *b)
 
 static int transparent(const struct frame *f)
 {
+    const char *m = f->name + 2; /* a name no demangler read: its first qualifier is std */
+    if (!strncmp(f->name, "_Z", 2)) {
+        m += *m == 'N';
+        while (*m && strchr("rVKRO", *m))
+            m++;
+        if (!strncmp(m, "St", 2) || !strncmp(m, "9__gnu_cxx", 10))
+            return 1;
+    }
     return !strncmp(f->name, "std::", 5) || !strncmp(f->name, "__gnu_cxx::", 11) ||
            !strncmp(f->name, "__cxxabiv1::", 12);
 }
@@ -221,30 +234,84 @@ static void add_scope(struct run *r, const struct frame *f)
         r->scopes[r->nscopes++] = f->scope;
 }
 
-/* the site's index by the boundary rule; 0 when the frames show no boundary. A frame of the
- * framework the run is in always belongs to it; a framework's run that reaches the system's
- * own code names the framework's entry (its outermost frame) */
-static int boundary(struct frame *fr, int n)
+/* the words of a frame's own name (its last component, template arguments aside), lower-case,
+ * each NUL-terminated in buf: `CreateTensorAsOrtValue` -> create tensor as ort value; how many */
+static int name_words(const struct frame *f, char *buf, size_t cap, const char **w, int max)
 {
-    int i = 0;
-    while (i < n && (!fr[i].name[0] || transparent(&fr[i]))) {
-        i++;
-        if (i < n && strcmp(fr[i].module, fr[0].module))
-            break;
-    }
-    if (i >= n)
+    const char *parts[24];
+    size_t lens[24];
+    char rule[NAME_MAX_LEN];
+    size_t rl = rule_len(f), o = 0;
+    memcpy(rule, f->name, rl);
+    rule[rl] = 0;
+    int n = split(rule, parts, lens, 24), nw = 0, depth = 0;
+    if (n < 1)
         return 0;
+    const char *s = parts[n - 1];
+    for (size_t i = 0; i < lens[n - 1] && nw < max; i++) {
+        char c = s[i], prev = i ? s[i - 1] : 0, next = i + 1 < lens[n - 1] ? s[i + 1] : 0;
+        depth += c == '<' ? 1 : c == '>' && depth ? -1 : 0;
+        int alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (depth || c == '<' || c == '>' || !alpha) {
+            if (o && buf[o - 1])
+                buf[o++] = 0; /* a word ends */
+            continue;
+        }
+        int upper = c >= 'A' && c <= 'Z', digit = c >= '0' && c <= '9';
+        int pdigit = prev >= '0' && prev <= '9', plower = prev >= 'a' && prev <= 'z';
+        int pupper = prev >= 'A' && prev <= 'Z', nlower = next >= 'a' && next <= 'z';
+        int starts = !o || !buf[o - 1] || (upper && (plower || pdigit || (pupper && nlower))) ||
+                     (digit != pdigit);
+        if (o + 2 >= cap)
+            break;
+        if (starts && o && buf[o - 1])
+            buf[o++] = 0;
+        if (starts)
+            w[nw++] = buf + o;
+        buf[o++] = upper ? (char)(c - 'A' + 'a') : c;
+    }
+    buf[o] = 0;
+    return nw;
+}
+
+/* f, outside the framework just above its frame api, only forwards to it: its name is the
+ * API's, or the API's is the start of its own (layers.py forwards) */
+static int forwards(const struct frame *f, const struct frame *api)
+{
+    char hb[NAME_MAX_LEN], ab[NAME_MAX_LEN];
+    const char *h[16], *a[16];
+    if (system_frame(f) || f->fw)
+        return 0;
+    int nh = name_words(f, hb, sizeof hb, h, 16), na = name_words(api, ab, sizeof ab, a, 16);
+    if (!nh || !na)
+        return 0;
+    for (int k = 0; k < nh && k < na; k++)
+        if (strcmp(h[k], a[k]))
+            return 0;
+    return 1;
+}
+
+/* what the walk saw: the first frame that joined the run through an enclosing namespace of
+ * its module (0: none), the program's helpers that only forwarded to a framework (bits) */
+struct walk {
+    int widened;
+    uint64_t forwarders;
+};
+
+/* the walk outwards from the allocator's first named frame i: the first frame past the
+ * boundary, or -1 when it reaches the system's code (or the end) without one, -2 - k when a
+ * framework's run reaches it (k: the framework's entry, its outermost frame) */
+static int walk_run(struct frame *fr, int n, int i, struct walk *w)
+{
     struct run r = {{fr[i].scope}, 1, &fr[i]};
     unsigned run_fw = fr[i].fw ? fr[i].fw : i ? fr[0].fw : 0;
-    int site = i && strcmp(fr[i].module, fr[0].module) && !(fr[i].fw & fr[0].fw) ? i : -1;
     int last = i;
-    for (int k = i + 1; site < 0 && k < n; k++) {
+    if (i && strcmp(fr[i].module, fr[0].module) && !(fr[i].fw & fr[0].fw))
+        return i; /* an allocator without symbols in a module of its own: its caller asked */
+    for (int k = i + 1; k < n; k++) {
         struct frame *f = &fr[k];
-        if (system_frame(f)) {
-            if (run_fw && last > i && !transparent(&fr[last]))
-                return last;
-            return 0;
-        }
+        if (system_frame(f))
+            return run_fw && last > i && !transparent(&fr[last]) ? -2 - last : -1;
         if (run_fw && (f->fw & run_fw)) {
             if (f->name[0] && !transparent(f))
                 last = k;
@@ -253,13 +320,22 @@ static int boundary(struct frame *fr, int n)
         if (!f->name[0]) {
             if (!strcmp(f->module, r.last->module))
                 continue;
-            site = k;
-            break;
+            return k;
         }
         if (transparent(f))
             continue;
+        if (run_fw && forwards(f, &fr[last])) {
+            if (k < 64)
+                w->forwarders |= 1ull << k;
+            continue;
+        }
         if (same_family(f, r.last) && !run_fw) {
             if (continues(&r, f)) {
+                int seen = 0;
+                for (int s = 0; s < r.nscopes; s++)
+                    seen |= !strcmp(r.scopes[s], f->scope);
+                if (!seen && !w->widened)
+                    w->widened = k;
                 add_scope(&r, f);
                 r.last = f;
                 last = k;
@@ -271,16 +347,65 @@ static int boundary(struct frame *fr, int n)
             r.last = f;
             run_fw = f->fw;
             last = k;
+            w->widened = 0;
             continue;
         }
-        site = k;
+        return k;
     }
-    if (site < 0)
+    return -1;
+}
+
+/* the program's entry point: main, or the outermost frame of its code below the C library (a
+ * thread's start routine) */
+static int entry(const struct frame *fr, int n, int k)
+{
+    if (!strcmp(fr[k].name, "main"))
+        return 1;
+    for (int j = k + 1; j < n; j++)
+        if (fr[j].name[0] && !transparent(&fr[j]))
+            return system_frame(&fr[j]);
+    return 0;
+}
+
+/* a frame of the program's own (named, of frame k's module, no framework's, no forwarder)
+ * lies between frame k and the allocator's call */
+static int owned(const struct frame *fr, int k, const struct walk *w)
+{
+    for (int j = 0; j < k; j++)
+        if (!strcmp(fr[j].module, fr[k].module) && fr[j].name[0] && !transparent(&fr[j]) &&
+            !fr[j].fw && !(j < 64 && (w->forwarders >> j & 1)))
+            return 1;
+    return 0;
+}
+
+/* the site's index by the boundary rule; 0 when the frames show no boundary. A frame of the
+ * framework the run is in always belongs to it; a framework's run that reaches the system's
+ * own code names the framework's entry (its outermost frame). The entry point (main, a
+ * thread's start routine) is never the site while the program's own code stands between it
+ * and the allocator: the first frame that left the allocator's namespace is (layers.py
+ * boundary_split) */
+static int boundary(struct frame *fr, int n)
+{
+    int i = 0;
+    while (i < n && (!fr[i].name[0] || transparent(&fr[i]))) {
+        i++;
+        if (i < n && strcmp(fr[i].module, fr[0].module))
+            break;
+    }
+    if (i >= n)
         return 0;
+    struct walk w = {0, 0};
+    int site = walk_run(fr, n, i, &w);
+    if (site <= -2)
+        return -2 - site;
+    if (site < 0)
+        return w.widened; /* no boundary, unless the run left the allocator's namespace */
     while (site < n && (!fr[site].name[0] || transparent(&fr[site])))
         site++;
     if (site >= n || system_frame(&fr[site]))
         return 0;
+    if (entry(fr, n, site) && owned(fr, site, &w))
+        return w.widened && !strcmp(fr[w.widened].module, fr[site].module) ? w.widened : 0;
     return site;
 }
 
@@ -315,20 +440,24 @@ static int own_code(const struct frame *f)
 }
 
 /* code the compiler inlined may be what the reports name at this frame: its DWARF shows an
- * inlined subroutine there (dwarf.c); where that cannot be told, only in the program's own code */
+ * inlined subroutine there that neither the hints nor the shim's own reading named (dwarf.c);
+ * where that cannot be told, only in the program's own code */
 static int maybe_inlined(const struct frame *f)
 {
-    if (f->hinted || f->inlined || !f->offset)
+    if (f->hinted || f->inlined || !f->offset || f->dwarf >= 0)
         return 0;
-    int r = ct_dwarf_inlined_at(ct_module_path(f->ip), f->bid, f->blen, f->offset - 1);
+    int r = f->dwarf == -1
+                ? -1
+                : ct_dwarf_inlined_at(ct_module_path(f->ip), f->bid, f->blen, f->offset - 1);
     return r > 0 || (r < 0 && own_code(f));
 }
 
-/* the site: `name (module+0xoff)`, and when the compiler inlined code at that address and the
- * hints did not say which, that code inlined into it is not known here */
+/* the site: `name (file:line)` where its DWARF has a line table, as the reports name it, else
+ * `name (module+0xoff)`; where the compiler inlined code at that address and neither the hints
+ * nor the DWARF said which, that code inlined into it is not known here */
 static size_t add_site(char *out, size_t o, size_t cap, const struct frame *f)
 {
-    char hexs[24];
+    char hexs[24], num[24];
     if (!f->module[0]) {
         ct_fmt_hex(hexs, f->ip);
         return add(out, o, cap, hexs);
@@ -336,6 +465,12 @@ static size_t add_site(char *out, size_t o, size_t cap, const struct frame *f)
     if (f->name[0]) {
         o = add(out, o, cap, f->name);
         o = add(out, o, cap, " (");
+    }
+    if (f->name[0] && f->file[0] && f->line) {
+        o = add(out, o, cap, f->file);
+        o = add(out, o, cap, ":");
+        ct_fmt_u64(num, f->line);
+        return add(out, add(out, o, cap, num), cap, ")");
     }
     o = add(out, o, cap, f->module);
     o = add(out, o, cap, "+");
@@ -346,11 +481,55 @@ static size_t add_site(char *out, size_t o, size_t cap, const struct frame *f)
     return f->name[0] ? add(out, o, cap, ")") : o;
 }
 
+/* one frame of the denied call: a physical one (real) or one inlined at its address */
+static void fill(struct frame *f, const struct ct_frame_desc *d, uintptr_t ip, int got,
+                 const char *name, size_t encl, int real)
+{
+    ct_strlcpy(f->name, name, sizeof f->name);
+    f->encl = encl;
+    f->module = d->module;
+    f->ip = ip;
+    f->offset = d->offset;
+    f->exe = d->exe;
+    f->inlined = !real;
+    f->bid = got ? d->build_id : NULL;
+    f->blen = got ? d->build_id_len : 0;
+    f->dwarf = -2;
+    f->file[0] = 0;
+    f->line = 0;
+    set_scope(f);
+    f->fw = got ? ct_fw_of(f->module, f->exe, f->name, rule_len(f)) : 0;
+}
+
+/* a name the DWARF gives (a linkage name, or a qualified one) as the reports shorten it */
+static size_t dwarf_name(const char *raw, char *out, size_t cap)
+{
+    char full[1024];
+    if (ct_demangle_any(raw, full, sizeof full))
+        raw = full;
+    return ct_shorten_name(raw, out, cap); /* control bytes: shim.c escapes the whole line */
+}
+
+/* the module's own DWARF at a frame of the program's code the hints do not cover: the calls
+ * inlined there (innermost first, the concrete function last) into df; how many, -1 when it
+ * cannot be told, -2 when not read (a system library's, past DWARF_READS) */
+static int read_dwarf(const struct ct_frame_desc *d, uintptr_t ip, struct ct_dwarf_frame *df,
+                      int *reads)
+{
+    const char *path = ct_module_path(ip);
+    struct frame probe = {.exe = d->exe, .ip = ip};
+    if (!df || !d->offset || !path || *reads >= DWARF_READS || !own_code(&probe))
+        return -2;
+    (*reads)++;
+    return ct_dwarf_frames(path, d->build_id, d->build_id_len, d->offset - 1, df, DWARF_CHAIN);
+}
+
 /* the frames of ips (innermost first, CUDA's own left out), each preceded by the frames the
- * hints say were inlined at it; returns how many */
+ * hints say were inlined at it, else those its DWARF says were; returns how many */
 static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
 {
-    int m = 0;
+    struct ct_dwarf_frame *df = malloc(DWARF_CHAIN * sizeof *df);
+    int m = 0, reads = 0;
     for (int k = 0; k < n && m < DENY_FRAMES; k++) { /* one symbol lookup a frame */
         struct ct_frame_desc d;
         int got = ct_frame_info(ips[k], &d);
@@ -361,24 +540,57 @@ static int read_frames(const uintptr_t *ips, int n, struct frame *fr)
         int ni = got ? ct_fw_inlines(d.module, d.build_id, d.build_id_len,
                                      d.offset ? d.offset - 1 : 0, inl, encl, 4)
                      : -1;
-        for (int j = 0; j <= (ni > 0 ? ni : 0) && m < DENY_FRAMES; j++) {
-            struct frame *f = &fr[m++];
-            int real = j == (ni > 0 ? ni : 0);
-            ct_strlcpy(f->name, real ? d.name : inl[j], sizeof f->name);
-            f->encl = real ? d.encl : encl[j];
-            f->module = d.module;
-            f->ip = ips[k];
-            f->offset = d.offset;
-            f->exe = d.exe;
-            f->inlined = !real;
-            f->hinted = ni >= 0;
-            f->bid = got ? d.build_id : NULL;
-            f->blen = got ? d.build_id_len : 0;
-            set_scope(f);
-            f->fw = got ? ct_fw_of(f->module, f->exe, f->name, rule_len(f)) : 0;
+        int nd = got && ni < 0 ? read_dwarf(&d, ips[k], df, &reads) : -2;
+        for (int j = 0; j < ni && m < DENY_FRAMES; j++) {
+            fill(&fr[m], &d, ips[k], got, inl[j], encl[j], 0);
+            fr[m++].hinted = 1;
+        }
+        for (int j = 0; j + 1 < nd && m < DENY_FRAMES; j++) {
+            char name[CT_INLINE_NAME];
+            size_t e = dwarf_name(df[j].name, name, sizeof name);
+            fill(&fr[m], &d, ips[k], got, name, e, 0);
+            fr[m].hinted = 0;
+            ct_strlcpy(fr[m].file, df[j].file, sizeof fr[m].file);
+            fr[m++].line = df[j].line;
+        }
+        if (m >= DENY_FRAMES)
+            break;
+        struct frame *f = &fr[m++];
+        fill(f, &d, ips[k], got, got ? d.name : "", got ? d.encl : 0, 1);
+        f->hinted = ni >= 0;
+        f->dwarf = nd;
+        if (nd > 0) {
+            ct_strlcpy(f->file, df[nd - 1].file, sizeof f->file);
+            f->line = df[nd - 1].line;
         }
     }
+    free(df);
     return m;
+}
+
+/* the site's file and line where the hints named the frames inlined at its address (they
+ * hold no lines): the DWARF read at that address alone, the site found among its frames by
+ * name (the hints leave std:: frames out) */
+static void site_line(struct frame *f)
+{
+    if (!f->hinted || f->file[0] || !f->offset || !own_code(f))
+        return;
+    struct ct_dwarf_frame *df = malloc(DWARF_CHAIN * sizeof *df);
+    const char *path = ct_module_path(f->ip);
+    int nd =
+        df && path ? ct_dwarf_frames(path, f->bid, f->blen, f->offset - 1, df, DWARF_CHAIN) : -1;
+    int at = f->inlined ? -1 : nd - 1;
+    for (int j = nd - 2; f->inlined && j >= 0 && at < 0; j--) {
+        char name[CT_INLINE_NAME];
+        dwarf_name(df[j].name, name, sizeof name);
+        if (!strcmp(name, f->name))
+            at = j;
+    }
+    if (at >= 0) {
+        ct_strlcpy(f->file, df[at].file, sizeof f->file);
+        f->line = df[at].line;
+    }
+    free(df);
 }
 
 /* the call graph's fold (graph.c) over the concrete frames, as an index of fr: the first frame
@@ -394,7 +606,7 @@ static int graph_site(const struct frame *fr, int m)
             mods[nc] = fr[k].module;
             at[nc++] = k;
         }
-    ct_function_starts(ips, (size_t)nc, fn);
+    ct_function_idents(ips, (size_t)nc, fn);
     int kc = ct_graph_cut(fn, mods, nc);
     if (!kc)
         return 0;
@@ -424,6 +636,7 @@ void ct_deny_describe(const uintptr_t *ips, int n, char *out, size_t cap)
             k++;
         site = k < m && !system_frame(&fr[k]) ? k : g;
     }
+    site_line(&fr[site]);
     size_t o = add_site(out, 0, cap, &fr[site]);
     if (site) {
         o = add(out, o, cap, " via ");

@@ -350,8 +350,10 @@ int ct_fw_inlines(const char *module, const uint8_t *bid, uint32_t blen, uintptr
             continue;
         const char *s = l + 7, *end = l + n;
         uintptr_t lo = hex(&s, end), hi = hex(&s, end);
-        int d = (int)hex(&s, end);
-        if (off < lo || off >= hi || got == max || got == 16)
+        int d = (int)hex(&s, end), dup = 0;
+        for (int k = 0; k < got; k++)
+            dup |= depth[k] == d; /* one call a depth: a function of two ranges lists it twice */
+        if (off < lo || off >= hi || got == max || got == 16 || dup)
             continue;
         char full[512];
         size_t fl = (size_t)(end - s) < sizeof full - 1 ? (size_t)(end - s) : sizeof full - 1;

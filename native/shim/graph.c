@@ -6,7 +6,8 @@
  * denial the shim has the stacks recorded so far (stacks.c's tree, written as the trace's
  * STACK records); the same rule over them folds what the run has shown to be a layer, so the
  * shim's line names the caller the report names (`allocate_layer_kv`, not `device_carve`).
- * Functions are told apart by their start address (one pass over each module's symbols);
+ * Functions are told apart by their module and short name (modules.c ct_function_idents: a
+ * template's instantiations and a function's overloads are one function, as in the reports);
  * CUDA's own frames are left out, as the reports do. A stack of a free or of another event
  * counts too: it can only take a client away, never make a layer. Cold path: a few passes over
  * the tree at a denial line; without a trace (nothing recorded) nothing folds.
@@ -42,14 +43,14 @@ struct paths {
 /* every leaf of the tree as a path of functions; 0 when there is none or it is too large */
 static int read_paths(struct paths *ps)
 {
-    uint64_t *ips, *starts = NULL;
+    uint64_t *ips, *fns = NULL;
     uint32_t *parents;
     uint32_t n = ct_stacks_copy(&ips, &parents);
     uint8_t *inner = n ? calloc((size_t)n + 1, 1) : NULL; /* has a child */
     size_t total = 0;
     memset(ps, 0, sizeof *ps);
-    if (inner && (starts = malloc(((size_t)n + 1) * sizeof *starts))) {
-        ct_function_starts(ips + 1, n, starts + 1);
+    if (inner && (fns = malloc(((size_t)n + 1) * sizeof *fns))) {
+        ct_function_idents(ips + 1, n, fns + 1);
         for (uint32_t id = 1; id <= n; id++)
             if (parents[id] <= n)
                 inner[parents[id]] = 1;
@@ -68,8 +69,8 @@ static int read_paths(struct paths *ps)
                 continue;
             ps->start[p++] = o;
             for (uint32_t k = id, d = 0; k && k <= n && d < 1024; k = parents[k], d++)
-                if (starts[k] > 1) /* 0: unknown, 1: CUDA's own */
-                    ps->fn[o++] = starts[k];
+                if (fns[k] > 1) /* 0: unknown, 1: CUDA's own */
+                    ps->fn[o++] = fns[k];
         }
         ps->start[p] = o;
     } else {
@@ -79,7 +80,7 @@ static int read_paths(struct paths *ps)
     free(ips);
     free(parents);
     free(inner);
-    free(starts);
+    free(fns);
     return ps->fn != NULL;
 }
 

@@ -426,6 +426,27 @@ void *ct_sym_in_loaded(const char *prefix, const char *name)
     return p;
 }
 
+int ct_demangle_any(const char *mangled, char *out, size_t cap)
+{
+    typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
+    if (mangled[0] != '_' || mangled[1] != 'Z')
+        return 0;
+    if (ct_demangle(mangled, out, cap))
+        return 1;                     /* our own: also without a C++ runtime to ask (demangle.c) */
+    ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
+    demangle_fn dm = ds ? (demangle_fn)ds(RTLD_DEFAULT, "__cxa_demangle") : NULL;
+    if (!dm) /* libstdc++ loaded RTLD_LOCAL (Python extensions): look inside it */
+        dm = (demangle_fn)ct_sym_in_loaded("libstdc++.so", "__cxa_demangle");
+    int status = -1;
+    char *d = dm ? dm(mangled, NULL, NULL, &status) : NULL;
+    if (d && status == 0)
+        ct_strlcpy(out, d, cap);
+    void (*fr)(void *) = d && ds ? (void (*)(void *))ds(RTLD_DEFAULT, "free") : NULL;
+    if (fr)
+        fr(d);
+    return d && status == 0;
+}
+
 static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t outlen,
                          uintptr_t *sym_off)
 {
@@ -469,24 +490,8 @@ static int lookup_symbol(const struct mod *m, uintptr_t ip, char *out, size_t ou
                 }
             }
             if (best) {
-                typedef char *(*demangle_fn)(const char *, char *, size_t *, int *);
-                ct_dlsym_fn ds = ct_real_dlsym(); /* not the dlsym the shim exports */
-                demangle_fn dm = ds ? (demangle_fn)ds(RTLD_DEFAULT, "__cxa_demangle") : NULL;
-                if (!dm) /* libstdc++ loaded RTLD_LOCAL (Python extensions): look inside it */
-                    dm = (demangle_fn)ct_sym_in_loaded("libstdc++.so", "__cxa_demangle");
-                int status = -1;
-                char *d = NULL;
-                if (best[0] == '_' && best[1] == 'Z' && ct_demangle(best, out, outlen))
-                    status = 1; /* our own: also without a C++ runtime to ask (demangle.c) */
-                else if (dm && best[0] == '_' && best[1] == 'Z')
-                    d = dm(best, NULL, NULL, &status);
-                if (status != 1)
-                    ct_strlcpy(out, d && status == 0 ? d : best, outlen);
-                if (d) {
-                    void (*fr)(void *) = (void (*)(void *))ds(RTLD_DEFAULT, "free");
-                    if (fr)
-                        fr(d);
-                }
+                if (!ct_demangle_any(best, out, outlen))
+                    ct_strlcpy(out, best, outlen);
                 *sym_off = want - best_val;
                 ok = 1;
             }
@@ -518,7 +523,8 @@ static int by_off(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* one module's addresses (sorted): their functions from one pass over its symbol table */
+/* one module's addresses (sorted): their functions from one pass over its symbol table, each
+ * as its identity (its module and its short name) */
 static void module_starts(const struct mod *m, struct at_off *at, size_t n, uint64_t *starts)
 {
     int f = open(m->path, O_RDONLY | O_CLOEXEC);
@@ -575,15 +581,36 @@ static void module_starts(const struct mod *m, struct at_off *at, size_t n, uint
             }
         }
     }
-    for (size_t a = 0; a < n; a++)
-        if (names[a])
-            starts[at[a].idx] = is_runtime_symbol(names[a]) ? 1 : m->base + best[a];
+    uint64_t last = 0;
+    for (size_t a = 0; a < n; a++) {
+        if (!names[a])
+            continue;
+        if (is_runtime_symbol(names[a])) {
+            starts[at[a].idx] = 1;
+            continue;
+        }
+        if (a && names[a] != names[a - 1]) /* sorted: a function's addresses are together */
+            last = 0;
+        if (!last) {
+            char full[1024], brief[512];
+            const char *nm = ct_demangle_any(names[a], full, sizeof full) ? full : names[a];
+            ct_shorten_name(nm, brief, sizeof brief);
+            uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a over the module and the short name */
+            for (const char *c = m->path; *c; c++)
+                h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+            h = (h ^ 0xff) * 0x100000001b3ull;
+            for (const char *c = brief[0] ? brief : nm; *c; c++)
+                h = (h ^ (uint8_t)*c) * 0x100000001b3ull;
+            last = h | (1ull << 63); /* never 0 or 1: "unknown" and "CUDA's own" */
+        }
+        starts[at[a].idx] = last;
+    }
     munmap(map, size);
     free(best);
     free(names);
 }
 
-void ct_function_starts(const uint64_t *ips, size_t n, uint64_t *starts)
+void ct_function_idents(const uint64_t *ips, size_t n, uint64_t *starts)
 {
     uint32_t nm = __atomic_load_n(&nmods, __ATOMIC_ACQUIRE);
     uint32_t *which = malloc(n * sizeof *which);

@@ -36,6 +36,9 @@ struct ct_frame_desc {
 /* 0 when ip lies in no known module, 2 for a CUDA library's frame (or the static runtime's):
  * one symbol lookup */
 int ct_frame_info(uintptr_t ip, struct ct_frame_desc *d);
+/* a mangled C++ name demangled into out: the shim's own demangler (demangle.c), else the C++
+ * runtime's __cxa_demangle where one is loaded; 0 when neither reads it */
+int ct_demangle_any(const char *mangled, char *out, size_t cap);
 /* a demangled name shortened as reports show it (names.py); returns the length of the prefix
  * naming the function a lambda, block or local class is in (0: none) */
 size_t ct_shorten_name(const char *in, char *out, size_t cap);
@@ -45,9 +48,11 @@ const char *ct_module_path(uintptr_t ip);
  * RTLD_DEFAULT misses it); NULL when none is loaded */
 void *ct_sym_in_loaded(const char *prefix, const char *name);
 uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
-/* the start address of the function holding each return address ips[i], one pass over each
- * module's symbol table (cold path: a denial's call graph); 0 where unknown, 1 for a CUDA
- * library's frame or the static runtime's */
-void ct_function_starts(const uint64_t *ips, size_t n, uint64_t *starts);
+/* the function holding each return address ips[i], as one identity: its module and its short
+ * name (ct_shorten_name), so a template's instantiations and a function's overloads are one
+ * function, as the reports' call graph reads them (cudatrace/analyze/sites.py identity); one
+ * pass over each module's symbol table (cold path: a denial's call graph); 0 where unknown, 1
+ * for a CUDA library's frame or the static runtime's */
+void ct_function_idents(const uint64_t *ips, size_t n, uint64_t *idents);
 
 #endif

@@ -97,10 +97,52 @@ static size_t add_native(char *out, size_t o, size_t cap, const struct nat *f, i
     return f->name[0] ? add(out, o, cap, ")") : o;
 }
 
+/* the function a comprehension or generator expression is written in (names.py
+ * comprehension_owner: `load.<locals>.<listcomp>` -> `load`, `<genexpr>` -> `<module>`) into
+ * out; 0 when the frame's code is none */
+static int comprehension_owner(const char *name, char *out, size_t cap)
+{
+    static const char *const kinds[] = {"<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"};
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        size_t k = strlen(kinds[i]);
+        if (n < k || strcmp(name + n - k, kinds[i]))
+            continue;
+        size_t end = n - k;
+        if (end && name[end - 1] != '.')
+            continue;
+        end = end ? end - 1 : 0;
+        if (end >= 9 && !strncmp(name + end - 9, ".<locals>", 9))
+            end -= 9;
+        if (!end) {
+            ct_strlcpy(out, "<module>", cap);
+            return 1;
+        }
+        ct_strlcpy(out, name, end + 1 < cap ? end + 1 : cap);
+        return 1;
+    }
+    return 0;
+}
+
+/* the name a frame is shown by: a comprehension's is its function's */
+static const char *py_name(const struct ct_pyd_frame *f, char *buf, size_t cap)
+{
+    return comprehension_owner(f->name, buf, cap) ? buf : f->name;
+}
+
+/* frame k is the function of the comprehension just below it (CPython before 3.12 calls one as
+ * a function): left out, as the reports leave it out (sites.py _comprehensions) */
+static int owner_of_below(const struct ct_pyd_frame *py, int k)
+{
+    char owner[160];
+    return k > 0 && comprehension_owner(py[k - 1].name, owner, sizeof owner) &&
+           !strcmp(owner, py[k].name) && !strcmp(py[k - 1].where, py[k].where);
+}
+
 static size_t add_py(char *out, size_t o, size_t cap, const struct ct_pyd_frame *f, int where)
 {
-    char num[24];
-    o = add(out, o, cap, f->name);
+    char num[24], buf[160];
+    o = add(out, o, cap, py_name(f, buf, sizeof buf));
     if (!where)
         return o;
     o = add(out, o, cap, " (");
@@ -169,20 +211,24 @@ static void python_line(const struct ct_pyd_frame *py, int pn, const struct nat 
                         char *out, size_t cap)
 {
     int site = python_site(py, pn), first = 1;
+    if (owner_of_below(py, site))
+        site--; /* the comprehension's own frame: its line */
     size_t o = add_py(out, 0, cap, &py[site], 1);
     int below = 0; /* the native frames of the call, up to the eval loop, glue left out */
     while (below < nn && !nf[below].eval)
         below++;
     for (int k = site - 1; k >= -below; k--) { /* outermost first: Python's, then native */
         const struct nat *f = k < 0 ? &nf[below + k] : NULL;
-        if (f && f->glue)
+        if ((f && f->glue) || (!f && owner_of_below(py, k)))
             continue;
         o = add(out, o, cap, first ? " via " : " > ");
         o = f ? add_native(out, o, cap, f, 0) : add_py(out, o, cap, &py[k], 0);
         first = 0;
     }
-    for (int k = site + 1; k < pn; k++) {
-        o = add(out, o, cap, k == site + 1 ? ", called from " : " <- ");
+    for (int k = site + 1, shown = 0; k < pn; k++) {
+        if (owner_of_below(py, k))
+            continue;
+        o = add(out, o, cap, !shown++ ? ", called from " : " <- ");
         if (k > site + CALLERS_SHOWN) {
             add(out, o, cap, "...");
             break;

@@ -1,14 +1,17 @@
-"""The shim's DWARF reader (native/shim/dwarf.c): where a denial's line says "or a function
-inlined into it" (docs/attribution.md), it must say so exactly where the offline symbolizer
-(the reports) finds inlined code, and nowhere else: at -O0 never.
+"""The shim's DWARF reader (native/shim/dwarf.c, dwline.c): where a denial's line says "or a
+function inlined into it" (docs/attribution.md), it must say so exactly where the offline
+symbolizer (the reports) finds inlined code, and nowhere else: at -O0 never. Where it names the
+code itself (no launcher, no hints), the calls inlined at an address and the file and line of
+each must be the symbolizer's.
 
-tests/progs/dwarf_inlines_cli.c answers for addresses of one ELF file; each answer is held to
-the symbolizer's frames at that address, over addresses spread through .text of a C++ program
+tests/progs/dwarf_inlines_cli.c and dwarf_frames_cli.c answer for addresses of one ELF file; each
+answer is held to the symbolizer's frames at that address, over addresses spread through .text of a C++ program
 built by GCC (DWARF 4 and 5, -O0 and -O2) and by clang (zig c++: DWARF 5's address and range
 list indices). Compressed debug sections and a debug file elsewhere are "cannot tell"."""
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import subprocess
@@ -26,23 +29,30 @@ SHIM = REPO / "native" / "shim"
 SOURCE = PROGS / "attrib" / "trt_server.cpp"  # templates, CRTP, small helpers: much to inline
 
 
-@pytest.fixture(scope="module")
-def reader(tmp_path_factory):
+def compile_cli(out: Path, main: str, *modules: str) -> Path:
+    """A test program over the shim's DWARF readers, under ASan and UBSan."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         pytest.fail("no C compiler: the suite needs one")
-    exe = tmp_path_factory.mktemp("dwarf") / "dwarf_inlines_cli"
+    exe = out / Path(main).stem
     r = subprocess.run(
         [cc, "-std=gnu11", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-Wno-unused-parameter"]
         + ["-D_GNU_SOURCE", "-pthread", f"-I{SHIM}", f"-I{REPO / 'native' / 'include'}"]
         + [f'-DCT_SHIM_VERSION="{__version__}"']
         + ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-o", str(exe)]
-        + [str(PROGS / "dwarf_inlines_cli.c"), str(SHIM / "dwarf.c"), str(SHIM / "util.c")]
+        + [str(PROGS / main)]
+        + [str(SHIM / m) for m in ("dwarf.c", "dwline.c", "util.c", *modules)]
         + ["-ldl"],
         capture_output=True,
         text=True,
     )
     assert r.returncode == 0, r.stderr
+    return exe
+
+
+@pytest.fixture(scope="module")
+def reader(tmp_path_factory):
+    exe = compile_cli(tmp_path_factory.mktemp("dwarf"), "dwarf_inlines_cli.c")
 
     def run(path: Path, addrs: list[int]) -> dict[int, int]:
         out = subprocess.run(
@@ -170,3 +180,122 @@ def test_damaged_dwarf_is_read_safely(reader, tmp_path):
         p = tmp_path / f"lib{i}.so"
         p.write_bytes(bad)
         assert set(reader(p, addrs).values()) <= {-1, 0, 1}
+
+
+# ---- the frames it names: inlined calls, files and lines --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def frames_reader(tmp_path_factory):
+    exe = compile_cli(tmp_path_factory.mktemp("dwframes"), "dwarf_frames_cli.c", "demangle.c")
+
+    def run(path: Path, addrs: list[int]) -> dict[int, list[tuple[str, str, int]] | int]:
+        out = subprocess.run(
+            [str(exe), str(path)],
+            input="".join("%x\n" % a for a in addrs),
+            capture_output=True,
+            text=True,
+            errors="replace",  # names from damaged string sections
+            check=True,
+        ).stdout
+        got: dict[int, list[tuple[str, str, int]] | int] = {}
+        cur = 0
+        for line in out.splitlines():
+            if line.startswith("\t"):
+                name, file, ln = line[1:].split("\t")
+                frames = got[cur]
+                assert isinstance(frames, list)
+                frames.append((name, file, int(ln)))
+            else:
+                a, n = line.split()
+                cur = int(a, 16)
+                got[cur] = [] if int(n) >= 0 else -1
+        return got
+
+    return run
+
+
+def symbolizer_frames(path: Path, addrs: list[int]) -> dict[int, list[tuple[str, str, int]]]:
+    """The reports' frames at each address, as the shim's reader writes them: inlined calls by
+    their short names, the concrete function as "-", each with its file's base name and line."""
+    from cudatrace.analyze.names import short_name
+
+    got = Symbolizer(cache_dir=None).symbolize(ModuleRef(str(path), None, 0), addrs) or {}
+    out = {}
+    for a in addrs:
+        fr = [
+            (
+                (short_name(f.function) or "-") if f.inlined else "-",
+                os.path.basename(f.file) if f.file else "-",
+                f.line or 0,
+            )
+            for f in got.get(a) or []
+        ]
+        out[a] = [] if fr == [("-", "-", 0)] else fr
+    return out
+
+
+def same_frame(mine: tuple[str, str, int], want: tuple[str, str, int]) -> bool:
+    """One frame alike; a name the symbolizer's demangler left mangled (a newer libc++'s) the
+    shim's own demangler may read."""
+    return mine == want or (want[0].startswith("_Z") and mine[1:] == want[1:])
+
+
+@pytest.mark.parametrize("name", sorted(BUILDS))
+def test_frames_and_lines_as_the_symbolizer_names_them(frames_reader, tmp_path, name):
+    """Every inlined call at an address, innermost first, by the name the reports give it, and
+    the file and line of each (the line table's row, then each call's call site), for GCC's
+    DWARF 4 and 5 and clang's (address and string-offset indices), -O0 and -O2."""
+    from cudatrace.analyze.names import short_name
+
+    compiler, opt, dwarf = BUILDS[name]
+    lib = build(tmp_path / f"lib{name}.so", compiler or zig(), opt, dwarf)
+    addrs = text_addresses(lib)
+    mine = frames_reader(lib, addrs)
+    want = symbolizer_frames(lib, addrs)
+    wrong = []
+    for a in addrs:
+        got = mine[a]
+        assert got != -1, hex(a)
+        assert isinstance(got, list)
+        got = [((short_name(n) or n) if n != "-" else "-", f, ln) for n, f, ln in got]
+        if len(got) != len(want[a]) or not all(map(same_frame, got, want[a])):
+            wrong.append((hex(a), got, want[a]))
+    assert not wrong, wrong[:5]
+    assert sum(1 for a in addrs if any(f[0] != "-" for f in want[a])) > 0 or opt == "-O0"
+    assert sum(1 for a in addrs if want[a] and want[a][-1][2]) > len(addrs) // 2  # lines
+
+
+def test_frames_where_nothing_can_be_told(frames_reader, tmp_path):
+    z = build(tmp_path / "libz.so", ["g++"], "-O2", "-g", "-gz")
+    assert set(map(str, frames_reader(z, text_addresses(z, 10)).values())) == {"-1"}
+    bare = build(tmp_path / "libbare.so", ["g++"], "-O2")
+    assert all(v == [] for v in frames_reader(bare, text_addresses(bare, 10)).values())
+
+
+def test_damaged_line_tables_are_read_safely(frames_reader, tmp_path):
+    """Damaged line programs, string sections and DIEs (bytes overwritten, the file cut short)
+    never crash the reader (ASan, UBSan): an answer, or "cannot tell"."""
+    for dwarf in ("-gdwarf-5", "-gdwarf-4"):
+        lib = build(tmp_path / f"libok{dwarf}.so", ["g++"], "-O2", dwarf)
+        data = bytearray(lib.read_bytes())
+        with open(lib, "rb") as f:
+            spans = [
+                (s["sh_offset"], s["sh_size"])
+                for s in ELFFile(f).iter_sections()
+                if s.name
+                in (".debug_line", ".debug_line_str", ".debug_str", ".debug_info", ".debug_abbrev")
+            ]
+        addrs = text_addresses(lib, 30)
+        rnd = random.Random(dwarf)
+        for i in range(40):
+            bad = bytearray(data)
+            off, size = spans[i % len(spans)]
+            for _ in range(1 + i % 7):
+                bad[off + rnd.randrange(size)] = rnd.randrange(256)
+            if i % 8 == 7:  # the file ends inside the section
+                bad = bad[: off + size // 2]
+            p = tmp_path / f"lib{dwarf}{i}.so"
+            p.write_bytes(bad)
+            for v in frames_reader(p, addrs).values():
+                assert v == -1 or (isinstance(v, list) and len(v) <= 16)

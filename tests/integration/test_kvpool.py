@@ -222,7 +222,7 @@ def test_budget_stops_oversized_pool(sim, kvpool, tmp_path, on_exceed):
     assert "allocate_layer_kv" in line and "cuMemAlloc_v2" in line, line
     # the shim names the report's site: the call graph of the stacks recorded so far
     assert re.search(
-        r"; at allocate_layer_kv \(kvpool\+0x[0-9a-f]+[^)]*\) via "
+        r"; at allocate_layer_kv \(kvpool\.c:\d+\) via "
         r"tensor_make > backend_acquire > device_carve",
         line,
     ), line

@@ -301,3 +301,49 @@ def test_unsupported_cpython_is_said(ct, tmp_path, version):
     line = shim_line(r.stderr)
     assert "at Python code whose frames the shim could not read (CPython older than 3.11" in line
     assert "raw native location, not the site: " in line, line
+
+
+# comprehensions: a list comprehension is a function of its own before CPython 3.12 and inlined
+# from 3.12 on; a generator expression keeps a frame in every version
+COMPREHENSIONS = (
+    PRELUDE
+    + r"""
+def scratch(n):
+    return list(device_alloc(16 << 20) for _ in range(n))  # LINE:scratch
+
+def kv_cache(layers):
+    return [device_alloc(32 << 20) for _ in range(layers)]  # LINE:kv
+
+def main():
+    scratch(2)
+    kv_cache(8)  # LINE:main
+
+try:
+    main()
+except AssertionError:
+    sys.exit(3)
+"""
+)
+
+
+@pytest.mark.parametrize("exe", INTERPRETERS)
+def test_comprehensions_are_named_by_their_function(ct, exe, tmp_path):
+    """The report, the shim's line and the launcher's name a comprehension's and a generator
+    expression's allocations by the function they are written in (never `<listcomp>` or
+    `kv_cache.<locals>.<genexpr>`), at the comprehension's line, alike in every version; the
+    function's own frame above it is not repeated among the callers."""
+    prog = write(tmp_path, COMPREHENSIONS)
+    L = lines_of(COMPREHENSIONS)
+    r = ct.run([exe, prog], "--budget", BUDGET)
+    assert r.returncode == 3, r.stderr
+    kv, scratch = "kv_cache (prog.py:%d)" % L["kv"], "scratch (prog.py:%d)" % L["scratch"]
+    got = ct.cli("report", r.out, "--json")
+    assert got.returncode == 0, got.stderr
+    assert {s["label"] for s in json.loads(got.stdout)["sites"]} == {kv, scratch}
+    assert report_denied(ct, r.out) == [kv]
+    line = shim_line(r.stderr)
+    assert shim_site(r.stderr) == kv, line
+    assert ", called from main (prog.py:%d) <- <module>" % L["main"] in line, line
+    assert "<listcomp>" not in line and "<genexpr>" not in line, line
+    launcher = [x for x in r.stderr.splitlines() if "cudatrace: denied" in x]
+    assert launcher and " at %s via device_alloc;" % kv in launcher[0], r.stderr

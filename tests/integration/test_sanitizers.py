@@ -174,6 +174,26 @@ def test_python_denial_under_sanitizers(ct, sim, san):
         assert r.returncode == 1 and want in r.stderr, r.stderr[-4000:]
 
 
+def test_denial_line_reads_dwarf_under_sanitizers(sim, san, tmp_path):
+    """No launcher, no hints: the shim reads the program's DWARF at each denial (the calls -O2
+    inlined, their names, the line table: native/shim/dwarf.c, dwline.c) and names the three
+    callers of eng.cpp with their lines."""
+    from support.attrib_shapes import build
+
+    exe = build("eng", tmp_path / "eng", sim.lib, True)
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = sim.env(state=sim.new_state(), total_bytes=16 << 30)
+    env.update(san["env"], CUDATRACE_LEDGER_DIR=str(d), CUDATRACE_GROUP="g")
+    env.update(CUDATRACE_BUDGET="16MiB", CUDATRACE_QUIET="1")
+    env["LD_PRELOAD"] = san["preload"] + ":" + str(Path(san["dir"]) / "libcudatrace.so")
+    r = subprocess.run([str(exe)], env=env, capture_output=True, text=True, timeout=300)
+    _clean(r)
+    assert r.returncode == 0, r.stderr[-4000:]
+    for name in ("eng::Attention::reserve", "eng::Model::load", "eng::Server::start::{lambda}"):
+        assert "; at %s (eng.cpp:" % name in r.stderr, r.stderr[-4000:]
+
+
 def test_ledger_harness_under_sanitizers(san, tmp_path):
     cc = os.environ.get("CC", "cc")
     exe = tmp_path / "ledger_test"

@@ -72,6 +72,17 @@ SHAPES = {
         "cc",
         ["-lonnxruntime-genai"],
     ),
+    # the same, genai's KV cache through a static helper that only forwards to the C API
+    "ort_fwd": (
+        [
+            ("libonnxruntime_providers_cuda.so", ["ort_providers_cuda.cpp"], "g++", ["-lcuda"]),
+            ("libonnxruntime.so", ["ort_runtime.cpp"], "g++", ["-lonnxruntime_providers_cuda"]),
+            ("libonnxruntime-genai.so", ["ort_genai_fwd.cpp"], "g++", ["-lonnxruntime"]),
+        ],
+        ["ort_chat.c"],
+        "cc",
+        ["-lonnxruntime-genai"],
+    ),
     # TensorFlow's split: tsl/tensorflow in the framework library, stream_executor in the C++ one
     "tf_serving": (
         [
@@ -87,6 +98,8 @@ SHAPES = {
         "g++",
         ["-l:libtensorflow_cc.so.2", "-l:libtensorflow_framework.so.2"],
     ),
+    # issue 44's engine: one namespace, a templated buffer under three callers and a lambda
+    "eng": ([], ["eng.cpp"], "g++", []),
     "bigalloc": ([], ["bigalloc.c"], "cc", []),
     "plain_c": ([], ["plain_c.c"], "cc", []),
     "kvgrow": ([], ["kvgrow.c"], "cc", []),
@@ -97,6 +110,25 @@ def _cc(cmd: list[str]) -> None:
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\n{r.stderr}")
+
+
+def build_clang(name: str, out: Path, libdir: Path) -> Path:
+    """Build the one-source C++ shape `name` with clang (zig c++, -O2 -g): zig compiles, g++
+    links, so a fresh machine never builds libc++ from source (tests/integration/
+    test_dwarf_inlines.py does the same); -fno-exceptions keeps libc++'s throwing helpers out."""
+    import sys
+
+    libs, srcs, _compiler, links = SHAPES[name]
+    assert not libs and len(srcs) == 1, name
+    out.mkdir(parents=True, exist_ok=True)
+    obj = out / (name + ".o")
+    _cc(
+        [sys.executable, "-m", "ziglang", "c++", "-c", "-O2", "-g", "-fno-exceptions"]
+        + [f"-I{SRC}", "-o", str(obj), str(SRC / srcs[0])]
+    )
+    exe = out / name
+    _cc(["g++", "-o", str(exe), str(obj), f"-L{libdir}", "-Wl,-rpath,$ORIGIN", *links, "-lcuda"])
+    return exe
 
 
 def build(name: str, out: Path, libdir: Path, release: bool = False) -> Path:

@@ -430,3 +430,126 @@ def test_std_frame_or_offset_never_heads_a_site(tmp_path):
     named = {x for x in labels if "+0x" not in x}
     assert named == {"build_table", "load_model"}, labels
     assert len(labels - named) == 1, labels  # stripped_only: nothing named above it
+
+
+# ---- one namespace, the program never folded away (issue 44) ----------------------------------
+
+
+def write_stacks(d, stacks, size=16 * tg.MiB):
+    """One allocation for each stack (innermost first) of the executable /usr/bin/app."""
+    d.mkdir(parents=True, exist_ok=True)
+    fr = tg.Frames()
+    w = tg.TraceWriter(d / "1.0.ctrace", pid=1)
+    fr.write_modules(w)
+    for k, st in enumerate(stacks):
+        ts, addr = tg.BASE_TS + (k + 1) * tg.MS, 0x7E0000000000 + (k << 30)
+        w.alloc(ts, size, addr, stack=w.stack(fr.stack(*st)))
+    w.close(end_ts=tg.BASE_TS + 100 * tg.MS)
+    return fr
+
+
+def site_names(d, fr, **attribution) -> list[str]:
+    from cudatrace.attribution import Attribution
+
+    a = Analysis(d, Attribution(**attribution), symbolizer=NameSymbolizer(fr))
+    r = json.loads(json.dumps(build_report(a)))
+    return sorted(s["label"].rsplit(" (", 1)[0] for s in r["sites"])
+
+
+APP = ("app::Engine::run", "main")
+BUFFER = "eng::mem::DeviceBuffer<{}>::DeviceBuffer(unsigned long)"
+
+
+def test_a_fold_that_fans_out_names_its_callers(tmp_path):
+    """The engine's classes (eng::) over its allocator (eng::mem) under app::Engine::run: the
+    boundary rule folds each caller into app::Engine::run, an enclosing namespace at a time.
+    The run shows three callers folded into that one site: each is its stack's site."""
+    stacks = [
+        (BUFFER.format("float"), "eng::Attention::reserve(unsigned long)", *APP),
+        (BUFFER.format("unsigned short"), "eng::Model::load(unsigned long)", *APP),
+        (BUFFER.format("unsigned char"), "eng::Server::start()", *APP),
+    ]
+    fr = write_stacks(tmp_path / "t", stacks)
+    assert site_names(tmp_path / "t", fr) == [
+        "eng::Attention::reserve",
+        "eng::Model::load",
+        "eng::Server::start",
+    ]
+    # one caller: nothing fans out, app::Engine::run asked
+    fr = write_stacks(tmp_path / "one", stacks[:1] * 2)
+    assert site_names(tmp_path / "one", fr) == ["app::Engine::run"]
+
+
+def test_a_templates_instantiations_are_one_layer(tmp_path):
+    """Allocator and callers in one namespace (no boundary): DeviceBuffer<T>'s constructor,
+    read as one function whatever T, has three clients, a layer."""
+    buf = "eng::DeviceBuffer<{}>::DeviceBuffer(unsigned long)"
+    stacks = [
+        (buf.format("float"), "eng::Attention::reserve(unsigned long)", "main"),
+        (buf.format("int"), "eng::Model::load(unsigned long)", "main"),
+        (buf.format("char"), "eng::Server::start()", "main"),
+    ]
+    fr = write_stacks(tmp_path / "t", stacks)
+    assert site_names(tmp_path / "t", fr) == [
+        "eng::Attention::reserve",
+        "eng::Model::load",
+        "eng::Server::start",
+    ]
+
+
+def test_template_arguments_kept_where_they_alone_tell_sites_apart(tmp_path):
+    """--no-fold: three sites of one template, told apart by their arguments alone, keep them;
+    a site whose name is alone elides them, as before."""
+    stacks = [
+        (BUFFER.format("float"), "eng::Attention::reserve(unsigned long)", "main"),
+        (BUFFER.format("int"), "eng::Model::load(unsigned long)", "main"),
+        ("eng::Pool<eng::Host>::grow(unsigned long)", "main"),
+    ]
+    fr = write_stacks(tmp_path / "t", stacks)
+    assert site_names(tmp_path / "t", fr, fold=False) == [
+        "eng::Pool<...>::grow",
+        "eng::mem::DeviceBuffer<float>::DeviceBuffer",
+        "eng::mem::DeviceBuffer<int>::DeviceBuffer",
+    ]
+
+
+@pytest.mark.parametrize(
+    "qualname,owner",
+    [
+        ("load.<locals>.<listcomp>", "load"),
+        ("Model.load.<locals>.<genexpr>", "Model.load"),
+        ("<listcomp>", "<module>"),
+        ("<genexpr>", "<module>"),
+        ("f.<locals>.g.<locals>.<dictcomp>", "f.<locals>.g"),
+        ("f.<locals>.<lambda>", None),
+        ("listcomp", None),
+        ("f", None),
+    ],
+)
+def test_comprehension_owner(qualname, owner):
+    from cudatrace.analyze.names import comprehension_owner
+
+    assert comprehension_owner(qualname) == owner
+
+
+def test_short_name_keeps_template_arguments_when_asked():
+    name = "eng::mem::DeviceBuffer<unsigned short>::DeviceBuffer(unsigned long)"
+    assert short_name(name) == "eng::mem::DeviceBuffer<...>::DeviceBuffer"
+    assert (
+        short_name(name, templates=True) == "eng::mem::DeviceBuffer<unsigned short>::DeviceBuffer"
+    )
+
+
+def test_two_entry_points_of_one_api_read_as_a_fan_out(tmp_path):
+    """The documented limit of the fan-out (docs/attribution.md): one site reaching the
+    allocator through two functions of its API in an enclosing namespace names the two;
+    --fold names them layers."""
+    stacks = [
+        ("vt::cuda::(anon)::AllocOnDevice(unsigned long)", "vt::Alloc(unsigned long)"),
+        ("vt::cuda::(anon)::AllocOnDevice(unsigned long)", "vt::AllocZeroed(unsigned long)"),
+    ]
+    stacks = [s + ("vllm::CacheBuffer::CacheBuffer()", "main") for s in stacks]
+    fr = write_stacks(tmp_path / "t", stacks)
+    assert site_names(tmp_path / "t", fr) == ["vt::Alloc", "vt::AllocZeroed"]
+    folded = site_names(tmp_path / "t", fr, fold_patterns=("^vt::Alloc",))
+    assert folded == ["vllm::CacheBuffer::CacheBuffer"]

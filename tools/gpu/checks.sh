@@ -7,6 +7,8 @@
 #              CuPy, budgets; the attribution headlines are in the GPU-SUITE lines
 #   attrib     tools/gpu/startup_attrib.sh: an engine-like server at start-up: report, summary,
 #              sweep law and the denial (with and without -q) name its KV code
+#   eng        tools/gpu/eng_attrib.sh: an engine in one namespace (cudaMalloc; nvcc -O0/-O2,
+#              g++ -O2): every output and denial line names its three callers, never main
 #   peaks      tools/gpu/peaks_check.sh: sequential, threaded (also --aggregate) and killed
 #              peaks never above the device's or the ledger's
 #   envbudget  tools/gpu/env_budget.sh: budgets from the environment alone, shares
@@ -44,6 +46,7 @@ for what in "$@"; do
         suite) step suite "${SUITE_TIMEOUT:-420}" env CUDATRACE_GPU_SUMMARY="$OUT/gpu-suite.jsonl" \
                 python3 -m pytest tests/gpu -v -s -rs -p no:cacheprovider ${SUITE_ARGS:-} ;;
         attrib) step attrib 240 bash tools/gpu/startup_attrib.sh "$OUT/attrib" ;;
+        eng) step eng 400 bash tools/gpu/eng_attrib.sh "$OUT/eng" ;;
         peaks) step peaks 120 bash tools/gpu/peaks_check.sh "$OUT/peaks" ;;
         envbudget) step envbudget 120 bash tools/gpu/env_budget.sh "$OUT/envbudget" ;;
         pytest) step pytest 240 bash tools/gpu/pytest_check.sh "$OUT/pytest" ;;

@@ -53,7 +53,7 @@ echo "== 2. start-up under --budget 1200MiB"
 ct run -o "$OUT/budget" --force --budget 1200MiB -- "$SRV" >"$OUT/budget.out" 2>"$OUT/budget.err"
 echo "   exit $?"
 grep -E 'budget exceeded|cudatrace: denied|fatal' "$OUT/budget.err" | head -4 | sed 's/^/   /'
-grep 'budget exceeded' "$OUT/budget.err" | head -1 | grep -qE "; at $KVRE \(vllm-server-b1234\+0x"; check "shim's line names the KV code" $?
+grep 'budget exceeded' "$OUT/budget.err" | head -1 | grep -qE "; at $KVRE \((startup_server\.cu:[0-9]+|vllm-server-b1234\+0x)"; check "shim's line names the KV code" $?
 ! grep 'budget exceeded' "$OUT/budget.err" | grep -q '_Z'; check "shim's line demangled (static libstdc++)" $?
 grep -qE "^cudatrace: denied .* at $KV \([^ ]+:[0-9]+\) via " "$OUT/budget.err"; check "launcher's line names the KV code" $?
 
