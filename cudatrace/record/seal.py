@@ -108,11 +108,14 @@ def _gone(pid: int, start_ticks: int) -> bool:
 
 
 class Sealer:
-    """Compresses the sealed chunks of every trace in `out`, every `interval` seconds."""
+    """Compresses the sealed chunks of every trace in `out`, every `interval` seconds, and again
+    after `busy` seconds while a pass found chunks to seal (a program writing raw records fast,
+    ~24 bytes an event, fills a small disk before an idle interval is over)."""
 
-    def __init__(self, out: Path, interval: float = 1.0):
+    def __init__(self, out: Path, interval: float = 1.0, busy: float = 0.1):
         self.out = Path(out)
         self.interval = interval
+        self.busy = busy
         self.done: dict[Path, int] = {}  # trace -> chunks below this are in the sidecar
         self.off: set[Path] = set()  # traces this filesystem cannot punch: left alone
         self.created: set[Path] = set()  # sidecars this sealer created
@@ -137,18 +140,22 @@ class Sealer:
         self.pass_once(final=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.pass_once()
+        wait = self.interval
+        while not self._stop.wait(wait):
+            wait = self.busy if self.pass_once() else self.interval
 
-    def pass_once(self, final: bool = False) -> None:
+    def pass_once(self, final: bool = False) -> int:
+        """One pass over the run's traces; the chunks it sealed."""
+        n = 0
         for p in sorted(self.out.glob("*.ctrace")):
             if p in self.off:
                 continue
             try:
-                self.seal_file(p, final)
+                n += self.seal_file(p, final)
             except OSError as e:  # never stops the run: the trace stays as the shim wrote it
                 self.error = f"{p.name}: {e.strerror or e}"
                 self.off.add(p)
+        return n
 
     def seal_file(self, p: Path, final: bool = False) -> int:
         """Compress the chunks of p sealed since the last pass; the number compressed."""
