@@ -6,7 +6,9 @@ the CDI specs. Then, every --interval seconds, one pass:
 
 - **ledgers**: every ledger some process on the node maps (procscan.py), wherever it lives (a
   group's host directory, a container's tmpfs, a pod's emptyDir), opened through the member's
-  own mapping;
+  own mapping and read with pread, never mapped (a ledger a tenant truncates, grows, garbles or
+  replaces is skipped, said once, and listed in what the metrics count as errors); the parts of
+  one group (one file per user in a shared directory) are published as one group;
 - **contexts**: a member in another pid namespace cannot find itself in NVML's list (NVML names
   host pids), so its CUDA context would count for nothing. The agent maps each such member to
   its host pid (the pid in its namespace and its start time, among the processes that map that
@@ -19,7 +21,12 @@ the CDI specs. Then, every --interval seconds, one pass:
   library (it could not be loaded) likewise, once;
 - **groups gone**: the directory of a group no longer offered is removed once no member lives;
 - **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels,
-  served as of the last pass.
+  served as of the last pass (httpserver.py: over HTTPS with --metrics-cert, to whom the API
+  server authorizes with --metrics-auth kubernetes), beside /healthz (a pass finished lately:
+  liveness) and /readyz (the first pass is done: readiness).
+
+Events wait in a queue while the API server cannot take them (kube.EventQueue): tried again at
+later passes, after growing pauses.
 """
 
 from __future__ import annotations
@@ -34,11 +41,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import native, settings
-from ..record.ledger import Ledger, LedgerError
+from ..record.ledger import Ledger, LedgerError, part_of
+from ..record.ledger_status import merge_parts
 from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
-from .kube import Kube, KubeError, PodContainer, pod_event
+from .httpserver import Limits, Request, Response, Route, Server, text
+from .kube import EventQueue, Kube, PodContainer, pod_event
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
 UNMAPPED_PASSES = 3  # a member's denials wait this many passes for its process to be seen
@@ -74,6 +83,7 @@ class Tracked:
     denials: dict[tuple, int] = field(default_factory=dict)
     readings: dict[tuple, list[int]] = field(default_factory=dict)
     unmapped: dict[tuple, int] = field(default_factory=dict)  # passes a member went unmapped
+    unreadable: str | None = None  # why it could not be read at the last pass (said once)
 
 
 def _member_key(m: LedgerMember) -> tuple[int, int, int]:
@@ -94,6 +104,8 @@ class Agent:
         self.open_errors: dict[tuple[str, int], tuple[str, str]] = {}  # key -> (path, why)
         self.contexts_counted = 0
         self.passes = 0
+        self.pass_ended: float | None = None  # time.monotonic() at the end of the last pass
+        self.events = EventQueue(cfg.kube, self.say) if cfg.kube is not None else None
         self._lock = threading.Lock()
         self._published: Status = {"ledgers": [], "errors": []}
 
@@ -130,6 +142,8 @@ class Agent:
     # ---- one pass ---------------------------------------------------------------------------
 
     def cycle(self) -> None:
+        if self.events is not None:
+            self.events.flush()
         self._reload()
         scan = procscan.scan(self.cfg.proc)
         self._track(scan)
@@ -139,6 +153,7 @@ class Agent:
             {"path": p, "error": e} for p, e in self.open_errors.values()
         ]
         labels_used: set[str] = set()
+        groups: dict[tuple, list[tuple[Tracked, LedgerSnapshot]]] = {}
         for _key, t in sorted(self.tracked.items(), key=lambda kv: kv[0]):
             try:
                 snap = t.ledger.snapshot()
@@ -146,10 +161,17 @@ class Agent:
                     snap = t.ledger.snapshot()
                 self._denials(t, snap)
             except LedgerError as e:
+                self._unreadable(t, str(e))
                 errors.append({"path": t.mapping.path, "error": str(e)})
                 continue
-            snap["label"] = self._label(snap, t, labels_used)
-            snap["member_labels"] = self._labels_of(t, snap)
+            if t.unreadable is not None:
+                self.say(f"the ledger {t.mapping.path} reads again")
+                t.unreadable = None
+            groups.setdefault(self._group_key(t, snap), []).append((t, snap))
+        for parts in groups.values():
+            labels = [self._labels_of(t, s) for t, s in parts]
+            snap = merge_parts([s for _, s in parts], labels)
+            snap["label"] = self._label(snap, parts[0][0], labels_used)
             out.append(snap)
         self._report_unfenced(scan)
         self._forget_groups()
@@ -158,6 +180,23 @@ class Agent:
             self._gc_installs()
         with self._lock:
             self._published = {"ledgers": out, "errors": errors}
+        self.pass_ended = time.monotonic()
+
+    def _unreadable(self, t: Tracked, why: str) -> None:
+        """A ledger that cannot be read now (a tenant truncated, grew, garbled or replaced it):
+        skipped this pass, said once."""
+        if t.unreadable != why:
+            self.say(f"skipping the ledger {t.mapping.path}: {why}")
+        t.unreadable = why
+
+    @staticmethod
+    def _group_key(t: Tracked, snap: LedgerSnapshot) -> tuple:
+        """The parts of one group (a user's part, <group>@<uid>.ledger, in one directory of one
+        file system) share a key; any other ledger is its own."""
+        group, uid = part_of(Path(t.mapping.path))
+        if uid is None or group != snap["group"]:
+            return ("file", *t.mapping.key)
+        return ("group", t.mapping.key[0], os.path.dirname(t.mapping.path), group)
 
     def _track(self, scan: procscan.Scan) -> None:
         for key in list(self.tracked):
@@ -180,8 +219,8 @@ class Agent:
         ffi, lib = native.tools()
         why = "no process maps it any more"
         for _proc, link in m.links:
-            try:
-                fd = os.open(link, os.O_RDWR | os.O_CLOEXEC)
+            try:  # O_NONBLOCK: whatever the member mapped, opening it never waits
+                fd = os.open(link, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
             except OSError as e:
                 why = f"{link}: {e.strerror}"
                 continue
@@ -318,7 +357,7 @@ class Agent:
         if not container and not pod:
             who = f"pid {pid}"
         self.say(f"{who}: {msg}")
-        if self.cfg.kube is None or not pod or not ns:
+        if self.events is None or not pod or not ns:
             return
         # the pod's uid: a DRA claim's container is told it (its group is the claim's uid), a
         # patched pod's group is its uid; the container's name only where the webhook gave it
@@ -326,10 +365,7 @@ class Agent:
         uid = env.get(settings.name("K8S_POD_UID")) or env.get(settings.name("GROUP"), "")
         named = env.get(settings.name("K8S_CONTAINER"), "")
         ev = pod_event(PodContainer(ns, pod, named, uid), reason, msg, self.cfg.node, count=n)
-        try:
-            self.cfg.kube.post_event(ev)
-        except KubeError as e:
-            self.say(f"cannot post the event: {e}")
+        self.events.post(ev)
 
     # ---- labels for the metrics ---------------------------------------------------------------
 
@@ -437,9 +473,57 @@ def node_collector(agent: Agent) -> Any:
     return NodeCollector()
 
 
-def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> None:
-    """Serve the metrics on host:port and run the agent until interrupted."""
-    from prometheus_client import CollectorRegistry, start_http_server
+def health(agent: Agent) -> tuple[int, str]:
+    """/healthz: a pass finished within three intervals (30 s at least): else the agent is
+    stuck (a liveness probe restarts it)."""
+    if agent.pass_ended is None:
+        return 503, "no pass has finished yet"
+    late = time.monotonic() - agent.pass_ended
+    most = max(3 * agent.cfg.interval, 30.0)
+    if late > most:
+        return 503, f"no pass finished for {late:.0f} s (at most {most:.0f})"
+    return 200, "ok"
+
+
+def routes(agent: Agent, registry: Any, authorizer: Any = None) -> dict[str, Route]:
+    """/metrics (to whom authorizer allows, when one is given), /healthz, /readyz."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    def metrics(req: Request) -> Response:
+        if authorizer is not None:
+            code, why = authorizer.check(req.headers.get("authorization", ""), req.path)
+            if code != 200:
+                agent.say(f"a scrape from {req.peer} refused: {why}")
+                extra = (("WWW-Authenticate", 'Bearer realm="cudatrace"'),) if code == 401 else ()
+                return Response(code, (why + "\n").encode(), headers=extra)
+        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+
+    def healthz(req: Request) -> Response:
+        return text(*health(agent))
+
+    def readyz(req: Request) -> Response:
+        if agent.pass_ended is None or agent.installed is None:
+            return text(503, "the first pass has not finished")
+        return text(200, "ok")
+
+    return {
+        "/metrics": Route(metrics),
+        "/healthz": Route(healthz, inline=True),
+        "/readyz": Route(readyz, inline=True),
+    }
+
+
+def serve(
+    agent: Agent,
+    host: str,
+    port: int,
+    ready: Callable[[str], None],
+    tls: Any = None,
+    authorizer: Any = None,
+) -> None:
+    """Serve the metrics on host:port and run the agent until interrupted. tls: a
+    tls.ServingCert (HTTPS); authorizer: a kube.Authorizer (who may read /metrics)."""
+    from prometheus_client import CollectorRegistry
 
     from ..present.metrics import Collector
 
@@ -447,10 +531,15 @@ def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> N
     reg.register(Collector(agent.published, member_labels=agent.member_labels))
     reg.register(node_collector(agent))
     agent.cycle()  # the first pass before the first scrape
-    start_http_server(port, addr=host, registry=reg)
-    ready(f"http://{host if ':' not in host else '[' + host + ']'}:{port}/metrics")
+    limits = Limits(connections=128, idle=120.0, workers=2)
+    server = Server(host, port, routes(agent, reg, authorizer), limits, tls=tls, log=agent.say,
+                    name="node-metrics")  # fmt: skip
+    server.start()
+    scheme = "https" if tls is not None else "http"
+    ready(f"{scheme}://{host if ':' not in host else '[' + host + ']'}:{server.address[1]}/metrics")
     stop = threading.Event()
     try:
         agent.run(stop)
     finally:
         stop.set()
+        server.stop()

@@ -1,10 +1,11 @@
 """`cudatrace status` as text: the budgets in force, from the ledgers' snapshots
-(record/ledger.py status_json gathers them; --json prints that data as is)."""
+(record/ledger_status.py status_json gathers them; --json prints that data as is)."""
 
 from __future__ import annotations
 
 from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, Unfenced
 from ..units import format_bytes
+from .text import wrap_prose
 
 
 def _ranges(ns: list[int]) -> str:
@@ -26,7 +27,11 @@ def _fmt_limit(n: int) -> str:
 
 def render_ledger(s: LedgerSnapshot) -> str:
     """The text of one ledger snapshot."""
-    lines = [_ledger_head(s), f"  ledger {s['path']}"]
+    parts = s.get("parts") or []
+    where = f"  ledger {s['path']}"
+    if len(parts) > 1:  # a group of several users' parts (a shared directory)
+        where = "  ledger parts: " + ", ".join(f"{p['path']} (uid {p['uid']})" for p in parts)
+    lines = [_ledger_head(s), where]
     busy = [
         r
         for r in s["devices"]
@@ -44,7 +49,7 @@ def render_ledger(s: LedgerSnapshot) -> str:
         which, each = ("device", "") if len(devs) == 1 else ("devices", " each")
         lines.append(f"  {which} {_ranges(devs)}: limit {_fmt_limit(limit)}{each}, nothing in use")
     for m in s["members"]:
-        lines += _member_lines(m)
+        lines += _member_lines(m, uid=len(parts) > 1)
     return "\n".join(lines)
 
 
@@ -102,8 +107,8 @@ def _device_rows(s: LedgerSnapshot, busy: list[LedgerDevice]) -> list[str]:
     return lines
 
 
-def _member_lines(m: LedgerMember) -> list[str]:
-    """One member process: what it holds per device, and its last denial."""
+def _member_lines(m: LedgerMember, uid: bool = False) -> list[str]:
+    """One member process: what it holds per device, and its last denial (uid: its user's)."""
     parts = []
     for d, r in sorted(m["devices"].items()):
         t = "device {}: {} (peak {}".format(d, format_bytes(r["held"]), format_bytes(r["peak"]))
@@ -123,6 +128,8 @@ def _member_lines(m: LedgerMember) -> list[str]:
     state = {"alive": "", "dead": " [exited]", "unknown": " [state unknown]"}[m["state"]]
     if m.get("other_pidns"):
         state += " [other pid namespace]"
+    if uid and "uid" in m:
+        state += " [uid %d]" % m["uid"]
     if m.get("share"):
         state += " [share {}: {} on each device]".format(
             m["share"], format_bytes(m["share_limit"]) if m.get("share_limit") else "no limit"
@@ -161,7 +168,7 @@ def render_unfenced(u: Unfenced | None, budgets: bool = True) -> str:
 
 
 def render_status(st: Status) -> str:
-    """What `cudatrace status [GROUP]` prints, from record.ledger.status_json's data (with
+    """What `cudatrace status [GROUP]` prints, from record.ledger_status.status_json's data (with
     record.fence's "unfenced")."""
     out = []
     unfenced = render_unfenced(st.get("unfenced"), bool(st["ledgers"]))
@@ -173,4 +180,4 @@ def render_status(st: Status) -> str:
         out.append(f"{e['path']}: unusable: {e['error']}")
     if unfenced:
         out.append(unfenced)
-    return "\n\n".join(out)
+    return wrap_prose("\n\n".join(out))

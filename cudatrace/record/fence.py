@@ -20,6 +20,7 @@ from .. import settings
 from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess
 from . import ledger as ledger_mod
 from .budget import BudgetError, bytes_text, parse_size
+from .ledger_status import status_json
 
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
@@ -87,12 +88,13 @@ def nest(
 
 def outer_ledger(group: str) -> ledger_mod.RunLedger | None:
     """The fence's group ledger as it is now (None when no process has made it yet), for the
-    run's denial lines and its last figures."""
+    run's denial lines and its last figures: read (this user's part in a shared directory),
+    never mapped."""
     try:
         path = ledger_mod.group_path(group, create_dir=False)
         if not path.exists():
             return None
-        return ledger_mod.RunLedger(ledger_mod.Ledger.open(path), private=False)
+        return ledger_mod.RunLedger(ledger_mod.Ledger.read(path), private=False)
     except ledger_mod.LedgerError:
         return None
 
@@ -128,7 +130,7 @@ def _comm(pid: int) -> str:
 
 def unfenced(ledgers: list[LedgerSnapshot]) -> Unfenced:
     """The processes NVML lists on the GPUs that are live members of none of `ledgers` (status
-    snapshots: record/ledger.py status_json). {"known": NVML could say, "why": why not, "gpus":
+    snapshots: record/ledger_status.py status_json). {"known": NVML could say, "why": why not, "gpus":
     the NVML indices seen, "processes": [{"gpu", "pid", "bytes", "command"}], "not_visible":
     processes this pid namespace cannot see (not judged)}. A member of another pid namespace
     is matched through /proc/PID/status's NSpid and /proc/PID/ns/pid."""
@@ -168,6 +170,6 @@ def unfenced(ledgers: list[LedgerSnapshot]) -> Unfenced:
 def status_with_unfenced(group: str | None = None) -> Status:
     """status_json's data with "unfenced" (of the whole directory): what `cudatrace metrics`
     serves."""
-    st = ledger_mod.status_json(group)
+    st = status_json(group)
     st["unfenced"] = unfenced(st["ledgers"]) if group is None else None
     return st

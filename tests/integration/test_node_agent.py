@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env
 from support.kube import FakeApiServer, validate
 from support.podman import podman  # noqa: F401  (fixture)
@@ -62,11 +63,11 @@ def wait_for(fn, timeout: float, what: str, log=()):
 
 def ready(p: subprocess.Popen) -> str:
     lines = []
-    for line in p.stdout:
+    for line in children.lines(p):
         lines.append(line)
         if line.strip() == "ready":
             return "".join(lines)
-    raise AssertionError(f"no ready: {lines} {p.stderr.read()}")
+    raise AssertionError(f"no ready: {lines} {children.said(p)}")
 
 
 @pytest.fixture
@@ -86,11 +87,11 @@ def agent(podman, sim, tmp_path):  # noqa: F811
            base / "state", "--cdi-dir", CDI_DIR, "--vendor", vendor, "--groups", groups, "--budget", "1GiB",
            "--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--kube-api", api.url,
            "--kube-token", api.token_file, "--kube-ca", api.ca_file, "--node-name", "gpu-node-1"]  # fmt: skip
-    proc = subprocess.Popen(
+    proc = children.popen(
         [str(c) for c in cmd], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
     log = []
-    for line in proc.stderr:
+    for line in children.lines(proc, proc.stderr):
         log.append(line)
         if "serving metrics" in line:
             break
@@ -200,3 +201,68 @@ def test_agent_labels_a_container_budget_by_its_container(podman, agent):  # noq
     finally:
         podman.remove(name)
         p.communicate(timeout=60)
+
+
+def test_metrics_only_to_whom_the_api_server_allows_health_to_all(tmp_path):
+    """--metrics-auth kubernetes: HTTPS (the certificate given), /metrics to a bearer token the
+    API server says may get it (TokenReview, SubjectAccessReview), 401 and 403 otherwise;
+    /healthz and /readyz answered to anyone (the kubelet's probes carry no token)."""
+    import ssl
+    import urllib.error
+
+    from cudatrace.deploy.tls import make_tls
+
+    api = FakeApiServer(tmp_path)
+    prom = "system:serviceaccount:monitoring:prometheus"
+    api.users = {"scraper": {"username": prom}, "tenant": {"username": "system:serviceaccount:t:a"}}
+    api.allowed = {(prom, "/metrics")}
+    tls = make_tls(tmp_path / "tls", ["localhost"], ("127.0.0.1",), name="metrics")
+    port = free_port()
+    base = tmp_path / "node"
+    cmd = [sys.executable, "-m", "cudatrace", "node", "--root", base / "root", "--state",
+           base / "state", "--cdi-dir", base / "cdi", "--listen", f"127.0.0.1:{port}",
+           "--interval", "0.2", "--kube-api", api.url, "--kube-token", api.token_file,
+           "--kube-ca", api.ca_file, "--metrics-auth", "kubernetes",
+           "--metrics-cert", tls["metrics.crt"], "--metrics-key", tls["metrics.key"]]  # fmt: skip
+    proc = subprocess.Popen([str(c) for c in cmd], env=checkout_env(), stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        log = []
+        for line in proc.stderr:
+            log.append(line)
+            if "serving metrics" in line:
+                break
+        assert f"https://127.0.0.1:{port}/metrics" in log[-1], log
+        ctx = ssl.create_default_context(cafile=str(tls["ca.crt"]))
+
+        def get(path: str, token: str = "") -> tuple[int, str]:
+            req = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+            if token:
+                req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        assert get("/healthz") == (200, "ok\n") and get("/readyz") == (200, "ok\n")
+        code, body = get("/metrics")
+        assert code == 401 and "a bearer token is needed" in body
+        code, body = get("/metrics", "tenant")
+        assert code == 403 and "system:serviceaccount:t:a may not get /metrics" in body
+        code, body = get("/metrics", "forged")
+        assert code == 401 and "not valid" in body
+        code, body = get("/metrics", "scraper")
+        assert code == 200 and "cudatrace_node_preload_info" in body
+        # plain HTTP to the HTTPS port: no metrics, whatever it sends
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b"cudatrace_" not in s.recv(65536)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        api.close()
+    # HTTPS is required to read a token, and an API server to review it
+    r = subprocess.run([str(c) for c in cmd[:-4]], env=checkout_env(), capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "a bearer token is never read over plain HTTP" in r.stderr
