@@ -29,7 +29,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "blocks.h"
-#include "cevent.h"
 #include "replay_model.h"
 
 #define ST_DEV 1

@@ -21,6 +21,7 @@
 #include "budget.h"
 #include "cuda_abi.h"
 #include "deny.h"
+#include "device.h"
 #include "events.h"
 #include "live.h"
 #include "modules.h"
@@ -62,142 +63,6 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
 #define CT_OUT(p) ((p) ? (uint64_t)*(p) : 0)
 #define CT_OUTP(p) ((p) ? (uint64_t)(uintptr_t)*(p) : 0)
 /* clang-format on */
-
-/* The device of the calling thread's current context. A context's device never changes, so the
- * thread remembers the one it last asked about: cuCtxGetCurrent (a thread-local read in the
- * driver) tells whether the context is still that one, and only a new context costs
- * cuCtxGetDevice. (The cache is per thread because the current context is; a context that ends
- * moves the epoch below, so a handle given again to another device's context is asked again.) */
-
-static CUresult (*get_ctx)(CUcontext *);
-static CUresult (*get_dev)(CUdevice *);
-
-/* A context's device never changes, but a context can end and its handle come back as another
- * device's context: every call that may end one (hooks.def CT_OP_CTX_END) moves the epoch
- * first, and a thread drops what it learned in an earlier epoch. */
-static uint32_t ctx_epoch;
-static inline void ctx_answers_check(void)
-{
-    uint32_t now = __atomic_load_n(&ctx_epoch, __ATOMIC_ACQUIRE);
-    if (__builtin_expect(ct_thr.ctx_epoch != now, 0)) {
-        ct_thr.dev_ctx = ct_thr.sdev_ctx = 0;
-        ct_thr.ctx_epoch = now;
-    }
-}
-/* looked up by the first threads to need them, perhaps several at once: atomics, relaxed for
- * get_ctx (get_dev's release store publishes it) */
-static void device_syms(void)
-{
-    __atomic_store_n(&get_ctx, (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent"),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&get_dev, (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice"),
-                     __ATOMIC_RELEASE);
-}
-
-__attribute__((noinline)) static int current_device_slow(void)
-{
-    CUresult (*gd)(CUdevice *) = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
-    if (__builtin_expect(!gd, 0)) {
-        device_syms();
-        gd = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
-    }
-    ctx_answers_check();
-    CUcontext ctx = NULL;
-    CUresult (*gc)(CUcontext *) = __atomic_load_n(&get_ctx, __ATOMIC_RELAXED);
-    if (gc && gc(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
-        return ct_thr.dev;
-    CUdevice d = -1;
-    if (!gd || gd(&d) != CUDA_SUCCESS)
-        return -1;
-    ct_thr.dev_ctx = (uintptr_t)ctx;
-    ct_thr.dev = d;
-    return d;
-}
-
-/* the common case inline: the thread's context is the one it last asked about (one driver
- * call, a thread-local read in the driver) */
-static inline int current_device(void)
-{
-    CUresult (*gc)(CUcontext *) = __atomic_load_n(&get_ctx, __ATOMIC_RELAXED);
-    CUcontext ctx = NULL;
-    if (__builtin_expect(gc && ct_thr.ctx_epoch == __atomic_load_n(&ctx_epoch, __ATOMIC_ACQUIRE),
-                         1) &&
-        gc(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
-        return ct_thr.dev;
-    return current_device_slow();
-}
-
-/* The device of context ctx, which need not be current: cuCtxGetDevice_v2 where the driver has
- * it (CUDA 13), else ctx made current for the question and the thread's own put back. -1: the
- * driver could not say. */
-static int context_device(CUcontext ctx)
-{
-    static CUresult (*get_dev2)(CUdevice *, CUcontext);
-    static CUresult (*push)(CUcontext), (*pop)(CUcontext *);
-    static int looked; /* several threads may look them up at once: atomics, relaxed */
-    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&get_dev2,
-                         (CUresult(*)(CUdevice *, CUcontext))ct_driver_sym("cuCtxGetDevice_v2"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&push, (CUresult(*)(CUcontext))ct_driver_sym("cuCtxPushCurrent_v2"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&pop, (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxPopCurrent_v2"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-    }
-    CUresult (*gd2)(CUdevice *, CUcontext) = __atomic_load_n(&get_dev2, __ATOMIC_RELAXED);
-    CUresult (*gd)(CUdevice *) = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
-    CUresult (*pu)(CUcontext) = __atomic_load_n(&push, __ATOMIC_RELAXED);
-    CUresult (*po)(CUcontext *) = __atomic_load_n(&pop, __ATOMIC_RELAXED);
-    CUdevice d = -1;
-    if (gd2)
-        return gd2(&d, ctx) == CUDA_SUCCESS ? d : -1;
-    if (!gd || !pu || !po || pu(ctx) != CUDA_SUCCESS)
-        return -1;
-    CUresult r = gd(&d);
-    CUcontext back;
-    po(&back);
-    return r == CUDA_SUCCESS ? d : -1;
-}
-
-/* The device a stream-ordered allocation on stream s comes from: the stream's (the pool current
- * to the stream's device, the driver's rule), which need not be the current context's. -1 for
- * the NULL, legacy and per-thread streams (the current context's: current_device) or when the
- * driver cannot say. cuStreamGetCtx costs what cuCtxGetCurrent does, and is allowed while the
- * stream is being captured; the thread remembers the device of the last other context. */
-static int stream_device_of(CUstream s)
-{
-    static CUresult (*get_sctx)(CUstream, CUcontext *);
-    static int looked;
-    if (__builtin_expect(!__atomic_load_n(&looked, __ATOMIC_ACQUIRE), 0)) {
-        if (!__atomic_load_n(&get_dev, __ATOMIC_ACQUIRE))
-            device_syms();
-        __atomic_store_n(&get_sctx,
-                         (CUresult(*)(CUstream, CUcontext *))ct_driver_sym("cuStreamGetCtx"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-    }
-    ctx_answers_check();
-    CUcontext ctx = NULL;
-    CUresult (*gs)(CUstream, CUcontext *) = __atomic_load_n(&get_sctx, __ATOMIC_RELAXED);
-    if (!gs || gs(s, &ctx) != CUDA_SUCCESS || !ctx)
-        return -1;
-    if ((uintptr_t)ctx == ct_thr.dev_ctx)
-        return ct_thr.dev;
-    if ((uintptr_t)ctx == ct_thr.sdev_ctx)
-        return ct_thr.sdev;
-    int d = context_device(ctx);
-    if (d >= 0) {
-        ct_thr.sdev_ctx = (uintptr_t)ctx;
-        ct_thr.sdev = d;
-    }
-    return d;
-}
-static inline int stream_device(CUstream s)
-{
-    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the current context's */
-    return (uintptr_t)s <= 2 ? -1 : stream_device_of(s);
-}
 
 /* ---- where a pool's memory lives ---------------------------------------------------------
  * No driver call tells a pool's location, so the shim notes it where a pool is made or named
@@ -936,7 +801,7 @@ static inline __attribute__((always_inline)) void fast_event(int fast, uint64_t 
             return CUDA_ERROR_NOT_PERMITTED;                                                       \
         }                                                                                          \
         if ((OP) == CT_OP_CTX_END) /* before the handle can come back as another context */        \
-            __atomic_add_fetch(&ctx_epoch, 1, __ATOMIC_ACQ_REL);                                   \
+            ct_device_ctx_ends();                                                                  \
         uint32_t pool_was = (OP) == CT_OP_POOL_END ? pool_forget((uintptr_t)(ADDR)) : 0;           \
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
             c.ts = ct_now_ns();   /* before memory returns: no later allocation sorts first */     \
