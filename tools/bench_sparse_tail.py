@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 
 def _trace(d: Path, pairs: int) -> Path:
-    from cudatrace.analyze.trace import C
+    from cudatrace.analyze.read.trace import C
     from cudatrace.record.seal import Sealer
     from support.tracegen import BASE_TS, TraceWriter
 
@@ -50,7 +50,7 @@ def _trace(d: Path, pairs: int) -> Path:
 
 
 def _read_cpu(p: Path) -> float:
-    from cudatrace.analyze.trace import read_trace
+    from cudatrace.analyze.read.trace import read_trace
 
     t0 = time.process_time()
     t = read_trace(p)

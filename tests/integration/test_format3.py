@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cudatrace.analyze.trace import C
+from cudatrace.analyze.read.trace import C
 
 HERE = Path(__file__).resolve().parent.parent / "traces" / "format3"
 STEPS = "a 1m\na 2m\nn 500 4k\nf\na 3m\nn 300 64k\nq\n"

@@ -13,7 +13,7 @@ import struct
 import pytest
 
 from cudatrace import native
-from cudatrace.analyze.trace import C, layout, read_trace
+from cudatrace.analyze.read.trace import C, layout, read_trace
 from support.tracegen import BASE_TS, TraceWriter
 
 U64 = (1 << 64) - 1
@@ -87,7 +87,7 @@ def test_round_trip_random_interleavings(tmp_path, seed):
 def test_the_replay_streams_raw_blocks(tmp_path):
     # the replay decodes the blocks again as it goes (each thread's times in order): the same
     # figures as from the events given whole (version 1 records, replayed from an array)
-    from cudatrace.analyze.model import build
+    from cudatrace.analyze.replay.model import build
 
     items = _events(random.Random(8), 30000, 3, back=False)
     p = tmp_path / "1.0.ctrace"
