@@ -1,8 +1,9 @@
 """The in-process API: what cudatrace's shim knows now, read from inside the traced process.
 
 A program running under the shim (`cudatrace run -- python ...`, or pytest with the plugin) reads
-the shim's live counters through cffi while it runs: no lock, no pause of any thread (the layout
-and its rules: native/include/live_format.h). docs/pytest.md documents these names; they are
+the shim's live counters through cffi while it runs: each thread of the program counts on its
+own, and every reading sums them (`cudatrace_live()`, a moment's lock of the shim; the layout and
+its rules: native/include/live_format.h). docs/pytest.md documents these names; they are
 stable:
 
     active() -> bool                      the shim is loaded and counting
@@ -100,6 +101,7 @@ def active() -> bool:
 
 
 def _need() -> _View:
+    """The view, its counters summed now (the threads' own counts, live_format.h)."""
     v = _load()
     if v is None:
         raise NotTracedError(*_mismatch[:1])
@@ -107,6 +109,7 @@ def _need() -> _View:
         raise NotTracedError(
             "cudatrace's shim is loaded but not counting (CUDATRACE_DIR unset: pass-through)"
         )
+    v[1].cudatrace_live()  # sums every thread's counters into the struct v[2] points at
     return v
 
 
@@ -212,6 +215,7 @@ class Mark:
     def close(self) -> None:
         """Keep the readings and give the slot back (idempotent)."""
         if self._closed is None:
+            self._lib.cudatrace_live()
             k = self._p.marks[self.slot]
             rows = range(self._c["CT_LIVE_ROWS"])
             self._closed = {

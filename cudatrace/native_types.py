@@ -123,6 +123,19 @@ class ToolsLib(Protocol):
         out: CData,
         cap: int,
     ) -> int: ...
+    def ct_rawblock_state_size(self, nthreads: int) -> int: ...
+    def ct_rawblock_pack(
+        self,
+        events: CData,
+        n: int,
+        threads: CData,
+        state: CData,
+        nthreads: int,
+        pos: int,
+        out: CData,
+        cap: int,
+    ) -> int: ...
+    def ct_chunk_compact(self, in_: CData, len: int, out: CData) -> int: ...
     # ---- replay.h
     def ct_replay_run(self, traces: CData, ntraces: int, cfg: CData, out: CData) -> CData: ...
     def ct_replay_free(self, r: CData) -> None: ...

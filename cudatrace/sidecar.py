@@ -13,7 +13,9 @@ the chunk stays in the trace.
 
 Reading (`Entries`): each entry stands alone. One whose header, length, data or checksum is
 wrong is skipped by looking for the next magic, so damage costs only the chunks whose entries it
-hit, and those are counted; no entry inflates past one chunk, whatever its data says.
+hit, and those are counted; no entry inflates past one chunk, whatever its data says. The look
+never reads a hole of the file (SEEK_DATA): a tail of zeros or holes (a size a crash or a copy
+left, never written) costs what its data costs, not its size, and is no damage.
 """
 
 from __future__ import annotations
@@ -130,7 +132,8 @@ class Entries:
                         )
             if raw is None:
                 nxt = self._next_magic(off + 1, size)
-                if cut and nxt == size and head.startswith(MAGIC[: len(head)]):
+                begun = cut and head.startswith(MAGIC[: len(head)])
+                if nxt == size and (begun or self._zeros(off, size)):
                     self.torn = size - off  # an append begun and never finished, last
                     return
                 self.damaged.append((off, nxt - off))
@@ -140,9 +143,21 @@ class Entries:
             off += HEAD.size + length
             self.end = off
 
+    def _data(self, off: int, size: int) -> int:
+        """The first offset at or after off where the file holds data (size: only holes
+        from off on); off where the filesystem cannot tell its holes."""
+        try:
+            return min(os.lseek(self.fd, off, os.SEEK_DATA), size)
+        except OSError as e:
+            return size if e.errno == errno.ENXIO else off
+
     def _next_magic(self, off: int, size: int) -> int:
-        """The offset of the next magic at or after off, or size."""
+        """The offset of the next magic at or after off, or size. Holes are skipped, never
+        read: the magic has no zero byte, so none starts in or runs into one."""
         while off < size:
+            off = self._data(off, size)
+            if off >= size:
+                break
             block = pread_exact(self.fd, _WINDOW + len(MAGIC) - 1, off)
             i = block.find(MAGIC)
             if i >= 0:
@@ -151,3 +166,15 @@ class Entries:
                 return size
             off += _WINDOW
         return size
+
+    def _zeros(self, off: int, size: int) -> bool:
+        """The file from off to size is zeros or holes (its data read, never its holes)."""
+        while off < size:
+            off = self._data(off, size)
+            if off >= size:
+                return True
+            block = pread_exact(self.fd, min(_WINDOW, size - off), off)
+            if not block or block.count(0) != len(block):
+                return False
+            off += len(block)
+        return True

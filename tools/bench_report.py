@@ -6,7 +6,9 @@
 
 The trace directory is generated once with tests/support/tracegen.py (the same layouts and the
 same encoder as the shim: by default format version 3's event blocks, 2 threads per process,
-about 7 bytes per event; --format events: the old 72-byte records), in a child process, and
+about 7 bytes per event, which is what a trace sealed by `cudatrace run` reads as; --format raw:
+format version 4's raw blocks, what the shim writes without the launcher, ~24 bytes an event;
+--format events: the old 72-byte records), in a child process, and
 cached under /tmp/cudatrace-bench-report/<events>-<procs>-<format>.../. Then, timed: read_dir,
 model.build (the C replay; --backend python: the tests' Python oracle), the report (grouping by
 site with symbolization, text, JSON and the SVG timeline). The target (issue 25): <= 5 s and
@@ -53,8 +55,9 @@ def generate(
 ) -> None:
     """Write `events` events split over `procs` trace files, plus run.json and samples.
     workload "leak": nothing is ever freed (the worst case for what is live at the end).
-    fmt "blocks": what the shim writes (format version 3: each thread's compact events in
-    blocks of its own, so a file of several threads is not in time order); "events": the
+    fmt "blocks": compact blocks (format version 3, and what a sealed version 4 trace reads as:
+    each thread's compact events in blocks of its own, so a file of several threads is not in
+    time order); "raw": what the shim writes (version 4's raw blocks); "events": the
     72-byte EVENT records of format version 1. threads: threads per process (blocks only)."""
     K = C()
     d.mkdir(parents=True, exist_ok=True)
@@ -89,7 +92,7 @@ def generate(
         flags = K["CT_EF_RUNTIME_KNOWN"]
         dev = p % 2
         step = duration // per
-        nth = threads if fmt == "blocks" else 1
+        nth = threads if fmt in ("blocks", "raw") else 1
 
         def gen():
             x = seed + p
@@ -233,8 +236,8 @@ def generate(
                     )
                 n += 1
 
-        if fmt == "blocks":
-            w.block_events(gen(), nthreads=nth)
+        if fmt in ("blocks", "raw"):
+            w.block_events(gen(), nthreads=nth, raw=fmt == "raw")
         else:
             w.raw_events(e for _, e in gen())
         w.close(end_ts=t_start + duration + 1)
@@ -263,10 +266,11 @@ def main() -> int:
     )
     ap.add_argument(
         "--format",
-        choices=("blocks", "events"),
+        choices=("blocks", "raw", "events"),
         default="blocks",
-        help="blocks: format version 3 event blocks, as the shim writes (default); events: "
-        "the 72-byte EVENT records of version 1",
+        help="blocks: compact event blocks, as a trace sealed by `cudatrace run` reads (default); "
+        "raw: format version 4's raw blocks, as the shim writes them; events: the 72-byte EVENT "
+        "records of version 1",
     )
     ap.add_argument("--threads", type=int, default=2, help="threads per process (blocks)")
     ap.add_argument("--backend", choices=("c", "python"), default=None)
@@ -282,7 +286,7 @@ def main() -> int:
             args.procs,
             "" if args.workload == "mixed" else "-" + args.workload,
             args.format,
-            "-t%d" % args.threads if args.format == "blocks" else "",
+            "-t%d" % args.threads if args.format in ("blocks", "raw") else "",
         )
     )
     if args.generate_only:
@@ -312,7 +316,7 @@ def main() -> int:
 
     from cudatrace.analyze.documents.analysis import Analysis
     from cudatrace.analyze.documents.report import build_report
-    from cudatrace.analyze.read.trace import read_dir
+    from cudatrace.analyze.read.rundir import read_dir
     from cudatrace.present.plot import render_svg
     from cudatrace.present.report import render_text
 
@@ -321,7 +325,7 @@ def main() -> int:
         "procs": args.procs,
         "workload": args.workload,
         "format": args.format,
-        "threads": args.threads if args.format == "blocks" else 1,
+        "threads": args.threads if args.format in ("blocks", "raw") else 1,
         "dir": str(d),
         "trace_mb": round(sum(p.stat().st_size for p in d.glob("*.ctrace")) / 1e6, 1),
     }

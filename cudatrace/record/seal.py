@@ -3,7 +3,9 @@
 The shim writes a trace through shared mappings in 2 MiB chunks and, once no thread can write
 a chunk again (it has unmapped it), raises `sealed_chunks` in the file header
 (native/include/trace_format.h). The launcher's sealer thread compresses each sealed chunk
-(zlib, the standard library) into the trace's sidecar `<name>.ctrace.z` (cudatrace/sidecar.py):
+(zlib, the standard library) into the trace's sidecar `<name>.ctrace.z` (cudatrace/sidecar.py),
+its raw events (format version 4: the shim writes fixed-size records, issue 42) first rewritten
+as compact ones (native/reader/transcode.c: the same records, the same events, checked):
 every byte written, synced and read back, and only then punches the chunk out of the trace
 (FALLOC_FL_PUNCH_HOLE: the file keeps its size, the blocks go back). A write that fails (a full
 disk) cuts the sidecar back to its last whole entry and leaves the chunk in the trace; the next
@@ -12,12 +14,14 @@ the target or of the launcher, or a full disk, loses nothing sealed; the reader 
 back (analyze/read/unseal.py). At the end of the run, the files of processes that are gone are
 sealed whole (no mapping of them is left) but for chunk 0, which holds the header: their header
 says so first (`sealed_chunks`, so a reader knows which chunks the sidecar must hold), and a
-file a killed process left at its chunks' size is cut to its last record.
+file a killed process left at its chunks' size is cut to its last record. Chunk 0's raw events
+are then transcoded in a copy of the file renamed over it (`_rewrite_first`).
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 import struct
@@ -47,6 +51,17 @@ def _define(name: str) -> int:
 
 def _min_chunk() -> int:
     return _define("CT_CHUNK_SIZE")
+
+
+def _compacted(raw: bytes) -> bytes:
+    """A sealed chunk of a version-4 trace with its raw events as compact ones (the same
+    events: transcode.c decodes its output again and holds it to them), or the chunk as it is
+    when it cannot be carried over exactly."""
+    ffi, lib = native.tools()
+    out = ffi.new("uint8_t[]", len(raw))
+    if lib.ct_chunk_compact(ffi.from_buffer(raw), len(raw), out) == 0:
+        return raw
+    return ffi.buffer(out, len(raw))[:]
 
 
 def _punch(fd: int, off: int, length: int) -> bool:
@@ -93,16 +108,21 @@ def _gone(pid: int, start_ticks: int) -> bool:
 
 
 class Sealer:
-    """Compresses the sealed chunks of every trace in `out`, every `interval` seconds."""
+    """Compresses the sealed chunks of every trace in `out`, every `interval` seconds, and again
+    after `busy` seconds while a pass found chunks to seal (a program writing raw records fast,
+    ~24 bytes an event, fills a small disk before an idle interval is over)."""
 
-    def __init__(self, out: Path, interval: float = 1.0):
+    def __init__(self, out: Path, interval: float = 1.0, busy: float = 0.1):
         self.out = Path(out)
         self.interval = interval
+        self.busy = busy
         self.done: dict[Path, int] = {}  # trace -> chunks below this are in the sidecar
         self.off: set[Path] = set()  # traces this filesystem cannot punch: left alone
         self.created: set[Path] = set()  # sidecars this sealer created
         self.side_len: dict[Path, int] = {}  # sidecar -> the end of its last whole entry
         self.last_raw: dict[Path, tuple[int, bytes]] = {}  # the last chunk sealed, to cut at
+        self.compact: dict[Path, bool] = {}  # trace -> its raw events are transcoded
+        self.rewritten: set[Path] = set()  # traces whose chunk 0 was transcoded
         self.raw_bytes = 0
         self.stored_bytes = 0
         self.error = ""
@@ -120,18 +140,22 @@ class Sealer:
         self.pass_once(final=True)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.pass_once()
+        wait = self.interval
+        while not self._stop.wait(wait):
+            wait = self.busy if self.pass_once() else self.interval
 
-    def pass_once(self, final: bool = False) -> None:
+    def pass_once(self, final: bool = False) -> int:
+        """One pass over the run's traces; the chunks it sealed."""
+        n = 0
         for p in sorted(self.out.glob("*.ctrace")):
             if p in self.off:
                 continue
             try:
-                self.seal_file(p, final)
+                n += self.seal_file(p, final)
             except OSError as e:  # never stops the run: the trace stays as the shim wrote it
                 self.error = f"{p.name}: {e.strerror or e}"
                 self.off.add(p)
+        return n
 
     def seal_file(self, p: Path, final: bool = False) -> int:
         """Compress the chunks of p sealed since the last pass; the number compressed."""
@@ -159,9 +183,13 @@ class Sealer:
                 sealed = total
             elif not gone:
                 total = size // chunk  # a chunk still being written is never compressed
+            self.compact[p] = u32("version") >= 4
             n = self._seal_chunks(p, fd, chunk, min(sealed, total), size, st.st_mode & 0o777, gone)
             if gone and p not in self.off and self.done.get(p, 1) >= total:
                 self._cut(p, fd, chunk, size)
+                if self.compact.get(p) and total >= 2 and p not in self.rewritten:
+                    self.rewritten.add(p)
+                    self._rewrite_first(p, fd, chunk, st)
             return n
         finally:
             os.close(fd)
@@ -182,7 +210,7 @@ class Sealer:
             raw = raw.ljust(chunk, b"\0")  # the last chunk of a file cut to its records
             if final and i == upto - 1:
                 self.last_raw[p] = (i, raw)  # where its records end: _cut
-            entry = sidecar.entry(i, raw)
+            entry = sidecar.entry(i, _compacted(raw) if self.compact.get(p) else raw)
             sfd = self._open_side(side, mode)
             try:
                 self.side_len[side] = sidecar.append(sfd, self.side_len.get(side, 0), entry)
@@ -202,6 +230,53 @@ class Sealer:
             self.stored_bytes += len(entry)
             n += 1
         return n
+
+    def _rewrite_first(self, p: Path, fd: int, chunk: int, st: os.stat_result) -> None:
+        """Chunk 0 of a gone process's file (its header, then raw events: never sealed, as
+        the header lives there) with its events transcoded, the file written again beside it
+        and renamed over it once synced: whole in one form or the other at every moment, the
+        sealed chunks' holes kept as holes. Only once every other chunk is in the sidecar; a
+        failure (a full disk) leaves the file as it is."""
+        size = os.fstat(fd).st_size
+        try:  # only a file whose every other chunk is in the sidecar (a hole here) is copied
+            os.lseek(fd, chunk, os.SEEK_DATA)
+            return  # a chunk its sidecar could not take (a full disk) is still in it
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                return  # holes cannot be told here: the copy would fill them in
+        first = sidecar.pread_exact(fd, chunk, 0)
+        hsize = _define("CT_HEADER_SIZE")
+        if len(first) < chunk:
+            return
+        body = _compacted(first[hsize:])
+        if body is first[hsize:] or len(body) != chunk - hsize:
+            return  # nothing carried over (a hole, a record of another format)
+        data = first[:hsize] + body.rstrip(b"\0")  # its rest: a hole (a PAD's body, zeros)
+        tmp = p.with_name("." + p.name + ".tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            tfd = os.open(tmp, flags, st.st_mode & 0o777)
+        except OSError:
+            return
+        try:
+            if os.geteuid() == 0:
+                os.fchown(tfd, st.st_uid, st.st_gid)  # the traced program's, not root's
+            view, done = memoryview(data), 0
+            while done < len(data):
+                done += os.pwrite(tfd, view[done:], done)
+            os.ftruncate(tfd, size)
+            os.fsync(tfd)
+            os.rename(tmp, p)
+        except OSError as e:
+            self.error = f"{p.name}: {e.strerror or e}"
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return
+        finally:
+            os.close(tfd)
+        _sync_dir(p.parent)
 
     def _cut(self, p: Path, fd: int, chunk: int, size: int) -> None:
         """A gone process's file cut to its last record (a killed process's file keeps its

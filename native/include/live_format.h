@@ -1,12 +1,16 @@
 /* live_format.h - what the shim knows now, readable from inside the traced process.
  *
  * The preload library keeps these counters in its own memory (native/shim/live.c) and exports
- * cudatrace_live(), which returns a pointer to them; Python in the traced process reads the
- * struct through cffi (cudatrace/api.py: ffi.dlopen(None) reaches the preloaded library) while
- * the program runs. The allocation path updates them with relaxed atomic adds and maxes; a
- * reader never takes a lock and never stops a thread. Each field is one aligned 64-bit word, so
- * a read of one field is whole; fields read one after the other may belong to slightly
- * different moments.
+ * cudatrace_live(), which sums them into this struct and returns a pointer to it; Python in the
+ * traced process reads the struct through cffi (cudatrace/api.py: ffi.dlopen(None) reaches the
+ * preloaded library) while the program runs. Version 3: each thread counts on its own (no
+ * counter shared by threads is written per allocation while no mark is open), so the struct
+ * holds what the last cudatrace_live() call summed: call it before every reading. A call takes
+ * the shim's lock a moment (a free in another thread waits that long before its driver call);
+ * it never stops a thread otherwise. Each field is one aligned 64-bit word, so a read of one
+ * field is whole; fields read one after the other may belong to slightly different calls.
+ * Peaks are exact: a row's peak rises by what its live bytes passed it (live.c), in the order
+ * the threads' counts changed.
  *
  * Rows: dev[0 .. CT_LIVE_DEVICES-1] are devices 0 to 15 (an unknown device counts in row 0; a
  * device of index 16 or more only in the all-devices row), dev[CT_LIVE_ALL] is every device
@@ -20,8 +24,8 @@
  * report and the budget do).
  *
  * Marks: a reader opens a mark (cudatrace_live_mark_open) and gets a slot whose peak[] follows
- * the highest live bytes of each row from that moment on, and whose base[] holds what was live
- * when it opened; own[] holds the bytes of the allocations made since it opened that are still
+ * the highest live bytes of each row from that moment on (kept current as it rises, live.c),
+ * and whose base[] holds what was live when it opened; own[] holds the bytes of the allocations made since it opened that are still
  * live (what was live before it opened and is freed meanwhile does not lower it), own_peak[]
  * the highest own[] since it opened. Closing it frees the slot. CT_LIVE_MARKS may be open at
  * once (any threads). An allocation in flight in another thread at the moment a mark opens or
@@ -33,7 +37,7 @@
 #include <stdint.h>
 
 /* CFFI-BEGIN */
-#define CT_LIVE_VERSION 2
+#define CT_LIVE_VERSION 3
 #define CT_LIVE_DEVICES 16
 /* CT_LIVE_ALL: the row of every device together; CT_LIVE_ROWS = CT_LIVE_DEVICES + 1 */
 #define CT_LIVE_ALL 16

@@ -20,11 +20,12 @@ struct ct_scan_result {
     uint32_t status;      /* CT_SCAN_* */
     uint32_t gaps;        /* unpublished holes skipped */
     uint64_t gap_bytes;
-    uint64_t bad_events; /* compact events that did not decode (skipped) */
-    uint64_t threads;    /* compact events: highest thread number + 1 (contexts kept) */
+    uint64_t bad_events;   /* compact or raw events that did not decode (skipped) */
+    uint64_t threads;      /* compact or raw events: highest thread number + 1 (contexts kept) */
+    uint64_t stack_cached; /* events whose stack came from the unwinder's cache (version 4) */
 };
-/* One block of one thread's compact events (CEBLOCK), as the scan found it: what the replay
- * needs to decode the thread's events again, in the same way, without holding them. */
+/* One block of one thread's events (CEBLOCK, compact; RAWBLOCK, raw), as the scan found it: what
+ * the replay needs to decode the thread's events again, in the same way, without holding them. */
 struct ct_seg {
     uint64_t off;   /* file offset of its first event */
     uint64_t first; /* index of its first event in the trace (file order) */
@@ -34,6 +35,8 @@ struct ct_seg {
     uint32_t count; /* events decoded from it */
     uint32_t next;  /* the thread's next block (index in the array), all ones: none */
     uint32_t bad;   /* 1: decoding stopped at a malformed event after count */
+    uint32_t raw;   /* 1: a RAWBLOCK (rawevent.h), 0: a CEBLOCK (cevent.h) */
+    uint32_t flags; /* a RAWBLOCK's flags (CT_RAWB_*) */
 };
 /* The scan of a file, with its blocks (ct_scan_index): every array allocated by it. */
 struct ct_scan_index {
@@ -95,6 +98,18 @@ uint64_t ct_ceblock_state_size(uint32_t nthreads);
 uint64_t ct_ceblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
                          uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
                          uint64_t cap);
+/* The same as raw blocks (CT_REC_RAWBLOCK, format version 4) as the shim's writer lays them out,
+ * encoded by its encoder (rawevent.h); state: ct_rawblock_state_size(nthreads) bytes, zeroed
+ * once. */
+uint64_t ct_rawblock_state_size(uint32_t nthreads);
+uint64_t ct_rawblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
+                          uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
+                          uint64_t cap);
+/* A sealed chunk (len bytes at in, a chunk of a version 4 trace other than the first) with its
+ * raw events rewritten as compact ones into out (len bytes): the same records in the same order,
+ * each RAWBLOCK a CEBLOCK of the same events, zeros after them (native/reader/transcode.c).
+ * Returns where out's records end, 0 when the chunk is to be kept as it is. */
+uint64_t ct_chunk_compact(const uint8_t *in, uint64_t len, uint8_t *out);
 /* CFFI-END */
 
 #endif

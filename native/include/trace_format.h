@@ -1,4 +1,4 @@
-/* trace_format.h - the cudatrace trace file format (version 3).
+/* trace_format.h - the cudatrace trace file format (version 4).
  *
  * This header is the single definition of the on-disk layout. The shim compiles it; the Python
  * reader (cudatrace/native.py) feeds the part between the CFFI markers to cffi.cdef(), so the
@@ -39,6 +39,9 @@
  *            the thread number and seq each CEVENT carries (version 3 writes every event so):
  *            a thread fills its own block, and publishes each event by one release store of
  *            `used`; the header is published when the block is taken, the rest reads as zeros.
+ *            In version 4 the launcher's sealer writes them in place of RAWBLOCKs.
+ *   RAWBLOCK struct ct_rec_rawblock, then ONE thread's raw events back to back: fixed-size
+ *            records (rawevent.h), published as CEBLOCK's are. Version 4 writes every event so.
  *   INFO     struct ct_rec_info then "key\0value\0" (driver version, budget, options ...)
  *   PAD      nothing: skip size bytes
  *   END      struct ct_rec_end: clean exit
@@ -51,7 +54,7 @@
 #include <stdint.h>
 
 /* CFFI-BEGIN */
-#define CT_FORMAT_VERSION 3
+#define CT_FORMAT_VERSION 4
 /* the oldest version readers still accept */
 #define CT_FORMAT_VERSION_MIN 1
 #define CT_HEADER_SIZE 256
@@ -93,6 +96,14 @@
 #define CT_REC_SNAPSLOT 17
 /* a block of one thread's compact events (struct ct_rec_ceblock, then the events); version 3 */
 #define CT_REC_CEBLOCK 18
+/* a block of one thread's raw events (struct ct_rec_rawblock, then the records); version 4 */
+#define CT_REC_RAWBLOCK 19
+/* ct_rec_rawblock.flags: the thread's context starts anew here (its first block in the file,
+ * or in a chunk) */
+#define CT_RAWB_START 1
+/* ct_event.reserved (version 4): the event's stack came from the unwinder's cache (the trace
+ * counts these instead of a header counter written at each event) */
+#define CT_EV_STACK_CACHED 1
 
 /* event operations (ct_event.op) */
 #define CT_OP_ALLOC 1
@@ -167,7 +178,8 @@ struct ct_file_header {
     char shim_version[16];
     /* updated in place while the process runs (crash-safe): how each event's stack was taken */
     uint64_t stack_unwinds_full; /* a full unwind (libgcc), or a walk that had to learn rules */
-    uint64_t stack_cache_hits;   /* the cached CFI rules alone (unwind.c) */
+    uint64_t stack_cache_hits;   /* the cached CFI rules alone (unwind.c); version 4: only
+                                    --aggregate's (a written event says it: CT_EV_STACK_CACHED) */
     uint64_t stack_verified;     /* CUDATRACE_STACK_VERIFY=1: cached walks checked against libgcc */
     uint64_t stack_mismatches;   /* ... that differed from it (never, or the cache is wrong) */
     /* A full disk: when the file cannot grow the shim stops writing at once (the process runs
@@ -227,7 +239,15 @@ struct ct_rec_ceblock {
     uint32_t thread; /* the writer's number for the thread (as in CEVENT) */
     uint32_t seq;    /* the thread's events before this block (its context's seq, modulo 256,
                         must equal it modulo 256, or an earlier block is missing) */
-    uint32_t reserved;
+    uint32_t cached; /* version 4 (a sealed RAWBLOCK): its events whose reserved says
+                        CT_EV_STACK_CACHED; 0 in version 3 */
+};
+
+struct ct_rec_rawblock {
+    uint32_t used;   /* bytes of records after this struct, published as CEBLOCK's */
+    uint32_t thread; /* the writer's number for the thread (as in CEBLOCK) */
+    uint32_t seq;    /* the thread's events since its context started (its last START) */
+    uint32_t flags;  /* CT_RAWB_* */
 };
 
 struct ct_rec_stack {
@@ -243,16 +263,16 @@ struct ct_event {
     uint64_t aux;  /* stream, pool or mapped handle; real free for MEMINFO */
     uint64_t aux2; /* API flags; real total for MEMINFO; in-use for DENY */
     uint32_t tid;
-    int32_t device;  /* -1: unknown */
-    int32_t result;  /* CUresult returned to the caller */
-    uint32_t stack;  /* leaf stack node id, 0: none */
-    uint16_t api;    /* driver API id (ct_rec_api) */
-    uint16_t rt_api; /* runtime API in progress on this thread, 0: none */
-    uint8_t op;      /* CT_OP_* */
-    uint8_t kind;    /* CT_KIND_* */
-    uint8_t space;   /* CT_SPACE_* */
-    uint8_t flags;   /* CT_EF_* */
-    uint32_t reserved;
+    int32_t device;    /* -1: unknown */
+    int32_t result;    /* CUresult returned to the caller */
+    uint32_t stack;    /* leaf stack node id, 0: none */
+    uint16_t api;      /* driver API id (ct_rec_api) */
+    uint16_t rt_api;   /* runtime API in progress on this thread, 0: none */
+    uint8_t op;        /* CT_OP_* */
+    uint8_t kind;      /* CT_KIND_* */
+    uint8_t space;     /* CT_SPACE_* */
+    uint8_t flags;     /* CT_EF_* */
+    uint32_t reserved; /* version 4: CT_EV_STACK_CACHED; 0 before */
 };
 
 /* One code object, written once per process the first time a frame runs it; followed by the

@@ -1,10 +1,12 @@
-/* cpack.c - compact event records written from an array (scan.h: ct_cevent_pack), with the
- * shim's own encoder (cevent.h): what tests and tools/ use to write version-2 traces without a
- * second copy of the encoding. */
+/* cpack.c - event records written from an array with the shim's own encoders (scan.h): compact
+ * records (ct_cevent_pack, cevent.h: version 2), compact blocks (ct_ceblock_pack: version 3) and
+ * raw blocks (ct_rawblock_pack, rawevent.h: version 4), laid out as the shim's writer lays them:
+ * what tests and tools/ use to write traces without a second copy of an encoding. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cevent.h"
+#include "rawevent.h"
 #include "scan.h"
 
 uint64_t ct_cevent_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
@@ -126,6 +128,107 @@ uint64_t ct_ceblock_pack(const struct ct_event *events, uint64_t n, const uint32
         uint8_t *at = blk + CB_HEAD + used[th];
         uint8_t *end = ct_ce_write(&t->ctx, &events[i], at); /* as the shim writes */
         used[th] += (uint32_t)(end - at);
+        memcpy(blk + sizeof(struct ct_rec_hdr), &used[th], 4);
+        t->count++;
+    }
+    free(open);
+    free(used);
+    return len;
+fail:
+    free(open);
+    free(used);
+    return UINT64_MAX;
+}
+
+/* ---- raw blocks (RAWBLOCK, format version 4), laid out as the shim's events.c does ---- */
+#define RB_HEAD (sizeof(struct ct_rec_hdr) + sizeof(struct ct_rec_rawblock))
+
+struct rb_thread {
+    struct ct_raw_wctx w;
+    uint32_t count;      /* its events since its START */
+    uint32_t next_size;  /* of its next block */
+    uint64_t last_chunk; /* of its last block, + 1 (0: none) */
+    uint32_t tid, pad;   /* of its last event */
+};
+
+uint64_t ct_rawblock_state_size(uint32_t nthreads) { return nthreads * sizeof(struct rb_thread); }
+
+/* a new block of thread th at out + *len (file offset pos + *len); 0: no room in out */
+static uint64_t take_raw_block(struct rb_thread *t, uint32_t th, uint8_t *out, uint64_t cap,
+                               uint64_t pos, uint64_t *len)
+{
+    uint32_t size = t->next_size < CB_FIRST ? CB_FIRST : t->next_size;
+    uint64_t rest = CT_CHUNK_SIZE - (pos + *len) % CT_CHUNK_SIZE;
+    if (size > rest) { /* never across a chunk: PAD the chunk's rest, as the writer does */
+        if (*len + rest > cap)
+            return 0;
+        memset(out + *len, 0, rest);
+        if (rest >= sizeof(struct ct_rec_hdr)) {
+            struct ct_rec_hdr h = {CT_REC_MAGIC, CT_REC_PAD, (uint32_t)rest};
+            memcpy(out + *len, &h, sizeof h);
+        }
+        *len += rest;
+    }
+    if (*len + size > cap)
+        return 0;
+    uint64_t at = *len, chunk = (pos + at) / CT_CHUNK_SIZE;
+    int start = t->last_chunk != chunk + 1;
+    if (start) {
+        memset(&t->w, 0, sizeof t->w);
+        t->count = 0;
+        t->tid = 0;
+    }
+    t->last_chunk = chunk + 1;
+    memset(out + at, 0, size);
+    struct ct_rec_hdr h = {CT_REC_MAGIC, CT_REC_RAWBLOCK, size};
+    struct ct_rec_rawblock bh = {0, th, t->count, start ? CT_RAWB_START : 0};
+    memcpy(out + at, &h, sizeof h);
+    memcpy(out + at + sizeof h, &bh, sizeof bh);
+    *len += size;
+    t->next_size = size < CB_MAX ? size * 2 : CB_MAX;
+    return at + 1;
+}
+
+uint64_t ct_rawblock_pack(const struct ct_event *events, uint64_t n, const uint32_t *threads,
+                          uint8_t *state, uint32_t nthreads, uint64_t pos, uint8_t *out,
+                          uint64_t cap)
+{
+    struct rb_thread *ts = (struct rb_thread *)(void *)state;
+    uint64_t len = 0;
+    uint64_t *open = calloc(nthreads ? nthreads : 1, sizeof *open);
+    uint32_t *used = calloc(nthreads ? nthreads : 1, sizeof *used);
+    if (!open || !used || !state) {
+        free(open);
+        free(used);
+        return UINT64_MAX;
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        uint32_t th = threads ? threads[i] & 0x7fffffffu : 0;
+        if (th >= nthreads)
+            goto fail;
+        struct rb_thread *t = &ts[th];
+        if (threads && threads[i] >> 31) { /* a new thread takes this number */
+            memset(t, 0, sizeof *t);
+            open[th] = 0;
+        }
+        if (open[th]) {
+            uint32_t size;
+            memcpy(&size, out + open[th] - 1 + 4, 4);
+            if (size - RB_HEAD - used[th] < CT_RAW_MAX)
+                open[th] = 0;
+        }
+        if (!open[th]) {
+            open[th] = take_raw_block(t, th, out, cap, pos, &len);
+            used[th] = 0;
+            if (!open[th])
+                goto fail;
+        }
+        uint8_t *blk = out + open[th] - 1;
+        /* a short record takes its reference's tid: another tid, no reference holds */
+        if (events[i].tid != t->tid)
+            memset(t->w.ref, 0, sizeof t->w.ref);
+        t->tid = events[i].tid;
+        used[th] += ct_raw_encode(&t->w, &events[i], events[i].tid, blk + RB_HEAD + used[th]);
         memcpy(blk + sizeof(struct ct_rec_hdr), &used[th], 4);
         t->count++;
     }

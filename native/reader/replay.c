@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include "cevent.h"
+#include "blocks.h"
 #include "replay_model.h"
 
 #define ST_DEV 1
@@ -738,11 +738,10 @@ static void unmap_range(struct state *st, uint32_t ti, const struct ct_event *e,
         }
         found[n++] = x->addr;
     }
-    if (!n) {
+    if (!n)
         st->s->c.unmatched_unmaps++;
-        return; /* found is NULL: qsort may not be given it, even for no elements */
-    }
-    qsort(found, n, sizeof *found, u64_cmp);
+    else /* never qsort(NULL, 0, ...): found is NULL when nothing was found */
+        qsort(found, n, sizeof *found, u64_cmp);
     for (uint64_t k = 0; k < n; k++) {
         struct slot *x = tget(&st->tab, TAG(ti, 0, MAP_SPACE), found[k]);
         if (x)
@@ -943,7 +942,7 @@ struct stream {
     uint32_t seg, k;  /* blocks: the current one, events taken from it */
     uint64_t pos;     /* arrays: the next position (in the sorted order) */
     const uint8_t *p, *end;
-    struct ct_ce_ctx ctx; /* blocks: the thread's context */
+    struct ct_blk_ctx ctx; /* blocks: the thread's context (blocks.h) */
     struct ct_event ev[RING];
     uint64_t idx[RING];
 };
@@ -970,7 +969,7 @@ static void enter(struct stream *m, const struct ct_replay_trace *t, uint32_t g)
     }
     m->p = t->buf + b->off;
     m->end = m->p + b->len;
-    ct_ce_block_begin(&m->ctx, b->seq, m->p, m->end);
+    ct_blk_begin(&m->ctx, (int)b->raw, b->seq, b->flags, m->p, m->end);
 }
 
 /* decode (or copy) the stream's next events into its ring; 0 when it has none left */
@@ -992,7 +991,7 @@ static uint32_t refill(struct state *st, struct stream *m, uint64_t *read)
         while (n < RING && m->seg != NO_SEG && m->seg < t->n_segs) {
             const struct ct_seg *b = &t->segs[m->seg];
             if (m->k < b->count && m->p) {
-                if (!ct_ce_decode_fields(&m->ctx, &m->p, m->end, &m->ev[n])) {
+                if (!ct_blk_decode(&m->ctx, (int)b->raw, &m->p, m->end, &m->ev[n])) {
                     m->seg = NO_SEG; /* the file changed since its scan: the rest is lost */
                     break;
                 }
@@ -1001,7 +1000,7 @@ static uint32_t refill(struct state *st, struct stream *m, uint64_t *read)
             }
             if (b->bad && m->p) { /* the scan stopped at a malformed event: so do we */
                 struct ct_event x;
-                ct_ce_decode_fields(&m->ctx, &m->p, m->end, &x);
+                ct_blk_decode(&m->ctx, (int)b->raw, &m->p, m->end, &x);
             }
             *read += b->len;
             enter(m, t, b->next);

@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "blocks.h"
 #include "cevent.h"
 #include "scan.h"
 
@@ -23,12 +24,12 @@
 static int known_type(uint16_t t)
 {
     return (t >= CT_REC_PAD && t <= CT_REC_PYFRAME) || t == CT_REC_CEVENT || t == CT_REC_SNAPSLOT ||
-           t == CT_REC_CEBLOCK;
+           t == CT_REC_CEBLOCK || t == CT_REC_RAWBLOCK;
 }
 
 /* per thread number: its context, and (ct_scan_index) its last block and last time */
 struct thread {
-    struct ct_ce_ctx c;
+    struct ct_blk_ctx c;
     uint64_t last_ts;
     uint32_t last_seg;
     uint32_t pad;
@@ -109,7 +110,7 @@ static int decode_cevent(struct scan *s, const uint8_t *body, uint32_t len, stru
 {
     uint64_t n;
     struct thread *t = ct_ce_thread(body, len, &n) ? thread_of(s, n) : NULL;
-    return t && ct_ce_decode(&t->c, body, len, out);
+    return t && ct_ce_decode(&t->c.ce, body, len, out);
 }
 
 static struct ct_seg *new_seg(struct scan *s)
@@ -127,11 +128,13 @@ static struct ct_seg *new_seg(struct scan *s)
     return &s->segs[s->n_segs++];
 }
 
-/* decode the events of one CEBLOCK (body at off, len bytes) */
-static void decode_block(struct scan *s, const uint8_t *buf, uint64_t off, uint32_t len)
+/* decode the events of one CEBLOCK or RAWBLOCK (raw; body at off, len bytes) */
+static void decode_block(struct scan *s, const uint8_t *buf, uint64_t off, uint32_t len, int raw)
 {
     struct ct_scan_result *res = s->res;
-    struct ct_rec_ceblock bh;
+    struct ct_rec_ceblock bh; /* a RAWBLOCK's header has the same words: flags for cached */
+    _Static_assert(sizeof(struct ct_rec_ceblock) == sizeof(struct ct_rec_rawblock),
+                   "both block headers are read alike");
     const uint8_t *body = buf + off;
     if (len < sizeof bh) {
         res->bad_events++;
@@ -143,6 +146,7 @@ static void decode_block(struct scan *s, const uint8_t *buf, uint64_t off, uint3
     if (used > len - sizeof bh)
         used = len - (uint32_t)sizeof bh;
     const uint8_t *p = body + sizeof bh, *end = p + used;
+    uint32_t flags = raw ? bh.cached : 0; /* a RAWBLOCK's fourth word is its flags */
     struct thread *t = thread_of(s, bh.thread);
     if (!t) {
         res->bad_events++;
@@ -153,18 +157,24 @@ static void decode_block(struct scan *s, const uint8_t *buf, uint64_t off, uint3
         g = new_seg(s);
         if (!g)
             return;
-        *g = (struct ct_seg){off + sizeof bh, res->n_events, used, bh.thread, bh.seq, 0, NO_SEG, 0};
+        *g = (struct ct_seg){off + sizeof bh, res->n_events, used, bh.thread, bh.seq, 0, NO_SEG, 0,
+                             (uint32_t)raw,   flags};
         uint32_t gi = (uint32_t)(g - s->segs);
         if (t->last_seg != NO_SEG)
             s->segs[t->last_seg].next = gi;
         t->last_seg = gi;
     }
-    ct_ce_block_begin(&t->c, bh.seq, p, end);
+    ct_blk_begin(&t->c, raw, bh.seq, flags, p, end);
+    if (!raw) /* a sealed RAWBLOCK's count of cached stacks (version 4; 0 before) */
+        res->stack_cached += bh.cached;
     while (p < end) {
         /* the index needs each event's time only: the rest is skipped, not decoded */
         struct ct_event e;
-        int ok = g ? ct_ce_skip_fields(&t->c, &p, end, &e.ts_ns)
-                   : ct_ce_decode_fields(&t->c, &p, end, &e);
+        int cached = 0;
+        int ok = g ? ct_blk_skip(&t->c, raw, &p, end, &e.ts_ns, &cached)
+                   : ct_blk_decode(&t->c, raw, &p, end, &e);
+        if (ok && raw)
+            res->stack_cached += g ? (uint64_t)cached : (e.reserved & CT_EV_STACK_CACHED) != 0;
         if (!ok) {
             res->bad_events++;
             if (g)
@@ -257,8 +267,9 @@ static void scan(struct scan *s, const uint8_t *buf, uint64_t len)
             else
                 res->bad_events++;
             s->in_order = 0;
-        } else if (h.type == CT_REC_CEBLOCK) {
-            decode_block(s, buf, off + sizeof h, h.size - (uint32_t)sizeof h);
+        } else if (h.type == CT_REC_CEBLOCK || h.type == CT_REC_RAWBLOCK) {
+            decode_block(s, buf, off + sizeof h, h.size - (uint32_t)sizeof h,
+                         h.type == CT_REC_RAWBLOCK);
         } else if (h.type != CT_REC_PAD) {
             other(s, off);
             if (h.type == CT_REC_END) {
@@ -272,7 +283,8 @@ static void scan(struct scan *s, const uint8_t *buf, uint64_t len)
     }
     res->stop_offset = off;
     for (uint64_t i = s->nth; i > 0; i--) {
-        if (s->th[i - 1].c.started || s->th[i - 1].c.lost) {
+        const struct ct_blk_ctx *c = &s->th[i - 1].c;
+        if (c->ce.started || c->ce.lost || c->raw.started || c->raw.lost) {
             res->threads = i;
             break;
         }

@@ -49,6 +49,7 @@ struct pyrt {
 static struct pyrt rt_storage;
 struct pyrt *ct_py_rt;       /* published once found (or refused); pyframes.h */
 int ct_py_modules_dirty = 1; /* a rescan found new modules: look for Python again */
+int ct_py_state = 1; /* (ct_py_rt ? 2 : 0) | ct_py_modules_dirty, one word for the hot path */
 static pthread_mutex_t detect_mu = PTHREAD_MUTEX_INITIALIZER;
 static int info_written; /* the INFO records of this file */
 static int disabled = -1;
@@ -260,7 +261,13 @@ static struct pyrt *find_python(void)
         if (detect(&rt_storage)) {
             p = &rt_storage;
             __atomic_store_n(&ct_py_rt, p, __ATOMIC_RELEASE);
+            __atomic_or_fetch(&ct_py_state, 2, __ATOMIC_ACQ_REL);
         }
+        /* not dirty now, unless a rescan said so again meanwhile (it sets both, the other way
+         * round: either order leaves the bit as dirty is) */
+        __atomic_and_fetch(&ct_py_state, ~1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&ct_py_modules_dirty, __ATOMIC_SEQ_CST))
+            __atomic_or_fetch(&ct_py_state, 1, __ATOMIC_SEQ_CST);
     }
     pthread_mutex_unlock(&detect_mu);
     return p;
@@ -275,12 +282,16 @@ void ct_py_detect(void)
         disabled = ct_setting_num(CT_SET_PYTHON) == 0;
     if (!disabled)
         (void)find_python();
+    else /* native stacks only: never looked for (the cached stacks serve every event) */
+        __atomic_store_n(&ct_py_state, 0, __ATOMIC_SEQ_CST);
 }
 
 void ct_py_modules_changed(void)
 {
-    if (!__atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE))
-        __atomic_store_n(&ct_py_modules_dirty, 1, __ATOMIC_RELEASE);
+    if (!__atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE) && disabled != 1) {
+        __atomic_store_n(&ct_py_modules_dirty, 1, __ATOMIC_SEQ_CST);
+        __atomic_or_fetch(&ct_py_state, 1, __ATOMIC_SEQ_CST);
+    }
 }
 
 /* ---- whose code a Python file is, and a function's identity ------------------------------ */

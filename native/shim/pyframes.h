@@ -12,11 +12,8 @@ extern __attribute__((visibility("hidden"))) struct pyrt *ct_py_rt;   /* the int
 extern __attribute__((visibility("hidden"))) int ct_py_modules_dirty; /* look for it again */
 uint64_t ct_py_capture_now(void);
 /* 0: the process has no interpreter (found none, and no module mapped since it looked) */
-static inline int ct_py_maybe(void)
-{
-    return __atomic_load_n(&ct_py_rt, __ATOMIC_ACQUIRE) ||
-           __atomic_load_n(&ct_py_modules_dirty, __ATOMIC_RELAXED);
-}
+extern __attribute__((visibility("hidden"))) int ct_py_state; /* rt found: 2, dirty: 1 */
+static inline int ct_py_maybe(void) { return __atomic_load_n(&ct_py_state, __ATOMIC_ACQUIRE) != 0; }
 static inline uint64_t ct_py_capture(void) { return ct_py_maybe() ? ct_py_capture_now() : 0; }
 void ct_py_detect(void);          /* at start-up: find the interpreter before threads race */
 void ct_py_modules_changed(void); /* new modules mapped: look for the interpreter again */

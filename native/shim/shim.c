@@ -21,6 +21,7 @@
 #include "budget.h"
 #include "cuda_abi.h"
 #include "deny.h"
+#include "device.h"
 #include "events.h"
 #include "fence.h"
 #include "live.h"
@@ -63,129 +64,6 @@ static uint64_t ct_array3d_bytes(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned leve
 #define CT_OUT(p) ((p) ? (uint64_t)*(p) : 0)
 #define CT_OUTP(p) ((p) ? (uint64_t)(uintptr_t)*(p) : 0)
 /* clang-format on */
-
-/* The device of the calling thread's current context. A context's device never changes, so the
- * thread remembers the one it last asked about: cuCtxGetCurrent (a thread-local read in the
- * driver) tells whether the context is still that one, and only a new context costs
- * cuCtxGetDevice. (The cache is per thread because the current context is; a context that ends
- * moves the epoch below, so a handle given again to another device's context is asked again.) */
-
-static CUresult (*get_ctx)(CUcontext *);
-static CUresult (*get_dev)(CUdevice *);
-
-/* A context's device never changes, but a context can end and its handle come back as another
- * device's context: every call that may end one (hooks.def CT_OP_CTX_END) moves the epoch
- * first, and a thread drops what it learned in an earlier epoch. */
-static uint32_t ctx_epoch;
-static inline void ctx_answers_check(void)
-{
-    uint32_t now = __atomic_load_n(&ctx_epoch, __ATOMIC_ACQUIRE);
-    if (__builtin_expect(ct_thr.ctx_epoch != now, 0)) {
-        ct_thr.dev_ctx = ct_thr.sdev_ctx = 0;
-        ct_thr.ctx_epoch = now;
-    }
-}
-/* looked up by the first threads to need them, perhaps several at once: atomics, relaxed for
- * get_ctx (get_dev's release store publishes it) */
-static void device_syms(void)
-{
-    __atomic_store_n(&get_ctx, (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxGetCurrent"),
-                     __ATOMIC_RELAXED);
-    __atomic_store_n(&get_dev, (CUresult(*)(CUdevice *))ct_driver_sym("cuCtxGetDevice"),
-                     __ATOMIC_RELEASE);
-}
-
-static int current_device(void)
-{
-    CUresult (*gd)(CUdevice *) = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
-    if (__builtin_expect(!gd, 0)) {
-        device_syms();
-        gd = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
-    }
-    ctx_answers_check();
-    CUcontext ctx = NULL;
-    CUresult (*gc)(CUcontext *) = __atomic_load_n(&get_ctx, __ATOMIC_RELAXED);
-    if (gc && gc(&ctx) == CUDA_SUCCESS && ctx && (uintptr_t)ctx == ct_thr.dev_ctx)
-        return ct_thr.dev;
-    CUdevice d = -1;
-    if (!gd || gd(&d) != CUDA_SUCCESS)
-        return -1;
-    ct_thr.dev_ctx = (uintptr_t)ctx;
-    ct_thr.dev = d;
-    return d;
-}
-
-/* The device of context ctx, which need not be current: cuCtxGetDevice_v2 where the driver has
- * it (CUDA 13), else ctx made current for the question and the thread's own put back. -1: the
- * driver could not say. */
-static int context_device(CUcontext ctx)
-{
-    static CUresult (*get_dev2)(CUdevice *, CUcontext);
-    static CUresult (*push)(CUcontext), (*pop)(CUcontext *);
-    static int looked; /* several threads may look them up at once: atomics, relaxed */
-    if (!__atomic_load_n(&looked, __ATOMIC_ACQUIRE)) {
-        __atomic_store_n(&get_dev2,
-                         (CUresult(*)(CUdevice *, CUcontext))ct_driver_sym("cuCtxGetDevice_v2"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&push, (CUresult(*)(CUcontext))ct_driver_sym("cuCtxPushCurrent_v2"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&pop, (CUresult(*)(CUcontext *))ct_driver_sym("cuCtxPopCurrent_v2"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-    }
-    CUresult (*gd2)(CUdevice *, CUcontext) = __atomic_load_n(&get_dev2, __ATOMIC_RELAXED);
-    CUresult (*gd)(CUdevice *) = __atomic_load_n(&get_dev, __ATOMIC_ACQUIRE);
-    CUresult (*pu)(CUcontext) = __atomic_load_n(&push, __ATOMIC_RELAXED);
-    CUresult (*po)(CUcontext *) = __atomic_load_n(&pop, __ATOMIC_RELAXED);
-    CUdevice d = -1;
-    if (gd2)
-        return gd2(&d, ctx) == CUDA_SUCCESS ? d : -1;
-    if (!gd || !pu || !po || pu(ctx) != CUDA_SUCCESS)
-        return -1;
-    CUresult r = gd(&d);
-    CUcontext back;
-    po(&back);
-    return r == CUDA_SUCCESS ? d : -1;
-}
-
-/* The device a stream-ordered allocation on stream s comes from: the stream's (the pool current
- * to the stream's device, the driver's rule), which need not be the current context's. -1 for
- * the NULL, legacy and per-thread streams (the current context's: current_device) or when the
- * driver cannot say. cuStreamGetCtx costs what cuCtxGetCurrent does, and is allowed while the
- * stream is being captured; the thread remembers the device of the last other context. */
-static int stream_device_of(CUstream s)
-{
-    static CUresult (*get_sctx)(CUstream, CUcontext *);
-    static int looked;
-    if (__builtin_expect(!__atomic_load_n(&looked, __ATOMIC_ACQUIRE), 0)) {
-        if (!__atomic_load_n(&get_dev, __ATOMIC_ACQUIRE))
-            device_syms();
-        __atomic_store_n(&get_sctx,
-                         (CUresult(*)(CUstream, CUcontext *))ct_driver_sym("cuStreamGetCtx"),
-                         __ATOMIC_RELAXED);
-        __atomic_store_n(&looked, 1, __ATOMIC_RELEASE);
-    }
-    ctx_answers_check();
-    CUcontext ctx = NULL;
-    CUresult (*gs)(CUstream, CUcontext *) = __atomic_load_n(&get_sctx, __ATOMIC_RELAXED);
-    if (!gs || gs(s, &ctx) != CUDA_SUCCESS || !ctx)
-        return -1;
-    if ((uintptr_t)ctx == ct_thr.dev_ctx)
-        return ct_thr.dev;
-    if ((uintptr_t)ctx == ct_thr.sdev_ctx)
-        return ct_thr.sdev;
-    int d = context_device(ctx);
-    if (d >= 0) {
-        ct_thr.sdev_ctx = (uintptr_t)ctx;
-        ct_thr.sdev = d;
-    }
-    return d;
-}
-static inline int stream_device(CUstream s)
-{
-    /* NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD: the current context's */
-    return (uintptr_t)s <= 2 ? -1 : stream_device_of(s);
-}
 
 /* ---- where a pool's memory lives ---------------------------------------------------------
  * No driver call tells a pool's location, so the shim notes it where a pool is made or named
@@ -333,6 +211,7 @@ struct ct_call {
     struct ct_caller caller;   /* where the program's frames start (stacks.h) */
     uint8_t op, held, stacked; /* held: the budget holds c->reserve for this call */
     uint8_t inflight;          /* counted in ct_budget_inflight until post_budget */
+    int cached;                /* the stack came from the unwinder's cache (stacks.h) */
     struct ct_live_taken live; /* a free: what it took out of the live counters (live.h) */
 };
 _Static_assert(
@@ -378,13 +257,30 @@ static inline __attribute__((always_inline)) void emit(struct ct_call *c, uint8_
     e->rt_api = ct_thr.rt_api;
     e->op = op;
     e->flags |= ct_thr.rt_api ? CT_EF_RUNTIME_KNOWN : 0;
-    if (ct_cfg.mode == CT_MODE_AGGREGATE ? ct_agg_event(e) : ct_event_write(e))
-        __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
+    if (ct_cfg.mode == CT_MODE_AGGREGATE) {
+        if (c->cached) /* no event to say it: the header counts it */
+            ct_writer_stack_count(CT_SC_HIT);
+        if (ct_agg_event(e))
+            __atomic_add_fetch(&ct_events_written, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    e->reserved = c->cached ? CT_EV_STACK_CACHED : 0;
+    ct_event_write(e);
 }
 
 static void init_once(void);
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int init_done; /* init_once has run (the hot path tests it before pthread_once) */
+
+/* The fast path of an allocation or a free (below, CT_FAST_*) serves every call while this is
+ * set: the shim is loaded and traces every event to a file (CUDATRACE_MODE full), no budget can
+ * ever count this process (none was set or pending when it loaded: a budget never comes later),
+ * no context is measured, and the exit handler is in place. FAST_STACKS: stacks are kept. Set
+ * once, by the first call that found it so (ct_enter); a forked child keeps it. */
+#define FAST_ON 1
+#define FAST_STACKS 2
+static int fast_ok; /* what the settings allow, from init_steps */
+static int ct_fast; /* FAST_ON | FAST_STACKS, or 0: every call takes the general path */
 
 /* exit(status) runs on_exit handlers, then the loader's destructors (ours among them) — but
  * only handlers registered after the loader's own, i.e. once main() runs. So the handler is
@@ -406,8 +302,10 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     if (!ct_cfg.active || ct_thr.depth)
         return 0;
     if (__builtin_expect(!__atomic_load_n(&exit_hooked, __ATOMIC_RELAXED), 0) &&
-        !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL))
+        !__atomic_exchange_n(&exit_hooked, 1, __ATOMIC_ACQ_REL)) {
         on_exit(on_exit_handler, NULL);
+        __atomic_store_n(&ct_fast, fast_ok, __ATOMIC_RELEASE);
+    }
     ct_thr.depth++;
     c->ev =
         (struct ct_event){.device = -1, .api = api, .kind = kind, .space = space, .flags = flags};
@@ -415,6 +313,7 @@ static inline int ct_enter(struct ct_call *c, uint16_t api, uint8_t op, uint8_t 
     c->caller.sp = 0;
     c->op = op;
     c->held = c->stacked = c->inflight = c->live.state = 0;
+    c->cached = 0;
     return 1;
 }
 
@@ -643,7 +542,7 @@ static int ct_pre(struct ct_call *c)
     if (r < 0) /* not a member any more (slots full), or a device the ledger cannot count */
         return fence_broken(c, r) ? fence_refuse(c) : 1;
     ct_thr.deny_share = r == CT_LEDGER_DENIED_SHARE;
-    c->stack = ct_stack_capture(&c->caller);
+    c->stack = ct_stack_capture(&c->caller, &c->cached, 1);
     c->stacked = 1;
     if (ct_cfg.on_exceed == CT_EXCEED_WARN) {
         ct_ledger_force(ledger, dev, c->reserve);
@@ -682,10 +581,7 @@ static inline void call_settled(struct ct_call *c)
 }
 
 /* what this process holds on dev, by its live counters (CT_LIVE_DEVICES rows) */
-static uint64_t live_held(int dev)
-{
-    return __atomic_load_n(&ct_live.dev[dev].live, __ATOMIC_ACQUIRE);
-}
+static uint64_t live_held(int dev) { return ct_live_held(dev); }
 
 /* CUDATRACE_RECORD_CONTEXTS without a budget: the call is settled; after an allocation, the
  * context is measured as a budget would count it (budget.c), into the trace (the allocation
@@ -760,7 +656,7 @@ static void ct_post(struct ct_call *c)
     if (c->dev < 0)
         c->dev = current_device();
     if (!c->stacked && (ct_cfg.stack_depth > 0 || !ct_writer_generation()))
-        c->stack = ct_stack_capture(&c->caller);
+        c->stack = ct_stack_capture(&c->caller, &c->cached, 1);
     emit(c, c->op);
     ct_leave();
 }
@@ -788,18 +684,113 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
     return rt;
 }
 
+/* ---- the fast path ----------------------------------------------------------------------
+ * An allocation or a free while ct_fast is on (no budget, a full trace, not nested): the real
+ * call, the live counters, the clock, the stack (stacks.h: the unwinder's memo of the site) and
+ * one raw record appended to the thread's block (events.h). Anything else (a budget, another
+ * mode, a map, a query, a nested call) takes the general path below it. */
+static inline __attribute__((always_inline)) void fast_event(int fast, uint64_t ts, uint64_t meta,
+                                                             int dev, int result, uint64_t size,
+                                                             uint64_t addr, uint64_t aux,
+                                                             uint64_t aux2)
+{
+    int cached = 0;
+    uint32_t stack = 0;
+    if (fast & FAST_STACKS) {
+        struct ct_caller caller; /* the wrapper's frame: this is inlined into it */
+        CT_CALLER(caller);
+        stack = ct_stack_capture(&caller, &cached, 0);
+    }
+    uint16_t rt = ct_thr.rt_api;
+    if (rt) /* the runtime API in progress (a CT_RUNTIME wrapper) */
+        meta |= (uint64_t)rt << 16 | (uint64_t)CT_EF_RUNTIME_KNOWN << 56;
+    ct_event_put(ts, size, addr, stack, cached ? CT_RAW_CACHED : 0, meta, aux, aux2,
+                 ct_raw_dr(dev, result));
+}
+
+#define CT_FAST_ALLOC(ID, FLAGS, KIND, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                    \
+    {                                                                                              \
+        ct_thr.depth = 1;                                                                          \
+        c.kind = (KIND);                                                                           \
+        c.dev = (DEV);                                                                             \
+        c.result = real ARGS;                                                                      \
+        uint64_t size_ = (uint64_t)(SIZE), addr_ = 0;                                              \
+        int dev_ = c.dev < 0 ? current_device() : c.dev;                                           \
+        if (__builtin_expect(c.result == CUDA_SUCCESS, 1)) {                                       \
+            addr_ = (uint64_t)(ADDR);                                                              \
+            ct_live_alloc(c.kind, SPACE, dev_, addr_, size_, CUDA_SUCCESS);                        \
+        } else {                                                                                   \
+            ct_live_alloc_slow(c.kind, SPACE, dev_, 0, size_, c.result);                           \
+        }                                                                                          \
+        fast_event(fast_, ct_now_ns(),                                                             \
+                   ct_raw_meta(CT_API_##ID, 0, CT_OP_ALLOC, c.kind, SPACE, FLAGS), dev_, c.result, \
+                   size_, addr_, (uint64_t)(AUX), (uint64_t)(AUX2));                               \
+        ct_thr.depth = 0;                                                                          \
+        return c.result;                                                                           \
+    }
+
+/* a free: stamped, and out of the live counters, before its driver call (docs/reliability.md) */
+#define CT_FAST_FREE(ID, FLAGS, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                           \
+    {                                                                                              \
+        ct_thr.depth = 1;                                                                          \
+        c.dev = (DEV);                                                                             \
+        uint64_t ts_ = ct_now_ns();                                                                \
+        struct ct_live_taken tk_;                                                                  \
+        tk_.state = 0;                                                                             \
+        int live_dev_ = ct_live_freeing(SPACE, (uint64_t)(ADDR), &tk_);                            \
+        if (c.dev < 0 && live_dev_ != CT_LIVE_UNKNOWN)                                             \
+            c.dev = live_dev_; /* the device it was allocated on */                                \
+        c.result = real ARGS;                                                                      \
+        if (__builtin_expect(c.result != CUDA_SUCCESS && tk_.state, 0))                            \
+            ct_live_unfree(SPACE, (uint64_t)(ADDR), &tk_);                                         \
+        uint64_t addr_ = c.result == CUDA_SUCCESS ? (uint64_t)(ADDR) : 0;                          \
+        int dev_ = c.dev < 0 ? current_device() : c.dev;                                           \
+        fast_event(fast_, ts_,                                                                     \
+                   ct_raw_meta(CT_API_##ID, 0, CT_OP_FREE, CT_KIND_NONE, SPACE, FLAGS), dev_,      \
+                   c.result, (uint64_t)(SIZE), addr_, (uint64_t)(AUX), (uint64_t)(AUX2));          \
+        ct_thr.depth = 0;                                                                          \
+        return c.result;                                                                           \
+    }
+
 /* ---- the generated wrappers ------------------------------------------------------------ */
-#define CT_WRAPPER_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,   \
-                        AUX2, DEV)                                                                 \
+/* The exported wrapper: the fast path, else the general one (CT_GENERAL_BODY, a function of its
+ * own, so the fast path keeps its registers), told where the program's frames start */
+#define CT_WRAPPER_BODY(ID, GEN, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, SIZE, ADDR, AUX, AUX2, \
+                        DEV)                                                                       \
     {                                                                                              \
         typedef CUresult(*fn_t) PROTO;                                                             \
         fn_t real = (fn_t)ct_real(SLOT);                                                           \
         if (!real)                                                                                 \
             return CUDA_ERROR_NOT_INITIALIZED;                                                     \
+        int fast_ = __atomic_load_n(&ct_fast, __ATOMIC_RELAXED);                                   \
+        if (((OP) == CT_OP_ALLOC || (OP) == CT_OP_FREE) && __builtin_expect(fast_, 1) &&           \
+            __builtin_expect(!ct_thr.depth, 1)) {                                                  \
+            struct ct_call c;                                                                      \
+            if ((OP) == CT_OP_ALLOC)                                                               \
+                CT_FAST_ALLOC(ID, FLAGS, KIND, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)            \
+            else                                                                                   \
+                CT_FAST_FREE(ID, FLAGS, SPACE, ARGS, SIZE, ADDR, AUX, AUX2, DEV)                   \
+        }                                                                                          \
+        struct ct_caller caller_;                                                                  \
+        CT_CALLER(caller_);                                                                        \
+        ct_thr.caller[0] = caller_.ra;                                                             \
+        ct_thr.caller[1] = caller_.sp;                                                             \
+        ct_thr.caller[2] = caller_.fp;                                                             \
+        return GEN ARGS;                                                                           \
+    }
+
+/* one call's protocol: enter, budget, the real call, the live counters, the event, leave */
+#define CT_GENERAL_BODY(ID, SLOT, FLAGS, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,   \
+                        AUX2, DEV)                                                                 \
+    {                                                                                              \
+        typedef CUresult(*fn_t) PROTO;                                                             \
+        fn_t real = (fn_t)ct_real(SLOT);                                                           \
         struct ct_call c;                                                                          \
         if (!ct_enter(&c, CT_API_##ID, OP, KIND, SPACE, FLAGS))                                    \
             return real ARGS;                                                                      \
-        CT_CALLER(c.caller);                                                                       \
+        c.caller.ra = ct_thr.caller[0];                                                            \
+        c.caller.sp = ct_thr.caller[1];                                                            \
+        c.caller.fp = ct_thr.caller[2];                                                            \
         c.reserve = (uint64_t)(RESERVE);                                                           \
         c.dev = (DEV);                                                                             \
         if (c.reserve && ct_budget_on() && !ct_pre(&c)) {                                          \
@@ -811,7 +802,7 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
             return CUDA_ERROR_NOT_PERMITTED;                                                       \
         }                                                                                          \
         if ((OP) == CT_OP_CTX_END) /* before the handle can come back as another context */        \
-            __atomic_add_fetch(&ctx_epoch, 1, __ATOMIC_ACQ_REL);                                   \
+            ct_device_ctx_ends();                                                                  \
         uint32_t pool_was = (OP) == CT_OP_POOL_END ? pool_forget((uintptr_t)(ADDR)) : 0;           \
         if ((OP) == CT_OP_FREE || (OP) == CT_OP_UNMAP)                                             \
             c.ts = ct_now_ns();   /* before memory returns: no later allocation sorts first */     \
@@ -866,11 +857,16 @@ static uint64_t ct_meminfo(struct ct_call *c, size_t *free_out, size_t *total_ou
 
 #define CT_DRIVER(ID, BASE, MINVER, PTSZ, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,  \
                   AUX2, DEV)                                                                       \
-    CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS, \
-                                                RESERVE, SIZE, ADDR, AUX, AUX2, DEV)               \
-    CUresult ct_ptsz_##ID PROTO CT_WRAPPER_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND,     \
-                                                SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX,      \
-                                                AUX2, DEV) CT_PTSZ_EXPORT_##PTSZ(ID)
+    __attribute__((noinline)) static CUresult ct_gen_##ID PROTO CT_GENERAL_BODY(                   \
+        ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, PROTO, ARGS, RESERVE, SIZE, ADDR, AUX, AUX2, DEV)    \
+        __attribute__((noinline)) static CUresult ct_gen_ptsz_##ID PROTO                           \
+        CT_GENERAL_BODY(ID, CT_SLOT_##ID##_ptsz, CT_EF_PTSZ, OP, KIND, SPACE, PROTO, ARGS,         \
+                        RESERVE, SIZE, ADDR, AUX, AUX2, DEV)                                       \
+    CT_EXPORT CUresult ID PROTO CT_WRAPPER_BODY(ID, ct_gen_##ID, CT_SLOT_##ID, 0, OP, KIND, SPACE, \
+                                                PROTO, ARGS, SIZE, ADDR, AUX, AUX2, DEV)           \
+    CUresult ct_ptsz_##ID PROTO CT_WRAPPER_BODY(ID, ct_gen_ptsz_##ID, CT_SLOT_##ID##_ptsz,         \
+                                                CT_EF_PTSZ, OP, KIND, SPACE, PROTO, ARGS, SIZE,    \
+                                                ADDR, AUX, AUX2, DEV) CT_PTSZ_EXPORT_##PTSZ(ID)
 #define CT_RUNTIME(ID, PROTO, ARGS)                                                                \
     CT_EXPORT int ID PROTO                                                                         \
     {                                                                                              \
@@ -1116,6 +1112,7 @@ static void atfork_child(void)
     ct_thr.dev_ctx = 0;                       /* a forked child has no context of its parent's */
     memset(deny_sites, 0, sizeof deny_sites); /* a new process: its own counts */
     ct_writer_atfork_child();
+    ct_events_atfork_child();
     ct_agg_atfork_child();
     ct_live_atfork_child();
     ct_stacks_reset();
@@ -1148,8 +1145,11 @@ static void init_steps(void)
     ct_budget_set_fence_report(report_fence);
     ct_budget_set_join_report(write_budget_info);
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    ct_writer_set_counter(ct_events_total);
     ct_pid = getpid();
     ct_cfg.active = 1;
+    if (!ct_budget_on() && !ct_cfg.ctx_watch && ct_cfg.mode == CT_MODE_FULL)
+        fast_ok = FAST_ON | (ct_cfg.stack_depth > 0 ? FAST_STACKS : 0);
     ct_live_start();
     if (ct_cfg.eager && ct_cfg.mode != CT_MODE_NONE)
         ct_writer_open_now();

@@ -211,7 +211,7 @@ static void report_mismatch(const uintptr_t *a, int na, const uintptr_t *b, int 
     ct_log("  cached ", h1, " full ", h2);
 }
 
-static uint32_t native_capture(const struct ct_caller *from);
+static uint32_t native_capture(const struct ct_caller *from, int *cached);
 
 /* (native leaf, Python link) pairs of this thread met before and their nodes */
 #define LINK_WAYS 16
@@ -221,20 +221,24 @@ struct link_ent {
 };
 static CT_TLS struct link_ent links[LINK_WAYS];
 
-static uint32_t capture(const struct ct_caller *from);
+static uint32_t capture(const struct ct_caller *from, int *cached);
 
 /* what stacks.h's inline ct_stack_capture does not answer itself */
-uint32_t ct_stack_capture_slow(const struct ct_caller *from) { return capture(from); }
-
-static uint32_t capture(const struct ct_caller *from)
+uint32_t ct_stack_capture_slow(const struct ct_caller *from, int *cached)
 {
+    return capture(from, cached);
+}
+
+static uint32_t capture(const struct ct_caller *from, int *cached)
+{
+    *cached = 0;
     /* the process's first record opens the trace and writes its preamble, which asks the
      * driver (dlopen: the loader's lock): here, before any lock of ours is held, never from
      * inside the stack table or the module walk (a thread holding the loader's lock may be
      * waiting for those) */
     if (__builtin_expect(!ct_writer_generation(), 0))
         ct_writer_open_now();
-    uint32_t leaf = native_capture(from);
+    uint32_t leaf = native_capture(from, cached);
     if (ct_cfg.stack_depth <= 0)
         return leaf;
     /* a process running CPython: one more node naming the Python stack (pyframes.c) */
@@ -255,7 +259,7 @@ static uint32_t capture(const struct ct_caller *from)
     return id;
 }
 
-static uint32_t native_capture(const struct ct_caller *from)
+static uint32_t native_capture(const struct ct_caller *from, int *cached)
 {
     int depth = ct_cfg.stack_depth;
     if (depth <= 0)
@@ -288,7 +292,7 @@ static uint32_t native_capture(const struct ct_caller *from)
     } else
         cnt = ct_uw_walk(start[1] ? start : NULL, ips, depth, &learned, &walked, &tag);
     if (cnt >= 0 && !learned) {
-        ct_writer_stack_count(CT_SC_HIT);
+        *cached = 1; /* the event says so (CT_EV_STACK_CACHED) */
         if (verify_stacks) {
             int m = full_unwind(ref, depth);
             ct_writer_stack_count(CT_SC_VERIFIED);
@@ -410,5 +414,6 @@ void ct_stacks_reset(void)
     table = NULL;
     nnodes = 0;
     __atomic_add_fetch(&ct_stack_generation, 1, __ATOMIC_RELEASE);
+    ct_uw_invalidate(); /* the memos' tags name nodes of the old tree (stacks.h) */
     ct_stack_last_n = -1;
 }

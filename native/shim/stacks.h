@@ -19,28 +19,35 @@ struct ct_caller {
 };
 /* the stack's id (a node of the tree), from where the program's frames start; 0: none. A
  * repeated call site is answered inline (the unwinder's memo of an identical walk, every word
- * it read re-checked, carries the id: its tag); anything else goes to stacks.c. */
-uint32_t ct_stack_capture_slow(const struct ct_caller *from);
+ * it read re-checked, carries the id: its tag); anything else goes to stacks.c. *cached: 1 when
+ * the unwinder's cache gave the stack (the event says so, CT_EV_STACK_CACHED), 0 when a full
+ * unwind did (counted in the file header there). */
+uint32_t ct_stack_capture_slow(const struct ct_caller *from, int *cached);
 extern CT_HIDDEN uint32_t ct_stack_generation; /* bumped on reset: tags of older ones are stale */
 /* the frames kept (ct_cfg.stack_depth) when a memo's answer may be used (stacks on, not
  * verifying), else 0 */
 extern CT_HIDDEN int ct_stack_recall_depth;
 extern CT_HIDDEN CT_TLS const uintptr_t *ct_stack_last; /* the last stack's return addresses */
 extern CT_HIDDEN CT_TLS int ct_stack_last_n;
-static inline __attribute__((always_inline)) uint32_t ct_stack_capture(const struct ct_caller *from)
+/* keep: remember the stack as this thread's last (the denial's line reads it: ct_pre) */
+static inline __attribute__((always_inline)) uint32_t ct_stack_capture(const struct ct_caller *from,
+                                                                       int *cached, int keep)
 {
     int depth = ct_stack_recall_depth;
-    if (__builtin_expect(depth && from->sp && ct_writer_generation() && !ct_py_maybe(), 1)) {
+    if (__builtin_expect(depth && from->sp && !ct_py_maybe(), 1)) {
         const struct ct_uw_memo *m = ct_uw_recall(from->ra, from->sp, from->fp, depth);
-        if (m && m->n > 0 &&
-            m->tag >> 32 == __atomic_load_n(&ct_stack_generation, __ATOMIC_ACQUIRE)) {
-            ct_writer_stack_count(CT_SC_HIT);
-            ct_stack_last = m->ips;
-            ct_stack_last_n = m->n;
+        /* a tag is a leaf's (a memo of no frames has none); a memo of an older tree of stacks
+         * (before fork) is never found: the reset empties the memos (ct_stacks_reset) */
+        if (m && m->tag) {
+            if (keep) {
+                ct_stack_last = m->ips;
+                ct_stack_last_n = m->n;
+            }
+            *cached = 1;
             return (uint32_t)m->tag;
         }
     }
-    return ct_stack_capture_slow(from);
+    return ct_stack_capture_slow(from, cached);
 }
 /* in a wrapper (built with frame pointers: its frame record holds the caller's FP and the
  * return address, on x86-64 and aarch64 alike) */

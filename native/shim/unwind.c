@@ -108,6 +108,7 @@ struct uw_thread {
 };
 
 CT_TLS struct ct_uw_memos *ct_uw_thread;
+static const uintptr_t ct_uw_never; /* 0: a memo's last read, which expects 1 */
 uint32_t ct_uw_generation = 1;
 
 static pthread_key_t uw_key;
@@ -143,7 +144,7 @@ static struct uw_thread *thread_table(void)
         ct_uw_thread = &t->m;
         t->m.gen = gen;
         for (int w = 0; w < CT_UW_MEMO_WAYS; w++)
-            t->m.memo[w].n = -1;
+            t->m.memo[w].n = t->m.memo[w].key = -1;
         if (uw_key_ok)
             pthread_setspecific(uw_key, t);
     }
@@ -152,7 +153,7 @@ static struct uw_thread *thread_table(void)
         t->used = 0;
         t->m.gen = gen;
         for (int w = 0; w < CT_UW_MEMO_WAYS; w++)
-            t->m.memo[w].n = -1;
+            t->m.memo[w].n = t->m.memo[w].key = -1;
     }
     return t;
 }
@@ -720,8 +721,11 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
         *tag = (uint64_t *)&hit->tag;
         return hit->n;
     }
-    struct ct_uw_memo *m = &t->m.memo[t->m.next++ % CT_UW_MEMO_WAYS];
+    unsigned way = t->m.next++ % CT_UW_MEMO_WAYS;
+    struct ct_uw_memo *m = &t->m.memo[way];
+    t->m.hint[ct_uw_hint_of(ra)] = m; /* tried first the next time */
     m->n = -1;
+    m->key = -1;
     m->ra0 = ra;
     m->sp0 = sp;
     m->fp0 = fp;
@@ -786,6 +790,10 @@ __attribute__((noinline)) int ct_uw_walk(const uintptr_t *start, uintptr_t *ips,
         ra = (f & RF_RA_SIGNED) ? ct_uw_strip_pac(raw) : raw;
         sp = cfa;
     }
+    m->rd[m->nreads].addr = (uintptr_t)&ct_uw_never; /* the end of the reads */
+    m->rd[m->nreads].val = 1;
+    m->rd_end = &m->rd[m->nreads];
+    m->key = 2 * max + m->fp0_used;
     memcpy(m->ips, ips, sizeof(uintptr_t) * (size_t)n);
     m->n = n;
     *out = m->ips;

@@ -40,15 +40,19 @@ struct ct_uw_memo {
     uint32_t gen;
     int max, n, nreads; /* n < 0: empty */
     int fp0_used;       /* the starting FP was a CFA base before any saved FP replaced it */
+    int key;            /* a finished walk's 2 * max + fp0_used; -1: empty or being made */
+    const void *rd_end; /* &rd[nreads] */
     struct {
         uintptr_t addr, val;
-    } rd[2 * CT_UW_MEMO_FRAMES];
+    } rd[2 * CT_UW_MEMO_FRAMES + 1]; /* then a read that never matches (ct_uw_memo_hit) */
     uintptr_t ips[CT_MAX_DEPTH];
 };
 /* the memos of a thread: the head of its table (unwind.c's struct uw_thread) */
+#define CT_UW_HINTS 16
 struct ct_uw_memos {
     uint32_t gen; /* ct_uw_generation the table was made in */
     unsigned next;
+    struct ct_uw_memo *hint[CT_UW_HINTS]; /* by the start's return address: the memo it met last */
     struct ct_uw_memo memo[CT_UW_MEMO_WAYS];
 };
 extern CT_HIDDEN CT_TLS struct ct_uw_memos *ct_uw_thread; /* NULL until the thread's first walk */
@@ -69,30 +73,46 @@ static inline uintptr_t ct_uw_strip_pac(uintptr_t ra)
 /* Every word the walk read, re-read in the walk's order and compared; the first that differs
  * ends it. The order matters: a word's address followed from the words before it, so it is read
  * only once they matched (with them changed it may be no stack any more: a fiber's, freed).
- * Two a turn, each still tested before the next is read. */
-static inline int ct_uw_memo_hit(const struct ct_uw_memo *m)
+ * Each is tested before the next is read. */
+static inline __attribute__((always_inline)) int ct_uw_memo_hit(const struct ct_uw_memo *m)
 {
-    const __typeof__(m->rd[0]) *r = m->rd, *end = m->rd + m->nreads;
-    for (; end - r >= 2; r += 2) {
-        if (*(const uintptr_t *)r[0].addr != r[0].val)
-            return 0;
-        if (*(const uintptr_t *)r[1].addr != r[1].val)
-            return 0;
-    }
-    return r == end || *(const uintptr_t *)r->addr == r->val;
+    /* the walk's reads end with one that never matches (unwind.c: ct_uw_never): the loop
+     * needs no count */
+    const __typeof__(m->rd[0]) *r = m->rd;
+    while (*(const uintptr_t *)r->addr == r->val)
+        r++;
+    return (const void *)r == m->rd_end;
+}
+
+/* m is the memo of an identical earlier walk from (ra, sp, fp) of max frames */
+static inline __attribute__((always_inline)) int
+ct_uw_memo_is(const struct ct_uw_memo *m, uintptr_t ra, uintptr_t sp, uintptr_t fp, int max)
+{
+    return m->ra0 == ra && m->sp0 == sp &&
+           (m->key == 2 * max || (m->key == 2 * max + 1 && m->fp0 == fp)) && ct_uw_memo_hit(m);
+}
+
+static inline unsigned ct_uw_hint_of(uintptr_t ra)
+{
+    return (unsigned)((ra ^ ra >> 5) % CT_UW_HINTS);
 }
 
 /* the memo of an identical earlier walk from (ra, sp, fp) of max frames, every word it read
- * re-checked; NULL: none. (A memo's gen is its table's while it is not empty: a table of an
- * older generation empties every memo, ct_uw_walk's thread_table.) */
-static inline const struct ct_uw_memo *ct_uw_memo_find(const struct ct_uw_memos *t, uintptr_t ra,
-                                                       uintptr_t sp, uintptr_t fp, int max)
+ * re-checked; NULL: none. The memo the start's return address met last is tried first (a loop
+ * of an allocation and a free alternates between two). (A memo's gen is its table's while it is
+ * not empty: a table of an older generation empties every memo, ct_uw_walk's thread_table.) */
+static inline __attribute__((always_inline)) const struct ct_uw_memo *
+ct_uw_memo_find(struct ct_uw_memos *t, uintptr_t ra, uintptr_t sp, uintptr_t fp, int max)
 {
-    for (int w = 0; w < CT_UW_MEMO_WAYS; w++) {
-        const struct ct_uw_memo *m = &t->memo[w];
-        if (m->sp0 == sp && m->ra0 == ra && m->n >= 0 && (!m->fp0_used || m->fp0 == fp) &&
-            m->max == max && ct_uw_memo_hit(m))
-            return m;
+    unsigned h = ct_uw_hint_of(ra);
+    const struct ct_uw_memo *first = t->hint[h];
+    if (first && ct_uw_memo_is(first, ra, sp, fp, max))
+        return first;
+    for (unsigned w = 0; w < CT_UW_MEMO_WAYS; w++) {
+        if (&t->memo[w] != first && ct_uw_memo_is(&t->memo[w], ra, sp, fp, max)) {
+            t->hint[h] = &t->memo[w];
+            return &t->memo[w];
+        }
     }
     return NULL;
 }
@@ -103,7 +123,7 @@ static inline const struct ct_uw_memo *ct_uw_memo_find(const struct ct_uw_memos 
 static inline __attribute__((always_inline)) const struct ct_uw_memo *
 ct_uw_recall(uintptr_t ra, uintptr_t sp, uintptr_t fp, int max)
 {
-    const struct ct_uw_memos *t = ct_uw_thread;
+    struct ct_uw_memos *t = ct_uw_thread;
     if (!t || t->gen != __atomic_load_n(&ct_uw_generation, __ATOMIC_ACQUIRE))
         return NULL;
     return ct_uw_memo_find(t, ct_uw_strip_pac(ra), sp, fp, max);

@@ -97,7 +97,9 @@ struct ct_thread {
     int dev;
     uintptr_t sdev_ctx; /* another context (a stream's) and its device (shim.c stream_device) */
     int sdev;
-    uint32_t ctx_epoch; /* the contexts' epoch dev_ctx and sdev_ctx were learned in (shim.c) */
+    uint32_t ctx_epoch;  /* the contexts' epoch dev_ctx and sdev_ctx were learned in (shim.c) */
+    uintptr_t caller[3]; /* ra, sp, fp where the program's frames start, for a call's general
+                            path (shim.c: its wrapper sets them, the general body reads them) */
 };
 extern CT_HIDDEN CT_TLS struct ct_thread ct_thr;
 static inline uint32_t ct_gettid(void)

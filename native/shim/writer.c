@@ -7,7 +7,7 @@
  * by one release store of its 8-byte header (trace_format.h describes the format). A mutex
  * guards only opening, growing and closing the file.
  *
- * Events go into blocks (CEBLOCK records) that each thread takes for itself (ct_block_take: one
+ * Events go into blocks (RAWBLOCK records) that each thread takes for itself (ct_block_take: one
  * reservation for many events) and fills without any shared write: an event is published by a
  * release store of the block's `used`. A chunk holding a block some thread still fills is
  * never unmapped (chunk_refs); the thread lets go when it takes its next block or exits.
@@ -47,15 +47,17 @@ static uint32_t unmapped_below;
 static uint32_t dropped;
 uint64_t ct_events_written;
 static ct_preamble_fn preamble;
-static uint32_t gen_counter; /* files opened by this image and its forked children */
-uint32_t ct_writer_gen;      /* generation of the open file, 0: none (atomic; writer.h) */
-static uint32_t nthreads;    /* threads numbered in the open file (atomic) */
+static uint64_t (*event_count)(void); /* events.c's: the events of the file */
+static uint32_t gen_counter;          /* files opened by this image and its forked children */
+uint32_t ct_writer_gen;               /* generation of the open file, 0: none (atomic; writer.h) */
+static uint32_t nthreads;             /* threads numbered in the open file (atomic) */
 static uint32_t chunk_refs[MAX_CHUNKS]; /* event blocks held in each chunk (atomic) */
 
 uint64_t ct_writer_pos(void) { return __atomic_load_n(&pos, __ATOMIC_ACQUIRE); }
 uint32_t ct_writer_new_thread(void) { return __atomic_fetch_add(&nthreads, 1, __ATOMIC_RELAXED); }
 
 void ct_writer_set_preamble(ct_preamble_fn fn) { preamble = fn; }
+void ct_writer_set_counter(uint64_t (*fn)(void)) { event_count = fn; }
 
 static int stop_errno; /* errno of the failure that stopped the trace, 0: not stopped */
 
@@ -384,19 +386,21 @@ int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t 
     return 1;
 }
 
-int ct_block_take(ct_block *b, uint32_t size, uint32_t thread, uint32_t seq)
+int ct_block_take(ct_block *b, uint32_t size, uint32_t thread, uint32_t seq, uint32_t last_chunk)
 {
     ct_slot s;
     if (!ct_rec_begin(&s, size))
         return 0;
     /* still counted busy: the chunk cannot be unmapped before it is counted as held */
     __atomic_add_fetch(&chunk_refs[s.chunk], 1, __ATOMIC_ACQ_REL);
-    struct ct_rec_ceblock bh = {0, thread, seq, 0};
+    uint32_t start = s.chunk != last_chunk;
+    struct ct_rec_rawblock bh = {0, thread, start ? 0 : seq, start ? CT_RAWB_START : 0};
     memcpy(s.p + sizeof(struct ct_rec_hdr), &bh, sizeof bh);
-    ct_rec_commit(&s, CT_REC_CEBLOCK);
+    ct_rec_commit(&s, CT_REC_RAWBLOCK);
     b->p = s.p;
     b->chunk = s.chunk;
     b->size = s.size;
+    b->start = start;
     b->gen = __atomic_load_n(&ct_writer_gen, __ATOMIC_ACQUIRE);
     return 1;
 }
@@ -462,7 +466,8 @@ void ct_writer_close(int exit_code)
     off_t end = 0, stop = (off_t)nchunks * CT_CHUNK_SIZE;
     if (ct_rec_begin(&s, sizeof(struct ct_rec_hdr) + sizeof e)) {
         e.dropped = __atomic_load_n(&dropped, __ATOMIC_RELAXED);
-        e.events = __atomic_load_n(&ct_events_written, __ATOMIC_RELAXED);
+        e.events = __atomic_load_n(&ct_events_written, __ATOMIC_RELAXED) +
+                   (event_count ? event_count() : 0);
         memcpy(s.p + sizeof(struct ct_rec_hdr), &e, sizeof e);
         ct_rec_commit(&s, CT_REC_END);
         end = (off_t)(s.p - chunks[s.chunk]) + (off_t)s.chunk * CT_CHUNK_SIZE + s.size;

@@ -26,13 +26,15 @@ void ct_rec_commit(ct_slot *s, uint16_t type);
 /* Write a whole record whose body is given in up to three parts. */
 int ct_rec_write(uint16_t type, const void *a, size_t na, const void *b, size_t nb, const void *c,
                  size_t nc);
-/* A thread's own block of compact events: a CEBLOCK record of size bytes (header and struct
- * ct_rec_ceblock filled and published), kept mapped until ct_block_drop. 0: no trace. */
+/* A thread's own block of raw events: a RAWBLOCK record of size bytes (header and struct
+ * ct_rec_rawblock filled and published), kept mapped until ct_block_drop. It starts the
+ * thread's context anew (CT_RAWB_START, b->start) when it is not in chunk last_chunk (the
+ * thread's last block's; UINT32_MAX: none), else it follows on with seq. 0: no trace. */
 typedef struct {
     uint8_t *p; /* the record (header) */
-    uint32_t chunk, size, gen;
+    uint32_t chunk, size, gen, start;
 } ct_block;
-int ct_block_take(ct_block *b, uint32_t size, uint32_t thread, uint32_t seq);
+int ct_block_take(ct_block *b, uint32_t size, uint32_t thread, uint32_t seq, uint32_t last_chunk);
 void ct_block_drop(ct_block *b); /* done with it: its chunk may be unmapped */
 void ct_writer_close(int exit_code);
 void ct_writer_atfork_prepare(void);
@@ -48,18 +50,15 @@ static inline uint32_t ct_writer_generation(void)
 }
 uint32_t ct_writer_new_thread(void); /* the next thread number of the open file */
 uint64_t ct_writer_pos(void);        /* the next free byte of the file */
-/* CT_SC_*: header counters, in the mapped file (a hit, on every repeated stack, is inline) */
-void ct_writer_stack_count_slow(int which);
+/* CT_SC_*: header counters, in the mapped file: a full unwind, and with
+ * CUDATRACE_STACK_VERIFY the checks; a cached stack only under --aggregate (a written event says
+ * it itself: CT_EV_STACK_CACHED) */
+void ct_writer_stack_count(int which);
 extern CT_HIDDEN struct ct_file_header *ct_writer_stats_hdr;
 extern CT_HIDDEN int ct_writer_state; /* 1: the file is open */
-static inline void ct_writer_stack_count(int which)
-{
-    struct ct_file_header *h = __atomic_load_n(&ct_writer_stats_hdr, __ATOMIC_ACQUIRE);
-    if (which == CT_SC_HIT && h && __atomic_load_n(&ct_writer_state, __ATOMIC_RELAXED) == 1)
-        __atomic_add_fetch(&h->stack_cache_hits, 1, __ATOMIC_RELAXED);
-    else
-        ct_writer_stack_count_slow(which);
-}
+/* the events --aggregate took in (the END record counts them with ct_writer_set_counter's) */
 extern CT_HIDDEN uint64_t ct_events_written;
+/* what tells the END record how many events the file holds (events.c, set once at load) */
+void ct_writer_set_counter(uint64_t (*fn)(void));
 
 #endif

@@ -53,7 +53,7 @@ static void ct_writer_stats_reset(void)
     memset(stats_pending, 0, sizeof stats_pending);
 }
 
-void ct_writer_stack_count_slow(int which)
+void ct_writer_stack_count(int which)
 {
     struct ct_file_header *h = __atomic_load_n(&stats_hdr, __ATOMIC_ACQUIRE);
     if (h && __atomic_load_n(&ct_writer_state, __ATOMIC_RELAXED) == 1)

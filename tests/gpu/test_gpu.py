@@ -190,7 +190,8 @@ def ctrace(
     tmp_path: Path, case: str, cmd: list, run_args=(), env: dict | None = None, timeout: int = 300
 ) -> Result:
     """Run cmd under `python3 -m cudatrace run -o DIR -q [run_args] --` and read the trace."""
-    from cudatrace.analyze.read.trace import C, iter_events, read_dir
+    from cudatrace.analyze.read.rundir import read_dir
+    from cudatrace.analyze.read.trace import C, iter_events
 
     out = tmp_path / ("trace-" + case)
     # -q silences the shim's budget lines too (issue 11): runs with a budget keep them

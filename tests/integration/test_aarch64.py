@@ -17,7 +17,8 @@ from types import SimpleNamespace
 import pytest
 from test_routes import expected_ops, traced_ops
 
-from cudatrace.analyze.read.trace import C, read_dir
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import C
 from support import calltree, cross
 from support.paths import REPO, TESTS  # noqa: F401
 

@@ -325,3 +325,32 @@ def test_reader_benchmark_runs():
     assert "beside a thread reading the API" in r.stdout
     # 1000 warm-up pairs, then 3 modes x 2 threads x 3000 pairs
     assert "counted: 19,000 allocations, 19,000 frees, 0 bytes live at the end" in r.stdout
+
+
+def test_many_live_allocations_spill_past_the_first_table(ct, tmp_path):
+    """More allocations live at once than the live counters' first table holds (32K slots,
+    kept small so it stays in a cache): they spill into the second, and every one counts and
+    ends at its free (none untracked)."""
+    n = 100_000
+    got, _ = run_prog(
+        ct,
+        tmp_path,
+        r"""
+N = %d
+ps = [alloc(4096) for _ in range(N)]
+s = cudatrace.stats()
+snap = cudatrace.snapshot()
+for p in ps[::2]:
+    free(p)
+half = cudatrace.stats()
+for p in ps[1::2]:
+    free(p)
+end = cudatrace.stats()
+print(json.dumps({"live": [s.live, half.live, end.live], "peak": end.peak,
+                  "counts": [end.allocs, end.frees], "untracked": snap.untracked}))
+"""
+        % n,
+        sim_opts={"total_bytes": 1 << 50},
+    )
+    assert got["live"] == [n * 4096, n // 2 * 4096, 0], got
+    assert got["peak"] == n * 4096 and got["counts"] == [n, n] and got["untracked"] == 0, got

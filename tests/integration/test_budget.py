@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from cudatrace.analyze.read.trace import C, iter_events, read_dir
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import C, iter_events
 from cudatrace.errors import RUN_FAILED
 from support import children
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from cudatrace.analyze.read.trace import C, iter_events, read_dir
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import C, iter_events
 
 # both programs: the two devices' primary contexts
 CONTEXTS = r"""

@@ -57,7 +57,7 @@ def _ok(r):
 
 
 def model_sites(trace_dir: Path):
-    from cudatrace.analyze.read.trace import read_dir
+    from cudatrace.analyze.read.rundir import read_dir
     from cudatrace.analyze.replay.model import build
     from cudatrace.analyze.sites.group import group
     from cudatrace.analyze.sites.stacks import Stacks, make_symbolizer

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from cudatrace.analyze.read.trace import read_dir
+from cudatrace.analyze.read.rundir import read_dir
 from cudatrace.errors import RUN_FAILED
 from support import children
 

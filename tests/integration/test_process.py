@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from cudatrace.analyze.read.trace import C, TraceError, iter_events, read_dir, read_trace
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import C, TraceError, iter_events, read_trace
 from cudatrace.errors import RUN_FAILED
 from support import children
 
@@ -234,7 +235,7 @@ def test_truncated_and_corrupt_files(ct, sim, tmp_path):
     assert t.gaps == 1 and len(t.events) == len(full.events)
     # a thread's block of events: what its `used` count had published when the process died is
     # read, nothing after it (a torn event is never seen), and nothing is taken for corrupt
-    blk = data.rindex(b"\xa3\xc7\x12\x00", 256, end)
+    blk = data.rindex(b"\xa3\xc7\x13\x00", 256, end)  # a RAWBLOCK (format 4)
     used = int.from_bytes(data[blk + 8 : blk + 12], "little")
     assert used > 0
     cut_block = bytearray(data)

@@ -16,7 +16,8 @@ import pytest
 
 from cudatrace.analyze.documents.analysis import Analysis
 from cudatrace.analyze.documents.report import build_report
-from cudatrace.analyze.read.trace import C, iter_events, read_dir
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import C, iter_events
 from cudatrace.attribution import Attribution
 from cudatrace.symbols import python as pyframes
 from support.paths import REPO

@@ -10,7 +10,8 @@ import subprocess
 
 import pytest
 
-from cudatrace.analyze.read.trace import C, iter_events, read_dir
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import C, iter_events
 
 OPS = {
     "alloc": "CT_OP_ALLOC",

@@ -154,3 +154,29 @@ def test_an_entry_never_inflates_past_one_chunk(sealed, tmp_path):
     # bounded by one chunk: far below the 1 GiB the entry asks for
     assert maxrss_kib < 400 << 10, maxrss_kib
     assert read_trace(copy).lost_chunks == [c1]
+
+
+def test_a_sparse_zero_tail_is_never_read(sealed, tmp_path, monkeypatch):
+    """A sidecar whose size runs on in holes (a crash, a copy: never written) costs what its data
+    costs, not its size (issue 44: 4.4 s a GiB of holes): the look for the next entry skips
+    holes, and a tail of zeros or holes is no damage and loses nothing."""
+    out, trace, entries, n_all, env = sealed
+    dst, copy = _copy(sealed, tmp_path, lambda b: b)
+    side = dst / (trace.name + sidecar.SUFFIX)
+    data = side.stat().st_size
+    os.truncate(side, data + (64 << 30))  # 64 GiB of holes after the last entry
+    read = []
+    real_pread = os.pread
+
+    def counting(fd, n, off):
+        b = real_pread(fd, n, off)
+        read.append(len(b))
+        return b
+
+    monkeypatch.setattr(os, "pread", counting)
+    t = read_trace(copy)
+    monkeypatch.undo()
+    assert t.n_events == n_all and not t.lost_chunks and not t.notes, (t.n_events, t.notes)
+    assert sum(read) < (trace.stat().st_size + data) * 2, sum(read)  # its data, not its holes
+    r = cudatrace(env, "report", dst)
+    assert r.returncode == 0 and "damaged" not in r.stderr + r.stdout, r.stderr

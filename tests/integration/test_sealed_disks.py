@@ -27,7 +27,7 @@ CHUNK = 2 * MiB
 # the events read back, in a child (a reader that faults a hole of a full tmpfs dies of SIGBUS)
 READ = r"""
 import json, sys
-from cudatrace.analyze.read.trace import read_dir
+from cudatrace.analyze.read.rundir import read_dir
 t = read_dir(sys.argv[1]).traces[0]
 print(json.dumps({"n": t.n_events, "status": t.status, "gaps": t.gaps, "lost": t.lost_chunks,
                   "end_events": t.end.events if t.end else None}))
@@ -94,16 +94,17 @@ def _wait_sealed(out, chunks: int, timeout: float = 60) -> None:
 
 
 def test_full_disk_while_sealing_loses_nothing(ct, sim, tmp_path):
-    # 2.4 M events (~16 MiB of trace, 8 chunks) written while the launcher is stopped (its
-    # sealer with it); then the disk is filled to 128 KiB of free space, less than one sidecar
-    # entry, and the launcher goes on: its sealer meets a full disk at its first entry
-    with tmpfs.mounted(tmp_path / "disk", "64m") as d:
+    # 2.4 M events (~58 MiB of raw trace, 28 chunks: format 4) written while the launcher is
+    # stopped (its sealer with it); then the disk is filled to 32 KiB of free space, less than
+    # one sidecar entry (~120 KiB: a transcoded chunk), and the launcher goes on: its sealer
+    # meets a full disk at its first entry
+    with tmpfs.mounted(tmp_path / "disk", "80m") as d:
         out = d / "t"
         s = Steps(ct, sim, out)
         os.kill(s.p.pid, signal.SIGSTOP)
         try:
             s.do("n 1200000 4096")
-            tmpfs.fill(d, leave=128 << 10)
+            tmpfs.fill(d, leave=32 << 10)
         finally:
             os.kill(s.p.pid, signal.SIGCONT)
         time.sleep(3)  # a few passes of the sealer on the full disk
@@ -213,9 +214,9 @@ def test_short_writes_to_the_sidecar_lose_nothing(ct, sim, tmp_path):
 
 
 def test_reading_on_tmpfs_never_fills_holes_in(ct, sim, tmp_path):
-    # ~10 MiB of trace, sealed whole at the end but for chunk 0: `run`'s summary and `report`
-    # read it back without taking the punched room again
-    with tmpfs.mounted(tmp_path / "shm", "64m") as d:
+    # ~67 MiB of raw trace (format 4; ~10 MiB compact), sealed as it goes and whole at the end:
+    # `run`'s summary and `report` read it back without taking the punched room again
+    with tmpfs.mounted(tmp_path / "shm", "128m") as d:
         r = ct.run([sim.progs["threads"], 2, 700000, 4096], out=d / "t")
         assert r.returncode == 0, r.stderr
         assert "peak" in r.stderr, r.stderr  # the summary read the trace

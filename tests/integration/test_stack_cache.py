@@ -13,7 +13,8 @@ import sys
 
 import pytest
 
-from cudatrace.analyze.read.trace import read_dir, read_trace
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import read_trace
 from support import calltree, children
 from support import tracegen as tg
 from support.paths import PROGS, SHIM

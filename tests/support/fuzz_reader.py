@@ -45,7 +45,8 @@ def main() -> int:
     if limit:  # 0: no bound (a sanitizer's shadow memory needs the address space)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    from cudatrace.analyze.read.trace import TraceError, read_dir
+    from cudatrace.analyze.read.rundir import read_dir
+    from cudatrace.analyze.read.trace import TraceError
     from cudatrace.analyze.replay.model import build
 
     work = Path(tempfile.mkdtemp(prefix="ctfuzz-"))

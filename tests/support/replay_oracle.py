@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import heapq
 
-from cudatrace.analyze.read.trace import C, Trace, TraceDir
+from cudatrace.analyze.read.rundir import TraceDir
+from cudatrace.analyze.read.trace import C, Trace
 from cudatrace.analyze.replay.backend import process_ends
 from cudatrace.analyze.replay.lives import (
     ADDR,

@@ -416,18 +416,23 @@ class TraceWriter:
             off += size
         self.events += n
 
-    def block_events(self, it, nthreads: int = 1, batch: int = 65536) -> None:
-        """Events as the shim writes them in format version 3: event blocks (CT_REC_CEBLOCK),
-        each thread filling blocks of its own, encoded by the shim's encoder (cevent.h, through
-        ct_ceblock_pack). it yields (thread number, event tuple in event_fields() order);
-        thread numbers below nthreads, bit 31 set: a new thread takes that number. Streamed in
-        batches: millions of events without holding them."""
+    def block_events(self, it, nthreads: int = 1, batch: int = 65536, raw: bool = False) -> None:
+        """Events as the shim writes them: event blocks, each thread filling blocks of its own,
+        encoded by the shim's encoder: compact (format version 3, CT_REC_CEBLOCK, cevent.h,
+        through ct_ceblock_pack) or, with raw, raw records (version 4, CT_REC_RAWBLOCK,
+        rawevent.h, through ct_rawblock_pack). it yields (thread number, event tuple in
+        event_fields() order); thread numbers below nthreads, bit 31 set: a new thread takes
+        that number. Streamed in batches: millions of events without holding them."""
         ffi, lib = native.tools()
         es = layout("struct ct_event")[0]
-        state = getattr(self, "_cb_state", None)
-        if state is None or len(state) < lib.ct_ceblock_state_size(nthreads):
-            state = self._cb_state = ffi.new("uint8_t[]", lib.ct_ceblock_state_size(nthreads))
-        raw = bytearray(es.size * batch)
+        size_of = lib.ct_rawblock_state_size if raw else lib.ct_ceblock_state_size
+        pack = lib.ct_rawblock_pack if raw else lib.ct_ceblock_pack
+        key = "_rb_state" if raw else "_cb_state"
+        state = getattr(self, key, None)
+        if state is None or len(state) < size_of(nthreads):
+            state = ffi.new("uint8_t[]", size_of(nthreads))
+            setattr(self, key, state)
+        buf = bytearray(es.size * batch)
         ths = ffi.new("uint32_t[]", batch)
         cap = batch * 160 + (8 << 20)
         out = ffi.new("uint8_t[]", cap)
@@ -438,17 +443,17 @@ class TraceWriter:
             nonlocal n
             if not n:
                 return
-            evs = ffi.from_buffer("struct ct_event[]", raw)
-            got = lib.ct_ceblock_pack(evs, n, ths, state, nthreads, self.pos, out, cap)
+            evs = ffi.from_buffer("struct ct_event[]", buf)
+            got = pack(evs, n, ths, state, nthreads, self.pos, out, cap)
             if got == 2**64 - 1:
-                raise ValueError("ct_ceblock_pack failed (thread number out of range?)")
+                raise ValueError("packing the blocks failed (thread number out of range?)")
             self._put(ffi.buffer(out, got)[:])
             self.pos += got
             self.events += n
             n = 0
 
         for th, fields in it:
-            pack_into(raw, n * es.size, *fields)
+            pack_into(buf, n * es.size, *fields)
             ths[n] = th
             n += 1
             if n == batch:
@@ -966,7 +971,7 @@ def write_scenario(
 
 def build_live_curve(d):
     """live(ts, device) of a directory, through the model (for samples that follow it)."""
-    from cudatrace.analyze.read.trace import read_dir
+    from cudatrace.analyze.read.rundir import read_dir
     from cudatrace.analyze.replay.model import build
 
     m = build(read_dir(d))

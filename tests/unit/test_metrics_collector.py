@@ -15,7 +15,7 @@ import time
 
 import cudatrace
 from cudatrace.analyze.documents import live
-from cudatrace.analyze.read import trace as trace_mod
+from cudatrace.analyze.read import rundir
 from cudatrace.analyze.read.trace import C
 from cudatrace.present.metrics import Collector, Gpus, TraceCache
 from support import children
@@ -262,7 +262,7 @@ def test_a_run_is_read_again_only_when_written(tmp_path, monkeypatch):
     w.alloc(BASE_TS + MS, 5 * MiB, 0x7F0000000000, stack=w.stack([0x401000, 0x402000]))
     w.close(clean=False)
     reads = []
-    for mod in (live, trace_mod):
+    for mod in (live, rundir):
         real = mod.read_dir
         monkeypatch.setattr(mod, "read_dir", lambda p, real=real: reads.append(p) or real(p))
     fd = _writer_lock(d / "1000.0.ctrace")

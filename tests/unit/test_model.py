@@ -8,7 +8,8 @@ import random
 import pytest
 
 from cudatrace.analyze.documents.ranks import alloc_ordinals
-from cudatrace.analyze.read.trace import C, read_dir
+from cudatrace.analyze.read.rundir import read_dir
+from cudatrace.analyze.read.trace import C
 from cudatrace.analyze.replay import lives
 from cudatrace.analyze.replay.lives import Groups
 from cudatrace.analyze.replay.model import build

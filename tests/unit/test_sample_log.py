@@ -5,7 +5,7 @@ thinned evenly (record/sampler.py BoundedLog; read back by analyze/read/trace.py
 from __future__ import annotations
 
 from cudatrace import tracedir
-from cudatrace.analyze.read.trace import TraceDir
+from cudatrace.analyze.read.rundir import TraceDir
 from cudatrace.record.sampler import BoundedLog, FullLog
 
 GiB = 1 << 30

@@ -14,10 +14,19 @@
 #  3. WORK_NS="W ..." (default none): a program that works W ns between its pairs
 #     (contention_probe spin with CONTENTION_SPIN_NS=W), bare and under the shim (depth0,
 #     stacks): what the shim adds to a program whose threads do something between allocations.
+#  HAMI_LIB=PATH (a HAMi-core libvgpu.so built from its source there, as its build script does):
+#     the shim set also runs the same probe under it (config `hami`: LD_PRELOAD=PATH, a memory
+#     limit as HAMi's device plugin sets one, CUDA_DEVICE_MEMORY_LIMIT=HAMI_LIMIT (default
+#     65536m, far above what the probe holds), its shared cache in OUTDIR), beside the shim.
 # THREADS defaults to "1 4 16". Prints one row per (set, config, threads): median ns of one
-# thread's pair and the added ns and % against the set's baseline; writes OUTDIR/contention.tsv
-# (every run) and OUTDIR/contention.md (the table). SETS="probe shim work" picks sets.
-# SHIM=DIR uses DIR/libcudatrace.so instead of building this checkout's (an A/B of two shims).
+# thread's pair and the added ns and % against the set's baseline; then the shim set as issue 42
+# shows it (a row per config, a column per thread count: ns a pair bare, added ns and % else)
+# and the issue's targets checked (PASS/FAIL lines: default stacks <= 150 ns a pair on one thread
+# and <= 15% on the most threads, --stack-depth 0 <= 100 ns on one thread); writes
+# OUTDIR/contention.tsv (every run) and OUTDIR/contention.md (the tables). SETS="probe shim work"
+# picks sets. SHIM=DIR uses DIR/libcudatrace.so instead of building this checkout's (an A/B of
+# two shims). One command, e.g. (issue 42): SETS=shim HAMI_LIB=/opt/hami/libvgpu.so
+#     bash tools/gpu/contention.sh /tmp/cont 5 1 16
 set -u
 OUT=${1:?usage: contention.sh OUTDIR [ROUNDS] [THREADS...]}
 ROUNDS=${2:-5}
@@ -60,6 +69,13 @@ shimmed() {  # set config threads argv...: the command under config (pass, notra
         one "$set" pass "$t" env LD_PRELOAD="$SHIM" LD_BIND_NOW=1 "$@"
         return
     fi
+    if [ "$c" = hami ]; then  # HAMi-core as its users run it: its own region file per run
+        mkdir -p /tmp/vgpulock "$OUT/hami"
+        rm -f "$OUT/hami/cudevshr.cache"
+        one "$set" hami "$t" env LD_PRELOAD="$HAMI_LIB" CUDA_DEVICE_MEMORY_LIMIT="${HAMI_LIMIT:-65536m}" \
+            CUDA_DEVICE_MEMORY_SHARED_CACHE="$OUT/hami/cudevshr.cache" "$@"
+        return
+    fi
     rm -rf "$OUT/traces/$c"
     mkdir -p "$OUT/traces/$c"
     local mode=full depth=64
@@ -77,7 +93,7 @@ for r in $(seq "$ROUNDS"); do
             done
         fi
         if has shim; then
-            for c in bare pass notrace depth0 stacks; do
+            for c in bare pass notrace depth0 stacks ${HAMI_LIB:+hami}; do
                 shimmed shim "$c" "$t" "$OUT/bin/bench_alloc" async_threads 1M "$t" "$n"
             done
         fi
@@ -103,7 +119,8 @@ def base(s):
     return "none" if s == "probe" else "bare"
 out = ["| set | config | threads | runs | median ns a pair | added ns | added % |",
        "|---|---|---|---|---|---|---|"]
-ORDER = ["none", "ctx", "sctx", "sctx_dev", "spin", "bare", "pass", "notrace", "depth0", "stacks"]
+ORDER = ["none", "ctx", "sctx", "sctx_dev", "spin", "bare", "pass", "notrace", "depth0", "stacks",
+         "hami"]
 for (s, c, t) in sorted(runs, key=lambda k: (k[0], k[2], ORDER.index(k[1]))):
     med = statistics.median(runs[(s, c, t)])
     b = runs.get((s, base(s), t))
@@ -113,6 +130,46 @@ for (s, c, t) in sorted(runs, key=lambda k: (k[0], k[2], ORDER.index(k[1]))):
     else:
         add = pct = "-"
     out.append(f"| {s} | {c} | {t} | {len(runs[(s, c, t)])} | {med:,.0f} | {add} | {pct} |")
-open(sys.argv[2], "w").write("\n".join(out) + "\n")
+# the shim set as issue 42 shows it: a row per config, a column per thread count
+NAMES = {"bare": "bare", "pass": "shim loaded, not tracing", "notrace": "`--no-trace` (device lookup, live counters)",
+         "depth0": "`--stack-depth 0`", "stacks": "default stacks", "hami": "HAMi-core (libvgpu.so)"}
+threads = sorted({t for (s, _c, t) in runs if s == "shim"})
+verdicts = []
+if threads:
+    med = {(c, t): statistics.median(v) for (s, c, t), v in runs.items() if s == "shim"}
+    out += ["", "| config | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in threads) + " |",
+            "|---|" + "---|" * len(threads)]
+    for c in [c for c in ORDER if any((c, t) in med for t in threads)]:
+        cells = []
+        for t in threads:
+            m, b = med.get((c, t)), med.get(("bare", t))
+            if m is None:
+                cells.append("-")
+            elif c == "bare" or b is None:
+                cells.append(f"{m:,.0f} ns")
+            else:
+                cells.append(f"{m - b:+,.0f} ns ({100 * (m - b) / b:+.1f}%)")
+        out.append(f"| {NAMES.get(c, c)} | " + " | ".join(cells) + " |")
+    def added(c, t):
+        m, b = med.get((c, t)), med.get(("bare", t))
+        return None if m is None or b is None else (m - b, 100 * (m - b) / b)
+    lo, hi = threads[0], threads[-1]
+    checks = [("default stacks", "stacks", lo, 0, 150, "ns a pair on %d thread" % lo),
+              ("--stack-depth 0", "depth0", lo, 0, 100, "ns a pair on %d thread" % lo)]
+    if hi != lo:
+        checks.append(("default stacks", "stacks", hi, 1, 15, "%% a pair on %d threads" % hi))
+    for label, c, t, which, limit, unit in checks:
+        a = added(c, t)
+        if a is None:
+            verdicts.append(f"FAIL {label}: no runs on {t} thread(s)")
+        else:
+            v = a[which]
+            verdicts.append(f"{'PASS' if v <= limit else 'FAIL'} {label} added {v:+,.1f} {unit} (target <= {limit})")
+    h = added("hami", lo)
+    s_ = added("stacks", lo)
+    if h is not None and s_ is not None:
+        verdicts.append(f"HAMi-core added {h[0]:+,.0f} ns a pair on {lo} thread ({h[1]:+.1f}%), cudatrace default stacks {s_[0]:+,.0f} ns")
+open(sys.argv[2], "w").write("\n".join(out + [""] + verdicts) + "\n")
 print("\n".join(out))
+print("\n".join(verdicts))
 PY

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from ...attribution import Attribution
 from ...units import parse_moment
 from ..read.load import PathArg, ReportError, load
+from ..read.rundir import TraceDir
 from ..read.runfacts import run_seconds
-from ..read.trace import TraceDir
 from ..replay.lives import NONE64, Alloc, Groups
 from ..replay.model import Model, build
 from ..replay.observed import Observed

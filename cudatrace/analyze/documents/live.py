@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any
 
 from ... import native, sidecar, tracedir
 from ...units import lossless
-from ..read.trace import C, TraceDir, read_dir, trace_files
+from ..read.rundir import TraceDir, read_dir, trace_files
+from ..read.trace import C
 
 if TYPE_CHECKING:
     from ...symbols import Symbolizer

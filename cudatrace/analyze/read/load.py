@@ -14,18 +14,9 @@ from ... import native, tracedir
 from ...errors import CudatraceError
 from ...units import shell_quote
 from .aggregate import apply_snapshots
+from .rundir import TraceDir, read_dir, read_dirs, run_dirs
 from .tags import tag_of
-from .trace import (
-    Trace,
-    TraceDir,
-    TraceError,
-    host_of,
-    layout,
-    read_dir,
-    read_dirs,
-    read_trace,
-    run_dirs,
-)
+from .trace import Trace, TraceError, host_of, layout, read_trace
 
 
 class ReportError(CudatraceError):

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .trace import Trace, TraceDir
+from .rundir import TraceDir
+from .trace import Trace
 
 
 def run_seconds(td: TraceDir, ends_ns: list[int], start_ns: int) -> float:

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
 from ..read.aggregate import apply_snapshots
-from ..read.trace import C, Trace, TraceDir
+from ..read.rundir import TraceDir
+from ..read.trace import C, Trace
 from .backend import CReplay, Replay, c_backend, c_error
 from .lives import NEVER_FREED, Alloc, Groups
 
