@@ -68,6 +68,7 @@ PROGRAMS: dict[str, str] = {
     "churn": "cuda",
     "leakers": "cuda",
     "steps": "cuda",
+    "bypass": "cuda",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable
