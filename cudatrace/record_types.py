@@ -136,7 +136,9 @@ class _WatchProcessRequired(TypedDict):
     gpu: int
     bytes: int | None  # NVML's figure; None where NVML lists it without one (N/A)
     command: str
-    fence: Literal["member", "unfenced", "not_visible"]
+    # member; unfenced; not_visible (not in this pid namespace); elsewhere: maps a ledger the
+    # view did not read (one made since, or another directory's: not judged)
+    fence: Literal["member", "unfenced", "not_visible", "elsewhere"]
     member: WatchMember | None
     container: str  # the 64-hex id its cgroup names ("" none)
     shim: bool  # not a member, but maps the preload library: it joins at its first counted call

@@ -14,12 +14,19 @@ the CDI specs. Then, every --interval seconds, one pass:
   (ct_ledger_set_member_context). A reading can be high only if an allocation was made and freed
   between the two reads of the ledger around it; the agent counts the smaller of its last two
   readings, so such a moment is never counted;
+- **identities**: who each process is, from its cgroup, confirmed by the API server
+  (identity.py); only a verified pod is named in a label or sent an Event, and an environment
+  that claims another pod is said, once;
 - **denials**: a member's denial counter that grew is said on stderr and, on Kubernetes, as an
   Event of the pod (kube.py); a process given a budget that uses CUDA without the preload
   library (it could not be loaded) likewise, once;
+- **the watch**: NVML's figures against the ledgers' (record/watch.py): a member holding more
+  than its ledger counts, a process without a fence on a GPU fenced processes use, a group over
+  its budget by NVML's count; each said once and sent as an Event to its verified pod, and with
+  --enforce the process is stopped (enforce.py);
 - **groups gone**: the directory of a group no longer offered is removed once no member lives;
-- **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels,
-  served as of the last pass.
+- **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels
+  and the GPUs' `gpu` and `UUID`, the watch's, served as of the last pass.
 """
 
 from __future__ import annotations
@@ -33,17 +40,38 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import native, settings
+from .. import native, procfs, settings
+from ..nvml import DeviceReading
+from ..record import watch as watch_mod
+from ..record.fence import unfenced_of
+from ..record.gpuview import Source
 from ..record.ledger import Ledger, LedgerError
-from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
+from ..record_types import (
+    LedgerMember,
+    LedgerSnapshot,
+    Status,
+    UnusableLedger,
+    WatchFinding,
+    WatchProcess,
+    WatchReport,
+)
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
+from .enforce import GRACE_S, Enforcer, Stopping
+from .identity import Identity, PodIndex, identify
 from .kube import Kube, KubeError, PodContainer, pod_event
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
+STATUS_FILE = "node-status.json"  # in --state: the last pass, for `cudatrace status --node`
 UNMAPPED_PASSES = 3  # a member's denials wait this many passes for its process to be seen
 EVENT_REASON_DENIED = "GPUMemoryBudgetExceeded"
 EVENT_REASON_UNFENCED = "GPUMemoryBudgetNotEnforced"
+EVENT_REASONS = {  # the watch's breaches (record/watch.py)
+    "outside_ledger": "GPUMemoryOutsideBudget",
+    "unfenced": EVENT_REASON_UNFENCED,
+    "group_over_budget": "GPUMemoryGroupOverBudget",
+}
+EVENT_REASON_STOPPED = "GPUMemoryProcessStopped"
 
 
 @dataclass
@@ -63,6 +91,10 @@ class Config:
     node: str = ""
     kube: Kube | None = None
     proc: Path = Path("/proc")
+    enforce: bool = False  # stop the processes of the watch's breaches
+    grace: float = GRACE_S  # seconds between SIGTERM and SIGKILL
+    margin: int = watch_mod.MARGIN  # a member's tolerance with a counted context
+    once: bool = False  # one read-only pass (no housekeeping; nothing written)
 
 
 @dataclass
@@ -80,6 +112,18 @@ def _member_key(m: LedgerMember) -> tuple[int, int, int]:
     return (m["slot"], m["pid"], m["start_ticks"])
 
 
+def _known_figures(readings: list[DeviceReading] | None) -> dict[int, dict[int, int]] | None:
+    """NVML index -> {host pid: bytes} of the processes NVML gives a figure for."""
+    if readings is None:
+        return None
+    return {r.index: {p: b for p, b in (r.procs or {}).items() if b is not None} for r in readings}
+
+
+def _member_key_of(p: WatchProcess) -> tuple[str, int, int] | None:
+    m = p["member"]
+    return None if m is None else (m["ledger"], m["slot"], m["device"])
+
+
 class Agent:
     def __init__(self, cfg: Config, say: Callable[[str], None] | None = None, nvml: Any = None):
         self.cfg = cfg
@@ -94,6 +138,15 @@ class Agent:
         self.open_errors: dict[tuple[str, int], tuple[str, str]] = {}  # key -> (path, why)
         self.contexts_counted = 0
         self.passes = 0
+        self.watch = watch_mod.Watch(cfg.margin)
+        self.pods = PodIndex(cfg.kube, cfg.node, self.say) if cfg.kube is not None else None
+        self.identities: dict[int, Identity] = {}  # host pid -> identity, this pass
+        self.mismatches: set[tuple[int, int]] = set()  # (pid, start) whose claim was said
+        self.breaches: dict[tuple, WatchFinding] = {}  # said, while they last
+        self.stopped: dict[tuple[str, str, str], int] = {}  # (gpu, UUID, kind) -> processes
+        self.enforcer = (
+            Enforcer(self.say, cfg.grace, str(cfg.proc), self._stopped) if cfg.enforce else None
+        )
         self._lock = threading.Lock()
         self._published: Status = {"ledgers": [], "errors": []}
 
@@ -133,8 +186,11 @@ class Agent:
         self._reload()
         scan = procscan.scan(self.cfg.proc)
         self._track(scan)
-        nv = self._nvml_processes()
+        readings = self._nvml_read()
+        self._identify(scan, readings)
+        nv = _known_figures(readings)
         out: list[LedgerSnapshot] = []
+        keyed: list[tuple[Tracked, LedgerSnapshot]] = []
         errors: list[UnusableLedger] = [
             {"path": p, "error": e} for p, e in self.open_errors.values()
         ]
@@ -151,13 +207,44 @@ class Agent:
             snap["label"] = self._label(snap, t, labels_used)
             snap["member_labels"] = self._labels_of(t, snap)
             out.append(snap)
+            keyed.append((t, snap))
         self._report_unfenced(scan)
-        self._forget_groups()
+        rep = self._watch(keyed, readings)
+        self._act(rep)
         self.passes += 1
-        if self.passes % GC_EVERY == 1:
-            self._gc_installs()
+        if not self.cfg.once:
+            self._forget_groups()
+            if self.passes % GC_EVERY == 1:
+                self._gc_installs()
         with self._lock:
-            self._published = {"ledgers": out, "errors": errors}
+            self._published = {"ledgers": out, "errors": errors, "watch": rep,
+                               "unfenced": unfenced_of(rep)}  # fmt: skip
+        if not self.cfg.once:
+            self._write_status()
+
+    def _write_status(self) -> None:
+        """The pass's view for `cudatrace status --node` (STATUS_FILE in --state, root's 0600:
+        it names pids and pods); where --state is not there yet, nothing."""
+        import json
+
+        from ..outputs import OutputError, write_output
+
+        path = self.cfg.state / STATUS_FILE
+        if not self.cfg.state.is_dir():
+            return
+        try:
+            write_output(path, json.dumps(self.published()))
+        except OutputError as e:
+            if self.passes == 1:
+                self.say(f"cannot write {path}: {e}")
+
+    def finish(self) -> None:
+        """Wait for the stops under way (--enforce), then close the ledgers."""
+        if self.enforcer is not None:
+            self.enforcer.wait()
+        for t in self.tracked.values():
+            t.ledger.close()
+        self.tracked.clear()
 
     def _track(self, scan: procscan.Scan) -> None:
         for key in list(self.tracked):
@@ -198,14 +285,18 @@ class Agent:
         self.open_errors[m.key] = (m.path, why)
         return None
 
-    def _nvml_processes(self) -> dict[int, dict[int, int]] | None:
+    def _nvml_read(self) -> list[DeviceReading] | None:
+        """NVML's view of every GPU now (None without NVML)."""
         if self.nvml is None:
             from ..nvml import Nvml
 
             self.nvml = Nvml()
             if not self.nvml.available:
-                self.say(f"no NVML ({self.nvml.why}): contexts in containers are not counted")
-        return self.nvml.processes() if self.nvml.available else None
+                self.say(
+                    f"no NVML ({self.nvml.why}): contexts in containers are not counted, and "
+                    "the watch cannot compare the GPUs with the ledgers"
+                )
+        return self.nvml.read() if self.nvml.available else None
 
     # ---- contexts of members in other pid namespaces ----------------------------------------
 
@@ -313,23 +404,52 @@ class Agent:
         self.unfenced_seen &= live
 
     def _tell(self, p: procscan.Proc | None, pid: int, reason: str, msg: str, n: int) -> None:
-        ns, pod, container = p.labels() if p else ("", "", "")
-        who = f"pod {ns}/{pod} container {container}" if pod else f"container {container}"
-        if not container and not pod:
+        ident = self.identities.get(p.pid) if p is not None else None
+        self._say_and_post(ident, p.container if p else "", pid, reason, msg, n)
+
+    def _say_and_post(
+        self, ident: Identity | None, container: str, pid: int, reason: str, msg: str, n: int
+    ) -> None:
+        """Say msg on stderr, naming the process; post it as an Event of its pod, only where
+        the API server verified that pod."""
+        ns, pod, cname = ident.labels() if ident is not None else ("", "", container[:12])
+        who = f"pod {ns}/{pod} container {cname}" if pod else f"container {cname}"
+        if not cname and not pod:
             who = f"pid {pid}"
         self.say(f"{who}: {msg}")
-        if self.cfg.kube is None or not pod or not ns:
+        if self.cfg.kube is None or ident is None or ident.ref is None:
             return
-        # the pod's uid: a DRA claim's container is told it (its group is the claim's uid), a
-        # patched pod's group is its uid; the container's name only where the webhook gave it
-        env = p.env if p else {}
-        uid = env.get(settings.name("K8S_POD_UID")) or env.get(settings.name("GROUP"), "")
-        named = env.get(settings.name("K8S_CONTAINER"), "")
-        ev = pod_event(PodContainer(ns, pod, named, uid), reason, msg, self.cfg.node, count=n)
+        ref = ident.ref
+        ev = pod_event(PodContainer(ref.namespace, ref.pod, ref.container, ref.uid), reason, msg,
+                       self.cfg.node, count=n)  # fmt: skip
         try:
             self.cfg.kube.post_event(ev)
         except KubeError as e:
             self.say(f"cannot post the event: {e}")
+
+    # ---- identities: cgroup, then the API server ----------------------------------------------
+
+    def _identify(self, scan: procscan.Scan, readings: list[DeviceReading] | None) -> None:
+        """The identity of every process that maps a ledger, runs CUDA unfenced, or holds GPU
+        memory; an environment that claims another is said once."""
+        pids = {p.pid: p.env for p in scan.procs.values()}
+        pids.update({p.pid: p.env for p in scan.unfenced})
+        for r in readings or []:
+            for pid in r.procs or {}:
+                if pid not in pids:
+                    pids[pid] = procscan.environ(pid, self.cfg.proc)
+        proc = str(self.cfg.proc)
+        self.identities = {pid: identify(pid, env, self.pods, proc) for pid, env in pids.items()}
+        seen = set()
+        for pid, ident in self.identities.items():
+            st = procfs.proc_stat(pid, proc)
+            key = (pid, st.start_ticks if st else 0)
+            seen.add(key)
+            if ident.mismatch and key not in self.mismatches:
+                self.say(f"pid {pid}: {ident.mismatch}: its environment's names are not used")
+            if ident.mismatch:
+                self.mismatches.add(key)
+        self.mismatches &= seen
 
     # ---- labels for the metrics ---------------------------------------------------------------
 
@@ -339,7 +459,8 @@ class Agent:
         named `container`) with its container's id; made unique within a pass."""
         base = snap["group"] or Path(t.mapping.path).stem
         if base == plan.CONTAINER_GROUP and t.mapping.links:
-            base = f"{base}@{t.mapping.links[0][0].labels()[2] or t.mapping.links[0][0].pid}"
+            first = t.mapping.links[0][0]
+            base = f"{base}@{first.container[:12] or first.pid}"
         label, n = base, 1
         while label in used:
             n += 1
@@ -351,8 +472,102 @@ class Agent:
         out = {}
         for m in snap["members"]:
             p = self._host_proc(t, m) if m["other_pidns"] else None
-            out[m["slot"]] = p.labels() if p else ("", "", "")
+            ident = self.identities.get(p.pid) if p is not None else None
+            out[m["slot"]] = ident.labels() if ident else p.labels() if p else ("", "", "")
         return out
+
+    # ---- the watch: NVML against the ledgers --------------------------------------------------
+
+    def _watch(
+        self, keyed: list[tuple[Tracked, LedgerSnapshot]], readings: list[DeviceReading] | None
+    ) -> WatchReport:
+        def source(t: Tracked, snap: LedgerSnapshot) -> Source:
+            return Source(snap, frozenset({t.mapping.key}))
+
+        first = [source(t, s) for t, s in keyed]
+        reads = [0]
+
+        def sources() -> list[Source]:
+            reads[0] += 1
+            if reads[0] == 1:
+                return first
+            fresh = []
+            for t, snap in keyed:  # again, for the breaches' confirmation
+                try:
+                    again = t.ledger.snapshot()
+                except LedgerError:
+                    continue
+                again["label"] = snap["label"]
+                fresh.append(source(t, again))
+            return fresh
+
+        pending = self._pending(keyed)
+        # ledgers tried (read or not): a process fenced by one that cannot be read is not fenced
+        unreadable = frozenset(self.open_errors) | frozenset(self.tracked)
+        where = watch_mod.Where(str(self.cfg.proc), known=unreadable)
+        rep = watch_mod.report(sources, self.nvml, self.watch, where, readings=readings,
+                               pending=lambda p: _member_key_of(p) in pending)  # fmt: skip
+        for d in rep["devices"]:
+            for p in d["processes"]:
+                self._describe(p)
+        return rep
+
+    def _pending(self, keyed: list[tuple[Tracked, LedgerSnapshot]]) -> set[tuple[str, int, int]]:
+        """(ledger label, slot, ordinal) of the members in other pid namespaces whose context
+        this agent counts and has not counted yet (two readings: _contexts)."""
+        out = set()
+        for t, snap in keyed:
+            for m in snap["members"]:
+                if m["state"] == "dead" or not m["other_pidns"]:
+                    continue
+                for dev in range(16):
+                    row = m["devices"].get(dev)
+                    if row is not None and row["context"]:
+                        continue
+                    if len(t.readings.get((*_member_key(m), dev), [])) < 2:
+                        out.add((snap["label"], m["slot"], dev))
+        return out
+
+    def _describe(self, p: WatchProcess) -> None:
+        ident = self.identities.get(p["pid"])
+        if ident is None or ident.ref is None:
+            return
+        ref = ident.ref
+        p["namespace"], p["pod"], p["pod_uid"] = ref.namespace, ref.pod, ref.uid
+        p["container_name"], p["verified"] = ref.container, True
+
+    def _act(self, rep: WatchReport) -> None:
+        """Say each new breach, send it to its process's pod, and stop the process with
+        --enforce."""
+        now = {}
+        # a process in two breaches is stopped for the more particular: outside its ledger
+        for f in sorted(rep["findings"], key=lambda f: watch_mod.KINDS.index(f["kind"])):
+            key = (f["kind"], f["gpu"], f["pid"], f["group"])
+            now[key] = f
+            told = f["kind"] == "unfenced" and any(p.pid == f["pid"] for p in self.unfenced)
+            if key not in self.breaches and not told:  # (_report_unfenced told that one)
+                ident = self.identities.get(f["pid"])
+                self._say_and_post(ident, "", f["pid"], EVENT_REASONS[f["kind"]], f["message"], 1)
+            if self.enforcer is not None and f["pid"]:
+                self._enforce(f)
+        self.breaches = now
+
+    def _enforce(self, f: WatchFinding) -> None:
+        st = procfs.proc_stat(f["pid"], str(self.cfg.proc))
+        if st is None or self.enforcer is None or self.enforcer.busy(f["pid"], st.start_ticks):
+            return
+        tag = (str(f["gpu"]), f["uuid"], f["kind"])
+        if self.enforcer.stop(f["pid"], st.start_ticks, f["message"], tag) is None:
+            return
+        ident = self.identities.get(f["pid"])
+        msg = f"stopped (--enforce: SIGTERM, SIGKILL after {self.cfg.grace:g} s): {f['message']}"
+        self._say_and_post(ident, "", f["pid"], EVENT_REASON_STOPPED, msg, 1)
+
+    def _stopped(self, s: Stopping) -> None:
+        gpu, uuid, kind = (*s.tag, "", "", "")[:3]
+        key = (gpu, uuid, kind)
+        with self._lock:
+            self.stopped[key] = self.stopped.get(key, 0) + 1
 
     def published(self) -> Status:
         with self._lock:
@@ -394,13 +609,12 @@ class Agent:
             t0 = time.monotonic()
             self.cycle()
             stop.wait(max(0.0, self.cfg.interval - (time.monotonic() - t0)))
-        for t in self.tracked.values():
-            t.ledger.close()
-        self.tracked.clear()
+        self.finish()
 
 
 def node_collector(agent: Agent) -> Any:
-    """The agent's own series: the install it serves, the processes running unfenced."""
+    """The agent's own series: the install it serves, the processes running unfenced, the
+    processes --enforce stopped, the identities it could verify."""
     from prometheus_client.core import GaugeMetricFamily
 
     class NodeCollector:
@@ -422,7 +636,9 @@ def node_collector(agent: Agent) -> Any:
             )
             counts: dict[tuple[str, str, str], int] = {}
             for p in agent.unfenced:
-                counts[p.labels()] = counts.get(p.labels(), 0) + 1
+                ident = agent.identities.get(p.pid)
+                lv = ident.labels() if ident is not None else p.labels()
+                counts[lv] = counts.get(lv, 0) + 1
             for lv, n in sorted(counts.items()):
                 unf.add_metric(list(lv), n)
             ctx = GaugeMetricFamily(
@@ -433,18 +649,54 @@ def node_collector(agent: Agent) -> Any:
             yield info
             yield unf
             yield ctx
+            yield from _watch_families(agent)
 
     return NodeCollector()
+
+
+def _watch_families(agent: Agent) -> Iterator[Any]:
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    stopped = CounterMetricFamily(
+        "cudatrace_watch_stopped",
+        "Processes --enforce stopped, by the watch's breach (0 without --enforce)",
+        labels=["gpu", "UUID", "kind"],
+    )
+    with agent._lock:
+        done = dict(agent.stopped)
+        watch = agent._published.get("watch")
+    for d in watch["devices"] if watch else []:
+        for kind in watch_mod.KINDS:
+            done.setdefault((str(d["gpu"]), d["uuid"], kind), 0)
+    for lv, n in sorted(done.items()):
+        stopped.add_metric(list(lv), n)
+    yield stopped
+    ids = GaugeMetricFamily(
+        "cudatrace_node_identities",
+        "Processes by what the node could verify of them: verified (a pod the API server "
+        "lists with that container), unverified, mismatch (the environment names another)",
+        labels=["state"],
+    )
+    states = {"verified": 0, "unverified": 0, "mismatch": 0}
+    for ident in list(agent.identities.values()):
+        states["verified" if ident.verified else "unverified"] += 1
+        states["mismatch"] += bool(ident.mismatch)
+    for k, n in states.items():
+        ids.add_metric([k], n)
+    yield ids
 
 
 def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> None:
     """Serve the metrics on host:port and run the agent until interrupted."""
     from prometheus_client import CollectorRegistry, start_http_server
 
-    from ..present.metrics import Collector
+    from ..present.metrics import Collector, Gpus
 
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(Collector(agent.published, member_labels=agent.member_labels))
+    # a container's ordinals are its own: gpu and UUID come from where the watch saw its
+    # members (NVML's lists), "" where it could not, never from this process's devices
+    gpus = Gpus({}, "")
+    reg.register(Collector(agent.published, gpus=gpus, member_labels=agent.member_labels))
     reg.register(node_collector(agent))
     agent.cycle()  # the first pass before the first scrape
     start_http_server(port, addr=host, registry=reg)

@@ -208,7 +208,8 @@ def render_status(st: Status) -> str:
     unfenced = render_unfenced(st.get("unfenced"), bool(st["ledgers"]))
     w = st.get("watch")
     if not st["ledgers"] and not st["errors"] and not unfenced and not (w and w["findings"]):
-        return f"no budgets in force (no ledgers in {st['dir']})"
+        where = f"no ledgers in {st['dir']}" if "dir" in st else "no ledger on this node"
+        return f"no budgets in force ({where})"
     for s in st["ledgers"]:
         out.append(render_ledger(s))
     for e in st["errors"]:

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from .. import settings
 from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess, WatchReport
@@ -126,9 +126,13 @@ def _sources(ledgers: list[LedgerSnapshot]) -> list[Source]:
     return [Source(s, file_keys(s["path"])) for s in ledgers]
 
 
-def watch_report(ledgers: list[LedgerSnapshot], reread: bool = True) -> WatchReport:
+def watch_report(
+    ledgers: list[LedgerSnapshot], reread: bool = True, unusable: Sequence[str] = ()
+) -> WatchReport:
     """The watch's view of this host's GPUs beside `ledgers` (status snapshots), its breaches
-    confirmed by reading the directory's ledgers again (reread)."""
+    confirmed by reading the directory's ledgers again (reread); the members of `unusable`
+    ledgers (paths) are not fenced by them. A process that maps a ledger of another directory
+    is a member elsewhere: not judged from here (the node agent sees every ledger)."""
     from ..nvml import Nvml
 
     nv = Nvml()
@@ -141,7 +145,9 @@ def watch_report(ledgers: list[LedgerSnapshot], reread: bool = True) -> WatchRep
         return _sources(ledger_mod.status_json()["ledgers"])
 
     try:
-        return watch_mod.report(sources, nv, fallback=_visible_fallback())
+        known = frozenset().union(*(file_keys(p) for p in unusable))
+        where = watch_mod.Where(fallback=_visible_fallback(), known=known)
+        return watch_mod.report(sources, nv, where=where)
     finally:
         if nv.available:
             nv.shutdown()
@@ -173,7 +179,7 @@ def status_with_unfenced(group: str | None = None) -> Status:
     GROUP): what `cudatrace status` shows and `cudatrace metrics` serves."""
     st = ledger_mod.status_json(group)
     if group is None:
-        rep = watch_report(st["ledgers"])
+        rep = watch_report(st["ledgers"], unusable=[e["path"] for e in st["errors"]])
         st["watch"] = rep
         st["unfenced"] = unfenced_of(rep)
     else:

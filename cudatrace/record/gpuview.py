@@ -81,6 +81,7 @@ class _Seen:
     container: str = ""
     member: tuple[int, LedgerMember] | None = None  # (source index, member)
     shim: bool = False  # maps the preload library (a member joins at its first counted call)
+    elsewhere: bool = False  # maps a ledger the view did not read (made since, or elsewhere)
     gpus: list[int] = field(default_factory=list)  # NVML indices listing it, in order
     ordinals: dict[int, int] = field(default_factory=dict)  # gpu -> the member's CUDA ordinal
 
@@ -123,8 +124,12 @@ def _ordinals(member: LedgerMember, gpus: list[int]) -> dict[int, int]:
 
 
 def _see(
-    readings: Sequence[DeviceReading], sources: Sequence[Source], proc: str
+    readings: Sequence[DeviceReading],
+    sources: Sequence[Source],
+    proc: str,
+    known: frozenset[tuple[str, int]],
 ) -> dict[int, _Seen]:
+    known = known.union(*(s.keys for s in sources))
     mine = procfs.proc_stat(os.getpid(), "/proc")
     members = _members(sources, mine.pidns if mine else 0)
     seen: dict[int, _Seen] = {}
@@ -140,6 +145,8 @@ def _see(
                     s.member = _match(st, cands, sources, proc) if cands else None
                     if s.member is None:
                         s.shim = procfs.maps_name(SHIM_NAME, pid, proc)
+                        maps = procfs.ledger_maps(pid, proc) or set()
+                        s.elsewhere = bool(maps - known)
             s.gpus.append(r.index)
     for s in seen.values():
         if s.member is not None:
@@ -203,7 +210,7 @@ def _process(
         "gpu": r.index,
         "bytes": used,
         "command": s.stat.comm if s.stat else "",
-        "fence": "not_visible" if s.stat is None else "unfenced",
+        "fence": "not_visible" if s.stat is None else "elsewhere" if s.elsewhere else "unfenced",
         "member": None,
         "container": s.container,
         "shim": s.shim,
@@ -266,10 +273,13 @@ def view(
     readings: Sequence[DeviceReading],
     proc: str = "/proc",
     fallback: Callable[[int], int | None] = lambda d: None,
+    known: frozenset[tuple[str, int]] = frozenset(),
 ) -> WatchReport:
     """The devices NVML read (readings: nvml.Nvml.read()) beside the ledgers (sources), each
-    process looked up in `proc`."""
-    seen = _see(readings, sources, proc)
+    process looked up in `proc`. A process that is no member of them but maps a ledger file
+    that is none of theirs nor of `known` (ledgers the caller could not read) is a member
+    "elsewhere": of a ledger made since they were read, or of another directory's."""
+    seen = _see(readings, sources, proc, known)
     placements = _placements(sources, seen, [r.index for r in readings], fallback)
     devices = [_device(r, seen, sources, placements) for r in readings]
     hidden = sum(1 for p in seen.values() if p.stat is None)

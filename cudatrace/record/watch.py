@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 from ..nvml import DeviceReading, Nvml
 from ..record_types import WatchFinding, WatchMember, WatchProcess, WatchReport
@@ -205,12 +206,20 @@ def unknown(why: str) -> WatchReport:
             "not_visible": 0, "tolerance": 0}  # fmt: skip
 
 
+class Where(NamedTuple):
+    """Where the view looks: the /proc of the host's pid namespace, the GPU of an ordinal no
+    member places (gpuview.view), the ledger files tried that are no source (unreadable)."""
+
+    proc: str = "/proc"
+    fallback: Callable[[int], int | None] = lambda d: None
+    known: frozenset[tuple[str, int]] = frozenset()
+
+
 def report(
     read_sources: Callable[[], Sequence[Source]],
     nvml: Nvml | None,
     watch: Watch | None = None,
-    proc: str = "/proc",
-    fallback: Callable[[int], int | None] = lambda d: None,
+    where: Where | None = None,
     pending: Callable[[WatchProcess], bool] = lambda p: False,
     confirm: int = CONFIRM,
     readings: Sequence[DeviceReading] | None = None,
@@ -220,14 +229,15 @@ def report(
     if nvml is None or not nvml.available:
         return unknown(nvml.why if nvml is not None else "no NVML")
     w = watch or Watch()
-    rep = view(read_sources(), nvml.read() if readings is None else readings, proc, fallback)
+    proc, fallback, known = where or Where()
+    rep = view(read_sources(), nvml.read() if readings is None else readings, proc, fallback, known)
     w.remember(rep)
     found = {_key(f): f for f in w.judge(rep, pending)}
     for _ in range(confirm - 1):
         if not found:
             break
         time.sleep(PAUSE)
-        again = view(read_sources(), nvml.read(), proc, fallback)
+        again = view(read_sources(), nvml.read(), proc, fallback, known)
         now = {_key(f): f for f in w.judge(again, pending)}
         found = {k: now[k] for k in found if k in now}
     rep["findings"] = sorted(found.values(), key=lambda f: (f["gpu"], f["kind"], f["pid"]))

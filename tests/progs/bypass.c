@@ -1,12 +1,13 @@
 /* bypass.c - allocate device memory around the preload library, as a hostile tenant would.
  *
- * usage: bypass [--join SIZE] [--ignore-term] --via dlvsym|table SIZE
+ * usage: bypass [--join SIZE] [--after-ms M] [--ignore-term] --via dlvsym|table SIZE
  *   --join SIZE    first one allocation of SIZE through cuMemAlloc_v2 as linked (the library
  *                  sees it: a process given a budget joins its group with it)
  *   --via dlvsym   libc's own dlsym, reached through dlvsym (which the library does not wrap),
  *                  finds the driver's cuMemAlloc_v2 in libcuda.so.1
  *   --via table    the driver's cuMemAlloc_v2 from libcuda's own dynamic symbol table, read
  *                  in memory through dl_iterate_phdr (a table of entry points of its own)
+ *   --after-ms M   wait M milliseconds between the two (a member that has been one a while)
  *   --ignore-term  SIGTERM does nothing (a process that must be killed)
  * Prints "alloc cuMemAlloc_v2 SIZE PTR RESULT" for each allocation, then "breach NS" (the
  * CLOCK_REALTIME nanoseconds just after the allocation around the library returned) and
@@ -84,11 +85,14 @@ int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     unsigned long long join = 0;
+    long after_ms = 0;
     const char *via = NULL;
     int i = 1;
     for (; i < argc && !strncmp(argv[i], "--", 2); i++) {
         if (!strcmp(argv[i], "--join") && i + 1 < argc)
             join = parse_size(argv[++i]);
+        else if (!strcmp(argv[i], "--after-ms") && i + 1 < argc)
+            after_ms = atol(argv[++i]);
         else if (!strcmp(argv[i], "--via") && i + 1 < argc)
             via = argv[++i];
         else if (!strcmp(argv[i], "--ignore-term"))
@@ -97,7 +101,9 @@ int main(int argc, char **argv)
             break;
     }
     if (argc - i != 1 || !via || (strcmp(via, "dlvsym") && strcmp(via, "table"))) {
-        fprintf(stderr, "usage: bypass [--join SIZE] [--ignore-term] --via dlvsym|table SIZE\n");
+        fprintf(
+            stderr,
+            "usage: bypass [--join SIZE] [--after-ms M] [--ignore-term] --via dlvsym|table SIZE\n");
         return 2;
     }
     unsigned long long size = parse_size(argv[i]);
@@ -110,6 +116,11 @@ int main(int argc, char **argv)
     if (join) {
         r = cuMemAlloc_v2(&p, join);
         op_line("alloc", "cuMemAlloc_v2", join, p, r);
+    }
+    if (after_ms > 0) {
+        struct timespec ts = {after_ms / 1000, (after_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0)
+            ;
     }
     alloc_fn raw = !strcmp(via, "dlvsym") ? via_dlvsym() : via_table();
     if (!raw) {
