@@ -58,8 +58,8 @@ from ..record_types import (
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
 from .enforce import GRACE_S, Enforcer, Stopping
-from .identity import Identity, PodIndex, identify
-from .kube import Kube, KubeError, PodContainer, pod_event
+from .identity import Identities, Identity
+from .kube import Kube
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
 STATUS_FILE = "node-status.json"  # in --state: the last pass, for `cudatrace status --node`
@@ -139,9 +139,7 @@ class Agent:
         self.contexts_counted = 0
         self.passes = 0
         self.watch = watch_mod.Watch(cfg.margin)
-        self.pods = PodIndex(cfg.kube, cfg.node, self.say) if cfg.kube is not None else None
-        self.identities: dict[int, Identity] = {}  # host pid -> identity, this pass
-        self.mismatches: set[tuple[int, int]] = set()  # (pid, start) whose claim was said
+        self.ids = Identities(cfg.kube, cfg.node, self.say, str(cfg.proc))
         self.breaches: dict[tuple, WatchFinding] = {}  # said, while they last
         self.stopped: dict[tuple[str, str, str], int] = {}  # (gpu, UUID, kind) -> processes
         self.enforcer = (
@@ -404,52 +402,25 @@ class Agent:
         self.unfenced_seen &= live
 
     def _tell(self, p: procscan.Proc | None, pid: int, reason: str, msg: str, n: int) -> None:
-        ident = self.identities.get(p.pid) if p is not None else None
-        self._say_and_post(ident, p.container if p else "", pid, reason, msg, n)
-
-    def _say_and_post(
-        self, ident: Identity | None, container: str, pid: int, reason: str, msg: str, n: int
-    ) -> None:
-        """Say msg on stderr, naming the process; post it as an Event of its pod, only where
-        the API server verified that pod."""
-        ns, pod, cname = ident.labels() if ident is not None else ("", "", container[:12])
-        who = f"pod {ns}/{pod} container {cname}" if pod else f"container {cname}"
-        if not cname and not pod:
-            who = f"pid {pid}"
-        self.say(f"{who}: {msg}")
-        if self.cfg.kube is None or ident is None or ident.ref is None:
+        if p is None:  # a member whose process was never seen: its pid is its namespace's
+            self.say(f"pid {pid}: {msg}")
             return
-        ref = ident.ref
-        ev = pod_event(PodContainer(ref.namespace, ref.pod, ref.container, ref.uid), reason, msg,
-                       self.cfg.node, count=n)  # fmt: skip
-        try:
-            self.cfg.kube.post_event(ev)
-        except KubeError as e:
-            self.say(f"cannot post the event: {e}")
-
-    # ---- identities: cgroup, then the API server ----------------------------------------------
+        self.ids.tell(p.pid, p.container, reason, msg, n)
 
     def _identify(self, scan: procscan.Scan, readings: list[DeviceReading] | None) -> None:
         """The identity of every process that maps a ledger, runs CUDA unfenced, or holds GPU
-        memory; an environment that claims another is said once."""
+        memory (identity.py)."""
         pids = {p.pid: p.env for p in scan.procs.values()}
         pids.update({p.pid: p.env for p in scan.unfenced})
         for r in readings or []:
             for pid in r.procs or {}:
                 if pid not in pids:
                     pids[pid] = procscan.environ(pid, self.cfg.proc)
-        proc = str(self.cfg.proc)
-        self.identities = {pid: identify(pid, env, self.pods, proc) for pid, env in pids.items()}
-        seen = set()
-        for pid, ident in self.identities.items():
-            st = procfs.proc_stat(pid, proc)
-            key = (pid, st.start_ticks if st else 0)
-            seen.add(key)
-            if ident.mismatch and key not in self.mismatches:
-                self.say(f"pid {pid}: {ident.mismatch}: its environment's names are not used")
-            if ident.mismatch:
-                self.mismatches.add(key)
-        self.mismatches &= seen
+        self.ids.refresh(pids)
+
+    @property
+    def identities(self) -> dict[int, Identity]:
+        return self.ids.now
 
     # ---- labels for the metrics ---------------------------------------------------------------
 
@@ -546,8 +517,7 @@ class Agent:
             now[key] = f
             told = f["kind"] == "unfenced" and any(p.pid == f["pid"] for p in self.unfenced)
             if key not in self.breaches and not told:  # (_report_unfenced told that one)
-                ident = self.identities.get(f["pid"])
-                self._say_and_post(ident, "", f["pid"], EVENT_REASONS[f["kind"]], f["message"], 1)
+                self.ids.tell(f["pid"], "", EVENT_REASONS[f["kind"]], f["message"])
             if self.enforcer is not None and f["pid"]:
                 self._enforce(f)
         self.breaches = now
@@ -559,9 +529,8 @@ class Agent:
         tag = (str(f["gpu"]), f["uuid"], f["kind"])
         if self.enforcer.stop(f["pid"], st.start_ticks, f["message"], tag) is None:
             return
-        ident = self.identities.get(f["pid"])
         msg = f"stopped (--enforce: SIGTERM, SIGKILL after {self.cfg.grace:g} s): {f['message']}"
-        self._say_and_post(ident, "", f["pid"], EVENT_REASON_STOPPED, msg, 1)
+        self.ids.tell(f["pid"], "", EVENT_REASON_STOPPED, msg)
 
     def _stopped(self, s: Stopping) -> None:
         gpu, uuid, kind = (*s.tag, "", "", "")[:3]
@@ -677,11 +646,7 @@ def _watch_families(agent: Agent) -> Iterator[Any]:
         "lists with that container), unverified, mismatch (the environment names another)",
         labels=["state"],
     )
-    states = {"verified": 0, "unverified": 0, "mismatch": 0}
-    for ident in list(agent.identities.values()):
-        states["verified" if ident.verified else "unverified"] += 1
-        states["mismatch"] += bool(ident.mismatch)
-    for k, n in states.items():
+    for k, n in agent.ids.counts().items():
         ids.add_metric([k], n)
     yield ids
 

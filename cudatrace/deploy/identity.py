@@ -8,7 +8,10 @@ said once and counted, never used.
 
 The node's pods are listed once (`GET /api/v1/pods?fieldSelector=spec.nodeName=NODE`) and
 again when a container the list lacks appears (at most every UNKNOWN_S seconds) or every
-REFRESH_S seconds: one request a pass at worst, none most passes.
+REFRESH_S seconds: one request a pass at worst, none most passes. The kubelet writes a new
+container's id into its pod's status a moment after it starts: a container the list lacks is
+given VERIFY_WAIT_S seconds before its environment's claim is a mismatch, and an Event about
+it waits as long for its pod (then it is said in the log alone).
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import cgroups, procfs, settings
-from .kube import Kube, KubeError
+from .kube import Kube, KubeError, PodContainer, pod_event
 
 REFRESH_S = 60.0
 UNKNOWN_S = 5.0
+VERIFY_WAIT_S = 30.0
 RUNTIME_PREFIXES = ("containerd://", "cri-o://", "docker://", "podman://")
 ENV_KEYS = ("K8S_NAMESPACE", "K8S_POD", "K8S_CONTAINER", "K8S_POD_UID")
 
@@ -172,3 +176,100 @@ def identify(
     if index is None and claims:
         return Identity(cg.container, cg.pod_uid, None, "")  # no API server: nothing to check
     return Identity(cg.container, cg.pod_uid, ref, _mismatch(claims, ref, cg.container))
+
+
+@dataclass
+class _Held:
+    """An Event waiting for its process's pod to be verified."""
+
+    pid: int
+    start: int
+    reason: str
+    message: str
+    count: int
+    until: float
+
+
+class Identities:
+    """The identities of a pass (`refresh`), and what is told of a process (`tell`): said on
+    stderr, and sent as an Event of its pod where the API server verified it."""
+
+    def __init__(self, kube: Kube | None, node: str, say: Callable[[str], None], proc: str):
+        self.kube, self.node, self.say, self.proc = kube, node, say, proc
+        self.index = PodIndex(kube, node, say) if kube is not None else None
+        self.now: dict[int, Identity] = {}  # host pid -> identity, this pass
+        self._start: dict[int, int] = {}  # host pid -> start ticks, this pass
+        self._since: dict[tuple[int, int], float] = {}  # (pid, start) -> first seen unverified
+        self._said: set[tuple[int, int]] = set()  # mismatches said
+        self._held: list[_Held] = []
+
+    def get(self, pid: int) -> Identity | None:
+        return self.now.get(pid)
+
+    def refresh(self, pids: dict[int, dict[str, str]]) -> None:
+        """Identify each host pid (its environment's claims beside it); say new mismatches;
+        send the Events that waited for a pod now verified."""
+        now = time.monotonic()
+        self.now = {pid: identify(pid, env, self.index, self.proc) for pid, env in pids.items()}
+        keys = set()
+        for pid, ident in self.now.items():
+            st = procfs.proc_stat(pid, self.proc)
+            key = (pid, st.start_ticks if st else 0)
+            self._start[pid] = key[1]
+            keys.add(key)
+            waiting = ident.container and not ident.verified and self.index is not None
+            first = self._since.setdefault(key, now) if waiting else now
+            if (
+                ident.mismatch
+                and key not in self._said
+                and now - first >= (VERIFY_WAIT_S if waiting else 0)
+            ):
+                self.say(f"pid {pid}: {ident.mismatch}: its environment's names are not used")
+                self._said.add(key)
+        self._said &= keys
+        self._since = {k: v for k, v in self._since.items() if k in keys}
+        self._start = {p: s for p, s in self._start.items() if p in self.now}
+        self._release(now)
+
+    def _release(self, now: float) -> None:
+        keep = []
+        for h in self._held:
+            ident = self.now.get(h.pid)
+            if ident is not None and ident.ref is not None and self._start.get(h.pid) == h.start:
+                self._post(ident, h.reason, h.message, h.count)
+            elif now < h.until and h.pid in self.now:
+                keep.append(h)
+        self._held = keep
+
+    def tell(self, pid: int, container: str, reason: str, message: str, count: int = 1) -> None:
+        """Say message, naming the process; send it as an Event of its verified pod, or hold
+        it while the container may yet be listed."""
+        ident = self.now.get(pid)
+        ns, pod, cname = ident.labels() if ident is not None else ("", "", container[:12])
+        who = f"pod {ns}/{pod} container {cname}" if pod else f"container {cname}"
+        self.say(f"{who if cname or pod else f'pid {pid}'}: {message}")
+        if self.kube is None or ident is None:
+            return
+        if ident.ref is not None:
+            self._post(ident, reason, message, count)
+        elif ident.container:
+            until = time.monotonic() + VERIFY_WAIT_S
+            self._held.append(_Held(pid, self._start.get(pid, 0), reason, message, count, until))
+
+    def _post(self, ident: Identity, reason: str, message: str, count: int) -> None:
+        assert self.kube is not None and ident.ref is not None
+        ref = ident.ref
+        ev = pod_event(PodContainer(ref.namespace, ref.pod, ref.container, ref.uid), reason,
+                       message, self.node, count=count)  # fmt: skip
+        try:
+            self.kube.post_event(ev)
+        except KubeError as e:
+            self.say(f"cannot post the event: {e}")
+
+    def counts(self) -> dict[str, int]:
+        """Processes verified, unverified, and whose environment claims another pod."""
+        out = {"verified": 0, "unverified": 0, "mismatch": 0}
+        for ident in list(self.now.values()):
+            out["verified" if ident.verified else "unverified"] += 1
+            out["mismatch"] += bool(ident.mismatch)
+        return out

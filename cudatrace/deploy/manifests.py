@@ -3,7 +3,8 @@
 
 Kubernetes (a YAML stream; each document is JSON, which YAML reads as it is):
   Namespace            labelled for the privileged Pod Security level (the node agent is)
-  ServiceAccount, ClusterRole, ClusterRoleBinding   the node agent may create Events, no more
+  ServiceAccount, ClusterRole, ClusterRoleBinding   the node agent may create Events and list
+                       pods (it asks for its node's, to verify who runs there), no more
   ConfigMap            the groups config, when one is given
   DaemonSet            `cudatrace node` on each GPU node: host pid namespace (it maps members
                        in containers to host pids and reads their mappings), privileged
@@ -71,6 +72,8 @@ def _rbac(ns: str) -> list[dict]:
                     "resources": ["events"],
                     "verbs": ["create", "patch"],
                 },
+                # identities (identity.py): this node's pods, by fieldSelector spec.nodeName
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
             ],
         },
         {

@@ -20,6 +20,7 @@ import pytest
 
 from cudatrace import native
 from support.cli import checkout_env, cudatrace
+from support.kube import FakeApiServer, pod
 
 MiB = 1 << 20
 # group names of this test's own: the agent sees every ledger of the host, other tests' too
@@ -64,8 +65,9 @@ def node(sim, tmp_path):
         return e
 
     def args(*extra):
+        kube = [] if "--kube-api" in extra else ["--kubernetes", "off"]
         return ["node", "--root", base / "root", "--state", base / "state", "--cdi-dir",
-                base / "cdi", "--vendor", "w.cudatrace.dev", "--kubernetes", "off", *extra]  # fmt: skip
+                base / "cdi", "--vendor", "w.cudatrace.dev", *kube, *extra]  # fmt: skip
 
     def agent(*extra):
         """`cudatrace node` serving metrics: (process, metrics URL, its log so far)."""
@@ -245,3 +247,41 @@ def test_a_legitimate_member_and_a_warn_group_are_not_stopped(node):
     assert series(m, "cudatrace_watch_breaches", kind="group_over_budget") == [1]
     assert series(m, "cudatrace_watch_breaches", kind="outside_ledger") == [0]
     assert "stopping" not in "".join(log)
+
+
+def test_a_spoofing_process_gets_no_event_and_no_pod_labels(node, tmp_path):
+    """A plain process of the host (no container, no library) whose environment names
+    kube-system's coredns pod: the agent used to post a Warning Event into kube-system against
+    coredns, with text of the tenant's choosing, and label its series with that pod."""
+    api = FakeApiServer(tmp_path)
+    coredns = pod("kube-system", "coredns-5d78c9869d-x7k2p", "gpu-node-1", {"coredns": "e" * 64})
+    api.put_pod(coredns)
+    try:
+        p, url, log = node["agent"]("--kube-api", api.url, "--kube-token", api.token_file,
+                                    "--kube-ca", api.ca_file, "--node-name", "gpu-node-1",
+                                    "--interval", "0.2")  # fmt: skip
+        node["start"]("hold", "1", "1m", group=GA, budget="1GiB")  # the GPU is fenced
+        claims = {"CUDATRACE_K8S_NAMESPACE": "kube-system",
+                  "CUDATRACE_K8S_POD": coredns["metadata"]["name"], "CUDATRACE_K8S_CONTAINER": "coredns",
+                  "CUDATRACE_K8S_POD_UID": coredns["metadata"]["uid"],
+                  "CUDATRACE_GROUP": coredns["metadata"]["uid"]}  # fmt: skip
+        spoof, _ = node["start"]("hold", "1", "16m", preload=False, **claims)
+        want = f"pid {spoof.pid}: its environment names pod kube-system/coredns-5d78c9869d-x7k2p, but it runs in no container"
+        deadline = time.monotonic() + 30
+        while want not in "".join(log):
+            assert time.monotonic() < deadline, "".join(log)
+            time.sleep(0.1)
+        time.sleep(1.0)  # five more passes
+        said = "".join(log)
+        assert (
+            f"pid {spoof.pid}: a process given the budget group {claims['CUDATRACE_GROUP']} uses CUDA without"
+            in said
+        ), said
+        assert api.events() == []  # neither the library's nor the watch's: no pod verified
+        m = scrape(url)
+        assert not [ls for (_, ls) in m if ("namespace", "kube-system") in ls], m
+        assert series(m, "cudatrace_node_unfenced_processes", namespace="", pod="") == [1]
+        assert series(m, "cudatrace_node_identities", state="mismatch") == [1]
+        assert not [r for r in api.requests if r[0] != "GET"]  # nothing was written to the API
+    finally:
+        api.close()

@@ -94,3 +94,32 @@ def test_a_container_of_no_pod_of_this_node_gets_no_event(tmp_path):
 def test_a_cgroup_naming_another_pod_than_the_list_is_not_verified(tmp_path):
     other = "99999999-0000-4000-8000-000000000000"
     assert tell(tmp_path, {}, pods=[pod(uid=other)]) == []
+
+
+def test_an_event_waits_for_a_container_the_kubelet_has_not_listed_yet(tmp_path, monkeypatch):
+    """The kubelet writes a new container's id into its pod's status a moment after it starts:
+    an Event about it waits for its pod (then goes to it), up to VERIFY_WAIT_S."""
+    from cudatrace.deploy import identity
+
+    clock = [1000.0]
+    monkeypatch.setattr(identity.time, "monotonic", lambda: clock[0])
+    (tmp_path / "4242").mkdir()
+    (tmp_path / "4242" / "cgroup").write_text(CGROUP)
+    kube = Kube([])
+    said = []
+    agent = Agent(Config(node="gpu-node-1", kube=kube, proc=tmp_path), say=said.append,
+                  nvml=object())  # fmt: skip
+    p = Proc(pid=4242, ns_pid=7, start_ticks=1, pidns=1, container=CID, env={})
+    agent._identify(_Scan(p), None)
+    agent._tell(p, 7, EVENT_REASON_DENIED, "1 GPU memory allocation denied", 1)
+    assert kube.events == [] and said[-1].startswith(f"container {CID[:12]}: 1 GPU memory")
+    kube.pods = [pod()]
+    clock[0] += 1  # not listed again yet (at most every UNKNOWN_S)
+    agent._identify(_Scan(p), None)
+    assert kube.events == []
+    clock[0] += identity.UNKNOWN_S
+    agent._identify(_Scan(p), None)
+    (ev,) = kube.events
+    assert ev["involvedObject"]["name"] == "trainer"
+    agent._identify(_Scan(p), None)
+    assert len(kube.events) == 1  # sent once
