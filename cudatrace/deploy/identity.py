@@ -180,10 +180,10 @@ def identify(
 
 @dataclass
 class _Held:
-    """An Event waiting for its process's pod to be verified."""
+    """An Event waiting for its container's pod to be listed (the process may be gone)."""
 
-    pid: int
-    start: int
+    container: str
+    pod_uid: str  # the cgroup's, "" where it names none
     reason: str
     message: str
     count: int
@@ -198,7 +198,6 @@ class Identities:
         self.kube, self.node, self.say, self.proc = kube, node, say, proc
         self.index = PodIndex(kube, node, say) if kube is not None else None
         self.now: dict[int, Identity] = {}  # host pid -> identity, this pass
-        self._start: dict[int, int] = {}  # host pid -> start ticks, this pass
         self._since: dict[tuple[int, int], float] = {}  # (pid, start) -> first seen unverified
         self._said: set[tuple[int, int]] = set()  # mismatches said
         self._held: list[_Held] = []
@@ -215,7 +214,6 @@ class Identities:
         for pid, ident in self.now.items():
             st = procfs.proc_stat(pid, self.proc)
             key = (pid, st.start_ticks if st else 0)
-            self._start[pid] = key[1]
             keys.add(key)
             waiting = ident.container and not ident.verified and self.index is not None
             first = self._since.setdefault(key, now) if waiting else now
@@ -228,16 +226,15 @@ class Identities:
                 self._said.add(key)
         self._said &= keys
         self._since = {k: v for k, v in self._since.items() if k in keys}
-        self._start = {p: s for p, s in self._start.items() if p in self.now}
         self._release(now)
 
     def _release(self, now: float) -> None:
         keep = []
         for h in self._held:
-            ident = self.now.get(h.pid)
-            if ident is not None and ident.ref is not None and self._start.get(h.pid) == h.start:
-                self._post(ident, h.reason, h.message, h.count)
-            elif now < h.until and h.pid in self.now:
+            ref = self.index.lookup(h.container) if self.index is not None else None
+            if ref is not None and (not h.pod_uid or h.pod_uid == ref.uid):
+                self._post(Identity(h.container, h.pod_uid, ref), h.reason, h.message, h.count)
+            elif now < h.until:
                 keep.append(h)
         self._held = keep
 
@@ -254,7 +251,8 @@ class Identities:
             self._post(ident, reason, message, count)
         elif ident.container:
             until = time.monotonic() + VERIFY_WAIT_S
-            self._held.append(_Held(pid, self._start.get(pid, 0), reason, message, count, until))
+            held = _Held(ident.container, ident.pod_uid, reason, message, count, until)
+            self._held.append(held)
 
     def _post(self, ident: Identity, reason: str, message: str, count: int) -> None:
         assert self.kube is not None and ident.ref is not None

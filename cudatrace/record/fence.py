@@ -17,13 +17,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .. import settings
 from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess, WatchReport
 from . import ledger as ledger_mod
-from . import watch as watch_mod
 from .budget import BudgetError, bytes_text, parse_size
-from .gpuview import Source, file_keys
+
+if TYPE_CHECKING:
+    from .gpuview import Source
 
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
@@ -123,6 +125,8 @@ def unfenced_of(rep: WatchReport) -> Unfenced:
 
 
 def _sources(ledgers: list[LedgerSnapshot]) -> list[Source]:
+    from .gpuview import Source, file_keys
+
     return [Source(s, file_keys(s["path"])) for s in ledgers]
 
 
@@ -134,6 +138,8 @@ def watch_report(
     ledgers (paths) are not fenced by them. A process that maps a ledger of another directory
     is a member elsewhere: not judged from here (the node agent sees every ledger)."""
     from ..nvml import Nvml
+    from . import watch as watch_mod
+    from .gpuview import file_keys
 
     nv = Nvml()
     first = [True]

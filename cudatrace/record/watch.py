@@ -12,7 +12,8 @@ Three breaches (docs/budgets.md, "What the node's watch detects"):
   is a member of no ledger: a container without a cudatrace device, a process without the
   library. One that maps the library joins its ledger at its first counted call, after making
   its context: it is not judged while it holds no more than the largest context counted on the
-  GPU (plus NVML's granularity).
+  GPU (plus NVML's granularity), nor in the JOIN_GRACE_S seconds after the watch first saw it
+  (a first context where none is counted yet has no size to be held to).
 - **group_over_budget**: a group's members on a GPU hold more by NVML, together, than its
   budget, beyond their tolerances.
 
@@ -46,6 +47,7 @@ MiB = 1 << 20
 GRANULE = 2 * MiB  # NVML's per-process figures come in 2 MiB steps
 MARGIN = 64 * MiB  # docs/budgets.md's stated margin a member: context growth + the granule
 CONFIRM = 3  # readings a breach must hold over
+JOIN_GRACE_S = 10.0  # a process that maps the library may take this long to join its ledger
 PAUSE = 0.1  # seconds between them
 
 KINDS = ("outside_ledger", "unfenced", "group_over_budget")
@@ -68,6 +70,7 @@ class Watch:
     def __init__(self, margin: int = MARGIN):
         self.margin = margin
         self.first_ctx: dict[tuple, int] = {}
+        self.first_seen: dict[int, float] = {}  # pid -> when seen mapping the library, unjoined
 
     def tolerance(self, m: WatchMember) -> int:
         return self.margin if m["context"] > 0 else min(GRANULE, self.margin)
@@ -90,6 +93,22 @@ class Watch:
                 if ctx > 0:
                     self.first_ctx[k] = min(self.first_ctx.get(k, ctx), ctx)
         self.first_ctx = {k: v for k, v in self.first_ctx.items() if k in alive}
+        now, joining = time.monotonic(), set()
+        for d in report["devices"]:
+            for p in d["processes"]:
+                if p["member"] is None and p["shim"]:
+                    joining.add(p["pid"])
+                    self.first_seen.setdefault(p["pid"], now)
+        self.first_seen = {k: v for k, v in self.first_seen.items() if k in joining}
+
+    def joining(self, p: WatchProcess, context: int) -> bool:
+        """A process that maps the library and may not have joined its ledger yet."""
+        if not p["shim"]:
+            return False
+        if p["bytes"] is not None and p["bytes"] <= context + GRANULE:
+            return True
+        seen = self.first_seen.get(p["pid"])
+        return seen is None or time.monotonic() - seen < JOIN_GRACE_S
 
     def judge(
         self, report: WatchReport, pending: Callable[[WatchProcess], bool] = lambda p: False
@@ -112,7 +131,7 @@ class Watch:
         if m is None:
             if p["fence"] != "unfenced" or not fenced:
                 return None
-            if p["shim"] and used is not None and used <= context + GRANULE:
+            if self.joining(p, context):
                 return None  # not joined yet: a context (its first counted call joins it)
             what = format_bytes(used) if used is not None else "memory (NVML gives no figure)"
             return self._finding(

@@ -266,22 +266,22 @@ def test_a_spoofing_process_gets_no_event_and_no_pod_labels(node, tmp_path):
                   "CUDATRACE_K8S_POD_UID": coredns["metadata"]["uid"],
                   "CUDATRACE_GROUP": coredns["metadata"]["uid"]}  # fmt: skip
         spoof, _ = node["start"]("hold", "1", "16m", preload=False, **claims)
-        want = f"pid {spoof.pid}: its environment names pod kube-system/coredns-5d78c9869d-x7k2p, but it runs in no container"
+        told = f"a process given the budget group {claims['CUDATRACE_GROUP']} uses CUDA without"
         deadline = time.monotonic() + 30
-        while want not in "".join(log):
+        while told not in "".join(log):  # the agent has seen it
             assert time.monotonic() < deadline, "".join(log)
             time.sleep(0.1)
         time.sleep(1.0)  # five more passes
-        said = "".join(log)
-        assert (
-            f"pid {spoof.pid}: a process given the budget group {claims['CUDATRACE_GROUP']} uses CUDA without"
-            in said
-        ), said
         assert api.events() == []  # neither the library's nor the watch's: no pod verified
+        said = "".join(log)
+        assert f"pid {spoof.pid}: {told}" in said, said
+        want = f"pid {spoof.pid}: its environment names pod kube-system/coredns-5d78c9869d-x7k2p, but it runs in no container"
+        assert want in said, said
         m = scrape(url)
         assert not [ls for (_, ls) in m if ("namespace", "kube-system") in ls], m
-        assert series(m, "cudatrace_node_unfenced_processes", namespace="", pod="") == [1]
-        assert series(m, "cudatrace_node_identities", state="mismatch") == [1]
+        # (other tests' processes of this host may be counted beside it)
+        assert sum(series(m, "cudatrace_node_unfenced_processes", namespace="", pod="")) >= 1
+        assert sum(series(m, "cudatrace_node_identities", state="mismatch")) >= 1
         assert not [r for r in api.requests if r[0] != "GET"]  # nothing was written to the API
     finally:
         api.close()

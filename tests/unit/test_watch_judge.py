@@ -1,13 +1,14 @@
 """The watch's rules (cudatrace/record/watch.py) on views built by hand: a member's tolerance is
 NVML's granularity, and the stated 64 MiB margin only where a context is counted (a context
 that can grow unseen); a member whose context the agent has not counted yet is not judged
-alone; a process that maps the library and holds no more than a context has not joined yet;
+alone; a process that maps the library and holds no more than a context, or was first seen a
+moment ago, has not joined yet;
 a group over its budget names the member that holds the most its ledger never saw it
 allocate, none under warn."""
 
 from __future__ import annotations
 
-from cudatrace.record.watch import GRANULE, MARGIN, Watch
+from cudatrace.record.watch import GRANULE, JOIN_GRACE_S, MARGIN, Watch
 
 MiB = 1 << 20
 
@@ -59,9 +60,14 @@ def test_unfenced_only_on_a_fenced_gpu_and_a_joining_process_holds_at_most_a_con
     assert judge(report(proc(2, 64 * MiB))) == []  # alone on its GPU
     assert judge(report(proc(1, 400 * MiB, ctx), proc(2, 64 * MiB))) == [("unfenced", 2)]
     joining = proc(2, 300 * MiB, shim=True)
-    assert judge(report(proc(1, 400 * MiB, ctx), joining)) == []
-    joining["bytes"] = 400 * MiB  # more than any context: not a process joining
-    assert judge(report(proc(1, 400 * MiB, ctx), joining)) == [("unfenced", 2)]
+    w = Watch()
+    assert judge(report(proc(1, 400 * MiB, ctx), joining), w) == []
+    joining["bytes"] = 400 * MiB  # more than any context counted: joining, for JOIN_GRACE_S
+    assert judge(report(proc(1, 400 * MiB, ctx), joining), w) == []
+    w.first_seen[2] -= JOIN_GRACE_S
+    assert judge(report(proc(1, 400 * MiB, ctx), joining), w) == [("unfenced", 2)]
+    joining["bytes"] = 300 * MiB  # back to a context's size: still not judged
+    assert judge(report(proc(1, 400 * MiB, ctx), joining), w) == []
     unknown = proc(2, None)  # NVML lists it without a figure: still without a fence
     assert judge(report(proc(1, 400 * MiB, ctx), unknown)) == [("unfenced", 2)]
 
