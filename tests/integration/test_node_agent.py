@@ -10,6 +10,7 @@ Needs root (rootful Podman); with CI=true a missing piece fails, elsewhere it sk
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import pytest
 
 from support.cli import checkout_env
 from support.kube import FakeApiServer, validate
+from support.kube import pod as kube_pod
 from support.podman import podman  # noqa: F401  (fixture)
 
 MiB = 1 << 20
@@ -70,7 +72,9 @@ def ready(p: subprocess.Popen) -> str:
 
 
 @pytest.fixture
-def agent(podman, sim, tmp_path):  # noqa: F811
+def node_agent(podman, sim, tmp_path):  # noqa: F811
+    """A factory: start(*extra) runs `cudatrace node` (these extra options) on a node of its own
+    (root, state, CDI vendor, groups: train = 1 GiB) with a fake API server."""
     base = tmp_path / "node"
     base.mkdir()
     base.chmod(0o755)
@@ -80,37 +84,58 @@ def agent(podman, sim, tmp_path):  # noqa: F811
     api = FakeApiServer(tmp_path)
     state = sim.new_state()
     state.touch(mode=0o666)
-    port = free_port()
-    env = checkout_env(sim.env(state=state, ctx_bytes=300 * MiB))
-    cmd = [sys.executable, "-m", "cudatrace", "node", "--root", base / "root", "--state",
-           base / "state", "--cdi-dir", CDI_DIR, "--vendor", vendor, "--groups", groups, "--budget", "1GiB",
-           "--listen", f"127.0.0.1:{port}", "--interval", "0.2", "--kube-api", api.url,
-           "--kube-token", api.token_file, "--kube-ca", api.ca_file, "--node-name", "gpu-node-1"]  # fmt: skip
-    proc = subprocess.Popen(
-        [str(c) for c in cmd], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
-    )
-    log = []
-    for line in proc.stderr:
-        log.append(line)
-        if "serving metrics" in line:
-            break
-    else:
-        raise AssertionError("".join(log))
-    lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-    yield {
-        "url": f"http://127.0.0.1:{port}/metrics",
-        "vendor": vendor,
-        "state": state,
-        "api": api,
-        "log": lines,
-        "base": base,
-    }
-    proc.terminate()
-    proc.wait(timeout=30)
+    procs = []
+
+    def start(*extra, ctx_bytes=300 * MiB):
+        port = free_port()
+        env = checkout_env(sim.env(state=state, ctx_bytes=ctx_bytes))
+        cmd = [sys.executable, "-m", "cudatrace", "node", "--root", base / "root", "--state",
+               base / "state", "--cdi-dir", CDI_DIR, "--vendor", vendor, "--groups", groups,
+               "--budget", "1GiB", "--listen", f"127.0.0.1:{port}", "--interval", "0.2",
+               "--kube-api", api.url, "--kube-token", api.token_file, "--kube-ca", api.ca_file,
+               "--node-name", NODE, *extra]  # fmt: skip
+        proc = subprocess.Popen([str(c) for c in cmd], env=env, stderr=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+        procs.append(proc)
+        log = []
+        for line in proc.stderr:
+            log.append(line)
+            if "serving metrics" in line:
+                break
+        else:
+            raise AssertionError("".join(log))
+        lines: list[str] = []
+        threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+        return {"url": f"http://127.0.0.1:{port}/metrics", "vendor": vendor, "state": state,
+                "api": api, "log": lines, "base": base}  # fmt: skip
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=30)
     api.close()
     for kind in ("budget", "group"):
         (CDI_DIR / f"{vendor}-{kind}.json").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def agent(node_agent):
+    return node_agent()
+
+
+NODE = "gpu-node-1"
+
+
+def in_pod(podman, api, ns: str, pod_name: str, container: str, *args, name: str):  # noqa: F811
+    """A container created first (its id known), listed by the fake API server as `container`
+    of pod ns/pod_name on this node, then started: (its process, its id)."""
+    r = podman.podman("create", "--rm", "--network=none", "--name", name, *args)
+    cid = r.stdout.strip().splitlines()[-1]
+    assert len(cid) == 64, r.stdout
+    api.put_pod(kube_pod(ns, pod_name, NODE, {container: cid}))
+    p = subprocess.Popen(podman.cmd("start", "--attach", name), env=podman.env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    return p, cid
 
 
 def pod_env(ns: str, pod: str, container: str) -> list[str]:
@@ -125,8 +150,11 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
     dev = f"{agent['vendor']}/group=train"
     sim_args = podman.sim_args(agent["state"], ctx_bytes=300 * MiB)
     a_name, b_name = podman.name(), podman.name()
-    a = podman.popen("--device", dev, *sim_args, *pod_env("team", "trainer-0", "main"),
-                     podman.image, "hold", "1", "300m", name=a_name)  # fmt: skip
+    api = agent["api"]
+    # pods the API server lists with these containers: their labels and Events name them
+    a, _ = in_pod(podman, api, "team", "trainer-0", "main", "--device", dev, *sim_args,
+                  *pod_env("team", "trainer-0", "main"), podman.image, "hold", "1", "300m",
+                  name=a_name)  # fmt: skip
     b = None
     try:
         ready(a)
@@ -149,8 +177,9 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
         assert held == [600 * MiB], m
         # B, another pod on the node: 500 MiB fit beside A's 300 MiB of allocations, not beside
         # its context too
-        b = podman.popen("--device", dev, *sim_args, *pod_env("team", "trainer-1", "main"),
-                         podman.image, "hold", "1", "500m", name=b_name)  # fmt: skip
+        b, b_cid = in_pod(podman, api, "team", "trainer-1", "main", "--device", dev, *sim_args,
+                      *pod_env("team", "trainer-1", "main"), podman.image, "hold", "1", "500m",
+                      name=b_name)  # fmt: skip
         out = ready(b)
         assert "alloc cuMemAlloc_v2 524288000 0x0 2" in out, out
         events = wait_for(lambda: agent["api"].events(), 60, "the denial's Pod Event", agent["log"])
@@ -159,10 +188,15 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
         assert ev["involvedObject"]["name"] == "trainer-1"
         assert ev["involvedObject"]["namespace"] == "team"
         assert ev["involvedObject"]["fieldPath"] == "spec.containers{main}"
+        assert (
+            ev["involvedObject"]["uid"]
+            == api.objects["/api/v1/namespaces/team/pods/trainer-1"]["metadata"]["uid"]
+        )
         assert "denied on device 0: budget 1.00 GiB, in use " in ev["message"], ev["message"]
         assert ev["source"]["host"] == "gpu-node-1"
         validate(ev)
-        assert any("trainer-1" in l and "denied" in l for l in agent["log"]), agent["log"]
+        # said at once, naming the container (its pod was listed after: the Event waited)
+        assert any(b_cid[:12] in l and "denied" in l for l in agent["log"]), agent["log"]
         m = scrape(agent["url"])
         assert series(m, "cudatrace_budget_member_denials_total", group="train",
                       pod="trainer-1", container="main") == [1.0], m  # fmt: skip
@@ -200,3 +234,98 @@ def test_agent_labels_a_container_budget_by_its_container(podman, agent):  # noq
     finally:
         podman.remove(name)
         p.communicate(timeout=60)
+
+
+def test_a_containers_pod_is_the_one_the_api_server_lists(podman, agent):  # noqa: F811
+    """Labels name a pod only where the API server lists the container (its cgroup names
+    Podman's libpod-<id>): a container whose environment names a pod that lists another
+    container gets its short id alone, and the claim is said as a mismatch."""
+    api, dev = agent["api"], f"{agent['vendor']}/group=train"
+    good, bad = podman.name(), podman.name()
+    g, gid = in_pod(podman, api, "ml", "trainer", "main", "--device", dev,
+                    *podman.sim_args(agent["state"]), podman.image, "hold", "1", "10m",
+                    name=good)  # fmt: skip
+    api.put_pod(kube_pod("kube-system", "coredns-1", NODE, {"coredns": "f" * 64}))
+    b = podman.popen("--device", dev, *podman.sim_args(agent["state"]),
+                     *pod_env("kube-system", "coredns-1", "coredns"), podman.image, "hold", "1",
+                     "10m", name=bad)  # fmt: skip
+    try:
+        ready(g)
+        ready(b)
+        bid = podman.podman("inspect", "--format", "{{.Id}}", bad).stdout.strip()
+
+        def both():
+            ms = scrape(agent["url"])
+            rows = series_labels(ms, "cudatrace_budget_member_in_use_bytes", group="train")
+            return ms if len(rows) == 2 else None
+
+        m = wait_for(both, 60, "both members in the metrics", agent["log"])
+        rows = {ls["container"]: ls for ls in series_labels(m, "cudatrace_budget_member_in_use_bytes", group="train")}  # fmt: skip
+        assert (rows["main"]["namespace"], rows["main"]["pod"]) == ("ml", "trainer"), rows
+        assert (rows[bid[:12]]["namespace"], rows[bid[:12]]["pod"]) == ("", ""), rows
+        assert all(ls["UUID"].startswith("GPU-5ca1ab1e-") for ls in rows.values()), rows
+        said = "".join(agent["log"])
+        assert (
+            "its environment names pod kube-system/coredns-1, but it runs in a container no pod of this node lists"
+            in said
+        ), said
+        assert gid[:12] not in said  # the verified one is nobody's mismatch
+    finally:
+        podman.remove(good)
+        podman.remove(bad)
+        g.communicate(timeout=60)
+        b.communicate(timeout=60)
+
+
+def test_containers_that_breach_the_fence_are_seen_and_stopped(podman, node_agent):  # noqa: F811
+    """--enforce with containers: a fenced member of train; a container with no cudatrace
+    device using the same GPU; a member that, once its context is counted, takes 256 MiB around
+    the library (libc's dlsym through dlvsym). Both breaches are said, sent as Events to their
+    pods, and the containers stopped; the fenced member runs on."""
+    agent = node_agent("--enforce", "--grace", "2", ctx_bytes=0)
+    api, dev, sim_args = (
+        agent["api"],
+        f"{agent['vendor']}/group=train",
+        podman.sim_args(agent["state"]),
+    )
+    names = [podman.name() for _ in range(3)]
+    m, _ = in_pod(podman, api, "ml", "fenced", "main", "--device", dev, *sim_args, podman.image,
+                  "hold", "1", "100m", name=names[0])  # fmt: skip
+    u, _ = in_pod(podman, api, "ml", "rogue", "main", *sim_args, podman.image, "hold", "1",
+                  "64m", name=names[1])  # fmt: skip
+    b, _ = in_pod(podman, api, "ml", "sly", "main", "--device", dev, *sim_args, podman.image,
+                  "bypass", "--join", "1m", "--after-ms", "2000", "--via", "dlvsym", "256m",
+                  name=names[2])  # fmt: skip
+    try:
+        for p in (m, u, b):
+            ready(p)
+        u.communicate(timeout=60)
+        b.communicate(timeout=60)
+        assert m.poll() is None
+        want = {("GPUMemoryBudgetNotEnforced", "rogue"), ("GPUMemoryOutsideBudget", "sly"),
+                ("GPUMemoryProcessStopped", "rogue"), ("GPUMemoryProcessStopped", "sly")}  # fmt: skip
+        evs = wait_for(lambda: (lambda e: e if {(x["reason"], x["involvedObject"]["name"]) for x in e} >= want else None)(api.events()),
+                       30, "the Events of both", agent["log"])  # fmt: skip
+        for ev in evs:
+            validate(ev)
+            assert (
+                ev["involvedObject"]["namespace"] == "ml"
+                and ev["involvedObject"]["name"] != "fenced"
+            )
+        stopped = wait_for(lambda: (lambda ms: ms if sum(series(ms, "cudatrace_watch_stopped_total")) >= 2 else None)(scrape(agent["url"])),
+                           30, "the stops counted", agent["log"])  # fmt: skip
+        assert series(stopped, "cudatrace_watch_stopped_total", kind="unfenced") == [1]
+        assert series(stopped, "cudatrace_watch_stopped_total", kind="outside_ledger") == [1]
+        said = "".join(agent["log"])
+        # the bypass is its container's pid 1, which SIGTERM's default action does not end
+        assert re.search(r"pid \d+ stopped by SIGKILL, 2\.\d\d s after the SIGTERM", said), said
+        assert "257.0 MiB on GPU 0 by NVML, 256.0 MiB more than its ledger counts" in said, said
+    finally:
+        for n in names:
+            podman.remove(n)
+        m.communicate(timeout=60)
+
+
+def series_labels(metrics, name: str, **labels) -> list[dict]:
+    want = set(labels.items())
+    return [dict(ls) for (n, ls), _ in metrics.items() if n == name and want <= set(ls)]
