@@ -21,7 +21,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import RUN_FAILED, RUN_STATUSES, CudatraceError
+from .errors import INTERRUPTED, RUN_FAILED, RUN_STATUSES, CudatraceError
 
 # name -> (module of commands/ (the click function has the command's name), what it does: the
 # one line `cudatrace --help` lists it with, whole, without loading the module)
@@ -62,8 +62,17 @@ class Main(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
 
+    def make_context(self, *args: Any, **kw: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kw)
+        except KeyboardInterrupt:  # while the command line is read
+            raise _interrupted() from None
+
     def invoke(self, ctx: click.Context) -> Any:
-        _observer()
+        if "libcudatrace" in os.environ.get("LD_PRELOAD", ""):
+            from .native import exempt_this_process
+
+            exempt_this_process()  # before anything reads NVML or the driver through the shim
         try:
             status = super().invoke(ctx)
             sys.stdout.flush()  # a full disk or a closed pipe on stdout is said here, once
@@ -74,6 +83,8 @@ class Main(click.Group):
         except CudatraceError as e:
             click.echo(f"cudatrace: {e}", err=True)
             ctx.exit(_own_status(ctx, e.status))
+        except KeyboardInterrupt:
+            raise _interrupted() from None
         except OSError as e:
             if e.errno not in (errno.ENOSPC, errno.EPIPE, errno.EDQUOT, errno.EIO, errno.EFBIG):
                 raise
@@ -86,19 +97,11 @@ class Main(click.Group):
         return status
 
 
-def _observer() -> None:
-    """cudatrace observes and launches; it is never a member of a budget: where the job's
-    environment preloaded the shim into this process too (a Slurm job's TaskProlog, a
-    container's preload), tell it so, before anything reads NVML or the driver through it
-    (it would answer with the job's share, and count this process in it)."""
-    if "libcudatrace" not in os.environ.get("LD_PRELOAD", ""):
-        return
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).cudatrace_exempt()
-    except (AttributeError, OSError):
-        pass  # not loaded here (the loader refused it), or another version's without it
+def _interrupted() -> click.exceptions.Exit:
+    """Ctrl-C (SIGINT), said once with a shell's status for it, never click's "Aborted!" and 1
+    (which `run` would pass off as CMD's status)."""
+    click.echo("\ncudatrace: interrupted", err=True)
+    return click.exceptions.Exit(INTERRUPTED)
 
 
 def _own_status(ctx: click.Context, status: int) -> int:

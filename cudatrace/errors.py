@@ -22,6 +22,7 @@ RUN_FAILED = 125  # run: cudatrace could not set up the run or start CMD
 CANNOT_EXECUTE = 126  # run: CMD was found but cannot be executed
 NOT_FOUND = 127  # run: CMD was not found
 RUN_STATUSES = (ABORTED, RUN_FAILED, CANNOT_EXECUTE, NOT_FOUND)
+INTERRUPTED = 130  # any command stopped by Ctrl-C (SIGINT), as a shell says it: 128 + 2
 
 
 class CudatraceError(Exception):

@@ -106,11 +106,24 @@ def ensure_built(which: tuple[str, ...] = (SHIM_LIB, TOOLS_LIB)) -> Path:
 def _build_lock() -> Iterator[None]:
     """One build at a time across processes (pytest-xdist's workers, two commands started at
     once): make relinks a library by removing it first, so a second process's make, or its check
-    that the library exists, could see it missing meanwhile."""
-    NATIVE_DIR.mkdir(parents=True, exist_ok=True)
-    with open(NATIVE_DIR / ".build.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
+    that the library exists, could see it missing meanwhile. A user who may not write the
+    checkout (a job's user running a root's checkout) locks the file read-only, or not at all
+    where it does not exist yet: such a user cannot build there either."""
+    path = NATIVE_DIR / ".build.lock"
+    try:
+        NATIVE_DIR.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            yield
+            return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def _make(src: Path, libs: list[Path]) -> None:
@@ -273,3 +286,16 @@ def tools() -> tuple[cffi.FFI, ToolsLib]:
 def constants() -> dict[str, int]:
     """All integer #defines of the cffi view (CT_OP_ALLOC, CT_LEDGER_*, CT_REPLAY_* ...)."""
     return defines(cffi_source())
+
+
+def exempt_this_process() -> None:
+    """cudatrace observes and launches; it is never a member of a budget: where the job's
+    environment preloaded the shim into this process too (a Slurm job's TaskProlog, a
+    container's preload), tell it so, before anything reads NVML or the driver through it (it
+    would answer with the job's share, and count this process in it). cli.Main calls it."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).cudatrace_exempt()
+    except (AttributeError, OSError):
+        pass  # not loaded here (the loader refused it), or another version's without it

@@ -1,5 +1,5 @@
 """The data the record floor gathers for the commands to print, as types: what `cudatrace
-status` shows of the budget ledgers (record/ledger.py status_json, record/fence.py's unfenced
+status` shows of the budget ledgers (record/ledger_status.py status_json, record/fence.py's unfenced
 processes, record/denials.py's last denials), the denials a run names while it runs
 (present/denials.py, kept by record/denials.py) and what `cudatrace doctor` probes
 (record/doctor.py). present/ renders them (status.py, metrics.py, doctor.py); `--json` prints
@@ -71,6 +71,7 @@ class _LedgerMemberRequired(TypedDict):
 
 class LedgerMember(_LedgerMemberRequired, total=False):
     last_denial: DeniedGroup | None  # record/denials.py attach_last_denials
+    uid: int  # the owner of the file it is a member of (a user's part, in a shared directory)
 
 
 class _LedgerSnapshotRequired(TypedDict):
@@ -88,11 +89,20 @@ class _LedgerSnapshotRequired(TypedDict):
     members: list[LedgerMember]
 
 
+class LedgerPart(TypedDict):
+    """One user's part of a group in a shared directory (record/ledger_status.py merge_parts)."""
+
+    path: str
+    uid: int
+
+
 class LedgerSnapshot(_LedgerSnapshotRequired, total=False):
     # the node agent's (deploy/agent.py): its name for ledgers of one name in several
     # containers, and each member's (namespace, pod, container) by slot
     label: str
     member_labels: dict[int, tuple[str, str, str]]
+    owner: int  # the file's owner (uid is its creator's)
+    parts: list[LedgerPart]  # a group of several users' parts, shown as one (merge_parts)
 
 
 class UnfencedProcess(TypedDict):
@@ -219,7 +229,7 @@ class _StatusRequired(TypedDict):
 
 
 class Status(_StatusRequired, total=False):
-    """What `cudatrace status` shows (record/ledger.py status_json), and the node agent's
+    """What `cudatrace status` shows (record/ledger_status.py status_json), and the node agent's
     ledgers (deploy/agent.py: of every container, without a directory of their own)."""
 
     dir: str  # the ledger directory read

@@ -170,3 +170,33 @@ def shell_quote(argv: Iterable[object]) -> str:
     import shlex
 
     return " ".join(shlex.quote(printable(str(a))) for a in argv)
+
+
+# two spaces or more between two words: a column's gap ("label   value", a table's row)
+_GAP = re.compile(r"\S( {2,})\S")
+
+
+def wrap_line(line: str, width: int) -> list[str]:
+    """One line of prose wrapped at width (present/text.py wrap_prose): its pieces, or itself
+    when it fits or is a table's row (two gaps of two spaces or more past its indentation).
+    After one such gap ("label   value") the value's lines go on under the value; else under
+    the line's indentation and two spaces. Words are never broken."""
+    import textwrap
+
+    if len(line) <= width:
+        return [line]
+    lead = len(line) - len(line.lstrip(" "))
+    gaps = list(_GAP.finditer(line, lead))
+    if len(gaps) > 1:
+        return [line]
+    hang = gaps[0].end(1) if gaps else lead + 2
+    if hang > width // 2:
+        hang = lead + 2
+    return textwrap.wrap(
+        line[lead:],
+        width,
+        initial_indent=" " * lead,
+        subsequent_indent=" " * hang,
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]

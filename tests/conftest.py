@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env, cudatrace
 
-pytest_plugins = ["support.sim_fixtures"]  # `sim`: the session-scoped simulated driver
+# `sim`: the session-scoped simulated driver; the CPythons here (a missing one skipped or failed)
+pytest_plugins = ["support.sim_fixtures", "support.pyprogs"]
 
 
 def pytest_addoption(parser):
@@ -50,6 +52,14 @@ def pytest_configure(config):
 def pytest_unconfigure(config):
     if _PYCACHE is not None:
         shutil.rmtree(_PYCACHE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def no_process_left():
+    """What a test started through support/children.py and left running (a timeout, a failed
+    assertion before its stop) is killed when it ends, with its descendants."""
+    yield
+    children.leftovers()
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,6 +7,11 @@
 #   aggregate              cudatrace run --aggregate
 #   full + budget          cudatrace run --budget 1GiB
 #   no-trace + budget      cudatrace run --no-trace --budget 1GiB (the ledger, nothing written)
+#   shared + budget        the same in a group of a shared ledger directory (sticky), beside
+#                          another user's part of the group when run as root (a part of uid
+#                          65534): each reservation looks at the directory and reads that part
+#                          (docs/budgets.md, "Shared ledger directories"; system calls cost
+#                          time that instructions do not show: tests/ledger/parts_test.c bench)
 # "no-trace + budget" minus "bare" is what the ledger costs; "full + budget" minus it is what
 # the trace adds on top.
 # Each figure is the difference of a run of PAIRS and of 2*PAIRS pairs over PAIRS, so start-up
@@ -24,6 +29,14 @@ $PY -c 'from cudatrace import native; native.ensure_built()'
 ${CC:-cc} -O2 -g -Inative/include -o "$WORK/bench_pairs" tools/bench_pairs.c -L"$LIBDIR" -lcuda
 mkdir -p "$WORK/ledgers" && chmod 700 "$WORK/ledgers"
 export CUDATRACE_LEDGER_DIR="$WORK/ledgers"
+mkdir -p "$WORK/shared" && chmod 1777 "$WORK/shared"
+if [ "$(id -u)" = 0 ]; then  # another user's part of group g, made by uid 65534
+    chmod 755 "$WORK"
+    setpriv --reuid=65534 --regid=65534 --clear-groups env PYTHONPATH="$ROOT" $PY -c 'import sys
+from cudatrace.record.ledger import Ledger
+Ledger.create(sys.argv[1] + "/g@65534.ledger", {d: 1 << 30 for d in range(16)}, group="g").close()' \
+        "$WORK/shared"
+fi
 count() {  # count N [cudatrace run options...] -> instructions of the guest's whole run
     local n=$1; shift
     rm -rf "$WORK/trace" "$WORK"/cg.out*
@@ -43,13 +56,15 @@ per_pair() {  # per_pair [options...] -> instructions per pair
 bare=$(per_pair)
 printf '%-22s %8s %8s %8s\n' mode "ins/pair" added ratio
 printf '%-22s %8d %8d %8s\n' bare "$bare" 0 1.00
-for mode in full aggregate full+budget no-trace+budget; do
+for mode in full aggregate full+budget no-trace+budget shared+budget; do
+    dir=$WORK/ledgers
     case $mode in
         full) opts=(-o "$WORK/trace") ;;
         aggregate) opts=(--aggregate -o "$WORK/trace") ;;
         full+budget) opts=(--budget 1GiB -o "$WORK/trace") ;;
         no-trace+budget) opts=(--no-trace --budget 1GiB) ;;
+        shared+budget) opts=(--no-trace --budget 1GiB --group g); dir=$WORK/shared ;;
     esac
-    v=$(per_pair "${opts[@]}")
+    v=$(CUDATRACE_LEDGER_DIR=$dir per_pair "${opts[@]}")
     printf '%-22s %8d %8d %8s\n' "$mode" "$v" $((v - bare)) "$(awk -v a="$v" -v b="$bare" 'BEGIN{printf "%.2f", a/b}')"
 done

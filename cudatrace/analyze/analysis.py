@@ -25,7 +25,15 @@ from .layers import compile_patterns
 from .model import ADDR, AUX, AUX2, NONE64, Alloc, Groups, Model, build
 from .observed import Observed
 from .python_summary import python_summary
-from .ranks import align_clocks, honest_peak, hosts_of, ranks_json, split_devices
+from .ranks import (
+    align_clocks,
+    honest_peak,
+    hosts_of,
+    ranks_json,
+    separate_runs,
+    split_devices,
+)
+from .runfacts import launcher_saw_signal, run_seconds
 from .sites import SFrame, Site, Stacks, depth_note, group, make_symbolizer
 from .trace import C, TraceDir, TraceError, read_dir, read_dirs, read_trace, run_dirs
 from .unseal import lost_chunks_json
@@ -88,6 +96,9 @@ def _load_many(paths: list[Path]) -> TraceDir:
     if not td.traces:
         errors = "\n  ".join(td.errors)
         raise ReportError(f"no readable trace file in {len(td.dirs)} directories:\n  {errors}")
+    separate = separate_runs(td, paths[0] if len(paths) == 1 else None)
+    if separate:
+        raise ReportError(separate)
     align_clocks(td.traces, td.run)
     return td
 
@@ -207,6 +218,7 @@ class Analysis:
             }
         secs = parse_moment(spec)
         assert not isinstance(secs, str)  # "peak" and "end" were answered above
+        self._within_run(spec, secs)
         return {
             "spec": spec,
             "kind": "time",
@@ -214,6 +226,22 @@ class Analysis:
             "seq": None,
             "device": device,
         }
+
+    def run_seconds(self) -> float:
+        """How long the run lasted, from its start (runfacts.run_seconds)."""
+        ends = [self.model.t_end] if self.model.n_events else []
+        return run_seconds(self.td, [*ends, *self.process_ends().values()], self.start_ns)
+
+    def _within_run(self, spec: str, secs: float) -> None:
+        """--at TIME names a moment of the run, or is refused: a moment after it ended would
+        show nothing live (each process's memory ended with it), which reads as a fact of the
+        run when it is none."""
+        end = self.run_seconds()
+        if secs < 0 or secs > end + 1e-6:
+            raise ReportError(
+                f"--at {spec}: the run lasted {end:.3f} s (from its start to its end); give a "
+                f"time within it, or --at end (what was live when it ended) or --at peak"
+            )
 
     def live(self, moment: dict[str, Any]) -> Groups:
         """What is live at the moment, grouped (sites.group takes it as is)."""
@@ -225,12 +253,12 @@ class Analysis:
         return m.groups_at(moment["ts_ns"], dev)
 
     def process_ends(self) -> dict[int, int]:
-        """pid -> when its traced memory ended (its last image's exit record, or when the
-        launcher saw it die), for the processes that ended; one still running or lost is not
-        there."""
+        """pid -> when its traced memory ended (when the launcher saw it die, else its last
+        image's exit record: model.process_ends), for the processes that ended; one still
+        running or lost is not there."""
         ends: dict[int, int | None] = {}
         for t in self.traces:
-            e = t.end.ts_ns if t.end else (t.exit_seen_ns or None)
+            e = max(t.end.ts_ns, t.exit_seen_ns) if t.end else (t.exit_seen_ns or None)
             prev = ends.get(t.pid, 0)
             ends[t.pid] = None if e is None or prev is None else max(prev, e)
         return {pid: e for pid, e in ends.items() if e}
@@ -430,19 +458,7 @@ def build_report(
     function below (and read by its own section of present/report.py). Its type is the
     schema's (documents.py; tests/unit/test_schemas.py validates what this builds)."""
     m = a.model
-    if device is not None and split_devices(a):
-        raise ReportError(
-            "--device picks a device ordinal, and in this run one ordinal names "
-            "several devices (%d hosts, or CUDA_VISIBLE_DEVICES differing between processes): "
-            "report one process's or host's trace with --device, or see each device's peak in "
-            "the run's report (docs/ranks.md)" % len(hosts_of(a.traces))
-        )
-    if device is not None and device not in m.device_peaks:
-        seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
-        raise ReportError(
-            "no device memory was traced on device %d (devices with "
-            "allocations: %s)" % (device, seen)
-        )
+    _check_device(a, device)
     mom = a.moment(at, device)
     live = a.live(mom)
     total = live.bytes
@@ -464,7 +480,10 @@ def build_report(
     budget = _budget_json(a, limits)
     c = m.counts
     argv = a.td.run.get("argv") or (a.traces[0].argv if a.traces else [])
-    never = _never_freed_json(a, end_live, end_sites, top)
+    # one numbering of sites in every table: a site never freed keeps its number of the table
+    # of the moment; one not in it is numbered after that table's sites
+    numbers = {x.key: i for i, x in enumerate(sites, 1)} if by == "site" else {}
+    never = _never_freed_json(a, end_live, end_sites, top, numbers)
     r = {
         "schema": SCHEMA,
         "cudatrace_version": __version__,
@@ -473,6 +492,7 @@ def build_report(
         "start_ns": a.start_ns,
         "start_time": a.td.run.get("start_time"),
         "duration": a.seconds(m.t_end) if m.n_events else 0.0,
+        "run_seconds": a.run_seconds(),
         "exit_status": a.td.run.get("exit_status"),
         "versions": _versions(a),
         "at": {
@@ -520,6 +540,24 @@ def build_report(
     return cast(Report, r)
 
 
+def _check_device(a: Analysis, device: int | None) -> None:
+    """--device names one device this run used, and one only."""
+    m = a.model
+    if device is not None and split_devices(a):
+        raise ReportError(
+            "--device picks a device ordinal, and in this run one ordinal names "
+            "several devices (%d hosts, or CUDA_VISIBLE_DEVICES differing between processes): "
+            "report one process's or host's trace with --device, or see each device's peak in "
+            "the run's report (docs/ranks.md)" % len(hosts_of(a.traces))
+        )
+    if device is not None and device not in m.device_peaks:
+        seen = ", ".join(str(d) for d in sorted(m.device_peaks)) or "none"
+        raise ReportError(
+            "no device memory was traced on device %d (devices with "
+            "allocations: %s)" % (device, seen)
+        )
+
+
 def _peak_json(a: Analysis, device: int | None) -> dict[str, Any]:
     """The peak (of the run, or of one device) and what was live at the end."""
     m = a.model
@@ -540,15 +578,23 @@ def _peak_json(a: Analysis, device: int | None) -> dict[str, Any]:
 
 
 def _never_freed_json(
-    a: Analysis, end_live: Groups, end_sites: list[Any], top: int
+    a: Analysis, end_live: Groups, end_sites: list[Any], top: int, numbers: dict[Any, int]
 ) -> dict[str, Any]:
-    """What was live at the end, by site; how much of it in truncated traces."""
+    """What was live at the end, by site, each with its number of the report's sites (numbers:
+    key -> number; the others numbered after them); how much of it in truncated traces."""
     trunc_idx = {i for i, t in enumerate(a.traces) if not t.complete}
+    listed, after = [], len(numbers)
+    for s in end_sites[:top]:
+        n = numbers.get(s.key)
+        if n is None:
+            after += 1
+            n = after
+        listed.append(site_json(a, s, end_live.bytes, n))
     return {
         "bytes": end_live.bytes,
         "count": end_live.count,
         "in_truncated_bytes": end_live.only(traces=trunc_idx).bytes,
-        "sites": [site_json(a, s, end_live.bytes, i) for i, s in enumerate(end_sites[:top], 1)],
+        "sites": listed,
         "more_sites": max(0, len(end_sites) - top),
     }
 
@@ -616,6 +662,9 @@ def _processes_json(a: Analysis, live: Groups, warnings: list[Any]) -> tuple[lis
         )
         if _ended_seen(t):  # killed or crashed: when the launcher saw it end (record/exits.py)
             processes[-1]["ended_time"] = a.seconds(t.exit_seen_ns)
+        sig = launcher_saw_signal(a.td, t)
+        if sig:
+            processes[-1]["signal"] = sig
         if t.end and t.end.dropped:
             warnings.append(
                 "%s: %d events were lost (the trace file could not grow)"

@@ -144,6 +144,7 @@ class _ReportProcessRequired(TypedDict):
 class ReportProcess(_ReportProcessRequired, total=False):
     stopped: Any
     ended_time: float
+    signal: int
 
 
 class _ReportDeviceRequired(TypedDict):
@@ -482,6 +483,7 @@ class Report(_ReportRequired, total=False):
     """The document `cudatrace report --json` prints (docs/report-json.md). Keys are only ever added within a version: objects may hold keys not listed here."""
 
     peak_scope: Literal["device"]
+    run_seconds: float
     tree: ReportTree
     ranks: ReportRanks | None
     paths: list[str]
@@ -732,6 +734,7 @@ class Sweep(TypedDict):
     stop: SweepStop
     expect: float | dict[str, Any] | None
     expect_text: str | None
+    expect_checked: bool | None
     peak: SweepSeries
     sites: list[SweepSite]
     more_sites: int

@@ -9,9 +9,10 @@ counted as unmatched and changes nothing. An allocation at an address still live
 one (counted as reused). cuMemRelease of a VMM handle that is still mapped frees nothing until
 its last cuMemUnmap, as in the driver. Failed allocations are listed, never counted.
 
-A process's memory ends when the process ends: at its exit record, or when exec replaced its
-image (the next image's start), whatever it still held is gone, as the driver gives it back. A
-process that left no end (killed, still running) holds its memory to the end of the run. The
+A process's memory ends when the process ends: when the launcher saw it gone (record/exits.py),
+else at its exit record, or when exec replaced its image (the next image's start), whatever it
+still held is gone, as the driver gives it back. A process that left no end (killed, still
+running) holds its memory to the end of the run. The
 run's end figure (`end_bytes`, `live_at_end`) is what was never freed: live at the end, or held
 by its process when that process ended.
 
@@ -272,9 +273,12 @@ _c_error = [""]
 
 
 def process_ends(traces: list[Trace]) -> list[int]:
-    """When each trace's process (image) ended, 0 when unknown: its exit record, or for an image
-    that exec replaced, the start of the next image of the same process (pid and start time),
-    or else when the launcher saw the process exit (a kill leaves no exit record)."""
+    """When each trace's process (image) ended, 0 when unknown: when the launcher saw the process
+    exit, if it did, and else its exit record; or for an image that exec replaced, the start of
+    the next image of the same process (pid and start time). An exit record is written before
+    the process is gone, and the driver gives its memory back only then (a budget's ledger, too,
+    reclaims a member that did not leave once it sees it gone): what it held counts until the
+    launcher saw it end."""
     starts: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for t in traces:
         key = (t.pid, getattr(t, "start_ticks", 0))
@@ -283,7 +287,7 @@ def process_ends(traces: list[Trace]) -> list[int]:
     for t in traces:
         end = getattr(t, "end", None)
         if end is not None:
-            out.append(max(int(end.ts_ns), 1))
+            out.append(max(int(end.ts_ns), getattr(t, "exit_seen_ns", 0), 1))
             continue
         later = [
             s for i, s in starts.get((t.pid, getattr(t, "start_ticks", 0)), []) if i > t.exec_index

@@ -167,8 +167,10 @@ class Observed:
         )
 
     def interval_ms(self) -> float | None:
+        """The samples' spacing: the median between two, else the sampler's own setting."""
         if len(self.ts) < 2:
-            return None
+            every = self.sampler.get("interval_ms")
+            return float(every) if isinstance(every, (int, float)) and every > 0 else None
         d = sorted(b - a for a, b in zip(self.ts, self.ts[1:]))
         result: float | None = d[len(d) // 2] / 1e6
         return result

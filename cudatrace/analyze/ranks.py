@@ -15,12 +15,13 @@ from array import array
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
 from .. import native
 from .aggregate import apply_snapshots
 from .model import END_EXITED, device_kinds
-from .trace import C, Trace, host_of, layout
+from .trace import C, Trace, TraceDir, host_of, layout
 
 if TYPE_CHECKING:
     from .analysis import Analysis
@@ -616,6 +617,78 @@ def merged_sites(
             }
         )
     return out, max(0, len(rows) - top)
+
+
+# ---- separate runs are not one run ---------------------------------------------------------
+
+
+def separate_runs(td: TraceDir, folder: Path | None = None) -> str | None:
+    """Why the trace directories read together are separate runs rather than the ranks of one
+    (docs/ranks.md), or None: no process carries a rank variable, and two of them never ran at
+    the same time (as their launchers' wall clocks, else their traces', say). Read as one run,
+    they would make "one run of N ranks" with a peak and a budget none of them had."""
+    if len(td.dirs) < 2 or any(tag_of(t).rank is not None for t in td.traces):
+        return None
+    runs = td.runs + [{}] * (len(td.dirs) - len(td.runs))
+    spans = [
+        _span(run, [t for t in td.traces if t.source == str(d)]) for d, run in zip(td.dirs, runs)
+    ]
+    known = [(a, b) for a, b in spans if a is not None and b is not None]
+    if len(known) < 2 or max(a for a, _ in known) <= min(b for _, b in known):
+        return None  # all ran at one time (intervals that meet pairwise share a moment)
+    return _separate_message(td, runs, spans, folder)
+
+
+def _span(run: dict[str, Any], traces: list[Trace]) -> tuple[float | None, float | None]:
+    """(start, end) of one directory's run in wall-clock seconds: its launcher's (run.json),
+    else its traces' (their starts, and their ends when every one left one)."""
+    t0, t1 = run.get("start_time"), run.get("end_time")
+    if isinstance(t0, (int, float)) and isinstance(t1, (int, float)):
+        return float(t0), float(t1)
+    starts = [t.start_realtime_ns for t in traces if t.start_realtime_ns]
+    ends = []
+    for t in traces:
+        mono = t.end.ts_ns if t.end else t.exit_seen_ns
+        if not mono or not t.start_realtime_ns:
+            return (min(starts) / 1e9 if starts else None), None  # one still open: unknown
+        ends.append(t.start_realtime_ns + mono - t.start_monotonic_ns)
+    return (min(starts) / 1e9 if starts else None), (max(ends) / 1e9 if ends else None)
+
+
+def _separate_message(
+    td: TraceDir,
+    runs: list[dict[str, Any]],
+    spans: list[tuple[float | None, float | None]],
+    folder: Path | None,
+) -> str:
+    """The refusal: each run with its command and when it ran, and how to read them."""
+    import time
+
+    from ..units import shell_quote
+
+    names = [str(d) for d in td.dirs]
+    width = min(40, max(len(n) for n in names))
+    where = f"{folder} holds {len(names)}" if folder else f"these {len(names)}"
+    lines = [
+        f"{where} trace directories of separate runs, not the ranks of one run: no "
+        "process carries a rank variable (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK ...) and they "
+        "did not all run at the same time (docs/ranks.md):"
+    ]
+    for name, d, run, (a, b) in zip(names, td.dirs, runs, spans):
+        argv = run.get("argv") or next((t.argv for t in td.traces if t.source == str(d)), [])
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a)) if a is not None else "?"
+        took = f", {b - a:.1f} s" if a is not None and b is not None else ""
+        cmd = shell_quote(argv)
+        lines.append(
+            f"  {name:<{width}}  {when}{took}  {cmd[:60] + ('...' if len(cmd) > 60 else '')}"
+        )
+    q = shell_quote
+    lines += [
+        f"  one run:            cudatrace report {q([names[0]])}",
+        f"  two runs compared:  cudatrace diff {q([names[0], names[1]])}",
+        "  a sweep's runs:     cudatrace sweep --from DIR (the folder `cudatrace sweep` wrote)",
+    ]
+    return "\n".join(lines)
 
 
 def honest_peak(r: dict[Any, Any]) -> None:

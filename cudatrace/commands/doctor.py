@@ -10,7 +10,7 @@ from .options import Outputs
 from .params import ledger_dir_option
 
 
-@click.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.command(context_settings={"allow_interspersed_args": False})
 @Outputs.options("")
 @ledger_dir_option
 @click.argument("cmd", nargs=-1, type=click.UNPROCESSED)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import click
 
-from ..errors import CudatraceError, OptionError
+from ..errors import OptionError
 from .node_options import KubeAccess, NodeSetup
 from .options import option_group
 from .params import DeviceSize
@@ -29,6 +29,7 @@ class DraSettings(NamedTuple):
     reserve: int | None = None
     kubelet_dir: Path = Path("/var/lib/kubelet")
     resync: float = 30.0
+    health_listen: str | None = None
 
 
 @click.command()
@@ -74,6 +75,12 @@ class DraSettings(NamedTuple):
     metavar="SECONDS",
     help="Seconds between two passes over the claims' ledger directories and the slice.",
 )
+@click.option(
+    "--health-listen",
+    metavar="HOST:PORT",
+    help="Serve /healthz (the loop and both sockets answer: for a liveness probe) and /readyz "
+    "(registered, the slice published) over HTTP here. Default: not served.",
+)
 @option_group("dra", DraSettings, [])
 @click.option(
     "--print",
@@ -118,7 +125,12 @@ def dra_plugin(setup: NodeSetup, access: KubeAccess, dra: DraSettings, show: boo
     if show:
         click.echo(json.dumps(dra_mod.resource_slice(cfg, gpus), indent=2))
         return 0
-    return run_plugin(cfg, gpus, access, dra.resync)
+    health = None
+    if dra.health_listen:
+        from .metrics import parse_listen
+
+        health = parse_listen(dra.health_listen)
+    return run_plugin(cfg, gpus, access, dra.resync, health)
 
 
 def check_gpu_cdi(template: str) -> str:
@@ -139,11 +151,16 @@ def check_gpu_cdi(template: str) -> str:
     return template
 
 
-def run_plugin(cfg: PluginConfig, gpus: list[Gpu], access: KubeAccess, resync: float) -> int:
-    """Set up, publish the slice, serve until stopped."""
+def run_plugin(
+    cfg: PluginConfig,
+    gpus: list[Gpu],
+    access: KubeAccess,
+    resync: float,
+    health: tuple[str, int] | None = None,
+) -> int:
+    """Set up, serve until stopped (publishing the slice as soon as the API server takes it)."""
     from ..deploy import dra
     from ..deploy.dra_grpc import grpc_module, protos, serve
-    from ..deploy.kube import KubeError
 
     grpc_module()
     protos()
@@ -154,13 +171,5 @@ def run_plugin(cfg: PluginConfig, gpus: list[Gpu], access: KubeAccess, resync: f
     say(f"node {cfg.node}: offering {offered}; preload library {inst.lib}")
     if plugin.kube is None:
         say("no API server (--kubernetes): the ResourceSlice is not published (--print shows it)")
-    else:
-        try:
-            plugin.publish(replace=True)
-        except KubeError as e:
-            raise CudatraceError(f"cannot publish the ResourceSlice: {e}") from None
-        say(
-            f"published the ResourceSlice {dra.slice_name(cfg.node, cfg.driver)} (generation {plugin.generation})"
-        )
-    serve(plugin, resync, say)
+    serve(plugin, resync, say, health)
     return 0

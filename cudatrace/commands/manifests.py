@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import click
 
@@ -24,9 +24,63 @@ class Route(NamedTuple):
 
     dra: bool = False
     webhook: bool = True
+    replicas: int = 2
     tls_dir: Path | None = None
     kubelet_dir: str = "/var/lib/kubelet"
     gpu_cdi: str = "nvidia.com/gpu={index}"
+
+
+class Access(NamedTuple):
+    """Who may reach the pieces, how certificates are renewed, what the webhook does with a
+    review it cannot read (docs/kubernetes.md)."""
+
+    metrics_auth: str = "kubernetes"
+    scraper_namespaces: tuple[str, ...] = ()
+    webhook_on_error: str = "refuse"
+    renew_tls: bool = False
+    new_ca: bool = False
+
+    @classmethod
+    def options(cls) -> list[Any]:
+        return [
+            click.option(
+                "--metrics-auth",
+                type=click.Choice(["kubernetes", "none"]),
+                default="kubernetes",
+                show_default=True,
+                help="The node agents' metrics: kubernetes, over HTTPS to a bearer token the "
+                "API server says may get /metrics (bind cudatrace-metrics-reader to the "
+                "scraper); none, plain HTTP on the pod's IP (pair it with --scraper-namespace).",
+            ),
+            click.option(
+                "--scraper-namespace",
+                "scraper_namespaces",
+                metavar="NS",
+                multiple=True,
+                help="A NetworkPolicy: the agents admit only pods of NS (repeatable; where the "
+                "network plugin enforces policies).",
+            ),
+            click.option(
+                "--webhook-on-error",
+                type=click.Choice(["refuse", "allow"]),
+                default="refuse",
+                show_default=True,
+                help="A pod the webhook cannot read or reach: refuse it (failurePolicy Fail), "
+                "or admit it unfenced with a warning (failurePolicy Ignore).",
+            ),
+            click.option(
+                "--renew-tls",
+                is_flag=True,
+                help="Sign new certificates now with the kept CA (the caBundle stays the same). "
+                "Without it they are renewed within 30 days of their end.",
+            ),
+            click.option(
+                "--new-ca",
+                is_flag=True,
+                help="Make a new CA and certificates; the old CA stays in the caBundle until it "
+                "expires, so no pod is refused while the replicas take the new certificate.",
+            ),
+        ]
 
 
 @manifests.command()
@@ -35,8 +89,9 @@ class Route(NamedTuple):
 @click.option(
     "--tls-dir",
     type=click.Path(file_okay=False, path_type=Path),
-    help="The webhook's ca.crt, tls.crt and tls.key; made here (openssl) when missing. "
-    "Required with the webhook.",
+    help="The CA (ca.crt, ca.key) and the certificates of the webhook (tls.*) and of the "
+    "agents' metrics (metrics.*); made here (openssl) when missing, renewed within 30 days of "
+    "their end. Required with the webhook or --metrics-auth kubernetes.",
 )
 @click.option(
     "--budget",
@@ -90,15 +145,16 @@ class Route(NamedTuple):
     help="With --dra: the CDI device that gives a container an allocated GPU; '' for none.",
 )
 @option_group("route", Route, [])
+@option_group("access", Access, Access.options())
 def kubernetes(
     image: str,
     namespace: str,
     budgets: tuple[str, ...],
     groups: Path | None,
     runtime_class: str,
-    replicas: int,
     node_selector: str,
     route: Route,
+    access: Access,
 ) -> None:
     """The node agent (DaemonSet), the webhook (Deployment, Service, Secret), RBAC and the
     MutatingWebhookConfiguration, and with --dra the DRA driver (DeviceClass, the kubelet
@@ -120,14 +176,25 @@ def kubernetes(
         plan.read_groups(groups)
     if not route.webhook and not route.dra:
         raise OptionError("--no-webhook: give --dra (else the stream fences nothing)")
-    tls = None
-    if route.webhook:
-        if route.tls_dir is None:
-            raise OptionError(
-                "--tls-dir: the webhook's certificates are kept there (or --no-webhook)"
-            )
-        svc = f"{m.APP}-webhook"
-        tls = make_tls(route.tls_dir, [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc"])
+    tls = metrics_tls = None
+    if route.tls_dir is None and (route.webhook or access.metrics_auth == "kubernetes"):
+        raise OptionError(
+            "--tls-dir: the certificates of the webhook and of the agents' metrics are kept "
+            "there (or --no-webhook and --metrics-auth none)"
+        )
+    renew, new_ca = access.renew_tls, access.new_ca
+    for part, wanted in (("webhook", route.webhook), ("node", access.metrics_auth != "none")):
+        if not wanted or route.tls_dir is None:
+            continue
+        svc = f"{m.APP}-{part}"
+        names = [svc, f"{svc}.{namespace}", f"{svc}.{namespace}.svc"]
+        made = make_tls(route.tls_dir, names, name="tls" if part == "webhook" else "metrics",
+                        renew=renew or new_ca, new_ca=new_ca)  # fmt: skip
+        new_ca = False  # one new CA signs both
+        if part == "webhook":
+            tls = made
+        else:
+            metrics_tls = made
     cluster = m.Cluster(
         image=image,
         tls=tls,
@@ -135,13 +202,25 @@ def kubernetes(
         budgets=tuple(budgets),
         groups_text=groups.read_text() if groups is not None else None,
         runtime_class=runtime_class,
-        replicas=replicas,
+        replicas=route.replicas,
         node_selector=selector,
         dra=route.dra,
         kubelet_dir=route.kubelet_dir,
         gpu_cdi=check_gpu_cdi(route.gpu_cdi),
+        metrics_auth=access.metrics_auth,
+        metrics_tls=metrics_tls,
+        scraper_namespaces=tuple(_namespace(n) for n in access.scraper_namespaces),
+        webhook_on_error=access.webhook_on_error,
     )
     click.echo(m.yaml_stream(m.kubernetes(cluster)), nl=False)
+
+
+def _namespace(name: str) -> str:
+    import re
+
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?", name):
+        raise OptionError(f"--scraper-namespace {name!r}: not a namespace's name")
+    return name
 
 
 @manifests.command()

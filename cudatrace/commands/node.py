@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import os
 import socket
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import click
 
-from ..errors import CudatraceError
+from ..errors import CudatraceError, OptionError
 from ..stopping import stop_on_signals
 from .node_options import KubeAccess, NodeSetup
 from .options import option_group
@@ -64,15 +65,69 @@ class Watching(NamedTuple):
         ]
 
 
+class MetricsAccess(NamedTuple):
+    """Who may read the agent's metrics, and over what (docs/kubernetes.md, "Metrics and who
+    may read them")."""
+
+    listen: str = "127.0.0.1:9478"
+    metrics_auth: str = "none"
+    metrics_cert: Path | None = None
+    metrics_key: Path | None = None
+
+    @classmethod
+    def options(cls) -> list[Any]:
+        file = click.Path(dir_okay=False, exists=True, path_type=Path)
+        return [
+            click.option(
+                "--listen",
+                metavar="HOST:PORT",
+                default="127.0.0.1:9478",
+                show_default=True,
+                help="Where to serve /metrics, /healthz and /readyz (budgets name pids and "
+                "containers: loopback by default; the pod's IP in the DaemonSet).",
+            ),
+            click.option(
+                "--metrics-auth",
+                type=click.Choice(["none", "kubernetes"]),
+                default="none",
+                show_default=True,
+                help="kubernetes: a scrape's bearer token must be one the API server says may "
+                "get /metrics (TokenReview, SubjectAccessReview: as kube-rbac-proxy); needs "
+                "--metrics-cert. /healthz and /readyz stay open.",
+            ),
+            click.option(
+                "--metrics-cert",
+                metavar="FILE",
+                type=file,
+                help="Serve over HTTPS with this certificate (PEM; read again when it changes).",
+            ),
+            click.option("--metrics-key", metavar="FILE", type=file, help="Its key (PEM)."),
+        ]
+
+    def resolve(self, kube: Any, say: Any) -> tuple[Any, Any]:
+        """(the served certificate or None, the authorizer or None)."""
+        from ..deploy.kube import Authorizer
+        from ..deploy.tls import ServingCert
+
+        if (self.metrics_cert is None) != (self.metrics_key is None):
+            raise OptionError("--metrics-cert and --metrics-key go together")
+        if self.metrics_auth == "kubernetes":
+            if self.metrics_cert is None:
+                raise OptionError(
+                    "--metrics-auth kubernetes: give --metrics-cert and --metrics-key (a bearer "
+                    "token is never read over plain HTTP)"
+                )
+            if kube is None:
+                raise OptionError("--metrics-auth kubernetes: no API server (--kubernetes)")
+        tls = None
+        if self.metrics_cert is not None and self.metrics_key is not None:
+            tls = ServingCert(self.metrics_cert, self.metrics_key, say)
+        return tls, Authorizer(kube) if self.metrics_auth == "kubernetes" else None
+
+
 @click.command()
 @NodeSetup.options()
-@click.option(
-    "--listen",
-    metavar="HOST:PORT",
-    default="127.0.0.1:9478",
-    show_default=True,
-    help="Where to serve /metrics (budgets name pids and containers: loopback by default).",
-)
+@option_group("metrics", MetricsAccess, MetricsAccess.options())
 @click.option(
     "--interval",
     default=2.0,
@@ -88,7 +143,7 @@ class Watching(NamedTuple):
 )
 def node(
     setup: NodeSetup,
-    listen: str,
+    metrics: MetricsAccess,
     interval: float,
     access: KubeAccess,
     watching: Watching,
@@ -106,6 +161,7 @@ def node(
 
     if watching.as_json and not watching.once:
         raise click.UsageError("--json goes with --once")
+    listen = metrics.listen
     host, port = parse_listen(listen)
     try:
         import prometheus_client  # noqa: F401
@@ -137,6 +193,7 @@ def node(
     agent = Agent(cfg)
     if watching.once:
         return _once(agent, watching.as_json)
+    tls, authorizer = metrics.resolve(kube, agent.say)
     agent.prepare()
     try:
         with stop_on_signals():
@@ -145,6 +202,8 @@ def node(
                 host,
                 port,
                 lambda url: click.echo(f"cudatrace: serving metrics on {url}", err=True),
+                tls,
+                authorizer,
             )
     except OSError as e:
         raise CudatraceError(f"cannot listen on {listen}: {e.strerror or e}") from None

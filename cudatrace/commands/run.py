@@ -32,7 +32,10 @@ class Recording(NamedTuple):
         return "none" if self.no_trace else "aggregate" if self.aggregate else "full"
 
 
-RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+# CMD starts at the first word that is not an option (or after --), and whatever follows is
+# its own; an unknown option before it is a typo of ours (--simulatd, --budjet), said with
+# click's "did you mean", never run as the command
+RUN_CONTEXT = {"allow_interspersed_args": False}
 
 
 @click.command(cls=SizeWordCommand, context_settings=RUN_CONTEXT)
@@ -136,9 +139,12 @@ def _summarize(status: int, out: Path | None) -> None:
         click.echo(f"cudatrace: exit status {status} (--no-trace: nothing recorded)", err=True)
         return
     from ..present.summary import print_summary  # after the command has ended
+    from ..record.cudadrv import driver_library
 
     try:
-        print_summary(out, status, sys.stderr)
+        print_summary(out, status, sys.stderr, driver=driver_library)
+    except KeyboardInterrupt:  # Ctrl-C or SIGINT after CMD ended: the summary alone is cut
+        sys.stderr.write(f"\ncudatrace: summary interrupted; trace in {out}\n")
     except Exception as exc:
         sys.stderr.write(f"cudatrace: could not summarize the trace: {exc}\n")
 

@@ -51,7 +51,7 @@ def status(
     if reset:
         if not group:
             raise OptionError("status --reset needs a GROUP")
-        from ..record.ledger import reset_group
+        from ..record.ledger_status import reset_group
 
         click.echo(f"cudatrace: removed {reset_group(group)}")
         return 0

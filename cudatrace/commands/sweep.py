@@ -26,7 +26,10 @@ if TYPE_CHECKING:
     from ..sweep.knobs import Knob
     from ..sweep.runs import Plan
 
-RUN_CONTEXT = {"ignore_unknown_options": True, "allow_interspersed_args": False}
+# CMD starts at the first word that is not an option (or after --), and whatever follows is
+# its own; an unknown option before it is a typo of ours (--simulatd, --budjet), said with
+# click's "did you mean", never run as the command
+RUN_CONTEXT = {"allow_interspersed_args": False}
 
 
 @click.command(cls=SizeWordCommand, context_settings=RUN_CONTEXT)

@@ -3,12 +3,63 @@ cudatrace.dev/budget (docs/kubernetes.md)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 import click
 
 from ..errors import CudatraceError
 from ..stopping import stop_on_signals
+from .options import option_group
+
+
+class Serving(NamedTuple):
+    """How the webhook holds under load, and what it answers a review it cannot read."""
+
+    listen: str = "0.0.0.0:8443"
+    on_error: str = "refuse"
+    max_connections: int = 512
+    timeout: float = 10.0
+
+    @classmethod
+    def options(cls) -> list:
+        return [
+            click.option(
+                "--listen",
+                metavar="HOST:PORT",
+                default="0.0.0.0:8443",
+                show_default=True,
+                help="Where to serve HTTPS (the Service in front of it targets this port).",
+            ),
+            click.option(
+                "--on-error",
+                type=click.Choice(["refuse", "allow"]),
+                default="refuse",
+                show_default=True,
+                help="A review that cannot be read or fenced (a malformed pod, an error of the "
+                "webhook): refuse the pod with the reason, or allow it unfenced with a warning "
+                "that says why (fail-open; pair it with failurePolicy: Ignore).",
+            ),
+            click.option(
+                "--max-connections",
+                type=click.IntRange(8, 65536),
+                default=512,
+                show_default=True,
+                metavar="N",
+                help="Connections held at once; at the bound, the one waiting longest without "
+                "a whole request is closed.",
+            ),
+            click.option(
+                "--timeout",
+                type=click.FloatRange(0.1, 300),
+                default=10.0,
+                show_default=True,
+                metavar="SECONDS",
+                help="The most a connection may take to finish its TLS handshake, a request to "
+                "arrive whole once begun, and an answer to be read.",
+            ),
+        ]
 
 
 @click.command()
@@ -23,13 +74,6 @@ from ..stopping import stop_on_signals
     required=True,
     type=click.Path(dir_okay=False, exists=True, path_type=Path),
     help="Its private key (PEM).",
-)
-@click.option(
-    "--listen",
-    metavar="HOST:PORT",
-    default="0.0.0.0:8443",
-    show_default=True,
-    help="Where to serve HTTPS (the Service in front of it targets this port).",
 )
 @click.option(
     "--root",
@@ -67,23 +111,28 @@ from ..stopping import stop_on_signals
     help="file: /etc/ld.so.preload; env: LD_PRELOAD (sandboxed runtimes), after the "
     "container's own.",
 )
+@option_group("serving", Serving, Serving.options())
 def webhook(
     cert: Path,
     key: Path,
-    listen: str,
     root: str,
     shim_id: str | None,
     gpu_resources: tuple[str, ...],
     on_exceed: str,
     preload: str,
+    serving: Serving,
 ) -> int:
     """Serve the mutating admission webhook over HTTPS: POST /mutate takes an AdmissionReview
     (admission.k8s.io/v1) and answers with a JSONPatch that fences the GPU containers of pods
     annotated cudatrace.dev/budget: SIZE; GET /healthz."""
+    from ..deploy import admission
+    from ..deploy.httpserver import Limits, Server
     from ..deploy.install import shim_ident
-    from ..deploy.webhook import GPU_RESOURCES, WebhookConfig, make_server
+    from ..deploy.tls import ServingCert
+    from ..deploy.webhook import GPU_RESOURCES, WebhookConfig
     from .metrics import parse_listen
 
+    listen = serving.listen
     host, port = parse_listen(listen)
     cfg = WebhookConfig(
         root=root,
@@ -93,16 +142,33 @@ def webhook(
         preload=preload,
     )
     say = lambda line: click.echo(f"cudatrace webhook: {line}", err=True)
+    t = serving.timeout
+    limits = Limits(serving.max_connections, handshake=t, request=t, idle=max(60.0, t), write=t)
+    cert_files = ServingCert(cert, key, say)
+    server = Server(
+        host,
+        port,
+        admission.routes(cfg, serving.on_error, say),
+        limits,
+        tls=cert_files,
+        log=say,
+        error=lambda code, why: admission.status_response(code, f"cudatrace: {why}"),
+        name="webhook",
+    )
     try:
-        httpd = make_server(host, port, str(cert), str(key), cfg, say)
+        server.start()
     except OSError as e:
         raise CudatraceError(f"cannot serve on {listen}: {e.strerror or e}") from None
-    say(f"serving https://{listen}/mutate; pods mount {cfg.shim_dir}")
+    say(
+        f"serving https://{listen}/mutate ({cert.name} {cert_files.validity()}; on error: "
+        f"{serving.on_error}); pods mount {cfg.shim_dir}"
+    )
     try:
         with stop_on_signals():
-            httpd.serve_forever()
+            while True:
+                time.sleep(3600)
     except KeyboardInterrupt:
         pass
     finally:
-        httpd.server_close()
+        server.stop()
     return 0

@@ -18,15 +18,21 @@ docs/budgets.md) and keeps a node's side of it.
                namespaces (NVML reports host pids), denials, the watch (NVML against the
                ledgers), metrics with container and GPU labels
     kube       the Kubernetes API as the node agent and the DRA plugin use it (Events,
-               ResourceClaims, ResourceSlices), over HTTPS
+               ResourceClaims, ResourceSlices, token and access reviews), over HTTPS; answers
+               read as anything, retryable errors tried again
+    httpserver the services' one HTTP(S) server: handshakes on an event loop, deadlines, a
+               bound on connections, every unreadable request answered
     webhook    the mutating admission webhook (`cudatrace webhook`): pod annotation -> JSONPatch
+    admission  what `cudatrace webhook` serves: reviews read step by step, each failure
+               answered with its reason (--on-error)
     dra        the DRA kubelet plugin (`cudatrace dra-plugin`): the node's GPUs as a
                ResourceSlice, a claim's consumed memory as its containers' budget (a CDI spec
                per claim)
     dra_grpc   its gRPC services on unix sockets (the kubelet's DRA and plugin registration
                APIs: dra.proto, pluginregistration.proto) and their client
     manifests  Kubernetes manifests (the DRA driver's too), the systemd unit
-    tls        the webhook's TLS material
+    tls        the services' TLS material: a CA and its certificates, renewed and rotated;
+               served pairs read again when their files change
 
 May import the ground, the leaves, record/ and present/; nothing below imports it.
 """

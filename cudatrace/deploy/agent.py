@@ -6,7 +6,9 @@ the CDI specs. Then, every --interval seconds, one pass:
 
 - **ledgers**: every ledger some process on the node maps (procscan.py), wherever it lives (a
   group's host directory, a container's tmpfs, a pod's emptyDir), opened through the member's
-  own mapping;
+  own mapping and read with pread, never mapped (a ledger a tenant truncates, grows, garbles or
+  replaces is skipped, said once, and listed in what the metrics count as errors); the parts of
+  one group (one file per user in a shared directory) are published as one group;
 - **contexts**: a member in another pid namespace cannot find itself in NVML's list (NVML names
   host pids), so its CUDA context would count for nothing. The agent maps each such member to
   its host pid (the pid in its namespace and its start time, among the processes that map that
@@ -26,7 +28,13 @@ the CDI specs. Then, every --interval seconds, one pass:
   --enforce the process is stopped (enforce.py);
 - **groups gone**: the directory of a group no longer offered is removed once no member lives;
 - **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels
-  and the GPUs' `gpu` and `UUID`, the watch's, served as of the last pass.
+  and the GPUs' `gpu` and `UUID`, the watch's, served as of the last pass (httpserver.py: over
+  HTTPS with --metrics-cert, to whom the API server authorizes with --metrics-auth
+  kubernetes), beside /healthz (a pass finished lately: liveness) and /readyz (the first pass
+  is done: readiness).
+
+Events wait in a queue while the API server cannot take them (kube.EventQueue): tried again at
+later passes, after growing pauses.
 """
 
 from __future__ import annotations
@@ -45,7 +53,8 @@ from ..nvml import DeviceReading
 from ..record import watch as watch_mod
 from ..record.fence import unfenced_of
 from ..record.gpuview import Source
-from ..record.ledger import Ledger, LedgerError
+from ..record.ledger import Ledger, LedgerError, part_of
+from ..record.ledger_status import merge_parts
 from ..record_types import (
     LedgerMember,
     LedgerSnapshot,
@@ -58,8 +67,9 @@ from ..record_types import (
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
 from .enforce import GRACE_S, Enforcer, Stopping
+from .httpserver import Limits, Request, Response, Route, Server, text
 from .identity import Identities, Identity
-from .kube import Kube
+from .kube import EventQueue, Kube
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
 STATUS_FILE = "node-status.json"  # in --state: the last pass, for `cudatrace status --node`
@@ -106,6 +116,7 @@ class Tracked:
     denials: dict[tuple, int] = field(default_factory=dict)
     readings: dict[tuple, list[int]] = field(default_factory=dict)
     unmapped: dict[tuple, int] = field(default_factory=dict)  # passes a member went unmapped
+    unreadable: str | None = None  # why it could not be read at the last pass (said once)
 
 
 def _member_key(m: LedgerMember) -> tuple[int, int, int]:
@@ -117,6 +128,9 @@ def _known_figures(readings: list[DeviceReading] | None) -> dict[int, dict[int, 
     if readings is None:
         return None
     return {r.index: {p: b for p, b in (r.procs or {}).items() if b is not None} for r in readings}
+
+
+Parts = tuple[list["Tracked"], LedgerSnapshot]  # a group's parts (one ledger, most often), merged
 
 
 def _member_key_of(p: WatchProcess) -> tuple[str, int, int] | None:
@@ -138,8 +152,11 @@ class Agent:
         self.open_errors: dict[tuple[str, int], tuple[str, str]] = {}  # key -> (path, why)
         self.contexts_counted = 0
         self.passes = 0
+        self.pass_ended: float | None = None  # time.monotonic() at the end of the last pass
+        self.events = EventQueue(cfg.kube, self.say) if cfg.kube is not None else None
         self.watch = watch_mod.Watch(cfg.margin)
-        self.ids = Identities(cfg.kube, cfg.node, self.say, str(cfg.proc))
+        post = self.events.post if self.events is not None else None
+        self.ids = Identities(cfg.kube, cfg.node, self.say, str(cfg.proc), post)
         self.breaches: dict[tuple, WatchFinding] = {}  # said, while they last
         self.stopped: dict[tuple[str, str, str], int] = {}  # (gpu, UUID, kind) -> processes
         self.enforcer = (
@@ -181,6 +198,8 @@ class Agent:
     # ---- one pass ---------------------------------------------------------------------------
 
     def cycle(self) -> None:
+        if self.events is not None:
+            self.events.flush()
         self._reload()
         scan = procscan.scan(self.cfg.proc)
         self._track(scan)
@@ -188,11 +207,12 @@ class Agent:
         self._identify(scan, readings)
         nv = _known_figures(readings)
         out: list[LedgerSnapshot] = []
-        keyed: list[tuple[Tracked, LedgerSnapshot]] = []
+        keyed: list[tuple[list[Tracked], LedgerSnapshot]] = []  # a group's parts, merged
         errors: list[UnusableLedger] = [
             {"path": p, "error": e} for p, e in self.open_errors.values()
         ]
         labels_used: set[str] = set()
+        groups: dict[tuple, list[tuple[Tracked, LedgerSnapshot]]] = {}
         for _key, t in sorted(self.tracked.items(), key=lambda kv: kv[0]):
             try:
                 snap = t.ledger.snapshot()
@@ -200,12 +220,19 @@ class Agent:
                     snap = t.ledger.snapshot()
                 self._denials(t, snap)
             except LedgerError as e:
+                self._unreadable(t, str(e))
                 errors.append({"path": t.mapping.path, "error": str(e)})
                 continue
-            snap["label"] = self._label(snap, t, labels_used)
-            snap["member_labels"] = self._labels_of(t, snap)
+            if t.unreadable is not None:
+                self.say(f"the ledger {t.mapping.path} reads again")
+                t.unreadable = None
+            groups.setdefault(self._group_key(t, snap), []).append((t, snap))
+        for parts in groups.values():
+            labels = [self._labels_of(t, s) for t, s in parts]
+            snap = merge_parts([s for _, s in parts], labels)
+            snap["label"] = self._label(snap, parts[0][0], labels_used)
             out.append(snap)
-            keyed.append((t, snap))
+            keyed.append(([t for t, _ in parts], snap))
         self._report_unfenced(scan)
         rep = self._watch(keyed, readings)
         self._act(rep)
@@ -217,6 +244,7 @@ class Agent:
         with self._lock:
             self._published = {"ledgers": out, "errors": errors, "watch": rep,
                                "unfenced": unfenced_of(rep)}  # fmt: skip
+        self.pass_ended = time.monotonic()
         if not self.cfg.once:
             self._write_status()
 
@@ -244,6 +272,22 @@ class Agent:
             t.ledger.close()
         self.tracked.clear()
 
+    def _unreadable(self, t: Tracked, why: str) -> None:
+        """A ledger that cannot be read now (a tenant truncated, grew, garbled or replaced it):
+        skipped this pass, said once."""
+        if t.unreadable != why:
+            self.say(f"skipping the ledger {t.mapping.path}: {why}")
+        t.unreadable = why
+
+    @staticmethod
+    def _group_key(t: Tracked, snap: LedgerSnapshot) -> tuple:
+        """The parts of one group (a user's part, <group>@<uid>.ledger, in one directory of one
+        file system) share a key; any other ledger is its own."""
+        group, uid = part_of(Path(t.mapping.path))
+        if uid is None or group != snap["group"]:
+            return ("file", *t.mapping.key)
+        return ("group", t.mapping.key[0], os.path.dirname(t.mapping.path), group)
+
     def _track(self, scan: procscan.Scan) -> None:
         for key in list(self.tracked):
             if key not in scan.ledgers:
@@ -265,8 +309,8 @@ class Agent:
         ffi, lib = native.tools()
         why = "no process maps it any more"
         for _proc, link in m.links:
-            try:
-                fd = os.open(link, os.O_RDWR | os.O_CLOEXEC)
+            try:  # O_NONBLOCK: whatever the member mapped, opening it never waits
+                fd = os.open(link, os.O_RDWR | os.O_CLOEXEC | os.O_NONBLOCK)
             except OSError as e:
                 why = f"{link}: {e.strerror}"
                 continue
@@ -449,13 +493,11 @@ class Agent:
 
     # ---- the watch: NVML against the ledgers --------------------------------------------------
 
-    def _watch(
-        self, keyed: list[tuple[Tracked, LedgerSnapshot]], readings: list[DeviceReading] | None
-    ) -> WatchReport:
-        def source(t: Tracked, snap: LedgerSnapshot) -> Source:
-            return Source(snap, frozenset({t.mapping.key}))
+    def _watch(self, keyed: list[Parts], readings: list[DeviceReading] | None) -> WatchReport:
+        def source(ts: list[Tracked], snap: LedgerSnapshot) -> Source:
+            return Source(snap, frozenset(t.mapping.key for t in ts))
 
-        first = [source(t, s) for t, s in keyed]
+        first = [source(ts, s) for ts, s in keyed]
         reads = [0]
 
         def sources() -> list[Source]:
@@ -463,13 +505,13 @@ class Agent:
             if reads[0] == 1:
                 return first
             fresh = []
-            for t, snap in keyed:  # again, for the breaches' confirmation
+            for ts, snap in keyed:  # again, for the breaches' confirmation
                 try:
-                    again = t.ledger.snapshot()
+                    again = merge_parts([t.ledger.snapshot() for t in ts])
                 except LedgerError:
                     continue
                 again["label"] = snap["label"]
-                fresh.append(source(t, again))
+                fresh.append(source(ts, again))
             return fresh
 
         pending = self._pending(keyed)
@@ -483,19 +525,24 @@ class Agent:
                 self._describe(p)
         return rep
 
-    def _pending(self, keyed: list[tuple[Tracked, LedgerSnapshot]]) -> set[tuple[str, int, int]]:
+    @staticmethod
+    def _pending(keyed: list[Parts]) -> set[tuple[str, int, int]]:
         """(ledger label, slot, ordinal) of the members in other pid namespaces whose context
-        this agent counts and has not counted yet (two readings: _contexts)."""
+        this agent counts and has not counted yet (two readings: _contexts). A group of several
+        parts numbers part i's slot s i * CT_LEDGER_MAX_MEMBERS + s (merge_parts)."""
+        n = int(native.tools()[1].CT_LEDGER_MAX_MEMBERS)
         out = set()
-        for t, snap in keyed:
+        for ts, snap in keyed:
             for m in snap["members"]:
                 if m["state"] == "dead" or not m["other_pidns"]:
                     continue
+                part, slot = divmod(m["slot"], n) if len(ts) > 1 else (0, m["slot"])
+                t, key = ts[part], (slot, m["pid"], m["start_ticks"])
                 for dev in range(16):
                     row = m["devices"].get(dev)
                     if row is not None and row["context"]:
                         continue
-                    if len(t.readings.get((*_member_key(m), dev), [])) < 2:
+                    if len(t.readings.get((*key, dev), [])) < 2:
                         out.add((snap["label"], m["slot"], dev))
         return out
 
@@ -651,9 +698,57 @@ def _watch_families(agent: Agent) -> Iterator[Any]:
     yield ids
 
 
-def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> None:
-    """Serve the metrics on host:port and run the agent until interrupted."""
-    from prometheus_client import CollectorRegistry, start_http_server
+def health(agent: Agent) -> tuple[int, str]:
+    """/healthz: a pass finished within three intervals (30 s at least): else the agent is
+    stuck (a liveness probe restarts it)."""
+    if agent.pass_ended is None:
+        return 503, "no pass has finished yet"
+    late = time.monotonic() - agent.pass_ended
+    most = max(3 * agent.cfg.interval, 30.0)
+    if late > most:
+        return 503, f"no pass finished for {late:.0f} s (at most {most:.0f})"
+    return 200, "ok"
+
+
+def routes(agent: Agent, registry: Any, authorizer: Any = None) -> dict[str, Route]:
+    """/metrics (to whom authorizer allows, when one is given), /healthz, /readyz."""
+    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+    def metrics(req: Request) -> Response:
+        if authorizer is not None:
+            code, why = authorizer.check(req.headers.get("authorization", ""), req.path)
+            if code != 200:
+                agent.say(f"a scrape from {req.peer} refused: {why}")
+                extra = (("WWW-Authenticate", 'Bearer realm="cudatrace"'),) if code == 401 else ()
+                return Response(code, (why + "\n").encode(), headers=extra)
+        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+
+    def healthz(req: Request) -> Response:
+        return text(*health(agent))
+
+    def readyz(req: Request) -> Response:
+        if agent.pass_ended is None or agent.installed is None:
+            return text(503, "the first pass has not finished")
+        return text(200, "ok")
+
+    return {
+        "/metrics": Route(metrics),
+        "/healthz": Route(healthz, inline=True),
+        "/readyz": Route(readyz, inline=True),
+    }
+
+
+def serve(
+    agent: Agent,
+    host: str,
+    port: int,
+    ready: Callable[[str], None],
+    tls: Any = None,
+    authorizer: Any = None,
+) -> None:
+    """Serve the metrics on host:port and run the agent until interrupted. tls: a
+    tls.ServingCert (HTTPS); authorizer: a kube.Authorizer (who may read /metrics)."""
+    from prometheus_client import CollectorRegistry
 
     from ..present.metrics import Collector, Gpus
 
@@ -664,10 +759,15 @@ def serve(agent: Agent, host: str, port: int, ready: Callable[[str], None]) -> N
     reg.register(Collector(agent.published, gpus=gpus, member_labels=agent.member_labels))
     reg.register(node_collector(agent))
     agent.cycle()  # the first pass before the first scrape
-    start_http_server(port, addr=host, registry=reg)
-    ready(f"http://{host if ':' not in host else '[' + host + ']'}:{port}/metrics")
+    limits = Limits(connections=128, idle=120.0, workers=2)
+    server = Server(host, port, routes(agent, reg, authorizer), limits, tls=tls, log=agent.say,
+                    name="node-metrics")  # fmt: skip
+    server.start()
+    scheme = "https" if tls is not None else "http"
+    ready(f"{scheme}://{host if ':' not in host else '[' + host + ']'}:{server.address[1]}/metrics")
     stop = threading.Event()
     try:
         agent.run(stop)
     finally:
         stop.set()
+        server.stop()

@@ -248,19 +248,12 @@ def stale_group_dirs(state: Path, names: set[str]) -> list[Path]:
 
 
 def ledger_dir_idle(path: Path) -> bool:
-    """Whether a group's ledger directory can go: no ledger there, or one whose members are
-    all dead and that no process maps. Raises record.ledger.LedgerError when it cannot tell."""
-    from .. import native
-    from ..record.ledger import Ledger
+    """Whether a group's ledger directory can go: no process uses a ledger there (each user's
+    part of the group read, never mapped: record/ledger_status.py dir_idle). Raises
+    record.ledger.LedgerError when it cannot tell."""
+    from ..record.ledger_status import dir_idle
 
-    led_path = path / f"{path.name}.ledger"
-    if not led_path.exists():
-        return True
-    with Ledger.open(led_path) as led:
-        led.reclaim()
-        if any(m["state"] != "dead" for m in led.snapshot()["members"]):
-            return False
-        return bool(native.tools()[1].ct_ledger_in_use_by_anyone(led.h) != 1)
+    return dir_idle(path)
 
 
 def remove_group_dir(path: Path) -> None:

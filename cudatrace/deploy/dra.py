@@ -21,6 +21,37 @@ The kubelet plugin of the DRA driver `gpu.cudatrace.dev` (dra_grpc.py serves it)
   way);
 - NodeUnprepareResources: it removes the spec, and the claim's ledger directory once no member
   lives (sweep(), every --resync seconds, removes those kept for a member still alive).
+
+What it keeps on disk, which is all a restarted plugin reads back (docs/kubernetes.md, "What
+the plugin keeps on disk"):
+
+    <root>/shim/<id>/                    the preload library and its ld.so.preload, installed
+                                         versioned and atomically at start (install.py); the
+                                         specs point here; never removed by the plugin (the
+                                         node agent removes installs nobody uses)
+    <cdi dir>/<vendor>-claim-<uid>.json  a prepared claim's CDI spec (0644, written whole, by
+                                         rename); it is the plugin's record of which claims are
+                                         prepared: sweep() keeps a claim's directory while its
+                                         spec is there. /var/run/cdi is a tmpfs: gone with a
+                                         reboot, as the kubelet's preparation is
+    <state>/claims/<uid>/                a claim's ledger directory (1777: members of any uid),
+                                         mounted into the claim's containers; the members write
+                                         <uid>.ledger in it, the plugin reads nothing of it but
+                                         whether a member lives (the ledger's locks)
+    <kubelet dir>/plugins_registry/<driver>-reg.sock, <kubelet dir>/plugins/<driver>/dra.sock
+                                         the sockets (0600), made at start over a stale socket
+                                         (never over anything else), the registration's removed
+                                         first at a stop
+
+There is no checkpoint of prepared claims beside the specs: a NodePrepareResources asked again
+(after a restart, or by the kubelet's retry) reads the claim from the API server and writes the
+same spec; a NodeUnprepareResources needs the claim's uid alone. The ResourceSlice lives in the
+API server, its pool's generation one past the one there at each start.
+
+The API server's answers are read as anything (kube.need, check_claim): a claim answered without
+the fields read is tried again within the kubelet's call (3 tries, about a second), then refused
+with the field named; the slice is published again after growing pauses (1 s to 60 s) while it
+cannot be. The plugin never exits on an answer.
 """
 
 from __future__ import annotations
@@ -28,6 +59,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -37,7 +69,7 @@ from .. import settings
 from ..errors import CudatraceError
 from . import cdi
 from .install import Installed
-from .kube import Kube, KubeError
+from .kube import Backoff, Kube, KubeError, Retry, need
 from .plan import DEFAULT_ROOT, DEFAULT_STATE, VENDOR, Fence, PlanError, check_name
 
 DRIVER = "gpu.cudatrace.dev"  # the DRA driver: ResourceSlices, allocation results
@@ -273,6 +305,46 @@ def check_ref(ref: ClaimRef) -> ClaimRef:
     return ref
 
 
+def check_claim(obj: dict[str, Any]) -> None:
+    """A ResourceClaim as the API server answered it, as far as claim_plan reads it: a
+    retryable KubeError naming the first field that is not what it must be."""
+    w = "the ResourceClaim"
+
+    def present(*path: str) -> bool:
+        cur: Any = obj
+        for key in path:
+            if not isinstance(cur, dict) or cur.get(key) is None:
+                return False
+            cur = cur[key]
+        return True
+
+    need(obj, "metadata", "uid", what=w)
+    if present("metadata", "ownerReferences"):
+        refs = need(obj, "metadata", "ownerReferences", typ=list, what=w)
+        for i in range(len(refs)):
+            need(obj, "metadata", "ownerReferences", i, typ=dict, what=w)
+    if present("status"):
+        need(obj, "status", typ=dict, what=w)
+    if not present("status", "allocation") or not obj["status"]["allocation"]:
+        return  # not allocated: claim_plan says so
+    need(obj, "status", "allocation", typ=dict, what=w)
+    at = ("status", "allocation", "devices")
+    if not present(*at):
+        return
+    need(obj, *at, typ=dict, what=w)
+    if not present(*at, "results"):
+        return
+    for i in range(len(need(obj, *at, "results", typ=list, what=w))):
+        r = need(obj, *at, "results", i, typ=dict, what=w)
+        for key in ("request", "driver", "pool", "device"):
+            if key in r:
+                need(obj, *at, "results", i, key, what=w)
+        if r.get("consumedCapacity") is not None:
+            need(obj, *at, "results", i, "consumedCapacity", typ=dict, what=w)
+            if CAPACITY in r["consumedCapacity"]:
+                need(obj, *at, "results", i, "consumedCapacity", CAPACITY, typ=(str, int), what=w)
+
+
 def _owner_pod(meta: dict[str, Any]) -> tuple[str, str] | None:
     for o in meta.get("ownerReferences") or []:
         if o.get("kind") == "Pod" and o.get("apiVersion") == "v1" and o.get("controller"):
@@ -358,6 +430,14 @@ def prepared(plan: ClaimPlan, cfg: PluginConfig) -> Prepared:
     return Prepared(tuple(out))
 
 
+def _generation(slice_: dict[str, Any] | None) -> int:
+    """The pool generation of a ResourceSlice as the API server has it (0: none readable)."""
+    spec = (slice_ or {}).get("spec")
+    pool = spec.get("pool") if isinstance(spec, dict) else None
+    gen = pool.get("generation") if isinstance(pool, dict) else None
+    return gen if isinstance(gen, int) and not isinstance(gen, bool) else 0
+
+
 # ---- the plugin --------------------------------------------------------------------------------
 
 
@@ -374,6 +454,11 @@ class Plugin:
     inst: Installed | None = None
     generation: int = 0
     registered: str = ""  # what the kubelet said of the registration, once it has
+    published: bool = False  # the ResourceSlice is the one this plugin wrote
+    publishes: int = 0
+    next_publish: float = 0.0
+    backoff: Backoff = field(default_factory=Backoff)
+    last_pass: float = field(default_factory=time.monotonic)  # the loop's, for its health
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def setup(self) -> Installed:
@@ -392,11 +477,15 @@ class Plugin:
     # ---- the claims -----------------------------------------------------------------------
 
     def read_claim(self, ref: ClaimRef) -> dict[str, Any]:
+        """The claim, as the API server has it now: an answer that fails or is not a claim as
+        read is tried again (3 tries in about a second, within the kubelet's call), then
+        refused with the reason (the kubelet asks again later)."""
         if self.kube is None:
             raise DraError(f"claim {ref}: no API server to read it from (--kubernetes off)")
         path = f"{RESOURCE_API}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
+        retry = Retry(attempts=3, first=0.25, say=lambda line: self.say(f"claim {ref}: {line}"))
         try:
-            return self.kube.request("GET", path)
+            return self.kube.request("GET", path, retry=retry, check=check_claim)
         except KubeError as e:
             raise DraError(f"claim {ref}: {e}") from None
 
@@ -490,8 +579,9 @@ class Plugin:
         """The node as the slice's owner (the slice goes when the node does), when readable."""
         assert self.kube is not None
         try:
-            uid = self.kube.request("GET", f"/api/v1/nodes/{self.cfg.node}")["metadata"]["uid"]
-        except (KubeError, KeyError, TypeError) as e:
+            node = self.kube.request("GET", f"/api/v1/nodes/{self.cfg.node}")
+            uid = need(node, "metadata", "uid", what=f"node {self.cfg.node}")
+        except KubeError as e:
             self.say(f"the ResourceSlice has no owner (cannot read node {self.cfg.node}: {e})")
             return None
         return {"apiVersion": "v1", "kind": "Node", "name": self.cfg.node, "uid": uid,
@@ -505,6 +595,7 @@ class Plugin:
             return None
         name = slice_name(self.cfg.node, self.cfg.driver)
         path = f"{RESOURCE_API}/resourceslices"
+        what = f"the ResourceSlice {name}"
         try:
             cur: dict[str, Any] | None = self.kube.request("GET", f"{path}/{name}")
         except KubeError as e:
@@ -513,12 +604,38 @@ class Plugin:
             cur = None
         if cur is not None and not replace:
             return None
-        gen = int(((cur or {}).get("spec") or {}).get("pool", {}).get("generation", 0)) + 1
-        self.generation = max(gen, self.generation + 1)
+        version = need(cur, "metadata", "resourceVersion", what=what) if cur is not None else ""
+        self.generation = max(_generation(cur), self.generation) + 1
         obj = resource_slice(self.cfg, self.gpus, self.generation, self._owner())
         if cur is None:
             self.kube.request("POST", path, obj)
         else:
-            obj["metadata"]["resourceVersion"] = cur["metadata"]["resourceVersion"]
+            obj["metadata"]["resourceVersion"] = version
             self.kube.request("PUT", f"{path}/{name}", obj)
         return obj
+
+    def keep_published(self, resync: float) -> float:
+        """One pass over the ResourceSlice: published (the first time, or after a failure, over
+        the one there; else only when the kubelet removed it), or why not said and tried again
+        after a pause that grows (1 s to 60 s). Returns the seconds until the next pass."""
+        if self.kube is None:
+            return resync
+        now = time.monotonic()
+        if now < self.next_publish:
+            return min(resync, self.next_publish - now)
+        name = slice_name(self.cfg.node, self.cfg.driver)
+        try:
+            obj = self.publish(replace=not self.published)
+        except (KubeError, DraError) as e:
+            pause = self.backoff.failed()
+            self.next_publish = now + pause
+            self.published = False
+            self.say(f"cannot publish the ResourceSlice {name}: {e}; trying again in {pause:g} s")
+            return min(resync, pause)
+        if obj is not None:
+            again = " again" if self.backoff.failures or self.publishes else ""
+            self.say(f"published the ResourceSlice {name}{again} (generation {self.generation})")
+            self.publishes += 1
+        self.backoff.ok()
+        self.published = True
+        return resync

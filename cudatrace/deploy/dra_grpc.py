@@ -22,6 +22,7 @@ import os
 import signal
 import stat
 import threading
+import time
 from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +30,8 @@ from typing import Any, Callable
 from ..errors import CudatraceError
 from ..protodesc import Proto, load
 from .dra import ClaimRef, DraError, Plugin, Prepared
+from .httpserver import Limits, Request, Response, Route, text
+from .httpserver import Server as HttpServer
 
 PLUGIN_TYPE = "DRAPlugin"  # pluginregistration's type of a DRA plugin
 SERVICES = {  # what the registration lists -> the gRPC service's full name
@@ -211,31 +214,107 @@ class Server:
         self.servers.clear()
 
 
-def serve(plugin: Plugin, resync: float, ready: Callable[[str], None]) -> None:
-    """Serve until SIGTERM or SIGINT; every resync seconds, sweep the claims' directories and
-    make the ResourceSlice again if the kubelet removed it."""
-    from .kube import KubeError
-
+def serve(
+    plugin: Plugin,
+    resync: float,
+    ready: Callable[[str], None],
+    health: tuple[str, int] | None = None,
+) -> None:
+    """Serve until SIGTERM or SIGINT: publish the ResourceSlice (again after a pause that
+    grows while it cannot be), then every resync seconds sweep the claims' directories and make
+    the slice again if the kubelet removed it. health: where to serve /healthz and /readyz."""
     server = Server(plugin, plugin.say)
     stop = threading.Event()
     old = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     old_int = signal.signal(signal.SIGINT, signal.default_int_handler)  # even if inherited ignored
+    probes = None
     try:
         server.start()
+        wait = plugin.keep_published(resync)
+        if health is not None:
+            probes = health_server(plugin, resync, *health)
         ready(f"serving {plugin.cfg.driver} on {plugin.cfg.socket}")
-        while not stop.wait(resync):
-            plugin.sweep()
-            try:
-                if plugin.publish(replace=False) is not None:
-                    plugin.say("the ResourceSlice was gone: published it again")
-            except (KubeError, DraError) as e:
-                plugin.say(f"cannot publish the ResourceSlice: {e}")
+        while not stop.wait(wait):
+            wait = one_pass(plugin, resync)
     except KeyboardInterrupt:
         pass
     finally:
+        if probes is not None:
+            probes.stop()
         server.stop()
         signal.signal(signal.SIGTERM, old)
         signal.signal(signal.SIGINT, old_int)
+
+
+def one_pass(plugin: Plugin, resync: float) -> float:
+    """A pass of the loop; the seconds until the next. What fails is said, never raised: the
+    plugin goes on serving the kubelet."""
+    plugin.last_pass = time.monotonic()
+    try:
+        plugin.sweep()
+    except Exception as e:  # a pass that meets the unforeseen: said, tried at the next
+        plugin.say(f"the pass over the claims' directories failed: {type(e).__name__}: {e}")
+    try:
+        return plugin.keep_published(resync)
+    except Exception as e:
+        plugin.say(f"the pass over the ResourceSlice failed: {type(e).__name__}: {e}")
+        return resync
+
+
+# ---- health -----------------------------------------------------------------------------------
+
+
+def check_sockets(plugin: Plugin, timeout: float = 2.0) -> str:
+    """'' when both sockets answer as the kubelet would call them, else why not."""
+    grpc = grpc_module()
+    cfg = plugin.cfg
+    for path, call in (
+        (cfg.registration_socket, lambda c: c.get_info()),
+        (cfg.socket, lambda c: c.prepare([])),
+    ):
+        client = Client(path, timeout=timeout)
+        try:
+            call(client)
+        except grpc.RpcError as e:
+            return f"{path} does not answer: {e.code().name}"
+        finally:
+            client.close()
+    return ""
+
+
+def health_routes(plugin: Plugin, resync: float) -> dict[str, Route]:
+    """/healthz: the loop made a pass lately and both sockets answer (liveness: else the
+    plugin is stuck, restart it); /readyz: the kubelet registered the plugin and its
+    ResourceSlice is published (readiness)."""
+
+    def healthz(req: Request) -> Response:
+        late = time.monotonic() - plugin.last_pass
+        if late > 2 * resync + 30:
+            return text(503, f"the plugin's loop made no pass for {late:.0f} s")
+        why = check_sockets(plugin)
+        return text(503, why) if why else text(200, "ok")
+
+    def readyz(req: Request) -> Response:
+        if plugin.registered != "registered":
+            return text(
+                503, f"the kubelet has not registered the plugin ({plugin.registered or 'not yet'})"
+            )
+        if plugin.kube is not None and not plugin.published:
+            return text(503, "the ResourceSlice is not published")
+        return text(200, "ok")
+
+    return {"/healthz": Route(healthz), "/readyz": Route(readyz, inline=True)}
+
+
+def health_server(plugin: Plugin, resync: float, host: str, port: int) -> HttpServer:
+    server = HttpServer(host, port, health_routes(plugin, resync), Limits(connections=64, workers=2),
+                        log=plugin.say, name="dra-health")  # fmt: skip
+    try:
+        server.start()
+    except OSError as e:
+        raise DraError(f"cannot serve health on {host}:{port}: {e.strerror or e}") from None
+    plugin.say(f"health on http://{host}:{server.address[1]}/healthz and /readyz")
+    return server
 
 
 class Client:

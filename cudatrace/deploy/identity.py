@@ -194,8 +194,16 @@ class Identities:
     """The identities of a pass (`refresh`), and what is told of a process (`tell`): said on
     stderr, and sent as an Event of its pod where the API server verified it."""
 
-    def __init__(self, kube: Kube | None, node: str, say: Callable[[str], None], proc: str):
-        self.kube, self.node, self.say, self.proc = kube, node, say, proc
+    def __init__(
+        self,
+        kube: Kube | None,
+        node: str,
+        say: Callable[[str], None],
+        proc: str,
+        post: Callable[[dict], None] | None = None,
+    ):
+        """post: how an Event goes out (the agent's kube.EventQueue; default: posted now)."""
+        self.kube, self.node, self.say, self.proc, self.post = kube, node, say, proc, post
         self.index = PodIndex(kube, node, say) if kube is not None else None
         self.now: dict[int, Identity] = {}  # host pid -> identity, this pass
         self._since: dict[tuple[int, int], float] = {}  # (pid, start) -> first seen unverified
@@ -259,6 +267,9 @@ class Identities:
         ref = ident.ref
         ev = pod_event(PodContainer(ref.namespace, ref.pod, ref.container, ref.uid), reason,
                        message, self.node, count=count)  # fmt: skip
+        if self.post is not None:
+            self.post(ev)
+            return
         try:
             self.kube.post_event(ev)
         except KubeError as e:

@@ -1,28 +1,43 @@
 """What a cluster or a host needs to run cudatrace's container pieces, written out
 (`cudatrace manifests kubernetes|systemd`):
 
-Kubernetes (a YAML stream; each document is JSON, which YAML reads as it is):
+Kubernetes (a YAML stream; each document is JSON, which YAML reads as it is; the streams of
+tests/golden/manifests/ are these objects as a reviewer sees them):
   Namespace            labelled for the privileged Pod Security level (the node agent is)
-  ServiceAccount, ClusterRole, ClusterRoleBinding   the node agent may create Events and list
-                       pods (it asks for its node's, to verify who runs there), no more
+  ServiceAccount, ClusterRole, ClusterRoleBinding   the node agent may create Events, list
+                       pods (it asks for its node's, to verify who runs there) and (with
+                       its metrics authorized) review tokens and access, no more
+  ClusterRole          cudatrace-metrics-reader: get /metrics, for the operator to bind to the
+                       scraper's ServiceAccount (metrics authorized)
   ConfigMap            the groups config, when one is given
-  DaemonSet            `cudatrace node` on each GPU node: host pid namespace (it maps members
-                       in containers to host pids and reads their mappings), privileged
-                       (/proc/<pid>/map_files), the install root, state and CDI directories
-                       from the host, NVML through the NVIDIA runtime class
+  Secret               the agent's metrics certificate (metrics authorized)
+  DaemonSet            `cudatrace node` on each GPU node, system-node-critical: host pid
+                       namespace (it maps members in containers to host pids and reads their
+                       mappings), privileged (/proc/<pid>/map_files), the install root, state
+                       and CDI directories from the host, NVML through the NVIDIA runtime
+                       class; metrics on the pod's IP, HTTPS and authorized by the API server
+                       unless --metrics-auth none; liveness /healthz, readiness /readyz
+  Service              cudatrace-node, headless: the agents' metrics (the name in their
+                       certificate, a ServiceMonitor's target)
+  NetworkPolicy        with --scraper-namespace: the agents admit only those namespaces
   ServiceAccount       the webhook's, without a token (it calls no API; --no-webhook: none
                        of the webhook's objects)
-  Secret, Deployment, Service   `cudatrace webhook` over HTTPS, non-root, read-only
+  Secret, Deployment, Service   `cudatrace webhook` over HTTPS, non-root, read-only, spread
+                       over nodes, system-cluster-critical, liveness and readiness /healthz
+  PodDisruptionBudget  at most one webhook replica down by a drain
   MutatingWebhookConfiguration  pods on CREATE, only those annotated cudatrace.dev/budget
                        (matchConditions), failurePolicy Fail: such a pod is fenced or refused
+                       (--webhook-on-error allow: Ignore, the webhook admitting with a warning)
 
   DRA (--dra, before the webhook's; Kubernetes 1.34 or later, consumable capacity beta in 1.36):
   DeviceClass          gpu-memory.cudatrace.dev: the devices of the driver gpu.cudatrace.dev
   ServiceAccount, ClusterRole, ClusterRoleBinding   the plugin may read ResourceClaims and
                        Nodes and write ResourceSlices, no more
-  DaemonSet            `cudatrace dra-plugin` on each GPU node: its sockets in the kubelet's
-                       plugins_registry and plugins/<driver> directories, the install root,
-                       state and CDI directories from the host, NVML through the runtime class
+  DaemonSet            `cudatrace dra-plugin` on each GPU node, system-node-critical: its
+                       sockets in the kubelet's plugins_registry and plugins/<driver>
+                       directories, the install root, state and CDI directories from the
+                       host, NVML through the runtime class; liveness /healthz (its loop and
+                       both sockets answer), readiness /readyz (registered, slice published)
 
 systemd: a unit that runs `cudatrace node` on a host with Podman, Docker or containerd.
 """
@@ -42,9 +57,14 @@ from .webhook import ANN_BUDGET
 
 APP = "cudatrace"
 METRICS_PORT = 9478
+DRA_HEALTH_PORT = 9479
 WEBHOOK_PORT = 8443
 CDI_DIR = "/var/run/cdi"
 GROUPS_MOUNT = "/etc/cudatrace"
+TLS_MOUNT = "/tls"
+NODE_CRITICAL = "system-node-critical"  # the node's own daemons: evicted last, scheduled first
+CLUSTER_CRITICAL = "system-cluster-critical"  # the webhook: pods are refused while it is away
+POD_IP = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
 def _b64(path: Path) -> str:
@@ -58,23 +78,35 @@ def _meta(name: str, ns: str | None, **labels: str) -> dict:
     return m
 
 
-def _rbac(ns: str) -> list[dict]:
+def _rbac(ns: str, reviews: bool) -> list[dict]:
+    """The agent's ServiceAccount and role; reviews: it may review tokens and access (the
+    metrics authorized), and the role an operator binds to whoever scrapes."""
+    rules: list[dict] = [
+        {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        # identities (identity.py): this node's pods, by fieldSelector spec.nodeName
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
+    ]
+    if reviews:
+        rules += [
+            {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+             "verbs": ["create"]},
+            {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+             "verbs": ["create"]},
+        ]  # fmt: skip
+    reader = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": _meta(f"{APP}-metrics-reader", None),
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(f"{APP}-node", ns)},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
             "metadata": _meta(f"{APP}-node", None),
-            "rules": [
-                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-                {
-                    "apiGroups": ["events.k8s.io"],
-                    "resources": ["events"],
-                    "verbs": ["create", "patch"],
-                },
-                # identities (identity.py): this node's pods, by fieldSelector spec.nodeName
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
-            ],
+            "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -87,6 +119,7 @@ def _rbac(ns: str) -> list[dict]:
             },
             "subjects": [{"kind": "ServiceAccount", "name": f"{APP}-node", "namespace": ns}],
         },
+        *([reader] if reviews else []),
     ]
 
 
@@ -94,17 +127,22 @@ def _host_dir(name: str, path: str) -> dict:
     return {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
 
 
-def daemonset(
-    ns: str,
-    image: str,
-    budgets: tuple[str, ...],
-    groups: bool,
-    runtime_class: str,
-    node_selector: dict[str, str],
-) -> dict:
-    args = ["node", "--root", DEFAULT_ROOT, "--state", DEFAULT_STATE, "--cdi-dir", CDI_DIR,
-            "--listen", f"0.0.0.0:{METRICS_PORT}"]  # fmt: skip
-    for b in budgets:
+def _probe(path: str, port: int | str, scheme: str, period: int = 10, delay: int = 0) -> dict:
+    probe: dict = {
+        "httpGet": {"path": path, "port": port, "scheme": scheme},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": 3,
+    }
+    if delay:
+        probe["initialDelaySeconds"] = delay
+    return probe
+
+
+def _agent_volumes(c: Cluster) -> tuple[list[str], list[dict], list[dict]]:
+    """(the agent's arguments past its directories, its mounts, its volumes)."""
+    args: list[str] = []
+    for b in c.budgets:
         args += ["--budget", b]
     mounts: list[dict] = [
         {"name": "root", "mountPath": DEFAULT_ROOT},
@@ -116,19 +154,36 @@ def daemonset(
         _host_dir("state", DEFAULT_STATE),
         _host_dir("cdi", CDI_DIR),
     ]
-    if groups:
+    if c.groups_text is not None:
         args += ["--groups", f"{GROUPS_MOUNT}/groups.conf"]
         mounts.append({"name": "groups", "mountPath": GROUPS_MOUNT, "readOnly": True})
         volumes.append({"name": "groups", "configMap": {"name": f"{APP}-groups"}})
+    if c.metrics_tls is not None:
+        args += ["--metrics-cert", f"{TLS_MOUNT}/tls.crt", "--metrics-key", f"{TLS_MOUNT}/tls.key"]
+        mounts.append({"name": "tls", "mountPath": TLS_MOUNT, "readOnly": True})
+        volumes.append({"name": "tls", "secret": {"secretName": f"{APP}-node-metrics-tls"}})
+    if c.metrics_auth == "kubernetes":
+        args += ["--metrics-auth", "kubernetes"]
+    return args, mounts, volumes
+
+
+def daemonset(c: Cluster) -> dict:
+    """`cudatrace node` on each GPU node: its metrics on the pod's IP (HTTPS and authorized
+    unless --metrics-auth none), its health for the kubelet's probes."""
+    more, mounts, volumes = _agent_volumes(c)
+    args = ["node", "--root", DEFAULT_ROOT, "--state", DEFAULT_STATE, "--cdi-dir", CDI_DIR,
+            "--listen", f"$(POD_IP):{METRICS_PORT}", *more]  # fmt: skip
+    scheme = "HTTPS" if c.metrics_tls is not None else "HTTP"
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "node"}
     pod: dict = {
         "serviceAccountName": f"{APP}-node",
+        "priorityClassName": NODE_CRITICAL,
         "hostPID": True,
         "tolerations": [{"operator": "Exists"}],
         "containers": [
             {
                 "name": "node",
-                "image": image,
+                "image": c.image,
                 "command": ["cudatrace"],
                 "args": args,
                 "env": [
@@ -136,10 +191,13 @@ def daemonset(
                         "name": "NODE_NAME",
                         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
                     },
+                    POD_IP,
                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
                     {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
                 ],
                 "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
+                "livenessProbe": _probe("/healthz", "metrics", scheme, delay=30),
+                "readinessProbe": _probe("/readyz", "metrics", scheme),
                 "securityContext": {"privileged": True},
                 "resources": {
                     "requests": {"cpu": "50m", "memory": "64Mi"},
@@ -150,32 +208,91 @@ def daemonset(
         ],
         "volumes": volumes,
     }
-    if runtime_class:
-        pod["runtimeClassName"] = runtime_class
-    if node_selector:
-        pod["nodeSelector"] = node_selector
+    if c.runtime_class:
+        pod["runtimeClassName"] = c.runtime_class
+    if c.node_selector:
+        pod["nodeSelector"] = c.node_selector
+    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
+              "prometheus.io/scheme": scheme.lower()}  # fmt: skip
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": _meta(f"{APP}-node", ns, **{"app.kubernetes.io/component": "node"}),
+        "metadata": _meta(f"{APP}-node", c.namespace, **{"app.kubernetes.io/component": "node"}),
         "spec": {
             "selector": {"matchLabels": labels},
             "updateStrategy": {"type": "RollingUpdate"},
-            "template": {
-                "metadata": {
-                    "labels": labels,
-                    "annotations": {
-                        "prometheus.io/scrape": "true",
-                        "prometheus.io/port": str(METRICS_PORT),
-                    },
-                },
-                "spec": pod,
-            },
+            "template": {"metadata": {"labels": labels, "annotations": scrape}, "spec": pod},
         },
     }
 
 
-def _webhook_objects(ns: str, image: str, tls: dict[str, Path], replicas: int) -> list[dict]:
+def _agent_access(c: Cluster) -> list[dict]:
+    """The agents' metrics: their certificate, a headless Service (the certificate's name, a
+    ServiceMonitor's target), and with --scraper-namespace a NetworkPolicy admitting only those
+    namespaces."""
+    labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "node"}
+    out: list[dict] = []
+    if c.metrics_tls is not None:
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": _meta(f"{APP}-node-metrics-tls", c.namespace),
+                "type": "kubernetes.io/tls",
+                "data": {
+                    "tls.crt": _b64(c.metrics_tls["metrics.crt"]),
+                    "tls.key": _b64(c.metrics_tls["metrics.key"]),
+                },
+            }  # fmt: skip
+        )
+    out.append(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(f"{APP}-node", c.namespace),
+            "spec": {
+                "clusterIP": "None",
+                "selector": labels,
+                "ports": [{"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics"}],
+            },
+        }
+    )
+    if c.scraper_namespaces:
+        out.append(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "NetworkPolicy",
+                "metadata": _meta(f"{APP}-node-metrics", c.namespace),
+                "spec": {
+                    "podSelector": {"matchLabels": labels},
+                    "policyTypes": ["Ingress"],
+                    "ingress": [
+                        {
+                            "from": [
+                                {
+                                    "namespaceSelector": {
+                                        "matchExpressions": [
+                                            {
+                                                "key": "kubernetes.io/metadata.name",
+                                                "operator": "In",
+                                                "values": list(c.scraper_namespaces),
+                                            }
+                                        ]
+                                    }
+                                }
+                            ],
+                            "ports": [{"protocol": "TCP", "port": METRICS_PORT}],
+                        }
+                    ],
+                },
+            }  # fmt: skip
+        )
+    return out
+
+
+def _webhook_objects(c: Cluster) -> list[dict]:
+    assert c.tls is not None
+    ns, image, tls, replicas = c.namespace, c.image, c.tls, c.replicas
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "webhook"}
     name = f"{APP}-webhook"
     secure = {
@@ -200,11 +317,12 @@ def _webhook_objects(ns: str, image: str, tls: dict[str, Path], replicas: int) -
             f"0.0.0.0:{WEBHOOK_PORT}",
             "--root",
             DEFAULT_ROOT,
+            "--on-error",
+            c.webhook_on_error,
         ],  # fmt: skip
         "ports": [{"name": "https", "containerPort": WEBHOOK_PORT}],
-        "readinessProbe": {
-            "httpGet": {"path": "/healthz", "port": WEBHOOK_PORT, "scheme": "HTTPS"}
-        },
+        "livenessProbe": _probe("/healthz", "https", "HTTPS", delay=5),
+        "readinessProbe": _probe("/healthz", "https", "HTTPS", period=5),
         "securityContext": secure,
         "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}},
         "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": True}],
@@ -235,6 +353,15 @@ def _webhook_objects(ns: str, image: str, tls: dict[str, Path], replicas: int) -
                     "spec": {
                         "serviceAccountName": name,
                         "automountServiceAccountToken": False,
+                        "priorityClassName": CLUSTER_CRITICAL,
+                        "topologySpreadConstraints": [
+                            {
+                                "maxSkew": 1,
+                                "topologyKey": "kubernetes.io/hostname",
+                                "whenUnsatisfiable": "ScheduleAnyway",
+                                "labelSelector": {"matchLabels": labels},
+                            }
+                        ],
                         "containers": [container],
                         "volumes": [{"name": "tls", "secret": {"secretName": f"{name}-tls"}}],
                     },
@@ -250,13 +377,20 @@ def _webhook_objects(ns: str, image: str, tls: dict[str, Path], replicas: int) -
                 "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
             },
         },
-        _webhook_configuration(ns, name, tls),
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(name, ns),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+        },
+        _webhook_configuration(ns, name, tls, c.webhook_on_error),
     ]
 
 
-def _webhook_configuration(ns: str, name: str, tls: dict[str, Path]) -> dict:
+def _webhook_configuration(ns: str, name: str, tls: dict[str, Path], on_error: str) -> dict:
     """Pods on CREATE, those annotated cudatrace.dev/budget only, to the webhook's Service;
-    failurePolicy Fail: such a pod is fenced or refused, never admitted unfenced."""
+    failurePolicy Fail: such a pod is fenced or refused, never admitted unfenced (on_error
+    allow: Ignore, as the webhook admits what it cannot read)."""
     return {
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "MutatingWebhookConfiguration",
@@ -295,7 +429,7 @@ def _webhook_configuration(ns: str, name: str, tls: dict[str, Path]) -> dict:
                 },
                 "admissionReviewVersions": ["v1"],
                 "sideEffects": "None",
-                "failurePolicy": "Fail",
+                "failurePolicy": "Ignore" if on_error == "allow" else "Fail",
                 "reinvocationPolicy": "Never",
                 "timeoutSeconds": 5,
             }
@@ -319,6 +453,10 @@ class Cluster:
     dra: bool = False
     kubelet_dir: str = dra_api.KUBELET_DIR
     gpu_cdi: str = dra_api.GPU_CDI
+    metrics_auth: str = "kubernetes"  # or "none"
+    metrics_tls: dict[str, Path] | None = None  # ca.crt, metrics.crt, metrics.key
+    scraper_namespaces: tuple[str, ...] = ()
+    webhook_on_error: str = "refuse"
 
 
 def kubernetes(c: Cluster) -> list[dict]:
@@ -332,7 +470,7 @@ def kubernetes(c: Cluster) -> list[dict]:
             ),
         }
     ]
-    docs += _rbac(c.namespace)
+    docs += _rbac(c.namespace, c.metrics_auth == "kubernetes")
     if c.groups_text is not None:
         docs.append(
             {
@@ -342,20 +480,14 @@ def kubernetes(c: Cluster) -> list[dict]:
                 "data": {"groups.conf": c.groups_text},
             }
         )
-    docs.append(
-        daemonset(
-            c.namespace,
-            c.image,
-            c.budgets,
-            c.groups_text is not None,
-            c.runtime_class,
-            c.node_selector,
-        )
-    )
+    access = _agent_access(c)
+    docs += [d for d in access if d["kind"] == "Secret"]  # before the pods that mount it
+    docs.append(daemonset(c))
+    docs += [d for d in access if d["kind"] != "Secret"]
     if c.dra:
         docs += dra_objects(c)
     if c.tls is not None:
-        docs += _webhook_objects(c.namespace, c.image, c.tls, c.replicas)
+        docs += _webhook_objects(c)
     return docs
 
 
@@ -400,7 +532,8 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
     kd = c.kubelet_dir.rstrip("/")
     plugin_dir, registry = f"{kd}/plugins/{dra_api.DRIVER}", f"{kd}/plugins_registry"
     args = ["dra-plugin", "--root", DEFAULT_ROOT, "--state", DEFAULT_STATE, "--cdi-dir",
-            CDI_DIR, "--kubelet-dir", kd, "--gpu-cdi", c.gpu_cdi]  # fmt: skip
+            CDI_DIR, "--kubelet-dir", kd, "--gpu-cdi", c.gpu_cdi,
+            "--health-listen", f"$(POD_IP):{DRA_HEALTH_PORT}"]  # fmt: skip
     paths = {"root": DEFAULT_ROOT, "state": DEFAULT_STATE, "cdi": CDI_DIR, "plugin": plugin_dir}
     volumes = [_host_dir(n, p) for n, p in paths.items()]
     volumes.append({"name": "registry", "hostPath": {"path": registry, "type": "Directory"}})
@@ -408,6 +541,7 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "dra-plugin"}
     pod: dict[str, Any] = {
         "serviceAccountName": f"{APP}-dra-plugin",
+        "priorityClassName": NODE_CRITICAL,
         "tolerations": [{"operator": "Exists"}],
         "containers": [
             {
@@ -420,9 +554,13 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
                         "name": "NODE_NAME",
                         "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
                     },
+                    POD_IP,
                     {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
                     {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
                 ],  # fmt: skip
+                "ports": [{"name": "health", "containerPort": DRA_HEALTH_PORT}],
+                "livenessProbe": _probe("/healthz", "health", "HTTP", delay=10),
+                "readinessProbe": _probe("/readyz", "health", "HTTP"),
                 "securityContext": {"runAsUser": 0, "allowPrivilegeEscalation": False},
                 "resources": {
                     "requests": {"cpu": "20m", "memory": "64Mi"},

@@ -1,6 +1,6 @@
 """The mutating admission webhook (`cudatrace webhook`): a pod annotated `cudatrace.dev/budget:
 8GiB` gets, in its GPU containers only, the edits a CDI device gives (plan.py), as a JSONPatch
-in an `admission.k8s.io/v1` AdmissionReview response, served over HTTPS.
+in an `admission.k8s.io/v1` AdmissionReview response (served by admission.py).
 
 Which containers: those of `spec.containers` that request a GPU (a resource of --gpu-resource,
 default nvidia.com/gpu and nvidia.com/mig-*, or a DRA claim), or exactly those the annotation
@@ -29,10 +29,7 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable
 
 from .. import settings
 from ..errors import CudatraceError
@@ -46,7 +43,6 @@ ANN_PATCHED = f"{VENDOR}/patched"
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
 VOL_LIB, VOL_PRELOAD, VOL_LEDGER = "cudatrace-lib", "cudatrace-preload", "cudatrace-ledger"
 LEDGER_SUBDIR = "pod"
-MAX_BODY = 8 << 20
 
 
 class Refused(CudatraceError):
@@ -247,49 +243,3 @@ def review(body: dict, cfg: WebhookConfig) -> dict:
         if warnings:
             resp["warnings"] = warnings
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": resp}
-
-
-def make_server(
-    host: str, port: int, cert: str, key: str, cfg: WebhookConfig, log: Callable[[str], None]
-) -> ThreadingHTTPServer:
-    """The HTTPS server: POST /mutate (AdmissionReview), GET /healthz."""
-
-    class Handler(BaseHTTPRequestHandler):
-        def _send(self, code: int, data: bytes, ctype: str = "application/json") -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def do_GET(self) -> None:
-            if self.path == "/healthz":
-                self._send(200, b"ok\n", "text/plain")
-            else:
-                self._send(404, b"not found\n", "text/plain")
-
-        def do_POST(self) -> None:
-            n = int(self.headers.get("Content-Length") or 0)
-            if self.path.split("?")[0] != "/mutate" or not 0 < n <= MAX_BODY:
-                self._send(400 if self.path.startswith("/mutate") else 404, b"{}")
-                return
-            try:
-                body = json.loads(self.rfile.read(n))
-                out = review(body, cfg)
-            except (ValueError, AttributeError, TypeError) as e:
-                self._send(400, json.dumps({"error": str(e)}).encode())
-                return
-            r = out["response"]
-            if not r["allowed"] or "patch" in r:
-                log(f"{r['uid']}: {'patched' if r['allowed'] else r['status']['message']}")
-            self._send(200, json.dumps(out).encode())
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = ThreadingHTTPServer((host, port), Handler)
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(cert, key)
-    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
-    return httpd

@@ -18,10 +18,12 @@ from typing import TextIO
 
 from ..analyze.analysis import Analysis
 from ..analyze.model import AUX, AUX2, DEV
+from ..analyze.names import on_terminal
 from ..analyze.sites import NO_STACK, api_label, make_symbolizer
 from ..record_types import DeniedGroup
 from ..symbols import Symbolizer
 from ..units import format_bytes, printable
+from .text import wrap_prose
 
 
 class DenialPrinter:
@@ -98,7 +100,8 @@ class DenialPrinter:
             )
             self.untraced_said = untraced
         if lines:  # a symbol's bytes are data: escaped before they reach the terminal
-            stream.write("".join(printable(x[:-1]) + "\n" for x in lines))
+            text = "".join(printable(x[:-1]) + "\n" for x in lines)
+            stream.write(wrap_prose(text, terminal=on_terminal(stream)))
             stream.flush()
         return list(groups.values())
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analyze.documents import Diff
 from ..units import format_bytes, printable
-from .text import secs_text, size_text, table, term_width
+from .text import secs_text, size_text, table, term_width, wrap_prose
 
 
 def _signed(n: int) -> str:
@@ -90,7 +90,7 @@ def render_text(d: Diff) -> str:
             )
         L.extend(table(rows, {2, 3, 4}))
     # whatever a trace held (argv, paths, names) reaches the terminal escaped
-    return "\n".join(printable(x) for x in L) + "\n"
+    return wrap_prose("\n".join(printable(x) for x in L)) + "\n"
 
 
 SITE_COLUMNS = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..record_types import Doctor, DoctorCommand
 from ..units import format_bytes, printable
+from .text import wrap_prose
 
 # a device's kind and a pid namespace's, as the probes give them (True, False or unknown)
 INTEGRATED: dict[object, str] = {True: "integrated (unified memory)", False: "discrete"}
@@ -99,7 +100,7 @@ def render_doctor(r: Doctor) -> str:
     L.append("")
     L.append("What to do:" if r["advice"] else "Nothing to do.")
     L.extend("  - " + a for a in r["advice"])
-    return "\n".join(L)
+    return wrap_prose("\n".join(L))
 
 
 def _command_lines(c: DoctorCommand, ind: str) -> list[str]:

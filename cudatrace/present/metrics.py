@@ -129,6 +129,8 @@ def _group_label(s: LedgerSnapshot) -> str:
     if s.get("label"):  # a reader that tells apart ledgers of one name (cudatrace node)
         return s["label"]
     name = Path(s["path"]).name
+    if s.get("group") and (s.get("parts") or ("@" in name and not s.get("private"))):
+        return s["group"]  # a group of users' parts (<group>@<uid>.ledger)
     return name[: -len(".ledger")] if name.endswith(".ledger") else name
 
 
@@ -285,7 +287,7 @@ class TraceCache:
 
 
 class Collector:
-    """The prometheus_client Collector: `ledgers()` gives status_json's data (record/ledger.py),
+    """The prometheus_client Collector: `ledgers()` gives status_json's data (record/ledger_status.py),
     `traces` (a TraceCache or None) the runs, `gpus` the gpu/UUID labels of a device,
     `member_labels` (ledger, member) -> (namespace, pod, container) where the reader knows them."""
 

@@ -13,18 +13,24 @@ from ..analyze.documents import (
     ReportDenied,
     ReportFailed,
     ReportFrame,
-    ReportMax,
-    ReportNear,
-    ReportObserved,
-    ReportObservedBaseline,
     ReportProcess,
     ReportPython,
     ReportSite,
 )
-from ..analyze.names import fit
+from ..analyze.names import fit, on_terminal
 from ..analyze.sites import SFrame, folded
-from ..units import printable, shell_quote
-from .text import end_label, percent, plural, secs_text, size_text, styled, table, term_width
+from ..units import printable, shell_quote, wrap_line
+from .observed import render_observed
+from .text import (
+    end_label,
+    percent,
+    plural,
+    secs_text,
+    size_text,
+    styled,
+    table,
+    term_width,
+)
 
 CONTEXT_SITES = 5  # sites whose call stacks are listed
 
@@ -62,8 +68,9 @@ def via_text(site: ReportSite | ReportFailed | ReportDenied, full: bool = False)
     return " > ".join(chain)
 
 
-def _status_text(p: ReportProcess, r: Report) -> str:
-    """How a process's trace ended, in words that never contradict each other."""
+def status_text(p: ReportProcess, r: Report) -> str:
+    """How a process's trace ended, in words that never contradict each other (the text report
+    and the HTML page say it alike)."""
     st, code = p["status"], p["exit_code"]
     if st == "exec":
         return "replaced by exec (complete up to it)"
@@ -84,11 +91,28 @@ def _status_text(p: ReportProcess, r: Report) -> str:
                 p["stopped"], code
             )
         return "trace stopped ({}); no exit record".format(p["stopped"])
+    sig = p.get("signal")
+    if sig:
+        name = _signal_name(sig)
+        when = (
+            " at {}".format(secs_text(p["ended_time"])) if p.get("ended_time") is not None else ""
+        )
+        return f"killed by signal {sig}{name}{when}, as the launcher saw it (no exit record)"
     if p.get("ended_time") is not None:
         return "killed or crashed (no exit record); ended at {} as the launcher saw it".format(
             secs_text(p["ended_time"])
         )
     return "truncated (no clean exit record: killed, crashed or still running)"
+
+
+def _signal_name(sig: int) -> str:
+    """' (SIGKILL)', or nothing for a number Python does not name."""
+    import signal
+
+    try:
+        return f" ({signal.Signals(sig).name})"
+    except ValueError:
+        return ""
 
 
 def limits_text(limits: Mapping[str, int]) -> str:
@@ -148,20 +172,31 @@ def _is_cuda(d: ReportFrame) -> bool:
 
 
 def render_text(
-    r: Report, top_context: int = CONTEXT_SITES, width: int | None = None, colour: bool = False
+    r: Report,
+    top_context: int = CONTEXT_SITES,
+    width: int | None = None,
+    colour: bool = False,
+    terminal: bool | None = None,
 ) -> str:
     """The text report from its dict (build_report), section by section: the answer first
     (the peak, the sites live then, failures, what was never freed, their call stacks), the
-    run's details after. colour: ANSI styles for a terminal (text.use_colour)."""
+    run's details after. colour: ANSI styles for a terminal (text.use_colour); on a terminal
+    (None: stdout is one) its prose is wrapped at the width (text.wrap_prose)."""
     o = _Lines(width or term_width(), bool((r.get("attribution") or {}).get("full_names")))
     o.top_context = top_context
     for section in SECTIONS:
         section(r, o)
     while o.L and not o.L[-1]:
         o.L.pop()
+    wrap = on_terminal() if terminal is None else terminal
     # whatever a trace held (argv, paths, names) reaches the terminal escaped, then styled
     return (
-        "\n".join(styled(printable(x), o.styles.get(i), colour) for i, x in enumerate(o.L)) + "\n"
+        "\n".join(
+            styled(piece, o.styles.get(i), colour)
+            for i, x in enumerate(o.L)
+            for piece in (wrap_line(printable(x), o.width) if wrap else [printable(x)])
+        )
+        + "\n"
     )
 
 
@@ -222,7 +257,7 @@ def _text_run(r: Report, o: _Lines) -> None:
                 p["pid"],
                 p["ppid"],
                 printable(os.path.basename(p["exe"])) or "?",
-                _status_text(p, r),
+                status_text(p, r),
                 p["file"],
             )
         )
@@ -686,186 +721,3 @@ def _render_python(py: ReportPython | None, w: Callable[[str], object]) -> None:
     w("              {:,} device allocations with Python frames".format(py["allocs_with_frames"]))
     for why, n in sorted(py["allocs_without_frames"].items(), key=lambda x: -x[1]):
         w(f"              {n:,} without: {why}")
-
-
-def render_observed(r: Report, w: Callable[[str], object]) -> None:
-    o = r["observed"]
-    traced_peak = o.get("traced_peak_bytes", r["peak_bytes"])
-    if not o["samples"]:
-        w("Traced versus observed: not measured (%s)" % (o["nvml_why"] or "no samples"))
-        return
-    iv = o.get("interval_ms")
-    n = "%d sample%s%s" % (
-        o["samples"],
-        "" if o["samples"] == 1 else "s",
-        " every ~%d ms" % round(iv) if iv else "",
-    )
-    near, mx, base = o["near_peak"], o["max"], o["baseline"]
-    source = (
-        ("NVML" if o["per_process"] else "NVML device totals only")
-        if o["nvml"]
-        else "the host's figures"
-    )
-    if not o["overlap"] or near is None:
-        w(f"Traced versus observed ({source}; {n}):")
-        if not o["nvml"]:
-            w("  no device figures: {}".format(o["nvml_why"]))
-        w(
-            "  no sample fell while traced memory was live (the run's allocations came and went "
-            f"between samples): nothing to compare. Traced peak {size_text(traced_peak)}."
-        )
-        if base and base.get("device_total"):
-            w(
-                "  device used by everyone before the run: {} of {}".format(
-                    size_text(base.get("device_used")), size_text(base["device_total"])
-                )
-            )
-        return
-    note = ("  ({})".format(near["note"])) if near.get("note") else None
-    args = (o, w, n, note, near, mx, base, traced_peak)
-    if o["nvml"] and o["per_process"]:
-        _observed_per_process(*args)
-    elif o["nvml"]:
-        _observed_device_totals(*args)
-    else:
-        _observed_host(*args)
-
-
-def _observed_per_process(
-    o: ReportObserved,
-    w: Callable[[str], object],
-    n: str,
-    note: str | None,
-    near: ReportNear,
-    mx: ReportMax | None,
-    base: ReportObservedBaseline | None,
-    traced_peak: int,
-) -> None:
-    """NVML per process: the tree's device memory beside the trace; the untraced rest."""
-    w(f"Traced versus observed (NVML, {n}):")
-    if note:
-        w(note)
-    rows = [["", "traced live", "NVML: process tree", "untraced"]]
-    rows.append(
-        [
-            "nearest sample to the peak ({:+.0f} ms)".format(near["offset_ms"]),
-            size_text(near["traced_bytes"]),
-            size_text(near["tree_device_bytes"]),
-            size_text(near["untraced_bytes"]),
-        ]
-    )
-    if mx and mx["tree_device_bytes"] is not None:
-        rows.append(
-            [
-                "NVML's highest (at {})".format(secs_text(mx["tree_device_time"])),
-                size_text(mx["traced_bytes_then"]),
-                size_text(mx["tree_device_bytes"]),
-                size_text(mx["untraced_bytes"]),
-            ]
-        )
-    for line in table(rows, {1, 2, 3}, "    "):
-        w(line)
-    w(
-        "  traced peak {}. untraced = what NVML counts for the tree that no hook saw: CUDA "
-        "contexts, module images, allocator paths not hooked; at most {} (at {}).".format(
-            size_text(traced_peak),
-            size_text(mx["untraced_max_bytes"] if mx else None),
-            secs_text(mx["untraced_max_time"] if mx else None),
-        )
-    )
-    if any(
-        x is not None and x < 0
-        for x in (near["untraced_bytes"], (mx["untraced_bytes"] if mx else None))
-    ):
-        w(
-            "  negative: the trace holds more than NVML showed for the tree (managed memory not "
-            "resident yet, NVML's per-process figures lagging or missing a process)."
-        )
-    if near["device_used"] is not None:
-        w(
-            "  device used by everyone: {} of {} near the peak; highest {}".format(
-                size_text(near["device_used"]),
-                size_text(near["device_total"]),
-                size_text(mx["device_used"] if mx else None),
-            )
-        )
-
-
-def _observed_device_totals(
-    o: ReportObserved,
-    w: Callable[[str], object],
-    n: str,
-    note: str | None,
-    near: ReportNear,
-    mx: ReportMax | None,
-    base: ReportObservedBaseline | None,
-    traced_peak: int,
-) -> None:
-    """NVML without per-process figures: the device's total use, other processes included."""
-    w(f"Traced versus observed (NVML device totals only, {n}):")
-    if note:
-        w(note)
-    w("  no per-process figures: {}".format(o["per_process_why"]))
-    w(
-        "  traced live {} at the sample nearest the peak ({:+.0f} ms); device used by everyone {} of "
-        "{} there, {} more than at the first sample (other processes count too); highest {}".format(
-            size_text(near["traced_bytes"]),
-            near["offset_ms"],
-            size_text(near["device_used"]),
-            size_text(near["device_total"]),
-            size_text(near["device_used_rise"]),
-            size_text(mx["device_used"] if mx else None),
-        )
-    )
-
-
-def _observed_host(
-    o: ReportObserved,
-    w: Callable[[str], object],
-    n: str,
-    note: str | None,
-    near: ReportNear,
-    mx: ReportMax | None,
-    base: ReportObservedBaseline | None,
-    traced_peak: int,
-) -> None:
-    """No NVML: what the host shows (MemAvailable, MemFree, RSS, PSS)."""
-    w(f"Traced versus observed (the host's figures, {n}):")
-    w("  no device figures: {}".format(o["nvml_why"]))
-    if note:
-        w(note)
-    w(
-        "  traced live {} at the sample nearest the peak ({:+.0f} ms); traced peak {}".format(
-            size_text(near["traced_bytes"]), near["offset_ms"], size_text(traced_peak)
-        )
-    )
-    if near["mem_available"] is not None:
-        w(
-            "  MemAvailable {} there, {} at the first sample: a drop of {} (largest drop {})".format(
-                size_text(near["mem_available"]),
-                size_text(base.get("mem_available") if base else None),
-                size_text(near["mem_available_drop"]),
-                size_text(mx["mem_available_drop"] if mx else None),
-            )
-        )
-    if near.get("mem_free") is not None:
-        w(
-            "  MemFree {} there (a drop of {}): what cuMemGetInfo calls free on a unified-memory "
-            "device".format(size_text(near["mem_free"]), size_text(near.get("mem_free_drop")))
-        )
-    if near["tree_rss"] is not None:
-        w(
-            "  process tree RSS {} there; highest {}".format(
-                size_text(near["tree_rss"]), size_text(mx["tree_rss"] if mx else None)
-            )
-        )
-    if near.get("tree_pss") is not None:
-        w(
-            "  process tree PSS {} there; highest {}".format(
-                size_text(near["tree_pss"]), size_text(mx["tree_pss"] if mx else None)
-            )
-        )
-    w("  on a unified-memory device (Jetson) device allocations come out of this RAM")
-
-
-# ---- the command ---------------------------------------------------------------------------

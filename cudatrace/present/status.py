@@ -1,5 +1,5 @@
 """`cudatrace status` as text: the budgets in force, from the ledgers' snapshots
-(record/ledger.py status_json gathers them; --json prints that data as is)."""
+(record/ledger_status.py status_json gathers them; --json prints that data as is)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..record_types import (
     WatchReport,
 )
 from ..units import format_bytes
+from .text import wrap_prose
 
 BREACH_HEADS = {
     "outside_ledger": "OUTSIDE THE LEDGER",
@@ -40,7 +41,11 @@ def _fmt_limit(n: int) -> str:
 
 def render_ledger(s: LedgerSnapshot) -> str:
     """The text of one ledger snapshot."""
-    lines = [_ledger_head(s), f"  ledger {s['path']}"]
+    parts = s.get("parts") or []
+    where = f"  ledger {s['path']}"
+    if len(parts) > 1:  # a group of several users' parts (a shared directory)
+        where = "  ledger parts: " + ", ".join(f"{p['path']} (uid {p['uid']})" for p in parts)
+    lines = [_ledger_head(s), where]
     busy = [
         r
         for r in s["devices"]
@@ -58,7 +63,7 @@ def render_ledger(s: LedgerSnapshot) -> str:
         which, each = ("device", "") if len(devs) == 1 else ("devices", " each")
         lines.append(f"  {which} {_ranges(devs)}: limit {_fmt_limit(limit)}{each}, nothing in use")
     for m in s["members"]:
-        lines += _member_lines(m)
+        lines += _member_lines(m, uid=len(parts) > 1)
     return "\n".join(lines)
 
 
@@ -116,8 +121,8 @@ def _device_rows(s: LedgerSnapshot, busy: list[LedgerDevice]) -> list[str]:
     return lines
 
 
-def _member_lines(m: LedgerMember) -> list[str]:
-    """One member process: what it holds per device, and its last denial."""
+def _member_lines(m: LedgerMember, uid: bool = False) -> list[str]:
+    """One member process: what it holds per device, and its last denial (uid: its user's)."""
     parts = []
     for d, r in sorted(m["devices"].items()):
         t = "device {}: {} (peak {}".format(d, format_bytes(r["held"]), format_bytes(r["peak"]))
@@ -137,6 +142,8 @@ def _member_lines(m: LedgerMember) -> list[str]:
     state = {"alive": "", "dead": " [exited]", "unknown": " [state unknown]"}[m["state"]]
     if m.get("other_pidns"):
         state += " [other pid namespace]"
+    if uid and "uid" in m:
+        state += " [uid %d]" % m["uid"]
     if m.get("share"):
         state += " [share {}: {} on each device]".format(
             m["share"], format_bytes(m["share_limit"]) if m.get("share_limit") else "no limit"
@@ -202,7 +209,7 @@ def render_watch(w: WatchReport | None) -> str:
 
 
 def render_status(st: Status) -> str:
-    """What `cudatrace status [GROUP]` prints, from record.ledger.status_json's data (with
+    """What `cudatrace status [GROUP]` prints, from record.ledger_status.status_json's data (with
     record.fence's "unfenced")."""
     out = []
     unfenced = render_unfenced(st.get("unfenced"), bool(st["ledgers"]))
@@ -219,4 +226,4 @@ def render_status(st: Status) -> str:
     watch = render_watch(w)
     if watch:
         out.append(watch)
-    return "\n\n".join(out)
+    return wrap_prose("\n\n".join(out))

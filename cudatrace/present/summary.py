@@ -12,19 +12,30 @@ from ..analyze.analysis import Analysis, implausible, unrecorded
 from ..analyze.model import AUX2
 from ..analyze.names import fit, on_terminal
 from ..analyze.ranks import outliers, split_devices, tables, tagged
-from ..units import format_bytes, printable
-from .text import end_label, term_width
+from ..analyze.runfacts import driver_used, no_driver_sentence
+from ..units import format_bytes, printable, shell_quote
+from .text import end_label, no_sample_while_live, term_width, wrap_prose
 
 if TYPE_CHECKING:
     from ..analyze.analysis import Analysis
 
 
-def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> None:
+def print_summary(
+    out_dir: Path,
+    status: int,
+    stream: TextIO,
+    top: int = 5,
+    driver: Callable[[], str | None] | None = None,
+) -> None:
+    """driver: where libcuda.so.1 is on this machine (record/cudadrv.driver_library), asked
+    only when no process of the run used the CUDA driver."""
     a = Analysis(out_dir)
     td, m = a.td, a.model
 
-    def w(text: str) -> None:  # a trace's names reach the terminal escaped
-        stream.write("\n".join(printable(x) for x in text.split("\n")))
+    wrap = on_terminal(stream)
+
+    def w(text: str) -> None:  # a trace's names reach the terminal escaped; prose is wrapped
+        stream.write(wrap_prose("\n".join(printable(x) for x in text.split("\n")), terminal=wrap))
 
     w("cudatrace: command exited with status %d; trace in %s\n" % (status, out_dir))
     _processes(a, w)
@@ -42,7 +53,14 @@ def print_summary(out_dir: Path, status: int, stream: TextIO, top: int = 5) -> N
     missing = unrecorded(a)
     for x in missing:
         w(f"  {x}\n")
-    if not m.found:
+    if not m.found and not missing and driver is not None and not driver_used(td.traces):
+        simulated = bool(td.run.get("simulated"))
+        found = None if simulated else driver()
+        argv = shell_quote(td.run.get("argv") or ["CMD"])
+        w(
+            f"  {no_driver_sentence(found, simulated, 'no process', f'cudatrace run --simulated -- {argv}')}\n"
+        )
+    elif not m.found:
         w(
             "  no device memory allocation was recorded (see above: not everything could be)\n"
             if missing
@@ -155,10 +173,7 @@ def _observed(a: Analysis, w: Callable[[str], None]) -> None:
     near = obs.get("near_peak") or {}
     if obs["samples"] and not obs["overlap"]:
         every = (a.td.run.get("sampler") or {}).get("interval_ms") or obs.get("interval_ms")
-        w(
-            "  observed: no sample fell while traced memory was live (samples every "
-            "%s)\n" % ("%g ms" % every if every else "--sample-ms")
-        )
+        w(f"  observed: {no_sample_while_live(a.run_seconds(), every, m.peak_bytes)}\n")
     elif near.get("tree_device_bytes") is not None:
         w(
             "  observed by NVML for the process tree near the peak: {} (traced then {}; untraced "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..analyze.documents import Sweep
 from ..analyze.names import fit, on_terminal
 from ..analyze.sweep_sentences import ratio_text, readable, slope_text
+from .text import wrap_prose
 
 
 def _table(rows: list[list[str]], right: set[int]) -> list[str]:
@@ -29,7 +30,7 @@ def render(d: Sweep) -> str:
     for n in d["notes"]:
         L.append("")
         L.append(f"note: {n}")
-    return "\n".join(L) + "\n"
+    return wrap_prose("\n".join(L)) + "\n"
 
 
 def _head(d: Sweep, L: list[str]) -> None:
@@ -144,6 +145,11 @@ def _expectation(d: Sweep, L: list[str]) -> None:
         what = slope_text(expect, knobs[0], ratio=False)
         text = d.get("expect_text") or ratio_text(expect)
     w(f"Against --expect {text} ({what}):")
+    if d.get("expect_checked") is False:
+        w(
+            "  no verdict: fewer than two runs went into the laws, so there is no law to hold it against"
+        )
+        return
     for s in flagged:
         w("  ! " + (s["expectation"] or ""))
     if not flagged:

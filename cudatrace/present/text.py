@@ -6,8 +6,8 @@ import os
 import shutil
 from typing import IO
 
-from ..analyze.names import fit
-from ..units import format_bytes
+from ..analyze.names import fit, on_terminal
+from ..units import format_bytes, wrap_line
 
 
 def size_text(n: int | None) -> str:
@@ -25,6 +25,24 @@ def end_label(processes: int) -> str:
     return "live at exit" if processes <= 1 else "never freed (each process's, at its end)"
 
 
+def no_sample_while_live(run_seconds: float | None, interval_ms: float | None, peak: int) -> str:
+    """Why no sample of the observed figures fell while traced memory was live, as it was: no
+    traced memory at all, a run shorter than one sample interval, or allocations that came and
+    went between samples."""
+    if not peak:
+        return "no traced device memory was live at any moment"
+    if interval_ms and run_seconds is not None and run_seconds * 1000 < interval_ms:
+        return (
+            f"the run lasted {run_seconds * 1000:.0f} ms, less than one sample interval "
+            f"({interval_ms:g} ms): no sample fell while its memory was live"
+        )
+    every = f", every {interval_ms:g} ms" if interval_ms else ""
+    return (
+        "no sample fell while traced memory was live (its allocations came and went between "
+        f"samples{every})"
+    )
+
+
 def plural(n: int, what: str) -> str:
     """'1 allocation', '1,024 allocations'."""
     return f"{n:,} {what}{'' if n == 1 else 's'}"
@@ -38,6 +56,20 @@ def percent(x: float) -> str:
 def term_width() -> int:
     """Columns of the terminal ($COLUMNS, else the tty's, else 120); at least 60."""
     return max(60, shutil.get_terminal_size((120, 24)).columns)
+
+
+def wrap_prose(text: str, width: int | None = None, terminal: bool | None = None) -> str:
+    """text with its prose wrapped at the terminal's width (each line longer than width), on a
+    terminal only (terminal None: whether stdout is one; in files and pipes a line stays
+    whole, as labels do). A line is prose when, past its indentation, at most one gap of two
+    spaces or more cuts it ("label   value": the value's lines go on under the value); a table's
+    row (several gaps) is not wrapped: tables fit themselves (table). Words are never broken."""
+    if terminal is None:
+        terminal = on_terminal()
+    if not terminal:
+        return text
+    width = width or term_width()
+    return "\n".join(x for line in text.split("\n") for x in wrap_line(line, width))
 
 
 def table(

@@ -8,6 +8,7 @@ by `cudatrace doctor`. cuInit creates no context, so this costs the device no me
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Mapping
 from ctypes import byref, c_int, c_size_t
 
 CU_DEVICE_ATTRIBUTE_INTEGRATED = 18
@@ -67,3 +68,61 @@ class Driver:
 def version_text(v: int | None) -> str:
     """13000 -> '13.0'"""
     return "none" if not v else "%d.%d" % (v // 1000, (v % 1000) // 10)
+
+
+# the directories the dynamic loader searches after LD_LIBRARY_PATH and its cache (ld.so(8))
+LOADER_DIRS = (
+    "/lib64",
+    "/usr/lib64",
+    "/lib",
+    "/usr/lib",
+    "/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+)
+
+
+def driver_library(env: Mapping[str, str] | None = None) -> str | None:
+    """Where the dynamic loader would find libcuda.so.1 for a program started with env
+    (default: this process's environment): in LD_LIBRARY_PATH, its cache (ldconfig -p) or its
+    default directories; None when nowhere (no NVIDIA driver here). Nothing is loaded."""
+    import os
+
+    env = os.environ if env is None else env
+    dirs = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
+    for d in dirs:
+        if os.path.exists(os.path.join(d, DRIVER_LIBRARY)):
+            return os.path.join(d, DRIVER_LIBRARY)
+    cached = _loader_cache(DRIVER_LIBRARY)
+    if cached:
+        return cached
+    return next(
+        (
+            os.path.join(d, DRIVER_LIBRARY)
+            for d in LOADER_DIRS
+            if os.path.exists(os.path.join(d, DRIVER_LIBRARY))
+        ),
+        None,
+    )
+
+
+def _loader_cache(name: str) -> str | None:
+    """name's path in the dynamic loader's cache, as `ldconfig -p` lists it."""
+    import shutil
+    import subprocess
+
+    ldconfig = shutil.which("ldconfig") or shutil.which("ldconfig", path="/sbin:/usr/sbin")
+    if not ldconfig:
+        return None
+    try:
+        out = subprocess.run(
+            [ldconfig, "-p"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in out.splitlines():
+        lib, _, path = line.strip().partition(" => ")
+        if lib.split(" (", 1)[0] == name and path:
+            return path.strip()
+    return None

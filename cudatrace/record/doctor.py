@@ -223,18 +223,32 @@ def _elf(path: str) -> DoctorElf:
                     defined.add(sym.name)
         ro = elf.get_section_by_name(".rodata")
         dlopens_driver = bool(ro is not None and b"libcuda.so.1" in ro.data())
-    if any(n.startswith("libcudart.so") for n in out["needed"]):
-        out["cudart"] = "shared ({})".format(
-            next(n for n in out["needed"] if n.startswith("libcudart.so"))
-        )
-    elif defined or dlopens_driver:
-        out["cudart"] = "static (linked in; it loads libcuda.so.1 itself)"
-    out["driver"] = (
-        "linked (-lcuda)"
-        if "libcuda.so.1" in out["needed"]
-        else ("loaded at run time" if dlopens_driver or out["cudart"] else None)
-    )
+    out["cudart"], out["driver"] = _runtime_and_driver(out["needed"], defined, dlopens_driver)
     return out
+
+
+def _runtime_and_driver(
+    needed: list[str], cudart_defined: set[str], names_driver: bool
+) -> tuple[str | None, str | None]:
+    """(how the CUDA runtime is linked, how the driver is reached): the runtime is static only
+    when the binary defines its functions (cudaMalloc ...); a program that names libcuda.so.1
+    without them loads the driver itself (dlopen), with no runtime at all."""
+    shared = next((n for n in needed if n.startswith("libcudart.so")), None)
+    if shared:
+        cudart: str | None = f"shared ({shared})"
+    elif cudart_defined:
+        cudart = "static (linked in; it loads libcuda.so.1 itself)"
+    else:
+        cudart = None
+    if "libcuda.so.1" in needed:
+        driver: str | None = "linked (-lcuda)"
+    elif names_driver and not cudart:
+        driver = 'loaded by the program itself (dlopen("libcuda.so.1"))'
+    elif names_driver or cudart:
+        driver = "loaded at run time"
+    else:
+        driver = None
+    return cudart, driver
 
 
 # ---- what to do ------------------------------------------------------------------------------
@@ -287,9 +301,16 @@ def advice(r: Doctor) -> list[str]:
         if cmd["ok"]:
             interp = cmd.get("interpreter")
             rt = cmd.get("cudart") or (interp.get("cudart") if interp else None)
-            out.append(
-                "{} can be entered{}.".format(cmd["argv0"], "; CUDA runtime " + rt if rt else "")
+            how = (
+                "; CUDA runtime " + rt
+                if rt
+                else (
+                    "; it loads libcuda.so.1 itself"
+                    if "dlopen" in (cmd.get("driver") or "")
+                    else ""
+                )
             )
+            out.append("{} can be entered{}.".format(cmd["argv0"], how))
         else:
             for p in cmd["problems"]:
                 if "setuid" in p:

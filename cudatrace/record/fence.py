@@ -23,6 +23,7 @@ from .. import settings
 from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess, WatchReport
 from . import ledger as ledger_mod
 from .budget import BudgetError, bytes_text, parse_size
+from .ledger_status import status_json
 
 if TYPE_CHECKING:
     from .gpuview import Source
@@ -93,12 +94,13 @@ def nest(
 
 def outer_ledger(group: str) -> ledger_mod.RunLedger | None:
     """The fence's group ledger as it is now (None when no process has made it yet), for the
-    run's denial lines and its last figures."""
+    run's denial lines and its last figures: read (this user's part in a shared directory),
+    never mapped."""
     try:
         path = ledger_mod.group_path(group, create_dir=False)
         if not path.exists():
             return None
-        return ledger_mod.RunLedger(ledger_mod.Ledger.open(path), private=False)
+        return ledger_mod.RunLedger(ledger_mod.Ledger.read(path), private=False)
     except ledger_mod.LedgerError:
         return None
 
@@ -125,9 +127,14 @@ def unfenced_of(rep: WatchReport) -> Unfenced:
 
 
 def _sources(ledgers: list[LedgerSnapshot]) -> list[Source]:
+    """The snapshots with their files' keys (a group of users' parts: every part's)."""
     from .gpuview import Source, file_keys
 
-    return [Source(s, file_keys(s["path"])) for s in ledgers]
+    def keys(s: LedgerSnapshot) -> frozenset[tuple[str, int]]:
+        paths = [p["path"] for p in s.get("parts") or []] or [s["path"]]
+        return frozenset().union(*(file_keys(p) for p in paths))
+
+    return [Source(s, keys(s)) for s in ledgers]
 
 
 def watch_report(
@@ -148,7 +155,7 @@ def watch_report(
         if first[0] or not reread:
             first[0] = False
             return _sources(ledgers)
-        return _sources(ledger_mod.status_json()["ledgers"])
+        return _sources(status_json()["ledgers"])
 
     try:
         known = frozenset().union(*(file_keys(p) for p in unusable))
@@ -175,7 +182,7 @@ def _visible_fallback() -> Callable[[int], int | None]:
 
 def unfenced(ledgers: list[LedgerSnapshot]) -> Unfenced:
     """The processes NVML lists on the GPUs that are live members of none of `ledgers` (status
-    snapshots: record/ledger.py status_json); see unfenced_of. A member of another pid
+    snapshots: record/ledger_status.py status_json); see unfenced_of. A member of another pid
     namespace is matched through /proc/PID/status's NSpid and /proc/PID/ns/pid."""
     return unfenced_of(watch_report(ledgers, reread=False))
 
@@ -183,7 +190,7 @@ def unfenced(ledgers: list[LedgerSnapshot]) -> Unfenced:
 def status_with_unfenced(group: str | None = None) -> Status:
     """status_json's data with "unfenced" and "watch" (of the whole directory; None for a
     GROUP): what `cudatrace status` shows and `cudatrace metrics` serves."""
-    st = ledger_mod.status_json(group)
+    st = status_json(group)
     if group is None:
         rep = watch_report(st["ledgers"], unusable=[e["path"] for e in st["errors"]])
         st["watch"] = rep

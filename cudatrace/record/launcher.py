@@ -33,7 +33,8 @@ from typing import IO, TYPE_CHECKING, Any, Optional, cast
 from .. import __version__, native, settings, tracedir
 from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
 from ..procfs import tree_pids
-from ..units import format_bytes, shell_quote
+from ..units import format_bytes, shell_quote, wrap_line
+from . import signals
 from .denials import append_denials
 from .exits import ExitWatcher
 from .files import DirectoryBusy, lock_dir, release_dir, write_json
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from .hints import HintsFile
     from .ledger import RunLedger
 
-SIGNALS_FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGINT)
+SIGNALS_FORWARDED = signals.FORWARDED
 
 
 class LaunchError(CudatraceError):
@@ -333,38 +334,12 @@ def _run(
     hints = _hints(opts, path, env, out)
     run_info = _write_run_info(opts, path, out, budget_info, ledger)
     _say_start(opts, out)
-    aborted = []
     # Without a terminal whose foreground we are, CMD gets a process group of its own: a signal
     # sent to our group (kill -TERM -PGID, CI runners) then reaches CMD once, forwarded by us,
     # not twice. On a terminal CMD stays in our group, so job control (Ctrl-Z, reading the
     # terminal) works; the terminal's own Ctrl-C/Ctrl-\ reach CMD directly and are not forwarded.
     own_group = not _foreground()
-
-    procs: list = []  # the child, once started
-    pending: list = []  # signals that came before it was: delivered right after
-
-    def on_signal(signum: int, frame: object) -> None:
-        opts.signals.append(signum)
-        if not procs:
-            pending.append(signum)
-            return
-        proc = procs[0]
-        if signum == signal.SIGUSR2 and _budget_abort(opts, ledger):
-            aborted.append(True)  # the shim's --on-exceed abort
-            for pid in reversed(tree_pids(proc.pid)):
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except OSError:
-                    pass
-            return
-        if signum in (signal.SIGINT, signal.SIGQUIT) and not own_group and _foreground():
-            return
-        try:
-            proc.send_signal(signum)
-        except OSError:
-            pass
-
-    old = {}
+    fwd = Forwarder(opts, ledger, own_group)
     launcher = os.getpid()
     prctl = None if opts.outlive_launcher else _prctl()
 
@@ -379,8 +354,7 @@ def _run(
                 os.kill(os.getpid(), signal.SIGTERM)
 
     # handlers first: the shim's SIGUSR2 (an early abort) or a user's SIGTERM may come at once
-    for s in SIGNALS_FORWARDED + (signal.SIGUSR2,):
-        old[s] = signal.signal(s, on_signal)
+    fwd.install()
     watcher = None  # counts denials from before the start: the first may come at once
     # also under -q: quiet silences progress and summaries, never why the program failed
     if ledger is not None and opts.on_denials is not None and out is not None:
@@ -395,33 +369,88 @@ def _run(
             stderr=opts.stderr,
         )
     except OSError as e:
-        for s, h in old.items():
-            signal.signal(s, h)
+        fwd.restore()
         if ledger is not None:
             ledger.finish()
         raise LaunchError(f"cannot execute {path}: {e.strerror or e}", CANNOT_EXECUTE) from None
-    procs.append(proc)
-    for signum in pending:
-        on_signal(signum, None)
+    fwd.started(proc)
     run_info["pid"] = proc.pid
-    sampler, sealer, exits = _start_helpers(opts, proc.pid, out)
-    if watcher is not None:
-        watcher.start()
-    try:
-        if opts.on_start is not None:
-            opts.on_start(proc, out)
-        rc = _wait(proc)
+    # every thread started from here on (the launcher's, on_start's, and a library's started
+    # from theirs) blocks the signals meant for CMD: the main thread takes them (signals.py)
+    with signals.blocked():
+        sampler, sealer, exits = _start_helpers(opts, proc.pid, out)
+        if watcher is not None:
+            watcher.start()
+    try:  # the handlers stay until run.json holds CMD's end (a signal then is noted, no more)
+        try:
+            if opts.on_start is not None:
+                with signals.blocked():
+                    opts.on_start(proc, out)
+            rc = signals.wait(proc)
+        finally:
+            for helper in (sampler, sealer, watcher, exits, hints):
+                if helper is not None:
+                    helper.stop()
+        status = exit_status(rc)
+        if fwd.aborted and status == 0:
+            status = ABORTED
+        helpers = (sampler, sealer, exits)
+        _finish(opts, out, run_info, rc, status, fwd.aborted, helpers, ledger)
     finally:
-        for helper in (sampler, sealer, watcher, exits, hints):
-            if helper is not None:
-                helper.stop()
-        for s, h in old.items():
-            signal.signal(s, h)
-    status = exit_status(rc)
-    if aborted and status == 0:
-        status = ABORTED
-    _finish(opts, out, run_info, rc, status, bool(aborted), (sampler, sealer, exits), ledger)
+        fwd.restore()
     return status, out
+
+
+class Forwarder:
+    """The launcher's handler of the signals it catches (signals.CAUGHT), from before CMD
+    starts until run.json holds its end: each is noted in opts.signals and forwarded to CMD
+    (held until CMD has started; none once it has ended); SIGUSR2 is the shim's
+    --on-exceed abort when this run asked for it and its ledger saw a denial (the tree is then
+    stopped); the terminal's own Ctrl-C and Ctrl-\\ are not forwarded to a CMD in our
+    foreground group, which got them already."""
+
+    def __init__(self, opts: RunOptions, ledger: RunLedger | None, own_group: bool) -> None:
+        self.opts, self.ledger, self.own_group = opts, ledger, own_group
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.pending: list[int] = []  # signals that came before CMD started
+        self.aborted = False
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for s in signals.CAUGHT:
+            self._old[s] = signal.signal(s, self)
+
+    def restore(self) -> None:
+        for s, h in self._old.items():
+            signal.signal(s, h)
+        self._old.clear()
+
+    def started(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        for signum in self.pending:
+            self(signum, None)
+        self.pending.clear()
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.opts.signals.append(signum)
+        proc = self.proc
+        if proc is None:
+            self.pending.append(signum)
+            return
+        if signum == signal.SIGUSR2 and _budget_abort(self.opts, self.ledger):
+            self.aborted = True  # the shim's --on-exceed abort
+            for pid in reversed(tree_pids(proc.pid)):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except OSError:
+                    pass
+            return
+        if signum in (signal.SIGINT, signal.SIGQUIT) and not self.own_group and _foreground():
+            return
+        try:
+            proc.send_signal(signum)
+        except OSError:
+            pass
 
 
 def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> Helpers:
@@ -439,15 +468,6 @@ def _start_helpers(opts: RunOptions, pid: int, out: Path | None) -> Helpers:
     if exits:
         exits.start()
     return sampler, sealer, exits
-
-
-def _wait(proc: subprocess.Popen[bytes]) -> int:
-    """CMD's return code, waiting through signals handled meanwhile."""
-    while True:
-        try:
-            return proc.wait()
-        except InterruptedError:
-            continue
 
 
 def _write_run_info(
@@ -490,18 +510,28 @@ def _say_start(opts: RunOptions, out: Path | None) -> None:
     if opts.quiet:
         return
     if out is None:
-        sys.stderr.write(
+        _say(
             f"cudatrace: running {shell_quote(opts.cmd)} under the budget, nothing traced "
-            "(--no-trace)\n"
+            "(--no-trace)"
         )
     else:
-        sys.stderr.write(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}\n")
+        _say(f"cudatrace: tracing {shell_quote(opts.cmd)} -> {out}")
     if opts.simulated is not None:
-        sys.stderr.write(
+        _say(
             f"cudatrace: on the simulated CUDA driver: one device of {format_bytes(opts.simulated)}"
-            ", no GPU used\n"
+            ", no GPU used"
         )
     sys.stderr.flush()
+
+
+def _say(line: str) -> None:
+    """A line of the launcher's own on stderr, wrapped at the width of a terminal there."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    width = shutil.get_terminal_size((120, 24)).columns
+    sys.stderr.write("\n".join(wrap_line(line, max(60, width)) if tty else [line]) + "\n")
 
 
 def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:

@@ -3,7 +3,11 @@ data `cudatrace status` shows (present/status.py renders it).
 
 Python never reads the ledger file itself: every read and write goes through the same C
 functions the shim runs inside traced processes (libcudatrace_tools.so), so the two cannot
-disagree about the layout or the rules.
+disagree about the layout or the rules. What only reads (`status`, `metrics`, the node agent,
+the checks of a directory) opens a ledger with `Ledger.read`: a pread copy, never a mapping, so
+a file a tenant truncates, grows, garbles or replaces is refused with the reason, never a
+SIGBUS. A group in a shared directory is one part per user (<group>@<uid>.ledger): `status`
+shows them as one group (merge_parts).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,11 +26,13 @@ from ..errors import CudatraceError
 
 if TYPE_CHECKING:
     from ..native_types import ToolsLib
-from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
+from ..record_types import LedgerSnapshot, UnusableLedger
 
 PRIVATE_PREFIX = "@run-"  # private (per-run) ledgers: "@run-<launcher pid>-<random>.ledger"
-_PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
+PRIVATE_RE = re.compile(re.escape(PRIVATE_PREFIX) + r"(\d+)(-[0-9a-f]+)?")
+_PART_RE = re.compile(r"([A-Za-z0-9_.-]+)@(\d{1,10})")  # a user's part: <group>@<uid>.ledger
 SUFFIX = ".ledger"
+LOCK_WAIT_S = 30.0  # a launcher waits this long for its group's lock, then says who holds it
 _ERRLEN = 512
 _PATHLEN = 4096
 
@@ -124,13 +131,32 @@ def list_ledgers(directory: Path | None = None) -> list[Path]:
     return [d / n for n in names if n.endswith(SUFFIX) and not n.startswith(".")]
 
 
+def part_of(path: Path) -> tuple[str, int | None]:
+    """(the group or private ledger's name, the uid of a user's part or None) of a ledger file:
+    <group>@<uid>.ledger is uid's part of group, anything else its own name."""
+    n = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
+    m = _PART_RE.fullmatch(n)
+    if m and valid_group(m.group(1)):
+        return m.group(1), int(m.group(2))
+    return n, None
+
+
+def group_files(paths: list[Path]) -> list[list[Path]]:
+    """Ledger files by group (a group's parts together), in the order of their first file."""
+    out: dict[str, list[Path]] = {}
+    for p in paths:
+        out.setdefault(part_of(p)[0], []).append(p)
+    return list(out.values())
+
+
 def list_groups() -> list[str]:
-    return [p.name[: -len(SUFFIX)] for p in list_ledgers() if not p.name.startswith(PRIVATE_PREFIX)]
+    names = (part_of(p)[0] for p in list_ledgers())
+    return list(dict.fromkeys(n for n in names if not n.startswith(PRIVATE_PREFIX)))
 
 
 def display_name(path: Path) -> str:
-    n = path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
-    m = _PRIVATE_RE.fullmatch(n)
+    n = part_of(path)[0]
+    m = PRIVATE_RE.fullmatch(n)
     return f"run of pid {m.group(1)} (no group)" if m else f"group {n}"
 
 
@@ -168,11 +194,23 @@ class Ledger:
     # -- opening
     @classmethod
     def open(cls, path: str | Path, create: bool = False) -> Ledger:
+        """As a member: mapped, and only a ledger of this uid's own (ct_ledger_open)."""
         ffi, lib = _tools()
         err = ffi.new("char[]", _ERRLEN)
         h = lib.ct_ledger_open(os.fsencode(str(path)), 1 if create else 0, err, _ERRLEN)
         if h == ffi.NULL:
             raise LedgerError(ffi.string(err).decode() or f"cannot open {path}")
+        return cls(h, Path(path))
+
+    @classmethod
+    def read(cls, path: str | Path) -> Ledger:
+        """To read it (anyone's): each snapshot a checked pread copy, never a mapping
+        (ct_ledger_open_reader). Members' calls are refused on it."""
+        ffi, lib = _tools()
+        err = ffi.new("char[]", _ERRLEN)
+        h = lib.ct_ledger_open_reader(os.fsencode(str(path)), err, _ERRLEN)
+        if h == ffi.NULL:
+            raise LedgerError(ffi.string(err).decode(errors="replace") or f"cannot read {path}")
         return cls(h, Path(path))
 
     @classmethod
@@ -287,6 +325,10 @@ class Ledger:
     def reclaim(self) -> int:
         return _check(_tools()[1].ct_ledger_reclaim(self.h), "reclaim")
 
+    def other_parts(self) -> int:
+        """The other users' parts of this member's group (a shared directory), 0 elsewhere."""
+        return int(_tools()[1].ct_ledger_other_parts(self.h))
+
     # -- settings and queries
     def limit(self, dev: int) -> int:
         return int(_tools()[1].ct_ledger_limit(self.h, dev))
@@ -330,7 +372,12 @@ class Ledger:
         """Everything `cudatrace status` shows, as plain JSON-able data."""
         ffi, lib = _tools()
         v = ffi.new("struct ct_ledger_view *")
-        _check(lib.ct_ledger_snapshot(self.h, v), "snapshot")
+        rc = lib.ct_ledger_snapshot(self.h, v)
+        if rc < 0:
+            why = ffi.string(lib.ct_ledger_damage(self.h)).decode(errors="replace")
+            raise LedgerError(
+                why or f"snapshot of {self.path}: {ffi.string(lib.ct_ledger_strerror(rc)).decode()}"
+            )
         ndev = lib.CT_LEDGER_MAX_DEVICES
         alive_names = {
             lib.CT_LEDGER_ALIVE: "alive",
@@ -382,6 +429,7 @@ class Ledger:
                     "share": share_name(int(m.share)),
                     "share_limit": int(m.share_limit),
                     "devices": per,
+                    "uid": int(v.owner),
                 }
             )
         for row in devices:
@@ -394,6 +442,7 @@ class Ledger:
             "private": self.path.name.startswith(PRIVATE_PREFIX),
             "version": int(v.version),
             "uid": int(v.uid),
+            "owner": int(v.owner),
             "created": _iso(v.created_ns),
             "on_exceed": _mode_name(v.on_exceed),
             "count_host": bool(v.flags & lib.CT_LEDGER_F_COUNT_HOST),
@@ -402,67 +451,6 @@ class Ledger:
             "members": members,
         }
         return cast(LedgerSnapshot, snap)  # tests/unit/test_record_types.py holds it
-
-
-# ---- `cudatrace status` ------------------------------------------------------------------------
-
-
-def _target(group: str | None, path: str | Path | None) -> list[Path]:
-    if path is not None:
-        return [Path(path)]
-    if group is None:
-        return list_ledgers()
-    if _PRIVATE_RE.fullmatch(group):
-        p = ledger_dir(create=False) / (group + SUFFIX)
-    else:
-        p = group_path(group, create_dir=False)
-    if not p.exists() and not p.is_symlink():
-        known = list_groups()
-        raise LedgerError(
-            "no budget group {!r} (in {}){}".format(
-                group, p.parent, "; known groups: " + ", ".join(known) if known else ""
-            )
-        )
-    return [p]
-
-
-def status_json(group: str | None = None, path: str | Path | None = None) -> Status:
-    """{"dir": ..., "ledgers": [snapshot, ...], "errors": [{"path", "error"}]}: every ledger in
-    the directory, or just the named group (LedgerError if there is no such group), or path."""
-    d = ledger_dir(create=False) if path is None else Path(path).parent
-    ledgers: list[LedgerSnapshot] = []
-    errors: list[UnusableLedger] = []
-    for p in _target(group, path):
-        try:
-            with Ledger.open(p) as led:
-                ledgers.append(led.snapshot())
-        except LedgerError as e:
-            if group is not None or path is not None:
-                raise
-            errors.append({"path": str(p), "error": str(e)})
-    return {"dir": str(d), "ledgers": ledgers, "errors": errors}
-
-
-def reset_group(group: str) -> Path:
-    """`cudatrace status --reset GROUP`: remove a group's ledger (its budget, peaks and denial
-    counts) so the next run starts it afresh. Refused while a member process is alive: the
-    ledger is what holds them to the budget. Returns the path removed."""
-    p = _target(group, None)[0]
-    with _GroupLock(p) as lock:
-        with Ledger.open(p) as led:
-            busy = _live_members(led)
-        if busy:
-            raise LedgerError(
-                "{} is in use by pids {}; not reset (end them first)".format(
-                    display_name(p), ", ".join(str(m["pid"]) for m in busy)
-                )
-            )
-        try:
-            os.unlink(p)
-        except OSError as e:
-            raise LedgerError(f"cannot remove {p}: {e.strerror}") from None
-        lock.remove()  # the group is gone: so is its lock file (removed while held)
-    return p
 
 
 # ---- `cudatrace run`: the ledger of a run ------------------------------------------------------
@@ -507,23 +495,25 @@ def remove_stale_private(directory: Path | None = None) -> list[Path]:
     lock on the file (ct_ledger_hold) and so does every member; the kernel drops them when the
     process dies, in whatever pid namespace it ran, so a ledger of a run in another container
     that shares the directory is never taken for a stale one. Where the file system has no such
-    locks, only an old-style "@run-<pid>" ledger of a dead pid of this namespace is removed."""
+    locks, only an old-style "@run-<pid>" ledger of a dead pid of this namespace is removed.
+    Read, never mapped; only this user's own files."""
     removed = []
     for p in list_ledgers(directory):
-        m = _PRIVATE_RE.fullmatch(p.name[: -len(SUFFIX)])
+        m = PRIVATE_RE.fullmatch(p.name[: -len(SUFFIX)])
         if not m:
             continue
         try:
-            with Ledger.open(p) as led:
+            if p.lstat().st_uid != os.geteuid():
+                continue
+            with Ledger.read(p) as led:
                 held = _tools()[1].ct_ledger_in_use_by_anyone(led.h)
                 if held == 1:
                     continue
                 if held < 0 and (m.group(2) or _pid_alive(int(m.group(1)))):
                     continue
-                led.reclaim()
                 if any(x["state"] != "dead" for x in led.snapshot()["members"]):
                     continue
-        except LedgerError:
+        except (LedgerError, OSError):
             continue
         try:
             os.unlink(p)
@@ -542,20 +532,34 @@ def _limits_text(limits: dict[int, int]) -> str:
     return ", ".join("%s on device %d" % (format_bytes(v), d) for d, v in sorted(limits.items()))
 
 
-class _GroupLock:
-    """flock on <dir>/<group>.lock while a launcher reads and sets a group's budget: two runs
-    starting at once cannot both find it unset. Only launchers take it, for milliseconds; the
-    shim in the target never does."""
+class GroupLock:
+    """flock on <dir>/<group>.lock (in a shared directory <group>@<uid>.lock: each user's own)
+    while a launcher reads and sets a group's budget: two runs starting at once cannot both find
+    it unset. Only launchers take it, for milliseconds; the shim in the target never does. A
+    lock file of another user, or one held longer than LOCK_WAIT_S, is refused with the reason,
+    never waited on for ever."""
 
     def __init__(self, ledger_path: Path):
         self.path = ledger_path.with_name(ledger_path.name[: -len(SUFFIX)] + ".lock")
 
-    def __enter__(self) -> _GroupLock:
+    def __enter__(self) -> GroupLock:
         import fcntl
 
+        deadline = time.monotonic() + LOCK_WAIT_S
         while True:
             fd = self._open()
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        os.close(fd)
+                        raise LedgerError(
+                            f"{self.path} has been locked for {LOCK_WAIT_S:g} s by another "
+                            "launcher; try again, or remove it if no cudatrace run is starting"
+                        ) from None
+                    time.sleep(0.01)
             try:  # a reset may have removed the file while we waited: lock the one there now
                 same = os.stat(self.path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
             except FileNotFoundError:
@@ -572,32 +576,32 @@ class _GroupLock:
             pass
 
     def _open(self) -> int:
-        """Open the lock file, making it when missing. In a shared ledger directory (sticky,
-        several users' jobs) it may be another user's: opened without O_CREAT (the kernel's
-        protected_regular refuses O_CREAT on another's file there) and made 0666 by its
-        creator."""
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        """Open the lock file, making it (0600) when missing; never through a link, never one of
+        another user (in a shared directory each user has its own: a file of that name that is
+        another's was put there to block this one)."""
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
         for _ in range(8):
             try:
-                return os.open(self.path, flags)
+                fd = os.open(self.path, flags)
             except FileNotFoundError:
-                pass
-            try:
-                fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                continue
-            if shared_dir(self.path):
-                os.fchmod(fd, 0o666)
-            return fd
+                try:
+                    fd = os.open(self.path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+                except FileExistsError:
+                    continue
+            except OSError as e:
+                raise LedgerError(f"cannot open {self.path}: {e.strerror}") from None
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                return fd
+            os.close(fd)
+            raise LedgerError(
+                f"{self.path} is not a lock file of yours (uid {st.st_uid}, mode "
+                f"{st.st_mode & 0o7777:04o}); remove it (as its owner or root)"
+            )
         raise LedgerError(f"cannot open {self.path}")
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)
-
-
-def _live_members(led: Ledger) -> list[LedgerMember]:
-    led.reclaim()
-    return [m for m in led.snapshot()["members"] if m["state"] != "dead"]
 
 
 def _group_ledger(
@@ -612,7 +616,7 @@ def _group_ledger(
     names none)."""
     path = group_path(group, create_dir=True)
     wanted = {d: n for d, n in limits.items() if n}
-    with _GroupLock(path):
+    with GroupLock(path):
         exists = path.exists() or path.is_symlink()
         if not set_limits:
             if not exists:
@@ -623,7 +627,7 @@ def _group_ledger(
                 return None
             return led
         led = Ledger.create(path, limits, on_exceed, count_host, group)
-        if led.created or led.limits() == wanted:
+        if (led.created or led.limits() == wanted) and not led.other_parts():
             return led
         try:
             note = _adopt(led, limits)

@@ -10,6 +10,7 @@ from typing import Any, cast
 from ..analyze import laws
 from ..analyze import sweep_sentences as sentences
 from ..analyze.documents import Sweep
+from ..analyze.runfacts import no_driver_sentence
 from .knobs import (
     EXPECT_TOLERANCE,
     MARGIN,
@@ -172,6 +173,8 @@ def sweep_json(
         },
         "expect": expect,
         "expect_text": expect_text,
+        # a verdict needs a law: with fewer than two runs in the laws there is none
+        "expect_checked": None if expect is None else len(included) >= 2,
         "peak": peak,
         "sites": shown,
         "more_sites": len(sites) - len(shown),
@@ -181,9 +184,12 @@ def sweep_json(
     planned = len(combos(knobs))
     if len(runs) < planned:
         doc["notes"].append("interrupted: %d of %d runs done" % (len(runs), planned))
+    unused = _no_driver_note(runs)
+    if unused:
+        doc["notes"].append(unused)
     if len(included) < 2:
         doc["notes"].append("fewer than two runs finished well: no law")
-    elif not any(r["measured"]["allocs"] for r in included):
+    elif not any(r["measured"]["allocs"] for r in included) and not unused:
         doc["notes"].append(
             "no run allocated device memory through the CUDA driver: did the command use the GPU?"
         )
@@ -192,6 +198,21 @@ def sweep_json(
     for s in [peak] + sites:
         s.pop("_law", None)
     return cast(Sweep, doc)
+
+
+def _no_driver_note(runs: list[dict[str, Any]]) -> str | None:
+    """The note of a sweep no run of which used the CUDA driver (None when one did, or none
+    could be measured)."""
+    measured = [r["measured"] for r in runs if r.get("measured")]
+    if not measured or any(m.get("driver_used", True) for m in measured):
+        return None
+    simulated = any(m.get("simulated") for m in measured)
+    found = None
+    if not simulated:
+        from ..record.cudadrv import driver_library
+
+        found = driver_library()
+    return no_driver_sentence(found, simulated, "no run", "add --simulated to the sweep")
 
 
 def _prediction(

@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import settings, tracedir
 from ..analyze.analysis import Analysis, ReportError
+from ..analyze.runfacts import driver_used
 from ..attribution import Attribution
 from ..symbols import Symbolizer
 from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute
@@ -111,6 +112,8 @@ def measure(
         "untraced_bytes": max(0, untraced) if isinstance(untraced, int) else None,
         "context_bytes": max(contexts.values()) if contexts else None,
         "sites": sites,
+        "driver_used": driver_used(a.traces),
+        "simulated": bool(a.td.run.get("simulated")),
     }, a.symbolizer
 
 

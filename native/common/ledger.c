@@ -1,5 +1,6 @@
 /* ledger.c - the budget ledger: lock-free accounting of device memory shared by the processes of
- * a budget group (layout and API: ledger.h).
+ * a budget group (layout and API: ledger.h). This file: liveness, slots, the hot path, the
+ * queries and snapshots; ledger_int.h lists the other files.
  *
  * Compiled into the preload library (hidden) and the tools library (used by Python through cffi),
  * so the shim and `cudatrace status` read the ledger with the same code.
@@ -17,6 +18,14 @@
  * False denials (both see each other's pending addition and both withdraw) are possible under
  * contention; reserve retries a few times before it denies.
  *
+ * Across the parts of a group (one file per user in a shared directory, ledger.h "Parts") the
+ * same argument holds with a part's total[d] as its counter: a reserver adds b to its part's
+ * total (before its own held, so the total never reads less than the slots hold) and, after a
+ * full barrier, reads the other parts' totals with pread. A part that appears after a
+ * reserver last looked at the directory changed the directory's ctime; the reserver looks at
+ * it (fstat) after its own addition at every reservation, and looks again while the directory
+ * changed too recently for its coarse ctime to tell two changes apart (ledger_parts.c).
+ *
  * Slots. state = (pid << 32) | (generation << 8) | FREE / CLAIMING / ACTIVE. join moves a slot
  * FREE -> CLAIMING (one CAS that also publishes the pid and a new generation), zeroes its
  * counters, then CLAIMING -> ACTIVE (CAS). leave and reclaim move ACTIVE -> FREE with one CAS on
@@ -25,10 +34,14 @@
  * process killed anywhere leaves nothing locked: a dead member's slot is ACTIVE with a dead pid
  * (reclaimed), a dead claimer's slot is CLAIMING with a dead pid (reclaimed too).
  *
- * Dead: kill(pid, 0) fails with ESRCH, /proc/<pid>/stat says zombie, or its start time differs
- * from the one recorded at join (the pid was reused). Members of another pid namespace (their
- * /proc/self/ns/pid inode differs) are never judged: they are counted as alive. What /proc
- * says is read by procstat.c.
+ * Dead. A member that joined for itself holds an OFD lock on its slot's byte (ledger.h,
+ * CT_LEDGER_LIVE_LOCK), which the kernel drops when the process dies, in whatever pid namespace
+ * or container: a test of the lock judges it, from anywhere. Otherwise (a join on behalf of
+ * another process, a file system without OFD locks) it is judged by pid: kill(pid, 0) fails
+ * with ESRCH, /proc/<pid>/stat says zombie, or its start time differs from the one recorded at
+ * join (the pid was reused); such a member of another pid namespace (its /proc/self/ns/pid
+ * inode differs) cannot be judged and counts as alive (CT_LEDGER_UNKNOWN). What /proc says is
+ * read by procstat.c.
  *
  * Atomics are the GCC/Clang __atomic builtins on the plain fixed-width fields of ledger.h (the
  * operations <stdatomic.h> is built on), since the layout is shared with cffi and cannot use
@@ -37,7 +50,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include "ledger.h"
+#include "ledger_int.h"
 
 #include "procstat.h"
 
@@ -47,11 +60,9 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -66,44 +77,19 @@ _Static_assert(CT_LEDGER_GROUP_MAX < sizeof(((struct ct_ledger_header *)0)->grou
 _Static_assert(offsetof(struct ct_ledger_member, held) % 64 == 0, "held alignment");
 _Static_assert(CT_LEDGER_LOCK_BASE == CT_LEDGER_FILE_SIZE, "lock bytes past the end of the file");
 _Static_assert(CT_LEDGER_LOCK_OWNER == CT_LEDGER_LOCK_BASE + CT_LEDGER_MAX_MEMBERS, "owner byte");
-
-#define LD(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
-#define ST(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
-#define ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_SEQ_CST)
-#define CAS(p, e, d)                                                                               \
-    __atomic_compare_exchange_n((p), (e), (d), 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)
-
-#define W_STATE(w) ((uint32_t)((w)&0xffu))
-#define W_GEN(w) ((uint32_t)(((w) >> 8) & 0xffffffu))
-#define W_PID(w) ((int32_t)(uint32_t)((w) >> 32))
-#define W_MAKE(pid, gen, st)                                                                       \
-    (((uint64_t)(uint32_t)(pid) << 32) | ((uint64_t)((gen)&0xffffffu) << 8) | (uint64_t)(st))
+_Static_assert(offsetof(struct ct_ledger_header, ext_total) +
+                       sizeof(uint64_t) * CT_LEDGER_MAX_DEVICES ==
+                   CT_LEDGER_PART_HEAD,
+               "a part's head ends with ext_total");
 
 #define RESERVE_ATTEMPTS 3
 #define RECLAIM_PERIOD_NS 1000000000ull
 #define DENY_RECLAIM_PERIOD_NS 10000000ull
-#define OPEN_WAIT_MS 1000
-
-struct ct_ledger {
-    struct ct_ledger_header *hdr;
-    struct ct_ledger_member *mem;
-    int32_t slot;      /* -1: not a member */
-    int32_t pid;       /* the member's pid */
-    int32_t joined_by; /* getpid() of the process that joined (fork check in leave) */
-    uint64_t word;     /* our slot's ACTIVE state word */
-    uint64_t pidns;    /* our pid namespace, 0 unknown */
-    int fd;            /* our open file description of the ledger (liveness locks), -1 none */
-    int32_t fd_owner;  /* getpid() of the process that opened fd (a child reopens its own) */
-    uint64_t ino, dev; /* of the file, to tell that fd is still ours */
-    char *path;
-    uint64_t share; /* ct_ledger_set_share: written into every slot this handle joins */
-    uint64_t share_limit;
-};
+#define CHECK_PERIOD_NS 1000000000ull /* a member looks at its own file once a second */
 
 /* ---- small helpers (async-signal-safe: no stdio, no malloc) -------------------------------- */
 
-__attribute__((format(printf, 3, 4))) static void set_err(char *err, uint64_t errlen,
-                                                          const char *fmt, ...)
+void ctl_set_err(char *err, uint64_t errlen, const char *fmt, ...)
 {
     if (!err || errlen == 0)
         return;
@@ -113,7 +99,7 @@ __attribute__((format(printf, 3, 4))) static void set_err(char *err, uint64_t er
     va_end(ap);
 }
 
-static uint64_t mono_ns(void)
+uint64_t ctl_mono_ns(void)
 {
     struct timespec ts;
     if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
@@ -121,7 +107,7 @@ static uint64_t mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t real_ns(void)
+uint64_t ctl_real_ns(void)
 {
     struct timespec ts;
     if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
@@ -129,20 +115,20 @@ static uint64_t real_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t sat_add(uint64_t a, uint64_t b)
+uint64_t ctl_sat_add(uint64_t a, uint64_t b)
 {
     uint64_t s = a + b;
     return s < a ? UINT64_MAX : s;
 }
 
-/* Subtract b from *p, clamping at 0. Returns 1 when it clamped. */
-static int sub_sat(uint64_t *p, uint64_t b)
+/* Subtract b from *p, clamping at 0. Returns what was taken off (b unless it clamped). */
+static uint64_t sub_sat(uint64_t *p, uint64_t b)
 {
     uint64_t cur = LD(p), nv;
     do {
         nv = cur > b ? cur - b : 0;
     } while (!CAS(p, &cur, nv));
-    return cur < b;
+    return cur - nv;
 }
 
 static void store_max(uint64_t *p, uint64_t v)
@@ -153,7 +139,60 @@ static void store_max(uint64_t *p, uint64_t v)
         ;
 }
 
+void ctl_sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
 uint64_t ct_ledger_proc_start_ticks(int32_t pid) { return ct_procstat_start_ticks(pid); }
+
+/* ---- what a member's ledger says while it runs (ct_ledger_set_report) ---------------------- */
+
+static void (*report_fn)(int32_t fatal, const char *msg);
+
+void ct_ledger_set_report(void (*fn)(int32_t fatal, const char *msg))
+{
+    __atomic_store_n(&report_fn, fn, __ATOMIC_RELEASE);
+}
+
+void ctl_report(int32_t fatal, const char *msg)
+{
+    void (*fn)(int32_t, const char *) = __atomic_load_n(&report_fn, __ATOMIC_ACQUIRE);
+    if (fn) {
+        int saved = errno;
+        fn(fatal, msg);
+        errno = saved;
+    }
+}
+
+void ctl_damaged(struct ct_ledger *l, const char *why)
+{
+    uint32_t was = 0;
+    if (!__atomic_compare_exchange_n(&l->damaged, &was, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return; /* found already (or being written) */
+    snprintf(l->why, sizeof l->why, "%s", why);
+    __atomic_store_n(&l->damaged, 1, __ATOMIC_RELEASE);
+}
+
+/* an accounting call found its file damaged: say it once, answer CT_LEDGER_EDAMAGED */
+__attribute__((noinline)) static int32_t damaged_now(struct ct_ledger *l)
+{
+    uint32_t no = 0;
+    while (__atomic_load_n(&l->damaged, __ATOMIC_ACQUIRE) == 2)
+        sched_yield(); /* its reason is being written */
+    if (__atomic_compare_exchange_n(&l->damage_said, &no, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+        ctl_report(1, l->why);
+    return CT_LEDGER_EDAMAGED;
+}
+
+const char *ct_ledger_damage(const struct ct_ledger *l)
+{
+    if (!l)
+        return "no ledger";
+    return __atomic_load_n(&l->damaged, __ATOMIC_ACQUIRE) == 1 || l->reader ? l->why : "";
+}
 
 /* ---- liveness locks (ledger.h, CT_LEDGER_LIVE_LOCK) ------------------------------------------ */
 
@@ -175,7 +214,7 @@ static int byte_lock(int fd, short type, uint64_t off)
 
 /* Whether another open file description holds a lock on [off, off+len): 1 yes, 0 no, -1 cannot
  * tell. (Our own description's locks never conflict with a test through it.) */
-static int range_locked(int fd, uint64_t off, uint64_t len)
+int ctl_range_locked(int fd, uint64_t off, uint64_t len)
 {
     if (fd < 0)
         return -1;
@@ -196,7 +235,7 @@ static int range_locked(int fd, uint64_t off, uint64_t len)
 
 /* fd, when it still refers to the ledger file (a program may close descriptors it did not open
  * and reuse the number), else -1. */
-static int our_fd(const struct ct_ledger *l)
+int ctl_our_fd(const struct ct_ledger *l)
 {
     struct stat sb;
     if (l->fd < 0 || fstat(l->fd, &sb) != 0 || (uint64_t)sb.st_ino != l->ino ||
@@ -215,10 +254,10 @@ static int open_rw(const char *path)
  * same descriptor number. Also when the program closed our descriptor (its lock is gone then,
  * and another member may have judged us dead: the shim joins again, ct_budget_rejoin), and at
  * open, where the descriptor is the one the mapping was made through. */
-static void own_fd(struct ct_ledger *l)
+void ctl_own_fd(struct ct_ledger *l)
 {
     int32_t self = getpid();
-    int cur = our_fd(l);
+    int cur = ctl_our_fd(l);
     if (cur >= 0 && l->fd_owner == self)
         return;
     int nfd = -1;
@@ -251,21 +290,21 @@ static void own_fd(struct ct_ledger *l)
     l->fd_owner = self;
 }
 
-/* CT_LEDGER_ALIVE, _DEAD or _UNKNOWN (counted as alive). */
-/* fd: our_fd(l), checked once by the caller's scan */
-static int member_alive(const struct ct_ledger *l, int fd, int32_t slot, int32_t pid,
-                        uint64_t ticks, uint64_t pidns, uint64_t liveness)
+/* CT_LEDGER_ALIVE, _DEAD or _UNKNOWN (counted as alive). fd: a description of the member's file
+ * (the caller's scan checked it once) */
+int ctl_member_alive(uint64_t my_pidns, int fd, int32_t slot, int32_t pid, uint64_t ticks,
+                     uint64_t pidns, uint64_t liveness)
 {
     if (pid <= 0)
         return CT_LEDGER_DEAD;
     if (liveness == CT_LEDGER_LIVE_LOCK) {
-        int r = range_locked(fd, CT_LEDGER_LOCK_BASE + (uint64_t)slot, 1);
+        int r = ctl_range_locked(fd, CT_LEDGER_LOCK_BASE + (uint64_t)slot, 1);
         if (r == 1)
             return CT_LEDGER_ALIVE;
         if (r == 0)
             return CT_LEDGER_DEAD; /* the kernel dropped its lock: the process is gone */
     }
-    if (pidns && l->pidns && pidns != l->pidns)
+    if (pidns && my_pidns && pidns != my_pidns)
         return CT_LEDGER_UNKNOWN;
     if (kill(pid, 0) != 0 && errno == ESRCH)
         return CT_LEDGER_DEAD;
@@ -283,9 +322,16 @@ static int member_alive(const struct ct_ledger *l, int fd, int32_t slot, int32_t
     return CT_LEDGER_UNKNOWN;
 }
 
-static int valid(const struct ct_ledger *l) { return l && l->hdr && l->mem; }
+static int alive_in(const struct ct_ledger *l, int fd, uint32_t i, uint64_t w)
+{
+    const struct ct_ledger_member *m = &l->mem[i];
+    return ctl_member_alive(l->pidns, fd, (int32_t)i, W_PID(w), LD(&m->start_ticks), LD(&m->pidns),
+                            LD(&m->liveness));
+}
 
-static uint32_t hwm(const struct ct_ledger *l)
+int ctl_valid(const struct ct_ledger *l) { return l && l->hdr && l->mem; }
+
+uint32_t ctl_hwm(const struct ct_ledger *l)
 {
     uint32_t h = LD(&l->hdr->members_hwm);
     return h > CT_LEDGER_MAX_MEMBERS ? CT_LEDGER_MAX_MEMBERS : h;
@@ -298,21 +344,28 @@ static void raise_hwm(struct ct_ledger *l, uint32_t v)
         ;
 }
 
-/* The group's total on dev and, in *share_sum (may be NULL), the part of it held by members
- * of share (0: none). The share's sum obeys the same argument as the group's: a member writes
- * its share before its slot turns ACTIVE, so a reserver that sees its held sees its share. */
+/* what member m counts on dev: what it holds and the node agent's figure of its context */
+static inline uint64_t counted(const struct ct_ledger_member *m, int32_t dev)
+{
+    return ctl_sat_add(LD(&m->held[dev]), (uint64_t)LD(&m->ext_context_kib[dev]) << 10);
+}
+
+/* The group's total on dev in this file and, in *share_sum (may be NULL), the part of it held
+ * by members of share (0: none). The share's sum obeys the same argument as the group's: a
+ * member writes its share before its slot turns ACTIVE, so a reserver that sees its held sees
+ * its share. A share is counted within one file: its members are one user's (a Slurm job). */
 static uint64_t sum_shared(const struct ct_ledger *l, int32_t dev, uint64_t share,
                            uint64_t *share_sum)
 {
-    uint32_t n = hwm(l);
+    uint32_t n = ctl_hwm(l);
     uint64_t s = 0, ss = 0;
     for (uint32_t i = 0; i < n; i++) {
-        struct ct_ledger_member *m = &l->mem[i];
+        const struct ct_ledger_member *m = &l->mem[i];
         if (W_STATE(LD(&m->state)) == CT_LEDGER_ACTIVE) {
-            uint64_t h = LD(&m->held[dev]);
-            s = sat_add(s, h);
+            uint64_t h = counted(m, dev);
+            s = ctl_sat_add(s, h);
             if (share && LD(&m->share) == share)
-                ss = sat_add(ss, h);
+                ss = ctl_sat_add(ss, h);
         }
     }
     if (share_sum)
@@ -325,13 +378,32 @@ static uint64_t sum_active(const struct ct_ledger *l, int32_t dev)
     return sum_shared(l, dev, 0, NULL);
 }
 
+/* the group's total on dev: this file's members and, in a shared directory, the other parts */
+static uint64_t sum_group(struct ct_ledger *l, int32_t dev, int precise)
+{
+    uint64_t s = sum_active(l, dev);
+    return l->parts ? ctl_sat_add(s, ctl_parts_sum(l, dev, precise)) : s;
+}
+
+/* A slot that turned FREE gives up what it held: its counters are zeroed (the next claim would
+ * too), and in a shared directory its part's total loses them (whoever zeroes a held takes what
+ * it zeroed off the total, so the total never reads less than the slots hold). */
+static void drop_held(struct ct_ledger *l, struct ct_ledger_member *m)
+{
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        uint64_t h = XCHG(&m->held[d], 0);
+        if (h && l->parts)
+            sub_sat(&l->hdr->total[d], h);
+    }
+}
+
 /* ---- reclaim ------------------------------------------------------------------------------- */
 
-static int reclaim_scan(struct ct_ledger *l)
+int ctl_reclaim_scan(struct ct_ledger *l)
 {
     int saved = errno, freed = 0;
-    uint32_t n = hwm(l);
-    int fd = our_fd(l);
+    uint32_t n = ctl_hwm(l);
+    int fd = ctl_our_fd(l);
     for (uint32_t i = 0; i < n; i++) {
         if ((int32_t)i == l->slot)
             continue; /* ourselves */
@@ -339,58 +411,67 @@ static int reclaim_scan(struct ct_ledger *l)
         uint64_t w = LD(&m->state);
         int dead = 0;
         if (W_STATE(w) == CT_LEDGER_ACTIVE) {
-            dead = member_alive(l, fd, (int32_t)i, W_PID(w), LD(&m->start_ticks), LD(&m->pidns),
-                                LD(&m->liveness)) == CT_LEDGER_DEAD;
+            dead = alive_in(l, fd, i, w) == CT_LEDGER_DEAD;
         } else if (W_STATE(w) == CT_LEDGER_CLAIMING) {
             /* a claimer that died between its two CASes (pidns/start not recorded yet) */
             uint64_t ns = LD(&m->pidns);
             if (ns && l->pidns && ns != l->pidns)
                 dead = LD(&m->liveness) == CT_LEDGER_LIVE_LOCK &&
-                       range_locked(fd, CT_LEDGER_LOCK_BASE + i, 1) == 0;
+                       ctl_range_locked(fd, CT_LEDGER_LOCK_BASE + i, 1) == 0;
             else
                 dead = W_PID(w) <= 0 || (kill(W_PID(w), 0) != 0 && errno == ESRCH);
         }
         if (dead && CAS(&m->state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE))) {
             freed++;
             ADD(&l->hdr->reclaimed, 1);
+            drop_held(l, m);
         }
     }
     errno = saved;
     return freed;
 }
 
-/* Run reclaim_scan unless one ran (from any process) less than period ns ago, as recorded in
- * *stamp. One CAS picks the one caller that scans. */
-static void throttled_reclaim(struct ct_ledger *l, uint64_t *stamp, uint64_t period)
+/* Run ctl_reclaim_scan unless one ran (from any process) less than period ns ago, as recorded
+ * in *stamp. One CAS picks the one caller that scans. */
+static void throttled_reclaim(struct ct_ledger *l, uint64_t *stamp, uint64_t now, uint64_t period)
 {
-    uint64_t now = mono_ns();
     uint64_t last = LD(stamp);
     if (now >= last && now - last < period)
         return; /* (now < last: another time namespace or a bogus value: run it) */
     if (!CAS(stamp, &last, now))
         return; /* someone else just did */
-    reclaim_scan(l);
+    ctl_reclaim_scan(l);
 }
 
-/* The periodic reclaim, from every operation: at most once a second per ledger. */
-static void maybe_reclaim(struct ct_ledger *l)
+/* The periodic reclaim, from every operation: at most once a second per ledger. And this
+ * process's look at its own file, once a second (per process: a member whose file was damaged
+ * under it stops within a second, whoever else uses it): -1 when it was found damaged. */
+static int maybe_reclaim(struct ct_ledger *l)
 {
-    throttled_reclaim(l, &l->hdr->last_reclaim_ns, RECLAIM_PERIOD_NS);
+    uint64_t now = ctl_mono_ns();
+    uint64_t next = __atomic_load_n(&l->next_check_ns, __ATOMIC_RELAXED);
+    if (now >= next &&
+        __atomic_compare_exchange_n(&l->next_check_ns, &next, now + CHECK_PERIOD_NS, 0,
+                                    __ATOMIC_RELAXED, __ATOMIC_RELAXED) &&
+        ctl_check_own(l) != 0)
+        return -1; /* damaged: touch nothing more of it */
+    throttled_reclaim(l, &l->hdr->last_reclaim_ns, now, RECLAIM_PERIOD_NS);
+    return 0;
 }
 
 /* Before a denial: at most once per DENY_RECLAIM_PERIOD_NS, so that a crowd of reservers held
  * at the limit does not turn into a storm of kill() and /proc reads. */
 static void deny_reclaim(struct ct_ledger *l)
 {
-    throttled_reclaim(l, &l->hdr->last_deny_reclaim_ns, DENY_RECLAIM_PERIOD_NS);
+    throttled_reclaim(l, &l->hdr->last_deny_reclaim_ns, ctl_mono_ns(), DENY_RECLAIM_PERIOD_NS);
 }
 
 int32_t ct_ledger_hold(struct ct_ledger *l)
 {
-    if (!valid(l))
+    if (!ctl_valid(l))
         return CT_LEDGER_EINVAL;
     int saved = errno;
-    own_fd(l);
+    ctl_own_fd(l);
     int r = l->fd >= 0 ? byte_lock(l->fd, F_RDLCK, CT_LEDGER_LOCK_OWNER) : -1;
     errno = saved;
     return r == 0 ? CT_LEDGER_OK : CT_LEDGER_ESYS;
@@ -398,27 +479,28 @@ int32_t ct_ledger_hold(struct ct_ledger *l)
 
 int32_t ct_ledger_in_use_by_anyone(struct ct_ledger *l)
 {
-    if (!valid(l))
+    if (!l || (!l->reader && !ctl_valid(l)))
         return CT_LEDGER_EINVAL;
     int saved = errno;
-    int r = range_locked(our_fd(l), CT_LEDGER_LOCK_BASE, CT_LEDGER_MAX_MEMBERS + 1);
+    int fd = l->reader ? l->fd : ctl_our_fd(l);
+    int r = ctl_range_locked(fd, CT_LEDGER_LOCK_BASE, CT_LEDGER_MAX_MEMBERS + 1);
     errno = saved;
     return r < 0 ? CT_LEDGER_ESYS : r;
 }
 
 int32_t ct_ledger_reclaim(struct ct_ledger *l)
 {
-    if (!valid(l))
+    if (!ctl_valid(l))
         return CT_LEDGER_EINVAL;
-    ST(&l->hdr->last_reclaim_ns, mono_ns());
-    return reclaim_scan(l);
+    ST(&l->hdr->last_reclaim_ns, ctl_mono_ns());
+    return ctl_reclaim_scan(l);
 }
 
 /* ---- membership ---------------------------------------------------------------------------- */
 
 int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
 {
-    if (!valid(l) || pid <= 0)
+    if (!ctl_valid(l) || pid <= 0)
         return CT_LEDGER_EINVAL;
     int saved = errno;
     int32_t self = getpid();
@@ -429,7 +511,7 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
     /* a lock proves liveness only for the process that holds it: joining for itself */
     int locking = pid == self && start_ticks == own_ticks;
     if (locking)
-        own_fd(l);
+        ctl_own_fd(l);
 
     /* already a member as this pid (and still in our slot) */
     if (l->slot >= 0 && l->slot < CT_LEDGER_MAX_MEMBERS && l->pid == pid &&
@@ -442,14 +524,16 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
 
     /* a slot of this very process is from an image before exec: its memory is gone */
     if (start_ticks) {
-        uint32_t n = hwm(l);
+        uint32_t n = ctl_hwm(l);
         for (uint32_t i = 0; i < n; i++) {
             struct ct_ledger_member *m = &l->mem[i];
             uint64_t w = LD(&m->state);
             if (W_STATE(w) == CT_LEDGER_ACTIVE && W_PID(w) == pid &&
                 LD(&m->start_ticks) == start_ticks && LD(&m->pidns) == l->pidns)
-                if (CAS(&m->state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE)))
+                if (CAS(&m->state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE))) {
                     ADD(&l->hdr->reclaimed, 1);
+                    drop_held(l, m);
+                }
         }
     }
 
@@ -462,7 +546,7 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
             uint32_t gen = W_GEN(w) + 1;
             uint64_t claim = W_MAKE(pid, gen, CT_LEDGER_CLAIMING);
             if (locking && l->fd >= 0 &&
-                range_locked(l->fd, CT_LEDGER_LOCK_BASE + (uint64_t)i, 1) > 0)
+                ctl_range_locked(l->fd, CT_LEDGER_LOCK_BASE + (uint64_t)i, 1) > 0)
                 continue; /* its byte is still held (an earlier image's stray descriptor) */
             if (!CAS(&m->state, &w, claim))
                 continue;
@@ -480,15 +564,16 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
             ST(&m->pid, pid);
             ST(&m->start_ticks, start_ticks);
             ST(&m->pidns, l->pidns);
-            ST(&m->joined_ns, real_ns());
+            ST(&m->joined_ns, ctl_real_ns());
             ST(&m->share, l->share);
             ST(&m->share_limit, l->share_limit);
+            drop_held(l, m); /* what a member freed in a race with its reclaim added since */
             for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-                ST(&m->held[d], 0);
                 ST(&m->peak[d], 0);
                 ST(&m->denials[d], 0);
                 ST(&m->over[d], 0);
                 ST(&m->context_kib[d], 0);
+                ST(&m->ext_context_kib[d], 0);
             }
             raise_hwm(l, (uint32_t)i + 1);
             uint64_t active = W_MAKE(pid, gen, CT_LEDGER_ACTIVE);
@@ -505,7 +590,7 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
             return i;
         }
         if (pass == 0)
-            reclaim_scan(l);
+            ctl_reclaim_scan(l);
     }
     errno = saved;
     return CT_LEDGER_EFULL;
@@ -513,7 +598,7 @@ int32_t ct_ledger_join(struct ct_ledger *l, int32_t pid, uint64_t start_ticks)
 
 int32_t ct_ledger_leave(struct ct_ledger *l)
 {
-    if (!valid(l))
+    if (!ctl_valid(l))
         return CT_LEDGER_EINVAL;
     int32_t slot = l->slot;
     if (slot < 0 || slot >= CT_LEDGER_MAX_MEMBERS)
@@ -526,7 +611,9 @@ int32_t ct_ledger_leave(struct ct_ledger *l)
         return CT_LEDGER_ENOTMEMBER; /* inherited over fork: the slot is the parent's */
     uint64_t w = l->word;
     int ok = CAS(&l->mem[slot].state, &w, W_MAKE(0, W_GEN(w), CT_LEDGER_FREE));
-    if (l->fd_owner == self && our_fd(l) >= 0) {
+    if (ok)
+        drop_held(l, &l->mem[slot]);
+    if (l->fd_owner == self && ctl_our_fd(l) >= 0) {
         saved = errno;
         byte_lock(l->fd, F_UNLCK, CT_LEDGER_LOCK_BASE + (uint64_t)slot);
         errno = saved;
@@ -534,11 +621,14 @@ int32_t ct_ledger_leave(struct ct_ledger *l)
     return ok ? CT_LEDGER_OK : CT_LEDGER_ENOTMEMBER; /* not ok: reclaimed already */
 }
 
-int32_t ct_ledger_slot(const struct ct_ledger *l) { return valid(l) ? l->slot : CT_LEDGER_EINVAL; }
+int32_t ct_ledger_slot(const struct ct_ledger *l)
+{
+    return ctl_valid(l) ? l->slot : CT_LEDGER_EINVAL;
+}
 
 int32_t ct_ledger_set_share(struct ct_ledger *l, const char *name, uint64_t limit)
 {
-    if (!valid(l))
+    if (!ctl_valid(l))
         return CT_LEDGER_EINVAL;
     uint64_t key = 0;
     if (name && *name) {
@@ -560,7 +650,7 @@ int32_t ct_ledger_set_share(struct ct_ledger *l, const char *name, uint64_t limi
 
 uint64_t ct_ledger_share_in_use(struct ct_ledger *l, int32_t dev)
 {
-    if (!valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES || !l->share)
+    if (!ctl_valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES || !l->share)
         return 0;
     uint64_t ss = 0;
     sum_shared(l, dev, l->share, &ss);
@@ -572,7 +662,7 @@ uint64_t ct_ledger_share_in_use(struct ct_ledger *l, int32_t dev)
 /* The member slot for dev, or NULL with *rc set. */
 static struct ct_ledger_member *member(struct ct_ledger *l, int32_t dev, int32_t *rc)
 {
-    if (!valid(l)) {
+    if (!ctl_valid(l)) {
         *rc = CT_LEDGER_EINVAL;
         return NULL;
     }
@@ -585,12 +675,63 @@ static struct ct_ledger_member *member(struct ct_ledger *l, int32_t dev, int32_t
         *rc = CT_LEDGER_ENOTMEMBER;
         return NULL;
     }
+    if (__atomic_load_n(&l->damaged, __ATOMIC_RELAXED)) {
+        *rc = damaged_now(l); /* its file was damaged under it: nothing more is read */
+        return NULL;
+    }
     struct ct_ledger_member *m = &l->mem[slot];
     if (LD(&m->state) != l->word) {
         *rc = CT_LEDGER_ENOTMEMBER; /* our slot was taken from us (judged dead): join again */
         return NULL;
     }
     return m;
+}
+
+/* add bytes to what m holds on dev (and to its part's total first, in a shared directory) */
+static inline uint64_t hold(struct ct_ledger *l, struct ct_ledger_member *m, int32_t dev,
+                            uint64_t bytes)
+{
+    if (l->parts)
+        ADD(&l->hdr->total[dev], bytes);
+    return ctl_sat_add(ADD(&m->held[dev], bytes), bytes);
+}
+
+/* take bytes off what m holds on dev (and off its part's total: what was taken off); 1 when
+ * it held less than that (clamped at 0) */
+static inline int unhold(struct ct_ledger *l, struct ct_ledger_member *m, int32_t dev,
+                         uint64_t bytes)
+{
+    uint64_t took = sub_sat(&m->held[dev], bytes);
+    if (l->parts && took)
+        sub_sat(&l->hdr->total[dev], took);
+    return took < bytes;
+}
+
+/* one try at reserving bytes on dev: 1 granted; else 0 with the figures of the denial, -1
+ * damaged */
+static int reserve_once(struct ct_ledger *l, struct ct_ledger_member *m, int32_t dev,
+                        uint64_t bytes, int precise, uint64_t *sum_out, uint64_t *ss_out)
+{
+    uint64_t share = l->share, ss = 0;
+    uint64_t held = hold(l, m, dev, bytes);
+    uint64_t sum = sum_shared(l, dev, share, &ss);
+    if (l->parts) {
+        sum = ctl_sat_add(sum, ctl_parts_sum(l, dev, precise));
+        if (__atomic_load_n(&l->damaged, __ATOMIC_RELAXED)) {
+            unhold(l, m, dev, bytes); /* the other parts could not all be read */
+            return -1;
+        }
+    }
+    uint64_t limit = LD(&l->hdr->limit[dev]), slimit = share ? l->share_limit : 0;
+    *sum_out = sum;
+    *ss_out = ss;
+    if ((!limit || sum <= limit) && !(slimit && ss > slimit)) {
+        store_max(&m->peak[dev], held);
+        store_max(&l->hdr->peak[dev], sum);
+        return 1;
+    }
+    unhold(l, m, dev, bytes);
+    return 0;
 }
 
 int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *in_use,
@@ -606,40 +747,40 @@ int32_t ct_ledger_reserve(ct_ledger *l, int32_t dev, uint64_t bytes, uint64_t *i
         return rc;
     if (bytes == 0) {
         if (in_use)
-            *in_use = sum_active(l, dev);
+            *in_use = sum_group(l, dev, 0);
         if (limit_out)
             *limit_out = LD(&l->hdr->limit[dev]);
         return CT_LEDGER_GRANTED;
     }
-    maybe_reclaim(l);
+    if (maybe_reclaim(l) != 0)
+        return damaged_now(l);
     uint64_t limit = 0, others = 0;
     uint64_t share = l->share, slimit = share ? l->share_limit : 0;
     int by_share = 0;
     for (int attempt = 0; attempt < RESERVE_ATTEMPTS; attempt++) {
         limit = LD(&l->hdr->limit[dev]);
+        uint64_t sum = 0, ss = 0;
         if ((limit && bytes > limit) || (slimit && bytes > slimit)) {
-            uint64_t ss = 0;
             others = sum_shared(l, dev, share, &ss);
             by_share = slimit && bytes > slimit && !(limit && bytes > limit);
             if (by_share)
                 others = ss;
+            else if (l->parts)
+                others = ctl_sat_add(others, ctl_parts_sum(l, dev, 0));
             break; /* can never fit */
         }
-        uint64_t held = sat_add(ADD(&m->held[dev], bytes), bytes);
-        uint64_t ss = 0;
-        uint64_t sum = sum_shared(l, dev, share, &ss);
-        int group_ok = !limit || sum <= limit;
-        by_share = group_ok && slimit && ss > slimit;
-        if (group_ok && !by_share) {
-            store_max(&m->peak[dev], held);
-            store_max(&l->hdr->peak[dev], sum);
+        int r = reserve_once(l, m, dev, bytes, attempt > 0, &sum, &ss);
+        if (r < 0)
+            return damaged_now(l);
+        if (r) {
+            int shared = share && slimit;
             if (in_use)
-                *in_use = share && slimit ? ss : sum;
+                *in_use = shared ? ss : sum;
             if (limit_out)
-                *limit_out = share && slimit ? slimit : limit;
+                *limit_out = shared ? slimit : limit;
             return CT_LEDGER_GRANTED;
         }
-        sub_sat(&m->held[dev], bytes);
+        by_share = (!limit || sum <= limit) && slimit && ss > slimit;
         others = by_share ? ss - bytes : sum - bytes;
         if (attempt == RESERVE_ATTEMPTS - 2) {
             deny_reclaim(l); /* a dead member may be what is in the way */
@@ -664,15 +805,16 @@ int32_t ct_ledger_force(ct_ledger *l, int32_t dev, uint64_t bytes)
     struct ct_ledger_member *m = member(l, dev, &rc);
     if (!m)
         return rc;
-    maybe_reclaim(l);
-    uint64_t held = sat_add(ADD(&m->held[dev], bytes), bytes);
+    if (maybe_reclaim(l) != 0)
+        return damaged_now(l);
+    uint64_t held = hold(l, m, dev, bytes);
     uint64_t limit = LD(&l->hdr->limit[dev]);
-    uint64_t sum = sum_active(l, dev);
+    uint64_t sum = sum_group(l, dev, 0);
     store_max(&m->peak[dev], held);
     store_max(&l->hdr->peak[dev], sum);
     if (limit && sum > limit && bytes) {
         deny_reclaim(l);
-        if (sum_active(l, dev) > limit) {
+        if (sum_group(l, dev, 1) > limit) {
             ADD(&m->over[dev], 1);
             ADD(&l->hdr->over[dev], 1);
             return CT_LEDGER_DENIED;
@@ -699,49 +841,132 @@ int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes)
     return CT_LEDGER_OK;
 }
 
-int32_t ct_ledger_set_member_context(ct_ledger *l, int32_t slot, int32_t pid, uint64_t start_ticks,
-                                     int32_t dev, uint64_t bytes)
-{
-    if (!valid(l) || slot < 0 || slot >= CT_LEDGER_MAX_MEMBERS)
-        return CT_LEDGER_EINVAL;
-    struct ct_ledger_member *m = &l->mem[slot];
-    uint64_t word = LD(&m->state);
-    if ((word & 0xff) != CT_LEDGER_ACTIVE || (int32_t)(word >> 32) != pid ||
-        LD(&m->start_ticks) != start_ticks)
-        return CT_LEDGER_ENOTMEMBER;
-    struct ct_ledger as = *l; /* that member, seen through this handle's mapping */
-    as.slot = slot;
-    as.word = word;
-    as.share = 0; /* a context is forced, never checked against a share */
-    return ct_ledger_set_context(&as, dev, bytes);
-}
-
 int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes)
 {
-    int32_t rc;
+    int32_t rc = CT_LEDGER_EINVAL;
     struct ct_ledger_member *m = member(l, dev, &rc);
     if (!m)
         return rc;
     if (bytes == 0)
         return CT_LEDGER_GRANTED;
-    return sub_sat(&m->held[dev], bytes) ? CT_LEDGER_DENIED : CT_LEDGER_GRANTED;
+    return unhold(l, m, dev, bytes) ? CT_LEDGER_DENIED : CT_LEDGER_GRANTED;
+}
+
+/* ---- the node agent's figures (ext_context_kib, ext_total) --------------------------------- */
+
+/* Read (mapped: atomically; a reader's handle: pread) the word at off of the file. 0 or -1. */
+static int get_word(struct ct_ledger *l, uint64_t off, void *v, size_t n)
+{
+    if (!l->reader) {
+        const char *base = (const char *)l->hdr;
+        if (n == 8)
+            *(uint64_t *)v = LD((const uint64_t *)(const void *)(base + off));
+        else
+            *(uint32_t *)v = LD((const uint32_t *)(const void *)(base + off));
+        return 0;
+    }
+    return ctl_pread_full(l->fd, v, n, off) == (long)n ? 0 : -1;
+}
+
+/* Write it (mapped: atomically; a reader's handle opened for writing: pwrite, never past the
+ * end of a file that is not a ledger's size any more). 0 or -1. */
+static int put_word(struct ct_ledger *l, uint64_t off, const void *v, size_t n)
+{
+    if (!l->reader) {
+        char *base = (char *)l->hdr;
+        if (n == 8)
+            ST((uint64_t *)(void *)(base + off), *(const uint64_t *)v);
+        else
+            ST((uint32_t *)(void *)(base + off), *(const uint32_t *)v);
+        return 0;
+    }
+    struct stat sb;
+    if (fstat(l->fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size != CT_LEDGER_FILE_SIZE)
+        return -1;
+    ssize_t w;
+    do {
+        w = pwrite(l->fd, v, n, (off_t)off);
+    } while (w < 0 && errno == EINTR);
+    return w == (ssize_t)n ? 0 : -1;
+}
+
+#define MEMBER_OFF(slot, field)                                                                    \
+    ((uint64_t)CT_LEDGER_HEADER_SIZE + (uint64_t)(slot)*CT_LEDGER_MEMBER_SIZE +                    \
+     offsetof(struct ct_ledger_member, field))
+
+/* ext_total[dev] of the file made again from its ACTIVE slots' ext_context_kib. 0 or -1. */
+static int sum_ext(struct ct_ledger *l, int32_t dev)
+{
+    uint32_t hwm = 0;
+    if (get_word(l, offsetof(struct ct_ledger_header, members_hwm), &hwm, 4) != 0)
+        return -1;
+    uint64_t total = 0;
+    for (uint32_t i = 0; i < hwm && i < CT_LEDGER_MAX_MEMBERS; i++) {
+        uint64_t w = 0;
+        uint32_t kib = 0;
+        if (get_word(l, MEMBER_OFF(i, state), &w, 8) != 0 ||
+            get_word(l, MEMBER_OFF(i, ext_context_kib) + 4 * (uint64_t)dev, &kib, 4) != 0)
+            return -1;
+        if (W_STATE(w) == CT_LEDGER_ACTIVE)
+            total += (uint64_t)kib << 10;
+    }
+    uint64_t off = offsetof(struct ct_ledger_header, ext_total) + 8 * (uint64_t)dev, cur = 0;
+    if (get_word(l, off, &cur, 8) != 0)
+        return -1;
+    return cur == total ? 0 : put_word(l, off, &total, 8);
+}
+
+int32_t ct_ledger_set_member_context(ct_ledger *l, int32_t slot, int32_t pid, uint64_t start_ticks,
+                                     int32_t dev, uint64_t bytes)
+{
+    if (!l || (!l->reader && !ctl_valid(l)) || slot < 0 || slot >= CT_LEDGER_MAX_MEMBERS)
+        return CT_LEDGER_EINVAL;
+    if (dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
+        return CT_LEDGER_ENODEV;
+    int saved = errno;
+    int32_t rc = CT_LEDGER_ESYS;
+    uint64_t word = 0, ticks = 0, after = 0;
+    uint64_t kib = (bytes + 1023) >> 10, zero = 0;
+    uint32_t k = kib > UINT32_MAX ? UINT32_MAX : (uint32_t)kib;
+    uint64_t at = MEMBER_OFF(slot, ext_context_kib) + 4 * (uint64_t)dev;
+    if (get_word(l, MEMBER_OFF(slot, state), &word, 8) != 0 ||
+        get_word(l, MEMBER_OFF(slot, start_ticks), &ticks, 8) != 0)
+        goto out;
+    rc = CT_LEDGER_ENOTMEMBER;
+    if (W_STATE(word) != CT_LEDGER_ACTIVE || W_PID(word) != pid || ticks != start_ticks)
+        goto out;
+    rc = CT_LEDGER_ESYS;
+    if (put_word(l, at, &k, 4) != 0 || get_word(l, MEMBER_OFF(slot, state), &after, 8) != 0)
+        goto out;
+    if (after != word) { /* the slot changed hands meanwhile: not its new member's context */
+        put_word(l, at, &zero, 4);
+        rc = CT_LEDGER_ENOTMEMBER;
+    } else {
+        rc = CT_LEDGER_OK;
+    }
+    if (sum_ext(l, dev) != 0)
+        rc = CT_LEDGER_ESYS;
+out:
+    errno = saved;
+    return rc;
 }
 
 /* ---- queries ------------------------------------------------------------------------------- */
 
 uint64_t ct_ledger_limit(struct ct_ledger *l, int32_t dev)
 {
-    if (!valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
+    if (!ctl_valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
         return 0;
     return LD(&l->hdr->limit[dev]);
 }
 
 uint64_t ct_ledger_in_use(struct ct_ledger *l, int32_t dev)
 {
-    if (!valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
+    if (!ctl_valid(l) || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES ||
+        __atomic_load_n(&l->damaged, __ATOMIC_RELAXED))
         return 0;
     maybe_reclaim(l);
-    return sum_active(l, dev);
+    return sum_group(l, dev, 0);
 }
 
 uint64_t ct_ledger_held(struct ct_ledger *l, int32_t dev)
@@ -753,7 +978,7 @@ uint64_t ct_ledger_held(struct ct_ledger *l, int32_t dev)
 
 int32_t ct_ledger_set_limit(struct ct_ledger *l, int32_t dev, uint64_t bytes)
 {
-    if (!valid(l))
+    if (!ctl_valid(l))
         return CT_LEDGER_EINVAL;
     if (dev < 0 || dev >= CT_LEDGER_MAX_DEVICES)
         return CT_LEDGER_ENODEV;
@@ -763,12 +988,12 @@ int32_t ct_ledger_set_limit(struct ct_ledger *l, int32_t dev, uint64_t bytes)
 
 int32_t ct_ledger_on_exceed(struct ct_ledger *l)
 {
-    return valid(l) ? (int32_t)LD(&l->hdr->on_exceed) : CT_LEDGER_EINVAL;
+    return ctl_valid(l) ? (int32_t)LD(&l->hdr->on_exceed) : CT_LEDGER_EINVAL;
 }
 
 int32_t ct_ledger_set_on_exceed(struct ct_ledger *l, int32_t mode)
 {
-    if (!valid(l) || (mode != CT_LEDGER_DENY && mode != CT_LEDGER_WARN))
+    if (!ctl_valid(l) || (mode != CT_LEDGER_DENY && mode != CT_LEDGER_WARN))
         return CT_LEDGER_EINVAL;
     ST(&l->hdr->on_exceed, (uint32_t)mode);
     return CT_LEDGER_OK;
@@ -776,34 +1001,63 @@ int32_t ct_ledger_set_on_exceed(struct ct_ledger *l, int32_t mode)
 
 int32_t ct_ledger_flags(struct ct_ledger *l)
 {
-    return valid(l) ? (int32_t)LD(&l->hdr->flags) : CT_LEDGER_EINVAL;
+    return ctl_valid(l) ? (int32_t)LD(&l->hdr->flags) : CT_LEDGER_EINVAL;
 }
 
 int32_t ct_ledger_set_flags(ct_ledger *l, int32_t flags)
 {
-    if (!valid(l) || flags < 0)
+    if (!ctl_valid(l) || flags < 0)
         return CT_LEDGER_EINVAL;
     ST(&l->hdr->flags, (uint32_t)flags);
     return CT_LEDGER_OK;
 }
 
-int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
+/* ---- snapshots ----------------------------------------------------------------------------- */
+
+/* one member of the view: v from slot i (its state word w), whose counts go into out */
+static int fill_member(const struct ct_ledger_member *m, uint32_t i, uint64_t w, uint64_t my_pidns,
+                       int fd, int32_t self_slot, struct ct_ledger_view *out)
 {
-    if (!valid(l) || !out)
-        return CT_LEDGER_EINVAL;
-    int saved = errno;
-    struct ct_ledger_header *h = l->hdr;
+    struct ct_ledger_member_view *v = &out->members[out->nmembers];
+    memset(v, 0, sizeof *v);
+    v->slot = (int32_t)i;
+    v->pid = W_PID(w);
+    v->start_ticks = LD(&m->start_ticks);
+    v->joined_ns = LD(&m->joined_ns);
+    v->share = LD(&m->share);
+    v->share_limit = LD(&m->share_limit);
+    uint64_t ns = LD(&m->pidns);
+    v->other_pidns = ns && my_pidns && ns != my_pidns;
+    v->pidns = ns;
+    v->alive = (uint32_t)((int32_t)i == self_slot
+                              ? CT_LEDGER_ALIVE
+                              : ctl_member_alive(my_pidns, fd, (int32_t)i, v->pid, v->start_ticks,
+                                                 ns, LD(&m->liveness)));
+    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
+        uint64_t ext = (uint64_t)LD(&m->ext_context_kib[d]) << 10;
+        v->held[d] = ctl_sat_add(LD(&m->held[d]), ext);
+        v->peak[d] = LD(&m->peak[d]);
+        v->denials[d] = LD(&m->denials[d]);
+        v->over[d] = LD(&m->over[d]);
+        v->context[d] = ctl_sat_add((uint64_t)LD(&m->context_kib[d]) << 10, ext);
+    }
+    return LD(&m->state) == w; /* 0: left or reclaimed while we copied: drop it */
+}
+
+void ctl_fill_view(const struct ct_ledger_header *h, const struct ct_ledger_member *mem,
+                   uint64_t my_pidns, int fd, int32_t self_slot, struct ct_ledger_view *out)
+{
     memset(out, 0, sizeof *out);
     out->version = h->version;
     out->on_exceed = LD(&h->on_exceed);
     out->flags = LD(&h->flags);
     out->uid = h->uid;
     out->created_ns = h->created_ns;
-    out->members_hwm = hwm(l);
+    uint32_t hwm = LD(&h->members_hwm);
+    out->members_hwm = hwm > CT_LEDGER_MAX_MEMBERS ? CT_LEDGER_MAX_MEMBERS : hwm;
     out->reclaimed = LD(&h->reclaimed);
     memcpy(out->group, h->group, sizeof out->group);
     out->group[sizeof out->group - 1] = 0;
-    int fd = our_fd(l);
     for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
         out->limit[d] = LD(&h->limit[d]);
         out->peak[d] = LD(&h->peak[d]);
@@ -811,1020 +1065,73 @@ int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
         out->over[d] = LD(&h->over[d]);
     }
     for (uint32_t i = 0; i < out->members_hwm; i++) {
-        struct ct_ledger_member *m = &l->mem[i];
+        const struct ct_ledger_member *m = &mem[i];
         uint64_t w = LD(&m->state);
-        if (W_STATE(w) != CT_LEDGER_ACTIVE)
+        if (W_STATE(w) != CT_LEDGER_ACTIVE || !fill_member(m, i, w, my_pidns, fd, self_slot, out))
             continue;
-        struct ct_ledger_member_view *v = &out->members[out->nmembers];
-        v->slot = (int32_t)i;
-        v->pid = W_PID(w);
-        v->start_ticks = LD(&m->start_ticks);
-        v->joined_ns = LD(&m->joined_ns);
-        v->share = LD(&m->share);
-        v->share_limit = LD(&m->share_limit);
-        uint64_t ns = LD(&m->pidns);
-        v->other_pidns = ns && l->pidns && ns != l->pidns;
-        v->pidns = ns;
-        v->alive =
-            (uint32_t)((int32_t)i == l->slot ? CT_LEDGER_ALIVE
-                                             : member_alive(l, fd, (int32_t)i, v->pid,
-                                                            v->start_ticks, ns, LD(&m->liveness)));
+        const struct ct_ledger_member_view *v = &out->members[out->nmembers++];
         for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-            v->held[d] = LD(&m->held[d]);
-            v->peak[d] = LD(&m->peak[d]);
-            v->denials[d] = LD(&m->denials[d]);
-            v->over[d] = LD(&m->over[d]);
-            v->context[d] = (uint64_t)LD(&m->context_kib[d]) << 10;
             if (v->alive == CT_LEDGER_DEAD)
-                out->dead_held[d] = sat_add(out->dead_held[d], v->held[d]);
+                out->dead_held[d] = ctl_sat_add(out->dead_held[d], v->held[d]);
             else
-                out->in_use[d] = sat_add(out->in_use[d], v->held[d]);
-        }
-        if (LD(&m->state) != w)
-            continue; /* left or reclaimed while we copied: drop it */
-        out->nmembers++;
-    }
-    errno = saved;
-    return CT_LEDGER_OK;
-}
-
-/* ---- shared ledger directories ------------------------------------------------------------ */
-/* A directory an integration manages for the jobs of several users (Slurm: one ledger per GPU
- * for every job on it): sticky, so no user can remove or replace another's files, owned by root
- * (or by the caller), group or other writable. Its ledgers are mode 0666 (0660 when others
- * cannot write the directory) and may be owned by any user. The mode of a shared ledger file:
- * 0 when dir_sb does not describe a shared directory. */
-static unsigned shared_mode(const struct stat *dsb)
-{
-    if (!S_ISDIR(dsb->st_mode) || !(dsb->st_mode & S_ISVTX) || !(dsb->st_mode & 022))
-        return 0;
-    if (dsb->st_uid != 0 && dsb->st_uid != geteuid())
-        return 0;
-    return (dsb->st_mode & 002) ? 0666 : 0660;
-}
-
-/* The shared mode of the directory holding path (0: not shared). */
-static unsigned path_shared_mode(const char *path)
-{
-    char dir[PATH_MAX];
-    const char *slash = path ? strrchr(path, '/') : NULL;
-    if (!slash) {
-        dir[0] = '.';
-        dir[1] = 0;
-    } else {
-        size_t n = (size_t)(slash - path);
-        if (n >= sizeof dir)
-            return 0;
-        memcpy(dir, path, n ? n : 1);
-        dir[n ? n : 1] = 0;
-    }
-    struct stat sb;
-    if (lstat(dir, &sb) != 0)
-        return 0;
-    return shared_mode(&sb);
-}
-
-int32_t ct_ledger_shared_dir(const char *path)
-{
-    int saved = errno;
-    int32_t r = path_shared_mode(path) != 0;
-    errno = saved;
-    return r;
-}
-
-/* ---- opening ------------------------------------------------------------------------------- */
-
-static void init_header(struct ct_ledger_header *h, const struct ct_ledger_config *cfg,
-                        const char *path)
-{
-    memset(h, 0, sizeof *h);
-    h->version = CT_LEDGER_VERSION;
-    h->header_size = CT_LEDGER_HEADER_SIZE;
-    h->member_size = CT_LEDGER_MEMBER_SIZE;
-    h->max_devices = CT_LEDGER_MAX_DEVICES;
-    h->max_members = CT_LEDGER_MAX_MEMBERS;
-    h->uid = (uint32_t)geteuid();
-    h->created_ns = real_ns();
-    if (cfg) {
-        h->on_exceed = cfg->on_exceed == CT_LEDGER_WARN ? CT_LEDGER_WARN : CT_LEDGER_DENY;
-        h->flags = cfg->flags;
-        memcpy(h->limit, cfg->limit, sizeof h->limit);
-        memcpy(h->group, cfg->group, sizeof h->group);
-        h->group[sizeof h->group - 1] = 0;
-    }
-    if (!h->group[0] && path) { /* <dir>/<group>.ledger */
-        const char *b = strrchr(path, '/');
-        b = b ? b + 1 : path;
-        size_t n = strlen(b);
-        if (n > 7 && strcmp(b + n - 7, ".ledger") == 0)
-            n -= 7;
-        if (n > CT_LEDGER_GROUP_MAX)
-            n = CT_LEDGER_GROUP_MAX;
-        memcpy(h->group, b, n);
-        h->group[n] = 0;
-    }
-}
-
-/* Size, initialize and publish a new ledger through fd. */
-static int init_file(int fd, const struct ct_ledger_config *cfg, const char *path, char *err,
-                     uint64_t errlen)
-{
-    unsigned mode = path_shared_mode(path);
-    if (fchmod(fd, mode ? mode : 0600) != 0 || ftruncate(fd, CT_LEDGER_FILE_SIZE) != 0) {
-        set_err(err, errlen, "cannot size budget ledger %s: %s", path, strerror(errno));
-        return -1;
-    }
-    void *p = mmap(NULL, CT_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-        set_err(err, errlen, "cannot map budget ledger %s: %s", path, strerror(errno));
-        return -1;
-    }
-    struct ct_ledger_header *h = p;
-    init_header(h, cfg, path);
-    __atomic_store_n(&h->magic, (uint64_t)CT_LEDGER_MAGIC, __ATOMIC_SEQ_CST); /* publish last */
-    munmap(p, CT_LEDGER_FILE_SIZE);
-    return 0;
-}
-
-/* Create path fully initialized: build it under a temporary name and link() it into place, so
- * no one ever sees a half-made ledger; where hard links are not supported, create it in place
- * (O_EXCL) and publish the magic last. Returns 1 created, 0 someone else did, -1 error. */
-static int create_file(const char *path, const struct ct_ledger_config *cfg, char *err,
-                       uint64_t errlen)
-{
-    char tmp[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    size_t dlen = slash ? (size_t)(slash - path) + 1 : 0;
-    int n = snprintf(tmp, sizeof tmp, "%.*s.%s.%d.%llx.tmp", (int)dlen, path,
-                     slash ? slash + 1 : path, (int)getpid(), (unsigned long long)mono_ns());
-    if (n > 0 && (size_t)n < sizeof tmp) {
-        int fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (fd >= 0) {
-            int ok = init_file(fd, cfg, path, err, errlen);
-            close(fd);
-            if (ok != 0) {
-                unlink(tmp);
-                return -1;
-            }
-            int r = link(tmp, path);
-            int e = errno;
-            unlink(tmp);
-            if (r == 0)
-                return 1;
-            if (e == EEXIST)
-                return 0;
-            if (e != EPERM && e != EOPNOTSUPP && e != ENOSYS && e != EMLINK && e != EXDEV) {
-                set_err(err, errlen, "cannot create budget ledger %s: %s", path, strerror(e));
-                return -1;
-            }
-        } else if (errno != EEXIST && errno != ENAMETOOLONG) {
-            set_err(err, errlen, "cannot create budget ledger %s: %s", path, strerror(errno));
-            return -1;
+                out->in_use[d] = ctl_sat_add(out->in_use[d], v->held[d]);
         }
     }
-    /* fallback: in place */
-    int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        if (errno == EEXIST)
-            return 0;
-        set_err(err, errlen, "cannot create budget ledger %s: %s", path, strerror(errno));
-        return -1;
-    }
-    int ok = init_file(fd, cfg, path, err, errlen);
-    close(fd);
-    if (ok != 0) {
-        unlink(path);
-        return -1;
-    }
-    return 1;
 }
 
-static void sleep_ms(long ms)
+/* a reader's snapshot: a copy of the file, checked, then parsed; the agent's handle (opened
+ * for writing) also puts ext_total straight (its members may have gone since it was written) */
+static int32_t snapshot_copy(struct ct_ledger *l, struct ct_ledger_view *out)
 {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-}
-
-/* Open and check an existing ledger. Returns the mapping, NULL with err set (*again = 1: it is
- * being created, try again shortly). */
-static void *map_fd(int fd, const char *path, int check_owner, int *again, char *err,
-                    uint64_t errlen);
-
-static void *map_existing(const char *path, int *again, int *fd_out, char *err, uint64_t errlen)
-{
-    *again = 0;
-    *fd_out = -1;
-    int fd = open(path, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) {
-        int e = errno;
-        if (e == ELOOP)
-            set_err(err, errlen, "budget ledger %s is a symbolic link; refusing to use it", path);
-        else
-            set_err(err, errlen, "cannot open budget ledger %s: %s", path, strerror(e));
-        errno = e;
-        return NULL;
+    char *buf = malloc(CT_LEDGER_FILE_SIZE);
+    if (!buf) {
+        snprintf(l->why, sizeof l->why, "out of memory");
+        return CT_LEDGER_ESYS;
     }
-    void *p = map_fd(fd, path, 1, again, err, errlen);
-    if (p)
-        *fd_out = fd; /* kept open: the liveness locks live on it */
-    return p;
-}
-
-/* Check and map the ledger open on fd (closed on failure). check_owner: the file's owner and
- * mode must be the caller's (or a shared ledger directory's); 0 for a description the caller
- * took from a member's own mapping (ct_ledger_open_fd). */
-static void *map_fd(int fd, const char *path, int check_owner, int *again, char *err,
-                    uint64_t errlen)
-{
-    *again = 0;
+    int32_t rc = CT_LEDGER_EDAMAGED;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
-        set_err(err, errlen, "cannot stat budget ledger %s: %s", path, strerror(errno));
-        close(fd);
-        return NULL;
-    }
-    uid_t me = geteuid();
-    const char *why = NULL;
-    char whybuf[PATH_MAX + 200];
-    unsigned shared = check_owner ? path_shared_mode(path) : 0;
-    if (!S_ISREG(sb.st_mode)) {
-        why = "is not a regular file";
-    } else if (!check_owner) {
-        /* a member's own mapping: what it uses is the ledger, whoever owns it */
-    } else if (shared && (sb.st_mode & 07777) != shared) {
-        snprintf(whybuf, sizeof whybuf,
-                 "is in a shared ledger directory with mode %04o, not %04o (owner uid %u)",
-                 (unsigned)(sb.st_mode & 07777), shared, (unsigned)sb.st_uid);
-        why = whybuf;
-    } else if (shared) {
-        /* any owner: the sticky directory keeps it in place, its mode lets every job use it */
-    } else if (sb.st_uid != me) {
-        snprintf(whybuf, sizeof whybuf, "is owned by uid %u, not by you (uid %u)",
-                 (unsigned)sb.st_uid, (unsigned)me);
-        why = whybuf;
-    } else if (sb.st_mode & 077) {
-        snprintf(whybuf, sizeof whybuf, "has group/other permissions (mode %04o; it must be 0600)",
-                 (unsigned)(sb.st_mode & 07777));
-        why = whybuf;
-    }
-    if (why) {
-        /* said below */
-    } else if (sb.st_size == 0) {
-        *again = 1; /* created in place a moment ago, not sized yet */
-        why = "is empty (its creator may have died while making it)";
-    } else if (sb.st_size != CT_LEDGER_FILE_SIZE) {
-        snprintf(whybuf, sizeof whybuf,
-                 "has %lld bytes, not %d: not a ledger of this cudatrace version",
-                 (long long)sb.st_size, CT_LEDGER_FILE_SIZE);
-        why = whybuf;
-    }
-    if (why) {
-        set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, why);
-        close(fd);
-        errno = EACCES;
-        return NULL;
-    }
-    void *p = mmap(NULL, CT_LEDGER_FILE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int e = errno;
-    if (p == MAP_FAILED) {
-        close(fd);
-        set_err(err, errlen, "cannot map budget ledger %s: %s", path, strerror(e));
-        return NULL;
-    }
-    struct ct_ledger_header *h = p;
-    uint64_t magic = LD(&h->magic);
-    if (magic == 0) {
-        *again = 1;
-        why = "is not initialized (its creator may have died while making it)";
-    } else if (magic != (uint64_t)CT_LEDGER_MAGIC) {
-        why = "is not a cudatrace budget ledger (bad magic)";
-    } else if (h->version != CT_LEDGER_VERSION) {
-        snprintf(whybuf, sizeof whybuf, "has version %u; this cudatrace uses version %d",
-                 h->version, CT_LEDGER_VERSION);
-        why = whybuf;
-    } else if (h->header_size != CT_LEDGER_HEADER_SIZE || h->member_size != CT_LEDGER_MEMBER_SIZE ||
-               h->max_devices != CT_LEDGER_MAX_DEVICES || h->max_members != CT_LEDGER_MAX_MEMBERS) {
-        why = "has an incompatible layout";
-    } else if ((LD(&h->on_exceed) != CT_LEDGER_DENY && LD(&h->on_exceed) != CT_LEDGER_WARN) ||
-               (LD(&h->flags) & ~(uint32_t)CT_LEDGER_F_COUNT_HOST) ||
-               LD(&h->members_hwm) > CT_LEDGER_MAX_MEMBERS ||
-               memchr(h->group, 0, sizeof h->group) == NULL) {
-        /* checked before anything is written: a damaged file is never half-updated */
-        snprintf(whybuf, sizeof whybuf,
-                 "is damaged (on_exceed %u, flags 0x%x, members %u); delete it (rm %s) once no "
-                 "run uses it, and start again",
-                 (unsigned)LD(&h->on_exceed), (unsigned)LD(&h->flags),
-                 (unsigned)LD(&h->members_hwm), path);
-        why = whybuf;
-    }
-    if (why) {
-        set_err(err, errlen, "budget ledger %s %s; refusing to use it", path, why);
-        munmap(p, CT_LEDGER_FILE_SIZE);
-        close(fd);
-        errno = EINVAL;
-        return NULL;
-    }
-    return p;
-}
-
-static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint64_t errlen);
-
-static ct_ledger *open_ledger(const char *path, int32_t create, const struct ct_ledger_config *cfg,
-                              int32_t *created, char *err, uint64_t errlen)
-{
-    if (created)
-        *created = 0;
-    if (err && errlen)
-        err[0] = 0;
-    if (!path || !*path || strlen(path) >= PATH_MAX) {
-        set_err(err, errlen, "no budget ledger path");
-        return NULL;
-    }
-    int saved = errno;
-    void *p = NULL;
-    int fd = -1;
-    for (int waited = 0, tries = 0; tries < OPEN_WAIT_MS + 16; tries++) {
-        int again = 0;
-        p = map_existing(path, &again, &fd, err, errlen);
-        if (p)
-            break;
-        if (errno == ENOENT && create) {
-            int r = create_file(path, cfg, err, errlen);
-            if (r < 0)
-                break;
-            if (r == 1 && created)
-                *created = 1;
-            continue; /* open what is there now */
-        }
-        if (!again || waited >= OPEN_WAIT_MS)
-            break;
-        sleep_ms(1);
-        waited++;
-    }
-    if (!p) {
-        errno = saved;
-        return NULL;
-    }
-    struct ct_ledger *l = make_handle(p, fd, path, err, errlen);
-    errno = saved;
-    return l;
-}
-
-/* The handle on a mapping p made through fd (both given back on failure). */
-static ct_ledger *make_handle(void *p, int fd, const char *path, char *err, uint64_t errlen)
-{
-    struct ct_ledger *l = calloc(1, sizeof *l);
-    char *pathcopy = strdup(path);
-    if (!l || !pathcopy) {
-        free(l);
-        free(pathcopy);
-        munmap(p, CT_LEDGER_FILE_SIZE);
-        close(fd);
-        set_err(err, errlen, "out of memory");
-        return NULL;
-    }
-    struct stat sb;
-    l->fd = fd;
-    l->fd_owner = -1;
-    if (fstat(fd, &sb) == 0) {
-        l->ino = (uint64_t)sb.st_ino;
-        l->dev = (uint64_t)sb.st_dev;
-    }
-    l->path = pathcopy;
-    /* The mapping holds a reference to the description it was made through, and a forked
-     * child inherits the mapping: locks on that description would live as long as any child.
-     * So the locks go on a description of their own (own_fd reopens the file, on this number). */
-    own_fd(l);
-    l->hdr = p;
-    l->mem = (struct ct_ledger_member *)((char *)p + CT_LEDGER_HEADER_SIZE);
-    l->slot = -1;
-    l->pidns = ct_procstat_self_pidns();
-    return l;
-}
-
-ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen)
-{
-    return open_ledger(path, create, NULL, NULL, err, errlen);
-}
-
-ct_ledger *ct_ledger_open_fd(int32_t fd, const char *name, char *err, uint64_t errlen)
-{
-    if (err && errlen)
-        err[0] = 0;
-    if (fd < 0 || !name || !*name || strlen(name) >= PATH_MAX) {
-        set_err(err, errlen, "no budget ledger descriptor");
-        return NULL;
-    }
-    int saved = errno;
-    int own = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-    if (own < 0) {
-        set_err(err, errlen, "cannot use budget ledger %s: %s", name, strerror(errno));
-        errno = saved;
-        return NULL;
-    }
+    char why[300];
     int again = 0;
-    void *p = map_fd(own, name, 0, &again, err, errlen);
-    struct ct_ledger *l = p ? make_handle(p, own, name, err, errlen) : NULL;
-    errno = saved;
-    return l;
-}
-
-ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,
-                            char *err, uint64_t errlen)
-{
-    return open_ledger(path, 1, cfg, created, err, errlen);
-}
-
-void ct_ledger_close(struct ct_ledger *l)
-{
-    if (!l)
-        return;
-    int saved = errno;
-    if (l->hdr)
-        munmap(l->hdr, CT_LEDGER_FILE_SIZE);
-    if (our_fd(l) >= 0)
-        close(l->fd); /* drops our locks (a forked child's copy drops nothing of its parent's) */
-    l->hdr = NULL;
-    l->mem = NULL;
-    free(l->path);
-    free(l);
-    errno = saved;
-}
-
-/* ---- where group ledgers live -------------------------------------------------------------- */
-
-int32_t ct_ledger_valid_group(const char *g)
-{
-    /* not starting with '.' (such a ledger would be hidden from `cudatrace status`) nor with
-     * '-' (it would read as an option on a command line) */
-    if (!g || g[0] == '.' || g[0] == '-')
-        return 0;
-    size_t n = 0;
-    for (; g[n]; n++) {
-        char c = g[n];
-        if (n >= CT_LEDGER_GROUP_MAX)
-            return 0;
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == '-'))
-            return 0;
-    }
-    return n > 0;
-}
-
-/* Check (and with create make) one candidate directory. 0 ok, CT_LEDGER_ENOENT missing (or not
- * creatable: *soft = 1, try the next), other < 0: refuse. */
-static int32_t check_dir(const char *dir, int32_t create, int shared_ok, int *soft, char *err,
-                         uint64_t errlen)
-{
-    struct stat sb;
-    *soft = 0;
-    if (lstat(dir, &sb) != 0) {
-        if (errno != ENOENT) {
-            set_err(err, errlen, "cannot use ledger directory %s: %s", dir, strerror(errno));
-            *soft = 1;
-            return CT_LEDGER_ESYS;
-        }
-        if (!create) {
-            set_err(err, errlen, "ledger directory %s does not exist", dir);
-            return CT_LEDGER_ENOENT;
-        }
-        if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
-            set_err(err, errlen, "cannot create ledger directory %s: %s", dir, strerror(errno));
-            *soft = 1;
-            return CT_LEDGER_ESYS;
-        }
-        if (lstat(dir, &sb) != 0) {
-            set_err(err, errlen, "cannot use ledger directory %s: %s", dir, strerror(errno));
-            return CT_LEDGER_ESYS;
-        }
-    }
-    uid_t me = geteuid();
-    if (S_ISLNK(sb.st_mode)) {
-        set_err(err, errlen, "ledger directory %s is a symbolic link; refusing to use it", dir);
-        return CT_LEDGER_EACCESS;
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        set_err(err, errlen, "ledger directory %s is not a directory; refusing to use it", dir);
-        return CT_LEDGER_EACCESS;
-    }
-    if (shared_ok && shared_mode(&sb))
-        return CT_LEDGER_OK; /* a shared ledger directory (root's or ours, sticky) */
-    if (sb.st_uid != me) {
-        set_err(err, errlen,
-                "ledger directory %s is owned by uid %u, not by you (uid %u), and is not a shared "
-                "ledger directory (sticky, mode 1777 or 1770, owned by root); refusing to use it",
-                dir, (unsigned)sb.st_uid, (unsigned)me);
-        return CT_LEDGER_EACCESS;
-    }
-    if (sb.st_mode & 077) {
-        set_err(err, errlen,
-                "ledger directory %s has group/other permissions (mode %04o; it must be 0700); "
-                "refusing to use it",
-                dir, (unsigned)(sb.st_mode & 07777));
-        return CT_LEDGER_EACCESS;
-    }
-    return CT_LEDGER_OK;
-}
-
-int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen)
-{
-    if (!buf || len == 0)
-        return CT_LEDGER_EINVAL;
-    buf[0] = 0;
-    if (err && errlen)
-        err[0] = 0;
-    int saved = errno;
-    unsigned uid = (unsigned)geteuid();
-    char cand[3][PATH_MAX];
-    int ncand = 0;
-    const char *env = getenv("CUDATRACE_LEDGER_DIR");
-    int chosen = env && *env; /* a directory named by the user is never replaced */
-    if (chosen) {
-        snprintf(cand[ncand++], PATH_MAX, "%s", env);
+    long got = ctl_pread_full(l->fd, buf, CT_LEDGER_FILE_SIZE, 0);
+    if (fstat(l->fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(l->why, sizeof l->why, "budget ledger %s is not a regular file any more", l->path);
+    } else if (got != CT_LEDGER_FILE_SIZE || sb.st_size != CT_LEDGER_FILE_SIZE) {
+        snprintf(l->why, sizeof l->why,
+                 "budget ledger %s has %lld bytes, not %d (cut short or grown under its "
+                 "members); not read",
+                 l->path, (long long)sb.st_size, CT_LEDGER_FILE_SIZE);
+    } else if (ctl_check_header((const struct ct_ledger_header *)(const void *)buf, NULL, why,
+                                sizeof why, &again) != 0) {
+        snprintf(l->why, sizeof l->why, "budget ledger %s %s; not read", l->path, why);
     } else {
+        const struct ct_ledger_header *h = (const struct ct_ledger_header *)(const void *)buf;
+        ctl_fill_view(h,
+                      (const struct ct_ledger_member *)(const void *)(buf + CT_LEDGER_HEADER_SIZE),
+                      l->pidns, l->fd, -1, out);
+        out->owner = (uint32_t)sb.st_uid;
+        l->why[0] = 0;
+        rc = CT_LEDGER_OK;
+        for (int32_t d = 0;
+             d < CT_LEDGER_MAX_DEVICES && (fcntl(l->fd, F_GETFL) & O_ACCMODE) == O_RDWR; d++)
+            sum_ext(l, d);
+    }
+    free(buf);
+    return rc;
+}
+
+int32_t ct_ledger_snapshot(struct ct_ledger *l, struct ct_ledger_view *out)
+{
+    if (!l || !out || (!l->reader && !ctl_valid(l)))
+        return CT_LEDGER_EINVAL;
+    int saved = errno;
+    int32_t rc = CT_LEDGER_OK;
+    if (l->reader) {
+        rc = snapshot_copy(l, out);
+    } else {
+        ctl_fill_view(l->hdr, l->mem, l->pidns, ctl_our_fd(l), l->slot, out);
         struct stat sb;
-        if (stat("/dev/shm", &sb) == 0 && S_ISDIR(sb.st_mode))
-            snprintf(cand[ncand++], PATH_MAX, "/dev/shm/cudatrace-%u", uid);
-        const char *xdg = getenv("XDG_RUNTIME_DIR");
-        if (xdg && xdg[0] == '/')
-            snprintf(cand[ncand++], PATH_MAX, "%s/cudatrace", xdg);
-        snprintf(cand[ncand++], PATH_MAX, "/tmp/cudatrace-%u", uid);
-    }
-    int32_t rc = CT_LEDGER_ENOENT;
-    int first_missing = -1;
-    for (int i = 0; i < ncand; i++) {
-        int soft = 0;
-        rc = check_dir(cand[i], create, chosen, &soft, err, errlen);
-        if (rc == CT_LEDGER_OK) {
-            if (strlen(cand[i]) >= len) {
-                rc = CT_LEDGER_EINVAL;
-                set_err(err, errlen, "ledger directory path too long");
-                break;
-            }
-            strcpy(buf, cand[i]);
-            break;
-        }
-        if (rc == CT_LEDGER_ENOENT) {
-            if (first_missing < 0)
-                first_missing = i;
-            continue;
-        }
-        /* A default candidate that is refused (a link, another owner, loose permissions:
-         * perhaps planted by another user to block ours) is passed over for the next one,
-         * each checked alike; a directory the user named is refused outright. */
-        if (!soft && (chosen || i + 1 >= ncand))
-            break;
-    }
-    if (rc == CT_LEDGER_ENOENT && first_missing >= 0 && strlen(cand[first_missing]) < len) {
-        strcpy(buf, cand[first_missing]);
-        set_err(err, errlen, "ledger directory %s does not exist", buf);
+        out->owner = ctl_our_fd(l) >= 0 && fstat(l->fd, &sb) == 0 ? (uint32_t)sb.st_uid : out->uid;
     }
     errno = saved;
     return rc;
-}
-
-int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
-                             char *err, uint64_t errlen)
-{
-    if (!buf || len == 0)
-        return CT_LEDGER_EINVAL;
-    buf[0] = 0;
-    if (!ct_ledger_valid_group(group)) {
-        set_err(err, errlen,
-                "invalid budget group name '%.80s': use 1 to %d of A-Z a-z 0-9 _ . -, not "
-                "starting with '.' or '-'",
-                group ? group : "", CT_LEDGER_GROUP_MAX);
-        return CT_LEDGER_EINVAL;
-    }
-    char dir[PATH_MAX];
-    int32_t rc = ct_ledger_dir(dir, sizeof dir, create_dir, err, errlen);
-    if (rc != CT_LEDGER_OK && rc != CT_LEDGER_ENOENT)
-        return rc;
-    int n = snprintf(buf, len, "%s/%s.ledger", dir, group);
-    if (n < 0 || (size_t)n >= len) {
-        buf[0] = 0;
-        set_err(err, errlen, "ledger path too long");
-        return CT_LEDGER_EINVAL;
-    }
-    return rc;
-}
-
-const char *ct_ledger_strerror(int32_t code)
-{
-    switch (code) {
-    case CT_LEDGER_OK:
-        return "ok";
-    case CT_LEDGER_GRANTED:
-        return "granted";
-    case CT_LEDGER_EINVAL:
-        return "invalid argument";
-    case CT_LEDGER_ENOTMEMBER:
-        return "not a member of the ledger";
-    case CT_LEDGER_EFULL:
-        return "the ledger has no free member slot";
-    case CT_LEDGER_ENODEV:
-        return "device index out of range";
-    case CT_LEDGER_ENOENT:
-        return "does not exist";
-    case CT_LEDGER_EACCESS:
-        return "refused (ownership or permissions)";
-    case CT_LEDGER_ESYS:
-        return "system error";
-    case CT_LEDGER_ECONFLICT:
-        return "the group has another budget, and live members";
-    case CT_LEDGER_ENOBUDGET:
-        return "the group has no budget";
-    case CT_LEDGER_EBUSY:
-        return "another member is deciding the group's budget";
-    default:
-        return "unknown error";
-    }
-}
-
-/* ---- the group rule (ct_ledger_adopt) ------------------------------------------------------ */
-/* One member at a time decides a group's budget: it holds budget_token (its slot's state word
- * with the slot number in the low byte). Deciding is a few loads and at most 16 stores; a token
- * whose member has left or died is taken over, so no process waits on one that is gone, and a
- * live holder is waited for at most ADOPT_WAIT_MS. */
-#define ADOPT_WAIT_MS 1000
-
-static uint64_t my_token(const struct ct_ledger *l)
-{
-    return (l->word & ~0xffull) | (uint64_t)(uint32_t)l->slot;
-}
-
-/* whether the member named by token t is gone (left, reclaimed or dead) */
-static int token_stale(struct ct_ledger *l, uint64_t t)
-{
-    uint32_t slot = (uint32_t)(t & 0xff);
-    uint64_t w = (t & ~0xffull) | CT_LEDGER_ACTIVE;
-    struct ct_ledger_member *m = &l->mem[slot];
-    if (slot >= CT_LEDGER_MAX_MEMBERS || LD(&m->state) != w)
-        return 1;
-    return member_alive(l, our_fd(l), (int32_t)slot, W_PID(w), LD(&m->start_ticks), LD(&m->pidns),
-                        LD(&m->liveness)) == CT_LEDGER_DEAD;
-}
-
-/* "8.00 GiB", "512.0 MiB", "17 B" (as cudatrace/units.py format_bytes writes sizes) */
-static void fmt_size(char *buf, size_t n, uint64_t v)
-{
-    static const char *units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-    if (v < 1024) {
-        snprintf(buf, n, "%llu B", (unsigned long long)v);
-        return;
-    }
-    double x = (double)v / 1024.0;
-    int i = 0;
-    while (x >= 1024.0 && i < 5) {
-        x /= 1024.0;
-        i++;
-    }
-    snprintf(buf, n, x < 10 ? "%.2f %s" : "%.1f %s", x, units[i]);
-}
-
-/* "8.00 GiB on every device", "8.00 GiB on device 0, 4.00 GiB on device 1" or "none" */
-static void limits_text(const uint64_t *lim, char *buf, size_t n)
-{
-    int all = 1, any = 0;
-    char one[32];
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-        all &= lim[d] == lim[0];
-        any |= lim[d] != 0;
-    }
-    snprintf(buf, n, "none");
-    if (any && all) {
-        fmt_size(one, sizeof one, lim[0]);
-        snprintf(buf, n, "%s on every device", one);
-    }
-    size_t o = 0;
-    for (int d = 0; any && !all && d < CT_LEDGER_MAX_DEVICES && o < n; d++)
-        if (lim[d]) {
-            fmt_size(one, sizeof one, lim[d]);
-            o += (size_t)snprintf(buf + o, n - o, "%s%s on device %d", o ? ", " : "", one, d);
-        }
-}
-
-/* the pids of live members other than ourselves, ", "-separated into buf; how many */
-static int other_live(struct ct_ledger *l, char *buf, size_t n)
-{
-    int fd = our_fd(l), count = 0;
-    size_t o = 0;
-    buf[0] = 0;
-    uint32_t h = hwm(l);
-    for (uint32_t i = 0; i < h; i++) {
-        struct ct_ledger_member *m = &l->mem[i];
-        uint64_t w = LD(&m->state);
-        if ((int32_t)i == l->slot || W_STATE(w) != CT_LEDGER_ACTIVE)
-            continue;
-        if (member_alive(l, fd, (int32_t)i, W_PID(w), LD(&m->start_ticks), LD(&m->pidns),
-                         LD(&m->liveness)) == CT_LEDGER_DEAD)
-            continue;
-        if (o < n)
-            o += (size_t)snprintf(buf + o, n - o, "%s%d", count ? ", " : "", W_PID(w));
-        count++;
-    }
-    return count;
-}
-
-/* the group rule's verdict for want on the group as it is: CT_LEDGER_OK, _ECONFLICT, _ENOBUDGET
- * (err says why), or 1: want replaces the budget (no live member but this handle's) */
-static int32_t budget_verdict(struct ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen)
-{
-    uint64_t cur[CT_LEDGER_MAX_DEVICES];
-    int any = 0, same = 1;
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++) {
-        cur[d] = LD(&l->hdr->limit[d]);
-        any |= cur[d] != 0;
-        same &= want && cur[d] == want[d];
-    }
-    const char *g = l->hdr->group;
-    char have[400], asked[400], pids[200];
-    limits_text(cur, have, sizeof have);
-    if (!want) {
-        if (any)
-            return CT_LEDGER_OK;
-        set_err(err, errlen, "group %s has no budget, and this process names none", g);
-        return CT_LEDGER_ENOBUDGET;
-    }
-    if (same)
-        return CT_LEDGER_OK;
-    limits_text(want, asked, sizeof asked);
-    if (other_live(l, pids, sizeof pids)) {
-        set_err(err, errlen,
-                "group %s has a budget of %s, in use by pids %s; this process asks for %s", g, have,
-                pids, asked);
-        return CT_LEDGER_ECONFLICT;
-    }
-    set_err(err, errlen, "group %s had a budget of %s and no live member; it is now %s", g, have,
-            asked);
-    return 1;
-}
-
-/* with the token held: the decision of ct_ledger_adopt */
-static int32_t adopt_decide(struct ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
-                            uint64_t errlen)
-{
-    int32_t rc = budget_verdict(l, want, err, errlen);
-    if (rc != 1)
-        return rc;
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
-        ST(&l->hdr->limit[d], want[d]);
-    if (replaced)
-        *replaced = 1;
-    return CT_LEDGER_OK;
-}
-
-int32_t ct_ledger_check_budget(ct_ledger *l, const uint64_t *want, char *err, uint64_t errlen)
-{
-    if (err && errlen)
-        err[0] = 0;
-    if (!valid(l))
-        return CT_LEDGER_EINVAL;
-    int saved = errno;
-    int32_t rc = budget_verdict(l, want, err, errlen);
-    errno = saved;
-    return rc == 1 ? CT_LEDGER_OK : rc;
-}
-
-int32_t ct_ledger_adopt(ct_ledger *l, const uint64_t *want, int32_t *replaced, char *err,
-                        uint64_t errlen)
-{
-    if (replaced)
-        *replaced = 0;
-    if (err && errlen)
-        err[0] = 0;
-    if (!valid(l))
-        return CT_LEDGER_EINVAL;
-    if (l->slot < 0 || l->slot >= CT_LEDGER_MAX_MEMBERS || LD(&l->mem[l->slot].state) != l->word)
-        return CT_LEDGER_ENOTMEMBER;
-    int saved = errno;
-    uint64_t mine = my_token(l);
-    int32_t rc = CT_LEDGER_EBUSY;
-    for (int waited = 0;; waited++) {
-        uint64_t t = 0;
-        if (CAS(&l->hdr->budget_token, &t, mine) || t == mine) {
-            reclaim_scan(l); /* dead members are not "live members" */
-            rc = adopt_decide(l, want, replaced, err, errlen);
-            CAS(&l->hdr->budget_token, &mine, 0);
-            break;
-        }
-        if (token_stale(l, t)) {
-            CAS(&l->hdr->budget_token, &t, 0);
-            continue;
-        }
-        if (waited >= ADOPT_WAIT_MS) {
-            set_err(err, errlen,
-                    "pid %d has been deciding group %s's budget for a second; try again", W_PID(t),
-                    l->hdr->group);
-            break;
-        }
-        sleep_ms(1);
-    }
-    errno = saved;
-    return rc;
-}
-
-/* ---- the budget grammar -------------------------------------------------------------------- */
-
-static const char *skip_blank(const char *p, const char *end)
-{
-    while (p < end && (*p == ' ' || *p == '\t'))
-        p++;
-    return p;
-}
-
-/* the multiplier of a unit (case-insensitive), 0 when none matches */
-static uint64_t unit_mult(const char *u, size_t n)
-{
-    static const struct {
-        const char *name;
-        uint64_t mult;
-    } units[] = {
-        {"b", 1},
-        {"k", 1ull << 10},
-        {"kib", 1ull << 10},
-        {"kb", 1000ull},
-        {"m", 1ull << 20},
-        {"mib", 1ull << 20},
-        {"mb", 1000000ull},
-        {"g", 1ull << 30},
-        {"gib", 1ull << 30},
-        {"gb", 1000000000ull},
-        {"t", 1ull << 40},
-        {"tib", 1ull << 40},
-        {"tb", 1000000000000ull},
-    };
-    char low[4];
-    if (n == 0 || n > 3)
-        return 0;
-    for (size_t i = 0; i < n; i++)
-        low[i] = (char)(u[i] >= 'A' && u[i] <= 'Z' ? u[i] + 32 : u[i]);
-    for (size_t i = 0; i < sizeof units / sizeof *units; i++)
-        if (strlen(units[i].name) == n && memcmp(units[i].name, low, n) == 0)
-            return units[i].mult;
-    return 0;
-}
-
-/* one amount in [s, end): 0 with *out, else CT_LEDGER_EINVAL with err */
-static int32_t parse_amount(const char *s, const char *end, uint64_t *out, char *err,
-                            uint64_t errlen)
-{
-    const char *p = skip_blank(s, end), *q = end;
-    while (q > p && (q[-1] == ' ' || q[-1] == '\t'))
-        q--;
-    int len = (int)(q - p);
-    s = p;
-    if (p < q && *p == '-') {
-        set_err(err, errlen, "'%.*s': must be positive", len, s);
-        return CT_LEDGER_EINVAL;
-    }
-    if (p < q && *p == '+')
-        p++;
-    unsigned __int128 whole = 0, frac = 0, scale = 1;
-    int digits = 0, fdigits = 0;
-    for (; p < q && *p >= '0' && *p <= '9'; p++, digits++)
-        if ((whole = whole * 10 + (unsigned)(*p - '0')) > UINT64_MAX)
-            goto too_large;
-    if (p < q && *p == '.')
-        for (p++; p < q && *p >= '0' && *p <= '9'; p++, fdigits++)
-            if (fdigits < 18) {
-                frac = frac * 10 + (unsigned)(*p - '0');
-                scale *= 10;
-            }
-    if (!digits && !fdigits) {
-        set_err(err, errlen, "'%.*s' is not a size (write e.g. 8GiB, 512MiB, 1.5GiB)", len, s);
-        return CT_LEDGER_EINVAL;
-    }
-    const char *u = skip_blank(p, q);
-    uint64_t mult = u == q ? 1 : unit_mult(u, (size_t)(q - u));
-    for (const char *x = u; x < q && !mult; x++)
-        if (!((*x >= 'a' && *x <= 'z') || (*x >= 'A' && *x <= 'Z'))) {
-            set_err(err, errlen, "'%.*s' is not a size (write e.g. 8GiB, 512MiB, 1.5GiB)", len, s);
-            return CT_LEDGER_EINVAL;
-        }
-    if (!mult) {
-        set_err(err, errlen,
-                "'%.*s': unknown unit '%.*s' (units: B KiB MiB GiB TiB, K M G T alike, KB MB GB "
-                "TB = powers of 1000)",
-                len, s, (int)(q - u), u);
-        return CT_LEDGER_EINVAL;
-    }
-    if (mult == 1 && frac) {
-        set_err(err, errlen, "'%.*s': a number of bytes must be whole", len, s);
-        return CT_LEDGER_EINVAL;
-    }
-    unsigned __int128 v = whole * mult + frac * mult / scale;
-    if (v > UINT64_MAX)
-        goto too_large;
-    if (v == 0) {
-        set_err(err, errlen,
-                whole || frac ? "'%.*s' is less than a byte" : "'%.*s' must be more than zero", len,
-                s);
-        return CT_LEDGER_EINVAL;
-    }
-    if (u == q && v < CT_LEDGER_BARE_MIN) {
-        set_err(err, errlen,
-                "'%.*s' has no unit, so it means %llu bytes, which is surely not meant: write "
-                "%.*sGiB or %.*sMiB (or %.*sB for bytes)",
-                len, s, (unsigned long long)v, len, s, len, s, len, s);
-        return CT_LEDGER_EINVAL;
-    }
-    *out = (uint64_t)v;
-    return CT_LEDGER_OK;
-too_large:
-    set_err(err, errlen, "'%.*s' is too large", len, s);
-    return CT_LEDGER_EINVAL;
-}
-
-int32_t ct_ledger_parse_size(const char *text, uint64_t *out, char *err, uint64_t errlen)
-{
-    if (err && errlen)
-        err[0] = 0;
-    if (!text || !out)
-        return CT_LEDGER_EINVAL;
-    const char *end = text + strlen(text);
-    if (skip_blank(text, end) == end) {
-        set_err(err, errlen, "empty size");
-        return CT_LEDGER_EINVAL;
-    }
-    return parse_amount(text, end, out, err, errlen);
-}
-
-/* one item "AMOUNT" or "DEV=AMOUNT" of a budget spec; 0 or CT_LEDGER_EINVAL */
-static int32_t parse_item(const char *p, const char *e, uint64_t *all, int *have_all, uint64_t *per,
-                          uint32_t *set, char *err, uint64_t errlen)
-{
-    const char *eq = memchr(p, '=', (size_t)(e - p));
-    if (skip_blank(p, e) == e) {
-        set_err(err, errlen, "empty item in the budget");
-        return CT_LEDGER_EINVAL;
-    }
-    if (memchr(p, '%', (size_t)(e - p))) {
-        set_err(err, errlen,
-                "'%.*s': a share of device memory (%%) is resolved by cudatrace run or the "
-                "integration into bytes; give bytes here",
-                (int)(e - p), p);
-        return CT_LEDGER_EINVAL;
-    }
-    if (!eq) {
-        if (*have_all) {
-            set_err(err, errlen, "more than one amount for every device in the budget");
-            return CT_LEDGER_EINVAL;
-        }
-        *have_all = 1;
-        return parse_amount(p, e, all, err, errlen);
-    }
-    const char *d = skip_blank(p, eq), *de = eq;
-    while (de > d && (de[-1] == ' ' || de[-1] == '\t'))
-        de--;
-    int dev = 0;
-    for (const char *x = d; x < de; x++) {
-        if (*x < '0' || *x > '9' || dev >= CT_LEDGER_MAX_DEVICES || d == de)
-            dev = -1;
-        else
-            dev = dev * 10 + (*x - '0');
-        if (dev < 0)
-            break;
-    }
-    if (d == de || dev < 0 || dev >= CT_LEDGER_MAX_DEVICES) {
-        set_err(err, errlen, "'%.*s': the device must be an index below %d", (int)(e - p), p,
-                CT_LEDGER_MAX_DEVICES);
-        return CT_LEDGER_EINVAL;
-    }
-    if (*set & (1u << dev)) {
-        set_err(err, errlen, "device %d is given twice in the budget", dev);
-        return CT_LEDGER_EINVAL;
-    }
-    *set |= 1u << dev;
-    return parse_amount(eq + 1, e, &per[dev], err, errlen);
-}
-
-int32_t ct_ledger_parse_budget(const char *spec, uint64_t *limits, char *err, uint64_t errlen)
-{
-    if (err && errlen)
-        err[0] = 0;
-    if (!spec || !limits)
-        return CT_LEDGER_EINVAL;
-    uint64_t all = 0, per[CT_LEDGER_MAX_DEVICES] = {0};
-    uint32_t set = 0;
-    int have_all = 0;
-    const char *p = spec, *end = spec + strlen(spec);
-    if (skip_blank(p, end) == end) {
-        set_err(err, errlen, "empty budget");
-        return CT_LEDGER_EINVAL;
-    }
-    for (;;) {
-        const char *e = memchr(p, ',', (size_t)(end - p));
-        if (!e)
-            e = end;
-        if (parse_item(p, e, &all, &have_all, per, &set, err, errlen) != CT_LEDGER_OK)
-            return CT_LEDGER_EINVAL;
-        if (e == end)
-            break;
-        p = e + 1;
-    }
-    for (int d = 0; d < CT_LEDGER_MAX_DEVICES; d++)
-        limits[d] = (set & (1u << d)) ? per[d] : have_all ? all : 0;
-    return CT_LEDGER_OK;
 }

@@ -8,11 +8,33 @@
 #include <stdint.h>
 
 /* CFFI-BEGIN */
-/* A budget ledger is one file of CT_LEDGER_FILE_SIZE bytes, mapped MAP_SHARED by every process
- * of a budget group (the shim in each traced process, and `cudatrace status`):
+/* A budget ledger is one file of CT_LEDGER_FILE_SIZE bytes:
  *
  *   struct ct_ledger_header                      at offset 0, CT_LEDGER_HEADER_SIZE bytes
  *   struct ct_ledger_member[CT_LEDGER_MAX_MEMBERS]  one slot per live member process
+ *
+ * Who maps it. Only members map a ledger (MAP_SHARED), and a member maps only a file that its
+ * own uid owns and that no other uid may write (regular, owner = euid, no group/other write
+ * bit, exactly CT_LEDGER_FILE_SIZE bytes: checked with fstat on the descriptor it maps). So
+ * the only processes that can truncate what a member maps are of its own uid (and root), who
+ * could kill it anyway: a tenant's damage to a ledger file can fault no process but its own.
+ * Everyone else reads a ledger with pread into a buffer of its own and parses the copy
+ * (ct_ledger_open_reader, ct_ledger_open_fd: `cudatrace status`, `metrics`, the node agent,
+ * the other users' members), which never faults on a short, grown, garbled or replaced file;
+ * it is refused with the reason, and nothing is written into it but the node agent's
+ * ext_context figures, with pwrite.
+ *
+ * Parts. A group in a shared ledger directory (sticky, several users: Slurm's per-GPU group, a
+ * named container group) is one file per uid, its part: <group>@<uid>.ledger, mode 0644 (0640
+ * in a 1770 directory). A member maps its own uid's part and reads the others' header with
+ * pread at each reservation: a reservation adds to its own held[dev] and its part's
+ * total[dev], then sums its own part's slots and the other parts' total + ext_total, and
+ * withdraws if the sum passes the limit (the same argument as within one file, below, with
+ * pread as the other reserver's load), so the group's limit holds across users. A part that
+ * cannot be read or parsed counts as its last good figure and is said once; one uid can thus
+ * hurt its group's budget (write a huge total, or lie with a small one: it can also not load
+ * the preload library at all) but never kill, stop or zero another uid's members or their
+ * accounting. In a directory of one user (0700, its own) a group is one file, <group>.ledger.
  *
  * There is no lock anywhere. Every field the ledger changes after creation is accessed with
  * sequentially consistent atomics (ledger.c); a member adds to its own held[dev] and then sums
@@ -22,14 +44,19 @@
  * and a reclaim cannot hit a slot that was freed and claimed again in the meantime.
  * Everything else (reading, snapshots) goes through the functions below: Python reads the
  * ledger with the same C code as the shim. Limits are bytes; 0 means no limit. */
-#define CT_LEDGER_VERSION 2
+#define CT_LEDGER_VERSION 3
 #define CT_LEDGER_MAGIC 3553981414494721091
 #define CT_LEDGER_MAX_DEVICES 16
 #define CT_LEDGER_MAX_MEMBERS 256
 #define CT_LEDGER_GROUP_MAX 64
 #define CT_LEDGER_HEADER_SIZE 4096
-#define CT_LEDGER_MEMBER_SIZE 640
-#define CT_LEDGER_FILE_SIZE 167936
+#define CT_LEDGER_MEMBER_SIZE 768
+#define CT_LEDGER_FILE_SIZE 200704
+/* the other users' parts of a group a member reads (more: it fails closed, saying so) */
+#define CT_LEDGER_MAX_PARTS 64
+/* what a reader of another user's part reads with pread at each reservation: the header up to
+ * and including ext_total */
+#define CT_LEDGER_PART_HEAD 1024
 
 /* slot states (low 8 bits of ct_ledger_member.state) */
 #define CT_LEDGER_FREE 0
@@ -59,6 +86,8 @@
 #define CT_LEDGER_ECONFLICT -8 /* adopt: the group has another budget, and live members */
 #define CT_LEDGER_ENOBUDGET -9 /* adopt: the group has no budget, and this process names none */
 #define CT_LEDGER_EBUSY -10    /* adopt: another member is deciding the budget (and stays at it) */
+#define CT_LEDGER_EDAMAGED                                                                         \
+    -11 /* the ledger file was damaged under its members (ct_ledger_damage) */
 
 /* The budget grammar (ct_ledger_parse_size): a number without a unit below this many bytes is
  * refused as a typo (--budget 12 meant 12 GiB); 12B says bytes */
@@ -74,8 +103,8 @@
  * private ledger. The lock bytes lie past the end of the file (= CT_LEDGER_FILE_SIZE). */
 #define CT_LEDGER_LIVE_PID 0
 #define CT_LEDGER_LIVE_LOCK 1
-#define CT_LEDGER_LOCK_BASE 167936
-#define CT_LEDGER_LOCK_OWNER 168192
+#define CT_LEDGER_LOCK_BASE 200704
+#define CT_LEDGER_LOCK_OWNER 200960
 
 /* ct_ledger_member_view.alive */
 #define CT_LEDGER_DEAD 0
@@ -105,7 +134,13 @@ struct ct_ledger_header {
     uint64_t peak[CT_LEDGER_MAX_DEVICES];    /* atomic: highest total seen by a granted reserve */
     uint64_t denials[CT_LEDGER_MAX_DEVICES]; /* atomic: reservations denied */
     uint64_t over[CT_LEDGER_MAX_DEVICES];    /* atomic: forced (warn mode) past the limit */
-    uint8_t reserved3[3328];
+    /* atomic: what this file's slots hold (held, of every slot), kept in a shared directory
+     * only (parts), for the other users' members, who read it with pread */
+    uint64_t total[CT_LEDGER_MAX_DEVICES];
+    /* the node agent's: the sum of its ext_context figures of ACTIVE slots (bytes), written with
+     * pwrite (no member writes it) */
+    uint64_t ext_total[CT_LEDGER_MAX_DEVICES];
+    uint8_t reserved3[3072];
 };
 
 struct ct_ledger_member {
@@ -123,6 +158,11 @@ struct ct_ledger_member {
     uint64_t denials[CT_LEDGER_MAX_DEVICES];     /* atomic */
     uint64_t over[CT_LEDGER_MAX_DEVICES];        /* atomic */
     uint32_t context_kib[CT_LEDGER_MAX_DEVICES]; /* atomic: of held, its CUDA context (KiB) */
+    /* its CUDA context as the node agent counts it (KiB; a member in another pid namespace
+     * cannot find itself in NVML's list): counted beside held, written with pwrite by the
+     * agent alone (ct_ledger_set_member_context) */
+    uint32_t ext_context_kib[CT_LEDGER_MAX_DEVICES];
+    uint8_t reserved1[64];
 };
 
 /* What ct_ledger_open writes into a ledger it creates. */
@@ -155,7 +195,9 @@ struct ct_ledger_view {
     uint32_t version;
     uint32_t on_exceed;
     uint32_t flags;
-    uint32_t uid;
+    uint32_t uid;   /* its creator (header) */
+    uint32_t owner; /* the file's owner (fstat): a part's uid */
+    uint32_t reserved0;
     uint64_t created_ns;
     uint32_t nmembers; /* ACTIVE slots copied into members[] */
     uint32_t members_hwm;
@@ -174,20 +216,36 @@ struct ct_ledger_view {
 struct ct_ledger;
 typedef struct ct_ledger ct_ledger;
 
-/* Open the ledger file at path; NULL on failure with a message in err. Refuses a symlink, a
- * file of another uid or with group/other permission bits, a file that is not a ledger of this
- * version. create != 0: create it (0600, no limits) when it does not exist. */
+/* Open the ledger file at path as a member would (the shim, the launcher): mapped. NULL on
+ * failure with a message in err. Refuses a symlink, a file of another uid or with group/other
+ * write permission (any group/other bit outside a shared directory), a file that is not a
+ * ledger of this version, or damaged. The directory is opened once (O_NOFOLLOW) and the file
+ * through it, so a directory swapped later is not followed. In a shared ledger directory the
+ * other users' parts of the group are found there and read with pread (ledger.h, "Parts").
+ * create != 0: create it (no limits) when it does not exist. */
 ct_ledger *ct_ledger_open(const char *path, int32_t create, char *err, uint64_t errlen);
-/* Open the ledger a descriptor names, for a reader outside the members' containers (the node
- * agent: fd from /proc/<pid>/map_files of a member's mapping, which the kernel resolves, so no
- * path inside a container is followed). The file must be a ledger of this version; its owner
- * and mode are not checked (the member uses it, whoever owns it). fd stays the caller's; name
- * is for messages. NULL on failure with a message in err. */
+/* Open a ledger to read it, never mapped: each snapshot is a pread copy of the file, checked
+ * before it is parsed (a short, grown, garbled file is refused with the reason; a FIFO, a
+ * link, a directory are never read). Any owner. NULL on failure with a message in err.
+ * Members' calls (join, reserve...) answer CT_LEDGER_EINVAL on such a handle. */
+ct_ledger *ct_ledger_open_reader(const char *path, char *err, uint64_t errlen);
+/* The same for the ledger a descriptor names, for a reader outside the members' containers
+ * (the node agent: fd from /proc/<pid>/map_files of a member's mapping, which the kernel
+ * resolves, so no path inside a container is followed). fd stays the caller's (a duplicate is
+ * kept); name is for messages. Opened for writing, ct_ledger_set_member_context writes the
+ * agent's figures into it with pwrite. NULL on failure with a message in err. */
 ct_ledger *ct_ledger_open_fd(int32_t fd, const char *name, char *err, uint64_t errlen);
 /* Open, or create initialized from cfg (NULL: no limits) when it does not exist; *created (may
  * be NULL) says which. An existing ledger keeps its own settings (see ct_ledger_set_limit). */
 ct_ledger *ct_ledger_create(const char *path, const struct ct_ledger_config *cfg, int32_t *created,
                             char *err, uint64_t errlen);
+/* Why the handle's ledger is refused now ("" when it is not): a member's file found damaged
+ * (its size, type, mode or header changed under it; its calls then answer CT_LEDGER_EDAMAGED),
+ * or a reader's last snapshot that could not be made. */
+const char *ct_ledger_damage(const ct_ledger *l);
+/* The other users' parts of this member's group that it counts (0 outside a shared directory),
+ * after looking for new ones now. */
+int32_t ct_ledger_other_parts(ct_ledger *l);
 /* Unmap and free the handle. Does not leave: call ct_ledger_leave first to give bytes back. */
 void ct_ledger_close(ct_ledger *l);
 
@@ -226,10 +284,13 @@ int32_t ct_ledger_release(ct_ledger *l, int32_t dev, uint64_t bytes);
  * apart (context_kib). bytes is the context's current size: the difference to what was
  * recorded is forced or released. CT_LEDGER_OK or < 0. */
 int32_t ct_ledger_set_context(ct_ledger *l, int32_t dev, uint64_t bytes);
-/* ct_ledger_set_context for the active member in slot, whose pid (in its own namespace) and
- * start_ticks must still be these: a node agent counts the contexts NVML reports under host pids
- * for members in other pid namespaces, which cannot find themselves in NVML's list.
- * CT_LEDGER_OK, CT_LEDGER_ENOTMEMBER (the slot holds another process now), or < 0. */
+/* The context of the active member in slot, whose pid (in its own namespace) and start_ticks
+ * must still be these: a node agent counts the contexts NVML reports under host pids for
+ * members in other pid namespaces, which cannot find themselves in NVML's list. The figure
+ * goes to the slot's ext_context_kib and the header's ext_total (counted beside held, never
+ * denied), written with pwrite on a reader's handle opened for writing (ct_ledger_open_fd), so
+ * the agent never maps a file a tenant can truncate. CT_LEDGER_OK, CT_LEDGER_ENOTMEMBER (the
+ * slot holds another process now), or < 0. */
 int32_t ct_ledger_set_member_context(ct_ledger *l, int32_t slot, int32_t pid, uint64_t start_ticks,
                                      int32_t dev, uint64_t bytes);
 /* The launcher's claim on a private ledger: an OFD lock on CT_LEDGER_LOCK_OWNER, held until
@@ -242,7 +303,8 @@ int32_t ct_ledger_in_use_by_anyone(ct_ledger *l);
 int32_t ct_ledger_reclaim(ct_ledger *l);
 
 /* Queries (0 for a bad handle or device). in_use: total held by live members (dead members are
- * reclaimed at most a second after they die, by the next call that runs the periodic reclaim). */
+ * reclaimed at most a second after they die, by the next call that runs the periodic reclaim),
+ * the other users' parts included. */
 uint64_t ct_ledger_limit(ct_ledger *l, int32_t dev);
 uint64_t ct_ledger_in_use(ct_ledger *l, int32_t dev);
 uint64_t ct_ledger_held(ct_ledger *l, int32_t dev);
@@ -258,11 +320,12 @@ uint64_t ct_ledger_proc_start_ticks(int32_t pid);
 /* The directory of group ledgers: $CUDATRACE_LEDGER_DIR, else /dev/shm/cudatrace-<uid>, else
  * $XDG_RUNTIME_DIR/cudatrace, else /tmp/cudatrace-<uid>. create != 0: make it (0700). Refuses a
  * symlink, another owner, group/other permissions, except for a shared ledger directory named
- * by $CUDATRACE_LEDGER_DIR: sticky (mode 1777 or 1770) and owned by root or by you, whose
- * ledgers are mode 0666 (0660) and may be owned by any user (docs/budgets.md). CT_LEDGER_ENOENT (path still in buf) when it
- * does not exist and create == 0. */
+ * by $CUDATRACE_LEDGER_DIR: sticky (mode 1777 or 1770) and owned by root or by you, where each
+ * user's part of a group is its own (mode 0644, 0640 in a 1770 one; docs/budgets.md).
+ * CT_LEDGER_ENOENT (path still in buf) when it does not exist and create == 0. */
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen);
-/* <dir>/<group>.ledger; group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' or '-'. Returns as ct_ledger_dir. */
+/* <dir>/<group>.ledger, or in a shared ledger directory this uid's part, <dir>/<group>@<uid>.ledger;
+ * group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' or '-'. Returns as ct_ledger_dir. */
 int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
                              char *err, uint64_t errlen);
 int32_t ct_ledger_valid_group(const char *group);
@@ -295,5 +358,12 @@ int32_t ct_ledger_parse_size(const char *text, uint64_t *out, char *err, uint64_
  * items win). limits[CT_LEDGER_MAX_DEVICES] gets bytes (0: no limit on that device). */
 int32_t ct_ledger_parse_budget(const char *spec, uint64_t *limits, char *err, uint64_t errlen);
 /* CFFI-END */
+
+/* What a member's ledger says while it runs, for the preload library to say it (set once at
+ * load; NULL: nothing is said): fatal != 0, its own file was found damaged (size, type, mode or
+ * header changed under it; its calls answer CT_LEDGER_EDAMAGED from now on); fatal == 0, a note
+ * about another user's part of its group (unreadable, damaged, too many), said once a part.
+ * Called from the accounting calls, never from open, join or adopt (whose err says it). */
+void ct_ledger_set_report(void (*fn)(int32_t fatal, const char *msg));
 
 #endif

@@ -239,7 +239,12 @@ static void precheck(ct_ledger *l)
 /* join l (and check its budget); 0 after fence_error */
 static int join_checked(ct_ledger *l)
 {
-    if (ct_ledger_join(l, getpid(), 0) < 0) {
+    int32_t slot = ct_ledger_join(l, getpid(), 0);
+    if (slot == CT_LEDGER_EDAMAGED) {
+        fence_error(ct_ledger_damage(l), NULL, NULL);
+        return 0;
+    }
+    if (slot < 0) {
         fence_error("cannot join the budget ledger ", ct_cfg.ledger_path,
                     ": all its member slots are taken (256 processes); end some, or use "
                     "another group");
@@ -309,8 +314,20 @@ void ct_budget_join(void)
     }
 }
 
+/* what the ledger says while the process runs (ledger.h ct_ledger_set_report): its own file
+ * damaged under it refuses its CUDA as a fence error does (one line); a note about another
+ * user's part of its group (unreadable: counted as its last figure) is said once */
+static void ledger_report(int32_t fatal, const char *msg)
+{
+    if (fatal)
+        ct_budget_fence_failed(msg, NULL);
+    else
+        ct_log(msg, NULL, NULL, NULL);
+}
+
 void ct_budget_init(void)
 {
+    ct_ledger_set_report(ledger_report);
     const char *fe = ct_setting(CT_SET_ON_FENCE_ERROR);
     fence_refuse = !(fe && strcmp(fe, "warn") == 0);
     env_check();

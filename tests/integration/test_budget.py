@@ -14,6 +14,7 @@ import pytest
 
 from cudatrace.analyze.trace import C, iter_events, read_dir
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -163,7 +164,7 @@ def test_group_shared_by_two_runs_and_dead_member_gives_back(ct, sim, ledger_dir
     state = sim.new_state()
     env = env_for(ct, ledger_dir, state=state)
     out_a = ct.new_dir()
-    a = subprocess.Popen(
+    a = children.popen(
         [
             sys.executable,
             "-m",
@@ -186,7 +187,7 @@ def test_group_shared_by_two_runs_and_dead_member_gives_back(ct, sim, ledger_dir
         stderr=subprocess.PIPE,
         text=True,
     )
-    for line in a.stdout:
+    for line in children.lines(a):
         if line.strip() == "ready":
             break
     st = ct.cli("status", "team", "--json", env=env)

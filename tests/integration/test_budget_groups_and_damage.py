@@ -4,6 +4,7 @@ members."""
 from __future__ import annotations
 
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 
 def test_dot_group_refused(ct, sim, tmp_path):
@@ -68,7 +69,7 @@ def test_status_reset_is_safe_against_live_members(ct, sim, tmp_path):
     d.mkdir(mode=0o700)
     env = ct.env()
     env["CUDATRACE_LEDGER_DIR"] = str(d)
-    a = subprocess.Popen(
+    a = children.popen(
         [
             sys.executable,
             "-m",
@@ -91,7 +92,7 @@ def test_status_reset_is_safe_against_live_members(ct, sim, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    for line in a.stdout:
+    for line in children.lines(a):
         if line.strip() == "ready":
             break
     try:

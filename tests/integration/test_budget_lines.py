@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from support import children
+
 
 @pytest.fixture
 def env(ct, tmp_path):
@@ -58,14 +60,14 @@ def test_the_attributed_line_counts_the_groups_contexts(ct, sim, env):
     import sys
 
     e = dict(env, **ct.sim.env(state=ct.sim.new_state(), ctx_bytes=64 << 20))
-    a = subprocess.Popen(
+    a = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-q", "--no-trace", "--group", "g", "--budget",
          "200MiB", "--", str(sim.progs["hold"]), "1", "8m"],
         env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        while a.stdout.readline().strip() != "ready":
-            assert a.poll() is None, a.stderr.read()
+        while children.readline(a).strip() != "ready":
+            assert a.poll() is None, children.said(a)
         r = ct.run([sim.progs["hold"], "--exit-after-ms", "1", "2", "64m"], "--group", "g", env=e)
     finally:
         a.terminate()

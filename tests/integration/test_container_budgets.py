@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env, cudatrace
 from support.podman import PRELOADS, Podman, podman  # noqa: F401  (fixture)
 
@@ -97,13 +98,13 @@ def wait_line(p: subprocess.Popen, word: str, timeout: float = 60) -> list[str]:
     """Lines of p's stdout up to one that is word (ready)."""
     lines = []
     deadline = time.monotonic() + timeout
-    for line in p.stdout:
+    for line in children.lines(p):
         lines.append(line)
         if line.strip() == word:
             return lines
         if time.monotonic() > deadline:
             break
-    raise AssertionError(f"no {word!r}: {lines}; stderr {p.stderr.read() if p.poll() else ''}")
+    raise AssertionError(f"no {word!r}: {lines}; stderr {children.said(p) if p.poll() else ''}")
 
 
 def test_container_with_a_budget_device_is_denied_with_the_attributed_line(podman, node, sim):  # noqa: F811
@@ -187,8 +188,11 @@ def test_two_containers_of_one_group_share_its_budget(podman, node, sim):  # noq
         )
         assert b.returncode == 1 and allocs(b.stdout) == ["2"], (b.stdout, b.stderr)
         assert "in use 700.00 MiB" in b.stderr, b.stderr
-        # the group's ledger is in the host directory made for it, and nowhere else
-        assert (node.state / "groups" / "share" / "share.ledger").is_file()
+        # the group's ledger is in the host directory made for it, and nowhere else: one file
+        # for the containers' user (root in both)
+        assert [p.name for p in (node.state / "groups" / "share").glob("*.ledger")] == [
+            "share@0.ledger"
+        ]
     finally:
         podman.remove(a_name)
         a.communicate(timeout=60)

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from cudatrace.procfs import tree_pids
+from support import children
 from support.paths import REPO
 
 MiB = 1 << 20
@@ -92,7 +93,7 @@ def test_group_shared_across_pid_namespaces(ct, sim, shared_dir):
     env = ct.env()  # private simulated state: each process its own GPU
     env.pop("CUDATRACE_LEDGER_DIR", None)
     out_a = ct.new_dir()
-    a = subprocess.Popen(
+    a = children.popen(
         ns_run(
             ct,
             env,
@@ -116,7 +117,7 @@ def test_group_shared_across_pid_namespaces(ct, sim, shared_dir):
         text=True,
     )
     try:
-        for line in a.stdout:
+        for line in children.lines(a):
             if line.strip() == "ready":
                 break
         hold_a = find_proc(a.pid, "hold")
@@ -157,19 +158,19 @@ def test_group_shared_across_pid_namespaces(ct, sim, shared_dir):
         assert "in use 700.00 MiB" in b.stderr, b.stderr
 
         # C waits in a third namespace for 700 MiB; A's process is SIGKILLed
-        c = subprocess.Popen(
+        c = children.popen(
             NS + [sys.executable, "-c", POLLER, str(shared_dir / "team.ledger"), str(700 * MiB)],
             env=dict(env, PYTHONPATH=str(REPO)),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert c.stdout.readline().strip() == "joined", c.stderr.read()
+        assert children.readline(c).strip() == "joined", children.said(c)
         t_kill = time.monotonic_ns()
         os.kill(hold_a, signal.SIGKILL)
-        line = c.stdout.readline().split()
+        line = children.readline(c).split()
         c.wait(timeout=30)
-        assert line and line[0] == "granted", c.stderr.read()
+        assert line and line[0] == "granted", children.said(c)
         assert int(line[1]) >= t_kill  # granted from the dead member's bytes, after the kill
     finally:
         a.kill()
@@ -182,7 +183,7 @@ def test_same_launcher_pid_in_two_namespaces(ct, sim, shared_dir):
     env = ct.env()
     outs = [ct.new_dir(), ct.new_dir()]
     procs = [
-        subprocess.Popen(
+        children.popen(
             ns_run(
                 ct,
                 env,
@@ -279,7 +280,7 @@ def test_status_shows_contexts_apart(ct, sim, tmp_path):
     d = tmp_path / "ledgers"
     d.mkdir(mode=0o700)
     env = ct.env(state=sim.new_state(), ctx_bytes=200 * MiB)
-    a = subprocess.Popen(
+    a = children.popen(
         [
             sys.executable,
             "-m",
@@ -305,7 +306,7 @@ def test_status_shows_contexts_apart(ct, sim, tmp_path):
         text=True,
     )
     try:
-        for line in a.stdout:
+        for line in children.lines(a):
             if line.strip() == "ready":
                 break
         st = ct.cli("status", "svc", "--json", "--ledger-dir", d, env=env)
@@ -338,7 +339,7 @@ def test_lost_membership_is_joined_again_with_what_it_holds(ct, sim, tmp_path):
     d = tmp_path / "ledgers"
     d.mkdir(mode=0o700)
     env = ct.env()
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",
@@ -364,7 +365,7 @@ def test_lost_membership_is_joined_again_with_what_it_holds(ct, sim, tmp_path):
         text=True,
     )
     lines = []
-    for line in p.stdout:
+    for line in children.lines(p):
         lines.append(line)
         if line.strip() == "closed":
             break
@@ -402,13 +403,13 @@ def test_dead_parent_reclaimed_while_its_forked_child_lives(tmp_path):
     d = tmp_path / "l"
     d.mkdir(mode=0o700)
     led = Ledger.create(d / "f.ledger", {0: 1 << 30})
-    p = subprocess.Popen(
+    p = children.popen(
         [sys.executable, "-c", FORKER, str(led.path)],
         stdout=subprocess.PIPE,
         text=True,
         env=dict(os.environ, PYTHONPATH=str(REPO)),
     )
-    word, child = p.stdout.readline().split()
+    word, child = children.readline(p).split()
     try:
         assert word == "child"
         p.wait(timeout=30)

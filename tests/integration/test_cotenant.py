@@ -16,6 +16,7 @@ import time
 import pytest
 
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 GiB = 1 << 30
 TOTAL = 10 * GiB
@@ -33,7 +34,7 @@ def start(ct, sim, env, out, with_budget):
     opts = ["--group", "gpu0"] + (["--budget", "60%"] if with_budget else [])
     # each service wants 4 x 1 GiB for a while: 8 GiB together, over the 6 GiB budget
     cmd = [sim.progs["hold"], "--exit-after-ms", "1500", "--free", "4", "1g"]
-    return subprocess.Popen(
+    return children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-o", str(out), *opts, "--", *map(str, cmd)],
         env=env,
         stdout=subprocess.PIPE,
@@ -81,7 +82,7 @@ def test_budgetless_run_alone_is_refused_clearly(ct, sim, ledger_dir):
 def test_contradicting_budget_is_refused_while_the_group_is_in_use(ct, sim, ledger_dir, tmp_path):
     env = ct.env(total_bytes=TOTAL)
     env["CUDATRACE_LEDGER_DIR"] = str(ledger_dir)
-    a = subprocess.Popen(
+    a = children.popen(
         [
             sys.executable,
             "-m",
@@ -103,7 +104,7 @@ def test_contradicting_budget_is_refused_while_the_group_is_in_use(ct, sim, ledg
         stderr=subprocess.PIPE,
         text=True,
     )
-    for line in a.stdout:
+    for line in children.lines(a):
         if line.strip() == "ready":
             break
     try:

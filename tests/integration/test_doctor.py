@@ -8,6 +8,8 @@ import os
 import shutil
 import stat
 
+from support import children
+
 
 def doctor(ct, env, *args):
     r = ct.cli("doctor", *args, env=env)
@@ -93,3 +95,31 @@ def test_doctor_without_a_driver_points_to_the_simulator(ct, tmp_path):
         r.stdout
     )
     assert "cudatrace demo" in r.stdout
+
+
+STATIC_RT = r"""
+#include <dlfcn.h>
+int cudaMalloc(void **p, unsigned long n) { (void)p; (void)n; return 0; }  /* cudart's, linked in */
+int main(void) { return dlopen("libcuda.so.1", RTLD_NOW) ? 0 : 1; }
+"""
+
+
+def test_a_program_that_dlopens_the_driver_is_no_static_runtime(ct, sim, tmp_path):
+    # route_dlsym loads libcuda.so.1 with dlopen and has no CUDA runtime at all: doctor called
+    # it "CUDA runtime: static (linked in; it loads libcuda.so.1 itself)"
+    r, js = doctor(ct, ct.env(), sim.progs["route_dlsym"])
+    c = js["command"]
+    assert c["ok"] and c["cudart"] is None, c
+    assert c["driver"] == 'loaded by the program itself (dlopen("libcuda.so.1"))', c
+    assert (
+        'CUDA runtime: not linked; driver: loaded by the program itself (dlopen("libcuda.so.1"))'
+        in r.stdout
+    )
+    assert "route_dlsym can be entered; it loads libcuda.so.1 itself." in r.stdout, r.stdout
+    # a static runtime is one whose functions are in the binary
+    (tmp_path / "rt.c").write_text(STATIC_RT)
+    prog = tmp_path / "rt"
+    children.run(["cc", "-o", prog, tmp_path / "rt.c", "-ldl"], timeout=120, check=True)
+    c = doctor(ct, ct.env(), prog)[1]["command"]
+    assert c["cudart"] == "static (linked in; it loads libcuda.so.1 itself)", c
+    assert c["driver"] == "loaded at run time", c

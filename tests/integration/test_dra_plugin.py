@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env
 from support.kube import DRA_VERSION, FakeApiServer, validate
 from support.podman import podman  # noqa: F401  (fixture)
@@ -128,7 +129,7 @@ def node(podman, sim, tmp_path):  # noqa: F811
            "--vendor", vendor, "--gpu-cdi", f"{gpu_vendor}/gpu={{index}}",
            "--kubelet-dir", base / "kubelet", "--resync", "0.3", "--kube-api", api.url,
            "--kube-token", api.token_file, "--kube-ca", api.ca_file]  # fmt: skip
-    proc = subprocess.Popen(
+    proc = children.popen(
         [str(c) for c in cmd], env=env, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True
     )
     n = Node(base, api, state, proc)
@@ -262,10 +263,10 @@ def test_claims_prepared_fence_their_containers_and_are_cleaned_up(node, podman,
         l.split("=", 1)[1] for l in both.stdout.splitlines() if l.startswith("CUDATRACE_GROUP=")
     ]
     assert len(group) == 1 and group[0] in {r.uid for r in refs.values()}, both.stdout
-    assert f"{group[0]}.ledger" in both.stdout.split(), both.stdout
+    assert f"{group[0]}@0.ledger" in both.stdout.split(), both.stdout  # the containers' user
     assert "budget exceeded" in both.stderr and allocs(both.stdout)[-1] == "2", both.stderr
     ledger = node.base / "state" / "claims" / refs["train"].uid
-    assert (ledger / f"{refs['train'].uid}.ledger").is_file()
+    assert (ledger / f"{refs['train'].uid}@0.ledger").is_file()
     # the device held what was granted, never more
     assert sim.stats(node.state)[0]["hwm"] <= 1200 * MiB
 
@@ -297,3 +298,95 @@ def test_print_shows_the_slice_of_the_nodes_gpus(sim):
     }
     r = cudatrace(env, "dra-plugin", "--print", "--reserve", "3GiB")
     assert r.returncode == 2 and "nothing left past --reserve" in r.stderr, r.stderr
+
+
+@pytest.fixture
+def lone_plugin(sim, tmp_path):
+    """The plugin as its own process with no container runtime: its CDI specs in a folder of
+    the test's own, the API server the fake one, which a test may have answer anything first
+    (start(api) is called once the test has set its answers up)."""
+    base = Path(tempfile.mkdtemp(prefix="dra-", dir="/tmp"))
+    api = FakeApiServer(tmp_path)
+    api.put(f"/api/v1/nodes/{NODE}", {"apiVersion": "v1", "kind": "Node",
+                                      "metadata": {"name": NODE, "uid": NODE_UID}})  # fmt: skip
+    state = sim.new_state()
+    env = checkout_env(sim.env(state=state, devices=2, total_bytes=4 * GiB))
+    procs = []
+
+    def start(*extra: str) -> Node:
+        cmd = [sys.executable, "-m", "cudatrace", "dra-plugin", "--node-name", NODE,
+               "--root", base / "root", "--state", base / "state", "--cdi-dir", base / "cdi",
+               "--kubelet-dir", base / "kubelet", "--resync", "0.3", "--kube-api", api.url,
+               "--kube-token", api.token_file, "--kube-ca", api.ca_file, *extra]  # fmt: skip
+        proc = subprocess.Popen([str(c) for c in cmd], env=env, stderr=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+        procs.append(proc)
+        n = Node(base, api, state, proc)
+        threading.Thread(target=lambda: n.log.extend(proc.stderr), daemon=True).start()
+        n.said("serving gpu.cudatrace.dev", timeout=60)
+        return n
+
+    yield api, start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+    api.close()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_the_plugin_survives_api_answers_it_cannot_read(lone_plugin):
+    """An answer without metadata, not JSON, a 503: said in the log, tried again after a
+    pause, never the end of the plugin (it exited on a KeyError before)."""
+    import urllib.error
+    import urllib.request
+
+    from cudatrace.deploy.dra import ClaimRef
+
+    api, start = lone_plugin
+    slice_path = f"/apis/resource.k8s.io/v1/resourceslices/{NODE}-gpu.cudatrace.dev"
+    api.answer("GET", slice_path, 200, b'{"kind": "ResourceSlice", "spec": {}}')
+    api.answer("GET", slice_path, 503, b"the etcd is away", times=1)
+    port = free_port()
+    n = start("--health-listen", f"127.0.0.1:{port}")
+    n.said("has no metadata.resourceVersion; trying again in 1 s")
+    n.said("HTTP 503")
+    n.said("published the ResourceSlice gpu-node-1-gpu.cudatrace.dev again", timeout=20)
+    assert slice_path in api.objects and n.proc.poll() is None
+
+    name, (uid, memory) = "train", CLAIMS["train"]
+    claim_path = f"/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/{name}"
+    api.put(claim_path, claim(name, uid, memory))
+    ref = ClaimRef("ml", uid, name)
+    dra = client(n.kubelet / "plugins" / "gpu.cudatrace.dev" / "dra.sock")
+    # three answers without metadata: the claim is refused with the reason, the plugin lives
+    api.answer("GET", claim_path, 200, b'{"apiVersion": "resource.k8s.io/v1"}', times=3)
+    err = dra.prepare([ref]).claims[uid].error
+    assert "the ResourceClaim has no metadata.uid" in err, err
+    # not JSON, then a 502: tried again within the call, then prepared
+    api.answer("GET", claim_path, 200, b"<html>proxy</html>", times=1)
+    api.answer("GET", claim_path, 502, b"", times=1)
+    entry = dra.prepare([ref]).claims[uid]
+    assert entry.error == "" and entry.devices[0].device_name == "gpu-0", entry
+    n.said("the answer is not JSON")
+    n.said("HTTP 502")
+    assert n.proc.poll() is None and "Traceback" not in "".join(n.log)
+    # health: the loop turns and both sockets answer; ready once the kubelet registered it
+    url = f"http://127.0.0.1:{port}"
+    assert urllib.request.urlopen(f"{url}/healthz", timeout=10).read() == b"ok\n"
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(f"{url}/readyz", timeout=10)
+    assert e.value.code == 503 and b"has not registered" in e.value.read()
+    reg = client(n.kubelet / "plugins_registry" / "gpu.cudatrace.dev-reg.sock")
+    reg.notify(True)
+    assert urllib.request.urlopen(f"{url}/readyz", timeout=10).read() == b"ok\n"
+    dra.close()
+    reg.close()

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from cudatrace import native
+from support import children
 
 GiB = 1 << 30
 NOBODY = 65534
@@ -74,7 +75,7 @@ def _status(ct, env):
 
 
 def _as_nobody(cmd, env, **kw):
-    return subprocess.Popen(
+    return children.popen(
         ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", *cmd],
         env=env,
         stdout=subprocess.PIPE,
@@ -87,13 +88,13 @@ def _as_nobody(cmd, env, **kw):
 def _wait_ready(p, what):
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        line = p.stdout.readline()
+        line = children.readline(p)
         if not line:
             break
         if line.strip() == "ready":
             return
     p.kill()
-    raise AssertionError(f"{what} never became ready: {p.stderr.read()}")
+    raise AssertionError(f"{what} never became ready: {children.said(p)}")
 
 
 def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_path):
@@ -105,7 +106,7 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
     members = []
     try:
         for i in range(2):  # two members started by the launcher, 1 GiB each, budget 3 GiB
-            p = subprocess.Popen(
+            p = children.popen(
                 [sys.executable, "-m", "cudatrace", "run", "-q", "--no-trace", "--group", "grp",
                  "--budget", "3GiB", "--", str(sh["pub"] / "hold"), "1", "1g"],
                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -116,7 +117,8 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
         assert len([m for m in st["members"] if m["state"] == "alive"]) == 2
         ledger = Path(st["path"])
         assert ledger.parent == sh["ledgers"]
-        assert ledger.stat().st_mode & 0o777 == 0o666  # a shared directory's ledger
+        assert ledger.name == "grp@0.ledger"  # root's part of the group, its own
+        assert ledger.stat().st_mode & 0o777 == 0o644  # the others read it, only root writes it
         assert sh["ledgers"].stat().st_uid == 0 != NOBODY  # owned by another uid than the job's
 
         only_env = {
@@ -127,7 +129,7 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
         envo = _env(ct, sh, **only_env)
         # a shell that never calls CUDA: alive, preloaded, and no member slot
         shell = _as_nobody(["sh", "-c", "echo started; sleep 3; echo done"], envo)
-        assert shell.stdout.readline().strip() == "started"
+        assert children.readline(shell).strip() == "started"
         maps = Path(f"/proc/{shell.pid}/maps").read_text()
         assert "libcudatrace.so" in maps  # the shell did load the preload library
         st = _status(ct, envo)
@@ -143,6 +145,9 @@ def test_env_only_process_joins_the_group_and_is_denied(ct, sim, shared, tmp_pat
         st = _status(ct, envo)
         alive = [m for m in st["members"] if m["state"] == "alive"]
         assert len(alive) == 3, st["members"]
+        # one group of two users' parts: root's (the launchers') and nobody's (its own)
+        assert {p["uid"] for p in st["parts"]} == {0, NOBODY}
+        assert (sh["ledgers"] / f"grp@{NOBODY}.ledger").stat().st_uid == NOBODY
         dev0 = st["devices"][0]
         assert dev0["limit"] == 3 * GiB and dev0["in_use"] == 3 * GiB and dev0["denials"] == 1
         out, err = p.communicate(timeout=30)
@@ -170,7 +175,7 @@ def test_shares_of_one_group(ct, sim, shared):
              CUDATRACE_SHARE_LABEL="slurm job 41")  # fmt: skip
     b = _env(ct, sh, **base, CUDATRACE_SHARE="42", CUDATRACE_SHARE_BUDGET="6GiB",
              CUDATRACE_SHARE_LABEL="slurm job 42")  # fmt: skip
-    pa = subprocess.Popen([str(sh["pub"] / "hold"), "3", "1g"], env=a, stdout=subprocess.PIPE,
+    pa = children.popen([str(sh["pub"] / "hold"), "3", "1g"], env=a, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)  # fmt: skip
     _wait_ready(pa, "job 41")
     rb = sim.run("hold", "--exit-after-ms", "1", "6", "1g", env=b)

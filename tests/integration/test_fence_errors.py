@@ -21,6 +21,7 @@ import pytest
 
 from cudatrace import native
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 GiB = 1 << 30
 NOT_PERMITTED = 800
@@ -141,7 +142,7 @@ def test_the_257th_member_is_refused(sim, box):
     NOT_PERMITTED), where it used to run unfenced and uncounted."""
     env = dict(box["env"], CUDATRACE_GROUP="g", CUDATRACE_BUDGET="300MiB")
     path = box["dir"] / "g.ledger"
-    filler = subprocess.Popen(
+    filler = children.popen(
         [sys.executable, "-c", FILL, str(path)],
         env=env | {"LD_PRELOAD": ""},
         stdin=subprocess.PIPE,
@@ -149,7 +150,7 @@ def test_the_257th_member_is_refused(sim, box):
         text=True,
     )
     try:
-        assert filler.stdout.readline().strip() == "ready 256"
+        assert children.readline(filler).strip() == "ready 256"
         r = _hold(sim, env, "1", "1m")
         assert_refused(r, "all its member slots are taken")
         assert f"alloc cuMemAlloc_v2 1048576 0x0 {NOT_PERMITTED}" in r.stdout, r.stdout
@@ -193,7 +194,7 @@ def _free_port() -> int:
 
 def _scrape(ct, env) -> str:
     port = _free_port()
-    p = subprocess.Popen(
+    p = children.popen(
         [sys.executable, "-m", "cudatrace", "metrics", "--listen", f"127.0.0.1:{port}"],
         env=env,
         stderr=subprocess.PIPE,
@@ -227,11 +228,11 @@ def test_warn_runs_unfenced_and_status_and_metrics_show_it(ct, sim, box):
     holders = []
     try:
         for e in (env, fenced):
-            p = subprocess.Popen([str(sim.progs["hold"]), "1", "1g"], env=e,
+            p = children.popen([str(sim.progs["hold"]), "1", "1g"], env=e,
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
             holders.append(p)
-            assert p.stdout.readline().startswith("alloc cuMemAlloc_v2 1073741824 0x")
-            assert p.stdout.readline().strip() == "ready"
+            assert children.readline(p).startswith("alloc cuMemAlloc_v2 1073741824 0x")
+            assert children.readline(p).strip() == "ready"
         st = json.loads(ct.cli("status", "--json", env=plain).stdout)
         unf = st["unfenced"]
         assert unf["known"] and [(x["pid"], x["bytes"]) for x in unf["processes"]] == [
@@ -269,11 +270,11 @@ def test_the_run_summary_names_a_process_fencing_missed(ct, sim, box, mode):
 
 
 def _holder(sim, env, n="1", size="1g"):
-    p = subprocess.Popen([str(sim.progs["hold"]), n, size], env=env,
+    p = children.popen([str(sim.progs["hold"]), n, size], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     out = []
     while True:
-        line = p.stdout.readline()
+        line = children.readline(p)
         out.append(line)
         if not line or line.strip() == "ready":
             return p, "".join(out)
@@ -320,14 +321,14 @@ def test_the_launchers_group_is_the_environments(ct, sim, box):
     """A group a launcher made with a budget, a member of it live: a process from the
     environment asking another budget is refused; one asking the same joins and is held to it."""
     env = {k: v for k, v in box["env"].items() if k != "LD_PRELOAD"}
-    p = subprocess.Popen(
+    p = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-q", "--no-trace", "--group", "g", "--budget",
          "3GiB", "--", str(sim.progs["hold"]), "1", "1g"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        while p.stdout.readline().strip() != "ready":
-            assert p.poll() is None, p.stderr.read()
+        while children.readline(p).strip() != "ready":
+            assert p.poll() is None, children.said(p)
         envp = dict(box["env"], CUDATRACE_GROUP="g")
         assert_refused(_hold(sim, dict(envp, CUDATRACE_BUDGET="1GiB")), "has a budget of 3.00 GiB")
         r = _hold(sim, dict(envp, CUDATRACE_BUDGET="3GiB"), "3", "1g")

@@ -16,6 +16,7 @@ import pytest
 
 from cudatrace import native
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 GiB = 1 << 30
 
@@ -52,14 +53,14 @@ def _group(ct, env) -> dict:
 
 def _start(ct, sim, env, *opts, n="3"):
     out = ct.new_dir()
-    p = subprocess.Popen(
+    p = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-o", str(out), *opts, "--",
          str(sim.progs["hold"]), n, "1g"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     lines = []
     while True:
-        line = p.stdout.readline()
+        line = children.readline(p)
         lines.append(line)
         if not line or line.strip() == "ready":
             break

@@ -123,18 +123,32 @@ os.execv(sys.argv[2], sys.argv[2:])
 
 
 def test_an_image_at_its_descriptor_limit_is_not_lost_without_a_word(ct, sim, tmp_path):
-    # issue 21 item 12, the fd-limit shape: the exec'd image has one descriptor left, which the
-    # budget ledger takes; its trace file cannot be created. It allocates 2 MiB and is denied
-    # 2 MiB more under a 3 MiB budget.
+    # issue 21 item 12, the fd-limit shape: the exec'd image has one descriptor left. The budget
+    # ledger needs two at once to be joined (the group's directory, watched for other users'
+    # files, and its user's file), so fencing cannot be set up: the image's CUDA is refused with
+    # the reason, never run unfenced in silence (a trace that could not be created beside a
+    # ledger that saw the memory: the test below).
     fill = tmp_path / "fill_fds.py"
     fill.write_text(FILL_FDS)
     hold = sim.progs["hold"]
     cmd = [sys.executable, fill, 1, hold, "--exit-after-ms", "1", "2", "2m"]
     r = ct.run(cmd, "-q", "--budget", "3MiB")
+    assert r.returncode != 0, r.stderr
+    assert "fencing cannot be set up" in r.stderr, r.stderr
+    assert "Too many open files" in r.stderr, r.stderr
+    assert "CUDA is refused in this process" in r.stderr, r.stderr
+
+
+def test_an_image_without_a_trace_file_is_counted_by_the_ledger(ct, sim):
+    # issue 21 item 12, an image whose trace file cannot be created (here its trace folder names
+    # nothing) while its budget ledger counts it: it allocates 2 MiB and is denied 2 MiB more
+    # under a 3 MiB budget; the run says so, and the report keeps the ledger's figures apart
+    hold = sim.progs["hold"]
+    cmd = ["sh", "-c", f"CUDATRACE_DIR=/proc/none exec {hold} --exit-after-ms 1 2 2m"]
+    r = ct.run(cmd, "-q", "--budget", "3MiB")
     assert r.returncode == 1, r.stderr  # hold: one allocation failed
     # said under -q: the trace that could not be created, and the denial no trace holds
     assert "cannot create its trace file" in r.stderr, r.stderr
-    assert "Too many open files" in r.stderr, r.stderr
     assert "denied 1 allocation(s) in a process that could not record its trace" in r.stderr, (
         r.stderr
     )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import cudatrace as cli
 from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
     LAYERS,
@@ -422,7 +423,48 @@ def test_budget_page_marks_the_denial(pages, open_page):
     assert page.locator("#timeline path.marker.deny").count() == 1
     assert page.locator("#timeline line.budget").count() == 1
     assert "budget 12.0 GiB" in page.locator("#timeline").inner_text()
-    assert "0 / 1" in page.locator(".stat.alert").inner_text()
+    assert "0 / 1" in page.locator(".stat.alert").first.inner_text()
+    # the denied site is named, on the page and beside its marker (it was a small triangle)
+    stat = page.locator(".stat.alert", has_text="denied by the budget at").inner_text()
+    assert "allocate_layer_kv (kvpool.c:318)" in stat, stat
+    assert "1 x 1.00 GiB requested via tensor_make" in stat and "budget 12.0 GiB" in stat, stat
+    label = page.locator("#timeline text.deny-site").text_content()
+    assert label == "denied: allocate_layer_kv (kvpool.c:318)", label
+
+
+def _same_work(d: Path, before_ms: int) -> None:
+    """A run that queries the driver at its start and makes its first allocation before_ms
+    later; from there, the same allocations at the same distances."""
+    from support import tracegen as tg
+
+    d.mkdir()
+    w = tg.TraceWriter(d / "5.0.ctrace", pid=5)
+    t = tg.BASE_TS
+    w.meminfo(t, free=15 << 30, total=16 << 30)
+    t += before_ms * tg.MS
+    for i, size in enumerate((GiB, 2 * GiB, GiB)):
+        w.alloc(t + i * 20 * tg.MS, size, 0x1000 * (i + 1))
+    w.free(t + 80 * tg.MS, 0x2000)
+    w.close(end_ts=t + 100 * tg.MS)
+    tg.write_run(d, start_ns=tg.BASE_TS)
+
+
+def test_diff_curves_start_together_at_the_first_allocation(pages, open_page, tmp_path):
+    # A spends 500 ms on the driver before its first allocation, B 10 ms: aligned on their first
+    # events the same curve was drawn twice, 490 ms apart, and never overlaid
+    _same_work(tmp_path / "a", 500)
+    _same_work(tmp_path / "b", 10)
+    page_path = tmp_path / "diff.html"
+    r = cli(pages["env"], "diff", tmp_path / "a", tmp_path / "b", "--html", page_path)
+    assert r.returncode == 0, r.stderr
+    runs = embedded(page_path)["runs"]
+    assert [x["first_alloc"] for x in runs] == [0.5, 0.01], [x["first_alloc"] for x in runs]
+    page = open_page(page_path).page
+    a = page.locator("#timeline path.line-a").get_attribute("d")
+    b = page.locator("#timeline path.line-b").get_attribute("d")
+    # one curve: the same steps at the same places (A's line begins earlier, at 0 bytes)
+    assert a and a.split("H", 1)[1] == b.split("H", 1)[1], (a, b)
+    assert "first allocation" in page.locator("#timeline").text_content()
 
 
 def test_diff_loads_and_shows_grown_and_shrunk(pages, open_page, tmp_path):
@@ -465,7 +507,7 @@ def test_watch_renders_until_the_run_ends(sim, kvpool, tmp_path):
     one last render once run.json says the run ended, and exits 0."""
     env = thor_env(sim, tmp_path)
     out = tmp_path / "live"
-    run = subprocess.Popen(
+    run = children.popen(
         [
             sys.executable,
             "-m",

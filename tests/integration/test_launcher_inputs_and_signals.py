@@ -12,6 +12,7 @@ import pytest
 
 from cudatrace.analyze.trace import read_dir
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 
 def no_traceback(r):
@@ -138,7 +139,7 @@ def start_trapped(ct, tmp_path, *opts):
     prog = tmp_path / "trap"
     subprocess.run(["cc", "-O1", "-o", prog, src], check=True)
     ready = tmp_path / "ready"
-    p = subprocess.Popen(
+    p = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-o", tmp_path / "t", *opts, "--", prog, ready],
         env=ct.env(),
         stdout=subprocess.PIPE,
@@ -187,7 +188,7 @@ def test_group_signal_reaches_the_command_once(ct, tmp_path, sig):
 def test_killed_launcher_takes_the_command_with_it(ct, sim, tmp_path):
     hold = sim.progs["hold"]
     out = tmp_path / "t"
-    p = subprocess.Popen(
+    p = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-o", out, "--", hold, "1", "1m"],
         env=ct.env(),
         stdout=subprocess.PIPE,
@@ -272,7 +273,7 @@ def _umask() -> int:
 
 def test_outlive_launcher_when_asked(ct, sim, tmp_path):
     hold = sim.progs["hold"]
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env, cudatrace
 from support.paths import PROGS
 
@@ -363,7 +364,7 @@ def test_status_names_the_last_denied_code(env, progs, tmp_path):
 
     out = tmp_path / "status"
     argv = [sys.executable, "-m", "cudatrace", "run", "-o", str(out), "--budget", "200MiB", "--"]
-    p = subprocess.Popen(
+    p = children.popen(
         argv + [str(need(progs, "layers")), "--keep-going"],
         env=env,
         stdout=subprocess.PIPE,
@@ -378,7 +379,7 @@ def test_status_names_the_last_denied_code(env, progs, tmp_path):
         pid = json.loads((out / "denials.jsonl").read_text().splitlines()[0])["pid"]
         # both at once: the member lives 2 s after its denial, on a loaded machine too
         q = [
-            subprocess.Popen(
+            children.popen(
                 [sys.executable, "-m", "cudatrace", "status", *a],
                 env=env,
                 stdout=subprocess.PIPE,

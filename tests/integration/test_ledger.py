@@ -19,9 +19,10 @@ import pytest
 
 from cudatrace import native
 from cudatrace.present.status import render_status
-from cudatrace.record import budget, ledger
+from cudatrace.record import budget, ledger, ledger_status
 from cudatrace.record.ledger import Ledger, LedgerError
-from support.paths import REPO
+from support import children
+from support.paths import LEDGER_SOURCES, REPO
 
 MiB = 1 << 20
 
@@ -61,8 +62,7 @@ def harness(tmp_path_factory):
         "-I",
         str(REPO / "native/include"),
         str(REPO / "tests/ledger/ledger_test.c"),
-        str(REPO / "native/common/ledger.c"),
-        str(REPO / "native/common/procstat.c"),
+        *map(str, LEDGER_SOURCES),
         "-o",
         str(exe),
     ]
@@ -82,7 +82,7 @@ def test_c_harness(harness, tmp_path, case):
     assert ("ok " + case) in r.stdout, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("source", ["ledger.c", "procstat.c"])
+@pytest.mark.parametrize("source", [p.name for p in LEDGER_SOURCES])
 def test_ledger_c_compiles_cleanly(tmp_path, source):
     """The flags of native/Makefile, warnings as errors, with and without -D_GNU_SOURCE."""
     cc = os.environ.get("CC", "cc")
@@ -199,7 +199,7 @@ def test_reused_pid_does_not_inherit(ldir, tools):
 
 def test_killed_member_gives_bytes_back(ldir, tools):
     led = make(ldir)
-    p = subprocess.Popen(["sleep", "30"])
+    p = children.popen(["sleep", "30"])
     try:
         deadline = time.time() + 5
         while tools[1].ct_ledger_proc_start_ticks(p.pid) == 0 and time.time() < deadline:
@@ -333,8 +333,8 @@ def test_group_names(ldir, name, ok):
 
 
 def test_status_empty(ldir):
-    assert "no budgets in force" in render_status(ledger.status_json())
-    assert ledger.status_json() == {"dir": str(ldir), "ledgers": [], "errors": []}
+    assert "no budgets in force" in render_status(ledger_status.status_json())
+    assert ledger_status.status_json() == {"dir": str(ldir), "ledgers": [], "errors": []}
 
 
 def test_status(ldir):
@@ -344,20 +344,20 @@ def test_status(ldir):
     assert not led.reserve(0, 1 << 30)
     (ldir / "broken.ledger").write_bytes(b"junk")
     os.chmod(ldir / "broken.ledger", 0o600)
-    js = ledger.status_json()
+    js = ledger_status.status_json()
     assert [s["group"] for s in js["ledgers"]] == ["train"]
     assert js["errors"] and "broken.ledger" in js["errors"][0]["path"]
     s = js["ledgers"][0]
     assert s["on_exceed"] == "fail" and s["devices"][0]["in_use"] == 300 * MiB
     assert s["devices"][0]["denials"] == 1
-    text = render_status(ledger.status_json("train"))
+    text = render_status(ledger_status.status_json("train"))
     assert "group train" in text and "pid %d" % os.getpid() in text
     assert "1.00 GiB" in text and "300.0 MiB" in text and "512.0 MiB" in text
-    assert "unusable" in render_status(ledger.status_json())
+    assert "unusable" in render_status(ledger_status.status_json())
     with pytest.raises(LedgerError, match="no budget group 'nope'.*train"):
-        render_status(ledger.status_json("nope"))
+        render_status(ledger_status.status_json("nope"))
     with pytest.raises(LedgerError, match="invalid budget group name"):
-        ledger.status_json("a/b")
+        ledger_status.status_json("a/b")
     import json
 
     json.dumps(js)
@@ -370,7 +370,7 @@ def test_setup_ledger_private(ldir):
     run, info = budget.setup_ledger("0=1GiB,1=2GiB", None, "fail", False)
     assert run.private and run.path.parent == ldir and run.path.name.startswith("@run-")
     assert info["limits"] == {"0": 1 << 30, "1": 2 << 30} and info["on_exceed"] == "fail"
-    assert "run of pid %d" % os.getpid() in render_status(ledger.status_json())
+    assert "run of pid %d" % os.getpid() in render_status(ledger_status.status_json())
     assert run.summary()["devices"][0]["limit"] == 1 << 30
     run.finish()
     assert not run.path.exists()
@@ -381,13 +381,13 @@ def test_setup_ledger_group(ldir):
     assert info["created"] and info["on_exceed"] == "warn" and info["count_host"]
     assert len(info["limits"]) == budget.MAX_DEVICES
     # a member: another process (the launcher is a member while it decides, as itself)
-    member = subprocess.Popen(
+    member = children.popen(
         [sys.executable, "-c", "import sys; from cudatrace.record.ledger import Ledger; "
          "led = Ledger.open(sys.argv[1]); led.join(); print('ready', flush=True); sys.stdin.read()",
          str(run.path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert member.stdout.readline().strip() == "ready"
+    assert children.readline(member).strip() == "ready"
     # in use: a different budget from a second run is refused, never silently replaced
     # or silently ignored (issue 11 #4)
     with pytest.raises(
@@ -412,7 +412,7 @@ def test_setup_ledger_group(ldir):
 
 
 def test_stale_private_ledgers_removed(ldir):
-    p = subprocess.Popen(["true"])
+    p = children.popen(["true"])
     p.wait()
     stale = ledger.private_path(pid=p.pid)
     Ledger.create(stale, {0: 1}).close()
@@ -431,7 +431,7 @@ def test_concurrent_create(ldir):
     path = ldir / "race.ledger"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     procs = [
-        subprocess.Popen(
+        children.popen(
             [sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE, text=True, env=env
         )
         for _ in range(6)

@@ -8,7 +8,7 @@ import os
 import pytest
 
 from cudatrace import native
-from cudatrace.record.ledger import Ledger, LedgerError, ledger_dir
+from cudatrace.record.ledger import Ledger, LedgerError, group_path, ledger_dir
 
 GiB = 1 << 30
 
@@ -58,14 +58,21 @@ def test_shared_directory(tmp_path, monkeypatch):
     shared.chmod(0o1777)
     monkeypatch.setenv("CUDATRACE_LEDGER_DIR", str(shared))
     assert ledger_dir() == shared  # root's and sticky: accepted although group/other-writable
-    led = Ledger.create(shared / "g.ledger", {0: GiB}, group="g")
-    assert (shared / "g.ledger").stat().st_mode & 0o7777 == 0o666
+    # a group there is one part per user, its own (0644: the others read it, only it writes)
+    assert group_path("g") == shared / f"g@{os.geteuid()}.ledger"
+    led = Ledger.create(group_path("g"), {0: GiB}, group="g")
+    assert group_path("g").stat().st_mode & 0o7777 == 0o644
     led.close()
-    os.chown(shared / "g.ledger", 65534, 65534)  # another user's ledger: usable here
-    Ledger.open(shared / "g.ledger").close()
-    (shared / "g.ledger").chmod(0o600)  # but not with another mode
-    with pytest.raises(LedgerError, match="shared ledger directory with mode 0600"):
-        Ledger.open(shared / "g.ledger")
+    os.chown(group_path("g"), 65534, 65534)  # another user's file: never mapped by this uid
+    with pytest.raises(LedgerError, match="owned by uid 65534, not by you"):
+        Ledger.open(group_path("g"))
+    os.chown(group_path("g"), 0, 0)
+    group_path("g").chmod(0o666)  # nor one other users may write (they could truncate it)
+    with pytest.raises(LedgerError, match="writable by other users"):
+        Ledger.open(group_path("g"))
+    read = Ledger.read(group_path("g"))  # a reader takes anyone's: a copy, never mapped
+    assert read.snapshot()["devices"][0]["limit"] == GiB
+    read.close()
     # a sticky directory of a third user is no shared directory, nor is a non-sticky one
     for mode, owner in ((0o1777, 65534), (0o777, 0)):
         other = tmp_path / f"other{mode:o}{owner}"

@@ -14,6 +14,7 @@ import time
 
 from cudatrace.analyze.trace import read_dir
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 MiB = 1 << 20
 ITERS = 150_000  # 4 events each: 600,000 events, plus the KV layers and the spike
@@ -99,14 +100,14 @@ def test_aggregate_survives_sigkill_mid_run(ct, sim, tmp_path):
         CUDATRACE_DIR=str(out),
         CUDATRACE_MODE="aggregate",
     )
-    p = subprocess.Popen(
+    p = children.popen(
         [str(sim.progs["churn"]), "2000000", str(LAYERS), "4m"],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
-        assert p.stdout.readline().strip() == "spiked"
+        assert children.readline(p).strip() == "spiked"
         time.sleep(0.2)  # well inside the loop's second half
         assert p.poll() is None
         p.send_signal(signal.SIGKILL)
@@ -227,7 +228,7 @@ def test_no_trace_group_member_shows_in_status(ct, sim, tmp_path):
     work.mkdir()
     env = ct.env()
     env["CUDATRACE_LEDGER_DIR"] = str(ledgers)
-    a = subprocess.Popen(
+    a = children.popen(
         [
             sys.executable,
             "-m",
@@ -251,7 +252,7 @@ def test_no_trace_group_member_shows_in_status(ct, sim, tmp_path):
         text=True,
     )
     try:
-        for line in a.stdout:
+        for line in children.lines(a):
             if line.strip() == "ready":
                 break
         st = ct.cli("status", "wk", "--json", env=env)

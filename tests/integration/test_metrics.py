@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from support import children
+
 GiB = 1 << 30
 
 
@@ -55,7 +57,7 @@ class Procs:
         self.procs = []
 
     def start(self, cmd, env, **kw):
-        p = subprocess.Popen(list(map(str, cmd)), env=env, text=True, **kw)
+        p = children.popen(list(map(str, cmd)), env=env, text=True, **kw)
         self.procs.append(p)
         return p
 
@@ -87,10 +89,10 @@ def _member(procs, env, hold, *opts, n=1, size="1g"):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    for line in p.stdout:
+    for line in children.lines(p):
         if line.strip() == "ready":
             return p
-    raise AssertionError(f"member {opts} never became ready: {p.stderr.read()}")
+    raise AssertionError(f"member {opts} never became ready: {children.said(p)}")
 
 
 def _prom_query(base: str, q: str) -> list[dict]:
@@ -247,13 +249,13 @@ def test_prometheus_follows_a_run_as_it_is_written(ct, sim, procs, tmp_path):
          "--budget", "8GiB", "--", sim.progs["steps"]],
         env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    assert p.stdout.readline().strip() == "ready"
+    assert children.readline(p).strip() == "ready"
     base = _metrics_and_prometheus(procs, env, tmp_path)
     trace, sizes = None, set()
     for cmd in ("a 1g", "a 1g", "f", "a 512m", "f"):
         p.stdin.write(cmd + "\n")
         p.stdin.flush()
-        assert p.stdout.readline().strip() == "ok", cmd
+        assert children.readline(p).strip() == "ok", cmd
         trace = trace or next(run.glob("*.ctrace"))
         st = json.loads(ct.cli("status", "--json", env=env).stdout)
         rep = ct.cli("report", run, "--json", env=env)
@@ -285,8 +287,8 @@ def test_a_killed_environment_traced_run_drops_out(ct, sim, tmp_path):
     procs = []
     try:
         for size in ("1m", "2m"):
-            procs.append(subprocess.Popen([hold, "1", size], env=env, stdout=subprocess.PIPE))
-            for line in procs[-1].stdout:
+            procs.append(children.popen([hold, "1", size], env=env, stdout=subprocess.PIPE))
+            for line in children.lines(procs[-1]):
                 if line.strip() == b"ready":
                     break
         cache = TraceCache([tmp_path / "runs"], 5, 0, symbolize=False)

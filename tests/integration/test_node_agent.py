@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from support import children
 from support.cli import checkout_env
 from support.kube import FakeApiServer, validate
 from support.kube import pod as kube_pod
@@ -64,11 +65,11 @@ def wait_for(fn, timeout: float, what: str, log=()):
 
 def ready(p: subprocess.Popen) -> str:
     lines = []
-    for line in p.stdout:
+    for line in children.lines(p):
         lines.append(line)
         if line.strip() == "ready":
             return "".join(lines)
-    raise AssertionError(f"no ready: {lines} {p.stderr.read()}")
+    raise AssertionError(f"no ready: {lines} {children.said(p)}")
 
 
 @pytest.fixture
@@ -94,11 +95,11 @@ def node_agent(podman, sim, tmp_path):  # noqa: F811
                "--budget", "1GiB", "--listen", f"127.0.0.1:{port}", "--interval", "0.2",
                "--kube-api", api.url, "--kube-token", api.token_file, "--kube-ca", api.ca_file,
                "--node-name", NODE, *extra]  # fmt: skip
-        proc = subprocess.Popen([str(c) for c in cmd], env=env, stderr=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+        proc = children.popen([str(c) for c in cmd], env=env, stderr=subprocess.PIPE,
+                              stdout=subprocess.DEVNULL, text=True)  # fmt: skip
         procs.append(proc)
         log = []
-        for line in proc.stderr:
+        for line in children.lines(proc, proc.stderr):
             log.append(line)
             if "serving metrics" in line:
                 break
@@ -133,8 +134,8 @@ def in_pod(podman, api, ns: str, pod_name: str, container: str, *args, name: str
     cid = r.stdout.strip().splitlines()[-1]
     assert len(cid) == 64, r.stdout
     api.put_pod(kube_pod(ns, pod_name, NODE, {container: cid}))
-    p = subprocess.Popen(podman.cmd("start", "--attach", name), env=podman.env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    p = children.popen(podman.cmd("start", "--attach", name), env=podman.env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     return p, cid
 
 
@@ -262,7 +263,7 @@ def test_a_containers_pod_is_the_one_the_api_server_lists(podman, agent):  # noq
         m = wait_for(both, 60, "both members in the metrics", agent["log"])
         rows = {ls["container"]: ls for ls in series_labels(m, "cudatrace_budget_member_in_use_bytes", group="train")}  # fmt: skip
         assert (rows["main"]["namespace"], rows["main"]["pod"]) == ("ml", "trainer"), rows
-        assert (rows[bid[:12]]["namespace"], rows[bid[:12]]["pod"]) == ("", ""), rows
+        assert (rows[bid[:12]]["namespace"], rows[bid[:12]]["pod"]) == ("", ""), (bid, rows)
         assert all(ls["UUID"].startswith("GPU-5ca1ab1e-") for ls in rows.values()), rows
         said = "".join(agent["log"])
         assert (
@@ -329,3 +330,68 @@ def test_containers_that_breach_the_fence_are_seen_and_stopped(podman, node_agen
 def series_labels(metrics, name: str, **labels) -> list[dict]:
     want = set(labels.items())
     return [dict(ls) for (n, ls), _ in metrics.items() if n == name and want <= set(ls)]
+
+
+def test_metrics_only_to_whom_the_api_server_allows_health_to_all(tmp_path):
+    """--metrics-auth kubernetes: HTTPS (the certificate given), /metrics to a bearer token the
+    API server says may get it (TokenReview, SubjectAccessReview), 401 and 403 otherwise;
+    /healthz and /readyz answered to anyone (the kubelet's probes carry no token)."""
+    import ssl
+    import urllib.error
+
+    from cudatrace.deploy.tls import make_tls
+
+    api = FakeApiServer(tmp_path)
+    prom = "system:serviceaccount:monitoring:prometheus"
+    api.users = {"scraper": {"username": prom}, "tenant": {"username": "system:serviceaccount:t:a"}}
+    api.allowed = {(prom, "/metrics")}
+    tls = make_tls(tmp_path / "tls", ["localhost"], ("127.0.0.1",), name="metrics")
+    port = free_port()
+    base = tmp_path / "node"
+    cmd = [sys.executable, "-m", "cudatrace", "node", "--root", base / "root", "--state",
+           base / "state", "--cdi-dir", base / "cdi", "--listen", f"127.0.0.1:{port}",
+           "--interval", "0.2", "--kube-api", api.url, "--kube-token", api.token_file,
+           "--kube-ca", api.ca_file, "--metrics-auth", "kubernetes",
+           "--metrics-cert", tls["metrics.crt"], "--metrics-key", tls["metrics.key"]]  # fmt: skip
+    proc = subprocess.Popen([str(c) for c in cmd], env=checkout_env(), stderr=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, text=True)  # fmt: skip
+    try:
+        log = []
+        for line in proc.stderr:
+            log.append(line)
+            if "serving metrics" in line:
+                break
+        assert f"https://127.0.0.1:{port}/metrics" in log[-1], log
+        ctx = ssl.create_default_context(cafile=str(tls["ca.crt"]))
+
+        def get(path: str, token: str = "") -> tuple[int, str]:
+            req = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+            if token:
+                req.add_header("Authorization", f"Bearer {token}")
+            try:
+                with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                    return r.status, r.read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read().decode()
+
+        assert get("/healthz") == (200, "ok\n") and get("/readyz") == (200, "ok\n")
+        code, body = get("/metrics")
+        assert code == 401 and "a bearer token is needed" in body
+        code, body = get("/metrics", "tenant")
+        assert code == 403 and "system:serviceaccount:t:a may not get /metrics" in body
+        code, body = get("/metrics", "forged")
+        assert code == 401 and "not valid" in body
+        code, body = get("/metrics", "scraper")
+        assert code == 200 and "cudatrace_node_preload_info" in body
+        # plain HTTP to the HTTPS port: no metrics, whatever it sends
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert b"cudatrace_" not in s.recv(65536)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        api.close()
+    # HTTPS is required to read a token, and an API server to review it
+    r = subprocess.run([str(c) for c in cmd[:-4]], env=checkout_env(), capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "a bearer token is never read over plain HTTP" in r.stderr

@@ -4,11 +4,13 @@ budget that uses CUDA without the preload library is reported."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
 from cudatrace import native
 from cudatrace.deploy.agent import Agent, Config
+from support import children
 
 
 def agent(tmp_path, groups_text: str) -> tuple[Agent, list[str]]:
@@ -43,10 +45,10 @@ def member(sim, tmp_path, group: str) -> subprocess.Popen:
         CUDATRACE_BUDGET="1GiB",
         CUDATRACE_LEDGER_DIR=str(tmp_path / "state" / "groups" / group),
     )
-    p = subprocess.Popen(
+    p = children.popen(
         [str(sim.progs["hold"]), "1", "10m"], env=env, stdout=subprocess.PIPE, text=True
     )
-    assert p.stdout.readline().startswith("alloc ") and p.stdout.readline().strip() == "ready"
+    assert children.readline(p).startswith("alloc ") and children.readline(p).strip() == "ready"
     return p
 
 
@@ -61,7 +63,8 @@ def test_a_group_taken_out_goes_once_its_members_have(sim, tmp_path):
         (tmp_path / "groups.conf").write_text("[keep]\nbudget = 1GiB\n")
         time.sleep(0.01)  # a new mtime
         a.cycle()
-        assert (groups / "drop" / "drop.ledger").is_file()  # its member lives
+        # its member lives (a named group's directory is shared: the part of the member's uid)
+        assert (groups / "drop" / f"drop@{os.geteuid()}.ledger").is_file()
         assert '"drop"' not in (tmp_path / "cdi" / "t.cudatrace.dev-group.json").read_text()
         ledgers = {s["group"]: s for s in a.published()["ledgers"]}
         assert ledgers["drop"]["devices"][0]["in_use"] == 10 << 20
@@ -77,11 +80,11 @@ def test_a_process_given_a_budget_without_the_library_is_reported(sim, tmp_path)
     a, said = agent(tmp_path, "[g]\nbudget = 1GiB\n")
     env = sim.env(state=sim.new_state())
     env["CUDATRACE_GROUP"] = "g"  # as a container whose ld.so could not preload the library
-    p = subprocess.Popen(
+    p = children.popen(
         [str(sim.progs["hold"]), "1", "10m"], env=env, stdout=subprocess.PIPE, text=True
     )
     try:
-        p.stdout.readline()
+        children.readline(p)
         a.cycle()
         mine = [u for u in a.unfenced if u.pid == p.pid]
         assert mine and mine[0].env["CUDATRACE_GROUP"] == "g"

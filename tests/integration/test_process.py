@@ -12,6 +12,7 @@ import pytest
 
 from cudatrace.analyze.trace import C, TraceError, iter_events, read_dir, read_trace
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 
 def ops(t, name):
@@ -65,7 +66,7 @@ def test_threads_exact_counts(ct, sim):
 
 def test_sigkill_leaves_readable_trace(ct, sim):
     out = ct.new_dir()
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",
@@ -84,7 +85,7 @@ def test_sigkill_leaves_readable_trace(ct, sim):
         stderr=subprocess.PIPE,
         text=True,
     )
-    for line in p.stdout:
+    for line in children.lines(p):
         if line.strip() == "ready":
             break
     else:
@@ -128,7 +129,7 @@ def test_exit_status_passes_through(ct, sim, args, status):
 
 def test_signal_is_forwarded_and_summary_still_printed(ct, sim):
     out = ct.new_dir()
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",

@@ -1,8 +1,9 @@
 """Python frames (docs/python-frames.md): every CPython here, on the simulated driver.
 
-Each test runs for the interpreter running pytest, the distribution's /usr/bin/python3 when there
-is one, and the pyenv interpreters 3.11, 3.12 and 3.13 of this machine; a pyenv version that is
-not installed is skipped with the reason (the running interpreter is always tested)."""
+Each test runs for every CPython 3.11-3.13 this machine has (the interpreter running pytest, the
+distribution's, python3.X on PATH, pyenv's, those tools/install-test-deps.sh adds:
+support/pyprogs.py); a version none is, is skipped with the reason (the running interpreter is
+always tested)."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from support.paths import REPO
 from support.pyprogs import (
     FAKE_APP,
     INTERPRETERS,
+    OLDER_INTERPRETERS,
     PRELUDE,
-    PYENV,
     lines_of,
     site_packages,
     version_of,
@@ -53,6 +54,7 @@ def test_layout_table_matches_the_headers(exe, tmp_path):
             "-w",
             f"-I{inc}",
             "-I%s" % (inc / "internal"),
+            f"-idirafter{inc.parent}",  # a multiarch pyconfig.h (Debian's), after the system's
             "-I%s" % (REPO / "native" / "include"),
             "-I%s" % (REPO / "native" / "shim"),
             str(REPO / "tests/progs/pylayout_check.c"),
@@ -483,12 +485,8 @@ def test_nested_eval_loops_merge_in_place(ct, exe, tmp_path):
     assert [x.line for x in f] == [L["helper"], L["lambda"], L["lambda"], L["call"]]
 
 
-@pytest.mark.parametrize("version", ["3.10.13", "3.9.18"])
-def test_older_cpython_is_refused_with_a_note(ct, version, tmp_path):
-    minor = ".".join(version.split(".")[:2])
-    exe = PYENV / version / "bin" / ("python" + minor)
-    if not exe.exists():
-        pytest.fail(f"CPython {version} not installed at {exe} (pyenv)")
+@pytest.mark.parametrize("exe", OLDER_INTERPRETERS)
+def test_older_cpython_is_refused_with_a_note(ct, exe, tmp_path):
     r, prog = run_py(ct, str(exe), MAIN, tmp_path)
     t = read_dir(r.out).traces[0]
     assert "older than 3.11" in t.info["python.status"]

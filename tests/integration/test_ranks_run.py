@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from cudatrace.analyze.trace import read_dir
+from support import children
 from support.paths import REPO
 
 MiB = 1 << 20
@@ -46,7 +47,7 @@ def _launch(ct, sim, base, big, nbig):
     for host, first in (("hostA", 0), ("hostB", 4)):
         out = base / host
         procs.append(
-            subprocess.Popen(
+            children.popen(
                 [
                     *(sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(out), "--"),
                     *(str(script), host, str(first), str(big), str(nbig)),

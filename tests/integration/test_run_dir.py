@@ -10,12 +10,13 @@ import time
 
 from cudatrace.analyze.trace import read_dir
 from cudatrace.errors import RUN_FAILED
+from support import children
 
 
 def test_a_running_trace_directory_is_never_taken_over(ct, sim, tmp_path):
     out = tmp_path / "t"
     hold = sim.progs["hold"]
-    a = subprocess.Popen(
+    a = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "--force", "-o", out, "--"]
         + [str(hold), "--exit-after-ms", "2500", "1", "3m"],
         env=ct.env(),

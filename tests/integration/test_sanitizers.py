@@ -16,12 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from cudatrace import settings
-from support.paths import REPO
+from support.paths import LEDGER_SOURCES, REPO
 from support.shared_build import shared_build
 
 SAN_MARKS = (
@@ -210,8 +211,7 @@ def test_ledger_harness_under_sanitizers(san, tmp_path):
         "-I",
         str(REPO / "native/include"),
         str(REPO / "tests/ledger/ledger_test.c"),
-        str(REPO / "native/common/ledger.c"),
-        str(REPO / "native/common/procstat.c"),
+        *map(str, LEDGER_SOURCES),
         "-o",
         str(exe),
     ]
@@ -226,6 +226,40 @@ def test_ledger_harness_under_sanitizers(san, tmp_path):
         )
         _clean(r)
         assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
+
+
+def _users_dir() -> Path:
+    """A folder the parts harness's users (uids of their own) can reach."""
+    d = Path(tempfile.mkdtemp(prefix="ct-parts-"))
+    d.chmod(0o755)
+    return d
+
+
+def test_parts_harness_under_sanitizers(san):
+    """A group of several users (tests/ledger/parts_test.c): their parts hammered, damaged."""
+    if os.geteuid() != 0:
+        pytest.fail("the parts harness runs its users as uids of their own: run as root")
+    d = _users_dir()
+    try:
+        cc = os.environ.get("CC", "cc")
+        exe = d / "parts_test"
+        cmd = [cc, "-std=gnu11", "-O1", "-g", "-fsanitize=address,undefined",
+               "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-D_GNU_SOURCE",
+               "-pthread", "-I", str(REPO / "native/include"), str(REPO / "tests/ledger/parts_test.c"),
+               *map(str, LEDGER_SOURCES), "-o", str(exe)]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        env = dict(os.environ, **SAN_OPTIONS)
+        for case in ("hammer", "late", "forked", "damage", "agent"):
+            w = d / case
+            w.mkdir(mode=0o755)
+            r = subprocess.run(
+                [str(exe), str(w), case], capture_output=True, text=True, timeout=300, env=env
+            )
+            _clean(r)
+            assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_reader_fuzz_under_sanitizers(ct, sim, san, tmp_path):
@@ -324,8 +358,7 @@ def test_ledger_harness_under_tsan(tmp_path):
         tmp_path,
         "ledger_test",
         REPO / "tests/ledger/ledger_test.c",
-        REPO / "native/common/ledger.c",
-        REPO / "native/common/procstat.c",
+        *LEDGER_SOURCES,
     )
     env = dict(os.environ, **TSAN_OPTIONS)
     for case in ("hammer", "kill", "saturate", "fork"):
@@ -336,6 +369,25 @@ def test_ledger_harness_under_tsan(tmp_path):
         )
         _clean(r)
         assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
+
+
+def test_parts_harness_under_tsan(tmp_path):
+    """Several users' parts of one group hammered by threads (ledger_parts.c: the directory
+    looked at by one thread at a time, the parts read by all)."""
+    if os.geteuid() != 0:
+        pytest.fail("the parts harness runs its users as uids of their own: run as root")
+    exe = _tsan_exe(tmp_path, "parts_test", REPO / "tests/ledger/parts_test.c", *LEDGER_SOURCES)
+    d = _users_dir()
+    try:
+        shutil.copy2(exe, d / "parts_test")
+        r = subprocess.run(
+            [str(d / "parts_test"), str(d), "hammer", "3", "2", "4", "500"],
+            capture_output=True, text=True, timeout=300, env=dict(os.environ, **TSAN_OPTIONS),
+        )  # fmt: skip
+        _clean(r)
+        assert r.returncode == 0, r.stdout + r.stderr
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_tsan_reports_are_caught(tmp_path):

@@ -14,6 +14,7 @@ import time
 from cudatrace import native, sidecar, tracedir
 from cudatrace.analyze.trace import read_dir, read_trace
 from cudatrace.record.seal import Sealer
+from support import children
 
 
 def _entries(side) -> list[tuple[int, bytes]]:
@@ -83,7 +84,7 @@ def test_sealed_while_running_and_sigkill_loses_nothing(ct, sim):
     out = ct.new_dir()
     cmd = [sys.executable, "-m", "cudatrace", "run", "-o", str(out), "-q", "--"]
     cmd += [str(sim.progs["threads"]), "1", "20000000", "4096"]
-    p = subprocess.Popen(cmd, env=ct.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    p = children.popen(cmd, env=ct.env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     side = None
     deadline = time.monotonic() + 90
     try:

@@ -18,7 +18,7 @@ import sys
 import time
 
 from cudatrace import sidecar
-from support import tmpfs
+from support import children, tmpfs
 from support.cli import cudatrace
 
 MiB = 1 << 20
@@ -60,7 +60,7 @@ class Steps:
     """`cudatrace run -- steps` driven line by line (tests/progs/steps.c)."""
 
     def __init__(self, ct, sim, out, *opts):
-        self.p = subprocess.Popen(
+        self.p = children.popen(
             [sys.executable, "-m", "cudatrace", "run", "-o", str(out), *opts, "--"]
             + [str(sim.progs["steps"])],
             env=ct.env(),
@@ -69,12 +69,12 @@ class Steps:
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert self.p.stdout.readline().strip() == "ready"
+        assert children.readline(self.p).strip() == "ready"
 
     def do(self, cmd: str) -> None:
         self.p.stdin.write(cmd + "\n")
         self.p.stdin.flush()
-        line = self.p.stdout.readline().strip()
+        line = children.readline(self.p).strip()
         assert line == "ok", (cmd, line)
 
     def end(self) -> tuple[int, str]:

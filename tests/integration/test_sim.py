@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from support import simbuild
+from support import children, simbuild
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -182,7 +182,7 @@ def wait_ready(proc: subprocess.Popen, timeout: float = 20) -> list[str]:
     lines = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        line = proc.stdout.readline()
+        line = children.readline(proc)
         if not line:
             break
         lines.append(line.rstrip("\n"))
@@ -192,7 +192,7 @@ def wait_ready(proc: subprocess.Popen, timeout: float = 20) -> list[str]:
 
 
 def popen(sim, prog: str, *args, env=None, **opts) -> subprocess.Popen:
-    return subprocess.Popen(
+    return children.popen(
         [str(sim.progs[prog]), *map(str, args)],
         env=env or sim.env(**opts),
         stdout=subprocess.PIPE,

@@ -271,6 +271,7 @@ def _tree(sim) -> tuple[Path, dict]:
     for f in sim.lib.iterdir():
         shutil.copy2(f, base / "pub" / f.name, follow_symlinks=True)
     shutil.copy2(sim.progs["hold"], base / "pub" / "hold")
+    shutil.copy2(sim.progs["steps"], base / "pub" / "steps")
     _open_to_all(base / "pub")
     os.mknod(base / "nvidia0", 0o600 | 0o020000, os.makedev(195, 0))  # a dummy GPU device node
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDATRACE_", "CUDASIM_"))}
@@ -368,6 +369,53 @@ def test_two_users_jobs_on_one_gpu(cl):
     allocs = [ln for ln in out_big.splitlines() if ln.startswith("alloc cuMemAlloc_v2 1073741824")]
     assert "budget exceeded" not in out_big and len(allocs) == 5, out_big
     assert all(ln.endswith(" 0") for ln in allocs), out_big
+
+
+def test_a_user_who_damages_the_ledgers_kills_no_other_users_job(cl):
+    """Alice's job truncates every ledger file of the node's directory it can while Bob's job
+    runs (the per-GPU ledger was one file, 0666: Bob's job died of SIGBUS at its next
+    allocation). She can only reach her own part of the GPU's group: Bob's running process
+    allocates on, within his share, and `cudatrace status` still reads the group."""
+    c = cl
+    sync = c.base / "jobs" / f"sync-{time.monotonic_ns()}"
+    steps = c.base / "pub" / "steps"
+    bob = c.sbatch(
+        USERS[1],
+        f'(echo "a 1g"; touch {sync}.bob; while [ ! -e {sync}.done ]; do sleep 0.1; done; '
+        f'echo "a 1g"; echo "a 1g"; echo q) | {steps}; echo "steps exit $?"\n',
+        "--gres=shard:6",
+    )
+    alice = c.sbatch(
+        USERS[0],
+        f"{_hold(c)} 1 1g & H=$!; while [ ! -e {sync}.bob ]; do sleep 0.1; done; sleep 0.5\n"
+        'for f in "$CUDATRACE_LEDGER_DIR"/*.ledger; do\n'
+        '  truncate -s 0 "$f" 2>/dev/null && echo "truncated $f"\n'
+        '  printf x >> "$f" 2>/dev/null && echo "wrote $f"\n'
+        f"done\ntouch {sync}.done\nsleep 2\nkill $H\n",
+        "--gres=shard:2",
+    )
+    uid = pwd.getpwnam(USERS[0]).pw_uid
+    try:
+        assert c.finished(bob) == "COMPLETED", c.output(bob)
+        c.finished(alice)
+        st = c.status()
+        assert st and st["group"] == "slurm-gpu0", st
+    except AssertionError:
+        print(c.logs())
+        raise
+    finally:  # her part is hers to remove (the next tests' jobs of hers would be refused)
+        (c.ledgers / f"slurm-gpu0@{uid}.ledger").unlink(missing_ok=True)
+    out_bob, out_alice = c.output(bob), c.output(alice)
+    replies = [ln for ln in out_bob.splitlines() if ln == "ok" or ln.startswith(("#", "steps"))]
+    assert replies == ["ok", "ok", "ok", "steps exit 0"], out_bob
+    uid = pwd.getpwnam(USERS[0]).pw_uid  # her part counts as its last figure, said once
+    assert out_bob.count(f"note: uid {uid}'s part of budget group slurm-gpu0") == 1, out_bob
+    touched = [
+        ln.split(" ", 1)[1]
+        for ln in out_alice.splitlines()
+        if ln.startswith(("truncated", "wrote"))
+    ]
+    assert touched and {Path(t).name for t in touched} == {f"slurm-gpu0@{uid}.ledger"}, out_alice
 
 
 def test_srun_steps_share_the_jobs_share(cl):

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from cudatrace.analyze.trace import read_dir, read_trace
-from support import calltree
+from support import calltree, children
 from support import tracegen as tg
 from support.paths import PROGS, SHIM
 
@@ -52,7 +52,7 @@ def test_one_call_site_loop_takes_almost_no_full_unwinds(ct, sim):
 
 def test_counts_in_report_json_and_survive_sigkill(ct, sim):
     out = ct.new_dir()
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",
@@ -71,7 +71,7 @@ def test_counts_in_report_json_and_survive_sigkill(ct, sim):
         stderr=subprocess.PIPE,
         text=True,
     )
-    for line in p.stdout:
+    for line in children.lines(p):
         if line.strip() == "ready":
             break
     else:

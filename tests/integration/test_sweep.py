@@ -25,6 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from cudatrace.analyze import laws
+from support import children
 from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
     LAYERS,
     PAGE,
@@ -645,13 +646,29 @@ def test_runs_not_started_or_without_trace_are_left_out(sim, tmp_path):
     assert a["ended"]["how"] == "signaled" and a["ended"]["signal"] == "SIGKILL"
     assert a["ended"]["text"] == "died of SIGKILL" and not a["included"]
     assert b["ended"]["how"] == "exited" and b["ended"]["text"] == "exited 130"
-    # a command that never uses CUDA: zeros, and a note
+    # a command that never uses CUDA: zeros, and a note naming the driver it never loaded
     r = sweep(env, "--values", "1,2", "-o", tmp_path / "sw3", "--json", "--", "true", "{}")
     assert r.returncode == 0, _ok(r)
     doc = json.loads(r.stdout)
-    assert doc["peak"]["bytes"] == [0, 0] and any(
-        "did the command use the GPU" in n for n in doc["notes"]
+    said = f"no run used the CUDA driver ({sim.lib / 'libcuda.so.1'}): the command never loaded it"
+    assert doc["peak"]["bytes"] == [0, 0] and any(n.startswith(said) for n in doc["notes"]), doc
+    # one that loads the driver and allocates nothing: the note of before
+    r = sweep(
+        env,
+        "--values",
+        "1,2",
+        "-o",
+        tmp_path / "sw5",
+        "--json",
+        "--",
+        sim.progs["hold"],
+        "--exit-after-ms",
+        "0",
+        "0",
+        "{}",
     )
+    doc = json.loads(r.stdout)
+    assert any("did the command use the GPU" in n for n in doc["notes"]), doc["notes"]
 
 
 # ---- servers: --stop-after and --until-url ---------------------------------------------------
@@ -692,7 +709,7 @@ def test_interrupted_sweep_reports_what_it_has(sim, tmp_path):
 
     env = thor_env(sim, tmp_path)
     out = tmp_path / "sw"
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",

@@ -13,6 +13,7 @@ import time
 
 from cudatrace import native
 from cudatrace.analyze.trace import read_trace
+from support import children
 
 KiB = 1 << 10
 CHUNK = 2 << 20
@@ -47,7 +48,7 @@ def test_clean_exit_cuts_the_file(ct, sim, tmp_path):
 
 def test_killed_process_file_cut_by_the_launcher(ct, sim, tmp_path):
     out = tmp_path / "t"
-    p = subprocess.Popen(
+    p = children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-q", "-o", str(out), "--"]
         + [str(sim.progs["hold"]), "2", "1m"],
         env=ct.env(),
@@ -56,7 +57,7 @@ def test_killed_process_file_cut_by_the_launcher(ct, sim, tmp_path):
         text=True,
     )
     try:
-        for line in p.stdout:
+        for line in children.lines(p):
             if line.strip() == "ready":
                 break
         trace = _one(out)

@@ -21,7 +21,7 @@ import pytest
 
 from cudatrace.deploy import install
 from cudatrace.deploy.tls import make_tls
-from support import jsonpatch
+from support import children, jsonpatch
 from support.cli import checkout_env
 from support.kube import validate
 from support.podman import HOST_PROC, STATE, podman  # noqa: F401  (fixture)
@@ -39,7 +39,7 @@ def webhook(podman, tmp_path):  # noqa: F811
     root = tmp_path / "root"
     inst = install.install(root)
     port = free_port()
-    p = subprocess.Popen(
+    p = children.popen(
         [
             sys.executable,
             "-m",
@@ -58,7 +58,7 @@ def webhook(podman, tmp_path):  # noqa: F811
         stderr=subprocess.PIPE,
         text=True,
     )
-    line = p.stderr.readline()
+    line = children.readline(p, p.stderr)
     assert "serving https://" in line and str(inst.dir) in line, line
     ctx = ssl.create_default_context(cafile=str(tls["ca.crt"]))
     yield {"url": f"https://127.0.0.1:{port}", "ctx": ctx, "inst": inst}

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import children
 from .paths import REPO
 
 
@@ -23,8 +24,9 @@ def checkout_env(env: dict | None = None, cache: Path | None = None) -> dict:
 
 
 def cudatrace(env: dict, *args, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
-    """Run `python -m cudatrace ARGS` (text, output captured) and return its result."""
-    return subprocess.run(
+    """Run `python -m cudatrace ARGS` (text, output captured) and return its result; past the
+    timeout it is killed with what it started (children.run)."""
+    return children.run(
         [sys.executable, "-m", "cudatrace", *map(str, args)],
         env=env,
         capture_output=True,

@@ -213,16 +213,17 @@ def updating(config) -> bool:
     ) not in ("", "0")
 
 
-def compare(name: str, got: str, update: bool) -> None:
-    """Assert got equals tests/golden/NAME; with update, write it there instead."""
+def compare(name: str, got: str, update: bool, test: str = "tests/unit/test_golden.py") -> None:
+    """Assert got equals tests/golden/NAME (NAME may be in a folder of it); with update, write
+    it there instead. test: the file whose run with --update-goldens writes it."""
     path = GOLDEN / name
     if update:
-        GOLDEN.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(got)
         return
     assert path.is_file(), (
         f"no golden file {path.relative_to(REPO)}: create it with "
-        f"`pytest {Path(__file__).name} --update-goldens` (or {UPDATE_ENV}=1) and review it"
+        f"`pytest {test} --update-goldens` (or {UPDATE_ENV}=1) and review it"
     )
     want = path.read_text()
     if got != want:
@@ -236,6 +237,6 @@ def compare(name: str, got: str, update: bool) -> None:
         )
         raise AssertionError(
             f"the output differs from tests/golden/{name}:\n{diff}\n"
-            f"If the change is intended: pytest tests/unit/test_golden.py --update-goldens "
+            f"If the change is intended: pytest {test} --update-goldens "
             f"(or {UPDATE_ENV}=1), then review and commit the golden files."
         )

@@ -5,12 +5,16 @@ what the API would hold (a ResourceClaim, a Node, a Pod); GET answers an object 
 the pods of a node (`/api/v1/pods?fieldSelector=spec.nodeName=NODE`, the node agent's list)
 from the Pods put under `/api/v1/namespaces/*/pods/`; POST to a collection creates (201; 409
 when the name is taken; an Event, named by generateName, is only answered), PUT replaces one
-whose resourceVersion matches (409 else). Nothing else of the API (other lists, watches,
-patches, defaults, validation) is imitated.
+whose resourceVersion matches (409 else). A TokenReview is answered from .users (token ->
+user), a SubjectAccessReview of a non-resource URL from .allowed ((user, path) pairs). A test
+may have the next answers to a path be what it says (.answer: a status and raw bytes, any
+number of times: a 503, an object without metadata, not JSON at all). Nothing else of the API
+(other lists, watches, patches, defaults, validation) is imitated.
 
     validate(obj, version) kubernetes-validate against a version's schemas (K8S_VERSION), strict
     FakeApiServer(dir)     .url, .token_file, .ca_file, .requests [(method, path, headers, body)],
-                           .objects {path: object}, .put(path, object), .put_pod(...)
+                           .objects {path: object}, .put(path, object), .put_pod(pod),
+                           .answer(method, path, status, raw, times), .users, .allowed
     pod(ns, name, node, containers)  a Pod running on node, its containers {name: 64-hex id}
 """
 
@@ -68,6 +72,9 @@ class FakeApiServer:
         self.token_file.write_text(self.TOKEN + "\n")
         self.requests: list[tuple[str, str, dict, dict]] = []
         self.objects: dict[str, dict] = {}
+        self.canned: list[list] = []  # [method, path, status, raw, times left]
+        self.users: dict[str, dict] = {}  # token -> TokenReview status.user
+        self.allowed: set[tuple[str, str]] = set()  # (username, non-resource path)
         self._lock = threading.Lock()
         server = self
 
@@ -91,10 +98,35 @@ class FakeApiServer:
                                     "reason": reason, "code": code})  # fmt: skip
 
             def _authorized(self) -> bool:
-                if self.headers.get("Authorization") == f"Bearer {FakeApiServer.TOKEN}":
-                    return True
-                self._status(401, "Unauthorized")
-                return False
+                if self.headers.get("Authorization") != f"Bearer {FakeApiServer.TOKEN}":
+                    self._status(401, "Unauthorized")
+                    return False
+                with server._lock:
+                    for c in server.canned:
+                        if c[0] == self.command and c[1] == self.path and c[4] > 0:
+                            c[4] -= 1
+                            self.send_response(c[2])
+                            self.send_header("Content-Length", str(len(c[3])))
+                            self.end_headers()
+                            self.wfile.write(c[3])
+                            return False
+                return True
+
+            def _review(self, body: dict) -> bool:
+                """A TokenReview or a SubjectAccessReview, answered; False for other paths."""
+                spec = body.get("spec") or {}
+                if self.path.endswith("/tokenreviews"):
+                    user = server.users.get(spec.get("token", ""))
+                    status = {"authenticated": True, "user": user} if user else {
+                        "authenticated": False, "error": "invalid bearer token"}  # fmt: skip
+                elif self.path.endswith("/subjectaccessreviews"):
+                    path = (spec.get("nonResourceAttributes") or {}).get("path")
+                    ok = (spec.get("user"), path) in server.allowed
+                    status = {"allowed": ok} if ok else {"allowed": False, "reason": "no rule"}
+                else:
+                    return False
+                self._answer(201, {**body, "status": status})
+                return True
 
             def do_GET(self):
                 self._body()
@@ -108,7 +140,7 @@ class FakeApiServer:
 
             def do_POST(self):
                 body = self._body()
-                if not self._authorized():
+                if not self._authorized() or self._review(body):
                     return
                 name = (body.get("metadata") or {}).get("name")
                 if not name:  # generateName (an Event): answered, not kept
@@ -150,6 +182,11 @@ class FakeApiServer:
         self.url = f"https://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
         self.thread.start()
+
+    def answer(self, method: str, path: str, status: int, raw: bytes, times: int = 1) -> None:
+        """The next `times` answers to METHOD path: status and raw, whatever they are."""
+        with self._lock:
+            self.canned.append([method, path, status, raw, times])
 
     def put(self, path: str, obj: dict) -> None:
         """Hold obj at path, as if the API server had it."""

@@ -27,6 +27,8 @@ from pathlib import Path
 
 import pytest
 
+from . import children
+
 IMAGE_REPO = "localhost/cudatrace-test"
 BIN = "/usr/local/bin"
 SIMLIB = "/usr/lib/cudasim"
@@ -154,7 +156,7 @@ class Podman:
         )
 
     def popen(self, *args, name: str) -> subprocess.Popen:
-        return subprocess.Popen(
+        return children.popen(
             self.run_args(*args, name=name),
             env=self.env(),
             stdout=subprocess.PIPE,

@@ -19,7 +19,7 @@ change), and returns a Sim:
     sim.new_state()    a fresh path (not yet existing) for env(state=...): one simulated GPU
                        shared by every process given it
     sim.run(prog, *args, env=None, timeout=60, check=False, **opts)
-                       subprocess.run of a program (capture_output, text); env defaults to
+                       children.run of a program (capture_output, text); env defaults to
                        sim.env(**opts); check=True raises on a non-zero exit with the output
     sim.stats(state)   the shared state after reclaiming dead processes' memory:
                        [{dev, total, used, hwm, free, pids: {pid: {used, hwm}}}] (simstat)
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from . import simbuild
+from . import children, simbuild
 from .shared_build import session_root, shared_build
 
 
@@ -81,7 +81,7 @@ class Sim:
         path = self.progs.get(prog)
         if path is None:
             pytest.fail(f"{prog} could not be built here")
-        res = subprocess.run(
+        res = children.run(
             [str(path), *map(str, args)],
             env=env if env is not None else self.env(**opts),
             capture_output=True,

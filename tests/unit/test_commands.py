@@ -53,6 +53,31 @@ def test_errors_are_said_once_with_their_status(tmp_path, args, said):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize(
+    "args, status, meant",
+    [
+        (["run", "--simulatd", "--", "true"], RUN_FAILED, "--simulated"),
+        (["run", "--budjet", "3GiB", "true"], RUN_FAILED, "--budget"),
+        (["run", "-x", "--", "true"], RUN_FAILED, None),
+        (["sweep", "--valuse", "1,2", "--", "echo", "{}"], 2, "--values"),
+        (["doctor", "--jsn", "true"], 2, "--json"),
+    ],
+)
+def test_an_unknown_option_before_the_command_is_a_typo_not_the_command(args, status, meant):
+    # it was run as the command: "cudatrace: --simulatd: command not found", exit 127
+    r = cli(*args)
+    assert r.exit_code == status, r.output
+    assert f"No such option '{args[1]}'" in r.output, r.output
+    if meant:
+        assert f"'{meant}'" in r.output.split("Did you mean", 1)[1], r.output
+    assert "command not found" not in r.output
+
+
+def test_what_follows_the_command_is_the_commands_own(tmp_path):
+    r = cli("run", "-q", "-o", tmp_path / "t", "sh", "-c", "exit 3", "--budjet")
+    assert r.exit_code == 3, r.output
+
+
 def test_every_reporting_command_takes_the_attribution_options():
     flags = {"--fold", "--no-fold", "--full-names", "--python-only", "--native-only"}
     for name in ("report", "diff", "export", "sweep"):
@@ -97,3 +122,23 @@ def test_export_is_attributed_as_report_is(tmp_path):
     with pytest.raises(CudatraceError) as e:
         run_export(d, "folded", tmp_path / "x", Moment(), Attribution(fold_patterns=("(",)))
     assert e.value.status == 2 and "--fold" in str(e.value)
+
+
+@pytest.mark.parametrize("where", ["click.Group.make_context", "the command's body"])
+def test_ctrl_c_exits_130(monkeypatch, where):
+    # a SIGINT while the command line was read gave click's "Aborted!" and status 1: for `run`,
+    # a status CMD never had
+    import click
+
+    from cudatrace.commands import report
+
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    if where.startswith("click"):
+        monkeypatch.setattr(click.Group, "make_context", interrupted)
+    else:
+        monkeypatch.setattr(report, "run_report", interrupted)
+    r = CliRunner().invoke(main, ["report", "."])
+    assert r.exit_code == 130, r.output
+    assert "cudatrace: interrupted" in r.output and "Aborted!" not in r.output

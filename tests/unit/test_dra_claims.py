@@ -226,11 +226,14 @@ class FakeKube:
     def __init__(self):
         self.objects: dict[str, dict] = {}
 
-    def request(self, method, path, body=None):
+    def request(self, method, path, body=None, retry=None, check=None):
         assert method == "GET", method
         if path not in self.objects:
             raise KubeError(f"GET {path}: HTTP 404", 404)
-        return copy.deepcopy(self.objects[path])
+        obj = copy.deepcopy(self.objects[path])
+        if check is not None:
+            check(obj)
+        return obj
 
 
 def claim_path(ref: dra.ClaimRef) -> str:
@@ -275,3 +278,35 @@ def test_sweep_removes_directories_of_claims_not_prepared(tmp_path):
 def test_no_api_server_is_said():
     plugin = dra.Plugin(cfg(), GPUS, None, lambda s: None)
     assert "no API server" in plugin.prepare([REF])[REF.uid]
+
+
+@pytest.mark.parametrize(
+    "change,why",
+    [
+        (lambda o: o.pop("metadata"), "the ResourceClaim has no metadata.uid"),
+        (lambda o: o["metadata"].update(uid=7), "metadata.uid is not a str"),
+        (lambda o: o["metadata"].update(ownerReferences={"kind": "Pod"}), "ownerReferences is not"),
+        (lambda o: o["status"]["allocation"].update(devices=[]), "devices is not a dict"),
+        (lambda o: o["status"]["allocation"]["devices"].update(results={}), "results is not a list"),
+        (lambda o: o["status"]["allocation"]["devices"]["results"].append("gpu-0"),
+         "results.1 is not a dict"),
+        (lambda o: o.update(status=["allocated"]), "status is not a dict"),
+        (lambda o: o["status"]["allocation"]["devices"]["results"][0].update(device=0),
+         "results.0.device is not a str"),
+        (lambda o: o["status"]["allocation"]["devices"]["results"][0].update(
+            consumedCapacity={"memory": ["8Gi"]}), "consumedCapacity.memory is not a str or int"),
+    ],
+)  # fmt: skip
+def test_claims_the_api_server_answered_askew_are_refused_not_raised(tmp_path, change, why):
+    """An answer that is not a ResourceClaim as read: the claim is refused with the field
+    named, the plugin goes on (a KeyError or TypeError before)."""
+    kube = FakeKube()
+    c = claim(("gpu", "gpu-0", "8Gi"))
+    change(c)
+    kube.objects[claim_path(REF)] = c
+    said = []
+    plugin = dra.Plugin(cfg(tmp_path), GPUS, kube, said.append)
+    plugin.setup()
+    out = plugin.prepare([REF])
+    assert isinstance(out[REF.uid], str) and why in out[REF.uid], out
+    assert said and "not prepared" in said[-1]

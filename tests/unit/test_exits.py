@@ -3,14 +3,14 @@ record), never before it did, and never for another process that took a reused p
 
 from __future__ import annotations
 
-import subprocess
 import time
 
 from cudatrace.record.exits import ExitWatcher, start_ticks
+from support import children
 
 
 def test_a_killed_process_exit_is_noted_after_the_kill(tmp_path):
-    child = subprocess.Popen(["sleep", "60"])
+    child = children.popen(["sleep", "60"])
     (tmp_path / f"{child.pid}.0.ctrace").write_bytes(b"")
     (tmp_path / "999999999.0.ctrace").write_bytes(b"")  # no such process: nothing noted
     w = ExitWatcher(tmp_path, interval=0.01)
@@ -42,7 +42,7 @@ def test_a_killed_process_exit_is_noted_after_the_kill(tmp_path):
 
 def test_a_reused_pid_is_not_taken_for_the_traced_process(tmp_path, monkeypatch):
     # the start time read before and after the pidfd is opened differ: another process
-    child = subprocess.Popen(["sleep", "60"])
+    child = children.popen(["sleep", "60"])
     try:
         seq = iter([1, 2])
         monkeypatch.setattr("cudatrace.record.exits.start_ticks", lambda pid: next(seq))
@@ -55,7 +55,7 @@ def test_a_reused_pid_is_not_taken_for_the_traced_process(tmp_path, monkeypatch)
 
 
 def test_the_watcher_keeps_to_its_share_of_descriptors(tmp_path):
-    child = subprocess.Popen(["sleep", "60"])
+    child = children.popen(["sleep", "60"])
     try:
         w = ExitWatcher(tmp_path)
         assert 0 < w.cap < 1 << 20

@@ -18,6 +18,7 @@ from cudatrace.analyze import live
 from cudatrace.analyze import trace as trace_mod
 from cudatrace.analyze.trace import C
 from cudatrace.present.metrics import Collector, Gpus, TraceCache
+from support import children
 from support.tracegen import BASE_TS, MS, TraceWriter
 
 MiB = 1 << 20
@@ -159,9 +160,9 @@ def _member(slot: int, pid: int, held: int, other_ns: bool = False) -> dict:
 def test_bytes_that_are_not_utf8_never_blank_a_scrape(tmp_path):
     # a member whose process name is not UTF-8 (any job sharing the ledger can name itself so),
     # and a --traces run whose directory name is not: every other series is still served
-    child = subprocess.Popen([sys.executable, "-c", NAME_ME], stdout=subprocess.PIPE)
+    child = children.popen([sys.executable, "-c", NAME_ME], stdout=subprocess.PIPE)
     try:
-        assert child.stdout.readline().strip() == b"ready"
+        assert children.readline(child).strip() == b"ready"
         ledgers = _one_group([_member(0, child.pid, 7 * MiB)])
         d = tmp_path / os.fsdecode(b"run-\xff\xfe")
         _run(d, [5 * MiB])

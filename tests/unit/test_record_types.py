@@ -13,7 +13,8 @@ import pytest
 
 from cudatrace import record_types as rt
 from cudatrace.record import doctor, fence
-from cudatrace.record.ledger import Ledger, status_json
+from cudatrace.record.ledger import Ledger
+from cudatrace.record.ledger_status import status_json
 
 MiB = 1 << 20
 

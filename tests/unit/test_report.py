@@ -215,12 +215,20 @@ def test_at_time(scen, fake_sym, spec):
     assert by == {"load_weights": 4, "alloc_activations": 3, "make_workspace": 2}
 
 
-def test_at_after_the_end(scen, fake_sym):
+def test_at_after_the_last_event(scen, fake_sym):
     d, _ = scen
-    r = report_json(d, fake_sym, at="99s")
-    # the parent exited at 3.2 s holding its 4 GiB of weights: gone with it (issue 21, item 3)
+    r = report_json(d, fake_sym, at="9s")
+    # the parent exited at 3.2 s holding its 4 GiB of weights: gone with it (issue 21, item 3);
+    # the launcher ran on to 10 s
     assert r["total_live_bytes"] == 0
     assert any("after the last event" in x for x in r["warnings"])
+
+
+def test_at_after_the_run_is_refused(scen, fake_sym):
+    # it said "0 B live" at 99 s of a 10 s run, as if that were a fact of the run
+    d, _ = scen
+    with pytest.raises(CudatraceError, match=r"--at 99s: the run lasted 10\.0\d\d s"):
+        report_json(d, fake_sym, at="99s")
 
 
 def test_at_before_anything(scen, fake_sym):

@@ -11,7 +11,12 @@
 #     gone, C's 4 GiB replaces the group's budget (a note says so);
 #   one grammar: CUDATRACE_BUDGET=1.5GiB is taken (mem_get_info's total is 1.5 GiB);
 #   a job's fence: `cudatrace run` in a share of 2 GiB reports "share of ...", the device's real
-#     size, and is no member itself.
+#     size, and is no member itself;
+#   a truncated ledger survived (as root: two users through setpriv, uids 61011 and 61012, on
+#     the real driver): in a shared ledger directory Alice holds 2 GiB and Bob 1 GiB of group
+#     "trust" (8 GiB); Alice cannot truncate Bob's part, truncates her own: Bob's process runs
+#     on and allocates 1 GiB more, `cudatrace status` still reads the group (Bob counted, her
+#     part listed as unusable), the node agent passes over her part and says so.
 # Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 2 minutes.
 set -u
 OUT=${1:?usage: budget_trust.sh OUTDIR}
@@ -142,6 +147,105 @@ grep -m1 "device used by everyone" "$OUT/job-report.txt" | grep -vq " of 2.00 Gi
     fail "device size: $(grep -m1 'device used' "$OUT/job-report.txt")"
 grep -q "mem_get_info total 2147483648 " "$OUT/job.out" && pass "the job's program sees its share: $(head -1 "$OUT/job.out")" ||
     fail "the program's mem_get_info: $(head -1 "$OUT/job.out")"
+
+# ---- a truncated ledger survived (two users of the node, the real driver) -----------------------
+# Each user maps only its own part of a shared group; the others read it with pread: a user who
+# truncates its own part kills none of the other user's processes and never a reader.
+SH="$OUT/shared"; PUB="$OUT/pub"; UA=61011; UB=61012
+asuser() { local u=$1; shift; setpriv --reuid="$u" --regid="$u" --clear-groups "$@"; }
+if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
+    fail "truncated ledger: needs root and setpriv (util-linux) to run two users"
+else
+    rm -rf "$SH" "$PUB"; mkdir -p "$SH" "$PUB"; chmod 1777 "$SH"; chmod 755 "$OUT" "$PUB"
+    cp "$SHIM" "$PUB/libcudatrace.so"
+    cat >"$PUB/alloc.py" <<'PY'
+import ctypes, os, sys, time
+cuda = ctypes.CDLL("libcuda.so.1")
+def alloc(gib):
+    p = ctypes.c_uint64()
+    return cuda.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(int(gib * (1 << 30))))
+dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+print("cuInit", cuda.cuInit(0), cuda.cuDeviceGet(ctypes.byref(dev), 0),
+      cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev), flush=True)
+print("alloc1", alloc(float(sys.argv[1])), flush=True)
+print("held", flush=True)
+if len(sys.argv) > 3:
+    deadline = time.time() + 120
+    while not os.path.exists(sys.argv[2]) and time.time() < deadline:
+        time.sleep(0.1)
+    print("alloc2", alloc(float(sys.argv[3])), flush=True)
+time.sleep(float(os.environ.get("HOLD_S", "0")))
+print("done", flush=True)
+PY
+    chmod -R a+rX "$PUB"
+fi
+if [ "$(id -u)" = 0 ] && ! asuser $UB test -r "$PUB/alloc.py"; then
+    fail "truncated ledger: $OUT is not reachable by other users (give an OUTDIR under /tmp)"
+elif [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+    U=(env LD_PRELOAD="$PUB/libcudatrace.so" CUDATRACE_LEDGER_DIR="$SH" CUDATRACE_GROUP=trust
+       CUDATRACE_BUDGET=8GiB)
+    rm -f "$OUT/trunc.flag" "$OUT/agent.in"
+    asuser $UA "${U[@]}" HOLD_S=60 python3 "$PUB/alloc.py" 2 >"$OUT/alice.out" 2>"$OUT/alice.err" &
+    PA=$!
+    asuser $UB "${U[@]}" HOLD_S=10 python3 "$PUB/alloc.py" 1 "$OUT/trunc.flag" 1 \
+        >"$OUT/bob.out" 2>"$OUT/bob.err" &
+    PB=$!
+    if wait_held "$OUT/alice.out" $PA && wait_held "$OUT/bob.out" $PB; then
+        pass "Alice (uid $UA) holds 2 GiB and Bob (uid $UB) 1 GiB of group trust: $(ls "$SH" | tr '\n' ' ')"
+        cat >"$OUT/agent.py" <<'PY'
+import json, sys
+from pathlib import Path
+from cudatrace.deploy.agent import Agent, Config
+base = Path(sys.argv[1]); base.mkdir(exist_ok=True); (base / "groups.conf").write_text("")
+cfg = Config(groups=base / "groups.conf", root=base / "root", state=base / "state",
+             cdi_dir=base / "cdi", vendor="trust.cudatrace.dev", interval=0.1, node="gpu")
+a = Agent(cfg, say=lambda line: print("SAY " + line, flush=True))
+a.prepare()
+for _ in sys.stdin:
+    a.cycle()
+    print("PASS " + json.dumps(a.published()), flush=True)
+PY
+        mkfifo "$OUT/agent.in"
+        python3 "$OUT/agent.py" "$OUT/agent-base" <"$OUT/agent.in" >"$OUT/agent.out" 2>"$OUT/agent.err" &
+        PG=$!
+        exec 7>"$OUT/agent.in"
+        echo >&7; sleep 3
+        if asuser $UA truncate -s 0 "$SH/trust@$UB.ledger" 2>"$OUT/deny.err"; then
+            fail "Alice truncated Bob's part"
+        else
+            pass "Alice cannot truncate Bob's part: $(head -c 160 "$OUT/deny.err")"
+        fi
+        asuser $UA truncate -s 0 "$SH/trust@$UA.ledger" && pass "Alice truncated her own part" ||
+            fail "Alice could not truncate her own part"
+        echo >&7; sleep 3
+        touch "$OUT/trunc.flag"
+        for _ in $(seq 100); do grep -q '^alloc2' "$OUT/bob.out" && break; kill -0 $PB 2>/dev/null || break; sleep 0.1; done
+        python3 -m cudatrace status trust --json --ledger-dir "$SH" >"$OUT/trust-status.json" 2>"$OUT/trust-status.err"
+        python3 - "$OUT/trust-status.json" $UA $UB <<'PY' && pass "status read the group" || fail "status: $(head -c 600 "$OUT/trust-status.json") $(head -c 300 "$OUT/trust-status.err")"
+import json, sys
+st = json.load(open(sys.argv[1]))
+ua, ub = int(sys.argv[2]), int(sys.argv[3])
+bob = [m for g in st["ledgers"] for m in g["members"] if m.get("uid") == ub and m["state"] == "alive"]
+held = sum(d["held"] for m in bob for d in m["devices"].values())
+print("   Bob counted:", held / (1 << 30), "GiB (allocations and context); unusable:",
+      [e["path"] for e in st["errors"]])
+assert bob and held >= 2 << 30, st
+assert [e["path"].endswith(f"trust@{ua}.ledger") for e in st["errors"]] == [True], st["errors"]
+PY
+        wait $PB; rb=$?
+        grep -q '^alloc2 0$' "$OUT/bob.out" && [ $rb = 0 ] &&
+            pass "Bob ran on (exit $rb) and allocated 1 GiB more after Alice's truncation" ||
+            fail "Bob: exit $rb: $(tail -3 "$OUT/bob.out" "$OUT/bob.err")"
+        echo >&7; sleep 3; exec 7>&-
+        wait $PG; rg=$?
+        [ $rg = 0 ] && grep -q "SAY skipping the ledger .*trust@$UA.ledger" "$OUT/agent.out" &&
+            pass "the node agent survived and said: $(grep -m1 'SAY skipping' "$OUT/agent.out" | head -c 200)" ||
+            fail "the node agent: exit $rg: $(tail -3 "$OUT/agent.err") $(grep SAY "$OUT/agent.out" | tail -3)"
+    else
+        fail "two users: $(tail -2 "$OUT/alice.out" "$OUT/alice.err" "$OUT/bob.out" "$OUT/bob.err")"
+    fi
+    kill $PA $PB 2>/dev/null; wait $PA $PB 2>/dev/null
+fi
 
 echo "== $fails failed"
 [ $fails = 0 ]

@@ -67,6 +67,15 @@ class RunData(TypedDict):
     ranks: Any
     span: list[float]
     changes: int
+    first_alloc: float | None  # the run's first device allocation: a diff's curves start there
+
+
+def first_allocation(a: Analysis) -> float | None:
+    """When the run's first device allocation was made (seconds from its start); None when it
+    made none. A diff's page lines A and B up there, so their curves overlay (their first
+    events, a driver query or a context, come at different distances before it)."""
+    first = min((x.ts for x in a.model.lifetimes()), default=None) if a.model.found else None
+    return a.seconds(first)
 
 
 # ---- tables shared by the moments: frames, stacks, sites ----------------------------------
@@ -447,6 +456,7 @@ def run_data(
         "ranks": rank_label_of(a.traces) if tagged(a.traces) else None,
         "span": [t_first, t_last, max(t_last, obs_end)],
         "changes": len(m.timeline_points(None)) - 1 if m.found else 0,
+        "first_alloc": None,  # a diff's page sets it (first_allocation)
     }
 
 

@@ -223,10 +223,17 @@ Chart.prototype.draw = function (o) {
     sv("text", {x: ml + pw - 6, y: Y(o.budget) - 6, "text-anchor": "end", fill: COL.budget,
                 cls: "label", text: "budget " + fmtBytes(o.budget)}, svg);
   }
-  // denials and failures
+  // denials and failures; the first denial in view names its site beside its marker
+  var named = false;
   (o.markers || []).forEach(function (e) {
     if (e[0] < x0 || e[0] > x1) return;
     var cx = X(e[0]), cy = Y(Math.min(e[4] == null ? 0 : e[4], ytop * 0.98));
+    if (e[1] === "denied" && !named && e[5]) {
+      named = true;
+      var left = cx > ml + pw * 0.6;
+      sv("text", {x: cx + (left ? -9 : 9), y: Math.max(cy - 12, mt + 10), "text-anchor": left ? "end" : "start",
+                  fill: COL.deny, cls: "label strong deny-site", text: "denied: " + e[5]}, svg);
+    }
     var what = (e[1] === "denied" ? "denied by the budget: " : "failed: ") + fmtBytes(e[3]) +
                " at " + fmtTime(e[0], x1, xs / 1000);
     var mk = e[1] === "denied"
@@ -786,8 +793,12 @@ function diffPage() {
     return out;
   }
   function drawChart() {
-    var sh = runs.map(function (r) { return S.align === "first" ? r.span[0] : 0; });
-    var span = [Math.min(runs[0].span[0] - sh[0], runs[1].span[0] - sh[1]),
+    // "first": each run from its first device allocation (its first event when it made none)
+    var sh = runs.map(function (r) {
+      return S.align === "first" ? (r.first_alloc != null ? r.first_alloc : r.span[0]) : 0; });
+    var from = runs.map(function (r) {  // the traced activity: from the first allocation
+      return S.align === "first" && r.first_alloc != null ? r.first_alloc : r.span[0]; });
+    var span = [Math.min(from[0] - sh[0], from[1] - sh[1]),
                 Math.max(runs[0].span[1] - sh[0], runs[1].span[1] - sh[1]),
                 Math.max(runs[0].span[2] - sh[0], runs[1].span[2] - sh[1])];
     var full = [Math.min(0, span[0]), Math.max(span[2], span[1], 1e-3)], act = span[1] - span[0];
@@ -803,7 +814,7 @@ function diffPage() {
         {id: "a", label: "A: traced live", color: COL.a, pts: shifted(va.line, sh[0]), step: true, end: runs[0].span[1] - sh[0], width: 2},
         {id: "b", label: "B: traced live", color: COL.b, pts: shifted(vb.line, sh[1]), step: true, end: runs[1].span[1] - sh[1], width: 2}],
       budget: null, markers: marks, peaks: peaks, domain: fit, full: full,
-      xlabel: S.align === "first" ? "time since each run's first traced event" : "time since each run started"});
+      xlabel: S.align === "first" ? "time since each run's first allocation" : "time since each run started"});
   }
   function rowsAt(side) {
     var mo = runs[side].moments.find(function (m) { return m.kind === S.which; }), out = [];
@@ -868,7 +879,7 @@ function diffPage() {
     S.which = v; flame.zoom = []; drawFlame(); }));
   flameControls(fc, flame, drawFlame);
   var tcs = document.getElementById("timeline-controls");
-  tcs.append(segmented("align", [["first", "first event"], ["start", "run start"]], "first",
+  tcs.append(segmented("align", [["first", "first allocation"], ["start", "run start"]], "first",
     function (v) { S.align = v; chart.zoom = null; drawChart(); }));
   tcs.append(segmented("show", [["fit", "traced activity"], ["full", "whole runs"]], "fit",
     function (v) { chart.zoom = v === "full" ? chart.full : null; drawChart(); }));

@@ -24,11 +24,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ...analyze.analysis import Analysis, build_report
-from ...analyze.documents import Diff, Report, ReportAt
+from ...analyze.documents import Diff, Report, ReportAt, ReportDenied
 from ...analyze.model import NONE64
 from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes
-from ..report import render_text
+from ..report import render_text, status_text, via_text
 from .data import (
     ASSETS,
     MAX_SITE_CHANGES,
@@ -36,6 +36,7 @@ from .data import (
     RunData,
     Tables,
     aggregation_note,
+    first_allocation,
     pick_moments,
     run_data,
     tables_json,
@@ -155,7 +156,7 @@ def _facts_html(r: Report) -> str:
     if v["shim"]:
         parts.append("shim {}".format(", ".join(v["shim"])))
     rows.append(_fact("recorded with", "; ".join(parts)))
-    from ..report import render_observed
+    from ..observed import render_observed
 
     obs: list[str] = []
     render_observed(r, obs.append)
@@ -191,7 +192,7 @@ def _processes_html(r: Report) -> str:
             )
             cls = ""
         else:
-            st = "truncated (killed, crashed or still running)"
+            st = status_text(p, r)  # the text report's words
             cls = ' class="warn"'
         procs.append(
             '<tr%s><td>%d</td><td>%d</td><td title="%s">%s</td><td class="n">%s</td>'
@@ -329,9 +330,23 @@ def _report_stats(a: Analysis, r: Report, at: ReportAt) -> list[str]:
             "alert" if bad else "",
         )
     )
+    stats.extend(_denied_stat(d) for d in r["denied"][:2])
     if r["truncated_files"]:
         stats.append(_stat("truncated", str(len(r["truncated_files"])), "trace files", "alert"))
     return stats
+
+
+def _denied_stat(d: ReportDenied) -> str:
+    """A site the budget refused, named as the report and the denial line name it: the code
+    that asked, the request, the budget and what was in use then."""
+    via, limit, in_use = via_text(d), d.get("limit"), d.get("in_use")
+    sub = "{}{}; budget {}, in use {}".format(
+        "%d x %s requested" % (d["count"], format_bytes(d["bytes"] // max(1, d["count"]))),
+        f" via {via}" if via else "",
+        format_bytes(limit) if limit is not None else "?",
+        format_bytes(in_use) if in_use is not None else "?",
+    )
+    return _stat("denied by the budget at", d["label"], sub, "wide alert")
 
 
 def render_report_html(
@@ -449,6 +464,7 @@ def render_diff_html(
         if m.n_events:
             moments.append({"kind": "end", "ts": m.t_end, "seq": NONE64 - 1})
         runs.append(run_data(an, tables, moments, side=side))
+        runs[-1]["first_alloc"] = first_allocation(an)
     data = {
         "kind": "diff",
         "version": _version(),
