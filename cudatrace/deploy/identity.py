@@ -26,7 +26,7 @@ from .kube import Kube, KubeError, PodContainer, pod_event
 
 REFRESH_S = 60.0
 UNKNOWN_S = 5.0
-VERIFY_WAIT_S = 30.0
+VERIFY_WAIT_S = 15.0
 RUNTIME_PREFIXES = ("containerd://", "cri-o://", "docker://", "podman://")
 ENV_KEYS = ("K8S_NAMESPACE", "K8S_POD", "K8S_CONTAINER", "K8S_POD_UID")
 
