@@ -108,7 +108,7 @@ def device_edits(
                 "options": ["nosuid", "nodev", "noexec", "mode=1777", f"size={LEDGER_TMPFS_SIZE}"],
             }
         )
-    env = fence_env(fence, str(inst.lib) if preload == "env" else None)
+    env = fence_env(fence, inst.env_preload if preload == "env" else None)
     return {"env": [f"{k}={v}" for k, v in env], "mounts": mounts}
 
 

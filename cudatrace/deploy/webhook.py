@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from .. import settings
 from ..errors import CudatraceError
-from .install import PRELOAD_NAME, SHIM_DIR
+from .install import PRELOAD_NAME, SHIM_DIR, preload_path
 from .plan import CONTAINER_LEDGER_DIR, VENDOR, Fence, PlanError, budget_bytes, check_on_exceed
 
 ANN_BUDGET = f"{VENDOR}/budget"
@@ -125,7 +125,7 @@ def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> 
         {"name": settings.name("ON_FENCE_ERROR"), "value": "refuse"},
     ]
     if cfg.preload == "env":  # after the application's own preloads, as /etc/ld.so.preload is
-        lib = f"{cfg.shim_dir}/libcudatrace.so"
+        lib = preload_path(cfg.shim_dir)  # musl passes it by (install.py)
         theirs = [e for e in env if e.get("name") == "LD_PRELOAD"]
         env = [e for e in env if e.get("name") != "LD_PRELOAD"]
         mine = " ".join([theirs[-1].get("value", ""), lib]).strip() if theirs else lib

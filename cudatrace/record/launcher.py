@@ -181,22 +181,12 @@ def check_enterable(path: str) -> None:
         )
 
 
-def default_out_dir(cmd0: str) -> Path:
-    base = "cudatrace-{}-{}".format(Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
-    p = Path.cwd() / base
-    n = 1
-    while p.exists():
-        n += 1
-        p = Path.cwd() / ("%s-%d" % (base, n))
-    return p
-
-
 def prepare_out_dir(opts: RunOptions) -> tuple[Path, bool, int]:
     """The trace directory, whether this run created it (to remove it if CMD never ran), and
     the descriptor of the run's hold on it (files.lock_dir: one run at a time, --force or not)."""
     lock = -1
     try:
-        out = opts.out_dir or default_out_dir(opts.cmd[0])
+        out = opts.out_dir or tracedir.fresh(opts.cmd[0])
         out = out.resolve()
         if out.exists():
             if not out.is_dir():

@@ -103,7 +103,7 @@ def test_specs_carry_every_edit_per_device_at_the_lowest_version(tmp_path):
 def test_sandbox_specs_preload_through_the_environment(tmp_path):
     inst, specs = specs_for(tmp_path, "env")
     e = specs["budget"]["devices"][0]["containerEdits"]
-    assert f"LD_PRELOAD={inst.lib}" in e["env"]
+    assert f"LD_PRELOAD={inst.dir}/platform/$PLATFORM/libcudatrace.so" in e["env"]
     assert "/etc/ld.so.preload" not in [m["containerPath"] for m in e["mounts"]]
 
 

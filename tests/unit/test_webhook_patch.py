@@ -173,7 +173,8 @@ def test_sandbox_mode_preloads_after_the_applications_own():
     _, after = admit(pod({ANN_BUDGET: "8GiB"}), cfg)
     main = after["spec"]["containers"][0]
     assert env_of(main)["LD_PRELOAD"] == (
-        "/opt/libmine.so /var/lib/cudatrace/shim/0.1.0-0123456789ab/libcudatrace.so"
+        "/opt/libmine.so /var/lib/cudatrace/shim/0.1.0-0123456789ab/platform/$PLATFORM/"
+        "libcudatrace.so"
     )
     assert "/etc/ld.so.preload" not in [m["mountPath"] for m in main["volumeMounts"]]
     validate(after)

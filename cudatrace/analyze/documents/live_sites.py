@@ -17,12 +17,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import procfs
+from ... import procfs
 
 if TYPE_CHECKING:
-    from ..symbols import Symbolizer
-    from .model import Alloc
-    from .sites import SFrame
+    from ...symbols import Symbolizer
+    from ..replay.lives import Alloc
+    from ..sites.stacks import SFrame
 
 _lock = threading.Lock()
 _symbolizer = None  # kept between calls: a test suite asks many times of the same libraries
@@ -32,7 +32,7 @@ def _shared_symbolizer() -> Symbolizer | None:
     global _symbolizer
     with _lock:
         if _symbolizer is None:
-            from .sites import make_symbolizer
+            from ..sites.stacks import make_symbolizer
 
             _symbolizer = make_symbolizer(progress=False)
         return _symbolizer
@@ -44,17 +44,9 @@ def window_allocs(lifetimes: Iterable[Alloc], t0: int, t1: int, at: str) -> list
     mine = [a for a in lifetimes if t0 <= a.ts <= t1]
     if at == "end":
         return [a for a in mine if a.end_ts is None or a.end_ts > t1]
-    steps = []
-    for a in mine:
-        steps.append((a.ts, 1, a.size))
-        if a.end_ts is not None and a.end_ts <= t1:
-            steps.append((a.end_ts, 0, -a.size))  # a free before an allocation of the same ns
-    steps.sort()
-    cur, best, best_ts = 0, 0, None
-    for ts, _, d in steps:
-        cur += d
-        if cur > best:
-            best, best_ts = cur, ts
+    from ..replay.lives import peak
+
+    _, best_ts = peak(mine, until=t1)
     if best_ts is None:
         return []
     return [a for a in mine if a.ts <= best_ts and (a.end_ts is None or a.end_ts > best_ts)]
@@ -90,7 +82,8 @@ def block_sites(
     is one site, each line its own row); largest first. [] without a trace."""
     if not path:
         return []
-    from .analysis import Analysis, load
+    from ..read.load import load
+    from .analysis import Analysis
 
     a = Analysis(path, td=load(path), symbolizer=_shared_symbolizer())
     chosen = window_allocs(a.model.lifetimes(), t0, t1, at)
@@ -138,7 +131,7 @@ def _head(path: str) -> tuple[int, int] | None:
     """(pid, ppid) of a trace file's header; None when it is not (yet) a trace."""
     if path in _heads:
         return _heads[path]
-    from .trace import layout
+    from ..read.trace import layout
 
     st, names = layout("struct ct_file_header")
     try:
@@ -170,7 +163,8 @@ def _descends_from(pid: int, ppid: int, me: int, parents: dict[int, int]) -> boo
 
 
 def _window_peak(path: str, t0: int, t1: int) -> int:
-    from .analysis import Analysis, load
+    from ..read.load import load
+    from .analysis import Analysis
 
     a = Analysis(path, td=load(path), symbolizer=_shared_symbolizer())
     return sum(x.size for x in window_allocs(a.model.lifetimes(), t0, t1, "peak"))

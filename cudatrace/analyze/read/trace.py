@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import native, tracedir
-from ..errors import CudatraceError
-from ..native_types import CData, ToolsLib
-from ..symbols import python as pyframes
-from ..units import lossless_data, shell_quote
+from ... import native, tracedir
+from ...errors import CudatraceError
+from ...native_types import CData, ToolsLib
+from ...symbols import python as pyframes
+from ...units import lossless_data, shell_quote
 from . import unseal
 
 _TYPE_FMT = {
@@ -522,7 +522,7 @@ def _rec_pycode(t: Trace, data: CData, off: int, body: int, rec_end: int) -> Non
 
 
 def _rec_snapslot(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
-    t.snap_slots.append(bytes(data[off:rec_end]))  # --aggregate (analyze/aggregate.py reads it)
+    t.snap_slots.append(bytes(data[off:rec_end]))  # --aggregate (read/aggregate.py reads it)
 
 
 def _rec_end(t: Trace, data: CData, off: int, body: int, rec_end: int) -> None:
@@ -759,7 +759,7 @@ def _sweep_folder(p: Path, subs: list[Path]) -> str:
 def read_dirs(paths: Iterable[str | os.PathLike[str]]) -> TraceDir:
     """Several trace directories read as one run: the traces of all, in the order given, each
     noting its directory (Trace.source); every error named with its directory. Processes on
-    different hosts are put on one clock by ranks.align_clocks, which the analysis calls."""
+    different hosts are put on one clock by load.align_clocks, which load() calls."""
     dirs = [d for p in paths for d in run_dirs(p)]
     if len(dirs) == 1:
         return read_dir(dirs[0])

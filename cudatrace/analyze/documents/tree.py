@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from .analysis import Analysis
-from .documents import ReportTree, ReportTreeNode
+from .report_types import ReportTree, ReportTreeNode
 
 MIN_SHARE = 0.001  # children below this share of the total are gathered into one line
 

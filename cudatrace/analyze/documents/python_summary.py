@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .trace import Trace
+from ..read.trace import Trace
 
 
 def python_summary(
@@ -13,7 +13,7 @@ def python_summary(
     """Python in the traced processes: versions, status, and device allocations with Python frames
     and without (by reason), from the model's totals per (trace, stack); `view` the stacks' view.
     None when no process ran Python."""
-    from ..symbols import python as pyframes
+    from ...symbols import python as pyframes
 
     procs = [t for t in traces if "python.status" in t.info]
     if not procs:

@@ -49,7 +49,7 @@ _OPERATOR = re.compile(
 def demangle(name: str | None) -> str | None:
     """A still-mangled Itanium name demangled (unchanged if it is not one)."""
     if name and name.startswith("_Z"):
-        from ..symbols import demangle as cxa
+        from ...symbols import demangle as cxa
 
         return cxa(name)
     return name

@@ -1,6 +1,6 @@
-"""Many ranks as one run (docs/ranks.md): each process's host and rank, from what the shim
-recorded when its trace opened (the launchers' variables, INFO "env.NAME"); per-rank and
-per-device peaks; sites merged across ranks; the outlier rule.
+"""Many ranks as one run (docs/ranks.md): per-rank and per-device peaks, sites merged across
+ranks, the outlier rule, the ranks missing from a world; each process's host and rank are
+read/tags.py's, a run of several directories read/load.py's.
 
 Honest figures: processes on different hosts never share a device, and ranks on one host often
 see different GPUs as their device 0 (CUDA_VISIBLE_DEVICES). So a peak here is one rank's (the
@@ -10,33 +10,21 @@ figure adds up bytes of different devices and calls it a peak.
 
 from __future__ import annotations
 
-import os
-from array import array
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-from .. import native
-from .aggregate import apply_snapshots
-from .model import END_EXITED, device_kinds
-from .trace import C, Trace, TraceDir, host_of, layout
+from ... import native
+from ..read.tags import RANK_VARS, RankGroup, device_label, hosts_of, rank_groups, tag_of, tagged
+from ..read.trace import C, Trace, host_of, layout
+from ..replay.lives import END_EXITED, device_kinds, peak
 
 if TYPE_CHECKING:
+    from ..replay.lives import Alloc
     from .analysis import Analysis
-    from .model import Alloc
 
 T = TypeVar("T")
 
-# (rank, local rank, world size) of each launcher, the innermost first: torchrun's workers under
-# srun see RANK (theirs) and SLURM_PROCID (the srun task that started torchrun)
-RANK_VARS = (
-    ("RANK", "LOCAL_RANK", "WORLD_SIZE"),
-    ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_SIZE"),
-    ("PMI_RANK", None, "PMI_SIZE"),
-    ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_NTASKS"),
-)
 
 # the outlier rule (docs/ranks.md): at least MIN_RANKS figures; one stands out when it is
 # farther from their median than all of: MAD_FACTOR scaled median absolute deviations,
@@ -53,140 +41,16 @@ RULE = (
 )
 
 
-def _int(v: str | None) -> int | None:
-    try:
-        return int(v) if v is not None and v.strip() else None
-    except ValueError:
-        return None
-
-
-@dataclass
-class Tag:
-    host: str
-    rank: int | None = None
-    local_rank: int | None = None
-    world_size: int | None = None
-    source: str | None = None  # the variable the rank came from
-
-
-def tag_of(t: Trace) -> Tag:
-    """A process's host and rank, from the variables its shim recorded."""
-    env = {k[4:]: v for k, v in t.info.items() if k.startswith("env.")}
-    for rk, lk, wk in RANK_VARS:
-        r = _int(env.get(rk))
-        if r is not None:
-            return Tag(host_of(t), r, _int(env.get(lk)) if lk else None, _int(env.get(wk)), rk)
-    return Tag(host_of(t))
-
-
-def hosts_of(traces: list[Trace]) -> set[str]:
-    """The hosts of the processes that used CUDA or carry a rank (a launcher's shell that did
-    neither may run elsewhere, or under another host name)."""
-    return {host_of(t) for t in traces if t.n_events or tag_of(t).rank is not None}
-
-
-def tagged(traces: list[Trace]) -> bool:
-    """Whether the report has a ranks section: a rank variable, or more than one host or
-    trace directory."""
-    return (
-        any(tag_of(t).rank is not None for t in traces)
-        or len(hosts_of(traces)) > 1
-        or len({t.source for t in traces}) > 1
-    )
-
-
-def device_label(t: Trace, device: int) -> str:
-    """The physical device an ordinal names in a process: CUDA_VISIBLE_DEVICES's entry for it
-    when set (an index or a UUID), else the ordinal; '?' when unknown."""
-    if device < 0:
-        return "?"
-    cvd = t.info.get("env.CUDA_VISIBLE_DEVICES")
-    if cvd is not None:
-        vis = [x.strip() for x in cvd.split(",") if x.strip()]
-        if device < len(vis):
-            return vis[device]
-    return str(device)
-
-
-@dataclass
-class RankGroup:
-    """One rank: the processes that carry its number (children inherit it), or, untagged, one
-    process."""
-
-    key: tuple[Any, ...]
-    label: str
-    host: str
-    rank: int | None
-    local_rank: int | None
-    world_size: int | None
-    traces: list[int] = field(default_factory=list)
-
-
-def rank_groups(traces: list[Trace]) -> list[RankGroup]:
-    """The run's ranks, by rank number, untagged processes one each; in rank order. When one
-    number is carried in two places (separate launches read as one run), each place's rank is
-    its own: `HOST rank N` when the places are different hosts, else `DIR rank N` (the trace
-    directory's name)."""
-    tags = [tag_of(t) for t in traces]
-    places: dict[int, set[Any]] = defaultdict(set)  # rank -> {(host, trace directory)}
-    for t, tg in zip(traces, tags):
-        if tg.rank is not None:
-            places[tg.rank].add((tg.host, t.source))
-    clash = any(len(p) > 1 for p in places.values())
-    by_host = all(len({h for h, _ in p}) == len(p) for p in places.values())
-    groups: dict[tuple[Any, ...], RankGroup] = {}
-    for i, (t, tg) in enumerate(zip(traces, tags)):
-        if tg.rank is None and not t.n_events:
-            continue  # a launcher's shell: no rank, no CUDA
-        if tg.rank is None:
-            key: tuple[Any, ...] = (1, tg.host, t.pid, i)
-            label = "%s pid %d" % (tg.host, t.pid)
-        elif not clash:
-            key = (0, "", tg.rank)
-            label = "rank %d" % tg.rank
-        else:
-            where = tg.host if by_host else (os.path.basename(t.source) or tg.host)
-            key = (0, where, tg.rank)
-            label = "%s rank %d" % (where, tg.rank)
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = RankGroup(key, label, tg.host, tg.rank, tg.local_rank, tg.world_size)
-        g.traces.append(i)
-    return [groups[k] for k in sorted(groups, key=lambda k: (k[0], k[1], k[2], k[3:]))]
-
-
-def rank_label_of(traces: list[Trace]) -> list[str]:
-    """trace index -> its rank's label (what --by rank groups by)."""
-    out = ["%s pid %d" % (host_of(t), t.pid) for t in traces]
-    for g in rank_groups(traces):
-        for i in g.traces:
-            out[i] = g.label
-    return out
-
-
 def peaks(
     allocs: Iterable[Alloc], key: Callable[[Alloc], Hashable | None]
 ) -> dict[Any, tuple[int, int | None]]:
-    """key(alloc) -> (peak bytes, time of the peak) over allocation lifetimes; at one time frees
-    count before allocations, so a peak is never higher than the replay's."""
-    steps: dict[Any, Any] = defaultdict(list)
+    """key(alloc) -> (peak bytes, time of the peak) over allocation lifetimes (lives.peak)."""
+    by: dict[Any, list[Alloc]] = defaultdict(list)
     for a in allocs:
         k = key(a)
-        if k is None:
-            continue
-        steps[k].append((a.ts, 1, a.size))
-        if a.end_ts is not None:
-            steps[k].append((a.end_ts, 0, -a.size))
-    out = {}
-    for k, lst in steps.items():
-        lst.sort()
-        cur, best, when = 0, 0, None
-        for ts, _, d in lst:
-            cur += d
-            if cur > best:
-                best, when = cur, ts
-        out[k] = (best, when)
-    return out
+        if k is not None:
+            by[k].append(a)
+    return {k: peak(lst) for k, lst in by.items()}
 
 
 def _median(vals: list[int]) -> float:
@@ -301,7 +165,7 @@ def _tables(a: Analysis, fast: bool) -> dict[Any, Any]:
             out["dev_ranks"][dk].add(of_trace[x.trace].label)
             out["rank_devs"][of_trace[x.trace].key].add(dk[1])
             out["dev_allocs"][dk] += 1
-            if x.end_ts is None or x.how == END_EXITED:  # never freed (model.py)
+            if x.end_ts is None or x.how == END_EXITED:  # never freed (replay/lives.py)
                 out["dev_end"][dk] += x.size
         return out
     dk_of = {
@@ -443,58 +307,88 @@ def ranks_diff(a: Analysis, b: Analysis) -> list[dict[Any, Any]] | None:
 
 
 def ranks_json(a: Analysis, depth: int = 1, top: int = 10) -> dict[Any, Any] | None:
-    """The report's `ranks` section (docs/report-json.md), None for a run without ranks."""
+    """The report's `ranks` section (docs/report-json.md), None for a run without ranks: each
+    rank's figures, each physical device's, the hosts, the outliers, the sites across ranks."""
     traces = a.traces
     if not traces or not tagged(traces):
         return None
-    m = a.model
     tb = tables(a)
-    groups, rank_peaks, dev_peaks = tb["groups"], tb["rank_peaks"], tb["dev_peaks"]
-    dev_ranks, rank_devs, dev_end, dev_allocs = (
-        tb["dev_ranks"],
-        tb["rank_devs"],
-        tb["dev_end"],
-        tb["dev_allocs"],
-    )
+    groups, rank_peaks = tb["groups"], tb["rank_peaks"]
     med, out_keys = outliers({g.key: rank_peaks.get(g.key, (0, None))[0] for g in groups})
-    ranks = []
-    for g in groups:
-        pb, pts = rank_peaks.get(g.key, (0, None))
-        procs = [m.procs[i] if i < len(m.procs) else {} for i in g.traces]
-        ranks.append(
+    ranks = [_rank_json(a, g, tb, g.key in out_keys) for g in groups]
+    devices = _devices_json(a, tb)
+    hosts = _hosts_json(traces, groups)
+    sites, more = merged_sites(a, groups, rank_peaks, depth, top)
+    by_label = {g.key: g.label for g in groups}
+    return {
+        "split_devices": split_devices(a),
+        "hosts": hosts,
+        "sources": sorted({tag_of(t).source for t in traces if tag_of(t).source}),
+        "ranks": ranks,
+        "devices": devices,
+        "peak": max(devices, key=lambda d: d["peak_bytes"], default=None),
+        "median_peak_bytes": med,
+        "outliers": [
             {
-                "label": g.label,
-                "rank": g.rank,
-                "host": g.host,
-                "local_rank": g.local_rank,
-                "world_size": g.world_size,
-                "pids": sorted({traces[i].pid for i in g.traces}),
-                "files": [traces[i].path.name for i in g.traces],
-                "dirs": sorted({traces[i].source for i in g.traces if traces[i].source}),
-                "devices": sorted(rank_devs.get(g.key, ())),
-                "peak_bytes": pb,
-                "peak_time": a.seconds(pts),
-                "end_bytes": sum(p.get("end_bytes", 0) for p in procs),
-                "allocs": sum(p.get("allocs", 0) for p in procs),
-                "failed": sum(p.get("failed", 0) for p in procs),
-                "denied": sum(p.get("denied", 0) for p in procs),
-                "outlier": g.key in out_keys,
+                "label": by_label[k],
+                "what": "peak",
+                "bytes": rank_peaks.get(k, (0, None))[0],
+                "median_bytes": med,
             }
-        )
-    devices = [
+            for k in out_keys
+        ],
+        "sites": sites,
+        "more_sites": more,
+        "rule": RULE,
+        "missing": missing_ranks(traces),
+    }
+
+
+def _rank_json(a: Analysis, g: RankGroup, tb: dict[Any, Any], outlier: bool) -> dict[Any, Any]:
+    """One rank: its processes, files, devices, peak and counts."""
+    traces, m = a.traces, a.model
+    pb, pts = tb["rank_peaks"].get(g.key, (0, None))
+    procs = [m.procs[i] if i < len(m.procs) else {} for i in g.traces]
+    return {
+        "label": g.label,
+        "rank": g.rank,
+        "host": g.host,
+        "local_rank": g.local_rank,
+        "world_size": g.world_size,
+        "pids": sorted({traces[i].pid for i in g.traces}),
+        "files": [traces[i].path.name for i in g.traces],
+        "dirs": sorted({traces[i].source for i in g.traces if traces[i].source}),
+        "devices": sorted(tb["rank_devs"].get(g.key, ())),
+        "peak_bytes": pb,
+        "peak_time": a.seconds(pts),
+        "end_bytes": sum(p.get("end_bytes", 0) for p in procs),
+        "allocs": sum(p.get("allocs", 0) for p in procs),
+        "failed": sum(p.get("failed", 0) for p in procs),
+        "denied": sum(p.get("denied", 0) for p in procs),
+        "outlier": outlier,
+    }
+
+
+def _devices_json(a: Analysis, tb: dict[Any, Any]) -> list[dict[Any, Any]]:
+    """Each physical device (host, the GPU an ordinal names there): its peak, end, allocations
+    and the ranks that used it."""
+    return [
         {
             "host": h,
             "device": d,
             "peak_bytes": pb,
             "peak_time": a.seconds(pts),
             "peak_ts_ns": pts,
-            "end_bytes": dev_end[(h, d)],
-            "allocs": dev_allocs[(h, d)],
-            "ranks": sorted(dev_ranks[(h, d)], key=_label_order),
+            "end_bytes": tb["dev_end"][(h, d)],
+            "allocs": tb["dev_allocs"][(h, d)],
+            "ranks": sorted(tb["dev_ranks"][(h, d)], key=_label_order),
         }
-        for (h, d), (pb, pts) in sorted(dev_peaks.items())
+        for (h, d), (pb, pts) in sorted(tb["dev_peaks"].items())
     ]
-    top_dev = max(devices, key=lambda d: d["peak_bytes"], default=None)
+
+
+def _hosts_json(traces: list[Trace], groups: list[RankGroup]) -> list[dict[Any, Any]]:
+    """Each host: its trace directories, ranks, processes and how far its clock was moved."""
     hosts: dict[str, dict[Any, Any]] = {}
     for g in groups:
         for i in g.traces:
@@ -515,30 +409,7 @@ def ranks_json(a: Analysis, depth: int = 1, top: int = 10) -> dict[Any, Any] | N
             h["clock_shift_ns"] = t.clock_shift_ns
             if g.label not in h["ranks"]:
                 h["ranks"].append(g.label)
-    sites, more = merged_sites(a, groups, rank_peaks, depth, top)
-    by_label = {g.key: g.label for g in groups}
-    return {
-        "split_devices": split_devices(a),
-        "hosts": [dict(h, dirs=sorted(h["dirs"])) for h in hosts.values()],
-        "sources": sorted({tag_of(t).source for t in traces if tag_of(t).source}),
-        "ranks": ranks,
-        "devices": devices,
-        "peak": top_dev,
-        "median_peak_bytes": med,
-        "outliers": [
-            {
-                "label": by_label[k],
-                "what": "peak",
-                "bytes": rank_peaks.get(k, (0, None))[0],
-                "median_bytes": med,
-            }
-            for k in out_keys
-        ],
-        "sites": sites,
-        "more_sites": more,
-        "rule": RULE,
-        "missing": missing_ranks(traces),
-    }
+    return [dict(h, dirs=sorted(h["dirs"])) for h in hosts.values()]
 
 
 def missing_ranks(traces: list[Trace]) -> dict[str, Any] | None:
@@ -619,78 +490,6 @@ def merged_sites(
     return out, max(0, len(rows) - top)
 
 
-# ---- separate runs are not one run ---------------------------------------------------------
-
-
-def separate_runs(td: TraceDir, folder: Path | None = None) -> str | None:
-    """Why the trace directories read together are separate runs rather than the ranks of one
-    (docs/ranks.md), or None: no process carries a rank variable, and two of them never ran at
-    the same time (as their launchers' wall clocks, else their traces', say). Read as one run,
-    they would make "one run of N ranks" with a peak and a budget none of them had."""
-    if len(td.dirs) < 2 or any(tag_of(t).rank is not None for t in td.traces):
-        return None
-    runs = td.runs + [{}] * (len(td.dirs) - len(td.runs))
-    spans = [
-        _span(run, [t for t in td.traces if t.source == str(d)]) for d, run in zip(td.dirs, runs)
-    ]
-    known = [(a, b) for a, b in spans if a is not None and b is not None]
-    if len(known) < 2 or max(a for a, _ in known) <= min(b for _, b in known):
-        return None  # all ran at one time (intervals that meet pairwise share a moment)
-    return _separate_message(td, runs, spans, folder)
-
-
-def _span(run: dict[str, Any], traces: list[Trace]) -> tuple[float | None, float | None]:
-    """(start, end) of one directory's run in wall-clock seconds: its launcher's (run.json),
-    else its traces' (their starts, and their ends when every one left one)."""
-    t0, t1 = run.get("start_time"), run.get("end_time")
-    if isinstance(t0, (int, float)) and isinstance(t1, (int, float)):
-        return float(t0), float(t1)
-    starts = [t.start_realtime_ns for t in traces if t.start_realtime_ns]
-    ends = []
-    for t in traces:
-        mono = t.end.ts_ns if t.end else t.exit_seen_ns
-        if not mono or not t.start_realtime_ns:
-            return (min(starts) / 1e9 if starts else None), None  # one still open: unknown
-        ends.append(t.start_realtime_ns + mono - t.start_monotonic_ns)
-    return (min(starts) / 1e9 if starts else None), (max(ends) / 1e9 if ends else None)
-
-
-def _separate_message(
-    td: TraceDir,
-    runs: list[dict[str, Any]],
-    spans: list[tuple[float | None, float | None]],
-    folder: Path | None,
-) -> str:
-    """The refusal: each run with its command and when it ran, and how to read them."""
-    import time
-
-    from ..units import shell_quote
-
-    names = [str(d) for d in td.dirs]
-    width = min(40, max(len(n) for n in names))
-    where = f"{folder} holds {len(names)}" if folder else f"these {len(names)}"
-    lines = [
-        f"{where} trace directories of separate runs, not the ranks of one run: no "
-        "process carries a rank variable (RANK, SLURM_PROCID, OMPI_COMM_WORLD_RANK ...) and they "
-        "did not all run at the same time (docs/ranks.md):"
-    ]
-    for name, d, run, (a, b) in zip(names, td.dirs, runs, spans):
-        argv = run.get("argv") or next((t.argv for t in td.traces if t.source == str(d)), [])
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(a)) if a is not None else "?"
-        took = f", {b - a:.1f} s" if a is not None and b is not None else ""
-        cmd = shell_quote(argv)
-        lines.append(
-            f"  {name:<{width}}  {when}{took}  {cmd[:60] + ('...' if len(cmd) > 60 else '')}"
-        )
-    q = shell_quote
-    lines += [
-        f"  one run:            cudatrace report {q([names[0]])}",
-        f"  two runs compared:  cudatrace diff {q([names[0], names[1]])}",
-        "  a sweep's runs:     cudatrace sweep --from DIR (the folder `cudatrace sweep` wrote)",
-    ]
-    return "\n".join(lines)
-
-
 def honest_peak(r: dict[Any, Any]) -> None:
     """A run whose ordinals name several devices (split_devices): the report's peak is the
     highest one device saw (ranks.peak), and its devices are the hosts' physical devices, never
@@ -709,50 +508,3 @@ def honest_peak(r: dict[Any, Any]) -> None:
         dict(d, device=int(d["device"]) if d["device"].isdigit() else -1, label=d["device"])
         for d in rk["devices"]
     ]
-
-
-def align_clocks(traces: list[Trace], run: dict[Any, Any]) -> None:
-    """Monotonic clocks are per boot: processes of one host share one, another host's differs.
-    With several hosts, each host's times are moved onto the clock of the host that booted
-    first, through the wall time each file noted at its start
-    (CLOCK_REALTIME - CLOCK_MONOTONIC): a timeline of all ranks lines up as far as the hosts'
-    wall clocks agree (NTP: milliseconds). Within a host nothing moves, so the order of its
-    events stays exact. run.json's start (the first directory's launcher) moves with its host."""
-    offsets: dict[str, int] = {}
-    for t in traces:
-        if t.start_realtime_ns and t.start_monotonic_ns:
-            offsets.setdefault(host_of(t), t.start_realtime_ns - t.start_monotonic_ns)
-    if len(offsets) < 2:
-        return
-    base = min(offsets.values())
-    for t in traces:
-        shift = offsets.get(host_of(t), base) - base
-        if shift:
-            _shift(t, shift)
-    if traces and isinstance(run.get("start_monotonic_ns"), int):
-        run["start_monotonic_ns"] += offsets.get(host_of(traces[0]), base) - base
-
-
-def _shift(t: Trace, ns: int) -> None:
-    """Add ns to every time of a trace (its events, start, end, modules)."""
-    if t.snap_slots:  # --aggregate: its events come from the snapshot; make them now
-        apply_snapshots(t)
-    if t.raw_events is not None and t._events is None:
-        if t.n_events:  # the ts_ns column of the scanner's array, in place (0: unpublished)
-            es = layout("struct ct_event")[0]
-            ffi = native.ffi()
-            assert ffi.offsetof("struct ct_event", "ts_ns") == 0 and es.size % 8 == 0
-            q = memoryview(ffi.buffer(t.raw_events, es.size * t.n_events)).cast("B").cast("Q")
-            col = q[0 :: es.size // 8]
-            col[:] = array("Q", [v + ns if v else 0 for v in col.tolist()])
-    else:
-        t.events = [(e[0] + ns if e[0] else 0, *e[1:]) for e in t.events]
-    t.clock_shift_ns += ns
-    t.start_monotonic_ns += ns
-    if t.end:
-        t.end.ts_ns += ns
-    if t.stopped_ns:
-        t.stopped_ns += ns
-    for m in t.modules:
-        if m.ts_ns:
-            m.ts_ns += ns

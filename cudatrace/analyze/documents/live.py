@@ -9,7 +9,7 @@ CT_FH_LIVE_LOCK, told in any pid namespace); a launcher holds one on the directo
 that is gone without its exit record ends there: its memory is no longer counted.
 
 Reading a trace never touches the traced program: the files are read as they are, holes never
-faulted (analyze/unseal.py). `signature` tells, without analyzing, whether anything was written
+faulted (analyze/read/unseal.py). `signature` tells, without analyzing, whether anything was written
 since: the chunks below a trace's `sealed_chunks` are never written again, so it reads the rest
 (a few chunks) and the sizes.
 """
@@ -26,12 +26,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import native, sidecar, tracedir
-from ..units import lossless
-from .trace import C, TraceDir, read_dir, trace_files
+from ... import native, sidecar, tracedir
+from ...units import lossless
+from ..read.trace import C, TraceDir, read_dir, trace_files
 
 if TYPE_CHECKING:
-    from ..symbols import Symbolizer
+    from ...symbols import Symbolizer
 
 LABEL_MAX = 120  # characters of a site label (longer ones are cut, with "...")
 OTHER = "other"
@@ -216,8 +216,8 @@ def top_sites(
     `top` largest sites by label and the rest summed under "other". Sites whose labels are
     equal (two stacks ending in one function) are summed, so every label appears once per
     device."""
+    from ..read.tags import device_label
     from .analysis import Analysis
-    from .ranks import device_label
 
     info = run_info(p)
     if td is None:

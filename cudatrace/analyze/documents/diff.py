@@ -13,10 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal, Optional, cast
 
+from ..sites.group import Site, key_text, site_of
+from ..sites.stacks import SFrame
 from .analysis import Analysis
-from .documents import Diff, DiffPair, DiffRanks, DiffSide, DiffSite
+from .diff_types import Diff, DiffPair, DiffRanks, DiffSide, DiffSite
 from .ranks import ranks_diff, split_devices, tables
-from .sites import SFrame, Site, key_text, site_of
 
 SCHEMA: Literal["cudatrace.diff/1"] = "cudatrace.diff/1"
 
@@ -26,8 +27,8 @@ def share_graph(a: Analysis, b: Analysis) -> None:
     addresses: function identities compare across runs), so both sides fold alike."""
     if a.stacks.graph is not b.stacks.graph:
         b.stacks.graph = a.stacks.graph
-    a.stacks.learn(a.allocation_stacks())
-    b.stacks.learn(b.allocation_stacks())
+    a.stacks.learn(a.model.allocation_stacks())
+    b.stacks.learn(b.model.allocation_stacks())
     a.stacks.set_source(None)
     b.stacks.set_source(None)
 

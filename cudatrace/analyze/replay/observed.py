@@ -13,7 +13,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Callable
 
-from .trace import TraceDir
+from ..read.trace import TraceDir
 
 # An event's time can trail or lead the driver's own bookkeeping by the wrapper's few
 # microseconds (an allocation is stamped after the driver returns, a free before it calls), more

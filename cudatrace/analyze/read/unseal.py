@@ -27,12 +27,9 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
-from .. import native, sidecar, tracedir
-
-if TYPE_CHECKING:
-    from .trace import Trace
+from ... import native, sidecar, tracedir
 
 PAGE = mmap.PAGESIZE
 _MAX_PARTS = 16384  # mappings per view (the kernel's map count is ~65530 a process)
@@ -329,18 +326,3 @@ def loss_note(v: View, name: str) -> str | None:
 def _chunk_list(chunks: list[int]) -> str:
     text = ", ".join(str(c) for c in chunks[:8])
     return "chunk " + text + (" and %d more" % (len(chunks) - 8) if len(chunks) > 8 else "")
-
-
-def lost_chunks_json(traces: list[Trace]) -> list[dict[str, Any]]:
-    """The report's `lost_chunks`: per trace file, the sealed chunks neither the trace nor its
-    sidecar holds (their events are missing from every figure)."""
-    return [
-        {
-            "file": t.path.name,
-            "pid": t.pid,
-            "chunks": list(t.lost_chunks),
-            "bytes": sum(min(t.chunk_size, t.size_bytes - c * t.chunk_size) for c in t.lost_chunks),
-        }
-        for t in traces
-        if t.lost_chunks
-    ]
