@@ -169,7 +169,8 @@ def node(
         raise CudatraceError(
             "node needs the Prometheus client: pip install 'cudatrace[metrics]'"
         ) from None
-    from ..deploy.agent import Agent, Config, serve
+    from ..deploy.agent import Agent, Config
+    from ..deploy.agentserve import serve
 
     kube = access.resolve()
     cfg = Config(

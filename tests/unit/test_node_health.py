@@ -1,4 +1,4 @@
-"""The node agent's health (cudatrace/deploy/agent.py): /healthz fails once no pass has ended
+"""The node agent's health (cudatrace/deploy/agentserve.py): /healthz fails once no pass has ended
 for three intervals (30 s at least), which a liveness probe restarts; a pass whose events the
 API server cannot take ends anyway, the events kept for a later pass."""
 
@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import time
 
-from cudatrace.deploy.agent import EVENT_REASON_DENIED, Agent, Config, health
+from cudatrace.deploy.agent import EVENT_REASON_DENIED, Agent, Config
+from cudatrace.deploy.agentserve import health
 from cudatrace.deploy.kube import KubeError
 from cudatrace.deploy.procscan import Proc
 
