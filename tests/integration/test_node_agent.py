@@ -28,6 +28,9 @@ from support.kube import pod as kube_pod
 from support.podman import podman  # noqa: F401  (fixture)
 
 MiB = 1 << 20
+# the budget group of this test's own: an agent sees every ledger of the host, other tests'
+# agents' groups too, and a name two of them share is labelled by whichever it meets first
+GROUP = f"train{os.getpid()}"
 CDI_DIR = Path("/var/run/cdi")
 
 
@@ -75,13 +78,13 @@ def ready(p: subprocess.Popen) -> str:
 @pytest.fixture
 def node_agent(podman, sim, tmp_path):  # noqa: F811
     """A factory: start(*extra) runs `cudatrace node` (these extra options) on a node of its own
-    (root, state, CDI vendor, groups: train = 1 GiB) with a fake API server."""
+    (root, state, CDI vendor, groups: GROUP = 1 GiB) with a fake API server."""
     base = tmp_path / "node"
     base.mkdir()
     base.chmod(0o755)
     vendor = f"a{os.getpid()}-{os.urandom(3).hex()}.cudatrace.dev"
     groups = base / "groups.conf"
-    groups.write_text("[train]\nbudget = 1GiB\n")
+    groups.write_text(f"[{GROUP}]\nbudget = 1GiB\n")
     api = FakeApiServer(tmp_path)
     state = sim.new_state()
     state.touch(mode=0o666)
@@ -107,8 +110,16 @@ def node_agent(podman, sim, tmp_path):  # noqa: F811
             raise AssertionError("".join(log))
         lines: list[str] = []
         threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
+
+        def host(prog: str, *a, **claims):
+            """A program of the host (no container, no library) on this node's GPU, these
+            variables in its environment."""
+            e = dict(checkout_env(sim.env(state=state, ctx_bytes=ctx_bytes)), **claims)
+            return children.popen([str(sim.progs[prog]), *map(str, a)], env=e,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+
         return {"url": f"http://127.0.0.1:{port}/metrics", "vendor": vendor, "state": state,
-                "api": api, "log": lines, "base": base}  # fmt: skip
+                "api": api, "log": lines, "base": base, "host": host}  # fmt: skip
 
     yield start
     for proc in procs:
@@ -148,7 +159,12 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
     podman,  # noqa: F811
     agent,
 ):
-    dev = f"{agent['vendor']}/group=train"
+    """Two pods' containers in one group: the first's context counted, the second denied, its
+    pod sent one Event. Beside them runs what once disturbed this test (the agent scans every
+    process of the host, other tests' included): a process of the host whose environment names
+    the second pod and the group, using the GPU without the library. Only what the cgroup
+    names and the API server lists is a pod, so it is said (by pid) and sent nothing."""
+    dev = f"{agent['vendor']}/group={GROUP}"
     sim_args = podman.sim_args(agent["state"], ctx_bytes=300 * MiB)
     a_name, b_name = podman.name(), podman.name()
     api = agent["api"]
@@ -164,7 +180,7 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
             lambda: (
                 lambda ms: (
                     ms
-                    if series(ms, "cudatrace_budget_context_bytes", group="train") == [300 * MiB]
+                    if series(ms, "cudatrace_budget_context_bytes", group=GROUP) == [300 * MiB]
                     else None
                 )
             )(scrape(agent["url"])),
@@ -172,10 +188,18 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
             "the context of the container's member to be counted",
             agent["log"],
         )
-        assert series(m, "cudatrace_budget_in_use_bytes", group="train") == [600 * MiB]
-        held = series(m, "cudatrace_budget_member_in_use_bytes", group="train",
+        assert series(m, "cudatrace_budget_in_use_bytes", group=GROUP) == [600 * MiB]
+        held = series(m, "cudatrace_budget_member_in_use_bytes", group=GROUP,
                       namespace="team", pod="trainer-0", container="main")  # fmt: skip
         assert held == [600 * MiB], m
+        spoof = agent["host"]("hold", "1", "16m", CUDATRACE_GROUP=GROUP,
+                              **dict(zip(("CUDATRACE_K8S_NAMESPACE", "CUDATRACE_K8S_POD",
+                                          "CUDATRACE_K8S_CONTAINER"), ("team", "trainer-1", "main"))))  # fmt: skip
+        ready(spoof)
+        told = f"pid {spoof.pid}: a process given the budget group {GROUP} uses CUDA without"
+        wait_for(
+            lambda: told in "".join(agent["log"]), 30, "the spoofing process said", agent["log"]
+        )
         # B, another pod on the node: 500 MiB fit beside A's 300 MiB of allocations, not beside
         # its context too
         b, b_cid = in_pod(podman, api, "team", "trainer-1", "main", "--device", dev, *sim_args,
@@ -183,7 +207,10 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
                       name=b_name)  # fmt: skip
         out = ready(b)
         assert "alloc cuMemAlloc_v2 524288000 0x0 2" in out, out
-        events = wait_for(lambda: agent["api"].events(), 60, "the denial's Pod Event", agent["log"])
+        wait_for(lambda: agent["api"].events(), 60, "the denial's Pod Event", agent["log"])
+        time.sleep(1.0)  # five passes more: any other Event would be there by now
+        events = agent["api"].events()
+        assert len(events) == 1, [(e["reason"], e["involvedObject"]["name"]) for e in events]
         (ev,) = events
         assert ev["reason"] == "GPUMemoryBudgetExceeded" and ev["type"] == "Warning"
         assert ev["involvedObject"]["name"] == "trainer-1"
@@ -199,9 +226,12 @@ def test_agent_counts_contexts_in_containers_labels_metrics_and_posts_denials(
         # said at once, naming the container (its pod was listed after: the Event waited)
         assert any(b_cid[:12] in l and "denied" in l for l in agent["log"]), agent["log"]
         m = scrape(agent["url"])
-        assert series(m, "cudatrace_budget_member_denials_total", group="train",
+        assert series(m, "cudatrace_budget_member_denials_total", group=GROUP,
                       pod="trainer-1", container="main") == [1.0], m  # fmt: skip
-        assert series(m, "cudatrace_budget_members", group="train") == [2.0]
+        assert series(m, "cudatrace_budget_members", group=GROUP) == [2.0]
+        mismatch = f"pid {spoof.pid}: its environment names pod team/trainer-1, but it runs in no container"
+        assert mismatch in "".join(agent["log"]), agent["log"]
+        assert spoof.poll() is None  # said, not stopped: no --enforce
     finally:
         podman.remove(a_name)
         podman.remove(b_name)
@@ -241,7 +271,7 @@ def test_a_containers_pod_is_the_one_the_api_server_lists(podman, agent):  # noq
     """Labels name a pod only where the API server lists the container (its cgroup names
     Podman's libpod-<id>): a container whose environment names a pod that lists another
     container gets its short id alone, and the claim is said as a mismatch."""
-    api, dev = agent["api"], f"{agent['vendor']}/group=train"
+    api, dev = agent["api"], f"{agent['vendor']}/group={GROUP}"
     good, bad = podman.name(), podman.name()
     g, gid = in_pod(podman, api, "ml", "trainer", "main", "--device", dev,
                     *podman.sim_args(agent["state"]), podman.image, "hold", "1", "10m",
@@ -257,11 +287,11 @@ def test_a_containers_pod_is_the_one_the_api_server_lists(podman, agent):  # noq
 
         def both():
             ms = scrape(agent["url"])
-            rows = series_labels(ms, "cudatrace_budget_member_in_use_bytes", group="train")
+            rows = series_labels(ms, "cudatrace_budget_member_in_use_bytes", group=GROUP)
             return ms if len(rows) == 2 else None
 
         m = wait_for(both, 60, "both members in the metrics", agent["log"])
-        rows = {ls["container"]: ls for ls in series_labels(m, "cudatrace_budget_member_in_use_bytes", group="train")}  # fmt: skip
+        rows = {ls["container"]: ls for ls in series_labels(m, "cudatrace_budget_member_in_use_bytes", group=GROUP)}  # fmt: skip
         assert (rows["main"]["namespace"], rows["main"]["pod"]) == ("ml", "trainer"), rows
         assert (rows[bid[:12]]["namespace"], rows[bid[:12]]["pod"]) == ("", ""), (bid, rows)
         assert all(ls["UUID"].startswith("GPU-5ca1ab1e-") for ls in rows.values()), rows
@@ -285,7 +315,7 @@ def test_containers_that_breach_the_fence_are_seen_and_stopped(podman, node_agen
     agent = node_agent("--enforce", "--grace", "2", ctx_bytes=0)
     api, dev, sim_args = (
         agent["api"],
-        f"{agent['vendor']}/group=train",
+        f"{agent['vendor']}/group={GROUP}",
         podman.sim_args(agent["state"]),
     )
     names = [podman.name() for _ in range(3)]
