@@ -225,7 +225,12 @@ class Agent:
                 self.say(f"the ledger {t.mapping.path} reads again")
                 t.unreadable = None
             groups.setdefault(self._group_key(t, snap), []).append((t, snap))
-        for parts in groups.values():
+        own = self._own_ledgers()
+        # this node's named groups take their names first: a ledger anywhere else that calls
+        # itself by one of them (a tenant can write any name into its own) is labelled `<name>#2`
+        for parts in sorted(
+            groups.values(), key=lambda ps: all(t.mapping.key not in own for t, _ in ps)
+        ):
             labels = [self._labels_of(t, s) for t, s in parts]
             snap = merge_parts([s for _, s in parts], labels)
             snap["label"] = self._label(snap, parts[0][0], labels_used)
@@ -269,6 +274,26 @@ class Agent:
         for t in self.tracked.values():
             t.ledger.close()
         self.tracked.clear()
+
+    def _own_ledgers(self) -> set[tuple[str, int]]:
+        """(device as /proc/PID/maps writes it, inode) of each ledger in this node's named
+        groups' directories (<state>/groups/<name>/, made by the agent, root's)."""
+        out: set[tuple[str, int]] = set()
+        base = self.cfg.state.absolute() / cdi.GROUPS_DIR
+        try:
+            dirs = [d for d in os.scandir(base) if d.is_dir(follow_symlinks=False)]
+        except OSError:
+            return out
+        for d in dirs:
+            try:
+                files = [f for f in os.scandir(d.path) if f.name.endswith(".ledger")]
+                for f in files:
+                    st = f.stat(follow_symlinks=False)
+                    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+                    out.add((dev, st.st_ino))
+            except OSError:
+                continue
+        return out
 
     def _unreadable(self, t: Tracked, why: str) -> None:
         """A ledger that cannot be read now (a tenant truncated, grew, garbled or replaced it):
