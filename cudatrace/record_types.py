@@ -108,7 +108,7 @@ class LedgerSnapshot(_LedgerSnapshotRequired, total=False):
 class UnfencedProcess(TypedDict):
     gpu: int
     pid: int
-    bytes: int
+    bytes: int | None  # None: NVML lists it without a figure (an integrated GPU, MIG)
     command: str
 
 
@@ -120,6 +120,102 @@ class Unfenced(TypedDict):
     gpus: list[int]
     processes: list[UnfencedProcess]
     not_visible: int  # processes of other pid namespaces NVML names but this one cannot see
+
+
+# ---- the watch: NVML's view of each GPU beside the ledgers' (record/gpuview.py, watch.py) --
+
+
+class WatchMember(TypedDict):
+    """The ledger slot that counts a process on a device (its CUDA ordinal there)."""
+
+    group: str  # the group's name, or the reader's label for it (the node agent's)
+    ledger: str  # the ledger's id in the view: that label, else its path
+    path: str
+    slot: int
+    device: int  # the CUDA ordinal the member uses for this GPU
+    held: int  # what the ledger counts: allocations + the CUDA context counted
+    allocations: int
+    context: int
+    limit: int  # the group's budget on that ordinal (0: none)
+    on_exceed: str  # the group's: fail, warn or abort
+    share: str
+
+
+class _WatchProcessRequired(TypedDict):
+    pid: int  # as NVML names it: a pid of the host's pid namespace
+    gpu: int
+    bytes: int | None  # NVML's figure; None where NVML lists it without one (N/A)
+    command: str
+    # member; unfenced; not_visible (not in this pid namespace); elsewhere: maps a ledger the
+    # view did not read (one made since, or another directory's: not judged)
+    fence: Literal["member", "unfenced", "not_visible", "elsewhere"]
+    member: WatchMember | None
+    container: str  # the 64-hex id its cgroup names ("" none)
+    shim: bool  # not a member, but maps the preload library: it joins at its first counted call
+
+
+class WatchProcess(_WatchProcessRequired, total=False):
+    # the node agent's, where it could tell (deploy/identity.py): who the process is
+    namespace: str
+    pod: str
+    pod_uid: str
+    container_name: str
+    verified: bool  # the API server confirmed the pod and container (else none of the above)
+
+
+class WatchDevice(TypedDict):
+    gpu: int  # NVML's index
+    uuid: str
+    name: str
+    per_process: bool  # NVML gives each process's memory here
+    reason: str | None  # why not (nvml.py PROCS_*): na, mig, unsupported, missing, error
+    why: str | None
+    listed: bool  # NVML lists the processes (with or without their memory)
+    used: int | None  # the device's memory in use, from `source`; None where nothing says
+    total: int | None
+    source: str | None  # "nvml" (the device's figure) or "meminfo" (unified memory: the host's)
+    ledgers: int  # what the ledgers count on this GPU (their members placed on it)
+    context: int  # the largest CUDA context counted for a member here (0: none counted)
+    fenced: bool  # a live member of a ledger uses it
+    processes: list[WatchProcess]
+
+
+class WatchFinding(TypedDict):
+    """One breach (record/watch.py): kind outside_ledger (a member holds more by NVML than its
+    ledger counts), unfenced (a process with no fence on a GPU a fence uses) or
+    group_over_budget (a group's members hold more by NVML than its budget)."""
+
+    kind: Literal["outside_ledger", "unfenced", "group_over_budget"]
+    gpu: int
+    uuid: str
+    pid: int  # the process to stop (0: none to stop, e.g. a group over budget under warn)
+    group: str
+    bytes: int | None  # NVML's figure: the process's, or the group's members' together
+    counted: int  # what the ledger counts for it (the member's figure, the group's budget)
+    tolerance: int
+    excess: int | None  # bytes less counted: a breach when above the tolerance
+    message: str
+
+
+class WatchPlacement(TypedDict):
+    """Which GPU a ledger's CUDA ordinal names (slot -1: the group's, else a member's)."""
+
+    ledger: str  # the ledger's label, else its path
+    slot: int
+    device: int
+    gpu: int
+
+
+class WatchReport(TypedDict):
+    """The watch's view (record/watch.py report): NVML's figures beside the ledgers'."""
+
+    known: bool  # NVML answered
+    why: str | None
+    devices: list[WatchDevice]
+    findings: list[WatchFinding]
+    placements: list[WatchPlacement]
+    not_visible: int  # processes NVML names that this pid namespace cannot see
+    tolerance: int  # the margin a member with a counted context is allowed (docs/budgets.md)
 
 
 class UnusableLedger(TypedDict):
@@ -138,6 +234,7 @@ class Status(_StatusRequired, total=False):
 
     dir: str  # the ledger directory read
     unfenced: Unfenced | None  # record/fence.py status_with_unfenced: of the whole directory
+    watch: WatchReport | None  # record/watch.py: NVML against the ledgers (None for a GROUP)
 
 
 # ---- `cudatrace doctor` (record/doctor.py) --------------------------------------------------

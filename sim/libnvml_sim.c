@@ -10,6 +10,12 @@
  *   CUDASIM_NVML_PROCS_MS=n the first list of processes a process asks for takes n ms (a real
  *                          NVML's first answers take long without persistence mode, or on a
  *                          loaded machine)
+ *   CUDASIM_NVML_PROCS=how  what the lists of processes say of each process's memory, as NVML
+ *                          does where it cannot see it: "bytes" (the default: its figure), "na"
+ *                          (NVML_VALUE_NOT_AVAILABLE: an integrated GPU such as a Jetson Thor),
+ *                          "mig" (not available, with GPU and compute instance ids: a MIG
+ *                          instance seen from its GPU's handle), "unsupported" (the query answers
+ *                          NVML_ERROR_NOT_SUPPORTED: a driver or a vGPU without it)
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -34,6 +40,7 @@
 #define NVML_ERROR_FUNCTION_NOT_FOUND 13
 #define NVML_ERROR_ARGUMENT_VERSION_MISMATCH 25
 #define NVML_ERROR_UNKNOWN 999
+#define NVML_VALUE_NOT_AVAILABLE (~0ULL) /* a figure NVML cannot give */
 
 #define NVML_STRUCT_VERSION(sz, ver) ((unsigned int)((sz) | ((ver) << 24U)))
 #define nvmlMemory_v2 NVML_STRUCT_VERSION(sizeof(nvmlMemory_v2_t), 2)
@@ -114,7 +121,14 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static struct cudasim_state *g_st;
 static int g_integrated;
 static int g_driver_version;
-static int g_refs; /* nvmlInit count minus nvmlShutdown count */
+enum {
+    PROCS_BYTES,
+    PROCS_NA,
+    PROCS_MIG,
+    PROCS_UNSUPPORTED
+};
+static int g_procs_view; /* CUDASIM_NVML_PROCS */
+static int g_refs;       /* nvmlInit count minus nvmlShutdown count */
 
 struct nvmlDevice_st {
     int index;
@@ -123,11 +137,27 @@ static struct nvmlDevice_st g_devs[CUDASIM_MAX_DEVICES] = {{0}, {1}, {2}, {3}, {
 
 static void nvml_atfork_child(void) { memset(g_calls, 0, sizeof(g_calls)); }
 
+static int procs_view(const char *how)
+{
+    if (!how || !*how || !strcmp(how, "bytes"))
+        return PROCS_BYTES;
+    if (!strcmp(how, "na"))
+        return PROCS_NA;
+    if (!strcmp(how, "mig"))
+        return PROCS_MIG;
+    if (!strcmp(how, "unsupported"))
+        return PROCS_UNSUPPORTED;
+    fprintf(stderr, "libnvml_sim: CUDASIM_NVML_PROCS=%s: give bytes, na, mig or unsupported\n",
+            how);
+    return PROCS_BYTES;
+}
+
 static void nvml_setup(void)
 {
     pthread_atfork(NULL, NULL, nvml_atfork_child);
     g_integrated = cudasim_env_ull("CUDASIM_INTEGRATED", 0) != 0;
     g_driver_version = (int)cudasim_env_ull("CUDASIM_DRIVER_VERSION", 13000);
+    g_procs_view = procs_view(getenv("CUDASIM_NVML_PROCS"));
     const char *path = getenv("CUDASIM_STATE");
     if (!path || !*path) {
         /* the simulated driver's private state, when it is loaded in this process */
@@ -343,6 +373,8 @@ static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *in
     int i = dev_index(device);
     if (i < 0 || !infoCount)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (g_procs_view == PROCS_UNSUPPORTED)
+        return NVML_ERROR_NOT_SUPPORTED;
     static int listed;
     unsigned long long ms = cudasim_env_ull("CUDASIM_NVML_PROCS_MS", 0);
     if (ms && !__atomic_exchange_n(&listed, 1, __ATOMIC_ACQ_REL)) {
@@ -361,6 +393,8 @@ static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *in
             continue;
         pids[n] = (unsigned)p;
         used[n] = __atomic_load_n(&d->pids[k].used, __ATOMIC_ACQUIRE);
+        if (g_procs_view != PROCS_BYTES)
+            used[n] = NVML_VALUE_NOT_AVAILABLE;
         n++;
     }
     if (*infoCount < n || (n && !infos)) {
@@ -373,8 +407,9 @@ static nvmlReturn_t procs(nvmlDevice_t device, unsigned int *infoCount, void *in
             nvmlProcessInfo_t *pi = (nvmlProcessInfo_t *)rec;
             pi->pid = pids[k];
             pi->usedGpuMemory = used[k];
-            pi->gpuInstanceId = 0xFFFFFFFFu; /* no MIG */
-            pi->computeInstanceId = 0xFFFFFFFFu;
+            pi->gpuInstanceId =
+                g_procs_view == PROCS_MIG ? 0u : 0xFFFFFFFFu; /* 0xFFFFFFFF: no MIG */
+            pi->computeInstanceId = g_procs_view == PROCS_MIG ? 0u : 0xFFFFFFFFu;
         } else {
             nvmlProcessInfo_v1_t *pi = (nvmlProcessInfo_v1_t *)rec;
             pi->pid = pids[k];

@@ -14,6 +14,55 @@ from ..errors import CudatraceError, OptionError
 from ..stopping import stop_on_signals
 from .node_options import KubeAccess, NodeSetup
 from .options import option_group
+from .params import DeviceSize
+
+
+class Watching(NamedTuple):
+    """What the node's watch does with what it finds (docs/containers.md, "The node's watch")."""
+
+    enforce: bool = False
+    grace: float = 5.0
+    margin: int = 64 << 20
+    once: bool = False
+    as_json: bool = False
+
+    @classmethod
+    def options(cls) -> list[Any]:
+        return [
+            click.option(
+                "--enforce",
+                is_flag=True,
+                help="Stop a process the watch finds holding GPU memory its ledger does not "
+                "count, running without a fence on a fenced GPU, or taking its group over its "
+                "budget by NVML's count: SIGTERM, then SIGKILL after --grace (off: said and "
+                "counted only).",
+            ),
+            click.option(
+                "--grace",
+                default=5.0,
+                show_default=True,
+                type=click.FloatRange(0),
+                metavar="SECONDS",
+                help="With --enforce: seconds between SIGTERM and SIGKILL.",
+            ),
+            click.option(
+                "--margin",
+                default="64MiB",
+                show_default=True,
+                type=DeviceSize(),
+                metavar="SIZE",
+                help="What a member whose CUDA context is counted may hold by NVML beyond its "
+                "ledger's figure (docs/budgets.md's stated margin; one without a context: "
+                "NVML's 2 MiB granularity).",
+            ),
+            click.option(
+                "--once",
+                is_flag=True,
+                help="One pass, read-only (no install, no specs, no directory removed): print "
+                "what the agent sees (the ledgers, the watch) and exit.",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="With --once: as JSON."),
+        ]
 
 
 class MetricsAccess(NamedTuple):
@@ -88,6 +137,7 @@ class MetricsAccess(NamedTuple):
     help="Seconds between two passes over the node's ledgers.",
 )
 @KubeAccess.options("Post denials as Pod Events")
+@option_group("watching", Watching, Watching.options())
 @click.option(
     "--node-name", metavar="NAME", help="This node's name (default $NODE_NAME, else the host name)."
 )
@@ -96,17 +146,21 @@ def node(
     metrics: MetricsAccess,
     interval: float,
     access: KubeAccess,
+    watching: Watching,
     node_name: str | None,
 ) -> int:
     """The node agent: install the preload library, keep the groups' ledger directories and
     the CDI specs, count the CUDA contexts of members in other pid namespaces, report denials
-    (Pod Events on Kubernetes) and serve the metrics with container labels.
+    (Pod Events on Kubernetes), watch the GPUs through NVML against the ledgers (--enforce
+    stops what breaches them) and serve the metrics with container labels.
 
     \b
     cudatrace node --budget 8GiB --groups /etc/cudatrace/groups.conf --listen 0.0.0.0:9478
     """
     from .metrics import parse_listen
 
+    if watching.as_json and not watching.once:
+        raise click.UsageError("--json goes with --once")
     listen = metrics.listen
     host, port = parse_listen(listen)
     try:
@@ -115,7 +169,8 @@ def node(
         raise CudatraceError(
             "node needs the Prometheus client: pip install 'cudatrace[metrics]'"
         ) from None
-    from ..deploy.agent import Agent, Config, serve
+    from ..deploy.agent import Agent, Config
+    from ..deploy.agentserve import serve
 
     kube = access.resolve()
     cfg = Config(
@@ -131,8 +186,14 @@ def node(
         interval=interval,
         node=node_name or os.environ.get("NODE_NAME") or socket.gethostname(),
         kube=kube,
+        enforce=watching.enforce,
+        grace=watching.grace,
+        margin=watching.margin,
+        once=watching.once,
     )
     agent = Agent(cfg)
+    if watching.once:
+        return _once(agent, watching.as_json)
     tls, authorizer = metrics.resolve(kube, agent.say)
     agent.prepare()
     try:
@@ -149,4 +210,17 @@ def node(
         raise CudatraceError(f"cannot listen on {listen}: {e.strerror or e}") from None
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _once(agent: Any, as_json: bool) -> int:
+    """`cudatrace node --once`: one pass, its view printed; stops under way are waited for."""
+    import json
+
+    from ..present.status import render_status
+
+    agent.cycle()
+    agent.finish()
+    st = agent.published()
+    click.echo(json.dumps(st, indent=2) if as_json else render_status(st))
     return 0

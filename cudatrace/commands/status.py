@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 from typing import TextIO
 
 import click
@@ -24,13 +25,29 @@ from .params import ledger_dir_option
     help="Remove GROUP's ledger (budget, peaks, denials) so its next run starts afresh; "
     "refused while a member is alive.",
 )
-def status(group: str | None, outputs: Outputs, watch: bool, reset: bool) -> int:
+@click.option(
+    "--node",
+    "node_state",
+    is_flag=False,
+    flag_value="/run/cudatrace",
+    default=None,
+    metavar="[STATE]",
+    help="What the node agent saw at its last pass (every container's ledgers, the watch), "
+    "from its --state directory (default /run/cudatrace).",
+)
+def status(
+    group: str | None, outputs: Outputs, watch: bool, reset: bool, node_state: str | None
+) -> int:
     """Budgets in force: limits, use per device and per member process, denials.
 
     Without GROUP: every budget ledger of this user (named groups and running `cudatrace run
     --budget` trees), and the processes using a GPU that no ledger fences (NVML's list).
     Reads the ledgers through the same C code the preload library uses.
     """
+    if node_state is not None:
+        if group or reset:
+            raise OptionError("status --node shows the whole node: leave out GROUP and --reset")
+        return _node(Path(node_state), outputs.as_json, watch)
     if reset:
         if not group:
             raise OptionError("status --reset needs a GROUP")
@@ -77,3 +94,46 @@ def watch_status(group: str | None = None, interval: float = 1.0, out: TextIO | 
         )
 
     return loop(lambda: status_text(group), head, interval=interval, out=out)
+
+
+def node_text(state: Path) -> str:
+    """The text of `status --node`: the agent's last pass, with its age."""
+    from ..present.status import render_status
+
+    st, age = _node_status(state)
+    when = time.strftime("%H:%M:%S", time.localtime(time.time() - age))
+    return f"the node agent's last pass, at {when} ({age:.0f} s ago):\n\n{render_status(st)}"
+
+
+def _node_status(state: Path) -> tuple:
+    from ..deploy.agent import STATUS_FILE
+
+    path = state / STATUS_FILE
+    try:
+        text, age = path.read_text(), time.time() - path.stat().st_mtime
+        return json.loads(text), max(0.0, age)
+    except FileNotFoundError:
+        raise CudatraceError(
+            f"no view of the node agent in {state} (is `cudatrace node --state {state}` running?)"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise CudatraceError(f"cannot read {path}: {e}") from None
+
+
+def _node(state: Path, as_json: bool, watch: bool) -> int:
+    if watch:
+        from ..present.watch import loop
+
+        def text() -> str:
+            try:
+                return node_text(state)
+            except CudatraceError as e:
+                return f"cudatrace: {e}\n"
+
+        loop(text, lambda done, why: "cudatrace status --node --watch", interval=1.0)
+        return 0
+    if as_json:
+        click.echo(json.dumps(_node_status(state)[0], indent=2))
+    else:
+        click.echo(node_text(state))
+    return 0

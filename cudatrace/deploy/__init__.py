@@ -11,9 +11,12 @@ docs/budgets.md) and keeps a node's side of it.
     install    the preload library installed where specs point: versioned, atomic
     cdi        Container Device Interface specs whose devices are budgets (`cudatrace cdi`)
     procscan   the processes of a node that map a ledger, seen from the host: host pid, pid in
-               their namespace, container, Kubernetes names
+               their namespace, container, the Kubernetes names their environment claims
+    identity   who a process is: its cgroup's container and pod, confirmed by the API server
+    enforce    `cudatrace node --enforce`: a process in breach stopped (SIGTERM, then SIGKILL)
     agent      `cudatrace node`: ledger directories, contexts of members in other pid
-               namespaces (NVML reports host pids), denials, metrics with container labels
+               namespaces (NVML reports host pids), denials, the watch (NVML against the
+               ledgers), metrics with container and GPU labels
     kube       the Kubernetes API as the node agent and the DRA plugin use it (Events,
                ResourceClaims, ResourceSlices, token and access reviews), over HTTPS; answers
                read as anything, retryable errors tried again

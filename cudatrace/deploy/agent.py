@@ -16,14 +16,22 @@ the CDI specs. Then, every --interval seconds, one pass:
   (ct_ledger_set_member_context). A reading can be high only if an allocation was made and freed
   between the two reads of the ledger around it; the agent counts the smaller of its last two
   readings, so such a moment is never counted;
+- **identities**: who each process is, from its cgroup, confirmed by the API server
+  (identity.py); only a verified pod is named in a label or sent an Event, and an environment
+  that claims another pod is said, once;
 - **denials**: a member's denial counter that grew is said on stderr and, on Kubernetes, as an
   Event of the pod (kube.py); a process given a budget that uses CUDA without the preload
   library (it could not be loaded) likewise, once;
+- **the watch**: NVML's figures against the ledgers' (record/watch.py): a member holding more
+  than its ledger counts, a process without a fence on a GPU fenced processes use, a group over
+  its budget by NVML's count; each said once and sent as an Event to its verified pod, and with
+  --enforce the process is stopped (enforce.py);
 - **groups gone**: the directory of a group no longer offered is removed once no member lives;
-- **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels,
-  served as of the last pass (httpserver.py: over HTTPS with --metrics-cert, to whom the API
-  server authorizes with --metrics-auth kubernetes), beside /healthz (a pass finished lately:
-  liveness) and /readyz (the first pass is done: readiness).
+- **metrics**: the budgets' metrics (present/metrics.py) with namespace/pod/container labels
+  and the GPUs' `gpu` and `UUID`, the watch's, served as of the last pass (agentserve.py:
+  over HTTPS with --metrics-cert, to whom the API server authorizes with --metrics-auth
+  kubernetes), beside /healthz (a pass finished lately: liveness) and /readyz (the first pass
+  is done: readiness).
 
 Events wait in a queue while the API server cannot take them (kube.EventQueue): tried again at
 later passes, after growing pauses.
@@ -35,24 +43,43 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import native, settings
+from .. import native, procfs, settings
+from ..nvml import DeviceReading
+from ..record import watch as watch_mod
+from ..record.fence import unfenced_of
+from ..record.gpuview import Source
 from ..record.ledger import Ledger, LedgerError, part_of
 from ..record.ledger_status import merge_parts
-from ..record_types import LedgerMember, LedgerSnapshot, Status, UnusableLedger
+from ..record_types import (
+    LedgerMember,
+    LedgerSnapshot,
+    Status,
+    UnusableLedger,
+    WatchFinding,
+    WatchProcess,
+    WatchReport,
+)
 from ..units import format_bytes
 from . import cdi, install, plan, procscan
-from .httpserver import Limits, Request, Response, Route, Server, text
-from .kube import EventQueue, Kube, PodContainer, pod_event
+from .enforce import GRACE_S, Enforcer, Stopping
+from .identity import Identities, Identity
+from .kube import EventQueue, Kube
 
 GC_EVERY = 30  # passes between two looks for installs nobody uses
+STATUS_FILE = "node-status.json"  # in --state: the last pass, for `cudatrace status --node`
 UNMAPPED_PASSES = 3  # a member's denials wait this many passes for its process to be seen
 EVENT_REASON_DENIED = "GPUMemoryBudgetExceeded"
 EVENT_REASON_UNFENCED = "GPUMemoryBudgetNotEnforced"
+EVENT_REASONS = {  # the watch's breaches (record/watch.py)
+    "outside_ledger": "GPUMemoryOutsideBudget",
+    "unfenced": EVENT_REASON_UNFENCED,
+    "group_over_budget": "GPUMemoryGroupOverBudget",
+}
+EVENT_REASON_STOPPED = "GPUMemoryProcessStopped"
 
 
 @dataclass
@@ -72,6 +99,10 @@ class Config:
     node: str = ""
     kube: Kube | None = None
     proc: Path = Path("/proc")
+    enforce: bool = False  # stop the processes of the watch's breaches
+    grace: float = GRACE_S  # seconds between SIGTERM and SIGKILL
+    margin: int = watch_mod.MARGIN  # a member's tolerance with a counted context
+    once: bool = False  # one read-only pass (no housekeeping; nothing written)
 
 
 @dataclass
@@ -90,6 +121,21 @@ def _member_key(m: LedgerMember) -> tuple[int, int, int]:
     return (m["slot"], m["pid"], m["start_ticks"])
 
 
+def _known_figures(readings: list[DeviceReading] | None) -> dict[int, dict[int, int]] | None:
+    """NVML index -> {host pid: bytes} of the processes NVML gives a figure for."""
+    if readings is None:
+        return None
+    return {r.index: {p: b for p, b in (r.procs or {}).items() if b is not None} for r in readings}
+
+
+Parts = tuple[list["Tracked"], LedgerSnapshot]  # a group's parts (one ledger, most often), merged
+
+
+def _member_key_of(p: WatchProcess) -> tuple[str, int, int] | None:
+    m = p["member"]
+    return None if m is None else (m["ledger"], m["slot"], m["device"])
+
+
 class Agent:
     def __init__(self, cfg: Config, say: Callable[[str], None] | None = None, nvml: Any = None):
         self.cfg = cfg
@@ -106,6 +152,14 @@ class Agent:
         self.passes = 0
         self.pass_ended: float | None = None  # time.monotonic() at the end of the last pass
         self.events = EventQueue(cfg.kube, self.say) if cfg.kube is not None else None
+        self.watch = watch_mod.Watch(cfg.margin)
+        post = self.events.post if self.events is not None else None
+        self.ids = Identities(cfg.kube, cfg.node, self.say, str(cfg.proc), post)
+        self.breaches: dict[tuple, WatchFinding] = {}  # said, while they last
+        self.stopped: dict[tuple[str, str, str], int] = {}  # (gpu, UUID, kind) -> processes
+        self.enforcer = (
+            Enforcer(self.say, cfg.grace, str(cfg.proc), self._stopped) if cfg.enforce else None
+        )
         self._lock = threading.Lock()
         self._published: Status = {"ledgers": [], "errors": []}
 
@@ -147,8 +201,11 @@ class Agent:
         self._reload()
         scan = procscan.scan(self.cfg.proc)
         self._track(scan)
-        nv = self._nvml_processes()
+        readings = self._nvml_read()
+        self._identify(scan, readings)
+        nv = _known_figures(readings)
         out: list[LedgerSnapshot] = []
+        keyed: list[tuple[list[Tracked], LedgerSnapshot]] = []  # a group's parts, merged
         errors: list[UnusableLedger] = [
             {"path": p, "error": e} for p, e in self.open_errors.values()
         ]
@@ -168,19 +225,75 @@ class Agent:
                 self.say(f"the ledger {t.mapping.path} reads again")
                 t.unreadable = None
             groups.setdefault(self._group_key(t, snap), []).append((t, snap))
-        for parts in groups.values():
+        own = self._own_ledgers()
+        # this node's named groups take their names first: a ledger anywhere else that calls
+        # itself by one of them (a tenant can write any name into its own) is labelled `<name>#2`
+        for parts in sorted(
+            groups.values(), key=lambda ps: all(t.mapping.key not in own for t, _ in ps)
+        ):
             labels = [self._labels_of(t, s) for t, s in parts]
             snap = merge_parts([s for _, s in parts], labels)
             snap["label"] = self._label(snap, parts[0][0], labels_used)
             out.append(snap)
+            keyed.append(([t for t, _ in parts], snap))
         self._report_unfenced(scan)
-        self._forget_groups()
+        rep = self._watch(keyed, readings)
+        self._act(rep)
         self.passes += 1
-        if self.passes % GC_EVERY == 1:
-            self._gc_installs()
+        if not self.cfg.once:
+            self._forget_groups()
+            if self.passes % GC_EVERY == 1:
+                self._gc_installs()
         with self._lock:
-            self._published = {"ledgers": out, "errors": errors}
+            self._published = {"ledgers": out, "errors": errors, "watch": rep,
+                               "unfenced": unfenced_of(rep)}  # fmt: skip
         self.pass_ended = time.monotonic()
+        if not self.cfg.once:
+            self._write_status()
+
+    def _write_status(self) -> None:
+        """The pass's view for `cudatrace status --node` (STATUS_FILE in --state, root's 0600:
+        it names pids and pods); where --state is not there yet, nothing."""
+        import json
+
+        from ..outputs import OutputError, write_output
+
+        path = self.cfg.state / STATUS_FILE
+        if not self.cfg.state.is_dir():
+            return
+        try:
+            write_output(path, json.dumps(self.published()))
+        except OutputError as e:
+            if self.passes == 1:
+                self.say(f"cannot write {path}: {e}")
+
+    def finish(self) -> None:
+        """Wait for the stops under way (--enforce), then close the ledgers."""
+        if self.enforcer is not None:
+            self.enforcer.wait()
+        for t in self.tracked.values():
+            t.ledger.close()
+        self.tracked.clear()
+
+    def _own_ledgers(self) -> set[tuple[str, int]]:
+        """(device as /proc/PID/maps writes it, inode) of each ledger in this node's named
+        groups' directories (<state>/groups/<name>/, made by the agent, root's)."""
+        out: set[tuple[str, int]] = set()
+        base = self.cfg.state.absolute() / cdi.GROUPS_DIR
+        try:
+            dirs = [d for d in os.scandir(base) if d.is_dir(follow_symlinks=False)]
+        except OSError:
+            return out
+        for d in dirs:
+            try:
+                files = [f for f in os.scandir(d.path) if f.name.endswith(".ledger")]
+                for f in files:
+                    st = f.stat(follow_symlinks=False)
+                    dev = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}"
+                    out.add((dev, st.st_ino))
+            except OSError:
+                continue
+        return out
 
     def _unreadable(self, t: Tracked, why: str) -> None:
         """A ledger that cannot be read now (a tenant truncated, grew, garbled or replaced it):
@@ -237,14 +350,18 @@ class Agent:
         self.open_errors[m.key] = (m.path, why)
         return None
 
-    def _nvml_processes(self) -> dict[int, dict[int, int]] | None:
+    def _nvml_read(self) -> list[DeviceReading] | None:
+        """NVML's view of every GPU now (None without NVML)."""
         if self.nvml is None:
             from ..nvml import Nvml
 
             self.nvml = Nvml()
             if not self.nvml.available:
-                self.say(f"no NVML ({self.nvml.why}): contexts in containers are not counted")
-        return self.nvml.processes() if self.nvml.available else None
+                self.say(
+                    f"no NVML ({self.nvml.why}): contexts in containers are not counted, and "
+                    "the watch cannot compare the GPUs with the ledgers"
+                )
+        return self.nvml.read() if self.nvml.available else None
 
     # ---- contexts of members in other pid namespaces ----------------------------------------
 
@@ -352,20 +469,25 @@ class Agent:
         self.unfenced_seen &= live
 
     def _tell(self, p: procscan.Proc | None, pid: int, reason: str, msg: str, n: int) -> None:
-        ns, pod, container = p.labels() if p else ("", "", "")
-        who = f"pod {ns}/{pod} container {container}" if pod else f"container {container}"
-        if not container and not pod:
-            who = f"pid {pid}"
-        self.say(f"{who}: {msg}")
-        if self.events is None or not pod or not ns:
+        if p is None:  # a member whose process was never seen: its pid is its namespace's
+            self.say(f"pid {pid}: {msg}")
             return
-        # the pod's uid: a DRA claim's container is told it (its group is the claim's uid), a
-        # patched pod's group is its uid; the container's name only where the webhook gave it
-        env = p.env if p else {}
-        uid = env.get(settings.name("K8S_POD_UID")) or env.get(settings.name("GROUP"), "")
-        named = env.get(settings.name("K8S_CONTAINER"), "")
-        ev = pod_event(PodContainer(ns, pod, named, uid), reason, msg, self.cfg.node, count=n)
-        self.events.post(ev)
+        self.ids.tell(p.pid, p.container, reason, msg, n)
+
+    def _identify(self, scan: procscan.Scan, readings: list[DeviceReading] | None) -> None:
+        """The identity of every process that maps a ledger, runs CUDA unfenced, or holds GPU
+        memory (identity.py)."""
+        pids = {p.pid: p.env for p in scan.procs.values()}
+        pids.update({p.pid: p.env for p in scan.unfenced})
+        for r in readings or []:
+            for pid in r.procs or {}:
+                if pid not in pids:
+                    pids[pid] = procscan.environ(pid, self.cfg.proc)
+        self.ids.refresh(pids)
+
+    @property
+    def identities(self) -> dict[int, Identity]:
+        return self.ids.now
 
     # ---- labels for the metrics ---------------------------------------------------------------
 
@@ -375,7 +497,8 @@ class Agent:
         named `container`) with its container's id; made unique within a pass."""
         base = snap["group"] or Path(t.mapping.path).stem
         if base == plan.CONTAINER_GROUP and t.mapping.links:
-            base = f"{base}@{t.mapping.links[0][0].labels()[2] or t.mapping.links[0][0].pid}"
+            first = t.mapping.links[0][0]
+            base = f"{base}@{first.container[:12] or first.pid}"
         label, n = base, 1
         while label in used:
             n += 1
@@ -387,8 +510,114 @@ class Agent:
         out = {}
         for m in snap["members"]:
             p = self._host_proc(t, m) if m["other_pidns"] else None
-            out[m["slot"]] = p.labels() if p else ("", "", "")
+            ident = self.identities.get(p.pid) if p is not None else None
+            out[m["slot"]] = ident.labels() if ident else p.labels() if p else ("", "", "")
         return out
+
+    # ---- the watch: NVML against the ledgers --------------------------------------------------
+
+    def _watch(self, keyed: list[Parts], readings: list[DeviceReading] | None) -> WatchReport:
+        def source(ts: list[Tracked], snap: LedgerSnapshot) -> Source:
+            return Source(snap, frozenset(t.mapping.key for t in ts))
+
+        first = [source(ts, s) for ts, s in keyed]
+        reads = [0]
+
+        def sources() -> list[Source]:
+            reads[0] += 1
+            if reads[0] == 1:
+                return first
+            fresh = []
+            for ts, snap in keyed:  # again, for the breaches' confirmation
+                try:
+                    again = merge_parts([t.ledger.snapshot() for t in ts])
+                except LedgerError:
+                    continue
+                again["label"] = snap["label"]
+                fresh.append(source(ts, again))
+            return fresh
+
+        pending = self._pending(keyed)
+        # ledgers tried (read or not): a process fenced by one that cannot be read is not fenced
+        unreadable = frozenset(self.open_errors) | frozenset(self.tracked)
+        where = watch_mod.Where(str(self.cfg.proc), known=unreadable)
+        rep = watch_mod.report(sources, self.nvml, self.watch, where, readings=readings,
+                               pending=lambda p: _member_key_of(p) in pending)  # fmt: skip
+        for d in rep["devices"]:
+            for p in d["processes"]:
+                self._describe(p)
+        return rep
+
+    @staticmethod
+    def _pending(keyed: list[Parts]) -> set[tuple[str, int, int]]:
+        """(ledger label, slot, ordinal) of the members in other pid namespaces whose context
+        this agent counts and has not counted yet (two readings: _contexts). A group of several
+        parts numbers part i's slot s i * CT_LEDGER_MAX_MEMBERS + s (merge_parts)."""
+        n = int(native.tools()[1].CT_LEDGER_MAX_MEMBERS)
+        out = set()
+        for ts, snap in keyed:
+            for m in snap["members"]:
+                if m["state"] == "dead" or not m["other_pidns"]:
+                    continue
+                part, slot = divmod(m["slot"], n) if len(ts) > 1 else (0, m["slot"])
+                t, key = ts[part], (slot, m["pid"], m["start_ticks"])
+                for dev in range(16):
+                    row = m["devices"].get(dev)
+                    if row is not None and row["context"]:
+                        continue
+                    if len(t.readings.get((*key, dev), [])) < 2:
+                        out.add((snap["label"], m["slot"], dev))
+        return out
+
+    def _describe(self, p: WatchProcess) -> None:
+        ident = self.identities.get(p["pid"])
+        if ident is None or ident.ref is None:
+            return
+        ref = ident.ref
+        p["namespace"], p["pod"], p["pod_uid"] = ref.namespace, ref.pod, ref.uid
+        p["container_name"], p["verified"] = ref.container, True
+
+    def _act(self, rep: WatchReport) -> None:
+        """Say each new breach, send it to its process's pod, and stop the process with
+        --enforce."""
+        now = {}
+        # a process in two breaches is stopped for the more particular: outside its ledger
+        for f in sorted(rep["findings"], key=lambda f: watch_mod.KINDS.index(f["kind"])):
+            key = (f["kind"], f["gpu"], f["pid"], f["group"])
+            now[key] = f
+            told = f["kind"] == "unfenced" and any(p.pid == f["pid"] for p in self.unfenced)
+            if key not in self.breaches and not told:  # (_report_unfenced told that one)
+                self.ids.tell(f["pid"], "", EVENT_REASONS[f["kind"]], f["message"])
+            if self.enforcer is not None and f["pid"]:
+                self._enforce(f)
+        self.breaches = now
+
+    def _enforce(self, f: WatchFinding) -> None:
+        st = procfs.proc_stat(f["pid"], str(self.cfg.proc))
+        if st is None or self.enforcer is None or self.enforcer.busy(f["pid"], st.start_ticks):
+            return
+        tag = (str(f["gpu"]), f["uuid"], f["kind"])
+        if self.enforcer.stop(f["pid"], st.start_ticks, f["message"], tag) is None:
+            return
+        msg = f"stopped (--enforce: SIGTERM, SIGKILL after {self.cfg.grace:g} s): {f['message']}"
+        self.ids.tell(f["pid"], "", EVENT_REASON_STOPPED, msg)
+
+    def _stopped(self, s: Stopping) -> None:
+        gpu, uuid, kind = (*s.tag, "", "", "")[:3]
+        key = (gpu, uuid, kind)
+        with self._lock:
+            self.stopped[key] = self.stopped.get(key, 0) + 1
+
+    def stops(self) -> dict[tuple[str, str, str], int]:
+        """(gpu, UUID, kind) -> processes --enforce stopped, 0 for every kind of every GPU the
+        last pass watched."""
+        with self._lock:
+            done = dict(self.stopped)
+            watch = self._published.get("watch")
+        for d in watch["devices"] if watch else []:
+            for kind in watch_mod.KINDS:
+                done.setdefault((str(d["gpu"]), d["uuid"], kind), 0)
+        return done
 
     def published(self) -> Status:
         with self._lock:
@@ -430,116 +659,4 @@ class Agent:
             t0 = time.monotonic()
             self.cycle()
             stop.wait(max(0.0, self.cfg.interval - (time.monotonic() - t0)))
-        for t in self.tracked.values():
-            t.ledger.close()
-        self.tracked.clear()
-
-
-def node_collector(agent: Agent) -> Any:
-    """The agent's own series: the install it serves, the processes running unfenced."""
-    from prometheus_client.core import GaugeMetricFamily
-
-    class NodeCollector:
-        def describe(self) -> list:
-            return []
-
-        def collect(self) -> Iterator[Any]:
-            info = GaugeMetricFamily(
-                "cudatrace_node_preload_info",
-                "The preload library the node's specs point at",
-                labels=["id"],
-            )
-            if agent.installed is not None:
-                info.add_metric([agent.installed.ident], 1)
-            unf = GaugeMetricFamily(
-                "cudatrace_node_unfenced_processes",
-                "Processes given a budget that use CUDA without the preload library",
-                labels=["namespace", "pod", "container"],
-            )
-            counts: dict[tuple[str, str, str], int] = {}
-            for p in agent.unfenced:
-                counts[p.labels()] = counts.get(p.labels(), 0) + 1
-            for lv, n in sorted(counts.items()):
-                unf.add_metric(list(lv), n)
-            ctx = GaugeMetricFamily(
-                "cudatrace_node_contexts_counted",
-                "Context figures the agent set for members in other pid namespaces",
-            )
-            ctx.add_metric([], agent.contexts_counted)
-            yield info
-            yield unf
-            yield ctx
-
-    return NodeCollector()
-
-
-def health(agent: Agent) -> tuple[int, str]:
-    """/healthz: a pass finished within three intervals (30 s at least): else the agent is
-    stuck (a liveness probe restarts it)."""
-    if agent.pass_ended is None:
-        return 503, "no pass has finished yet"
-    late = time.monotonic() - agent.pass_ended
-    most = max(3 * agent.cfg.interval, 30.0)
-    if late > most:
-        return 503, f"no pass finished for {late:.0f} s (at most {most:.0f})"
-    return 200, "ok"
-
-
-def routes(agent: Agent, registry: Any, authorizer: Any = None) -> dict[str, Route]:
-    """/metrics (to whom authorizer allows, when one is given), /healthz, /readyz."""
-    from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-    def metrics(req: Request) -> Response:
-        if authorizer is not None:
-            code, why = authorizer.check(req.headers.get("authorization", ""), req.path)
-            if code != 200:
-                agent.say(f"a scrape from {req.peer} refused: {why}")
-                extra = (("WWW-Authenticate", 'Bearer realm="cudatrace"'),) if code == 401 else ()
-                return Response(code, (why + "\n").encode(), headers=extra)
-        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-
-    def healthz(req: Request) -> Response:
-        return text(*health(agent))
-
-    def readyz(req: Request) -> Response:
-        if agent.pass_ended is None or agent.installed is None:
-            return text(503, "the first pass has not finished")
-        return text(200, "ok")
-
-    return {
-        "/metrics": Route(metrics),
-        "/healthz": Route(healthz, inline=True),
-        "/readyz": Route(readyz, inline=True),
-    }
-
-
-def serve(
-    agent: Agent,
-    host: str,
-    port: int,
-    ready: Callable[[str], None],
-    tls: Any = None,
-    authorizer: Any = None,
-) -> None:
-    """Serve the metrics on host:port and run the agent until interrupted. tls: a
-    tls.ServingCert (HTTPS); authorizer: a kube.Authorizer (who may read /metrics)."""
-    from prometheus_client import CollectorRegistry
-
-    from ..present.metrics import Collector
-
-    reg = CollectorRegistry(auto_describe=False)
-    reg.register(Collector(agent.published, member_labels=agent.member_labels))
-    reg.register(node_collector(agent))
-    agent.cycle()  # the first pass before the first scrape
-    limits = Limits(connections=128, idle=120.0, workers=2)
-    server = Server(host, port, routes(agent, reg, authorizer), limits, tls=tls, log=agent.say,
-                    name="node-metrics")  # fmt: skip
-    server.start()
-    scheme = "https" if tls is not None else "http"
-    ready(f"{scheme}://{host if ':' not in host else '[' + host + ']'}:{server.address[1]}/metrics")
-    stop = threading.Event()
-    try:
-        agent.run(stop)
-    finally:
-        stop.set()
-        server.stop()
+        self.finish()

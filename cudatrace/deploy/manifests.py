@@ -4,7 +4,8 @@
 Kubernetes (a YAML stream; each document is JSON, which YAML reads as it is; the streams of
 tests/golden/manifests/ are these objects as a reviewer sees them):
   Namespace            labelled for the privileged Pod Security level (the node agent is)
-  ServiceAccount, ClusterRole, ClusterRoleBinding   the node agent may create Events and (with
+  ServiceAccount, ClusterRole, ClusterRoleBinding   the node agent may create Events, list
+                       pods (it asks for its node's, to verify who runs there) and (with
                        its metrics authorized) review tokens and access, no more
   ClusterRole          cudatrace-metrics-reader: get /metrics, for the operator to bind to the
                        scraper's ServiceAccount (metrics authorized)
@@ -83,6 +84,8 @@ def _rbac(ns: str, reviews: bool) -> list[dict]:
     rules: list[dict] = [
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        # identities (identity.py): this node's pods, by fieldSelector spec.nodeName
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
     ]
     if reviews:
         rules += [

@@ -4,8 +4,9 @@ One pass over /proc finds every process that maps a ledger (a shared mapping of 
 `*.ledger`), wherever it lives: a named group's host directory, a container's own tmpfs, a
 pod's emptyDir. For each it reads what the node agent needs to tell members apart across pid
 namespaces: the host pid, the pid in its own namespace (the last NSpid), its start time (what
-the ledger records beside that pid), the container it runs in (the 64-hex id of its cgroup
-path) and the Kubernetes names the admission webhook put in its environment.
+the ledger records beside that pid), the container it runs in (its cgroup path: cgroups.py)
+and the Kubernetes names its environment claims (the webhook's, the DRA plugin's: only ever
+checked against what the API server says of its container, identity.py).
 
 A ledger is opened through /proc/<pid>/map_files/<range> of a process that maps it: the
 kernel resolves that link to the very file the member uses, so no path inside a container is
@@ -19,13 +20,11 @@ preloaded (an image whose C library is older than the library needs, say) runs t
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import settings
+from .. import cgroups, procfs, settings
 
-_CONTAINER_RE = re.compile(r"([0-9a-f]{64})")
 ENV_KEEP = (
     settings.name("GROUP"),
     settings.name("K8S_NAMESPACE"),
@@ -45,18 +44,14 @@ class Proc:
     ns_pid: int  # in its own (innermost) pid namespace: what the ledger records
     start_ticks: int
     pidns: int  # inode of its pid namespace
-    container: str = ""  # 64 hex digits, or "" (not in a container)
-    env: dict[str, str] = field(default_factory=dict)
+    container: str = ""  # 64 hex digits its cgroup names, or "" (not in a container)
+    env: dict[str, str] = field(default_factory=dict)  # claims, never identities
     shim: bool = False  # maps the preload library
     cuda: bool = False  # maps libcuda
 
     def labels(self) -> tuple[str, str, str]:
-        """(namespace, pod, container) for metrics and events: the webhook's names for a pod's
-        container, else the container's short id (podman, docker, CDI), else nothing."""
-        e = self.env
-        ns, pod = e.get(settings.name("K8S_NAMESPACE"), ""), e.get(settings.name("K8S_POD"), "")
-        if pod or ns:
-            return (ns, pod, e.get(settings.name("K8S_CONTAINER"), "") or self.container[:12])
+        """(namespace, pod, container) from what the process cannot write: the container's
+        short id (its cgroup's); a pod only once verified (the agent's identities)."""
         return ("", "", self.container[:12])
 
 
@@ -109,24 +104,9 @@ def _maps(text: str, links: str) -> tuple[list[tuple[tuple[str, int], str, str]]
     return ledgers, shim, cuda
 
 
-def _start_ticks(stat: str) -> int:
-    try:
-        return int(stat[stat.rindex(")") + 2 :].split()[19])
-    except (ValueError, IndexError):
-        return 0
-
-
-def _ns_pid(status: str, pid: int) -> int:
-    for line in status.splitlines():
-        if line.startswith("NSpid:"):
-            vals = line.split()[1:]
-            return int(vals[-1]) if vals else pid
-    return pid
-
-
-def _container(cgroup: str) -> str:
-    found = _CONTAINER_RE.findall(cgroup or "")
-    return found[-1] if found else ""
+def environ(pid: int, proc: Path = Path("/proc")) -> dict[str, str]:
+    """The variables of ENV_KEEP in a process's environment ({} when unreadable)."""
+    return _environ(_read_bytes(proc / str(pid) / "environ"))
 
 
 def _environ(raw: bytes | None) -> dict[str, str]:
@@ -149,10 +129,10 @@ def _proc(proc: Path, pid: int, shim: bool, cuda: bool) -> Proc | None:
         pidns = 0
     return Proc(
         pid=pid,
-        ns_pid=_ns_pid(status, pid),
-        start_ticks=_start_ticks(stat),
+        ns_pid=procfs.ns_pid_of(status, pid),
+        start_ticks=procfs.start_ticks_of(stat),
         pidns=pidns,
-        container=_container(_read(d / "cgroup") or ""),
+        container=cgroups.parse(_read(d / "cgroup") or "").container,
         env=_environ(_read_bytes(d / "environ")),
         shim=shim,
         cuda=cuda,

@@ -29,7 +29,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, Unfenced
+from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, WatchReport
 from ..units import printable
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ COMMAND_MAX = 32  # characters of a member's command label (its /proc comm is at
 WAIT_S = 1.0  # the most a scrape waits for fresh trace figures
 
 G, C = "gauge", "counter"
+KINDS = ("outside_ledger", "unfenced", "group_over_budget")  # record/watch.py's breaches
 DEV = ("device", "gpu", "UUID")
 MEMBER = ("group", *DEV, "pid", "slot", "command", "share")
 RUN = ("run", "path", "command")
@@ -64,9 +65,16 @@ FAMILIES: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "t_age": (G, "cudatrace_trace_age_seconds", "How long ago the run's figures were read from its trace", RUN),
     "t_errors": (G, "cudatrace_trace_errors", "Runs that could not be read at this scrape", ()),
     "build": (G, "cudatrace_build_info", "The cudatrace serving these metrics (value 1)", ("version", "python", "trace_format")),
-    "u_procs": (G, "cudatrace_unfenced_processes", "Processes using the GPU that no budget ledger counts (NVML's list against the members)", ("gpu",)),
-    "u_bytes": (G, "cudatrace_unfenced_bytes", "Device memory NVML shows for the GPU's unfenced processes", ("gpu",)),
+    "u_procs": (G, "cudatrace_unfenced_processes", "Processes using the GPU that no budget ledger counts (NVML's list against the members)", ("gpu", "UUID")),
+    "u_bytes": (G, "cudatrace_unfenced_bytes", "Device memory NVML shows for the GPU's unfenced processes", ("gpu", "UUID")),
+    "w_breaches": (G, "cudatrace_watch_breaches", "Breaches NVML shows against the ledgers now: kind outside_ledger, unfenced (on a GPU fenced processes use), group_over_budget", ("gpu", "UUID", "kind")),
+    "w_bytes": (G, "cudatrace_watch_breach_bytes", "Of the breaches, the bytes NVML shows beyond what the ledgers count", ("gpu", "UUID", "kind")),
+    "w_known": (G, "cudatrace_watch_per_process_known", "1: NVML gives each process's memory on the GPU; 0: it cannot (reason), and the watch falls back to the device's figure", ("gpu", "UUID", "reason")),
+    "w_used": (G, "cudatrace_watch_device_used_bytes", "The GPU's memory in use as the platform gives it (source nvml, or meminfo where the GPU shares the host's memory)", ("gpu", "UUID", "source")),
+    "w_ledgers": (G, "cudatrace_watch_ledger_bytes", "What the ledgers count on the GPU", ("gpu", "UUID")),
+    "w_unaccounted": (G, "cudatrace_watch_unaccounted_bytes", "The GPU's memory in use that no ledger counts (device used less the ledgers; contexts of unfenced processes and the driver's own included)", ("gpu", "UUID", "source")),
 }  # fmt: skip
+RUN_GROUP = "@run"  # the private ledgers of `cudatrace run --budget`, summed (no series each)
 
 
 def _label(v: object) -> str:
@@ -258,7 +266,13 @@ class TraceCache:
                 if old is not None and self._sigs.get(p) == sig:
                     figures[p] = dict(old, at=began)
                     continue
-                figures[p] = dict(live.figures(p, self.top, self._sym()), at=began)
+                fig = live.figures(p, self.top, self._sym())
+                # a device it held on before and holds nothing on now reads 0 while it runs
+                have = {(r["device"], r["gpu"]) for r in fig["devices"]}
+                gone = [dict(r, live=0, sites={}) for r in (old or {}).get("devices", [])
+                        if (r["device"], r["gpu"]) not in have]  # fmt: skip
+                rows = sorted(fig["devices"] + gone, key=lambda r: (r["device"], str(r["gpu"])))
+                figures[p] = dict(fig, devices=rows, at=began)
                 self._sigs[p] = sig
             except Exception:  # a run just starting, a file being replaced: next pass
                 errors += 1
@@ -288,6 +302,9 @@ class Collector:
         self.traces = traces
         self.gpus = gpus or Gpus()
         self.member_labels = member_labels
+        self._place: dict[tuple[str, int, int], tuple[str, str]] = {}
+        self._run_denials: dict[str, dict[tuple, int]] = {}  # live runs' last counts
+        self._runs_gone: dict[tuple, int] = {}  # the last counts of runs that ended
 
     def describe(self) -> list[Any]:
         return []  # families vary with what is there: collected at each scrape only
@@ -306,7 +323,13 @@ class Collector:
         except Exception:
             st = {"ledgers": [], "errors": [{"path": "", "error": "no ledger directory"}]}
         errors = len(st.get("errors", []))
+        watch = st.get("watch")
+        self._place = _placements(watch)
+        runs: list[LedgerSnapshot] = []
         for s in st["ledgers"]:
+            if s.get("private"):
+                runs.append(s)
+                continue
             one = Families(workload=f.workload)
             try:
                 self._ledger(s, one)
@@ -316,13 +339,61 @@ class Collector:
             for key, rows in one.samples.items():
                 for lv, v in rows.items():
                     f.add(key, lv, v)
+        errors += self._runs(runs, f)
         f.add("errors", (), errors)
-        _unfenced(st.get("unfenced"), f)
+        _watch(watch, f)
+
+    def _gpu(self, s: LedgerSnapshot, slot: int, d: int) -> tuple[str, str]:
+        """The gpu and UUID labels of ledger s's ordinal d (slot -1: the group's): where the
+        watch saw it (NVML's lists of its members), else through CUDA_VISIBLE_DEVICES."""
+        key = s.get("label") or s["path"]
+        found = self._place.get((key, slot, d)) or self._place.get((key, -1, d))
+        return found if found is not None else self.gpus.of_ordinal(d)
+
+    def _runs(self, runs: list[LedgerSnapshot], f: Families) -> int:
+        """The private ledgers of `cudatrace run --budget`s summed as group "@run" (one series a
+        device, not one a run; their members are the runs', `metrics --traces`); denials keep
+        counting up when a run ends. Returns the runs that could not be read."""
+        keys = ("limit", "in_use", "contexts")
+        sums: dict[str, dict[tuple, int]] = {k: {} for k in keys}
+        live: dict[str, dict[tuple, int]] = {}
+        members, errors = 0, 0
+        for s in runs:
+            try:
+                rows = _devices(s["devices"])
+                members += sum(1 for m in s["members"] if m["state"] != "dead")
+            except Exception:
+                errors += 1
+                continue
+            mine = live.setdefault(s["path"], {})
+            for r in rows:
+                lv = (RUN_GROUP, r["device"], *self._gpu(s, -1, int(r["device"])))
+                for k, v in (("limit", r["limit"]), ("in_use", r["in_use"]),
+                             ("contexts", r.get("contexts", 0))):  # fmt: skip
+                    sums[k][lv] = sums[k].get(lv, 0) + int(v)
+                mine[lv] = mine.get(lv, 0) + int(r["denials"])
+        for path, counts in self._run_denials.items():
+            if path not in live:
+                for lv, n in counts.items():
+                    self._runs_gone[lv] = self._runs_gone.get(lv, 0) + n
+        self._run_denials = live
+        denials = dict(self._runs_gone)
+        for counts in live.values():
+            for lv, n in counts.items():
+                denials[lv] = denials.get(lv, 0) + n
+        for k, totals in sums.items():
+            for lv, v in totals.items():
+                f.add(k, lv, v)
+        for lv, n in denials.items():
+            f.add("denials", lv, n)
+        if runs or self._runs_gone:
+            f.add("members", (RUN_GROUP,), members)
+        return errors
 
     def _ledger(self, s: LedgerSnapshot, f: Families) -> None:
         g = _group_label(s)
         for r in _devices(s["devices"]):
-            lv = (g, r["device"], *self.gpus.of_ordinal(int(r["device"])))
+            lv = (g, r["device"], *self._gpu(s, -1, int(r["device"])))
             f.add("limit", lv, r["limit"])
             f.add("in_use", lv, r["in_use"])
             f.add("peak", lv, r["peak"])
@@ -339,7 +410,7 @@ class Collector:
                 shares[share] = max(shares.get(share, 0), m.get("share_limit", 0))
             extra = tuple(self.member_labels(s, m)) if self.member_labels else ()
             for d, md in m["devices"].items():
-                who: tuple[object, ...] = (g, d, *self.gpus.of_ordinal(int(d)), m["pid"])
+                who: tuple[object, ...] = (g, d, *self._gpu(s, m.get("slot", -1), int(d)), m["pid"])
                 who = (*who, m.get("slot", ""), cmd, share, *extra)
                 f.add("m_in_use", who, md["held"])
                 f.add("m_peak", who, md["peak"])
@@ -350,7 +421,7 @@ class Collector:
         for share, lim in sorted(shares.items()):
             f.add("s_limit", (g, share), lim)
         for (d, share), b in sorted(share_use.items()):
-            f.add("s_in_use", (g, d, *self.gpus.of_ordinal(d), share), b)
+            f.add("s_in_use", (g, d, *self._gpu(s, -1, d), share), b)
 
     def _traces(self, f: Families) -> None:
         assert self.traces is not None
@@ -373,16 +444,45 @@ class Collector:
         f.add("t_errors", (), errors)
 
 
-def _unfenced(u: Unfenced | None, f: Families) -> None:
-    """cudatrace_unfenced_processes / _bytes per GPU (NVML's index): processes using the GPU
-    that no ledger of the directory counts (record/fence.py unfenced; docs/budgets.md). Every
-    GPU NVML lists has both series (0 when none), so `> 0` alerts; none where NVML cannot say."""
-    if not u or not u.get("known"):
+def _placements(w: WatchReport | None) -> dict[tuple[str, int, int], tuple[str, str]]:
+    """(ledger, slot, ordinal) -> (gpu, UUID) where the watch placed it."""
+    if not w or not w.get("known"):
+        return {}
+    uuids = {d["gpu"]: d["uuid"] for d in w["devices"]}
+    return {
+        (p["ledger"], p["slot"], p["device"]): (str(p["gpu"]), uuids.get(p["gpu"], ""))
+        for p in w.get("placements", [])
+    }
+
+
+def _watch(w: WatchReport | None, f: Families) -> None:
+    """The watch's series per GPU (record/watch.py; docs/metrics.md): every one exists where
+    NVML can tell it (0 when nothing is wrong), none where it cannot (never a 0 for what it
+    could not see): the per-process ones where NVML gives no per-process figure, all of them
+    without NVML. cudatrace_unfenced_processes / _bytes: the processes using the GPU that no
+    ledger counts, on any GPU."""
+    if not w or not w.get("known"):
         return
-    for gpu in u["gpus"]:
-        mine = [p for p in u["processes"] if p["gpu"] == gpu]
-        f.add("u_procs", (gpu,), len(mine))
-        f.add("u_bytes", (gpu,), sum(p["bytes"] for p in mine))
+    for d in w["devices"]:
+        g = (d["gpu"], d["uuid"])
+        f.add("w_known", (*g, d["reason"] or ""), 1 if d["per_process"] else 0)
+        f.add("w_ledgers", g, d["ledgers"])
+        if d["used"] is not None:
+            f.add("w_used", (*g, d["source"]), d["used"])
+            f.add("w_unaccounted", (*g, d["source"]), max(0, d["used"] - d["ledgers"]))
+        unf = [p for p in d["processes"] if p["fence"] == "unfenced"]
+        if d["listed"]:
+            f.add("u_procs", g, len(unf))
+        if d["per_process"]:
+            f.add("u_bytes", g, sum(p["bytes"] or 0 for p in unf))
+        found = [x for x in w["findings"] if x["gpu"] == d["gpu"]]
+        for kind in KINDS:
+            if not d["listed"] or (kind != "unfenced" and not d["per_process"]):
+                continue
+            mine = [x for x in found if x["kind"] == kind]
+            f.add("w_breaches", (*g, kind), len(mine))
+            if d["per_process"]:
+                f.add("w_bytes", (*g, kind), sum(x["excess"] or 0 for x in mine))
 
 
 def serve(host: str, port: int, collector: Collector, ready: Callable[[str], None]) -> None:

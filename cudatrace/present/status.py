@@ -3,9 +3,23 @@
 
 from __future__ import annotations
 
-from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, Unfenced
+from ..record_types import (
+    LedgerDevice,
+    LedgerMember,
+    LedgerSnapshot,
+    Status,
+    Unfenced,
+    WatchDevice,
+    WatchReport,
+)
 from ..units import format_bytes
 from .text import wrap_prose
+
+BREACH_HEADS = {
+    "outside_ledger": "OUTSIDE THE LEDGER",
+    "unfenced": "UNFENCED ON A FENCED GPU",
+    "group_over_budget": "GROUP OVER BUDGET BY NVML",
+}
 
 
 def _ranges(ns: list[int]) -> str:
@@ -156,8 +170,7 @@ def render_unfenced(u: Unfenced | None, budgets: bool = True) -> str:
     if not u["processes"]:
         return ""
     rows = [
-        "  pid %-8d gpu %-3d %12s  %s"
-        % (p["pid"], p["gpu"], format_bytes(p["bytes"]), p["command"])
+        "  pid %-8d gpu %-3d %12s  %s" % (p["pid"], p["gpu"], _nvml_bytes(p["bytes"]), p["command"])
         for p in u["processes"]
     ]
     head = "UNFENCED: %d process%s on the GPUs that no budget ledger here counts" % (
@@ -167,17 +180,50 @@ def render_unfenced(u: Unfenced | None, budgets: bool = True) -> str:
     return "\n".join([head, *rows])
 
 
+def _nvml_bytes(n: int | None) -> str:
+    return "N/A" if n is None else format_bytes(n)
+
+
+def _blind(d: WatchDevice) -> str:
+    """A GPU where NVML gives no per-process figure: why, and what the platform offers."""
+    head = f"gpu {d['gpu']}" + (f" ({d['uuid']})" if d["uuid"] else "")
+    line = f"{head}: {d['why']}: the watch cannot tell what each process holds"
+    if d["used"] is None:
+        return line + ", nor what the device holds"
+    where = "the device" if d["source"] == "nvml" else "the host's memory, which it shares"
+    rest = max(0, d["used"] - d["ledgers"])
+    return (
+        f"{line}; {where}: {format_bytes(d['used'])} in use, the ledgers count "
+        f"{format_bytes(d['ledgers'])}, {format_bytes(rest)} is in no ledger"
+    )
+
+
+def render_watch(w: WatchReport | None) -> str:
+    """The watch's breaches (record/watch.py) and the GPUs it cannot see per process, or ""
+    where there is nothing to say."""
+    if not w or not w["known"]:
+        return ""  # render_unfenced says why NVML cannot be read
+    lines = [f"{BREACH_HEADS[f['kind']]}: {f['message']}" for f in w["findings"]]
+    lines += [_blind(d) for d in w["devices"] if not d["per_process"]]
+    return "\n".join(lines)
+
+
 def render_status(st: Status) -> str:
     """What `cudatrace status [GROUP]` prints, from record.ledger_status.status_json's data (with
     record.fence's "unfenced")."""
     out = []
     unfenced = render_unfenced(st.get("unfenced"), bool(st["ledgers"]))
-    if not st["ledgers"] and not st["errors"] and not unfenced:
-        return f"no budgets in force (no ledgers in {st['dir']})"
+    w = st.get("watch")
+    if not st["ledgers"] and not st["errors"] and not unfenced and not (w and w["findings"]):
+        where = f"no ledgers in {st['dir']}" if "dir" in st else "no ledger on this node"
+        return f"no budgets in force ({where})"
     for s in st["ledgers"]:
         out.append(render_ledger(s))
     for e in st["errors"]:
         out.append(f"{e['path']}: unusable: {e['error']}")
     if unfenced:
         out.append(unfenced)
+    watch = render_watch(w)
+    if watch:
+        out.append(watch)
     return wrap_prose("\n\n".join(out))

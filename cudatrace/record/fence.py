@@ -9,20 +9,27 @@
 - Unfenced processes: the processes NVML lists on the GPUs that are live members of no ledger
   of the directory, whatever the reason (fencing could not be set up and
   CUDATRACE_ON_FENCE_ERROR=warn; a process that holds a context its fencing refused later; a
-  process started without the preload library). `cudatrace status` and `cudatrace metrics`
-  both call `unfenced`.
+  process started without the preload library), and the watch's breaches beside them
+  (record/watch.py: members holding more than their ledger counts, groups over budget by
+  NVML's count). `cudatrace status` and `cudatrace metrics` both call
+  `status_with_unfenced`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import fence_record, native, settings
-from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess
+from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess, WatchReport
 from . import ledger as ledger_mod
 from .budget import BudgetError, bytes_text, parse_size
 from .ledger_status import status_json
+
+if TYPE_CHECKING:
+    from .gpuview import Source
 
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
@@ -163,77 +170,96 @@ def outer_ledger(group: str, ledger_dir: str | None = None) -> ledger_mod.RunLed
         return None
 
 
-# ---- unfenced processes ------------------------------------------------------------------------
+# ---- unfenced processes and the watch -----------------------------------------------------------
 
 
-def _pidns(pid: int | str) -> int:
-    """The inode of a process's pid namespace (0: unknown)."""
+def unfenced_of(rep: WatchReport) -> Unfenced:
+    """The processes of the watch's view that are members of no ledger, on any GPU: {"known":
+    NVML could say, "why": why not, "gpus": the NVML indices seen, "processes": [{"gpu",
+    "pid", "bytes" (None: NVML gives no figure), "command"}], "not_visible": processes this
+    pid namespace cannot see (not judged)}."""
+    if not rep["known"]:
+        return {"known": False, "why": rep["why"], "gpus": [], "processes": [], "not_visible": 0}
+    out: list[UnfencedProcess] = [
+        {"gpu": p["gpu"], "pid": p["pid"], "bytes": p["bytes"], "command": p["command"]}
+        for d in rep["devices"]
+        for p in d["processes"]
+        if p["fence"] == "unfenced"
+    ]
+    gpus = [d["gpu"] for d in rep["devices"]]
+    return {"known": True, "why": None, "gpus": gpus, "processes": out,
+            "not_visible": rep["not_visible"]}  # fmt: skip
+
+
+def _sources(ledgers: list[LedgerSnapshot]) -> list[Source]:
+    """The snapshots with their files' keys (a group of users' parts: every part's)."""
+    from .gpuview import Source, file_keys
+
+    def keys(s: LedgerSnapshot) -> frozenset[tuple[str, int]]:
+        paths = [p["path"] for p in s.get("parts") or []] or [s["path"]]
+        return frozenset().union(*(file_keys(p) for p in paths))
+
+    return [Source(s, keys(s)) for s in ledgers]
+
+
+def watch_report(
+    ledgers: list[LedgerSnapshot], reread: bool = True, unusable: Sequence[str] = ()
+) -> WatchReport:
+    """The watch's view of this host's GPUs beside `ledgers` (status snapshots), its breaches
+    confirmed by reading the directory's ledgers again (reread); the members of `unusable`
+    ledgers (paths) are not fenced by them. A process that maps a ledger of another directory
+    is a member elsewhere: not judged from here (the node agent sees every ledger)."""
+    from ..nvml import Nvml
+    from . import watch as watch_mod
+    from .gpuview import file_keys
+
+    nv = Nvml()
+    first = [True]
+
+    def sources() -> list[Source]:
+        if first[0] or not reread:
+            first[0] = False
+            return _sources(ledgers)
+        return _sources(status_json()["ledgers"])
+
     try:
-        return os.stat(f"/proc/{pid}/ns/pid").st_ino
-    except OSError:
-        return 0
+        known = frozenset().union(*(file_keys(p) for p in unusable))
+        where = watch_mod.Where(fallback=_visible_fallback(), known=known)
+        return watch_mod.report(sources, nv, where=where)
+    finally:
+        if nv.available:
+            nv.shutdown()
 
 
-def _nspid(pid: int) -> int | None:
-    """The process's pid in its own (innermost) pid namespace, None when /proc cannot say."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("NSpid:"):
-                return int(line.split()[-1])
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
+def _visible_fallback() -> Callable[[int], int | None]:
+    """A CUDA ordinal -> NVML index through this process's CUDA_VISIBLE_DEVICES (an index;
+    a UUID is left to the view's own pairing)."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES")
 
+    def of(d: int) -> int | None:
+        if vis is None:
+            return d
+        items = [x.strip() for x in vis.split(",") if x.strip()]
+        return int(items[d]) if 0 <= d < len(items) and items[d].isdigit() else None
 
-def _comm(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/comm").read_text(errors="replace").strip()
-    except OSError:
-        return ""
+    return of
 
 
 def unfenced(ledgers: list[LedgerSnapshot]) -> Unfenced:
     """The processes NVML lists on the GPUs that are live members of none of `ledgers` (status
-    snapshots: record/ledger_status.py status_json). {"known": NVML could say, "why": why not, "gpus":
-    the NVML indices seen, "processes": [{"gpu", "pid", "bytes", "command"}], "not_visible":
-    processes this pid namespace cannot see (not judged)}. A member of another pid namespace
-    is matched through /proc/PID/status's NSpid and /proc/PID/ns/pid."""
-    from ..nvml import Nvml
-
-    nv = Nvml()
-    if not nv.available:
-        return {"known": False, "why": nv.why, "gpus": [], "processes": [], "not_visible": 0}
-    try:
-        per_gpu = nv.processes()
-        gpus = [i for i, _ in nv.handles]
-    finally:
-        nv.shutdown()
-    mine = _pidns("self")
-    members = {
-        (m.get("pidns") or mine, m["pid"])
-        for s in ledgers
-        for m in s.get("members", [])
-        if m.get("state") != "dead"
-    }
-    out: list[UnfencedProcess] = []
-    hidden = 0
-    for gpu, procs in sorted(per_gpu.items()):
-        for pid, used in sorted(procs.items()):
-            if (mine, pid) in members:
-                continue
-            ns, inner = _pidns(pid), _nspid(pid)
-            if not ns:
-                hidden += 1  # not in this pid namespace: cannot be judged from here
-                continue
-            if inner is not None and (ns, inner) in members:
-                continue
-            out.append({"gpu": gpu, "pid": pid, "bytes": int(used), "command": _comm(pid)})
-    return {"known": True, "why": None, "gpus": gpus, "processes": out, "not_visible": hidden}
+    snapshots: record/ledger_status.py status_json); see unfenced_of. A member of another pid
+    namespace is matched through /proc/PID/status's NSpid and /proc/PID/ns/pid."""
+    return unfenced_of(watch_report(ledgers, reread=False))
 
 
 def status_with_unfenced(group: str | None = None) -> Status:
-    """status_json's data with "unfenced" (of the whole directory): what `cudatrace metrics`
-    serves."""
+    """status_json's data with "unfenced" and "watch" (of the whole directory; None for a
+    GROUP): what `cudatrace status` shows and `cudatrace metrics` serves."""
     st = status_json(group)
-    st["unfenced"] = unfenced(st["ledgers"]) if group is None else None
+    if group is None:
+        rep = watch_report(st["ledgers"], unusable=[e["path"] for e in st["errors"]])
+        st["watch"] = rep
+        st["unfenced"] = unfenced_of(rep)
+    else:
+        st["watch"] = st["unfenced"] = None
     return st

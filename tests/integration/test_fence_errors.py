@@ -270,7 +270,7 @@ def _scrape(ct, env) -> str:
 
 
 def _metric(text: str, name: str, gpu: str = "0") -> float:
-    m = re.search(rf'^{name}{{gpu="{gpu}"}} (\S+)$', text, re.M)
+    m = re.search(rf'^{name}{{UUID="GPU-[^"]+",gpu="{gpu}"}} (\S+)$', text, re.M)
     assert m, text
     return float(m.group(1))
 

@@ -5,8 +5,11 @@ budget that uses CUDA without the preload library is reported."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 from cudatrace import native
 from cudatrace.deploy.agent import Agent, Config
@@ -36,17 +39,18 @@ class _NoNvml:
     why = "not here"
 
 
-def member(sim, tmp_path, group: str) -> subprocess.Popen:
-    """A process in group through the environment contract, holding 10 MiB until killed."""
+def member(sim, tmp_path, group: str, where=None, size: str = "10m") -> subprocess.Popen:
+    """A process in group through the environment contract (its ledger in where, default the
+    group's directory of the node), holding size until killed."""
     env = sim.env(state=sim.new_state())
     env.update(
         LD_PRELOAD=str(native.shim_path()),
         CUDATRACE_GROUP=group,
         CUDATRACE_BUDGET="1GiB",
-        CUDATRACE_LEDGER_DIR=str(tmp_path / "state" / "groups" / group),
+        CUDATRACE_LEDGER_DIR=str(where or tmp_path / "state" / "groups" / group),
     )
     p = children.popen(
-        [str(sim.progs["hold"]), "1", "10m"], env=env, stdout=subprocess.PIPE, text=True
+        [str(sim.progs["hold"]), "1", size], env=env, stdout=subprocess.PIPE, text=True
     )
     assert children.readline(p).startswith("alloc ") and children.readline(p).strip() == "ready"
     return p
@@ -95,3 +99,29 @@ def test_a_process_given_a_budget_without_the_library_is_reported(sim, tmp_path)
     finally:
         p.kill()
         p.wait()
+
+
+def test_a_groups_name_is_its_own_before_a_ledger_elsewhere_that_takes_it(sim, tmp_path):
+    """A process may write any group name into a ledger of its own: one in /dev/shm calling
+    itself by a group of the node was labelled with the group's name (it came first in the
+    agent's order: /dev/shm's device sorts before most disks), the node's own group `<name>#2`.
+    The groups of the node's directories take their names first."""
+    name = f"own{os.getpid()}"  # the agent sees every ledger of the host: a name of this test's
+    a, _ = agent(tmp_path, f"[{name}]\nbudget = 1GiB\n")
+    elsewhere = Path(tempfile.mkdtemp(prefix="cudatrace-squat-", dir="/dev/shm"))
+    ps = []
+    try:
+        ps.append(member(sim, tmp_path, name, where=elsewhere, size="20m"))
+        ps.append(member(sim, tmp_path, name))
+        a.cycle()
+        held = {
+            s["label"]: s["devices"][0]["in_use"]
+            for s in a.published()["ledgers"]
+            if s["group"] == name
+        }
+        assert held == {name: 10 << 20, f"{name}#2": 20 << 20}, held
+    finally:
+        for p in ps:
+            p.kill()
+            p.wait()
+        shutil.rmtree(elsewhere, ignore_errors=True)

@@ -1,18 +1,21 @@
 """Kubernetes without a control plane, for the tests: no kube-apiserver can run here, so what the
 node agent and the DRA plugin ask goes to a tiny fake API server, over HTTPS with a CA of its
 own and a bearer token, that records every request and keeps objects by path: a test puts
-what the API would hold (a ResourceClaim, a Node); GET answers an object or 404, POST to a
-collection creates (201; 409 when the name is taken; an Event, named by generateName, is only
-answered), PUT replaces one whose resourceVersion matches (409 else). A TokenReview is answered
-from .users (token -> user), a SubjectAccessReview of a non-resource URL from .allowed ((user,
-path) pairs). A test may have the next answers to a path be what it says (.answer: a status and
-raw bytes, any number of times: a 503, an object without metadata, not JSON at all). Nothing
-else of the API (lists, watches, patches, defaults, validation) is imitated.
+what the API would hold (a ResourceClaim, a Node, a Pod); GET answers an object or 404, and
+the pods of a node (`/api/v1/pods?fieldSelector=spec.nodeName=NODE`, the node agent's list)
+from the Pods put under `/api/v1/namespaces/*/pods/`; POST to a collection creates (201; 409
+when the name is taken; an Event, named by generateName, is only answered), PUT replaces one
+whose resourceVersion matches (409 else). A TokenReview is answered from .users (token ->
+user), a SubjectAccessReview of a non-resource URL from .allowed ((user, path) pairs). A test
+may have the next answers to a path be what it says (.answer: a status and raw bytes, any
+number of times: a 503, an object without metadata, not JSON at all). Nothing else of the API
+(other lists, watches, patches, defaults, validation) is imitated.
 
     validate(obj, version) kubernetes-validate against a version's schemas (K8S_VERSION), strict
     FakeApiServer(dir)     .url, .token_file, .ca_file, .requests [(method, path, headers, body)],
-                           .objects {path: object}, .put(path, object),
+                           .objects {path: object}, .put(path, object), .put_pod(pod),
                            .answer(method, path, status, raw, times), .users, .allowed
+    pod(ns, name, node, containers)  a Pod running on node, its containers {name: 64-hex id}
 """
 
 from __future__ import annotations
@@ -34,6 +37,27 @@ def validate(obj: dict, version: str = K8S_VERSION) -> None:
     import kubernetes_validate
 
     kubernetes_validate.validate(obj, version, strict=True)
+
+
+def pod(namespace: str, name: str, node: str, containers: dict[str, str], uid: str = "") -> dict:
+    """A Pod scheduled to `node` whose status lists its containers by id, as the kubelet
+    reports them (`containerd://<id>`)."""
+    import uuid as _uuid
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "uid": uid or str(_uuid.uuid4())},
+        "spec": {"nodeName": node, "containers": [{"name": c, "image": "img"} for c in containers]},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {"name": c, "containerID": f"containerd://{cid}", "image": "img", "imageID": "",
+                 "ready": True, "restartCount": 0}
+                for c, cid in containers.items()
+            ],
+        },
+    }  # fmt: skip
 
 
 class FakeApiServer:
@@ -106,9 +130,13 @@ class FakeApiServer:
 
             def do_GET(self):
                 self._body()
-                if self._authorized():
-                    obj = server.objects.get(self.path)
-                    self._answer(200, obj) if obj else self._status(404, "NotFound")
+                if not self._authorized():
+                    return
+                if self.path.startswith("/api/v1/pods?"):
+                    self._answer(200, server.pods_of(self.path))
+                    return
+                obj = server.objects.get(self.path)
+                self._answer(200, obj) if obj else self._status(404, "NotFound")
 
             def do_POST(self):
                 body = self._body()
@@ -164,6 +192,24 @@ class FakeApiServer:
         """Hold obj at path, as if the API server had it."""
         obj.setdefault("metadata", {}).setdefault("resourceVersion", "1")
         self.objects[path] = obj
+
+    def put_pod(self, obj: dict) -> None:
+        m = obj["metadata"]
+        self.put(f"/api/v1/namespaces/{m['namespace']}/pods/{m['name']}", obj)
+
+    def pods_of(self, path: str) -> dict:
+        """The PodList a field selector on spec.nodeName asks for (every pod without one)."""
+        from urllib.parse import parse_qs, urlsplit
+
+        sel = parse_qs(urlsplit(path).query).get("fieldSelector", [""])[0]
+        node = sel.partition("spec.nodeName=")[2] if sel.startswith("spec.nodeName=") else None
+        items = [
+            o
+            for p, o in sorted(self.objects.items())
+            if p.startswith("/api/v1/namespaces/") and "/pods/" in p
+            and (node is None or o.get("spec", {}).get("nodeName") == node)
+        ]  # fmt: skip
+        return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}
 
     def events(self) -> list[dict]:
         return [b for m, p, _h, b in self.requests if m == "POST" and p.endswith("/events")]

@@ -69,6 +69,7 @@ PROGRAMS: dict[str, str] = {
     "churn": "cuda",
     "leakers": "cuda",
     "steps": "cuda",
+    "bypass": "cuda",
     "preload_probe": "plain",
 }
 
@@ -88,6 +89,7 @@ SIM_OPTIONS: dict[str, str] = {
     "backed": "CUDASIM_BACKED",  # 1: device memory is real touched memory (RSS, PSS)
     "host_proc": "CUDASIM_HOST_PROC",  # the host's /proc in a container: host pids, as NVML's
     "nvml_procs_ms": "CUDASIM_NVML_PROCS_MS",  # a process's first NVML process list: this long
+    "nvml_procs": "CUDASIM_NVML_PROCS",  # per-process memory: bytes, na (Thor), mig, unsupported
 }
 
 

@@ -33,6 +33,7 @@ PKG = Path(cudatrace.__file__).resolve().parent
 LEAVES = {
     "units",
     "procfs",
+    "cgroups",
     "nvml",
     "native",
     "progress",

@@ -71,6 +71,7 @@ def test_kubernetes_manifests_validate(tmp_path, tls_dir):
     verbs = {(g, r): v for d in roles[:1] for rule in d["rules"] for g in rule["apiGroups"]
              for r in rule["resources"] for v in [tuple(rule["verbs"])]}  # fmt: skip
     assert verbs == {("", "events"): ("create", "patch"), ("events.k8s.io", "events"): ("create", "patch"),
+                     ("", "pods"): ("list",),
                      ("authentication.k8s.io", "tokenreviews"): ("create",),
                      ("authorization.k8s.io", "subjectaccessreviews"): ("create",)}  # fmt: skip
     assert roles[1]["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
@@ -163,7 +164,7 @@ def test_dra_manifests_validate(tls_dir):
         "--metrics-auth" not in agent["args"]
         and agent["livenessProbe"]["httpGet"]["scheme"] == "HTTP"
     )
-    assert [r["resources"] for r in docs[2]["rules"]] == [["events"], ["events"]]
+    assert [r["resources"] for r in docs[2]["rules"]] == [["events"], ["events"], ["pods"]]
     # both routes
     r = cudatrace(checkout_env(), "manifests", "kubernetes", "--image", "x", "--dra",
                   "--tls-dir", tls_dir)  # fmt: skip

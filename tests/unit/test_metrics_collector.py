@@ -286,3 +286,49 @@ def test_a_run_is_read_again_only_when_written(tmp_path, monkeypatch):
     # its writer gone (killed: no exit record), the run is no longer exported
     s = _samples(_exposition(col))
     assert not any(k.startswith("cudatrace_trace_run_live_bytes") for k in s)
+
+
+def _private(path: str, in_use: int, denials: int) -> dict:
+    devices = [{"device": 0, "limit": 40 * MiB, "in_use": in_use, "peak": in_use,
+                "denials": denials, "contexts": 0}]  # fmt: skip
+    members = [_member(0, 100, in_use)]
+    return {"path": path, "private": True, "devices": devices, "members": members}
+
+
+def test_ad_hoc_runs_are_summed_and_their_denials_never_go_down():
+    """`cudatrace run --budget`'s private ledgers (@run-<pid>-<random>) are one group "@run":
+    no series a run (a host's runs would churn), no members; the denials of a run that ended
+    stay in the counter."""
+    st = {"ledgers": [_private("/l/@run-1-ab.ledger", 30 * MiB, 2),
+                      _private("/l/@run-2-cd.ledger", 10 * MiB, 1)], "errors": []}  # fmt: skip
+    col = Collector(lambda: st, gpus=Gpus({0: "GPU-aaaa"}, None))
+    got = _samples(_exposition(col))
+    dev0 = 'UUID="GPU-aaaa",device="0",gpu="0",group="@run"'
+    assert got[f"cudatrace_budget_in_use_bytes{{{dev0}}}"] == 40 * MiB
+    assert got[f"cudatrace_budget_denials_total{{{dev0}}}"] == 3
+    assert got['cudatrace_budget_members{group="@run"}'] == 2
+    assert not [k for k in got if "@run-" in k or k.startswith("cudatrace_budget_member_in_use")]
+    st["ledgers"] = [_private("/l/@run-2-cd.ledger", 10 * MiB, 1)]  # the first run ended
+    got = _samples(_exposition(col))
+    assert got[f"cudatrace_budget_denials_total{{{dev0}}}"] == 3
+    assert got[f"cudatrace_budget_in_use_bytes{{{dev0}}}"] == 10 * MiB
+    st["ledgers"] = []
+    got = _samples(_exposition(col))
+    assert got[f"cudatrace_budget_denials_total{{{dev0}}}"] == 3
+    assert got['cudatrace_budget_members{group="@run"}'] == 0
+
+
+def test_a_live_runs_device_reads_0_once_it_holds_nothing(tmp_path, monkeypatch):
+    """A run that freed everything on a device keeps its series at 0 while it runs."""
+    figs = [{"run": "r", "path": "/t/r", "command": "x",
+             "devices": [{"device": 0, "gpu": "0", "live": 5 * MiB, "sites": {"f": 5 * MiB}}]},
+            {"run": "r", "path": "/t/r", "command": "x", "devices": []}]  # fmt: skip
+    monkeypatch.setattr(live, "run_dirs", lambda paths: [tmp_path])
+    monkeypatch.setattr(live, "running", lambda p: True)
+    monkeypatch.setattr(live, "signature", lambda p: len(figs))
+    monkeypatch.setattr(live, "figures", lambda p, top, sym: figs.pop(0))
+    cache = TraceCache([tmp_path], 10, 0, symbolize=False)
+    col = Collector(lambda: {"ledgers": [], "errors": []}, cache, Gpus({0: "GPU-aaaa"}, None))
+    key = 'cudatrace_trace_run_live_bytes{UUID="GPU-aaaa",command="x",device="0",gpu="0",path="/t/r",run="r"}'
+    assert _samples(_exposition(col))[key] == 5 * MiB
+    assert _samples(_exposition(col))[key] == 0

@@ -24,6 +24,9 @@
 #   demo       cudatrace demo on the GPU (trace, report, diff, budget, sweep)
 #   dra        tools/gpu/dra_claim.py: the DRA plugin's slice on the real NVML, a claim's
 #              memory as a process's budget through the claim's CDI edits (root)
+#   watch      tools/gpu/watch_check.py: the node's watch beside nvidia-smi (a fenced process,
+#              one around the library, an unfenced one, one in a pid namespace of its own),
+#              gpu/UUID labels, --enforce's breach-to-stop time (root for the agent's part)
 set -u
 OUT=${1:?usage: checks.sh OUTDIR STEP...}
 shift
@@ -67,6 +70,7 @@ for what in "$@"; do
         demo) rm -rf /tmp/ct-demo
             step demo 240 python3 -m cudatrace demo -o /tmp/ct-demo ;;
         dra) step dra 180 python3 tools/gpu/dra_claim.py "$OUT/dra" ;;
+        watch) TAIL=${TAIL:-80} step watch 240 python3 tools/gpu/watch_check.py "$OUT/watch" ;;
         *) echo "checks.sh: unknown step $what" ;;
     esac
 done
