@@ -28,7 +28,13 @@ REFRESH_S = 60.0
 UNKNOWN_S = 5.0
 VERIFY_WAIT_S = 15.0
 RUNTIME_PREFIXES = ("containerd://", "cri-o://", "docker://", "podman://")
-ENV_KEYS = ("K8S_NAMESPACE", "K8S_POD", "K8S_CONTAINER", "K8S_POD_UID")
+# what a process's environment claims, by the settings' IDs (each read by its literal name)
+ENV_KEYS = {
+    "K8S_NAMESPACE": settings.name("K8S_NAMESPACE"),
+    "K8S_POD": settings.name("K8S_POD"),
+    "K8S_CONTAINER": settings.name("K8S_CONTAINER"),
+    "K8S_POD_UID": settings.name("K8S_POD_UID"),
+}
 
 
 @dataclass(frozen=True)
@@ -140,7 +146,7 @@ class PodIndex:
 
 
 def _claims(env: dict[str, str]) -> dict[str, str]:
-    return {k: env[settings.name(k)] for k in ENV_KEYS if env.get(settings.name(k))}
+    return {k: env[var] for k, var in ENV_KEYS.items() if env.get(var)}
 
 
 def _mismatch(claims: dict[str, str], ref: PodRef | None, container: str) -> str:
