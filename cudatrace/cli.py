@@ -32,6 +32,7 @@ COMMANDS = {
     "export": ("export", "Write a trace for other tools: pprof, speedscope, Perfetto."),
     "sweep": ("sweep", "Run at several values of a flag; fit how each site grows."),
     "status": ("status", "Show the budgets in force and who uses them."),
+    "top": ("top", "Watch the GPUs live: processes, budgets, sites, denials."),
     "doctor": ("doctor", "Say what a run would see on this machine, and what to do."),
     "demo": ("demo", "The KV-pool defect, traced, diffed, bounded and swept."),
     "metrics": ("metrics", "Serve budgets and traced runs to Prometheus."),
