@@ -83,7 +83,7 @@ def render(
         return _clip(["cudatrace top: reading the devices, ledgers and traces ..."], width)
     head = _clip(_head(snap, view, width), width)
     procs = _clip(_processes(snap, view, width), width)
-    rest = _groups(snap, view, width) + _sites(snap, view, width) + _denials(snap, view)
+    rest = _groups(snap, view, width) + _sites(snap, view, width) + _denials(snap, view, width)
     rest = _clip(rest + _notes(snap), width)
     if height is not None:
         room = height - len(head) - len(rest)
@@ -205,6 +205,9 @@ def _table(
         if width is None or _row_width(rows, cols) <= width:
             break
         cols.remove(c)
+    if width is not None:  # the last column gets the room left (names keep their function)
+        room = max(8, width - _row_width(rows, cols[:-1]) - 2)
+        rows = [[*r[:-1], fit(r[-1], room, terminal=True)] for r in rows]
     w = {c: max(len(r[c]) for r in rows) for c in cols}
     out = []
     for r in rows:
@@ -214,7 +217,7 @@ def _table(
 
 
 def _row_width(rows: list[list[str]], cols: list[int]) -> int:
-    return 2 + sum(max(len(r[c]) for r in rows) for c in cols) + 2 * (len(cols) - 1)
+    return 2 + sum(max(len(r[c]) for r in rows) for c in cols) + 2 * max(0, len(cols) - 1)
 
 
 # ---- groups, sites, denials -------------------------------------------------------------------
@@ -293,12 +296,13 @@ def _sites(snap: TopSnapshot, view: View, width: int | None) -> list[str]:
     return ["TOP SITES (runs being traced)", *lines] if lines else []
 
 
-def _denials(snap: TopSnapshot, view: View) -> list[str]:
+def _denials(snap: TopSnapshot, view: View, width: int | None) -> list[str]:
     rows = [x for x in snap["denials"] if view.group in (None, x["group"])]
-    return ["LATEST DENIALS", *map(_denial_line, rows)] if rows else []
+    room = None if width is None else max(20, width - 12)  # a site's name on a line of its own
+    return ["LATEST DENIALS", *(_denial_line(x, room) for x in rows)] if rows else []
 
 
-def _denial_line(x: TopDenial) -> str:
+def _denial_line(x: TopDenial, room: int | None) -> str:
     when = (
         time.strftime("%H:%M:%S", time.localtime(x["wall_time"])) if x["wall_time"] else "--:--:--"
     )
@@ -308,7 +312,10 @@ def _denial_line(x: TopDenial) -> str:
                 "library's line on its stderr names it)")  # fmt: skip
     size = format_bytes(x["bytes"]) if x["bytes"] is not None else "?"
     times = f" x{x['count']}" if x["count"] > 1 else ""
-    line = f"  {when}  {who}: {size}{times} {x['api']} at {printable(x['label'])}"
+    label = printable(x["label"])
+    if room is not None:
+        label = fit(label, room, terminal=True)
+    line = f"  {when}  {who}: {size}{times} {x['api']} at {label}"
     if x["limit"] is not None and x["in_use"] is not None:
         line += f"; in use {format_bytes(x['in_use'])} of {format_bytes(x['limit'])}"
     return line
