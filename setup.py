@@ -21,7 +21,7 @@ from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 ROOT = Path(__file__).resolve().parent
-SOURCE_SUFFIXES = (".h", ".c", ".def")
+SOURCE_SUFFIXES = (".h", ".c", ".def", ".py")  # .py: native/floor/glibc_floor.py
 DEMO_FILES = ["examples/kv-pool/kvpool.c", "examples/kv-pool/Makefile"]
 
 
@@ -38,14 +38,17 @@ BUILDING = {"build", "build_py", "bdist_wheel", "editable_wheel", "develop", "in
 
 
 def missing_tools() -> list[str]:
-    """What the native build needs and this machine lacks: the C compiler ($CC, else cc) and
-    make."""
+    """What the native build needs and this machine lacks: the C compiler ($CC, else cc), make
+    and readelf (binutils: the glibc floor's check, native/Makefile)."""
     cc = shlex.split(os.environ.get("CC", "cc")) or ["cc"]
     out = []
     if shutil.which(cc[0]) is None:
         out.append(f"a C compiler ({'CC=' + cc[0] if 'CC' in os.environ else 'cc'} not found)")
     if shutil.which("make") is None:
         out.append("make")
+    readelf = os.environ.get("READELF", "readelf")
+    if shutil.which(readelf) is None:  # native/floor/glibc_floor.py reads the C library with it
+        out.append(f"readelf ({readelf} not found; binutils)")
     return out
 
 
@@ -57,8 +60,9 @@ def check_tools() -> None:
         sys.exit(
             "cudatrace: cannot build: missing {}.\n"
             "cudatrace builds its preload library (plain C; no CUDA toolkit needed) with a C "
-            "compiler and make. On Debian or Ubuntu: apt-get install gcc make; elsewhere install "
-            "gcc (or clang) and make, or set CC to your compiler.".format(" and ".join(lack))
+            "compiler, make and readelf. On Debian or Ubuntu: apt-get install gcc make binutils; "
+            "elsewhere install gcc (or clang), make and binutils, or set CC to your "
+            "compiler.".format(" and ".join(lack))
         )
 
 
@@ -68,7 +72,16 @@ class BuildShim(build_py):
         super().run()
         out = Path(self.build_lib) / "cudatrace" / "_native"
         out.mkdir(parents=True, exist_ok=True)
-        subprocess.check_call(["make", "-s", "-C", str(ROOT / "native"), "OUT=%s" % out.resolve()])
+        subprocess.check_call(
+            [
+                "make",
+                "-s",
+                "-C",
+                str(ROOT / "native"),
+                "OUT=%s" % out.resolve(),
+                "PYTHON=%s" % sys.executable,
+            ]
+        )
         _copy_tree(ROOT / "native", out / "native")
         _copy_tree(ROOT / "sim", out / "sim")
         demo = out / "demo"

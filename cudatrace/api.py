@@ -317,7 +317,7 @@ class Tracker:
             raise ValueError(f"at must be 'peak' or 'end', not {at!r}")
         if not self.end_ns:
             raise RuntimeError("sites() is read after the block has ended")
-        from .analyze import live_sites
+        from .analyze.documents import live_sites
 
         rows = live_sites.block_sites(
             _own_trace(), self.start_ns, self.end_ns, at, limit, self.anchor
@@ -332,7 +332,7 @@ class Tracker:
         directory; empty without one."""
         if not self.end_ns:
             raise RuntimeError("children() is read after the block has ended")
-        from .analyze import live_sites
+        from .analyze.documents import live_sites
 
         return live_sites.descendant_peaks(
             settings.value("DIR"), os.getpid(), self.start_ns, self.end_ns

@@ -13,7 +13,7 @@ class Attribution(NamedTuple):
     """Every command that reports (report, diff, export, sweep) means the same by these."""
 
     depth: int = 1  # frames that make a site
-    fold: bool = True  # fold the allocator layers (analyze/layers.py)
+    fold: bool = True  # fold the allocator layers (analyze/sites/layers.py)
     fold_patterns: tuple[str, ...] = ()  # --fold REGEX: more layers, '!REGEX': never a layer
     full_names: bool = False  # whole demangled signatures
     view: str = "hybrid"  # a VIEWS word: Python frames and native ones, or one kind alone

@@ -4,7 +4,7 @@ the command line loads without the analysis)."""
 
 from __future__ import annotations
 
-# `report --by`: how sites are grouped (analyze/sites.py, group_sites)
+# `report --by`: how sites are grouped (analyze/sites/stacks.py, group_sites)
 GROUPINGS = ("site", "api", "library", "process", "rank")
 
 # `--on-exceed`: what the shim does with an allocation over budget (CUDATRACE_ON_EXCEED,

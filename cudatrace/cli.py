@@ -6,8 +6,7 @@ module names them and loads only the one invoked, so that `cudatrace run` starts
 
 Errors: a command raises `CudatraceError` (errors.py); `Main.invoke` catches it once, prints
 `cudatrace: MESSAGE` on stderr and exits with its status (`run`'s own errors with a status of
-their own, apart from CMD's: docs/exit-codes.md). A command returns its exit status (None or 0
-for success).
+their own, apart from CMD's: docs/exit-codes.md). A command returns its exit status (None: 0).
 """
 
 from __future__ import annotations
@@ -36,7 +35,9 @@ COMMANDS = {
     "doctor": ("doctor", "Say what a run would see on this machine, and what to do."),
     "demo": ("demo", "The KV-pool defect, traced, diffed, bounded and swept."),
     "metrics": ("metrics", "Serve budgets and traced runs to Prometheus."),
-    "slurm-taskprolog": ("slurm", "Give a Slurm job its share of its GPU as a budget."),
+    "slurm-prolog": ("slurm", "Seal a Slurm job's share of its GPU as its budget (root)."),
+    "slurm-epilog": ("slurm", "Remove a Slurm job's fence record when it ends (root)."),
+    "slurm-taskprolog": ("slurm", "Load the preload library into a Slurm job's tasks."),
     "cdi": ("cdi", "Write CDI specs whose devices are budgets, for containers."),
     "node": ("node", "Run the node agent for containers and Kubernetes."),
     "webhook": ("webhook", "Serve the admission webhook that fences annotated pods."),

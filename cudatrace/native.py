@@ -17,6 +17,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,13 +63,14 @@ def sim_source_dir() -> Path | None:
 
 
 def _stale(lib: Path, src: Path) -> bool:
-    """lib is missing or older than a source: native/'s C, headers, .def files and Makefile,
-    and cudatrace/__init__.py (the version the Makefile stamps into the shim)."""
+    """lib is missing or older than a source: native/'s C, headers, .def files, Makefile and
+    the glibc floor's script, and cudatrace/__init__.py (the version the Makefile stamps into
+    the shim)."""
     if not lib.exists():
         return True
     mtime = lib.stat().st_mtime
     sources = [
-        p for p in src.rglob("*") if p.suffix in (".c", ".h", ".def") or p.name == "Makefile"
+        p for p in src.rglob("*") if p.suffix in (".c", ".h", ".def", ".py") or p.name == "Makefile"
     ]
     return any(p.stat().st_mtime > mtime for p in [*sources, PKG_DIR / "__init__.py"])
 
@@ -128,7 +130,8 @@ def _build_lock() -> Iterator[None]:
 
 def _make(src: Path, libs: list[Path]) -> None:
     res = subprocess.run(
-        ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}"] + [str(lib) for lib in libs],
+        ["make", "-s", "-C", str(src), f"OUT={NATIVE_DIR}", f"PYTHON={sys.executable}"]
+        + [str(lib) for lib in libs],
         capture_output=True,
         text=True,
     )

@@ -396,7 +396,7 @@ class TopRunDevice(TypedDict):
 
 
 class TopRun(TypedDict):
-    """A run being traced, as analyze/live.py reads it now."""
+    """A run being traced, as analyze/documents/live.py reads it now."""
 
     run: str  # the directory's name
     path: str

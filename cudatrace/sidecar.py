@@ -1,6 +1,6 @@
 """The compressed copy of a trace's sealed chunks, `<pid>.<n>.ctrace.z` (docs/format.md,
 "Sealed chunks"): written by the launcher's sealer (record/seal.py), read back by the reader
-(analyze/unseal.py). A leaf: imports nothing from cudatrace.
+(analyze/read/unseal.py). A leaf: imports nothing from cudatrace.
 
 Entries back to back, each
 

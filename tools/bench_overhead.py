@@ -177,7 +177,7 @@ class Runner:
 
     def count_events(self, trace_dir: Path) -> int | None:
         try:
-            from cudatrace.analyze.trace import read_dir
+            from cudatrace.analyze.read.trace import read_dir
 
             return sum(len(t.events) for t in read_dir(trace_dir).traces)
         except Exception as e:  # the count is a sanity check only

@@ -197,7 +197,7 @@ def main() -> int:
         )
     trace = tmp / "trace-python"
     sys.path.insert(0, str(REPO))
-    from cudatrace.analyze.trace import iter_events, read_dir
+    from cudatrace.analyze.read.trace import iter_events, read_dir
 
     t = read_dir(trace).traces[0]
     leaves = {e["stack"] for _, e in zip(range(2000), iter_events(t))}

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from cudatrace.analyze.trace import C  # noqa: E402
+from cudatrace.analyze.read.trace import C  # noqa: E402
 from support import tracegen as tg  # noqa: E402
 
 TARGET_S, TARGET_MB = 5.0, 500.0
@@ -310,8 +310,9 @@ def main() -> int:
         argv = [a for a in sys.argv[1:] if a not in ("--regen", "--json")]
         subprocess.run([sys.executable, __file__, *argv, "--generate-only"], check=True)
 
-    from cudatrace.analyze.analysis import Analysis, build_report
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.documents.analysis import Analysis
+    from cudatrace.analyze.documents.report import build_report
+    from cudatrace.analyze.read.trace import read_dir
     from cudatrace.present.plot import render_svg
     from cudatrace.present.report import render_text
 
@@ -329,7 +330,7 @@ def main() -> int:
     td = read_dir(d)
     t1 = time.perf_counter()
     if args.backend == "python":  # the tests' Python oracle instead of the C replay
-        from cudatrace.analyze import analysis
+        from cudatrace.analyze.documents import analysis
         from support.replay_oracle import build_with
 
         analysis.build = lambda td_, *a, **k: build_with(td_, "python", *a, **k)

@@ -124,7 +124,7 @@ def run_env(b: dict, trace_dir: Path | None, depth: int | None, verify: bool = F
 
 
 def cache_figures(arch: str, b: dict, work: Path, pairs: int, depth: int) -> dict:
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.read.trace import read_dir
 
     d = work / "verify"
     shutil.rmtree(d, ignore_errors=True)

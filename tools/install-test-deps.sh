@@ -34,6 +34,8 @@ PACKAGES=(
     "libc6-dev-arm64-cross: the aarch64 C library to link against"
     "binutils-aarch64-linux-gnu: the aarch64 linker"
     "qemu-user: qemu-aarch64 -L runs the aarch64 builds (no binfmt needed)"
+    "mmdebstrap: Debian 11 and 13 roots from deb.debian.org (test_old_images.py, test_glibc_versions.py: the glibc floor)"
+    "musl-tools: musl-gcc and musl's loader, for the Alpine-like image of test_old_images.py (musl programs start unfenced)"
     "prometheus: test_metrics.py scrapes cudatrace metrics with a real server on 127.0.0.1"
     "slurm-wlm: test_slurm.py runs a one-node cluster with cudatrace as its TaskProlog"
     "munge: Slurm's authentication, for that cluster"

@@ -45,7 +45,13 @@ def run_cdi(setup: NodeSetup, show: bool = False) -> dict[str, dict]:
     if show:
         click.echo(json.dumps(specs, indent=2))
         return specs
-    click.echo(f"cudatrace: preload library {inst.lib}", err=True)
+    from ..deploy.install import glibc_floor
+
+    click.echo(
+        f"cudatrace: preload library {inst.lib} (images with glibc {glibc_floor()} or later; "
+        "musl and static programs run unfenced)",
+        err=True,
+    )
     for p in written:
         click.echo(f"cudatrace: wrote {p}", err=True)
     for f in offered:

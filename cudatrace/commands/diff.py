@@ -51,9 +51,9 @@ def run_diff(
     symbolizer: Symbolizer | None = None,
 ) -> None:
     """The body of `cudatrace diff` (also callable from Python). Raises CudatraceError."""
-    from ..analyze.analysis import Analysis
-    from ..analyze.diff import diff as diff_of
-    from ..analyze.diff import share_graph
+    from ..analyze.documents.analysis import Analysis
+    from ..analyze.documents.diff import diff as diff_of
+    from ..analyze.documents.diff import share_graph
     from ..present.diff import render_text
     from ..progress import stderr_is_tty
 

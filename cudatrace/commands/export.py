@@ -59,7 +59,7 @@ def run_export(
 ) -> None:
     """Write the trace at PATH as FORMAT to OUTPUT (also callable from Python). The file
     appears whole or not at all. Raises CudatraceError."""
-    from ..analyze.analysis import Analysis
+    from ..analyze.documents.analysis import Analysis
     from ..present.export import get
     from ..present.export.view import View
     from ..progress import stderr_is_tty

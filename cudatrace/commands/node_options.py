@@ -10,8 +10,8 @@ from typing import Any, NamedTuple
 
 import click
 
-from .. import choices, settings
-from .options import option_group
+from .. import settings
+from .options import on_exceed_option, option_group
 from .params import F
 
 
@@ -36,89 +36,100 @@ class NodeSetup(NamedTuple):
     ) -> Callable[[F], F]:
         """The options; offers False leaves out --budget and --groups (the DRA plugin's
         budgets are its claims')."""
-        path = click.Path(path_type=Path)
-        offered = [
-            click.option(
-                "--budget",
-                "budgets",
-                metavar="SIZE",
-                multiple=True,
-                help="Offer the device <vendor>/budget=SIZE: each container given it has "
-                "its own budget of SIZE (8GiB). Repeatable.",
-            ),
-            click.option(
-                "--groups",
-                metavar="FILE",
-                type=click.Path(dir_okay=False, path_type=Path),
-                help="Offer the named groups of FILE as <vendor>/group=NAME: the containers "
-                "given a group share its budget (INI: [NAME] budget = 40GiB).",
-            ),
-        ]
         return option_group(
             "setup",
             cls,
-            (offered if offers else [])
-            + [
-                click.option(
-                    "--root",
-                    metavar="DIR",
-                    type=path,
-                    default="/var/lib/cudatrace",
-                    show_default=True,
-                    help="Where the preload library is installed (versioned).",
-                ),
-                click.option(
-                    "--state",
-                    metavar="DIR",
-                    type=path,
-                    default="/run/cudatrace",
-                    show_default=True,
-                    help="Where groups' and DRA claims' ledger directories live (a tmpfs: made at "
-                    "boot).",
-                ),
-                click.option(
-                    "--cdi-dir",
-                    metavar="DIR",
-                    type=path,
-                    default=cdi_dir_default,
-                    show_default=True,
-                    help="Where CDI specs are written (/etc/cdi or /var/run/cdi: where runtimes "
-                    "read them).",
-                ),
-                click.option(
-                    "--vendor",
-                    default="cudatrace.dev",
-                    show_default=True,
-                    help="The CDI vendor: devices are VENDOR/budget=SIZE, VENDOR/group=NAME (and "
-                    "VENDOR/claim=UID-gpu-N for DRA claims).",
-                ),
-                click.option(
-                    "--preload",
-                    type=click.Choice(["file", "env"]),
-                    default="file",
-                    show_default=True,
-                    help="How containers load the library: file, through /etc/ld.so.preload "
-                    "(an application's own LD_PRELOAD stays); env, through LD_PRELOAD (for "
-                    "sandboxes that do not read /etc/ld.so.preload; replaces the "
-                    "application's).",
-                ),
-                click.option(
-                    "--on-exceed",
-                    type=click.Choice(choices.ON_EXCEED),
-                    default=settings.default_text("ON_EXCEED"),
-                    show_default=True,
-                    help="Over budget (groups may set their own): fail the allocation, warn, "
-                    "or abort the process.",
-                ),
-                click.option(
-                    "--shim",
-                    metavar="FILE",
-                    type=click.Path(dir_okay=False, exists=True, path_type=Path),
-                    help="Install this build of the preload library (e.g. one built for an "
-                    "older glibc: tools/cross-build-shim) instead of the package's.",
-                ),
-            ],
+            (_offers() if offers else []) + _places(cdi_dir_default) + _library(),
         )
+
+
+def _offers() -> list[Callable[[F], F]]:
+    """What the node offers containers: budgets of a size, named groups."""
+    return [
+        click.option(
+            "--budget",
+            "budgets",
+            metavar="SIZE",
+            multiple=True,
+            help="Offer the device <vendor>/budget=SIZE: each container given it has "
+            "its own budget of SIZE (8GiB). Repeatable.",
+        ),
+        click.option(
+            "--groups",
+            metavar="FILE",
+            type=click.Path(dir_okay=False, path_type=Path),
+            help="Offer the named groups of FILE as <vendor>/group=NAME: the containers "
+            "given a group share its budget (INI: [NAME] budget = 40GiB).",
+        ),
+    ]
+
+
+def _places(cdi_dir_default: str | None) -> list[Callable[[F], F]]:
+    """Where the node's pieces live: the library, the ledgers' directories, the CDI specs."""
+    path = click.Path(path_type=Path)
+    return [
+        click.option(
+            "--root",
+            metavar="DIR",
+            type=path,
+            default="/var/lib/cudatrace",
+            show_default=True,
+            help="Where the preload library is installed (versioned).",
+        ),
+        click.option(
+            "--state",
+            metavar="DIR",
+            type=path,
+            default="/run/cudatrace",
+            show_default=True,
+            help="Where groups' and DRA claims' ledger directories live (a tmpfs: made at boot).",
+        ),
+        click.option(
+            "--cdi-dir",
+            metavar="DIR",
+            type=path,
+            default=cdi_dir_default,
+            show_default=True,
+            help="Where CDI specs are written (/etc/cdi or /var/run/cdi: where runtimes "
+            "read them).",
+        ),
+    ]
+
+
+def _library() -> list[Callable[[F], F]]:
+    """How containers get the library and what it does: the CDI vendor, the way it is
+    loaded, over budget, which build."""
+    return [
+        click.option(
+            "--vendor",
+            default="cudatrace.dev",
+            show_default=True,
+            help="The CDI vendor: devices are VENDOR/budget=SIZE, VENDOR/group=NAME (and "
+            "VENDOR/claim=UID-gpu-N for DRA claims).",
+        ),
+        click.option(
+            "--preload",
+            type=click.Choice(["file", "env"]),
+            default="file",
+            show_default=True,
+            help="How containers load the library: file, through /etc/ld.so.preload "
+            "(an application's own LD_PRELOAD stays); env, through LD_PRELOAD (for "
+            "sandboxes that do not read /etc/ld.so.preload; replaces the "
+            "application's).",
+        ),
+        on_exceed_option(
+            "Over budget (groups may set their own): fail the allocation, warn, or abort the "
+            "process."
+        ),
+        click.option(
+            "--shim",
+            metavar="FILE",
+            type=click.Path(dir_okay=False, exists=True, path_type=Path),
+            help="Install this build of the preload library instead of the "
+            "package's (e.g. one with other CFLAGS: tools/cross-build-shim); refused if "
+            "it needs a glibc newer than the package's floor (2.17).",
+        ),
+    ]
 
 
 class KubeAccess(NamedTuple):

@@ -217,6 +217,19 @@ class Outputs(NamedTuple):
 
 # ---- a traced run's settings (run, sweep) ----------------------------------------------------
 
+
+def on_exceed_option(help: str) -> Callable[[F], F]:
+    """--on-exceed (what the preload library does over budget), its default settings.def's;
+    help: what each choice does for this command."""
+    return click.option(
+        "--on-exceed",
+        type=click.Choice(choices.ON_EXCEED),
+        default=settings.default_text("ON_EXCEED"),
+        show_default=True,
+        help=help,
+    )
+
+
 BUDGET_HELP = (
     "Device-memory limit for the whole process tree: a size (8GiB, 512MiB, 1.5GiB; "
     "8G means 8 GiB = 8*2^30 bytes, 8GB means 8*10^9), a share of each device's total "
@@ -293,13 +306,9 @@ class RunSettings(NamedTuple):
                     f"default {settings.default_text('GROUP_WAIT')}, for it to be set); a "
                     "different budget is refused while the group is in use.",
                 ),
-                click.option(
-                    "--on-exceed",
-                    type=click.Choice(choices.ON_EXCEED),
-                    default=settings.default_text("ON_EXCEED"),
-                    show_default=True,
-                    help="Over budget: fail the allocation with out-of-memory; warn and allow "
-                    "it; or abort: stop the whole process tree with a non-zero status.",
+                on_exceed_option(
+                    "Over budget: fail the allocation with out-of-memory; warn and allow it; or "
+                    "abort: stop the whole process tree with a non-zero status."
                 ),
                 click.option(
                     "--count-host",

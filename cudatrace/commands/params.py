@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import click
 
 from .. import settings
-from ..errors import OptionError
+from ..errors import CudatraceError, OptionError
 
 F = TypeVar("F", bound=Callable[..., Any])  # a click command, as decorated
 
@@ -32,75 +32,78 @@ class OutputPath(click.Path):
         return super().convert(value, param, ctx)
 
 
-class MomentSpec(click.ParamType):
+class Parsed(click.ParamType):
+    """A value read by a parser of a floor below, imported when a value comes (the command
+    line loads without it): what it refuses is an OptionError naming the option and the value.
+    A value already read (a default) is taken as it is."""
+
+    def parse(self, value: str) -> Any:  # raises a CudatraceError that says why
+        raise NotImplementedError
+
+    def refused(self, name: str, value: str, why: CudatraceError) -> str:
+        return f"{name} {value}: {why}"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not isinstance(value, str):
+            return value
+        try:
+            return self.parse(value)
+        except CudatraceError as e:
+            raise OptionError(self.refused(_name(param), value, e)) from None
+
+
+class MomentSpec(Parsed):
     """--at: peak, end or TIME seconds since the start; the spec itself is kept (it is echoed
     in reports and JSON), checked here once."""
 
     name = "moment"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from ..units import UnitError, parse_moment
+    def parse(self, value: str) -> str:
+        from ..units import parse_moment
 
-        try:
-            parse_moment(value)
-        except UnitError as e:
-            raise OptionError(f"{_name(param)} {e}") from None
+        parse_moment(value)
         return value
 
+    def refused(self, name: str, value: str, why: CudatraceError) -> str:
+        return f"{name} {why}"  # the moment's error names it
 
-class Duration(click.ParamType):
+
+class Duration(Parsed):
     """A time ('30s', '2min', '1500ms', '2.5') -> float seconds."""
 
     name = "time"
 
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        from ..units import UnitError, parse_time
+    def parse(self, value: str) -> float:
+        from ..units import parse_time
 
-        try:
-            return parse_time(value)
-        except UnitError as e:
-            raise OptionError(f"{_name(param)} {value}: {e}") from None
+        return parse_time(value)
 
 
-class DeviceSize(click.ParamType):
+class DeviceSize(Parsed):
     """--sim-memory SIZE -> bytes: a size with its unit (16GiB, 512MiB); at least 1 MiB, so that
     a unit left out ('16') is said rather than taken as 16 bytes."""
 
     name = "size"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
+    def parse(self, value: str) -> int:
         from ..units import UnitError, parse_size
 
-        try:
-            n = parse_size(value)
-        except UnitError as e:
-            raise OptionError(f"{_name(param)} {value}: {e}") from None
+        n = parse_size(value)
         if n < 1 << 20:
-            raise OptionError(
-                f"{_name(param)} {value}: {n} bytes is no device; give a unit (16GiB, 512MiB)"
-            )
+            raise UnitError(f"{n} bytes is no device; give a unit (16GiB, 512MiB)")
         return n
 
 
-class BudgetSpec(click.ParamType):
+class BudgetSpec(Parsed):
     """--budget SPEC, checked before anything runs; the launcher resolves the SPEC itself on
     this machine (a share of free memory is measured at start)."""
 
     name = "spec"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from ..record.budget import BudgetError, parse_budget  # only a run with a budget
+    def parse(self, value: str) -> str:
+        from ..record.budget import parse_budget  # only a run with a budget
 
-        try:
-            parse_budget(value)
-        except BudgetError as e:
-            raise OptionError(f"{_name(param)} {value}: {e}") from None
+        parse_budget(value)
         return value
 
 

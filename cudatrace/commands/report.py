@@ -17,8 +17,8 @@ from ..errors import CudatraceError, OptionError
 from .options import Moment, Outputs, attribution_options, option_group
 
 if TYPE_CHECKING:
-    from ..analyze.analysis import Analysis
-    from ..analyze.documents import Report
+    from ..analyze.documents.analysis import Analysis
+    from ..analyze.documents.report_types import Report
     from ..symbols import Symbolizer
 
 
@@ -100,7 +100,7 @@ def run_report(
     the exit status: 0, or LOST_STATUS when part of a trace is lost (sealed chunks in neither
     the trace nor its sidecar: the report lacks their events, and says so on stderr too).
     Raises CudatraceError (a trace that cannot be read, a file that cannot be written)."""
-    from ..analyze.analysis import Analysis, build_report
+    from ..analyze.documents.analysis import Analysis
     from ..progress import stderr_is_tty
 
     if outputs.printed_on_stdout() and query.tree:
@@ -112,16 +112,9 @@ def run_report(
             symbolizer=symbolizer,
             progress=not outputs.as_json and stderr_is_tty(),
         )
-        r = build_report(
-            a,
-            at=moment.at,
-            by=query.by,
-            depth=attribution.depth,
-            top=query.top,
-            device=moment.device,
-        )
+        r = _report(a, attribution, moment, query)
         if query.tree:
-            from ..analyze.tree import build_tree
+            from ..analyze.documents.tree import build_tree
 
             r["tree"] = build_tree(a, at=moment.at, device=moment.device)
     except CudatraceError:
@@ -140,6 +133,20 @@ def run_report(
         )
         return LOST_STATUS
     return 0
+
+
+def _report(a: Analysis, attribution: Attribution, moment: Moment, query: Query) -> Report:
+    """The report of the moment and grouping asked (report's and --watch's)."""
+    from ..analyze.documents.report import build_report
+
+    return build_report(
+        a,
+        at=moment.at,
+        by=query.by,
+        depth=attribution.depth,
+        top=query.top,
+        device=moment.device,
+    )
 
 
 def _write_files(
@@ -196,8 +203,8 @@ def watch_report(
 ) -> int:
     """The body of `cudatrace report --watch` (returns the number of renders): the text report every `interval` seconds until
     Ctrl-C or the run's end (present/watch.py)."""
-    from ..analyze.analysis import Analysis, build_report
-    from ..analyze.sites import make_symbolizer
+    from ..analyze.documents.analysis import Analysis
+    from ..analyze.sites.stacks import make_symbolizer
     from ..present.report import render_text
     from ..present.text import use_colour
     from ..present.watch import loop, run_ended
@@ -208,15 +215,7 @@ def watch_report(
     def render() -> str:
         try:
             a = Analysis(path, attribution, symbolizer=sym)
-            r = build_report(
-                a,
-                at=moment.at,
-                by=query.by,
-                depth=attribution.depth,
-                top=query.top,
-                device=moment.device,
-            )
-            return render_text(r, colour=colour)
+            return render_text(_report(a, attribution, moment, query), colour=colour)
         except CudatraceError as e:
             return f"cudatrace: {e}\n(waiting: the trace may not have been written yet)\n"
         except ValueError as e:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import re
 import sys
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from .. import tracedir
 from ..attribution import Attribution
 from ..errors import OptionError
 from ..outputs import OutputError, write_output
@@ -22,7 +22,7 @@ from .params import SizeWordCommand
 from .sweep_options import Fit, Stop, Where
 
 if TYPE_CHECKING:
-    from ..analyze.documents import Sweep
+    from ..analyze.documents.sweep_types import Sweep
     from ..sweep.knobs import Knob
     from ..sweep.runs import Plan
 
@@ -88,7 +88,7 @@ def run_sweep(
     out = (
         Path(where.out_dir)
         if where.out_dir
-        else default_out(cmd[0].replace("{", "").replace("}", ""))
+        else tracedir.fresh(cmd[0].replace("{", "").replace("}", ""), "sweep")
     )
     plan = Plan(
         knobs,
@@ -120,7 +120,7 @@ def run_sweep(
 
 def _progress(plan: Plan) -> Callable[[int, int, dict[str, Any]], None]:
     """The line said as each run ends: its value, how it ended, its peak."""
-    from ..analyze import sweep_sentences as sentences
+    from ..analyze.documents import sweep_sentences as sentences
     from ..sweep.knobs import text_of
 
     def progress(n: int, total: int, rec: dict[str, Any]) -> None:
@@ -194,16 +194,6 @@ def _show(doc: Sweep, runs: list[dict[str, Any]], outputs: Outputs) -> int:
         sys.stdout.flush()
     rc = 0 if sum(1 for r in runs if r["included"]) >= 2 else 1
     return _write_html(outputs.html, doc) or rc
-
-
-def default_out(cmd0: str) -> Path:
-    base = "cudatrace-sweep-{}-{}".format(Path(cmd0).name or "run", time.strftime("%Y%m%d-%H%M%S"))
-    p = Path.cwd() / base
-    n = 1
-    while p.exists():
-        n += 1
-        p = Path.cwd() / ("%s-%d" % (base, n))
-    return p
 
 
 def _check_html(html: Path | None) -> None:

@@ -90,8 +90,8 @@ def top(
 
 
 def _gatherer(traces: tuple[Path, ...], sites: int) -> Gatherer:
-    from ..analyze.live import Runs
-    from ..analyze.sites import make_symbolizer
+    from ..analyze.documents.live import Runs
+    from ..analyze.sites.stacks import make_symbolizer
     from ..record.top import Gatherer
 
     runs = Runs(sites, make_symbolizer(progress=False))
@@ -99,7 +99,7 @@ def _gatherer(traces: tuple[Path, ...], sites: int) -> Gatherer:
 
 
 def _once(snapshot: Callable[[], TopSnapshot], view: View, as_json: bool) -> None:
-    from ..analyze.names import on_terminal
+    from ..analyze.sites.names import on_terminal
     from ..present.text import term_width
     from ..present.top import render
 

@@ -174,7 +174,6 @@ def daemonset(c: Cluster) -> dict:
     args = ["node", "--root", DEFAULT_ROOT, "--state", DEFAULT_STATE, "--cdi-dir", CDI_DIR,
             "--listen", f"$(POD_IP):{METRICS_PORT}", *more]  # fmt: skip
     scheme = "HTTPS" if c.metrics_tls is not None else "HTTP"
-    labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "node"}
     pod: dict = {
         "serviceAccountName": f"{APP}-node",
         "priorityClassName": NODE_CRITICAL,
@@ -186,15 +185,7 @@ def daemonset(c: Cluster) -> dict:
                 "image": c.image,
                 "command": ["cudatrace"],
                 "args": args,
-                "env": [
-                    {
-                        "name": "NODE_NAME",
-                        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
-                    },
-                    POD_IP,
-                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
-                ],
+                "env": _node_env(),
                 "ports": [{"name": "metrics", "containerPort": METRICS_PORT}],
                 "livenessProbe": _probe("/healthz", "metrics", scheme, delay=30),
                 "readinessProbe": _probe("/readyz", "metrics", scheme),
@@ -208,20 +199,43 @@ def daemonset(c: Cluster) -> dict:
         ],
         "volumes": volumes,
     }
+    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
+              "prometheus.io/scheme": scheme.lower()}  # fmt: skip
+    return _node_daemonset(c, "node", pod, scrape)
+
+
+def _node_env() -> list[dict]:
+    """The environment of the node's daemons: their node, their pod's address, every GPU (for
+    NVML, its utility capability alone)."""
+    return [
+        {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+        POD_IP,
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
+        {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
+    ]
+
+
+def _node_daemonset(c: Cluster, component: str, pod: dict, annotations: dict | None = None) -> dict:
+    """A DaemonSet of one of the node's daemons (component: node, dra-plugin), its pods on the
+    runtime class and the nodes asked, rolled one node at a time."""
+    labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": component}
     if c.runtime_class:
         pod["runtimeClassName"] = c.runtime_class
     if c.node_selector:
         pod["nodeSelector"] = c.node_selector
-    scrape = {"prometheus.io/scrape": "true", "prometheus.io/port": str(METRICS_PORT),
-              "prometheus.io/scheme": scheme.lower()}  # fmt: skip
+    template: dict = {"labels": labels}
+    if annotations:
+        template["annotations"] = annotations
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": _meta(f"{APP}-node", c.namespace, **{"app.kubernetes.io/component": "node"}),
+        "metadata": _meta(
+            f"{APP}-{component}", c.namespace, **{"app.kubernetes.io/component": component}
+        ),
         "spec": {
             "selector": {"matchLabels": labels},
             "updateStrategy": {"type": "RollingUpdate"},
-            "template": {"metadata": {"labels": labels, "annotations": scrape}, "spec": pod},
+            "template": {"metadata": template, "spec": pod},
         },
     }
 
@@ -291,10 +305,48 @@ def _agent_access(c: Cluster) -> list[dict]:
 
 
 def _webhook_objects(c: Cluster) -> list[dict]:
+    """The webhook: its account, certificate, Deployment, Service, disruption budget and the
+    MutatingWebhookConfiguration that calls it."""
     assert c.tls is not None
-    ns, image, tls, replicas = c.namespace, c.image, c.tls, c.replicas
+    ns, tls = c.namespace, c.tls
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "webhook"}
     name = f"{APP}-webhook"
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": _meta(name, ns),
+            "automountServiceAccountToken": False,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": _meta(f"{name}-tls", ns),
+            "type": "kubernetes.io/tls",
+            "data": {"tls.crt": _b64(tls["tls.crt"]), "tls.key": _b64(tls["tls.key"])},
+        },
+        _webhook_deployment(c, name, labels),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(name, ns),
+            "spec": {
+                "selector": labels,
+                "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
+            },
+        },
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(name, ns),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+        },
+        _webhook_configuration(ns, name, tls, c.webhook_on_error),
+    ]
+
+
+def _webhook_deployment(c: Cluster, name: str, labels: dict[str, str]) -> dict:
+    """The webhook's pods: spread over nodes, unprivileged, its certificate mounted."""
     secure = {
         "runAsNonRoot": True,
         "runAsUser": 65534,
@@ -305,7 +357,7 @@ def _webhook_objects(c: Cluster) -> list[dict]:
     }
     container = {
         "name": "webhook",
-        "image": image,
+        "image": c.image,
         "command": ["cudatrace"],
         "args": [
             "webhook",
@@ -327,64 +379,33 @@ def _webhook_objects(c: Cluster) -> list[dict]:
         "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}},
         "volumeMounts": [{"name": "tls", "mountPath": "/tls", "readOnly": True}],
     }
-    return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(name, ns),
-            "automountServiceAccountToken": False,
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": _meta(f"{name}-tls", ns),
-            "type": "kubernetes.io/tls",
-            "data": {"tls.crt": _b64(tls["tls.crt"]), "tls.key": _b64(tls["tls.key"])},
-        },
-        {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": _meta(name, ns, **{"app.kubernetes.io/component": "webhook"}),
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": labels},
-                "template": {
-                    "metadata": {"labels": labels},
-                    "spec": {
-                        "serviceAccountName": name,
-                        "automountServiceAccountToken": False,
-                        "priorityClassName": CLUSTER_CRITICAL,
-                        "topologySpreadConstraints": [
-                            {
-                                "maxSkew": 1,
-                                "topologyKey": "kubernetes.io/hostname",
-                                "whenUnsatisfiable": "ScheduleAnyway",
-                                "labelSelector": {"matchLabels": labels},
-                            }
-                        ],
-                        "containers": [container],
-                        "volumes": [{"name": "tls", "secret": {"secretName": f"{name}-tls"}}],
-                    },
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(name, c.namespace, **{"app.kubernetes.io/component": "webhook"}),
+        "spec": {
+            "replicas": c.replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": name,
+                    "automountServiceAccountToken": False,
+                    "priorityClassName": CLUSTER_CRITICAL,
+                    "topologySpreadConstraints": [
+                        {
+                            "maxSkew": 1,
+                            "topologyKey": "kubernetes.io/hostname",
+                            "whenUnsatisfiable": "ScheduleAnyway",
+                            "labelSelector": {"matchLabels": labels},
+                        }
+                    ],
+                    "containers": [container],
+                    "volumes": [{"name": "tls", "secret": {"secretName": f"{name}-tls"}}],
                 },
             },
         },
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": _meta(name, ns),
-            "spec": {
-                "selector": labels,
-                "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
-            },
-        },
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": _meta(name, ns),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
-        },
-        _webhook_configuration(ns, name, tls, c.webhook_on_error),
-    ]
+    }
 
 
 def _webhook_configuration(ns: str, name: str, tls: dict[str, Path], on_error: str) -> dict:
@@ -538,7 +559,6 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
     volumes = [_host_dir(n, p) for n, p in paths.items()]
     volumes.append({"name": "registry", "hostPath": {"path": registry, "type": "Directory"}})
     mounts = [{"name": n, "mountPath": p} for n, p in {**paths, "registry": registry}.items()]
-    labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "dra-plugin"}
     pod: dict[str, Any] = {
         "serviceAccountName": f"{APP}-dra-plugin",
         "priorityClassName": NODE_CRITICAL,
@@ -549,15 +569,7 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
                 "image": c.image,
                 "command": ["cudatrace"],
                 "args": args,
-                "env": [
-                    {
-                        "name": "NODE_NAME",
-                        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
-                    },
-                    POD_IP,
-                    {"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"},
-                    {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "utility"},
-                ],  # fmt: skip
+                "env": _node_env(),
                 "ports": [{"name": "health", "containerPort": DRA_HEALTH_PORT}],
                 "livenessProbe": _probe("/healthz", "health", "HTTP", delay=10),
                 "readinessProbe": _probe("/readyz", "health", "HTTP"),
@@ -571,21 +583,7 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
         ],
         "volumes": volumes,
     }
-    if c.runtime_class:
-        pod["runtimeClassName"] = c.runtime_class
-    if c.node_selector:
-        pod["nodeSelector"] = c.node_selector
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "DaemonSet",
-        "metadata": _meta(f"{APP}-dra-plugin", c.namespace,
-                          **{"app.kubernetes.io/component": "dra-plugin"}),
-        "spec": {
-            "selector": {"matchLabels": labels},
-            "updateStrategy": {"type": "RollingUpdate"},
-            "template": {"metadata": {"labels": labels}, "spec": pod},
-        },
-    }  # fmt: skip
+    return _node_daemonset(c, "dra-plugin", pod)
 
 
 def dra_objects(c: Cluster) -> list[dict[str, Any]]:

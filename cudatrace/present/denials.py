@@ -16,10 +16,11 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from ..analyze.analysis import Analysis
-from ..analyze.model import AUX, AUX2, DEV
-from ..analyze.names import on_terminal
-from ..analyze.sites import NO_STACK, api_label, make_symbolizer
+from ..analyze.documents.analysis import Analysis
+from ..analyze.replay.lives import AUX, AUX2, DEV
+from ..analyze.sites.group import NO_STACK, api_label
+from ..analyze.sites.names import on_terminal
+from ..analyze.sites.stacks import make_symbolizer
 from ..record_types import DeniedGroup
 from ..symbols import Symbolizer
 from ..units import format_bytes, printable

@@ -1,8 +1,8 @@
-"""The text of `cudatrace diff A B` (the data: analyze/diff.py)."""
+"""The text of `cudatrace diff A B` (the data: analyze/documents/diff.py)."""
 
 from __future__ import annotations
 
-from ..analyze.documents import Diff
+from ..analyze.documents.diff_types import Diff
 from ..units import format_bytes, printable
 from .text import secs_text, size_text, table, term_width, wrap_prose
 

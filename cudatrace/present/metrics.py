@@ -184,7 +184,7 @@ class Gpus:
 
 
 class TraceCache:
-    """The figures of the runs under some folders (analyze/live.py), read outside the scrape:
+    """The figures of the runs under some folders (analyze/documents/live.py), read outside the scrape:
     `runs()` asks for figures no older than `interval` seconds and waits for them at most
     `wait` seconds, else answers the last ones. A run is analyzed again only when something was
     written into its traces since (live.signature). `start()` runs the reads in a thread;
@@ -243,14 +243,14 @@ class TraceCache:
 
     def _sym(self) -> Symbolizer | None:
         if self._symbolizer is None and self.symbolize:
-            from ..analyze.sites import make_symbolizer
+            from ..analyze.sites.stacks import make_symbolizer
 
             self._symbolizer = make_symbolizer(progress=False)
         return self._symbolizer
 
     def refresh(self) -> None:
         """One pass over the runs: each running one read again where it changed."""
-        from ..analyze import live
+        from ..analyze.documents import live
 
         began = time.monotonic()
         with self._cond:

@@ -4,8 +4,9 @@ near the peak and at its highest. The report's section, and the HTML page's fact
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
-from ..analyze.documents import (
+from ..analyze.documents.report_types import (
     Report,
     ReportMax,
     ReportNear,
@@ -13,6 +14,20 @@ from ..analyze.documents import (
     ReportObservedBaseline,
 )
 from .text import no_sample_while_live, secs_text, size_text, table
+
+
+class _Seen(NamedTuple):
+    """What each kind of figures' text reads: the section, where it goes, how many samples,
+    the note of the sample near the peak, it, the highest, the baseline, the traced peak."""
+
+    o: ReportObserved
+    w: Callable[[str], object]
+    n: str
+    note: str | None
+    near: ReportNear
+    mx: ReportMax | None
+    base: ReportObservedBaseline | None
+    traced_peak: int
 
 
 def render_observed(r: Report, w: Callable[[str], object]) -> None:
@@ -47,26 +62,18 @@ def render_observed(r: Report, w: Callable[[str], object]) -> None:
             )
         return
     note = ("  ({})".format(near["note"])) if near.get("note") else None
-    args = (o, w, n, note, near, mx, base, traced_peak)
+    args = _Seen(o, w, n, note, near, mx, base, traced_peak)
     if o["nvml"] and o["per_process"]:
-        _observed_per_process(*args)
+        _observed_per_process(args)
     elif o["nvml"]:
-        _observed_device_totals(*args)
+        _observed_device_totals(args)
     else:
-        _observed_host(*args)
+        _observed_host(args)
 
 
-def _observed_per_process(
-    o: ReportObserved,
-    w: Callable[[str], object],
-    n: str,
-    note: str | None,
-    near: ReportNear,
-    mx: ReportMax | None,
-    base: ReportObservedBaseline | None,
-    traced_peak: int,
-) -> None:
+def _observed_per_process(seen: _Seen) -> None:
     """NVML per process: the tree's device memory beside the trace; the untraced rest."""
+    o, w, n, note, near, mx, base, traced_peak = seen
     w(f"Traced versus observed (NVML, {n}):")
     if note:
         w(note)
@@ -116,17 +123,9 @@ def _observed_per_process(
         )
 
 
-def _observed_device_totals(
-    o: ReportObserved,
-    w: Callable[[str], object],
-    n: str,
-    note: str | None,
-    near: ReportNear,
-    mx: ReportMax | None,
-    base: ReportObservedBaseline | None,
-    traced_peak: int,
-) -> None:
+def _observed_device_totals(seen: _Seen) -> None:
     """NVML without per-process figures: the device's total use, other processes included."""
+    o, w, n, note, near, mx, base, traced_peak = seen
     w(f"Traced versus observed (NVML device totals only, {n}):")
     if note:
         w(note)
@@ -144,17 +143,9 @@ def _observed_device_totals(
     )
 
 
-def _observed_host(
-    o: ReportObserved,
-    w: Callable[[str], object],
-    n: str,
-    note: str | None,
-    near: ReportNear,
-    mx: ReportMax | None,
-    base: ReportObservedBaseline | None,
-    traced_peak: int,
-) -> None:
+def _observed_host(seen: _Seen) -> None:
     """No NVML: what the host shows (MemAvailable, MemFree, RSS, PSS)."""
+    o, w, n, note, near, mx, base, traced_peak = seen
     w(f"Traced versus observed (the host's figures, {n}):")
     w("  no device figures: {}".format(o["nvml_why"]))
     if note:

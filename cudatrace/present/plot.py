@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 from ..units import format_bytes
 
 if TYPE_CHECKING:
-    from ..analyze.analysis import Analysis
-    from ..analyze.documents import Report
+    from ..analyze.documents.analysis import Analysis
+    from ..analyze.documents.report_types import Report
 
 W, H = 1000, 460
 ML, MR, MT, MB = 84, 24, 58, 80  # margins: room for axis labels, title, legend

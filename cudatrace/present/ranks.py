@@ -3,8 +3,8 @@ merged across ranks. Rendered from the report's `ranks` section, like the rest o
 
 from __future__ import annotations
 
-from ..analyze.documents import ReportRanks, ReportRanksSite
-from ..analyze.names import fit
+from ..analyze.documents.report_types import ReportRanks, ReportRanksSite
+from ..analyze.sites.names import fit
 from .text import plural, secs_text, size_text, table
 
 

@@ -8,16 +8,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-from ..analyze.analysis import Analysis, implausible, unrecorded
-from ..analyze.model import AUX2
-from ..analyze.names import fit, on_terminal
-from ..analyze.ranks import outliers, split_devices, tables, tagged
-from ..analyze.runfacts import driver_used, no_driver_sentence
+from ..analyze.documents.analysis import Analysis
+from ..analyze.documents.ranks import outliers, split_devices, tables
+from ..analyze.documents.report.notes import implausible, unrecorded
+from ..analyze.read.runfacts import driver_used, no_driver_sentence
+from ..analyze.read.tags import tagged
+from ..analyze.replay.lives import AUX2
+from ..analyze.sites.names import fit, on_terminal
 from ..units import format_bytes, printable, shell_quote
 from .text import end_label, no_sample_while_live, term_width, wrap_prose
 
 if TYPE_CHECKING:
-    from ..analyze.analysis import Analysis
+    from ..analyze.documents.analysis import Analysis
 
 
 def print_summary(

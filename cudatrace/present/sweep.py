@@ -1,11 +1,11 @@
 """The text of `cudatrace sweep`, rendered from the dict of --json (cudatrace.sweep/1), so the
-two never disagree (the phrases both carry: analyze/sweep_sentences.py)."""
+two never disagree (the phrases both carry: analyze/documents/sweep_sentences.py)."""
 
 from __future__ import annotations
 
-from ..analyze.documents import Sweep
-from ..analyze.names import fit, on_terminal
-from ..analyze.sweep_sentences import ratio_text, readable, slope_text
+from ..analyze.documents.sweep_sentences import ratio_text, readable, slope_text
+from ..analyze.documents.sweep_types import Sweep
+from ..analyze.sites.names import fit, on_terminal
 from .text import wrap_prose
 
 

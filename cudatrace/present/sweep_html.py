@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from html import escape
 
-from ..analyze.documents import Sweep, SweepKnob, SweepSeries
+from ..analyze.documents.sweep_types import Sweep, SweepKnob, SweepSeries
 from ..units import format_bytes
 
 W, H = 520, 240  # the chart

@@ -6,7 +6,7 @@ import os
 import shutil
 from typing import IO
 
-from ..analyze.names import fit, on_terminal
+from ..analyze.sites.names import fit, on_terminal
 from ..units import format_bytes, wrap_line
 
 

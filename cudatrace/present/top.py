@@ -6,7 +6,7 @@ alike: the same function draws both, so a script reads what a person sees.
 
 `view` (View) is what the person chose: the sort of the processes, one device or all, one
 group or all. With a width every line fits it (columns a narrow screen cannot hold are left
-out, the last one cut: names keep their function and `(file:line)`, analyze/names.py fit);
+out, the last one cut: names keep their function and `(file:line)`, analyze/sites/names.py fit);
 without one (a pipe, a file) nothing is cut. With a height (the screen) the processes give way
 first, so that groups, sites and denials stay in view.
 """
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
-from ..analyze.names import fit
+from ..analyze.sites.names import fit
 from ..record_types import (
     TopDenial,
     TopDevice,

@@ -1,12 +1,12 @@
-"""`cudatrace report --tree` as text: the caller tree (analyze/tree.py), top-down, one line per
+"""`cudatrace report --tree` as text: the caller tree (analyze/documents/tree.py), top-down, one line per
 node, chains of single children on one line (`a > b > c`), allocator layers marked [layer]
 and the sites (the code that asked, just above the layers) marked <- site, each on a line of
 its own under the chain that leads to it."""
 
 from __future__ import annotations
 
-from ..analyze.documents import ReportTree, ReportTreeNode
-from ..analyze.names import fit
+from ..analyze.documents.report_types import ReportTree, ReportTreeNode
+from ..analyze.sites.names import fit
 from ..units import printable
 from .text import percent, plural, secs_text, size_text, term_width
 

@@ -37,7 +37,7 @@ def run_ended(path: str | Path) -> tuple[bool, str]:
             return True, "the launcher is gone (killed?): the run ended without an exit status"
         return False, "the run is still going"
     try:
-        from ..analyze.trace import read_dir, read_trace
+        from ..analyze.read.trace import read_dir, read_trace
 
         traces = [read_trace(p)] if p.is_file() else read_dir(p).traces
     except Exception:

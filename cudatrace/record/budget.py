@@ -32,6 +32,7 @@ from ..nvml import Nvml
 from ..procfs import meminfo
 from ..units import NUMBER, UnitError, positive_number
 from . import ledger as ledger_mod
+from .run_ledger import open_run_ledger
 
 NVML_ERROR_NOT_SUPPORTED = 3
 MAX_DEVICES = native.constants()["CT_LEDGER_MAX_DEVICES"]  # native/include/ledger.h
@@ -345,7 +346,7 @@ def setup_ledger(
     parsed = parse_budget(spec) if spec is not None else None
     limits = resolve_limits(parsed) if parsed is not None else {}
     mode = "warn" if on_exceed == "warn" else "deny"
-    run, info = ledger_mod.open_run_ledger(
+    run, info = open_run_ledger(
         limits, group, mode, count_host, set_limits=parsed is not None, notify=notify
     )
     info["spec"] = spec

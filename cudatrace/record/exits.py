@@ -6,7 +6,7 @@ starts a trace file in the run's directory and notes the moment the kernel repor
 on the clock the traces use (CLOCK_MONOTONIC). The kernel closes a process's files, the CUDA
 driver's among them, before it reports the exit, so the memory was gone by then: the replay
 ends such a process's memory at that moment instead of holding it to the run's end
-(analyze/model.py process_ends). The moment is late by the watcher's wake-up (well under a
+(analyze/replay/model.py process_ends). The moment is late by the watcher's wake-up (well under a
 millisecond on an idle machine, more under load), never early.
 
 A process is named by pid and start time (/proc/PID/stat field 22, as the trace header names

@@ -16,7 +16,6 @@ from ..record_types import LedgerDevice, LedgerMember, LedgerSnapshot, Status, U
 from .ledger import (
     PRIVATE_RE,
     SUFFIX,
-    GroupLock,
     Ledger,
     LedgerError,
     display_name,
@@ -27,6 +26,7 @@ from .ledger import (
     list_ledgers,
     part_of,
 )
+from .run_ledger import GroupLock
 
 
 def _target(group: str | None, path: str | Path | None) -> list[list[Path]]:

@@ -9,7 +9,7 @@ every byte written, synced and read back, and only then punches the chunk out of
 disk) cuts the sidecar back to its last whole entry and leaves the chunk in the trace; the next
 pass tries again. So at every moment each chunk is whole in one of the two files: a SIGKILL of
 the target or of the launcher, or a full disk, loses nothing sealed; the reader puts the chunks
-back (analyze/unseal.py). At the end of the run, the files of processes that are gone are
+back (analyze/read/unseal.py). At the end of the run, the files of processes that are gone are
 sealed whole (no mapping of them is left) but for chunk 0, which holds the header: their header
 says so first (`sealed_chunks`, so a reader knows which chunks the sidecar must hold), and a
 file a killed process left at its chunks' size is cut to its last record.

@@ -6,7 +6,7 @@ the latest budget denials with the code that asked, and the watch's breaches.
 The devices and groups are the watch's data (record/gpuview.py through record/fence.py's
 watch_report: one NVML kept open between readings, one Watch so that its memory of contexts
 and of processes joining their ledger carries over) and `status`'s ledgers
-(record/ledger_status.py). The runs' sites are the analysis's (analyze/live.py), a floor above
+(record/ledger_status.py). The runs' sites are the analysis's (analyze/documents/live.py), a floor above
 this one: the caller passes them down as a function (`runs`), so this floor reads no trace.
 
 A process writes a run when it maps a trace file of that run's directory (the shim keeps the
@@ -46,7 +46,7 @@ from ..record_types import (
 from . import denials as denials_mod
 
 # the runs being traced among some directories (trace directories, or folders of them), each
-# as the analysis reads it now (analyze/live.py Runs.among): passed down by the command
+# as the analysis reads it now (analyze/documents/live.py Runs.among): passed down by the command
 # and what could not be read of them
 RunsReader = Callable[[Sequence[Path]], tuple[list[TopRun], list[str]]]
 DENIALS = 8  # denials a snapshot keeps, the latest

@@ -12,7 +12,7 @@ allocations denied by a budget, no trace) are reported and left out of the fits.
 
 Then the peak and every call site, with the attribution of `report` (sites.group through
 report.Analysis) matched across runs by their key as `diff` does, get the bytes live at each
-run's peak and a law in the knob (analyze/laws.py). `sweep_json` returns the whole result as
+run's peak and a law in the knob (analyze/documents/laws.py). `sweep_json` returns the whole result as
 the dict of `--json` (schema cudatrace.sweep/1, docs/sweep-json.md); the text is rendered from
 that dict (present/sweep.py). The dict is also written to DIR/sweep.json.
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..analyze.documents import Sweep
+from ..analyze.documents.sweep_types import Sweep
 from ..attribution import Attribution
 from .fits import sweep_json
 from .knobs import (

@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
-from ..analyze import laws
-from ..analyze import sweep_sentences as sentences
-from ..analyze.documents import Sweep
-from ..analyze.runfacts import no_driver_sentence
+from ..analyze.documents import laws
+from ..analyze.documents import sweep_sentences as sentences
+from ..analyze.documents.sweep_types import Sweep
+from ..analyze.read.runfacts import no_driver_sentence
 from .knobs import (
     EXPECT_TOLERANCE,
     MARGIN,
@@ -118,13 +118,54 @@ def sweep_json(
     expect_text: str | None = None,
 ) -> Sweep:
     """The sweep: the --json output (docs/sweep-json.md, cudatrace.sweep/1); its type is the
-    schema's (analyze/documents.py; tests/unit/test_schemas.py validates what this builds)."""
+    schema's (analyze/documents/sweep_types.py; tests/unit/test_schemas.py validates what this
+    builds). The peak's law and each site's, the runs, the notes, the prediction."""
     knobs = plan.knobs
     included = [r for r in runs if r["included"]]
     peaks = [r["measured"]["peak_bytes"] if r["included"] else None for r in runs]
     peak = _series(knobs, runs, peaks, "peak", None, expect)
-    keys: dict = {}
-    for r in included:
+    sites = _site_series(knobs, runs, expect)
+    shown = [s for i, s in enumerate(sites) if i < top or s["contradicts_expectation"]]
+    doc = {
+        "schema": SCHEMA,
+        "cudatrace_version": __import__("cudatrace").__version__,
+        "command": list(plan.cmd),
+        "directory": str(plan.out),
+        "knobs": [k.as_json() for k in knobs],
+        "values": [value_of(knobs, r["combo"]) for r in runs],
+        "runs": [_run_json(knobs, r) for r in runs],
+        "stop": {
+            "after": plan.rule.stop_after,
+            "url": plan.rule.url,
+            "settle": plan.rule.settle if plan.rule.url else None,
+            "grace": plan.rule.grace,
+        },
+        "expect": expect,
+        "expect_text": expect_text,
+        # a verdict needs a law: with fewer than two runs in the laws there is none
+        "expect_checked": None if expect is None else len(included) >= 2,
+        "peak": peak,
+        "sites": shown,
+        "more_sites": len(sites) - len(shown),
+        "prediction": None,
+        "notes": _notes(knobs, runs),
+    }
+    if predict is not None:
+        doc["prediction"] = _prediction(knobs, included, peak, sites, predict, predict_text)
+    for s in [peak] + sites:
+        s.pop("_law", None)
+    return cast(Sweep, doc)
+
+
+def _site_series(
+    knobs: list[Knob], runs: list[dict[str, Any]], expect: float | dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Each site's series over the runs (its bytes and count in each, its law), the sites that
+    held the most in any run first."""
+    keys: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        if not r["included"]:
+            continue
         for key, s in r["measured"]["sites"].items():
             e = keys.setdefault(key, {"label": s["label"], "key": s["key"], "max": 0})
             e["max"] = max(e["max"], s["bytes"])
@@ -140,64 +181,45 @@ def sweep_json(
             for r in runs
         ]
         sites.append(_series(knobs, runs, ys, e["label"], e["key"], expect, cs))
-    shown = [s for i, s in enumerate(sites) if i < top or s["contradicts_expectation"]]
-    doc = {
-        "schema": SCHEMA,
-        "cudatrace_version": __import__("cudatrace").__version__,
-        "command": list(plan.cmd),
-        "directory": str(plan.out),
-        "knobs": [k.as_json() for k in knobs],
-        "values": [value_of(knobs, r["combo"]) for r in runs],
-        "runs": [
-            {
-                "value": value_of(knobs, r["combo"]),
-                "text": text_of(knobs, r["combo"]),
-                "command": r["command"],
-                "directory": r["directory"],
-                "output": r["output"],
-                "ended": dict(r["ended"], text=sentences.ended_text(r["ended"])),
-                "included": r["included"],
-                "seconds": r.get("seconds"),
-                "peak_bytes": r["measured"]["peak_bytes"] if r["measured"] else None,
-                "peak_time": r["measured"]["peak_time"] if r["measured"] else None,
-                "allocs": r["measured"]["allocs"] if r["measured"] else None,
-                "denied": r["measured"]["denied"] if r["measured"] else None,
-            }
-            for r in runs
-        ],
-        "stop": {
-            "after": plan.rule.stop_after,
-            "url": plan.rule.url,
-            "settle": plan.rule.settle if plan.rule.url else None,
-            "grace": plan.rule.grace,
-        },
-        "expect": expect,
-        "expect_text": expect_text,
-        # a verdict needs a law: with fewer than two runs in the laws there is none
-        "expect_checked": None if expect is None else len(included) >= 2,
-        "peak": peak,
-        "sites": shown,
-        "more_sites": len(sites) - len(shown),
-        "prediction": None,
-        "notes": [],
+    return sites
+
+
+def _run_json(knobs: list[Knob], r: dict[str, Any]) -> dict[str, Any]:
+    """One run of the sweep: its value, command, how it ended, what it measured."""
+    m = r["measured"]
+    return {
+        "value": value_of(knobs, r["combo"]),
+        "text": text_of(knobs, r["combo"]),
+        "command": r["command"],
+        "directory": r["directory"],
+        "output": r["output"],
+        "ended": dict(r["ended"], text=sentences.ended_text(r["ended"])),
+        "included": r["included"],
+        "seconds": r.get("seconds"),
+        "peak_bytes": m["peak_bytes"] if m else None,
+        "peak_time": m["peak_time"] if m else None,
+        "allocs": m["allocs"] if m else None,
+        "denied": m["denied"] if m else None,
     }
+
+
+def _notes(knobs: list[Knob], runs: list[dict[str, Any]]) -> list[str]:
+    """What the sweep could not say: runs not done, none that used the driver, no law."""
+    included = [r for r in runs if r["included"]]
+    notes = []
     planned = len(combos(knobs))
     if len(runs) < planned:
-        doc["notes"].append("interrupted: %d of %d runs done" % (len(runs), planned))
+        notes.append("interrupted: %d of %d runs done" % (len(runs), planned))
     unused = _no_driver_note(runs)
     if unused:
-        doc["notes"].append(unused)
+        notes.append(unused)
     if len(included) < 2:
-        doc["notes"].append("fewer than two runs finished well: no law")
+        notes.append("fewer than two runs finished well: no law")
     elif not any(r["measured"]["allocs"] for r in included) and not unused:
-        doc["notes"].append(
+        notes.append(
             "no run allocated device memory through the CUDA driver: did the command use the GPU?"
         )
-    if predict is not None:
-        doc["prediction"] = _prediction(knobs, included, peak, sites, predict, predict_text)
-    for s in [peak] + sites:
-        s.pop("_law", None)
-    return cast(Sweep, doc)
+    return notes
 
 
 def _no_driver_note(runs: list[dict[str, Any]]) -> str | None:

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import settings, tracedir
-from ..analyze.analysis import Analysis, ReportError
-from ..analyze.runfacts import driver_used
+from ..analyze.documents.analysis import Analysis
+from ..analyze.read.load import ReportError
+from ..analyze.read.runfacts import driver_used
 from ..attribution import Attribution
 from ..symbols import Symbolizer
 from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute
@@ -135,7 +136,7 @@ def attribute_together(runs: list[dict], attribution: Attribution) -> None:
     its runs: the allocator layers are recognized from every measured run's stacks together,
     then each run's sites are measured again with them, so a law is named by the responsible
     code even where one run alone would not decide it (docs/attribution.md)."""
-    from ..analyze.layers import CallGraph
+    from ..analyze.sites.layers import CallGraph
 
     measured = [r for r in runs if r.get("measured")]
     if len(measured) < 2 or not attribution.fold:
@@ -144,7 +145,7 @@ def attribute_together(runs: list[dict], attribution: Attribution) -> None:
     try:
         for r in measured:  # one run at a time: the graph keeps names, not the runs
             a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)
-            a.stacks.learn(a.allocation_stacks())
+            a.stacks.learn(a.model.allocation_stacks())
             sym = a.symbolizer
         for r in measured:
             a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)

@@ -41,8 +41,8 @@ def url_answers(url: str, timeout: float = 2.0) -> bool:
 
 def live_bytes(out: Path) -> int | None:
     """Traced bytes live now in a running trace directory (None if it cannot be read yet)."""
-    from ..analyze.model import build
-    from ..analyze.trace import read_dir
+    from ..analyze.read.trace import read_dir
+    from ..analyze.replay.model import build
 
     try:
         td = read_dir(out)

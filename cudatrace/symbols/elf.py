@@ -130,15 +130,22 @@ class Elf:
                 pass
         return None
 
-    def _read_debuglink(self) -> tuple[str, int] | None:
-        sec = self.sections.get(".gnu_debuglink")
+    def _link(self, section: str) -> tuple[str, bytes, int] | None:
+        """A link section's file name (NUL-terminated), its bytes, and where the name ends."""
+        sec = self.sections.get(section)
         if sec is None or sec["sh_type"] == "SHT_NOBITS":
             return None
         data = sec.data()
         end = data.find(b"\0")
         if end <= 0:
             return None
-        name = os.fsdecode(data[:end])
+        return os.fsdecode(data[:end]), data, end
+
+    def _read_debuglink(self) -> tuple[str, int] | None:
+        link = self._link(".gnu_debuglink")
+        if link is None:
+            return None
+        name, data, end = link
         crc_off = (end + 4) & ~3
         if crc_off + 4 > len(data):
             return None
@@ -146,14 +153,11 @@ class Elf:
         return name, crc
 
     def read_altlink(self) -> tuple[str, bytes] | None:
-        sec = self.sections.get(".gnu_debugaltlink")
-        if sec is None or sec["sh_type"] == "SHT_NOBITS":
+        link = self._link(".gnu_debugaltlink")
+        if link is None:
             return None
-        data = sec.data()
-        end = data.find(b"\0")
-        if end <= 0:
-            return None
-        return os.fsdecode(data[:end]), bytes(data[end + 1 :])
+        name, data, end = link
+        return name, bytes(data[end + 1 :])
 
 
 def file_crc32(path: str) -> int:

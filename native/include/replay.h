@@ -1,5 +1,5 @@
 /* replay.h - the C replay's API (native/reader/replay.c, in libcudatrace_tools.so); the model
- * (cudatrace/analyze/model.py) calls it through cffi, reading the part between the CFFI markers. */
+ * (cudatrace/analyze/replay/model.py) calls it through cffi, reading the part between the CFFI markers. */
 #ifndef CUDATRACE_REPLAY_H
 #define CUDATRACE_REPLAY_H
 #include <stdint.h>

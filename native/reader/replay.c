@@ -1,4 +1,4 @@
-/* replay.c - the model's hot loop (cudatrace/analyze/model.py calls it through cffi; built into
+/* replay.c - the model's hot loop (cudatrace/analyze/replay/model.py calls it through cffi; built into
  * libcudatrace_tools.so with the trace scanner).
  *
  * Replays the events of every trace of a run, merged by timestamp (ties: trace order), into
@@ -738,8 +738,10 @@ static void unmap_range(struct state *st, uint32_t ti, const struct ct_event *e,
         }
         found[n++] = x->addr;
     }
-    if (!n)
+    if (!n) {
         st->s->c.unmatched_unmaps++;
+        return; /* found is NULL: qsort may not be given it, even for no elements */
+    }
     qsort(found, n, sizeof *found, u64_cmp);
     for (uint64_t k = 0; k < n; k++) {
         struct slot *x = tget(&st->tab, TAG(ti, 0, MAP_SPACE), found[k]);

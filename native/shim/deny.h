@@ -1,5 +1,5 @@
 /* deny.h - the code a budget denial names, at the moment (deny.c): the boundary rule of
- * cudatrace/analyze/layers.py in its cheap form, over the frames of the denied call. */
+ * cudatrace/analyze/sites/layers.py in its cheap form, over the frames of the denied call. */
 #ifndef CUDATRACE_DENY_H
 #define CUDATRACE_DENY_H
 

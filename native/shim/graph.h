@@ -1,5 +1,5 @@
 /* graph.h - the call graph's fold at a denial (graph.c): allocator layers found, as the
- * reports find them (cudatrace/analyze/layers.py CallGraph), from the stacks this process
+ * reports find them (cudatrace/analyze/sites/layers.py CallGraph), from the stacks this process
  * recorded so far. */
 #ifndef CUDATRACE_GRAPH_H
 #define CUDATRACE_GRAPH_H

@@ -226,7 +226,7 @@ static size_t skip_quals(const char *s)
     return i;
 }
 
-/* a lambda's closure as cudatrace/analyze/names.py writes it: `{lambda#1}` and `$_0` ->
+/* a lambda's closure as cudatrace/analyze/sites/names.py writes it: `{lambda#1}` and `$_0` ->
  * `{lambda}`, `{lambda#2}` and `$_1` -> `{lambda#2}`, its `::operator()` (or static invoker
  * `::_FUN`) dropped; rewritten from a copy into out (cap bytes) */
 static size_t tidy_lambdas(char *out, size_t cap)
@@ -272,7 +272,7 @@ static size_t tidy_lambdas(char *out, size_t cap)
     return o;
 }
 
-/* A demangled C++ name shortened as reports show it (cudatrace/analyze/names.py): argument
+/* A demangled C++ name shortened as reports show it (cudatrace/analyze/sites/names.py): argument
  * lists and template arguments elided, the return type and ABI/clone tags dropped,
  * "(anonymous namespace)" as "(anon)", a lambda as `Enclosing::{lambda}`, a block as
  * `Enclosing::{block}`. A C name is copied as it is. Returns the length of the prefix that

@@ -50,7 +50,7 @@ void *ct_sym_in_loaded(const char *prefix, const char *name);
 uintptr_t ct_pick_caller(const uintptr_t *ips, int n);
 /* the function holding each return address ips[i], as one identity: its module and its short
  * name (ct_shorten_name), so a template's instantiations and a function's overloads are one
- * function, as the reports' call graph reads them (cudatrace/analyze/sites.py identity); one
+ * function, as the reports' call graph reads them (cudatrace/analyze/sites/stacks.py identity); one
  * pass over each module's symbol table (cold path: a denial's call graph); 0 where unknown, 1
  * for a CUDA library's frame or the static runtime's */
 void ct_function_idents(const uint64_t *ips, size_t n, uint64_t *idents);

@@ -2,7 +2,7 @@
  *
  * In a process running CPython the allocation goes through the interpreter (ctypes, a
  * framework's binding), and the site the reports name is a Python line (docs/python-frames.md,
- * cudatrace/analyze/sites.py split): the native frames beneath the innermost Python frame are
+ * cudatrace/analyze/sites/stacks.py split): the native frames beneath the innermost Python frame are
  * how that Python-level call was carried out (their `via`); an installed framework's Python
  * frames (site-packages, dist-packages) and the standard library's between them fold up to the
  * first frame outside it (symbols/python.py framework_end); Python functions that the stacks

@@ -190,7 +190,7 @@ def ctrace(
     tmp_path: Path, case: str, cmd: list, run_args=(), env: dict | None = None, timeout: int = 300
 ) -> Result:
     """Run cmd under `python3 -m cudatrace run -o DIR -q [run_args] --` and read the trace."""
-    from cudatrace.analyze.trace import C, iter_events, read_dir
+    from cudatrace.analyze.read.trace import C, iter_events, read_dir
 
     out = tmp_path / ("trace-" + case)
     # -q silences the shim's budget lines too (issue 11): runs with a budget keep them
@@ -286,7 +286,7 @@ def json_lines(text: str) -> list[dict]:
 
 # ---- the one-line summary of a case --------------------------------------------------------
 def summarize(res: Result, with_report: bool = True, **extra) -> dict:
-    from cudatrace.analyze.model import build
+    from cudatrace.analyze.replay.model import build
 
     K = res.K
     opname = {v: k[len("CT_OP_") :] for k, v in K.items() if k.startswith("CT_OP_")}
@@ -1050,7 +1050,7 @@ def test_jax_under_budget(tmp_path):
     result = [d for d in json_lines(res.stdout) if d.get("event") == "result"]
     allocs = sorted(_device_allocs(res), key=lambda e: -e["size"])
     infos = res.of("MEMINFO", "cuMemGetInfo_v2")
-    from cudatrace.analyze.model import build
+    from cudatrace.analyze.replay.model import build
 
     peak = build(res.td).peak_bytes
     summarize(
@@ -1083,7 +1083,7 @@ def test_torch_oom_under_budget(tmp_path):
         env={"PYTORCH_CUDA_ALLOC_CONF": None},
     )
     out = [d for d in json_lines(res.stdout) if d.get("event") in ("oom", "no_oom")]
-    from cudatrace.analyze.model import build
+    from cudatrace.analyze.replay.model import build
 
     peak = build(res.td).peak_bytes
     summarize(

@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 from test_routes import expected_ops, traced_ops
 
-from cudatrace.analyze.trace import C, read_dir
+from cudatrace.analyze.read.trace import C, read_dir
 from support import calltree, cross
 from support.paths import REPO, TESTS  # noqa: F401
 
@@ -70,7 +70,7 @@ def qrun(a64, prog, args=(), extra_env=None, shim=None, timeout=300):
 
 
 def events(t, op):
-    from cudatrace.analyze.trace import event_fields
+    from cudatrace.analyze.read.trace import event_fields
 
     names = event_fields()
     return [dict(zip(names, e)) for e in t.events if e[names.index("op")] == C()[op]]

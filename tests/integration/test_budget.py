@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from cudatrace.analyze.trace import C, iter_events, read_dir
+from cudatrace.analyze.read.trace import C, iter_events, read_dir
 from cudatrace.errors import RUN_FAILED
 from support import children
 

@@ -30,8 +30,8 @@ def test_denial_lines_rate_limited_per_site(ct, sim, env):
     assert 3 <= len(lines) <= 5, "\n".join(lines)
     assert "rate-limited" in lines[-1] or "further lines" in lines[-1]
     # the trace still has every denial
-    from cudatrace.analyze.model import build
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.read.trace import read_dir
+    from cudatrace.analyze.replay.model import build
 
     assert build(read_dir(r.out)).counts["denied"] == 190
 

@@ -245,7 +245,7 @@ def test_context_counted_by_the_budget(ct, sim, tmp_path):
         "2",
     ]
     assert "in use 900.00 MiB" in r.stderr, r.stderr  # 300 context + 2 x 300
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.read.trace import read_dir
 
     t = read_dir(r.out).traces[0]
     assert t.info.get("context.0") == str(300 * MiB)

@@ -218,7 +218,7 @@ def frames_reader(tmp_path_factory):
 def symbolizer_frames(path: Path, addrs: list[int]) -> dict[int, list[tuple[str, str, int]]]:
     """The reports' frames at each address, as the shim's reader writes them: inlined calls by
     their short names, the concrete function as "-", each with its file's base name and line."""
-    from cudatrace.analyze.names import short_name
+    from cudatrace.analyze.sites.names import short_name
 
     got = Symbolizer(cache_dir=None).symbolize(ModuleRef(str(path), None, 0), addrs) or {}
     out = {}
@@ -246,7 +246,7 @@ def test_frames_and_lines_as_the_symbolizer_names_them(frames_reader, tmp_path, 
     """Every inlined call at an address, innermost first, by the name the reports give it, and
     the file and line of each (the line table's row, then each call's call site), for GCC's
     DWARF 4 and 5 and clang's (address and string-offset indices), -O0 and -O2."""
-    from cudatrace.analyze.names import short_name
+    from cudatrace.analyze.sites.names import short_name
 
     compiler, opt, dwarf = BUILDS[name]
     lib = build(tmp_path / f"lib{name}.so", compiler or zig(), opt, dwarf)

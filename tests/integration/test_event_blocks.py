@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import subprocess
 
-from cudatrace.analyze.trace import read_dir
-from cudatrace.analyze.unseal import trace_bytes
+from cudatrace.analyze.read.trace import read_dir
+from cudatrace.analyze.read.unseal import trace_bytes
 
 # thread A takes a block (one pair) and waits; thread B writes ~12 MiB of trace (6 chunks: the
 # writer unmaps chunks 4 behind the current one); then A writes into its old block again

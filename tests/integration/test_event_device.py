@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from cudatrace.analyze.trace import C, iter_events, read_dir
+from cudatrace.analyze.read.trace import C, iter_events, read_dir
 
 # both programs: the two devices' primary contexts
 CONTEXTS = r"""

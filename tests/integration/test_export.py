@@ -291,8 +291,8 @@ def test_pprof_read_back_with_protobuf(kv):
     tot = pprof_values(p)
     assert tot["inuse_space"] == WEIGHTS + WORKSPACE + LAYERS * GiB
     assert tot["inuse_objects"] == LAYERS + 2
-    from cudatrace.analyze.model import build
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.read.trace import read_dir
+    from cudatrace.analyze.replay.model import build
 
     every = build(read_dir(kv.path)).lifetimes()  # the whole run, scratch included
     assert tot["alloc_space"] == sum(x.size for x in every) > tot["inuse_space"]

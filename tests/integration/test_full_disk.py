@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from cudatrace.analyze.trace import read_dir
+from cudatrace.analyze.read.trace import read_dir
 from support.schemas import validate
 
 

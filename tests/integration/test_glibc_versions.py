@@ -8,6 +8,11 @@ there needs nothing newer than the target has. The 2.17 builds then run here (gl
 aarch64 under qemu): what this checks is the build and the versions it binds, and that the
 real dlsym is found at run time; running on an actual 2.17 / 2.35 / 2.39 system is not done
 here (docs/aarch64.md).
+
+The floor (native/floor/, docs/aarch64.md "The glibc floor"): the library `cudatrace cdi`
+installs (gcc, this machine's glibc 2.36), the aarch64 cross-build (aarch64-linux-gnu-gcc) and
+a build against Debian 13's glibc 2.41 (gcc --sysroot, mmdebstrap) need nothing newer than
+GLIBC_2.17 (objdump -T). Running them on Debian 11: test_old_images.py.
 """
 
 from __future__ import annotations
@@ -162,3 +167,86 @@ def test_real_dlsym_versions_are_tried_in_order_natively(sim, tmp_path):
     assert p.returncode == 0, p.stderr
     t, got = traced_ops(out)
     assert t.info.get("dlsym_version") == base and got
+
+
+# ---- the floor: what every integration installs needs no glibc newer than 2.17 -------------
+
+FLOOR = (2, 17)
+
+
+def objdump_versions(objdump: str, lib: Path) -> dict[str, set[str]]:
+    """{GLIBC_x: the functions bound to it} of `objdump -T lib`'s undefined symbols."""
+    out = subprocess.run([objdump, "-T", str(lib)], capture_output=True, text=True, check=True)
+    got: dict[str, set[str]] = {}
+    for m in re.finditer(r"\*UND\*\s+\S+\s+\(?(GLIBC_[0-9.]+)\)?\s+(\S+)$", out.stdout, re.M):
+        got.setdefault(m.group(1), set()).add(m.group(2))
+    assert got, out.stdout
+    return got
+
+
+def above_floor(versions: dict[str, set[str]]) -> dict[str, set[str]]:
+    return {v: s for v, s in versions.items() if _version_key(v) > FLOOR}
+
+
+def test_the_library_cudatrace_cdi_installs_is_the_floor_build(tmp_path):
+    """`cudatrace cdi` installs the package's own library (built at install with this machine's
+    gcc, glibc 2.36): objdump -T shows nothing newer than GLIBC_2.17, the functions glibc 2.34
+    moved into libc bound to libpthread's and libdl's old versions."""
+    from cudatrace import native
+    from support.cli import checkout_env, cudatrace
+
+    r = cudatrace(
+        checkout_env(), "cdi", "--budget", "1GiB", "--root", tmp_path / "root",
+        "--state", tmp_path / "state", "--print",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    shims = tmp_path / "root" / "shim"
+    lib = shims / os.readlink(shims / "current") / "libcudatrace.so"
+    assert lib.read_bytes() == native.shim_path().read_bytes()
+    got = objdump_versions("objdump", lib)
+    assert not above_floor(got), above_floor(got)
+    base = BASE[os.uname().machine]
+    assert {"dlvsym", "pthread_once", "pthread_key_create"} <= got[base], got
+    needed = subprocess.run(["readelf", "-d", str(lib)], capture_output=True, text=True).stdout
+    assert "[libpthread.so.0]" in needed and "[libdl.so.2]" in needed
+
+
+def test_the_aarch64_cross_build_is_the_floor_build(tmp_path_factory):
+    """tools/cross-build-shim aarch64-linux-gnu-gcc (Debian 12's arm64 glibc 2.36): what an
+    aarch64 node builds at install needs nothing newer than aarch64's first glibc, 2.17."""
+    objdump = shutil.which("aarch64-linux-gnu-objdump")
+    if objdump is None:
+        pytest.fail("no aarch64-linux-gnu-objdump (binutils-aarch64-linux-gnu)")
+    shim, _ = cross.aarch64(tmp_path_factory)
+    got = objdump_versions(objdump, shim)
+    assert set(got) == {"GLIBC_2.17"}, got  # aarch64's base version: nothing newer
+    assert {"dlvsym", "pthread_once"} <= got["GLIBC_2.17"] and "stat" not in got["GLIBC_2.17"]
+
+
+def test_built_on_a_newer_glibc_the_library_keeps_the_floor(tmp_path_factory, tmp_path):
+    """Against Debian 13's glibc 2.41 (its headers, start files and libc: what `pip install`
+    does on a newer machine than this one), the library still needs nothing newer than 2.17;
+    2.41's headers would have bound strtol to __isoc23_strtol (2.38) but for the floor's
+    header."""
+    from support import debian_roots
+
+    root = Path(debian_roots.trixie(tmp_path_factory)["root"])
+    cc = debian_roots.sysroot_cc(root, "x86_64")
+    libc = subprocess.run([*cc.split(), "-print-file-name=libc.so.6"], capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    assert libc.startswith(str(root)) and Path(libc).resolve().is_file(), libc
+    r = subprocess.run(
+        [str(REPO / "tools" / "cross-build-shim"), cc, str(tmp_path / "shim")],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    got = objdump_versions("objdump", Path(r.stdout.strip()))
+    assert not above_floor(got), above_floor(got)
+    assert "strtol" in got[BASE["x86_64"]]
+    # the same strtol call without the floor's header: glibc 2.41's C23 name
+    src = tmp_path / "s.c"
+    src.write_text("#include <stdlib.h>\nlong f(const char *s) { return strtol(s, 0, 10); }\n")
+    subprocess.run([*cc.split(), "-D_GNU_SOURCE", "-O2", "-c", str(src), "-o", str(tmp_path / "s.o")],
+                   check=True)  # fmt: skip
+    syms = subprocess.run(["nm", "-u", str(tmp_path / "s.o")], capture_output=True, text=True)
+    assert "__isoc23_strtol" in syms.stdout, syms.stdout

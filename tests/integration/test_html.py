@@ -144,7 +144,8 @@ def test_diff_numbers_agree_with_diff_json(pages):
 def test_big_trace_is_aggregated(tmp_path):
     """Thousands of changes and hundreds of stacks: a bounded number of moments, the peak and
     the end among them, the peak's total exact, each stack stored once."""
-    from cudatrace.analyze.analysis import Analysis, build_report
+    from cudatrace.analyze.documents.analysis import Analysis
+    from cudatrace.analyze.documents.report import build_report
     from cudatrace.present.html import MAX_MOMENTS, render_report_html
     from support import tracegen as tg
 
@@ -184,7 +185,8 @@ def test_big_trace_is_aggregated(tmp_path):
 def test_many_stacks_are_merged_past_the_limit(tmp_path):
     """More live stacks than a moment keeps: the smallest become one row per process and
     device, the totals stay exact, and the page says so."""
-    from cudatrace.analyze.analysis import Analysis, build_report
+    from cudatrace.analyze.documents.analysis import Analysis
+    from cudatrace.analyze.documents.report import build_report
     from cudatrace.present.html import MAX_ROWS, OTHER, render_report_html
     from support import tracegen as tg
 
@@ -604,7 +606,7 @@ def test_progress_bar_is_clicks_on_a_terminal_only(monkeypatch):
 def test_symbolizer_takes_the_progress_factory(pages, tmp_path, monkeypatch):
     """Analysis(progress=True) hands the symbolizer cudatrace.progress.bar."""
     from cudatrace import progress
-    from cudatrace.analyze.analysis import Analysis
+    from cudatrace.analyze.documents.analysis import Analysis
 
     made = []
 

@@ -57,9 +57,10 @@ def _ok(r):
 
 
 def model_sites(trace_dir: Path):
-    from cudatrace.analyze.model import build
-    from cudatrace.analyze.sites import Stacks, group, make_symbolizer
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.read.trace import read_dir
+    from cudatrace.analyze.replay.model import build
+    from cudatrace.analyze.sites.group import group
+    from cudatrace.analyze.sites.stacks import Stacks, make_symbolizer
 
     td = read_dir(trace_dir)
     m = build(td)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cudatrace.analyze.trace import read_dir
+from cudatrace.analyze.read.trace import read_dir
 from cudatrace.errors import RUN_FAILED
 from support import children
 

@@ -426,7 +426,7 @@ def test_a_launcher_never_waits_for_ever_on_a_lock(tmp_path, monkeypatch):
     for ever (it was 0666 and anyone's: holding it stopped every launcher of the group)."""
     import fcntl
 
-    from cudatrace.record import ledger
+    from cudatrace.record import ledger, run_ledger
 
     need_root()
     shared = tmp_path / "shared"
@@ -438,11 +438,11 @@ def test_a_launcher_never_waits_for_ever_on_a_lock(tmp_path, monkeypatch):
     lock.write_text("")
     os.chown(lock, ALICE, ALICE)
     with pytest.raises(ledger.LedgerError, match=f"not a lock file of yours \\(uid {ALICE}"):
-        with ledger.GroupLock(path):
+        with run_ledger.GroupLock(path):
             pass
     lock.unlink()
-    monkeypatch.setattr(ledger, "LOCK_WAIT_S", 0.3)
-    with ledger.GroupLock(path):
+    monkeypatch.setattr(run_ledger, "LOCK_WAIT_S", 0.3)
+    with run_ledger.GroupLock(path):
         fd = os.open(lock, os.O_RDWR)  # another launcher, holding it
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -456,7 +456,7 @@ def test_a_launcher_never_waits_for_ever_on_a_lock(tmp_path, monkeypatch):
     try:
         t0 = time.monotonic()
         with pytest.raises(ledger.LedgerError, match="has been locked for 0.3 s"):
-            with ledger.GroupLock(path):
+            with run_ledger.GroupLock(path):
                 pass
         assert time.monotonic() - t0 < 5
     finally:

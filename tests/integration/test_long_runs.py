@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from cudatrace.analyze.trace import read_dir
+from cudatrace.analyze.read.trace import read_dir
 from cudatrace.errors import RUN_FAILED
 from support import children
 
@@ -122,8 +122,8 @@ def test_aggregate_survives_sigkill_mid_run(ct, sim, tmp_path):
 
 
 def test_a_torn_snapshot_falls_back_to_the_other_slot(ct, sim, tmp_path):
-    from cudatrace.analyze.aggregate import read_snapshot
-    from cudatrace.analyze.trace import read_trace
+    from cudatrace.analyze.read.aggregate import read_snapshot
+    from cudatrace.analyze.read.trace import read_trace
 
     r = aggregate_run(ct, sim)
     (f,) = list(r.out.glob("*.ctrace"))

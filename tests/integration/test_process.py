@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from cudatrace.analyze.trace import C, TraceError, iter_events, read_dir, read_trace
+from cudatrace.analyze.read.trace import C, TraceError, iter_events, read_dir, read_trace
 from cudatrace.errors import RUN_FAILED
 from support import children
 
@@ -58,7 +58,7 @@ def test_threads_exact_counts(ct, sim):
     assert all(e["result"] == 0 and e["size"] == 4096 for e in allocs)
     assert len({e["tid"] for e in allocs}) == 16
     # every free matches a live allocation: nothing lost, nothing invented
-    from cudatrace.analyze.model import build
+    from cudatrace.analyze.replay.model import build
 
     m = build(td)
     assert m.unmatched_frees == 0 and m.end_bytes == 0

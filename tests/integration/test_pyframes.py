@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from cudatrace.analyze.analysis import Analysis, build_report
-from cudatrace.analyze.trace import C, iter_events, read_dir
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.report import build_report
+from cudatrace.analyze.read.trace import C, iter_events, read_dir
 from cudatrace.attribution import Attribution
 from cudatrace.symbols import python as pyframes
 from support.paths import REPO

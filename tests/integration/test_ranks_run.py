@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from cudatrace.analyze.trace import read_dir
+from cudatrace.analyze.read.trace import read_dir
 from support import children
 from support.paths import REPO
 

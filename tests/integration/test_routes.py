@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from cudatrace.analyze.trace import C, iter_events, read_dir
+from cudatrace.analyze.read.trace import C, iter_events, read_dir
 
 OPS = {
     "alloc": "CT_OP_ALLOC",

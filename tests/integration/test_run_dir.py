@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from cudatrace.analyze.trace import read_dir
+from cudatrace.analyze.read.trace import read_dir
 from cudatrace.errors import RUN_FAILED
 from support import children
 

@@ -99,11 +99,12 @@ def _in_a_terminal(ct, *args, columns: int = 80) -> str:
 
 
 def _prose_too_wide(text: str, columns: int) -> list[str]:
-    """Lines wider than the terminal that are not a table's row (two column gaps or more)."""
+    """Lines wider than the terminal that are not a table's row (two column gaps or more) and
+    that could have been broken (a line of one word, a long path alone, cannot)."""
     return [
         x
         for x in text.splitlines()
-        if len(x) > columns and len(re.findall(r"\S {2,}\S", x.lstrip())) < 2
+        if len(x) > columns and len(x.split()) > 1 and len(re.findall(r"\S {2,}\S", x.lstrip())) < 2
     ]
 
 

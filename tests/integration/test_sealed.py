@@ -12,7 +12,7 @@ import sys
 import time
 
 from cudatrace import native, sidecar, tracedir
-from cudatrace.analyze.trace import read_dir, read_trace
+from cudatrace.analyze.read.trace import read_dir, read_trace
 from cudatrace.record.seal import Sealer
 from support import children
 

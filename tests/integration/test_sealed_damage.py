@@ -1,6 +1,6 @@
 """A damaged, cut, emptied or deleted sidecar (`<trace>.ctrace.z`) costs only the chunks whose
 entries it lost, and every report names them (text, JSON, stderr, exit status 3); an entry
-that inflates past one chunk is refused without the memory it asks for (analyze/unseal.py,
+that inflates past one chunk is refused without the memory it asks for (analyze/read/unseal.py,
 cudatrace/sidecar.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import zlib
 import pytest
 
 from cudatrace import sidecar
-from cudatrace.analyze.trace import read_trace
+from cudatrace.analyze.read.trace import read_trace
 from support.cli import checkout_env, cudatrace
 
 CHUNK = 2 << 20

@@ -1,4 +1,4 @@
-"""Sealed traces on disks that fill up and on tmpfs (record/seal.py, analyze/unseal.py):
+"""Sealed traces on disks that fill up and on tmpfs (record/seal.py, analyze/read/unseal.py):
 
 - a sidecar entry is punched out of the trace only once it is whole, synced and read back: on a
   nearly full disk, or with writes cut short, the chunk stays in the trace and nothing is lost;
@@ -27,7 +27,7 @@ CHUNK = 2 * MiB
 # the events read back, in a child (a reader that faults a hole of a full tmpfs dies of SIGBUS)
 READ = r"""
 import json, sys
-from cudatrace.analyze.trace import read_dir
+from cudatrace.analyze.read.trace import read_dir
 t = read_dir(sys.argv[1]).traces[0]
 print(json.dumps({"n": t.n_events, "status": t.status, "gaps": t.gaps, "lost": t.lost_chunks,
                   "end_events": t.end.events if t.end else None}))

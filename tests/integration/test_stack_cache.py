@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from cudatrace.analyze.trace import read_dir, read_trace
+from cudatrace.analyze.read.trace import read_dir, read_trace
 from support import calltree, children
 from support import tracegen as tg
 from support.paths import PROGS, SHIM
@@ -265,7 +265,7 @@ def test_same_stack_depth_through_different_callers(ct, sim, tmp_path):
         i = bisect.bisect_right(starts, f - 1 - m.base) - 1
         return syms[starts[i]]
 
-    from cudatrace.analyze.trace import C, event_fields
+    from cudatrace.analyze.read.trace import C, event_fields
 
     names = event_fields()
     callers = [

@@ -1,4 +1,4 @@
-"""`cudatrace sweep` on the simulated driver, and the law fitting (cudatrace/analyze/laws.py).
+"""`cudatrace sweep` on the simulated driver, and the law fitting (cudatrace/analyze/documents/laws.py).
 
 kvpool (examples/kv-pool) allocates one KV pool per layer of num_blocks x 64 KiB: a sweep of
 --num-blocks must give allocate_layer_kv the law 28 x 64 KiB = 1.75 MiB per block, intercept 0,
@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cudatrace.analyze import laws
+from cudatrace.analyze.documents import laws
 from support import children
 from support.kvpool import (  # noqa: F401  (kvpool: a fixture)
     LAYERS,

@@ -92,10 +92,19 @@ class Pane:
         self.sock = str(tmp / "tmux.sock")
         script = tmp / "pane.sh"
         script.write_text(f'{command}\necho "top exited $?"\nsleep 120\n')
-        env = dict(env, TERM="xterm-256color")
-        subprocess.run([self.tmux, "-S", self.sock, "-f", "/dev/null", "new-session", "-d",
+        # curses takes an exported COLUMNS or LINES (pytest-xdist's workers have them) over the
+        # terminal's own size, as every curses program does: a terminal has none
+        env = {k: v for k, v in env.items() if k not in ("COLUMNS", "LINES", "TMUX")}
+        conf = tmp / "tmux.conf"  # the window's size is ours, whatever a client says
+        conf.write_text(f"set -g default-size {width}x{height}\n")
+        subprocess.run([self.tmux, "-S", self.sock, "-f", str(conf), "new-session", "-d",
                         "-x", str(width), "-y", str(height), "bash", str(script)],
-                       env=env, check=True, timeout=30)  # fmt: skip
+                       env=dict(env, TERM="xterm-256color"), check=True, timeout=30)  # fmt: skip
+
+    def size(self) -> str:
+        r = subprocess.run([self.tmux, "-S", self.sock, "display", "-p", "#{pane_width}x#{pane_height}"],
+                           capture_output=True, text=True, timeout=30)  # fmt: skip
+        return r.stdout.strip()
 
     def screen(self) -> str:
         r = subprocess.run([self.tmux, "-S", self.sock, "capture-pane", "-p"],
@@ -147,7 +156,7 @@ def test_top_in_a_terminal_shows_the_box_sorts_and_quits(box):
     try:
         first = pane.wait_for(lambda s: "LATEST DENIALS" in s and "TOP SITES" in s,
                               "the sites and the denials")  # fmt: skip
-        assert "sort: NVML's memory" in first
+        assert "sort: NVML's memory" in first and pane.size() == "200x50", pane.size()
         # every process with NVML's figure, by memory: run1 (30 MiB), run2 (20), free (8)
         assert _process_pids(first) == [pid1, pid2, free.pid], first
         row = next(x for x in first.splitlines() if x.split()[:1] == [str(pid1)])
@@ -156,7 +165,7 @@ def test_top_in_a_terminal_shows_the_box_sorts_and_quits(box):
         assert "UNFENCED" in row and "8.00 MiB" in row, row
         # the group: limit, in use, members, the unfenced process on its GPU
         g1 = next(x for x in first.splitlines() if x.split()[:1] == ["g1"])
-        assert _words(g1) == "g1 0 0 64.0 MiB 50.0 MiB 78% 50.0 MiB 1 2 1", g1
+        assert _words(g1) == "g1 0 0 64.0 MiB 50.0 MiB 78% 50.0 MiB 1 2 1", first
         # the traced runs' top sites, and the denial with its site
         assert "run1 (hold), device 0 (gpu 0): 30.0 MiB live" in first
         assert re.search(r"30\.0 MiB  hold_alloc \(hold\.c:\d+\)", first), first

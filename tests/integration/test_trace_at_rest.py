@@ -12,7 +12,7 @@ import sys
 import time
 
 from cudatrace import native
-from cudatrace.analyze.trace import read_trace
+from cudatrace.analyze.read.trace import read_trace
 from support import children
 
 KiB = 1 << 10

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -17,12 +18,14 @@ from .shared_build import shared_build
 CC = "aarch64-linux-gnu-gcc"
 
 
-def build_sim(outdir: Path, cc: str = CC) -> dict[str, Path | None]:
+def build_sim(
+    outdir: Path, cc: str = CC, programs: Iterable[str] | None = None
+) -> dict[str, Path | None]:
     """simbuild.build_all with the cross compiler ($CC for the build, restored after)."""
     old = os.environ.get("CC")
     os.environ["CC"] = cc
     try:
-        return simbuild.build_all(outdir)
+        return simbuild.build_all(outdir, programs)
     finally:
         if old is None:
             del os.environ["CC"]

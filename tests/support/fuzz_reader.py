@@ -45,8 +45,8 @@ def main() -> int:
     if limit:  # 0: no bound (a sanitizer's shadow memory needs the address space)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    from cudatrace.analyze.model import build
-    from cudatrace.analyze.trace import TraceError, read_dir
+    from cudatrace.analyze.read.trace import TraceError, read_dir
+    from cudatrace.analyze.replay.model import build
 
     work = Path(tempfile.mkdtemp(prefix="ctfuzz-"))
     slowest = [0.0]

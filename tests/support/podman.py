@@ -101,6 +101,11 @@ def build_tarball(sim, out: Path) -> Path:
     # application images have it, a tarball of C programs would not)
     gcc_s = Path(os.path.realpath(_libgcc_s()))
     files.append((gcc_s, str(_libgcc_s())))
+    # libpthread.so.0, libdl.so.2: empty since glibc 2.34, still in every glibc package (and
+    # NVIDIA's libcuda needs them); the preload library names them, for older glibc images
+    libc = next(d for d in _deps(Path(shutil.which("sh") or "/bin/sh")) if d.name == "libc.so.6")
+    for stub in ("libpthread.so.0", "libdl.so.2"):
+        files.append((libc.with_name(stub), str(libc.with_name(stub))))
     libs: list[tuple[Path, str]] = []
     for src, _ in files:
         libs += [(d, str(d)) for d in _deps(src) if not str(d).startswith(str(sim.lib))]

@@ -1,5 +1,5 @@
 """The replay's rules written again in Python: the oracle the tests hold the C replay
-(native/reader/replay.c, cudatrace.analyze.model) to. The product never runs it.
+(native/reader/replay.c, cudatrace.analyze.replay.model) to. The product never runs it.
 
     build_with(td, backend, timeline_buckets) -> Model     backend: "c" or "python"
 """
@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import heapq
 
-from cudatrace.analyze.model import (
+from cudatrace.analyze.read.trace import C, Trace, TraceDir
+from cudatrace.analyze.replay.backend import process_ends
+from cudatrace.analyze.replay.lives import (
     ADDR,
     AUX,
     DEV,
@@ -25,27 +27,16 @@ from cudatrace.analyze.model import (
     SIZE,
     SPACE,
     STACK,
-    TIMELINE_BUCKETS,
     TS,
     Alloc,
     Groups,
-    Model,
-    build,
     device_kinds,
-    from_replay,
     host_kinds,
-    process_ends,
+    kinds_mask,
 )
-from cudatrace.analyze.trace import C, Trace, TraceDir
+from cudatrace.analyze.replay.model import TIMELINE_BUCKETS, Model, build, from_replay
 
 BACKENDS = ("c", "python")
-
-
-def _mask(kinds) -> int:
-    m = 0
-    for k in kinds:
-        m |= 1 << min(k, 63)
-    return m
 
 
 def build_with(
@@ -82,7 +73,7 @@ class PyReplay:
             K["CT_OP_UNIMPORT"],
         )
         VMM = K["CT_SPACE_VMM"]
-        dmask, hmask = _mask(device_kinds()), _mask(host_kinds())
+        dmask, hmask = kinds_mask(device_kinds()), kinds_mask(host_kinds())
         self.traces = traces
         self.buckets = buckets
         counts = dict.fromkeys(

@@ -28,6 +28,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,6 +70,7 @@ PROGRAMS: dict[str, str] = {
     "leakers": "cuda",
     "steps": "cuda",
     "bypass": "cuda",
+    "preload_probe": "plain",
 }
 
 # Environment of the simulator: sim_env() keyword -> variable
@@ -118,8 +120,9 @@ def _compile(
         raise BuildError(str(e)) from None
 
 
-def build_all(outdir: Path) -> dict[str, Path | None]:
-    """Compile the simulated libraries and every program into outdir; return name -> path."""
+def build_all(outdir: Path, programs: Iterable[str] | None = None) -> dict[str, Path | None]:
+    """Compile the simulated libraries and every program (or those named) into outdir; return
+    name -> path."""
     outdir = Path(outdir).resolve()
     libdir, bindir, predir = outdir / "lib", outdir / "bin", outdir / "preload"
     for d in (libdir, bindir, predir):
@@ -158,7 +161,7 @@ def build_all(outdir: Path) -> dict[str, Path | None]:
             return name, _compile(out, tail, [src, *headers])
 
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 2)) as ex:
-            for name, path in ex.map(build_prog, PROGRAMS):
+            for name, path in ex.map(build_prog, PROGRAMS if programs is None else programs):
                 result[name] = path
     return result
 

@@ -1,6 +1,6 @@
 """Synthetic cudatrace traces: a writer of valid files in the native/include/trace_format.h format.
 
-Records are packed with the struct layouts cudatrace.analyze.trace derives from trace_format.h through cffi,
+Records are packed with the struct layouts cudatrace.analyze.read.trace derives from trace_format.h through cffi,
 so a file written here is read by the same code (and the same C scanner) as a real trace. The
 API table is taken from native/include/hooks.def, as the shim writes it. Used by the tests and by
 tools/bench_report.py.
@@ -25,7 +25,7 @@ from collections import namedtuple
 from pathlib import Path
 
 from cudatrace import __version__, native, settings
-from cudatrace.analyze.trace import C, event_fields, layout
+from cudatrace.analyze.read.trace import C, event_fields, layout
 
 BASE_TS = 1_000_000_000_000  # monotonic ns of a trace's start unless told otherwise
 MS = 1_000_000
@@ -966,8 +966,8 @@ def write_scenario(
 
 def build_live_curve(d):
     """live(ts, device) of a directory, through the model (for samples that follow it)."""
-    from cudatrace.analyze.model import build
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.read.trace import read_dir
+    from cudatrace.analyze.replay.model import build
 
     m = build(read_dir(d))
     return lambda ts, dev: m.live_bytes_at(ts, dev)[0]

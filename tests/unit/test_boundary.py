@@ -1,4 +1,4 @@
-"""The boundary rule (cudatrace/analyze/layers.py boundary_cut, docs/attribution.md): one
+"""The boundary rule (cudatrace/analyze/sites/layers.py boundary_cut, docs/attribution.md): one
 client is enough when the stack shows where the allocator's code ends. Stacks are written
 innermost first as (module, short name) pairs, the shapes of real engines."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from cudatrace.analyze.layers import BFrame, boundary_cut, module_family, namespace_scope
+from cudatrace.analyze.sites.layers import BFrame, boundary_cut, module_family, namespace_scope
 
 EXE = "server"
 LIBC = ("libc.so.6", "__libc_start_call_main")
@@ -206,7 +206,7 @@ def test_not_an_allocator():
     ],
 )
 def test_namespace_scope(name, scope):
-    from cudatrace.analyze.layers import split_qualified
+    from cudatrace.analyze.sites.layers import split_qualified
 
     assert namespace_scope(split_qualified(name)) == scope
 
@@ -282,7 +282,7 @@ def test_main_over_the_allocators_own_code():
 
 def test_one_namespace_without_a_boundary_folds_nothing():
     """Allocator and callers in one namespace: main would be the boundary; it is never the
-    site, so the stack shows none (the call graph decides, analyze/sites.py)."""
+    site, so the stack shows none (the call graph decides, analyze/sites/stacks.py)."""
     assert (
         site(
             (EXE, "eng::DeviceBuffer<...>::DeviceBuffer"),
@@ -333,7 +333,7 @@ def test_thread_start_routines_are_entry_points():
 def test_the_allocators_caller_is_told():
     """boundary_split gives the caller of the allocator below a site, for the call graph's
     fan-out (sites.py): the first frame that joined through an enclosing namespace."""
-    from cudatrace.analyze.layers import boundary_split
+    from cudatrace.analyze.sites.layers import boundary_split
 
     fr = frames(
         (EXE, "eng::mem::DeviceBuffer<...>::DeviceBuffer"),
@@ -407,7 +407,7 @@ def test_forwarding_wrapper_over_a_frameworks_c_api():
 
 
 def test_forwarding_words():
-    from cudatrace.analyze.layers import name_words
+    from cudatrace.analyze.sites.layers import name_words
 
     assert name_words("OrtApis::CreateTensorAsOrtValue") == [
         "create",

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from cudatrace.analyze.trace import C, TraceError, read_trace
+from cudatrace.analyze.read.trace import C, TraceError, read_trace
 from support.tracegen import BASE_TS, TraceWriter
 
 U64 = (1 << 64) - 1
@@ -190,7 +190,7 @@ def _packed(evs, threads) -> list[bytes]:
     import struct
 
     from cudatrace import native
-    from cudatrace.analyze.trace import layout
+    from cudatrace.analyze.read.trace import layout
 
     ffi, lib = native.tools()
     es = layout("struct ct_event")[0]

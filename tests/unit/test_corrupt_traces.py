@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cudatrace.analyze.trace import C, TraceError, layout, read_dir, read_trace
+from cudatrace.analyze.read.trace import C, TraceError, layout, read_dir, read_trace
 from support.paths import REPO
 from support.tracegen import TraceWriter, write_scenario
 
@@ -55,7 +55,7 @@ def small_trace(path: Path, pid: int = 4242) -> Path:
 READ_LIMITED = r"""
 import resource, sys, json
 resource.setrlimit(resource.RLIMIT_AS, (%d, %d))
-from cudatrace.analyze.trace import read_dir
+from cudatrace.analyze.read.trace import read_dir
 td = read_dir(sys.argv[1])
 print(json.dumps({"traces": len(td.traces), "errors": td.errors}))
 """

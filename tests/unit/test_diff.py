@@ -7,8 +7,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cudatrace.analyze.analysis import Analysis
-from cudatrace.analyze.diff import SCHEMA, diff
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.diff import SCHEMA, diff
 from cudatrace.cli import main
 from cudatrace.commands.diff import run_diff
 from cudatrace.errors import CudatraceError
@@ -167,7 +167,9 @@ def test_diff_text(runs, sym):
 
 def test_cli_diff_json(runs, sym, monkeypatch):
     a, b = runs
-    monkeypatch.setattr("cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym)
+    monkeypatch.setattr(
+        "cudatrace.analyze.documents.analysis.make_symbolizer", lambda progress=False: sym
+    )
     res = CliRunner().invoke(main, ["diff", str(a), str(b), "--json", "--top", "3"])
     assert res.exit_code == 0, res.output
     d = json.loads(res.output)

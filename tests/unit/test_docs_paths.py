@@ -130,8 +130,8 @@ def comment_paths(path: Path, folders: set[str]) -> list[tuple[int, str]]:
 
 
 def resolves(name: str, source: Path) -> bool:
-    """A path in a comment is the repository's (cudatrace/analyze/model.py), the package's or the
-    native tree's (analyze/model.py, shim/writer.c), or relative to the file or a folder above."""
+    """A path in a comment is the repository's (cudatrace/analyze/replay/model.py), the package's or the
+    native tree's (analyze/replay/model.py, shim/writer.c), or relative to the file or a folder above."""
     roots = [REPO, REPO / "cudatrace", REPO / "native", REPO / "tests"]
     roots += [p for p in source.parents if REPO in p.parents or p == REPO]
     return any((r / name).exists() for r in roots)
@@ -167,4 +167,4 @@ def test_a_dead_path_in_a_comment_is_found(tmp_path):
     assert [n for _, n in comment_paths(c, folders)] == ["tests/test_ledger.py", "shim/hooks.def"]
     assert not resolves("shim/layout.h", REPO / "cudatrace" / "analyze" / "trace.py")
     assert resolves("shim/writer.c", REPO / "cudatrace" / "analyze" / "trace.py")
-    assert resolves("analyze/model.py", REPO / "cudatrace" / "record" / "launcher.py")
+    assert resolves("analyze/replay/model.py", REPO / "cudatrace" / "record" / "launcher.py")

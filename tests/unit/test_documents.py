@@ -1,9 +1,11 @@
-"""cudatrace/analyze/documents.py holds the `--json` documents as TypedDicts: each class is held
-against its JSON Schema (cudatrace/schemas/*.json) key by key and type by type, so that the
-types present/ and the commands read and the schemas users validate against are one shape."""
+"""cudatrace/analyze/documents/report_types.py, diff_types.py and sweep_types.py hold the
+`--json` documents as TypedDicts: each class is held against its JSON Schema
+(cudatrace/schemas/*.json) key by key and type by type, so that the types present/ and the
+commands read and the schemas users validate against are one shape."""
 
 from __future__ import annotations
 
+import sys
 import types
 import typing
 from typing import Any, Literal, TypedDict, Union
@@ -11,13 +13,14 @@ from typing import Any, Literal, TypedDict, Union
 import pytest
 
 from cudatrace import schemas
-from cudatrace.analyze import documents
+from cudatrace.analyze.documents import diff_types, report_types, sweep_types
 
 TOP = {
-    "cudatrace.report/1": documents.Report,
-    "cudatrace.diff/1": documents.Diff,
-    "cudatrace.sweep/1": documents.Sweep,
+    "cudatrace.report/1": report_types.Report,
+    "cudatrace.diff/1": diff_types.Diff,
+    "cudatrace.sweep/1": sweep_types.Sweep,
 }
+MODULES = (report_types, diff_types, sweep_types)
 SCALARS = {"integer": int, "number": float, "string": str, "boolean": bool, "null": type(None)}
 
 
@@ -29,6 +32,11 @@ def _members(ann: Any) -> tuple[Any, ...]:
 
 def _is_typeddict(ann: Any) -> bool:
     return isinstance(ann, type) and typing.is_typeddict(ann)
+
+
+def _hints(ann: Any) -> dict[str, Any]:
+    """A TypedDict's keys' types, its names resolved in its own module."""
+    return typing.get_type_hints(ann, vars(sys.modules[ann.__module__]))
 
 
 class Checker:
@@ -103,7 +111,7 @@ class Checker:
                 f"{path}: {ann.__name__} has {sorted(set(ann.__annotations__) ^ set(props))}"
                 " that the schema has not, or the reverse"
             )
-        hints = typing.get_type_hints(ann, vars(documents))
+        hints = _hints(ann)
         for k in sorted(set(props) & set(hints)):
             out += self.check(props[k], hints[k], f"{path}.{k}")
         return out
@@ -126,14 +134,19 @@ def test_every_class_is_part_of_a_document():
                 if m.__name__ in reached:
                     continue
                 reached.add(m.__name__)
-                for h in typing.get_type_hints(m, vars(documents)).values():
+                for h in _hints(m).values():
                     walk(h)
             for a in typing.get_args(m):
                 walk(a)
 
     for top in TOP.values():
         walk(top)
-    defined = {n for n, v in vars(documents).items() if _is_typeddict(v)}
+    defined = {
+        n
+        for mod in MODULES
+        for n, v in vars(mod).items()
+        if _is_typeddict(v) and v.__module__ == mod.__name__
+    }
     assert defined - reached <= {n for n in defined if n.startswith("_")}, defined - reached
 
 

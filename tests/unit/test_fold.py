@@ -1,4 +1,4 @@
-"""The fold algorithm (analyze/layers.py) on synthetic stacks, names (analyze/names.py), and
+"""The fold algorithm (analyze/sites/layers.py) on synthetic stacks, names (analyze/sites/names.py), and
 attribution end to end on traces written by support/tracegen.py."""
 
 from __future__ import annotations
@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from cudatrace.analyze.analysis import Analysis, build_report
-from cudatrace.analyze.diff import diff
-from cudatrace.analyze.layers import CallGraph, compile_patterns
-from cudatrace.analyze.names import fit, short_name
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.diff import diff
+from cudatrace.analyze.documents.report import build_report
+from cudatrace.analyze.sites.layers import CallGraph, compile_patterns
+from cudatrace.analyze.sites.names import fit, short_name
 from support import tracegen as tg
 
 ALLOC = ("dev", "backend", "tensor")  # innermost first
@@ -241,7 +242,7 @@ def test_short_name(full, short):
 def test_enclosing_function_of_local_entities(full, encl):
     """A lambda, block or local class is scoped by the function it is in (the boundary rule
     reads that function)."""
-    from cudatrace.analyze.names import enclosing
+    from cudatrace.analyze.sites.names import enclosing
 
     assert enclosing(full) == encl
 
@@ -527,7 +528,7 @@ def test_template_arguments_kept_where_they_alone_tell_sites_apart(tmp_path):
     ],
 )
 def test_comprehension_owner(qualname, owner):
-    from cudatrace.analyze.names import comprehension_owner
+    from cudatrace.analyze.sites.names import comprehension_owner
 
     assert comprehension_owner(qualname) == owner
 

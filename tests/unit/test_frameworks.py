@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from cudatrace import frameworks
-from cudatrace.analyze.layers import BFrame, boundary_cut
+from cudatrace.analyze.sites.layers import BFrame, boundary_cut
 
 EXE = "server"
 LIBC = ("libc.so.6", "__libc_start_call_main")

@@ -2,14 +2,18 @@
 
 Every import in cudatrace/ (at module level and inside functions) is read with `ast` and
 resolved to the module it loads. The test fails on any import that loads nothing of the package
-(a stale path), on any cycle, and on any import that breaks the rules:
+(a stale path), on any cycle (typing-only imports included), on a module over MAX_LINES, and
+on any import that breaks the rules:
 
     errors (the ground)                            nothing of cudatrace
     leaves (units, procfs, nvml, native, progress)  errors only
     symbols/                                       errors only
     record/                                        never analyze/, present/ (symbols/: the
                                                    launcher's hints for the shim, in functions)
-    analyze/                                       never record/, present/
+    analyze/                                       never record/, present/; inside, stages
+                                                   in order (read/, replay/, sites/,
+                                                   documents/), each importing only those
+                                                   before it
     present/                                       never record/, commands/, nor click
     deploy/                                        never analyze/, symbols/, sweep/, commands/
     commands/                                      anything but the command line
@@ -41,8 +45,14 @@ LEAVES = {
     "native_types",
     "record_types",
     "frameworks",
+    "fence_record",
 }
-MAX_LINES = 900
+MAX_LINES = 700
+# modules over MAX_LINES while another stream still edits them, each held to the old cap until
+# it is split along its sections (the list only shrinks: a module under the cap leaves it)
+LONG_MODULES = {
+    "cudatrace.analyze.read.trace": 900,  # the trace format's readers (issue 42's stream)
+}
 
 # floor -> floors it must never import
 UPPER = {"record", "analyze", "present", "symbols", "cli", "commands", "sweep", "demo", "deploy"}
@@ -194,27 +204,67 @@ def breaches(graph: dict[str, list[tuple[int, str]]]) -> list[str]:
     return bad
 
 
-def typing_only_lines(mod: str) -> set[int]:
-    """Lines of mod's imports under `if TYPE_CHECKING:` (for the type checker alone: they load
-    nothing, so they make no cycle; the floors still hold for them)."""
-    out: set[int] = set()
-    for node in ast.walk(ast.parse(MODULES[mod].read_text())):
-        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
-            out |= {n.lineno for b in node.body for n in ast.walk(b) if hasattr(n, "lineno")}
-    return out
-
-
 def test_no_cycle():
-    edges = {
-        m: {
-            t
-            for line, t in GRAPH[m]
-            if t in MODULES and t != m and line not in typing_only_lines(m)
-        }
-        for m in MODULES
-    }
+    """No circle anywhere in the package, whatever the import: at module level, inside a
+    function, or under `if TYPE_CHECKING:` (a circle for the type checker is one for a reader
+    too: two modules that each need the other to be understood)."""
+    edges = {m: {t for _, t in GRAPH[m] if t in MODULES and t != m} for m in MODULES}
     found = cycles(edges)
     assert not found, f"import cycles: {found}"
+
+
+# analyze/ is a pipeline: each stage a package that imports only the stages before it
+STAGES = ("read", "replay", "sites", "documents")
+
+
+def stage_breaches(graph: dict[str, list[tuple[int, str]]]) -> list[str]:
+    """'module:line: stage imports target (a later stage)' for each import of analyze/ against
+    the stages' order; 'module: in no stage' for a module of analyze/ outside them."""
+    bad = []
+
+    def stage(mod: str) -> int | None:
+        parts = mod.split(".")
+        if parts[:2] != ["cudatrace", "analyze"] or len(parts) < 3:
+            return None
+        return STAGES.index(parts[2]) if parts[2] in STAGES else -1
+
+    for m, edges in graph.items():
+        s = stage(m)
+        if s is None:
+            continue
+        if s < 0:
+            bad.append(f"{m}: in no stage of analyze/ ({', '.join(STAGES)})")
+            continue
+        for line, t in edges:
+            ts = stage(t)
+            if ts is not None and ts > s:
+                bad.append(f"{m}:{line}: {STAGES[s]} imports {t} (a later stage)")
+    return bad
+
+
+def test_analyze_stages_in_order():
+    bad = stage_breaches(GRAPH)
+    assert not bad, "analyze/'s stages out of order:\n" + "\n".join(bad)
+
+
+def test_the_stage_check_catches_breaches():
+    fake = {
+        "cudatrace.analyze.read.trace": [(1, "cudatrace.analyze.replay.model")],
+        "cudatrace.analyze.sites.stacks": [
+            (2, "cudatrace.analyze.read.tags"),
+            (3, "cudatrace.units"),
+        ],
+        "cudatrace.analyze.replay.model": [(4, "cudatrace.analyze.documents.analysis")],
+        "cudatrace.analyze.documents.report": [(5, "cudatrace.analyze.sites.group")],
+        "cudatrace.analyze.loose": [(6, "cudatrace.analyze.read.trace")],
+        "cudatrace.analyze": [(7, "cudatrace.analyze.documents.analysis")],
+    }
+    assert stage_breaches(fake) == [
+        "cudatrace.analyze.read.trace:1: read imports cudatrace.analyze.replay.model (a later stage)",
+        "cudatrace.analyze.replay.model:4: replay imports cudatrace.analyze.documents.analysis "
+        "(a later stage)",
+        "cudatrace.analyze.loose: in no stage of analyze/ (read, replay, sites, documents)",
+    ]
 
 
 def test_floors():
@@ -226,15 +276,21 @@ def test_the_checks_catch_breaches():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
     fake = {
-        "cudatrace.record.launcher": [(3, "cudatrace.analyze.model"), (4, "cudatrace.units")],
+        "cudatrace.record.launcher": [
+            (3, "cudatrace.analyze.replay.model"),
+            (4, "cudatrace.units"),
+        ],
         "cudatrace.units": [(5, "cudatrace.record.budget")],
         "cudatrace.symbols": [(6, "cudatrace.native")],
         "cudatrace.present.report": [
             (7, "cudatrace.record.ledger"),
             (8, "cudatrace.cli"),
-            (9, "cudatrace.analyze.sites"),
+            (9, "cudatrace.analyze.sites.stacks"),
         ],
-        "cudatrace.analyze.model": [(10, "cudatrace.present.text"), (11, "cudatrace.symbols")],
+        "cudatrace.analyze.replay.model": [
+            (10, "cudatrace.present.text"),
+            (11, "cudatrace.symbols"),
+        ],
         "cudatrace.__main__": [(12, "cudatrace.cli")],
         "cudatrace.errors": [(13, "cudatrace.units")],
         "cudatrace.sweep": [(14, "cudatrace.commands.options"), (15, "cudatrace.errors")],
@@ -257,7 +313,14 @@ def test_the_checks_catch_breaches():
 @pytest.mark.parametrize("mod", sorted(MODULES))
 def test_module_size(mod):
     n = len(MODULES[mod].read_text().splitlines())
-    assert n <= MAX_LINES, f"{mod}: {n} lines (at most {MAX_LINES}: split it by job)"
+    cap = LONG_MODULES.get(mod, MAX_LINES)
+    assert n <= cap, f"{mod}: {n} lines (at most {cap}: split it by job)"
+    if mod in LONG_MODULES:
+        assert n > MAX_LINES, f"{mod}: {n} lines, no longer over {MAX_LINES}: off LONG_MODULES"
+
+
+def test_the_long_modules_exist():
+    assert set(LONG_MODULES) <= set(MODULES)
 
 
 def test_present_never_imports_click():

@@ -1,11 +1,11 @@
-"""The time window of a track() block (cudatrace/analyze/live_sites.py): which allocations were
+"""The time window of a track() block (cudatrace/analyze/documents/live_sites.py): which allocations were
 live at the block's own peak, and which at its end."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from cudatrace.analyze.live_sites import window_allocs
+from cudatrace.analyze.documents.live_sites import window_allocs
 
 
 def A(name, ts, size, end=None):

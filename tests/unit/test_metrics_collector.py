@@ -14,9 +14,9 @@ import threading
 import time
 
 import cudatrace
-from cudatrace.analyze import live
-from cudatrace.analyze import trace as trace_mod
-from cudatrace.analyze.trace import C
+from cudatrace.analyze.documents import live
+from cudatrace.analyze.read import trace as trace_mod
+from cudatrace.analyze.read.trace import C
 from cudatrace.present.metrics import Collector, Gpus, TraceCache
 from support import children
 from support.tracegen import BASE_TS, MS, TraceWriter

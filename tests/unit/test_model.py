@@ -7,10 +7,11 @@ import random
 
 import pytest
 
-from cudatrace.analyze import model as model_mod
-from cudatrace.analyze.model import Groups, build
-from cudatrace.analyze.ranks import alloc_ordinals
-from cudatrace.analyze.trace import C, read_dir
+from cudatrace.analyze.documents.ranks import alloc_ordinals
+from cudatrace.analyze.read.trace import C, read_dir
+from cudatrace.analyze.replay import lives
+from cudatrace.analyze.replay.lives import Groups
+from cudatrace.analyze.replay.model import build
 from support import tracegen as tg
 from support.replay_oracle import BACKENDS, build_with
 
@@ -164,10 +165,10 @@ def test_address_reuse(tmp_path, backend):
         (30, ts(1000)),  # never freed: its process's end ended it
     ]
     assert [a.how for a in m.lifetimes()] == [
-        model_mod.END_FREE,
-        model_mod.END_FREE,
-        model_mod.END_REUSED,
-        model_mod.END_EXITED,
+        lives.END_FREE,
+        lives.END_FREE,
+        lives.END_REUSED,
+        lives.END_EXITED,
     ]
 
 
@@ -241,9 +242,9 @@ def test_vmm_create_release(tmp_path, backend):
     assert m.counts["deferred_releases"] == 2
     assert m.counts["maps"] == 3 and m.counts["unmaps"] == 2
     assert [a.how for a in m.lifetimes()] == [
-        model_mod.END_FREE,
-        model_mod.END_UNMAPPED,
-        model_mod.END_UNMAPPED,
+        lives.END_FREE,
+        lives.END_UNMAPPED,
+        lives.END_UNMAPPED,
     ]
     assert m.device_peaks == {0: (two, ts(1)), 1: (two, ts(6))}
 
@@ -290,9 +291,9 @@ def test_meminfo_and_denials_are_listed(tmp_path, backend):
     w.close()
     m = model_of(tmp_path, backend)
     assert not m.found
-    assert [(q.size, q.event[model_mod.ADDR]) for q in m.meminfo] == [(2 << 30, 1 << 30)]
+    assert [(q.size, q.event[lives.ADDR]) for q in m.meminfo] == [(2 << 30, 1 << 30)]
     assert m.meminfo[0].flags & C()["CT_EF_VIRTUALIZED"]
-    assert [(d.size, d.event[model_mod.AUX], d.event[model_mod.AUX2]) for d in m.denied] == [
+    assert [(d.size, d.event[lives.AUX], d.event[lives.AUX2]) for d in m.denied] == [
         (4 << 30, 2 << 30, 1 << 30)
     ]
     assert m.counts["denied"] == 1 and m.counts["meminfo"] == 1
@@ -549,7 +550,7 @@ def test_sequential_processes_do_not_add_up(tmp_path, backend):
     assert m.end_bytes == 6 * G  # never freed, each at its own exit
     assert m.bytes_at([ts(3), ts(6), ts(12), ts(99)]) == [2 * G, 0, 2 * G, 0]
     assert [pr["end_bytes"] for pr in m.procs] == [2 * G] * 3
-    assert [a.how for a in m.lifetimes()] == [model_mod.END_EXITED] * 3
+    assert [a.how for a in m.lifetimes()] == [lives.END_EXITED] * 3
     assert [a.end_ts for a in m.lifetimes()] == [ts(5), ts(15), ts(25)]
 
 

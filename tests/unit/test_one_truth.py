@@ -8,7 +8,8 @@ import sys
 
 from click.testing import CliRunner
 
-from cudatrace.analyze.analysis import Analysis, build_report
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.report import build_report
 from cudatrace.cli import main
 from cudatrace.present.html.page import _processes_html
 from cudatrace.present.report import render_text

@@ -1,4 +1,4 @@
-"""present/ renders typed data: the --json documents as analyze/documents.py's TypedDicts, the
+"""present/ renders typed data: the --json documents as analyze/documents/report_types.py's TypedDicts, the
 ledgers and the doctor's probes as record_types.py's; no function of present/ takes a bare
 `dict` (nor a mapping of Any), so what it reads by key is declared where it is built."""
 

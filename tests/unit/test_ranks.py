@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from cudatrace.analyze.analysis import Analysis, ReportError, build_report
-from cudatrace.analyze.ranks import alloc_ordinals, outliers, tag_of
-from cudatrace.analyze.trace import read_trace
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.ranks import alloc_ordinals, outliers
+from cudatrace.analyze.documents.report import build_report
+from cudatrace.analyze.read.load import ReportError
+from cudatrace.analyze.read.tags import tag_of
+from cudatrace.analyze.read.trace import read_trace
 from cudatrace.present.report import render_text
 from support.schemas import validate
 from support.tracegen import MS, SEC, TraceWriter
@@ -192,7 +195,7 @@ def test_two_launches_on_one_host_keep_their_ranks_apart(tmp_path):
 
 
 def _same_tables(a):
-    from cudatrace.analyze.ranks import tables
+    from cudatrace.analyze.documents.ranks import tables
 
     fast, full = tables(a, fast=True), tables(a, fast=False)
     for k in ("rank_peaks", "dev_peaks", "dev_end", "dev_allocs", "dev_ranks", "rank_devs"):

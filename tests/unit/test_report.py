@@ -10,7 +10,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from click.testing import CliRunner
 
-from cudatrace.analyze.analysis import SCHEMA, Analysis, build_report
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.report import SCHEMA, build_report
 from cudatrace.attribution import Attribution
 from cudatrace.cli import main
 from cudatrace.commands.options import Outputs
@@ -53,7 +54,7 @@ def report_json_nofold(path, sym, **kw) -> dict:
 def cli(*args, sym=None, monkeypatch=None):
     if sym is not None and monkeypatch is not None:
         monkeypatch.setattr(
-            "cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: sym
+            "cudatrace.analyze.documents.analysis.make_symbolizer", lambda progress=False: sym
         )
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
@@ -530,7 +531,7 @@ def test_summary_uses_the_same_numbers(scen, fake_sym, monkeypatch):
 
     d, _ = scen
     monkeypatch.setattr(
-        "cudatrace.analyze.analysis.make_symbolizer", lambda progress=False: fake_sym
+        "cudatrace.analyze.documents.analysis.make_symbolizer", lambda progress=False: fake_sym
     )
     buf = io.StringIO()
     print_summary(d, 0, buf)
@@ -561,7 +562,7 @@ def test_run_report_raises_the_one_error(scen, fake_sym, tmp_path):
 
 def test_real_symbolizer(scen, tmp_path, monkeypatch):
     """With cudatrace.symbols (DWARF): functions, files and lines from the fixture program."""
-    from cudatrace.analyze.sites import make_symbolizer
+    from cudatrace.analyze.sites.stacks import make_symbolizer
 
     monkeypatch.setenv("CUDATRACE_CACHE", str(tmp_path / "cache"))
     sym = make_symbolizer()
@@ -576,7 +577,7 @@ def test_real_symbolizer(scen, tmp_path, monkeypatch):
 def test_median_over_several_parts():
     import random
 
-    from cudatrace.analyze.sites import kth_smallest
+    from cudatrace.analyze.sites.group import kth_smallest
 
     rnd = random.Random(7)
     for _ in range(200):

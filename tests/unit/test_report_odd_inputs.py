@@ -108,7 +108,7 @@ def test_denial_and_failure_lines_state_each_request_size(tmp_path):
 
 @pytest.mark.parametrize("backend", ["c", "python"])
 def test_release_of_an_imported_vmm_handle_is_not_an_unmatched_free(tmp_path, backend):
-    from cudatrace.analyze.trace import read_dir
+    from cudatrace.analyze.read.trace import read_dir
     from support.replay_oracle import build_with
 
     d = tmp_path / "s"

@@ -10,7 +10,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from cudatrace.analyze.analysis import Analysis, build_report
+from cudatrace.analyze.documents.analysis import Analysis
+from cudatrace.analyze.documents.report import build_report
 from cudatrace.cli import main
 from cudatrace.present.report import render_text
 from cudatrace.present.text import use_colour

@@ -1,11 +1,11 @@
 """The --aggregate sample files stay bounded whatever the run's length, and keep what the report
 compares with: the first sample, each figure's extreme, the recent samples whole, the run
-thinned evenly (record/sampler.py BoundedLog; read back by analyze/trace.py)."""
+thinned evenly (record/sampler.py BoundedLog; read back by analyze/read/trace.py)."""
 
 from __future__ import annotations
 
 from cudatrace import tracedir
-from cudatrace.analyze.trace import TraceDir
+from cudatrace.analyze.read.trace import TraceDir
 from cudatrace.record.sampler import BoundedLog, FullLog
 
 GiB = 1 << 30

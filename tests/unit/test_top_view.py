@@ -11,7 +11,7 @@ import os
 import pytest
 
 from cudatrace import procfs
-from cudatrace.analyze.live import OTHER, _typed
+from cudatrace.analyze.documents.live import OTHER, _typed
 from cudatrace.present.top import HELP, View, render
 from cudatrace.record import denials
 from cudatrace.record.top import Gatherer

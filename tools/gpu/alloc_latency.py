@@ -6,7 +6,7 @@ the device busy for the last case).
     python3 tools/gpu/alloc_latency.py
 
 Why: the report sets NVML's readings beside what the trace held over the span they were read
-in, widened by analyze/observed.py's SLACK_NS on each side, because an allocation is stamped
+in, widened by analyze/replay/observed.py's SLACK_NS on each side, because an allocation is stamped
 after its call returns and a free before it starts. A call longer than the slack can still show
 its memory as untraced in a sample that falls inside it; these figures say how long the calls
 are. Prints one line per case (median and max of the repeats, in ms) and the largest call.

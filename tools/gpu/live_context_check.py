@@ -144,7 +144,7 @@ def check_context_record() -> None:
     r = cudatrace("run", "-q", "-o", OUT / "short", "--force", "--", sys.executable, prog,
                   64 * MiB, env=env)  # fmt: skip
     sys.path.insert(0, str(ROOT))
-    from cudatrace.analyze.analysis import Analysis
+    from cudatrace.analyze.documents.analysis import Analysis
 
     ctxs = Analysis(OUT / "short").budget_contexts() if r.returncode == 0 else {}
     c = ctxs.get(0)

@@ -47,7 +47,7 @@ check(grew <= 64 << 10, f"/dev/shm used {grew} more bytes after report")
 if r.returncode == 0:
     j = json.loads(r.stdout)
     check(not j.get("lost_chunks"), f"lost chunks: {j.get('lost_chunks')}")
-from cudatrace.analyze.trace import read_trace
+from cudatrace.analyze.read.trace import read_trace
 t = read_trace(main)
 check(t.status == "complete" and t.end is not None and t.n_events == t.end.events and t.gaps == 0,
       f"events read back {t.n_events}, written {t.end.events if t.end else None}, gaps {t.gaps}")

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
 from ... import __version__
-from ...analyze.model import ADDR, AUX, AUX2, Alloc
-from ...analyze.sites import NO_STACK
+from ...analyze.replay.lives import ADDR, AUX, AUX2, Alloc
+from ...analyze.sites.group import NO_STACK
 
 if TYPE_CHECKING:
     from .view import View

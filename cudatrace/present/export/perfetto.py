@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
-from ...analyze.cu_errors import cu_error
-from ...analyze.model import ADDR, AUX, AUX2, RES, Alloc
-from ...analyze.sites import NO_STACK, api_label
+from ...analyze.documents.cu_errors import cu_error
+from ...analyze.replay.lives import ADDR, AUX, AUX2, RES, Alloc
+from ...analyze.sites.group import NO_STACK, api_label
 from ...units import format_bytes
 
 if TYPE_CHECKING:

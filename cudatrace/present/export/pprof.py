@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
-from ...analyze.sites import NO_STACK
+from ...analyze.sites.group import NO_STACK
 from ...protodesc import message_classes
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ... import __version__
-from ...analyze.sites import NO_STACK
+from ...analyze.sites.group import NO_STACK
 
 if TYPE_CHECKING:
     from .view import View

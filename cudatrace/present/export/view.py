@@ -13,11 +13,13 @@ import os
 from collections import defaultdict
 from collections.abc import Iterable
 
-from ...analyze.analysis import Analysis
-from ...analyze.model import Alloc
-from ...analyze.ranks import device_label, rank_label_of, split_devices, tagged
-from ...analyze.sites import NO_STACK, SFrame, process_label
-from ...analyze.trace import host_of
+from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.ranks import split_devices
+from ...analyze.read.tags import device_label, rank_label_of, tagged
+from ...analyze.read.trace import host_of
+from ...analyze.replay.lives import Alloc
+from ...analyze.sites.group import NO_STACK, process_label
+from ...analyze.sites.stacks import SFrame
 from . import ExportError
 
 

@@ -9,12 +9,13 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ...analyze.analysis import Analysis
-from ...analyze.documents import ReportAt
-from ...analyze.model import NONE64, Groups
-from ...analyze.ranks import rank_label_of, tagged
-from ...analyze.sites import NO_STACK, SFrame, Site, key_text, site_of
-from ...analyze.trace import Trace
+from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.report_types import ReportAt
+from ...analyze.read.tags import rank_label_of, tagged
+from ...analyze.read.trace import Trace
+from ...analyze.replay.lives import NONE64, Groups
+from ...analyze.sites.group import NO_STACK, Site, key_text, site_of
+from ...analyze.sites.stacks import SFrame
 from ...symbols.progress import ProgressLike
 from ...units import format_bytes
 
@@ -351,7 +352,7 @@ def observed_series(a: Analysis, device: int | None) -> dict:
 
 def events_json(a: Analysis, tables: Tables) -> list[list]:
     """[time, "denied" | "failed", device, bytes requested, bytes in use then, site label, note]"""
-    from ...analyze.analysis import cu_error
+    from ...analyze.documents.cu_errors import cu_error
 
     m = a.model
     out = []

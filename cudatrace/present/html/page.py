@@ -22,13 +22,17 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from ...analyze.analysis import Analysis, build_report
-from ...analyze.documents import Diff, Report, ReportAt, ReportDenied
-from ...analyze.model import NONE64
+from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.diff_types import Diff
+from ...analyze.documents.report import build_report
+from ...analyze.documents.report_types import Report, ReportAt, ReportDenied
+from ...analyze.replay.lives import NONE64
 from ...symbols.symbolizer import ProgressFactory
 from ...units import format_bytes
-from ..report import render_text, status_text, via_text
+from ..report import render_text
+from ..report.words import status_text, via_text
 from .data import (
     ASSETS,
     MAX_SITE_CHANGES,
@@ -93,7 +97,7 @@ def _fact(k: str, v: str, raw: bool = False) -> str:
 
 def _facts_html(r: Report) -> str:
     """The run's facts as static HTML (readable even where scripts are off)."""
-    from ..report import driver_text, limits_text
+    from ..report.words import limits_text, versions_text
 
     e = html.escape
     rows = [
@@ -147,15 +151,7 @@ def _facts_html(r: Report) -> str:
             ),
         )
     )
-    v = r["versions"]
-    parts = ["{} frames per event".format("/".join(str(d) for d in v["stack_depth"]))]
-    if v["driver"]:
-        parts.append("driver {}".format(", ".join(driver_text(d) for d in v["driver"])))
-    if v.get("nvml_driver"):
-        parts.append("NVML driver {}".format(v["nvml_driver"]))
-    if v["shim"]:
-        parts.append("shim {}".format(", ".join(v["shim"])))
-    rows.append(_fact("recorded with", "; ".join(parts)))
+    rows.append(_fact("recorded with", versions_text(r["versions"])))
     from ..observed import render_observed
 
     obs: list[str] = []
@@ -453,73 +449,15 @@ from the network.</p></footer>
 def render_diff_html(
     a: Analysis, b: Analysis, d: Diff, depth: int = 1, progress: ProgressFactory | None = None
 ) -> str:
-    """The HTML page of a diff; d: the diff dict (cudatrace.diff/1) with every site."""
-    tables = Tables(depth=depth)
-    runs: list[RunData] = []
-    for side, an in ((0, a), (1, b)):
-        m = an.model
-        moments: list[Moment] = []
-        if m.found:
-            moments.append({"kind": "peak", "ts": m.peak_ts, "seq": m.peak_seq})
-        if m.n_events:
-            moments.append({"kind": "end", "ts": m.t_end, "seq": NONE64 - 1})
-        runs.append(run_data(an, tables, moments, side=side))
-        runs[-1]["first_alloc"] = first_allocation(an)
-    data = {
-        "kind": "diff",
-        "version": _version(),
-        "generated": _now(),
-        "diff": dict(
-            d,
-            sites=d["sites"][:MAX_SITE_CHANGES],
-            more_sites=d.get("more_sites", 0) + max(0, len(d["sites"]) - MAX_SITE_CHANGES),
-        ),
-        "runs": runs,
-        "aggregation": aggregation_note(runs, tables),
-        **tables_json(tables),
-    }
+    """The HTML page of a diff; d: the diff dict (cudatrace.diff/1) with every site: its data
+    (both runs, the sites' changes), the figures side by side, the ranks card."""
+    data = _diff_data(a, b, d, Tables(depth=depth))
     e = html.escape
-    A, B, T = d["a"], d["b"], d["totals"]
+    A, B = d["a"], d["b"]
     title = "cudatrace diff: {} vs {}".format(
         os.path.basename(A["path"].rstrip("/")) or A["path"],
         os.path.basename(B["path"].rstrip("/")) or B["path"],
     )
-
-    def delta(x: int, pct_of: int | None = None) -> str:
-        s = ("+" if x > 0 else "-" if x < 0 else "") + format_bytes(abs(x)) if x else "no change"
-        if pct_of:
-            s += " (%+.1f%%)" % (100.0 * x / pct_of)
-        return s
-
-    pd, ed = T["peak_bytes"]["delta"], T["end_bytes"]["delta"]
-    stats = [
-        _stat(
-            "peak A",
-            format_bytes(A["peak_bytes"]),
-            "at {}".format(_when(A["peak_time"])) if A["peak_time"] is not None else "",
-        ),
-        _stat(
-            "peak B",
-            format_bytes(B["peak_bytes"]),
-            "at {}".format(_when(B["peak_time"])) if B["peak_time"] is not None else "",
-        ),
-        _stat(
-            "peak change",
-            delta(pd, A["peak_bytes"] or None),
-            "B minus A",
-            "grown" if pd > 0 else "shrunk" if pd < 0 else "",
-        ),
-        _stat(
-            "live at exit",
-            "{} → {}".format(format_bytes(A["end_bytes"]), format_bytes(B["end_bytes"])),
-            delta(ed),
-        ),
-        _stat(
-            "allocations",
-            "%d → %d" % (A["allocs"], B["allocs"]),
-            "failed %d → %d, denied %d → %d" % (A["failed"], B["failed"], A["denied"], B["denied"]),
-        ),
-    ]
     c = d["status_counts"]
     body = _BODY_DIFF.format(
         title=e(title),
@@ -527,7 +465,7 @@ def render_diff_html(
         cmd_b=e(_cmd(B["command"])),
         path_a=e(A["path"]),
         path_b=e(B["path"]),
-        stats="".join(stats),
+        stats="".join(_diff_stats(d)),
         counts=e(
             ", ".join(
                 "%d %s" % (c[k], k) for k in ("grown", "shrunk", "new", "gone", "same") if c[k]
@@ -540,6 +478,76 @@ def render_diff_html(
         ranks=ranks_diff_card(d),
     )
     return page(title, data, body)
+
+
+def _diff_data(a: Analysis, b: Analysis, d: Diff, tables: Tables) -> dict[str, Any]:
+    """The page's data: both runs at their peak and end, the sites' changes (the first
+    MAX_SITE_CHANGES), the tables of frames and stacks they share."""
+    runs: list[RunData] = []
+    for side, an in ((0, a), (1, b)):
+        m = an.model
+        moments: list[Moment] = []
+        if m.found:
+            moments.append({"kind": "peak", "ts": m.peak_ts, "seq": m.peak_seq})
+        if m.n_events:
+            moments.append({"kind": "end", "ts": m.t_end, "seq": NONE64 - 1})
+        runs.append(run_data(an, tables, moments, side=side))
+        runs[-1]["first_alloc"] = first_allocation(an)
+    return {
+        "kind": "diff",
+        "version": _version(),
+        "generated": _now(),
+        "diff": dict(
+            d,
+            sites=d["sites"][:MAX_SITE_CHANGES],
+            more_sites=d.get("more_sites", 0) + max(0, len(d["sites"]) - MAX_SITE_CHANGES),
+        ),
+        "runs": runs,
+        "aggregation": aggregation_note(runs, tables),
+        **tables_json(tables),
+    }
+
+
+def _delta(x: int, pct_of: int | None = None) -> str:
+    s = ("+" if x > 0 else "-" if x < 0 else "") + format_bytes(abs(x)) if x else "no change"
+    if pct_of:
+        s += " (%+.1f%%)" % (100.0 * x / pct_of)
+    return s
+
+
+def _diff_stats(d: Diff) -> list[str]:
+    """The figures of both runs side by side: peaks, the change, what was live at exit, the
+    allocations."""
+    A, B, T = d["a"], d["b"], d["totals"]
+    pd, ed = T["peak_bytes"]["delta"], T["end_bytes"]["delta"]
+    return [
+        _stat(
+            "peak A",
+            format_bytes(A["peak_bytes"]),
+            "at {}".format(_when(A["peak_time"])) if A["peak_time"] is not None else "",
+        ),
+        _stat(
+            "peak B",
+            format_bytes(B["peak_bytes"]),
+            "at {}".format(_when(B["peak_time"])) if B["peak_time"] is not None else "",
+        ),
+        _stat(
+            "peak change",
+            _delta(pd, A["peak_bytes"] or None),
+            "B minus A",
+            "grown" if pd > 0 else "shrunk" if pd < 0 else "",
+        ),
+        _stat(
+            "live at exit",
+            "{} → {}".format(format_bytes(A["end_bytes"]), format_bytes(B["end_bytes"])),
+            _delta(ed),
+        ),
+        _stat(
+            "allocations",
+            "%d → %d" % (A["allocs"], B["allocs"]),
+            "failed %d → %d, denied %d → %d" % (A["failed"], B["failed"], A["denied"], B["denied"]),
+        ),
+    ]
 
 
 def _version() -> str:

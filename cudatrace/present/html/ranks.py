@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import html
 
-from ...analyze.analysis import Analysis
-from ...analyze.documents import Diff, Report
-from ...analyze.ranks import rank_series
+from ...analyze.documents.analysis import Analysis
+from ...analyze.documents.diff_types import Diff
+from ...analyze.documents.ranks import rank_series
+from ...analyze.documents.report_types import Report, ReportRank, ReportRanks
+from ...analyze.read.tags import RankGroup
 from ...units import format_bytes
 from ..ranks import site_line
 from ..text import secs_text
@@ -34,7 +36,8 @@ def _line(a: Analysis, pts: list[tuple[int, int]], t0: float, t1: float, top: in
 
 
 def ranks_card(a: Analysis, r: Report) -> str:
-    """The card's HTML, or '' when the run has no ranks section."""
+    """The card's HTML, or '' when the run has no ranks section: the ranks' table with each
+    one's timeline, the outliers, the peak per device, the sites across ranks."""
     rk = r.get("ranks")
     if not rk:
         return ""
@@ -45,54 +48,11 @@ def ranks_card(a: Analysis, r: Report) -> str:
     t1 = (a.seconds(max(ts_all)) or 0.0) if ts_all else 1.0
     top = max([v for _, pts in series for _, v in pts] + [1])
     info = {x["label"]: x for x in rk["ranks"]}
-    rows = []
-    for g, pts in series:
-        x = info.get(g.label)
-        odd = bool(x and x["outlier"])
-        svg = (
-            '<svg class="rank-line" data-rank="%s" viewBox="0 0 %d %d" width="%d" height="%d" '
-            'preserveAspectRatio="none" role="img" aria-label="%s over time">'
-            '<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/></svg>'
-            % (
-                e(g.label),
-                W,
-                H,
-                W,
-                H,
-                e(g.label),
-                "#b42318" if odd else "#1f6feb",
-                _line(a, pts, t0, t1, top) if pts else "0,%d %d,%d" % (H, W, H),
-            )
-        )
-        rows.append(
-            '<tr%s><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td class="n">%s'
-            "</td><td>%s</td><td>%s</td></tr>"
-            % (
-                ' class="alert"' if odd else "",
-                e(g.label),
-                e(g.host),
-                e(",".join(x["devices"] if x else []) or "-"),
-                e(format_bytes(x["peak_bytes"] if x else 0)),
-                e(secs_text(x["peak_time"] if x else None)),
-                svg,
-                "stands out" if odd else "",
-            )
-        )
+    rows = [_rank_row(a, g, pts, info.get(g.label), (t0, t1, top)) for g, pts in series]
     outl = "".join(
         "<li>%s stands out: peak %s, the ranks' median %s</li>"
         % (e(o["label"]), e(format_bytes(o["bytes"])), e(format_bytes(int(o["median_bytes"]))))
         for o in rk["outliers"]
-    )
-    devs = "".join(
-        '<tr><td>%s</td><td>%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>'
-        % (
-            e(d["host"]),
-            e(d["device"]),
-            e(format_bytes(d["peak_bytes"])),
-            e(secs_text(d["peak_time"])),
-            e(", ".join(d["ranks"])),
-        )
-        for d in rk["devices"]
     )
     sites = "".join(
         "<li><code>%s</code>: %s</li>" % (e(s["label"]), e(site_line(s))) for s in rk["sites"]
@@ -122,9 +82,67 @@ def ranks_card(a: Analysis, r: Report) -> str:
         e(format_bytes(top)),
         "".join(rows),
         "<ul>%s</ul>" % outl if outl else "",
-        devs,
+        _device_rows(rk),
         sites or "<li>none</li>",
         e(rk["rule"]),
+    )
+
+
+def _rank_row(
+    a: Analysis,
+    g: RankGroup,
+    pts: list[tuple[int, int]],
+    x: ReportRank | None,
+    scale: tuple[float, float, int],
+) -> str:
+    """One rank's row: its figures and its timeline on the card's scale (t0, t1, top bytes)."""
+    e = html.escape
+    t0, t1, top = scale
+    odd = bool(x and x["outlier"])
+    svg = (
+        '<svg class="rank-line" data-rank="%s" viewBox="0 0 %d %d" width="%d" height="%d" '
+        'preserveAspectRatio="none" role="img" aria-label="%s over time">'
+        '<polyline fill="none" stroke="%s" stroke-width="1.5" points="%s"/></svg>'
+        % (
+            e(g.label),
+            W,
+            H,
+            W,
+            H,
+            e(g.label),
+            "#b42318" if odd else "#1f6feb",
+            _line(a, pts, t0, t1, top) if pts else "0,%d %d,%d" % (H, W, H),
+        )
+    )
+    return (
+        '<tr%s><td>%s</td><td>%s</td><td>%s</td><td class="n">%s</td><td class="n">%s'
+        "</td><td>%s</td><td>%s</td></tr>"
+        % (
+            ' class="alert"' if odd else "",
+            e(g.label),
+            e(g.host),
+            e(",".join(x["devices"] if x else []) or "-"),
+            e(format_bytes(x["peak_bytes"] if x else 0)),
+            e(secs_text(x["peak_time"] if x else None)),
+            svg,
+            "stands out" if odd else "",
+        )
+    )
+
+
+def _device_rows(rk: ReportRanks) -> str:
+    """The peak per physical device: a row each."""
+    e = html.escape
+    return "".join(
+        '<tr><td>%s</td><td>%s</td><td class="n">%s</td><td class="n">%s</td><td>%s</td></tr>'
+        % (
+            e(d["host"]),
+            e(d["device"]),
+            e(format_bytes(d["peak_bytes"])),
+            e(secs_text(d["peak_time"])),
+            e(", ".join(d["ranks"])),
+        )
+        for d in rk["devices"]
     )
 
 
