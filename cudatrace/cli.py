@@ -6,8 +6,7 @@ module names them and loads only the one invoked, so that `cudatrace run` starts
 
 Errors: a command raises `CudatraceError` (errors.py); `Main.invoke` catches it once, prints
 `cudatrace: MESSAGE` on stderr and exits with its status (`run`'s own errors with a status of
-their own, apart from CMD's: docs/exit-codes.md). A command returns its exit status (None or 0
-for success).
+their own, apart from CMD's: docs/exit-codes.md). A command returns its exit status (None: 0).
 """
 
 from __future__ import annotations
@@ -32,6 +31,7 @@ COMMANDS = {
     "export": ("export", "Write a trace for other tools: pprof, speedscope, Perfetto."),
     "sweep": ("sweep", "Run at several values of a flag; fit how each site grows."),
     "status": ("status", "Show the budgets in force and who uses them."),
+    "top": ("top", "Watch the GPUs live: processes, budgets, sites, denials."),
     "doctor": ("doctor", "Say what a run would see on this machine, and what to do."),
     "demo": ("demo", "The KV-pool defect, traced, diffed, bounded and swept."),
     "metrics": ("metrics", "Serve budgets and traced runs to Prometheus."),

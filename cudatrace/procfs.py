@@ -188,3 +188,18 @@ def ledger_maps(pid: int, proc: str = "/proc") -> set[tuple[str, int]] | None:
             if parts[4] != "0":
                 out.add((parts[3], int(parts[4])))
     return out
+
+
+def trace_dirs(pid: int, proc: str = "/proc") -> list[str]:
+    """The directories of the trace files (`*.ctrace`) a process maps shared, as its maps name
+    them: a traced process maps the trace it writes while it lives ([] where none is mapped
+    or its maps cannot be read from here)."""
+    text = _read(f"{proc}/{pid}/maps")
+    out: list[str] = []
+    for line in (text or "").splitlines():
+        parts = line.split(None, 5)
+        if len(parts) == 6 and parts[5].endswith(".ctrace") and "s" in parts[1]:
+            d = os.path.dirname(parts[5])
+            if d not in out:
+                out.append(d)
+    return out

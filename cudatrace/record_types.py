@@ -323,3 +323,119 @@ class Doctor(TypedDict):
     namespace: DoctorNamespace
     command: DoctorCommand | None
     advice: list[str]
+
+
+# ---- `cudatrace top`: the box now (record/top.py Gatherer.snapshot) --------------------------
+
+
+class TopProcess(TypedDict):
+    """A process NVML lists on a GPU (record/gpuview.py's WatchProcess), with its group and the
+    run being traced that it writes."""
+
+    pid: int
+    gpu: int
+    bytes: int | None  # NVML's figure; None where NVML lists it without one
+    command: str
+    fence: Literal["member", "unfenced", "not_visible", "elsewhere"]
+    group: str  # the group (ledger) counting it; "" none
+    counted: int | None  # what that ledger counts for it on this GPU; None: no ledger counts it
+    container: str  # the 64-hex id its cgroup names ("" none)
+    run: str  # the trace directory it writes (CUDATRACE_DIR); "" none
+
+
+class TopDevice(TypedDict):
+    gpu: int  # NVML's index
+    uuid: str
+    name: str
+    used: int | None  # the device's memory in use (NVML's; the host's on unified memory)
+    total: int | None
+    source: str | None  # "nvml" or "meminfo"
+    per_process: bool  # NVML gives each process's memory here
+    why: str | None  # why not
+    ledgers: int  # what the ledgers count on it
+    processes: list[TopProcess]
+
+
+class TopGroupDevice(TypedDict):
+    device: int  # the CUDA ordinal the ledger counts
+    gpu: int | None  # the NVML index it names (watch's placement); None: cannot tell
+    limit: int  # 0: none
+    in_use: int
+    peak: int
+    denials: int
+
+
+class TopMember(TypedDict):
+    pid: int
+    state: Literal["alive", "dead", "unknown"]
+    held: int  # over every device
+    denials: int
+    command: str
+    run: str  # the trace directory it writes; "" none
+
+
+class TopGroup(TypedDict):
+    name: str  # the group's name, or the ledger's ("run 1234" for a run's own budget)
+    path: str
+    on_exceed: str
+    devices: list[TopGroupDevice]  # those with a limit or a figure
+    members: list[TopMember]  # alive or unknown
+    unfenced: list[int]  # pids NVML lists on the group's GPUs that no ledger counts
+
+
+class TopSite(TypedDict):
+    label: str
+    bytes: int
+
+
+class TopRunDevice(TypedDict):
+    device: int  # the CUDA ordinal
+    gpu: str  # the physical device it names (an index or a UUID; "" unknown)
+    live: int
+    sites: list[TopSite]  # the largest first; the rest summed under "other"
+
+
+class TopRun(TypedDict):
+    """A run being traced, as analyze/documents/live.py reads it now."""
+
+    run: str  # the directory's name
+    path: str
+    command: str
+    devices: list[TopRunDevice]
+
+
+class TopDenial(TypedDict):
+    """A budget denial: from a run's denials.jsonl (the launcher attributed it: `label` is the
+    code that asked), or a member's count in its ledger where no launcher kept its site
+    (`label` None)."""
+
+    wall_time: float | None  # when it was kept (None: the ledger does not say)
+    pid: int
+    group: str
+    label: str | None
+    api: str
+    bytes: int | None
+    count: int
+    device: int | None
+    limit: int | None
+    in_use: int | None
+    run: str
+
+
+class TopNvml(TypedDict):
+    known: bool  # NVML answered
+    why: str | None
+
+
+class TopSnapshot(TypedDict):
+    """What `cudatrace top` shows at one moment; `--once --json` prints it as it is."""
+
+    time: float  # wall-clock time of the reading
+    host: str
+    nvml: TopNvml
+    devices: list[TopDevice]
+    groups: list[TopGroup]
+    runs: list[TopRun]
+    denials: list[TopDenial]  # the latest first
+    findings: list[WatchFinding]  # the watch's breaches (record/watch.py), confirmed
+    errors: list[str]  # what could not be read (a ledger, a run), with the reason

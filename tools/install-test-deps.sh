@@ -44,6 +44,7 @@ PACKAGES=(
     "runc: podman's runtime"
     "uidmap: newuidmap/newgidmap for podman's user namespaces"
     "openssl: the admission webhook's and the test API server's certificates"
+    "tmux: test_top_terminal.py drives cudatrace top in a real terminal (keys sent, the screen read back)"
     "valgrind: callgrind counts the shim's instructions (tools/bench_callgrind.sh, tools/bench_modes.sh)"
     "debian-archive-keyring: the keys of the other Debian releases the CPythons of PYTHONS come from"
     "patchelf: points those CPythons at their own release's libraries"

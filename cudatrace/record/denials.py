@@ -71,3 +71,32 @@ def attach_last_denials(st: Status) -> Status:
                 if d is not None:
                     m["last_denial"] = last_denial(d, m["pid"])
     return st
+
+
+TAIL_BYTES = 64 << 10  # what recent() reads of a denials.jsonl: its last lines
+
+
+def recent(trace_dir: Path, last: int) -> list[DeniedGroup]:
+    """The `last` denials kept in trace_dir's denials.jsonl, the latest first (read from its
+    tail: a long run's file is never read whole); a line that is no denial is skipped."""
+    try:
+        with open(trace_dir / DENIALS_FILE, "rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - TAIL_BYTES))
+            data = f.read(TAIL_BYTES)
+    except OSError:
+        return []
+    lines = data.decode(errors="replace").splitlines()
+    if len(data) == TAIL_BYTES and size > TAIL_BYTES:
+        lines = lines[1:]  # the first may be cut
+    out: list[DeniedGroup] = []
+    for line in reversed(lines):
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(d, dict) and isinstance(d.get("pid"), int):
+            out.append(d)  # type: ignore[arg-type]
+            if len(out) >= last:
+                break
+    return out

@@ -29,7 +29,9 @@ from .budget import BudgetError, bytes_text, parse_size
 from .ledger_status import status_json
 
 if TYPE_CHECKING:
+    from ..nvml import Nvml
     from .gpuview import Source
+    from .watch import Watch
 
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
@@ -203,17 +205,22 @@ def _sources(ledgers: list[LedgerSnapshot]) -> list[Source]:
 
 
 def watch_report(
-    ledgers: list[LedgerSnapshot], reread: bool = True, unusable: Sequence[str] = ()
+    ledgers: list[LedgerSnapshot],
+    reread: bool = True,
+    unusable: Sequence[str] = (),
+    held: tuple[Nvml, Watch] | None = None,
 ) -> WatchReport:
     """The watch's view of this host's GPUs beside `ledgers` (status snapshots), its breaches
     confirmed by reading the directory's ledgers again (reread); the members of `unusable`
     ledgers (paths) are not fenced by them. A process that maps a ledger of another directory
-    is a member elsewhere: not judged from here (the node agent sees every ledger)."""
+    is a member elsewhere: not judged from here (the node agent sees every ledger). `held`: an
+    NVML the caller keeps open and the Watch it keeps between readings (`cudatrace top`);
+    otherwise NVML is opened and shut for this one reading."""
     from ..nvml import Nvml
     from . import watch as watch_mod
     from .gpuview import file_keys
 
-    nv = Nvml()
+    nv, watch = held if held is not None else (Nvml(), None)
     first = [True]
 
     def sources() -> list[Source]:
@@ -225,9 +232,9 @@ def watch_report(
     try:
         known = frozenset().union(*(file_keys(p) for p in unusable))
         where = watch_mod.Where(fallback=_visible_fallback(), known=known)
-        return watch_mod.report(sources, nv, where=where)
+        return watch_mod.report(sources, nv, watch=watch, where=where)
     finally:
-        if nv.available:
+        if nv.available and held is None:
             nv.shutdown()
 
 

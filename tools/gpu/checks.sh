@@ -27,6 +27,9 @@
 #   watch      tools/gpu/watch_check.py: the node's watch beside nvidia-smi (a fenced process,
 #              one around the library, an unfenced one, one in a pid namespace of its own),
 #              gpu/UUID labels, --enforce's breach-to-stop time (root for the agent's part)
+#   top        tools/gpu/top_check.py: cudatrace top --once beside a PyTorch process holding
+#              memory and a traced one denied by its group: its per-process figures beside
+#              nvidia-smi --query-compute-apps=pid,used_memory's
 set -u
 OUT=${1:?usage: checks.sh OUTDIR STEP...}
 shift
@@ -71,6 +74,7 @@ for what in "$@"; do
             step demo 240 python3 -m cudatrace demo -o /tmp/ct-demo ;;
         dra) step dra 180 python3 tools/gpu/dra_claim.py "$OUT/dra" ;;
         watch) TAIL=${TAIL:-80} step watch 240 python3 tools/gpu/watch_check.py "$OUT/watch" ;;
+        top) TAIL=${TAIL:-40} step top 240 python3 tools/gpu/top_check.py "$OUT/top" ;;
         *) echo "checks.sh: unknown step $what" ;;
     esac
 done

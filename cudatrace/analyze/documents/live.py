@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ... import native, sidecar, tracedir
+from ...record_types import TopRun, TopRunDevice, TopSite
 from ...units import lossless
 from ..read.rundir import TraceDir, read_dir, trace_files
 from ..read.trace import C
@@ -251,3 +252,66 @@ def top_sites(
         "command": command_of(info, td),
         "devices": devices,
     }
+
+
+class Runs:
+    """The runs being traced, each as top_sites reads it now, analyzed again only when
+    something was written into its traces since (signature): what `cudatrace top` asks once a
+    second. A run that ended (or never ran) reads None."""
+
+    def __init__(self, top: int, symbolizer: Symbolizer | None = None) -> None:
+        self.top = top
+        self.symbolizer = symbolizer
+        self._seen: dict[Path, tuple[tuple[Any, ...], TopRun]] = {}
+
+    def read(self, p: Path) -> TopRun | None:
+        """The run in p now, or None once it is not running."""
+        if not running(p):
+            self._seen.pop(p, None)
+            return None
+        sig = signature(p)
+        old = self._seen.get(p)
+        if old is not None and old[0] == sig:
+            return old[1]
+        run = _typed(figures(p, self.top, self.symbolizer))
+        self._seen[p] = (sig, run)
+        return run
+
+    def among(self, paths: Iterable[Path]) -> tuple[list[TopRun], list[str]]:
+        """The runs being traced in paths (trace directories, or folders of them: run_dirs),
+        each once, and what could not be read of them now (a run starting, a file being
+        replaced: read again next time); the runs not among them are forgotten."""
+        dirs = run_dirs(paths)
+        out: list[TopRun] = []
+        errors: list[str] = []
+        for p in dirs:
+            try:
+                run = self.read(p)
+            except Exception as e:
+                errors.append(f"{lossless(str(p))}: cannot be read now: {e}")
+                continue
+            if run is not None:
+                out.append(run)
+        wanted = set(dirs)
+        self._seen = {p: v for p, v in self._seen.items() if p in wanted}
+        return out, errors
+
+
+def _typed(fig: dict[str, Any]) -> TopRun:
+    """top_sites's dict as record_types.TopRun: sites the largest first, "other" last."""
+    devices: list[TopRunDevice] = []
+    for row in fig["devices"]:
+        sites: dict[str, int] = dict(row["sites"])
+        rest = sites.pop(OTHER, None)
+        listed: list[TopSite] = [{"label": k, "bytes": v} for k, v in sites.items()]
+        if rest is not None:
+            listed.append({"label": OTHER, "bytes": rest})
+        devices.append(
+            {
+                "device": row["device"],
+                "gpu": str(row["gpu"] or ""),
+                "live": row["live"],
+                "sites": listed,
+            }  # fmt: skip
+        )
+    return {"run": fig["run"], "path": fig["path"], "command": fig["command"], "devices": devices}
