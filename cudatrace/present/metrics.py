@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -86,7 +86,7 @@ class Families:
         self.traces = traces
         self.workload = workload
 
-    def add(self, key: str, labels: tuple | list, value: float) -> None:
+    def add(self, key: str, labels: Sequence[object], value: float) -> None:
         lv = tuple(_label(x) for x in labels)
         self.samples[key].setdefault(lv, value)
 
@@ -195,9 +195,10 @@ class TraceCache:
         self.interval = interval
         self.wait = wait
         self.symbolize = symbolize
-        self._symbolizer: Any = None
-        self._figures: dict[Path, dict] = {}
-        self._sigs: dict[Path, tuple] = {}
+        self._symbolizer: Symbolizer | None = None
+        # a run's figures (analyze/documents/live.py: figures), with when they were read (`at`)
+        self._figures: dict[Path, dict[str, Any]] = {}
+        self._sigs: dict[Path, tuple[object, ...]] = {}
         self.errors = 0
         self._cond = threading.Condition()
         self._asked = 0.0  # monotonic time of the latest request
@@ -216,7 +217,7 @@ class TraceCache:
                     self._cond.wait()
             self.refresh()
 
-    def runs(self) -> list[dict]:
+    def runs(self) -> list[dict[str, Any]]:
         """The runs' figures, each with its age (`age_s`)."""
         now = time.monotonic()
         if self._thread is None:
@@ -248,7 +249,7 @@ class TraceCache:
         with self._cond:
             self._began = began
         errors = 0
-        figures: dict[Path, dict] = {}
+        figures: dict[Path, dict[str, Any]] = {}
         for p in live.run_dirs(self.paths):
             try:
                 if not live.running(p):
