@@ -31,9 +31,9 @@ COMMANDS = {
     "diff": ("diff", "Compare two runs: the call sites that grew or shrank."),
     "export": ("export", "Write a trace for other tools: pprof, speedscope, Perfetto."),
     "sweep": ("sweep", "Run at several values of a flag; fit how each site grows."),
-    "status": ("status", "Show the budgets in force and who uses them."),
     "doctor": ("doctor", "Say what a run would see on this machine, and what to do."),
     "demo": ("demo", "The KV-pool defect, traced, diffed, bounded and swept."),
+    "status": ("status", "Show the budgets in force and who uses them."),
     "metrics": ("metrics", "Serve budgets and traced runs to Prometheus."),
     "slurm-taskprolog": ("slurm", "Give a Slurm job its share of its GPU as a budget."),
     "cdi": ("cdi", "Write CDI specs whose devices are budgets, for containers."),
@@ -42,6 +42,26 @@ COMMANDS = {
     "dra-plugin": ("dra", "Serve the DRA plugin: claims of GPU memory become budgets."),
     "manifests": ("manifests", "Write Kubernetes manifests or a systemd unit for these."),
 }
+
+# `cudatrace --help` lists the commands in two sections: those a person tracing or bounding a
+# program uses, and those an operator runs on a node or installs into a cluster (every command
+# in one section, in COMMANDS' order: tests/unit/test_help.py)
+SECTIONS = (
+    ("Tracing a program", ("run", "report", "diff", "export", "sweep", "doctor", "demo")),
+    (
+        "Nodes and clusters (operators)",
+        (
+            "status",
+            "metrics",
+            "slurm-taskprolog",
+            "cdi",
+            "node",
+            "webhook",
+            "dra-plugin",
+            "manifests",
+        ),
+    ),
+)
 
 
 class Main(click.Group):
@@ -58,9 +78,12 @@ class Main(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands, once each, in whole sentences (click would cut their docstrings)."""
-        with formatter.section("Commands"):
-            formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
+        """The commands, once each, in whole sentences (click would cut their docstrings), in
+        their sections; one column for the sentences of both."""
+        width = max(len(name) for name in COMMANDS)
+        for title, names in SECTIONS:
+            with formatter.section(title):
+                formatter.write_dl([(name.ljust(width), COMMANDS[name][1]) for name in names])
 
     def make_context(self, *args: Any, **kw: Any) -> click.Context:
         try:
