@@ -5,6 +5,7 @@ cudatrace.sweep/1 dict (docs/sweep-json.md)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Union, cast
 
@@ -42,7 +43,7 @@ def _series(
     ys_by_run: list[int | None],
     label: str,
     key: str | None,
-    expect: float | dict[str, float] | None,
+    expect: float | Mapping[str, float] | None,
     counts: list[int | None] | None = None,
 ) -> _Series:
     """One law: the peak or a site. ys_by_run: bytes per run (None: run left out)."""
@@ -104,7 +105,7 @@ def _series(
     d["expectation"] = None
     worst = None
     for k, s, where in growth:
-        e = expect.get(k.key) if isinstance(expect, dict) else expect
+        e = expect.get(k.key) if isinstance(expect, Mapping) else expect
         if e is None or s <= 0 or s <= e * (1 + EXPECT_TOLERANCE):
             continue
         ratio = s / e if e > 0 else math.inf
@@ -125,7 +126,7 @@ def _show(k: Knob, v: float) -> str:
 def sweep_json(
     plan: Plan,
     runs: list[Run],
-    expect: float | dict[str, float] | None = None,
+    expect: float | Mapping[str, float] | None = None,
     predict: tuple[float, ...] | None = None,
     predict_text: str | None = None,
     top: int = 10,
@@ -170,7 +171,7 @@ def sweep_json(
 
 
 def _site_series(
-    knobs: list[Knob], runs: list[Run], expect: float | dict[str, float] | None
+    knobs: list[Knob], runs: list[Run], expect: float | Mapping[str, float] | None
 ) -> list[_Series]:
     """Each site's series over the runs (its bytes and count in each, its law), the sites that
     held the most in any run first."""
