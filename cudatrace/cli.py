@@ -43,25 +43,9 @@ COMMANDS = {
     "manifests": ("manifests", "Write Kubernetes manifests or a systemd unit for these."),
 }
 
-# `cudatrace --help` lists the commands in two sections: those a person tracing or bounding a
-# program uses, and those an operator runs on a node or installs into a cluster (every command
-# in one section, in COMMANDS' order: tests/unit/test_help.py)
-SECTIONS = (
-    ("Tracing a program", ("run", "report", "diff", "export", "sweep", "doctor", "demo")),
-    (
-        "Nodes and clusters (operators)",
-        (
-            "status",
-            "metrics",
-            "slurm-taskprolog",
-            "cdi",
-            "node",
-            "webhook",
-            "dra-plugin",
-            "manifests",
-        ),
-    ),
-)
+# `cudatrace --help`'s sections, each by its first command: those of a person tracing or
+# bounding a program, then those an operator runs on nodes or installs into clusters
+SECTIONS = {"Tracing a program": "run", "Nodes and clusters (operators)": "status"}
 
 
 class Main(click.Group):
@@ -78,12 +62,12 @@ class Main(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands, once each, in whole sentences (click would cut their docstrings), in
-        their sections; one column for the sentences of both."""
-        width = max(len(name) for name in COMMANDS)
-        for title, names in SECTIONS:
-            with formatter.section(title):
-                formatter.write_dl([(name.ljust(width), COMMANDS[name][1]) for name in names])
+        """The commands in their SECTIONS, whole sentences (click would cut their docstrings)."""
+        names, width = list(COMMANDS), max(map(len, COMMANDS))
+        at = [names.index(first) for first in SECTIONS.values()] + [len(names)]
+        for title, a, b in zip(SECTIONS, at, at[1:]):
+            with formatter.section(title):  # one column for the sentences of every section
+                formatter.write_dl([(n.ljust(width), COMMANDS[n][1]) for n in names[a:b]])
 
     def make_context(self, *args: Any, **kw: Any) -> click.Context:
         try:
