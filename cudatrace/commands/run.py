@@ -14,7 +14,7 @@ from .params import OutputPath, SizeWordCommand, ledger_dir_option
 
 if TYPE_CHECKING:
     from ..present.denials import DenialPrinter
-    from ..record.launcher import DenialCallback
+    from ..record.run_budget import DenialCallback
     from ..record_types import DeniedGroup
 
 

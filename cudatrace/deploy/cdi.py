@@ -4,9 +4,10 @@ directories they mount.
 Two specs, one per kind: `<vendor>/budget` (a size: `podman run --device
 cudatrace.dev/budget=8GiB`, each container its own budget) and `<vendor>/group` (a named group
 of the config: containers given it share one budget). Every device carries all its edits (the
-preload library read-only, /etc/ld.so.preload or LD_PRELOAD, its ledger directory, the
-environment): a container takes one cudatrace device (given two, Podman 4.3 applies the last
-one's edits).
+preload library read-only, /etc/ld.so.preload or LD_PRELOAD, its fence record read-only at
+/etc/cudatrace/fence, its ledger directory, the environment): a container takes one cudatrace
+device (given two, Podman 4.3 applies the last one's edits). The records are files of the
+install root, `<root>/fences/<vendor>-<kind>-<name>` (root's, 0644), written with the specs.
 
 Each spec says the lowest `cdiVersion` its features need (min_version: the rules of the CDI
 specification's versions), so runtimes that read older versions take it: Podman 4.3 reads up
@@ -26,14 +27,16 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
+from .. import fence_record
 from ..errors import CudatraceError
 from .install import SHIM_DIR, Installed
-from .plan import CONTAINER_LEDGER_DIR, LEDGER_TMPFS_SIZE, VENDOR, Fence, fence_env
+from .plan import CONTAINER_LEDGER_DIR, LEDGER_TMPFS_SIZE, VENDOR, Fence, record
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # where runtimes read specs (Podman 4.3: only these)
 EARLIEST = (0, 3, 0)  # the oldest version runtimes still take
 KINDS = ("budget", "group")
 GROUPS_DIR = "groups"  # <state>/groups/<name>: a named group's ledger directory
+FENCES_DIR = "fences"  # <root>/fences/<vendor>-<kind>-<name>: a device's sealed record
 
 
 class CdiError(CudatraceError):
@@ -78,14 +81,26 @@ def group_dir(state: Path, name: str) -> Path:
     return Path(state).absolute() / GROUPS_DIR / name
 
 
+def record_file(root: Path, vendor: str, kind: str, name: str) -> Path:
+    """Where a device's sealed record is on the host."""
+    return Path(root).absolute() / FENCES_DIR / f"{vendor}-{kind}-{name}"
+
+
 def device_edits(
-    fence: Fence, inst: Installed, preload: str, state: Path, ledger_host: Path | None = None
+    fence: Fence,
+    inst: Installed,
+    preload: str,
+    state: Path,
+    record_host: Path,
+    ledger_host: Path | None = None,
 ) -> dict:
-    """The containerEdits of one budget device. A group's ledger directory is its directory
+    """The containerEdits of one budget device: its sealed record (record_host, on the host)
+    read-only where the preload library reads it. A group's ledger directory is its directory
     under state, or ledger_host when given (a DRA claim's: dra.py)."""
     ro = ["ro", "nosuid", "nodev", "bind"]
     mounts: list[dict] = [
-        {"hostPath": str(inst.dir), "containerPath": str(inst.dir), "options": ro}
+        {"hostPath": str(inst.dir), "containerPath": str(inst.dir), "options": ro},
+        {"hostPath": str(record_host), "containerPath": fence_record.path(), "options": ro},
     ]
     if preload == "file":
         mounts.append(
@@ -108,7 +123,7 @@ def device_edits(
                 "options": ["nosuid", "nodev", "noexec", "mode=1777", f"size={LEDGER_TMPFS_SIZE}"],
             }
         )
-    env = fence_env(fence, inst.env_preload if preload == "env" else None)
+    env = fence_record.render(record(fence), inst.env_preload if preload == "env" else None).env
     return {"env": [f"{k}={v}" for k, v in env], "mounts": mounts}
 
 
@@ -129,7 +144,12 @@ def build_specs(
             "cdiVersion": "",
             "kind": f"{vendor}/{kind}",
             "devices": [
-                {"name": f.name, "containerEdits": device_edits(f, inst, preload, state)}
+                {
+                    "name": f.name,
+                    "containerEdits": device_edits(
+                        f, inst, preload, state, record_file(inst.root, vendor, kind, f.name)
+                    ),
+                }
                 for f in devs
             ],
         }
@@ -210,6 +230,32 @@ def referenced_idents(root: Path, cdi_dirs: Iterable[str] = CDI_DIRS) -> set[str
     return out
 
 
+def write_records(fences: list[Fence], root: Path, vendor: str = VENDOR) -> list[Path]:
+    """Write each device's sealed record (root's, 0644, in <root>/fences, 0755), and remove
+    the records of this vendor's devices no longer offered. Returns the records written."""
+    base = Path(root).absolute() / FENCES_DIR
+    try:
+        for d in (Path(root).absolute(), base):
+            d.mkdir(mode=0o755, exist_ok=True)
+            if d.is_symlink():
+                raise CdiError(f"{d} is a symbolic link; refusing to use it")
+        os.chmod(base, 0o755)
+    except OSError as e:
+        raise CdiError(f"cannot make {base}: {e.strerror or e}") from None
+    written = []
+    for f in fences:
+        p = record_file(root, vendor, f.kind, f.name)
+        try:
+            fence_record.write(p, fence_record.render(record(f)).text)
+        except fence_record.FenceRecordError as e:
+            raise CdiError(str(e)) from None
+        written.append(p)
+    for p in base.glob(f"{vendor}-*"):
+        if p not in written and any(p.name.startswith(f"{vendor}-{k}-") for k in KINDS):
+            p.unlink(missing_ok=True)
+    return written
+
+
 # ---- the ledger directories of named groups -------------------------------------------------
 
 
@@ -231,9 +277,20 @@ def ensure_group_dirs(state: Path, fences: list[Fence]) -> list[Path]:
                 p.mkdir(mode=0o755)
                 made.append(p)
             os.chmod(p, 0o1777)
+            shared_mark(p)
     except OSError as e:
         raise CdiError(f"cannot make the group directories in {base}: {e.strerror or e}") from None
     return made
+
+
+def shared_mark(d: Path) -> None:
+    """Root's mark in a shared ledger directory it made (docs/budgets.md, "Shared ledger
+    directories"): the environment contract takes the directory only with it."""
+    mark = d / fence_record.shared_mark()
+    if mark.is_symlink():
+        mark.unlink()
+    if not mark.is_file():
+        mark.touch(mode=0o444)
 
 
 def stale_group_dirs(state: Path, names: set[str]) -> list[Path]:
@@ -283,5 +340,7 @@ def prepare(
     inst = install(root, shim)
     ensure_group_dirs(state, offered)
     specs = build_specs(offered, inst, state, preload, vendor)
+    if cdi_dir is not None:  # the records first: a spec never names a record not written
+        write_records(offered, root, vendor)
     written = write_specs(specs, cdi_dir, vendor) if cdi_dir is not None else []
     return inst, specs, written

@@ -12,7 +12,9 @@ The kubelet plugin of the DRA driver `gpu.cudatrace.dev` (dra_grpc.py serves it)
   claim from the API server and writes a CDI spec of the claim's own. What the claim consumes of
   each GPU is the budget of a group named by the claim's uid, whose ledger directory
   (<state>/claims/<uid>) every container given the claim mounts: all the containers of all the
-  pods sharing a claim share one budget. The spec's common edits (the preload library, the
+  pods sharing a claim share one budget. The fence is sealed: its record
+  (<state>/fences/claim-<uid>, root's) is mounted read-only where the preload library reads it,
+  so nothing a container sets can raise it (docs/budgets.md, "The sealed fence"). The spec's common edits (the preload library, the
   ledger directory, the environment) are applied once per container however many of the claim's
   devices it gets; each device adds only CUDA_DEVICE_ORDER=PCI_BUS_ID (CUDA's ordinals in NVML's
   order, which a budget per ordinal follows). The answer names, for each allocated GPU, the
@@ -34,6 +36,10 @@ the plugin keeps on disk"):
                                          prepared: sweep() keeps a claim's directory while its
                                          spec is there. /var/run/cdi is a tmpfs: gone with a
                                          reboot, as the kubelet's preparation is
+    <state>/fences/claim-<uid>           a claim's sealed fence record (root's, 0644, written
+                                         whole on prepare), mounted read-only at
+                                         /etc/cudatrace/fence; removed on unprepare and by
+                                         sweep() with the claim's ledger directory
     <state>/claims/<uid>/                a claim's ledger directory (1777: members of any uid),
                                          mounted into the claim's containers; the members write
                                          <uid>.ledger in it, the plugin reads nothing of it but
@@ -65,18 +71,19 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
-from .. import settings
+from .. import fence_record, settings
 from ..errors import CudatraceError
 from . import cdi
 from .install import Installed
 from .kube import Backoff, Kube, KubeError, Retry, need
-from .plan import DEFAULT_ROOT, DEFAULT_STATE, VENDOR, Fence, PlanError, check_name
+from .plan import DEFAULT_ROOT, DEFAULT_STATE, VENDOR, Fence, PlanError, check_name, record
 
 DRIVER = "gpu.cudatrace.dev"  # the DRA driver: ResourceSlices, allocation results
 DEVICE_CLASS = "gpu-memory.cudatrace.dev"  # the DeviceClass claims name (manifests.py)
 CAPACITY = "memory"  # the consumable capacity of a device: a claim's capacity.requests.memory
 CLAIM_KIND = "claim"  # CDI kind <vendor>/claim: one spec file per claim
 CLAIMS_DIR = "claims"  # <state>/claims/<claim uid>: a claim's ledger directory
+FENCES_DIR = "fences"  # <state>/fences/claim-<claim uid>: a claim's sealed fence record
 CDI_DIR = "/var/run/cdi"  # a tmpfs: a claim's spec goes with a reboot, as its preparation does
 KUBELET_DIR = "/var/lib/kubelet"
 GPU_CDI = "nvidia.com/gpu={index}"  # the GPU's own CDI device (nvidia-ctk cdi generate)
@@ -387,6 +394,10 @@ def claim_dir(state: Path, uid: str) -> Path:
     return Path(state).absolute() / CLAIMS_DIR / uid
 
 
+def record_file(state: Path, uid: str) -> Path:
+    return Path(state).absolute() / FENCES_DIR / f"claim-{uid}"
+
+
 def spec_file(cfg: PluginConfig, uid: str) -> Path:
     return cdi.spec_path(cfg.cdi_dir, cfg.vendor, f"{CLAIM_KIND}-{uid}")
 
@@ -398,8 +409,8 @@ def cdi_device(plan: ClaimPlan, gpu: Gpu) -> str:
 def claim_spec(plan: ClaimPlan, cfg: PluginConfig, inst: Installed) -> dict[str, Any]:
     """The claim's CDI spec: the fence in its common edits, a device per GPU."""
     uid = plan.ref.uid
-    fence = Fence(uid, uid, plan.budget(), cfg.on_exceed)
-    edits = cdi.device_edits(fence, inst, cfg.preload, cfg.state, claim_dir(cfg.state, uid))
+    edits = cdi.device_edits(claim_fence(plan, cfg), inst, cfg.preload, cfg.state,
+                             record_file(cfg.state, uid), claim_dir(cfg.state, uid))  # fmt: skip
     edits["env"].append(f"{settings.name('K8S_NAMESPACE')}={plan.ref.namespace}")
     if plan.pod is not None:
         edits["env"].append(f"{settings.name('K8S_POD')}={plan.pod[0]}")
@@ -415,6 +426,17 @@ def claim_spec(plan: ClaimPlan, cfg: PluginConfig, inst: Installed) -> dict[str,
     }
     spec["cdiVersion"] = cdi.min_version(spec)
     return spec
+
+
+def claim_fence(plan: ClaimPlan, cfg: PluginConfig) -> Fence:
+    """The claim's fence: a group named by its uid, what it consumes of each GPU."""
+    return Fence(plan.ref.uid, plan.ref.uid, plan.budget(), cfg.on_exceed)
+
+
+def claim_record(plan: ClaimPlan, cfg: PluginConfig) -> str:
+    """The text of the claim's sealed fence record (fence_record.render)."""
+    rec = record(claim_fence(plan, cfg), owner=f"claim {plan.ref} ({plan.ref.uid})")
+    return fence_record.render(rec).text
 
 
 def prepared(plan: ClaimPlan, cfg: PluginConfig) -> Prepared:
@@ -469,6 +491,7 @@ class Plugin:
         base = Path(self.cfg.state).absolute() / CLAIMS_DIR
         try:
             base.mkdir(mode=0o755, parents=True, exist_ok=True)
+            (base.parent / FENCES_DIR).mkdir(mode=0o755, exist_ok=True)
             Path(self.cfg.cdi_dir).mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as e:
             raise DraError(f"cannot make {e.filename}: {e.strerror}") from None
@@ -514,8 +537,12 @@ class Plugin:
                 raise DraError(f"{d} is a symbolic link; refusing to use it")
             d.mkdir(mode=0o755, exist_ok=True)
             os.chmod(d, 0o1777)  # a shared ledger directory: members of any uid (docs/budgets.md)
+            cdi.shared_mark(d)
+            fence_record.write(record_file(self.cfg.state, ref.uid), claim_record(plan, self.cfg))
         except OSError as e:
             raise DraError(f"cannot make {d}: {e.strerror}") from None
+        except fence_record.FenceRecordError as e:
+            raise DraError(str(e)) from None
         cdi.write_spec(spec_file(self.cfg, ref.uid), claim_spec(plan, self.cfg, self.inst))
         sizes = ", ".join(f"{n} bytes of GPU {i}" for i, n in plan.per_gpu().items())
         self.say(f"claim {ref} ({ref.uid}) prepared: {sizes}")
@@ -536,13 +563,13 @@ class Plugin:
         return out
 
     def _unprepare(self, ref: ClaimRef) -> None:
-        path = spec_file(self.cfg, ref.uid)
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError as e:
-            raise DraError(f"cannot remove {path}: {e.strerror}") from None
+        for path in (spec_file(self.cfg, ref.uid), record_file(self.cfg.state, ref.uid)):
+            try:  # the spec first: no container starts with a record gone
+                path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise DraError(f"cannot remove {path}: {e.strerror}") from None
         gone = self._forget(claim_dir(self.cfg.state, ref.uid))
         self.say(f"claim {ref} ({ref.uid}) unprepared" + ("" if gone else "; " + gone))
 
@@ -571,6 +598,7 @@ class Plugin:
                 return
             for uid in names:
                 if not spec_file(self.cfg, uid).exists() and not self._forget(base / uid):
+                    record_file(self.cfg.state, uid).unlink(missing_ok=True)
                     self.say(f"claim {uid}: its ledger directory is gone")
 
     # ---- the ResourceSlice ----------------------------------------------------------------

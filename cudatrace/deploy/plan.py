@@ -9,12 +9,13 @@ Two kinds of budget, each a device of its own CDI kind (cdi.py) or a pod annotat
   every container given the group. Its ledger directory is a host directory of its own
   (`<state>/groups/<name>`, made by the node agent), mounted into that group's containers only.
 
-Either way the container gets the environment contract of the preload library ("Budgets
-without the launcher", docs/budgets.md): CUDATRACE_GROUP, CUDATRACE_BUDGET in bytes,
-CUDATRACE_LEDGER_DIR, CUDATRACE_ON_EXCEED, and CUDATRACE_ON_FENCE_ERROR=refuse (a budget that
-cannot be set up refuses CUDA, never runs unfenced silently); the library itself through
-/etc/ld.so.preload (an application's own LD_PRELOAD stays as it is), or through LD_PRELOAD for
-sandboxes that do not read /etc/ld.so.preload.
+Either way the container gets its fence as a sealed record (cudatrace/fence_record.py: the
+group, the budget in bytes, the ledger directory, on-exceed, on-fence-error refuse), mounted
+read-only at /etc/cudatrace/fence, which the preload library reads for itself: nothing the
+container's processes set can raise it (docs/budgets.md, "The sealed fence"); the same fence in
+the environment contract's variables ("Budgets without the launcher"), which the library then
+only compares; the library itself through /etc/ld.so.preload (an application's own LD_PRELOAD
+stays as it is), or through LD_PRELOAD for sandboxes that do not read /etc/ld.so.preload.
 
 The groups config (INI):
 
@@ -33,8 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import settings
 from ..errors import CudatraceError
+from ..fence_record import FenceRecord
 from ..record.budget import BudgetError, parse_budget
 
 DEFAULT_ROOT = "/var/lib/cudatrace"  # installed preload libraries (install.py)
@@ -160,21 +161,22 @@ def read_groups(path: Path, on_exceed: str = "fail") -> list[Fence]:
     return out
 
 
-def fence_env(
-    fence: Fence, shim: str | None, ledger_dir: str = CONTAINER_LEDGER_DIR
-) -> list[tuple[str, str]]:
-    """The environment of a fenced container, in order. shim: the preload library's path in
-    the container when it is preloaded through LD_PRELOAD (sandboxes), else None."""
-    env = [
-        (settings.name("GROUP"), fence.ledger_group),
-        (settings.name("BUDGET"), fence.budget),
-        (settings.name("LEDGER_DIR"), ledger_dir),
-        (settings.name("ON_EXCEED"), fence.on_exceed),
-        (settings.name("ON_FENCE_ERROR"), "refuse"),
-    ]
-    if shim:
-        env.append(("LD_PRELOAD", shim))
-    return env
+def record(
+    fence: Fence, ledger_dir: str = CONTAINER_LEDGER_DIR, owner: str | None = None,
+    make_dir: bool = False,
+) -> FenceRecord:  # fmt: skip
+    """The sealed record of a fenced container: its group and budget, the ledger directory it
+    sees (make_dir: its first member makes it, where its parent is the fence's alone), refuse
+    on a fence error."""
+    return FenceRecord(
+        group=fence.ledger_group,
+        budget=fence.budget,
+        ledger_dir=ledger_dir,
+        ledger_dir_make=True if make_dir else None,
+        on_exceed=fence.on_exceed,
+        on_fence_error="refuse",
+        owner=owner or f"cudatrace.dev/{fence.kind}={fence.name}",
+    )
 
 
 def fences(

@@ -15,9 +15,13 @@ What each gets:
 - the group's ledger directory: an emptyDir of the pod in memory, mounted into its GPU
   containers alone, gone with the pod; the ledgers go in a directory below it that the first
   member makes (the emptyDir itself is mode 0777, which the ledger refuses);
-- the environment: the group is the pod (its uid, through the downward API: always a valid
-  group name, whatever the pod's name), the budget in bytes, on-exceed, refuse on fence errors,
-  and the names the node agent labels metrics and Events with (namespace, pod, container).
+- the fence, sealed (docs/budgets.md, "The sealed fence"): its record (fence_record.render: the
+  group `pod-<the admission's uid>`, the pod's own in its own ledger directory; the budget in
+  bytes; on-exceed; refuse on fence errors) is the pod's annotation cudatrace.dev/fence, mounted
+  read-only at /etc/cudatrace/fence through the downward API (a subPath: a regular file), which
+  the preload library reads for itself: nothing a container's processes set can raise it;
+- the environment: the same fence in the environment contract's variables, and the names the
+  node agent labels metrics and Events with (namespace, pod, container, the pod's uid).
   Environment variables of the container named CUDATRACE_* are replaced.
 
 The pod is marked `cudatrace.dev/patched: <id>`; a marked pod is left as it is (reinvocation).
@@ -29,19 +33,30 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from dataclasses import dataclass
 
-from .. import settings
+from .. import fence_record, settings
 from ..errors import CudatraceError
 from .install import PRELOAD_NAME, SHIM_DIR, preload_path
-from .plan import CONTAINER_LEDGER_DIR, VENDOR, Fence, PlanError, budget_bytes, check_on_exceed
+from .plan import (
+    CONTAINER_LEDGER_DIR,
+    VENDOR,
+    Fence,
+    PlanError,
+    budget_bytes,
+    check_on_exceed,
+    record,
+)
 
 ANN_BUDGET = f"{VENDOR}/budget"
 ANN_CONTAINERS = f"{VENDOR}/containers"
 ANN_ON_EXCEED = f"{VENDOR}/on-exceed"
 ANN_PATCHED = f"{VENDOR}/patched"
+ANN_FENCE = f"{VENDOR}/fence"  # the sealed record, mounted through the downward API
 GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-*")
 VOL_LIB, VOL_PRELOAD, VOL_LEDGER = "cudatrace-lib", "cudatrace-preload", "cudatrace-ledger"
+VOL_FENCE = "cudatrace-fence"
 LEDGER_SUBDIR = "pod"
 
 
@@ -93,14 +108,23 @@ def gpu_containers(pod: dict, cfg: WebhookConfig) -> list[int]:
     return out
 
 
-def _fence(pod: dict, cfg: WebhookConfig) -> Fence:
+def _fence(pod: dict, cfg: WebhookConfig, group: str) -> Fence:
     ann = pod.get("metadata", {}).get("annotations") or {}
     try:
         budget = budget_bytes(ann[ANN_BUDGET], ANN_BUDGET)
         on_exceed = check_on_exceed(ann.get(ANN_ON_EXCEED, cfg.on_exceed), ANN_ON_EXCEED)
     except PlanError as e:
         raise Refused(str(e)) from None
-    return Fence("pod", "pod", budget, on_exceed)
+    return Fence("pod", group, budget, on_exceed)
+
+
+LEDGER_DIR = f"{CONTAINER_LEDGER_DIR}/{LEDGER_SUBDIR}"
+
+
+def pod_record(fence: Fence, namespace: str) -> fence_record.FenceRecord:
+    """The pod's sealed record: its group in its own ledger directory, which the first member
+    makes (the emptyDir is the pod's alone; mode 0777, which a ledger directory may not be)."""
+    return record(fence, LEDGER_DIR, owner=f"pod of namespace {namespace}", make_dir=True)
 
 
 def _field(path: str) -> dict:
@@ -109,32 +133,36 @@ def _field(path: str) -> dict:
 
 
 def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> list[dict]:
-    """The container's environment: its own (less CUDATRACE_*), then the fence's."""
+    """The container's environment: its own (less CUDATRACE_*), the names the node agent
+    labels with, then the fence's (fence_record.render: LD_PRELOAD with the library first
+    under --preload env, the application's own after it)."""
     own = [e for e in c.get("env") or [] if not str(e.get("name", "")).startswith(settings.PREFIX)]
-    env = own + [
+    theirs = [e.get("value", "") for e in own if e.get("name") == "LD_PRELOAD"]
+    shim = preload_path(cfg.shim_dir) if cfg.preload == "env" else None  # musl passes it by
+    rendered = fence_record.render(pod_record(fence, namespace), shim, (theirs or [""])[-1])
+    if shim:
+        own = [e for e in own if e.get("name") != "LD_PRELOAD"]
+    return own + [
         {"name": settings.name("K8S_NAMESPACE"), "value": namespace},
         {"name": settings.name("K8S_POD"), "valueFrom": _field("metadata.name")},
+        {"name": settings.name("K8S_POD_UID"), "valueFrom": _field("metadata.uid")},
         {"name": settings.name("K8S_CONTAINER"), "value": c["name"]},
-        {"name": settings.name("GROUP"), "valueFrom": _field("metadata.uid")},
-        {"name": settings.name("BUDGET"), "value": fence.budget},
-        {"name": settings.name("LEDGER_DIR"), "value": f"{CONTAINER_LEDGER_DIR}/{LEDGER_SUBDIR}"},
-        # the emptyDir is the pod's alone (mode 0777, which a ledger directory may not be): its
-        # first member makes the directory below it
-        {"name": settings.name("LEDGER_DIR_MAKE"), "value": "1"},
-        {"name": settings.name("ON_EXCEED"), "value": fence.on_exceed},
-        {"name": settings.name("ON_FENCE_ERROR"), "value": "refuse"},
+        *({"name": k, "value": v} for k, v in rendered.env),
     ]
-    if cfg.preload == "env":  # after the application's own preloads, as /etc/ld.so.preload is
-        lib = preload_path(cfg.shim_dir)  # musl passes it by (install.py)
-        theirs = [e for e in env if e.get("name") == "LD_PRELOAD"]
-        env = [e for e in env if e.get("name") != "LD_PRELOAD"]
-        mine = " ".join([theirs[-1].get("value", ""), lib]).strip() if theirs else lib
-        env.append({"name": "LD_PRELOAD", "value": mine})
-    return env
 
 
 def _mounts(cfg: WebhookConfig) -> list[dict]:
-    m = [{"name": VOL_LIB, "mountPath": cfg.shim_dir, "readOnly": True}]
+    m = [
+        {"name": VOL_LIB, "mountPath": cfg.shim_dir, "readOnly": True},
+        # a subPath: the container sees a regular file (a downward API volume's files are
+        # links), read-only
+        {
+            "name": VOL_FENCE,
+            "mountPath": fence_record.path(),
+            "subPath": "fence",
+            "readOnly": True,
+        },  # fmt: skip
+    ]
     if cfg.preload == "file":
         m.append({"name": VOL_PRELOAD, "mountPath": "/etc/ld.so.preload", "readOnly": True})
     m.append({"name": VOL_LEDGER, "mountPath": CONTAINER_LEDGER_DIR})
@@ -142,7 +170,17 @@ def _mounts(cfg: WebhookConfig) -> list[dict]:
 
 
 def _volumes(cfg: WebhookConfig) -> list[dict]:
-    v = [{"name": VOL_LIB, "hostPath": {"path": cfg.shim_dir, "type": "Directory"}}]
+    ann = f"metadata.annotations['{ANN_FENCE}']"
+    v = [
+        {"name": VOL_LIB, "hostPath": {"path": cfg.shim_dir, "type": "Directory"}},
+        {
+            "name": VOL_FENCE,
+            "downwardAPI": {
+                "items": [{"path": "fence", "fieldRef": {"fieldPath": ann}}],
+                "defaultMode": 0o444,
+            },  # fmt: skip
+        },
+    ]
     if cfg.preload == "file":
         v.append(
             {
@@ -168,13 +206,19 @@ def _check_room(pod: dict, idx: list[int], cfg: WebhookConfig) -> None:
             raise Refused(f"container {c['name']} already mounts {sorted(clash)[0]}")
 
 
-def patch_for(pod: dict, namespace: str, cfg: WebhookConfig) -> tuple[list[dict], list[str]]:
-    """(JSONPatch operations, warnings) for a pod; ([], ...) when it is left alone."""
+def patch_for(
+    pod: dict, namespace: str, cfg: WebhookConfig, admission: str = ""
+) -> tuple[list[dict], list[str]]:
+    """(JSONPatch operations, warnings) for a pod; ([], ...) when it is left alone. admission:
+    the AdmissionReview's uid, which names the pod's group (the pod's own uid is not known
+    yet when it is admitted)."""
     meta = pod.get("metadata") or {}
     ann = meta.get("annotations") or {}
     if ANN_BUDGET not in ann or ANN_PATCHED in ann:
         return [], []
-    fence = _fence(pod, cfg)
+    group = "pod-" + ("".join(c for c in admission if c.isalnum() or c == "-")[:56] or
+                      os.urandom(8).hex())  # fmt: skip
+    fence = _fence(pod, cfg, group)
     idx = gpu_containers(pod, cfg)
     if not idx:
         return [], [
@@ -215,6 +259,9 @@ def patch_for(pod: dict, namespace: str, cfg: WebhookConfig) -> tuple[list[dict]
                 }  # fmt: skip
                 for m in _mounts(cfg)
             ]
+    text = fence_record.render(pod_record(fence, namespace)).text
+    ops.append({"op": "add", "path": _pointer("metadata", "annotations", ANN_FENCE),
+                "value": text})  # fmt: skip
     ops.append({"op": "add", "path": _pointer("metadata", "annotations", ANN_PATCHED),
                 "value": cfg.ident})  # fmt: skip
     return ops, []
@@ -229,7 +276,7 @@ def review(body: dict, cfg: WebhookConfig) -> dict:
     if kind == "Pod" and req.get("operation", "CREATE") == "CREATE" and isinstance(obj, dict):
         try:
             ns = req.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default"
-            ops, warnings = patch_for(obj, ns, cfg)
+            ops, warnings = patch_for(obj, ns, cfg, str(req.get("uid", "")))
         except Refused as e:
             resp = {
                 "uid": resp["uid"],

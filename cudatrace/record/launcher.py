@@ -23,26 +23,23 @@ import stat
 import struct
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Optional, cast
+from typing import IO, TYPE_CHECKING, Any, Optional
 
-from .. import __version__, native, settings, tracedir
+from .. import __version__, fence_record, native, settings, tracedir
 from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
 from ..procfs import tree_pids
 from ..units import format_bytes, shell_quote, wrap_line
-from . import signals
-from .denials import append_denials
+from . import run_budget, signals
 from .exits import ExitWatcher
 from .files import DirectoryBusy, lock_dir, release_dir, write_json
 from .sampler import Sampler
 from .seal import Sealer
 
 if TYPE_CHECKING:
-    from ..record_types import DeniedGroup, LedgerDevice, LedgerSnapshot, UnusableLedger
     from ..simdriver import Simulated
     from .hints import HintsFile
     from .ledger import RunLedger
@@ -55,11 +52,6 @@ class LaunchError(CudatraceError):
     own statuses, RUN_FAILED unless CMD itself cannot be found or executed)."""
 
     status = RUN_FAILED
-
-
-# after a budget denial: (trace directory, denials the run's own ledger counted at its end)
-# -> the denials named, kept in denials.jsonl (present/denials.py DenialPrinter)
-DenialCallback = Callable[[Path, Optional[int]], Optional[list["DeniedGroup"]]]
 
 
 @dataclass
@@ -86,7 +78,7 @@ class RunOptions:
     # the command line hands in present/denials.py, which names the responsible code; the
     # second argument, at the end of a run whose ledger is its own (no --group), is how many
     # denials the ledger counted (else None), so denials no trace holds are said too
-    on_denials: DenialCallback | None = None
+    on_denials: run_budget.DenialCallback | None = None
     mode: str = "full"  # "full" | "aggregate" | "none" (--no-trace: nothing written)
     # called with (status, trace directory) once the command has ended, while the run still
     # holds the directory (the summary reads it then: no other run can have replaced it)
@@ -320,7 +312,12 @@ def _run(
     if out is not None:  # None: --no-trace
         _check_shim_path("trace directory", out)
     env = _environment(opts, shim, out)
-    ledger, budget_info = _join_budget(opts, env)
+    try:
+        ledger, budget_info = run_budget.join(
+            opts.budget, opts.group, opts.on_exceed, opts.count_host, env, _check_shim_path
+        )
+    except run_budget.RunBudgetError as e:
+        raise LaunchError(str(e), e.status) from None
     hints = _hints(opts, path, env, out)
     run_info = _write_run_info(opts, path, out, budget_info, ledger)
     _say_start(opts, out)
@@ -348,7 +345,7 @@ def _run(
     watcher = None  # counts denials from before the start: the first may come at once
     # also under -q: quiet silences progress and summaries, never why the program failed
     if ledger is not None and opts.on_denials is not None and out is not None:
-        watcher = DenialWatcher(ledger, out, opts.on_denials, own=ledger.private)
+        watcher = run_budget.DenialWatcher(ledger, out, opts.on_denials, own=ledger.private)
     try:
         proc = subprocess.Popen(
             [path] + opts.cmd[1:],
@@ -427,7 +424,7 @@ class Forwarder:
         if proc is None:
             self.pending.append(signum)
             return
-        if signum == signal.SIGUSR2 and _budget_abort(self.opts, self.ledger):
+        if signum == signal.SIGUSR2 and run_budget.budget_abort(self.opts.on_exceed, self.ledger):
             self.aborted = True  # the shim's --on-exceed abort
             for pid in reversed(tree_pids(proc.pid)):
                 try:
@@ -528,7 +525,7 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     """CMD's environment: the preload library and the settings it reads (CUDATRACE_*)."""
     env = dict(os.environ)
     env.update(opts.extra_env)
-    env["LD_PRELOAD"] = str(shim) + ((" " + env["LD_PRELOAD"]) if env.get("LD_PRELOAD") else "")
+    env["LD_PRELOAD"] = fence_record.preload(str(shim), env.get("LD_PRELOAD", ""))
     env.pop(settings.name("DIR"), None)
     if out is not None:
         env.update(settings.environment(DIR=out))
@@ -560,80 +557,6 @@ def _hints(opts: RunOptions, path: str, env: dict[str, str], out: Path | None) -
     if h.path is not None:
         env.update(settings.environment(HINTS=h.path))
     return h
-
-
-def _join_budget(
-    opts: RunOptions, env: dict[str, str]
-) -> tuple[RunLedger | None, dict[str, Any] | None]:
-    """(ledger, budget info) of a run with --budget or --group, its ledger named in env; inside
-    an integration's fence (the environment names a group) the fence's; (None, None) without."""
-    from . import fence
-
-    outer = fence.env_fence(env)
-    if outer is not None:
-        return _nested_budget(opts, env, outer)
-    if opts.budget is None and opts.group is None:
-        return None, None
-    # deferred for start-up time: only a run with a budget loads the ledger's C library
-    from . import budget as budget_mod
-    from .ledger import LedgerError
-
-    try:
-        ledger, budget_info = budget_mod.setup_ledger(
-            opts.budget,
-            opts.group,
-            opts.on_exceed,
-            opts.count_host,
-            notify=lambda msg: sys.stderr.write(f"cudatrace: {msg}\n"),
-        )
-    except (budget_mod.BudgetError, LedgerError) as e:
-        raise LaunchError(f"budget: {e}") from None
-    try:
-        _check_shim_path("ledger path", ledger.path)
-    except LaunchError:
-        ledger.finish()
-        raise
-    env.update(settings.environment(LEDGER=ledger.path))
-    # the run's ledger is the fence: nothing else of an outer one applies
-    for name in (
-        settings.name("BUDGET"),
-        settings.name("SHARE"),
-        settings.name("SHARE_BUDGET"),
-        settings.name("SHARE_LABEL"),
-    ):
-        env.pop(name, None)
-    if opts.budget is not None:  # what the preload library checks the group's budget against
-        env.update(
-            settings.environment(
-                BUDGET=budget_mod.limits_spec({int(d): n for d, n in budget_info["limits"].items()})
-            )
-        )
-    if budget_info.get("note"):
-        # the one note that changes what the run may use: printed even with -q
-        sys.stderr.write("cudatrace: note: {}\n".format(budget_info["note"]))
-    return ledger, budget_info
-
-
-def _nested_budget(
-    opts: RunOptions, env: dict[str, str], outer: dict[str, Any]
-) -> tuple[RunLedger | None, dict[str, Any]]:
-    """Inside an integration's fence (a Slurm job's share): the command stays in the fence's
-    group, so the others sharing the GPU stay fenced from it; --budget lowers its share."""
-    from . import budget as budget_mod
-    from . import fence
-
-    info, note = dict(outer), None
-    try:
-        fence.check_group(outer, opts.group)
-        if opts.budget is not None:
-            limits = budget_mod.resolve_limits(budget_mod.parse_budget(opts.budget))
-            info, note = fence.nest(env, outer, limits, os.getpid())
-    except budget_mod.BudgetError as e:
-        raise LaunchError(f"budget: {e}", 2) from None
-    if note:
-        sys.stderr.write(f"cudatrace: note: {note}\n")
-    info.update(spec=opts.budget, on_exceed_run=opts.on_exceed)
-    return fence.outer_ledger(outer["group"]), info
 
 
 def _finish(
@@ -674,18 +597,6 @@ def _finish(
         sys.stderr.write(f"cudatrace: samples stopped: {sampler.error}\n")
 
 
-def _budget_abort(opts: RunOptions, ledger: RunLedger | None) -> bool:
-    """SIGUSR2 is the shim's --on-exceed abort only when this run asked for it and the ledger
-    has seen a denial; any other SIGUSR2 is the user's, and is forwarded."""
-    if opts.on_exceed != "abort" or ledger is None:
-        return False
-    try:
-        snap = ledger.summary()
-    except Exception:
-        return True
-    return any(d["denials"] for d in _devices_of(snap))
-
-
 def _prctl() -> Callable[..., int] | None:
     """libc's prctl, looked up before fork (the child only calls it)."""
     import ctypes
@@ -694,73 +605,6 @@ def _prctl() -> Callable[..., int] | None:
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
-
-
-def _devices_of(snap: LedgerSnapshot | UnusableLedger) -> list[LedgerDevice]:
-    """A ledger's devices, none when it could not be read."""
-    return cast("LedgerSnapshot", snap)["devices"] if "devices" in snap else []
-
-
-def _denials(ledger: RunLedger) -> int:
-    return sum(d["denials"] for d in _devices_of(ledger.summary()))
-
-
-class DenialWatcher:
-    """Polls the budget ledger's denial count (every 100 ms) while the command runs; when it
-    grows, calls back with the trace directory, at most once a second after the first, and
-    once more at the end if a denial came after the last call. A callback that fails is not
-    called again: it must never hurt the run."""
-
-    def __init__(
-        self,
-        ledger: RunLedger,
-        out: Path,
-        callback: DenialCallback,
-        interval: float = 0.1,
-        spacing: float = 1.0,
-        own: bool = False,
-    ):
-        self.ledger, self.out, self.callback = ledger, out, callback
-        self.own = own  # the ledger is this run's alone: its count is this run's denials
-        self.interval, self.spacing = interval, spacing
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cudatrace-denials", daemon=True)
-        self._seen = self._first = _denials(ledger)
-        self._last_call = 0.0
-        self._broken = False
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _check(self, final: bool = False) -> None:
-        if self._broken:
-            return
-        try:
-            n = _denials(self.ledger)
-        except Exception:
-            return
-        # at the end, a run's own ledger's count is compared with the traces' (complete now)
-        counted = n - self._first if final and self.own and n > self._first else None
-        if n == self._seen and counted is None:
-            return
-        if not final and time.monotonic() - self._last_call < self.spacing:
-            return
-        self._seen = n
-        self._last_call = time.monotonic()
-        try:
-            append_denials(self.out, self.callback(self.out, counted))
-        except Exception as e:  # never let the watcher hurt the run
-            self._broken = True
-            sys.stderr.write(f"cudatrace: could not attribute a budget denial: {e}\n")
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            self._check()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._check(final=True)
 
 
 def _foreground() -> bool:

@@ -1,42 +1,48 @@
-"""Slurm: the environment a job step's tasks get so that cudatrace's group budgets fence the
-memory of jobs sharing a GPU (docs/slurm.md).
+"""Slurm: a job's share of its GPU, sealed where the job cannot write it (docs/slurm.md).
 
-`cudatrace slurm-taskprolog` runs as Slurm's TaskProlog: Slurm runs it as the job's user, with
-the job's environment, before each task, and applies the `export NAME=value` lines it prints to
-the task's environment (`print TEXT` lines go to the task's output). Nothing else is needed on
-the node: the preload library then creates or joins the GPU's group ledger by itself at the
-task's first CUDA call (docs/budgets.md, "Budgets without the launcher").
+`cudatrace slurm-prolog` runs as Slurm's Prolog (root, on the node, before the job's first
+task): it writes the job's fence record, /run/cudatrace/jobs/<job id> (cudatrace/fence_record.py:
+root's, 0644, in a directory only root writes), and `cudatrace slurm-epilog` removes it when the
+job ends. The preload library of every process of the job reads that record itself: the job is
+the one its cgroup names (Slurm's task/cgroup), else SLURM_JOB_ID's when the record is the
+process's uid's, so a job's script or environment can never raise its share, move it to
+another group or ledger, or turn it off (docs/budgets.md, "The sealed fence").
+`cudatrace slurm-taskprolog` (the job's user, each task) only makes the library load: it prints
+LD_PRELOAD and the record's own variables, and lowers the share to what the job asked
+(CUDATRACE_SLURM_BUDGET), which the environment may.
 
 One group per physical GPU of the node (`slurm-gpu<index>`), so every job on a GPU counts in
 one ledger; its budget is the GPU's memory. Each job is a share of that group (its id, at most
-8 characters) whose budget is the job's part of the GPU: SLURM_SHARDS_ON_NODE of the GPU's
-configured shards times its memory, a whole GPU's memory for a job given the GPU itself, or what
-the job asked for explicitly (CUDATRACE_SLURM_BUDGET in its environment) where that is less: a
-share is a reservation, so the shares of one GPU never add up to more than the GPU.
+8 characters) whose budget is the job's part of the GPU: its shards of the GPU's configured
+shards times its memory, or a whole GPU's memory for a job given the GPU itself. A share is a
+reservation, so the shares of one GPU never add up to more than the GPU.
 
-The GPU's memory is the physical device's: cudatrace's own process never reads NVML through
-a preload library the job's environment carries (cli.py), so a step's TaskProlog inside a job
-reads the GPU, not the job's share. Whatever keeps a task that shares a GPU from its budget
-fences it anyway: the exports then name the reason (CUDATRACE_FENCE_ERROR) and the preload
-library refuses the task's CUDA (or runs it unfenced under --on-fence-error warn), with a line.
+Whatever keeps a job that shares a GPU from its budget fences it anyway: the record then says
+why (fence-error) and the preload library refuses the job's CUDA (or runs it unfenced under
+--on-fence-error warn), with a line.
 """
 
 from __future__ import annotations
 
 import os
-import stat
-from dataclasses import dataclass
+import pwd
+import re
+import subprocess
+from dataclasses import dataclass, replace
 from fractions import Fraction
+from pathlib import Path
 
-from .. import settings
+from .. import fence_record, settings
 from ..errors import CudatraceError
+from ..fence_record import FenceRecord
+from ..units import format_bytes
 from .budget import bytes_text
 
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
 
 class SlurmError(CudatraceError):
-    """The TaskProlog cannot give this task a budget; the message says why."""
+    """A job that cannot be given its budget; the message says why."""
 
 
 @dataclass
@@ -93,131 +99,100 @@ def share_name(job_id: str) -> str:
     return s[-SHARE_MAX:]
 
 
-def _share(
-    env: dict[str, str], shards: int, shards_per_gpu: int, whole: int
-) -> tuple[int, str, list]:
-    """(the job's share in bytes, how it was reached, notes): its part of the GPU (its shards',
-    or the whole GPU's), lowered by an explicit CUDATRACE_SLURM_BUDGET, never raised by one; a
-    malformed one is said and changes nothing."""
-    from .budget import BudgetError, parse_size
+def _job_id(env: dict[str, str]) -> str:
+    job = env.get("SLURM_JOB_ID", "").strip()
+    if not job.isdigit():
+        raise SlurmError(f"SLURM_JOB_ID={job!r} is not a job id: not run by Slurm?")
+    return job
 
-    held = int(Fraction(whole) * shards / shards_per_gpu) if shards else whole
-    how = f"{shards} of {shards_per_gpu} shards" if shards else "the whole GPU"
-    var = settings.name("SLURM_BUDGET")  # a job's explicit request, e.g. 3GiB
-    request = env.get(var, "").strip()
-    if not request:
-        return held, how, []
+
+def job_gres(job: str) -> tuple[int, list[int] | None]:
+    """(shards, GPU indices) of a job on this node from `scontrol show job -d`, for a Prolog:
+    Slurm 22.05 gives a Prolog SLURM_JOB_GPUS and CUDA_VISIBLE_DEVICES but no
+    SLURM_SHARDS_ON_NODE, and scontrol says `JOB_GRES=shard:2` and, per node,
+    `GRES=shard:2(IDX:0)` (a typed shard: `shard:TYPE:2`). The per-node item wins."""
     try:
-        asked = parse_size(request)
-    except BudgetError as e:
-        return held, how, [f"{var}={request} is not a size ({e}): the job's {how} apply"]
-    if asked > held:
-        return (
-            held,
-            how,
-            [
-                f"{var}={request} is more than the job holds ({how}, {held} bytes): a share "
-                "is a reservation, so the job gets what it holds"
-            ],
-        )
-    return asked, f"{var}={request}", []
+        out = subprocess.run(["scontrol", "show", "job", "-d", job], capture_output=True,
+                             text=True, timeout=30).stdout  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return 0, None
+    found = list(re.finditer(r"\bshard(?::[A-Za-z][\w.-]*)?[:=](\d+)(\(([^)]*)\))?", out))
+    for m in sorted(found, key=lambda m: m.group(2) is None):
+        idx = re.findall(r"\d+", (m.group(3) or "").replace("IDX:", ""))
+        return int(m.group(1)), [int(idx[0])] if idx else None
+    return 0, None
 
 
-def _dir_problem(ledger_dir: str) -> str | None:
-    """Why the node's shared ledger directory cannot fence jobs (None: it can): the preload
-    library then refuses their CUDA, and the task's output says why beforehand."""
+def _uid(env: dict[str, str]) -> int:
+    if env.get("SLURM_JOB_UID", "").isdigit():
+        return int(env["SLURM_JOB_UID"])
     try:
-        st = os.stat(ledger_dir)
-    except FileNotFoundError:
-        return (
-            f"the ledger directory {ledger_dir} does not exist (it is made at boot: "
-            "docs/slurm.md, tmpfiles.d)"
-        )
-    except OSError as e:
-        return f"the ledger directory {ledger_dir} cannot be read: {e.strerror}"
-    if not stat.S_ISDIR(st.st_mode) or not st.st_mode & stat.S_ISVTX or not st.st_mode & 0o022:
-        return (
-            f"{ledger_dir} is not a shared ledger directory (mode {st.st_mode & 0o7777:04o}; "
-            "it must be sticky and writable by the jobs: install -d -m 1777 -o root -g root)"
-        )
-    return None
+        return pwd.getpwnam(env.get("SLURM_JOB_USER", "")).pw_uid
+    except KeyError:
+        raise SlurmError("SLURM_JOB_UID is not set: not run by Slurm as a Prolog?") from None
 
 
-def plan(
+def _gpus_and_shards(env: dict[str, str], job: str) -> tuple[list[int] | None, int]:
+    gpus = _gpu_indices(env)
+    shards = _int_env(env, "SLURM_SHARDS_ON_NODE")
+    if not shards:  # a Prolog's environment: the shards from Slurm itself
+        shards, from_scontrol = job_gres(job)
+        gpus = gpus or from_scontrol
+    return gpus, shards
+
+
+def job_fence(
     env: dict[str, str],
-    shim: str,
     ledger_dir: str,
     shards_per_gpu: int,
     gpu_memory: int,
     on_exceed: str = "fail",
     on_fence_error: str = "refuse",
-) -> Plan:
-    """The exports for one task of a job, from its Slurm environment. A job given no GPU gets
-    nothing (no budget, no preload), nor one given whole GPUs (no other job shares them);
-    errors raise SlurmError."""
+    gres: tuple[list[int] | None, int] | None = None,
+) -> FenceRecord | None:
+    """The job's fence on this node, from a Prolog's environment (gres: its GPUs and shards,
+    when known already): None for a job given no GPU or whole GPUs (no other job shares them);
+    SlurmError when the job cannot be fenced."""
     if shards_per_gpu <= 0:
         raise SlurmError("--shards-per-gpu must be at least 1")
-    if gpu_memory <= 0:
-        raise SlurmError("the GPU's memory must be known (--gpu-memory)")
-    job = env.get("SLURM_JOB_ID", "").strip()
-    if not job:
-        raise SlurmError("SLURM_JOB_ID is not set: not run by Slurm as a TaskProlog?")
-    gpus = _gpu_indices(env)
-    shards = _int_env(env, "SLURM_SHARDS_ON_NODE")
+    job = _job_id(env)
+    gpus, shards = gres or _gpus_and_shards(env, job)
     if gpus is None and not shards:
-        return Plan({}, [])  # a job without a GPU: nothing to fence
+        return None  # a job without a GPU: nothing to fence
     if gpus is None:
         gpus = [0]  # shards configured by Count= alone: the node's one GPU
     if len(gpus) != 1 and not shards:
-        return Plan(
-            {},
-            [
-                f"job {job} has GPUs {','.join(map(str, gpus))} to itself: no other job shares "
-                "them, so it runs without a cudatrace budget"
-            ],
-        )
+        return None  # whole GPUs: no other job shares them
     if len(gpus) != 1:
         raise SlurmError(
             f"job {job} holds shards of GPUs {','.join(map(str, gpus))}: a budget group is one "
-            "GPU, so this task cannot be fenced"
+            "GPU, so this job cannot be fenced"
         )
     if shards > shards_per_gpu:
         raise SlurmError(
-            f"SLURM_SHARDS_ON_NODE={shards} is more than the {shards_per_gpu} shards per GPU "
+            f"the job's {shards} shards are more than the {shards_per_gpu} shards per GPU "
             "configured (--shards-per-gpu)"
         )
-    share, how, notes = _share(env, shards, shards_per_gpu, gpu_memory)
-    if share <= 0:
-        raise SlurmError(f"job {job}'s share of the GPU is 0 bytes ({how})")
-    problem = _dir_problem(ledger_dir)
-    if problem:
-        notes.append(f"{problem}: CUDA will be refused in this task")
+    if gpu_memory <= 0:
+        raise SlurmError("the GPU's memory must be known (--gpu-memory)")
+    share = int(Fraction(gpu_memory) * shards / shards_per_gpu) if shards else gpu_memory
     user = env.get("SLURM_JOB_USER", "")
-    label = f"slurm job {job}" + (f" ({user})" if user else "")
-    exports = {
-        "LD_PRELOAD": _preload(env, shim),
-        **settings.environment(
-            LEDGER_DIR=ledger_dir,
-            GROUP=f"slurm-gpu{gpus[0]}",
-            BUDGET=bytes_text(gpu_memory),
-            SHARE=share_name(job),
-            SHARE_BUDGET=bytes_text(share),
-            SHARE_LABEL=label,
-            ON_EXCEED=on_exceed,
-            ON_FENCE_ERROR=on_fence_error,
-        ),
-    }
-    return Plan(exports, notes)
-
-
-def _preload(env: dict[str, str], shim: str) -> str:
-    """LD_PRELOAD with the preload library first (once), the job's own after it."""
-    parts = env.get("LD_PRELOAD", "").split()
-    return " ".join(parts if shim in parts else [shim, *parts])
+    return FenceRecord(
+        group=f"slurm-gpu{gpus[0]}",
+        budget=bytes_text(gpu_memory),
+        ledger_dir=ledger_dir,
+        share=share_name(job),
+        share_budget=share,
+        share_label=f"slurm job {job}" + (f" ({user})" if user else ""),
+        on_exceed=on_exceed,
+        on_fence_error=on_fence_error,
+        uid=_uid(env),
+        owner=f"slurm job {job}",
+    )
 
 
 def gpu_memory(index: int) -> int:
-    """The node GPU's memory through NVML (the TaskProlog sees every GPU of the node)."""
+    """The node GPU's memory through NVML (the Prolog sees every GPU of the node)."""
     from ..nvml import Nvml
 
     nv = Nvml()
@@ -232,34 +207,167 @@ def gpu_memory(index: int) -> int:
     raise SlurmError(f"NVML has no memory figure for GPU {index}; give --gpu-memory")
 
 
-def taskprolog(
+# ---- the Prolog and the Epilog (root) ---------------------------------------------------------
+
+
+def _root_dir(path: Path, mode: int) -> None:
+    """A directory of root's with this mode, its missing parents root's 0755. The directory
+    itself, when it is a link or another uid's (made by a user in a sticky /run/cudatrace
+    before any Prolog ran), is moved aside and made anew: its owner could replace what is
+    written there; a parent that is one is refused."""
+    for p in reversed(path.parents):
+        if p.is_symlink():
+            raise SlurmError(f"{p} is a symbolic link; refusing it")
+        if not p.exists():
+            p.mkdir(mode=0o755)
+    if path.is_symlink() or (path.exists() and path.stat().st_uid != os.geteuid()):
+        os.rename(path, path.with_name(f".gone-{path.name}-{os.getpid()}"))
+    path.mkdir(mode=0o755, exist_ok=True)
+    os.chmod(path, mode)
+
+
+def ledger_dir_ready(ledger_dir: str) -> None:
+    """The node's shared ledger directory for the GPUs' groups: root's, 1777, marked as made
+    for ledgers (docs/budgets.md, "Shared ledger directories")."""
+    d = Path(ledger_dir)
+    _root_dir(d, 0o1777)
+    mark = d / fence_record.shared_mark()
+    if mark.is_symlink() or (mark.exists() and mark.stat().st_uid != 0):
+        mark.unlink()
+    if not mark.exists():
+        mark.touch(mode=0o444)
+
+
+def job_path(env: dict[str, str]) -> Path:
+    return Path(fence_record.jobs_dir()) / _job_id(env)
+
+
+def prolog(
     env: dict[str, str],
-    shim: str,
     ledger_dir: str,
     shards_per_gpu: int,
     gpu_memory_bytes: int | None,
     on_exceed: str = "fail",
     on_fence_error: str = "refuse",
 ) -> list[str]:
-    """The lines `cudatrace slurm-taskprolog` prints. Never fails the task, and never lets a
-    task that shares a GPU run unfenced in silence: what prevents its budget is printed to the
-    task's output (`print` lines) and named to the preload library (CUDATRACE_FENCE_ERROR),
-    which refuses the task's CUDA (or, with --on-fence-error warn, runs it unfenced)."""
+    """What `cudatrace slurm-prolog` does (root, before the job's first task on the node): the
+    job's fence record written whole, or, when the job cannot be fenced, a record that says
+    why (its processes' CUDA is refused). Never fails the job (a failing Prolog drains the
+    node). Returns lines for slurmd's log."""
+    path = job_path(env)
+    notes: list[str] = []
     try:
+        _root_dir(path.parent, 0o755)
+        ledger_dir_ready(ledger_dir)
+    except (SlurmError, OSError) as e:
+        notes.append(f"job {path.name}: {e}")
+    try:
+        gpus, shards = _gpus_and_shards(env, path.name)
+        if not shards and (gpus is None or len(gpus) != 1):
+            return notes  # no GPU, or whole GPUs: no other job shares them
         mem = gpu_memory_bytes
         if mem is None:
-            gpus = _gpu_indices(env) or [0]
-            mem = gpu_memory(gpus[0]) if len(gpus) == 1 else 1
-        return plan(env, shim, ledger_dir, shards_per_gpu, mem, on_exceed, on_fence_error).lines()
+            mem = gpu_memory((gpus or [0])[0]) if gpus is None or len(gpus) == 1 else 1
+        rec = job_fence(env, ledger_dir, shards_per_gpu, mem, on_exceed, on_fence_error,
+                        (gpus, shards))  # fmt: skip
+        if rec is None:
+            return notes
     except SlurmError as e:
-        verdict = "CUDA is refused in it" if on_fence_error != "warn" else "it runs unfenced"
+        notes.append(f"job {path.name} cannot be fenced: {e}; its CUDA will be refused")
+        rec = _error_record(env, ledger_dir, on_fence_error, str(e))
+    try:
+        fence_record.write(path, fence_record.render(rec).text)
+    except fence_record.FenceRecordError as e:
+        notes.append(f"job {path.name}: {e}")
+    return notes
+
+
+def _error_record(
+    env: dict[str, str], ledger_dir: str, on_fence_error: str, why: str
+) -> FenceRecord:
+    try:
+        uid: int | None = _uid(env)
+    except SlurmError:
+        uid = None
+    job = env.get("SLURM_JOB_ID", "")
+    return FenceRecord(
+        group="slurm", budget="1MiB", ledger_dir=ledger_dir, on_fence_error=on_fence_error,
+        uid=uid, owner=f"slurm job {job}",
+    ).with_error(f"the Slurm Prolog could not fence job {job}: {why}")  # fmt: skip
+
+
+def epilog(env: dict[str, str]) -> list[str]:
+    """What `cudatrace slurm-epilog` does (root, when the job ends on the node): its record
+    removed. Processes the job left behind keep the fence they read."""
+    try:
+        job_path(env).unlink(missing_ok=True)
+    except (SlurmError, OSError) as e:
+        return [f"the job's fence record cannot be removed: {e}"]
+    return []
+
+
+# ---- the TaskProlog (the job's user, each task) ------------------------------------------------
+
+
+def _expects_record(env: dict[str, str]) -> bool:
+    """Whether the job shares a GPU, so that its Prolog must have written a record."""
+    try:
+        gpus = _gpu_indices(env)
+    except SlurmError:
+        return True
+    return bool(_int_env(env, "SLURM_SHARDS_ON_NODE")) or (gpus is not None and len(gpus) == 1)
+
+
+def _lowered(env: dict[str, str], rec: FenceRecord) -> tuple[FenceRecord, list[str]]:
+    """The job's explicit request (CUDATRACE_SLURM_BUDGET) where it lowers its share (the
+    environment may lower a sealed fence, never raise it); said when it cannot."""
+    from .budget import BudgetError, parse_size
+
+    var = settings.name("SLURM_BUDGET")
+    request = env.get(var, "").strip()
+    held = rec.share_budget or 0
+    if not request:
+        return rec, []
+    try:
+        asked = parse_size(request)
+    except BudgetError as e:
+        return rec, [f"{var}={request} is not a size ({e}): the job's share applies"]
+    if asked >= held:
+        return rec, [
+            f"{var}={request} is more than the job holds ({format_bytes(held)}): a share is a "
+            "reservation, so the job gets what it holds"
+        ]
+    return replace(rec, share_budget=asked), []
+
+
+def taskprolog(env: dict[str, str], shim: str) -> list[str]:
+    """The lines `cudatrace slurm-taskprolog` prints: LD_PRELOAD (the library first) and the
+    variables of the job's record, which the preload library reads for itself; the share
+    lowered to CUDATRACE_SLURM_BUDGET. Never fails the task: a job that shares a GPU and has no
+    usable record is told why, and its CUDA is refused."""
+    preload = fence_record.preload(shim, env.get("LD_PRELOAD", ""))
+    found = fence_record.find(env)
+    if found is None:
+        if not _expects_record(env):
+            return []
+        why = (
+            f"no fence record for job {env.get('SLURM_JOB_ID', '?')} in "
+            f"{fence_record.jobs_dir()}: the node's Prolog is not cudatrace slurm-prolog "
+            "(docs/slurm.md)"
+        )
         return Plan(
             {
-                "LD_PRELOAD": _preload(env, shim),
-                **settings.environment(
-                    FENCE_ERROR=f"the Slurm TaskProlog could not fence this task: {e}",
-                    ON_FENCE_ERROR=on_fence_error,
-                ),
+                "LD_PRELOAD": preload,
+                **settings.environment(FENCE_ERROR=why, ON_FENCE_ERROR="refuse"),
             },
-            [f"no GPU memory budget for this task: {e}; {verdict}"],
+            [f"{why}; CUDA is refused in this task"],
         ).lines()
+    if found.record is None:
+        return Plan(
+            {"LD_PRELOAD": preload}, [f"{found.error}; CUDA is refused in this task"]
+        ).lines()
+    rec, notes = _lowered(env, found.record)
+    if rec.fence_error:
+        notes.append(f"{rec.fence_error}; CUDA is refused in this task")
+    exports = dict(fence_record.render(rec, shim, env.get("LD_PRELOAD", "")).env)
+    return Plan(exports, notes).lines()

@@ -663,6 +663,12 @@ static int32_t check_dir(const char *dir, int32_t create, int shared_ok, int *so
 
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen)
 {
+    return ct_ledger_dir_at(getenv("CUDATRACE_LEDGER_DIR"), buf, len, create, err, errlen);
+}
+
+int32_t ct_ledger_dir_at(const char *env, char *buf, uint64_t len, int32_t create, char *err,
+                         uint64_t errlen)
+{
     if (!buf || len == 0)
         return CT_LEDGER_EINVAL;
     buf[0] = 0;
@@ -672,8 +678,11 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
     unsigned uid = (unsigned)geteuid();
     char cand[3][PATH_MAX];
     int ncand = 0;
-    const char *env = getenv("CUDATRACE_LEDGER_DIR");
     int chosen = env && *env; /* a directory named by the user is never replaced */
+    if (chosen && strlen(env) >= PATH_MAX) {
+        ctl_set_err(err, errlen, "ledger directory %.60s... is longer than a path may be", env);
+        return CT_LEDGER_EINVAL;
+    }
     if (chosen) {
         snprintf(cand[ncand++], PATH_MAX, "%s", env);
     } else {
@@ -721,6 +730,13 @@ int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64
 int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
                              char *err, uint64_t errlen)
 {
+    return ct_ledger_group_path_at(getenv("CUDATRACE_LEDGER_DIR"), group, buf, len, create_dir, err,
+                                   errlen);
+}
+
+int32_t ct_ledger_group_path_at(const char *named, const char *group, char *buf, uint64_t len,
+                                int32_t create_dir, char *err, uint64_t errlen)
+{
     if (!buf || len == 0)
         return CT_LEDGER_EINVAL;
     buf[0] = 0;
@@ -732,7 +748,7 @@ int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t
         return CT_LEDGER_EINVAL;
     }
     char dir[PATH_MAX];
-    int32_t rc = ct_ledger_dir(dir, sizeof dir, create_dir, err, errlen);
+    int32_t rc = ct_ledger_dir_at(named, dir, sizeof dir, create_dir, err, errlen);
     if (rc != CT_LEDGER_OK && rc != CT_LEDGER_ENOENT)
         return rc;
     /* in a shared directory, this uid's part of the group */

@@ -324,10 +324,17 @@ uint64_t ct_ledger_proc_start_ticks(int32_t pid);
  * user's part of a group is its own (mode 0644, 0640 in a 1770 one; docs/budgets.md).
  * CT_LEDGER_ENOENT (path still in buf) when it does not exist and create == 0. */
 int32_t ct_ledger_dir(char *buf, uint64_t len, int32_t create, char *err, uint64_t errlen);
+/* ct_ledger_dir and ct_ledger_group_path with the named directory given (NULL: the defaults),
+ * not read from the environment: the preload library's, whose directory a sealed fence record
+ * may name (docs/budgets.md, "The sealed fence"). A name longer than a path is refused. */
+int32_t ct_ledger_dir_at(const char *named, char *buf, uint64_t len, int32_t create, char *err,
+                         uint64_t errlen);
 /* <dir>/<group>.ledger, or in a shared ledger directory this uid's part, <dir>/<group>@<uid>.ledger;
  * group names are [A-Za-z0-9_.-]{1,64}, not starting with '.' or '-'. Returns as ct_ledger_dir. */
 int32_t ct_ledger_group_path(const char *group, char *buf, uint64_t len, int32_t create_dir,
                              char *err, uint64_t errlen);
+int32_t ct_ledger_group_path_at(const char *named, const char *group, char *buf, uint64_t len,
+                                int32_t create_dir, char *err, uint64_t errlen);
 int32_t ct_ledger_valid_group(const char *group);
 const char *ct_ledger_strerror(int32_t code);
 

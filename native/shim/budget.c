@@ -9,8 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "fence.h"
 #include "route.h"
 #include "trace_format.h"
 #include "util.h"
@@ -18,9 +20,12 @@
 ct_ledger *ct_budget_ledger;
 int ct_budget_pending;
 
-/* ---- a budget from the environment alone (docs/budgets.md, "Budgets without the launcher") --
- * An integration that can only set a process's environment (a Slurm TaskProlog, a container
- * image, an orchestrator) names a group: CUDATRACE_GROUP, with CUDATRACE_LEDGER_DIR (the ledger
+/* ---- a budget from a sealed record or the environment alone (docs/budgets.md, "The sealed
+ * fence", "Budgets without the launcher") --------------------------------------------------
+ * A sealed fence record (fence.c) names the group, its ledger directory and budget, the share;
+ * the environment may then only make it stricter (ct_fence_value says what holds). Without
+ * one, whoever sets a process's environment (a user's own script, an image's entry point)
+ * names a group: CUDATRACE_GROUP, with CUDATRACE_LEDGER_DIR (the ledger
  * directory it manages), CUDATRACE_BUDGET (resolved bytes: "N" or "DEV=N,..." in the grammar of
  * ct_ledger_parse_budget, no percentages: the integration resolves those) and optionally
  * CUDATRACE_SHARE, CUDATRACE_SHARE_BUDGET and CUDATRACE_SHARE_LABEL. The shim creates or joins
@@ -50,22 +55,47 @@ void ct_budget_set_join_report(void (*fn)(void)) { join_report = fn; }
  * needs the budget (a shell never says it), and the trace records it (INFO "fence"). */
 static char fence_why[900];
 static int fence_refuse = 1, fence_said, exempt;
+static int sealed_said; /* the line of what the environment said of a sealed fence */
 static void (*fence_report)(const char *verdict, const char *why);
 
 void ct_budget_set_fence_report(void (*fn)(const char *, const char *)) { fence_report = fn; }
 
-/* note why fencing cannot be set up (the first reason wins): what, detail, how to fix it */
-static void fence_error(const char *what, const char *detail, const char *fix)
+/* note why fencing cannot be set up (the first reason wins): what, detail, more (a clause that
+ * goes on: ": all its slots are taken"), how to fix it (after "; ") */
+static void fence_error3(const char *what, const char *detail, const char *more, const char *fix)
 {
     if (fence_why[0])
         return;
     size_t l = ct_strlcpy(fence_why, what, sizeof fence_why);
     if (detail && *detail)
         l += ct_strlcpy(fence_why + l, detail, sizeof fence_why - l);
+    if (more && *more)
+        l += ct_strlcpy(fence_why + l, more, sizeof fence_why - l);
     if (fix && *fix) {
         l += ct_strlcpy(fence_why + l, "; ", sizeof fence_why - l);
         ct_strlcpy(fence_why + l, fix, sizeof fence_why - l);
     }
+}
+
+static void fence_error(const char *what, const char *detail, const char *fix)
+{
+    fence_error3(what, detail, NULL, fix);
+}
+
+/* what the environment said of a sealed fence and the fence holds against: one line, once, at
+ * the first CUDA call that needs the budget (a shell never says it), also under QUIET */
+static void sealed_say(void)
+{
+    if (sealed_said || exempt || !ct_fence_sealed() || !ct_fence_ignored()[0] ||
+        ct_fence_error()[0])
+        return;
+    sealed_said = 1;
+    char head[400] = "the sealed fence (";
+    size_t l = strlen(head);
+    l += ct_strlcpy(head + l, ct_fence_path(), sizeof head - l);
+    ct_strlcpy(head + l, ") holds; this process's environment may only lower its budget: ignored ",
+               sizeof head - l);
+    ct_log(head, ct_fence_ignored(), NULL, NULL);
 }
 
 /* say it (once a process), record it, and refuse from now on or run unfenced */
@@ -73,16 +103,21 @@ static void fence_say(void)
 {
     if (!fence_said && !exempt) {
         fence_said = 1;
-        ct_log("fencing cannot be set up: ", fence_why,
-               fence_refuse ? "; CUDA is refused in this process (CUDATRACE_ON_FENCE_ERROR=refuse;"
-                              " =warn runs it unfenced)"
-                            : "; this process runs UNFENCED (CUDATRACE_ON_FENCE_ERROR=warn)",
+        static const char *const verdict[2][2] = {
+            {"; this process runs UNFENCED (CUDATRACE_ON_FENCE_ERROR=warn)",
+             "; CUDA is refused in this process (CUDATRACE_ON_FENCE_ERROR=refuse; =warn runs it "
+             "unfenced)"},
+            {"; this process runs UNFENCED (the sealed fence's on-fence-error=warn)",
+             "; CUDA is refused in this process (the sealed fence's on-fence-error=refuse)"}};
+        ct_log("fencing cannot be set up: ", fence_why, verdict[ct_fence_sealed()][fence_refuse],
                NULL);
         if (fence_report)
             fence_report(fence_refuse ? "refused" : "unfenced", fence_why);
     }
-    __atomic_store_n(&ct_budget_pending, fence_refuse && !exempt ? CT_BUDGET_REFUSING : 0,
-                     __ATOMIC_RELEASE);
+    int next = exempt ? (ct_fence_sealed() ? CT_BUDGET_OBSERVING : 0) /* an observer stays one */
+               : fence_refuse ? CT_BUDGET_REFUSING
+                              : 0;
+    __atomic_store_n(&ct_budget_pending, next, __ATOMIC_RELEASE);
 }
 
 int ct_budget_fence_failed(const char *what, const char *detail)
@@ -91,23 +126,81 @@ int ct_budget_fence_failed(const char *what, const char *detail)
     fence_error(what, detail, NULL);
     fence_say();
     pthread_mutex_unlock(&ensure_mu);
-    return fence_refuse && !exempt;
+    return exempt ? ct_fence_sealed() : fence_refuse;
 }
 
-/* what the environment alone shows to be wrong (before any ledger is opened) */
+/* the settings that touch the fence and take one of a few values: another is a fence error
+ * (CUDATRACE_ON_EXCEED=bogus used to be taken as fail without a word) */
+static const struct {
+    int id;
+    const char *ok[3], *say;
+} choices[] = {
+    {CT_SET_ON_EXCEED, {"fail", "warn", "abort"}, "fail, warn or abort"},
+    {CT_SET_ON_FENCE_ERROR, {"refuse", "warn", NULL}, "refuse or warn"},
+    {CT_SET_LEDGER_DIR_MAKE, {"0", "1", NULL}, "0 or 1"},
+    {CT_SET_COUNT_HOST, {"-1", "0", "1"}, "-1, 0 or 1"},
+    {CT_SET_COUNT_CONTEXTS, {"0", "1", NULL}, "0 or 1"},
+};
+static const int fence_settings[] = {
+    CT_SET_GROUP,           CT_SET_BUDGET,         CT_SET_SHARE,       CT_SET_SHARE_BUDGET,
+    CT_SET_SHARE_LABEL,     CT_SET_LEDGER,         CT_SET_FENCE_ERROR, CT_SET_LEDGER_DIR,
+    CT_SET_LEDGER_DIR_MAKE, CT_SET_ON_FENCE_ERROR, CT_SET_ON_EXCEED,   CT_SET_COUNT_HOST,
+    CT_SET_COUNT_CONTEXTS};
+
+/* name=value, the value quoted (shortened when long), then what */
+static void fence_error_value(int id, const char *value, const char *what, const char *fix)
+{
+    char q[120], head[160];
+    ct_fence_quote(q, sizeof q, value);
+    size_t l = ct_strlcpy(head, ct_setting_name(id), sizeof head);
+    ct_strlcpy(head + l, "=", sizeof head - l);
+    fence_error3(head, q, what, fix);
+}
+
+/* the environment contract's settings that touch the fence: one that could not be kept, or a
+ * value not among its choices, is a fence error (a sealed record's are checked by fence.c, and
+ * the environment beside it only ever makes it stricter) */
+static void env_values_check(void)
+{
+    for (size_t i = 0; i < sizeof fence_settings / sizeof *fence_settings; i++)
+        if (ct_setting_lost(fence_settings[i]))
+            fence_error(ct_setting_name(fence_settings[i]),
+                        " could not be kept (the preload library found no memory for the "
+                        "settings)",
+                        NULL);
+    for (size_t i = 0; i < sizeof choices / sizeof *choices; i++) {
+        const char *v = ct_setting_env(choices[i].id);
+        int ok = !v;
+        for (int k = 0; k < 3 && !ok; k++)
+            ok = choices[i].ok[k] && strcmp(v, choices[i].ok[k]) == 0;
+        if (!ok) {
+            char what[80] = " is not ";
+            ct_strlcpy(what + 8, choices[i].say, sizeof what - 8);
+            fence_error_value(choices[i].id, v, what, "give one of them");
+        }
+    }
+}
+
+/* what the record or the environment alone shows to be wrong (before any ledger is opened) */
 static void env_check(void)
 {
     static const int asked[] = {CT_SET_BUDGET, CT_SET_SHARE, CT_SET_SHARE_BUDGET,
                                 CT_SET_SHARE_LABEL};
-    const char *group = ct_setting(CT_SET_GROUP), *spec = ct_setting(CT_SET_BUDGET);
-    const char *share = ct_setting(CT_SET_SHARE), *sspec = ct_setting(CT_SET_SHARE_BUDGET);
-    const char *ledger = ct_setting(CT_SET_LEDGER);
+    const char *group = ct_fence_value(CT_SET_GROUP), *spec = ct_fence_value(CT_SET_BUDGET);
+    const char *share = ct_fence_value(CT_SET_SHARE), *sspec = ct_fence_value(CT_SET_SHARE_BUDGET);
+    const char *ledger = ct_fence_value(CT_SET_LEDGER);
     int named = (group && *group) || (ledger && *ledger);
     char err[300];
-    if (ct_setting(CT_SET_FENCE_ERROR)) /* the integration could not set it up: it says why */
-        fence_error(ct_setting(CT_SET_FENCE_ERROR), NULL, NULL);
+    if (ct_fence_sealed() && ct_fence_error()[0])
+        fence_error(ct_fence_error(), NULL,
+                    "the record is the integration's (docs/budgets.md, \"The sealed fence\"): "
+                    "set it up again, as root");
+    if (!ct_fence_sealed())
+        env_values_check();
+    if (ct_fence_value(CT_SET_FENCE_ERROR)) /* the integration could not set it up: says why */
+        fence_error(ct_fence_value(CT_SET_FENCE_ERROR), NULL, NULL);
     for (size_t i = 0; i < sizeof asked / sizeof *asked && !named; i++)
-        if (ct_setting(asked[i]))
+        if (ct_fence_value(asked[i]))
             fence_error(ct_setting_name(asked[i]),
                         " is set, but no CUDATRACE_GROUP names the group",
                         "set CUDATRACE_GROUP (docs/budgets.md, \"Budgets without the launcher\")");
@@ -115,8 +208,8 @@ static void env_check(void)
         fence_error("CUDATRACE_LEDGER is longer than the preload library holds", NULL,
                     "use a shorter ledger directory");
     if (group && *group && !ledger && !ct_ledger_valid_group(group))
-        fence_error("CUDATRACE_GROUP is not a group name: ", group,
-                    "use 1 to 64 of A-Z a-z 0-9 _ . -, not starting with '.' or '-'");
+        fence_error_value(CT_SET_GROUP, group, " is not a group name",
+                          "use 1 to 64 of A-Z a-z 0-9 _ . -, not starting with '.' or '-'");
     want_budget = spec != NULL;
     if (spec && ct_ledger_parse_budget(spec, want_limits, err, sizeof err) != CT_LEDGER_OK)
         fence_error("CUDATRACE_BUDGET: ", err, NULL);
@@ -130,47 +223,78 @@ static void env_check(void)
         fence_error("CUDATRACE_SHARE and CUDATRACE_SHARE_BUDGET go together", NULL,
                     "set both, or neither");
     else if (sspec && !one)
-        fence_error("CUDATRACE_SHARE_BUDGET is not one amount for every device: ", sspec, NULL);
+        fence_error_value(CT_SET_SHARE_BUDGET, sspec, " is not one amount for every device", NULL);
     else if (share && (strlen(share) > 8 || !ct_ledger_valid_group(share)))
-        fence_error("CUDATRACE_SHARE is not a share name: ", share,
-                    "use 1 to 8 of A-Z a-z 0-9 _ . -");
+        fence_error_value(CT_SET_SHARE, share, " is not a share name",
+                          "use 1 to 8 of A-Z a-z 0-9 _ . -");
     share_limit = share ? slim[0] : 0;
-    const char *label = ct_setting(CT_SET_SHARE_LABEL);
+    const char *label = ct_fence_value(CT_SET_SHARE_LABEL);
     if (share) /* "(share of slurm job 41)", or "(share of 41)" without a label */
         ct_strlcpy(share_label, label ? label : share, sizeof share_label);
 }
 
 static void env_init(void)
 {
-    const char *group = ct_setting(CT_SET_GROUP);
+    const char *group = ct_fence_value(CT_SET_GROUP);
     env_mode = group && *group;
     if (env_mode || fence_why[0])
         __atomic_store_n(&ct_budget_pending, CT_BUDGET_PENDING, __ATOMIC_RELEASE);
 }
 
-/* the group's ledger path: a directory the integration named (CUDATRACE_LEDGER_DIR) is made
- * here only where the integration says its parent is the group's alone
- * (CUDATRACE_LEDGER_DIR_MAKE=1: a pod's emptyDir); otherwise it is the integration's, made at
- * boot: one made now would be this user's alone */
+/* Under the environment contract a shared ledger directory (sticky, writable by others) must be
+ * one root made for ledgers: it holds root's CT_FENCE_SHARED_MARK. Any sticky root's directory
+ * was taken (CUDATRACE_LEDGER_DIR=/tmp joined a group of one's own choosing). A sealed record
+ * names its directory itself. 1 when dir may be used. */
+static int shared_dir_marked(const char *dir)
+{
+    struct stat sb;
+    char mark[1100];
+    if (ct_fence_sealed() || lstat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode) ||
+        !(sb.st_mode & S_ISVTX) || !(sb.st_mode & 022))
+        return 1; /* sealed, or not a shared directory (the ledger judges the rest) */
+    size_t l = ct_strlcpy(mark, dir, sizeof mark);
+    ct_strlcpy(mark + l, "/" CT_FENCE_SHARED_MARK, sizeof mark - l);
+    if (lstat(mark, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_uid == 0)
+        return 1;
+    fence_error3("ledger directory ", dir,
+                 " is a shared one (sticky, writable by others) that root did not make for "
+                 "ledgers (no root's " CT_FENCE_SHARED_MARK " in it)",
+                 "use a directory of your own (mode 0700), or, as root, touch "
+                 "DIR/" CT_FENCE_SHARED_MARK " (docs/budgets.md, \"Shared ledger directories\")");
+    return 0;
+}
+
+/* the group's ledger path: a directory the integration named (a sealed record's ledger-dir,
+ * CUDATRACE_LEDGER_DIR) is made here only where the integration says its parent is the group's
+ * alone (ledger-dir-make=1: a pod's emptyDir); otherwise it is the integration's, made at boot:
+ * one made now would be this user's alone */
 static int env_path(const char *group, char *path, size_t n)
 {
-    char err[512];
-    const char *named = ct_setting(CT_SET_LEDGER_DIR);
-    int make = !named || ct_setting_num(CT_SET_LEDGER_DIR_MAKE) == 1;
-    int32_t rc = ct_ledger_group_path(group, path, n, make, err, sizeof err);
+    char err[512], dir[1024];
+    const char *named = ct_fence_value(CT_SET_LEDGER_DIR);
+    const char *mk = ct_fence_value(CT_SET_LEDGER_DIR_MAKE);
+    int make = !named || (mk && strcmp(mk, "1") == 0);
+    /* the ledger's own rule for the path: in a shared directory, this uid's part of the group */
+    int32_t rc = ct_ledger_group_path_at(named, group, path, n, make, err, sizeof err);
     if (rc == CT_LEDGER_ENOENT)
         fence_error(err, NULL,
                     "make it at boot (install -d -m 1777 -o root -g root DIR, or the tmpfiles.d "
                     "line of docs/slurm.md)");
     else if (rc != CT_LEDGER_OK)
         fence_error(err, NULL, "fix the directory (cudatrace doctor says why)");
-    return rc == CT_LEDGER_OK;
+    if (rc != CT_LEDGER_OK)
+        return 0;
+    ct_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        slash[slash == dir] = 0;
+    return shared_dir_marked(dir);
 }
 
 /* Open (or create, with a budget) the environment's group ledger; NULL after fence_error. */
 static ct_ledger *env_open(void)
 {
-    const char *group = ct_setting(CT_SET_GROUP), *share = ct_setting(CT_SET_SHARE);
+    const char *group = ct_fence_value(CT_SET_GROUP), *share = ct_fence_value(CT_SET_SHARE);
     struct ct_ledger_config cfg;
     memset(&cfg, 0, sizeof cfg);
     memcpy(cfg.limit, want_limits, sizeof cfg.limit);
@@ -192,7 +316,7 @@ static ct_ledger *env_open(void)
     else if (!l)
         fence_error("the group's ledger is unusable: ", err, NULL);
     if (l && share && ct_ledger_set_share(l, share, share_limit) != CT_LEDGER_OK) {
-        fence_error("CUDATRACE_SHARE is not a share name: ", share, NULL);
+        fence_error_value(CT_SET_SHARE, share, " is not a share name", NULL);
         ct_ledger_close(l);
         l = NULL;
     }
@@ -245,9 +369,9 @@ static int join_checked(ct_ledger *l)
         return 0;
     }
     if (slot < 0) {
-        fence_error("cannot join the budget ledger ", ct_cfg.ledger_path,
-                    ": all its member slots are taken (256 processes); end some, or use "
-                    "another group");
+        fence_error3("cannot join the budget ledger ", ct_cfg.ledger_path,
+                     ": all its member slots are taken (256 processes)",
+                     "end some, or use another group");
         return 0;
     }
     if (adopt(l))
@@ -263,13 +387,31 @@ static ct_ledger *env_join(void)
     return env_handle && join_checked(env_handle) ? env_handle : NULL;
 }
 
+/* an observer inside a sealed fence allocates: said once (its allocations are refused) */
+static void observer_say(void)
+{
+    static int said;
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_ACQ_REL))
+        ct_log("this process declared itself cudatrace's own (cudatrace_exempt) inside the sealed "
+               "fence of ",
+               ct_fence_path(),
+               ": it may observe, not allocate device memory; its allocations are refused", NULL);
+}
+
 ct_ledger *ct_budget_ensure(void)
 {
     ct_ledger *l = __atomic_load_n(&ct_budget_ledger, __ATOMIC_ACQUIRE);
-    if (l || __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) != CT_BUDGET_PENDING)
+    if (l)
         return l;
+    int pending = __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE);
+    if (pending != CT_BUDGET_PENDING) {
+        if (pending == CT_BUDGET_OBSERVING)
+            observer_say();
+        return NULL;
+    }
     pthread_mutex_lock(&ensure_mu); /* this process's threads only */
     l = ct_budget_ledger;
+    sealed_say();
     if (!l && ct_budget_pending == CT_BUDGET_PENDING) {
         if (!fence_why[0] && env_mode)
             l = env_join();
@@ -288,6 +430,11 @@ ct_ledger *ct_budget_ensure(void)
 
 int ct_budget_cuinit(void)
 {
+    if (!sealed_said && ct_fence_sealed()) {
+        pthread_mutex_lock(&ensure_mu);
+        sealed_say();
+        pthread_mutex_unlock(&ensure_mu);
+    }
     if (__atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) == CT_BUDGET_PENDING) {
         pthread_mutex_lock(&ensure_mu);
         if (ct_budget_pending == CT_BUDGET_PENDING && !ct_budget_ledger) {
@@ -306,12 +453,36 @@ int ct_budget_cuinit(void)
 void ct_budget_join(void)
 {
     if (ct_budget_ledger && ct_ledger_join(ct_budget_ledger, getpid(), 0) < 0) {
-        fence_error("cannot join the budget ledger ", ct_cfg.ledger_path,
-                    ": all its member slots are taken (256 processes); end some, or use "
-                    "another group");
+        fence_error3("cannot join the budget ledger ", ct_cfg.ledger_path,
+                     ": all its member slots are taken (256 processes)",
+                     "end some, or use another group");
         ct_budget_ledger = NULL; /* the slot is the parent's */
         ct_budget_pending = CT_BUDGET_PENDING;
     }
+}
+
+/* a sealed record's settings where the environment put them at load (util.c: ct_config_load) */
+static void sealed_config(void)
+{
+    const char *oe = ct_fence_value(CT_SET_ON_EXCEED), *lp = ct_fence_value(CT_SET_LEDGER);
+    const char *ch = ct_fence_value(CT_SET_COUNT_HOST);
+    ct_cfg.on_exceed = !oe || !strcmp(oe, "fail") ? CT_EXCEED_FAIL
+                       : !strcmp(oe, "warn")      ? CT_EXCEED_WARN
+                                                  : CT_EXCEED_ABORT;
+    ct_cfg.count_host = ch && !strcmp(ch, "1");
+    ct_strlcpy(ct_cfg.ledger_path, lp ? lp : "", sizeof ct_cfg.ledger_path);
+}
+
+/* the directory of a ledger file (a launcher's): shared_dir_marked */
+static int ledger_dir_marked(const char *path)
+{
+    char dir[1024];
+    ct_strlcpy(dir, path, sizeof dir);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return 1;
+    slash[slash == dir] = 0;
+    return shared_dir_marked(dir);
 }
 
 /* what the ledger says while the process runs (ledger.h ct_ledger_set_report): its own file
@@ -328,20 +499,22 @@ static void ledger_report(int32_t fatal, const char *msg)
 void ct_budget_init(void)
 {
     ct_ledger_set_report(ledger_report);
-    const char *fe = ct_setting(CT_SET_ON_FENCE_ERROR);
+    if (ct_fence_sealed())
+        sealed_config();
+    const char *fe = ct_fence_value(CT_SET_ON_FENCE_ERROR);
     fence_refuse = !(fe && strcmp(fe, "warn") == 0);
     env_check();
-    if (!ct_cfg.ledger_path[0] || fence_why[0]) {
+    if (!ct_cfg.ledger_path[0] || fence_why[0] || !ledger_dir_marked(ct_cfg.ledger_path)) {
         env_init();
         return;
     }
     char err[512];
     ct_ledger *l = ct_ledger_open(ct_cfg.ledger_path, 0, err, sizeof err);
-    const char *share = ct_setting(CT_SET_SHARE);
+    const char *share = ct_fence_value(CT_SET_SHARE);
     if (!l)
         fence_error("the budget ledger is unusable: ", err, NULL);
     else if (share && ct_ledger_set_share(l, share, share_limit) != CT_LEDGER_OK)
-        fence_error("CUDATRACE_SHARE is not a share name: ", share, NULL);
+        fence_error_value(CT_SET_SHARE, share, " is not a share name", NULL);
     else if (join_checked(l))
         ct_budget_ledger = l;
     if (!ct_budget_ledger) {
@@ -360,7 +533,9 @@ void ct_budget_leave(void)
 
 /* cudatrace's own processes (the launcher, status, the TaskProlog) observe: a preload library
  * loaded into them from the job's environment never makes them members, never answers their
- * memory queries with the budget, never refuses them (cudatrace/cli.py calls it) */
+ * memory queries with the budget, never refuses their cuInit (cudatrace/cli.py calls it).
+ * Any program can call it (it is exported): inside a sealed fence it only observes, and its
+ * counted allocations are refused, so calling it never lifts a fence an operator sealed. */
 CT_EXPORT void cudatrace_exempt(void)
 {
     pthread_mutex_lock(&ensure_mu);
@@ -368,7 +543,8 @@ CT_EXPORT void cudatrace_exempt(void)
     if (ct_budget_ledger)
         ct_ledger_leave(ct_budget_ledger); /* the handle stays: other threads may read it */
     __atomic_store_n(&ct_budget_ledger, NULL, __ATOMIC_RELEASE);
-    __atomic_store_n(&ct_budget_pending, 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&ct_budget_pending, ct_fence_sealed() ? CT_BUDGET_OBSERVING : 0,
+                     __ATOMIC_RELEASE);
     pthread_mutex_unlock(&ensure_mu);
 }
 
@@ -702,7 +878,8 @@ static void ctx_init(void)
         if (!*v)
             ctx_nvml_index[0] = -1;
     }
-    if (ct_setting_num(CT_SET_COUNT_CONTEXTS) == 0)
+    const char *cc = ct_fence_value(CT_SET_COUNT_CONTEXTS);
+    if (cc && strcmp(cc, "0") == 0)
         return;
     ct_dlsym_fn ds = ct_real_dlsym();
     void *h = ds ? dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL) : NULL;

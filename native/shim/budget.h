@@ -22,6 +22,9 @@ extern CT_HIDDEN ct_ledger *ct_budget_ledger;
 extern CT_HIDDEN int ct_budget_pending;
 #define CT_BUDGET_PENDING 1
 #define CT_BUDGET_REFUSING 2
+/* CT_BUDGET_OBSERVING: cudatrace's own process (cudatrace_exempt) inside a sealed fence: it
+ * observes (no member, the real figures, cuInit) and its counted allocations are refused */
+#define CT_BUDGET_OBSERVING 3
 /* the ledger as this thread sees it now: a relaxed atomic load (a plain load's instruction,
  * without the data race); what the ledger holds is published by ct_budget_ensure's release */
 static inline ct_ledger *ct_budget_current(void)
@@ -47,7 +50,7 @@ int ct_budget_cuinit(void);
 int ct_budget_fence_failed(const char *what, const char *detail);
 static inline int ct_budget_refusing(void)
 {
-    return __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) == CT_BUDGET_REFUSING;
+    return __atomic_load_n(&ct_budget_pending, __ATOMIC_ACQUIRE) >= CT_BUDGET_REFUSING;
 }
 /* fn(verdict, why): told when fencing could not be set up ("refused" / "unfenced"; shim.c
  * writes it into the trace) */

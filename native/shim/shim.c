@@ -22,6 +22,7 @@
 #include "cuda_abi.h"
 #include "deny.h"
 #include "events.h"
+#include "fence.h"
 #include "live.h"
 #include "modules.h"
 #include "pyframes.h"
@@ -1128,7 +1129,8 @@ void ct_shim_first_use(void) { pthread_once(&once, init_once); }
 static void init_steps(void)
 {
     ct_real_dlsym();
-    if (!ct_config_load())
+    ct_settings_load();
+    if (!ct_config_load(ct_fence_load())) /* a sealed record fences without any setting */
         return;
     ct_budget_init();
     if (ct_budget_on())

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 struct ct_config ct_cfg;
@@ -63,25 +64,55 @@ static const struct {
 #include "settings.def"
 #undef CT_SETTING
 };
-static char settings_pool[8192]; /* copies: the program may change its environment later */
+/* copies (the program may change its environment later), in a pool as large as they need: a
+ * long value (an 8 KiB CUDATRACE_HINTS) never pushes another out, so no fence setting is ever
+ * dropped "as if unset" (it was, read after one that filled a fixed pool) */
+static char settings_small[4096];
 static const char *settings_val[CT_NSETTINGS];
+static const char *settings_env[CT_NSETTINGS]; /* as the environment says it; NULL: unset */
+static unsigned char settings_lost[CT_NSETTINGS];
 
-static void settings_read(void)
+void ct_settings_load(void)
 {
-    size_t used = 0;
+    const char *v[CT_NSETTINGS];
+    size_t need = 0, used = 0;
     for (int i = 0; i < CT_NSETTINGS; i++) {
-        const char *v = settings[i].ours ? getenv(settings[i].name) : NULL;
-        size_t l = v ? strlen(v) : 0;
+        v[i] = settings[i].ours ? getenv(settings[i].name) : NULL;
+        if (v[i] && !*v[i])
+            v[i] = NULL; /* empty: as if unset */
+        need += v[i] ? strlen(v[i]) + 1 : 0;
+    }
+    char *pool = settings_small;
+    if (need > sizeof settings_small) {
+        void *m = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        pool = m == MAP_FAILED ? NULL : m;
+    }
+    for (int i = 0; i < CT_NSETTINGS; i++) {
         settings_val[i] = settings[i].dflt;
-        if (l && used + l + 1 <= sizeof settings_pool) { /* too long: as if unset */
-            memcpy(settings_pool + used, v, l + 1);
-            settings_val[i] = settings_pool + used;
-            used += l + 1;
-        }
+        settings_env[i] = NULL;
+        settings_lost[i] = v[i] && !pool; /* no memory: said, never taken as unset */
+        if (!v[i] || !pool)
+            continue;
+        size_t l = strlen(v[i]);
+        memcpy(pool + used, v[i], l + 1);
+        settings_val[i] = settings_env[i] = pool + used;
+        used += l + 1;
     }
 }
 
+const char *ct_setting_env(int id)
+{
+    return id >= 0 && id < CT_NSETTINGS ? settings_env[id] : NULL;
+}
+
+int ct_setting_lost(int id) { return id >= 0 && id < CT_NSETTINGS && settings_lost[id]; }
+
 const char *ct_setting(int id) { return id >= 0 && id < CT_NSETTINGS ? settings_val[id] : NULL; }
+
+const char *ct_setting_default(int id)
+{
+    return id >= 0 && id < CT_NSETTINGS ? settings[id].dflt : NULL;
+}
 
 const char *ct_setting_name(int id)
 {
@@ -115,21 +146,20 @@ long ct_setting_num(int id)
     return parse_num(ct_setting(id), 10, &v) ? v : ct_setting_default_num(id);
 }
 
-int ct_config_load(void)
+int ct_config_load(int sealed)
 {
-    settings_read();
     const char *dir = ct_setting(CT_SET_DIR), *mode = ct_setting(CT_SET_MODE);
     ct_cfg.mode = strcmp(mode, "aggregate") == 0 ? CT_MODE_AGGREGATE
                   : strcmp(mode, "none") == 0    ? CT_MODE_NONE
                                                  : CT_MODE_FULL;
-    /* fencing asked for (budget.c: CUDATRACE_GROUP, _BUDGET, _SHARE*, _LEDGER) is never dropped
-     * because nothing is traced (no CUDATRACE_DIR, or one too long): the budget is all then */
+    /* fencing asked for (budget.c: a sealed record, CUDATRACE_GROUP, _BUDGET, _SHARE*, _LEDGER)
+     * is never dropped because nothing is traced (no CUDATRACE_DIR, or one too long): the budget is all then */
     static const int fence_vars[] = {CT_SET_GROUP,        CT_SET_BUDGET,      CT_SET_SHARE,
                                      CT_SET_SHARE_BUDGET, CT_SET_SHARE_LABEL, CT_SET_LEDGER,
                                      CT_SET_FENCE_ERROR};
-    int fence = 0;
+    int fence = sealed; /* a sealed fence record applies (fence.c) */
     for (size_t i = 0; i < sizeof fence_vars / sizeof *fence_vars; i++)
-        fence |= ct_setting(fence_vars[i]) != NULL;
+        fence |= ct_setting(fence_vars[i]) != NULL || ct_setting_lost(fence_vars[i]);
     int dir_ok = dir && *dir && strlen(dir) < sizeof ct_cfg.dir;
     if (fence && !dir_ok) {
         if (dir && *dir)
@@ -163,7 +193,7 @@ int ct_config_load(void)
     const char *oe = ct_setting(CT_SET_ON_EXCEED);
     ct_cfg.on_exceed = strcmp(oe, "warn") == 0    ? CT_EXCEED_WARN
                        : strcmp(oe, "abort") == 0 ? CT_EXCEED_ABORT
-                                                  : CT_EXCEED_FAIL;
+                                                  : CT_EXCEED_FAIL; /* another: a fence error */
     const char *lp = ct_setting(CT_SET_LEDGER);
     if (lp && *lp && strlen(lp) < sizeof ct_cfg.ledger_path)
         ct_strlcpy(ct_cfg.ledger_path, lp, sizeof ct_cfg.ledger_path);

@@ -49,9 +49,10 @@ struct ct_config {
 #define CT_EXCEED_ABORT 2
 extern CT_HIDDEN struct ct_config ct_cfg;
 
-/* Fill ct_cfg from CUDATRACE_* (all but .active). 0: CUDATRACE_DIR unset or unusable, the shim
- * stays pass-through. The environment is read here alone, once (settings.def). */
-int ct_config_load(void);
+/* Fill ct_cfg from CUDATRACE_* (all but .active). 0: CUDATRACE_DIR unset or unusable and no
+ * fencing asked for (sealed: a fence record applies, fence.c), the shim stays pass-through. The
+ * environment is read here alone, once (settings.def). */
+int ct_config_load(int sealed);
 
 /* ---- the environment, read once at load (native/include/settings.def) ------------------ */
 enum {
@@ -60,12 +61,20 @@ enum {
 #undef CT_SETTING
     CT_NSETTINGS
 };
+/* read every setting from the environment, once, at load (before anything asks for one) */
+void ct_settings_load(void);
 /* the value (its default when unset or empty; NULL when it has none) */
 const char *ct_setting(int id);
 /* the value as a decimal number; the declared default when unset, empty or no number */
 long ct_setting_num(int id);
 /* the declared default as a decimal number (0: none): the fallback of a value out of range */
 long ct_setting_default_num(int id);
+/* the value as the environment says it: NULL when unset or empty (no default) */
+const char *ct_setting_env(int id);
+/* 1: set, but could not be kept (no memory for the settings): fencing it touches is refused */
+int ct_setting_lost(int id);
+/* the declared default (NULL: none) */
+const char *ct_setting_default(int id);
 /* the variable's name (CUDATRACE_BUDGET) */
 const char *ct_setting_name(int id);
 

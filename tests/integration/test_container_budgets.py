@@ -21,7 +21,7 @@ from support.podman import PRELOADS, Podman, podman  # noqa: F401  (fixture)
 
 MiB = 1 << 20
 CDI_DIR = Path("/var/run/cdi")
-GROUPS = {"share": "1GiB", "kill": "1GiB", "agent": "1GiB"}
+GROUPS = {"share": "1GiB", "kill": "1GiB", "agent": "1GiB", "seal": "1GiB"}
 
 
 class Node:
@@ -301,3 +301,57 @@ def test_the_specs_name_the_lowest_cdi_version_podman_reads(node):
     group = json.loads((CDI_DIR / f"{node.vendor}-group.json").read_text())
     assert budget["cdiVersion"] == "0.5.0"  # a name beginning with a digit, a tmpfs mount
     assert group["cdiVersion"] == "0.3.0"
+
+
+# ---- the sealed fence: what a container's own processes can try --------------------------------
+
+
+@pytest.mark.parametrize("user", ["65534:65534", "1000:1000"])
+def test_a_containers_environment_cannot_raise_its_budget(podman, node, sim, user):  # noqa: F811
+    """The attack: in a container given budget=1GiB, `sh -c 'CUDATRACE_BUDGET=8589934592 prog'`
+    took 4 GiB (it made the container's group first, with its own budget). The fence is the
+    record mounted read-only at /etc/cudatrace/fence now: the variable is ignored with one line,
+    and the budget holds, for any uid in the container."""
+    state = sim.new_state()
+    args = podman.sim_args(state)
+    state.chmod(0o666)  # the simulated GPU, for any uid in the container
+    r = podman.run(
+        "--device", node.budget("1GiB"), "--user", user, *args, podman.image,
+        "sh", "-c", "CUDATRACE_BUDGET=8589934592 exec hold --exit-after-ms 10 4 1g",
+    )  # fmt: skip
+    assert allocs(r.stdout) == ["0", "2", "2", "2"], (r.stdout, r.stderr)
+    (line,) = [ln for ln in r.stderr.splitlines() if "the sealed fence" in ln]
+    assert "(/etc/cudatrace/fence)" in line and "CUDATRACE_BUDGET='8589934592'" in line, line
+    assert sim.stats(state)[0]["hwm"] <= 1 << 30
+
+
+def test_a_containers_environment_cannot_move_its_group_or_ledger(podman, node, sim):  # noqa: F811
+    """The attack: in a group=team-a container, CUDATRACE_GROUP=mine CUDATRACE_LEDGER_DIR=/tmp
+    took 4 GiB of the group's 1 GiB (any sticky root's directory was a ledger directory)."""
+    state = sim.new_state()
+    args = podman.sim_args(state)
+    state.chmod(0o666)  # the simulated GPU, for any uid in the container
+    r = podman.run(
+        "--device", node.group("seal"), "--user", "65534:65534", *args, podman.image,
+        # set inside the container (a `podman run -e` comes before the device's own variables)
+        "sh", "-c", "CUDATRACE_GROUP=mine CUDATRACE_LEDGER_DIR=/tmp CUDATRACE_ON_EXCEED=warn "
+        "CUDATRACE_ON_FENCE_ERROR=warn hold --exit-after-ms 10 4 1g; ls /tmp",
+    )  # fmt: skip
+    assert allocs(r.stdout) == ["0", "2", "2", "2"], (r.stdout, r.stderr)
+    assert "mine.ledger" not in r.stdout, r.stdout
+    (line,) = [ln for ln in r.stderr.splitlines() if "the sealed fence" in ln]
+    assert "CUDATRACE_GROUP='mine'" in line and "CUDATRACE_LEDGER_DIR='/tmp'" in line, line
+    assert "CUDATRACE_ON_EXCEED='warn'" in line and "allowed (--on-exceed warn)" not in r.stderr
+
+
+def test_root_in_a_container_cannot_rewrite_or_replace_the_record(podman, node, sim):  # noqa: F811
+    """The record is a read-only mount: root in the container can neither write it nor remove
+    or replace it (no CAP_SYS_ADMIN to unmount it); the budget holds."""
+    r = podman.run(
+        "--device", node.budget("1GiB"), *podman.sim_args(sim.new_state()), podman.image,
+        "sh", "-c", "echo x > /etc/cudatrace/fence; echo rc=$?; cat /etc/cudatrace/fence; "
+        "exec hold --exit-after-ms 10 2 1g",
+    )  # fmt: skip
+    assert "rc=0" not in r.stdout and "Read-only file system" in r.stderr, (r.stdout, r.stderr)
+    assert "cudatrace-fence 1\n" in r.stdout and "budget=1073741824" in r.stdout, r.stdout
+    assert allocs(r.stdout) == ["0", "2"], (r.stdout, r.stderr)

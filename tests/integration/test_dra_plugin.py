@@ -390,3 +390,28 @@ def test_the_plugin_survives_api_answers_it_cannot_read(lone_plugin):
     assert urllib.request.urlopen(f"{url}/readyz", timeout=10).read() == b"ok\n"
     dra.close()
     reg.close()
+
+
+def test_a_claims_containers_cannot_raise_its_budget(node, podman, sim):  # noqa: F811
+    """A claim of 1 GiB: its container's processes, as two ordinary uids, name a larger budget,
+    another group and another ledger directory; the claim's sealed record holds them to 1 GiB
+    and one line says what was ignored."""
+    from cudatrace.deploy.dra import ClaimRef
+
+    name, (uid, memory) = "train", CLAIMS["train"]
+    node.api.put(f"/apis/resource.k8s.io/v1/namespaces/ml/resourceclaims/{name}",
+                 claim(name, uid, memory))  # fmt: skip
+    dra = client(node.kubelet / "plugins" / "gpu.cudatrace.dev" / "dra.sock")
+    resp = dra.prepare([ClaimRef("ml", uid, name)])
+    ids = list(resp.claims[uid].devices[0].cdi_device_ids)
+    node.state.chmod(0o666)  # the simulated GPU, for any uid in the container
+    for user in ("65534:65534", "1000:1000"):
+        devices = [a for i in ids for a in ("--device", i)]
+        r = podman.run(*devices, "--user", user, podman.image, "sh", "-c",
+                       "CUDATRACE_BUDGET=8GiB CUDATRACE_GROUP=mine CUDATRACE_LEDGER_DIR=/tmp "
+                       "exec hold --exit-after-ms 10 3 400m")  # fmt: skip
+        assert allocs(r.stdout) == ["0", "0", "2"], (user, r.stdout, r.stderr)
+        (line,) = [ln for ln in r.stderr.splitlines() if "the sealed fence" in ln]
+        assert "CUDATRACE_BUDGET='8GiB'" in line and "CUDATRACE_GROUP='mine'" in line, line
+    dra.unprepare([ClaimRef("ml", uid, name)])
+    dra.close()

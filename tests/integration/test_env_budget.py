@@ -36,7 +36,7 @@ def _need_root():
 
 @pytest.fixture
 def shared(sim):
-    """A shared ledger directory (root's, mode 1777) and a world-readable copy of the simulated
+    """A shared ledger directory (root's, mode 1777, marked for ledgers) and a world-readable copy of the simulated
     driver and the hold program, so that uid 65534 can run them."""
     _need_root()
     base = Path(tempfile.mkdtemp(prefix="ct-envbudget-"))
@@ -45,6 +45,7 @@ def shared(sim):
         ledgers = base / "ledgers"
         ledgers.mkdir()
         ledgers.chmod(0o1777)
+        (ledgers / ".cudatrace-shared").touch()  # root made it for ledgers (docs/budgets.md)
         pub = base / "pub"
         pub.mkdir()
         for f in sim.lib.iterdir():

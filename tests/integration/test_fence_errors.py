@@ -62,6 +62,16 @@ def assert_refused(r, *why):
     assert "CUDA is refused in this process" in lines[0], lines[0]
     for w in why:
         assert w in lines[0], (w, lines[0])
+    assert_clean(lines[0])
+
+
+def assert_clean(line: str) -> None:
+    """Every refusal line reads cleanly: one line, bounded, no stray or doubled punctuation (the
+    257th member's read `...many.ledger; : all its member slots are taken`)."""
+    assert "\n" not in line and len(line) < 1000, line
+    for bad in ("; :", ": ;", ";;", ", ,", "  ", " ;", " ,", "::", "; ;", ": :"):
+        assert bad not in line, (bad, line)
+    assert not re.search(r"[;:,]$", line), line
 
 
 def _setup(box, case):
@@ -96,7 +106,28 @@ def _setup(box, case):
         env.update(CUDATRACE_LEDGER=str(d / "@run-1-0.ledger"))
     elif case == "integration failed":
         env.update(CUDATRACE_FENCE_ERROR="the node agent found no GPU group for this pod")
+    elif case in BOGUS:
+        env.update(grp, **{BOGUS[case]: "bogus"})
+    elif case == "long group":
+        env.update(CUDATRACE_GROUP="g" * 8190, CUDATRACE_BUDGET="2GiB")
+    elif case == "long ledger dir":
+        env.update(grp, CUDATRACE_LEDGER_DIR="/" + "d" * 8189)
+    elif case == "long share":
+        env.update(grp, CUDATRACE_SHARE="s" * 8190, CUDATRACE_SHARE_BUDGET="1GiB")
+    elif case == "shared dir not made for ledgers":
+        d.chmod(0o1777)  # root's and sticky, as /tmp is: no longer a ledger directory by itself
+        env.update(grp)
     return env
+
+
+BOGUS = {  # the settings that touch the fence and take a few values (CUDATRACE_ON_EXCEED=bogus
+    # was taken as fail without a word)
+    "on-exceed bogus": "CUDATRACE_ON_EXCEED",
+    "on-fence-error bogus": "CUDATRACE_ON_FENCE_ERROR",
+    "ledger-dir-make bogus": "CUDATRACE_LEDGER_DIR_MAKE",
+    "count-host bogus": "CUDATRACE_COUNT_HOST",
+    "count-contexts bogus": "CUDATRACE_COUNT_CONTEXTS",
+}
 
 
 CASES = {
@@ -112,6 +143,15 @@ CASES = {
     "ledger damaged": ("unusable", "g.ledger"),
     "launcher ledger missing": ("unusable", "No such file"),
     "integration failed": ("the node agent found no GPU group for this pod",),
+    "on-exceed bogus": ("CUDATRACE_ON_EXCEED='bogus' is not fail, warn or abort",),
+    "on-fence-error bogus": ("CUDATRACE_ON_FENCE_ERROR='bogus' is not refuse or warn",),
+    "ledger-dir-make bogus": ("CUDATRACE_LEDGER_DIR_MAKE='bogus' is not 0 or 1",),
+    "count-host bogus": ("CUDATRACE_COUNT_HOST='bogus' is not -1, 0 or 1",),
+    "count-contexts bogus": ("CUDATRACE_COUNT_CONTEXTS='bogus' is not 0 or 1",),
+    "long group": ("CUDATRACE_GROUP='gggggggg", "...' (8190 bytes) is not a group name"),
+    "long ledger dir": ("is longer than a path may be",),
+    "long share": ("CUDATRACE_SHARE='sssss", "(8190 bytes) is not a share name"),
+    "shared dir not made for ledgers": ("is a shared one", "no root's .cudatrace-shared"),
 }
 
 
@@ -127,6 +167,20 @@ def test_fencing_that_cannot_be_set_up_refuses_cuda(sim, box, case):
     assert not (box["tmp"] / "run").exists()
     if case == "group without budget":
         assert not (box["dir"] / "g.ledger").exists()
+
+
+def test_a_long_setting_never_drops_the_fence(sim, box):
+    """One 8,190-byte CUDATRACE_HINTS (any long setting) filled the preload library's settings
+    pool, and the group, budget and on-fence-error read after it were dropped as if unset: the
+    process ran unfenced, in silence. Every setting is kept now, however long the others."""
+    env = _setup(box, "dir too open")
+    box["dir"].chmod(0o700)
+    for name in ("CUDATRACE_HINTS", "CUDATRACE_FRAMEWORKS", "CUDATRACE_HOST"):
+        e = dict(env, **{name: "/" + "h" * 8189})
+        r = _hold(sim, e, "2", "1500m")
+        allocs = [ln.split()[4] for ln in r.stdout.splitlines() if ln.startswith("alloc ")]
+        assert allocs == ["0", "2"], (name, r.stdout, r.stderr)
+        assert "budget exceeded" in r.stderr and "budget 2.00 GiB" in r.stderr, r.stderr
 
 
 def test_a_shell_in_the_same_environment_says_nothing(sim, box):
@@ -152,7 +206,7 @@ def test_the_257th_member_is_refused(sim, box):
     try:
         assert children.readline(filler).strip() == "ready 256"
         r = _hold(sim, env, "1", "1m")
-        assert_refused(r, "all its member slots are taken")
+        assert_refused(r, f"cannot join the budget ledger {path}: all its member slots are taken")
         assert f"alloc cuMemAlloc_v2 1048576 0x0 {NOT_PERMITTED}" in r.stdout, r.stdout
     finally:
         filler.communicate("", timeout=60)

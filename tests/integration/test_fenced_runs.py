@@ -27,6 +27,7 @@ def job(ct, sim, tmp_path):
     d = tmp_path / "ledgers"
     d.mkdir()
     d.chmod(0o1777)
+    (d / ".cudatrace-shared").touch()  # a shared ledger directory root made (docs/budgets.md)
     env = ct.env(state=sim.new_state(), total_bytes=8 * GiB)
     env.update(
         LD_PRELOAD=str(native.shim_path()),

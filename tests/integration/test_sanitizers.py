@@ -142,6 +142,35 @@ def test_fencing_under_sanitizers(ct, sim, san, tmp_path):
     assert r.returncode == 1 and "fencing cannot be set up" in r.stderr, r.stderr[-4000:]
 
 
+def test_sealed_records_under_sanitizers(ct, sim, san, tmp_path):
+    """The sealed fence record read at load (native/shim/fence.c): a good one with the
+    environment beside it (a larger budget ignored, a lower one taken), and the malformed ones
+    of tests/support/fence_cases.py (each refused), in a private /etc (tests/support/sealroot.py)."""
+    from support import sealroot
+    from support.fence_cases import GOOD, MALFORMED
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    env = ct.env()
+    env.update(san["env"])
+    env["LD_PRELOAD"] = f"{san['preload']}:{Path(san['dir']) / 'libcudatrace.so'}"
+    texts = {"good": GOOD, **{k: v[0] for k, v in MALFORMED.items()}}
+    for n, (name, text) in enumerate(sorted(texts.items())):
+        rec = tmp_path / f"fence-{n}"
+        rec.write_text(text.replace("LEDGERS", str(d)))
+        rec.chmod(0o644)
+        for extra in (
+            {"CUDATRACE_BUDGET": "8GiB", "CUDATRACE_GROUP": "x"},
+            {"CUDATRACE_BUDGET": "1MiB"},
+        ):
+            argv = sealroot.prefix(tmp_path / f"ns-{n}", fence=rec)
+            r = subprocess.run([*argv, sim.progs["hold"], "--exit-after-ms", "1", "1", "2m"],
+                               env=dict(env, **extra), capture_output=True, text=True,
+                               timeout=300)  # fmt: skip
+            _clean(r)
+            assert ("fencing cannot be set up" in r.stderr) == (name != "good"), (name, r.stderr)
+
+
 def test_aggregate_and_python_frames_under_sanitizers(ct, sim, san, tmp_path):
     """--aggregate's tables, and the Python-frames reader walking a live interpreter."""
     script = tmp_path / "alloc.py"

@@ -1,19 +1,26 @@
 """Slurm (docs/slurm.md): a single-node Slurm (munged, slurmctld and slurmd from Debian's packages,
 on 127.0.0.1, started here once for the module and always stopped) with one simulated 8 GiB GPU
-configured as a gres of 8 shards (a dummy device node, AutoDetect=off), and the shipped TaskProlog
-wrapper (contrib/slurm/taskprolog.sh, its settings filled in) calling cudatrace by absolute path
-from an install every job user can read, none of it on the jobs' PATH. Jobs run as two ordinary
-users made here. The GPU's memory is read through NVML (no --gpu-memory), so a step's TaskProlog
-inside a job, whose environment preloads the shim, must still read the physical device.
+configured as a gres of 8 shards (a dummy device node, AutoDetect=off), and the shipped Prolog,
+Epilog and TaskProlog wrappers (contrib/slurm/, their settings filled in) calling cudatrace by
+absolute path from an install every job user can read, none of it on the jobs' PATH. slurmd runs
+in a mount namespace of its own where /etc and /run are private (tests/support/sealroot.py), so
+the Prolog's records (/run/cudatrace/jobs/<job>) are this test's alone. Jobs run as two ordinary
+users made here. The GPU's memory is read through NVML (no --gpu-memory) by the Prolog.
+
+- a job's own script cannot raise its share: `export CUDATRACE_SHARE_BUDGET=8589934592` on
+  `shard:2` (it got 8 GiB), another group and ledger directory in an `srun` step, a cleared
+  SLURM_JOB_ID, another user's job id: each is ignored or refused with a line, the shard:6 job
+  beside it keeps its 6 GiB;
 
 - two users' jobs on the GPU: the one over its share (2 of 8 shards) gets the OOM and a line naming
   its job, the other (6 shards) completes, `cudatrace status` shows both;
 - `sbatch -n2 --gres=shard:3` with `srun -n2` steps: the steps share the job's 3 GiB;
 - an explicit CUDATRACE_SLURM_BUDGET above the shards held is bounded by them: a 7 GiB request on
   `shard:1` never denies a `shard:6` job its 6 GiB;
-- a TaskProlog that cannot run cudatrace, and a ledger directory that is missing: the task's
-  output says so and its CUDA is refused; never a silent run without a budget.
-Plus the TaskProlog's lines for the environments a job would have (no daemons)."""
+- a Prolog that cannot run cudatrace: the task's output says so and its CUDA is refused; a
+  ledger directory missing after a reboot is made by the Prolog; never a silent run without a
+  budget.
+Plus the records and TaskProlog lines for the environments a job would have (no daemons)."""
 
 from __future__ import annotations
 
@@ -31,9 +38,9 @@ from pathlib import Path
 
 import pytest
 
-from cudatrace import native
+from cudatrace import fence_record, native
 from cudatrace.record import slurm
-from support import simbuild
+from support import sealroot, simbuild
 
 GiB = 1 << 30
 REPO = Path(__file__).resolve().parents[2]
@@ -108,11 +115,20 @@ def install(opt: Path, user: str) -> dict:
     return {"cudatrace": opt / "bin" / "cudatrace", "shim": opt / "libcudatrace.so", "py": py}
 
 
-def wrapper(base: Path, name: str, cudatrace: Path, shim: Path, ledgers: Path) -> Path:
-    """contrib/slurm/taskprolog.sh with its four settings filled in, as an operator edits it."""
-    text = (REPO / "contrib/slurm/taskprolog.sh").read_text()
+def wrapper(base: Path, name: str, cudatrace: Path, shim: Path, ledgers: Path,
+            which: str = "taskprolog") -> Path:  # fmt: skip
+    """contrib/slurm/<which>.sh with its settings filled in, as an operator edits it. The
+    Prolog's also says where the simulated driver is: slurmd gives a Prolog an environment of
+    its own (NVML is in the system's library path on a real node)."""
+    text = (REPO / f"contrib/slurm/{which}.sh").read_text()
+    if which == "prolog":
+        sim = simbuild.sim_env(base / "pub", state=base / "gpu", total_bytes=8 * GiB)
+        exports = "".join(f"export {k}={v}\n" for k, v in sim.items())
+        text = text.replace("\nCUDATRACE=", f"\n{exports}CUDATRACE=", 1)
     for key, value in (("CUDATRACE", cudatrace), ("SHIM", shim), ("SHARDS_PER_GPU", 8),
                        ("LEDGER_DIR", ledgers)):  # fmt: skip
+        if f"\n{key}=" not in text:
+            continue
         lines = text.splitlines()
         hits = [i for i, ln in enumerate(lines) if ln.startswith(f"{key}=")]
         assert len(hits) == 1, key
@@ -132,7 +148,10 @@ class Cluster:
 
     def start(self, name, *args):
         log = open(self.base / f"{name}.stdout", "w")
-        p = subprocess.Popen([name, *map(str, args)], env=self.env, stdout=log, stderr=log)
+        # from the base folder: a `python -m cudatrace` of the Prolog or a job imports no
+        # checkout from its working directory
+        p = subprocess.Popen([name, *map(str, args)], env=self.env, stdout=log, stderr=log,
+                             cwd=self.base)  # fmt: skip
         self.procs.append(p)
         return p
 
@@ -150,13 +169,14 @@ class Cluster:
     def run(self, *args, user: str | None = None, env=None, **kw) -> subprocess.CompletedProcess:
         pre = [] if user is None else ["setpriv", f"--reuid={user}", f"--regid={user}",
                                        "--init-groups"]  # fmt: skip
+        kw.setdefault("cwd", self.base)
         return subprocess.run([*pre, *map(str, args)], env=env or self.env, capture_output=True,
                               text=True, timeout=60, **kw)  # fmt: skip
 
-    def use_prolog(self, path: Path) -> None:
-        """The TaskProlog slurm.conf names is a link: pointed at another wrapper for a test."""
-        link = self.base / "taskprolog.sh"
-        tmp = self.base / "taskprolog.new"
+    def use_prolog(self, path: Path, which: str = "taskprolog") -> None:
+        """The (Task)Prolog slurm.conf names is a link: pointed at another wrapper for a test."""
+        link = self.base / f"{which}.sh"
+        tmp = self.base / f"{which}.new"
         tmp.unlink(missing_ok=True)
         tmp.symlink_to(path)
         os.replace(tmp, link)
@@ -243,6 +263,8 @@ SwitchType=switch/none
 ReturnToService=2
 MinJobAge=600
 TaskProlog={base}/taskprolog.sh
+Prolog={base}/prolog.sh
+Epilog={base}/epilog.sh
 NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=1000 Gres=gpu:1,shard:8 State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=10 State=UP
 """
@@ -304,9 +326,19 @@ def cluster(sim):
         sim.run("simstat", env=env, check=True)  # the GPU's state file, open to the job users
         (base / "gpu").chmod(0o666)
         c.installed = install(base / "opt", USERS[0])
-        c.good = wrapper(base, "prolog-good.sh", c.installed["cudatrace"], c.installed["shim"],
-                         c.ledgers)  # fmt: skip
-        c.use_prolog(c.good)
+        c.good = {
+            which: wrapper(
+                base,
+                f"{which}-good.sh",
+                c.installed["cudatrace"],
+                c.installed["shim"],
+                c.ledgers,
+                which,
+            )  # fmt: skip
+            for which in ("prolog", "epilog", "taskprolog")
+        }
+        for which, path in c.good.items():
+            c.use_prolog(path, which)
         c.start(
             "munged", "-F", "-f", f"--key-file={munge}/key", f"--socket={munge}/sock",
             f"--pid-file={munge}/pid", f"--log-file={munge}/log", f"--seed-file={munge}/seed",
@@ -314,7 +346,8 @@ def cluster(sim):
         _wait(lambda: (munge / "sock").exists(), 15, "munged's socket")
         (munge).chmod(0o755)  # the users' commands reach munged's socket
         c.start("slurmctld", "-D", "-i", "-f", conf)
-        c.start("slurmd", "-D", "-f", conf)
+        # slurmd (and the Prolog, the jobs) in a private /etc and /run: the records are ours
+        c.start(*sealroot.prefix(base / "ns"), "slurmd", "-D", "-f", conf)
         _wait(lambda: "idle" in c.run("sinfo", "-h", "-o", "%t").stdout, 40, "the node to be idle")
         yield c
     except BaseException:
@@ -329,8 +362,9 @@ def cluster(sim):
 
 @pytest.fixture
 def cl(cluster):
-    """The cluster with the good TaskProlog, after the previous test's jobs have ended."""
-    cluster.use_prolog(cluster.good)
+    """The cluster with the good wrappers, after the previous test's jobs have ended."""
+    for which, path in cluster.good.items():
+        cluster.use_prolog(path, which)
     _wait(lambda: not cluster.run("squeue", "-h").stdout.strip(), 60, "the queue to empty")
     return cluster
 
@@ -451,7 +485,7 @@ def test_an_explicit_request_is_bounded_by_the_shards_held(cl):
     assert c.finished(fair) == "COMPLETED", c.output(fair)
     c.finished(greedy)
     out = c.output(greedy)
-    assert "is more than the job holds (1 of 8 shards" in out, out
+    assert "CUDATRACE_SLURM_BUDGET=7GiB is more than the job holds (1.00 GiB)" in out, out
     assert f"budget 1.00 GiB (share of slurm job {greedy}" in out, out
     assert "budget exceeded" not in c.output(fair)
 
@@ -467,40 +501,107 @@ def test_a_malformed_request_keeps_the_share(cl):
 
 
 def test_a_prolog_that_cannot_run_cudatrace_refuses_cuda(cl):
-    """The wrapper's cudatrace is gone (an upgrade half done): the task still runs, its output
-    says why, and its CUDA is refused by the preload library (it used to fail every job on the
-    node with status 127, or, had the hook been skipped, run it without a budget)."""
+    """The wrappers' cudatrace is gone (an upgrade half done): the task still runs, its output
+    says why, and its CUDA is refused by the preload library, told by the record the Prolog
+    wrapper wrote (it used to fail every job on the node with status 127, or, had the hook
+    been skipped, run it without a budget)."""
     c = cl
-    bad = wrapper(c.base, "prolog-broken.sh", c.base / "opt" / "bin" / "gone",
-                  c.installed["shim"], c.ledgers)  # fmt: skip
-    c.use_prolog(bad)
+    for which in ("prolog", "taskprolog"):
+        c.use_prolog(wrapper(c.base, f"{which}-broken.sh", c.base / "opt" / "bin" / "gone",
+                             c.installed["shim"], c.ledgers, which), which)  # fmt: skip
     job = c.sbatch(USERS[0], f"echo task ran\nexec {_hold(c)} --exit-after-ms 1 1 1g\n",
                    "--gres=shard:2")  # fmt: skip
     c.finished(job)
     out = c.output(job)
     assert "task ran" in out, out
-    assert "the TaskProlog could not run" in out and "CUDA is refused in this task" in out, out
-    assert "fencing cannot be set up: the Slurm TaskProlog could not run cudatrace" in out, out
+    assert "the TaskProlog could not run" in out, out
+    assert "fencing cannot be set up: the Slurm Prolog could not run cudatrace" in out, out
     assert "# cuInit 800" in out, out
 
 
-def test_a_missing_ledger_directory_refuses_cuda(cl):
-    """/run/cudatrace gone after a reboot: the task's output says so, and the preload library
-    refuses its CUDA (the first job used to make the directory its own, and every other user's
-    jobs then ran without a budget)."""
+def test_a_missing_ledger_directory_is_made_by_the_prolog(cl):
+    """/run/cudatrace/slurm gone after a reboot: the Prolog (root) makes it, root's, 1777 and
+    marked as made for ledgers, and the jobs are fenced in it (the first job used to make the
+    directory its own, and every other user's jobs then ran without a budget)."""
     c = cl
-    missing = c.base / "run" / "cudatrace"
+    missing = c.base / "run" / "cudatrace-slurm"
     c.use_prolog(wrapper(c.base, "prolog-nodir.sh", c.installed["cudatrace"],
-                         c.installed["shim"], missing))  # fmt: skip
-    jobs = [c.sbatch(u, f"exec {_hold(c)} --exit-after-ms 1 1 1g\n", "--gres=shard:2")
-            for u in USERS]  # fmt: skip
-    for job in jobs:
-        c.finished(job)
-        out = c.output(job)
-        assert f"the ledger directory {missing} does not exist" in out, out
-        assert "CUDA will be refused in this task" in out, out
-        assert "fencing cannot be set up" in out and "# cuInit 800" in out, out
-    assert not missing.exists()
+                         c.installed["shim"], missing, "prolog"), "prolog")  # fmt: skip
+    job = c.sbatch(USERS[0], f"exec {_hold(c)} --exit-after-ms 1 3 1g\n", "--gres=shard:2")
+    c.finished(job)
+    out = c.output(job)
+    assert f"budget 2.00 GiB (share of slurm job {job}" in out, out
+    st = missing.stat()
+    assert st.st_uid == 0 and st.st_mode & 0o7777 == 0o1777
+    assert (missing / ".cudatrace-shared").is_file()
+    assert list(missing.glob("slurm-gpu0@*.ledger"))  # the job's user's part of the GPU's group
+
+
+# ---- what a job's own script can try -----------------------------------------------------------
+
+
+def test_a_jobs_script_cannot_raise_its_share(cl):
+    """The attack: a shard:2 job whose script runs `export CUDATRACE_SHARE_BUDGET=8589934592`
+    got an 8 GiB share and took 4 GiB; the shard:6 job beside it was denied at its 5th GiB. Its
+    budget is the Prolog's record now: the variables are ignored with one line, and the shard:6
+    job gets its 6 GiB."""
+    c = cl
+    greedy = c.sbatch(USERS[0], "export CUDATRACE_SHARE_BUDGET=8589934592\n"
+                      "export CUDATRACE_BUDGET=8589934592 CUDATRACE_ON_EXCEED=warn\n"
+                      # one long setting pushed the fence's out of the library's settings
+                      "export CUDATRACE_HINTS=/$(printf '%08189d' 0)\n"
+                      f"exec {_hold(c)} --exit-after-ms 5000 4 1g\n", "--gres=shard:2")  # fmt: skip
+    _wait(lambda: c.job_state(greedy) == "RUNNING", 60, "the greedy job to start")
+    time.sleep(1.5)
+    fair = c.sbatch(USERS[1], f"exec {_hold(c)} --exit-after-ms 1 6 1g\n", "--gres=shard:6")
+    assert c.finished(fair) == "COMPLETED", c.output(fair)
+    c.finished(greedy)
+    out = c.output(greedy)
+    assert _results(out) == ["0", "0", "2", "2"], out
+    (line,) = [ln for ln in out.splitlines() if "the sealed fence" in ln]
+    assert f"(/run/cudatrace/jobs/{greedy})" in line, line
+    for said in ("CUDATRACE_SHARE_BUDGET='8589934592' (not below the fence)",
+                 "CUDATRACE_ON_EXCEED='warn'"):  # fmt: skip
+        assert said in line, line
+    assert f"budget 2.00 GiB (share of slurm job {greedy} ({USERS[0]}))" in out, out
+    assert "budget exceeded" not in c.output(fair)
+
+
+def test_an_srun_step_cannot_move_its_group_or_clear_its_job(cl):
+    """`srun` steps whose command names another group in /tmp, or clears SLURM_JOB_ID and every
+    CUDATRACE_ variable: still the job's 2 GiB (the job's record is found without them)."""
+    c = cl
+    mine = f"mine-{os.urandom(4).hex()}"
+    job = c.sbatch(USERS[1], f"srun -n1 env CUDATRACE_GROUP={mine} CUDATRACE_LEDGER_DIR=/tmp "
+                   f"{_hold(c)} --exit-after-ms 1 3 1g\n"
+                   f"srun -n1 env -i LD_PRELOAD=$LD_PRELOAD LD_LIBRARY_PATH=$LD_LIBRARY_PATH "
+                   f"CUDASIM_STATE=$CUDASIM_STATE {_hold(c)} --exit-after-ms 1 3 1g\n",
+                   "--gres=shard:2")  # fmt: skip
+    c.finished(job)
+    out = c.output(job)
+    assert _results(out) == ["0", "0", "2"] * 2, out
+    assert out.count(f"budget 2.00 GiB (share of slurm job {job}") == 2, out
+    assert f"CUDATRACE_GROUP='{mine}', CUDATRACE_LEDGER_DIR='/tmp'" in out, out
+    assert not Path(f"/tmp/{mine}.ledger").exists()
+
+
+def test_another_users_job_id_is_refused(cl):
+    """A job naming another user's job (SLURM_JOB_ID of a shard:6 job) to spend its share: the
+    record is the other uid's, and the process's CUDA is refused with a line."""
+    c = cl
+    big = c.sbatch(USERS[0], "sleep 8\n", "--gres=shard:6")
+    _wait(lambda: c.job_state(big) == "RUNNING", 60, "the big job to start")
+    thief = c.sbatch(USERS[1], f"SLURM_JOB_ID={big} exec {_hold(c)} --exit-after-ms 1 1 1g\n",
+                     "--gres=shard:1")  # fmt: skip
+    c.finished(thief)
+    out = c.output(thief)
+    assert "# cuInit 800" in out, out
+    assert f"the fence record /run/cudatrace/jobs/{big} is another user's job's" in out, out
+    c.run("scancel", big)
+
+
+def _results(out: str) -> list[str]:
+    return [ln.split()[4] for ln in out.splitlines() if ln.startswith("alloc ")]
 
 
 def test_cudatrace_run_in_a_job_reports_the_share(cl):
@@ -517,64 +618,103 @@ def test_cudatrace_run_in_a_job_reports_the_share(cl):
     assert b["limits"]["0"] == 2 * GiB and b["share"] == f"slurm job {job} ({USERS[1]})", b
 
 
-# ---- the TaskProlog alone: the environments a job would have ---------------------------------
+# ---- the records and the TaskProlog alone: the environments a job would have -----------------
 
 
-def _lines(tmp_path=None, **env):
-    d = tmp_path or Path(tempfile.mkdtemp())
-    (d / "ledgers").mkdir(exist_ok=True)
-    (d / "ledgers").chmod(0o1777)
-    return slurm.taskprolog(env, "/opt/ct/libcudatrace.so", str(d / "ledgers"), 8, 80 * GiB)
+def _fence(**env):
+    return slurm.job_fence(env, "/run/cudatrace/slurm", 8, 80 * GiB)
 
 
-def _exports(lines):
-    return dict(ln[len("export ") :].split("=", 1) for ln in lines if ln.startswith("export "))
-
-
-def test_taskprolog_shards_request_and_refusals(tmp_path):
-    e = _exports(_lines(tmp_path, SLURM_JOB_ID="1234", SLURM_SHARDS_ON_NODE="2",
-                        CUDA_VISIBLE_DEVICES="0", SLURM_JOB_GPUS="3",
-                        SLURM_JOB_USER="alice"))  # fmt: skip
-    assert e["CUDATRACE_GROUP"] == "slurm-gpu3"  # the node's GPU index, not the job's ordinal
-    assert e["CUDATRACE_SHARE_BUDGET"] == str(20 * GiB) and e["CUDATRACE_BUDGET"] == str(80 * GiB)
-    assert e["CUDATRACE_SHARE"] == "1234" and e["CUDATRACE_SHARE_LABEL"] == "slurm job 1234 (alice)"
-    assert e["LD_PRELOAD"] == "/opt/ct/libcudatrace.so"
-    assert e["CUDATRACE_ON_FENCE_ERROR"] == "refuse"
-    # an explicit request below the job's part; a whole GPU; LD_PRELOAD kept; a long job id
-    e = _exports(_lines(tmp_path, SLURM_JOB_ID="123456789012", SLURM_JOB_GPUS="0",
-                        LD_PRELOAD="/x.so", CUDATRACE_SLURM_BUDGET="3GiB"))  # fmt: skip
-    assert e["CUDATRACE_SHARE_BUDGET"] == str(3 * GiB) and e["CUDATRACE_SHARE"] == "56789012"
-    assert e["LD_PRELOAD"] == "/opt/ct/libcudatrace.so /x.so"
-    e = _exports(_lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="1"))
-    assert e["CUDATRACE_SHARE_BUDGET"] == str(80 * GiB)
-    assert _lines(tmp_path, SLURM_JOB_ID="7") == []  # no GPU: nothing
-    two = _lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="0,1")  # whole GPUs: no one shares
-    assert not _exports(two) and "no other job shares them" in two[0]
-
-
-def test_taskprolog_never_raises_or_drops_a_share(tmp_path):
-    """A request above the shards held is bounded by them; a malformed one keeps the share (it
-    used to remove the budget); what prevents a budget fences the task anyway: the reason goes
-    to the preload library, which refuses its CUDA (the task used to run without a budget)."""
-    lines = _lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="0", SLURM_SHARDS_ON_NODE="1",
-                   CUDATRACE_SLURM_BUDGET="70GiB")  # fmt: skip
-    assert _exports(lines)["CUDATRACE_SHARE_BUDGET"] == str(10 * GiB)
-    assert "more than the job holds (1 of 8 shards" in lines[0]
-    lines = _lines(tmp_path, SLURM_JOB_ID="7", SLURM_JOB_GPUS="0", SLURM_SHARDS_ON_NODE="2",
-                   CUDATRACE_SLURM_BUDGET="lots")  # fmt: skip
-    assert _exports(lines)["CUDATRACE_SHARE_BUDGET"] == str(20 * GiB)
-    assert "CUDATRACE_SLURM_BUDGET=lots is not a size" in lines[0]
+def test_a_jobs_record(monkeypatch):
+    monkeypatch.setattr(slurm, "job_gres", lambda job: (0, None))  # no scontrol here
+    r = _fence(SLURM_JOB_ID="1234", SLURM_SHARDS_ON_NODE="2", CUDA_VISIBLE_DEVICES="0",
+               SLURM_JOB_GPUS="3", SLURM_JOB_USER="alice", SLURM_JOB_UID="1000")  # fmt: skip
+    assert r.group == "slurm-gpu3"  # the node's GPU index, not the job's ordinal
+    assert r.share_budget == 20 * GiB and r.budget == str(80 * GiB) and r.uid == 1000
+    assert r.share == "1234" and r.share_label == "slurm job 1234 (alice)"
+    assert r.on_fence_error == "refuse" and r.ledger_dir == "/run/cudatrace/slurm"
+    text = fence_record.render(r).text
+    assert fence_record.parse(text) == r
+    # a whole GPU; a long job id
+    r = _fence(SLURM_JOB_ID="123456789012", SLURM_JOB_GPUS="0", SLURM_JOB_UID="7")
+    assert r.share_budget == 80 * GiB and r.share == "56789012"
+    assert _fence(SLURM_JOB_ID="7", SLURM_JOB_UID="7") is None  # no GPU: nothing
+    assert _fence(SLURM_JOB_ID="7", SLURM_JOB_GPUS="0,1", SLURM_JOB_UID="7") is None  # whole GPUs
     for env, why in (
         ({"SLURM_SHARDS_ON_NODE": "9", "SLURM_JOB_GPUS": "0"}, "more than the 8 shards"),
         ({"SLURM_SHARDS_ON_NODE": "2", "SLURM_JOB_GPUS": "0,1"}, "holds shards of GPUs 0,1"),
         ({"SLURM_JOB_ID": "", "SLURM_JOB_GPUS": "0"}, "SLURM_JOB_ID"),
     ):
-        lines = _lines(tmp_path, **{"SLURM_JOB_ID": "7", **env})
-        e = _exports(lines)
-        assert why in e["CUDATRACE_FENCE_ERROR"] and e["LD_PRELOAD"] == "/opt/ct/libcudatrace.so"
-        assert e["CUDATRACE_ON_FENCE_ERROR"] == "refuse" and "CUDATRACE_GROUP" not in e
-        assert lines[0].startswith("print cudatrace: no GPU memory budget") and why in lines[0]
-    lines = slurm.taskprolog({"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0"}, "/s.so",
-                             str(tmp_path / "none"), 8, 80 * GiB)  # fmt: skip
-    assert "does not exist" in lines[0] and "CUDA will be refused" in lines[0]
-    assert _exports(lines)["CUDATRACE_GROUP"] == "slurm-gpu0"
+        with pytest.raises(slurm.SlurmError, match=why):
+            _fence(**{"SLURM_JOB_ID": "7", "SLURM_JOB_UID": "7", **env})
+
+
+def test_the_shards_of_a_prolog_without_them_in_its_environment(monkeypatch):
+    """Slurm gives a Prolog no SLURM_SHARDS_ON_NODE: `scontrol show job -d` says them."""
+    shown = (
+        "JobId=41 JobName=x\n   JOB_GRES=shard:2\n"
+        "     Nodes=gpu01 CPU_IDs=0 Mem=0 GRES=shard:2(IDX:0)\n"
+    )  # as Slurm 22.05 says it
+
+    class Done:
+        stdout = shown
+
+    monkeypatch.setattr(slurm.subprocess, "run", lambda *a, **k: Done)
+    assert slurm.job_gres("41") == (2, [0])
+    r = _fence(SLURM_JOB_ID="41", SLURM_JOB_UID="1000")
+    assert r.group == "slurm-gpu0" and r.share_budget == 20 * GiB
+
+
+def test_taskprolog_lines(monkeypatch):
+    """The TaskProlog prints LD_PRELOAD (the library first) and the record's variables, lowered
+    to the job's explicit request (never raised); on a node whose Prolog wrote no record (not
+    configured), a job that shares a GPU is told so and its CUDA is refused; a job without a
+    GPU gets nothing."""
+    rec = fence_record.FenceRecord(group="slurm-gpu0", budget=str(80 * GiB), ledger_dir="/l",
+                                   share="7", share_budget=20 * GiB, uid=7)  # fmt: skip
+    found = fence_record.Found("/run/cudatrace/jobs/7", rec)
+    monkeypatch.setattr(fence_record, "find", lambda env: found)
+    shim = "/opt/ct/libcudatrace.so"
+
+    def exports(lines):
+        return dict(ln[len("export ") :].split("=", 1) for ln in lines if ln.startswith("export "))
+
+    e = exports(slurm.taskprolog({"SLURM_JOB_ID": "7", "LD_PRELOAD": "/x.so"}, shim))
+    assert e["LD_PRELOAD"] == f"{shim} /x.so" and e["CUDATRACE_SHARE_BUDGET"] == str(20 * GiB)
+    assert e["CUDATRACE_GROUP"] == "slurm-gpu0" and e["CUDATRACE_SHARE"] == "7"
+    for request, share, said in (("3GiB", 3 * GiB, None), ("70GiB", 20 * GiB, "more than the job"),
+                                 ("lots", 20 * GiB, "is not a size")):  # fmt: skip
+        lines = slurm.taskprolog({"SLURM_JOB_ID": "7", "CUDATRACE_SLURM_BUDGET": request}, shim)
+        assert exports(lines)["CUDATRACE_SHARE_BUDGET"] == str(share), lines
+        assert (said is None) == (not lines[0].startswith("print")) and (
+            not said or said in lines[0]
+        )
+    monkeypatch.setattr(fence_record, "find", lambda env: None)
+    lines = slurm.taskprolog({"SLURM_JOB_ID": "7", "SLURM_SHARDS_ON_NODE": "2"}, shim)
+    e = exports(lines)
+    assert e["LD_PRELOAD"] == shim and "no fence record for job 7" in e["CUDATRACE_FENCE_ERROR"]
+    assert lines[0].startswith("print cudatrace: no fence record for job 7")
+    assert slurm.taskprolog({"SLURM_JOB_ID": "7"}, shim) == []
+
+
+def test_the_prologs_directories_are_roots(tmp_path):
+    """A directory a user made first (in a sticky /run/cudatrace, before any Prolog ran) is moved
+    aside and made anew, root's: its owner could have replaced the records written there. The
+    shared ledger directory is marked as made for ledgers."""
+    if os.geteuid() != 0:
+        pytest.fail("the Prolog runs as root: run as root (CI does)")
+    run = tmp_path / "run"
+    run.mkdir(mode=0o1777)
+    run.chmod(0o1777)
+    planted = run / "jobs"
+    planted.mkdir()
+    (planted / "41").write_text("a user's own record")
+    os.chown(planted, 65534, 65534)
+    slurm._root_dir(planted, 0o755)
+    st = planted.stat()
+    assert st.st_uid == 0 and st.st_mode & 0o7777 == 0o755 and not (planted / "41").exists()
+    assert [p.name for p in run.iterdir() if p.name.startswith(".gone-jobs-")]
+    slurm.ledger_dir_ready(str(run / "slurm"))
+    assert (run / "slurm").stat().st_mode & 0o7777 == 0o1777
+    mark = run / "slurm" / fence_record.shared_mark()
+    assert mark.is_file() and mark.stat().st_uid == 0

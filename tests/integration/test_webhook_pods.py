@@ -109,7 +109,13 @@ def gpu_pod(podman, state, name: str) -> dict:  # noqa: F811
                 {
                     "name": "main",
                     "image": podman.image,
-                    "command": ["hold", "--exit-after-ms", "10", "--free", "3", "400m"],
+                    # the process tries to raise its budget: the sealed record holds it
+                    "command": [
+                        "sh",
+                        "-c",
+                        "CUDATRACE_BUDGET=8589934592 CUDATRACE_GROUP=mine "
+                        "exec hold --exit-after-ms 10 --free 3 400m",
+                    ],  # fmt: skip
                     "env": sim_env,
                     "resources": {"limits": {"nvidia.com/gpu": 1}},
                     "volumeMounts": sim_mounts,
@@ -136,6 +142,30 @@ def gpu_pod(podman, state, name: str) -> dict:  # noqa: F811
     return json.loads(json.dumps(pod))  # as the API server has it: no list shared by two
 
 
+def as_kubelet_would(pod: dict, tmp_path) -> dict:
+    """The patched pod as Podman can play it: the kubelet writes a downward API volume's files
+    (the fence record: the pod's annotation) and mounts the subPath's file read-only; Podman
+    4.3 has no downward API volumes, so the file is written here, root's 0644, and mounted as a
+    hostPath file, read-only, at the same place (and the annotation goes: Podman refuses
+    annotation values over 63 bytes, which Kubernetes takes)."""
+    pod = json.loads(json.dumps(pod))
+    for v in pod["spec"]["volumes"]:
+        api = v.pop("downwardAPI", None)
+        if api is None:
+            continue
+        (item,) = api["items"]
+        key = item["fieldRef"]["fieldPath"].split("'")[1]
+        f = tmp_path / f"downward-{v['name']}"
+        f.write_text(pod["metadata"]["annotations"].pop(key))
+        f.chmod(0o644)
+        v["hostPath"] = {"path": str(f), "type": "File"}
+        for c in pod["spec"]["containers"]:
+            for m in c.get("volumeMounts", []):
+                if m["name"] == v["name"]:
+                    assert m.pop("subPath") == item["path"] and m["readOnly"]
+    return pod
+
+
 def test_patched_gpu_pod_validates_and_runs_fenced(podman, webhook, sim, tmp_path):  # noqa: F811
     state = sim.new_state()
     state.touch(mode=0o666)
@@ -151,7 +181,7 @@ def test_patched_gpu_pod_validates_and_runs_fenced(podman, webhook, sim, tmp_pat
     validate(patched)
     assert patched["spec"]["containers"][1] == pod["spec"]["containers"][1]
     f = tmp_path / "pod.yaml"
-    f.write_text(json.dumps(patched))
+    f.write_text(json.dumps(as_kubelet_would(patched, tmp_path)))
     try:
         r = podman.podman("kube", "play", "--network=none", f, timeout=120)
         for c in ("main", "proxy"):
@@ -164,6 +194,8 @@ def test_patched_gpu_pod_validates_and_runs_fenced(podman, webhook, sim, tmp_pat
     assert allocs == ["0", "0", "2"], (main.stdout, main.stderr, r.stderr)
     line = [l for l in main.stderr.splitlines() if "budget exceeded" in l]
     assert len(line) == 1 and "budget 1.00 GiB, in use 800.00 MiB" in line[0], main.stderr
+    (sealed,) = [l for l in main.stderr.splitlines() if "the sealed fence" in l]
+    assert "CUDATRACE_BUDGET='8589934592'" in sealed and "CUDATRACE_GROUP='mine'" in sealed
     assert "at hold_alloc" in line[0], line
     assert "CUDATRACE_" not in proxy.stdout, proxy.stdout
     assert str(webhook["inst"].dir) not in proxy.stdout + proxy.stderr

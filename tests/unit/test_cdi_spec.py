@@ -93,11 +93,39 @@ def test_specs_carry_every_edit_per_device_at_the_lowest_version(tmp_path):
     assert gm["/run/cudatrace/ledger"]["hostPath"] == str(tmp_path / "state" / "groups" / "team-a")
     assert f"CUDATRACE_BUDGET={40 << 30}" in g["containerEdits"]["env"]
     assert "CUDATRACE_GROUP=team-a" in g["containerEdits"]["env"]
+    # the sealed record of each device, read-only where the preload library reads it
+    rec = cdi.record_file(tmp_path / "root", "x.cudatrace.dev", "budget", "8GiB")
+    assert by_dest["/etc/cudatrace/fence"] == {
+        "hostPath": str(rec), "containerPath": "/etc/cudatrace/fence",
+        "options": ["ro", "nosuid", "nodev", "bind"],
+    }  # fmt: skip
+    assert gm["/etc/cudatrace/fence"]["hostPath"].endswith("/fences/x.cudatrace.dev-group-team-a")
     # every host path comes from the install and the state given: none is written in the code
     text = json.dumps(specs)
     for p in (str(inst.dir), str(tmp_path / "state")):
         assert p in text
     assert inst.preload.read_text() == f"{inst.lib}\n"
+
+
+def test_the_records_say_what_the_environment_says_and_go_with_their_device(tmp_path):
+    """prepare() writes each device's record (root's 0644, what fence_record.render gives for
+    the same fence the environment names) before the specs, and removes a record whose device
+    is no longer offered."""
+    from cudatrace import fence_record
+
+    fences = [plan.size_fence("8GiB"), plan.Fence("team-a", "team-a", str(40 << 30))]
+    root, state, d = tmp_path / "root", tmp_path / "state", tmp_path / "cdi"
+    _, specs, _ = cdi.prepare(fences, root, state, d, "x.cudatrace.dev", shim=SHIM)
+    for kind, f in (("budget", fences[0]), ("group", fences[1])):
+        p = cdi.record_file(root, "x.cudatrace.dev", kind, f.name)
+        assert p.stat().st_mode & 0o777 == 0o644 and p.parent.stat().st_mode & 0o777 == 0o755
+        rec = fence_record.parse(p.read_text())
+        env = dict(x.split("=", 1) for x in specs[kind]["devices"][0]["containerEdits"]["env"])
+        assert env == dict(fence_record.render(rec).env)
+        assert rec.on_fence_error == "refuse" and rec.owner == f"cudatrace.dev/{kind}={f.name}"
+    assert (state / "groups" / "team-a" / ".cudatrace-shared").is_file()  # made for ledgers
+    cdi.prepare(fences[:1], root, state, d, "x.cudatrace.dev", shim=SHIM)
+    assert sorted(p.name for p in (root / "fences").iterdir()) == ["x.cudatrace.dev-budget-8GiB"]
 
 
 def test_sandbox_specs_preload_through_the_environment(tmp_path):

@@ -12,6 +12,7 @@ import stat
 
 import pytest
 
+from cudatrace import fence_record
 from cudatrace.deploy import dra
 from cudatrace.deploy.kube import KubeError
 from support.kube import DRA_VERSION, K8S_VERSION, validate
@@ -199,6 +200,15 @@ def test_claim_spec_and_devices(tmp_path):
         (tmp_path / "state").absolute() / "claims" / UID
     )
     assert mounts["/etc/ld.so.preload"]["hostPath"] == str(inst.preload)
+    # the claim's sealed record, read-only where the preload library reads it
+    assert (
+        mounts["/etc/cudatrace/fence"]["hostPath"]
+        == str((tmp_path / "state").absolute() / "fences" / f"claim-{UID}")
+        and "ro" in mounts["/etc/cudatrace/fence"]["options"]
+    )
+    rec = fence_record.parse(dra.claim_record(plan, c))
+    assert (rec.group, rec.budget, rec.ledger_dir) == (UID, str(8 * GiB), "/run/cudatrace/ledger")
+    assert rec.owner == f"claim ml/trainer-gpu ({UID})" and rec.on_fence_error == "refuse"
     # the kubelet's devices: one per allocation result, the GPU's own CDI device first
     assert dra.prepared(plan, c).devices == (
         (("gpu",), NODE, "gpu-1", ("nvidia.com/gpu=1", f"cudatrace.dev/claim={UID}-gpu-1")),
@@ -256,11 +266,14 @@ def test_prepare_and_unprepare_files(tmp_path):
     assert spec["devices"][0]["name"] == f"{UID}-gpu-0"
     ledger = tmp_path / "state" / "claims" / UID
     assert stat.S_IMODE(ledger.stat().st_mode) == 0o1777
+    record = tmp_path / "state" / "fences" / f"claim-{UID}"
+    assert fence_record.parse(record.read_text()).group == UID
+    assert stat.S_IMODE(record.stat().st_mode) == 0o644
     assert any("prepared: 8589934592 bytes of GPU 0" in s for s in said), said
     # again: the same answer, the same file
     assert plugin.prepare([REF])[REF.uid] == out[REF.uid]
     assert plugin.unprepare([REF, missing]) == {REF.uid: "", missing.uid: ""}
-    assert not spec_file.exists() and not ledger.exists()
+    assert not spec_file.exists() and not ledger.exists() and not record.exists()
 
 
 def test_sweep_removes_directories_of_claims_not_prepared(tmp_path):

@@ -10,7 +10,8 @@ import json
 
 import pytest
 
-from cudatrace.deploy.webhook import ANN_BUDGET, ANN_PATCHED, WebhookConfig, review
+from cudatrace import fence_record
+from cudatrace.deploy.webhook import ANN_BUDGET, ANN_FENCE, ANN_PATCHED, WebhookConfig, review
 from support import jsonpatch
 from support.kube import validate
 
@@ -81,7 +82,9 @@ def test_gpu_container_fenced_others_untouched():
     assert after["spec"]["initContainers"] == [sidecar]
     env = env_of(main)
     assert env["CUDATRACE_BUDGET"] == str(8 << 30)
-    assert env["CUDATRACE_GROUP"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
+    # the pod's group: named at admission (the pod's uid is not known yet), its own ledgers
+    assert env["CUDATRACE_GROUP"] == "pod-705ab4f5-6393-11e8-b7cc-42010a800002"
+    assert env["CUDATRACE_K8S_POD_UID"] == {"fieldRef": {"fieldPath": "metadata.uid"}}
     assert env["CUDATRACE_K8S_POD"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert env["CUDATRACE_K8S_NAMESPACE"] == "team"
     assert env["CUDATRACE_K8S_CONTAINER"] == "main"
@@ -96,7 +99,29 @@ def test_gpu_container_fenced_others_untouched():
     assert vols["cudatrace-preload"]["hostPath"]["type"] == "File"
     assert vols["cudatrace-ledger"]["emptyDir"]["medium"] == "Memory"
     assert after["metadata"]["annotations"][ANN_PATCHED] == CFG.ident
+    # the fence, sealed: the record is the pod's annotation, a read-only regular file (subPath)
+    # at /etc/cudatrace/fence through the downward API; the environment says the same fence
+    rec = fence_record.parse(after["metadata"]["annotations"][ANN_FENCE])
+    assert rec.group == env["CUDATRACE_GROUP"] and rec.budget == str(8 << 30)
+    assert rec.ledger_dir == env["CUDATRACE_LEDGER_DIR"] and rec.ledger_dir_make is True
+    assert rec.on_fence_error == "refuse" and rec.on_exceed == "fail"
+    m = mounts["/etc/cudatrace/fence"]
+    assert m["readOnly"] and m["subPath"] == "fence"
+    item = vols[m["name"]]["downwardAPI"]["items"][0]
+    assert item == {
+        "path": "fence",
+        "fieldRef": {"fieldPath": f"metadata.annotations['{ANN_FENCE}']"},
+    }
     validate(after)
+
+
+def test_a_fence_annotation_of_the_pods_author_is_replaced():
+    """A pod whose author wrote its own cudatrace.dev/fence (a larger budget): the webhook's
+    record replaces it."""
+    forged = "cudatrace-fence 1\ngroup=mine\nbudget=1TiB\nledger-dir=/tmp\n"
+    _, after = admit(pod({ANN_BUDGET: "1GiB", ANN_FENCE: forged}))
+    rec = fence_record.parse(after["metadata"]["annotations"][ANN_FENCE])
+    assert rec.budget == str(1 << 30) and rec.group.startswith("pod-")
 
 
 def test_pods_without_the_annotation_or_a_gpu_are_left_alone():
@@ -164,17 +189,19 @@ def test_a_containers_own_budget_variables_are_replaced():
     assert names.count("CUDATRACE_BUDGET") == 1 and names.count("CUDATRACE_ON_FENCE_ERROR") == 1
     assert env_of(main)["CUDATRACE_BUDGET"] == str(2 << 30)
     assert env_of(main)["CUDATRACE_ON_FENCE_ERROR"] == "refuse"
-    assert main["volumeMounts"][0]["mountPath"] == "/data" and len(main["volumeMounts"]) == 4
+    assert main["volumeMounts"][0]["mountPath"] == "/data" and len(main["volumeMounts"]) == 5
     validate(after)
 
 
-def test_sandbox_mode_preloads_after_the_applications_own():
+def test_sandbox_mode_preloads_before_the_applications_own():
+    """LD_PRELOAD in the one order of every integration (fence_record.preload): the library
+    first, whose dlsym a program then reaches first, the application's own after it."""
     cfg = WebhookConfig(root=CFG.root, ident=CFG.ident, preload="env")
     _, after = admit(pod({ANN_BUDGET: "8GiB"}), cfg)
     main = after["spec"]["containers"][0]
     assert env_of(main)["LD_PRELOAD"] == (
-        "/opt/libmine.so /var/lib/cudatrace/shim/0.1.0-0123456789ab/platform/$PLATFORM/"
-        "libcudatrace.so"
+        "/var/lib/cudatrace/shim/0.1.0-0123456789ab/platform/$PLATFORM/libcudatrace.so "
+        "/opt/libmine.so"
     )
     assert "/etc/ld.so.preload" not in [m["mountPath"] for m in main["volumeMounts"]]
     validate(after)

@@ -16,7 +16,18 @@
 #     the real driver): in a shared ledger directory Alice holds 2 GiB and Bob 1 GiB of group
 #     "trust" (8 GiB); Alice cannot truncate Bob's part, truncates her own: Bob's process runs
 #     on and allocates 1 GiB more, `cudatrace status` still reads the group (Bob counted, her
-#     part listed as unusable), the node agent passes over her part and says so.
+#     part listed as unusable), the node agent passes over her part and says so;
+#   the sealed fence (as root; docs/budgets.md, "The sealed fence"), in a private mount
+#     namespace where /etc and /run are overlays: a container's record at /etc/cudatrace/fence
+#     (mounted read-only) holds a process to 2 GiB whatever CUDATRACE_BUDGET=64GiB it sets
+#     (mem_get_info's total is 2 GiB, 3 GiB is an OOM, one line names what was ignored); a
+#     Slurm job's record /run/cudatrace/jobs/41 (its uid's) holds `export
+#     CUDATRACE_SHARE_BUDGET=64GiB` to the job's 2 GiB share; a damaged record refuses cuInit;
+#     an 8,190-byte CUDATRACE_HINTS beside a record changes nothing; another user's job's record
+#     (SLURM_JOB_ID=42, uid 61011) refuses cuInit;
+#   long and malformed settings: an 8,190-byte CUDATRACE_HINTS before CUDATRACE_GROUP and
+#     _BUDGET drops neither (the process sees and is held to its 2 GiB), CUDATRACE_ON_EXCEED=bogus
+#     and an 8,190-byte group name refuse cuInit with one line.
 # Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 2 minutes.
 set -u
 OUT=${1:?usage: budget_trust.sh OUTDIR}
@@ -118,6 +129,21 @@ sleep 1
 grep -q '^held' "$OUT/c.out" && grep -q 'no live member; it is now 4.00 GiB' "$OUT/c.err" &&
     pass "C replaces the idle group's budget: $(grep -m1 note "$OUT/c.err")" || fail "C: $(tail -3 "$OUT/c.out" "$OUT/c.err")"
 
+# ---- long and malformed settings: fence errors, never dropped ----------------------------------
+# One 8,190-byte CUDATRACE_HINTS filled the preload library's settings pool, and the group and
+# budget read after it were dropped as if unset: the process ran unfenced, in silence.
+LONG=/$(head -c 8189 /dev/zero | tr '\0' h)
+"${E[@]}" CUDATRACE_HINTS="$LONG" CUDATRACE_GROUP=long CUDATRACE_BUDGET=2GiB python3 "$OUT/take.py" 3 \
+    >"$OUT/long.out" 2>"$OUT/long.err"
+rc=$?
+[ $rc = 3 ] && grep -q "mem_get_info total 2147483648 " "$OUT/long.out" && grep -q 'budget exceeded' "$OUT/long.err" &&
+    pass "an 8,190-byte CUDATRACE_HINTS drops no fence setting: $(head -1 "$OUT/long.out"), 3 GiB denied" ||
+    fail "long CUDATRACE_HINTS (exit $rc): $(cat "$OUT/long.out" "$OUT/long.err" | head -c 600)"
+refused "on-exceed bogus" "CUDATRACE_ON_EXCEED='bogus' is not fail, warn or abort" "${E[@]}" \
+    CUDATRACE_GROUP=bogus CUDATRACE_BUDGET=2GiB CUDATRACE_ON_EXCEED=bogus
+refused "long group" "(8190 bytes) is not a group name" "${E[@]}" \
+    CUDATRACE_GROUP="${LONG#/}g" CUDATRACE_BUDGET=2GiB
+
 # ---- one grammar ---------------------------------------------------------------------------------
 "${E[@]}" CUDATRACE_GROUP=half CUDATRACE_BUDGET=1.5GiB python3 "$OUT/take.py" 0.25 >"$OUT/g.out" 2>"$OUT/g.err"
 grep -q "mem_get_info total 1610612736 " "$OUT/g.out" && pass "CUDATRACE_BUDGET=1.5GiB: $(head -1 "$OUT/g.out")" ||
@@ -148,6 +174,77 @@ grep -m1 "device used by everyone" "$OUT/job-report.txt" | grep -vq " of 2.00 Gi
 grep -q "mem_get_info total 2147483648 " "$OUT/job.out" && pass "the job's program sees its share: $(head -1 "$OUT/job.out")" ||
     fail "the program's mem_get_info: $(head -1 "$OUT/job.out")"
 
+# ---- the sealed fence: a record the process cannot write, the environment only lowers -----------
+if [ "$(id -u)" != 0 ] || ! command -v unshare >/dev/null; then
+    fail "the sealed fence checks need root and unshare (private mount namespaces)"
+else
+    export SEALED="$OUT/sealed"
+    rm -rf "$SEALED"
+    mkdir -p "$SEALED/ns" "$SEALED/jobs" "$SEALED/ledgers"
+    chmod 1777 "$SEALED/ledgers"
+    rec() {  # rec FILE GROUP [KEY=VALUE...]: a record as cudatrace/fence_record.py renders it
+        python3 - "$@" <<'PY'
+import sys
+from cudatrace import fence_record as f
+import os
+path, group, *kv = sys.argv[1:]
+args = {"group": group, "ledger_dir": os.environ["SEALED"] + "/ledgers",
+        "budget": str(64 << 30), "on_fence_error": "refuse"}
+for item in kv:
+    k, v = item.split("=", 1)
+    args[k] = int(v) if k in ("share_budget", "uid") else v
+open(path, "w").write(f.render(f.FenceRecord(**args)).text)
+PY
+        chmod 644 "$1"
+    }
+    in_ns() {  # in_ns FENCE_FILE_OR_- JOBS_DIR_OR_- CMD...: /etc and /run private, the record bound
+        unshare --mount --propagation private sh -c '
+            set -e
+            w=$1; fence=$2; jobs=$3; shift 3
+            mount -t tmpfs -o mode=755 tmpfs "$w"
+            for d in etc run; do
+                mkdir -p "$w/$d/up" "$w/$d/work"
+                mount -t overlay overlay -o "lowerdir=/$d,upperdir=$w/$d/up,workdir=$w/$d/work" "/$d"
+            done
+            mkdir -p -m 755 /etc/cudatrace /run/cudatrace
+            if [ "$fence" != - ]; then
+                : >/etc/cudatrace/fence
+                mount --bind "$fence" /etc/cudatrace/fence
+                mount -o remount,bind,ro /etc/cudatrace/fence
+            fi
+            if [ "$jobs" != - ]; then mkdir -p /run/cudatrace/jobs; mount --bind "$jobs" /run/cudatrace/jobs; fi
+            exec "$@"' in_ns "$SEALED/ns" "$@"
+    }
+    rec "$SEALED/container" team budget=2147483648
+    in_ns "$SEALED/container" - env LD_PRELOAD="$SHIM" CUDATRACE_BUDGET=64GiB CUDATRACE_GROUP=mine \
+        CUDATRACE_LEDGER_DIR=/tmp python3 "$OUT/take.py" 3 >"$OUT/sealed-c.out" 2>"$OUT/sealed-c.err"
+    grep -q "mem_get_info total 2147483648 " "$OUT/sealed-c.out" && grep -q '^OOM' "$OUT/sealed-c.out" &&
+        grep -q "the sealed fence (/etc/cudatrace/fence) holds" "$OUT/sealed-c.err" &&
+        pass "a container's record holds CUDATRACE_BUDGET=64GiB to 2 GiB: $(grep -m1 'sealed fence' "$OUT/sealed-c.err" | head -c 300)" ||
+        fail "container record: $(cat "$OUT/sealed-c.out" "$OUT/sealed-c.err" | head -c 600)"
+    rec "$SEALED/jobs/41" slurm-gpu0 share=41 share_budget=2147483648 "share_label=slurm job 41" uid="$(id -u)"
+    in_ns - "$SEALED/jobs" env LD_PRELOAD="$SHIM" SLURM_JOB_ID=41 CUDATRACE_SHARE_BUDGET=64GiB \
+        python3 "$OUT/take.py" 3 >"$OUT/sealed-j.out" 2>"$OUT/sealed-j.err"
+    grep -q "mem_get_info total 2147483648 " "$OUT/sealed-j.out" && grep -q '^OOM' "$OUT/sealed-j.out" &&
+        grep -q "CUDATRACE_SHARE_BUDGET='64GiB' (not below the fence)" "$OUT/sealed-j.err" &&
+        pass "a Slurm job's record holds CUDATRACE_SHARE_BUDGET=64GiB to its 2 GiB share: $(grep -m1 'budget exceeded' "$OUT/sealed-j.err" | head -c 240)" ||
+        fail "job record: $(cat "$OUT/sealed-j.out" "$OUT/sealed-j.err" | head -c 600)"
+    printf 'cudatrace-fence 1\ngroup=team\nbudget=lots\nledger-dir=/x\n' >"$SEALED/damaged"
+    refused "damaged record" "budget='lots' is not a budget" in_ns "$SEALED/damaged" - \
+        env LD_PRELOAD="$SHIM" CUDATRACE_ON_FENCE_ERROR=warn
+    # a long setting beside the record: the fence holds, and the environment is still weighed
+    in_ns "$SEALED/container" - env LD_PRELOAD="$SHIM" CUDATRACE_HINTS="$LONG" CUDATRACE_BUDGET=64GiB \
+        python3 "$OUT/take.py" 3 >"$OUT/sealed-l.out" 2>"$OUT/sealed-l.err"
+    grep -q "mem_get_info total 2147483648 " "$OUT/sealed-l.out" && grep -q '^OOM' "$OUT/sealed-l.out" &&
+        grep -q "CUDATRACE_BUDGET='64GiB'" "$OUT/sealed-l.err" &&
+        pass "an 8,190-byte CUDATRACE_HINTS beside the record: still 2 GiB, CUDATRACE_BUDGET=64GiB ignored" ||
+        fail "long setting beside the record: $(cat "$OUT/sealed-l.out" "$OUT/sealed-l.err" | head -c 600)"
+    # another user's job: its record names its uid, this process (root) names the job
+    rec "$SEALED/jobs/42" slurm-gpu0 share=42 share_budget=2147483648 "share_label=slurm job 42" uid=61011
+    refused "another user's job record" "is another user's job's" in_ns - "$SEALED/jobs" \
+        env LD_PRELOAD="$SHIM" SLURM_JOB_ID=42 CUDATRACE_ON_FENCE_ERROR=warn
+fi
+
 # ---- a truncated ledger survived (two users of the node, the real driver) -----------------------
 # Each user maps only its own part of a shared group; the others read it with pread: a user who
 # truncates its own part kills none of the other user's processes and never a reader.
@@ -157,6 +254,7 @@ if [ "$(id -u)" != 0 ] || ! command -v setpriv >/dev/null; then
     fail "truncated ledger: needs root and setpriv (util-linux) to run two users"
 else
     rm -rf "$SH" "$PUB"; mkdir -p "$SH" "$PUB"; chmod 1777 "$SH"; chmod 755 "$OUT" "$PUB"
+    touch "$SH/.cudatrace-shared"  # root made it for ledgers (an unmarked sticky one is refused)
     cp "$SHIM" "$PUB/libcudatrace.so"
     cat >"$PUB/alloc.py" <<'PY'
 import ctypes, os, sys, time

@@ -18,6 +18,13 @@
 # what would fit without the context (BUDGET - HOLD - 256 MiB): denied, with the shim's line.
 # Printed: PASS/FAIL lines, the denial line, the agent's figures (in use, context) beside
 # NVML's (nvidia-smi's per-process used memory and the device's). Exit 0 when all pass.
+#
+# Then the sealed fence (docs/budgets.md, "The sealed fence"): the device's record is mounted
+# read-only at /etc/cudatrace/fence; a second process in a container given the device sets
+# CUDATRACE_BUDGET to 8 times the budget (and another group, in /tmp) and takes 256 MiB at a time
+# up to twice the budget: it holds no more than the budget, and one line says what the fence
+# ignored; root in the container cannot write the record; an 8,190-byte CUDATRACE_HINTS beside
+# the raise changes nothing.
 # Needs root. About a minute.
 #
 # A dry run without a GPU, on the simulated driver of the tests (ENGINE=unshare WORKLOAD=driver
@@ -172,5 +179,53 @@ line=$(grep -m1 'cudatrace: budget exceeded' "$OUT/a.err")
 [ -n "$line" ] && pass "denial line: $line" || fail "no denial line (exit $rc): $(tail -n 5 "$OUT/a.out" "$OUT/a.err")"
 grep -q '^OOM' "$OUT/a.out" && pass "the $EXTRA bytes that fit beside the allocations, not beside the context too: $(grep -m1 OOM "$OUT/a.out")" ||
     fail "extra: $(tail -n 3 "$OUT/a.out")"
+# ---- the sealed fence: the container's environment cannot raise its budget ---------------------
+cat >"$OUT/raise.py" <<'PY'
+import ctypes, sys
+budget, how = int(sys.argv[1]), sys.argv[2]
+step, held = 256 << 20, []
+if how == "torch":
+    import torch
+    def alloc():
+        try:
+            held.append(torch.empty(step, dtype=torch.uint8, device="cuda"))
+            return True
+        except torch.cuda.OutOfMemoryError:
+            return False
+else:
+    cu = ctypes.CDLL("libcuda.so.1")
+    dev, ctx = ctypes.c_int(), ctypes.c_void_p()
+    assert cu.cuInit(0) == 0 and cu.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev) == 0 and cu.cuCtxSetCurrent(ctx) == 0
+    def alloc():
+        p = ctypes.c_uint64()
+        ok = cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(step)) == 0
+        held.append(p) if ok else None
+        return ok
+while len(held) * step < 2 * budget and alloc():
+    pass
+print(f"held {len(held) * step} of budget {budget}", flush=True)
+PY
+RAISE=(python3 "$OUT/raise.py" "$budget_bytes" "$WORKLOAD")
+[ -n "${SIM_DIR:-}" ] && RAISE=(env CUDASIM_HOST_PROC=/host/proc "${RAISE[@]}")
+"${RUN[@]}" sh -c "echo x > /etc/cudatrace/fence 2>/dev/null && echo WROTE; CUDATRACE_BUDGET=$((budget_bytes * 8)) CUDATRACE_GROUP=mine CUDATRACE_LEDGER_DIR=/tmp exec \"\$@\"" raise "${RAISE[@]}" \
+    >"$OUT/raise.out" 2>"$OUT/raise.err"
+held=$(awk '/^held /{print $2}' "$OUT/raise.out")
+[ -n "$held" ] && [ "$held" -le "$budget_bytes" ] && pass "CUDATRACE_BUDGET=8x raised nothing: $(cat "$OUT/raise.out")" ||
+    fail "the raise: $(tail -n 5 "$OUT/raise.out" "$OUT/raise.err")"
+line=$(grep -m1 'the sealed fence' "$OUT/raise.err")
+[ -n "$line" ] && pass "one line: $line" || fail "no line of what the fence ignored: $(tail -n 5 "$OUT/raise.err")"
+grep -q WROTE "$OUT/raise.out" && fail "root in the container wrote the record" ||
+    pass "root in the container cannot write /etc/cudatrace/fence (read-only)"
+# an 8,190-byte setting (it filled the preload library's settings pool, and the fence settings
+# after it were dropped as if unset) changes nothing either
+LONG=/$(head -c 8189 /dev/zero | tr '\0' h)
+"${RUN[@]}" env CUDATRACE_HINTS="$LONG" CUDATRACE_BUDGET=$((budget_bytes * 8)) "${RAISE[@]}" \
+    >"$OUT/long.out" 2>"$OUT/long.err"
+held=$(awk '/^held /{print $2}' "$OUT/long.out")
+[ -n "$held" ] && [ "$held" -le "$budget_bytes" ] && grep -q 'the sealed fence' "$OUT/long.err" &&
+    pass "an 8,190-byte CUDATRACE_HINTS beside CUDATRACE_BUDGET=8x raised nothing: $(cat "$OUT/long.out")" ||
+    fail "the long setting: $(tail -n 5 "$OUT/long.out" "$OUT/long.err")"
+
 echo "container_budget: $fails failure(s); outputs in $OUT"
 [ $fails = 0 ]
