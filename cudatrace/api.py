@@ -24,6 +24,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,7 +152,7 @@ def snapshot() -> Snapshot:
     return Snapshot(devs, _row(p.dev[c["CT_LIVE_ALL"]]), _row(p.host), int(p.untracked))
 
 
-def _index(device: int | None, c: dict) -> int:
+def _index(device: int | None, c: Mapping[str, int]) -> int:
     if device is None:
         return c["CT_LIVE_ALL"]
     if not isinstance(device, int) or isinstance(device, bool) or device < 0:

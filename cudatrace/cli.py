@@ -30,10 +30,10 @@ COMMANDS = {
     "diff": ("diff", "Compare two runs: the call sites that grew or shrank."),
     "export": ("export", "Write a trace for other tools: pprof, speedscope, Perfetto."),
     "sweep": ("sweep", "Run at several values of a flag; fit how each site grows."),
-    "status": ("status", "Show the budgets in force and who uses them."),
-    "top": ("top", "Watch the GPUs live: processes, budgets, sites, denials."),
     "doctor": ("doctor", "Say what a run would see on this machine, and what to do."),
     "demo": ("demo", "The KV-pool defect, traced, diffed, bounded and swept."),
+    "status": ("status", "Show the budgets in force and who uses them."),
+    "top": ("top", "Watch the GPUs live: processes, budgets, sites, denials."),
     "metrics": ("metrics", "Serve budgets and traced runs to Prometheus."),
     "slurm-prolog": ("slurm", "Seal a Slurm job's share of its GPU as its budget (root)."),
     "slurm-epilog": ("slurm", "Remove a Slurm job's fence record when it ends (root)."),
@@ -44,6 +44,10 @@ COMMANDS = {
     "dra-plugin": ("dra", "Serve the DRA plugin: claims of GPU memory become budgets."),
     "manifests": ("manifests", "Write Kubernetes manifests or a systemd unit for these."),
 }
+
+# `cudatrace --help`'s sections, each by its first command: those of a person tracing or
+# bounding a program, then those an operator runs on nodes or installs into clusters
+SECTIONS = {"Tracing a program": "run", "Nodes and clusters (operators)": "status"}
 
 
 class Main(click.Group):
@@ -60,9 +64,12 @@ class Main(click.Group):
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands, once each, in whole sentences (click would cut their docstrings)."""
-        with formatter.section("Commands"):
-            formatter.write_dl([(name, text) for name, (_, text) in COMMANDS.items()])
+        """The commands in their SECTIONS, whole sentences (click would cut their docstrings)."""
+        names, width = list(COMMANDS), max(map(len, COMMANDS))
+        at = [names.index(first) for first in SECTIONS.values()] + [len(names)]
+        for title, a, b in zip(SECTIONS, at, at[1:]):
+            with formatter.section(title):  # one column for the sentences of every section
+                formatter.write_dl([(n.ljust(width), COMMANDS[n][1]) for n in names[a:b]])
 
     def make_context(self, *args: Any, **kw: Any) -> click.Context:
         try:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -180,7 +180,7 @@ class Membership:
     whatever its file is named (a program called `libtorch_kv`): its frames belong by their
     names only (the framework's header code compiled into it, `torch::empty`)."""
 
-    def __init__(self, frameworks: Iterable[Framework], joined: dict[str, str] | None = None):
+    def __init__(self, frameworks: Iterable[Framework], joined: Mapping[str, str] | None = None):
         self.frameworks = list(frameworks)
         self.joined = dict(joined or {})  # module basename -> framework name
         self._by_module: dict[str, frozenset[str]] = {}

@@ -142,7 +142,7 @@ def lossless(text: str) -> str:
     return "".join(out)
 
 
-def lossless_data(obj: Any) -> Any:
+def lossless_data(obj: object) -> Any:
     """lossless() over every string of JSON-able data (keys too)."""
     if isinstance(obj, str):
         return lossless(obj)

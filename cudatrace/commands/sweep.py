@@ -24,6 +24,7 @@ from .sweep_options import Fit, Stop, Where
 if TYPE_CHECKING:
     from ..analyze.documents.sweep_types import Sweep
     from ..sweep.knobs import Knob
+    from ..sweep.records import Run
     from ..sweep.runs import Plan
 
 # CMD starts at the first word that is not an option (or after --), and whatever follows is
@@ -118,12 +119,12 @@ def run_sweep(
     return _show(doc, runs, outputs)
 
 
-def _progress(plan: Plan) -> Callable[[int, int, dict[str, Any]], None]:
+def _progress(plan: Plan) -> Callable[[int, int, Run], None]:
     """The line said as each run ends: its value, how it ended, its peak."""
     from ..analyze.documents import sweep_sentences as sentences
     from ..sweep.knobs import text_of
 
-    def progress(n: int, total: int, rec: dict[str, Any]) -> None:
+    def progress(n: int, total: int, rec: Run) -> None:
         m = rec["measured"]
         peak = f", peak {sentences.readable(m['peak_bytes'])}" if m and rec["included"] else ""
         left_out = "" if rec["included"] else " (left out of the laws)"
@@ -185,7 +186,7 @@ def _check_plan(plan: Plan, html: Path | None) -> None:
         check_enterable(resolve_command(plan.cmd[0]))
 
 
-def _show(doc: Sweep, runs: list[dict[str, Any]], outputs: Outputs) -> int:
+def _show(doc: Sweep, runs: list[Run], outputs: Outputs) -> int:
     """Print the sweep (text or JSON), write --html; the exit status."""
     from ..present import sweep as text
 

@@ -25,6 +25,7 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import MutableMapping
 from pathlib import Path
 
 from .. import settings
@@ -97,7 +98,7 @@ def _environment(work: Path) -> dict[str, str]:
     return env
 
 
-def _prepare(mode: str, work: Path, env: dict[str, str]) -> tuple[Path, Plan]:
+def _prepare(mode: str, work: Path, env: MutableMapping[str, str]) -> tuple[Path, Plan]:
     """Build kvpool (and on the simulated driver, the driver itself, set in env); the
     walkthrough's sizes. Raises DemoError."""
     if mode != "simulated":

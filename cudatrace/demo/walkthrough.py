@@ -69,7 +69,7 @@ def human(n: int) -> str:
 class Demo:
     work: Path
     label: str
-    env: dict
+    env: dict[str, str]
     kvpool: Path
     plan: Plan
     problems: list[str] = field(default_factory=list)

@@ -32,7 +32,7 @@ class DenialPrinter:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
-        self.seen: set[tuple] = set()
+        self.seen: set[tuple[str, int, int]] = set()  # (trace file, time, size)
         self.symbolizer: Symbolizer | None = None
         self.symbolizer_tried = False  # none could be had: not asked again
         self.untraced_said = 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -94,7 +94,7 @@ class Families:
         self.traces = traces
         self.workload = workload
 
-    def add(self, key: str, labels: tuple | list, value: float) -> None:
+    def add(self, key: str, labels: Sequence[object], value: float) -> None:
         lv = tuple(_label(x) for x in labels)
         self.samples[key].setdefault(lv, value)
 
@@ -203,9 +203,10 @@ class TraceCache:
         self.interval = interval
         self.wait = wait
         self.symbolize = symbolize
-        self._symbolizer: Any = None
-        self._figures: dict[Path, dict] = {}
-        self._sigs: dict[Path, tuple] = {}
+        self._symbolizer: Symbolizer | None = None
+        # a run's figures (analyze/documents/live.py: figures), with when they were read (`at`)
+        self._figures: dict[Path, dict[str, Any]] = {}
+        self._sigs: dict[Path, tuple[object, ...]] = {}
         self.errors = 0
         self._cond = threading.Condition()
         self._asked = 0.0  # monotonic time of the latest request
@@ -224,7 +225,7 @@ class TraceCache:
                     self._cond.wait()
             self.refresh()
 
-    def runs(self) -> list[dict]:
+    def runs(self) -> list[dict[str, Any]]:
         """The runs' figures, each with its age (`age_s`)."""
         now = time.monotonic()
         if self._thread is None:
@@ -256,7 +257,7 @@ class TraceCache:
         with self._cond:
             self._began = began
         errors = 0
-        figures: dict[Path, dict] = {}
+        figures: dict[Path, dict[str, Any]] = {}
         for p in live.run_dirs(self.paths):
             try:
                 if not live.running(p):
@@ -303,8 +304,12 @@ class Collector:
         self.gpus = gpus or Gpus()
         self.member_labels = member_labels
         self._place: dict[tuple[str, int, int], tuple[str, str]] = {}
-        self._run_denials: dict[str, dict[tuple, int]] = {}  # live runs' last counts
-        self._runs_gone: dict[tuple, int] = {}  # the last counts of runs that ended
+        self._run_denials: dict[
+            str, dict[tuple[str, int, str, str], int]
+        ] = {}  # live runs' last counts
+        self._runs_gone: dict[
+            tuple[str, int, str, str], int
+        ] = {}  # the last counts of runs that ended
 
     def describe(self) -> list[Any]:
         return []  # families vary with what is there: collected at each scrape only
@@ -355,8 +360,8 @@ class Collector:
         device, not one a run; their members are the runs', `metrics --traces`); denials keep
         counting up when a run ends. Returns the runs that could not be read."""
         keys = ("limit", "in_use", "contexts")
-        sums: dict[str, dict[tuple, int]] = {k: {} for k in keys}
-        live: dict[str, dict[tuple, int]] = {}
+        sums: dict[str, dict[tuple[str, int, str, str], int]] = {k: {} for k in keys}
+        live: dict[str, dict[tuple[str, int, str, str], int]] = {}
         members, errors = 0, 0
         for s in runs:
             try:

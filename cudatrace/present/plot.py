@@ -42,7 +42,7 @@ def _nice_step(span: float, target: int = 6) -> float:
     if span <= 0:
         return 1.0
     raw = span / target
-    mag = 10 ** math.floor(math.log10(raw))
+    mag: float = 10 ** math.floor(math.log10(raw))
     for m in (1, 2, 2.5, 5, 10):
         if raw <= m * mag:
             return m * mag
@@ -148,7 +148,7 @@ class _Chart:
         return (ts - self.start) / 1e9
 
     # ---- sections ----
-    def heading(self, o: list, report: Report | None) -> None:
+    def heading(self, o: list[str], report: Report | None) -> None:
         a, m, width, height = self.a, self.m, self.width, self.height
         o.append(
             '<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" '
@@ -193,7 +193,7 @@ class _Chart:
             k += 1
         return out
 
-    def axes(self, o: list) -> None:
+    def axes(self, o: list[str]) -> None:
         """The grid, the tick labels, the axis titles and the frame."""
         pw, ph, unit = self.pw, self.ph, self.unit
         yt = self._ticks(self.ystep, self.y_top)
@@ -231,7 +231,7 @@ class _Chart:
             % (ML, MT, pw, ph, COL["axis"])
         )
 
-    def series(self, o: list) -> None:
+    def series(self, o: list[str]) -> None:
         """The traced step line (with a light area under it), the observed lines, the budget."""
         X, Y = self.X, self.Y
         if self.pts:
@@ -265,7 +265,7 @@ class _Chart:
                 % (ML + self.pw - 6, y - 5, COL["budget"], escape(format_bytes(self.limit)))
             )
 
-    def marks(self, o: list) -> None:
+    def marks(self, o: list[str]) -> None:
         """Denials (triangles), failures (crosses) and the peak (a circle with its label)."""
         X, Y, m = self.X, self.Y, self.m
         for x in self.denials[:2000]:
@@ -275,7 +275,7 @@ class _Chart:
                     cx, cy, COL["deny"], escape(format_bytes(x.size)), self.secs(x.ts)
                 )
             )
-        live_at: dict = {}
+        live_at: dict[int, int] = {}  # time -> bytes live then
         for x in self.fails[:2000]:
             if x.ts not in live_at:
                 few = len(self.fails) <= 200
@@ -290,7 +290,7 @@ class _Chart:
         if m.found:
             self._peak(o)
 
-    def _peak(self, o: list) -> None:
+    def _peak(self, o: list[str]) -> None:
         px, py = self.X(self.peak_ts), self.Y(self.peak_b)
         o.append(
             '<circle cx="{:.1f}" cy="{:.1f}" r="4.5" fill="white" stroke="{}" stroke-width="2"/>'.format(
@@ -309,7 +309,7 @@ class _Chart:
             )
         )
 
-    def legend(self, o: list) -> None:
+    def legend(self, o: list[str]) -> None:
         """The legend, under the plot: one entry per line drawn, then the marks."""
         summed = ", all devices summed" if self.summed else ""
         # (text, colour, dash pattern or None for a solid line)

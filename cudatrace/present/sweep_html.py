@@ -11,6 +11,7 @@ other knobs. Every text that comes from the trace or the command is escaped.
 from __future__ import annotations
 
 from html import escape
+from typing import cast
 
 from ..analyze.documents.sweep_types import Sweep, SweepKnob, SweepSeries
 from ..units import format_bytes
@@ -69,17 +70,17 @@ def _ticks(hi: float) -> list[float]:
     return [step * i for i in range(n + 1)]
 
 
-def _series_points(doc: Sweep, s: SweepSeries) -> list[tuple]:
+def _series_points(doc: Sweep, s: SweepSeries) -> list[tuple[str, float, int, int]]:
     """[(group, x, bytes, run index)] of the included runs; group: the other knobs' values."""
     knobs = doc["knobs"]
-    out = []
+    out: list[tuple[str, float, int, int]] = []
     for i, r in enumerate(doc["runs"]):
         y = s["bytes"][i]
         if y is None or not r["included"]:
             continue
         v = r["value"]
         if len(knobs) == 1 or not isinstance(v, dict):
-            out.append(("", v, y, i))
+            out.append(("", cast(float, v), y, i))  # one knob: its value is a number
         else:
             other = ", ".join(
                 f"{_label(k)}={_xtext(k, v[k['name']])}" for k in knobs[1:] if k["name"] in v
@@ -110,9 +111,9 @@ def chart(doc: Sweep, s: SweepSeries) -> str:
     def py(y: float) -> float:
         return TOP + ph - ph * max(0.0, y) / ymax
 
-    groups: dict = {}
-    for g, x, y, i in pts:
-        groups.setdefault(g, []).append((x, y, i))
+    groups: dict[str, list[tuple[float, int, int]]] = {}
+    for g, x, b, i in pts:
+        groups.setdefault(g, []).append((x, b, i))
     legend = 14 * len(groups) if len(groups) > 1 or "" not in groups else 0
     o = [f'<svg width="{W}" height="{H + legend}" viewBox="0 0 {W} {H + legend}" role="img">']
     for t in yt:

@@ -5,11 +5,13 @@ cudatrace.sweep/1 dict (docs/sweep-json.md)."""
 from __future__ import annotations
 
 import math
-from typing import Any, cast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Union, cast
 
 from ..analyze.documents import laws
 from ..analyze.documents import sweep_sentences as sentences
-from ..analyze.documents.sweep_types import Sweep
+from ..analyze.documents.sweep_types import Sweep, SweepPredictionSite, SweepSeries
 from ..analyze.read.runfacts import no_driver_sentence
 from .knobs import (
     EXPECT_TOLERANCE,
@@ -20,21 +22,34 @@ from .knobs import (
     text_of,
     value_of,
 )
+from .records import Measurement, Run
 from .runs import Plan
+
+# a series' law: in one knob, classified; over a grid, a plane (None: too few runs)
+_AnyLaw = Union[laws.Law, laws.GridLaw, None]
+
+
+@dataclass
+class _Series:
+    """One series fitted: its part of the document, and the law it predicts from."""
+
+    doc: SweepSeries  # a SweepSite where it is a site's (its counts)
+    law: _AnyLaw
 
 
 def _series(
     knobs: list[Knob],
-    runs: list[dict[str, Any]],
+    runs: list[Run],
     ys_by_run: list[int | None],
     label: str,
     key: str | None,
-    expect: float | dict[str, float] | None,
+    expect: float | Mapping[str, float] | None,
     counts: list[int | None] | None = None,
-) -> dict[str, Any]:
+) -> _Series:
     """One law: the peak or a site. ys_by_run: bytes per run (None: run left out)."""
     inc = [(r, y) for r, y in zip(runs, ys_by_run) if y is not None]
-    d: dict = {"label": label, "key": key, "bytes": ys_by_run}
+    d: dict[str, Any] = {"label": label, "key": key, "bytes": ys_by_run}
+    fitted: _AnyLaw
     # (knob, its slope, where on the grid: "other=value,..." or None)
     growth: list[tuple[Knob, float, str | None]]
     if counts is not None:
@@ -57,7 +72,7 @@ def _series(
             }
         d["law"]["text"] = sentences.law_text(d, k.as_json())
         slope = law.affine.slope if law.affine is not None and law.kind != "flat" else 0.0
-        d["_law"] = law
+        fitted = law
         growth = [(k, slope, None)]
     else:
         pts = [tuple(k.numbers[i] for k, i in zip(knobs, r["combo"])) for r, _ in inc]
@@ -77,7 +92,7 @@ def _series(
             "points": [list(p) + [y] for p, (_, y) in zip(pts, inc)],
         }
         d["law"]["text"] = sentences.grid_law_text(d, [k.as_json() for k in knobs])
-        d["_law"] = g
+        fitted = g
         growth = []
         if g is not None and not flat:
             for i, k in enumerate(knobs):
@@ -90,7 +105,7 @@ def _series(
     d["expectation"] = None
     worst = None
     for k, s, where in growth:
-        e = expect.get(k.key) if isinstance(expect, dict) else expect
+        e = expect.get(k.key) if isinstance(expect, Mapping) else expect
         if e is None or s <= 0 or s <= e * (1 + EXPECT_TOLERANCE):
             continue
         ratio = s / e if e > 0 else math.inf
@@ -100,7 +115,7 @@ def _series(
         _, k, s, e, where = worst
         d["contradicts_expectation"] = True
         d["expectation"] = sentences.expectation_sentence(label, s, e, k.as_json(), where)
-    return d
+    return _Series(cast(SweepSeries, d), fitted)
 
 
 def _show(k: Knob, v: float) -> str:
@@ -110,9 +125,9 @@ def _show(k: Knob, v: float) -> str:
 
 def sweep_json(
     plan: Plan,
-    runs: list[dict],
-    expect: float | dict | None = None,
-    predict: tuple | None = None,
+    runs: list[Run],
+    expect: float | Mapping[str, float] | None = None,
+    predict: tuple[float, ...] | None = None,
     predict_text: str | None = None,
     top: int = 10,
     expect_text: str | None = None,
@@ -122,11 +137,11 @@ def sweep_json(
     builds). The peak's law and each site's, the runs, the notes, the prediction."""
     knobs = plan.knobs
     included = [r for r in runs if r["included"]]
-    peaks = [r["measured"]["peak_bytes"] if r["included"] else None for r in runs]
+    peaks = [m["peak_bytes"] if r["included"] and (m := r["measured"]) else None for r in runs]
     peak = _series(knobs, runs, peaks, "peak", None, expect)
     sites = _site_series(knobs, runs, expect)
-    shown = [s for i, s in enumerate(sites) if i < top or s["contradicts_expectation"]]
-    doc = {
+    shown = [s.doc for i, s in enumerate(sites) if i < top or s.doc["contradicts_expectation"]]
+    doc: dict[str, object] = {
         "schema": SCHEMA,
         "cudatrace_version": __import__("cudatrace").__version__,
         "command": list(plan.cmd),
@@ -144,7 +159,7 @@ def sweep_json(
         "expect_text": expect_text,
         # a verdict needs a law: with fewer than two runs in the laws there is none
         "expect_checked": None if expect is None else len(included) >= 2,
-        "peak": peak,
+        "peak": peak.doc,
         "sites": shown,
         "more_sites": len(sites) - len(shown),
         "prediction": None,
@@ -152,39 +167,52 @@ def sweep_json(
     }
     if predict is not None:
         doc["prediction"] = _prediction(knobs, included, peak, sites, predict, predict_text)
-    for s in [peak] + sites:
-        s.pop("_law", None)
     return cast(Sweep, doc)
 
 
 def _site_series(
-    knobs: list[Knob], runs: list[dict[str, Any]], expect: float | dict[str, Any] | None
-) -> list[dict[str, Any]]:
+    knobs: list[Knob], runs: list[Run], expect: float | Mapping[str, float] | None
+) -> list[_Series]:
     """Each site's series over the runs (its bytes and count in each, its law), the sites that
     held the most in any run first."""
-    keys: dict[str, dict[str, Any]] = {}
-    for r in runs:
-        if not r["included"]:
+    keys: dict[tuple[object, ...], _SiteKey] = {}
+    measured = [m if r["included"] else None for r in runs for m in [r["measured"]]]
+    for m in measured:
+        if m is None:
             continue
-        for key, s in r["measured"]["sites"].items():
-            e = keys.setdefault(key, {"label": s["label"], "key": s["key"], "max": 0})
-            e["max"] = max(e["max"], s["bytes"])
-    order = sorted(keys.items(), key=lambda kv: (-kv[1]["max"], kv[1]["label"]))
+        for key, s in m["sites"].items():
+            e = keys.setdefault(key, _SiteKey(s["label"], s["key"], 0))
+            e.max = max(e.max, s["bytes"])
+    order = sorted(keys.items(), key=lambda kv: (-kv[1].max, kv[1].label))
     sites = []
     for key, e in order:
-        ys = [
-            r["measured"]["sites"].get(key, {}).get("bytes", 0) if r["included"] else None
-            for r in runs
-        ]
-        cs = [
-            r["measured"]["sites"].get(key, {}).get("count", 0) if r["included"] else None
-            for r in runs
-        ]
-        sites.append(_series(knobs, runs, ys, e["label"], e["key"], expect, cs))
+        ys = [_site_figure(m, key, "bytes") for m in measured]
+        cs = [_site_figure(m, key, "count") for m in measured]
+        sites.append(_series(knobs, runs, ys, e.label, e.key, expect, cs))
     return sites
 
 
-def _run_json(knobs: list[Knob], r: dict[str, Any]) -> dict[str, Any]:
+@dataclass
+class _SiteKey:
+    """A site met in the runs: its names, the most it held in any."""
+
+    label: str
+    key: str
+    max: int
+
+
+def _site_figure(
+    m: Measurement | None, key: tuple[object, ...], what: Literal["bytes", "count"]
+) -> int | None:
+    """A site's bytes or count in one run (0: not live at its peak; None: the run is left
+    out)."""
+    if m is None:
+        return None
+    s = m["sites"].get(key)
+    return s[what] if s is not None else 0
+
+
+def _run_json(knobs: list[Knob], r: Run) -> dict[str, object]:
     """One run of the sweep: its value, command, how it ended, what it measured."""
     m = r["measured"]
     return {
@@ -203,7 +231,7 @@ def _run_json(knobs: list[Knob], r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _notes(knobs: list[Knob], runs: list[dict[str, Any]]) -> list[str]:
+def _notes(knobs: list[Knob], runs: list[Run]) -> list[str]:
     """What the sweep could not say: runs not done, none that used the driver, no law."""
     included = [r for r in runs if r["included"]]
     notes = []
@@ -215,17 +243,17 @@ def _notes(knobs: list[Knob], runs: list[dict[str, Any]]) -> list[str]:
         notes.append(unused)
     if len(included) < 2:
         notes.append("fewer than two runs finished well: no law")
-    elif not any(r["measured"]["allocs"] for r in included) and not unused:
+    elif not any(m["allocs"] for r in included if (m := r["measured"])) and not unused:
         notes.append(
             "no run allocated device memory through the CUDA driver: did the command use the GPU?"
         )
     return notes
 
 
-def _no_driver_note(runs: list[dict[str, Any]]) -> str | None:
+def _no_driver_note(runs: list[Run]) -> str | None:
     """The note of a sweep no run of which used the CUDA driver (None when one did, or none
     could be measured)."""
-    measured = [r["measured"] for r in runs if r.get("measured")]
+    measured = [m for r in runs if (m := r.get("measured"))]
     if not measured or any(m.get("driver_used", True) for m in measured):
         return None
     simulated = any(m.get("simulated") for m in measured)
@@ -239,12 +267,12 @@ def _no_driver_note(runs: list[dict[str, Any]]) -> str | None:
 
 def _prediction(
     knobs: list[Knob],
-    included: list[dict[str, Any]],
-    peak: dict[str, Any],
-    sites: list[dict[str, Any]],
+    included: list[Run],
+    peak: _Series,
+    sites: list[_Series],
     point: tuple[float, ...],
     point_text: str | None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """--predict: the peak and the top sites at `point`, and a budget with room for it."""
     notes = []
     outside = _outside(knobs, included, point)
@@ -266,15 +294,16 @@ def _prediction(
             if n <= 2
             else "the law has as many terms as points, or is not affine: no uncertainty to give"
         )
-    ps = []
+    ps: list[SweepPredictionSite] = []
     for s in sites:
         y, se, how = _guess(knobs, s, point)
-        if y is None:
+        key = s.doc["key"]
+        if y is None or key is None:  # (a site's series always has its key)
             continue
         ps.append(
             {
-                "label": s["label"],
-                "key": s["key"],
+                "label": s.doc["label"],
+                "key": key,
                 "bytes": max(0, round(y)),
                 "stderr": se,
                 "how": how,
@@ -296,7 +325,7 @@ def _prediction(
     }
 
 
-def _outside(knobs: list[Knob], included: list[dict[str, Any]], point: tuple[float, ...]) -> bool:
+def _outside(knobs: list[Knob], included: list[Run], point: tuple[float, ...]) -> bool:
     """Whether the point lies beyond the values run (an extrapolation)."""
     if len(knobs) == 1:
         xs = [knobs[0].numbers[r["combo"][0]] for r in included]
@@ -305,13 +334,14 @@ def _outside(knobs: list[Knob], included: list[dict[str, Any]], point: tuple[flo
 
 
 def _guess(
-    knobs: list[Knob], s: dict[str, Any], point: tuple[float, ...]
+    knobs: list[Knob], s: _Series, point: tuple[float, ...]
 ) -> tuple[float | None, float | None, str]:
-    """(bytes, standard error or None, how) of one series at the point, from its law."""
-    law = s.get("_law")
+    """(bytes, standard error or None, how) of one series at the point, from its law (one
+    knob's classified law, or a grid's plane)."""
+    law = s.law
     if law is None:
         return None, None, "no law"
-    if len(knobs) == 1:
+    if isinstance(law, laws.Law):
         y, se, how = law.predict(point[0])
         if law.kind in ("steps", "powers_of_two"):
             how += " (the law is {}: the estimate may miss a step)".format(
@@ -325,13 +355,13 @@ def _guess(
 
 
 def _peak_guess(
-    knobs: list[Knob], peak: dict[str, Any], sites: list[dict[str, Any]], point: tuple[float, ...]
+    knobs: list[Knob], peak: _Series, sites: list[_Series], point: tuple[float, ...]
 ) -> tuple[float | None, float | None, str]:
     """The peak at the point: its own law, or, when it has no simple one, the sum of the
     sites' laws (the sites partition the peak)."""
     py, pse, phow = _guess(knobs, peak, point)
-    law = peak.get("_law")
-    if len(knobs) == 1 and law is not None and not law.is_affine and sites:
+    law = peak.law
+    if len(knobs) == 1 and isinstance(law, laws.Law) and not law.is_affine and sites:
         got = [_guess(knobs, s, point) for s in sites]
         ys = [y for y, _, _ in got if y is not None]
         if len(ys) == len(got):
@@ -343,8 +373,8 @@ def _peak_guess(
 
 
 def _budget(
-    peak_b: int, pse: float | None, n: int, included: list[dict[str, Any]]
-) -> dict[str, Any] | None:
+    peak_b: int, pse: float | None, n: int, included: list[Run]
+) -> dict[str, object] | None:
     """A --budget for the predicted peak: 10% headroom, or 3 standard errors when more, or
     25% without an uncertainty, plus the CUDA contexts the runs held (the budget counts them);
     rounded up to a round step. None when no budget cudatrace takes would hold it."""
@@ -362,7 +392,7 @@ def _budget(
     # allocations, docs/budgets.md): the advice holds the most any run was seen to need so. The
     # shim's own measurement is the budget's figure (CUDATRACE_RECORD_CONTEXTS); the launcher's
     # samples stand in where it has none (a short run falls between two samples)
-    found = [_context_of(r["measured"]) for r in included if r.get("measured")]
+    found = [_context_of(m) for r in included if (m := r.get("measured"))]
     ctxs = [c for c in found if c is not None]
     ctx = max(ctxs) if ctxs else None
     want = peak_b + margin + (ctx or 0)
@@ -390,7 +420,7 @@ def _budget(
     }
 
 
-def _context_of(measured: dict) -> int | None:
+def _context_of(measured: Measurement) -> int | None:
     """A run's CUDA contexts as a budget counts them: the shim's figure, else NVML's samples'."""
     c = measured.get("context_bytes")
     return c if c is not None else measured.get("untraced_bytes")

@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..analyze.documents.sweep_types import SweepKnob
 from ..errors import CudatraceError
 from ..record.budget import BudgetError, parse_size
 
@@ -30,7 +31,7 @@ _NUM_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?$")
 class Knob:
     name: str  # "" for the one unnamed list ({})
     texts: list[str]
-    numbers: list  # int or float; bytes when unit == "bytes"
+    numbers: list[int | float]  # bytes when unit == "bytes"
     unit: str | None = None  # "bytes" when the values are sizes (512MiB)
     flag: str | None = None  # the option the placeholder is the value of, if any
 
@@ -76,7 +77,7 @@ class Knob:
             return w[:-2]
         return w[:-1]
 
-    def as_json(self) -> dict:
+    def as_json(self) -> SweepKnob:
         return {
             "name": self.key,
             "placeholder": self.placeholder,
@@ -88,7 +89,7 @@ class Knob:
         }
 
 
-def parse_value(text: str) -> tuple[float, bool]:
+def parse_value(text: str) -> tuple[int | float, bool]:
     """(number, is_size): '64' -> (64, False), '1.5' -> (1.5, False), '512MiB' -> (bytes, True)."""
     t = text.strip()
     if _NUM_RE.match(t):
@@ -201,7 +202,7 @@ def bind_command(knobs: list[Knob], cmd: list[str]) -> None:
                 )
 
 
-def substitute(cmd: list[str], knobs: list[Knob], combo: tuple) -> list[str]:
+def substitute(cmd: list[str], knobs: list[Knob], combo: tuple[int, ...]) -> list[str]:
     out = []
     for a in cmd:
         for k, i in zip(knobs, combo):
@@ -210,12 +211,12 @@ def substitute(cmd: list[str], knobs: list[Knob], combo: tuple) -> list[str]:
     return out
 
 
-def combos(knobs: list[Knob]) -> list[tuple]:
+def combos(knobs: list[Knob]) -> list[tuple[int, ...]]:
     """Indexes into each knob's values: every value of one knob; the product of a grid."""
     return list(itertools.product(*(range(len(k.texts)) for k in knobs)))
 
 
-def run_name(knobs: list[Knob], combo: tuple) -> str:
+def run_name(knobs: list[Knob], combo: tuple[int, ...]) -> str:
     name = ",".join(f"{k.key}={k.texts[i]}" for k, i in zip(knobs, combo))
     return re.sub(r"[^A-Za-z0-9._=,+-]", "_", name)
 
@@ -229,7 +230,7 @@ def value_of(knobs: list[Knob], combo: tuple[int, ...]) -> float | dict[str, flo
     return {k.key: k.numbers[i] for k, i in zip(knobs, combo)}
 
 
-def text_of(knobs: list[Knob], combo: tuple) -> str:
+def text_of(knobs: list[Knob], combo: tuple[int, ...]) -> str:
     if len(knobs) == 1:
         return knobs[0].texts[combo[0]]
     return ",".join(f"{k.key}={k.texts[i]}" for k, i in zip(knobs, combo))

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from .. import settings, tracedir
 from ..analyze.documents.analysis import Analysis
@@ -21,6 +21,7 @@ from ..analyze.read.runfacts import driver_used
 from ..attribution import Attribution
 from ..symbols import Symbolizer
 from .knobs import SCHEMA, Knob, SweepError, combos, run_name, substitute
+from .records import Ended, MeasuredSite, Measurement, Run
 from .stop import StopRule, Watcher
 
 
@@ -30,11 +31,12 @@ class Plan:
     cmd: list[str]
     out: Path
     rule: StopRule = field(default_factory=StopRule)
-    run_options: dict = field(default_factory=dict)
+    # the keywords of record.launcher.RunOptions (the command line's RunSettings.as_dict())
+    run_options: dict[str, Any] = field(default_factory=dict)
     force: bool = False
     attribution: Attribution = Attribution()  # of every run's sites (its depth included)
 
-    def runs(self) -> list[tuple]:
+    def runs(self) -> list[tuple[int, ...]]:
         return combos(self.knobs)
 
 
@@ -89,7 +91,7 @@ def _last_line(log: Path) -> str | None:
 
 def measure(
     path: Path, attribution: Attribution = Attribution(), symbolizer: Symbolizer | None = None
-) -> tuple[dict[str, Any], Symbolizer | None]:
+) -> tuple[Measurement, Symbolizer | None]:
     """(measurement, symbolizer) of one traced run: the peak and the sites live at it, as
     `report` attributes them (sites keyed as `diff` matches them)."""
     a = Analysis(path, attribution, symbolizer=symbolizer)
@@ -118,7 +120,7 @@ def measure(
     }, a.symbolizer
 
 
-def _peak_sites(a: Analysis, depth: int) -> dict:
+def _peak_sites(a: Analysis, depth: int) -> dict[tuple[object, ...], MeasuredSite]:
     """The sites live at a run's peak, keyed as `diff` matches them: what a law is fitted on."""
     return {
         s.key: {
@@ -131,39 +133,37 @@ def _peak_sites(a: Analysis, depth: int) -> dict:
     }
 
 
-def attribute_together(runs: list[dict], attribution: Attribution) -> None:
+def attribute_together(runs: list[Run], attribution: Attribution) -> None:
     """One attribution across the sweep's runs, as `diff` builds one call graph from both of
     its runs: the allocator layers are recognized from every measured run's stacks together,
     then each run's sites are measured again with them, so a law is named by the responsible
     code even where one run alone would not decide it (docs/attribution.md)."""
     from ..analyze.sites.layers import CallGraph
 
-    measured = [r for r in runs if r.get("measured")]
+    measured = [(r["directory"], m) for r in runs if (m := r.get("measured"))]
     if len(measured) < 2 or not attribution.fold:
         return
     graph, sym = CallGraph(), None
     try:
-        for r in measured:  # one run at a time: the graph keeps names, not the runs
-            a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)
+        for d, _ in measured:  # one run at a time: the graph keeps names, not the runs
+            a = Analysis(Path(d), attribution, symbolizer=sym, graph=graph)
             a.stacks.learn(a.model.allocation_stacks())
             sym = a.symbolizer
-        for r in measured:
-            a = Analysis(Path(r["directory"]), attribution, symbolizer=sym, graph=graph)
+        for d, m in measured:
+            a = Analysis(Path(d), attribution, symbolizer=sym, graph=graph)
             a.stacks.set_source(None)
-            r["measured"]["sites"] = _peak_sites(a, attribution.depth)
+            m["sites"] = _peak_sites(a, attribution.depth)
     except ReportError:
         return  # a run that cannot be read again keeps its own attribution
 
 
-def execute(
-    plan: Plan, progress: Callable[[int, int, dict[str, Any]], None] | None = None
-) -> list[dict[str, Any]]:
+def execute(plan: Plan, progress: Callable[[int, int, Run], None] | None = None) -> list[Run]:
     """Run every value (the product of a grid), each traced into its directory; how each ended
     and what it measured. progress(index, total, run) is called after each run."""
     plan.out.mkdir(parents=True, exist_ok=True)
     todo = plan.runs()
-    runs: list[dict] = []
-    held = {"symbolizer": None}  # one symbolizer for every run: its caches carry over
+    runs: list[Run] = []
+    held = _Held()  # one symbolizer for every run: its caches carry over
     for n, combo in enumerate(todo, 1):
         rec, started, status, interrupted = _launch(plan, n - 1, combo)
         if started and rec["ended"]["how"] != "interrupted":
@@ -178,7 +178,14 @@ def execute(
     return runs
 
 
-def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | None, list]:
+@dataclass
+class _Held:
+    symbolizer: Symbolizer | None = None
+
+
+def _launch(
+    plan: Plan, index: int, combo: tuple[int, ...]
+) -> tuple[Run, bool, int | None, list[int]]:
     """Launch one run into its directory, quiet, its output into output.log, stopped by the
     plan's rule: (its record with how it ended, whether it started, its exit status, the
     signals that interrupted the sweep)."""
@@ -189,18 +196,8 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
     d = plan.out / run_name(plan.knobs, combo)
     d.mkdir(parents=True, exist_ok=True)
     log = d / "output.log"
-    rec = {
-        "index": index,
-        "combo": combo,
-        "command": cmd,
-        "directory": str(d),
-        "output": str(log),
-        "ended": None,
-        "included": False,
-        "measured": None,
-    }
     done = threading.Event()
-    holder: dict = {}
+    holder: dict[str, Watcher] = {}
 
     def on_start(proc: subprocess.Popen[bytes], out: Path | None) -> None:
         if plan.rule.active and out is not None:
@@ -220,43 +217,56 @@ def _launch(plan: Plan, index: int, combo: tuple) -> tuple[dict, bool, int | Non
     )
     t0 = time.monotonic()
     status = None
+    ended: Ended | None = None
     with open(log, "wb") as f:
         opts.stdout = opts.stderr = f
         try:
             status, _ = launch(opts)
         except LaunchError as e:
-            rec["ended"] = {"how": "not_started", "why": str(e), "status": e.status}
+            ended = {"how": "not_started", "why": str(e), "status": e.status}
         finally:
             done.set()
             if "w" in holder:
                 holder["w"].join()
-    rec["seconds"] = round(time.monotonic() - t0, 3)
+    seconds = round(time.monotonic() - t0, 3)
     stopped = holder["w"].info if "w" in holder else None
     interrupted = [
         s
         for s in opts.signals
         if s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
     ]
-    started = rec["ended"] is None
-    if started:
+    started = ended is None
+    if ended is None:
         assert status is not None  # launch returned (a LaunchError set "ended")
-        rec["ended"] = _ended(status, stopped, interrupted, _run_info(d).get("returncode"))
+        returncode = _run_info(d).get("returncode")
+        ended = _ended(
+            status, stopped, interrupted, returncode if isinstance(returncode, int) else None
+        )
+    rec: Run = {
+        "index": index,
+        "combo": combo,
+        "command": cmd,
+        "directory": str(d),
+        "output": str(log),
+        "ended": ended,
+        "included": False,
+        "measured": None,
+        "seconds": seconds,
+    }
     return rec, started, status, interrupted
 
 
-def _measure_into(
-    rec: dict[str, Any], plan: Plan, status: int | None, held: dict[str, Any]
-) -> None:
+def _measure_into(rec: Run, plan: Plan, status: int | None, held: _Held) -> None:
     """The run's measurement, or why there is none (no readable trace)."""
     try:
-        rec["measured"], held["symbolizer"] = measure(
-            Path(rec["directory"]), plan.attribution, held["symbolizer"]
+        rec["measured"], held.symbolizer = measure(
+            Path(rec["directory"]), plan.attribution, held.symbolizer
         )
     except ReportError as e:
         rec["ended"] = {"how": "no_trace", "status": status, "why": str(e)}
 
 
-def _judge(rec: dict[str, Any], status: int | None) -> None:
+def _judge(rec: Run, status: int | None) -> None:
     """Whether the run enters the laws; a run failed under its budget says so with the shim's
     line, any other left-out run with the last line of its output."""
     d, log = Path(rec["directory"]), Path(rec["output"])
@@ -274,10 +284,10 @@ def _judge(rec: dict[str, Any], status: int | None) -> None:
         rec["ended"]["message"] = _last_line(log)
 
 
-def _run_info(d: Path) -> dict:
+def _run_info(d: Path) -> dict[str, object]:
     try:
         got = json.loads((d / tracedir.RUN).read_text())
-        return got if isinstance(got, dict) else {}
+        return cast("dict[str, object]", got) if isinstance(got, dict) else {}
     except (OSError, ValueError):
         return {}
 
@@ -288,10 +298,10 @@ def _aborted(d: Path) -> bool:
 
 def _ended(
     status: int,
-    stopped: dict[str, Any] | None,
-    interrupted: list[Any],
+    stopped: Ended | None,
+    interrupted: list[int],
     returncode: int | None = None,
-) -> dict[str, Any]:
+) -> Ended:
     if interrupted:
         return {
             "how": "interrupted",
@@ -299,7 +309,7 @@ def _ended(
             "signal": signal.Signals(interrupted[0]).name,
         }
     if stopped is not None:
-        e = dict(stopped)
+        e = stopped.copy()
         e["status"] = status
         return e
     if isinstance(returncode, int) and returncode < 0:
@@ -307,7 +317,7 @@ def _ended(
     return {"how": "exited", "status": status}
 
 
-def load_recorded(path: Path, attribution: Attribution = Attribution()) -> tuple[Plan, list[dict]]:
+def load_recorded(path: Path, attribution: Attribution = Attribution()) -> tuple[Plan, list[Run]]:
     """A recorded sweep (DIR or DIR/sweep.json) measured again from its traces: the same runs
     and how they ended, with this version's attribution (and --depth) and laws."""
     f = path / "sweep.json" if path.is_dir() else path
@@ -331,7 +341,8 @@ def load_recorded(path: Path, attribution: Attribution = Attribution()) -> tuple
         StopRule(st.get("after"), st.get("url"), st.get("settle") or 2.0, st.get("grace") or 10.0),
         attribution=attribution,
     )
-    runs, sym = [], None
+    runs: list[Run] = []
+    sym: Symbolizer | None = None
     for i, r in enumerate(doc["runs"]):
         combo: tuple[int, ...]
         if len(knobs) == 1:
@@ -343,8 +354,8 @@ def load_recorded(path: Path, attribution: Attribution = Attribution()) -> tuple
         # data in the laws); a run missing here is said so and left out
         d = plan.out / Path(r["directory"]).name
         missing = not d.is_dir()
-        ended = {k: v for k, v in r["ended"].items() if k != "text"}
-        rec = {
+        ended = cast(Ended, {k: v for k, v in r["ended"].items() if k != "text"})
+        rec: Run = {
             "index": i,
             "combo": combo,
             "command": r["command"],

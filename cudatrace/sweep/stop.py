@@ -12,6 +12,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from .records import Ended
+
 
 @dataclass
 class StopRule:
@@ -80,7 +82,7 @@ class Watcher(threading.Thread):
     ) -> None:
         super().__init__(daemon=True, name="cudatrace-sweep-watcher")
         self.proc, self.out, self.rule, self.done = proc, out, rule, done
-        self.info: dict | None = None
+        self.info: Ended | None = None
         self.t0 = time.monotonic()
         # every process of the tree seen since the stop began (pid -> start time): a child that
         # ignores SIGINT outlives its parent, is re-parented away from the tree, and must still
@@ -169,7 +171,7 @@ class Watcher(threading.Thread):
             self.done.wait(min(0.05, left))
             time.sleep(0.02 if self.done.is_set() else 0)
 
-    def stop(self, info: dict) -> None:
+    def stop(self, info: Ended) -> None:
         info["after"] = self.elapsed()
         self.info = info
         for sig in (signal.SIGINT, signal.SIGTERM):

@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from cudatrace.cli import COMMANDS, main
+from cudatrace.cli import COMMANDS, SECTIONS, main
 
 
 def _command(name: str) -> click.Command:
@@ -55,12 +55,34 @@ def test_required_options_are_marked(name):
 def test_commands_are_listed_once_in_whole_sentences():
     r = CliRunner().invoke(main, ["--help"], terminal_width=80)
     assert r.exit_code == 0, r.output
-    commands = r.output.split("Commands:\n", 1)[1]
+    commands = r.output.split("Tracing a program:\n", 1)[1]
     for name, (_, sentence) in COMMANDS.items():
         assert sentence.endswith(".") and not sentence.endswith("...."), sentence
         assert r.output.count(f"  {name} ") == 1, (name, r.output)
         assert f"  {name.ljust(16)}  {sentence}\n" in commands, (name, commands)
     assert "..." not in commands
+
+
+def test_commands_are_listed_in_their_sections():
+    """`cudatrace --help` lists what a person tracing a program uses apart from what an
+    operator runs on nodes and clusters: every command in one section, in COMMANDS' order."""
+    assert list(SECTIONS.values()) == ["run", "status"]
+    out = CliRunner().invoke(main, ["--help"], terminal_width=80).output
+    tracing, operators = out.split("Tracing a program:\n", 1)[1].split(
+        "Nodes and clusters (operators):\n"
+    )
+    for name in ("run", "report", "diff", "sweep", "doctor", "demo"):
+        assert f"\n  {name} " in "\n" + tracing and f"  {name} " not in operators, name
+    for name in ("node", "cdi", "webhook", "dra-plugin", "manifests", "slurm-taskprolog"):
+        assert f"  {name} " in operators and f"  {name} " not in tracing, name
+    assert "Commands:" not in out
+
+
+def test_a_command_help_is_its_own():
+    """The sections are the group's: `cudatrace COMMAND --help` is the command's page."""
+    out = CliRunner().invoke(main, ["report", "--help"], prog_name="cudatrace").output
+    assert out.startswith("Usage: cudatrace report [OPTIONS] PATH...")
+    assert "Tracing a program" not in out and "operators" not in out
 
 
 def test_demo_help_names_every_step():

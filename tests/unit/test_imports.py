@@ -350,7 +350,8 @@ def test_every_command_has_its_module():
         assert f"cudatrace.commands.{module}" in MODULES, name
         cmd = cli.main.get_command(None, name)
         assert isinstance(cmd, click.Command) and cmd.name == name, name
-    assert len(MODULES["cudatrace.cli"].read_text().splitlines()) <= 150
+    # the list, its two --help sections and the one place errors are said
+    assert len(MODULES["cudatrace.cli"].read_text().splitlines()) <= 160
 
 
 def test_every_error_derives_from_the_one_base():

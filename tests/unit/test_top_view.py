@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
 from cudatrace import procfs
-from cudatrace.analyze.documents.live import OTHER, _typed
+from cudatrace.analyze.documents import live
+from cudatrace.analyze.documents.live import OTHER
 from cudatrace.present.top import HELP, View, render
 from cudatrace.record import denials
 from cudatrace.record.top import Gatherer
@@ -290,10 +292,11 @@ def test_trace_dirs_of_a_process(tmp_path):
     assert procfs.trace_dirs(43, str(tmp_path)) == []
 
 
-def test_the_runs_sites_typed_largest_first_other_last():
+def test_the_runs_sites_typed_largest_first_other_last(monkeypatch):
     fig = {"run": "r", "path": "/r", "command": "c", "devices": [
         {"device": 0, "gpu": "GPU-x", "live": 7, "sites": {"a": 4, OTHER: 1, "b": 2}}]}  # fmt: skip
-    run = _typed(fig)
+    monkeypatch.setattr(live, "figures", lambda p, top, symbolizer=None: fig)
+    run = live._top_run(Path("/r"), 5, None)
     assert [s["label"] for s in run["devices"][0]["sites"]] == ["a", "b", OTHER]
 
 

@@ -273,7 +273,7 @@ class Runs:
         old = self._seen.get(p)
         if old is not None and old[0] == sig:
             return old[1]
-        run = _typed(figures(p, self.top, self.symbolizer))
+        run = _top_run(p, self.top, self.symbolizer)
         self._seen[p] = (sig, run)
         return run
 
@@ -297,8 +297,9 @@ class Runs:
         return out, errors
 
 
-def _typed(fig: dict[str, Any]) -> TopRun:
-    """top_sites's dict as record_types.TopRun: sites the largest first, "other" last."""
+def _top_run(p: Path, top: int, symbolizer: Symbolizer | None) -> TopRun:
+    """figures of the run in p as record_types.TopRun: sites the largest first, "other" last."""
+    fig = figures(p, top, symbolizer)
     devices: list[TopRunDevice] = []
     for row in fig["devices"]:
         sites: dict[str, int] = dict(row["sites"])

@@ -169,7 +169,7 @@ def expectation_sentence(
     return f"{who} grows {ratio_text(ratio)}x {what} ({got}): {hint}"
 
 
-def ended_text(e: dict[str, Any]) -> str:
+def ended_text(e: Mapping[str, Any]) -> str:
     how = e.get("how")
     sig = e.get("signal")
     if how == "exited":

@@ -17,10 +17,10 @@ an export's total at the moment is `report --json`'s total_live_bytes at that mo
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 from ...errors import CudatraceError
 
@@ -38,7 +38,7 @@ class Exporter:
     description: str
     opens_with: str  # the tool that opens the file
     suffix: str  # the usual file name ending
-    needs: tuple = ()  # importable modules that the `export` extra installs
+    needs: tuple[str, ...] = ()  # importable modules that the `export` extra installs
 
     def load(self) -> ModuleType:
         missing = [m for m in self.needs if not _importable(m)]
@@ -50,9 +50,12 @@ class Exporter:
             )
         return importlib.import_module("." + self.module, __name__)
 
-    def write(self, view: Any, path: Path) -> dict:  # view: a view.View (imported by it)
-        """Write the file; returns a short summary (what was written, for the command's line)."""
-        return self.load().write(view, Path(path))
+    def write(self, view: object, path: Path) -> dict[str, int]:
+        """Write the file of a view.View (typed in each exporter's module: view.py imports this
+        package); returns a short summary (what was written, for the command's line: how many
+        of each thing)."""
+        write: Callable[[object, Path], dict[str, int]] = self.load().write
+        return write(view, Path(path))
 
 
 def _importable(name: str) -> bool:

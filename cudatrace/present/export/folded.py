@@ -35,7 +35,7 @@ def lines(view: View) -> list[tuple[str, int]]:
     return sorted(merged.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
-def write(view: View, path: Path) -> dict:
+def write(view: View, path: Path) -> dict[str, int]:
     out = lines(view)
     with open(path, "w", encoding="utf-8", newline="\n") as f:
         for key, nbytes in out:

@@ -82,7 +82,7 @@ def build(view: View) -> dict[str, Any]:
     events, remaining = _alloc_events(allocs, live_ids, slot_of, shift, frames)
     events += _oom_events(denied, slot_of, frames)
     events.sort(key=lambda e: e[0])
-    device_traces: list[list[dict]] = [[] for _ in range(n_slots)]
+    device_traces: list[list[dict[str, Any]]] = [[] for _ in range(n_slots)]
     for _k, s, entries in events:
         device_traces[s].extend(entries)
     return {
@@ -233,7 +233,8 @@ def _segments(remaining: list[Live], slot_of: Callable[[Alloc], int]) -> list[di
 
 
 def _addr(x: Alloc) -> int:
-    return x.event[ADDR]
+    addr: int = x.event[ADDR]
+    return addr
 
 
 def _shifts(

@@ -26,13 +26,14 @@ from ...analyze.sites.group import NO_STACK
 from ...protodesc import message_classes
 
 if TYPE_CHECKING:
+    from ...analyze.sites.stacks import SFrame
     from .view import View
 
 PROTO = Path(__file__).with_name("profile.proto")
-_classes: dict = {}
+_classes: dict[str, Any] = {}  # message classes are built at run time: untyped
 
 
-def classes() -> dict:
+def classes() -> dict[str, Any]:
     """{"Profile": class, "Sample": class, ...} of pprof's format."""
     if not _classes:
         _classes.update(message_classes(PROTO, "cudatrace/pprof/profile.proto"))
@@ -79,8 +80,9 @@ class _Builder:
         self.p, self.view = p, view
         self.S = _Strings(p.string_table)
         self.mappings: dict[tuple[int, int], object] = {}
-        self.locations: dict[tuple, int] = {}
-        self.functions: dict[tuple, int] = {}
+        # (trace, address), or ("synthetic", name) -> location id
+        self.locations: dict[tuple[int, int] | tuple[str, str], int] = {}
+        self.functions: dict[tuple[str, str, str], int] = {}
 
     def header(self) -> None:
         """Sample types, period, time, duration, comments."""
@@ -150,7 +152,7 @@ class _Builder:
             self.p.location.add(id=lid).line.add(function_id=self.function(name, name, None))
         return lid
 
-    def location(self, ti: int, group: list) -> int:
+    def location(self, ti: int, group: list[SFrame]) -> int:
         address = group[0].address
         k = (ti, address)
         lid = self.locations.get(k)
@@ -170,7 +172,7 @@ class _Builder:
                     mp.has_inline_frames = mp.has_inline_frames or f.inlined
         return lid
 
-    def sample(self, ti: int, leaf: int, values: list) -> None:
+    def sample(self, ti: int, leaf: int, values: list[int]) -> None:
         """One stack's sample: its locations (one per address, inlined frames in it), the
         process as a root frame when there are several, pid and exe labels."""
         view, S = self.view, self.S
@@ -178,7 +180,7 @@ class _Builder:
         frames = view.frames(ti, leaf)
         if not frames:
             s.location_id.append(self.synthetic(NO_STACK))
-        group: list = []
+        group: list[SFrame] = []
         for f in frames:  # innermost first: leaf first, as pprof wants
             if group and f.address != group[0].address:
                 s.location_id.append(self.location(ti, group))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 from ... import __version__
 from ...analyze.sites.group import NO_STACK
@@ -21,19 +21,49 @@ if TYPE_CHECKING:
 
 SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 
+Frame = dict[str, "str | int"]  # name; file and line where known
 
-def build(view: View) -> dict:
+
+class Shared(TypedDict):
+    frames: list[Frame]
+
+
+class Profile(TypedDict):
+    type: str
+    name: str
+    unit: str
+    startValue: int
+    endValue: int
+    samples: list[list[int]]  # each a stack: indexes into the shared frames, root first
+    weights: list[int]  # each sample's bytes
+
+
+# the file (its first key is not a name: the functional form)
+File = TypedDict(
+    "File",
+    {
+        "$schema": str,
+        "name": str,
+        "exporter": str,
+        "activeProfileIndex": int,
+        "shared": Shared,
+        "profiles": list[Profile],
+    },
+)
+
+
+def build(view: View) -> File:
     stacks = view.live_stacks()
     view.prepare(stacks)
-    frames: list[dict] = []
-    index: dict[tuple, int] = {}
+    frames: list[Frame] = []
+    index: dict[tuple[str, str | None, int | None], int] = {}
 
     def frame(name: str, file: str | None = None, line: int | None = None) -> int:
         k = (name, file, line)
         i = index.get(k)
         if i is None:
             i = index[k] = len(frames)
-            d: dict[str, str | int] = {"name": name}
+            d: Frame = {"name": name}
             if file:
                 d["file"] = file
             if line:
@@ -41,7 +71,8 @@ def build(view: View) -> dict:
             frames.append(d)
         return i
 
-    samples, weights = [], []
+    samples: list[list[int]] = []
+    weights: list[int] = []
     for (ti, leaf), (_count, nbytes) in sorted(stacks.items(), key=lambda kv: -kv[1][1]):
         if nbytes <= 0:
             continue
@@ -74,7 +105,7 @@ def build(view: View) -> dict:
     }
 
 
-def write(view: View, path: Path) -> dict:
+def write(view: View, path: Path) -> dict[str, int]:
     doc = build(view)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, separators=(",", ":"))

@@ -75,7 +75,7 @@ class View:
         """x happened at or before the moment (and on the chosen device)."""
         if self.device is not None and x.device != self.device:
             return False
-        seq = self.moment["seq"]
+        seq: int | None = self.moment["seq"]
         if seq is not None:
             return x.seq <= seq
         return x.ts <= self.moment_ts

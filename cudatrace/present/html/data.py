@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict, Union, cast
 
 from ...analyze.documents.analysis import Analysis
 from ...analyze.documents.report_types import ReportAt
@@ -56,16 +56,42 @@ class Snapshot(TypedDict):
     rows: list[int]
 
 
+class PageSite(TypedDict):
+    """A site of the page's tables, as Tables gathers it (tables_json writes it as a row)."""
+
+    label: str
+    key: str
+    apis: dict[str, int]  # the API's label -> allocations through it, over the moments
+    run_count: list[int]  # allocations, in run A and run B
+    run_bytes: list[int]
+    stack: list[str]  # its frames, root first, up to main
+
+
+# a stack of the tables: (site id, frame ids root first then its layers', the layers' number);
+# the stack standing for a moment's merged rows has no layers
+StackRow = Union[tuple[int, list[int], int], tuple[int, list[int]]]
+
+
+class View(TypedDict):
+    """One of the page's views (the run, or one device): its live line, what was observed, the
+    budget, the peak; times and values flattened as [t, v, t, v, ...]."""
+
+    line: list[float | int | None]
+    observed: dict[str, list[float | int | None]]
+    budget: int | None
+    peak: list[float | int | None] | None
+
+
 class RunData(TypedDict):
     """A run's part of the page's data (run_data)."""
 
     path: str
     devices: list[int]
-    views: dict[str, dict[str, Any]]  # the page's JSON views: "all", and each device's
+    views: dict[str, View]  # the page's JSON views: "all", and each device's
     moments: list[Snapshot]
-    events: list[list[Any]]
-    procs: list[list[Any]]
-    ranks: Any
+    events: list[list[object]]  # events_json's rows
+    procs: list[list[object]]  # [pid, executable's name]
+    ranks: list[str] | None  # each process's rank label, where the traces are tagged
     span: list[float]
     changes: int
     first_alloc: float | None  # the run's first device allocation: a diff's curves start there
@@ -91,16 +117,17 @@ class Tables:
 
     def __init__(self, depth: int = 1):
         self.depth = depth
-        self.frames: list[list] = []  # [label, module basename]
-        self._frame_ids: dict = {}
-        # [site id, [frame ids: root first down to the site, then its allocator layers], layers]
-        self.stacks: list[list] = []
-        self._stack_ids: dict = {}
-        self.sites: list[dict] = []
-        self._site_ids: dict = {}
-        self._by_leaf: dict = {}  # (analysis id, trace, leaf) -> stack id
+        self.frames: list[list[str]] = []  # [label, module basename]
+        self._frame_ids: dict[tuple[object, ...], int] = {}
+        # (site id, (frame ids: root first down to the site, then its allocator layers), layers)
+        self.stacks: list[StackRow] = []
+        self._stack_ids: dict[object, int] = {}
+        self.sites: list[PageSite] = []
+        self._site_ids: dict[tuple[object, ...], int] = {}
+        self._by_leaf: dict[tuple[int, int, int], int] = {}  # (analysis id, trace, leaf) -> stack
         self.aggregated = 0  # moments whose smaller stacks were merged
-        self._row_memo: dict = {}
+        # (analysis id, trace, leaf, api, runtime api) -> (stack id, its site's apis, api label)
+        self._row_memo: dict[tuple[int, ...], tuple[int, dict[str, int], str]] = {}
 
     def frame(self, f: SFrame | None) -> int:
         if f is None:
@@ -113,7 +140,7 @@ class Tables:
             self.frames.append(row)
         return i
 
-    def site(self, key: tuple, frames: list[SFrame]) -> int:
+    def site(self, key: tuple[object, ...], frames: list[SFrame]) -> int:
         i = self._site_ids.get(key)
         if i is None:
             i = self._site_ids[key] = len(self.sites)
@@ -138,7 +165,7 @@ class Tables:
             fid = len(self.frames)
             self.frames.append([OTHER, ""])
             sid = self._stack_ids[OTHER] = len(self.stacks)
-            self.stacks.append([site, [fid]])
+            self.stacks.append((site, [fid]))
         return sid
 
     def stack(self, a: Analysis, ti: int, leaf: int) -> int:
@@ -155,7 +182,7 @@ class Tables:
         sid = self._stack_ids.get((site, ids, len(via)))
         if sid is None:
             sid = self._stack_ids[(site, ids, len(via))] = len(self.stacks)
-            self.stacks.append([site, list(ids), len(via)])
+            self.stacks.append((site, list(ids), len(via)))
             s = self.sites[site]
             if not s["stack"] and shown:
                 s["stack"] = [f.long_label() for f in shown]
@@ -226,14 +253,14 @@ def pick_moments(a: Analysis, limit: int = MAX_MOMENTS, at: ReportAt | None = No
     return out
 
 
-def _highest_per_slice(pts: list, room: int) -> list:
+def _highest_per_slice(pts: list[tuple[int, int]], room: int) -> list[tuple[int, int]]:
     """The highest (ts, value) point in each of `room` equal slices of the run (every point
     when there are no more than that)."""
     if len(pts) <= room:
         return pts
     t0, t1 = pts[0][0], pts[-1][0]
     span = max(1, t1 - t0)
-    best: dict[int, tuple] = {}
+    best: dict[int, tuple[int, int]] = {}
     for ts, v in pts:
         k = min(room - 1, (ts - t0) * room // span)
         if k not in best or v > best[k][1]:
@@ -255,7 +282,7 @@ def groups_at(a: Analysis, mo: Moment) -> Groups:
 
 def snapshot(a: Analysis, tables: Tables, groups: Groups) -> tuple[int, int, list[int]]:
     """(bytes, count, rows): rows flattened as stack, process, device, bytes, count."""
-    agg: dict[tuple, list[int]] = {}
+    agg: dict[tuple[int, int, int], list[int]] = {}
     memo = tables._row_memo
     for ti, leaf, api, rt, dev, count, nbytes, *_ in groups.rows:
         got = memo.get((id(a), ti, leaf, api, rt))
@@ -281,7 +308,7 @@ def snapshot(a: Analysis, tables: Tables, groups: Groups) -> tuple[int, int, lis
         rows.extend((sid, ti, dev, b, c))
     if len(order) > MAX_ROWS:
         tables.aggregated += 1
-        rest: dict[tuple, list[int]] = {}
+        rest: dict[tuple[int, int], list[int]] = {}
         for (_sid, ti, dev), (b, c) in order[MAX_ROWS:]:
             x = rest.setdefault((ti, dev), [0, 0])
             x[0] += b
@@ -303,7 +330,7 @@ def thin(points: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
     n = max(1, limit // 3)
     t0, t1 = points[0][0], points[-1][0]
     span = max(1, t1 - t0)
-    slices: dict[int, list] = {}
+    slices: dict[int, list[tuple[int, int]]] = {}
     for p in points:
         k = min(n - 1, (p[0] - t0) * n // span)
         s = slices.get(k)
@@ -333,7 +360,7 @@ def flat(a: Analysis, points: Iterable[tuple[int, int]]) -> list[float | int | N
     return out
 
 
-def observed_series(a: Analysis, device: int | None) -> dict:
+def observed_series(a: Analysis, device: int | None) -> dict[str, list[float | int | None]]:
     obs = a.observed.series(device)
     no_nvml = not a.observed.nvml_devices(device) and not obs["tree_device"]
     out = {}
@@ -350,12 +377,12 @@ def observed_series(a: Analysis, device: int | None) -> dict:
     return out
 
 
-def events_json(a: Analysis, tables: Tables) -> list[list]:
+def events_json(a: Analysis, tables: Tables) -> list[list[object]]:
     """[time, "denied" | "failed", device, bytes requested, bytes in use then, site label, note]"""
     from ...analyze.documents.cu_errors import cu_error
 
     m = a.model
-    out = []
+    out: list[list[object]] = []
     for x in m.denied[:MAX_EVENTS]:
         sid = tables.stack(a, x.trace, x.stack)
         out.append(
@@ -384,7 +411,7 @@ def events_json(a: Analysis, tables: Tables) -> list[list]:
                 cu_error(x.result),
             ]
         )
-    out.sort(key=lambda e: e[0])
+    out.sort(key=lambda e: cast(float, e[0]))  # the time: first of each row
     return out
 
 
@@ -403,7 +430,7 @@ def run_data(
     devices = sorted(m.device_peaks)
     limits = a.budget_limits()
     used_limits = {d: v for d, v in limits.items() if d in m.device_peaks}
-    views: dict[str, dict] = {
+    views: dict[str, View] = {
         "all": {
             "line": flat(a, thin(m.timeline_points(None), MAX_POINTS)) if m.found else [],
             "observed": observed_series(a, None),
@@ -444,7 +471,8 @@ def run_data(
     t_first = (a.seconds(m.t0) or 0.0) if m.n_events else 0.0
     t_last = (a.seconds(m.t_end) or 0.0) if m.n_events else 0.0
     obs_end = max(
-        [0.0] + [v[-2] for view in views.values() for v in view["observed"].values() if v]
+        [0.0]  # each series' last time (the series are flat: t, v, t, v ...)
+        + [cast(float, v[-2]) for view in views.values() for v in view["observed"].values() if v]
     )
     return {
         "path": str(a.path),
@@ -461,8 +489,14 @@ def run_data(
     }
 
 
-def tables_json(tables: Tables) -> dict:
-    sites = []
+class PageTables(TypedDict):
+    frames: list[list[str]]
+    stacks: list[StackRow]
+    sites: list[list[object]]  # [label, key, apis by count, run_count, run_bytes, stack]
+
+
+def tables_json(tables: Tables) -> PageTables:
+    sites: list[list[object]] = []
     for s in tables.sites:
         apis = sorted(s["apis"].items(), key=lambda kv: -kv[1])
         sites.append(

@@ -371,14 +371,16 @@ def render_report_html(
             break
     else:
         initial = max(0, len(run["moments"]) - 1)
+    version, generated = r.get("cudatrace_version", ""), _now()
+    aggregation = aggregation_note([run], tables)
     data = {
         "kind": "report",
-        "version": r.get("cudatrace_version", ""),
-        "generated": _now(),
+        "version": version,
+        "generated": generated,
         "report": r,
         "run": run,
         "initial": initial,
-        "aggregation": aggregation_note([run], tables),
+        "aggregation": aggregation,
         **tables_json(tables),
     }
     e = html.escape
@@ -388,12 +390,12 @@ def render_report_html(
     body = _BODY_REPORT.format(
         title=e(title),
         cmd=e(cmd),
-        generated=e(data["generated"]),
-        version=e(data["version"]),
+        generated=e(generated),
+        version=e(version),
         stats="".join(stats),
         facts=_facts_html(r),
         text=e(render_text(r)),
-        aggregation=e(data["aggregation"]),
+        aggregation=e(aggregation),
         ranks=ranks_card(a, r),
     )
     return page(title + " — device memory report", data, body)
