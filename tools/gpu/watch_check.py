@@ -205,7 +205,8 @@ def main() -> int:
     exe = build(out)
     ledgers = out / "ledgers"
     ledgers.mkdir(mode=0o700)
-    env = dict(os.environ, CUDATRACE_LEDGER_DIR=str(ledgers), PYTHONPATH=str(REPO))
+    pypath = os.pathsep.join(x for x in (str(REPO), os.environ.get("PYTHONPATH", "")) if x)
+    env = dict(os.environ, CUDATRACE_LEDGER_DIR=str(ledgers), PYTHONPATH=pypath)
     root = os.geteuid() == 0
     procs = Procs(exe, env)
     try:
@@ -221,7 +222,7 @@ def run(out: Path, env: dict, procs: Procs, root: bool) -> int:
     started = [fenced, around, unfenced]
     if root and shutil.which("unshare") and os.environ.get("WATCH_CONTAINED", "1") != "0":
         contained, _ = procs.start("contained", 128, group="watch-ns", budget="2GiB",
-                                   wrap=("unshare", "--pid", "--fork", "--mount-proc"))  # fmt: skip
+                                   wrap=("unshare", "--pid", "--fork", "--kill-child", "--mount-proc"))  # fmt: skip
         started.append(contained)
     for p in started:
         Procs.ready(p)
