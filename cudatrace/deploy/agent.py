@@ -367,8 +367,14 @@ class Agent:
 
     @staticmethod
     def _host_proc(t: Tracked, m: LedgerMember) -> procscan.Proc | None:
+        # pid 1 of two containers started in the same clock tick share (ns_pid, start_ticks):
+        # their pid namespaces tell them apart (an unknown one, 0, matches as before)
         for p, _link in t.mapping.links:
-            if p.ns_pid == m["pid"] and p.start_ticks == m["start_ticks"]:
+            if (
+                p.ns_pid == m["pid"]
+                and p.start_ticks == m["start_ticks"]
+                and (not p.pidns or not m["pidns"] or p.pidns == m["pidns"])
+            ):
                 return p
         return None
 
