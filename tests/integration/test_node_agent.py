@@ -293,7 +293,10 @@ def test_a_containers_pod_is_the_one_the_api_server_lists(podman, agent):  # noq
         m = wait_for(both, 60, "both members in the metrics", agent["log"])
         rows = {ls["container"]: ls for ls in series_labels(m, "cudatrace_budget_member_in_use_bytes", group=GROUP)}  # fmt: skip
         assert (rows["main"]["namespace"], rows["main"]["pod"]) == ("ml", "trainer"), rows
-        assert bid[:12] in rows, (bid, series_labels(m, "cudatrace_budget_member_in_use_bytes", group=GROUP))
+        assert bid[:12] in rows, (
+            bid,
+            series_labels(m, "cudatrace_budget_member_in_use_bytes", group=GROUP),
+        )
         assert (rows[bid[:12]]["namespace"], rows[bid[:12]]["pod"]) == ("", ""), (bid, rows)
         assert all(ls["UUID"].startswith("GPU-5ca1ab1e-") for ls in rows.values()), rows
         # said once the kubelet had its time to list the container (identity.VERIFY_WAIT_S)
