@@ -29,7 +29,9 @@
 # pass only loads the library; a process lands in a fast or a slow mode on the H100, so 3-5
 # bare runs alone gave medians 470 ns apart), and each verdict line says it and the figure
 # against bare alone; writes
-# OUTDIR/contention.tsv (every run) and OUTDIR/contention.md (the tables). SETS="probe shim work"
+# OUTDIR/contention.tsv (every run) and OUTDIR/contention.md (the tables); then, from the last
+# run's traces of depth0 and stacks, the ns between one thread's allocation and its free
+# (tools/trace_gaps.py: the shim's time on the caller's thread between two driver calls). SETS="probe shim work"
 # picks sets. SHIM=DIR uses DIR/libcudatrace.so instead of building this checkout's (an A/B of
 # two shims). One command, e.g. (issue 42): SETS=shim HAMI_LIB=/opt/hami/libvgpu.so
 #     bash tools/gpu/contention.sh /tmp/cont 5 1 16
@@ -194,3 +196,11 @@ open(sys.argv[2], "w").write("\n".join(out + [""] + verdicts) + "\n")
 print("\n".join(out))
 print("\n".join(verdicts))
 PY
+# the last round's traces (the most threads): how long the shim keeps a thread from the driver
+# between an allocation and its free, read from the events' own times (tools/trace_gaps.py)
+if has shim; then
+    for c in depth0 stacks; do
+        [ -d "$OUT/traces/$c" ] && python3 tools/trace_gaps.py "$OUT/traces/$c" | tee -a "$OUT/contention.md"
+    done
+fi
+exit 0
