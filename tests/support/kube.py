@@ -34,7 +34,7 @@ DRA_VERSION = "1.36.0"  # consumable capacity (a claim's capacity.requests.memor
 
 def validate(obj: dict, version: str = K8S_VERSION) -> None:
     """Raise kubernetes_validate.ValidationError when obj is not a valid object of its kind."""
-    import kubernetes_validate
+    import kubernetes_validate  # type: ignore[import-untyped]  # no type information
 
     kubernetes_validate.validate(obj, version, strict=True)
 

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no type information
 
 from cudatrace import schemas
 
