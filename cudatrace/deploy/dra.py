@@ -76,7 +76,15 @@ from ..errors import CudatraceError
 from . import cdi
 from .install import Installed
 from .kube import Backoff, Kube, KubeError, Retry, need
-from .objects import CdiSpec
+from .objects import (
+    CdiSpec,
+    DeviceAttribute,
+    DeviceClass,
+    ObjectMeta,
+    OwnerReference,
+    ResourceSlice,
+    SliceDevice,
+)
 from .plan import DEFAULT_ROOT, DEFAULT_STATE, VENDOR, Fence, PlanError, check_name, record
 
 DRIVER = "gpu.cudatrace.dev"  # the DRA driver: ResourceSlices, allocation results
@@ -253,12 +261,12 @@ def slice_name(node: str, driver: str) -> str:
 
 
 def resource_slice(
-    cfg: PluginConfig, gpus: list[Gpu], generation: int = 1, owner: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    cfg: PluginConfig, gpus: list[Gpu], generation: int = 1, owner: OwnerReference | None = None
+) -> ResourceSlice:
     """The node's ResourceSlice: one pool (the node's name), a device per GPU."""
-    devices = []
+    devices: list[SliceDevice] = []
     for g in gpus:
-        attributes: dict[str, Any] = {"index": {"int": g.index}}
+        attributes: dict[str, DeviceAttribute] = {"index": {"int": g.index}}
         if g.uuid:
             attributes["uuid"] = {"string": g.uuid[:64]}
         if g.product:
@@ -271,7 +279,7 @@ def resource_slice(
                 "capacity": {CAPACITY: {"value": str(g.memory)}},
             }
         )
-    meta: dict[str, Any] = {
+    meta: ObjectMeta = {
         "name": slice_name(cfg.node, cfg.driver),
         "labels": {"app.kubernetes.io/name": "cudatrace"},
     }
@@ -290,7 +298,7 @@ def resource_slice(
     }
 
 
-def device_class(driver: str = DRIVER, name: str = DEVICE_CLASS) -> dict[str, Any]:
+def device_class(driver: str = DRIVER, name: str = DEVICE_CLASS) -> DeviceClass:
     """The DeviceClass claims name: every device of the driver."""
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -604,7 +612,7 @@ class Plugin:
 
     # ---- the ResourceSlice ----------------------------------------------------------------
 
-    def _owner(self) -> dict[str, Any] | None:
+    def _owner(self) -> OwnerReference | None:
         """The node as the slice's owner (the slice goes when the node does), when readable."""
         assert self.kube is not None
         try:
@@ -616,7 +624,7 @@ class Plugin:
         return {"apiVersion": "v1", "kind": "Node", "name": self.cfg.node, "uid": uid,
                 "controller": True}  # fmt: skip
 
-    def publish(self, replace: bool = True) -> dict[str, Any] | None:
+    def publish(self, replace: bool = True) -> ResourceSlice | None:
         """Create the node's ResourceSlice, or (replace) write it over the one there with the
         next generation; without replace only a missing one is made (the kubelet removes a
         driver's slices when its plugin is away). Returns the slice written, None if none."""
