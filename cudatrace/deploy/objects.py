@@ -445,8 +445,6 @@ class ClaimMeta(TypedDict, total=False):
     """A claim's metadata as dra.py reads it: its uid (checked a string) and its owners (each
     checked an object, its fields compared, never trusted to be of a type)."""
 
-    name: str
-    namespace: str
     uid: str
     ownerReferences: list[dict[str, object]]
 
@@ -455,7 +453,5 @@ class ResourceClaim(TypedDict, total=False):
     """A ResourceClaim as the API server answered it, once check_claim has found the fields
     claim_plan reads as they must be."""
 
-    apiVersion: str
-    kind: str
     metadata: ClaimMeta
     status: ClaimStatus
