@@ -25,8 +25,9 @@ from pathlib import Path
 import pytest
 
 from cudatrace.record.ledger import Ledger
+from support import ledger_harness
 from support.cli import checkout_env
-from support.paths import LEDGER_C, LEDGER_SOURCES, REPO
+from support.paths import REPO
 from support.tenants import ALICE, BOB, Steps, need_root, tenants, wait_line
 
 MiB = 1 << 20
@@ -38,15 +39,8 @@ GiB = 1 << 30
 
 @pytest.fixture(scope="module")
 def parts_harness(tmp_path_factory):
-    cc = os.environ.get("CC", "cc")
-    assert shutil.which(cc), f"no C compiler ({cc}): the suite needs one"
     exe = tmp_path_factory.mktemp("parts_harness") / "parts_test"
-    cmd = [cc, "-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE",
-           "-pthread", "-I", str(REPO / "native/include"), str(LEDGER_C / "parts_test.c"),
-           *map(str, LEDGER_SOURCES), "-o", str(exe)]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return exe
+    return ledger_harness.build(exe, "parts_test", ledger_harness.PLAIN)
 
 
 @pytest.mark.parametrize("case", ["hammer", "late", "forked", "damage", "agent", "setuid"])
@@ -55,9 +49,7 @@ def test_parts_harness(parts_harness, case):
     d = Path(tempfile.mkdtemp(prefix="ct-parts-"))  # reachable by the users' children
     try:
         d.chmod(0o755)
-        r = subprocess.run(
-            [str(parts_harness), str(d), case], capture_output=True, text=True, timeout=120
-        )
+        r = ledger_harness.run(parts_harness, d, case, mode=0o755)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     assert r.returncode == 0, r.stdout + r.stderr
