@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -46,12 +45,8 @@ def parts_harness(tmp_path_factory):
 @pytest.mark.parametrize("case", ["hammer", "late", "forked", "damage", "agent", "setuid"])
 def test_parts_harness(parts_harness, case):
     need_root()
-    d = Path(tempfile.mkdtemp(prefix="ct-parts-"))  # reachable by the users' children
-    try:
-        d.chmod(0o755)
+    with ledger_harness.users_dir() as d:
         r = ledger_harness.run(parts_harness, d, case, mode=0o755)
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("ok " + case) in r.stdout, r.stdout + r.stderr
 

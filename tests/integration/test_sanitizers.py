@@ -16,7 +16,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -250,27 +249,15 @@ def test_ctxhold_harness_under_sanitizers(tmp_path):
     _ctxhold_harness(tmp_path, ctxhold.ASAN, dict(os.environ, **SAN_OPTIONS))
 
 
-def _users_dir() -> Path:
-    """A folder the parts harness's users (uids of their own) can reach."""
-    d = Path(tempfile.mkdtemp(prefix="ct-parts-"))
-    d.chmod(0o755)
-    return d
-
-
 def test_parts_harness_under_sanitizers(san):
     """A group of several users (tests/ledger/parts_test.c): their parts hammered, damaged."""
-    if os.geteuid() != 0:
-        pytest.fail("the parts harness runs its users as uids of their own: run as root")
-    d = _users_dir()
-    try:
+    with ledger_harness.users_dir() as d:
         exe = ledger_harness.build(d / "parts_test", "parts_test", ledger_harness.ASAN)
         env = dict(os.environ, **SAN_OPTIONS)
         for case in ("hammer", "late", "forked", "damage", "agent"):
             r = ledger_harness.run(exe, d, case, mode=0o755, timeout=300, env=env)
             _clean(r)
             assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_reader_fuzz_under_sanitizers(ct, sim, san, tmp_path):
@@ -376,10 +363,7 @@ def test_ledger_harness_under_tsan(tmp_path):
 def test_parts_harness_under_tsan():
     """Several users' parts of one group hammered by threads (ledger_parts.c: the directory
     looked at by one thread at a time, the parts read by all)."""
-    if os.geteuid() != 0:
-        pytest.fail("the parts harness runs its users as uids of their own: run as root")
-    d = _users_dir()
-    try:
+    with ledger_harness.users_dir() as d:
         exe = ledger_harness.build(d / "parts_test", "parts_test", ledger_harness.TSAN)
         env = dict(os.environ, **TSAN_OPTIONS)
         r = ledger_harness.run(
@@ -387,8 +371,6 @@ def test_parts_harness_under_tsan():
         )
         _clean(r)
         assert r.returncode == 0, r.stdout + r.stderr
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_ctxhold_harness_under_tsan(tmp_path):

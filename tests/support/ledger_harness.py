@@ -3,10 +3,15 @@ several users' parts of one group), built with the ledger's own C and run case b
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from support.ctxhold import ASAN, TSAN
 from support.paths import LEDGER_C, LEDGER_SOURCES, REPO
@@ -43,3 +48,17 @@ def run(
     return subprocess.run(
         [str(exe), str(d), case, *args], capture_output=True, text=True, timeout=timeout, env=env
     )
+
+
+@contextlib.contextmanager
+def users_dir() -> Iterator[Path]:
+    """A folder parts_test's users (children with uids of their own) can reach, removed after;
+    as root only."""
+    if os.geteuid() != 0:
+        pytest.fail("the parts harness runs its users as uids of their own: run as root")
+    d = Path(tempfile.mkdtemp(prefix="ct-parts-"))
+    try:
+        d.chmod(0o755)
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
