@@ -224,7 +224,7 @@ def _check_value(f: Field, v: str, where: str) -> None:
         raise FenceRecordError(f"{where}{f.key}={shown} is not {bad}")
 
 
-def _check_fields(v: dict[str, str], where: str) -> None:
+def _check_fields(v: Mapping[str, str], where: str) -> None:
     why = None
     if ("GROUP" in v) == ("LEDGER" in v):
         why = "names neither a group nor a ledger, or both: give one"

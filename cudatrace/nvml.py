@@ -14,7 +14,7 @@ from __future__ import annotations
 import ctypes
 from ctypes import POINTER, byref, c_char_p, c_int, c_uint, c_ulonglong, c_void_p
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 _NOT_AVAILABLE = 1 << 63  # NVML_VALUE_NOT_AVAILABLE is all ones
@@ -29,6 +29,19 @@ PROCS_MIG = "mig"  # listed with MIG instance ids, memory N/A: a MIG instance se
 PROCS_UNSUPPORTED = "unsupported"  # the query answers NOT_SUPPORTED
 PROCS_MISSING = "missing"  # this NVML has no nvmlDeviceGetComputeRunningProcesses_v3
 PROCS_ERROR = "error"  # the query failed otherwise
+
+
+class _MemoryRowRequired(TypedDict):
+    index: int
+
+
+class MemoryRow(_MemoryRowRequired, total=False):
+    """A device's memory as Nvml.memory() reads it: bytes, or the NVML error of its query."""
+
+    total: int
+    free: int
+    used: int
+    error: int
 
 
 class _Memory(ctypes.Structure):  # nvmlMemory_t
@@ -144,8 +157,8 @@ class Nvml:
         except Exception:
             pass
 
-    def memory(self) -> list[dict]:
-        out = []
+    def memory(self) -> list[MemoryRow]:
+        out: list[MemoryRow] = []
         m = _Memory()
         for i, h in self.handles:
             rc = self.lib.nvmlDeviceGetMemoryInfo(h, byref(m))

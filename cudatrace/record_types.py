@@ -11,7 +11,9 @@ tests/unit/test_record_types.py holds the classes against the data the functions
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypedDict
+from typing import Literal, TypedDict
+
+from .nvml import MemoryRow
 
 # ---- `cudatrace status`: a ledger's snapshot (record/ledger.py Ledger.snapshot) -----------
 
@@ -237,7 +239,46 @@ class Status(_StatusRequired, total=False):
     watch: WatchReport | None  # record/watch.py: NVML against the ledgers (None for a GROUP)
 
 
+# ---- a run's budget: run.json's "budget" (record/run_budget.py join) -------------------------
+
+
+class BudgetInfo(TypedDict, total=False):
+    """The budget a run counts in, as run.json keeps it: its own or its group's ledger
+    (record/run_ledger.py open_run_ledger), or the fence of an integration it runs inside
+    (record/fence.py: a sealed record's or the environment's, lowered by --budget)."""
+
+    group: str | None
+    path: str  # the ledger's; a sealed fence's: its record's
+    created: bool
+    limits: dict[str, int]  # bytes per device ordinal (as text)
+    on_exceed: str
+    count_host: bool
+    note: str  # the group's budget this run set, replacing a memberless group's
+    spec: str | None  # --budget as given
+    on_exceed_run: str  # --on-exceed as given
+    # inside a fence (record/fence.py Fence, less its record)
+    share: str | None
+    share_limit: int
+    bound: int
+    label: str | None
+    source: Literal["sealed", "environment"]
+    ledger_dir: str | None
+
+
 # ---- `cudatrace doctor` (record/doctor.py) --------------------------------------------------
+
+
+class _DriverDeviceRequired(TypedDict):
+    ordinal: int
+
+
+class DriverDevice(_DriverDeviceRequired, total=False):
+    """A device as the CUDA driver names it (record/cudadrv.py Driver.devices): what its
+    queries answered."""
+
+    name: str
+    total: int
+    integrated: bool
 
 
 class DoctorDriver(TypedDict):
@@ -245,7 +286,7 @@ class DoctorDriver(TypedDict):
     why: str | None
     version: int | None
     version_text: str
-    devices: list[dict[str, Any]]  # record/cudadrv.py Driver.devices: ordinal, name, total ...
+    devices: list[DriverDevice]  # record/cudadrv.py Driver.devices
     integrated: str | None  # integrated, mixed, discrete
 
 
@@ -254,7 +295,7 @@ class DoctorNvml(TypedDict):
     why: str | None
     driver: str | None
     devices: int
-    memory: list[dict[str, Any]]  # nvml.py Nvml.memory()
+    memory: list[MemoryRow]  # nvml.py Nvml.memory()
     per_process: bool | None
     memory_supported: bool | None
 

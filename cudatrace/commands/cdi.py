@@ -4,10 +4,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from .node_options import NodeSetup
+
+if TYPE_CHECKING:
+    from ..deploy.objects import CdiSpec
 
 
 @click.command()
@@ -27,7 +31,7 @@ def cdi(setup: NodeSetup, show: bool) -> None:
     run_cdi(setup, show)
 
 
-def run_cdi(setup: NodeSetup, show: bool = False) -> dict[str, dict]:
+def run_cdi(setup: NodeSetup, show: bool = False) -> dict[str, CdiSpec]:
     from ..deploy import cdi as cdi_mod
     from ..deploy import plan
 

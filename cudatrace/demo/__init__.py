@@ -30,7 +30,7 @@ from pathlib import Path
 
 from .. import settings
 from ..errors import CudatraceError, OptionError
-from ..nvml import Nvml
+from ..nvml import MemoryRow, Nvml
 from .build import PKG, DemoError, build_kvpool, build_sim
 from .walkthrough import Demo, Plan, human
 
@@ -44,7 +44,7 @@ SIM_TOTAL_BYTES = 122 * GiB
 # ---- where it runs --------------------------------------------------------------------------
 
 
-def _nvml_memory() -> list[dict[str, int]] | None:
+def _nvml_memory() -> list[MemoryRow] | None:
     """NVML's devices' memory (None: NVML lists no device here)."""
     nv = Nvml()
     if not nv.available or not nv.handles:

@@ -25,10 +25,11 @@ import itertools
 import json
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import cast
 
 from ..errors import CudatraceError
 from .httpserver import Request, Response, Route, text
+from .objects import AdmissionRequest, AdmissionResponse, AdmissionReview
 from .webhook import WebhookConfig, review
 
 MAX_DEPTH = 100  # a Pod inside an AdmissionReview is about 20 deep, its managedFields included
@@ -54,7 +55,7 @@ def json_depth(raw: bytes) -> int:
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
-def read_review(raw: bytes) -> tuple[dict[str, Any], str]:
+def read_review(raw: bytes) -> tuple[AdmissionReview, str]:
     """(the review, its request's uid). Raises Unreadable."""
     if not raw:
         raise Unreadable("no body: POST an AdmissionReview (admission.k8s.io/v1)")
@@ -71,10 +72,11 @@ def read_review(raw: bytes) -> tuple[dict[str, Any], str]:
     uid = req.get("uid")
     if not isinstance(uid, str) or not uid:
         raise Unreadable("the AdmissionReview's request has no uid")
-    return body, uid
+    # its request an object with a uid: what review() reads of the rest, check_pod checks
+    return cast("AdmissionReview", body), uid
 
 
-def _kind(req: dict[str, Any]) -> object:
+def _kind(req: AdmissionRequest) -> object:
     kind = req.get("kind")
     return kind.get("kind") if isinstance(kind, dict) else None
 
@@ -132,7 +134,7 @@ def check_pod(obj: object, namespace: object) -> None:
     _check_list(spec.get("volumes"), "spec.volumes", "name", "a string")
 
 
-def refused(uid: str, reason: str) -> dict[str, Any]:
+def refused(uid: str, reason: str) -> AdmissionResponse:
     return {
         "uid": uid,
         "allowed": False,
@@ -140,7 +142,7 @@ def refused(uid: str, reason: str) -> dict[str, Any]:
     }
 
 
-def admitted_unfenced(uid: str, reason: str) -> dict[str, Any]:
+def admitted_unfenced(uid: str, reason: str) -> AdmissionResponse:
     return {
         "uid": uid,
         "allowed": True,
@@ -174,7 +176,9 @@ def answer(raw: bytes, cfg: WebhookConfig, on_error: str, log: Callable[[str], N
     )
 
 
-def _on_error(uid: str, reason: str, on_error: str, log: Callable[[str], None]) -> dict[str, Any]:
+def _on_error(
+    uid: str, reason: str, on_error: str, log: Callable[[str], None]
+) -> AdmissionResponse:
     verb = "admitted unfenced" if on_error == "allow" else "refused"
     log(f"{uid}: {verb}: {reason}")
     return admitted_unfenced(uid, reason) if on_error == "allow" else refused(uid, reason)

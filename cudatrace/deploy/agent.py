@@ -45,7 +45,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 from .. import native, procfs, settings
 from ..nvml import DeviceReading
@@ -105,19 +105,24 @@ class Config:
     once: bool = False  # one read-only pass (no housekeeping; nothing written)
 
 
+_Slot = tuple[int, int, int]  # a member: (slot, pid, start ticks)
+_SlotDevice = tuple[int, int, int, int]  # a member on a CUDA ordinal
+_GroupKey = tuple[Union[str, int], ...]  # ("file", dev, ino) or ("group", dev, dir, group)
+
+
 @dataclass
 class Tracked:
     """A ledger the agent has open, and what it remembers of its members."""
 
     ledger: Ledger
     mapping: procscan.Mapping
-    denials: dict[tuple, int] = field(default_factory=dict)
-    readings: dict[tuple, list[int]] = field(default_factory=dict)
-    unmapped: dict[tuple, int] = field(default_factory=dict)  # passes a member went unmapped
+    denials: dict[_SlotDevice, int] = field(default_factory=dict)
+    readings: dict[_SlotDevice, list[int]] = field(default_factory=dict)
+    unmapped: dict[_Slot, int] = field(default_factory=dict)  # passes a member went unmapped
     unreadable: str | None = None  # why it could not be read at the last pass (said once)
 
 
-def _member_key(m: LedgerMember) -> tuple[int, int, int]:
+def _member_key(m: LedgerMember) -> _Slot:
     return (m["slot"], m["pid"], m["start_ticks"])
 
 
@@ -155,7 +160,7 @@ class Agent:
         self.watch = watch_mod.Watch(cfg.margin)
         post = self.events.post if self.events is not None else None
         self.ids = Identities(cfg.kube, cfg.node, self.say, str(cfg.proc), post)
-        self.breaches: dict[tuple, WatchFinding] = {}  # said, while they last
+        self.breaches: dict[watch_mod.Key, WatchFinding] = {}  # said, while they last
         self.stopped: dict[tuple[str, str, str], int] = {}  # (gpu, UUID, kind) -> processes
         self.enforcer = (
             Enforcer(self.say, cfg.grace, str(cfg.proc), self._stopped) if cfg.enforce else None
@@ -210,7 +215,7 @@ class Agent:
             {"path": p, "error": e} for p, e in self.open_errors.values()
         ]
         labels_used: set[str] = set()
-        groups: dict[tuple, list[tuple[Tracked, LedgerSnapshot]]] = {}
+        groups: dict[_GroupKey, list[tuple[Tracked, LedgerSnapshot]]] = {}
         for _key, t in sorted(self.tracked.items(), key=lambda kv: kv[0]):
             try:
                 snap = t.ledger.snapshot()
@@ -303,7 +308,7 @@ class Agent:
         t.unreadable = why
 
     @staticmethod
-    def _group_key(t: Tracked, snap: LedgerSnapshot) -> tuple:
+    def _group_key(t: Tracked, snap: LedgerSnapshot) -> _GroupKey:
         """The parts of one group (a user's part, <group>@<uid>.ledger, in one directory of one
         file system) share a key; any other ledger is its own."""
         group, uid = part_of(Path(t.mapping.path))
@@ -429,7 +434,7 @@ class Agent:
     def _denials(self, t: Tracked, snap: LedgerSnapshot) -> None:
         limits = {r["device"]: r["limit"] for r in snap["devices"]}
         in_use = {r["device"]: r["in_use"] for r in snap["devices"]}
-        alive: set[tuple] = set()
+        alive: set[_SlotDevice] = set()
         for m in snap["members"]:
             p = self._host_proc(t, m)
             waits = t.unmapped.get(_member_key(m), 0)
@@ -586,7 +591,7 @@ class Agent:
     def _act(self, rep: WatchReport) -> None:
         """Say each new breach, send it to its process's pod, and stop the process with
         --enforce."""
-        now = {}
+        now: dict[watch_mod.Key, WatchFinding] = {}
         # a process in two breaches is stopped for the more particular: outside its ledger
         for f in sorted(rep["findings"], key=lambda f: watch_mod.KINDS.index(f["kind"])):
             key = (f["kind"], f["gpu"], f["pid"], f["group"])

@@ -20,7 +20,7 @@ def node_collector(agent: Agent) -> Any:
     from prometheus_client.core import GaugeMetricFamily
 
     class NodeCollector:
-        def describe(self) -> list:
+        def describe(self) -> list[GaugeMetricFamily]:
             return []
 
         def collect(self) -> Iterator[Any]:

@@ -24,12 +24,13 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .. import fence_record
 from ..errors import CudatraceError
 from .install import SHIM_DIR, Installed
+from .objects import CdiEdits, CdiMount, CdiSpec
 from .plan import CONTAINER_LEDGER_DIR, LEDGER_TMPFS_SIZE, VENDOR, Fence, record
 
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")  # where runtimes read specs (Podman 4.3: only these)
@@ -46,13 +47,13 @@ class CdiError(CudatraceError):
 # ---- the lowest version a spec needs ------------------------------------------------------
 
 
-def _edits(spec: dict) -> list[dict]:
+def _edits(spec: CdiSpec) -> list[CdiEdits]:
     return [spec.get("containerEdits") or {}] + [
         d.get("containerEdits") or {} for d in spec.get("devices", [])
     ]
 
 
-def min_version(spec: dict) -> str:
+def min_version(spec: CdiSpec) -> str:
     """The lowest cdiVersion whose features cover spec: 0.4.0 a mount's type; 0.5.0 a device
     name not beginning with a letter, a device node's hostPath; 0.6.0 annotations, a dot in the
     kind's class; 0.7.0 additional GIDs, Intel RDT."""
@@ -93,12 +94,12 @@ def device_edits(
     state: Path,
     record_host: Path,
     ledger_host: Path | None = None,
-) -> dict:
+) -> CdiEdits:
     """The containerEdits of one budget device: its sealed record (record_host, on the host)
     read-only where the preload library reads it. A group's ledger directory is its directory
     under state, or ledger_host when given (a DRA claim's: dra.py)."""
     ro = ["ro", "nosuid", "nodev", "bind"]
-    mounts: list[dict] = [
+    mounts: list[CdiMount] = [
         {"hostPath": str(inst.dir), "containerPath": str(inst.dir), "options": ro},
         {"hostPath": str(record_host), "containerPath": fence_record.path(), "options": ro},
     ]
@@ -129,9 +130,9 @@ def device_edits(
 
 def build_specs(
     fences: list[Fence], inst: Installed, state: Path, preload: str = "file", vendor: str = VENDOR
-) -> dict[str, dict]:
+) -> dict[str, CdiSpec]:
     """kind -> spec, for the kinds that have devices."""
-    out: dict[str, dict] = {}
+    out: dict[str, CdiSpec] = {}
     for kind in KINDS:
         devs = [f for f in fences if f.kind == kind]
         names = [f.name for f in devs]
@@ -140,7 +141,7 @@ def build_specs(
             raise CdiError(f"{kind} {dup[0]!r} is given twice")
         if not devs:
             continue
-        spec: dict = {
+        spec: CdiSpec = {
             "cdiVersion": "",
             "kind": f"{vendor}/{kind}",
             "devices": [
@@ -165,7 +166,7 @@ def spec_path(cdi_dir: Path, vendor: str, kind: str) -> Path:
     return Path(cdi_dir) / f"{vendor}-{kind}.json"
 
 
-def write_specs(specs: dict[str, dict], cdi_dir: Path, vendor: str = VENDOR) -> list[Path]:
+def write_specs(specs: Mapping[str, CdiSpec], cdi_dir: Path, vendor: str = VENDOR) -> list[Path]:
     """Write each kind's spec whole; remove the file of a kind without devices. Returns the
     paths written."""
     d = Path(cdi_dir)
@@ -189,7 +190,7 @@ def write_specs(specs: dict[str, dict], cdi_dir: Path, vendor: str = VENDOR) -> 
     return written
 
 
-def write_spec(path: Path, spec: dict) -> None:
+def write_spec(path: Path, spec: CdiSpec) -> None:
     """Write one spec file whole (a temporary file renamed into place; left as it is when it
     already says the same)."""
     text = json.dumps(spec, indent=2) + "\n"
@@ -332,7 +333,7 @@ def prepare(
     vendor: str = VENDOR,
     preload: str = "file",
     shim: Path | None = None,
-) -> tuple[Installed, dict[str, dict], list[Path]]:
+) -> tuple[Installed, dict[str, CdiSpec], list[Path]]:
     """Install the preload library, make the named groups' directories, write the specs (to
     cdi_dir; None: only built). Returns (install, specs by kind, files written)."""
     from .install import install

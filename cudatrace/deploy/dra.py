@@ -76,6 +76,7 @@ from ..errors import CudatraceError
 from . import cdi
 from .install import Installed
 from .kube import Backoff, Kube, KubeError, Retry, need
+from .objects import CdiSpec
 from .plan import DEFAULT_ROOT, DEFAULT_STATE, VENDOR, Fence, PlanError, check_name, record
 
 DRIVER = "gpu.cudatrace.dev"  # the DRA driver: ResourceSlices, allocation results
@@ -406,7 +407,7 @@ def cdi_device(plan: ClaimPlan, gpu: Gpu) -> str:
     return f"{plan.ref.uid}-{gpu.device}"
 
 
-def claim_spec(plan: ClaimPlan, cfg: PluginConfig, inst: Installed) -> dict[str, Any]:
+def claim_spec(plan: ClaimPlan, cfg: PluginConfig, inst: Installed) -> CdiSpec:
     """The claim's CDI spec: the fence in its common edits, a device per GPU."""
     uid = plan.ref.uid
     edits = cdi.device_edits(claim_fence(plan, cfg), inst, cfg.preload, cfg.state,
@@ -416,7 +417,7 @@ def claim_spec(plan: ClaimPlan, cfg: PluginConfig, inst: Installed) -> dict[str,
         edits["env"].append(f"{settings.name('K8S_POD')}={plan.pod[0]}")
         edits["env"].append(f"{settings.name('K8S_POD_UID')}={plan.pod[1]}")
     gpus = sorted({s.gpu for s in plan.shares}, key=lambda g: g.index)
-    spec: dict[str, Any] = {
+    spec: CdiSpec = {
         "cdiVersion": "",
         "kind": f"{cfg.vendor}/{CLAIM_KIND}",
         "containerEdits": edits,

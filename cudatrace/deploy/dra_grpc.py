@@ -268,10 +268,11 @@ def check_sockets(plugin: Plugin, timeout: float = 2.0) -> str:
     """'' when both sockets answer as the kubelet would call them, else why not."""
     grpc = grpc_module()
     cfg = plugin.cfg
-    for path, call in (
+    calls: tuple[tuple[Path, Callable[[Client], object]], ...] = (
         (cfg.registration_socket, lambda c: c.get_info()),
         (cfg.socket, lambda c: c.prepare([])),
-    ):
+    )
+    for path, call in calls:
         client = Client(path, timeout=timeout)
         try:
             call(client)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time
 import urllib.parse
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
 
 from .. import cgroups, procfs, settings
 from .kube import Kube, KubeError, PodContainer, pod_event
+from .objects import Event
 
 REFRESH_S = 60.0
 UNKNOWN_S = 5.0
@@ -71,11 +72,12 @@ class Identity:
         return ("", "", self.container[:12])
 
 
-def _obj(v: Any) -> dict:
+def _obj(v: object) -> dict[str, object]:
+    """An API server's value read as an object: {} when it is anything else."""
     return v if isinstance(v, dict) else {}
 
 
-def _container_ids(pod: dict) -> list[tuple[str, str]]:
+def _container_ids(pod: Mapping[str, object]) -> list[tuple[str, str]]:
     """(64-hex id, name) of each container the pod's status lists."""
     status = _obj(pod.get("status"))
     out = []
@@ -93,7 +95,7 @@ def _container_ids(pod: dict) -> list[tuple[str, str]]:
     return out
 
 
-def index_pods(items: Any, node: str) -> dict[str, PodRef]:
+def index_pods(items: object, node: str) -> dict[str, PodRef]:
     """container id -> PodRef, of the pods in `items` (a PodList's) that run on `node`; any
     item not shaped as a pod is passed over."""
     out: dict[str, PodRef] = {}
@@ -206,7 +208,7 @@ class Identities:
         node: str,
         say: Callable[[str], None],
         proc: str,
-        post: Callable[[dict], None] | None = None,
+        post: Callable[[Event], None] | None = None,
     ):
         """post: how an Event goes out (the agent's kube.EventQueue; default: posted now)."""
         self.kube, self.node, self.say, self.proc, self.post = kube, node, say, proc, post

@@ -28,12 +28,13 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import CudatraceError
+from .objects import Event, ObjectReference
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 COMPONENT = "cudatrace-node"
@@ -129,7 +130,7 @@ class Kube:
         self,
         method: str,
         path: str,
-        body: dict | None = None,
+        body: Mapping[str, object] | None = None,
         retry: Retry | None = None,
         check: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
@@ -153,7 +154,7 @@ class Kube:
                 pause = min(retry.most, pause * 2)
         raise AssertionError("unreachable")
 
-    def _once(self, method: str, path: str, body: dict | None) -> dict[str, Any]:
+    def _once(self, method: str, path: str, body: Mapping[str, object] | None) -> dict[str, Any]:
         try:
             token = self.token_file.read_text().strip()
         except OSError as e:
@@ -179,7 +180,7 @@ class Kube:
             raise KubeError(f"{where}: {type(e).__name__}: {e}", retryable=True) from None
         return _object(raw, where)
 
-    def post_event(self, event: dict) -> dict[str, Any]:
+    def post_event(self, event: Event) -> dict[str, Any]:
         ns = event["metadata"]["namespace"]
         return self.request("POST", f"/api/v1/namespaces/{ns}/events", event)
 
@@ -230,10 +231,15 @@ def pod_event(
     node: str,
     count: int = 1,
     warning: bool = True,
-) -> dict:
+) -> Event:
     """A core/v1 Event about a pod's container."""
     namespace, pod = who.namespace, who.pod
-    involved = {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": pod}
+    involved: ObjectReference = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "namespace": namespace,
+        "name": pod,
+    }
     if _UID_RE.fullmatch(who.uid or ""):
         involved["uid"] = who.uid
     if who.container:
@@ -268,12 +274,12 @@ class EventQueue:
 
     def __init__(self, kube: Kube, say: Callable[[str], None], most: int = 100):
         self.kube, self.say, self.most = kube, say, most
-        self.waiting: list[dict[str, Any]] = []
+        self.waiting: list[Event] = []
         self.backoff = Backoff()
         self.next_try = 0.0
         self.dropped = 0
 
-    def post(self, event: dict[str, Any]) -> None:
+    def post(self, event: Event) -> None:
         self.waiting.append(event)
         if len(self.waiting) > self.most:
             self.waiting.pop(0)

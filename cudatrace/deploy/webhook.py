@@ -39,6 +39,18 @@ from dataclasses import dataclass
 from .. import fence_record, settings
 from ..errors import CudatraceError
 from .install import PRELOAD_NAME, SHIM_DIR, preload_path
+from .objects import (
+    AdmissionResponse,
+    AdmissionReview,
+    AdmissionReviewAnswer,
+    Container,
+    EnvVar,
+    EnvVarSource,
+    PatchOp,
+    Pod,
+    Volume,
+    VolumeMount,
+)
 from .plan import (
     CONTAINER_LEDGER_DIR,
     VENDOR,
@@ -85,7 +97,7 @@ def _is_gpu(resource: str, names: tuple[str, ...]) -> bool:
     return any(resource == n or (n.endswith("*") and resource.startswith(n[:-1])) for n in names)
 
 
-def gpu_containers(pod: dict, cfg: WebhookConfig) -> list[int]:
+def gpu_containers(pod: Pod, cfg: WebhookConfig) -> list[int]:
     """Indexes in spec.containers of the containers to fence."""
     containers = pod.get("spec", {}).get("containers") or []
     named = (pod.get("metadata", {}).get("annotations") or {}).get(ANN_CONTAINERS)
@@ -108,7 +120,7 @@ def gpu_containers(pod: dict, cfg: WebhookConfig) -> list[int]:
     return out
 
 
-def _fence(pod: dict, cfg: WebhookConfig, group: str) -> Fence:
+def _fence(pod: Pod, cfg: WebhookConfig, group: str) -> Fence:
     ann = pod.get("metadata", {}).get("annotations") or {}
     try:
         budget = budget_bytes(ann[ANN_BUDGET], ANN_BUDGET)
@@ -127,12 +139,12 @@ def pod_record(fence: Fence, namespace: str) -> fence_record.FenceRecord:
     return record(fence, LEDGER_DIR, owner=f"pod of namespace {namespace}", make_dir=True)
 
 
-def _field(path: str) -> dict:
+def _field(path: str) -> EnvVarSource:
     """A value from the downward API: the pod's own field at `path`."""
     return {"fieldRef": {"fieldPath": path}}
 
 
-def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> list[dict]:
+def container_env(c: Container, fence: Fence, namespace: str, cfg: WebhookConfig) -> list[EnvVar]:
     """The container's environment: its own (less CUDATRACE_*), the names the node agent
     labels with, then the fence's (fence_record.render: LD_PRELOAD with the library first
     under --preload env, the application's own after it)."""
@@ -147,12 +159,12 @@ def container_env(c: dict, fence: Fence, namespace: str, cfg: WebhookConfig) -> 
         {"name": settings.name("K8S_POD"), "valueFrom": _field("metadata.name")},
         {"name": settings.name("K8S_POD_UID"), "valueFrom": _field("metadata.uid")},
         {"name": settings.name("K8S_CONTAINER"), "value": c["name"]},
-        *({"name": k, "value": v} for k, v in rendered.env),
+        *(EnvVar(name=k, value=v) for k, v in rendered.env),
     ]
 
 
-def _mounts(cfg: WebhookConfig) -> list[dict]:
-    m = [
+def _mounts(cfg: WebhookConfig) -> list[VolumeMount]:
+    m: list[VolumeMount] = [
         {"name": VOL_LIB, "mountPath": cfg.shim_dir, "readOnly": True},
         # a subPath: the container sees a regular file (a downward API volume's files are
         # links), read-only
@@ -169,9 +181,9 @@ def _mounts(cfg: WebhookConfig) -> list[dict]:
     return m
 
 
-def _volumes(cfg: WebhookConfig) -> list[dict]:
+def _volumes(cfg: WebhookConfig) -> list[Volume]:
     ann = f"metadata.annotations['{ANN_FENCE}']"
-    v = [
+    v: list[Volume] = [
         {"name": VOL_LIB, "hostPath": {"path": cfg.shim_dir, "type": "Directory"}},
         {
             "name": VOL_FENCE,
@@ -192,7 +204,7 @@ def _volumes(cfg: WebhookConfig) -> list[dict]:
     return v
 
 
-def _check_room(pod: dict, idx: list[int], cfg: WebhookConfig) -> None:
+def _check_room(pod: Pod, idx: list[int], cfg: WebhookConfig) -> None:
     spec = pod["spec"]
     ours = {v["name"] for v in _volumes(cfg)}
     taken = ours & {v.get("name") for v in spec.get("volumes") or []}
@@ -207,8 +219,8 @@ def _check_room(pod: dict, idx: list[int], cfg: WebhookConfig) -> None:
 
 
 def patch_for(
-    pod: dict, namespace: str, cfg: WebhookConfig, admission: str = ""
-) -> tuple[list[dict], list[str]]:
+    pod: Pod, namespace: str, cfg: WebhookConfig, admission: str = ""
+) -> tuple[list[PatchOp], list[str]]:
     """(JSONPatch operations, warnings) for a pod; ([], ...) when it is left alone. admission:
     the AdmissionReview's uid, which names the pod's group (the pod's own uid is not known
     yet when it is admitted)."""
@@ -227,7 +239,7 @@ def patch_for(
         ]
     _check_room(pod, idx, cfg)
     spec = pod["spec"]
-    ops: list[dict] = []
+    ops: list[PatchOp] = []
     if spec.get("volumes") is None:
         ops.append({"op": "add", "path": "/spec/volumes", "value": _volumes(cfg)})
     else:
@@ -267,12 +279,12 @@ def patch_for(
     return ops, []
 
 
-def review(body: dict, cfg: WebhookConfig) -> dict:
+def review(body: AdmissionReview, cfg: WebhookConfig) -> AdmissionReviewAnswer:
     """The AdmissionReview response to an AdmissionReview request."""
     req = body.get("request") or {}
-    resp: dict = {"uid": req.get("uid", ""), "allowed": True}
+    resp: AdmissionResponse = {"uid": req.get("uid", ""), "allowed": True}
     kind = (req.get("kind") or {}).get("kind")
-    obj = req.get("object") or {}
+    obj: Pod = req.get("object") or {}
     if kind == "Pod" and req.get("operation", "CREATE") == "CREATE" and isinstance(obj, dict):
         try:
             ns = req.get("namespace") or (obj.get("metadata") or {}).get("namespace") or "default"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -30,6 +30,7 @@ from .. import native
 from ..errors import CudatraceError
 from ..nvml import Nvml
 from ..procfs import meminfo
+from ..record_types import BudgetInfo
 from ..units import NUMBER, UnitError, positive_number
 from . import ledger as ledger_mod
 from .run_ledger import open_run_ledger
@@ -86,7 +87,7 @@ def bytes_text(n: int) -> str:
     return str(n) if n >= BARE_MIN else f"{n}B"
 
 
-def limits_spec(limits: dict[int, int]) -> str:
+def limits_spec(limits: Mapping[int, int]) -> str:
     """The budget text of resolved limits (bytes per device; 0 or absent: none), as the
     launcher hands it to the preload library (CUDATRACE_BUDGET): one amount when every device
     the ledger counts has the same, else DEV=AMOUNT items."""
@@ -103,7 +104,7 @@ class Amount:
     kind: str
     value: int | Fraction
 
-    def resolve(self, dev: int, totals: dict[int, int], frees: dict[int, int]) -> int:
+    def resolve(self, dev: int, totals: Mapping[int, int], frees: Mapping[int, int]) -> int:
         if self.kind == "bytes":
             return int(self.value)
         src = totals if self.kind == "total" else frees
@@ -166,7 +167,7 @@ class BudgetSpec:
     text: str = field(default="", compare=False)
 
     def resolve(
-        self, totals: dict[int, int], frees: dict[int, int] | None = None
+        self, totals: Mapping[int, int], frees: Mapping[int, int] | None = None
     ) -> dict[int, int]:
         """Limit in bytes per device. totals/frees: device -> bytes (frees: free at start).
         The default applies to every device in totals; per-device items to their device."""
@@ -320,7 +321,9 @@ def device_memory() -> tuple[dict[int, int], dict[int, int]]:
 
 
 def resolve_limits(
-    spec: BudgetSpec, totals: dict[int, int] | None = None, frees: dict[int, int] | None = None
+    spec: BudgetSpec,
+    totals: Mapping[int, int] | None = None,
+    frees: Mapping[int, int] | None = None,
 ) -> dict[int, int]:
     """Limits per device for this machine. Sizes need no device: a bare size applies to every
     device index the ledger counts. Shares read the devices (device_memory) unless given."""
@@ -338,7 +341,7 @@ def setup_ledger(
     on_exceed: str = "fail",
     count_host: bool = False,
     notify: Callable[..., object] | None = None,
-) -> tuple[ledger_mod.RunLedger, dict]:
+) -> tuple[ledger_mod.RunLedger, BudgetInfo]:
     """For `cudatrace run`: parse and resolve SPEC, then open the ledger the process tree will
     share (the group's, or a private one). Returns (RunLedger: .path .summary() .finish(),
     info dict for run.json). Raises BudgetError (bad or unresolvable spec) or

@@ -11,6 +11,8 @@ import ctypes
 from collections.abc import Mapping
 from ctypes import byref, c_int, c_size_t
 
+from ..record_types import DriverDevice
+
 CU_DEVICE_ATTRIBUTE_INTEGRATED = 18
 DRIVER_LIBRARY = "libcuda.so.1"
 
@@ -22,7 +24,7 @@ class Driver:
         self.available = False
         self.why = ""
         self.version: int | None = None
-        self.devices: list[dict] = []
+        self.devices: list[DriverDevice] = []
         try:
             lib = ctypes.CDLL(DRIVER_LIBRARY)
         except OSError as e:
@@ -54,7 +56,7 @@ class Driver:
             name = ctypes.create_string_buffer(256)
             total = c_size_t(0)
             integ = c_int(0)
-            row: dict[str, int | str | bool] = {"ordinal": ordinal}
+            row: DriverDevice = {"ordinal": ordinal}
             if lib.cuDeviceGetName(name, 256, dev) == 0:
                 row["name"] = name.value.decode(errors="replace")
             if lib.cuDeviceTotalMem_v2(byref(total), dev) == 0:

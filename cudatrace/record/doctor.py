@@ -185,7 +185,9 @@ def probe_command(argv0: str, depth: int = 0) -> DoctorCommand:
                 out["interpreter"] = probe_command(interp, depth + 1)
                 out["problems"] += ["interpreter: " + p for p in out["interpreter"]["problems"]]
     elif head[:4] == b"\x7fELF":
-        out.update(_elf(path))
+        elf = _elf(path)  # its keys in its order (a TypedDict's update takes only its own type)
+        out["kind"], out["static"], out["needed"] = elf["kind"], elf["static"], elf["needed"]
+        out["cudart"], out["driver"], out["machine"] = elf["cudart"], elf["driver"], elf["machine"]
         if out["static"]:
             out["problems"].append("statically linked: LD_PRELOAD cannot enter it")
     else:

@@ -24,6 +24,15 @@ import select
 import threading
 import time
 from pathlib import Path
+from typing import TypedDict
+
+
+class ProcessExit(TypedDict):
+    """A traced process's end as the launcher saw it (run.json "exits")."""
+
+    pid: int
+    start_ticks: int
+    exit_monotonic_ns: int
 
 
 def start_ticks(pid: int) -> int | None:
@@ -44,7 +53,7 @@ class ExitWatcher:
         self.interval = interval
         self.known: set[int] = set()  # pids seen (watched, or found gone)
         self.fds: dict[int, tuple[int, int]] = {}  # pidfd -> (pid, start ticks)
-        self.ended: list[dict] = []
+        self.ended: list[ProcessExit] = []
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         soft = 1 << 20 if soft == resource.RLIM_INFINITY else soft
         self.cap = max(0, min(soft // 2, soft - 128))  # pidfds held at once, at most
@@ -68,7 +77,7 @@ class ExitWatcher:
             os.close(fd)
         self.fds.clear()
 
-    def exits(self) -> list[dict]:
+    def exits(self) -> list[ProcessExit]:
         return list(self.ended)
 
     def _run(self) -> None:

@@ -18,12 +18,19 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from .. import fence_record, native, settings
-from ..record_types import LedgerSnapshot, Status, Unfenced, UnfencedProcess, WatchReport
+from ..record_types import (
+    BudgetInfo,
+    LedgerSnapshot,
+    Status,
+    Unfenced,
+    UnfencedProcess,
+    WatchReport,
+)
 from . import ledger as ledger_mod
 from .budget import BudgetError, bytes_text, parse_size
 from .ledger_status import status_json
@@ -36,7 +43,24 @@ if TYPE_CHECKING:
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
 
-def sealed_fence(env: dict[str, str]) -> dict | None:
+class _FenceRequired(TypedDict):
+    group: str | None  # None: a sealed record that cannot be used
+    share: str | None
+    share_limit: int  # bytes of the share (0: none)
+    label: str | None
+    source: Literal["sealed", "environment"]
+
+
+class Fence(_FenceRequired, total=False):
+    """The fence a run's command is in (outer_fence); a sealed record's has the rest."""
+
+    bound: int  # what a run may lower (fence_record.limit)
+    record: fence_record.FenceRecord | None  # None: the command's library refuses its CUDA
+    path: str  # the record's
+    ledger_dir: str | None
+
+
+def sealed_fence(env: Mapping[str, str]) -> Fence | None:
     """The sealed fence record of this process (the preload library's search), as env_fence
     says a fence, with "record" (the FenceRecord, None when it cannot be used: the command's
     library refuses its CUDA and says why) and "path"; None without one."""
@@ -57,13 +81,13 @@ def sealed_fence(env: dict[str, str]) -> dict | None:
     }
 
 
-def outer_fence(env: dict[str, str]) -> dict | None:
+def outer_fence(env: Mapping[str, str]) -> Fence | None:
     """The fence a run's command is in: a sealed record's (which wins), else the
     environment's (env_fence)."""
     return sealed_fence(env) or env_fence(env)
 
 
-def env_fence(env: dict[str, str]) -> dict | None:
+def env_fence(env: Mapping[str, str]) -> Fence | None:
     """The fence the environment puts a run's command in: {"group", "share", "share_limit",
     "label"}, or None when it names no group (or the launcher's own ledger names one)."""
     group = settings.value("GROUP", env)
@@ -86,11 +110,11 @@ def env_fence(env: dict[str, str]) -> dict | None:
     }
 
 
-def check_group(outer: dict, group: str | None) -> None:
+def check_group(outer: Fence, group: str | None) -> None:
     """A --group other than the fence's is refused: the command would leave the fence."""
     if group is not None and group != outer["group"]:
         by = (
-            f"the sealed fence record {outer['path']}"
+            f"the sealed fence record {outer.get('path')}"
             if outer["source"] == "sealed"
             else f"{settings.name('GROUP')}, set by an integration such as a Slurm job"
         )
@@ -102,11 +126,13 @@ def check_group(outer: dict, group: str | None) -> None:
         )
 
 
-def sealed_env(env: dict[str, str], outer: dict, on_exceed: str, count_host: bool) -> None:
+def sealed_env(
+    env: MutableMapping[str, str], outer: Fence, on_exceed: str, count_host: bool
+) -> None:
     """A run's command inside a sealed fence: env says the record's fence (so its preload
     library has nothing to ignore), with the run's on-exceed where it is stricter and pinned
     host memory counted where the run asks; the launcher's own ledger never."""
-    rec = outer["record"]
+    rec = outer.get("record")
     env.pop(settings.name("LEDGER"), None)
     if rec is None:
         return
@@ -120,30 +146,33 @@ def sealed_env(env: dict[str, str], outer: dict, on_exceed: str, count_host: boo
 
 
 def nest(
-    env: dict[str, str], outer: dict, limits: dict[int, int], pid: int
-) -> tuple[dict, str | None]:
+    env: MutableMapping[str, str], outer: BudgetInfo, limits: Mapping[int, int], pid: int
+) -> tuple[BudgetInfo, str | None]:
     """`cudatrace run --budget` inside a fence: the command stays a member of the fence's group
     and counts in a share bounded by the run's budget and the fence's share, whichever is lower
     (env is changed to say so). Returns (the budget info for run.json, a note or None)."""
     asked = min((n for n in limits.values() if n), default=0)
-    bound = outer.get("bound") or outer["share_limit"]
+    bound = outer.get("bound") or outer.get("share_limit", 0)
     share = min(asked, bound) if bound else asked
     note = None
     if bound and asked > bound:
         note = (
             f"this run's --budget ({bytes_text(asked)} bytes) is above its fence's share "
-            f"({outer['label'] or 'group ' + str(outer['group'])}: {bytes_text(bound)} bytes): "
+            f"({outer.get('label') or 'group ' + str(outer.get('group'))}: {bytes_text(bound)} "
+            "bytes): "
             "the share bounds it"
         )
-    info = dict(outer, share_limit=share, limits={str(d): share for d in limits})
-    if not outer["share"] and bound and asked >= bound:
+    info = outer.copy()
+    info["share_limit"] = share
+    info["limits"] = {str(d): share for d in limits}
+    if not outer.get("share") and bound and asked >= bound:
         return info, note  # nothing to lower: the command counts in the fence as it is
-    name = outer["share"] or f"run{pid}"[-SHARE_MAX:]
+    name = outer.get("share") or f"run{pid}"[-SHARE_MAX:]
     env.update(
         settings.environment(
             SHARE=name,
             SHARE_BUDGET=bytes_text(share),
-            SHARE_LABEL=outer["label"] or f"cudatrace run {pid}",
+            SHARE_LABEL=outer.get("label") or f"cudatrace run {pid}",
         )
     )
     info["share"] = name

@@ -25,7 +25,7 @@ the device says why; its memory is NVML's figure, or on a GPU that shares the ho
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,9 +86,11 @@ class _Seen:
     ordinals: dict[int, int] = field(default_factory=dict)  # gpu -> the member's CUDA ordinal
 
 
-def _members(sources: Sequence[Source], mine: int) -> dict[tuple[int, int], list]:
+def _members(
+    sources: Sequence[Source], mine: int
+) -> dict[tuple[int, int], list[tuple[int, LedgerMember]]]:
     """(pidns, pid) -> [(source index, member)] of the members alive or unknown."""
-    out: dict[tuple[int, int], list] = {}
+    out: dict[tuple[int, int], list[tuple[int, LedgerMember]]] = {}
     for i, s in enumerate(sources):
         for m in s.snap["members"]:
             if m["state"] != "dead":
@@ -97,11 +99,14 @@ def _members(sources: Sequence[Source], mine: int) -> dict[tuple[int, int], list
 
 
 def _match(
-    st: procfs.ProcStat, cands: list, sources: Sequence[Source], proc: str
+    st: procfs.ProcStat,
+    cands: list[tuple[int, LedgerMember]],
+    sources: Sequence[Source],
+    proc: str,
 ) -> tuple[int, LedgerMember] | None:
-    maps: set | None = None
+    maps: set[tuple[str, int]] | None = None
     read = False
-    fits = []
+    fits: list[tuple[int, LedgerMember]] = []
     for i, m in cands:
         if m["start_ticks"] and st.start_ticks and m["start_ticks"] != st.start_ticks:
             continue
@@ -111,7 +116,10 @@ def _match(
             if maps is not None and not (maps & sources[i].keys):
                 continue  # it does not map that ledger: the slot names it falsely
         fits.append((i, m))
-    held = lambda im: sum(r["held"] for r in im[1]["devices"].values())  # noqa: E731
+
+    def held(im: tuple[int, LedgerMember]) -> int:
+        return sum(r["held"] for r in im[1]["devices"].values())
+
     return max(fits, key=held) if fits else None
 
 
@@ -156,7 +164,7 @@ def _see(
 
 def _placements(
     sources: Sequence[Source],
-    seen: dict[int, _Seen],
+    seen: Mapping[int, _Seen],
     gpus: list[int],
     fallback: Callable[[int], int | None],
 ) -> list[WatchPlacement]:
@@ -238,7 +246,7 @@ def _memory(r: DeviceReading) -> tuple[int | None, int | None, str | None]:
 
 def _device(
     r: DeviceReading,
-    seen: dict[int, _Seen],
+    seen: Mapping[int, _Seen],
     sources: Sequence[Source],
     placements: list[WatchPlacement],
 ) -> WatchDevice:

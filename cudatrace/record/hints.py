@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -59,7 +60,7 @@ def _dynamic(path: str) -> tuple[list[str], list[str]]:
     return [], []
 
 
-def linked_modules(exe: str, env: dict) -> list[str]:
+def linked_modules(exe: str, env: Mapping[str, str]) -> list[str]:
     """The executable and the libraries it links (breadth first) that lie outside the
     system's directories: the program's own code and its frameworks."""
     extra = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d]
@@ -110,7 +111,7 @@ def _build_id(path: str) -> str:
         return "-"
 
 
-def write_hints(out_dir: Path, exe: str, env: dict) -> Path | None:
+def write_hints(out_dir: Path, exe: str, env: Mapping[str, str]) -> Path | None:
     """Write the hints file into out_dir for the program exe; its path, or None when nothing
     could be written (the shim then goes without: its line says what it cannot know)."""
     from .. import frameworks, settings, tracedir
@@ -150,7 +151,7 @@ class HintsFile:
     command never started. path is None when nothing could be written: the shim goes without
     (its line then says what it cannot know)."""
 
-    def __init__(self, out: Path | None, exe: str, env: dict):
+    def __init__(self, out: Path | None, exe: str, env: Mapping[str, str]):
         import shutil
         import tempfile
         import weakref

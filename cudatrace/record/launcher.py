@@ -24,20 +24,21 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Optional
+from typing import IO, TYPE_CHECKING, Any, Optional, TypedDict
 
 from .. import __version__, fence_record, native, settings, tracedir
 from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
 from ..procfs import tree_pids
+from ..record_types import BudgetInfo, LedgerSnapshot, UnusableLedger
 from ..units import format_bytes, shell_quote, wrap_line
 from . import run_budget, signals
-from .exits import ExitWatcher
+from .exits import ExitWatcher, ProcessExit
 from .files import DirectoryBusy, lock_dir, release_dir, write_json
-from .sampler import Sampler
-from .seal import Sealer
+from .sampler import Sampler, SamplerInfo
+from .seal import Sealer, SealInfo
 
 if TYPE_CHECKING:
     from ..simdriver import Simulated
@@ -54,6 +55,42 @@ class LaunchError(CudatraceError):
     status = RUN_FAILED
 
 
+class SimulatedDevice(TypedDict):
+    device_bytes: int
+
+
+class _RunInfoRequired(TypedDict):
+    cudatrace_version: str
+    argv: list[str]
+    executable: str
+    cwd: str
+    dir: str
+    stack_depth: int
+    budget: BudgetInfo | None
+    group: str | None
+    on_exceed: str
+    start_monotonic_ns: int
+    start_time: float
+    launcher_pid: int  # `report --watch` knows the run is over if it is gone
+
+
+class RunInfo(_RunInfoRequired, total=False):
+    """run.json: what was started, how and when; completed as the run goes on (its pid) and
+    at its end."""
+
+    simulated: SimulatedDevice  # --simulated: on cudatrace's simulated driver
+    pid: int
+    exits: list[ProcessExit]
+    returncode: int
+    exit_status: int
+    end_monotonic_ns: int
+    end_time: float
+    budget_aborted: bool
+    sampler: SamplerInfo | None
+    sealed: SealInfo | None
+    ledger_final: LedgerSnapshot | UnusableLedger
+
+
 @dataclass
 class RunOptions:
     cmd: list[str]
@@ -68,12 +105,12 @@ class RunOptions:
     virtualize: bool = True
     outlive_launcher: bool = False  # CMD goes on if the launcher is killed
     sample_ms: int = 100
-    extra_env: dict = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
     stdout: int | IO[Any] | None = None  # where the command's output goes (None: inherited)
     stderr: int | IO[Any] | None = None
     # on_start(proc, out_dir), once the command has started
-    on_start: Callable[[subprocess.Popen, Path | None], object] | None = None
-    signals: list = field(default_factory=list)  # the signals the launcher received
+    on_start: Callable[[subprocess.Popen[bytes], Path | None], object] | None = None
+    signals: list[int] = field(default_factory=list)  # the signals the launcher received
     # called (from a thread, with the trace directory) soon after the budget denied something:
     # the command line hands in present/denials.py, which names the responsible code; the
     # second argument, at the end of a run whose ledger is its own (no --group), is how many
@@ -461,12 +498,12 @@ def _write_run_info(
     opts: RunOptions,
     path: str,
     out: Path | None,
-    budget_info: dict[str, Any] | None,
+    budget_info: BudgetInfo | None,
     ledger: RunLedger | None,
-) -> dict[str, Any]:
+) -> RunInfo:
     """run.json: what was started, how and when (the reader's facts of the run); returned to
     be completed (pid, exit) as the run goes on."""
-    run_info = {
+    run_info: RunInfo = {
         "cudatrace_version": __version__,
         "argv": opts.cmd,
         "executable": path,
@@ -521,7 +558,7 @@ def _say(line: str) -> None:
     sys.stderr.write("\n".join(wrap_line(line, max(60, width)) if tty else [line]) + "\n")
 
 
-def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
+def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict[str, str]:
     """CMD's environment: the preload library and the settings it reads (CUDATRACE_*)."""
     env = dict(os.environ)
     env.update(opts.extra_env)
@@ -544,7 +581,9 @@ def _environment(opts: RunOptions, shim: Path, out: Path | None) -> dict:
     return env
 
 
-def _hints(opts: RunOptions, path: str, env: dict[str, str], out: Path | None) -> HintsFile | None:
+def _hints(
+    opts: RunOptions, path: str, env: MutableMapping[str, str], out: Path | None
+) -> HintsFile | None:
     """A run that can be denied (a budget, a group) hands the shim what only reading the
     binaries tells (record/hints.py: inline frames, a framework's libraries), named by
     CUDATRACE_HINTS. None for a run that cannot be denied; else what stop() removes when
@@ -562,7 +601,7 @@ def _hints(opts: RunOptions, path: str, env: dict[str, str], out: Path | None) -
 def _finish(
     opts: RunOptions,
     out: Path | None,
-    run_info: dict[str, Any],
+    run_info: RunInfo,
     rc: int,
     status: int,
     aborted: bool,
@@ -574,17 +613,13 @@ def _finish(
     sampler, sealer, exits = helpers
     if exits is not None:
         run_info["exits"] = exits.exits()
-    run_info.update(
-        {
-            "returncode": rc,
-            "exit_status": status,
-            "end_monotonic_ns": time.monotonic_ns(),
-            "end_time": time.time(),
-            "budget_aborted": aborted,
-            "sampler": sampler.describe() if sampler else None,
-            "sealed": sealer.describe() if sealer else None,
-        }
-    )
+    run_info["returncode"] = rc
+    run_info["exit_status"] = status
+    run_info["end_monotonic_ns"] = time.monotonic_ns()
+    run_info["end_time"] = time.time()
+    run_info["budget_aborted"] = aborted
+    run_info["sampler"] = sampler.describe() if sampler else None
+    run_info["sealed"] = sealer.describe() if sealer else None
     if ledger is not None:
         run_info["ledger_final"] = ledger.summary()
         ledger.finish()

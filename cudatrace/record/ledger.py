@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -42,7 +43,7 @@ def _tools() -> tuple[Any, ToolsLib]:
 
 
 def _const(name: str) -> int:
-    return getattr(_tools()[1], name)
+    return int(getattr(_tools()[1], name))
 
 
 def _check(rc: int, what: str) -> int:
@@ -213,7 +214,7 @@ class Ledger:
     def create(
         cls,
         path: str | Path,
-        limits: dict[int, int] | None = None,
+        limits: Mapping[int, int] | None = None,
         on_exceed: str = "fail",
         count_host: bool = False,
         group: str = "",
@@ -293,7 +294,7 @@ class Ledger:
         if rc != 0:
             raise LedgerError(f"invalid share name {name!r}: use 1 to 8 of A-Z a-z 0-9 _ . -")
 
-    def adopt(self, limits: dict[int, int] | None) -> str | None:
+    def adopt(self, limits: Mapping[int, int] | None) -> str | None:
         """The group rule (ct_ledger_adopt), as a member: the group's budget becomes `limits`
         (bytes per device; None: whatever it has) or LedgerError says why not (another budget
         with live members, none at all, another member deciding). Returns the note when this

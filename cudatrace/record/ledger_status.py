@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import cast
 
@@ -68,7 +69,8 @@ def _majority(values: list[int]) -> int:
 
 
 def merge_parts(
-    snaps: list[LedgerSnapshot], labels: list[dict[int, tuple[str, str, str]]] | None = None
+    snaps: list[LedgerSnapshot],
+    labels: Sequence[Mapping[int, tuple[str, str, str]]] | None = None,
 ) -> LedgerSnapshot:
     """One snapshot of a group from the snapshots of its users' parts (one per uid in a shared
     directory, docs/budgets.md): use summed (each part holds its own uid's members), the budget
@@ -77,7 +79,7 @@ def merge_parts(
     member labels per part, follow them). A single part is returned as it is."""
     if len(snaps) == 1:
         if labels:
-            snaps[0]["member_labels"] = labels[0]
+            snaps[0]["member_labels"] = dict(labels[0])
         return snaps[0]
     n = int(native.tools()[1].CT_LEDGER_MAX_MEMBERS)
     first = snaps[0]
@@ -214,7 +216,7 @@ def _locked(p: Path) -> bool:
         n = int(native.tools()[1].CT_LEDGER_MAX_MEMBERS) + 1
         fl = struct.pack("hhqqii", fcntl.F_WRLCK, os.SEEK_SET, base, n, 0, 0)
         got = fcntl.fcntl(fd, _F_OFD_GETLK, fl)
-        return struct.unpack("hhqqii", got)[0] != fcntl.F_UNLCK
+        return bool(struct.unpack("hhqqii", got)[0] != fcntl.F_UNLCK)
     except OSError:
         return False
     finally:

@@ -14,16 +14,23 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Optional, cast
 
 from .. import fence_record, settings
 from ..errors import RUN_FAILED, CudatraceError
 from .denials import append_denials
 
 if TYPE_CHECKING:
-    from ..record_types import DeniedGroup, LedgerDevice, LedgerSnapshot, UnusableLedger
+    from ..record_types import (
+        BudgetInfo,
+        DeniedGroup,
+        LedgerDevice,
+        LedgerSnapshot,
+        UnusableLedger,
+    )
+    from .fence import Fence
     from .ledger import RunLedger
 
 # after a budget denial: (trace directory, denials the run's own ledger counted at its end)
@@ -42,9 +49,9 @@ def join(
     group: str | None,
     on_exceed: str,
     count_host: bool,
-    env: dict[str, str],
+    env: MutableMapping[str, str],
     check_path: Callable[[str, Path], None],
-) -> tuple[RunLedger | None, dict[str, Any] | None]:
+) -> tuple[RunLedger | None, BudgetInfo | None]:
     """(ledger, budget info) of a run with --budget or --group, its ledger named in env; inside
     an integration's fence (the environment names a group) the fence's; (None, None) without.
     check_path(what, path) raises when the preload library cannot hold the ledger's path."""
@@ -100,15 +107,16 @@ def _nested(
     group: str | None,
     on_exceed: str,
     count_host: bool,
-    env: dict[str, str],
-    outer: dict[str, Any],
-) -> tuple[RunLedger | None, dict[str, Any]]:
+    env: MutableMapping[str, str],
+    outer: Fence,
+) -> tuple[RunLedger | None, BudgetInfo]:
     """Inside an integration's fence (a Slurm job's share): the command stays in the fence's
     group, so the others sharing the GPU stay fenced from it; --budget lowers its share."""
     from . import budget as budget_mod
     from . import fence
 
-    info, note = {k: v for k, v in outer.items() if k != "record"}, None
+    info = cast("BudgetInfo", {k: v for k, v in outer.items() if k != "record"})
+    note = None
     if outer["source"] == "sealed":
         fence.sealed_env(env, outer, on_exceed, count_host)
     if outer["group"] is None:  # a sealed record that cannot be used: the command is refused
@@ -122,7 +130,8 @@ def _nested(
         raise RunBudgetError(f"budget: {e}", 2) from None
     if note:
         sys.stderr.write(f"cudatrace: note: {note}\n")
-    info.update(spec=budget, on_exceed_run=on_exceed)
+    info["spec"] = budget
+    info["on_exceed_run"] = on_exceed
     return fence.outer_ledger(outer["group"], outer.get("ledger_dir")), info
 
 

@@ -9,11 +9,11 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
 
 from .. import native, settings
+from ..record_types import BudgetInfo
 from ..units import format_bytes
 from .ledger import (
     PRIVATE_RE,
@@ -73,7 +73,7 @@ def remove_stale_private(directory: Path | None = None) -> list[Path]:
     return removed
 
 
-def _limits_text(limits: dict[int, int]) -> str:
+def _limits_text(limits: Mapping[int, int]) -> str:
     vals = {v for v in limits.values()}
     if len(vals) == 1 and len(limits) >= 8:
         return f"{format_bytes(next(iter(vals)))} on every device"
@@ -152,11 +152,11 @@ class GroupLock:
 
 def _group_ledger(
     group: str,
-    limits: dict[int, int],
+    limits: Mapping[int, int],
     on_exceed: str,
     count_host: bool,
     set_limits: bool,
-    info: dict,
+    info: BudgetInfo,
 ) -> Ledger | None:
     """One attempt, under the group's lock. None: the group has no budget yet (and this run
     names none)."""
@@ -190,7 +190,7 @@ def _group_ledger(
         return led
 
 
-def _adopt(led: Ledger, limits: dict[int, int]) -> str | None:
+def _adopt(led: Ledger, limits: Mapping[int, int]) -> str | None:
     """The group rule, decided by the C every member follows (ct_ledger_adopt): the launcher is
     a member while it decides, so the preload library of a process that starts meanwhile sees
     it, and gives up its slot when done."""
@@ -202,13 +202,13 @@ def _adopt(led: Ledger, limits: dict[int, int]) -> str | None:
 
 
 def open_run_ledger(
-    limits: dict[int, int],
+    limits: Mapping[int, int],
     group: str | None,
     on_exceed: str = "fail",
     count_host: bool = False,
     set_limits: bool = True,
     notify: Callable[[str], object] | None = None,
-) -> tuple[RunLedger, dict[str, Any]]:
+) -> tuple[RunLedger, BudgetInfo]:
     """The ledger for one run: the group's, or a private one. Returns (RunLedger, info for
     run.json).
 
@@ -218,7 +218,7 @@ def open_run_ledger(
     run naming none joins a group that has one, and otherwise waits up to GROUP_WAIT seconds
     (settings.def: CUDATRACE_GROUP_WAIT, and its default) for a run that sets it, then is
     refused."""
-    info: dict = {"group": group}
+    info: BudgetInfo = {"group": group}
     if group is not None:
         wait = settings.number("GROUP_WAIT")
         deadline = time.monotonic() + wait
@@ -253,13 +253,9 @@ def open_run_ledger(
             raise LedgerError(f"cannot make a private ledger of a new name in {ledger_dir()}")
         native.tools()[1].ct_ledger_hold(led.h)  # ours while we run (remove_stale_private)
         run = RunLedger(led, private=True)
-    info.update(
-        {
-            "path": str(run.path),
-            "created": led.created,
-            "limits": {str(d): n for d, n in sorted(led.limits().items())},
-            "on_exceed": led.on_exceed,
-            "count_host": led.count_host,
-        }
-    )
+    info["path"] = str(run.path)
+    info["created"] = led.created
+    info["limits"] = {str(d): n for d, n in sorted(led.limits().items())}
+    info["on_exceed"] = led.on_exceed
+    info["count_host"] = led.count_host
     return run, info

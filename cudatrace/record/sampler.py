@@ -14,11 +14,42 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import TypedDict
 
 from .. import tracedir as td
-from ..nvml import Nvml
+from ..nvml import MemoryRow, Nvml
 from ..procfs import meminfo, pss_of, rss_of, tree_pids
 from .files import create, replace_lines
+
+
+class _SampleRequired(TypedDict):
+    t: int  # time.monotonic_ns()
+    pids: list[int]  # the traced tree
+    mem_available: int | None  # /proc/meminfo, bytes
+    mem_free: int | None
+    tree_rss: int
+
+
+class Sample(_SampleRequired, total=False):
+    """One line of samples.jsonl: the host's and the tree's figures; with NVML, each device's
+    and the tree's per device (device index as text) and per process (pid as text)."""
+
+    tree_pss: int | None  # without device figures (an integrated device)
+    devices: list[MemoryRow]
+    tree_device_bytes: dict[str, int]
+    tree_device_pids: dict[str, dict[str, int]]
+    nvml_t: list[int]  # when NVML was read: [before, after]
+
+
+class SamplerInfo(TypedDict):
+    """What the sampler did (run.json "sampler")."""
+
+    samples: int
+    interval_ms: float
+    nvml: bool
+    nvml_why: str
+    driver: str | None
+    error: str | None
 
 
 class FullLog:
@@ -27,7 +58,7 @@ class FullLog:
     def __init__(self, out: Path):
         self.f = create(out / td.SAMPLES)
 
-    def add(self, s: dict) -> None:
+    def add(self, s: Sample) -> None:
         self.f.write(json.dumps(s) + "\n")
         self.f.flush()
 
@@ -35,20 +66,20 @@ class FullLog:
         self.f.close()
 
 
-def _figures(s: dict) -> dict:
+def _figures(s: Sample) -> dict[str, int]:
     """The figures whose extremes the report compares with, each as a value to maximize."""
-    out = {}
-    for k in ("tree_rss", "tree_pss"):
-        if s.get(k) is not None:
-            out[k] = s[k]
-    for k in ("mem_available", "mem_free"):  # their lowest
-        if s.get(k) is not None:
-            out[k] = -s[k]
+    out: dict[str, int] = {}
+    for k, v in (("tree_rss", s.get("tree_rss")), ("tree_pss", s.get("tree_pss"))):
+        if v is not None:
+            out[k] = v
+    for k, v in (("mem_available", s.get("mem_available")), ("mem_free", s.get("mem_free"))):
+        if v is not None:  # their lowest
+            out[k] = -v
     for d, b in (s.get("tree_device_bytes") or {}).items():
         out["tree_device:" + d] = b
-    for d in s.get("devices") or ():
-        if isinstance(d, dict) and d.get("used") is not None:
-            out["device_used:%s" % d.get("index")] = d["used"]
+    for row in s.get("devices") or ():
+        if isinstance(row, dict) and row.get("used") is not None:
+            out["device_used:%s" % row.get("index")] = row["used"]
     return out
 
 
@@ -84,7 +115,7 @@ class BoundedLog:
         self.extremes_dirty = False
         self.extremes_written = 0.0
 
-    def add(self, s: dict) -> None:
+    def add(self, s: Sample) -> None:
         line = json.dumps(s)
         if self.recent_n >= self.recent_max:
             self.recent.close()
@@ -152,7 +183,7 @@ class Sampler(threading.Thread):
                 t0 = time.monotonic()
                 pids = tree_pids(self.root)
                 mi = meminfo()
-                s = {
+                s: Sample = {
                     "t": time.monotonic_ns(),
                     "pids": pids,
                     "mem_available": mi.get("MemAvailable"),
@@ -191,7 +222,7 @@ class Sampler(threading.Thread):
         self._halt.set()
         self.join(timeout=2)
 
-    def describe(self) -> dict:
+    def describe(self) -> SamplerInfo:
         n = self.nvml
         return {
             "samples": self.count,

@@ -27,15 +27,24 @@ import stat
 import struct
 import threading
 from pathlib import Path
+from typing import TypedDict, cast
 
 from .. import native, sidecar
 
 _FALLOC_PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
 
+class SealInfo(TypedDict):
+    """What the sealer did (run.json "sealed")."""
+
+    chunks_bytes: int
+    compressed_bytes: int
+    error: str | None
+
+
 def _field(name: str) -> int:
     """Offset of a field of struct ct_file_header (trace_format.h, through cffi)."""
-    return native.ffi().offsetof("struct ct_file_header", name)
+    return int(native.ffi().offsetof("struct ct_file_header", name))
 
 
 _defines: dict[str, int] = {}
@@ -61,14 +70,14 @@ def _compacted(raw: bytes) -> bytes:
     out = ffi.new("uint8_t[]", len(raw))
     if lib.ct_chunk_compact(ffi.from_buffer(raw), len(raw), out) == 0:
         return raw
-    return ffi.buffer(out, len(raw))[:]
+    return cast(bytes, ffi.buffer(out, len(raw))[:])
 
 
 def _punch(fd: int, off: int, length: int) -> bool:
     libc = ctypes.CDLL(None, use_errno=True)
     f = libc.fallocate
     f.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-    return f(fd, _FALLOC_PUNCH, off, length) == 0
+    return bool(f(fd, _FALLOC_PUNCH, off, length) == 0)
 
 
 def _sync_dir(d: Path) -> None:
@@ -167,7 +176,10 @@ class Sealer:
             head = os.pread(fd, 256, 0)
             if len(head) < 256 or head[:8] != b"CUDATRC\0":
                 return 0
-            u32 = lambda f: struct.unpack_from("<I", head, _field(f))[0]  # noqa: E731
+
+            def u32(f: str) -> int:
+                return int(struct.unpack_from("<I", head, _field(f))[0])
+
             if u32("version") < 3:
                 return 0  # no sealed_chunks before version 3
             chunk = u32("chunk_size")
@@ -311,7 +323,7 @@ class Sealer:
             raise OSError(f"{side.name} is not a regular file")
         return sfd
 
-    def describe(self) -> dict:
+    def describe(self) -> SealInfo:
         return {
             "chunks_bytes": self.raw_bytes,
             "compressed_bytes": self.stored_bytes,

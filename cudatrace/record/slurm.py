@@ -28,6 +28,7 @@ import os
 import pwd
 import re
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
@@ -63,7 +64,7 @@ class Plan:
         return out
 
 
-def _gpu_indices(env: dict[str, str]) -> list[int] | None:
+def _gpu_indices(env: Mapping[str, str]) -> list[int] | None:
     """The node's GPU indices the job was given (SLURM_STEP_GPUS / SLURM_JOB_GPUS, else
     CUDA_VISIBLE_DEVICES as Slurm sets it), None when it names none."""
     for var in ("SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL"):
@@ -77,7 +78,7 @@ def _gpu_indices(env: dict[str, str]) -> list[int] | None:
     return None
 
 
-def _int_env(env: dict[str, str], var: str) -> int:
+def _int_env(env: Mapping[str, str], var: str) -> int:
     v = env.get(var, "").strip()
     if not v:
         return 0
@@ -99,7 +100,7 @@ def share_name(job_id: str) -> str:
     return s[-SHARE_MAX:]
 
 
-def _job_id(env: dict[str, str]) -> str:
+def _job_id(env: Mapping[str, str]) -> str:
     job = env.get("SLURM_JOB_ID", "").strip()
     if not job.isdigit():
         raise SlurmError(f"SLURM_JOB_ID={job!r} is not a job id: not run by Slurm?")
@@ -123,7 +124,7 @@ def job_gres(job: str) -> tuple[int, list[int] | None]:
     return 0, None
 
 
-def _uid(env: dict[str, str]) -> int:
+def _uid(env: Mapping[str, str]) -> int:
     if env.get("SLURM_JOB_UID", "").isdigit():
         return int(env["SLURM_JOB_UID"])
     try:
@@ -132,7 +133,7 @@ def _uid(env: dict[str, str]) -> int:
         raise SlurmError("SLURM_JOB_UID is not set: not run by Slurm as a Prolog?") from None
 
 
-def _gpus_and_shards(env: dict[str, str], job: str) -> tuple[list[int] | None, int]:
+def _gpus_and_shards(env: Mapping[str, str], job: str) -> tuple[list[int] | None, int]:
     gpus = _gpu_indices(env)
     shards = _int_env(env, "SLURM_SHARDS_ON_NODE")
     if not shards:  # a Prolog's environment: the shards from Slurm itself
@@ -142,7 +143,7 @@ def _gpus_and_shards(env: dict[str, str], job: str) -> tuple[list[int] | None, i
 
 
 def job_fence(
-    env: dict[str, str],
+    env: Mapping[str, str],
     ledger_dir: str,
     shards_per_gpu: int,
     gpu_memory: int,
@@ -238,12 +239,12 @@ def ledger_dir_ready(ledger_dir: str) -> None:
         mark.touch(mode=0o444)
 
 
-def job_path(env: dict[str, str]) -> Path:
+def job_path(env: Mapping[str, str]) -> Path:
     return Path(fence_record.jobs_dir()) / _job_id(env)
 
 
 def prolog(
-    env: dict[str, str],
+    env: Mapping[str, str],
     ledger_dir: str,
     shards_per_gpu: int,
     gpu_memory_bytes: int | None,
@@ -283,7 +284,7 @@ def prolog(
 
 
 def _error_record(
-    env: dict[str, str], ledger_dir: str, on_fence_error: str, why: str
+    env: Mapping[str, str], ledger_dir: str, on_fence_error: str, why: str
 ) -> FenceRecord:
     try:
         uid: int | None = _uid(env)
@@ -296,7 +297,7 @@ def _error_record(
     ).with_error(f"the Slurm Prolog could not fence job {job}: {why}")  # fmt: skip
 
 
-def epilog(env: dict[str, str]) -> list[str]:
+def epilog(env: Mapping[str, str]) -> list[str]:
     """What `cudatrace slurm-epilog` does (root, when the job ends on the node): its record
     removed. Processes the job left behind keep the fence they read."""
     try:
@@ -309,7 +310,7 @@ def epilog(env: dict[str, str]) -> list[str]:
 # ---- the TaskProlog (the job's user, each task) ------------------------------------------------
 
 
-def _expects_record(env: dict[str, str]) -> bool:
+def _expects_record(env: Mapping[str, str]) -> bool:
     """Whether the job shares a GPU, so that its Prolog must have written a record."""
     try:
         gpus = _gpu_indices(env)
@@ -318,7 +319,7 @@ def _expects_record(env: dict[str, str]) -> bool:
     return bool(_int_env(env, "SLURM_SHARDS_ON_NODE")) or (gpus is not None and len(gpus) == 1)
 
 
-def _lowered(env: dict[str, str], rec: FenceRecord) -> tuple[FenceRecord, list[str]]:
+def _lowered(env: Mapping[str, str], rec: FenceRecord) -> tuple[FenceRecord, list[str]]:
     """The job's explicit request (CUDATRACE_SLURM_BUDGET) where it lowers its share (the
     environment may lower a sealed fence, never raise it); said when it cannot."""
     from .budget import BudgetError, parse_size
@@ -340,7 +341,7 @@ def _lowered(env: dict[str, str], rec: FenceRecord) -> tuple[FenceRecord, list[s
     return replace(rec, share_budget=asked), []
 
 
-def taskprolog(env: dict[str, str], shim: str) -> list[str]:
+def taskprolog(env: Mapping[str, str], shim: str) -> list[str]:
     """The lines `cudatrace slurm-taskprolog` prints: LD_PRELOAD (the library first) and the
     variables of the job's record, which the preload library reads for itself; the share
     lowered to CUDATRACE_SLURM_BUDGET. Never fails the task: a job that shares a GPU and has no

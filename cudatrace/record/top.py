@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from .. import procfs
@@ -148,7 +148,7 @@ class _Writes:
         return [Path(d) for d in dict.fromkeys(self._of.values()) if d]
 
 
-def _process(p: WatchProcess, names: dict[str, str], writes: _Writes) -> TopProcess:
+def _process(p: WatchProcess, names: Mapping[str, str], writes: _Writes) -> TopProcess:
     m = p["member"]
     return {
         "pid": p["pid"],
@@ -163,7 +163,7 @@ def _process(p: WatchProcess, names: dict[str, str], writes: _Writes) -> TopProc
     }
 
 
-def _device(d: WatchDevice, names: dict[str, str], writes: _Writes) -> TopDevice:
+def _device(d: WatchDevice, names: Mapping[str, str], writes: _Writes) -> TopDevice:
     return {
         "gpu": d["gpu"],
         "uuid": d["uuid"],

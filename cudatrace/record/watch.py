@@ -62,6 +62,9 @@ def _who(p: WatchProcess) -> str:
     return f"pid {p['pid']}" + (f" ({p['command']})" if p["command"] else "")
 
 
+_CtxKey = tuple[str, int, int, int]  # (ledger, slot, pid, device) of a member's context
+
+
 class Watch:
     """Judges views; remembers, per member and device, the smallest CUDA context it saw
     counted (a context absorbs memory taken around the library at its next measurement: the
@@ -69,13 +72,13 @@ class Watch:
 
     def __init__(self, margin: int = MARGIN):
         self.margin = margin
-        self.first_ctx: dict[tuple, int] = {}
+        self.first_ctx: dict[_CtxKey, int] = {}
         self.first_seen: dict[int, float] = {}  # pid -> when seen mapping the library, unjoined
 
     def tolerance(self, m: WatchMember) -> int:
         return self.margin if m["context"] > 0 else min(GRANULE, self.margin)
 
-    def _ctx_key(self, p: WatchProcess) -> tuple:
+    def _ctx_key(self, p: WatchProcess) -> _CtxKey:
         m = p["member"]
         assert m is not None
         return (m["ledger"], m["slot"], p["pid"], m["device"])

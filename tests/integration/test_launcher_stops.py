@@ -57,8 +57,18 @@ def test_helper_threads_leave_the_signals_to_the_main_thread(ct, sim, tmp_path):
         30,
         "the launcher's helper threads",
     )
+    wanted = 0
+    for sig in CAUGHT + (signal.SIGUSR2,):
+        wanted |= 1 << (sig - 1)
+    # the main thread blocks them for a moment while it starts a helper (which inherits the
+    # mask), so it is read once the launcher has settled: unblocked, and for good
+    (main,) = children.wait_until(
+        lambda: (lambda m: None if m & wanted else (m,))(_blocked(p.pid, str(p.pid))),
+        10,
+        "the main thread taking the signals",
+    )
+    tids = [t for t in os.listdir(f"/proc/{p.pid}/task") if t != str(p.pid)]
     masks = {tid: _blocked(p.pid, tid) for tid in tids}
-    main = _blocked(p.pid, str(p.pid))
     children.stop(p)
     for sig in CAUGHT + (signal.SIGUSR2,):
         bit = 1 << (sig - 1)

@@ -212,7 +212,8 @@ def build(cc: str, outdir: Path, libdir: Path, seed: int, arch: str) -> Path:
         f"-I{SHIM}",
         f"-I{PROGS}",
     ]
-    objs, lib_objs = [], []
+    objs: list[str] = []
+    lib_objs: list[str] = []
     for path, flags, in_lib, _ in files.values():
         obj = path.with_suffix(".o")
         subprocess.run([cc, *common, *flags, "-fPIC", "-c", "-o", str(obj), str(path)], check=True)

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import children
 from .paths import REPO
@@ -23,7 +24,9 @@ def checkout_env(env: dict | None = None, cache: Path | None = None) -> dict:
     return out
 
 
-def cudatrace(env: dict, *args, timeout: float = 180, **kw) -> subprocess.CompletedProcess:
+def cudatrace(
+    env: dict[str, str], *args: object, timeout: float = 180, **kw: Any
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m cudatrace ARGS` (text, output captured) and return its result; past the
     timeout it is killed with what it started (children.run)."""
     return children.run(

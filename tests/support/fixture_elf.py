@@ -8,6 +8,7 @@ sites) for the unit tests that symbolize: import them where a test names them.
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -15,11 +16,11 @@ from . import tracegen as tg
 
 
 @pytest.fixture(scope="module")
-def elf(tmp_path_factory):
+def elf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert shutil.which("gcc"), "gcc is needed to build the fixture program"
     return tg.build_fixture_elf(tmp_path_factory.mktemp("elf"))
 
 
 @pytest.fixture(scope="module")
-def fake_sym(elf):
+def fake_sym(elf: Path) -> tg.FakeSymbolizer:
     return tg.FakeSymbolizer(elf, tg.elf_symbols(elf))

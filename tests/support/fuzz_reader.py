@@ -71,7 +71,9 @@ def main() -> int:
         cut=st.one_of(st.none(), st.floats(0, 1)),
         in_records=st.booleans(),
     )
-    def check(src, muts, cut, in_records):
+    def check(
+        src: int, muts: list[tuple[int, int, int]], cut: float | None, in_records: bool
+    ) -> None:
         data = bytearray(sources[src])
         # most records sit in the first KiBs (preamble, stacks): aim there half the time
         span = min(len(data), 16384) if in_records else len(data)

@@ -21,7 +21,10 @@ import json
 import os
 import re
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+
+import pytest
 
 from cudatrace import __version__
 
@@ -67,7 +70,12 @@ def _program(base: Path) -> tuple[Path, dict[str, int]]:
     return elf, write_elf(elf, FUNCTIONS)
 
 
-def _plan_run(d: Path, fr: tg.Frames, plan, argv=("trainer",)) -> None:
+def _plan_run(
+    d: Path,
+    fr: tg.Frames,
+    plan: list[tuple[str, int, int, bool]],
+    argv: Sequence[str] = ("trainer",),
+) -> None:
     """plan: [(function, size, count, freed)]: all allocated 1 ms apart from 0.1 s, the freed
     ones freed after the last allocation (so the peak holds everything)."""
     d.mkdir(parents=True, exist_ok=True)
@@ -181,7 +189,7 @@ def _write_sweep(d: Path, fr: tg.Frames) -> Path:
     return d
 
 
-def cli(base: Path, *args) -> subprocess.CompletedProcess:
+def cli(base: Path, *args: object) -> subprocess.CompletedProcess[str]:
     """`python -m cudatrace ARGS` from a fresh interpreter, with a settled environment."""
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("CUDATRACE_", "LC_", "COLUMNS"))
@@ -207,7 +215,7 @@ def normalize(text: str, base: Path) -> str:
     return re.sub(rf'(?<=shim ){v}\b|(?<="){v}(?=")', VERSION, text)
 
 
-def updating(config) -> bool:
+def updating(config: pytest.Config) -> bool:
     return bool(config.getoption("--update-goldens", default=False)) or os.environ.get(
         UPDATE_ENV, ""
     ) not in ("", "0")

@@ -4,6 +4,7 @@ remove), applied as the API server applies them: to check what a patch does to a
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 
 def _parts(pointer: str) -> list[str]:
@@ -12,7 +13,7 @@ def _parts(pointer: str) -> list[str]:
     return [p.replace("~1", "/").replace("~0", "~") for p in pointer[1:].split("/")]
 
 
-def apply(doc, ops: list[dict]):
+def apply(doc: Any, ops: list[dict[str, Any]]) -> Any:
     """A patched copy of doc; ValueError on an operation that does not apply."""
     out = copy.deepcopy(doc)
     for op in ops:

@@ -34,7 +34,7 @@ DRA_VERSION = "1.36.0"  # consumable capacity (a claim's capacity.requests.memor
 
 def validate(obj: dict, version: str = K8S_VERSION) -> None:
     """Raise kubernetes_validate.ValidationError when obj is not a valid object of its kind."""
-    import kubernetes_validate
+    import kubernetes_validate  # type: ignore[import-untyped]  # no type information
 
     kubernetes_validate.validate(obj, version, strict=True)
 
@@ -128,7 +128,7 @@ class FakeApiServer:
                 self._answer(201, {**body, "status": status})
                 return True
 
-            def do_GET(self):
+            def do_GET(self) -> None:
                 self._body()
                 if not self._authorized():
                     return
@@ -138,7 +138,7 @@ class FakeApiServer:
                 obj = server.objects.get(self.path)
                 self._answer(200, obj) if obj else self._status(404, "NotFound")
 
-            def do_POST(self):
+            def do_POST(self) -> None:
                 body = self._body()
                 if not self._authorized() or self._review(body):
                     return
@@ -155,7 +155,7 @@ class FakeApiServer:
                     server.objects[path] = body
                 self._answer(201, body)
 
-            def do_PUT(self):
+            def do_PUT(self) -> None:
                 body = self._body()
                 if not self._authorized():
                     return
@@ -172,7 +172,7 @@ class FakeApiServer:
                     server.objects[self.path] = body
                 self._answer(200, body)
 
-            def log_message(self, *args):
+            def log_message(self, *args: object) -> None:
                 pass
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

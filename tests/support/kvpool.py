@@ -7,12 +7,17 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from .cli import checkout_env, cudatrace
 from .paths import EXAMPLES
+
+if TYPE_CHECKING:
+    from .sim_fixtures import Sim
 
 EXAMPLE = EXAMPLES / "kv-pool"
 
@@ -25,7 +30,7 @@ WORKSPACE = 256 * MiB
 THOR = 122 * GiB
 
 
-def build(sim, out: Path) -> Path:
+def build(sim: Sim, out: Path) -> Path:
     """kvpool built by its Makefile against the simulated libcuda (cc directly without make)."""
     if shutil.which("make"):
         cmd = ["make", "-s", "-C", str(EXAMPLE), f"LIBCUDA_DIR={sim.lib}", f"OUT={out}"]
@@ -50,19 +55,21 @@ def build(sim, out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def kvpool(sim, tmp_path_factory) -> Path:
+def kvpool(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build(sim, tmp_path_factory.mktemp("kvpool"))
 
 
-def thor_env(sim, base: Path, **extra) -> dict:
+def thor_env(sim: Sim, base: Path, **extra: object) -> dict[str, str]:
     """A Jetson Thor-like simulated device (122 GiB, integrated), shared by the processes of one
     test, for `python -m cudatrace` of this checkout."""
     env = sim.env(state=sim.new_state(), total_bytes=THOR, integrated=1, **extra)
     return checkout_env(env, cache=base / "symcache")
 
 
-def trace(env, out: Path, kvpool: Path, *flags, opts=()) -> subprocess.CompletedProcess:
+def trace(
+    env: dict[str, str], out: Path, kvpool: Path, *flags: object, opts: Sequence[object] = ()
+) -> subprocess.CompletedProcess[str]:
     """`cudatrace run -o OUT [opts] -- kvpool FLAGS`; the result's .out is OUT."""
     r = cudatrace(env, "run", "-o", out, *opts, "--", kvpool, *flags)
-    r.out = out
+    r.out = out  # type: ignore[attr-defined]  # the tests read it beside the result
     return r

@@ -24,10 +24,14 @@ import shutil
 import subprocess
 import tarfile
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from . import children
+
+if TYPE_CHECKING:
+    from .sim_fixtures import Sim
 
 IMAGE_REPO = "localhost/cudatrace-test"
 BIN = "/usr/local/bin"
@@ -86,7 +90,7 @@ def _add(tar: tarfile.TarFile, src: Path, dest: str, seen: set[str]) -> None:
         tar.addfile(info, f)
 
 
-def build_tarball(sim, out: Path) -> Path:
+def build_tarball(sim: Sim, out: Path) -> Path:
     """The image's root file system: tools, test programs, the simulated driver, their libs."""
     files: list[tuple[Path, str]] = []
     for tool in HOST_TOOLS:
@@ -131,7 +135,7 @@ class Podman:
     def env(self) -> dict[str, str]:
         return dict(os.environ, CONTAINERS_CONF=str(self.conf))
 
-    def cmd(self, *args) -> list[str]:
+    def cmd(self, *args: object) -> list[str]:
         return ["podman", *map(str, args)]
 
     def name(self) -> str:
@@ -147,10 +151,12 @@ class Podman:
             args += ["-e", f"CUDASIM_CTX_BYTES={ctx_bytes}"]
         return args
 
-    def run_args(self, *args, name: str | None = None) -> list[str]:
+    def run_args(self, *args: object, name: str | None = None) -> list[str]:
         return self.cmd("run", "--rm", "--network=none", "--name", name or self.name(), *args)
 
-    def run(self, *args, timeout: float = 120, **kw) -> subprocess.CompletedProcess:
+    def run(
+        self, *args: object, timeout: float = 120, **kw: Any
+    ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             self.run_args(*args),
             env=self.env(),
@@ -160,7 +166,7 @@ class Podman:
             **kw,
         )
 
-    def popen(self, *args, name: str) -> subprocess.Popen:
+    def popen(self, *args: object, name: str) -> subprocess.Popen[str]:
         return children.popen(
             self.run_args(*args, name=name),
             env=self.env(),
@@ -169,7 +175,9 @@ class Podman:
             text=True,
         )
 
-    def podman(self, *args, timeout: float = 120, check: bool = True):
+    def podman(
+        self, *args: object, timeout: float = 120, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
         r = subprocess.run(
             self.cmd(*args), env=self.env(), capture_output=True, text=True, timeout=timeout
         )
@@ -197,7 +205,7 @@ def write_conf(path: Path, infra_image: str) -> Path:
 
 
 @pytest.fixture(scope="session")
-def podman(sim, tmp_path_factory) -> Podman:
+def podman(sim: Sim, tmp_path_factory: pytest.TempPathFactory) -> Podman:
     need_podman()
     work = tmp_path_factory.mktemp("podman")
     work.chmod(0o755)

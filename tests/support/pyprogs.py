@@ -22,8 +22,10 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -107,7 +109,7 @@ def found() -> tuple[Interpreter, ...]:
     return tuple(out.values())
 
 
-def interpreters(versions=SUPPORTED) -> list:
+def interpreters(versions: Sequence[tuple[int, int]] = SUPPORTED) -> list[Any]:
     """pytest parameters: each interpreter here of one of these versions, then each version
     none is (skipped saying so; failed under CI=true when tools/install-test-deps.sh installs
     it)."""
@@ -126,13 +128,13 @@ def interpreters(versions=SUPPORTED) -> list:
     return out
 
 
-def pytest_configure(config):
+def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "python_missing(why, required): a CPython version this machine lacks"
     )
 
 
-def pytest_runtest_setup(item):
+def pytest_runtest_setup(item: pytest.Item) -> None:
     """A missing version the test-deps script installs: skipped, or failed under CI=true."""
     m = item.get_closest_marker("python_missing")
     if m is not None:

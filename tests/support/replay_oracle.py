@@ -7,6 +7,8 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Sequence
+from typing import Any
 
 from cudatrace.analyze.read.rundir import TraceDir
 from cudatrace.analyze.read.trace import C, Trace
@@ -129,7 +131,7 @@ class PyReplay:
             evs = t.events
             if not evs:
                 continue
-            order = range(len(evs))
+            order: Sequence[int] = range(len(evs))
             if any(evs[k][TS] > evs[k + 1][TS] for k in range(len(evs) - 1)):
                 counts["unsorted_traces"] += 1
                 order = sorted(order, key=lambda k: evs[k][TS])
@@ -143,7 +145,7 @@ class PyReplay:
         t0 = t0 or 0
         span = t1 - t0
         self.lives: list[list] = []  # [trace, idx, seq, end_seq, end_ts, how]
-        self.lists = {"failed": [], "denied": [], "meminfo": []}
+        self.lists: dict[str, list[Any]] = {"failed": [], "denied": [], "meminfo": []}
         devices: dict[int, dict] = {}
         dev_cur: dict[int, int] = {}
         proc_cur = [0] * len(traces)
@@ -161,10 +163,10 @@ class PyReplay:
             "host_peak_ts": 0,
         }
 
-        def slot_dev(d):
+        def slot_dev(d: int) -> int:
             return max(-1, min(d, 62))
 
-        def note(b, i, v, ts):
+        def note(b: dict[int, list[int]], i: int, v: int, ts: int) -> None:
             cell = b.get(i)
             if cell is None:
                 b[i] = [1, v, ts, v, ts, v, ts]
@@ -176,7 +178,7 @@ class PyReplay:
             cell[5], cell[6] = v, ts
             cell[0] += 1
 
-        def changed(dslot, ts):
+        def changed(dslot: int, ts: int) -> None:
             if not buckets:
                 return
             i = int((ts - t0) / span * buckets) if span else 0
@@ -185,7 +187,7 @@ class PyReplay:
             note(tl_all, i, st["cur"], ts)
             note(tl_dev.setdefault(dslot, {}), i, dev_cur[dslot], ts)
 
-        def end_life(li, seq, ts, how):
+        def end_life(li: int, seq: int, ts: int, how: int) -> None:
             L = self.lives[li]
             e = traces[L[0]].events[L[1]]
             ds = slot_dev(e[DEV])
@@ -195,7 +197,7 @@ class PyReplay:
             proc_cur[L[0]] -= e[SIZE]
             changed(ds, ts)
 
-        def unmapped(ti, hv, seq, ts):
+        def unmapped(ti: int, hv: int, seq: int, ts: int) -> None:
             h = tab.get((ti, VMM, hv))
             if h and h[0] == _ST_DEV and h[2]:
                 h[2] -= 1
@@ -203,7 +205,7 @@ class PyReplay:
                     end_life(h[1], seq, ts, END_UNMAPPED)
                     del tab[(ti, VMM, hv)]
 
-        def process_end(ti, seq, ts):
+        def process_end(ti: int, seq: int, ts: int) -> None:
             procs[ti]["end_bytes"] = proc_cur[ti]
             mine = [k for k in tab if k[0] == ti]  # device ones in allocation order, as C
             mine.sort(key=lambda k: tab[k][1] if tab[k][0] == _ST_DEV else NONE64)
@@ -395,20 +397,20 @@ class PyReplay:
         self._tl_all = tl_all
         self._tl_dev = tl_dev
 
-    def _alloc(self, L) -> Alloc:
+    def _alloc(self, L: list[int]) -> Alloc:
         e = self.traces[L[0]].events[L[1]]
         return Alloc(
             L[0], e, e[SIZE], e[TS], e[DEV], L[1], L[2], None if L[4] == NONE64 else L[4], L[5]
         )
 
-    def _live(self, L, by_ts, v):
+    def _live(self, L: list[int], by_ts: bool | int, v: int) -> bool:
         if by_ts == NEVER_FREED:
             return L[5] in (END_LIVE, END_EXITED)
         if by_ts:
             return self.traces[L[0]].events[L[1]][TS] <= v < L[4]
         return L[2] <= v < L[3]
 
-    def select(self, by_ts: bool, value: int, device=None) -> list[Alloc]:
+    def select(self, by_ts: bool, value: int, device: int | None = None) -> list[Alloc]:
         return [
             self._alloc(L)
             for L in self.lives
@@ -416,20 +418,20 @@ class PyReplay:
             and (device is None or self.traces[L[0]].events[L[1]][DEV] == device)
         ]
 
-    def groups(self, by_ts: bool, value: int, device=None) -> Groups:
+    def groups(self, by_ts: bool, value: int, device: int | None = None) -> Groups:
         return Groups.of(self.select(by_ts, value, device))
 
-    def live_bytes(self, by_ts: bool, value: int, device=None) -> tuple[int, int]:
+    def live_bytes(self, by_ts: bool, value: int, device: int | None = None) -> tuple[int, int]:
         sel = self.select(by_ts, value, device)
         return sum(a.size for a in sel), len(sel)
 
     def all(self) -> list[Alloc]:
         return [self._alloc(L) for L in self.lives]
 
-    def bytes_at(self, times: list[int], device=None) -> list[int]:
+    def bytes_at(self, times: list[int], device: int | None = None) -> list[int]:
         return [self.live_bytes(True, t, device)[0] for t in times]
 
-    def bytes_max(self, lo: list[int], hi: list[int], device=None) -> list[int]:
+    def bytes_max(self, lo: list[int], hi: list[int], device: int | None = None) -> list[int]:
         # every moment where the bytes can change: the window's start and each event inside
         moments = sorted(
             {self.traces[L[0]].events[L[1]][TS] for L in self.lives}
@@ -455,6 +457,6 @@ class PyReplay:
             out[k] = (c + 1, b + e[SIZE])
         return out
 
-    def timeline(self, device=None) -> list[tuple]:
+    def timeline(self, device: int | None = None) -> list[tuple[int, ...]]:
         b = self._tl_all if device is None else self._tl_dev.get(max(-1, min(device, 62)), {})
         return [tuple(b[i]) for i in sorted(b)]

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no type information
 
 from cudatrace import schemas
 
@@ -27,7 +27,7 @@ def property_names(schema: str) -> set[str]:
     """Every key a schema names, at any depth (for the docs' completeness checks)."""
     out: set[str] = set()
 
-    def walk(node) -> None:
+    def walk(node: object) -> None:
         if isinstance(node, dict):
             out.update(node.get("properties", {}))
             for v in node.values():

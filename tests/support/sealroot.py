@@ -16,6 +16,7 @@ import os
 import shlex
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -73,7 +74,7 @@ def prefix(
     ]  # fmt: skip
 
 
-def shell(work: Path, script: str, **kw) -> list[str]:
+def shell(work: Path, script: str, **kw: Any) -> list[str]:
     """prefix(...) running a shell script (for what one argv cannot say)."""
     return [*prefix(work, **kw), "sh", "-c", script]
 

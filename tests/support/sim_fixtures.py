@@ -38,18 +38,24 @@ from . import children, simbuild
 from .shared_build import session_root, shared_build
 
 
+def _built_path(paths: dict[str, Path | None], name: str) -> Path:
+    p = paths[name]
+    assert p is not None, f"the simulator's build has no {name}"
+    return p
+
+
 class Sim:
     def __init__(self, paths: dict[str, Path | None], scratch: Path, symcache: Path):
         self.paths = paths
         self.symcache = symcache  # the symbolizer's cache of every command the tests run
-        self.lib: Path = paths["libdir"]
+        self.lib: Path = _built_path(paths, "libdir")
         self.progs: dict[str, Path | None] = {name: paths.get(name) for name in simbuild.PROGRAMS}
-        self.libnext: Path = paths["libnext"]
-        self.libinterpose: Path = paths["libinterpose"]
+        self.libnext: Path = _built_path(paths, "libnext")
+        self.libinterpose: Path = _built_path(paths, "libinterpose")
         self._scratch = scratch
         self._counter = itertools.count()
 
-    def env(self, **opts) -> dict[str, str]:
+    def env(self, **opts: object) -> dict[str, str]:
         env = {
             k: v
             for k, v in os.environ.items()
@@ -72,12 +78,12 @@ class Sim:
     def run(
         self,
         prog: str,
-        *args,
+        *args: object,
         env: dict[str, str] | None = None,
         timeout: float = 60,
         check: bool = False,
-        **opts,
-    ) -> subprocess.CompletedProcess:
+        **opts: object,
+    ) -> subprocess.CompletedProcess[str]:
         path = self.progs.get(prog)
         if path is None:
             pytest.fail(f"{prog} could not be built here")
@@ -104,7 +110,7 @@ _built: Sim | None = None  # one build per pytest process, however many modules 
 
 
 @pytest.fixture(scope="session")
-def sim(tmp_path_factory) -> Sim:
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Sim:
     global _built
     if _built is None:
         fixed = os.environ.get("CUDATRACE_SIM_BUILDDIR")

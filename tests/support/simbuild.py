@@ -166,7 +166,7 @@ def build_all(outdir: Path, programs: Iterable[str] | None = None) -> dict[str, 
     return result
 
 
-def sim_env(libdir: Path, **opts) -> dict[str, str]:
+def sim_env(libdir: Path, **opts: object) -> dict[str, str]:
     """The variables a process needs to run on the simulator: LD_LIBRARY_PATH=libdir plus the
     simulator options given (SIM_OPTIONS keywords; None leaves one unset, True/False are 1/0, a
     list or tuple is joined with commas)."""

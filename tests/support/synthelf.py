@@ -30,7 +30,7 @@ def _strtab(names: list[str]) -> tuple[bytes, dict[str, int]]:
     return data, offs
 
 
-def write_elf(path, functions: list[str]) -> dict[str, int]:
+def write_elf(path: str | Path, functions: list[str]) -> dict[str, int]:
     """Write the ELF at path; returns function name -> address."""
     path = Path(path)
     text = b"\xcc" * (FUNC_SIZE * len(functions))  # int3: nothing runs it

@@ -15,12 +15,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from cudatrace import native
 
 from . import simbuild
+
+if TYPE_CHECKING:
+    from .sim_fixtures import Sim
 
 GiB = 1 << 30
 ALICE, BOB = 61011, 61012  # two users of the node: nobody's uids, no accounts needed
@@ -34,7 +38,7 @@ def need_root() -> None:
 
 
 class Tenants:
-    def __init__(self, base: Path, sim) -> None:
+    def __init__(self, base: Path, sim: Sim) -> None:
         self.base = base
         self.ledgers = base / "ledgers"  # the node's shared ledger directory
         self.pub = base / "pub"
@@ -129,7 +133,7 @@ class Steps:
 
 
 @contextmanager
-def tenants(sim) -> Iterator[Tenants]:
+def tenants(sim: Sim) -> Iterator[Tenants]:
     need_root()
     base = Path(tempfile.mkdtemp(prefix="ct-tenants-"))
     try:
@@ -142,7 +146,9 @@ def tenants(sim) -> Iterator[Tenants]:
         for f in sim.lib.iterdir():
             shutil.copy2(f, t.pub / f.name, follow_symlinks=True)
         for name in ("hold", "steps", "simstat"):
-            shutil.copy2(sim.progs[name], t.pub / name)
+            prog = sim.progs[name]
+            assert prog is not None, f"the simulator's build has no {name}"
+            shutil.copy2(prog, t.pub / name)
         shutil.copy2(native.shim_path(), t.pub / "libcudatrace.so")
         for f in t.pub.iterdir():
             f.chmod(0o755)

@@ -22,7 +22,9 @@ import os
 import re
 import struct
 from collections import namedtuple
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from cudatrace import __version__, native, settings
 from cudatrace.analyze.read.trace import C, event_fields, layout
@@ -41,9 +43,10 @@ _API_RE = re.compile(
 def api_table() -> list[tuple[int, str, int, int, int, int]]:
     """(id, name, layer, op, kind, space) for every hook of native/include/hooks.def, ids from 1."""
     src = native.source_dir()
+    assert src is not None, "the native sources are not here"
     text = (src / "include" / "hooks.def").read_text()
     K = C()
-    out = []
+    out: list[tuple[int, str, int, int, int, int]] = []
     for m in _API_RE.finditer(text):
         what, name = m.group(1), m.group(2)
         if what == "DRIVER":
@@ -68,7 +71,7 @@ class TraceWriter:
 
     def __init__(
         self,
-        path,
+        path: str | Path,
         pid: int = 1000,
         ppid: int = 1,
         exe: str = "/usr/bin/app",
@@ -218,7 +221,7 @@ class TraceWriter:
             + b"\0",
         )
 
-    def stack(self, ips) -> int:
+    def stack(self, ips: Iterable[int]) -> int:
         """The leaf node id of a stack (return addresses, innermost first); nodes are written
         once, as the shim's stack tree does."""
         parent = 0
@@ -280,7 +283,7 @@ class TraceWriter:
         )
         return self.pycodes
 
-    def pystack(self, frames) -> int:
+    def pystack(self, frames: Iterable[tuple[int, int, int]]) -> int:
         """The Python leaf of frames [(code id, instruction index, entry)], innermost first."""
         nodes = self.__dict__.setdefault("pynodes", {})
         parent = 0
@@ -296,11 +299,14 @@ class TraceWriter:
             parent = nid
         return parent
 
-    def pylink(self, native_ips, py_leaf: int | None = None, why: int | None = None) -> int:
+    def pylink(
+        self, native_ips: Iterable[int], py_leaf: int | None = None, why: int | None = None
+    ) -> int:
         """A stack ending with the Python link node (frames, or the reason there are none)."""
         kind, value = (
             (self.K["CT_PYLINK_FRAMES"], py_leaf) if why is None else (self.K["CT_PYLINK_WHY"], why)
         )
+        assert value is not None, "give py_leaf or why"
         return self.stack([self.K["CT_PYLINK_TAG"] | kind << 32 | value] + list(native_ips))
 
     def api_id(self, name: str | None) -> int:
@@ -364,7 +370,7 @@ class TraceWriter:
         self.pos = pos + self._evsize
         self.events += 1
 
-    def raw_events(self, it) -> None:
+    def raw_events(self, it: Iterable[tuple[int, ...]]) -> None:
         """Many EVENT tuples at once (tools/bench_report.py writes millions this way)."""
         pack_into = self._evrec.pack_into
         magic, rtype, size = self.K["CT_REC_MAGIC"], self.K["CT_REC_EVENT"], self._evsize
@@ -389,7 +395,9 @@ class TraceWriter:
         self._put(bytes(block[: n * size]))
         self.pos = pos
 
-    def compact_events(self, events, threads=None) -> None:
+    def compact_events(
+        self, events: Sequence[tuple[int, ...]], threads: Sequence[int] | None = None
+    ) -> None:
         """Events (tuples in event_fields() order) as compact records (CT_REC_CEVENT), encoded
         by the shim's own encoder (native/include/cevent.h, through ct_cevent_pack); event i
         written by thread number threads[i] (default: all thread 0)."""
@@ -416,7 +424,13 @@ class TraceWriter:
             off += size
         self.events += n
 
-    def block_events(self, it, nthreads: int = 1, batch: int = 65536, raw: bool = False) -> None:
+    def block_events(
+        self,
+        it: Iterable[tuple[int, Sequence[int]]],
+        nthreads: int = 1,
+        batch: int = 65536,
+        raw: bool = False,
+    ) -> None:
         """Events as the shim writes them: event blocks, each thread filling blocks of its own,
         encoded by the shim's encoder: compact (format version 3, CT_REC_CEBLOCK, cevent.h,
         through ct_ceblock_pack) or, with raw, raw records (version 4, CT_REC_RAWBLOCK,
@@ -471,7 +485,7 @@ class TraceWriter:
         device: int = 0,
         stack: int = 0,
         result: int = 0,
-        **kw,
+        **kw: Any,
     ) -> None:
         self.event(
             ts,
@@ -495,7 +509,7 @@ class TraceWriter:
         stack: int = 0,
         result: int = 0,
         size: int = 0,
-        **kw,
+        **kw: Any,
     ) -> None:
         self.event(
             ts, api, size=size, addr=addr, device=device, stack=stack, result=result, rt=rt, **kw
@@ -576,7 +590,9 @@ class TraceWriter:
         return self.path
 
 
-def rewrite_as_blocks(src, dst, threads) -> list[tuple[int, int]]:
+def rewrite_as_blocks(
+    src: str | Path, dst: str | Path, threads: Callable[[list[tuple[int, ...]]], list[int]]
+) -> list[tuple[int, int]]:
     """The trace file src written again to dst as the shim of format version 3 would: its
     records in order, but its EVENT records as event blocks (the END record, if any, last).
     threads(events) gives each event's thread number (bit 31 set: a new thread takes it).
@@ -648,14 +664,14 @@ def rewrite_as_blocks(src, dst, threads) -> list[tuple[int, int]]:
 
 
 def write_run(
-    d,
-    argv=None,
-    samples=None,
+    d: str | Path,
+    argv: list[str] | None = None,
+    samples: list[dict[str, Any]] | None = None,
     nvml: bool = True,
     nvml_why: str = "",
     start_ns: int = BASE_TS - 50 * MS,
-    budget=None,
-    extra: dict | None = None,
+    budget: dict[str, Any] | None = None,
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """run.json (as the launcher writes it) and samples.jsonl."""
     d = Path(d)
@@ -693,13 +709,13 @@ def write_run(
 
 def sample(
     t: int,
-    tree: dict | None = None,
-    used=None,
+    tree: dict[int, int] | None = None,
+    used: Any = None,
     total: int = 80 << 30,
     mem_available: int = 64 << 30,
     rss: int = 1 << 30,
-    pids=(1000,),
-) -> dict:
+    pids: Sequence[int] = (1000,),
+) -> dict[str, Any]:
     """One samples.jsonl line; tree None: no NVML (a Jetson)."""
     s = {"t": t, "pids": list(pids), "mem_available": mem_available, "tree_rss": rss}
     if tree is not None:
@@ -715,13 +731,13 @@ def fields() -> tuple[str, ...]:
     return event_fields()
 
 
-def cut(path, nbytes: int) -> None:
+def cut(path: str | Path, nbytes: int) -> None:
     """Keep only the first nbytes of a file (a process killed mid-way, a copy cut short)."""
     with open(path, "r+b") as f:
         f.truncate(nbytes)
 
 
-def size_of(path) -> int:
+def size_of(path: str | Path) -> int:
     return os.path.getsize(path)
 
 
@@ -743,7 +759,9 @@ int main(int argc, char **argv) { setup(); for (int i = 0; i < argc; i++) train_
 """
 
 
-def build_fixture_elf(directory, name: str = "trainer", source: str = FIXTURE_C) -> Path:
+def build_fixture_elf(
+    directory: str | Path, name: str = "trainer", source: str = FIXTURE_C
+) -> Path:
     """Compile a small non-PIE program with DWARF (gcc -g); its functions stand for call sites."""
     import subprocess
 
@@ -760,21 +778,23 @@ def build_fixture_elf(directory, name: str = "trainer", source: str = FIXTURE_C)
     return out
 
 
-def elf_symbols(path) -> dict[str, int]:
+def elf_symbols(path: str | Path) -> dict[str, int]:
     """function name -> address (st_value) of an ELF's .symtab."""
     from elftools.elf.elffile import ELFFile
+    from elftools.elf.sections import SymbolTableSection
 
     out = {}
     with open(path, "rb") as f:
         e = ELFFile(f)
         st = e.get_section_by_name(".symtab")
+        assert isinstance(st, SymbolTableSection), f"{path} has no .symtab"
         for s in st.iter_symbols():
             if s["st_info"]["type"] == "STT_FUNC" and s["st_value"]:
                 out[s.name] = s["st_value"]
     return out
 
 
-def elf_range(path) -> tuple[int, int]:
+def elf_range(path: str | Path) -> tuple[int, int]:
     """(lowest, one past highest) vaddr of an ELF's PT_LOAD segments."""
     from elftools.elf.elffile import ELFFile
 
@@ -798,7 +818,9 @@ class Frames:
     SHIM = "/opt/cudatrace/_native/libcudatrace.so"
     CUDA_BASE, CUDART_BASE, SHIM_BASE = 0x7F1000000000, 0x7F2000000000, 0x7F3000000000
 
-    def __init__(self, elf=None, symbols: dict[str, int] | None = None, base: int = 0):
+    def __init__(
+        self, elf: str | Path | None = None, symbols: dict[str, int] | None = None, base: int = 0
+    ):
         self.elf = str(elf) if elf else "/usr/bin/app"
         self.syms = symbols if symbols is not None else (elf_symbols(elf) if elf else {})
         self.base = base
@@ -837,8 +859,8 @@ GiB = 1 << 30
 
 
 def write_scenario(
-    d,
-    elf=None,
+    d: Path,
+    elf: str | Path | None = None,
     truncate_child: bool = True,
     nvml: bool = True,
     budget: int | None = 6 * GiB,
@@ -860,7 +882,7 @@ def write_scenario(
     d.mkdir(parents=True, exist_ok=True)
     fr = frames or Frames(elf)
     t0 = BASE_TS
-    info = {"ledger": "/dev/shm/cudatrace-0/x.ledger", "on_exceed": "fail"}
+    info: dict[str, object] = {"ledger": "/dev/shm/cudatrace-0/x.ledger", "on_exceed": "fail"}
     if budget:
         info["budget.0"] = budget
     w = TraceWriter(
@@ -969,7 +991,7 @@ def write_scenario(
     }
 
 
-def build_live_curve(d):
+def build_live_curve(d: Path) -> Callable[[int, int | None], int]:
     """live(ts, device) of a directory, through the model (for samples that follow it)."""
     from cudatrace.analyze.read.rundir import read_dir
     from cudatrace.analyze.replay.model import build
@@ -989,11 +1011,11 @@ class FakeSymbolizer:
         self.elf = str(elf)
         self.items = sorted((a, n) for n, a in symbols.items())
         self.addrs = [a for a, _ in self.items]
-        self.asked = []
+        self.asked: list[Any] = []
 
-    def symbolize(self, ref, addresses):
+    def symbolize(self, ref: Any, addresses: Iterable[int]) -> dict[int, list[FakeFrame]]:
         self.asked.append(ref)
-        out = {}
+        out: dict[int, list[FakeFrame]] = {}
         if ref.path != self.elf:
             return out
         for addr in addresses:
@@ -1006,5 +1028,5 @@ class FakeSymbolizer:
                 ]
         return out
 
-    def warnings(self):
+    def warnings(self) -> list[str]:
         return []

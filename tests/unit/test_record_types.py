@@ -104,3 +104,46 @@ def test_a_difference_is_seen(ledger):
         ".uid: required by LedgerSnapshot, missing",
         ".members[0].devices[0].stray: not declared in MemberDevice",
     ]
+
+
+def test_a_runs_budget_is_its_class(tmp_path, monkeypatch):
+    from cudatrace.record.budget import setup_ledger
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("CUDATRACE_LEDGER_DIR", str(d))
+    for group in ("g", None):  # a group's ledger, a private one
+        run, info = setup_ledger("64M", group)
+        try:
+            assert info["limits"] and info["spec"] == "64M"
+            assert mismatches(info, rt.BudgetInfo) == []
+        finally:
+            run.finish()
+
+
+def test_a_fenced_runs_budget_is_its_class(tmp_path):
+    from cudatrace.record.run_budget import join
+
+    env = {"CUDATRACE_GROUP": "job7", "CUDATRACE_SHARE": "s7", "CUDATRACE_SHARE_BUDGET": "1G",
+           "CUDATRACE_LEDGER_DIR": str(tmp_path)}  # fmt: skip
+    ledger, info = join("64M", None, "fail", False, env, lambda what, p: None)
+    assert ledger is None  # nobody made the group's ledger
+    assert info is not None and info["source"] == "environment" and info["share_limit"] == 64 << 20
+    assert mismatches(info, rt.BudgetInfo) == []
+
+
+def test_run_json_is_its_class(tmp_path, monkeypatch):
+    import json
+
+    from cudatrace.record import launcher
+
+    d = tmp_path / "ledgers"
+    d.mkdir(mode=0o700)
+    monkeypatch.setenv("CUDATRACE_LEDGER_DIR", str(d))
+    opts = launcher.RunOptions(cmd=["true"], out_dir=tmp_path / "t", budget="64M", quiet=True,
+                               simulated=1 << 30)  # fmt: skip
+    status, out = launcher.run(opts)
+    assert status == 0 and out is not None
+    info = json.loads((out / "run.json").read_text())
+    assert info["budget"] and info["sampler"] and info["ledger_final"] and "simulated" in info
+    assert mismatches(info, launcher.RunInfo) == []
