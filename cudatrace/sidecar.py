@@ -62,18 +62,24 @@ def pread_exact(fd: int, n: int, off: int) -> bytes:
     return b"".join(parts)
 
 
+def pwrite_all(fd: int, data: bytes, off: int, refused: OSError) -> None:
+    """Every byte of data at off: a short count goes on from where it stopped; `refused` is
+    raised when a write takes no byte."""
+    view = memoryview(data)
+    done = 0
+    while done < len(data):
+        n = os.pwrite(fd, view[done:], off + done)
+        if n <= 0:
+            raise refused
+        done += n
+
+
 def append(fd: int, at: int, data: bytes) -> int:
     """Write entry `data` at offset `at` (the end of the sidecar's last whole entry), sync it
     and read it back; the new end. OSError when any step fails: the sidecar is cut back to
     `at` first (as far as it can be), and the caller must not punch the chunk."""
     try:
-        view = memoryview(data)
-        done = 0
-        while done < len(data):
-            n = os.pwrite(fd, view[done:], at + done)
-            if n <= 0:
-                raise OSError(errno.EIO, "the sidecar took no bytes")
-            done += n
+        pwrite_all(fd, data, at, OSError(errno.EIO, "the sidecar took no bytes"))
         os.fsync(fd)
         if pread_exact(fd, len(data), at) != data:
             raise OSError(errno.EIO, "the sidecar reads back other bytes than were written")

@@ -9,6 +9,7 @@ import click
 
 from ..errors import CudatraceError, OptionError
 from ..stopping import stop_on_signals
+from .options import traces_option
 from .params import ledger_dir_option
 
 if TYPE_CHECKING:
@@ -35,13 +36,8 @@ def parse_listen(text: str) -> tuple[str, int]:
     help="Where to serve /metrics (loopback by default: budgets name pids and commands).",
 )
 @ledger_dir_option
-@click.option(
-    "--traces",
-    metavar="DIR",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Also export the runs being traced in DIR (a trace directory, or a folder of them); "
-    "repeatable.",
+@traces_option(
+    "Also export the runs being traced in DIR (a trace directory, or a folder of them); repeatable."
 )
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(1, 100), help="Sites per run."

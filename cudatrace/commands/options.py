@@ -230,6 +230,18 @@ def on_exceed_option(help: str) -> Callable[[F], F]:
     )
 
 
+def traces_option(help: str) -> Callable[[F], F]:
+    """--traces DIR (repeatable): the runs being traced that `metrics` and `top` read as they
+    are written; help: what the command does with them."""
+    return click.option(
+        "--traces",
+        metavar="DIR",
+        multiple=True,
+        type=click.Path(file_okay=False, path_type=Path),
+        help=help,
+    )
+
+
 BUDGET_HELP = (
     "Device-memory limit for the whole process tree: a size (8GiB, 512MiB, 1.5GiB; "
     "8G means 8 GiB = 8*2^30 bytes, 8GB means 8*10^9), a share of each device's total "

@@ -7,6 +7,7 @@ import click
 
 from .. import choices, settings
 from ..errors import OptionError
+from .options import on_exceed_option
 
 
 @click.command("slurm-prolog")
@@ -26,13 +27,9 @@ from ..errors import OptionError
     metavar="SIZE",
     help="A GPU's memory, shared by its shards (default: NVML's figure for the GPU).",
 )
-@click.option(
-    "--on-exceed",
-    type=click.Choice(choices.ON_EXCEED),
-    default=settings.default_text("ON_EXCEED"),
-    show_default=True,
-    help="Over the job's share: fail the allocation with out-of-memory; warn and allow it; or "
-    "abort: end the process that was denied.",
+@on_exceed_option(
+    "Over the job's share: fail the allocation with out-of-memory; warn and allow it; or "
+    "abort: end the process that was denied."
 )
 @click.option(
     "--on-fence-error",

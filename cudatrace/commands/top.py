@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import OptionError
+from .options import traces_option
 from .params import ledger_dir_option
 
 if TYPE_CHECKING:
@@ -30,13 +31,9 @@ if TYPE_CHECKING:
     metavar="SECONDS",
     help="How often the view is read again.",
 )
-@click.option(
-    "--traces",
-    metavar="DIR",
-    multiple=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="Also show the runs being traced in DIR (a trace directory, or a folder of them); "
-    "repeatable. The runs of the processes on the GPUs and of the ledgers are found alone.",
+@traces_option(
+    "Also show the runs being traced in DIR (a trace directory, or a folder of them); "
+    "repeatable. The runs of the processes on the GPUs and of the ledgers are found alone."
 )
 @click.option(
     "--sites", default=5, show_default=True, type=click.IntRange(1, 50), help="Sites per run."

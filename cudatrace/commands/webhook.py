@@ -11,7 +11,7 @@ import click
 
 from ..errors import CudatraceError
 from ..stopping import stop_on_signals
-from .options import option_group
+from .options import on_exceed_option, option_group
 
 
 class Serving(NamedTuple):
@@ -96,13 +96,7 @@ class Serving(NamedTuple):
     help="A resource that makes a container a GPU container (repeatable; NAME* a prefix). "
     "Default: nvidia.com/gpu, nvidia.com/mig-*; a container with a DRA claim always is.",
 )
-@click.option(
-    "--on-exceed",
-    type=click.Choice(["fail", "warn", "abort"]),
-    default="fail",
-    show_default=True,
-    help="Over budget, unless the pod's cudatrace.dev/on-exceed says otherwise.",
-)
+@on_exceed_option("Over budget, unless the pod's cudatrace.dev/on-exceed says otherwise.")
 @click.option(
     "--preload",
     type=click.Choice(["file", "env"]),

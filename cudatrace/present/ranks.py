@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..analyze.documents.report_types import ReportRanks, ReportRanksSite
 from ..analyze.sites.names import fit
-from .text import plural, secs_text, size_text, table
+from .text import plural, ranges, secs_text, size_text, table
 
 
 def _opt(v: object) -> str:
@@ -32,18 +32,6 @@ def site_line(s: ReportRanksSite) -> str:
             % (o["label"], size_text(o["bytes"]), size_text(int(o["median_bytes"])))
         )
     return "%s: %s" % (who, ", ".join(parts))
-
-
-def _rank_list(nums: list[int]) -> str:
-    """2, 5-7, 9: runs of numbers as ranges."""
-    out, i = [], 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        out.append(str(nums[i]) if i == j else "%d-%d" % (nums[i], nums[j]))
-        i = j + 1
-    return ", ".join(out)
 
 
 def render_ranks(rk: ReportRanks, width: int) -> list[str]:
@@ -95,7 +83,7 @@ def render_ranks(rk: ReportRanks, width: int) -> list[str]:
         which = "rank" if len(nums) == 1 else "ranks"
         w(
             "  missing: %s %s of %d (%s) left no trace: not started, or never reached CUDA under "
-            "cudatrace" % (which, _rank_list(nums), gone["world_size"], gone["variable"] or "?")
+            "cudatrace" % (which, ranges(nums), gone["world_size"], gone["variable"] or "?")
         )
     for o in rk["outliers"]:
         w(

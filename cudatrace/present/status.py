@@ -13,26 +13,13 @@ from ..record_types import (
     WatchReport,
 )
 from ..units import format_bytes
-from .text import wrap_prose
+from .text import ranges, wrap_prose
 
 BREACH_HEADS = {
     "outside_ledger": "OUTSIDE THE LEDGER",
     "unfenced": "UNFENCED ON A FENCED GPU",
     "group_over_budget": "GROUP OVER BUDGET BY NVML",
 }
-
-
-def _ranges(ns: list[int]) -> str:
-    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8'"""
-    out, ns = [], sorted(ns)
-    i = 0
-    while i < len(ns):
-        j = i
-        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
-            j += 1
-        out.append(str(ns[i]) if i == j else "%d-%d" % (ns[i], ns[j]))
-        i = j + 1
-    return ", ".join(out)
 
 
 def _fmt_limit(n: int) -> str:
@@ -61,7 +48,7 @@ def render_ledger(s: LedgerSnapshot) -> str:
         lines += _device_rows(s, busy)
     for limit, devs in sorted(idle.items()):
         which, each = ("device", "") if len(devs) == 1 else ("devices", " each")
-        lines.append(f"  {which} {_ranges(devs)}: limit {_fmt_limit(limit)}{each}, nothing in use")
+        lines.append(f"  {which} {ranges(devs)}: limit {_fmt_limit(limit)}{each}, nothing in use")
     for m in s["members"]:
         lines += _member_lines(m, uid=len(parts) > 1)
     return "\n".join(lines)

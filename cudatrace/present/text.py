@@ -48,6 +48,19 @@ def plural(n: int, what: str) -> str:
     return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
+def ranges(ns: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2, 5, 7-8': numbers (ranks, devices) as runs, in order."""
+    out, ns = [], sorted(ns)
+    i = 0
+    while i < len(ns):
+        j = i
+        while j + 1 < len(ns) and ns[j + 1] == ns[j] + 1:
+            j += 1
+        out.append(str(ns[i]) if i == j else "%d-%d" % (ns[i], ns[j]))
+        i = j + 1
+    return ", ".join(out)
+
+
 def percent(x: float) -> str:
     """A share (0..1) as ' 12.5%'."""
     return f"{100.0 * x:5.1f}%"

@@ -21,7 +21,7 @@ from cudatrace import native
 from cudatrace.present.status import render_status
 from cudatrace.record import budget, ledger, ledger_status
 from cudatrace.record.ledger import Ledger, LedgerError
-from support import children
+from support import children, ledger_harness
 from support.paths import LEDGER_SOURCES, REPO
 
 MiB = 1 << 20
@@ -46,38 +46,15 @@ def ldir(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def harness(tmp_path_factory):
-    cc = os.environ.get("CC", "cc")
-    assert shutil.which(cc), f"no C compiler ({cc}): the suite needs one"
     exe = tmp_path_factory.mktemp("ledger_harness") / "ledger_test"
-    cmd = [
-        cc,
-        "-std=gnu11",
-        "-O2",
-        "-g",
-        "-Wall",
-        "-Wextra",
-        "-Werror",
-        "-D_GNU_SOURCE",
-        "-pthread",
-        "-I",
-        str(REPO / "native/include"),
-        str(REPO / "tests/ledger/ledger_test.c"),
-        *map(str, LEDGER_SOURCES),
-        "-o",
-        str(exe),
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return exe
+    return ledger_harness.build(exe, "ledger_test", ledger_harness.PLAIN)
 
 
 @pytest.mark.parametrize(
     "case", ["hammer", "kill", "reuse", "saturate", "security", "fork", "full", "adopt"]
 )
 def test_c_harness(harness, tmp_path, case):
-    d = tmp_path / "h"
-    d.mkdir(mode=0o700)
-    r = subprocess.run([str(harness), str(d), case], capture_output=True, text=True, timeout=60)
+    r = ledger_harness.run(harness, tmp_path, case, timeout=60)
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("ok " + case) in r.stdout, r.stdout + r.stderr
 

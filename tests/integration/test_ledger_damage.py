@@ -17,7 +17,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -25,8 +24,9 @@ from pathlib import Path
 import pytest
 
 from cudatrace.record.ledger import Ledger
+from support import ledger_harness
 from support.cli import checkout_env
-from support.paths import LEDGER_C, LEDGER_SOURCES, REPO
+from support.paths import REPO
 from support.tenants import ALICE, BOB, Steps, need_root, tenants, wait_line
 
 MiB = 1 << 20
@@ -38,28 +38,15 @@ GiB = 1 << 30
 
 @pytest.fixture(scope="module")
 def parts_harness(tmp_path_factory):
-    cc = os.environ.get("CC", "cc")
-    assert shutil.which(cc), f"no C compiler ({cc}): the suite needs one"
     exe = tmp_path_factory.mktemp("parts_harness") / "parts_test"
-    cmd = [cc, "-std=gnu11", "-O2", "-g", "-Wall", "-Wextra", "-Werror", "-D_GNU_SOURCE",
-           "-pthread", "-I", str(REPO / "native/include"), str(LEDGER_C / "parts_test.c"),
-           *map(str, LEDGER_SOURCES), "-o", str(exe)]  # fmt: skip
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    return exe
+    return ledger_harness.build(exe, "parts_test", ledger_harness.PLAIN)
 
 
 @pytest.mark.parametrize("case", ["hammer", "late", "forked", "damage", "agent", "setuid"])
 def test_parts_harness(parts_harness, case):
     need_root()
-    d = Path(tempfile.mkdtemp(prefix="ct-parts-"))  # reachable by the users' children
-    try:
-        d.chmod(0o755)
-        r = subprocess.run(
-            [str(parts_harness), str(d), case], capture_output=True, text=True, timeout=120
-        )
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
+    with ledger_harness.users_dir() as d:
+        r = ledger_harness.run(parts_harness, d, case, mode=0o755)
     assert r.returncode == 0, r.stdout + r.stderr
     assert ("ok " + case) in r.stdout, r.stdout + r.stderr
 

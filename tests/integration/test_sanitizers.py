@@ -16,14 +16,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from cudatrace import settings
-from support import ctxhold
-from support.paths import CTXHOLD_C, LEDGER_SOURCES, REPO
+from support import ctxhold, ledger_harness
+from support.paths import CTXHOLD_C, REPO
 from support.shared_build import shared_build
 
 SAN_MARKS = (
@@ -226,34 +225,10 @@ def test_denial_line_reads_dwarf_under_sanitizers(sim, san, tmp_path):
 
 
 def test_ledger_harness_under_sanitizers(san, tmp_path):
-    cc = os.environ.get("CC", "cc")
-    exe = tmp_path / "ledger_test"
-    cmd = [
-        cc,
-        "-std=gnu11",
-        "-O1",
-        "-g",
-        "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=undefined",
-        "-fno-omit-frame-pointer",
-        "-D_GNU_SOURCE",
-        "-pthread",
-        "-I",
-        str(REPO / "native/include"),
-        str(REPO / "tests/ledger/ledger_test.c"),
-        *map(str, LEDGER_SOURCES),
-        "-o",
-        str(exe),
-    ]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
+    exe = ledger_harness.build(tmp_path / "ledger_test", "ledger_test", ledger_harness.ASAN)
     env = dict(os.environ, **SAN_OPTIONS)
     for case in ("hammer", "kill", "reuse", "saturate", "security", "fork", "full"):
-        d = tmp_path / case
-        d.mkdir(mode=0o700)
-        r = subprocess.run(
-            [str(exe), str(d), case], capture_output=True, text=True, timeout=120, env=env
-        )
+        r = ledger_harness.run(exe, tmp_path, case, env=env)
         _clean(r)
         assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
 
@@ -274,38 +249,15 @@ def test_ctxhold_harness_under_sanitizers(tmp_path):
     _ctxhold_harness(tmp_path, ctxhold.ASAN, dict(os.environ, **SAN_OPTIONS))
 
 
-def _users_dir() -> Path:
-    """A folder the parts harness's users (uids of their own) can reach."""
-    d = Path(tempfile.mkdtemp(prefix="ct-parts-"))
-    d.chmod(0o755)
-    return d
-
-
 def test_parts_harness_under_sanitizers(san):
     """A group of several users (tests/ledger/parts_test.c): their parts hammered, damaged."""
-    if os.geteuid() != 0:
-        pytest.fail("the parts harness runs its users as uids of their own: run as root")
-    d = _users_dir()
-    try:
-        cc = os.environ.get("CC", "cc")
-        exe = d / "parts_test"
-        cmd = [cc, "-std=gnu11", "-O1", "-g", "-fsanitize=address,undefined",
-               "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer", "-D_GNU_SOURCE",
-               "-pthread", "-I", str(REPO / "native/include"), str(REPO / "tests/ledger/parts_test.c"),
-               *map(str, LEDGER_SOURCES), "-o", str(exe)]  # fmt: skip
-        r = subprocess.run(cmd, capture_output=True, text=True)
-        assert r.returncode == 0, r.stderr
+    with ledger_harness.users_dir() as d:
+        exe = ledger_harness.build(d / "parts_test", "parts_test", ledger_harness.ASAN)
         env = dict(os.environ, **SAN_OPTIONS)
         for case in ("hammer", "late", "forked", "damage", "agent"):
-            w = d / case
-            w.mkdir(mode=0o755)
-            r = subprocess.run(
-                [str(exe), str(w), case], capture_output=True, text=True, timeout=300, env=env
-            )
+            r = ledger_harness.run(exe, d, case, mode=0o755, timeout=300, env=env)
             _clean(r)
             assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_reader_fuzz_under_sanitizers(ct, sim, san, tmp_path):
@@ -400,40 +352,25 @@ def _tsan_exe(tmp_path, name, *sources):
 
 def test_ledger_harness_under_tsan(tmp_path):
     """The ledger's C harness: processes x threads hammering one budget, kills, forks."""
-    exe = _tsan_exe(
-        tmp_path,
-        "ledger_test",
-        REPO / "tests/ledger/ledger_test.c",
-        *LEDGER_SOURCES,
-    )
+    exe = ledger_harness.build(tmp_path / "ledger_test", "ledger_test", ledger_harness.TSAN)
     env = dict(os.environ, **TSAN_OPTIONS)
     for case in ("hammer", "kill", "saturate", "fork"):
-        d = tmp_path / case
-        d.mkdir(mode=0o700)
-        r = subprocess.run(
-            [str(exe), str(d), case], capture_output=True, text=True, timeout=300, env=env
-        )
+        r = ledger_harness.run(exe, tmp_path, case, timeout=300, env=env)
         _clean(r)
         assert r.returncode == 0, f"{case}: {r.stdout}{r.stderr}"
 
 
-def test_parts_harness_under_tsan(tmp_path):
+def test_parts_harness_under_tsan():
     """Several users' parts of one group hammered by threads (ledger_parts.c: the directory
     looked at by one thread at a time, the parts read by all)."""
-    if os.geteuid() != 0:
-        pytest.fail("the parts harness runs its users as uids of their own: run as root")
-    exe = _tsan_exe(tmp_path, "parts_test", REPO / "tests/ledger/parts_test.c", *LEDGER_SOURCES)
-    d = _users_dir()
-    try:
-        shutil.copy2(exe, d / "parts_test")
-        r = subprocess.run(
-            [str(d / "parts_test"), str(d), "hammer", "3", "2", "4", "500"],
-            capture_output=True, text=True, timeout=300, env=dict(os.environ, **TSAN_OPTIONS),
-        )  # fmt: skip
+    with ledger_harness.users_dir() as d:
+        exe = ledger_harness.build(d / "parts_test", "parts_test", ledger_harness.TSAN)
+        env = dict(os.environ, **TSAN_OPTIONS)
+        r = ledger_harness.run(
+            exe, d, "hammer", "3", "2", "4", "500", mode=0o755, timeout=300, env=env
+        )
         _clean(r)
         assert r.returncode == 0, r.stdout + r.stderr
-    finally:
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_ctxhold_harness_under_tsan(tmp_path):

@@ -8,7 +8,7 @@
  * Each case prints "ok <case> ..." and exits 0, or prints "FAIL ..." and exits 1.
  * tests/integration/test_ledger.py builds and runs it.
  */
-#include "ledger.h"
+#include "hammer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,20 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MiB (1024ull * 1024ull)
-
 static const char *dir;
 static char errbuf[512];
-
-#define CHECK(cond, ...)                                                                   \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            fprintf(stderr, __VA_ARGS__);                                                  \
-            fprintf(stderr, "\n");                                                         \
-            exit(1);                                                                       \
-        }                                                                                  \
-    } while (0)
 
 static void path_of(char *buf, size_t n, const char *name)
 {
@@ -70,74 +58,12 @@ static ct_ledger *reopen(const char *name)
     return l;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 /* ---- hammer: many processes x threads, never over the limit -------------------------------- */
-
-struct shared {
-    uint64_t cur[2], max[2];   /* the true sum of granted, unreleased bytes, and its maximum */
-    uint64_t grants, denials, ready, errors;
-};
-
-static struct shared *sh;
-static ct_ledger *hl;
-static int nthreads, iters, nprocs;
-static const uint64_t hlimit[2] = {8 * MiB, 3 * MiB};
-
-static void smax(uint64_t *p, uint64_t v)
-{
-    uint64_t c = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    while (c < v && !__atomic_compare_exchange_n(p, &c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        ;
-}
-
-static void *hammer_thread(void *arg)
-{
-    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull + (uint64_t)getpid();
-    uint64_t g = 0, d = 0;
-    __atomic_fetch_add(&sh->ready, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&sh->ready, __ATOMIC_SEQ_CST) < (uint64_t)(nprocs * nthreads))
-        sched_yield();
-    for (int i = 0; i < iters; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        int dev = (int)(x & 1);
-        uint64_t sz = 1 + (x >> 20) % (hlimit[dev] / 4);
-        int r = ct_ledger_reserve(hl, dev, sz, NULL, NULL);
-        if (r == CT_LEDGER_GRANTED) {
-            g++;
-            uint64_t c = __atomic_add_fetch(&sh->cur[dev], sz, __ATOMIC_SEQ_CST);
-            smax(&sh->max[dev], c);
-            /* hold it a while; yielding lets other threads (on few cores) pile up on the limit */
-            if ((x >> 40) & 1)
-                sched_yield();
-            else
-                for (volatile int k = 0; k < (int)((x >> 41) & 63); k++)
-                    ;
-            __atomic_sub_fetch(&sh->cur[dev], sz, __ATOMIC_SEQ_CST);
-            if (ct_ledger_release(hl, dev, sz) != 1)
-                __atomic_fetch_add(&sh->errors, 1, __ATOMIC_SEQ_CST);
-        } else if (r == CT_LEDGER_DENIED) {
-            d++;
-        } else {
-            __atomic_fetch_add(&sh->errors, 1, __ATOMIC_SEQ_CST);
-        }
-    }
-    __atomic_fetch_add(&sh->grants, g, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&sh->denials, d, __ATOMIC_SEQ_CST);
-    return NULL;
-}
 
 static int case_hammer(int procs, int threads, int n)
 {
-    nprocs = procs, nthreads = threads, iters = n;
-    sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    CHECK(sh != MAP_FAILED, "mmap");
-    memset(sh, 0, sizeof *sh);
+    h_total = procs * threads, h_iters = n;
+    hs = shared_mem(sizeof *hs);
     ct_ledger *l = make("hammer", hlimit[0], hlimit[1]);
     double t0 = now_s();
     pid_t kids[64];
@@ -165,16 +91,10 @@ static int case_hammer(int procs, int threads, int n)
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d status %d", p, st);
     }
     double dt = now_s() - t0;
-    CHECK(sh->errors == 0, "%llu errors", (unsigned long long)sh->errors);
-    for (int d = 0; d < 2; d++) {
-        CHECK(sh->max[d] <= hlimit[d], "dev %d: max concurrent %llu > limit %llu", d,
-              (unsigned long long)sh->max[d], (unsigned long long)hlimit[d]);
-        CHECK(sh->cur[d] == 0, "cur");
+    hammer_verify();
+    for (int d = 0; d < 2; d++)
         CHECK(ct_ledger_in_use(l, d) == 0, "in_use %llu after the run",
               (unsigned long long)ct_ledger_in_use(l, d));
-    }
-    CHECK(sh->grants > 0 && sh->denials > 0, "grants %llu denials %llu: no contention?",
-          (unsigned long long)sh->grants, (unsigned long long)sh->denials);
     static struct ct_ledger_view v;
     CHECK(ct_ledger_snapshot(l, &v) == 0, "snapshot");
     /* those that exited without leaving, unless another process reclaimed them already */
@@ -184,11 +104,11 @@ static int case_hammer(int procs, int threads, int n)
     CHECK(ct_ledger_reclaim(l) == (int)v.nmembers, "reclaim the members that exited without leaving");
     CHECK(ct_ledger_snapshot(l, &v) == 0 && v.nmembers == 0, "%u members left", v.nmembers);
     CHECK(v.peak[0] <= hlimit[0] && v.peak[1] <= hlimit[1], "ledger peak over the limit");
-    CHECK(v.denials[0] + v.denials[1] == sh->denials, "denial counters");
+    CHECK(v.denials[0] + v.denials[1] == hs->denials, "denial counters");
     printf("ok hammer procs=%d threads=%d iters=%d grants=%llu denials=%llu max0=%.2f/%.0f MiB "
            "max1=%.2f/%.0f MiB peak0=%.2f MiB %.2fs\n",
-           procs, threads, n, (unsigned long long)sh->grants, (unsigned long long)sh->denials,
-           sh->max[0] / (double)MiB, hlimit[0] / (double)MiB, sh->max[1] / (double)MiB,
+           procs, threads, n, (unsigned long long)hs->grants, (unsigned long long)hs->denials,
+           hs->max[0] / (double)MiB, hlimit[0] / (double)MiB, hs->max[1] / (double)MiB,
            hlimit[1] / (double)MiB, v.peak[0] / (double)MiB, dt);
     ct_ledger_close(l);
     return 0;

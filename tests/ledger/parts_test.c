@@ -19,7 +19,7 @@
  *
  * Each case prints "ok <case> ..." and exits 0, or prints "FAIL ..." and exits 1.
  * tests/integration/test_ledger_damage.py builds and runs it. */
-#include "ledger.h"
+#include "hammer.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,30 +37,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MiB (1024ull * 1024ull)
 #define UID0 61001u /* the users of the test: UID0, UID0 + 1, ... */
 
 static const char *dir;
 static char shared[2048];
 static char errbuf[512];
-
-#define CHECK(cond, ...)                                                                           \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "FAIL %s:%d (pid %d uid %u): %s: ", __FILE__, __LINE__, (int)getpid(), \
-                    (unsigned)geteuid(), #cond);                                                   \
-            fprintf(stderr, __VA_ARGS__);                                                          \
-            fprintf(stderr, "\n");                                                                 \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* what the members report (ct_ledger_set_report), counted for the checks */
 struct said {
@@ -73,14 +54,6 @@ static void report(int32_t fatal, const char *msg)
 {
     __atomic_fetch_add(fatal ? &said->fatal : &said->notes, 1, __ATOMIC_SEQ_CST);
     snprintf(said->last, sizeof said->last, "%s", msg);
-}
-
-static void *shared_mem(size_t n)
-{
-    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    CHECK(p != MAP_FAILED, "mmap");
-    memset(p, 0, n);
-    return p;
 }
 
 static void make_shared_dir(void)
@@ -120,55 +93,6 @@ static ct_ledger *member_of(const char *group, uint64_t lim0, uint64_t lim1)
 }
 
 /* ---- hammer: users x processes x threads against one limit ----------------------------------- */
-
-struct hsh {
-    uint64_t cur[2], max[2];
-    uint64_t grants, denials, ready, errors;
-    uint32_t min_parts;
-};
-static struct hsh *hs;
-static ct_ledger *hl;
-static int h_total, h_iters, h_late;
-static const uint64_t hlimit[2] = {8 * MiB, 3 * MiB};
-
-static void smax(uint64_t *p, uint64_t v)
-{
-    uint64_t c = __atomic_load_n(p, __ATOMIC_SEQ_CST);
-    while (c < v && !__atomic_compare_exchange_n(p, &c, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        ;
-}
-
-static void *hammer_thread(void *arg)
-{
-    uint64_t x = (uint64_t)(uintptr_t)arg * 0x9E3779B97F4A7C15ull + (uint64_t)getpid();
-    uint64_t g = 0, d = 0;
-    __atomic_fetch_add(&hs->ready, 1, __ATOMIC_SEQ_CST);
-    while (!h_late && __atomic_load_n(&hs->ready, __ATOMIC_SEQ_CST) < (uint64_t)h_total)
-        sched_yield(); /* (late: no barrier, users arrive while the others reserve) */
-    for (int i = 0; i < h_iters; i++) {
-        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-        int dev = (int)(x & 1);
-        uint64_t sz = 1 + (x >> 20) % (hlimit[dev] / 4);
-        int r = ct_ledger_reserve(hl, dev, sz, NULL, NULL);
-        if (r == CT_LEDGER_GRANTED) {
-            g++;
-            uint64_t c = __atomic_add_fetch(&hs->cur[dev], sz, __ATOMIC_SEQ_CST);
-            smax(&hs->max[dev], c);
-            if ((x >> 40) & 1)
-                sched_yield();
-            __atomic_sub_fetch(&hs->cur[dev], sz, __ATOMIC_SEQ_CST);
-            if (ct_ledger_release(hl, dev, sz) != CT_LEDGER_GRANTED)
-                __atomic_fetch_add(&hs->errors, 1, __ATOMIC_SEQ_CST);
-        } else if (r == CT_LEDGER_DENIED) {
-            d++;
-        } else {
-            __atomic_fetch_add(&hs->errors, 1, __ATOMIC_SEQ_CST);
-        }
-    }
-    __atomic_fetch_add(&hs->grants, g, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&hs->denials, d, __ATOMIC_SEQ_CST);
-    return NULL;
-}
 
 static int h_forked; /* the users' processes inherit their handle over fork (as the shim's) */
 
@@ -234,12 +158,7 @@ static int case_hammer(int users, int procs, int threads, int iters, int late)
         waitpid(kids[i], &st, 0);
         CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d status %d", i, st);
     }
-    CHECK(hs->errors == 0, "%llu errors", (unsigned long long)hs->errors);
-    for (int d = 0; d < 2; d++)
-        CHECK(hs->max[d] <= hlimit[d], "dev %d: max concurrent %llu > limit %llu", d,
-              (unsigned long long)hs->max[d], (unsigned long long)hlimit[d]);
-    CHECK(hs->grants > 0 && hs->denials > 0, "grants %llu denials %llu: no contention?",
-          (unsigned long long)hs->grants, (unsigned long long)hs->denials);
+    hammer_verify();
     printf("ok %s users=%d procs=%d threads=%d iters=%d grants=%llu denials=%llu "
            "max0=%.2f/%.0f MiB max1=%.2f/%.0f MiB %.2fs\n",
            h_forked ? "forked (children on their parent's handle)"

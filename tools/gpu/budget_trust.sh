@@ -30,14 +30,7 @@
 #     and an 8,190-byte group name refuse cuInit with one line.
 # Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 2 minutes.
 set -u
-OUT=${1:?usage: budget_trust.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
-make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/common.sh"
 SHIM="$REPO/cudatrace/_native/libcudatrace.so"
 LEDGERS="$OUT/ledgers"
 rm -rf "$LEDGERS" "$OUT/missing"

@@ -16,14 +16,8 @@
 # network. ENG_SIM=1 runs the same checks on cudatrace's simulated driver (no GPU, no nvcc:
 # the driver API build), which is how this script was checked where it was written.
 set -u
-OUT=${1:?usage: eng_attrib.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
-export PYTHONUNBUFFERED=1 COLUMNS=250 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
+. "$(dirname "$0")/common.sh"
+export PYTHONUNBUFFERED=1 COLUMNS=250
 SRC=$REPO/tests/progs/attrib/eng.cpp
 SIM=()
 fails=0

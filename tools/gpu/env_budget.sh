@@ -8,17 +8,10 @@
 #   C: a share of 2 GiB (as Slurm's hook sets it) is denied 2.5 GiB, by its share, not the group.
 # Prints PASS/FAIL lines; exit 0 when all pass. Needs PyTorch with CUDA. About 1 minute.
 set -u
-OUT=${1:?usage: env_budget.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
-make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
+. "$(dirname "$0")/common.sh"
 LEDGERS="$OUT/ledgers"
 rm -rf "$LEDGERS"
 mkdir -m 700 "$LEDGERS"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 ENVB=(env LD_PRELOAD="$REPO/cudatrace/_native/libcudatrace.so" CUDATRACE_LEDGER_DIR="$LEDGERS"
       CUDATRACE_GROUP=envg CUDATRACE_BUDGET=6GiB)
 fails=0

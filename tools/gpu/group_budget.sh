@@ -7,13 +7,7 @@
 # counting contexts changes. Also prints `cudatrace status` while the 4 hold their memory.
 # Needs nvcc and nvidia-smi. Exit 0 when the counted run stays within budget + margin.
 set -u
-OUT=${1:?usage: group_budget.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
-make -s -C native OUT=../cudatrace/_native || { echo "shim build failed"; exit 2; }
+. "$(dirname "$0")/common.sh"
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
 "$NVCC" -O2 -g -arch="${GPU_ARCH:-sm_90}" -I"$HERE" -Xcompiler -fno-omit-frame-pointer \
     -Xlinker --export-dynamic -o "$OUT/group_loop" "$HERE/group_loop.cu" || exit 2

@@ -20,15 +20,9 @@
 # with CUDA and a GPU. Without CUDA (a CPU wheel) it checks the build and the report of a --cpu
 # run only, says so, and exits 0 when those work.
 set -u
-OUT=${1:?usage: libtorch_attrib.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
-export PYTHONUNBUFFERED=1 COLUMNS=250 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/common.sh"
+export PYTHONUNBUFFERED=1 COLUMNS=250
 PY=${PYTHON:-python3}
-make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
 
 # ---- build against the wheel's libtorch ----------------------------------------------------
 TORCH=$("$PY" -c 'import torch, os; print(os.path.dirname(torch.__file__))' 2>/dev/null) ||

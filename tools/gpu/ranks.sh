@@ -10,13 +10,7 @@
 # and that --by rank, --html (8 rank timelines) and export work. Prints PASS/FAIL lines.
 # Needs python3 with torch and torchrun, and nvidia-smi. Exit 0 when every check passes.
 set -u
-OUT=${1:?usage: ranks.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
-make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
+. "$(dirname "$0")/common.sh"
 cat >"$OUT/worker.py" <<'EOF'
 import os, time
 import torch

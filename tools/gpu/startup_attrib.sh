@@ -14,14 +14,8 @@
 #   6. serving (--serve): weights and workspace are their own sites, the helper none
 # Prints each headline and PASS/FAIL lines; exit 0 when all pass. Needs nvcc and a GPU.
 set -u
-OUT=${1:?usage: startup_attrib.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
+. "$(dirname "$0")/common.sh"
 export PYTHONUNBUFFERED=1 COLUMNS=250
-make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
 NVCC=${NVCC:-$(command -v nvcc || echo "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc")}
 SRV=$OUT/vllm-server-b1234
 "$NVCC" -O2 -g -arch="${GPU_ARCH:-sm_90}" -Xcompiler -fomit-frame-pointer \

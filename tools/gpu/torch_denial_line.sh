@@ -18,15 +18,9 @@
 # Prints each line and PASS/FAIL; exit 0 when all pass. Needs a PyTorch install with CUDA and a
 # GPU (run from the repository root, or anywhere: it finds the checkout from its own path).
 set -u
-OUT=${1:?usage: torch_denial_line.sh OUTDIR}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-HERE=$(cd "$(dirname "$0")" && pwd)
-REPO=$(cd "$HERE/../.." && pwd)
-cd "$REPO"
-export PYTHONUNBUFFERED=1 COLUMNS=250 PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+. "$(dirname "$0")/common.sh"
+export PYTHONUNBUFFERED=1 COLUMNS=250
 PY=${PYTHON:-python3}
-make -s -C native OUT=../cudatrace/_native || { echo "FAIL shim build"; exit 2; }
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null ||
     { echo "FAIL no PyTorch with CUDA importable by $PY"; exit 2; }
 echo "== torch $("$PY" -c 'import torch; print(torch.__version__)'), $("$PY" --version)"

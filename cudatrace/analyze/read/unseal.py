@@ -163,14 +163,8 @@ class _Builder:
         return self.memfd
 
     def _put(self, off: int, data: bytes) -> None:
-        fd = self._mem_fd()
-        view = memoryview(data)
-        done = 0
-        while done < len(data):
-            n = os.pwrite(fd, view[done:], off + done)
-            if n <= 0:
-                raise OSError(errno.ENOSPC, "no room to put a sealed chunk back")
-            done += n
+        refused = OSError(errno.ENOSPC, "no room to put a sealed chunk back")
+        sidecar.pwrite_all(self._mem_fd(), data, off, refused)
 
     def inflate(self, want: Callable[[int], bool]) -> None:
         """Put back the chunks `want(c)` accepts from the sidecar's intact entries."""

@@ -407,6 +407,21 @@ _HEADER = """<header class="top">
   <div class="cmd"><code>{cmd}</code></div>
 </header>"""
 
+# the flame graph's card and the footer, the same on both pages
+_FLAME_CARD = """<section class="card" id="flame-card">
+  <div class="card-head"><h2 id="flame-title">{flame_title}</h2>
+    <div class="controls" id="flame-controls"></div></div>
+  <div id="flame-sub" class="sub"></div>
+  <div id="flame" class="flame"></div>
+  <div id="flame-status" class="status"></div>
+</section>
+"""
+_FOOTER = """<footer><p id="aggregation">{aggregation}.</p>
+<p>Written by cudatrace {version} on {generated}. This file is self-contained: it loads nothing
+from the network.</p></footer>
+<div id="tip" class="tip" hidden></div>
+"""
+
 _BODY_REPORT = (
     _HEADER.replace("{what}", "device memory report")
     + """
@@ -420,14 +435,9 @@ _BODY_REPORT = (
   <p class="hint">Click the chart to choose a moment (the flame graph and the table follow; the
   arrow keys step between moments); drag across it to zoom in, double-click to zoom out.</p>
 </section>
-{ranks}<section class="card" id="flame-card">
-  <div class="card-head"><h2 id="flame-title">Live at the chosen moment</h2>
-    <div class="controls" id="flame-controls"></div></div>
-  <div id="flame-sub" class="sub"></div>
-  <div id="flame" class="flame"></div>
-  <div id="flame-status" class="status"></div>
-</section>
-<section class="card" id="sites-card">
+{ranks}"""
+    + _FLAME_CARD.replace("{flame_title}", "Live at the chosen moment")
+    + """<section class="card" id="sites-card">
   <div class="card-head"><h2 id="sites-title">Call sites</h2></div>
   <div id="sites"></div>
 </section>
@@ -437,11 +447,8 @@ _BODY_REPORT = (
   <details><summary>The text report</summary><pre class="text">{text}</pre></details>
 </section>
 </main>
-<footer><p id="aggregation">{aggregation}.</p>
-<p>Written by cudatrace {version} on {generated}. This file is self-contained: it loads nothing
-from the network.</p></footer>
-<div id="tip" class="tip" hidden></div>
 """
+    + _FOOTER
 )
 
 
@@ -558,7 +565,8 @@ def _version() -> str:
     return __version__
 
 
-_BODY_DIFF = """<header class="top">
+_BODY_DIFF = (
+    """<header class="top">
   <div class="brand">cudatrace<span>diff</span></div>
   <h1>{title}</h1>
   <div class="cmd"><span class="tag a">A</span><code>{cmd_a}</code> <span class="path">{path_a}</span></div>
@@ -573,23 +581,16 @@ _BODY_DIFF = """<header class="top">
   <div id="legend" class="legend"></div>
   <p class="hint">Drag across the chart to zoom in, double-click to zoom out.</p>
 </section>
-<section class="card" id="flame-card">
-  <div class="card-head"><h2 id="flame-title">What changed</h2>
-    <div class="controls" id="flame-controls"></div></div>
-  <div id="flame-sub" class="sub"></div>
-  <div id="flame" class="flame"></div>
-  <div id="flame-status" class="status"></div>
-</section>
-<section class="card" id="sites-card">
+"""
+    + _FLAME_CARD.replace("{flame_title}", "What changed")
+    + """<section class="card" id="sites-card">
   <div class="card-head"><h2 id="sites-title">Site changes: {counts}</h2></div>
   <div id="sites"></div>
 </section>
 {ranks}</main>
-<footer><p id="aggregation">{aggregation}.</p>
-<p>Written by cudatrace {version} on {generated}. This file is self-contained: it loads nothing
-from the network.</p></footer>
-<div id="tip" class="tip" hidden></div>
 """
+    + _FOOTER
+)
 
 
 # ---- writing ------------------------------------------------------------------------------
