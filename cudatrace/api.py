@@ -189,7 +189,7 @@ class Mark:
             )
         self._lib, self._p, self._c, self.slot = lib, p, c, slot
         self.opened_ns = int(p.marks[slot].opened_ns)
-        self._closed: dict | None = None
+        self._closed: dict[str, list[int]] | None = None
 
     def _reading(self, which: str, device: int | None) -> int:
         i = _index(device, self._c)
@@ -259,7 +259,7 @@ class SiteUse:
     via: str = ""  # the allocator layers folded into the site, outermost first
     # the heaviest stack of the site, innermost first: (function, file, line); its Python frames
     # alone when it has any
-    stack: list = field(default_factory=list)
+    stack: list[tuple[str | None, str | None, int | None]] = field(default_factory=list)
 
     def where(self) -> str:
         if self.file:
@@ -284,9 +284,10 @@ class Tracker:
     left: int = 0
     start_ns: int = 0
     end_ns: int = 0
-    devices: dict = field(default_factory=dict)  # device -> (peak above start, left)
+    # device -> (peak above start, left)
+    devices: dict[int, tuple[int, int]] = field(default_factory=dict)
     # sites() names the lines of this function: (file, name); default: the block's own
-    anchor: tuple | None = None
+    anchor: tuple[str, str] | None = None
     _mark: Mark | None = field(default=None, repr=False)
     _analysis: object = field(default=None, repr=False)
 
@@ -344,7 +345,7 @@ class Tracker:
         )
 
 
-def track(anchor: tuple | None = None) -> Tracker:
+def track(anchor: tuple[str, str] | None = None) -> Tracker:
     """`with cudatrace.track() as t:` measures the block: t.peak, t.left, t.sites()."""
     _need()
     return Tracker(anchor=anchor)

@@ -7,7 +7,7 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Callable, NamedTuple
 
 import click
 
@@ -164,7 +164,7 @@ def run_plugin(
 
     grpc_module()
     protos()
-    say = lambda line: click.echo(f"cudatrace dra-plugin: {line}", err=True)
+    say: Callable[[str], None] = lambda line: click.echo(f"cudatrace dra-plugin: {line}", err=True)
     plugin = dra.Plugin(cfg, gpus, access.resolve(), say)
     inst = plugin.setup()
     offered = ", ".join(f"{g.device} ({g.memory} bytes)" for g in gpus)

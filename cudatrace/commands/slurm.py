@@ -53,8 +53,8 @@ def slurm_prolog(
     import os
     import sys
 
+    from ..deploy.slurm import prolog
     from ..record.budget import BudgetError, parse_size
-    from ..record.slurm import prolog
 
     try:
         mem = parse_size(gpu_memory) if gpu_memory else None
@@ -72,7 +72,7 @@ def slurm_epilog() -> int:
     import os
     import sys
 
-    from ..record.slurm import epilog
+    from ..deploy.slurm import epilog
 
     for note in epilog(dict(os.environ)):
         sys.stderr.write(f"cudatrace: {note}\n")
@@ -86,8 +86,8 @@ def slurm_taskprolog() -> int:
     record the Prolog wrote (docs/slurm.md)."""
     import os
 
+    from ..deploy.slurm import taskprolog
     from ..native import shim_path
-    from ..record.slurm import taskprolog
 
     click.echo("\n".join(taskprolog(dict(os.environ), str(shim_path()))))
     return 0

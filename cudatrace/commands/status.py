@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 import click
 
@@ -105,7 +105,7 @@ def node_text(state: Path) -> str:
     return f"the node agent's last pass, at {when} ({age:.0f} s ago):\n\n{render_status(st)}"
 
 
-def _node_status(state: Path) -> tuple:
+def _node_status(state: Path) -> tuple[Any, float]:
     from ..deploy.agent import STATUS_FILE
 
     path = state / STATUS_FILE

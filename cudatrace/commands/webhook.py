@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import click
 
@@ -23,7 +23,7 @@ class Serving(NamedTuple):
     timeout: float = 10.0
 
     @classmethod
-    def options(cls) -> list:
+    def options(cls) -> list[Any]:
         return [
             click.option(
                 "--listen",
@@ -135,7 +135,7 @@ def webhook(
         on_exceed=on_exceed,
         preload=preload,
     )
-    say = lambda line: click.echo(f"cudatrace webhook: {line}", err=True)
+    say: Callable[[str], None] = lambda line: click.echo(f"cudatrace webhook: {line}", err=True)
     t = serving.timeout
     limits = Limits(serving.max_connections, handshake=t, request=t, idle=max(60.0, t), write=t)
     cert_files = ServingCert(cert, key, say)

@@ -1,5 +1,6 @@
-"""Containers and Kubernetes: budgets a container gets without running `cudatrace run` itself
-(docs/containers.md, docs/kubernetes.md).
+"""The operator's surface: containers, Kubernetes and Slurm, budgets a container or a job gets
+without running `cudatrace run` itself (docs/containers.md, docs/kubernetes.md, docs/slurm.md;
+docs/ARCHITECTURE.md, "The deployment floor").
 
 The floor of the deployment code, above record/ and present/: it hands containers the same
 environment contract the preload library already reads ("Budgets without the launcher",
@@ -33,6 +34,10 @@ docs/budgets.md) and keeps a node's side of it.
     manifests  Kubernetes manifests (the DRA driver's too), the systemd unit
     tls        the services' TLS material: a CA and its certificates, renewed and rotated;
                served pairs read again when their files change
+    objects    the Kubernetes and CDI objects written and read, as TypedDicts
+    manifest_objects  the other objects the manifests deploy, as TypedDicts
+    slurm      a Slurm job's share of its GPU's group: the record `slurm-prolog` seals,
+               `slurm-epilog` removes, the environment `slurm-taskprolog` prints
 
 May import the ground, the leaves, record/ and present/; nothing below imports it.
 """

@@ -43,12 +43,13 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Callable, Union
 
 from .. import native, procfs, settings
-from ..nvml import DeviceReading
+from ..nvml import DeviceReading, Nvml
 from ..record import watch as watch_mod
 from ..record.fence import unfenced_of
 from ..record.gpuview import Source
@@ -142,7 +143,9 @@ def _member_key_of(p: WatchProcess) -> tuple[str, int, int] | None:
 
 
 class Agent:
-    def __init__(self, cfg: Config, say: Callable[[str], None] | None = None, nvml: Any = None):
+    def __init__(
+        self, cfg: Config, say: Callable[[str], None] | None = None, nvml: Nvml | None = None
+    ):
         self.cfg = cfg
         self.say = say or (lambda line: print(f"cudatrace node: {line}", file=sys.stderr))
         self.nvml = nvml
@@ -384,7 +387,7 @@ class Agent:
         return None
 
     @staticmethod
-    def _ordinals(m: LedgerMember, listed: dict[int, int]) -> dict[int, int]:
+    def _ordinals(m: LedgerMember, listed: Mapping[int, int]) -> dict[int, int]:
         """CUDA ordinal (the ledger's device) -> NVML's figure. One GPU listed: the member's one
         device (0 before its first allocation); several: in NVML index order, which is CUDA's
         with CUDA_DEVICE_ORDER=PCI_BUS_ID (docs/containers.md, multi-GPU limits)."""
@@ -395,7 +398,9 @@ class Agent:
             return {held[0] if held else 0: next(iter(listed.values()))}
         return {k: listed[i] for k, i in enumerate(sorted(listed))}
 
-    def _contexts(self, t: Tracked, snap: LedgerSnapshot, nv: dict[int, dict[int, int]]) -> bool:
+    def _contexts(
+        self, t: Tracked, snap: LedgerSnapshot, nv: Mapping[int, Mapping[int, int]]
+    ) -> bool:
         """Count the contexts of this ledger's members in other pid namespaces; True when a
         figure changed."""
         _, lib = native.tools()

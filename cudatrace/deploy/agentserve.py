@@ -8,10 +8,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .agent import Agent
 from .httpserver import Limits, Request, Response, Route, Server, text
+from .kube import Authorizer
+from .tls import ServingCert
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry  # the metrics extra, imported where served
 
 
 def node_collector(agent: Agent) -> Any:
@@ -90,7 +95,9 @@ def health(agent: Agent) -> tuple[int, str]:
     return 200, "ok"
 
 
-def routes(agent: Agent, registry: Any, authorizer: Any = None) -> dict[str, Route]:
+def routes(
+    agent: Agent, registry: CollectorRegistry, authorizer: Authorizer | None = None
+) -> dict[str, Route]:
     """/metrics (to whom authorizer allows, when one is given), /healthz, /readyz."""
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -123,8 +130,8 @@ def serve(
     host: str,
     port: int,
     ready: Callable[[str], None],
-    tls: Any = None,
-    authorizer: Any = None,
+    tls: ServingCert | None = None,
+    authorizer: Authorizer | None = None,
 ) -> None:
     """Serve the metrics on host:port and run the agent until interrupted. tls: a
     tls.ServingCert (HTTPS); authorizer: a kube.Authorizer (who may read /metrics)."""

@@ -66,18 +66,32 @@ import os
 import re
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, cast
 
 from .. import fence_record, settings
 from ..errors import CudatraceError
 from . import cdi
 from .install import Installed
 from .kube import Backoff, Kube, KubeError, Retry, need
-from .objects import CdiSpec
+from .objects import (
+    CdiSpec,
+    ClaimMeta,
+    DeviceAttribute,
+    DeviceClass,
+    ObjectMeta,
+    OwnerReference,
+    ResourceClaim,
+    ResourceSlice,
+    SliceDevice,
+)
 from .plan import DEFAULT_ROOT, DEFAULT_STATE, VENDOR, Fence, PlanError, check_name, record
+
+if TYPE_CHECKING:
+    from ..nvml import Nvml
 
 DRIVER = "gpu.cudatrace.dev"  # the DRA driver: ResourceSlices, allocation results
 DEVICE_CLASS = "gpu-memory.cudatrace.dev"  # the DeviceClass claims name (manifests.py)
@@ -225,7 +239,7 @@ def parse_quantity(text: str) -> int:
     return whole
 
 
-def node_gpus(nvml: Any, reserve: int = 0) -> list[Gpu]:
+def node_gpus(nvml: Nvml, reserve: int = 0) -> list[Gpu]:
     """The GPUs NVML lists, each offering its total memory less reserve. Raises DraError when
     there is none to offer."""
     if not nvml.available:
@@ -253,12 +267,12 @@ def slice_name(node: str, driver: str) -> str:
 
 
 def resource_slice(
-    cfg: PluginConfig, gpus: list[Gpu], generation: int = 1, owner: dict[str, Any] | None = None
-) -> dict[str, Any]:
+    cfg: PluginConfig, gpus: list[Gpu], generation: int = 1, owner: OwnerReference | None = None
+) -> ResourceSlice:
     """The node's ResourceSlice: one pool (the node's name), a device per GPU."""
-    devices = []
+    devices: list[SliceDevice] = []
     for g in gpus:
-        attributes: dict[str, Any] = {"index": {"int": g.index}}
+        attributes: dict[str, DeviceAttribute] = {"index": {"int": g.index}}
         if g.uuid:
             attributes["uuid"] = {"string": g.uuid[:64]}
         if g.product:
@@ -271,7 +285,7 @@ def resource_slice(
                 "capacity": {CAPACITY: {"value": str(g.memory)}},
             }
         )
-    meta: dict[str, Any] = {
+    meta: ObjectMeta = {
         "name": slice_name(cfg.node, cfg.driver),
         "labels": {"app.kubernetes.io/name": "cudatrace"},
     }
@@ -290,7 +304,7 @@ def resource_slice(
     }
 
 
-def device_class(driver: str = DRIVER, name: str = DEVICE_CLASS) -> dict[str, Any]:
+def device_class(driver: str = DRIVER, name: str = DEVICE_CLASS) -> DeviceClass:
     """The DeviceClass claims name: every device of the driver."""
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -313,34 +327,36 @@ def check_ref(ref: ClaimRef) -> ClaimRef:
     return ref
 
 
-def check_claim(obj: dict[str, Any]) -> None:
-    """A ResourceClaim as the API server answered it, as far as claim_plan reads it: a
-    retryable KubeError naming the first field that is not what it must be."""
+def check_claim(obj: Mapping[str, object]) -> None:
+    """A ResourceClaim as the API server answered it, as far as claim_plan reads it (its
+    ResourceClaim type): a retryable KubeError naming the first field that is not what it
+    must be."""
     w = "the ResourceClaim"
 
-    def present(*path: str) -> bool:
-        cur: Any = obj
+    def found(*path: str) -> object:
+        """The value at path, None where it is missing or null."""
+        cur: object = obj
         for key in path:
             if not isinstance(cur, dict) or cur.get(key) is None:
-                return False
+                return None
             cur = cur[key]
-        return True
+        return cur
 
     need(obj, "metadata", "uid", what=w)
-    if present("metadata", "ownerReferences"):
+    if found("metadata", "ownerReferences") is not None:
         refs = need(obj, "metadata", "ownerReferences", typ=list, what=w)
         for i in range(len(refs)):
             need(obj, "metadata", "ownerReferences", i, typ=dict, what=w)
-    if present("status"):
+    if found("status") is not None:
         need(obj, "status", typ=dict, what=w)
-    if not present("status", "allocation") or not obj["status"]["allocation"]:
+    if not found("status", "allocation"):
         return  # not allocated: claim_plan says so
     need(obj, "status", "allocation", typ=dict, what=w)
     at = ("status", "allocation", "devices")
-    if not present(*at):
+    if found(*at) is None:
         return
     need(obj, *at, typ=dict, what=w)
-    if not present(*at, "results"):
+    if found(*at, "results") is None:
         return
     for i in range(len(need(obj, *at, "results", typ=list, what=w))):
         r = need(obj, *at, "results", i, typ=dict, what=w)
@@ -353,7 +369,7 @@ def check_claim(obj: dict[str, Any]) -> None:
                 need(obj, *at, "results", i, "consumedCapacity", CAPACITY, typ=(str, int), what=w)
 
 
-def _owner_pod(meta: dict[str, Any]) -> tuple[str, str] | None:
+def _owner_pod(meta: ClaimMeta) -> tuple[str, str] | None:
     for o in meta.get("ownerReferences") or []:
         if o.get("kind") == "Pod" and o.get("apiVersion") == "v1" and o.get("controller"):
             return str(o.get("name", "")), str(o.get("uid", ""))
@@ -361,7 +377,7 @@ def _owner_pod(meta: dict[str, Any]) -> tuple[str, str] | None:
 
 
 def claim_plan(
-    claim: dict[str, Any], ref: ClaimRef, cfg: PluginConfig, gpus: list[Gpu]
+    claim: ResourceClaim, ref: ClaimRef, cfg: PluginConfig, gpus: list[Gpu]
 ) -> ClaimPlan:
     """What the claim gets of this node's GPUs. Raises DraError when it cannot be prepared here."""
     meta = claim.get("metadata") or {}
@@ -453,7 +469,7 @@ def prepared(plan: ClaimPlan, cfg: PluginConfig) -> Prepared:
     return Prepared(tuple(out))
 
 
-def _generation(slice_: dict[str, Any] | None) -> int:
+def _generation(slice_: Mapping[str, object] | None) -> int:
     """The pool generation of a ResourceSlice as the API server has it (0: none readable)."""
     spec = (slice_ or {}).get("spec")
     pool = spec.get("pool") if isinstance(spec, dict) else None
@@ -500,7 +516,7 @@ class Plugin:
 
     # ---- the claims -----------------------------------------------------------------------
 
-    def read_claim(self, ref: ClaimRef) -> dict[str, Any]:
+    def read_claim(self, ref: ClaimRef) -> ResourceClaim:
         """The claim, as the API server has it now: an answer that fails or is not a claim as
         read is tried again (3 tries in about a second, within the kubelet's call), then
         refused with the reason (the kubelet asks again later)."""
@@ -509,9 +525,10 @@ class Plugin:
         path = f"{RESOURCE_API}/namespaces/{ref.namespace}/resourceclaims/{ref.name}"
         retry = Retry(attempts=3, first=0.25, say=lambda line: self.say(f"claim {ref}: {line}"))
         try:
-            return self.kube.request("GET", path, retry=retry, check=check_claim)
+            answer = self.kube.request("GET", path, retry=retry, check=check_claim)
         except KubeError as e:
             raise DraError(f"claim {ref}: {e}") from None
+        return cast(ResourceClaim, answer)  # check_claim found what claim_plan reads as typed
 
     def prepare(self, refs: list[ClaimRef]) -> dict[str, Prepared | str]:
         """claim uid -> its devices, or why it cannot be prepared."""
@@ -527,7 +544,7 @@ class Plugin:
                 self.say(f"claim {ref}: not prepared: {e}")
         return out
 
-    def _prepare(self, claim: dict[str, Any], ref: ClaimRef) -> Prepared:
+    def _prepare(self, claim: ResourceClaim, ref: ClaimRef) -> Prepared:
         assert self.inst is not None, "setup() first"
         plan = claim_plan(claim, ref, self.cfg, self.gpus)
         if not plan.shares:
@@ -604,7 +621,7 @@ class Plugin:
 
     # ---- the ResourceSlice ----------------------------------------------------------------
 
-    def _owner(self) -> dict[str, Any] | None:
+    def _owner(self) -> OwnerReference | None:
         """The node as the slice's owner (the slice goes when the node does), when readable."""
         assert self.kube is not None
         try:
@@ -616,7 +633,7 @@ class Plugin:
         return {"apiVersion": "v1", "kind": "Node", "name": self.cfg.node, "uid": uid,
                 "controller": True}  # fmt: skip
 
-    def publish(self, replace: bool = True) -> dict[str, Any] | None:
+    def publish(self, replace: bool = True) -> ResourceSlice | None:
         """Create the node's ResourceSlice, or (replace) write it over the one there with the
         next generation; without replace only a missing one is made (the kubelet removes a
         driver's slices when its plugin is away). Returns the slice written, None if none."""

@@ -23,6 +23,7 @@ import signal
 import stat
 import threading
 import time
+from collections.abc import Mapping
 from concurrent import futures
 from pathlib import Path
 from typing import Any, Callable
@@ -70,7 +71,7 @@ def _refs(request: Any) -> list[ClaimRef]:
     return [ClaimRef(c.namespace, c.uid, c.name) for c in request.claims]
 
 
-def _prepare_response(cls: Any, results: dict[str, Prepared | str]) -> Any:
+def _prepare_response(cls: Any, results: Mapping[str, Prepared | str]) -> Any:
     resp = cls()
     for uid, r in results.items():
         entry = resp.claims[uid]  # an entry for every claim, an empty one included
@@ -86,7 +87,7 @@ def _prepare_response(cls: Any, results: dict[str, Prepared | str]) -> Any:
     return resp
 
 
-def _unprepare_response(cls: Any, results: dict[str, str]) -> Any:
+def _unprepare_response(cls: Any, results: Mapping[str, str]) -> Any:
     resp = cls()
     for uid, error in results.items():
         entry = resp.claims[uid]
@@ -96,7 +97,9 @@ def _unprepare_response(cls: Any, results: dict[str, str]) -> Any:
     return resp
 
 
-def _handler(grpc: Any, name: str, methods: dict[str, tuple[Any, Any, Callable[..., Any]]]) -> Any:
+def _handler(
+    grpc: Any, name: str, methods: Mapping[str, tuple[Any, Any, Callable[..., Any]]]
+) -> Any:
     return grpc.method_handlers_generic_handler(
         name,
         {

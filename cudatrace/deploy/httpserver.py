@@ -31,13 +31,16 @@ import re
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CudatraceError
+
+if TYPE_CHECKING:
+    from .tls import ServingCert
 
 WAITING = ("idle", "request")  # phases a connection may be closed in to make room
 STATS_EVERY = 60.0  # seconds between two log lines of what was closed
@@ -202,7 +205,7 @@ class _Conn(asyncio.Protocol):
 
     # ---- asyncio's side -------------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
         self.server.conns.add(self)
         self._phase("idle", self.server.limits.request)
@@ -371,9 +374,9 @@ class Server:
         self,
         host: str,
         port: int,
-        routes: dict[str, Route],
+        routes: Mapping[str, Route],
         limits: Limits | None = None,
-        tls: Any = None,
+        tls: ServingCert | None = None,
         log: Callable[[str], None] = print,
         error: Callable[[int, str], Response] = text,
         name: str = "server",
@@ -508,7 +511,7 @@ class Server:
             self.log(f"{req.method} {req.path}: internal error: {why}")
             return self.error(500, f"internal error: {why}")
 
-    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    def _loop_error(self, loop: asyncio.AbstractEventLoop, context: Mapping[str, object]) -> None:
         """What asyncio would print (with a traceback): one line, once a minute at most."""
         exc = context.get("exception")
         what = f"{type(exc).__name__}: {exc}" if exc is not None else ""
@@ -532,7 +535,7 @@ class Server:
             if line:
                 self.log(line)
 
-    def stats_line(self, before: dict[str, int]) -> str:
+    def stats_line(self, before: Mapping[str, int]) -> str:
         """What was closed since `before` (a copy of stats), as one line; '' when nothing."""
         lim = self.limits
         words = {
@@ -560,9 +563,9 @@ def _shut(sock: socket.socket) -> None:
         pass
 
 
-def _peer(addr: Any) -> str:
-    try:
-        host, port = addr[:2]
-    except (TypeError, ValueError):
+def _peer(addr: object) -> str:
+    """A peer as asyncio names it: (host, port, ...) for TCP, else as it is."""
+    if not isinstance(addr, tuple) or len(addr) < 2:
         return str(addr)
+    host, port = addr[:2]
     return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"

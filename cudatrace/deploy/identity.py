@@ -147,11 +147,11 @@ class PodIndex:
         return self.pods.get(container)
 
 
-def _claims(env: dict[str, str]) -> dict[str, str]:
+def _claims(env: Mapping[str, str]) -> dict[str, str]:
     return {k: env[var] for k, var in ENV_KEYS.items() if env.get(var)}
 
 
-def _mismatch(claims: dict[str, str], ref: PodRef | None, container: str) -> str:
+def _mismatch(claims: Mapping[str, str], ref: PodRef | None, container: str) -> str:
     """Why the environment's claim is not the verified identity ("" when it agrees)."""
     if not claims:
         return ""
@@ -173,7 +173,7 @@ def _mismatch(claims: dict[str, str], ref: PodRef | None, container: str) -> str
 
 
 def identify(
-    pid: int, env: dict[str, str], index: PodIndex | None, proc: str = "/proc"
+    pid: int, env: Mapping[str, str], index: PodIndex | None, proc: str = "/proc"
 ) -> Identity:
     """The identity of host pid `pid` (its environment `env` as procscan read it)."""
     cg = cgroups.parse(procfs.cgroup_of(pid, proc))
@@ -221,7 +221,7 @@ class Identities:
     def get(self, pid: int) -> Identity | None:
         return self.now.get(pid)
 
-    def refresh(self, pids: dict[int, dict[str, str]]) -> None:
+    def refresh(self, pids: Mapping[int, Mapping[str, str]]) -> None:
         """Identify each host pid (its environment's claims beside it); say new mismatches;
         send the Events that waited for a pod now verified."""
         now = time.monotonic()

@@ -31,7 +31,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from ..errors import CudatraceError
 from .objects import Event, ObjectReference
@@ -40,6 +40,7 @@ SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 COMPONENT = "cudatrace-node"
 _UID_RE = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 RETRY_CODES = frozenset({408, 429, 500, 502, 503, 504})
+_T = TypeVar("_T")
 
 
 class KubeError(CudatraceError):
@@ -54,18 +55,25 @@ class KubeError(CudatraceError):
         self.retryable = retryable
 
 
-def need(obj: Any, *path: str | int, typ: type | tuple[type, ...] = str, what: str = "") -> Any:
-    """obj[path[0]][path[1]]..., which must be of typ; else a retryable KubeError naming the
-    field (what: whose answer it is)."""
+@overload
+def need(obj: object, *path: str | int, what: str = "") -> str: ...
+@overload
+def need(obj: object, *path: str | int, typ: type[_T], what: str = "") -> _T: ...
+@overload
+def need(obj: object, *path: str | int, typ: tuple[type, ...], what: str = "") -> object: ...
+def need(
+    obj: object, *path: str | int, typ: type | tuple[type, ...] = str, what: str = ""
+) -> object:
+    """obj[path[0]][path[1]]..., which must be of typ (a string unless told); else a retryable
+    KubeError naming the field (what: whose answer it is)."""
     cur, dotted = obj, ".".join(str(p) for p in path)
     for key in path:
-        if isinstance(key, int):
-            found = isinstance(cur, list) and -len(cur) <= key < len(cur)
+        if isinstance(key, int) and isinstance(cur, list) and -len(cur) <= key < len(cur):
+            cur = cur[key]
+        elif isinstance(key, str) and isinstance(cur, dict) and key in cur:
+            cur = cur[key]
         else:
-            found = isinstance(cur, dict) and key in cur
-        if not found:
             raise KubeError(f"{what or 'the answer'} has no {dotted}", retryable=True)
-        cur = cur[key]
     if not isinstance(cur, typ):
         kind = " or ".join(t.__name__ for t in (typ if isinstance(typ, tuple) else (typ,)))
         raise KubeError(f"{what or 'the answer'}: {dotted} is not a {kind}", retryable=True)
@@ -132,7 +140,7 @@ class Kube:
         path: str,
         body: Mapping[str, object] | None = None,
         retry: Retry | None = None,
-        check: Callable[[dict[str, Any]], None] | None = None,
+        check: Callable[[Mapping[str, object]], None] | None = None,
     ) -> dict[str, Any]:
         """The answer, a JSON object ({} when empty), which check (raising a retryable
         KubeError) finds as expected. Raises KubeError; with retry, a retryable one only once

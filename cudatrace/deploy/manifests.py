@@ -47,11 +47,35 @@ from __future__ import annotations
 import base64
 import json
 import shlex
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from . import dra as dra_api
+from .manifest_objects import (
+    ClusterRole,
+    ClusterRoleBinding,
+    DaemonSet,
+    Deployment,
+    Manifest,
+    MutatingWebhookConfiguration,
+    NetworkPolicy,
+    PodDisruptionBudget,
+    PolicyRule,
+    Secret,
+    Service,
+    ServiceAccount,
+)
+from .objects import (
+    Container,
+    EnvVar,
+    ObjectMeta,
+    PodSpec,
+    Probe,
+    SecurityContext,
+    Volume,
+    VolumeMount,
+)
 from .plan import DEFAULT_ROOT, DEFAULT_STATE
 from .webhook import ANN_BUDGET
 
@@ -64,24 +88,24 @@ GROUPS_MOUNT = "/etc/cudatrace"
 TLS_MOUNT = "/tls"
 NODE_CRITICAL = "system-node-critical"  # the node's own daemons: evicted last, scheduled first
 CLUSTER_CRITICAL = "system-cluster-critical"  # the webhook: pods are refused while it is away
-POD_IP = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+POD_IP: EnvVar = {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
 
 
 def _b64(path: Path) -> str:
     return base64.b64encode(Path(path).read_bytes()).decode()
 
 
-def _meta(name: str, ns: str | None, **labels: str) -> dict:
-    m: dict = {"name": name, "labels": {"app.kubernetes.io/name": APP, **labels}}
+def _meta(name: str, ns: str | None, **labels: str) -> ObjectMeta:
+    m: ObjectMeta = {"name": name, "labels": {"app.kubernetes.io/name": APP, **labels}}
     if ns:
         m["namespace"] = ns
     return m
 
 
-def _rbac(ns: str, reviews: bool) -> list[dict]:
+def _rbac(ns: str, reviews: bool) -> list[ServiceAccount | ClusterRole | ClusterRoleBinding]:
     """The agent's ServiceAccount and role; reviews: it may review tokens and access (the
     metrics authorized), and the role an operator binds to whoever scrapes."""
-    rules: list[dict] = [
+    rules: list[PolicyRule] = [
         {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         # identities (identity.py): this node's pods, by fieldSelector spec.nodeName
@@ -94,7 +118,7 @@ def _rbac(ns: str, reviews: bool) -> list[dict]:
             {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
              "verbs": ["create"]},
         ]  # fmt: skip
-    reader = {
+    reader: ClusterRole = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
         "metadata": _meta(f"{APP}-metrics-reader", None),
@@ -123,12 +147,12 @@ def _rbac(ns: str, reviews: bool) -> list[dict]:
     ]
 
 
-def _host_dir(name: str, path: str) -> dict:
+def _host_dir(name: str, path: str) -> Volume:
     return {"name": name, "hostPath": {"path": path, "type": "DirectoryOrCreate"}}
 
 
-def _probe(path: str, port: int | str, scheme: str, period: int = 10, delay: int = 0) -> dict:
-    probe: dict = {
+def _probe(path: str, port: int | str, scheme: str, period: int = 10, delay: int = 0) -> Probe:
+    probe: Probe = {
         "httpGet": {"path": path, "port": port, "scheme": scheme},
         "periodSeconds": period,
         "timeoutSeconds": 5,
@@ -139,12 +163,12 @@ def _probe(path: str, port: int | str, scheme: str, period: int = 10, delay: int
     return probe
 
 
-def _agent_volumes(c: Cluster) -> tuple[list[str], list[dict], list[dict]]:
+def _agent_volumes(c: Cluster) -> tuple[list[str], list[VolumeMount], list[Volume]]:
     """(the agent's arguments past its directories, its mounts, its volumes)."""
     args: list[str] = []
     for b in c.budgets:
         args += ["--budget", b]
-    mounts: list[dict] = [
+    mounts: list[VolumeMount] = [
         {"name": "root", "mountPath": DEFAULT_ROOT},
         {"name": "state", "mountPath": DEFAULT_STATE},
         {"name": "cdi", "mountPath": CDI_DIR},
@@ -167,14 +191,14 @@ def _agent_volumes(c: Cluster) -> tuple[list[str], list[dict], list[dict]]:
     return args, mounts, volumes
 
 
-def daemonset(c: Cluster) -> dict:
+def daemonset(c: Cluster) -> DaemonSet:
     """`cudatrace node` on each GPU node: its metrics on the pod's IP (HTTPS and authorized
     unless --metrics-auth none), its health for the kubelet's probes."""
     more, mounts, volumes = _agent_volumes(c)
     args = ["node", "--root", DEFAULT_ROOT, "--state", DEFAULT_STATE, "--cdi-dir", CDI_DIR,
             "--listen", f"$(POD_IP):{METRICS_PORT}", *more]  # fmt: skip
     scheme = "HTTPS" if c.metrics_tls is not None else "HTTP"
-    pod: dict = {
+    pod: PodSpec = {
         "serviceAccountName": f"{APP}-node",
         "priorityClassName": NODE_CRITICAL,
         "hostPID": True,
@@ -204,7 +228,7 @@ def daemonset(c: Cluster) -> dict:
     return _node_daemonset(c, "node", pod, scrape)
 
 
-def _node_env() -> list[dict]:
+def _node_env() -> list[EnvVar]:
     """The environment of the node's daemons: their node, their pod's address, every GPU (for
     NVML, its utility capability alone)."""
     return [
@@ -215,7 +239,9 @@ def _node_env() -> list[dict]:
     ]
 
 
-def _node_daemonset(c: Cluster, component: str, pod: dict, annotations: dict | None = None) -> dict:
+def _node_daemonset(
+    c: Cluster, component: str, pod: PodSpec, annotations: Mapping[str, str] | None = None
+) -> DaemonSet:
     """A DaemonSet of one of the node's daemons (component: node, dra-plugin), its pods on the
     runtime class and the nodes asked, rolled one node at a time."""
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": component}
@@ -223,9 +249,9 @@ def _node_daemonset(c: Cluster, component: str, pod: dict, annotations: dict | N
         pod["runtimeClassName"] = c.runtime_class
     if c.node_selector:
         pod["nodeSelector"] = c.node_selector
-    template: dict = {"labels": labels}
+    template: ObjectMeta = {"labels": labels}
     if annotations:
-        template["annotations"] = annotations
+        template["annotations"] = dict(annotations)
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -240,12 +266,12 @@ def _node_daemonset(c: Cluster, component: str, pod: dict, annotations: dict | N
     }
 
 
-def _agent_access(c: Cluster) -> list[dict]:
+def _agent_access(c: Cluster) -> list[Secret | Service | NetworkPolicy]:
     """The agents' metrics: their certificate, a headless Service (the certificate's name, a
     ServiceMonitor's target), and with --scraper-namespace a NetworkPolicy admitting only those
     namespaces."""
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "node"}
-    out: list[dict] = []
+    out: list[Secret | Service | NetworkPolicy] = []
     if c.metrics_tls is not None:
         out.append(
             {
@@ -304,50 +330,55 @@ def _agent_access(c: Cluster) -> list[dict]:
     return out
 
 
-def _webhook_objects(c: Cluster) -> list[dict]:
+def _webhook_objects(c: Cluster) -> list[Manifest]:
     """The webhook: its account, certificate, Deployment, Service, disruption budget and the
     MutatingWebhookConfiguration that calls it."""
     assert c.tls is not None
     ns, tls = c.namespace, c.tls
     labels = {"app.kubernetes.io/name": APP, "app.kubernetes.io/component": "webhook"}
     name = f"{APP}-webhook"
+    account: ServiceAccount = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": _meta(name, ns),
+        "automountServiceAccountToken": False,
+    }
+    secret: Secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(f"{name}-tls", ns),
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": _b64(tls["tls.crt"]), "tls.key": _b64(tls["tls.key"])},
+    }
+    service: Service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(name, ns),
+        "spec": {
+            "selector": labels,
+            "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
+        },
+    }
+    disruption: PodDisruptionBudget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _meta(name, ns),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
+    }
     return [
-        {
-            "apiVersion": "v1",
-            "kind": "ServiceAccount",
-            "metadata": _meta(name, ns),
-            "automountServiceAccountToken": False,
-        },
-        {
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": _meta(f"{name}-tls", ns),
-            "type": "kubernetes.io/tls",
-            "data": {"tls.crt": _b64(tls["tls.crt"]), "tls.key": _b64(tls["tls.key"])},
-        },
+        account,
+        secret,
         _webhook_deployment(c, name, labels),
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": _meta(name, ns),
-            "spec": {
-                "selector": labels,
-                "ports": [{"name": "https", "port": 443, "targetPort": WEBHOOK_PORT}],
-            },
-        },
-        {
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": _meta(name, ns),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": labels}},
-        },
+        service,
+        disruption,
         _webhook_configuration(ns, name, tls, c.webhook_on_error),
     ]
 
 
-def _webhook_deployment(c: Cluster, name: str, labels: dict[str, str]) -> dict:
+def _webhook_deployment(c: Cluster, name: str, selected: Mapping[str, str]) -> Deployment:
     """The webhook's pods: spread over nodes, unprivileged, its certificate mounted."""
-    secure = {
+    labels = dict(selected)
+    secure: SecurityContext = {
         "runAsNonRoot": True,
         "runAsUser": 65534,
         "allowPrivilegeEscalation": False,
@@ -355,7 +386,7 @@ def _webhook_deployment(c: Cluster, name: str, labels: dict[str, str]) -> dict:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    container = {
+    container: Container = {
         "name": "webhook",
         "image": c.image,
         "command": ["cudatrace"],
@@ -408,7 +439,9 @@ def _webhook_deployment(c: Cluster, name: str, labels: dict[str, str]) -> dict:
     }
 
 
-def _webhook_configuration(ns: str, name: str, tls: dict[str, Path], on_error: str) -> dict:
+def _webhook_configuration(
+    ns: str, name: str, tls: Mapping[str, Path], on_error: str
+) -> MutatingWebhookConfiguration:
     """Pods on CREATE, those annotated cudatrace.dev/budget only, to the webhook's Service;
     failurePolicy Fail: such a pod is fenced or refused, never admitted unfenced (on_error
     allow: Ignore, as the webhook admits what it cannot read)."""
@@ -480,9 +513,9 @@ class Cluster:
     webhook_on_error: str = "refuse"
 
 
-def kubernetes(c: Cluster) -> list[dict]:
+def kubernetes(c: Cluster) -> list[Manifest]:
     """Every object, in the order `kubectl apply` wants them."""
-    docs: list[dict] = [
+    docs: list[Manifest] = [
         {
             "apiVersion": "v1",
             "kind": "Namespace",
@@ -515,7 +548,7 @@ def kubernetes(c: Cluster) -> list[dict]:
 # ---- the DRA driver ---------------------------------------------------------------------------
 
 
-def _dra_rbac(ns: str) -> list[dict[str, Any]]:
+def _dra_rbac(ns: str) -> list[ServiceAccount | ClusterRole | ClusterRoleBinding]:
     name = f"{APP}-dra-plugin"
     resource = "resource.k8s.io"
     return [
@@ -548,7 +581,7 @@ def _dra_rbac(ns: str) -> list[dict[str, Any]]:
     ]
 
 
-def dra_daemonset(c: Cluster) -> dict[str, Any]:
+def dra_daemonset(c: Cluster) -> DaemonSet:
     """`cudatrace dra-plugin` on each GPU node, its sockets where the kubelet looks."""
     kd = c.kubelet_dir.rstrip("/")
     plugin_dir, registry = f"{kd}/plugins/{dra_api.DRIVER}", f"{kd}/plugins_registry"
@@ -558,8 +591,10 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
     paths = {"root": DEFAULT_ROOT, "state": DEFAULT_STATE, "cdi": CDI_DIR, "plugin": plugin_dir}
     volumes = [_host_dir(n, p) for n, p in paths.items()]
     volumes.append({"name": "registry", "hostPath": {"path": registry, "type": "Directory"}})
-    mounts = [{"name": n, "mountPath": p} for n, p in {**paths, "registry": registry}.items()]
-    pod: dict[str, Any] = {
+    mounts: list[VolumeMount] = [
+        {"name": n, "mountPath": p} for n, p in {**paths, "registry": registry}.items()
+    ]
+    pod: PodSpec = {
         "serviceAccountName": f"{APP}-dra-plugin",
         "priorityClassName": NODE_CRITICAL,
         "tolerations": [{"operator": "Exists"}],
@@ -586,12 +621,12 @@ def dra_daemonset(c: Cluster) -> dict[str, Any]:
     return _node_daemonset(c, "dra-plugin", pod)
 
 
-def dra_objects(c: Cluster) -> list[dict[str, Any]]:
+def dra_objects(c: Cluster) -> list[Manifest]:
     """The DeviceClass, the plugin's RBAC and its DaemonSet."""
     return [dra_api.device_class(), *_dra_rbac(c.namespace), dra_daemonset(c)]
 
 
-def yaml_stream(docs: list[dict]) -> str:
+def yaml_stream(docs: Sequence[Mapping[str, object]]) -> str:
     """A YAML stream of the documents (each JSON, which is YAML)."""
     return "".join(f"---\n{json.dumps(d, indent=2)}\n" for d in docs)
 

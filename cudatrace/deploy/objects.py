@@ -1,7 +1,11 @@
 """The Kubernetes and CDI objects cudatrace writes, as types: the subset of their fields it sets
 (CDI specs: cdi.py and dra.py; the admission webhook's JSONPatch of a pod, and the pod as it
-reads it: webhook.py; Events: kube.py). What the API server answers otherwise is read field by
-field as anything (kube.py `need`), not typed here.
+reads it: webhook.py; Events: kube.py; the DRA driver's ResourceSlice and DeviceClass, and the
+ResourceClaim as dra.py reads it once check_claim has checked it: dra.py; the pods of the
+manifests' daemons: manifests.py, the other objects it deploys in manifest_objects.py). What
+the API server answers otherwise is read field by field as anything (kube.py `need`), not
+typed here. tests/unit/test_objects_schema.py holds each type's keys to the Kubernetes schema
+(kubernetes-validate's) and validates the objects built.
 """
 
 from __future__ import annotations
@@ -106,6 +110,14 @@ class EmptyDirSource(TypedDict):
     sizeLimit: str
 
 
+class ConfigMapSource(TypedDict):
+    name: str
+
+
+class SecretSource(TypedDict):
+    secretName: str
+
+
 class _VolumeRequired(TypedDict):
     name: str
 
@@ -114,6 +126,8 @@ class Volume(_VolumeRequired, total=False):
     hostPath: HostPathSource
     downwardAPI: DownwardSource
     emptyDir: EmptyDirSource
+    configMap: ConfigMapSource
+    secret: SecretSource
 
 
 class ResourceRequirements(TypedDict, total=False):
@@ -122,18 +136,110 @@ class ResourceRequirements(TypedDict, total=False):
     claims: list[dict[str, str]]
 
 
+class ContainerPort(TypedDict):
+    name: str
+    containerPort: int
+
+
+class HttpGet(TypedDict):
+    path: str
+    port: int | str  # a number or a port's name
+    scheme: str  # HTTP, HTTPS
+
+
+class _ProbeRequired(TypedDict):
+    httpGet: HttpGet
+    periodSeconds: int
+    timeoutSeconds: int
+    failureThreshold: int
+
+
+class Probe(_ProbeRequired, total=False):
+    initialDelaySeconds: int
+
+
+class Capabilities(TypedDict):
+    drop: list[str]
+
+
+class SeccompProfile(TypedDict):
+    type: str
+
+
+class SecurityContext(TypedDict, total=False):
+    privileged: bool
+    runAsNonRoot: bool
+    runAsUser: int
+    allowPrivilegeEscalation: bool
+    readOnlyRootFilesystem: bool
+    capabilities: Capabilities
+    seccompProfile: SeccompProfile
+
+
 class Container(TypedDict, total=False):
-    """A container of a pod as the webhook reads it (the fields it reads and patches)."""
+    """A container of a pod: as the webhook reads it (name, env, resources, volumeMounts: the
+    fields it reads and patches) and as the manifests' daemons run."""
 
     name: str
+    image: str
+    command: list[str]
+    args: list[str]
     env: list[EnvVar]
+    ports: list[ContainerPort]
+    livenessProbe: Probe
+    readinessProbe: Probe
+    securityContext: SecurityContext
     resources: ResourceRequirements
     volumeMounts: list[VolumeMount]
 
 
+class Toleration(TypedDict):
+    operator: str  # Exists
+
+
+class LabelSelectorRequirement(TypedDict):
+    key: str
+    operator: str  # In, NotIn
+    values: list[str]
+
+
+class LabelSelector(TypedDict, total=False):
+    matchLabels: dict[str, str]
+    matchExpressions: list[LabelSelectorRequirement]
+
+
+class TopologySpreadConstraint(TypedDict):
+    maxSkew: int
+    topologyKey: str
+    whenUnsatisfiable: str
+    labelSelector: LabelSelector
+
+
 class PodSpec(TypedDict, total=False):
+    """A pod's spec: as the webhook reads it (containers, volumes) and as the manifests' pods
+    run."""
+
+    serviceAccountName: str
+    automountServiceAccountToken: bool
+    priorityClassName: str
+    hostPID: bool
+    tolerations: list[Toleration]
+    topologySpreadConstraints: list[TopologySpreadConstraint]
     containers: list[Container]
     volumes: list[Volume]
+    runtimeClassName: str
+    nodeSelector: dict[str, str]
+
+
+class _OwnerReferenceRequired(TypedDict):
+    apiVersion: str
+    kind: str
+    name: str
+    uid: str
+
+
+class OwnerReference(_OwnerReferenceRequired, total=False):
+    controller: bool
 
 
 class ObjectMeta(TypedDict, total=False):
@@ -142,6 +248,8 @@ class ObjectMeta(TypedDict, total=False):
     uid: str
     annotations: dict[str, str]
     labels: dict[str, str]
+    ownerReferences: list[OwnerReference]
+    resourceVersion: str
 
 
 class Pod(TypedDict, total=False):
@@ -250,3 +358,100 @@ class Event(TypedDict):
     firstTimestamp: str
     lastTimestamp: str
     count: int
+
+
+# ---- the DRA driver's objects (resource.k8s.io/v1) ---------------------------------------------
+
+
+class DeviceAttribute(TypedDict, total=False):
+    int: int
+    string: str
+
+
+class DeviceCapacity(TypedDict):
+    value: str  # a quantity
+
+
+class SliceDevice(TypedDict):
+    name: str
+    allowMultipleAllocations: bool
+    attributes: dict[str, DeviceAttribute]
+    capacity: dict[str, DeviceCapacity]
+
+
+class ResourcePool(TypedDict):
+    name: str
+    generation: int
+    resourceSliceCount: int
+
+
+class ResourceSliceSpec(TypedDict):
+    driver: str
+    nodeName: str
+    pool: ResourcePool
+    devices: list[SliceDevice]
+
+
+class ResourceSlice(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: ResourceSliceSpec
+
+
+class CelSelector(TypedDict):
+    expression: str
+
+
+class DeviceSelector(TypedDict):
+    cel: CelSelector
+
+
+class DeviceClassSpec(TypedDict):
+    selectors: list[DeviceSelector]
+
+
+class DeviceClass(TypedDict):
+    apiVersion: str
+    kind: str
+    metadata: ObjectMeta
+    spec: DeviceClassSpec
+
+
+class AllocationResult(TypedDict, total=False):
+    """One device of a claim's allocation, as dra.py reads it (check_claim checked that each
+    of these fields, when there, is a string; the consumed memory a string or a number)."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    consumedCapacity: dict[str, str | int]
+
+
+class DeviceAllocation(TypedDict, total=False):
+    results: list[AllocationResult]
+
+
+class Allocation(TypedDict, total=False):
+    devices: DeviceAllocation
+
+
+class ClaimStatus(TypedDict, total=False):
+    allocation: Allocation
+
+
+class ClaimMeta(TypedDict, total=False):
+    """A claim's metadata as dra.py reads it: its uid (checked a string) and its owners (each
+    checked an object, its fields compared, never trusted to be of a type)."""
+
+    uid: str
+    ownerReferences: list[dict[str, object]]
+
+
+class ResourceClaim(TypedDict, total=False):
+    """A ResourceClaim as the API server answered it, once check_claim has found the fields
+    claim_plan reads as they must be."""
+
+    metadata: ClaimMeta
+    status: ClaimStatus

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 
 from cudatrace import fence_record, native
-from cudatrace.record import slurm
+from cudatrace.deploy import slurm
 from support import sealroot, simbuild
 
 GiB = 1 << 30

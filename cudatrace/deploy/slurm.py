@@ -36,8 +36,8 @@ from pathlib import Path
 from .. import fence_record, settings
 from ..errors import CudatraceError
 from ..fence_record import FenceRecord
+from ..record.budget import bytes_text
 from ..units import format_bytes
-from .budget import bytes_text
 
 SHARE_MAX = 8  # characters of a share name (ledger.h ct_ledger_set_share)
 
@@ -322,7 +322,7 @@ def _expects_record(env: Mapping[str, str]) -> bool:
 def _lowered(env: Mapping[str, str], rec: FenceRecord) -> tuple[FenceRecord, list[str]]:
     """The job's explicit request (CUDATRACE_SLURM_BUDGET) where it lowers its share (the
     environment may lower a sealed fence, never raise it); said when it cannot."""
-    from .budget import BudgetError, parse_size
+    from ..record.budget import BudgetError, parse_size
 
     var = settings.name("SLURM_BUDGET")
     request = env.get(var, "").strip()
