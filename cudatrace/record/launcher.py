@@ -349,21 +349,43 @@ def _run(
     if out is not None:  # None: --no-trace
         _check_shim_path("trace directory", out)
     env = _environment(opts, shim, out)
-    try:
-        ledger, budget_info = run_budget.join(
-            opts.budget, opts.group, opts.on_exceed, opts.count_host, env, _check_shim_path
-        )
-    except run_budget.RunBudgetError as e:
-        raise LaunchError(str(e), e.status) from None
-    hints = _hints(opts, path, env, out)
-    run_info = _write_run_info(opts, path, out, budget_info, ledger)
-    _say_start(opts, out)
     # Without a terminal whose foreground we are, CMD gets a process group of its own: a signal
     # sent to our group (kill -TERM -PGID, CI runners) then reaches CMD once, forwarded by us,
     # not twice. On a terminal CMD stays in our group, so job control (Ctrl-Z, reading the
     # terminal) works; the terminal's own Ctrl-C/Ctrl-\ reach CMD directly and are not forwarded.
     own_group = not _foreground()
-    fwd = Forwarder(opts, ledger, own_group)
+    # The handlers from here on: a signal while the run is set up is noted, never a
+    # KeyboardInterrupt that a callback of the setup (cffi's, a finalizer's) may print and drop
+    # (a launcher so lost a SIGINT and started CMD, which waited for ever); CMD is then not started.
+    fwd = Forwarder(opts, None, own_group)
+    fwd.install()
+    try:
+        ledger, budget_info = run_budget.join(
+            opts.budget, opts.group, opts.on_exceed, opts.count_host, env, _check_shim_path
+        )
+    except run_budget.RunBudgetError as e:
+        fwd.restore()
+        raise LaunchError(str(e), e.status) from None
+    except BaseException:
+        fwd.restore()
+        raise
+    fwd.ledger = ledger
+    hints = None
+
+    def unwind() -> None:  # what the setup holds, when CMD is not started after all
+        fwd.restore()
+        if hints is not None:
+            hints.stop()
+        if ledger is not None:
+            ledger.finish()
+
+    try:
+        hints = _hints(opts, path, env, out)
+        run_info = _write_run_info(opts, path, out, budget_info, ledger)
+        _say_start(opts, out)
+    except BaseException:
+        unwind()
+        raise
     launcher = os.getpid()
     prctl = None if opts.outlive_launcher else _prctl()
 
@@ -377,12 +399,15 @@ def _run(
             if os.getppid() != launcher:  # the launcher died before prctl took effect
                 os.kill(os.getpid(), signal.SIGTERM)
 
-    # handlers first: the shim's SIGUSR2 (an early abort) or a user's SIGTERM may come at once
-    fwd.install()
     watcher = None  # counts denials from before the start: the first may come at once
     # also under -q: quiet silences progress and summaries, never why the program failed
     if ledger is not None and opts.on_denials is not None and out is not None:
         watcher = run_budget.DenialWatcher(ledger, out, opts.on_denials, own=ledger.private)
+    early = [x for x in fwd.pending if x != signal.SIGUSR2]
+    if early:  # a signal to stop came while the run was set up: CMD is not started
+        unwind()
+        name = signal.Signals(early[0]).name
+        raise LaunchError(f"{name} before the command started; it was not started", 128 + early[0])
     try:
         proc = subprocess.Popen(
             [path] + opts.cmd[1:],
@@ -393,9 +418,7 @@ def _run(
             stderr=opts.stderr,
         )
     except OSError as e:
-        fwd.restore()
-        if ledger is not None:
-            ledger.finish()
+        unwind()
         raise LaunchError(f"cannot execute {path}: {e.strerror or e}", CANNOT_EXECUTE) from None
     fwd.started(proc)
     run_info["pid"] = proc.pid

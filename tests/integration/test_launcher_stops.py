@@ -17,6 +17,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from support import children
 
 # SigBlk of /proc/PID/task/TID/status: bit N-1 is signal N
@@ -111,6 +113,51 @@ def test_a_signal_taken_by_another_thread_wakes_the_wait(ct, tmp_path):
     # forwarded at once: the child dies of it (143) well before its 20 s
     assert int(status) == 128 + signal.SIGTERM, (out, err)
     assert float(took.split()[0]) < 10, (out, err)
+
+
+SETUP = textwrap.dedent(
+    """
+    import os, signal, sys
+    from cudatrace.record import launcher
+    from cudatrace.record.launcher import LaunchError, RunOptions, run
+
+    mark, sig = sys.argv[1], int(sys.argv[2])
+    write = launcher._write_run_info
+
+    def while_set_up(*a, **kw):
+        # the signal comes while the run is set up, inside code that drops what it raises (as
+        # cffi drops an exception of a callback, printing it): a KeyboardInterrupt was lost so
+        try:
+            os.kill(os.getpid(), sig)
+            sum(range(100000))  # a few bytecodes: a Python handler runs here
+        except KeyboardInterrupt:
+            print("dropped", flush=True)
+        return write(*a, **kw)
+
+    launcher._write_run_info = while_set_up
+    cmd = [sys.executable, "-c", "open(%r, 'w')" % mark]
+    try:
+        status, _ = run(RunOptions(cmd=cmd, out_dir=None, mode="none", quiet=True))
+        print("status", status, flush=True)
+    except LaunchError as e:
+        print("refused", e.status, e, flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_while_the_run_is_set_up_starts_nothing(ct, tmp_path, sig):
+    # a SIGINT raised KeyboardInterrupt inside the setup, which a callback could drop: CMD was
+    # then started, and waited for a signal that had come and gone
+    mark = tmp_path / "started"
+    p = children.popen(
+        [sys.executable, "-c", SETUP, str(mark), str(int(sig))],
+        env=ct.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    out, err = children.communicate(p, 60)
+    assert "dropped" not in out, (out, err)
+    assert out.startswith(f"refused {128 + sig} {sig.name} before the command started"), (out, err)
+    assert not mark.exists(), (out, err)
 
 
 # ---- the stress test: signals at random moments of many runs, under load ---------------------
@@ -234,9 +281,10 @@ def test_every_launcher_stops_on_signals_at_random_moments(ct, sim, tmp_path):
                     if p.returncode not in STATUSES and not _in_python_start(p.returncode, err):
                         odd.append((i, p.returncode, err[-600:]))
                 elif now - plan["started"] > 120 or (plan["sent"] and now - plan["at"] > 60):
-                    hung.append(
-                        (i, _describe(p), children.kill_tree(p))
-                    )  # a minute after its signal
+                    hung.append(  # a minute after its signal: what it was doing, what it said
+                        (i, plan, _describe(p), children.kill_tree(p),
+                         (tmp_path / f"r{i}.err").read_text()[-1500:])
+                    )  # fmt: skip
                     running.remove((p, plan, i))
             time.sleep(0.005)
     finally:
@@ -250,6 +298,8 @@ def test_every_launcher_stops_on_signals_at_random_moments(ct, sim, tmp_path):
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     print(f"{RUNS} runs in {took:.1f} s beside {LOAD} busy processes; statuses {statuses}")
-    assert not hung, f"launchers that did not stop (run, pids killed): {hung}"
+    assert not hung, (
+        f"launchers that did not stop (run, plan, threads, pids killed, stderr): {hung}"
+    )
     assert not left, f"processes of the runs left running: {left}"
     assert not odd, odd
