@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import click
 
 from .. import settings
-from .options import on_exceed_option, option_group
+from .options import choice_option, on_exceed_option, option_group
 from .params import F
 
 
@@ -107,12 +107,10 @@ def _library() -> list[Callable[[F], F]]:
             help="The CDI vendor: devices are VENDOR/budget=SIZE, VENDOR/group=NAME (and "
             "VENDOR/claim=UID-gpu-N for DRA claims).",
         ),
-        click.option(
+        choice_option(
             "--preload",
-            type=click.Choice(["file", "env"]),
-            default="file",
-            show_default=True,
-            help="How containers load the library: file, through /etc/ld.so.preload "
+            ["file", "env"],
+            "How containers load the library: file, through /etc/ld.so.preload "
             "(an application's own LD_PRELOAD stays); env, through LD_PRELOAD (for "
             "sandboxes that do not read /etc/ld.so.preload; replaces the "
             "application's).",
@@ -149,12 +147,10 @@ class KubeAccess(NamedTuple):
             "access",
             cls,
             [
-                click.option(
+                choice_option(
                     "--kubernetes",
-                    type=click.Choice(["auto", "on", "off"]),
-                    default="auto",
-                    show_default=True,
-                    help=f"{what}: auto when run in a pod with a service account.",
+                    ["auto", "on", "off"],
+                    f"{what}: auto when run in a pod with a service account.",
                 ),
                 click.option(
                     "--kube-api", metavar="URL", help="The API server (default: the pod's)."
