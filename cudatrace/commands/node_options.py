@@ -66,33 +66,23 @@ def _offers() -> list[Callable[[F], F]]:
 
 def _places(cdi_dir_default: str | None) -> list[Callable[[F], F]]:
     """Where the node's pieces live: the library, the ledgers' directories, the CDI specs."""
+    places = (
+        ("--root", "/var/lib/cudatrace", "Where the preload library is installed (versioned)."),
+        (
+            "--state",
+            "/run/cudatrace",
+            "Where groups' and DRA claims' ledger directories live (a tmpfs: made at boot).",
+        ),
+        (
+            "--cdi-dir",
+            cdi_dir_default,
+            "Where CDI specs are written (/etc/cdi or /var/run/cdi: where runtimes read them).",
+        ),
+    )
     path = click.Path(path_type=Path)
     return [
-        click.option(
-            "--root",
-            metavar="DIR",
-            type=path,
-            default="/var/lib/cudatrace",
-            show_default=True,
-            help="Where the preload library is installed (versioned).",
-        ),
-        click.option(
-            "--state",
-            metavar="DIR",
-            type=path,
-            default="/run/cudatrace",
-            show_default=True,
-            help="Where groups' and DRA claims' ledger directories live (a tmpfs: made at boot).",
-        ),
-        click.option(
-            "--cdi-dir",
-            metavar="DIR",
-            type=path,
-            default=cdi_dir_default,
-            show_default=True,
-            help="Where CDI specs are written (/etc/cdi or /var/run/cdi: where runtimes "
-            "read them).",
-        ),
+        click.option(flag, metavar="DIR", type=path, default=default, show_default=True, help=text)
+        for flag, default, text in places
     ]
 
 
