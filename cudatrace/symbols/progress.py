@@ -64,4 +64,3 @@ class Progress:
                 sys.stderr.flush()
             except Exception:
                 pass
-
