@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import settings
+from .closing import Closing
 from .errors import CudatraceError
 
 __all__ = [
@@ -172,7 +173,7 @@ def stats(device: int | None = None) -> Row:
     return _row(p.dev[_index(device, c)])
 
 
-class Mark:
+class Mark(Closing):
     """A point to measure from: peak() is the highest live bytes since the mark was made,
     base() what was live when it was made, own() the bytes of the allocations made since then
     that are still live (what was live before and is freed meanwhile does not lower it) and
@@ -224,18 +225,6 @@ class Mark:
                 for name in ("peak", "base", "own", "own_peak")
             }
             self._lib.cudatrace_live_mark_close(self.slot)
-
-    def __enter__(self) -> Mark:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 def mark() -> Mark:

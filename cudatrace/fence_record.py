@@ -515,11 +515,11 @@ def _own_record(jobs: str) -> Found | None:
 assert {f.name for f in fields(FenceRecord)} == set(_ATTR.values())
 
 
-def write(p: str | os.PathLike[str], text: str) -> None:
-    """Write a record whole (a temporary file beside it renamed into place, never through a
-    link), mode 0644: an integration's, run as root, so the workload can read it and not
-    write it."""
-    target = Path(p)
+def write_whole(target: Path, text: str) -> None:
+    """Write a file an integration keeps (a fence record, a CDI spec) whole: a temporary file
+    beside it (.NAME.PID.tmp, never through a link) synced and renamed into place, mode 0644:
+    written as root, so the workload can read it and not write it. OSError as it comes, the
+    temporary file removed."""
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
@@ -529,11 +529,20 @@ def write(p: str | os.PathLike[str], text: str) -> None:
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, target)
-    except OSError as e:
+    except OSError:
         try:
             tmp.unlink()
         except OSError:
             pass
+        raise
+
+
+def write(p: str | os.PathLike[str], text: str) -> None:
+    """Write a record whole (write_whole)."""
+    target = Path(p)
+    try:
+        write_whole(target, text)
+    except OSError as e:
         raise FenceRecordError(
             f"cannot write the fence record {target}: {e.strerror or e}"
         ) from None

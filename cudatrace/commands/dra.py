@@ -13,7 +13,7 @@ import click
 
 from ..errors import OptionError
 from .node_options import KubeAccess, NodeSetup
-from .options import option_group
+from .options import option_group, seconds_option
 from .params import DeviceSize
 
 if TYPE_CHECKING:
@@ -67,13 +67,11 @@ class DraSettings(NamedTuple):
     show_default=True,
     help="The kubelet's directory: the sockets go to DIR/plugins_registry and DIR/plugins.",
 )
-@click.option(
+@seconds_option(
     "--resync",
-    type=click.FloatRange(0.05),
-    default=30.0,
-    show_default=True,
-    metavar="SECONDS",
-    help="Seconds between two passes over the claims' ledger directories and the slice.",
+    30.0,
+    "Seconds between two passes over the claims' ledger directories and the slice.",
+    0.05,
 )
 @click.option(
     "--health-listen",

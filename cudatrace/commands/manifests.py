@@ -11,7 +11,7 @@ import click
 
 from ..errors import OptionError
 from .node_options import NodeSetup
-from .options import option_group
+from .options import choice_option, listen_option, option_group
 
 
 @click.group()
@@ -43,12 +43,10 @@ class Access(NamedTuple):
     @classmethod
     def options(cls) -> list[Any]:
         return [
-            click.option(
+            choice_option(
                 "--metrics-auth",
-                type=click.Choice(["kubernetes", "none"]),
-                default="kubernetes",
-                show_default=True,
-                help="The node agents' metrics: kubernetes, over HTTPS to a bearer token the "
+                ["kubernetes", "none"],
+                "The node agents' metrics: kubernetes, over HTTPS to a bearer token the "
                 "API server says may get /metrics (bind cudatrace-metrics-reader to the "
                 "scraper); none, plain HTTP on the pod's IP (pair it with --scraper-namespace).",
             ),
@@ -60,12 +58,10 @@ class Access(NamedTuple):
                 help="A NetworkPolicy: the agents admit only pods of NS (repeatable; where the "
                 "network plugin enforces policies).",
             ),
-            click.option(
+            choice_option(
                 "--webhook-on-error",
-                type=click.Choice(["refuse", "allow"]),
-                default="refuse",
-                show_default=True,
-                help="A pod the webhook cannot read or reach: refuse it (failurePolicy Fail), "
+                ["refuse", "allow"],
+                "A pod the webhook cannot read or reach: refuse it (failurePolicy Fail), "
                 "or admit it unfenced with a warning (failurePolicy Ignore).",
             ),
             click.option(
@@ -225,7 +221,7 @@ def _namespace(name: str) -> str:
 
 @manifests.command()
 @NodeSetup.options()
-@click.option("--listen", metavar="HOST:PORT", default="127.0.0.1:9478", show_default=True)
+@listen_option("127.0.0.1:9478")
 @click.option(
     "--exe",
     metavar="PATH",

@@ -9,7 +9,7 @@ import click
 
 from ..errors import CudatraceError, OptionError
 from ..stopping import stop_on_signals
-from .options import traces_option
+from .options import listen_option, seconds_option, traces_option
 from .params import ledger_dir_option
 
 if TYPE_CHECKING:
@@ -28,12 +28,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 
 @click.command()
-@click.option(
-    "--listen",
-    metavar="HOST:PORT",
-    default=DEFAULT_LISTEN,
-    show_default=True,
-    help="Where to serve /metrics (loopback by default: budgets name pids and commands).",
+@listen_option(
+    DEFAULT_LISTEN, "Where to serve /metrics (loopback by default: budgets name pids and commands)."
 )
 @ledger_dir_option
 @traces_option(
@@ -42,13 +38,10 @@ def parse_listen(text: str) -> tuple[str, int]:
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(1, 100), help="Sites per run."
 )
-@click.option(
+@seconds_option(
     "--trace-interval",
-    default=10.0,
-    show_default=True,
-    type=click.FloatRange(0),
-    metavar="SECONDS",
-    help="Read a run's traces again at most this often (and analyze them only when "
+    10.0,
+    "Read a run's traces again at most this often (and analyze them only when "
     "something was written since); a scrape waits for fresh figures 1 s at most.",
 )
 def metrics(listen: str, traces: tuple[Path, ...], top: int, trace_interval: float) -> int:

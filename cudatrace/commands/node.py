@@ -13,7 +13,7 @@ import click
 from ..errors import CudatraceError, OptionError
 from ..stopping import stop_on_signals
 from .node_options import KubeAccess, NodeSetup
-from .options import option_group
+from .options import choice_option, listen_option, option_group, seconds_option
 from .params import DeviceSize
 
 
@@ -37,14 +37,7 @@ class Watching(NamedTuple):
                 "budget by NVML's count: SIGTERM, then SIGKILL after --grace (off: said and "
                 "counted only).",
             ),
-            click.option(
-                "--grace",
-                default=5.0,
-                show_default=True,
-                type=click.FloatRange(0),
-                metavar="SECONDS",
-                help="With --enforce: seconds between SIGTERM and SIGKILL.",
-            ),
+            seconds_option("--grace", 5.0, "With --enforce: seconds between SIGTERM and SIGKILL."),
             click.option(
                 "--margin",
                 default="64MiB",
@@ -78,20 +71,15 @@ class MetricsAccess(NamedTuple):
     def options(cls) -> list[Any]:
         file = click.Path(dir_okay=False, exists=True, path_type=Path)
         return [
-            click.option(
-                "--listen",
-                metavar="HOST:PORT",
-                default="127.0.0.1:9478",
-                show_default=True,
-                help="Where to serve /metrics, /healthz and /readyz (budgets name pids and "
+            listen_option(
+                "127.0.0.1:9478",
+                "Where to serve /metrics, /healthz and /readyz (budgets name pids and "
                 "containers: loopback by default; the pod's IP in the DaemonSet).",
             ),
-            click.option(
+            choice_option(
                 "--metrics-auth",
-                type=click.Choice(["none", "kubernetes"]),
-                default="none",
-                show_default=True,
-                help="kubernetes: a scrape's bearer token must be one the API server says may "
+                ["none", "kubernetes"],
+                "kubernetes: a scrape's bearer token must be one the API server says may "
                 "get /metrics (TokenReview, SubjectAccessReview: as kube-rbac-proxy); needs "
                 "--metrics-cert. /healthz and /readyz stay open.",
             ),
@@ -128,14 +116,7 @@ class MetricsAccess(NamedTuple):
 @click.command()
 @NodeSetup.options()
 @option_group("metrics", MetricsAccess, MetricsAccess.options())
-@click.option(
-    "--interval",
-    default=2.0,
-    show_default=True,
-    type=click.FloatRange(0.05),
-    metavar="SECONDS",
-    help="Seconds between two passes over the node's ledgers.",
-)
+@seconds_option("--interval", 2.0, "Seconds between two passes over the node's ledgers.", 0.05)
 @KubeAccess.options("Post denials as Pod Events")
 @option_group("watching", Watching, Watching.options())
 @click.option(

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import click
 
 from .. import settings
-from .options import on_exceed_option, option_group
+from .options import choice_option, on_exceed_option, option_group
 from .params import F
 
 
@@ -66,33 +66,23 @@ def _offers() -> list[Callable[[F], F]]:
 
 def _places(cdi_dir_default: str | None) -> list[Callable[[F], F]]:
     """Where the node's pieces live: the library, the ledgers' directories, the CDI specs."""
+    places = (
+        ("--root", "/var/lib/cudatrace", "Where the preload library is installed (versioned)."),
+        (
+            "--state",
+            "/run/cudatrace",
+            "Where groups' and DRA claims' ledger directories live (a tmpfs: made at boot).",
+        ),
+        (
+            "--cdi-dir",
+            cdi_dir_default,
+            "Where CDI specs are written (/etc/cdi or /var/run/cdi: where runtimes read them).",
+        ),
+    )
     path = click.Path(path_type=Path)
     return [
-        click.option(
-            "--root",
-            metavar="DIR",
-            type=path,
-            default="/var/lib/cudatrace",
-            show_default=True,
-            help="Where the preload library is installed (versioned).",
-        ),
-        click.option(
-            "--state",
-            metavar="DIR",
-            type=path,
-            default="/run/cudatrace",
-            show_default=True,
-            help="Where groups' and DRA claims' ledger directories live (a tmpfs: made at boot).",
-        ),
-        click.option(
-            "--cdi-dir",
-            metavar="DIR",
-            type=path,
-            default=cdi_dir_default,
-            show_default=True,
-            help="Where CDI specs are written (/etc/cdi or /var/run/cdi: where runtimes "
-            "read them).",
-        ),
+        click.option(flag, metavar="DIR", type=path, default=default, show_default=True, help=text)
+        for flag, default, text in places
     ]
 
 
@@ -107,12 +97,10 @@ def _library() -> list[Callable[[F], F]]:
             help="The CDI vendor: devices are VENDOR/budget=SIZE, VENDOR/group=NAME (and "
             "VENDOR/claim=UID-gpu-N for DRA claims).",
         ),
-        click.option(
+        choice_option(
             "--preload",
-            type=click.Choice(["file", "env"]),
-            default="file",
-            show_default=True,
-            help="How containers load the library: file, through /etc/ld.so.preload "
+            ["file", "env"],
+            "How containers load the library: file, through /etc/ld.so.preload "
             "(an application's own LD_PRELOAD stays); env, through LD_PRELOAD (for "
             "sandboxes that do not read /etc/ld.so.preload; replaces the "
             "application's).",
@@ -149,12 +137,10 @@ class KubeAccess(NamedTuple):
             "access",
             cls,
             [
-                click.option(
+                choice_option(
                     "--kubernetes",
-                    type=click.Choice(["auto", "on", "off"]),
-                    default="auto",
-                    show_default=True,
-                    help=f"{what}: auto when run in a pod with a service account.",
+                    ["auto", "on", "off"],
+                    f"{what}: auto when run in a pod with a service account.",
                 ),
                 click.option(
                     "--kube-api", metavar="URL", help="The API server (default: the pod's)."

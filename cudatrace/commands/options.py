@@ -48,6 +48,37 @@ def option_group(
     return decorate
 
 
+# ---- options of one kind ---------------------------------------------------------------------
+
+
+def choice_option(flag: str, words: Sequence[str], help: str) -> Callable[[F], F]:
+    """An option taking one of `words`; the first is its default (shown)."""
+    return click.option(
+        flag, type=click.Choice(list(words)), default=words[0], show_default=True, help=help
+    )
+
+
+def seconds_option(
+    flag: str, default: float, help: str, low: float = 0, high: float | None = None
+) -> Callable[[F], F]:
+    """An option of SECONDS, a number from low to high (the range and the default shown)."""
+    return click.option(
+        flag,
+        type=click.FloatRange(low, high),
+        default=default,
+        show_default=True,
+        metavar="SECONDS",
+        help=help,
+    )
+
+
+def listen_option(default: str, help: str | None = None) -> Callable[[F], F]:
+    """--listen HOST:PORT: where a server serves (its default shown)."""
+    return click.option(
+        "--listen", metavar="HOST:PORT", default=default, show_default=True, help=help
+    )
+
+
 # ---- attribution -----------------------------------------------------------------------------
 
 FOLD_HELP = (

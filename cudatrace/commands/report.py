@@ -14,7 +14,7 @@ import click
 from ..attribution import Attribution
 from ..choices import GROUPINGS
 from ..errors import CudatraceError, OptionError
-from .options import Moment, Outputs, attribution_options, option_group
+from .options import Moment, Outputs, attribution_options, choice_option, option_group
 
 if TYPE_CHECKING:
     from ..analyze.documents.analysis import Analysis
@@ -39,13 +39,7 @@ LOST_STATUS = 3  # the report was written, but part of a trace is lost (docs/rel
 @click.option(
     "--top", default=10, show_default=True, type=click.IntRange(1, None), help="Sites listed."
 )
-@click.option(
-    "--by",
-    type=click.Choice(GROUPINGS),
-    default="site",
-    show_default=True,
-    help="Group allocations by call site, API, library, process or rank.",
-)
+@choice_option("--by", GROUPINGS, "Group allocations by call site, API, library, process or rank.")
 @Moment.options()
 @attribution_options()
 @Outputs.options(

@@ -19,13 +19,14 @@ from ..outputs import OutputError, write_output
 from ..units import lossless_data
 from .options import Outputs, RunSettings, attribution_options
 from .params import SizeWordCommand
-from .sweep_options import Fit, Stop, Where
+from .sweep_options import Fit, Where, stop_options
 
 if TYPE_CHECKING:
     from ..analyze.documents.sweep_types import Sweep
     from ..sweep.knobs import Knob
     from ..sweep.records import Run
     from ..sweep.runs import Plan
+    from ..sweep.stop import StopRule
 
 # CMD starts at the first word that is not an option (or after --), and whatever follows is
 # its own; an unknown option before it is a typo of ours (--simulatd, --budjet), said with
@@ -41,7 +42,7 @@ RUN_CONTEXT = {"allow_interspersed_args": False}
     help="The values to run: 1,2,4 or 256MiB,1GiB for {} in CMD; NAME=... several "
     "times for a grid, with {NAME} in CMD.  [required, unless --from]",
 )
-@Stop.options()
+@stop_options()
 @Where.options()
 @Outputs.options("cudatrace.sweep/1", html="Also write a self-contained page of the laws' charts.")
 @Fit.options()
@@ -63,7 +64,7 @@ def run_sweep(
     values: Sequence[str],
     cmd: Sequence[str],
     where: Where = Where(),
-    stop: Stop = Stop(),
+    stop: StopRule | None = None,
     fit: Fit = Fit(),
     outputs: Outputs = Outputs(),
     attribution: Attribution = Attribution(),
@@ -74,13 +75,14 @@ def run_sweep(
     from ..sweep import Plan, bind_command, execute, parse_knobs, sweep_json
     from ..sweep.stop import StopRule
 
+    stop = stop or StopRule()
     cmd = list(cmd)
     outputs.printed_on_stdout()  # refused before anything runs: two outputs on one stdout
     if where.from_dir is not None:
         return _run_from(Path(where.from_dir), values, cmd, fit, outputs, attribution)
     knobs = parse_knobs(values)
     bind_command(knobs, cmd)
-    if stop.after is not None and stop.url is not None:
+    if stop.stop_after is not None and stop.url is not None:
         raise OptionError("--stop-after and --until-url: give one")
     if stop.url is not None:
         _check_url(stop.url)
@@ -95,7 +97,7 @@ def run_sweep(
         knobs,
         cmd,
         out.resolve(),
-        StopRule(*stop),
+        stop,
         settings.as_dict(),
         where.force,
         attribution,

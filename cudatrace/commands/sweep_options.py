@@ -5,74 +5,71 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
 from .options import option_group
 from .params import Duration, F, OutputPath
 
+if TYPE_CHECKING:
+    from ..sweep.stop import StopRule
 
-class Stop(NamedTuple):
+
+def _stop_rule(
+    stop_after: float | None,
+    until_url: str | None,
+    settle: float,
+    grace: float,
+    url_timeout: float,
+) -> StopRule:
+    from ..sweep.stop import StopRule
+
+    return StopRule(stop_after, until_url, settle, grace, url_timeout)
+
+
+def stop_options() -> Callable[[F], F]:
     """When each run of a sweep is stopped (a server never ends by itself): --stop-after, or
-    --until-url and --settle; --grace and --url-timeout bound the stopping."""
-
-    after: float | None = None
-    url: str | None = None
-    settle: float = 2.0
-    grace: float = 10.0
-    url_timeout: float = 300.0
-
-    @staticmethod
-    def _build(
-        stop_after: float | None,
-        until_url: str | None,
-        settle: float,
-        grace: float,
-        url_timeout: float,
-    ) -> Stop:
-        return Stop(stop_after, until_url, settle, grace, url_timeout)
-
-    @classmethod
-    def options(cls) -> Callable[[F], F]:
-        timing: dict[str, Any] = {"type": Duration(), "metavar": "TIME", "show_default": True}
-        return option_group(
-            "stop",
-            cls._build,
-            [
-                click.option(
-                    "--stop-after",
-                    type=Duration(),
-                    metavar="TIME",
-                    help="Stop each run after TIME (30s, 2m), as for a server that never ends "
-                    "(default: each run ends by itself).",
-                ),
-                click.option(
-                    "--until-url",
-                    metavar="URL",
-                    help="Stop each run once URL answers and the traced live memory has settled "
-                    "(a server that is ready).",
-                ),
-                click.option(
-                    "--settle",
-                    default="2s",
-                    help="With --until-url: no change of live memory for this long.",
-                    **timing,
-                ),
-                click.option(
-                    "--grace",
-                    default="10s",
-                    help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.",
-                    **timing,
-                ),
-                click.option(
-                    "--url-timeout",
-                    default="300s",
-                    help="With --until-url: give up on a run whose URL never answers.",
-                    **timing,
-                ),
-            ],
-        )
+    --until-url and --settle; --grace and --url-timeout bound the stopping. The command gets
+    them as one sweep.stop.StopRule (imported when the command runs) under `stop`."""
+    timing: dict[str, Any] = {"type": Duration(), "metavar": "TIME", "show_default": True}
+    return option_group(
+        "stop",
+        _stop_rule,
+        [
+            click.option(
+                "--stop-after",
+                type=Duration(),
+                metavar="TIME",
+                help="Stop each run after TIME (30s, 2m), as for a server that never ends "
+                "(default: each run ends by itself).",
+            ),
+            click.option(
+                "--until-url",
+                metavar="URL",
+                help="Stop each run once URL answers and the traced live memory has settled "
+                "(a server that is ready).",
+            ),
+            click.option(
+                "--settle",
+                default="2s",
+                help="With --until-url: no change of live memory for this long.",
+                **timing,
+            ),
+            click.option(
+                "--grace",
+                default="10s",
+                help="Between SIGINT, SIGTERM and SIGKILL when stopping a run.",
+                **timing,
+            ),
+            click.option(
+                "--url-timeout",
+                default="300s",
+                help="With --until-url: give up on a run whose URL never answers.",
+                **timing,
+            ),
+        ],
+    )
 
 
 class Fit(NamedTuple):

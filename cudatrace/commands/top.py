@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import OptionError
-from .options import traces_option
+from .options import choice_option, seconds_option, traces_option
 from .params import ledger_dir_option
 
 if TYPE_CHECKING:
@@ -23,14 +23,7 @@ if TYPE_CHECKING:
 @click.command()
 @click.option("--once", is_flag=True, help="Print one view as text and exit (for scripts).")
 @click.option("--json", "as_json", is_flag=True, help="With --once: the snapshot as JSON.")
-@click.option(
-    "--interval",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(0.1),
-    metavar="SECONDS",
-    help="How often the view is read again.",
-)
+@seconds_option("--interval", 1.0, "How often the view is read again.", 0.1)
 @traces_option(
     "Also show the runs being traced in DIR (a trace directory, or a folder of them); "
     "repeatable. The runs of the processes on the GPUs and of the ledgers are found alone."
@@ -38,12 +31,10 @@ if TYPE_CHECKING:
 @click.option(
     "--sites", default=5, show_default=True, type=click.IntRange(1, 50), help="Sites per run."
 )
-@click.option(
+@choice_option(
     "--sort",
-    type=click.Choice(["memory", "counted", "pid", "command"]),
-    default="memory",
-    show_default=True,
-    help="The processes' order at start (keys m, l, p, n change it).",
+    ["memory", "counted", "pid", "command"],
+    "The processes' order at start (keys m, l, p, n change it).",
 )
 @click.option("--device", type=click.IntRange(0), help="Show one GPU (NVML index) at start.")
 @click.option("--group", help="Show one budget group at start.")

@@ -11,7 +11,13 @@ import click
 
 from ..errors import CudatraceError
 from ..stopping import stop_on_signals
-from .options import on_exceed_option, option_group
+from .options import (
+    choice_option,
+    listen_option,
+    on_exceed_option,
+    option_group,
+    seconds_option,
+)
 
 
 class Serving(NamedTuple):
@@ -25,19 +31,14 @@ class Serving(NamedTuple):
     @classmethod
     def options(cls) -> list[Any]:
         return [
-            click.option(
-                "--listen",
-                metavar="HOST:PORT",
-                default="0.0.0.0:8443",
-                show_default=True,
-                help="Where to serve HTTPS (the Service in front of it targets this port).",
+            listen_option(
+                "0.0.0.0:8443",
+                "Where to serve HTTPS (the Service in front of it targets this port).",
             ),
-            click.option(
+            choice_option(
                 "--on-error",
-                type=click.Choice(["refuse", "allow"]),
-                default="refuse",
-                show_default=True,
-                help="A review that cannot be read or fenced (a malformed pod, an error of the "
+                ["refuse", "allow"],
+                "A review that cannot be read or fenced (a malformed pod, an error of the "
                 "webhook): refuse the pod with the reason, or allow it unfenced with a warning "
                 "that says why (fail-open; pair it with failurePolicy: Ignore).",
             ),
@@ -50,14 +51,13 @@ class Serving(NamedTuple):
                 help="Connections held at once; at the bound, the one waiting longest without "
                 "a whole request is closed.",
             ),
-            click.option(
+            seconds_option(
                 "--timeout",
-                type=click.FloatRange(0.1, 300),
-                default=10.0,
-                show_default=True,
-                metavar="SECONDS",
-                help="The most a connection may take to finish its TLS handshake, a request to "
+                10.0,
+                "The most a connection may take to finish its TLS handshake, a request to "
                 "arrive whole once begun, and an answer to be read.",
+                0.1,
+                300,
             ),
         ]
 
@@ -97,13 +97,10 @@ class Serving(NamedTuple):
     "Default: nvidia.com/gpu, nvidia.com/mig-*; a container with a DRA claim always is.",
 )
 @on_exceed_option("Over budget, unless the pod's cudatrace.dev/on-exceed says otherwise.")
-@click.option(
+@choice_option(
     "--preload",
-    type=click.Choice(["file", "env"]),
-    default="file",
-    show_default=True,
-    help="file: /etc/ld.so.preload; env: LD_PRELOAD (sandboxed runtimes), after the "
-    "container's own.",
+    ["file", "env"],
+    "file: /etc/ld.so.preload; env: LD_PRELOAD (sandboxed runtimes), after the container's own.",
 )
 @option_group("serving", Serving, Serving.options())
 def webhook(

@@ -191,19 +191,13 @@ def write_specs(specs: Mapping[str, CdiSpec], cdi_dir: Path, vendor: str = VENDO
 
 
 def write_spec(path: Path, spec: CdiSpec) -> None:
-    """Write one spec file whole (a temporary file renamed into place; left as it is when it
-    already says the same)."""
+    """Write one spec file whole (fence_record.write_whole; left as it is when it already says
+    the same)."""
     text = json.dumps(spec, indent=2) + "\n"
     try:
         if path.is_file() and not path.is_symlink() and path.read_text() == text:
             return
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not *.json: runtimes skip it
-        with open(tmp, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        fence_record.write_whole(path, text)  # its temporary file not *.json: runtimes skip it
     except OSError as e:
         raise CdiError(f"cannot write {path}: {e.strerror or e}") from None
 

@@ -21,10 +21,11 @@ from __future__ import annotations
 import os
 import resource
 import select
-import threading
 import time
 from pathlib import Path
 from typing import TypedDict
+
+from .worker import Worker
 
 
 class ProcessExit(TypedDict):
@@ -45,10 +46,11 @@ def start_ticks(pid: int) -> int | None:
         return None
 
 
-class ExitWatcher:
+class ExitWatcher(Worker):
     """Notes when each traced process of `out` exits; `exits()` lists them for run.json."""
 
     def __init__(self, out: Path, interval: float = 0.05):
+        super().__init__("cudatrace-exits")
         self.out = Path(out)
         self.interval = interval
         self.known: set[int] = set()  # pids seen (watched, or found gone)
@@ -58,20 +60,13 @@ class ExitWatcher:
         soft = 1 << 20 if soft == resource.RLIM_INFINITY else soft
         self.cap = max(0, min(soft // 2, soft - 128))  # pidfds held at once, at most
         self._poll = select.poll()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cudatrace-exits", daemon=True)
 
     @staticmethod
     def available() -> bool:
         return hasattr(os, "pidfd_open")
 
-    def start(self) -> None:
-        self._thread.start()
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._halt()
         self._reap(0)
         for fd in list(self.fds):
             os.close(fd)

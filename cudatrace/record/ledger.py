@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from .. import native
+from ..closing import Closing
 from ..errors import CudatraceError
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def _iso(ns: int) -> str | None:
     return _dt.datetime.fromtimestamp(ns / 1e9).isoformat(timespec="seconds")
 
 
-class Ledger:
+class Ledger(Closing):
     """An open ledger (a process-local handle on the shared file)."""
 
     def __init__(self, handle: Any, path: Path, created: bool = False) -> None:
@@ -246,18 +247,6 @@ class Ledger:
         h, self._h = self._h, None
         if h is not None:
             _tools()[1].ct_ledger_close(h)
-
-    def __enter__(self) -> Ledger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     @property
     def h(self) -> Any:  # the struct ct_ledger * of cffi

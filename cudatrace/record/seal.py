@@ -25,11 +25,11 @@ import errno
 import os
 import stat
 import struct
-import threading
 from pathlib import Path
 from typing import TypedDict, cast
 
 from .. import native, sidecar
+from .worker import Worker
 
 _FALLOC_PUNCH = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
 
@@ -116,12 +116,13 @@ def _gone(pid: int, start_ticks: int) -> bool:
         return False
 
 
-class Sealer:
+class Sealer(Worker):
     """Compresses the sealed chunks of every trace in `out`, every `interval` seconds, and again
     after `busy` seconds while a pass found chunks to seal (a program writing raw records fast,
     ~24 bytes an event, fills a small disk before an idle interval is over)."""
 
     def __init__(self, out: Path, interval: float = 1.0, busy: float = 0.1):
+        super().__init__("cudatrace-sealer")
         self.out = Path(out)
         self.interval = interval
         self.busy = busy
@@ -135,17 +136,10 @@ class Sealer:
         self.raw_bytes = 0
         self.stored_bytes = 0
         self.error = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cudatrace-sealer", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self) -> None:
         """Stop the thread, then seal what the processes that are gone left (their whole files)."""
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join()
+        self._halt()
         self.pass_once(final=True)
 
     def _run(self) -> None:

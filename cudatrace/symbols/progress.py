@@ -64,16 +64,3 @@ class Progress:
                 sys.stderr.flush()
             except Exception:
                 pass
-
-
-class NoProgress:
-    """Counts and draws nothing."""
-
-    def __init__(self, label: str = "", total: int = 0):
-        self.total = total
-
-    def step(self, n: int = 1) -> None:
-        pass
-
-    def close(self) -> None:
-        pass

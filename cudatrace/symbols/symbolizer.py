@@ -3,6 +3,7 @@ finding its files, loading symbol tables and DWARF on demand, and caching result
 
 from __future__ import annotations
 
+import functools
 import lzma
 import os
 from collections.abc import Callable, Iterable
@@ -15,7 +16,7 @@ from .debugfiles import DebugFiles
 from .dwarf import Dwarf
 from .elf import Elf
 from .inlines import inline_info, inline_ranges
-from .progress import NoProgress, Progress, ProgressLike
+from .progress import Progress, ProgressLike
 from .symtab import SymTab
 
 
@@ -117,7 +118,7 @@ class Symbolizer:
         if callable(progress):
             self._progress = progress
         else:
-            self._progress = Progress if progress else NoProgress
+            self._progress = functools.partial(Progress, enabled=bool(progress))
         self._modules: dict[tuple[Any, ...], _Module] = {}
         self._loaded: list[_Module] = []
 

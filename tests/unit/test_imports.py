@@ -37,6 +37,7 @@ LEAVES = {
     "nvml",
     "native",
     "progress",
+    "closing",
     "simdriver",
     "tracedir",
     "outputs",

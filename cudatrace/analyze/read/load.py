@@ -55,9 +55,6 @@ def load(path: PathArg) -> TraceDir:
 
 
 def _load_many(paths: list[Path]) -> TraceDir:
-    for p in paths:
-        if not p.exists():
-            raise ReportError(f"{p}: no such trace directory or file")
     try:
         td = read_dirs(paths)
     except TraceError as e:

@@ -226,8 +226,13 @@ def _sweep_folder(p: Path, subs: list[Path]) -> str:
 def read_dirs(paths: Iterable[str | os.PathLike[str]]) -> TraceDir:
     """Several trace directories read as one run: the traces of all, in the order given, each
     noting its directory (Trace.source); every error named with its directory. Processes on
-    different hosts are put on one clock by load.align_clocks, which load() calls."""
-    dirs = [d for p in paths for d in run_dirs(p)]
+    different hosts are put on one clock by load.align_clocks, which load() calls. A path that
+    does not exist is refused first, before any is read."""
+    given = [Path(p) for p in paths]
+    for p in given:
+        if not p.exists():
+            raise TraceError(f"{p}: no such trace directory or file")
+    dirs = [d for p in given for d in run_dirs(p)]
     if len(dirs) == 1:
         return read_dir(dirs[0])
     if len({d.resolve() for d in dirs}) != len(dirs):
@@ -236,8 +241,6 @@ def read_dirs(paths: Iterable[str | os.PathLike[str]]) -> TraceDir:
     errors: list[str] = []
     runs: list[dict[str, Any]] = []
     for d in dirs:
-        if not d.exists():
-            raise TraceError(f"{d}: no such trace directory or file")
         try:
             td = read_dir(d)
         except TraceError as e:
