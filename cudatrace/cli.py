@@ -20,7 +20,7 @@ from typing import Any
 import click
 
 from . import __version__
-from .errors import INTERRUPTED, RUN_FAILED, RUN_STATUSES, CudatraceError
+from .errors import INTERRUPTED, RUN_FAILED, RUN_STATUSES, CudatraceError, Signalled
 
 # name -> (module of commands/ (the click function has the command's name), what it does: the
 # one line `cudatrace --help` lists it with, whole, without loading the module)
@@ -91,7 +91,7 @@ class Main(click.Group):
             raise
         except CudatraceError as e:
             click.echo(f"cudatrace: {e}", err=True)
-            ctx.exit(_own_status(ctx, e.status))
+            ctx.exit(e.status if isinstance(e, Signalled) else _own_status(ctx, e.status))
         except KeyboardInterrupt:
             raise _interrupted() from None
         except OSError as e:

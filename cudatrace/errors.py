@@ -36,5 +36,14 @@ class CudatraceError(Exception):
             self.status = status
 
 
+class Signalled(CudatraceError):
+    """A signal to stop (SIGINT, SIGTERM) that came before the work began, which was then not
+    done: 128+N for signal N, as a shell says it, for every command (`run`'s too: CMD was not
+    started)."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message, 128 + signum)
+
+
 class OptionError(CudatraceError):
     """An option value that cannot be used; the message starts with the option's name."""

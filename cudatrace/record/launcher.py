@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Optional, TypedDict
 
 from .. import __version__, fence_record, native, settings, tracedir
-from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError
+from ..errors import ABORTED, CANNOT_EXECUTE, NOT_FOUND, RUN_FAILED, CudatraceError, Signalled
 from ..procfs import tree_pids
 from ..record_types import BudgetInfo, LedgerSnapshot, UnusableLedger
 from ..units import format_bytes, shell_quote, wrap_line
@@ -403,11 +403,7 @@ def _run(
     # also under -q: quiet silences progress and summaries, never why the program failed
     if ledger is not None and opts.on_denials is not None and out is not None:
         watcher = run_budget.DenialWatcher(ledger, out, opts.on_denials, own=ledger.private)
-    early = [x for x in fwd.pending if x != signal.SIGUSR2]
-    if early:  # a signal to stop came while the run was set up: CMD is not started
-        unwind()
-        name = signal.Signals(early[0]).name
-        raise LaunchError(f"{name} before the command started; it was not started", 128 + early[0])
+    _stop_if_signalled(fwd, unwind)
     try:
         proc = subprocess.Popen(
             [path] + opts.cmd[1:],
@@ -446,6 +442,20 @@ def _run(
     finally:
         fwd.restore()
     return status, out
+
+
+class LaunchStopped(LaunchError, Signalled):
+    """A signal to stop came while the run was set up: CMD was not started (128+N)."""
+
+
+def _stop_if_signalled(fwd: Forwarder, unwind: Callable[[], None]) -> None:
+    """Before CMD starts: a signal to stop that came while the run was set up (noted by the
+    handlers, pending) stops the run there, CMD never started."""
+    early = [x for x in fwd.pending if x != signal.SIGUSR2]
+    if early:
+        unwind()
+        name = signal.Signals(early[0]).name
+        raise LaunchStopped(f"{name} before the command started; it was not started", early[0])
 
 
 class Forwarder:
