@@ -94,6 +94,8 @@ fi
 
 # fetch_python VERSION RELEASE WORK: CPython VERSION of Debian's RELEASE and what it needs (the
 # whole closure: apt of its own, with that release's lists and an empty status), into WORK
+# (the fetches run at once: each has its own lists, archives and package caches, or two apt-get
+# renaming /var/cache/apt/pkgcache.bin race, "The package cache file is corrupted")
 fetch_python() {
     local v="$1" release="$2" work="$3"
     mkdir -p "$work/lists/partial" "$work/archives/partial"
@@ -103,6 +105,7 @@ fetch_python() {
     local apt=(apt-get -q -y -o Dir::Etc::SourceList="$work/sources.list"
         -o Dir::Etc::SourceParts=/nonexistent -o Dir::State::Lists="$work/lists"
         -o Dir::State::status="$work/status" -o Dir::Cache::archives="$work/archives"
+        -o Dir::Cache::pkgcache="$work/pkgcache.bin" -o Dir::Cache::srcpkgcache="$work/srcpkgcache.bin"
         -o Debug::NoLocking=1 -o APT::Sandbox::User=root)
     local want=("python$v-minimal" "libpython$v-stdlib")
     # the headers, where the suite checks the shim's layout tables against them (3.11 on)
