@@ -3,17 +3,19 @@ failing that, when it is collected."""
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import TypeVar
 
 C = TypeVar("C", bound="Closing")
 
 
-class Closing:
+class Closing(ABC):
     """A base whose subclass defines close() (idempotent): `with` closes it, and so does its
     collection, an error then swallowed (the interpreter may be ending)."""
 
+    @abstractmethod
     def close(self) -> None:
-        raise NotImplementedError
+        """Give back what it holds; a second call does nothing."""
 
     def __enter__(self: C) -> C:
         return self

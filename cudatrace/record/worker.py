@@ -4,9 +4,10 @@ watcher, the sealer)."""
 from __future__ import annotations
 
 import threading
+from abc import ABC, abstractmethod
 
 
-class Worker:
+class Worker(ABC):
     """Runs `_run` in a daemon thread named `name`; the loop waits on `_stop`, which `_halt`
     sets before it waits for the thread to end."""
 
@@ -14,8 +15,9 @@ class Worker:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
+    @abstractmethod
     def _run(self) -> None:
-        raise NotImplementedError
+        """The loop: until self._stop is set."""
 
     def start(self) -> None:
         self._thread.start()
