@@ -32,8 +32,10 @@ def ledger_dir(tmp_path):
 
 def start(ct, sim, env, out, with_budget):
     opts = ["--group", "gpu0"] + (["--budget", "60%"] if with_budget else [])
-    # each service wants 4 x 1 GiB for a while: 8 GiB together, over the 6 GiB budget
-    cmd = [sim.progs["hold"], "--exit-after-ms", "1500", "--free", "4", "1g"]
+    # each service wants 4 x 1 GiB for a while: 8 GiB together, over the 6 GiB budget (3 s: the
+    # second starts 0.7 s after the first and needs a second or more to start on a loaded
+    # machine; with 1.5 s CI once saw the first gone before the second allocated, no denial)
+    cmd = [sim.progs["hold"], "--exit-after-ms", "3000", "--free", "4", "1g"]
     return children.popen(
         [sys.executable, "-m", "cudatrace", "run", "-o", str(out), *opts, "--", *map(str, cmd)],
         env=env,

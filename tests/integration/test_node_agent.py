@@ -285,10 +285,12 @@ def test_a_containers_pod_is_the_one_the_api_server_lists(podman, agent):  # noq
         ready(b)
         bid = podman.podman("inspect", "--format", "{{.Id}}", bad).stdout.strip()
 
-        def both():
+        def both():  # each labelled as it will stay: the pod's once the API server lists it
             ms = scrape(agent["url"])
             rows = series_labels(ms, "cudatrace_budget_member_in_use_bytes", group=GROUP)
-            return ms if len(rows) == 2 else None
+            names = [(r["namespace"], r["pod"], r["container"]) for r in rows]
+            assert len(set(names)) == len(names), names  # never one's labels on the other
+            return ms if {r["container"] for r in rows} == {"main", bid[:12]} else None
 
         m = wait_for(both, 60, "both members in the metrics", agent["log"])
         rows = {ls["container"]: ls for ls in series_labels(m, "cudatrace_budget_member_in_use_bytes", group=GROUP)}  # fmt: skip
