@@ -6,6 +6,7 @@ value that does not parse raises OptionError (printed by cli.Main as every other
 from __future__ import annotations
 
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -32,13 +33,14 @@ class OutputPath(click.Path):
         return super().convert(value, param, ctx)
 
 
-class Parsed(click.ParamType):
+class Parsed(click.ParamType, ABC):
     """A value read by a parser of a floor below, imported when a value comes (the command
     line loads without it): what it refuses is an OptionError naming the option and the value.
     A value already read (a default) is taken as it is."""
 
-    def parse(self, value: str) -> Any:  # raises a CudatraceError that says why
-        raise NotImplementedError
+    @abstractmethod
+    def parse(self, value: str) -> Any:
+        """The value read (a subclass's parser); a CudatraceError that says why when refused."""
 
     def refused(self, name: str, value: str, why: CudatraceError) -> str:
         return f"{name} {value}: {why}"
